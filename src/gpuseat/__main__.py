@@ -1,0 +1,5 @@
+"""``python -m gpuseat`` runs the CLI."""
+
+from gpuseat.cli import run
+
+run()

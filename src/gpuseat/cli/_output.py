@@ -1,0 +1,56 @@
+"""Printing results as a Rich table, JSON or CSV: the one place that formats for the terminal."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from enum import StrEnum
+from typing import Any
+
+import typer
+
+
+class Format(StrEnum):
+    """Output formats every data command accepts."""
+
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+FORMAT_OPTION = typer.Option(Format.table, "--format", "-f", help="Output format.")
+
+
+def print_json(obj: Any) -> None:
+    """Pretty JSON on stdout (``default=str`` keeps dates and paths printable)."""
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def print_csv(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> None:
+    """CSV with a header on stdout."""
+    writer = csv.DictWriter(sys.stdout, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(row)
+
+
+def print_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], title: str | None = None) -> None:
+    """A Rich table on stdout."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
+    Console().print(table)
+
+
+def stderr_console() -> Any:
+    """A Rich console on stderr, for warnings and progress that must not mix with JSON on stdout."""
+    from rich.console import Console
+
+    return Console(stderr=True)

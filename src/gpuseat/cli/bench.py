@@ -1,0 +1,9 @@
+"""CLI for `gpuseat bench` (filled in by its issue)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the command(s) of this group to the app."""

@@ -1,0 +1,52 @@
+"""Errors that reach users.
+
+Hierarchy::
+
+    GpuseatError            root: the CLI catches it in one place
+    ├── InputError          bad file, flag, row or body → exit code 2
+    └── EngineError         an outside engine (NVML, libvirt, a database) failed → exit code 1
+
+Each error carries *where* (file, line or field), *what* is wrong, and *fix* (how to put it right),
+so every front end can print one clear message without a traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class GpuseatError(Exception):
+    """Root of every error gpuseat raises on purpose."""
+
+    exit_code = 1
+
+    def __init__(self, what: str, *, where: str | None = None, fix: str | None = None) -> None:
+        self.what = what
+        self.where = where
+        self.fix = fix
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        """One human-readable message: ``where: what`` then ``To fix: ...``."""
+        head = f"{self.where}: {self.what}" if self.where else self.what
+        return f"{head}\nTo fix: {self.fix}" if self.fix else head
+
+
+class InputError(GpuseatError):
+    """The user's input (file, flag, roster row, HTTP body) is wrong; exit code 2."""
+
+    exit_code = 2
+
+
+class EngineError(GpuseatError):
+    """An outside engine failed in a way the user cannot fix by changing the input."""
+
+    exit_code = 1
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """A ``Did you mean X?`` hint (empty when nothing is close), for unknown ids and names."""
+    close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.5)
+    return f" Did you mean {', '.join(close)}?" if close else ""

@@ -1,0 +1,37 @@
+"""Shared test helpers: run the real CLI in-process and capture what it prints."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gpuseat.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@dataclass
+class Result:
+    """What one CLI run returned and printed."""
+
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
+    """Call ``gpuseat ARGS...`` in-process; returns exit code, stdout and stderr."""
+
+    def run(*args: str) -> Result:
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return run
