@@ -1,0 +1,32 @@
+"""Licences (NVIDIA vGPU editions) that the planner prices per seat or per GPU."""
+
+from __future__ import annotations
+
+from datetime import date
+from functools import cache
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpuseat.catalog import data_toml
+
+
+class Licence(BaseModel):
+    """A licence sold per seat or per GPU for a minimum term."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    name: str
+    per: Literal["seat", "gpu"]
+    usd: float = Field(ge=0)
+    term_days: int = Field(gt=0)
+    verified: bool
+    source: str
+    as_of: date
+
+
+@cache
+def licences() -> dict[str, Licence]:
+    """Bundled licences by id."""
+    return {row["id"]: Licence.model_validate(row) for row in data_toml("licences.toml")["licence"]}

@@ -1,0 +1,123 @@
+"""Billing arithmetic: how much one unit of an offer costs over a course, as explainable line items.
+
+Pure functions. Each cost is a :class:`Rate` (exact USD for one unit plus the formula that gives it);
+the planner multiplies a rate by a count to get a :class:`Line` whose formula reads like
+``0.65 $/h × 24 h × 15 d × 16 seats = $3,744.00``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpuseat.catalog.offers import INCREMENT_S, Offer
+
+HOURS_PER_MONTH = 730  # the hours-per-month convention cloud storage prices use
+
+
+def money(usd: float) -> str:
+    """``3744`` → ``$3,744.00``."""
+    return f"${usd:,.2f}"
+
+
+def num(x: float) -> str:
+    """A price or quantity without trailing zeros: ``0.65``, ``2,961.1`` → ``2,961.10`` for money-like values."""
+    if float(x).is_integer():
+        return f"{int(x):,}"
+    text = f"{x:,.6f}".rstrip("0")
+    decimals = len(text.split(".")[1])
+    return f"{x:,.2f}" if decimals < 2 else text
+
+
+@dataclass(frozen=True)
+class Rate:
+    """The exact cost of one unit (a seat, a server, a GPU) and the formula that gives it."""
+
+    item: str
+    usd: float
+    formula: str
+    per: str  # what one unit is: "seat", "server"
+
+
+@dataclass(frozen=True)
+class Line:
+    """One itemised cost in a plan."""
+
+    offer: str
+    group: str
+    item: str
+    count: int
+    usd: float
+    formula: str
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON shape of a line."""
+        return {
+            "offer": self.offer,
+            "group": self.group,
+            "item": self.item,
+            "count": self.count,
+            "usd": self.usd,
+            "formula": self.formula,
+        }
+
+
+def line(rate: Rate, count: int, *, offer: str, group: str) -> Line:
+    """``rate`` × ``count``, rounded to cents once, with its formula."""
+    usd = round(rate.usd * count, 2)
+    word = rate.per if count == 1 else f"{rate.per}s"
+    return Line(offer, group, rate.item, count, usd, f"{rate.formula} × {count} {word} = {money(usd)}")
+
+
+def billed_seconds(run_s: int, offer: Offer) -> int:
+    """Seconds billed for one run: raised to the minimum charge, rounded up to the billing increment."""
+    increment = INCREMENT_S[offer.billing]
+    charged = max(run_s, offer.min_charge_s)
+    return math.ceil(charged / increment) * increment
+
+
+def _billing_words(offer: Offer) -> str:
+    rule = offer.billing
+    return f"{rule}, {offer.min_charge_s} s minimum" if offer.min_charge_s else rule
+
+
+def usage_rate(offer: Offer, runs_s: list[int], period_days: int, *, per: str) -> Rate:
+    """What one unit of ``offer`` costs for the course's runs (hourly) or period (monthly)."""
+    if offer.monthly:
+        months = period_days / offer.days_per_month
+        price = f"{num(offer.price_usd)} $/month"
+        if offer.billing == "month-whole":
+            whole = math.ceil(months)
+            formula = f"{price} × {whole} month{'s' if whole != 1 else ''} (whole months: {period_days} d)"
+            return Rate("server rent", offer.price_usd * whole, formula, per)
+        formula = f"{price} × {period_days} d / {offer.days_per_month} d"
+        return Rate("server rent", offer.price_usd * period_days / offer.days_per_month, formula, per)
+    billed = [billed_seconds(r, offer) for r in runs_s]
+    hours = sum(billed) / 3600
+    usd = offer.price_usd * hours
+    price = f"{num(offer.price_usd)} $/h"
+    item = "instance hours" if offer.kind == "cloud" else "server hours"
+    if len(runs_s) == 1 and billed[0] == runs_s[0] and runs_s[0] % 86400 == 0:
+        return Rate(item, usd, f"{price} × 24 h × {runs_s[0] // 86400} d", per)
+    if len(set(runs_s)) == 1 and billed == runs_s:
+        return Rate(item, usd, f"{price} × {num(runs_s[0] / 3600)} h × {len(runs_s)} sessions", per)
+    words = f"{len(runs_s)} run{'s' if len(runs_s) != 1 else ''}, {_billing_words(offer)}"
+    return Rate(item, usd, f"{price} × {num(round(hours, 4))} h billed ({words})", per)
+
+
+def disk_rate(offer: Offer, gb: float, period_days: int) -> Rate:
+    """Disk kept for a seat over the whole course, billed even while the instance is stopped."""
+    hours = period_days * 24
+    usd = offer.disk_usd_per_gb_month * gb * hours / HOURS_PER_MONTH
+    formula = f"{num(offer.disk_usd_per_gb_month)} $/GB-month × {num(gb)} GB × {hours} h / {HOURS_PER_MONTH} h"
+    return Rate("disk", usd, formula, "seat")
+
+
+def egress_rate(offer: Offer, gb: float) -> Rate:
+    """Internet egress per seat."""
+    return Rate("egress", offer.egress_usd_per_gb * gb, f"{num(offer.egress_usd_per_gb)} $/GB × {num(gb)} GB", "seat")
+
+
+def term_count(period_days: int, term_days: int) -> int:
+    """Licence terms needed to cover the course (a short course still buys one whole term)."""
+    return max(1, math.ceil(period_days / term_days))

@@ -1,0 +1,450 @@
+"""The planner: the cheapest mix of offers that seats every participant, with every figure explained.
+
+Formulation (solved with scipy's HiGHS MILP): for each participant group g and usable offer o,
+integer ``x[g,o]`` units rented and ``z[g,o]`` seats used, minimising
+``Σ unit_cost[g,o]·x + seat_cost[g,o]·z`` subject to ``Σ_o z[g,o] = count_g``,
+``z[g,o] ≤ seats_per_unit[g,o]·x[g,o]`` and ``Σ_g x[g,o] ≤ available_o``.
+Seats per unit come from the carve engine for bare-metal servers, and are 1 for a cloud instance.
+Alternatives are the best plan that puts each group on one offer where it can; provider support plans
+(a percentage of spend) are added after optimisation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+import numpy as np
+
+from gpuseat.catalog import GpuModel, find_gpu
+from gpuseat.catalog.licences import Licence, licences
+from gpuseat.catalog.offers import Offer
+from gpuseat.catalog.skypilot import ProviderRules
+from gpuseat.core.carve import server_capacity
+from gpuseat.core.cost import Line, Rate, disk_rate, egress_rate, line, money, num, term_count, usage_rate
+from gpuseat.core.course import Course, Group
+from gpuseat.errors import InputError
+
+POOL_PER_GROUP = 64  # cheapest offers per group kept for the MILP (see _pool)
+LENET_BASELINE_GPU = "K520"
+
+
+@dataclass(frozen=True)
+class Speed:
+    """How long one GPU model takes for 10,000 LeNet iterations, and where that figure comes from."""
+
+    gpu: str
+    seconds_per_10k: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How one offer serves one group: seats per unit and what a unit and a seat cost."""
+
+    offer: Offer
+    group: Group
+    seats_per_unit: int
+    mode: str
+    profile: str | None
+    unit_rates: tuple[Rate, ...]
+    seat_rates: tuple[Rate, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def unit_usd(self) -> float:
+        """Cost of one unit (instance or server) for the whole course."""
+        return sum(r.usd for r in self.unit_rates)
+
+    @property
+    def seat_usd(self) -> float:
+        """Per-seat costs on top of the unit (disk, egress, seat licences)."""
+        return sum(r.usd for r in self.seat_rates)
+
+    def per_seat_bound(self) -> float:
+        """Cost per seat when units are full: the ranking key for pruning."""
+        return self.unit_usd / self.seats_per_unit + self.seat_usd
+
+
+@dataclass
+class Assignment:
+    """Seats of one group placed on units of one offer."""
+
+    fit: Fit
+    units: int
+    seats: int
+
+
+@dataclass
+class Option:
+    """One way to seat the whole course, with its itemised cost."""
+
+    assignments: list[Assignment]
+    lines: list[Line]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_usd(self) -> float:
+        """Sum of the line items."""
+        return round(sum(ln.usd for ln in self.lines), 2)
+
+    @property
+    def offer_counts(self) -> dict[str, int]:
+        """Units rented per offer id."""
+        counts: dict[str, int] = defaultdict(int)
+        for a in self.assignments:
+            counts[a.fit.offer.id] += a.units
+        return dict(counts)
+
+    @property
+    def seats(self) -> int:
+        """Seats the rented units provide."""
+        return sum(a.units * a.fit.seats_per_unit for a in self.assignments)
+
+    @property
+    def key(self) -> tuple[tuple[str, str, int], ...]:
+        """Identity of the mix, to drop duplicate options."""
+        return tuple(sorted((a.fit.group.name, a.fit.offer.id, a.units) for a in self.assignments))
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """An offer (or one of its partition profiles) that cannot seat a group, and why."""
+
+    offer: str
+    reason: str
+    group: str | None = None
+    profile: str | None = None
+
+
+@dataclass
+class Plan:
+    """Options cheapest first, rejected offers and warnings."""
+
+    course: Course
+    options: list[Option]
+    rejected: list[Rejection]
+    warnings: list[str]
+    speeds: dict[str, Speed]
+
+
+# --------------------------------------------------------------------------------------- fitting
+
+
+def _runs(offer: Offer, course: Course) -> tuple[list[int], list[str]]:
+    sched = course.schedule
+    if sched.always_on:
+        return sched.run_lengths_s(), []
+    if offer.stoppable and course.costs.stop_outside_sessions:
+        return sched.run_lengths_s(), []
+    why = "cannot be stopped" if not offer.stoppable else "is kept running (stop_outside_sessions = false)"
+    return [sched.period_days * 86400], [f"{offer.id} {why}: billed 24/7 for {sched.period_days} d"]
+
+
+def _cloud_seats(offer: Offer, gpu: GpuModel, group: Group) -> tuple[int, str | None]:
+    """Seats one cloud instance gives (1 or 0) and the reason when 0."""
+    need = group.need
+    if offer.memory_per_chip_gb < need.min_gpu_memory_gb:
+        return 0, f"{num(offer.memory_per_chip_gb)} GB GPU memory < {num(need.min_gpu_memory_gb)} GB needed"
+    if need.isolation == "dedicated" and offer.gpu_count < 1:
+        return 0, f"{offer.gpu_count:g} of a {gpu.id} is a shared slice, not a dedicated GPU"
+    if offer.vcpus < need.min_vcpus:
+        return 0, f"{num(offer.vcpus)} vCPUs < {num(need.min_vcpus)} needed"
+    if offer.ram_gb < need.min_ram_gb:
+        return 0, f"{num(offer.ram_gb)} GB RAM < {num(need.min_ram_gb)} GB needed"
+    return 1, None
+
+
+def _licence_rates(lic: Licence, period_days: int, chips: int) -> tuple[list[Rate], list[Rate]]:
+    terms = term_count(period_days, lic.term_days)
+    flag = "" if lic.verified else ", unverified list price"
+    formula = f"{num(lic.usd)} $/{lic.per}-term × {terms} term{'s' if terms != 1 else ''} ({lic.term_days} d{flag})"
+    if lic.per == "gpu":
+        return [Rate(f"licence {lic.id}", lic.usd * terms * chips, f"{formula} × {chips} GPUs", "server")], []
+    return [], [Rate(f"licence {lic.id}", lic.usd * terms, formula, "seat")]
+
+
+def fit_offer(offer: Offer, group: Group, course: Course) -> tuple[Fit | None, list[Rejection]]:
+    """How ``offer`` serves ``group``: a :class:`Fit`, or None with the reasons it cannot."""
+    gpu = find_gpu(offer.gpu)
+    assert gpu is not None  # Offer validates its GPU
+    period = course.schedule.period_days
+    costs = course.costs
+    rejections: list[Rejection] = []
+    runs, notes = _runs(offer, course)
+    unit_rates: list[Rate] = []
+    seat_rates: list[Rate] = []
+    mode, profile = "instance", None
+    if offer.kind == "cloud":
+        seats, reason = _cloud_seats(offer, gpu, group)
+        if reason:
+            return None, [Rejection(offer.id, reason, group.name)]
+        unit_rates.append(usage_rate(offer, runs, period, per="seat"))
+    else:
+        chips = offer.gpu_count
+        if not float(chips / gpu.chips_per_board).is_integer():
+            why = f"{chips:g} chips is not a whole number of {gpu.id} boards ({gpu.chips_per_board} chips each)"
+            return None, [Rejection(offer.id, why, group.name)]
+        capacity = server_capacity(gpu, int(chips // gpu.chips_per_board), group.need)
+        for rej_mode, rej_profile, why in capacity.rejected:
+            label = rej_profile or rej_mode
+            rejections.append(Rejection(offer.id, f"{label}: {why}", group.name, rej_profile))
+        seats = capacity.seats
+        limits = []
+        if group.min_vcpus:
+            limits.append((math.floor(offer.vcpus / group.min_vcpus), "vCPUs"))
+        if group.min_ram_gb:
+            limits.append((math.floor(offer.ram_gb / group.min_ram_gb), "GB RAM"))
+        for limit, what in limits:
+            if limit < seats:
+                notes.append(f"{offer.id}: {num(getattr(offer, 'vcpus' if what == 'vCPUs' else 'ram_gb'))} "
+                             f"{what} allow only {limit} seats of the {seats} the GPUs give")
+                seats = limit
+        if seats <= 0:
+            reasons = "; ".join(f"{p or m}: {w}" for m, p, w in capacity.rejected[:3]) or "no seat fits"
+            return None, [*rejections, Rejection(offer.id, f"no seat fits: {reasons}", group.name)]
+        mode, profile = capacity.mode or "passthrough", capacity.profile
+        unit_rates.append(usage_rate(offer, runs, period, per="server"))
+        share = f"{num(offer.vcpus / seats)} vCPUs and {num(offer.ram_gb / seats)} GB RAM per seat"
+        notes.append(f"{offer.id}: {seats} seats per server ({mode}{' ' + profile if profile else ''}), {share}")
+        if costs.hypervisor_licence_usd_per_server:
+            unit_rates.append(
+                Rate("hypervisor licence", costs.hypervisor_licence_usd_per_server,
+                     f"{num(costs.hypervisor_licence_usd_per_server)} $/server", "server")
+            )
+        if capacity.licence:
+            lic = licences().get(capacity.licence)
+            if lic is None:
+                raise InputError(f"licence '{capacity.licence}' has no price", where="licences.toml")
+            per_unit, per_seat = _licence_rates(lic, period, int(chips))
+            unit_rates += per_unit
+            seat_rates += per_seat
+    if offer.setup_fee_usd:
+        unit_rates.append(Rate("setup fee", offer.setup_fee_usd, f"{num(offer.setup_fee_usd)} $ setup", "server"))
+    if costs.storage_gb_per_seat and offer.disk_usd_per_gb_month:
+        seat_rates.append(disk_rate(offer, costs.storage_gb_per_seat, period))
+    if costs.egress_gb_per_seat and offer.egress_usd_per_gb:
+        seat_rates.append(egress_rate(offer, costs.egress_gb_per_seat))
+    fit = Fit(offer, group, seats, mode, profile, tuple(unit_rates), tuple(seat_rates), tuple(notes))
+    return fit, rejections
+
+
+# ------------------------------------------------------------------------------------- optimising
+
+
+def _pool(fits: list[Fit], group: Group) -> list[Fit]:
+    """The cheapest fits per seat, plus more until their availability can seat the whole group.
+
+    Keeping ``POOL_PER_GROUP`` candidates keeps the MILP small on 20,000-offer catalogs; an offer
+    ranked lower per full seat can only win on a remainder, which the kept smaller offers cover.
+    """
+    ranked = sorted(fits, key=lambda f: (f.per_seat_bound(), f.offer.id))
+    pool, capacity = [], 0.0
+    for fit in ranked:
+        if len(pool) >= POOL_PER_GROUP and capacity >= group.count:
+            break
+        pool.append(fit)
+        avail = fit.offer.available
+        capacity += math.inf if avail is None else avail * fit.seats_per_unit
+    return pool
+
+
+def _solve(course: Course, allowed: dict[str, list[Fit]], must_use: str | None = None) -> list[Assignment] | None:
+    """The MILP over the allowed fits of every group; None when infeasible."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import lil_matrix
+
+    pairs = [fit for g in course.groups for fit in allowed[g.name]]
+    n = len(pairs)
+    if n == 0:
+        return None
+    # variables: x_0..x_{n-1} (units), z_0..z_{n-1} (seats)
+    cost = np.array([f.unit_usd for f in pairs] + [f.seat_usd for f in pairs])
+    offers = sorted({f.offer.id for f in pairs})
+    limited = [o for o in offers if next(f for f in pairs if f.offer.id == o).offer.available is not None]
+    rows = len(course.groups) + n + len(limited) + (1 if must_use else 0)
+    a = lil_matrix((rows, 2 * n))
+    lo, hi = np.zeros(rows), np.zeros(rows)
+    r = 0
+    for g in course.groups:
+        for i, f in enumerate(pairs):
+            if f.group.name == g.name:
+                a[r, n + i] = 1
+        lo[r] = hi[r] = g.count
+        r += 1
+    for i, f in enumerate(pairs):
+        a[r, n + i], a[r, i] = 1, -f.seats_per_unit
+        lo[r], hi[r] = -np.inf, 0
+        r += 1
+    for o in limited:
+        for i, f in enumerate(pairs):
+            if f.offer.id == o:
+                a[r, i] = 1
+                avail = f.offer.available
+        lo[r], hi[r] = 0, avail
+        r += 1
+    if must_use:
+        for i, f in enumerate(pairs):
+            if f.offer.id == must_use:
+                a[r, i] = 1
+        lo[r], hi[r] = 1, np.inf
+    upper = [math.ceil(f.group.count / f.seats_per_unit) for f in pairs] + [f.group.count for f in pairs]
+    res = milp(
+        cost,
+        constraints=LinearConstraint(a.tocsr(), lo, hi),
+        integrality=np.ones(2 * n),
+        bounds=Bounds(np.zeros(2 * n), np.array(upper, dtype=float)),
+    )
+    if res.x is None:
+        return None
+    x = np.round(res.x).astype(int)
+    return [Assignment(f, int(x[i]), int(x[n + i])) for i, f in enumerate(pairs) if x[i] > 0]
+
+
+def _option(assignments: list[Assignment], providers: dict[str, ProviderRules], course: Course) -> Option:
+    lines: list[Line] = []
+    notes: list[str] = []
+    for a in sorted(assignments, key=lambda a: (a.fit.group.name, a.fit.offer.id)):
+        f = a.fit
+        lines += [line(rate, a.units, offer=f.offer.id, group=f.group.name) for rate in f.unit_rates]
+        lines += [line(rate, a.seats, offer=f.offer.id, group=f.group.name) for rate in f.seat_rates]
+        notes += [n for n in f.notes if n not in notes]
+        if a.seats < a.units * f.seats_per_unit:
+            notes.append(f"{f.offer.id}: {a.units * f.seats_per_unit - a.seats} seat(s) left spare for {f.group.name}")
+    if course.costs.support:
+        lines += _support_lines(lines, providers, course)
+    return Option(assignments, lines, notes)
+
+
+def _support_lines(lines: list[Line], providers: dict[str, ProviderRules], course: Course) -> list[Line]:
+    """Provider support plans: the greater of a monthly minimum and a share of the spend."""
+    out = []
+    months = max(1, math.ceil(course.schedule.period_days / 30))
+    spend: dict[str, float] = defaultdict(float)
+    for ln in lines:
+        spend[ln.offer.split(":", 1)[0]] += ln.usd
+    for provider, usd in sorted(spend.items()):
+        rules = providers.get(provider)
+        if rules is None or not (rules.support_min_usd_month or rules.support_pct):
+            continue
+        floor = rules.support_min_usd_month * months
+        share = usd * rules.support_pct / 100
+        cost = round(max(floor, share), 2)
+        formula = (f"max({num(rules.support_min_usd_month)} $/month × {months} month(s), "
+                   f"{num(rules.support_pct)} % × {money(usd)}) = {money(cost)}")
+        out.append(Line(f"{provider}:support", "all", "support plan", 1, cost, formula))
+    return out
+
+
+def speeds_from(reference: list[Speed], recorded: list[Speed]) -> dict[str, Speed]:
+    """Per GPU model, the recorded result if any (latest wins), else the shipped reference."""
+    out = {s.gpu: s for s in reference}
+    out.update({s.gpu: s for s in recorded})
+    return out
+
+
+def select_offers(offers: list[Offer], patterns: tuple[str, ...] | list[str]) -> list[Offer]:
+    """Offers whose id matches any glob pattern (all offers when no pattern is given)."""
+    if not patterns:
+        return list(offers)
+    return [o for o in offers if any(fnmatchcase(o.id, p) for p in patterns)]
+
+
+def plan(
+    course: Course,
+    offers: list[Offer],
+    *,
+    providers: dict[str, ProviderRules],
+    speeds: dict[str, Speed] | None = None,
+    alternatives: int = 10,
+) -> Plan:
+    """Price the course on ``offers``: the cheapest mix first, then ranked alternatives."""
+    rejected: list[Rejection] = []
+    fits: dict[str, list[Fit]] = {}
+    warnings: list[str] = []
+    for group in course.groups:
+        fits[group.name] = []
+        for offer in offers:
+            fit, why = fit_offer(offer, group, course)
+            rejected += why
+            if fit is not None:
+                fits[group.name].append(fit)
+        if not fits[group.name]:
+            need = group.need
+            raise InputError(
+                f"no offer can seat group '{group.name}' (needs ≥ {num(need.min_gpu_memory_gb)} GB GPU memory, "
+                f"{'CUDA' if need.cuda else 'no CUDA'}, {need.guest_os}, {need.isolation}); "
+                f"{len(offers)} offers were considered",
+                where=f"course '{course.name}': group '{group.name}'",
+                fix="lower the needs, or add offers (--offers FILE) that meet them; see 'rejected' in --format json",
+            )
+    pools = {g.name: _pool(fits[g.name], g) for g in course.groups}
+    best = _solve(course, pools)
+    if best is None:
+        raise InputError(
+            "the offers' availability limits cannot seat every participant",
+            where=f"course '{course.name}'",
+            fix="raise 'available' on some offers or add offers",
+        )
+    options = [_option(best, providers, course)]
+    candidates = sorted(
+        {f.offer.id: f for g in course.groups for f in fits[g.name]}.values(), key=lambda f: f.per_seat_bound()
+    )
+    seen = {options[0].key}
+    for fit in candidates:
+        if len(options) > alternatives:
+            break
+        allowed = {
+            g.name: [f for f in fits[g.name] if f.offer.id == fit.offer.id] or pools[g.name] for g in course.groups
+        }
+        alt = _solve(course, allowed) or _solve(course, pools, must_use=fit.offer.id)
+        if alt is None:
+            continue
+        option = _option(alt, providers, course)
+        if option.key not in seen:
+            seen.add(option.key)
+            options.append(option)
+    options.sort(key=lambda o: o.total_usd)
+    return Plan(course, options, _dedupe(rejected), warnings, speeds or {})
+
+
+def _dedupe(rejected: list[Rejection]) -> list[Rejection]:
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for r in rejected:
+        if (r.offer, r.reason) not in seen:
+            seen.add((r.offer, r.reason))
+            out.append(r)
+    return out
+
+
+# ------------------------------------------------------------------------------- performance view
+
+
+def performance(option: Option, course: Course, speeds: dict[str, Speed]) -> list[dict[str, object]]:
+    """Cost per seat-hour, per LeNet run, and time against the K520 baseline, per offer in the option."""
+    hours = course.schedule.in_use_hours()
+    baseline = speeds.get(LENET_BASELINE_GPU)
+    out = []
+    for offer_id in option.offer_counts:
+        assigned = [a for a in option.assignments if a.fit.offer.id == offer_id]
+        gpu = assigned[0].fit.offer.gpu
+        seats = sum(a.seats for a in assigned)
+        usd = sum(ln.usd for ln in option.lines if ln.offer == offer_id)
+        per_seat_hour = usd / (seats * hours)
+        row: dict[str, object] = {"offer": offer_id, "gpu": gpu, "usd_per_seat_hour": round(per_seat_hour, 4)}
+        speed = speeds.get(gpu)
+        if speed is None:
+            row["note"] = f"no LeNet result for {gpu}: run 'gpuseat bench' on one to compare"
+        else:
+            row["lenet_10k_seconds"] = speed.seconds_per_10k
+            row["speed_source"] = speed.source
+            row["usd_per_lenet_run"] = round(per_seat_hour * speed.seconds_per_10k / 3600, 6)
+            if baseline is not None:
+                factor = speed.seconds_per_10k / baseline.seconds_per_10k
+                row["k520_day_takes_h"] = round(24 * factor, 1)
+                row["time_saved"] = f"24 h of {baseline.gpu} work takes {24 * factor:.1f} h on {gpu}"
+        out.append(row)
+    return out
