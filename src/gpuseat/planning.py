@@ -83,6 +83,7 @@ def plan_course(
         providers=provider_rules(),
         speeds=speeds_from(reference, recorded_speeds()),
         alternatives=alternatives,
+        where=str(course_path),
     )
     result.warnings[:0] = warnings
     return result

@@ -53,4 +53,4 @@ def stderr_console() -> Any:
     """A Rich console on stderr, for warnings and progress that must not mix with JSON on stdout."""
     from rich.console import Console
 
-    return Console(stderr=True)
+    return Console(stderr=True, soft_wrap=True)

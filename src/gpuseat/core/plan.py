@@ -207,7 +207,7 @@ def fit_offer(offer: Offer, group: Group, course: Course) -> tuple[Fit | None, l
             return None, [*rejections, Rejection(offer.id, f"no seat fits: {reasons}", group.name)]
         mode, profile = capacity.mode or "passthrough", capacity.profile
         unit_rates.append(usage_rate(offer, runs, period, per="server"))
-        share = f"{num(offer.vcpus / seats)} vCPUs and {num(offer.ram_gb / seats)} GB RAM per seat"
+        share = f"{offer.vcpus / seats:g} vCPUs and {offer.ram_gb / seats:.3g} GB RAM per seat"
         notes.append(f"{offer.id}: {seats} seats per server ({mode}{' ' + profile if profile else ''}), {share}")
         if costs.hypervisor_licence_usd_per_server:
             unit_rates.append(
@@ -359,8 +359,12 @@ def plan(
     providers: dict[str, ProviderRules],
     speeds: dict[str, Speed] | None = None,
     alternatives: int = 10,
+    where: str = "course",
 ) -> Plan:
-    """Price the course on ``offers``: the cheapest mix first, then ranked alternatives."""
+    """Price the course on ``offers``: the cheapest mix first, then ranked alternatives.
+
+    ``where`` names the course in error messages (its file path, for the CLI).
+    """
     rejected: list[Rejection] = []
     fits: dict[str, list[Fit]] = {}
     warnings: list[str] = []
@@ -377,7 +381,7 @@ def plan(
                 f"no offer can seat group '{group.name}' (needs ≥ {num(need.min_gpu_memory_gb)} GB GPU memory, "
                 f"{'CUDA' if need.cuda else 'no CUDA'}, {need.guest_os}, {need.isolation}); "
                 f"{len(offers)} offers were considered",
-                where=f"course '{course.name}': group '{group.name}'",
+                where=f"{where}: group '{group.name}'",
                 fix="lower the needs, or add offers (--offers FILE) that meet them; see 'rejected' in --format json",
             )
     pools = {g.name: _pool(fits[g.name], g) for g in course.groups}
@@ -385,7 +389,7 @@ def plan(
     if best is None:
         raise InputError(
             "the offers' availability limits cannot seat every participant",
-            where=f"course '{course.name}'",
+            where=where,
             fix="raise 'available' on some offers or add offers",
         )
     options = [_option(best, providers, course)]

@@ -1,0 +1,78 @@
+"""Bad course and offers files: one clear message naming file, line or field, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import FIXTURES, REPO
+
+GOOD = (REPO / "examples" / "course-2016.toml").read_text()
+
+
+def run_plan(cli, tmp_path, text, *extra):
+    path = tmp_path / "course.toml"
+    path.write_text(text)
+    r = cli("plan", path, *extra)
+    assert "Traceback" not in r.err
+    return r, path
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("participants = 16\n[schedule\nstart = 2016-06-06", "malformed TOML"),
+        (GOOD.replace("participants = 16", "participants = 0"), "field 'participants'"),
+        (GOOD.replace("participants = 16", "participants = -3"), "greater than 0"),
+        (GOOD.replace("days = 15", "days = 15\nend = 2016-06-01"), "'days' = 15 from 2016-06-06 ends 2016-06-20"),
+        (GOOD.replace("days = 15", "end = 2016-06-01"), "end 2016-06-01 is before start 2016-06-06"),
+        (GOOD.replace("cuda = true", "cuda = true\ngpu_memroy = 4"), "unknown field"),
+        (GOOD.replace('guest_os = "linux"', 'guest_os = "beos"'), "needs.guest_os"),
+        (GOOD.replace("aws:g2.2xlarge", "aws:g2.2xlarg"), "unknown offer id 'aws:g2.2xlarg'. Did you mean"),
+        (GOOD.replace("min_gpu_memory_gb = 4", "min_gpu_memory_gb = 80"), "no offer can seat group"),
+        (GOOD.replace("days = 15", 'days = 15\nhours = "17:00-09:00"'), "the end must come after the start"),
+    ],
+)
+def test_bad_course_files(cli, tmp_path, text, expected):
+    r, path = run_plan(cli, tmp_path, text)
+    assert r.code == 2
+    assert expected in r.err
+    assert str(path) in r.err
+    assert "To fix:" in r.err
+
+
+def test_missing_course_file(cli, tmp_path):
+    r = cli("plan", tmp_path / "nope.toml")
+    assert r.code == 2
+    assert "file not found" in r.err
+
+
+def test_offers_file_with_unknown_gpu(cli, tmp_path):
+    offers = tmp_path / "offers.toml"
+    offers.write_text(
+        'schema_version = 1\n[[offer]]\nid = "x:y"\nprovider = "x"\nkind = "cloud"\ninstance_type = "y"\n'
+        'gpu = "M61"\ngpu_count = 1\nvcpus = 4\nram_gb = 16\nprice_usd = 1\nbilling = "per-hour"\n'
+        'source = "test"\nas_of = 2026-01-01\n'
+    )
+    r, _ = run_plan(cli, tmp_path, GOOD, "--offers", offers)
+    assert r.code == 2
+    assert "offer[0]" in r.err and "unknown GPU model 'M61'" in r.err and "M60" in r.err
+
+
+def test_offers_import_bad_files(cli, tmp_path):
+    bad = tmp_path / "vms.csv"
+    bad.write_text("a,b\n1,2\n")
+    r = cli("offers", "import", bad, "--provider", "aws")
+    assert r.code == 2 and "not a SkyPilot vms.csv" in r.err
+    r = cli("offers", "import", FIXTURES / "aws_v8_vms_excerpt.csv", "--provider", "awz")
+    assert r.code == 2 and "unknown provider 'awz'. Did you mean aws" in r.err
+    broken = tmp_path / "broken.csv"
+    broken.write_text("InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,Region\nx,T4,one,4,16,1,r\n")
+    r = cli("offers", "import", broken, "--provider", "aws")
+    assert r.code == 2 and f"{broken}:2" in r.err and "AcceleratorCount is not a number" in r.err
+
+
+def test_bad_flags(cli):
+    r = cli("plan", REPO / "examples" / "course-2016.toml", "--format", "xml")
+    assert r.code == 2
+    r = cli("plan", REPO / "examples" / "course-2016.toml", "--skypilot", "no-equals-sign")
+    assert r.code == 2 and "PROVIDER=PATH" in r.err

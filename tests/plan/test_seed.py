@@ -1,0 +1,98 @@
+"""The 2016 decision reproduced to the cent, and the planner's other promises, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import REPO
+
+EXAMPLES = REPO / "examples"
+
+
+def plan_json(cli, *args):
+    r = cli("plan", *args, "--format", "json")
+    assert r.code == 0, r.err
+    return json.loads(r.out)
+
+
+def totals(result):
+    return {o["offers"][0]["offer"]: o["total_usd"] for o in result["options"] if len(o["offers"]) == 1}
+
+
+def test_2016_options_to_the_cent(cli):
+    result = plan_json(cli, EXAMPLES / "course-2016.toml")
+    t = totals(result)
+    assert t["aws:g2.2xlarge"] == 3744.00
+    assert t["ibm:bm-2xM60"] == 5922.20
+    assert t["ibm:bm-2xK2"] == 4192.80
+    assert t["ibm:bm-2xM60:whole-month"] == 11844.40
+    cheapest = result["options"][0]
+    assert cheapest["offers"] == [{"offer": "aws:g2.2xlarge", "count": 16}]
+    assert [o["total_usd"] for o in result["options"]] == sorted(o["total_usd"] for o in result["options"])
+
+
+def test_m60_server_gives_four_seats_with_the_article_cpu_share(cli):
+    result = plan_json(cli, EXAMPLES / "course-2016.toml")
+    m60 = next(o for o in result["options"] if o["offers"][0]["offer"] == "ibm:bm-2xM60")
+    assert m60["offers"][0]["count"] == 4
+    assert m60["groups"][0]["seats_per_unit"] == 4
+    assert any("12 vCPUs and 32 GB RAM per seat" in n for n in m60["notes"])
+
+
+def test_explain_prints_formula_lines(cli):
+    r = cli("plan", EXAMPLES / "course-2016.toml", "--explain")
+    assert r.code == 0, r.err
+    assert "0.65 $/h × 24 h × 15 d × 16 seats = $3,744.00" in r.out
+    assert "2,961.10 $/month × 15 d / 30 d × 4 servers = $5,922.20" in r.out
+    assert "2,961.10 $/month × 1 month (whole months: 15 d) × 4 servers = $11,844.40" in r.out
+
+
+def test_rejected_vgpu_profiles_say_why(cli):
+    result = plan_json(cli, EXAMPLES / "course-2016.toml")
+    reasons = [r["reason"] for r in result["rejected"] if r["offer"] == "ibm:bm-2xM60"]
+    assert any(r.startswith("M60-4Q: no CUDA in Linux guests on Maxwell") for r in reasons)
+
+
+def test_performance_view_from_reference_results(cli):
+    result = plan_json(cli, EXAMPLES / "course-2016.toml")
+    m60 = next(o for o in result["options"] if o["offers"][0]["offer"] == "ibm:bm-2xM60")
+    perf = m60["performance"][0]
+    assert perf["time_saved"] == "24 h of K520 work takes 14.1 h on M60"
+    assert perf["lenet_10k_seconds"] == 26.73
+    assert perf["usd_per_seat_hour"] == round(5922.20 / (16 * 360), 4)
+
+
+def test_lab_hours_stop_cloud_seats_but_bill_their_disks(cli):
+    result = plan_json(cli, EXAMPLES / "course-lab-hours.toml")
+    assert result["course"]["seat_hours_each"] == 80  # 10 weekdays × 8 h
+    g4dn = next(o for o in result["options"] if any(x["offer"] == "aws:g4dn.xlarge" for x in o["offers"]))
+    lines = {ln["item"]: ln for ln in g4dn["lines"] if ln["offer"] == "aws:g4dn.xlarge"}
+    assert lines["instance hours"]["formula"] == "0.526 $/h × 8 h × 10 sessions × 14 seats = $589.12"
+    # the 50 GB disk is billed for all 12 calendar days, while the instance is stopped too
+    assert lines["disk"]["usd"] == round(0.08 * 50 * 288 / 730 * 14, 2)
+
+
+def test_instances_that_cannot_stop_are_billed_around_the_clock(cli):
+    result = plan_json(cli, EXAMPLES / "course-lab-hours.toml")
+    lam = next(o for o in result["options"] if any(x["offer"] == "lambda:gpu_1x_rtx6000" for x in o["offers"]))
+    line = next(ln for ln in lam["lines"] if ln["offer"] == "lambda:gpu_1x_rtx6000")
+    assert "0.69 $/h × 24 h × 12 d × 14 seats" in line["formula"]
+    assert any("cannot be stopped" in n for n in lam["notes"])
+
+
+def test_groups_with_different_needs_get_different_offers(cli):
+    result = plan_json(cli, EXAMPLES / "course-lab-hours.toml")
+    best = result["options"][0]
+    by_group = {g["group"]: g["offer"] for g in best["groups"]}
+    assert by_group["instructors"] != by_group["students"]
+    rejected_for_instructors = [r for r in result["rejected"] if r["group"] == "instructors"]
+    assert any("GB GPU memory < 40 GB needed" in r["reason"] for r in rejected_for_instructors)
+
+
+def test_h200_mig_server_seats_fourteen(cli):
+    result = plan_json(cli, EXAMPLES / "course-h200-mig.toml")
+    best = result["options"][0]
+    assert best["offers"] == [{"offer": "example:bm-2xH200", "count": 1}]
+    assert best["groups"][0]["seats_per_unit"] == 14
+    assert best["groups"][0]["mode"] == "mig"
+    assert best["groups"][0]["profile"] == "1g.18gb"
