@@ -1,0 +1,160 @@
+"""Partition knowledge as data: MIG profiles and placements, vGPU types, sharing modes.
+
+Loaded once from ``catalog/data/{mig_profiles,vgpu_profiles,sharing}.toml``; the carve engine
+receives the loaded :class:`PartitionCatalog` and never opens files itself.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from functools import cache
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gpuseat.catalog import data_toml
+
+Mode = Literal["passthrough", "mig", "vgpu", "mps", "timeslice"]
+VgpuSeries = Literal["Q", "B", "A", "C"]
+
+_ROW = ConfigDict(frozen=True, extra="forbid")
+
+
+class MigGpu(BaseModel):
+    """How a MIG-capable GPU model is sliced: memory slots, compute slots, PCI device ids."""
+
+    model_config = _ROW
+
+    gpu: str
+    memory_slices: int = Field(gt=0)
+    compute_slices: int = Field(gt=0)
+    device_ids: tuple[str, ...] = Field(description="mig-parted device-filter ids, 0xDDDD10DE")
+    inferred: bool = False
+    source: str
+    as_of: date
+
+
+class MigProfile(BaseModel):
+    """One GPU-instance profile: its memory slices, compute slices, valid starts and maximum count."""
+
+    model_config = _ROW
+
+    gpu: str
+    name: str
+    gi_id: int = Field(ge=0)
+    memory_slices: int = Field(gt=0)
+    compute_slices: int = Field(gt=0)
+    starts: tuple[int, ...]
+    max_count: int = Field(gt=0)
+    memory_gb: float = Field(gt=0, description="the size in the profile name")
+    usable_gb: float | None = Field(None, gt=0, description="what a real nvidia-smi -lgip printed")
+    inferred: bool = False
+    source: str
+    as_of: date
+
+    @property
+    def media(self) -> bool:
+        """A ``+me`` profile (with media extensions): at most one per GPU."""
+        return self.name.endswith("+me")
+
+    @property
+    def seat_gb(self) -> float:
+        """Memory a seat can count on: measured when known, else the nominal size."""
+        return self.usable_gb if self.usable_gb is not None else self.memory_gb
+
+
+class VgpuGpu(BaseModel):
+    """vGPU facts per GPU model: whether a chip may host vGPUs of different sizes at once."""
+
+    model_config = _ROW
+
+    gpu: str
+    mixed_size: bool
+    source: str
+    as_of: date
+
+
+class VgpuProfile(BaseModel):
+    """One vGPU type (e.g. M60-8Q): framebuffer, how many fit one chip, CUDA, licence."""
+
+    model_config = _ROW
+
+    gpu: str
+    name: str
+    series: VgpuSeries
+    framebuffer_mb: int = Field(gt=0)
+    max_per_gpu: int = Field(gt=0)
+    max_per_gpu_mixed: int | None = Field(None, gt=0)
+    mdev_type: str | None = None
+    cuda: bool
+    cuda_note: str | None = None
+    licence: str
+    licence_name: str
+    source: str
+    as_of: date
+
+    @property
+    def memory_gb(self) -> float:
+        """Framebuffer in GB (1024 MB each, as the vGPU tables count)."""
+        return self.framebuffer_mb / 1024
+
+    @model_validator(mode="after")
+    def _note_when_no_cuda(self) -> VgpuProfile:
+        if not self.cuda and not self.cuda_note:
+            raise ValueError(f"{self.name}: a profile without CUDA needs cuda_note saying why")
+        return self
+
+
+class ModeRule(BaseModel):
+    """A partition mode: its isolation rank and the limits that go with it."""
+
+    model_config = _ROW
+
+    mode: Mode
+    rank: int = Field(ge=1, description="1 = most isolated")
+    isolation: Literal["dedicated", "partitioned", "shared"]
+    memory_isolation: str
+    linux_only: bool
+    max_replicas: int | None = Field(None, gt=0)
+    on_mig: bool | None = None
+    inferred: bool = False
+    source: str
+    as_of: date
+
+
+class PartitionCatalog(BaseModel):
+    """Everything the carve engine knows about partitioning, keyed by GPU model id."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mig_gpus: dict[str, MigGpu]
+    mig_profiles: dict[str, tuple[MigProfile, ...]]
+    vgpu_gpus: dict[str, VgpuGpu]
+    vgpu_profiles: dict[str, tuple[VgpuProfile, ...]]
+    modes: tuple[ModeRule, ...]
+
+    def mode(self, name: str) -> ModeRule:
+        """The rule of one mode."""
+        return next(m for m in self.modes if m.mode == name)
+
+
+def _group(rows: list[BaseModel]) -> dict[str, tuple]:
+    out: dict[str, list] = {}
+    for row in rows:
+        out.setdefault(row.gpu, []).append(row)  # type: ignore[attr-defined]
+    return {k: tuple(v) for k, v in out.items()}
+
+
+@cache
+def partition_catalog() -> PartitionCatalog:
+    """The bundled partition catalog (loaded once)."""
+    mig = data_toml("mig_profiles.toml")
+    vgpu = data_toml("vgpu_profiles.toml")
+    sharing = data_toml("sharing.toml")
+    return PartitionCatalog(
+        mig_gpus={row["gpu"]: MigGpu.model_validate(row) for row in mig["gpu"]},
+        mig_profiles=_group([MigProfile.model_validate(row) for row in mig["profile"]]),
+        vgpu_gpus={row["gpu"]: VgpuGpu.model_validate(row) for row in vgpu["gpu"]},
+        vgpu_profiles=_group([VgpuProfile.model_validate(row) for row in vgpu["profile"]]),
+        modes=tuple(sorted((ModeRule.model_validate(row) for row in sharing["mode"]), key=lambda m: m.rank)),
+    )

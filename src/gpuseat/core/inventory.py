@@ -1,0 +1,292 @@
+"""The server being carved: its GPU chips, PCI addresses, UUIDs and BAR sizes.
+
+Built from a TOML inventory, an inline ``--gpu MODEL[:COUNT]`` (COUNT = boards), an
+``nvidia-smi -q -x`` capture, or a mig-parted config. Every parser takes text or parsed data (no file
+I/O here) and raises :class:`~gpuseat.errors.InputError` only.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpuseat.catalog import GpuModel, find_gpu, gpu_models, resolve_gpu
+from gpuseat.catalog.partitions import PartitionCatalog
+from gpuseat.errors import InputError, did_you_mean
+from gpuseat.files import validate
+
+_PCI = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+
+
+def normalise_pci(address: str) -> str:
+    """``00000000:01:00.0`` or ``01:00.0`` → ``0000:01:00.0`` (what libvirt, Proxmox and Xen expect)."""
+    match = _PCI.match(address.strip())
+    if not match:
+        raise ValueError(f"'{address}' is not a PCI address like 0000:86:00.0")
+    domain, bus, slot, func = match.groups()
+    return f"{int(domain or '0', 16):04x}:{bus.lower()}:{slot.lower()}.{func}"
+
+
+class Chip(BaseModel):
+    """One physical GPU chip (an M60 board has two): the unit a seat is carved from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int = Field(ge=0)
+    gpu: GpuModel
+    board: int = Field(ge=0)
+    pci: str | None = None
+    uuid: str | None = None
+    bars_mib: tuple[float, ...] = Field((), description="sizes of the chip's PCI BARs, MiB")
+
+
+class Server(BaseModel):
+    """A server's GPU chips, in nvidia-smi index order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    chips: tuple[Chip, ...] = Field(min_length=1)
+
+    @property
+    def gpu(self) -> GpuModel:
+        """The one GPU model of this server (carve works on one model at a time)."""
+        return self.chips[0].gpu
+
+    @property
+    def boards(self) -> int:
+        """Number of boards."""
+        return len({c.board for c in self.chips})
+
+
+# --- TOML inventory -------------------------------------------------------------------------------
+
+
+class _ChipRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    pci: str | None = None
+    uuid: str | None = None
+    bar_mib: list[float] = Field(default_factory=list)
+
+    @field_validator("pci")
+    @classmethod
+    def _pci(cls, value: str | None) -> str | None:
+        return None if value is None else normalise_pci(value)
+
+    @field_validator("bar_mib")
+    @classmethod
+    def _bars(cls, value: list[float]) -> list[float]:
+        if any(v <= 0 for v in value):
+            raise ValueError("BAR sizes must be positive MiB")
+        return value
+
+
+class _GpuRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    boards: int = Field(1, ge=1, le=64)
+    chip: list[_ChipRow] = Field(default_factory=list)
+
+
+class _InventoryFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "server"
+    description: str | None = None
+    gpu: list[_GpuRow] = Field(min_length=1)
+
+
+def _chips(model: GpuModel, boards: int, rows: list[_ChipRow], where: str) -> tuple[Chip, ...]:
+    count = boards * model.chips_per_board
+    if len(rows) > count:
+        raise InputError(
+            f"{len(rows)} [[gpu.chip]] entries but {boards} × {model.id} has {count} chips",
+            where=where,
+            fix=f"list at most {count} chips, or raise 'boards'",
+        )
+    rows = rows + [_ChipRow() for _ in range(count - len(rows))]
+    return tuple(
+        Chip(
+            index=i,
+            gpu=model,
+            board=i // model.chips_per_board,
+            pci=row.pci,
+            uuid=row.uuid,
+            bars_mib=tuple(row.bar_mib),
+        )
+        for i, row in enumerate(rows)
+    )
+
+
+def server_from_toml(data: dict[str, Any], *, where: str) -> Server:
+    """A server from a parsed TOML inventory (``name``, one ``[[gpu]]`` with ``model``, ``boards``, chips)."""
+    inv = validate(_InventoryFile, data, where=where)
+    models = {resolve_gpu(g.model, where=f"{where}: field 'gpu.model'").id for g in inv.gpu}
+    if len(models) > 1:
+        raise InputError(
+            f"several GPU models ({', '.join(sorted(models))}) in one inventory",
+            where=where,
+            fix="carve one GPU model at a time: one inventory per model",
+        )
+    row = inv.gpu[0]
+    if len(inv.gpu) > 1:
+        raise InputError("more than one [[gpu]] table", where=where, fix="merge them: raise 'boards'")
+    return Server(name=inv.name, chips=_chips(resolve_gpu(row.model), row.boards, row.chip, where))
+
+
+def server_from_gpu_flag(spec: str) -> Server:
+    """``--gpu MODEL[:COUNT]``: COUNT boards of MODEL (default 1); an M60 board has 2 chips."""
+    name, _, count = spec.partition(":")
+    model = resolve_gpu(name.strip(), where="--gpu")
+    try:
+        boards = int(count) if count else 1
+    except ValueError:
+        boards = 0
+    if not 1 <= boards <= 64:
+        raise InputError(
+            f"'{count}' is not a board count", where="--gpu", fix="write MODEL[:COUNT] with COUNT 1..64, e.g. M60:2"
+        )
+    return Server(name=f"{boards}x{model.id}", chips=_chips(model, boards, [], "--gpu"))
+
+
+# --- nvidia-smi -q -x ------------------------------------------------------------------------------
+
+
+def _mib(text: str | None) -> float | None:
+    match = re.match(r"^\s*([0-9.]+)\s*MiB\s*$", text or "")
+    return float(match.group(1)) if match else None
+
+
+def server_from_nvidia_smi(xml_text: str, *, where: str) -> Server:
+    """A server from an ``nvidia-smi -q -x`` capture: model, PCI bus id, UUID and BAR1 size per chip."""
+    try:
+        root = ET.fromstring(xml_text)
+    except ET.ParseError as exc:
+        raise InputError(f"malformed XML: {exc}", where=where, fix="give the output of `nvidia-smi -q -x`") from None
+    gpus = root.findall("gpu") if root.tag == "nvidia_smi_log" else []
+    if not gpus:
+        raise InputError(
+            "no <gpu> element under <nvidia_smi_log>", where=where, fix="capture with `nvidia-smi -q -x > FILE`"
+        )
+    chips: list[Chip] = []
+    model: GpuModel | None = None
+    for i, node in enumerate(gpus):
+        product = (node.findtext("product_name") or "").strip()
+        found = find_gpu(product)
+        if found is None:
+            raise InputError(
+                f"GPU '{product}' is not in the catalog.{did_you_mean(product, gpu_models())}",
+                where=f"{where}: gpu {i}",
+                fix=f"carve with --gpu MODEL:COUNT using one of: {', '.join(gpu_models())}",
+            )
+        if model is not None and found.id != model.id:
+            raise InputError(
+                f"mixed GPU models ({model.id}, {found.id})", where=where, fix="carve one GPU model at a time"
+            )
+        model = found
+        pci = node.findtext("pci/pci_bus_id") or node.get("id")
+        bar1 = _mib(node.findtext("bar1_memory_usage/total"))
+        uuid = (node.findtext("uuid") or "").strip() or None
+        chips.append(
+            Chip(
+                index=i,
+                gpu=found,
+                board=i // found.chips_per_board,
+                pci=normalise_pci(pci) if pci and _PCI.match(pci.strip()) else None,
+                uuid=uuid if uuid and uuid != "N/A" else None,
+                bars_mib=(bar1,) if bar1 else (),
+            )
+        )
+    assert model is not None
+    return Server(name=f"{len(chips)}x{model.id}", chips=tuple(chips))
+
+
+# --- mig-parted config -----------------------------------------------------------------------------
+
+
+class MigPartedEntry(BaseModel):
+    """One item of a mig-parted config: which devices, MIG on/off, and profile → count."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    devices: Literal["all"] | tuple[int, ...]
+    device_filter: tuple[str, ...] = Field((), alias="device-filter")
+    mig_enabled: bool = Field(alias="mig-enabled")
+    mig_devices: dict[str, int] = Field(default_factory=dict, alias="mig-devices")
+
+    @field_validator("device_filter", mode="before")
+    @classmethod
+    def _one_or_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("mig_devices")
+    @classmethod
+    def _counts(cls, value: dict[str, int]) -> dict[str, int]:
+        if any(n < 0 for n in value.values()):
+            raise ValueError("counts must be ≥ 0")
+        return value
+
+
+class _MigPartedFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    version: Literal["v1"]
+    mig_configs: dict[str, list[MigPartedEntry]] = Field(alias="mig-configs", min_length=1)
+
+
+def parse_mig_parted(
+    yaml_text: str, *, where: str, config: str | None = None
+) -> tuple[str, tuple[MigPartedEntry, ...]]:
+    """The named (or only) config of a mig-parted ``version: v1`` file."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(yaml_text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"malformed YAML: {exc}", where=where, fix="correct the YAML syntax") from None
+    spec = validate(_MigPartedFile, data, where=where)
+    names = list(spec.mig_configs)
+    if config is None:
+        if len(names) > 1:
+            raise InputError(
+                f"{len(names)} configs in the file ({', '.join(names)})", where=where, fix="choose one with --config"
+            )
+        config = names[0]
+    if config not in spec.mig_configs:
+        raise InputError(
+            f"no config '{config}'.{did_you_mean(config, names)}", where=where, fix=f"use one of: {', '.join(names)}"
+        )
+    return config, tuple(spec.mig_configs[config])
+
+
+def model_for_device_ids(ids: tuple[str, ...], catalog: PartitionCatalog) -> GpuModel | None:
+    """The GPU model a mig-parted ``device-filter`` names, if the catalog knows the ids."""
+    wanted = {i.upper().replace("0X", "0x") for i in ids}
+    for gpu in catalog.mig_gpus.values():
+        if wanted & {d.upper().replace("0X", "0x") for d in gpu.device_ids}:
+            return resolve_gpu(gpu.gpu)
+    return None
+
+
+def mig_parted_assignment(
+    entries: tuple[MigPartedEntry, ...], *, chips: int, where: str
+) -> dict[int, tuple[str, ...]]:
+    """Chip index → the MIG profiles a config asks for on it (later entries win, as in mig-parted)."""
+    out: dict[int, tuple[str, ...]] = {}
+    for entry in entries:
+        targets = range(chips) if entry.devices == "all" else entry.devices
+        for index in targets:
+            if index >= chips:
+                raise InputError(
+                    f"device {index} but the server has {chips} GPUs",
+                    where=where,
+                    fix="give the GPU count with --gpu MODEL:COUNT",
+                )
+            profiles = [p for p, n in entry.mig_devices.items() for _ in range(n)] if entry.mig_enabled else []
+            out[index] = tuple(profiles)
+    return out
