@@ -1,0 +1,28 @@
+"""``gpuseat doctor``: will passthrough, vGPU or MIG work on this host — and if not, exactly why.
+
+:class:`~gpuseat.doctor.host.HostView` reads (and records) files under a root, :mod:`.facts`
+turns them into values, :mod:`.checks` judges them, :mod:`.targets` picks which checks apply.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuseat.catalog.doctor import doctor_catalog
+from gpuseat.doctor.checks import TARGETS, Target
+from gpuseat.doctor.facts import gather
+from gpuseat.doctor.host import HostView
+from gpuseat.doctor.report import NO_GPU, Check, Report
+from gpuseat.doctor.targets import run_checks
+
+__all__ = ["NO_GPU", "TARGETS", "Check", "HostView", "Report", "Target", "diagnose"]
+
+
+def diagnose(root: Path = Path("/"), target: Target | None = None) -> tuple[Report, HostView]:
+    """Read the host under ``root`` and run the checks for ``target`` (None: what the GPUs are set up for).
+
+    Returns the report and the view, whose record ``--capture`` writes out.
+    """
+    view = HostView(root)
+    facts = gather(view, doctor_catalog())
+    return run_checks(facts, doctor_catalog(), target), view
