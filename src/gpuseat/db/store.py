@@ -1,0 +1,278 @@
+"""Reading and writing the course database: samples with downsampling, alerts, the seat roster.
+
+Downsampling: every sample is written raw; once a minute has passed, the raw samples of each
+finished minute are rolled up into one ``minute_aggregates`` row per device (count, in-use count,
+memory peak and mean, mean utilisation), and raw samples older than ``raw_keep_s`` (one hour) are
+deleted. The rollup is done in SQL, so it is the same on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Integer, and_, cast, delete, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from gpuseat.db import make_engine, upgrade
+from gpuseat.db.models import AlertRecord, Assignment, Device, MinuteAggregate, Participant, Sample, Seat
+from gpuseat.monitor.attribution import SeatEntry, SeatMap
+from gpuseat.monitor.usage import UsageRow
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
+
+    from gpuseat.monitor.alerts import Alert
+    from gpuseat.monitor.attribution import SeatState
+
+RAW_KEEP_S = 3600
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None else round(value)
+
+
+class Store:
+    """The course database for the monitor, ``top`` and ``usage``; migrates on open."""
+
+    def __init__(
+        self, url: str | None = None, *, engine: Engine | None = None, raw_keep_s: int = RAW_KEEP_S
+    ) -> None:
+        self.engine = engine if engine is not None else make_engine(url)
+        upgrade(self.engine)
+        self.raw_keep_s = raw_keep_s
+        self._devices: dict[tuple[str, str], int] = {}
+        self._seat_ids: dict[str, tuple[int, int | None]] = {}
+        self._rolled: int | None = None
+        self._load_seat_ids()
+
+    def close(self) -> None:
+        """Release pooled connections."""
+        self.engine.dispose()
+
+    # -- roster ------------------------------------------------------------------------------------
+
+    def import_seats(self, entries: Iterable[SeatEntry], *, now: datetime | None = None) -> int:
+        """Upsert seats and participants and (re)assign seats; returns how many seats were read."""
+        now = now or datetime.now(UTC)
+        count = 0
+        with Session(self.engine) as session, session.begin():
+            for e in entries:
+                count += 1
+                seat = session.scalar(select(Seat).where(Seat.key == e.seat))
+                if seat is None:
+                    seat = Seat(key=e.seat, device_uuid=e.device_uuid)
+                    session.add(seat)
+                seat.device_uuid, seat.host, seat.profile = e.device_uuid, e.host, e.profile
+                session.flush()
+                current = session.scalar(
+                    select(Assignment).where(Assignment.seat_id == seat.id, Assignment.valid_to.is_(None))
+                )
+                person = None
+                if e.participant is not None:
+                    person = session.scalar(select(Participant).where(Participant.key == e.participant))
+                    if person is None:
+                        person = Participant(key=e.participant)
+                        session.add(person)
+                    person.unix_user = e.user or person.unix_user
+                    session.flush()
+                if current is not None and (person is None or current.participant_id != person.id):
+                    current.valid_to = now
+                    current = None
+                if current is None and person is not None:
+                    session.add(Assignment(seat_id=seat.id, participant_id=person.id, valid_from=now))
+        self._load_seat_ids()
+        return count
+
+    def seat_map(self, *, allowed_users: Iterable[str] = ()) -> SeatMap:
+        """Seats with their current participant, as the attribution step uses them."""
+        q = (
+            select(
+                Seat.key, Seat.device_uuid, Seat.host, Seat.profile, Participant.key, Participant.unix_user
+            )
+            .select_from(Seat)
+            .outerjoin(Assignment, and_(Assignment.seat_id == Seat.id, Assignment.valid_to.is_(None)))
+            .outerjoin(Participant, Participant.id == Assignment.participant_id)
+            .order_by(Seat.key)
+        )
+        with self.engine.connect() as conn:
+            rows = conn.execute(q).all()
+        entries = [
+            SeatEntry(seat=r[0], device_uuid=r[1], host=r[2], profile=r[3], participant=r[4], user=r[5])
+            for r in rows
+        ]
+        return SeatMap(entries, allowed_users=allowed_users)
+
+    def _load_seat_ids(self) -> None:
+        q = (
+            select(Seat.key, Seat.id, Assignment.participant_id)
+            .select_from(Seat)
+            .outerjoin(Assignment, and_(Assignment.seat_id == Seat.id, Assignment.valid_to.is_(None)))
+        )
+        with self.engine.connect() as conn:
+            self._seat_ids = {key: (sid, pid) for key, sid, pid in conn.execute(q)}
+
+    # -- samples -----------------------------------------------------------------------------------
+
+    def _device_id(
+        self,
+        conn: Connection,
+        host: str,
+        uuid: str,
+        name: str | None,
+        parent: str | None,
+        profile: str | None,
+    ) -> int:
+        key = (host, uuid)
+        if key not in self._devices:
+            found = conn.scalar(select(Device.id).where(Device.host == host, Device.uuid == uuid))
+            if found is None:
+                found = conn.execute(
+                    insert(Device).values(
+                        host=host, uuid=uuid, name=name, parent_uuid=parent, profile=profile
+                    )
+                ).inserted_primary_key[0]
+            self._devices[key] = int(found)
+        return self._devices[key]
+
+    def write(self, host: str, taken_at: float, states: Iterable[SeatState]) -> None:
+        """Store one sample per seat-sized device, then roll up finished minutes and prune."""
+        ts = int(taken_at)
+        with self.engine.begin() as conn:
+            rows = []
+            for s in states:
+                leaf = s.leaf
+                uuid = leaf.uuid or f"{leaf.gpu.uuid}/gi{leaf.mig.gpu_instance_id if leaf.mig else ''}"
+                dev = self._device_id(
+                    conn,
+                    host,
+                    uuid,
+                    leaf.gpu.name,
+                    leaf.gpu.uuid if leaf.mig else None,
+                    leaf.mig.profile if leaf.mig else None,
+                )
+                seat_id, participant_id = (
+                    self._seat_ids.get(s.entry.seat, (None, None)) if s.entry else (None, None)
+                )
+                rows.append(
+                    {
+                        "ts": ts,
+                        "device_id": dev,
+                        "seat_id": seat_id,
+                        "participant_id": participant_id,
+                        "memory_used_mib": _int(leaf.memory_used_mib),
+                        "memory_total_mib": _int(leaf.memory_total_mib),
+                        "utilization_gpu": _int(leaf.utilization_gpu),
+                        "power_w": leaf.gpu.power_w,
+                        "temperature_c": _int(leaf.gpu.temperature_c),
+                        "processes": len(s.processes),
+                        "foreign_processes": sum(1 for a in s.processes if a.foreign),
+                        "active": s.active,
+                    }
+                )
+            if rows:
+                conn.execute(insert(Sample.__table__), rows)  # Core executemany: no ORM overhead
+            minute = ts // 60
+            if self._rolled is None or self._rolled < minute - 1:
+                self._rollup(conn, minute, ts)
+
+    def _rollup(self, conn: Connection, minute: int, now_ts: int) -> None:
+        """Aggregate the raw samples of every finished minute not yet aggregated; prune old raw rows."""
+        last = self._rolled
+        if last is None:
+            last = conn.scalar(select(func.max(MinuteAggregate.minute)))
+        m = (Sample.ts // 60).label("minute")
+        q = select(
+            m,
+            Sample.device_id,
+            func.max(Sample.seat_id),
+            func.max(Sample.participant_id),
+            func.count(),
+            func.sum(cast(Sample.active, Integer)),
+            func.max(Sample.memory_used_mib),
+            cast(func.avg(Sample.memory_used_mib), Integer),
+            cast(func.avg(Sample.utilization_gpu), Integer),
+        ).where(Sample.ts < minute * 60)
+        if last is not None:
+            q = q.where(Sample.ts >= (last + 1) * 60)
+        q = q.group_by(m, Sample.device_id)
+        cols = [
+            "minute",
+            "device_id",
+            "seat_id",
+            "participant_id",
+            "samples",
+            "active_samples",
+            "memory_max_mib",
+            "memory_avg_mib",
+            "utilization_avg",
+        ]
+        conn.execute(insert(MinuteAggregate).from_select(cols, q))
+        conn.execute(delete(Sample).where(Sample.ts < now_ts - self.raw_keep_s))
+        self._rolled = minute - 1
+
+    def usage_rows(self, since: float | None = None) -> list[UsageRow]:
+        """Minute aggregates (oldest first) with device, seat and participant names."""
+        q = (
+            select(
+                MinuteAggregate.minute,
+                Device.uuid,
+                Seat.key,
+                Participant.key,
+                MinuteAggregate.samples,
+                MinuteAggregate.active_samples,
+                MinuteAggregate.memory_max_mib,
+            )
+            .join(Device, Device.id == MinuteAggregate.device_id)
+            .outerjoin(Seat, Seat.id == MinuteAggregate.seat_id)
+            .outerjoin(Participant, Participant.id == MinuteAggregate.participant_id)
+            .order_by(MinuteAggregate.minute, Device.uuid)
+        )
+        if since is not None:
+            q = q.where(MinuteAggregate.minute >= int(since) // 60)
+        with self.engine.connect() as conn:
+            return [UsageRow(*row) for row in conn.execute(q)]
+
+    def counts(self) -> dict[str, int]:
+        """Row counts of the growing tables (for tests and the benchmark)."""
+        with self.engine.connect() as conn:
+            return {
+                t.__tablename__: conn.scalar(select(func.count()).select_from(t)) or 0
+                for t in (Sample, MinuteAggregate, AlertRecord, Device)
+            }
+
+    # -- alerts ------------------------------------------------------------------------------------
+
+    def record_alert(self, alert: Alert) -> None:
+        """Insert a raised alert, or stamp the open one of the same kind and key as cleared."""
+        with self.engine.begin() as conn:
+            if alert.raised:
+                conn.execute(
+                    insert(AlertRecord).values(
+                        kind=alert.kind,
+                        key=alert.key,
+                        seat=alert.seat,
+                        participant=alert.participant,
+                        message=alert.message,
+                        raised_at=alert.at,
+                    )
+                )
+            else:
+                conn.execute(
+                    update(AlertRecord)
+                    .where(
+                        AlertRecord.kind == alert.kind,
+                        AlertRecord.key == alert.key,
+                        AlertRecord.cleared_at.is_(None),
+                    )
+                    .values(cleared_at=alert.at)
+                )
+
+    def open_alerts(self) -> list[tuple[str, str, str]]:
+        """``(kind, key, message)`` of alerts not yet cleared."""
+        q = select(AlertRecord.kind, AlertRecord.key, AlertRecord.message).where(
+            AlertRecord.cleared_at.is_(None)
+        )
+        with self.engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(q.order_by(AlertRecord.id))]

@@ -1,0 +1,190 @@
+"""The NVML sampler: the only module in gpuseat that imports ``pynvml`` (package ``nvidia-ml-py``).
+
+``pynvml`` is imported lazily in :class:`NvmlSampler`, so nothing else pays for it. Reads that the
+driver does not support (``NVMLError_NotSupported``, ``NoPermission``, ``NotFound``) become ``None``;
+any other NVML error on one GPU marks that GPU unhealthy and the other GPUs are still sampled.
+
+Command-line equivalents, for checking a figure by hand::
+
+    nvidia-smi --query-gpu=index,uuid,name,pci.bus_id,memory.used,memory.total,utilization.gpu,\
+temperature.gpu,power.draw,mig.mode.current --format=csv
+    nvidia-smi -L                                   # MIG profiles and UUIDs
+    nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from gpuseat.errors import EngineError
+from gpuseat.monitor.model import Gpu, GpuProcess, MigInstance, Snapshot
+
+MIB = 1024 * 1024
+_MIG_PROFILE = re.compile(r"MIG (\d+g\.\d+gb(?:\+\w+)?)", re.IGNORECASE)
+_UINT_MAX = 0xFFFFFFFF
+
+
+def _load_pynvml() -> ModuleType:
+    import pynvml
+
+    return pynvml
+
+
+class NvmlSampler:
+    """Samples every GPU (and its MIG instances and processes) through NVML.
+
+    ``nvml`` is the ``pynvml`` module itself; a simulated machine with the same functions can be
+    passed for tests, as go-nvml's ``dgxa100`` mock is used in NVIDIA's own tools.
+    """
+
+    def __init__(self, *, host: str | None = None, nvml: ModuleType | Any | None = None) -> None:
+        self.nvml = nvml if nvml is not None else _load_pynvml()
+        self.host = host or socket.gethostname()
+        self._gpm_prev: dict[tuple[str, int], Any] = {}
+        try:
+            self.nvml.nvmlInit()
+        except self.nvml.NVMLError as exc:
+            raise EngineError(
+                f"NVML could not start: {exc}",
+                fix=(
+                    "install the NVIDIA driver (it provides libnvidia-ml.so.1); on a host without one use "
+                    "--from-xml, --from-csv, --ssh HOST or --replay"
+                ),
+            ) from None
+
+    # The one gate for optional reads: unsupported → None, real failures propagate.
+    def _query(self, fn: Callable[..., Any], *args: Any) -> Any:
+        nvml = self.nvml
+        try:
+            return fn(*args)
+        except (nvml.NVMLError_NotSupported, nvml.NVMLError_NoPermission, nvml.NVMLError_NotFound):
+            return None
+        except nvml.NVMLError_FunctionNotFound:
+            return None
+
+    def sample(self) -> Snapshot:
+        """One snapshot of all GPUs; a GPU whose queries fail is reported unhealthy, not dropped."""
+        nvml = self.nvml
+        gpus: list[Gpu] = []
+        procs: list[GpuProcess] = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            uuid = f"unknown-gpu-{index}"
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                uuid = nvml.nvmlDeviceGetUUID(handle)
+                gpu, gpu_procs = self._gpu(index, uuid, handle)
+            except nvml.NVMLError as exc:
+                gpus.append(Gpu(index=index, uuid=uuid, name=None, healthy=False, error=str(exc)))
+                continue
+            gpus.append(gpu)
+            procs.extend(gpu_procs)
+        return Snapshot(self.host, time.time(), tuple(gpus), tuple(procs))
+
+    def _gpu(self, index: int, uuid: str, handle: Any) -> tuple[Gpu, list[GpuProcess]]:
+        nvml = self.nvml
+        mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+        mig_mode = self._query(nvml.nvmlDeviceGetMigMode, handle)
+        mig_enabled = None if mig_mode is None else mig_mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
+        migs: list[tuple[MigInstance, Any]] = self._migs(uuid, handle) if mig_enabled else []
+        util = None if mig_enabled else self._query(nvml.nvmlDeviceGetUtilizationRates, handle)
+        power_mw = self._query(nvml.nvmlDeviceGetPowerUsage, handle)
+        pci = self._query(nvml.nvmlDeviceGetPciInfo, handle)
+        gpu = Gpu(
+            index=index,
+            uuid=uuid,
+            name=self._query(nvml.nvmlDeviceGetName, handle),
+            pci_bus_id=_str(pci.busId) if pci is not None else None,
+            memory_used_mib=mem.used / MIB,
+            memory_total_mib=mem.total / MIB,
+            utilization_gpu=float(util.gpu) if util is not None else None,
+            temperature_c=self._query(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU),
+            power_w=power_mw / 1000.0 if power_mw is not None else None,
+            mig_enabled=mig_enabled,
+            mig=tuple(m for m, _ in migs),
+        )
+        targets = [(mh, m) for m, mh in migs] if migs else [(handle, None)]
+        seen: set[int] = set()
+        procs = []
+        for target, mig in targets:
+            for p in self._query(nvml.nvmlDeviceGetComputeRunningProcesses, target) or ():
+                if p.pid in seen:
+                    continue
+                seen.add(p.pid)
+                gi = getattr(p, "gpuInstanceId", _UINT_MAX)
+                used = getattr(p, "usedGpuMemory", None)
+                procs.append(
+                    GpuProcess(
+                        pid=int(p.pid),
+                        gpu_uuid=uuid,
+                        mig_uuid=mig.uuid if mig else None,
+                        gpu_instance_id=None if gi in (None, _UINT_MAX) else int(gi),
+                        used_memory_mib=used / MIB if isinstance(used, int) else None,
+                    )
+                )
+        return gpu, procs
+
+    def _migs(self, parent_uuid: str, handle: Any) -> list[tuple[MigInstance, Any]]:
+        nvml = self.nvml
+        out = []
+        for i in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            mh = self._query(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, i)
+            if mh is None:
+                continue  # empty slot
+            mem = self._query(nvml.nvmlDeviceGetMemoryInfo, mh)
+            name = self._query(nvml.nvmlDeviceGetName, mh) or ""
+            profile = _MIG_PROFILE.search(name)
+            gi = self._query(nvml.nvmlDeviceGetGpuInstanceId, mh)
+            ci = self._query(nvml.nvmlDeviceGetComputeInstanceId, mh)
+            mig = MigInstance(
+                uuid=nvml.nvmlDeviceGetUUID(mh),
+                profile=profile.group(1) if profile else None,
+                gpu_instance_id=gi,
+                compute_instance_id=None if ci == _UINT_MAX else ci,
+                memory_used_mib=mem.used / MIB if mem is not None else None,
+                memory_total_mib=mem.total / MIB if mem is not None else None,
+                utilization_gpu=self._gpm_util(parent_uuid, handle, gi),
+            )
+            out.append((mig, mh))
+        return out
+
+    def _gpm_util(self, parent_uuid: str, handle: Any, gi: int | None) -> float | None:
+        """Graphics utilisation of one GPU instance from two GPM samples (Hopper+); None elsewhere."""
+        nvml = self.nvml
+        if gi is None or not hasattr(nvml, "nvmlGpmQueryDeviceSupport"):
+            return None
+        support = self._query(nvml.nvmlGpmQueryDeviceSupport, handle)
+        if support is None or not support.isSupportedDevice:
+            return None
+        sample = nvml.nvmlGpmSampleAlloc()
+        nvml.nvmlGpmMigSampleGet(handle, gi, sample)
+        prev = self._gpm_prev.get((parent_uuid, gi))
+        self._gpm_prev[(parent_uuid, gi)] = sample
+        if prev is None:
+            return None
+        request = nvml.c_nvmlGpmMetricsGet_t()
+        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = 1
+        request.sample1, request.sample2 = prev, sample
+        request.metrics[0].metricId = nvml.NVML_GPM_METRIC_GRAPHICS_UTIL
+        nvml.nvmlGpmMetricsGet(request)
+        nvml.nvmlGpmSampleFree(prev)
+        metric = request.metrics[0]
+        return float(metric.value) if metric.nvmlReturn == nvml.NVML_SUCCESS else None
+
+    def close(self) -> None:
+        """Release NVML (reference-counted by the library)."""
+        for sample in self._gpm_prev.values():
+            self._query(self.nvml.nvmlGpmSampleFree, sample)
+        self._gpm_prev.clear()
+        with contextlib.suppress(self.nvml.NVMLError):
+            self.nvml.nvmlShutdown()
+
+
+def _str(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,150 @@
+"""The course database on SQLite (always) and PostgreSQL (when GPUSEAT_TEST_PG_URL is set)."""
+
+from __future__ import annotations
+
+import os
+import uuid as uuidlib
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine, text
+
+from gpuseat.db import make_engine, resolve_url
+from gpuseat.db.models import Base
+from gpuseat.db.store import Store
+from gpuseat.monitor.attribution import SeatEntry, SeatMap
+from gpuseat.monitor.replay import ReplaySampler, synthetic_snapshot
+from gpuseat.monitor.runner import Monitor, observe
+
+PG = os.environ.get("GPUSEAT_TEST_PG_URL")
+T0 = 1_700_000_040.0  # a minute boundary
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgresql", marks=pytest.mark.skipif(not PG, reason="GPUSEAT_TEST_PG_URL not set")),
+    ]
+)
+def url(request, tmp_path):
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'course.db'}"
+        return
+    schema = f"t_{uuidlib.uuid4().hex[:12]}"
+    admin = create_engine(PG)
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    sep = "&" if "?" in PG else "?"
+    yield f"{PG}{sep}options=-csearch_path%3D{schema}"
+    with admin.begin() as conn:
+        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+    admin.dispose()
+
+
+def seats_for(snap, n):
+    devs = [m.uuid for g in snap.gpus for m in g.mig][:n]
+    return [SeatEntry(f"s{i:02d}", d, f"p{i:02d}") for i, d in enumerate(devs)]
+
+
+def test_migration_matches_models(url):
+    store = Store(url)
+    with store.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    store.close()
+    assert diff == []
+
+
+def test_sqlite_runs_in_wal_mode(tmp_path):
+    engine = make_engine(f"sqlite:///{tmp_path / 'x' / 'c.db'}")
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+
+
+def test_default_url_honours_data_dir(data_dir, monkeypatch):
+    assert resolve_url() == f"sqlite:///{data_dir / 'gpuseat.db'}"
+    monkeypatch.setenv("GPUSEAT_DB_URL", "postgresql+psycopg://u@h/db")
+    assert resolve_url() == "postgresql+psycopg://u@h/db"
+    assert resolve_url("sqlite:///x.db") == "sqlite:///x.db"
+
+
+def test_seat_import_reassigns(url):
+    store = Store(url)
+    store.import_seats([SeatEntry("s1", "MIG-a", "alice", "al"), SeatEntry("s2", "GPU-b", "bob")])
+    store.import_seats([SeatEntry("s1", "MIG-a", "carol")])
+    by_seat = {e.seat: e for e in store.seat_map().entries}
+    assert by_seat["s1"].participant == "carol" and by_seat["s1"].login == "carol"
+    assert by_seat["s2"].participant == "bob"
+    with store.engine.connect() as conn:
+        closed = conn.execute(text("SELECT count(*) FROM assignments WHERE valid_to IS NOT NULL")).scalar()
+    assert closed == 1
+    store.close()
+
+
+def test_downsampling_keeps_one_row_per_device_minute_and_prunes_raw(url):
+    snaps = [
+        synthetic_snapshot(gpus=1, migs_per_gpu=2, processes=1, taken_at=T0 + 10 * i)
+        for i in range(3 * 60 * 6 + 1)
+    ]
+    store = Store(url, raw_keep_s=3600)
+    seats = seats_for(snaps[0], 2)
+    store.import_seats(seats)
+    seat_map = store.seat_map()
+    for snap in snaps:  # 3 hours at 10 s
+        _, states = observe(snap, seat_map, users={})
+        store.write(snap.host, snap.taken_at, states)
+    counts = store.counts()
+    assert counts["minute_aggregates"] == 2 * 180  # 180 finished minutes × 2 devices
+    assert counts["samples"] <= 2 * (360 + 7)  # only the last hour (+ the current minute) stays raw
+    rows = store.usage_rows()
+    busy = [r for r in rows if r.participant == "p00"]
+    assert len(busy) == 180 and all(r.samples == 6 and r.active_samples == 6 for r in busy)
+    assert {r.memory_max_mib for r in busy} == {512}
+    idle = [r for r in rows if r.participant == "p01"]
+    assert all(r.active_samples == 0 for r in idle)
+    assert len(store.usage_rows(since=T0 + 3600)) == 2 * 120
+    store.close()
+
+
+def test_rollup_resumes_after_restart(url):
+    store = Store(url)
+    snap = synthetic_snapshot(gpus=1, migs_per_gpu=1, processes=1, taken_at=T0)
+    for i in range(12):
+        _, states = observe(snap, SeatMap(), users={})
+        store.write("lab", T0 + 10 * i, states)
+    store.close()
+    again = Store(url)
+    _, states = observe(snap, SeatMap(), users={})
+    again.write("lab", T0 + 200, states)
+    assert again.counts()["minute_aggregates"] == 2  # minutes 0 and 1, each once (no duplicate key)
+    again.close()
+
+
+class FlakyStore:
+    """A real store whose writes fail while ``down`` is set (the database went away)."""
+
+    def __init__(self, store):
+        self.store, self.down = store, True
+
+    def write(self, *args):
+        if self.down:
+            raise OSError("database is locked")
+        self.store.write(*args)
+
+    def record_alert(self, alert):
+        self.store.record_alert(alert)
+
+    def close(self):
+        self.store.close()
+
+
+def test_failing_writes_are_retried_and_sampling_goes_on(tmp_path):
+    snaps = [synthetic_snapshot(gpus=1, migs_per_gpu=2, processes=1, taken_at=T0 + 10 * i) for i in range(5)]
+    flaky = FlakyStore(Store(f"sqlite:///{tmp_path / 'c.db'}"))
+    mon = Monitor(ReplaySampler(snaps, loop=False), SeatMap(), store=flaky)
+    ticks = [mon.tick() for _ in range(3)]
+    assert [t.stored for t in ticks] == [False] * 3 and len(mon.pending) == 3 and mon.write_failures == 6
+    flaky.down = False
+    assert mon.tick().stored and not mon.pending
+    assert flaky.store.counts()["samples"] == 4 * 2
+    mon.close()
