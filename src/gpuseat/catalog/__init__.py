@@ -84,6 +84,7 @@ def _gpu_index() -> dict[str, str]:
     return index
 
 
+@cache
 def find_gpu(name: str) -> GpuModel | None:
     """The model whose id, name or alias matches ``name`` (case, spaces, dashes ignored), or None."""
     model_id = _gpu_index().get(_norm(name))

@@ -8,6 +8,8 @@ the planner multiplies a rate by a count to get a :class:`Line` whose formula re
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpuseat.catalog.offers import INCREMENT_S, Offer
@@ -31,12 +33,21 @@ def num(x: float) -> str:
 
 @dataclass(frozen=True)
 class Rate:
-    """The exact cost of one unit (a seat, a server, a GPU) and the formula that gives it."""
+    """The exact cost of one unit (a seat, a server, a GPU) and the formula that gives it.
+
+    ``text`` may be a function that builds the formula: planning over many thousand offers then only
+    formats the formulas of the offers that end up in a plan.
+    """
 
     item: str
     usd: float
-    formula: str
+    text: str | Callable[[], str]
     per: str  # what one unit is: "seat", "server"
+
+    @property
+    def formula(self) -> str:
+        """The formula, e.g. ``0.65 $/h × 24 h × 15 d``."""
+        return self.text if isinstance(self.text, str) else self.text()
 
 
 @dataclass(frozen=True)
@@ -92,17 +103,22 @@ def usage_rate(offer: Offer, runs_s: list[int], period_days: int, *, per: str) -
             return Rate("server rent", offer.price_usd * whole, formula, per)
         formula = f"{price} × {period_days} d / {offer.days_per_month} d"
         return Rate("server rent", offer.price_usd * period_days / offer.days_per_month, formula, per)
-    billed = [billed_seconds(r, offer) for r in runs_s]
-    hours = sum(billed) / 3600
-    usd = offer.price_usd * hours
-    price = f"{num(offer.price_usd)} $/h"
+    lengths = Counter(runs_s)  # lab sessions mostly share one length: bill each length once
+    billed_total = sum(billed_seconds(r, offer) * k for r, k in lengths.items())
     item = "instance hours" if offer.kind == "cloud" else "server hours"
-    if len(runs_s) == 1 and billed[0] == runs_s[0] and runs_s[0] % 86400 == 0:
-        return Rate(item, usd, f"{price} × 24 h × {runs_s[0] // 86400} d", per)
-    if len(set(runs_s)) == 1 and billed == runs_s:
-        return Rate(item, usd, f"{price} × {num(runs_s[0] / 3600)} h × {len(runs_s)} sessions", per)
+    return Rate(item, offer.price_usd * billed_total / 3600, lambda: _hourly_formula(offer, runs_s, billed_total), per)
+
+
+def _hourly_formula(offer: Offer, runs_s: list[int], billed_total: int) -> str:
+    price = f"{num(offer.price_usd)} $/h"
+    lengths = Counter(runs_s)
+    unrounded = billed_total == sum(runs_s)
+    if len(runs_s) == 1 and unrounded and runs_s[0] % 86400 == 0:
+        return f"{price} × 24 h × {runs_s[0] // 86400} d"
+    if len(lengths) == 1 and unrounded:
+        return f"{price} × {num(runs_s[0] / 3600)} h × {len(runs_s)} sessions"
     words = f"{len(runs_s)} run{'s' if len(runs_s) != 1 else ''}, {_billing_words(offer)}"
-    return Rate(item, usd, f"{price} × {num(round(hours, 4))} h billed ({words})", per)
+    return f"{price} × {num(round(billed_total / 3600, 4))} h billed ({words})"
 
 
 def disk_rate(offer: Offer, gb: float, period_days: int) -> Rate:

@@ -11,6 +11,7 @@ Alternatives are the best plan that puts each group on one offer where it can; p
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -22,9 +23,10 @@ from gpuseat.catalog import GpuModel, find_gpu
 from gpuseat.catalog.licences import Licence, licences
 from gpuseat.catalog.offers import Offer
 from gpuseat.catalog.skypilot import ProviderRules
-from gpuseat.core.carve import server_capacity
+from gpuseat.core.carve import Capacity, server_capacity
 from gpuseat.core.cost import Line, Rate, disk_rate, egress_rate, line, money, num, term_count, usage_rate
 from gpuseat.core.course import Course, Group
+from gpuseat.core.needs import SeatNeed
 from gpuseat.errors import InputError
 
 POOL_PER_GROUP = 64  # cheapest offers per group kept for the MILP (see _pool)
@@ -133,19 +135,58 @@ class Plan:
 # --------------------------------------------------------------------------------------- fitting
 
 
-def _runs(offer: Offer, course: Course) -> tuple[list[int], list[str]]:
-    sched = course.schedule
-    if sched.always_on:
-        return sched.run_lengths_s(), []
-    if offer.stoppable and course.costs.stop_outside_sessions:
-        return sched.run_lengths_s(), []
-    why = "cannot be stopped" if not offer.stoppable else "is kept running (stop_outside_sessions = false)"
-    return [sched.period_days * 86400], [f"{offer.id} {why}: billed 24/7 for {sched.period_days} d"]
+@dataclass
+class _Context:
+    """What every fit of one course shares, computed once: run lengths, and caches of rates and capacities."""
+
+    course: Course
+    period_days: int
+    session_runs: list[int]
+    usage: dict[str, tuple[Rate, tuple[str, ...]]] = field(default_factory=dict)
+    capacity: dict[tuple[str, int, SeatNeed], Capacity] = field(default_factory=dict)
+    data: dict[str, list[Rate]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, course: Course) -> _Context:
+        """The context of ``course``."""
+        return cls(course, course.schedule.period_days, course.schedule.run_lengths_s())
+
+    def usage_rate(self, offer: Offer) -> tuple[Rate, tuple[str, ...]]:
+        """Rent for one unit of ``offer`` over the course, and notes on how it is billed (cached per offer)."""
+        cached = self.usage.get(offer.id)
+        if cached is None:
+            runs, notes = self.session_runs, ()
+            always_on = self.course.schedule.always_on
+            if not always_on and not (offer.stoppable and self.course.costs.stop_outside_sessions):
+                why = "cannot be stopped" if not offer.stoppable else "is kept running (stop_outside_sessions = false)"
+                runs = [self.period_days * 86400]
+                notes = (f"{offer.id} {why}: billed 24/7 for {self.period_days} d",)
+            per = "seat" if offer.kind == "cloud" else "server"
+            cached = self.usage[offer.id] = (usage_rate(offer, runs, self.period_days, per=per), notes)
+        return cached
+
+    def data_rates(self, offer: Offer) -> list[Rate]:
+        """Disk kept for the whole course and egress, per seat (cached per offer)."""
+        cached = self.data.get(offer.id)
+        if cached is None:
+            costs, cached = self.course.costs, []
+            if costs.storage_gb_per_seat and offer.disk_usd_per_gb_month:
+                cached.append(disk_rate(offer, costs.storage_gb_per_seat, self.period_days))
+            if costs.egress_gb_per_seat and offer.egress_usd_per_gb:
+                cached.append(egress_rate(offer, costs.egress_gb_per_seat))
+            self.data[offer.id] = cached
+        return cached
+
+    def server_capacity(self, gpu: GpuModel, boards: int, need: SeatNeed) -> Capacity:
+        """The carve engine's answer for one server, cached per (GPU, boards, need)."""
+        key = (gpu.id, boards, need)
+        if key not in self.capacity:
+            self.capacity[key] = server_capacity(gpu, boards, need)
+        return self.capacity[key]
 
 
-def _cloud_seats(offer: Offer, gpu: GpuModel, group: Group) -> tuple[int, str | None]:
+def _cloud_seats(offer: Offer, gpu: GpuModel, need: SeatNeed) -> tuple[int, str | None]:
     """Seats one cloud instance gives (1 or 0) and the reason when 0."""
-    need = group.need
     if offer.memory_per_chip_gb < need.min_gpu_memory_gb:
         return 0, f"{num(offer.memory_per_chip_gb)} GB GPU memory < {num(need.min_gpu_memory_gb)} GB needed"
     if need.isolation == "dedicated" and offer.gpu_count < 1:
@@ -166,28 +207,29 @@ def _licence_rates(lic: Licence, period_days: int, chips: int) -> tuple[list[Rat
     return [], [Rate(f"licence {lic.id}", lic.usd * terms, formula, "seat")]
 
 
-def fit_offer(offer: Offer, group: Group, course: Course) -> tuple[Fit | None, list[Rejection]]:
-    """How ``offer`` serves ``group``: a :class:`Fit`, or None with the reasons it cannot."""
+def fit_offer(offer: Offer, group: Group, need: SeatNeed, ctx: _Context) -> tuple[Fit | None, list[Rejection]]:
+    """How ``offer`` serves ``group`` (whose need is ``need``): a :class:`Fit`, or None with the reasons."""
     gpu = find_gpu(offer.gpu)
     assert gpu is not None  # Offer validates its GPU
-    period = course.schedule.period_days
-    costs = course.costs
+    period = ctx.period_days
+    costs = ctx.course.costs
     rejections: list[Rejection] = []
-    runs, notes = _runs(offer, course)
+    usage, billing_notes = ctx.usage_rate(offer)
+    notes = list(billing_notes)
     unit_rates: list[Rate] = []
     seat_rates: list[Rate] = []
     mode, profile = "instance", None
     if offer.kind == "cloud":
-        seats, reason = _cloud_seats(offer, gpu, group)
+        seats, reason = _cloud_seats(offer, gpu, need)
         if reason:
             return None, [Rejection(offer.id, reason, group.name)]
-        unit_rates.append(usage_rate(offer, runs, period, per="seat"))
+        unit_rates.append(usage)
     else:
         chips = offer.gpu_count
         if not float(chips / gpu.chips_per_board).is_integer():
             why = f"{chips:g} chips is not a whole number of {gpu.id} boards ({gpu.chips_per_board} chips each)"
             return None, [Rejection(offer.id, why, group.name)]
-        capacity = server_capacity(gpu, int(chips // gpu.chips_per_board), group.need)
+        capacity = ctx.server_capacity(gpu, int(chips // gpu.chips_per_board), need)
         for rej_mode, rej_profile, why in capacity.rejected:
             label = rej_profile or rej_mode
             rejections.append(Rejection(offer.id, f"{label}: {why}", group.name, rej_profile))
@@ -206,7 +248,7 @@ def fit_offer(offer: Offer, group: Group, course: Course) -> tuple[Fit | None, l
             reasons = "; ".join(f"{p or m}: {w}" for m, p, w in capacity.rejected[:3]) or "no seat fits"
             return None, [*rejections, Rejection(offer.id, f"no seat fits: {reasons}", group.name)]
         mode, profile = capacity.mode or "passthrough", capacity.profile
-        unit_rates.append(usage_rate(offer, runs, period, per="server"))
+        unit_rates.append(usage)
         share = f"{offer.vcpus / seats:g} vCPUs and {offer.ram_gb / seats:.3g} GB RAM per seat"
         notes.append(f"{offer.id}: {seats} seats per server ({mode}{' ' + profile if profile else ''}), {share}")
         if costs.hypervisor_licence_usd_per_server:
@@ -223,10 +265,7 @@ def fit_offer(offer: Offer, group: Group, course: Course) -> tuple[Fit | None, l
             seat_rates += per_seat
     if offer.setup_fee_usd:
         unit_rates.append(Rate("setup fee", offer.setup_fee_usd, f"{num(offer.setup_fee_usd)} $ setup", "server"))
-    if costs.storage_gb_per_seat and offer.disk_usd_per_gb_month:
-        seat_rates.append(disk_rate(offer, costs.storage_gb_per_seat, period))
-    if costs.egress_gb_per_seat and offer.egress_usd_per_gb:
-        seat_rates.append(egress_rate(offer, costs.egress_gb_per_seat))
+    seat_rates += ctx.data_rates(offer)
     fit = Fit(offer, group, seats, mode, profile, tuple(unit_rates), tuple(seat_rates), tuple(notes))
     return fit, rejections
 
@@ -368,10 +407,12 @@ def plan(
     rejected: list[Rejection] = []
     fits: dict[str, list[Fit]] = {}
     warnings: list[str] = []
+    ctx = _Context.of(course)
     for group in course.groups:
         fits[group.name] = []
+        need = group.need
         for offer in offers:
-            fit, why = fit_offer(offer, group, course)
+            fit, why = fit_offer(offer, group, need, ctx)
             rejected += why
             if fit is not None:
                 fits[group.name].append(fit)
@@ -393,9 +434,8 @@ def plan(
             fix="raise 'available' on some offers or add offers",
         )
     options = [_option(best, providers, course)]
-    candidates = sorted(
-        {f.offer.id: f for g in course.groups for f in fits[g.name]}.values(), key=lambda f: f.per_seat_bound()
-    )
+    unique = {f.offer.id: f for g in course.groups for f in fits[g.name]}.values()
+    candidates = heapq.nsmallest(4 * alternatives, unique, key=lambda f: f.per_seat_bound()) if alternatives else []
     seen = {options[0].key}
     for fit in candidates:
         if len(options) > alternatives:
