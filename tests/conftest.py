@@ -7,6 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Timing varies on a loaded 2-core CI machine: property tests check behaviour, not speed.
+settings.register_profile("gpuseat", deadline=None)
+settings.load_profile("gpuseat")
 
 from gpuseat.cli import main
 

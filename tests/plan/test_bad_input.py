@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from conftest import FIXTURES, REPO
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
 
 GOOD = (REPO / "examples" / "course-2016.toml").read_text()
 

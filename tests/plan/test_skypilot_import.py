@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
-from conftest import FIXTURES
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
 
 GCP_HEADER = "InstanceType,vCPUs,MemoryGiB,AcceleratorName,AcceleratorCount,GpuInfo,Region,AvailabilityZone,Price,SpotPrice"
 
