@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from gpuseat.cli import main
+
 # Timing varies on a loaded 2-core CI machine: property tests check behaviour, not speed.
 settings.register_profile("gpuseat", deadline=None)
 settings.load_profile("gpuseat")
 
-from gpuseat.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
