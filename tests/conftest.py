@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -14,11 +13,6 @@ from gpuseat.cli import main
 # Timing varies on a loaded 2-core CI machine: property tests check behaviour, not speed.
 settings.register_profile("gpuseat", deadline=None)
 settings.load_profile("gpuseat")
-
-
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @dataclass
