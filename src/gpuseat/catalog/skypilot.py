@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from functools import cache
 from pathlib import Path
@@ -211,7 +211,7 @@ def _gcp_totals(host: _Row, gpu_rows: list[_Row]) -> list[tuple[_Row, float, str
         for g in same_zone:
             if g.accelerator == host.accelerator and g.count == host.count:
                 assert g.price is not None
-                merged = _Row(**{**host.__dict__, "gpu_mem_gb": host.gpu_mem_gb or g.gpu_mem_gb})
+                merged = replace(host, gpu_mem_gb=host.gpu_mem_gb or g.gpu_mem_gb)
                 return [(merged, host.price + g.price, host.instance_type)]
         return []
     if not host.instance_type.startswith(GCP_ATTACHABLE_HOST_PREFIX):
@@ -220,17 +220,7 @@ def _gcp_totals(host: _Row, gpu_rows: list[_Row]) -> list[tuple[_Row, float, str
     for g in same_zone:
         assert g.price is not None
         label = f"{host.instance_type}+{g.count:g}x{g.accelerator}"
-        combo = _Row(
-            line=host.line,
-            instance_type=host.instance_type,
-            accelerator=g.accelerator,
-            count=g.count,
-            vcpus=host.vcpus,
-            ram_gb=host.ram_gb,
-            price=host.price + g.price,
-            region=host.region,
-            zone=host.zone,
-            gpu_mem_gb=g.gpu_mem_gb,
-        )
+        combo = replace(host, accelerator=g.accelerator, count=g.count, price=host.price + g.price,
+                        gpu_mem_gb=g.gpu_mem_gb)
         out.append((combo, host.price + g.price, label))
     return out

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpuseat.core.needs import GuestOS, Isolation, SeatNeed
+from gpuseat.core.needs import SeatNeed
 
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 WEEKDAYS: tuple[str, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -134,29 +134,16 @@ class Schedule(BaseModel):
         return datetime.combine(self.start, time())
 
 
-class Needs(BaseModel):
-    """Per-seat needs as written in a course file."""
+class Group(SeatNeed):
+    """Participants who share the same needs."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    min_gpu_memory_gb: float = Field(0, ge=0)
-    cuda: bool = True
-    guest_os: GuestOS = "linux"
-    min_vcpus: float = Field(0, ge=0)
-    min_ram_gb: float = Field(0, ge=0)
-    isolation: Isolation = "partitioned"
+    name: str = "participants"
+    count: int = Field(gt=0)
 
     @property
     def need(self) -> SeatNeed:
         """The per-seat need, as the planner and the carver take it."""
         return SeatNeed.model_validate(self.model_dump(include=set(SeatNeed.model_fields)))
-
-
-class Group(Needs):
-    """Participants who share the same needs."""
-
-    name: str = "participants"
-    count: int = Field(gt=0)
 
 
 class Costs(BaseModel):
@@ -182,7 +169,7 @@ class Course(BaseModel):
     schedule: Schedule
     group: tuple[Group, ...] = ()
     participants: int | None = Field(None, gt=0)
-    needs: Needs | None = None
+    needs: SeatNeed | None = None
     costs: Costs = Costs()
 
     @model_validator(mode="after")
