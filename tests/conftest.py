@@ -35,3 +35,9 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
         return Result(code, captured.out, captured.err)
 
     return run
+
+
+@pytest.fixture(autouse=True)
+def private_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep every test away from the user's own data dir (bench results, course database)."""
+    monkeypatch.setenv("GPUSEAT_DATA_DIR", str(tmp_path_factory.mktemp("data")))
