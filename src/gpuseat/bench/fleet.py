@@ -1,0 +1,179 @@
+"""``--all-seats``: benchmark every visible GPU or MIG device at once, one process each, and flag outliers.
+
+A seat is whatever one ``CUDA_VISIBLE_DEVICES`` value selects: a whole GPU, or a MIG device (CUDA shows
+a process only one MIG device, hence one process per seat). Seats are listed from ``nvidia-smi -L``;
+when ``CUDA_VISIBLE_DEVICES`` is set, only the seats it names are used. A seat where the child process
+fails (CUDA cannot use it, the driver is broken) becomes a finding, never a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from typing import IO
+
+from pydantic import BaseModel, ConfigDict, ValidationError, computed_field
+
+from gpuseat.bench.results import BenchResult
+from gpuseat.bench.run import BenchOptions
+from gpuseat.errors import InputError
+
+OUTLIER_RATIO = 1.15  # slower than 115 % of the median of same-profile seats
+_GPU_LINE = re.compile(r"^GPU\s+(\d+):\s+(.+?)\s+\(UUID:\s*(GPU-[^)\s]+)\)")
+_MIG_LINE = re.compile(r"^\s+MIG\s+(\S+)\s+Device\s+\d+:\s+\(UUID:\s*(MIG-[^)\s]+)\)")
+NO_SEATS_FIX = "check `nvidia-smi -L` and CUDA_VISIBLE_DEVICES; --all-seats needs at least one NVIDIA GPU"
+
+
+class Seat(BaseModel):
+    """One benchmark target: its ``CUDA_VISIBLE_DEVICES`` value, GPU name and profile (name + MIG profile)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    select: str
+    name: str
+    mig_profile: str | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def profile(self) -> str:
+        """Seats with the same profile should run at the same speed."""
+        return f"{self.name} MIG {self.mig_profile}" if self.mig_profile else self.name
+
+
+class SeatOutcome(BaseModel):
+    """What one seat did: a result, or the error that stopped it; and how it compares with its siblings."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seat: Seat
+    result: BenchResult | None = None
+    error: str | None = None
+    vs_median: float | None = None  # seconds / median seconds of the seats with the same profile
+    outlier: bool = False
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def finding(self) -> str | None:
+        """A line for the organiser, or None when the seat is fine."""
+        if self.error is not None:
+            return f"{self.seat.select}: CUDA run failed: {self.error}"
+        if self.outlier and self.vs_median is not None:
+            return f"{self.seat.select}: {self.vs_median:.2f}× the median time of {self.seat.profile} seats"
+        return None
+
+
+def parse_gpu_list(text: str) -> list[Seat]:
+    """Seats from ``nvidia-smi -L``: each MIG device, or the GPU itself when it has none."""
+    seats: list[Seat] = []
+    gpu: Seat | None = None
+    gpu_has_mig = False
+    for line in text.splitlines():
+        if match := _GPU_LINE.match(line):
+            if gpu is not None and not gpu_has_mig:
+                seats.append(gpu)
+            gpu, gpu_has_mig = Seat(select=match.group(3), name=match.group(2)), False
+        elif (match := _MIG_LINE.match(line)) and gpu is not None:
+            gpu_has_mig = True
+            seats.append(Seat(select=match.group(2), name=gpu.name, mig_profile=match.group(1)))
+    if gpu is not None and not gpu_has_mig:
+        seats.append(gpu)
+    return seats
+
+
+def select_visible(listed: Sequence[Seat], gpus: Sequence[Seat], visible: str | None) -> list[Seat]:
+    """The seats ``CUDA_VISIBLE_DEVICES`` allows (all when unset); an index counts whole GPUs in list order."""
+    if visible is None:
+        return list(listed)
+    known = {seat.select: seat for seat in (*gpus, *listed)}
+    out = []
+    for entry in (e.strip() for e in visible.split(",")):
+        if not entry or entry == "-1":
+            break  # CUDA ignores everything from the first invalid entry on
+        if entry.isdigit() and int(entry) < len(gpus):
+            entry = gpus[int(entry)].select
+        out.append(known.get(entry, Seat(select=entry, name="unknown")))
+    return out
+
+
+def visible_seats(env: Mapping[str, str] | None = None) -> list[Seat]:
+    """The seats on this machine (``nvidia-smi -L``), restricted by ``CUDA_VISIBLE_DEVICES``."""
+    env = os.environ if env is None else env
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        raise InputError("nvidia-smi not found, so no GPU seat is visible", where="--all-seats", fix=NO_SEATS_FIX)
+    try:
+        text = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise InputError(f"`nvidia-smi -L` failed: {exc}", where="--all-seats", fix=NO_SEATS_FIX) from None
+    gpus = [Seat(select=m.group(3), name=m.group(2)) for line in text.splitlines() if (m := _GPU_LINE.match(line))]
+    seats = select_visible(parse_gpu_list(text), gpus, env.get("CUDA_VISIBLE_DEVICES"))
+    if not seats:
+        raise InputError("no GPU or MIG device is visible", where="--all-seats", fix=NO_SEATS_FIX)
+    return seats
+
+
+def flag_outliers(outcomes: Sequence[SeatOutcome], ratio: float = OUTLIER_RATIO) -> list[SeatOutcome]:
+    """Each outcome with ``vs_median`` and ``outlier`` set, comparing seats of the same profile only."""
+    times: dict[str, list[float]] = {}
+    for o in outcomes:
+        if o.result is not None:
+            times.setdefault(o.seat.profile, []).append(o.result.seconds)
+    medians = {profile: statistics.median(values) for profile, values in times.items()}
+    out = []
+    for o in outcomes:
+        if o.result is None:
+            out.append(o)
+            continue
+        vs = o.result.seconds / medians[o.seat.profile]
+        out.append(o.model_copy(update={"vs_median": vs, "outlier": vs > ratio}))
+    return out
+
+
+def child_command(options: BenchOptions) -> list[str]:
+    """The ``gpuseat bench`` command each seat's process runs (the seat comes from its environment)."""
+    cmd = [sys.executable, "-m", "gpuseat", "bench", "--device", "cuda", "--format", "json", "--no-record"]
+    cmd += ["--iterations", str(options.iterations), "--seed", str(options.seed)]
+    if options.caffe_tests:
+        cmd.append("--caffe-tests")
+    if options.data_dir is not None:
+        cmd += ["--data", str(options.data_dir)]
+    return cmd
+
+
+def run_fleet(options: BenchOptions, seats: Sequence[Seat]) -> list[SeatOutcome]:
+    """Start one process per seat at once, wait for all, and compare the seats."""
+    cmd = child_command(options)
+    running: list[tuple[Seat, subprocess.Popen[bytes], IO[bytes], IO[bytes]]] = []
+    with contextlib.ExitStack() as stack:  # output goes to files: a full pipe would stall a child
+        for seat in seats:
+            out = stack.enter_context(tempfile.TemporaryFile())
+            err = stack.enter_context(tempfile.TemporaryFile())
+            env = {**os.environ, "CUDA_VISIBLE_DEVICES": seat.select}
+            running.append((seat, subprocess.Popen(cmd, stdout=out, stderr=err, env=env), out, err))
+        outcomes = [_outcome(seat, proc.wait(), _read(out), _read(err)) for seat, proc, out, err in running]
+    return flag_outliers(outcomes)
+
+
+def _read(fh: IO[bytes]) -> str:
+    fh.seek(0)
+    return fh.read().decode("utf-8", errors="replace")
+
+
+def _outcome(seat: Seat, code: int, stdout: str, stderr: str) -> SeatOutcome:
+    """A child's exit code and output as an outcome; its last stderr line explains a failure."""
+    if code == 0:
+        try:
+            return SeatOutcome(seat=seat, result=BenchResult.model_validate(json.loads(stdout)))
+        except (json.JSONDecodeError, ValidationError) as exc:
+            return SeatOutcome(seat=seat, error=f"unreadable result ({str(exc).splitlines()[0]})")
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    reason = next((line for line in lines if line.startswith("error:")), lines[-1] if lines else "no output")
+    return SeatOutcome(seat=seat, error=f"exit code {code}: {reason.removeprefix('error: ')}")
