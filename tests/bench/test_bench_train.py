@@ -144,3 +144,11 @@ def test_all_seats_on_a_gpu_machine(cli, bench_env):
     out = json.loads(r.out)
     assert out["seats"]
     assert r.code == (1 if out["findings"] else 0)
+
+
+
+def test_benchmark_leaves_ieee_denormals_to_the_caller(mnist):
+    """The CPU trainer flushes denormals while it runs; the process gets IEEE arithmetic back after."""
+    run_benchmark(BenchOptions(iterations=2, device="cpu", seed=1, warmup=0, threads=1), mnist=mnist)
+    assert torch.tensor([1e-40], dtype=torch.float32).item() != 0.0
+    assert 5e-324 * 1.0 > 0.0

@@ -93,6 +93,9 @@ def run_benchmark(
             where="--device",
             fix="check the GPU with `nvidia-smi` and `gpuseat doctor`; try another seat",
         ) from None
+    finally:
+        # Flushing denormals is process-wide CPU state: give the caller back IEEE arithmetic.
+        torch.set_flush_denormal(False)
 
 
 def _train_and_test(
