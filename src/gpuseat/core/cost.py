@@ -125,8 +125,12 @@ def disk_rate(offer: Offer, gb: float, period_days: int) -> Rate:
     """Disk kept for a seat over the whole course, billed even while the instance is stopped."""
     hours = period_days * 24
     usd = offer.disk_usd_per_gb_month * gb * hours / HOURS_PER_MONTH
-    formula = f"{num(offer.disk_usd_per_gb_month)} $/GB-month × {num(gb)} GB × {hours} h / {HOURS_PER_MONTH} h"
-    return Rate("disk", usd, formula, "seat")
+    return Rate(
+        "disk",
+        usd,
+        lambda: f"{num(offer.disk_usd_per_gb_month)} $/GB-month × {num(gb)} GB × {hours} h / {HOURS_PER_MONTH} h",
+        "seat",
+    )
 
 
 def egress_rate(offer: Offer, gb: float) -> Rate:

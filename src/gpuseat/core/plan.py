@@ -16,6 +16,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from typing import NamedTuple
 
 import numpy as np
 
@@ -111,9 +112,8 @@ class Option:
         return tuple(sorted((a.fit.group.name, a.fit.offer.id, a.units) for a in self.assignments))
 
 
-@dataclass(frozen=True)
-class Rejection:
-    """An offer (or one of its partition profiles) that cannot seat a group, and why."""
+class Rejection(NamedTuple):
+    """An offer (or one of its partition profiles) that cannot seat a group, and why (a tuple: cheap to make)."""
 
     offer: str
     reason: str
@@ -188,13 +188,13 @@ class _Context:
 def _cloud_seats(offer: Offer, gpu: GpuModel, need: SeatNeed) -> tuple[int, str | None]:
     """Seats one cloud instance gives (1 or 0) and the reason when 0."""
     if offer.memory_per_chip_gb < need.min_gpu_memory_gb:
-        return 0, f"{num(offer.memory_per_chip_gb)} GB GPU memory < {num(need.min_gpu_memory_gb)} GB needed"
+        return 0, f"{offer.memory_per_chip_gb:g} GB GPU memory < {need.min_gpu_memory_gb:g} GB needed"
     if need.isolation == "dedicated" and offer.gpu_count < 1:
         return 0, f"{offer.gpu_count:g} of a {gpu.id} is a shared slice, not a dedicated GPU"
     if offer.vcpus < need.min_vcpus:
-        return 0, f"{num(offer.vcpus)} vCPUs < {num(need.min_vcpus)} needed"
+        return 0, f"{offer.vcpus:g} vCPUs < {need.min_vcpus:g} needed"
     if offer.ram_gb < need.min_ram_gb:
-        return 0, f"{num(offer.ram_gb)} GB RAM < {num(need.min_ram_gb)} GB needed"
+        return 0, f"{offer.ram_gb:g} GB RAM < {need.min_ram_gb:g} GB needed"
     return 1, None
 
 
@@ -214,8 +214,6 @@ def fit_offer(offer: Offer, group: Group, need: SeatNeed, ctx: _Context) -> tupl
     period = ctx.period_days
     costs = ctx.course.costs
     rejections: list[Rejection] = []
-    usage, billing_notes = ctx.usage_rate(offer)
-    notes = list(billing_notes)
     unit_rates: list[Rate] = []
     seat_rates: list[Rate] = []
     mode, profile = "instance", None
@@ -223,6 +221,8 @@ def fit_offer(offer: Offer, group: Group, need: SeatNeed, ctx: _Context) -> tupl
         seats, reason = _cloud_seats(offer, gpu, need)
         if reason:
             return None, [Rejection(offer.id, reason, group.name)]
+        usage, billing_notes = ctx.usage_rate(offer)
+        notes = list(billing_notes)
         unit_rates.append(usage)
     else:
         chips = offer.gpu_count
@@ -234,6 +234,7 @@ def fit_offer(offer: Offer, group: Group, need: SeatNeed, ctx: _Context) -> tupl
             label = rej_profile or rej_mode
             rejections.append(Rejection(offer.id, f"{label}: {why}", group.name, rej_profile))
         seats = capacity.seats
+        notes = []
         limits = []
         if group.min_vcpus:
             limits.append((math.floor(offer.vcpus / group.min_vcpus), "vCPUs"))
@@ -248,6 +249,8 @@ def fit_offer(offer: Offer, group: Group, need: SeatNeed, ctx: _Context) -> tupl
             reasons = "; ".join(f"{p or m}: {w}" for m, p, w in capacity.rejected[:3]) or "no seat fits"
             return None, [*rejections, Rejection(offer.id, f"no seat fits: {reasons}", group.name)]
         mode, profile = capacity.mode or "passthrough", capacity.profile
+        usage, billing_notes = ctx.usage_rate(offer)
+        notes = [*billing_notes, *notes]
         unit_rates.append(usage)
         share = f"{offer.vcpus / seats:g} vCPUs and {offer.ram_gb / seats:.3g} GB RAM per seat"
         notes.append(f"{offer.id}: {seats} seats per server ({mode}{' ' + profile if profile else ''}), {share}")
@@ -279,7 +282,7 @@ def _pool(fits: list[Fit], group: Group) -> list[Fit]:
     Keeping ``POOL_PER_GROUP`` candidates keeps the MILP small on 20,000-offer catalogs; an offer
     ranked lower per full seat can only win on a remainder, which the kept smaller offers cover.
     """
-    ranked = sorted(fits, key=lambda f: (f.per_seat_bound(), f.offer.id))
+    ranked = [f for _, _, f in sorted((f.per_seat_bound(), f.offer.id, f) for f in fits)]
     pool, capacity = [], 0.0
     for fit in ranked:
         if len(pool) >= POOL_PER_GROUP and capacity >= group.count:
