@@ -98,3 +98,23 @@ def test_h200_mig_server_seats_fourteen(cli):
     assert best["groups"][0]["seats_per_unit"] == 14
     assert best["groups"][0]["mode"] == "mig"
     assert best["groups"][0]["profile"] == "1g.18gb"
+
+
+def test_streaming_desktops_share_one_m60_server(cli):
+    """The 2016 post's case: 16 non-CUDA Windows streams on one 2× M60 server instead of 16 instances."""
+    result = plan_json(cli, EXAMPLES / "course-streaming-2016.toml")
+    best = result["options"][0]
+    assert best["offers"] == [{"offer": "ibm:bm-2xM60", "count": 1}]
+    group = best["groups"][0]
+    assert group["mode"] == "vgpu" and group["seats_per_unit"] == 16
+    licence = next(ln for ln in best["lines"] if ln["item"].startswith("licence"))
+    assert licence["count"] == 16
+    assert best["total_usd"] == round(2961.10 / 2 + licence["usd"], 2)
+
+
+def test_csv_has_numbers(cli):
+    r = cli("plan", EXAMPLES / "course-2016.toml", "--format", "csv")
+    assert r.code == 0
+    lines = r.out.splitlines()
+    assert lines[0] == "rank,offers,seats,total_usd,usd_per_seat_hour"
+    assert lines[1] == "1,16× aws:g2.2xlarge,16,3744.0,0.65"

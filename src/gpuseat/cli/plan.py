@@ -33,6 +33,20 @@ def _plan(
     if fmt is Format.json:
         print_json(result)
         return
+    if fmt is Format.csv:
+        participants = result["course"]["participants"]
+        csv_rows = [
+            {
+                "rank": o["rank"],
+                "offers": " + ".join(f"{x['count']}× {x['offer']}" for x in o["offers"]),
+                "seats": o["seats"],
+                "total_usd": o["total_usd"],
+                "usd_per_seat_hour": round(o["total_usd"] / (participants * result["course"]["seat_hours_each"]), 4),
+            }
+            for o in result["options"]
+        ]
+        print_csv(csv_rows, ["rank", "offers", "seats", "total_usd", "usd_per_seat_hour"])
+        return
     rows = [
         {
             "rank": o["rank"],
@@ -44,9 +58,6 @@ def _plan(
         for o in result["options"]
     ]
     columns = ["rank", "offers", "seats", "total", "per seat-hour"]
-    if fmt is Format.csv:
-        print_csv(rows, columns)
-        return
     course_info = result["course"]
     title = (f"{course_info['name']}: {course_info['participants']} participants, "
              f"{course_info['period_days']} days, {course_info['seat_hours_each']:g} seat-hours each")

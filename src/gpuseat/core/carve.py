@@ -20,6 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuseat.catalog import GpuModel
+from gpuseat.catalog.licences import licences
 from gpuseat.catalog.partitions import (
     MigGpu,
     MigProfile,
@@ -304,8 +305,18 @@ def chip_options(
     return options, rejected
 
 
+def _licence_usd(opt: Option, chips: int) -> float:
+    """List price of the licences one server needs with ``opt`` (0 without a licence)."""
+    if opt.licence is None:
+        return 0.0
+    lic = licences().get(opt.licence)
+    if lic is None:
+        return math.inf
+    return lic.usd * (chips if lic.per == "gpu" else opt.per_chip * chips)
+
+
 def _capacity_key(opt: Option, chips: int) -> tuple:
-    return (-opt.per_chip * chips, opt.rank, opt.licence is not None, -opt.memory_gb)
+    return (-opt.per_chip * chips, opt.rank, opt.licence is not None, _licence_usd(opt, chips), -opt.memory_gb)
 
 
 def _explain(opt: Option, chosen: Option, chips: int, seats: int) -> Rejection:
@@ -318,6 +329,8 @@ def _explain(opt: Option, chosen: Option, chips: int, seats: int) -> Rejection:
         why = f"{chosen.label()} is more isolated"
     elif (opt.licence is not None) > (chosen.licence is not None):
         why = f"needs a licence ({opt.licence}); {chosen.label()} gives as many seats"
+    elif _licence_usd(opt, chips) > _licence_usd(chosen, chips):
+        why = f"its licence ({opt.licence}) costs more than {chosen.label()}'s for as many seats"
     else:
         why = f"{chosen.label()} gives more memory per seat"
     return Rejection(mode=opt.mode, profile=opt.profile, reason=f"{head}; {why}")
@@ -328,7 +341,8 @@ def server_capacity(
 ) -> Capacity:
     """Most seats one server of ``boards`` × ``gpu`` gives with ≥ ``need.min_gpu_memory_gb`` each.
 
-    Ties go to the more isolated mode (passthrough first), then to no licence, then to more memory.
+    Ties go to the more isolated mode (passthrough first), then to no licence or the cheaper licence,
+    then to more memory.
     """
     chips = boards * gpu.chips_per_board
     options, rejected = chip_options(gpu, need, catalog)
