@@ -11,10 +11,17 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
 
 from gpuseat.catalog.offers import INCREMENT_S, Offer
 
 HOURS_PER_MONTH = 730  # the hours-per-month convention cloud storage prices use
+
+# A price for one offer, or a numpy column of prices for many: the planner prices a whole catalog at once
+# with the same functions that price one offer, so the two cannot disagree.
+Amount = TypeVar("Amount", float, np.ndarray)
 
 
 def money(usd: float) -> str:
@@ -87,6 +94,26 @@ def billed_seconds(run_s: int, offer: Offer) -> int:
     return math.ceil(charged / increment) * increment
 
 
+def billed_total(runs_s: list[int], offer: Offer) -> int:
+    """Seconds billed for all runs (lab sessions mostly share one length: each length is billed once)."""
+    return sum(billed_seconds(r, offer) * k for r, k in Counter(runs_s).items())
+
+
+def hourly_usd(price_usd_h: Amount, billed_s: Amount | int) -> Amount:
+    """Rent for ``billed_s`` seconds at an hourly price."""
+    return price_usd_h * billed_s / 3600
+
+
+def disk_usd(usd_per_gb_month: Amount, gb: float, period_days: int) -> Amount:
+    """Disk kept for a seat over the whole course, billed even while the instance is stopped."""
+    return usd_per_gb_month * gb * (period_days * 24) / HOURS_PER_MONTH
+
+
+def egress_usd(usd_per_gb: Amount, gb: float) -> Amount:
+    """Internet egress per seat."""
+    return usd_per_gb * gb
+
+
 def _billing_words(offer: Offer) -> str:
     rule = offer.billing
     return f"{rule}, {offer.min_charge_s} s minimum" if offer.min_charge_s else rule
@@ -103,31 +130,29 @@ def usage_rate(offer: Offer, runs_s: list[int], period_days: int, *, per: str) -
             return Rate("server rent", offer.price_usd * whole, formula, per)
         formula = f"{price} × {period_days} d / {offer.days_per_month} d"
         return Rate("server rent", offer.price_usd * period_days / offer.days_per_month, formula, per)
-    lengths = Counter(runs_s)  # lab sessions mostly share one length: bill each length once
-    billed_total = sum(billed_seconds(r, offer) * k for r, k in lengths.items())
+    billed = billed_total(runs_s, offer)
     item = "instance hours" if offer.kind == "cloud" else "server hours"
-    return Rate(item, offer.price_usd * billed_total / 3600, lambda: _hourly_formula(offer, runs_s, billed_total), per)
+    return Rate(item, hourly_usd(offer.price_usd, billed), lambda: _hourly_formula(offer, runs_s, billed), per)
 
 
-def _hourly_formula(offer: Offer, runs_s: list[int], billed_total: int) -> str:
+def _hourly_formula(offer: Offer, runs_s: list[int], billed: int) -> str:
     price = f"{num(offer.price_usd)} $/h"
     lengths = Counter(runs_s)
-    unrounded = billed_total == sum(runs_s)
+    unrounded = billed == sum(runs_s)
     if len(runs_s) == 1 and unrounded and runs_s[0] % 86400 == 0:
         return f"{price} × 24 h × {runs_s[0] // 86400} d"
     if len(lengths) == 1 and unrounded:
         return f"{price} × {num(runs_s[0] / 3600)} h × {len(runs_s)} sessions"
     words = f"{len(runs_s)} run{'s' if len(runs_s) != 1 else ''}, {_billing_words(offer)}"
-    return f"{price} × {num(round(billed_total / 3600, 4))} h billed ({words})"
+    return f"{price} × {num(round(billed / 3600, 4))} h billed ({words})"
 
 
 def disk_rate(offer: Offer, gb: float, period_days: int) -> Rate:
     """Disk kept for a seat over the whole course, billed even while the instance is stopped."""
     hours = period_days * 24
-    usd = offer.disk_usd_per_gb_month * gb * hours / HOURS_PER_MONTH
     return Rate(
         "disk",
-        usd,
+        disk_usd(offer.disk_usd_per_gb_month, gb, period_days),
         lambda: f"{num(offer.disk_usd_per_gb_month)} $/GB-month × {num(gb)} GB × {hours} h / {HOURS_PER_MONTH} h",
         "seat",
     )
@@ -135,7 +160,8 @@ def disk_rate(offer: Offer, gb: float, period_days: int) -> Rate:
 
 def egress_rate(offer: Offer, gb: float) -> Rate:
     """Internet egress per seat."""
-    return Rate("egress", offer.egress_usd_per_gb * gb, f"{num(offer.egress_usd_per_gb)} $/GB × {num(gb)} GB", "seat")
+    formula = f"{num(offer.egress_usd_per_gb)} $/GB × {num(gb)} GB"
+    return Rate("egress", egress_usd(offer.egress_usd_per_gb, gb), formula, "seat")
 
 
 def term_count(period_days: int, term_days: int) -> int:

@@ -11,9 +11,9 @@ Alternatives are the best plan that puts each group on one offer where it can; p
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import NamedTuple
@@ -25,7 +25,21 @@ from gpuseat.catalog.licences import Licence, licences
 from gpuseat.catalog.offers import Offer
 from gpuseat.catalog.skypilot import ProviderRules
 from gpuseat.core.carve import Capacity, server_capacity
-from gpuseat.core.cost import Line, Rate, disk_rate, egress_rate, line, money, num, term_count, usage_rate
+from gpuseat.core.cost import (
+    Line,
+    Rate,
+    billed_total,
+    disk_rate,
+    disk_usd,
+    egress_rate,
+    egress_usd,
+    hourly_usd,
+    line,
+    money,
+    num,
+    term_count,
+    usage_rate,
+)
 from gpuseat.core.course import Course, Group
 from gpuseat.core.needs import SeatNeed
 from gpuseat.errors import InputError
@@ -151,16 +165,19 @@ class _Context:
         """The context of ``course``."""
         return cls(course, course.schedule.period_days, course.schedule.run_lengths_s())
 
+    def billed_runs(self, offer: Offer) -> tuple[list[int], tuple[str, ...]]:
+        """The runs ``offer`` is billed for: the sessions, or the whole period (noting why) when it keeps running."""
+        always_on = self.course.schedule.always_on
+        if always_on or (offer.stoppable and self.course.costs.stop_outside_sessions):
+            return self.session_runs, ()
+        why = "cannot be stopped" if not offer.stoppable else "is kept running (stop_outside_sessions = false)"
+        return [self.period_days * 86400], (f"{offer.id} {why}: billed 24/7 for {self.period_days} d",)
+
     def usage_rate(self, offer: Offer) -> tuple[Rate, tuple[str, ...]]:
         """Rent for one unit of ``offer`` over the course, and notes on how it is billed (cached per offer)."""
         cached = self.usage.get(offer.id)
         if cached is None:
-            runs, notes = self.session_runs, ()
-            always_on = self.course.schedule.always_on
-            if not always_on and not (offer.stoppable and self.course.costs.stop_outside_sessions):
-                why = "cannot be stopped" if not offer.stoppable else "is kept running (stop_outside_sessions = false)"
-                runs = [self.period_days * 86400]
-                notes = (f"{offer.id} {why}: billed 24/7 for {self.period_days} d",)
+            runs, notes = self.billed_runs(offer)
             per = "seat" if offer.kind == "cloud" else "server"
             cached = self.usage[offer.id] = (usage_rate(offer, runs, self.period_days, per=per), notes)
         return cached
@@ -185,16 +202,33 @@ class _Context:
         return self.capacity[key]
 
 
+class _Check(NamedTuple):
+    """One thing a cloud instance must have to seat a participant: ``have`` (an offer attribute) ≥ ``least``.
+
+    :func:`fit_offer` and the vectorised :class:`_Table` both read this one table, so they cannot disagree.
+    """
+
+    have: str
+    least: Callable[[SeatNeed], float]
+    why: str  # str.format template over have, least and gpu
+
+
+_CLOUD_CHECKS = (
+    _Check("memory_per_chip_gb", lambda n: n.min_gpu_memory_gb, "{have:g} GB GPU memory < {least:g} GB needed"),
+    # gpu_count is always > 0, so a least of 0 lets any slice through
+    _Check("gpu_count", lambda n: 1 if n.isolation == "dedicated" else 0,
+           "{have:g} of a {gpu} is a shared slice, not a dedicated GPU"),
+    _Check("vcpus", lambda n: n.min_vcpus, "{have:g} vCPUs < {least:g} needed"),
+    _Check("ram_gb", lambda n: n.min_ram_gb, "{have:g} GB RAM < {least:g} GB needed"),
+)
+
+
 def _cloud_seats(offer: Offer, gpu: GpuModel, need: SeatNeed) -> tuple[int, str | None]:
     """Seats one cloud instance gives (1 or 0) and the reason when 0."""
-    if offer.memory_per_chip_gb < need.min_gpu_memory_gb:
-        return 0, f"{offer.memory_per_chip_gb:g} GB GPU memory < {need.min_gpu_memory_gb:g} GB needed"
-    if need.isolation == "dedicated" and offer.gpu_count < 1:
-        return 0, f"{offer.gpu_count:g} of a {gpu.id} is a shared slice, not a dedicated GPU"
-    if offer.vcpus < need.min_vcpus:
-        return 0, f"{offer.vcpus:g} vCPUs < {need.min_vcpus:g} needed"
-    if offer.ram_gb < need.min_ram_gb:
-        return 0, f"{offer.ram_gb:g} GB RAM < {need.min_ram_gb:g} GB needed"
+    for check in _CLOUD_CHECKS:
+        have, least = getattr(offer, check.have), check.least(need)
+        if have < least:
+            return 0, check.why.format(have=have, least=least, gpu=gpu.id)
     return 1, None
 
 
@@ -273,17 +307,135 @@ def fit_offer(offer: Offer, group: Group, need: SeatNeed, ctx: _Context) -> tupl
     return fit, rejections
 
 
+def _vectorised(offer: Offer) -> bool:
+    """Whether :class:`_Table` checks and prices ``offer`` in bulk: cloud instances billed by the hour."""
+    return offer.kind == "cloud" and not offer.monthly
+
+
+@dataclass
+class _Table:
+    """The plan's offers as numpy columns, built once per plan.
+
+    A large catalog is nearly all hourly cloud instances, and one of them costs the same per seat
+    whatever the group, so they are checked and ranked for every group at once; :func:`fit_offer`
+    makes a :class:`Fit` only for the few the MILP pool and the alternatives use. Other offers
+    (bare-metal servers, monthly instances) go through :func:`fit_offer` right away.
+    """
+
+    offers: list[Offer]
+    vectorised: np.ndarray  # bool per offer
+    have: list[np.ndarray]  # per _CLOUD_CHECKS entry, each vectorised offer's value
+    bound: np.ndarray  # per-seat bound of each vectorised offer
+    id_rank: np.ndarray  # position of each offer's id in sorted order: the tie-break when ranking
+
+    @classmethod
+    def of(cls, offers: list[Offer], ctx: _Context) -> _Table:
+        """Columns of ``offers``, priced for the course of ``ctx``."""
+        n = len(offers)
+        rows = [i for i, o in enumerate(offers) if _vectorised(o)]
+        bulk = [offers[i] for i in rows]
+        vectorised = np.zeros(n, dtype=bool)
+        vectorised[rows] = True
+
+        def column(values: Iterable[float]) -> np.ndarray:
+            out = np.zeros(n)
+            out[rows] = np.fromiter(values, dtype=float, count=len(bulk))
+            return out
+
+        totals: dict[tuple[str, int, bool], int] = {}  # billed seconds depend on nothing else
+
+        def billed(offer: Offer) -> int:
+            key = (offer.billing, offer.min_charge_s, offer.stoppable)
+            if key not in totals:
+                totals[key] = billed_total(ctx.billed_runs(offer)[0], offer)
+            return totals[key]
+
+        costs, period = ctx.course.costs, ctx.period_days
+        unit = hourly_usd(column(o.price_usd for o in bulk), column(billed(o) for o in bulk))
+        unit = unit + column(o.setup_fee_usd for o in bulk)
+        # Fit.per_seat_bound with one seat per instance; an absent disk or egress rate is a 0 here
+        seat = (disk_usd(column(o.disk_usd_per_gb_month for o in bulk), costs.storage_gb_per_seat, period)
+                + egress_usd(column(o.egress_usd_per_gb for o in bulk), costs.egress_gb_per_seat))
+        have = [column(getattr(o, check.have) for o in bulk) for check in _CLOUD_CHECKS]
+        id_rank = np.empty(n, dtype=np.int64)
+        id_rank[np.argsort(np.array([o.id for o in offers]), kind="stable")] = np.arange(n)
+        return cls(offers, vectorised, have, unit + seat, id_rank)
+
+    def fits(self, group: Group, ctx: _Context) -> tuple[_GroupFits, list[Rejection]]:
+        """Which offers can seat ``group`` at what bound, and why the others cannot (in offer order)."""
+        need = group.need
+        why: dict[int, list[Rejection]] = {}
+        usable = self.vectorised.copy()
+        for check, have in zip(_CLOUD_CHECKS, self.have, strict=True):
+            least = check.least(need)
+            short = usable & (have < least)
+            reasons: dict[tuple[float, str], str] = {}  # few distinct values: format each once
+            for i in np.flatnonzero(short).tolist():
+                offer = self.offers[i]
+                key = (have[i], offer.gpu)
+                if key not in reasons:
+                    gpu = find_gpu(offer.gpu)
+                    assert gpu is not None  # Offer validates its GPU
+                    reasons[key] = check.why.format(have=getattr(offer, check.have), least=least, gpu=gpu.id)
+                why[i] = [Rejection(offer.id, reasons[key], group.name)]
+            usable &= ~short
+        bound = np.where(usable, self.bound, np.inf)
+        made: dict[int, Fit] = {}
+        for i in np.flatnonzero(~self.vectorised).tolist():
+            fit, rejections = fit_offer(self.offers[i], group, need, ctx)
+            if rejections:
+                why[i] = rejections
+            if fit is not None:
+                made[i], bound[i], usable[i] = fit, fit.per_seat_bound(), True
+        rejected = [r for i in sorted(why) for r in why[i]]
+        return _GroupFits(group, need, self, ctx, usable, bound, made), rejected
+
+
+@dataclass
+class _GroupFits:
+    """How the plan's offers serve one group: usable or not and the per-seat bound of each, Fits on demand."""
+
+    group: Group
+    need: SeatNeed
+    table: _Table
+    ctx: _Context
+    usable: np.ndarray  # bool per offer
+    bound: np.ndarray  # Fit.per_seat_bound per usable offer
+    made: dict[int, Fit]
+
+    def fit(self, i: int) -> Fit | None:
+        """The fit of offer ``i`` (None when it cannot seat the group); made once, when first asked for."""
+        if not self.usable[i]:
+            return None
+        if i not in self.made:
+            # its rejections, if any, were listed by _Table.fits
+            fit, _ = fit_offer(self.table.offers[i], self.group, self.need, self.ctx)
+            assert fit is not None  # _Table.fits applies the same checks
+            self.made[i] = fit
+        return self.made[i]
+
+    def ranked(self) -> Iterator[Fit]:
+        """Usable fits, cheapest per full seat first, ties by offer id."""
+        rows = np.flatnonzero(self.usable)
+        order = rows[np.lexsort((self.table.id_rank[rows], self.bound[rows]))]
+        for i in order.tolist():
+            fit = self.fit(i)
+            assert fit is not None
+            yield fit
+
+
 # ------------------------------------------------------------------------------------- optimising
 
 
-def _pool(fits: list[Fit], group: Group) -> list[Fit]:
-    """The cheapest fits per seat, plus more until their availability can seat the whole group.
+def _pool(ranked: Iterable[Fit], group: Group) -> list[Fit]:
+    """The cheapest fits per seat (``ranked`` lists them cheapest first), plus more until their availability
+    can seat the whole group.
 
     Keeping ``POOL_PER_GROUP`` candidates keeps the MILP small on 20,000-offer catalogs; an offer
     ranked lower per full seat can only win on a remainder, which the kept smaller offers cover.
     """
-    ranked = [f for _, _, f in sorted((f.per_seat_bound(), f.offer.id, f) for f in fits)]
-    pool, capacity = [], 0.0
+    pool: list[Fit] = []
+    capacity = 0.0
     for fit in ranked:
         if len(pool) >= POOL_PER_GROUP and capacity >= group.count:
             break
@@ -408,18 +560,14 @@ def plan(
     ``where`` names the course in error messages (its file path, for the CLI).
     """
     rejected: list[Rejection] = []
-    fits: dict[str, list[Fit]] = {}
+    fits: dict[str, _GroupFits] = {}
     warnings: list[str] = []
     ctx = _Context.of(course)
+    table = _Table.of(offers, ctx)
     for group in course.groups:
-        fits[group.name] = []
-        need = group.need
-        for offer in offers:
-            fit, why = fit_offer(offer, group, need, ctx)
-            rejected += why
-            if fit is not None:
-                fits[group.name].append(fit)
-        if not fits[group.name]:
+        fits[group.name], why = table.fits(group, ctx)
+        rejected += why
+        if not fits[group.name].usable.any():
             need = group.need
             raise InputError(
                 f"no offer can seat group '{group.name}' (needs ≥ {num(need.min_gpu_memory_gb)} GB GPU memory, "
@@ -428,7 +576,7 @@ def plan(
                 where=f"{where}: group '{group.name}'",
                 fix="lower the needs, or add offers (--offers FILE) that meet them; see 'rejected' in --format json",
             )
-    pools = {g.name: _pool(fits[g.name], g) for g in course.groups}
+    pools = {g.name: _pool(fits[g.name].ranked(), g) for g in course.groups}
     best = _solve(course, pools)
     if best is None:
         raise InputError(
@@ -437,16 +585,12 @@ def plan(
             fix="raise 'available' on some offers or add offers",
         )
     options = [_option(best, providers, course)]
-    unique = {f.offer.id: f for g in course.groups for f in fits[g.name]}.values()
-    candidates = heapq.nsmallest(4 * alternatives, unique, key=lambda f: f.per_seat_bound()) if alternatives else []
     seen = {options[0].key}
-    for fit in candidates:
+    for i in _alternative_offers(list(fits.values()), 4 * alternatives):
         if len(options) > alternatives:
             break
-        allowed = {
-            g.name: [f for f in fits[g.name] if f.offer.id == fit.offer.id] or pools[g.name] for g in course.groups
-        }
-        alt = _solve(course, allowed) or _solve(course, pools, must_use=fit.offer.id)
+        allowed = {g.name: [f] if (f := fits[g.name].fit(i)) else pools[g.name] for g in course.groups}
+        alt = _solve(course, allowed) or _solve(course, pools, must_use=offers[i].id)
         if alt is None:
             continue
         option = _option(alt, providers, course)
@@ -455,6 +599,23 @@ def plan(
             options.append(option)
     options.sort(key=lambda o: o.total_usd)
     return Plan(course, options, _dedupe(rejected), warnings, speeds or {})
+
+
+def _alternative_offers(fits: list[_GroupFits], count: int) -> list[int]:
+    """The ``count`` offers to try each on its own: cheapest per seat in the last group they can seat,
+    ties in the order the groups first list them."""
+    if not count:
+        return []
+    usable = np.zeros_like(fits[0].usable)
+    bound = np.full(len(usable), np.inf)
+    first = np.zeros(len(usable), dtype=np.int64)
+    for g, group_fits in reversed(list(enumerate(fits))):
+        bound = np.where(usable | ~group_fits.usable, bound, group_fits.bound)
+        first[group_fits.usable] = g
+        usable |= group_fits.usable
+    rows = np.flatnonzero(usable)
+    order = rows[np.lexsort((rows, first[rows], bound[rows]))]
+    return order[:count].tolist()
 
 
 def _dedupe(rejected: list[Rejection]) -> list[Rejection]:
