@@ -15,8 +15,7 @@ import time
 from collections.abc import Callable
 from datetime import date
 
-from gpuseat.catalog.offers import Offer
-from gpuseat.catalog.skypilot import provider_rules
+from gpuseat.catalog.offers import Offer, provider_rules
 from gpuseat.core import plan as planner
 from gpuseat.core.course import Course
 

@@ -11,8 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from gpuseat.catalog import reference_results
-from gpuseat.catalog.offers import Offer, bundled_offers, check_offer_ids, load_offers_file, merge_offers
-from gpuseat.catalog.skypilot import import_skypilot, provider_rules
+from gpuseat.catalog.offers import (
+    Offer,
+    bundled_offers,
+    check_offer_ids,
+    load_offers_file,
+    merge_offers,
+    provider_rules,
+)
+from gpuseat.catalog.skypilot import import_skypilot
 from gpuseat.core.course import Course
 from gpuseat.core.plan import Plan, Speed, performance, plan, select_offers, speeds_from
 from gpuseat.errors import InputError

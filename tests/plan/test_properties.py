@@ -7,8 +7,7 @@ from datetime import date
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuseat.catalog.offers import bundled_offers
-from gpuseat.catalog.skypilot import provider_rules
+from gpuseat.catalog.offers import bundled_offers, provider_rules
 from gpuseat.core.cost import billed_seconds, usage_rate
 from gpuseat.core.course import Course
 from gpuseat.core.plan import plan, select_offers

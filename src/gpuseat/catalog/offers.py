@@ -76,6 +76,30 @@ class Offer(BaseModel):
         return self.gpu_memory_gb if self.gpu_memory_gb is not None else model.memory_gb
 
 
+class ProviderRules(BaseModel):
+    """Billing rules a provider applies, which SkyPilot's catalog does not carry."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    billing: Billing
+    min_charge_s: int
+    disk_usd_per_gb_month: float
+    egress_usd_per_gb: float
+    stoppable: bool
+    support_min_usd_month: float = 0
+    support_pct: float = 0
+    support_source: str = ""
+    source: str
+    as_of: date
+
+
+@cache
+def provider_rules() -> dict[str, ProviderRules]:
+    """Bundled billing rules by provider name."""
+    return {p["name"]: ProviderRules.model_validate(p) for p in data_toml("providers.toml")["provider"]}
+
+
 class OffersFile(BaseModel):
     """The shape of an offers TOML file (bundled or the user's)."""
 

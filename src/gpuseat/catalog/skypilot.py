@@ -12,13 +12,10 @@ import ast
 import math
 from dataclasses import dataclass, field, replace
 from datetime import date
-from functools import cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
-from gpuseat.catalog import data_toml, find_gpu
-from gpuseat.catalog.offers import Billing, Offer
+from gpuseat.catalog import find_gpu
+from gpuseat.catalog.offers import Offer, provider_rules
 from gpuseat.errors import InputError, did_you_mean
 from gpuseat.files import read_csv
 
@@ -26,30 +23,6 @@ REQUIRED = ("InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs", "Mem
 GCP_ATTACHABLE_HOST_PREFIX = "n1-"
 #: Known catalog errors corrected on import (pricing.md §1.4).
 GPU_COUNT_FIXES = {("azure", "Standard_ND96isr_H100_v5"): 8.0}
-
-
-class ProviderRules(BaseModel):
-    """Billing rules a provider applies, which SkyPilot's catalog does not carry."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    billing: Billing
-    min_charge_s: int
-    disk_usd_per_gb_month: float
-    egress_usd_per_gb: float
-    stoppable: bool
-    support_min_usd_month: float = 0
-    support_pct: float = 0
-    support_source: str = ""
-    source: str
-    as_of: date
-
-
-@cache
-def provider_rules() -> dict[str, ProviderRules]:
-    """Bundled billing rules by provider name."""
-    return {p["name"]: ProviderRules.model_validate(p) for p in data_toml("providers.toml")["provider"]}
 
 
 @dataclass

@@ -22,8 +22,7 @@ import numpy as np
 
 from gpuseat.catalog import GpuModel, find_gpu
 from gpuseat.catalog.licences import Licence, licences
-from gpuseat.catalog.offers import Offer
-from gpuseat.catalog.skypilot import ProviderRules
+from gpuseat.catalog.offers import Offer, ProviderRules
 from gpuseat.core.carve import Capacity, server_capacity
 from gpuseat.core.cost import (
     Line,
@@ -269,15 +268,10 @@ def fit_offer(offer: Offer, group: Group, need: SeatNeed, ctx: _Context) -> tupl
             rejections.append(Rejection(offer.id, f"{label}: {why}", group.name, rej_profile))
         seats = capacity.seats
         notes = []
-        limits = []
-        if group.min_vcpus:
-            limits.append((math.floor(offer.vcpus / group.min_vcpus), "vCPUs"))
-        if group.min_ram_gb:
-            limits.append((math.floor(offer.ram_gb / group.min_ram_gb), "GB RAM"))
-        for limit, what in limits:
+        for have, least, what in ((offer.vcpus, group.min_vcpus, "vCPUs"), (offer.ram_gb, group.min_ram_gb, "GB RAM")):
+            limit = math.floor(have / least) if least else seats
             if limit < seats:
-                notes.append(f"{offer.id}: {num(getattr(offer, 'vcpus' if what == 'vCPUs' else 'ram_gb'))} "
-                             f"{what} allow only {limit} seats of the {seats} the GPUs give")
+                notes.append(f"{offer.id}: {num(have)} {what} allow only {limit} seats of the {seats} the GPUs give")
                 seats = limit
         if seats <= 0:
             reasons = "; ".join(f"{p or m}: {w}" for m, p, w in capacity.rejected[:3]) or "no seat fits"
