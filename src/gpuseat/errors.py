@@ -50,3 +50,23 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """A ``Did you mean X?`` hint (empty when nothing is close), for unknown ids and names."""
     close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.5)
     return f" Did you mean {', '.join(close)}?" if close else ""
+
+
+class UnknownGpu(InputError):
+    """A GPU model name that the catalog does not know."""
+
+
+class NoOfferFits(InputError):
+    """No offer in the catalog can seat a group of the course."""
+
+
+class Infeasible(InputError):
+    """Offers fit each group, but availability limits cannot seat every participant."""
+
+
+class StoreError(EngineError):
+    """The course database cannot be opened, is not gpuseat's, or failed."""
+
+
+class MissingDependency(EngineError):
+    """An optional dependency (torch, libvirt-python, …) is not installed; the fix names the extra."""

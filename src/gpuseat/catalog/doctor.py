@@ -78,9 +78,12 @@ class DoctorCatalog(BaseModel):
 @cache
 def doctor_catalog() -> DoctorCatalog:
     """The bundled doctor facts (``doctor.toml``) joined with the GPU models (``gpus.toml``)."""
-    raw = data_toml("doctor.toml")
+    return build_doctor(data_toml("doctor.toml"), gpu_models())
+
+
+def build_doctor(raw: dict, models: dict[str, GpuModel]) -> DoctorCatalog:
+    """Doctor facts from the parsed ``doctor.toml``, checked against the GPU models they name."""
     pci = {row["device"]: PciModel.model_validate(row) for row in raw["pci"]}
-    models = gpu_models()
     for row in pci.values():
         if row.gpu not in models:
             raise ValueError(f"doctor.toml: pci {row.device} names unknown gpus.toml id {row.gpu!r}")

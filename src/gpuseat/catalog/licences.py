@@ -29,4 +29,9 @@ class Licence(BaseModel):
 @cache
 def licences() -> dict[str, Licence]:
     """Bundled licences by id."""
-    return {row["id"]: Licence.model_validate(row) for row in data_toml("licences.toml")["licence"]}
+    return build_licences(data_toml("licences.toml"))
+
+
+def build_licences(raw: dict) -> dict[str, Licence]:
+    """Licences by id from the parsed ``licences.toml``."""
+    return {row["id"]: Licence.model_validate(row) for row in raw.get("licence", [])}

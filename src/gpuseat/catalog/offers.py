@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from gpuseat.catalog import data_toml, find_gpu, gpu_models
 from gpuseat.errors import InputError, did_you_mean
@@ -58,8 +58,10 @@ class Offer(BaseModel):
     as_of: date
 
     @model_validator(mode="after")
-    def _known_gpu(self) -> Offer:
-        if find_gpu(self.gpu) is None:
+    def _known_gpu(self, info: ValidationInfo) -> Offer:
+        # A catalog being built passes its own GPU lookup as validation context (overlay GPUs count).
+        lookup = (info.context or {}).get("find_gpu", find_gpu)
+        if lookup(self.gpu) is None:
             raise ValueError(f"unknown GPU model '{self.gpu}'.{did_you_mean(self.gpu, gpu_models())}")
         return self
 

@@ -147,10 +147,12 @@ def _group(rows: list[BaseModel]) -> dict[str, tuple]:
 
 @cache
 def partition_catalog() -> PartitionCatalog:
-    """The bundled partition catalog (loaded once)."""
-    mig = data_toml("mig_profiles.toml")
-    vgpu = data_toml("vgpu_profiles.toml")
-    sharing = data_toml("sharing.toml")
+    """The bundled partition catalog (loaded once); library code takes ``Catalog.partitions`` instead."""
+    return build_partitions(data_toml("mig_profiles.toml"), data_toml("vgpu_profiles.toml"), data_toml("sharing.toml"))
+
+
+def build_partitions(mig: dict, vgpu: dict, sharing: dict) -> PartitionCatalog:
+    """A partition catalog from the parsed ``mig_profiles``, ``vgpu_profiles`` and ``sharing`` tables."""
     return PartitionCatalog(
         mig_gpus={row["gpu"]: MigGpu.model_validate(row) for row in mig["gpu"]},
         mig_profiles=_group([MigProfile.model_validate(row) for row in mig["profile"]]),

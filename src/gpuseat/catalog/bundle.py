@@ -1,0 +1,153 @@
+"""The catalog as one immutable value: loaded once, then passed into plan, carve, render and doctor.
+
+``load_catalog()`` reads the bundled TOML/CSV files; ``load_catalog(overlay=DIR)`` lays a user's folder
+of files with the same names and shapes on top (``gpus.toml``, ``offers.toml``, ``licences.toml``,
+``providers.toml``, ``mig_profiles.toml``, ``vgpu_profiles.toml``, ``sharing.toml``, ``doctor.toml``):
+a row whose key matches a bundled row replaces it, any other row is added. Core and render code never
+call loaders themselves, so the same inputs give the same answer on every machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpuseat.catalog import GpuModel, ReferenceResult, _norm, data_toml, reference_results
+from gpuseat.catalog.doctor import DoctorCatalog, build_doctor
+from gpuseat.catalog.licences import Licence, build_licences
+from gpuseat.catalog.offers import Offer, OffersFile, ProviderRules
+from gpuseat.catalog.partitions import PartitionCatalog, build_partitions
+from gpuseat.errors import InputError, did_you_mean
+
+# file name → {array-of-tables name: the fields that identify a row}
+_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
+    "gpus.toml": {"gpu": ("id",)},
+    "offers.toml": {"offer": ("id",)},
+    "licences.toml": {"licence": ("id",)},
+    "providers.toml": {"provider": ("name",)},
+    "mig_profiles.toml": {"gpu": ("gpu",), "profile": ("gpu", "name")},
+    "vgpu_profiles.toml": {"gpu": ("gpu",), "profile": ("gpu", "name")},
+    "sharing.toml": {"mode": ("mode",)},
+    "doctor.toml": {"pci": ("device",), "mig_min": ("gpu",), "pci_class": ("code",)},
+}
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Everything gpuseat knows about GPUs, offers, partitioning, licences and hosts, as one value."""
+
+    gpus: Mapping[str, GpuModel]
+    offers: tuple[Offer, ...]
+    providers: Mapping[str, ProviderRules]
+    partitions: PartitionCatalog
+    licences: Mapping[str, Licence]
+    doctor: DoctorCatalog
+    references: tuple[ReferenceResult, ...]
+    overlay: str | None = None
+    _index: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    def find_gpu(self, name: str) -> GpuModel | None:
+        """The model whose id, name or alias matches ``name`` (case, spaces, dashes ignored), or None."""
+        key = _norm(name)
+        model_id = self._index.get(key)
+        if model_id is None and key.startswith("nvidia"):
+            model_id = self._index.get(key[len("nvidia") :])
+        return self.gpus[model_id] if model_id else None
+
+    def resolve_gpu(self, name: str, *, where: str = "GPU model") -> GpuModel:
+        """Like :meth:`find_gpu`, but an unknown name is an input error with a suggestion."""
+        model = self.find_gpu(name)
+        if model is None:
+            from gpuseat.errors import UnknownGpu
+
+            raise UnknownGpu(
+                f"unknown GPU model '{name}'.{did_you_mean(name, self.gpus)}",
+                where=where,
+                fix=f"use one of: {', '.join(self.gpus)}, or add it in a --catalog folder's gpus.toml",
+            )
+        return model
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any], keys: dict[str, tuple[str, ...]]) -> dict[str, Any]:
+    """Rows of ``extra`` replace rows of ``base`` with the same key; other rows are appended."""
+    out = dict(base)
+    for table, value in extra.items():
+        if table not in keys:
+            out[table] = value
+            continue
+        fields = keys[table]
+        rows = {tuple(r.get(f) for f in fields): r for r in base.get(table, [])}
+        for row in value if isinstance(value, list) else []:
+            rows[tuple(row.get(f) for f in fields) if isinstance(row, dict) else id(row)] = row
+        out[table] = list(rows.values())
+    return out
+
+
+def _raw(name: str, overlay: Path | None) -> tuple[dict[str, Any], str]:
+    raw = data_toml(name)
+    if overlay is None or not (overlay / name).exists():
+        return raw, f"bundled {name}"
+    from gpuseat.files import read_toml
+
+    return _merge(raw, read_toml(overlay / name), _KEYS[name]), str(overlay / name)
+
+
+def _build(where: str, make: Callable[[], Any]) -> Any:
+    from gpuseat.files import field_path
+
+    try:
+        return make()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise InputError(
+            f"field '{field_path(tuple(err['loc']))}': {err['msg']}",
+            where=where,
+            fix="correct that row (same shape as the bundled file of this name)",
+        ) from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"malformed catalog data: {exc}", where=where, fix="use the bundled file's shape") from None
+
+
+def load_catalog(overlay: Path | str | None = None) -> Catalog:
+    """The bundled catalog, with ``overlay`` (a folder of TOML files of the same names) laid on top."""
+    folder = Path(overlay) if overlay is not None else None
+    if folder is not None and not folder.is_dir():
+        raise InputError("not a folder", where=f"--catalog {folder}", fix="give a folder holding gpus.toml, …")
+    gpus_raw, where = _raw("gpus.toml", folder)
+    gpus: dict[str, GpuModel] = _build(
+        where, lambda: {g["id"]: GpuModel.model_validate(g) for g in gpus_raw.get("gpu", [])}
+    )
+    index: dict[str, str] = {}
+    for model in gpus.values():
+        for key in (model.id, model.name, *model.aliases):
+            index[_norm(key)] = model.id
+    probe = Catalog(gpus, (), {}, None, {}, None, (), _index=index)  # type: ignore[arg-type]
+
+    offers_raw, where = _raw("offers.toml", folder)
+    offers = _build(where, lambda: OffersFile.model_validate(offers_raw, context={"find_gpu": probe.find_gpu}).offer)
+    prov_raw, where = _raw("providers.toml", folder)
+    providers = _build(where, lambda: {p["name"]: ProviderRules.model_validate(p) for p in prov_raw["provider"]})
+    lic_raw, where = _raw("licences.toml", folder)
+    licences = _build(where, lambda: build_licences(lic_raw))
+    mig, w1 = _raw("mig_profiles.toml", folder)
+    vgpu, w2 = _raw("vgpu_profiles.toml", folder)
+    sharing, w3 = _raw("sharing.toml", folder)
+    partitions = _build(f"{w1}, {w2}, {w3}", lambda: build_partitions(mig, vgpu, sharing))
+    doc_raw, where = _raw("doctor.toml", folder)
+    doctor = _build(where, lambda: build_doctor(doc_raw, gpus))
+    return Catalog(
+        gpus=MappingProxyType(gpus),
+        offers=tuple(offers),
+        providers=MappingProxyType(providers),
+        partitions=partitions,
+        licences=MappingProxyType(licences),
+        doctor=doctor,
+        references=reference_results(),
+        overlay=str(folder) if folder else None,
+        _index=MappingProxyType(index),
+    )
