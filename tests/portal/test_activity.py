@@ -72,3 +72,13 @@ def test_last_active_survives_the_raw_prune(tmp_path):
     assert act.last_active()[ids["s0"]] == T0 + 3 * 3600 - 1  # the end of the last rolled-up (finished) minute
     assert act.live() == {}
     store.close()
+
+
+def test_results_have_one_dict_shape(tmp_path):
+    store, ids = _run(f"sqlite:///{tmp_path / 'c.db'}", 600)
+    act = Activity(store.engine)
+    live = act.live()[ids["s0"]].to_dict()
+    assert live["seat_id"] == ids["s0"] and live["active"] is True
+    assert act.daily()[0].to_dict().keys() == {"seat_id", "day", "sampled_hours", "active_hours", "utilization_avg"}
+    assert act.open_alerts() == []  # 10 minutes is not idle for half an hour yet
+    store.close()

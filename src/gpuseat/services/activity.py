@@ -9,7 +9,7 @@ unique only within a course. Times are Unix seconds (UTC).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from sqlalchemy import func, select
@@ -23,8 +23,18 @@ if TYPE_CHECKING:
 LIVE_WINDOW_S = 300  # a reading older than this is not "live" any more
 
 
+class _AsDict:
+    """One ``to_dict()`` per result type (the JSON shape of the portal's API and the report)."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, object]:
+        """The fields as a plain dict."""
+        return asdict(self)  # type: ignore[call-overload]
+
+
 @dataclass(frozen=True, slots=True)
-class SeatLive:
+class SeatLive(_AsDict):
     """The latest reading of one seat's device."""
 
     seat_id: int
@@ -38,7 +48,7 @@ class SeatLive:
 
 
 @dataclass(frozen=True, slots=True)
-class SeatDay:
+class SeatDay(_AsDict):
     """One seat over one UTC day: sampled hours, hours in use, mean utilisation."""
 
     seat_id: int
@@ -54,7 +64,7 @@ class SeatDay:
 
 
 @dataclass(frozen=True, slots=True)
-class OpenAlert:
+class OpenAlert(_AsDict):
     """An alert the monitor raised and has not cleared."""
 
     kind: str  # idle | memory | foreign | gpu_lost
