@@ -38,6 +38,7 @@ def test_vms_keywords_validate_and_define(tmp_path, gpu):
         disk="/var/lib/x/a b.qcow2",
         cidata="/var/lib/x/seed'.iso",
         serial_log="/tmp/console.log",
+        network="default",
         boot=DirectBoot(kernel="/k/vmlinuz", initrd="/k/initrd.gz", cmdline="console=ttyS0 quiet"),
     )
     path = tmp_path / "d.xml"
@@ -53,5 +54,6 @@ def test_vms_keywords_validate_and_define(tmp_path, gpu):
         assert "<source file='/var/lib/x/seed&apos;.iso'/>" in xml
         assert ("<hostdev" in xml) is gpu
         assert "<kernel>/k/vmlinuz</kernel>" in xml and "type='qemu'" in xml
+        assert "<source network='default'" in xml
     finally:
         conn.close()

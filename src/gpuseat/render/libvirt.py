@@ -85,6 +85,7 @@ def domain_xml(
     disk: str | None = None,
     cidata: str | None = None,
     serial_log: str | None = None,
+    network: str | None = None,
     boot: DirectBoot | None = None,
 ) -> str:
     """The domain of one seat (UEFI, q35: what large-BAR GPUs need).
@@ -92,7 +93,8 @@ def domain_xml(
     The keywords are for ``gpuseat vms``: the domain ``name`` and ``uuid``, ``memory_mib`` (instead of
     the options' GiB), ``virt_type='qemu'`` (TCG, no KVM needed), the ``owner`` metadata, ``gpu=False``
     for a seat without a GPU (BIOS boot then), the qcow2 ``disk``, the NoCloud ``cidata`` ISO as a
-    CD-ROM, the serial console to a ``serial_log`` file, and a direct kernel ``boot``.
+    CD-ROM, the serial console to a ``serial_log`` file, a virtio NIC on the libvirt ``network``, and a
+    direct kernel ``boot``.
     """
     device = ""
     if gpu:
@@ -122,6 +124,13 @@ def domain_xml(
             "      <target dev='sda' bus='sata'/>\n"
             "      <readonly/>\n"
             "    </disk>\n"
+        )
+    if network is not None:
+        device += (
+            "    <interface type='network'>\n"
+            f"      <source network={quoteattr(network)}/>\n"
+            "      <model type='virtio'/>\n"
+            "    </interface>\n"
         )
     if serial_log is not None:
         device += (
