@@ -7,6 +7,8 @@ Every user file goes through here so that a malformed file gives one clear ``Inp
 from __future__ import annotations
 
 import csv
+import math
+import stat
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,31 +21,81 @@ from gpuseat.errors import InputError
 M = TypeVar("M", bound=BaseModel)
 
 
-def read_text(path: Path) -> str:
-    """The file's text; a missing or unreadable file is an input error."""
+#: Largest user file read by default (course, offers, inventory, roster files are a few kB; a
+#: 1,000-GPU nvidia-smi capture is a few MB). Readers of bigger formats pass their own cap.
+MAX_BYTES = 16 * 1024 * 1024
+
+
+def read_bytes(path: Path, *, max_bytes: int = MAX_BYTES) -> bytes:
+    """A regular file's bytes, at most ``max_bytes``: FIFOs, devices and oversized files are refused."""
     try:
-        return path.read_text(encoding="utf-8")
+        st = path.stat()
     except FileNotFoundError:
         raise InputError("file not found", where=str(path), fix="check the path") from None
-    except IsADirectoryError:
-        raise InputError("is a directory, not a file", where=str(path), fix="give a file") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            f"not UTF-8 text (byte {exc.start})", where=str(path), fix="save the file as UTF-8"
-        ) from None
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", where=str(path), fix="check permissions") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError("is a directory, not a file", where=str(path), fix="give a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError("not a regular file (a FIFO, socket or device)", where=str(path), fix="give a regular file")
+    if st.st_size > max_bytes:
+        raise InputError(
+            f"file is {st.st_size:,} bytes, more than the {max_bytes:,} bytes gpuseat reads for this kind of file",
+            where=str(path),
+            fix="check that this is the right file, or split it",
+        )
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", where=str(path), fix="check permissions") from None
+    if len(data) > max_bytes:  # grew while we read it
+        raise InputError(f"file is larger than {max_bytes:,} bytes", where=str(path), fix="check the file")
+    return data
+
+
+def read_text(path: Path, *, max_bytes: int = MAX_BYTES) -> str:
+    """The file's text (UTF-8, a byte-order mark is dropped); bad files are input errors, never hangs."""
+    data = read_bytes(path, max_bytes=max_bytes)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start})", where=str(path), fix="save the file as UTF-8") from None
+
+
+def check_finite(data: Any, *, where: str, path: str = "", limit: float = 1e15) -> None:
+    """Refuse ``inf``, ``nan`` and numbers beyond ``limit`` anywhere in parsed TOML/JSON data."""
+    if isinstance(data, bool):
+        return
+    if isinstance(data, int | float):
+        if isinstance(data, float) and not math.isfinite(data):
+            bad = f"{data} is not a finite number"
+        elif abs(data) > limit:
+            bad = f"{data:g} is too large (at most {limit:g})"
+        else:
+            return
+        raise InputError(
+            bad, where=f"{where}: field '{path}'" if path else where, fix="give a finite, realistic number"
+        )
+    if isinstance(data, dict):
+        for key, value in data.items():
+            check_finite(value, where=where, path=f"{path}.{key}" if path else str(key), limit=limit)
+    elif isinstance(data, list | tuple):
+        for i, value in enumerate(data):
+            check_finite(value, where=where, path=f"{path}[{i}]", limit=limit)
 
 
 def read_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file; syntax errors name the line."""
     text = read_text(path)
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(
             f"malformed TOML: {exc}", where=str(path), fix="correct the TOML syntax on that line"
         ) from None
+    check_finite(data, where=str(path))
+    return data
 
 
 def field_path(loc: tuple[int | str, ...]) -> str:
