@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuseat.core.mmio import mmio_size_gb
 from gpuseat.doctor import parse
-from gpuseat.doctor.checks import mmio_size_gb
 
 addresses = st.integers(min_value=1, max_value=(1 << 48) - 1)
 sizes = st.integers(min_value=1, max_value=1 << 40)
@@ -51,11 +51,11 @@ def test_mig_csv_as_nvidia_smi_prints_it():
 
 
 @given(st.integers(min_value=1, max_value=1 << 44))
-def test_mmio_size_is_a_doubled_power_of_two_that_fits(total):
-    gb = mmio_size_gb(total)
+def test_mmio_size_is_the_smallest_power_of_two_that_fits(total):
+    gb = mmio_size_gb([total])
     assert gb & (gb - 1) == 0
-    assert gb * (1 << 30) >= 2 * total
-    assert gb == 2 or (gb // 2) * (1 << 30) < 2 * total
+    assert gb * (1 << 30) >= total
+    assert gb == 1 or (gb // 2) * (1 << 30) < total
 
 
 def test_interrupt_chips_and_modprobe_lines():

@@ -41,6 +41,7 @@ class BarLimits(_Row):
 
     above_4g_bytes: int = Field(gt=0)
     total_mmio_warn_bytes: int = Field(gt=0)
+    small_bars_bytes: int = Field(gt=0, description="BAR0 + BAR3 of a datacenter GPU, for estimates")
 
 
 class PciClass(_Row):

@@ -6,12 +6,12 @@ partitioning.md §1.1 (MIG minimum drivers) and §4.4 (vSphere 64-bit MMIO).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from gpuseat.catalog.doctor import DoctorCatalog
+from gpuseat.core.mmio import mmio_size_gb, needs_64bit_mmio
 from gpuseat.doctor.model import GpuFacts, HostFacts
 from gpuseat.doctor.parse import MIG_QUERY, MIG_QUERY_PATH, cmdline_value, human_bytes, version_tuple
 from gpuseat.doctor.report import Check
@@ -220,22 +220,17 @@ def iommu_group(f: HostFacts, gpu: GpuFacts, targets: frozenset[Target], ctx: Co
     )
 
 
-def mmio_size_gb(total_bytes: int) -> int:
-    """vSphere ``pciPassthru.64bitMMIOSizeGB``: BAR total rounded up to a power of two GiB, then doubled."""
-    gib = max(1, math.ceil(total_bytes / (1 << 30)))
-    return 2 * (1 << (gib - 1).bit_length())
-
-
 def bar_size(f: HostFacts, gpu: GpuFacts, targets: frozenset[Target], ctx: Context) -> Check:
     """BARs assigned; a BAR above 4 GiB needs Above-4G decoding, a UEFI guest and vSphere 64-bit MMIO."""
     if gpu.bars is None:
         return Check("bar-size", "skip", gpu.bdf, f"{gpu.dev}/resource: not readable")
     limits = ctx.catalog.bar
     total = sum(b.size for b in gpu.bars)
+    mmio = mmio_size_gb([b.size for b in gpu.bars])
     evidence = f"{gpu.dev}/resource: " + "; ".join(b.describe() for b in gpu.bars) + f" (total {human_bytes(total)})"
     guest = (
         "boot the guest with UEFI firmware (OVMF; libvirt <os firmware='efi'>; vSphere firmware = \"efi\"); on"
-        f' vSphere set pciPassthru.use64bitMMIO = "TRUE" and pciPassthru.64bitMMIOSizeGB = "{mmio_size_gb(total)}"'
+        f' vSphere set pciPassthru.use64bitMMIO = "TRUE" and pciPassthru.64bitMMIOSizeGB = "{mmio}"'
         " (add up all GPUs of one VM)"
     )
     if any(not b.assigned for b in gpu.bars):
@@ -247,7 +242,7 @@ def bar_size(f: HostFacts, gpu: GpuFacts, targets: frozenset[Target], ctx: Conte
             "Enable 'Above 4G decoding' ('Memory Mapped I/O above 4GB') in the host BIOS/UEFI and reboot; then "
             + guest,
         )
-    large = any(b.size >= limits.above_4g_bytes for b in gpu.bars) or total > limits.total_mmio_warn_bytes
+    large = needs_64bit_mmio([b.size for b in gpu.bars], limits)
     if large and "passthrough" in targets:
         return Check("bar-size", "warn", gpu.bdf, evidence + ": a guest needs 64-bit MMIO", guest)
     return Check("bar-size", "ok", gpu.bdf, evidence)
