@@ -46,8 +46,40 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-def make_engine(url: str | None = None) -> Engine:
-    """An engine for the course database; creates the SQLite folder when needed."""
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _check_sqlite_file(path: Path, *, create: bool) -> None:
+    """A SQLite path must be a SQLite file, or absent when the command may create the database."""
+    from gpuseat.errors import InputError
+
+    where = f"--db {path}"
+    if not path.exists():
+        if not create:
+            raise InputError(
+                "no gpuseat database here",
+                where=where,
+                fix="check the path, or create it with a command that writes (gpuseat course create, gpuseat monitor)",
+            )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return
+    if not path.is_file():
+        raise InputError("not a regular file", where=where, fix="give the path of a SQLite database file")
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", where=where, fix="check permissions") from None
+    if head and head != SQLITE_MAGIC:
+        raise InputError("not a SQLite database file", where=where, fix="give gpuseat's database file (gpuseat.db)")
+
+
+def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
+    """An engine for the course database.
+
+    ``create=False`` (read-only commands) refuses a SQLite file that does not exist yet, so a mistyped
+    ``--db`` path is an error instead of a new empty database.
+    """
     from sqlalchemy import create_engine, event
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
@@ -65,7 +97,7 @@ def make_engine(url: str | None = None) -> Engine:
         ) from None
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            _check_sqlite_file(Path(parsed.database).expanduser(), create=create)
         engine = create_engine(parsed)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
@@ -79,13 +111,74 @@ def make_engine(url: str | None = None) -> Engine:
         ) from None
 
 
+def _foreign_tables(conn: Any) -> list[str]:
+    """Tables that say this database belongs to another application (empty when it is gpuseat's)."""
+    from sqlalchemy import inspect
+
+    tables = set(inspect(conn).get_table_names())
+    if not tables or "alembic_version" in tables:
+        return []
+    return sorted(tables)
+
+
+def _lock_for_migration(conn: Any) -> None:
+    """Serialise schema creation between processes that open a new database at the same moment."""
+    from sqlalchemy import text
+
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(7368016744)"))  # gpuseat's lock id, released at commit
+    elif conn.dialect.name == "sqlite":
+        conn.exec_driver_sql("BEGIN IMMEDIATE")  # the write lock, held until this transaction ends
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Bring the schema to ``revision`` with the packaged Alembic migrations."""
+    """Bring the schema to ``revision`` with the packaged Alembic migrations.
+
+    Refuses a database that holds another application's tables; safe when several processes open a new
+    database at once (the migration runs under a write lock, the others then find it done).
+    """
     from alembic import command
     from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    from sqlalchemy.exc import DatabaseError, OperationalError
+
+    from gpuseat.errors import InputError, StoreError
 
     config = Config()
     config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.upgrade(config, revision)
+    heads = set(ScriptDirectory.from_config(config).get_heads())
+    where = engine.url.render_as_string(hide_password=True)
+    try:
+        with engine.connect() as conn:
+            if conn.dialect.name == "sqlite":
+                conn.exec_driver_sql("PRAGMA schema_version")  # fails early on a file that is not SQLite
+            current = set(MigrationContext.configure(conn).get_current_heads())
+            if revision == "head" and current == heads:
+                return  # nothing to do: skip the lock
+            foreign = _foreign_tables(conn)
+        if foreign:
+            raise InputError(
+                f"not a gpuseat database: it holds other tables ({', '.join(foreign[:5])})",
+                where=where,
+                fix="give gpuseat its own database file or PostgreSQL database",
+            )
+        with engine.connect() as conn:
+            if conn.dialect.name == "sqlite":
+                conn.commit()  # end SQLAlchemy's implicit transaction so BEGIN IMMEDIATE starts ours
+            _lock_for_migration(conn)
+            config.attributes["connection"] = conn
+            command.upgrade(config, revision)
+            conn.commit()
+    except OperationalError as exc:
+        raise StoreError(
+            f"cannot open the course database: {str(exc.orig).strip().splitlines()[0]}",
+            where=where,
+            fix="check the --db URL, that the server runs and accepts you, and that the file is writable",
+        ) from None
+    except DatabaseError as exc:
+        raise InputError(
+            f"not a usable database: {str(exc.orig).strip().splitlines()[0]}",
+            where=where,
+            fix="give gpuseat's database file (gpuseat.db) or a PostgreSQL URL",
+        ) from None
