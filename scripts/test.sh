@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The test command: set up, lint, run the whole suite (two workers on CI's 2 cores) against real
-# SQLite and a throwaway PostgreSQL server.
+# The test command: set up everything, check lint, format and types, check that a plain non-root
+# `pip install .` runs the main job, then run the whole suite (two workers on CI's 2 cores) against
+# real SQLite and a throwaway PostgreSQL server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --dev
 .venv/bin/ruff check src tests benchmarks
+.venv/bin/ruff format --check src tests benchmarks
+.venv/bin/mypy
+bash scripts/check_install.sh
 pg=$(mktemp -d /tmp/gpuseat-pg.XXXXXX)
 trap 'bash scripts/postgres.sh stop "$pg"' EXIT
 eval "$(bash scripts/postgres.sh start "$pg")"
