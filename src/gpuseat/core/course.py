@@ -158,6 +158,35 @@ class Costs(BaseModel):
     hypervisor_licence_usd_per_server: float = Field(0, ge=0)
 
 
+class VmGuest(BaseModel):
+    """``[vm]``: what every seat's VM gets at first boot through cloud-init (``gpuseat vms up``).
+
+    E.g. ``packages = ["nvidia-driver", "nvidia-cuda-toolkit"]`` (Debian guest with non-free enabled)
+    and ``commands = ["nvidia-smi"]``; they run as root in the guest, so only the organizer writes them.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    packages: tuple[str, ...] = ()
+    commands: tuple[str, ...] = ()
+
+    @field_validator("packages")
+    @classmethod
+    def _packages(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for name in v:
+            if not re.match(r"^[a-z0-9][a-z0-9+.-]+$", name):
+                raise ValueError(f"{name!r} is not a Debian/Ubuntu package name")
+        return v
+
+    @field_validator("commands")
+    @classmethod
+    def _commands(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for cmd in v:
+            if not cmd.strip() or "\x00" in cmd:
+                raise ValueError("commands must be non-empty text")
+        return v
+
+
 class Course(BaseModel):
     """A whole course file."""
 
@@ -171,6 +200,7 @@ class Course(BaseModel):
     participants: int | None = Field(None, gt=0)
     needs: SeatNeed | None = None
     costs: Costs = Costs()
+    vm: VmGuest = VmGuest()
 
     @model_validator(mode="after")
     def _groups(self) -> Course:

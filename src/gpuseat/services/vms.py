@@ -1,0 +1,527 @@
+"""Seats as VMs: ``gpuseat vms up|down|status`` through libvirt, for the CLI and the portal alike.
+
+``up`` makes one domain per seat of the course's carve layout: the domain XML comes from carve's
+libvirt renderer (one source), with gpuseat's owner metadata, a qcow2 overlay on the organizer's base
+image and a NoCloud seed carrying the participant's login. It is idempotent: what is right stays, what
+drifted is redefined, domains without gpuseat's metadata are never touched. Before anything is
+defined, the doctor's passthrough/vGPU checks run for the host and stop ``up`` with their fixes.
+The store gets each seat's engine state and, once the guest has an address, its connect string.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from gpuseat.core.carve import Layout, Seat
+from gpuseat.errors import EngineError, InputError
+from gpuseat.render.base import RenderOptions, seat_uuid
+from gpuseat.render.libvirt import DirectBoot, Owner, domain_xml
+from gpuseat.vms import names
+from gpuseat.vms.domain import drift
+from gpuseat.vms.seed import Guest, seed_iso
+
+if TYPE_CHECKING:
+    from gpuseat.doctor import Report
+    from gpuseat.services.courses import CourseStore
+    from gpuseat.vms.libvirt_host import LibvirtHost
+
+VirtType = Literal["kvm", "qemu"]
+DEFAULT_POOL_DIR = "/var/lib/libvirt/images/gpuseat"
+NO_PARTICIPANT_USER = "gpuseat"  # the login of a VM whose seat nobody holds yet (no key: nobody gets in)
+
+
+class _AsDict:
+    """One ``to_dict()`` per result type (``--format json`` and the portal's API)."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain data."""
+        return asdict(self)  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True)
+class VmOptions:
+    """How the VMs are made: where (``connect``), from what image, how big, with or without their GPUs."""
+
+    connect: str = "qemu:///system"
+    image: str | None = None
+    image_format: str = "qcow2"
+    disk_gb: int = 40
+    pool: str = "gpuseat"
+    pool_dir: str | None = DEFAULT_POOL_DIR
+    network: str | None = "default"
+    vcpus: int = 4
+    memory_mib: int = 16384
+    virt_type: VirtType = "kvm"
+    gpu: bool = True
+    start: bool = True
+    serial_dir: str | None = None
+    boot: DirectBoot | None = None
+    doctor_root: Path | None = None
+    preflight: bool = True
+    packages: tuple[str, ...] = ()
+    commands: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0 < self.vcpus <= 1024:
+            raise InputError(f"{self.vcpus} vCPUs", where="--vcpus", fix="give 1 to 1024")
+        if not 64 <= self.memory_mib <= 16 * 1024 * 1024:
+            raise InputError(f"{self.memory_mib} MiB", where="--memory-mib", fix="give 64 MiB to 16 TiB")
+        if not 1 <= self.disk_gb <= 65536:
+            raise InputError(f"{self.disk_gb} GB", where="--disk-gb", fix="give 1 to 65536")
+        if self.image_format not in ("qcow2", "raw"):
+            raise InputError(f"'{self.image_format}'", where="--image-format", fix="qcow2 or raw")
+        names.key(self.pool, where="--pool")
+        if self.network is not None:
+            names.key(self.network, where="--network")
+        for flag, value in (("--image", self.image), ("--pool-dir", self.pool_dir), ("--serial-dir", self.serial_dir)):
+            if value is not None and (not value.startswith("/") or "\x00" in value or "\n" in value):
+                raise InputError(f"'{value}' is not an absolute path", where=flag, fix="give a path starting with /")
+
+
+@dataclass(frozen=True)
+class VmSeat:
+    """One seat to run as a VM: its carve seat (the GPU) and who holds it."""
+
+    key: str
+    seat: Seat
+    participant: str | None = None
+    user: str = NO_PARTICIPANT_USER
+    ssh_keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SeatResult(_AsDict):
+    """What ``up``/``down``/``status`` did or saw for one seat."""
+
+    seat: str
+    domain: str
+    participant: str | None
+    action: str  # defined | redefined | unchanged | started | failed | removed | absent | seen
+    state: str  # libvirt's: running, shut off, … ("absent": no domain)
+    detail: str = ""
+    connect: str | None = None
+    disk: str | None = None
+    seed: str | None = None
+
+
+@dataclass(frozen=True)
+class VmReport(_AsDict):
+    """The result of one command: per-seat results, the pre-flight checks run, notes for the organizer."""
+
+    course: str
+    connect: str
+    seats: tuple[SeatResult, ...]
+    preflight: tuple[dict[str, Any], ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def failed(self) -> bool:
+        """Whether any seat failed (exit code 1)."""
+        return any(s.action == "failed" for s in self.seats)
+
+
+# -- pure parts ------------------------------------------------------------------------------------
+
+
+def domain_name(course: str, seat: str) -> str:
+    """The libvirt name of a seat's VM."""
+    return names.domain_name(course, seat)
+
+
+def guest(course: str, vm: VmSeat, options: VmOptions) -> Guest:
+    """What the seed tells the guest; the instance id changes whenever the login or set-up changes."""
+    name = domain_name(course, vm.key)
+    content = "\n".join((vm.user, *vm.ssh_keys, *options.packages, "\x00", *options.commands))
+    digest = hashlib.sha256(content.encode()).hexdigest()[:12]
+    return Guest(
+        hostname=vm.key,
+        instance_id=f"{name}-{digest}",
+        user=vm.user,
+        ssh_keys=vm.ssh_keys,
+        packages=options.packages,
+        commands=options.commands,
+    )
+
+
+def wanted_xml(
+    course: str, layout: Layout, vm: VmSeat, options: VmOptions, *, disk: str | None, seed: str | None
+) -> str:
+    """The domain gpuseat wants for this seat, from carve's renderer."""
+    name = domain_name(course, vm.key)
+    serial = f"{options.serial_dir.rstrip('/')}/{name}.log" if options.serial_dir else None
+    return domain_xml(
+        layout,
+        vm.seat,
+        RenderOptions(vcpus=options.vcpus),
+        name=name,
+        uuid=seat_uuid(layout, vm.seat, f"vm/{course}"),
+        memory_mib=options.memory_mib,
+        virt_type=options.virt_type,
+        owner=Owner(course=course, seat=vm.key, participant=vm.participant),
+        gpu=options.gpu,
+        disk=disk,
+        cidata=seed,
+        serial_log=serial,
+        network=options.network,
+        boot=options.boot,
+    )
+
+
+def connect_string(user: str, ip: str, remote_host: str | None, remote_user: str | None) -> str:
+    """``ssh user@ip``, or through the libvirt host as a jump host for a remote ``--connect``."""
+    if remote_host is None:
+        return f"ssh {user}@{ip}"
+    jump = f"{remote_user}@{remote_host}" if remote_user else remote_host
+    return f"ssh -J {jump} {user}@{ip}"
+
+
+def preflight_targets(seats: Iterable[VmSeat], options: VmOptions) -> list[str]:
+    """The doctor targets the seats need: ``passthrough`` and/or ``vgpu`` (none without GPUs)."""
+    if not options.gpu:
+        return []
+    modes = {vm.seat.mode for vm in seats}
+    return [t for t in ("passthrough", "vgpu") if t in modes]
+
+
+def preflight_failures(report: Report, target: str) -> list[str]:
+    """The doctor's failed checks as lines: what it saw and the fix."""
+    lines = []
+    for check in report.checks:
+        if check.status == "fail":
+            gpu = f" (GPU {check.gpu})" if check.gpu else ""
+            lines.append(
+                f"[{target}] {check.id}{gpu}: {check.evidence}" + (f" — fix: {check.fix}" if check.fix else "")
+            )
+    return lines
+
+
+# -- libvirt ---------------------------------------------------------------------------------------
+
+
+def _open(uri: str) -> LibvirtHost:
+    from gpuseat.vms.libvirt_host import LibvirtHost
+
+    return LibvirtHost(uri)
+
+
+def _run_preflight(host: LibvirtHost, seats: Sequence[VmSeat], options: VmOptions) -> tuple[list[dict], list[str]]:
+    """Run the doctor for what the seats need; raise with its findings when a seat cannot work."""
+    targets = preflight_targets(seats, options)
+    notes: list[str] = []
+    if not targets or not options.preflight:
+        return [], notes
+    root = options.doctor_root
+    if root is None:
+        if host.is_test_driver:
+            notes.append("pre-flight skipped: libvirt's test driver has no real host to check")
+            return [], notes
+        if host.remote_host is not None:
+            notes.append(
+                f"pre-flight skipped: {host.remote_host} is remote; run `gpuseat doctor --capture host.tar.gz` there, "
+                "extract it and pass --doctor-root DIR"
+            )
+            return [], notes
+        root = Path("/")
+    from gpuseat.doctor import diagnose
+
+    checks: list[dict] = []
+    failures: list[str] = []
+    for target in targets:
+        report, _ = diagnose(root, target)  # type: ignore[arg-type]
+        checks += [{"target": target, **c.as_dict()} for c in report.checks]
+        failures += preflight_failures(report, target)
+    if failures:
+        raise EngineError(
+            f"the host cannot run these seats' VMs yet ({len(failures)} doctor check(s) failed; nothing was defined):\n"
+            + "\n".join(f"  {line}" for line in failures),
+            where=f"pre-flight on {host.uri}" + (f" (doctor root {root})" if root != Path("/") else ""),
+            fix="apply the fixes above, reboot if they say so, and re-run `gpuseat vms up`; "
+            "`gpuseat doctor --for passthrough` shows the full report",
+        )
+    return checks, notes
+
+
+def _conflicts(host: LibvirtHost, course: str, seats: Sequence[VmSeat]) -> None:
+    """Refuse, before any change, a domain name that is taken by a domain gpuseat did not make for this seat."""
+    from gpuseat.vms.domain import owner
+
+    for vm in seats:
+        name = domain_name(course, vm.key)
+        dom = host.lookup(name)
+        if dom is None:
+            continue
+        who = owner(host.inactive_xml(dom))
+        if who is None or who.course != course or who.seat != vm.key:
+            whose = "has no gpuseat metadata" if who is None else f"belongs to course {who.course} seat {who.seat}"
+            raise EngineError(
+                f"a domain named {name} exists and {whose}; gpuseat leaves it alone",
+                where=f"seat {vm.key} on {host.uri}",
+                fix=f"rename or remove that domain yourself (virsh domrename {name} NEW), then re-run vms up",
+            )
+
+
+def up_seats(
+    course: str, layout: Layout, seats: Sequence[VmSeat], options: VmOptions, host: LibvirtHost | None = None
+) -> VmReport:
+    """Define (and start) one VM per seat; idempotent, drift-repairing, foreign domains untouched."""
+    names.key(course, where="course key")
+    own = host is None
+    host = host or _open(options.connect)
+    try:
+        checks, notes = _run_preflight(host, seats, options)
+        _conflicts(host, course, seats)
+        pool = host.pool(options.pool, options.pool_dir) if seats else None
+        if options.image is None:
+            notes.append(
+                "no --image: the VMs have no system disk (give a cloud image, e.g. a Debian genericcloud qcow2)"
+            )
+        results = [_up_one(host, pool, course, layout, vm, options, notes) for vm in seats]
+        return VmReport(course=course, connect=host.uri, seats=tuple(results), preflight=tuple(checks),
+                        notes=tuple(dict.fromkeys(notes)))  # fmt: skip
+    finally:
+        if own:
+            host.close()
+
+
+def _up_one(
+    host: LibvirtHost, pool: Any, course: str, layout: Layout, vm: VmSeat, options: VmOptions, notes: list[str]
+) -> SeatResult:
+    name = domain_name(course, vm.key)
+    try:
+        disk = None
+        if options.image is not None:
+            disk = host.overlay(pool, f"{name}.qcow2", options.image, options.image_format, options.disk_gb, vm.key)
+        seed, uploaded = host.upload(pool, f"{name}-cidata.iso", seed_iso(guest(course, vm, options)), vm.key)
+        if not uploaded:
+            notes.append("this libvirt driver cannot upload volumes: the seed ISOs are empty (normal for test:///)")
+        xml = wanted_xml(course, layout, vm, options, disk=disk, seed=seed)
+        dom = host.lookup(name)
+        if dom is None:
+            dom, action, detail = host.define(xml, vm.key), "defined", ""
+        else:
+            changed = drift(xml, host.inactive_xml(dom))
+            if changed:
+                dom = host.define(xml, vm.key)
+                action, detail = "redefined", "fixed: " + ", ".join(changed)
+                if dom.isActive():
+                    detail += " (applies at the VM's next start)"
+            else:
+                action, detail = "unchanged", ""
+        if options.start and not dom.isActive():
+            host.start(dom, vm.key)
+            action = "started" if action == "unchanged" else f"{action}+started"
+        ips = host.addresses(dom)
+        connect = (
+            connect_string(vm.user, ips[0].ip, host.remote_host, _uri_user(host.uri)) if ips and vm.ssh_keys else None
+        )
+        return SeatResult(vm.key, name, vm.participant, action, host.state(dom), detail, connect, disk, seed)
+    except EngineError as exc:
+        dom = host.lookup(name)
+        state = host.state(dom) if dom is not None else "absent"
+        return SeatResult(vm.key, name, vm.participant, "failed", state, exc.message)
+
+
+def _uri_user(uri: str) -> str | None:
+    import urllib.parse
+
+    return urllib.parse.urlsplit(uri).username
+
+
+def down_seats(
+    course: str,
+    connect: str,
+    *,
+    delete_disks: bool = False,
+    pool_name: str = "gpuseat",
+    host: LibvirtHost | None = None,
+) -> VmReport:
+    """Stop and undefine the course's gpuseat domains (only those); disks stay unless ``delete_disks``."""
+    names.key(course, where="course key")
+    own = host is None
+    host = host or _open(connect)
+    try:
+        owned = host.owned(course)
+        pool = None
+        try:
+            pool = host.pool(pool_name, None) if owned else None
+        except InputError:
+            pool = None
+        results = []
+        for seat_key, dom in sorted(owned.items()):
+            name = dom.name()
+            who = _participant_of(host, dom)
+            host.stop(dom)
+            host.undefine(dom)
+            detail = []
+            if pool is not None:
+                if host.delete_volume(pool, f"{name}-cidata.iso"):
+                    detail.append("seed deleted")
+                if delete_disks and host.delete_volume(pool, f"{name}.qcow2"):
+                    detail.append("disk deleted")
+                elif not delete_disks and host.volume(pool, f"{name}.qcow2") is not None:
+                    detail.append(f"disk kept ({name}.qcow2; --delete-disks removes it)")
+            results.append(SeatResult(seat_key, name, who, "removed", "absent", "; ".join(detail)))
+        return VmReport(course=course, connect=host.uri, seats=tuple(results))
+    finally:
+        if own:
+            host.close()
+
+
+def _participant_of(host: LibvirtHost, dom: Any) -> str | None:
+    from gpuseat.vms.domain import owner
+
+    who = owner(host.inactive_xml(dom))
+    return who.participant if who else None
+
+
+def status_seats(course: str, connect: str, seats: Sequence[VmSeat] = (), host: LibvirtHost | None = None) -> VmReport:
+    """Each seat's domain, state, participant and address (seats without a domain show as ``absent``)."""
+    names.key(course, where="course key")
+    own = host is None
+    host = host or _open(connect)
+    try:
+        owned = host.owned(course)
+        users = {vm.key: vm for vm in seats}
+        results = []
+        for key in sorted(set(owned) | set(users)):
+            vm = users.get(key)
+            dom = owned.get(key)
+            name = domain_name(course, key)
+            if dom is None:
+                results.append(SeatResult(key, name, vm.participant if vm else None, "absent", "absent"))
+                continue
+            ips = host.addresses(dom)
+            user = vm.user if vm else NO_PARTICIPANT_USER
+            connect_to = connect_string(user, ips[0].ip, host.remote_host, _uri_user(host.uri)) if ips else None
+            participant = vm.participant if vm else _participant_of(host, dom)
+            results.append(SeatResult(key, name, participant, "seen", host.state(dom), "", connect_to))
+        return VmReport(course=course, connect=host.uri, seats=tuple(results))
+    finally:
+        if own:
+            host.close()
+
+
+# -- the course store ------------------------------------------------------------------------------
+
+
+def course_vm_seats(store: CourseStore, course: str | None, layout: Layout | None) -> tuple[str, list[VmSeat], Any]:
+    """The course key, its seats that are in the layout (with their participants), and the course file."""
+    view = store.get_course(course)
+    seats = store.seats(view.key)
+    people = {p.key: p for p in store.participants(view.key)}
+    vm_kinds = {"gpu", "vgpu", "vm"}
+    if layout is None:
+        wanted = [s.key for s in seats if s.kind in vm_kinds and s.engine in ("manual", "libvirt")]
+        raise InputError(
+            f"gpuseat needs the server's carve layout to give seats {', '.join(wanted) or '(none)'} their GPUs",
+            where="--inventory",
+            fix="give the inventory the seats were added from: --inventory SERVER.toml --mode passthrough|vgpu",
+        )
+    by_key = {s.seat: s for s in layout.seats}
+    out: list[VmSeat] = []
+    for s in seats:
+        if s.key not in by_key:
+            continue
+        p = people.get(s.participant) if s.participant else None
+        user, keys = NO_PARTICIPANT_USER, ()
+        if p is not None:
+            user = names.unix_user(p.unix_user or p.key, where=f"participant {p.key}: unix_user")
+            keys = (p.ssh_key,) if p.ssh_key else ()
+        out.append(VmSeat(key=names.key(s.key, where=f"seat {s.key}"), seat=by_key[s.key], participant=s.participant,
+                          user=user, ssh_keys=keys))  # fmt: skip
+    if not out:
+        raise InputError(
+            f"no seat of course {view.key} is in the layout of {layout.server.name} ({len(layout.seats)} seats)",
+            where="--inventory",
+            fix="add the seats from this inventory first: gpuseat seats add --inventory FILE --mode MODE",
+        )
+    return view.key, out, store.course_file(view.key)
+
+
+def _record(store: CourseStore, course: str, results: Iterable[SeatResult], released: bool = False) -> None:
+    """Write each seat's engine state (and connect string) to the store when it changed."""
+    current = {s.key: s for s in store.seats(course)}
+    for r in results:
+        seat = current.get(r.seat)
+        if seat is None:
+            continue
+        if released:
+            state, reason = "released", "vms down: domain removed"
+        elif r.action == "failed":
+            state, reason = "failed", r.detail.splitlines()[0][:2000]
+        elif r.state == "running":
+            state, reason = "running", f"libvirt: {r.state}"
+        elif r.state == "absent":
+            state, reason = "planned", "no VM defined"
+        else:
+            state, reason = "requested", f"libvirt: {r.state}"
+        connect = r.connect if r.connect is not None else ("" if state != "running" else seat.connect)
+        same = (seat.state, seat.engine, seat.engine_ref, seat.connect or "") == (
+            state,
+            "libvirt",
+            r.domain,
+            connect or "",
+        )
+        if same:
+            continue
+        if seat.state == "released" and state == "running":
+            store.set_seat_state(course, r.seat, "requested", reason="vms up", engine="libvirt", engine_ref=r.domain)
+        store.set_seat_state(
+            course,
+            r.seat,
+            state,
+            reason=reason,
+            engine="libvirt",
+            engine_ref=r.domain,
+            connect=connect,  # type: ignore[arg-type]
+        )
+
+
+def up(
+    store: CourseStore, course: str | None, layout: Layout | None, options: VmOptions, host: LibvirtHost | None = None
+) -> VmReport:
+    """``gpuseat vms up``: the course's seats from the store, the course file's ``[vm]`` set-up, states back."""
+    key, seats, course_file = course_vm_seats(store, course, layout)
+    assert layout is not None
+    options = replace(options, packages=course_file.vm.packages, commands=course_file.vm.commands)
+    report = up_seats(key, layout, seats, options, host)
+    _record(store, key, report.seats)
+    return report
+
+
+def down(
+    store: CourseStore | None,
+    course: str | None,
+    connect: str,
+    *,
+    delete_disks: bool = False,
+    host: LibvirtHost | None = None,
+) -> VmReport:
+    """``gpuseat vms down``: remove the course's domains and mark their seats released."""
+    key = store.get_course(course).key if store is not None else course
+    if key is None:
+        raise InputError("no course given", where="--course", fix="name the course whose VMs to remove")
+    report = down_seats(key, connect, delete_disks=delete_disks, host=host)
+    if store is not None:
+        _record(store, key, report.seats, released=True)
+    return report
+
+
+def status(
+    store: CourseStore, course: str | None, connect: str, layout: Layout | None = None, host: LibvirtHost | None = None
+) -> VmReport:
+    """``gpuseat vms status``: each seat's domain, state and participant; the engine state is recorded."""
+    view = store.get_course(course)
+    seats: list[VmSeat] = []
+    if layout is not None:
+        _, seats, _ = course_vm_seats(store, view.key, layout)
+    report = status_seats(view.key, connect, seats, host)
+    known = {s.key for s in store.seats(view.key)}
+    _record(store, view.key, [r for r in report.seats if r.seat in known and r.state != "absent"])
+    return report

@@ -1,0 +1,87 @@
+"""What a gpuseat domain is, read back from libvirt's XML: its owner and the parts ``vms up`` keeps right.
+
+Pure (ElementTree only). Drift is decided by comparing :func:`essentials` of the XML gpuseat would
+define with libvirt's own inactive XML of the existing domain: memory, CPUs, the GPU, disks, network,
+console, boot and owner. Everything else (addresses libvirt assigned, defaults it filled in) is
+libvirt's business and never counts as drift.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+
+from gpuseat.render.libvirt import METADATA_NS
+
+_UNITS = {"b": 1, "bytes": 1, "kib": 1024, "k": 1024, "mib": 1024**2, "m": 1024**2, "gib": 1024**3, "g": 1024**3}
+
+
+@dataclass(frozen=True)
+class DomainOwner:
+    """The course and seat in a domain's gpuseat metadata (None: not gpuseat's domain)."""
+
+    course: str
+    seat: str
+    participant: str | None
+
+
+def owner(xml: str) -> DomainOwner | None:
+    """The gpuseat owner of a domain, from its XML's ``<metadata>``."""
+    root = ET.fromstring(xml)
+    el = root.find(f"metadata/{{{METADATA_NS}}}seat")
+    if el is None or not el.get("course") or not el.get("seat"):
+        return None
+    return DomainOwner(course=el.get("course", ""), seat=el.get("seat", ""), participant=el.get("participant"))
+
+
+def _memory_kib(el: ET.Element | None) -> int | None:
+    if el is None or el.text is None:
+        return None
+    unit = (el.get("unit") or "KiB").lower()
+    return int(el.text) * _UNITS.get(unit, 1024) // 1024
+
+
+def _address(el: ET.Element | None) -> str:
+    if el is None:
+        return ""
+    if el.get("uuid"):
+        return f"mdev:{el.get('uuid')}"
+    parts = [int(el.get(k, "0"), 16) for k in ("domain", "bus", "slot", "function")]
+    return "pci:{:04x}:{:02x}:{:02x}.{:x}".format(*parts)
+
+
+def essentials(xml: str) -> dict[str, object]:
+    """The parts of a domain gpuseat owns, normalised so that gpuseat's XML and libvirt's compare equal."""
+    root = ET.fromstring(xml)
+    os_el = root.find("os")
+    dev = root.find("devices")
+    devices = dev if dev is not None else ET.Element("devices")
+    who = owner(xml)
+    return {
+        "type": root.get("type"),
+        "name": root.findtext("name"),
+        "owner": who,
+        "memory_kib": _memory_kib(root.find("memory")),
+        "current_memory_kib": _memory_kib(root.find("currentMemory")) or _memory_kib(root.find("memory")),
+        "vcpu": int(root.findtext("vcpu") or 0),
+        "kernel": os_el.findtext("kernel") if os_el is not None else None,
+        "initrd": os_el.findtext("initrd") if os_el is not None else None,
+        "cmdline": os_el.findtext("cmdline") if os_el is not None else None,
+        "hostdevs": sorted(_address(h.find("source/address")) for h in devices.findall("hostdev")),
+        "disks": sorted(
+            (d.get("device", "disk"), (d.find("source").get("file", "") if d.find("source") is not None else ""))
+            for d in devices.findall("disk")
+        ),
+        "networks": sorted(
+            i.find("source").get("network", "") for i in devices.findall("interface") if i.find("source") is not None
+        ),
+        "serial": sorted(
+            s.find("source").get("path", "") for s in devices.findall("serial") if s.find("source") is not None
+        ),
+    }
+
+
+def drift(wanted: str, current: str) -> list[str]:
+    """What differs between the XML gpuseat wants and a domain's current inactive XML (field names)."""
+    a, b = essentials(wanted), essentials(current)
+    return [k for k in a if a[k] != b[k]]

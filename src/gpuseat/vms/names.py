@@ -1,0 +1,56 @@
+"""Names that reach libvirt XML, volume file names, guest hostnames and guest user names.
+
+Every one is checked against a strict pattern before use (XML escaping happens in the renderer as a
+second line of defence): a course or seat key may never become an option, a path outside the pool,
+or a broken domain definition.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpuseat.errors import InputError
+
+# A DNS label (RFC 1123): what a guest hostname, a libvirt domain name and a volume name all accept.
+_LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+# A portable unix user name (useradd's default NAME_REGEX without the trailing $).
+_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_RESERVED_USERS = frozenset({"root", "daemon", "bin", "sys", "nobody"})
+PREFIX = "gpuseat"
+
+
+def key(value: str, *, where: str) -> str:
+    """A course or seat key usable as a hostname and in domain and file names."""
+    if not _LABEL.match(value):
+        raise InputError(
+            f"'{value}' cannot name a VM: use lower-case letters, digits and single dashes"
+            " (at most 63, no dash at either end)",
+            where=where,
+            fix="rename it, e.g. seat-01",
+        )
+    return value
+
+
+def domain_name(course: str, seat: str) -> str:
+    """``gpuseat-<course>-<seat>``: unique per course and seat, valid for libvirt and as a file stem."""
+    key(course, where="course key")
+    key(seat, where=f"seat {seat!r}")
+    name = f"{PREFIX}-{course}-{seat}"
+    if len(name) > 63:
+        raise InputError(
+            f"the VM name '{name}' is longer than 63 characters",
+            where=f"course {course!r}, seat {seat!r}",
+            fix="use a shorter course key or seat key",
+        )
+    return name
+
+
+def unix_user(value: str, *, where: str) -> str:
+    """A guest login name (not a system account)."""
+    if not _USER.match(value) or value in _RESERVED_USERS:
+        raise InputError(
+            f"'{value}' is not a usable login name",
+            where=where,
+            fix="use lower-case letters, digits, '_' or '-', starting with a letter (not root/nobody)",
+        )
+    return value

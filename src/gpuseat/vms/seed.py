@@ -1,0 +1,122 @@
+"""The NoCloud seed of one VM: cloud-init ``user-data`` and ``meta-data`` on an ISO9660 image labelled ``cidata``.
+
+Pure: text and bytes in, bytes out (the adapter uploads them). The YAML goes through a YAML dumper, so
+no participant-supplied value can add keys; the ISO is written with pycdlib (Joliet and Rock Ridge, so
+cloud-init finds the lower-case file names whatever the guest's mount options).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import io
+from dataclasses import dataclass, field
+
+import yaml
+
+from gpuseat.errors import InputError
+
+VOLUME_LABEL = "cidata"  # what cloud-init's NoCloud datasource looks for
+_KEY_TYPES = (
+    "ssh-ed25519",
+    "ssh-rsa",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "sk-ssh-ed25519@openssh.com",
+    "sk-ecdsa-sha2-nistp256@openssh.com",
+)
+
+
+@dataclass(frozen=True)
+class Guest:
+    """What the seed tells cloud-init: the hostname, the participant's login and key, extra set-up.
+
+    ``packages`` and ``commands`` come from the course file's ``[vm]`` table (checked there).
+    """
+
+    hostname: str
+    instance_id: str
+    user: str
+    ssh_keys: tuple[str, ...]
+    packages: tuple[str, ...] = ()
+    commands: tuple[str, ...] = field(default=())
+
+
+def ssh_key_blob(key: str, *, where: str) -> bytes:
+    """The decoded key blob of an OpenSSH public key line; a malformed key is an input error."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in key):
+        raise InputError(
+            "the key has a line break or control character (it would add a second line to authorized_keys)",
+            where=where,
+            fix="give one key per line, as the .pub file has it",
+        )
+    parts = key.split()
+    if len(parts) < 2 or parts[0] not in _KEY_TYPES:
+        raise InputError(
+            "not an OpenSSH public key",
+            where=where,
+            fix=f"paste the .pub file's line: TYPE BASE64 [comment], TYPE one of {', '.join(_KEY_TYPES[:3])}, …",
+        )
+    try:
+        blob = base64.b64decode(parts[1], validate=True)
+    except (binascii.Error, ValueError):
+        raise InputError("the key's base64 part is broken", where=where, fix="copy the whole .pub line") from None
+    declared_len = int.from_bytes(blob[:4], "big") if len(blob) >= 4 else -1
+    if blob[4 : 4 + declared_len].decode("ascii", "replace") != parts[0]:
+        raise InputError("the key's type and body do not match", where=where, fix="copy the whole .pub line")
+    return blob
+
+
+def fingerprint(key: str) -> str:
+    """``SHA256:…`` as ``ssh-keygen -lf`` prints it (unpadded base64 of the blob's SHA-256)."""
+    digest = hashlib.sha256(ssh_key_blob(key, where="ssh key")).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def user_data(guest: Guest) -> str:
+    """The ``#cloud-config`` document: hostname, one sudo user with the participant's keys, packages, commands."""
+    for i, key in enumerate(guest.ssh_keys):
+        ssh_key_blob(key, where=f"seat {guest.hostname}: ssh key {i + 1}")
+    doc: dict[str, object] = {
+        "hostname": guest.hostname,
+        "preserve_hostname": False,
+        "users": [
+            {
+                "name": guest.user,
+                "shell": "/bin/bash",
+                "sudo": "ALL=(ALL) NOPASSWD:ALL",
+                "lock_passwd": True,
+                "ssh_authorized_keys": list(guest.ssh_keys),
+            }
+        ],
+        "ssh_pwauth": False,
+    }
+    if guest.packages:
+        doc["package_update"] = True
+        doc["packages"] = list(guest.packages)  # checked by the course file
+    if guest.commands:
+        doc["runcmd"] = list(guest.commands)
+    return "#cloud-config\n" + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1 << 16)
+
+
+def meta_data(guest: Guest) -> str:
+    """NoCloud ``meta-data``: a stable instance id (a new one makes cloud-init run again) and the hostname."""
+    return yaml.safe_dump({"instance-id": guest.instance_id, "local-hostname": guest.hostname}, sort_keys=False)
+
+
+def seed_iso(guest: Guest) -> bytes:
+    """The seed image: ``user-data`` and ``meta-data`` on an ISO9660 volume labelled ``cidata``."""
+    import pycdlib
+
+    iso = pycdlib.PyCdlib()
+    iso.new(interchange_level=3, joliet=3, rock_ridge="1.09", vol_ident=VOLUME_LABEL)
+    for name, text in (("user-data", user_data(guest)), ("meta-data", meta_data(guest))):
+        data = text.encode()
+        iso_name = name.upper().replace("-", "_") + ".;1"
+        iso.add_fp(io.BytesIO(data), len(data), f"/{iso_name}", rr_name=name, joliet_path=f"/{name}")
+    out = io.BytesIO()
+    iso.write_fp(out)
+    iso.close()
+    return out.getvalue()

@@ -1,0 +1,73 @@
+"""The boot test's guest: a Debian kernel (fetched by scripts/setup.sh) and a busybox initramfs built here.
+
+The initramfs stands in for cloud-init: its /init loads the modules that read the SATA CD-ROM, mounts
+the ``cidata`` seed gpuseat attached, and prints one line on the serial console with the seed's
+hostname and the SHA256 fingerprint of the first authorized key (computed in the guest with busybox's
+base64/sha256sum/xxd, as ``ssh-keygen -lf`` would), then powers off.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from .conftest import require_tool
+
+ROOT = Path(__file__).resolve().parents[2]
+GUEST = ROOT / ".cache" / "vms-guest"
+MODULES = ("scsi_common", "scsi_mod", "libata", "libahci", "ahci", "cdrom", "sr_mod", "isofs")
+MARKER = "GPUSEAT-SEED"
+
+INIT = r"""#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+for m in MODULES; do insmod /lib/modules/$m.ko; done
+i=0
+while [ ! -b /dev/sr0 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done
+mount -t iso9660 -o ro /dev/sr0 /mnt || echo "MARKER-ERROR no cidata CD-ROM"
+label=$(dd if=/dev/sr0 bs=1 skip=32808 count=32 2>/dev/null | tr -d ' ')
+host=$(awk '/^local-hostname:/ {print $2}' /mnt/meta-data)
+key=$(awk '/^  ssh_authorized_keys:/ {getline; print $3; exit}' /mnt/user-data)
+fp=$(echo "$key" | base64 -d | sha256sum | cut -d' ' -f1 | xxd -r -p | base64 | tr -d '=')
+echo "MARKER label=$label hostname=$host fingerprint=SHA256:$fp"
+poweroff -f
+""".replace("MODULES", " ".join(MODULES)).replace("MARKER", MARKER)
+
+
+def kernel() -> Path:
+    """The cached Debian kernel; missing, it fails on CI and skips elsewhere."""
+    path = GUEST / "vmlinuz"
+    if not path.exists():
+        require_tool("gpuseat-guest-kernel (run scripts/setup.sh)")
+    return path
+
+
+def build_initramfs(out: Path) -> Path:
+    """A gzipped newc cpio with static busybox, the CD-ROM modules and the /init above."""
+    busybox = Path(require_tool("busybox"))
+    cpio = require_tool("cpio")
+    tree = out.parent / "initramfs-tree"
+    for d in ("bin", "dev", "proc", "sys", "mnt", "lib/modules"):
+        (tree / d).mkdir(parents=True, exist_ok=True)
+    shutil.copy(busybox, tree / "bin" / "busybox")
+    for m in MODULES:
+        shutil.copy(GUEST / "modules" / f"{m}.ko", tree / "lib" / "modules" / f"{m}.ko")
+    init = tree / "init"
+    init.write_text(INIT)
+    init.chmod(0o755)
+    files = sorted(str(p.relative_to(tree)) for p in tree.rglob("*"))
+    proc = subprocess.run(
+        [cpio, "-o", "-H", "newc", "--quiet"],
+        input="\n".join(files).encode(),
+        cwd=tree,
+        capture_output=True,
+        check=True,
+    )
+    out.write_bytes(gzip.compress(proc.stdout, compresslevel=1))
+    os.chmod(out, 0o644)
+    return out

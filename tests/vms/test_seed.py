@@ -1,0 +1,119 @@
+"""The NoCloud seed: cloud-init's own schema checker accepts the user-data, the ISO reads back as ``cidata``."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+
+import pycdlib
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuseat.errors import InputError
+from gpuseat.services.vms import VmOptions, VmSeat, guest
+from gpuseat.vms.seed import Guest, fingerprint, meta_data, seed_iso, ssh_key_blob, user_data
+
+from .conftest import SSH_KEYS, layout, public_key, require_tool
+
+
+def a_guest(**kw) -> Guest:
+    base = dict(hostname="seat-01", instance_id="gpuseat-demo-seat-01-0", user="alice", ssh_keys=(public_key("alice"),))
+    return Guest(**{**base, **kw})
+
+
+def schema_check(tmp_path, text: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "user-data"
+    path.write_text(text)
+    return subprocess.run(
+        [require_tool("cloud-init"), "schema", "--config-file", str(path)], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_user_data_passes_cloud_inits_schema(tmp_path):
+    text = user_data(
+        a_guest(
+            ssh_keys=(public_key("alice"), public_key("carol")),
+            packages=("nvidia-driver", "nvidia-cuda-toolkit"),
+            commands=("nvidia-smi -L",),
+        )
+    )
+    proc = schema_check(tmp_path, text)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Valid schema" in proc.stdout or "Valid cloud-config" in proc.stdout
+    doc = yaml.safe_load(text)
+    assert doc["users"][0]["ssh_authorized_keys"] == [public_key("alice"), public_key("carol")]
+    assert doc["hostname"] == "seat-01" and doc["packages"] == ["nvidia-driver", "nvidia-cuda-toolkit"]
+
+
+def test_schema_checker_catches_a_broken_document(tmp_path):
+    """The negative control: the same checker refuses a wrong type, so the test above can fail."""
+    text = user_data(a_guest()).replace("ssh_pwauth: false", "ssh_pwauth: [1, 2]")
+    assert schema_check(tmp_path, text).returncode != 0
+
+
+def test_seed_iso_is_cidata_with_both_files():
+    g = a_guest()
+    iso = pycdlib.PyCdlib()
+    iso.open_fp(io.BytesIO(seed_iso(g)))
+    try:
+        assert iso.pvd.volume_identifier.decode().strip() == "cidata"
+        for name, text in (("user-data", user_data(g)), ("meta-data", meta_data(g))):
+            for kw in ({"rr_path": f"/{name}"}, {"joliet_path": f"/{name}"}):
+                out = io.BytesIO()
+                iso.get_file_from_iso_fp(out, **kw)
+                assert out.getvalue().decode() == text
+    finally:
+        iso.close()
+    assert yaml.safe_load(meta_data(g)) == {"instance-id": g.instance_id, "local-hostname": "seat-01"}
+
+
+@pytest.mark.parametrize("who", ["alice", "bob", "carol"])
+def test_fingerprint_matches_ssh_keygen(who):
+    proc = subprocess.run(
+        [require_tool("ssh-keygen"), "-lf", str(SSH_KEYS / f"{who}.pub")], capture_output=True, text=True, check=True
+    )
+    assert fingerprint(public_key(who)) == proc.stdout.split()[1]
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "",
+        "ssh-ed25519",
+        "ssh-dss AAAAB3NzaC1kc3M=",
+        "ssh-ed25519 not-base64!",
+        "ssh-rsa " + public_key("alice").split()[1],
+        "ssh-ed25519 AAAA\nruncmd: [reboot]",
+        public_key("alice") + "\n" + public_key("bob"),
+    ],
+)
+def test_bad_keys_are_refused_by_name(key):
+    with pytest.raises(InputError) as exc:
+        user_data(a_guest(ssh_keys=(key,)))
+    assert "seat-01: ssh key 1" in exc.value.message
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    comment=st.text(st.characters(min_codepoint=32, blacklist_characters="\x7f"), max_size=40),
+    command=st.text(min_size=1, max_size=40),
+)
+def test_no_value_can_add_keys_to_user_data(comment, command):
+    """Whatever a key comment or a course command holds, the document keeps exactly gpuseat's keys."""
+    key = public_key("bob").split()
+    text = user_data(a_guest(ssh_keys=(f"{key[0]} {key[1]} {comment}".strip(),), commands=(command,)))
+    doc = yaml.safe_load(text)
+    assert set(doc) == {"hostname", "preserve_hostname", "users", "ssh_pwauth", "runcmd"}
+    assert doc["runcmd"] == [command] and len(doc["users"]) == 1
+
+
+def test_instance_id_changes_with_the_login_only():
+    seat = layout("ibm-2xM60.toml", mode="passthrough").seats[0]
+    opts = VmOptions()
+    a = guest("demo", VmSeat("seat-01", seat, "alice", "alice", (public_key("alice"),)), opts)
+    again = guest("demo", VmSeat("seat-01", seat, "alice", "alice", (public_key("alice"),)), opts)
+    b = guest("demo", VmSeat("seat-01", seat, "bob", "bob", (public_key("bob"),)), opts)
+    assert a.instance_id == again.instance_id != b.instance_id
+    assert a.instance_id.startswith("gpuseat-demo-seat-01-")

@@ -1,0 +1,192 @@
+"""``vms up/down/status`` against libvirt's own test driver: a private in-memory host per test.
+
+The XML is validated by libvirt itself (``VIR_DOMAIN_DEFINE_VALIDATE``), and what libvirt stores is
+read back: hostdevs, disks, the seed CD-ROM, the owner metadata.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import libvirt
+import pytest
+
+from gpuseat.errors import EngineError, InputError
+from gpuseat.render.libvirt import METADATA_NS
+from gpuseat.services.vms import VmOptions, VmSeat, down_seats, status_seats, up_seats
+
+from .conftest import layout, public_key
+
+OPTIONS = VmOptions(connect="test", image="/var/lib/libvirt/images/debian-12-genericcloud-amd64.qcow2", disk_gb=8)
+PEOPLE = ("alice", "bob", "carol")
+
+
+def vm_seats(lay):
+    return [
+        VmSeat(
+            key=s.seat,
+            seat=s,
+            participant=PEOPLE[i % 3] if i < 3 else None,
+            user=PEOPLE[i % 3] if i < 3 else "gpuseat",
+            ssh_keys=(public_key(PEOPLE[i % 3]),) if i < 3 else (),
+        )
+        for i, s in enumerate(lay.seats)
+    ]
+
+
+def xml_of(host, name):
+    return ET.fromstring(host.lookup(name).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+
+
+def test_m60_passthrough_four_seats_defined_started_with_their_gpus(test_host):
+    lay = layout("ibm-2xM60.toml", mode="passthrough")
+    assert len(lay.seats) == 4
+    report = up_seats("demo", lay, vm_seats(lay), OPTIONS, test_host)
+    assert [r.action for r in report.seats] == ["defined+started"] * 4
+    assert all(r.state == "running" for r in report.seats)
+    for seat, result in zip(lay.seats, report.seats, strict=True):
+        root = xml_of(test_host, result.domain)
+        bus = root.find("devices/hostdev/source/address").get("bus")
+        assert f"0000:{bus[2:]}:00.0" == seat.pci
+        assert root.find("devices/hostdev").get("managed") == "yes"
+        meta = root.find(f"metadata/{{{METADATA_NS}}}seat")
+        assert (meta.get("course"), meta.get("seat")) == ("demo", seat.seat)
+        sources = {d.get("device"): d.find("source").get("file") for d in root.findall("devices/disk")}
+        assert sources == {"disk": result.disk, "cdrom": result.seed}
+        vol = test_host.conn.storageVolLookupByPath(result.disk)
+        backing = ET.fromstring(vol.XMLDesc(0)).find("backingStore/path").text
+        assert backing == OPTIONS.image
+    # assigned seats with a key and an address get an ssh line; the unassigned one does not
+    assert report.seats[0].connect.startswith("ssh alice@192.168.122.")
+    assert report.seats[3].connect is None
+
+
+def test_seven_vgpu_seats_get_mediated_devices(test_host):
+    # 7 desktop vGPUs (no CUDA: Maxwell vGPU runs CUDA on full-chip profiles only)
+    lay = layout("ibm-2xM60.toml", mode="vgpu", seats=7, need={"cuda": False})
+    assert len(lay.seats) == 7
+    report = up_seats("lab", lay, vm_seats(lay), OPTIONS, test_host)
+    assert not report.failed
+    uuids = set()
+    for r in report.seats:
+        hostdev = xml_of(test_host, r.domain).find("devices/hostdev")
+        assert (hostdev.get("type"), hostdev.get("model")) == ("mdev", "vfio-pci")
+        uuids.add(hostdev.find("source/address").get("uuid"))
+    assert len(uuids) == 7
+
+
+def test_up_again_changes_nothing(test_host):
+    lay = layout("ibm-2xM60.toml", mode="passthrough")
+    seats = vm_seats(lay)
+    up_seats("demo", lay, seats, OPTIONS, test_host)
+    before = {d.name(): d.XMLDesc(0) for d in test_host.conn.listAllDomains()}
+    report = up_seats("demo", lay, seats, OPTIONS, test_host)
+    assert [r.action for r in report.seats] == ["unchanged"] * 4
+    assert {d.name(): d.XMLDesc(0) for d in test_host.conn.listAllDomains()} == before
+
+
+def test_drift_is_repaired_and_named(test_host):
+    lay = layout("ibm-2xM60.toml", mode="passthrough")
+    seats = vm_seats(lay)
+    up_seats("demo", lay, seats, OPTIONS, test_host)
+    dom = test_host.lookup("gpuseat-demo-seat-02")
+    dom.destroy()
+    tampered = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE).replace(
+        "<vcpu placement='static'>4</vcpu>", "<vcpu placement='static'>2</vcpu>"
+    )
+    root = ET.fromstring(tampered)
+    devices = root.find("devices")
+    devices.remove(devices.find("hostdev"))  # someone took the GPU away
+    test_host.conn.defineXML(ET.tostring(root, encoding="unicode"))
+    report = up_seats("demo", lay, seats, OPTIONS, test_host)
+    by_seat = {r.seat: r for r in report.seats}
+    assert by_seat["seat-02"].action == "redefined+started"
+    assert "vcpu" in by_seat["seat-02"].detail and "hostdevs" in by_seat["seat-02"].detail
+    assert {by_seat[k].action for k in ("seat-01", "seat-03", "seat-04")} == {"unchanged"}
+    root = xml_of(test_host, "gpuseat-demo-seat-02")
+    assert root.findtext("vcpu") == "4" and root.find("devices/hostdev") is not None
+
+
+def test_foreign_domains_are_never_touched(test_host):
+    lay = layout("ibm-2xM60.toml", mode="passthrough")
+    seats = vm_seats(lay)
+    foreign = "<domain type='test'><name>{}</name><memory>65536</memory><os><type>hvm</type></os></domain>"
+    test_host.conn.defineXML(foreign.format("someone-elses-vm"))
+    up_seats("demo", lay, seats, OPTIONS, test_host)
+    up_seats("other", lay, seats[:1], OPTIONS, test_host)
+    report = down_seats("demo", "test", host=test_host)
+    assert sorted(r.seat for r in report.seats) == ["seat-01", "seat-02", "seat-03", "seat-04"]
+    left = sorted(d.name() for d in test_host.conn.listAllDomains())
+    assert left == ["gpuseat-other-seat-01", "someone-elses-vm"]
+    # a domain that has a seat's name but is not gpuseat's: up refuses before defining anything
+    test_host.conn.defineXML(foreign.format("gpuseat-demo-seat-03"))
+    with pytest.raises(EngineError, match="gpuseat-demo-seat-03 exists and has no gpuseat metadata"):
+        up_seats("demo", lay, seats, OPTIONS, test_host)
+    assert test_host.lookup("gpuseat-demo-seat-01") is None
+    assert "metadata" not in test_host.lookup("gpuseat-demo-seat-03").XMLDesc(0)
+
+
+def test_down_keeps_disks_unless_asked(test_host):
+    lay = layout("ibm-2xM60.toml", mode="passthrough")
+    seats = vm_seats(lay)[:2]
+    first = up_seats("demo", lay, seats, OPTIONS, test_host)
+    pool = test_host.conn.storagePoolLookupByName("gpuseat")
+    report = down_seats("demo", "test", host=test_host)
+    assert all("disk kept" in r.detail for r in report.seats)
+    assert sorted(pool.listVolumes()) == ["gpuseat-demo-seat-01.qcow2", "gpuseat-demo-seat-02.qcow2"]
+    again = up_seats("demo", lay, seats, OPTIONS, test_host)  # the kept disk is reused, not replaced
+    assert [r.disk for r in again.seats] == [r.disk for r in first.seats]
+    report = down_seats("demo", "test", delete_disks=True, host=test_host)
+    assert all("disk deleted" in r.detail for r in report.seats)
+    assert pool.listVolumes() == []
+    assert test_host.conn.listDefinedDomains() == []
+
+
+def test_status_lists_domains_states_and_participants(test_host):
+    lay = layout("ibm-2xM60.toml", mode="passthrough")
+    seats = vm_seats(lay)
+    up_seats("demo", lay, seats[:3], OPTIONS, test_host)
+    test_host.lookup("gpuseat-demo-seat-02").destroy()
+    report = status_seats("demo", "test", seats, test_host)
+    rows = {r.seat: (r.state, r.participant) for r in report.seats}
+    assert rows == {
+        "seat-01": ("running", "alice"),
+        "seat-02": ("shut off", "bob"),
+        "seat-03": ("running", "carol"),
+        "seat-04": ("absent", None),
+    }
+
+
+def test_no_gpu_and_tcg_options_reach_the_domain(test_host):
+    lay = layout("ibm-2xM60.toml", mode="passthrough")
+    opts = VmOptions(connect="test", gpu=False, virt_type="qemu", memory_mib=256, vcpus=1, network=None)
+    report = up_seats("demo", lay, vm_seats(lay)[:1], opts, test_host)
+    root = xml_of(test_host, report.seats[0].domain)
+    assert root.get("type") == "qemu" and root.find("devices/hostdev") is None
+    assert root.find("devices/interface") is None and root.findtext("vcpu") == "1"
+    assert "no --image" in " ".join(report.notes)
+
+
+@pytest.mark.parametrize("course", ["Demo", "de/mo", "demo--", "-x", "a" * 70, "demo\nx"])
+def test_bad_course_keys_are_refused(test_host, course):
+    lay = layout("ibm-2xM60.toml", mode="passthrough")
+    with pytest.raises(InputError):
+        up_seats(course, lay, vm_seats(lay), OPTIONS, test_host)
+    assert test_host.conn.listAllDomains() == []
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("vcpus", 0),
+        ("memory_mib", 10),
+        ("disk_gb", 10**9),
+        ("image", "relative.qcow2"),
+        ("pool", "../x"),
+        ("network", "a b"),
+        ("image_format", "vmdk"),
+    ],
+)
+def test_bad_options_are_refused(field, value):
+    with pytest.raises(InputError):
+        VmOptions(**{field: value})
