@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gpuseat.errors import InputError
 from gpuseat.services.vms import VmOptions, VmSeat, guest
-from gpuseat.vms.seed import Guest, fingerprint, meta_data, seed_iso, ssh_key_blob, user_data
+from gpuseat.vms.seed import Guest, fingerprint, meta_data, seed_iso, user_data
 
 from .conftest import SSH_KEYS, layout, public_key, require_tool
 

@@ -429,7 +429,8 @@ def course_vm_seats(store: CourseStore, course: str | None, layout: Layout | Non
         if s.key not in by_key:
             continue
         p = people.get(s.participant) if s.participant else None
-        user, keys = NO_PARTICIPANT_USER, ()
+        user = NO_PARTICIPANT_USER
+        keys: tuple[str, ...] = ()
         if p is not None:
             user = names.unix_user(p.unix_user or p.key, where=f"participant {p.key}: unix_user")
             keys = (p.ssh_key,) if p.ssh_key else ()
@@ -447,6 +448,7 @@ def course_vm_seats(store: CourseStore, course: str | None, layout: Layout | Non
 def _record(store: CourseStore, course: str, results: Iterable[SeatResult], released: bool = False) -> None:
     """Write each seat's engine state (and connect string) to the store when it changed."""
     current = {s.key: s for s in store.seats(course)}
+    state: Literal["planned", "requested", "running", "failed", "released"]
     for r in results:
         seat = current.get(r.seat)
         if seat is None:
@@ -479,7 +481,7 @@ def _record(store: CourseStore, course: str, results: Iterable[SeatResult], rele
             reason=reason,
             engine="libvirt",
             engine_ref=r.domain,
-            connect=connect,  # type: ignore[arg-type]
+            connect=connect,
         )
 
 

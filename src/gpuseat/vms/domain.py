@@ -50,6 +50,12 @@ def _address(el: ET.Element | None) -> str:
     return "pci:{:04x}:{:02x}:{:02x}.{:x}".format(*parts)
 
 
+def _source(el: ET.Element, attr: str) -> str:
+    """``<source attr=...>`` of a device ("" when it has none)."""
+    src = el.find("source")
+    return "" if src is None else src.get(attr, "")
+
+
 def essentials(xml: str) -> dict[str, object]:
     """The parts of a domain gpuseat owns, normalised so that gpuseat's XML and libvirt's compare equal."""
     root = ET.fromstring(xml)
@@ -68,16 +74,9 @@ def essentials(xml: str) -> dict[str, object]:
         "initrd": os_el.findtext("initrd") if os_el is not None else None,
         "cmdline": os_el.findtext("cmdline") if os_el is not None else None,
         "hostdevs": sorted(_address(h.find("source/address")) for h in devices.findall("hostdev")),
-        "disks": sorted(
-            (d.get("device", "disk"), (d.find("source").get("file", "") if d.find("source") is not None else ""))
-            for d in devices.findall("disk")
-        ),
-        "networks": sorted(
-            i.find("source").get("network", "") for i in devices.findall("interface") if i.find("source") is not None
-        ),
-        "serial": sorted(
-            s.find("source").get("path", "") for s in devices.findall("serial") if s.find("source") is not None
-        ),
+        "disks": sorted((d.get("device", "disk"), _source(d, "file")) for d in devices.findall("disk")),
+        "networks": sorted(_source(i, "network") for i in devices.findall("interface")),
+        "serial": sorted(_source(s, "path") for s in devices.findall("serial")),
     }
 
 
