@@ -1,0 +1,102 @@
+"""A real libvirtd for the tests, started without systemd (platform.md B2) and stopped by pid.
+
+The daemon listens on a private socket (``unix_sock_dir`` in its own config file); a machine-wide
+lock lets only one test process run it at a time (libvirt's QEMU driver keeps its state under
+/run/libvirt, which two daemons cannot share). Needs root, as on CI.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from .conftest import require_tool
+
+LOCK = Path(tempfile.gettempdir()) / "gpuseat-test-libvirtd.lock"
+
+
+def _wait_gone(pid: int, timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+
+
+def _stop(pidfile: Path) -> None:
+    if not pidfile.exists():
+        return
+    text = pidfile.read_text().strip()
+    if text.isdigit():
+        pid = int(text)
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        _wait_gone(pid, 15)
+
+
+def _listening(path: str) -> bool:
+    """Whether a daemon answers on this unix socket (a stale socket file does not count)."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        try:
+            sock.connect(path)
+        except OSError:
+            return False
+    return True
+
+
+@contextmanager
+def libvirtd() -> Iterator[tuple[str, Path]]:
+    """Yield ``(uri, workdir)`` of a running private libvirtd; the workdir is readable by QEMU's user."""
+    daemon = require_tool("libvirtd")
+    logd = require_tool("virtlogd")
+    if os.geteuid() != 0:
+        require_tool("root (the test libvirtd runs QEMU as root's system instance)")
+    with open(LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        work = Path(tempfile.mkdtemp(prefix="gpuseat-libvirtd-"))
+        work.chmod(0o755)
+        (work / "sock").mkdir()
+        conf = work / "libvirtd.conf"
+        conf.write_text(
+            f'unix_sock_dir = "{work / "sock"}"\nunix_sock_rw_perms = "0700"\n'
+            'auth_unix_rw = "none"\nauth_unix_ro = "none"\n'
+        )
+        Path("/run/libvirt").mkdir(parents=True, exist_ok=True)
+        started_logd = not _listening("/run/libvirt/virtlogd-sock")
+        try:
+            if started_logd:
+                subprocess.run([logd, "-d", "-p", str(work / "virtlogd.pid")], check=True, timeout=30)
+            subprocess.run([daemon, "-d", "-f", str(conf), "-p", str(work / "libvirtd.pid")], check=True, timeout=30)
+            uri = f"qemu:///system?socket={work / 'sock' / 'libvirt-sock'}"
+            import libvirt
+
+            libvirt.registerErrorHandler(lambda _c, _e: None, None)
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    libvirt.open(uri).close()
+                    break
+                except libvirt.libvirtError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+            yield uri, work
+        finally:
+            _stop(work / "libvirtd.pid")
+            if started_logd:
+                _stop(work / "virtlogd.pid")
+            shutil.rmtree(work, ignore_errors=True)
