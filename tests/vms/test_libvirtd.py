@@ -48,7 +48,7 @@ def daemon():
 
 @pytest.fixture
 def host(daemon):
-    uri, work = daemon
+    uri, _ = daemon
     h = LibvirtHost(uri)
     yield h
     for dom in h.conn.listAllDomains(0):
