@@ -37,6 +37,9 @@ command -v cloud-init >/dev/null || need_apt+=(cloud-init)
 [ -x /bin/busybox ] || need_apt+=(busybox-static)
 command -v cpio >/dev/null || need_apt+=(cpio)
 command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
+# A real one-node Slurm for tests/slurm (slurmctld, slurmd, client commands, job_submit/lua) and MUNGE.
+[ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] || need_apt+=(slurm-wlm)
+[ -x /usr/sbin/munged ] || need_apt+=(munge)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "setup: installing Debian packages: ${need_apt[*]}"

@@ -1,0 +1,372 @@
+"""Slurm seats for a course: config files, enrolment, one reservation per lab session, status.
+
+The CLI (``gpuseat slurm …``) and the portal call these functions; they take the course's facts as
+values (:class:`SlurmCourse`, built from the store by :func:`course_from_store`) and a
+:class:`~gpuseat.slurm.engine.Slurm` adapter, and return reports with ``to_dict()``.
+
+Each Slurm seat records where it lives in the store's ``engine_ref`` (``node=… gres=gpu:TYPE core=N
+files=…``), written by ``gpuseat slurm config --course``, so enrol, sessions and status read one source.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from gpuseat.errors import EngineError, InputError
+from gpuseat.slurm import config, names
+from gpuseat.slurm.config import GresDevice, Reservation, SeatLimit
+from gpuseat.slurm.engine import Job, Slurm, sacctmgr_enroll_commands
+
+_REF = re.compile(r"^node=(\S+) gres=gpu:(\S+) core=(\d{1,4}) files=(\S+)$")
+
+
+def engine_ref(device: GresDevice) -> str:
+    """The ``engine_ref`` a Slurm seat keeps in the store."""
+    return f"node={device.node} gres=gpu:{device.gres_type} core={device.core} files={','.join(device.files)}"
+
+
+def device_from_ref(seat: str, ref: str | None) -> GresDevice:
+    """Read back :func:`engine_ref`; a seat without one was never configured for Slurm."""
+    m = _REF.match(ref or "")
+    if m is None:
+        raise InputError(
+            f"seat {seat} has no Slurm device recorded",
+            where=f"seat {seat}",
+            fix="run `gpuseat slurm config --course KEY --inventory … --node …` first",
+        )
+    files = tuple(m.group(4).split(","))
+    return GresDevice(
+        node=m.group(1), gres_type=m.group(2), core=int(m.group(3)), files=files, mig=len(files) > 1, seat=seat
+    )
+
+
+@dataclass(frozen=True)
+class Member:
+    """A participant as Slurm sees them: their unix user and the seat they hold (None: no seat)."""
+
+    participant: str
+    unix_user: str | None
+    seat: str | None
+
+
+@dataclass(frozen=True)
+class SlurmCourse:
+    """What the Slurm engine needs of one course."""
+
+    key: str
+    intervals: tuple[tuple[datetime, datetime], ...]
+    members: tuple[Member, ...]
+    devices: tuple[GresDevice, ...]
+
+    @property
+    def partition(self) -> str:
+        """The course's partition."""
+        return names.course_partition(self.key)
+
+    def device_of(self, seat: str) -> GresDevice | None:
+        """The device backing ``seat``."""
+        return next((d for d in self.devices if d.seat == seat), None)
+
+    def limits(self) -> list[SeatLimit]:
+        """Each seated participant's limit: one GRES of their seat's type in the course partition."""
+        out = []
+        for m in self.members:
+            dev = self.device_of(m.seat) if m.seat else None
+            if dev is None or m.unix_user is None:
+                continue
+            out.append(
+                SeatLimit(
+                    self.partition, names.unix_user(m.unix_user, where=f"participant {m.participant}"), dev.gres_type, 1
+                )
+            )
+        return out
+
+    def users(self) -> list[str]:
+        """Unix users of the participants who hold a Slurm seat."""
+        return sorted({lim.user for lim in self.limits()})
+
+
+class _Report:
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (JSON-ready)."""
+        return _jsonable(asdict(self))  # type: ignore[call-overload]
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, datetime):
+        return v.isoformat()
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+# -- config ----------------------------------------------------------------------------------------
+
+
+def config_files(
+    devices: Sequence[GresDevice],
+    course_keys: Iterable[str] = (),
+    *,
+    cpus: int | None = None,
+    real_memory_mb: int | None = None,
+) -> dict[str, str]:
+    """The files ``gpuseat slurm config`` writes: gres.conf, slurm.conf lines, cgroup.conf."""
+    nodes = sorted({d.node for d in devices})
+    slurm_conf = config.cluster_settings() + config.node_lines(devices, cpus=cpus, real_memory_mb=real_memory_mb)
+    for key in course_keys:
+        slurm_conf += " ".join(config.partition_words(key, nodes)) + "\n"
+    return {
+        "gres.conf": config.gres_conf(devices),
+        "slurm.conf.gpuseat": slurm_conf,
+        "cgroup.conf": config.cgroup_conf(),
+    }
+
+
+def write_files(files: dict[str, str], out: Path) -> list[Path]:
+    """Write generated files into ``out`` (names are ours, never user input)."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in files.items():
+        if not re.fullmatch(r"[a-z_]+(\.[a-z]+)+", name):
+            raise InputError(f"refusing to write {name!r}", where="--out", fix="internal file names only")
+        path = out / name
+        path.write_text(text)
+        written.append(path)
+    return written
+
+
+# -- enrol ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EnrollReport(_Report):
+    """What ``enroll`` did: the partition (or account), the users and their limits, the files written."""
+
+    course: str
+    mode: str  # "partition" (no accounting) | "accounting"
+    partition: str
+    created: bool
+    limits: list[dict[str, Any]]
+    skipped: list[str]
+    job_submit: str | None = None
+    commands: list[list[str]] = field(default_factory=list)
+
+
+def enroll(
+    slurm: Slurm, courses: Sequence[SlurmCourse], course: str, *, conf_dir: Path | None, accounting: bool | None = None
+) -> EnrollReport:
+    """Enrol one course's participants.
+
+    With accounting (``AccountingStorageType`` is slurmdbd, or ``accounting=True``): ``sacctmgr`` adds an
+    account per course and a user association per participant with ``GrpTRES``/``MaxTRESPerJob`` =
+    their seat. Without: a partition per course (``ReqResv=YES``) and ``job_submit.lua`` in
+    ``conf_dir`` holding every course's seat limits (``courses`` gives them all: the file is one).
+    """
+    this = next((c for c in courses if c.key == course), None)
+    if this is None:
+        raise InputError(f"unknown course {course!r}", where="--course", fix="see `gpuseat course list`")
+    skipped = [
+        m.participant for m in this.members if m.seat is None or m.unix_user is None or this.device_of(m.seat) is None
+    ]
+    limits = this.limits()
+    if not limits:
+        raise InputError(
+            "no participant holds a Slurm seat with a unix user",
+            where=f"course {course}",
+            fix="import a roster with unix_user, configure seats, assign them (gpuseat seats assign)",
+        )
+    if accounting is None:
+        accounting = (slurm.config_value("AccountingStorageType") or "").endswith("slurmdbd")
+    nodes = sorted({d.node for d in this.devices})
+    created = slurm.create_partition(config.partition_words(course, nodes))
+    lims = [{"user": x.user, "gres": f"gpu:{x.gres_type}:{x.count}"} for x in limits]
+    if accounting:
+        cmds = sacctmgr_enroll_commands(this.partition, {x.user: f"gres/gpu:{x.gres_type}={x.count}" for x in limits})
+        for cmd in cmds:
+            proc = slurm.run("sacctmgr", cmd, check=False)
+            if proc.returncode != 0 and "Nothing new added" not in proc.stdout + proc.stderr:
+                raise EngineError(
+                    f"sacctmgr {' '.join(cmd[1:4])} failed: {proc.stderr.strip() or proc.stdout.strip()}",
+                    where="sacctmgr",
+                    fix="check that slurmdbd runs (sacctmgr show cluster)",
+                )
+        return EnrollReport(course, "accounting", this.partition, created, lims, skipped, commands=cmds)
+    if conf_dir is None:
+        raise InputError(
+            "without accounting gpuseat writes job_submit.lua next to slurm.conf",
+            where="--conf-dir",
+            fix="give the directory of slurm.conf (e.g. /etc/slurm)",
+        )
+    text = config.job_submit_lua([lim for c in courses for lim in c.limits()])
+    path = conf_dir / "job_submit.lua"
+    tmp = path.with_suffix(".lua.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)  # job_submit/lua re-reads the script when it changes
+    return EnrollReport(course, "partition", this.partition, created, lims, skipped, job_submit=str(path))
+
+
+# -- sessions -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SessionsReport(_Report):
+    """Reservations for the course's lab sessions: created, already there (users refreshed), past."""
+
+    course: str
+    created: list[str]
+    existing: list[str]
+    past: list[str]
+    reservations: list[dict[str, Any]]
+
+
+def plan_sessions(course: SlurmCourse) -> list[Reservation]:
+    """The reservations the course's schedule asks for (pure)."""
+    return config.session_reservations(course.key, course.intervals, course.users(), course.devices)
+
+
+def sessions(slurm: Slurm, course: SlurmCourse, *, now: datetime) -> SessionsReport:
+    """Create one reservation per lab session still to come (idempotent: re-running refreshes users)."""
+    wanted = plan_sessions(course)
+    have = slurm.reservations()
+    created, existing, past = [], [], []
+    for res in wanted:
+        if res.end <= now:
+            past.append(res.name)
+        elif res.name in have:
+            slurm.update_reservation_users(res.name, res.users)
+            existing.append(res.name)
+        else:
+            slurm.create_reservation(res if res.start > now else _from_now(res, now))
+            created.append(res.name)
+    rows = [
+        {
+            "name": r.name,
+            "start": r.start,
+            "end": r.end,
+            "users": list(r.users),
+            "nodes": list(r.nodes),
+            "cores": list(r.cores),
+        }
+        for r in wanted
+    ]
+    return SessionsReport(course.key, created, existing, past, rows)
+
+
+def _from_now(res: Reservation, now: datetime) -> Reservation:
+    """A session already running starts its reservation now (Slurm refuses a start in the past)."""
+    from dataclasses import replace
+
+    return replace(res, start=now.replace(microsecond=0))
+
+
+# -- status ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemberStatus(_Report):
+    """One participant on the cluster: their seat, the jobs Slurm lists and the GRES each holds."""
+
+    participant: str
+    unix_user: str | None
+    seat: str | None
+    gres: str | None
+    jobs: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class StatusReport(_Report):
+    """The course on the cluster now."""
+
+    course: str
+    partition: str
+    partition_exists: bool
+    reservations: list[str]
+    members: list[MemberStatus]
+
+    def seat_states(self) -> dict[str, tuple[str, str]]:
+        """Per seat: the store state it should have and why (what ``status`` records)."""
+        out = {}
+        for m in self.members:
+            if m.seat is None:
+                continue
+            running = [j for j in m.jobs if j["state"] == "RUNNING"]
+            if not self.partition_exists:
+                out[m.seat] = ("requested", f"partition {self.partition} missing: run gpuseat slurm enroll")
+            elif running:
+                out[m.seat] = (
+                    "running",
+                    f"{len(running)} job(s) running: "
+                    + ", ".join(f"{j['job_id']} {j['gres_idx'] or j['gres']}" for j in running),
+                )
+            else:
+                waiting = [f"{j['job_id']} {j['state'].lower()} ({j['reason']})" for j in m.jobs]
+                out[m.seat] = ("running", "enrolled; " + ("; ".join(waiting) if waiting else "no job now"))
+        return out
+
+
+def status(slurm: Slurm, course: SlurmCourse) -> StatusReport:
+    """Each participant's jobs (state, Slurm's reason, GRES with device index)."""
+    part = course.partition
+    exists = part in slurm.partitions()
+    users = [m.unix_user for m in course.members if m.unix_user]
+    by_user: dict[str, list[Job]] = {}
+    for job in slurm.jobs(users) if users else []:
+        by_user.setdefault(job.user, []).append(job)
+    prefix = f"gpuseat-{course.key}-"
+    resv = sorted(n for n in slurm.reservations() if n.startswith(prefix))
+    members = []
+    for m in course.members:
+        dev = course.device_of(m.seat) if m.seat else None
+        jobs = [
+            {
+                "job_id": j.job_id,
+                "state": j.state,
+                "reason": j.reason,
+                "gres": j.gres,
+                "gres_idx": slurm.job_gres_index(j.job_id) if j.state == "RUNNING" else "",
+                "partition": j.partition,
+                "reservation": j.reservation,
+            }
+            for j in by_user.get(m.unix_user or "", [])
+        ]
+        members.append(
+            MemberStatus(m.participant, m.unix_user, m.seat, f"gpu:{dev.gres_type}:1" if dev else None, jobs)
+        )
+    return StatusReport(course.key, part, exists, resv, members)
+
+
+# -- the store ---------------------------------------------------------------------------------------
+
+
+class _SeatLike(Protocol):
+    key: str
+    engine: str
+    engine_ref: str | None
+    participant: str | None
+
+
+class _ParticipantLike(Protocol):
+    key: str
+    unix_user: str | None
+    seat: str | None
+
+
+def course_from_values(
+    key: str,
+    intervals: Iterable[tuple[datetime, datetime]],
+    participants: Iterable[_ParticipantLike],
+    seats: Iterable[_SeatLike],
+) -> SlurmCourse:
+    """A :class:`SlurmCourse` from store views: seats whose engine is slurm, participants with their seat."""
+    names.slurm_name(key, where="course key")
+    devices = tuple(device_from_ref(s.key, s.engine_ref) for s in seats if s.engine == "slurm")
+    slurm_seats = {d.seat for d in devices}
+    members = tuple(Member(p.key, p.unix_user, p.seat if p.seat in slurm_seats else None) for p in participants)
+    return SlurmCourse(key, tuple(intervals), members, devices)

@@ -1,0 +1,172 @@
+"""gpuseat against a real slurmctld + slurmd + munged (Debian's packages), mknod device files as GPUs.
+
+One course (the 2016 server: 2 × M60 = 4 GPUs, carved passthrough) on a one-node cluster: enrol,
+a reservation for the session running now, then jobs submitted as the participants' unix users.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from gpuseat.core.carve import CarveRequest, carve
+from gpuseat.core.inventory import server_from_toml
+from gpuseat.core.needs import SeatNeed
+from gpuseat.files import read_toml
+from gpuseat.services import slurm as service
+from gpuseat.slurm import config
+from gpuseat.slurm.engine import Slurm
+
+from .cluster import Cluster
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def course(make_cluster: Cluster, unix_users: tuple[str, ...]) -> service.SlurmCourse:
+    """Course c2016: alice holds seat s1, bob s2, carol is in the roster without a seat."""
+    server = server_from_toml(read_toml(EXAMPLES / "ibm-2xM60.toml"), where="ibm-2xM60.toml")
+    layout = carve(server, CarveRequest(mode="passthrough", need=SeatNeed(isolation="dedicated")))
+    devices = config.devices_from_layout(layout, "localhost", dev_root=str(make_cluster.dev))
+    seats = [d.seat for d in devices]
+    now = datetime.now().replace(microsecond=0)
+    alice, bob, carol = unix_users
+    return service.SlurmCourse(
+        key="c2016",
+        intervals=(
+            (now - timedelta(minutes=5), now + timedelta(minutes=55)),
+            (now + timedelta(days=1), now + timedelta(days=1, hours=2)),
+        ),
+        members=(
+            service.Member("alice", alice, seats[0]),
+            service.Member("bob", bob, seats[1]),
+            service.Member("carol", carol, None),
+        ),
+        devices=tuple(devices),
+    )
+
+
+@pytest.fixture(scope="module")
+def slurm(make_cluster: Cluster, course: service.SlurmCourse) -> Slurm:
+    """The cluster started with gpuseat's gres.conf and node line, and enrolled + sessions created."""
+    c = make_cluster
+    c.mknod_gpus([Path(d.files[0]).name for d in course.devices])
+    files = service.config_files(list(course.devices), cpus=8, real_memory_mb=2000)
+    node_line = next(ln for ln in files["slurm.conf.gpuseat"].splitlines() if ln.startswith("NodeName="))
+    assert node_line.startswith("NodeName=localhost CPUs=8 RealMemory=2000 Gres=gpu:m60:4")
+    c.write_config(
+        files["gres.conf"],
+        node_line.replace("NodeName=localhost", "NodeName=localhost NodeAddr=127.0.0.1") + "\n"
+        "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP\n",
+        extra="JobSubmitPlugins=lua\n",
+    )
+    (c.conf.parent / "job_submit.lua").write_text(config.job_submit_lua([]))
+    c.start()
+    s = Slurm(conf=c.conf)
+    report = service.enroll(s, [course], "c2016", conf_dir=c.conf.parent)
+    assert report.mode == "partition" and report.created
+    assert report.skipped == ["carol"]
+    done = service.sessions(s, course, now=datetime.now())
+    assert len(done.created) == 2 and not done.past
+    return s
+
+
+def _session(course: service.SlurmCourse) -> str:
+    return config.reservation_name(course.key, course.intervals[0][0])
+
+
+def test_participant_job_sees_one_device_of_the_course(slurm: Slurm, course, make_cluster: Cluster) -> None:
+    got = slurm.probe(
+        "gsalice",
+        partition=course.partition,
+        reservation=_session(course),
+        gres="gpu:1",
+        out_dir=make_cluster.root / "out",
+    )
+    assert got.ok, got.refusal
+    cvd = got.env["CUDA_VISIBLE_DEVICES"]
+    assert cvd == got.env["SLURM_JOB_GPUS"]
+    assert cvd in {"0", "1", "2", "3"}  # one device, one of the 4 course GPUs
+
+
+def test_two_participants_at_once_get_disjoint_devices(slurm: Slurm, course, make_cluster: Cluster) -> None:
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        futures = [
+            pool.submit(
+                slurm.probe,
+                u,
+                partition=course.partition,
+                reservation=_session(course),
+                gres="gpu:m60:1",
+                out_dir=make_cluster.root / "out",
+                hold_s=3,
+            )
+            for u in ("gsalice", "gsbob")
+        ]
+        results = [f.result() for f in futures]
+    assert all(r.ok for r in results), [r.refusal for r in results]
+    a, b = (r.env["SLURM_JOB_GPUS"] for r in results)
+    assert a != b
+
+
+def test_status_shows_running_jobs_with_device_index(slurm: Slurm, course, make_cluster: Cluster) -> None:
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(
+            slurm.probe,
+            "gsbob",
+            partition=course.partition,
+            reservation=_session(course),
+            gres="gpu:1",
+            out_dir=make_cluster.root / "out",
+            hold_s=4,
+        )
+        deadline = datetime.now() + timedelta(seconds=20)
+        report = service.status(slurm, course)
+        while datetime.now() < deadline and not any(j["state"] == "RUNNING" for m in report.members for j in m.jobs):
+            time.sleep(0.2)
+            report = service.status(slurm, course)
+        assert fut.result().ok
+    bob = next(m for m in report.members if m.participant == "bob")
+    running = [j for j in bob.jobs if j["state"] == "RUNNING"]
+    assert running and running[0]["gres_idx"].startswith("gpu:m60:1(IDX:")
+    assert report.partition_exists and len(report.reservations) == 2
+    states = report.seat_states()
+    assert states[bob.seat][0] == "running" and "job(s) running" in states[bob.seat][1]
+
+
+def test_over_the_seat_limit_is_refused_with_the_reason(slurm: Slurm, course, make_cluster: Cluster) -> None:
+    got = slurm.probe(
+        "gsalice",
+        partition=course.partition,
+        reservation=_session(course),
+        gres="gpu:2",
+        out_dir=make_cluster.root / "out",
+    )
+    assert not got.ok and got.job_id is None
+    assert "your seat in gpuseat-c2016 is gpu:m60:1; this job asks for 2 GPUs" in got.refusal
+    assert "outside the participant's seat" in got.refusal
+
+
+def test_outside_the_reservation_is_refused(slurm: Slurm, course, make_cluster: Cluster) -> None:
+    carol = slurm.probe(
+        "gscarol", partition=None, reservation=_session(course), gres="gpu:1", out_dir=make_cluster.root / "out"
+    )
+    assert not carol.ok and "Access denied to requested reservation" in carol.refusal
+    no_session = slurm.probe(
+        "gsalice", partition=course.partition, reservation=None, gres="gpu:1", out_dir=make_cluster.root / "out"
+    )
+    assert not no_session.ok and "only inside a session reservation" in no_session.refusal
+    in_course = slurm.probe(
+        "gscarol", partition=course.partition, reservation=None, gres="gpu:1", out_dir=make_cluster.root / "out"
+    )
+    assert not in_course.ok
+
+
+def test_sessions_again_changes_nothing(slurm: Slurm, course) -> None:
+    again = service.sessions(slurm, course, now=datetime.now())
+    assert not again.created and len(again.existing) == 2
