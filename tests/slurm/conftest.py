@@ -14,7 +14,9 @@ import pytest
 
 from .cluster import Cluster, missing_binaries
 
-USERS = ("gsalice", "gsbob", "gscarol")
+# Per xdist worker, so two workers (each with its own cluster) never share or delete each other's users.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw")
+USERS = tuple(f"gs{name}-{_WORKER}" for name in ("alice", "bob", "carol"))
 
 
 def _need_slurm() -> None:

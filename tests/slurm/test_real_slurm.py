@@ -22,9 +22,11 @@ from gpuseat.slurm import config
 from gpuseat.slurm.engine import Slurm
 
 from .cluster import Cluster
+from .conftest import USERS
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 pytestmark = pytest.mark.slow
+alice, bob, carol = USERS
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +37,7 @@ def course(make_cluster: Cluster, unix_users: tuple[str, ...]) -> service.SlurmC
     devices = config.devices_from_layout(layout, "localhost", dev_root=str(make_cluster.dev))
     seats = [d.seat for d in devices]
     now = datetime.now().replace(microsecond=0)
-    alice, bob, carol = unix_users
+    assert unix_users == USERS
     return service.SlurmCourse(
         key="c2016",
         intervals=(
@@ -82,7 +84,7 @@ def _session(course: service.SlurmCourse) -> str:
 
 def test_participant_job_sees_one_device_of_the_course(slurm: Slurm, course, make_cluster: Cluster) -> None:
     got = slurm.probe(
-        "gsalice",
+        alice,
         partition=course.partition,
         reservation=_session(course),
         gres="gpu:1",
@@ -106,7 +108,7 @@ def test_two_participants_at_once_get_disjoint_devices(slurm: Slurm, course, mak
                 out_dir=make_cluster.root / "out",
                 hold_s=3,
             )
-            for u in ("gsalice", "gsbob")
+            for u in (alice, bob)
         ]
         results = [f.result() for f in futures]
     assert all(r.ok for r in results), [r.refusal for r in results]
@@ -118,7 +120,7 @@ def test_status_shows_running_jobs_with_device_index(slurm: Slurm, course, make_
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         fut = pool.submit(
             slurm.probe,
-            "gsbob",
+            bob,
             partition=course.partition,
             reservation=_session(course),
             gres="gpu:1",
@@ -131,17 +133,17 @@ def test_status_shows_running_jobs_with_device_index(slurm: Slurm, course, make_
             time.sleep(0.2)
             report = service.status(slurm, course)
         assert fut.result().ok
-    bob = next(m for m in report.members if m.participant == "bob")
-    running = [j for j in bob.jobs if j["state"] == "RUNNING"]
+    member = next(m for m in report.members if m.participant == "bob")
+    running = [j for j in member.jobs if j["state"] == "RUNNING"]
     assert running and running[0]["gres_idx"].startswith("gpu:m60:1(IDX:")
     assert report.partition_exists and len(report.reservations) == 2
     states = report.seat_states()
-    assert states[bob.seat][0] == "running" and "job(s) running" in states[bob.seat][1]
+    assert states[member.seat][0] == "running" and "job(s) running" in states[member.seat][1]
 
 
 def test_over_the_seat_limit_is_refused_with_the_reason(slurm: Slurm, course, make_cluster: Cluster) -> None:
     got = slurm.probe(
-        "gsalice",
+        alice,
         partition=course.partition,
         reservation=_session(course),
         gres="gpu:2",
@@ -153,18 +155,18 @@ def test_over_the_seat_limit_is_refused_with_the_reason(slurm: Slurm, course, ma
 
 
 def test_outside_the_reservation_is_refused(slurm: Slurm, course, make_cluster: Cluster) -> None:
-    carol = slurm.probe(
-        "gscarol", partition=None, reservation=_session(course), gres="gpu:1", out_dir=make_cluster.root / "out"
+    refused = slurm.probe(
+        carol, partition=None, reservation=_session(course), gres="gpu:1", out_dir=make_cluster.root / "out"
     )
-    assert not carol.ok and "Access denied to requested reservation" in carol.refusal
+    assert not refused.ok and "Access denied to requested reservation" in refused.refusal
     no_session = slurm.probe(
-        "gsalice", partition=course.partition, reservation=None, gres="gpu:1", out_dir=make_cluster.root / "out"
+        alice, partition=course.partition, reservation=None, gres="gpu:1", out_dir=make_cluster.root / "out"
     )
     assert not no_session.ok and "only inside a session reservation" in no_session.refusal
     in_course = slurm.probe(
-        "gscarol", partition=course.partition, reservation=None, gres="gpu:1", out_dir=make_cluster.root / "out"
+        carol, partition=course.partition, reservation=None, gres="gpu:1", out_dir=make_cluster.root / "out"
     )
-    assert not in_course.ok
+    assert not in_course.ok and f"{carol} is not enrolled in partition gpuseat-c2016" in in_course.refusal
 
 
 def test_sessions_again_changes_nothing(slurm: Slurm, course) -> None:
