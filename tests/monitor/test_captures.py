@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuseat.errors import InputError
-from gpuseat.monitor.nvidia_smi import (
+from gpuseat.nvsmi import (
     merge_list,
     parse_compute_apps_csv,
     parse_list,

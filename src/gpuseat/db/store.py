@@ -17,14 +17,10 @@ from sqlalchemy.orm import Session
 
 from gpuseat.db import make_engine, upgrade
 from gpuseat.db.models import AlertRecord, Assignment, Device, MinuteAggregate, Participant, Sample, Seat
-from gpuseat.monitor.attribution import SeatEntry, SeatMap
-from gpuseat.monitor.usage import UsageRow
+from gpuseat.readings import Alert, SeatEntry, SeatMap, SeatState, UsageRow
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
-
-    from gpuseat.monitor.alerts import Alert
-    from gpuseat.monitor.attribution import SeatState
 
 RAW_KEEP_S = 3600
 

@@ -11,27 +11,13 @@ import logging
 import urllib.error
 import urllib.request
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
-from gpuseat.monitor.attribution import SeatState
-from gpuseat.monitor.model import Snapshot
+from gpuseat.readings import Alert, SeatState, Snapshot
 
 log = logging.getLogger("gpuseat.monitor")
 
 IDLE, MEMORY, FOREIGN, GPU_LOST = "idle", "memory", "foreign", "gpu_lost"
-
-
-@dataclass(frozen=True, slots=True)
-class Alert:
-    """One alert event; ``raised`` False means the condition has cleared."""
-
-    kind: str
-    key: str
-    message: str
-    at: float
-    raised: bool = True
-    seat: str | None = None
-    participant: str | None = None
 
 
 class AlertTracker:

@@ -8,43 +8,12 @@ from __future__ import annotations
 
 import pwd
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from gpuseat.monitor.model import Attributed, Leaf, Snapshot, leaves
+from gpuseat.readings import Attributed, Leaf, SeatEntry, SeatMap, SeatState, Snapshot, leaves
 
-
-@dataclass(frozen=True, slots=True)
-class SeatEntry:
-    """One seat: the device it owns and the participant (and Unix login) it is assigned to."""
-
-    seat: str
-    device_uuid: str
-    participant: str | None = None
-    user: str | None = None  # Unix login; defaults to the participant id
-    host: str | None = None
-    profile: str | None = None
-
-    @property
-    def login(self) -> str | None:
-        """The Unix user expected on this seat."""
-        return self.user or self.participant
-
-
-class SeatMap:
-    """Seats by device UUID; ``allowed_users`` (e.g. ``root`` for Xorg) are never foreign."""
-
-    def __init__(self, entries: Iterable[SeatEntry] = (), *, allowed_users: Iterable[str] = ()) -> None:
-        self.entries = tuple(entries)
-        self.by_device = {e.device_uuid: e for e in self.entries}
-        self.allowed_users = frozenset(allowed_users)
-
-    def lookup(self, gpu_uuid: str, mig_uuid: str | None) -> SeatEntry | None:
-        """The seat of a device: the MIG instance's seat first, else the whole GPU's."""
-        if mig_uuid is not None and (entry := self.by_device.get(mig_uuid)) is not None:
-            return entry
-        return self.by_device.get(gpu_uuid)
+__all__ = ["SeatEntry", "SeatMap", "SeatState", "attribute", "proc_user", "proc_users", "seat_states"]
 
 
 @lru_cache(maxsize=4096)
@@ -77,11 +46,15 @@ def proc_users(pids: Iterable[int], root: Path = Path("/proc")) -> dict[int, str
 
 
 def attribute(snapshot: Snapshot, seats: SeatMap, users: Mapping[int, str | None]) -> list[Attributed]:
-    """Attach user, seat, participant and the foreign flag to every process of the snapshot."""
+    """Attach user, seat, participant and the foreign flag to every process of the snapshot.
+
+    A user the source already knows (``GpuProcess.user``, e.g. from the remote host's ``ps``) wins
+    over ``users`` (this machine's ``/proc``).
+    """
     out = []
     for p in snapshot.processes:
         entry = seats.lookup(p.gpu_uuid, p.mig_uuid)
-        user = users.get(p.pid)
+        user = p.user if p.user is not None else users.get(p.pid)
         foreign = (
             entry is not None
             and user is not None
@@ -95,23 +68,12 @@ def attribute(snapshot: Snapshot, seats: SeatMap, users: Mapping[int, str | None
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class SeatState:
-    """One seat-sized device now: its seat (if any), its processes and whether it is in use."""
-
-    leaf: Leaf
-    entry: SeatEntry | None
-    processes: tuple[Attributed, ...]
-
-    @property
-    def active(self) -> bool:
-        """In use: a process holds it, or its utilisation is known and above zero."""
-        util = self.leaf.utilization_gpu
-        return bool(self.processes) or (util is not None and util > 0)
-
-
 def seat_states(snapshot: Snapshot, seats: SeatMap, attributed: Iterable[Attributed]) -> list[SeatState]:
-    """One :class:`SeatState` per leaf device (MIG instance, or GPU without MIG)."""
+    """One :class:`SeatState` per leaf device (MIG instance, or GPU without MIG).
+
+    A process on a MIG-mode GPU whose MIG device the source does not say (``--query-compute-apps``
+    CSV) is shown on an extra whole-GPU state, so it never vanishes from seats and metrics.
+    """
     by_leaf: dict[str, list[Attributed]] = {}
     for a in attributed:
         key = a.process.mig_uuid or a.process.gpu_uuid
@@ -120,5 +82,9 @@ def seat_states(snapshot: Snapshot, seats: SeatMap, attributed: Iterable[Attribu
     for leaf in leaves(snapshot):
         key = leaf.uuid or ""
         entry = seats.by_device.get(key) if leaf.uuid else None
-        out.append(SeatState(leaf, entry, tuple(by_leaf.get(key, ()))))
+        out.append(SeatState(leaf, entry, tuple(by_leaf.pop(key, ()))))
+    for gpu in snapshot.gpus:
+        if gpu.mig and gpu.uuid in by_leaf:
+            leaf = Leaf(gpu.uuid, gpu, None, f"{gpu.index}/?")
+            out.append(SeatState(leaf, seats.by_device.get(gpu.uuid), tuple(by_leaf.pop(gpu.uuid))))
     return out

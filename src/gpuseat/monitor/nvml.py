@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from gpuseat.errors import EngineError
-from gpuseat.monitor.model import Gpu, GpuProcess, MigInstance, Snapshot
+from gpuseat.readings import Gpu, GpuProcess, MigInstance, Snapshot
 
 MIB = 1024 * 1024
 _MIG_PROFILE = re.compile(r"MIG (\d+g\.\d+gb(?:\+\w+)?)", re.IGNORECASE)
@@ -84,7 +84,7 @@ class NvmlSampler:
                 continue
             gpus.append(gpu)
             procs.extend(gpu_procs)
-        return Snapshot(self.host, time.time(), tuple(gpus), tuple(procs))
+        return Snapshot(self.host, time.time(), tuple(gpus), tuple(procs), local=True)
 
     def _gpu(self, index: int, uuid: str, handle: Any) -> tuple[Gpu, list[GpuProcess]]:
         nvml = self.nvml
@@ -102,6 +102,7 @@ class NvmlSampler:
             pci_bus_id=_str(pci.busId) if pci is not None else None,
             memory_used_mib=mem.used / MIB,
             memory_total_mib=mem.total / MIB,
+            memory_free_mib=mem.free / MIB,
             utilization_gpu=float(util.gpu) if util is not None else None,
             temperature_c=self._query(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU),
             power_w=power_mw / 1000.0 if power_mw is not None else None,
@@ -148,6 +149,7 @@ class NvmlSampler:
                 compute_instance_id=None if ci == _UINT_MAX else ci,
                 memory_used_mib=mem.used / MIB if mem is not None else None,
                 memory_total_mib=mem.total / MIB if mem is not None else None,
+                memory_free_mib=mem.free / MIB if mem is not None else None,
                 utilization_gpu=self._gpm_util(parent_uuid, handle, gi),
             )
             out.append((mig, mh))

@@ -1,14 +1,22 @@
-"""Prometheus exposition with dcgm-exporter's metric names, units and labels, plus seat labels.
+"""Prometheus exposition of the seats, with dcgm-exporter's metric names and labels (or gpuseat's own).
 
-Names and units as in dcgm-exporter's default counters: ``DCGM_FI_DEV_GPU_UTIL`` (%),
-``DCGM_FI_DEV_FB_USED``/``_FREE`` (MiB), ``DCGM_FI_DEV_POWER_USAGE`` (W), ``DCGM_FI_DEV_GPU_TEMP``
-(°C); labels ``gpu``, ``UUID``, ``modelName``, ``Hostname``, ``GPU_I_ID``, ``GPU_I_PROFILE`` (empty
-for a whole GPU) and gpuseat's ``seat`` and ``participant``, so existing Grafana dashboards work.
-Unknown readings are left out, never exported as 0.
+``names="dcgm"`` (the default) uses dcgm-exporter's names and units where an equivalent exists, so
+NVIDIA's Grafana dashboard for dcgm-exporter works unchanged: ``DCGM_FI_DEV_GPU_UTIL`` (%),
+``DCGM_FI_DEV_FB_USED``/``_FREE`` (MiB), ``DCGM_FI_DEV_POWER_USAGE`` (W), ``DCGM_FI_DEV_GPU_TEMP`` (°C),
+``DCGM_FI_DEV_SM_CLOCK`` (MHz), with labels ``gpu``, ``UUID``, ``pci_bus_id``, ``device``,
+``modelName``, ``Hostname`` and ``hostname`` (dcgm-exporter renamed it in its newest release),
+``GPU_I_ID``, ``GPU_I_PROFILE`` — plus gpuseat's ``seat``, ``participant`` and ``mig_uuid`` (which keeps
+two MIG devices of the same profile apart when the source gives no GPU-instance id). ``names="gpuseat"``
+uses ``gpuseat_*`` names and lowercase labels. The full mapping is a table in docs/monitor.md.
+
+Per-GPU readings (power, temperature, SM clock, and the whole GPU's memory) carry the GPU's labels
+with empty ``GPU_I_ID``; per-device readings carry the MIG device's. Unknown readings are left out,
+never exported as 0.
 """
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -17,16 +25,53 @@ from prometheus_client import CollectorRegistry, generate_latest, start_http_ser
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from gpuseat.monitor.attribution import SeatState
-from gpuseat.monitor.model import Snapshot
+from gpuseat.errors import InputError
+from gpuseat.readings import Gpu, SeatState, Snapshot
 
-LABELS = ("gpu", "UUID", "modelName", "Hostname", "GPU_I_ID", "GPU_I_PROFILE", "seat", "participant")
+#: Metric key → (dcgm-exporter name, gpuseat name, help). ``None`` = no dcgm-exporter equivalent.
+METRICS: dict[str, tuple[str | None, str, str]] = {
+    "util": ("DCGM_FI_DEV_GPU_UTIL", "gpuseat_gpu_utilization_percent", "GPU utilization (in %)."),
+    "used": ("DCGM_FI_DEV_FB_USED", "gpuseat_memory_used_mib", "Framebuffer memory used (in MiB)."),
+    "free": ("DCGM_FI_DEV_FB_FREE", "gpuseat_memory_free_mib", "Framebuffer memory free (in MiB)."),
+    "power": ("DCGM_FI_DEV_POWER_USAGE", "gpuseat_power_watts", "Power draw (in W)."),
+    "temp": ("DCGM_FI_DEV_GPU_TEMP", "gpuseat_temperature_celsius", "GPU temperature (in C)."),
+    "sm_clock": ("DCGM_FI_DEV_SM_CLOCK", "gpuseat_sm_clock_mhz", "SM clock frequency (in MHz)."),
+    "procs": (None, "gpuseat_seat_processes", "Processes on the seat's device."),
+    "foreign": (None, "gpuseat_seat_foreign_processes", "Processes of other users on the seat."),
+    "active": (None, "gpuseat_seat_active", "1 if a compute process holds the device or it is busy."),
+    "healthy": (None, "gpuseat_gpu_healthy", "1 if the driver answered for the GPU."),
+}
+
+#: Label key → (dcgm-exporter label, gpuseat label).
+LABEL_NAMES: dict[str, tuple[str, str]] = {
+    "gpu": ("gpu", "gpu"),
+    "uuid": ("UUID", "gpu_uuid"),
+    "pci": ("pci_bus_id", "pci_bus_id"),
+    "device": ("device", "device"),
+    "model": ("modelName", "model"),
+    "host": ("Hostname", "host"),
+    "host_new": ("hostname", ""),
+    "gi": ("GPU_I_ID", "gpu_instance_id"),
+    "profile": ("GPU_I_PROFILE", "profile"),
+    "seat": ("seat", "seat"),
+    "participant": ("participant", "participant"),
+    "mig_uuid": ("mig_uuid", "mig_uuid"),
+}
+NAMINGS = ("dcgm", "gpuseat")
+LABELS = tuple(v[0] for v in LABEL_NAMES.values())  # the dcgm label set, in order
+
+
+def _label_keys(names: str) -> list[str]:
+    return [k for k, v in LABEL_NAMES.items() if v[0 if names == "dcgm" else 1]]
 
 
 class SeatCollector(Collector):
     """Exports the latest tick; :meth:`update` is called by the monitor loop (thread-safe)."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: str = "dcgm") -> None:
+        if names not in NAMINGS:
+            raise InputError(f"unknown metric naming {names!r}", where="--metrics-names", fix="use dcgm or gpuseat")
+        self.names = names
         self._lock = threading.Lock()
         self._latest: tuple[Snapshot, Sequence[SeatState]] | None = None
 
@@ -39,28 +84,14 @@ class SeatCollector(Collector):
         """The metric families of the latest tick."""
         with self._lock:
             latest = self._latest
-        fams = {
-            "util": GaugeMetricFamily("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", labels=LABELS),
-            "used": GaugeMetricFamily(
-                "DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", labels=LABELS
-            ),
-            "free": GaugeMetricFamily(
-                "DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", labels=LABELS
-            ),
-            "power": GaugeMetricFamily("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", labels=LABELS),
-            "temp": GaugeMetricFamily("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", labels=LABELS),
-            "procs": GaugeMetricFamily(
-                "gpuseat_seat_processes", "Processes on the seat's device.", labels=LABELS
-            ),
-            "foreign": GaugeMetricFamily(
-                "gpuseat_seat_foreign_processes", "Processes of other users on the seat.", labels=LABELS
-            ),
-            "healthy": GaugeMetricFamily(
-                "gpuseat_gpu_healthy", "1 if NVML answered for the GPU.", labels=LABELS
-            ),
-        }
+        keys = _label_keys(self.names)
+        col = 0 if self.names == "dcgm" else 1
+        labels = [LABEL_NAMES[k][col] for k in keys]
+        fams = {}
+        for key, (dcgm, own, text) in METRICS.items():
+            fams[key] = GaugeMetricFamily(dcgm if col == 0 and dcgm else own, text, labels=labels)
         if latest is not None:
-            _fill(fams, *latest)
+            _fill(fams, keys, *latest)
         yield from fams.values()
 
 
@@ -69,38 +100,58 @@ def _add(fam: GaugeMetricFamily, labels: list[str], value: float | None) -> None
         fam.add_metric(labels, float(value))
 
 
-def _fill(fams: dict[str, GaugeMetricFamily], snapshot: Snapshot, states: Sequence[SeatState]) -> None:
+def _gpu_labels(gpu: Gpu, host: str) -> dict[str, str]:
+    return {
+        "gpu": str(gpu.index),
+        "uuid": gpu.uuid,
+        "pci": gpu.pci_bus_id or "",
+        "device": f"nvidia{gpu.index}",
+        "model": gpu.name or "",
+        "host": host,
+        "host_new": host,
+        "gi": "",
+        "profile": "",
+        "seat": "",
+        "participant": "",
+        "mig_uuid": "",
+    }
+
+
+def _fill(fams: dict[str, GaugeMetricFamily], keys: list[str], snapshot: Snapshot, states: Sequence[SeatState]) -> None:
     host = snapshot.host
-    done_gpus: set[str] = set()
+    whole: dict[str, SeatState] = {}  # GPU uuid → its whole-GPU seat state (MIG off)
     for s in states:
         gpu, mig = s.leaf.gpu, s.leaf.mig
-        labels = [
-            str(gpu.index),
-            gpu.uuid,
-            gpu.name or "",
-            host,
-            str(mig.gpu_instance_id) if mig and mig.gpu_instance_id is not None else "",
-            (mig.profile or "") if mig else "",
-            s.entry.seat if s.entry else "",
-            (s.entry.participant or "") if s.entry else "",
-        ]
-        used, total = s.leaf.memory_used_mib, s.leaf.memory_total_mib
-        _add(fams["used"], labels, used)
-        _add(fams["free"], labels, total - used if used is not None and total is not None else None)
-        _add(fams["util"], labels, s.leaf.utilization_gpu)
-        _add(fams["procs"], labels, len(s.processes))
-        _add(fams["foreign"], labels, sum(1 for a in s.processes if a.foreign))
-        if gpu.uuid not in done_gpus:  # per-GPU readings once, on the GPU's first leaf labels
-            done_gpus.add(gpu.uuid)
-            gpu_labels = [*labels[:4], "", "", *(labels[6:] if mig is None else ["", ""])]
-            _add(fams["power"], gpu_labels, gpu.power_w)
-            _add(fams["temp"], gpu_labels, gpu.temperature_c)
+        lab = _gpu_labels(gpu, host)
+        if s.entry is not None:
+            lab["seat"], lab["participant"] = s.entry.seat, s.entry.participant or ""
+        if mig is not None:
+            lab["gi"] = str(mig.gpu_instance_id) if mig.gpu_instance_id is not None else ""
+            lab["profile"] = mig.profile or ""
+            lab["mig_uuid"] = s.leaf.uuid or ""
+        elif not gpu.mig:
+            whole[gpu.uuid] = s
+        values = [lab[k] for k in keys]
+        if mig is not None:
+            _add(fams["used"], values, s.leaf.memory_used_mib)
+            _add(fams["free"], values, s.leaf.memory_free_mib)
+            _add(fams["util"], values, s.leaf.utilization_gpu)
+        _add(fams["procs"], values, len(s.processes))
+        _add(fams["foreign"], values, sum(1 for a in s.processes if a.foreign))
+        _add(fams["active"], values, 1 if s.active else 0)
     for gpu in snapshot.gpus:
-        _add(
-            fams["healthy"],
-            [str(gpu.index), gpu.uuid, gpu.name or "", host, "", "", "", ""],
-            1 if gpu.healthy else 0,
-        )
+        lab = _gpu_labels(gpu, host)
+        seated = whole.get(gpu.uuid)
+        if seated is not None and seated.entry is not None:
+            lab["seat"], lab["participant"] = seated.entry.seat, seated.entry.participant or ""
+        values = [lab[k] for k in keys]
+        _add(fams["used"], values, gpu.memory_used_mib)
+        _add(fams["free"], values, gpu.memory_free_mib)
+        _add(fams["util"], values, gpu.utilization_gpu)
+        _add(fams["power"], values, gpu.power_w)
+        _add(fams["temp"], values, gpu.temperature_c)
+        _add(fams["sm_clock"], values, gpu.clock_sm_mhz)
+        _add(fams["healthy"], values, 1 if gpu.healthy else 0)
 
 
 def make_registry(collector: SeatCollector) -> CollectorRegistry:
@@ -110,14 +161,23 @@ def make_registry(collector: SeatCollector) -> CollectorRegistry:
     return registry
 
 
-def render(snapshot: Snapshot, states: Sequence[SeatState]) -> str:
+def render(snapshot: Snapshot, states: Sequence[SeatState], *, names: str = "dcgm") -> str:
     """The Prometheus text exposition of one tick."""
-    collector = SeatCollector()
+    collector = SeatCollector(names)
     collector.update(snapshot, states)
     return generate_latest(make_registry(collector)).decode()
 
 
 def serve(collector: SeatCollector, host: str, port: int) -> Any:
-    """Serve ``/metrics`` on ``host:port`` in a daemon thread; returns the server (``shutdown()``)."""
-    server, _thread = start_http_server(port, addr=host, registry=make_registry(collector))
+    """Serve ``/metrics`` on ``host:port`` in a daemon thread; returns the server (``shutdown()``).
+
+    A port in use or an address this machine does not have is an :class:`InputError` naming ``--listen``.
+    """
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=make_registry(collector))
+    except OSError as exc:
+        why = "is already in use" if exc.errno == errno.EADDRINUSE else f"cannot be used: {exc.strerror or exc}"
+        raise InputError(
+            f"{host}:{port} {why}", where="--listen", fix="choose a free port, e.g. --listen 127.0.0.1:9400"
+        ) from None
     return server

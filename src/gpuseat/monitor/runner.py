@@ -1,8 +1,10 @@
 """The monitor loop: sample → attribute → alerts → store → metrics, on an interval, until SIGTERM.
 
 Faults never stop sampling: a GPU whose NVML queries fail is reported unhealthy by the sampler;
-a failing database write is retried on the next ticks (the rows wait in a bounded queue); a
-failing webhook is logged. SIGTERM or SIGINT ends the loop after the current tick.
+a failing database write is retried on the next ticks (the rows wait in a bounded queue) while the
+database is down, and a row that fails while later rows are stored is dropped after a few tries, so
+one bad row never blocks the rest; a failing webhook is logged. SIGTERM or SIGINT ends the loop after
+the current tick. The monitor reaches the database only through :class:`~gpuseat.readings.SampleStore`.
 """
 
 from __future__ import annotations
@@ -17,16 +19,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuseat.monitor.alerts import Alert, AlertTracker
-from gpuseat.monitor.attribution import SeatMap, SeatState, attribute, proc_users, seat_states
-from gpuseat.monitor.model import Attributed, Snapshot
+from gpuseat.monitor.alerts import AlertTracker
+from gpuseat.monitor.attribution import attribute, proc_users, seat_states
+from gpuseat.readings import Alert, Attributed, SampleStore, SeatMap, SeatState, Snapshot
 
 if TYPE_CHECKING:
-    from gpuseat.db.store import Store
     from gpuseat.monitor.prometheus import SeatCollector
     from gpuseat.monitor.sampler import Sampler
 
 log = logging.getLogger("gpuseat.monitor")
+
+
+@dataclass
+class _Pending:
+    """A row waiting for the database, with how often writing it failed."""
+
+    row: tuple[str, float, list[SeatState]] | Alert
+    attempts: int = 0
+
+    def describe(self) -> str:
+        """A short description for the log."""
+        if isinstance(self.row, Alert):
+            return f"alert {self.row.kind} {self.row.key}"
+        return f"sample of {self.row[0]} at {self.row[1]:.0f}"
 
 
 @dataclass
@@ -47,9 +62,14 @@ def observe(
     proc_root: Path = Path("/proc"),
     users: dict[int, str | None] | None = None,
 ) -> tuple[list[Attributed], list[SeatState]]:
-    """Attribution of one snapshot: users from ``proc_root`` unless ``users`` is given."""
+    """Attribution of one snapshot: users from ``proc_root`` unless ``users`` is given.
+
+    ``/proc`` is read only for a local snapshot: pids of a remote host or a replayed capture are not
+    this machine's (their users come with the snapshot, from the remote ``ps``, or stay unknown).
+    """
     if users is None:
-        users = proc_users((p.pid for p in snapshot.processes), proc_root)
+        pids = (p.pid for p in snapshot.processes if p.user is None)
+        users = proc_users(pids, proc_root) if snapshot.local else {}
     attributed = attribute(snapshot, seats, users)
     return attributed, seat_states(snapshot, seats, attributed)
 
@@ -62,12 +82,13 @@ class Monitor:
         sampler: Sampler,
         seats: SeatMap,
         *,
-        store: Store | None = None,
+        store: SampleStore | None = None,
         alerts: AlertTracker | None = None,
         collector: SeatCollector | None = None,
         on_alert: Callable[[Alert], Any] | None = None,
         proc_root: Path = Path("/proc"),
         max_pending: int = 10_000,
+        max_attempts: int = 3,
     ) -> None:
         self.sampler = sampler
         self.seats = seats
@@ -76,9 +97,12 @@ class Monitor:
         self.collector = collector
         self.on_alert = on_alert
         self.proc_root = proc_root
-        self.pending: deque[tuple[str, float, list[SeatState]] | Alert] = deque(maxlen=max_pending)
+        self.pending: deque[_Pending] = deque(maxlen=max_pending)
         self.stop_event = threading.Event()
         self.write_failures = 0
+        self.samples_stored = 0
+        self.dropped = 0
+        self.max_attempts = max_attempts
 
     def tick(self) -> Tick:
         """One sample, attributed, checked for alerts, stored and published."""
@@ -94,31 +118,41 @@ class Monitor:
         if self.collector is not None:
             self.collector.update(snapshot, states)
         if self.store is not None:
-            self.pending.append((snapshot.host, snapshot.taken_at, states))
-            self.pending.extend(tick.alerts)
+            self.pending.append(_Pending((snapshot.host, snapshot.taken_at, states)))
+            self.pending.extend(_Pending(a) for a in tick.alerts)
             tick.stored = self.flush()
         return tick
 
-    def flush(self, attempts: int = 2) -> bool:
-        """Write queued rows in order; on failure keep them for the next tick (never raises)."""
+    def flush(self) -> bool:
+        """Write queued rows in order; True when the queue is empty afterwards (never raises).
+
+        While every write fails (the database is down or locked) the rows stay queued. A row that
+        fails while others are stored is dropped after ``max_attempts`` tries, with an error logged.
+        """
         assert self.store is not None
+        kept: deque[_Pending] = deque(maxlen=self.pending.maxlen)
+        stored_any = False
         while self.pending:
-            item = self.pending[0]
-            for attempt in range(attempts):
-                try:
-                    if isinstance(item, Alert):
-                        self.store.record_alert(item)
-                    else:
-                        self.store.write(*item)
-                    break
-                except Exception as exc:  # any driver error: the DB may be locked, full or down
-                    self.write_failures += 1
-                    log.warning("database write failed (attempt %d): %s", attempt + 1, exc)
-                    time.sleep(0.05 * (attempt + 1))
+            item = self.pending.popleft()
+            try:
+                if isinstance(item.row, Alert):
+                    self.store.record_alert(item.row)
+                else:
+                    self.store.write(*item.row)
+                    self.samples_stored += 1
+                stored_any = True
+            except Exception as exc:  # any driver error: the DB may be locked, full, down, or the row bad
+                self.write_failures += 1
+                item.attempts += 1
+                log.warning("database write failed (attempt %d): %s", item.attempts, str(exc).splitlines()[0])
+                kept.append(item)
+        for item in kept:
+            if stored_any and item.attempts >= self.max_attempts:
+                self.dropped += 1
+                log.error("dropped a row after %d failed writes: %s", item.attempts, item.describe())
             else:
-                return False
-            self.pending.popleft()
-        return True
+                self.pending.append(item)
+        return not self.pending
 
     def run(
         self, interval_s: float, *, ticks: int | None = None, on_tick: Callable[[Tick], Any] | None = None

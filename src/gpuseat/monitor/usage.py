@@ -12,6 +12,8 @@ import html
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpuseat.readings import UsageRow
+
 UNASSIGNED = "(unassigned)"
 PALETTE = (
     "#1f77b4",
@@ -25,19 +27,6 @@ PALETTE = (
     "#bcbd22",
     "#17becf",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class UsageRow:
-    """One device-minute from ``minute_aggregates`` with the names it was attributed to."""
-
-    minute: int  # Unix seconds // 60
-    device_uuid: str
-    seat: str | None
-    participant: str | None
-    samples: int
-    active_samples: int
-    memory_max_mib: int | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,291 @@
+"""What GPUs report and who sits on them: the plain types shared by the samplers, the monitor and the database.
+
+A neutral module (no imports from :mod:`gpuseat.monitor` or :mod:`gpuseat.db`), so that the database
+layer stores monitor readings without importing the monitor, and the nvidia-smi adapter
+(:mod:`gpuseat.nvsmi`), ``carve`` and ``doctor`` share one snapshot shape.
+
+Values a source cannot give (``[N/A]``, ``[Not Supported]``, a missing field, utilisation of a
+MIG instance without GPM) are ``None`` — never ``0`` — so an unknown reading is never mistaken for
+an idle or empty device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+#: Version of the JSON documents gpuseat prints for snapshots, usage and seat states.
+SCHEMA_VERSION = 1
+
+#: nvidia-smi's process types: ``C`` compute, ``G`` graphics, ``C+G`` both. Graphics-only
+#: processes (Xorg, a browser) are listed on a seat but do not make it "in use".
+GRAPHICS_ONLY = "G"
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """One MIG device (GPU instance + compute instance) of a GPU."""
+
+    uuid: str | None
+    profile: str | None
+    gpu_instance_id: int | None
+    compute_instance_id: int | None = None
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+    utilization_gpu: float | None = None  # GPM only (Hopper+); None elsewhere
+    memory_free_mib: float | None = None
+    multiprocessors: int | None = None  # SM count, when the source gives it
+    device_index: int | None = None  # "Device N" of nvidia-smi -L
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One physical GPU; ``healthy`` is False when its driver queries failed this tick."""
+
+    index: int
+    uuid: str
+    name: str | None
+    pci_bus_id: str | None = None
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+    utilization_gpu: float | None = None  # percent
+    temperature_c: float | None = None
+    power_w: float | None = None
+    mig_enabled: bool | None = None
+    mig: tuple[MigInstance, ...] = ()
+    healthy: bool = True
+    error: str | None = None
+    memory_free_mib: float | None = None  # as reported: total − used − reserved
+    clock_sm_mhz: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process holding a context on a GPU (host pid, as the driver reports it)."""
+
+    pid: int
+    gpu_uuid: str
+    mig_uuid: str | None = None
+    gpu_instance_id: int | None = None
+    used_memory_mib: float | None = None
+    name: str | None = None
+    kind: str | None = None  # "C", "G", "C+G"; None = a compute list (NVML, --query-compute-apps)
+    user: str | None = None  # when the source knows it (a remote ps); else looked up locally
+
+    @property
+    def compute(self) -> bool:
+        """False only for graphics-only processes (type ``G``)."""
+        return self.kind != GRAPHICS_ONLY
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one sampler saw at ``taken_at`` (Unix seconds) on ``host``.
+
+    ``local`` is True when the pids are this machine's (NVML, nvidia-smi run here), so their users
+    may be read from this machine's ``/proc``; False for remote hosts and replayed captures.
+    """
+
+    host: str
+    taken_at: float
+    gpus: tuple[Gpu, ...]
+    processes: tuple[GpuProcess, ...] = ()
+    local: bool = False
+
+    def gpu(self, uuid: str) -> Gpu | None:
+        """The GPU with this UUID, or None."""
+        return next((g for g in self.gpus if g.uuid == uuid), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, JSON-ready (the replay file format, one per line)."""
+        return snapshot_to_dict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Leaf:
+    """A device a seat can own: a MIG instance, or a whole GPU when MIG is off."""
+
+    uuid: str | None
+    gpu: Gpu
+    mig: MigInstance | None = None
+    label: str = field(default="")
+
+    @property
+    def memory_used_mib(self) -> float | None:
+        """Used memory of this leaf (MiB)."""
+        return self.mig.memory_used_mib if self.mig else self.gpu.memory_used_mib
+
+    @property
+    def memory_total_mib(self) -> float | None:
+        """Total memory of this leaf (MiB)."""
+        return self.mig.memory_total_mib if self.mig else self.gpu.memory_total_mib
+
+    @property
+    def memory_free_mib(self) -> float | None:
+        """Free memory as the driver reports it (reserved memory is neither used nor free)."""
+        return self.mig.memory_free_mib if self.mig else self.gpu.memory_free_mib
+
+    @property
+    def utilization_gpu(self) -> float | None:
+        """Utilisation of this leaf; unknown (None) for MIG without GPM."""
+        return self.mig.utilization_gpu if self.mig else self.gpu.utilization_gpu
+
+
+def mig_key(gpu: Gpu, mig: MigInstance) -> str:
+    """A stable id for a MIG device: its UUID, else ``<GPU UUID>/gi<N>`` (older XML has no MIG UUID)."""
+    if mig.uuid:
+        return mig.uuid
+    if mig.gpu_instance_id is not None:
+        ci = f"/ci{mig.compute_instance_id}" if mig.compute_instance_id not in (None, 0) else ""
+        return f"{gpu.uuid}/gi{mig.gpu_instance_id}{ci}"
+    return f"{gpu.uuid}/dev{mig.device_index if mig.device_index is not None else '?'}"
+
+
+def leaves(snapshot: Snapshot) -> list[Leaf]:
+    """The seat-sized devices: every MIG instance, and every GPU that has none."""
+    out: list[Leaf] = []
+    for gpu in snapshot.gpus:
+        if gpu.mig:
+            for m in gpu.mig:
+                where = m.gpu_instance_id if m.gpu_instance_id is not None else f"dev{m.device_index}"
+                out.append(Leaf(mig_key(gpu, m), gpu, m, f"{gpu.index}/{where}"))
+        else:
+            out.append(Leaf(gpu.uuid, gpu, None, str(gpu.index)))
+    return out
+
+
+def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
+    """A JSON-ready dict with every field (the replay file format, one per line)."""
+    return asdict(snapshot)
+
+
+def _fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    names = cls.__dataclass_fields__  # type: ignore[attr-defined]
+    unknown = set(data) - set(names)
+    if unknown:
+        raise TypeError(f"unknown field(s) {', '.join(sorted(unknown))} in {cls.__name__}")
+    return data
+
+
+def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
+    """Inverse of :func:`snapshot_to_dict`; raises KeyError/TypeError/ValueError on a malformed record."""
+    gpus = tuple(
+        Gpu(**_fields(Gpu, {**g, "mig": tuple(MigInstance(**_fields(MigInstance, m)) for m in g.get("mig", ()))}))
+        for g in data["gpus"]
+    )
+    procs = tuple(GpuProcess(**_fields(GpuProcess, p)) for p in data.get("processes", ()))
+    return Snapshot(
+        host=str(data["host"]),
+        taken_at=float(data["taken_at"]),
+        gpus=gpus,
+        processes=procs,
+        local=bool(data.get("local", False)),
+    )
+
+
+# -- seats ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SeatEntry:
+    """One seat: the device it owns and the participant (and Unix login) it is assigned to."""
+
+    seat: str
+    device_uuid: str
+    participant: str | None = None
+    user: str | None = None  # Unix login; defaults to the participant id
+    host: str | None = None
+    profile: str | None = None
+
+    @property
+    def login(self) -> str | None:
+        """The Unix user expected on this seat."""
+        return self.user or self.participant
+
+
+class SeatMap:
+    """Seats by device UUID; ``allowed_users`` (e.g. ``root`` for Xorg) are never foreign."""
+
+    def __init__(self, entries: Iterable[SeatEntry] = (), *, allowed_users: Iterable[str] = ()) -> None:
+        self.entries = tuple(entries)
+        self.by_device = {e.device_uuid: e for e in self.entries}
+        self.allowed_users = frozenset(allowed_users)
+
+    def lookup(self, gpu_uuid: str, mig_uuid: str | None) -> SeatEntry | None:
+        """The seat of a device: the MIG instance's seat first, else the whole GPU's."""
+        if mig_uuid is not None and (entry := self.by_device.get(mig_uuid)) is not None:
+            return entry
+        return self.by_device.get(gpu_uuid)
+
+
+@dataclass(frozen=True, slots=True)
+class Attributed:
+    """A process with who runs it and whose seat it sits on; ``foreign`` = not the seat's owner."""
+
+    process: GpuProcess
+    user: str | None
+    seat: str | None
+    participant: str | None
+    foreign: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SeatState:
+    """One seat-sized device now: its seat (if any), its processes and whether it is in use."""
+
+    leaf: Leaf
+    entry: SeatEntry | None
+    processes: tuple[Attributed, ...]
+
+    @property
+    def active(self) -> bool:
+        """In use: a compute process holds it, or its utilisation is known and above zero.
+
+        Graphics-only processes (type ``G``: Xorg, a browser) are listed but do not count, as
+        NVML's compute-process list (the other sampler) does not hold them either.
+        """
+        util = self.leaf.utilization_gpu
+        return any(a.process.compute for a in self.processes) or (util is not None and util > 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """One alert event; ``raised`` False means the condition has cleared."""
+
+    kind: str
+    key: str
+    message: str
+    at: float
+    raised: bool = True
+    seat: str | None = None
+    participant: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """One device-minute from ``minute_aggregates`` with the names it was attributed to."""
+
+    minute: int  # Unix seconds // 60
+    device_uuid: str
+    seat: str | None
+    participant: str | None
+    samples: int
+    active_samples: int
+    memory_max_mib: int | None
+
+
+class SampleStore(Protocol):
+    """Where the monitor writes (the course database implements it); the monitor knows only this."""
+
+    def write(self, host: str, taken_at: float, states: Iterable[SeatState]) -> None:
+        """Store one sample per seat-sized device."""
+        ...
+
+    def record_alert(self, alert: Alert) -> None:
+        """Store a raised or cleared alert."""
+        ...
+
+    def close(self) -> None:
+        """Release connections."""
+        ...
