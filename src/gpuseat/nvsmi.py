@@ -207,11 +207,15 @@ def parse_xml(
     The DTD is refused by the parser (no entity expansion): XML from another host is data.
     """
     if "<!ENTITY" in text:
-        raise InputError("XML entity declarations are not allowed", where=where, fix="give the output of 'nvidia-smi -q -x'")
+        raise InputError(
+            "XML entity declarations are not allowed", where=where, fix="give the output of 'nvidia-smi -q -x'"
+        )
     try:
         root = ET.fromstring(text.encode("utf-8"))
     except ET.ParseError as exc:
-        raise InputError(f"not nvidia-smi XML: {exc}", where=where, fix="give the output of 'nvidia-smi -q -x'") from None
+        raise InputError(
+            f"not nvidia-smi XML: {exc}", where=where, fix="give the output of 'nvidia-smi -q -x'"
+        ) from None
     if root.tag != "nvidia_smi_log":
         raise InputError(
             f"root element is <{root.tag}>, not <nvidia_smi_log>",
@@ -377,9 +381,7 @@ def merge_list(snapshot: Snapshot, listing: Iterable[Listed]) -> Snapshot:
                 continue
             merged.append(replace(m, uuid=m.uuid or lm.uuid, profile=m.profile or lm.profile, device_index=lm.device))
         gpus.append(replace(gpu, mig=tuple(merged), mig_enabled=True))
-    keys = {
-        (g.uuid, m.gpu_instance_id): mig_key(g, m) for g in gpus for m in g.mig if m.gpu_instance_id is not None
-    }
+    keys = {(g.uuid, m.gpu_instance_id): mig_key(g, m) for g in gpus for m in g.mig if m.gpu_instance_id is not None}
     old = {mig_key(g, m): None for g in snapshot.gpus for m in g.mig}
     procs = tuple(
         replace(p, mig_uuid=keys.get((p.gpu_uuid, p.gpu_instance_id), p.mig_uuid))
@@ -417,7 +419,7 @@ def name_mig_profiles(snapshot: Snapshot, catalog: Catalog) -> Snapshot:
                 continue
 
             def score(p: object, m: MigInstance = m) -> tuple[float, float]:
-                gib = (p.usable_gb if p.usable_gb else p.memory_gb * 0.93)  # type: ignore[attr-defined]
+                gib = p.usable_gb if p.usable_gb else p.memory_gb * 0.93  # type: ignore[attr-defined]
                 mem = abs(math.log(gib * 1024 / (m.memory_total_mib or 1)))
                 sm = abs(m.multiprocessors / p.compute_slices - SM_PER_SLICE) if m.multiprocessors else 0.0  # type: ignore[attr-defined]
                 return (round(mem, 1), sm)
@@ -432,7 +434,9 @@ def name_mig_profiles(snapshot: Snapshot, catalog: Catalog) -> Snapshot:
 
 #: A host for ``--ssh``: ``[user@]name`` with a DNS name, IPv4 or bracket-less IPv6, nothing that
 #: ssh could read as an option (a leading ``-``) or a shell could interpret.
-_HOST = re.compile(r"^(?:[A-Za-z0-9._][A-Za-z0-9._-]{0,31}@)?(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|[0-9A-Fa-f:]{2,39})$")
+_HOST = re.compile(
+    r"^(?:[A-Za-z0-9._][A-Za-z0-9._-]{0,31}@)?(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|[0-9A-Fa-f:]{2,39})$"
+)
 
 
 def check_host(host: str, *, where: str = "--ssh") -> str:
@@ -472,7 +476,9 @@ def _spawn(cmd: list[str], timeout_s: float) -> str:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False, errors="replace")
     except FileNotFoundError:
-        raise EngineError(f"'{cmd[0]}' not found", fix="install the NVIDIA driver (nvidia-smi) or the OpenSSH client") from None
+        raise EngineError(
+            f"'{cmd[0]}' not found", fix="install the NVIDIA driver (nvidia-smi) or the OpenSSH client"
+        ) from None
     except subprocess.TimeoutExpired:
         raise EngineError(f"'{shown}' did not answer in {timeout_s:g} s") from None
     except OSError as exc:
@@ -508,7 +514,12 @@ def sample(host: str | None = None, *, timeout_s: float = 20.0, executable: str 
     """One snapshot from ``-q -x`` (plus ``-L`` for MIG UUIDs), with process users from that host."""
     where = f"{host or 'localhost'}: nvidia-smi -q -x"
     name = host or _hostname()
-    snap = parse_xml(run(["-q", "-x"], host=host, timeout_s=timeout_s, executable=executable), host=name, where=where, local=host is None)
+    snap = parse_xml(
+        run(["-q", "-x"], host=host, timeout_s=timeout_s, executable=executable),
+        host=name,
+        where=where,
+        local=host is None,
+    )
     if any(g.mig and any(m.uuid is None for m in g.mig) for g in snap.gpus):
         snap = merge_list(snap, parse_list(run(["-L"], host=host, timeout_s=timeout_s, executable=executable)))
     if host is not None and snap.processes:

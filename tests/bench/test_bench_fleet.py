@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from gpuseat.bench.fleet import Seat, SeatOutcome, _outcome, flag_outliers, parse_gpu_list, run_fleet, select_visible
+from gpuseat.bench.fleet import (
+    BenchTarget,
+    SeatOutcome,
+    _outcome,
+    flag_outliers,
+    parse_gpu_list,
+    run_fleet,
+    select_visible,
+)
 from gpuseat.bench.run import BenchOptions
 
 from .results_factory import make_result
@@ -33,7 +41,7 @@ def test_seats_are_mig_devices_or_whole_gpus():
 
 def test_cuda_visible_devices_restricts_the_seats():
     listed = parse_gpu_list(NVIDIA_SMI_L)
-    gpus = [Seat(select="GPU-aaaa1111-2222-3333-4444-555566667777", name="NVIDIA H200"), listed[-1]]
+    gpus = [BenchTarget(select="GPU-aaaa1111-2222-3333-4444-555566667777", name="NVIDIA H200"), listed[-1]]
     assert select_visible(listed, gpus, None) == listed
     assert [s.select[:8] for s in select_visible(listed, gpus, "1")] == ["GPU-eeee"]
     only = select_visible(listed, gpus, "MIG-cccc1111-2222-3333-4444-555566667777, 0")
@@ -46,8 +54,8 @@ def test_cuda_visible_devices_restricts_the_seats():
     assert len(select_visible(listed, gpus, "1,-1,0")) == 1
 
 
-def _seat(n: int, profile: str = "1g.18gb") -> Seat:
-    return Seat(select=f"MIG-{n}", name="NVIDIA H200", mig_profile=profile)
+def _seat(n: int, profile: str = "1g.18gb") -> BenchTarget:
+    return BenchTarget(select=f"MIG-{n}", name="NVIDIA H200", mig_profile=profile)
 
 
 def test_outlier_is_over_15_percent_slower_than_its_profiles_median():
@@ -79,7 +87,7 @@ def test_child_output_becomes_outcome():
 
 def test_a_seat_where_cuda_fails_is_a_finding_not_a_crash(bench_env):
     # A real child process: on a machine without this GPU, CUDA cannot use the seat.
-    seat = Seat(select="MIG-00000000-0000-0000-0000-000000000000", name="NVIDIA H200", mig_profile="1g.18gb")
+    seat = BenchTarget(select="MIG-00000000-0000-0000-0000-000000000000", name="NVIDIA H200", mig_profile="1g.18gb")
     (outcome,) = run_fleet(BenchOptions(iterations=5), [seat])
     assert outcome.result is None
     assert outcome.error is not None and outcome.error.startswith("exit code 2:")

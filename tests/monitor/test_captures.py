@@ -81,9 +81,7 @@ def test_m60_server_xml():
 
 @pytest.mark.parametrize("phase, used, procs", [("idle", 0, []), ("load", 11125, [2296, 1272, 7484])])
 def test_h100_mig_csv_and_list(phase, used, procs):
-    snap = parse_query_gpu_csv(
-        section(H100_MIG, f"{phase} :: query-gpu (csv, what the exporter parses)"), host="t"
-    )
+    snap = parse_query_gpu_csv(section(H100_MIG, f"{phase} :: query-gpu (csv, what the exporter parses)"), host="t")
     snap = merge_list(snap, parse_list(section(H100_MIG, "capabilities :: list (-L)")))
     (gpu,) = snap.gpus
     assert gpu.name == "NVIDIA H100 80GB HBM3" and gpu.memory_total_mib == 81559
@@ -109,9 +107,7 @@ def test_h100_csv_without_mig():
 
 
 def test_windows_wddm_memory_is_unknown():
-    snap = parse_query_gpu_csv(
-        section(RTX2080, "idle :: query-gpu (csv, what the exporter parses)"), host="t"
-    )
+    snap = parse_query_gpu_csv(section(RTX2080, "idle :: query-gpu (csv, what the exporter parses)"), host="t")
     assert snap.gpus[0].name == "NVIDIA GeForce RTX 2080 SUPER"
     apps = parse_compute_apps_csv(section(RTX2080, "idle :: query-compute-apps (per-process)"))
     assert len(apps) == 19 and apps[0].pid == 2140
@@ -144,9 +140,7 @@ def test_parse_number_reads_decimals(value):
     assert parse_number(f"{value:.2f} W") == pytest.approx(value)
 
 
-@given(
-    st.sampled_from(["[N/A]", "N/A", "[Not Supported]", "", "[Requested functionality has been deprecated]"])
-)
+@given(st.sampled_from(["[N/A]", "N/A", "[Not Supported]", "", "[Requested functionality has been deprecated]"]))
 def test_unknown_markers_are_none(text):
     assert parse_number(text) is None
 

@@ -10,31 +10,51 @@ import sys
 import time
 
 from gpuseat.monitor.replay import synthetic_snapshot, write_replay
+from gpuseat.services.monitoring import Source, snapshot_once, usage_report
 
 from .conftest import FIXTURES, H100_MIG, section
 
 REPO = FIXTURES.parents[1]
-GPU_KEYS = {"index", "uuid", "name", "memory_used_mib", "memory_total_mib", "utilization_gpu", "mig"}
-PROC_KEYS = {"pid", "gpu_uuid", "mig_uuid", "used_memory_mib", "user", "seat", "participant", "foreign"}
+GPU_KEYS = {
+    "index", "uuid", "name", "pci_bus_id", "memory_used_mib", "memory_total_mib", "memory_free_mib",
+    "utilization_gpu", "temperature_c", "power_w", "clock_sm_mhz", "mig_enabled", "mig", "healthy", "error",
+}  # fmt: skip
+PROC_KEYS = {
+    "pid", "gpu_uuid", "mig_uuid", "gpu_instance_id", "used_memory_mib", "name", "kind",
+    "user", "seat", "participant", "foreign",
+}  # fmt: skip
 
 
 def test_from_xml_json_contract(cli, data_dir):
+    """Issue 15 item 8: every field the sampler reads (temperature, power, process names), equal to to_dict()."""
     r = cli("monitor", "--from-xml", FIXTURES / "telegraf__tesla-t4.xml", "--once", "--format", "json")
     assert r.code == 0, r.err
     data = json.loads(r.out)
-    assert set(data) == {"gpus", "processes"}
+    assert set(data) == {"schema_version", "host", "taken_at", "gpus", "processes", "seats"}
+    assert data["schema_version"] == 1
     assert set(data["gpus"][0]) == GPU_KEYS and all(set(p) == PROC_KEYS for p in data["processes"])
-    assert [p["used_memory_mib"] for p in data["processes"]] == [22, 1005]
+    gpu = data["gpus"][0]
+    assert (gpu["temperature_c"], gpu["power_w"], gpu["memory_free_mib"]) == (
+        40,
+        26.78,
+        13939,
+    )  # free as reported (388 MiB reserved), not total - used
+    assert [(p["name"], p["kind"], p["used_memory_mib"]) for p in data["processes"]] == [
+        ("/usr/lib/xorg/Xorg", "G", 22),
+        ("python", "C", 1005),
+    ]
+    assert data["processes"][0]["user"] is None  # a capture's pids are not this machine's
     assert not data_dir.exists()  # --once writes no history
+    view = snapshot_once(Source(from_xml=FIXTURES / "telegraf__tesla-t4.xml"))
+    expected = view.to_dict()
+    assert {**data, "taken_at": None} == {**json.loads(json.dumps(expected)), "taken_at": None}
 
 
 def test_from_csv_with_apps_list_and_seats(cli, tmp_path, data_dir):
     (tmp_path / "g.csv").write_text(section(H100_MIG, "load :: query-gpu (csv, what the exporter parses)"))
     (tmp_path / "a.csv").write_text(section(H100_MIG, "load :: query-compute-apps (per-process)"))
     (tmp_path / "l.txt").write_text(section(H100_MIG, "capabilities :: list (-L)"))
-    (tmp_path / "s.csv").write_text(
-        "id,device,participant\nwhole,GPU-00000000-0000-0000-0000-000000000000,eve\n"
-    )
+    (tmp_path / "s.csv").write_text("id,device,participant\nwhole,GPU-00000000-0000-0000-0000-000000000000,eve\n")
     r = cli(
         "top",
         "--from-csv",
@@ -108,7 +128,10 @@ def test_monitor_replay_into_db_then_usage_and_chart(cli, tmp_path, data_dir):
     assert (data_dir / "gpuseat.db").exists()
     r = cli("usage", "--format", "json", "--chart", tmp_path / "u.html")  # minutes 0-3 finished
     assert r.code == 0, r.err
-    report = {u["participant"]: u for u in json.loads(r.out)}
+    data = json.loads(r.out)
+    assert data["schema_version"] == 1
+    assert data == usage_report(None, None).to_dict()  # the CLI prints the service result's to_dict()
+    report = {u["participant"]: u for u in data["participants"]}
     assert report["p0"]["gpu_hours"] == round(4 / 60, 3) and report["p0"]["peak_memory_mib"] == 512
     assert report["p1"]["gpu_hours"] == 0 and report["p1"]["idle_hours"] == round(4 / 60, 3)
     page = (tmp_path / "u.html").read_text()
@@ -116,10 +139,7 @@ def test_monitor_replay_into_db_then_usage_and_chart(cli, tmp_path, data_dir):
 
 
 def test_monitor_stops_cleanly_on_sigterm(tmp_path):
-    snaps = [
-        synthetic_snapshot(gpus=1, migs_per_gpu=1, processes=1, taken_at=1_700_000_040.0 + i)
-        for i in range(3)
-    ]
+    snaps = [synthetic_snapshot(gpus=1, migs_per_gpu=1, processes=1, taken_at=1_700_000_040.0 + i) for i in range(3)]
     write_replay(tmp_path / "r.jsonl", snaps)
     env = {**os.environ, "GPUSEAT_DATA_DIR": str(tmp_path / "data")}
     env.pop("GPUSEAT_DB_URL", None)

@@ -32,9 +32,7 @@ def lab(t=T0, processes=2):
 
 def seat_map(snap):
     migs = [m.uuid for m in snap.gpus[0].mig]
-    return SeatMap(
-        [SeatEntry(f"s{i}", u, f"p{i}", f"user{i}") for i, u in enumerate(migs)], allowed_users=["root"]
-    )
+    return SeatMap([SeatEntry(f"s{i}", u, f"p{i}", f"user{i}") for i, u in enumerate(migs)], allowed_users=["root"])
 
 
 def test_proc_user_reads_status_under_a_root(tmp_path):
@@ -56,9 +54,7 @@ def test_attribution_and_foreign_flag():
     ]
     assert [s.active for s in states] == [True, True, False, False]
     attributed, _ = observe(snap, seats, users={pids[1]: "root"})
-    assert (
-        not attributed[1].foreign and attributed[0].user is None
-    )  # allowed user; unknown user is not foreign
+    assert not attributed[1].foreign and attributed[0].user is None  # allowed user; unknown user is not foreign
 
 
 def test_replay_file_round_trip(tmp_path):
@@ -74,9 +70,7 @@ def test_idle_memory_foreign_and_lost_alerts_fire_once_until_cleared():
     base = lab()
     seats = seat_map(base)
     tracker = AlertTracker(idle_hours=2)
-    hot = replace(
-        base.gpus[0], mig=(replace(base.gpus[0].mig[0], memory_used_mib=9800.0), *base.gpus[0].mig[1:])
-    )
+    hot = replace(base.gpus[0], mig=(replace(base.gpus[0].mig[0], memory_used_mib=9800.0), *base.gpus[0].mig[1:]))
     timeline = [replace(base, taken_at=T0 + 600 * i) for i in range(14)]  # 10-minute ticks, 2h10
     timeline[3] = replace(timeline[3], gpus=(hot,))
     timeline[4] = replace(timeline[4], gpus=(hot,))
@@ -160,7 +154,9 @@ def test_prometheus_text_parses_back_with_dcgm_names_and_seat_labels():
     _, states = observe(snap, seats, users={})
     families = {f.name: f for f in text_string_to_metric_families(render(snap, states))}
     used = families["DCGM_FI_DEV_FB_USED"].samples
-    assert len(used) == 4
+    assert len(used) == 5  # 4 MIG devices and the whole GPU (GPU_I_ID empty)
+    (whole,) = [s for s in used if s.labels["GPU_I_ID"] == ""]
+    assert whole.value == 1024.0 and whole.labels["device"] == "nvidia0" and whole.labels["hostname"] == "lab"
     first = next(s for s in used if s.labels["seat"] == "s0")
     assert first.value == 512.0 and first.labels["participant"] == "p0"
     assert first.labels["GPU_I_PROFILE"] == "1g.10gb" and first.labels["GPU_I_ID"] == "7"
@@ -251,12 +247,7 @@ def test_nvml_error_on_one_gpu_marks_it_unhealthy_and_others_go_on():
     sampler = NvmlSampler(nvml=SimulatedNvml(), host="m60")
     snap = sampler.sample()
     good, bad = snap.gpus
-    assert (
-        good.healthy
-        and good.power_w == 70.5
-        and good.utilization_gpu == 40.0
-        and good.memory_used_mib == 1024
-    )
+    assert good.healthy and good.power_w == 70.5 and good.utilization_gpu == 40.0 and good.memory_used_mib == 1024
     assert good.pci_bus_id is None and good.mig_enabled is None  # unsupported → unknown
     assert not bad.healthy and bad.uuid == "GPU-1" and "GPU is lost" in bad.error
     (proc,) = snap.processes

@@ -83,8 +83,7 @@ def test_seat_import_reassigns(url):
 
 def test_downsampling_keeps_one_row_per_device_minute_and_prunes_raw(url):
     snaps = [
-        synthetic_snapshot(gpus=1, migs_per_gpu=2, processes=1, taken_at=T0 + 10 * i)
-        for i in range(3 * 60 * 6 + 1)
+        synthetic_snapshot(gpus=1, migs_per_gpu=2, processes=1, taken_at=T0 + 10 * i) for i in range(3 * 60 * 6 + 1)
     ]
     store = Store(url, raw_keep_s=3600)
     seats = seats_for(snaps[0], 2)

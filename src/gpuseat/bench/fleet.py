@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -22,17 +20,16 @@ from typing import IO
 
 from pydantic import BaseModel, ConfigDict, ValidationError, computed_field
 
+from gpuseat import nvsmi
 from gpuseat.bench.results import BenchResult
 from gpuseat.bench.run import BenchOptions
 from gpuseat.errors import InputError
 
 OUTLIER_RATIO = 1.15  # slower than 115 % of the median of same-profile seats
-_GPU_LINE = re.compile(r"^GPU\s+(\d+):\s+(.+?)\s+\(UUID:\s*(GPU-[^)\s]+)\)")
-_MIG_LINE = re.compile(r"^\s+MIG\s+(\S+)\s+Device\s+\d+:\s+\(UUID:\s*(MIG-[^)\s]+)\)")
 NO_SEATS_FIX = "check `nvidia-smi -L` and CUDA_VISIBLE_DEVICES; --all-seats needs at least one NVIDIA GPU"
 
 
-class Seat(BaseModel):
+class BenchTarget(BaseModel):
     """One benchmark target: its ``CUDA_VISIBLE_DEVICES`` value, GPU name and profile (name + MIG profile)."""
 
     model_config = ConfigDict(frozen=True)
@@ -53,7 +50,7 @@ class SeatOutcome(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    seat: Seat
+    seat: BenchTarget
     result: BenchResult | None = None
     error: str | None = None
     vs_median: float | None = None  # seconds / median seconds of the seats with the same profile
@@ -70,25 +67,23 @@ class SeatOutcome(BaseModel):
         return None
 
 
-def parse_gpu_list(text: str) -> list[Seat]:
-    """Seats from ``nvidia-smi -L``: each MIG device, or the GPU itself when it has none."""
-    seats: list[Seat] = []
-    gpu: Seat | None = None
-    gpu_has_mig = False
-    for line in text.splitlines():
-        if match := _GPU_LINE.match(line):
-            if gpu is not None and not gpu_has_mig:
-                seats.append(gpu)
-            gpu, gpu_has_mig = Seat(select=match.group(3), name=match.group(2)), False
-        elif (match := _MIG_LINE.match(line)) and gpu is not None:
-            gpu_has_mig = True
-            seats.append(Seat(select=match.group(2), name=gpu.name, mig_profile=match.group(1)))
-    if gpu is not None and not gpu_has_mig:
-        seats.append(gpu)
-    return seats
+def parse_gpu_list(text: str, mig_mode: Mapping[str, bool | None] | None = None) -> list[BenchTarget]:
+    """Targets from ``nvidia-smi -L``: each MIG device, or the GPU itself when it has none.
+
+    A GPU in MIG mode (``mig_mode[uuid]`` True) without MIG devices is no target: CUDA cannot use it.
+    """
+    targets: list[BenchTarget] = []
+    for gpu in nvsmi.parse_list(text):
+        if gpu.mig:
+            targets.extend(BenchTarget(select=m.uuid, name=gpu.name, mig_profile=m.profile) for m in gpu.mig)
+        elif not (mig_mode or {}).get(gpu.uuid):
+            targets.append(BenchTarget(select=gpu.uuid, name=gpu.name))
+    return targets
 
 
-def select_visible(listed: Sequence[Seat], gpus: Sequence[Seat], visible: str | None) -> list[Seat]:
+def select_visible(
+    listed: Sequence[BenchTarget], gpus: Sequence[BenchTarget], visible: str | None
+) -> list[BenchTarget]:
     """The seats ``CUDA_VISIBLE_DEVICES`` allows (all when unset); an index counts whole GPUs in list order."""
     if visible is None:
         return list(listed)
@@ -99,22 +94,25 @@ def select_visible(listed: Sequence[Seat], gpus: Sequence[Seat], visible: str | 
             break  # CUDA ignores everything from the first invalid entry on
         if entry.isdigit() and int(entry) < len(gpus):
             entry = gpus[int(entry)].select
-        out.append(known.get(entry, Seat(select=entry, name="unknown")))
+        out.append(known.get(entry, BenchTarget(select=entry, name="unknown")))
     return out
 
 
-def visible_seats(env: Mapping[str, str] | None = None) -> list[Seat]:
-    """The seats on this machine (``nvidia-smi -L``), restricted by ``CUDA_VISIBLE_DEVICES``."""
+def visible_seats(env: Mapping[str, str] | None = None) -> list[BenchTarget]:
+    """The targets on this machine (``nvidia-smi -L`` and MIG mode), restricted by ``CUDA_VISIBLE_DEVICES``."""
+    from gpuseat.errors import EngineError
+
     env = os.environ if env is None else env
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        raise InputError("nvidia-smi not found, so no GPU seat is visible", where="--all-seats", fix=NO_SEATS_FIX)
     try:
-        text = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=60, check=True).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise InputError(f"`nvidia-smi -L` failed: {exc}", where="--all-seats", fix=NO_SEATS_FIX) from None
-    gpus = [Seat(select=m.group(3), name=m.group(2)) for line in text.splitlines() if (m := _GPU_LINE.match(line))]
-    seats = select_visible(parse_gpu_list(text), gpus, env.get("CUDA_VISIBLE_DEVICES"))
+        text = nvsmi.run(["-L"], timeout_s=60)
+        modes = nvsmi.parse_query_gpu_csv(
+            nvsmi.run(["--query-gpu=index,uuid,mig.mode.current", "--format=csv"], timeout_s=60), host="local"
+        )
+    except EngineError as exc:
+        raise InputError(f"no GPU seat is visible: {exc.what}", where="--all-seats", fix=NO_SEATS_FIX) from None
+    mig_mode = {g.uuid: g.mig_enabled for g in modes.gpus}
+    gpus = [BenchTarget(select=g.uuid, name=g.name) for g in nvsmi.parse_list(text)]
+    seats = select_visible(parse_gpu_list(text, mig_mode), gpus, env.get("CUDA_VISIBLE_DEVICES"))
     if not seats:
         raise InputError("no GPU or MIG device is visible", where="--all-seats", fix=NO_SEATS_FIX)
     return seats
@@ -148,10 +146,10 @@ def child_command(options: BenchOptions) -> list[str]:
     return cmd
 
 
-def run_fleet(options: BenchOptions, seats: Sequence[Seat]) -> list[SeatOutcome]:
+def run_fleet(options: BenchOptions, seats: Sequence[BenchTarget]) -> list[SeatOutcome]:
     """Start one process per seat at once, wait for all, and compare the seats."""
     cmd = child_command(options)
-    running: list[tuple[Seat, subprocess.Popen[bytes], IO[bytes], IO[bytes]]] = []
+    running: list[tuple[BenchTarget, subprocess.Popen[bytes], IO[bytes], IO[bytes]]] = []
     with contextlib.ExitStack() as stack:  # output goes to files: a full pipe would stall a child
         for seat in seats:
             out = stack.enter_context(tempfile.TemporaryFile())
@@ -167,7 +165,7 @@ def _read(fh: IO[bytes]) -> str:
     return fh.read().decode("utf-8", errors="replace")
 
 
-def _outcome(seat: Seat, code: int, stdout: str, stderr: str) -> SeatOutcome:
+def _outcome(seat: BenchTarget, code: int, stdout: str, stderr: str) -> SeatOutcome:
     """A child's exit code and output as an outcome; its last stderr line explains a failure."""
     if code == 0:
         try:

@@ -7,7 +7,6 @@ The store is a JSON-lines file (one result per line) under the user data dir, or
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -98,12 +97,9 @@ def gpu_model_id(facts: DeviceFacts) -> str | None:
 
 def results_path() -> Path:
     """The store: ``$GPUSEAT_DATA_DIR/bench-results.jsonl`` or the same file under the user data dir."""
-    env = os.environ.get("GPUSEAT_DATA_DIR")
-    if env:
-        return Path(env) / STORE_NAME
-    import platformdirs
+    from gpuseat.paths import data_dir
 
-    return Path(platformdirs.user_data_dir("gpuseat")) / STORE_NAME
+    return data_dir() / STORE_NAME
 
 
 def record(result: BenchResult, path: Path | None = None) -> RecordedResult:

@@ -12,20 +12,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuseat.paths import data_dir
+
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
 DB_FILE = "gpuseat.db"
 
-
-def data_dir() -> Path:
-    """The folder for gpuseat's own files (env ``GPUSEAT_DATA_DIR`` overrides)."""
-    override = os.environ.get("GPUSEAT_DATA_DIR")
-    if override:
-        return Path(override)
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("gpuseat", appauthor=False))
+__all__ = ["DB_FILE", "data_dir", "make_engine", "resolve_url", "upgrade"]
 
 
 def resolve_url(url: str | None = None) -> str:

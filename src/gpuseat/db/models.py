@@ -89,7 +89,10 @@ class Sample(Base):
     """One raw reading of one device (kept for the last hour, then rolled up)."""
 
     __tablename__ = "samples"
-    __table_args__ = (Index("ix_samples_ts", "ts"),)
+    __table_args__ = (
+        Index("ix_samples_ts", "ts"),
+        Index("ux_samples_device_id_ts", "device_id", "ts", unique=True),  # one sample per device and second
+    )
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
     ts: Mapped[int] = mapped_column(Integer)  # Unix seconds
     device_id: Mapped[int] = mapped_column(ForeignKey("devices.id", ondelete="CASCADE"))

@@ -3,26 +3,31 @@
 Downsampling: every sample is written raw; once a minute has passed, the raw samples of each
 finished minute are rolled up into one ``minute_aggregates`` row per device (count, in-use count,
 memory peak and mean, mean utilisation), and raw samples older than ``raw_keep_s`` (one hour) are
-deleted. The rollup is done in SQL, so it is the same on SQLite and PostgreSQL.
+deleted. The rollup is done in SQL (``INSERT … SELECT … ON CONFLICT``), so it is the same on SQLite
+and PostgreSQL. Many monitors may share one database: each writes, rolls up and prunes only the
+devices of its own host (devices are keyed by host), so they never collide.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Integer, and_, cast, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from gpuseat.db import make_engine, upgrade
 from gpuseat.db.models import AlertRecord, Assignment, Device, MinuteAggregate, Participant, Sample, Seat
+from gpuseat.errors import StoreError
 from gpuseat.readings import Alert, SeatEntry, SeatMap, SeatState, UsageRow
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
 RAW_KEEP_S = 3600
+SMALL_MAX = 32767  # SmallInteger columns
 
 
 def _int(value: float | None) -> int | None:
@@ -33,14 +38,20 @@ class Store:
     """The course database for the monitor, ``top`` and ``usage``; migrates on open."""
 
     def __init__(
-        self, url: str | None = None, *, engine: Engine | None = None, raw_keep_s: int = RAW_KEEP_S
+        self,
+        url: str | None = None,
+        *,
+        engine: Engine | None = None,
+        raw_keep_s: int = RAW_KEEP_S,
+        create: bool = True,
     ) -> None:
-        self.engine = engine if engine is not None else make_engine(url)
+        """Open (``create``: and create when absent) the database at ``url`` and bring its schema up to date."""
+        self.engine = engine if engine is not None else make_engine(url, create=create)
         upgrade(self.engine)
         self.raw_keep_s = raw_keep_s
         self._devices: dict[tuple[str, str], int] = {}
         self._seat_ids: dict[str, tuple[int, int | None]] = {}
-        self._rolled: int | None = None
+        self._rolled: dict[str, int] = {}
         self._load_seat_ids()
 
     def close(self) -> None:
@@ -84,9 +95,7 @@ class Store:
     def seat_map(self, *, allowed_users: Iterable[str] = ()) -> SeatMap:
         """Seats with their current participant, as the attribution step uses them."""
         q = (
-            select(
-                Seat.key, Seat.device_uuid, Seat.host, Seat.profile, Participant.key, Participant.unix_user
-            )
+            select(Seat.key, Seat.device_uuid, Seat.host, Seat.profile, Participant.key, Participant.unix_user)
             .select_from(Seat)
             .outerjoin(Assignment, and_(Assignment.seat_id == Seat.id, Assignment.valid_to.is_(None)))
             .outerjoin(Participant, Participant.id == Assignment.participant_id)
@@ -95,8 +104,7 @@ class Store:
         with self.engine.connect() as conn:
             rows = conn.execute(q).all()
         entries = [
-            SeatEntry(seat=r[0], device_uuid=r[1], host=r[2], profile=r[3], participant=r[4], user=r[5])
-            for r in rows
+            SeatEntry(seat=r[0], device_uuid=r[1], host=r[2], profile=r[3], participant=r[4], user=r[5]) for r in rows
         ]
         return SeatMap(entries, allowed_users=allowed_users)
 
@@ -111,9 +119,22 @@ class Store:
 
     # -- samples -----------------------------------------------------------------------------------
 
+    def _insert(self, conn: Connection, table: Any) -> Any:
+        """The dialect's INSERT (SQLite and PostgreSQL both have ``ON CONFLICT``)."""
+        if conn.dialect.name == "postgresql":
+            from sqlalchemy.dialects import postgresql
+
+            return postgresql.insert(table)
+        if conn.dialect.name == "sqlite":
+            from sqlalchemy.dialects import sqlite
+
+            return sqlite.insert(table)
+        raise StoreError(f"unsupported database {conn.dialect.name}", fix="use SQLite or PostgreSQL")
+
     def _device_id(
         self,
         conn: Connection,
+        new: dict[tuple[str, str], int],
         host: str,
         uuid: str,
         name: str | None,
@@ -121,36 +142,55 @@ class Store:
         profile: str | None,
     ) -> int:
         key = (host, uuid)
-        if key not in self._devices:
+        known = self._devices.get(key) or new.get(key)
+        if known is None:
+            conn.execute(
+                self._insert(conn, Device)
+                .values(host=host, uuid=uuid, name=name, parent_uuid=parent, profile=profile)
+                .on_conflict_do_nothing(index_elements=["host", "uuid"])
+            )
             found = conn.scalar(select(Device.id).where(Device.host == host, Device.uuid == uuid))
             if found is None:
-                found = conn.execute(
-                    insert(Device).values(
-                        host=host, uuid=uuid, name=name, parent_uuid=parent, profile=profile
-                    )
-                ).inserted_primary_key[0]
-            self._devices[key] = int(found)
-        return self._devices[key]
+                raise StoreError(f"device {uuid} of {host} could not be stored")
+            known = int(found)
+            new[key] = known
+        return known
+
+    @contextmanager
+    def _writing(self) -> Iterator[Connection]:
+        """A write transaction; on SQLite it takes the write lock first (``BEGIN IMMEDIATE``), so
+        concurrent monitors wait their turn (busy timeout) instead of failing on a stale snapshot."""
+        with self.engine.connect() as conn:
+            if conn.dialect.name == "sqlite":
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            yield conn
+            conn.commit()
 
     def write(self, host: str, taken_at: float, states: Iterable[SeatState]) -> None:
-        """Store one sample per seat-sized device, then roll up finished minutes and prune."""
+        """Store one sample per seat-sized device of ``host``, then roll up its finished minutes and prune.
+
+        Safe for many monitors on one database: each touches only its own host's devices, a sample
+        already stored (same device and second, e.g. a replay restarted after ``kill -9``) is skipped,
+        and a minute rolled up again is recomputed rather than duplicated. All in one transaction, so
+        a crash loses at most this tick.
+        """
         ts = int(taken_at)
-        with self.engine.begin() as conn:
+        new: dict[tuple[str, str], int] = {}
+        with self._writing() as conn:
             rows = []
             for s in states:
                 leaf = s.leaf
-                uuid = leaf.uuid or f"{leaf.gpu.uuid}/gi{leaf.mig.gpu_instance_id if leaf.mig else ''}"
+                uuid = leaf.uuid or leaf.gpu.uuid
                 dev = self._device_id(
                     conn,
+                    new,
                     host,
                     uuid,
                     leaf.gpu.name,
-                    leaf.gpu.uuid if leaf.mig else None,
+                    leaf.gpu.uuid if uuid != leaf.gpu.uuid else None,
                     leaf.mig.profile if leaf.mig else None,
                 )
-                seat_id, participant_id = (
-                    self._seat_ids.get(s.entry.seat, (None, None)) if s.entry else (None, None)
-                )
+                seat_id, participant_id = self._seat_ids.get(s.entry.seat, (None, None)) if s.entry else (None, None)
                 rows.append(
                     {
                         "ts": ts,
@@ -162,22 +202,26 @@ class Store:
                         "utilization_gpu": _int(leaf.utilization_gpu),
                         "power_w": leaf.gpu.power_w,
                         "temperature_c": _int(leaf.gpu.temperature_c),
-                        "processes": len(s.processes),
-                        "foreign_processes": sum(1 for a in s.processes if a.foreign),
+                        "processes": min(len(s.processes), SMALL_MAX),
+                        "foreign_processes": min(sum(1 for a in s.processes if a.foreign), SMALL_MAX),
                         "active": s.active,
                     }
                 )
             if rows:
-                conn.execute(insert(Sample.__table__), rows)  # Core executemany: no ORM overhead
+                stmt = self._insert(conn, Sample.__table__).on_conflict_do_nothing(index_elements=["device_id", "ts"])
+                conn.execute(stmt, rows)  # Core executemany: no ORM overhead
             minute = ts // 60
-            if self._rolled is None or self._rolled < minute - 1:
-                self._rollup(conn, minute, ts)
+            rolled = self._rolled.get(host)
+            if rolled is None or rolled < minute - 1:
+                self._rollup(conn, host, minute, ts)
+        self._devices.update(new)  # only after commit: a rolled-back id must not be reused
 
-    def _rollup(self, conn: Connection, minute: int, now_ts: int) -> None:
-        """Aggregate the raw samples of every finished minute not yet aggregated; prune old raw rows."""
-        last = self._rolled
+    def _rollup(self, conn: Connection, host: str, minute: int, now_ts: int) -> None:
+        """Aggregate ``host``'s raw samples of every finished minute not yet aggregated; prune its old raw rows."""
+        devices = select(Device.id).where(Device.host == host)
+        last = self._rolled.get(host)
         if last is None:
-            last = conn.scalar(select(func.max(MinuteAggregate.minute)))
+            last = conn.scalar(select(func.max(MinuteAggregate.minute)).where(MinuteAggregate.device_id.in_(devices)))
         m = (Sample.ts // 60).label("minute")
         q = select(
             m,
@@ -189,7 +233,7 @@ class Store:
             func.max(Sample.memory_used_mib),
             cast(func.avg(Sample.memory_used_mib), Integer),
             cast(func.avg(Sample.utilization_gpu), Integer),
-        ).where(Sample.ts < minute * 60)
+        ).where(Sample.ts < minute * 60, Sample.device_id.in_(devices))
         if last is not None:
             q = q.where(Sample.ts >= (last + 1) * 60)
         q = q.group_by(m, Sample.device_id)
@@ -204,9 +248,14 @@ class Store:
             "memory_avg_mib",
             "utilization_avg",
         ]
-        conn.execute(insert(MinuteAggregate).from_select(cols, q))
-        conn.execute(delete(Sample).where(Sample.ts < now_ts - self.raw_keep_s))
-        self._rolled = minute - 1
+        stmt = self._insert(conn, MinuteAggregate).from_select(cols, q)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["minute", "device_id"],
+            set_={c: getattr(stmt.excluded, c) for c in cols[2:]},
+        )
+        conn.execute(stmt)
+        conn.execute(delete(Sample).where(Sample.ts < now_ts - self.raw_keep_s, Sample.device_id.in_(devices)))
+        self._rolled[host] = max(last if last is not None else minute - 1, minute - 1)
 
     def usage_rows(self, since: float | None = None) -> list[UsageRow]:
         """Minute aggregates (oldest first) with device, seat and participant names."""
@@ -267,8 +316,6 @@ class Store:
 
     def open_alerts(self) -> list[tuple[str, str, str]]:
         """``(kind, key, message)`` of alerts not yet cleared."""
-        q = select(AlertRecord.kind, AlertRecord.key, AlertRecord.message).where(
-            AlertRecord.cleared_at.is_(None)
-        )
+        q = select(AlertRecord.kind, AlertRecord.key, AlertRecord.message).where(AlertRecord.cleared_at.is_(None))
         with self.engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(q.order_by(AlertRecord.id))]
+            return [(r[0], r[1], r[2]) for r in conn.execute(q.order_by(AlertRecord.id))]

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
-import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -89,17 +87,15 @@ class HostView:
         """``nvidia-smi`` MIG mode CSV: run live on ``/``, else read from the capture."""
         if not self.live:
             return self.text(MIG_QUERY_PATH)
-        exe = shutil.which(MIG_QUERY[0])
-        if exe is None:
-            return None
+        from gpuseat import nvsmi
+        from gpuseat.errors import EngineError
+
         try:
-            proc = subprocess.run([exe, *MIG_QUERY[1:]], capture_output=True, timeout=20, check=False)
-        except (OSError, subprocess.TimeoutExpired):
+            out = nvsmi.run(list(MIG_QUERY[1:]), timeout_s=20)
+        except EngineError:
             return None
-        if proc.returncode != 0:
-            return None
-        self.seen[MIG_QUERY_PATH] = _Seen("file", data=proc.stdout)
-        return proc.stdout.decode("utf-8", errors="replace")
+        self.seen[MIG_QUERY_PATH] = _Seen("file", data=out.encode())
+        return out
 
     def write_capture(self, out: Path) -> None:
         """Write everything seen as a ``.tar.gz`` whose extraction is a root for :class:`HostView`."""

@@ -42,9 +42,7 @@ class AlertTracker:
                 self.idle_since[key] = since
                 if not s.active and now - since >= self.idle_s:
                     hours = (now - since) / 3600
-                    found[(IDLE, key)] = Alert(
-                        IDLE, key, f"seat {seat} idle for {hours:.1f} h", now, True, seat, who
-                    )
+                    found[(IDLE, key)] = Alert(IDLE, key, f"seat {seat} idle for {hours:.1f} h", now, True, seat, who)
             used, total = s.leaf.memory_used_mib, s.leaf.memory_total_mib
             if used is not None and total and used / total > self.memory_ratio:
                 found[(MEMORY, key)] = Alert(

@@ -62,9 +62,7 @@ def attribute(snapshot: Snapshot, seats: SeatMap, users: Mapping[int, str | None
             and user != entry.login
             and user not in seats.allowed_users
         )
-        out.append(
-            Attributed(p, user, entry.seat if entry else None, entry.participant if entry else None, foreign)
-        )
+        out.append(Attributed(p, user, entry.seat if entry else None, entry.participant if entry else None, foreign))
     return out
 
 

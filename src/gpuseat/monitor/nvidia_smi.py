@@ -1,4 +1,4 @@
-"""The nvidia-smi sampler for ``top``/``monitor`` (locally, or ``--ssh HOST``); parsing lives in :mod:`gpuseat.nvsmi`."""
+"""The nvidia-smi sampler for `top`/`monitor` (here or `--ssh HOST`); parsing lives in :mod:`gpuseat.nvsmi`."""
 
 from __future__ import annotations
 

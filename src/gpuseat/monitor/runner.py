@@ -154,9 +154,7 @@ class Monitor:
                 self.pending.append(item)
         return not self.pending
 
-    def run(
-        self, interval_s: float, *, ticks: int | None = None, on_tick: Callable[[Tick], Any] | None = None
-    ) -> int:
+    def run(self, interval_s: float, *, ticks: int | None = None, on_tick: Callable[[Tick], Any] | None = None) -> int:
         """Tick every ``interval_s`` until stopped (SIGTERM/SIGINT, :meth:`stop`, or ``ticks`` done)."""
         done = 0
         while not self.stop_event.is_set() and (ticks is None or done < ticks):

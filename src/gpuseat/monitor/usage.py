@@ -76,9 +76,7 @@ def hourly(rows: Iterable[UsageRow]) -> tuple[list[int], dict[str, list[float]]]
     return axis, {who: [vals.get(h, 0.0) for h in axis] for who, vals in sorted(per.items())}
 
 
-def chart_html(
-    rows: Iterable[UsageRow], *, title: str = "GPU seat usage", width: int = 900, height: int = 360
-) -> str:
+def chart_html(rows: Iterable[UsageRow], *, title: str = "GPU seat usage", width: int = 900, height: int = 360) -> str:
     """A self-contained HTML page with an SVG line chart of in-use hours per participant per hour."""
     import datetime as dt
 
@@ -97,8 +95,7 @@ def chart_html(
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">',
         f"<title>{html.escape(title)}</title>",
-        f'<line x1="{pad_l}" y1="{pad_t + plot_h}" x2="{pad_l + plot_w}" y2="{pad_t + plot_h}" '
-        'stroke="#333"/>',
+        f'<line x1="{pad_l}" y1="{pad_t + plot_h}" x2="{pad_l + plot_w}" y2="{pad_t + plot_h}" stroke="#333"/>',
         f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{pad_t + plot_h}" stroke="#333"/>',
         f'<text x="{pad_l - 8}" y="{pad_t + 4}" text-anchor="end" font-size="11">{top:.2f} h</text>',
         f'<text x="{pad_l - 8}" y="{pad_t + plot_h}" text-anchor="end" font-size="11">0</text>',
@@ -106,9 +103,7 @@ def chart_html(
     if axis:
         for i in (0, len(axis) - 1):
             label = dt.datetime.fromtimestamp(axis[i] * 3600, dt.UTC).strftime("%Y-%m-%d %H:00Z")
-            parts.append(
-                f'<text x="{x(i):.1f}" y="{height - 12}" text-anchor="middle" font-size="11">{label}</text>'
-            )
+            parts.append(f'<text x="{x(i):.1f}" y="{height - 12}" text-anchor="middle" font-size="11">{label}</text>')
     for k, (who, values) in enumerate(series.items()):
         color = PALETTE[k % len(PALETTE)]
         points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values))
@@ -122,7 +117,7 @@ def chart_html(
     parts.append("</svg>")
     svg = "\n".join(parts)
     return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<!DOCTYPE html>\n<!-- written by gpuseat usage -->\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title></head>\n<body>\n<h1>{html.escape(title)}</h1>\n"
         "<p>In-use hours per participant per hour (a seat device held by a process or busy).</p>\n"
         f"{svg}\n</body></html>\n"

@@ -46,9 +46,7 @@ def upgrade() -> None:
         sa.Column("participant_id", sa.Integer(), nullable=False),
         sa.Column("valid_from", sa.DateTime(timezone=True), nullable=False),
         sa.Column("valid_to", sa.DateTime(timezone=True), nullable=True),
-        sa.ForeignKeyConstraint(
-            ["seat_id"], ["seats.id"], name="fk_assignments_seat_id_seats", ondelete="CASCADE"
-        ),
+        sa.ForeignKeyConstraint(["seat_id"], ["seats.id"], name="fk_assignments_seat_id_seats", ondelete="CASCADE"),
         sa.ForeignKeyConstraint(
             ["participant_id"],
             ["participants.id"],
@@ -85,12 +83,8 @@ def upgrade() -> None:
         sa.Column("processes", sa.SmallInteger(), nullable=False),
         sa.Column("foreign_processes", sa.SmallInteger(), nullable=False),
         sa.Column("active", sa.Boolean(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["device_id"], ["devices.id"], name="fk_samples_device_id_devices", ondelete="CASCADE"
-        ),
-        sa.ForeignKeyConstraint(
-            ["seat_id"], ["seats.id"], name="fk_samples_seat_id_seats", ondelete="SET NULL"
-        ),
+        sa.ForeignKeyConstraint(["device_id"], ["devices.id"], name="fk_samples_device_id_devices", ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(["seat_id"], ["seats.id"], name="fk_samples_seat_id_seats", ondelete="SET NULL"),
         sa.ForeignKeyConstraint(
             ["participant_id"],
             ["participants.id"],

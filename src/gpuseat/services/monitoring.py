@@ -1,0 +1,364 @@
+"""Monitoring as a service: what ``top``, ``monitor`` and ``usage`` do, for the CLI, the portal and hooks.
+
+The CLI only parses flags and prints; everything else is here: choosing the sampler for a data
+source, the seat map (from a seats file and/or the course database), one snapshot for
+``--once``, the monitor loop with its database, alerts and Prometheus endpoint, and the usage report.
+Each result has one :meth:`to_dict`, which is exactly what ``--format json`` prints.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuseat.errors import InputError
+from gpuseat.readings import SCHEMA_VERSION, Attributed, SeatMap, SeatState, Snapshot
+
+if TYPE_CHECKING:
+    from gpuseat.monitor.runner import Tick
+    from gpuseat.monitor.sampler import Sampler
+    from gpuseat.readings import UsageRow
+
+log = logging.getLogger("gpuseat.monitor")
+
+#: How many bytes of a replay file are read (a day of 5-second ticks of 64 GPUs is ~1 GB; split it).
+MAX_REPLAY_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where readings come from: a saved capture, a host over SSH, a replay file, or NVML (nothing given)."""
+
+    from_xml: Path | None = None
+    from_csv: Path | None = None
+    apps: Path | None = None
+    listing: Path | None = None
+    ssh: str | None = None
+    replay: Path | None = None
+
+    def check(self) -> None:
+        """One source at most; ``--apps`` only with ``--from-csv``; a host that cannot become an option."""
+        chosen = [
+            name
+            for name, v in (
+                ("--from-xml", self.from_xml),
+                ("--from-csv", self.from_csv),
+                ("--ssh", self.ssh),
+                ("--replay", self.replay),
+            )
+            if v
+        ]
+        if len(chosen) > 1:
+            raise InputError(f"{' and '.join(chosen)} both given", where="options", fix="choose one data source")
+        if self.apps and not self.from_csv:
+            raise InputError("--apps needs --from-csv", where="--apps", fix="add --from-csv GPU_CSV")
+        if self.ssh is not None:
+            from gpuseat.nvsmi import check_host
+
+            check_host(self.ssh)
+
+
+def open_sampler(source: Source) -> Sampler:
+    """The sampler for ``source`` (captures are parsed now, so a bad file fails before anything runs)."""
+    from gpuseat import nvsmi
+    from gpuseat.files import read_text
+    from gpuseat.monitor.sampler import StaticSampler
+
+    source.check()
+    host = "capture"
+    if source.from_xml:
+        text = read_text(source.from_xml, max_bytes=nvsmi.MAX_XML_BYTES)
+        snap = nvsmi.parse_xml(text, host=host, where=str(source.from_xml))
+    elif source.from_csv:
+        text = read_text(source.from_csv, max_bytes=nvsmi.MAX_CSV_BYTES)
+        snap = nvsmi.parse_query_gpu_csv(text, host=host, where=str(source.from_csv))
+        if source.apps:
+            apps = read_text(source.apps, max_bytes=nvsmi.MAX_CSV_BYTES)
+            snap = replace(snap, processes=nvsmi.parse_compute_apps_csv(apps, where=str(source.apps)))
+    elif source.ssh:
+        from gpuseat.monitor.nvidia_smi import SmiSampler
+
+        return SmiSampler(source.ssh)
+    elif source.replay:
+        from gpuseat.monitor.replay import ReplaySampler, read_replay
+
+        return ReplaySampler(read_replay(source.replay, max_bytes=MAX_REPLAY_BYTES))
+    else:
+        from gpuseat.monitor.nvml import NvmlSampler
+
+        return NvmlSampler()
+    if source.listing:
+        listing = read_text(source.listing, max_bytes=nvsmi.MAX_LIST_BYTES)
+        snap = nvsmi.merge_list(snap, nvsmi.parse_list(listing))
+    if any(m.profile is None for g in snap.gpus for m in g.mig):
+        from gpuseat.catalog.bundle import load_catalog
+
+        snap = nvsmi.name_mig_profiles(snap, load_catalog())
+    return StaticSampler(snap)
+
+
+def seat_map(seats: Path | None, db: str | None, *, write: bool) -> SeatMap:
+    """Seats from the file (imported into the database when ``write``), else from an existing database."""
+    from gpuseat.monitor.seats import read_seats
+
+    if seats is not None:
+        entries = read_seats(seats)
+        if not write:
+            return SeatMap(entries)
+    elif not _db_exists(db):
+        return SeatMap()
+    from gpuseat.db.store import Store
+
+    store = Store(db, create=write)
+    try:
+        if seats is not None:
+            store.import_seats(entries)
+        return store.seat_map()
+    finally:
+        store.close()
+
+
+def _db_exists(db: str | None) -> bool:
+    from gpuseat.db import resolve_url
+
+    url = resolve_url(db)
+    return not url.startswith("sqlite:///") or Path(url.removeprefix("sqlite:///")).exists()
+
+
+# -- one snapshot (top --once, monitor --once) ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SeatView:
+    """One snapshot with its attribution and seat states: what ``top``/``monitor --once`` print."""
+
+    snapshot: Snapshot
+    attributed: tuple[Attributed, ...]
+    states: tuple[SeatState, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field the sampler read (null when unknown), the attribution and the seats."""
+        snap = self.snapshot
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "host": snap.host,
+            "taken_at": snap.taken_at,
+            "gpus": [asdict(g) for g in snap.gpus],
+            "processes": [
+                {
+                    **{k: v for k, v in asdict(a.process).items() if k != "user"},
+                    "user": a.user,
+                    "seat": a.seat,
+                    "participant": a.participant,
+                    "foreign": a.foreign,
+                }
+                for a in self.attributed
+            ],
+            "seats": [
+                {
+                    "seat": s.entry.seat if s.entry else None,
+                    "participant": s.entry.participant if s.entry else None,
+                    "device": s.leaf.uuid,
+                    "gpu_uuid": s.leaf.gpu.uuid,
+                    "profile": s.leaf.mig.profile if s.leaf.mig else None,
+                    "memory_used_mib": s.leaf.memory_used_mib,
+                    "memory_total_mib": s.leaf.memory_total_mib,
+                    "memory_free_mib": s.leaf.memory_free_mib,
+                    "utilization_gpu": s.leaf.utilization_gpu,
+                    "processes": len(s.processes),
+                    "active": s.active,
+                }
+                for s in self.states
+            ],
+        }
+
+
+def view(tick: Tick) -> SeatView:
+    """The printable view of one monitor tick."""
+    return SeatView(tick.snapshot, tuple(tick.attributed), tuple(tick.states))
+
+
+def snapshot_once(source: Source, seats: Path | None = None, db: str | None = None) -> SeatView:
+    """One sample, attributed to seats; writes nothing."""
+    from gpuseat.monitor.runner import Monitor
+
+    monitor = Monitor(open_sampler(source), seat_map(seats, db, write=False))
+    try:
+        return view(monitor.tick())
+    finally:
+        monitor.close()
+
+
+# -- the monitor loop -----------------------------------------------------------------------------
+
+
+@dataclass
+class MonitorRun:
+    """What a monitor run did: ticks taken, samples stored, rows dropped, database write failures."""
+
+    ticks: int = 0
+    stored: int = 0
+    dropped: int = 0
+    write_failures: int = 0
+    listen: str | None = None
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"schema_version": SCHEMA_VERSION, **asdict(self)}
+
+    @property
+    def ok(self) -> bool:
+        """False when ticks were taken but none was stored (the database never accepted a sample)."""
+        return self.ticks == 0 or self.stored > 0
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9400`` for IPv6) → (host, port); the host defaults to all addresses."""
+    host, _, port = listen.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise InputError(f"{listen!r} is not HOST:PORT", where="--listen", fix="e.g. --listen 127.0.0.1:9400")
+    host = host.strip("[]")
+    if host and not re.fullmatch(r"[A-Za-z0-9.:-]+", host):
+        raise InputError(f"{host!r} is not an address", where="--listen", fix="e.g. --listen 127.0.0.1:9400")
+    return host or "0.0.0.0", int(port)
+
+
+def run_monitor(
+    source: Source,
+    *,
+    seats: Path | None = None,
+    db: str | None = None,
+    interval_s: float = 5.0,
+    ticks: int | None = None,
+    listen: str | None = None,
+    webhook: str | None = None,
+    idle_hours: float = 24.0,
+    metrics_names: str = "dcgm",
+    on_tick: Callable[[Tick], Any] | None = None,
+    signals: bool = True,
+) -> MonitorRun:
+    """Sample every ``interval_s`` into the course database, with alerts and ``/metrics``, until stopped."""
+    from gpuseat.db.store import Store
+    from gpuseat.monitor.alerts import AlertTracker, post_webhook
+    from gpuseat.monitor.prometheus import SeatCollector, serve
+    from gpuseat.monitor.runner import Monitor
+
+    address = parse_listen(listen) if listen else None
+    collector = SeatCollector(metrics_names)
+    sampler = open_sampler(source)
+    seat_map_ = seat_map(seats, db, write=True)
+    store = Store(db)
+    monitor = Monitor(
+        sampler,
+        seat_map_,
+        store=store,
+        alerts=AlertTracker(idle_hours=idle_hours),
+        collector=collector,
+        on_alert=(lambda alert: post_webhook(webhook, alert)) if webhook else None,
+    )
+    server = None
+    try:
+        server = serve(collector, *address) if address else None
+        if signals:
+            monitor.install_signal_handlers()
+        done = monitor.run(interval_s, ticks=ticks, on_tick=on_tick)
+    finally:
+        if server is not None:
+            server.shutdown()
+        monitor.close()
+    bound = f"{address[0]}:{server.server_port}" if server is not None and address else None
+    return MonitorRun(done, monitor.samples_stored, monitor.dropped, monitor.write_failures, bound)
+
+
+# -- usage ----------------------------------------------------------------------------------------
+
+
+def parse_since(since: str | None, *, now: float | None = None) -> float | None:
+    """``7d``/``12h``/``30m`` ago, or an ISO date/time → Unix seconds; anything else is an InputError."""
+    if since is None:
+        return None
+    now = time.time() if now is None else now
+    if m := re.fullmatch(r"(\d{1,6}(?:\.\d{1,3})?)([dhm])", since.strip()):
+        return now - float(m.group(1)) * {"d": 86400, "h": 3600, "m": 60}[m.group(2)]
+    try:
+        when = dt.datetime.fromisoformat(since.strip())
+        return (when if when.tzinfo else when.astimezone()).timestamp()
+    except (ValueError, OverflowError, OSError):
+        raise InputError(
+            f"{since!r} is not a date", where="--since", fix="use 2026-03-01, 2026-03-01T09:00 or 7d/12h/30m"
+        ) from None
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    """GPU-hours, idle hours and peak memory per participant, with the minute rows behind them."""
+
+    since: float | None
+    rows: tuple[UsageRow, ...]
+
+    def participants(self) -> list[dict[str, Any]]:
+        """One row per participant (largest GPU-hours first)."""
+        from gpuseat.monitor.usage import summarize
+
+        return [
+            {
+                "participant": u.participant,
+                "seats": ",".join(u.seats),
+                "gpu_hours": round(u.gpu_hours, 3),
+                "idle_hours": round(u.idle_hours, 3),
+                "peak_memory_mib": u.peak_memory_mib,
+            }
+            for u in summarize(self.rows)
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (what ``usage --format json`` prints)."""
+        return {"schema_version": SCHEMA_VERSION, "since": self.since, "participants": self.participants()}
+
+
+USAGE_COLUMNS = ("participant", "seats", "gpu_hours", "idle_hours", "peak_memory_mib")
+
+
+def usage_report(since: str | None = None, db: str | None = None) -> UsageReport:
+    """The usage report from the course database (which must exist: nothing is created)."""
+    from gpuseat.db.store import Store
+
+    start = parse_since(since)
+    store = Store(db, create=False)
+    try:
+        return UsageReport(start, tuple(store.usage_rows(start)))
+    finally:
+        store.close()
+
+
+def write_chart(report: UsageReport, path: Path, *, force: bool = False) -> None:
+    """The HTML usage chart at ``path``; an existing file gpuseat did not write needs ``force``."""
+    from gpuseat.monitor.usage import chart_html
+
+    if path.is_dir():
+        raise InputError("is a directory", where=f"--chart {path}", fix="give a file name such as usage.html")
+    if not path.parent.is_dir():
+        raise InputError("its folder does not exist", where=f"--chart {path}", fix="create the folder first")
+    if path.is_symlink() or (path.exists() and not force and "written by gpuseat usage" not in _head(path)):
+        raise InputError(
+            "exists and was not written by gpuseat", where=f"--chart {path}", fix="choose another name or add --force"
+        )
+    try:
+        path.write_text(chart_html(list(report.rows)), encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror}", where=f"--chart {path}", fix="check permissions") from None
+
+
+def _head(path: Path) -> str:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(512).decode("utf-8", "replace")
+    except OSError:
+        return ""
