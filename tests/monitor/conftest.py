@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import uuid as uuidlib
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, text
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 H100 = FIXTURES / "nvidia_gpu_exporter__linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
@@ -32,3 +35,32 @@ def data_dir(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("GPUSEAT_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.delenv("GPUSEAT_DB_URL", raising=False)
     return tmp_path / "data"
+
+
+PG = os.environ.get("GPUSEAT_TEST_PG_URL")
+ON_CI = os.environ.get("CI") == "true"
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param(
+            "postgresql", marks=pytest.mark.skipif(not PG and not ON_CI, reason="GPUSEAT_TEST_PG_URL not set")
+        ),
+    ]
+)
+def url(request, tmp_path):
+    """A fresh database URL: a SQLite file, or a new schema in the test PostgreSQL (required on CI)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'course.db'}"
+        return
+    assert PG, "GPUSEAT_TEST_PG_URL must be set on CI"
+    schema = f"t_{uuidlib.uuid4().hex[:12]}"
+    admin = create_engine(PG)
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    sep = "&" if "?" in PG else "?"
+    yield f"{PG}{sep}options=-csearch_path%3D{schema}"
+    with admin.begin() as conn:
+        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+    admin.dispose()

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import uuid as uuidlib
-
-import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from gpuseat.db import make_engine, resolve_url
 from gpuseat.db.models import Base
@@ -17,29 +13,7 @@ from gpuseat.monitor.attribution import SeatEntry, SeatMap
 from gpuseat.monitor.replay import ReplaySampler, synthetic_snapshot
 from gpuseat.monitor.runner import Monitor, observe
 
-PG = os.environ.get("GPUSEAT_TEST_PG_URL")
 T0 = 1_700_000_040.0  # a minute boundary
-
-
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("postgresql", marks=pytest.mark.skipif(not PG, reason="GPUSEAT_TEST_PG_URL not set")),
-    ]
-)
-def url(request, tmp_path):
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'course.db'}"
-        return
-    schema = f"t_{uuidlib.uuid4().hex[:12]}"
-    admin = create_engine(PG)
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    sep = "&" if "?" in PG else "?"
-    yield f"{PG}{sep}options=-csearch_path%3D{schema}"
-    with admin.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-    admin.dispose()
 
 
 def seats_for(snap, n):
