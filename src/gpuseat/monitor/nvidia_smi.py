@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpuseat import nvsmi
 from gpuseat.readings import Snapshot
+
+if TYPE_CHECKING:
+    from gpuseat.catalog.bundle import Catalog
 
 
 class SmiSampler:
@@ -17,10 +22,18 @@ class SmiSampler:
         self.host = nvsmi.check_host(host) if host is not None else None
         self.nvidia_smi = nvidia_smi
         self.timeout_s = timeout_s
+        self._catalog: Catalog | None = None
 
     def sample(self) -> Snapshot:
-        """One snapshot of every GPU on the host."""
-        return nvsmi.sample(self.host, timeout_s=self.timeout_s, executable=self.nvidia_smi)
+        """One snapshot of every GPU on the host (MIG profiles the driver does not name are derived)."""
+        snap = nvsmi.sample(self.host, timeout_s=self.timeout_s, executable=self.nvidia_smi)
+        if any(m.profile is None for g in snap.gpus for m in g.mig):
+            if self._catalog is None:
+                from gpuseat.catalog.bundle import load_catalog
+
+                self._catalog = load_catalog()
+            snap = nvsmi.name_mig_profiles(snap, self._catalog)
+        return snap
 
     def close(self) -> None:
         """Nothing to release."""
