@@ -5,6 +5,7 @@ The work is in :mod:`gpuseat.services.monitoring`; heavy imports happen inside t
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,6 +42,13 @@ PROCESS_COLUMNS = (
     "participant",
     "foreign",
 )
+
+
+def _finite(value: float | None) -> float | None:
+    """Refuse ``nan`` (it passes every min/max check)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a number")
+    return value
 
 
 def _source(
@@ -80,7 +88,9 @@ def top(
     seats: Path | None = SEATS,
     db: str | None = DB,
     once: bool = ONCE,
-    interval: float = typer.Option(1.0, "--interval", min=0.1, max=86400, help="Seconds between refreshes."),
+    interval: float = typer.Option(
+        1.0, "--interval", min=0.1, max=86400, callback=_finite, help="Seconds between refreshes."
+    ),
     fmt: Format = FORMAT_OPTION,
 ) -> None:
     """Live seat-centric view: participant, seat, GPU/MIG, memory, utilisation, processes, idle time."""
@@ -123,14 +133,16 @@ def monitor(
     seats: Path | None = SEATS,
     db: str | None = DB,
     once: bool = ONCE,
-    interval: float = typer.Option(5.0, "--interval", min=0.1, max=86400, help="Seconds between samples."),
+    interval: float = typer.Option(
+        5.0, "--interval", min=0.1, max=86400, callback=_finite, help="Seconds between samples."
+    ),
     listen: str | None = typer.Option(None, "--listen", help="Serve Prometheus /metrics on HOST:PORT."),
     metrics_names: str = typer.Option(
         "dcgm", "--metrics-names", help="Metric names: dcgm (dcgm-exporter's, the default) or gpuseat."
     ),
     webhook: str | None = typer.Option(None, "--webhook", help="POST each alert as JSON to this URL."),
     idle_hours: float = typer.Option(
-        24.0, "--idle-hours", min=0, max=8760, help="Alert when a seat is idle this long."
+        24.0, "--idle-hours", min=0, max=8760, callback=_finite, help="Alert when a seat is idle this long."
     ),
     ticks: int | None = typer.Option(None, "--ticks", min=1, max=10**9, help="Stop after this many samples."),
     fmt: Format = FORMAT_OPTION,
