@@ -1,0 +1,438 @@
+"""Cloud seats through SkyPilot: one task YAML per seat, a start/stop schedule, hours run to date.
+
+* :func:`task` — a SkyPilot task per cloud seat: cloud, region and instance type from the chosen plan
+  option's offer, disk size, ``autostop`` a few idle minutes after the lab session, and a setup step that
+  installs gpuseat and runs ``gpuseat bench`` once (setup re-runs on every ``sky launch``; a marker file
+  keeps the benchmark to one run).
+* :func:`windows` / :func:`crontab` / :func:`systemd_units` — one ``sky start`` before and one ``sky stop``
+  after each lab session (the schedule's merged intervals, :meth:`gpuseat.core.course.Schedule.intervals`).
+* :func:`hours_to_date` — what each seat has run so far: the scheduled windows up to now, corrected by
+  ``sky status`` when given (a cluster still UP after its stop counts until now). The portal's
+  "cost so far" prices these runs with :func:`cost_to_date` (the offer's own billing rule).
+
+Cluster names carry the course and seat keys and are checked against SkyPilot's name rule; every value
+that reaches YAML goes through a YAML dumper, every word that reaches a shell line through ``shlex.quote``.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+
+from gpuseat.catalog.offers import Offer
+from gpuseat.core.cost import billed_seconds, hourly_usd
+from gpuseat.errors import InputError, did_you_mean
+
+# gpuseat provider → SkyPilot cloud name (clouds SkyPilot can launch that gpuseat has hourly offers for)
+SKY_CLOUDS: dict[str, str] = {"aws": "aws", "gcp": "gcp", "azure": "azure", "lambda": "lambda", "runpod": "runpod"}
+# SkyPilot's cluster name rule (sky/utils/common_utils.py: check_cluster_name_is_valid), kept shorter
+# than GCP's 35-character limit on instance names.
+CLUSTER_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,33}[a-z0-9])?$")
+_KEY = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_PIP_SPEC = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9_.\[\],<>=!~+-]{0,120}$|^(https|git\+https)://[A-Za-z0-9_./@%+:-]{1,300}$"
+)
+_GCP_ATTACHED = re.compile(r"^(?P<host>[a-z0-9-]+)\+(?P<count>\d+)x(?P<gpu>[A-Za-z0-9-]+)$")
+MAX_AUTOSTOP_MIN = 24 * 60
+MAX_DISK_GB = 65536
+
+
+def cluster_name(course: str, seat: str) -> str:
+    """``gs-<course>-<seat>``: lower case, SkyPilot's rule, 35 characters at most."""
+    for what, key in (("course", course), ("seat", seat)):
+        if not _KEY.match(key.lower()):
+            raise InputError(
+                f"{what} key {key!r} cannot be part of a cluster name",
+                where=f"{what} key",
+                fix="use letters, digits and '-'",
+            )
+    name = f"gs-{course.lower()}-{seat.lower()}"
+    if not CLUSTER_NAME.match(name):
+        raise InputError(
+            f"cluster name {name!r} is longer than 35 characters or malformed",
+            where="course/seat key",
+            fix="use shorter course or seat keys",
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class CloudSeat:
+    """One cloud seat: its course, key and the offer the chosen plan option rents for it."""
+
+    course: str
+    seat: str
+    offer: Offer
+
+    @property
+    def cluster(self) -> str:
+        """The SkyPilot cluster name."""
+        return cluster_name(self.course, self.seat)
+
+    @property
+    def cloud(self) -> str:
+        """SkyPilot's name of the offer's cloud; offers SkyPilot cannot launch are input errors."""
+        if self.offer.kind != "cloud" or self.offer.provider not in SKY_CLOUDS:
+            raise InputError(
+                f"offer {self.offer.id} ({self.offer.provider}, {self.offer.kind}) is not a cloud SkyPilot launches",
+                where=f"seat {self.seat}",
+                fix=f"cloud seats need an offer from {', '.join(SKY_CLOUDS)}",
+            )
+        return SKY_CLOUDS[self.offer.provider]
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """Settings of every seat's task."""
+
+    disk_gb: int = 50
+    autostop_min: int = 15
+    gpuseat_spec: str = "gpuseat[bench]"
+    bench_iterations: int = 10000
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.disk_gb <= MAX_DISK_GB:
+            raise InputError(f"disk size {self.disk_gb} GB out of range", where="--disk-gb", fix="1 to 65536 GB")
+        if not 1 <= self.autostop_min <= MAX_AUTOSTOP_MIN:
+            raise InputError(
+                f"autostop {self.autostop_min} min out of range", where="--autostop", fix="1 to 1440 minutes"
+            )
+        if not _PIP_SPEC.match(self.gpuseat_spec):
+            raise InputError(
+                f"{self.gpuseat_spec!r} is not a pip requirement gpuseat accepts",
+                where="--gpuseat-spec",
+                fix="a requirement such as 'gpuseat[bench]==0.1.0' or an https:// wheel URL",
+            )
+        if not 1 <= self.bench_iterations <= 1_000_000:
+            raise InputError("bench iterations out of range", where="--bench-iterations", fix="1 to 1000000")
+
+
+def _resources(seat: CloudSeat, opts: TaskOptions) -> dict[str, Any]:
+    res: dict[str, Any] = {"cloud": seat.cloud}
+    if seat.offer.region:
+        res["region"] = seat.offer.region
+    m = _GCP_ATTACHED.match(seat.offer.instance_type)
+    if m:  # GCP host + attachable GPU ("n1-standard-4+1xT4"): SkyPilot wants both fields
+        res["instance_type"] = m.group("host")
+        res["accelerators"] = {m.group("gpu"): int(m.group("count"))}
+    else:
+        res["instance_type"] = seat.offer.instance_type
+    res["disk_size"] = opts.disk_gb
+    res["autostop"] = {"idle_minutes": opts.autostop_min}
+    return res
+
+
+def setup_script(opts: TaskOptions) -> str:
+    """Install gpuseat, then run its benchmark once per seat (a marker file remembers the run)."""
+    spec = shlex.quote(opts.gpuseat_spec)
+    return (
+        "set -e\n"
+        f"python3 -m pip install --user --upgrade {spec}\n"
+        'export PATH="$HOME/.local/bin:$PATH"\n'
+        "mkdir -p ~/.gpuseat\n"
+        "if [ ! -f ~/.gpuseat/bench.done ]; then\n"
+        f"  gpuseat bench --iterations {int(opts.bench_iterations)} | tee ~/.gpuseat/bench.txt\n"
+        "  touch ~/.gpuseat/bench.done\n"
+        "fi\n"
+    )
+
+
+def task(seat: CloudSeat, opts: TaskOptions) -> dict[str, Any]:
+    """The SkyPilot task of one seat, as data (see :func:`task_yaml`)."""
+    return {
+        "name": seat.cluster,
+        "resources": _resources(seat, opts),
+        "envs": {"GPUSEAT_COURSE": seat.course, "GPUSEAT_SEAT": seat.seat, "GPUSEAT_OFFER": seat.offer.id},
+        "setup": setup_script(opts),
+    }
+
+
+def task_yaml(seat: CloudSeat, opts: TaskOptions) -> str:
+    """The task file's text (``yaml.safe_dump``: values are quoted by the dumper, never by hand)."""
+    head = f"# gpuseat: SkyPilot task of seat {seat.seat} ({seat.offer.id}); sky launch -c {seat.cluster} THIS_FILE\n"
+    return head + yaml.safe_dump(task(seat, opts), sort_keys=False, default_flow_style=False)
+
+
+# -- schedule --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    """When the seats run around one lab session: started ``lead`` before it, stopped at its end."""
+
+    session_start: datetime
+    start: datetime
+    stop: datetime
+
+
+def windows(intervals: Iterable[tuple[datetime, datetime]], *, lead_min: int = 10) -> list[Window]:
+    """One window per lab session (merged intervals); the start moves ``lead_min`` earlier for booting."""
+    if not 0 <= lead_min <= 240:
+        raise InputError(f"lead {lead_min} min out of range", where="--lead", fix="0 to 240 minutes")
+    out: list[Window] = []
+    for begin, end in intervals:
+        start = begin - timedelta(minutes=lead_min)
+        if out and start <= out[-1].stop:  # the lead would overlap the previous window: keep running
+            out[-1] = Window(out[-1].session_start, out[-1].start, end)
+        else:
+            out.append(Window(begin, start, end))
+    return out
+
+
+def check_timezone(name: str) -> ZoneInfo:
+    """The course's time zone (IANA name)."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InputError(
+            f"unknown time zone {name!r}", where="course time zone", fix="use an IANA name such as Europe/Berlin or UTC"
+        ) from None
+
+
+def _sky(verb: str, clusters: Sequence[str]) -> str:
+    for c in clusters:
+        if not CLUSTER_NAME.match(c):
+            raise InputError(f"bad cluster name {c!r}", where="schedule", fix="cluster names come from cluster_name()")
+    return " ".join(["sky", verb, "--yes", *(shlex.quote(c) for c in clusters)])
+
+
+def crontab(course: str, clusters: Sequence[str], wins: Sequence[Window], timezone: str) -> str:
+    """Crontab lines: one ``sky start`` and one ``sky stop`` per session, each guarded by its year.
+
+    Times are in the course's time zone: ``CRON_TZ`` (cronie) sets it; with a cron that ignores it,
+    run the machine in that zone or use the systemd timers.
+    """
+    check_timezone(timezone)
+    lines = [
+        f"# gpuseat: start/stop the {len(clusters)} cloud seats of course {course} around each lab session",
+        f"CRON_TZ={timezone}",
+    ]
+    for w in wins:
+        for at, verb in ((w.start, "start"), (w.stop, "stop")):
+            guard = f'[ "$(date +\\%Y)" = {at.year} ] &&'
+            lines.append(f"{at.minute} {at.hour} {at.day} {at.month} * {guard} {_sky(verb, clusters)}")
+    return "\n".join(lines) + "\n"
+
+
+def systemd_units(
+    course: str, clusters: Sequence[str], wins: Sequence[Window], timezone: str, *, sky: str = "/usr/local/bin/sky"
+) -> dict[str, str]:
+    """A start and a stop timer (one ``OnCalendar=`` per session, with year and time zone) and their services."""
+    check_timezone(timezone)
+    if not re.fullmatch(r"/[A-Za-z0-9_./-]{1,200}", sky):
+        raise InputError(f"bad path {sky!r}", where="--sky", fix="an absolute path to the sky program")
+    units = {}
+    for verb, at in (("start", lambda w: w.start), ("stop", lambda w: w.stop)):
+        unit = f"gpuseat-{course}-{verb}"
+        cal = "\n".join(f"OnCalendar={at(w).strftime('%Y-%m-%d %H:%M:%S')} {timezone}" for w in wins)
+        units[f"{unit}.timer"] = (
+            f"[Unit]\nDescription=gpuseat: {verb} the cloud seats of course {course} around each lab session\n\n"
+            f"[Timer]\n{cal}\nPersistent=false\n\n[Install]\nWantedBy=timers.target\n"
+        )
+        units[f"{unit}.service"] = (
+            f"[Unit]\nDescription=gpuseat: sky {verb} for course {course}\n\n"
+            f"[Service]\nType=oneshot\nExecStart={_sky(verb, clusters).replace('sky', sky, 1)}\n"
+        )
+    return units
+
+
+def launch_script(seats: Sequence[CloudSeat]) -> str:
+    """Run once before the course: launch each seat (setup + benchmark), then stop it until the first session."""
+    lines = [
+        "#!/bin/sh",
+        "# gpuseat: create every cloud seat once; the schedule then starts and stops them",
+        "set -e",
+        'cd "$(dirname "$0")"',
+    ]
+    for s in seats:
+        c = shlex.quote(s.cluster)
+        lines.append(f"sky launch --yes --cluster {c} {shlex.quote(f'tasks/{s.cluster}.yaml')}")
+        lines.append(f"sky stop --yes {c}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Written:
+    """Files written by :func:`write`."""
+
+    tasks: list[str]
+    schedule: list[str]
+    windows: int
+    warnings: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data."""
+        return asdict(self)
+
+
+def write(
+    out: Path,
+    course: str,
+    seats: Sequence[CloudSeat],
+    intervals: Iterable[tuple[datetime, datetime]],
+    timezone: str,
+    opts: TaskOptions,
+    *,
+    lead_min: int = 10,
+) -> Written:
+    """Write ``tasks/<cluster>.yaml`` per seat, ``launch.sh``, ``crontab`` and the systemd units into ``out``."""
+    if not seats:
+        raise InputError(
+            "the course has no cloud seats",
+            where=f"course {course}",
+            fix="add cloud seats from the plan (gpuseat seats add --from-plan)",
+        )
+    names = [s.cluster for s in seats]
+    if len(set(names)) != len(names):
+        raise InputError("two seats map to one cluster name", where=f"course {course}", fix="give seats distinct keys")
+    wins = windows(intervals, lead_min=lead_min)
+    (out / "tasks").mkdir(parents=True, exist_ok=True)
+    tasks = []
+    for s in seats:
+        path = out / "tasks" / f"{s.cluster}.yaml"
+        path.write_text(task_yaml(s, opts))
+        tasks.append(str(path))
+    files = {
+        "launch.sh": launch_script(seats),
+        "crontab": crontab(course, names, wins, timezone),
+        **systemd_units(course, names, wins, timezone),
+    }
+    schedule = []
+    for name, text in files.items():
+        path = out / name
+        path.write_text(text)
+        schedule.append(str(path))
+    (out / "launch.sh").chmod(0o755)
+    retired = sorted({s.offer.id for s in seats if "retired" in s.offer.note.lower()})
+    warnings = [
+        f"{o} is a retired instance type: SkyPilot's catalog no longer lists it, so `sky launch` will "
+        "refuse it; choose a current offer for a real course"
+        for o in retired
+    ]
+    return Written(tasks, schedule, len(wins), warnings)
+
+
+# -- seats from the store ------------------------------------------------------------------------------
+
+
+def offer_for(
+    seat_profile: str | None, plan_option: Mapping[str, Any] | None, offers: Sequence[Offer], *, seat: str
+) -> Offer:
+    """The offer of a cloud seat: its ``profile`` when that is an offer id, else the plan option's one cloud offer."""
+    by_id = {o.id: o for o in offers}
+    if seat_profile and seat_profile in by_id:
+        return by_id[seat_profile]
+    picked = {g.get("offer") for g in (plan_option or {}).get("groups", ()) if g.get("offer") in by_id}
+    cloud = sorted(o for o in picked if o and by_id[o].kind == "cloud")
+    if len(cloud) == 1:
+        return by_id[cloud[0]]
+    raise InputError(
+        f"cannot tell which offer cloud seat {seat} rents ({'several' if cloud else 'no'} cloud offers in the plan "
+        f"option).{did_you_mean(seat_profile or '', by_id)}",
+        where=f"seat {seat}",
+        fix="choose a plan option (gpuseat course create --plan-option N) or set the seat's profile to an offer id",
+    )
+
+
+# -- hours and cost to date ----------------------------------------------------------------------------
+
+_STATUSES = ("UP", "STOPPED", "INIT")
+
+
+def parse_sky_status(text: str) -> dict[str, str]:
+    """``sky status`` output → cluster name → UP | STOPPED | INIT (rows whose first word is a cluster)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if not words or not CLUSTER_NAME.match(words[0]):
+            continue
+        state = next((w for w in words[1:] if w in _STATUSES), None)
+        if state is not None:
+            out[words[0]] = state
+    return out
+
+
+@dataclass(frozen=True)
+class SeatHours:
+    """How long one cloud seat ran: one entry per run (seconds), and what ``sky status`` said."""
+
+    seat: str
+    cluster: str
+    runs_s: tuple[int, ...]
+    status: str | None
+    note: str
+
+    @property
+    def hours(self) -> float:
+        """Hours run to date."""
+        return sum(self.runs_s) / 3600
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data, with the hours."""
+        return {**asdict(self), "runs_s": list(self.runs_s), "hours": round(self.hours, 4)}
+
+
+def hours_to_date(
+    seats: Sequence[CloudSeat], wins: Sequence[Window], now: datetime, status: Mapping[str, str] | None = None
+) -> list[SeatHours]:
+    """Per seat, the runs so far: scheduled windows cut at ``now``; a cluster UP outside its windows ran on."""
+    out = []
+    for s in seats:
+        runs = [int((min(w.stop, now) - w.start).total_seconds()) for w in wins if w.start < now]
+        state = (status or {}).get(s.cluster)
+        note = "from the schedule"
+        in_window = any(w.start <= now < w.stop for w in wins)
+        if status is not None and state is None:
+            note = "not in sky status (not launched yet, or torn down)"
+        elif state == "UP" and not in_window:
+            last = max((w.stop for w in wins if w.stop <= now), default=None)
+            if last is not None:
+                runs.append(int((now - last).total_seconds()))
+                note = f"still UP after the stop at {last:%Y-%m-%d %H:%M}: counted until now"
+        elif state == "STOPPED" and in_window:
+            note = "STOPPED during a session: the schedule's hours are an upper bound"
+        elif state is not None:
+            note = f"{state}, as scheduled"
+        out.append(SeatHours(s.seat, s.cluster, tuple(r for r in runs if r > 0), state, note))
+    return out
+
+
+def cost_to_date(hours: SeatHours, offer: Offer) -> float:
+    """USD so far for one seat's runs, each billed by the offer's rule (increment, minimum charge)."""
+    if offer.monthly:
+        raise InputError(
+            f"offer {offer.id} is billed monthly, not per run",
+            where=f"seat {hours.seat}",
+            fix="cloud seats use hourly offers",
+        )
+    return float(hourly_usd(offer.price_usd, sum(billed_seconds(r, offer) for r in hours.runs_s)))
+
+
+def schedule_intervals(schedule: Any) -> list[tuple[datetime, datetime]]:
+    """The course's lab sessions as merged (start, end) intervals, or its whole span for 24/7.
+
+    The schedule owns this logic (:meth:`gpuseat.core.course.Schedule.intervals`, which merges
+    overlapping sessions and handles sessions across midnight).
+    """
+    if hasattr(schedule, "intervals"):
+        return list(schedule.intervals())
+    # Until Schedule.intervals lands on main: sessions as they are, or the whole period (24/7).
+    from datetime import time
+
+    if schedule.always_on:
+        return [
+            (datetime.combine(schedule.start, time()), datetime.combine(schedule.last_day, time()) + timedelta(days=1))
+        ]
+    out = []
+    for s in schedule.sessions():
+        begin = datetime.combine(s.date, datetime.strptime(s.hours[:5], "%H:%M").time())
+        out.append((begin, begin + timedelta(hours=s.length_h)))
+    return out
