@@ -1,0 +1,173 @@
+"""Slurm config generation (pure): gres.conf, node lines, partitions, job_submit.lua, reservations, names."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuseat.core.carve import CarveRequest, carve
+from gpuseat.core.inventory import server_from_toml
+from gpuseat.core.needs import SeatNeed
+from gpuseat.errors import EngineError, InputError
+from gpuseat.files import read_toml
+from gpuseat.slurm import config, names
+from gpuseat.slurm.engine import explain, sacctmgr_enroll_commands
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+# gpu0's part of /proc/driver/nvidia-caps/mig-minors in the driver's layout (config, monitor, then per GI
+# its access minor and its 8 CIs'): gi7 → 66/67, gi8 → 75/76 as in a real site's MIG gres.conf.
+MIG_MINORS = "config 1\nmonitor 2\n" + "".join(
+    f"gpu0/gi{g}/access {3 + g * 9}\n" + "".join(f"gpu0/gi{g}/ci{c}/access {4 + g * 9 + c}\n" for c in range(8))
+    for g in range(15)
+)
+
+
+def _layout(path: str, mode: str, **kw):
+    server = server_from_toml(read_toml(EXAMPLES / path), where=path)
+    return carve(server, CarveRequest(mode=mode, **kw))
+
+
+def test_whole_gpus_one_line_each_bound_to_its_own_core() -> None:
+    devices = config.devices_from_layout(
+        _layout("ibm-2xM60.toml", "passthrough", need=SeatNeed(isolation="dedicated")), "gpu01"
+    )
+    text = config.gres_conf(devices)
+    lines = [ln for ln in text.splitlines() if ln.startswith("NodeName=")]
+    assert lines[0].startswith("NodeName=gpu01 Name=gpu Type=m60 File=/dev/nvidia0 Cores=0")
+    assert lines[3].startswith("NodeName=gpu01 Name=gpu Type=m60 File=/dev/nvidia3 Cores=3")
+    assert "AutoDetect=off" in text
+    node = config.node_lines(devices, cpus=48, real_memory_mb=128000)
+    assert node.strip() == "NodeName=gpu01 CPUs=48 RealMemory=128000 Gres=gpu:m60:4 State=UNKNOWN"
+    with pytest.raises(InputError, match="each bound to its own core"):
+        config.node_lines(devices, cpus=2)
+
+
+def test_mig_seats_are_typed_gres_with_multiple_files() -> None:
+    layout = _layout("h200-2x-server.toml", "mig", profiles=("1g.18gb",) * 3)
+    seats = [s.seat for s in layout.seats]
+    with pytest.raises(InputError, match="needs its device files"):
+        config.devices_from_layout(layout, "gpu02")
+    minors = config.parse_mig_minors(MIG_MINORS)
+    devices = config.devices_from_layout(
+        layout, "gpu02", mig_minors=minors, mig_instances={s: (7 + i, 0) for i, s in enumerate(seats)}
+    )
+    text = config.gres_conf(devices)
+    assert (
+        "NodeName=gpu02 Name=gpu Type=1g.18gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap66,"
+        "/dev/nvidia-caps/nvidia-cap67 Cores=0"
+    ) in text
+    assert config.node_lines(devices, cpus=64).strip() == "NodeName=gpu02 CPUs=64 Gres=gpu:1g.18gb:3 State=UNKNOWN"
+    with pytest.raises(InputError, match="no capability"):
+        config.mig_files("/dev", 0, minors, gi=20)
+
+
+@given(st.text(max_size=60))
+def test_mig_minors_parser_accepts_only_its_format(line: str) -> None:
+    try:
+        parsed = config.parse_mig_minors(line)
+    except InputError as exc:
+        assert "mig-minors" in exc.message
+    else:
+        assert all(isinstance(v, int) for v in parsed.values())
+
+
+@pytest.mark.parametrize("bad", ["a,b", "x=y", "-p", "a b", "", "ä", "x" * 64, "a\nb"])
+def test_names_that_could_become_options_are_refused(bad: str) -> None:
+    with pytest.raises(InputError):
+        names.slurm_name(bad)
+
+
+@pytest.mark.parametrize("bad", ["Root", "-u", "a,b", "a b", "a=b", "x" * 33, "1abc"])
+def test_unix_users_checked(bad: str) -> None:
+    with pytest.raises(InputError):
+        names.unix_user(bad)
+
+
+def test_device_paths_never_escape() -> None:
+    for bad in ("/dev/../etc/passwd", "dev/nvidia0", "/dev/nvidia0,/x", "/dev/a=b"):
+        with pytest.raises(InputError):
+            names.device_path(bad)
+
+
+def test_job_submit_lua_holds_each_seat_once() -> None:
+    part = names.course_partition("c2016")
+    text = config.job_submit_lua(
+        [config.SeatLimit(part, "alice", "m60", 1), config.SeatLimit(part, "bob", "1g.18gb", 1)]
+    )
+    assert '["gpuseat-c2016"] = {' in text
+    assert '["alice"] = {type = "m60", count = 1},' in text and '["bob"] = {type = "1g.18gb", count = 1},' in text
+    assert "job_desc.bitflags + 16" in text
+    with pytest.raises(InputError, match="two seats"):
+        config.job_submit_lua([config.SeatLimit(part, "alice", "m60", 1)] * 2)
+    with pytest.raises(InputError):
+        config.SeatLimit(part, 'x"] = nil --', "m60", 1)
+
+
+def test_one_reservation_per_session_with_the_core_count_of_the_seats() -> None:
+    devices = config.devices_from_layout(
+        _layout("ibm-2xM60.toml", "passthrough", need=SeatNeed(isolation="dedicated")), "gpu01"
+    )
+    day = datetime(2026, 3, 2, 9)
+    res = config.session_reservations(
+        "c2016",
+        [(day, day + timedelta(hours=8)), (day + timedelta(days=1), day + timedelta(days=1, hours=8))],
+        ["bob", "alice", "bob"],
+        devices,
+    )
+    assert [r.name for r in res] == ["gpuseat-c2016-20260302T0900", "gpuseat-c2016-20260303T0900"]
+    assert res[0].words() == [
+        "ReservationName=gpuseat-c2016-20260302T0900",
+        "Users=alice,bob",
+        "StartTime=2026-03-02T09:00:00",
+        "Duration=480",
+        "Nodes=gpu01",
+        "CoreCnt=4",
+        "PartitionName=gpuseat-c2016",
+    ]
+    with pytest.raises(InputError, match="unix user"):
+        config.session_reservations("c2016", [(day, day + timedelta(hours=1))], [], devices)
+
+
+def test_partition_and_cgroup_lines() -> None:
+    assert config.partition_words("c2016", ["gpu01", "gpu02"]) == [
+        "PartitionName=gpuseat-c2016",
+        "Nodes=gpu01,gpu02",
+        "ReqResv=YES",
+        "MaxTime=INFINITE",
+        "State=UP",
+    ]
+    assert "ConstrainDevices=yes" in config.cgroup_conf()
+    assert "JobSubmitPlugins=lua" in config.cluster_settings()
+
+
+def test_accounting_commands_are_word_lists() -> None:
+    cmds = sacctmgr_enroll_commands("gpuseat-c2016", {"alice": "gres/gpu:m60=1"}, description="Deep learning; 2016")
+    assert cmds[0] == [
+        "-i",
+        "add",
+        "account",
+        "gpuseat-c2016",
+        "Description=Deep learning 2016",
+        "Organization=gpuseat-c2016",
+    ]
+    assert cmds[1] == [
+        "-i",
+        "add",
+        "user",
+        "alice",
+        "Account=gpuseat-c2016",
+        "GrpTRES=gres/gpu:m60=1",
+        "MaxTRESPerJob=gres/gpu:m60=1",
+    ]
+    with pytest.raises(EngineError):
+        sacctmgr_enroll_commands("gpuseat-c2016", {"alice": "gres/gpu=1,cpu=99"})
+
+
+def test_explain_adds_what_a_refusal_means() -> None:
+    said = explain("sbatch: error: Batch job submission failed: Access denied to requested reservation\n")
+    assert said.startswith("Batch job submission failed: Access denied to requested reservation (")
+    assert "not on this session's reservation" in said
