@@ -64,7 +64,9 @@ fi
 # fetched once with apt-get download into a git-ignored cache; the test builds its busybox initramfs.
 guest=.cache/vms-guest
 if [ ! -f "$guest/vmlinuz" ]; then
-  kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+  kernel_pkg() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}'; }
+  kpkg=$(kernel_pkg)
+  if [ -z "$kpkg" ] && [ "$(id -u)" = 0 ]; then apt-get update -qq && kpkg=$(kernel_pkg); fi
   if [ -n "$kpkg" ]; then
     echo "setup: fetching the VM test guest kernel ($kpkg)"
     tmp=$(mktemp -d)
