@@ -47,6 +47,13 @@ def test_user_data_passes_cloud_inits_schema(tmp_path):
     assert doc["hostname"] == "seat-01" and doc["packages"] == ["nvidia-driver", "nvidia-cuda-toolkit"]
 
 
+def test_a_seat_nobody_holds_yet_gets_a_valid_seed_without_keys(tmp_path):
+    text = user_data(a_guest(user="gpuseat", ssh_keys=()))
+    proc = schema_check(tmp_path, text)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ssh_authorized_keys" not in yaml.safe_load(text)["users"][0]
+
+
 def test_schema_checker_catches_a_broken_document(tmp_path):
     """The negative control: the same checker refuses a wrong type, so the test above can fail."""
     text = user_data(a_guest()).replace("ssh_pwauth: false", "ssh_pwauth: [1, 2]")

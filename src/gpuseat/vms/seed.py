@@ -79,18 +79,18 @@ def user_data(guest: Guest) -> str:
     """The ``#cloud-config`` document: hostname, one sudo user with the participant's keys, packages, commands."""
     for i, key in enumerate(guest.ssh_keys):
         ssh_key_blob(key, where=f"seat {guest.hostname}: ssh key {i + 1}")
+    user: dict[str, object] = {
+        "name": guest.user,
+        "shell": "/bin/bash",
+        "sudo": "ALL=(ALL) NOPASSWD:ALL",
+        "lock_passwd": True,
+    }
+    if guest.ssh_keys:  # cloud-init's schema refuses an empty list
+        user["ssh_authorized_keys"] = list(guest.ssh_keys)
     doc: dict[str, object] = {
         "hostname": guest.hostname,
         "preserve_hostname": False,
-        "users": [
-            {
-                "name": guest.user,
-                "shell": "/bin/bash",
-                "sudo": "ALL=(ALL) NOPASSWD:ALL",
-                "lock_passwd": True,
-                "ssh_authorized_keys": list(guest.ssh_keys),
-            }
-        ],
+        "users": [user],
         "ssh_pwauth": False,
     }
     if guest.packages:
