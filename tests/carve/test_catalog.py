@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from gpuseat.catalog import data_toml, gpu_models
-from gpuseat.catalog.partitions import partition_catalog
-from gpuseat.core.carve import max_uniform
+from gpuseat.core.mig import max_uniform
 
-CAT = partition_catalog()
+from .conftest import CATALOG
+
+CAT = CATALOG.partitions
 
 
 @pytest.mark.parametrize("name", ["mig_profiles.toml", "vgpu_profiles.toml", "sharing.toml"])

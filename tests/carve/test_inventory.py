@@ -13,23 +13,23 @@ from gpuseat.core.inventory import (
 from gpuseat.errors import InputError
 from gpuseat.files import read_toml
 
-from .conftest import FIXTURES
+from .conftest import CATALOG, FIXTURES
 
 
 def test_gpu_flag_counts_boards_not_chips():
-    server = server_from_gpu_flag("M60:2")
+    server = server_from_gpu_flag("M60:2", CATALOG)
     assert len(server.chips) == 4 and server.boards == 2 and [c.board for c in server.chips] == [0, 0, 1, 1]
-    assert len(server_from_gpu_flag("H200-141GB:8").chips) == 8
+    assert len(server_from_gpu_flag("H200-141GB:8", CATALOG).chips) == 8
 
 
 @pytest.mark.parametrize("spec", ["M61:2", "M60:x", "M60:0"])
 def test_bad_gpu_flag(spec):
     with pytest.raises(InputError):
-        server_from_gpu_flag(spec)
+        server_from_gpu_flag(spec, CATALOG)
 
 
 def test_example_inventory(m60_example):
-    server = server_from_toml(read_toml(m60_example), where=str(m60_example))
+    server = server_from_toml(read_toml(m60_example), CATALOG, where=str(m60_example))
     assert server.name == "ibm-2xM60" and server.gpu.id == "M60"
     assert [c.pci for c in server.chips] == ["0000:86:00.0", "0000:87:00.0", "0000:88:00.0", "0000:89:00.0"]
     assert server.chips[0].bars_mib == (16, 8192, 32)
@@ -47,7 +47,7 @@ def test_example_inventory(m60_example):
 )
 def test_malformed_inventory(data, message):
     with pytest.raises(InputError) as err:
-        server_from_toml(data, where="server.toml")
+        server_from_toml(data, CATALOG, where="server.toml")
     assert message in err.value.message
 
 
@@ -60,14 +60,14 @@ def test_malformed_inventory(data, message):
     ],
 )
 def test_nvidia_smi_captures(fixture, model, pci, bar1):
-    server = server_from_nvidia_smi((FIXTURES / fixture).read_text(), where=fixture)
+    server = server_from_nvidia_smi((FIXTURES / fixture).read_text(), CATALOG, where=fixture)
     chip = server.chips[0]
-    assert (server.gpu.id, chip.pci, chip.bars_mib) == (model, pci, (bar1,))
+    assert (server.gpu.id, chip.pci, chip.bars_mib) == (model, pci, (48.0, float(bar1)))
     assert chip.uuid and chip.uuid.startswith("GPU-")
 
 
 def _xml(text: str) -> object:
-    return server_from_nvidia_smi(text, where="x.xml")
+    return server_from_nvidia_smi(text, CATALOG, where="x.xml")
 
 
 def _mig_parted(text: str) -> object:
@@ -79,11 +79,18 @@ def _mig_parted(text: str) -> object:
     [
         (_xml, "<nvidia_smi_log><gpu>", "malformed XML"),
         (_xml, "<nvidia_smi_log/>", "no <gpu>"),
-        (_xml, "<nvidia_smi_log><gpu><product_name>Voodoo 2</product_name></gpu></nvidia_smi_log>", "not in the catalog"),
+        (
+            _xml,
+            "<nvidia_smi_log><gpu><product_name>Voodoo 2</product_name></gpu></nvidia_smi_log>",
+            "not in the catalog",
+        ),
         (_mig_parted, "mig-configs: {a: []}", "version"),
         (_mig_parted, "version: v2\nmig-configs: {a: []}", "version"),
-        (_mig_parted, "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n      bogus: 1\n",
-         "unknown field"),
+        (
+            _mig_parted,
+            "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n      bogus: 1\n",
+            "unknown field",
+        ),
         (_mig_parted, "version: v1\nmig-configs: [", "malformed YAML"),
         (_mig_parted, "version: v1\nmig-configs:\n  a: []\n  b: []\n", "choose one with --config"),
     ],

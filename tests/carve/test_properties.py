@@ -7,12 +7,16 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuseat.catalog.partitions import MigGpu, MigProfile, partition_catalog
-from gpuseat.core.carve import CarveRequest, carve, mig_rule_break, place
+from gpuseat.catalog.partitions import MigGpu, MigProfile
+from gpuseat.core.carve import CarveRequest, carve
 from gpuseat.core.inventory import normalise_pci, server_from_gpu_flag
+from gpuseat.core.mig import place
+from gpuseat.core.mig import rule_break as mig_rule_break
 from gpuseat.errors import InputError
 
-CAT = partition_catalog()
+from .conftest import CATALOG
+
+CAT = CATALOG.partitions
 MIG_GPUS = sorted(CAT.mig_gpus)
 
 
@@ -54,21 +58,24 @@ def test_place_is_valid_and_finds_a_placement_whenever_one_exists(case):
     min_mem=st.sampled_from([0, 5, 10, 16, 20, 40, 70]),
 )
 def test_no_two_seats_share_a_memory_slice(gpu_id, boards, seats, min_mem):
-    server = server_from_gpu_flag(f"{gpu_id}:{boards}")
+    server = server_from_gpu_flag(f"{gpu_id}:{boards}", CATALOG)
     try:
-        layout = carve(server, CarveRequest(seats=seats, mode="mig", need={"min_gpu_memory_gb": min_mem}))
+        layout = carve(server, CarveRequest(seats=seats, mode="mig", need={"min_gpu_memory_gb": min_mem}), CATALOG)
     except InputError:
         return
-    assert seats is None or len(layout.seats) == seats
-    assert all(s.memory_gb >= min_mem for s in layout.seats)
+    assert seats is None or len(layout.slices) == seats
+    assert all(s.memory_gb >= min_mem for s in layout.slices)
     profiles = {p.name: p for p in CAT.mig_profiles[gpu_id]}
-    for index in {s.gpu_index for s in layout.seats}:
-        mine = [s for s in layout.seats if s.gpu_index == index]
+    for index in {s.gpu_index for s in layout.slices}:
+        mine = [s for s in layout.slices if s.gpu_index == index]
         assert valid(CAT.mig_gpus[gpu_id], [profiles[s.profile] for s in mine], tuple(s.placement.start for s in mine))
 
 
 @given(
-    domain=st.integers(0, 0xFFFF), bus=st.integers(0, 255), slot=st.integers(0, 31), func=st.integers(0, 7),
+    domain=st.integers(0, 0xFFFF),
+    bus=st.integers(0, 255),
+    slot=st.integers(0, 31),
+    func=st.integers(0, 7),
     wide=st.booleans(),
 )
 def test_pci_addresses_normalise_to_four_digit_domains(domain, bus, slot, func, wide):

@@ -7,6 +7,7 @@ import subprocess
 import libvirt
 import pytest
 
+from gpuseat.catalog.bundle import load_catalog
 from gpuseat.core.carve import CarveRequest, carve
 from gpuseat.core.inventory import server_from_toml
 from gpuseat.core.needs import SeatNeed
@@ -16,16 +17,18 @@ from gpuseat.render.libvirt import METADATA_NS, DirectBoot, Owner, domain_xml
 
 from .conftest import EXAMPLES, require_tool
 
+CATALOG = load_catalog()
+
 
 def m60_layout():
-    server = server_from_toml(read_toml(EXAMPLES / "ibm-2xM60.toml"), where="inventory")
-    return carve(server, CarveRequest(need=SeatNeed(isolation="dedicated"), mode="passthrough"))
+    server = server_from_toml(read_toml(EXAMPLES / "ibm-2xM60.toml"), CATALOG, where="inventory")
+    return carve(server, CarveRequest(need=SeatNeed(isolation="dedicated"), mode="passthrough"), CATALOG)
 
 
 @pytest.mark.parametrize("gpu", [True, False])
 def test_vms_keywords_validate_and_define(tmp_path, gpu):
     layout = m60_layout()
-    seat = layout.seats[0]
+    seat = layout.slices[0]
     text = domain_xml(
         layout,
         seat,
@@ -33,7 +36,7 @@ def test_vms_keywords_validate_and_define(tmp_path, gpu):
         name="gpuseat-demo-seat-01",
         memory_mib=256,
         virt_type="qemu",
-        owner=Owner(course="demo", seat=seat.seat, participant="a&b <c>"),
+        owner=Owner(course="demo", seat=seat.name, participant="a&b <c>"),
         gpu=gpu,
         disk="/var/lib/x/a b.qcow2",
         cidata="/var/lib/x/seed'.iso",

@@ -1,18 +1,15 @@
 """Partition knowledge as data: MIG profiles and placements, vGPU types, sharing modes.
 
-Loaded once from ``catalog/data/{mig_profiles,vgpu_profiles,sharing}.toml``; the carve engine
-receives the loaded :class:`PartitionCatalog` and never opens files itself.
+Built by :func:`gpuseat.catalog.bundle.load_catalog` from ``catalog/data/{mig_profiles,vgpu_profiles,
+sharing}.toml`` (plus a user overlay); carving receives the loaded value and never opens files itself.
 """
 
 from __future__ import annotations
 
 from datetime import date
-from functools import cache
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from gpuseat.catalog import data_toml
 
 Mode = Literal["passthrough", "mig", "vgpu", "mps", "timeslice"]
 VgpuSeries = Literal["Q", "B", "A", "C"]
@@ -70,6 +67,10 @@ class VgpuGpu(BaseModel):
 
     gpu: str
     mixed_size: bool
+    sriov: bool = Field(False, description="vGPUs live on SR-IOV virtual functions (Ampere and newer)")
+    type_prefix: Literal["grid", "nvidia"] = Field(
+        "grid", description="vSphere type names grid_m60-8q / nvidia_l40s-24c; Xen model names GRID … / NVIDIA …"
+    )
     source: str
     as_of: date
 
@@ -116,6 +117,8 @@ class ModeRule(BaseModel):
     memory_isolation: str
     linux_only: bool
     max_replicas: int | None = Field(None, gt=0)
+    pre_volta_max_replicas: int | None = Field(None, gt=0, description="client limit before Volta (CC < 7.0)")
+    pre_volta_note: str | None = None
     on_mig: bool | None = None
     inferred: bool = False
     source: str
@@ -143,12 +146,6 @@ def _group(rows: list[BaseModel]) -> dict[str, tuple]:
     for row in rows:
         out.setdefault(row.gpu, []).append(row)  # type: ignore[attr-defined]
     return {k: tuple(v) for k, v in out.items()}
-
-
-@cache
-def partition_catalog() -> PartitionCatalog:
-    """The bundled partition catalog (loaded once); library code takes ``Catalog.partitions`` instead."""
-    return build_partitions(data_toml("mig_profiles.toml"), data_toml("vgpu_profiles.toml"), data_toml("sharing.toml"))
 
 
 def build_partitions(mig: dict, vgpu: dict, sharing: dict) -> PartitionCatalog:

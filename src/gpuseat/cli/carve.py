@@ -1,10 +1,10 @@
-"""CLI for ``gpuseat carve``: split one server into seats and render each engine's config."""
+"""CLI for ``gpuseat carve``: parse flags, call :mod:`gpuseat.services.carving`, print."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -12,7 +12,7 @@ from gpuseat.cli._output import FORMAT_OPTION, Format
 
 if TYPE_CHECKING:
     from gpuseat.core.carve import Layout
-    from gpuseat.core.inventory import Server
+    from gpuseat.render.base import RenderOptions
 
 
 class ModeChoice(StrEnum):
@@ -33,84 +33,27 @@ class GuestChoice(StrEnum):
     windows = "windows"
 
 
-def _server(server_file: Path | None, gpu: str | None, nvidia_smi: Path | None) -> Server | None:
-    from gpuseat.core.inventory import server_from_gpu_flag, server_from_nvidia_smi, server_from_toml
-    from gpuseat.errors import InputError
-    from gpuseat.files import read_text, read_toml
-
-    given = [x for x in (server_file, gpu, nvidia_smi) if x is not None]
-    if len(given) > 1:
-        raise InputError("more than one server description", where="gpuseat carve",
-                         fix="give one of SERVER (a TOML inventory), --gpu or --from-nvidia-smi")
-    if server_file is not None:
-        return server_from_toml(read_toml(server_file), where=str(server_file))
-    if gpu is not None:
-        return server_from_gpu_flag(gpu)
-    if nvidia_smi is not None:
-        return server_from_nvidia_smi(read_text(nvidia_smi), where=str(nvidia_smi))
-    return None
-
-
-def _from_mig_parted(path: Path, config: str | None, server: Server | None) -> tuple[Server, dict]:
-    from gpuseat.catalog.partitions import partition_catalog
-    from gpuseat.core.inventory import (
-        mig_parted_assignment,
-        model_for_device_ids,
-        parse_mig_parted,
-        server_from_gpu_flag,
-    )
-    from gpuseat.errors import InputError
-    from gpuseat.files import read_text
-
-    name, entries = parse_mig_parted(read_text(path), where=str(path), config=config)
-    if server is None:
-        model = next((m for e in entries if (m := model_for_device_ids(e.device_filter, partition_catalog()))), None)
-        indices = [i for e in entries if e.devices != "all" for i in e.devices]
-        if model is None or not indices:
-            raise InputError(f"config '{name}' does not say which GPUs (device-filter and device indices)",
-                             where=str(path), fix="add --gpu MODEL:COUNT")
-        server = server_from_gpu_flag(f"{model.id}:{max(indices) + 1}")
-    return server, mig_parted_assignment(entries, chips=len(server.chips), where=str(path))
-
-
 def _print_layout(layout: Layout, fmt: Format) -> None:
+    from rich.markup import escape
+
     from gpuseat.cli._output import print_csv, print_json, print_table
 
-    doc = layout.to_json()
+    doc = layout.to_dict()
     rows = [
         {**s, "placement": f"{s['placement']['start']}:{s['placement']['size']}" if s["placement"] else None}
-        for s in doc["seats"]
+        for s in doc["slices"]
     ]
-    columns = ["seat", "gpu_index", "pci", "mode", "profile", "placement", "memory_gb"]
+    columns = ["name", "gpu_index", "pci", "mode", "profile", "placement", "memory_gb"]
     if fmt is Format.json:
         print_json(doc)
     elif fmt is Format.csv:
         print_csv(rows, columns)
     else:
-        print_table(rows, columns, title=f"{len(rows)} seats on {layout.server.name} ({layout.mode})")
+        print_table(rows, columns, title=f"{len(rows)} seats on {escape(layout.server.name)} ({layout.mode})")
+        if doc["alternatives"]:
+            print_table(doc["alternatives"], ["mode", "profile", "slices", "memory_gb", "reason"], title="Alternatives")
         if doc["rejected"]:
-            print_table(doc["rejected"], ["mode", "profile", "reason"], title="Not chosen")
-
-
-def _emit(layout: Layout, engine_name: str, out: Path | None) -> None:
-    from gpuseat.errors import InputError
-    from gpuseat.render.base import render
-
-    artifacts = render(layout, engine_name)
-    if out is None:
-        for art in artifacts:
-            if len(artifacts) > 1:
-                print(f"==> {art.path} <==")
-            print(art.text, end="")
-        return
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        for art in artifacts:
-            (out / art.path).write_text(art.text, encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot write: {exc.strerror}", where=str(out), fix="choose a writable --out") from None
-    for art in artifacts:
-        print(out / art.path)
+            print_table(doc["rejected"], ["mode", "profile", "reason"], title="Not possible")
 
 
 def register(app: typer.Typer) -> None:
@@ -119,39 +62,134 @@ def register(app: typer.Typer) -> None:
     @app.command("carve")
     def carve_command(
         server_file: Path | None = typer.Argument(None, metavar="[SERVER]", help="TOML server inventory."),
+        layout_file: Path | None = typer.Argument(
+            None, metavar="[LAYOUT]", help="With --assert: the planned layout (carve --format json)."
+        ),
         gpu: str | None = typer.Option(None, "--gpu", help="Inline server: MODEL[:BOARDS], e.g. M60:2."),
         from_nvidia_smi: Path | None = typer.Option(None, "--from-nvidia-smi", help="An `nvidia-smi -q -x` capture."),
         from_mig_parted: Path | None = typer.Option(None, "--from-mig-parted", help="A mig-parted config to read."),
         config: str | None = typer.Option(None, "--config", help="Config name inside --from-mig-parted."),
-        seats: int | None = typer.Option(None, "--seats", min=1, help="Seats wanted (default: as many as fit)."),
-        min_mem: float = typer.Option(0.0, "--min-mem", min=0, help="GPU memory per seat, GB."),
-        mode: ModeChoice = typer.Option(ModeChoice.auto, "--mode", help="Partition mode; auto = most isolated."),
+        seats: int | None = typer.Option(
+            None,
+            "--seats",
+            min=1,
+            max=100_000,
+            help="Seats wanted (default: one per GPU with auto, as many as fit with a fixed --mode).",
+        ),
+        min_mem: float = typer.Option(0.0, "--min-mem", help="GPU memory per seat, GB."),
+        mode: ModeChoice = typer.Option(
+            ModeChoice.auto, "--mode", help="Partition mode; auto = the most isolated mode that seats --seats."
+        ),
         profile: list[str] = typer.Option([], "--profile", help="MIG/vGPU profiles, one per seat (comma list)."),
         no_cuda: bool = typer.Option(False, "--no-cuda", help="Seats do not need CUDA (desktop/streaming)."),
         guest: GuestChoice = typer.Option(GuestChoice.linux, "--guest", help="Guest OS; windows implies --no-cuda."),
-        render_engine: str | None = typer.Option(None, "--render", help="Engine: mig-parted, nvidia-smi, libvirt, "
-                                                 "proxmox, xen, vsphere, k8s, jupyterhub."),
-        out: Path | None = typer.Option(None, "--out", help="Write rendered files here instead of stdout."),
+        render_name: str | None = typer.Option(
+            None, "--render", help="mig-parted, nvidia-smi, libvirt, proxmox, xen, vsphere, k8s, jupyterhub."
+        ),
+        out: Path | None = typer.Option(None, "--out", help="Write rendered files (and APPLY.md) into this folder."),
+        force: bool = typer.Option(False, "--force", help="Let --out replace files gpuseat did not write."),
+        vcpus: int = typer.Option(4, "--vcpus", min=1, max=512, help="vCPUs per VM."),
+        memory: int = typer.Option(16, "--memory", min=1, max=16384, help="Memory per VM, GiB."),
+        disk_gb: int = typer.Option(50, "--disk-gb", min=1, max=65536, help="Disk per VM, GB."),
+        image: str | None = typer.Option(None, "--image", help="Base disk image (host path) for the VM disks."),
+        network: str = typer.Option("default", "--network", help="libvirt network for the VMs' NIC."),
+        catalog_dir: Path | None = typer.Option(None, "--catalog", help="A folder of catalog TOML files to overlay."),
+        check: bool = typer.Option(False, "--assert", help="Check a live host (--from-nvidia-smi) against LAYOUT."),
         fmt: Format = FORMAT_OPTION,
     ) -> None:
-        """Split a server into seats by passthrough, vGPU, MIG, time-slicing or MPS; explain the rest."""
-        from gpuseat.core.carve import CarveRequest, carve
-        from gpuseat.core.needs import SeatNeed
-        from gpuseat.errors import InputError
+        """Split a server into seats by passthrough, MIG, vGPU, MPS or time-slicing; explain the rest."""
+        import json
 
-        server = _server(server_file, gpu, from_nvidia_smi)
+        from gpuseat.catalog.bundle import load_catalog
+        from gpuseat.core.carve import CarveRequest
+        from gpuseat.errors import InputError
+        from gpuseat.files import read_text
+        from gpuseat.render.base import RenderOptions
+        from gpuseat.services import carving
+
+        catalog = load_catalog(catalog_dir)
+        if check:
+            target = layout_file or server_file
+            if from_nvidia_smi is None or target is None:
+                raise InputError(
+                    "--assert needs the host and the plan",
+                    where="--assert",
+                    fix="gpuseat carve --assert --from-nvidia-smi live.xml LAYOUT.json",
+                )
+            live = carving.load_server(catalog, nvidia_smi=from_nvidia_smi)
+            assert live is not None
+            try:
+                doc = json.loads(read_text(target))
+            except ValueError as exc:
+                raise InputError(
+                    f"not JSON: {exc}", where=str(target), fix="give the output of `gpuseat carve … --format json`"
+                ) from None
+            diffs = carving.assert_layout(live, doc, where=str(target))
+            for line in diffs:
+                print(line)
+            if diffs:
+                raise typer.Exit(1)
+            print(f"{from_nvidia_smi} matches {target}")
+            return
+        if layout_file is not None:
+            raise InputError(
+                "a second file is only taken with --assert", where=str(layout_file), fix="give one SERVER inventory"
+            )
+        server = carving.load_server(catalog, inventory=server_file, gpu=gpu, nvidia_smi=from_nvidia_smi)
         by_chip = None
         if from_mig_parted is not None:
-            server, by_chip = _from_mig_parted(from_mig_parted, config, server)
+            server, by_chip = carving.from_mig_parted(from_mig_parted, config, server, catalog)
         if server is None:
-            raise InputError("no server given", where="gpuseat carve",
-                             fix="give SERVER (TOML inventory), --gpu MODEL[:BOARDS] or --from-nvidia-smi FILE")
-        need = SeatNeed(min_gpu_memory_gb=min_mem, cuda=not no_cuda and guest is GuestChoice.linux,
-                        guest_os=guest.value, isolation="shared")
-        names = tuple(p.strip() for item in profile for p in item.split(",") if p.strip())
+            raise InputError(
+                "no server given",
+                where="gpuseat carve",
+                fix="give SERVER (TOML inventory), --gpu MODEL[:BOARDS] or --from-nvidia-smi FILE",
+            )
+        need = carving.need_for(min_mem, cuda=not no_cuda, guest=guest.value)
+        names = carving.profiles_from_flags(profile)
         request = CarveRequest(seats=seats, mode=mode.value, need=need, profiles=names, by_chip=by_chip)
-        layout = carve(server, request)
-        if render_engine is None:
+        layout = carving.carve_layout(server, request, catalog)
+        if render_name is None:
+            if out is not None:
+                raise InputError("--out writes rendered files", where="--out", fix="add --render NAME")
             _print_layout(layout, fmt)
-        else:
-            _emit(layout, render_engine, out)
+            return
+        options = _options(RenderOptions, vcpus=vcpus, memory_gb=memory, disk_gb=disk_gb, image=image, network=network)
+        artifacts = carving.render_layout(layout, render_name, catalog, options)
+        if out is None:
+            for art in artifacts:
+                print(f"==> {art.path} <==")
+                print(art.text, end="")
+            return
+        written = carving.write_artifacts(out, artifacts, force=force)
+        for path in written.paths:
+            print(path)
+        for path in written.removed:
+            print(f"removed stale {path}")
+        if written.runbook is not None:
+            print(f"Next: follow {written.runbook}")
+
+
+def _options(model: type[RenderOptions], **values: Any) -> RenderOptions:
+    """Render options from flags; a bad value names its flag."""
+    from pydantic import ValidationError
+
+    from gpuseat.errors import InputError
+
+    flags = {
+        "memory_gb": "--memory",
+        "disk_gb": "--disk-gb",
+        "image": "--image",
+        "network": "--network",
+        "vcpus": "--vcpus",
+    }
+    try:
+        return model(**values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else ""
+        raise InputError(
+            f"{err['msg']}",
+            where=flags.get(field, field),
+            fix="--image takes an absolute host path; --network a libvirt network name",
+        ) from None

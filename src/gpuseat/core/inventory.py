@@ -2,21 +2,37 @@
 
 Built from a TOML inventory, an inline ``--gpu MODEL[:COUNT]`` (COUNT = boards), an
 ``nvidia-smi -q -x`` capture, or a mig-parted config. Every parser takes text or parsed data (no file
-I/O here) and raises :class:`~gpuseat.errors.InputError` only.
+I/O here) and raises :class:`~gpuseat.errors.InputError` only. The catalog is passed in.
+
+A server ``name`` is free text (it may come from someone else's file): renderers quote it with each
+target's own quoting, and :attr:`Server.slug` is the identifier form (libvirt/k8s names, file names).
 """
 
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpuseat.catalog import GpuModel, find_gpu, gpu_models, resolve_gpu
+from gpuseat.catalog import GpuModel
 from gpuseat.catalog.partitions import PartitionCatalog
 from gpuseat.errors import InputError, did_you_mean
 from gpuseat.files import validate
+
+if TYPE_CHECKING:
+    from gpuseat.catalog.bundle import Catalog
+
+IDENTIFIER = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def slug(text: str) -> str:
+    """A DNS-1123 label (libvirt and Kubernetes names, file names): lower case, digits, single dashes."""
+    out = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40].strip("-") or "server"
+    assert IDENTIFIER.match(out), out
+    return out
+
 
 _PCI = re.compile(r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 
@@ -30,6 +46,15 @@ def normalise_pci(address: str) -> str:
     return f"{int(domain or '0', 16):04x}:{bus.lower()}:{slot.lower()}.{func}"
 
 
+class LiveMig(BaseModel):
+    """MIG as a capture shows it on one chip: mode and each MIG device's memory (GiB) and SM count."""
+
+    model_config = ConfigDict(frozen=True)
+
+    enabled: bool
+    devices: tuple[tuple[float, int], ...] = ()
+
+
 class Chip(BaseModel):
     """One physical GPU chip (an M60 board has two): the unit a seat is carved from."""
 
@@ -41,6 +66,7 @@ class Chip(BaseModel):
     pci: str | None = None
     uuid: str | None = None
     bars_mib: tuple[float, ...] = Field((), description="sizes of the chip's PCI BARs, MiB")
+    mig: LiveMig | None = Field(None, description="MIG state read from a capture (None: not captured)")
 
 
 class Server(BaseModel):
@@ -48,8 +74,13 @@ class Server(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    name: str
+    name: str = Field(max_length=200)
     chips: tuple[Chip, ...] = Field(min_length=1)
+
+    @property
+    def slug(self) -> str:
+        """The name as an identifier: ``[a-z0-9-]``, at most 40 characters, never empty."""
+        return slug(self.name)
 
     @property
     def gpu(self) -> GpuModel:
@@ -123,10 +154,25 @@ def _chips(model: GpuModel, boards: int, rows: list[_ChipRow], where: str) -> tu
     )
 
 
-def server_from_toml(data: dict[str, Any], *, where: str) -> Server:
+def _no_duplicate_pci(chips: tuple[Chip, ...], where: str) -> tuple[Chip, ...]:
+    seen: dict[str, int] = {}
+    for chip in chips:
+        if chip.pci is None:
+            continue
+        if chip.pci in seen:
+            raise InputError(
+                f"PCI address {chip.pci} given for GPU {seen[chip.pci]} and GPU {chip.index}",
+                where=where,
+                fix="give each chip its own address (lspci -d 10de: lists them)",
+            )
+        seen[chip.pci] = chip.index
+    return chips
+
+
+def server_from_toml(data: dict[str, Any], catalog: Catalog, *, where: str) -> Server:
     """A server from a parsed TOML inventory (``name``, one ``[[gpu]]`` with ``model``, ``boards``, chips)."""
     inv = validate(_InventoryFile, data, where=where)
-    models = {resolve_gpu(g.model, where=f"{where}: field 'gpu.model'").id for g in inv.gpu}
+    models = {catalog.resolve_gpu(g.model, where=f"{where}: field 'gpu.model'").id for g in inv.gpu}
     if len(models) > 1:
         raise InputError(
             f"several GPU models ({', '.join(sorted(models))}) in one inventory",
@@ -136,13 +182,14 @@ def server_from_toml(data: dict[str, Any], *, where: str) -> Server:
     row = inv.gpu[0]
     if len(inv.gpu) > 1:
         raise InputError("more than one [[gpu]] table", where=where, fix="merge them: raise 'boards'")
-    return Server(name=inv.name, chips=_chips(resolve_gpu(row.model), row.boards, row.chip, where))
+    chips = _no_duplicate_pci(_chips(catalog.resolve_gpu(row.model), row.boards, row.chip, where), where)
+    return Server(name=inv.name, chips=chips)
 
 
-def server_from_gpu_flag(spec: str) -> Server:
+def server_from_gpu_flag(spec: str, catalog: Catalog) -> Server:
     """``--gpu MODEL[:COUNT]``: COUNT boards of MODEL (default 1); an M60 board has 2 chips."""
     name, _, count = spec.partition(":")
-    model = resolve_gpu(name.strip(), where="--gpu")
+    model = catalog.resolve_gpu(name.strip(), where="--gpu")
     try:
         boards = int(count) if count else 1
     except ValueError:
@@ -158,11 +205,23 @@ def server_from_gpu_flag(spec: str) -> Server:
 
 
 def _mib(text: str | None) -> float | None:
-    match = re.match(r"^\s*([0-9.]+)\s*MiB\s*$", text or "")
+    match = re.match(r"^\s*([0-9]{1,9}(?:\.[0-9]{1,6})?)\s*MiB\s*$", text or "")
     return float(match.group(1)) if match else None
 
 
-def server_from_nvidia_smi(xml_text: str, *, where: str) -> Server:
+def _mig_devices(node: ET.Element) -> LiveMig | None:
+    mode = (node.findtext("mig_mode/current_mig") or "").strip()
+    if mode not in ("Enabled", "Disabled"):
+        return None
+    devices = []
+    for dev in node.findall("mig_devices/mig_device"):
+        mib = _mib(dev.findtext("fb_memory_usage/total")) or 0.0
+        sms = (dev.findtext("device_attributes/shared/multiprocessor_count") or "0").strip()
+        devices.append((round(mib / 1024, 2), int(sms) if sms.isdigit() else 0))
+    return LiveMig(enabled=mode == "Enabled", devices=tuple(devices))
+
+
+def server_from_nvidia_smi(xml_text: str, catalog: Catalog, *, where: str) -> Server:
     """A server from an ``nvidia-smi -q -x`` capture: model, PCI bus id, UUID and BAR1 size per chip."""
     try:
         root = ET.fromstring(xml_text)
@@ -177,12 +236,12 @@ def server_from_nvidia_smi(xml_text: str, *, where: str) -> Server:
     model: GpuModel | None = None
     for i, node in enumerate(gpus):
         product = (node.findtext("product_name") or "").strip()
-        found = find_gpu(product)
+        found = catalog.find_gpu(product)
         if found is None:
             raise InputError(
-                f"GPU '{product}' is not in the catalog.{did_you_mean(product, gpu_models())}",
+                f"GPU {product!r} is not in the catalog.{did_you_mean(product, catalog.gpus)}",
                 where=f"{where}: gpu {i}",
-                fix=f"carve with --gpu MODEL:COUNT using one of: {', '.join(gpu_models())}",
+                fix=f"carve with --gpu MODEL:COUNT using one of: {', '.join(catalog.gpus)}",
             )
         if model is not None and found.id != model.id:
             raise InputError(
@@ -191,6 +250,8 @@ def server_from_nvidia_smi(xml_text: str, *, where: str) -> Server:
         model = found
         pci = node.findtext("pci/pci_bus_id") or node.get("id")
         bar1 = _mib(node.findtext("bar1_memory_usage/total"))
+        # the capture shows BAR1 only: add BAR0 + BAR3 (catalog data) so MMIO sizing sees every BAR
+        small = catalog.doctor.bar.small_bars_bytes / (1 << 20)
         uuid = (node.findtext("uuid") or "").strip() or None
         chips.append(
             Chip(
@@ -199,11 +260,12 @@ def server_from_nvidia_smi(xml_text: str, *, where: str) -> Server:
                 board=i // found.chips_per_board,
                 pci=normalise_pci(pci) if pci and _PCI.match(pci.strip()) else None,
                 uuid=uuid if uuid and uuid != "N/A" else None,
-                bars_mib=(bar1,) if bar1 else (),
+                bars_mib=(small, bar1) if bar1 else (),
+                mig=_mig_devices(node),
             )
         )
     assert model is not None
-    return Server(name=f"{len(chips)}x{model.id}", chips=tuple(chips))
+    return Server(name=f"{len(chips)}x{model.id}", chips=_no_duplicate_pci(tuple(chips), where))
 
 
 # --- mig-parted config -----------------------------------------------------------------------------
@@ -227,9 +289,16 @@ class MigPartedEntry(BaseModel):
     @field_validator("mig_devices")
     @classmethod
     def _counts(cls, value: dict[str, int]) -> dict[str, int]:
-        if any(n < 0 for n in value.values()):
-            raise ValueError("counts must be ≥ 0")
+        if any(n < 1 or n > 64 for n in value.values()):
+            raise ValueError("each count must be 1..64 (mig-parted rejects a count of 0)")
         return value
+
+    @model_validator(mode="after")
+    def _as_mig_parted_checks(self) -> MigPartedEntry:
+        # mig-parted's own validation (pkg/mig/config): no devices when MIG is off, at least one when on
+        if not self.mig_enabled and self.mig_devices:
+            raise ValueError("mig-devices given but mig-enabled is false")
+        return self
 
 
 class _MigPartedFile(BaseModel):
@@ -264,21 +333,43 @@ def parse_mig_parted(
     return config, tuple(spec.mig_configs[config])
 
 
-def model_for_device_ids(ids: tuple[str, ...], catalog: PartitionCatalog) -> GpuModel | None:
+def _device_id(text: str) -> str:
+    return text.strip().lower().removeprefix("0x")
+
+
+def filter_matches(entry: MigPartedEntry, model: GpuModel, partitions: PartitionCatalog) -> bool:
+    """Whether a mig-parted entry applies to GPUs of ``model``: no ``device-filter``, or one of its PCI
+    device ids is the model's (mig-parted applies an entry only to devices its filter matches)."""
+    if not entry.device_filter:
+        return True
+    mig_gpu = partitions.mig_gpus.get(model.id)
+    own = {_device_id(d) for d in mig_gpu.device_ids} if mig_gpu else set()
+    return bool(own & {_device_id(d) for d in entry.device_filter})
+
+
+def model_for_device_ids(ids: tuple[str, ...], catalog: Catalog) -> GpuModel | None:
     """The GPU model a mig-parted ``device-filter`` names, if the catalog knows the ids."""
-    wanted = {i.upper().replace("0X", "0x") for i in ids}
-    for gpu in catalog.mig_gpus.values():
-        if wanted & {d.upper().replace("0X", "0x") for d in gpu.device_ids}:
-            return resolve_gpu(gpu.gpu)
+    wanted = {_device_id(i) for i in ids}
+    for gpu in catalog.partitions.mig_gpus.values():
+        if wanted & {_device_id(d) for d in gpu.device_ids}:
+            return catalog.resolve_gpu(gpu.gpu)
     return None
 
 
 def mig_parted_assignment(
-    entries: tuple[MigPartedEntry, ...], *, chips: int, where: str
+    entries: tuple[MigPartedEntry, ...], model: GpuModel, partitions: PartitionCatalog, *, chips: int, where: str
 ) -> dict[int, tuple[str, ...]]:
-    """Chip index → the MIG profiles a config asks for on it (later entries win, as in mig-parted)."""
+    """Chip index → the MIG profiles a config asks for on it. Only entries whose ``device-filter``
+    matches ``model`` apply; among those, later entries win, as in mig-parted."""
     out: dict[int, tuple[str, ...]] = {}
-    for entry in entries:
+    applying = [e for e in entries if filter_matches(e, model, partitions)]
+    if not applying:
+        raise InputError(
+            f"no entry of this config applies to {model.id} (its device-filter ids do not match)",
+            where=where,
+            fix="choose a config with an entry for this GPU, or the right --gpu",
+        )
+    for entry in applying:
         targets = range(chips) if entry.devices == "all" else entry.devices
         for index in targets:
             if index >= chips:

@@ -16,7 +16,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import NamedTuple
+from functools import cache
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -42,6 +43,18 @@ from gpuseat.core.cost import (
 from gpuseat.core.course import Course, Group
 from gpuseat.core.needs import SeatNeed
 from gpuseat.errors import InputError
+
+if TYPE_CHECKING:
+    from gpuseat.catalog.bundle import Catalog
+
+
+@cache
+def _bundled_catalog() -> Catalog:
+    """Stop-gap until the planner receives the Catalog: carving takes it as an argument."""
+    from gpuseat.catalog.bundle import load_catalog
+
+    return load_catalog()
+
 
 POOL_PER_GROUP = 64  # cheapest offers per group kept for the MILP (see _pool)
 LENET_BASELINE_GPU = "K520"
@@ -197,7 +210,7 @@ class _Context:
         """The carve engine's answer for one server, cached per (GPU, boards, need)."""
         key = (gpu.id, boards, need)
         if key not in self.capacity:
-            self.capacity[key] = server_capacity(gpu, boards, need)
+            self.capacity[key] = server_capacity(gpu, boards, need, _bundled_catalog())
         return self.capacity[key]
 
 

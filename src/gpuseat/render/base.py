@@ -1,7 +1,11 @@
-"""The one interface every renderer implements: a carve layout in, engine config files out.
+"""The one interface every renderer implements: a layout in, an engine's config files out.
 
-Each engine module (``gpuseat.render.<name>``) exposes ``ENGINE = Engine(...)``. Renderers are pure:
-they return :class:`Artifact` values; the CLI decides whether to print them or write them to ``--out``.
+Each renderer module (``gpuseat.render.<name>``) exposes ``RENDERER = Renderer(...)``. Renderers are
+pure: they take the layout, the :class:`RenderOptions` and the catalog, and return :class:`Artifact`
+values, always including the runbook ``APPLY.md``; the service decides where they go.
+
+Untrusted text stays data: the server name reaches a file only as :attr:`Server.slug` (an identifier)
+or through the target's own quoting (``shlex.quote``, a YAML dumper, ``repr``, XML escaping).
 """
 
 from __future__ import annotations
@@ -9,17 +13,23 @@ from __future__ import annotations
 import importlib
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpuseat.core.carve import Layout, Seat
+from gpuseat.core.carve import Layout, Slice
 from gpuseat.errors import InputError, did_you_mean
 
-ENGINES = ("mig-parted", "nvidia-smi", "libvirt", "proxmox", "xen", "vsphere", "k8s", "jupyterhub")
+if TYPE_CHECKING:
+    from gpuseat.catalog.bundle import Catalog
 
-# Namespace for the deterministic UUIDs of domains and mdev devices (uuid5 of server + seat).
+RENDERERS = ("mig-parted", "nvidia-smi", "libvirt", "proxmox", "xen", "vsphere", "k8s", "jupyterhub")
+RUNBOOK = "APPLY.md"
+FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,100}$")
+
+# Namespace for the deterministic UUIDs of domains and mdev devices (uuid5 of server + slice).
 _UUID_NS = uuid.UUID("5b0c3f0e-6a2d-4c44-9b53-4d2f8a1e7c10")
 
 
@@ -28,87 +38,137 @@ class Artifact(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    path: str = Field(description="file name relative to --out")
-    kind: str = Field(description="what it is: libvirt-domain, k8s-manifest, shell, yaml, python, vmx")
+    path: str = Field(pattern=FILE_NAME.pattern, description="file name inside --out (no folders)")
+    kind: str = Field(description="libvirt-domain, k8s-manifest, shell, yaml, python, vmx, runbook")
     text: str
 
 
 class RenderOptions(BaseModel):
-    """Settings the engines need beyond the layout (guest size, VM ids, container image)."""
+    """Settings the engines need beyond the layout (guest size, disks, network, VM ids, container image)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    vcpus: int = Field(4, gt=0)
-    ram_gb: int = Field(16, gt=0)
-    first_vmid: int = Field(100, ge=100)
-    image: str = "nvidia/cuda:12.4.1-base-ubuntu22.04"
-    namespace: str = "gpuseat"
+    vcpus: int = Field(4, ge=1, le=512)
+    memory_gb: int = Field(16, ge=1, le=16384)
+    disk_gb: int = Field(50, ge=1, le=65536)
+    image: str | None = Field(
+        None, max_length=4096, pattern=r"^/[^\x00-\x1f\x7f]*$", description="base disk image (an absolute host path)"
+    )
+    network: str = Field("default", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", description="libvirt network")
+    bridge: str = Field("vmbr0", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$", description="Proxmox bridge")
+    storage: str = Field("local-lvm", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", description="Proxmox storage")
+    first_vmid: int = Field(100, ge=100, le=999_999_000)
+    container_image: str = Field("nvidia/cuda:12.4.1-base-ubuntu22.04", pattern=r"^[a-z0-9][a-z0-9._/:@-]{0,250}$")
+    namespace: str = Field("gpuseat", pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+    plugin_namespace: str = Field("nvidia-device-plugin", pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+    operator_namespace: str = Field("gpu-operator", pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
-class Engine:
+class Renderer:
     """A renderer: its name, the modes it can express, and the function that renders a layout."""
 
     name: str
     modes: frozenset[str]
     summary: str
-    render: Callable[[Layout, RenderOptions], list[Artifact]]
+    render: Callable[[Layout, RenderOptions, Catalog], list[Artifact]]
 
 
-def engine(name: str) -> Engine:
-    """The engine called ``name`` (imported on demand)."""
-    if name not in ENGINES:
+def renderer(name: str) -> Renderer:
+    """The renderer called ``name`` (imported on demand)."""
+    if name not in RENDERERS:
         raise InputError(
-            f"unknown engine '{name}'.{did_you_mean(name, ENGINES)}",
+            f"unknown renderer '{name}'.{did_you_mean(name, RENDERERS)}",
             where="--render",
-            fix=f"use one of: {', '.join(ENGINES)}",
+            fix=f"use one of: {', '.join(RENDERERS)}",
         )
     module = importlib.import_module(f"gpuseat.render.{name.replace('-', '_')}")
-    return module.ENGINE
+    found: Renderer = module.RENDERER
+    return found
 
 
-def render(layout: Layout, name: str, options: RenderOptions | None = None) -> list[Artifact]:
-    """Render ``layout`` for engine ``name``; a mode the engine cannot express is an input error."""
-    eng = engine(name)
-    if layout.mode not in eng.modes:
-        able = [e for e in ENGINES if layout.mode in engine(e).modes]
+def render(layout: Layout, name: str, catalog: Catalog, options: RenderOptions | None = None) -> list[Artifact]:
+    """Render ``layout`` for ``name``; a mode the renderer cannot express is an input error."""
+    rend = renderer(name)
+    if layout.mode not in rend.modes:
+        able = [e for e in RENDERERS if layout.mode in renderer(e).modes]
         raise InputError(
-            f"{name} cannot express {layout.mode} seats ({name} does {', '.join(sorted(eng.modes))})",
+            f"{name} cannot express {layout.mode} seats ({name} does {', '.join(sorted(rend.modes))})",
             where="--render",
-            fix=f"render {layout.mode} with one of: {', '.join(able)}; or carve with --mode {sorted(eng.modes)[0]}",
+            fix=f"render {layout.mode} with one of: {', '.join(able)}; or carve with --mode {sorted(rend.modes)[0]}",
         )
-    return eng.render(layout, options or RenderOptions())
+    artifacts = rend.render(layout, options or RenderOptions(), catalog)
+    names = [a.path for a in artifacts]
+    assert len(set(names)) == len(names) and RUNBOOK in names, names
+    return artifacts
 
 
-def seat_uuid(layout: Layout, seat: Seat, what: str) -> str:
-    """A stable UUID for ``what`` (domain, mdev) of one seat: same layout → same UUIDs."""
-    return str(uuid.uuid5(_UUID_NS, f"{layout.server.name}/{seat.seat}/{what}"))
+def slice_uuid(layout: Layout, item: Slice, what: str) -> str:
+    """A stable UUID for ``what`` (domain, mdev) of one slice: same layout → same UUIDs."""
+    return str(uuid.uuid5(_UUID_NS, f"{layout.server.name}/{item.name}/{what}"))
 
 
-def require_pci(seat: Seat, engine_name: str) -> str:
-    """The seat's PCI address; engines that attach devices cannot work without one."""
-    if seat.pci is None:
+def vm_name(layout: Layout, item: Slice) -> str:
+    """The VM / domain / Pod name of a slice: ``<server slug>-seat-01`` (a DNS-1123 label)."""
+    return f"{layout.server.slug}-{item.name}"
+
+
+def require_pci(item: Slice, renderer_name: str) -> str:
+    """The slice's PCI address; renderers that attach devices cannot work without one."""
+    if item.pci is None:
         raise InputError(
-            f"{engine_name} needs the PCI address of GPU {seat.gpu_index} ({seat.seat})",
+            f"{renderer_name} needs the PCI address of GPU {item.gpu_index} ({item.name})",
             where="server description",
-            fix="carve from an inventory with [[gpu.chip]] pci = \"0000:86:00.0\" or from --from-nvidia-smi",
+            fix='carve from an inventory with [[gpu.chip]] pci = "0000:86:00.0" or from --from-nvidia-smi',
         )
-    return seat.pci
-
-
-def slug(text: str) -> str:
-    """A DNS-1123 label (Kubernetes names, config names): lower case, digits and dashes."""
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:63] or "gpuseat"
+    return item.pci
 
 
 def header(layout: Layout, comment: str) -> str:
-    """The first line of every rendered file: who wrote it, for which server and mode."""
-    return f"{comment} gpuseat carve: {len(layout.seats)} {layout.mode} seat(s) on {layout.server.name}\n"
+    """The first line of every rendered file: who wrote it, for which server (as its slug) and mode."""
+    return f"{comment} gpuseat carve: {len(layout.slices)} {layout.mode} seat(s) on {layout.server.slug}\n"
 
 
-def seats_by_chip(layout: Layout) -> dict[int, list[Seat]]:
-    """The layout's seats grouped by GPU index, in index order."""
-    out: dict[int, list[Seat]] = {}
-    for seat in layout.seats:
-        out.setdefault(seat.gpu_index, []).append(seat)
+def slices_by_chip(layout: Layout) -> dict[int, list[Slice]]:
+    """The layout's slices grouped by GPU index, in index order."""
+    out: dict[int, list[Slice]] = {}
+    for item in layout.slices:
+        out.setdefault(item.gpu_index, []).append(item)
     return dict(sorted(out.items()))
+
+
+def runbook(
+    layout: Layout,
+    title: str,
+    files: Sequence[tuple[str, str]],
+    steps: Sequence[str],
+    checks: Sequence[str],
+    reboot: Sequence[str],
+    notes: Sequence[str] = (),
+) -> Artifact:
+    """``APPLY.md`` in the format of docs/carve.md: files, steps in order, checks, what survives a reboot."""
+    lines = [
+        f"# Apply: {title}",
+        "",
+        f"Layout: {len(layout.slices)} {layout.mode} seat(s) on `{layout.server.slug}`"
+        f" ({len(layout.server.chips)} × {layout.server.gpu.id}).",
+        "",
+        "## Files",
+        "",
+        *[f"- `{name}`: {where}" for name, where in files],
+        "",
+        "## Steps (in this order)",
+        "",
+        *[f"{n}. {step}" for n, step in enumerate(steps, 1)],
+        "",
+        "## Check",
+        "",
+        *[f"- {check}" for check in checks],
+        "",
+        "## After a reboot",
+        "",
+        *[f"- {item}" for item in reboot],
+    ]
+    if notes:
+        lines += ["", "## Notes", "", *[f"- {note}" for note in notes]]
+    return Artifact(path=RUNBOOK, kind="runbook", text="\n".join(lines) + "\n")

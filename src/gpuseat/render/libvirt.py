@@ -1,37 +1,73 @@
-"""libvirt domain XML, one per seat: a PCI hostdev for passthrough, an mdev hostdev for vGPU.
+"""libvirt domain XML, one per slice: a PCI hostdev for passthrough, an mdev hostdev for vGPU.
 
-vGPU seats also get ``mdev-create.sh``, which creates each mediated device with the UUID the domain
-refers to (``/sys/class/mdev_bus/<BDF>/mdev_supported_types/<type>/create``).
+Each domain gets a qcow2 disk, a virtio NIC on a libvirt network and a serial console (defaults from
+:class:`RenderOptions`). vGPU layouts also get ``mdev-create.sh``, which creates each mediated device
+with the UUID the domain refers to — on the GPU itself, or on a free SR-IOV virtual function for GPUs
+whose vGPUs live on VFs (Ampere and newer) — and persists it with ``mdevctl`` when installed.
 """
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from xml.sax.saxutils import escape, quoteattr
 
-from gpuseat.catalog.partitions import partition_catalog
-from gpuseat.core.carve import Layout, Seat
-from gpuseat.render.base import Artifact, Engine, RenderOptions, header, require_pci, seat_uuid
+from gpuseat.core.carve import Layout, Slice
+from gpuseat.render.base import (
+    Artifact,
+    Renderer,
+    RenderOptions,
+    header,
+    runbook,
+    slice_uuid,
+    vm_name,
+)
+from gpuseat.render.vgpu import mdev_lines
+
+if TYPE_CHECKING:
+    from gpuseat.catalog.bundle import Catalog
 
 
-def _pci_hostdev(seat: Seat) -> str:
-    domain, bus, rest = require_pci(seat, "libvirt").split(":")
-    slot, function = rest.split(".")
+PLACEHOLDER = "<address domain='0x0000' bus='0x00' slot='0x00' function='0x0'/>"
+
+
+def _pci_hostdev(seat: Slice) -> str:
+    if seat.pci is None:
+        # carved from --gpu: pci-fill.sh writes the host's address here before `virsh define`
+        address = f"{PLACEHOLDER}<!-- gpuseat:gpu {seat.gpu_index} -->"
+    else:
+        domain, bus, rest = seat.pci.split(":")
+        slot, function = rest.split(".")
+        address = f"<address domain='0x{domain}' bus='0x{bus}' slot='0x{slot}' function='0x{function}'/>"
     return (
         "    <hostdev mode='subsystem' type='pci' managed='yes'>\n"
         "      <source>\n"
-        f"        <address domain='0x{domain}' bus='0x{bus}' slot='0x{slot}' function='0x{function}'/>\n"
+        f"        {address}\n"
         "      </source>\n"
         "    </hostdev>\n"
     )
 
 
-def _mdev_hostdev(layout: Layout, seat: Seat) -> str:
+# Static bash: the n-th NVIDIA display/3D function in PCI order is GPU n (nvidia-smi's default order).
+PCI_FILL = r"""# Fill in the PCI address of each GPU (the n-th NVIDIA display controller in PCI bus order is GPU n).
+mapfile -t gpus < <(lspci -D -n -d 10de: | awk '$2 ~ /^03/ { print $1 }')
+for f in seat-*.xml; do
+  for i in "${!gpus[@]}"; do
+    IFS=':.' read -r d b s fn <<<"${gpus[$i]}"
+    old="<address domain='0x0000' bus='0x00' slot='0x00' function='0x0'/><!-- gpuseat:gpu $i -->"
+    new="<address domain='0x$d' bus='0x$b' slot='0x$s' function='0x$fn'/>"
+    sed -i "s|$old|$new|" "$f"
+  done
+  if grep -q 'gpuseat:gpu ' "$f"; then echo "$f: this host has fewer NVIDIA GPUs than the layout" >&2; exit 1; fi
+done"""
+
+
+def _mdev_hostdev(layout: Layout, seat: Slice) -> str:
     return (
         "    <hostdev mode='subsystem' type='mdev' model='vfio-pci'>\n"
         "      <source>\n"
-        f"        <address uuid='{seat_uuid(layout, seat, 'mdev')}'/>\n"
+        f"        <address uuid='{slice_uuid(layout, seat, 'mdev')}'/>\n"
         "      </source>\n"
         "    </hostdev>\n"
     )
@@ -73,7 +109,7 @@ def _metadata(owner: Owner) -> str:
 
 def domain_xml(
     layout: Layout,
-    seat: Seat,
+    seat: Slice,
     options: RenderOptions,
     *,
     name: str | None = None,
@@ -87,6 +123,7 @@ def domain_xml(
     serial_log: str | None = None,
     network: str | None = None,
     boot: DirectBoot | None = None,
+    pty_console: bool = False,
 ) -> str:
     """The domain of one seat (UEFI, q35: what large-BAR GPUs need).
 
@@ -94,12 +131,12 @@ def domain_xml(
     the options' GiB), ``virt_type='qemu'`` (TCG, no KVM needed), the ``owner`` metadata, ``gpu=False``
     for a seat without a GPU (BIOS boot then), the qcow2 ``disk``, the NoCloud ``cidata`` ISO as a
     CD-ROM, the serial console to a ``serial_log`` file, a virtio NIC on the libvirt ``network``, and a
-    direct kernel ``boot``.
+    direct kernel ``boot``; ``pty_console`` adds a serial console for ``virsh console``.
     """
     device = ""
     if gpu:
         device = _pci_hostdev(seat) if seat.mode == "passthrough" else _mdev_hostdev(layout, seat)
-    name = name or f"{layout.server.name}-{seat.seat}"
+    name = name or vm_name(layout, seat)
     firmware = " firmware='efi'" if gpu else ""
     kernel = ""
     if boot is not None:
@@ -139,15 +176,20 @@ def domain_xml(
             "      <target port='0'/>\n"
             "    </serial>\n"
         )
+    elif pty_console:
+        device += "    <serial type='pty'>\n      <target port='0'/>\n    </serial>\n"
+        device += "    <console type='pty'>\n      <target type='serial' port='0'/>\n    </console>\n"
     memory = (
-        f"<memory unit='MiB'>{memory_mib}</memory>" if memory_mib else f"<memory unit='GiB'>{options.ram_gb}</memory>"
+        f"<memory unit='MiB'>{memory_mib}</memory>"
+        if memory_mib
+        else f"<memory unit='GiB'>{options.memory_gb}</memory>"
     )
-    description = f"gpuseat {seat.seat}: GPU {seat.gpu_index} {seat.mode} {seat.profile or ''}"
+    description = f"gpuseat {seat.name}: GPU {seat.gpu_index} {seat.mode} {seat.profile or ''}"
     return (
         header(layout, "<!--").rstrip() + " -->\n"
         f"<domain type='{virt_type}'>\n"
         f"  <name>{escape(name)}</name>\n"
-        f"  <uuid>{escape(uuid or seat_uuid(layout, seat, 'domain'))}</uuid>\n"
+        f"  <uuid>{escape(uuid or slice_uuid(layout, seat, 'domain'))}</uuid>\n"
         f"  <description>{escape(description)}</description>\n"
         f"{_metadata(owner) if owner is not None else ''}"
         f"  {memory}\n"
@@ -164,30 +206,99 @@ def domain_xml(
     )
 
 
-def _mdev_script(layout: Layout) -> str:
-    types = {p.name: p.mdev_type for p in partition_catalog().vgpu_profiles[layout.server.gpu.id]}
+def disk_path(layout: Layout, item: Slice) -> str:
+    """Where a slice's qcow2 disk goes on the host (libvirt's default image pool)."""
+    return f"/var/lib/libvirt/images/{vm_name(layout, item)}.qcow2"
+
+
+def _disks_script(layout: Layout, options: RenderOptions) -> str:
+    backing = f" -b {shlex.quote(options.image)} -F qcow2" if options.image else ""
     lines = ["#!/usr/bin/env bash", header(layout, "#").rstrip(), "# Run as root on the KVM host.", "set -euo pipefail"]
-    for seat in layout.seats:
-        bdf = require_pci(seat, "libvirt")
-        mdev_type = types.get(seat.profile or "")
-        if mdev_type:
-            target = f"/sys/class/mdev_bus/{bdf}/mdev_supported_types/{mdev_type}/create"
-        else:
-            lines.append(f"t=$(grep -lx '.*{seat.profile}' /sys/class/mdev_bus/{bdf}/mdev_supported_types/*/name)")
-            target = '"$(dirname "$t")/create"'
-        lines.append(f"echo {seat_uuid(layout, seat, 'mdev')} > {target}  # {seat.seat} {seat.profile}")
+    for item in layout.slices:
+        path = shlex.quote(disk_path(layout, item))
+        lines.append(f"[ -e {path} ] || qemu-img create -f qcow2{backing} {path} {options.disk_gb}G")
     return "\n".join(lines) + "\n"
 
 
-def render(layout: Layout, options: RenderOptions) -> list[Artifact]:
-    """One domain XML per seat (and the mdev script for vGPU)."""
+def _mdev_script(layout: Layout, catalog: Catalog) -> str:
+    lines = ["#!/usr/bin/env bash", header(layout, "#").rstrip(), "# Run as root on the KVM host.", "set -euo pipefail"]
+    lines += mdev_lines(layout, catalog, lambda item: slice_uuid(layout, item, "mdev"))
+    return "\n".join(lines) + "\n"
+
+
+def render(layout: Layout, options: RenderOptions, catalog: Catalog) -> list[Artifact]:
+    """One domain XML per slice, the disk script, the mdev script for vGPU, and ``APPLY.md``."""
     out = [
-        Artifact(path=f"{seat.seat}.xml", kind="libvirt-domain", text=domain_xml(layout, seat, options))
-        for seat in layout.seats
+        Artifact(
+            path=f"{item.name}.xml",
+            kind="libvirt-domain",
+            text=domain_xml(
+                layout,
+                item,
+                options,
+                disk=disk_path(layout, item),
+                network=options.network,
+                pty_console=True,
+            ),
+        )
+        for item in layout.slices
     ]
+    out.append(Artifact(path="disks.sh", kind="shell", text=_disks_script(layout, options)))
+    unknown = [item for item in layout.slices if item.pci is None and item.mode == "passthrough"]
+    if unknown:
+        text = "\n".join(["#!/usr/bin/env bash", header(layout, "#").rstrip(), "set -euo pipefail", PCI_FILL]) + "\n"
+        out.append(Artifact(path="pci-fill.sh", kind="shell", text=text))
+    files = [
+        *(
+            [("pci-fill.sh", "run first, in this folder: writes the host's GPU addresses into the domains")]
+            if unknown
+            else []
+        ),
+        ("disks.sh", "run on the KVM host: creates each domain's qcow2 disk"),
+        ("seat-NN.xml", "one libvirt domain per seat: `virsh define` them on the KVM host"),
+    ]
+    steps = [
+        *(
+            [
+                "This layout has no PCI addresses (carved from --gpu): `bash pci-fill.sh` in this folder on the KVM"
+                " host writes each GPU's address into its domain (or carve from an inventory or a capture)."
+            ]
+            if unknown
+            else []
+        ),
+        "Boot the host with the IOMMU on (`intel_iommu=on` or `amd_iommu=on`, `iommu=pt`) and check it with"
+        " `gpuseat doctor --for passthrough`.",
+        f"`sudo bash disks.sh` (disks of {options.disk_gb} GB"
+        + (f" backed by `{options.image}`" if options.image else ", empty: install a guest OS or pass --image")
+        + ").",
+    ]
+    checks = ["`virsh list --all` shows every domain; `virsh dumpxml NAME` shows its `<hostdev>`."]
+    reboot = ["Domains defined with `virsh define` persist; start them with `virsh autostart NAME` if wanted."]
     if layout.mode == "vgpu":
-        out.append(Artifact(path="mdev-create.sh", kind="shell", text=_mdev_script(layout)))
+        out.append(Artifact(path="mdev-create.sh", kind="shell", text=_mdev_script(layout, catalog)))
+        files.append(("mdev-create.sh", "run as root on the KVM host before defining the domains"))
+        steps.append("`sudo bash mdev-create.sh` (creates each vGPU as a mediated device with the domain's UUID).")
+        checks.append("`mdevctl list` (or `ls /sys/bus/mdev/devices/`) lists one device per seat.")
+        reboot = [
+            "mdevs created through sysfs are gone after a reboot: the script also runs `mdevctl define --auto` for"
+            " each one when mdevctl is installed (install it, or re-run mdev-create.sh from a systemd unit"
+            " ordered after nvidia-vgpu-mgr.service).",
+            *reboot,
+        ]
+    else:
+        steps.append(
+            "Bind each GPU to vfio-pci (`gpuseat doctor --for passthrough` prints the modprobe lines), or let"
+            " libvirt detach it (`managed='yes'`)."
+        )
+    steps += [
+        '`for f in seat-*.xml; do virsh define "$f"; done`',
+        "`virsh start NAME`, then `virsh console NAME` (serial console) to reach the guest.",
+    ]
+    checks.append("In the guest: `nvidia-smi -L` lists the GPU (after the NVIDIA guest driver is installed).")
+    out.append(runbook(layout, "libvirt domains", files, steps, checks, reboot))
     return out
 
 
-ENGINE = Engine(name="libvirt", modes=frozenset({"passthrough", "vgpu"}), summary="libvirt domain XML", render=render)
+RENDERER = Renderer(
+    name="libvirt", modes=frozenset({"passthrough", "vgpu"}), summary="libvirt domain XML", render=render
+)

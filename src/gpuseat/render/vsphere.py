@@ -1,27 +1,30 @@
-"""VMware vSphere ``.vmx`` keys per seat: DirectPath passthrough with 64-bit MMIO sized from the BARs,
-or a vGPU profile (``pciPassthru0.vgpu``)."""
+"""VMware vSphere ``.vmx`` keys per slice: DirectPath passthrough with 64-bit MMIO sized from the BARs,
+or a vGPU profile (``pciPassthru0.vgpu``); the VM's memory fully reserved (``sched.mem.min`` and
+``sched.mem.pin``), which passthrough and vGPU require (partitioning.md §4.4 [DENNEMAN]).
+
+The MMIO size comes from :func:`gpuseat.core.mmio.mmio_size_gb`, the same function ``gpuseat doctor``
+uses. BARs come from the inventory (``bar_mib``), a capture (BAR1 plus the small BARs), or an estimate.
+"""
 
 from __future__ import annotations
 
-import math
+from typing import TYPE_CHECKING
 
-from gpuseat.core.carve import Layout, Seat
-from gpuseat.render.base import Artifact, Engine, RenderOptions, header, require_pci
+from gpuseat.core.carve import Layout, Slice
+from gpuseat.core.inventory import Chip
+from gpuseat.core.mmio import MIB, estimated_bars_bytes, mmio_size_gb, needs_64bit_mmio
+from gpuseat.render.base import Artifact, Renderer, RenderOptions, header, require_pci, runbook
+from gpuseat.render.vgpu import vsphere_type
 
-# BARs above this need 64-bit MMIO (above-4G decoding, EFI guest): partitioning.md §4.4, Dell KB 000199172.
-_LARGE_BAR_MIB = 4096
-_LARGE_TOTAL_MIB = 16 * 1024
+if TYPE_CHECKING:
+    from gpuseat.catalog.bundle import Catalog
 
 
-def mmio_size_gb(bars_mib: tuple[float, ...], memory_gb: float) -> tuple[int, str]:
-    """``pciPassthru.64bitMMIOSizeGB`` for one GPU: its BARs rounded up to a power of two.
-
-    Without BAR sizes, the rule of thumb: GPU memory rounded up to a power of two, then doubled.
-    """
-    if bars_mib:
-        total_gb = sum(bars_mib) / 1024
-        return 2 ** math.ceil(math.log2(max(total_gb, 1))), f"BARs total {sum(bars_mib):g} MiB"
-    return 2 * 2 ** math.ceil(math.log2(max(memory_gb, 1))), "BAR sizes unknown: 2 × GPU memory, power of two"
+def chip_bars(chip: Chip, catalog: Catalog) -> tuple[tuple[int, ...], str]:
+    """A chip's BAR sizes in bytes and where they come from."""
+    if chip.bars_mib:
+        return tuple(int(b * MIB) for b in chip.bars_mib), f"BARs total {sum(chip.bars_mib):g} MiB"
+    return estimated_bars_bytes(chip.gpu.memory_gb, catalog.doctor.bar), "BAR sizes unknown: estimated from memory"
 
 
 def _esxi_id(pci: str) -> str:
@@ -31,27 +34,62 @@ def _esxi_id(pci: str) -> str:
     return f"{int(domain, 16):05d}:{int(bus, 16):03d}:{int(slot, 16):02d}.{int(function)}"
 
 
-def vmx(layout: Layout, seat: Seat) -> str:
-    """The .vmx lines of one seat."""
-    title = f"# {seat.seat}: GPU {seat.gpu_index} {seat.mode} {seat.profile or ''}".rstrip()
-    lines = [header(layout, "#").rstrip(), title, 'firmware = "efi"', 'pciPassthru0.present = "TRUE"']
-    if seat.mode == "vgpu":
-        lines.append(f'pciPassthru0.vgpu = "grid_{(seat.profile or "").lower()}"')
+def vmx(layout: Layout, item: Slice, options: RenderOptions, catalog: Catalog) -> str:
+    """The .vmx lines of one slice."""
+    title = f"# {item.name}: GPU {item.gpu_index} {item.mode} {item.profile or ''}".rstrip()
+    mem_mb = options.memory_gb * 1024
+    lines = [
+        header(layout, "#").rstrip(),
+        title,
+        'firmware = "efi"',
+        f'memSize = "{mem_mb}"',
+        f'sched.mem.min = "{mem_mb}"',
+        'sched.mem.pin = "TRUE"',
+        'pciPassthru0.present = "TRUE"',
+    ]
+    if item.mode == "vgpu":
+        lines.append(f'pciPassthru0.vgpu = "{vsphere_type(layout, catalog, item.profile or "")}"')
         return "\n".join(lines) + "\n"
-    chip = layout.server.chips[seat.gpu_index]
-    lines += [f'pciPassthru0.id = "{_esxi_id(require_pci(seat, "vsphere"))}"', 'pciPassthru0.vendorId = "0x10de"']
-    large = not chip.bars_mib or max(chip.bars_mib) >= _LARGE_BAR_MIB or sum(chip.bars_mib) > _LARGE_TOTAL_MIB
-    if large:
-        size, why = mmio_size_gb(chip.bars_mib, chip.gpu.memory_gb)
-        lines += [f"# 64-bit MMIO: {why}; host BIOS needs above-4G decoding",
-                  'pciPassthru.use64bitMMIO = "TRUE"', f'pciPassthru.64bitMMIOSizeGB = "{size}"']
+    chip = layout.server.chips[item.gpu_index]
+    lines += [f'pciPassthru0.id = "{_esxi_id(require_pci(item, "vsphere"))}"', 'pciPassthru0.vendorId = "0x10de"']
+    bars, why = chip_bars(chip, catalog)
+    if needs_64bit_mmio(bars, catalog.doctor.bar):
+        lines += [
+            f"# 64-bit MMIO: {why}, rounded up to a power of two; host BIOS needs above-4G decoding",
+            'pciPassthru.use64bitMMIO = "TRUE"',
+            f'pciPassthru.64bitMMIOSizeGB = "{mmio_size_gb(bars)}"',
+        ]
     return "\n".join(lines) + "\n"
 
 
-def render(layout: Layout, options: RenderOptions) -> list[Artifact]:
-    """One ``<seat>.vmx`` fragment per seat, to merge into each VM's .vmx."""
-    return [Artifact(path=f"{seat.seat}.vmx", kind="vmx", text=vmx(layout, seat)) for seat in layout.seats]
+def render(layout: Layout, options: RenderOptions, catalog: Catalog) -> list[Artifact]:
+    """One ``<slice>.vmx`` fragment per slice, to merge into each VM's .vmx, and ``APPLY.md``."""
+    out = [
+        Artifact(path=f"{item.name}.vmx", kind="vmx", text=vmx(layout, item, options, catalog))
+        for item in layout.slices
+    ]
+    steps = [
+        "Host: enable 'Above 4G decoding' / 'Memory mapped I/O above 4GB' in the BIOS"
+        + (
+            " and mark each GPU for passthrough (Host > Configure > PCI Devices), then reboot the host."
+            if layout.mode == "passthrough"
+            else "; install the NVIDIA vGPU Manager VIB and set the host graphics"
+            " to 'Shared Direct', then reboot the host."
+        ),
+        f"Create one VM per seat (hardware version ≥ 17, EFI firmware, {options.memory_gb} GB memory,"
+        f" {options.vcpus} vCPUs, a {options.disk_gb} GB disk) and power it off.",
+        "Merge that seat's `seat-NN.vmx` lines into the VM's .vmx (Edit Settings > VM Options > Advanced >"
+        " Configuration Parameters, or edit the file on the datastore while the VM is off).",
+    ]
+    checks = [
+        "The VM powers on; Edit Settings shows the PCI device and 'Reserve all guest memory'.",
+        "In the guest: `nvidia-smi -L`.",
+    ]
+    reboot = ["The .vmx keys persist with the VM; passthrough marking persists on the host."]
+    files = [("seat-NN.vmx", "one fragment per seat: merge into that VM's .vmx")]
+    return [*out, runbook(layout, "VMware vSphere", files, steps, checks, reboot)]
 
 
-ENGINE = Engine(name="vsphere", modes=frozenset({"passthrough", "vgpu"}), summary="vSphere .vmx keys",
-                render=render)
+RENDERER = Renderer(
+    name="vsphere", modes=frozenset({"passthrough", "vgpu"}), summary="vSphere .vmx keys", render=render
+)
