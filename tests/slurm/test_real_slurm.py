@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuseat.catalog.bundle import load_catalog
 from gpuseat.core.carve import CarveRequest, carve
 from gpuseat.core.inventory import server_from_toml
 from gpuseat.core.needs import SeatNeed
@@ -32,8 +33,9 @@ alice, bob, carol = USERS
 @pytest.fixture(scope="module")
 def course(make_cluster: Cluster, unix_users: tuple[str, ...]) -> service.SlurmCourse:
     """Course c2016: alice holds seat s1, bob s2, carol is in the roster without a seat."""
-    server = server_from_toml(read_toml(EXAMPLES / "ibm-2xM60.toml"), where="ibm-2xM60.toml")
-    layout = carve(server, CarveRequest(mode="passthrough", need=SeatNeed(isolation="dedicated")))
+    catalog = load_catalog()
+    server = server_from_toml(read_toml(EXAMPLES / "ibm-2xM60.toml"), catalog, where="ibm-2xM60.toml")
+    layout = carve(server, CarveRequest(mode="passthrough", need=SeatNeed(isolation="dedicated")), catalog)
     devices = config.devices_from_layout(layout, "localhost", dev_root=str(make_cluster.dev))
     seats = [d.seat for d in devices]
     now = datetime.now().replace(microsecond=0)

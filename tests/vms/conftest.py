@@ -38,14 +38,16 @@ def test_host():
 
 def layout(name: str, **request):
     """A carve layout of one of the shipped example inventories."""
+    from gpuseat.catalog.bundle import load_catalog
     from gpuseat.core.carve import CarveRequest, carve
     from gpuseat.core.inventory import server_from_toml
     from gpuseat.core.needs import SeatNeed
     from gpuseat.files import read_toml
 
-    server = server_from_toml(read_toml(EXAMPLES / name), where=name)
+    catalog = load_catalog()
+    server = server_from_toml(read_toml(EXAMPLES / name), catalog, where=name)
     need = SeatNeed(isolation="shared", **request.pop("need", {}))
-    return carve(server, CarveRequest(need=need, **request))
+    return carve(server, CarveRequest(need=need, **request), catalog)
 
 
 def public_key(name: str) -> str:

@@ -74,7 +74,7 @@ def options(work: Path, **kw) -> VmOptions:
 
 
 def seats(lay, people=("alice", "bob")):
-    return [VmSeat(s.seat, s, who, who, (public_key(who),)) for s, who in zip(lay.seats, people, strict=False)]
+    return [VmSeat(s.name, s, who, who, (public_key(who),)) for s, who in zip(lay.slices, people, strict=False)]
 
 
 def test_define_succeeds_and_a_passthrough_start_fails_with_one_clear_message(host, daemon):

@@ -24,13 +24,13 @@ PEOPLE = ("alice", "bob", "carol")
 def vm_seats(lay):
     return [
         VmSeat(
-            key=s.seat,
+            key=s.name,
             seat=s,
             participant=PEOPLE[i % 3] if i < 3 else None,
             user=PEOPLE[i % 3] if i < 3 else "gpuseat",
             ssh_keys=(public_key(PEOPLE[i % 3]),) if i < 3 else (),
         )
-        for i, s in enumerate(lay.seats)
+        for i, s in enumerate(lay.slices)
     ]
 
 
@@ -40,17 +40,17 @@ def xml_of(host, name):
 
 def test_m60_passthrough_four_seats_defined_started_with_their_gpus(test_host):
     lay = layout("ibm-2xM60.toml", mode="passthrough")
-    assert len(lay.seats) == 4
+    assert len(lay.slices) == 4
     report = up_seats("demo", lay, vm_seats(lay), OPTIONS, test_host)
     assert [r.action for r in report.seats] == ["defined+started"] * 4
     assert all(r.state == "running" for r in report.seats)
-    for seat, result in zip(lay.seats, report.seats, strict=True):
+    for seat, result in zip(lay.slices, report.seats, strict=True):
         root = xml_of(test_host, result.domain)
         bus = root.find("devices/hostdev/source/address").get("bus")
         assert f"0000:{bus[2:]}:00.0" == seat.pci
         assert root.find("devices/hostdev").get("managed") == "yes"
         meta = root.find(f"metadata/{{{METADATA_NS}}}seat")
-        assert (meta.get("course"), meta.get("seat")) == ("demo", seat.seat)
+        assert (meta.get("course"), meta.get("seat")) == ("demo", seat.name)
         sources = {d.get("device"): d.find("source").get("file") for d in root.findall("devices/disk")}
         assert sources == {"disk": result.disk, "cdrom": result.seed}
         vol = test_host.conn.storageVolLookupByPath(result.disk)
@@ -64,7 +64,7 @@ def test_m60_passthrough_four_seats_defined_started_with_their_gpus(test_host):
 def test_seven_vgpu_seats_get_mediated_devices(test_host):
     # 7 desktop vGPUs (no CUDA: Maxwell vGPU runs CUDA on full-chip profiles only)
     lay = layout("ibm-2xM60.toml", mode="vgpu", seats=7, need={"cuda": False})
-    assert len(lay.seats) == 7
+    assert len(lay.slices) == 7
     report = up_seats("lab", lay, vm_seats(lay), OPTIONS, test_host)
     assert not report.failed
     uuids = set()

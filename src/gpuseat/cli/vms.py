@@ -44,13 +44,10 @@ def _layout(inventory: Path | None, mode: VmMode) -> Layout | None:
     """The carve layout of the server (the same carve call ``seats add --inventory`` makes)."""
     if inventory is None:
         return None
-    from gpuseat.core.carve import CarveRequest, carve
-    from gpuseat.core.inventory import server_from_toml
-    from gpuseat.core.needs import SeatNeed
-    from gpuseat.files import read_toml
+    from gpuseat.catalog.bundle import load_catalog
+    from gpuseat.services.carving import carve_inventory
 
-    server = server_from_toml(read_toml(inventory), where=str(inventory))
-    return carve(server, CarveRequest(mode=mode.value, need=SeatNeed(isolation="shared")))
+    return carve_inventory(inventory, load_catalog(), mode=mode.value)
 
 
 def _print(report: VmReport, fmt: Format, title: str) -> None:

@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from gpuseat.core.carve import Layout, Seat
+from gpuseat.core.carve import Layout, Slice
 from gpuseat.errors import EngineError, InputError
-from gpuseat.render.base import RenderOptions, seat_uuid
+from gpuseat.render.base import RenderOptions, slice_uuid
 from gpuseat.render.libvirt import DirectBoot, Owner, domain_xml
 from gpuseat.vms import names
 from gpuseat.vms.domain import drift
@@ -89,7 +89,7 @@ class VmSeat:
     """One seat to run as a VM: its carve seat (the GPU) and who holds it."""
 
     key: str
-    seat: Seat
+    seat: Slice
     participant: str | None = None
     user: str = NO_PARTICIPANT_USER
     ssh_keys: tuple[str, ...] = ()
@@ -160,7 +160,7 @@ def wanted_xml(
         vm.seat,
         RenderOptions(vcpus=options.vcpus),
         name=name,
-        uuid=seat_uuid(layout, vm.seat, f"vm/{course}"),
+        uuid=slice_uuid(layout, vm.seat, f"vm/{course}"),
         memory_mib=options.memory_mib,
         virt_type=options.virt_type,
         owner=Owner(course=course, seat=vm.key, participant=vm.participant),
@@ -423,7 +423,7 @@ def course_vm_seats(store: CourseStore, course: str | None, layout: Layout | Non
             where="--inventory",
             fix="give the inventory the seats were added from: --inventory SERVER.toml --mode passthrough|vgpu",
         )
-    by_key = {s.seat: s for s in layout.seats}
+    by_key = {s.name: s for s in layout.slices}
     out: list[VmSeat] = []
     for s in seats:
         if s.key not in by_key:
@@ -438,7 +438,7 @@ def course_vm_seats(store: CourseStore, course: str | None, layout: Layout | Non
                           user=user, ssh_keys=keys))  # fmt: skip
     if not out:
         raise InputError(
-            f"no seat of course {view.key} is in the layout of {layout.server.name} ({len(layout.seats)} seats)",
+            f"no seat of course {view.key} is in the layout of {layout.server.name} ({len(layout.slices)} seats)",
             where="--inventory",
             fix="add the seats from this inventory first: gpuseat seats add --inventory FILE --mode MODE",
         )

@@ -438,22 +438,22 @@ def devices_from_layout(
     root = str(PurePosixPath(names.device_path(dev_root, where="--dev-root")))
     model_type = gres_type_of(layout.server.gpu.id)
     out = []
-    for seat in layout.seats:
+    for seat in layout.slices:
         if seat.mode == "passthrough":
             out.append(
                 GresDevice(
-                    node=node, gres_type=model_type, files=(f"{root}/nvidia{seat.gpu_index}",), core=0, seat=seat.seat
+                    node=node, gres_type=model_type, files=(f"{root}/nvidia{seat.gpu_index}",), core=0, seat=seat.name
                 )
             )
         elif seat.mode == "mig":
-            if mig_minors is None or mig_instances is None or seat.seat not in mig_instances:
+            if mig_minors is None or mig_instances is None or seat.name not in mig_instances:
                 raise InputError(
-                    f"MIG seat {seat.seat} needs its device files: the GPU instance id is known only once created",
+                    f"MIG seat {seat.name} needs its device files: the GPU instance id is known only once created",
                     where="--mig-minors / --mig-instances",
                     fix="create the instances (gpuseat carve --render mig-parted), then pass the host's "
                     "/proc/driver/nvidia-caps/mig-minors and a SEAT=GI[:CI] list",
                 )
-            gi, ci = mig_instances[seat.seat]
+            gi, ci = mig_instances[seat.name]
             files = mig_files(root, seat.gpu_index, mig_minors, gi, ci)
             out.append(
                 GresDevice(
@@ -462,7 +462,7 @@ def devices_from_layout(
                     files=files,
                     mig=True,
                     core=0,
-                    seat=seat.seat,
+                    seat=seat.name,
                 )
             )
         else:
