@@ -40,9 +40,9 @@ def _root(
 
 
 def _register_all() -> None:
-    from gpuseat.cli import bench, carve, doctor, monitor, plan
+    from gpuseat.cli import bench, carve, doctor, monitor, plan, slurm
 
-    for module in (plan, carve, doctor, bench, monitor):
+    for module in (plan, carve, doctor, bench, monitor, slurm):
         module.register(app)
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -30,6 +30,9 @@ import yaml
 from gpuseat.catalog.offers import Offer
 from gpuseat.core.cost import billed_seconds, hourly_usd
 from gpuseat.errors import InputError, did_you_mean
+
+if TYPE_CHECKING:
+    from gpuseat.services.courses import CourseStore
 
 # gpuseat provider → SkyPilot cloud name (clouds SkyPilot can launch that gpuseat has hourly offers for)
 SKY_CLOUDS: dict[str, str] = {"aws": "aws", "gcp": "gcp", "azure": "azure", "lambda": "lambda", "runpod": "runpod"}
@@ -436,3 +439,82 @@ def schedule_intervals(schedule: Any) -> list[tuple[datetime, datetime]]:
         begin = datetime.combine(s.date, datetime.strptime(s.hours[:5], "%H:%M").time())
         out.append((begin, begin + timedelta(hours=s.length_h)))
     return out
+
+
+# -- the course store ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CloudCourse:
+    """A course's cloud seats with their offers, its sessions (course-local times) and time zone."""
+
+    key: str
+    timezone: str
+    seats: tuple[CloudSeat, ...]
+    intervals: tuple[tuple[datetime, datetime], ...]
+
+
+def course_from_store(store: CourseStore, course: str | None, offers: Sequence[Offer]) -> CloudCourse:
+    """The course's ``cloud`` seats, each with the offer the chosen plan option rents for it."""
+    view = store.get_course(course)
+    seats = tuple(
+        CloudSeat(view.key, s.key, offer_for(s.profile, view.plan_option, offers, seat=s.key))
+        for s in store.seats(view.key)
+        if s.kind == "cloud"
+    )
+    sched = store.course_file(view.key).schedule
+    return CloudCourse(view.key, view.timezone, seats, tuple(schedule_intervals(sched)))
+
+
+def write_for_course(
+    store: CourseStore, course: str | None, out: Path, offers: Sequence[Offer], opts: TaskOptions, *, lead_min: int = 10
+) -> Written:
+    """``gpuseat seats skypilot``: write the files and record each seat's cluster (engine skypilot)."""
+    cc = course_from_store(store, course, offers)
+    written = write(out, cc.key, cc.seats, cc.intervals, cc.timezone, opts, lead_min=lead_min)
+    current = {s.key: s for s in store.seats(cc.key)}
+    for s in cc.seats:
+        row = current[s.seat]
+        if (row.engine, row.engine_ref) != ("skypilot", s.cluster):
+            state = "requested" if row.state in ("planned", "released", "failed") else row.state
+            store.set_seat_state(
+                cc.key,
+                s.seat,
+                state,
+                reason=f"SkyPilot task written ({s.offer.id})",
+                engine="skypilot",
+                engine_ref=s.cluster,
+            )
+    return written
+
+
+@dataclass(frozen=True)
+class SeatCost:
+    """One cloud seat's hours and cost so far (what the portal shows as "cost so far")."""
+
+    hours: SeatHours
+    offer: str
+    usd: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data."""
+        return {**self.hours.to_dict(), "offer": self.offer, "usd": round(self.usd, 2)}
+
+
+def cost_so_far(
+    store: CourseStore,
+    course: str | None,
+    offers: Sequence[Offer],
+    now: datetime,
+    *,
+    sky_status: str | None = None,
+    lead_min: int = 10,
+) -> list[SeatCost]:
+    """Hours each cloud seat ran to ``now`` (an aware time) and their cost, from the schedule and ``sky status``."""
+    cc = course_from_store(store, course, offers)
+    if now.tzinfo is None:
+        raise InputError("now must carry a time zone", where="now", fix="pass datetime.now(UTC)")
+    local_now = now.astimezone(check_timezone(cc.timezone)).replace(tzinfo=None)
+    status = parse_sky_status(sky_status) if sky_status is not None else None
+    hours = hours_to_date(cc.seats, windows(cc.intervals, lead_min=lead_min), local_now, status)
+    return [SeatCost(h, s.offer.id, cost_to_date(h, s.offer)) for h, s in zip(hours, cc.seats, strict=True)]

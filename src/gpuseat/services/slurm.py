@@ -15,12 +15,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuseat.errors import EngineError, InputError
 from gpuseat.slurm import config, names
 from gpuseat.slurm.config import GresDevice, Reservation, SeatLimit
 from gpuseat.slurm.engine import Job, Slurm, sacctmgr_enroll_commands
+
+if TYPE_CHECKING:
+    from gpuseat.services.courses import CourseStore
 
 _REF = re.compile(r"^node=(\S+) gres=gpu:(\S+) core=(\d{1,4}) files=(\S+)$")
 
@@ -370,3 +373,68 @@ def course_from_values(
     slurm_seats = {d.seat for d in devices}
     members = tuple(Member(p.key, p.unix_user, p.seat if p.seat in slurm_seats else None) for p in participants)
     return SlurmCourse(key, tuple(intervals), members, devices)
+
+
+def _local(dt: datetime, timezone: str) -> datetime:
+    """A course-local time as the controller's local wall time (what ``scontrol`` StartTime means)."""
+    from zoneinfo import ZoneInfo
+
+    return dt.replace(tzinfo=ZoneInfo(timezone)).astimezone().replace(tzinfo=None)
+
+
+def course_from_store(store: CourseStore, course: str | None) -> SlurmCourse:
+    """The course's Slurm seats, roster and session times (in the controller's local time) from the store."""
+    from gpuseat.services.cloud import schedule_intervals
+
+    view = store.get_course(course)
+    sched = store.course_file(view.key).schedule
+    intervals = [(_local(a, view.timezone), _local(b, view.timezone)) for a, b in schedule_intervals(sched)]
+    return course_from_values(view.key, intervals, store.participants(view.key), store.seats(view.key))
+
+
+def courses_from_store(store: CourseStore) -> list[SlurmCourse]:
+    """Every course with Slurm seats (``job_submit.lua`` holds them all)."""
+    out = []
+    for view in store.list_courses():
+        if any(s.engine == "slurm" for s in store.seats(view.key)):
+            out.append(course_from_store(store, view.key))
+    return out
+
+
+def record_config(store: CourseStore, course: str | None, devices: Sequence[GresDevice]) -> list[str]:
+    """Record each configured seat's Slurm device in the store (engine slurm, ``engine_ref``, host)."""
+    view = store.get_course(course)
+    seats = {s.key: s for s in store.seats(view.key)}
+    done = []
+    for d in devices:
+        seat = seats.get(d.seat or "")
+        if seat is None:
+            continue
+        ref = engine_ref(d)
+        if (seat.engine, seat.engine_ref, seat.host) == ("slurm", ref, d.node):
+            continue
+        state = "requested" if seat.state in ("planned", "released", "failed") else seat.state
+        store.set_seat_state(
+            view.key,
+            seat.key,
+            state,
+            reason=f"slurm config: gpu:{d.gres_type} on {d.node}",
+            engine="slurm",
+            engine_ref=ref,
+            host=d.node,
+        )
+        done.append(seat.key)
+    return done
+
+
+def record_status(store: CourseStore, report: StatusReport) -> list[str]:
+    """Write the seats' engine state from ``status`` into the store when it changed."""
+    current = {s.key: s for s in store.seats(report.course)}
+    changed = []
+    for seat, (state, reason) in report.seat_states().items():
+        row = current.get(seat)
+        if row is None or (row.state, row.state_reason) == (state, reason):
+            continue
+        store.set_seat_state(report.course, seat, state, reason=reason[:2000])  # type: ignore[arg-type]
+        changed.append(seat)
+    return changed

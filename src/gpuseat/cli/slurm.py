@@ -1,0 +1,242 @@
+"""CLI for ``gpuseat slurm config|enroll|sessions|status``: parse flags, call :mod:`gpuseat.services.slurm`, print."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_table, stderr_console
+
+if TYPE_CHECKING:
+    from gpuseat.slurm.config import GresDevice
+
+slurm_app = typer.Typer(
+    help="Seats on a Slurm cluster: gres.conf/slurm.conf/cgroup.conf, enrolment, session reservations, status.",
+    no_args_is_help=True,
+)
+
+
+class SlurmMode(StrEnum):
+    """What Slurm schedules as one seat."""
+
+    passthrough = "passthrough"
+    mig = "mig"
+
+
+COURSE = typer.Option(None, "--course", help="Course key (default: the only course).")
+DB = typer.Option(None, "--db", help="Course database URL (default: GPUSEAT_DB_URL or the data dir).")
+SLURM_CONF = typer.Option(None, "--slurm-conf", help="slurm.conf of the cluster (default: SLURM_CONF or /etc/slurm).")
+
+
+def _slurm(conf: Path | None) -> Any:
+    from gpuseat.slurm.engine import Slurm
+
+    return Slurm(conf=conf)
+
+
+def _mig_instances(text: str | None) -> dict[str, tuple[int, int]] | None:
+    """``SEAT=GI[:CI],…`` → {seat: (gi, ci)}."""
+    if text is None:
+        return None
+    from gpuseat.errors import InputError
+
+    out = {}
+    for item in text.split(","):
+        m = re.fullmatch(r"\s*([A-Za-z0-9_.-]{1,64})=(\d{1,2})(?::(\d{1,2}))?\s*", item)
+        if m is None:
+            raise InputError(
+                f"{item!r} is not SEAT=GI[:CI]",
+                where="--mig-instances",
+                fix="list each MIG seat with its GPU instance id, e.g. seat-01=7,seat-02=8:0",
+            )
+        out[m.group(1)] = (int(m.group(2)), int(m.group(3) or 0))
+    return out
+
+
+def _devices(
+    inventory: Path,
+    mode: SlurmMode,
+    profile: list[str],
+    node: str,
+    dev_root: str,
+    mig_minors: Path | None,
+    mig_instances: str | None,
+) -> list[GresDevice]:
+    from gpuseat.core.carve import CarveRequest, carve
+    from gpuseat.core.inventory import server_from_toml
+    from gpuseat.core.needs import SeatNeed
+    from gpuseat.files import read_text, read_toml
+    from gpuseat.slurm import config, names
+
+    server = server_from_toml(read_toml(inventory), where=str(inventory))
+    profiles = tuple(p for item in profile for p in item.split(",") if p)
+    layout = carve(server, CarveRequest(mode=mode.value, profiles=profiles, need=SeatNeed(isolation="partitioned")))
+    minors = config.parse_mig_minors(read_text(mig_minors), where=str(mig_minors)) if mig_minors else None
+    return config.devices_from_layout(
+        layout,
+        names.node_name(node, where="--node"),
+        dev_root=dev_root,
+        mig_minors=minors,
+        mig_instances=_mig_instances(mig_instances),
+    )
+
+
+@slurm_app.command("config")
+def config_command(
+    inventory: Path = typer.Option(..., "--inventory", help="Server inventory TOML (as for gpuseat carve)."),
+    mode: SlurmMode = typer.Option(SlurmMode.passthrough, "--mode", help="Whole GPUs or MIG instances."),
+    profile: list[str] = typer.Option([], "--profile", help="MIG profiles, one per seat (comma list)."),
+    node: str = typer.Option(..., "--node", help="Slurm node name of this server."),
+    cpus: int | None = typer.Option(None, "--cpus", min=1, max=4096, help="The node's cores (one per seat at least)."),
+    real_memory_mb: int | None = typer.Option(None, "--real-memory", min=1, max=2**31, help="RealMemory, MB."),
+    dev_root: str = typer.Option("/dev", "--dev-root", help="Where the device files live."),
+    mig_minors: Path | None = typer.Option(
+        None, "--mig-minors", help="The host's /proc/driver/nvidia-caps/mig-minors."
+    ),
+    mig_instances: str | None = typer.Option(None, "--mig-instances", help="SEAT=GI[:CI],… of the created instances."),
+    course: str | None = COURSE,
+    db: str | None = DB,
+    record: bool = typer.Option(False, "--record", help="Record each seat's Slurm device in the course store."),
+    out: Path | None = typer.Option(None, "--out", help="Write the files here instead of printing them."),
+) -> None:
+    """Write gres.conf, the slurm.conf node/partition lines and cgroup.conf for the carved seats."""
+    from gpuseat.services import slurm
+
+    devices = _devices(inventory, mode, profile, node, dev_root, mig_minors, mig_instances)
+    keys = []
+    if record:
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            key = store.get_course(course).key
+            recorded = slurm.record_config(store, key, devices)
+        keys = [key]
+        stderr_console().print(f"recorded {len(recorded)} seat(s) of course {key} as Slurm seats", markup=False)
+    elif course:
+        keys = [course]
+    files = slurm.config_files(devices, keys, cpus=cpus, real_memory_mb=real_memory_mb)
+    if out is None:
+        for name, text in files.items():
+            print(f"# ---- {name}\n{text}", end="")
+        return
+    for path in slurm.write_files(files, out):
+        print(path)
+
+
+@slurm_app.command("enroll")
+def enroll_command(
+    course: str | None = COURSE,
+    db: str | None = DB,
+    slurm_conf: Path | None = SLURM_CONF,
+    conf_dir: Path | None = typer.Option(None, "--conf-dir", help="Where job_submit.lua goes (slurm.conf's folder)."),
+    accounting: bool | None = typer.Option(
+        None, "--accounting/--no-accounting", help="Use sacctmgr (slurmdbd); default: what the cluster runs."
+    ),
+    fmt: Format = FORMAT_OPTION,
+) -> None:
+    """Enrol the roster: an account + associations (accounting) or a partition + job_submit.lua limits."""
+    from gpuseat.services import slurm
+    from gpuseat.services.courses import open_store
+
+    with open_store(db) as store:
+        key = store.get_course(course).key
+        courses = slurm.courses_from_store(store)
+    if conf_dir is None and slurm_conf is not None:
+        conf_dir = slurm_conf.parent
+    report = slurm.enroll(_slurm(slurm_conf), courses, key, conf_dir=conf_dir, accounting=accounting)
+    if fmt is Format.json:
+        print_json(report.to_dict())
+        return
+    print(f"course {report.course}: {report.mode} {report.partition} ({'created' if report.created else 'updated'})")
+    (print_csv if fmt is Format.csv else print_table)(report.limits, ["user", "gres"])
+    if report.skipped:
+        stderr_console().print(f"not enrolled (no seat or no unix user): {', '.join(report.skipped)}", markup=False)
+
+
+@slurm_app.command("sessions")
+def sessions_command(
+    course: str | None = COURSE,
+    db: str | None = DB,
+    slurm_conf: Path | None = SLURM_CONF,
+    fmt: Format = FORMAT_OPTION,
+) -> None:
+    """Create one reservation per lab session still to come (users = the roster's unix users)."""
+    from gpuseat.services import slurm
+    from gpuseat.services.courses import open_store
+
+    with open_store(db) as store:
+        sc = slurm.course_from_store(store, course)
+    report = slurm.sessions(_slurm(slurm_conf), sc, now=datetime.now())
+    if fmt is Format.json:
+        print_json(report.to_dict())
+        return
+    done = {
+        **dict.fromkeys(report.created, "created"),
+        **dict.fromkeys(report.existing, "exists"),
+        **dict.fromkeys(report.past, "past"),
+    }
+    rows = [
+        {
+            **r,
+            "users": len(r["users"]),
+            "nodes": ",".join(r["nodes"]),
+            "cores": ",".join(map(str, r["cores"])),
+            "action": done.get(r["name"], ""),
+        }
+        for r in report.to_dict()["reservations"]
+    ]
+    cols = ["name", "start", "end", "users", "nodes", "cores", "action"]
+    (print_csv(rows, cols) if fmt is Format.csv else print_table(rows, cols, title=f"sessions · {report.course}"))
+
+
+@slurm_app.command("status")
+def status_command(
+    course: str | None = COURSE,
+    db: str | None = DB,
+    slurm_conf: Path | None = SLURM_CONF,
+    fmt: Format = FORMAT_OPTION,
+) -> None:
+    """Each participant's jobs, Slurm's reason and GRES; the seats' engine state is recorded in the store."""
+    from gpuseat.services import slurm
+    from gpuseat.services.courses import open_store
+
+    with open_store(db) as store:
+        sc = slurm.course_from_store(store, course)
+        report = slurm.status(_slurm(slurm_conf), sc)
+        slurm.record_status(store, report)
+    if fmt is Format.json:
+        print_json(report.to_dict())
+        return
+    rows = []
+    for m in report.members:
+        jobs = "; ".join(
+            f"{j['job_id']} {j['state']} {j['gres_idx'] or j['gres']}"
+            + (f" ({j['reason']})" if j["reason"] not in ("None", "") else "")
+            for j in m.jobs
+        )
+        rows.append(
+            {
+                "participant": m.participant,
+                "unix_user": m.unix_user or "",
+                "seat": m.seat or "",
+                "gres": m.gres or "",
+                "jobs": jobs or "-",
+            }
+        )
+    cols = ["participant", "unix_user", "seat", "gres", "jobs"]
+    if fmt is Format.csv:
+        print_csv(rows, cols)
+        return
+    if not report.partition_exists:
+        stderr_console().print(f"partition {report.partition} missing: run gpuseat slurm enroll", markup=False)
+    print_table(rows, cols, title=f"slurm · {report.course} · {len(report.reservations)} session reservation(s)")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``gpuseat slurm``."""
+    app.add_typer(slurm_app, name="slurm")
