@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuseat.catalog.bundle import load_catalog
 from gpuseat.core.carve import CarveRequest, carve
 from gpuseat.core.inventory import server_from_toml
 from gpuseat.core.needs import SeatNeed
@@ -27,8 +28,9 @@ MIG_MINORS = "config 1\nmonitor 2\n" + "".join(
 
 
 def _layout(path: str, mode: str, **kw):
-    server = server_from_toml(read_toml(EXAMPLES / path), where=path)
-    return carve(server, CarveRequest(mode=mode, **kw))
+    catalog = load_catalog()
+    server = server_from_toml(read_toml(EXAMPLES / path), catalog, where=path)
+    return carve(server, CarveRequest(mode=mode, **kw), catalog)
 
 
 def test_whole_gpus_one_line_each_bound_to_its_own_core() -> None:
@@ -48,7 +50,7 @@ def test_whole_gpus_one_line_each_bound_to_its_own_core() -> None:
 
 def test_mig_seats_are_typed_gres_with_multiple_files() -> None:
     layout = _layout("h200-2x-server.toml", "mig", profiles=("1g.18gb",) * 3)
-    seats = [s.seat for s in layout.seats]
+    seats = [s.name for s in layout.slices]
     with pytest.raises(InputError, match="needs its device files"):
         config.devices_from_layout(layout, "gpu02")
     minors = config.parse_mig_minors(MIG_MINORS)

@@ -67,15 +67,12 @@ def _devices(
     mig_minors: Path | None,
     mig_instances: str | None,
 ) -> list[GresDevice]:
-    from gpuseat.core.carve import CarveRequest, carve
-    from gpuseat.core.inventory import server_from_toml
-    from gpuseat.core.needs import SeatNeed
-    from gpuseat.files import read_text, read_toml
+    from gpuseat.catalog.bundle import load_catalog
+    from gpuseat.files import read_text
+    from gpuseat.services.carving import carve_inventory, profiles_from_flags
     from gpuseat.slurm import config, names
 
-    server = server_from_toml(read_toml(inventory), where=str(inventory))
-    profiles = tuple(p for item in profile for p in item.split(",") if p)
-    layout = carve(server, CarveRequest(mode=mode.value, profiles=profiles, need=SeatNeed(isolation="partitioned")))
+    layout = carve_inventory(inventory, load_catalog(), mode=mode.value, profiles=profiles_from_flags(profile))
     minors = config.parse_mig_minors(read_text(mig_minors), where=str(mig_minors)) if mig_minors else None
     return config.devices_from_layout(
         layout,

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from gpuseat.errors import EngineError, InputError
 from gpuseat.slurm import config, names
@@ -293,9 +293,9 @@ class StatusReport(_Report):
     reservations: list[str]
     members: list[MemberStatus]
 
-    def seat_states(self) -> dict[str, tuple[str, str]]:
+    def seat_states(self) -> dict[str, tuple[Literal["requested", "running"], str]]:
         """Per seat: the store state it should have and why (what ``status`` records)."""
-        out = {}
+        out: dict[str, tuple[Literal["requested", "running"], str]] = {}
         for m in self.members:
             if m.seat is None:
                 continue
@@ -435,6 +435,6 @@ def record_status(store: CourseStore, report: StatusReport) -> list[str]:
         row = current.get(seat)
         if row is None or (row.state, row.state_reason) == (state, reason):
             continue
-        store.set_seat_state(report.course, seat, state, reason=reason[:2000])  # type: ignore[arg-type]
+        store.set_seat_state(report.course, seat, state, reason=reason[:2000])
         changed.append(seat)
     return changed
