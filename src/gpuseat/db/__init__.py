@@ -38,6 +38,27 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
+    # SQLAlchemy, not the driver, starts transactions (see _sqlite_begin): DDL becomes transactional
+    # and a writer can take the write lock up front with BEGIN IMMEDIATE.
+    dbapi_conn.isolation_level = None
+
+
+def _sqlite_begin(conn: Any) -> None:
+    mode = conn.get_execution_options().get(BEGIN_OPTION, "DEFERRED")
+    conn.exec_driver_sql(f"BEGIN {'IMMEDIATE' if mode == 'IMMEDIATE' else 'DEFERRED'}")
+
+
+BEGIN_OPTION = "gpuseat_sqlite_begin"
+
+
+def immediate(engine: Engine) -> Engine:
+    """The same engine, but on SQLite every transaction starts with ``BEGIN IMMEDIATE``.
+
+    A read-then-write transaction (claim a seat, migrate) then holds SQLite's one write lock from its
+    first read, so two writers queue instead of failing with "database is locked" half-way.
+    PostgreSQL ignores the option (it locks rows with ``FOR UPDATE``).
+    """
+    return engine.execution_options(**{BEGIN_OPTION: "IMMEDIATE"})
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -92,8 +113,9 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             _check_sqlite_file(Path(parsed.database).expanduser(), create=create)
-        engine = create_engine(parsed)
+        engine = create_engine(parsed, connect_args={"timeout": 60})  # writers queue up to 60 s
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
         return engine
     try:
         return create_engine(parsed, pool_pre_ping=True)
@@ -121,15 +143,16 @@ def _lock_for_migration(conn: Any) -> None:
 
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(7368016744)"))  # gpuseat's lock id, released at commit
-    elif conn.dialect.name == "sqlite":
-        conn.exec_driver_sql("BEGIN IMMEDIATE")  # the write lock, held until this transaction ends
+    # SQLite: the transaction began with BEGIN IMMEDIATE (see immediate()): it holds the write lock
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Bring the schema to ``revision`` with the packaged Alembic migrations.
+    """Bring the schema to ``revision`` with the packaged Alembic migrations, in one transaction.
 
     Refuses a database that holds another application's tables; safe when several processes open a new
-    database at once (the migration runs under a write lock, the others then find it done).
+    database at once (the migration runs under a write lock, the others then find it done). On SQLite
+    foreign keys are off while tables are rebuilt (a rebuild drops the old table, which would otherwise
+    cascade to samples and assignments) and checked before commit.
     """
     from alembic import command
     from alembic.config import Config
@@ -157,13 +180,24 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
                 where=where,
                 fix="give gpuseat its own database file or PostgreSQL database",
             )
-        with engine.connect() as conn:
-            if conn.dialect.name == "sqlite":
-                conn.commit()  # end SQLAlchemy's implicit transaction so BEGIN IMMEDIATE starts ours
-            _lock_for_migration(conn)
-            config.attributes["connection"] = conn
-            command.upgrade(config, revision)
-            conn.commit()
+        with immediate(engine).connect() as conn:  # SQLite: the transaction begins IMMEDIATE
+            sqlite = conn.dialect.name == "sqlite"
+            if sqlite:
+                _raw_pragma(conn, "PRAGMA foreign_keys=OFF")  # only possible outside a transaction
+            try:
+                with conn.begin():
+                    _lock_for_migration(conn)
+                    config.attributes["connection"] = conn
+                    command.upgrade(config, revision)
+                    if sqlite and conn.exec_driver_sql("PRAGMA foreign_key_check").first() is not None:
+                        raise StoreError(
+                            "the schema upgrade would leave rows pointing at missing rows; nothing was changed",
+                            where=where,
+                            fix="report this with a copy of the database",
+                        )
+            finally:
+                if sqlite:
+                    _raw_pragma(conn, "PRAGMA foreign_keys=ON")
     except OperationalError as exc:
         raise StoreError(
             f"cannot open the course database: {str(exc.orig).strip().splitlines()[0]}",
@@ -176,3 +210,9 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
             where=where,
             fix="give gpuseat's database file (gpuseat.db) or a PostgreSQL URL",
         ) from None
+
+
+def _raw_pragma(conn: Any, statement: str) -> None:
+    cur = conn.connection.cursor()  # the DBAPI connection: no SQLAlchemy transaction is begun
+    cur.execute(statement)
+    cur.close()

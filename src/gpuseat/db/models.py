@@ -1,4 +1,5 @@
-"""The course database schema (SQLAlchemy 2): roster, samples, one-minute aggregates, alerts.
+"""The course database schema (SQLAlchemy 2): courses, roster, seats, assignments, access tokens,
+events, and the monitor's samples, one-minute aggregates and alerts.
 
 Rows that grow with time (``samples``, ``minute_aggregates``) hold only small integers and
 foreign keys, so a 15-day, 16-seat course stays a few tens of MB. The migration in
@@ -7,11 +8,14 @@ foreign keys, so a 15-day, 16-seat course stays a few tens of MB. The migration 
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
+from typing import Any
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     Boolean,
+    Date,
     DateTime,
     Float,
     ForeignKey,
@@ -22,6 +26,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -39,37 +44,133 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
 
 
+SEAT_KINDS: tuple[str, ...] = ("gpu", "mig", "vgpu", "shared", "cloud", "slurm", "vm")
+SEAT_ENGINES: tuple[str, ...] = ("manual", "jupyterhub", "libvirt", "kubernetes", "slurm", "skypilot")
+SEAT_STATES: tuple[str, ...] = ("planned", "requested", "running", "failed", "released")
+ASSIGNMENT_MODES: tuple[str, ...] = ("assigned", "pool")
+OPEN = text("valid_to IS NULL")  # the predicate of the partial unique indexes on assignments
+
+
+class Course(Base):
+    """One course: its file (text and parsed summary), dates, time zone, chosen plan option."""
+
+    __tablename__ = "courses"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(String(256))
+    source_text: Mapped[str | None] = mapped_column(Text)
+    summary: Mapped[dict[str, Any]] = mapped_column(JSON)
+    timezone: Mapped[str] = mapped_column(String(64))
+    starts_on: Mapped[date | None] = mapped_column(Date)
+    ends_on: Mapped[date | None] = mapped_column(Date)
+    plan_option: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    survey_state: Mapped[str | None] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class Participant(Base):
-    """A course participant; ``key`` is the id used in seat files and the portal."""
+    """A course participant; ``key`` (and ``email``) are unique within the course."""
 
     __tablename__ = "participants"
+    __table_args__ = (
+        UniqueConstraint("course_id", "key", name="uq_participants_course_key"),
+        UniqueConstraint("course_id", "email", name="uq_participants_course_email"),
+    )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    key: Mapped[str] = mapped_column(String(128), unique=True)
+    course_id: Mapped[int] = mapped_column(ForeignKey("courses.id", ondelete="CASCADE"), index=True)
+    key: Mapped[str] = mapped_column(String(128))
     name: Mapped[str | None] = mapped_column(String(256))
     unix_user: Mapped[str | None] = mapped_column(String(64))
     email: Mapped[str | None] = mapped_column(String(256))
+    group_name: Mapped[str | None] = mapped_column(String(128))
+    ssh_key: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Seat(Base):
-    """A seat: one GPU or MIG instance (by UUID) on a host, with its partition profile."""
+    """A seat: a GPU, MIG/vGPU slice, shared GPU, VM, Slurm or cloud machine that one participant uses.
+
+    ``device_uuid`` is empty until the seat is provisioned; ``groups`` lists the course groups whose
+    needs it satisfies (empty = decided from kind and memory); ``state`` is the engine's last word.
+    """
 
     __tablename__ = "seats"
+    __table_args__ = (
+        UniqueConstraint("course_id", "key", name="uq_seats_course_key"),
+        UniqueConstraint("course_id", "device_uuid", name="uq_seats_course_device_uuid"),
+    )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    key: Mapped[str] = mapped_column(String(128), unique=True)
+    course_id: Mapped[int] = mapped_column(ForeignKey("courses.id", ondelete="CASCADE"), index=True)
+    key: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(16))
     host: Mapped[str | None] = mapped_column(String(256))
-    device_uuid: Mapped[str] = mapped_column(String(96), unique=True)
+    device_uuid: Mapped[str | None] = mapped_column(String(96))
     profile: Mapped[str | None] = mapped_column(String(64))
+    memory_gb: Mapped[float | None] = mapped_column(Float)
+    groups: Mapped[list[str]] = mapped_column(JSON)
+    engine: Mapped[str] = mapped_column(String(16))
+    engine_ref: Mapped[str | None] = mapped_column(String(512))
+    state: Mapped[str] = mapped_column(String(16))
+    state_reason: Mapped[str | None] = mapped_column(Text)
+    state_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    connect: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Assignment(Base):
-    """Seat ↔ participant from ``valid_from`` until ``valid_to`` (None = still assigned)."""
+    """Seat ↔ participant from ``valid_from`` until ``valid_to`` (None = still assigned).
+
+    The two partial unique indexes make the database refuse a second open assignment of one seat
+    or of one participant, whatever code path tries it.
+    """
 
     __tablename__ = "assignments"
+    __table_args__ = (
+        Index("uq_assignments_open_seat", "seat_id", unique=True, sqlite_where=OPEN, postgresql_where=OPEN),
+        Index(
+            "uq_assignments_open_participant",
+            "participant_id",
+            unique=True,
+            sqlite_where=OPEN,
+            postgresql_where=OPEN,
+        ),
+    )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     seat_id: Mapped[int] = mapped_column(ForeignKey("seats.id", ondelete="CASCADE"), index=True)
     participant_id: Mapped[int] = mapped_column(ForeignKey("participants.id", ondelete="CASCADE"), index=True)
     valid_from: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     valid_to: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    mode: Mapped[str] = mapped_column(String(16), server_default="assigned")
+    ended_by: Mapped[str | None] = mapped_column(String(32))
+
+
+class AccessToken(Base):
+    """A participant's access link secret, stored only as its SHA-256 (the token itself is shown once)."""
+
+    __tablename__ = "access_tokens"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    participant_id: Mapped[int] = mapped_column(ForeignKey("participants.id", ondelete="CASCADE"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Event(Base):
+    """One line of the append-only log: who did what to which participant or seat (names, not ids)."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_course_at", "course_key", "at"),)
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    course_key: Mapped[str | None] = mapped_column(String(64))
+    actor: Mapped[str] = mapped_column(String(128))
+    action: Mapped[str] = mapped_column(String(32))
+    participant: Mapped[str | None] = mapped_column(String(128))
+    seat: Mapped[str | None] = mapped_column(String(128))
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class Device(Base):

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Integer, and_, cast, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from gpuseat.db import make_engine, upgrade
-from gpuseat.db.models import AlertRecord, Assignment, Device, MinuteAggregate, Participant, Sample, Seat
+from gpuseat.db import immediate, make_engine, upgrade
+from gpuseat.db.models import AlertRecord, Assignment, Course, Device, MinuteAggregate, Participant, Sample, Seat
 from gpuseat.errors import StoreError
 from gpuseat.readings import Alert, SeatEntry, SeatMap, SeatState, UsageRow
 
@@ -28,6 +28,20 @@ if TYPE_CHECKING:
 
 RAW_KEEP_S = 3600
 SMALL_MAX = 32767  # SmallInteger columns
+DEFAULT_COURSE = "default"
+
+
+def _course_id(session: Session, key: str, now: datetime) -> int:
+    """The id of course ``key``, created (empty, UTC) when a seats file is its first use."""
+    found = session.scalar(select(Course.id).where(Course.key == key))
+    if found is not None:
+        return found
+    course = Course(
+        key=key, name=f"Seats from a seats file ({key})", summary={}, timezone="UTC", created_at=now, updated_at=now
+    )
+    session.add(course)
+    session.flush()
+    return course.id
 
 
 def _int(value: float | None) -> int | None:
@@ -60,16 +74,32 @@ class Store:
 
     # -- roster ------------------------------------------------------------------------------------
 
-    def import_seats(self, entries: Iterable[SeatEntry], *, now: datetime | None = None) -> int:
-        """Upsert seats and participants and (re)assign seats; returns how many seats were read."""
+    def import_seats(
+        self, entries: Iterable[SeatEntry], *, now: datetime | None = None, course: str = DEFAULT_COURSE
+    ) -> int:
+        """Upsert seats and participants of ``course`` (created when missing) and (re)assign seats.
+
+        Returns how many seats were read. A participant named on two seats keeps the last one.
+        """
         now = now or datetime.now(UTC)
         count = 0
-        with Session(self.engine) as session, session.begin():
+        with Session(immediate(self.engine)) as session, session.begin():
+            course_id = _course_id(session, course, now)
             for e in entries:
                 count += 1
-                seat = session.scalar(select(Seat).where(Seat.key == e.seat))
+                seat = session.scalar(select(Seat).where(Seat.course_id == course_id, Seat.key == e.seat))
                 if seat is None:
-                    seat = Seat(key=e.seat, device_uuid=e.device_uuid)
+                    seat = Seat(
+                        course_id=course_id,
+                        key=e.seat,
+                        kind="mig" if e.device_uuid.startswith("MIG-") else "gpu",
+                        groups=[],
+                        engine="manual",
+                        state="running",
+                        state_reason="from a seats file",
+                        state_at=now,
+                        created_at=now,
+                    )
                     session.add(seat)
                 seat.device_uuid, seat.host, seat.profile = e.device_uuid, e.host, e.profile
                 session.flush()
@@ -78,29 +108,47 @@ class Store:
                 )
                 person = None
                 if e.participant is not None:
-                    person = session.scalar(select(Participant).where(Participant.key == e.participant))
+                    person = session.scalar(
+                        select(Participant).where(
+                            Participant.course_id == course_id, Participant.key == e.participant
+                        )
+                    )
                     if person is None:
-                        person = Participant(key=e.participant)
+                        person = Participant(course_id=course_id, key=e.participant, created_at=now)
                         session.add(person)
                     person.unix_user = e.user or person.unix_user
+                    person.updated_at = now
                     session.flush()
                 if current is not None and (person is None or current.participant_id != person.id):
-                    current.valid_to = now
+                    current.valid_to, current.ended_by = now, "seats file"
+                    session.flush()
                     current = None
                 if current is None and person is not None:
+                    elsewhere = session.scalar(
+                        select(Assignment).where(
+                            Assignment.participant_id == person.id, Assignment.valid_to.is_(None)
+                        )
+                    )
+                    if elsewhere is not None:
+                        elsewhere.valid_to, elsewhere.ended_by = now, "seats file"
+                        session.flush()
                     session.add(Assignment(seat_id=seat.id, participant_id=person.id, valid_from=now))
+                    session.flush()
         self._load_seat_ids()
         return count
 
-    def seat_map(self, *, allowed_users: Iterable[str] = ()) -> SeatMap:
-        """Seats with their current participant, as the attribution step uses them."""
+    def seat_map(self, *, allowed_users: Iterable[str] = (), course: str | None = None) -> SeatMap:
+        """Seats with a device and their current participant (of one course, or of all), for attribution."""
         q = (
             select(Seat.key, Seat.device_uuid, Seat.host, Seat.profile, Participant.key, Participant.unix_user)
             .select_from(Seat)
             .outerjoin(Assignment, and_(Assignment.seat_id == Seat.id, Assignment.valid_to.is_(None)))
             .outerjoin(Participant, Participant.id == Assignment.participant_id)
+            .where(Seat.device_uuid.is_not(None))
             .order_by(Seat.key)
         )
+        if course is not None:
+            q = q.where(Seat.course_id == select(Course.id).where(Course.key == course).scalar_subquery())
         with self.engine.connect() as conn:
             rows = conn.execute(q).all()
         entries = [
@@ -160,9 +208,7 @@ class Store:
     def _writing(self) -> Iterator[Connection]:
         """A write transaction; on SQLite it takes the write lock first (``BEGIN IMMEDIATE``), so
         concurrent monitors wait their turn (busy timeout) instead of failing on a stale snapshot."""
-        with self.engine.connect() as conn:
-            if conn.dialect.name == "sqlite":
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
+        with immediate(self.engine).connect() as conn:  # SQLite: the first statement begins IMMEDIATE
             yield conn
             conn.commit()
 
