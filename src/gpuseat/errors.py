@@ -70,3 +70,19 @@ class StoreError(EngineError):
 
 class MissingDependency(EngineError):
     """An optional dependency (torch, libvirt-python, …) is not installed; the fix names the extra."""
+
+
+class NotFound(InputError):
+    """A course, participant or seat named by the caller does not exist."""
+
+
+class NoFreeSeat(InputError):
+    """Every seat that suits the participant is taken (or there is none); the fix says what to add."""
+
+
+class SeatTaken(InputError):
+    """The seat asked for already has a participant."""
+
+
+class InvalidTransition(InputError):
+    """A seat state change the state machine does not allow (e.g. released → running)."""

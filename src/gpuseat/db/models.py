@@ -44,10 +44,6 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
 
 
-SEAT_KINDS: tuple[str, ...] = ("gpu", "mig", "vgpu", "shared", "cloud", "slurm", "vm")
-SEAT_ENGINES: tuple[str, ...] = ("manual", "jupyterhub", "libvirt", "kubernetes", "slurm", "skypilot")
-SEAT_STATES: tuple[str, ...] = ("planned", "requested", "running", "failed", "released")
-ASSIGNMENT_MODES: tuple[str, ...] = ("assigned", "pool")
 OPEN = text("valid_to IS NULL")  # the predicate of the partial unique indexes on assignments
 
 
@@ -94,6 +90,7 @@ class Seat(Base):
 
     ``device_uuid`` is empty until the seat is provisioned; ``groups`` lists the course groups whose
     needs it satisfies (empty = decided from kind and memory); ``state`` is the engine's last word.
+    The vocabularies (kinds, engines, states) live in :mod:`gpuseat.core.seating`.
     """
 
     __tablename__ = "seats"

@@ -152,7 +152,7 @@ class Store:
         with self.engine.connect() as conn:
             rows = conn.execute(q).all()
         entries = [
-            SeatEntry(seat=r[0], device_uuid=r[1], host=r[2], profile=r[3], participant=r[4], user=r[5]) for r in rows
+            SeatEntry(seat=r[0], device_uuid=str(r[1]), host=r[2], profile=r[3], participant=r[4], user=r[5]) for r in rows
         ]
         return SeatMap(entries, allowed_users=allowed_users)
 

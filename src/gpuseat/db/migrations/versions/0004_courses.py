@@ -136,9 +136,7 @@ def upgrade() -> None:
         batch.create_index("ix_seats_course_id", ["course_id"])
 
     # assignments: how the seat was taken, why it ended; one open assignment per seat and participant
-    op.add_column(
-        "assignments", sa.Column("mode", sa.String(16), nullable=False, server_default="assigned")
-    )
+    op.add_column("assignments", sa.Column("mode", sa.String(16), nullable=False, server_default="assigned"))
     op.add_column("assignments", sa.Column("ended_by", sa.String(32), nullable=True))
     for column in ("seat_id", "participant_id"):
         bind.execute(
