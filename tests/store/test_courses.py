@@ -75,7 +75,7 @@ def counts(store: CourseStore) -> dict[str, int]:
 
 def test_read_commands_do_not_create_a_database(tmp_path):
     path = tmp_path / "none.db"
-    with pytest.raises(InputError, match="no course database here yet"):
+    with pytest.raises(InputError, match="no gpuseat database here"):
         open_store(f"sqlite:///{path}")
     assert not path.exists()
 
@@ -86,12 +86,24 @@ def test_a_foreign_sqlite_file_is_refused(tmp_path):
     with engine.begin() as conn:
         conn.execute(text("CREATE TABLE invoices (id INTEGER PRIMARY KEY)"))
     engine.dispose()
-    with pytest.raises(StoreError, match="not a gpuseat database"):
+    with pytest.raises(InputError, match="not a gpuseat database"):
         open_store(f"sqlite:///{path}", create=True)
     engine = create_engine(f"sqlite:///{path}")
     with engine.connect() as conn:
         tables = {r[0] for r in conn.execute(text("SELECT name FROM sqlite_master WHERE type='table'"))}
     assert tables == {"invoices"}
+    with pytest.raises(InputError, match="no gpuseat tables"):
+        open_store(f"sqlite:///{path}")
+
+
+def test_a_database_from_a_newer_gpuseat_is_refused(url):
+    open_store(url, create=True).close()
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    engine.dispose()
+    with pytest.raises(StoreError, match="newer gpuseat"):
+        open_store(url)
 
 
 def test_default_store_lives_in_the_data_dir(tmp_path, monkeypatch):

@@ -313,21 +313,11 @@ def open_store(url: str | None = None, *, create: bool = False) -> CourseStore:
     one; a database with other applications' tables, or from a newer gpuseat, is refused either way.
     An older gpuseat schema is upgraded in place (its rows are kept).
     """
-    engine = make_engine(url)
+    engine = make_engine(url, create=create)
     shown = engine.url.render_as_string(hide_password=True)
-    if engine.dialect.name == "sqlite" and not create:
-        database = engine.url.database
-        if database and database != ":memory:" and not Path(database).expanduser().exists():
-            engine.dispose()
-            raise InputError(
-                "no course database here yet",
-                where=shown,
-                fix="create a course first (gpuseat course create COURSE.toml) or pass --db URL",
-            )
     try:
-        tables = set(inspect(engine).get_table_names())
         revision = None
-        if "alembic_version" in tables:
+        if "alembic_version" in inspect(engine).get_table_names():
             with engine.connect() as conn:
                 revision = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
     except OperationalError as exc:
@@ -335,30 +325,28 @@ def open_store(url: str | None = None, *, create: bool = False) -> CourseStore:
         raise StoreError(
             f"cannot open the course database: {str(exc.orig).strip().splitlines()[0]}",
             where=shown,
-            fix="check the URL, that the server runs and that you may connect",
+            fix="check the --db URL, that the server runs and accepts you, and that the file is writable",
         ) from None
-    except SQLAlchemyError as exc:
+    except SQLAlchemyError:
         engine.dispose()
-        raise StoreError(f"not a usable database: {exc.__class__.__name__}", where=shown, fix="check --db") from None
-    if revision is None:
-        if tables - {"alembic_version"}:
-            engine.dispose()
-            raise StoreError(
-                f"not a gpuseat database (it has other tables: {', '.join(sorted(tables)[:5])})",
-                where=shown,
-                fix="give gpuseat its own database file or PostgreSQL database",
-            )
-        if not create:
-            engine.dispose()
-            raise InputError(
-                "no gpuseat tables in this database yet",
-                where=shown,
-                fix="create a course first (gpuseat course create COURSE.toml)",
-            )
-    elif revision not in _known_revisions():
+        raise InputError(
+            "not a usable database", where=shown, fix="give gpuseat's database file (gpuseat.db) or a PostgreSQL URL"
+        ) from None
+    if revision is None and not create:
+        engine.dispose()
+        raise InputError(
+            "no gpuseat tables in this database yet",
+            where=shown,
+            fix="create a course first (gpuseat course create COURSE.toml)",
+        )
+    if revision is not None and revision not in _known_revisions():
         engine.dispose()
         raise StoreError(f"made by a newer gpuseat (schema revision {revision})", where=shown, fix="upgrade gpuseat")
-    upgrade(engine)
+    try:
+        upgrade(engine)  # refuses other applications' tables
+    except Exception:
+        engine.dispose()
+        raise
     return CourseStore(engine)
 
 
