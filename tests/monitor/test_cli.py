@@ -138,6 +138,18 @@ def test_monitor_replay_into_db_then_usage_and_chart(cli, tmp_path, data_dir):
     assert page.startswith("<!DOCTYPE html>") and 'data-participant="p0"' in page and "<script" not in page
 
 
+def _has_samples(path):
+    import sqlite3
+
+    if not path.exists():
+        return False
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1) as conn:
+            return conn.execute("SELECT count(*) FROM samples").fetchone()[0] > 0
+    except sqlite3.Error:
+        return False
+
+
 def test_monitor_stops_cleanly_on_sigterm(tmp_path):
     snaps = [synthetic_snapshot(gpus=1, migs_per_gpu=1, processes=1, taken_at=1_700_000_040.0 + i) for i in range(3)]
     write_replay(tmp_path / "r.jsonl", snaps)
@@ -159,10 +171,9 @@ def test_monitor_stops_cleanly_on_sigterm(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 20
-    while not (tmp_path / "data" / "gpuseat.db").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while not _has_samples(tmp_path / "data" / "gpuseat.db") and time.monotonic() < deadline:
+        time.sleep(0.1)  # the loop runs (signal handlers installed) once the first sample is stored
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err

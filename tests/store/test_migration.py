@@ -49,7 +49,7 @@ def test_upgrade_from_0001_keeps_monitor_rows(url):
     store = open_store(url)  # a read command may upgrade an existing gpuseat database
     with store.engine.connect() as conn:
         one = lambda sql: conn.execute(text(sql)).all()  # noqa: E731
-        assert one("SELECT version_num FROM alembic_version") == [("0002",)]
+        assert one("SELECT version_num FROM alembic_version") == [("0004",)]
         assert one("SELECT seat_id, participant_id, memory_used_mib FROM samples ORDER BY id") == [
             (1, 1, 2048),
             (2, 2, 0),

@@ -109,9 +109,7 @@ class Store:
                 person = None
                 if e.participant is not None:
                     person = session.scalar(
-                        select(Participant).where(
-                            Participant.course_id == course_id, Participant.key == e.participant
-                        )
+                        select(Participant).where(Participant.course_id == course_id, Participant.key == e.participant)
                     )
                     if person is None:
                         person = Participant(course_id=course_id, key=e.participant, created_at=now)
@@ -125,9 +123,7 @@ class Store:
                     current = None
                 if current is None and person is not None:
                     elsewhere = session.scalar(
-                        select(Assignment).where(
-                            Assignment.participant_id == person.id, Assignment.valid_to.is_(None)
-                        )
+                        select(Assignment).where(Assignment.participant_id == person.id, Assignment.valid_to.is_(None))
                     )
                     if elsewhere is not None:
                         elsewhere.valid_to, elsewhere.ended_by = now, "seats file"
@@ -152,7 +148,8 @@ class Store:
         with self.engine.connect() as conn:
             rows = conn.execute(q).all()
         entries = [
-            SeatEntry(seat=r[0], device_uuid=str(r[1]), host=r[2], profile=r[3], participant=r[4], user=r[5]) for r in rows
+            SeatEntry(seat=r[0], device_uuid=str(r[1]), host=r[2], profile=r[3], participant=r[4], user=r[5])
+            for r in rows
         ]
         return SeatMap(entries, allowed_users=allowed_users)
 
