@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -34,6 +34,7 @@ from gpuseat.errors import InputError, did_you_mean
 if TYPE_CHECKING:
     from gpuseat.services.courses import CourseStore
 
+_State = Literal["planned", "requested", "running", "failed", "released"]
 # gpuseat provider → SkyPilot cloud name (clouds SkyPilot can launch that gpuseat has hourly offers for)
 SKY_CLOUDS: dict[str, str] = {"aws": "aws", "gcp": "gcp", "azure": "azure", "lambda": "lambda", "runpod": "runpod"}
 # SkyPilot's cluster name rule (sky/utils/common_utils.py: check_cluster_name_is_valid), kept shorter
@@ -476,7 +477,7 @@ def write_for_course(
     for s in cc.seats:
         row = current[s.seat]
         if (row.engine, row.engine_ref) != ("skypilot", s.cluster):
-            state = "requested" if row.state in ("planned", "released", "failed") else row.state
+            state = cast(_State, "requested" if row.state in ("planned", "released", "failed") else row.state)
             store.set_seat_state(
                 cc.key,
                 s.seat,

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from gpuseat.errors import EngineError, InputError
 from gpuseat.slurm import config, names
@@ -25,6 +25,7 @@ from gpuseat.slurm.engine import Job, Slurm, sacctmgr_enroll_commands
 if TYPE_CHECKING:
     from gpuseat.services.courses import CourseStore
 
+_State = Literal["planned", "requested", "running", "failed", "released"]
 _REF = re.compile(r"^node=(\S+) gres=gpu:(\S+) core=(\d{1,4}) files=(\S+)$")
 
 
@@ -349,16 +350,21 @@ def status(slurm: Slurm, course: SlurmCourse) -> StatusReport:
 
 
 class _SeatLike(Protocol):
-    key: str
-    engine: str
-    engine_ref: str | None
-    participant: str | None
+    @property
+    def key(self) -> str: ...
+    @property
+    def engine(self) -> str: ...
+    @property
+    def engine_ref(self) -> str | None: ...
 
 
 class _ParticipantLike(Protocol):
-    key: str
-    unix_user: str | None
-    seat: str | None
+    @property
+    def key(self) -> str: ...
+    @property
+    def unix_user(self) -> str | None: ...
+    @property
+    def seat(self) -> str | None: ...
 
 
 def course_from_values(
@@ -413,7 +419,7 @@ def record_config(store: CourseStore, course: str | None, devices: Sequence[Gres
         ref = engine_ref(d)
         if (seat.engine, seat.engine_ref, seat.host) == ("slurm", ref, d.node):
             continue
-        state = "requested" if seat.state in ("planned", "released", "failed") else seat.state
+        state = cast(_State, "requested" if seat.state in ("planned", "released", "failed") else seat.state)
         store.set_seat_state(
             view.key,
             seat.key,
