@@ -55,14 +55,31 @@ def course(make_cluster: Cluster, unix_users: tuple[str, ...]) -> service.SlurmC
     )
 
 
+def _mig_devices(dev: Path) -> list[config.GresDevice]:
+    """Two MIG instances (GI 7 and 8 of a fifth GPU) outside the course, typed 1g.18gb with MultipleFiles."""
+    minors = {f"gpu4/gi{g}/access": 3 + 4 * 135 + g * 9 for g in (7, 8)}
+    minors |= {f"gpu4/gi{g}/ci0/access": 4 + 4 * 135 + g * 9 for g in (7, 8)}
+    return [
+        config.GresDevice(
+            node="localhost",
+            gres_type="1g.18gb",
+            mig=True,
+            core=4 + i,
+            files=config.mig_files(str(dev), 4, minors, gi=g),
+        )
+        for i, g in enumerate((7, 8))
+    ]
+
+
 @pytest.fixture(scope="module")
 def slurm(make_cluster: Cluster, course: service.SlurmCourse) -> Slurm:
     """The cluster started with gpuseat's gres.conf and node line, and enrolled + sessions created."""
     c = make_cluster
-    c.mknod_gpus([Path(d.files[0]).name for d in course.devices])
-    files = service.config_files(list(course.devices), cpus=8, real_memory_mb=2000)
+    devices = [*course.devices, *_mig_devices(c.dev)]
+    c.mknod_gpus([str(Path(f).relative_to(c.dev)) for d in devices for f in d.files if not Path(f).exists()])
+    files = service.config_files(devices, cpus=8, real_memory_mb=2000)
     node_line = next(ln for ln in files["slurm.conf.gpuseat"].splitlines() if ln.startswith("NodeName="))
-    assert node_line.startswith("NodeName=localhost CPUs=8 RealMemory=2000 Gres=gpu:m60:4")
+    assert node_line.startswith("NodeName=localhost CPUs=8 RealMemory=2000 Gres=gpu:m60:4,gpu:1g.18gb:2")
     c.write_config(
         files["gres.conf"],
         node_line.replace("NodeName=localhost", "NodeName=localhost NodeAddr=127.0.0.1") + "\n"
@@ -174,3 +191,22 @@ def test_outside_the_reservation_is_refused(slurm: Slurm, course, make_cluster: 
 def test_sessions_again_changes_nothing(slurm: Slurm, course) -> None:
     again = service.sessions(slurm, course, now=datetime.now())
     assert not again.created and len(again.existing) == 2
+
+
+def test_mig_instances_are_typed_gres_with_multiple_files(slurm: Slurm, course, make_cluster: Cluster) -> None:
+    """slurmd accepts MultipleFiles; a job asking for the MIG type gets one; the course seat's type is enforced."""
+    got = slurm.probe(
+        carol, partition="debug", reservation=None, gres="gpu:1g.18gb:1", out_dir=make_cluster.root / "out"
+    )
+    assert got.ok, got.refusal
+    assert got.env["SLURM_JOB_GPUS"] in {"4", "5"}  # the 5th and 6th GRES in gres.conf order
+    wrong = slurm.probe(
+        alice,
+        partition=course.partition,
+        reservation=_session(course),
+        gres="gpu:1g.18gb:1",
+        out_dir=make_cluster.root / "out",
+    )
+    assert (
+        not wrong.ok and "your seat in gpuseat-c2016 is gpu:m60:1; this job asks for gpu type 1g.18gb" in wrong.refusal
+    )
