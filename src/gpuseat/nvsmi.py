@@ -170,6 +170,7 @@ def _xml_gpu(index: int, node: ET.Element, where: str) -> tuple[Gpu, list[GpuPro
         temperature_c=_num(_find(node, "temperature/gpu_temp"), "temperature", here),
         power_w=_num(_find(node, *POWER_PATHS), "power", here),
         clock_sm_mhz=_num(_find(node, "clocks/sm_clock"), "clock", here),
+        bar1_total_mib=_num(_find(node, "bar1_memory_usage/total"), "memory", here),
         mig_enabled=_enabled(_find(node, "mig_mode/current_mig")),
         mig=mig,
     )

@@ -58,6 +58,7 @@ class Gpu:
     error: str | None = None
     memory_free_mib: float | None = None  # as reported: total − used − reserved
     clock_sm_mhz: float | None = None
+    bar1_total_mib: float | None = None  # PCI BAR1 size (-q -x), for passthrough MMIO sizing
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,11 +7,11 @@ import pytest
 from gpuseat.core.inventory import (
     parse_mig_parted,
     server_from_gpu_flag,
-    server_from_nvidia_smi,
     server_from_toml,
 )
 from gpuseat.errors import InputError
 from gpuseat.files import read_toml
+from gpuseat.services.carving import server_from_nvidia_smi
 
 from .conftest import CATALOG, FIXTURES
 
@@ -77,11 +77,11 @@ def _mig_parted(text: str) -> object:
 @pytest.mark.parametrize(
     ("parse", "text", "message"),
     [
-        (_xml, "<nvidia_smi_log><gpu>", "malformed XML"),
+        (_xml, "<nvidia_smi_log><gpu>", "not nvidia-smi XML"),
         (_xml, "<nvidia_smi_log/>", "no <gpu>"),
         (
             _xml,
-            "<nvidia_smi_log><gpu><product_name>Voodoo 2</product_name></gpu></nvidia_smi_log>",
+            "<nvidia_smi_log><gpu><uuid>GPU-1</uuid><product_name>Voodoo 2</product_name></gpu></nvidia_smi_log>",
             "not in the catalog",
         ),
         (_mig_parted, "mig-configs: {a: []}", "version"),

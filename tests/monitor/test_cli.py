@@ -18,6 +18,7 @@ REPO = FIXTURES.parents[1]
 GPU_KEYS = {
     "index", "uuid", "name", "pci_bus_id", "memory_used_mib", "memory_total_mib", "memory_free_mib",
     "utilization_gpu", "temperature_c", "power_w", "clock_sm_mhz", "mig_enabled", "mig", "healthy", "error",
+    "bar1_total_mib",
 }  # fmt: skip
 PROC_KEYS = {
     "pid", "gpu_uuid", "mig_uuid", "gpu_instance_id", "used_memory_mib", "name", "kind",

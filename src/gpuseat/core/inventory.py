@@ -1,8 +1,9 @@
 """The server being carved: its GPU chips, PCI addresses, UUIDs and BAR sizes.
 
 Built from a TOML inventory, an inline ``--gpu MODEL[:COUNT]`` (COUNT = boards), an
-``nvidia-smi -q -x`` capture, or a mig-parted config. Every parser takes text or parsed data (no file
-I/O here) and raises :class:`~gpuseat.errors.InputError` only. The catalog is passed in.
+``nvidia-smi -q -x`` capture (parsed by :mod:`gpuseat.nvsmi`), or a mig-parted config. Every parser
+takes text or parsed data (no file I/O here) and raises :class:`~gpuseat.errors.InputError` only.
+The catalog is passed in.
 
 A server ``name`` is free text (it may come from someone else's file): renderers quote it with each
 target's own quoting, and :attr:`Server.slug` is the identifier form (libvirt/k8s names, file names).
@@ -11,7 +12,6 @@ target's own quoting, and :attr:`Server.slug` is the identifier form (libvirt/k8
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -23,6 +23,7 @@ from gpuseat.files import validate
 
 if TYPE_CHECKING:
     from gpuseat.catalog.bundle import Catalog
+    from gpuseat.readings import Snapshot
 
 IDENTIFIER = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
@@ -204,38 +205,19 @@ def server_from_gpu_flag(spec: str, catalog: Catalog) -> Server:
 # --- nvidia-smi -q -x ------------------------------------------------------------------------------
 
 
-def _mib(text: str | None) -> float | None:
-    match = re.match(r"^\s*([0-9]{1,9}(?:\.[0-9]{1,6})?)\s*MiB\s*$", text or "")
-    return float(match.group(1)) if match else None
-
-
-def _mig_devices(node: ET.Element) -> LiveMig | None:
-    mode = (node.findtext("mig_mode/current_mig") or "").strip()
-    if mode not in ("Enabled", "Disabled"):
-        return None
-    devices = []
-    for dev in node.findall("mig_devices/mig_device"):
-        mib = _mib(dev.findtext("fb_memory_usage/total")) or 0.0
-        sms = (dev.findtext("device_attributes/shared/multiprocessor_count") or "0").strip()
-        devices.append((round(mib / 1024, 2), int(sms) if sms.isdigit() else 0))
-    return LiveMig(enabled=mode == "Enabled", devices=tuple(devices))
-
-
-def server_from_nvidia_smi(xml_text: str, catalog: Catalog, *, where: str) -> Server:
-    """A server from an ``nvidia-smi -q -x`` capture: model, PCI bus id, UUID and BAR1 size per chip."""
-    try:
-        root = ET.fromstring(xml_text)
-    except ET.ParseError as exc:
-        raise InputError(f"malformed XML: {exc}", where=where, fix="give the output of `nvidia-smi -q -x`") from None
-    gpus = root.findall("gpu") if root.tag == "nvidia_smi_log" else []
-    if not gpus:
+def server_from_snapshot(snapshot: Snapshot, catalog: Catalog, *, where: str) -> Server:
+    """A server from a parsed ``nvidia-smi -q -x`` capture (:func:`gpuseat.nvsmi.parse_xml`): model, PCI
+    bus id, UUID, BARs and MIG state per chip. The capture shows BAR1 only; BAR0 + BAR3 are added from the
+    catalog (``doctor.toml`` ``[bar] small_bars_bytes``) so MMIO sizing sees every BAR."""
+    if not snapshot.gpus:
         raise InputError(
             "no <gpu> element under <nvidia_smi_log>", where=where, fix="capture with `nvidia-smi -q -x > FILE`"
         )
+    small = catalog.doctor.bar.small_bars_bytes / (1 << 20)
     chips: list[Chip] = []
     model: GpuModel | None = None
-    for i, node in enumerate(gpus):
-        product = (node.findtext("product_name") or "").strip()
+    for i, gpu in enumerate(snapshot.gpus):
+        product = (gpu.name or "").strip()
         found = catalog.find_gpu(product)
         if found is None:
             raise InputError(
@@ -248,20 +230,20 @@ def server_from_nvidia_smi(xml_text: str, catalog: Catalog, *, where: str) -> Se
                 f"mixed GPU models ({model.id}, {found.id})", where=where, fix="carve one GPU model at a time"
             )
         model = found
-        pci = node.findtext("pci/pci_bus_id") or node.get("id")
-        bar1 = _mib(node.findtext("bar1_memory_usage/total"))
-        # the capture shows BAR1 only: add BAR0 + BAR3 (catalog data) so MMIO sizing sees every BAR
-        small = catalog.doctor.bar.small_bars_bytes / (1 << 20)
-        uuid = (node.findtext("uuid") or "").strip() or None
+        pci = (gpu.pci_bus_id or "").strip()
+        mig = None
+        if gpu.mig_enabled is not None:
+            devices = tuple((round((m.memory_total_mib or 0) / 1024, 2), m.multiprocessors or 0) for m in gpu.mig)
+            mig = LiveMig(enabled=gpu.mig_enabled, devices=devices)
         chips.append(
             Chip(
                 index=i,
                 gpu=found,
                 board=i // found.chips_per_board,
-                pci=normalise_pci(pci) if pci and _PCI.match(pci.strip()) else None,
-                uuid=uuid if uuid and uuid != "N/A" else None,
-                bars_mib=(small, bar1) if bar1 else (),
-                mig=_mig_devices(node),
+                pci=normalise_pci(pci) if _PCI.match(pci) else None,
+                uuid=gpu.uuid if gpu.uuid and gpu.uuid != "N/A" else None,
+                bars_mib=(small, gpu.bar1_total_mib) if gpu.bar1_total_mib else (),
+                mig=mig,
             )
         )
     assert model is not None

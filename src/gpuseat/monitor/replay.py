@@ -49,6 +49,7 @@ _RANGES = {
     "temperature_c": "temperature",
     "power_w": "power",
     "clock_sm_mhz": "clock",
+    "bar1_total_mib": "memory",
     "used_memory_mib": "memory",
 }
 

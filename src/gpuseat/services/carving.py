@@ -25,7 +25,7 @@ from gpuseat.core.inventory import (
     model_for_device_ids,
     parse_mig_parted,
     server_from_gpu_flag,
-    server_from_nvidia_smi,
+    server_from_snapshot,
     server_from_toml,
 )
 from gpuseat.core.needs import SeatNeed
@@ -50,6 +50,7 @@ __all__ = [
     "load_server",
     "need_for",
     "render_layout",
+    "server_from_nvidia_smi",
     "write_artifacts",
 ]
 
@@ -61,6 +62,13 @@ def need_for(min_mem: float = 0.0, *, cuda: bool = True, guest: str = "linux") -
     if guest not in ("linux", "windows"):
         raise InputError(f"unknown guest '{guest}'", where="--guest", fix="use linux or windows")
     return SeatNeed(min_gpu_memory_gb=min_mem, cuda=cuda and guest == "linux", guest_os=guest, isolation="shared")
+
+
+def server_from_nvidia_smi(xml_text: str, catalog: Catalog, *, where: str) -> Server:
+    """A server from ``nvidia-smi -q -x`` text, parsed by the one nvidia-smi adapter."""
+    from gpuseat.nvsmi import parse_xml
+
+    return server_from_snapshot(parse_xml(xml_text, host="capture", where=where), catalog, where=where)
 
 
 def load_server(
