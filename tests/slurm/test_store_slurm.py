@@ -7,6 +7,7 @@ The flow an organiser runs: course + roster + seats from a carve layout + assign
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -55,12 +56,12 @@ def store(tmp_path_factory: pytest.TempPathFactory, unix_users: tuple[str, ...])
     people = {p.unix_user: p.key for p in st.participants("slurmlab")}
     st.assign("slurmlab", people[unix_users[0]], layout.slices[0].name)
     st.assign("slurmlab", people[unix_users[1]], layout.slices[1].name)
-    yield st, layout
+    yield st, layout, f"sqlite:///{tmp / 'course.db'}"
     st.close()
 
 
-def test_store_to_slurm_and_back(store, make_cluster: Cluster) -> None:
-    st, layout = store
+def test_store_to_slurm_and_back(store, make_cluster: Cluster, cli) -> None:
+    st, layout, url = store
     c = make_cluster
     devices = config.devices_from_layout(layout, "localhost", dev_root=str(c.dev))
     assert service.record_config(st, "slurmlab", devices) == [s.name for s in layout.slices]
@@ -100,3 +101,17 @@ def test_store_to_slurm_and_back(store, make_cluster: Cluster) -> None:
     after = st.get_seat("slurmlab", layout.slices[0].name)
     assert after.state == "running" and after.state_reason.startswith("enrolled;")
     assert after.engine_ref == service.engine_ref(devices[0])
+
+    # the same through the CLI (one test: the cluster lives in this worker)
+    args = ("--course", "slurmlab", "--db", url, "--slurm-conf", c.conf)
+    r = cli("slurm", "enroll", *args, "--format", "json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["mode"] == "partition" and not json.loads(r.out)["created"]
+    r = cli("slurm", "sessions", *args, "--format", "json")
+    assert r.code == 0, r.err
+    assert len(json.loads(r.out)["existing"]) == 2
+    r = cli("slurm", "status", *args)
+    assert r.code == 0, r.err
+    assert "gpu:m60:1" in r.out and USERS[0] in r.out
+    r = cli("slurm", "status", "--course", "nope", "--db", url, "--slurm-conf", c.conf)
+    assert r.code == 2 and "Traceback" not in r.err
