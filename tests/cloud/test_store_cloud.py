@@ -43,3 +43,16 @@ def test_write_for_course_records_clusters_and_cost_so_far(store, tmp_path: Path
     assert costs[0].usd == pytest.approx(25 * 0.65)
     with pytest.raises(Exception, match="time zone"):
         cloud.cost_so_far(store, "c2016", offers, datetime(2016, 6, 7))
+
+
+def test_seats_skypilot_command(store, tmp_path: Path, cli) -> None:
+    pytest.importorskip("gpuseat.cli.seats")
+    url = f"sqlite:///{tmp_path / 'course.db'}"
+    out = tmp_path / "sky"
+    r = cli("seats", "skypilot", "--course", "c2016", "--db", url, "--out", out, "--disk-gb", "30")
+    assert r.code == 0, r.err
+    assert "12 task file(s)" in r.out and "retired instance type" in r.err
+    assert len(list((out / "tasks").glob("gs-c2016-cloud-*.yaml"))) == 12
+    assert "disk_size: 30" in (out / "tasks" / "gs-c2016-cloud-01.yaml").read_text()
+    r = cli("seats", "skypilot", "--course", "c2016", "--db", url, "--out", out, "--gpuseat-spec", "x; rm -rf /")
+    assert r.code == 2 and "pip requirement" in r.err
