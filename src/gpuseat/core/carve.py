@@ -490,6 +490,9 @@ def _pack_mig(server: Server, names: Sequence[str], cat: PartitionCatalog) -> di
     """The instances spread over the chips by an exact search (any order of ``names`` gives the same answer)."""
     profiles = [_mig_profile(server.gpu, n, cat) for n in names]
     packed = mig.pack(cat.mig_gpus[server.gpu.id], profiles, len(server.chips))
+    if packed is None and len(server.chips) == 1:
+        why = mig.rule_break(cat.mig_gpus[server.gpu.id], profiles) or "no placement keeps the memory slices apart"
+        raise _no_fit(f"MIG instances {', '.join(names)} ({why})", server, "drop or shrink an instance")
     if packed is None:
         raise _no_fit(f"MIG instances {', '.join(names)}", server, "ask for fewer or smaller instances, or add GPUs")
     return {c.index: ps for c, ps in zip(server.chips, packed, strict=True) if ps}
