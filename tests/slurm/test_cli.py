@@ -23,7 +23,12 @@ def test_config_writes_the_three_files(cli, tmp_path: Path) -> None:
         tmp_path,
     )
     assert r.code == 0, r.err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cgroup.conf", "gres.conf", "slurm.conf.gpuseat"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".gpuseat-manifest.json",
+        "cgroup.conf",
+        "gres.conf",
+        "slurm.conf.gpuseat",
+    ]
     assert "NodeName=gpu01 Name=gpu Type=m60 File=/dev/nvidia3 Cores=3" in (tmp_path / "gres.conf").read_text()
     conf = (tmp_path / "slurm.conf.gpuseat").read_text()
     assert "NodeName=gpu01 CPUs=48 Gres=gpu:m60:4 State=UNKNOWN" in conf
@@ -68,3 +73,11 @@ def test_bad_input_is_one_message_exit_2(cli) -> None:
         "seat-01=x",
     )
     assert r.code == 2
+
+
+def test_config_never_overwrites_a_file_it_did_not_write(cli, tmp_path: Path) -> None:
+    mine = tmp_path / "gres.conf"
+    mine.write_text("# the site's own gres.conf\n")
+    r = cli("slurm", "config", "--inventory", EXAMPLES / "ibm-2xM60.toml", "--node", "gpu01", "--out", tmp_path)
+    assert r.code == 2 and "--force" in r.err
+    assert mine.read_text() == "# the site's own gres.conf\n"

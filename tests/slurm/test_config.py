@@ -173,3 +173,19 @@ def test_explain_adds_what_a_refusal_means() -> None:
     said = explain("sbatch: error: Batch job submission failed: Access denied to requested reservation\n")
     assert said.startswith("Batch job submission failed: Access denied to requested reservation (")
     assert "not on this session's reservation" in said
+
+
+def test_enroll_never_replaces_a_site_job_submit_lua(tmp_path: Path) -> None:
+    from gpuseat.services import slurm as service
+    from gpuseat.slurm.engine import Slurm
+
+    devices = config.devices_from_layout(
+        _layout("ibm-2xM60.toml", "passthrough", need=SeatNeed(isolation="dedicated")), "gpu01"
+    )
+    course = service.SlurmCourse("c2016", (), (service.Member("alice", "alice", devices[0].seat),), tuple(devices))
+    site = tmp_path / "job_submit.lua"
+    site.write_text("function slurm_job_submit(j, p, u) return slurm.SUCCESS end\n")
+    # the check comes before any Slurm command: this adapter points at no cluster at all
+    with pytest.raises(InputError, match="gpuseat did not write it"):
+        service.enroll(Slurm(conf=tmp_path / "none.conf"), [course], "c2016", conf_dir=tmp_path, accounting=False)
+    assert site.read_text().startswith("function slurm_job_submit")

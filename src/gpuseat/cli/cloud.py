@@ -10,13 +10,14 @@ from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, stderr_consol
 
 
 def skypilot_command(
-    out: Path = typer.Option(..., "--out", help="Folder for tasks/*.yaml, launch.sh, crontab and systemd units."),
+    out: Path = typer.Option(..., "--out", help="Folder for the task files, launch.sh, crontab and systemd units."),
     course: str | None = typer.Option(None, "--course", help="Course key (default: the only course)."),
     db: str | None = typer.Option(None, "--db", help="Course database URL (default: GPUSEAT_DB_URL or the data dir)."),
     disk_gb: int = typer.Option(50, "--disk-gb", help="Disk per seat, GB."),
     autostop: int = typer.Option(15, "--autostop", help="SkyPilot autostop: idle minutes after a session."),
     lead: int = typer.Option(10, "--lead", help="Start the seats this many minutes before each session."),
     gpuseat_spec: str = typer.Option("gpuseat[bench]", "--gpuseat-spec", help="What the setup pip-installs."),
+    force: bool = typer.Option(False, "--force", help="Write into a folder gpuseat did not write."),
     fmt: Format = FORMAT_OPTION,
 ) -> None:
     """Write one SkyPilot task per cloud seat and a schedule: sky start before, sky stop after each session."""
@@ -26,14 +27,14 @@ def skypilot_command(
 
     opts = cloud.TaskOptions(disk_gb=disk_gb, autostop_min=autostop, gpuseat_spec=gpuseat_spec)
     with open_store(db) as store:
-        written = cloud.write_for_course(store, course, out, load_catalog().offers, opts, lead_min=lead)
+        written = cloud.write_for_course(store, course, out, load_catalog().offers, opts, lead_min=lead, force=force)
     if fmt is Format.json:
         print_json(written.to_dict())
         return
     err = stderr_console()
     for w in written.warnings:
         err.print(f"warning: {w}", markup=False, highlight=False)
-    print(f"{len(written.tasks)} task file(s) in {out / 'tasks'}; {written.windows} session window(s)")
+    print(f"{len(written.tasks)} task file(s) in {out}; {written.windows} session window(s)")
     for path in written.schedule:
         print(path)
 

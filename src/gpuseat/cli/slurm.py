@@ -100,6 +100,7 @@ def config_command(
     db: str | None = DB,
     record: bool = typer.Option(False, "--record", help="Record each seat's Slurm device in the course store."),
     out: Path | None = typer.Option(None, "--out", help="Write the files here instead of printing them."),
+    force: bool = typer.Option(False, "--force", help="Write into a folder gpuseat did not write."),
 ) -> None:
     """Write gres.conf, the slurm.conf node/partition lines and cgroup.conf for the carved seats."""
     from gpuseat.services import slurm
@@ -121,7 +122,7 @@ def config_command(
         for name, text in files.items():
             print(f"# ---- {name}\n{text}", end="")
         return
-    for path in slurm.write_files(files, out):
+    for path in slurm.write_files(files, out, force=force):
         print(path)
 
 

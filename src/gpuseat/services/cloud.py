@@ -258,7 +258,7 @@ def launch_script(seats: Sequence[CloudSeat]) -> str:
     ]
     for s in seats:
         c = shlex.quote(s.cluster)
-        lines.append(f"sky launch --yes --cluster {c} {shlex.quote(f'tasks/{s.cluster}.yaml')}")
+        lines.append(f"sky launch --yes --cluster {c} {shlex.quote(f'{s.cluster}.yaml')}")
         lines.append(f"sky stop --yes {c}")
     return "\n".join(lines) + "\n"
 
@@ -286,8 +286,13 @@ def write(
     opts: TaskOptions,
     *,
     lead_min: int = 10,
+    force: bool = False,
 ) -> Written:
-    """Write ``tasks/<cluster>.yaml`` per seat, ``launch.sh``, ``crontab`` and the systemd units into ``out``."""
+    """Write ``<cluster>.yaml`` per seat, ``launch.sh``, ``crontab`` and the systemd units into ``out``.
+
+    ``out`` is new, empty or gpuseat's own (its manifest lists the files): files gpuseat did not write are
+    never replaced without ``force`` (:func:`gpuseat.services.carving.write_artifacts`).
+    """
     if not seats:
         raise InputError(
             "the course has no cloud seats",
@@ -298,23 +303,18 @@ def write(
     if len(set(names)) != len(names):
         raise InputError("two seats map to one cluster name", where=f"course {course}", fix="give seats distinct keys")
     wins = windows(intervals, lead_min=lead_min)
-    (out / "tasks").mkdir(parents=True, exist_ok=True)
-    tasks = []
-    for s in seats:
-        path = out / "tasks" / f"{s.cluster}.yaml"
-        path.write_text(task_yaml(s, opts))
-        tasks.append(str(path))
-    files = {
-        "launch.sh": launch_script(seats),
-        "crontab": crontab(course, names, wins, timezone),
-        **systemd_units(course, names, wins, timezone),
-    }
-    schedule = []
-    for name, text in files.items():
-        path = out / name
-        path.write_text(text)
-        schedule.append(str(path))
-    (out / "launch.sh").chmod(0o755)
+    from gpuseat.render.base import Artifact
+    from gpuseat.services.carving import write_artifacts
+
+    artifacts = [Artifact(path=f"{s.cluster}.yaml", kind="skypilot-task", text=task_yaml(s, opts)) for s in seats]
+    artifacts += [
+        Artifact(path="launch.sh", kind="shell", text=launch_script(seats)),
+        Artifact(path="crontab", kind="crontab", text=crontab(course, names, wins, timezone)),
+        *(Artifact(path=n, kind="systemd", text=t) for n, t in systemd_units(course, names, wins, timezone).items()),
+    ]
+    done = write_artifacts(out, artifacts, force=force)
+    tasks = [str(p) for p in done.paths if p.suffix == ".yaml"]
+    schedule = [str(p) for p in done.paths if p.suffix != ".yaml"]
     retired = sorted({s.offer.id for s in seats if "retired" in s.offer.note.lower()})
     warnings = [
         f"{o} is a retired instance type: SkyPilot's catalog no longer lists it, so `sky launch` will "
@@ -468,11 +468,18 @@ def course_from_store(store: CourseStore, course: str | None, offers: Sequence[O
 
 
 def write_for_course(
-    store: CourseStore, course: str | None, out: Path, offers: Sequence[Offer], opts: TaskOptions, *, lead_min: int = 10
+    store: CourseStore,
+    course: str | None,
+    out: Path,
+    offers: Sequence[Offer],
+    opts: TaskOptions,
+    *,
+    lead_min: int = 10,
+    force: bool = False,
 ) -> Written:
     """``gpuseat seats skypilot``: write the files and record each seat's cluster (engine skypilot)."""
     cc = course_from_store(store, course, offers)
-    written = write(out, cc.key, cc.seats, cc.intervals, cc.timezone, opts, lead_min=lead_min)
+    written = write(out, cc.key, cc.seats, cc.intervals, cc.timezone, opts, lead_min=lead_min, force=force)
     current = {s.key: s for s in store.seats(cc.key)}
     for s in cc.seats:
         row = current[s.seat]

@@ -133,17 +133,13 @@ def config_files(
     }
 
 
-def write_files(files: dict[str, str], out: Path) -> list[Path]:
-    """Write generated files into ``out`` (names are ours, never user input)."""
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in files.items():
-        if not re.fullmatch(r"[a-z_]+(\.[a-z]+)+", name):
-            raise InputError(f"refusing to write {name!r}", where="--out", fix="internal file names only")
-        path = out / name
-        path.write_text(text)
-        written.append(path)
-    return written
+def write_files(files: dict[str, str], out: Path, *, force: bool = False) -> list[Path]:
+    """Write the generated files into ``out`` with carve's safe writer (manifest; foreign files kept)."""
+    from gpuseat.render.base import Artifact
+    from gpuseat.services.carving import write_artifacts
+
+    done = write_artifacts(out, [Artifact(path=n, kind="slurm", text=t) for n, t in files.items()], force=force)
+    return list(done.paths)
 
 
 # -- enrol ------------------------------------------------------------------------------------------
@@ -188,10 +184,11 @@ def enroll(
         )
     if accounting is None:
         accounting = (slurm.config_value("AccountingStorageType") or "").endswith("slurmdbd")
+    lua = None if accounting else _lua_path(conf_dir)  # checked before Slurm is touched
     nodes = sorted({d.node for d in this.devices})
     created = slurm.create_partition(config.partition_words(course, nodes))
     lims = [{"user": x.user, "gres": f"gpu:{x.gres_type}:{x.count}"} for x in limits]
-    if accounting:
+    if lua is None:
         cmds = sacctmgr_enroll_commands(this.partition, {x.user: f"gres/gpu:{x.gres_type}={x.count}" for x in limits})
         for cmd in cmds:
             proc = slurm.run("sacctmgr", cmd, check=False)
@@ -202,18 +199,30 @@ def enroll(
                     fix="check that slurmdbd runs (sacctmgr show cluster)",
                 )
         return EnrollReport(course, "accounting", this.partition, created, lims, skipped, commands=cmds)
+    tmp = lua.with_name(".job_submit.lua.gpuseat-tmp")
+    tmp.write_text(config.job_submit_lua([lim for c in courses for lim in c.limits()]))
+    tmp.replace(lua)  # job_submit/lua re-reads the script when it changes
+    return EnrollReport(course, "partition", this.partition, created, lims, skipped, job_submit=str(lua))
+
+
+def _lua_path(conf_dir: Path | None) -> Path:
+    """Where job_submit.lua goes; a script gpuseat did not write is never replaced."""
     if conf_dir is None:
         raise InputError(
             "without accounting gpuseat writes job_submit.lua next to slurm.conf",
             where="--conf-dir",
             fix="give the directory of slurm.conf (e.g. /etc/slurm)",
         )
-    text = config.job_submit_lua([lim for c in courses for lim in c.limits()])
+    if not conf_dir.is_dir():
+        raise InputError("is not a folder", where=f"--conf-dir {conf_dir}", fix="give the folder of slurm.conf")
     path = conf_dir / "job_submit.lua"
-    tmp = path.with_suffix(".lua.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)  # job_submit/lua re-reads the script when it changes
-    return EnrollReport(course, "partition", this.partition, created, lims, skipped, job_submit=str(path))
+    if path.is_symlink() or (path.exists() and not path.read_text(errors="replace").startswith(config.LUA_MARK)):
+        raise InputError(
+            "job_submit.lua exists and gpuseat did not write it",
+            where=str(path),
+            fix="merge its rules by hand (see docs/slurm.md) or move it away; or enrol with --accounting",
+        )
+    return path
 
 
 # -- sessions -----------------------------------------------------------------------------------------

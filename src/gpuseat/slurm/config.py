@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpuseat.errors import InputError
 from gpuseat.slurm import names
 
+LUA_MARK = "-- gpuseat:"  # first words of the job_submit.lua gpuseat writes (and may overwrite)
 GRES_ENFORCE_BIND = 0x10  # job_desc.bitflags bit set by --gres-flags=enforce-binding (Slurm 22.05)
 MAX_CORES = 4096
 
@@ -344,7 +345,7 @@ def job_submit_lua(limits: Iterable[SeatLimit]) -> str:
             )
         per[lim.user] = lim
     rows = [
-        "-- gpuseat: seat limits per course partition (written by `gpuseat slurm enroll`; do not edit)",
+        LUA_MARK + " seat limits per course partition (written by `gpuseat slurm enroll`; do not edit)",
         "courses = {",
     ]
     for part in sorted(table):
