@@ -10,6 +10,7 @@ import sys
 from itertools import product
 from pathlib import Path
 
+import libvirt
 import pytest
 import yaml
 
@@ -267,9 +268,87 @@ def test_11_h200_libvirt_out_folder(cli, tmp_path):
     got = cli("carve", "--gpu", "H200-141GB", "--render", "libvirt", "--out", tmp_path / "d")
     assert got.code == 0, got.err
     assert f"Next: follow {tmp_path / 'd' / 'APPLY.md'}" in got.out
-    assert (tmp_path / "d" / "seat-01.xml").exists() and (tmp_path / "d" / "APPLY.md").exists()
+    assert (tmp_path / "d" / "APPLY.md").exists()
+    domain = tmp_path / "d" / "seat-01.xml"
+    check = subprocess.run(["virt-xml-validate", str(domain), "domain"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    conn = libvirt.open("test:///default")
+    try:
+        dom = conn.defineXMLFlags(domain.read_text(), libvirt.VIR_DOMAIN_DEFINE_VALIDATE)
+        xml = dom.XMLDesc(0)
+        assert "<hostdev" in xml and "<console type='pty'>" in xml and "<interface type='network'>" in xml
+        assert "type='qcow2'" in xml
+        dom.undefine()
+    finally:
+        conn.close()
+    applied = (tmp_path / "d" / "APPLY.md").read_text()
+    assert "## Steps (in this order)" in applied and "pci-fill.sh" in applied and "After a reboot" in applied
 
 
 def test_python_is_never_needed_to_read_the_fixture_sources():
     assert MIG_PARTED_DEFAULT.exists() and sys.version_info >= (3, 11)
     assert MIB == 1 << 20
+
+
+# qm(1) / qm.conf(5) option grammar (pve-docs generated/qm.conf.5-opts.adoc, quoted in partitioning.md §4.2):
+# hostpci[n]: [[host=]<HOSTPCIID>] [,mdev=<string>] [,pcie=<1|0>] …; pcie needs machine q35.
+HOSTPCI_KEYS = {"host", "device-id", "driver", "legacy-igd", "mapping", "mdev", "pcie", "rombar", "romfile",
+                "sub-device-id", "sub-vendor-id", "vendor-id", "x-vga"}  # fmt: skip
+QM_OPTIONS = {
+    "name": r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?",
+    "memory": r"[1-9][0-9]*",
+    "cores": r"[1-9][0-9]*",
+    "machine": r"q35|pc|pc-q35-[0-9.]+",
+    "bios": r"ovmf|seabios",
+    "efidisk0": r"[A-Za-z0-9_.-]+:[0-9]+(,efitype=(2m|4m))?(,pre-enrolled-keys=[01])?",
+    "scsihw": r"lsi|virtio-scsi-pci|virtio-scsi-single|megasas|pvscsi",
+    "scsi0": r"[A-Za-z0-9_.-]+:[0-9]+",
+    "net0": r"(virtio|e1000|rtl8139|vmxnet3),bridge=[A-Za-z0-9_.-]+",
+    "serial0": r"socket|/dev/.+",
+    "ostype": r"l26|l24|win11|win10|other",
+    "hostpci0": None,
+}
+
+
+def _check_hostpci(value: str) -> None:
+    import re
+
+    parts = value.split(",")
+    assert re.fullmatch(r"(host=)?[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}(\.[0-7])?", parts[0]), value
+    for part in parts[1:]:
+        key, _, val = part.partition("=")
+        assert key in HOSTPCI_KEYS, value
+        if key == "pcie":
+            assert val in ("0", "1")
+        if key == "mdev":
+            assert re.fullmatch(r"nvidia-[0-9]+", val), value
+
+
+@pytest.mark.parametrize("mode", ["passthrough", "vgpu"])
+def test_8_proxmox_creates_q35_ovmf_vms_in_qm_grammar(mode, tmp_path):
+    """Run proxmox.sh with a stand-in `qm` and check every `qm create` against qm's documented options."""
+    import re
+
+    chips = [{"pci": f"0000:8{6 + i}:00.0"} for i in range(4)]
+    layout = carve_toml({"name": "m60", "gpu": [{"model": "M60", "boards": 2, "chip": chips}]}, mode=mode)
+    script = next(a.text for a in render(layout, "proxmox", CATALOG) if a.path == "proxmox.sh")
+    (tmp_path / "p.sh").write_text(script)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_tool(bin_dir, "qm", '[ "$1" = status ] && exit 2\nprintf "%s\\0" "$@" >> "$LOG"; printf "\\n" >> "$LOG"\n')
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "LOG": str(tmp_path / "log")}
+    done = subprocess.run(["bash", str(tmp_path / "p.sh")], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    calls = [line.split("\0")[:-1] for line in (tmp_path / "log").read_text().split("\n") if line]
+    assert len(calls) == len(layout.slices)
+    for call in calls:
+        assert call[0] == "create" and re.fullmatch(r"[1-9][0-9]{2,8}", call[1])
+        opts = dict(zip(call[2::2], call[3::2], strict=True))
+        for flag, value in opts.items():
+            name = flag.removeprefix("--")
+            assert name in QM_OPTIONS, flag
+            if QM_OPTIONS[name] is None:
+                _check_hostpci(value)
+            else:
+                assert re.fullmatch(QM_OPTIONS[name], value), (flag, value)
+        assert opts["--machine"] == "q35" and opts["--bios"] == "ovmf" and "--efidisk0" in opts
