@@ -113,5 +113,8 @@ def test_store_to_slurm_and_back(store, make_cluster: Cluster, cli) -> None:
     r = cli("slurm", "status", *args)
     assert r.code == 0, r.err
     assert "gpu:m60:1" in r.out and USERS[0] in r.out
+    r = cli("slurm", "config", "--course", "slurmlab", "--db", url, "--cpus", "8")
+    assert r.code == 0, r.err
+    assert config.gres_conf(devices) in r.out and "PartitionName=gpuseat-slurmlab Nodes=localhost" in r.out
     r = cli("slurm", "status", "--course", "nope", "--db", url, "--slurm-conf", c.conf)
     assert r.code == 2 and "Traceback" not in r.err

@@ -85,10 +85,12 @@ def _devices(
 
 @slurm_app.command("config")
 def config_command(
-    inventory: Path = typer.Option(..., "--inventory", help="Server inventory TOML (as for gpuseat carve)."),
+    inventory: Path | None = typer.Option(
+        None, "--inventory", help="Server inventory TOML (as for gpuseat carve); without it: the seats recorded."
+    ),
     mode: SlurmMode = typer.Option(SlurmMode.passthrough, "--mode", help="Whole GPUs or MIG instances."),
     profile: list[str] = typer.Option([], "--profile", help="MIG profiles, one per seat (comma list)."),
-    node: str = typer.Option(..., "--node", help="Slurm node name of this server."),
+    node: str | None = typer.Option(None, "--node", help="Slurm node name of this server (with --inventory)."),
     cpus: int | None = typer.Option(None, "--cpus", min=1, max=4096, help="The node's cores (one per seat at least)."),
     real_memory_mb: int | None = typer.Option(None, "--real-memory", min=1, max=2**31, help="RealMemory, MB."),
     dev_root: str = typer.Option("/dev", "--dev-root", help="Where the device files live."),
@@ -102,21 +104,43 @@ def config_command(
     out: Path | None = typer.Option(None, "--out", help="Write the files here instead of printing them."),
     force: bool = typer.Option(False, "--force", help="Write into a folder gpuseat did not write."),
 ) -> None:
-    """Write gres.conf, the slurm.conf node/partition lines and cgroup.conf for the carved seats."""
+    """Write gres.conf, the slurm.conf node/partition lines and cgroup.conf for the carved seats.
+
+    With ``--inventory`` and ``--node`` the seats come from carving that server (``--record`` stores them
+    as the course's Slurm seats); without, from the seats the course store already holds for Slurm.
+    """
+    from gpuseat.errors import InputError
     from gpuseat.services import slurm
 
-    devices = _devices(inventory, mode, profile, node, dev_root, mig_minors, mig_instances)
-    keys = []
-    if record:
+    keys: list[str] = []
+    if inventory is None:
+        if record:
+            raise InputError("--record needs --inventory", where="--record", fix="give --inventory and --node")
         from gpuseat.services.courses import open_store
 
         with open_store(db) as store:
-            key = store.get_course(course).key
-            recorded = slurm.record_config(store, key, devices)
-        keys = [key]
-        stderr_console().print(f"recorded {len(recorded)} seat(s) of course {key} as Slurm seats", markup=False)
-    elif course:
-        keys = [course]
+            sc = slurm.course_from_store(store, course)
+        if not sc.devices:
+            raise InputError(
+                f"course {sc.key} has no Slurm seats recorded",
+                where="--course",
+                fix="run gpuseat slurm config --inventory FILE --node NAME --record first",
+            )
+        devices, keys = list(sc.devices), [sc.key]
+    elif node is None:
+        raise InputError("--inventory needs --node", where="--node", fix="give the Slurm node name of this server")
+    else:
+        devices = _devices(inventory, mode, profile, node, dev_root, mig_minors, mig_instances)
+        if record:
+            from gpuseat.services.courses import open_store
+
+            with open_store(db) as store:
+                key = store.get_course(course).key
+                recorded = slurm.record_config(store, key, devices)
+            keys = [key]
+            stderr_console().print(f"recorded {len(recorded)} seat(s) of course {key} as Slurm seats", markup=False)
+        elif course:
+            keys = [course]
     files = slurm.config_files(devices, keys, cpus=cpus, real_memory_mb=real_memory_mb)
     if out is None:
         for name, text in files.items():
