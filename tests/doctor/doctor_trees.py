@@ -48,6 +48,7 @@ T4_BARS = (
 class Host:
     """Everything a fake host shows. ``groups`` maps IOMMU group number → member BDFs."""
 
+    vendor: str = "GenuineIntel"
     cpu_flags: str = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat clflush mmx fxsr sse sse2 vmx"
     cmdline: str = "BOOT_IMAGE=/boot/vmlinuz-6.1.0-18-amd64 root=UUID=0b1e ro quiet intel_iommu=on iommu=pt"
     iommu_units: tuple[str, ...] = ("dmar0", "dmar1")
@@ -107,7 +108,7 @@ def _interrupts(ir: bool) -> str:
 def write_host(root: Path, host: Host) -> Path:
     """Lay ``host`` out under ``root`` and return ``root``."""
     cpu = "".join(
-        f"processor\t: {n}\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Gold 6230\n"
+        f"processor\t: {n}\nvendor_id\t: {host.vendor}\nmodel name\t: Intel(R) Xeon(R) Gold 6230\n"
         f"flags\t\t: {host.cpu_flags}\n\n"
         for n in range(2)
     )

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from doctor_trees import HEALTHY_VFIO, UNSET, MiB, gpu
 
+from gpuseat.doctor import diagnose
+
 
 def _extract(capture: Path, into: Path) -> Path:
     """Unpack with the system tar, as a support engineer would."""
@@ -93,8 +95,10 @@ def test_table_is_grouped_by_gpu(cli, host_tree):
 
 
 def test_json_follows_the_contract(cli, host_tree):
-    data = json.loads(cli("doctor", "--root", host_tree(HEALTHY_VFIO), "--format", "json").out)
-    assert set(data) == {"gpus", "checks"}
+    root = host_tree(HEALTHY_VFIO)
+    data = json.loads(cli("doctor", "--root", root, "--format", "json").out)
+    assert set(data) == {"schema_version", "gpus", "checks"}
+    assert data == diagnose(root)[0].to_dict()  # the CLI prints the report's to_dict()
     assert data["gpus"] == [{"pci": "0000:41:00.0", "name": "NVIDIA Tesla T4"}]
     for check in data["checks"]:
         assert list(check) == ["id", "status", "gpu", "evidence", "fix"]

@@ -48,7 +48,7 @@ def _doctor(
     if capture is not None:
         view.write_capture(capture)
     if fmt is Format.json:
-        print_json(report.as_dict())
+        print_json(report.to_dict())
     elif fmt is Format.csv:
         rows = [c.as_dict() for c in report.checks]
         print_csv(rows, ["gpu", "id", "status", "evidence", "fix"])

@@ -60,6 +60,9 @@ def cpu_virt(f: HostFacts, ctx: Context) -> Check:
 
 
 def _intel(f: HostFacts) -> bool:
+    """Intel by ``vendor_id`` (an Intel host with VT-x off has no ``vmx`` flag); the flag only as a fallback."""
+    if f.cpu_vendor is not None:
+        return f.cpu_vendor == "GenuineIntel"
     return f.cpuinfo_flags is not None and "vmx" in f.cpuinfo_flags
 
 
@@ -198,12 +201,18 @@ def nouveau(f: HostFacts, ctx: Context) -> Check:
 # ------------------------------------------------------------------ GPU checks
 
 
+def _pci_bridge(pci_class: str) -> bool:
+    """PCI-to-PCI bridges (class 0x0604, 0x0609) may share a GPU's group; an ISA/host bridge (0x0601, 0x0600) may not:
+    vfio refuses a group whose other devices are bound to a host driver such as lpc_ich."""
+    return pci_class.lower().startswith(("0x0604", "0x0609"))
+
+
 def iommu_group(f: HostFacts, gpu: GpuFacts, targets: frozenset[Target], ctx: Context) -> Check:
     """The GPU's IOMMU group holds only its own functions and bridges (vfio.rst; pve-docs)."""
     if gpu.iommu_group is None:
         return Check("iommu-group", "skip", gpu.bdf, f"{gpu.dev}/iommu_group: no link (IOMMU off, see iommu-enabled)")
     group = f"/sys/kernel/iommu_groups/{gpu.iommu_group}/devices"
-    foreign = [m for m in gpu.group_members if not m.same_slot(gpu.bdf) and not m.pci_class.startswith("0x06")]
+    foreign = [m for m in gpu.group_members if not m.same_slot(gpu.bdf) and not _pci_bridge(m.pci_class)]
     own = [m.bdf for m in gpu.group_members if m not in foreign]
     if not foreign:
         extra = f" with {', '.join(own)} (its own functions or bridges)" if own else " alone"

@@ -36,6 +36,7 @@ def gather(view: HostView, catalog: DoctorCatalog) -> HostFacts:
     gpus = tuple(replace(gpu, mig_mode=modes.get(gpu.bdf)) for gpu in gpus)
     return HostFacts(
         cpuinfo_flags=parse.cpu_flags(cpuinfo) if cpuinfo is not None else None,
+        cpu_vendor=parse.cpu_vendor(cpuinfo) if cpuinfo is not None else None,
         cmdline=parse.cmdline_tokens(cmdline) if cmdline is not None else None,
         kvm=view.exists("/dev/kvm"),
         iommu_units=tuple(units) if units is not None else None,
@@ -81,8 +82,8 @@ def _gpu(view: HostView, catalog: DoctorCatalog, bdf: str) -> GpuFacts:
         for other in view.listdir(f"/sys/kernel/iommu_groups/{group}/devices") or []:
             if other != bdf:
                 members.append(_function(view, other))
-    totalvfs = parse.sysfs_int(view.text(f"{dev}/sriov_totalvfs"))
-    numvfs = parse.sysfs_int(view.text(f"{dev}/sriov_numvfs")) if totalvfs else None
+    totalvfs = _capped(parse.sysfs_int(view.text(f"{dev}/sriov_totalvfs")), MAX_VFS)
+    numvfs = _capped(parse.sysfs_int(view.text(f"{dev}/sriov_numvfs")), totalvfs or 0) if totalvfs else None
     return GpuFacts(
         bdf=bdf,
         device_id=device_id,
@@ -97,6 +98,15 @@ def _gpu(view: HostView, catalog: DoctorCatalog, bdf: str) -> GpuFacts:
         mdev_types=_mdev_types(view, dev),
         vf_vgpu_types=_vf_types(view, dev, numvfs or 0),
     )
+
+
+#: The kernel's limit: SR-IOV TotalVFs is a 16-bit field of the PCIe capability (pci_sriov.total_VFs is u16).
+MAX_VFS = 0xFFFF
+
+
+def _capped(value: int | None, limit: int) -> int | None:
+    """A sysfs count clamped to ``[0, limit]`` (a capture may say anything)."""
+    return None if value is None else max(0, min(value, limit))
 
 
 def _function(view: HostView, bdf: str) -> PciFunction:
@@ -130,8 +140,10 @@ def _mdev_types(view: HostView, dev: str) -> tuple[MdevType, ...]:
 def _vf_types(view: HostView, dev: str, numvfs: int) -> tuple[str, ...]:
     """vGPU types offered on the SR-IOV VFs: mdev types (vGPU ≤ 16) or ``nvidia/creatable_vgpu_types`` (≥ 17)."""
     names: list[str] = []
-    for n in range(numvfs):
+    for n in range(min(numvfs, MAX_VFS)):
         vf = f"{dev}/virtfn{n}"
+        if not view.exists(vf):
+            break  # the kernel numbers VFs virtfn0…virtfnN-1 without gaps
         names.extend(f"{t.type_id} {t.name}" for t in _mdev_types(view, vf) if t.available != 0)
         text = view.text(f"{vf}/nvidia/creatable_vgpu_types")
         names.extend(parse.creatable_vgpu_types(text or ""))

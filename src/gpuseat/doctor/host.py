@@ -16,6 +16,15 @@ from pathlib import Path, PurePosixPath
 from gpuseat.doctor.parse import MIG_QUERY, MIG_QUERY_PATH
 from gpuseat.errors import InputError
 
+#: Largest file the doctor reads (``/proc/cpuinfo`` of a 512-thread host is ~1 MB).
+MAX_FILE_BYTES = 4 * 1024 * 1024
+#: Most entries read from one directory (a host has a few thousand PCI functions at most).
+MAX_DIR_ENTRIES = 65536
+
+
+class _Outside(OSError):
+    """A path under ``--root`` whose symlinks lead out of it (never read, never captured)."""
+
 
 @dataclass(frozen=True)
 class _Seen:
@@ -42,25 +51,37 @@ class HostView:
                 fix="give a directory; extract a capture first: mkdir DIR && tar xzf CAPTURE.tar.gz -C DIR",
             )
         self.root = root
-        self.live = root.resolve() == Path("/")
+        self._resolved = root.resolve()
+        self.live = self._resolved == Path("/")
         self.seen: dict[str, _Seen] = {}
+        self.outside: list[str] = []  # paths refused because they lead out of the root
 
-    def _real(self, path: str) -> Path:
-        return self.root / path.lstrip("/")
+    def _real(self, path: str, *, follow: bool = True) -> Path:
+        """``root/path``; off the live root, a path whose symlinks lead out of the root is refused."""
+        real = self.root / path.lstrip("/")
+        if not self.live:
+            resolved = real.resolve() if follow else real.parent.resolve() / real.name
+            if resolved != self._resolved and self._resolved not in resolved.parents:
+                self.outside.append(path)
+                raise _Outside(path)
+        return real
 
     def text(self, path: str) -> str | None:
-        """The file's text, or None when it is missing or unreadable."""
+        """The file's text (a regular file, at most :data:`MAX_FILE_BYTES`), or None when missing or refused."""
+        from gpuseat.files import read_bytes
+
         try:
-            data = self._real(path).read_bytes()
-        except OSError:
+            data = read_bytes(self._real(path), max_bytes=MAX_FILE_BYTES)
+        except (OSError, InputError):
             return None
         self.seen[path] = _Seen("file", data=data)
         return data.decode("utf-8", errors="replace")
 
     def listdir(self, path: str) -> list[str] | None:
-        """Sorted entry names of a directory, or None when it is missing."""
+        """Sorted entry names of a directory (at most :data:`MAX_DIR_ENTRIES`), or None when it is missing."""
         try:
-            names = sorted(os.listdir(self._real(path)))
+            with os.scandir(self._real(path)) as it:
+                names = sorted(e.name for _, e in zip(range(MAX_DIR_ENTRIES), it, strict=False))
         except OSError:
             return None
         self.seen[path] = _Seen("dir", names=tuple(names))
@@ -69,7 +90,7 @@ class HostView:
     def readlink(self, path: str) -> str | None:
         """A symlink's target text (sysfs ``driver``, ``iommu_group``), or None when it is not a link."""
         try:
-            target = os.readlink(self._real(path))
+            target = os.readlink(self._real(path, follow=False))
         except OSError:
             return None
         self.seen[path] = _Seen("link", target=target)
@@ -77,7 +98,10 @@ class HostView:
 
     def exists(self, path: str) -> bool:
         """Whether the path exists (``/dev/kvm``, ``/sys/module/vfio``)."""
-        real = self._real(path)
+        try:
+            real = self._real(path, follow=False)
+        except _Outside:
+            return False
         if not (real.exists() or real.is_symlink()):
             return False
         self.seen.setdefault(path, _Seen("present"))

@@ -83,6 +83,7 @@ class HostFacts:
     blacklist_files: tuple[str, ...]
     nvidia_version: str | None
     gpus: tuple[GpuFacts, ...] = field(default=())
+    cpu_vendor: str | None = None  # vendor_id of /proc/cpuinfo
 
     def loaded(self, module: str) -> str | None:
         """Where the module shows as present (``/proc/modules`` or built-in ``/sys/module``), else None."""

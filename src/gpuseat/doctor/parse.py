@@ -89,6 +89,15 @@ def cpu_flags(cpuinfo: str) -> frozenset[str] | None:
     return None
 
 
+def cpu_vendor(cpuinfo: str) -> str | None:
+    """``GenuineIntel``/``AuthenticAMD``/``HygonGenuine`` from the first ``vendor_id`` line, or None."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "vendor_id":
+            return value.strip() or None
+    return None
+
+
 def cmdline_tokens(cmdline: str) -> tuple[str, ...]:
     """Kernel command-line parameters (``/proc/cmdline``), in order."""
     return tuple(cmdline.split())

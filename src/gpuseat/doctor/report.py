@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 Status = Literal["ok", "warn", "fail", "skip"]
 NO_GPU = "no NVIDIA GPU found"
+SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,10 @@ class Report:
         """0 when nothing fails, 1 when a check fails."""
         return 1 if self.failed else 0
 
-    def as_dict(self) -> dict[str, Any]:
-        """``{"gpus": [{"pci", "name"}], "checks": [{"id", "status", "gpu", "evidence", "fix"}]}``."""
+    def to_dict(self) -> dict[str, Any]:
+        """What ``doctor --format json`` prints: ``{"schema_version", "gpus": [{"pci", "name"}], "checks": […]}``."""
         return {
+            "schema_version": SCHEMA_VERSION,
             "gpus": [{"pci": pci, "name": name} for pci, name in self.gpus],
             "checks": [c.as_dict() for c in self.checks],
         }
