@@ -11,8 +11,8 @@ from pathlib import Path
 
 from doctor_trees import HEALTHY_VFIO, Fn
 
-from gpuseat.doctor import diagnose
 from gpuseat.catalog.doctor import doctor_catalog
+from gpuseat.doctor import diagnose
 from gpuseat.doctor.facts import MAX_VFS, gather
 
 GPU = "0000:41:00.0"

@@ -14,7 +14,7 @@ from gpuseat.catalog.doctor import DoctorCatalog
 from gpuseat.core.mmio import mmio_size_gb, needs_64bit_mmio
 from gpuseat.doctor.model import GpuFacts, HostFacts
 from gpuseat.doctor.parse import MIG_QUERY, MIG_QUERY_PATH, cmdline_value, human_bytes, version_tuple
-from gpuseat.doctor.report import Check
+from gpuseat.doctor.report import Check, Status
 
 Target = Literal["passthrough", "vgpu", "mig", "containers"]
 TARGETS: tuple[Target, ...] = ("passthrough", "vgpu", "mig", "containers")
@@ -282,7 +282,7 @@ def driver_binding(f: HostFacts, gpu: GpuFacts, targets: frozenset[Target], ctx:
                 warning = f"{evidence}; own functions on host drivers: {on_host}"
                 return Check("driver-binding", "warn", gpu.bdf, warning, _vfio_bind(gpu))
             return Check("driver-binding", "ok", gpu.bdf, evidence + " (ready for passthrough)")
-        status = "warn" if gpu.driver is None else "fail"
+        status: Status = "warn" if gpu.driver is None else "fail"
         return Check("driver-binding", status, gpu.bdf, evidence + "; passthrough needs vfio-pci", _vfio_bind(gpu))
     if gpu.driver == "nvidia":
         return Check("driver-binding", "ok", gpu.bdf, evidence)
