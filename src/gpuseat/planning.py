@@ -62,13 +62,13 @@ def gather_offers(
 
 
 def recorded_speeds() -> list[Speed]:
-    """LeNet results recorded by ``gpuseat bench``, normalised to 10,000 iterations."""
-    from gpuseat.bench.results import recorded_results
+    """LeNet results recorded by ``gpuseat bench`` that may stand for a GPU model: full runs on whole GPUs
+    (never a MIG slice or a short run), normalised to 10,000 iterations."""
+    from gpuseat.bench.results import recorded_results, whole_gpu_speeds
 
     return [
-        Speed(r.gpu_model, r.seconds * 10000 / r.iterations, f"gpuseat bench, {r.recorded_at:%Y-%m-%d}")
-        for r in sorted(recorded_results(), key=lambda r: r.recorded_at)
-        if r.gpu_model
+        Speed(model, r.seconds_per_10k, f"gpuseat bench, {r.recorded_at:%Y-%m-%d}")
+        for model, r in whole_gpu_speeds(recorded_results()).items()
     ]
 
 

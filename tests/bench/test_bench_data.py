@@ -109,3 +109,22 @@ def test_truncated_idx_is_input_error():
         parse_idx(idx_header(array) + array.tobytes()[:-1], where="x")
     with pytest.raises(InputError, match="bad magic"):
         parse_idx(b"\x00\x00\x0d\x01" + bytes(8), where="x")
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "bomb"])
+def test_corrupt_gz_is_an_input_error(cli, mnist, tmp_path, damage):
+    """Issue 15 item 12: a corrupt .gz (zlib.error), a cut one, or one unpacking to gigabytes: exit 2."""
+    folder = write_idx(tmp_path / "idx", mnist, gz=("t10k-labels-idx1-ubyte",))
+    gz = folder / "t10k-labels-idx1-ubyte.gz"
+    data = bytearray(gz.read_bytes())
+    if damage == "flip":
+        data[20:40] = bytes(20)
+        gz.write_bytes(bytes(data))
+    elif damage == "truncate":
+        gz.write_bytes(bytes(data[: len(data) // 2]))
+    else:
+        gz.write_bytes(gzip.compress(bytes(100 * 1024 * 1024), compresslevel=9))
+    with pytest.raises(InputError):
+        read_idx_dir(folder)
+    r = cli("bench", "-d", "cpu", "-n", "1", "--data", folder, "--no-record")
+    assert r.code == 2 and "t10k-labels-idx1-ubyte" in r.err and "Traceback" not in r.err

@@ -70,7 +70,7 @@ def test_outlier_is_over_15_percent_slower_than_its_profiles_median():
     flagged = flag_outliers(outcomes)
     assert [o.outlier for o in flagged] == [False, False, False, True, False, False]
     assert flagged[3].vs_median == pytest.approx(13.0 / 10.9)
-    assert flagged[4].vs_median == 1.0
+    assert flagged[4].vs_median is None and flagged[4].judged_by is None  # alone, no reference: not judged
     findings = [o.finding for o in flagged if o.finding]
     assert findings[0] == "MIG-4: 1.19× the median time of NVIDIA H200 MIG 1g.18gb seats"
     assert "CUDA run failed" in findings[1]
@@ -92,3 +92,24 @@ def test_a_seat_where_cuda_fails_is_a_finding_not_a_crash(bench_env):
     assert outcome.result is None
     assert outcome.error is not None and outcome.error.startswith("exit code 2:")
     assert outcome.finding is not None and "CUDA" in outcome.finding
+
+
+def test_gpu_in_mig_mode_without_instances_is_no_target():
+    """Issue 15 item 12: a MIG-mode GPU lists no MIG device yet; CUDA cannot use it, so no bogus whole-GPU seat."""
+    text = "GPU 0: NVIDIA H200 (UUID: GPU-aaaa1111-2222-3333-4444-555566667777)\n"
+    assert parse_gpu_list(text, {"GPU-aaaa1111-2222-3333-4444-555566667777": True}) == []
+    assert len(parse_gpu_list(text, {"GPU-aaaa1111-2222-3333-4444-555566667777": False})) == 1
+
+
+def test_a_seat_alone_in_its_profile_is_judged_against_the_reference():
+    from gpuseat.bench.fleet import shipped_references
+
+    m60 = BenchTarget(select="GPU-1", name="Tesla M60")
+    alone = BenchTarget(select="GPU-2", name="NVIDIA L4")
+    refs = shipped_references([m60, alone])
+    assert refs == {"Tesla M60": 26.73}  # the 2016 M60 run; the L4 has no shipped reference
+    slow = SeatOutcome(seat=m60, result=make_result(seconds=40.0, iterations=10_000))
+    unknown = SeatOutcome(seat=alone, result=make_result(seconds=3.0, iterations=10_000))
+    judged = flag_outliers([slow, unknown], references=refs)
+    assert judged[0].outlier and judged[0].judged_by == "reference" and "reference" in judged[0].finding
+    assert judged[1].vs_median is None and judged[1].judged_by is None and judged[1].finding is None

@@ -93,6 +93,8 @@ def test_cli_json_contract_and_store(cli, bench_env):
         assert ref["speedup"] == pytest.approx(ref["seconds"] / out["seconds"])
     (stored,) = recorded_results()
     assert (stored.iterations, stored.gpu_model, stored.seconds) == (30, None, out["seconds"])
+    assert out["schema_version"] == 1 and out["tf32"] is False
+    assert all("21 test passes" in ref["note"] for ref in out["reference"])
 
 
 def test_cli_caffe_tests_table(cli, bench_env):
@@ -106,8 +108,9 @@ def test_cli_caffe_tests_table(cli, bench_env):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["-n", "0"], "iterations must be a positive number"),
-        (["-n", "-3"], "iterations must be a positive number"),
+        (["-n", "0"], "iterations must be between 1 and"),
+        (["-n", "-3"], "iterations must be between 1 and"),
+        (["-n", "100000000000"], "iterations must be between 1 and"),
         (["-d", "tpu"], "unknown device 'tpu'"),
         (["-d", "cpu", "--threads", "0"], "threads must be positive"),
         (["-d", "cpu", "--data", "/nonexistent/mnist"], "not a folder"),
@@ -146,9 +149,61 @@ def test_all_seats_on_a_gpu_machine(cli, bench_env):
     assert r.code == (1 if out["findings"] else 0)
 
 
-
 def test_benchmark_leaves_ieee_denormals_to_the_caller(mnist):
     """The CPU trainer flushes denormals while it runs; the process gets IEEE arithmetic back after."""
     run_benchmark(BenchOptions(iterations=2, device="cpu", seed=1, warmup=0, threads=1), mnist=mnist)
     assert torch.tensor([1e-40], dtype=torch.float32).item() != 0.0
     assert 5e-324 * 1.0 > 0.0
+
+
+def test_tf32_is_off_during_the_run_recorded_and_restored(mnist):
+    """Issue 15 item 12: TF32 (PyTorch's default for cuDNN convolutions) is off while the benchmark
+    runs, the result records it, and the caller's setting is given back."""
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        result = run_benchmark(BenchOptions(iterations=2, device="cpu", warmup=0, threads=1), mnist=mnist)
+        assert result.tf32 is False
+        assert result.to_dict()["tf32"] is False
+        assert torch.backends.cudnn.allow_tf32 is True and torch.backends.cuda.matmul.allow_tf32 is True
+    finally:
+        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_cuda(), reason="needs an NVIDIA GPU")
+def test_cuda_json_says_tf32_false(cli, bench_env):
+    r = cli("bench", "-d", "cuda", "-n", "50", "--format", "json", "--no-record")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["tf32"] is False
+
+
+def test_result_is_printed_before_a_failing_store(cli, bench_env, tmp_path, monkeypatch):
+    """The store cannot be written (its folder is a file): the result is printed, a warning given, exit 0."""
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("GPUSEAT_DATA_DIR", str(tmp_path / "file" / "data"))
+    r = cli("bench", "-d", "cpu", "--threads", "1", "-n", "3", "--format", "json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["iterations"] == 3
+    assert "result printed but not recorded" in r.err
+
+
+def test_store_is_rewritten_whole_and_a_torn_line_dropped(cli, bench_env):
+    cli("bench", "-d", "cpu", "--threads", "1", "-n", "3")
+    store = bench_env / "bench-results.jsonl"
+    store.write_text(store.read_text() + '{"gpu_name": "NVIDIA H2')  # a crash in the middle of a line
+    assert len(recorded_results()) == 1  # the torn line is skipped
+    assert cli("bench", "-d", "cpu", "--threads", "1", "-n", "4").code == 0
+    lines = store.read_text().splitlines()
+    assert len(lines) == 2 and all(json.loads(line)["iterations"] in (3, 4) for line in lines)
+
+
+def test_bench_without_torch_names_the_extra(tmp_path):
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['torch'] = None; from gpuseat.cli import main; sys.exit(main(['bench', '-n', '3']))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "pip install 'gpuseat[bench]'" in proc.stderr and "Traceback" not in proc.stderr

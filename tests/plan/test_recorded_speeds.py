@@ -12,12 +12,27 @@ def test_recorded_result_feeds_cost_per_run_and_time_saved(cli, tmp_path, monkey
     monkeypatch.setenv("GPUSEAT_DATA_DIR", str(tmp_path))
     store = tmp_path / "bench-results.jsonl"
     rows = [
-        {"gpu_name": "NVIDIA H200", "gpu_model": "H200-141GB", "iterations": 1000, "seconds": 0.9,
-         "recorded_at": "2026-12-01T10:00:00Z"},
-        {"gpu_name": "NVIDIA H200", "gpu_model": "H200-141GB", "iterations": 10000, "seconds": 4.55,
-         "recorded_at": "2026-12-02T10:00:00Z"},
-        {"gpu_name": "AMD EPYC", "gpu_model": None, "iterations": 500, "seconds": 20.0,
-         "recorded_at": "2026-12-02T11:00:00Z"},
+        {
+            "gpu_name": "NVIDIA H200",
+            "gpu_model": "H200-141GB",
+            "iterations": 1000,
+            "seconds": 0.9,
+            "recorded_at": "2026-12-01T10:00:00Z",
+        },
+        {
+            "gpu_name": "NVIDIA H200",
+            "gpu_model": "H200-141GB",
+            "iterations": 10000,
+            "seconds": 4.55,
+            "recorded_at": "2026-12-02T10:00:00Z",
+        },
+        {
+            "gpu_name": "AMD EPYC",
+            "gpu_model": None,
+            "iterations": 500,
+            "seconds": 20.0,
+            "recorded_at": "2026-12-02T11:00:00Z",
+        },
     ]
     store.write_text("".join(json.dumps(r) + "\n" for r in rows))
     r = cli("plan", REPO / "examples" / "course-h200-mig.toml", "--format", "json")
@@ -35,3 +50,41 @@ def test_corrupt_store_is_an_input_error(cli, tmp_path, monkeypatch):
     r = cli("plan", REPO / "examples" / "course-2016.toml")
     assert r.code == 2
     assert "bench-results.jsonl:1" in r.err
+
+
+def test_a_mig_slice_or_short_run_never_changes_the_whole_gpu_speed(cli, tmp_path, monkeypatch):
+    """Issue 15 item 12: recorded speeds are keyed by (GPU model, profile, iterations class)."""
+    from gpuseat.bench.results import recorded_results, speeds_by_key, whole_gpu_speeds
+
+    monkeypatch.setenv("GPUSEAT_DATA_DIR", str(tmp_path))
+    rows = [
+        {"gpu_name": "NVIDIA H200", "gpu_model": "H200-141GB", "iterations": 10000, "seconds": 4.55,
+         "recorded_at": "2026-12-01T10:00:00Z"},
+        {"gpu_name": "NVIDIA H200 MIG 1g.18gb", "gpu_model": "H200-141GB", "iterations": 10000, "seconds": 21.0,
+         "recorded_at": "2026-12-02T10:00:00Z"},
+        {"gpu_name": "NVIDIA H200", "gpu_model": "H200-141GB", "iterations": 5, "seconds": 0.5,
+         "recorded_at": "2026-12-02T11:00:00Z"},
+    ]  # fmt: skip
+    (tmp_path / "bench-results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    keyed = speeds_by_key(recorded_results())
+    assert set(keyed) == {
+        ("H200-141GB", "1g.18gb", "full"),
+        ("H200-141GB", None, "full"),
+        ("H200-141GB", None, "short"),
+    }
+    assert whole_gpu_speeds(recorded_results())["H200-141GB"].seconds == 4.55
+    assert whole_gpu_speeds(recorded_results(), "1g.18gb")["H200-141GB"].seconds == 21.0
+    r = cli("plan", REPO / "examples" / "course-h200-mig.toml", "--format", "json")
+    assert r.code == 0, r.err
+    perf = json.loads(r.out)["options"][0]["performance"][0]
+    assert perf["lenet_10k_seconds"] == 4.55 and perf["speed_source"] == "gpuseat bench, 2026-12-01"
+
+
+def test_a_torn_last_line_is_skipped_with_a_warning(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUSEAT_DATA_DIR", str(tmp_path))
+    good = {"gpu_name": "NVIDIA H200", "gpu_model": "H200-141GB", "iterations": 10000, "seconds": 4.55,
+            "recorded_at": "2026-12-01T10:00:00Z"}  # fmt: skip
+    (tmp_path / "bench-results.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(good)[:40])
+    r = cli("plan", REPO / "examples" / "course-h200-mig.toml", "--format", "json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["options"][0]["performance"][0]["lenet_10k_seconds"] == 4.55

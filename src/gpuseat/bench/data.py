@@ -7,12 +7,12 @@ altered copy is refused instead of silently giving a different benchmark. Nothin
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import importlib.util
 import os
 import struct
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,14 +116,27 @@ def read_idx_dir(folder: Path) -> Mnist:
     return mnist
 
 
+#: The largest MNIST file (train images) is 47,040,016 bytes raw, 9.9 MB gzipped.
+MAX_IDX_BYTES = 64 * 1024 * 1024
+
+
 def _read_maybe_gz(folder: Path, name: str) -> bytes:
+    """A raw or gzipped IDX file, at most :data:`MAX_IDX_BYTES` (a gzip bomb or corrupt .gz is an InputError)."""
+    from gpuseat.files import read_bytes
+
     raw_path, gz_path = folder / name, folder / f"{name}.gz"
     try:
         if raw_path.is_file():
-            return raw_path.read_bytes()
+            return read_bytes(raw_path, max_bytes=MAX_IDX_BYTES)
         if gz_path.is_file():
-            return gzip.decompress(gz_path.read_bytes())
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip framing
+            data = inflate.decompress(read_bytes(gz_path, max_bytes=MAX_IDX_BYTES), MAX_IDX_BYTES)
+            if inflate.unconsumed_tail:
+                raise InputError(f"unpacks to more than {MAX_IDX_BYTES:,} bytes", where=str(gz_path), fix=HOW_TO_GET)
+            if not inflate.eof:
+                raise InputError("truncated gzip file", where=str(gz_path), fix=HOW_TO_GET)
+            return data
+    except (OSError, EOFError, zlib.error) as exc:
         raise InputError(f"cannot read: {exc}", where=str(folder / name), fix=HOW_TO_GET) from None
     raise InputError(f"{name} (or {name}.gz) not found", where=str(folder), fix=HOW_TO_GET)
 

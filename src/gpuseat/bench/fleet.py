@@ -55,6 +55,7 @@ class SeatOutcome(BaseModel):
     error: str | None = None
     vs_median: float | None = None  # seconds / median seconds of the seats with the same profile
     outlier: bool = False
+    judged_by: str | None = None  # "median" (of same-profile seats), "reference" (shipped), None: not judged
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -63,6 +64,8 @@ class SeatOutcome(BaseModel):
         if self.error is not None:
             return f"{self.seat.select}: CUDA run failed: {self.error}"
         if self.outlier and self.vs_median is not None:
+            if self.judged_by == "reference":
+                return f"{self.seat.select}: {self.vs_median:.2f}× the shipped reference time of {self.seat.profile}"
             return f"{self.seat.select}: {self.vs_median:.2f}× the median time of {self.seat.profile} seats"
         return None
 
@@ -118,21 +121,49 @@ def visible_seats(env: Mapping[str, str] | None = None) -> list[BenchTarget]:
     return seats
 
 
-def flag_outliers(outcomes: Sequence[SeatOutcome], ratio: float = OUTLIER_RATIO) -> list[SeatOutcome]:
-    """Each outcome with ``vs_median`` and ``outlier`` set, comparing seats of the same profile only."""
+def flag_outliers(
+    outcomes: Sequence[SeatOutcome],
+    ratio: float = OUTLIER_RATIO,
+    references: Mapping[str, float] | None = None,
+) -> list[SeatOutcome]:
+    """Each outcome with ``vs_median``, ``outlier`` and ``judged_by`` set.
+
+    Seats are compared with the median of the seats of the same profile; a seat alone in its profile
+    is compared with the reference time for its GPU model (``references``: profile → seconds per
+    10,000 iterations), and stays unjudged when there is none.
+    """
     times: dict[str, list[float]] = {}
     for o in outcomes:
         if o.result is not None:
             times.setdefault(o.seat.profile, []).append(o.result.seconds)
-    medians = {profile: statistics.median(values) for profile, values in times.items()}
+    medians = {profile: statistics.median(values) for profile, values in times.items() if len(values) > 1}
     out = []
     for o in outcomes:
         if o.result is None:
             out.append(o)
             continue
-        vs = o.result.seconds / medians[o.seat.profile]
-        out.append(o.model_copy(update={"vs_median": vs, "outlier": vs > ratio}))
+        if o.seat.profile in medians:
+            vs = o.result.seconds / medians[o.seat.profile]
+            how = "median"
+        elif references and o.seat.profile in references:
+            vs = o.result.seconds / (references[o.seat.profile] * o.result.iterations / 10_000)
+            how = "reference"
+        else:
+            out.append(o)
+            continue
+        out.append(o.model_copy(update={"vs_median": vs, "outlier": vs > ratio, "judged_by": how}))
     return out
+
+
+def fleet_dict(outcomes: Sequence[SeatOutcome]) -> dict[str, object]:
+    """What ``bench --all-seats --format json`` prints."""
+    from gpuseat.bench.results import SCHEMA_VERSION
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "seats": [o.model_dump(mode="json") for o in outcomes],
+        "findings": [o.finding for o in outcomes if o.finding],
+    }
 
 
 def child_command(options: BenchOptions) -> list[str]:
@@ -157,7 +188,20 @@ def run_fleet(options: BenchOptions, seats: Sequence[BenchTarget]) -> list[SeatO
             env = {**os.environ, "CUDA_VISIBLE_DEVICES": seat.select}
             running.append((seat, subprocess.Popen(cmd, stdout=out, stderr=err, env=env), out, err))
         outcomes = [_outcome(seat, proc.wait(), _read(out), _read(err)) for seat, proc, out, err in running]
-    return flag_outliers(outcomes)
+    return flag_outliers(outcomes, references=shipped_references(seats))
+
+
+def shipped_references(targets: Sequence[BenchTarget]) -> dict[str, float]:
+    """Profile → seconds per 10,000 iterations of the shipped reference run on the same whole-GPU model."""
+    from gpuseat.catalog import find_gpu, reference_results
+
+    by_model = {r.gpu: r.seconds * 10_000 / r.iterations for r in reference_results()}
+    out = {}
+    for t in targets:
+        model = find_gpu(t.name) if t.mig_profile is None else None
+        if model is not None and model.id in by_model:
+            out[t.profile] = by_model[model.id]
+    return out
 
 
 def _read(fh: IO[bytes]) -> str:

@@ -1,15 +1,23 @@
 """Benchmark results: the result of one run, the comparison with the reference machines, and the store.
 
 The store is a JSON-lines file (one result per line) under the user data dir, or under
-``$GPUSEAT_DATA_DIR`` when set. :func:`recorded_results` is what ``gpuseat plan`` reads. No torch here.
+``$GPUSEAT_DATA_DIR`` when set; it is rewritten atomically (temporary file + rename), and a torn last
+line left by an older version's crash is skipped with a warning. No torch here.
+
+For the planner: :func:`speeds_by_key` gives the latest recorded time per (GPU model, MIG profile,
+iterations class), and :func:`whole_gpu_speeds` the ones a plan may use — full runs on whole GPUs —
+so a MIG slice's or a 5-iteration run's time never stands for a whole GPU model's speed.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -18,6 +26,14 @@ from gpuseat.catalog import ReferenceResult, find_gpu
 from gpuseat.errors import InputError
 
 STORE_NAME = "bench-results.jsonl"
+MAX_STORE_BYTES = 64 * 1024 * 1024
+#: Runs of at least Caffe's 10,000 iterations are "full"; shorter ones time mostly start-up effects.
+FULL_ITERATIONS = 10_000
+IterationsClass = Literal["full", "short"]
+#: What the 2016 reference times may contain besides training (benchmark.md §2).
+REFERENCE_NOTE = "2016 Caffe time; may include start-up and Caffe's 21 test passes"
+
+log = logging.getLogger("gpuseat.bench")
 
 
 class Comparison(BaseModel):
@@ -29,6 +45,7 @@ class Comparison(BaseModel):
     gpu: str
     seconds: float  # the reference time scaled to this run's iterations
     speedup: float  # reference seconds / this run's seconds (> 1: this seat is faster)
+    note: str = REFERENCE_NOTE
 
 
 class BenchResult(BaseModel):
@@ -48,8 +65,16 @@ class BenchResult(BaseModel):
     losses: list[tuple[int, float]] = Field(description="(iteration, training loss) every 100 iterations")
     test_curve: list[tuple[int, float]] = Field(description="(iteration, test accuracy) of each test pass")
     device: DeviceFacts
+    tf32: bool = Field(False, description="TF32 on for matmuls/cuDNN during the run (gpuseat turns it off)")
     reference: list[Comparison]
     recorded_at: datetime
+
+    def to_dict(self) -> dict[str, object]:
+        """What ``bench --format json`` prints."""
+        return {"schema_version": SCHEMA_VERSION, **self.model_dump(mode="json")}
+
+
+SCHEMA_VERSION = 1
 
 
 class RecordedResult(BaseModel):
@@ -62,6 +87,41 @@ class RecordedResult(BaseModel):
     iterations: int = Field(gt=0)
     seconds: float = Field(gt=0)  # training time, warm-up excluded
     recorded_at: datetime
+    profile: str | None = None  # MIG profile of the seat (e.g. "1g.18gb"); None = the whole GPU
+
+    @property
+    def mig_profile(self) -> str | None:
+        """The MIG profile, also for lines written before ``profile`` was stored (from the device name)."""
+        return self.profile or split_mig_name(self.gpu_name)[1]
+
+    @property
+    def iterations_class(self) -> IterationsClass:
+        """``full`` (≥ 10,000 iterations, as Caffe's run) or ``short``."""
+        return "full" if self.iterations >= FULL_ITERATIONS else "short"
+
+    @property
+    def seconds_per_10k(self) -> float:
+        """Training seconds scaled to Caffe's 10,000 iterations."""
+        return self.seconds * FULL_ITERATIONS / self.iterations
+
+
+SpeedKey = tuple[str, str | None, IterationsClass]  # (GPU model id, MIG profile or None, iterations class)
+
+
+def speeds_by_key(results: Iterable[RecordedResult]) -> dict[SpeedKey, RecordedResult]:
+    """The latest result per (GPU model, MIG profile, iterations class); CPU and unknown GPUs are left out."""
+    out: dict[SpeedKey, RecordedResult] = {}
+    for r in sorted(results, key=lambda r: r.recorded_at):
+        if r.gpu_model is not None:
+            out[(r.gpu_model, r.mig_profile, r.iterations_class)] = r
+    return out
+
+
+def whole_gpu_speeds(results: Iterable[RecordedResult], profile: str | None = None) -> dict[str, RecordedResult]:
+    """Per GPU model, the latest full run on a whole GPU (or on ``profile`` when given): what a plan may use."""
+    return {
+        model: r for (model, prof, klass), r in speeds_by_key(results).items() if prof == profile and klass == "full"
+    }
 
 
 def compare(iterations: int, seconds: float, references: Iterable[ReferenceResult]) -> list[Comparison]:
@@ -111,37 +171,62 @@ def record(result: BenchResult, path: Path | None = None) -> RecordedResult:
         iterations=result.iterations,
         seconds=result.seconds,
         recorded_at=result.recorded_at,
+        profile=split_mig_name(result.device.name)[1] if result.device.kind == "cuda" else None,
     )
     line = {**recorded.model_dump(mode="json"), **result.model_dump(mode="json", exclude={"recorded_at"})}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(line) + "\n")
+        kept = _complete_lines(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with tmp.open("w", encoding="utf-8") as fh:
+            fh.write(kept + json.dumps(line) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)  # readers see the old file or the new one, never half a line
     except OSError as exc:
         raise InputError(
-            f"cannot write the results store: {exc.strerror}",
+            f"cannot write the results store: {exc.strerror or exc}",
             where=str(path),
             fix="set GPUSEAT_DATA_DIR to a writable folder",
         ) from None
     return recorded
 
 
+def _complete_lines(path: Path) -> str:
+    """The store's text without a torn last line (no newline at the end: a crash mid-write)."""
+    if not path.exists():
+        return ""
+    text = _read_store(path)
+    if text and not text.endswith("\n"):
+        head, _, torn = text.rpartition("\n")
+        log.warning("%s: dropping a torn last line (%d bytes) left by an interrupted write", path, len(torn))
+        return head + "\n" if head else ""
+    return text
+
+
+def _read_store(path: Path) -> str:
+    from gpuseat.files import read_text
+
+    return read_text(path, max_bytes=MAX_STORE_BYTES)
+
+
 def recorded_results(path: Path | None = None) -> list[RecordedResult]:
     """Every result in the store, oldest first; ``[]`` when nothing was recorded yet."""
     path = path or results_path()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         return []
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read the results store: {exc}", where=str(path), fix="check the file") from None
+    text = _read_store(path)
+    lines = text.splitlines()
     out = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             out.append(RecordedResult.model_validate(json.loads(line)))
-        except (json.JSONDecodeError, ValidationError) as exc:
+        except (json.JSONDecodeError, ValidationError, RecursionError) as exc:
+            if number == len(lines) and not text.endswith("\n"):
+                log.warning("%s:%d: skipping a torn last line (an interrupted write)", path, number)
+                continue
             raise InputError(
                 f"not a benchmark result: {str(exc).splitlines()[0]}",
                 where=f"{path}:{number}",

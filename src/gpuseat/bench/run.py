@@ -51,14 +51,41 @@ class BenchOptions(BaseModel):
     warmup: int = 5
 
 
+#: Most iterations one run may ask for (1,000× Caffe's 10,000): more would take days and the loss
+#: curve alone would need gigabytes.
+MAX_ITERATIONS = 10_000_000
+
+
 def check_iterations(iterations: int) -> None:
-    """Zero or negative iteration counts are an input error."""
-    if iterations <= 0:
+    """Zero, negative or absurdly large iteration counts are an input error."""
+    if not 0 < iterations <= MAX_ITERATIONS:
         raise InputError(
-            f"iterations must be a positive number, got {iterations}",
+            f"iterations must be between 1 and {MAX_ITERATIONS:,}, got {iterations:,}",
             where="--iterations",
             fix="use for example --iterations 10000 (the Caffe reference)",
         )
+
+
+def fp32_arithmetic() -> Callable[[], None]:
+    """Turn TF32 off for matmuls and cuDNN convolutions (PyTorch enables it for cuDNN by default),
+    so a GPU run does the FP32 arithmetic Caffe did. Returns a function that restores the old flags."""
+    import torch
+
+    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+    def restore() -> None:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+    return restore
+
+
+def tf32_enabled() -> bool:
+    """Whether TF32 is on for matmuls or cuDNN convolutions right now (recorded in every result)."""
+    import torch
+
+    return bool(torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32)
 
 
 def run_benchmark(
@@ -82,6 +109,7 @@ def run_benchmark(
         torch.set_flush_denormal(True)  # late in training, denormal gradients slow CPU kernels ~20 %
     else:
         torch.backends.cudnn.benchmark = True
+    restore_tf32 = fp32_arithmetic()
 
     try:
         return _train_and_test(options, device, threads, mnist, on_progress)
@@ -94,8 +122,9 @@ def run_benchmark(
             fix="check the GPU with `nvidia-smi` and `gpuseat doctor`; try another seat",
         ) from None
     finally:
-        # Flushing denormals is process-wide CPU state: give the caller back IEEE arithmetic.
+        # Flushing denormals and TF32 are process-wide state: give the caller back what it had.
         torch.set_flush_denormal(False)
+        restore_tf32()
 
 
 def _train_and_test(
@@ -148,6 +177,7 @@ def _train_and_test(
         losses=trainer.loss_curve(),
         test_curve=curve,
         device=device_facts(device, threads),
+        tf32=tf32_enabled(),
         reference=compare(options.iterations, train_seconds, reference_results()),
         recorded_at=datetime.now(UTC),
     )

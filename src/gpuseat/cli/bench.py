@@ -47,7 +47,6 @@ def register(app: typer.Typer) -> None:
 
         With --all-seats the exit code is 1 when a seat failed or is an outlier.
         """
-        from gpuseat.bench.results import record as record_result
         from gpuseat.bench.run import BenchOptions, check_iterations
 
         check_iterations(iterations)
@@ -66,17 +65,28 @@ def register(app: typer.Typer) -> None:
             seats = visible_seats()
             stderr_console().print(f"benchmarking {len(seats)} seat(s) at once, {iterations} iterations each")
             outcomes = run_fleet(options, seats)
+            _print_fleet(outcomes, fmt)  # print first: a store failure must not lose the results
             if record:
                 for o in outcomes:
                     if o.result is not None:
-                        record_result(o.result)
-            _print_fleet(outcomes, fmt)
+                        _store(o.result)
             return 1 if any(o.finding for o in outcomes) else 0
         result = _run_with_progress(options)
-        if record:
-            record_result(result)
         _print_result(result, fmt)
+        if record:
+            _store(result)
         return 0
+
+
+def _store(result: BenchResult) -> None:
+    """Record a result already printed; a store that cannot be written is a warning, not a failure."""
+    from gpuseat.bench.results import record
+    from gpuseat.errors import GpuseatError
+
+    try:
+        record(result)
+    except GpuseatError as exc:
+        stderr_console().print(f"warning: result printed but not recorded: {exc.message}", markup=False)
 
 
 def _run_with_progress(options: BenchOptions) -> BenchResult:
@@ -106,7 +116,7 @@ def _print_result(result: BenchResult, fmt: Format) -> None:
     from gpuseat.bench.results import summary_line
 
     if fmt is Format.json:
-        print_json(result.model_dump(mode="json"))
+        print_json(result.to_dict())
         return
     if fmt is Format.csv:
         print_csv([_result_row(result)], RESULT_COLUMNS)
@@ -114,7 +124,10 @@ def _print_result(result: BenchResult, fmt: Format) -> None:
     rows = [{"figure": k, "value": v} for k, v in _result_row(result).items()]
     if result.caffe_tests:
         rows.append({"figure": "test_seconds (Caffe schedule)", "value": round(result.test_seconds, 3)})
-    rows += [{"figure": f"vs {c.name}", "value": f"{c.speedup:.2f}× ({c.seconds:.2f} s)"} for c in result.reference]
+    rows += [
+        {"figure": f"vs {c.name}", "value": f"{c.speedup:.2f}× ({c.seconds:.2f} s; {c.note})"} for c in result.reference
+    ]
+    rows.append({"figure": "TF32", "value": "on" if result.tf32 else "off (FP32 as Caffe)"})
     print_table(rows, ("figure", "value"), title="gpuseat bench: Caffe LeNet on MNIST")
     step = max(1, len(result.losses) // 10)
     curve = ", ".join(f"{i}: {loss:.3f}" for i, loss in result.losses[::step])
@@ -136,12 +149,9 @@ def _fleet_row(o: SeatOutcome) -> dict[str, object]:
 
 def _print_fleet(outcomes: list[SeatOutcome], fmt: Format) -> None:
     if fmt is Format.json:
-        print_json(
-            {
-                "seats": [o.model_dump(mode="json") for o in outcomes],
-                "findings": [o.finding for o in outcomes if o.finding],
-            }
-        )
+        from gpuseat.bench.fleet import fleet_dict
+
+        print_json(fleet_dict(outcomes))
     elif fmt is Format.csv:
         print_csv([_fleet_row(o) for o in outcomes], FLEET_COLUMNS)
     else:
