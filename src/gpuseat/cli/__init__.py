@@ -40,9 +40,9 @@ def _root(
 
 
 def _register_all() -> None:
-    from gpuseat.cli import bench, carve, doctor, monitor, plan, slurm
+    from gpuseat.cli import bench, carve, doctor, monitor, plan, slurm, vms
 
-    for module in (plan, carve, doctor, bench, monitor, slurm):
+    for module in (plan, carve, doctor, bench, monitor, slurm, vms):
         module.register(app)
 
 

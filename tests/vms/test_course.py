@@ -1,0 +1,106 @@
+"""``vms up/status/down`` from the course store: seats, participants and keys in; engine state and connect out.
+
+Real SQLite store (the store's own tests cover PostgreSQL), libvirt's test driver as the host.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuseat.cli import main
+from gpuseat.errors import InputError
+from gpuseat.services import vms
+from gpuseat.services.courses import open_store
+from gpuseat.vms.libvirt_host import LibvirtHost
+
+from .conftest import EXAMPLES, NODE_XML, layout
+
+OPTIONS = vms.VmOptions(connect=f"test://{NODE_XML}")
+
+
+def fill(store, key="demo"):
+    """The README's worked example: the 2016 course, its roster, the 4 passthrough seats, assignments."""
+    store.create_course(EXAMPLES / "course-2016.toml", key=key)
+    store.import_roster(key, EXAMPLES / "roster-16.csv")
+    lay = layout("ibm-2xM60.toml", mode="passthrough")
+    store.add_seats(
+        key, [{"key": s.seat, "kind": "gpu", "host": lay.server.name, "memory_gb": s.memory_gb} for s in lay.seats]
+    )
+    store.assign_all(key, partial=True)
+    return lay
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = open_store(f"sqlite:///{tmp_path / 'course.db'}", create=True)
+    yield s
+    s.close()
+
+
+def test_up_records_engine_state_and_connect_strings(store, test_host):
+    lay = fill(store)
+    report = vms.up(store, "demo", lay, OPTIONS, test_host)
+    assert [r.action for r in report.seats] == ["defined+started"] * 4
+    people = {p.key: p for p in store.participants("demo")}
+    for seat in store.seats("demo"):
+        assert (seat.engine, seat.engine_ref, seat.state) == ("libvirt", f"gpuseat-demo-{seat.key}", "running")
+        holder = people[seat.participant]
+        assert seat.connect.startswith(f"ssh {holder.unix_user}@192.168.122.")
+        meta = test_host.lookup(seat.engine_ref).XMLDesc(0)
+        assert f'participant="{holder.key}"' in meta
+    events = len(store.events("demo"))
+    again = vms.up(store, "demo", lay, OPTIONS, test_host)
+    assert {r.action for r in again.seats} == {"unchanged"}
+    assert len(store.events("demo")) == events  # nothing changed, nothing logged
+
+
+def test_status_and_down_update_the_store(store, test_host):
+    lay = fill(store)
+    vms.up(store, "demo", lay, OPTIONS, test_host)
+    test_host.lookup("gpuseat-demo-seat-02").destroy()
+    report = vms.status(store, "demo", OPTIONS.connect, lay, test_host)
+    assert {r.seat: r.state for r in report.seats}["seat-02"] == "shut off"
+    assert store.get_seat("demo", "seat-02").state == "requested"
+    down = vms.down(store, "demo", OPTIONS.connect, host=test_host)
+    assert len(down.seats) == 4
+    assert {s.state for s in store.seats("demo")} == {"released"}
+    again = vms.up(store, "demo", lay, OPTIONS, test_host)  # a released seat can be brought back
+    assert {s.state for s in store.seats("demo")} == {"running"} and not again.failed
+
+
+def test_up_needs_the_layout_and_its_seats(store, test_host):
+    fill(store)
+    with pytest.raises(InputError, match="--inventory"):
+        vms.up(store, "demo", None, OPTIONS, test_host)
+    other = layout("h200-2x-server.toml", mode="passthrough")
+    other = other.model_copy(
+        update={"seats": tuple(s.model_copy(update={"seat": f"gpu-{i}"}) for i, s in enumerate(other.seats))}
+    )
+    with pytest.raises(InputError, match="no seat of course demo"):
+        vms.up(store, "demo", other, OPTIONS, test_host)
+    assert test_host.conn.listAllDomains() == []
+
+
+def test_worked_example_from_the_cli(tmp_path, monkeypatch, capsys):
+    """`gpuseat vms up --course demo --connect test:///default` after the README's course set-up."""
+    monkeypatch.setenv("GPUSEAT_DB_URL", f"sqlite:///{tmp_path / 'course.db'}")
+    with open_store(None, create=True) as store:
+        fill(store)
+    inventory = str(EXAMPLES / "ibm-2xM60.toml")
+    code = main(
+        ["vms", "up", "--course", "demo", "--connect", "test:///default", "--inventory", inventory, "--format", "json"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    import json
+
+    report = json.loads(out)
+    assert [s["action"] for s in report["seats"]] == ["defined+started"] * 4
+    assert report["connect"] == "test:///default"
+    with open_store(None) as store:
+        assert {s.engine_ref for s in store.seats("demo")} == {f"gpuseat-demo-seat-0{i}" for i in range(1, 5)}
+    # bad input is exit 2 with one message, no traceback
+    code = main(
+        ["vms", "up", "--course", "demo", "--connect", "test:///default", "--inventory", inventory, "--pool", "../etc"]
+    )
+    assert code == 2 and "--pool" in capsys.readouterr().err
