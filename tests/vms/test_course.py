@@ -11,7 +11,6 @@ from gpuseat.cli import main
 from gpuseat.errors import InputError
 from gpuseat.services import vms
 from gpuseat.services.courses import open_store
-from gpuseat.vms.libvirt_host import LibvirtHost
 
 from .conftest import EXAMPLES, NODE_XML, layout
 
