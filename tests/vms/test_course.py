@@ -23,7 +23,7 @@ def fill(store, key="demo"):
     store.import_roster(key, EXAMPLES / "roster-16.csv")
     lay = layout("ibm-2xM60.toml", mode="passthrough")
     store.add_seats(
-        key, [{"key": s.seat, "kind": "gpu", "host": lay.server.name, "memory_gb": s.memory_gb} for s in lay.seats]
+        key, [{"key": s.name, "kind": "gpu", "host": lay.server.name, "memory_gb": s.memory_gb} for s in lay.slices]
     )
     store.assign_all(key, partial=True)
     return lay
@@ -73,7 +73,7 @@ def test_up_needs_the_layout_and_its_seats(store, test_host):
         vms.up(store, "demo", None, OPTIONS, test_host)
     other = layout("h200-2x-server.toml", mode="passthrough")
     other = other.model_copy(
-        update={"seats": tuple(s.model_copy(update={"seat": f"gpu-{i}"}) for i, s in enumerate(other.seats))}
+        update={"slices": tuple(s.model_copy(update={"name": f"gpu-{i}"}) for i, s in enumerate(other.slices))}
     )
     with pytest.raises(InputError, match="no seat of course demo"):
         vms.up(store, "demo", other, OPTIONS, test_host)

@@ -105,7 +105,8 @@ def test_bad_keys_are_refused_by_name(key):
 @settings(max_examples=60, deadline=None)
 @given(
     comment=st.text(st.characters(min_codepoint=32, blacklist_characters="\x7f"), max_size=40),
-    command=st.text(min_size=1, max_size=40),
+    # any command the course file's [vm] table accepts (one line, no control characters)
+    command=st.text(st.characters(blacklist_categories=("Cc", "Zl", "Zp")), min_size=1, max_size=40).filter(str.strip),
 )
 def test_no_value_can_add_keys_to_user_data(comment, command):
     """Whatever a key comment or a course command holds, the document keeps exactly gpuseat's keys."""
@@ -117,10 +118,20 @@ def test_no_value_can_add_keys_to_user_data(comment, command):
 
 
 def test_instance_id_changes_with_the_login_only():
-    seat = layout("ibm-2xM60.toml", mode="passthrough").seats[0]
+    seat = layout("ibm-2xM60.toml", mode="passthrough").slices[0]
     opts = VmOptions()
     a = guest("demo", VmSeat("seat-01", seat, "alice", "alice", (public_key("alice"),)), opts)
     again = guest("demo", VmSeat("seat-01", seat, "alice", "alice", (public_key("alice"),)), opts)
     b = guest("demo", VmSeat("seat-01", seat, "bob", "bob", (public_key("bob"),)), opts)
     assert a.instance_id == again.instance_id != b.instance_id
     assert a.instance_id.startswith("gpuseat-demo-seat-01-")
+
+
+@pytest.mark.parametrize("command", ["", "  ", "echo a\nreboot", "echo \x85", "echo \u2028"])
+def test_course_file_refuses_multi_line_commands(command):
+    from pydantic import ValidationError
+
+    from gpuseat.core.course import VmGuest
+
+    with pytest.raises(ValidationError, match="commands"):
+        VmGuest(commands=(command,))

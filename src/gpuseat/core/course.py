@@ -8,6 +8,7 @@ order are input errors that name the field.
 from __future__ import annotations
 
 import re
+import unicodedata
 from datetime import date, datetime, time, timedelta
 from typing import Literal
 
@@ -182,8 +183,8 @@ class VmGuest(BaseModel):
     @classmethod
     def _commands(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         for cmd in v:
-            if not cmd.strip() or "\x00" in cmd:
-                raise ValueError("commands must be non-empty text")
+            if not cmd.strip() or any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in cmd):
+                raise ValueError(f"{cmd!r}: commands must be one line of text without control characters")
         return v
 
 

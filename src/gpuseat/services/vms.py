@@ -447,8 +447,10 @@ def course_vm_seats(store: CourseStore, course: str | None, layout: Layout | Non
 
 def _record(store: CourseStore, course: str, results: Iterable[SeatResult], released: bool = False) -> None:
     """Write each seat's engine state (and connect string) to the store when it changed."""
+    from gpuseat.core.seating import SeatState, transition_error
+
     current = {s.key: s for s in store.seats(course)}
-    state: Literal["planned", "requested", "running", "failed", "released"]
+    state: SeatState
     for r in results:
         seat = current.get(r.seat)
         if seat is None:
@@ -472,8 +474,8 @@ def _record(store: CourseStore, course: str, results: Iterable[SeatResult], rele
         )
         if same:
             continue
-        if seat.state == "released" and state == "running":
-            store.set_seat_state(course, r.seat, "requested", reason="vms up", engine="libvirt", engine_ref=r.domain)
+        if transition_error(seat.state, state):  # e.g. released → running: request it again first
+            store.set_seat_state(course, r.seat, "requested", reason="vms", engine="libvirt", engine_ref=r.domain)
         store.set_seat_state(
             course,
             r.seat,
