@@ -352,3 +352,22 @@ def test_8_proxmox_creates_q35_ovmf_vms_in_qm_grammar(mode, tmp_path):
             else:
                 assert re.fullmatch(QM_OPTIONS[name], value), (flag, value)
         assert opts["--machine"] == "q35" and opts["--bios"] == "ovmf" and "--efidisk0" in opts
+
+
+def test_12_gh200_names_and_the_144gb_part(cli):
+    """nvidia-smi prints "NVIDIA GH200 480GB" for the 96 GB superchip; mig-parted's config-default.yaml has a
+    "GH200 144G HBM3e" entry (device-filter 0x234810DE) with 1g.18gb … 7g.144gb."""
+    assert CATALOG.find_gpu("NVIDIA GH200 480GB").id == "GH200"
+    assert CATALOG.find_gpu("NVIDIA GH200 144G HBM3e").id == "GH200-144GB"
+    got = cli(
+        "carve",
+        "--from-mig-parted",
+        MIG_PARTED_DEFAULT,
+        "--config",
+        "all-1g.18gb",
+        "--gpu",
+        "GH200-144GB",
+        "--format",
+        "json",
+    )
+    assert got.code == 0 and [s["profile"] for s in json.loads(got.out)["slices"]] == ["1g.18gb"] * 7
