@@ -109,23 +109,87 @@ def field_path(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def validate(model: type[M], data: Any, *, where: str) -> M:
-    """Validate ``data`` into ``model``; the first error names the field, what is wrong and the fix."""
+def _find_in_toml(lines: list[str], table: list[str], index: int | None, key: str | None) -> int | None:
+    """Line of ``key`` in the table ``table`` (its ``index``-th element if an array of tables), or of
+    the table's header when ``key`` is None."""
+    wanted = ".".join(table)
+    inside = not table
+    seen: dict[str, int] = {}
+    for number, raw in enumerate(lines, 1):
+        stripped = raw.split("#", 1)[0].strip()
+        if stripped.startswith("["):
+            header = stripped.strip("[]").strip()
+            if stripped.startswith("[["):
+                seen[header] = seen.get(header, -1) + 1
+            inside = header == wanted and (index is None or seen.get(header) == index)
+            if inside and key is None:
+                return number
+        elif inside and key is not None and "=" in stripped and stripped.split("=", 1)[0].strip().strip("\"'") == key:
+            return number
+    return None
+
+
+def toml_line(text: str, loc: tuple[int | str, ...]) -> int | None:
+    """The line of ``loc`` (e.g. ``('group', 1, 'count')``) in TOML ``text``: the key's line inside its
+    table, else the table's header; None when neither is found (inline tables, dotted keys)."""
+    lines = text.splitlines()
+    ints = [i for i, p in enumerate(loc) if isinstance(p, int)]
+    if ints:
+        cut = ints[-1]
+        table = [str(p) for p in loc[:cut] if isinstance(p, str)]
+        index: int | None = int(loc[cut])
+        rest = [str(p) for p in loc[cut + 1 :]]
+    else:
+        table, index, rest = [str(p) for p in loc[:-1]], None, [str(p) for p in loc[-1:]]
+    for key in [rest[0]] if rest else []:
+        found = _find_in_toml(lines, table, index, key)
+        if found:
+            return found
+        found = _find_in_toml(lines, [*table, key], None, None)  # a [table] rather than a key
+        if found:
+            return found
+    return _find_in_toml(lines, table, index, None) if table else None
+
+
+def validate(
+    model: type[M], data: Any, *, where: str, text: str | None = None, context: dict[str, Any] | None = None
+) -> M:
+    """Validate ``data`` into ``model``; the first error names the field (and its line when the file's
+    ``text`` is given), what is wrong and the fix."""
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=context)
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = field_path(tuple(first["loc"]))
-        what = first["msg"]
+        loc = tuple(first["loc"])
+        field = field_path(loc)
+        what = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
             what = "unknown field"
             fix = f"remove '{field}' or correct its spelling"
         elif first["type"] == "missing":
             fix = f"add '{field}'"
+        elif not field or isinstance(first.get("input"), dict | list):
+            fix = f"correct {'the file' if not field else repr(field)} as the message says"
         else:
-            fix = f"correct '{field}' (got {first.get('input')!r})"
-        loc = f"{where}: field '{field}'" if field else where
-        raise InputError(what, where=loc, fix=fix) from None
+            got = first.get("input")
+            shown = repr(got) if len(repr(got)) <= 60 else repr(got)[:57] + "..."
+            fix = f"correct '{field}' (got {shown}{', a ' + type(got).__name__ if isinstance(got, bool) else ''})"
+        number = toml_line(text, loc) if text is not None else None
+        place = f"{where}:{number}" if number else where
+        raise InputError(what, where=f"{place}: field '{field}'" if field else place, fix=fix) from None
+
+
+def read_toml_model(model: type[M], path: Path, *, context: dict[str, Any] | None = None) -> M:
+    """Read, parse and validate a TOML file; errors name the file, the line and the field."""
+    text = read_text(path)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(
+            f"malformed TOML: {exc}", where=str(path), fix="correct the TOML syntax on that line"
+        ) from None
+    check_finite(data, where=str(path))
+    return validate(model, data, where=str(path), text=text, context=context)
 
 
 def read_csv(path: Path) -> Iterator[tuple[int, dict[str, str]]]:

@@ -32,7 +32,7 @@ def run_plan(cli, tmp_path, text, *extra):
         (GOOD.replace('guest_os = "linux"', 'guest_os = "beos"'), "needs.guest_os"),
         (GOOD.replace("aws:g2.2xlarge", "aws:g2.2xlarg"), "unknown offer id 'aws:g2.2xlarg'. Did you mean"),
         (GOOD.replace("min_gpu_memory_gb = 4", "min_gpu_memory_gb = 80"), "no offer can seat group"),
-        (GOOD.replace("days = 15", 'days = 15\nhours = "17:00-09:00"'), "the end must come after the start"),
+        (GOOD.replace("days = 15", 'days = 15\nhours = "09:00-09:00"'), "a session needs a length"),
     ],
 )
 def test_bad_course_files(cli, tmp_path, text, expected):

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import date
+import itertools
+from datetime import date, datetime, time, timedelta
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuseat.catalog.offers import bundled_offers, provider_rules
-from gpuseat.core.cost import billed_seconds, usage_rate
-from gpuseat.core.course import Course
+from gpuseat.catalog.bundle import load_catalog
+from gpuseat.core.cost import billed_seconds, billing_months, usage_rate
+from gpuseat.core.course import Course, merge_intervals
 from gpuseat.core.plan import plan, select_offers
 from gpuseat.errors import InputError
 from gpuseat.files import validate
 
-OFFERS = list(bundled_offers())
+CATALOG = load_catalog()
+OFFERS = list(CATALOG.offers)
 HOURLY = [o for o in OFFERS if not o.monthly]
 MONTHLY = [o for o in OFFERS if o.monthly]
 PATTERNS = ("aws:g2.2xlarge", "ibm:*", "aws:g4dn.xlarge", "runpod:*", "azure:Standard_NV6")
@@ -30,7 +32,7 @@ def course(participants: int, days: int, mem: float, hours: str | None = None) -
 
 
 def best_total(c: Course) -> float:
-    return plan(c, select_offers(OFFERS, PATTERNS), providers=provider_rules(), alternatives=0).options[0].total_usd
+    return plan(c, select_offers(OFFERS, PATTERNS), catalog=CATALOG, alternatives=0).options[0].total_usd
 
 
 @given(run=st.integers(0, 10**7), offer=st.sampled_from(HOURLY))
@@ -40,11 +42,55 @@ def test_billing_rounds_up_never_down(run, offer):
     assert billed - max(run, offer.min_charge_s) < {"per-second": 1, "per-minute": 60, "per-hour": 3600}[offer.billing]
 
 
-@given(days=st.integers(1, 400), offer=st.sampled_from(MONTHLY))
-def test_prorated_never_exceeds_whole_months(days, offer):
-    prorated = usage_rate(offer.model_copy(update={"billing": "month-prorated"}), [], days, per="server")
-    whole = usage_rate(offer.model_copy(update={"billing": "month-whole"}), [], days, per="server")
+@given(
+    start=st.dates(date(2000, 1, 1), date(2040, 1, 1)),
+    days=st.integers(1, 800),
+    offer=st.sampled_from(MONTHLY),
+    anniversary=st.booleans(),
+)
+def test_prorated_never_exceeds_whole_months(start, days, offer, anniversary):
+    runs = [(datetime.combine(start, time()), datetime.combine(start + timedelta(days=days), time()))]
+    rule = "anniversary" if anniversary else "calendar"
+    prorated = usage_rate(
+        offer.model_copy(update={"billing": "month-prorated", "month_start": rule}), runs, per="server"
+    )
+    whole = usage_rate(offer.model_copy(update={"billing": "month-whole", "month_start": rule}), runs, per="server")
     assert 0 <= round(prorated.usd, 2) <= round(whole.usd, 2)
+
+
+@given(first=st.dates(date(2000, 1, 1), date(2040, 1, 1)), days=st.integers(1, 800), anniversary=st.booleans())
+def test_billing_months_cover_every_day_once(first, days, anniversary):
+    last = first + timedelta(days=days - 1)
+    months = billing_months(first, last, anniversary=anniversary)
+    assert sum(m.used for m in months) == days
+    assert all(28 <= m.days <= 31 and 1 <= m.used <= m.days for m in months)
+    assert months[0].start <= first and (anniversary or all(m.start.day == 1 for m in months))
+    for a, b in itertools.pairwise(months):
+        assert a.start + timedelta(days=a.days) == b.start
+
+
+intervals = st.lists(
+    st.tuples(st.integers(0, 500), st.integers(1, 60)).map(
+        lambda t: (datetime(2026, 3, 1) + timedelta(hours=t[0]), datetime(2026, 3, 1) + timedelta(hours=t[0] + t[1]))
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@given(raw=intervals)
+def test_merged_intervals_cover_the_same_hours_once(raw):
+    merged = merge_intervals(raw)
+    hours = {
+        h
+        for a, b in raw
+        for h in range(
+            int((a - datetime(2026, 3, 1)).total_seconds()) // 3600,
+            int((b - datetime(2026, 3, 1)).total_seconds()) // 3600,
+        )
+    }
+    assert sum((b - a).total_seconds() for a, b in merged) == len(hours) * 3600
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(merged))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -62,18 +108,21 @@ def test_lab_hours_never_cost_more_than_24_7(n, days):
     assert best_total(course(n, days, 4, hours="09:00-17:00")) <= best_total(course(n, days, 4))
 
 
-toml_scalars = st.one_of(st.integers(-5, 50), st.floats(allow_nan=True), st.text(max_size=12), st.booleans(),
-                         st.dates())
+toml_scalars = st.one_of(
+    st.integers(-5, 50), st.floats(allow_nan=True), st.text(max_size=12), st.booleans(), st.dates()
+)
 course_like = st.fixed_dictionaries(
     {},
     optional={
         "participants": toml_scalars,
         "name": toml_scalars,
         "offers": st.lists(st.text(max_size=8), max_size=3),
-        "needs": st.dictionaries(st.sampled_from(["min_gpu_memory_gb", "cuda", "guest_os", "isolation", "x"]),
-                                 toml_scalars, max_size=3),
-        "schedule": st.dictionaries(st.sampled_from(["start", "end", "days", "hours", "weekdays"]), toml_scalars,
-                                    max_size=4),
+        "needs": st.dictionaries(
+            st.sampled_from(["min_gpu_memory_gb", "cuda", "guest_os", "isolation", "x"]), toml_scalars, max_size=3
+        ),
+        "schedule": st.dictionaries(
+            st.sampled_from(["start", "end", "days", "hours", "weekdays"]), toml_scalars, max_size=4
+        ),
         "group": st.lists(st.dictionaries(st.sampled_from(["name", "count", "cuda"]), toml_scalars), max_size=2),
     },
 )
@@ -99,7 +148,7 @@ def test_skypilot_parser_raises_only_input_errors(tmp_path_factory, body):
     path = tmp_path_factory.mktemp("csv") / "vms.csv"
     path.write_text("InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,Region,GpuInfo\n" + body)
     try:
-        result = import_skypilot(path, "aws", as_of=date(2026, 1, 1))
+        result = import_skypilot(path, "aws", catalog=CATALOG, as_of=date(2026, 1, 1))
     except InputError:
         return
     assert all(o.price_usd > 0 for o in result.offers)

@@ -9,7 +9,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 
-GCP_HEADER = "InstanceType,vCPUs,MemoryGiB,AcceleratorName,AcceleratorCount,GpuInfo,Region,AvailabilityZone,Price,SpotPrice"
+GCP_HEADER = (
+    "InstanceType,vCPUs,MemoryGiB,AcceleratorName,AcceleratorCount,GpuInfo,Region,AvailabilityZone,Price,SpotPrice"
+)
 
 
 def imported(cli, path, provider):
@@ -67,8 +69,17 @@ def test_gcp_gpu_rows_add_to_host_rows(cli, tmp_path):
 
 def test_import_round_trips_through_an_offers_file(cli, tmp_path):
     out = tmp_path / "lambda.toml"
-    r = cli("offers", "import", FIXTURES / "lambda_v8_vms_excerpt.csv", "--provider", "lambda", "--out", out,
-            "--format", "json")
+    r = cli(
+        "offers",
+        "import",
+        FIXTURES / "lambda_v8_vms_excerpt.csv",
+        "--provider",
+        "lambda",
+        "--out",
+        out,
+        "--format",
+        "json",
+    )
     assert r.code == 0, r.err
     from gpuseat.catalog.offers import load_offers_file
 

@@ -11,16 +11,24 @@ import json
 from datetime import date
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationInfo, model_validator
 
 from gpuseat.catalog import data_toml, find_gpu, gpu_models
 from gpuseat.errors import InputError, did_you_mean
-from gpuseat.files import read_toml, validate
+from gpuseat.files import read_toml_model
+
+if TYPE_CHECKING:
+    from gpuseat.catalog.bundle import Catalog
 
 Billing = Literal["per-second", "per-minute", "per-hour", "month-whole", "month-prorated"]
 Kind = Literal["cloud", "bare-metal"]
+GuestOS = Literal["linux", "windows"]
+MonthStart = Literal["calendar", "anniversary"]
+DiskMonth = Literal["730h", "calendar"]
+Usd = StrictFloat  # prices: strict (``true`` is not a price), finite and bounded below
+MAX_USD = 1e9
 
 INCREMENT_S: dict[str, int] = {"per-second": 1, "per-minute": 60, "per-hour": 3600}
 
@@ -34,36 +42,55 @@ class Offer(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: str = Field(pattern=r"^[a-z0-9-]+:[A-Za-z0-9._:+@-]+$")
-    provider: str
+    id: str = Field(pattern=r"^[a-z0-9-]+:[A-Za-z0-9._:+@-]+$", max_length=200)
+    provider: str = Field(pattern=r"^[a-z0-9-]+$", max_length=50)
     kind: Kind
-    instance_type: str
-    region: str | None = None
+    instance_type: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._:+@()/-]*$", max_length=100)
+    region: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]+$", max_length=50)
     gpu: str
-    gpu_count: float = Field(gt=0)
-    gpu_memory_gb: float | None = Field(None, gt=0)
-    vcpus: float = Field(ge=0)
-    ram_gb: float = Field(ge=0)
-    price_usd: float = Field(ge=0, description="per hour (hourly billing) or per month (monthly billing)")
+    gpu_count: StrictFloat = Field(gt=0, le=1024)
+    gpu_memory_gb: StrictFloat | None = Field(None, gt=0, le=10_000)
+    vcpus: StrictFloat = Field(ge=0, le=100_000)
+    ram_gb: StrictFloat = Field(ge=0, le=1e6)
+    price_usd: Usd = Field(ge=0, le=MAX_USD, description="per hour (hourly billing) or per month (monthly billing)")
     billing: Billing
-    min_charge_s: int = Field(0, ge=0)
-    days_per_month: int = Field(30, ge=28, le=31)
-    setup_fee_usd: float = Field(0, ge=0)
-    disk_usd_per_gb_month: float = Field(0, ge=0)
-    egress_usd_per_gb: float = Field(0, ge=0)
-    stoppable: bool = False
-    available: int | None = Field(None, ge=0)
+    min_charge_s: StrictInt = Field(0, ge=0, le=31 * 86400)
+    month_start: MonthStart = "calendar"
+    setup_fee_usd: Usd = Field(0, ge=0, le=MAX_USD)
+    disk_usd_per_gb_month: Usd | None = Field(None, ge=0, le=1000, description="None: not known (a plan says so)")
+    disk_stopped_usd_per_gb_month: Usd | None = Field(None, ge=0, le=1000)
+    disk_month: DiskMonth = "730h"
+    disk_tiers_gb: tuple[StrictFloat, ...] = ()
+    egress_usd_per_gb: Usd = Field(0, ge=0, le=1000)
+    guest_os: tuple[GuestOS, ...] = Field(("linux", "windows"), min_length=1)
+    windows_usd_per_vcpu_h: Usd | None = Field(None, ge=0, le=100)
+    stoppable: StrictBool = False
+    available: StrictInt | None = Field(None, ge=0, le=1_000_000)
     note: str = ""
     source: str
     as_of: date
 
-    @model_validator(mode="after")
-    def _known_gpu(self, info: ValidationInfo) -> Offer:
-        # A catalog being built passes its own GPU lookup as validation context (overlay GPUs count).
-        lookup = (info.context or {}).get("find_gpu", find_gpu)
-        if lookup(self.gpu) is None:
-            raise ValueError(f"unknown GPU model '{self.gpu}'.{did_you_mean(self.gpu, gpu_models())}")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _known_gpu(cls, data: object, info: ValidationInfo) -> object:
+        """Resolve ``gpu`` to the catalog's id and fill the per-chip memory from the GPU catalog.
+
+        A catalog being built passes its own GPU lookup as validation context (overlay GPUs count), so
+        the planner never has to look a GPU up again.
+        """
+        if not isinstance(data, dict) or not isinstance(data.get("gpu"), str):
+            return data
+        context = info.context or {}
+        lookup = context.get("find_gpu", find_gpu)
+        model = lookup(data["gpu"])
+        if model is None:
+            names = context.get("gpu_names") or gpu_models()
+            raise ValueError(f"unknown GPU model '{data['gpu']}'.{did_you_mean(data['gpu'], names)}")
+        out = dict(data)
+        out["gpu"] = model.id
+        if out.get("gpu_memory_gb") is None:
+            out["gpu_memory_gb"] = float(model.memory_gb)
+        return out
 
     @property
     def monthly(self) -> bool:
@@ -72,10 +99,13 @@ class Offer(BaseModel):
 
     @property
     def memory_per_chip_gb(self) -> float:
-        """GPU memory per chip, from the offer or else from the GPU model."""
-        model = find_gpu(self.gpu)
-        assert model is not None  # checked by the validator
-        return self.gpu_memory_gb if self.gpu_memory_gb is not None else model.memory_gb
+        """GPU memory per chip (filled from the GPU catalog at load when the offer does not give it)."""
+        return self.gpu_memory_gb or 0.0
+
+    @property
+    def twin_key(self) -> tuple[str, str, str | None]:
+        """What identifies the rented thing: the same instance under another id or billing rule is a twin."""
+        return (self.provider, self.instance_type, self.region)
 
 
 class ProviderRules(BaseModel):
@@ -86,14 +116,38 @@ class ProviderRules(BaseModel):
     name: str
     billing: Billing
     min_charge_s: int
-    disk_usd_per_gb_month: float
+    disk_usd_per_gb_month: float | None = None
+    disk_stopped_usd_per_gb_month: float | None = None
+    disk_month: DiskMonth = "730h"
+    disk_tiers_gb: tuple[float, ...] = ()
+    disk_source: str = ""
     egress_usd_per_gb: float
     stoppable: bool
+    guest_os: tuple[GuestOS, ...] = ("linux", "windows")
+    windows_usd_per_vcpu_h: float | None = None
+    windows_source: str = ""
+    default_gpu_quota: int | None = None
+    quota_source: str = ""
     support_min_usd_month: float = 0
     support_pct: float = 0
     support_source: str = ""
     source: str
     as_of: date
+
+    def offer_fields(self) -> dict[str, object]:
+        """The fields an offer imported for this provider takes from its rules."""
+        return {
+            "billing": self.billing,
+            "min_charge_s": self.min_charge_s,
+            "disk_usd_per_gb_month": self.disk_usd_per_gb_month,
+            "disk_stopped_usd_per_gb_month": self.disk_stopped_usd_per_gb_month,
+            "disk_month": self.disk_month,
+            "disk_tiers_gb": self.disk_tiers_gb,
+            "egress_usd_per_gb": self.egress_usd_per_gb,
+            "stoppable": self.stoppable,
+            "guest_os": self.guest_os,
+            "windows_usd_per_vcpu_h": self.windows_usd_per_vcpu_h,
+        }
 
 
 @cache
@@ -117,17 +171,28 @@ def bundled_offers() -> tuple[Offer, ...]:
     return tuple(OffersFile.model_validate(data_toml("offers.toml")).offer)
 
 
-def load_offers_file(path: Path) -> list[Offer]:
-    """A user's offers TOML file; errors name the file and the field."""
-    return validate(OffersFile, read_toml(path), where=str(path)).offer
+def load_offers_file(path: Path, catalog: Catalog | None = None) -> list[Offer]:
+    """A user's offers TOML file, its GPUs looked up in ``catalog``; errors name the file, line and field."""
+    context = {"find_gpu": catalog.find_gpu, "gpu_names": list(catalog.gpus)} if catalog is not None else None
+    return read_toml_model(OffersFile, path, context=context).offer
 
 
 def merge_offers(*groups: list[Offer] | tuple[Offer, ...]) -> list[Offer]:
-    """Offers from several sources; a later source replaces an offer with the same id."""
-    merged: dict[str, Offer] = {}
+    """Offers from several sources; a later source replaces an offer with the same id, or the same
+    instance (provider, instance type, region) under the same billing rule (an imported copy of a
+    bundled offer replaces it instead of being ranked twice)."""
+    merged: dict[object, Offer] = {}
+    by_id: dict[str, object] = {}
     for group in groups:
         for offer in group:
-            merged[offer.id] = offer
+            key = (*offer.twin_key, offer.billing)
+            old = by_id.pop(offer.id, None)
+            if old is not None:
+                merged.pop(old, None)
+            if key in merged:
+                by_id.pop(merged[key].id, None)
+            merged[key] = offer
+            by_id[offer.id] = key
     return list(merged.values())
 
 
@@ -152,6 +217,8 @@ def _toml_value(value: object) -> str:
         return repr(value)
     if isinstance(value, date):
         return value.isoformat()
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return json.dumps(str(value), ensure_ascii=False)
 
 

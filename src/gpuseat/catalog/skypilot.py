@@ -10,19 +10,69 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gpuseat.catalog import find_gpu
-from gpuseat.catalog.offers import Offer, provider_rules
+from pydantic import ValidationError
+
+from gpuseat.catalog.offers import Offer
 from gpuseat.errors import InputError, did_you_mean
 from gpuseat.files import read_csv
 
+if TYPE_CHECKING:
+    from gpuseat.catalog.bundle import Catalog
+
 REQUIRED = ("InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs", "MemoryGiB", "Price", "Region")
-GCP_ATTACHABLE_HOST_PREFIX = "n1-"
 #: Known catalog errors corrected on import (pricing.md §1.4).
 GPU_COUNT_FIXES = {("azure", "Standard_ND96isr_H100_v5"): 8.0}
+_INSTANCE_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+@-]*$")
+#: A CSV memory figure this close to the GPU catalog's is the same memory, rounded (22,888 MiB = 24 GB).
+MEMORY_TOLERANCE = 0.1
+
+# GCP machine families with GPUs built in (GCP docs "GPU machine types"): host type prefix → (GPU model id,
+# {host type: GPU count}). A2/A3/A4/G2 hosts take only these; every other GPU goes on an N1 host.
+GCP_BUILT_IN: dict[str, tuple[str, dict[str, int]]] = {
+    "a2-highgpu-": ("A100-40GB", {"a2-highgpu-1g": 1, "a2-highgpu-2g": 2, "a2-highgpu-4g": 4, "a2-highgpu-8g": 8}),
+    "a2-megagpu-": ("A100-40GB", {"a2-megagpu-16g": 16}),
+    "a2-ultragpu-": ("A100-80GB", {"a2-ultragpu-1g": 1, "a2-ultragpu-2g": 2, "a2-ultragpu-4g": 4, "a2-ultragpu-8g": 8}),
+    "a3-ultragpu-": ("H200-141GB", {"a3-ultragpu-8g": 8}),
+    "a3-": (
+        "H100-80GB",
+        {
+            "a3-highgpu-1g": 1,
+            "a3-highgpu-2g": 2,
+            "a3-highgpu-4g": 4,
+            "a3-highgpu-8g": 8,
+            "a3-megagpu-8g": 8,
+            "a3-edgegpu-8g": 8,
+        },
+    ),
+    "a4-highgpu-": ("B200", {"a4-highgpu-8g": 8}),
+    "g2-standard-": (
+        "L4",
+        {
+            "g2-standard-4": 1,
+            "g2-standard-8": 1,
+            "g2-standard-12": 1,
+            "g2-standard-16": 1,
+            "g2-standard-32": 1,
+            "g2-standard-24": 2,
+            "g2-standard-48": 4,
+            "g2-standard-96": 8,
+        },
+    ),
+}
+#: GPUs that attach to N1 hosts, and the most vCPUs an N1 host may have per GPU count (GCP docs).
+GCP_N1_MAX_VCPUS: dict[str, dict[int, int]] = {
+    "T4": {1: 48, 2: 48, 4: 96},
+    "P4": {1: 24, 2: 48, 4: 96},
+    "V100": {1: 12, 2: 24, 4: 48, 8: 96},
+    "P100": {1: 16, 2: 32, 4: 64},
+}
+GCP_SOURCE = "GCP docs 'GPU machine types' (A2/A3/A4/G2 built in; T4/P4/V100/P100 on N1 with vCPU limits)"
 
 
 @dataclass
@@ -91,6 +141,18 @@ def _read_rows(path: Path, provider: str) -> list[_Row]:
                     fix="give a SkyPilot catalog file (catalogs/v7 or v8/<cloud>/vms.csv)",
                 )
             header_checked = True
+        if raw["InstanceType"] and not _INSTANCE_TYPE.match(raw["InstanceType"]):
+            raise InputError(
+                f"InstanceType {raw['InstanceType']!r} is not an instance type name (letters, digits, . _ - : + @)",
+                where=f"{where}: column InstanceType",
+                fix="correct the instance type (no spaces)",
+            )
+        if raw["Region"] and not re.match(r"^[A-Za-z0-9._-]+$", raw["Region"]):
+            raise InputError(
+                f"Region {raw['Region']!r} is not a region name",
+                where=f"{where}: column Region",
+                fix="correct the region (letters, digits, . _ -)",
+            )
         count = _number(raw["AcceleratorCount"], where=where, column="AcceleratorCount", allow_empty=True)
         rows.append(
             _Row(
@@ -113,14 +175,14 @@ def _offer_id(provider: str, instance_type: str, region: str) -> str:
     return f"{provider}:{instance_type}@{region}"
 
 
-def import_skypilot(path: Path, provider: str, *, as_of: date) -> ImportResult:
+def import_skypilot(path: Path, provider: str, *, catalog: Catalog, as_of: date) -> ImportResult:
     """Offers from a SkyPilot ``vms.csv``: one per instance type and region, at the cheapest zone."""
-    rules = provider_rules().get(provider)
+    rules = catalog.providers.get(provider)
     if rules is None:
         raise InputError(
-            f"unknown provider '{provider}'.{did_you_mean(provider, provider_rules())}",
+            f"unknown provider '{provider}'.{did_you_mean(provider, catalog.providers)}",
             where="--provider",
-            fix=f"use one of: {', '.join(provider_rules())}",
+            fix=f"use one of: {', '.join(catalog.providers)}",
         )
     rows = _read_rows(path, provider)
     result = ImportResult()
@@ -130,10 +192,13 @@ def import_skypilot(path: Path, provider: str, *, as_of: date) -> ImportResult:
         if not row.instance_type:
             continue
         if not row.price:
-            result.warnings.append(f"{path}:{row.line}: {row.instance_type} in {row.region} has no price; skipped")
+            if row.accelerator or provider == "gcp":
+                result.warnings.append(f"{path}:{row.line}: {row.instance_type} in {row.region} has no price; skipped")
             continue
         if provider == "gcp":
-            candidates.extend(_gcp_totals(row, gpu_rows))
+            candidates.extend(_gcp_totals(row, gpu_rows, catalog))
+        elif row.accelerator and row.count <= 0:
+            result.warnings.append(f"{path}:{row.line}: {row.instance_type} lists {row.accelerator} × 0; skipped")
         elif row.accelerator:
             candidates.append((row, row.price, row.instance_type))
     best: dict[tuple[str, str], tuple[_Row, float, str]] = {}
@@ -143,57 +208,81 @@ def import_skypilot(path: Path, provider: str, *, as_of: date) -> ImportResult:
             best[key] = (row, price, label)
     unknown: set[str] = set()
     for row, price, label in best.values():
-        model = find_gpu(row.accelerator)
+        model = catalog.find_gpu(row.accelerator)
         if model is None:
             unknown.add(row.accelerator)
             continue
         count = GPU_COUNT_FIXES.get((provider, row.instance_type), row.count)
-        result.offers.append(
-            Offer(
-                id=_offer_id(provider, label, row.region),
-                provider=provider,
-                kind="cloud",
-                instance_type=label,
-                region=row.region,
-                gpu=model.id,
-                gpu_count=count,
-                gpu_memory_gb=row.gpu_mem_gb if row.gpu_mem_gb else model.memory_gb * min(count, 1.0),
-                vcpus=row.vcpus,
-                ram_gb=row.ram_gb,
-                price_usd=round(price, 6),
-                billing=rules.billing,
-                min_charge_s=rules.min_charge_s,
-                disk_usd_per_gb_month=rules.disk_usd_per_gb_month,
-                egress_usd_per_gb=rules.egress_usd_per_gb,
-                stoppable=rules.stoppable,
-                source=f"SkyPilot catalog {path.name} line {row.line}; billing: {rules.source}",
-                as_of=as_of,
-            )
-        )
+        memory = row.gpu_mem_gb
+        if not memory or (count >= 1 and abs(memory - model.memory_gb) <= MEMORY_TOLERANCE * model.memory_gb):
+            memory = model.memory_gb * min(count, 1.0)
+        source = f"SkyPilot catalog {path.name} line {row.line}; billing: {rules.source}"
+        if provider == "gcp":
+            source += f"; host + GPU rows of the same zone, {GCP_SOURCE}"
+        fields = {
+            "id": f"{provider}:{label}@{row.region}",
+            "provider": provider,
+            "kind": "cloud",
+            "instance_type": label,
+            "region": row.region,
+            "gpu": model.id,
+            "gpu_count": count,
+            "gpu_memory_gb": memory,
+            "vcpus": row.vcpus,
+            "ram_gb": row.ram_gb,
+            "price_usd": round(price, 6),
+            **rules.offer_fields(),
+            "source": source,
+            "as_of": as_of,
+        }
+        try:
+            offer = Offer.model_validate(fields, context={"find_gpu": catalog.find_gpu})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err["loc"]) or "row"
+            raise InputError(
+                f"{field}: {err['msg']}", where=f"{path}:{row.line}", fix="correct this row of the catalog file"
+            ) from None
+        result.offers.append(offer)
     for name in sorted(unknown):
         result.warnings.append(f"{path}: accelerator '{name}' is not in gpuseat's GPU catalog; its rows skipped")
     result.offers.sort(key=lambda o: (o.instance_type, o.region or ""))
     return result
 
 
-def _gcp_totals(host: _Row, gpu_rows: list[_Row]) -> list[tuple[_Row, float, str]]:
-    """GCP prices: host row + the attachable GPU row of the same zone (skypilot-catalog issue #31)."""
+def _gcp_totals(host: _Row, gpu_rows: list[_Row], catalog: Catalog) -> list[tuple[_Row, float, str]]:
+    """GCP offers of one host row: host price + the price of the GPU row of the same zone that this
+    machine family can take (skypilot-catalog issue #31; families in :data:`GCP_BUILT_IN`)."""
     assert host.price is not None
     same_zone = [g for g in gpu_rows if g.region == host.region and g.zone == host.zone and g.price]
-    if host.accelerator:  # a2/a3/g2: GPUs built in, priced on their own row
-        for g in same_zone:
-            if g.accelerator == host.accelerator and g.count == host.count:
-                assert g.price is not None
-                merged = replace(host, gpu_mem_gb=host.gpu_mem_gb or g.gpu_mem_gb)
-                return [(merged, host.price + g.price, host.instance_type)]
-        return []
-    if not host.instance_type.startswith(GCP_ATTACHABLE_HOST_PREFIX):
+
+    def model_id(name: str) -> str | None:
+        model = catalog.find_gpu(name)
+        return model.id if model else None
+
+    for prefix, (gpu_id, counts) in GCP_BUILT_IN.items():
+        if host.instance_type.startswith(prefix):
+            count = counts.get(host.instance_type)
+            if count is None:
+                return []
+            for g in same_zone:
+                if model_id(g.accelerator) == gpu_id and g.count == count:
+                    assert g.price is not None
+                    merged = replace(host, accelerator=g.accelerator, count=g.count, gpu_mem_gb=g.gpu_mem_gb)
+                    return [(merged, host.price + g.price, host.instance_type)]
+            return []
+    if not host.instance_type.startswith("n1-"):
         return []
     out = []
     for g in same_zone:
+        gpu = model_id(g.accelerator)
+        limits = GCP_N1_MAX_VCPUS.get(gpu or "", {})
+        if int(g.count) != g.count or host.vcpus > limits.get(int(g.count), -1):
+            continue
         assert g.price is not None
         label = f"{host.instance_type}+{g.count:g}x{g.accelerator}"
-        combo = replace(host, accelerator=g.accelerator, count=g.count, price=host.price + g.price,
-                        gpu_mem_gb=g.gpu_mem_gb)
+        combo = replace(
+            host, accelerator=g.accelerator, count=g.count, price=host.price + g.price, gpu_mem_gb=g.gpu_mem_gb
+        )
         out.append((combo, host.price + g.price, label))
     return out

@@ -1,7 +1,8 @@
-"""CLI for ``gpuseat plan`` and ``gpuseat offers``: parse flags, call :mod:`gpuseat.planning`, print."""
+"""CLI for ``gpuseat plan`` and ``gpuseat offers``: parse flags, call :mod:`gpuseat.services.planning`, print."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -11,93 +12,169 @@ from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, pr
 
 offers_app = typer.Typer(help="List bundled offers and import SkyPilot catalogs.", no_args_is_help=True)
 
+CATALOG_OPTION = typer.Option(
+    None, "--catalog", help="Folder of catalog TOML files laid over the bundled ones (gpus, offers, providers, …)."
+)
+
+
+def _budget(value: float | None) -> float | None:
+    if value is not None and not (math.isfinite(value) and 0 < value <= 1e12):
+        from gpuseat.errors import InputError
+
+        raise InputError(f"{value!r} is not a budget", where="--budget", fix="give a positive amount in USD, e.g. 5000")
+    return value
+
 
 def _plan(
-    course: Path = typer.Argument(..., help="Course file (TOML); see examples/course-2016.toml."),
-    offers: list[Path] = typer.Option([], "--offers", help="Extra offers file (TOML); repeatable."),
+    course: Path = typer.Argument(..., help="Course file (TOML); see examples/course-2016.toml and docs/plan.md."),
+    offers: list[Path] = typer.Option(
+        [], "--offers", help="Offers file (TOML) added to the course's offers; repeatable."
+    ),
     skypilot: list[str] = typer.Option([], "--skypilot", help="PROVIDER=PATH of a SkyPilot vms.csv; repeatable."),
     offer: list[str] = typer.Option([], "--offer", help="Only offers whose id matches this glob; repeatable."),
-    alternatives: int = typer.Option(10, "--alternatives", min=0, help="How many next-best options to show."),
+    region: list[str] = typer.Option([], "--region", help="Only offers whose region matches this glob; repeatable."),
+    catalog: Path | None = CATALOG_OPTION,
+    alternatives: int = typer.Option(10, "--alternatives", min=0, max=100, help="How many distinct other mixes."),
+    budget: float | None = typer.Option(None, "--budget", help="Mark options that cost more than this many USD."),
+    why: str | None = typer.Option(None, "--why", help="Price this offer for the course and say why it is not first."),
     explain: bool = typer.Option(False, "--explain", help="Print every cost as a formula line."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="With --explain: partition profiles passed over."),
     fmt: Format = FORMAT_OPTION,
 ) -> None:
-    """Price the course across offers: the cheapest mix first, alternatives ranked, rejections explained."""
-    from gpuseat.planning import plan_course, plan_json
+    """Price the course across offers: the cheapest mix first, distinct alternatives, rejections explained."""
+    from gpuseat.catalog.bundle import load_catalog
+    from gpuseat.services.planning import plan_course, recorded_speeds
 
-    result = plan_json(
-        plan_course(course, offer_files=offers, skypilot=skypilot, patterns=offer, alternatives=alternatives)
-    )
+    result = plan_course(
+        course,
+        load_catalog(catalog),
+        recorded=recorded_speeds(),
+        offer_files=offers,
+        skypilot=skypilot,
+        patterns=offer,
+        regions=region,
+        alternatives=alternatives,
+        budget_usd=_budget(budget),
+        why=why,
+    ).to_dict()
     err = stderr_console()
     for warning in result["warnings"]:
-        err.print(f"[yellow]warning:[/] {warning}")
+        err.print(f"[yellow]warning:[/] {warning}", markup=True, highlight=False)
     if fmt is Format.json:
         print_json(result)
         return
     if fmt is Format.csv:
-        participants = result["course"]["participants"]
-        csv_rows = [
-            {
-                "rank": o["rank"],
-                "offers": " + ".join(f"{x['count']}× {x['offer']}" for x in o["offers"]),
-                "seats": o["seats"],
-                "total_usd": o["total_usd"],
-                "usd_per_seat_hour": round(o["total_usd"] / (participants * result["course"]["seat_hours_each"]), 4),
-            }
-            for o in result["options"]
-        ]
-        print_csv(csv_rows, ["rank", "offers", "seats", "total_usd", "usd_per_seat_hour"])
+        print_csv(_csv_rows(result), ["rank", "offers", "seats", "total_usd", "usd_per_seat_hour", "over_budget"])
         return
-    rows = [
+    course_info = result["course"]
+    title = (
+        f"{course_info['name']}: {course_info['participants']} participants, "
+        f"{course_info['period_days']} days, {course_info['seat_hours_each']:g} seat-hours each"
+    )
+    print_table(_table_rows(result), ["rank", "offers", "seats", "total", "per seat-hour"], title=title)
+    if why:
+        _print_why(result["why"])
+    if explain:
+        for text in explain_lines(result, verbose=verbose):
+            typer.echo(text)
+    elif not why:
+        typer.echo("(--explain shows every figure; --why OFFER prices one offer; --format json gives all details)")
+
+
+def _mix(option: dict[str, Any], sep: str = ", ") -> str:
+    return sep.join(f"{x['count']}× {x['offer']}" for x in option["offers"])
+
+
+def _csv_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    seat_hours = result["course"]["participants"] * result["course"]["seat_hours_each"]
+    return [
         {
             "rank": o["rank"],
-            "offers": ", ".join(f"{x['count']}× {x['offer']}" for x in o["offers"]),
+            "offers": _mix(o, " + "),
             "seats": o["seats"],
-            "total": f"${o['total_usd']:,.2f}",
+            "total_usd": o["total_usd"],
+            "usd_per_seat_hour": round(o["total_usd"] / seat_hours, 4) if seat_hours else "",
+            "over_budget": o.get("over_budget", ""),
+        }
+        for o in result["options"]
+    ]
+
+
+def _regions(option: dict[str, Any]) -> str:
+    regions = option["also_in_regions"]
+    if not regions:
+        return ""
+    shown = ", ".join(regions[:3]) + (f" +{len(regions) - 3}" if len(regions) > 3 else "")
+    return f" (same price in {shown})"
+
+
+def _table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "rank": o["rank"],
+            "offers": _mix(o) + _regions(o),
+            "seats": o["seats"],
+            "total": f"${o['total_usd']:,.2f}" + (" over budget" if o.get("over_budget") else ""),
             "per seat-hour": ", ".join(f"${p['usd_per_seat_hour']:.3f}" for p in o["performance"]),
         }
         for o in result["options"]
     ]
-    columns = ["rank", "offers", "seats", "total", "per seat-hour"]
-    course_info = result["course"]
-    title = (f"{course_info['name']}: {course_info['participants']} participants, "
-             f"{course_info['period_days']} days, {course_info['seat_hours_each']:g} seat-hours each")
-    print_table(rows, columns, title=title)
-    if explain:
-        _print_explain(result)
-    else:
-        typer.echo("(--explain shows every figure; --format json gives all details and rejected offers)")
 
 
-def _print_explain(result: dict[str, Any]) -> None:
-    for o in result["options"]:
-        typer.echo(f"\nOption {o['rank']}: ${o['total_usd']:,.2f}")
-        for ln in o["lines"]:
+def _print_why(answer: dict[str, Any]) -> None:
+    typer.echo(f"Why not {answer['offer']}:")
+    for reason in answer["reasons"]:
+        typer.echo(f"  - {reason}")
+    if answer["option"]:
+        for ln in answer["option"]["lines"]:
             typer.echo(f"  {ln['offer']} [{ln['group']}] {ln['item']}: {ln['formula']}")
-        for note in o["notes"]:
-            typer.echo(f"  note: {note}")
+
+
+def explain_lines(result: dict[str, Any], *, verbose: bool = False) -> list[str]:
+    """The ``--explain`` text: every option's formula lines, notes and performance, then the rejections."""
+    out: list[str] = []
+    for o in result["options"]:
+        over = " (over budget)" if o.get("over_budget") else ""
+        out.append(f"Option {o['rank']}: ${o['total_usd']:,.2f}{over}")
+        for ln in o["lines"]:
+            out.append(f"  {ln['offer']} {ln['item']}: {ln['formula']}")
+        out += [f"  note: {note}" for note in o["notes"]]
         for p in o["performance"]:
             extra = p.get("time_saved") or p.get("note", "")
             run = f", ${p['usd_per_lenet_run']:.4f} per LeNet run" if "usd_per_lenet_run" in p else ""
-            typer.echo(f"  perf: {p['offer']}: ${p['usd_per_seat_hour']:.4f} per seat-hour{run}; {extra}")
+            out.append(f"  speed: ${p['usd_per_seat_hour']:.4f} per seat-hour{run}; {extra}")
+    out.append(f"Speeds: {result['speeds']}")
     if result["rejected"]:
-        typer.echo("\nRejected:")
+        by_reason: dict[str, list[str]] = {}
         for r in result["rejected"]:
-            typer.echo(f"  {r['offer']}" + (f" [{r['group']}]" if r["group"] else "") + f": {r['reason']}")
+            name = r["offer"] + (f" (+{len(r['twins'])} twin)" if r["twins"] else "")
+            groups = f" [{', '.join(r['groups'])}]" if len(result["course"]["groups"]) > 1 else ""
+            by_reason.setdefault(r["reason"] + groups, []).append(name)
+        out.append("Rejected (cannot seat a group):")
+        for reason, names in by_reason.items():
+            shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            out.append(f"  {shown}: {reason}")
+    if verbose and result["passed_over"]:
+        out.append("Passed over on servers that seat the group (profile choices):")
+        out += [f"  {r['offer']}: {r['reason']}" for r in result["passed_over"]]
+    return out
 
 
 def _offers_import(
     path: Path = typer.Argument(..., help="A SkyPilot catalog file (catalogs/v7|v8/<cloud>/vms.csv)."),
     provider: str = typer.Option(..., "--provider", help="aws, gcp, azure, lambda or runpod."),
     out: Path | None = typer.Option(None, "--out", help="Also write the offers as a TOML offers file."),
+    catalog: Path | None = CATALOG_OPTION,
     fmt: Format = FORMAT_OPTION,
 ) -> None:
     """Read a SkyPilot vms.csv into offers (one per instance type and region, cheapest zone)."""
     from datetime import date
 
+    from gpuseat.catalog.bundle import load_catalog
     from gpuseat.catalog.offers import offers_toml
     from gpuseat.catalog.skypilot import import_skypilot
 
-    result = import_skypilot(path, provider, as_of=date.today())
+    result = import_skypilot(path, provider, catalog=load_catalog(catalog), as_of=date.today())
     err = stderr_console()
     for warning in result.warnings:
         err.print(f"[yellow]warning:[/] {warning}")
@@ -131,26 +208,28 @@ def _emit(rows: list[dict[str, Any]], fmt: Format, *, title: str) -> None:
 
 def _offers_list(
     gpu: str | None = typer.Option(None, "--gpu", help="Only offers with this GPU model."),
+    catalog: Path | None = CATALOG_OPTION,
     fmt: Format = FORMAT_OPTION,
 ) -> None:
-    """List the bundled offers with their price, billing rule and source date."""
-    from gpuseat.catalog import resolve_gpu
-    from gpuseat.catalog.offers import bundled_offers
+    """List the catalog's offers with their price, billing rule and source date."""
+    from gpuseat.catalog.bundle import load_catalog
 
-    wanted = resolve_gpu(gpu, where="--gpu").id if gpu else None
+    cat = load_catalog(catalog)
+    wanted = cat.resolve_gpu(gpu, where="--gpu").id if gpu else None
     rows = [
         {
             "offer": o.id,
             "kind": o.kind,
+            "region": o.region,
             "gpu": f"{o.gpu_count:g}× {o.gpu}",
             "price_usd": o.price_usd,
             "billing": o.billing,
             "as_of": o.as_of.isoformat(),
         }
-        for o in bundled_offers()
+        for o in cat.offers
         if wanted is None or o.gpu == wanted
     ]
-    _emit(rows, fmt, title="bundled offers")
+    _emit(rows, fmt, title="offers" + (f" (with {catalog})" if catalog else ""))
 
 
 def register(app: typer.Typer) -> None:

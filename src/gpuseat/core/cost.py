@@ -1,27 +1,36 @@
-"""Billing arithmetic: how much one unit of an offer costs over a course, as explainable line items.
+"""Billing arithmetic: what one unit of an offer costs over some time, as explainable line items.
 
-Pure functions. Each cost is a :class:`Rate` (exact USD for one unit plus the formula that gives it);
-the planner multiplies a rate by a count to get a :class:`Line` whose formula reads like
-``0.65 $/h × 24 h × 15 d × 16 seats = $3,744.00``.
+Pure functions, also used for "cost so far" (pass the intervals up to now). Each cost is a :class:`Rate`
+(exact USD for one unit plus the formula that gives it); the planner multiplies a rate by a count to get
+a :class:`Line` whose formula reads like ``0.65 $/h × 24 h × 15 d × 16 seats = $3,744.00``.
+
+Rules (docs/plan.md "Billing rules"):
+
+* hourly offers bill each run (a merged interval) raised to the minimum charge and rounded up to the
+  billing increment; an instance that is not stopped between sessions has one run, the whole span;
+* monthly offers bill calendar months (from the 1st; ``month_start = "anniversary"`` counts months from
+  the first day): ``month-prorated`` charges days used / days in that month for every month touched,
+  ``month-whole`` one full charge per month touched;
+* disks bill GB-months over the whole span, at the running rate while the instance runs and at the
+  stopped rate otherwise; a month is 730 h or the real month (``disk_month``); sizes round up to the
+  provider's disk tier.
 """
 
 from __future__ import annotations
 
+import calendar
+import itertools
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
-
-import numpy as np
+from datetime import date, datetime, timedelta
 
 from gpuseat.catalog.offers import INCREMENT_S, Offer
 
-HOURS_PER_MONTH = 730  # the hours-per-month convention cloud storage prices use
+HOURS_PER_MONTH = 730  # the hours-per-month convention most cloud storage prices use
 
-# A price for one offer, or a numpy column of prices for many: the planner prices a whole catalog at once
-# with the same functions that price one offer, so the two cannot disagree.
-Amount = TypeVar("Amount", float, np.ndarray)
+Interval = tuple[datetime, datetime]
 
 
 def money(usd: float) -> str:
@@ -68,7 +77,7 @@ class Line:
     usd: float
     formula: str
 
-    def as_dict(self) -> dict[str, object]:
+    def to_dict(self) -> dict[str, object]:
         """JSON shape of a line."""
         return {
             "offer": self.offer,
@@ -87,6 +96,9 @@ def line(rate: Rate, count: int, *, offer: str, group: str) -> Line:
     return Line(offer, group, rate.item, count, usd, f"{rate.formula} × {count} {word} = {money(usd)}")
 
 
+# ------------------------------------------------------------------------------------------ hourly
+
+
 def billed_seconds(run_s: int, offer: Offer) -> int:
     """Seconds billed for one run: raised to the minimum charge, rounded up to the billing increment."""
     increment = INCREMENT_S[offer.billing]
@@ -94,24 +106,93 @@ def billed_seconds(run_s: int, offer: Offer) -> int:
     return math.ceil(charged / increment) * increment
 
 
-def billed_total(runs_s: list[int], offer: Offer) -> int:
+def billed_total(runs_s: Sequence[int], offer: Offer) -> int:
     """Seconds billed for all runs (lab sessions mostly share one length: each length is billed once)."""
     return sum(billed_seconds(r, offer) * k for r, k in Counter(runs_s).items())
 
 
-def hourly_usd(price_usd_h: Amount, billed_s: Amount | int) -> Amount:
+def hourly_usd(price_usd_h: float, billed_s: float) -> float:
     """Rent for ``billed_s`` seconds at an hourly price."""
     return price_usd_h * billed_s / 3600
 
 
-def disk_usd(usd_per_gb_month: Amount, gb: float, period_days: int) -> Amount:
-    """Disk kept for a seat over the whole course, billed even while the instance is stopped."""
-    return usd_per_gb_month * gb * (period_days * 24) / HOURS_PER_MONTH
+def seconds(runs: Sequence[Interval]) -> list[int]:
+    """Length of each interval in whole seconds."""
+    return [round((end - start).total_seconds()) for start, end in runs]
 
 
-def egress_usd(usd_per_gb: Amount, gb: float) -> Amount:
-    """Internet egress per seat."""
-    return usd_per_gb * gb
+# ----------------------------------------------------------------------------------------- monthly
+
+
+@dataclass(frozen=True)
+class BillingMonth:
+    """One billing month that a rental touches: its first day, its length and the days used in it."""
+
+    start: date
+    days: int
+    used: int
+
+    @property
+    def label(self) -> str:
+        """``Mar 2016`` (calendar) or ``25 Mar 2016`` (anniversary)."""
+        return f"{self.start:%b %Y}" if self.start.day == 1 else f"{self.start:%d %b %Y}".lstrip("0")
+
+
+def _add_months(day: date, months: int, anchor_day: int) -> date:
+    y, m = divmod(day.month - 1 + months, 12)
+    year, month = day.year + y, m + 1
+    return date(year, month, min(anchor_day, calendar.monthrange(year, month)[1]))
+
+
+def billing_months(first: date, last: date, *, anniversary: bool = False) -> list[BillingMonth]:
+    """Every billing month from ``first`` to ``last`` (inclusive days): calendar months from the 1st, or
+    months counted from ``first`` when ``anniversary``."""
+    anchor = first.day if anniversary else 1
+    start = first if anniversary else first.replace(day=1)
+    out = []
+    k = 0
+    while start <= last:
+        k += 1
+        nxt = _add_months(first if anniversary else first.replace(day=1), k, anchor)
+        used = (min(last, nxt - timedelta(days=1)) - max(first, start)).days + 1
+        out.append(BillingMonth(start, (nxt - start).days, used))
+        start = nxt
+    return out
+
+
+def _months_words(months: list[BillingMonth]) -> str:
+    shown = ", ".join(m.label for m in months[:3])
+    return shown + (f", … {months[-1].label}" if len(months) > 3 else "")
+
+
+def monthly_rate(offer: Offer, first: date, last: date, *, per: str) -> Rate:
+    """Rent of one unit of a monthly offer used from ``first`` to ``last`` (inclusive days)."""
+    months = billing_months(first, last, anniversary=offer.month_start == "anniversary")
+    price = f"{num(offer.price_usd)} $/month"
+    if offer.billing == "month-whole":
+        n = len(months)
+        formula = f"{price} × {n} billing month{'s' if n != 1 else ''} ({_months_words(months)}, charged whole)"
+        return Rate("server rent", offer.price_usd * n, formula, per)
+    usd = offer.price_usd * sum(m.used / m.days for m in months)
+    parts = " + ".join(f"{m.used}/{m.days} d {m.label}" for m in months[:3])
+    if len(months) > 3:
+        parts = f"{sum(m.used for m in months)} d over {len(months)} months"
+    return Rate("server rent", usd, f"{price} × ({parts})", per)
+
+
+def usage_rate(offer: Offer, runs: Sequence[Interval], *, per: str) -> Rate:
+    """What one unit of ``offer`` costs when it runs during ``runs`` (merged intervals, in order).
+
+    Hourly offers bill each run; monthly offers bill the days from the first run's start to the last
+    run's end.
+    """
+    if offer.monthly:
+        first, last = runs[0][0].date(), (runs[-1][1] - timedelta(microseconds=1)).date()
+        return monthly_rate(offer, first, last, per=per)
+    runs_s = seconds(runs)
+    billed = billed_total(runs_s, offer)
+    item = "instance hours" if offer.kind == "cloud" else "server hours"
+    return Rate(item, hourly_usd(offer.price_usd, billed), lambda: _hourly_formula(offer, runs_s, billed), per)
 
 
 def _billing_words(offer: Offer) -> str:
@@ -119,51 +200,105 @@ def _billing_words(offer: Offer) -> str:
     return f"{rule}, {offer.min_charge_s} s minimum" if offer.min_charge_s else rule
 
 
-def usage_rate(offer: Offer, runs_s: list[int], period_days: int, *, per: str) -> Rate:
-    """What one unit of ``offer`` costs for the course's runs (hourly) or period (monthly)."""
-    if offer.monthly:
-        months = period_days / offer.days_per_month
-        price = f"{num(offer.price_usd)} $/month"
-        if offer.billing == "month-whole":
-            whole = math.ceil(months)
-            formula = f"{price} × {whole} month{'s' if whole != 1 else ''} (whole months: {period_days} d)"
-            return Rate("server rent", offer.price_usd * whole, formula, per)
-        formula = f"{price} × {period_days} d / {offer.days_per_month} d"
-        return Rate("server rent", offer.price_usd * period_days / offer.days_per_month, formula, per)
-    billed = billed_total(runs_s, offer)
-    item = "instance hours" if offer.kind == "cloud" else "server hours"
-    return Rate(item, hourly_usd(offer.price_usd, billed), lambda: _hourly_formula(offer, runs_s, billed), per)
-
-
-def _hourly_formula(offer: Offer, runs_s: list[int], billed: int) -> str:
-    price = f"{num(offer.price_usd)} $/h"
+def _hourly_formula(offer: Offer, runs_s: list[int], billed: int, price_usd: float | None = None) -> str:
+    """``0.65 $/h × 24 h × 15 d``, or the billed hours and the rule that rounds them."""
+    price = f"{num(offer.price_usd if price_usd is None else price_usd)} $/h"
     lengths = Counter(runs_s)
     unrounded = billed == sum(runs_s)
-    if len(runs_s) == 1 and unrounded and runs_s[0] % 86400 == 0:
-        return f"{price} × 24 h × {runs_s[0] // 86400} d"
+    if len(runs_s) == 1 and unrounded:
+        if runs_s[0] % 86400 == 0:
+            return f"{price} × 24 h × {runs_s[0] // 86400} d"
+        return f"{price} × {num(round(runs_s[0] / 3600, 4))} h"
     if len(lengths) == 1 and unrounded:
         return f"{price} × {num(runs_s[0] / 3600)} h × {len(runs_s)} sessions"
-    words = f"{len(runs_s)} run{'s' if len(runs_s) != 1 else ''}, {_billing_words(offer)}"
+    rule = "by the hour of use" if offer.monthly else _billing_words(offer)
+    words = f"{len(runs_s)} run{'s' if len(runs_s) != 1 else ''}, {rule}"
     return f"{price} × {num(round(billed / 3600, 4))} h billed ({words})"
 
 
-def disk_rate(offer: Offer, gb: float, period_days: int) -> Rate:
-    """Disk kept for a seat over the whole course, billed even while the instance is stopped."""
-    hours = period_days * 24
+def windows_rate(offer: Offer, runs: Sequence[Interval]) -> Rate:
+    """The Windows licence a cloud provider adds per vCPU-hour, billed like the instance (by the hour of
+    use for a monthly instance)."""
+    rate = offer.windows_usd_per_vcpu_h or 0.0
+    runs_s = seconds(runs)
+    billed = sum(runs_s) if offer.monthly else billed_total(runs_s, offer)
+    per_h = rate * offer.vcpus
     return Rate(
-        "disk",
-        disk_usd(offer.disk_usd_per_gb_month, gb, period_days),
-        lambda: f"{num(offer.disk_usd_per_gb_month)} $/GB-month × {num(gb)} GB × {hours} h / {HOURS_PER_MONTH} h",
+        "Windows licence",
+        hourly_usd(per_h, billed),
+        lambda: f"{num(rate)} $/vCPU-h × {num(offer.vcpus)} vCPUs = " + _hourly_formula(offer, runs_s, billed, per_h),
         "seat",
     )
 
 
+# -------------------------------------------------------------------------------------------- disk
+
+
+def disk_size_gb(offer: Offer, gb: float) -> float:
+    """The size billed: ``gb`` raised to the provider's next disk tier (Azure managed disks), if any."""
+    for tier in offer.disk_tiers_gb:
+        if gb <= tier:
+            return tier
+    return gb
+
+
+def _month_hours(start: datetime, end: datetime, real_month: bool) -> list[tuple[float, float]]:
+    """(hours, hours in that month) for each month ``[start, end)`` touches (730 h months unless real)."""
+    if not real_month:
+        return [((end - start).total_seconds() / 3600, float(HOURS_PER_MONTH))]
+    out: list[tuple[float, float]] = []
+    cur = start
+    while cur < end:
+        nxt = datetime.combine(_add_months(cur.date().replace(day=1), 1, 1), datetime.min.time())
+        piece = min(end, nxt)
+        days = calendar.monthrange(cur.year, cur.month)[1]
+        out.append(((piece - cur).total_seconds() / 3600, float(days * 24)))
+        cur = piece
+    return out
+
+
+def disk_rate(offer: Offer, gb: float, running: Sequence[Interval], span: Interval) -> Rate:
+    """Disk kept for a seat over ``span``: billed at the running rate during ``running`` and at the
+    stopped rate (the running rate unless the offer gives one) for the rest of the span."""
+    size = disk_size_gb(offer, gb)
+    run_rate = offer.disk_usd_per_gb_month or 0.0
+    stop_rate = run_rate if offer.disk_stopped_usd_per_gb_month is None else offer.disk_stopped_usd_per_gb_month
+    real = offer.disk_month == "calendar"
+    gaps = [(a[1], b[0]) for a, b in itertools.pairwise(running)]
+    edges = [(span[0], running[0][0]), (running[-1][1], span[1])] if running else [span]
+    stopped = [(a, b) for a, b in [*edges, *gaps] if b > a]
+    usd = run_h = stop_h = 0.0
+    for is_running, rate, pieces in ((True, run_rate, running), (False, stop_rate, stopped)):
+        for a, b in pieces:
+            for hours, month_h in _month_hours(a, b, real):
+                usd += rate * size * hours / month_h
+                if is_running:
+                    run_h += hours
+                else:
+                    stop_h += hours
+    month = "real month" if real else f"{HOURS_PER_MONTH} h"
+    tier = f" ({num(gb)} GB → {num(size)} GB tier)" if size != gb else ""
+
+    def formula() -> str:
+        parts = [f"{num(run_rate)} $/GB-month × {num(size)} GB{tier} × {num(round(run_h, 2))} h running"]
+        if stop_h:
+            parts.append(f"{num(stop_rate)} $/GB-month × {num(round(stop_h, 2))} h stopped")
+        return " + ".join(parts) + f" (month = {month})"
+
+    return Rate("disk", usd, formula, "seat")
+
+
+def egress_usd(usd_per_gb: float, gb: float) -> float:
+    """Internet egress per seat."""
+    return usd_per_gb * gb
+
+
 def egress_rate(offer: Offer, gb: float) -> Rate:
     """Internet egress per seat."""
-    formula = f"{num(offer.egress_usd_per_gb)} $/GB × {num(gb)} GB"
-    return Rate("egress", egress_usd(offer.egress_usd_per_gb, gb), formula, "seat")
+    formula = f"{num(offer.egress_usd_per_gb or 0)} $/GB × {num(gb)} GB"
+    return Rate("egress", egress_usd(offer.egress_usd_per_gb or 0.0, gb), formula, "seat")
 
 
-def term_count(period_days: int, term_days: int) -> int:
-    """Licence terms needed to cover the course (a short course still buys one whole term)."""
-    return max(1, math.ceil(period_days / term_days))
+def term_count(days: int, term_days: int) -> int:
+    """Licence terms needed to cover ``days`` (a short course still buys one whole term)."""
+    return max(1, math.ceil(days / term_days))

@@ -1,8 +1,14 @@
 """The course file: who needs seats, with what, and when.
 
 A course has groups of participants (each with a :class:`SeatNeed`), a schedule (24/7 for a number of
-days, or lab sessions) and cost options. Parsing is strict: unknown keys, zero counts and dates out of
-order are input errors that name the field.
+days, or lab sessions) and cost options. Parsing is strict: unknown keys, zero counts, dates out of
+order, ``true`` where a number belongs and courses longer than :data:`MAX_COURSE_DAYS` are input errors
+that name the field.
+
+Time model (what billing reads): the schedule is a list of *intervals*, the union of its sessions (two
+overlapping sessions are one interval, a session may cross midnight), or one interval from the first
+day 00:00 to the day after the last day for a 24/7 course. The *span* runs from the first interval's
+start to the last one's end: what anything that keeps running is billed for.
 """
 
 from __future__ import annotations
@@ -12,29 +18,40 @@ import unicodedata
 from datetime import date, datetime, time, timedelta
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, field_validator, model_validator
 
-from gpuseat.core.needs import SeatNeed
+from gpuseat.core.needs import MAX_GB, SeatNeed
 
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 WEEKDAYS: tuple[str, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _HOURS = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-4]):([0-5]\d)$")
 
+#: Longest course gpuseat plans (3 years): a longer one is a typo or a data centre, not a course.
+MAX_COURSE_DAYS = 1096
+#: Most participants in one course.
+MAX_PARTICIPANTS = 100_000
+#: Most explicit [[schedule.session]] entries.
+MAX_SESSIONS = 5000
+
+Interval = tuple[datetime, datetime]
+
 
 def parse_hours(text: str) -> tuple[time, float]:
-    """``"09:00-17:00"`` → (start time, length in hours); the end must come after the start."""
+    """``"09:00-17:00"`` → (start time, length in hours); ``"18:00-02:00"`` crosses midnight (8 h)."""
     m = _HOURS.match(text)
     if not m:
         raise ValueError(f"hours must look like 09:00-17:00, got {text!r}")
     h1, m1, h2, m2 = (int(g) for g in m.groups())
     start, end = h1 * 60 + m1, h2 * 60 + m2
-    if end > 24 * 60 or end <= start:
-        raise ValueError(f"hours {text!r}: the end must come after the start, on the same day")
+    if end == start or (h2 == 24 and m2):
+        raise ValueError(f"hours {text!r}: a session needs a length (the end must differ from the start)")
+    if end < start:  # crosses midnight
+        end += 24 * 60
     return time(h1, m1), (end - start) / 60
 
 
 class Session(BaseModel):
-    """One lab session on one date."""
+    """One lab session starting on ``date`` (it may end after midnight)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -52,6 +69,25 @@ class Session(BaseModel):
         """Session length in hours."""
         return parse_hours(self.hours)[1]
 
+    @property
+    def interval(self) -> Interval:
+        """Start and end as datetimes."""
+        start, hours = parse_hours(self.hours)
+        begin = datetime.combine(self.date, start)
+        return begin, begin + timedelta(hours=hours)
+
+
+def merge_intervals(intervals: list[Interval]) -> list[Interval]:
+    """The union of ``intervals``, sorted: overlapping or touching intervals become one (billed once)."""
+    out: list[Interval] = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
+
 
 class Schedule(BaseModel):
     """When seats are in use: 24/7 from ``start`` for ``days`` (or to ``end``), or lab sessions.
@@ -64,10 +100,10 @@ class Schedule(BaseModel):
 
     start: date
     end: date | None = None
-    days: int | None = Field(None, gt=0)
+    days: StrictInt | None = Field(None, gt=0, le=MAX_COURSE_DAYS)
     weekdays: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri")
     hours: str | None = None
-    session: tuple[Session, ...] = ()
+    session: tuple[Session, ...] = Field((), max_length=MAX_SESSIONS)
 
     @field_validator("hours")
     @classmethod
@@ -86,9 +122,19 @@ class Schedule(BaseModel):
                 raise ValueError(f"'days' = {self.days} from {self.start} ends {expected}, not {self.end}")
         if self.end is not None and self.end < self.start:
             raise ValueError(f"end {self.end} is before start {self.start}")
+        if self.period_days > MAX_COURSE_DAYS:
+            raise ValueError(
+                f"the course lasts {self.period_days} days; gpuseat plans courses of at most {MAX_COURSE_DAYS} days"
+            )
         for s in self.session:
             if not self.start <= s.date <= self.last_day:
                 raise ValueError(f"session on {s.date} is outside the course ({self.start} to {self.last_day})")
+        if not self.always_on and not self.sessions():
+            days = ", ".join(self.weekdays) or "no weekday"
+            raise ValueError(
+                f"'hours' is set but no date from {self.start} to {self.last_day} falls on {days}: "
+                "the schedule has no session"
+            )
         return self
 
     @property
@@ -101,7 +147,7 @@ class Schedule(BaseModel):
 
     @property
     def period_days(self) -> int:
-        """Calendar days from the first to the last day, inclusive: what monthly offers bill."""
+        """Calendar days from the first to the last day, inclusive."""
         return (self.last_day - self.start).days + 1
 
     @property
@@ -120,11 +166,25 @@ class Schedule(BaseModel):
                 day += timedelta(days=1)
         return sorted(out, key=lambda s: (s.date, s.hours))
 
-    def run_lengths_s(self) -> list[int]:
-        """Seconds of each run of a seat: one run for 24/7, one per session otherwise."""
+    def intervals(self) -> list[Interval]:
+        """When seats are in use: merged sessions, or the whole period for 24/7."""
         if self.always_on:
-            return [self.period_days * 86400]
-        return [round(s.length_h * 3600) for s in self.sessions()]
+            return [(datetime.combine(self.start, time()), datetime.combine(self.last_day + timedelta(days=1), time()))]
+        return merge_intervals([s.interval for s in self.sessions()])
+
+    def span(self) -> Interval:
+        """From the first use to the last: what an instance that keeps running, or a disk, is billed for."""
+        runs = self.intervals()
+        return runs[0][0], runs[-1][1]
+
+    def span_days(self) -> tuple[date, date]:
+        """First and last calendar day the span touches (what monthly rent and licence terms cover)."""
+        begin, end = self.span()
+        return begin.date(), (end - timedelta(microseconds=1)).date()
+
+    def run_lengths_s(self) -> list[int]:
+        """Seconds of each run of a seat (one per merged interval)."""
+        return [round((end - start).total_seconds()) for start, end in self.intervals()]
 
     def in_use_hours(self) -> float:
         """Hours a seat is in use over the course."""
@@ -138,8 +198,8 @@ class Schedule(BaseModel):
 class Group(SeatNeed):
     """Participants who share the same needs."""
 
-    name: str = "participants"
-    count: int = Field(gt=0)
+    name: str = Field("participants", min_length=1, max_length=100)
+    count: StrictInt = Field(gt=0, le=MAX_PARTICIPANTS)
 
     @property
     def need(self) -> SeatNeed:
@@ -152,11 +212,11 @@ class Costs(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    storage_gb_per_seat: float = Field(0, ge=0)
-    egress_gb_per_seat: float = Field(0, ge=0)
-    stop_outside_sessions: bool = True
-    support: bool = False
-    hypervisor_licence_usd_per_server: float = Field(0, ge=0)
+    storage_gb_per_seat: StrictFloat = Field(0, ge=0, le=MAX_GB)
+    egress_gb_per_seat: StrictFloat = Field(0, ge=0, le=MAX_GB * 100)
+    stop_outside_sessions: StrictBool = True
+    support: StrictBool = False
+    hypervisor_licence_usd_per_server: StrictFloat = Field(0, ge=0, le=1e9)
 
 
 class VmGuest(BaseModel):
@@ -193,12 +253,12 @@ class Course(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = "course"
+    name: str = Field("course", max_length=200)
     offers: tuple[str, ...] = ()
     offers_files: tuple[str, ...] = ()
     schedule: Schedule
-    group: tuple[Group, ...] = ()
-    participants: int | None = Field(None, gt=0)
+    group: tuple[Group, ...] = Field((), max_length=100)
+    participants: StrictInt | None = Field(None, gt=0, le=MAX_PARTICIPANTS)
     needs: SeatNeed | None = None
     costs: Costs = Costs()
     vm: VmGuest = VmGuest()
@@ -214,6 +274,8 @@ class Course(BaseModel):
         names = [g.name for g in self.group]
         if len(set(names)) != len(names):
             raise ValueError("group names must be unique")
+        if self.participant_count > MAX_PARTICIPANTS:
+            raise ValueError(f"{self.participant_count} participants; gpuseat plans at most {MAX_PARTICIPANTS:,}")
         return self
 
     @property

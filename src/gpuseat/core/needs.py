@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat
 
 GuestOS = Literal["linux", "windows"]
 Isolation = Literal["dedicated", "partitioned", "shared"]
+
+#: Upper bounds that keep every figure realistic (a typo such as 8e9 GB is an input error, not a plan).
+MAX_GB = 100_000.0
+MAX_VCPUS = 10_000.0
 
 
 class SeatNeed(BaseModel):
@@ -15,14 +19,15 @@ class SeatNeed(BaseModel):
 
     ``isolation``: ``dedicated`` = a whole GPU chip (passthrough); ``partitioned`` = a hardware or
     hypervisor partition with its own memory (MIG, vGPU) is enough; ``shared`` = time-slicing or MPS
-    without memory isolation is acceptable.
+    without memory isolation is acceptable. Types are strict: ``cuda = "no"`` or ``min_vcpus = true``
+    are refused rather than coerced.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    min_gpu_memory_gb: float = Field(0, ge=0)
-    cuda: bool = True
+    min_gpu_memory_gb: StrictFloat = Field(0, ge=0, le=MAX_GB)
+    cuda: StrictBool = True
     guest_os: GuestOS = "linux"
-    min_vcpus: float = Field(0, ge=0)
-    min_ram_gb: float = Field(0, ge=0)
+    min_vcpus: StrictFloat = Field(0, ge=0, le=MAX_VCPUS)
+    min_ram_gb: StrictFloat = Field(0, ge=0, le=MAX_GB)
     isolation: Isolation = "partitioned"

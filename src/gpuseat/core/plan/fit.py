@@ -1,0 +1,343 @@
+"""Fitting: how one offer serves one group of participants, and what a unit and a seat of it cost.
+
+A :class:`Fit` says how many seats one unit (a cloud instance or a bare-metal server) gives a group and
+lists its costs as :class:`~gpuseat.core.cost.Rate` values. Cloud instances give one seat when they
+meet the need; servers give what the carver finds (:func:`gpuseat.core.carve.server_capacity`),
+limited by their CPUs and RAM. Everything the fitting reads comes in through :class:`PlanContext`:
+the course, the catalog value and the course's intervals.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, NamedTuple
+
+from gpuseat.catalog import GpuModel
+from gpuseat.catalog.licences import Licence
+from gpuseat.catalog.offers import Offer
+from gpuseat.core.carve import Capacity, server_capacity
+from gpuseat.core.cost import (
+    Interval,
+    Rate,
+    billed_total,
+    disk_rate,
+    egress_rate,
+    egress_usd,
+    hourly_usd,
+    num,
+    seconds,
+    term_count,
+    usage_rate,
+    windows_rate,
+)
+from gpuseat.core.course import Course, Group
+from gpuseat.core.needs import SeatNeed
+from gpuseat.errors import InputError
+
+if TYPE_CHECKING:
+    from gpuseat.catalog.bundle import Catalog
+
+
+class RejectedOffer(NamedTuple):
+    """An offer that cannot seat a group, and why; ``detail`` marks a partition profile or mode the
+    carver passed over on an offer that does seat the group (shown with ``--explain --verbose``)."""
+
+    offer: str
+    reason: str
+    group: str | None = None
+    profile: str | None = None
+    detail: bool = False
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON shape."""
+        return self._asdict()
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How one offer serves one group: seats per unit and what a unit and a seat cost."""
+
+    offer: Offer
+    group: Group
+    seats_per_unit: int
+    mode: str
+    profile: str | None
+    unit_rates: tuple[Rate, ...]
+    seat_rates: tuple[Rate, ...]
+    notes: tuple[str, ...] = ()
+
+    @cached_property
+    def unit_usd(self) -> float:
+        """Cost of one unit (instance or server) for the whole course."""
+        return sum(r.usd for r in self.unit_rates)
+
+    @cached_property
+    def seat_usd(self) -> float:
+        """Per-seat costs on top of the unit (disk, egress, seat licences)."""
+        return sum(r.usd for r in self.seat_rates)
+
+    def per_seat_bound(self) -> float:
+        """Cost per seat when units are full: the ranking key."""
+        return self.unit_usd / self.seats_per_unit + self.seat_usd
+
+
+@dataclass
+class PlanContext:
+    """What every fit of one course shares, computed once: intervals, the catalog, and caches."""
+
+    course: Course
+    catalog: Catalog
+    runs: list[Interval]
+    span: Interval
+    usage: dict[str, tuple[Rate, tuple[str, ...]]] = field(default_factory=dict)
+    capacity: dict[tuple[str, int, SeatNeed], Capacity] = field(default_factory=dict)
+    data: dict[str, tuple[list[Rate], tuple[str, ...]]] = field(default_factory=dict)
+    _billed: dict[tuple[str, int, bool], int] = field(default_factory=dict)
+    _disk: dict[tuple[object, ...], float] = field(default_factory=dict)
+    _needs: dict[str, SeatNeed] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, course: Course, catalog: Catalog) -> PlanContext:
+        """The context of ``course`` priced with ``catalog``."""
+        return cls(course, catalog, course.schedule.intervals(), course.schedule.span())
+
+    @cached_property
+    def span_days(self) -> int:
+        """Calendar days the span touches (licence terms cover these)."""
+        first, last = self.course.schedule.span_days()
+        return (last - first).days + 1
+
+    def need(self, group: Group) -> SeatNeed:
+        """The seat need of ``group`` (made once per group)."""
+        cached = self._needs.get(group.name)
+        if cached is None:
+            cached = self._needs[group.name] = group.need
+        return cached
+
+    def stopped_between_sessions(self, offer: Offer) -> bool:
+        """Whether ``offer`` is billed only while seats are in use."""
+        return offer.stoppable and self.course.costs.stop_outside_sessions
+
+    def billed_runs(self, offer: Offer) -> tuple[list[Interval], tuple[str, ...]]:
+        """The intervals ``offer`` is billed for: the sessions, or the span (noting why) when it keeps running."""
+        if self.course.schedule.always_on or self.stopped_between_sessions(offer):
+            return self.runs, ()
+        why = "cannot be stopped" if not offer.stoppable else "is kept running (stop_outside_sessions = false)"
+        hours = (self.span[1] - self.span[0]).total_seconds() / 3600
+        return [self.span], (
+            f"{offer.id} {why}: billed from the first session's start to the last one's end ({num(round(hours, 2))} h)",
+        )
+
+    def billed_seconds(self, offer: Offer) -> int:
+        """Seconds an hourly offer is billed for this course."""
+        return billed_total(seconds(self.billed_runs(offer)[0]), offer)
+
+    def usage_rate(self, offer: Offer) -> tuple[Rate, tuple[str, ...]]:
+        """Rent for one unit of ``offer`` over the course, and notes on how it is billed (cached per offer)."""
+        cached = self.usage.get(offer.id)
+        if cached is None:
+            runs, notes = self.billed_runs(offer)
+            per = "seat" if offer.kind == "cloud" else "server"
+            cached = self.usage[offer.id] = (usage_rate(offer, runs, per=per), notes)
+        return cached
+
+    def data_rates(self, offer: Offer) -> tuple[list[Rate], tuple[str, ...]]:
+        """Disk kept for the whole span and egress, per seat, and a note when the disk has no known price."""
+        cached = self.data.get(offer.id)
+        if cached is None:
+            costs, rates = self.course.costs, []
+            notes: tuple[str, ...] = ()
+            if costs.storage_gb_per_seat:
+                if offer.disk_usd_per_gb_month is None:
+                    notes = (f"storage not priced for {offer.id}: its disk price is unknown",)
+                elif offer.disk_usd_per_gb_month or offer.disk_stopped_usd_per_gb_month:
+                    running = self.runs if self.stopped_between_sessions(offer) else [self.span]
+                    rates.append(disk_rate(offer, costs.storage_gb_per_seat, running, self.span))
+            if costs.egress_gb_per_seat and offer.egress_usd_per_gb:
+                rates.append(egress_rate(offer, costs.egress_gb_per_seat))
+            cached = self.data[offer.id] = (rates, notes)
+        return cached
+
+    def fast_bound(self, offer: Offer, windows: bool) -> float:
+        """Cost per seat of an hourly cloud instance, computed without a :class:`Fit` but with the same
+        functions in the same order, so it equals :meth:`Fit.per_seat_bound` exactly."""
+        stopped = self.stopped_between_sessions(offer)
+        key = (offer.billing, offer.min_charge_s, stopped)
+        billed = self._billed.get(key)
+        if billed is None:
+            billed = self._billed[key] = self.billed_seconds(offer)
+        unit = 0.0 + hourly_usd(offer.price_usd, billed)
+        if offer.setup_fee_usd:
+            unit += offer.setup_fee_usd
+        seat = 0.0
+        if windows and offer.windows_usd_per_vcpu_h:
+            seat += hourly_usd(offer.windows_usd_per_vcpu_h * offer.vcpus, billed)
+        costs = self.course.costs
+        if (
+            costs.storage_gb_per_seat
+            and offer.disk_usd_per_gb_month is not None
+            and (offer.disk_usd_per_gb_month or offer.disk_stopped_usd_per_gb_month)
+        ):
+            dkey = (
+                offer.disk_usd_per_gb_month,
+                offer.disk_stopped_usd_per_gb_month,
+                offer.disk_month,
+                offer.disk_tiers_gb,
+                stopped,
+            )
+            disk = self._disk.get(dkey)
+            if disk is None:
+                disk = self._disk[dkey] = self.data_rates(offer)[0][0].usd
+            seat += disk
+        if costs.egress_gb_per_seat and offer.egress_usd_per_gb:
+            seat += egress_usd(offer.egress_usd_per_gb, costs.egress_gb_per_seat)
+        return unit / 1 + seat
+
+    def server_capacity(self, gpu: GpuModel, boards: int, need: SeatNeed) -> Capacity:
+        """The carver's answer for one server, cached per (GPU, boards, need)."""
+        key = (gpu.id, boards, need)
+        if key not in self.capacity:
+            self.capacity[key] = server_capacity(gpu, boards, need, self.catalog)
+        return self.capacity[key]
+
+
+class CloudCheck(NamedTuple):
+    """One thing a cloud instance must have to seat a participant: ``have`` (an offer attribute) ≥ ``least``."""
+
+    have: str
+    least: Callable[[SeatNeed], float]
+    why: str  # str.format template over have, least and gpu
+
+
+CLOUD_CHECKS = (
+    CloudCheck("memory_per_chip_gb", lambda n: n.min_gpu_memory_gb, "{have:g} GB GPU memory < {least:g} GB needed"),
+    # gpu_count is always > 0, so a least of 0 lets any slice through
+    CloudCheck(
+        "gpu_count",
+        lambda n: 1 if n.isolation == "dedicated" else 0,
+        "{have:g} of a {gpu} is a shared slice, not a dedicated GPU",
+    ),
+    CloudCheck("vcpus", lambda n: n.min_vcpus, "{have:g} vCPUs < {least:g} needed"),
+    CloudCheck("ram_gb", lambda n: n.min_ram_gb, "{have:g} GB RAM < {least:g} GB needed"),
+)
+
+
+def guest_os_reason(offer: Offer, need: SeatNeed) -> str | None:
+    """Why ``offer`` cannot run the guest OS ``need`` asks for (None when it can)."""
+    if need.guest_os in offer.guest_os:
+        return None
+    return f"runs {' and '.join(sorted(offer.guest_os)).title()} guests only, not {need.guest_os.title()}"
+
+
+def cloud_reason(offer: Offer, need: SeatNeed) -> str | None:
+    """Why a cloud instance cannot seat ``need`` (None when it can)."""
+    reason = guest_os_reason(offer, need)
+    if reason:
+        return reason
+    for check in CLOUD_CHECKS:
+        have, least = getattr(offer, check.have), check.least(need)
+        if have < least:
+            return check.why.format(have=have, least=least, gpu=offer.gpu)
+    return None
+
+
+def _licence_rates(lic: Licence, days: int, chips: int) -> tuple[list[Rate], list[Rate]]:
+    terms = term_count(days, lic.term_days)
+    flag = "" if lic.verified else ", unverified list price"
+    formula = f"{num(lic.usd)} $/{lic.per}-term × {terms} term{'s' if terms != 1 else ''} ({lic.term_days} d{flag})"
+    if lic.per == "gpu":
+        return [Rate(f"licence {lic.id}", lic.usd * terms * chips, f"{formula} × {chips} GPUs", "server")], []
+    return [], [Rate(f"licence {lic.id}", lic.usd * terms, formula, "seat")]
+
+
+def fit_offer(offer: Offer, group: Group, ctx: PlanContext) -> tuple[Fit | None, list[RejectedOffer]]:
+    """How ``offer`` serves ``group``: a :class:`Fit`, or None with the reasons."""
+    need = ctx.need(group)
+    costs = ctx.course.costs
+    rejections: list[RejectedOffer] = []
+    unit_rates: list[Rate] = []
+    seat_rates: list[Rate] = []
+    notes: list[str] = []
+    mode, profile = "instance", None
+    if offer.kind == "cloud":
+        reason = cloud_reason(offer, need)
+        if reason:
+            return None, [RejectedOffer(offer.id, reason, group.name)]
+        seats = 1
+        usage, billing_notes = ctx.usage_rate(offer)
+        notes += billing_notes
+        unit_rates.append(usage)
+        if need.guest_os == "windows":
+            if offer.windows_usd_per_vcpu_h is None:
+                notes.append(f"Windows licence not priced for {offer.id}")
+            elif offer.windows_usd_per_vcpu_h:
+                seat_rates.append(windows_rate(offer, ctx.billed_runs(offer)[0]))
+    else:
+        reason = guest_os_reason(offer, need)
+        if reason:
+            return None, [RejectedOffer(offer.id, reason, group.name)]
+        gpu = ctx.catalog.find_gpu(offer.gpu)
+        if gpu is None:
+            return None, [RejectedOffer(offer.id, f"GPU model '{offer.gpu}' is not in the catalog", group.name)]
+        chips = offer.gpu_count
+        if not float(chips / gpu.chips_per_board).is_integer():
+            why = f"{chips:g} chips is not a whole number of {gpu.id} boards ({gpu.chips_per_board} chips each)"
+            return None, [RejectedOffer(offer.id, why, group.name)]
+        capacity = ctx.server_capacity(gpu, int(chips // gpu.chips_per_board), need)
+        seats = capacity.seats
+        for have, least, what in ((offer.vcpus, group.min_vcpus, "vCPUs"), (offer.ram_gb, group.min_ram_gb, "GB RAM")):
+            limit = math.floor(have / least) if least else seats
+            if limit < seats:
+                notes.append(f"{offer.id}: {num(have)} {what} allow only {limit} seats of the {seats} the GPUs give")
+                seats = limit
+        if seats <= 0:
+            reasons = "; ".join(f"{p or m}: {w}" for m, p, w in capacity.rejected[:2]) or "no seat fits"
+            if notes:
+                reasons = notes[-1].split(": ", 1)[1]
+            return None, [RejectedOffer(offer.id, f"no seat fits ({reasons})", group.name)]
+        for rej_mode, rej_profile, why in capacity.rejected:
+            label = rej_profile or rej_mode
+            rejections.append(RejectedOffer(offer.id, f"{label}: {why}", group.name, rej_profile, detail=True))
+        mode, profile = capacity.mode or "passthrough", capacity.profile
+        usage, billing_notes = ctx.usage_rate(offer)
+        notes = [*billing_notes, *notes]
+        unit_rates.append(usage)
+        share = f"{offer.vcpus / seats:g} vCPUs and {offer.ram_gb / seats:.3g} GB RAM per seat"
+        notes.append(f"{offer.id}: {seats} seats per server ({mode}{' ' + profile if profile else ''}), {share}")
+        if need.guest_os == "windows":
+            notes.append(f"Windows guest licences on {offer.id} are not priced")
+        if costs.hypervisor_licence_usd_per_server:
+            unit_rates.append(
+                Rate(
+                    "hypervisor licence",
+                    costs.hypervisor_licence_usd_per_server,
+                    f"{num(costs.hypervisor_licence_usd_per_server)} $/server",
+                    "server",
+                )
+            )
+        if capacity.licence:
+            lic = ctx.catalog.licences.get(capacity.licence)
+            if lic is None:
+                raise InputError(
+                    f"licence '{capacity.licence}' has no price",
+                    where="licences.toml",
+                    fix="add the licence to licences.toml (or a --catalog folder)",
+                )
+            per_unit, per_seat = _licence_rates(lic, ctx.span_days, int(chips))
+            unit_rates += per_unit
+            seat_rates += per_seat
+    if offer.setup_fee_usd:
+        unit_rates.append(Rate("setup fee", offer.setup_fee_usd, f"{num(offer.setup_fee_usd)} $ setup", "server"))
+    data, data_notes = ctx.data_rates(offer)
+    seat_rates += data
+    notes += data_notes
+    return Fit(offer, group, seats, mode, profile, tuple(unit_rates), tuple(seat_rates), tuple(notes)), rejections
+
+
+def fast_path(offer: Offer) -> bool:
+    """Whether the table checks and prices ``offer`` without making a :class:`Fit`: hourly cloud instances,
+    whose seat costs the same for every group (a Windows licence aside)."""
+    return offer.kind == "cloud" and not offer.monthly

@@ -1,0 +1,160 @@
+"""The planning service: read a course and offers, run the planner, return a :class:`Plan`.
+
+The CLI, the portal and the hooks call these functions; the pure planner in :mod:`gpuseat.core.plan`
+never reads files. Everything that makes one machine's answer differ from another's comes in as an
+argument: the catalog (with its overlay folder) and the recorded bench speeds.
+
+Which offers a plan considers: every offer of the catalog, of the course's ``offers_files``, of
+``--offers FILE`` and of ``--skypilot`` imports (an imported copy of a catalog offer — same provider,
+instance type, region and billing rule — replaces it), chosen by ``--offer GLOB`` if given, else by the
+course's ``offers = [...]`` globs (all of them when the course gives none), then filtered by
+``--region GLOB``. Offers of ``--offers``/``--skypilot`` that the course's globs leave out are named in
+a warning, never dropped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import date
+from pathlib import Path
+
+from gpuseat.catalog.bundle import Catalog
+from gpuseat.catalog.offers import Offer, check_offer_ids, load_offers_file, merge_offers
+from gpuseat.catalog.skypilot import import_skypilot
+from gpuseat.core.course import Course
+from gpuseat.core.plan import Plan, Speed, plan, select_offers, speeds_from
+from gpuseat.errors import InputError
+from gpuseat.files import read_toml_model
+
+__all__ = [
+    "gather_offers",
+    "load_course",
+    "parse_skypilot_arg",
+    "plan_course",
+    "recorded_speeds",
+    "reference_speeds",
+]
+
+
+def load_course(path: Path) -> Course:
+    """A course file, validated; errors name the file, the line and the field."""
+    return read_toml_model(Course, path)
+
+
+def parse_skypilot_arg(arg: str) -> tuple[str, Path]:
+    """``aws=path/vms.csv`` → ("aws", path)."""
+    provider, sep, path = arg.partition("=")
+    if not sep or not provider or not path:
+        raise InputError(f"expected PROVIDER=PATH, got {arg!r}", where="--skypilot", fix="e.g. --skypilot aws=vms.csv")
+    return provider, Path(path)
+
+
+def gather_offers(
+    course: Course,
+    course_path: Path,
+    catalog: Catalog,
+    *,
+    offer_files: Sequence[Path] = (),
+    skypilot: Sequence[str] = (),
+    patterns: Sequence[str] = (),
+    regions: Sequence[str] = (),
+    today: date | None = None,
+) -> tuple[list[Offer], list[str]]:
+    """The offers a plan considers (module docstring) and the import warnings."""
+    warnings: list[str] = []
+    own: list[list[Offer]] = [list(catalog.offers)]
+    for name in course.offers_files:
+        own.append(load_offers_file((course_path.parent / name).resolve(), catalog))
+    added: list[list[Offer]] = []
+    for path in offer_files:
+        added.append(load_offers_file(path, catalog))
+    for arg in skypilot:
+        provider, path = parse_skypilot_arg(arg)
+        imported = import_skypilot(path, provider, catalog=catalog, as_of=today or date.today())
+        warnings += imported.warnings
+        added.append(imported.offers)
+    offers = merge_offers(*own, *added)
+    chosen = list(patterns) or list(course.offers)
+    where = "--offer" if patterns else f"{course_path}: field 'offers'"
+    check_offer_ids(chosen, offers, where=where)
+    selected = select_offers(offers, chosen, regions)
+    if chosen and added:
+        kept = {o.id for o in selected}
+        left = [o.id for group in added for o in group if o.id not in kept]
+        if left:
+            warnings.append(
+                f"{len(left)} offer(s) from --offers/--skypilot are not considered because the "
+                f"{'--offer' if patterns else 'course'} globs {', '.join(chosen)} leave them out (e.g. {left[0]}); "
+                "add their ids to the course's 'offers' or pass --offer GLOB"
+            )
+    if regions and not selected:
+        raise InputError(
+            f"no offer is in a region matching {', '.join(regions)}",
+            where="--region",
+            fix="list regions with 'gpuseat offers list', or drop --region",
+        )
+    return selected, warnings
+
+
+def reference_speeds(catalog: Catalog) -> list[Speed]:
+    """The shipped LeNet reference results, normalised to 10,000 iterations."""
+    return [Speed(r.gpu, r.seconds * 10000 / r.iterations, r.source) for r in catalog.references]
+
+
+def recorded_speeds() -> list[Speed]:
+    """LeNet results recorded by ``gpuseat bench`` on this machine's store that may stand for a GPU model:
+    full runs on whole GPUs (never a MIG slice or a short run), normalised to 10,000 iterations."""
+    from gpuseat.bench.results import recorded_results, whole_gpu_speeds
+
+    return [
+        Speed(model, r.seconds_per_10k, f"gpuseat bench, {r.recorded_at:%Y-%m-%d}")
+        for model, r in whole_gpu_speeds(recorded_results()).items()
+    ]
+
+
+def plan_course(
+    course_path: Path,
+    catalog: Catalog,
+    *,
+    recorded: Sequence[Speed] = (),
+    offer_files: Sequence[Path] = (),
+    skypilot: Sequence[str] = (),
+    patterns: Sequence[str] = (),
+    regions: Sequence[str] = (),
+    alternatives: int = 10,
+    budget_usd: float | None = None,
+    why: str | None = None,
+    today: date | None = None,
+) -> Plan:
+    """Plan a course file end to end. ``recorded`` are bench speeds the caller chose to use (the CLI
+    passes the local store's); without them the plan uses the shipped reference results only."""
+    course = load_course(course_path)
+    offers, warnings = gather_offers(
+        course,
+        course_path,
+        catalog,
+        offer_files=offer_files,
+        skypilot=skypilot,
+        patterns=patterns,
+        regions=regions,
+        today=today,
+    )
+    gpus = sorted({s.gpu for s in recorded})
+    note = (
+        f"shipped reference results, and {len(recorded)} result(s) recorded by gpuseat bench ({', '.join(gpus)})"
+        if recorded
+        else "shipped reference results only"
+    )
+    result = plan(
+        course,
+        offers,
+        catalog=catalog,
+        speeds=speeds_from(reference_speeds(catalog), recorded),
+        speeds_note=note,
+        alternatives=alternatives,
+        budget_usd=budget_usd,
+        why=why,
+        where=str(course_path),
+    )
+    result.warnings[:0] = warnings
+    return result
