@@ -371,3 +371,34 @@ def test_12_gh200_names_and_the_144gb_part(cli):
         "json",
     )
     assert got.code == 0 and [s["profile"] for s in json.loads(got.out)["slices"]] == ["1g.18gb"] * 7
+
+
+def test_catalog_overlay_adds_a_gpu(cli, tmp_path):
+    """`--catalog DIR` lays a user's gpus.toml over the bundled one (issue 9: the catalog is injected)."""
+    (tmp_path / "gpus.toml").write_text(
+        '[[gpu]]\nid = "X1"\nname = "Example X1"\narchitecture = "Hopper"\ncompute_capability = "9.0"\n'
+        'chips_per_board = 2\nmemory_gb = 24\nmig = false\nvgpu = false\nsource = "test"\nas_of = 2026-12-02\n'
+    )
+    got = cli("carve", "--gpu", "X1", "--catalog", tmp_path, "--format", "json")
+    assert got.code == 0, got.err
+    doc = json.loads(got.out)
+    assert doc["gpu"] == "X1" and len(doc["slices"]) == 2 and doc["mode"] == "passthrough"
+    assert cli("carve", "--gpu", "X1").code == 2
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--gpu", "H100-80GB", "--seats", "99999999999"],
+        ["--gpu", "H100-80GB", "--render", "libvirt", "--image", "relative.qcow2"],
+        ["--gpu", "H100-80GB", "--render", "libvirt", "--network", "-evil"],
+        ["--gpu", "H100-80GB", "--mode", "mig", "--profile", "1g.10gb", "--seats", "8"],
+        ["--gpu", "H100-80GB", "--out", "/tmp"],
+        ["--assert", "--from-nvidia-smi", str(FIXTURES / "telegraf__a10g.xml"), str(EXAMPLES / "ibm-2xM60.toml")],
+        ["--gpu", "M60:99"],
+        ["--catalog", "/nonexistent", "--gpu", "M60"],
+    ],
+)
+def test_bad_input_is_one_message_not_a_traceback(cli, args):
+    got = cli("carve", *args)
+    assert got.code == 2 and "Traceback" not in got.err + got.out and got.err.strip(), (got.code, got.err)
