@@ -3,8 +3,8 @@
 A seat suits a group when it is not reserved for other groups, has at least the group's GPU memory,
 isolates as well as the group needs (a whole GPU > a MIG/vGPU partition > a shared GPU) and can run
 the group's guest OS (Windows needs a virtual machine). Among suitable seats the least wasteful comes
-first (reserved for the group, then the smallest memory, then the seat key), so assigning is stable
-and deterministic.
+first (own hardware before cloud machines, reserved for the group, then the smallest memory, then the
+seat key), so assigning is stable and deterministic.
 """
 
 from __future__ import annotations
@@ -89,11 +89,12 @@ def misfit(
 
 
 def preference(
-    *, key: str, memory_gb: float | None, reserved_for: Sequence[str], group: str | None
-) -> tuple[int, float, str]:
-    """Sort key among suitable seats: reserved for the group first, then the smallest, then by key."""
+    *, key: str, kind: str, memory_gb: float | None, reserved_for: Sequence[str], group: str | None
+) -> tuple[int, int, float, str]:
+    """Sort key among suitable seats: own hardware before rented cloud machines (a cloud seat can stay
+    unlaunched), then seats reserved for the group, then the smallest, then by key."""
     reserved = 0 if (group is not None and group in reserved_for) else 1
-    return (reserved, memory_gb if memory_gb is not None else float("inf"), key)
+    return (int(kind == "cloud"), reserved, memory_gb if memory_gb is not None else float("inf"), key)
 
 
 def seat_keys(prefix: str, count: int, start: int = 1) -> list[str]:

@@ -86,6 +86,7 @@ __all__ = [
     "SeatSpec",
     "SeatView",
     "open_store",
+    "plan_option_for",
 ]
 
 
@@ -182,6 +183,7 @@ class SeatView(_View):
     participant: str | None
     assigned_since: datetime | None
     mode: str | None
+    id: int = 0  # the database id (what the monitor's tables and services.activity use)
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +280,7 @@ class SeatSpec(BaseModel):
     kind: SeatKind
     host: _Host = None
     device_uuid: _Device = None
-    profile: str | None = Field(None, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+    profile: str | None = Field(None, max_length=96, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+:@/-]*$")
     memory_gb: float | None = Field(None, gt=0, le=4096, allow_inf_nan=False)
     groups: tuple[str, ...] = ()
     engine: SeatEngine = "manual"
@@ -348,6 +350,22 @@ def open_store(url: str | None = None, *, create: bool = False) -> CourseStore:
         engine.dispose()
         raise
     return CourseStore(engine)
+
+
+def plan_option_for(path: Path, rank: int) -> dict[str, Any]:
+    """Option ``rank`` (1 = cheapest) of ``gpuseat plan`` on a course file, as its JSON (to store with the course)."""
+    from gpuseat.planning import plan_course, plan_json
+
+    if not 1 <= rank <= 1000:
+        raise InputError(f"--plan-option {rank}", where="--plan-option", fix="give a rank from 1 (the cheapest)")
+    options = plan_json(plan_course(path))["options"]
+    if rank > len(options):
+        raise InputError(
+            f"the plan has {len(options)} option(s), not {rank}",
+            where="--plan-option",
+            fix=f"choose 1 to {len(options)} (gpuseat plan {path} lists them)",
+        )
+    return dict(options[rank - 1])
 
 
 def _known_revisions() -> set[str]:
@@ -663,7 +681,7 @@ class CourseStore:
         self,
         course: str | None,
         seat: str,
-        state: SeatState,
+        state: SeatState | str,
         *,
         reason: str | None = None,
         engine: SeatEngine | None = None,
@@ -1112,8 +1130,10 @@ def _misfit(seat: Seat, group: str | None, needs: dict[str, SeatNeed]) -> str | 
     )
 
 
-def _pref(seat: Seat, group: str | None) -> tuple[int, float, str]:
-    return preference(key=seat.key, memory_gb=seat.memory_gb, reserved_for=tuple(seat.groups or ()), group=group)
+def _pref(seat: Seat, group: str | None) -> tuple[int, int, float, str]:
+    return preference(
+        key=seat.key, kind=seat.kind, memory_gb=seat.memory_gb, reserved_for=tuple(seat.groups or ()), group=group
+    )
 
 
 def _is_taken(seat_id: Any) -> Any:
@@ -1133,7 +1153,8 @@ def _free_suitable(s: Session, crow: Course, group: str | None, needs: dict[str,
         reserved = tuple(groups or ())
         if misfit(kind=kind, memory_gb=memory_gb, engine=engine, reserved_for=reserved, group=group, need=need):
             continue
-        ranked.append((preference(key=key, memory_gb=memory_gb, reserved_for=reserved, group=group), sid))
+        rank = preference(key=key, kind=kind, memory_gb=memory_gb, reserved_for=reserved, group=group)
+        ranked.append((rank, sid))
     return [sid for _, sid in sorted(ranked)]
 
 
@@ -1303,6 +1324,7 @@ def _seat_view(course: str, x: Seat, holder: tuple[str | None, Assignment | None
         participant=who,
         assigned_since=_utc(a.valid_from) if a is not None else None,
         mode=a.mode if a is not None else None,
+        id=x.id,
     )
 
 

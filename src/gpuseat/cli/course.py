@@ -1,0 +1,94 @@
+"""CLI for ``gpuseat course create|list|show``: parse flags, call the course store, print."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_table
+
+COURSE = typer.Option(None, "--course", help="Course key (default: the only course).")
+DB = typer.Option(None, "--db", help="Course database URL (default: GPUSEAT_DB_URL or SQLite in the data dir).")
+ACTOR = "cli"
+
+COURSE_COLUMNS = ("key", "name", "starts_on", "ends_on", "timezone", "participants", "seats", "assigned")
+
+
+def actor() -> str:
+    """Who is acting, for the events log: ``cli:<login>``."""
+    import getpass
+
+    try:
+        return f"{ACTOR}:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return ACTOR
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``course`` group."""
+    course_app = typer.Typer(help="Courses in the store: create from a course file, list, show.", no_args_is_help=True)
+    app.add_typer(course_app, name="course")
+
+    @course_app.command("create")
+    def create(
+        path: Path = typer.Argument(..., help="Course file (TOML), e.g. examples/course-2016.toml."),
+        key: str | None = typer.Option(None, "--key", help="Course key (slug); default: the file name."),
+        timezone: str = typer.Option("UTC", "--timezone", help="IANA time zone of the course's sessions."),
+        plan_option: int | None = typer.Option(
+            None, "--plan-option", help="Store option N of `gpuseat plan` (1 = cheapest) as the chosen plan."
+        ),
+        db: str | None = DB,
+        fmt: Format = FORMAT_OPTION,
+    ) -> None:
+        """Store a course file (text and summary) as a new course; creates the database if needed."""
+        from gpuseat.services.courses import open_store, plan_option_for
+
+        option = plan_option_for(path, plan_option) if plan_option is not None else None
+        with open_store(db, create=True) as store:
+            view = store.create_course(path, key=key, timezone=timezone, plan_option=option, actor=actor())
+        if fmt is Format.json:
+            print_json(view.to_dict())
+            return
+        print(f"course {view.key}: {view.name}, {view.starts_on} to {view.ends_on} ({view.timezone})")
+        for g in view.summary["groups"]:
+            need = f"≥ {g['min_gpu_memory_gb']:g} GB, {g['isolation']}, {g['guest_os']}"
+            print(f"  group {g['name']}: {g['count']} × {need}")
+        if option:
+            offers = ", ".join(f"{o['count']} × {o['offer']}" for o in option.get("offers", ()))
+            print(f"  plan option {option.get('rank')}: {offers}, ${option.get('total_usd')}")
+        print(f"next: gpuseat roster import participants.csv --course {view.key}")
+
+    @course_app.command("list")
+    def list_(db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
+        """Every course with its counts."""
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            views = store.list_courses()
+        rows = [v.to_dict() for v in views]
+        if fmt is Format.json:
+            print_json(rows)
+        elif fmt is Format.csv:
+            print_csv(rows, COURSE_COLUMNS)
+        else:
+            print_table(rows, COURSE_COLUMNS, title="courses")
+
+    @course_app.command("show")
+    def show(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
+        """One course: dates, groups, plan option, counts."""
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            view = store.get_course(course)
+        if fmt is not Format.table:
+            print_json(view.to_dict())
+            return
+        print_table([view.to_dict()], COURSE_COLUMNS, title=view.name)
+        print_table(
+            view.summary.get("groups", []),
+            ("name", "count", "min_gpu_memory_gb", "isolation", "guest_os"),
+            title="groups",
+        )
+        if view.plan_option:
+            print(f"plan option {view.plan_option.get('rank')}: ${view.plan_option.get('total_usd')}")

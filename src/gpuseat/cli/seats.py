@@ -1,0 +1,296 @@
+"""CLI for ``gpuseat seats add|assign|release|move|status|export``: parse flags, call the store, print."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_table
+from gpuseat.cli.course import COURSE, DB, actor
+from gpuseat.errors import InputError
+
+if TYPE_CHECKING:
+    from gpuseat.services.courses import CourseStore, SeatSpec, SeatView
+
+SEAT_COLUMNS = ("key", "kind", "host", "profile", "memory_gb", "participant", "engine", "state", "connect")
+STATUS_COLUMNS = ("seat", "kind", "participant", "engine", "state", "since", "last_gpu_activity", "connect")
+EXPORT_COLUMNS = (
+    "key",
+    "kind",
+    "host",
+    "device_uuid",
+    "profile",
+    "memory_gb",
+    "groups",
+    "engine",
+    "engine_ref",
+    "state",
+    "connect",
+    "participant",
+)
+
+
+class ExportFormat(StrEnum):
+    """``seats export`` formats (``toml`` is the ``--seats`` file of ``top``/``monitor``)."""
+
+    csv = "csv"
+    json = "json"
+    toml = "toml"
+
+
+def _toml_string(value: str) -> str:
+    import json
+
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+def seats_toml(seats: list[SeatView], users: dict[str, str | None]) -> str:
+    """The seats file of ``gpuseat top|monitor --seats`` (only seats with a device UUID can be watched)."""
+    lines = ["# gpuseat seats file, exported from the course store (gpuseat seats export --format toml)"]
+    for s in seats:
+        if not s.device_uuid:
+            continue
+        lines += ["", "[[seat]]", f"id = {_toml_string(s.key)}", f"device = {_toml_string(s.device_uuid)}"]
+        for name, value in (("host", s.host), ("profile", s.profile), ("participant", s.participant)):
+            if value:
+                lines.append(f"{name} = {_toml_string(value)}")
+        user = users.get(s.participant or "")
+        if user and user != s.participant:
+            lines.append(f"user = {_toml_string(user)}")
+    return "\n".join(lines) + "\n"
+
+
+def _print_seats(seats: list[Any], fmt: Format, title: str) -> None:
+    rows = [s.to_dict() for s in seats]
+    if fmt is Format.json:
+        print_json(rows)
+    elif fmt is Format.csv:
+        print_csv(rows, SEAT_COLUMNS)
+    else:
+        print_table(rows, SEAT_COLUMNS, title=title)
+
+
+def _specs(
+    store: CourseStore,
+    course: str | None,
+    *,
+    inventory: Path | None,
+    mode: str,
+    count: int | None,
+    profile: list[str],
+    cloud: bool,
+    nvidia_smi: Path | None,
+    engine: str,
+    host: str | None,
+    group: list[str],
+) -> list[SeatSpec]:
+    from gpuseat.services import seat_sources
+
+    given = [x for x in (inventory, nvidia_smi) if x is not None] + ([True] if cloud else [])
+    if len(given) != 1:
+        raise InputError(
+            "say where the seats come from",
+            where="gpuseat seats add",
+            fix="give one of --inventory, --cloud, --from-nvidia-smi",
+        )
+    if inventory is not None:
+        from gpuseat.catalog.bundle import load_catalog
+        from gpuseat.services import carving
+
+        view = store.get_course(course)
+        needs = view.summary.get("groups", [])
+        chosen = [g for g in needs if not group or g["name"] in group]
+        min_mem = max((float(g["min_gpu_memory_gb"]) for g in chosen), default=0.0)
+        guest = "windows" if any(g["guest_os"] == "windows" for g in chosen) else "linux"
+        layout = carving.carve_inventory(
+            inventory,
+            load_catalog(),
+            mode=mode,
+            seats=count,
+            min_mem=min_mem,
+            profiles=carving.profiles_from_flags(profile),
+            guest=guest,
+        )
+        return seat_sources.seats_from_layout(layout, engine=engine, host=host, groups=group)  # type: ignore[arg-type]
+    if cloud:
+        from gpuseat.catalog.bundle import load_catalog
+
+        return seat_sources.cloud_seats(store, course, load_catalog().offers, count=count)
+    assert nvidia_smi is not None
+    from gpuseat import nvsmi
+    from gpuseat.files import read_text
+
+    text = read_text(nvidia_smi, max_bytes=nvsmi.MAX_XML_BYTES)
+    existing = len(store.seats(course))
+    if text.lstrip().startswith("<"):
+        snapshot = nvsmi.parse_xml(text, host=host or "localhost", where=str(nvidia_smi))
+        return seat_sources.seats_from_nvidia_smi(snapshot, host=host, start=existing + 1)
+    return seat_sources.seats_from_nvidia_smi(None, nvsmi.parse_list(text), host=host, start=existing + 1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``seats`` group."""
+    seats_app = typer.Typer(help="Seats of a course: add, assign, release, move, status, export.", no_args_is_help=True)
+    app.add_typer(seats_app, name="seats")
+
+    @seats_app.command("add")
+    def add(
+        inventory: Path | None = typer.Option(None, "--inventory", help="Carve this server inventory (TOML)."),
+        mode: str = typer.Option("auto", "--mode", help="Carve mode: auto, passthrough, mig, vgpu, timeslice, mps."),
+        count: int | None = typer.Option(None, "--seats", "--count", help="How many seats (default: all that fit)."),
+        profile: list[str] = typer.Option([], "--profile", help="Carve these MIG/vGPU profiles (comma-separated)."),
+        cloud: bool = typer.Option(False, "--cloud", help="Cloud seats from the course's plan option."),
+        nvidia_smi: Path | None = typer.Option(
+            None, "--from-nvidia-smi", help="`nvidia-smi -q -x` or `-L` output: one seat per GPU/MIG, UUIDs filled."
+        ),
+        engine: str = typer.Option("manual", "--engine", help="Engine that will provision them (libvirt, …)."),
+        host: str | None = typer.Option(None, "--host", help="The seats' host name (default: the server's name)."),
+        group: list[str] = typer.Option([], "--group", help="Reserve the seats for these course groups."),
+        course: str | None = COURSE,
+        db: str | None = DB,
+        fmt: Format = FORMAT_OPTION,
+    ) -> None:
+        """Add seats from a carve layout, a plan's cloud option or nvidia-smi; all or nothing."""
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            specs = _specs(
+                store,
+                course,
+                inventory=inventory,
+                mode=mode,
+                count=count,
+                profile=profile,
+                cloud=cloud,
+                nvidia_smi=nvidia_smi,
+                engine=engine,
+                host=host,
+                group=group,
+            )
+            if not specs:
+                print("no seats to add: every participant has a suitable seat already")
+                return
+            added = store.add_seats(course, specs, actor=actor())
+        _print_seats(added, fmt, f"{len(added)} seat(s) added")
+
+    @seats_app.command("assign")
+    def assign(
+        participant: str | None = typer.Option(None, "--participant", help="Key, email or Unix user."),
+        seat: str | None = typer.Option(None, "--seat", help="The seat to give (with --participant)."),
+        partial: bool = typer.Option(False, "--partial", help="Assign what fits when seats run short."),
+        course: str | None = COURSE,
+        db: str | None = DB,
+        fmt: Format = FORMAT_OPTION,
+    ) -> None:
+        """Give every participant without a seat a suitable one (stable), or one participant a chosen seat."""
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            if participant is not None and seat is not None:
+                made = store.assign(course, participant, seat, actor=actor())
+                print_json(made.to_dict()) if fmt is Format.json else print(f"{made.participant} → {made.seat}")
+                return
+            if participant is not None:
+                got = store.claim_seat(course, participant, actor=actor())
+                print_json(got.to_dict()) if fmt is Format.json else print(f"{got.participant} → {got.key}")
+                return
+            if seat is not None:
+                raise InputError("--seat needs --participant", where="--seat", fix="add --participant P")
+            report = store.assign_all(course, partial=partial, actor=actor())
+        if fmt is Format.json:
+            print_json(report.to_dict())
+            return
+        print(f"course {report.course}: {len(report.assigned)} assigned, {report.kept} kept")
+        for a in report.assigned:
+            print(f"  {a.participant} → {a.seat}")
+        if report.unassigned:
+            print(f"  without a seat: {', '.join(report.unassigned)}")
+
+    @seats_app.command("release")
+    def release(
+        participant: str | None = typer.Option(None, "--participant", help="Key, email or Unix user."),
+        seat: str | None = typer.Option(None, "--seat", help="Seat key."),
+        reason: str = typer.Option("released", "--reason", help="Why (kept in the history, 32 characters)."),
+        course: str | None = COURSE,
+        db: str | None = DB,
+    ) -> None:
+        """End a participant's (or a seat's) assignment; the history keeps it."""
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            done = store.release(course, participant=participant, seat=seat, reason=reason, actor=actor())
+        print("nothing to release" if done is None else f"released {done.seat} from {done.participant}")
+
+    @seats_app.command("move")
+    def move(
+        participant: str = typer.Option(..., "--participant", help="Key, email or Unix user."),
+        seat: str = typer.Option(..., "--seat", help="The free seat to move to."),
+        course: str | None = COURSE,
+        db: str | None = DB,
+    ) -> None:
+        """Move a participant to another free seat (the old assignment is closed, not deleted)."""
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            made = store.move(course, participant, seat, actor=actor())
+        print(f"{made.participant} → {made.seat}")
+
+    @seats_app.command("status")
+    def status(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
+        """Seat, participant, engine, state and the last GPU activity the monitor saw."""
+        from datetime import UTC, datetime
+
+        from gpuseat.services.activity import Activity
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            seats = store.seats(course)
+            last = Activity(store.engine).last_active(seat_ids=[s.id for s in seats])
+        rows = []
+        for s in seats:
+            ts = last.get(s.id)
+            rows.append(
+                {
+                    "seat": s.key,
+                    "kind": s.kind,
+                    "participant": s.participant,
+                    "engine": s.engine,
+                    "state": s.state,
+                    "since": s.state_at.isoformat(timespec="seconds") if s.state_at else None,
+                    "last_gpu_activity": datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds") if ts else None,
+                    "connect": s.connect,
+                }
+            )
+        if fmt is Format.json:
+            print_json(rows)
+        elif fmt is Format.csv:
+            print_csv(rows, STATUS_COLUMNS)
+        else:
+            print_table(rows, STATUS_COLUMNS, title=f"seats of {seats[0].course}" if seats else "seats")
+
+    @seats_app.command("export")
+    def export(
+        fmt: ExportFormat = typer.Option(ExportFormat.csv, "--format", "-f", help="csv, json or toml (seats file)."),
+        course: str | None = COURSE,
+        db: str | None = DB,
+    ) -> None:
+        """Every seat with its current participant; ``toml`` is the ``--seats`` file of top/monitor."""
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            seats = store.seats(course)
+            users = {p.key: p.unix_user for p in store.participants(course)}
+        if fmt is ExportFormat.toml:
+            print(seats_toml(seats, users), end="")
+        elif fmt is ExportFormat.json:
+            print_json([s.to_dict() for s in seats])
+        else:
+            rows = [{**s.to_dict(), "groups": " ".join(s.groups)} for s in seats]
+            print_csv(rows, EXPORT_COLUMNS)
+
+    from gpuseat.cli import cloud
+
+    cloud.add_to(seats_app)

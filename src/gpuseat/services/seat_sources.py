@@ -1,0 +1,210 @@
+"""Where seats come from: a carve layout, a plan's cloud option, or what ``nvidia-smi`` lists.
+
+Each function turns one source into :class:`~gpuseat.services.courses.SeatSpec` values that
+:meth:`CourseStore.add_seats <gpuseat.services.courses.CourseStore.add_seats>` stores in one
+transaction, so ``gpuseat seats add`` and the portal share one answer. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from gpuseat.core.seating import misfit, seat_keys
+from gpuseat.errors import InputError
+from gpuseat.services.courses import CourseStore, SeatSpec
+
+if TYPE_CHECKING:
+    from gpuseat.catalog.offers import Offer
+    from gpuseat.core.carve import Layout
+    from gpuseat.core.seating import SeatEngine
+    from gpuseat.nvsmi import Listed
+    from gpuseat.readings import Snapshot
+
+# carve mode → seat kind
+KIND_OF_MODE = {"passthrough": "gpu", "mig": "mig", "vgpu": "vgpu", "timeslice": "shared", "mps": "shared"}
+_HOSTLIKE = re.compile(r"[^A-Za-z0-9.-]+")
+
+
+def _host(name: str) -> str:
+    host = _HOSTLIKE.sub("-", name).strip("-.")[:253]
+    return host or "server"
+
+
+def seats_from_layout(
+    layout: Layout, *, engine: SeatEngine = "manual", host: str | None = None, groups: Sequence[str] = ()
+) -> list[SeatSpec]:
+    """One seat per carved slice, keyed by the slice's name (``seat-01`` …, what ``vms`` and carve use).
+
+    Whole GPUs keep their UUID (when the inventory gives one); MIG, vGPU and shared slices get theirs
+    when they are created on the host (``seats`` records it through the engine's state changes).
+    """
+    where_host = host or _host(layout.server.name)
+    out = []
+    for s in layout.slices:
+        kind = KIND_OF_MODE[s.mode]
+        out.append(
+            SeatSpec(
+                key=s.name,
+                kind=kind,
+                host=where_host,
+                device_uuid=s.uuid if kind == "gpu" and s.uuid else None,
+                profile=s.profile,
+                memory_gb=s.memory_gb,
+                groups=tuple(groups),
+                engine=engine,
+                engine_ref=f"pci={s.pci}" if s.pci and kind == "gpu" else None,
+                state="planned",
+            )
+        )
+    return out
+
+
+def seats_from_nvidia_smi(
+    snapshot: Snapshot | None = None,
+    listing: Sequence[Listed] = (),
+    *,
+    host: str | None = None,
+    prefix: str = "seat",
+    start: int = 1,
+) -> list[SeatSpec]:
+    """One seat per MIG device (or per whole GPU without MIG), with the device UUIDs filled in.
+
+    ``snapshot`` comes from ``nvidia-smi -q -x`` (memory sizes known), ``listing`` from ``nvidia-smi -L``.
+    """
+    found: dict[str, tuple[str, str | None, float | None]] = {}  # uuid → kind, profile, GB (first wins)
+    missing = 0
+    if snapshot is not None:
+        for g in snapshot.gpus:
+            if g.mig:
+                for m in g.mig:
+                    if not m.uuid:
+                        missing += 1
+                        continue
+                    gb = m.memory_total_mib / 1024 if m.memory_total_mib else _profile_gb(m.profile)
+                    found.setdefault(m.uuid, ("mig", m.profile, gb))
+            else:
+                gb = g.memory_total_mib / 1024 if g.memory_total_mib else None
+                found.setdefault(g.uuid, ("gpu", None, gb))
+        host = host or snapshot.host
+    else:
+        # a capture may list the same devices more than once (idle, under load): a GPU with MIG devices
+        # in any listing is split, never a whole-GPU seat
+        split = {listed.uuid for listed in listing if listed.mig}
+        for listed in listing:
+            for lm in listed.mig:
+                found.setdefault(lm.uuid, ("mig", lm.profile, _profile_gb(lm.profile)))
+            if listed.uuid not in split:
+                found.setdefault(listed.uuid, ("gpu", None, None))
+    if missing and not found:
+        raise InputError(
+            f"{missing} MIG device(s) without a UUID in this capture (older nvidia-smi -q -x omits them)",
+            where="--from-nvidia-smi",
+            fix="give the output of `nvidia-smi -L` instead: it lists every MIG device's UUID",
+        )
+    if not found:
+        raise InputError(
+            "no GPU or MIG device with a UUID in this capture",
+            where="--from-nvidia-smi",
+            fix="capture with `nvidia-smi -q -x > FILE` or `nvidia-smi -L > FILE` on the seat host",
+        )
+    keys = seat_keys(prefix, len(found), start)
+    return [
+        SeatSpec(
+            key=key,
+            kind=kind,
+            host=_host(host) if host else None,
+            device_uuid=uuid,
+            profile=profile,
+            memory_gb=round(gb, 2) if gb else None,
+            state="running",
+        )
+        for key, (uuid, (kind, profile, gb)) in zip(keys, found.items(), strict=True)
+    ]
+
+
+def _profile_gb(profile: str | None) -> float | None:
+    """``3g.40gb`` → 40.0 (the memory a MIG profile's name states)."""
+    m = re.search(r"\.(\d+(?:\.\d+)?)gb$", profile or "")
+    return float(m.group(1)) if m else None
+
+
+def cloud_seats(
+    store: CourseStore, course: str | None, offers: Sequence[Offer], *, count: int | None = None, prefix: str = "cloud"
+) -> list[SeatSpec]:
+    """Cloud seats from the course's chosen plan option: one per participant not yet covered.
+
+    For each group the plan seats on a cloud offer, the seats to add are the group's participants
+    (the roster, or the course file's count before a roster exists) minus the seats already stored
+    that suit the group. ``count`` overrides that number (for a course with one cloud group).
+    Seats are ``planned`` on engine ``skypilot`` with the offer id as profile.
+    """
+    view = store.get_course(course)
+    option = view.plan_option
+    if not option:
+        raise InputError(
+            f"course {view.key!r} has no chosen plan option",
+            where="--cloud",
+            fix="create the course with --plan-option N (gpuseat plan COURSE.toml lists the options)",
+        )
+    by_id = {o.id: o for o in offers}
+    cloud_groups = [
+        g for g in option.get("groups", ()) if g.get("offer") in by_id and by_id[g["offer"]].kind == "cloud"
+    ]
+    if not cloud_groups:
+        raise InputError(
+            f"plan option {option.get('rank')} of course {view.key!r} rents no cloud offer",
+            where="--cloud",
+            fix="choose an option with a cloud offer (--plan-option N), or add seats from an inventory",
+        )
+    if count is not None and (count <= 0 or count > 100_000 or len(cloud_groups) > 1):
+        raise InputError(
+            f"--count {count}", where="--count", fix="give a positive count, for a course with one cloud group"
+        )
+    needs = {g["name"]: g for g in view.summary.get("groups", ())}
+    people = store.participants(view.key)
+    stored = store.seats(view.key)
+    taken = {s.key for s in stored}
+    start = 1 + max((int(k[len(prefix) + 1 :]) for k in taken if re.fullmatch(rf"{prefix}-\d+", k)), default=0)
+    out: list[SeatSpec] = []
+    for g in cloud_groups:
+        name = g["group"]
+        offer = by_id[g["offer"]]
+        if count is not None:
+            n = count
+        else:
+            members = sum(1 for p in people if p.group == name) or int(needs.get(name, {}).get("count", 0))
+            suiting = sum(1 for s in stored if _suits(s, name, needs.get(name)))
+            n = max(0, members - suiting)
+        for key in seat_keys(prefix, n, start):
+            out.append(
+                SeatSpec(
+                    key=key,
+                    kind="cloud",
+                    profile=offer.id,
+                    memory_gb=offer.gpu_memory_gb,
+                    groups=(name,),
+                    engine="skypilot",
+                    state="planned",
+                )
+            )
+        start += n
+    return out
+
+
+def _suits(seat: object, group: str, need: dict[str, object] | None) -> bool:
+    from gpuseat.core.needs import SeatNeed
+
+    parsed = SeatNeed.model_validate({k: v for k, v in (need or {}).items() if k in SeatNeed.model_fields})
+    return (
+        misfit(
+            kind=seat.kind,  # type: ignore[attr-defined]
+            memory_gb=seat.memory_gb,  # type: ignore[attr-defined]
+            engine=seat.engine,  # type: ignore[attr-defined]
+            reserved_for=seat.groups,  # type: ignore[attr-defined]
+            group=group,
+            need=parsed if need else None,
+        )
+        is None
+    )
