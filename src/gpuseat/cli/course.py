@@ -44,7 +44,11 @@ def register(app: typer.Typer) -> None:
         """Store a course file (text and summary) as a new course; creates the database if needed."""
         from gpuseat.services.courses import open_store, plan_option_for
 
-        option = plan_option_for(path, plan_option) if plan_option is not None else None
+        option = None
+        if plan_option is not None:
+            from gpuseat.catalog.bundle import load_catalog
+
+            option = plan_option_for(path, plan_option, load_catalog())
         with open_store(db, create=True) as store:
             view = store.create_course(path, key=key, timezone=timezone, plan_option=option, actor=actor())
         if fmt is Format.json:

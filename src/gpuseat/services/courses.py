@@ -64,6 +64,8 @@ from gpuseat.errors import (
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
+    from gpuseat.catalog.bundle import Catalog
+
 DEFAULT_ACTOR = "gpuseat"
 TOKEN_BYTES = 32
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{20,128}$")
@@ -352,13 +354,13 @@ def open_store(url: str | None = None, *, create: bool = False) -> CourseStore:
     return CourseStore(engine)
 
 
-def plan_option_for(path: Path, rank: int) -> dict[str, Any]:
+def plan_option_for(path: Path, rank: int, catalog: Catalog) -> dict[str, Any]:
     """Option ``rank`` (1 = cheapest) of ``gpuseat plan`` on a course file, as its JSON (to store with the course)."""
-    from gpuseat.planning import plan_course, plan_json
+    from gpuseat.services.planning import plan_course
 
     if not 1 <= rank <= 1000:
         raise InputError(f"--plan-option {rank}", where="--plan-option", fix="give a rank from 1 (the cheapest)")
-    options = plan_json(plan_course(path))["options"]
+    options = plan_course(path, catalog).to_dict()["options"]
     if rank > len(options):
         raise InputError(
             f"the plan has {len(options)} option(s), not {rank}",
@@ -425,7 +427,7 @@ class CourseStore:
     ) -> CourseView:
         """Store a course file (text and parsed summary); ``key`` defaults to the file name's slug."""
         from gpuseat.files import read_text
-        from gpuseat.planning import load_course
+        from gpuseat.services.planning import load_course
 
         parsed = load_course(path)
         return self.create_course_from(
