@@ -105,6 +105,11 @@ def test_3_mps_client_limit_before_volta(gpu, per_chip):
     layout = carve_gpu(gpu, mode="mps")
     chips = len(layout.server.chips)
     assert len(layout.slices) == per_chip * chips
+    assert bool(layout.notes) == (per_chip == 16)
+    if layout.notes:
+        assert "not enforced" in layout.notes[0]
+        runbook = next(a.text for a in render(layout, "k8s", CATALOG) if a.path == "APPLY.md")
+        assert "memory limits per client are not enforced" in runbook
 
 
 def _placeable(gpu_id: str) -> set[tuple[str, ...]]:

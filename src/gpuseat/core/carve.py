@@ -86,6 +86,7 @@ class Layout(BaseModel):
     mode: Mode
     slices: tuple[Slice, ...]
     not_chosen: tuple[NotChosen, ...] = ()
+    notes: tuple[str, ...] = Field((), description="caveats of the chosen mode on this GPU")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract of ``gpuseat carve --format json`` (docs/carve.md)."""
@@ -98,6 +99,7 @@ class Layout(BaseModel):
                 for c in self.server.chips
             ],
             "mode": self.mode,
+            "notes": list(self.notes),
             "slices": [
                 {
                     "name": s.name,
@@ -649,4 +651,8 @@ def carve(server: Server, req: CarveRequest, catalog: Catalog) -> Layout:
         raise _too_many(server, req, options, rejected, catalog)
     lost = [_explain(o, chosen, chips, n, lic) for o in options if o is not chosen]
     slices = _uniform_slices(server, chosen, n, cat)
-    return Layout(server=server, mode=chosen.mode, slices=_numbered(slices), not_chosen=(*lost, *rejected))
+    rule = cat.mode(chosen.mode)
+    notes = ()
+    if rule.pre_volta_note and float(server.gpu.compute_capability) < 7.0:
+        notes = (f"{server.gpu.id}: {rule.pre_volta_note}",)
+    return Layout(server=server, mode=chosen.mode, slices=_numbered(slices), not_chosen=(*lost, *rejected), notes=notes)

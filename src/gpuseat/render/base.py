@@ -169,6 +169,7 @@ def runbook(
         "",
         *[f"- {item}" for item in reboot],
     ]
+    notes = [*layout.notes, *notes]
     if notes:
         lines += ["", "## Notes", "", *[f"- {note}" for note in notes]]
     return Artifact(path=RUNBOOK, kind="runbook", text="\n".join(lines) + "\n")
