@@ -652,7 +652,7 @@ def carve(server: Server, req: CarveRequest, catalog: Catalog) -> Layout:
     lost = [_explain(o, chosen, chips, n, lic) for o in options if o is not chosen]
     slices = _uniform_slices(server, chosen, n, cat)
     rule = cat.mode(chosen.mode)
-    notes = ()
+    notes: tuple[str, ...] = ()
     if rule.pre_volta_note and float(server.gpu.compute_capability) < 7.0:
         notes = (f"{server.gpu.id}: {rule.pre_volta_note}",)
     return Layout(server=server, mode=chosen.mode, slices=_numbered(slices), not_chosen=(*lost, *rejected), notes=notes)
