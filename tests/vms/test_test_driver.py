@@ -7,6 +7,7 @@ read back: hostdevs, disks, the seed CD-ROM, the owner metadata.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 
 import libvirt
 import pytest
@@ -190,3 +191,24 @@ def test_bad_course_keys_are_refused(test_host, course):
 def test_bad_options_are_refused(field, value):
     with pytest.raises(InputError):
         VmOptions(**{field: value})
+
+
+def test_a_seat_changing_hands_gets_a_new_seed_and_the_old_one_goes(test_host):
+    lay = layout("ibm-2xM60.toml", mode="passthrough")
+    seats = vm_seats(lay)[:1]
+    first = up_seats("demo", lay, seats, OPTIONS, test_host)
+    moved = [replace(seats[0], participant="bob", user="bob", ssh_keys=(public_key("bob"),))]
+    second = up_seats("demo", lay, moved, OPTIONS, test_host)
+    (result,) = second.seats
+    assert result.action == "redefined" and "owner" in result.detail and "disks" in result.detail
+    assert result.seed != first.seats[0].seed
+    assert result.connect is None  # the running guest still has alice's login until it restarts
+    flags = libvirt.VIR_DOMAIN_AFFECT_CONFIG
+    meta = test_host.lookup(result.domain).metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, METADATA_NS, flags)
+    assert 'participant="bob"' in meta and "next start" in result.detail
+    pool = test_host.conn.storagePoolLookupByName("gpuseat")
+    assert len([v for v in pool.listVolumes() if "cidata" in v]) == 2  # alice's stays while her guest runs
+    test_host.lookup(result.domain).destroy()
+    third = up_seats("demo", lay, moved, OPTIONS, test_host)
+    assert third.seats[0].action == "started" and third.seats[0].connect.startswith("ssh bob@")
+    assert [v for v in pool.listVolumes() if "cidata" in v] == [result.seed.rsplit("/", 1)[1]]

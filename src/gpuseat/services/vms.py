@@ -22,7 +22,7 @@ from gpuseat.render.base import RenderOptions, slice_uuid
 from gpuseat.render.libvirt import DirectBoot, Owner, domain_xml
 from gpuseat.vms import names
 from gpuseat.vms.domain import drift
-from gpuseat.vms.seed import Guest, seed_iso
+from gpuseat.vms.seed import Guest, meta_data, seed_iso, user_data
 
 if TYPE_CHECKING:
     from gpuseat.doctor import Report
@@ -147,6 +147,16 @@ def guest(course: str, vm: VmSeat, options: VmOptions) -> Guest:
         packages=options.packages,
         commands=options.commands,
     )
+
+
+def seed_prefix(domain: str) -> str:
+    """Seed volumes are ``<domain>-cidata-<hash>.iso``: a new login or set-up is a new volume."""
+    return f"{domain}-cidata-"
+
+
+def seed_hash(seed: Guest) -> str:
+    """12 hex digits of the seed's content (its user-data and meta-data)."""
+    return hashlib.sha256((user_data(seed) + "\x00" + meta_data(seed)).encode()).hexdigest()[:12]
 
 
 def wanted_xml(
@@ -297,7 +307,9 @@ def _up_one(
         disk = None
         if options.image is not None:
             disk = host.overlay(pool, f"{name}.qcow2", options.image, options.image_format, options.disk_gb, vm.key)
-        seed, uploaded = host.upload(pool, f"{name}-cidata.iso", seed_iso(guest(course, vm, options)), vm.key)
+        seed_guest = guest(course, vm, options)
+        seed_name = f"{seed_prefix(name)}{seed_hash(seed_guest)}.iso"
+        seed, uploaded = host.upload(pool, seed_name, seed_iso(seed_guest), vm.key)
         if not uploaded:
             notes.append("this libvirt driver cannot upload volumes: the seed ISOs are empty (normal for test:///)")
         xml = wanted_xml(course, layout, vm, options, disk=disk, seed=seed)
@@ -309,14 +321,19 @@ def _up_one(
             if changed:
                 dom = host.define(xml, vm.key)
                 action, detail = "redefined", "fixed: " + ", ".join(changed)
-                if dom.isActive():
-                    detail += " (applies at the VM's next start)"
             else:
                 action, detail = "unchanged", ""
+        pending = action == "redefined" and bool(dom.isActive())
+        if pending:
+            detail += f" (applies at the VM's next start: `virsh shutdown {name}`, then vms up)"
+        else:
+            for stale in host.volume_names(pool, seed_prefix(name)):
+                if stale != seed_name:
+                    host.delete_volume(pool, stale)  # the seat's earlier seed (another login or set-up)
         if options.start and not dom.isActive():
             host.start(dom, vm.key)
             action = "started" if action == "unchanged" else f"{action}+started"
-        ips = host.addresses(dom)
+        ips = [] if pending else host.addresses(dom)  # pending: the running guest still has the old login
         connect = (
             connect_string(vm.user, ips[0].ip, host.remote_host, _uri_user(host.uri)) if ips and vm.ssh_keys else None
         )
@@ -360,7 +377,7 @@ def down_seats(
             host.undefine(dom)
             detail = []
             if pool is not None:
-                if host.delete_volume(pool, f"{name}-cidata.iso"):
+                if [host.delete_volume(pool, v) for v in host.volume_names(pool, seed_prefix(name))]:
                     detail.append("seed deleted")
                 if delete_disks and host.delete_volume(pool, f"{name}.qcow2"):
                     detail.append("disk deleted")

@@ -227,32 +227,29 @@ class LibvirtHost:
         return str(vol.path())
 
     def upload(self, pool: Any, name: str, data: bytes, seat: str) -> tuple[str, bool]:
-        """Write ``data`` into a raw volume (made or replaced): the path, and whether the bytes reached it.
+        """A raw volume holding ``data``: the path, and whether the bytes are in it.
 
-        libvirt's mock driver cannot upload; there the volume exists but stays empty.
+        ``name`` carries a hash of the content, so an existing volume of that name is already right
+        and is left alone. libvirt's mock driver cannot upload; there the volume stays empty.
         """
         vol = self.volume(pool, name)
-        if vol is None:
-            xml = (
-                f"<volume><name>{escape(name)}</name><capacity unit='bytes'>{len(data)}</capacity>"
-                "<target><format type='raw'/></target></volume>"
-            )
-            try:
-                vol = pool.createXML(xml, 0)
-            except self.lv.libvirtError as exc:
-                raise self._error(exc, "creating the cloud-init seed volume", seat) from None
-        elif vol.info()[1] != len(data):
-            try:
-                vol.resize(len(data), self.lv.VIR_STORAGE_VOL_RESIZE_SHRINK if vol.info()[1] > len(data) else 0)
-            except self.lv.libvirtError:
-                vol.delete(0)
-                return self.upload(pool, name, data, seat)
+        if vol is not None:
+            return str(vol.path()), True
+        xml = (
+            f"<volume><name>{escape(name)}</name><capacity unit='bytes'>{len(data)}</capacity>"
+            "<target><format type='raw'/></target></volume>"
+        )
+        try:
+            vol = pool.createXML(xml, 0)
+        except self.lv.libvirtError as exc:
+            raise self._error(exc, "creating the cloud-init seed volume", seat) from None
         stream = self.conn.newStream(0)
         try:
             vol.upload(stream, 0, len(data), 0)
         except self.lv.libvirtError as exc:
             if exc.get_error_code() == self.lv.VIR_ERR_NO_SUPPORT:
                 return str(vol.path()), False
+            vol.delete(0)
             raise self._error(exc, "uploading the cloud-init seed", seat) from None
         try:
             view = memoryview(data)
@@ -261,8 +258,15 @@ class LibvirtHost:
             stream.finish()
         except self.lv.libvirtError as exc:
             stream.abort()
+            vol.delete(0)
             raise self._error(exc, "uploading the cloud-init seed", seat) from None
         return str(vol.path()), True
+
+    def volume_names(self, pool: Any, prefix: str) -> list[str]:
+        """Names of the pool's volumes that start with ``prefix``."""
+        with contextlib.suppress(self.lv.libvirtError):
+            pool.refresh(0)
+        return sorted(n for n in pool.listVolumes() if n.startswith(prefix))
 
     def delete_volume(self, pool: Any, name: str) -> bool:
         """Delete a volume; whether there was one."""
