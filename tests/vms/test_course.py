@@ -5,6 +5,8 @@ Real SQLite store (the store's own tests cover PostgreSQL), libvirt's test drive
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpuseat.cli import main
@@ -81,25 +83,34 @@ def test_up_needs_the_layout_and_its_seats(store, test_host):
 
 
 def test_worked_example_from_the_cli(tmp_path, monkeypatch, capsys):
-    """`gpuseat vms up --course demo --connect test:///default` after the README's course set-up."""
+    """The README's worked example, then `gpuseat vms up --course demo --connect test:///default`."""
     monkeypatch.setenv("GPUSEAT_DB_URL", f"sqlite:///{tmp_path / 'course.db'}")
-    with open_store(None, create=True) as store:
-        fill(store)
+    monkeypatch.setenv("COLUMNS", "200")  # a wide terminal for the table
     inventory = str(EXAMPLES / "ibm-2xM60.toml")
-    code = main(
-        ["vms", "up", "--course", "demo", "--connect", "test:///default", "--inventory", inventory, "--format", "json"]
-    )
-    out = capsys.readouterr().out
-    assert code == 0, out
-    import json
 
-    report = json.loads(out)
+    def cli(*args: str) -> str:
+        code = main(list(args))
+        out = capsys.readouterr()
+        assert code == 0, out.out + out.err
+        return out.out
+
+    cli("course", "create", str(EXAMPLES / "course-2016.toml"), "--key", "demo", "--plan-option", "1")
+    cli("roster", "import", str(EXAMPLES / "roster-16.csv"))
+    cli("seats", "add", "--inventory", inventory, "--mode", "passthrough", "--engine", "libvirt")
+    cli("seats", "add", "--cloud")
+    cli("seats", "assign")
+    report = json.loads(cli("vms", "up", "--course", "demo", "--connect", "test:///default", "--inventory", inventory,
+                            "-f", "json"))  # fmt: skip
     assert [s["action"] for s in report["seats"]] == ["defined+started"] * 4
     assert report["connect"] == "test:///default"
-    with open_store(None) as store:
-        assert {s.engine_ref for s in store.seats("demo")} == {f"gpuseat-demo-seat-0{i}" for i in range(1, 5)}
-    # bad input is exit 2 with one message, no traceback
-    code = main(
-        ["vms", "up", "--course", "demo", "--connect", "test:///default", "--inventory", inventory, "--pool", "../etc"]
-    )
-    assert code == 2 and "--pool" in capsys.readouterr().err
+    status = {r["seat"]: r for r in json.loads(cli("seats", "status", "-f", "json"))}
+    for i, who in enumerate(("amartin", "bcosta", "cwei", "dkowalski"), start=1):
+        row = status[f"seat-0{i}"]
+        assert (row["participant"], row["engine"], row["state"]) == (who, "libvirt", "running")
+        assert row["connect"].startswith(f"ssh {who}@192.168.122.")
+    assert {r["state"] for k, r in status.items() if not k.startswith("seat-0")} == {"planned"}  # cloud seats
+    # the table form, and bad input: exit 2 with one message, no traceback
+    assert "gpuseat-demo-seat-01" in cli("vms", "up", "--connect", "test:///default", "--inventory", inventory)
+    code = main(["vms", "up", "--connect", "test:///default", "--inventory", inventory, "--pool", "../etc"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--pool" in err and "Traceback" not in err
