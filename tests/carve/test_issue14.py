@@ -164,12 +164,12 @@ def test_6_vgpu_on_sriov_gpus_goes_on_virtual_functions(gpu, tmp_path):
     layout = carve_toml(data, mode="vgpu", seats=2)
     arts = {a.path: a.text for a in render(layout, "libvirt", CATALOG)}
     mdev = arts["mdev-create.sh"]
-    assert "/usr/lib/nvidia/sriov-manage -e 0000:41:00.0" in mdev
-    assert "/sys/bus/pci/devices/0000:41:00.0/virtfn*" in mdev
+    assert '/usr/lib/nvidia/sriov-manage}" -e 0000:41:00.0' in mdev
+    assert '"$SYSFS"/bus/pci/devices/0000:41:00.0/virtfn*' in mdev
     prefix = "NVIDIA" if gpu.startswith("L") else "GRID"
     assert f"'{prefix} {layout.slices[0].profile}'" in mdev
     proxmox = next(a.text for a in render(layout, "proxmox", CATALOG) if a.path == "proxmox.sh")
-    assert "virtfn*" in proxmox and "sriov-manage -e" in proxmox
+    assert "virtfn*" in proxmox and "/usr/lib/nvidia/sriov-manage}\" -e 0000:41:00.0" in proxmox
     vmx = next(a.text for a in render(layout, "vsphere", CATALOG) if a.path.endswith(".vmx"))
     assert f'pciPassthru0.vgpu = "{prefix.lower() if gpu.startswith("L") else "grid"}_' in vmx
     for text, name in ((mdev, "m.sh"), (proxmox, "p.sh")):
@@ -407,3 +407,58 @@ def test_catalog_overlay_adds_a_gpu(cli, tmp_path):
 def test_bad_input_is_one_message_not_a_traceback(cli, args):
     got = cli("carve", *args)
     assert got.code == 2 and "Traceback" not in got.err + got.out and got.err.strip(), (got.code, got.err)
+
+
+def _fake_type(folder: Path, type_id: str, name: str, free: int) -> None:
+    folder = folder / "mdev_supported_types" / type_id
+    folder.mkdir(parents=True)
+    (folder / "name").write_text(name + "\n")
+    (folder / "available_instances").write_text(f"{free}\n")
+    (folder / "create").write_text("")
+
+
+@pytest.mark.parametrize("gpu", ["M60", "L40S"])
+def test_6_mdev_script_on_a_sysfs_tree(gpu, tmp_path):
+    """Run mdev-create.sh against a sysfs tree laid out as the vGPU user guide describes: types on the GPU
+    (Maxwell) or on its SR-IOV virtual functions (Ada), the first VF with a free instance taken."""
+    pf = "0000:41:00.0"
+    layout = carve_toml(
+        {"name": "s", "gpu": [{"model": gpu, "chip": [{"pci": pf}]}]}, mode="vgpu", seats=2 if gpu == "L40S" else 1
+    )
+    script = next(a.text for a in render(layout, "libvirt", CATALOG) if a.path == "mdev-create.sh")
+    sysfs = tmp_path / "sys"
+    dev = sysfs / "bus" / "pci" / "devices" / pf
+    (sysfs / "bus" / "mdev" / "devices").mkdir(parents=True)
+    want = f"{'NVIDIA' if gpu == 'L40S' else 'GRID'} {layout.slices[0].profile}"
+    if gpu == "L40S":
+        for n, free in enumerate([0, 1, 1]):
+            _fake_type(dev / f"virtfn{n}", "nvidia-1155", want, free)
+    else:
+        _fake_type(dev, "nvidia-22", want, 1)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_tool(bin_dir, "mdevctl", 'echo "mdevctl $*" >> "$LOG"\n')
+    write_tool(bin_dir, "sriov-manage", 'echo "sriov-manage $*" >> "$LOG"\n')
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SYSFS": str(sysfs),
+        "LOG": str(tmp_path / "log"),
+        "SRIOV_MANAGE": str(bin_dir / "sriov-manage"),
+    }
+    (tmp_path / "m.sh").write_text(script)
+    done = subprocess.run(["bash", str(tmp_path / "m.sh")], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    log = (tmp_path / "log").read_text()
+    from gpuseat.render.base import slice_uuid
+
+    uuids = [slice_uuid(layout, s, "mdev") for s in layout.slices]
+    if gpu == "L40S":
+        assert f"sriov-manage -e {pf}" in log
+        assert (dev / "virtfn0/mdev_supported_types/nvidia-1155/create").read_text() == ""
+        created = (dev / "virtfn1/mdev_supported_types/nvidia-1155/create").read_text().split()
+        created += (dev / "virtfn2/mdev_supported_types/nvidia-1155/create").read_text().split()
+        assert set(created) <= set(uuids) and created  # the fake tree does not count instances down
+    else:
+        assert (dev / "mdev_supported_types/nvidia-22/create").read_text().split() == uuids
+    assert all(f"mdevctl define --auto --uuid {u}" in log for u in uuids)

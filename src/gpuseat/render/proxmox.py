@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from gpuseat.core.carve import Layout
 from gpuseat.render.base import Artifact, Renderer, RenderOptions, header, require_pci, runbook, vm_name
-from gpuseat.render.vgpu import FIND_TYPE, enable_vfs, is_sriov, parents, type_name
+from gpuseat.render.vgpu import FIND_TYPE, SYSFS, enable_vfs, is_sriov, parents, type_name
 
 if TYPE_CHECKING:
     from gpuseat.catalog.bundle import Catalog
@@ -49,7 +49,7 @@ def render(layout: Layout, options: RenderOptions, catalog: Catalog) -> list[Art
     ]
     lines.append("# Creates one VM per seat; VM ids that already exist are skipped (qm status succeeds for them).")
     if layout.mode == "vgpu":
-        lines += [FIND_TYPE, *enable_vfs(layout, catalog)]
+        lines += [SYSFS, FIND_TYPE, *enable_vfs(layout, catalog)]
     for n, item in enumerate(layout.slices):
         vmid = options.first_vmid + n
         device = require_pci(item, "proxmox")

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from gpuseat.catalog.bundle import Catalog
 
 SRIOV_MANAGE = "/usr/lib/nvidia/sriov-manage"
+SYSFS = "SYSFS=${SYSFS:-/sys}  # where sysfs is mounted (a test may point it elsewhere)"
 
 # Static bash (no input reaches it): the first parent with a free instance of the named type.
 FIND_TYPE = r"""# find_type NAME PARENT...: print "PARENT_DIR TYPE_DIR" of the first parent offering vGPU type NAME
@@ -60,7 +61,7 @@ def vsphere_type(layout: Layout, catalog: Catalog, profile: str) -> str:
 
 def parents(layout: Layout, catalog: Catalog, item: Slice) -> str:
     """The sysfs parents (quoted for bash) that may host this slice's vGPU: the GPU, or its VFs."""
-    pf = shlex.quote(f"/sys/bus/pci/devices/{require_pci(item, 'vgpu')}")
+    pf = '"$SYSFS"/bus/pci/devices/' + shlex.quote(require_pci(item, "vgpu"))
     return f"{pf}/virtfn*" if is_sriov(layout, catalog) else pf
 
 
@@ -70,20 +71,20 @@ def enable_vfs(layout: Layout, catalog: Catalog) -> list[str]:
         return []
     pfs = sorted({require_pci(item, "vgpu") for item in layout.slices})
     return ["# vGPUs on this GPU live on SR-IOV virtual functions: enable them first"] + [
-        f"{SRIOV_MANAGE} -e {shlex.quote(pf)}" for pf in pfs
+        f'"${{SRIOV_MANAGE:-{SRIOV_MANAGE}}}" -e {shlex.quote(pf)}' for pf in pfs
     ]
 
 
 def mdev_lines(layout: Layout, catalog: Catalog, uuid_for: Callable[[Slice], str]) -> list[str]:
     """Bash creating each slice's mediated device with a fixed UUID, persisted with mdevctl when present."""
-    lines = [FIND_TYPE, "", *enable_vfs(layout, catalog)]
+    lines = [SYSFS, FIND_TYPE, "", *enable_vfs(layout, catalog)]
     for index, items in slices_by_chip(layout).items():
         lines.append(f"# GPU {index}")
         for item in items:
             uuid = shlex.quote(uuid_for(item))
             want = shlex.quote(type_name(layout, catalog, item.profile or ""))
             lines += [
-                f"if [ ! -e /sys/bus/mdev/devices/{uuid} ]; then  # {item.name}",
+                f'if [ ! -e "$SYSFS"/bus/mdev/devices/{uuid} ]; then  # {item.name}',
                 f"  found=$(find_type {want} {parents(layout, catalog, item)})",
                 '  read -r parent t <<<"$found"',
                 f'  echo {uuid} > "$t/create"',
