@@ -25,7 +25,17 @@ def test_mig_min_mem(cli, gpu, min_mem, profile):
 def test_json_contract(cli):
     result = cli("carve", M60, "--mode", "vgpu", "--seats", "4", "--format", "json")
     doc = json.loads(result.out)
-    assert set(doc) == {"schema_version", "server", "gpu", "chips", "mode", "notes", "slices", "alternatives", "rejected"}
+    assert set(doc) == {
+        "schema_version",
+        "server",
+        "gpu",
+        "chips",
+        "mode",
+        "notes",
+        "slices",
+        "alternatives",
+        "rejected",
+    }
     assert doc["schema_version"] == 1 and doc["gpu"] == "M60" and len(doc["chips"]) == 4
     assert set(doc["slices"][0]) >= {"name", "gpu_index", "pci", "mode", "profile", "placement", "memory_gb"}
     assert [s["profile"] for s in doc["slices"]] == ["M60-8Q"] * 4

@@ -169,7 +169,7 @@ def test_6_vgpu_on_sriov_gpus_goes_on_virtual_functions(gpu, tmp_path):
     prefix = "NVIDIA" if gpu.startswith("L") else "GRID"
     assert f"'{prefix} {layout.slices[0].profile}'" in mdev
     proxmox = next(a.text for a in render(layout, "proxmox", CATALOG) if a.path == "proxmox.sh")
-    assert "virtfn*" in proxmox and "/usr/lib/nvidia/sriov-manage}\" -e 0000:41:00.0" in proxmox
+    assert "virtfn*" in proxmox and '/usr/lib/nvidia/sriov-manage}" -e 0000:41:00.0' in proxmox
     vmx = next(a.text for a in render(layout, "vsphere", CATALOG) if a.path.endswith(".vmx"))
     assert f'pciPassthru0.vgpu = "{prefix.lower() if gpu.startswith("L") else "grid"}_' in vmx
     for text, name in ((mdev, "m.sh"), (proxmox, "p.sh")):
