@@ -79,3 +79,84 @@ def test_bad_flags(cli):
     assert r.code == 2
     r = cli("plan", REPO / "examples" / "course-2016.toml", "--skypilot", "no-equals-sign")
     assert r.code == 2 and "PROVIDER=PATH" in r.err
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # strict types: no bool → int, no str → bool; the line of the key is named
+        (GOOD.replace("participants = 16", "participants = true"), ":8: field 'participants'"),
+        (GOOD.replace("cuda = true", 'cuda = "no"'), ":12: field 'needs.cuda'"),
+        (GOOD.replace("min_gpu_memory_gb = 4", "min_gpu_memory_gb = true"), "field 'needs.min_gpu_memory_gb'"),
+        # no hang: caps on course length, with the reason
+        (GOOD.replace("days = 15", "days = 3000000"), "less than or equal to 1096"),
+        (GOOD.replace("days = 15", "end = 2036-06-06"), "gpuseat plans courses of at most 1096 days"),
+        # hours but only weekend dates: no session (was a ZeroDivisionError)
+        (
+            GOOD.replace("start = 2016-06-06", "start = 2016-06-04").replace(
+                "days = 15", 'days = 2\nhours = "09:00-17:00"'
+            ),
+            "no date from 2016-06-04 to 2016-06-05 falls on mon, tue, wed, thu, fri",
+        ),
+        (GOOD.replace("participants = 16", "participants = 16\n[[group]]\ncount = 2"), "give either 'participants'"),
+        (GOOD.replace("participants = 16", "participants = 1e300"), "too large"),
+        (GOOD.replace("participants = 16", "participants = 200000"), ":8: field 'participants'"),
+    ],
+)
+def test_strict_and_bounded_course_files(cli, tmp_path, text, expected):
+    r, path = run_plan(cli, tmp_path, text)
+    assert r.code == 2, r.out
+    assert expected in r.err
+    assert str(path) in r.err
+    assert "{" not in r.err  # never the whole course dict as "got …"
+
+
+def test_whole_model_error_says_how_to_fix(cli, tmp_path):
+    r, _ = run_plan(cli, tmp_path, GOOD.replace("participants = 16", ""))
+    assert r.code == 2
+    assert "give 'participants = N' (with [needs]) or one or more [[group]] tables" in r.err
+    assert "To fix: correct the file as the message says" in r.err
+
+
+def test_a_byte_order_mark_is_accepted(cli, tmp_path):
+    path = tmp_path / "course.toml"
+    path.write_bytes("\ufeff".encode() + GOOD.encode())
+    r = cli("plan", path, "--format", "json")
+    assert r.code == 0, r.err
+
+
+def test_infinite_or_huge_prices_in_an_offers_file(cli, tmp_path):
+    for value in ("inf", "nan", "1e309", "9223372036854775808"):
+        offers = tmp_path / "offers.toml"
+        offers.write_text(
+            'schema_version = 1\n[[offer]]\nid = "x:y"\nprovider = "x"\nkind = "cloud"\ninstance_type = "y"\n'
+            f'gpu = "T4"\ngpu_count = 1\nvcpus = 4\nram_gb = 16\nprice_usd = {value}\nbilling = "per-hour"\n'
+            'source = "test"\nas_of = 2026-01-01\n'
+        )
+        r, _ = run_plan(cli, tmp_path, GOOD, "--offers", offers)
+        assert r.code == 2, (value, r.out)
+        assert str(offers) in r.err and "price_usd" in r.err
+
+
+def test_offers_file_errors_name_the_line(cli, tmp_path):
+    offers = tmp_path / "offers.toml"
+    offers.write_text(
+        'schema_version = 1\n[[offer]]\nid = "x:y"\nprovider = "x"\nkind = "cloud"\ninstance_type = "y"\n'
+        'gpu = "T4"\ngpu_count = 1\nvcpus = 4\nram_gb = 16\nprice_usd = 1\nbilling = "per-hour"\n'
+        'stoppable = "yes"\nsource = "test"\nas_of = 2026-01-01\n'
+    )
+    r, _ = run_plan(cli, tmp_path, GOOD, "--offers", offers)
+    assert r.code == 2
+    assert f"{offers}:13: field 'offer[0].stoppable'" in r.err
+
+
+def test_offers_left_out_by_the_course_globs_are_named(cli, tmp_path):
+    offers = tmp_path / "offers.toml"
+    offers.write_text(
+        'schema_version = 1\n[[offer]]\nid = "x:y"\nprovider = "x"\nkind = "cloud"\ninstance_type = "y"\n'
+        'gpu = "T4"\ngpu_count = 1\nvcpus = 4\nram_gb = 16\nprice_usd = 0.1\nbilling = "per-hour"\n'
+        'source = "test"\nas_of = 2016-01-01\n'
+    )
+    r, _ = run_plan(cli, tmp_path, GOOD, "--offers", offers)
+    assert r.code == 0
+    assert "1 offer(s) from --offers/--skypilot are not considered" in r.err and "x:y" in r.err

@@ -1,0 +1,115 @@
+"""What `gpuseat plan` prints: one screen for the 2016 course, one JSON serialiser, --why, --region, --budget,
+distinct alternatives and rejections folded per offer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpuseat.catalog.bundle import load_catalog
+from gpuseat.services.planning import plan_course, recorded_speeds
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+COURSE_2016 = EXAMPLES / "course-2016.toml"
+
+
+def test_explain_fits_on_one_screen(cli):
+    r = cli("plan", COURSE_2016, "--explain")
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert len(lines) <= 40, r.out
+    assert "Rejected" not in r.out  # every offer of the 2016 course seats the group: nothing to reject
+    assert "Speeds: shipped reference results only" in r.out
+    verbose = cli("plan", COURSE_2016, "--explain", "--verbose").out
+    assert "Passed over on servers that seat the group" in verbose and "M60-4Q" in verbose
+
+
+def test_to_dict_is_the_json_output(cli):
+    r = cli("plan", EXAMPLES / "course-lab-hours.toml", "--format", "json")
+    assert r.code == 0, r.err
+    printed = json.loads(r.out)
+    result = plan_course(EXAMPLES / "course-lab-hours.toml", load_catalog(), recorded=recorded_speeds())
+    assert json.loads(json.dumps(result.to_dict(), default=str)) == printed
+    assert printed["schema_version"] == 1 and printed["currency"] == "USD"
+    assert "Infinity" not in r.out and "NaN" not in r.out
+
+
+def test_why_prices_an_offer_and_says_why_it_is_not_first(cli):
+    """The prorated M60 server costs $5,922.20 for the 2016 course: $2,178.20 (58 %) more than 16 g2.2xlarge."""
+    r = cli("plan", COURSE_2016, "--why", "ibm:bm-2xM60", "--format", "json")
+    assert r.code == 0, r.err
+    why = json.loads(r.out)["why"]
+    assert why["option"]["total_usd"] == 5922.20
+    assert "with it the course costs $5,922.20, $2,178.20 (58%) more than option 1 ($3,744.00)" in why["reasons"]
+    assert any(
+        reason.startswith("per seat when its units are full: $370.14 on ibm:bm-2xM60") for reason in why["reasons"]
+    )
+    first = json.loads(cli("plan", COURSE_2016, "--why", "aws:g2.2xlarge", "--format", "json").out)["why"]
+    assert first["reasons"] == ["it is in the first option: $3,744.00 for the whole course"]
+    text = cli("plan", COURSE_2016, "--why", "ibm:bm-2xM60").out
+    assert "Why not ibm:bm-2xM60:" in text
+    bad = cli("plan", COURSE_2016, "--why", "ibm:bm-2xM61")
+    assert bad.code == 2 and "unknown offer id 'ibm:bm-2xM61'. Did you mean ibm:bm-2xM60" in bad.err
+
+
+def test_region_filter_and_budget(cli):
+    lab = EXAMPLES / "course-lab-hours.toml"
+    r = cli("plan", lab, "--region", "us-*", "--format", "json")
+    assert r.code == 0, r.err
+    regions = {o.region for o in load_catalog().offers}
+    used = {x["offer"] for o in json.loads(r.out)["options"] for x in o["offers"]}
+    by_id = {o.id: o for o in load_catalog().offers}
+    assert used and all(by_id[u].region.startswith("us-") for u in used)
+    assert "eastus" in regions  # an Azure region that the glob leaves out
+    r = cli("plan", lab, "--region", "mars-1")
+    assert r.code == 2 and "--region" in r.err
+    result = json.loads(cli("plan", COURSE_2016, "--budget", "4000", "--format", "json").out)
+    assert [o["over_budget"] for o in result["options"]] == [o["total_usd"] > 4000 for o in result["options"]]
+    assert result["options"][0]["over_budget"] is False and result["options"][-1]["over_budget"] is True
+    assert "over budget" in cli("plan", COURSE_2016, "--budget", "4000").out
+    for bad in ("inf", "-5", "nan"):
+        r = cli("plan", COURSE_2016, "--budget", bad)
+        assert r.code == 2 and "Traceback" not in r.err
+
+
+def test_rejections_fold_twins_and_list_only_offers_that_cannot_seat(cli, tmp_path):
+    """10 GB dedicated GPUs: the M60 (8 GB chips) cannot seat anyone, whichever way it is billed: one line."""
+    course = tmp_path / "c.toml"
+    course.write_text(
+        COURSE_2016.read_text()
+        .replace("min_gpu_memory_gb = 4", "min_gpu_memory_gb = 10")
+        .replace(
+            'offers = ["aws:g2.2xlarge", "ibm:bm-2xM60*", "ibm:bm-2xK2*"]',
+            'offers = ["ibm:bm-2xM60*", "aws:g4dn.xlarge"]',
+        )
+    )
+    r = cli("plan", course, "--format", "json")
+    assert r.code == 0, r.err
+    rejected = json.loads(r.out)["rejected"]
+    assert len(rejected) == 1
+    assert rejected[0]["offer"] == "ibm:bm-2xM60" and rejected[0]["twins"] == ["ibm:bm-2xM60:whole-month"]
+    text = cli("plan", course, "--explain").out
+    assert "ibm:bm-2xM60 (+1 twin): no seat fits" in text
+
+
+def test_alternatives_are_distinct_mixes_with_their_regions(cli, tmp_path):
+    """Five instance types in 20 regions at one price each: five options, one per type, each naming the
+    19 other regions where it costs the same."""
+    rows = []
+    for t, price in enumerate([0.5, 0.6, 0.7, 0.8, 0.9]):
+        for k in range(20):
+            rows.append(
+                f'[[offer]]\nid = "x:type-{t}@r-{k:02d}"\nprovider = "x"\nkind = "cloud"\ninstance_type = "type-{t}"\n'
+                f'region = "r-{k:02d}"\ngpu = "L4"\ngpu_count = 1\nvcpus = 8\nram_gb = 32\nprice_usd = {price}\n'
+                f'billing = "per-hour"\ndisk_usd_per_gb_month = 0\nsource = "test"\nas_of = 2026-01-01\n'
+            )
+    offers = tmp_path / "offers.toml"
+    offers.write_text("schema_version = 1\n" + "".join(rows))
+    course = tmp_path / "c.toml"
+    course.write_text('participants = 3\noffers = ["x:*"]\n[schedule]\nstart = 2026-03-02\ndays = 1\n')
+    result = json.loads(cli("plan", course, "--offers", offers, "--format", "json").out)
+    types = [o["offers"][0]["offer"].split("@")[0] for o in result["options"]]
+    assert types == [f"x:type-{t}" for t in range(5)]
+    assert all(len(o["also_in_regions"]) == 19 for o in result["options"])
+    assert [o["total_usd"] for o in result["options"]] == [round(p * 24 * 3, 2) for p in (0.5, 0.6, 0.7, 0.8, 0.9)]
