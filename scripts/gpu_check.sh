@@ -46,6 +46,7 @@ step nvml_top.json "$PY" -m gpuseat top --once --format json
 step doctor.json "$PY" -m gpuseat doctor --format json
 nvidia-smi -q -x >"$out/nvidia-smi-q.xml" 2>/dev/null
 step carve.json "$PY" -m gpuseat carve --from-nvidia-smi "$out/nvidia-smi-q.xml" --mode auto --format json
+step smi_top.json "$PY" -m gpuseat top --from-xml "$out/nvidia-smi-q.xml" --once --format json
 
 "$PY" - "$out" <<'PYEOF' | tee "$out/gpu_check.md"
 import json, pathlib, sys
@@ -70,7 +71,8 @@ def bench_row(name):
     refs = ", ".join(f"{c['speedup']:.1f}x {c['gpu']}" for c in r["reference"])
     extra = f", tests {r['test_seconds']:.2f} s" if r.get("caffe_tests") else ""
     return (f"{r['device']['name']}: {r['seconds']:.2f} s train ({r['iterations_per_second']:.0f} it/s), "
-            f"warm-up {r['warmup_seconds']:.2f} s{extra}, accuracy {r['test_accuracy']:.4f}; {refs}")
+            f"warm-up {r['warmup_seconds']:.2f} s{extra}, accuracy {r['test_accuracy']:.4f}, "
+            f"tf32 {r.get('tf32')}; {refs}")
 
 print(f"| bench --device cuda | {codes.get('bench_cuda.json')} | {bench_row('bench_cuda.json')} |")
 print(f"| bench --caffe-tests | {codes.get('bench_cuda_caffe_tests.json')} | {bench_row('bench_cuda_caffe_tests.json')} |")
@@ -79,7 +81,8 @@ print(f"| bench_lenet.py | {codes.get('bench_lenet.txt')} | {'; '.join(side) or 
 fleet = load("fleet.json")
 if fleet:
     seats = "; ".join(
-        f"{s['seat']['select'][:12]} {s['result']['seconds']:.2f} s ({s['vs_median']:.2f}x median)"
+        f"{s['seat']['select'][:12]} {s['result']['seconds']:.2f} s "
+        + (f"({s['vs_median']:.2f}x {s.get('judged_by')})" if s.get("vs_median") is not None else "(not judged)")
         if s["result"] else f"{s['seat']['select'][:12]} failed" for s in fleet["seats"])
     print(f"| bench --all-seats | {codes.get('fleet.json')} | {seats}; findings: {len(fleet['findings'])} |")
 else:
@@ -93,6 +96,10 @@ print(f"| top --once (NVML) | {codes.get('nvml_top.json')} | {gpus} |")
 doc = load("doctor.json")
 fails = [c["id"] for c in doc["checks"] if c["status"] == "fail"] if doc else []
 print(f"| doctor | {codes.get('doctor.json')} | {'fail: ' + ', '.join(fails) if fails else ('no failures' if doc else 'no output')} |")
+smi = load("smi_top.json")
+if top and smi:  # NVML and nvidia-smi must agree on what is in use (compute processes only)
+    agree = [(p["pid"], p.get("kind")) for p in smi["processes"]]
+    print(f"| top NVML vs nvidia-smi | - | NVML {len(top['processes'])} compute processes; nvidia-smi {agree} |")
 carve = load("carve.json")
 print(f"| carve --from-nvidia-smi | {codes.get('carve.json')} | {len(carve['seats']) if carve else 'no'} seats |")
 PYEOF

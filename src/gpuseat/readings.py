@@ -233,21 +233,22 @@ class Attributed:
 
 @dataclass(frozen=True, slots=True)
 class SeatState:
-    """One seat-sized device now: its seat (if any), its processes and whether it is in use."""
+    """One seat-sized device now: its seat (if any), its processes and whether it is in use.
+
+    ``active``: a compute process holds it, or its utilisation is known and above zero. Graphics-only
+    processes (type ``G``: Xorg, a browser) are listed but do not count, as NVML's compute-process
+    list (the other sampler) does not hold them either. Computed once, when the state is made.
+    """
 
     leaf: Leaf
     entry: SeatEntry | None
     processes: tuple[Attributed, ...]
+    active: bool = field(init=False)
 
-    @property
-    def active(self) -> bool:
-        """In use: a compute process holds it, or its utilisation is known and above zero.
-
-        Graphics-only processes (type ``G``: Xorg, a browser) are listed but do not count, as
-        NVML's compute-process list (the other sampler) does not hold them either.
-        """
+    def __post_init__(self) -> None:
         util = self.leaf.utilization_gpu
-        return any(a.process.compute for a in self.processes) or (util is not None and util > 0)
+        busy = any(a.process.kind != GRAPHICS_ONLY for a in self.processes) or (util is not None and util > 0)
+        object.__setattr__(self, "active", busy)
 
 
 @dataclass(frozen=True, slots=True)

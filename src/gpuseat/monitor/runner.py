@@ -103,6 +103,7 @@ class Monitor:
         self.samples_stored = 0
         self.dropped = 0
         self.max_attempts = max_attempts
+        self.store_seconds: deque[float] = deque(maxlen=1000)  # time of each flush (benchmarks, logs)
 
     def tick(self) -> Tick:
         """One sample, attributed, checked for alerts, stored and published."""
@@ -120,7 +121,9 @@ class Monitor:
         if self.store is not None:
             self.pending.append(_Pending((snapshot.host, snapshot.taken_at, states)))
             self.pending.extend(_Pending(a) for a in tick.alerts)
+            started = time.perf_counter()
             tick.stored = self.flush()
+            self.store_seconds.append(time.perf_counter() - started)
         return tick
 
     def flush(self) -> bool:
