@@ -37,6 +37,8 @@ command -v cloud-init >/dev/null || need_apt+=(cloud-init)
 [ -x /bin/busybox ] || need_apt+=(busybox-static)
 command -v cpio >/dev/null || need_apt+=(cpio)
 command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
+# tests/monitor: a real Prometheus server scrapes `gpuseat monitor --listen`
+[ -x /usr/bin/prometheus ] || need_apt+=(prometheus)
 # A real one-node Slurm for tests/slurm (slurmctld, slurmd, client commands, job_submit/lua) and MUNGE.
 [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] || need_apt+=(slurm-wlm)
 [ -x /usr/sbin/munged ] || need_apt+=(munge)

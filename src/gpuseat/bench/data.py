@@ -214,7 +214,7 @@ def _write_cache(path: Path, mnist: Mnist) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         with tmp.open("wb") as fh:
-            np.savez_compressed(fh, **mnist.arrays())
+            np.savez_compressed(fh, **mnist.arrays())  # type: ignore[arg-type]
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only cache dir only costs a conversion (about 2 s) on the next run

@@ -45,15 +45,24 @@ class LeNet(nn.Module):
                 fan_in = layer.weight[0].numel()
                 bound = math.sqrt(3.0 / fan_in)
                 layer.weight.copy_(torch.rand(layer.weight.shape, generator=gen) * (2 * bound) - bound)
-                layer.bias.zero_()
+                _bias(layer).zero_()
         return self
+
+
+def _bias(layer: nn.Module) -> torch.Tensor:
+    """A layer's bias (every LeNet layer has one)."""
+    bias = layer.bias
+    assert isinstance(bias, torch.Tensor)
+    return bias
 
 
 def place(model: LeNet, device: torch.device) -> LeNet:
     """``model`` on ``device``; on a CPU in channels-last layout, where oneDNN's convolutions and PyTorch's
     max-pool run about 1.3× faster than in the default layout (measured on 2 EPYC vCPUs)."""
     model = model.to(device)
-    return model.to(memory_format=torch.channels_last) if device.type == "cpu" else model
+    if device.type != "cpu":
+        return model
+    return model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
 
 
 def device_tensors(images: np.ndarray, labels: np.ndarray, scale: float, device: torch.device) -> tuple:
@@ -85,7 +94,7 @@ class Trainer:
         self.solver = solver
         self.images, self.labels = images, labels
         self.weights = [m.weight for m in (model.conv1, model.conv2, model.ip1, model.ip2)]
-        self.biases = [m.bias for m in (model.conv1, model.conv2, model.ip1, model.ip2)]
+        self.biases = [_bias(m) for m in (model.conv1, model.conv2, model.ip1, model.ip2)]
         self.params = self.weights + self.biases
         self.history = [torch.zeros_like(p) for p in self.params]
         self.iteration = torch.zeros((), dtype=torch.int64, device=device)
