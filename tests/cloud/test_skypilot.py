@@ -124,7 +124,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict:
         root / "c2016",
         "c2016",
         _seats("c2016", "aws:g2.2xlarge", 12),
-        cloud.schedule_intervals(c2016.schedule),
+        c2016.schedule.intervals(),
         "UTC",
         opts,
     )
@@ -133,7 +133,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict:
         root / "lab",
         "lab",
         _seats("lab", "aws:g4dn.xlarge", 3),
-        cloud.schedule_intervals(lab.schedule),
+        lab.schedule.intervals(),
         "Europe/Berlin",
         cloud.TaskOptions(),
     )
@@ -170,7 +170,7 @@ def test_2016_cloud_seats_load_with_skypilots_loader(written: dict) -> None:
 def test_lab_sessions_one_start_and_one_stop_each(written: dict) -> None:
     course = _course("course-lab-hours.toml")
     sessions = course.schedule.sessions()
-    assert len(cloud.schedule_intervals(course.schedule)) == len(sessions) == 10
+    assert len(course.schedule.intervals()) == len(sessions) == 10
     out = written["root"] / "lab"
     crontab = (out / "crontab").read_text()
     starts = [ln for ln in crontab.splitlines() if " sky start " in ln]

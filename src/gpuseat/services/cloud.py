@@ -420,28 +420,6 @@ def cost_to_date(hours: SeatHours, offer: Offer) -> float:
     return float(hourly_usd(offer.price_usd, sum(billed_seconds(r, offer) for r in hours.runs_s)))
 
 
-def schedule_intervals(schedule: Any) -> list[tuple[datetime, datetime]]:
-    """The course's lab sessions as merged (start, end) intervals, or its whole span for 24/7.
-
-    The schedule owns this logic (:meth:`gpuseat.core.course.Schedule.intervals`, which merges
-    overlapping sessions and handles sessions across midnight).
-    """
-    if hasattr(schedule, "intervals"):
-        return list(schedule.intervals())
-    # Until Schedule.intervals lands on main: sessions as they are, or the whole period (24/7).
-    from datetime import time
-
-    if schedule.always_on:
-        return [
-            (datetime.combine(schedule.start, time()), datetime.combine(schedule.last_day, time()) + timedelta(days=1))
-        ]
-    out = []
-    for s in schedule.sessions():
-        begin = datetime.combine(s.date, datetime.strptime(s.hours[:5], "%H:%M").time())
-        out.append((begin, begin + timedelta(hours=s.length_h)))
-    return out
-
-
 # -- the course store ------------------------------------------------------------------------------
 
 
@@ -464,7 +442,7 @@ def course_from_store(store: CourseStore, course: str | None, offers: Sequence[O
         if s.kind == "cloud"
     )
     sched = store.course_file(view.key).schedule
-    return CloudCourse(view.key, view.timezone, seats, tuple(schedule_intervals(sched)))
+    return CloudCourse(view.key, view.timezone, seats, tuple(sched.intervals()))
 
 
 def write_for_course(

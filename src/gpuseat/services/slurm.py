@@ -399,11 +399,9 @@ def _local(dt: datetime, timezone: str) -> datetime:
 
 def course_from_store(store: CourseStore, course: str | None) -> SlurmCourse:
     """The course's Slurm seats, roster and session times (in the controller's local time) from the store."""
-    from gpuseat.services.cloud import schedule_intervals
-
     view = store.get_course(course)
     sched = store.course_file(view.key).schedule
-    intervals = [(_local(a, view.timezone), _local(b, view.timezone)) for a, b in schedule_intervals(sched)]
+    intervals = [(_local(a, view.timezone), _local(b, view.timezone)) for a, b in sched.intervals()]
     return course_from_values(view.key, intervals, store.participants(view.key), store.seats(view.key))
 
 
