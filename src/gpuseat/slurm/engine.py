@@ -129,7 +129,7 @@ class Slurm:
             raise EngineError(
                 f"{cmd} {' '.join(args[:3])} failed: {explain(proc.stderr or proc.stdout)}",
                 where=cmd,
-                fix="see Slurm's message above",
+                fix="check that slurmctld runs (scontrol ping) and --slurm-conf or SLURM_CONF names its slurm.conf",
             )
         return proc
 
