@@ -59,9 +59,13 @@ def test_status_and_down_update_the_store(store, test_host):
     lay = fill(store)
     vms.up(store, "demo", lay, OPTIONS, test_host)
     test_host.lookup("gpuseat-demo-seat-02").destroy()
-    report = vms.status(store, "demo", OPTIONS.connect, lay, test_host)
+    report = vms.status(store, "demo", OPTIONS.connect, test_host)
     assert {r.seat: r.state for r in report.seats}["seat-02"] == "shut off"
     assert store.get_seat("demo", "seat-02").state == "requested"
+    rows = {r.seat: r for r in report.seats}
+    holder = store.get_seat("demo", "seat-01").participant
+    user = {p.key: p.unix_user for p in store.participants("demo")}[holder]
+    assert rows["seat-01"].connect.startswith(f"ssh {user}@") and rows["seat-01"].participant == holder
     down = vms.down(store, "demo", OPTIONS.connect, host=test_host)
     assert len(down.seats) == 4
     assert {s.state for s in store.seats("demo")} == {"released"}

@@ -14,7 +14,7 @@ import pytest
 
 from gpuseat.errors import EngineError, InputError
 from gpuseat.render.libvirt import METADATA_NS
-from gpuseat.services.vms import VmOptions, VmSeat, down_seats, status_seats, up_seats
+from gpuseat.services.vms import Login, VmOptions, VmSeat, down_seats, status_seats, up_seats
 
 from .conftest import layout, public_key
 
@@ -148,7 +148,8 @@ def test_status_lists_domains_states_and_participants(test_host):
     seats = vm_seats(lay)
     up_seats("demo", lay, seats[:3], OPTIONS, test_host)
     test_host.lookup("gpuseat-demo-seat-02").destroy()
-    report = status_seats("demo", "test", seats, test_host)
+    logins = {vm.key: Login(vm.participant, vm.user, vm.ssh_keys) for vm in seats}
+    report = status_seats("demo", "test", logins, test_host)
     rows = {r.seat: (r.state, r.participant) for r in report.seats}
     assert rows == {
         "seat-01": ("running", "alice"),

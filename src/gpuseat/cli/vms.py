@@ -125,8 +125,6 @@ def down(
 def status(
     course: str | None = COURSE,
     connect: str = CONNECT,
-    inventory: Path | None = INVENTORY,
-    mode: VmMode = MODE,
     db: str | None = DB,
     fmt: Format = FORMAT_OPTION,
 ) -> None:
@@ -135,7 +133,7 @@ def status(
     from gpuseat.services.courses import open_store
 
     with open_store(db) as store:
-        report = vms.status(store, course, connect, _layout(inventory, mode))
+        report = vms.status(store, course, connect)
     _print(report, fmt, "vms status")
 
 

@@ -11,7 +11,7 @@ The store gets each seat's engine state and, once the guest has an address, its 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -90,6 +90,15 @@ class VmSeat:
 
     key: str
     seat: Slice
+    participant: str | None = None
+    user: str = NO_PARTICIPANT_USER
+    ssh_keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Login:
+    """Who holds a seat and how they log in to its VM (from the store's assignment and roster)."""
+
     participant: str | None = None
     user: str = NO_PARTICIPANT_USER
     ssh_keys: tuple[str, ...] = ()
@@ -397,26 +406,29 @@ def _participant_of(host: LibvirtHost, dom: Any) -> str | None:
     return who.participant if who else None
 
 
-def status_seats(course: str, connect: str, seats: Sequence[VmSeat] = (), host: LibvirtHost | None = None) -> VmReport:
-    """Each seat's domain, state, participant and address (seats without a domain show as ``absent``)."""
+def status_seats(
+    course: str, connect: str, logins: Mapping[str, Login] | None = None, host: LibvirtHost | None = None
+) -> VmReport:
+    """Each seat's domain, state, participant and address (seats in ``logins`` without a domain: ``absent``)."""
     names.key(course, where="course key")
+    logins = logins or {}
     own = host is None
     host = host or _open(connect)
     try:
         owned = host.owned(course)
-        users = {vm.key: vm for vm in seats}
         results = []
-        for key in sorted(set(owned) | set(users)):
-            vm = users.get(key)
+        for key in sorted(set(owned) | set(logins)):
+            login = logins.get(key)
             dom = owned.get(key)
             name = domain_name(course, key)
             if dom is None:
-                results.append(SeatResult(key, name, vm.participant if vm else None, "absent", "absent"))
+                results.append(SeatResult(key, name, login.participant if login else None, "absent", "absent"))
                 continue
-            ips = host.addresses(dom)
-            user = vm.user if vm else NO_PARTICIPANT_USER
-            connect_to = connect_string(user, ips[0].ip, host.remote_host, _uri_user(host.uri)) if ips else None
-            participant = vm.participant if vm else _participant_of(host, dom)
+            ips = host.addresses(dom) if login and login.ssh_keys else []
+            connect_to = (
+                connect_string(login.user, ips[0].ip, host.remote_host, _uri_user(host.uri)) if login and ips else None
+            )
+            participant = login.participant if login else _participant_of(host, dom)
             results.append(SeatResult(key, name, participant, "seen", host.state(dom), "", connect_to))
         return VmReport(course=course, connect=host.uri, seats=tuple(results))
     finally:
@@ -427,32 +439,44 @@ def status_seats(course: str, connect: str, seats: Sequence[VmSeat] = (), host: 
 # -- the course store ------------------------------------------------------------------------------
 
 
+def _vm_seat(kind: str, engine: str) -> bool:
+    """Whether a stored seat can be a VM of ``vms`` (a whole GPU, a vGPU or a VM seat, not another engine's)."""
+    return kind in ("gpu", "vgpu", "vm") and engine in ("manual", "libvirt")
+
+
+def course_logins(store: CourseStore, course: str) -> dict[str, Login]:
+    """Each seat's holder and login: the participant's unix user (else their key) and SSH key."""
+    people = {p.key: p for p in store.participants(course)}
+    out: dict[str, Login] = {}
+    for seat in store.seats(course):
+        p = people.get(seat.participant) if seat.participant else None
+        if p is None:
+            out[seat.key] = Login()
+            continue
+        user = names.unix_user(p.unix_user or p.key, where=f"participant {p.key}: unix_user")
+        out[seat.key] = Login(p.key, user, (p.ssh_key,) if p.ssh_key else ())
+    return out
+
+
 def course_vm_seats(store: CourseStore, course: str | None, layout: Layout | None) -> tuple[str, list[VmSeat], Any]:
     """The course key, its seats that are in the layout (with their participants), and the course file."""
     view = store.get_course(course)
     seats = store.seats(view.key)
-    people = {p.key: p for p in store.participants(view.key)}
-    vm_kinds = {"gpu", "vgpu", "vm"}
     if layout is None:
-        wanted = [s.key for s in seats if s.kind in vm_kinds and s.engine in ("manual", "libvirt")]
+        wanted = [s.key for s in seats if _vm_seat(s.kind, s.engine)]
         raise InputError(
             f"gpuseat needs the server's carve layout to give seats {', '.join(wanted) or '(none)'} their GPUs",
             where="--inventory",
             fix="give the inventory the seats were added from: --inventory SERVER.toml --mode passthrough|vgpu",
         )
     by_key = {s.name: s for s in layout.slices}
-    out: list[VmSeat] = []
+    logins = course_logins(store, view.key)
+    out = []
     for s in seats:
-        if s.key not in by_key:
-            continue
-        p = people.get(s.participant) if s.participant else None
-        user = NO_PARTICIPANT_USER
-        keys: tuple[str, ...] = ()
-        if p is not None:
-            user = names.unix_user(p.unix_user or p.key, where=f"participant {p.key}: unix_user")
-            keys = (p.ssh_key,) if p.ssh_key else ()
-        out.append(VmSeat(key=names.key(s.key, where=f"seat {s.key}"), seat=by_key[s.key], participant=s.participant,
-                          user=user, ssh_keys=keys))  # fmt: skip
+        if s.key in by_key:
+            login = logins[s.key]
+            key = names.key(s.key, where=f"seat {s.key}")
+            out.append(VmSeat(key, by_key[s.key], login.participant, login.user, login.ssh_keys))
     if not out:
         raise InputError(
             f"no seat of course {view.key} is in the layout of {layout.server.name} ({len(layout.slices)} seats)",
@@ -534,15 +558,11 @@ def down(
     return report
 
 
-def status(
-    store: CourseStore, course: str | None, connect: str, layout: Layout | None = None, host: LibvirtHost | None = None
-) -> VmReport:
+def status(store: CourseStore, course: str | None, connect: str, host: LibvirtHost | None = None) -> VmReport:
     """``gpuseat vms status``: each seat's domain, state and participant; the engine state is recorded."""
     view = store.get_course(course)
-    seats: list[VmSeat] = []
-    if layout is not None:
-        _, seats, _ = course_vm_seats(store, view.key, layout)
-    report = status_seats(view.key, connect, seats, host)
-    known = {s.key for s in store.seats(view.key)}
-    _record(store, view.key, [r for r in report.seats if r.seat in known and r.state != "absent"])
+    vm_seats = {s.key for s in store.seats(view.key) if _vm_seat(s.kind, s.engine)}
+    logins = {k: v for k, v in course_logins(store, view.key).items() if k in vm_seats}
+    report = status_seats(view.key, connect, logins, host)
+    _record(store, view.key, [r for r in report.seats if r.seat in logins and r.state != "absent"])
     return report
