@@ -113,6 +113,11 @@ def test_store_to_slurm_and_back(store, make_cluster: Cluster, cli) -> None:
     r = cli("slurm", "status", *args)
     assert r.code == 0, r.err
     assert "gpu:m60:1" in r.out and USERS[0] in r.out
+    r = cli("slurm", "check", *args, "--out-dir", c.root / "check", "--format", "json")
+    assert r.code == 0, r.err + r.out
+    checked = json.loads(r.out)
+    assert [x["unix_user"] for x in checked] == list(USERS[:2]) and all(x["ok"] for x in checked)
+    assert all(x["cuda_visible_devices"] in {"0", "1", "2", "3"} for x in checked)
     r = cli("slurm", "config", "--course", "slurmlab", "--db", url, "--cpus", "8")
     assert r.code == 0, r.err
     assert config.gres_conf(devices) in r.out and "PartitionName=gpuseat-slurmlab Nodes=localhost" in r.out

@@ -259,6 +259,34 @@ def status_command(
     print_table(rows, cols, title=f"slurm · {report.course} · {len(report.reservations)} session reservation(s)")
 
 
+@slurm_app.command("check")
+def check_command(
+    course: str | None = COURSE,
+    db: str | None = DB,
+    slurm_conf: Path | None = SLURM_CONF,
+    participant: list[str] = typer.Option([], "--participant", help="Only these participants (key)."),
+    out_dir: Path = typer.Option(Path("/tmp/gpuseat-slurm-check"), "--out-dir", help="Where the probe jobs write."),
+    fmt: Format = FORMAT_OPTION,
+) -> None:
+    """Run a one-GPU job as each participant in the session running now: the GPU it sees, or Slurm's refusal."""
+    from gpuseat.services import slurm
+    from gpuseat.services.courses import open_store
+
+    with open_store(db) as store:
+        sc = slurm.course_from_store(store, course)
+    rows = slurm.check(_slurm(slurm_conf), sc, now=datetime.now(), out_dir=out_dir, participants=participant)
+    if fmt is Format.json:
+        print_json([r.to_dict() for r in rows])
+    else:
+        cols = ["participant", "unix_user", "seat", "ok", "cuda_visible_devices", "slurm_job_gpus", "refusal"]
+        data = [r.to_dict() for r in rows]
+        if fmt is Format.csv:
+            print_csv(data, cols)
+        else:
+            print_table(data, cols, title=f"slurm check · {sc.key}")
+    raise typer.Exit(0 if all(r.ok for r in rows) else 1)
+
+
 def register(app: typer.Typer) -> None:
     """Add ``gpuseat slurm``."""
     app.add_typer(slurm_app, name="slurm")

@@ -355,6 +355,65 @@ def status(slurm: Slurm, course: SlurmCourse) -> StatusReport:
     return StatusReport(course.key, part, exists, resv, members)
 
 
+# -- check ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckRow(_Report):
+    """One participant's probe job: the device their job saw, or Slurm's refusal."""
+
+    participant: str
+    unix_user: str
+    seat: str
+    ok: bool
+    cuda_visible_devices: str | None
+    slurm_job_gpus: str | None
+    refusal: str
+
+
+def check(
+    slurm: Slurm, course: SlurmCourse, *, now: datetime, out_dir: Path, participants: Sequence[str] = ()
+) -> list[CheckRow]:
+    """Submit a one-GPU probe job as each seated participant in the session running now (needs root).
+
+    What a participant would see: the seat's GPU type in the course partition and reservation. No
+    session now is an input error (the course's jobs are refused outside sessions by design).
+    """
+    current = [r for r in plan_sessions(course) if r.start <= now < r.end]
+    if not current:
+        raise InputError(
+            f"no lab session of course {course.key} is running now",
+            where="--course",
+            fix="run the check during a session (gpuseat slurm sessions lists them)",
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.chmod(0o1777)  # the participants' jobs write their output here
+    rows = []
+    for m in course.members:
+        dev = course.device_of(m.seat) if m.seat else None
+        if dev is None or m.unix_user is None or (participants and m.participant not in participants):
+            continue
+        got = slurm.probe(
+            m.unix_user,
+            partition=course.partition,
+            reservation=current[0].name,
+            gres=f"gpu:{dev.gres_type}:1",
+            out_dir=out_dir,
+        )
+        rows.append(
+            CheckRow(
+                m.participant,
+                m.unix_user,
+                dev.seat or "",
+                got.ok,
+                got.env.get("CUDA_VISIBLE_DEVICES"),
+                got.env.get("SLURM_JOB_GPUS"),
+                got.refusal,
+            )
+        )
+    return rows
+
+
 # -- the store ---------------------------------------------------------------------------------------
 
 
