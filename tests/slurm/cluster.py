@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +41,6 @@ class Cluster:
     """A running one-node cluster: its config dir, environment and daemon processes."""
 
     root: Path
-    cpus: int = 8
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -167,10 +167,10 @@ SlurmdParameters=config_overrides
             return False
         return out.strip().splitlines()[:1] == ["idle"]
 
-    def _wait_for(self, ok: object, timeout: float, what: str) -> None:
+    def _wait_for(self, ok: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if ok():  # type: ignore[operator]
+            if ok():
                 return
             time.sleep(0.2)
         raise RuntimeError(f"timed out waiting for {what}; logs:\n{self.logs()}")
