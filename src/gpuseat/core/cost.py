@@ -280,6 +280,9 @@ def disk_rate(offer: Offer, gb: float, running: Sequence[Interval], span: Interv
     tier = f" ({num(gb)} GB → {num(size)} GB tier)" if size != gb else ""
 
     def formula() -> str:
+        if stop_rate == run_rate:
+            hours = num(round(run_h + stop_h, 2))
+            return f"{num(run_rate)} $/GB-month × {num(size)} GB{tier} × {hours} h (month = {month})"
         parts = [f"{num(run_rate)} $/GB-month × {num(size)} GB{tier} × {num(round(run_h, 2))} h running"]
         if stop_h:
             parts.append(f"{num(stop_rate)} $/GB-month × {num(round(stop_h, 2))} h stopped")

@@ -98,6 +98,7 @@ class PlanContext:
     _billed: dict[tuple[str, int, bool], int] = field(default_factory=dict)
     _disk: dict[tuple[object, ...], float] = field(default_factory=dict)
     _needs: dict[str, SeatNeed] = field(default_factory=dict)
+    _gpus: dict[str, GpuModel | None] = field(default_factory=dict)
 
     @classmethod
     def of(cls, course: Course, catalog: Catalog) -> PlanContext:
@@ -109,6 +110,12 @@ class PlanContext:
         """Calendar days the span touches (licence terms cover these)."""
         first, last = self.course.schedule.span_days()
         return (last - first).days + 1
+
+    def gpu(self, name: str) -> GpuModel | None:
+        """The catalog's GPU model called ``name`` (looked up once per name)."""
+        if name not in self._gpus:
+            self._gpus[name] = self.catalog.find_gpu(name)
+        return self._gpus[name]
 
     def need(self, group: Group) -> SeatNeed:
         """The seat need of ``group`` (made once per group)."""
@@ -279,7 +286,7 @@ def fit_offer(offer: Offer, group: Group, ctx: PlanContext) -> tuple[Fit | None,
         reason = guest_os_reason(offer, need)
         if reason:
             return None, [RejectedOffer(offer.id, reason, group.name)]
-        gpu = ctx.catalog.find_gpu(offer.gpu)
+        gpu = ctx.gpu(offer.gpu)
         if gpu is None:
             return None, [RejectedOffer(offer.id, f"GPU model '{offer.gpu}' is not in the catalog", group.name)]
         chips = offer.gpu_count

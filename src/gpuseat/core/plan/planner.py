@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
@@ -13,7 +14,7 @@ from gpuseat.core.cost import Line, billing_months, line, money, num
 from gpuseat.core.course import Course
 from gpuseat.core.plan.fit import Fit, PlanContext, RejectedOffer
 from gpuseat.core.plan.perf import Speed
-from gpuseat.core.plan.result import Plan, PlanOption, WhyAnswer, family
+from gpuseat.core.plan.result import Plan, PlanOption, WhyAnswer
 from gpuseat.core.plan.solve import Allocation, solve, tighten
 from gpuseat.core.plan.table import GroupFits, OfferTable
 from gpuseat.errors import Infeasible, InputError, NoOfferFits, did_you_mean
@@ -85,8 +86,7 @@ def plan(
     providers = catalog.providers
     options = [_option(best, providers, ctx)]
     seen = {options[0].key}
-    regions = _same_price_regions(table, fits)
-    for i in _alternative_offers(table, fits):
+    for i in _alternative_offers(table, fits) if alternatives else []:
         if len(options) > alternatives:
             break
         alt = _forced(course, fits, pools, i)
@@ -97,6 +97,7 @@ def plan(
             seen.add(option.key)
             options.append(option)
     options.sort(key=lambda o: o.total_usd)
+    regions = _same_price_regions(table, fits, {a.fit.offer.id for o in options for a in o.allocations})
     for option in options:
         option.also_in = sorted({r for a in option.allocations for r in regions.get(a.fit.offer.id, [])})
     by_id = {o.id: o for o in offers}
@@ -135,32 +136,39 @@ def _alternative_offers(table: OfferTable, fits: dict[str, GroupFits]) -> list[i
     bound: dict[int, float] = {}
     for group_fits in fits.values():
         for i, b in group_fits.bound.items():
-            bound[i] = min(b, bound.get(i, b))
-    order = sorted(bound, key=lambda i: (bound[i], table.id_rank[i]))
-    seen: set[tuple[str, str, str]] = set()
-    out = []
-    for i in order:
-        fam = family(table.offers[i])
-        if fam not in seen:
-            seen.add(fam)
-            out.append(i)
-    return out
+            if b < bound.get(i, math.inf):
+                bound[i] = b
+    best: dict[tuple[str, str, str], int] = {}
+    rank = table.id_rank
+    for i, b in bound.items():
+        fam = table.families[i]
+        j = best.get(fam)
+        if j is None or (b, rank[i]) < (bound[j], rank[j]):
+            best[fam] = i
+    return sorted(best.values(), key=lambda i: (bound[i], rank[i]))
 
 
-def _same_price_regions(table: OfferTable, fits: dict[str, GroupFits]) -> dict[str, list[str]]:
-    """For each offer, the other regions where the same instance family costs the same per seat."""
-    by_family: dict[tuple[object, ...], list[int]] = defaultdict(list)
-    for group_fits in fits.values():
-        for i, b in group_fits.bound.items():
-            by_family[(*family(table.offers[i]), round(b, 6))].append(i)
+def _same_price_regions(table: OfferTable, fits: dict[str, GroupFits], used: set[str]) -> dict[str, list[str]]:
+    """For each offer in ``used``, the other regions where the same instance family costs the same per seat
+    for some group."""
+    ids = {table.offers[i].id: i for group_fits in fits.values() for i in group_fits.bound if table.offers[i].id in used}
+    wanted = {table.families[i] for i in ids.values()}
+    members: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+    for i, fam in enumerate(table.families):
+        if fam in wanted:
+            members[fam].append(i)
     out: dict[str, list[str]] = {}
-    for members in by_family.values():
-        if len(members) < 2:
-            continue
-        names = {table.offers[i].region or "" for i in members}
-        for i in members:
-            offer = table.offers[i]
-            out[offer.id] = sorted(names - {offer.region or ""})
+    for offer_id, i in ids.items():
+        regions = set()
+        for group_fits in fits.values():
+            b = group_fits.bound.get(i)
+            if b is None:
+                continue
+            for j in members[table.families[i]]:
+                other = group_fits.bound.get(j)
+                if j != i and other is not None and abs(other - b) < 1e-6:
+                    regions.add(table.offers[j].region or "")
+        out[offer_id] = sorted(regions - {table.offers[i].region or ""})
     return out
 
 

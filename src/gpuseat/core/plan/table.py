@@ -50,6 +50,7 @@ class OfferTable:
     offers: list[Offer]
     fast: list[bool]
     id_rank: list[int]  # position of each offer's id in sorted order: the tie-break
+    families: list[tuple[str, str, str]]  # (provider, instance type, billing) of each offer
 
     @classmethod
     def of(cls, offers: list[Offer], ctx: PlanContext) -> OfferTable:
@@ -59,7 +60,7 @@ class OfferTable:
         rank = [0] * len(offers)
         for r, i in enumerate(order):
             rank[i] = r
-        return cls(offers, fast, rank)
+        return cls(offers, fast, rank, [(o.provider, o.instance_type, o.billing) for o in offers])
 
     def fits(self, group: Group, ctx: PlanContext) -> tuple[GroupFits, list[RejectedOffer]]:
         """Which offers can seat ``group`` at what cost, and why the others cannot (in offer order)."""
