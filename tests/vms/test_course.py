@@ -114,7 +114,8 @@ def test_worked_example_from_the_cli(tmp_path, monkeypatch, capsys):
         assert row["connect"].startswith(f"ssh {who}@192.168.122.")
     assert {r["state"] for k, r in status.items() if not k.startswith("seat-0")} == {"planned"}  # cloud seats
     # the table form, and bad input: exit 2 with one message, no traceback
-    assert "gpuseat-demo-seat-01" in cli("vms", "up", "--connect", "test:///default", "--inventory", inventory)
+    table = cli("vms", "up", "--connect", "test:///default", "--inventory", inventory)
+    assert "domains gpuseat-demo-SEAT" in table and "ssh amartin@192.168.122." in table
     code = main(["vms", "up", "--connect", "test:///default", "--inventory", inventory, "--pool", "../etc"])
     err = capsys.readouterr().err
     assert code == 2 and "--pool" in err and "Traceback" not in err

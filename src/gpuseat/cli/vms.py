@@ -38,6 +38,7 @@ DB = typer.Option(None, "--db", help="Course database URL (default: GPUSEAT_DB_U
 INVENTORY = typer.Option(None, "--inventory", help="The server inventory TOML the seats were added from.")
 MODE = typer.Option(VmMode.passthrough, "--mode", help="The carve mode the seats were added with.")
 COLUMNS = ["seat", "domain", "participant", "action", "state", "connect", "detail"]
+TABLE_COLUMNS = ["seat", "participant", "action", "state", "connect", "detail"]  # domain: in the title
 
 
 def _layout(inventory: Path | None, mode: VmMode) -> Layout | None:
@@ -61,7 +62,8 @@ def _print(report: VmReport, fmt: Format, title: str) -> None:
     err = stderr_console()
     for note in report.notes:
         err.print(f"note: {note}", markup=False, highlight=False)
-    print_table(rows, COLUMNS, title=f"{title} · course {report.course} · {report.connect}")
+    title = f"{title} · course {report.course} (domains gpuseat-{report.course}-SEAT) · {report.connect}"
+    print_table(rows, TABLE_COLUMNS, title=title)
 
 
 @vms_app.command("up")
