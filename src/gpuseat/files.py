@@ -87,14 +87,16 @@ def check_finite(data: Any, *, where: str, path: str = "", limit: float = 1e15) 
 
 def read_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file; syntax errors name the line."""
-    text = read_text(path)
+    return parse_toml(read_text(path), where=str(path))
+
+
+def parse_toml(text: str, *, where: str) -> dict[str, Any]:
+    """Parse TOML text read from ``where``: syntax errors name the line, numbers must be finite."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise InputError(
-            f"malformed TOML: {exc}", where=str(path), fix="correct the TOML syntax on that line"
-        ) from None
-    check_finite(data, where=str(path))
+        raise InputError(f"malformed TOML: {exc}", where=where, fix="correct the TOML syntax on that line") from None
+    check_finite(data, where=where)
     return data
 
 
@@ -182,14 +184,7 @@ def validate(
 def read_toml_model(model: type[M], path: Path, *, context: dict[str, Any] | None = None) -> M:
     """Read, parse and validate a TOML file; errors name the file, the line and the field."""
     text = read_text(path)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(
-            f"malformed TOML: {exc}", where=str(path), fix="correct the TOML syntax on that line"
-        ) from None
-    check_finite(data, where=str(path))
-    return validate(model, data, where=str(path), text=text, context=context)
+    return validate(model, parse_toml(text, where=str(path)), where=str(path), text=text, context=context)
 
 
 def read_csv(path: Path) -> Iterator[tuple[int, dict[str, str]]]:

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from gpuseat.catalog.bundle import Catalog
 from gpuseat.catalog.offers import Offer, check_offer_ids, load_offers_file, merge_offers
-from gpuseat.catalog.skypilot import import_skypilot
 from gpuseat.core.course import Course
 from gpuseat.core.plan import Plan, Speed, plan, select_offers, speeds_from
 from gpuseat.errors import InputError
@@ -69,6 +68,8 @@ def gather_offers(
     for path in offer_files:
         added.append(load_offers_file(path, catalog))
     for arg in skypilot:
+        from gpuseat.catalog.skypilot import import_skypilot
+
         provider, path = parse_skypilot_arg(arg)
         imported = import_skypilot(path, provider, catalog=catalog, as_of=today or date.today())
         warnings += imported.warnings
