@@ -3,6 +3,7 @@ issue 10 that the old 64-per-group pool got wrong."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from datetime import date
 
@@ -212,3 +213,24 @@ def test_real_offers_pruned_equal_exhaustive():
     fast = plan(course, offers, catalog=CATALOG, alternatives=0)
     full = plan(course, offers, catalog=CATALOG, alternatives=0, exhaustive=True)
     assert fast.options[0].total_usd == full.options[0].total_usd
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(instance=instances())
+def test_reduced_cost_fixing_keeps_the_optimum(instance):
+    """tighten() (LP reduced-cost fixing) run on every instance, with a deliberately poor upper bound."""
+    solve_module = importlib.import_module("gpuseat.core.plan.solve")
+    course, fits = instance
+    everything = {g.name: [f for f, _ in fits[g.name]] for g in course.groups}
+    exact = _milp(course, [f for g in course.groups for f in everything[g.name]], None)
+    saved = solve_module.TIGHTEN_ABOVE, solve_module.BOUND_POOL
+    solve_module.TIGHTEN_ABOVE, solve_module.BOUND_POOL = 0, 1
+    try:
+        tightened = solve_module.tighten(course, everything)
+    finally:
+        solve_module.TIGHTEN_ABOVE, solve_module.BOUND_POOL = saved
+    found = solve(course, tightened)
+    if exact is None:
+        assert found is None
+        return
+    assert found is not None and abs(cost(found) - cost(exact)) < 1e-6
