@@ -47,6 +47,8 @@ def test_why_prices_an_offer_and_says_why_it_is_not_first(cli):
     )
     first = json.loads(cli("plan", COURSE_2016, "--why", "aws:g2.2xlarge", "--format", "json").out)["why"]
     assert first["reasons"] == ["it is in the first option: $3,744.00 for the whole course"]
+    whole = json.loads(cli("plan", COURSE_2016, "--why", "ibm:bm-2xM60:whole-month", "--format", "json").out)["why"]
+    assert "it bills whole months: 1 full month(s) for 15 day(s) of use" in whole["reasons"]
     text = cli("plan", COURSE_2016, "--why", "ibm:bm-2xM60").out
     assert "Why not ibm:bm-2xM60:" in text
     bad = cli("plan", COURSE_2016, "--why", "ibm:bm-2xM61")

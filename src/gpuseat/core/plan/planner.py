@@ -151,7 +151,7 @@ def _alternative_offers(table: OfferTable, fits: dict[str, GroupFits]) -> list[i
 def _same_price_regions(table: OfferTable, fits: dict[str, GroupFits], used: set[str]) -> dict[str, list[str]]:
     """For each offer in ``used``, the other regions where the same instance family costs the same per seat
     for some group."""
-    ids = {table.offers[i].id: i for group_fits in fits.values() for i in group_fits.bound if table.offers[i].id in used}
+    ids = {table.offers[i].id: i for gf in fits.values() for i in gf.bound if table.offers[i].id in used}
     wanted = {table.families[i] for i in ids.values()}
     members: dict[tuple[str, str, str], list[int]] = defaultdict(list)
     for i, fam in enumerate(table.families):
@@ -269,6 +269,14 @@ def _why(
     )
     if mine.seats < mine.units * mine.fit.seats_per_unit:
         reasons.append(f"{mine.units * mine.fit.seats_per_unit - mine.seats} of its seats would stay empty")
+    offer = mine.fit.offer
+    if offer.billing == "month-whole":
+        first, last = course.schedule.span_days()
+        months = len(billing_months(first, last, anniversary=offer.month_start == "anniversary"))
+        days = (last - first).days + 1
+        reasons.append(f"it bills whole months: {months} full month(s) for {days} day(s) of use")
+    elif not offer.monthly and not course.schedule.always_on and not ctx.stopped_between_sessions(offer):
+        reasons.append("it is not stopped between sessions: billed from the first session's start to the last end")
     return WhyAnswer(offer_id, option, reasons)
 
 
