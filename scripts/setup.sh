@@ -42,6 +42,9 @@ command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
 # A real one-node Slurm for tests/slurm (slurmctld, slurmd, client commands, job_submit/lua) and MUNGE.
 [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] || need_apt+=(slurm-wlm)
 [ -x /usr/sbin/munged ] || need_apt+=(munge)
+# ... and its accounting: slurmdbd on a throw-away MariaDB (tests/slurm/test_accounting.py)
+[ -x /usr/sbin/slurmdbd ] || need_apt+=(slurmdbd)
+[ -x /usr/sbin/mariadbd ] || need_apt+=(mariadb-server)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "setup: installing Debian packages: ${need_apt[*]}"

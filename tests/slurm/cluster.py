@@ -17,19 +17,26 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "sinfo")
+ACCOUNTING_BINARIES = ("slurmdbd", "sacctmgr", "mariadbd", "mariadb-install-db")
 
 
-def missing_binaries() -> list[str]:
-    """Which of the Slurm/MUNGE programs this machine lacks (setup.sh installs them)."""
-    return [b for b in BINARIES if shutil.which(b) is None and not Path("/usr/sbin", b).exists()]
+def missing_binaries(names: tuple[str, ...] = BINARIES) -> list[str]:
+    """Which of the Slurm/MUNGE (or accounting: slurmdbd, MariaDB) programs this machine lacks."""
+    return [b for b in names if shutil.which(b) is None and not Path("/usr/sbin", b).exists()]
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _which(name: str) -> str:
@@ -41,6 +48,9 @@ class Cluster:
     """A running one-node cluster: its config dir, environment and daemon processes."""
 
     root: Path
+    accounting: bool = False  # MariaDB + slurmdbd, AccountingStorageEnforce=associations,limits
+    dbd_port: int = 0
+    db_port: int = 0
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -67,6 +77,14 @@ class Cluster:
         """slurm.conf (the reference's, with our ports, paths and munge socket) plus gres.conf."""
         r = self.root
         ctld_port, slurmd_port = _free_port(), _free_port()
+        if self.accounting:
+            self.dbd_port, self.db_port = _free_port(), _free_port()
+            extra = (
+                "AccountingStorageType=accounting_storage/slurmdbd\n"
+                f"AccountingStorageHost=localhost\nAccountingStoragePort={self.dbd_port}\n"
+                f"AccountingStoragePass={r}/munge/munge.socket\n"  # the munge socket for slurmdbd
+                "AccountingStorageTRES=gres/gpu\nAccountingStorageEnforce=associations,limits,safe\n" + extra
+            )
         base = f"""ClusterName=gpuseattest
 SlurmctldHost=localhost
 SlurmctldPort={ctld_port}
@@ -83,7 +101,6 @@ SwitchType=switch/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu
-AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 ReturnToService=2
@@ -100,9 +117,20 @@ SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=1
 SlurmdParameters=config_overrides
 """
+        if not self.accounting:
+            base += "AccountingStorageType=accounting_storage/none\n"
         self.conf.parent.mkdir(parents=True, exist_ok=True)
         self.conf.write_text(base + extra + node_and_partitions)
         (self.conf.parent / "gres.conf").write_text(gres_conf)
+        if self.accounting:
+            dbd = self.conf.parent / "slurmdbd.conf"
+            dbd.write_text(
+                f"AuthType=auth/munge\nAuthInfo=socket={r}/munge/munge.socket\nDbdHost=localhost\n"
+                f"DbdPort={self.dbd_port}\nSlurmUser=root\nStorageType=accounting_storage/mysql\n"
+                f"StorageHost=127.0.0.1\nStoragePort={self.db_port}\nStorageUser=root\nStorageLoc=slurm_acct_db\n"
+                f"PidFile={r}/slurmdbd.pid\nLogFile={r}/log/slurmdbd.log\nDebugLevel=info\n"
+            )
+            dbd.chmod(0o600)  # slurmdbd refuses a readable config
 
     def start(self, timeout: float = 60) -> None:
         """munged, slurmctld, slurmd in the foreground; returns once the node is idle."""
@@ -137,6 +165,8 @@ SlurmdParameters=config_overrides
             start_new_session=True,
         )
         self._wait_for(lambda: (r / "munge" / "munge.socket").exists(), timeout, "munged")
+        if self.accounting:
+            self._start_accounting(log, timeout)
         self.procs["slurmctld"] = subprocess.Popen(
             [_which("slurmctld"), "-D", "-i", "-f", str(self.conf)],
             env=self.env,
@@ -154,6 +184,29 @@ SlurmdParameters=config_overrides
             start_new_session=True,
         )
         self._wait_for(self._idle, timeout, "slurm node idle")
+
+    def _start_accounting(self, log: IO[bytes], timeout: float) -> None:
+        """MariaDB (own data dir, loopback port, no grant tables) and slurmdbd; the cluster registered."""
+        r = self.root
+        subprocess.run(
+            [_which("mariadb-install-db"), "--no-defaults", f"--datadir={r}/db", "--user=root", "--skip-test-db",
+             "--auth-root-authentication-method=normal"],
+            stdout=log, stderr=log, check=True, timeout=timeout,
+        )  # fmt: skip
+        self.procs["mariadbd"] = subprocess.Popen(
+            [_which("mariadbd"), "--no-defaults", f"--datadir={r}/db", f"--socket={r}/db.sock",
+             f"--port={self.db_port}", "--bind-address=127.0.0.1", "--user=root", "--skip-grant-tables",
+             f"--pid-file={r}/db.pid", f"--log-error={r}/log/mariadb.log"],
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        self._wait_for(lambda: _listening(self.db_port), timeout, "mariadbd")
+        self.procs["slurmdbd"] = subprocess.Popen(
+            [_which("slurmdbd"), "-D"], env=self.env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        self._wait_for(lambda: _listening(self.dbd_port), timeout, "slurmdbd")
+        subprocess.run(["sacctmgr", "-i", "add", "cluster", "gpuseattest"], env=self.env, stdout=log, stderr=log,
+                       check=True, timeout=timeout)  # fmt: skip
 
     def _idle(self) -> bool:
         for name, proc in self.procs.items():
@@ -183,7 +236,7 @@ SlurmdParameters=config_overrides
 
     def stop(self) -> None:
         """SIGTERM to each daemon by pid (slurmd first), SIGKILL if it lingers."""
-        for name in ("slurmd", "slurmctld", "munged"):
+        for name in ("slurmd", "slurmctld", "slurmdbd", "mariadbd", "munged"):
             proc = self.procs.pop(name, None)
             if proc is None or proc.poll() is not None:
                 continue

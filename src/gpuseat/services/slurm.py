@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 from gpuseat.errors import EngineError, InputError
 from gpuseat.slurm import config, names
 from gpuseat.slurm.config import GresDevice, Reservation, SeatLimit
-from gpuseat.slurm.engine import Job, Slurm, sacctmgr_enroll_commands
+from gpuseat.slurm.engine import Job, Slurm, pending_meaning, sacctmgr_enroll_commands
 
 if TYPE_CHECKING:
     from gpuseat.services.courses import CourseStore
@@ -189,7 +189,8 @@ def enroll(
     created = slurm.create_partition(config.partition_words(course, nodes))
     lims = [{"user": x.user, "gres": f"gpu:{x.gres_type}:{x.count}"} for x in limits]
     if lua is None:
-        cmds = sacctmgr_enroll_commands(this.partition, {x.user: f"gres/gpu:{x.gres_type}={x.count}" for x in limits})
+        # gres/gpu counts every GPU type, so a request for an untyped or another type is capped too
+        cmds = sacctmgr_enroll_commands(this.partition, {x.user: f"gres/gpu={x.count}" for x in limits})
         for cmd in cmds:
             proc = slurm.run("sacctmgr", cmd, check=False)
             if proc.returncode != 0 and "Nothing new added" not in proc.stdout + proc.stderr:
@@ -342,6 +343,7 @@ def status(slurm: Slurm, course: SlurmCourse) -> StatusReport:
                 "job_id": j.job_id,
                 "state": j.state,
                 "reason": j.reason,
+                "meaning": pending_meaning(j.reason) if j.state == "PENDING" else "",
                 "gres": j.gres,
                 "gres_idx": slurm.job_gres_index(j.job_id) if j.state == "RUNNING" else "",
                 "partition": j.partition,

@@ -38,6 +38,24 @@ _REASONS: tuple[tuple[str, str], ...] = (
 )
 
 
+# Why a job waits (squeue %r) and what it means for a seat.
+_PENDING: dict[str, str] = {
+    "AssocGrpGRES": "over the participant's seat: their association's GPU limit is in use or too small",
+    "AssocMaxGRESPerJob": "over the participant's seat: more GPUs than their association allows per job",
+    "AssocGrpGRESRunMinutes": "the association's GPU-minutes are used up",
+    "Reservation": "waiting for the session's reservation to start",
+    "ReqNodeNotAvail": "the node is reserved or down (outside a session?)",
+    "Resources": "the GPUs it may use are busy",
+    "Priority": "queued behind other jobs",
+}
+
+
+def pending_meaning(reason: str) -> str:
+    """What a pending job's reason means for the seat ("" for an unknown or no reason)."""
+    head = reason.split(",")[0].split("(")[0].strip()
+    return _PENDING.get(head, "")
+
+
 def explain(stderr: str) -> str:
     """Slurm's reason, cleaned up, plus what it means for the seat ("" when nothing matched)."""
     lines = [

@@ -1,0 +1,117 @@
+"""Enrolment with accounting: a real slurmdbd on a throw-away MariaDB, sacctmgr associations with a GRES limit.
+
+The cluster runs ``AccountingStorageEnforce=associations,limits,safe``: a user without an association
+is refused, and a job over the participant's GPU limit waits with Slurm's reason, which status explains.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from gpuseat.catalog.bundle import load_catalog
+from gpuseat.services import slurm as service
+from gpuseat.services.carving import carve_inventory
+from gpuseat.slurm import config
+from gpuseat.slurm.engine import Slurm
+
+from .cluster import ACCOUNTING_BINARIES, Cluster, missing_binaries
+from .conftest import USERS
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+pytestmark = pytest.mark.slow
+alice, bob, carol = USERS
+
+
+@pytest.fixture(scope="module")
+def acct_cluster(unix_users: tuple[str, ...]) -> Iterator[Cluster]:
+    missing = missing_binaries(ACCOUNTING_BINARIES)
+    if missing:
+        why = f"accounting programs missing: {', '.join(missing)} (scripts/setup.sh installs slurmdbd mariadb-server)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    root = Path(tempfile.mkdtemp(prefix="gpuseat-slurmdbd-"))
+    root.chmod(0o755)
+    c = Cluster(root, accounting=True)
+    try:
+        yield c
+    finally:
+        c.stop()
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_accounting_associations_limit_the_seat(acct_cluster: Cluster) -> None:
+    c = acct_cluster
+    layout = carve_inventory(EXAMPLES / "ibm-2xM60.toml", load_catalog(), mode="passthrough")
+    devices = config.devices_from_layout(layout, "localhost", dev_root=str(c.dev))
+    now = datetime.now().replace(microsecond=0)
+    course = service.SlurmCourse(
+        key="c2016",
+        intervals=((now - timedelta(minutes=5), now + timedelta(minutes=55)),),
+        members=(service.Member("alice", alice, devices[0].seat), service.Member("bob", bob, devices[1].seat)),
+        devices=tuple(devices),
+    )
+    c.mknod_gpus([Path(d.files[0]).name for d in devices])
+    node = next(
+        ln
+        for ln in service.config_files(devices, cpus=8)["slurm.conf.gpuseat"].splitlines()
+        if ln.startswith("NodeName=")
+    )
+    c.write_config(
+        config.gres_conf(devices),
+        node.replace("NodeName=localhost", "NodeName=localhost NodeAddr=127.0.0.1")
+        + "\nPartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP\n",
+        extra="JobSubmitPlugins=lua\n",
+    )
+    (c.conf.parent / "job_submit.lua").write_text(config.job_submit_lua([]))
+    c.start(timeout=120)
+    slurm = Slurm(conf=c.conf)
+
+    report = service.enroll(slurm, [course], "c2016", conf_dir=None)  # accounting detected from the cluster
+    assert report.mode == "accounting" and report.job_submit is None
+    assocs = slurm.run("sacctmgr", ["-n", "-P", "show", "assoc", "format=account,user,grptres,maxtresperjob"]).stdout
+    assert f"gpuseat-c2016|{alice}|gres/gpu=1|gres/gpu=1" in assocs.splitlines()
+    assert f"gpuseat-c2016|{bob}|gres/gpu=1|gres/gpu=1" in assocs.splitlines()
+    again = service.enroll(slurm, [course], "c2016", conf_dir=None)  # "Nothing new added" is fine
+    assert again.mode == "accounting" and not again.created
+    service.sessions(slurm, course, now=datetime.now())
+    session = config.reservation_name("c2016", course.intervals[0][0])
+
+    got = slurm.probe(alice, partition=course.partition, reservation=session, gres="gpu:1", out_dir=c.root / "out")
+    assert got.ok, got.refusal
+    refused = slurm.probe(carol, partition="debug", reservation=None, gres="gpu:1", out_dir=c.root / "out")
+    assert not refused.ok and "Invalid account" in refused.refusal  # no association, no job
+
+    over = slurm.run(
+        "sbatch",
+        [
+            f"--partition={course.partition}",
+            f"--reservation={session}",
+            "--gres=gpu:2",
+            f"--output={c.root / 'out' / 'over.out'}",
+            "--wrap",
+            "env",
+        ],
+        as_user=alice,
+    )
+    job_id = int(over.stdout.split()[-1])
+    deadline = time.monotonic() + 30
+    while True:  # the scheduler gives the reason on its next pass
+        status = service.status(slurm, course)
+        (job,) = next(m for m in status.members if m.participant == "alice").jobs
+        if job["reason"] != "None" or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert job["job_id"] == job_id and job["state"] == "PENDING"
+    assert job["reason"].startswith("AssocGrpGRES") or job["reason"].startswith("AssocMaxGRESPerJob")
+    assert job["meaning"].startswith("over the participant's seat")
+    slurm.run("scancel", [str(job_id)])
