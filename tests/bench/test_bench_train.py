@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gpuseat.bench.lenet import LeNet, Trainer, device_tensors
-from gpuseat.bench.results import recorded_results
+from gpuseat.bench.results import BenchResult, recorded_results
 from gpuseat.bench.run import BenchOptions, run_benchmark
 from gpuseat.bench.workload import solver
 
@@ -94,6 +94,8 @@ def test_cli_json_contract_and_store(cli, bench_env):
     (stored,) = recorded_results()
     assert (stored.iterations, stored.gpu_model, stored.seconds) == (30, None, out["seconds"])
     assert out["schema_version"] == 1 and out["tf32"] is False
+    body = {k: v for k, v in out.items() if k != "schema_version"}
+    assert BenchResult.model_validate(body).to_dict() == out  # the CLI prints the result's to_dict()
     assert all("21 test passes" in ref["note"] for ref in out["reference"])
 
 
@@ -207,3 +209,8 @@ def test_bench_without_torch_names_the_extra(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr
     assert "pip install 'gpuseat[bench]'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_iterations_in_exponent_form_is_a_usage_error(cli, bench_env):
+    r = cli("bench", "-n", "1e11")
+    assert r.code == 2 and "not a valid integer" in r.err and "Traceback" not in r.err

@@ -5,6 +5,7 @@ for drivers 570+ (power), graphics-only processes, MIG from CSV + ``-L``, MIG wi
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -439,3 +440,14 @@ def test_values_out_of_range_are_dropped_not_stored(value, caplog):
     text = (FIXTURES / "telegraf__tesla-t4.xml").read_text(encoding="utf-8")
     snap = nvsmi.parse_xml(text.replace("<used>1032 MiB</used>", f"<used>{value}</used>", 1), host="t")
     assert snap.gpus[0].memory_used_mib is None and snap.gpus[0].memory_total_mib == 15360
+
+
+def test_a_seats_file_can_name_a_mig_device_without_uuid(cli, tmp_path, data_dir):
+    gpu = "GPU-513536b6-7d19-9063-b049-1e69664bb298"
+    (tmp_path / "seats.csv").write_text(f"id,device,participant\nm5,{gpu}/gi5,ann\n")
+    r = cli("top", "--from-xml", FIXTURES / A100, "--seats", tmp_path / "seats.csv", "--once", "--format", "json")
+    assert r.code == 0, r.err
+    seats = {s["device"]: s for s in json.loads(r.out)["seats"]}
+    assert seats[f"{gpu}/gi5"]["seat"] == "m5" and seats[f"{gpu}/gi5"]["profile"] == "1g.20gb"
+    (tmp_path / "bad.csv").write_text(f"id,device\nx,{gpu}/gi5;rm\n")
+    assert cli("top", "--from-xml", FIXTURES / A100, "--seats", tmp_path / "bad.csv", "--once").code == 2

@@ -3,6 +3,7 @@
 TOML: ``[[seat]]`` tables; CSV: a header with the same field names. Example in
 ``examples/seats.toml``. Fields: ``id`` (seat id), ``device`` (GPU-… or MIG-… UUID),
 ``participant`` (optional), ``user`` (Unix login, defaults to the participant), ``host``, ``profile``.
+A MIG device the driver gives no UUID (older ``nvidia-smi -q -x``) is ``GPU-…/gi<N>`` (its GPU instance).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ class SeatRow(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str = Field(min_length=1)
-    device: str = Field(pattern=r"^(GPU|MIG)-[0-9A-Za-z-]+$")
+    device: str = Field(pattern=r"^(GPU-[0-9A-Za-z-]+(/gi\d{1,3}(/ci\d{1,3})?)?|MIG-[0-9A-Za-z-]+)$")
     participant: str | None = None
     user: str | None = None
     host: str | None = None
