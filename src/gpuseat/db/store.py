@@ -286,9 +286,7 @@ class Store:
             mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
             cols = ", ".join(_SAMPLE_COLUMNS)
             marks = ", ".join([mark] * len(_SAMPLE_COLUMNS))
-            self._sample_stmt = (
-                f"INSERT INTO samples ({cols}) VALUES ({marks}) ON CONFLICT (device_id, ts) DO NOTHING"
-            )
+            self._sample_stmt = f"INSERT INTO samples ({cols}) VALUES ({marks}) ON CONFLICT (device_id, ts) DO NOTHING"
         return self._sample_stmt
 
     def _rollup(self, conn: Connection, host: str, minute: int, now_ts: int) -> None:
