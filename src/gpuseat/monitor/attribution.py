@@ -51,18 +51,20 @@ def attribute(snapshot: Snapshot, seats: SeatMap, users: Mapping[int, str | None
     A user the source already knows (``GpuProcess.user``, e.g. from the remote host's ``ps``) wins
     over ``users`` (this machine's ``/proc``).
     """
-    out = []
-    for p in snapshot.processes:
-        entry = seats.lookup(p.gpu_uuid, p.mig_uuid)
+    by_device, allowed = seats.by_device, seats.allowed_users
+    out: list[Attributed] = []
+    append = out.append
+    for p in snapshot.processes:  # the hot loop of a tick: SeatMap.lookup and SeatEntry.login, inlined
+        entry = by_device.get(p.mig_uuid) if p.mig_uuid is not None else None
+        if entry is None:
+            entry = by_device.get(p.gpu_uuid)
         user = p.user if p.user is not None else users.get(p.pid)
-        foreign = (
-            entry is not None
-            and user is not None
-            and entry.login is not None
-            and user != entry.login
-            and user not in seats.allowed_users
-        )
-        out.append(Attributed(p, user, entry.seat if entry else None, entry.participant if entry else None, foreign))
+        if entry is None:
+            append(Attributed(p, user, None, None, False))
+            continue
+        login = entry.user or entry.participant
+        foreign = user is not None and login is not None and user != login and user not in allowed
+        append(Attributed(p, user, entry.seat, entry.participant, foreign))
     return out
 
 
