@@ -119,3 +119,25 @@ def test_every_bundled_offer_and_provider_has_a_source():
         if rules.disk_usd_per_gb_month:
             assert rules.disk_source
     assert {"P4", "P100"} <= set(catalog.gpus)
+
+
+def test_catalog_overlay_adds_offers_to_plan_and_list(cli, tmp_path):
+    """A 2× L4 server of our own at $300 for March, for 2 participants: two passthrough seats cost $300. The
+    carver's most-seats layout (12 vGPU L4-4C seats) would add a $4,500 × 2 GPU licence ($9,300): the
+    planner prices each licence's layout and keeps the cheapest."""
+    overlay = tmp_path / "catalog"
+    overlay.mkdir()
+    (overlay / "offers.toml").write_text(
+        'schema_version = 1\n[[offer]]\nid = "lab:srv"\nprovider = "lab"\nkind = "bare-metal"\n'
+        'instance_type = "our server"\ngpu = "L4"\ngpu_count = 2\nvcpus = 32\nram_gb = 128\nprice_usd = 300\n'
+        'billing = "month-whole"\ndisk_usd_per_gb_month = 0\nsource = "our invoice"\nas_of = 2026-02-01\n'
+    )
+    course = tmp_path / "c.toml"
+    course.write_text('participants = 2\noffers = ["lab:*"]\n[schedule]\nstart = 2026-03-02\ndays = 5\n')
+    r = cli("plan", course, "--catalog", overlay, "--format", "json")
+    assert r.code == 0, r.err
+    best = json.loads(r.out)["options"][0]
+    assert best["offers"] == [{"offer": "lab:srv", "count": 1}] and best["total_usd"] == 300.00
+    assert cli("plan", course).code == 2  # without the overlay the id is unknown
+    listed = json.loads(cli("offers", "list", "--catalog", overlay, "--format", "json").out)
+    assert any(row["offer"] == "lab:srv" for row in listed)

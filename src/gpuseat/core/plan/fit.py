@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from gpuseat.catalog import GpuModel
 from gpuseat.catalog.licences import Licence
 from gpuseat.catalog.offers import Offer
-from gpuseat.core.carve import Capacity, server_capacity
+from gpuseat.core.carve import Capacity, chip_options, server_capacity
 from gpuseat.core.cost import (
     Interval,
     Rate,
@@ -94,6 +94,9 @@ class PlanContext:
     span: Interval
     usage: dict[str, tuple[Rate, tuple[str, ...]]] = field(default_factory=dict)
     capacity: dict[tuple[str, int, SeatNeed], Capacity] = field(default_factory=dict)
+    variants: dict[tuple[str, int, SeatNeed], list[tuple[int, str, str | None, str | None]]] = field(
+        default_factory=dict
+    )
     data: dict[str, tuple[list[Rate], tuple[str, ...]]] = field(default_factory=dict)
     _billed: dict[tuple[str, int, bool], int] = field(default_factory=dict)
     _disk: dict[tuple[object, ...], float] = field(default_factory=dict)
@@ -116,6 +119,21 @@ class PlanContext:
         if name not in self._gpus:
             self._gpus[name] = self.catalog.find_gpu(name)
         return self._gpus[name]
+
+    def server_variants(
+        self, gpu: GpuModel, boards: int, need: SeatNeed
+    ) -> list[tuple[int, str, str | None, str | None]]:
+        """Per licence a server can run under (none included), the layout with the most seats:
+        (seats, mode, profile, licence), cached per (GPU, boards, need)."""
+        key = (gpu.id, boards, need)
+        if key not in self.variants:
+            options, _ = chip_options(gpu, need, self.catalog.partitions)
+            chips = boards * gpu.chips_per_board
+            best: dict[str | None, tuple[int, str, str | None, str | None]] = {}
+            for o in sorted(options, key=lambda o: (-o.per_chip, o.rank)):
+                best.setdefault(o.licence, (o.per_chip * chips, o.mode, o.profile, o.licence))
+            self.variants[key] = list(best.values())
+        return self.variants[key]
 
     def need(self, group: Group) -> SeatNeed:
         """The seat need of ``group`` (made once per group)."""
@@ -261,87 +279,123 @@ def _licence_rates(lic: Licence, days: int, chips: int) -> tuple[list[Rate], lis
 
 
 def fit_offer(offer: Offer, group: Group, ctx: PlanContext) -> tuple[Fit | None, list[RejectedOffer]]:
-    """How ``offer`` serves ``group``: a :class:`Fit`, or None with the reasons."""
+    """How ``offer`` serves ``group``: its :class:`Fit` with the most seats, or None with the reasons."""
+    fits, rejections = fit_variants(offer, group, ctx)
+    return (fits[0] if fits else None), rejections
+
+
+def fit_variants(offer: Offer, group: Group, ctx: PlanContext) -> tuple[list[Fit], list[RejectedOffer]]:
+    """Every way ``offer`` can serve ``group`` that may be part of a cheapest mix, most seats first.
+
+    A cloud instance has one. A server has one per licence it can run under (none, a vGPU edition, …),
+    each with the most seats the carver finds under that licence: for two participants, two passthrough
+    seats without a licence can beat twelve vGPU seats that need one. Within one licence more seats
+    always cost no more, so the other layouts are never needed.
+    """
     need = ctx.need(group)
-    costs = ctx.course.costs
-    rejections: list[RejectedOffer] = []
-    unit_rates: list[Rate] = []
-    seat_rates: list[Rate] = []
-    notes: list[str] = []
-    mode, profile = "instance", None
     if offer.kind == "cloud":
         reason = cloud_reason(offer, need)
         if reason:
-            return None, [RejectedOffer(offer.id, reason, group.name)]
-        seats = 1
+            return [], [RejectedOffer(offer.id, reason, group.name)]
         usage, billing_notes = ctx.usage_rate(offer)
-        notes += billing_notes
-        unit_rates.append(usage)
+        notes = list(billing_notes)
+        seat_rates: list[Rate] = []
         if need.guest_os == "windows":
             if offer.windows_usd_per_vcpu_h is None:
                 notes.append(f"Windows licence not priced for {offer.id}")
             elif offer.windows_usd_per_vcpu_h:
                 seat_rates.append(windows_rate(offer, ctx.billed_runs(offer)[0]))
-    else:
-        reason = guest_os_reason(offer, need)
-        if reason:
-            return None, [RejectedOffer(offer.id, reason, group.name)]
-        gpu = ctx.gpu(offer.gpu)
-        if gpu is None:
-            return None, [RejectedOffer(offer.id, f"GPU model '{offer.gpu}' is not in the catalog", group.name)]
-        chips = offer.gpu_count
-        if not float(chips / gpu.chips_per_board).is_integer():
-            why = f"{chips:g} chips is not a whole number of {gpu.id} boards ({gpu.chips_per_board} chips each)"
-            return None, [RejectedOffer(offer.id, why, group.name)]
-        capacity = ctx.server_capacity(gpu, int(chips // gpu.chips_per_board), need)
-        seats = capacity.seats
-        for have, least, what in ((offer.vcpus, group.min_vcpus, "vCPUs"), (offer.ram_gb, group.min_ram_gb, "GB RAM")):
-            limit = math.floor(have / least) if least else seats
-            if limit < seats:
-                notes.append(f"{offer.id}: {num(have)} {what} allow only {limit} seats of the {seats} the GPUs give")
-                seats = limit
-        if seats <= 0:
-            reasons = "; ".join(f"{p or m}: {w}" for m, p, w in capacity.rejected[:2]) or "no seat fits"
-            if notes:
-                reasons = notes[-1].split(": ", 1)[1]
-            return None, [RejectedOffer(offer.id, f"no seat fits ({reasons})", group.name)]
-        for rej_mode, rej_profile, why in capacity.rejected:
-            label = rej_profile or rej_mode
-            rejections.append(RejectedOffer(offer.id, f"{label}: {why}", group.name, rej_profile, detail=True))
-        mode, profile = capacity.mode or "passthrough", capacity.profile
-        usage, billing_notes = ctx.usage_rate(offer)
-        notes = [*billing_notes, *notes]
-        unit_rates.append(usage)
-        share = f"{offer.vcpus / seats:g} vCPUs and {offer.ram_gb / seats:.3g} GB RAM per seat"
-        notes.append(f"{offer.id}: {seats} seats per server ({mode}{' ' + profile if profile else ''}), {share}")
-        if need.guest_os == "windows":
-            notes.append(f"Windows guest licences on {offer.id} are not priced")
-        if costs.hypervisor_licence_usd_per_server:
-            unit_rates.append(
-                Rate(
-                    "hypervisor licence",
-                    costs.hypervisor_licence_usd_per_server,
-                    f"{num(costs.hypervisor_licence_usd_per_server)} $/server",
-                    "server",
-                )
+        return [_finish(offer, group, ctx, 1, "instance", None, [usage], seat_rates, notes)], []
+    reason = guest_os_reason(offer, need)
+    if reason:
+        return [], [RejectedOffer(offer.id, reason, group.name)]
+    gpu = ctx.gpu(offer.gpu)
+    if gpu is None:
+        return [], [RejectedOffer(offer.id, f"GPU model '{offer.gpu}' is not in the catalog", group.name)]
+    chips = offer.gpu_count
+    if not float(chips / gpu.chips_per_board).is_integer():
+        why = f"{chips:g} chips is not a whole number of {gpu.id} boards ({gpu.chips_per_board} chips each)"
+        return [], [RejectedOffer(offer.id, why, group.name)]
+    boards = int(chips // gpu.chips_per_board)
+    capacity = ctx.server_capacity(gpu, boards, need)
+    layouts = [(capacity.seats, capacity.mode, capacity.profile, capacity.licence)]
+    layouts += [v for v in ctx.server_variants(gpu, boards, need) if v[3] != capacity.licence]
+    fits: list[Fit] = []
+    for seats, mode, profile, licence in layouts:
+        fit = _server_fit(offer, group, ctx, seats, mode or "passthrough", profile, licence)
+        if isinstance(fit, str):
+            if not fits and licence == capacity.licence:
+                reasons = "; ".join(f"{p or m}: {w}" for m, p, w in capacity.rejected[:2]) or "no seat fits"
+                return [], [RejectedOffer(offer.id, f"no seat fits ({fit or reasons})", group.name)]
+            continue
+        fits.append(fit)
+    rejections = [
+        RejectedOffer(offer.id, f"{rej_profile or rej_mode}: {why}", group.name, rej_profile, detail=True)
+        for rej_mode, rej_profile, why in capacity.rejected
+    ]
+    return fits, rejections
+
+
+def _server_fit(
+    offer: Offer,
+    group: Group,
+    ctx: PlanContext,
+    seats: int,
+    mode: str,
+    profile: str | None,
+    licence: str | None,
+) -> Fit | str:
+    """The fit of one server layout, limited by the server's CPUs and RAM; the reason (maybe "") when no
+    seat fits."""
+    notes: list[str] = []
+    for have, least, what in ((offer.vcpus, group.min_vcpus, "vCPUs"), (offer.ram_gb, group.min_ram_gb, "GB RAM")):
+        limit = math.floor(have / least) if least else seats
+        if limit < seats:
+            notes.append(f"{offer.id}: {num(have)} {what} allow only {limit} seats of the {seats} the GPUs give")
+            seats = limit
+    if seats <= 0:
+        return notes[-1].split(": ", 1)[1] if notes else ""
+    usage, billing_notes = ctx.usage_rate(offer)
+    notes = [*billing_notes, *notes]
+    unit_rates = [usage]
+    seat_rates: list[Rate] = []
+    share = f"{offer.vcpus / seats:g} vCPUs and {offer.ram_gb / seats:.3g} GB RAM per seat"
+    notes.append(f"{offer.id}: {seats} seats per server ({mode}{' ' + profile if profile else ''}), {share}")
+    if ctx.need(group).guest_os == "windows":
+        notes.append(f"Windows guest licences on {offer.id} are not priced")
+    hypervisor = ctx.course.costs.hypervisor_licence_usd_per_server
+    if hypervisor:
+        unit_rates.append(Rate("hypervisor licence", hypervisor, f"{num(hypervisor)} $/server", "server"))
+    if licence:
+        lic = ctx.catalog.licences.get(licence)
+        if lic is None:
+            raise InputError(
+                f"licence '{licence}' has no price",
+                where="licences.toml",
+                fix="add the licence to licences.toml (or a --catalog folder)",
             )
-        if capacity.licence:
-            lic = ctx.catalog.licences.get(capacity.licence)
-            if lic is None:
-                raise InputError(
-                    f"licence '{capacity.licence}' has no price",
-                    where="licences.toml",
-                    fix="add the licence to licences.toml (or a --catalog folder)",
-                )
-            per_unit, per_seat = _licence_rates(lic, ctx.span_days, int(chips))
-            unit_rates += per_unit
-            seat_rates += per_seat
+        per_unit, per_seat = _licence_rates(lic, ctx.span_days, int(offer.gpu_count))
+        unit_rates += per_unit
+        seat_rates += per_seat
+    return _finish(offer, group, ctx, seats, mode, profile, unit_rates, seat_rates, notes)
+
+
+def _finish(
+    offer: Offer,
+    group: Group,
+    ctx: PlanContext,
+    seats: int,
+    mode: str,
+    profile: str | None,
+    unit_rates: list[Rate],
+    seat_rates: list[Rate],
+    notes: list[str],
+) -> Fit:
+    """Add what every fit carries (setup fee, disk, egress) and make the :class:`Fit`."""
     if offer.setup_fee_usd:
         unit_rates.append(Rate("setup fee", offer.setup_fee_usd, f"{num(offer.setup_fee_usd)} $ setup", "server"))
     data, data_notes = ctx.data_rates(offer)
-    seat_rates += data
-    notes += data_notes
-    return Fit(offer, group, seats, mode, profile, tuple(unit_rates), tuple(seat_rates), tuple(notes)), rejections
+    return Fit(offer, group, seats, mode, profile, tuple(unit_rates), (*seat_rates, *data), (*notes, *data_notes))
 
 
 def fast_path(offer: Offer) -> bool:

@@ -73,7 +73,7 @@ def plan(
             )
     n = course.participant_count
     if exhaustive:
-        pools = {g.name: [f for i in fits[g.name].bound if (f := fits[g.name].fit(i))] for g in course.groups}
+        pools = {g.name: [f for i in fits[g.name].bound for f in fits[g.name].layouts(i)] for g in course.groups}
     else:
         pools = tighten(course, {g.name: fits[g.name].candidates(n) for g in course.groups})
     best = solve(course, pools)
@@ -118,13 +118,12 @@ def plan(
 def _forced(course: Course, fits: dict[str, GroupFits], pools: dict[str, list[Fit]], i: int) -> list[Allocation] | None:
     """The best mix that puts every group offer ``i`` can seat on offer ``i`` (or, when its availability
     is too small for that, that uses it at least once)."""
-    allowed = {g.name: [f] if (f := fits[g.name].fit(i)) else pools[g.name] for g in course.groups}
+    allowed = {g.name: fits[g.name].layouts(i) or pools[g.name] for g in course.groups}
     found = solve(course, allowed)
     if found is not None:
         return found
     widened = {
-        g.name: [*pools[g.name], f] if (f := fits[g.name].fit(i)) and f not in pools[g.name] else pools[g.name]
-        for g in course.groups
+        g.name: pools[g.name] + [f for f in fits[g.name].layouts(i) if f not in pools[g.name]] for g in course.groups
     }
     offer_id = next(f.offer.id for g in course.groups if (f := fits[g.name].fit(i)))
     return solve(course, widened, must_use=offer_id)

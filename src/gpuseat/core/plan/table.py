@@ -40,6 +40,7 @@ from gpuseat.core.plan.fit import (
     cloud_reason,
     fast_path,
     fit_offer,
+    fit_variants,
 )
 
 
@@ -68,6 +69,7 @@ class OfferTable:
         rejected: list[RejectedOffer] = []
         bound: dict[int, float] = {}
         made: dict[int, Fit] = {}
+        variants: dict[int, list[Fit]] = {}
         reasons: dict[tuple[str, float, float, float, float, tuple[str, ...]], str | None] = {}
         windows = need.guest_os == "windows"
         for i, offer in enumerate(self.offers):
@@ -81,12 +83,14 @@ class OfferTable:
                 else:
                     bound[i] = ctx.fast_bound(offer, windows)
                 continue
-            fit, why = fit_offer(offer, group, ctx)
+            found, why = fit_variants(offer, group, ctx)
             rejected += why
-            if fit is not None:
-                made[i] = fit
-                bound[i] = fit.per_seat_bound()
-        return GroupFits(group, self, ctx, bound, made), rejected
+            if found:
+                made[i] = found[0]
+                bound[i] = found[0].per_seat_bound()
+                if len(found) > 1:
+                    variants[i] = found[1:]
+        return GroupFits(group, self, ctx, bound, made, variants), rejected
 
 
 @dataclass
@@ -98,6 +102,7 @@ class GroupFits:
     ctx: PlanContext
     bound: dict[int, float]  # offer index → cost per seat when its units are full
     made: dict[int, Fit] = field(default_factory=dict)
+    variants: dict[int, list[Fit]] = field(default_factory=dict)  # a server's other layouts (other licences)
 
     def fit(self, i: int) -> Fit | None:
         """The fit of offer ``i`` (None when it cannot seat the group); made once, when first asked for."""
@@ -108,6 +113,11 @@ class GroupFits:
             assert fit is not None  # the table applied the same checks
             self.made[i] = fit
         return self.made[i]
+
+    def layouts(self, i: int) -> list[Fit]:
+        """Every fit of offer ``i``: the one with most seats, then a server's layouts under other licences."""
+        fit = self.fit(i)
+        return [fit, *self.variants.get(i, ())] if fit is not None else []
 
     def ranked(self) -> list[int]:
         """Usable offers, cheapest per full seat first, ties by offer id."""
@@ -120,8 +130,8 @@ class GroupFits:
         single: list[tuple[float, int, int]] = []  # (cost per seat, id rank, index)
         multi: list[tuple[Fit, int]] = []  # (fit, id rank)
         for i, b in self.bound.items():
-            if i in self.made and self.made[i].seats_per_unit > 1:
-                multi.append((self.made[i], rank[i]))
+            if i in self.made and (self.made[i].seats_per_unit > 1 or i in self.variants):
+                multi += [(f, rank[i]) for f in (self.made[i], *self.variants.get(i, ()))]
             else:
                 single.append((b, rank[i], i))
         kept = [self.fit(i) for i in _prefix(single, [offers[i].available for _, _, i in single], participants)]
