@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from alembic.script import ScriptDirectory
 from sqlalchemy import text
 
+import gpuseat.db
 from gpuseat.db import make_engine, upgrade
 from gpuseat.db.store import Store
 from gpuseat.services.courses import SeatSpec, open_store
+
+HEAD = ScriptDirectory(str(Path(gpuseat.db.__file__).parent / "migrations")).get_current_head()
 
 T = "2026-01-05 10:00:00"
 
@@ -49,7 +55,7 @@ def test_upgrade_from_0001_keeps_monitor_rows(url):
     store = open_store(url)  # a read command may upgrade an existing gpuseat database
     with store.engine.connect() as conn:
         one = lambda sql: conn.execute(text(sql)).all()  # noqa: E731
-        assert one("SELECT version_num FROM alembic_version") == [("0004",)]
+        assert one("SELECT version_num FROM alembic_version") == [(HEAD,)]
         assert one("SELECT seat_id, participant_id, memory_used_mib FROM samples ORDER BY id") == [
             (1, 1, 2048),
             (2, 2, 0),

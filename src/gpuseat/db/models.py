@@ -233,3 +233,53 @@ class AlertRecord(Base):
     message: Mapped[str] = mapped_column(Text)
     raised_at: Mapped[float] = mapped_column(Float)
     cleared_at: Mapped[float | None] = mapped_column(Float)
+
+
+class Survey(Base):
+    """A course's survey: the template it uses (TOML text, so later template edits never change it)
+    and when it was opened and closed. Whether it is open is ``courses.survey_state``."""
+
+    __tablename__ = "surveys"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    course_id: Mapped[int] = mapped_column(ForeignKey("courses.id", ondelete="CASCADE"), unique=True)
+    template_key: Mapped[str] = mapped_column(String(64))
+    template_text: Mapped[str] = mapped_column(Text)
+    opened_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    closed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class SurveyResponse(Base):
+    """One participant's answers (editable while the survey is open: one row per participant)."""
+
+    __tablename__ = "survey_responses"
+    __table_args__ = (UniqueConstraint("survey_id", "participant_id", name="uq_survey_responses_survey_participant"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    survey_id: Mapped[int] = mapped_column(ForeignKey("surveys.id", ondelete="CASCADE"))
+    participant_id: Mapped[int] = mapped_column(ForeignKey("participants.id", ondelete="CASCADE"), index=True)
+    answers: Mapped[dict[str, Any]] = mapped_column(JSON)
+    submitted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class PortalUser(Base):
+    """An organizer who may log in to the portal; the password is stored as an argon2id hash only."""
+
+    __tablename__ = "portal_users"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    username: Mapped[str] = mapped_column(String(64), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(256))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class PortalSetting(Base):
+    """Portal settings shared by every server process (e.g. the key that signs session cookies)."""
+
+    __tablename__ = "portal_settings"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+# The portal and the JupyterHub culler ask "what did this seat do lately?" on every poll: index the
+# monitor's tables by seat (created by the portal's migration).
+Index("ix_samples_seat_id_ts", Sample.seat_id, Sample.ts)
+Index("ix_minute_aggregates_seat_id_minute", MinuteAggregate.seat_id, MinuteAggregate.minute)
