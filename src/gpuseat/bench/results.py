@@ -88,6 +88,7 @@ class RecordedResult(BaseModel):
     seconds: float = Field(gt=0)  # training time, warm-up excluded
     recorded_at: datetime
     profile: str | None = None  # MIG profile of the seat (e.g. "1g.18gb"); None = the whole GPU
+    device: DeviceFacts | None = None  # what it ran on (its UUID names the seat); absent in older lines
 
     @property
     def mig_profile(self) -> str | None:

@@ -40,9 +40,9 @@ def _root(
 
 
 def _register_all() -> None:
-    from gpuseat.cli import bench, carve, course, doctor, monitor, plan, roster, seats, slurm, vms
+    from gpuseat.cli import bench, carve, course, doctor, monitor, plan, report, roster, seats, serve, slurm, vms
 
-    for module in (plan, carve, doctor, bench, monitor, course, roster, seats, slurm, vms):
+    for module in (plan, carve, doctor, bench, monitor, course, roster, seats, slurm, vms, serve, report):
         module.register(app)
 
 

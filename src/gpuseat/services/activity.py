@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from sqlalchemy import func, select
+from sqlalchemy import Float, cast, func, select
 
 from gpuseat.db.models import AlertRecord, MinuteAggregate, Sample, Seat
 
@@ -96,16 +96,16 @@ class Activity:
         """
         with self.engine.connect() as conn:
             if now is None:
-                newest = conn.scalar(select(func.max(Sample.ts)))
-                if newest is None:
+                latest = conn.scalar(select(func.max(Sample.ts)))
+                if latest is None:
                     return {}
-                now = float(newest)
+                now = float(latest)
             newest_q = (
                 select(Sample.seat_id, func.max(Sample.ts).label("ts"))
                 .where(Sample.seat_id.is_not(None), Sample.ts >= int(now) - window_s, Sample.ts <= int(now))
                 .group_by(Sample.seat_id)
             )
-            newest_q = _only(newest_q, Sample.seat_id, seat_ids).subquery()
+            newest = _only(newest_q, Sample.seat_id, seat_ids).subquery()
             q = (
                 select(
                     Sample.seat_id,
@@ -117,14 +117,13 @@ class Activity:
                     Sample.foreign_processes,
                     Sample.active,
                 )
-                .join(newest_q, (newest_q.c.seat_id == Sample.seat_id) & (newest_q.c.ts == Sample.ts))
+                .join(newest, (newest.c.seat_id == Sample.seat_id) & (newest.c.ts == Sample.ts))
                 .order_by(Sample.seat_id, Sample.id)
             )
             out: dict[int, SeatLive] = {}
             for row in conn.execute(q):
-                out[row[0]] = SeatLive(
-                    int(row[0]), int(row[1]), row[2], row[3], row[4], int(row[5]), int(row[6]), bool(row[7])
-                )
+                seat = int(row[0] or 0)
+                out[seat] = SeatLive(seat, int(row[1]), row[2], row[3], row[4], int(row[5]), int(row[6]), bool(row[7]))
         return out
 
     def last_active(self, *, seat_ids: Iterable[int] | None = None) -> dict[int, float | None]:
@@ -165,28 +164,23 @@ class Activity:
         Each aggregated minute counts as one minute sampled; its in-use share is active/all samples.
         """
         day = (MinuteAggregate.minute // 1440).label("day")
+        share = cast(MinuteAggregate.active_samples, Float) / MinuteAggregate.samples
         q = select(
             MinuteAggregate.seat_id,
             day,
-            MinuteAggregate.samples,
-            MinuteAggregate.active_samples,
-            MinuteAggregate.utilization_avg,
+            func.count(),
+            func.sum(share),
+            func.avg(MinuteAggregate.utilization_avg),
         ).where(MinuteAggregate.seat_id.is_not(None), MinuteAggregate.samples > 0)
         q = _only(q, MinuteAggregate.seat_id, seat_ids)
         if since is not None:
             q = q.where(MinuteAggregate.minute >= int(since) // 60)
-        acc: dict[tuple[int, int], list[float]] = {}
+        q = q.group_by(MinuteAggregate.seat_id, day).order_by(MinuteAggregate.seat_id, day)
         with self.engine.connect() as conn:
-            for seat_id, d, samples, active, util in conn.execute(q):
-                a = acc.setdefault((int(seat_id), int(d)), [0.0, 0.0, 0.0, 0.0])
-                a[0] += 1.0
-                a[1] += active / samples
-                if util is not None:
-                    a[2] += util
-                    a[3] += 1.0
-        return [
-            SeatDay(s, d, a[0] / 60.0, a[1] / 60.0, a[2] / a[3] if a[3] else None) for (s, d), a in sorted(acc.items())
-        ]
+            return [
+                SeatDay(int(s), int(d), int(n) / 60.0, float(a or 0.0) / 60.0, None if u is None else float(u))
+                for s, d, n, a, u in conn.execute(q)
+            ]
 
     def open_alerts(self, *, seats: Iterable[str] | None = None) -> list[OpenAlert]:
         """Alerts not yet cleared, oldest first; ``seats`` limits them to those seat keys (GPU-lost

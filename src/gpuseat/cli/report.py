@@ -1,0 +1,117 @@
+"""CLI for ``gpuseat report`` (the course report as one HTML file) and ``gpuseat survey open|close|report``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, print_table
+from gpuseat.errors import InputError
+
+COURSE = typer.Option(None, "--course", help="Course key (default: the only course in the store).")
+DB = typer.Option(None, "--db", help="Database URL (default: GPUSEAT_DB_URL or SQLite in the data dir).")
+
+
+def write_new(path: Path, text: str, *, force: bool) -> None:
+    """Write ``text`` to ``path``; an existing file needs ``force``, and a symlink or folder is refused."""
+    if path.is_symlink() or path.is_dir():
+        raise InputError("is a folder or a symbolic link", where=str(path), fix="give a plain file name for --out")
+    if path.exists() and not force:
+        raise InputError("exists already", where=str(path), fix="choose another --out, or add --force to replace it")
+    if not path.parent.is_dir():
+        raise InputError("its folder does not exist", where=str(path), fix="create the folder first")
+    tmp = path.with_name(f".{path.name}.gpuseat-tmp")
+    try:
+        with open(tmp, "x", encoding="utf-8") as fh:  # never through an existing file or link
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"cannot write: {exc.strerror}", where=str(path), fix="choose a writable --out") from None
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``report`` and ``survey`` to the CLI."""
+
+    @app.command()
+    def report(
+        out: Path = typer.Option(..., "--out", help="The HTML file to write (self-contained: inline CSS and SVG)."),
+        course: str | None = COURSE,
+        db: str | None = DB,
+        force: bool = typer.Option(False, "--force", help="Replace an existing file."),
+    ) -> None:
+        """Write the course report: plan and alternatives, cost, seats, utilisation, benchmarks, survey."""
+        from gpuseat.catalog.bundle import load_catalog
+        from gpuseat.cli.serve import need_portal
+        from gpuseat.services.courses import open_store
+        from gpuseat.services.report import build_digest
+        from gpuseat.services.survey import SurveyService
+
+        need_portal()
+        from gpuseat.web.report import render_report
+
+        store = open_store(db)
+        try:
+            digest = build_digest(store, SurveyService(store), load_catalog(), course, with_alternatives=True)
+            write_new(out, render_report(digest), force=force)
+        finally:
+            store.close()
+        print(out)
+
+    survey = typer.Typer(help="The course survey: open, close, report.", no_args_is_help=True)
+    app.add_typer(survey, name="survey")
+
+    def _state(course: str | None, db: str | None, state: str) -> None:
+        from gpuseat.services.courses import open_store
+        from gpuseat.services.survey import SurveyService
+
+        store = open_store(db)
+        try:
+            SurveyService(store).set_state(course, state)
+            print(f"survey of {store.get_course(course).key} is {state}")
+        finally:
+            store.close()
+
+    @survey.command("open")
+    def survey_open(course: str | None = COURSE, db: str | None = DB) -> None:
+        """Open the survey: participants see it on their page and may change answers until it closes."""
+        _state(course, db, "open")
+
+    @survey.command("close")
+    def survey_close(course: str | None = COURSE, db: str | None = DB) -> None:
+        """Close the survey (answers are kept)."""
+        _state(course, db, "closed")
+
+    @survey.command("report")
+    def survey_report(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
+        """Distributions, means, NPS with its 95 % interval, and free-text answers."""
+        from gpuseat.services.courses import open_store
+        from gpuseat.services.survey import SurveyService
+
+        store = open_store(db)
+        try:
+            res = SurveyService(store).results(course)
+        finally:
+            store.close()
+        if fmt == Format.json:
+            print_json(res.to_dict())
+            return
+        print(f"{res.template.title} — {res.responses} responses, survey {res.state or 'never opened'}")
+        for n, r in enumerate(res.questions, start=1):
+            head = f"{n}. {r.question.text} ({r.answered} answers"
+            head += f", mean {r.mean:.1f})" if r.mean is not None else ")"
+            rows = [{"answer": k, "count": v, "bar": "█" * v} for k, v in r.counts.items()]
+            if rows:
+                print_table(rows, ["answer", "count", "bar"], title=head)
+            else:
+                print(head)
+            for text in r.others:
+                print(f"   • {text}")
+            if r.nps is not None:
+                x = r.nps
+                print(
+                    f"   NPS {x.score:+.0f} (95 % interval {x.low:+.0f} to {x.high:+.0f}): "
+                    f"{x.promoters} promoters, {x.passives} passives, {x.detractors} detractors"
+                )

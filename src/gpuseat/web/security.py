@@ -1,0 +1,171 @@
+"""The portal's security rules in one place: sessions, CSRF, rate limits, headers, log redaction.
+
+- Organizer sessions are signed (itsdangerous, key from the store), HttpOnly, SameSite=Strict cookies
+  that expire after ``SESSION_MAX_AGE_S``.
+- CSRF: every visitor gets a random ``gpuseat_csrf`` cookie; every form carries the HMAC of it under
+  the server key, and a POST without the matching field is refused (403). A forged cross-site form
+  cannot read the cookie, and SameSite=Strict keeps the cookie off cross-site requests anyway.
+- Guessing is rate-limited per client address: failed logins and unknown participant tokens.
+- Every response carries a CSP without inline scripts or styles, X-Frame-Options DENY, no-referrer
+  (participant links hold their token and must not leak through Referer) and nosniff.
+- Access-log lines show ``/t/[token]`` instead of a participant's token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import re
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from itsdangerous import BadSignature, URLSafeTimedSerializer
+
+SESSION_COOKIE = "gpuseat_session"
+CSRF_COOKIE = "gpuseat_csrf"
+CSRF_FIELD = "csrf"
+SESSION_MAX_AGE_S = 12 * 3600
+TOKEN_PATH = re.compile(r"/t/[A-Za-z0-9_-]+")
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"permissions-policy", b"camera=(), microphone=(), geolocation=()"),
+]
+
+
+class Sessions:
+    """Signs and reads organizer session cookies."""
+
+    def __init__(self, key: str) -> None:
+        self._serializer = URLSafeTimedSerializer(key, salt="gpuseat-session")
+        self._key = key.encode()
+
+    def issue(self, username: str) -> str:
+        """A cookie value naming the organizer."""
+        return self._serializer.dumps({"u": username, "n": secrets.token_urlsafe(8)})
+
+    def user(self, cookie: str | None) -> str | None:
+        """The organizer of a valid, unexpired cookie; None otherwise."""
+        if not cookie or len(cookie) > 4096:
+            return None
+        try:
+            data = self._serializer.loads(cookie, max_age=SESSION_MAX_AGE_S)
+        except BadSignature:
+            return None
+        user = data.get("u") if isinstance(data, dict) else None
+        return user if isinstance(user, str) else None
+
+    def csrf_token(self, cookie_value: str) -> str:
+        """The form token that goes with a visitor's CSRF cookie."""
+        return hmac.new(self._key, b"csrf:" + cookie_value.encode(), hashlib.sha256).hexdigest()
+
+    def csrf_ok(self, cookie_value: str | None, form_value: str | None) -> bool:
+        """True when the form's token matches the visitor's cookie (constant-time compare)."""
+        if not cookie_value or not form_value or len(form_value) != 64:
+            return False
+        return hmac.compare_digest(self.csrf_token(cookie_value), form_value)
+
+
+def new_csrf_cookie() -> str:
+    """A fresh random CSRF cookie value."""
+    return secrets.token_urlsafe(24)
+
+
+class RateLimiter:
+    """At most ``limit`` failures per client address in ``window_s`` (a sliding window, in memory).
+
+    Each server process counts on its own; the portal runs one process by default.
+    """
+
+    def __init__(self, limit: int, window_s: float) -> None:
+        self.limit = limit
+        self.window_s = window_s
+        self._hits: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def _recent(self, client: str, now: float) -> deque[float]:
+        hits = self._hits.setdefault(client, deque())
+        while hits and hits[0] <= now - self.window_s:
+            hits.popleft()
+        return hits
+
+    def blocked(self, client: str) -> bool:
+        """True when ``client`` has used up its failures."""
+        with self._lock:
+            return len(self._recent(client, time.monotonic())) >= self.limit
+
+    def fail(self, client: str) -> None:
+        """Count one failure of ``client``."""
+        with self._lock:
+            now = time.monotonic()
+            self._recent(client, now).append(now)
+            if len(self._hits) > 100_000:  # a flood of addresses: forget the quiet ones
+                for key in [k for k, v in self._hits.items() if not v]:
+                    del self._hits[key]
+
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class SecurityHeaders:
+    """Pure ASGI middleware adding :data:`HEADERS` to every HTTP response (cheaper than BaseHTTPMiddleware)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                present = {k.lower() for k, _ in message.get("headers", [])}
+                message["headers"] = [
+                    *message.get("headers", []),
+                    *((k, v) for k, v in HEADERS if k not in present),
+                ]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def redact(text: str) -> str:
+    """``/t/<token>/live`` → ``/t/[token]/live``."""
+    return TOKEN_PATH.sub("/t/[token]", text)
+
+
+class RedactTokens(logging.Filter):
+    """Logging filter: participant tokens never reach a log line (uvicorn's access log passes the path as an arg)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
+        if isinstance(record.msg, str):
+            record.msg = redact(record.msg)
+        return True
+
+
+def install_log_redaction() -> None:
+    """Attach :class:`RedactTokens` to uvicorn's loggers (idempotent)."""
+    for name in ("uvicorn.access", "uvicorn.error", "uvicorn"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactTokens) for f in logger.filters):
+            logger.addFilter(RedactTokens())
