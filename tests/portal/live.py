@@ -1,0 +1,93 @@
+"""Start the real portal (``python -m gpuseat serve``, i.e. uvicorn) as a child process on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen
+    url: str
+    log: Path
+    startup_s: float
+    printed: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(5)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def start(args: list[str], log: Path, *, env: dict | None = None, wait_s: float = 90) -> Server:
+    """Run ``gpuseat serve ARGS --port P`` and wait until ``/`` answers; the log file gets stdout+stderr."""
+    port = free_port()
+    full_env = {**os.environ, "PYTHONPATH": str(SRC), "PYTHONUNBUFFERED": "1", **(env or {})}
+    fh = log.open("w")
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuseat", "serve", *args, "--port", str(port)],
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+        env=full_env,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = started + wait_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode}:\n{log.read_text()}")
+        try:
+            if httpx.get(url + "/", timeout=2).status_code in (200, 303):
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        raise RuntimeError(f"the server did not answer within {wait_s} s:\n{log.read_text()}")
+    return Server(proc, url, log, time.monotonic() - started, log.read_text())
+
+
+def demo_credentials(printed: str) -> tuple[str, str]:
+    """(organizer password, participant token) from ``serve --demo``'s output."""
+    password = re.search(r"password (\S+)", printed).group(1)
+    token = re.search(r"/t/([A-Za-z0-9_-]+)", printed).group(1)
+    return password, token
+
+
+CSRF = re.compile(r'name="csrf" value="([0-9a-f]{64})"')
+
+
+def csrf_of(html: str) -> str:
+    return CSRF.search(html).group(1)
+
+
+def login(client: httpx.Client, url: str, password: str, user: str = "admin") -> httpx.Response:
+    page = client.get(url + "/login")
+    return client.post(url + "/login", data={"csrf": csrf_of(page.text), "username": user, "password": password})

@@ -1,0 +1,185 @@
+"""The portal's security rules, proved with real HTTP requests against a running uvicorn server (``serve --demo``)."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .live import csrf_of, demo_credentials, login, start
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    server = start(["--demo"], log)
+    password, token = demo_credentials(server.printed)
+    server.extra.update(password=password, token=token)
+    yield server
+    code = server.stop()
+    assert code == 0, server.output()
+
+
+@pytest.fixture
+def organizer(demo):
+    with httpx.Client(base_url=demo.url) as client:
+        assert login(client, demo.url, demo.extra["password"]).status_code == 303
+        yield client
+
+
+def fresh_links(organizer: httpx.Client, *participants: str) -> dict[str, str]:
+    """Rotate the links of some participants through the links page; returns participant → token."""
+    out = {}
+    for who in participants:
+        page = organizer.get("/links")
+        r = organizer.post("/links", data={"csrf": csrf_of(page.text), "action": "rotate", "participant": who})
+        assert r.status_code == 200
+        out[who] = re.search(r"/t/([A-Za-z0-9_-]{40,})", r.text).group(1)
+    return out
+
+
+def test_demo_answers_quickly_and_logs_no_token(demo):
+    print(f"serve --demo answered / after {demo.startup_s:.1f} s")
+    r = httpx.get(demo.url + "/")
+    assert r.status_code == 303 and r.headers["location"] == "/login"
+    assert httpx.get(f"{demo.url}/t/{demo.extra['token']}").status_code == 200
+    log = demo.output()
+    assert "/t/[token]" in log
+    assert demo.extra["token"] not in log.split("participant:")[1].split("\n", 1)[1]  # only the banner shows it
+
+
+@pytest.mark.parametrize("path", ["/login", "/static/portal.js", "/nope", "/t/TOKEN"])
+def test_security_headers_on_every_response(demo, path):
+    r = httpx.get(demo.url + path.replace("TOKEN", demo.extra["token"]))
+    csp = r.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp
+    assert r.headers["x-frame-options"] == "DENY"
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert r.headers["referrer-policy"] == "no-referrer"
+    assert "server" not in r.headers
+
+
+def test_pages_have_no_inline_scripts_or_styles(organizer):
+    for path in ("/overview", "/seats", "/survey", "/links", "/bench", "/report"):
+        html = organizer.get(path).text
+        assert not re.search(r"<script(?![^>]*\bsrc=)", html), path
+        assert " style=" not in html and "javascript:" not in html, path
+        assert not re.search(r"""(src|href)=["']https?://""", html), path
+
+
+@pytest.mark.parametrize("path", ["/overview", "/seats", "/roster", "/links", "/survey", "/report", "/alerts"])
+def test_organizer_pages_need_a_session(demo, path):
+    r = httpx.get(demo.url + path)
+    assert r.status_code == 303 and r.headers["location"] == "/login"
+
+
+def test_api_and_forms_need_a_session(demo):
+    assert httpx.get(demo.url + "/seats/live.json").status_code == 401
+    assert httpx.get(demo.url + "/survey.csv").status_code == 401
+    assert httpx.post(demo.url + "/seats/action", data={"action": "assign-all"}).status_code == 401
+
+
+def test_session_cookie_is_signed_httponly_samesite(demo):
+    with httpx.Client(base_url=demo.url) as client:
+        r = login(client, demo.url, demo.extra["password"])
+        cookie = next(v for k, v in r.headers.multi_items() if k == "set-cookie" and v.startswith("gpuseat_session="))
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Max-Age=" in cookie
+        assert client.get("/overview").status_code == 200
+        value = client.cookies["gpuseat_session"]
+        forged = value[:-2] + ("AA" if not value.endswith("AA") else "BB")
+        client.cookies.set("gpuseat_session", forged)
+        assert client.get("/overview").status_code == 303  # a tampered cookie is no session
+        client.cookies.set("gpuseat_session", "eyJ1IjoiYWRtaW4ifQ")  # unsigned {"u":"admin"}
+        assert client.get("/overview").status_code == 303
+
+
+def test_wrong_password_is_refused(demo):
+    with httpx.Client(base_url=demo.url) as client:
+        r = login(client, demo.url, "not-the-password")
+        assert r.status_code == 401 and "gpuseat_session" not in client.cookies
+
+
+def test_forms_without_their_csrf_token_are_refused(demo, organizer):
+    token = demo.extra["token"]
+    before = organizer.get("/survey").text
+    assert 'id="survey-close"' in before  # the demo's survey is open
+    # replay the organizer's "close survey" form without the token, with a wrong one, with another visitor's
+    assert organizer.post("/survey", data={"action": "close"}).status_code == 403
+    assert organizer.post("/survey", data={"action": "close", "csrf": "0" * 64}).status_code == 403
+    other = csrf_of(httpx.get(demo.url + "/login").text)  # valid for that visitor's cookie, not this one
+    assert organizer.post("/survey", data={"action": "close", "csrf": other}).status_code == 403
+    assert 'id="survey-close"' in organizer.get("/survey").text  # still open: nothing happened
+    # login and the participant's survey form too
+    assert (
+        httpx.post(demo.url + "/login", data={"username": "admin", "password": demo.extra["password"]}).status_code
+        == 403
+    )
+    with httpx.Client(base_url=demo.url) as p:
+        page = p.get(f"/t/{token}")
+        assert (
+            p.post(f"/t/{token}/survey", data={"q_recommend": "0", "q_expectations": "1", "q_format": "1"}).status_code
+            == 403
+        )
+        ok = p.post(
+            f"/t/{token}/survey",
+            data={"csrf": csrf_of(page.text), "q_recommend": "7", "q_expectations": "5", "q_format": "6"},
+        )
+        assert ok.status_code == 200 and "your answers are saved" in ok.text
+
+
+def test_a_token_opens_only_its_own_page(demo, organizer):
+    links = fresh_links(organizer, "ghopper", "aturing")
+    a, b = links["ghopper"], links["aturing"]
+    page_a = httpx.get(f"{demo.url}/t/{a}").text
+    assert "Grace Hopper" in page_a and "Alan Turing" not in page_a
+    seat_a = re.search(r'id="seat-key">([^<]+)<', page_a).group(1)
+    seat_b = re.search(r'id="seat-key">([^<]+)<', httpx.get(f"{demo.url}/t/{b}").text).group(1)
+    assert seat_a != seat_b and seat_b not in page_a
+    live = httpx.get(f"{demo.url}/t/{a}/live").json()
+    assert live["participant"] == "ghopper" and live["seat"] == seat_a
+    # guessing: another participant's key, a near-miss token, a random token, a too-short one
+    for guess in ("aturing", a[:-1] + ("A" if a[-1] != "A" else "B"), secrets.token_urlsafe(32), a[:20]):
+        r = httpx.get(f"{demo.url}/t/{guess}")
+        assert r.status_code == 404 and "Alan Turing" not in r.text
+    # a query string naming someone else changes nothing
+    assert "Alan Turing" not in httpx.get(f"{demo.url}/t/{a}", params={"participant": "aturing"}).text
+    # B answers through A's link? Impossible: answers land on A
+    with httpx.Client(base_url=demo.url) as pa:
+        form = {"csrf": csrf_of(pa.get(f"/t/{a}").text), "q_recommend": "3", "q_expectations": "2", "q_format": "2"}
+        assert pa.post(f"/t/{a}/survey", data=form).status_code == 200
+    page_b = httpx.get(f"{demo.url}/t/{b}").text
+    assert 'name="q_recommend" value="3" checked' not in page_b
+    # rotating A's link kills the old one
+    new_a = fresh_links(organizer, "ghopper")["ghopper"]
+    assert httpx.get(f"{demo.url}/t/{a}").status_code == 404
+    assert httpx.get(f"{demo.url}/t/{new_a}").status_code == 200
+
+
+def test_revoked_links_open_nothing(demo, organizer):
+    token = fresh_links(organizer, "dknuth")["dknuth"]
+    assert httpx.get(f"{demo.url}/t/{token}").status_code == 200
+    page = organizer.get("/links")
+    organizer.post("/links", data={"csrf": csrf_of(page.text), "action": "revoke", "participant": "dknuth"})
+    assert httpx.get(f"{demo.url}/t/{token}").status_code == 404
+    assert httpx.get(f"{demo.url}/t/{token}/live").status_code == 404
+
+
+def test_guessing_is_rate_limited(tmp_path):
+    server = start(["--demo"], tmp_path / "serve.log")
+    try:
+        password, token = demo_credentials(server.printed)
+        with httpx.Client(base_url=server.url) as c:
+            codes = [login(c, server.url, f"guess-{i}").status_code for i in range(10)]
+            assert codes == [401] * 10
+            assert login(c, server.url, password).status_code == 429  # even the right password, for a while
+        codes = [httpx.get(f"{server.url}/t/{secrets.token_urlsafe(32)}").status_code for _ in range(20)]
+        assert codes == [404] * 20
+        assert httpx.get(f"{server.url}/t/{token}").status_code == 429
+    finally:
+        assert server.stop(signal.SIGTERM) == 0
+    folder = re.search(r"in (\S+gpuseat-demo-\S+)", server.printed).group(1)
+    assert not Path(folder).exists()  # the demo cleans up after SIGTERM
