@@ -234,3 +234,60 @@ def test_reduced_cost_fixing_keeps_the_optimum(instance):
         assert found is None
         return
     assert found is not None and abs(cost(found) - cost(exact)) < 1e-6
+
+
+SERVER_GPUS = [("M60", 4), ("A100-80GB", 4), ("H200-141GB", 2), ("L4", 2), ("L40S", 4), ("A30", 2), ("K2", 4)]
+CLOUD = [o for o in CATALOG.offers if o.kind == "cloud"]
+
+
+@st.composite
+def real_plans(draw: st.DrawFn) -> tuple[Course, list[Offer]]:
+    groups = [
+        {
+            "name": f"g{k}",
+            "count": draw(st.integers(1, 30)),
+            "min_gpu_memory_gb": draw(st.sampled_from([0, 4, 8, 16])),
+            "isolation": draw(st.sampled_from(["dedicated", "partitioned", "shared"])),
+            "guest_os": draw(st.sampled_from(["linux", "linux", "windows"])),
+        }
+        for k in range(draw(st.integers(1, 3)))
+    ]
+    schedule = {"start": date(2026, 3, 2), "days": draw(st.integers(1, 40))}
+    if draw(st.booleans()):
+        schedule["hours"] = "09:00-17:00"
+    course = Course.model_validate({"group": groups, "schedule": schedule, "costs": {"storage_gb_per_seat": 20}})
+    offers = [
+        o.model_copy(update={"available": draw(st.sampled_from([None, 1, 2, 5]))})
+        for o in draw(st.lists(st.sampled_from(CLOUD), max_size=8, unique_by=lambda o: o.id))
+    ]
+    for k in range(draw(st.integers(0, 8))):
+        gpu, chips = draw(st.sampled_from(SERVER_GPUS))
+        offers.append(Offer.model_validate(
+            {"id": f"dc:srv-{k}", "provider": "dc", "kind": "bare-metal", "instance_type": f"srv-{k}", "gpu": gpu,
+             "gpu_count": chips, "vcpus": 64, "ram_gb": 512, "price_usd": draw(st.sampled_from([300, 1500, 4000, 9000])),
+             "billing": draw(st.sampled_from(["month-whole", "month-prorated", "per-hour"])),
+             "disk_usd_per_gb_month": 0, "available": draw(st.sampled_from([None, 1, 2])),
+             "source": "test", "as_of": date(2026, 1, 1)},
+            context={"find_gpu": CATALOG.find_gpu}))  # fmt: skip
+    return course, offers
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=real_plans())
+def test_plan_equals_exhaustive_on_real_offers(case):
+    """Through plan(): real cloud offers and servers carved by the carver (MIG, vGPU with licences,
+    passthrough), Windows and Linux groups, shared availability: pruned == every fitting offer."""
+    from gpuseat.errors import Infeasible, NoOfferFits
+
+    course, offers = case
+    try:
+        full = plan(course, offers, catalog=CATALOG, alternatives=0, exhaustive=True)
+    except (NoOfferFits, Infeasible) as exc:
+        try:
+            plan(course, offers, catalog=CATALOG, alternatives=0)
+        except type(exc):
+            return
+        raise AssertionError("the pruned plan found a mix the exhaustive one did not") from None
+    fast = plan(course, offers, catalog=CATALOG, alternatives=0)
+    # exact costs: two optimal mixes may split seats differently and round their lines a cent apart
+    assert abs(cost(fast.options[0].allocations) - cost(full.options[0].allocations)) < 1e-6
