@@ -1,0 +1,87 @@
+"""The portal's CLI commands with good and bad input (exit 2 and one message, never a traceback)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gpuseat.catalog import data_text
+from gpuseat.services.accounts import Accounts
+from gpuseat.services.courses import open_store
+
+from .live import csrf_of, login, start
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture
+def course_db(tmp_path):
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    store = open_store(url, create=True)
+    store.create_course(EXAMPLES / "course-2016.toml", key="dl-2016")
+    store.close()
+    return url
+
+
+def test_the_demo_ships_the_example_course():
+    assert data_text("demo/course-2016.toml") == (EXAMPLES / "course-2016.toml").read_text(encoding="utf-8")
+
+
+def test_admin_set_password(cli, course_db, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("a long enough passphrase\n"))
+    r = cli("admin", "set-password", "--db", course_db, "--password-stdin")
+    assert r.code == 0 and "created organizer admin" in r.out
+    monkeypatch.setattr("sys.stdin", io.StringIO("short\n"))
+    r = cli("admin", "set-password", "--db", course_db, "--password-stdin")
+    assert r.code == 2 and "password must be" in r.err and "Traceback" not in r.err
+    r = cli("admin", "set-password", "--db", course_db, "--user", "-rf", "--password-stdin")
+    assert r.code == 2 and "--user" in r.err
+    store = open_store(course_db)
+    assert Accounts(store.engine).verify("admin", "a long enough passphrase")
+    assert not Accounts(store.engine).verify("admin", "short")
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--port", "0"], "--port"),
+        (["--port", "70000"], "--port"),
+        (["--host", "-oProxyCommand=x"], "--host"),
+        (["--course", "nope"], "nope"),
+    ],
+)
+def test_serve_refuses_bad_flags(cli, course_db, args, needle):
+    r = cli("serve", "--db", course_db, *args)
+    assert r.code == 2 and needle in r.err and "Traceback" not in r.err
+
+
+def test_report_and_survey_need_an_existing_database(cli, tmp_path):
+    missing = f"sqlite:///{tmp_path / 'none.db'}"
+    for args in (["report", "--out", tmp_path / "r.html"], ["survey", "open"], ["survey", "report"]):
+        r = cli(*args, "--db", missing)
+        assert r.code == 2 and "Traceback" not in r.err, args
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_roster_upload_errors_name_file_line_and_column(course_db, tmp_path):
+    store = open_store(course_db)
+    Accounts(store.engine).set_password("admin", "a long enough passphrase")
+    store.close()
+    server = start(["--db", course_db], tmp_path / "serve.log")
+    try:
+        with httpx.Client(base_url=server.url) as c:
+            login(c, server.url, "a long enough passphrase")
+            bad = "name,email\nAda,ada@example.org\nBob,not-an-email\n"
+            page = c.get("/roster")
+            r = c.post("/roster/import", data={"csrf": csrf_of(page.text)}, files={"file": ("class.csv", bad, "text/csv")})
+            assert r.status_code == 400 and "class.csv:3" in r.text and "email" in r.text
+            assert "Ada" not in r.text.split('id="roster"')[1]  # nothing stored from the bad file
+            binary = b"\xff\xfe\x00garbage"
+            r = c.post("/roster/import", data={"csrf": csrf_of(page.text)}, files={"file": ("x.csv", binary, "text/csv")})
+            assert r.status_code == 400 and "UTF-8" in r.text
+    finally:
+        assert server.stop() == 0
