@@ -160,3 +160,28 @@ def test_offers_left_out_by_the_course_globs_are_named(cli, tmp_path):
     r, _ = run_plan(cli, tmp_path, GOOD, "--offers", offers)
     assert r.code == 0
     assert "1 offer(s) from --offers/--skypilot are not considered" in r.err and "x:y" in r.err
+
+
+def test_library_callers_get_catchable_errors(tmp_path):
+    from datetime import date
+
+    from gpuseat.catalog.bundle import load_catalog
+    from gpuseat.core.course import Course
+    from gpuseat.core.plan import plan
+    from gpuseat.errors import Infeasible, InputError, NoOfferFits
+
+    catalog = load_catalog()
+    g4dn = next(o for o in catalog.offers if o.id == "aws:g4dn.xlarge").model_copy(update={"available": 2})
+    course = Course.model_validate({"participants": 3, "schedule": {"start": date(2026, 3, 2), "days": 1}})
+    with pytest.raises(Infeasible) as exc:
+        plan(course, [g4dn], catalog=catalog, where="c.toml")
+    assert exc.value.where == "c.toml" and "availability" in exc.value.what and isinstance(exc.value, InputError)
+    big = Course.model_validate(
+        {"participants": 3, "needs": {"min_gpu_memory_gb": 500}, "schedule": {"start": date(2026, 3, 2), "days": 1}}
+    )
+    with pytest.raises(NoOfferFits) as exc2:
+        plan(big, [g4dn], catalog=catalog)
+    assert exc2.value.what == (
+        "no offer can seat group 'participants' (needs ≥ 500 GB GPU memory, linux, partitioned); "
+        "1 offers were considered: 16 GB GPU memory < 500 GB needed (1 offer)"
+    )

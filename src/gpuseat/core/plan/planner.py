@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
@@ -65,9 +65,12 @@ def plan(
         rejected += why_not
         if not fits[group.name].bound:
             need = group.need
+            common = Counter(r.reason for r in why_not if not r.detail).most_common(3)
+            reasons = "; ".join(f"{reason} ({n} offer{'s' if n != 1 else ''})" for reason, n in common)
             raise NoOfferFits(
                 f"no offer can seat group '{group.name}' (needs ≥ {num(need.min_gpu_memory_gb)} GB GPU memory, "
-                f"{need.guest_os}, {need.isolation}); {len(offers)} offers were considered",
+                f"{need.guest_os}, {need.isolation}); {len(offers)} offers were considered"
+                + (f": {reasons}" if reasons else ""),
                 where=f"{where}: group '{group.name}'",
                 fix="lower the needs, or add offers (--offers FILE) that meet them; see 'rejected' in --format json",
             )
