@@ -115,3 +115,34 @@ def test_alternatives_are_distinct_mixes_with_their_regions(cli, tmp_path):
     assert types == [f"x:type-{t}" for t in range(5)]
     assert all(len(o["also_in_regions"]) == 19 for o in result["options"])
     assert [o["total_usd"] for o in result["options"]] == [round(p * 24 * 3, 2) for p in (0.5, 0.6, 0.7, 0.8, 0.9)]
+
+
+def test_many_rejections_read_as_one_line_per_reason(cli, tmp_path):
+    """100 offers that cannot seat the 30 GB group for the same reason: one text line, all 100 in the JSON."""
+    rows = [
+        f'[[offer]]\nid = "x:l4@r-{k:03d}"\nprovider = "x"\nkind = "cloud"\ninstance_type = "l4"\nregion = "r-{k:03d}"\n'
+        f'gpu = "L4"\ngpu_count = 1\nvcpus = 8\nram_gb = 32\nprice_usd = 0.5\nbilling = "per-hour"\n'
+        f'disk_usd_per_gb_month = 0\nsource = "test"\nas_of = 2026-01-01\n'
+        for k in range(100)
+    ]
+    rows.append(
+        '[[offer]]\nid = "x:a100"\nprovider = "x"\nkind = "cloud"\ninstance_type = "a100"\nregion = "r-000"\n'
+        'gpu = "A100-80GB"\ngpu_count = 1\nvcpus = 8\nram_gb = 64\nprice_usd = 2\nbilling = "per-hour"\n'
+        'disk_usd_per_gb_month = 0\nsource = "test"\nas_of = 2026-01-01\n'
+    )
+    offers = tmp_path / "offers.toml"
+    offers.write_text("schema_version = 1\n" + "".join(rows))
+    course = tmp_path / "c.toml"
+    course.write_text(
+        'offers = ["x:*"]\n[[group]]\nname = "small"\ncount = 20\n[[group]]\nname = "big"\ncount = 1\n'
+        "min_gpu_memory_gb = 30\n[schedule]\nstart = 2026-03-02\ndays = 1\n"
+    )
+    r = cli("plan", course, "--offers", offers, "--explain")
+    assert r.code == 0, r.err
+    rejected = r.out.split("Rejected (cannot seat a group):\n", 1)[1].splitlines()
+    assert rejected == [
+        "  x:l4@r-000, x:l4@r-001, x:l4@r-002, x:l4@r-003 and 96 more: 24 GB GPU memory < 30 GB needed [big]"
+    ]
+    result = json.loads(cli("plan", course, "--offers", offers, "--format", "json").out)
+    assert len(result["rejected"]) == 100
+    assert result["options"][0]["also_in_regions"] == [f"r-{k:03d}" for k in range(1, 100)]
