@@ -42,6 +42,19 @@ def test_recorded_result_feeds_cost_per_run_and_time_saved(cli, tmp_path, monkey
     assert perf["speed_source"] == "gpuseat bench, 2026-12-02"
     assert perf["time_saved"] == "24 h of K520 work takes 2.4 h on H200-141GB"
     assert perf["usd_per_lenet_run"] == round(perf["usd_per_seat_hour"] * 4.55 / 3600, 6)
+    assert (
+        json.loads(r.out)["speeds"]
+        == "shipped reference results, and 1 result(s) recorded by gpuseat bench (H200-141GB)"
+    )
+    explain = cli("plan", REPO / "examples" / "course-h200-mig.toml", "--explain").out
+    assert "Speeds: shipped reference results, and 1 result(s) recorded by gpuseat bench (H200-141GB)" in explain
+    # the planner itself never reads the store: without the argument, the shipped references only
+    from gpuseat.catalog.bundle import load_catalog
+    from gpuseat.services.planning import plan_course
+
+    alone = plan_course(REPO / "examples" / "course-h200-mig.toml", load_catalog()).to_dict()
+    assert alone["speeds"] == "shipped reference results only"
+    assert "lenet_10k_seconds" not in alone["options"][0]["performance"][0]
 
 
 def test_corrupt_store_is_an_input_error(cli, tmp_path, monkeypatch):
