@@ -40,9 +40,23 @@ def _root(
 
 
 def _register_all() -> None:
-    from gpuseat.cli import bench, carve, course, doctor, monitor, plan, report, roster, seats, serve, slurm, vms
+    from gpuseat.cli import (
+        bench,
+        carve,
+        course,
+        doctor,
+        jupyterhub,
+        monitor,
+        plan,
+        report,
+        roster,
+        seats,
+        serve,
+        slurm,
+        vms,
+    )
 
-    for module in (plan, carve, doctor, bench, monitor, course, roster, seats, slurm, vms, serve, report):
+    for module in (plan, carve, doctor, bench, monitor, course, roster, seats, slurm, vms, serve, report, jupyterhub):
         module.register(app)
 
 

@@ -1,0 +1,128 @@
+"""CLI for ``gpuseat jupyterhub config`` and ``gpuseat jupyterhub cull``: parse flags, call the library, print."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+import typer
+
+from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_table
+from gpuseat.errors import InputError
+
+hub_app = typer.Typer(name="jupyterhub", help="GPU seats through JupyterHub: hub config and GPU-aware culling.")
+
+COURSE = typer.Option(None, "--course", help="Course key (default: the only course in the store).")
+DB = typer.Option(None, "--db", help="Database URL (default: GPUSEAT_DB_URL or SQLite in the data dir).")
+
+
+def _course_key(db: str | None, course: str | None) -> tuple[str, str]:
+    """The database URL and the course key, checked against the store."""
+    from gpuseat.db import resolve_url
+    from gpuseat.services.courses import open_store
+
+    url = resolve_url(db)
+    with open_store(url) as store:
+        return url, store.get_course(course).key
+
+
+@hub_app.command("config")
+def config(
+    spawner: str = typer.Option("local", "--spawner", help="local, systemd, docker or kubernetes."),
+    course: str | None = COURSE,
+    db: str | None = DB,
+    mode: str = typer.Option("assigned", "--mode", help="assigned (each user's own seat) or pool (first free)."),
+    match_by: str = typer.Option("key", "--match-by", help="JupyterHub user name = participant key, email or unix_user."),
+    contact: str = typer.Option("the course organizer", "--contact", help="Whom users should ask (one line)."),
+    mig_strategy: str = typer.Option("mixed", "--mig-strategy", help="Kubernetes device plugin: mixed or single."),
+    cull_idle_hours: float = typer.Option(2.0, "--cull-idle-hours", help="Stop servers whose GPU idled this long (0: off)."),
+    cull_every: int = typer.Option(300, "--cull-every", help="Seconds between culler rounds."),
+) -> None:
+    """Print a ready jupyterhub_config.py wiring gpuseat's hooks, the culler service and the database."""
+    from pydantic import ValidationError
+
+    from gpuseat.jupyterhub.config import SPAWNER_CLASSES, HubSettings, render
+
+    if spawner not in SPAWNER_CLASSES:
+        raise InputError(f"unknown spawner {spawner!r}", where="--spawner", fix=f"one of {', '.join(SPAWNER_CLASSES)}")
+    url, key = _course_key(db, course)
+    try:
+        settings = HubSettings(
+            course=key,
+            db_url=url,
+            mode=mode,  # type: ignore[arg-type]
+            match_by=match_by,  # type: ignore[arg-type]
+            contact=contact,
+            mig_strategy=mig_strategy,  # type: ignore[arg-type]
+            cull_idle_hours=cull_idle_hours,
+            cull_every_s=cull_every,
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        flag = "--" + str(err["loc"][0]).replace("_s", "").replace("_", "-") if err["loc"] else "a flag"
+        raise InputError(f"{err['msg']} (got {err.get('input')!r})", where=flag, fix="see --help") from None
+    sys.stdout.write(render(settings, spawner))  # type: ignore[arg-type]
+
+
+@hub_app.command("cull")
+def cull(
+    course: str | None = COURSE,
+    db: str | None = DB,
+    idle_hours: float = typer.Option(2.0, "--idle-hours", help="Stop a server whose GPU did no compute this long."),
+    every: float = typer.Option(300.0, "--every", min=1.0, max=86_400.0, help="Seconds between rounds."),
+    once: bool = typer.Option(False, "--once", help="Judge once, print the verdicts and exit."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Judge but stop nothing."),
+    api_url: str | None = typer.Option(
+        None, "--api-url", help="Hub API URL (default: JUPYTERHUB_API_URL, set by the hub for its services)."
+    ),
+    fmt: Format = FORMAT_OPTION,
+) -> None:
+    """Stop hub servers whose seat's GPU did no compute for --idle-hours (a JupyterHub service).
+
+    The token comes from JUPYTERHUB_API_TOKEN (the hub sets it for a managed service), never from a flag.
+    """
+    from gpuseat.jupyterhub.cull import Culler
+    from gpuseat.services.courses import open_store
+
+    url = api_url or os.environ.get("JUPYTERHUB_API_URL")
+    token = os.environ.get("JUPYTERHUB_API_TOKEN")
+    if not url:
+        raise InputError("no Hub API URL", where="--api-url", fix="run as a hub service or pass --api-url")
+    if not token:
+        raise InputError(
+            "no Hub API token", where="JUPYTERHUB_API_TOKEN", fix="run as a hub service (the hub sets it) or export it"
+        )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s gpuseat-cull %(levelname)s %(message)s")
+    with open_store(db) as store:
+        key = store.get_course(course).key
+        culler = Culler(store, key, api_url=url, token=token, idle_hours=idle_hours, dry_run=dry_run)
+        if once:
+            rows = [v.to_dict() for v in culler.run_once()]
+            _show(rows, fmt)
+            return
+        stopping: list[bool] = []
+
+        def _stop(*_args: Any) -> None:
+            stopping.append(True)
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        culler.run(every, stop=lambda: bool(stopping))
+
+
+def _show(rows: list[dict[str, Any]], fmt: Format) -> None:
+    columns = ("server", "seat", "stop", "reason")
+    if fmt == Format.json:
+        print_json(rows)
+    elif fmt == Format.csv:
+        print_csv(rows, columns)
+    else:
+        print_table(rows, columns, title="GPU-aware culling")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``jupyterhub config`` and ``jupyterhub cull``."""
+    app.add_typer(hub_app, name="jupyterhub")

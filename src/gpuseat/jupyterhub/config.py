@@ -1,0 +1,140 @@
+"""What a hub needs to know about gpuseat, and the ``jupyterhub_config.py`` that wires it.
+
+:class:`HubSettings` is checked once (by the CLI and again when the hub loads the file); :func:`render`
+writes every value with ``repr``, so a course key, a contact line or a database URL can never become
+Python code in the hub's config.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpuseat import __version__
+
+SpawnerName = Literal["local", "systemd", "docker", "kubernetes"]
+MatchBy = Literal["key", "email", "unix_user"]
+ClaimMode = Literal["assigned", "pool"]
+MigStrategy = Literal["mixed", "single"]
+
+SPAWNER_CLASSES: dict[str, str] = {
+    "local": "jupyterhub.spawner.LocalProcessSpawner",
+    "systemd": "systemdspawner.SystemdSpawner",
+    "docker": "dockerspawner.DockerSpawner",
+    "kubernetes": "kubespawner.KubeSpawner",
+}
+CULL_SERVICE = "gpuseat-cull"
+# Exactly what the culler does: list users, read their servers (started, ready), stop a server.
+CULL_SCOPES: tuple[str, ...] = ("list:users", "read:servers", "delete:servers")
+_COURSE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+MAX_IDLE_HOURS = 24.0 * 366
+
+
+class HubSettings(BaseModel):
+    """How the hooks find a user's seat and what the culler does."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    course: str = Field(description="the course key in the gpuseat store")
+    db_url: str = Field(min_length=1, description="the gpuseat database URL")
+    mode: ClaimMode = Field("assigned", description="assigned: the user's own seat; pool: the first free one")
+    match_by: MatchBy = Field("key", description="which participant field equals the JupyterHub user name")
+    contact: str = Field("the course organizer", min_length=1, max_length=300, description="whom to ask")
+    mig_strategy: MigStrategy = "mixed"
+    cull_idle_hours: float = Field(2.0, ge=0, le=MAX_IDLE_HOURS, description="0 turns the culler off")
+    cull_every_s: int = Field(300, ge=1, le=86_400)
+
+    @field_validator("course")
+    @classmethod
+    def _course_key(cls, value: str) -> str:
+        if not _COURSE.match(value):
+            raise ValueError("a course key is lowercase letters, digits and '-' (at most 63)")
+        return value
+
+    @field_validator("cull_idle_hours")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number of hours")
+        return value
+
+    @field_validator("contact")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        if any(ch in value for ch in "\r\n\x00"):
+            raise ValueError("must be one line")
+        return value
+
+
+def cull_command(settings: HubSettings) -> list[str]:
+    """The culler's argument list after the Python executable (``python -m gpuseat …``)."""
+    return [
+        "-m",
+        "gpuseat",
+        "jupyterhub",
+        "cull",
+        "--course",
+        settings.course,
+        "--idle-hours",
+        repr(settings.cull_idle_hours),
+        "--every",
+        str(settings.cull_every_s),
+    ]
+
+
+def render(settings: HubSettings, spawner: SpawnerName = "local") -> str:
+    """A complete ``jupyterhub_config.py``: hooks, spawner class, culler service and its role."""
+    fields = settings.model_dump()
+    db_url = fields.pop("db_url")
+    args = "".join(f"    {name}={value!r},\n" for name, value in fields.items())
+    lines = [
+        f"# jupyterhub_config.py written by `gpuseat jupyterhub config --spawner {spawner}` (gpuseat {__version__}).",
+        "# Each server gets its participant's GPU seat from the gpuseat course store; a user without a usable",
+        "# seat gets an HTTP 503 saying why and whom to ask. Add your authenticator and site settings below.",
+        "import os",
+        "import sys",
+        "",
+        "from gpuseat.jupyterhub import HubSettings, SeatHooks",
+        "",
+        "c = get_config()  # noqa: F821 (JupyterHub provides get_config)",
+        "",
+        "# The database URL: GPUSEAT_DB_URL in the hub's environment wins (keep passwords out of this file).",
+        f"GPUSEAT_DB_URL = os.environ.get('GPUSEAT_DB_URL', {db_url!r})",
+        "gpuseat = SeatHooks(HubSettings(",
+        args + "    db_url=GPUSEAT_DB_URL,",
+        "))",
+        f"c.JupyterHub.spawner_class = {SPAWNER_CLASSES[spawner]!r}",
+        "c.Spawner.pre_spawn_hook = gpuseat.pre_spawn_hook",
+        "c.Spawner.post_stop_hook = gpuseat.post_stop_hook",
+        "# A refusal is an HTTP 503; JupyterHub counts it as a failed spawn, and a few in a row must not stop the hub.",
+        "c.Spawner.consecutive_failure_limit = 0",
+    ]
+    if spawner == "systemd":
+        lines += [
+            "# isolate_devices=True would hide /dev/nvidia* from every server (systemdspawner#67).",
+            "c.SystemdSpawner.isolate_devices = False",
+        ]
+    if settings.cull_idle_hours > 0:
+        service = {
+            "name": CULL_SERVICE,
+            "command": "[sys.executable, *" + repr(cull_command(settings)) + "]",
+            "environment": "{'GPUSEAT_DB_URL': GPUSEAT_DB_URL}",
+        }
+        role = {"name": CULL_SERVICE, "scopes": list(CULL_SCOPES), "services": [CULL_SERVICE]}
+        lines += [
+            "",
+            f"# GPU-aware culling: stop servers whose seat had no GPU compute for {settings.cull_idle_hours:g} h.",
+            "c.JupyterHub.services.append(",
+            "    {",
+            f"        'name': {service['name']!r},",
+            f"        'command': {service['command']},",
+            f"        'environment': {service['environment']},",
+            "    }",
+            ")",
+            "# Its token may list users, read their servers and stop them: nothing else.",
+            f"c.JupyterHub.load_roles.append({role!r})",
+        ]
+    return "\n".join(lines) + "\n"

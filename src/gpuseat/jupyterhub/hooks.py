@@ -1,0 +1,264 @@
+"""JupyterHub's ``pre_spawn_hook`` and ``post_stop_hook``: hand each server its participant's seat.
+
+``pre_spawn_hook`` finds the participant for the hub user, takes their seat (assigned mode: the seat
+they were given; pool mode: the first free seat that suits their group, through the store's race-free
+``claim_seat``), refuses with an HTTP 503 that says why and whom to ask (no seat, seat held by another
+server, GPU lost, store unreachable: never a bare 500 or a timeout), records the seat as ``requested``
+by this server and puts the device on the spawner (:mod:`gpuseat.jupyterhub.spawners`). When the spawn
+finishes the seat becomes ``running``.
+
+``post_stop_hook`` also runs after a failed start and after a refusal (platform.md B1), so it is
+owner-checked (only the seat this server took, by its engine reference) and idempotent: the seat
+becomes ``released`` (or ``failed`` with the spawner's error), and a pool seat goes back to the pool.
+
+Both hooks are synchronous: every store call is one short transaction, and running them on the hub's
+event loop serialises this hub's claims instead of making them queue for SQLite's write lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuseat.errors import GpuseatError, NoFreeSeat, NotFound
+from gpuseat.jupyterhub.config import HubSettings
+from gpuseat.jupyterhub.health import lost_gpus
+from gpuseat.jupyterhub.spawners import Grant, apply, flavour, missing_for
+
+if TYPE_CHECKING:
+    from gpuseat.services.courses import CourseStore, ParticipantView, SeatView
+
+log = logging.getLogger("gpuseat.jupyterhub")
+
+ENGINE = "jupyterhub"
+HELD = ("requested", "running")  # states in which a seat belongs to the server named by engine_ref
+
+
+class Refusal(Exception):
+    """A spawn gpuseat will not allow; ``message`` is what the user reads."""
+
+    def __init__(self, message: str, *, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail or message
+
+
+def engine_ref(spawner: Any) -> str:
+    """``user/server`` (server empty for the default one): how the store names this hub server."""
+    return f"{spawner.user.name}/{spawner.name or ''}"
+
+
+def _error_text(exc: BaseException | None) -> str:
+    if exc is None:
+        return "the server stopped while starting"
+    text = getattr(exc, "log_message", None) or str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:500]
+
+
+@dataclass
+class HookTiming:
+    """How long the last calls spent inside gpuseat (seconds), for the benchmark and the log."""
+
+    pre_spawn: list[float]
+    post_stop: list[float]
+
+
+class SeatHooks:
+    """The two hooks, bound to one course in one store (built once in ``jupyterhub_config.py``)."""
+
+    def __init__(self, settings: HubSettings, *, store: CourseStore | None = None) -> None:
+        self.settings = settings
+        self._store = store
+        self._refused: set[str] = set()
+        self.timing = HookTiming([], [])
+
+    @property
+    def store(self) -> CourseStore:
+        """The course store, opened on first use (the hub may start before the database is reachable)."""
+        if self._store is None:
+            from gpuseat.services.courses import open_store
+
+            self._store = open_store(self.settings.db_url)
+        return self._store
+
+    # -- the hooks -------------------------------------------------------------------------------
+
+    def pre_spawn_hook(self, spawner: Any) -> None:
+        """Take the user's seat and give its device to ``spawner``, or raise HTTPError(503, why)."""
+        from tornado.web import HTTPError
+
+        started = time.perf_counter()
+        ref = engine_ref(spawner)
+        self._refused.discard(ref)
+        try:
+            seat = self._take(spawner.user.name, ref, flavour(spawner))
+        except Refusal as no:
+            self._refused.add(ref)
+            log.warning("gpuseat: refused %s: %s", ref, no.detail)
+            raise HTTPError(503, no.message) from None
+        finally:
+            self.timing.pre_spawn.append(time.perf_counter() - started)
+        apply(spawner, _grant(seat), mig_strategy=self.settings.mig_strategy)
+        future = getattr(spawner, "_spawn_future", None)  # JupyterHub's spawn-and-proxy future
+        if future is not None and hasattr(future, "add_done_callback"):
+            future.add_done_callback(self._on_spawned(seat.key, ref))
+        log.info(
+            "gpuseat: %s gets seat %s (%s) in %.1f ms",
+            ref,
+            seat.key,
+            seat.device_uuid or seat.host or seat.kind,
+            1000 * (time.perf_counter() - started),
+        )
+
+    def post_stop_hook(self, spawner: Any) -> None:
+        """Hand back what this server took: released (or failed with the start's error); pool seats freed."""
+        started = time.perf_counter()
+        ref = engine_ref(spawner)
+        try:
+            if ref in self._refused:  # refused by pre_spawn_hook: it took nothing
+                self._refused.discard(ref)
+                return
+            future = getattr(spawner, "_spawn_future", None)
+            failed = future is not None and hasattr(future, "done") and not future.done()
+            error = _error_text(sys.exc_info()[1]) if failed else None
+            self._give_back(spawner.user.name, ref, error)
+        except Exception:  # a stop must never fail because of gpuseat; the reason is in the hub's log
+            log.exception("gpuseat: could not record the stop of %s", ref)
+        finally:
+            self.timing.post_stop.append(time.perf_counter() - started)
+
+    # -- the work (store calls only) ---------------------------------------------------------------
+
+    def _participant(self, user: str) -> ParticipantView:
+        s = self.settings
+        try:
+            p = self.store.find_participant(s.course, user)
+        except NotFound:
+            raise Refusal(
+                f"No GPU seat for {user}: you are not on the roster of course {s.course}. Ask {s.contact} to add you.",
+                detail=f"{user} is not a participant of {s.course}",
+            ) from None
+        field = {"key": p.key, "email": p.email, "unix_user": p.unix_user}[s.match_by]
+        if (field or "").lower() != user.lower():
+            raise Refusal(
+                f"No GPU seat for {user}: the roster of course {s.course} has no participant with that "
+                f"{s.match_by.replace('_', ' ')}. Ask {s.contact}.",
+                detail=f"{user} matches participant {p.key} by another field than {s.match_by}",
+            )
+        return p
+
+    def _take(self, user: str, ref: str, kind: str) -> SeatView:
+        s, store = self.settings, self.store
+        try:
+            p = self._participant(user)
+            for _attempt in range(5):
+                if s.mode == "pool":
+                    seat = store.claim_seat(s.course, p.key, mode="pool", actor=f"jupyterhub:{ref}")
+                else:
+                    held = store.seat_of(s.course, p.key)
+                    if held is None:
+                        raise Refusal(
+                            f"No GPU seat for {user}: no seat has been assigned to you in course {s.course}. "
+                            f"Ask {s.contact}.",
+                            detail=f"{p.key} holds no seat",
+                        )
+                    seat = held
+                lost = lost_gpus(store.engine, [seat.device_uuid] if seat.device_uuid else [])
+                if lost:
+                    if s.mode == "pool":  # take that seat out of the pool and claim another one
+                        store.release(s.course, participant=p.key, reason="gpu lost", actor=f"jupyterhub:{ref}")
+                        store.set_seat_state(s.course, seat.key, "failed", reason=f"GPU lost: {lost[0]}")
+                        continue
+                    raise Refusal(
+                        f"Your GPU seat {seat.key} is out of order (the monitor lost its GPU). "
+                        f"Ask {s.contact} to move you to another seat.",
+                        detail=f"seat {seat.key}: {lost[0]}",
+                    )
+                if seat.state in HELD and seat.engine_ref not in (None, ref):
+                    raise Refusal(
+                        f"Your GPU seat {seat.key} is in use by another server ({seat.engine} {seat.engine_ref}). "
+                        f"Stop that server first, or ask {s.contact}.",
+                        detail=f"seat {seat.key} held by {seat.engine}:{seat.engine_ref}",
+                    )
+                problem = missing_for(_grant(seat), kind)  # type: ignore[arg-type]
+                if problem:
+                    raise Refusal(f"Your GPU seat cannot be started here: {problem}. Ask {s.contact}.")
+                return store.set_seat_state(
+                    s.course,
+                    seat.key,
+                    "requested",
+                    reason=f"server {ref} starting",
+                    engine=ENGINE,
+                    engine_ref=ref,
+                    actor=f"jupyterhub:{ref}",
+                )
+            raise Refusal(f"No working GPU seat is free for {user} right now. Ask {s.contact}.")
+        except NoFreeSeat as exc:
+            raise Refusal(
+                f"No free GPU seat for {user} right now: every seat of course {s.course} that suits you is in use. "
+                f"Try again later or ask {s.contact}.",
+                detail=exc.message,
+            ) from None
+        except GpuseatError as exc:
+            raise Refusal(
+                f"The GPU seat service cannot hand out seats at the moment. Ask {s.contact}.", detail=exc.message
+            ) from None
+        except Refusal:
+            raise
+        except Exception as exc:  # an unreachable database must be a clear 503, not a 500
+            log.exception("gpuseat: seat lookup for %s failed", ref)
+            raise Refusal(
+                f"The GPU seat service cannot hand out seats at the moment. Ask {s.contact}.", detail=repr(exc)
+            ) from None
+
+    def _mine(self, user: str, ref: str) -> tuple[ParticipantView, SeatView] | None:
+        s = self.settings
+        try:
+            p = self.store.find_participant(s.course, user)
+        except NotFound:
+            return None
+        seat = self.store.seat_of(s.course, p.key)
+        if seat is None or seat.engine != ENGINE or seat.engine_ref != ref:
+            return None
+        return p, seat
+
+    def _give_back(self, user: str, ref: str, error: str | None) -> None:
+        s, actor = self.settings, f"jupyterhub:{ref}"
+        found = self._mine(user, ref)
+        if found is None:
+            return
+        p, seat = found
+        if seat.state in HELD:
+            if error is not None:
+                self.store.set_seat_state(s.course, seat.key, "failed", reason=error[:2000], actor=actor)
+            else:
+                self.store.set_seat_state(s.course, seat.key, "released", reason=f"server {ref} stopped", actor=actor)
+        if s.mode == "pool" and seat.participant == p.key:
+            self.store.release(s.course, participant=p.key, reason="server stopped", actor=actor)
+            back = self.store.get_seat(s.course, seat.key)
+            if back.state in ("released", "failed") and back.participant is None:
+                self.store.set_seat_state(s.course, seat.key, "planned", reason="back in the pool", actor=actor)
+        log.info("gpuseat: %s gave back seat %s%s", ref, seat.key, f" ({error})" if error else "")
+
+    def _on_spawned(self, seat: str, ref: str) -> Callable[[Any], None]:
+        def done(future: Any) -> None:
+            if future.cancelled() or future.exception() is not None:
+                return  # post_stop_hook has recorded the failure
+            try:
+                current = self.store.get_seat(self.settings.course, seat)
+                if current.engine_ref == ref and current.state == "requested":
+                    self.store.set_seat_state(
+                        self.settings.course, seat, "running", reason=f"server {ref} ready", actor=f"jupyterhub:{ref}"
+                    )
+            except Exception:
+                log.exception("gpuseat: could not record %s as running", ref)
+
+        return done
+
+
+def _grant(seat: SeatView) -> Grant:
+    return Grant(seat=seat.key, kind=seat.kind, device_uuid=seat.device_uuid, host=seat.host, profile=seat.profile)
