@@ -7,6 +7,7 @@ create users and start, stop and inspect their servers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -79,9 +80,7 @@ class RealHub:
     client: httpx.Client = field(init=False)
 
     def __post_init__(self) -> None:
-        self.client = httpx.Client(
-            base_url=self.url, headers={"Authorization": f"token {self.token}"}, timeout=120.0
-        )
+        self.client = httpx.Client(base_url=self.url, headers={"Authorization": f"token {self.token}"}, timeout=120.0)
 
     # -- Hub REST API --------------------------------------------------------------------------
 
@@ -148,20 +147,22 @@ class RealHub:
         try:
             msg_id = uuid.uuid4().hex
             ws.send(
-                json.dumps({
-                    "header": {
-                        "msg_id": msg_id,
-                        "username": "test",
-                        "session": uuid.uuid4().hex,
-                        "msg_type": "execute_request",
-                        "version": "5.3",
-                    },
-                    "parent_header": {},
-                    "metadata": {},
-                    "content": {"code": code, "silent": False, "store_history": False, "allow_stdin": False},
-                    "channel": "shell",
-                    "buffers": [],
-                })
+                json.dumps(
+                    {
+                        "header": {
+                            "msg_id": msg_id,
+                            "username": "test",
+                            "session": uuid.uuid4().hex,
+                            "msg_type": "execute_request",
+                            "version": "5.3",
+                        },
+                        "parent_header": {},
+                        "metadata": {},
+                        "content": {"code": code, "silent": False, "store_history": False, "allow_stdin": False},
+                        "channel": "shell",
+                        "buffers": [],
+                    }
+                )
             )
             printed, deadline = [], time.monotonic() + timeout
             while time.monotonic() < deadline:
@@ -196,10 +197,9 @@ class RealHub:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
-        try:  # anything the hub started and left behind shares its process group (start_new_session)
+        # anything the hub started and left behind shares its process group (start_new_session)
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def site_lines(workdir: Path, *, public_port: int, tiny: bool, token: str) -> str:

@@ -35,10 +35,14 @@ def config(
     course: str | None = COURSE,
     db: str | None = DB,
     mode: str = typer.Option("assigned", "--mode", help="assigned (each user's own seat) or pool (first free)."),
-    match_by: str = typer.Option("key", "--match-by", help="JupyterHub user name = participant key, email or unix_user."),
+    match_by: str = typer.Option(
+        "key", "--match-by", help="JupyterHub user name = participant key, email or unix_user."
+    ),
     contact: str = typer.Option("the course organizer", "--contact", help="Whom users should ask (one line)."),
     mig_strategy: str = typer.Option("mixed", "--mig-strategy", help="Kubernetes device plugin: mixed or single."),
-    cull_idle_hours: float = typer.Option(2.0, "--cull-idle-hours", help="Stop servers whose GPU idled this long (0: off)."),
+    cull_idle_hours: float = typer.Option(
+        2.0, "--cull-idle-hours", help="Stop servers whose GPU idled this long (0: off)."
+    ),
     cull_every: int = typer.Option(300, "--cull-every", help="Seconds between culler rounds."),
 ) -> None:
     """Print a ready jupyterhub_config.py wiring gpuseat's hooks, the culler service and the database."""
@@ -53,10 +57,10 @@ def config(
         settings = HubSettings(
             course=key,
             db_url=url,
-            mode=mode,  # type: ignore[arg-type]
-            match_by=match_by,  # type: ignore[arg-type]
+            mode=mode,
+            match_by=match_by,
             contact=contact,
-            mig_strategy=mig_strategy,  # type: ignore[arg-type]
+            mig_strategy=mig_strategy,
             cull_idle_hours=cull_idle_hours,
             cull_every_s=cull_every,
         )

@@ -28,8 +28,6 @@ def lost_gpus(engine: Engine, device_uuids: Iterable[str]) -> list[str]:
     if not alerts:
         return []
     with engine.connect() as conn:
-        parents = {
-            p for p in conn.scalars(select(Device.parent_uuid).where(Device.uuid.in_(sorted(wanted)))) if p
-        }
+        parents = {p for p in conn.scalars(select(Device.parent_uuid).where(Device.uuid.in_(sorted(wanted)))) if p}
     affected = wanted | parents
     return [a.message for a in alerts if a.key in affected]
