@@ -12,4 +12,4 @@ bash scripts/check_install.sh
 pg=$(mktemp -d /tmp/gpuseat-pg.XXXXXX)
 trap 'bash scripts/postgres.sh stop "$pg"' EXIT
 eval "$(bash scripts/postgres.sh start "$pg")"
-.venv/bin/python -m pytest -n 2 -q "$@"
+.venv/bin/python -m pytest -n 2 --dist loadgroup -q "$@"

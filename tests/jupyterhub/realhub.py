@@ -202,7 +202,7 @@ class RealHub:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
-def site_lines(workdir: Path, *, public_port: int, tiny: bool, token: str) -> str:
+def site_lines(workdir: Path, *, public_port: int, tiny: bool, token: str, http_timeout: int = 300) -> str:
     """The lines a site adds after gpuseat's config: loopback ports, proxy, spawner paths, a driver service."""
     proxy = find_proxy()
     api_port, hub_port = free_port(), free_port()
@@ -223,7 +223,7 @@ def site_lines(workdir: Path, *, public_port: int, tiny: bool, token: str) -> st
         "Spawner.cmd": cmd,
         "Spawner.args": args,
         "Spawner.start_timeout": 300,
-        "Spawner.http_timeout": 300,
+        "Spawner.http_timeout": http_timeout,
     }
     lines = ["", "# --- site settings added by the test harness ---"]
     lines += [f"c.{key} = {value!r}" for key, value in values.items()]
@@ -235,7 +235,13 @@ def site_lines(workdir: Path, *, public_port: int, tiny: bool, token: str) -> st
 
 @contextmanager
 def running_hub(
-    config_text: str, workdir: Path, *, env: dict[str, str], tiny: bool = False, timeout: float = 180.0
+    config_text: str,
+    workdir: Path,
+    *,
+    env: dict[str, str],
+    tiny: bool = False,
+    timeout: float = 180.0,
+    http_timeout: int = 300,
 ) -> Iterator[RealHub]:
     """Start a hub from ``config_text`` (gpuseat's config) in ``workdir``; stop it on exit."""
     hub_cmd = find_hub()
@@ -243,7 +249,10 @@ def running_hub(
     (workdir / "home").mkdir(exist_ok=True)
     port, token = free_port(), secrets.token_hex(32)
     config = workdir / "jupyterhub_config.py"
-    config.write_text(config_text + site_lines(workdir, public_port=port, tiny=tiny, token=token), encoding="utf-8")
+    config.write_text(
+        config_text + site_lines(workdir, public_port=port, tiny=tiny, token=token, http_timeout=http_timeout),
+        encoding="utf-8",
+    )
     log_path = workdir / "hub.log"
     full_env = {**os.environ, **env, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     with log_path.open("wb") as log:

@@ -71,7 +71,17 @@ def test_no_value_becomes_code(course, contact, db_url, hours):
         mp.delenv("GPUSEAT_DB_URL", raising=False)
         _, ns = load(render(want, "kubernetes"))
     assert ns["gpuseat"].settings == want
-    assert set(ns) <= {"get_config", "__builtins__", "os", "sys", "HubSettings", "SeatHooks", "c", "gpuseat", "GPUSEAT_DB_URL"}
+    assert set(ns) <= {
+        "get_config",
+        "__builtins__",
+        "os",
+        "sys",
+        "HubSettings",
+        "SeatHooks",
+        "c",
+        "gpuseat",
+        "GPUSEAT_DB_URL",
+    }
 
 
 @pytest.mark.parametrize(

@@ -28,14 +28,18 @@ def test_idle_seat_is_stopped_busy_seat_is_kept():
 
 
 def test_recent_start_protects_a_pool_seat_used_long_ago():
-    v = judge(server(started=NOW - 0.5 * HOUR), "s1", live=live(False), last_active=NOW - 30 * HOUR, now=NOW, idle_s=HOUR)
+    v = judge(
+        server(started=NOW - 0.5 * HOUR), "s1", live=live(False), last_active=NOW - 30 * HOUR, now=NOW, idle_s=HOUR
+    )
     assert not v.stop
 
 
 def test_no_monitor_reading_no_seat_or_not_ready_keeps_the_server():
     assert not judge(server(), "s1", live=None, last_active=None, now=NOW, idle_s=HOUR).stop
     assert not judge(server(), None, live=live(False), last_active=None, now=NOW, idle_s=HOUR).stop
-    assert not judge(server(ready=False, pending="spawn"), "s1", live=live(False), last_active=None, now=NOW, idle_s=HOUR).stop
+    assert not judge(
+        server(ready=False, pending="spawn"), "s1", live=live(False), last_active=None, now=NOW, idle_s=HOUR
+    ).stop
 
 
 def test_servers_from_the_hub_api():
@@ -58,7 +62,14 @@ def test_servers_from_the_hub_api():
     idle_h=st.floats(0.01, 48),
 )
 def test_never_stops_a_busy_or_recent_server(active, has_live, started, last, idle_h):
-    v = judge(server(started=started), "s1", live=live(active) if has_live else None, last_active=last, now=NOW, idle_s=idle_h * HOUR)
+    v = judge(
+        server(started=started),
+        "s1",
+        live=live(active) if has_live else None,
+        last_active=last,
+        now=NOW,
+        idle_s=idle_h * HOUR,
+    )
     if v.stop:
         assert has_live and not active
         marks = [t for t in (started, last) if t is not None]

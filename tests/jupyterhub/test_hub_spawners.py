@@ -13,6 +13,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import yaml
@@ -28,8 +29,16 @@ from gpuseat.jupyterhub.spawners import HOSTNAME_LABEL, Grant, apply, flavour, k
 from gpuseat.render.k8s import check_manifest
 
 # Device UUIDs as an H100 in MIG mode reports them (tests/fixtures/nvidia_gpu_exporter__…h100-mig…).
-MIG = Grant(seat="seat-03", kind="mig", device_uuid="MIG-8c9a5e4a-6a7c-5b0e-9d2f-0c6b9e1f2a33", host="gpu-node-2", profile="1g.10gb")
-GPU = Grant(seat="seat-01", kind="gpu", device_uuid="GPU-4f1d6a52-9c0e-2d5b-8a41-7e3c2b1a9f08", host="gpu-node-1", profile=None)
+MIG = Grant(
+    seat="seat-03",
+    kind="mig",
+    device_uuid="MIG-8c9a5e4a-6a7c-5b0e-9d2f-0c6b9e1f2a33",
+    host="gpu-node-2",
+    profile="1g.10gb",
+)
+GPU = Grant(
+    seat="seat-01", kind="gpu", device_uuid="GPU-4f1d6a52-9c0e-2d5b-8a41-7e3c2b1a9f08", host="gpu-node-1", profile=None
+)
 
 KUBECONFIG = """apiVersion: v1
 kind: Config
@@ -52,7 +61,9 @@ def make_spawner(tmp_path, monkeypatch):
         orm_user = orm.User(name=name)
         db.add(orm_user)
         db.commit()
-        user = User(orm_user, {"spawner_class": spawner_class, "hub": Hub(), "config": config or Config(), "db": db}, db=db)
+        user = User(
+            orm_user, {"spawner_class": spawner_class, "hub": Hub(), "config": config or Config(), "db": db}, db=db
+        )
         return user.spawner
 
     yield make
@@ -134,7 +145,7 @@ def test_kubespawner_single_strategy_and_no_leak_between_spawners(make_spawner, 
 class _DockerRecorder(BaseHTTPRequestHandler):
     """Answers like the Docker engine to ``POST /containers/create`` and keeps the body it was sent."""
 
-    bodies: list[dict] = []
+    bodies: ClassVar[list[dict]] = []
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
@@ -217,7 +228,10 @@ def test_dockerspawner_callable_host_config_is_wrapped_once(make_spawner):
     apply(spawner, MIG)
     assert spawner.extra_host_config.gpuseat_original is site_config
     value = asyncio.run(spawner.extra_host_config(spawner))
-    assert value == {"shm_size": "2g", "device_requests": [{"driver": "nvidia", "device_ids": [MIG.device_uuid], "capabilities": [["gpu"]]}]}
+    assert value == {
+        "shm_size": "2g",
+        "device_requests": [{"driver": "nvidia", "device_ids": [MIG.device_uuid], "capabilities": [["gpu"]]}],
+    }
 
 
 def test_local_spawner_environment(make_spawner):

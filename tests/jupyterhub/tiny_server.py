@@ -3,6 +3,7 @@
 The seat-race rounds and the benchmark start and stop hundreds of servers; a full jupyter_server takes
 seconds of CPU to import, which would measure Python imports, not the hub and gpuseat's hook. The
 server processes are still real processes started by the real spawner, with the environment the hook set.
+A user whose home holds ``.broken`` gets a server that exits at once (a start that fails).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main() -> None:
+    if os.path.exists(os.path.join(os.environ.get("HOME", "/nonexistent"), ".broken")):
+        sys.exit("tiny_server: a broken user environment (~/.broken): exiting before listening")
     url = urlparse(os.environ["JUPYTERHUB_SERVICE_URL"])
     server = ThreadingHTTPServer((url.hostname or "127.0.0.1", url.port or 8888), Handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from gpuseat.errors import GpuseatError, NoFreeSeat, NotFound
 from gpuseat.jupyterhub.config import HubSettings
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpuseat.jupyterhub")
 
-ENGINE = "jupyterhub"
+ENGINE: Final = "jupyterhub"
 HELD = ("requested", "running")  # states in which a seat belongs to the server named by engine_ref
 
 
@@ -152,8 +152,9 @@ class SeatHooks:
         return p
 
     def _take(self, user: str, ref: str, kind: str) -> SeatView:
-        s, store = self.settings, self.store
+        s = self.settings
         try:
+            store = self.store
             p = self._participant(user)
             for _attempt in range(5):
                 if s.mode == "pool":

@@ -1,0 +1,227 @@
+"""The hooks on real spawner objects and a real store (SQLite and PostgreSQL), without a running hub:
+who gets which seat, every refusal is a 503 that says why and whom to ask, stops are owner-checked and
+idempotent, a failed start is recorded with the spawner's error. The real hub is in test_hub_real.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid as uuidlib
+
+import pytest
+
+pytest.importorskip("jupyterhub")
+
+from hubcourse import make_course, reading, seat_specs
+from jupyterhub import orm
+from jupyterhub.objects import Hub
+from jupyterhub.spawner import SimpleLocalProcessSpawner
+from jupyterhub.user import User
+from sqlalchemy import create_engine, text
+from tornado.web import HTTPError
+from traitlets.config import Config
+
+from gpuseat.db.store import Store
+from gpuseat.jupyterhub import HubSettings, SeatHooks
+from gpuseat.monitor.alerts import GPU_LOST, Alert
+from gpuseat.monitor.runner import Monitor
+
+PG = os.environ.get("GPUSEAT_TEST_PG_URL")
+PEOPLE = ["ada", "ben", "cy", "dee", "eve", "fay"]
+CONTACT = "Dr. Organizer (gpu-course@example.edu)"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'course.db'}"
+    if not PG:
+        if os.environ.get("CI") == "true":
+            pytest.fail("GPUSEAT_TEST_PG_URL is not set on CI (scripts/test.sh starts PostgreSQL)")
+        pytest.skip("GPUSEAT_TEST_PG_URL not set")
+    schema = f"t_{uuidlib.uuid4().hex[:12]}"
+    admin = create_engine(PG)
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+
+    def drop():
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
+
+    request.addfinalizer(drop)
+    return f"{PG}{'&' if '?' in PG else '?'}options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture
+def spawners():
+    """``spawners(name, server='')``: the spawner the hub would make for that user's server."""
+    db = orm.new_session_factory("sqlite://")()
+    users: dict[str, User] = {}
+
+    def make(name: str, server: str = ""):
+        if name not in users:
+            orm_user = orm.User(name=name)
+            db.add(orm_user)
+            db.commit()
+            settings = {"spawner_class": SimpleLocalProcessSpawner, "hub": Hub(), "config": Config(), "db": db}
+            users[name] = User(orm_user, settings, db=db)
+        user = users[name]
+        if server and server not in user.orm_spawners:
+            user._new_orm_spawner(server, server)
+        return user.spawners[server]
+
+    yield make
+    db.close()
+
+
+def hooks(url: str, mode: str = "assigned", course: str = "lab") -> SeatHooks:
+    return SeatHooks(HubSettings(course=course, db_url=url, mode=mode, contact=CONTACT))
+
+
+def refusal(h: SeatHooks, spawner) -> str:
+    with pytest.raises(HTTPError) as caught:
+        h.pre_spawn_hook(spawner)
+    assert caught.value.status_code == 503
+    h.post_stop_hook(spawner)  # JupyterHub runs it after a refused start too: it must change nothing
+    return caught.value.log_message
+
+
+def test_assigned_seats_refusals_and_stop(url, tmp_path, spawners):
+    store = make_course(url, tmp_path, key="lab", people=PEOPLE[:4], seats=3, assign=3)
+    h = hooks(url)
+    seats = {s["key"]: s["device_uuid"] for s in seat_specs(3)}
+    for person, seat in zip(PEOPLE[:3], seats, strict=True):
+        sp = spawners(person)
+        h.pre_spawn_hook(sp)
+        assert sp.get_env()["CUDA_VISIBLE_DEVICES"] == seats[seat]
+        assert sp.get_env()["GPUSEAT_SEAT"] == seat
+        view = store.get_seat("lab", seat)
+        assert (view.engine, view.engine_ref, view.state, view.participant) == (
+            "jupyterhub",
+            f"{person}/",
+            "requested",
+            person,
+        )
+
+    no_seat = refusal(h, spawners("dee"))
+    assert "no seat has been assigned to you" in no_seat and CONTACT in no_seat
+    stranger = refusal(h, spawners("mallory"))
+    assert "not on the roster of course lab" in stranger and CONTACT in stranger
+
+    # a second (named) server of ada wants the same seat: busy, and it must not release ada's seat
+    busy = refusal(h, spawners("ada", "second"))
+    assert "in use by another server (jupyterhub ada/)" in busy and CONTACT in busy
+    assert store.get_seat("lab", "mig-1").state == "requested"
+
+    ada = spawners("ada")
+    h.post_stop_hook(ada)
+    h.post_stop_hook(ada)  # idempotent
+    view = store.get_seat("lab", "mig-1")
+    assert (view.state, view.participant, view.engine) == ("released", "ada", "jupyterhub")  # assigned: kept
+    h.pre_spawn_hook(ada)  # and ada can start again on her seat
+    assert store.get_seat("lab", "mig-1").state == "requested"
+    assert max(h.timing.pre_spawn) < 5.0
+    store.close()
+
+
+def test_pool_claims_release_and_owner_check(url, tmp_path, spawners):
+    store = make_course(url, tmp_path, key="lab", people=PEOPLE, seats=3)
+    h = hooks(url, mode="pool")
+    for person in PEOPLE[:3]:
+        h.pre_spawn_hook(spawners(person))
+    held = {s.participant: s.key for s in store.seats("lab")}
+    assert set(held) == set(PEOPLE[:3])
+    full = refusal(h, spawners("dee"))
+    assert "No free GPU seat for dee right now" in full and CONTACT in full
+
+    h.post_stop_hook(spawners("dee"))  # dee holds nothing: nothing changes
+    h.post_stop_hook(spawners("ben", "other"))  # ben's other server did not take ben's seat
+    assert {s.participant for s in store.seats("lab")} == set(PEOPLE[:3])
+
+    h.post_stop_hook(spawners("ben"))
+    seat = store.get_seat("lab", held["ben"])
+    assert seat.participant is None and seat.state == "planned" and seat.state_reason == "back in the pool"
+    kinds = [(e.action, (e.detail or {}).get("to")) for e in store.events("lab") if e.seat == held["ben"]]
+    assert ("seat.state", "released") in kinds  # the engine state was recorded before the seat went back
+    h.post_stop_hook(spawners("ben"))  # idempotent
+    dee = spawners("dee")
+    h.pre_spawn_hook(dee)
+    assert dee.get_env()["GPUSEAT_SEAT"] == held["ben"]
+    store.close()
+
+
+def test_gpu_lost_seat_is_refused_or_skipped(url, tmp_path, spawners):
+    store = make_course(url, tmp_path, key="lab", people=PEOPLE[:3], seats=3, assign=1)
+    monitor_store = Store(url)
+    snap = reading(1_800_000_000.0, busy=set())
+    Monitor(
+        _OneShot(snap), monitor_store.seat_map(course="lab"), store=monitor_store
+    ).tick()  # the devices, with parents
+    gpu = snap.gpus[0].uuid
+    monitor_store.record_alert(
+        Alert(GPU_LOST, gpu, f"GPU NVIDIA H100 80GB HBM3 ({gpu}) lost: no longer reported", 1_800_000_060.0)
+    )
+
+    lost = refusal(hooks(url), spawners("ada"))
+    assert "out of order (the monitor lost its GPU)" in lost and "move you to another seat" in lost
+
+    # pool mode: every seat sits on the lost GPU, so each is taken out of the pool and nobody gets one
+    store.release("lab", participant="ada")
+    pool = refusal(hooks(url, mode="pool"), spawners("ben"))
+    assert "No free GPU seat for ben" in pool
+    assert {s.state for s in store.seats("lab")} == {"failed"}
+    assert all(s.state_reason.startswith("GPU lost") for s in store.seats("lab"))
+    monitor_store.close()
+    store.close()
+
+
+def test_failed_start_is_recorded_with_the_spawners_error(tmp_path, spawners):
+    url = f"sqlite:///{tmp_path / 'course.db'}"
+    store = make_course(url, tmp_path, key="lab", people=PEOPLE[:2], seats=2, assign=2)
+    h = hooks(url)
+    sp = spawners("ada")
+
+    async def spawn_that_fails():
+        # what JupyterHub does: the spawn future is pending while the start fails and the hub stops it
+        sp._spawn_future = asyncio.get_running_loop().create_future()
+        h.pre_spawn_hook(sp)
+        try:
+            raise FileExistsError("[Errno 17] File exists: '/home/ada'")
+        except FileExistsError:
+            h.post_stop_hook(sp)
+
+    asyncio.run(spawn_that_fails())
+    seat = store.get_seat("lab", "mig-1")
+    assert seat.state == "failed" and "FileExistsError" in (seat.state_reason or "")
+    assert seat.participant == "ada"
+
+    ben = spawners("ben")
+
+    async def spawn_that_works():
+        ben._spawn_future = asyncio.get_running_loop().create_future()
+        h.pre_spawn_hook(ben)
+        ben._spawn_future.set_result(None)
+        await asyncio.sleep(0)
+
+    asyncio.run(spawn_that_works())
+    assert store.get_seat("lab", "mig-2").state == "running"
+    store.close()
+
+
+def test_unreachable_store_is_a_503(tmp_path, spawners):
+    h = SeatHooks(HubSettings(course="lab", db_url=f"sqlite:///{tmp_path / 'missing' / 'course.db'}", contact=CONTACT))
+    message = refusal(h, spawners("ada"))
+    assert "cannot hand out seats at the moment" in message and CONTACT in message
+
+
+class _OneShot:
+    def __init__(self, snap):
+        self.snap = snap
+
+    def sample(self):
+        return self.snap
+
+    def close(self):
+        pass

@@ -1,0 +1,236 @@
+"""A real JupyterHub + configurable-http-proxy + SimpleLocalProcessSpawner on 127.0.0.1, started from the
+``jupyterhub_config.py`` that ``gpuseat jupyterhub config`` prints, with seats in a course store:
+
+* three users' server processes hold their own seat's MIG UUID in /proc/<pid>/environ, and a kernel
+  started on each prints it; a fourth user gets the 503 with its message;
+* the GPU-aware culler (the hub's managed service) stops the server whose seat the replayed monitor
+  data shows idle and leaves the busy one running;
+* 20 rounds of concurrent starts and stops for 6 users on 3 pool seats never give one seat to two
+  running servers (checked from the processes' environments and from the store); a server whose
+  start fails leaves its seat ``failed`` with the spawner's error, then back in the pool.
+
+On CI a missing jupyterhub or configurable-http-proxy fails these tests; elsewhere they are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from hubcourse import make_course, reading, seat_specs
+from realhub import HubMissing, environ_of, find_hub, find_proxy, running_hub
+
+from gpuseat.db.store import Store
+from gpuseat.monitor.runner import Monitor
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("jupyterhub")]
+CONTACT = "the course team (gpu-help@example.edu)"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def hub_installed():
+    try:
+        find_hub()
+        find_proxy()
+    except HubMissing as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+
+
+def gpuseat_config(*args: str) -> str:
+    """What ``gpuseat jupyterhub config ARGS`` prints (a separate process, as an organizer runs it)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuseat", "jupyterhub", "config", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def hub_env(url: str) -> dict[str, str]:
+    return {"PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]), "GPUSEAT_DB_URL": url}
+
+
+# -- assigned seats, kernels, the 503, the culler ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("lab")
+    url = f"sqlite:///{tmp / 'course.db'}"
+    store = make_course(url, tmp, key="lab", people=["ada", "ben", "cy", "dee"], seats=3, assign=3)
+    text = gpuseat_config(
+        "--db", url, "--course", "lab", "--spawner", "local", "--contact", CONTACT,
+        "--cull-idle-hours", "0.002", "--cull-every", "1",
+    )  # fmt: skip
+    with running_hub(text, tmp / "hub", env=hub_env(url)) as hub:
+        hub.add_users("ada", "ben", "cy", "dee")
+        yield hub, store, url
+    store.close()
+
+
+def test_each_server_holds_its_own_seat_and_a_kernel_sees_it(lab):
+    hub, store, _ = lab
+    want = {p: s["device_uuid"] for p, s in zip(["ada", "ben", "cy"], seat_specs(3), strict=True)}
+    for person in want:
+        assert hub.start(person).status_code in (201, 202)
+    for person, uuid in want.items():
+        server = hub.wait_ready(person)
+        env = environ_of(server["state"]["pid"])
+        assert env["CUDA_VISIBLE_DEVICES"] == uuid
+        seat = store.seat_of("lab", person)
+        assert env["GPUSEAT_SEAT"] == seat.key
+        assert (seat.engine, seat.engine_ref) == ("jupyterhub", f"{person}/")
+    assert len(set(want.values())) == 3
+    for person, uuid in want.items():
+        printed = hub.run_in_kernel(person, "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
+        assert printed.strip() == uuid
+    deadline = time.monotonic() + 30
+    while {store.seat_of("lab", p).state for p in want} != {"running"} and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert {store.seat_of("lab", p).state for p in want} == {"running"}
+
+
+def test_a_fourth_user_gets_a_503_with_the_reason(lab):
+    hub, store, _ = lab
+    r = hub.start("dee")
+    assert r.status_code == 503
+    message = r.json()["message"]
+    assert "No GPU seat for dee: no seat has been assigned to you in course lab" in message
+    assert CONTACT in message
+    assert store.seat_of("lab", "dee") is None
+    assert "dee" not in hub.servers()
+
+
+def test_the_culler_stops_the_idle_seat_and_keeps_the_busy_one(lab):
+    hub, store, url = lab
+    assert {"ada", "ben", "cy"} <= set(hub.servers())
+    busy = {store.seat_of("lab", "ada").device_uuid}
+    monitor_store = Store(url)
+    seats = monitor_store.seat_map(course="lab")
+    stop = threading.Event()
+
+    class Now:  # the captured H100, replayed at the current time, ada's MIG slice running a job
+        def sample(self):
+            return reading(time.time(), busy)
+
+        def close(self):
+            pass
+
+    monitor = Monitor(Now(), seats, store=monitor_store)
+    monitor.stop_event = stop
+    feeder = threading.Thread(target=monitor.run, args=(1.0,))
+    feeder.start()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and {"ben", "cy"} & set(hub.servers()):
+            time.sleep(0.5)
+        running = set(hub.servers())
+    finally:
+        stop.set()
+        feeder.join(timeout=30)
+        monitor_store.close()
+    assert "ada" in running, hub.log_tail()
+    assert not {"ben", "cy"} & running, hub.log_tail()
+    log = hub.log_tail(200_000)
+    assert "stop ben/ (seat mig-2): no GPU compute" in log
+    assert "keep ada/ (seat mig-1): GPU busy now" in log
+    assert store.seat_of("lab", "ben").state == "released"  # assigned seat: kept by ben, engine state recorded
+    assert store.seat_of("lab", "ada").state == "running"
+
+
+# -- pool seats under concurrent starts and stops -------------------------------------------------
+
+PEOPLE = ["ann", "bo", "cal", "dan", "eli", "flo"]
+
+
+@pytest.fixture(scope="module")
+def dropin(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dropin")
+    url = f"sqlite:///{tmp / 'course.db'}"
+    store = make_course(url, tmp, key="dropin", people=[*PEOPLE, "zed"], seats=3)
+    text = gpuseat_config(
+        "--db", url, "--course", "dropin", "--mode", "pool", "--spawner", "local", "--contact", CONTACT,
+        "--cull-idle-hours", "0",
+    )  # fmt: skip
+    with running_hub(text, tmp / "hub", env=hub_env(url), tiny=True, http_timeout=20) as hub:
+        hub.add_users(*PEOPLE, "zed")
+        yield hub, store
+
+
+def _settle(hub, names, timeout=120.0) -> dict[str, dict]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        models = {n: hub.api("GET", f"/users/{n}").json() for n in names}
+        if all(m.get("pending") is None for m in models.values()):
+            return {n: m["servers"][""] for n, m in models.items() if m.get("servers", {}).get("")}
+        time.sleep(0.2)
+    raise AssertionError(f"servers did not settle\n{hub.log_tail()}")
+
+
+def test_twenty_rounds_never_give_one_seat_to_two_servers(dropin):
+    hub, store = dropin
+    uuids = {s["key"]: s["device_uuid"] for s in seat_specs(3)}
+    running: dict[str, dict] = {}
+    granted = refused = 0
+    with ThreadPoolExecutor(len(PEOPLE)) as pool:
+        for _round in range(20):
+            # everyone at once: the running ones stop, the others ask for a seat
+            calls = {
+                p: pool.submit(hub.api, "DELETE", f"/users/{p}/server") if p in running else pool.submit(hub.start, p)
+                for p in PEOPLE
+            }
+            for p, call in calls.items():
+                r = call.result()
+                if p in running:
+                    assert r.status_code in (202, 204), r.text
+                elif r.status_code == 503:
+                    refused += 1
+                    assert "No free GPU seat for" in r.json()["message"] and CONTACT in r.json()["message"]
+                else:
+                    assert r.status_code in (201, 202), r.text
+                    granted += 1
+            running = {p: s for p, s in _settle(hub, PEOPLE).items() if s.get("ready")}
+            envs = {p: environ_of(s["state"]["pid"]) for p, s in running.items()}
+            seen = [e["GPUSEAT_SEAT"] for e in envs.values()]
+            assert len(seen) == len(set(seen)) <= 3, envs
+            for p, env in envs.items():
+                assert env["CUDA_VISIBLE_DEVICES"] == uuids[env["GPUSEAT_SEAT"]]
+                seat = store.seat_of("dropin", p)
+                assert seat is not None and seat.key == env["GPUSEAT_SEAT"] and seat.engine_ref == f"{p}/"
+            held = [s for s in store.seats("dropin") if s.participant is not None]
+            assert {s.participant for s in held} == set(running)  # nobody stopped still holds a pool seat
+    assert granted >= 20 and refused >= 20  # both paths ran many times
+    for p in running:
+        hub.stop_server(p)
+    assert all(s.participant is None for s in store.seats("dropin"))
+    assert {(s.engine, s.state) for s in store.seats("dropin")} == {("jupyterhub", "planned")}
+
+
+def test_a_failed_start_records_the_spawners_error_and_frees_the_pool_seat(dropin):
+    hub, store = dropin
+    marker = hub.workdir / "home" / "zed" / ".broken"  # zed's server exits at once (tiny_server.py)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("")
+    r = hub.start("zed")
+    assert r.status_code in (202, 500), r.text
+    _settle(hub, ["zed"])
+    assert "zed" not in hub.servers()
+    failures = [e for e in store.events("dropin") if (e.detail or {}).get("to") == "failed"]
+    assert failures and failures[-1].detail["engine_ref"] == "zed/"
+    assert "TimeoutError" in failures[-1].detail["reason"]  # the hub gave up waiting for the server
+    assert all(s.participant is None for s in store.seats("dropin"))  # and the pool seat is free again
+    marker.unlink()
