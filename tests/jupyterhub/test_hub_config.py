@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -32,6 +34,8 @@ def test_config_wires_hooks_spawner_and_a_narrow_culler(spawner):
     assert config.Spawner.post_stop_hook == hooks.post_stop_hook
     assert config.Spawner.consecutive_failure_limit == 0
     assert hooks.settings == settings(mode="pool", cull_idle_hours=1.5, cull_every_s=60)
+    # every spawner gets a deep copy of the config: the hooks stay one object (one store, one thread)
+    assert copy.deepcopy(config).Spawner.pre_spawn_hook.__self__ is hooks
     (service,) = config.JupyterHub.services.get_value([])
     (role,) = config.JupyterHub.load_roles.get_value([])
     assert service["name"] == CULL_SERVICE
@@ -49,6 +53,14 @@ def test_config_appends_to_the_sites_services_and_env_wins_for_the_url(monkeypat
     config, ns = load(site + render(settings(), "local"))
     assert [s["name"] for s in config.JupyterHub.services] == ["site", CULL_SERVICE]
     assert ns["gpuseat"].settings.db_url == "postgresql+psycopg://hub@db/gpuseat"
+
+
+def test_keep_the_hubs_spawner_class():
+    config, _ = load(
+        "c = get_config()\nc.JupyterHub.spawner_class = 'tljh.spawner.UserCreatingSpawner'\n"
+        + render(settings(), "systemd", set_spawner_class=False)
+    )
+    assert config.JupyterHub.spawner_class == "tljh.spawner.UserCreatingSpawner"
 
 
 def test_culler_off():

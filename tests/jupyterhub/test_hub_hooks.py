@@ -80,11 +80,20 @@ def hooks(url: str, mode: str = "assigned", course: str = "lab") -> SeatHooks:
     return SeatHooks(HubSettings(course=course, db_url=url, mode=mode, contact=CONTACT))
 
 
+def spawn(h: SeatHooks, spawner) -> None:
+    """Run the pre-spawn hook as JupyterHub does (it returns an awaitable)."""
+    asyncio.run(h.pre_spawn_hook(spawner))
+
+
+def stop(h: SeatHooks, spawner) -> None:
+    asyncio.run(h.post_stop_hook(spawner))
+
+
 def refusal(h: SeatHooks, spawner) -> str:
     with pytest.raises(HTTPError) as caught:
-        h.pre_spawn_hook(spawner)
+        spawn(h, spawner)
     assert caught.value.status_code == 503
-    h.post_stop_hook(spawner)  # JupyterHub runs it after a refused start too: it must change nothing
+    stop(h, spawner)  # JupyterHub runs it after a refused start too: it must change nothing
     return caught.value.log_message
 
 
@@ -94,7 +103,7 @@ def test_assigned_seats_refusals_and_stop(url, tmp_path, spawners):
     seats = {s["key"]: s["device_uuid"] for s in seat_specs(3)}
     for person, seat in zip(PEOPLE[:3], seats, strict=True):
         sp = spawners(person)
-        h.pre_spawn_hook(sp)
+        spawn(h, sp)
         assert sp.get_env()["CUDA_VISIBLE_DEVICES"] == seats[seat]
         assert sp.get_env()["GPUSEAT_SEAT"] == seat
         view = store.get_seat("lab", seat)
@@ -116,11 +125,11 @@ def test_assigned_seats_refusals_and_stop(url, tmp_path, spawners):
     assert store.get_seat("lab", "mig-1").state == "requested"
 
     ada = spawners("ada")
-    h.post_stop_hook(ada)
-    h.post_stop_hook(ada)  # idempotent
+    stop(h, ada)
+    stop(h, ada)  # idempotent
     view = store.get_seat("lab", "mig-1")
     assert (view.state, view.participant, view.engine) == ("released", "ada", "jupyterhub")  # assigned: kept
-    h.pre_spawn_hook(ada)  # and ada can start again on her seat
+    spawn(h, ada)  # and ada can start again on her seat
     assert store.get_seat("lab", "mig-1").state == "requested"
     assert max(h.timing.pre_spawn) < 5.0
     store.close()
@@ -130,24 +139,24 @@ def test_pool_claims_release_and_owner_check(url, tmp_path, spawners):
     store = make_course(url, tmp_path, key="lab", people=PEOPLE, seats=3)
     h = hooks(url, mode="pool")
     for person in PEOPLE[:3]:
-        h.pre_spawn_hook(spawners(person))
+        spawn(h, spawners(person))
     held = {s.participant: s.key for s in store.seats("lab")}
     assert set(held) == set(PEOPLE[:3])
     full = refusal(h, spawners("dee"))
     assert "No free GPU seat for dee right now" in full and CONTACT in full
 
-    h.post_stop_hook(spawners("dee"))  # dee holds nothing: nothing changes
-    h.post_stop_hook(spawners("ben", "other"))  # ben's other server did not take ben's seat
+    stop(h, spawners("dee"))  # dee holds nothing: nothing changes
+    stop(h, spawners("ben", "other"))  # ben's other server did not take ben's seat
     assert {s.participant for s in store.seats("lab")} == set(PEOPLE[:3])
 
-    h.post_stop_hook(spawners("ben"))
+    stop(h, spawners("ben"))
     seat = store.get_seat("lab", held["ben"])
     assert seat.participant is None and seat.state == "planned" and seat.state_reason == "back in the pool"
     kinds = [(e.action, (e.detail or {}).get("to")) for e in store.events("lab") if e.seat == held["ben"]]
     assert ("seat.state", "released") in kinds  # the engine state was recorded before the seat went back
-    h.post_stop_hook(spawners("ben"))  # idempotent
+    stop(h, spawners("ben"))  # idempotent
     dee = spawners("dee")
-    h.pre_spawn_hook(dee)
+    spawn(h, dee)
     assert dee.get_env()["GPUSEAT_SEAT"] == held["ben"]
     store.close()
 
@@ -186,11 +195,11 @@ def test_failed_start_is_recorded_with_the_spawners_error(tmp_path, spawners):
     async def spawn_that_fails():
         # what JupyterHub does: the spawn future is pending while the start fails and the hub stops it
         sp._spawn_future = asyncio.get_running_loop().create_future()
-        h.pre_spawn_hook(sp)
+        await h.pre_spawn_hook(sp)
         try:
             raise FileExistsError("[Errno 17] File exists: '/home/ada'")
         except FileExistsError:
-            h.post_stop_hook(sp)
+            await h.post_stop_hook(sp)
 
     asyncio.run(spawn_that_fails())
     seat = store.get_seat("lab", "mig-1")
@@ -201,9 +210,10 @@ def test_failed_start_is_recorded_with_the_spawners_error(tmp_path, spawners):
 
     async def spawn_that_works():
         ben._spawn_future = asyncio.get_running_loop().create_future()
-        h.pre_spawn_hook(ben)
+        await h.pre_spawn_hook(ben)
         ben._spawn_future.set_result(None)
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the done-callback runs, and hands the write to gpuseat's thread
+        h._worker.submit(lambda: None).result()
 
     asyncio.run(spawn_that_works())
     assert store.get_seat("lab", "mig-2").state == "running"

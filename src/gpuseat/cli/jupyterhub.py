@@ -44,6 +44,9 @@ def config(
         2.0, "--cull-idle-hours", help="Stop servers whose GPU idled this long (0: off)."
     ),
     cull_every: int = typer.Option(300, "--cull-every", help="Seconds between culler rounds."),
+    spawner_class: bool = typer.Option(
+        True, "--set-spawner-class/--keep-spawner-class", help="Keep the hub's own spawner class (TLJH, z2jh)."
+    ),
 ) -> None:
     """Print a ready jupyterhub_config.py wiring gpuseat's hooks, the culler service and the database."""
     from pydantic import ValidationError
@@ -68,7 +71,7 @@ def config(
         err = exc.errors()[0]
         flag = "--" + str(err["loc"][0]).replace("_s", "").replace("_", "-") if err["loc"] else "a flag"
         raise InputError(f"{err['msg']} (got {err.get('input')!r})", where=flag, fix="see --help") from None
-    sys.stdout.write(render(settings, spawner))  # type: ignore[arg-type]
+    sys.stdout.write(render(settings, spawner, set_spawner_class=spawner_class))  # type: ignore[arg-type]
 
 
 @hub_app.command("cull")

@@ -7,7 +7,6 @@ Python code in the hub's config.
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Literal
 
@@ -44,7 +43,9 @@ class HubSettings(BaseModel):
     match_by: MatchBy = Field("key", description="which participant field equals the JupyterHub user name")
     contact: str = Field("the course organizer", min_length=1, max_length=300, description="whom to ask")
     mig_strategy: MigStrategy = "mixed"
-    cull_idle_hours: float = Field(2.0, ge=0, le=MAX_IDLE_HOURS, description="0 turns the culler off")
+    cull_idle_hours: float = Field(
+        2.0, ge=0, le=MAX_IDLE_HOURS, allow_inf_nan=False, description="0 turns the culler off"
+    )
     cull_every_s: int = Field(300, ge=1, le=86_400)
 
     @field_validator("course")
@@ -52,13 +53,6 @@ class HubSettings(BaseModel):
     def _course_key(cls, value: str) -> str:
         if not _COURSE.match(value):
             raise ValueError("a course key is lowercase letters, digits and '-' (at most 63)")
-        return value
-
-    @field_validator("cull_idle_hours")
-    @classmethod
-    def _finite(cls, value: float) -> float:
-        if not math.isfinite(value):
-            raise ValueError("must be a finite number of hours")
         return value
 
     @field_validator("contact")
@@ -85,8 +79,12 @@ def cull_command(settings: HubSettings) -> list[str]:
     ]
 
 
-def render(settings: HubSettings, spawner: SpawnerName = "local") -> str:
-    """A complete ``jupyterhub_config.py``: hooks, spawner class, culler service and its role."""
+def render(settings: HubSettings, spawner: SpawnerName = "local", *, set_spawner_class: bool = True) -> str:
+    """A complete ``jupyterhub_config.py``: hooks, spawner class, culler service and its role.
+
+    ``set_spawner_class=False`` leaves the hub's own spawner class alone (TLJH's user-creating
+    SystemdSpawner, z2jh's KubeSpawner); the hooks recognise the family by class anyway.
+    """
     fields = settings.model_dump()
     db_url = fields.pop("db_url")
     args = "".join(f"    {name}={value!r},\n" for name, value in fields.items())
@@ -106,7 +104,9 @@ def render(settings: HubSettings, spawner: SpawnerName = "local") -> str:
         "gpuseat = SeatHooks(HubSettings(",
         args + "    db_url=GPUSEAT_DB_URL,",
         "))",
-        f"c.JupyterHub.spawner_class = {SPAWNER_CLASSES[spawner]!r}",
+        f"c.JupyterHub.spawner_class = {SPAWNER_CLASSES[spawner]!r}"
+        if set_spawner_class
+        else f"# the hub's own spawner class is kept (gpuseat treats it as {spawner})",
         "c.Spawner.pre_spawn_hook = gpuseat.pre_spawn_hook",
         "c.Spawner.post_stop_hook = gpuseat.post_stop_hook",
         "# A refusal is an HTTP 503; JupyterHub counts it as a failed spawn, and a few in a row must not stop the hub.",

@@ -17,12 +17,14 @@ event loop serialises this hub's claims instead of making them queue for SQLite'
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from gpuseat.errors import GpuseatError, NoFreeSeat, NotFound
 from gpuseat.jupyterhub.config import HubSettings
@@ -30,10 +32,11 @@ from gpuseat.jupyterhub.health import lost_gpus
 from gpuseat.jupyterhub.spawners import Grant, apply, flavour, missing_for
 
 if TYPE_CHECKING:
-    from gpuseat.services.courses import CourseStore, ParticipantView, SeatView
+    from gpuseat.services.courses import CourseStore, SeatView
 
 log = logging.getLogger("gpuseat.jupyterhub")
 
+T = TypeVar("T")
 ENGINE: Final = "jupyterhub"
 HELD = ("requested", "running")  # states in which a seat belongs to the server named by engine_ref
 
@@ -61,10 +64,11 @@ def _error_text(exc: BaseException | None) -> str:
 
 @dataclass
 class HookTiming:
-    """How long the last calls spent inside gpuseat (seconds), for the benchmark and the log."""
+    """Seconds spent inside gpuseat per call (store work), and the hook's wall time including the queue."""
 
-    pre_spawn: list[float]
-    post_stop: list[float]
+    pre_spawn: list[float] = field(default_factory=list)
+    pre_spawn_wall: list[float] = field(default_factory=list)
+    post_stop: list[float] = field(default_factory=list)
 
 
 class SeatHooks:
@@ -74,7 +78,17 @@ class SeatHooks:
         self.settings = settings
         self._store = store
         self._refused: set[str] = set()
-        self.timing = HookTiming([], [])
+        self.timing = HookTiming()
+        # one thread: this hub's claims run one after another instead of queueing for SQLite's write lock
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="gpuseat-hub")
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> SeatHooks:
+        """One object for the whole hub: traitlets deep-copies the config (and these bound hooks) into
+        every spawner, which would give each its own store, thread and bookkeeping."""
+        return self
+
+    def __copy__(self) -> SeatHooks:
+        return self
 
     @property
     def store(self) -> CourseStore:
@@ -87,92 +101,114 @@ class SeatHooks:
 
     # -- the hooks -------------------------------------------------------------------------------
 
-    def pre_spawn_hook(self, spawner: Any) -> None:
+    def pre_spawn_hook(self, spawner: Any) -> Awaitable[None]:
         """Take the user's seat and give its device to ``spawner``, or raise HTTPError(503, why)."""
-        from tornado.web import HTTPError
-
-        started = time.perf_counter()
-        ref = engine_ref(spawner)
+        ref, user, kind = engine_ref(spawner), spawner.user.name, flavour(spawner)
+        future = getattr(spawner, "_spawn_future", None)  # JupyterHub's spawn-and-proxy future, pending now
         self._refused.discard(ref)
-        try:
-            seat = self._take(spawner.user.name, ref, flavour(spawner))
-        except Refusal as no:
-            self._refused.add(ref)
-            log.warning("gpuseat: refused %s: %s", ref, no.detail)
-            raise HTTPError(503, no.message) from None
-        finally:
-            self.timing.pre_spawn.append(time.perf_counter() - started)
-        apply(spawner, _grant(seat), mig_strategy=self.settings.mig_strategy)
-        future = getattr(spawner, "_spawn_future", None)  # JupyterHub's spawn-and-proxy future
-        if future is not None and hasattr(future, "add_done_callback"):
-            future.add_done_callback(self._on_spawned(seat.key, ref))
-        log.info(
-            "gpuseat: %s gets seat %s (%s) in %.1f ms",
-            ref,
-            seat.key,
-            seat.device_uuid or seat.host or seat.kind,
-            1000 * (time.perf_counter() - started),
-        )
 
-    def post_stop_hook(self, spawner: Any) -> None:
-        """Hand back what this server took: released (or failed with the start's error); pool seats freed."""
-        started = time.perf_counter()
-        ref = engine_ref(spawner)
-        try:
-            if ref in self._refused:  # refused by pre_spawn_hook: it took nothing
-                self._refused.discard(ref)
+        async def run() -> None:
+            from tornado.web import HTTPError
+
+            started = time.perf_counter()
+            try:
+                seat, busy_s = await self._in_worker(self._take, user, ref, kind)
+            except Refusal as no:
+                self._refused.add(ref)
+                spawner.log.warning("gpuseat: refused %s: %s", ref, no.detail)
+                raise HTTPError(503, no.message) from None
+            apply(spawner, _grant(seat), mig_strategy=self.settings.mig_strategy)
+            if future is not None and hasattr(future, "add_done_callback"):
+                future.add_done_callback(self._on_spawned(seat.key, ref))
+            wall = time.perf_counter() - started
+            self.timing.pre_spawn.append(busy_s)
+            self.timing.pre_spawn_wall.append(wall)
+            spawner.log.info(
+                "gpuseat: %s gets seat %s (%s) in %.1f ms (%.1f ms queued)",
+                ref,
+                seat.key,
+                seat.device_uuid or seat.host or seat.kind,
+                1000 * busy_s,
+                1000 * (wall - busy_s),
+            )
+
+        return run()
+
+    def post_stop_hook(self, spawner: Any) -> Awaitable[None]:
+        """Hand back what this server took: released (or failed with the start's error); pool seats freed.
+
+        What happened is read now, before the first ``await``: a stop during a pending spawn is a failed
+        start, and the exception JupyterHub is handling at this moment is the spawner's error.
+        """
+        ref, user = engine_ref(spawner), spawner.user.name
+        future = getattr(spawner, "_spawn_future", None)
+        failed = future is not None and hasattr(future, "done") and not future.done()
+        error = _error_text(sys.exc_info()[1]) if failed else None
+        refused = ref in self._refused  # refused by pre_spawn_hook: it took nothing
+        self._refused.discard(ref)
+
+        async def run() -> None:
+            if refused:
                 return
-            future = getattr(spawner, "_spawn_future", None)
-            failed = future is not None and hasattr(future, "done") and not future.done()
-            error = _error_text(sys.exc_info()[1]) if failed else None
-            self._give_back(spawner.user.name, ref, error)
-        except Exception:  # a stop must never fail because of gpuseat; the reason is in the hub's log
-            log.exception("gpuseat: could not record the stop of %s", ref)
-        finally:
-            self.timing.post_stop.append(time.perf_counter() - started)
+            try:
+                _, busy_s = await self._in_worker(self._give_back, user, ref, error)
+                self.timing.post_stop.append(busy_s)
+            except Exception:  # a stop must never fail because of gpuseat; the reason is in the hub's log
+                spawner.log.exception("gpuseat: could not record the stop of %s", ref)
+
+        return run()
+
+    async def _in_worker(self, fn: Callable[..., T], *args: Any) -> tuple[T, float]:
+        """Run store work on gpuseat's own thread (the hub's event loop never waits for the database);
+        returns the result and the seconds it took there."""
+
+        def timed() -> tuple[T, float]:
+            started = time.perf_counter()
+            return fn(*args), time.perf_counter() - started
+
+        return await asyncio.get_running_loop().run_in_executor(self._worker, timed)
 
     # -- the work (store calls only) ---------------------------------------------------------------
 
-    def _participant(self, user: str) -> ParticipantView:
+    def _who(self, user: str) -> str:
+        """The participant key for a hub user (matched by email or Unix user: one lookup in the store)."""
         s = self.settings
-        try:
-            p = self.store.find_participant(s.course, user)
-        except NotFound:
-            raise Refusal(
-                f"No GPU seat for {user}: you are not on the roster of course {s.course}. Ask {s.contact} to add you.",
-                detail=f"{user} is not a participant of {s.course}",
-            ) from None
-        field = {"key": p.key, "email": p.email, "unix_user": p.unix_user}[s.match_by]
+        if s.match_by == "key":
+            return user  # claim_seat / seat_of look the participant up themselves
+        p = self.store.find_participant(s.course, user)
+        field = p.email if s.match_by == "email" else p.unix_user
         if (field or "").lower() != user.lower():
-            raise Refusal(
-                f"No GPU seat for {user}: the roster of course {s.course} has no participant with that "
-                f"{s.match_by.replace('_', ' ')}. Ask {s.contact}.",
-                detail=f"{user} matches participant {p.key} by another field than {s.match_by}",
-            )
-        return p
+            raise NotFound(f"{user} matches participant {p.key} by another field than {s.match_by}")
+        return p.key
 
     def _take(self, user: str, ref: str, kind: str) -> SeatView:
         s = self.settings
+        actor = f"jupyterhub:{ref}"
         try:
             store = self.store
-            p = self._participant(user)
+            who = self._who(user)
             for _attempt in range(5):
                 if s.mode == "pool":
-                    seat = store.claim_seat(s.course, p.key, mode="pool", actor=f"jupyterhub:{ref}")
+                    seat = store.claim_seat(s.course, who, mode="pool", actor=actor)
                 else:
-                    held = store.seat_of(s.course, p.key)
+                    held = store.seat_of(s.course, who)
                     if held is None:
                         raise Refusal(
                             f"No GPU seat for {user}: no seat has been assigned to you in course {s.course}. "
                             f"Ask {s.contact}.",
-                            detail=f"{p.key} holds no seat",
+                            detail=f"{who} holds no seat",
                         )
                     seat = held
+                if s.match_by == "key" and seat.participant != user:
+                    # the store matched another participant's email or Unix user: not this hub user
+                    if s.mode == "pool" and seat.state not in HELD:
+                        store.release(s.course, participant=seat.participant, reason="not this user", actor=actor)
+                    raise NotFound(f"{user} matches participant {seat.participant} by another field than key")
                 lost = lost_gpus(store.engine, [seat.device_uuid] if seat.device_uuid else [])
                 if lost:
                     if s.mode == "pool":  # take that seat out of the pool and claim another one
-                        store.release(s.course, participant=p.key, reason="gpu lost", actor=f"jupyterhub:{ref}")
-                        store.set_seat_state(s.course, seat.key, "failed", reason=f"GPU lost: {lost[0]}")
+                        store.release(s.course, participant=who, reason="gpu lost", actor=actor)
+                        store.set_seat_state(s.course, seat.key, "failed", reason=f"GPU lost: {lost[0]}", actor=actor)
                         continue
                     raise Refusal(
                         f"Your GPU seat {seat.key} is out of order (the monitor lost its GPU). "
@@ -195,9 +231,14 @@ class SeatHooks:
                     reason=f"server {ref} starting",
                     engine=ENGINE,
                     engine_ref=ref,
-                    actor=f"jupyterhub:{ref}",
+                    actor=actor,
                 )
             raise Refusal(f"No working GPU seat is free for {user} right now. Ask {s.contact}.")
+        except NotFound as exc:
+            raise Refusal(
+                f"No GPU seat for {user}: you are not on the roster of course {s.course}. Ask {s.contact} to add you.",
+                detail=exc.message,
+            ) from None
         except NoFreeSeat as exc:
             raise Refusal(
                 f"No free GPU seat for {user} right now: every seat of course {s.course} that suits you is in use. "
@@ -216,39 +257,36 @@ class SeatHooks:
                 f"The GPU seat service cannot hand out seats at the moment. Ask {s.contact}.", detail=repr(exc)
             ) from None
 
-    def _mine(self, user: str, ref: str) -> tuple[ParticipantView, SeatView] | None:
+    def _mine(self, user: str, ref: str) -> tuple[str, SeatView] | None:
+        """The participant and the seat this server holds (by its engine reference), if any."""
         s = self.settings
         try:
-            p = self.store.find_participant(s.course, user)
+            who = self._who(user)
+            seat = self.store.seat_of(s.course, who)
         except NotFound:
             return None
-        seat = self.store.seat_of(s.course, p.key)
         if seat is None or seat.engine != ENGINE or seat.engine_ref != ref:
             return None
-        return p, seat
+        return who, seat
 
     def _give_back(self, user: str, ref: str, error: str | None) -> None:
         s, actor = self.settings, f"jupyterhub:{ref}"
         found = self._mine(user, ref)
         if found is None:
             return
-        p, seat = found
+        who, seat = found
         if seat.state in HELD:
             if error is not None:
                 self.store.set_seat_state(s.course, seat.key, "failed", reason=error[:2000], actor=actor)
             else:
                 self.store.set_seat_state(s.course, seat.key, "released", reason=f"server {ref} stopped", actor=actor)
-        if s.mode == "pool" and seat.participant == p.key:
-            self.store.release(s.course, participant=p.key, reason="server stopped", actor=actor)
-            back = self.store.get_seat(s.course, seat.key)
-            if back.state in ("released", "failed") and back.participant is None:
-                self.store.set_seat_state(s.course, seat.key, "planned", reason="back in the pool", actor=actor)
-        log.info("gpuseat: %s gave back seat %s%s", ref, seat.key, f" ({error})" if error else "")
+        if s.mode == "pool" and seat.participant == who:
+            self.store.release(s.course, participant=who, reason="server stopped", actor=actor)
+            self.store.set_seat_state(s.course, seat.key, "planned", reason="back in the pool", actor=actor)
+        log.debug("gpuseat: %s gave back seat %s%s", ref, seat.key, f" ({error})" if error else "")
 
     def _on_spawned(self, seat: str, ref: str) -> Callable[[Any], None]:
-        def done(future: Any) -> None:
-            if future.cancelled() or future.exception() is not None:
-                return  # post_stop_hook has recorded the failure
+        def mark_running() -> None:
             try:
                 current = self.store.get_seat(self.settings.course, seat)
                 if current.engine_ref == ref and current.state == "requested":
@@ -257,6 +295,10 @@ class SeatHooks:
                     )
             except Exception:
                 log.exception("gpuseat: could not record %s as running", ref)
+
+        def done(future: Any) -> None:
+            if not future.cancelled() and future.exception() is None:  # a failure: post_stop_hook recorded it
+                self._worker.submit(mark_running)
 
         return done
 

@@ -1,0 +1,51 @@
+"""``gpuseat jupyterhub config`` and ``cull`` at the command line: bad flags are one clear message, exit 2."""
+
+from __future__ import annotations
+
+import pytest
+from hubcourse import make_course
+
+
+@pytest.fixture
+def db(tmp_path):
+    url = f"sqlite:///{tmp_path / 'course.db'}"
+    make_course(url, tmp_path, key="lab", people=["ada"], seats=1).close()
+    return url
+
+
+def test_config_prints_a_loadable_file(cli, db):
+    r = cli("jupyterhub", "config", "--db", db, "--spawner", "docker", "--mode", "pool")
+    assert r.code == 0, r.err
+    assert "c.JupyterHub.spawner_class = 'dockerspawner.DockerSpawner'" in r.out
+    assert "course='lab'" in r.out and "mode='pool'" in r.out  # the only course is the default
+    compile(r.out, "jupyterhub_config.py", "exec")
+
+
+@pytest.mark.parametrize(
+    "flags, where, what",
+    [
+        (["--spawner", "slurm"], "--spawner", "unknown spawner 'slurm'"),
+        (["--mode", "lottery"], "--mode", "Input should be 'assigned' or 'pool'"),
+        (["--cull-idle-hours", "nan"], "--cull-idle-hours", "finite"),
+        (["--cull-idle-hours", "1e9"], "--cull-idle-hours", "less than or equal to 8784"),
+        (["--contact", "x\nimport os"], "--contact", "one line"),
+        (["--course", "nope"], "--course", "no course 'nope'"),
+    ],
+)
+def test_config_bad_flags(cli, db, flags, where, what):
+    r = cli("jupyterhub", "config", "--db", db, *flags)
+    assert r.code == 2, (r.out, r.err)
+    assert where in r.err and what in r.err
+    assert r.out == ""
+
+
+def test_cull_needs_the_hubs_token(cli, db, monkeypatch):
+    monkeypatch.delenv("JUPYTERHUB_API_TOKEN", raising=False)
+    r = cli("jupyterhub", "cull", "--db", db, "--api-url", "http://127.0.0.1:9/hub/api", "--once")
+    assert r.code == 2 and "JUPYTERHUB_API_TOKEN" in r.err
+
+
+def test_cull_with_a_hub_that_is_down_is_an_engine_error(cli, db, monkeypatch):
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "x" * 32)
+    r = cli("jupyterhub", "cull", "--db", db, "--api-url", "http://127.0.0.1:9/hub/api", "--once")
+    assert r.code == 1 and "the Hub API did not answer" in r.err
