@@ -6,8 +6,6 @@ idempotent, a failed start is recorded with the spawner's error. The real hub is
 from __future__ import annotations
 
 import asyncio
-import os
-import uuid as uuidlib
 
 import pytest
 
@@ -18,7 +16,6 @@ from jupyterhub import orm
 from jupyterhub.objects import Hub
 from jupyterhub.spawner import SimpleLocalProcessSpawner
 from jupyterhub.user import User
-from sqlalchemy import create_engine, text
 from tornado.web import HTTPError
 from traitlets.config import Config
 
@@ -26,32 +23,18 @@ from gpuseat.db.store import Store
 from gpuseat.jupyterhub import HubSettings, SeatHooks
 from gpuseat.monitor.alerts import GPU_LOST, Alert
 from gpuseat.monitor.runner import Monitor
+from portal.conftest import pg_schema_url  # tests/ is on sys.path (the root conftest's folder)
 
-PG = os.environ.get("GPUSEAT_TEST_PG_URL")
 PEOPLE = ["ada", "ben", "cy", "dee", "eve", "fay"]
 CONTACT = "Dr. Organizer (gpu-course@example.edu)"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def url(request, tmp_path):
+    """A fresh database on each engine (PostgreSQL: a throwaway schema, required on CI)."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'course.db'}"
-    if not PG:
-        if os.environ.get("CI") == "true":
-            pytest.fail("GPUSEAT_TEST_PG_URL is not set on CI (scripts/test.sh starts PostgreSQL)")
-        pytest.skip("GPUSEAT_TEST_PG_URL not set")
-    schema = f"t_{uuidlib.uuid4().hex[:12]}"
-    admin = create_engine(PG)
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-
-    def drop():
-        with admin.begin() as conn:
-            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-        admin.dispose()
-
-    request.addfinalizer(drop)
-    return f"{PG}{'&' if '?' in PG else '?'}options=-csearch_path%3D{schema}"
+    return pg_schema_url(request)
 
 
 @pytest.fixture
