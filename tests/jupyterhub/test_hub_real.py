@@ -14,6 +14,7 @@ On CI a missing jupyterhub or configurable-http-proxy fails these tests; elsewhe
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -45,11 +46,11 @@ def hub_installed():
         pytest.skip(str(exc))
 
 
-def gpuseat_config(*args: str) -> str:
-    """What ``gpuseat jupyterhub config ARGS`` prints (a separate process, as an organizer runs it)."""
+def gpuseat(*args: str) -> str:
+    """What ``gpuseat ARGS`` prints (a separate process, as an organizer runs it)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
-        [sys.executable, "-m", "gpuseat", "jupyterhub", "config", *args],
+        [sys.executable, "-m", "gpuseat", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -72,8 +73,8 @@ def lab(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lab")
     url = f"sqlite:///{tmp / 'course.db'}"
     store = make_course(url, tmp, key="lab", people=["ada", "ben", "cy", "dee"], seats=3, assign=3)
-    text = gpuseat_config(
-        "--db", url, "--course", "lab", "--spawner", "local", "--contact", CONTACT,
+    text = gpuseat(
+        "jupyterhub", "config", "--db", url, "--course", "lab", "--spawner", "local", "--contact", CONTACT,
         "--cull-idle-hours", "0.002", "--cull-every", "1",
     )  # fmt: skip
     with running_hub(text, tmp / "hub", env=hub_env(url)) as hub:
@@ -150,6 +151,16 @@ def test_the_culler_stops_the_idle_seat_and_keeps_the_busy_one(lab):
     assert "keep ada/ (seat mig-1): GPU busy now" in log
     assert store.seat_of("lab", "ben").state == "released"  # assigned seat: kept by ben, engine state recorded
     assert store.seat_of("lab", "ada").state == "running"
+    status = {
+        row["seat"]: row
+        for row in json.loads(gpuseat("seats", "status", "--db", url, "--course", "lab", "--format", "json"))
+    }
+    assert {(r["participant"], r["engine"], r["state"]) for r in status.values()} == {
+        ("ada", "jupyterhub", "running"),
+        ("ben", "jupyterhub", "released"),
+        ("cy", "jupyterhub", "released"),
+    }
+    assert status["mig-1"]["last_gpu_activity"] is not None and status["mig-2"]["last_gpu_activity"] is None
 
 
 # -- pool seats under concurrent starts and stops -------------------------------------------------
@@ -162,13 +173,13 @@ def dropin(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dropin")
     url = f"sqlite:///{tmp / 'course.db'}"
     store = make_course(url, tmp, key="dropin", people=[*PEOPLE, "zed"], seats=3)
-    text = gpuseat_config(
-        "--db", url, "--course", "dropin", "--mode", "pool", "--spawner", "local", "--contact", CONTACT,
+    text = gpuseat(
+        "jupyterhub", "config", "--db", url, "--course", "dropin", "--mode", "pool", "--spawner", "local", "--contact", CONTACT,
         "--cull-idle-hours", "0",
     )  # fmt: skip
     with running_hub(text, tmp / "hub", env=hub_env(url), tiny=True, http_timeout=20) as hub:
         hub.add_users(*PEOPLE, "zed")
-        yield hub, store
+        yield hub, store, url
 
 
 def _settle(hub, names, timeout=120.0) -> dict[str, dict]:
@@ -182,7 +193,7 @@ def _settle(hub, names, timeout=120.0) -> dict[str, dict]:
 
 
 def test_twenty_rounds_never_give_one_seat_to_two_servers(dropin):
-    hub, store = dropin
+    hub, store, url = dropin
     uuids = {s["key"]: s["device_uuid"] for s in seat_specs(3)}
     running: dict[str, dict] = {}
     granted = refused = 0
@@ -218,10 +229,12 @@ def test_twenty_rounds_never_give_one_seat_to_two_servers(dropin):
         hub.stop_server(p)
     assert all(s.participant is None for s in store.seats("dropin"))
     assert {(s.engine, s.state) for s in store.seats("dropin")} == {("jupyterhub", "planned")}
+    status = json.loads(gpuseat("seats", "status", "--db", url, "--course", "dropin", "--format", "json"))
+    assert [(r["engine"], r["state"], r["participant"]) for r in status] == [("jupyterhub", "planned", None)] * 3
 
 
 def test_a_failed_start_records_the_spawners_error_and_frees_the_pool_seat(dropin):
-    hub, store = dropin
+    hub, store, _ = dropin
     marker = hub.workdir / "home" / "zed" / ".broken"  # zed's server exits at once (tiny_server.py)
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text("")

@@ -11,12 +11,10 @@ from typing import Any
 import typer
 
 from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_table
+from gpuseat.cli.course import COURSE, DB
 from gpuseat.errors import InputError
 
 hub_app = typer.Typer(name="jupyterhub", help="GPU seats through JupyterHub: hub config and GPU-aware culling.")
-
-COURSE = typer.Option(None, "--course", help="Course key (default: the only course in the store).")
-DB = typer.Option(None, "--db", help="Database URL (default: GPUSEAT_DB_URL or SQLite in the data dir).")
 
 
 def _course_key(db: str | None, course: str | None) -> tuple[str, str]:

@@ -24,9 +24,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from sqlalchemy import select
-
 from gpuseat.errors import EngineError, InputError
+from gpuseat.jupyterhub.hooks import ENGINE, HELD
 from gpuseat.services.activity import LIVE_WINDOW_S, Activity, SeatLive
 
 if TYPE_CHECKING:
@@ -35,8 +34,6 @@ if TYPE_CHECKING:
     from gpuseat.services.courses import CourseStore
 
 log = logging.getLogger("gpuseat.jupyterhub.cull")
-
-HELD = ("requested", "running")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,15 +174,11 @@ class Culler:
 
     def _seats(self) -> dict[str, tuple[int, str]]:
         """engine_ref → (seat id, seat key) for the course's seats this hub's servers hold."""
-        from gpuseat.db.models import Course, Seat
-
-        q = (
-            select(Seat.engine_ref, Seat.id, Seat.key)
-            .join(Course, Course.id == Seat.course_id)
-            .where(Course.key == self.course, Seat.engine == "jupyterhub", Seat.state.in_(HELD))
-        )
-        with self.store.engine.connect() as conn:
-            return {ref: (int(sid), key) for ref, sid, key in conn.execute(q) if ref}
+        return {
+            s.engine_ref: (s.id, s.key)
+            for s in self.store.seats(self.course)
+            if s.engine == ENGINE and s.state in HELD and s.engine_ref
+        }
 
     def _look(self, seat_ids: list[int], now: float) -> tuple[dict[int, SeatLive], dict[int, float | None]]:
         live = self.activity.live(seat_ids=seat_ids, now=now, window_s=LIVE_WINDOW_S)
