@@ -77,11 +77,45 @@ def test_roster_upload_errors_name_file_line_and_column(course_db, tmp_path):
             login(c, server.url, "a long enough passphrase")
             bad = "name,email\nAda,ada@example.org\nBob,not-an-email\n"
             page = c.get("/roster")
-            r = c.post("/roster/import", data={"csrf": csrf_of(page.text)}, files={"file": ("class.csv", bad, "text/csv")})
+            r = c.post(
+                "/roster/import", data={"csrf": csrf_of(page.text)}, files={"file": ("class.csv", bad, "text/csv")}
+            )
             assert r.status_code == 400 and "class.csv:3" in r.text and "email" in r.text
             assert "Ada" not in r.text.split('id="roster"')[1]  # nothing stored from the bad file
             binary = b"\xff\xfe\x00garbage"
-            r = c.post("/roster/import", data={"csrf": csrf_of(page.text)}, files={"file": ("x.csv", binary, "text/csv")})
+            r = c.post(
+                "/roster/import", data={"csrf": csrf_of(page.text)}, files={"file": ("x.csv", binary, "text/csv")}
+            )
             assert r.status_code == 400 and "UTF-8" in r.text
+    finally:
+        assert server.stop() == 0
+
+
+def test_the_portal_serves_a_postgresql_store(request, tmp_path):
+    from .conftest import pg_schema_url
+
+    url = pg_schema_url(request)
+    store = open_store(url, create=True)
+    store.create_course(EXAMPLES / "course-2016.toml", key="dl-2016")
+    store.import_roster("dl-2016", "name,email,unix_user\nAda Lovelace,ada@example.org,ada\n", where="r.csv")
+    store.add_seats("dl-2016", [{"key": "m60-1", "kind": "gpu", "host": "gpu1.example.org", "memory_gb": 8.0}])
+    store.assign_all("dl-2016")
+    token = store.issue_tokens("dl-2016")[0].token
+    Accounts(store.engine).set_password("admin", "a long enough passphrase")
+    store.close()
+    server = start(["--db", url], tmp_path / "serve.log")
+    try:
+        with httpx.Client(base_url=server.url) as c:
+            assert login(c, server.url, "a long enough passphrase").status_code == 303
+            for path in ("/overview", "/seats", "/roster", "/links", "/survey", "/bench", "/alerts", "/report"):
+                assert c.get(path).status_code == 200, path
+            page = c.get("/survey")
+            c.post("/survey", data={"csrf": csrf_of(page.text), "action": "open"})
+        with httpx.Client(base_url=server.url) as p:
+            page = p.get(f"/t/{token}")
+            assert "ssh ada@gpu1.example.org" in page.text
+            form = {"csrf": csrf_of(page.text), "q_expectations": "9", "q_format": "9", "q_recommend": "10"}
+            assert "your answers are saved" in p.post(f"/t/{token}/survey", data=form).text
+            assert p.get(f"/t/{token}/live").json()["seat"] == "m60-1"
     finally:
         assert server.stop() == 0

@@ -291,6 +291,12 @@ def create_app(portal: Portal) -> FastAPI:
     def digest(**kw: Any) -> Any:
         return portal.digest(**kw)
 
+    def seats_page(request: Request, status: int = 200, **ctx: Any) -> Response:
+        d = digest()
+        free = [r.seat.key for r in d.seats if r.seat.participant is None and r.seat.state != "released"]
+        waiting = [p.key for p in d.participants if p.seat is None]
+        return page(request, "seats.html", status=status, tab="seats", d=d, free=free, waiting=waiting, **ctx)
+
     @app.get("/overview", response_class=HTMLResponse)
     def overview(request: Request) -> Response:
         if (user := organizer(request)) is None:
@@ -354,10 +360,7 @@ def create_app(portal: Portal) -> FastAPI:
     def seats(request: Request) -> Response:
         if organizer(request) is None:
             return login_first(request)
-        d = digest()
-        free = [r.seat.key for r in d.seats if r.seat.participant is None and r.seat.state != "released"]
-        waiting = [p.key for p in d.participants if p.seat is None]
-        return page(request, "seats.html", tab="seats", d=d, free=free, waiting=waiting, now=datetime.now(UTC))
+        return seats_page(request)
 
     @app.get("/seats/live.json")
     def seats_live(request: Request) -> Response:
@@ -406,29 +409,8 @@ def create_app(portal: Portal) -> FastAPI:
             else:
                 raise InputError(f"unknown action {action[:20]!r}", where="action", fix="use the page's buttons")
         except InputError as exc:
-            d = digest()
-            return page(
-                request,
-                "seats.html",
-                status=400,
-                tab="seats",
-                d=d,
-                free=[r.seat.key for r in d.seats if r.seat.participant is None],
-                waiting=[p.key for p in d.participants if p.seat is None],
-                now=datetime.now(UTC),
-                error=exc.message,
-            )
-        d = digest()
-        return page(
-            request,
-            "seats.html",
-            tab="seats",
-            d=d,
-            free=[r.seat.key for r in d.seats if r.seat.participant is None],
-            waiting=[p.key for p in d.participants if p.seat is None],
-            now=datetime.now(UTC),
-            notice=notice,
-        )
+            return seats_page(request, status=400, error=exc.message)
+        return seats_page(request, notice=notice)
 
     @app.get("/alerts", response_class=HTMLResponse)
     def alerts(request: Request) -> Response:
