@@ -30,6 +30,8 @@ def test_config_prints_a_loadable_file(cli, db):
         (["--cull-idle-hours", "1e9"], "--cull-idle-hours", "less than or equal to 8784"),
         (["--contact", "x\nimport os"], "--contact", "one line"),
         (["--course", "nope"], "--course", "no course 'nope'"),
+        (["--mig-strategy", "both"], "--mig-strategy", "Input should be 'mixed' or 'single'"),
+        (["--session-lead", "999"], "--session-lead", "less than or equal to 240"),
     ],
 )
 def test_config_bad_flags(cli, db, flags, where, what):

@@ -27,6 +27,9 @@ def _course_key(db: str | None, course: str | None) -> tuple[str, str]:
         return url, store.get_course(course).key
 
 
+_FLAGS = {"cull_every_s": "--cull-every", "session_lead_min": "--session-lead", "db_url": "--db"}
+
+
 @hub_app.command("config")
 def config(
     spawner: str = typer.Option("local", "--spawner", help="local, systemd, docker or kubernetes."),
@@ -42,6 +45,10 @@ def config(
         2.0, "--cull-idle-hours", help="Stop servers whose GPU idled this long (0: off)."
     ),
     cull_every: int = typer.Option(300, "--cull-every", help="Seconds between culler rounds."),
+    sessions_only: bool = typer.Option(
+        False, "--sessions-only/--any-time", help="Refuse starts outside the course's lab sessions."
+    ),
+    session_lead: int = typer.Option(10, "--session-lead", help="Minutes before a session when starts open."),
     spawner_class: bool = typer.Option(
         True, "--set-spawner-class/--keep-spawner-class", help="Keep the hub's own spawner class (TLJH, z2jh)."
     ),
@@ -64,10 +71,13 @@ def config(
             mig_strategy=mig_strategy,
             cull_idle_hours=cull_idle_hours,
             cull_every_s=cull_every,
+            sessions_only=sessions_only,
+            session_lead_min=session_lead,
         )
     except ValidationError as exc:
         err = exc.errors()[0]
-        flag = "--" + str(err["loc"][0]).replace("_s", "").replace("_", "-") if err["loc"] else "a flag"
+        name = str(err["loc"][0]) if err["loc"] else ""
+        flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
         raise InputError(f"{err['msg']} (got {err.get('input')!r})", where=flag, fix="see --help") from None
     sys.stdout.write(render(settings, spawner, set_spawner_class=spawner_class))  # type: ignore[arg-type]
 

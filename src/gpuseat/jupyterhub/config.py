@@ -43,6 +43,8 @@ class HubSettings(BaseModel):
     match_by: MatchBy = Field("key", description="which participant field equals the JupyterHub user name")
     contact: str = Field("the course organizer", min_length=1, max_length=300, description="whom to ask")
     mig_strategy: MigStrategy = "mixed"
+    sessions_only: bool = Field(False, description="refuse starts outside the course's lab sessions")
+    session_lead_min: int = Field(10, ge=0, le=240, description="minutes before a session when starts open")
     cull_idle_hours: float = Field(
         2.0, ge=0, le=MAX_IDLE_HOURS, allow_inf_nan=False, description="0 turns the culler off"
     )

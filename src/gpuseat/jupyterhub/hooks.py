@@ -21,9 +21,10 @@ import asyncio
 import logging
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from gpuseat.errors import GpuseatError, NoFreeSeat, NotFound
@@ -32,6 +33,7 @@ from gpuseat.jupyterhub.health import lost_gpus
 from gpuseat.jupyterhub.spawners import Grant, apply, flavour, missing_for
 
 if TYPE_CHECKING:
+    from gpuseat.services.cloud import Window
     from gpuseat.services.courses import CourseStore, SeatView
 
 log = logging.getLogger("gpuseat.jupyterhub")
@@ -55,6 +57,22 @@ def engine_ref(spawner: Any) -> str:
     return f"{spawner.user.name}/{spawner.name or ''}"
 
 
+def session_refusal(wins: Sequence[Window], now: datetime, *, course: str, timezone: str, contact: str) -> str | None:
+    """Why a start at ``now`` (course-local, naive) is outside the lab sessions; None inside one."""
+    if any(w.start <= now < w.stop for w in wins):
+        return None
+    upcoming = [w for w in wins if w.start > now]
+    if upcoming:
+        nxt = upcoming[0].session_start
+        return (
+            f"Outside the lab sessions of course {course}: the next one starts {nxt:%a %Y-%m-%d %H:%M} ({timezone}). "
+            f"Come back then, or ask {contact}."
+        )
+    last = wins[-1].stop if wins else None
+    ended = f" (the last one ended {last:%a %Y-%m-%d %H:%M}, {timezone})" if last else ""
+    return f"Course {course} has no more lab sessions{ended}. Ask {contact}."
+
+
 def _error_text(exc: BaseException | None) -> str:
     if exc is None:
         return "the server stopped while starting"
@@ -74,9 +92,13 @@ class HookTiming:
 class SeatHooks:
     """The two hooks, bound to one course in one store (built once in ``jupyterhub_config.py``)."""
 
-    def __init__(self, settings: HubSettings, *, store: CourseStore | None = None) -> None:
+    def __init__(
+        self, settings: HubSettings, *, store: CourseStore | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
         self.settings = settings
         self._store = store
+        self.clock = clock
+        self._sessions: tuple[float, list[Window], str] | None = None  # (read at, windows, time zone)
         self._refused: set[str] = set()
         self.timing = HookTiming()
         # one thread: this hub's claims run one after another instead of queueing for SQLite's write lock
@@ -186,6 +208,8 @@ class SeatHooks:
         actor = f"jupyterhub:{ref}"
         try:
             store = self.store
+            if s.sessions_only:
+                self._check_session()
             who = self._who(user)
             for _attempt in range(5):
                 if s.mode == "pool":
@@ -256,6 +280,26 @@ class SeatHooks:
             raise Refusal(
                 f"The GPU seat service cannot hand out seats at the moment. Ask {s.contact}.", detail=repr(exc)
             ) from None
+
+    def _check_session(self) -> None:
+        """Refuse outside the course's lab sessions (the schedule is read again every 10 minutes)."""
+        s, now = self.settings, self.clock()
+        if self._sessions is None or now - self._sessions[0] > 600:
+            from gpuseat.services.cloud import windows
+
+            course = self.store.get_course(s.course)
+            schedule = self.store.course_file(s.course).schedule
+            wins = [] if schedule.always_on else windows(schedule.intervals(), lead_min=s.session_lead_min)
+            self._sessions = (now, wins, course.timezone)
+        _, wins, tz = self._sessions
+        if not wins:
+            return  # a 24/7 course
+        from gpuseat.services.cloud import check_timezone
+
+        local = datetime.fromtimestamp(now, check_timezone(tz)).replace(tzinfo=None)
+        why = session_refusal(wins, local, course=s.course, timezone=tz, contact=s.contact)
+        if why:
+            raise Refusal(why)
 
     def _mine(self, user: str, ref: str) -> tuple[str, SeatView] | None:
         """The participant and the seat this server holds (by its engine reference), if any."""
