@@ -172,3 +172,11 @@ def test_bad_rows_on_import(cli, tmp_path):
     r = cli("offers", "import", spaced, "--provider", "aws")
     assert r.code == 2 and "Traceback" not in r.err
     assert f"{spaced}:2: column InstanceType" in r.err and "'g4dn x large'" in r.err
+
+
+def test_a_file_without_rows_is_not_a_catalog(cli, tmp_path):
+    for body in ("\x00\x01binary", "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,Region\n"):
+        path = tmp_path / "vms.csv"
+        path.write_text(body)
+        r = cli("offers", "import", path, "--provider", "aws")
+        assert r.code == 2 and "not a SkyPilot vms.csv: no rows" in r.err and "Traceback" not in r.err

@@ -168,11 +168,13 @@ def _read_rows(path: Path, provider: str) -> list[_Row]:
                 gpu_mem_gb=_gpu_memory_gb(raw.get("GpuInfo", ""), provider),
             )
         )
+    if not header_checked:
+        raise InputError(
+            f"not a SkyPilot vms.csv: no rows under a header with the columns {', '.join(REQUIRED)}",
+            where=str(path),
+            fix="give a SkyPilot catalog file (catalogs/v7 or v8/<cloud>/vms.csv)",
+        )
     return rows
-
-
-def _offer_id(provider: str, instance_type: str, region: str) -> str:
-    return f"{provider}:{instance_type}@{region}"
 
 
 def import_skypilot(path: Path, provider: str, *, catalog: Catalog, as_of: date) -> ImportResult:
