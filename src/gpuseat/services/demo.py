@@ -4,7 +4,7 @@ What it seeds, through the same services the CLI uses: the 2016 course file and 
 IBM 2× M60 server for 4 participants, 12 AWS g2.2xlarge instances for the others, both priced by
 the planner), 16 participants, 4 passthrough + 12 cloud seats, assignments, access links, an open
 survey that half the participants answered, and benchmark results per seat. Monitor data: the last
-ten minutes go through the monitor's own path (snapshots → attribution → :class:`~gpuseat.db.store.Store`)
+three minutes go through the monitor's own path (snapshots → attribution → :class:`~gpuseat.db.store.Store`)
 with alerts; the days before are one-minute aggregates of a deterministic lab-hours pattern between
 08:00 and 19:00 UTC (a seat is busy in some of its owner's 09:00–18:00 minutes; two participants never
 start). The demo's clock
@@ -31,6 +31,7 @@ PEOPLE = (
     "Leslie Lamport", "Shafi Goldwasser", "Niklaus Wirth", "Karen Sparck Jones",
 )  # fmt: skip
 SERVER_HOST = "ibm-m60"
+LIVE_STEPS = 18  # the last 3 minutes at 10 s go through the monitor's own write path
 MONITORED = (8, 19)  # UTC hours the demo's monitor history covers (keeps seeding within seconds)
 M60_MIB, K520_MIB = 8192, 4096
 
@@ -167,8 +168,8 @@ def seed_demo(folder: Path, *, history_days: float | None = None) -> Demo:
     for s in seats.values():
         hosts.setdefault(s.host or "?", []).append(s)
     users: dict[int, str | None] = {}
-    for step in range(30):
-        t = now - 300 + 10 * step
+    for step in range(LIVE_STEPS):
+        t = now - 10 * LIVE_STEPS + 10 * step
         for host, host_seats in sorted(hosts.items()):
             gpus, procs = [], []
             for i, s in enumerate(sorted(host_seats, key=lambda x: x.key)):
@@ -203,7 +204,7 @@ def seed_demo(folder: Path, *, history_days: float | None = None) -> Demo:
 
     # the days before: one-minute aggregates (what the monitor's rollup would have left)
     first_minute = int((DEMO_NOW - timedelta(days=history_days or 7.5)).timestamp()) // 60
-    last_minute = int(now - 300) // 60
+    last_minute = int(now - 10 * LIVE_STEPS) // 60
     with store.engine.begin() as conn:
         devices = dict(conn.execute(select(Device.uuid, Device.id)).all())
         seat_ids = dict(conn.execute(select(Seat.key, Seat.id)).all())
