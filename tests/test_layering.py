@@ -1,0 +1,84 @@
+"""The layering rules, checked on the source with ``ast`` (every import, also inside functions).
+
+- core/ and render/ are pure: no catalog loaders, no db, monitor, cli, doctor, services or web;
+  the catalog reaches them as a value (:class:`gpuseat.catalog.bundle.Catalog`).
+- db never imports monitor, and monitor never imports db (it reaches the store through a protocol
+  that the service layer fills in), so there is no cycle between them.
+- Nothing below cli/ and web/ imports them.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "gpuseat"
+
+LOADERS = {
+    "gpuseat.catalog": {"find_gpu", "gpu_models", "resolve_gpu", "reference_results", "data_toml", "data_csv"},
+    "gpuseat.catalog.partitions": {"partition_catalog"},
+    "gpuseat.catalog.licences": {"licences"},
+    "gpuseat.catalog.offers": {"bundled_offers", "provider_rules"},
+    "gpuseat.catalog.doctor": {"doctor_catalog"},
+    "gpuseat.catalog.bundle": {"load_catalog"},
+}
+
+
+def _imports(path: Path, root: Path) -> list[tuple[str, str | None, int]]:
+    """(module, imported name or None, line) for every import statement in the file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = ".".join(path.relative_to(root.parent).with_suffix("").parts[:-1])
+    found: list[tuple[str, str | None, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, None, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parent = parts[: len(parts) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            found += [(base, alias.name, node.lineno) for alias in node.names]
+    return found
+
+
+def _violations(folders: list[str], banned_prefixes: tuple[str, ...], loaders: bool, root: Path = SRC) -> list[str]:
+    out = []
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            for module, name, line in _imports(path, root):
+                full = f"{module}.{name}" if name else module
+                where = f"{path.relative_to(root.parent)}:{line}"
+                if any(full == p or full.startswith(p + ".") or module == p for p in banned_prefixes):
+                    out.append(f"{where} imports {full}")
+                if loaders and name in LOADERS.get(module, set()):
+                    out.append(f"{where} imports the catalog loader {module}.{name}")
+    return out
+
+
+@pytest.mark.parametrize("folder", ["core", "render"])
+def test_core_and_render_are_pure(folder: str) -> None:
+    banned = ("gpuseat.db", "gpuseat.monitor", "gpuseat.cli", "gpuseat.doctor", "gpuseat.services", "gpuseat.web")
+    assert _violations([folder], banned, loaders=True) == []
+
+
+def test_no_cycle_between_db_and_monitor() -> None:
+    assert _violations(["db"], ("gpuseat.monitor",), loaders=False) == []
+    assert _violations(["monitor"], ("gpuseat.db",), loaders=False) == []
+
+
+def test_only_front_ends_import_front_ends() -> None:
+    below = [p.name for p in SRC.iterdir() if p.is_dir() and p.name not in {"cli", "web", "__pycache__"}]
+    assert _violations(below, ("gpuseat.cli", "gpuseat.web"), loaders=False) == []
+
+
+def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
+    """The walker finds imports inside functions and relative imports (so the rules above can fail)."""
+    probe = tmp_path / "gpuseat" / "core" / "probe.py"
+    probe.parent.mkdir(parents=True)
+    probe.write_text("def f():\n    from ..catalog import find_gpu\n    import gpuseat.db.store\n")
+    found = _violations(["core"], ("gpuseat.db",), loaders=True, root=tmp_path / "gpuseat")
+    assert any("gpuseat.db.store" in v for v in found)
+    assert any("catalog loader gpuseat.catalog.find_gpu" in v for v in found)
