@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpuseat.catalog.bundle import Catalog
 from gpuseat.catalog.doctor import doctor_catalog
 from gpuseat.doctor.checks import TARGETS, Target
 from gpuseat.doctor.facts import gather
@@ -18,11 +19,15 @@ from gpuseat.doctor.targets import run_checks
 __all__ = ["NO_GPU", "TARGETS", "Check", "HostView", "Report", "Target", "diagnose"]
 
 
-def diagnose(root: Path = Path("/"), target: Target | None = None) -> tuple[Report, HostView]:
+def diagnose(
+    root: Path = Path("/"), target: Target | None = None, catalog: Catalog | None = None
+) -> tuple[Report, HostView]:
     """Read the host under ``root`` and run the checks for ``target`` (None: what the GPUs are set up for).
 
-    Returns the report and the view, whose record ``--capture`` writes out.
+    ``catalog`` supplies the doctor facts (default: the bundled ones). Returns the report and the view,
+    whose record ``--capture`` writes out.
     """
+    facts_catalog = catalog.doctor if catalog is not None else doctor_catalog()
     view = HostView(root)
-    facts = gather(view, doctor_catalog())
-    return run_checks(facts, doctor_catalog(), target), view
+    facts = gather(view, facts_catalog)
+    return run_checks(facts, facts_catalog, target), view
