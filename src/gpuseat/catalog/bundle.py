@@ -81,9 +81,10 @@ def _merge(base: dict[str, Any], extra: dict[str, Any], keys: dict[str, tuple[st
             out[table] = value
             continue
         fields = keys[table]
-        rows = {tuple(r.get(f) for f in fields): r for r in base.get(table, [])}
+        rows: dict[tuple[Any, ...], Any] = {tuple(r.get(f) for f in fields): r for r in base.get(table, [])}
         for row in value if isinstance(value, list) else []:
-            rows[tuple(row.get(f) for f in fields) if isinstance(row, dict) else id(row)] = row
+            # a row that is not a table keeps its own slot; validation then names it
+            rows[tuple(row.get(f) for f in fields) if isinstance(row, dict) else (id(row),)] = row
         out[table] = list(rows.values())
     return out
 
