@@ -121,8 +121,12 @@ def lines(
     marker: float | None = None,
     width: int = 640,
     height: int = 240,
+    series_attr: str = "series",
 ) -> str:
-    """Line series over a shared x range (e.g. cost to date vs plan); ``marker`` draws a vertical 'now'."""
+    """Line series over a shared x range (e.g. cost to date vs plan); ``marker`` draws a vertical 'now'.
+
+    Each line carries ``data-<series_attr>="<name>"`` (e.g. ``data-participant`` on the usage chart).
+    """
     pts = [p for _, s in series for p in s]
     if not pts:
         return empty(title, kind)
@@ -158,8 +162,8 @@ def lines(
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s)
         last = s[-1][1] if s else 0.0
         parts += [
-            f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{path}" '
-            f"data-series={quoteattr(name)} data-last={quoteattr(repr(float(last)))}/>",
+            f'<polyline class="series" fill="none" stroke="{color}" stroke-width="2" points="{path}" '
+            f"data-{series_attr}={quoteattr(name)} data-last={quoteattr(repr(float(last)))}/>",
             f'<rect x="{width - pad_r + 10}" y="{pad_t + 16 * k}" width="10" height="10" fill="{color}"/>',
             f'<text x="{width - pad_r + 26}" y="{pad_t + 16 * k + 9}" {FONT}>{escape(name)}</text>',
         ]

@@ -2,8 +2,8 @@
 
 A *GPU-hour* here is one hour during which the participant's seat device (a whole GPU or one MIG
 instance) was in use — a process held it or its utilisation was above zero. Idle time is the
-sampled time it was not. The chart is a self-contained HTML file with an inline SVG (no plotting
-library): in-use hours per participant per hour of the course.
+sampled time it was not. The chart is a self-contained HTML file with an inline SVG drawn by
+:mod:`gpuseat.core.charts` (the portal's charts): in-use hours per participant per hour of the course.
 """
 
 from __future__ import annotations
@@ -15,18 +15,6 @@ from dataclasses import dataclass
 from gpuseat.readings import UsageRow
 
 UNASSIGNED = "(unassigned)"
-PALETTE = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#7f7f7f",
-    "#bcbd22",
-    "#17becf",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,42 +68,23 @@ def chart_html(rows: Iterable[UsageRow], *, title: str = "GPU seat usage", width
     """A self-contained HTML page with an SVG line chart of in-use hours per participant per hour."""
     import datetime as dt
 
+    from gpuseat.core.charts import lines
+
     axis, series = hourly(rows)
-    pad_l, pad_r, pad_t, pad_b = 50, 160, 30, 40
-    plot_w, plot_h = width - pad_l - pad_r, height - pad_t - pad_b
-    n = max(len(axis) - 1, 1)
-    top = max((max(v) for v in series.values()), default=1.0) or 1.0
 
-    def x(i: int) -> float:
-        return pad_l + plot_w * i / n
+    def label(hour: int) -> str:
+        return dt.datetime.fromtimestamp(hour * 3600, dt.UTC).strftime("%Y-%m-%d %H:00Z")
 
-    def y(v: float) -> float:
-        return pad_t + plot_h * (1 - v / top)
-
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">',
-        f"<title>{html.escape(title)}</title>",
-        f'<line x1="{pad_l}" y1="{pad_t + plot_h}" x2="{pad_l + plot_w}" y2="{pad_t + plot_h}" stroke="#333"/>',
-        f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{pad_t + plot_h}" stroke="#333"/>',
-        f'<text x="{pad_l - 8}" y="{pad_t + 4}" text-anchor="end" font-size="11">{top:.2f} h</text>',
-        f'<text x="{pad_l - 8}" y="{pad_t + plot_h}" text-anchor="end" font-size="11">0</text>',
-    ]
-    if axis:
-        for i in (0, len(axis) - 1):
-            label = dt.datetime.fromtimestamp(axis[i] * 3600, dt.UTC).strftime("%Y-%m-%d %H:00Z")
-            parts.append(f'<text x="{x(i):.1f}" y="{height - 12}" text-anchor="middle" font-size="11">{label}</text>')
-    for k, (who, values) in enumerate(series.items()):
-        color = PALETTE[k % len(PALETTE)]
-        points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values))
-        parts.append(
-            f'<polyline class="series" data-participant="{html.escape(who)}" fill="none" stroke="{color}" '
-            f'stroke-width="1.5" points="{points}"/>'
-        )
-        ly = pad_t + 14 * k
-        parts.append(f'<rect x="{width - pad_r + 10}" y="{ly - 8}" width="10" height="10" fill="{color}"/>')
-        parts.append(f'<text x="{width - pad_r + 26}" y="{ly + 1}" font-size="11">{html.escape(who)}</text>')
-    parts.append("</svg>")
-    svg = "\n".join(parts)
+    svg = lines(
+        [(who, [(float(h), v) for h, v in zip(axis, values, strict=True)]) for who, values in series.items()],
+        title=title,
+        kind="usage",
+        unit=" h",
+        x_labels=(label(axis[0]), label(axis[-1])) if axis else ("", ""),
+        width=width,
+        height=height,
+        series_attr="participant",
+    )
     return (
         '<!DOCTYPE html>\n<!-- written by gpuseat usage -->\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title></head>\n<body>\n<h1>{html.escape(title)}</h1>\n"
