@@ -127,6 +127,7 @@ def lines(
 
     Each line carries ``data-<series_attr>="<name>"`` (e.g. ``data-participant`` on the usage chart).
     """
+    series = [(name, [(x, y) for x, y in s if math.isfinite(x) and math.isfinite(y)]) for name, s in series]
     pts = [p for _, s in series for p in s]
     if not pts:
         return empty(title, kind)
