@@ -1,10 +1,19 @@
 """One monitor tick of a 448-seat course (64 GPUs × 7 MIG instances on 8 DGX-class hosts' worth of GPUs,
 1,000 processes with their users; attribution + alerts + Prometheus collector + SQLite store), also the
-smaller 8 × 7 × 100 lab, vs spawning a process that parses a recorded ``nvidia-smi -q -x`` capture (what
-a cron-driven nvidia-smi scraper pays per sample); and the database size of a simulated 15-day,
-16-seat course at the default interval with downsampling. Prints medians and 95th percentiles.
+smaller 8 × 7 × 100 lab; the database size of a simulated 15-day, 16-seat course at the default interval
+with downsampling. Prints medians and 50th/95th/99th percentiles.
 
-Run: ``.venv/bin/python benchmarks/bench_monitor.py`` (``--no-course`` skips the 15-day simulation)
+Side by side in the same run:
+- ``gpuseat monitor``'s tick (``background=True``: the tick queues its rows for the writer thread, which
+  writes while the monitor waits for the next interval; the benchmark waits for it, untimed, between
+  ticks as the 5 s interval would) and the writer's sustained throughput (ticks queued back to back);
+- the same tick writing the database itself (``background=False``, the path before the writer thread);
+- a per-stage breakdown of the tick (``time.perf_counter`` around each stage);
+- spawning a process that parses a recorded ``nvidia-smi -q -x`` capture (what a cron-driven
+  nvidia-smi scraper pays per sample).
+
+Run: ``.venv/bin/python benchmarks/bench_monitor.py`` (``--no-course`` skips the 15-day simulation;
+``--db URL`` stores into that database instead of a fresh SQLite file, e.g. a PostgreSQL database)
 """
 
 from __future__ import annotations
@@ -28,9 +37,9 @@ CAPTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "gpuseat_
 INTERVAL_S = 5  # gpuseat monitor's default --interval
 
 
-def lab(gpus: int, migs: int, processes: int, n: int) -> list:
+def lab(gpus: int, migs: int, processes: int, n: int, start: float = 1_700_000_040.0) -> list:
     """``n`` snapshots 5 s apart; every process knows its user (as a remote ``ps`` gives it), 1 in 50 foreign."""
-    base = synthetic_snapshot(gpus=gpus, migs_per_gpu=migs, processes=processes, taken_at=1_700_000_040.0)
+    base = synthetic_snapshot(gpus=gpus, migs_per_gpu=migs, processes=processes, taken_at=start)
     owner = {m.uuid: f"p{i:03d}" for i, m in enumerate(m for g in base.gpus for m in g.mig)}
     procs = tuple(
         replace(p, user="stranger" if k % 50 == 0 else owner[p.mig_uuid]) for k, p in enumerate(base.processes)
@@ -38,13 +47,17 @@ def lab(gpus: int, migs: int, processes: int, n: int) -> list:
     return [replace(base, processes=procs, taken_at=base.taken_at + 5 * i) for i in range(n)]
 
 
-def bench_tick(tmp: Path, gpus: int, migs: int, processes: int, n: int) -> tuple[float, float]:
-    """Median and 95th percentile (ms) of one tick: attribution, alerts, collector and the store."""
-    snaps = lab(gpus, migs, processes, n)
+def percentiles(seconds: list[float]) -> str:
+    """``p50 … p95 … p99 …`` in ms."""
+    q = statistics.quantiles(seconds, n=100, method="inclusive")
+    return f"p50 {q[49] * 1000:6.2f} ms  p95 {q[94] * 1000:6.2f} ms  p99 {q[98] * 1000:6.2f} ms"
+
+
+def _monitor(url: str, snaps: list, *, background: bool) -> tuple[Monitor, Store]:
     entries = [
         SeatEntry(f"s{i:03d}", m.uuid, f"p{i:03d}") for i, m in enumerate(m for g in snaps[0].gpus for m in g.mig)
     ]
-    store = Store(f"sqlite:///{tmp / f'tick{gpus}.db'}")
+    store = Store(url)
     store.import_seats(entries)
     mon = Monitor(
         ReplaySampler(snaps, loop=False),
@@ -52,18 +65,90 @@ def bench_tick(tmp: Path, gpus: int, migs: int, processes: int, n: int) -> tuple
         store=store,
         alerts=AlertTracker(),
         collector=SeatCollector(),
+        background=background,
     )
+    return mon, store
+
+
+def bench_tick(url: str, snaps: list, *, background: bool) -> tuple[list[float], list[float]]:
+    """Seconds of each tick, and of each database flush (in the tick, or in the writer thread)."""
+    mon, _ = _monitor(url, snaps, background=background)
     times = []
-    for _ in range(n):
+    for _ in snaps:
         t = time.perf_counter()
         tick = mon.tick()
         times.append(time.perf_counter() - t)
-        assert tick.stored
+        if background:
+            assert mon.wait_written(60), "the writer thread did not keep up"  # untimed: the interval's sleep
+        else:
+            assert tick.stored
+    assert not mon.pending and mon.samples_stored == len(snaps)
     mon.close()
-    store_ms = statistics.median(mon.store_seconds) * 1000 if getattr(mon, "store_seconds", None) else float("nan")
-    print(f"  ({gpus} GPUs) of which the database write: median {store_ms:.2f} ms")
-    times.sort()
-    return statistics.median(times) * 1000, times[int(len(times) * 0.95)] * 1000
+    return times, list(mon.store_seconds)
+
+
+def bench_writer(url: str, snaps: list) -> tuple[float, float]:
+    """Ticks queued back to back, then drained: (samples written a second, ticks a second)."""
+    mon, _ = _monitor(url, snaps, background=True)
+    t = time.perf_counter()
+    for _ in snaps:
+        mon.tick()
+    assert mon.wait_written(600)
+    elapsed = time.perf_counter() - t
+    assert mon.samples_stored == len(snaps) and mon.write_failures == 0
+    mon.close()
+    rows = sum(len(mon.seats.entries) for _ in snaps)
+    return rows / elapsed, len(snaps) / elapsed
+
+
+def bench_stages(url: str, snaps: list) -> dict[str, list[float]]:
+    """The tick's stages one by one, the store written in line."""
+    mon, store = _monitor(url, snaps, background=False)
+    tracker, collector = AlertTracker(), SeatCollector()
+    stages: dict[str, list[float]] = {k: [] for k in ("sample", "attribution", "alerts", "collector", "store")}
+    sampler = ReplaySampler(snaps, loop=False)
+    for _ in snaps:
+        t0 = time.perf_counter()
+        snap = sampler.sample()
+        t1 = time.perf_counter()
+        _, states = observe(snap, mon.seats)
+        t2 = time.perf_counter()
+        tracker.update(snap, states)
+        t3 = time.perf_counter()
+        collector.update(snap, states)
+        t4 = time.perf_counter()
+        store.write(snap.host, snap.taken_at, states)
+        t5 = time.perf_counter()
+        for k, a, b in zip(stages, (t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5), strict=True):
+            stages[k].append(b - a)
+    mon.close()
+    return stages
+
+
+def report(label: str, tmp: Path, url: str | None, gpus: int, migs: int, processes: int, n: int) -> float:
+    """Print one lab's figures; returns the background tick's median (ms)."""
+    fresh = iter(range(1000))
+
+    def db() -> str:  # a fresh database per measurement, or the given one (its samples are skipped when seen)
+        return url or f"sqlite:///{tmp / f'tick{gpus}-{next(fresh)}.db'}"
+
+    shift = iter(range(0, 10**9, 10**6))
+
+    def snaps() -> list:  # new seconds for every measurement, so a shared database stores every sample
+        return lab(gpus, migs, processes, n, start=1_700_000_040.0 + next(shift))
+
+    bg, bg_writes = bench_tick(db(), snaps(), background=True)
+    fg, fg_writes = bench_tick(db(), snaps(), background=False)
+    rows_s, ticks_s = bench_writer(db(), snaps())
+    stages = bench_stages(db(), snaps())
+    print(f"{label}, median of {n}:")
+    print(f"  tick, store in the writer thread (gpuseat monitor): {percentiles(bg)}")
+    print(f"    the writer's flush per tick:                      {percentiles(bg_writes)}")
+    print(f"    writer sustained: {rows_s:,.0f} samples/s = {ticks_s:,.0f} ticks/s queued back to back")
+    print(f"  tick, store written in the tick (before):           {percentiles(fg)}")
+    print(f"    of which the database write:                      {percentiles(fg_writes)}")
+    print("  stages (median): " + ", ".join(f"{k} {statistics.median(v) * 1000:.2f} ms" for k, v in stages.items()))
+    return statistics.median(bg) * 1000
 
 
 def bench_spawn(n: int = 20) -> float:
@@ -99,13 +184,13 @@ def course_db_mb(tmp: Path, days: int = 15, seats: int = 16) -> tuple[float, dic
 
 
 def main() -> None:
+    url = sys.argv[sys.argv.index("--db") + 1] if "--db" in sys.argv else None
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        small, small95 = bench_tick(tmp, 8, 7, 100, 300)
-        big, big95 = bench_tick(tmp, 64, 7, 1000, 200)
+        print(f"database: {url or 'a fresh SQLite file per measurement'}")
+        report("8 GPUs x 7 MIG, 100 processes (56 seats)", tmp, url, 8, 7, 100, 300)
+        big = report("64 GPUs x 7 MIG, 1,000 processes (448 seats)", tmp, url, 64, 7, 1000, 200)
         spawn_ms = bench_spawn()
-        print(f"tick, 8 GPUs x 7 MIG, 100 processes (56 seats):      median {small:.2f} ms, p95 {small95:.2f} ms")
-        print(f"tick, 64 GPUs x 7 MIG, 1,000 processes (448 seats):  median {big:.2f} ms, p95 {big95:.2f} ms")
         print(f"spawn a process that parses a recorded nvidia-smi -q -x: median {spawn_ms:.1f} ms")
         print(f"ratio spawn/tick (448 seats): {spawn_ms / big:.0f}x   (goal: 448-seat tick < 5 ms)")
         if "--no-course" in sys.argv:

@@ -12,15 +12,18 @@ from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuseat.errors import EngineError
 from gpuseat.monitor.alerts import AlertTracker, post_webhook
-from gpuseat.monitor.attribution import SeatEntry, SeatMap, proc_user
+from gpuseat.monitor.attribution import SeatEntry, SeatMap, attribute, observe_seats, proc_user, seat_states
 from gpuseat.monitor.nvml import NvmlSampler, _load_pynvml
 from gpuseat.monitor.prometheus import SeatCollector, render, serve
 from gpuseat.monitor.replay import ReplaySampler, read_replay, synthetic_snapshot, write_replay
 from gpuseat.monitor.runner import Monitor, observe
+from gpuseat.readings import Attributed, GpuProcess, Leaf, SeatState, leaves
 
 T0 = 1_700_000_040.0
 pynvml = _load_pynvml()  # the real binding (its errors and structs); only gpuseat.monitor.nvml imports it
@@ -253,3 +256,52 @@ def test_nvml_error_on_one_gpu_marks_it_unhealthy_and_others_go_on():
     (proc,) = snap.processes
     assert (proc.pid, proc.gpu_uuid, proc.used_memory_mib, proc.gpu_instance_id) == (77, "GPU-0", 512, None)
     sampler.close()
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 9),
+            st.sampled_from(["mig", "gpu", "none", "other"]),
+            st.sampled_from([None, "user0", "user1", "root", "x"]),
+            st.sampled_from([None, "C", "G", "C+G"]),
+        ),
+        max_size=40,
+    ),
+    st.integers(0, 6),
+    st.sampled_from([None, 0.0, 7.0]),
+)
+@settings(max_examples=200, deadline=None)
+def test_the_one_pass_tick_attributes_like_attribute_then_seat_states(procs, seats_taken, util):
+    """observe_seats (the monitor's one pass, fast constructors) gives what attribute + seat_states give,
+    and every object equals the one its class's own constructor makes (``active`` included)."""
+    base = synthetic_snapshot(gpus=2, migs_per_gpu=2, processes=0, taken_at=T0)
+    whole = synthetic_snapshot(gpus=1, migs_per_gpu=0, processes=0, taken_at=T0).gpus[0]
+    first = replace(base.gpus[0], mig=(replace(base.gpus[0].mig[0], utilization_gpu=util), *base.gpus[0].mig[1:]))
+    gpus = (first, base.gpus[1], replace(whole, index=2, uuid="GPU-whole", utilization_gpu=util))
+    migs = [(g.uuid, m.uuid) for g in base.gpus for m in g.mig]
+    processes = []
+    for pid, (k, where, user, kind) in enumerate(procs):
+        gpu_uuid, mig_uuid = migs[k % len(migs)]
+        if where == "gpu":  # a CSV process on a MIG-mode GPU: no MIG device given
+            mig_uuid = None
+        elif where == "none":
+            gpu_uuid, mig_uuid = "GPU-whole", None
+        elif where == "other":  # a device no snapshot GPU has
+            gpu_uuid, mig_uuid = "GPU-gone", None
+        processes.append(
+            GpuProcess(pid=pid, gpu_uuid=gpu_uuid, mig_uuid=mig_uuid, kind=kind, user=user if pid % 2 else None)
+        )
+    snap = replace(base, gpus=gpus, processes=tuple(processes))
+    devices = [m for _, m in migs] + ["GPU-whole", base.gpus[0].uuid]
+    seats = SeatMap(
+        [SeatEntry(f"s{i}", d, f"p{i}", f"user{i}" if i % 2 else None) for i, d in enumerate(devices[:seats_taken])],
+        allowed_users=["root"],
+    )
+    users = {pid: "user1" for pid in range(0, len(procs), 3)}
+    attributed = attribute(snap, seats, users)
+    fused, states = observe_seats(snap, seats, users)
+    assert (fused, states) == (attributed, seat_states(snap, seats, attributed))
+    assert fused == [Attributed(a.process, a.user, a.seat, a.participant, a.foreign) for a in fused]
+    assert states == [SeatState(s.leaf, s.entry, s.processes) for s in states]
+    assert [s.leaf for s in states[: len(leaves(snap))]] == [Leaf(x.uuid, x.gpu, x.mig, x.label) for x in leaves(snap)]

@@ -121,3 +121,55 @@ def test_failing_writes_are_retried_and_sampling_goes_on(tmp_path):
     assert mon.tick().stored and not mon.pending
     assert flaky.store.counts()["samples"] == 4 * 2
     mon.close()
+
+
+class SlowStore:
+    """A real store whose writes wait until ``release`` is set (a locked or slow database)."""
+
+    def __init__(self, store):
+        import threading
+
+        self.store, self.release, self.writing = store, threading.Event(), threading.Event()
+
+    def write(self, *args):
+        self.writing.set()
+        assert self.release.wait(30)
+        self.store.write(*args)
+
+    def record_alert(self, alert):
+        self.store.record_alert(alert)
+
+    def close(self):
+        self.store.close()
+
+
+def test_background_writer_never_delays_a_tick_and_stores_every_sample_on_close(tmp_path):
+    snaps = [synthetic_snapshot(gpus=1, migs_per_gpu=2, processes=1, taken_at=T0 + 10 * i) for i in range(4)]
+    slow = SlowStore(Store(f"sqlite:///{tmp_path / 'c.db'}"))
+    mon = Monitor(ReplaySampler(snaps, loop=False), SeatMap(), store=slow, background=True)
+    ticks = [mon.tick()]
+    assert slow.writing.wait(30)  # the writer thread is stuck in the first write ...
+    ticks += [mon.tick() for _ in range(3)]  # ... and the ticks still return
+    assert not any(t.stored for t in ticks) and mon.samples_stored == 0
+    slow.release.set()
+    assert mon.wait_written(30)
+    assert mon.samples_stored == 4 and not mon.pending
+    mon.close()
+    assert Store(f"sqlite:///{tmp_path / 'c.db'}").counts()["samples"] == 4 * 2
+
+
+def test_background_writer_retries_failed_writes_in_order(tmp_path):
+    snaps = [synthetic_snapshot(gpus=1, migs_per_gpu=2, processes=1, taken_at=T0 + 10 * i) for i in range(5)]
+    flaky = FlakyStore(Store(f"sqlite:///{tmp_path / 'c.db'}"))
+    mon = Monitor(ReplaySampler(snaps, loop=False), SeatMap(), store=flaky, background=True)
+    for _ in range(3):
+        mon.tick()
+        assert mon.wait_written(30)
+    assert len(mon.pending) == 3 and mon.write_failures == 6 and mon.samples_stored == 0
+    flaky.down = False
+    mon.tick()
+    assert mon.wait_written(30) and not mon.pending and mon.samples_stored == 4
+    with flaky.store.engine.connect() as conn:
+        ids = [r[0] for r in conn.execute(text("SELECT ts FROM samples ORDER BY id"))]
+    assert ids == sorted(ids) and len(ids) == 4 * 2  # the retried rows were written first, in order
+    mon.close()

@@ -7,13 +7,33 @@ the process's user (a participant's job on someone else's seat, or a stranger on
 from __future__ import annotations
 
 import pwd
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
 
-from gpuseat.readings import Attributed, Leaf, SeatEntry, SeatMap, SeatState, Snapshot, leaves
+from gpuseat.readings import (
+    Attributed,
+    GpuProcess,
+    Leaf,
+    SeatEntry,
+    SeatMap,
+    SeatState,
+    Snapshot,
+    frozen_factory,
+    leaves,
+    new_seat_state,
+)
 
-__all__ = ["SeatEntry", "SeatMap", "SeatState", "attribute", "proc_user", "proc_users", "seat_states"]
+__all__ = [
+    "SeatEntry",
+    "SeatMap",
+    "SeatState",
+    "attribute",
+    "observe_seats",
+    "proc_user",
+    "proc_users",
+    "seat_states",
+]
 
 
 @lru_cache(maxsize=4096)
@@ -45,27 +65,58 @@ def proc_users(pids: Iterable[int], root: Path = Path("/proc")) -> dict[int, str
     return {pid: proc_user(pid, root) for pid in pids}
 
 
+_attributed: Callable[[GpuProcess, str | None, str | None, str | None, bool], Attributed] = frozen_factory(Attributed)
+
+
 def attribute(snapshot: Snapshot, seats: SeatMap, users: Mapping[int, str | None]) -> list[Attributed]:
     """Attach user, seat, participant and the foreign flag to every process of the snapshot.
 
     A user the source already knows (``GpuProcess.user``, e.g. from the remote host's ``ps``) wins
     over ``users`` (this machine's ``/proc``).
     """
-    by_device, allowed = seats.by_device, seats.allowed_users
+    return _attribute(snapshot, seats, users, None)
+
+
+def _attribute(
+    snapshot: Snapshot,
+    seats: SeatMap,
+    users: Mapping[int, str | None],
+    by_leaf: dict[str, list[Attributed]] | None,
+) -> list[Attributed]:
+    """:func:`attribute`; with ``by_leaf`` also groups the result by leaf device in the same pass."""
+    owners, allowed, known, make = seats.owners, seats.allowed_users, users.get, _attributed
     out: list[Attributed] = []
     append = out.append
-    for p in snapshot.processes:  # the hot loop of a tick: SeatMap.lookup and SeatEntry.login, inlined
-        entry = by_device.get(p.mig_uuid) if p.mig_uuid is not None else None
-        if entry is None:
-            entry = by_device.get(p.gpu_uuid)
-        user = p.user if p.user is not None else users.get(p.pid)
-        if entry is None:
-            append(Attributed(p, user, None, None, False))
-            continue
-        login = entry.user or entry.participant
-        foreign = user is not None and login is not None and user != login and user not in allowed
-        append(Attributed(p, user, entry.seat, entry.participant, foreign))
+    for p in snapshot.processes:  # the hot loop of a tick: one dict lookup per device, no per-seat work
+        mig = p.mig_uuid
+        owner = owners.get(mig) if mig is not None else None
+        if owner is None:
+            owner = owners.get(p.gpu_uuid)
+        user = p.user if p.user is not None else known(p.pid)
+        if owner is None:
+            a = make(p, user, None, None, False)
+        else:
+            seat, participant, login = owner
+            foreign = user is not None and login is not None and user != login and user not in allowed
+            a = make(p, user, seat, participant, foreign)
+        append(a)
+        if by_leaf is not None:
+            key = mig or p.gpu_uuid
+            group = by_leaf.get(key)
+            if group is None:
+                by_leaf[key] = [a]
+            else:
+                group.append(a)
     return out
+
+
+def observe_seats(
+    snapshot: Snapshot, seats: SeatMap, users: Mapping[int, str | None]
+) -> tuple[list[Attributed], list[SeatState]]:
+    """:func:`attribute` and :func:`seat_states` in one pass over the processes (the monitor's tick)."""
+    by_leaf: dict[str, list[Attributed]] = {}
+    attributed = _attribute(snapshot, seats, users, by_leaf)
+    return attributed, _states(snapshot, seats, by_leaf)
 
 
 def seat_states(snapshot: Snapshot, seats: SeatMap, attributed: Iterable[Attributed]) -> list[SeatState]:
@@ -78,13 +129,21 @@ def seat_states(snapshot: Snapshot, seats: SeatMap, attributed: Iterable[Attribu
     for a in attributed:
         key = a.process.mig_uuid or a.process.gpu_uuid
         by_leaf.setdefault(key, []).append(a)
-    out = []
+    return _states(snapshot, seats, by_leaf)
+
+
+def _states(snapshot: Snapshot, seats: SeatMap, by_leaf: dict[str, list[Attributed]]) -> list[SeatState]:
+    """The states of :func:`seat_states` from processes already grouped by leaf (``by_leaf`` is emptied)."""
+    by_device, pop, make = seats.by_device, by_leaf.pop, new_seat_state
+    out: list[SeatState] = []
+    append = out.append
     for leaf in leaves(snapshot):
         key = leaf.uuid or ""
-        entry = seats.by_device.get(key) if leaf.uuid else None
-        out.append(SeatState(leaf, entry, tuple(by_leaf.pop(key, ()))))
-    for gpu in snapshot.gpus:
-        if gpu.mig and gpu.uuid in by_leaf:
-            leaf = Leaf(gpu.uuid, gpu, None, f"{gpu.index}/?")
-            out.append(SeatState(leaf, seats.by_device.get(gpu.uuid), tuple(by_leaf.pop(gpu.uuid))))
+        entry = by_device.get(key) if leaf.uuid else None
+        append(make(leaf, entry, tuple(pop(key, ()))))
+    if by_leaf:  # processes on a MIG-mode GPU without a MIG device (CSV), or on no listed device
+        for gpu in snapshot.gpus:
+            if gpu.mig and gpu.uuid in by_leaf:
+                leaf = Leaf(gpu.uuid, gpu, None, f"{gpu.index}/?")
+                append(make(leaf, by_device.get(gpu.uuid), tuple(pop(gpu.uuid))))
     return out

@@ -3,7 +3,14 @@
 Faults never stop sampling: a GPU whose NVML queries fail is reported unhealthy by the sampler;
 a failing database write is retried on the next ticks (the rows wait in a bounded queue) while the
 database is down, and a row that fails while later rows are stored is dropped after a few tries, so
-one bad row never blocks the rest; a failing webhook is logged. SIGTERM or SIGINT ends the loop after
+one bad row never blocks the rest; a failing webhook is logged.
+
+With ``background=True`` (what ``gpuseat monitor`` uses) one writer thread does the database work:
+the tick only queues its rows and wakes the writer, so a slow or locked database never delays
+sampling, alerts or ``/metrics``. The writer handles the same queue with the same rules, one pass per
+tick; :meth:`Monitor.close` lets it finish what is queued. A ``kill -9`` loses what is still queued,
+which is the tick in flight as long as the writer keeps up (it writes far more rows a second than a
+tick makes: see ``benchmarks/bench_monitor.py``). SIGTERM or SIGINT ends the loop after
 the current tick. The monitor reaches the database only through :class:`~gpuseat.readings.SampleStore`.
 """
 
@@ -20,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuseat.monitor.alerts import AlertTracker
-from gpuseat.monitor.attribution import attribute, proc_users, seat_states
+from gpuseat.monitor.attribution import observe_seats, proc_users
 from gpuseat.readings import Alert, Attributed, SampleStore, SeatMap, SeatState, Snapshot
 
 if TYPE_CHECKING:
@@ -70,8 +77,7 @@ def observe(
     if users is None:
         pids = (p.pid for p in snapshot.processes if p.user is None)
         users = proc_users(pids, proc_root) if snapshot.local else {}
-    attributed = attribute(snapshot, seats, users)
-    return attributed, seat_states(snapshot, seats, attributed)
+    return observe_seats(snapshot, seats, users)
 
 
 class Monitor:
@@ -89,6 +95,7 @@ class Monitor:
         proc_root: Path = Path("/proc"),
         max_pending: int = 10_000,
         max_attempts: int = 3,
+        background: bool = False,
     ) -> None:
         self.sampler = sampler
         self.seats = seats
@@ -104,6 +111,14 @@ class Monitor:
         self.dropped = 0
         self.max_attempts = max_attempts
         self.store_seconds: deque[float] = deque(maxlen=1000)  # time of each flush (benchmarks, logs)
+        self._wake = threading.Condition()
+        self._queued = 0  # ticks queued for the writer thread so far
+        self._handled = 0  # of which the writer has flushed
+        self._closing = False
+        self._writer: threading.Thread | None = None
+        if background and store is not None:
+            self._writer = threading.Thread(target=self._write_loop, name="gpuseat-store-writer", daemon=True)
+            self._writer.start()
 
     def tick(self) -> Tick:
         """One sample, attributed, checked for alerts, stored and published."""
@@ -119,24 +134,72 @@ class Monitor:
         if self.collector is not None:
             self.collector.update(snapshot, states)
         if self.store is not None:
-            self.pending.append(_Pending((snapshot.host, snapshot.taken_at, states)))
-            self.pending.extend(_Pending(a) for a in tick.alerts)
-            started = time.perf_counter()
-            tick.stored = self.flush()
-            self.store_seconds.append(time.perf_counter() - started)
+            rows = [_Pending((snapshot.host, snapshot.taken_at, states))]
+            rows.extend(_Pending(a) for a in tick.alerts)
+            if self._writer is not None:  # the writer thread stores them; tick.stored stays False
+                with self._wake:
+                    self.pending.extend(rows)
+                    self._queued += 1
+                    self._wake.notify()
+            else:
+                self.pending.extend(rows)
+                tick.stored = self._timed_flush()
         return tick
+
+    def _timed_flush(self) -> bool:
+        started = time.perf_counter()
+        done = self.flush()
+        self.store_seconds.append(time.perf_counter() - started)
+        return done
+
+    def _write_loop(self) -> None:
+        """The writer thread: one :meth:`flush` of everything queued per tick, until :meth:`close`."""
+        seen = 0
+        while True:
+            with self._wake:
+                while self._queued == seen and not self._closing:
+                    self._wake.wait()
+                seen, closing = self._queued, self._closing
+            self._timed_flush()
+            with self._wake:
+                self._handled = seen
+                self._wake.notify_all()
+            if closing:
+                return
+
+    def wait_written(self, timeout_s: float | None = None) -> bool:
+        """Wait until the writer thread has handled every queued tick (benchmarks, tests); True if so."""
+        with self._wake:
+            return self._writer is None or self._wake.wait_for(
+                lambda: self._handled >= self._queued or self._writer is None or not self._writer.is_alive(),
+                timeout_s,
+            )
 
     def flush(self) -> bool:
         """Write queued rows in order; True when the queue is empty afterwards (never raises).
 
         While every write fails (the database is down or locked) the rows stay queued. A row that
         fails while others are stored is dropped after ``max_attempts`` tries, with an error logged.
+        Rows queued by a tick while this runs (writer thread) wait for the next flush, after the
+        rows kept for a retry, so the order of rows is kept.
         """
+        with self._wake:
+            batch = list(self.pending)
+            self.pending.clear()
+        kept = self._write_rows(batch)
+        with self._wake:
+            if kept:
+                retry: deque[_Pending] = deque(kept, maxlen=self.pending.maxlen)
+                retry.extend(self.pending)  # a full queue drops its oldest rows, as before
+                self.pending = retry
+            return not self.pending
+
+    def _write_rows(self, batch: list[_Pending]) -> list[_Pending]:
+        """Write ``batch`` in order; the rows to try again on the next flush."""
         assert self.store is not None
-        kept: deque[_Pending] = deque(maxlen=self.pending.maxlen)
+        failed: list[_Pending] = []
         stored_any = False
-        while self.pending:
-            item = self.pending.popleft()
+        for item in batch:
             try:
                 if isinstance(item.row, Alert):
                     self.store.record_alert(item.row)
@@ -148,14 +211,15 @@ class Monitor:
                 self.write_failures += 1
                 item.attempts += 1
                 log.warning("database write failed (attempt %d): %s", item.attempts, str(exc).splitlines()[0])
-                kept.append(item)
-        for item in kept:
+                failed.append(item)
+        kept = []
+        for item in failed:
             if stored_any and item.attempts >= self.max_attempts:
                 self.dropped += 1
                 log.error("dropped a row after %d failed writes: %s", item.attempts, item.describe())
             else:
-                self.pending.append(item)
-        return not self.pending
+                kept.append(item)
+        return kept
 
     def run(self, interval_s: float, *, ticks: int | None = None, on_tick: Callable[[Tick], Any] | None = None) -> int:
         """Tick every ``interval_s`` until stopped (SIGTERM/SIGINT, :meth:`stop`, or ``ticks`` done)."""
@@ -182,7 +246,14 @@ class Monitor:
 
     def close(self) -> None:
         """Flush what is queued, then release sampler and store."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            with self._wake:
+                self._closing = True
+                self._wake.notify()
+            writer.join()  # its last pass writes what is queued
         if self.store is not None:
-            self.flush()
+            if writer is None:
+                self.flush()
             self.store.close()
         self.sampler.close()

@@ -262,6 +262,7 @@ def run_monitor(
         alerts=AlertTracker(idle_hours=idle_hours),
         collector=collector,
         on_alert=(lambda alert: post_webhook(webhook, alert)) if webhook else None,
+        background=True,  # a slow or locked database never delays a tick
     )
     server = None
     try:
