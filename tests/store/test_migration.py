@@ -96,3 +96,17 @@ def test_upgrade_of_an_empty_0001_database_creates_no_course(url):
     engine.dispose()
     with open_store(url) as store:
         assert store.list_courses() == []
+
+
+def test_known_revisions_match_alembic():
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from gpuseat.services.courses import _known_revisions
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(gpuseat.db.__file__).parent / "migrations"))
+    script = ScriptDirectory.from_config(config)
+    known, heads = _known_revisions()
+    assert known == {s.revision for s in script.walk_revisions()}
+    assert heads == set(script.get_heads()) and len(heads) == 1

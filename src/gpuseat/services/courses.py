@@ -343,11 +343,13 @@ def open_store(url: str | None = None, *, create: bool = False) -> CourseStore:
             where=shown,
             fix="create a course first (gpuseat course create COURSE.toml)",
         )
-    if revision is not None and revision not in _known_revisions():
+    known, heads = _known_revisions()
+    if revision is not None and revision not in known:
         engine.dispose()
         raise StoreError(f"made by a newer gpuseat (schema revision {revision})", where=shown, fix="upgrade gpuseat")
     try:
-        upgrade(engine)  # refuses other applications' tables
+        if revision is None or {revision} != heads:
+            upgrade(engine)  # refuses other applications' tables
     except Exception:
         engine.dispose()
         raise
@@ -370,13 +372,20 @@ def plan_option_for(path: Path, rank: int, catalog: Catalog) -> dict[str, Any]:
     return dict(options[rank - 1])
 
 
-def _known_revisions() -> set[str]:
-    from alembic.config import Config
-    from alembic.script import ScriptDirectory
+def _known_revisions() -> tuple[set[str], set[str]]:
+    """(every revision, the heads) of the packaged migrations, read from their files without Alembic.
 
-    config = Config()
-    config.set_main_option("script_location", str(Path(__file__).parents[1] / "db" / "migrations"))
-    return {s.revision for s in ScriptDirectory.from_config(config).walk_revisions()}
+    Importing Alembic costs a loaded machine a noticeable part of a CLI command; a database already at
+    the head needs none of it.
+    """
+    found: dict[str, str | None] = {}
+    for path in (Path(__file__).parents[1] / "db" / "migrations" / "versions").glob("[0-9]*.py"):
+        source = path.read_text(encoding="utf-8")
+        rev = re.search(r'^revision = "([^"]+)"', source, re.M)
+        down = re.search(r'^down_revision = (?:"([^"]+)"|None)', source, re.M)
+        if rev:
+            found[rev.group(1)] = down.group(1) if down else None
+    return set(found), set(found) - {d for d in found.values() if d}
 
 
 def token_hash(token: str) -> str:

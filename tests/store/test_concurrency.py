@@ -1,0 +1,172 @@
+"""Many processes at once, and processes killed half-way: no double assignment, no half-imported roster.
+
+Real processes (``python -c``) against one SQLite file and one PostgreSQL schema; the database's own
+answer (SQL over ``assignments``) is what is checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from sqlalchemy import text
+
+from gpuseat.services.courses import CourseStore, SeatSpec, open_store
+
+from .conftest import EXAMPLES
+
+WORKER = textwrap.dedent(
+    """
+    import json, os, sys, time
+    from gpuseat.errors import NoFreeSeat
+    from gpuseat.services.courses import open_store
+    url, go, keys = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+    store = open_store(url)
+    print("ready", flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.005)
+    out = {}
+    for key in keys:
+        try:
+            out[key] = store.claim_seat(None, key, mode="pool").key
+        except NoFreeSeat:
+            out[key] = None
+    print(json.dumps(out), flush=True)
+    """
+)
+
+
+def course_with(store: CourseStore, tmp_path: Path, participants: int, seats: int) -> list[str]:
+    path = tmp_path / "big.toml"
+    path.write_text(f'name = "big"\nparticipants = {participants}\n[schedule]\nstart = 2026-01-05\ndays = 5\n')
+    store.create_course(path, key="big")
+    rows = ["name,email,unix_user"] + [f"P {i},p{i:05d}@example.org,p{i:05d}" for i in range(participants)]
+    store.import_roster("big", "\n".join(rows))
+    store.add_seats("big", [SeatSpec(key=f"s{i:05d}", kind="gpu", memory_gb=16) for i in range(seats)])
+    return [f"p{i:05d}" for i in range(participants)]
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
+
+
+def start_workers(url: str, go: Path, keys: list[str], n: int) -> list[subprocess.Popen[str]]:
+    chunks = [keys[i::n] for i in range(n)]  # interleaved: every process competes for the same seats
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, url, str(go), ",".join(chunk)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env(),
+        )
+        for chunk in chunks
+    ]
+    for p in procs:
+        assert p.stdout is not None
+        assert p.stdout.readline().strip() == "ready", p.stderr.read() if p.stderr else ""
+    return procs
+
+
+def open_counts(store: CourseStore) -> tuple[int, int, int]:
+    """Seats held twice, participants holding two seats, open assignments: what the database says."""
+    with store.engine.connect() as conn:
+        q = "SELECT count(*) FROM (SELECT {c} FROM assignments WHERE valid_to IS NULL GROUP BY {c} HAVING count(*) > 1) d"
+        double_seat = conn.execute(text(q.format(c="seat_id"))).scalar()
+        double_person = conn.execute(text(q.format(c="participant_id"))).scalar()
+        total = conn.execute(text("SELECT count(*) FROM assignments WHERE valid_to IS NULL")).scalar()
+    return int(double_seat or 0), int(double_person or 0), int(total or 0)
+
+
+def test_sixteen_processes_claim_without_double_assignment(url, tmp_path):
+    store = open_store(url, create=True)
+    keys = course_with(store, tmp_path, participants=96, seats=80)
+    go = tmp_path / "go"
+    procs = start_workers(url, go, keys, 16)
+    go.touch()
+    results: dict[str, str | None] = {}
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        results.update(json.loads(out.strip().splitlines()[-1]))
+    got = [s for s in results.values() if s is not None]
+    assert len(results) == 96
+    assert len(got) == 80 and len(set(got)) == 80  # every seat handed out once
+    assert sum(1 for s in results.values() if s is None) == 16  # the rest: a clear "no free seat"
+    assert open_counts(store) == (0, 0, 80)
+    held = {s.participant: s.key for s in store.seats("big")}
+    assert all(held[p] == s for p, s in results.items() if s is not None)
+    store.close()
+
+
+def test_sigkill_in_a_burst_of_claims_leaves_a_consistent_store(url, tmp_path):
+    store = open_store(url, create=True)
+    keys = course_with(store, tmp_path, participants=400, seats=400)
+    go = tmp_path / "go"
+    procs = start_workers(url, go, keys, 8)
+    go.touch()
+    deadline = time.monotonic() + 60
+    while open_counts(store)[2] < 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for p in procs:
+        p.send_signal(signal.SIGKILL)
+    for p in procs:
+        p.wait(timeout=30)
+    killed_mid_way = open_counts(store)[2]
+    assert 0 < killed_mid_way < 400, "the processes were not killed in the middle of their claims"
+    assert open_counts(store)[:2] == (0, 0)
+    # the store still works: every participant gets a seat, the ones who had one keep it
+    before = {s.participant: s.key for s in store.seats("big") if s.participant}
+    report = store.assign_all("big")
+    assert report.kept == killed_mid_way and len(report.assigned) == 400 - killed_mid_way
+    after = {s.participant: s.key for s in store.seats("big")}
+    assert all(after[p] == s for p, s in before.items())
+    assert open_counts(store) == (0, 0, 400)
+    if store.engine.dialect.name == "sqlite":
+        with store.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"
+    store.close()
+
+
+IMPORTER = textwrap.dedent(
+    """
+    import sys
+    from gpuseat.services.courses import open_store
+    store = open_store(sys.argv[1])
+    print("importing", flush=True)
+    store.import_roster("big", open(sys.argv[2]).read())
+    print("done", flush=True)
+    """
+)
+
+
+def test_sigkill_in_a_roster_import_stores_all_or_nothing(url, tmp_path):
+    store = open_store(url, create=True)
+    path = tmp_path / "big.toml"
+    path.write_text('name = "big"\nparticipants = 20000\n[schedule]\nstart = 2026-01-05\ndays = 5\n')
+    store.create_course(path, key="big")
+    roster = tmp_path / "roster.csv"
+    ssh = (EXAMPLES / "roster-16.csv").read_text().splitlines()[1].split(",")[4]
+    rows = ["name,email,group,unix_user,ssh_key"]
+    rows += [f"Person {i},person{i:05d}@example.org,participants,u{i:05d},{ssh}" for i in range(20000)]
+    roster.write_text("\n".join(rows) + "\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", IMPORTER, url, str(roster)], stdout=subprocess.PIPE, text=True, env=env()
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "importing"
+    time.sleep(1.0)  # checking 20,000 rows and writing them takes several seconds here
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    stored = len(store.participants("big"))
+    assert stored in (0, 20000)
+    assert stored == 0, "the import finished before the kill: make the roster bigger"
+    assert [e.action for e in store.events("big")] == ["course.create"]
+    report = store.import_roster("big", roster)  # the same import afterwards succeeds in full
+    assert report.added == 20000 and len(store.participants("big")) == 20000
+    store.close()
