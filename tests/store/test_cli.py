@@ -133,3 +133,20 @@ def test_read_commands_do_not_create_the_database(cli, tmp_path):
         result = cli(*args, "--db", f"sqlite:///{path}")
         assert result.code == 2 and "no gpuseat database here" in result.err
     assert not path.exists()
+
+
+def test_top_and_usage_read_the_seat_map_of_a_course(cli, url):
+    db = ("--db", url)
+    ok(cli("course", "create", COURSE, *db))
+    ok(cli("course", "create", COURSE, "--key", "other", *db))
+    ok(cli("roster", "import", ROSTER, "--course", "course-2016", *db))
+    t4 = FIXTURES / "telegraf__tesla-t4.xml"  # one T4 with an Xorg and a python process
+    ok(cli("seats", "add", "--from-nvidia-smi", t4, "--course", "course-2016", *db))
+    ok(cli("seats", "assign", "--participant", "amartin", "--seat", "seat-01", "--course", "course-2016", *db))
+    view = json.loads(ok(cli("top", "--once", "--from-xml", t4, "--course", "course-2016", "-f", "json", *db)).out)
+    assert {(p["seat"], p["participant"]) for p in view["processes"]} == {("seat-01", "amartin")}
+    other = json.loads(ok(cli("top", "--once", "--from-xml", t4, "--course", "other", "-f", "json", *db)).out)
+    assert {(p["seat"], p["participant"]) for p in other["processes"]} == {(None, None)}  # no seats there
+    assert json.loads(ok(cli("usage", "--course", "course-2016", "-f", "json", *db)).out)["participants"] == []
+    bad = cli("usage", "--course", "nope", *db)
+    assert bad.code == 2 and "no course 'nope'" in bad.err and "course-2016" in bad.err

@@ -27,6 +27,7 @@ SSH = typer.Option(None, "--ssh", help="Sample HOST ([user@]name) by running nvi
 REPLAY = typer.Option(None, "--replay", help="Play back a recorded JSON Lines snapshot file.")
 SEATS = typer.Option(None, "--seats", help="Seat mapping file (TOML or CSV): seat → device UUID → participant.")
 DB = typer.Option(None, "--db", help="Database URL (default: GPUSEAT_DB_URL or SQLite in the data dir).")
+COURSE = typer.Option(None, "--course", help="Only this course's seats, from the course store (gpuseat course list).")
 ONCE = typer.Option(False, "--once", help="Take one sample, print it and exit.")
 CHART = typer.Option(None, "--chart", help="Write an HTML/SVG chart of usage over time.")
 
@@ -87,6 +88,7 @@ def top(
     replay: Path | None = REPLAY,
     seats: Path | None = SEATS,
     db: str | None = DB,
+    course: str | None = COURSE,
     once: bool = ONCE,
     interval: float = typer.Option(
         1.0, "--interval", min=0.1, max=86400, callback=_finite, help="Seconds between refreshes."
@@ -98,7 +100,7 @@ def top(
 
     source = _source(from_xml, from_csv, apps, listing, ssh, replay)
     if once:
-        _print_view(monitoring.snapshot_once(source, seats, db), fmt)
+        _print_view(monitoring.snapshot_once(source, seats, db, course), fmt)
         return
     from rich.live import Live
 
@@ -106,7 +108,7 @@ def top(
     from gpuseat.monitor.runner import Monitor
     from gpuseat.monitor.view import rich_table, seat_rows
 
-    monitor = Monitor(monitoring.open_sampler(source), monitoring.seat_map(seats, db, write=False))
+    monitor = Monitor(monitoring.open_sampler(source), monitoring.seat_map(seats, db, write=False, course=course))
     tracker = AlertTracker()
     monitor.install_signal_handlers()
     with Live(auto_refresh=False) as live:
@@ -132,6 +134,7 @@ def monitor(
     replay: Path | None = REPLAY,
     seats: Path | None = SEATS,
     db: str | None = DB,
+    course: str | None = COURSE,
     once: bool = ONCE,
     interval: float = typer.Option(
         5.0, "--interval", min=0.1, max=86400, callback=_finite, help="Seconds between samples."
@@ -155,7 +158,7 @@ def monitor(
 
     source = _source(from_xml, from_csv, apps, listing, ssh, replay)
     if once:
-        _print_view(monitoring.snapshot_once(source, seats, db), fmt)
+        _print_view(monitoring.snapshot_once(source, seats, db, course), fmt)
         return
     import logging
 
@@ -170,6 +173,7 @@ def monitor(
         webhook=webhook,
         idle_hours=idle_hours,
         metrics_names=metrics_names,
+        course=course,
     )
     if fmt == Format.json:
         print_json(run.to_dict())
@@ -187,12 +191,13 @@ def usage(
     chart: Path | None = CHART,
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --chart file not written by gpuseat."),
     db: str | None = DB,
+    course: str | None = COURSE,
     fmt: Format = FORMAT_OPTION,
 ) -> None:
     """GPU-hours, peak memory and idle time per participant, from the course database."""
     from gpuseat.services import monitoring
 
-    report = monitoring.usage_report(since, db)
+    report = monitoring.usage_report(since, db, course)
     if fmt == Format.json:
         print_json(report.to_dict())
     elif fmt == Format.csv:

@@ -171,7 +171,7 @@ class Store:
             .order_by(Seat.key)
         )
         if course is not None:
-            q = q.where(Seat.course_id == select(Course.id).where(Course.key == course).scalar_subquery())
+            q = q.where(Seat.course_id == self._course_id(course))
         with self.engine.connect() as conn:
             rows = conn.execute(q).all()
         entries = [
@@ -358,8 +358,8 @@ class Store:
         conn.execute(delete(Sample).where(Sample.ts < now_ts - self.raw_keep_s, Sample.device_id.in_(devices)))
         self._rolled[host] = max(last if last is not None else minute - 1, minute - 1)
 
-    def usage_rows(self, since: float | None = None) -> list[UsageRow]:
-        """Minute aggregates (oldest first) with device, seat and participant names."""
+    def usage_rows(self, since: float | None = None, *, course: str | None = None) -> list[UsageRow]:
+        """Minute aggregates (oldest first) with device, seat and participant names (of one course's seats)."""
         q = (
             select(
                 MinuteAggregate.minute,
@@ -377,8 +377,23 @@ class Store:
         )
         if since is not None:
             q = q.where(MinuteAggregate.minute >= int(since) // 60)
+        if course is not None:
+            q = q.where(Seat.course_id == self._course_id(course))
         with self.engine.connect() as conn:
             return [UsageRow(*row) for row in conn.execute(q)]
+
+    def _course_id(self, key: str) -> int:
+        """A course's id; an unknown key is an input error naming the known ones."""
+        with self.engine.connect() as conn:
+            found = conn.scalar(select(Course.id).where(Course.key == key))
+            known = [] if found is not None else list(conn.scalars(select(Course.key)))
+        if found is None:
+            from gpuseat.errors import NotFound
+
+            raise NotFound(
+                f"no course {key!r}", where="--course", fix=f"one of: {', '.join(known)}" if known else "create one"
+            )
+        return int(found)
 
     def counts(self) -> dict[str, int]:
         """Row counts of the growing tables (for tests and the benchmark)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import random
 import re
 import secrets
@@ -402,6 +403,9 @@ class CourseStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._writer = immediate(engine)  # SQLite: BEGIN IMMEDIATE; PostgreSQL: unchanged
+        self._courses: dict[str, Course] = {}
+        database = engine.url.database if engine.dialect.name == "sqlite" else None
+        self._lock_path = f"{database}.lock" if database and database != ":memory:" else None
 
     def close(self) -> None:
         """Release pooled connections."""
@@ -413,10 +417,45 @@ class CourseStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _course_cached(self, s: Session, key: str | None) -> Course:
+        """The course row, kept per store for a named course (claims are hot; a course is never deleted).
+
+        ``None`` ("the only course") is looked up every time: another course may have been created since.
+        """
+        if key is None:
+            return _course(s, None)
+        row = self._courses.get(key)
+        if row is None:
+            found = _course(s, key)
+            # a transient copy: a rollback expires the session's rows, this one stays readable
+            row = Course(id=found.id, key=found.key, name=found.name, summary=dict(found.summary or {}))
+            self._courses[key] = row
+        return row
+
     @contextmanager
     def _write(self) -> Iterator[Session]:
-        with Session(self._writer, expire_on_commit=False) as session, session.begin():
+        with self._queue(), Session(self._writer, expire_on_commit=False) as session, session.begin():
             yield session
+
+    @contextmanager
+    def _queue(self) -> Iterator[None]:
+        """SQLite: writers of this file take turns through an OS file lock before ``BEGIN IMMEDIATE``.
+
+        SQLite's own busy handler polls with growing sleeps, so under 16 busy processes one writer can
+        wait many seconds while others keep winning; a blocking ``flock`` hands the turn over as soon
+        as it is free. PostgreSQL (row locks) needs none of this.
+        """
+        if self._lock_path is None:
+            yield
+            return
+        import fcntl
+
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
 
     @contextmanager
     def _read(self) -> Iterator[Session]:
@@ -758,11 +797,10 @@ class CourseStore:
         for _attempt in range(_CLAIM_RETRIES):
             try:
                 with self._write() as s:
-                    crow = _course(s, course)
-                    p = _participant(s, crow, participant)
-                    held = _open_seat(s, p.id)
+                    crow = self._course_cached(s, course)
+                    p, held, open_a = _participant_and_seat(s, crow, participant)
                     if held is not None:
-                        return _seat_view(crow.key, held, _holder(s, held.id))
+                        return _seat_view(crow.key, held, (p.key, open_a))
                     candidates = _free_suitable(s, crow, p.group_name, _needs(crow))
                     if not candidates:
                         raise _no_free_seat(s, crow, p)
@@ -771,10 +809,10 @@ class CourseStore:
                         time.sleep(random.uniform(0.002, 0.02))  # all candidates are being claimed right now
                         continue
                     a = Assignment(seat_id=chosen.id, participant_id=p.id, valid_from=datetime.now(UTC), mode=mode)
-                    s.add(a)
-                    s.flush()
+                    s.add(a)  # written with the event at commit; a double assignment fails there
                     _log(s, crow.key, actor, "seat.claim", participant=p.key, seat=chosen.key, detail={"mode": mode})
-                    return _seat_view(crow.key, chosen, (p.key, a))
+                    view = _seat_view(crow.key, chosen, (p.key, a))
+                return view
             except IntegrityError:
                 continue  # someone else took that seat, or this participant's other claim won: look again
         raise StoreError(
@@ -1247,6 +1285,25 @@ def _participant(s: Session, crow: Course, who: str) -> Participant:
             fix="give a participant's key, email or Unix user (gpuseat roster import adds them)",
         )
     return row
+
+
+def _participant_and_seat(s: Session, crow: Course, who: str) -> tuple[Participant, Seat | None, Assignment | None]:
+    """The participant with the seat and assignment they hold now, in one query."""
+    row = s.execute(
+        select(Participant, Seat, Assignment)
+        .outerjoin(Assignment, and_(Assignment.participant_id == Participant.id, Assignment.valid_to.is_(None)))
+        .outerjoin(Seat, Seat.id == Assignment.seat_id)
+        .where(
+            Participant.course_id == crow.id,
+            or_(Participant.key == who, Participant.email == who.lower(), Participant.unix_user == who),
+        )
+        .order_by(Participant.key != who)
+        .limit(1)
+    ).first()
+    if row is None:
+        _participant(s, crow, who)  # raises NotFound with a hint
+    assert row is not None
+    return row[0], row[1], row[2]
 
 
 def _people(s: Session, crow: Course, who: Sequence[str] | None) -> list[Participant]:

@@ -103,23 +103,26 @@ def open_sampler(source: Source) -> Sampler:
     return StaticSampler(snap)
 
 
-def seat_map(seats: Path | None, db: str | None, *, write: bool) -> SeatMap:
-    """Seats from the file (imported into the database when ``write``), else from an existing database."""
+def seat_map(seats: Path | None, db: str | None, *, write: bool, course: str | None = None) -> SeatMap:
+    """Seats from the file (imported into the database when ``write``), else from an existing database.
+
+    ``course`` limits the map to one course of the store (and is where a seats file is imported).
+    """
     from gpuseat.monitor.seats import read_seats
 
     if seats is not None:
         entries = read_seats(seats)
         if not write:
             return SeatMap(entries)
-    elif not _db_exists(db):
+    elif not _db_exists(db) and course is None:
         return SeatMap()
-    from gpuseat.db.store import Store
+    from gpuseat.db.store import DEFAULT_COURSE, Store
 
     store = Store(db, create=write)
     try:
         if seats is not None:
-            store.import_seats(entries)
-        return store.seat_map()
+            store.import_seats(entries, course=course or DEFAULT_COURSE)
+        return store.seat_map(course=course)
     finally:
         store.close()
 
@@ -184,11 +187,13 @@ def view(tick: Tick) -> SeatView:
     return SeatView(tick.snapshot, tuple(tick.attributed), tuple(tick.states))
 
 
-def snapshot_once(source: Source, seats: Path | None = None, db: str | None = None) -> SeatView:
-    """One sample, attributed to seats; writes nothing."""
+def snapshot_once(
+    source: Source, seats: Path | None = None, db: str | None = None, course: str | None = None
+) -> SeatView:
+    """One sample, attributed to seats (of ``course`` when given); writes nothing."""
     from gpuseat.monitor.runner import Monitor
 
-    monitor = Monitor(open_sampler(source), seat_map(seats, db, write=False))
+    monitor = Monitor(open_sampler(source), seat_map(seats, db, write=False, course=course))
     try:
         return view(monitor.tick())
     finally:
@@ -243,6 +248,7 @@ def run_monitor(
     metrics_names: str = "dcgm",
     on_tick: Callable[[Tick], Any] | None = None,
     signals: bool = True,
+    course: str | None = None,
 ) -> MonitorRun:
     """Sample every ``interval_s`` into the course database, with alerts and ``/metrics``, until stopped."""
     from gpuseat.db.store import Store
@@ -253,7 +259,7 @@ def run_monitor(
     address = parse_listen(listen) if listen else None
     collector = SeatCollector(metrics_names)
     sampler = open_sampler(source)
-    seat_map_ = seat_map(seats, db, write=True)
+    seat_map_ = seat_map(seats, db, write=True, course=course)
     store = Store(db)
     monitor = Monitor(
         sampler,
@@ -327,14 +333,14 @@ class UsageReport:
 USAGE_COLUMNS = ("participant", "seats", "gpu_hours", "idle_hours", "peak_memory_mib")
 
 
-def usage_report(since: str | None = None, db: str | None = None) -> UsageReport:
-    """The usage report from the course database (which must exist: nothing is created)."""
+def usage_report(since: str | None = None, db: str | None = None, course: str | None = None) -> UsageReport:
+    """The usage report from the course database (which must exist: nothing is created), of one course or all."""
     from gpuseat.db.store import Store
 
     start = parse_since(since)
     store = Store(db, create=False)
     try:
-        return UsageReport(start, tuple(store.usage_rows(start)))
+        return UsageReport(start, tuple(store.usage_rows(start, course=course)))
     finally:
         store.close()
 

@@ -87,7 +87,6 @@ def seats_from_nvidia_smi(
             else:
                 gb = g.memory_total_mib / 1024 if g.memory_total_mib else None
                 found.setdefault(g.uuid, ("gpu", None, gb))
-        host = host or snapshot.host
     else:
         # a capture may list the same devices more than once (idle, under load): a GPU with MIG devices
         # in any listing is split, never a whole-GPU seat
