@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import csv
+import hashlib
 import io
 import re
 import struct
@@ -91,9 +92,13 @@ def check_ssh_key(text: str) -> str:
 
 
 def _key_from(email: str, unix_user: str | None) -> str:
+    """The participant key when the roster has no ``key`` column: the Unix user or the email's local part,
+    as is when it is already a key, else a slug plus a short hash (so distinct sources stay distinct)."""
     base = unix_user or email.split("@", 1)[0].lower()
-    key = re.sub(r"[^a-z0-9._-]+", "-", base.lower()).strip("-._")[:64]
-    return key or "participant"
+    if PARTICIPANT_KEY.match(base):
+        return base
+    slug = re.sub(r"[^a-z0-9._-]+", "-", base.lower()).strip("-._")[:54]
+    return f"{slug or 'p'}-{hashlib.sha256(base.encode()).hexdigest()[:8]}"
 
 
 class _Cell:

@@ -459,7 +459,7 @@ class CourseStore:
 
     @contextmanager
     def _read(self) -> Iterator[Session]:
-        with Session(self.engine) as session, session.begin():
+        with Session(self.engine, expire_on_commit=False) as session, session.begin():
             yield session
 
     # -- courses -----------------------------------------------------------------------------------
@@ -794,8 +794,25 @@ class CourseStore:
         """
         if mode not in CLAIM_MODES:
             raise InputError(f"unknown mode {mode!r}", where="mode", fix=f"one of {', '.join(CLAIM_MODES)}")
+        sqlite = self.engine.dialect.name == "sqlite"
         for _attempt in range(_CLAIM_RETRIES):
             try:
+                if sqlite:  # look without the write lock, then hold it only to take the seat
+                    with self._read() as s:
+                        crow = self._course_cached(s, course)
+                        p, held, open_a = _participant_and_seat(s, crow, participant)
+                        if held is not None:
+                            return _seat_view(crow.key, held, (p.key, open_a))
+                        candidates = _free_suitable(s, crow, p.group_name, _needs(crow))
+                        if not candidates:
+                            raise _no_free_seat(s, crow, p)
+                        pid, pkey = p.id, p.key
+                    with self._write() as s:
+                        chosen = _still_free(s, candidates)
+                        if chosen is None:
+                            continue  # all taken meanwhile: look again
+                        view = self._take(s, crow, pid, pkey, chosen, mode, actor)
+                    return view
                 with self._write() as s:
                     crow = self._course_cached(s, course)
                     p, held, open_a = _participant_and_seat(s, crow, participant)
@@ -808,10 +825,7 @@ class CourseStore:
                     if chosen is None:
                         time.sleep(random.uniform(0.002, 0.02))  # all candidates are being claimed right now
                         continue
-                    a = Assignment(seat_id=chosen.id, participant_id=p.id, valid_from=datetime.now(UTC), mode=mode)
-                    s.add(a)  # written with the event at commit; a double assignment fails there
-                    _log(s, crow.key, actor, "seat.claim", participant=p.key, seat=chosen.key, detail={"mode": mode})
-                    view = _seat_view(crow.key, chosen, (p.key, a))
+                    view = self._take(s, crow, p.id, p.key, chosen, mode, actor)
                 return view
             except IntegrityError:
                 continue  # someone else took that seat, or this participant's other claim won: look again
@@ -820,6 +834,13 @@ class CourseStore:
             where=f"participant {participant}",
             fix="try again",
         )
+
+    def _take(self, s: Session, crow: Course, pid: int, pkey: str, seat: Seat, mode: str, actor: str) -> SeatView:
+        """Insert the assignment and its event (written at commit, where a double assignment fails)."""
+        a = Assignment(seat_id=seat.id, participant_id=pid, valid_from=datetime.now(UTC), mode=mode)
+        s.add(a)
+        _log(s, crow.key, actor, "seat.claim", participant=pkey, seat=seat.key, detail={"mode": mode})
+        return _seat_view(crow.key, seat, (pkey, a))
 
     def assign_all(
         self, course: str | None = None, *, partial: bool = False, actor: str = DEFAULT_ACTOR
@@ -1205,6 +1226,16 @@ def _free_suitable(s: Session, crow: Course, group: str | None, needs: dict[str,
         rank = preference(key=key, kind=kind, memory_gb=memory_gb, reserved_for=reserved, group=group)
         ranked.append((rank, sid))
     return [sid for _, sid in sorted(ranked)]
+
+
+def _still_free(s: Session, candidates: list[int], window: int = 64) -> Seat | None:
+    """The best of the first ``window`` candidates that is still free and assignable (one query)."""
+    head = candidates[:window]
+    rows = s.scalars(
+        select(Seat).where(Seat.id.in_(head), Seat.state.in_(ASSIGNABLE_STATES), ~_is_taken(Seat.id))
+    ).all()
+    order = {sid: i for i, sid in enumerate(head)}
+    return min(rows, key=lambda r: order[r.id], default=None)
 
 
 def _lock_first(s: Session, candidates: list[int]) -> Seat | None:
