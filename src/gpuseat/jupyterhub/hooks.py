@@ -11,9 +11,10 @@ finishes the seat becomes ``running``.
 owner-checked (only the seat this server took, by its engine reference) and idempotent: the seat
 becomes ``released`` (or ``failed`` with the spawner's error), and a pool seat goes back to the pool.
 
-The store work runs on one gpuseat thread: the hub's event loop never waits for the database (a burst
-of 50 starts froze the hub for 37 s when it did), and this hub's claims run one after another instead
-of queueing for SQLite's write lock. The hooks are also session-aware on request (``sessions_only``).
+The store work runs on gpuseat's own threads: the hub's event loop never waits for the database (a
+burst of 50 starts froze the hub for 37 s when it did); on SQLite one thread, so this hub's claims run
+one after another instead of queueing for the write lock. With ``sessions_only`` starts outside the
+course's lab sessions are refused too.
 """
 
 from __future__ import annotations
@@ -102,8 +103,10 @@ class SeatHooks:
         self._sessions: tuple[float, list[Window], str] | None = None  # (read at, windows, time zone)
         self._refused: set[str] = set()
         self.timing = HookTiming()
-        # one thread: this hub's claims run one after another instead of queueing for SQLite's write lock
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="gpuseat-hub")
+        # SQLite: one thread, so this hub's claims run one after another instead of queueing for the write
+        # lock; PostgreSQL locks rows (FOR UPDATE SKIP LOCKED), so claims may run side by side
+        threads = 1 if settings.db_url.startswith("sqlite") else 8
+        self._worker = ThreadPoolExecutor(threads, thread_name_prefix="gpuseat-hub")
 
     def __deepcopy__(self, memo: dict[int, Any]) -> SeatHooks:
         """One object for the whole hub: traitlets deep-copies the config (and these bound hooks) into
