@@ -158,6 +158,7 @@ def main() -> None:
     parser.add_argument("--seats", type=int, default=900)
     parser.add_argument("--procs", type=int, default=16)
     parser.add_argument("--pg", default=os.environ.get("GPUSEAT_TEST_PG_URL"))
+    parser.add_argument("--databases", default="sqlite,postgresql", help="Which to run, comma-separated.")
     args = parser.parse_args()
     print(f"{args.participants} participants, {args.seats} seats, {args.procs} processes")
     print(
@@ -165,7 +166,7 @@ def main() -> None:
         f"{'seated':>8}{'no seat':>8}{'conflicts':>10}{'doubles':>8}"
     )
     rows = []
-    for db in ("sqlite", "postgresql"):
+    for db in args.databases.split(","):
         if db == "postgresql" and not args.pg:
             print("postgresql skipped: no --pg URL and no GPUSEAT_TEST_PG_URL")
             continue

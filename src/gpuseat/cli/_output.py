@@ -49,6 +49,18 @@ def print_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], title
     Console().print(table)
 
 
+def print_rows(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], fmt: Format, title: str | None = None
+) -> None:
+    """Rows in the chosen format: JSON (all fields), CSV or a table (``columns``)."""
+    if fmt is Format.json:
+        print_json(list(rows))
+    elif fmt is Format.csv:
+        print_csv(rows, columns)
+    else:
+        print_table(rows, columns, title=title)
+
+
 def stderr_console() -> Any:
     """A Rich console on stderr, for warnings and progress that must not mix with JSON on stdout."""
     from rich.console import Console

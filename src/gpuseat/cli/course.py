@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_table
+from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, print_rows, print_table
 
 COURSE = typer.Option(None, "--course", help="Course key (default: the only course).")
 DB = typer.Option(None, "--db", help="Course database URL (default: GPUSEAT_DB_URL or SQLite in the data dir).")
@@ -70,13 +70,7 @@ def register(app: typer.Typer) -> None:
 
         with open_store(db) as store:
             views = store.list_courses()
-        rows = [v.to_dict() for v in views]
-        if fmt is Format.json:
-            print_json(rows)
-        elif fmt is Format.csv:
-            print_csv(rows, COURSE_COLUMNS)
-        else:
-            print_table(rows, COURSE_COLUMNS, title="courses")
+        print_rows([v.to_dict() for v in views], COURSE_COLUMNS, fmt, title="courses")
 
     @course_app.command("show")
     def show(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_table
+from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, print_rows
 from gpuseat.cli.course import COURSE, DB, actor
 
 LINK_COLUMNS = ("participant", "link", "status")
@@ -97,9 +97,4 @@ def register(app: typer.Typer) -> None:
                     "status": "new" if t else ("issued before (use --rotate)" if s["active"] else "none"),
                 }
             )
-        if fmt is Format.json:
-            print_json(rows)
-        elif fmt is Format.csv:
-            print_csv(rows, LINK_COLUMNS)
-        else:
-            print_table(rows, LINK_COLUMNS, title="access links (shown once)")
+        print_rows(rows, LINK_COLUMNS, fmt, title="access links (shown once)")

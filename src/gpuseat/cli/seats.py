@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_table
+from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_rows
 from gpuseat.cli.course import COURSE, DB, actor
 from gpuseat.errors import InputError
 
@@ -64,13 +64,7 @@ def seats_toml(seats: list[SeatView], users: dict[str, str | None]) -> str:
 
 
 def _print_seats(seats: list[Any], fmt: Format, title: str) -> None:
-    rows = [s.to_dict() for s in seats]
-    if fmt is Format.json:
-        print_json(rows)
-    elif fmt is Format.csv:
-        print_csv(rows, SEAT_COLUMNS)
-    else:
-        print_table(rows, SEAT_COLUMNS, title=title)
+    print_rows([s.to_dict() for s in seats], SEAT_COLUMNS, fmt, title=title)
 
 
 def _specs(
@@ -264,12 +258,7 @@ def register(app: typer.Typer) -> None:
                     "connect": s.connect,
                 }
             )
-        if fmt is Format.json:
-            print_json(rows)
-        elif fmt is Format.csv:
-            print_csv(rows, STATUS_COLUMNS)
-        else:
-            print_table(rows, STATUS_COLUMNS, title=f"seats of {seats[0].course}" if seats else "seats")
+        print_rows(rows, STATUS_COLUMNS, fmt, title=f"seats of {seats[0].course}" if seats else "seats")
 
     @seats_app.command("export")
     def export(

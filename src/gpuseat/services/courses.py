@@ -72,6 +72,7 @@ TOKEN_BYTES = 32
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{20,128}$")
 _TOUCH_EVERY = timedelta(minutes=1)  # last-used time is written at most once a minute per token
 _CLAIM_RETRIES = 20
+_LOCK_WINDOW = 32  # candidates offered to one FOR UPDATE SKIP LOCKED statement
 _HOST = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,252})$")
 _DEVICE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]{1,90}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -1251,14 +1252,18 @@ def _lock_first(s: Session, candidates: list[int]) -> Seat | None:
         from sqlalchemy import Integer, bindparam
         from sqlalchemy.dialects.postgresql import ARRAY
 
-        ids = bindparam("ids", candidates, type_=ARRAY(Integer))
-        return s.scalar(
-            select(Seat)
-            .where(Seat.id == func.any(ids), ~_is_taken(Seat.id))
-            .order_by(func.array_position(ids, Seat.id))
-            .limit(1)
-            .with_for_update(skip_locked=True)
-        )
+        for start in range(0, len(candidates), _LOCK_WINDOW):  # small arrays: array_position is linear
+            ids = bindparam("ids", candidates[start : start + _LOCK_WINDOW], type_=ARRAY(Integer))
+            row = s.scalar(
+                select(Seat)
+                .where(Seat.id == func.any(ids), ~_is_taken(Seat.id))
+                .order_by(func.array_position(ids, Seat.id))
+                .limit(1)
+                .with_for_update(skip_locked=True)
+            )
+            if row is not None:
+                return row
+        return None
     for sid in candidates:  # other databases: one row at a time
         row = s.scalar(select(Seat).where(Seat.id == sid, ~_is_taken(Seat.id)).with_for_update(skip_locked=True))
         if row is not None:
