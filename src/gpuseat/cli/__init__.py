@@ -16,11 +16,11 @@ from gpuseat.errors import GpuseatError
 
 app = typer.Typer(
     name="gpuseat",
-    help="One GPU seat per course participant: plan, carve, doctor, bench, top/monitor.",
+    help="One GPU seat per course participant: plan, carve, doctor, bench, top/monitor, course, serve.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,
 )
 
 
@@ -36,7 +36,7 @@ def _version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
 ) -> None:
-    """One GPU seat per course participant: plan, carve, doctor, bench, top/monitor."""
+    """One GPU seat per course participant: plan, carve, doctor, bench, top/monitor, course, serve."""
 
 
 def _register_all() -> None:
