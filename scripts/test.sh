@@ -5,8 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --dev
-.venv/bin/ruff check src tests benchmarks
-.venv/bin/ruff format --check src tests benchmarks
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
 .venv/bin/mypy
 bash scripts/check_install.sh
 pg=$(mktemp -d /tmp/gpuseat-pg.XXXXXX)
