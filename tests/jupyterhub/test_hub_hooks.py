@@ -23,7 +23,7 @@ from gpuseat.db.store import Store
 from gpuseat.jupyterhub import HubSettings, SeatHooks
 from gpuseat.monitor.alerts import GPU_LOST, Alert
 from gpuseat.monitor.runner import Monitor
-from portal.conftest import pg_schema_url  # tests/ is on sys.path (the root conftest's folder)
+from pg_schema import pg_schema_url
 
 PEOPLE = ["ada", "ben", "cy", "dee", "eve", "fay"]
 CONTACT = "Dr. Organizer (gpu-course@example.edu)"

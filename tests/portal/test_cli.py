@@ -92,7 +92,7 @@ def test_roster_upload_errors_name_file_line_and_column(course_db, tmp_path):
 
 
 def test_the_portal_serves_a_postgresql_store(request, tmp_path):
-    from .conftest import pg_schema_url
+    from pg_schema import pg_schema_url
 
     url = pg_schema_url(request)
     store = open_store(url, create=True)

@@ -2,38 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import uuid as uuidlib
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from gpuseat.services.courses import CourseStore, open_store
+from pg_schema import pg_schema_url
 
-PG = os.environ.get("GPUSEAT_TEST_PG_URL")
-ON_CI = os.environ.get("CI") == "true"
 EXAMPLES = Path(__file__).parents[2] / "examples"
-
-
-def _pg_url(request: pytest.FixtureRequest) -> str:
-    if not PG:
-        if ON_CI:
-            pytest.fail("GPUSEAT_TEST_PG_URL is not set on CI (scripts/test.sh starts PostgreSQL)")
-        pytest.skip("GPUSEAT_TEST_PG_URL not set")
-    schema = f"t_{uuidlib.uuid4().hex[:12]}"
-    admin = create_engine(PG)
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-
-    def drop() -> None:
-        with admin.begin() as conn:
-            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-        admin.dispose()
-
-    request.addfinalizer(drop)
-    sep = "&" if "?" in PG else "?"
-    return f"{PG}{sep}options=-csearch_path%3D{schema}"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -41,7 +17,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh, empty database on each engine."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'course.db'}"
-    return _pg_url(request)
+    return pg_schema_url(request)
 
 
 @pytest.fixture
