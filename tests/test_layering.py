@@ -17,13 +17,23 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "gpuseat"
 
 LOADERS = {
-    "gpuseat.catalog": {"find_gpu", "gpu_models", "resolve_gpu", "reference_results", "data_toml", "data_csv"},
+    "gpuseat.catalog": {
+        "find_gpu",
+        "gpu_models",
+        "resolve_gpu",
+        "reference_results",
+        "data_toml",
+        "data_csv",
+        "data_text",
+    },
     "gpuseat.catalog.partitions": {"partition_catalog"},
     "gpuseat.catalog.licences": {"licences"},
     "gpuseat.catalog.offers": {"bundled_offers", "provider_rules"},
     "gpuseat.catalog.doctor": {"doctor_catalog"},
     "gpuseat.catalog.bundle": {"load_catalog"},
+    "gpuseat.bench.results": {"recorded_results"},
 }
+LOADER_NAMES = set().union(*LOADERS.values())
 
 
 def _imports(path: Path, root: Path) -> list[tuple[str, str | None, int]]:
@@ -55,13 +65,43 @@ def _violations(folders: list[str], banned_prefixes: tuple[str, ...], loaders: b
                     out.append(f"{where} imports {full}")
                 if loaders and name in LOADERS.get(module, set()):
                     out.append(f"{where} imports the catalog loader {module}.{name}")
+            if loaders:  # a loader reached some other way (a module attribute, a re-export) is still a call
+                tree = ast.parse(path.read_text(encoding="utf-8"))
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.Call):
+                        func = node.func
+                        called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+                        if called in LOADER_NAMES and not (isinstance(func, ast.Attribute) and _on_value(func)):
+                            out.append(f"{path.relative_to(root.parent)}:{node.lineno} calls the loader {called}()")
     return out
+
+
+def _on_value(func: ast.Attribute) -> bool:
+    """``catalog.find_gpu(...)`` is a method of the Catalog value passed in, not a loader."""
+    value = func.value
+    if isinstance(value, ast.Attribute):  # self.catalog.find_gpu(...)
+        return value.attr in {"catalog", "cat"}
+    return isinstance(value, ast.Name) and value.id in {"catalog", "cat", "self"}
 
 
 @pytest.mark.parametrize("folder", ["core", "render"])
 def test_core_and_render_are_pure(folder: str) -> None:
     banned = ("gpuseat.db", "gpuseat.monitor", "gpuseat.cli", "gpuseat.doctor", "gpuseat.services", "gpuseat.web")
     assert _violations([folder], banned, loaders=True) == []
+
+
+def test_the_planner_core_reads_no_files_and_no_bench_store() -> None:
+    """Recorded bench speeds reach the planner as an argument; course and offer files are read by services."""
+    files = ["core/plan", "core/cost.py", "core/course.py", "core/needs.py"]
+    out = []
+    for entry in files:
+        path = SRC / entry
+        for f in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            for module, name, line in _imports(f, SRC):
+                full = f"{module}.{name}" if name else module
+                if full.startswith(("gpuseat.bench", "gpuseat.files")) or module in ("gpuseat.bench", "gpuseat.files"):
+                    out.append(f"{f.relative_to(SRC.parent)}:{line} imports {full}")
+    assert out == []
 
 
 def test_no_cycle_between_db_and_monitor() -> None:
@@ -78,7 +118,11 @@ def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
     """The walker finds imports inside functions and relative imports (so the rules above can fail)."""
     probe = tmp_path / "gpuseat" / "core" / "probe.py"
     probe.parent.mkdir(parents=True)
-    probe.write_text("def f():\n    from ..catalog import find_gpu\n    import gpuseat.db.store\n")
+    probe.write_text(
+        "def f():\n    from ..catalog import find_gpu\n    import gpuseat.db.store\n"
+        "    import gpuseat.catalog.partitions as parts\n    parts.partition_catalog()\n"
+    )
     found = _violations(["core"], ("gpuseat.db",), loaders=True, root=tmp_path / "gpuseat")
     assert any("gpuseat.db.store" in v for v in found)
     assert any("catalog loader gpuseat.catalog.find_gpu" in v for v in found)
+    assert any("calls the loader partition_catalog()" in v for v in found)
