@@ -43,7 +43,7 @@ from gpuseat.core.seating import (
     COURSE_KEY_PATTERN,
     KEY_PATTERN,
     ClaimMode,
-    SeatEngine,
+    EngineName,
     SeatKind,
     SeatState,
     misfit,
@@ -287,7 +287,7 @@ class SeatSpec(BaseModel):
     profile: str | None = Field(None, max_length=96, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+:@/-]*$")
     memory_gb: float | None = Field(None, gt=0, le=4096, allow_inf_nan=False)
     groups: tuple[str, ...] = ()
-    engine: SeatEngine = "manual"
+    engine: EngineName = "manual"
     engine_ref: _EngineRef = None
     connect: _Connect = None
     state: SeatState = "planned"
@@ -300,7 +300,7 @@ class _SeatUpdate(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    engine: SeatEngine | None = None
+    engine: EngineName | None = None
     engine_ref: _EngineRef = None
     connect: _Connect = None
     device_uuid: _Device = None
@@ -735,7 +735,7 @@ class CourseStore:
         state: SeatState | str,
         *,
         reason: str | None = None,
-        engine: SeatEngine | None = None,
+        engine: EngineName | None = None,
         engine_ref: str | None = None,
         connect: str | None = None,
         device_uuid: str | None = None,

@@ -18,7 +18,7 @@ from gpuseat.services.courses import CourseStore, SeatSpec
 if TYPE_CHECKING:
     from gpuseat.catalog.offers import Offer
     from gpuseat.core.carve import Layout
-    from gpuseat.core.seating import SeatEngine
+    from gpuseat.core.seating import EngineName
     from gpuseat.nvsmi import Listed
     from gpuseat.readings import Snapshot
 
@@ -33,7 +33,7 @@ def _host(name: str) -> str:
 
 
 def seats_from_layout(
-    layout: Layout, *, engine: SeatEngine = "manual", host: str | None = None, groups: Sequence[str] = ()
+    layout: Layout, *, engine: EngineName = "manual", host: str | None = None, groups: Sequence[str] = ()
 ) -> list[SeatSpec]:
     """One seat per carved slice, keyed by the slice's name (``seat-01`` …, what ``vms`` and carve use).
 
