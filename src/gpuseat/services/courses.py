@@ -795,46 +795,11 @@ class CourseStore:
         """
         if mode not in CLAIM_MODES:
             raise InputError(f"unknown mode {mode!r}", where="mode", fix=f"one of {', '.join(CLAIM_MODES)}")
-        sqlite = self.engine.dialect.name == "sqlite"
-        for _attempt in range(_CLAIM_RETRIES):
-            try:
-                if sqlite:  # look without the write lock, then hold it only to take the seat
-                    with self._read() as s:
-                        crow = self._course_cached(s, course)
-                        p, held, open_a = _participant_and_seat(s, crow, participant)
-                        if held is not None:
-                            return _seat_view(crow.key, held, (p.key, open_a))
-                        candidates = _free_suitable(s, crow, p.group_name, _needs(crow))
-                        if not candidates:
-                            raise _no_free_seat(s, crow, p)
-                        pid, pkey = p.id, p.key
-                    with self._write() as s:
-                        chosen = _still_free(s, candidates)
-                        if chosen is None:
-                            continue  # all taken meanwhile: look again
-                        view = self._take(s, crow, pid, pkey, chosen, mode, actor)
-                    return view
-                with self._write() as s:
-                    crow = self._course_cached(s, course)
-                    p, held, open_a = _participant_and_seat(s, crow, participant)
-                    if held is not None:
-                        return _seat_view(crow.key, held, (p.key, open_a))
-                    candidates = _free_suitable(s, crow, p.group_name, _needs(crow))
-                    if not candidates:
-                        raise _no_free_seat(s, crow, p)
-                    chosen = _lock_first(s, candidates)
-                    if chosen is None:
-                        time.sleep(random.uniform(0.002, 0.02))  # all candidates are being claimed right now
-                        continue
-                    view = self._take(s, crow, p.id, p.key, chosen, mode, actor)
-                return view
-            except IntegrityError:
-                continue  # someone else took that seat, or this participant's other claim won: look again
-        raise StoreError(
-            f"could not claim a seat after {_CLAIM_RETRIES} tries (heavy contention)",
-            where=f"participant {participant}",
-            fix="try again",
-        )
+        from gpuseat.store.claims import claim  # the claim is one SQL statement (see that module)
+
+        got = claim(self, course, participant, mode=mode, actor=actor)
+        held = Assignment(valid_from=got.since, mode=got.mode)
+        return _seat_view(got.course, Seat(**got.seat), (got.participant, held))
 
     def _take(self, s: Session, crow: Course, pid: int, pkey: str, seat: Seat, mode: str, actor: str) -> SeatView:
         """Insert the assignment and its event (written at commit, where a double assignment fails)."""

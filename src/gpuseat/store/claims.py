@@ -1,0 +1,438 @@
+"""A seat claim in one SQL statement: which seat suits whom is decided by the database, not by Python.
+
+The claim used to load the course's seats through the ORM and rank them in Python on every call (five
+round trips and most of a CPU-millisecond per claim). Here the rules of :mod:`gpuseat.core.seating`
+(group reservation, GPU memory, isolation rank, guest OS, the preference order) are SQL expressions,
+so a claim is:
+
+* PostgreSQL: one statement, one round trip (autocommit): CTEs find the participant and the seat they
+  hold, pick the best free suitable seat ``FOR UPDATE SKIP LOCKED`` (concurrent claims take different
+  seats instead of queueing), insert the assignment and the ``events`` row, and return the seat;
+* SQLite: a lock-free read of the participant and their seat, then ``BEGIN IMMEDIATE`` and one
+  ``INSERT … SELECT … ORDER BY … LIMIT 1 RETURNING`` plus the ``events`` row.
+
+The partial unique indexes on ``assignments`` stay the last word: a claim that loses a race fails with
+an integrity error and is tried again, so no code path can hand out a seat twice. Failures (unknown
+participant or course, an archived course, no free seat) are diagnosed only after the fast path found
+nothing, with the same messages as the rest of the store.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import DateTime, Float, bindparam, text
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.types import JSON
+
+from gpuseat.core.needs import SeatNeed
+from gpuseat.core.seating import ASSIGNABLE_STATES, KIND_ISOLATION, VM_KINDS, isolation_rank
+from gpuseat.errors import InputError, NoFreeSeat, NotFound, StoreError, did_you_mean
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
+
+__all__ = ["Claimed", "claim", "forget_course"]
+
+RETRIES = 30
+SEAT_COLUMNS = (
+    "id",
+    "course_id",
+    "key",
+    "kind",
+    "host",
+    "device_uuid",
+    "profile",
+    "memory_gb",
+    "groups",
+    "engine",
+    "engine_ref",
+    "state",
+    "state_reason",
+    "state_at",
+    "connect",
+    "created_at",
+)
+_TYPES: dict[str, Any] = {
+    "groups": JSON(),
+    "state_at": DateTime(timezone=True),
+    "created_at": DateTime(timezone=True),
+    "valid_from": DateTime(timezone=True),
+    "memory_gb": Float(),
+}
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What a claim found or took: the seat row (column → value), who holds it, since when, how."""
+
+    course: str
+    participant: str
+    seat: dict[str, Any]
+    since: datetime
+    mode: str
+    new: bool
+
+
+@dataclass(frozen=True)
+class _Course:
+    id: int
+    key: str
+    needs: dict[str, tuple[float, int, int]]  # group → (min GPU memory, isolation rank, needs a VM)
+
+
+# -- SQL ---------------------------------------------------------------------------------------------
+
+_STATES = ", ".join(f"'{s}'" for s in ASSIGNABLE_STATES)
+_KIND_RANK = (
+    "CASE s.kind "
+    + " ".join(f"WHEN '{k}' THEN {isolation_rank(v)}" for k, v in sorted(KIND_ISOLATION.items()))
+    + f" ELSE {isolation_rank('shared')} END"
+)
+_VM = ", ".join(f"'{k}'" for k in VM_KINDS)
+_FREE = "NOT EXISTS (SELECT 1 FROM assignments a2 WHERE a2.seat_id = s.id AND a2.valid_to IS NULL)"
+
+
+def _suits(reserved: str, grp: str, mem: str, iso: str, win: str) -> str:
+    """``misfit() is None`` of core.seating, in SQL (``reserved``: is the seat reserved for ``grp``)."""
+    return (
+        f"(json_array_length(s.groups) = 0 OR ({grp} IS NOT NULL AND {reserved}))"
+        f" AND (s.memory_gb IS NULL OR s.memory_gb + 1e-9 >= {mem})"
+        f" AND ({_KIND_RANK}) >= {iso}"
+        f" AND ({win} = 0 OR s.kind IN ({_VM}) OR s.engine = 'libvirt')"
+    )
+
+
+def _order(reserved: str, collate: str) -> str:
+    """``preference()`` of core.seating: own hardware first, reserved for the group, smallest, by key."""
+    return (
+        f"(s.kind = 'cloud'), CASE WHEN {reserved} THEN 0 ELSE 1 END, (s.memory_gb IS NULL), s.memory_gb, s.key{collate}"
+    )
+
+
+_COLS = ", ".join(f"s.{c}" for c in SEAT_COLUMNS)
+_WHO = "(pa.key = :who OR pa.email = :email OR pa.unix_user = :who)"
+
+# SQLite, step 1 (no lock, WAL readers never wait): the participant and the seat they hold
+_SQLITE_LOOKUP = f"""
+SELECT pa.id AS pid, pa.key AS pkey, pa.group_name AS grp, a.valid_from, a.mode, {_COLS}
+FROM participants pa
+LEFT JOIN assignments a ON a.participant_id = pa.id AND a.valid_to IS NULL
+LEFT JOIN seats s ON s.id = a.seat_id
+WHERE pa.course_id = :cid AND {_WHO}
+  AND EXISTS (SELECT 1 FROM courses c WHERE c.id = :cid AND c.archived_at IS NULL)
+ORDER BY pa.key <> :who LIMIT 1
+"""
+
+_SQLITE_RESERVED = "EXISTS (SELECT 1 FROM json_each(s.groups) j WHERE j.value = :grp)"
+
+# SQLite, step 2 (under BEGIN IMMEDIATE): take the best free suitable seat in one statement
+_SQLITE_TAKE = f"""
+INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
+SELECT s.id, :pid, :now, :mode FROM seats s
+WHERE s.course_id = :cid AND s.state IN ({_STATES}) AND {_FREE}
+  AND {_suits(_SQLITE_RESERVED, ":grp", ":mem", ":iso", ":win")}
+  AND EXISTS (SELECT 1 FROM courses c WHERE c.id = :cid AND c.archived_at IS NULL)
+ORDER BY {_order(_SQLITE_RESERVED, "")}
+LIMIT 1
+RETURNING seat_id, valid_from, mode
+"""
+
+_SQLITE_SEAT = f"SELECT {_COLS} FROM seats s WHERE s.id = :sid"
+
+_EVENT = (
+    "INSERT INTO events (at, course_key, actor, action, participant, seat, detail) "
+    "VALUES (:now, :ckey, :actor, 'seat.claim', :pkey, :skey, {detail})"
+)
+
+_PG_RESERVED = "EXISTS (SELECT 1 FROM json_array_elements_text(s.groups) j(v) WHERE j.v = n.grp)"
+_PG_NEED = "(CAST(:needs AS jsonb) -> n0.grp ->> {i})"
+
+# PostgreSQL: the whole claim in one statement (autocommit: one round trip)
+_PG_CLAIM = f"""
+WITH n0 AS (
+    SELECT pa.id AS pid, pa.key AS pkey, pa.group_name AS grp FROM participants pa
+    WHERE pa.course_id = :cid AND {_WHO}
+      AND EXISTS (SELECT 1 FROM courses c WHERE c.id = :cid AND c.archived_at IS NULL)
+    ORDER BY pa.key <> :who LIMIT 1
+), n AS (
+    SELECT n0.pid, n0.pkey, n0.grp,
+           coalesce(CAST({_PG_NEED.format(i=0)} AS float8), 0) AS mem,
+           coalesce(CAST({_PG_NEED.format(i=1)} AS integer), 0) AS iso,
+           coalesce(CAST({_PG_NEED.format(i=2)} AS integer), 0) AS win
+    FROM n0
+), held AS (
+    SELECT {_COLS}, a.valid_from, a.mode FROM assignments a JOIN n ON a.participant_id = n.pid
+    JOIN seats s ON s.id = a.seat_id WHERE a.valid_to IS NULL
+), pick AS (
+    SELECT {_COLS} FROM seats s CROSS JOIN n
+    WHERE s.course_id = :cid AND s.state IN ({_STATES}) AND {_FREE} AND NOT EXISTS (SELECT 1 FROM held)
+      AND {_suits(_PG_RESERVED, "n.grp", "n.mem", "n.iso", "n.win")}
+    ORDER BY {_order(_PG_RESERVED, ' COLLATE "C"')}
+    LIMIT 1 FOR UPDATE OF s SKIP LOCKED
+), ins AS (
+    INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
+    SELECT pick.id, n.pid, :now, :mode FROM pick CROSS JOIN n
+    RETURNING seat_id, valid_from, mode
+), ev AS (
+    INSERT INTO events (at, course_key, actor, action, participant, seat, detail)
+    SELECT :now, :ckey, :actor, 'seat.claim', n.pkey, pick.key, CAST(:detail AS json)
+    FROM ins JOIN pick ON pick.id = ins.seat_id CROSS JOIN n
+)
+SELECT 'held' AS how, n.pkey, n.grp, {", ".join(f"h.{c}" for c in SEAT_COLUMNS)}, h.valid_from, h.mode
+FROM n JOIN held h ON true
+UNION ALL
+SELECT 'new', n.pkey, n.grp, {", ".join(f"pick.{c}" for c in SEAT_COLUMNS)}, ins.valid_from, ins.mode
+FROM n JOIN pick ON true JOIN ins ON ins.seat_id = pick.id
+UNION ALL
+SELECT 'none', n.pkey, n.grp, {", ".join("NULL" for _ in SEAT_COLUMNS)}, NULL, NULL
+FROM n WHERE NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM ins)
+"""
+
+# PostgreSQL, only after a claim found nothing: is a suitable seat free at all (locked ones included)?
+_PG_ANY_FREE = f"""
+WITH n AS (SELECT CAST(:grp AS text) AS grp, CAST(:mem AS float8) AS mem, CAST(:iso AS integer) AS iso,
+                  CAST(:win AS integer) AS win)
+SELECT count(*) FROM seats s CROSS JOIN n
+WHERE s.course_id = :cid AND s.state IN ({_STATES}) AND {_FREE}
+  AND {_suits(_PG_RESERVED, "n.grp", "n.mem", "n.iso", "n.win")}
+"""
+
+
+def _typed(sql: str, *binds: Any) -> Any:
+    return text(sql).bindparams(bindparam("now", type_=DateTime(timezone=True)), *binds).columns(**_TYPES)
+
+
+_SQLITE_STATEMENTS = {
+    "lookup": text(_SQLITE_LOOKUP).columns(**_TYPES),
+    "take": _typed(_SQLITE_TAKE),
+    "seat": text(_SQLITE_SEAT).columns(**_TYPES),
+    "event": text(_EVENT.format(detail=":detail")).bindparams(bindparam("now", type_=DateTime(timezone=True))),
+}
+_PG_STATEMENTS = {
+    "claim": _typed(_PG_CLAIM),
+    "any": text(_PG_ANY_FREE),
+}
+
+
+# -- per store state -----------------------------------------------------------------------------------
+
+_courses: weakref.WeakKeyDictionary[Any, dict[str, _Course]] = weakref.WeakKeyDictionary()
+_pg_engines: weakref.WeakKeyDictionary[Any, Engine] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def forget_course(store: Any, key: str | None = None) -> None:
+    """Drop what claims remember about a course (after it is deleted, archived or imported again)."""
+    with _lock:
+        cached = _courses.get(store)
+        if cached is not None:
+            if key is None:
+                cached.clear()
+            else:
+                cached.pop(key, None)
+
+
+def _needs(summary: Mapping[str, Any] | None) -> dict[str, tuple[float, int, int]]:
+    out = {}
+    for g in (summary or {}).get("groups", ()):
+        need = SeatNeed.model_validate({k: v for k, v in g.items() if k in SeatNeed.model_fields})
+        out[g["name"]] = (need.min_gpu_memory_gb, isolation_rank(need.isolation), int(need.guest_os == "windows"))
+    return out
+
+
+def _course(store: Any, key: str | None) -> _Course:
+    """The course's id and per-group needs (kept per store for a named course; None is looked up)."""
+    if key is not None:
+        with _lock:
+            found = _courses.get(store, {}).get(key)
+        if found is not None:
+            return found
+    with store._read() as s:
+        if key is None:
+            rows = s.execute(text("SELECT id, key, summary FROM courses ORDER BY key LIMIT 11")).all()
+            if len(rows) != 1:
+                _only_course_error(rows)
+            row = rows[0]
+        else:
+            row = s.execute(text("SELECT id, key, summary FROM courses WHERE key = :k"), {"k": key}).first()
+            if row is None:
+                known = list(s.execute(text("SELECT key FROM courses ORDER BY key")).scalars())
+                raise NotFound(
+                    f"no course {key!r}.{did_you_mean(key, known)}",
+                    where="--course",
+                    fix=f"one of: {', '.join(known)}" if known else "create one: gpuseat course create COURSE.toml",
+                )
+    summary = row[2] if isinstance(row[2], dict) else json.loads(row[2] or "{}")
+    found = _Course(int(row[0]), str(row[1]), _needs(summary))
+    if key is not None:
+        with _lock:
+            _courses.setdefault(store, {})[key] = found
+    return found
+
+
+def _only_course_error(rows: list[Any]) -> None:
+    if not rows:
+        raise InputError("no course yet", where="--course", fix="create one: gpuseat course create COURSE.toml")
+    raise InputError(
+        f"{'more than 10' if len(rows) > 10 else len(rows)} courses: {', '.join(r[1] for r in rows[:10])}",
+        where="--course",
+        fix="say which one with --course KEY",
+    )
+
+
+def _pg_engine(store: Any) -> Engine:
+    """A pool for claims only: autocommit (one statement is the whole transaction) and no pre-ping, so a
+    claim is exactly one round trip; a dropped connection is retried by :func:`claim`."""
+    with _lock:
+        engine = _pg_engines.get(store)
+        if engine is None:
+            from sqlalchemy import create_engine
+
+            engine = create_engine(store.engine.url, isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=8)
+            _pg_engines[store] = engine
+            weakref.finalize(store, engine.dispose)
+        return engine
+
+
+# -- the claim -----------------------------------------------------------------------------------------
+
+
+def claim(store: Any, course: str | None, who: str, *, mode: str, actor: str) -> Claimed:
+    """The seat ``who`` holds in ``course``, else the best free seat that suits their group, taken now.
+
+    ``store`` is the :class:`CourseStore` (its ``_read``/``_write`` sessions and engine). Raises
+    :class:`NotFound` (course or participant), :class:`InputError` (archived course) or
+    :class:`NoFreeSeat` (with the reason), never a double assignment.
+    """
+    postgres = store.engine.dialect.name == "postgresql"
+    stale = False
+    for _attempt in range(RETRIES):
+        info = _course(store, course)
+        try:
+            got = _claim_pg(store, info, who, mode, actor) if postgres else _claim_sqlite(store, info, who, mode, actor)
+        except IntegrityError:
+            continue  # another claim took that seat (or this participant's other claim won): look again
+        except OperationalError as exc:
+            if not exc.connection_invalidated:
+                raise
+            continue  # the server dropped a pooled connection: a new one is taken
+        if got == "retry":
+            time.sleep(random.uniform(0.001, 0.005))  # every suitable free seat is being claimed right now
+            continue
+        if got is None:
+            if not stale and course is not None:  # the course may have been deleted and imported again
+                stale = True
+                forget_course(store, course)
+                continue
+            _diagnose(store, info, who)
+        assert isinstance(got, Claimed)
+        return got
+    raise StoreError(
+        f"could not claim a seat after {RETRIES} tries (heavy contention)", where=f"participant {who}", fix="try again"
+    )
+
+
+def _params(info: _Course, who: str, mode: str, actor: str) -> dict[str, Any]:
+    return {
+        "cid": info.id,
+        "ckey": info.key,
+        "who": who,
+        "email": who.lower(),
+        "mode": mode,
+        "actor": actor[:128],
+        "now": datetime.now(UTC),
+        "detail": json.dumps({"mode": mode}),
+    }
+
+
+def _need(info: _Course, group: str | None) -> dict[str, Any]:
+    mem, iso, win = info.needs.get(group, (0.0, 0, 0)) if group is not None else (0.0, 0, 0)
+    return {"grp": group, "mem": mem, "iso": iso, "win": win}
+
+
+def _seat(row: Any) -> dict[str, Any]:
+    m = row._mapping
+    return {c: m[c] for c in SEAT_COLUMNS}
+
+
+def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
+    st = _SQLITE_STATEMENTS
+    p = _params(info, who, mode, actor)
+    with store._read() as s:
+        row = s.execute(st["lookup"], p).first()
+    if row is None:
+        return None
+    if row.id is not None:  # the seat they hold
+        return Claimed(info.key, row.pkey, _seat(row), row.valid_from, row.mode or "assigned", False)
+    p.update(_need(info, row.grp), pid=row.pid, pkey=row.pkey)
+    with store._write() as s:
+        took = s.execute(st["take"], p).first()
+        if took is None:
+            total = s.execute(text("SELECT count(*) FROM seats WHERE course_id = :cid"), p).scalar() or 0
+            raise _no_free_seat(info, row.pkey, row.grp, int(total))
+        seat = s.execute(st["seat"], {"sid": took.seat_id}).first()
+        p["skey"] = seat.key
+        s.execute(st["event"], p)
+    return Claimed(info.key, row.pkey, _seat(seat), took.valid_from, took.mode, True)
+
+
+def _claim_pg(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
+    p = _params(info, who, mode, actor)
+    p["needs"] = json.dumps({g: list(v) for g, v in info.needs.items()})
+    with _pg_engine(store).connect() as conn:
+        row = conn.execute(_PG_STATEMENTS["claim"], p).first()
+        if row is None:
+            return None
+        if row.how != "none":
+            return Claimed(info.key, row.pkey, _seat(row), row.valid_from, row.mode or "assigned", row.how == "new")
+        p.update(_need(info, row.grp))
+        if _any_free(conn, p):
+            return "retry"
+        total = conn.execute(text("SELECT count(*) FROM seats WHERE course_id = :cid"), p).scalar() or 0
+    raise _no_free_seat(info, row.pkey, row.grp, int(total))
+
+
+def _any_free(conn: Connection, params: dict[str, Any]) -> bool:
+    return bool(conn.execute(_PG_STATEMENTS["any"], params).scalar())
+
+
+def _no_free_seat(info: _Course, pkey: str, group: str | None, total: int) -> NoFreeSeat:
+    return NoFreeSeat(
+        f"no free seat suits {pkey} (group {group or '-'}); the course has {total} seat(s)",
+        where=f"course {info.key}",
+        fix="add seats (gpuseat seats add) or release one (gpuseat seats release)",
+    )
+
+
+def _diagnose(store: Any, info: _Course, who: str) -> None:
+    """Raise why nothing was found: the course is archived, or no such participant."""
+    with store._read() as s:
+        archived = s.execute(text("SELECT archived_at FROM courses WHERE id = :cid"), {"cid": info.id}).first()
+        if archived is not None and archived[0] is not None:
+            raise archived_error(info.key)
+        known = list(
+            s.execute(text("SELECT key FROM participants WHERE course_id = :cid"), {"cid": info.id}).scalars()
+        )
+    raise NotFound(
+        f"no participant {who!r} in course {info.key!r}.{did_you_mean(who, known)}",
+        where="--participant",
+        fix="give a participant's key, email or Unix user (gpuseat roster import adds them)",
+    )
+
+
+def archived_error(course: str) -> InputError:
+    """The one message for a write to an archived course."""
+    return InputError(
+        f"course {course!r} is archived (read-only): nothing was changed",
+        where="--course",
+        fix="export it (gpuseat course export) or choose another course; archived courses take no changes",
+    )
