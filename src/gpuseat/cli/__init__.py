@@ -44,6 +44,7 @@ def _register_all() -> None:
         bench,
         carve,
         course,
+        db,
         doctor,
         jupyterhub,
         monitor,
@@ -56,7 +57,7 @@ def _register_all() -> None:
         vms,
     )
 
-    for module in (plan, carve, doctor, bench, monitor, course, roster, seats, slurm, vms, serve, report, jupyterhub):
+    for module in (plan, carve, doctor, bench, monitor, course, roster, seats, slurm, vms, serve, report, jupyterhub, db):
         module.register(app)
 
 

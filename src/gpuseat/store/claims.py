@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Claimed", "claim", "forget_course"]
 
-RETRIES = 30
+RETRIES = 200  # lost races (a seat taken between this statement's snapshot and its lock) are retried
 SEAT_COLUMNS = (
     "id",
     "course_id",
@@ -315,12 +315,16 @@ def claim(store: Any, course: str | None, who: str, *, mode: str, actor: str) ->
     """
     postgres = store.engine.dialect.name == "postgresql"
     stale = False
-    for _attempt in range(RETRIES):
+    for attempt in range(RETRIES):
         info = _course(store, course)
         try:
             got = _claim_pg(store, info, who, mode, actor) if postgres else _claim_sqlite(store, info, who, mode, actor)
         except IntegrityError:
-            continue  # another claim took that seat (or this participant's other claim won): look again
+            # another claim took that seat (or this participant's other claim won): look again, after a
+            # short random pause once it keeps happening (so a crowd of claims stops colliding in step)
+            if attempt >= 3:
+                time.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
+            continue
         except OperationalError as exc:
             if not exc.connection_invalidated:
                 raise
