@@ -433,10 +433,10 @@ def _diagnose(store: Any, info: _Course, who: str) -> None:
     )
 
 
-def archived_error(course: str) -> InputError:
+def archived_error(course: str | None) -> InputError:
     """The one message for a write to an archived course."""
     return InputError(
-        f"course {course!r} is archived (read-only): nothing was changed",
+        f"{f'course {course!r}' if course else 'the course'} is archived (read-only): nothing was changed",
         where="--course",
         fix="export it (gpuseat course export) or choose another course; archived courses take no changes",
     )

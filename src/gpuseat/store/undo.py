@@ -70,7 +70,7 @@ def refusing_archived(course: str | None) -> Iterator[None]:
         yield
     except DBAPIError as exc:
         if ARCHIVED_MARK in str(exc.orig):
-            raise archived_error(course or "this course") from None
+            raise archived_error(course) from None
         raise
 
 
@@ -85,7 +85,7 @@ def install(engine: Any) -> None:
 
 def _archived(context: Any) -> None:
     if ARCHIVED_MARK in str(context.original_exception):
-        raise archived_error("this course") from None
+        raise archived_error(None) from None
 
 
 def _check_writable(row: Course) -> None:
