@@ -363,9 +363,9 @@ def ratios(group: dict[str, dict[str, Any]]) -> str:
     for other in ("plain", "floor"):
         o = group.get(other)
         if g and o:
-            parts.append(
-                f"gpuseat/{other}: p99 {g['p99_ms'] / o['p99_ms']:.2f}×, throughput {g['claims_per_s'] / o['claims_per_s']:.2f}×"
-            )
+            p99 = g["p99_ms"] / o["p99_ms"]
+            speed = g["claims_per_s"] / o["claims_per_s"]
+            parts.append(f"gpuseat/{other}: p99 {p99:.2f}×, throughput {speed:.2f}×")
     return "    " + "; ".join(parts) if parts else ""
 
 

@@ -59,7 +59,7 @@ def test_backup_while_sixteen_writers_claim_restores_consistently(
     assert main(["db", "backup", "--to", str(backup), "--db", url]) == 0
     during = open_counts(store)[2]
     for p in procs:
-        out, err = p.communicate(timeout=600)
+        _out, err = p.communicate(timeout=600)
         assert p.returncode == 0, err
     assert open_counts(store) == (0, 0, 400)
     store.close()

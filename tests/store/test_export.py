@@ -35,7 +35,10 @@ def big_course(store: CourseStore, tmp_path: Path) -> str:
     store.import_roster("term", "\n".join(rows), where="term.csv")
     store.add_seats(
         "term",
-        [SeatSpec(key=f"mig-{i:03d}", kind="mig", memory_gb=20, host="gpu1", device_uuid=f"MIG-{i:04d}") for i in range(170)]
+        [
+            SeatSpec(key=f"mig-{i:03d}", kind="mig", memory_gb=20, host="gpu1", device_uuid=f"MIG-{i:04d}")
+            for i in range(170)
+        ]
         + [SeatSpec(key=f"gpu-{i:02d}", kind="gpu", memory_gb=80, groups=("staff",)) for i in range(12)],
     )
     people = [p.key for p in store.participants("term")]
@@ -50,7 +53,9 @@ def big_course(store: CourseStore, tmp_path: Path) -> str:
     survey = SurveyService(store)
     survey.set_state("term", "open")
     for i, who in enumerate(people[:60]):
-        survey.submit("term", who, {"q_expectations": [str(1 + i % 10)], "q_format": ["7"], "q_recommend": [str(i % 11)]})
+        survey.submit(
+            "term", who, {"q_expectations": [str(1 + i % 10)], "q_format": ["7"], "q_recommend": [str(i % 11)]}
+        )
     survey.set_state("term", "closed")
     return "term"
 

@@ -81,7 +81,9 @@ def test_archived_course_is_read_only_and_links_revoked(course2016: CourseStore)
         conn.execute(text("UPDATE participants SET name = 'x'"))
 
 
-def test_cli_undo(tmp_path: Path, url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_undo(
+    tmp_path: Path, url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GPUSEAT_DATA_DIR", str(tmp_path / "data"))
     with open_store(url, create=True) as store:
         store.create_course(EXAMPLES / "course-2016.toml", key="c16")

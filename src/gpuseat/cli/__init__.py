@@ -57,7 +57,22 @@ def _register_all() -> None:
         vms,
     )
 
-    for module in (plan, carve, doctor, bench, monitor, course, roster, seats, slurm, vms, serve, report, jupyterhub, db):
+    for module in (
+        plan,
+        carve,
+        doctor,
+        bench,
+        monitor,
+        course,
+        roster,
+        seats,
+        slurm,
+        vms,
+        serve,
+        report,
+        jupyterhub,
+        db,
+    ):
         module.register(app)
 
 

@@ -150,7 +150,9 @@ def register(app: typer.Typer) -> None:
         if done["already"]:
             print(f"course {done['course']} was archived already ({done['archived_at']})")
             return
-        print(f"course {done['course']} archived: read-only from now on, {done['tokens_revoked']} access link(s) revoked")
+        print(
+            f"course {done['course']} archived: read-only from now on, {done['tokens_revoked']} access link(s) revoked"
+        )
 
     @course_app.command("delete")
     def delete(

@@ -127,7 +127,9 @@ def _specs(
 
 def register(app: typer.Typer) -> None:
     """Add the ``seats`` group."""
-    seats_app = typer.Typer(help="Seats of a course: add, assign, release, move, remove, status, export.", no_args_is_help=True)
+    seats_app = typer.Typer(
+        help="Seats of a course: add, assign, release, move, remove, status, export.", no_args_is_help=True
+    )
     app.add_typer(seats_app, name="seats")
 
     @seats_app.command("add")

@@ -18,10 +18,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import random
 import re
 import secrets
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -413,6 +411,9 @@ class CourseStore:
 
     def close(self) -> None:
         """Release pooled connections."""
+        from gpuseat.store.claims import close
+
+        close(self)
         self.engine.dispose()
 
     def __enter__(self) -> CourseStore:

@@ -66,7 +66,9 @@ def _tool(name: str) -> str:
     found = shutil.which(name)
     if found is None:
         raise EngineError(
-            f"{name} is not installed", where="gpuseat db", fix="install the PostgreSQL client tools (postgresql-client)"
+            f"{name} is not installed",
+            where="gpuseat db",
+            fix="install the PostgreSQL client tools (postgresql-client)",
         )
     return found
 
@@ -75,7 +77,9 @@ def _run(cmd: list[str], env: dict[str, str], what: str) -> None:
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600, check=False)
     if done.returncode != 0:
         first = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[0]
-        raise EngineError(f"{what} failed: {first}", where=cmd[0], fix="check the database URL and that the server runs")
+        raise EngineError(
+            f"{what} failed: {first}", where=cmd[0], fix="check the database URL and that the server runs"
+        )
 
 
 def backup(db: str | None, to: Path, *, force: bool = False) -> dict[str, Any]:
@@ -110,7 +114,9 @@ def backup(db: str | None, to: Path, *, force: bool = False) -> dict[str, Any]:
             _run(cmd, env, "pg_dump")
             kind = "postgresql"
         else:
-            raise InputError(f"cannot back up a {url.get_backend_name()} database", where="--db", fix="SQLite or PostgreSQL")
+            raise InputError(
+                f"cannot back up a {url.get_backend_name()} database", where="--db", fix="SQLite or PostgreSQL"
+            )
         os.replace(tmp, to)
     finally:
         tmp.unlink(missing_ok=True)
@@ -149,7 +155,11 @@ def restore(db: str | None, source: Path, *, force: bool = False) -> dict[str, A
         raise InputError(f"cannot read: {exc.strerror}", where=str(source), fix="check the path") from None
     kind = "sqlite" if head.startswith(SQLITE_MAGIC) else "postgresql" if head.startswith(PG_MAGIC) else None
     if kind is None:
-        raise InputError("not a gpuseat backup (neither SQLite nor a pg_dump archive)", where=str(source), fix="give a file made by gpuseat db backup")
+        raise InputError(
+            "not a gpuseat backup (neither SQLite nor a pg_dump archive)",
+            where=str(source),
+            fix="give a file made by gpuseat db backup",
+        )
     if kind != url.get_backend_name():
         raise InputError(
             f"a {kind} backup cannot be restored into a {url.get_backend_name()} database",
@@ -175,7 +185,9 @@ def restore(db: str | None, source: Path, *, force: bool = False) -> dict[str, A
             finally:
                 dst.close()
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"not an intact gpuseat backup ({exc})", where=str(source), fix="use another backup file") from None
+            raise InputError(
+                f"not an intact gpuseat backup ({exc})", where=str(source), fix="use another backup file"
+            ) from None
         finally:
             src.close()
     else:

@@ -40,7 +40,7 @@ from gpuseat.errors import InputError, NoFreeSeat, NotFound, StoreError, did_you
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
-__all__ = ["Claimed", "claim", "forget_course"]
+__all__ = ["Claimed", "claim", "close", "forget_course"]
 
 RETRIES = 200  # lost races (a seat taken between this statement's snapshot and its lock) are retried
 SEAT_COLUMNS = (
@@ -113,9 +113,8 @@ def _suits(reserved: str, grp: str, mem: str, iso: str, win: str) -> str:
 
 def _order(reserved: str, collate: str) -> str:
     """``preference()`` of core.seating: own hardware first, reserved for the group, smallest, by key."""
-    return (
-        f"(s.kind = 'cloud'), CASE WHEN {reserved} THEN 0 ELSE 1 END, (s.memory_gb IS NULL), s.memory_gb, s.key{collate}"
-    )
+    reserved_first = f"CASE WHEN {reserved} THEN 0 ELSE 1 END"
+    return f"(s.kind = 'cloud'), {reserved_first}, (s.memory_gb IS NULL), s.memory_gb, s.key{collate}"
 
 
 _COLS = ", ".join(f"s.{c}" for c in SEAT_COLUMNS)
@@ -239,6 +238,15 @@ def forget_course(store: Any, key: str | None = None) -> None:
                 cached.clear()
             else:
                 cached.pop(key, None)
+
+
+def close(store: Any) -> None:
+    """Release what claims hold for ``store`` (its PostgreSQL claim pool); called by ``CourseStore.close``."""
+    with _lock:
+        _courses.pop(store, None)
+        engine = _pg_engines.pop(store, None)
+    if engine is not None:
+        engine.dispose()
 
 
 def _needs(summary: Mapping[str, Any] | None) -> dict[str, tuple[float, int, int]]:
@@ -423,9 +431,7 @@ def _diagnose(store: Any, info: _Course, who: str) -> None:
         archived = s.execute(text("SELECT archived_at FROM courses WHERE id = :cid"), {"cid": info.id}).first()
         if archived is not None and archived[0] is not None:
             raise archived_error(info.key)
-        known = list(
-            s.execute(text("SELECT key FROM participants WHERE course_id = :cid"), {"cid": info.id}).scalars()
-        )
+        known = list(s.execute(text("SELECT key FROM participants WHERE course_id = :cid"), {"cid": info.id}).scalars())
     raise NotFound(
         f"no participant {who!r} in course {info.key!r}.{did_you_mean(who, known)}",
         where="--participant",

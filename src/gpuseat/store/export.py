@@ -70,7 +70,9 @@ def check_target(path: Path, *, force: bool, flag: str = "--to") -> None:
         st = os.lstat(path)
     except FileNotFoundError:
         if not path.parent.is_dir():
-            raise InputError("its folder does not exist", where=f"{flag} {path}", fix="create the folder first") from None
+            raise InputError(
+                "its folder does not exist", where=f"{flag} {path}", fix="create the folder first"
+            ) from None
         return
     if stat.S_ISLNK(st.st_mode):
         raise InputError("is a symbolic link", where=f"{flag} {path}", fix="give the path of a regular file")
@@ -128,7 +130,11 @@ def collect(store: Any, course: str | None) -> dict[str, Any]:
         events = list(s.scalars(select(Event).where(Event.course_key == c.key).order_by(Event.id)))
         survey = s.scalar(select(Survey).where(Survey.course_id == c.id))
         responses = (
-            list(s.scalars(select(SurveyResponse).where(SurveyResponse.survey_id == survey.id).order_by(SurveyResponse.id)))
+            list(
+                s.scalars(
+                    select(SurveyResponse).where(SurveyResponse.survey_id == survey.id).order_by(SurveyResponse.id)
+                )
+            )
             if survey is not None
             else []
         )
@@ -283,9 +289,7 @@ def archive_bytes(members: dict[str, Any]) -> tuple[bytes, str]:
         "exported_at": datetime.now(UTC).isoformat(),
         "course": members["course.json"]["key"],
         "counts": {
-            name.removesuffix(".json"): len(members[name])
-            for name in MEMBERS
-            if isinstance(members[name], list)
+            name.removesuffix(".json"): len(members[name]) for name in MEMBERS if isinstance(members[name], list)
         },
         "sha256": {name: hashlib.sha256(blob).hexdigest() for name, blob in blobs.items()},
     }
@@ -430,31 +434,45 @@ def read_archive(path: Path) -> dict[str, Any]:
         zf = zipfile.ZipFile(io.BytesIO(raw))
     except (zipfile.BadZipFile, ValueError):
         raise InputError(
-            "not a gpuseat course export (not a zip archive)", where=where, fix="give a file made by gpuseat course export"
+            "not a gpuseat course export (not a zip archive)",
+            where=where,
+            fix="give a file made by gpuseat course export",
         ) from None
     with zf:
         names = set(zf.namelist())
 
         def member(name: str) -> bytes:
             if name not in names:
-                raise InputError(f"{name} is missing", where=where, fix="the archive is incomplete: export the course again")
+                raise InputError(
+                    f"{name} is missing", where=where, fix="the archive is incomplete: export the course again"
+                )
             info = zf.getinfo(name)
             if info.file_size > MAX_MEMBER_BYTES:
-                raise InputError(f"{name} is too large ({info.file_size} bytes)", where=where, fix="not a gpuseat export")
+                raise InputError(
+                    f"{name} is too large ({info.file_size} bytes)", where=where, fix="not a gpuseat export"
+                )
             try:
                 return zf.read(name)
             except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as exc:
-                raise InputError(f"{name} is damaged ({exc})", where=where, fix="use an intact copy of the export") from None
+                raise InputError(
+                    f"{name} is damaged ({exc})", where=where, fix="use an intact copy of the export"
+                ) from None
 
         def parsed(name: str, blob: bytes) -> Any:
             try:
                 return json.loads(blob.decode("utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise InputError(f"{name} is not JSON ({exc})", where=where, fix="use an intact copy of the export") from None
+                raise InputError(
+                    f"{name} is not JSON ({exc})", where=where, fix="use an intact copy of the export"
+                ) from None
 
         manifest = parsed("manifest.json", member("manifest.json"))
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-            raise InputError("not a gpuseat course export (no manifest)", where=where, fix="give a file made by gpuseat course export")
+            raise InputError(
+                "not a gpuseat course export (no manifest)",
+                where=where,
+                fix="give a file made by gpuseat course export",
+            )
         version = manifest.get("schema_version")
         if version != SCHEMA_VERSION:
             raise InputError(
@@ -462,12 +480,17 @@ def read_archive(path: Path) -> dict[str, Any]:
                 where=f"{where}: manifest.json",
                 fix="import it with the gpuseat version that exported it (or a newer one that reads it)",
             )
-        sums = manifest.get("sha256") if isinstance(manifest.get("sha256"), dict) else {}
+        found = manifest.get("sha256")
+        sums: dict[str, Any] = found if isinstance(found, dict) else {}
         out: dict[str, Any] = {"manifest": manifest}
         for name in MEMBERS:
             blob = member(name)
             if sums.get(name) != hashlib.sha256(blob).hexdigest():
-                raise InputError(f"{name} does not match its checksum in manifest.json", where=where, fix="use an intact copy of the export")
+                raise InputError(
+                    f"{name} does not match its checksum in manifest.json",
+                    where=where,
+                    fix="use an intact copy of the export",
+                )
             data = parsed(name, blob)
             if name == "course.json":
                 out[name] = validate(CourseRow, data, where=f"{where}: {name}")
@@ -494,7 +517,9 @@ def import_course(store: Any, path: Path, *, key: str | None = None, actor: str 
     c: CourseRow = got["course.json"]
     new_key = key or c.key
     if not COURSE_KEY_PATTERN.match(new_key):
-        raise InputError(f"course key {new_key!r} is not a slug", where="--key", fix="use lower-case letters, digits and '-'")
+        raise InputError(
+            f"course key {new_key!r} is not a slug", where="--key", fix="use lower-case letters, digits and '-'"
+        )
     where = str(path)
     people: list[ParticipantRow] = got["participants.json"]
     seats: list[SeatRow] = got["seats.json"]
@@ -502,23 +527,38 @@ def import_course(store: Any, path: Path, *, key: str | None = None, actor: str 
     _unique(where, "participants.json (email)", [p.email for p in people if p.email])
     _unique(where, "seats.json", [x.key for x in seats])
     pkeys, skeys = {p.key for p in people}, {x.key for x in seats}
-    for name, rows in (("assignments.json", got["assignments.json"]), ("access_tokens.json", got["access_tokens.json"])):
+    for name, rows in (
+        ("assignments.json", got["assignments.json"]),
+        ("access_tokens.json", got["access_tokens.json"]),
+    ):
         for i, row in enumerate(rows):
             if row.participant not in pkeys or (name == "assignments.json" and row.seat not in skeys):
-                raise InputError(f"row names an unknown participant or seat", where=f"{where}: {name}[{i}]", fix="use an intact copy of the export")
+                raise InputError(
+                    "row names an unknown participant or seat",
+                    where=f"{where}: {name}[{i}]",
+                    fix="use an intact copy of the export",
+                )
     survey: SurveyRow | None = got["survey.json"]
     for i, r in enumerate(survey.responses if survey else []):
         if r.participant not in pkeys:
-            raise InputError("answer of an unknown participant", where=f"{where}: survey.json responses[{i}]", fix="use an intact copy of the export")
+            raise InputError(
+                "answer of an unknown participant",
+                where=f"{where}: survey.json responses[{i}]",
+                fix="use an intact copy of the export",
+            )
     with store._write() as s:
         if s.scalar(select(Course.id).where(Course.key == new_key)) is not None:
             raise InputError(
                 f"a course {new_key!r} exists already in this store; nothing was imported",
                 where=where,
-                fix=f"import it under another key (--key NEW) or delete the existing course first",
+                fix="import it under another key (--key NEW) or delete the existing course first",
             )
         taken = set(
-            s.scalars(select(AccessToken.token_hash).where(AccessToken.token_hash.in_([t.token_hash for t in got["access_tokens.json"]] or [""])))
+            s.scalars(
+                select(AccessToken.token_hash).where(
+                    AccessToken.token_hash.in_([t.token_hash for t in got["access_tokens.json"]] or [""])
+                )
+            )
         )
         crow = Course(
             key=new_key, name=c.name, source_text=c.source_text, summary=c.summary, timezone=c.timezone,
@@ -578,13 +618,24 @@ def import_course(store: Any, path: Path, *, key: str | None = None, actor: str 
         for e in got["events.json"]:
             if _event_id(e.at, e.actor, e.action, e.participant, e.seat, e.detail) in have:
                 continue
-            s.add(Event(at=e.at, course_key=new_key, actor=e.actor, action=e.action, participant=e.participant, seat=e.seat, detail=e.detail))
+            s.add(
+                Event(
+                    at=e.at,
+                    course_key=new_key,
+                    actor=e.actor,
+                    action=e.action,
+                    participant=e.participant,
+                    seat=e.seat,
+                    detail=e.detail,
+                )
+            )
             added += 1
         s.flush()
         if c.archived_at is not None:  # last: an archived course takes no more rows
             crow.archived_at = c.archived_at
-        log(s, new_key, actor, "course.import", detail={"file": where, "from_course": c.key, "events_added": added,
-                                                        "tokens_skipped": len(got["access_tokens.json"]) - len(kept)})  # fmt: skip
+        skipped = len(got["access_tokens.json"]) - len(kept)
+        detail = {"file": where, "from_course": c.key, "events_added": added, "tokens_skipped": skipped}
+        log(s, new_key, actor, "course.import", detail=detail)
     forget_course(store, new_key)
     return {
         "course": new_key,
@@ -606,6 +657,8 @@ def _unique(where: str, name: str, values: list[str]) -> None:
         seen.add(v)
 
 
-def _event_id(at: datetime, actor: str, action: str, participant: str | None, seat: str | None, detail: Any) -> tuple[Any, ...]:
+def _event_id(
+    at: datetime, actor: str, action: str, participant: str | None, seat: str | None, detail: Any
+) -> tuple[Any, ...]:
     when = (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(UTC)
     return (when.isoformat(), actor, action, participant, seat, json.dumps(detail, sort_keys=True))

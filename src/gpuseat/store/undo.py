@@ -102,7 +102,9 @@ def _iso(value: datetime | None) -> str | None:
 def remove_seats(store: Any, course: str | None, keys: Sequence[str], *, actor: str) -> list[str]:
     """Remove seats nobody holds, in state planned or released; all or nothing. Returns the keys removed."""
     if not keys:
-        raise InputError("no seats named", where="SEAT", fix="name the seats to remove (gpuseat seats status lists them)")
+        raise InputError(
+            "no seats named", where="SEAT", fix="name the seats to remove (gpuseat seats status lists them)"
+        )
     bad = [k for k in keys if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", k)]
     if bad:
         raise InputError(f"not a seat key: {bad[0]!r}", where="SEAT", fix="give seat keys as seats status lists them")

@@ -30,7 +30,8 @@ _SQLITE_COURSE = {
         "(SELECT c.archived_at FROM seats s JOIN courses c ON c.id = s.course_id WHERE s.id = NEW.seat_id)"
     ),
     "access_tokens": (
-        "(SELECT c.archived_at FROM participants p JOIN courses c ON c.id = p.course_id WHERE p.id = NEW.participant_id)"
+        "(SELECT c.archived_at FROM participants p JOIN courses c ON c.id = p.course_id "
+        "WHERE p.id = NEW.participant_id)"
     ),
     "survey_responses": (
         "(SELECT c.archived_at FROM surveys v JOIN courses c ON c.id = v.course_id WHERE v.id = NEW.survey_id)"
