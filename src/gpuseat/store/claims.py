@@ -24,7 +24,8 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -111,14 +112,20 @@ def _suits(reserved: str, grp: str, mem: str, iso: str, win: str) -> str:
     )
 
 
-def _order(reserved: str, collate: str) -> str:
-    """``preference()`` of core.seating: own hardware first, reserved for the group, smallest, by key."""
-    reserved_first = f"CASE WHEN {reserved} THEN 0 ELSE 1 END"
+def _order(reserved: str, grp: str, collate: str) -> str:
+    """``preference()`` of core.seating: own hardware first, reserved for the group, smallest, by key.
+    (The group list is only searched for seats that have one: most seats are reserved for nobody.)"""
+    reserved_first = f"CASE WHEN json_array_length(s.groups) > 0 AND {grp} IS NOT NULL AND {reserved} THEN 0 ELSE 1 END"
     return f"(s.kind = 'cloud'), {reserved_first}, (s.memory_gb IS NULL), s.memory_gb, s.key{collate}"
 
 
 _COLS = ", ".join(f"s.{c}" for c in SEAT_COLUMNS)
-_WHO = "(pa.key = :who OR pa.email = :email OR pa.unix_user = :who)"
+# the participant by key (an index lookup), else by email or Unix user; coalesce() stops at the first hit
+_WHO = (
+    "pa.id = coalesce((SELECT p1.id FROM participants p1 WHERE p1.course_id = :cid AND p1.key = :who), "
+    "(SELECT p2.id FROM participants p2 WHERE p2.course_id = :cid AND (p2.email = :email OR p2.unix_user = :who) "
+    "ORDER BY p2.id LIMIT 1))"
+)
 
 # SQLite, step 1 (no lock, WAL readers never wait): the participant and the seat they hold
 _SQLITE_LOOKUP = f"""
@@ -126,9 +133,8 @@ SELECT pa.id AS pid, pa.key AS pkey, pa.group_name AS grp, a.valid_from, a.mode,
 FROM participants pa
 LEFT JOIN assignments a ON a.participant_id = pa.id AND a.valid_to IS NULL
 LEFT JOIN seats s ON s.id = a.seat_id
-WHERE pa.course_id = :cid AND {_WHO}
+WHERE {_WHO}
   AND EXISTS (SELECT 1 FROM courses c WHERE c.id = :cid AND c.archived_at IS NULL)
-ORDER BY pa.key <> :who LIMIT 1
 """
 
 _SQLITE_RESERVED = "EXISTS (SELECT 1 FROM json_each(s.groups) j WHERE j.value = :grp)"
@@ -140,7 +146,7 @@ SELECT s.id, :pid, :now, :mode FROM seats s
 WHERE s.course_id = :cid AND s.state IN ({_STATES}) AND {_FREE}
   AND {_suits(_SQLITE_RESERVED, ":grp", ":mem", ":iso", ":win")}
   AND EXISTS (SELECT 1 FROM courses c WHERE c.id = :cid AND c.archived_at IS NULL)
-ORDER BY {_order(_SQLITE_RESERVED, "")}
+ORDER BY {_order(_SQLITE_RESERVED, ":grp", "")}
 LIMIT 1
 RETURNING seat_id, valid_from, mode
 """
@@ -159,9 +165,8 @@ _PG_NEED = "(CAST(:needs AS jsonb) -> n0.grp ->> {i})"
 _PG_CLAIM = f"""
 WITH n0 AS (
     SELECT pa.id AS pid, pa.key AS pkey, pa.group_name AS grp FROM participants pa
-    WHERE pa.course_id = :cid AND {_WHO}
+    WHERE {_WHO}
       AND EXISTS (SELECT 1 FROM courses c WHERE c.id = :cid AND c.archived_at IS NULL)
-    ORDER BY pa.key <> :who LIMIT 1
 ), n AS (
     SELECT n0.pid, n0.pkey, n0.grp,
            coalesce(CAST({_PG_NEED.format(i=0)} AS float8), 0) AS mem,
@@ -175,7 +180,7 @@ WITH n0 AS (
     SELECT {_COLS} FROM seats s CROSS JOIN n
     WHERE s.course_id = :cid AND s.state IN ({_STATES}) AND {_FREE} AND NOT EXISTS (SELECT 1 FROM held)
       AND {_suits(_PG_RESERVED, "n.grp", "n.mem", "n.iso", "n.win")}
-    ORDER BY {_order(_PG_RESERVED, ' COLLATE "C"')}
+    ORDER BY {_order(_PG_RESERVED, "n.grp", ' COLLATE "C"')}
     LIMIT 1 FOR UPDATE OF s SKIP LOCKED
 ), ins AS (
     INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
@@ -376,17 +381,30 @@ def _seat(row: Any) -> dict[str, Any]:
     return {c: m[c] for c in SEAT_COLUMNS}
 
 
+@contextmanager
+def _writing(store: Any) -> Iterator[Any]:
+    """SQLite's write transaction for a claim: the store's writer queue and ``BEGIN IMMEDIATE`` on a Core
+    connection (an ORM session costs a claim more than its SQL does); the store's ``_write()`` otherwise."""
+    queue, writer = getattr(store, "_queue", None), getattr(store, "_writer", None)
+    if queue is None or writer is None:
+        with store._write() as s:
+            yield s
+        return
+    with queue(), writer.begin() as conn:
+        yield conn
+
+
 def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
     st = _SQLITE_STATEMENTS
     p = _params(info, who, mode, actor)
-    with store._read() as s:
-        row = s.execute(st["lookup"], p).first()
+    with store.engine.connect() as conn:  # WAL: a reader never waits for the writer
+        row = conn.execute(st["lookup"], p).first()
     if row is None:
         return None
     if row.id is not None:  # the seat they hold
         return Claimed(info.key, row.pkey, _seat(row), row.valid_from, row.mode or "assigned", False)
     p.update(_need(info, row.grp), pid=row.pid, pkey=row.pkey)
-    with store._write() as s:
+    with _writing(store) as s:
         took = s.execute(st["take"], p).first()
         if took is None:
             total = s.execute(text("SELECT count(*) FROM seats WHERE course_id = :cid"), p).scalar() or 0
