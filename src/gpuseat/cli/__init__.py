@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = app(args=argv, standalone_mode=False)
     except GpuseatError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
+        _error(exc.message)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             return _click_exit(exc)
         mapped = edge_error(exc)
         if mapped is not None:
-            print(f"error: {mapped.message}", file=sys.stderr)
+            _error(mapped.message)
             return mapped.exit_code
         if os.environ.get("GPUSEAT_DEBUG"):
             raise
@@ -153,6 +153,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 70
     return result if isinstance(result, int) else 0
+
+
+def _error(message: str) -> None:
+    """One error message on stderr, with any control character from user data made harmless."""
+    from gpuseat.safe_text import clean
+
+    print(f"error: {clean(message)}", file=sys.stderr)
 
 
 def _click_exit(exc: Exception) -> int:

@@ -30,10 +30,12 @@ def print_json(obj: Any) -> None:
 
 def print_csv(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> None:
     """CSV with a header on stdout."""
+    from gpuseat.safe_text import csv_cell
+
     writer = csv.DictWriter(sys.stdout, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow(row)
+        writer.writerow({k: csv_cell(v) for k, v in row.items()})
 
 
 def print_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], title: str | None = None) -> None:
@@ -41,11 +43,13 @@ def print_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], title
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title)
+    from gpuseat.safe_text import clean
+
+    table = Table(title=None if title is None else clean(title, one_line=True))
     for col in columns:
-        table.add_column(col)
+        table.add_column(clean(col, one_line=True))
     for row in rows:
-        table.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
+        table.add_row(*("" if row.get(c) is None else clean(str(row.get(c))) for c in columns))
     Console().print(table)
 
 

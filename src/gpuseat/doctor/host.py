@@ -124,14 +124,13 @@ class HostView:
     def write_capture(self, out: Path) -> None:
         """Write everything seen as a ``.tar.gz`` whose extraction is a root for :class:`HostView`."""
         check_capture_path(out)
-        try:
-            with tarfile.open(out, "w:gz") as tar:
-                for member, data in capture_members(self.seen):
-                    tar.addfile(member, io.BytesIO(data) if data is not None else None)
-        except OSError as exc:
-            raise InputError(
-                f"cannot write: {exc.strerror}", where=f"--capture {out}", fix="check permissions"
-            ) from None
+        from gpuseat.files import write_file
+
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+            for member, data in capture_members(self.seen):
+                tar.addfile(member, io.BytesIO(data) if data is not None else None)
+        write_file(out, buffer.getvalue(), where=f"--capture {out}")
 
 
 def check_capture_path(out: Path) -> None:

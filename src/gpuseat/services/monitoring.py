@@ -357,10 +357,9 @@ def write_chart(report: UsageReport, path: Path, *, force: bool = False) -> None
         raise InputError(
             "exists and was not written by gpuseat", where=f"--chart {path}", fix="choose another name or add --force"
         )
-    try:
-        path.write_text(chart_html(list(report.rows)), encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot write: {exc.strerror}", where=f"--chart {path}", fix="check permissions") from None
+    from gpuseat.files import write_file
+
+    write_file(path, chart_html(list(report.rows)), where=f"--chart {path}")
 
 
 def _head(path: Path) -> str:
