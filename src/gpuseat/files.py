@@ -195,14 +195,24 @@ def read_toml_model(model: type[M], path: Path, *, context: dict[str, Any] | Non
     return validate(model, parse_toml(text, where=str(path)), where=str(path), text=text, context=context)
 
 
-def read_csv(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
-    """Rows of a CSV file with a header, as ``(line_number, {column: value})``."""
-    text = read_text(path)
+#: Rows a CSV file may have (a SkyPilot catalog has tens of thousands; a roster a few hundred).
+MAX_CSV_ROWS = 1_000_000
+
+
+def read_csv(
+    path: Path, *, max_bytes: int = MAX_BYTES, max_rows: int = MAX_CSV_ROWS
+) -> Iterator[tuple[int, dict[str, str]]]:
+    """Rows of a CSV file with a header, as ``(line_number, {column: value})``, at most ``max_rows``."""
+    text = read_text(path, max_bytes=max_bytes)
     reader = csv.DictReader(text.splitlines())
     if not reader.fieldnames:
         raise InputError("empty CSV, no header row", where=str(path), fix="add a header row")
     try:
-        for row in reader:
+        for count, row in enumerate(reader, 1):
+            if count > max_rows:
+                raise InputError(
+                    f"more than {max_rows:,} rows", where=f"{path}:{reader.line_num}", fix="split the file"
+                )
             if None in row:
                 raise InputError(
                     f"{len(row[None]) + len(reader.fieldnames)} fields, header has {len(reader.fieldnames)}",
