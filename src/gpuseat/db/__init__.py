@@ -143,8 +143,9 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
     from sqlalchemy.exc import ArgumentError
 
     from gpuseat.errors import InputError
+    from gpuseat.urls import database_url
 
-    resolved = resolve_url(url)
+    resolved = database_url(resolve_url(url))
     try:
         parsed = make_url(resolved)
     except ArgumentError:
