@@ -60,7 +60,11 @@ class HostView:
         """``root/path``; off the live root, a path whose symlinks lead out of the root is refused."""
         real = self.root / path.lstrip("/")
         if not self.live:
-            resolved = real.resolve() if follow else real.parent.resolve() / real.name
+            try:
+                resolved = real.resolve() if follow else real.parent.resolve() / real.name
+            except (RuntimeError, OSError):  # a symlink loop (RuntimeError before Python 3.13)
+                self.outside.append(path)
+                raise _Outside(path) from None
             if resolved != self._resolved and self._resolved not in resolved.parents:
                 self.outside.append(path)
                 raise _Outside(path)
