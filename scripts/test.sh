@@ -13,5 +13,5 @@ pg=$(mktemp -d /tmp/gpuseat-pg.XXXXXX)
 trap 'bash scripts/postgres.sh stop "$pg"' EXIT
 eval "$(bash scripts/postgres.sh start "$pg")"
 # xdist on every core (-n auto), tests in a new random order each run (pytest-randomly prints the seed;
-# `-p randomly_seed=N`… see docs/reliability.md to repeat an order).
+# repeat an order with --randomly-seed=N, or --randomly-seed=last; -p no:randomly turns it off).
 .venv/bin/python -m pytest -n auto --dist loadgroup -q "$@"
