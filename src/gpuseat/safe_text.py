@@ -47,3 +47,26 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+class CleanLogRecords:
+    """A :mod:`logging` filter that cleans every record's message: a log line is one line of text."""
+
+    def filter(self, record: Any) -> bool:
+        """Render the message once, cleaned, so a participant's name cannot forge or hide log lines."""
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):  # a bad format string: log it as it came
+            return True
+        record.msg, record.args = clean(message, one_line=True), ()
+        return True
+
+
+def log_handler(fmt: str) -> Any:
+    """A stderr handler with ``fmt`` whose records are cleaned (:class:`CleanLogRecords`)."""
+    import logging
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(fmt))
+    handler.addFilter(CleanLogRecords())
+    return handler
