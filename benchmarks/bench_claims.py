@@ -80,13 +80,21 @@ def reset(url: str) -> int:
 
 # -- plain SQL and floor clients (the driver alone) ----------------------------------------------------
 
+ISOLATION = (
+    "(CASE s.kind WHEN 'gpu' THEN 2 WHEN 'vm' THEN 2 WHEN 'cloud' THEN 2 WHEN 'slurm' THEN 2 "
+    "WHEN 'mig' THEN 1 WHEN 'vgpu' THEN 1 ELSE 0 END)"
+)
 PLAIN_SQLITE_TAKE = f"""
 INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
-SELECT s.id, ?, ?, 'pool' FROM seats s
-WHERE s.course_id = ? AND s.state IN {STATES} AND {FREE}
-  AND (json_array_length(s.groups) = 0 OR EXISTS (SELECT 1 FROM json_each(s.groups) j WHERE j.value = ?))
-  AND (s.memory_gb IS NULL OR s.memory_gb >= ?)
-ORDER BY (s.kind = 'cloud'), (s.memory_gb IS NULL), s.memory_gb, s.key LIMIT 1
+SELECT s.id, ?1, ?2, 'pool' FROM seats s
+WHERE s.course_id = ?3 AND s.state IN {STATES} AND {FREE}
+  AND (json_array_length(s.groups) = 0 OR EXISTS (SELECT 1 FROM json_each(s.groups) j WHERE j.value = ?4))
+  AND (s.memory_gb IS NULL OR s.memory_gb >= ?5) AND {ISOLATION} >= ?6
+  AND (?7 = 0 OR s.kind IN ('vm', 'vgpu', 'cloud') OR s.engine = 'libvirt')
+ORDER BY (s.kind = 'cloud'),
+  CASE WHEN json_array_length(s.groups) > 0 AND EXISTS (SELECT 1 FROM json_each(s.groups) j WHERE j.value = ?4)
+       THEN 0 ELSE 1 END,
+  (s.memory_gb IS NULL), s.memory_gb, s.key LIMIT 1
 RETURNING seat_id
 """
 
@@ -98,8 +106,13 @@ pick AS (
   WHERE s.course_id = %(c)s AND s.state IN {STATES} AND {FREE} AND NOT EXISTS (SELECT 1 FROM held)
     AND (json_array_length(s.groups) = 0
          OR EXISTS (SELECT 1 FROM json_array_elements_text(s.groups) j(v) WHERE j.v = p.group_name))
-    AND (s.memory_gb IS NULL OR s.memory_gb >= %(m)s)
-  ORDER BY (s.kind = 'cloud'), (s.memory_gb IS NULL), s.memory_gb, s.key COLLATE "C" LIMIT 1
+    AND (s.memory_gb IS NULL OR s.memory_gb >= %(m)s) AND {ISOLATION} >= 0
+    AND (0 = 0 OR s.kind IN ('vm', 'vgpu', 'cloud') OR s.engine = 'libvirt')
+  ORDER BY (s.kind = 'cloud'),
+    CASE WHEN json_array_length(s.groups) > 0
+              AND EXISTS (SELECT 1 FROM json_array_elements_text(s.groups) j(v) WHERE j.v = p.group_name)
+         THEN 0 ELSE 1 END,
+    (s.memory_gb IS NULL), s.memory_gb, s.key COLLATE "C" LIMIT 1
   FOR UPDATE OF s SKIP LOCKED),
 ins AS (INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
         SELECT pick.id, p.id, %(t)s, 'pool' FROM pick, p RETURNING seat_id),
@@ -148,7 +161,7 @@ def plain_client(url: str) -> Callable[[str], bool]:
                 now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
                 try:
                     conn.execute("BEGIN IMMEDIATE")
-                    row = conn.execute(PLAIN_SQLITE_TAKE, (pid, now, cid, grp, 0.0)).fetchone()
+                    row = conn.execute(PLAIN_SQLITE_TAKE, (pid, now, cid, grp, 0.0, 0, 0)).fetchone()
                     if row is not None:
                         seat = conn.execute("SELECT key FROM seats WHERE id = ?", (row[0],)).fetchone()[0]
                         conn.execute(

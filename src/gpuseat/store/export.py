@@ -18,8 +18,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import stat
 import zipfile
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -65,37 +63,24 @@ MAX_ARCHIVE_BYTES = 1024 * 1024 * 1024
 
 
 def check_target(path: Path, *, force: bool, flag: str = "--to") -> None:
-    """Refuse a target that is a directory, FIFO, device or symlink, or that exists (unless ``force``)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        if not path.parent.is_dir():
-            raise InputError(
-                "its folder does not exist", where=f"{flag} {path}", fix="create the folder first"
-            ) from None
-        return
-    if stat.S_ISLNK(st.st_mode):
-        raise InputError("is a symbolic link", where=f"{flag} {path}", fix="give the path of a regular file")
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError("exists and is not a regular file", where=f"{flag} {path}", fix="give another path")
-    if not force:
-        raise InputError("exists already", where=f"{flag} {path}", fix="give a new file name, or add --force")
+    """Refuse a target that is a folder, FIFO, device or symlink (gpuseat.files), or that exists (unless
+    ``force``): an export or a backup never replaces another one by accident."""
+    from gpuseat.files import check_target as check_kind
+
+    where = f"{flag} {path}"
+    check_kind(path, where=where)
+    if not path.parent.is_dir():
+        raise InputError("its folder does not exist", where=where, fix="create the folder first")
+    if path.exists() and not force:
+        raise InputError("exists already", where=where, fix="give a new file name, or add --force")
 
 
 def write_file(path: Path, data: bytes, *, force: bool = False, flag: str = "--to") -> None:
-    """Write ``data`` to ``path`` whole or not at all: a temporary file beside it, fsynced, renamed."""
+    """Write ``data`` to ``path`` whole or not at all (gpuseat.files.write_file: temporary file, fsync, rename)."""
+    from gpuseat.files import write_file as write_whole
+
     check_target(path, force=force, flag=flag)
-    tmp = path.with_name(f".{path.name}.gpuseat-{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_whole(path, data, where=f"{flag} {path}", mode=0o600)
 
 
 # -- export ------------------------------------------------------------------------------------------
