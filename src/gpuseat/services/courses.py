@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from sqlalchemy import and_, exists, func, inspect, or_, select, text, update
+from sqlalchemy import and_, func, inspect, or_, select, text, update
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -69,8 +69,6 @@ DEFAULT_ACTOR = "gpuseat"
 TOKEN_BYTES = 32
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{20,128}$")
 _TOUCH_EVERY = timedelta(minutes=1)  # last-used time is written at most once a minute per token
-_CLAIM_RETRIES = 20
-_LOCK_WINDOW = 32  # candidates offered to one FOR UPDATE SKIP LOCKED statement
 _HOST = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,252})$")
 _DEVICE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]{1,90}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -805,13 +803,6 @@ class CourseStore:
         held = Assignment(valid_from=got.since, mode=got.mode)
         return _seat_view(got.course, Seat(**got.seat), (got.participant, held))
 
-    def _take(self, s: Session, crow: Course, pid: int, pkey: str, seat: Seat, mode: str, actor: str) -> SeatView:
-        """Insert the assignment and its event (written at commit, where a double assignment fails)."""
-        a = Assignment(seat_id=seat.id, participant_id=pid, valid_from=datetime.now(UTC), mode=mode)
-        s.add(a)
-        _log(s, crow.key, actor, "seat.claim", participant=pkey, seat=seat.key, detail={"mode": mode})
-        return _seat_view(crow.key, seat, (pkey, a))
-
     def assign_all(
         self, course: str | None = None, *, partial: bool = False, actor: str = DEFAULT_ACTOR
     ) -> AssignReport:
@@ -1210,79 +1201,6 @@ def _pref(seat: Seat, group: str | None) -> tuple[int, int, float, str]:
     )
 
 
-def _is_taken(seat_id: Any) -> Any:
-    return exists().where(Assignment.seat_id == seat_id, Assignment.valid_to.is_(None))
-
-
-def _free_suitable(s: Session, crow: Course, group: str | None, needs: dict[str, SeatNeed]) -> list[int]:
-    """Ids of free seats that suit the group, best first (nothing locked yet)."""
-    rows = s.execute(
-        select(Seat.id, Seat.key, Seat.kind, Seat.memory_gb, Seat.engine, Seat.groups).where(
-            Seat.course_id == crow.id, Seat.state.in_(ASSIGNABLE_STATES), ~_is_taken(Seat.id)
-        )
-    ).all()
-    need = needs.get(group) if group is not None else None
-    ranked = []
-    for sid, key, kind, memory_gb, engine, groups in rows:
-        reserved = tuple(groups or ())
-        if misfit(kind=kind, memory_gb=memory_gb, engine=engine, reserved_for=reserved, group=group, need=need):
-            continue
-        rank = preference(key=key, kind=kind, memory_gb=memory_gb, reserved_for=reserved, group=group)
-        ranked.append((rank, sid))
-    return [sid for _, sid in sorted(ranked)]
-
-
-def _still_free(s: Session, candidates: list[int], window: int = 64) -> Seat | None:
-    """The best of the first ``window`` candidates that is still free and assignable (one query)."""
-    head = candidates[:window]
-    rows = s.scalars(
-        select(Seat).where(Seat.id.in_(head), Seat.state.in_(ASSIGNABLE_STATES), ~_is_taken(Seat.id))
-    ).all()
-    order = {sid: i for i, sid in enumerate(head)}
-    return min(rows, key=lambda r: order[r.id], default=None)
-
-
-def _lock_first(s: Session, candidates: list[int]) -> Seat | None:
-    """The first candidate seat that is still free, locked for this transaction (None if all are busy).
-
-    SQLite: the transaction began with ``BEGIN IMMEDIATE``, so nobody else writes and the first
-    candidate is free. PostgreSQL: one statement locks the best free candidate and skips the rows
-    other claims hold (``FOR UPDATE SKIP LOCKED``, ordered by the candidates' rank).
-    """
-    if s.get_bind().dialect.name == "sqlite":
-        return s.get(Seat, candidates[0])
-    if s.get_bind().dialect.name == "postgresql":
-        from sqlalchemy import Integer, bindparam
-        from sqlalchemy.dialects.postgresql import ARRAY
-
-        for start in range(0, len(candidates), _LOCK_WINDOW):  # small arrays: array_position is linear
-            ids = bindparam("ids", candidates[start : start + _LOCK_WINDOW], type_=ARRAY(Integer))
-            row = s.scalar(
-                select(Seat)
-                .where(Seat.id == func.any(ids), ~_is_taken(Seat.id))
-                .order_by(func.array_position(ids, Seat.id))
-                .limit(1)
-                .with_for_update(skip_locked=True)
-            )
-            if row is not None:
-                return row
-        return None
-    for sid in candidates:  # other databases: one row at a time
-        row = s.scalar(select(Seat).where(Seat.id == sid, ~_is_taken(Seat.id)).with_for_update(skip_locked=True))
-        if row is not None:
-            return row
-    return None
-
-
-def _no_free_seat(s: Session, crow: Course, p: Participant) -> NoFreeSeat:
-    total = s.scalar(select(func.count()).where(Seat.course_id == crow.id)) or 0
-    return NoFreeSeat(
-        f"no free seat suits {p.key} (group {p.group_name or '-'}); the course has {total} seat(s)",
-        where=f"course {crow.key}",
-        fix="add seats (gpuseat seats add) or release one (gpuseat seats release)",
-    )
-
-
 def _course(s: Session, key: str | None) -> Course:
     if key is not None:
         row = s.scalar(select(Course).where(Course.key == key))
@@ -1324,25 +1242,6 @@ def _participant(s: Session, crow: Course, who: str) -> Participant:
             fix="give a participant's key, email or Unix user (gpuseat roster import adds them)",
         )
     return row
-
-
-def _participant_and_seat(s: Session, crow: Course, who: str) -> tuple[Participant, Seat | None, Assignment | None]:
-    """The participant with the seat and assignment they hold now, in one query."""
-    row = s.execute(
-        select(Participant, Seat, Assignment)
-        .outerjoin(Assignment, and_(Assignment.participant_id == Participant.id, Assignment.valid_to.is_(None)))
-        .outerjoin(Seat, Seat.id == Assignment.seat_id)
-        .where(
-            Participant.course_id == crow.id,
-            or_(Participant.key == who, Participant.email == who.lower(), Participant.unix_user == who),
-        )
-        .order_by(Participant.key != who)
-        .limit(1)
-    ).first()
-    if row is None:
-        _participant(s, crow, who)  # raises NotFound with a hint
-    assert row is not None
-    return row[0], row[1], row[2]
 
 
 def _people(s: Session, crow: Course, who: Sequence[str] | None) -> list[Participant]:

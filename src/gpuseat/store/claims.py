@@ -153,11 +153,6 @@ RETURNING seat_id, valid_from, mode
 
 _SQLITE_SEAT = f"SELECT {_COLS} FROM seats s WHERE s.id = :sid"
 
-_EVENT = (
-    "INSERT INTO events (at, course_key, actor, action, participant, seat, detail) "
-    "VALUES (:now, :ckey, :actor, 'seat.claim', :pkey, :skey, {detail})"
-)
-
 _PG_RESERVED = "EXISTS (SELECT 1 FROM json_array_elements_text(s.groups) j(v) WHERE j.v = n.grp)"
 _PG_NEED = "(CAST(:needs AS jsonb) -> n0.grp ->> {i})"
 
@@ -219,7 +214,10 @@ _SQLITE_STATEMENTS = {
     "lookup": text(_SQLITE_LOOKUP).columns(**_TYPES),
     "take": _typed(_SQLITE_TAKE),
     "seat": text(_SQLITE_SEAT).columns(**_TYPES),
-    "event": text(_EVENT.format(detail=":detail")).bindparams(bindparam("now", type_=DateTime(timezone=True))),
+    "event": text(
+        "INSERT INTO events (at, course_key, actor, action, participant, seat, detail) "
+        "SELECT :now, :ckey, :actor, 'seat.claim', :pkey, s.key, :detail FROM seats s WHERE s.id = :sid"
+    ).bindparams(bindparam("now", type_=DateTime(timezone=True))),
 }
 _PG_STATEMENTS = {
     "claim": _typed(_PG_CLAIM),
@@ -409,9 +407,10 @@ def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) ->
         if took is None:
             total = s.execute(text("SELECT count(*) FROM seats WHERE course_id = :cid"), p).scalar() or 0
             raise _no_free_seat(info, row.pkey, row.grp, int(total))
-        seat = s.execute(st["seat"], {"sid": took.seat_id}).first()
-        p["skey"] = seat.key
-        s.execute(st["event"], p)
+        p["sid"] = took.seat_id
+        s.execute(st["event"], p)  # the write lock is held for these two statements only
+    with store.engine.connect() as conn:
+        seat = conn.execute(st["seat"], p).first()
     return Claimed(info.key, row.pkey, _seat(seat), took.valid_from, took.mode, True)
 
 
