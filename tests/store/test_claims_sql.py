@@ -126,3 +126,48 @@ def test_claim_after_the_course_is_deleted_and_made_again(store: CourseStore, tm
             store.claim_seat("mixed", who)
     else:
         assert store.claim_seat("mixed", who).key == expected
+
+
+def test_a_claim_is_one_statement_on_postgresql_and_one_take_on_sqlite(store: CourseStore, tmp_path: Path) -> None:
+    """PostgreSQL: the whole claim (lookup, take, events row) is one round trip; SQLite: under the write
+    lock only the take and its events row run."""
+    from sqlalchemy import event
+
+    from gpuseat.store import claims
+
+    make_course(store, tmp_path, random.Random(11), people=6, seats=12)
+    who = [p.key for p in store.participants("mixed")]
+    store.claim_seat("mixed", who[0])  # warm: the course is known, the pool is open
+    sent: list[str] = []
+
+    def seen(_conn: object, _cur: object, statement: str, *_: object) -> None:
+        sent.append(" ".join(statement.split())[:40])
+
+    postgres = store.engine.dialect.name == "postgresql"
+    target = claims._pg_engine(store) if postgres else store.engine
+    event.listen(target, "before_cursor_execute", seen)
+    checked = 0
+    try:
+        for p in who[1:]:
+            sent.clear()
+            try:
+                got = store.claim_seat("mixed", p)
+            except NoFreeSeat:
+                continue
+            assert got.participant == p
+            checked += 1
+            if postgres:
+                assert len(sent) == 1 and sent[0].startswith("WITH n0 AS"), sent
+            else:
+                assert [s.split()[0] for s in sent] == [
+                    "BEGIN",
+                    "SELECT",
+                    "BEGIN",
+                    "INSERT",
+                    "INSERT",
+                    "BEGIN",
+                    "SELECT",
+                ]
+    finally:
+        event.remove(target, "before_cursor_execute", seen)
+    assert checked > 0
