@@ -128,7 +128,9 @@ def test_claim_after_the_course_is_deleted_and_made_again(store: CourseStore, tm
         assert store.claim_seat("mixed", who).key == expected
 
 
-def test_a_claim_is_one_statement_on_postgresql_and_one_take_on_sqlite(store: CourseStore, tmp_path: Path) -> None:
+def test_a_claim_is_one_statement_on_postgresql_and_one_take_on_sqlite(
+    store: CourseStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """PostgreSQL: the whole claim (lookup, take, events row) is one round trip; SQLite: under the write
     lock only the take and its events row run."""
     from sqlalchemy import event
@@ -146,6 +148,16 @@ def test_a_claim_is_one_statement_on_postgresql_and_one_take_on_sqlite(store: Co
     postgres = store.engine.dialect.name == "postgresql"
     target = claims._pg_engine(store) if postgres else store.engine
     event.listen(target, "before_cursor_execute", seen)
+    if postgres:  # the claim statement goes to the driver directly: watch the driver
+        import psycopg
+
+        real = psycopg.Connection.execute
+
+        def execute(self: psycopg.Connection, query: str, *args: object, **kwargs: object) -> object:
+            seen(None, None, str(query))
+            return real(self, query, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(psycopg.Connection, "execute", execute)
     checked = 0
     try:
         for p in who[1:]:

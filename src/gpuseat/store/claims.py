@@ -19,6 +19,7 @@ nothing, with the same messages as the rest of the store.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import threading
@@ -220,7 +221,6 @@ _SQLITE_STATEMENTS = {
     ).bindparams(bindparam("now", type_=DateTime(timezone=True))),
 }
 _PG_STATEMENTS = {
-    "claim": _typed(_PG_CLAIM),
     "any": text(_PG_ANY_FREE),
 }
 
@@ -326,16 +326,12 @@ def claim(store: Any, course: str | None, who: str, *, mode: str, actor: str) ->
     """
     postgres = store.engine.dialect.name == "postgresql"
     stale = False
-    for attempt in range(RETRIES):
+    for _attempt in range(RETRIES):
         info = _course(store, course)
         try:
             got = _claim_pg(store, info, who, mode, actor) if postgres else _claim_sqlite(store, info, who, mode, actor)
-        except IntegrityError:
-            # another claim took that seat (or this participant's other claim won): look again, after a
-            # short random pause once it keeps happening (so a crowd of claims stops colliding in step)
-            if attempt >= 3:
-                time.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
-            continue
+        except (IntegrityError, _LostRace):
+            continue  # another claim took that seat (or this participant's other claim won): look again
         except OperationalError as exc:
             if not exc.connection_invalidated:
                 raise
@@ -414,20 +410,52 @@ def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) ->
     return Claimed(info.key, row.pkey, _seat(seat), took.valid_from, took.mode, True)
 
 
+class _LostRace(Exception):
+    """The claim statement lost a race (unique index) or its connection: try again."""
+
+
+@functools.cache
+def _pg_claim_sql() -> str:
+    """The claim statement as psycopg's SQL text, compiled once by SQLAlchemy's PostgreSQL dialect."""
+    from sqlalchemy.dialects.postgresql import psycopg
+
+    return str(text(_PG_CLAIM).compile(dialect=psycopg.dialect()))
+
+
 def _claim_pg(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
+    """The one statement, sent on the pool's connection by the driver itself: the claim is the hottest
+    path (every JupyterHub start), and SQLAlchemy's per-statement machinery costs more CPU than the
+    statement does on the server."""
+    import psycopg
+
     p = _params(info, who, mode, actor)
     p["needs"] = json.dumps({g: list(v) for g, v in info.needs.items()})
     with _pg_engine(store).connect() as conn:
-        row = conn.execute(_PG_STATEMENTS["claim"], p).first()
-        if row is None:
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        try:
+            cur = raw.execute(_pg_claim_sql(), p)
+        except psycopg.errors.UniqueViolation:
+            raise _LostRace from None
+        except psycopg.OperationalError:
+            if raw.closed or raw.broken:
+                conn.invalidate()
+                raise _LostRace from None
+            raise
+        found = cur.fetchone()
+        if found is None:
             return None
-        if row.how != "none":
-            return Claimed(info.key, row.pkey, _seat(row), row.valid_from, row.mode or "assigned", row.how == "new")
-        p.update(_need(info, row.grp))
+        row = dict(zip([d.name for d in cur.description or ()], found, strict=True))
+        if row["how"] != "none":
+            seat = {c: row[c] for c in SEAT_COLUMNS}
+            return Claimed(
+                info.key, row["pkey"], seat, row["valid_from"], row["mode"] or "assigned", row["how"] == "new"
+            )
+        p.update(_need(info, row["grp"]))
         if _any_free(conn, p):
             return "retry"
         total = conn.execute(text("SELECT count(*) FROM seats WHERE course_id = :cid"), p).scalar() or 0
-    raise _no_free_seat(info, row.pkey, row.grp, int(total))
+    raise _no_free_seat(info, row["pkey"], row["grp"], int(total))
 
 
 def _any_free(conn: Connection, params: dict[str, Any]) -> bool:
