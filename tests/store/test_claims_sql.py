@@ -131,55 +131,49 @@ def test_claim_after_the_course_is_deleted_and_made_again(store: CourseStore, tm
 def test_a_claim_is_one_statement_on_postgresql_and_one_take_on_sqlite(
     store: CourseStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """PostgreSQL: the whole claim (lookup, take, events row) is one round trip; SQLite: under the write
-    lock only the take and its events row run."""
+    """PostgreSQL: the whole claim (lookup, take, events row) is one statement, one round trip; SQLite:
+    under the write lock only the take and its events row run (what the database itself executed)."""
     from sqlalchemy import event
-
-    from gpuseat.store import claims
 
     make_course(store, tmp_path, random.Random(11), people=6, seats=12)
     who = [p.key for p in store.participants("mixed")]
-    store.claim_seat("mixed", who[0])  # warm: the course is known, the pool is open
     sent: list[str] = []
-
-    def seen(_conn: object, _cur: object, statement: str, *_: object) -> None:
-        sent.append(" ".join(statement.split())[:40])
-
     postgres = store.engine.dialect.name == "postgresql"
-    target = claims._pg_engine(store) if postgres else store.engine
-    event.listen(target, "before_cursor_execute", seen)
-    if postgres:  # the claim statement goes to the driver directly: watch the driver
+    if postgres:  # every statement psycopg sends, whoever sends it
         import psycopg
 
         real = psycopg.Connection.execute
 
         def execute(self: psycopg.Connection, query: str, *args: object, **kwargs: object) -> object:
-            seen(None, None, str(query))
+            sent.append(" ".join(str(query).split()))
             return real(self, query, *args, **kwargs)  # type: ignore[arg-type]
 
         monkeypatch.setattr(psycopg.Connection, "execute", execute)
+        store.claim_seat("mixed", who[0])  # warm: the course is known, the claim pool is open
+    else:  # SQLite's own trace of every statement it runs, on every connection of the store
+        store.engine.dispose()
+
+        def trace(dbapi_conn: object, _record: object) -> None:
+            dbapi_conn.set_trace_callback(lambda sql: sent.append(" ".join(sql.split())))  # type: ignore[attr-defined]
+
+        event.listen(store.engine, "connect", trace)
+        store.claim_seat("mixed", who[0])
     checked = 0
-    try:
-        for p in who[1:]:
-            sent.clear()
-            try:
-                got = store.claim_seat("mixed", p)
-            except NoFreeSeat:
-                continue
-            assert got.participant == p
-            checked += 1
-            if postgres:
-                assert len(sent) == 1 and sent[0].startswith("WITH n0 AS"), sent
-            else:
-                assert [s.split()[0] for s in sent] == [
-                    "BEGIN",
-                    "SELECT",
-                    "BEGIN",
-                    "INSERT",
-                    "INSERT",
-                    "BEGIN",
-                    "SELECT",
-                ]
-    finally:
-        event.remove(target, "before_cursor_execute", seen)
+    for p in who[1:]:
+        sent.clear()
+        try:
+            got = store.claim_seat("mixed", p)
+        except NoFreeSeat:
+            continue
+        assert got.participant == p
+        checked += 1
+        if postgres:
+            assert len(sent) == 1 and sent[0].startswith("WITH n0 AS"), sent
+            continue
+        top = [x for x in sent if not x.startswith("--")]  # "-- TRIGGER …" lines are the triggers' own
+        locked = top[top.index("BEGIN IMMEDIATE") + 1 : top.index("COMMIT")]
+        locked = [x for i, x in enumerate(locked) if i == 0 or x != locked[i - 1]]  # RETURNING is traced per step
+        assert [x.split()[:3] for x in locked] == [["INSERT", "INTO", "assignments"], ["INSERT", "INTO", "events"]], (
+            locked
+        )
     assert checked > 0

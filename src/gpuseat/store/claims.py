@@ -31,9 +31,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import DateTime, Float, bindparam, text
+from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError, OperationalError
-from sqlalchemy.types import JSON
 
 from gpuseat.core.needs import SeatNeed
 from gpuseat.core.seating import ASSIGNABLE_STATES, KIND_ISOLATION, VM_KINDS, isolation_rank
@@ -63,13 +62,6 @@ SEAT_COLUMNS = (
     "connect",
     "created_at",
 )
-_TYPES: dict[str, Any] = {
-    "groups": JSON(),
-    "state_at": DateTime(timezone=True),
-    "created_at": DateTime(timezone=True),
-    "valid_from": DateTime(timezone=True),
-    "memory_gb": Float(),
-}
 
 
 @dataclass(frozen=True)
@@ -207,19 +199,10 @@ WHERE s.course_id = :cid AND s.state IN ({_STATES}) AND {_FREE}
 """
 
 
-def _typed(sql: str, *binds: Any) -> Any:
-    return text(sql).bindparams(bindparam("now", type_=DateTime(timezone=True)), *binds).columns(**_TYPES)
-
-
-_SQLITE_STATEMENTS = {
-    "lookup": text(_SQLITE_LOOKUP).columns(**_TYPES),
-    "take": _typed(_SQLITE_TAKE),
-    "seat": text(_SQLITE_SEAT).columns(**_TYPES),
-    "event": text(
-        "INSERT INTO events (at, course_key, actor, action, participant, seat, detail) "
-        "SELECT :now, :ckey, :actor, 'seat.claim', :pkey, s.key, :detail FROM seats s WHERE s.id = :sid"
-    ).bindparams(bindparam("now", type_=DateTime(timezone=True))),
-}
+_SQLITE_EVENT = (
+    "INSERT INTO events (at, course_key, actor, action, participant, seat, detail) "
+    "SELECT :now, :ckey, :actor, 'seat.claim', :pkey, s.key, :detail FROM seats s WHERE s.id = :sid"
+)
 _PG_STATEMENTS = {
     "any": text(_PG_ANY_FREE),
 }
@@ -370,11 +353,6 @@ def _need(info: _Course, group: str | None) -> dict[str, Any]:
     return {"grp": group, "mem": mem, "iso": iso, "win": win}
 
 
-def _seat(row: Any) -> dict[str, Any]:
-    m = row._mapping
-    return {c: m[c] for c in SEAT_COLUMNS}
-
-
 @contextmanager
 def _writing(store: Any) -> Iterator[Any]:
     """SQLite's write transaction for a claim: the store's writer queue and ``BEGIN IMMEDIATE`` on a Core
@@ -389,25 +367,61 @@ def _writing(store: Any) -> Iterator[Any]:
 
 
 def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
-    st = _SQLITE_STATEMENTS
+    """Lookup without a lock, then the take and its events row under the write lock. The statements go to
+    sqlite3 itself on the pool's connection (it takes the same ``:name`` parameters): SQLAlchemy's
+    per-statement machinery costs more CPU than the statements, and that CPU is taken from the process
+    that holds the write lock."""
     p = _params(info, who, mode, actor)
+    p["now"] = p["now"].strftime(_SQLITE_TIME)  # how SQLAlchemy stores a DateTime on SQLite
     with store.engine.connect() as conn:  # WAL: a reader never waits for the writer
-        row = conn.execute(st["lookup"], p).first()
+        row = _fetch(conn, _SQLITE_LOOKUP, p)
     if row is None:
         return None
-    if row.id is not None:  # the seat they hold
-        return Claimed(info.key, row.pkey, _seat(row), row.valid_from, row.mode or "assigned", False)
-    p.update(_need(info, row.grp), pid=row.pid, pkey=row.pkey)
+    if row["id"] is not None:  # the seat they hold
+        return Claimed(
+            info.key, row["pkey"], _sqlite_seat(row), _when(row["valid_from"]), row["mode"] or "assigned", False
+        )
+    p.update(_need(info, row["grp"]), pid=row["pid"], pkey=row["pkey"])
     with _writing(store) as s:
-        took = s.execute(st["take"], p).first()
+        raw = _driver(s)
+        took = raw.execute(_SQLITE_TAKE, p).fetchone()
         if took is None:
-            total = s.execute(text("SELECT count(*) FROM seats WHERE course_id = :cid"), p).scalar() or 0
-            raise _no_free_seat(info, row.pkey, row.grp, int(total))
-        p["sid"] = took.seat_id
-        s.execute(st["event"], p)  # the write lock is held for these two statements only
+            total = raw.execute("SELECT count(*) FROM seats WHERE course_id = :cid", p).fetchone()[0]
+            raise _no_free_seat(info, row["pkey"], row["grp"], int(total or 0))
+        p["sid"] = took[0]
+        raw.execute(_SQLITE_EVENT, p)  # the write lock is held for these two statements only
     with store.engine.connect() as conn:
-        seat = conn.execute(st["seat"], p).first()
-    return Claimed(info.key, row.pkey, _seat(seat), took.valid_from, took.mode, True)
+        seat = _fetch(conn, _SQLITE_SEAT, p)
+    assert seat is not None
+    return Claimed(info.key, row["pkey"], _sqlite_seat(seat), _when(took[1]), took[2], True)
+
+
+_SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
+
+
+def _driver(conn: Any) -> Any:
+    """The sqlite3 connection under a SQLAlchemy connection or session (its transaction stays SQLAlchemy's)."""
+    if hasattr(conn, "connection") and hasattr(conn.connection, "driver_connection"):
+        return conn.connection.driver_connection
+    return conn.connection().connection.driver_connection  # an ORM session (the _write() fallback)
+
+
+def _fetch(conn: Any, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    cur = _driver(conn).execute(sql, params)
+    found = cur.fetchone()
+    return None if found is None else dict(zip([d[0] for d in cur.description], found, strict=True))
+
+
+def _when(value: Any) -> Any:
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
+def _sqlite_seat(row: dict[str, Any]) -> dict[str, Any]:
+    seat = {c: row[c] for c in SEAT_COLUMNS}
+    seat["groups"] = json.loads(seat["groups"]) if isinstance(seat["groups"], str) else seat["groups"]
+    for name in ("state_at", "created_at"):
+        seat[name] = _when(seat[name])
+    return seat
 
 
 class _LostRace(Exception):
