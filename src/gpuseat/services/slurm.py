@@ -10,7 +10,9 @@ files=…``), written by ``gpuseat slurm config --course``, so enrol, sessions a
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 from gpuseat.errors import EngineError, InputError
 from gpuseat.slurm import config, names
 from gpuseat.slurm.config import GresDevice, Reservation, SeatLimit
-from gpuseat.slurm.engine import Job, Slurm, pending_meaning, sacctmgr_enroll_commands
+from gpuseat.slurm.engine import Job, Slurm, explain, pending_meaning, sacctmgr_enroll_commands
 
 if TYPE_CHECKING:
     from gpuseat.services.courses import CourseStore
@@ -85,7 +87,11 @@ class SlurmCourse:
                 continue
             out.append(
                 SeatLimit(
-                    self.partition, names.unix_user(m.unix_user, where=f"participant {m.participant}"), dev.gres_type, 1
+                    self.partition,
+                    names.unix_user(m.unix_user, where=f"participant {m.participant}"),
+                    dev.gres_type,
+                    1,
+                    seat_type=dev.slurm_type,
                 )
             )
         return out
@@ -170,8 +176,12 @@ def enroll(
     ``conf_dir`` holding every course's seat limits (``courses`` gives them all: the file is one).
     """
     this = next((c for c in courses if c.key == course), None)
-    if this is None:
-        raise InputError(f"unknown course {course!r}", where="--course", fix="see `gpuseat course list`")
+    if this is None or not this.devices:
+        raise InputError(
+            f"course {course} has no Slurm seats",
+            where="--course",
+            fix="record them first: gpuseat slurm config --inventory FILE --node NAME --course KEY --record",
+        )
     skipped = [
         m.participant for m in this.members if m.seat is None or m.unix_user is None or this.device_of(m.seat) is None
     ]
@@ -200,10 +210,49 @@ def enroll(
                     fix="check that slurmdbd runs (sacctmgr show cluster)",
                 )
         return EnrollReport(course, "accounting", this.partition, created, lims, skipped, commands=cmds)
-    tmp = lua.with_name(".job_submit.lua.gpuseat-tmp")
-    tmp.write_text(config.job_submit_lua([lim for c in courses for lim in c.limits()]))
-    tmp.replace(lua)  # job_submit/lua re-reads the script when it changes
+    write_job_submit(courses, lua.parent)
+    plugins = slurm.config_value("JobSubmitPlugins") or ""
+    if "lua" not in plugins.split(","):
+        raise InputError(
+            f"the cluster runs JobSubmitPlugins={plugins or '(none)'}: the seat limits in {lua} are not applied",
+            where="slurm.conf",
+            fix="add JobSubmitPlugins=lua to slurm.conf (job_submit.lua is in place), `scontrol reconfigure`, "
+            "then run enroll again",
+        )
     return EnrollReport(course, "partition", this.partition, created, lims, skipped, job_submit=str(lua))
+
+
+def write_job_submit(courses: Sequence[SlurmCourse], conf_dir: Path | None) -> Path:
+    """Write ``job_submit.lua`` (every course's seats; none yet is fine) next to slurm.conf, atomically.
+
+    Run before slurm.conf names ``JobSubmitPlugins=lua``: slurmctld refuses to start without the script.
+    """
+    lua = _lua_path(conf_dir)
+    every = [lim for c in courses for lim in c.limits()]
+    text = config.job_submit_lua(every, _uids(lim.user for lim in every))
+    tmp = lua.with_name(".job_submit.lua.gpuseat-tmp")
+    tmp.write_text(text)
+    tmp.chmod(0o644)
+    # job_submit/lua re-reads the script when its mtime (whole seconds) changes: two writes within one
+    # second must still differ, or the second (a revocation!) would go unnoticed
+    old = int(lua.stat().st_mtime) if lua.exists() else 0
+    stamp = max(time.time(), old + 1.0)
+    os.utime(tmp, (stamp, stamp))
+    tmp.replace(lua)
+    return lua
+
+
+def _uids(users: Iterable[str]) -> dict[str, int]:
+    """The uids of the users this host knows (a job change names its owner by uid only)."""
+    import pwd
+
+    out = {}
+    for user in users:
+        try:
+            out[user] = pwd.getpwnam(user).pw_uid
+        except KeyError:
+            continue
+    return out
 
 
 def _lua_path(conf_dir: Path | None) -> Path:
@@ -292,6 +341,7 @@ class MemberStatus(_Report):
     seat: str | None
     gres: str | None
     jobs: list[dict[str, Any]]
+    blocked_by: str | None = None  # another user's job holds this participant's GPU while theirs waits
 
 
 @dataclass(frozen=True)
@@ -313,6 +363,8 @@ class StatusReport(_Report):
             running = [j for j in m.jobs if j["state"] == "RUNNING"]
             if not self.partition_exists:
                 out[m.seat] = ("requested", f"partition {self.partition} missing: run gpuseat slurm enroll")
+            elif m.blocked_by:
+                out[m.seat] = ("running", f"waiting: {m.blocked_by}")
             elif running:
                 out[m.seat] = (
                     "running",
@@ -326,18 +378,36 @@ class StatusReport(_Report):
 
 
 def status(slurm: Slurm, course: SlurmCourse) -> StatusReport:
-    """Each participant's jobs (state, Slurm's reason, GRES with device index)."""
+    """Each participant's jobs (state, Slurm's reason, GRES with device index), and who blocks whom.
+
+    A participant whose job waits while a job of another user holds their seat's GPU is flagged
+    (``blocked_by``): the seat's GPU is its own GRES type, so the holder is read from the GRES each
+    running job was given.
+    """
     part = course.partition
     exists = part in slurm.partitions()
-    users = [m.unix_user for m in course.members if m.unix_user]
+    users = {m.unix_user for m in course.members if m.unix_user}
+    every = slurm.jobs()
+    held: dict[str, Job] = {}  # seat GRES type -> the running job holding it
+    idx: dict[int, str] = {}
+    seat_types = {d.slurm_type: d for d in course.devices}
+    for job in every:
+        if job.state != "RUNNING":
+            continue
+        idx[job.job_id] = slurm.job_gres_index(job.job_id)
+        for st in seat_types:
+            if f"gpu:{st}:" in idx[job.job_id] or f"gpu:{st}(" in idx[job.job_id]:
+                held[st] = job
     by_user: dict[str, list[Job]] = {}
-    for job in slurm.jobs(users) if users else []:
-        by_user.setdefault(job.user, []).append(job)
+    for job in every:
+        if job.user in users:
+            by_user.setdefault(job.user, []).append(job)
     prefix = f"gpuseat-{course.key}-"
     resv = sorted(n for n in slurm.reservations() if n.startswith(prefix))
     members = []
     for m in course.members:
         dev = course.device_of(m.seat) if m.seat else None
+        mine = by_user.get(m.unix_user or "", [])
         jobs = [
             {
                 "job_id": j.job_id,
@@ -345,14 +415,23 @@ def status(slurm: Slurm, course: SlurmCourse) -> StatusReport:
                 "reason": j.reason,
                 "meaning": pending_meaning(j.reason) if j.state == "PENDING" else "",
                 "gres": j.gres,
-                "gres_idx": slurm.job_gres_index(j.job_id) if j.state == "RUNNING" else "",
+                "gres_idx": idx.get(j.job_id, ""),
                 "partition": j.partition,
                 "reservation": j.reservation,
             }
-            for j in by_user.get(m.unix_user or "", [])
+            for j in mine
         ]
+        blocked = None
+        holder = held.get(dev.slurm_type) if dev else None
+        if dev and holder and holder.user != m.unix_user and any(j.state == "PENDING" for j in mine):
+            blocked = (
+                f"{dev.seat}'s GPU is held by job {holder.job_id} of {holder.user} "
+                f"(partition {holder.partition}{', reservation ' + holder.reservation if holder.reservation else ''})"
+            )
         members.append(
-            MemberStatus(m.participant, m.unix_user, m.seat, f"gpu:{dev.gres_type}:1" if dev else None, jobs)
+            MemberStatus(
+                m.participant, m.unix_user, m.seat, f"gpu:{dev.gres_type}:1" if dev else None, jobs, blocked_by=blocked
+            )
         )
     return StatusReport(course.key, part, exists, resv, members)
 
@@ -479,6 +558,13 @@ def record_config(store: CourseStore, course: str | None, devices: Sequence[Gres
     """Record each configured seat's Slurm device in the store (engine slurm, ``engine_ref``, host)."""
     view = store.get_course(course)
     seats = {s.key: s for s in store.seats(view.key)}
+    if not any(d.seat in seats for d in devices):
+        raise InputError(
+            f"course {view.key} has no seat named like the carved ones ({', '.join(str(d.seat) for d in devices[:4])}"
+            f"{', …' if len(devices) > 4 else ''}): nothing to record",
+            where="--record",
+            fix="add the seats from the same inventory first: gpuseat seats add --inventory FILE --mode passthrough",
+        )
     done = []
     for d in devices:
         seat = seats.get(d.seat or "")
@@ -512,3 +598,200 @@ def record_status(store: CourseStore, report: StatusReport) -> list[str]:
         store.set_seat_state(report.course, seat, state, reason=reason[:2000])
         changed.append(seat)
     return changed
+
+
+# -- the seat engine ---------------------------------------------------------------------------------
+
+
+def current_session(course: SlurmCourse, now: datetime) -> Reservation | None:
+    """The session reservation running at ``now``, else the next one (None: no session left)."""
+    plan = plan_sessions(course) if course.limits() else []
+    running = [r for r in plan if r.start <= now < r.end]
+    if running:
+        return running[0]
+    coming = [r for r in plan if r.start > now]
+    return coming[0] if coming else None
+
+
+def parse_probe(text: str) -> tuple[tuple[str, ...], bool]:
+    """What a probe job printed: the GPU UUIDs of ``nvidia-smi -L`` when it ran, else the
+    ``CUDA_VISIBLE_DEVICES`` entries; and whether the UUIDs are real ones."""
+    uuids = tuple(re.findall(r"\(UUID: ((?:GPU|MIG)-[0-9A-Za-z/-]+)\)", text))
+    if uuids:
+        return uuids, True
+    m = re.search(r"^CVD=(.*)$", text, re.M)
+    cvd = m.group(1).strip() if m else ""
+    return tuple(x for x in cvd.split(",") if x and x != "NoDevFiles"), False
+
+
+PROBE_SCRIPT = (
+    'echo "CVD=${CUDA_VISIBLE_DEVICES:-}"; echo "JOB_GPUS=${SLURM_JOB_GPUS:-}"; nvidia-smi -L 2>/dev/null; true'
+)
+
+
+class SlurmEngine:
+    """The Slurm seat engine: a participant's seat is their own GRES type in the course partition.
+
+    Settings (plain strings): ``slurm_conf`` (the cluster's slurm.conf), ``conf_dir`` (where
+    job_submit.lua goes; default slurm.conf's folder), ``accounting`` ("yes"/"no"; default: what the
+    cluster runs), ``wait_s`` (how long a probe job may wait for its GPU).
+    """
+
+    name = "slurm"
+
+    def __init__(
+        self,
+        store: CourseStore,
+        course: str,
+        *,
+        slurm_conf: str | None = None,
+        conf_dir: str | None = None,
+        accounting: str | None = None,
+        wait_s: str = "60",
+    ) -> None:
+        self.store = store
+        self.course = store.get_course(course).key
+        self.slurm = Slurm(conf=Path(slurm_conf) if slurm_conf else None)
+        self.conf_dir = Path(conf_dir) if conf_dir else (Path(slurm_conf).parent if slurm_conf else None)
+        self.accounting = None if accounting is None else accounting.lower() in ("yes", "true", "1")
+        try:
+            self.wait_s = max(1, min(600, int(wait_s)))
+        except ValueError:
+            raise InputError(
+                f"wait_s {wait_s!r} is not a number", where="slurm engine", fix="seconds, 1 to 600"
+            ) from None
+
+    def _courses(self, without: str | None = None) -> list[SlurmCourse]:
+        """Every course with Slurm seats from the store; ``without`` (a participant key) left out of ours."""
+        out = []
+        for c in courses_from_store(self.store):
+            if c.key == self.course and without is not None:
+                members = tuple(m for m in c.members if m.participant != without)
+                c = SlurmCourse(c.key, c.intervals, members, c.devices)
+            out.append(c)
+        return out
+
+    def _this(self, courses: Sequence[SlurmCourse]) -> SlurmCourse:
+        this = next((c for c in courses if c.key == self.course), None)
+        if this is None:
+            raise InputError(
+                f"course {self.course} has no Slurm seats",
+                where="slurm engine",
+                fix="gpuseat slurm config --inventory FILE --node NAME --course KEY --record",
+            )
+        return this
+
+    def provision(self, seat: Any, participant: Any) -> Any:
+        """Enrol the course (limits, partition) and create its session reservations; how to connect."""
+        courses = self._courses()
+        this = self._this(courses)
+        if participant is not None and this.limits():
+            enroll(self.slurm, courses, self.course, conf_dir=self.conf_dir, accounting=self.accounting)
+            sessions(self.slurm, this, now=datetime.now())
+        return self.connect(seat)
+
+    def connect(self, seat: Any) -> Any:
+        """``srun`` in the course partition and the current (or next) session, for the seat's holder."""
+        from gpuseat.services.engine import Access
+
+        this = self._this(self._courses())
+        member = next((m for m in this.members if m.seat == seat.key), None)
+        dev = this.device_of(seat.key)
+        if member is None or member.unix_user is None or dev is None:
+            return None
+        session = current_session(this, datetime.now())
+        resv = f" --reservation={session.name}" if session else ""
+        return Access(
+            kind="slurm",
+            host=dev.node,
+            user=member.unix_user,
+            command=f"srun -p {this.partition}{resv} --gres=gpu:1 --pty bash",
+            device_uuid=seat.device_uuid,
+            notes=(
+                f"your seat is Slurm GRES gpu:{dev.slurm_type} on {dev.node}; jobs asking for more are refused",
+                "sbatch works the same way: sbatch -p PARTITION --reservation=SESSION --gres=gpu:1 job.sh",
+            ),
+        )
+
+    def probe(self, seat: Any, participant: Any) -> Any:
+        """Run ``srun`` as the participant in the course partition and session; judge what the job saw."""
+        from gpuseat.services.engine import Readiness, judge
+
+        this = self._this(self._courses())
+        now = datetime.now()
+        session = current_session(this, now)
+        user = participant.unix_user
+
+        def result(state: Any, reason: str | None, evidence: str, visible: tuple[str, ...] = ()) -> Readiness:
+            return Readiness(
+                course=self.course,
+                seat=seat.key,
+                participant=participant.key,
+                state=state,
+                reason=reason,
+                evidence=evidence[-4000:],
+                visible=visible,
+                checked_at=datetime.now().astimezone(),
+                engine=self.name,
+            )
+
+        if user is None:
+            return result("broken", "the participant has no unix user (roster column unix_user)", "")
+        if session is None or session.start > now:
+            return result("broken", f"no session of course {self.course} is running now", "")
+        args = [
+            f"--partition={this.partition}",
+            f"--reservation={session.name}",
+            "--gres=gpu:1",
+            f"--immediate={self.wait_s}",
+            "--job-name=gpuseat-probe",
+            "--",
+            "sh",
+            "-c",
+            PROBE_SCRIPT,
+        ]
+        proc = self.slurm.run("srun", args, as_user=names.unix_user(user), check=False)
+        evidence = (proc.stdout + proc.stderr).strip()
+        if proc.returncode != 0:
+            return result("broken", f"srun failed: {explain(proc.stderr or proc.stdout)}", evidence)
+        visible, real = parse_probe(proc.stdout)
+        state, reason = judge(seat.device_uuid if real else None, visible)
+        return result(state, reason, evidence, visible)
+
+    def revoke(self, seat: Any, participant: Any) -> None:
+        """Cancel the participant's jobs in the course partition and take them out of the limits and sessions."""
+        courses = self._courses(without=participant.key)
+        this = self._this(courses)
+        if participant.unix_user:
+            user = names.unix_user(participant.unix_user)
+            self.slurm.run("scancel", ["-u", user, "-p", this.partition], check=False)
+            if self._accounting():
+                self.slurm.run("sacctmgr", ["-i", "delete", "user", user, f"account={this.partition}"], check=False)
+        self._refresh(courses, this)
+
+    def teardown(self, seat: Any) -> None:
+        """Cancel jobs holding the seat's GPU; the limits and sessions follow the store."""
+        courses = self._courses()
+        this = self._this(courses)
+        dev = this.device_of(seat.key)
+        if dev is not None:
+            for job in self.slurm.jobs():
+                if job.state in ("RUNNING", "PENDING") and f"gpu:{dev.slurm_type}" in (
+                    job.gres + " " + self.slurm.job_gres_index(job.job_id)
+                ):
+                    self.slurm.run("scancel", [str(job.job_id)], check=False)
+        self._refresh(courses, this)
+
+    def _accounting(self) -> bool:
+        if self.accounting is None:
+            self.accounting = (self.slurm.config_value("AccountingStorageType") or "").endswith("slurmdbd")
+        return self.accounting
+
+    def _refresh(self, courses: Sequence[SlurmCourse], this: SlurmCourse) -> None:
+        if not self._accounting() and self.conf_dir is not None:
+            write_job_submit(courses, self.conf_dir)
+        users = this.users()
+        if users:
+            for name, fields in self.slurm.reservations().items():
+                if name.startswith(f"gpuseat-{this.key}-") and fields.get("Users", "") != ",".join(users):
+                    self.slurm.update_reservation_users(name, users)
