@@ -92,6 +92,22 @@ def lab() -> Iterator[Lab]:
             remove_pools(uri, "gpuseat-t")
 
 
+def _fresh(lab: Lab, holder: str) -> str:
+    """Start a test from nothing on the host and the seat held by ``holder`` (tests run in any order)."""
+    seat = lab.layout.slices[0].name
+    vms.down(lab.store, COURSE, lab.uri, delete_disks=True, pool=lab.options.pool, host=lab.host)
+    _hand(lab, seat, holder)
+    return seat
+
+
+def _hand(lab: Lab, seat: str, holder: str) -> None:
+    """The seat goes to ``holder`` (released from whoever held it; a released seat is requested again)."""
+    lab.store.release(COURSE, seat=seat)
+    if lab.store.get_seat(COURSE, seat).state in ("released", "failed"):
+        lab.store.set_seat_state(COURSE, seat, "requested", reason="test: next holder")
+    lab.store.assign(COURSE, holder, seat)
+
+
 def _boot(lab: Lab, seat: str) -> tuple[vms.SeatResult, dict[str, str]]:
     """``vms up`` for the course, wait for the guest to power off, and what its last boot printed."""
     name = vms.domain_name(COURSE, seat)
@@ -125,19 +141,15 @@ def _disk_text(path: str, work: Path) -> str:
 
 
 def test_a_seat_handed_over_refuses_the_previous_holders_key(lab: Lab) -> None:
-    seat = lab.layout.slices[0].name
     alice_fp, bob_fp = _fingerprint("alice"), _fingerprint("bob")
-    vms.down(lab.store, COURSE, lab.uri, delete_disks=True, pool=lab.options.pool, host=lab.host)
-    lab.store.release(COURSE, seat=seat)
-    lab.store.assign(COURSE, "alice", seat)
+    seat = _fresh(lab, "alice")
     first, seen = _boot(lab, seat)
     assert first.action == "defined+started", first
     assert seen == {"disk": "", "accepts": alice_fp}
     assert f"AUTH alice {alice_fp}" in _disk_text(first.disk, lab.work)  # her account lives on the VM's disk
 
     # the hand-over: alice's seat goes to bob
-    lab.store.release(COURSE, seat=seat)
-    lab.store.assign(COURSE, "bob", seat)
+    _hand(lab, seat, "bob")
     second, seen = _boot(lab, seat)
     assert second.action == "handed-over+started", second
     assert "handed over from alice" in second.detail
@@ -152,9 +164,7 @@ def test_a_seat_handed_over_refuses_the_previous_holders_key(lab: Lab) -> None:
 
 
 def test_a_hand_deleted_domain_is_not_running_in_the_store_and_down_leaves_no_file(lab: Lab) -> None:
-    seat = lab.layout.slices[0].name
-    if lab.store.get_seat(COURSE, seat).participant is None:
-        lab.store.assign(COURSE, "alice", seat)
+    seat = _fresh(lab, "alice")
     report = vms.up(lab.store, COURSE, lab.layout, replace(lab.options, start=False), lab.host)
     assert not report.failed, report
     name = vms.domain_name(COURSE, seat)
@@ -184,18 +194,14 @@ def test_the_mac_is_stable_per_seat_across_a_hand_over(lab: Lab) -> None:
     network = lab.host.conn.networkDefineXML(
         f"<network><name>{net}</name><bridge name='gs{os.getpid() % 100000}'/></network>"
     )
-    seat = lab.layout.slices[0].name
+    seat = _fresh(lab, "alice")
     try:
         opts = replace(lab.options, network=net, start=False)
-        holder = lab.store.get_seat(COURSE, seat).participant
-        if holder is None:
-            lab.store.assign(COURSE, "alice", seat)
         vms.up(lab.store, COURSE, lab.layout, opts, lab.host)
         name = vms.domain_name(COURSE, seat)
         mac = re.search(r"<mac address='([0-9a-f:]+)'", lab.host.lookup(name).XMLDesc(0))
         assert mac and mac.group(1) == vms.seat_mac(COURSE, seat)
-        lab.store.release(COURSE, seat=seat)
-        lab.store.assign(COURSE, "bob" if holder != "bob" else "alice", seat)
+        _hand(lab, seat, "bob")
         moved = vms.up(lab.store, COURSE, lab.layout, opts, lab.host)
         assert moved.seats[0].action == "handed-over"
         again = re.search(r"<mac address='([0-9a-f:]+)'", lab.host.lookup(name).XMLDesc(0))
@@ -205,3 +211,39 @@ def test_the_mac_is_stable_per_seat_across_a_hand_over(lab: Lab) -> None:
         vms.down(lab.store, COURSE, lab.uri, delete_disks=True, pool=lab.options.pool, host=lab.host)
         network.undefine()
     assert net not in [n.name() for n in lab.host.conn.listAllNetworks(0)]
+
+
+def test_libvirt_engine_provision_probe_revoke_teardown(lab: Lab) -> None:
+    """LibvirtEngine on the real daemon: the probe key is authorised in the seed, a VM without an
+    address is not ready, revoke powers the VM off and deletes the seed, teardown leaves nothing."""
+    from gpuseat.services.engine import load_engine
+
+    key = lab.work / "probe_key"
+    if not key.exists():
+        subprocess.run([require_tool("ssh-keygen"), "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    seat_key = _fresh(lab, "alice")
+    settings = dict(
+        connect=lab.uri, inventory=str(EXAMPLES / "ibm-2xM60.toml"), mode="passthrough", image=lab.options.image,
+        pool=lab.options.pool, pool_dir=lab.options.pool_dir, network="", virt_type="qemu", vcpus="1",
+        memory_mib="128", disk_gb="1", gpu="no", probe_key=str(key),
+    )  # fmt: skip
+    engine = load_engine("libvirt", lab.store, COURSE, **settings)  # type: ignore[arg-type]
+    seat = lab.store.get_seat(COURSE, seat_key)
+    alice = next(p for p in lab.store.participants(COURSE) if p.key == "alice")
+    name = vms.domain_name(COURSE, seat_key)
+    try:
+        assert engine.provision(seat, alice) is None  # no network here: no address to connect to yet
+        assert lab.host.lookup(name).isActive()
+        pool_dir = Path(lab.options.pool_dir or "")
+        (seed,) = [p for p in pool_dir.iterdir() if "cidata" in p.name]
+        text = seed.read_bytes().decode(errors="replace")
+        assert public_key("alice") in text and (key.with_name("probe_key.pub").read_text().strip()) in text
+        seen = engine.probe(seat, alice)
+        assert not seen.ready and "no address" in (seen.reason or "") and seen.engine == "libvirt"
+        engine.revoke(seat, alice)
+        assert not lab.host.lookup(name).isActive()
+        assert not [p for p in pool_dir.iterdir() if "cidata" in p.name]  # her login is gone with the seed
+    finally:
+        engine.teardown(seat)
+    assert lab.host.lookup(name) is None
+    assert list(Path(lab.options.pool_dir or "").iterdir()) == []

@@ -67,6 +67,7 @@ class VmOptions:
     preflight: bool = True
     packages: tuple[str, ...] = ()
     commands: tuple[str, ...] = ()
+    probe_keys: tuple[str, ...] = ()  # the organiser's probe key(s), authorised for the seat's login
 
     def __post_init__(self) -> None:
         if not 0 < self.vcpus <= 1024:
@@ -147,13 +148,14 @@ def domain_name(course: str, seat: str) -> str:
 def guest(course: str, vm: VmSeat, options: VmOptions) -> Guest:
     """What the seed tells the guest; the instance id changes whenever the login or set-up changes."""
     name = domain_name(course, vm.key)
-    content = "\n".join((vm.user, *vm.ssh_keys, *options.packages, "\x00", *options.commands))
+    keys = (*vm.ssh_keys, *options.probe_keys)
+    content = "\n".join((vm.user, *keys, *options.packages, "\x00", *options.commands))
     digest = hashlib.sha256(content.encode()).hexdigest()[:12]
     return Guest(
         hostname=vm.key,
         instance_id=f"{name}-{digest}",
         user=vm.user,
-        ssh_keys=vm.ssh_keys,
+        ssh_keys=keys,
         packages=options.packages,
         commands=options.commands,
     )
@@ -451,6 +453,7 @@ def down_seats(
     pool_name: str = "gpuseat",
     host: LibvirtHost | None = None,
     seat_keys: Iterable[str] = (),
+    only: Iterable[str] | None = None,
 ) -> VmReport:
     """Stop and undefine the course's gpuseat domains (only those) and delete their seeds (they hold
     user names and keys); disks stay unless ``delete_disks``.
@@ -464,6 +467,9 @@ def down_seats(
     try:
         owned = host.owned(course)
         keys = sorted(set(owned) | {names.key(k, where=f"seat {k}") for k in seat_keys})
+        if only is not None:
+            wanted = set(only)
+            keys = [k for k in keys if k in wanted]
         pool = None
         try:
             pool = host.pool(pool_name, None) if keys else None
@@ -717,3 +723,12 @@ def status(
                 connect="",
             )
     return report
+
+
+def __getattr__(name: str) -> Any:
+    """``LibvirtEngine`` lives in :mod:`gpuseat.services.vms_engine` (kept importable from here)."""
+    if name == "LibvirtEngine":
+        from gpuseat.services.vms_engine import LibvirtEngine
+
+        return LibvirtEngine
+    raise AttributeError(name)
