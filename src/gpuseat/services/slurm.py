@@ -209,7 +209,15 @@ def enroll(
                     where="sacctmgr",
                     fix="check that slurmdbd runs (sacctmgr show cluster)",
                 )
-        return EnrollReport(course, "accounting", this.partition, created, lims, skipped, commands=cmds)
+        written = None
+        if conf_dir is not None:  # the limits count GPUs; the script also makes them the participant's own
+            try:
+                written = str(write_job_submit(courses, conf_dir))
+            except InputError:
+                written = None  # the site's own job_submit.lua: the association limits still hold
+        return EnrollReport(
+            course, "accounting", this.partition, created, lims, skipped, job_submit=written, commands=cmds
+        )
     write_job_submit(courses, lua.parent)
     plugins = slurm.config_value("JobSubmitPlugins") or ""
     if "lua" not in plugins.split(","):
