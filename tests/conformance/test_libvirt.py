@@ -87,6 +87,9 @@ def lab() -> Iterator[Lab]:
                     if dom.isActive():
                         dom.destroy()
                     dom.undefine()
+            for net in host.conn.listAllNetworks(0):
+                if net.name().startswith("gpuseat-tnet"):
+                    net.undefine()
             host.close()
             store.close()
             remove_pools(uri, "gpuseat-t")
@@ -190,11 +193,11 @@ def test_a_hand_deleted_domain_is_not_running_in_the_store_and_down_leaves_no_fi
 
 def test_the_mac_is_stable_per_seat_across_a_hand_over(lab: Lab) -> None:
     """A defined (not started) network is enough for libvirt to validate the NIC."""
+    seat = _fresh(lab, "alice")
     net = "gpuseat-tnet" + str(os.getpid() % 10000)
     network = lab.host.conn.networkDefineXML(
         f"<network><name>{net}</name><bridge name='gs{os.getpid() % 100000}'/></network>"
     )
-    seat = _fresh(lab, "alice")
     try:
         opts = replace(lab.options, network=net, start=False)
         vms.up(lab.store, COURSE, lab.layout, opts, lab.host)
