@@ -334,3 +334,14 @@ def test_engine_probe_as_the_participant_and_revocation(lab: Lab) -> None:
         engine.provision(seat, bob)
     rc, seen_gpus, err = lab.gpus("bob", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
     assert rc == 0 and seen_gpus == [INDEX["bob"]], err
+
+
+def test_bypass_whole_node_jobs_get_no_other_gpu(lab: Lab) -> None:
+    """``--exclusive`` (a whole node) and a GPU request with no count, in and out of the session."""
+    for args in (
+        ("-p", "gpuseat-conf", f"--reservation={lab.session}", "--exclusive", "--immediate=5"),
+        ("-p", "gpuseat-conf", f"--reservation={lab.session}", "--exclusive", "--gres=gpu", "--immediate=5"),
+        ("-p", "debug", "--exclusive", "--immediate=5"),
+    ):
+        _, seen, err = lab.gpus("alice", *args)
+        assert set(seen) <= {INDEX["alice"]}, (args, seen, err)
