@@ -171,7 +171,9 @@ class SlurmEngine:
             "-c",
             PROBE_SCRIPT,
         ]
-        proc = self.slurm.run("srun", args, as_user=names.unix_user(user), check=False)
+        # srun waits up to wait_s for the GPU (--immediate): give the call that long and then some
+        waiting = Slurm(conf=self.slurm.conf, bin_dir=self.slurm.bin_dir, timeout_s=self.wait_s + 30)
+        proc = waiting.run("srun", args, as_user=names.unix_user(user), check=False)
         evidence = (proc.stdout + proc.stderr).strip()
         if proc.returncode != 0:
             return result("broken", f"srun failed: {explain(proc.stderr or proc.stdout)}", evidence)

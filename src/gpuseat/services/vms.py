@@ -591,7 +591,7 @@ def course_vm_seats(store: CourseStore, course: str | None, layout: Layout | Non
     return view.key, out, store.course_file(view.key)
 
 
-def _record(store: CourseStore, course: str, results: Iterable[SeatResult], released: bool = False) -> None:
+def record_results(store: CourseStore, course: str, results: Iterable[SeatResult], released: bool = False) -> None:
     """Write each seat's engine state (and connect string) to the store when it changed."""
     from gpuseat.core.seating import SeatState, transition_error
 
@@ -636,7 +636,7 @@ def _record(store: CourseStore, course: str, results: Iterable[SeatResult], rele
 TEST_DRIVER_NOTE = "libvirt's test driver (test://): nothing was recorded in the course store"
 
 
-def _records(uri: str, record: bool | None) -> bool:
+def should_record(uri: str, record: bool | None) -> bool:
     """Whether results go to the course store: never by default for libvirt's mock driver (``test://``),
     whose made-up addresses and states must not reach a real course."""
     if record is not None:
@@ -658,8 +658,8 @@ def up(
     assert layout is not None
     options = replace(options, packages=course_file.vm.packages, commands=course_file.vm.commands)
     report = up_seats(key, layout, seats, options, host)
-    if _records(options.connect if host is None else host.uri, record):
-        _record(store, key, report.seats)
+    if should_record(options.connect if host is None else host.uri, record):
+        record_results(store, key, report.seats)
     else:
         report = replace(report, notes=(*report.notes, TEST_DRIVER_NOTE))
     return report
@@ -681,8 +681,8 @@ def down(
         raise InputError("no course given", where="--course", fix="name the course whose VMs to remove")
     seat_keys = [s.key for s in store.seats(key) if _vm_seat(s.kind, s.engine)] if store is not None else []
     report = down_seats(key, connect, delete_disks=delete_disks, pool_name=pool, host=host, seat_keys=seat_keys)
-    if store is not None and _records(connect, record):
-        _record(store, key, [r for r in report.seats if r.action == "removed"], released=True)
+    if store is not None and should_record(connect, record):
+        record_results(store, key, [r for r in report.seats if r.action == "removed"], released=True)
     elif store is not None:
         report = replace(report, notes=(*report.notes, TEST_DRIVER_NOTE))
     return report
@@ -705,9 +705,9 @@ def status(
     vm_seats = {s.key: s for s in store.seats(view.key) if _vm_seat(s.kind, s.engine)}
     logins = {k: v for k, v in course_logins(store, view.key).items() if k in vm_seats}
     report = status_seats(view.key, connect, logins, host)
-    if not _records(connect if host is None else host.uri, record):
+    if not should_record(connect if host is None else host.uri, record):
         return replace(report, notes=(*report.notes, TEST_DRIVER_NOTE))
-    _record(store, view.key, [r for r in report.seats if r.seat in logins and r.state != "absent"])
+    record_results(store, view.key, [r for r in report.seats if r.seat in logins and r.state != "absent"])
     for r in report.seats:
         seat = vm_seats.get(r.seat)
         if r.state != "absent" or seat is None or seat.engine != "libvirt":

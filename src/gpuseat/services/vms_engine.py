@@ -125,8 +125,8 @@ class LibvirtEngine:
             raise InputError(f"seat {seat.key} is not a VM seat of this layout", where="libvirt engine", fix="")
         options = replace(self.options, packages=course_file.vm.packages, commands=course_file.vm.commands)
         report = vms.up_seats(key, self._layout(), mine, options)
-        if vms._records(self.options.connect, None):
-            vms._record(self.store, key, report.seats)
+        if vms.should_record(self.options.connect, None):
+            vms.record_results(self.store, key, report.seats)
         return self._access(seat, report.seats[0])
 
     def connect(self, seat: SeatView) -> Access | None:
@@ -188,7 +188,7 @@ class LibvirtEngine:
             if pool is not None:
                 for v in host.volume_names(pool, vms.seed_prefix(name)):
                     host.delete_volume(pool, v)
-        if vms._records(self.options.connect, None):
+        if vms.should_record(self.options.connect, None):
             current = self.store.get_seat(self.course, seat.key)
             if current.state in ("running", "requested"):
                 self.store.set_seat_state(
