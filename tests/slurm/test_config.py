@@ -200,3 +200,13 @@ def test_enroll_never_replaces_a_site_job_submit_lua(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="gpuseat did not write it"):
         service.enroll(Slurm(conf=tmp_path / "none.conf"), [course], "c2016", conf_dir=tmp_path, accounting=False)
     assert site.read_text().startswith("function slurm_job_submit")
+
+
+def test_a_seat_gres_type_names_one_device_on_the_whole_cluster() -> None:
+    """Jobs are rewritten to the seat's own type: two devices with one type would let a job take either."""
+    a = config.GresDevice(node="gpu01", gres_type="m60", files=("/dev/nvidia0",), core=0, seat="seat-01")
+    b = config.GresDevice(node="gpu02", gres_type="m60", files=("/dev/nvidia0",), core=0, seat="seat-01")
+    assert a.slurm_type == "m60.seat-01"
+    with pytest.raises(InputError, match="would name two devices"):
+        config.gres_conf([a, b])
+    assert "Type=m60.seat-02" in config.gres_conf([a, b.model_copy(update={"seat": "seat-02"})])

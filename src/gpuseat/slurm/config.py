@@ -130,7 +130,17 @@ def _by_node(devices: Sequence[GresDevice]) -> dict[str, list[GresDevice]]:
 def _check_unique(devices: Sequence[GresDevice]) -> None:
     cores: set[tuple[str, int]] = set()
     whole: set[tuple[str, str]] = set()
+    types: dict[str, str] = {}
     for d in devices:
+        if d.seat is not None:
+            if d.slurm_type in types:
+                raise InputError(
+                    f"GRES type {d.slurm_type} would name two devices "
+                    f"({types[d.slurm_type]} and {d.node}:{d.files[0]})",
+                    where=f"seat {d.seat}",
+                    fix="give every seat on the cluster its own key (the seat's GRES type is model + seat key)",
+                )
+            types[d.slurm_type] = f"{d.node}:{d.files[0]}"
         if (d.node, d.core) in cores:
             raise InputError(
                 f"core {d.core} on {d.node} is bound to two seats",
