@@ -97,7 +97,7 @@ class LibvirtEngine:
     def _access(self, seat: SeatView, result: vms.SeatResult | None) -> Access | None:
         if result is None or not result.connect:
             return None
-        m = re.fullmatch(r"ssh (?:-J (\S+) )?([a-z_][a-z0-9_-]*)@(\S+)", result.connect)
+        m = re.fullmatch(r"ssh (?:-J ([\w.@:-]+) )?([a-z_][a-z0-9_-]*)@([A-Za-z0-9][A-Za-z0-9.:-]*)", result.connect)
         if m is None:
             return None
         return Access(
@@ -119,12 +119,17 @@ class LibvirtEngine:
 
     def provision(self, seat: SeatView, participant: ParticipantView | None) -> Access | None:
         """Bring up the seat's VM for its holder (a new holder: fresh disk and seed); how to connect."""
-        key, seats, course_file = vms.course_vm_seats(self.store, self.course, self._layout())
+        layout = self._layout()
+        key, seats, course_file = vms.course_vm_seats(self.store, self.course, layout)
         mine = [vm for vm in seats if vm.key == seat.key]
         if not mine:
-            raise InputError(f"seat {seat.key} is not a VM seat of this layout", where="libvirt engine", fix="")
+            raise InputError(
+                f"seat {seat.key} is not in the layout of {layout.server.name}",
+                where="libvirt engine: inventory",
+                fix="set the inventory the seats were added from",
+            )
         options = replace(self.options, packages=course_file.vm.packages, commands=course_file.vm.commands)
-        report = vms.up_seats(key, self._layout(), mine, options)
+        report = vms.up_seats(key, layout, mine, options)
         if vms.should_record(self.options.connect, None):
             vms.record_results(self.store, key, report.seats)
         return self._access(seat, report.seats[0])
