@@ -187,7 +187,7 @@ def lab() -> Iterator[Lab]:
         if st is not None:
             st.close()
         for u in made:
-            subprocess.run(["userdel", u], check=False)
+            subprocess.run(["userdel", "-f", u], check=False)  # -f: a failed test may leave a job step
         shutil.rmtree(root, ignore_errors=True)
 
 
