@@ -210,3 +210,29 @@ def test_a_seat_gres_type_names_one_device_on_the_whole_cluster() -> None:
     with pytest.raises(InputError, match="would name two devices"):
         config.gres_conf([a, b])
     assert "Type=m60.seat-02" in config.gres_conf([a, b.model_copy(update={"seat": "seat-02"})])
+
+
+def test_a_slurm_command_that_times_out_takes_its_children_along(tmp_path: Path) -> None:
+    """``runuser … srun`` left behind would wait for its allocation long after gpuseat gave up."""
+    import os
+    import time
+
+    from gpuseat.errors import EngineError
+    from gpuseat.slurm.engine import Slurm
+
+    pid_file = tmp_path / "child.pid"
+    with pytest.raises(EngineError, match="did not answer within"):
+        Slurm(timeout_s=1).run("sh", ["-c", f"sleep 60 & echo $! > {pid_file}; wait"])
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+            state = Path(f"/proc/{pid}/stat").read_text().split(") ")[1]
+        except (ProcessLookupError, FileNotFoundError):
+            break
+        if state.startswith("Z"):
+            break  # killed; a zombie until its parent (here: init) reaps it
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the child {pid} outlived the timeout")
