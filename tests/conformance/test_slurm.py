@@ -165,11 +165,12 @@ def lab() -> Iterator[Lab]:
             node_and_part + "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP\n",
             # gpuseat's recommended backfill interval (slurm.conf.gpuseat): a job waiting for its own GPU
             # in a session stops the main scheduler for that reservation until the next backfill pass
-            extra="JobSubmitPlugins=lua\n"
-            + "".join(
-                ln.replace("=", "=sched_interval=1,", 1) + "\n"
+            # the generated settings as merged (the cgroup plugins aside: this machine has no cgroup
+            # delegation, the test cluster keeps proctrack/linuxproc and task/none)
+            extra="".join(
+                (ln.replace("=", "=sched_interval=1,", 1) if ln.startswith("SchedulerParameters=") else ln) + "\n"
                 for ln in merged.splitlines()
-                if ln.startswith("SchedulerParameters=")
+                if ln.startswith(("JobSubmitPlugins=", "SchedulerParameters=", "GresTypes=", "SelectType"))
             ),
         )
         bin_dir = root / "bin"
@@ -194,6 +195,7 @@ def lab() -> Iterator[Lab]:
 def test_the_documented_order_starts_slurmctld_cleanly(lab: Lab) -> None:
     assert lab.setup_codes == {"config": 0, "enroll": 0, "sessions": 0}
     assert lab.lua_before_start  # gpuseat wrote job_submit.lua before slurm.conf named the plugin
+    assert "\nJobSubmitPlugins=lua\n" in lab.cluster.conf.read_text()  # merged from slurm.conf.gpuseat
     log = (lab.cluster.root / "log" / "slurmctld.log").read_text()
     assert "fatal" not in log and "failed to initialize job_submit plugin" not in log
     assert lab.slurm.run("scontrol", ["ping"]).returncode == 0
