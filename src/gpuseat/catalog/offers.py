@@ -11,7 +11,7 @@ import json
 from datetime import date
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationInfo, model_validator
 
@@ -22,7 +22,8 @@ from gpuseat.files import read_toml_model
 if TYPE_CHECKING:
     from gpuseat.catalog.bundle import Catalog
 
-Billing = Literal["per-second", "per-minute", "per-hour", "month-whole", "month-prorated"]
+Billing = Literal["per-second", "per-minute", "per-hour", "month-whole", "month-prorated", "month-first-prorated"]
+Rounding = Literal["up", "down"]
 Kind = Literal["cloud", "bare-metal"]
 GuestOS = Literal["linux", "windows"]
 MonthStart = Literal["calendar", "anniversary"]
@@ -55,6 +56,8 @@ class Offer(BaseModel):
     price_usd: Usd = Field(ge=0, le=MAX_USD, description="per hour (hourly billing) or per month (monthly billing)")
     billing: Billing
     min_charge_s: StrictInt = Field(0, ge=0, le=31 * 86400)
+    rounding: Rounding = "up"
+    rules: tuple[str, ...] = Field((), max_length=20, description="ids of billing rules (rules.toml)")
     month_start: MonthStart = "calendar"
     setup_fee_usd: Usd = Field(0, ge=0, le=MAX_USD)
     disk_usd_per_gb_month: Usd | None = Field(None, ge=0, le=1000, description="None: not known (a plan says so)")
@@ -81,6 +84,7 @@ class Offer(BaseModel):
         if not isinstance(data, dict) or not isinstance(data.get("gpu"), str):
             return data
         context = info.context or {}
+        data = _with_rules(data, context)
         lookup = context.get("find_gpu", find_gpu)
         model = lookup(data["gpu"])
         if model is None:
@@ -91,6 +95,11 @@ class Offer(BaseModel):
         if out.get("gpu_memory_gb") is None:
             out["gpu_memory_gb"] = float(model.memory_gb)
         return out
+
+    @property
+    def spot(self) -> bool:
+        """Whether the price is a spot/interruptible one (an id or instance type that says so)."""
+        return "spot" in self.id.lower()
 
     @property
     def monthly(self) -> bool:
@@ -106,6 +115,34 @@ class Offer(BaseModel):
     def twin_key(self) -> tuple[str, str, str | None]:
         """What identifies the rented thing: the same instance under another id or billing rule is a twin."""
         return (self.provider, self.instance_type, self.region)
+
+
+def _with_rules(data: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+    """Fill ``rules`` from the provider's defaults when the offer gives none, check every id exists, and
+    let a ``billing`` rule in force at any date (no ``since``) set the offer's billing fields: the rule
+    row, with its source, is then the one place the billing is written."""
+    known = context.get("rules")
+    if known is None:
+        return data
+    out = dict(data)
+    if "rules" not in out:
+        from fnmatch import fnmatchcase
+
+        base, by_type = context.get("provider_rules", {}).get(out.get("provider"), ((), {}))
+        kind = str(out.get("instance_type", ""))
+        out["rules"] = (*base, *(r for glob, ids in by_type.items() if fnmatchcase(kind, glob) for r in ids))
+    ids = out["rules"]
+    if not isinstance(ids, list | tuple) or not all(isinstance(i, str) for i in ids):
+        return out  # the field validator names the problem
+    for rid in ids:
+        rule = known.get(rid)
+        if rule is None:
+            raise ValueError(f"unknown billing rule '{rid}'.{did_you_mean(rid, known)}")
+        if rule.kind == "billing" and rule.since is None:
+            out["billing"] = rule.get("billing")
+            out["min_charge_s"] = rule.get("min_charge_s", 0)
+            out["rounding"] = rule.get("rounding", "up")
+    return out
 
 
 class ProviderRules(BaseModel):
@@ -131,6 +168,10 @@ class ProviderRules(BaseModel):
     support_min_usd_month: float = 0
     support_pct: float = 0
     support_source: str = ""
+    rules: tuple[str, ...] = ()
+    type_rules: dict[str, tuple[str, ...]] = Field(default_factory=dict)  # instance-type glob → more rules
+    regions: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    regions_source: str = ""
     source: str
     as_of: date
 
@@ -173,7 +214,7 @@ def bundled_offers() -> tuple[Offer, ...]:
 
 def load_offers_file(path: Path, catalog: Catalog | None = None) -> list[Offer]:
     """A user's offers TOML file, its GPUs looked up in ``catalog``; errors name the file, line and field."""
-    context = {"find_gpu": catalog.find_gpu, "gpu_names": list(catalog.gpus)} if catalog is not None else None
+    context = catalog.offer_context() if catalog is not None else None
     return read_toml_model(OffersFile, path, context=context).offer
 
 

@@ -238,7 +238,7 @@ def import_skypilot(path: Path, provider: str, *, catalog: Catalog, as_of: date)
             "as_of": as_of,
         }
         try:
-            offer = Offer.model_validate(fields, context={"find_gpu": catalog.find_gpu})
+            offer = Offer.model_validate(fields, context=catalog.offer_context())
         except ValidationError as exc:
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"]) or "row"

@@ -38,7 +38,6 @@ from gpuseat.core.plan.fit import (
     PlanContext,
     RejectedOffer,
     cloud_reason,
-    fast_path,
     fit_offer,
     fit_variants,
 )
@@ -56,7 +55,7 @@ class OfferTable:
     @classmethod
     def of(cls, offers: list[Offer], ctx: PlanContext) -> OfferTable:
         """The table of ``offers`` priced for the course of ``ctx``."""
-        fast = [fast_path(o) for o in offers]
+        fast = [ctx.fast(o) for o in offers]
         order = sorted(range(len(offers)), key=lambda i: offers[i].id)
         rank = [0] * len(offers)
         for r, i in enumerate(order):
