@@ -71,7 +71,9 @@ def _plan(
         f"{course_info['name']}: {course_info['participants']} participants, "
         f"{course_info['period_days']} days, {course_info['seat_hours_each']:g} seat-hours each"
     )
-    print_table(_table_rows(result), ["rank", "offers", "seats", "total", "per seat-hour"], title=title)
+    print_table(_table_rows(result), ["rank", "offers", "seats", "total", "per seat-hour", "flags"], title=title)
+    for text in summary_lines(result):
+        typer.echo(text)
     if why:
         _print_why(result["why"])
     if explain:
@@ -108,17 +110,80 @@ def _regions(option: dict[str, Any]) -> str:
     return f" (same price in {shown})"
 
 
+def _per_seat_hour(option: dict[str, Any], labelled: bool) -> str:
+    """Cost per seat-hour of each offer in the mix, labelled with its group(s) when the course has several."""
+    parts = []
+    for p in option["performance"]:
+        figure = f"${p['usd_per_seat_hour']:.3f}"
+        parts.append(f"{'+'.join(p.get('groups', []))}: {figure}" if labelled else figure)
+    return ", ".join(parts)
+
+
+def _flags(option: dict[str, Any]) -> str:
+    words = {"restart not guaranteed": "restart risk"}
+    flags = [words.get(r.split(":", 1)[0], r.split(":", 1)[0]) for r in option.get("risks", [])]
+    if option.get("taxes"):
+        flags.append("+tax")
+    return ", ".join(dict.fromkeys(flags))
+
+
 def _table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    labelled = len(result["course"]["groups"]) > 1
     return [
         {
             "rank": o["rank"],
             "offers": _mix(o) + _regions(o),
             "seats": o["seats"],
             "total": f"${o['total_usd']:,.2f}" + (" over budget" if o.get("over_budget") else ""),
-            "per seat-hour": ", ".join(f"${p['usd_per_seat_hour']:.3f}" for p in o["performance"]),
+            "per seat-hour": _per_seat_hour(o, labelled),
+            "flags": _flags(o),
         }
         for o in result["options"]
     ]
+
+
+def _short(source: str, width: int = 90) -> str:
+    first = source.split(";")[0].strip()
+    return first if len(first) <= width else first[: width - 1] + "…"
+
+
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    """Under the table: currency and tax, each offer's price date and source, risks, the published figure."""
+    out = ["All totals in USD, taxes not included."]
+    taxes = {t["rule"]: t for o in result["options"] for t in o.get("taxes", [])}
+    for t in taxes.values():
+        rate = f"{t['pct']:g} %" if t.get("pct") is not None else "rate by billing address"
+        out.append(f"  tax: {t['provider']} {t['text']} ({rate}; rule {t['rule']})")
+    risks: dict[str, list[int]] = {}
+    for o in result["options"]:
+        for risk in o.get("risks", []):
+            risks.setdefault(risk, []).append(o["rank"])
+    seen: dict[str, dict[str, Any]] = {}
+    for o in result["options"]:
+        for p in o.get("prices", []):
+            seen.setdefault(p["offer"], p)
+    out.append("Prices (price, date, source, billing rules):")
+    for p in seen.values():
+        unit = "month" if p["unit"] == "month" else "h"
+        rules = ", ".join(r["id"] for r in p["rules"]) or "none"
+        out.append(f"  {p['offer']}: ${p['price_usd']:,.6g}/{unit}, as of {p['as_of']}, {_short(p['source'])}; rules: {rules}")
+    for risk, ranks in risks.items():
+        out.append(f"Risk (option{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}): {risk}")
+    for o in result["options"]:
+        pub = o.get("published")
+        if pub and abs(pub["usd"] - o["total_usd"]) >= 0.005:
+            out.append(
+                f"  option {o['rank']} by {pub['label'].split(':')[0]}: ${pub['usd']:,.2f} "
+                f"(the provider's rule bills ${o['total_usd']:,.2f})"
+            )
+    for q in result.get("quoted", []):
+        out.append(f"Quoted: {q['text']}")
+    for f in result.get("filters", []):
+        if f["dropped"]:
+            out.append(f"Filter {f['filter']}: dropped {f['dropped']} offer(s): {', '.join(f['examples'])}")
+            if f.get("hint"):
+                out.append(f"  {f['hint']}")
+    return out
 
 
 def _print_why(answer: dict[str, Any]) -> None:
@@ -136,13 +201,20 @@ def explain_lines(result: dict[str, Any], *, verbose: bool = False) -> list[str]
     for o in result["options"]:
         over = " (over budget)" if o.get("over_budget") else ""
         out.append(f"Option {o['rank']}: ${o['total_usd']:,.2f}{over}")
+        labelled = len(result["course"]["groups"]) > 1
         for ln in o["lines"]:
-            out.append(f"  {ln['offer']} {ln['item']}: {ln['formula']}")
+            group = f" [{ln['group']}]" if labelled else ""
+            out.append(f"  {ln['offer']}{group} {ln['item']}: {ln['formula']}")
         out += [f"  note: {note}" for note in o["notes"]]
+        out += [f"  risk: {risk}" for risk in o.get("risks", [])]
+        pub = o.get("published")
+        if pub:
+            out.append(f"  {pub['label']}: ${pub['usd']:,.2f} ({'; '.join(pub['formulas'])})")
         for p in o["performance"]:
             extra = p.get("time_saved") or p.get("note", "")
             run = f", ${p['usd_per_lenet_run']:.4f} per LeNet run" if "usd_per_lenet_run" in p else ""
-            out.append(f"  speed: ${p['usd_per_seat_hour']:.4f} per seat-hour{run}; {extra}")
+            who = f" [{', '.join(p.get('groups', []))}]" if labelled else ""
+            out.append(f"  speed{who}: ${p['usd_per_seat_hour']:.4f} per seat-hour{run}; {extra}")
     out.append(f"Speeds: {result['speeds']}")
     if result["rejected"]:
         by_reason: dict[str, list[str]] = {}
