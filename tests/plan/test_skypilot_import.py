@@ -97,7 +97,9 @@ def test_imported_offers_feed_the_planner(cli, tmp_path):
     r = cli("plan", course, "--skypilot", f"aws={FIXTURES / 'aws_v8_vms_excerpt.csv'}", "--format", "json")
     assert r.code == 0, r.err
     best = json.loads(r.out)["options"][0]
-    assert best["total_usd"] == round(0.526 * 48 * 3, 2)
+    # imported offers take the provider's rules: 48 h × 3 seats at $0.526 plus a public IPv4 at $0.005/h
+    assert best["total_usd"] == round(0.526 * 48 * 3 + 0.005 * 48 * 3, 2) == 76.46
+    assert [r["id"] for r in best["prices"][0]["rules"]] == ["aws-ec2-per-second", "aws-public-ipv4", "aws-free-egress"]
 
 
 GPU_INFO = "\"{{'Gpus': [{{'Name': '{name}', 'Manufacturer': 'NVIDIA', 'Count': {n}, 'MemoryInfo': {{'SizeInMiB': {mib}}}}}], 'TotalGpuMemoryInMiB': {mib}}}\""

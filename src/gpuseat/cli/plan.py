@@ -166,7 +166,8 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     for p in seen.values():
         unit = "month" if p["unit"] == "month" else "h"
         rules = ", ".join(r["id"] for r in p["rules"]) or "none"
-        out.append(f"  {p['offer']}: ${p['price_usd']:,.6g}/{unit}, as of {p['as_of']}, {_short(p['source'])}; rules: {rules}")
+        price = f"{p['price_usd']:,.2f}" if unit == "month" else f"{p['price_usd']:g}"
+        out.append(f"  {p['offer']}: ${price}/{unit}, as of {p['as_of']}, {_short(p['source'])}; rules: {rules}")
     for risk, ranks in risks.items():
         out.append(f"Risk (option{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}): {risk}")
     for o in result["options"]:
@@ -176,6 +177,9 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
                 f"  option {o['rank']} by {pub['label'].split(':')[0]}: ${pub['usd']:,.2f} "
                 f"(the provider's rule bills ${o['total_usd']:,.2f})"
             )
+    over = [str(o["rank"]) for o in result["options"] if o.get("over_budget")]
+    if over:
+        out.append(f"Over the budget of ${result['budget_usd']:,.2f}: option{'s' if len(over) > 1 else ''} {', '.join(over)}")
     for q in result.get("quoted", []):
         out.append(f"Quoted: {q['text']}")
     for f in result.get("filters", []):

@@ -280,7 +280,6 @@ def _annotate(option: PlanOption, ctx: PlanContext) -> None:
     """What a budget-holder reads beside the total: each offer's price date and source with its rules,
     risk flags (a stopped seat that may not restart, spot), taxes charged apart, and the figure a
     publication's simpler arithmetic gives for the same mix."""
-    schedule = ctx.course.schedule
     stops = len(ctx.runs) > 1  # seats are stopped between access windows
     seen: set[str] = set()
     published: list[tuple[str, float, float, str]] = []  # (rule id, billed rent, published rent, formula)
@@ -429,12 +428,21 @@ def _why(
     )
     if mine.seats < mine.units * mine.fit.seats_per_unit:
         reasons.append(f"{mine.units * mine.fit.seats_per_unit - mine.seats} of its seats would stay empty")
-    offer = mine.fit.offer
+    offer = ctx.effective(mine.fit.offer)
     if offer.billing == "month-whole":
         first, last = course.schedule.span_days()
         months = len(billing_months(first, last, anniversary=offer.month_start == "anniversary"))
         days = (last - first).days + 1
         reasons.append(f"it bills whole months: {months} full month(s) for {days} day(s) of use")
+    elif offer.billing == "month-first-prorated":
+        first, last = course.schedule.span_days()
+        head = billing_months(first, last)[0]
+        left = head.days - (first - head.start).days
+        days = (last - first).days + 1
+        reasons.append(
+            f"its first month is billed from the order day to the month's end: {left} of "
+            f"{head.start:%B}'s {head.days} days, for {days} day(s) of use"
+        )
     elif not offer.monthly and not course.schedule.always_on and not ctx.stopped_between_sessions(offer):
         reasons.append("it is not stopped between sessions: billed from the first session's start to the last end")
     return WhyAnswer(offer_id, option, reasons)
