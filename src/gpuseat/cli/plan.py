@@ -172,11 +172,10 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         out.append(f"Risk (option{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}): {risk}")
     for o in result["options"]:
         pub = o.get("published")
-        if pub and abs(pub["usd"] - o["total_usd"]) >= 0.005:
-            out.append(
-                f"  option {o['rank']} by {pub['label'].split(':')[0]}: ${pub['usd']:,.2f} "
-                f"(the provider's rule bills ${o['total_usd']:,.2f})"
-            )
+        if pub:
+            same = abs(pub["usd"] - o["total_usd"]) < 0.005
+            rule = "the same as the provider's rule" if same else f"the provider's rule bills ${o['total_usd']:,.2f}"
+            out.append(f"Option {o['rank']}, by {pub['label'].split(':')[0]}: ${pub['usd']:,.2f} ({rule})")
     over = [str(o["rank"]) for o in result["options"] if o.get("over_budget")]
     if over:
         out.append(f"Over the budget of ${result['budget_usd']:,.2f}: option{'s' if len(over) > 1 else ''} {', '.join(over)}")
@@ -213,7 +212,7 @@ def explain_lines(result: dict[str, Any], *, verbose: bool = False) -> list[str]
         out += [f"  risk: {risk}" for risk in o.get("risks", [])]
         pub = o.get("published")
         if pub:
-            out.append(f"  {pub['label']}: ${pub['usd']:,.2f} ({'; '.join(pub['formulas'])})")
+            out.append(f"  {pub['label'].split(':')[0]}: ${pub['usd']:,.2f} ({'; '.join(pub['formulas'])})")
         for p in o["performance"]:
             extra = p.get("time_saved") or p.get("note", "")
             run = f", ${p['usd_per_lenet_run']:.4f} per LeNet run" if "usd_per_lenet_run" in p else ""

@@ -27,6 +27,9 @@ from gpuseat.core.plan import Plan, Speed, apply_filters, plan, select_offers, s
 from gpuseat.errors import InputError
 from gpuseat.files import read_toml_model
 
+#: The bench results file name (``gpuseat.bench.results.STORE_NAME``, checked by tests/plan/test_recorded_speeds.py).
+RESULTS_FILE = "bench-results.jsonl"
+
 __all__ = [
     "gather_offers",
     "load_course",
@@ -127,7 +130,13 @@ def reference_speeds(catalog: Catalog) -> list[Speed]:
 
 def recorded_speeds() -> list[Speed]:
     """LeNet results recorded by ``gpuseat bench`` on this machine's store that may stand for a GPU model:
-    full runs on whole GPUs (never a MIG slice or a short run), normalised to 10,000 iterations."""
+    full runs on whole GPUs (never a MIG slice or a short run), normalised to 10,000 iterations.
+
+    Without a results file nothing is imported (the bench models cost start-up time; issue 25)."""
+    from gpuseat.paths import data_dir
+
+    if not (data_dir() / RESULTS_FILE).exists():
+        return []
     from gpuseat.bench.results import recorded_results, whole_gpu_speeds
 
     return [
