@@ -70,8 +70,10 @@ def test_golden_invoice(rule: Rule):
         assert round(hourly_usd(o.price_usd, billed), 2) == ex["expect_usd"]
     elif rule.kind in ("billing", "as-published") and "first" in ex:
         o = offer(rule, kind="bare-metal", price_usd=ex["price_usd_month"])
-        rate = published_rate(o, day_span(ex["first"], ex["last"]), per="server") if rule.kind == "as-published" else (
-            monthly_rate(o, ex["first"], ex["last"], per="server")
+        rate = (
+            published_rate(o, day_span(ex["first"], ex["last"]), per="server")
+            if rule.kind == "as-published"
+            else (monthly_rate(o, ex["first"], ex["last"], per="server"))
         )
         assert round(rate.usd, 2) == ex["expect_usd"]
     elif rule.kind == "sustained-use":

@@ -81,9 +81,13 @@ def test_ovh_may_is_prorated_on_the_days_left(cli, tmp_path):
     assert may["ovh:l4-90-monthly"]["total_usd"] == round(730 * 14 / 31 * 16, 2) == 5274.84
     rules = may["ovh:l4-90-monthly"]["prices"][0]["rules"]
     assert rules[0]["id"] == "ovh-monthly-2026" and "ovhcloud" in rules[0]["source"].lower()
-    march = by_offer(plan_json(cli, course_file(tmp_path, ["ovh:l4-90-monthly"], "start = 2026-03-18\nend = 2026-03-31")))
+    march = by_offer(
+        plan_json(cli, course_file(tmp_path, ["ovh:l4-90-monthly"], "start = 2026-03-18\nend = 2026-03-31"))
+    )
     assert march["ovh:l4-90-monthly"]["total_usd"] == 11680.00
-    june = by_offer(plan_json(cli, course_file(tmp_path, ["ovh:l4-90-monthly"], "start = 2026-05-18\nend = 2026-06-05")))
+    june = by_offer(
+        plan_json(cli, course_file(tmp_path, ["ovh:l4-90-monthly"], "start = 2026-05-18\nend = 2026-06-05"))
+    )
     assert june["ovh:l4-90-monthly"]["total_usd"] == 16954.84
 
 
@@ -111,9 +115,7 @@ def test_aws_ipv4_fee_and_free_egress(cli, tmp_path):
     """4 g4dn seats 24/7 for 2 days in 2026 with 30 GB egress each: instance 0.526 × 48 × 4 = 100.99;
     public IPv4 0.005 × 48 × 4 = 0.96; egress 30 × 0.09 × 4 = 10.80; AWS's 100 GB/month free covers
     100 of the 120 GB: -9.00. Total 100.99 + 0.96 + 10.80 - 9.00 = $103.75. In 2016 neither rule applied."""
-    path = course_file(
-        tmp_path, ["aws:g4dn.xlarge"], "start = 2026-03-02\ndays = 2", participants=4, extra=""
-    )
+    path = course_file(tmp_path, ["aws:g4dn.xlarge"], "start = 2026-03-02\ndays = 2", participants=4, extra="")
     path.write_text(path.read_text() + "[costs]\negress_gb_per_seat = 30\n")
     best = plan_json(cli, path)["options"][0]
     items = {ln["item"]: ln["usd"] for ln in best["lines"]}

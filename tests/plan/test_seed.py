@@ -58,9 +58,7 @@ def test_explain_prints_formula_lines(cli):
     assert (
         "2,961.10 $/month × (25/30 d Jun 2016, from the order day to the month's end) × 4 servers = $9,870.33"
     ) in r.out
-    assert (
-        "the 2016 post's arithmetic: $5,922.20 (ibm:bm-2xM60: 2,961.10 $/month × (15/30 d Jun 2016) × 4)"
-    ) in r.out
+    assert ("the 2016 post's arithmetic: $5,922.20 (ibm:bm-2xM60: 2,961.10 $/month × (15/30 d Jun 2016) × 4)") in r.out
     plain = cli("plan", EXAMPLES / "course-2016.toml").out
     assert "Option 3, by the 2016 post's arithmetic: $5,922.20 (the provider's rule bills $9,870.33)" in plain
     assert "Option 2, by the 2016 post's arithmetic: $4,192.80 (the provider's rule bills $6,988.00)" in plain

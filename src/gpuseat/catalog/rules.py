@@ -94,7 +94,7 @@ def _rule(row: object, k: int) -> Rule:
         want = fields.get(name)
         if want is None:
             raise RuleError(f"{where}: field '{name}' is not known for kind '{kind}' ({', '.join(fields)})")
-        if not isinstance(value, want) or isinstance(value, bool) and want is not bool:
+        if not isinstance(value, want) or (isinstance(value, bool) and want is not bool):
             raise RuleError(f"{where}: field '{name}' has the wrong type")
     if "billing" in params and params["billing"] not in BILLINGS:
         raise RuleError(f"{where}: field 'billing' must be one of {', '.join(BILLINGS)}")
@@ -111,7 +111,7 @@ def _rule(row: object, k: int) -> Rule:
     example = row.get("example")
     if example is not None and not isinstance(example, dict):
         raise RuleError(f"{where}: field 'example' must be a table")
-    return Rule(rid, kind, row["text"], row["source"], row["as_of"], row.get("since"), params, example)
+    return Rule(str(rid), kind, row["text"], row["source"], row["as_of"], row.get("since"), params, example)
 
 
 def build_rules(raw: Mapping[str, Any]) -> dict[str, Rule]:

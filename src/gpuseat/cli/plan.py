@@ -178,7 +178,9 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
             out.append(f"Option {o['rank']}, by {pub['label'].split(':')[0]}: ${pub['usd']:,.2f} ({rule})")
     over = [str(o["rank"]) for o in result["options"] if o.get("over_budget")]
     if over:
-        out.append(f"Over the budget of ${result['budget_usd']:,.2f}: option{'s' if len(over) > 1 else ''} {', '.join(over)}")
+        out.append(
+            f"Over the budget of ${result['budget_usd']:,.2f}: option{'s' if len(over) > 1 else ''} {', '.join(over)}"
+        )
     for q in result.get("quoted", []):
         out.append(f"Quoted: {q['text']}")
     for f in result.get("filters", []):

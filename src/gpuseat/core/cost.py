@@ -379,7 +379,9 @@ def fee_rate(rule: Rule, running_s: int) -> Rate:
     """A per-hour fee (public IPv4) for one seat while it runs."""
     usd_h = float(rule.get("usd_per_h"))
     hours = running_s / 3600
-    return Rate(str(rule.get("item")), usd_h * hours, f"{num(usd_h)} $/h × {num(round(hours, 4))} h ({rule.id})", "seat")
+    return Rate(
+        str(rule.get("item")), usd_h * hours, f"{num(usd_h)} $/h × {num(round(hours, 4))} h ({rule.id})", "seat"
+    )
 
 
 def published_rate(offer: Offer, runs: Sequence[Interval], *, per: str) -> Rate:

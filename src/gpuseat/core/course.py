@@ -128,7 +128,7 @@ class Schedule(BaseModel):
             try:
                 parse_hours(v)
             except ValueError:
-                raise ValueError(f"access must be \"24/7\" or hours like 08:00-22:00, got {v!r}") from None
+                raise ValueError(f'access must be "24/7" or hours like 08:00-22:00, got {v!r}') from None
         return v
 
     @model_validator(mode="after")

@@ -304,7 +304,9 @@ def _annotate(option: PlanOption, ctx: PlanContext) -> None:
                 if offer.kind != "cloud" or not stops or not ctx.stopped_between_sessions(offer):
                     continue
                 if not rule.get("restart_guaranteed", True):
-                    option.risks.append(f"restart not guaranteed: {offer.id} seats are stopped outside sessions; {rule.text}")
+                    option.risks.append(
+                        f"restart not guaranteed: {offer.id} seats are stopped outside sessions; {rule.text}"
+                    )
                 elif rule.get("stopped_state"):
                     option.notes.append(f"{offer.id}: stop seats as '{rule.get('stopped_state')}': {rule.text}")
             if offer.spot:
@@ -318,7 +320,12 @@ def _annotate(option: PlanOption, ctx: PlanContext) -> None:
             alt = published_rate(offer, runs, per=per)
             rent = ctx.usage_rate(offer)[0]
             published.append(
-                (rule.id, round(rent.usd * a.units, 2), round(alt.usd * a.units, 2), f"{offer.id}: {alt.formula} × {a.units}")
+                (
+                    rule.id,
+                    round(rent.usd * a.units, 2),
+                    round(alt.usd * a.units, 2),
+                    f"{offer.id}: {alt.formula} × {a.units}",
+                )
             )
             label, source = rule.text, rule.source
     if published:
@@ -348,7 +355,11 @@ def _allowance_lines(allocations: list[Allocation], lines: list[Line], ctx: Plan
             if rule.get("item") != "egress" or not offer.egress_usd_per_gb:
                 continue
             gb, usd, _ = by_provider.get(offer.provider, (0.0, 0.0, rule.id))
-            by_provider[offer.provider] = (gb + a.seats * gb_per_seat, usd + a.seats * gb_per_seat * offer.egress_usd_per_gb, rule.id)
+            by_provider[offer.provider] = (
+                gb + a.seats * gb_per_seat,
+                usd + a.seats * gb_per_seat * offer.egress_usd_per_gb,
+                rule.id,
+            )
     for provider, (gb, usd, rule_id) in sorted(by_provider.items()):
         rule = ctx.catalog.rules[rule_id]
         free_gb = min(gb, float(rule.get("gb_per_month")) * months)
