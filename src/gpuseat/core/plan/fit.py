@@ -101,12 +101,13 @@ class PlanContext:
         default_factory=dict
     )
     data: dict[str, tuple[list[Rate], tuple[str, ...]]] = field(default_factory=dict)
-    _billed: dict[tuple[str, int, bool], int] = field(default_factory=dict)
+    _billed: dict[tuple[str, int, str, bool], int] = field(default_factory=dict)
     _disk: dict[tuple[object, ...], float] = field(default_factory=dict)
     _needs: dict[str, SeatNeed] = field(default_factory=dict)
     _gpus: dict[str, GpuModel | None] = field(default_factory=dict)
     _effective: dict[str, Offer] = field(default_factory=dict)
-    _fees: dict[tuple[str, ...], list[Rate]] = field(default_factory=dict)
+    _fees: dict[tuple[tuple[str, ...], bool], list[Rate]] = field(default_factory=dict)
+    _rules: dict[tuple[tuple[str, ...], str | None], list[Rule]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, course: Course, catalog: Catalog) -> PlanContext:
@@ -120,9 +121,16 @@ class PlanContext:
         return (last - first).days + 1
 
     def rules(self, offer: Offer, kind: str | None = None) -> list[Rule]:
-        """The offer's billing rules in force for this course (of one ``kind`` if given)."""
-        day = self.course.schedule.start
-        return [r for r in self.catalog.offer_rules(offer) if r.applies(day) and (kind is None or r.kind == kind)]
+        """The offer's billing rules in force for this course (of one ``kind`` if given), cached by rule ids."""
+        if not offer.rules:
+            return []
+        key = (offer.rules, kind)
+        cached = self._rules.get(key)
+        if cached is None:
+            day = self.course.schedule.start
+            found = self.catalog.offer_rules(offer)
+            cached = self._rules[key] = [r for r in found if r.applies(day) and (kind is None or r.kind == kind)]
+        return cached
 
     def effective(self, offer: Offer) -> Offer:
         """``offer`` with the billing of a dated ``billing`` rule in force for this course (OVH's monthly
@@ -144,15 +152,15 @@ class PlanContext:
 
     def fast(self, offer: Offer) -> bool:
         """Whether the table prices ``offer`` without a :class:`Fit` (see :func:`fast_path`): not when a
-        sustained-use discount or a dated billing rule changes its rent."""
-        return fast_path(offer) and not self.rules(offer, "sustained-use") and self.effective(offer) is offer
+        sustained-use discount changes its rent (a dated billing rule is applied by :meth:`fast_bound`)."""
+        return fast_path(self.effective(offer)) and not self.rules(offer, "sustained-use")
 
     def fee_rates(self, offer: Offer) -> list[Rate]:
         """Per-hour fees (public IPv4) for one seat of a cloud offer, over the hours it runs (cached by
         rule ids and whether the offer is stopped between sessions)."""
         if not offer.rules:
             return []
-        key = (*offer.rules, str(self.stopped_between_sessions(offer)))
+        key = (offer.rules, self.stopped_between_sessions(offer))
         cached = self._fees.get(key)
         if cached is None:
             fees = self.rules(offer, "hourly-fee")
@@ -240,9 +248,10 @@ class PlanContext:
 
     def fast_bound(self, offer: Offer, windows: bool) -> float:
         """Cost per seat of an hourly cloud instance, computed without a :class:`Fit` but with the same
-        functions in the same order, so it equals :meth:`Fit.per_seat_bound` exactly."""
+        functions in the same order, so it equals :meth:`Fit.per_seat_bound` exactly. ``offer`` is the
+        :meth:`effective` offer (the table keeps them)."""
         stopped = self.stopped_between_sessions(offer)
-        key = (offer.billing, offer.min_charge_s, stopped)
+        key = (offer.billing, offer.min_charge_s, offer.rounding, stopped)
         billed = self._billed.get(key)
         if billed is None:
             billed = self._billed[key] = self.billed_seconds(offer)
