@@ -149,3 +149,25 @@ def test_an_offer_citing_an_unknown_rule_is_refused(tmp_path: Path):
     )
     with pytest.raises(InputError, match="unknown billing rule 'gcp-sud'"):
         load_catalog(tmp_path)
+
+
+def test_an_offer_priced_in_euros_needs_a_dated_rate(tmp_path: Path):
+    """A Hetzner-style €184/month server: with an exchange-rate rule (1 EUR = 1.10 USD, test rate) its
+    price_usd is 202.40 and the rate rule, with its source and date, is among its rules; without a rate
+    the offer is refused with what to add."""
+    offer_row = (
+        '[[offer]]\nid = "hz:gex44"\nprovider = "hz"\nkind = "bare-metal"\ninstance_type = "GEX44"\ngpu = "L4"\n'
+        'gpu_count = 1\nvcpus = 14\nram_gb = 64\ncurrency = "EUR"\nprice = 184\n'
+        'billing = "month-whole"\nrules = ["ovh-dedicated-monthly"]\nsource = "test"\nas_of = 2026-01-11\n'
+    )
+    (tmp_path / "offers.toml").write_text(offer_row)
+    with pytest.raises(InputError, match="no exchange rate for EUR"):
+        load_catalog(tmp_path)
+    (tmp_path / "rules.toml").write_text(
+        '[[rule]]\nid = "test-eur"\nkind = "exchange-rate"\ncurrency = "EUR"\nusd_per_unit = 1.10\n'
+        'text = "test rate"\nsource = "test: a reference rate"\nas_of = 2026-11-30\n'
+    )
+    catalog = load_catalog(tmp_path)
+    hz = next(o for o in catalog.offers if o.id == "hz:gex44")
+    assert hz.price_usd == 202.40 and hz.price == 184 and hz.currency == "EUR"
+    assert [r.id for r in catalog.offer_rules(hz)] == ["ovh-dedicated-monthly", "test-eur"]

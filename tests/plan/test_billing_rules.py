@@ -209,3 +209,33 @@ def test_access_window_in_a_plan(cli, tmp_path):
     path.write_text(path.read_text().replace('"08:00-22:00"', '"8-22"'))
     r = cli("plan", path)
     assert r.code == 2 and "access must be" in r.err
+
+
+def test_euro_offer_shows_its_price_and_the_dated_rate(cli, tmp_path):
+    """A €184/month one-GPU server, one dedicated seat each for 2 participants: 2 servers for 10 days of March
+    2026, one whole (anniversary) month: 2 × 184 × 1.10 = $404.80; the plan prints the euro price and the rate's
+    date."""
+    cat = tmp_path / "cat"
+    cat.mkdir()
+    (cat / "rules.toml").write_text(
+        '[[rule]]\nid = "test-eur"\nkind = "exchange-rate"\ncurrency = "EUR"\nusd_per_unit = 1.10\n'
+        'text = "test rate"\nsource = "test: a reference rate"\nas_of = 2026-11-30\n'
+    )
+    offers = tmp_path / "eur.toml"
+    offers.write_text(
+        'schema_version = 1\n[[offer]]\nid = "hz:gex44"\nprovider = "hz"\nkind = "bare-metal"\n'
+        'instance_type = "GEX44"\ngpu = "L4"\ngpu_count = 1\nvcpus = 14\nram_gb = 64\ncurrency = "EUR"\n'
+        'price = 184\nbilling = "month-whole"\nmonth_start = "anniversary"\nrules = ["ovh-dedicated-monthly"]\n'
+        'disk_usd_per_gb_month = 0\nsource = "test"\nas_of = 2026-01-11\n'
+    )
+    path = course_file(tmp_path, ["hz:*"], "start = 2026-03-02\ndays = 10", participants=2)
+    path.write_text(
+        path.read_text().replace("min_gpu_memory_gb = 12", 'min_gpu_memory_gb = 12\nisolation = "dedicated"')
+    )
+    result = plan_json(cli, path, "--catalog", cat, "--offers", offers)
+    best = result["options"][0]
+    assert best["total_usd"] == 404.80
+    price = best["prices"][0]
+    assert (price["currency"], price["price"], price["price_usd"]) == ("EUR", 184, 202.4)
+    text = cli("plan", path, "--catalog", cat, "--offers", offers).out
+    assert "hz:gex44: $202.40/month (= 184.00 EUR, rate of 2026-11-30), as of 2026-01-11" in text

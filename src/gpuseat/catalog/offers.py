@@ -54,6 +54,8 @@ class Offer(BaseModel):
     vcpus: StrictFloat = Field(ge=0, le=100_000)
     ram_gb: StrictFloat = Field(ge=0, le=1e6)
     price_usd: Usd = Field(ge=0, le=MAX_USD, description="per hour (hourly billing) or per month (monthly billing)")
+    currency: str = Field("USD", pattern=r"^[A-Z]{3}$", description="the currency the provider prices in")
+    price: Usd | None = Field(None, ge=0, le=MAX_USD, description="the price in ``currency`` (not USD)")
     billing: Billing
     min_charge_s: StrictInt = Field(0, ge=0, le=31 * 86400)
     rounding: Rounding = "up"
@@ -134,6 +136,20 @@ def _with_rules(data: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]
     ids = out["rules"]
     if not isinstance(ids, list | tuple) or not all(isinstance(i, str) for i in ids):
         return out  # the field validator names the problem
+    currency = out.get("currency", "USD")
+    if currency != "USD" and isinstance(currency, str):
+        rates = [r for r in known.values() if r.kind == "exchange-rate" and r.get("currency") == currency]
+        chosen = [r for r in rates if r.id in ids] or rates
+        if not chosen:
+            raise ValueError(
+                f"no exchange rate for {currency}: add an exchange-rate rule (currency, usd_per_unit, source, "
+                "as_of) to a --catalog folder's rules.toml"
+            )
+        if not isinstance(out.get("price"), int | float) or isinstance(out.get("price"), bool):
+            raise ValueError(f"an offer priced in {currency} gives 'price' (in {currency}); price_usd is derived")
+        out["price_usd"] = round(float(out["price"]) * float(chosen[0].get("usd_per_unit")), 6)
+        if chosen[0].id not in ids:
+            ids = out["rules"] = (*ids, chosen[0].id)
     for rid in ids:
         rule = known.get(rid)
         if rule is None:

@@ -16,6 +16,9 @@ Kinds (``kind``) and their fields:
 * ``tax``: ``pct`` (or absent: varies by billing address), shown apart from the totals.
 * ``as-published``: ``billing`` — a figure someone published with simpler arithmetic, shown beside
   the provider's rule (the 2016 post's half-month rent), never charged.
+* ``exchange-rate``: ``currency`` (ISO code), ``usd_per_unit`` — an offer with ``currency = "EUR"`` and
+  ``price`` gets ``price_usd`` from the dated rate (none is bundled: give one, with its source, in a
+  ``--catalog`` folder's rules.toml).
 
 Every rule carries ``source`` and ``as_of``; ``since`` (optional) is the first day it applies; an
 ``example`` table is a documented worked invoice that tests/catalog/test_golden_invoices.py reproduces.
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-KINDS = ("billing", "sustained-use", "hourly-fee", "free-allowance", "stop", "tax", "as-published")
+KINDS = ("billing", "sustained-use", "hourly-fee", "free-allowance", "stop", "tax", "as-published", "exchange-rate")
 BILLINGS = ("per-second", "per-minute", "per-hour", "month-whole", "month-prorated", "month-first-prorated")
 _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "billing": {"billing": str, "min_charge_s": int, "rounding": str},
@@ -38,6 +41,7 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "stop": {"restart_guaranteed": bool, "stopped_state": str},
     "tax": {"pct": (int, float)},
     "as-published": {"billing": str},
+    "exchange-rate": {"currency": str, "usd_per_unit": (int, float)},
 }
 _COMMON = {"id", "kind", "text", "source", "as_of", "since", "example"}
 
@@ -100,6 +104,10 @@ def _rule(row: object, k: int) -> Rule:
         raise RuleError(f"{where}: field 'billing' must be one of {', '.join(BILLINGS)}")
     if params.get("rounding", "up") not in ("up", "down"):
         raise RuleError(f"{where}: field 'rounding' must be 'up' or 'down'")
+    if kind == "exchange-rate" and not (
+        isinstance(params.get("currency"), str) and len(params["currency"]) == 3 and params.get("usd_per_unit", 0) > 0
+    ):
+        raise RuleError(f"{where}: an exchange rate needs 'currency' (e.g. EUR) and 'usd_per_unit' > 0")
     if kind == "sustained-use":
         tiers = params.get("tiers") or []
         ok = all(

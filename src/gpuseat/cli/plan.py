@@ -166,8 +166,13 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     for p in seen.values():
         unit = "month" if p["unit"] == "month" else "h"
         rules = ", ".join(r["id"] for r in p["rules"]) or "none"
-        price = f"{p['price_usd']:,.2f}" if unit == "month" else f"{p['price_usd']:g}"
-        out.append(f"  {p['offer']}: ${price}/{unit}, as of {p['as_of']}, {_short(p['source'])}; rules: {rules}")
+        price = f"${p['price_usd']:,.2f}" if unit == "month" else f"${p['price_usd']:g}"
+        price += f"/{unit}"
+        if p.get("currency", "USD") != "USD":
+            rate = next((r for r in p["rules"] if r["kind"] == "exchange-rate"), None)
+            dated = f", rate of {rate['as_of']}" if rate else ""
+            price += f" (= {p['price']:,.2f} {p['currency']}{dated})"
+        out.append(f"  {p['offer']}: {price}, as of {p['as_of']}, {_short(p['source'])}; rules: {rules}")
     for risk, ranks in risks.items():
         out.append(f"Risk (option{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}): {risk}")
     for o in result["options"]:

@@ -293,6 +293,8 @@ def _annotate(option: PlanOption, ctx: PlanContext) -> None:
                 {
                     "offer": offer.id,
                     "price_usd": offer.price_usd,
+                    "currency": offer.currency,
+                    "price": offer.price if offer.currency != "USD" else offer.price_usd,
                     "unit": "month" if offer.monthly else "hour",
                     "billing": ctx.effective(offer).billing,
                     "as_of": str(offer.as_of),
