@@ -281,6 +281,7 @@ def _annotate(option: PlanOption, ctx: PlanContext) -> None:
     risk flags (a stopped seat that may not restart, spot), taxes charged apart, and the figure a
     publication's simpler arithmetic gives for the same mix."""
     stops = len(ctx.runs) > 1  # seats are stopped between access windows
+    closed = "the access window" if ctx.course.schedule.access else "sessions"
     seen: set[str] = set()
     published: list[tuple[str, float, float, str]] = []  # (rule id, billed rent, published rent, formula)
     label = ""
@@ -307,7 +308,7 @@ def _annotate(option: PlanOption, ctx: PlanContext) -> None:
                     continue
                 if not rule.get("restart_guaranteed", True):
                     option.risks.append(
-                        f"restart not guaranteed: {offer.id} seats are stopped outside sessions; {rule.text}"
+                        f"restart not guaranteed: {offer.id} seats are stopped outside {closed}; {rule.text}"
                     )
                 elif rule.get("stopped_state"):
                     option.notes.append(f"{offer.id}: stop seats as '{rule.get('stopped_state')}': {rule.text}")
