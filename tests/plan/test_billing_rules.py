@@ -239,3 +239,19 @@ def test_euro_offer_shows_its_price_and_the_dated_rate(cli, tmp_path):
     assert (price["currency"], price["price"], price["price_usd"]) == ("EUR", 184, 202.4)
     text = cli("plan", path, "--catalog", cat, "--offers", offers).out
     assert "hz:gex44: $202.40/month (= 184.00 EUR, rate of 2026-11-30), as of 2026-01-11" in text
+
+
+def test_quoted_text_and_group_names_reach_the_terminal_cleaned(cli, tmp_path):
+    """A course file's quoted figure and group name carrying an escape sequence print without raw controls."""
+    path = tmp_path / "c.toml"
+    evil = "\u001b]0;pwned\u0007\u001b[2J"
+    path.write_text(
+        f'offers = ["aws:g4dn.xlarge"]\n[[group]]\nname = {json.dumps("a" + evil)}\ncount = 1\n'
+        f'[[group]]\nname = "b"\ncount = 1\n[schedule]\nstart = 2026-03-02\ndays = 1\n'
+        f'[[quoted]]\nwhat = {json.dumps("a post" + evil)}\nusd = 10.0\nsource = "x"\n'
+    )
+    for args in ((), ("--explain",), ("--why", "aws:g4dn.xlarge")):
+        r = cli("plan", path, *args)
+        assert r.code == 0, r.err
+        assert "\u001b" not in r.out and "\u0007" not in r.out
+    assert "Quoted: a post" in cli("plan", path).out

@@ -188,6 +188,7 @@ class ProviderRules(BaseModel):
     type_rules: dict[str, tuple[str, ...]] = Field(default_factory=dict)  # instance-type glob → more rules
     regions: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     regions_source: str = ""
+    skypilot: bool = True  # whether `gpuseat offers import` reads this provider's SkyPilot catalog
     source: str
     as_of: date
 

@@ -72,13 +72,15 @@ def _plan(
         f"{course_info['period_days']} days, {course_info['seat_hours_each']:g} seat-hours each"
     )
     print_table(_table_rows(result), ["rank", "offers", "seats", "total", "per seat-hour", "flags"], title=title)
+    from gpuseat.safe_text import clean  # course text (group names, quoted figures) reaches the terminal
+
     for text in summary_lines(result):
-        typer.echo(text)
+        typer.echo(clean(text))
     if why:
         _print_why(result["why"])
     if explain:
         for text in explain_lines(result, verbose=verbose):
-            typer.echo(text)
+            typer.echo(clean(text))
     elif not why:
         typer.echo("(--explain shows every figure; --why OFFER prices one offer; --format json gives all details)")
 
@@ -197,12 +199,14 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
 
 
 def _print_why(answer: dict[str, Any]) -> None:
-    typer.echo(f"Why not {answer['offer']}:")
+    from gpuseat.safe_text import clean
+
+    typer.echo(clean(f"Why not {answer['offer']}:"))
     for reason in answer["reasons"]:
-        typer.echo(f"  - {reason}")
+        typer.echo(clean(f"  - {reason}"))
     if answer["option"]:
         for ln in answer["option"]["lines"]:
-            typer.echo(f"  {ln['offer']} [{ln['group']}] {ln['item']}: {ln['formula']}")
+            typer.echo(clean(f"  {ln['offer']} [{ln['group']}] {ln['item']}: {ln['formula']}"))
 
 
 def explain_lines(result: dict[str, Any], *, verbose: bool = False) -> list[str]:
@@ -308,6 +312,7 @@ def _offers_list(
             "gpu": f"{o.gpu_count:g}× {o.gpu}",
             "price_usd": o.price_usd,
             "billing": o.billing,
+            "rules": ", ".join(o.rules),
             "as_of": o.as_of.isoformat(),
         }
         for o in cat.offers

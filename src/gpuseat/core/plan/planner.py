@@ -62,13 +62,15 @@ def gpu_matches(offer: Offer, patterns: Sequence[str]) -> bool:
     return any(fnmatchcase(offer.gpu.lower(), p.lower()) for p in patterns)
 
 
-def filter_report(name: str, before: Sequence[Offer], after: Sequence[Offer], hint: str = "") -> dict[str, object]:
-    """What a filter dropped: counts and, per provider, which regions or GPUs went (the plan shows it)."""
+def filter_report(
+    name: str, before: Sequence[Offer], after: Sequence[Offer], hint: str = "", by: str = "region"
+) -> dict[str, object]:
+    """What a filter dropped: counts and, per provider, which regions (or GPU models) went (the plan shows it)."""
     kept = {o.id for o in after}
     dropped = [o for o in before if o.id not in kept]
     groups: dict[str, Counter[str]] = defaultdict(Counter)
     for o in dropped:
-        groups[o.provider][o.region or o.gpu] += 1
+        groups[o.provider][(o.region or "") if by == "region" else o.gpu] += 1
     examples = [
         f"{prov} ({', '.join(f'{k} ×{n}' if n > 1 else k for k, n in sorted(c.items()))})"
         for prov, c in sorted(groups.items())
@@ -88,7 +90,7 @@ def apply_filters(
     reports = []
     if gpus:
         kept = [o for o in out if gpu_matches(o, gpus)]
-        reports.append(filter_report(f"gpu = {list(gpus)}", out, kept))
+        reports.append(filter_report(f"gpu = {list(gpus)}", out, kept, by="gpu"))
         out = kept
     if regions:
         kept = [o for o in out if any(region_matches(o, r, providers) for r in regions)]

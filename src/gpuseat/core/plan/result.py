@@ -171,6 +171,8 @@ class Plan:
                 "participants": course.participant_count,
                 "period_days": course.schedule.period_days,
                 "seat_hours_each": round(course.schedule.in_use_hours(), 4),
+                "access": course.schedule.access,
+                "gpu": list(course.gpu),
                 "groups": [{"name": g.name, "count": g.count, **g.need.model_dump()} for g in course.groups],
             },
             "offers_considered": len(self.offers),
