@@ -171,8 +171,8 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         price = f"${p['price_usd']:,.2f}" if unit == "month" else f"${p['price_usd']:g}"
         price += f"/{unit}"
         if p.get("currency", "USD") != "USD":
-            rate = next((r for r in p["rules"] if r["kind"] == "exchange-rate"), None)
-            dated = f", rate of {rate['as_of']}" if rate else ""
+            rated = [r["as_of"] for r in p["rules"] if r["kind"] == "exchange-rate"]
+            dated = f", rate of {rated[0]}" if rated else ""
             price += f" (= {p['price']:,.2f} {p['currency']}{dated})"
         out.append(f"  {p['offer']}: {price}, as of {p['as_of']}, {_short(p['source'])}; rules: {rules}")
     for risk, ranks in risks.items():
