@@ -255,3 +255,22 @@ def test_quoted_text_and_group_names_reach_the_terminal_cleaned(cli, tmp_path):
         assert r.code == 0, r.err
         assert "\u001b" not in r.out and "\u0007" not in r.out
     assert "Quoted: a post" in cli("plan", path).out
+
+
+def test_an_access_window_without_sessions(cli, tmp_path):
+    """Only an access window (08:00-22:00, 2-3 March 2026): seats open 2 × 14 h = 28 h. A stoppable AWS seat
+    is billed those 28 h (0.526 × 28 = $14.73 + IPv4 $0.14); a Lambda seat cannot stop and runs from the first
+    window's start to the last one's end, 2 March 08:00 - 3 March 22:00 = 38 h (0.69 × 38 = $26.22)."""
+    path = course_file(
+        tmp_path,
+        ["aws:g4dn.xlarge", "lambda:gpu_1x_rtx6000"],
+        'start = 2026-03-02\nend = 2026-03-03\naccess = "08:00-22:00"',
+        participants=1,
+    )
+    result = plan_json(cli, path)
+    assert result["course"]["seat_hours_each"] == 28 and result["course"]["access"] == "08:00-22:00"
+    t = {k: o["total_usd"] for k, o in by_offer(result).items()}
+    assert t == {"aws:g4dn.xlarge": 14.87, "lambda:gpu_1x_rtx6000": 26.22}
+    path.write_text(path.read_text().replace('access = "08:00-22:00"', 'access = "08:00-22:00"\naccess_weekdays = []'))
+    r = cli("plan", path)
+    assert r.code == 2 and "opens on no day" in r.err

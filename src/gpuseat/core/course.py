@@ -148,12 +148,14 @@ class Schedule(BaseModel):
         for s in self.session:
             if not self.start <= s.date <= self.last_day:
                 raise ValueError(f"session on {s.date} is outside the course ({self.start} to {self.last_day})")
-        if not self.always_on and not self.sessions():
+        if self.has_sessions and not self.sessions():
             days = ", ".join(self.weekdays) or "no weekday"
             raise ValueError(
                 f"'hours' is set but no date from {self.start} to {self.last_day} falls on {days}: "
                 "the schedule has no session"
             )
+        if self.access is not None and not self.access_intervals():
+            raise ValueError(f"'access' = {self.access!r} opens on no day: check 'access_weekdays'")
         return self
 
     @property
@@ -170,9 +172,16 @@ class Schedule(BaseModel):
         return (self.last_day - self.start).days + 1
 
     @property
+    def has_sessions(self) -> bool:
+        """Whether lab sessions are given (``hours`` or ``session`` entries)."""
+        return self.hours is not None or bool(self.session)
+
+    @property
     def always_on(self) -> bool:
-        """24/7 (no lab hours given)."""
-        return self.hours is None and not self.session
+        """Seats open around the clock: 24/7 without sessions, or ``access = "24/7"``."""
+        if self.access is not None:
+            return self.access == "24/7"
+        return not self.has_sessions
 
     def sessions(self) -> list[Session]:
         """Every lab session, in date order (empty for 24/7)."""
@@ -189,8 +198,8 @@ class Schedule(BaseModel):
         return [(datetime.combine(self.start, time()), datetime.combine(self.last_day + timedelta(days=1), time()))]
 
     def session_intervals(self) -> list[Interval]:
-        """The lab sessions, merged (the whole period for a 24/7 course without sessions)."""
-        if self.always_on:
+        """The lab sessions, merged (the whole period for a course without sessions)."""
+        if not self.has_sessions:
             return self._whole()
         return merge_intervals([s.interval for s in self.sessions()])
 
@@ -209,7 +218,7 @@ class Schedule(BaseModel):
                 begin = datetime.combine(day, start)
                 windows.append((begin, begin + timedelta(hours=hours)))
             day += timedelta(days=1)
-        return merge_intervals([*windows, *([] if self.always_on else self.session_intervals())])
+        return merge_intervals([*windows, *(self.session_intervals() if self.has_sessions else [])])
 
     def intervals(self) -> list[Interval]:
         """When seats are open and cloud seats are billed: :meth:`access_intervals`."""
