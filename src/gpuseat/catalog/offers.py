@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from datetime import date
+from fnmatch import fnmatchcase
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -122,17 +123,18 @@ class Offer(BaseModel):
 def _with_rules(data: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     """Fill ``rules`` from the provider's defaults when the offer gives none, check every id exists, and
     let a ``billing`` rule in force at any date (no ``since``) set the offer's billing fields: the rule
-    row, with its source, is then the one place the billing is written."""
+    row, with its source, is then the one place the billing is written. What a list of rule ids implies
+    is worked out once per list (a 150,000-row import repeats a handful of lists)."""
     known = context.get("rules")
     if known is None:
         return data
     out = dict(data)
     if "rules" not in out:
-        from fnmatch import fnmatchcase
-
         base, by_type = context.get("provider_rules", {}).get(out.get("provider"), ((), {}))
-        kind = str(out.get("instance_type", ""))
-        out["rules"] = (*base, *(r for glob, ids in by_type.items() if fnmatchcase(kind, glob) for r in ids))
+        if by_type:
+            kind = str(out.get("instance_type", ""))
+            base = (*base, *(r for glob, ids in by_type.items() if fnmatchcase(kind, glob) for r in ids))
+        out["rules"] = tuple(base)
     ids = out["rules"]
     if not isinstance(ids, list | tuple) or not all(isinstance(i, str) for i in ids):
         return out  # the field validator names the problem
@@ -150,14 +152,23 @@ def _with_rules(data: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]
         out["price_usd"] = round(float(out["price"]) * float(chosen[0].get("usd_per_unit")), 6)
         if chosen[0].id not in ids:
             ids = out["rules"] = (*ids, chosen[0].id)
-    for rid in ids:
-        rule = known.get(rid)
-        if rule is None:
-            raise ValueError(f"unknown billing rule '{rid}'.{did_you_mean(rid, known)}")
-        if rule.kind == "billing" and rule.since is None:
-            out["billing"] = rule.get("billing")
-            out["min_charge_s"] = rule.get("min_charge_s", 0)
-            out["rounding"] = rule.get("rounding", "up")
+    memo = context.setdefault("_billing_memo", {})
+    key = tuple(ids)
+    billing = memo.get(key)
+    if billing is None:
+        billing = {}
+        for rid in ids:
+            rule = known.get(rid)
+            if rule is None:
+                raise ValueError(f"unknown billing rule '{rid}'.{did_you_mean(rid, known)}")
+            if rule.kind == "billing" and rule.since is None:
+                billing = {
+                    "billing": rule.get("billing"),
+                    "min_charge_s": rule.get("min_charge_s", 0),
+                    "rounding": rule.get("rounding", "up"),
+                }
+        memo[key] = billing
+    out.update(billing)
     return out
 
 
@@ -256,8 +267,6 @@ def merge_offers(*groups: list[Offer] | tuple[Offer, ...]) -> list[Offer]:
 
 def check_offer_ids(ids: list[str], offers: list[Offer], *, where: str) -> None:
     """Every id (or glob) in ``ids`` must match at least one offer."""
-    from fnmatch import fnmatchcase
-
     known = [o.id for o in offers]
     for pattern in ids:
         if not any(fnmatchcase(k, pattern) for k in known):
