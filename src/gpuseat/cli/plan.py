@@ -32,7 +32,9 @@ def _plan(
     ),
     skypilot: list[str] = typer.Option([], "--skypilot", help="PROVIDER=PATH of a SkyPilot vms.csv; repeatable."),
     offer: list[str] = typer.Option([], "--offer", help="Only offers whose id matches this glob; repeatable."),
-    region: list[str] = typer.Option([], "--region", help="Only offers whose region matches this glob; repeatable."),
+    region: list[str] = typer.Option(
+        [], "--region", help="Only offers in a geography (us, eu, asia: each provider's own regions) or a region glob."
+    ),
     catalog: Path | None = CATALOG_OPTION,
     alternatives: int = typer.Option(10, "--alternatives", min=0, max=100, help="How many distinct other mixes."),
     budget: float | None = typer.Option(None, "--budget", help="Mark options that cost more than this many USD."),
