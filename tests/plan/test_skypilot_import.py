@@ -182,3 +182,9 @@ def test_a_file_without_rows_is_not_a_catalog(cli, tmp_path):
         path.write_text(body)
         r = cli("offers", "import", path, "--provider", "aws")
         assert r.code == 2 and "not a SkyPilot vms.csv: no rows" in r.err and "Traceback" not in r.err
+
+
+def test_providers_without_a_skypilot_catalog_are_not_importable(cli):
+    """IBM classic bare metal has billing rules and regions in providers.toml but no SkyPilot catalog."""
+    r = cli("offers", "import", FIXTURES / "aws_v8_vms_excerpt.csv", "--provider", "ibm")
+    assert r.code == 2 and "unknown provider 'ibm'" in r.err and "aws" in r.err
