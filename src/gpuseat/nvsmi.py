@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from gpuseat.errors import EngineError, InputError
+from gpuseat.nvsmi_health import xml_health
 from gpuseat.readings import Gpu, GpuProcess, MigInstance, Snapshot, mig_key
 
 if TYPE_CHECKING:
@@ -149,10 +150,11 @@ def _xml_mig(node: ET.Element, where: str) -> MigInstance:
         memory_free_mib=_num(_find(node, "fb_memory_usage/free"), "memory", where),
         multiprocessors=_int(_find(node, "device_attributes/shared/multiprocessor_count"), "count", where),
         device_index=_int(_find(node, "index"), "index", where),
+        copy_engines=_int(_find(node, "device_attributes/shared/copy_engine_count"), "count", where),
     )
 
 
-def _xml_gpu(index: int, node: ET.Element, where: str) -> tuple[Gpu, list[GpuProcess]]:
+def _xml_gpu(index: int, node: ET.Element, where: str, driver: str | None = None) -> tuple[Gpu, list[GpuProcess]]:
     uuid = _text(_find(node, "uuid"))
     if uuid is None:
         raise ValueError(f"<gpu> number {index} has no <uuid>")
@@ -173,6 +175,8 @@ def _xml_gpu(index: int, node: ET.Element, where: str) -> tuple[Gpu, list[GpuPro
         bar1_total_mib=_num(_find(node, "bar1_memory_usage/total"), "memory", here),
         mig_enabled=_enabled(_find(node, "mig_mode/current_mig")),
         mig=mig,
+        driver_version=driver,
+        **xml_health(node),
     )
     by_gi: dict[tuple[int | None, int | None], MigInstance] = {}
     for m in mig:
@@ -225,9 +229,10 @@ def parse_xml(
         )
     gpus: list[Gpu] = []
     procs: list[GpuProcess] = []
+    driver = _text(_find(root, "driver_version"))
     try:
         for i, node in enumerate(root.iterfind("gpu")):
-            gpu, gpu_procs = _xml_gpu(i, node, where)
+            gpu, gpu_procs = _xml_gpu(i, node, where, driver)
             gpus.append(gpu)
             procs.extend(gpu_procs)
     except ValueError as exc:
