@@ -251,3 +251,37 @@ def place_processes(snapshot: Snapshot, table: list[TableProcess]) -> Snapshot:
             replace(p, gpu_instance_id=row.gi, mig_uuid=mig_key(gpu, owner) if owner else p.mig_uuid, kind=row.kind)
         )
     return replace(snapshot, processes=tuple(procs))
+
+
+def merge_table(snapshot: Snapshot, text: str) -> Snapshot:
+    """Fill MIG devices' GI/CI ids, memory, SMs and CEs from plain ``nvidia-smi`` and place the processes.
+
+    The CSV path knows MIG devices only from ``-L`` (name, UUID, device index); the table adds the GI/CI
+    ids per device index and per process, so processes land on their MIG device, not the whole GPU.
+    """
+    from gpuseat.nvsmi_mig import parse_mig_table
+
+    rows = {(r.gpu, r.device): r for r in parse_mig_table(text)}
+    gpus = []
+    for gpu in snapshot.gpus:
+        mig = []
+        for m in gpu.mig:
+            row = rows.get((gpu.index, m.device_index)) if m.device_index is not None else None
+            if row is None:
+                mig.append(m)
+                continue
+            mig.append(
+                replace(
+                    m,
+                    gpu_instance_id=m.gpu_instance_id if m.gpu_instance_id is not None else row.gpu_instance_id,
+                    compute_instance_id=(
+                        m.compute_instance_id if m.compute_instance_id is not None else row.compute_instance_id
+                    ),
+                    memory_total_mib=m.memory_total_mib if m.memory_total_mib is not None else float(row.total_mib),
+                    memory_used_mib=m.memory_used_mib if m.memory_used_mib is not None else float(row.used_mib),
+                    multiprocessors=m.multiprocessors or row.multiprocessors,
+                    copy_engines=m.copy_engines if m.copy_engines is not None else row.copy_engines,
+                )
+            )
+        gpus.append(replace(gpu, mig=tuple(mig)))
+    return place_processes(replace(snapshot, gpus=tuple(gpus)), parse_process_table(text))
