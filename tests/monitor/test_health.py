@@ -271,3 +271,87 @@ def test_health_metrics_carry_dcgm_names_and_the_driver_label():
     assert {s.labels["DCGM_FI_DRIVER_VERSION"] for f in fams.values() for s in f.samples} == {"590.44.01"}
     own = {f.name for f in text_string_to_metric_families(render(snap, states, names="gpuseat"))}
     assert {"gpuseat_fan_speed_percent", "gpuseat_power_limit_watts", "gpuseat_clocks_event_reasons"} <= own
+
+
+def test_nvml_xid_events_and_health_reads():
+    """NVML's event API through pynvml's own structs and errors: two Xid 79 events, then a timeout."""
+    import ctypes
+
+    from gpuseat.monitor.nvml import NvmlSampler
+
+    from .test_monitoring import SimulatedNvml, pynvml
+
+    class Machine(SimulatedNvml):
+        def __init__(self):
+            self.pending = [79, 79]
+            self.handles = {}
+
+        def nvmlDeviceGetHandleByIndex(self, i):  # a real handle type (events carry one)
+            if i not in self.handles:
+                self.handles[i] = (pynvml.struct_c_nvmlDevice_t(),)
+                self.handles[i] += (pynvml.c_nvmlDevice_t(self.handles[i][0]),)
+            return self.handles[i][1]
+
+        def nvmlDeviceGetUUID(self, h):
+            where = ctypes.cast(h, ctypes.c_void_p).value
+            return next(
+                f"GPU-{i}" for i, (_, p) in self.handles.items() if ctypes.cast(p, ctypes.c_void_p).value == where
+            )
+
+        def nvmlDeviceGetMemoryInfo(self, h):
+            return super().nvmlDeviceGetMemoryInfo(0 if self.nvmlDeviceGetUUID(h) == "GPU-0" else 1)
+
+        def nvmlSystemGetDriverVersion(self):
+            return "580.159.01"
+
+        def nvmlEventSetCreate(self):
+            return "events"
+
+        def nvmlDeviceRegisterEvents(self, handle, kind, events):
+            assert kind == pynvml.nvmlEventTypeXidCriticalError and events == "events"
+
+        def nvmlEventSetWait_v2(self, events, timeout_ms):
+            assert timeout_ms == 0  # never blocks the sampler
+            if not self.pending:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+            data = pynvml.c_nvmlEventData_t()
+            data.device = self.handles[0][1]
+            data.eventType, data.eventData = pynvml.nvmlEventTypeXidCriticalError, self.pending.pop()
+            return data
+
+        def nvmlEventSetFree(self, events):
+            self.freed = events
+
+        def nvmlDeviceGetEnforcedPowerLimit(self, h):
+            return 300_000  # mW
+
+        def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+            return 0x40
+
+        def nvmlDeviceGetTotalEccErrors(self, h, kind, counter):
+            return {(0, 0): 5, (1, 0): 1, (0, 1): 9, (1, 1): 2}[(kind, counter)]
+
+        def nvmlDeviceGetRemappedRows(self, h):
+            return (3, 1, 0, 0)
+
+        def nvmlDeviceGetFanSpeed(self, h):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+        def nvmlDeviceGetClockInfo(self, h, kind):
+            return 1593
+
+    machine = Machine()
+    sampler = NvmlSampler(nvml=machine, host="h")
+    gpu = sampler.sample().gpus[0]
+    assert (gpu.xid_last, gpu.xid_count, gpu.driver_version) == (79, 2, "580.159.01")
+    assert (gpu.power_limit_w, gpu.clocks_event_reasons, gpu.clock_mem_mhz, gpu.fan_percent) == (
+        300.0,
+        0x40,
+        1593.0,
+        None,
+    )
+    assert (gpu.ecc_sbe_volatile, gpu.ecc_dbe_volatile, gpu.ecc_sbe_aggregate, gpu.ecc_dbe_aggregate) == (5, 1, 9, 2)
+    assert (gpu.remapped_rows_correctable, gpu.remapped_rows_uncorrectable, gpu.remapped_rows_failure) == (3, 1, False)
+    assert sampler.sample().gpus[0].xid_count == 2  # no new events: the count stays
+    sampler.close()
+    assert machine.freed == "events"
