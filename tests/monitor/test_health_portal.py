@@ -7,8 +7,7 @@ PCI bus, into the demo course's store; the portal app is then rendered in-proces
 from __future__ import annotations
 
 import re
-
-from starlette.testclient import TestClient
+import warnings
 
 from gpuseat.catalog.bundle import load_catalog
 from gpuseat.services.courses import open_store
@@ -16,6 +15,10 @@ from gpuseat.services.demo import seed_demo
 from gpuseat.web.app import Portal, create_app
 
 from .conftest import FIXTURES
+
+with warnings.catch_warnings():  # starlette asks for httpx2 (not packaged here); httpx is what it uses today
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from starlette.testclient import TestClient
 
 
 def test_an_xid_from_a_capture_reaches_the_alerts_page_and_the_report(cli, tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ import subprocess
 import tarfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuseat.errors import InputError
@@ -270,9 +270,9 @@ def read_bundle(path: Path) -> Bundle:
         try:
             with tarfile.open(path, "r:*") as archive:
                 for info in archive.getmembers()[: MAX_MEMBERS + 1]:
-                    name = PurePosixPath(info.name).name
-                    if not info.isfile() or not _NAME.match(name) or "/" in info.name.strip("./"):
-                        continue
+                    name = info.name.removeprefix("./")
+                    if not info.isfile() or not _NAME.match(name):
+                        continue  # only plain files at the top: no folders, links, devices or ../ names
                     if info.size > MAX_MEMBER_BYTES:
                         raise InputError(f"{name} is too large", where=where, fix="give a probe bundle")
                     handle = archive.extractfile(info)
