@@ -142,3 +142,60 @@ def test_a_hostile_or_foreign_bundle_is_one_clear_message(payload, tmp_path, cli
     assert got.code == 2 and "Traceback" not in got.err and "probe" in got.err, got.err
     assert not (tmp_path.parent / "escape").exists()
     assert os.listdir(tmp_path) == ["evil.tar.gz"]
+
+
+def test_carve_from_nvidia_smi_knows_the_rtx_pro_6000_blackwell(cli):
+    """telegraf's real RTX PRO 6000 Max-Q `-q -x` (driver 590.44.01): a catalog GPU with its MIG table."""
+    capture = FIXTURES / "telegraf__pro-6000-maxq-blackwell-v13-excerpt.xml"
+    got = cli("carve", "--from-nvidia-smi", capture, "--format", "json")
+    assert got.code == 0, got.err
+    doc = json.loads(got.out)
+    assert doc["gpu"] == "RTX-PRO-6000" and doc["chips"][0]["pci"] == "0000:61:00.0"
+    mig = cli("carve", "--from-nvidia-smi", capture, "--mode", "mig", "--min-mem", "40", "--format", "json")
+    assert mig.code == 0, mig.err
+    slices = json.loads(mig.out)["slices"]
+    assert [(s["profile"], s["memory_gb"]) for s in slices] == [("2g.48gb", 47.38), ("2g.48gb", 47.38)]
+
+
+L40S_Q = """
+case "$*" in
+  "-q") awk '/^# idle :: query \\(-q\\)/{f=1;next} f&&/^####/{if(++n==2)exit;next} f' "$FIX/$CAP" ;;
+  "-L") echo "GPU 0: NVIDIA L40S (UUID: GPU-00000000-0000-0000-0000-000000000000)" ;;
+  *) echo "not here: $*" >&2; exit 6 ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("layout", ["vfio", "mdev"])
+def test_the_vgpu_backend_follows_the_probed_sysfs(layout, tmp_path, monkeypatch, cli):
+    """An L40S host probed (its real `-q` text; no -q -x): the bundle's sysfs layout picks the scripts."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_tool(bin_dir, "nvidia-smi", L40S_Q)
+    monkeypatch.setenv("FIX", str(FIXTURES))
+    monkeypatch.setenv("CAP", "nvidia_gpu_exporter__linux-x86_64__nvidia-l40s__595.80.txt")
+    pf = tmp_path / "host" / "sys" / "bus" / "pci" / "devices" / "0000:01:00.0"
+    pf.mkdir(parents=True)
+    (pf / "vendor").write_text("0x10de\n")
+    (pf / "class").write_text("0x030200\n")
+    vf = pf.parent / "0000:01:00.4"
+    if layout == "vfio":
+        (vf / "nvidia").mkdir(parents=True)
+        (vf / "nvidia" / "creatable_vgpu_types").write_text(
+            (FIXTURES / "harvester-pcidevices__l40s-creatable_vgpu_types.txt").read_text()
+        )
+        (vf / "nvidia" / "current_vgpu_type").write_text("0\n")
+    else:
+        t = vf / "mdev_supported_types" / "nvidia-1155"
+        t.mkdir(parents=True)
+        (t / "name").write_text("NVIDIA L40S-24Q\n")
+        (t / "available_instances").write_text("1\n")
+    (pf / "virtfn0").symlink_to("../0000:01:00.4")
+    out = tmp_path / "b"
+    got = cli("probe", out, "--root", tmp_path / "host", "--nvidia-smi", bin_dir / "nvidia-smi", "--no-doctor")
+    assert got.code == 0 and f"driver 595.80, vGPU layout {layout}" in got.out, got.out
+    files = cli("carve", "--from-probe", out, "--mode", "vgpu", "--guest", "windows", "--render", "libvirt")
+    assert files.code == 0, files.err
+    assert ("==> vgpu-create.sh <==" in files.out) == (layout == "vfio")
+    assert ("==> mdev-create.sh <==" in files.out) == (layout == "mdev")
+    assert "L40S-" in files.out and "C'" not in files.out  # Q types for Windows

@@ -210,6 +210,9 @@ def write_bundle(
     if ran["nvidia-smi-q.xml"]["exit"] == 0:
         match = re.search(rb"<driver_version>([^<]{1,32})</driver_version>", files["nvidia-smi-q.xml"])
         driver = match.group(1).decode(errors="replace") if match else None
+    if driver is None and ran["nvidia-smi-q.txt"]["exit"] == 0:  # no -q -x: the plain -q says it too
+        match = re.search(rb"Driver Version\s*:\s*([0-9][0-9.]{0,31})", files["nvidia-smi-q.txt"])
+        driver = match.group(1).decode() if match else None
     files[SYSFS_FILE] = json.dumps(sysfs_layout(root), indent=1, sort_keys=True).encode()
     xid = _xid_lines(root, dmesg)
     if xid is not None:
