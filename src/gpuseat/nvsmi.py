@@ -230,7 +230,8 @@ def parse_xml(
         )
     gpus: list[Gpu] = []
     procs: list[GpuProcess] = []
-    driver = _text(_find(root, "driver_version"))
+    found = re.match(r"^[0-9][0-9.]*", _text(_find(root, "driver_version")) or "")
+    driver = found.group(0) if found else None  # 610+ may append a deprecation note
     try:
         for i, node in enumerate(root.iterfind("gpu")):
             gpu, gpu_procs = _xml_gpu(i, node, where, driver)

@@ -109,6 +109,7 @@ def xml_health(node: ET.Element) -> dict[str, Any]:
         "power_readings/current_power_limit",
         "power_readings/enforced_power_limit",
         "power_readings/power_limit",
+        "gpu_power_readings/*/current_power_limit",  # 610+: nested under a ceiling/limit block
     ):
         value = _text(node.find(path))
         if value is not None:

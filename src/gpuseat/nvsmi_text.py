@@ -37,6 +37,16 @@ class Node:
             node = next((c for c in node.children if c.key.lower() == part.lower()), None)
         return node
 
+    def find(self, key: str) -> Node | None:
+        """The first descendant called ``key`` (depth first), at any depth."""
+        for child in self.children:
+            if child.key.lower() == key.lower():
+                return child
+            found = child.find(key)
+            if found is not None:
+                return found
+        return None
+
     def all(self, key: str) -> list[Node]:
         """Every child called ``key``."""
         return [c for c in self.children if c.key.lower() == key.lower()]
@@ -138,6 +148,17 @@ def _ecc(gpu: Node, kind: str) -> tuple[int | None, int | None]:
     return total(corrected), total(uncorrected)
 
 
+def _limit(power: Node | None) -> float | None:
+    """The enforced power limit: ``Current Power Limit`` (nested under ``GPU Ceiling Power Limit`` on 610+)."""
+    if power is None:
+        return None
+    for key in ("Current Power Limit", "Power Limit"):
+        node = power.find(key)
+        if node is not None and (value := node.number()) is not None:
+            return value
+    return None
+
+
 def _gpu(index: int, node: Node, driver: str | None, where: str) -> Gpu:
     uuid = node.text("GPU UUID")
     if uuid is None:
@@ -170,7 +191,7 @@ def _gpu(index: int, node: Node, driver: str | None, where: str) -> Gpu:
         driver_version=driver,
         clock_mem_mhz=node.number("Clocks", "Memory"),
         fan_percent=node.number("Fan Speed"),
-        power_limit_w=power.number("Current Power Limit") or power.number("Power Limit") if power else None,
+        power_limit_w=_limit(power),
         clocks_event_reasons=_reasons(node),
         ecc_sbe_volatile=sbe_vol,
         ecc_dbe_volatile=dbe_vol,
@@ -188,6 +209,9 @@ def parse_q_text(text: str, *, host: str, taken_at: float | None = None, where: 
     if not gpus:
         raise InputError("no 'GPU 0000…' section", where=where, fix="give the output of 'nvidia-smi -q' (or use -q -x)")
     driver = tree.text("Driver Version")
+    if driver is not None:  # driver 610 adds "[Deprecated; … Use KMD Version instead]"
+        match = re.match(r"^[0-9][0-9.]*", driver)
+        driver = match.group(0) if match else None
     return Snapshot(
         host,
         time.time() if taken_at is None else taken_at,

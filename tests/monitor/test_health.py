@@ -8,10 +8,13 @@ of every ``-q -x`` file, the ``-q`` text of the nvidia_gpu_exporter captures, MI
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuseat import nvsmi, nvsmi_health, nvsmi_mig, nvsmi_text
@@ -355,3 +358,37 @@ def test_nvml_xid_events_and_health_reads():
     assert sampler.sample().gpus[0].xid_count == 2  # no new events: the count stays
     sampler.close()
     assert machine.freed == "events"
+
+
+EXPORTER_Q = sorted(p.name for p in FIXTURES.glob("nvidia_gpu_exporter__*.txt"))
+
+
+@pytest.mark.parametrize("name", EXPORTER_Q)
+@pytest.mark.parametrize("phase", ["idle", "load"])
+def test_every_exporter_q_text_agrees_with_its_csv(name, phase):
+    """The `-q` text of every exporter capture gives the GPU the same phase's CSV gives (stable fields)."""
+    path = FIXTURES / name
+    q = nvsmi_text.parse_q_text(section(path, f"{phase} :: query (-q)"), host="t").gpus
+    csv = nvsmi.parse_query_gpu_csv(
+        section(path, f"{phase} :: query-gpu (csv, what the exporter parses)"), host="t"
+    ).gpus
+    assert [(g.uuid, g.name, g.memory_total_mib) for g in q] == [(g.uuid, g.name, g.memory_total_mib) for g in csv]
+    driver = name.rsplit("__", 1)[1].removesuffix(".txt")
+    assert {g.driver_version for g in q} == {driver}
+    assert all(g.power_limit_w and g.power_limit_w > 0 for g in q)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=400))
+def test_the_new_readers_never_crash_on_garbage(text):
+    """Any text: a clear InputError at most (the -q reader), empty results for the table readers."""
+    from gpuseat.errors import InputError
+
+    for reader in (nvsmi_mig.parse_lgip, nvsmi_mig.parse_lgipp, nvsmi_mig.parse_lgi, nvsmi_mig.parse_lci):
+        reader(text)
+    nvsmi_mig.parse_mig_table(text)
+    nvsmi_text.parse_process_table(text)
+    nvsmi_health.parse_xid_log(text)
+    nvsmi_health.bus_key(text)
+    with contextlib.suppress(InputError):
+        nvsmi_text.parse_q_text("GPU 00000000:01:00.0\n" + text, host="t")
