@@ -194,6 +194,8 @@ def write_bundle(
     import shutil
 
     tar = out.name.endswith((".tar.gz", ".tgz"))
+    if not root.is_dir():
+        raise InputError("directory not found", where=f"--root {root}", fix="give the host's root folder (default /)")
     if out.exists():
         raise InputError("already exists", where=str(out), fix="give a new folder or .tar.gz name")
     if not out.parent.is_dir():
