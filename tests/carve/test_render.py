@@ -77,8 +77,10 @@ def test_libvirt_domains_validate_and_define(layout_name, tmp_path, test_driver)
         assert proc.returncode == 0, proc.stderr + proc.stdout
         dom = test_driver.defineXMLFlags(art.text, libvirt.VIR_DOMAIN_DEFINE_VALIDATE)
         try:
-            kind = "mdev" if "vgpu" in layout_name else "pci"
+            vfio = any(a.path == "vgpu-create.sh" for a in arts)  # Ada+: the VF itself, vendor-specific VFIO
+            kind = "mdev" if "vgpu" in layout_name and not vfio else "pci"
             assert f"type='{kind}'" in dom.XMLDesc(0).replace('"', "'")
+            assert ("managed='no'" in art.text) == vfio
         finally:
             dom.undefine()
     for art in arts:

@@ -15,7 +15,7 @@ import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -62,6 +62,11 @@ class RenderOptions(BaseModel):
     namespace: str = Field("gpuseat", pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
     plugin_namespace: str = Field("nvidia-device-plugin", pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
     operator_namespace: str = Field("gpu-operator", pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+    vgpu_backend: Literal["auto", "mdev", "vfio"] = Field(
+        "auto",
+        description="how vGPUs are created: mdev (mdev_supported_types), vfio (NVIDIA's vendor-specific VFIO: a"
+        " type id written to a VF's nvidia/current_vgpu_type, vGPU 17+ on Ada/Hopper/Blackwell), or auto",
+    )
 
 
 @dataclass(frozen=True)
