@@ -15,7 +15,7 @@ import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -62,6 +62,9 @@ class RenderOptions(BaseModel):
     namespace: str = Field("gpuseat", pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
     plugin_namespace: str = Field("nvidia-device-plugin", pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
     operator_namespace: str = Field("gpu-operator", pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+    participants: tuple[Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")], ...] = Field(
+        (), max_length=4096, description="k8s: one participant per seat, in seat order (their namespace and access)"
+    )
 
 
 @dataclass(frozen=True)
