@@ -59,14 +59,14 @@ MAX_DISK_GB = 65536
 def cluster_name(course: str, seat: str) -> str:
     """``gs-<course>-<seat>``: lower case, SkyPilot's rule, 35 characters at most."""
     for what, key in (("course", course), ("seat", seat)):
-        if not _KEY.match(key.lower()):
+        if not _KEY.fullmatch(key.lower()):
             raise InputError(
                 f"{what} key {key!r} cannot be part of a cluster name",
                 where=f"{what} key",
                 fix="use letters, digits and '-'",
             )
     name = f"gs-{course.lower()}-{seat.lower()}"
-    if not CLUSTER_NAME.match(name):
+    if not CLUSTER_NAME.fullmatch(name):
         raise InputError(
             f"cluster name {name!r} is longer than 35 characters or malformed",
             where="course/seat key",
@@ -87,7 +87,7 @@ class CloudSeat:
     ssh_key: str | None = None
 
     def __post_init__(self) -> None:
-        if self.user is not None and not _UNIX_USER.match(self.user):
+        if self.user is not None and not _UNIX_USER.fullmatch(self.user):
             raise InputError(
                 f"{self.user!r} is not a Unix user name",
                 where=f"seat {self.seat}: participant's unix_user",
@@ -96,14 +96,14 @@ class CloudSeat:
         if self.ssh_key is not None:
             from gpuseat.core.roster import check_ssh_key
 
+            if any(ch in self.ssh_key.strip() for ch in "\r\n\x00'"):
+                raise InputError("the SSH key has a line break or quote", where=f"seat {self.seat}", fix="one line")
             try:
                 object.__setattr__(self, "ssh_key", check_ssh_key(self.ssh_key))
             except ValueError as exc:
                 raise InputError(
                     f"bad SSH key: {exc}", where=f"seat {self.seat}: participant's ssh_key", fix="one public key line"
                 ) from None
-            if any(ch in self.ssh_key for ch in "\r\n\x00'"):
-                raise InputError("the SSH key has a line break or quote", where=f"seat {self.seat}", fix="one line")
 
     @property
     def cluster(self) -> str:
@@ -142,7 +142,7 @@ class TaskOptions:
     def __post_init__(self) -> None:
         if not 1 <= self.disk_gb <= MAX_DISK_GB:
             raise InputError(f"disk size {self.disk_gb} GB out of range", where="--disk-gb", fix="1 to 65536 GB")
-        if self.gpuseat_spec is not None and not _PIP_SPEC.match(self.gpuseat_spec):
+        if self.gpuseat_spec is not None and not _PIP_SPEC.fullmatch(self.gpuseat_spec):
             raise InputError(
                 f"{self.gpuseat_spec!r} is not a pip requirement gpuseat accepts",
                 where="--gpuseat-spec",
@@ -161,7 +161,7 @@ def gpuseat_wheel(wheelhouse: str) -> str:
     """The one gpuseat wheel's file name in ``wheelhouse`` (an input error when there is none or several)."""
     folder = Path(wheelhouse)
     found = sorted(p.name for p in folder.glob("gpuseat-*.whl")) if folder.is_dir() else []
-    if len(found) != 1 or not _WHEEL.match(found[0]):
+    if len(found) != 1 or not _WHEEL.fullmatch(found[0]):
         raise InputError(
             f"{wheelhouse} holds {len(found)} gpuseat wheels{': ' + ', '.join(found) if found else ''}",
             where="--wheelhouse",
@@ -174,7 +174,7 @@ def _resources(seat: CloudSeat, opts: TaskOptions) -> dict[str, Any]:
     res: dict[str, Any] = {"cloud": seat.cloud}
     if seat.offer.region:
         res["region"] = seat.offer.region
-    m = _GCP_ATTACHED.match(seat.offer.instance_type)
+    m = _GCP_ATTACHED.fullmatch(seat.offer.instance_type)
     if m:  # GCP host + attachable GPU ("n1-standard-4+1xT4"): SkyPilot wants both fields
         res["instance_type"] = m.group("host")
         res["accelerators"] = {m.group("gpu"): int(m.group("count"))}
@@ -333,7 +333,7 @@ def check_timezone(name: str) -> ZoneInfo:
 
 def _sky(verb: str, clusters: Sequence[str]) -> str:
     for c in clusters:
-        if not CLUSTER_NAME.match(c):
+        if not CLUSTER_NAME.fullmatch(c):
             raise InputError(f"bad cluster name {c!r}", where="schedule", fix="cluster names come from cluster_name()")
     return " ".join(["sky", verb, "--yes", *(shlex.quote(c) for c in clusters)])
 
@@ -486,7 +486,7 @@ def parse_sky_status(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for line in text.splitlines():
         words = line.split()
-        if not words or not CLUSTER_NAME.match(words[0]):
+        if not words or not CLUSTER_NAME.fullmatch(words[0]):
             continue
         state = next((w for w in words[1:] if w in _STATUSES), None)
         if state is not None:
@@ -574,7 +574,7 @@ def course_from_store(store: CourseStore, course: str | None, offers: Sequence[O
         holder = people.get(s.participant or "")
         user = key = None
         if holder is not None:
-            user = holder.unix_user or (holder.key if _UNIX_USER.match(holder.key) else None)
+            user = holder.unix_user or (holder.key if _UNIX_USER.fullmatch(holder.key) else None)
             key = holder.ssh_key
             if user is None:
                 raise InputError(
@@ -647,3 +647,12 @@ def cost_so_far(
     status = parse_sky_status(sky_status) if sky_status is not None else None
     hours = hours_to_date(cc.seats, windows(cc.intervals, lead_min=lead_min), local_now, status)
     return [SeatCost(h, s.offer.id, cost_to_date(h, s.offer)) for h, s in zip(hours, cc.seats, strict=True)]
+
+
+def __getattr__(name: str) -> Any:
+    """``SkyPilotEngine`` lives in :mod:`gpuseat.services.cloud_engine` (loaded on first use)."""
+    if name == "SkyPilotEngine":
+        from gpuseat.services.cloud_engine import SkyPilotEngine
+
+        return SkyPilotEngine
+    raise AttributeError(name)

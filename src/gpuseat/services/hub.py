@@ -97,7 +97,7 @@ class JupyterHubEngine:
     ) -> None:
         import httpx
 
-        if not re.match(r"^https?://[^\s]+$", hub_url):
+        if not re.fullmatch(r"https?://[^\s]+", hub_url):
             raise InputError(f"{hub_url!r} is not a hub URL", where="hub_url", fix="give http(s)://HOST[:PORT]")
         token = token or os.environ.get("JUPYTERHUB_API_TOKEN")
         if not token:
@@ -177,7 +177,7 @@ class JupyterHubEngine:
     # -- the hub's REST API ------------------------------------------------------------------------
 
     def _user(self, key: str | None) -> str:
-        if not key or not _NAME.match(key):
+        if not key or not _NAME.fullmatch(key):
             raise InputError(f"{key!r} cannot be a hub user name", where="participant key", fix="a roster key")
         return key
 
