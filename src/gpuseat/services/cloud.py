@@ -49,7 +49,7 @@ _KEY = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 # come from a package index, where gpuseat is not published and anyone could register the name
 _PIP_SPEC = re.compile(r"^(gpuseat(\[[a-z]+(,[a-z]+)*\])? @ )?(https|git\+https)://[A-Za-z0-9_./@%+:=#-]{1,300}$")
 _WHEEL = re.compile(r"^gpuseat-[0-9][A-Za-z0-9_.+!]*-py3-none-any\.whl$")
-_UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 # where file_mounts puts the wheelhouse on the VM (SkyPilot expands ~ to the cluster user's home)
 REMOTE_WHEELS = "~/.gpuseat/wheels"
 _GCP_ATTACHED = re.compile(r"^(?P<host>[a-z0-9-]+)\+(?P<count>\d+)x(?P<gpu>[A-Za-z0-9-]+)$")
@@ -87,7 +87,7 @@ class CloudSeat:
     ssh_key: str | None = None
 
     def __post_init__(self) -> None:
-        if self.user is not None and not _UNIX_USER.fullmatch(self.user):
+        if self.user is not None and not UNIX_USER.fullmatch(self.user):
             raise InputError(
                 f"{self.user!r} is not a Unix user name",
                 where=f"seat {self.seat}: participant's unix_user",
@@ -574,7 +574,7 @@ def course_from_store(store: CourseStore, course: str | None, offers: Sequence[O
         holder = people.get(s.participant or "")
         user = key = None
         if holder is not None:
-            user = holder.unix_user or (holder.key if _UNIX_USER.fullmatch(holder.key) else None)
+            user = holder.unix_user or (holder.key if UNIX_USER.fullmatch(holder.key) else None)
             key = holder.ssh_key
             if user is None:
                 raise InputError(

@@ -38,7 +38,7 @@ Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
 def revoke_script(user: str) -> str:
     """What runs on the VM to take a holder's access away (``$GPUSEAT_ROOT`` as in the setup)."""
-    if not cloud._UNIX_USER.fullmatch(user):
+    if not cloud.UNIX_USER.fullmatch(user):
         raise InputError(f"{user!r} is not a Unix user name", where="participant", fix="a roster unix_user")
     return "\n".join(
         [
@@ -103,7 +103,7 @@ class SkyPilotEngine:
 
     def probe_command(self, cluster: str, user: str) -> list[str]:
         """``nvidia-smi -L`` on the cluster, run as the participant (sudo -u, no password prompt)."""
-        if not cloud._UNIX_USER.fullmatch(user):
+        if not cloud.UNIX_USER.fullmatch(user):
             raise InputError(f"{user!r} is not a Unix user name", where="participant", fix="a roster unix_user")
         return self.remote(cluster, ["sudo", "-n", "-u", user, "--", "nvidia-smi", "-L"])
 
@@ -120,7 +120,7 @@ class SkyPilotEngine:
 
     def _user(self, participant: ParticipantView) -> str:
         user = participant.unix_user or participant.key
-        if not cloud._UNIX_USER.fullmatch(user):
+        if not cloud.UNIX_USER.fullmatch(user):
             raise InputError(
                 f"participant {participant.key} has no Unix user name", where="roster", fix="add a unix_user column"
             )
@@ -129,7 +129,11 @@ class SkyPilotEngine:
     def provision(self, seat: SeatView, participant: ParticipantView | None) -> Access | None:
         """Write the seat's task (with its holder's login) and ``sky launch`` it."""
         target = self._seat(seat)
-        out = self.out or Path.cwd() / "sky"
+        if self.out is None:
+            from gpuseat.paths import data_dir
+
+            self.out = data_dir() / "skypilot" / self.course
+        out = self.out
         out.mkdir(parents=True, exist_ok=True)
         task_file = out / f"{target.cluster}.yaml"
         task_file.write_text(cloud.task_yaml(target, self.options), encoding="utf-8")
