@@ -242,7 +242,13 @@ def render(layout: Layout, options: RenderOptions, catalog: Catalog) -> list[Art
             "Seats without a participant given to the render get no RoleBinding: bind each person to their own"
             " namespace, `kubectl create rolebinding gpuseat-participant --clusterrole=edit --user=NAME -n NAMESPACE`."
         )
-    steps.append("`kubectl apply -f seat-01-3-access.yaml` … (the participants' RoleBindings), then the probes.")
+    if people:
+        steps.append(
+            "`kubectl apply -f seat-01-3-access.yaml` … (the participants' RoleBindings). A hand-over: render"
+            " again with the new participant, apply, and `kubectl delete namespace "
+            f"{options.namespace}-<previous participant>` (their workloads and access go with it)."
+        )
+    steps.append("`kubectl apply -f seat-01-4-probe.yaml` … (one probe per seat).")
     checks.append(
         "`kubectl logs -n NAMESPACE gpuseat-probe` lists exactly one GPU or MIG device per seat; a second GPU Pod"
         " in the same namespace is refused (`exceeded quota: gpuseat-one-gpu`)."
