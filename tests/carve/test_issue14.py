@@ -183,13 +183,13 @@ def test_7_k8s_plugin_config_in_its_own_namespace_and_the_mig_layout_itself():
     layout = carve_gpu("H200-141GB", mode="mig", seats=7)
     arts = {a.path: a.text for a in render(layout, "k8s", CATALOG)}
     plugin = yaml.safe_load(arts["device-plugin-config.yaml"])
-    assert plugin["metadata"]["namespace"] == "nvidia-device-plugin"
+    assert plugin["metadata"]["namespace"] == "gpu-operator"  # where the GPU operator mounts it from
     mig_map = yaml.safe_load(arts["mig-config.yaml"])
     config = yaml.safe_load(mig_map["data"]["config.yaml"])
     name = f"gpuseat-{layout.server.slug}"
     assert [e["mig-devices"] for e in config["mig-configs"][name]] == [{"1g.18gb": 7}]
     assert f"nvidia.com/mig.config={name}" in arts["APPLY.md"]
-    assert "config.name=gpuseat-device-plugin" in arts["APPLY.md"]
+    assert "devicePlugin.config.name=gpuseat-device-plugin" in arts["APPLY.md"]
 
 
 def test_8_libvirt_names_with_comment_dashes_and_slashes_stay_valid(tmp_path):

@@ -117,7 +117,7 @@ def test_k8s_manifests_pass_strict_schema_and_resource_checks(layout_name):
         if doc["kind"] == "Pod":
             pods.append(doc)
         elif doc["metadata"]["name"] == "gpuseat-device-plugin":
-            assert doc["metadata"]["namespace"] == "nvidia-device-plugin"
+            assert doc["metadata"]["namespace"] == "gpu-operator"
             plugin = yaml.safe_load(doc["data"]["gpuseat"])
             assert plugin["version"] == "v1"
     assert len(pods) == len(layout.slices)
@@ -126,7 +126,7 @@ def test_k8s_manifests_pass_strict_schema_and_resource_checks(layout_name):
 
 
 def test_k8s_strict_schema_and_own_check_catch_mistakes():
-    doc = yaml.safe_load(next(a for a in rendered("h200-mig", "k8s") if a.path.startswith("pod-")).text)
+    doc = yaml.safe_load(next(a for a in rendered("h200-mig", "k8s") if a.path.endswith("-probe.yaml")).text)
     doc["spec"]["containers"][0]["resources"]["limitz"] = {}
     with pytest.raises(Exception, match="Additional properties"):
         k8s_validate(doc, K8S_VERSION, strict=True)

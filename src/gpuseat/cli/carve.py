@@ -100,6 +100,12 @@ def register(app: typer.Typer) -> None:
         disk_gb: int = typer.Option(50, "--disk-gb", min=1, max=65536, help="Disk per VM, GB."),
         image: str | None = typer.Option(None, "--image", help="Base disk image (host path) for the VM disks."),
         network: str = typer.Option("default", "--network", help="libvirt network for the VMs' NIC."),
+        operator_namespace: str = typer.Option(
+            "gpu-operator", "--operator-namespace", help="k8s: the NVIDIA GPU Operator's namespace (its ConfigMaps)."
+        ),
+        participants: str | None = typer.Option(
+            None, "--participants", help="k8s: participant keys in seat order (comma list): a namespace each."
+        ),
         catalog_dir: Path | None = typer.Option(None, "--catalog", help="A folder of catalog TOML files to overlay."),
         check: bool = typer.Option(False, "--assert", help="Check a live host (--from-nvidia-smi) against LAYOUT."),
         fmt: Format = FORMAT_OPTION,
@@ -179,6 +185,7 @@ def register(app: typer.Typer) -> None:
                 raise InputError("--out writes rendered files", where="--out", fix="add --render NAME")
             _print_layout(layout, fmt)
             return
+        people = tuple(p.strip() for p in (participants or "").split(",") if p.strip())
         options = _options(
             RenderOptions,
             vcpus=vcpus,
@@ -187,6 +194,8 @@ def register(app: typer.Typer) -> None:
             image=image,
             network=network,
             vgpu_backend=vgpu_backend,
+            operator_namespace=operator_namespace,
+            participants=people,
         )
         artifacts = carving.render_layout(layout, render_name, catalog, options)
         if out is None:
@@ -215,6 +224,8 @@ def _options(model: type[RenderOptions], **values: Any) -> RenderOptions:
         "image": "--image",
         "network": "--network",
         "vcpus": "--vcpus",
+        "operator_namespace": "--operator-namespace",
+        "participants": "--participants",
     }
     try:
         return model(**values)
@@ -224,5 +235,6 @@ def _options(model: type[RenderOptions], **values: Any) -> RenderOptions:
         raise InputError(
             f"{err['msg']}",
             where=flags.get(field, field),
-            fix="--image takes an absolute host path; --network a libvirt network name",
+            fix="--image takes an absolute host path; --network a libvirt network name; --operator-namespace and"
+            " --participants lowercase letters, digits and '-'",
         ) from None
