@@ -74,7 +74,10 @@ fi
 # The VM boot test's guest: a Debian kernel (vmlinuz + the modules that read the cidata CD-ROM),
 # fetched once with apt-get download into a git-ignored cache; the test builds its busybox initramfs.
 guest=.cache/vms-guest
-if [ ! -f "$guest/vmlinuz" ]; then
+guest_modules="scsi_common scsi_mod libata libahci ahci cdrom sr_mod isofs virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk"
+guest_missing=""
+for m in $guest_modules; do [ -f "$guest/modules/$m.ko" ] || guest_missing=1; done
+if [ ! -f "$guest/vmlinuz" ] || [ -n "$guest_missing" ]; then
   kernel_pkg() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}'; }
   kpkg=$(kernel_pkg)
   if [ -z "$kpkg" ] && [ "$(id -u)" = 0 ]; then apt-get update -qq && kpkg=$(kernel_pkg); fi
@@ -84,7 +87,7 @@ if [ ! -f "$guest/vmlinuz" ]; then
     (cd "$tmp" && apt-get download -q "$kpkg" >/dev/null 2>&1 && dpkg-deb -x ./*.deb root)
     mkdir -p "$guest/modules"
     cp "$tmp"/root/boot/vmlinuz-* "$guest/vmlinuz"
-    for m in scsi_common scsi_mod libata libahci ahci cdrom sr_mod isofs; do
+    for m in $guest_modules; do
       find "$tmp/root/lib/modules" -name "$m.ko*" -exec cp {} "$guest/modules/" \;
     done
     rm -rf "$tmp"
