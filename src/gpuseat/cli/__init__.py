@@ -45,6 +45,7 @@ def _register_all() -> None:
         carve,
         course,
         doctor,
+        host,
         jupyterhub,
         monitor,
         plan,
@@ -56,7 +57,22 @@ def _register_all() -> None:
         vms,
     )
 
-    for module in (plan, carve, doctor, bench, monitor, course, roster, seats, slurm, vms, serve, report, jupyterhub):
+    for module in (
+        plan,
+        carve,
+        doctor,
+        bench,
+        monitor,
+        course,
+        roster,
+        seats,
+        slurm,
+        vms,
+        serve,
+        report,
+        jupyterhub,
+        host,
+    ):
         module.register(app)
 
 

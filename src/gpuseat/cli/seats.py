@@ -121,8 +121,18 @@ def _specs(
     existing = len(store.seats(course))
     if text.lstrip().startswith("<"):
         snapshot = nvsmi.parse_xml(text, host=host or "localhost", where=str(nvidia_smi))
-        return seat_sources.seats_from_nvidia_smi(snapshot, host=host, start=existing + 1)
-    return seat_sources.seats_from_nvidia_smi(None, nvsmi.parse_list(text), host=host, start=existing + 1)
+        found = seat_sources.seats_from_nvidia_smi(snapshot, host=host, start=existing + 1)
+    else:
+        found = seat_sources.seats_from_nvidia_smi(None, nvsmi.parse_list(text), host=host, start=existing + 1)
+    if engine == "manual":
+        return found
+    from gpuseat.files import validate
+    from gpuseat.services.courses import SeatSpec
+
+    # an engine delivers these seats: they are planned until it has set them up (gpuseat host up)
+    return [
+        validate(SeatSpec, {**f.model_dump(), "engine": engine, "state": "planned"}, where="--engine") for f in found
+    ]
 
 
 def register(app: typer.Typer) -> None:
@@ -280,6 +290,7 @@ def register(app: typer.Typer) -> None:
             rows = [{**s.to_dict(), "groups": " ".join(s.groups)} for s in seats]
             print_csv(rows, EXPORT_COLUMNS)
 
-    from gpuseat.cli import cloud
+    from gpuseat.cli import cloud, delivery
 
     cloud.add_to(seats_app)
+    delivery.add_to(seats_app)
