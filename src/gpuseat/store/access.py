@@ -117,8 +117,8 @@ def access_of(store: CourseStore, course: str | None) -> dict[str, dict[str, Any
     """Seat key → stored access (``Access.to_dict`` form) for every seat that has one."""
     key = store.get_course(course).key
     with store._read() as s:
-        crow = s.scalar(select(Course).where(Course.key == key))
-        rows = s.execute(select(Seat.key, Seat.access).where(Seat.course_id == crow.id, Seat.access.is_not(None)))
+        cid = s.scalars(select(Course.id).where(Course.key == key)).one()
+        rows = s.execute(select(Seat.key, Seat.access).where(Seat.course_id == cid, Seat.access.is_not(None)))
         return {k: dict(v) for k, v in rows if v}
 
 
@@ -126,8 +126,8 @@ def readiness_of(store: CourseStore, course: str | None) -> dict[str, dict[str, 
     """Seat key → the last readiness check (``Readiness.to_dict`` form) for every checked seat."""
     key = store.get_course(course).key
     with store._read() as s:
-        crow = s.scalar(select(Course).where(Course.key == key))
-        rows = s.execute(select(Seat.key, Seat.readiness).where(Seat.course_id == crow.id, Seat.readiness.is_not(None)))
+        cid = s.scalars(select(Course.id).where(Course.key == key)).one()
+        rows = s.execute(select(Seat.key, Seat.readiness).where(Seat.course_id == cid, Seat.readiness.is_not(None)))
         return {k: dict(v) for k, v in rows if v}
 
 
