@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import typer
 
 from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, print_rows
 from gpuseat.cli.course import COURSE, DB, actor
 from gpuseat.errors import InputError
-
-if TYPE_CHECKING:
-    from gpuseat.services.engine import Access
 
 CHECK_COLUMNS = ("seat", "participant", "engine", "state", "reason", "visible", "checked_at")
 
@@ -28,49 +23,6 @@ def parse_settings(values: list[str]) -> dict[str, dict[str, str]]:
             )
         out.setdefault(engine, {})[key] = value
     return out
-
-
-def build_access(
-    ssh: str | None, url: str | None, jump: str | None, notes: list[str], kind: str | None, device: str | None
-) -> Access:
-    """The :class:`Access` that ``seats connect`` flags describe, every part checked."""
-    from gpuseat.core.delivery import check_host, split_user_host, ssh_command
-    from gpuseat.services.engine import ACCESS_KINDS, Access
-
-    if kind is not None and kind not in ACCESS_KINDS:
-        raise InputError(f"--kind {kind!r}", where="--kind", fix=f"one of {', '.join(ACCESS_KINDS)}")
-    for n in notes:
-        if len(n) > 500 or any(ord(c) < 32 for c in n):
-            raise InputError("a note must be one line under 500 characters", where="--note", fix="shorten it")
-    jump_host = None
-    if jump:
-        juser, jhost, jport = split_user_host(jump, field="--jump")
-        jump_host = (f"{juser}@" if juser else "") + check_host(jhost, field="--jump") + (f":{jport}" if jport else "")
-    if ssh:
-        user, host, port = split_user_host(ssh)
-        return Access(
-            kind=kind or "ssh",  # type: ignore[arg-type]
-            host=host,
-            port=port,
-            user=user,
-            jump_host=jump_host,
-            command=ssh_command(host, user, port, jump_host) if user else None,
-            device_uuid=device,
-            notes=tuple(notes),
-        )
-    if url:
-        from urllib.parse import urlsplit
-
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname or any(ord(c) < 33 for c in url):
-            raise InputError(f"--url {url!r}", where="--url", fix="give an http:// or https:// address")
-        check_host(parts.hostname, field="--url")
-        return Access(kind=kind or "web", host=parts.hostname, url=url, device_uuid=device, notes=tuple(notes))  # type: ignore[arg-type]
-    if notes:
-        return Access(kind=kind or "ssh", device_uuid=device, notes=tuple(notes))  # type: ignore[arg-type]
-    raise InputError(
-        "nothing to set", where="gpuseat seats connect", fix="give --ssh USER@HOST[:PORT], --url or --note"
-    )
 
 
 def add_to(seats_app: typer.Typer) -> None:
@@ -101,6 +53,8 @@ def add_to(seats_app: typer.Typer) -> None:
             if clear:
                 store.record_delivery(view.course, view.key, clear_access=True, actor=actor())
             elif changing:
+                from gpuseat.services.delivery import build_access
+
                 made = build_access(ssh, url, jump, note, kind, view.device_uuid)
                 if made.host and view.host and made.host == view.host and "." not in made.host:
                     from gpuseat.core.delivery import check_host
