@@ -23,17 +23,23 @@ days = 5
 
 
 @pytest.fixture
-def lab() -> Iterator[Lab]:
-    """A stand-in host (two GPUs: three MIG 1g.18gb devices on GPU 0, GPU 1 whole); removed after."""
+def bare_lab() -> Iterator[Lab]:
+    """An empty stand-in host (the test builds its GPUs); users, group and sshd removed after."""
     why = have_tools()
     if why:
         pytest.skip(why)
     made = new_lab()
     try:
-        made.build(MIG_AND_WHOLE)
         yield made
     finally:
         made.close()
+
+
+@pytest.fixture
+def lab(bare_lab: Lab) -> Lab:
+    """A stand-in host (two GPUs: three MIG 1g.18gb devices on GPU 0, GPU 1 whole)."""
+    bare_lab.build(MIG_AND_WHOLE)
+    return bare_lab
 
 
 @pytest.fixture

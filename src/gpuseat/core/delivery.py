@@ -167,6 +167,28 @@ class SeatDevice:
     minor: int
     gi: int | None = None
     ci: int | None = None
+    profile: str | None = None  # MIG profile (``1g.18gb``) as nvidia-smi -L names it
+    split: bool = False  # a whole GPU that has MIG devices (never a seat of its own)
+
+
+def adopt(
+    wanted: list[tuple[str, str, str | None]], devices: Mapping[str, SeatDevice], taken: set[str]
+) -> dict[str, str]:
+    """Seat key → device UUID for seats planned without one: ``(key, kind, profile)`` in key order.
+
+    A MIG seat takes the next free MIG device of its profile, a whole-GPU seat the next free GPU
+    without MIG devices, in the host's order; seats left without a match are not in the result.
+    """
+    free = [d for d in sorted(devices.values(), key=lambda d: (d.minor, d.gi or -1)) if d.uuid not in taken]
+    out: dict[str, str] = {}
+    for key, kind, profile in wanted:
+        for d in free:
+            fits = d.gi is not None and d.profile == profile if kind == "mig" else d.gi is None and not d.split
+            if fits:
+                out[key] = d.uuid
+                free.remove(d)
+                break
+    return out
 
 
 def device_files(dev: SeatDevice, minors: Mapping[tuple[int, int, int | None], int], dev_root: str) -> tuple[str, ...]:

@@ -51,7 +51,7 @@ def check_seats(
     for name in sorted({s.engine for s in targets}):
         try:
             engines[name] = load_engine(name, store, key, **dict((settings or {}).get(name, {})))
-        except (GpuseatError, ImportError) as exc:
+        except (GpuseatError, ImportError, AttributeError, TypeError) as exc:
             engines[name] = f"engine {name} cannot probe: {getattr(exc, 'what', exc)}"
     results: dict[str, Readiness] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(targets) or 1)), thread_name_prefix="probe")

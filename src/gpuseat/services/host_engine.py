@@ -122,7 +122,7 @@ class HostEngine:
         self.ssh_port = _int(s("ssh_port"), "ssh_port")
         self.jump_host = s("jump_host")
         self.probe_host = s("probe_host") or "127.0.0.1"
-        self.probe_port = _int(s("probe_port"), "probe_port") or self.ssh_port or 22
+        self.probe_port = _int(s("probe_port"), "probe_port") or self.ssh_port
         self.timeout = float(s("timeout") or 20)
         if not delivery.USER_RE.match(self.group):
             raise InputError(f"group {self.group!r}", where="group", fix="a Unix group name like gpuseat")
@@ -177,6 +177,7 @@ class HostEngine:
         minors = delivery.parse_mig_minors(minors_path.read_text()) if minors_path.exists() else {}
         out = []
         every: dict[str, tuple[str, ...]] = {}
+        seats = self._adopt(seats, devices)
         for seat in seats:
             if not seat.device_uuid:
                 raise InputError(
@@ -207,6 +208,20 @@ class HostEngine:
             p = people[seat.participant]
             out.append(_Holder(seat, p, self.user_of(p), dev, files, shared))
         return out, every
+
+    def _adopt(self, seats: list[SeatView], devices: dict[str, delivery.SeatDevice]) -> list[SeatView]:
+        """Seats carved from an inventory have no UUID yet: give each a free device of its profile."""
+        wanted = [(s.key, s.kind, s.profile) for s in seats if not s.device_uuid and s.kind in ("mig", "gpu")]
+        if not wanted:
+            return seats
+        taken = {s.device_uuid for s in seats if s.device_uuid}
+        picked = delivery.adopt(wanted, devices, taken)
+        for key, uuid in picked.items():
+            seat = next(s for s in seats if s.key == key)
+            self.store.set_seat_state(
+                self.course, key, seat.state, reason=f"device {uuid} on {self.host}", device_uuid=uuid
+            )
+        return [s for s in self.store.seats(self.course) if s.key in {x.key for x in seats}]
 
     def user_of(self, p: ParticipantView) -> str:
         """The participant's Unix user: the roster's ``unix_user``, else a safe slug of their key."""
@@ -398,7 +413,8 @@ class HostEngine:
                 return broken(exc.what)
         key, _pub = host_os.ensure_probe_key(state_dir(self.course))
         script = delivery.PROBE_SCRIPT.replace("NVIDIA_SMI", _sh_quote(self.nvidia_smi))
-        done = host_os.ssh_run(key, user, self.probe_host, self.probe_port, script, timeout=self.timeout)
+        port = self.probe_port or int((self._stored_access(seat) or {}).get("port") or 22)
+        done = host_os.ssh_run(key, user, self.probe_host, port, script, timeout=self.timeout)
         evidence = (done.stdout + done.stderr).strip()[-4000:]
         if done.returncode == 124:
             return broken(f"the probe as {user} did not answer within {self.timeout:g} s", evidence)

@@ -189,18 +189,24 @@ def discover(nvidia_smi: str, *, where: str = "nvidia-smi -q -x") -> dict[str, S
         root = ET.fromstring(text)
     except ET.ParseError as exc:
         raise EngineError(f"not nvidia-smi XML: {exc}", where=where) from None
+    from gpuseat.nvsmi import parse_list
+
+    listed = run([nvidia_smi, "-L"], timeout=120).stdout
+    profiles = {m.uuid: m.profile for g in parse_list(listed) for m in g.mig}
     out: dict[str, SeatDevice] = {}
     for i, gpu in enumerate(root.iterfind("gpu")):
         uuid = (gpu.findtext("uuid") or "").strip()
         minor_text = (gpu.findtext("minor_number") or str(i)).strip()
         minor = int(minor_text) if minor_text.isdigit() else i
+        migs = list(gpu.iterfind("mig_devices/mig_device"))
         if uuid:
-            out[uuid] = SeatDevice(uuid, minor)
-        for m in gpu.iterfind("mig_devices/mig_device"):
+            out[uuid] = SeatDevice(uuid, minor, split=bool(migs))
+        for m in migs:
             muuid = (m.findtext("uuid") or "").strip()
             gi, ci = (m.findtext("gpu_instance_id") or "").strip(), (m.findtext("compute_instance_id") or "").strip()
             if muuid and gi.isdigit() and ci.isdigit():
-                out[muuid] = SeatDevice(muuid, minor, int(gi), int(ci))
+                profile = profiles.get(muuid) or (m.findtext("profile") or "").strip() or None
+                out[muuid] = SeatDevice(muuid, minor, int(gi), int(ci), profile)
     return out
 
 
