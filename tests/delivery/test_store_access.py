@@ -81,6 +81,8 @@ def test_seats_connect_sets_and_shows_the_way_in(url: str, store: CourseStore, c
     # the inventory's name is not a host: refused, naming the field
     bad = cli("seats", "connect", "seat-02", "--ssh", "ann@h200-2x.toml", "--db", url)
     assert bad.code == 2 and "ssh" in bad.err and "Traceback" not in bad.err
+    label = cli("seats", "connect", "seat-02", "--ssh", "ben@h200-2x", "--db", url)
+    assert label.code == 2 and "inventory's name" in label.err and "ssh_host" in label.err
     assert cli("seats", "connect", "seat-02", "--url", "javascript:alert(1)", "--db", url).code == 2
     assert cli("seats", "connect", "seat-02", "--ssh", "ann@gpu1;rm -rf /", "--db", url).code == 2
     ok = cli("seats", "connect", "seat-02", "--url", "https://hub.example.org/user/ben/", "--db", url)

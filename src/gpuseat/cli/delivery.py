@@ -55,11 +55,7 @@ def add_to(seats_app: typer.Typer) -> None:
             elif changing:
                 from gpuseat.services.delivery import build_access
 
-                made = build_access(ssh, url, jump, note, kind, view.device_uuid)
-                if made.host and view.host and made.host == view.host and "." not in made.host:
-                    from gpuseat.core.delivery import check_host
-
-                    check_host(made.host, field="--ssh")
+                made = build_access(ssh, url, jump, note, kind, view.device_uuid, server_name=view.host)
                 store.record_delivery(view.course, view.key, access=made, actor=actor())
             stored = store.access_of(view.course).get(view.key)
             user = None

@@ -88,9 +88,20 @@ def checklist(store: CourseStore, course: str | None = None) -> Checklist:
 
 
 def build_access(
-    ssh: str | None, url: str | None, jump: str | None, notes: list[str], kind: str | None, device: str | None
+    ssh: str | None,
+    url: str | None,
+    jump: str | None,
+    notes: list[str],
+    kind: str | None,
+    device: str | None,
+    *,
+    server_name: str | None = None,
 ) -> Access:
-    """The :class:`Access` that ``seats connect`` flags describe, every part checked."""
+    """The :class:`Access` that ``seats connect`` flags describe, every part checked.
+
+    ``server_name`` is the seat's server as the inventory names it: a label in a file, so it is
+    refused as a host unless it is a full DNS name.
+    """
     from gpuseat.core.delivery import check_host, split_user_host, ssh_command
     from gpuseat.services.engine import ACCESS_KINDS
 
@@ -105,6 +116,12 @@ def build_access(
         jump_host = (f"{juser}@" if juser else "") + check_host(jhost, field="--jump") + (f":{jport}" if jport else "")
     if ssh:
         user, host, port = split_user_host(ssh)
+        if server_name and host == server_name and "." not in host:
+            raise InputError(
+                f"{host!r} is the inventory's name for the server, not a host participants can reach",
+                where="--ssh",
+                fix="give the server's DNS name or IP address (or set ssh_host in the inventory file)",
+            )
         return Access(
             kind=kind or "ssh",  # type: ignore[arg-type]
             host=host,

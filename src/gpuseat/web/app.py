@@ -426,7 +426,9 @@ def create_app(portal: Portal) -> FastAPI:
         try:
             seat = portal.store.get_seat(portal.course_key, value["seat"] or "")
             notes = [value["note"]] if value["note"] else []
-            made = build_access(value["ssh"], value["url"], value["jump"], notes, None, seat.device_uuid)
+            made = build_access(
+                value["ssh"], value["url"], value["jump"], notes, None, seat.device_uuid, server_name=seat.host
+            )
             portal.store.record_delivery(seat.course, seat.key, access=made, actor=user)
         except InputError as exc:
             return seats_page(request, status=400, error=exc.message)
