@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -124,6 +125,8 @@ class HostEngine:
         self.probe_host = s("probe_host") or "127.0.0.1"
         self.probe_port = _int(s("probe_port"), "probe_port") or self.ssh_port
         self.timeout = float(s("timeout") or 20)
+        self._lock = threading.Lock()
+        self._view: tuple[dict[str, delivery.SeatDevice], dict[tuple[int, int, int | None], int]] | None = None
         if not delivery.USER_RE.match(self.group):
             raise InputError(f"group {self.group!r}", where="group", fix="a Unix group name like gpuseat")
 
@@ -374,6 +377,15 @@ class HostEngine:
         """Same as ``down`` for the whole course (one host's seats go together)."""
         self.down()
 
+    def _probe_view(self) -> tuple[dict[str, delivery.SeatDevice], dict[tuple[int, int, int | None], int]]:
+        """The host's devices and cap minors, read once per engine (one ``seats check`` run)."""
+        with self._lock:
+            if self._view is None:
+                minors_path = Path(self.proc_root) / "driver" / "nvidia-caps" / "mig-minors"
+                minors = delivery.parse_mig_minors(minors_path.read_text()) if minors_path.exists() else {}
+                self._view = (host_os.discover(self.nvidia_smi), minors)
+            return self._view
+
     def probe(self, seat: SeatView, participant: ParticipantView) -> Readiness:
         """Log in as the participant (gpuseat's loopback probe key) and list what they can see."""
         user = self.user_of(participant)
@@ -397,9 +409,8 @@ class HostEngine:
         devices_note = ""
         if want:
             try:
-                dev = host_os.discover(self.nvidia_smi).get(want)
-                minors_path = Path(self.proc_root) / "driver" / "nvidia-caps" / "mig-minors"
-                minors = delivery.parse_mig_minors(minors_path.read_text()) if minors_path.exists() else {}
+                devices, minors = self._probe_view()
+                dev = devices.get(want)
                 if dev is None:
                     devices_note = f"device {want} is not on this host"
                 else:
