@@ -38,6 +38,9 @@ command -v cloud-init >/dev/null || need_apt+=(cloud-init)
 [ -x /bin/busybox ] || need_apt+=(busybox-static)
 command -v cpio >/dev/null || need_apt+=(cpio)
 command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
+# tests/delivery: the shared-host engine against a real sshd, with POSIX ACLs on stand-in device files
+[ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
+command -v setfacl >/dev/null || need_apt+=(acl)
 # tests/monitor: a real Prometheus server scrapes `gpuseat monitor --listen`
 [ -x /usr/bin/prometheus ] || need_apt+=(prometheus)
 # A real one-node Slurm for tests/slurm (slurmctld, slurmd, client commands, job_submit/lua) and MUNGE.
