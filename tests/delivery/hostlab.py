@@ -208,6 +208,23 @@ class Lab:
 
     # -- cleanup -----------------------------------------------------------------------------------
 
+    @staticmethod
+    def _kill_processes_of(user: str) -> None:
+        """End what a test user still runs (a probe left hanging on purpose), by pid."""
+        import pwd
+
+        try:
+            uid = pwd.getpwnam(user).pw_uid
+        except KeyError:
+            return
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if entry.stat().st_uid == uid:
+                        os.kill(int(entry.name), signal.SIGKILL)
+                except (FileNotFoundError, ProcessLookupError, PermissionError):
+                    pass
+
     def close(self) -> None:
         """Stop sshd (by its pid), remove the users and the group, delete the folder."""
         if self.sshd is not None and self.sshd.poll() is None:
@@ -218,6 +235,7 @@ class Lab:
                 self.sshd.kill()
                 self.sshd.wait()
         for p in self.people.values():
+            self._kill_processes_of(p.user)
             subprocess.run(["userdel", "--remove", p.user], capture_output=True, check=False)
         subprocess.run(["groupdel", self.group], capture_output=True, check=False)
         shutil.rmtree(self.root, ignore_errors=True)

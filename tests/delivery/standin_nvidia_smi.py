@@ -47,6 +47,11 @@ def visible() -> list[tuple[dict, list[dict]]]:
 
 
 def main(argv: list[str]) -> int:
+    import pwd
+    import time
+
+    if pwd.getpwuid(os.getuid()).pw_name in CONF.get("hang_users", []):
+        time.sleep(3600)  # a driver call that never returns, for one participant
     shown = visible()
     if argv[:1] == ["-L"]:
         for gpu, migs in shown:

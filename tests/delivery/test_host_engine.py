@@ -159,3 +159,23 @@ def test_seats_check_names_the_fault(hostcourse: tuple[Lab, str], cli: Callable[
     rows = {r["participant"]: r for r in json.loads(bad.out)["seats"]}
     assert rows["ben"]["state"] == "broken" and expect in rows["ben"]["reason"], rows["ben"]
     assert rows["ann"]["state"] == rows["cat"]["state"] == "ready"
+
+
+def test_one_hung_seat_does_not_stall_the_others(hostcourse: tuple[Lab, str], cli: Callable[..., Any]) -> None:
+    import time
+
+    lab, db = hostcourse
+    by_uuid = {s["device_uuid"]: k for k, s in _seats(cli, db).items()}
+    for who, uuid in (("ann", MIG[0]), ("ben", MIG[1]), ("cat", WHOLE)):
+        assert cli("seats", "assign", "--participant", who, "--seat", by_uuid[uuid], "--db", db).code == 0
+    _up(cli, lab, db)
+    lab.start_sshd()
+    conf = lab.root / "bin" / "devices.json"
+    conf.write_text(json.dumps({**json.loads(conf.read_text()), "hang_users": [lab.people["ben"].user]}))
+    started = time.monotonic()
+    r = cli("seats", "check", "--db", db, "--format", "json", "--timeout", "4", "--workers", "2")
+    took = time.monotonic() - started
+    rows = {x["participant"]: x for x in json.loads(r.out)["seats"]}
+    assert rows["ann"]["state"] == rows["cat"]["state"] == "ready"
+    assert rows["ben"]["state"] == "broken" and "did not answer within 4 s" in rows["ben"]["reason"]
+    assert took < 3600 / 10  # bounded by the per-seat timeout, not by the hung call

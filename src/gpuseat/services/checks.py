@@ -49,8 +49,12 @@ def check_seats(
     targets = [s for s in seats if s.participant]
     engines: dict[str, SeatEngine | str] = {}
     for name in sorted({s.engine for s in targets}):
+        given = dict((settings or {}).get(name, {}))
         try:
-            engines[name] = load_engine(name, store, key, **dict((settings or {}).get(name, {})))
+            try:  # engines that take a timeout stop their own probes in time (no thread outlives the run)
+                engines[name] = load_engine(name, store, key, **{"timeout": f"{timeout:g}", **given})
+            except (GpuseatError, TypeError):
+                engines[name] = load_engine(name, store, key, **given)
         except (GpuseatError, ImportError, AttributeError, TypeError) as exc:
             engines[name] = f"engine {name} cannot probe: {getattr(exc, 'what', exc)}"
     results: dict[str, Readiness] = {}
