@@ -24,6 +24,10 @@ def way_in(store: CourseStore, seat: SeatView, participant: ParticipantView | No
         text = seat.connect.strip()
         web = text.startswith(("http://", "https://"))
         access = {"kind": "web" if web else "ssh", "url": text if web else None, "command": None if web else text}
+    if access is None and seat.host and "." in seat.host and seat.kind not in ("cloud", "slurm", "vm"):
+        # a host given as a DNS name or address (seats add --host gpu1.example.org) is a way in;
+        # a bare label (the inventory's name, h200-2x) never is
+        access = {"kind": "ssh", "host": seat.host, "device_uuid": seat.device_uuid}
     return instruction(
         access, seat=seat.key, unix_user=participant.unix_user if participant else None, server_name=seat.host
     )

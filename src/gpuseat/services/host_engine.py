@@ -125,6 +125,14 @@ class HostEngine:
         self.probe_host = s("probe_host") or "127.0.0.1"
         self.probe_port = _int(s("probe_port"), "probe_port") or self.ssh_port
         self.timeout = float(s("timeout") or 20)
+        for name in ("dev_root", "proc_root", "keys_dir", "sshd_dropin", "profile_d", "systemd_dir", "nvidia_smi"):
+            value = str(getattr(self, name))
+            if not value or any(c.isspace() or ord(c) < 32 for c in value):
+                raise InputError(
+                    f"{name} {value!r} is empty or has spaces or control characters",
+                    where=f"--{name.replace('_', '-')}",
+                    fix="give a plain path (it is written into sshd and systemd files)",
+                )
         self._lock = threading.Lock()
         self._view: tuple[dict[str, delivery.SeatDevice], dict[tuple[int, int, int | None], int]] | None = None
         if not delivery.USER_RE.match(self.group):
