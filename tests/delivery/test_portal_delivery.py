@@ -110,6 +110,8 @@ def test_connect_details_and_readiness_checklist(served, tmp_path: Path) -> None
         org.fill("#seat-connect input[name=ssh]", "gpu1.example.org:2222")
         org.click("#seat-connect-save")
         assert "mig-03: way in saved" in org.inner_text(".notice")
+        assert "ssh -p 2222 cat@gpu1.example.org" in org.inner_text("#ways-in tr[data-seat=mig-03]")
+        assert "broken: no GPU visible" in org.inner_text("#ways-in tr[data-seat=mig-02]")
         org.fill("#seat-connect input[name=url]", "javascript:alert(1)")
         org.click("#seat-connect-save")
         assert "--url" in org.inner_text(".error")

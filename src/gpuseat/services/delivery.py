@@ -33,6 +33,27 @@ def way_in(store: CourseStore, seat: SeatView, participant: ParticipantView | No
     )
 
 
+def ways_in(store: CourseStore, course: str | None = None) -> list[dict[str, Any]]:
+    """Per seat: its way in for its holder (or what is missing) and its last check, for the seats page."""
+    people = {p.key: p for p in store.participants(course)}
+    checks = store.readiness_of(course)
+    out = []
+    for seat in store.seats(course):
+        way = way_in(store, seat, people.get(seat.participant or ""))
+        check = checks.get(seat.key) or {}
+        out.append(
+            {
+                "seat": seat.key,
+                "participant": seat.participant,
+                "way": way.command or way.url,
+                "missing": way.missing,
+                "check": check.get("state"),
+                "reason": check.get("reason"),
+            }
+        )
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Checklist:
     """Before day one: seats ready N/M, links opened K/M, participants who used their GPU J/M."""

@@ -295,7 +295,12 @@ def create_app(portal: Portal) -> FastAPI:
         d = digest()
         free = [r.seat.key for r in d.seats if r.seat.participant is None and r.seat.state != "released"]
         waiting = [p.key for p in d.participants if p.seat is None]
-        return page(request, "seats.html", status=status, tab="seats", d=d, free=free, waiting=waiting, **ctx)
+        from gpuseat.services.delivery import ways_in
+
+        ways = ways_in(portal.store, portal.course_key)
+        return page(
+            request, "seats.html", status=status, tab="seats", d=d, free=free, waiting=waiting, ways=ways, **ctx
+        )
 
     @app.get("/overview", response_class=HTMLResponse)
     def overview(request: Request) -> Response:
