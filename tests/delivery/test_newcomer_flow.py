@@ -117,3 +117,6 @@ def test_24_people_14_mig_10_cloud(bare_lab: Lab, tmp_path: Path, cli: Callable[
     env = lab.ssh(p.key, "env").stdout
     seat = next(s for s in json.loads(ok("seats", "export", "--format", "json")) if s["participant"] == p.user)
     assert f"CUDA_VISIBLE_DEVICES={seat['device_uuid']}" in env.splitlines()
+    # more cloud seats than the plan option rents: added, with a warning naming the plan's number
+    more = cli("seats", "add", "--cloud", "--count", "3", "--db", db)
+    assert more.code == 0 and "would make 13, but plan option 1 rents 10" in more.err

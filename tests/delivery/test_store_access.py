@@ -99,3 +99,14 @@ def test_every_registered_engine_implements_the_interface(name: str) -> None:
     for method in ("provision", "connect", "probe", "revoke", "teardown"):
         assert callable(getattr(cls, method, None)), f"{cls_name}.{method}"
     assert cls.name == name, "the engine class names itself as the registry does"
+
+
+def test_seats_add_count_for_one_profile(url: str, store: CourseStore, cli: Callable[..., Any], tmp_path: Path) -> None:
+    inv = Path(__file__).resolve().parents[2] / "examples" / "h200-2x-server.toml"
+    store.create_course(tmp_path / "lab.toml", key="mig")
+    args = ("seats", "add", "--course", "mig", "--inventory", inv, "--mode", "mig", "--profile", "1g.18gb")
+    five = cli(*args, "--count", "5", "--db", url, "--format", "json")
+    assert five.code == 0, five.err
+    assert len(json.loads(five.out)) == 5
+    too_many = cli(*args, "--count", "15", "--db", url)
+    assert too_many.code == 2 and "do not fit" in too_many.err and "Traceback" not in too_many.err
