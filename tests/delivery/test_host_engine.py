@@ -69,8 +69,19 @@ def test_participants_get_their_own_gpu_and_nothing_else(hostcourse: tuple[Lab, 
     assert lab.ssh("dan", "true").returncode == 255
 
     # idempotent: a second run changes nothing (host files, accounts, store events)
+    from gpuseat.services.courses import open_store
+
+    def snapshot() -> tuple[int, list[str]]:
+        with open_store(db) as store:
+            events = len(store.events("lab"))
+        files = sorted(f"{p}:{p.stat().st_mtime_ns}" for p in lab.root.rglob("*") if p.is_file())
+        keys = sorted(f"{p}:{p.stat().st_mtime_ns}" for p in lab.keys_dir.iterdir())
+        return events, files + keys
+
+    before = snapshot()
     again = _up(cli, lab, db)
     assert "nothing to change" in again.out, again.out
+    assert snapshot() == before  # no event, no file rewritten
 
     # the systemd layer: one drop-in per holder, closed device policy, accepted by systemd-analyze
     slices = sorted((lab.root / "systemd").glob("user-*.slice.d/50-gpuseat.conf"))
@@ -131,6 +142,8 @@ def test_seats_check_names_the_fault(hostcourse: tuple[Lab, str], cli: Callable[
         assert cli("seats", "assign", "--participant", who, "--seat", by_uuid[uuid], "--db", db).code == 0
     _up(cli, lab, db)
     lab.start_sshd()
+    status = cli("host", "status", "--db", db, "--format", "json")
+    assert status.code == 0 and [r["state"] for r in json.loads(status.out)] == ["ready"] * 3, status.out
     ok = cli("seats", "check", "--db", db, "--format", "json")
     assert ok.code == 0, ok.out + ok.err
     report = json.loads(ok.out)
