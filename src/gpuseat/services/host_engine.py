@@ -430,7 +430,8 @@ class HostEngine:
                             return broken(f"device file {f} of seat {seat.key} is missing")
             except InputError as exc:
                 return broken(exc.what)
-        key, _pub = host_os.ensure_probe_key(state_dir(self.course))
+        with self._lock:  # probes run in parallel; the key pair is made once
+            key, _pub = host_os.ensure_probe_key(state_dir(self.course))
         script = delivery.PROBE_SCRIPT.replace("NVIDIA_SMI", _sh_quote(self.nvidia_smi))
         port = self.probe_port or int((self._stored_access(seat) or {}).get("port") or 22)
         done = host_os.ssh_run(key, user, self.probe_host, port, script, timeout=self.timeout)
