@@ -28,9 +28,14 @@ def way_in(store: CourseStore, seat: SeatView, participant: ParticipantView | No
         # a host given as a DNS name or address (seats add --host gpu1.example.org) is a way in;
         # a bare label (the inventory's name, h200-2x) never is
         access = {"kind": "ssh", "host": seat.host, "device_uuid": seat.device_uuid}
-    return instruction(
+    way = instruction(
         access, seat=seat.key, unix_user=participant.unix_user if participant else None, server_name=seat.host
     )
+    if access is None and seat.host:
+        # the seat's server is known only by its inventory label: say which field makes it reachable
+        missing = "the server has no reachable address yet (ssh_host in its inventory file, or seats connect)"
+        return Instruction(None, None, None, seat.device_uuid, (), missing)
+    return way
 
 
 def ways_in(store: CourseStore, course: str | None = None) -> list[dict[str, Any]]:
