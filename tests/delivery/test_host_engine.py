@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from .hostlab import MIG_AND_WHOLE, Lab
+from .hostlab import MIG_AND_WHOLE, Lab, free_port
 
 MIG = [m["uuid"] for m in MIG_AND_WHOLE[0]["mig"]]  # type: ignore[index]
 WHOLE = str(MIG_AND_WHOLE[1]["uuid"])
@@ -192,3 +192,25 @@ def test_one_hung_seat_does_not_stall_the_others(hostcourse: tuple[Lab, str], cl
     assert rows["ann"]["state"] == rows["cat"]["state"] == "ready"
     assert rows["ben"]["state"] == "broken" and "did not answer within 4 s" in rows["ben"]["reason"]
     assert took < 3600 / 10  # bounded by the per-seat timeout, not by the hung call
+
+
+def test_an_existing_system_account_is_never_taken_over(lab: Lab, tmp_path: Any, cli: Callable[..., Any]) -> None:
+    from .conftest import COURSE_TOML
+
+    db = f"sqlite:///{tmp_path / 'course.db'}"
+    (tmp_path / "c.toml").write_text(COURSE_TOML)
+    lab.port = free_port()
+    mallory = lab.person("mal")
+    (tmp_path / "r.csv").write_text(f"name,email,unix_user,ssh_key\nMal,mal@example.org,daemon,{mallory.public_key}\n")
+    listing = subprocess.run([str(lab.nvidia_smi), "-L"], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "l.txt").write_text(listing)
+    for args in (
+        ("course", "create", tmp_path / "c.toml", "--key", "lab"),
+        ("roster", "import", tmp_path / "r.csv"),
+        ("seats", "add", "--from-nvidia-smi", tmp_path / "l.txt", "--engine", "host", "--host", "gpu1"),
+        ("seats", "assign"),
+    ):
+        assert cli(*args, "--db", db).code == 0, args
+    r = cli("host", "up", "--db", db, *lab.flags())
+    assert r.code == 2 and "account 'daemon' already exists" in r.err and "Traceback" not in r.err
+    assert not (lab.keys_dir / "daemon").exists()
