@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from gpuseat.errors import GpuseatError
-from gpuseat.services.engine import Readiness, SeatEngine, load_engine
+from gpuseat.services.engine import ENGINES, Readiness, SeatEngine, load_engine
 
 if TYPE_CHECKING:
     from gpuseat.services.courses import CourseStore, ParticipantView, SeatView
@@ -49,6 +49,9 @@ def check_seats(
     targets = [s for s in seats if s.participant]
     engines: dict[str, SeatEngine | str] = {}
     for name in sorted({s.engine for s in targets}):
+        if name not in ENGINES:  # "manual": nobody delivers these seats, so nobody can probe them
+            engines[name] = f"no engine delivers this seat ({name}): add it with --engine {'/'.join(sorted(ENGINES))}"
+            continue
         given = dict((settings or {}).get(name, {}))
         try:
             try:  # engines that take a timeout stop their own probes in time (no thread outlives the run)
