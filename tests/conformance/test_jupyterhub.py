@@ -70,6 +70,24 @@ def hub(tmp_path_factory):
     store.close()
 
 
+@pytest.fixture(autouse=True)
+def fresh(hub):
+    """Each test starts from the same course, whatever ran before it (the suite runs in random order):
+    no servers, ada on the first seat, ben on the second, cy without one."""
+    h, store, _ = hub
+    for name in h.servers():
+        h.stop_server(name)
+    seats = sorted(store.seats("lab"), key=lambda s: s.key)
+    for seat in seats:
+        if seat.participant:
+            store.release("lab", seat=seat.key)
+    for seat in store.seats("lab"):
+        if seat.state in ("released", "failed"):
+            store.set_seat_state("lab", seat.key, "planned", reason="test reset")
+    store.assign("lab", "ada", seats[0].key)
+    store.assign("lab", "ben", seats[1].key)
+
+
 def as_user(hub, name: str) -> httpx.Client:
     """A client holding a token of ``name``'s own (what a participant copies from the hub's token page)."""
     r = httpx.post(
