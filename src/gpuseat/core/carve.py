@@ -223,10 +223,12 @@ def _mig(
     return options, rejected
 
 
-#: vGPU series a Windows desktop guest can use: Q (RTX vWS) and B (vPC) have a display.
-WINDOWS_SERIES = frozenset({"Q", "B"})
+#: vGPU series a Windows guest can use: Q (RTX vWS) and B (vPC) desktops have a display, A (vApps) serves
+#: streamed applications from Windows Server (RDSH), as the 2016 course's 16 streams did.
+WINDOWS_SERIES = frozenset({"Q", "B", "A"})
 WINDOWS_C_REASON = (
-    "C-series (compute) vGPUs run on Windows only with the TCC driver and no display; Windows seats get Q or B types"
+    "C-series (compute) vGPUs run on Windows only with the TCC driver and no display; Windows seats get Q, B"
+    " or A (vApps) types"
 )
 
 
@@ -243,7 +245,7 @@ def _vgpu(
     if windows and not any(p.series in WINDOWS_SERIES for p in cat.vgpu_profiles[gpu.id]):
         why = (
             f"NVIDIA offers only compute (C-series) vGPU types on {gpu.name}; a Windows seat needs a Q-series"
-            " (RTX vWS) or B-series (vPC) type with a display: use passthrough, or a GPU with Q/B types"
+            " (RTX vWS), B-series (vPC) or A-series (vApps) type: use passthrough, or a GPU with Q/B/A types"
         )
         return [], [NotChosen(mode="vgpu", profile=None, reason=why)]
     for prof in cat.vgpu_profiles[gpu.id]:
