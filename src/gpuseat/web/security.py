@@ -99,17 +99,17 @@ class Sessions:
 def same_origin(headers: Mapping[str, str], scheme: str, trusted: Iterable[str] = ()) -> bool:
     """True unless the browser says the request comes from another site (``Sec-Fetch-Site``, ``Origin``).
 
-    Requests without either header (curl, scripts, old browsers) pass: the session-bound CSRF token
-    still guards them. A sibling sub-domain is "same-site" but not "same-origin", and is refused.
+    ``Sec-Fetch-Site`` decides when present (a sibling sub-domain is "same-site", not "same-origin",
+    and is refused). Without it, an ``Origin`` must name this host; ``Origin: null`` is what our own
+    pages send under ``Referrer-Policy: no-referrer``, so it passes like a request without either header
+    (curl, scripts, old browsers): the session-bound CSRF token still guards all of those.
     """
     site = headers.get("sec-fetch-site")
-    if site is not None and site not in ("same-origin", "none"):
-        return False
+    if site is not None:
+        return site in ("same-origin", "none")
     origin = headers.get("origin")
-    if origin is None:
+    if origin is None or origin == "null":
         return True
-    if origin == "null":
-        return False
     host = headers.get("host", "")
     return origin == f"{scheme}://{host}" or origin in trusted
 
