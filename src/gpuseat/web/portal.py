@@ -6,6 +6,7 @@ turns HTTP into calls on it. Everything here is synchronous: the app runs it in 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
 
 TOKEN_CACHE_S = 10.0  # a link revoked elsewhere (CLI, another server process) stops working within this
 LIVE_CACHE_S = 1.0  # live readings: the monitor samples every few seconds anyway
-ARGON2_SLOTS = 2  # password checks at once: each costs ~50 ms of one core and 64 MiB
+# password checks at once: each costs ~50 ms of one core and 64 MiB; half the cores stay free for the pages
+ARGON2_SLOTS = max(1, min(4, (os.cpu_count() or 2) // 2))
 
 
 @dataclass
