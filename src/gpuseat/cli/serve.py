@@ -72,6 +72,9 @@ def register(app: typer.Typer) -> None:
         idle_timeout: float = typer.Option(
             5.0, "--idle-timeout", help="Seconds a connection may stay silent before it is closed."
         ),
+        receive_timeout: float = typer.Option(
+            30.0, "--receive-timeout", help="Seconds a client may pause inside a request body (then 408)."
+        ),
         links_expire: str = typer.Option(
             "0",
             "--links-expire",
@@ -90,8 +93,9 @@ def register(app: typer.Typer) -> None:
         root = _check_root_path(root_path)
         proxies = _check_proxies(forwarded_allow_ips)
         expire_days = _check_expiry(links_expire)
-        if not 0.5 <= idle_timeout <= 3600:
-            raise InputError(f"{idle_timeout} s", where="--idle-timeout", fix="give 0.5 to 3600 seconds (e.g. 5)")
+        for flag, value in (("--idle-timeout", idle_timeout), ("--receive-timeout", receive_timeout)):
+            if not 0.5 <= value <= 3600:
+                raise InputError(f"{value} s", where=flag, fix="give 0.5 to 3600 seconds")
         try:
             ipaddress.ip_address(host)
         except ValueError:
@@ -126,6 +130,7 @@ def register(app: typer.Typer) -> None:
                 root_path=root,
                 secure_cookies=secure_cookies,
                 link_days_after_end=expire_days,
+                receive_timeout_s=receive_timeout,
                 clock=clock,
                 bench_path=bench_path,
             )

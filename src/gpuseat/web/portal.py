@@ -48,6 +48,7 @@ class Portal:
     login_limit: RateLimiter = field(default_factory=lambda: RateLimiter(10, 300))  # per address + account
     token_limit: RateLimiter = field(default_factory=lambda: RateLimiter(20, 300))  # unknown links per address
     link_days_after_end: int | None = 0  # links stop working this many days after the course ends (None: never)
+    receive_timeout_s: float = 30.0  # the longest pause inside one request body before a 408
     poll_s: int = 5  # how often pages refresh their live parts
     clock: datetime | None = None  # a fixed "now" (the demo course is half-way through 2016)
     bench_path: Path | None = None  # benchmark results store (default: the data dir's)
