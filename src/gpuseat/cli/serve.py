@@ -209,9 +209,9 @@ def _check_expiry(value: str) -> int | None:
         days = int(value)
     except ValueError:
         days = -1
-    if not 0 <= days <= 3650:
+    if not 0 <= days <= 36500:
         raise InputError(
-            f"{value[:20]!r}", where="--links-expire", fix="give days after the course ends (0-3650) or never"
+            f"{value[:20]!r}", where="--links-expire", fix="give days after the course ends (0-36500) or never"
         )
     return days
 
