@@ -137,7 +137,13 @@ def create_app(portal: Portal) -> FastAPI:
         response = templates.TemplateResponse(
             request,
             name,
-            {"csrf": sessions.csrf_token(bind), "csrf_field": CSRF_FIELD, "root": _root(request), **ctx},
+            {
+                "csrf": sessions.csrf_token(bind),
+                "csrf_field": CSRF_FIELD,
+                "root": _root(request),
+                "tz": portal.course_zone_name(),
+                **ctx,
+            },
             status_code=status,
         )
         if fresh:

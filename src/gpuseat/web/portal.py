@@ -126,10 +126,17 @@ class Portal:
 
     def course_zone(self) -> tzinfo:
         """The served course's time zone (UTC when it names none the system knows)."""
+        name = self.course_zone_name()
+        return UTC if name == "UTC" else ZoneInfo(name)
+
+    def course_zone_name(self) -> str:
+        """The served course's IANA time zone name ("UTC" when it names none the system knows)."""
+        name = str(self.course_view(self.course_key).timezone or "UTC")
         try:
-            return ZoneInfo(self.course_view(self.course_key).timezone)
+            ZoneInfo(name)
         except (KeyError, ValueError):
-            return UTC
+            return "UTC"
+        return name
 
     def trusted_origins(self) -> tuple[str, ...]:
         """Origins a POST may come from besides the request's own host (the public URL's)."""

@@ -25,7 +25,11 @@ PRINT_CSS = "body { background: #fff; }\nsection { page-break-inside: avoid; }\n
 def _env() -> Environment:
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-    return Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
+    from gpuseat.web.formats import money
+
+    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
+    env.filters["money"] = money
+    return env
 
 
 @cache
