@@ -176,6 +176,33 @@ def add_organizer_routes(
         portal.surveys.set_state(portal.course_key, state, actor=user)
         return go(request, "/survey")
 
+    @app.post("/survey/template")
+    def survey_template(request: Request, data: FormData = Depends(read_form)) -> Response:
+        """The editor: new wording for the questions, accepted only while nobody has answered."""
+        import tempfile
+
+        from pydantic import ValidationError
+
+        from gpuseat.web.survey_edit import edited, to_toml
+
+        user = organizer_form(request, data)
+        key = portal.course_key
+        form = {k: v for k, v in data.items() if isinstance(v, str)}
+        try:
+            template = edited(portal.surveys.template(key), form)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise InputError(
+                f"{first['msg']} ({where})", where="survey editor", fix="shorten or fill the text"
+            ) from None
+        with tempfile.TemporaryDirectory(prefix="gpuseat-survey-") as folder:
+            path = Path(folder) / f"{template.key}.toml"
+            path.write_text(to_toml(template), encoding="utf-8")
+            portal.surveys.set_template(key, str(path))
+        portal.store.log(key, "survey.template", actor=user, detail={"template": template.key})
+        return go(request, "/survey")
+
     @app.get("/survey.csv")
     def survey_csv(request: Request) -> Response:
         need(request)
