@@ -10,13 +10,15 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import delete, select
 
 from gpuseat.db.models import PortalSession
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import CursorResult
+
     from gpuseat.services.courses import CourseStore
 
 SECRET_BYTES = 32
@@ -66,10 +68,14 @@ def end_session(store: CourseStore, secret: str | None) -> bool:
     if not secret:
         return False
     with store._write() as s:
-        return bool(s.execute(delete(PortalSession).where(PortalSession.id_hash == _digest(secret))).rowcount)
+        done = cast(
+            "CursorResult[Any]", s.execute(delete(PortalSession).where(PortalSession.id_hash == _digest(secret)))
+        )
+        return bool(done.rowcount)
 
 
 def end_user_sessions(store: CourseStore, username: str) -> int:
     """End every session of ``username`` (a new password, "log out everywhere"); returns how many."""
     with store._write() as s:
-        return int(s.execute(delete(PortalSession).where(PortalSession.username == username)).rowcount or 0)
+        done = cast("CursorResult[Any]", s.execute(delete(PortalSession).where(PortalSession.username == username)))
+        return int(done.rowcount or 0)

@@ -107,7 +107,8 @@ def create_app(portal: Portal) -> FastAPI:
     def organizer(request: Request) -> str | None:
         if not hasattr(request.state, "user"):
             request.state.user = sessions.user(session_secret(request))
-        return request.state.user  # type: ignore[no-any-return]
+        user: str | None = request.state.user
+        return user
 
     def need_organizer(request: Request) -> str:
         user = organizer(request)
