@@ -147,7 +147,7 @@ class SurveyService:
         """Use a bundled template or a template file; refused once anyone has answered."""
         text = template_text(name)
         template = parse_template(text, where=name)
-        with self.engine.begin() as conn:
+        with immediate(self.engine).begin() as conn:  # SQLite: take the write lock first, never upgrade
             cid, _ = self._course(conn, course)
             sid, _ = self._survey(conn, cid)
             answered = conn.scalar(select(func.count()).where(SurveyResponse.survey_id == sid))
@@ -162,7 +162,7 @@ class SurveyService:
 
     def template(self, course: str | None) -> Template:
         """The course's survey template (the default one until another is set)."""
-        with self.engine.begin() as conn:
+        with immediate(self.engine).begin() as conn:  # may create the survey row
             return self._survey(conn, self._course(conn, course)[0])[1]
 
     def state(self, course: str | None) -> str | None:
@@ -175,7 +175,7 @@ class SurveyService:
         if state not in (OPEN, CLOSED):
             raise InputError(f"unknown survey state {state!r}", where="state", fix="use open or close")
         now = datetime.now(UTC)
-        with self.engine.begin() as conn:
+        with immediate(self.engine).begin() as conn:  # SQLite: writers queue for the lock, never fail at once
             cid, _ = self._course(conn, course)
             sid, _ = self._survey(conn, cid)
             stamp = {"opened_at": now} if state == OPEN else {"closed_at": now}
