@@ -109,8 +109,18 @@ async def submit(url: str, tokens: list[str]) -> tuple[list[float], int, int]:
     limits = httpx.Limits(max_connections=min(len(tokens), 200))
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as client:
         # each form token is bound to its participant's link: read them first (not timed)
-        pages = await asyncio.gather(*(client.get(f"/t/{t}") for t in tokens))
-        csrfs = [CSRF.search(p.text).group(1) for p in pages]
+        gate = asyncio.Semaphore(50)
+
+        async def page(token: str) -> str:
+            async with gate:
+                for _ in range(5):
+                    try:
+                        return (await client.get(f"/t/{token}")).text
+                    except httpx.HTTPError:
+                        await asyncio.sleep(0.5)
+            return ""
+
+        csrfs = [m.group(1) if (m := CSRF.search(text)) else "" for text in await asyncio.gather(*map(page, tokens))]
         latencies: list[float] = []
         acked = errors = 0
 
