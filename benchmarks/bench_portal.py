@@ -4,7 +4,8 @@ A fresh store (SQLite in a temporary folder, or ``--db URL``) gets a course of p
 cloud seat each, access links and an open survey; ``gpuseat serve`` runs as a child process on
 loopback, and so does a bare Starlette endpoint under the same uvicorn settings (the floor). Then:
 
-1. ``--pollers`` participants each fetch ``/t/<token>/live`` once a second for ``--duration`` seconds,
+1. ``--pollers`` participants open their page, then each fetch ``/t/<token>/live`` once a second for
+   ``--duration`` seconds,
    against the portal and then the same load against the floor: p50/p99 of both and their ratio
    (goal, issue 24: portal p99 within 2x the floor and under 50 ms when idle);
 2. ``/healthz`` p99 idle, then while 8 clients hammer wrong logins and a 20,000-row roster import
@@ -103,6 +104,18 @@ async def poll(url: str, tokens: list[str], duration: float) -> tuple[list[float
 
         await asyncio.gather(*(one(t, i / len(tokens)) for i, t in enumerate(tokens)))
     return latencies, errors
+
+
+async def warm(url: str, tokens: list[str]) -> None:
+    """Each participant opens their page once (50 at a time), as a browser does before polling."""
+    gate = asyncio.Semaphore(50)
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+
+        async def one(token: str) -> None:
+            async with gate:
+                await client.get(f"/t/{token}")
+
+        await asyncio.gather(*map(one, tokens))
 
 
 async def submit(url: str, tokens: list[str]) -> tuple[list[float], int, int]:
@@ -268,6 +281,8 @@ def main() -> None:
     try:
         wait_ready(url)
         wait_ready(floor_url)
+        # participants open their page before it starts polling (the first visit notes the link's use)
+        asyncio.run(warm(url, tokens[: args.pollers]))
         lat, errs = asyncio.run(poll(url, tokens[: args.pollers], args.duration))
         base, base_errs = asyncio.run(poll(floor_url, tokens[: args.pollers], args.duration))
         print(
