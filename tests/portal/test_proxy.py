@@ -114,3 +114,37 @@ def test_one_clients_failures_never_lock_out_another(proxied):
         r = mallory.post("/login", data={"csrf": csrf_of(page), "username": "admin", "password": password})
         assert r.status_code == 303
     assert re.search(r"127\.0\.0\.3:\d+ - \"POST \S*/login", server.output())  # the log names the real client
+
+
+def test_over_https_cookies_are_host_prefixed_and_secure(tmp_path):
+    """Behind a TLS proxy (X-Forwarded-Proto from a trusted address): __Host- cookies, Secure, HSTS."""
+    server = start(["--demo", "--forwarded-allow-ips", "127.0.0.1"], tmp_path / "serve.log")
+    password, _ = demo_credentials(server.printed)
+    https = {"x-forwarded-proto": "https", "x-forwarded-for": "203.0.113.7"}
+    try:
+        with httpx.Client(base_url=server.url, headers=https) as c:  # http to the portal, https to the browser
+            page = c.get("/login")
+            assert page.headers["strict-transport-security"].startswith("max-age=")
+            pre = page.headers["set-cookie"]
+            assert pre.startswith("__Host-gpuseat_csrf=") and "Secure" in pre and "Path=/" in pre
+            assert "Domain" not in pre
+            # the client's jar keeps Secure cookies for https: send them as a browser behind TLS would
+            jar = {"cookie": pre.split(";", 1)[0]}
+            form = {"csrf": csrf_of(page.text), "username": "admin", "password": password}
+            r = c.post("/login", data=form, headers=jar)
+            session = r.headers["set-cookie"]
+            assert r.status_code == 303 and session.startswith("__Host-gpuseat_session=") and "Secure" in session
+            value = session.split(";", 1)[0].split("=", 1)[1]
+            assert c.get("/overview", headers={"cookie": f"__Host-gpuseat_session={value}"}).status_code == 200
+            # a bare-named cookie (as a sibling sub-domain could set) is no session here
+            assert c.get("/overview", headers={"cookie": f"gpuseat_session={value}"}).status_code == 303
+        # plain http from the same trusted proxy: no HSTS, bare names (browsers refuse __Host- without TLS)
+        plain = httpx.get(server.url + "/login")
+        assert "strict-transport-security" not in plain.headers
+        assert plain.headers["set-cookie"].startswith("gpuseat_csrf=")
+        # a client the flag does not name cannot claim https
+        other = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.5"), headers=https)
+        with other:
+            assert "strict-transport-security" not in other.get(server.url + "/login").headers
+    finally:
+        assert server.stop() == 0
