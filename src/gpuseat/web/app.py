@@ -78,6 +78,13 @@ def create_app(portal: Portal) -> FastAPI:
     templates.env.filters["local"] = lambda value: course_time(value, portal.course_zone())
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.state.portal = portal
+
+    @app.on_event("shutdown")
+    def _stop_workers() -> None:
+        from gpuseat.web.workers import shutdown
+
+        shutdown()
+
     app.add_middleware(BodyGuard, receive_timeout_s=portal.receive_timeout_s)
     app.add_middleware(SecurityHeaders)
 

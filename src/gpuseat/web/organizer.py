@@ -84,7 +84,7 @@ def add_organizer_routes(
                     raise InputError(
                         f"not UTF-8 text (byte {exc.start})", where=name, fix="save as UTF-8 CSV"
                     ) from None
-                report = portal.store.import_roster(portal.course_key, text, where=name, actor=user)
+                report = portal.import_roster(text, where=name, actor=user)
                 ctx["notice"] = (
                     f"imported {name}: {report.added} added, {report.updated} updated, {report.unchanged} unchanged"
                     + (f", {len(report.absent)} no longer listed (kept)" if report.absent else "")
