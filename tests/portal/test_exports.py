@@ -93,5 +93,6 @@ def test_access_links_expire_after_the_course_by_default(tmp_path):
         server = start(["--db", seeded.db_url, "--course", seeded.course, *extra], tmp_path / "serve.log")
         try:
             assert httpx.get(f"{server.url}/t/{token}").status_code == status, extra
+            assert ("--links-expire never keeps them" in server.output()) == (status == 410)  # the organizer is told
         finally:
             assert server.stop() == 0

@@ -120,7 +120,7 @@ def register(app: typer.Typer) -> None:
                 print(f"participant: {shown}/t/{seeded.links[first]}   ({first})")
                 sys.stdout.flush()
             store = open_store(db)
-            store.get_course(course)  # a missing or ambiguous course fails here, before listening
+            served = store.get_course(course)  # a missing or ambiguous course fails here, before listening
             portal = Portal(
                 store,
                 load_catalog(),
@@ -134,6 +134,12 @@ def register(app: typer.Typer) -> None:
                 clock=clock,
                 bench_path=bench_path,
             )
+            if served.ends_on is not None and portal.link_expired_on(served.key):
+                print(
+                    f"note: course {served.key} ended on {served.ends_on}: its access links answer 'expired' "
+                    "(--links-expire DAYS or --links-expire never keeps them working)",
+                    file=sys.stderr,
+                )
             _run(create_app(portal), host, port, root_path=root, proxies=proxies, idle_timeout=idle_timeout)
             store.close()
         finally:

@@ -113,9 +113,13 @@ class Portal:
 
     def link_expired(self, who: ParticipantView) -> bool:
         """True when the course ended more than ``link_days_after_end`` days ago (in the course's time zone)."""
+        return self.link_expired_on(who.course)
+
+    def link_expired_on(self, key: str) -> bool:
+        """True when links of course ``key`` no longer open anything (see :meth:`link_expired`)."""
         if self.link_days_after_end is None:
             return False
-        course = self.course_view(who.course)
+        course = self.course_view(key)
         if course.ends_on is None:
             return False
         try:
