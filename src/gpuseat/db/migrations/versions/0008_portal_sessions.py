@@ -1,7 +1,7 @@
 """Portal: server-side organizer sessions (so logout and a new password end them at once).
 
 Revision ID: 0008
-Revises: 0005
+Revises: 0007
 Create Date: 2026-12-03
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0008"
-down_revision = "0005"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
