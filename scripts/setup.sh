@@ -71,6 +71,8 @@ command -v setfacl >/dev/null || need_apt+=(acl)
 [ -x /usr/sbin/mariadbd ] || need_apt+=(mariadb-server)
 # The portal's browser test: Playwright drives Debian's Chromium (Playwright never downloads a browser).
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+# The portal's reverse-proxy test runs Debian's nginx (its own config, a loopback port, stopped by pid)
+[ -x /usr/sbin/nginx ] || need_apt+=(nginx-light)
 # JupyterHub's proxy (configurable-http-proxy) for tests/jupyterhub comes from npm
 command -v npm >/dev/null || need_apt+=(nodejs npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -117,6 +119,13 @@ if [ ! -f "$guest/vmlinuz" ] || [ -n "$guest_missing" ]; then
   else
     echo "setup: no linux-image-amd64 in apt's lists (run apt-get update); the VM boot test will fail on CI" >&2
   fi
+fi
+
+# axe-core for the portal's accessibility test (tests/portal/test_a11y.py injects it with Playwright).
+AXE_VERSION=4.14.1
+if [ "$(node -p 'require("./.npm/node_modules/axe-core/package.json").version' 2>/dev/null)" != "$AXE_VERSION" ]; then
+  echo "setup: installing axe-core $AXE_VERSION into .npm/"
+  npm install --prefix .npm --no-audit --no-fund --loglevel=error "axe-core@$AXE_VERSION" >/dev/null
 fi
 
 # JupyterHub's proxy for the real-hub tests and benchmarks (tests/jupyterhub find it in .npm/).

@@ -45,14 +45,18 @@ class Server:
         return self.log.read_text(errors="replace")
 
 
-def start(args: list[str], log: Path, *, env: dict | None = None, wait_s: float = 90) -> Server:
-    """Run ``gpuseat serve ARGS --port P`` and wait until ``/`` answers; the log file gets stdout+stderr."""
+def start(
+    args: list[str], log: Path, *, env: dict | None = None, wait_s: float = 90, prefix: list[str] | None = None
+) -> Server:
+    """Run ``gpuseat serve ARGS --port P`` and wait until ``/`` answers; the log file gets stdout+stderr.
+
+    ``prefix`` goes before the interpreter (e.g. ``prlimit --nofile=1024``)."""
     port = free_port()
     full_env = {**os.environ, "PYTHONPATH": str(SRC), "PYTHONUNBUFFERED": "1", **(env or {})}
     fh = log.open("w")
     started = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuseat", "serve", *args, "--port", str(port)],
+        [*(prefix or []), sys.executable, "-m", "gpuseat", "serve", *args, "--port", str(port)],
         stdout=fh,
         stderr=subprocess.STDOUT,
         env=full_env,
@@ -64,7 +68,7 @@ def start(args: list[str], log: Path, *, env: dict | None = None, wait_s: float 
         if proc.poll() is not None:
             raise RuntimeError(f"the server exited with {proc.returncode}:\n{log.read_text()}")
         try:
-            if httpx.get(url + "/", timeout=2).status_code in (200, 303):
+            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
                 break
         except httpx.HTTPError:
             time.sleep(0.2)

@@ -52,6 +52,11 @@ def test_admin_set_password(cli, course_db, monkeypatch):
         (["--port", "70000"], "--port"),
         (["--host", "-oProxyCommand=x"], "--host"),
         (["--course", "nope"], "nope"),
+        (["--root-path", "gpuseat"], "--root-path"),
+        (["--root-path", "/a b"], "--root-path"),
+        (["--forwarded-allow-ips", "proxy.example.org"], "--forwarded-allow-ips"),
+        (["--links-expire", "soon"], "--links-expire"),
+        (["--idle-timeout", "0"], "--idle-timeout"),
     ],
 )
 def test_serve_refuses_bad_flags(cli, course_db, args, needle):
@@ -103,7 +108,7 @@ def test_the_portal_serves_a_postgresql_store(request, tmp_path):
     token = store.issue_tokens("dl-2016")[0].token
     Accounts(store.engine).set_password("admin", "a long enough passphrase")
     store.close()
-    server = start(["--db", url], tmp_path / "serve.log")
+    server = start(["--db", url, "--links-expire", "never"], tmp_path / "serve.log")  # a 2016 course, run today
     try:
         with httpx.Client(base_url=server.url) as c:
             assert login(c, server.url, "a long enough passphrase").status_code == 303
@@ -119,3 +124,11 @@ def test_the_portal_serves_a_postgresql_store(request, tmp_path):
             assert p.get(f"/t/{token}/live").json()["seat"] == "m60-1"
     finally:
         assert server.stop() == 0
+
+
+@pytest.mark.parametrize("command", [[], ["serve"], ["admin", "set-password"], ["survey", "template", "apply"]])
+def test_help_shows_defaults_without_stray_escapes(cli, command):
+    r = cli(*command, "--help")
+    assert r.code == 0 and "\\[" not in r.out, r.out
+    if command == ["serve"]:
+        assert "[default: 127.0.0.1]" in r.out

@@ -23,7 +23,7 @@ def test_acknowledged_submissions_survive_sigkill(tmp_path):
     store = open_store(demo.db_url)
     answered = {who for who in demo.links if SurveyService(store).response(demo.course, who) is not None}
     store.close()
-    server = start(["--db", demo.db_url, "--course", demo.course], tmp_path / "serve.log")
+    server = start(["--db", demo.db_url, "--course", demo.course, "--links-expire", "never"], tmp_path / "serve.log")
     acked: dict[str, int] = {}
     sent: dict[str, int] = {}
     stop = threading.Event()
@@ -66,7 +66,7 @@ def test_acknowledged_submissions_survive_sigkill(tmp_path):
         t.join(15)
     assert len(acked) >= 8, server.output()  # the kill hit a burst from many participants
 
-    again = start(["--db", demo.db_url, "--course", demo.course], tmp_path / "serve2.log")
+    again = start(["--db", demo.db_url, "--course", demo.course, "--links-expire", "never"], tmp_path / "serve2.log")
     try:
         store = open_store(demo.db_url)
         surveys = SurveyService(store)

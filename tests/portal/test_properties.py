@@ -61,3 +61,21 @@ def test_line_charts_and_heat_maps_are_well_formed(series, rows):
     cols = ["<", ">", "&"]
     values = {(i, j): 0.5 for i in range(len(rows)) for j in range(len(cols))}
     ET.fromstring(charts.heatmap(rows, cols, values, title="t", kind="k"))
+
+
+def test_chart_counts_are_integers_and_column_labels_never_overlap():
+    import re
+
+    from gpuseat.core import charts
+
+    labels = [("I can train and evaluate neural networks myself", 3.0), ("I know how to run models on GPUs", 1.0)]
+    labels += [(f"choice number {i} with a long wording", float(i)) for i in range(4)]
+    svg = charts.columns(labels, title="t", kind="k", width=640)
+    values = re.findall(r'text-anchor="middle"[^>]*>([^<]+)</text>', svg)
+    assert "3" in values and "1" in values and not any(v.endswith(".00") for v in values)
+    slot = (640 - 20) / len(labels)
+    shown = re.findall(r"</title>([^<]+)</text>", svg)
+    assert len(shown) == len(labels)
+    assert all(len(s) * charts.CHAR_W <= slot - 4 for s in shown), shown  # each label fits its own column
+    assert all(f"<title>{label}</title>" in svg for label, _ in labels)  # the full text is kept for hover
+    assert ">1.50<" in charts.bars([charts.Bar("x", 1.5)], title="t", kind="k")  # non-counts keep decimals

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import signal
@@ -10,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .live import csrf_of, demo_credentials, login, start
+from .live import SRC, csrf_of, demo_credentials, login, start
 
 
 @pytest.fixture(scope="module")
@@ -168,18 +169,112 @@ def test_revoked_links_open_nothing(demo, organizer):
     assert httpx.get(f"{demo.url}/t/{token}/live").status_code == 404
 
 
-def test_guessing_is_rate_limited(tmp_path):
+def test_guessing_is_rate_limited_but_never_refuses_the_right_answer(tmp_path):
     server = start(["--demo"], tmp_path / "serve.log")
     try:
         password, token = demo_credentials(server.printed)
         with httpx.Client(base_url=server.url) as c:
-            codes = [login(c, server.url, f"guess-{i}").status_code for i in range(10)]
-            assert codes == [401] * 10
-            assert login(c, server.url, password).status_code == 429  # even the right password, for a while
-        codes = [httpx.get(f"{server.url}/t/{secrets.token_urlsafe(32)}").status_code for _ in range(20)]
-        assert codes == [404] * 20
-        assert httpx.get(f"{server.url}/t/{token}").status_code == 429
+            codes = [login(c, server.url, f"guess-{i}").status_code for i in range(12)]
+            assert codes == [401] * 10 + [429] * 2  # failures of this address and account are limited ...
+            assert login(c, server.url, password).status_code == 303  # ... the right password still gets in
+        with httpx.Client(base_url=server.url) as other:  # another account from the same address: not locked
+            assert login(other, server.url, "not-it", user="nobody").status_code == 401
+        codes = [httpx.get(f"{server.url}/t/{secrets.token_urlsafe(32)}").status_code for _ in range(22)]
+        assert codes == [404] * 20 + [429] * 2
+        assert httpx.get(f"{server.url}/t/{token}").status_code == 200  # a valid link is never refused
+        assert httpx.get(f"{server.url}/t/{token}/live").status_code == 200
     finally:
         assert server.stop(signal.SIGTERM) == 0
     folder = re.search(r"in (\S+gpuseat-demo-\S+)", server.printed).group(1)
     assert not Path(folder).exists()  # the demo cleans up after SIGTERM
+
+
+def test_cookie_tossing_from_a_sibling_subdomain_is_refused(demo, organizer):
+    """An attacker on notebooks.example.org sets the CSRF cookie for the whole domain and posts its own form."""
+    # the attacker visits the portal themself: a pre-login cookie and the form token that goes with it
+    with httpx.Client(base_url=demo.url) as attacker:
+        token = csrf_of(attacker.get("/login").text)
+        tossed = attacker.cookies["gpuseat_csrf"]
+    assert 'id="survey-close"' in organizer.get("/survey").text
+    # ... tosses the cookie into the organizer's browser (Domain=.example.org reaches every sub-domain)
+    organizer.cookies.set("gpuseat_csrf", tossed)
+    form = {"action": "close", "csrf": token}
+    # a browser marks the cross-site POST; an old one sends neither header: both are refused
+    sibling = {"origin": "https://notebooks.example.org", "sec-fetch-site": "same-site"}
+    assert organizer.post("/survey", data=form, headers=sibling).status_code == 403
+    assert organizer.post("/survey", data=form, headers={"origin": "https://notebooks.example.org"}).status_code == 403
+    assert organizer.post("/survey", data=form).status_code == 403  # the token is bound to the session
+    seat_form = {"action": "release", "seat": "m60-1", "csrf": token}
+    assert organizer.post("/seats/action", data=seat_form).status_code == 403
+    assert 'id="survey-close"' in organizer.get("/survey").text  # nothing happened
+    # the organizer's own form (same origin) still works
+    own = csrf_of(organizer.get("/survey").text)
+    same = {"origin": demo.url, "sec-fetch-site": "same-origin"}
+    assert organizer.post("/survey", data={"action": "close", "csrf": own}, headers=same).status_code == 303
+    assert organizer.post("/survey", data={"action": "open", "csrf": own}, headers=same).status_code == 303
+
+
+def test_the_host_header_is_never_reflected(demo):
+    for path in ("/", "/overview", "/favicon.ico", "/seats/"):
+        r = httpx.get(demo.url + path, headers={"host": "evil.example.com"})
+        assert "evil.example.com" not in r.headers.get("location", "") + r.text, path
+
+
+def test_logout_ends_the_session_on_the_server(demo):
+    with httpx.Client(base_url=demo.url) as client:
+        assert login(client, demo.url, demo.extra["password"]).status_code == 303
+        copied = client.cookies["gpuseat_session"]
+        assert client.get("/overview").status_code == 200
+        r = client.post("/logout", data={"csrf": csrf_of(client.get("/overview").text)})
+        assert r.status_code == 303
+    # the copied cookie opens nothing any more
+    assert httpx.get(demo.url + "/overview", cookies={"gpuseat_session": copied}).status_code == 303
+
+
+def test_log_out_everywhere_ends_every_session(demo):
+    phone, laptop = httpx.Client(base_url=demo.url), httpx.Client(base_url=demo.url)
+    with phone, laptop:
+        for c in (phone, laptop):
+            assert login(c, demo.url, demo.extra["password"]).status_code == 303
+            assert c.get("/overview").status_code == 200
+        r = laptop.post("/logout/everywhere", data={"csrf": csrf_of(laptop.get("/overview").text)})
+        assert r.status_code == 303
+        assert phone.get("/overview").status_code == 303
+        assert laptop.get("/overview").status_code == 303
+
+
+def test_set_password_ends_old_sessions(tmp_path):
+    import subprocess
+    import sys
+
+    from gpuseat.services.courses import open_store
+
+    db = f"sqlite:///{tmp_path / 'course.db'}"
+    store = open_store(db, create=True)
+    store.create_course(Path(__file__).resolve().parents[2] / "examples" / "course-2016.toml", key="dl-2016")
+    store.close()
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+
+    def set_password(pw: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "gpuseat", "admin", "set-password", "--db", db, "--password-stdin"],
+            input=pw + "\n",
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+
+    assert set_password("first password!").returncode == 0
+    server = start(["--db", db], tmp_path / "serve.log")
+    try:
+        with httpx.Client(base_url=server.url) as client:
+            assert login(client, server.url, "first password!").status_code == 303
+            copied = client.cookies["gpuseat_session"]
+            assert client.get("/overview").status_code == 200
+            done = set_password("second password")
+            assert done.returncode == 0 and "ended 1 session" in done.stdout
+            assert client.get("/overview").status_code == 303
+            assert httpx.get(server.url + "/overview", cookies={"gpuseat_session": copied}).status_code == 303
+            assert login(client, server.url, "second password").status_code == 303
+    finally:
+        assert server.stop() == 0

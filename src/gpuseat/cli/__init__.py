@@ -14,6 +14,10 @@ import typer
 
 from gpuseat.errors import GpuseatError
 
+# Typer escapes "[default: …]" for rich whenever rich is importable, even with rich_markup_mode=None,
+# and the plain help then shows "\\[default: …]": help here is plain text, so no escaping is needed
+typer.core.HAS_RICH = False
+
 app = typer.Typer(
     name="gpuseat",
     help="One GPU seat per course participant: plan, carve, doctor, bench, top/monitor, course, serve.",

@@ -67,6 +67,26 @@ def register(app: typer.Typer) -> None:
         finally:
             store.close()
 
+    template = typer.Typer(help="Survey templates: the questions a course asks.", no_args_is_help=True)
+    survey.add_typer(template, name="template")
+
+    @template.command("apply")
+    def template_apply(
+        file: Path = typer.Argument(..., help="A survey template (.toml), or the key of a bundled one."),
+        course: str | None = COURSE,
+        db: str | None = DB,
+    ) -> None:
+        """Use FILE's questions for the course survey (only while nobody has answered)."""
+        from gpuseat.services.courses import open_store
+        from gpuseat.services.survey import SurveyService
+
+        store = open_store(db)
+        try:
+            used = SurveyService(store).set_template(course, str(file))
+            print(f"survey of {store.get_course(course).key} now asks {len(used.question)} questions ({used.key})")
+        finally:
+            store.close()
+
     @survey.command("open")
     def survey_open(course: str | None = COURSE, db: str | None = DB) -> None:
         """Open the survey: participants see it on their page and may change answers until it closes."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import shutil
 import signal
 import sys
@@ -57,7 +58,28 @@ def register(app: typer.Typer) -> None:
         base_url: str | None = typer.Option(
             None, "--base-url", help="Public URL for access links (default: http://HOST:PORT)."
         ),
-        secure_cookies: bool = typer.Option(False, "--secure-cookies", help="Mark cookies Secure (behind HTTPS)."),
+        secure_cookies: bool = typer.Option(
+            False, "--secure-cookies", help="Mark cookies Secure with the __Host- prefix (behind HTTPS)."
+        ),
+        root_path: str = typer.Option(
+            "", "--root-path", help="Sub-path a reverse proxy serves the portal under, e.g. /gpuseat."
+        ),
+        forwarded_allow_ips: str = typer.Option(
+            "",
+            "--forwarded-allow-ips",
+            help="Proxy addresses whose X-Forwarded-For/-Proto are believed (comma-separated, e.g. 127.0.0.1).",
+        ),
+        idle_timeout: float = typer.Option(
+            5.0, "--idle-timeout", help="Seconds a connection may stay silent before it is closed."
+        ),
+        receive_timeout: float = typer.Option(
+            30.0, "--receive-timeout", help="Seconds a client may pause inside a request body (then 408)."
+        ),
+        links_expire: str = typer.Option(
+            "0",
+            "--links-expire",
+            help="Days after the course's end that access links stop working, or 'never'.",
+        ),
     ) -> None:
         """Serve the course portal: organizer dashboard, participant pages, survey, report."""
         need_portal()
@@ -68,6 +90,12 @@ def register(app: typer.Typer) -> None:
         from gpuseat.web.app import Portal, create_app
 
         _check_port(port)
+        root = _check_root_path(root_path)
+        proxies = _check_proxies(forwarded_allow_ips)
+        expire_days = _check_expiry(links_expire)
+        for flag, value in (("--idle-timeout", idle_timeout), ("--receive-timeout", receive_timeout)):
+            if not 0.5 <= value <= 3600:
+                raise InputError(f"{value} s", where=flag, fix="give 0.5 to 3600 seconds")
         try:
             ipaddress.ip_address(host)
         except ValueError:
@@ -75,7 +103,8 @@ def register(app: typer.Typer) -> None:
                 raise InputError(
                     f"not an IP address: {host!r}", where="--host", fix="e.g. 127.0.0.1 or 0.0.0.0"
                 ) from None
-        url = base_url or f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+        url = (base_url or f"http://{host if ':' not in host else f'[{host}]'}:{port}").rstrip("/")
+        shown = url if base_url else url + root
         folder = None
         clock = bench_path = None
         try:
@@ -87,21 +116,31 @@ def register(app: typer.Typer) -> None:
                 db, course, clock, bench_path = seeded.db_url, seeded.course, seeded.now, seeded.bench_path
                 first = sorted(seeded.links)[0]
                 print(f"demo course {seeded.course} in {folder} (its clock stands at {seeded.now:%Y-%m-%d %H:%M} UTC)")
-                print(f"organizer:   {url}/login   user admin   password {seeded.password}")
-                print(f"participant: {url}/t/{seeded.links[first]}   ({first})")
+                print(f"organizer:   {shown}/login   user admin   password {seeded.password}")
+                print(f"participant: {shown}/t/{seeded.links[first]}   ({first})")
                 sys.stdout.flush()
             store = open_store(db)
-            store.get_course(course)  # a missing or ambiguous course fails here, before listening
+            served = store.get_course(course)  # a missing or ambiguous course fails here, before listening
             portal = Portal(
                 store,
                 load_catalog(),
                 course,
                 base_url=url,
+                base_url_given=base_url is not None,
+                root_path=root,
                 secure_cookies=secure_cookies,
+                link_days_after_end=expire_days,
+                receive_timeout_s=receive_timeout,
                 clock=clock,
                 bench_path=bench_path,
             )
-            _run(create_app(portal), host, port)
+            if served.ends_on is not None and portal.link_expired_on(served.key):
+                print(
+                    f"note: course {served.key} ended on {served.ends_on}: its access links answer 'expired' "
+                    "(--links-expire DAYS or --links-expire never keeps them working)",
+                    file=sys.stderr,
+                )
+            _run(create_app(portal), host, port, root_path=root, proxies=proxies, idle_timeout=idle_timeout)
             store.close()
         finally:
             if folder is not None:
@@ -120,6 +159,7 @@ def register(app: typer.Typer) -> None:
         need_portal()
         from gpuseat.services.accounts import Accounts, check_username
         from gpuseat.services.courses import open_store
+        from gpuseat.store.sessions import end_user_sessions
 
         check_username(user)
         if password_stdin:
@@ -131,15 +171,64 @@ def register(app: typer.Typer) -> None:
         store = open_store(db, create=True)
         try:
             created = Accounts(store.engine).set_password(user, password)
+            ended = 0 if created else end_user_sessions(store, user)  # a copied cookie dies with the old password
         finally:
             store.close()
-        print(f"{'created' if created else 'updated'} organizer {user}")
+        print(
+            f"{'created' if created else 'updated'} organizer {user}" + (f"; ended {ended} session(s)" if ended else "")
+        )
 
 
-def _run(app: object, host: str, port: int) -> None:
-    """uvicorn with token-redacted access logs; SIGTERM/SIGINT stop it cleanly."""
+def _check_root_path(value: str) -> str:
+    value = value.strip()
+    if value in ("", "/"):
+        return ""
+    if not re.fullmatch(r"(/[A-Za-z0-9._~-]+)+/?", value):
+        raise InputError(
+            f"not a URL path: {value[:80]!r}", where="--root-path", fix="e.g. /gpuseat (letters, digits, . _ ~ -)"
+        )
+    return value.rstrip("/")
+
+
+def _check_proxies(value: str) -> str:
+    import ipaddress
+
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    for item in items:
+        if item == "*":
+            continue
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise InputError(
+                f"not an IP address or network: {item[:60]!r}",
+                where="--forwarded-allow-ips",
+                fix="list the proxy's addresses, e.g. 127.0.0.1,10.0.0.0/8",
+            ) from None
+    return ",".join(items)
+
+
+def _check_expiry(value: str) -> int | None:
+    if value.strip().lower() == "never":
+        return None
+    try:
+        days = int(value)
+    except ValueError:
+        days = -1
+    if not 0 <= days <= 36500:
+        raise InputError(
+            f"{value[:20]!r}", where="--links-expire", fix="give days after the course ends (0-36500) or never"
+        )
+    return days
+
+
+def _run(
+    app: object, host: str, port: int, *, root_path: str = "", proxies: str = "", idle_timeout: float = 5.0
+) -> None:
+    """uvicorn with token-redacted access logs and the portal's limits; SIGTERM/SIGINT stop it cleanly."""
     import uvicorn
 
+    from gpuseat.web.limits import uvicorn_settings
     from gpuseat.web.security import install_log_redaction
 
     config = uvicorn.Config(
@@ -149,10 +238,16 @@ def _run(app: object, host: str, port: int) -> None:
         log_level=os.environ.get("GPUSEAT_LOG_LEVEL", "info"),
         access_log=True,
         server_header=False,
-        proxy_headers=False,
+        root_path=root_path,
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies or None,
+        **{**uvicorn_settings(), "timeout_keep_alive": idle_timeout},
     )
     server = uvicorn.Server(config)
     install_log_redaction()
+    # CPU-bound work in worker threads (a 20,000-row roster import) holds the GIL in 5 ms slices by
+    # default; 1 ms slices hand the event loop its turn sooner, so other pages keep answering quickly
+    sys.setswitchinterval(0.001)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the previous handler: make that
     # handler a normal exit so the caller's cleanup (the demo's temporary folder) runs.
     previous = signal.signal(signal.SIGTERM, _exit_cleanly)

@@ -27,6 +27,9 @@ class Bar:
     note: str = ""
 
 
+CHAR_W = 6.6  # width of one character of FONT (11 px sans-serif), generous
+
+
 def _finite(v: float) -> float:
     return v if math.isfinite(v) else 0.0
 
@@ -34,6 +37,8 @@ def _finite(v: float) -> float:
 def _fmt(v: float) -> str:
     if v == 0:
         return "0"
+    if float(v).is_integer():  # counts stay counts: "3", never "3.00"
+        return f"{int(v):,}"
     if abs(v) >= 100:
         return f"{v:,.0f}"
     if abs(v) >= 10:
@@ -98,10 +103,13 @@ def columns(
         h = (height - pad_b - pad_t) * _finite(v) / top
         x = 10 + i * slot
         color = colors[i] if colors else PALETTE[0]
+        fits = max(1, int((slot - 4) / CHAR_W))  # labels never run into their neighbours: cut, full text on hover
+        shown = label if len(label) <= fits else label[: max(1, fits - 1)] + "…"
         parts += [
             f'<rect x="{x + 2:.1f}" y="{height - pad_b - h:.1f}" width="{slot - 4:.1f}" height="{h:.1f}" '
             f"fill={quoteattr(color)} data-label={quoteattr(label)} data-value={quoteattr(repr(float(v)))}/>",
-            f'<text x="{x + slot / 2:.1f}" y="{height - 8}" text-anchor="middle" {FONT}>{escape(label)}</text>',
+            f'<text x="{x + slot / 2:.1f}" y="{height - 8}" text-anchor="middle" {FONT}>'
+            f"<title>{escape(label)}</title>{escape(shown)}</text>",
         ]
         if v:
             parts.append(

@@ -284,6 +284,19 @@ class PortalSetting(Base):
     value: Mapped[str] = mapped_column(Text)
 
 
+class PortalSession(Base):
+    """An organizer's login, kept on the server so logout, a new password or "log out everywhere" end it.
+
+    The cookie holds a random secret; only its SHA-256 is stored (a leaked table opens no session).
+    """
+
+    __tablename__ = "portal_sessions"
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    username: Mapped[str] = mapped_column(String(64), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 # The portal and the JupyterHub culler ask "what did this seat do lately?" on every poll: index the
 # monitor's tables by seat (created by the portal's migration).
 Index("ix_samples_seat_id_ts", Sample.seat_id, Sample.ts)

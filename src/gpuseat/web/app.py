@@ -1,236 +1,197 @@
 """The course portal: FastAPI + Jinja2, server-rendered, on the course store and the services.
 
-:func:`create_app` takes a :class:`Portal` (the store, the services and the settings) and returns the
-ASGI app that ``gpuseat serve`` hands to uvicorn. Routes only translate HTTP to service calls and
-service results (or :class:`~gpuseat.errors.GpuseatError`) back to pages; they never touch tables.
+:func:`create_app` takes a :class:`~gpuseat.web.portal.Portal` and returns the ASGI app that
+``gpuseat serve`` hands to uvicorn. Routes only translate HTTP to service calls and results (or
+:class:`~gpuseat.errors.GpuseatError`) back to pages; they never touch tables.
+
+Nothing blocks the event loop: every route that reads the store or checks a password is a plain
+``def`` (Starlette runs it in its worker threads); only the capped form parsing and ``/healthz`` run
+on the loop. Every URL a page, redirect or script uses starts with the request's root path, so the
+portal works behind a proxy at a sub-path (``--root-path /gpuseat``).
 
 Organizer pages need a session (``/login``); a participant's page is ``/t/<token>`` and shows only
-that participant's seat. Every POST checks the CSRF token (see :mod:`gpuseat.web.security`).
+that participant's seat. Every POST checks the browser's origin headers and a CSRF token bound to the
+session or the access token (see :mod:`gpuseat.web.security`).
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import threading
-import time
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from starlette.datastructures import FormData
 
 from gpuseat.errors import GpuseatError, InputError
-from gpuseat.services.accounts import Accounts
-from gpuseat.services.activity import Activity, SeatLive
-from gpuseat.services.report import build_digest, participant_view, seat_id
-from gpuseat.services.survey import OPEN, SurveyService
+from gpuseat.services.courses import ParticipantView
+from gpuseat.services.survey import OPEN
+from gpuseat.web.exports import csv_text
+from gpuseat.web.formats import course_time, money, timestamp
+from gpuseat.web.limits import BodyGuard
+from gpuseat.web.portal import Portal
 from gpuseat.web.security import (
     CSRF_COOKIE,
     CSRF_FIELD,
+    SECURE_PREFIX,
     SESSION_COOKIE,
     SESSION_MAX_AGE_S,
-    RateLimiter,
     SecurityHeaders,
     Sessions,
     new_csrf_cookie,
+    same_origin,
 )
 
-if TYPE_CHECKING:
-    from gpuseat.bench.results import RecordedResult
-    from gpuseat.catalog.bundle import Catalog
-    from gpuseat.services.courses import CourseStore, ParticipantView
-    from gpuseat.services.report import CourseDigest
+__all__ = ["Portal", "create_app"]
 
 HERE = Path(__file__).parent
-TOKEN_CACHE_S = 10.0  # a link revoked elsewhere (CLI, another server process) stops working within this
-LIVE_CACHE_S = 1.0  # live readings: the monitor samples every few seconds anyway
-MAX_UPLOAD = 2 * 1024 * 1024  # a roster CSV of a large course is far below this
 MAX_FORM_FIELDS = 200
 
 
-@dataclass
-class Portal:
-    """What the portal serves: one course of one store, and how."""
-
-    store: CourseStore
-    catalog: Catalog
-    course: str | None = None  # None: the store's only course
-    base_url: str = "http://127.0.0.1:8000"
-    secure_cookies: bool = False  # set on https deployments (the browser then sends cookies only over TLS)
-    login_limit: RateLimiter = field(default_factory=lambda: RateLimiter(10, 300))
-    token_limit: RateLimiter = field(default_factory=lambda: RateLimiter(20, 300))
-    poll_s: int = 5  # how often pages refresh their live parts
-    clock: datetime | None = None  # a fixed "now" (the demo course is half-way through 2016)
-    bench_path: Path | None = None  # benchmark results store (default: the data dir's)
-    surveys: SurveyService = field(init=False)
-    accounts: Accounts = field(init=False)
-    activity: Activity = field(init=False)
-
-    _tokens: dict[str, tuple[float, ParticipantView]] = field(init=False, default_factory=dict)
-    _seat_ids: dict[tuple[str, str], int | None] = field(init=False, default_factory=dict)
-    _live: tuple[float, dict[int, SeatLive], dict[int, float | None]] = field(init=False, default=(0.0, {}, {}))
-    _bench: tuple[tuple[str, float] | None, list[RecordedResult]] = field(init=False, default=(None, []))
-    _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
-
-    def __post_init__(self) -> None:
-        self.surveys = SurveyService(self.store)
-        self.accounts = Accounts(self.store.engine)
-        self.activity = Activity(self.store.engine)
-
-    # Participant pages are polled by everyone at once: what they read is cached for a moment.
-
-    def participant_for_token(self, token: str) -> ParticipantView | None:
-        """The store's answer, remembered for ``TOKEN_CACHE_S`` (links changed here forget it at once).
-
-        Unknown tokens are never cached, so every guess reaches the store and the rate limit.
-        """
-        now = time.monotonic()
-        hit = self._tokens.get(token)
-        if hit is not None and now - hit[0] < TOKEN_CACHE_S:
-            return hit[1]
-        who = self.store.participant_for_token(token)
-        if who is None:
-            self._tokens.pop(token, None)
-            return None
-        if len(self._tokens) > 100_000:
-            self._tokens.clear()
-        self._tokens[token] = (now, who)
-        return who
-
-    def forget_tokens(self) -> None:
-        """Drop cached token lookups (after issuing, rotating or revoking links)."""
-        self._tokens.clear()
-
-    def seat_live(self, course: str, seat: str) -> tuple[SeatLive | None, float | None]:
-        """The seat's newest reading and last activity, from a course-wide read made at most once a second."""
-        key = (course, seat)
-        if key not in self._seat_ids:
-            self._seat_ids[key] = seat_id(self.store.engine, course, seat)
-        sid = self._seat_ids[key]
-        if sid is None:
-            return None, None
-        if time.monotonic() - self._live[0] >= LIVE_CACHE_S:
-            with self._lock:
-                if time.monotonic() - self._live[0] >= LIVE_CACHE_S:
-                    self._live = (time.monotonic(), self.activity.live(), self.activity.last_active())
-        _, live, last = self._live
-        return live.get(sid), last.get(sid)
-
-    def bench_results(self) -> list[RecordedResult]:
-        """The benchmark store, re-read only when the file changes."""
-        from gpuseat.bench.results import recorded_results, results_path
-
-        path = self.bench_path or results_path()
-        try:
-            stamp: tuple[str, float] | None = (str(path), path.stat().st_mtime)
-        except OSError:
-            stamp = None
-        if stamp is None or stamp != self._bench[0]:
-            self._bench = (stamp, recorded_results(path))
-        return self._bench[1]
-
-    def digest(self, **kw: Any) -> CourseDigest:
-        """The served course's digest (at the portal's clock, with its benchmark store)."""
-        return build_digest(
-            self.store,
-            self.surveys,
-            self.catalog,
-            self.course,
-            now=self.clock,
-            bench_results=self.bench_results(),
-            **kw,
-        )
-
-    def participant(self, who: ParticipantView) -> tuple[Any, Any, Any]:
-        """A participant's seat, benchmark and usage (their rows only: this page is opened by many)."""
-        return participant_view(self.store, self.catalog, who, bench_results=self.bench_results())
-
-    @property
-    def course_key(self) -> str:
-        """The served course's key."""
-        return self.store.get_course(self.course).key
-
-
 class Forbidden(Exception):
-    """A request that is refused (bad CSRF token, not logged in for an API call)."""
+    """A request that is refused (bad CSRF token, a cross-site POST)."""
 
 
-def _timestamp(ts: float) -> str:
-    """Unix seconds as ``2016-06-06 14:05 UTC``."""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+class LoginFirst(Exception):
+    """An organizer route without a live session."""
 
 
 def _client(request: Request) -> str:
+    """The client's address (uvicorn puts the trusted proxy's ``X-Forwarded-For`` here)."""
     return request.client.host if request.client else "unknown"
 
 
+def _root(request: Request) -> str:
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
 def create_app(portal: Portal) -> FastAPI:
-    """The ASGI app (wrapped in the security-headers middleware)."""
-    app = FastAPI(title="gpuseat portal", docs_url=None, redoc_url=None, openapi_url=None)
+    """The ASGI app (behind the body guard and the security-headers middleware)."""
+    app = FastAPI(title="gpuseat portal", docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.globals["poll_s"] = portal.poll_s
-    templates.env.filters["timestamp"] = _timestamp
-    sessions = Sessions(portal.accounts.session_key())
+    templates.env.filters["timestamp"] = timestamp
+    templates.env.filters["money"] = money
+    sessions = Sessions(portal.store, portal.accounts.session_key())
+    templates.env.filters["local"] = lambda value: course_time(value, portal.course_zone())
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.state.portal = portal
+
+    @app.on_event("shutdown")
+    def _stop_workers() -> None:
+        from gpuseat.web.workers import shutdown
+
+        shutdown()
+
+    app.add_middleware(BodyGuard, receive_timeout_s=portal.receive_timeout_s)
     app.add_middleware(SecurityHeaders)
 
     # -- helpers ------------------------------------------------------------------------------------
 
-    def csrf_cookie(request: Request) -> tuple[str, bool]:
-        value = request.cookies.get(CSRF_COOKIE)
+    def https(request: Request) -> bool:
+        return portal.secure_cookies or request.url.scheme == "https"
+
+    def cookie_name(request: Request, base: str) -> str:
+        # browsers accept a __Host- cookie only with Secure, so plain-http localhost uses the bare name
+        return SECURE_PREFIX + base if https(request) else base
+
+    def set_cookie(response: Response, request: Request, base: str, value: str, max_age: int | None = None) -> None:
+        response.set_cookie(
+            cookie_name(request, base),
+            value,
+            max_age=max_age,
+            httponly=True,
+            samesite="strict",
+            secure=https(request),
+            path="/",
+        )
+
+    def session_secret(request: Request) -> str | None:
+        return request.cookies.get(cookie_name(request, SESSION_COOKIE))
+
+    def organizer(request: Request) -> str | None:
+        if not hasattr(request.state, "user"):
+            request.state.user = sessions.user(session_secret(request))
+        user: str | None = request.state.user
+        return user
+
+    def need_organizer(request: Request) -> str:
+        user = organizer(request)
+        if user is None:
+            raise LoginFirst
+        return user
+
+    def anon_cookie(request: Request) -> tuple[str, bool]:
+        value = request.cookies.get(cookie_name(request, CSRF_COOKIE))
         if value and 16 <= len(value) <= 64:
             return value, False
         return new_csrf_cookie(), True
 
-    def page(request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
-        value, fresh = csrf_cookie(request)
-        ctx.setdefault("user", sessions.user(request.cookies.get(SESSION_COOKIE)))
+    def page(request: Request, name: str, status: int = 200, *, bind: str | None = None, **ctx: Any) -> HTMLResponse:
+        """A rendered page whose forms carry the CSRF token of ``bind`` (default: the session or a pre-login cookie)."""
+        fresh = None
+        if "user" not in ctx:
+            ctx["user"] = organizer(request)
+        if bind is None:
+            if ctx["user"] is not None:
+                bind = "s:" + (session_secret(request) or "")
+            else:
+                value, new = anon_cookie(request)
+                bind, fresh = "a:" + value, value if new else None
         ctx.setdefault("error", None)
         ctx.setdefault("notice", None)
         response = templates.TemplateResponse(
-            request, name, {"csrf": sessions.csrf_token(value), "csrf_field": CSRF_FIELD, **ctx}, status_code=status
+            request,
+            name,
+            {
+                "csrf": sessions.csrf_token(bind),
+                "csrf_field": CSRF_FIELD,
+                "root": _root(request),
+                "tz": portal.course_zone_name(),
+                **ctx,
+            },
+            status_code=status,
         )
         if fresh:
-            response.set_cookie(
-                CSRF_COOKIE, value, httponly=True, samesite="strict", secure=portal.secure_cookies, path="/"
-            )
+            set_cookie(response, request, CSRF_COOKIE, fresh)
         response.headers["cache-control"] = "no-store"
         return response
 
-    async def form(request: Request) -> Any:
-        """The POSTed form after its CSRF check (403 without a matching token)."""
-        length = int(request.headers.get("content-length") or 0)
-        if length > MAX_UPLOAD:
-            raise InputError("the upload is too large", where="request body", fix="send a file under 2 MiB")
-        data = await request.form(max_files=1, max_fields=MAX_FORM_FIELDS)
+    async def read_form(request: Request) -> FormData:
+        """The POSTed form (capped by :class:`BodyGuard`), refused early when the browser says it is cross-site."""
+        if not same_origin(request.headers, request.url.scheme, portal.trusted_origins()):
+            raise Forbidden("cross-site form refused: use the portal's own pages")
+        return await request.form(max_files=1, max_fields=MAX_FORM_FIELDS)
+
+    def check_csrf(data: FormData, bind: str | None) -> None:
         token = data.get(CSRF_FIELD)
-        if not sessions.csrf_ok(request.cookies.get(CSRF_COOKIE), token if isinstance(token, str) else None):
+        if not sessions.csrf_ok(bind, token if isinstance(token, str) else None):
             raise Forbidden("missing or wrong CSRF token: reload the page and send the form again")
-        return data
 
-    def organizer(request: Request) -> str | None:
-        return sessions.user(request.cookies.get(SESSION_COOKIE))
+    def organizer_form(request: Request, data: FormData) -> str:
+        """The organizer of a POST whose CSRF token is bound to their session."""
+        user = need_organizer(request)
+        check_csrf(data, "s:" + (session_secret(request) or ""))
+        return user
 
-    def login_first(request: Request) -> Response:
-        if request.method == "GET" and not request.url.path.endswith((".json", ".csv")):
-            return RedirectResponse("/login", status_code=303)
-        return PlainTextResponse("log in first", status_code=401)
-
-    def participant(token: str, request: Request) -> ParticipantView | None:
-        return portal.participant_for_token(token)
+    def go(request: Request, path: str) -> Response:
+        # a relative Location: the Host header is never reflected into a redirect
+        return RedirectResponse(_root(request) + path, status_code=303)
 
     @app.exception_handler(Forbidden)
     async def _forbidden(request: Request, exc: Forbidden) -> Response:
         return PlainTextResponse(str(exc), status_code=403)
 
+    @app.exception_handler(LoginFirst)
+    async def _login_first(request: Request, exc: LoginFirst) -> Response:
+        if request.method == "GET" and not request.url.path.endswith((".json", ".csv")):
+            return go(request, "/login")
+        return PlainTextResponse("log in first", status_code=401)
+
     @app.exception_handler(GpuseatError)
-    async def _gpuseat_error(request: Request, exc: GpuseatError) -> Response:
+    def _gpuseat_error(request: Request, exc: GpuseatError) -> Response:
         status = 400 if isinstance(exc, InputError) else 503
         if request.url.path.endswith(".json"):
             return JSONResponse({"error": exc.message}, status_code=status)
@@ -240,323 +201,159 @@ def create_app(portal: Portal) -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse)
     def home(request: Request) -> Response:
-        if organizer(request) is None:
-            return RedirectResponse("/login", status_code=303)
-        return RedirectResponse("/overview", status_code=303)
+        return go(request, "/login" if organizer(request) is None else "/overview")
 
     @app.get("/favicon.ico")
-    def favicon() -> Response:
-        return RedirectResponse("/static/favicon.svg", status_code=301)
+    async def favicon(request: Request) -> Response:
+        return RedirectResponse(_root(request) + "/static/favicon.svg", status_code=301)
 
     @app.get("/healthz")
-    def healthz() -> Response:
+    async def healthz() -> Response:
         return PlainTextResponse("ok")
 
     @app.get("/login", response_class=HTMLResponse)
     def login_page(request: Request) -> Response:
-        return page(request, "login.html")
+        return page(request, "login.html", user=None)
 
     @app.post("/login")
-    async def login(request: Request) -> Response:
-        client = _client(request)
-        if portal.login_limit.blocked(client):
-            return PlainTextResponse("too many failed logins: wait a few minutes", status_code=429)
-        data = await form(request)
+    def login(request: Request, data: FormData = Depends(read_form)) -> Response:
+        check_csrf(data, "a:" + (request.cookies.get(cookie_name(request, CSRF_COOKIE)) or ""))
         user, password = str(data.get("username", ""))[:64], str(data.get("password", ""))
-        if not portal.accounts.verify(user, password):
-            portal.login_limit.fail(client)
-            return page(request, "login.html", status=401, error="wrong user name or password")
+        key = f"{_client(request)}|{user}"
+        blocked = portal.login_limit.blocked(key)
+        # the right password always gets in; failures count per address and account only
+        if not portal.check_password(user, password):
+            portal.login_limit.fail(key)
+            if blocked:
+                return PlainTextResponse("too many failed logins: wait a few minutes", status_code=429)
+            return page(request, "login.html", status=401, user=None, error="wrong user name or password")
+        portal.login_limit.forget(key)
         portal.store.log(portal.course_key, "portal.login", actor=user)
-        response = RedirectResponse("/overview", status_code=303)
-        response.set_cookie(
-            SESSION_COOKIE,
-            sessions.issue(user),
-            max_age=SESSION_MAX_AGE_S,
-            httponly=True,
-            samesite="strict",
-            secure=portal.secure_cookies,
-            path="/",
-        )
+        response = go(request, "/overview")
+        set_cookie(response, request, SESSION_COOKIE, sessions.issue(user), max_age=SESSION_MAX_AGE_S)
         return response
 
     @app.post("/logout")
-    async def logout(request: Request) -> Response:
-        await form(request)
-        response = RedirectResponse("/login", status_code=303)
-        response.delete_cookie(SESSION_COOKIE, path="/")
+    def logout(request: Request, data: FormData = Depends(read_form)) -> Response:
+        organizer_form(request, data)
+        sessions.end(session_secret(request))
+        response = go(request, "/login")
+        response.delete_cookie(cookie_name(request, SESSION_COOKIE), path="/", secure=https(request))
+        return response
+
+    @app.post("/logout/everywhere")
+    def logout_everywhere(request: Request, data: FormData = Depends(read_form)) -> Response:
+        user = organizer_form(request, data)
+        n = sessions.end_all(user)
+        portal.store.log(portal.course_key, "portal.logout-all", actor=user, detail={"sessions": n})
+        response = go(request, "/login")
+        response.delete_cookie(cookie_name(request, SESSION_COOKIE), path="/", secure=https(request))
         return response
 
     # -- organizer: pages ---------------------------------------------------------------------------
 
-    def digest(**kw: Any) -> Any:
-        return portal.digest(**kw)
+    from gpuseat.web.organizer import add_organizer_routes
 
-    def seats_page(request: Request, status: int = 200, **ctx: Any) -> Response:
-        d = digest()
-        free = [r.seat.key for r in d.seats if r.seat.participant is None and r.seat.state != "released"]
-        waiting = [p.key for p in d.participants if p.seat is None]
-        from gpuseat.services.delivery import ways_in
+    add_organizer_routes(
+        app, portal, page=page, need=need_organizer, read_form=read_form, organizer_form=organizer_form, go=go
+    )
 
-        ways = ways_in(portal.store, portal.course_key)
-        return page(
-            request, "seats.html", status=status, tab="seats", d=d, free=free, waiting=waiting, ways=ways, **ctx
+    @app.get("/seats.csv")
+    def seats_csv(request: Request) -> Response:
+        need_organizer(request)
+        rows = portal.store.seats(portal.course_key)
+        cols = ["key", "kind", "engine", "state", "host", "profile", "memory_gb", "participant", "connect"]
+        return download(csv_text(cols, ([getattr(s, c) for c in cols] for s in rows)), "seats.csv")
+
+    @app.get("/roster.csv")
+    def roster_csv(request: Request) -> Response:
+        need_organizer(request)
+        rows = portal.store.participants(portal.course_key)
+        cols = ["key", "name", "email", "group", "unix_user", "seat"]
+        return download(csv_text(cols, ([getattr(p, c) for c in cols] for p in rows)), "roster.csv")
+
+    def download(text: str, name: str) -> Response:
+        return Response(
+            text,
+            media_type="text/csv; charset=utf-8",
+            headers={"content-disposition": f'attachment; filename="{name}"', "cache-control": "no-store"},
         )
-
-    @app.get("/overview", response_class=HTMLResponse)
-    def overview(request: Request) -> Response:
-        if (user := organizer(request)) is None:
-            return login_first(request)
-        from gpuseat.services.delivery import checklist
-
-        ready = checklist(portal.store, portal.course_key)
-        return page(request, "overview.html", d=digest(), user=user, tab="overview", checklist=ready)
-
-    @app.get("/roster", response_class=HTMLResponse)
-    def roster(request: Request) -> Response:
-        if organizer(request) is None:
-            return login_first(request)
-        key = portal.course_key
-        return page(
-            request,
-            "roster.html",
-            tab="roster",
-            course=portal.store.get_course(key),
-            people=portal.store.participants(key),
-        )
-
-    @app.post("/roster/import")
-    async def roster_import(request: Request) -> Response:
-        if (user := organizer(request)) is None:
-            return login_first(request)
-        data = await form(request)
-        upload = data.get("file")
-        key = portal.course_key
-        ctx: dict[str, Any] = {"tab": "roster"}
-        if upload is None or isinstance(upload, str) or not upload.filename:
-            ctx["error"] = "choose a CSV file to import"
-        else:
-            raw = await upload.read(MAX_UPLOAD + 1)
-            name = Path(upload.filename).name[:120]
-            try:
-                if len(raw) > MAX_UPLOAD:
-                    raise InputError("the file is larger than 2 MiB", where=name, fix="split the roster")
-                try:
-                    text = raw.decode("utf-8-sig")
-                except UnicodeDecodeError as exc:
-                    raise InputError(
-                        f"not UTF-8 text (byte {exc.start})", where=name, fix="save as UTF-8 CSV"
-                    ) from None
-                report = portal.store.import_roster(key, text, where=name, actor=user)
-                ctx["notice"] = (
-                    f"imported {name}: {report.added} added, {report.updated} updated, {report.unchanged} unchanged"
-                    + (f", {len(report.absent)} no longer listed (kept)" if report.absent else "")
-                )
-                ctx["changes"] = report.changes
-            except InputError as exc:
-                ctx["error"] = exc.message
-        status = 400 if ctx.get("error") else 200
-        return page(
-            request,
-            "roster.html",
-            status=status,
-            course=portal.store.get_course(key),
-            people=portal.store.participants(key),
-            **ctx,
-        )
-
-    @app.get("/seats", response_class=HTMLResponse)
-    def seats(request: Request) -> Response:
-        if organizer(request) is None:
-            return login_first(request)
-        return seats_page(request)
-
-    @app.get("/seats/live.json")
-    def seats_live(request: Request) -> Response:
-        if organizer(request) is None:
-            return login_first(request)
-        d = digest()
-        return JSONResponse(
-            {
-                "seats": [
-                    {
-                        "seat": r.seat.key,
-                        "participant": r.seat.participant,
-                        "state": r.seat.state,
-                        "live": r.live.to_dict() if r.live else None,
-                        "last_active": r.last_active,
-                    }
-                    for r in d.seats
-                ]
-            },
-            headers={"cache-control": "no-store"},
-        )
-
-    @app.post("/seats/action")
-    async def seat_action(request: Request) -> Response:
-        if (user := organizer(request)) is None:
-            return login_first(request)
-        data = await form(request)
-        action = str(data.get("action", ""))
-        who, seat = str(data.get("participant", "")).strip(), str(data.get("seat", "")).strip()
-        key = portal.course_key
-        try:
-            if action == "assign-all":
-                rep = portal.store.assign_all(key, partial=True, actor=user)
-                notice = f"assigned {len(rep.assigned)} seats" + (
-                    f"; no seat for {', '.join(rep.unassigned)}" if rep.unassigned else ""
-                )
-            elif action == "assign":
-                portal.store.assign(key, who, seat, actor=user)
-                notice = f"{who} now holds seat {seat}"
-            elif action == "move":
-                portal.store.move(key, who, seat, actor=user)
-                notice = f"{who} moved to seat {seat}"
-            elif action == "release":
-                done = portal.store.release(key, seat=seat or None, participant=None if seat else who, actor=user)
-                notice = f"released seat {done.seat} of {done.participant}" if done else "nothing to release"
-            else:
-                raise InputError(f"unknown action {action[:20]!r}", where="action", fix="use the page's buttons")
-        except InputError as exc:
-            return seats_page(request, status=400, error=exc.message)
-        return seats_page(request, notice=notice)
-
-    @app.post("/seats/connect")
-    async def seat_connect(request: Request) -> Response:
-        if (user := organizer(request)) is None:
-            return login_first(request)
-        from gpuseat.services.delivery import build_access
-
-        data = await form(request)
-        value = {k: str(data.get(k, "")).strip() or None for k in ("seat", "ssh", "jump", "url", "note")}
-        try:
-            seat = portal.store.get_seat(portal.course_key, value["seat"] or "")
-            notes = [value["note"]] if value["note"] else []
-            made = build_access(
-                value["ssh"], value["url"], value["jump"], notes, None, seat.device_uuid, server_name=seat.host
-            )
-            portal.store.record_delivery(seat.course, seat.key, access=made, actor=user)
-        except InputError as exc:
-            return seats_page(request, status=400, error=exc.message)
-        return seats_page(request, notice=f"seat {seat.key}: way in saved")
-
-    @app.get("/alerts", response_class=HTMLResponse)
-    def alerts(request: Request) -> Response:
-        if organizer(request) is None:
-            return login_first(request)
-        return page(request, "alerts.html", tab="alerts", d=digest())
-
-    @app.get("/bench", response_class=HTMLResponse)
-    def bench(request: Request) -> Response:
-        if organizer(request) is None:
-            return login_first(request)
-        return page(request, "bench.html", tab="bench", d=digest())
-
-    @app.get("/links", response_class=HTMLResponse)
-    def links(request: Request) -> Response:
-        if organizer(request) is None:
-            return login_first(request)
-        return page(request, "links.html", tab="links", status_rows=portal.store.token_status(portal.course_key))
 
     @app.post("/links")
-    async def links_action(request: Request) -> Response:
-        if (user := organizer(request)) is None:
-            return login_first(request)
-        data = await form(request)
+    def links_action(request: Request, data: FormData = Depends(read_form)) -> Response:
+        user = organizer_form(request, data)
         action, who = str(data.get("action", "")), str(data.get("participant", "")).strip()
         people = [who] if who else None
         key = portal.course_key
-        issued = []
-        notice = ""
-        if action == "issue":
+        if action == "issue":  # also the mail merge: links for those without one; sent links stay valid
             issued = portal.store.issue_tokens(key, people, actor=user)
             notice = f"issued {len(issued)} new links" + (
-                "" if issued else " (everyone already has one: rotate to replace)"
+                "" if issued else " (everyone already has one: rotate a participant's link to replace it)"
             )
         elif action == "rotate":
             issued = portal.store.rotate_tokens(key, people, actor=user)
             notice = f"rotated {len(issued)} links: the old ones no longer open anything"
         elif action == "revoke":
-            n = portal.store.revoke_tokens(key, people, actor=user)
-            notice = f"revoked {n} links"
+            issued = []
+            notice = f"revoked {portal.store.revoke_tokens(key, people, actor=user)} links"
         else:
             raise InputError(f"unknown action {action[:20]!r}", where="action", fix="use the page's buttons")
         portal.forget_tokens()
         rows = {p.key: p for p in portal.store.participants(key)}
+        base = portal.public_url(_root(request))
         fresh = [
             {
                 "participant": t.participant,
                 "name": rows[t.participant].name if t.participant in rows else "",
                 "email": rows[t.participant].email if t.participant in rows else "",
-                "link": t.link(portal.base_url),
+                "link": t.link(base),
             }
             for t in issued
         ]
         if data.get("format") == "csv":
-            out = io.StringIO()
-            writer = csv.DictWriter(out, ["participant", "name", "email", "link"])
-            writer.writeheader()
-            writer.writerows(fresh)
-            return Response(
-                out.getvalue(),
-                media_type="text/csv; charset=utf-8",
-                headers={"content-disposition": 'attachment; filename="access-links.csv"', "cache-control": "no-store"},
-            )
+            cols = ["participant", "name", "email", "link"]
+            return download(csv_text(cols, ([f[c] for c in cols] for f in fresh)), "access-links.csv")
         return page(
             request, "links.html", tab="links", fresh=fresh, notice=notice, status_rows=portal.store.token_status(key)
         )
 
-    @app.get("/survey", response_class=HTMLResponse)
-    def survey_results(request: Request) -> Response:
-        if organizer(request) is None:
-            return login_first(request)
-        return page(request, "survey_results.html", tab="survey", d=digest())
-
-    @app.post("/survey")
-    async def survey_state(request: Request) -> Response:
-        if (user := organizer(request)) is None:
-            return login_first(request)
-        data = await form(request)
-        state = {"open": "open", "close": "closed"}.get(str(data.get("action", "")))
-        if state is None:
-            raise InputError("unknown survey action", where="action", fix="use the page's buttons")
-        portal.surveys.set_state(portal.course_key, state, actor=user)
-        return RedirectResponse("/survey", status_code=303)
-
-    @app.get("/survey.csv")
-    def survey_csv(request: Request) -> Response:
-        if organizer(request) is None:
-            return login_first(request)
-        return Response(
-            portal.surveys.export_csv(portal.course_key),
-            media_type="text/csv; charset=utf-8",
-            headers={"content-disposition": 'attachment; filename="survey.csv"', "cache-control": "no-store"},
-        )
-
     @app.get("/report", response_class=HTMLResponse)
     def report(request: Request) -> Response:
-        if organizer(request) is None:
-            return login_first(request)
-        from gpuseat.web.report import render_report
+        need_organizer(request)
+        from gpuseat.web.report import render_report, report_csp
 
-        html = render_report(digest(with_alternatives=True))
-        download = request.query_params.get("download") == "1"
-        headers = {"cache-control": "no-store"}
-        if download:
+        html = render_report(portal.digest(with_alternatives=True))
+        headers = {"cache-control": "no-store", "content-security-policy": report_csp(header=True)}
+        if request.query_params.get("download") == "1":
             headers["content-disposition"] = f'attachment; filename="report-{portal.course_key}.html"'
         return HTMLResponse(html, headers=headers)
 
     # -- participant --------------------------------------------------------------------------------
 
-    def guess_refused(request: Request) -> Response | None:
-        if portal.token_limit.blocked(_client(request)):
+    def participant(request: Request, token: str) -> ParticipantView | Response:
+        """The token's participant; an unknown token counts as a guess of the client's address.
+
+        A valid token is never refused: the guess limit answers only for unknown ones.
+        """
+        who = portal.participant_for_token(token)
+        if who is not None and not portal.link_expired(who):
+            return who
+        client = _client(request)
+        blocked = portal.token_limit.blocked(client)
+        portal.token_limit.fail(client)
+        if blocked:
             return PlainTextResponse("too many unknown links from your address: wait a few minutes", status_code=429)
-        return None
+        if who is not None:
+            return page(
+                request, "error.html", status=410, user=None, message="This link has expired: the course is over."
+            )
+        if request.url.path.endswith("/live"):
+            return JSONResponse({"error": "unknown link"}, status_code=404)
+        return page(
+            request, "error.html", status=404, user=None, message="This link is not valid (it may have been replaced)."
+        )
 
-    def unknown_link(request: Request) -> Response:
-        portal.token_limit.fail(_client(request))
-        return page(request, "error.html", status=404, message="This link is not valid (it may have been replaced).")
-
-    def participant_page(request: Request, token: str, who: ParticipantView, **ctx: Any) -> Response:
+    def participant_page(request: Request, token: str, who: ParticipantView, status: int = 200, **ctx: Any) -> Response:
         key = who.course
         seat, d_bench, usage = portal.participant(who)
         state = portal.surveys.state(key)
@@ -573,56 +370,33 @@ def create_app(portal: Portal) -> FastAPI:
         return page(
             request,
             "participant.html",
-            who=who,
-            seat=seat,
             way=way,
             check=check,
+            status=status,
+            bind="t:" + token,
+            who=who,
+            seat=seat,
             bench=d_bench,
             usage=usage,
             token=token,
             survey=template,
             survey_state=state,
             answers=answers or {},
-            course=portal.store.get_course(key),
+            course=portal.course_view(key),
             user=None,  # a participant page never shows the organizer's menu
             **ctx,
         )
 
     @app.get("/t/{token}", response_class=HTMLResponse)
     def participant_home(token: str, request: Request) -> Response:
-        if (refused := guess_refused(request)) is not None:
-            return refused
-        who = participant(token, request)
-        if who is None:
-            return unknown_link(request)
-        return participant_page(request, token, who)
-
-    @app.get("/t/{token}/ssh_config")
-    def participant_ssh_config(token: str, request: Request) -> Response:
-        if (refused := guess_refused(request)) is not None:
-            return refused
-        who = participant(token, request)
-        if who is None:
-            return unknown_link(request)
-        from gpuseat.services.delivery import way_in
-
-        seat = portal.store.seat_of(who.course, who.key)
-        way = way_in(portal.store, seat, who) if seat is not None else None
-        if way is None or way.ssh_config is None:
-            return PlainTextResponse("no SSH way in for your seat yet\n", status_code=404)
-        return PlainTextResponse(
-            way.ssh_config,
-            headers={"content-disposition": f'attachment; filename="gpuseat-{seat.key}.ssh_config"'},  # type: ignore[union-attr]
-        )
+        who = participant(request, token)
+        return who if isinstance(who, Response) else participant_page(request, token, who)
 
     @app.get("/t/{token}/live")
     def participant_live(token: str, request: Request) -> Response:
-        if (refused := guess_refused(request)) is not None:
-            return refused
-        who = participant(token, request)
-        if who is None:
-            portal.token_limit.fail(_client(request))
-            return JSONResponse({"error": "unknown link"}, status_code=404)
+        who = participant(request, token)
+        if isinstance(who, Response):
+            return who
         body: dict[str, Any] = {"participant": who.key, "seat": who.seat, "live": None, "last_active": None}
         if who.seat is not None:
             live, last = portal.seat_live(who.course, who.seat)
@@ -630,21 +404,35 @@ def create_app(portal: Portal) -> FastAPI:
             body["last_active"] = last
         return JSONResponse(body, headers={"cache-control": "no-store"})
 
+    @app.get("/t/{token}/ssh_config")
+    def participant_ssh_config(token: str, request: Request) -> Response:
+        who = participant(request, token)
+        if isinstance(who, Response):
+            return who
+        from gpuseat.services.delivery import way_in
+
+        seat = portal.store.seat_of(who.course, who.key)
+        way = way_in(portal.store, seat, who) if seat is not None else None
+        if seat is None or way is None or way.ssh_config is None:
+            return PlainTextResponse("no SSH way in for your seat yet\n", status_code=404)
+        return PlainTextResponse(
+            way.ssh_config,
+            headers={"content-disposition": f'attachment; filename="gpuseat-{seat.key}.ssh_config"'},
+        )
+
     @app.post("/t/{token}/survey")
-    async def participant_survey(token: str, request: Request) -> Response:
-        if (refused := guess_refused(request)) is not None:
-            return refused
-        who = participant(token, request)
-        if who is None:
-            return unknown_link(request)
-        data = await form(request)
+    def participant_survey(token: str, request: Request, data: FormData = Depends(read_form)) -> Response:
+        who = participant(request, token)
+        if isinstance(who, Response):
+            return who
+        check_csrf(data, "t:" + token)
         fields = {k: [v for v in data.getlist(k) if isinstance(v, str)] for k in data if k.startswith("q_")}
         try:
             portal.surveys.submit(who.course, who.key, fields)
         except InputError as exc:
             answers = {k.removeprefix("q_"): v[0] if len(v) == 1 else v for k, v in fields.items()}
-            return participant_page(request, token, who, error=exc.message, answers=answers)
+            return participant_page(request, token, who, status=422, error=exc.message, answers=answers)
         # stored and committed; a small page answers (the seat page is heavier and one click away)
-        return page(request, "saved.html", token=token, course_name=who.course, user=None)
+        return page(request, "saved.html", bind="t:" + token, token=token, course_name=who.course, user=None)
 
     return app

@@ -21,13 +21,15 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any
 
-from itsdangerous import BadSignature, URLSafeTimedSerializer
+if TYPE_CHECKING:
+    from gpuseat.services.courses import CourseStore
 
 SESSION_COOKIE = "gpuseat_session"
 CSRF_COOKIE = "gpuseat_csrf"
+SECURE_PREFIX = "__Host-"  # https only: the browser refuses such a cookie from a sub-domain or without Secure
 CSRF_FIELD = "csrf"
 SESSION_MAX_AGE_S = 12 * 3600
 TOKEN_PATH = re.compile(r"/t/[A-Za-z0-9_-]+")
@@ -36,6 +38,7 @@ CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
+HSTS = (b"strict-transport-security", b"max-age=31536000")
 HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-frame-options", b"DENY"),
@@ -47,40 +50,72 @@ HEADERS = [
 
 
 class Sessions:
-    """Signs and reads organizer session cookies."""
+    """Organizer sessions (rows in the store, see :mod:`gpuseat.store.sessions`) and CSRF tokens.
 
-    def __init__(self, key: str) -> None:
-        self._serializer = URLSafeTimedSerializer(key, salt="gpuseat-session")
+    A CSRF token is the HMAC, under the store's key, of what the form is bound to: the organizer's
+    session secret, the participant's access token, or (login form only) a random pre-login cookie.
+    A cookie tossed in from a sibling sub-domain is no session, so a token made from it is worthless.
+    """
+
+    def __init__(self, store: CourseStore, key: str) -> None:
+        self.store = store
         self._key = key.encode()
 
     def issue(self, username: str) -> str:
-        """A cookie value naming the organizer."""
-        return self._serializer.dumps({"u": username, "n": secrets.token_urlsafe(8)})
+        """A new session's secret (for the cookie)."""
+        from gpuseat.store.sessions import open_session
+
+        return open_session(self.store, username, SESSION_MAX_AGE_S)
 
     def user(self, cookie: str | None) -> str | None:
-        """The organizer of a valid, unexpired cookie; None otherwise."""
-        if not cookie or len(cookie) > 4096:
-            return None
-        try:
-            data = self._serializer.loads(cookie, max_age=SESSION_MAX_AGE_S)
-        except BadSignature:
-            return None
-        user = data.get("u") if isinstance(data, dict) else None
-        return user if isinstance(user, str) else None
+        """The organizer of a live session; None otherwise (unknown, ended, expired)."""
+        from gpuseat.store.sessions import session_user
 
-    def csrf_token(self, cookie_value: str) -> str:
-        """The form token that goes with a visitor's CSRF cookie."""
-        return hmac.new(self._key, b"csrf:" + cookie_value.encode(), hashlib.sha256).hexdigest()
+        return session_user(self.store, cookie)
 
-    def csrf_ok(self, cookie_value: str | None, form_value: str | None) -> bool:
-        """True when the form's token matches the visitor's cookie (constant-time compare)."""
-        if not cookie_value or not form_value or len(form_value) != 64:
+    def end(self, cookie: str | None) -> None:
+        """End one session (logout)."""
+        from gpuseat.store.sessions import end_session
+
+        end_session(self.store, cookie)
+
+    def end_all(self, username: str) -> int:
+        """End every session of ``username`` ("log out everywhere")."""
+        from gpuseat.store.sessions import end_user_sessions
+
+        return end_user_sessions(self.store, username)
+
+    def csrf_token(self, binding: str) -> str:
+        """The form token for ``binding`` (``s:<session>``, ``t:<access token>`` or ``a:<pre-login cookie>``)."""
+        return hmac.new(self._key, b"csrf:" + binding.encode(), hashlib.sha256).hexdigest()
+
+    def csrf_ok(self, binding: str | None, form_value: str | None) -> bool:
+        """True when the form's token matches ``binding`` (constant-time compare)."""
+        if not binding or not form_value or len(form_value) != 64:
             return False
-        return hmac.compare_digest(self.csrf_token(cookie_value), form_value)
+        return hmac.compare_digest(self.csrf_token(binding), form_value)
+
+
+def same_origin(headers: Mapping[str, str], scheme: str, trusted: Iterable[str] = ()) -> bool:
+    """True unless the browser says the request comes from another site (``Sec-Fetch-Site``, ``Origin``).
+
+    ``Sec-Fetch-Site`` decides when present (a sibling sub-domain is "same-site", not "same-origin",
+    and is refused). Without it, an ``Origin`` must name this host; ``Origin: null`` is what our own
+    pages send under ``Referrer-Policy: no-referrer``, so it passes like a request without either header
+    (curl, scripts, old browsers): the session-bound CSRF token still guards all of those.
+    """
+    site = headers.get("sec-fetch-site")
+    if site is not None:
+        return site in ("same-origin", "none")
+    origin = headers.get("origin")
+    if origin is None or origin == "null":
+        return True
+    host = headers.get("host", "")
+    return origin == f"{scheme}://{host}" or origin in trusted
 
 
 def new_csrf_cookie() -> str:
-    """A fresh random CSRF cookie value."""
+    """A fresh random pre-login cookie value (binds the login form's CSRF token)."""
     return secrets.token_urlsafe(24)
 
 
@@ -106,6 +141,11 @@ class RateLimiter:
         """True when ``client`` has used up its failures."""
         with self._lock:
             return len(self._recent(client, time.monotonic())) >= self.limit
+
+    def forget(self, client: str) -> None:
+        """Clear ``client``'s failures (after a success)."""
+        with self._lock:
+            self._hits.pop(client, None)
 
     def fail(self, client: str) -> None:
         """Count one failure of ``client``."""
@@ -138,9 +178,10 @@ class SecurityHeaders:
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 present = {k.lower() for k, _ in message.get("headers", [])}
+                extra = [*HEADERS, HSTS] if scope.get("scheme") == "https" else HEADERS
                 message["headers"] = [
                     *message.get("headers", []),
-                    *((k, v) for k, v in HEADERS if k not in present),
+                    *((k, v) for k, v in extra if k not in present),
                 ]
             await send(message)
 

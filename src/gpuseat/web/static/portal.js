@@ -1,9 +1,20 @@
 // gpuseat portal: live refresh of seat readings and copy buttons. Plain JS, no inline scripts (CSP).
 "use strict";
 (function () {
+  // times in the course's time zone, to the minute, as the server writes them ("2016-06-06 14:05 CEST")
   function fmtTime(ts) {
     if (!ts) return "never";
-    return new Date(ts * 1000).toISOString().replace("T", " ").slice(0, 16) + " UTC";
+    var tz = document.body.dataset.tz || "UTC";
+    try {
+      var parts = {};
+      new Intl.DateTimeFormat("en-GB", {
+        timeZone: tz, year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit",
+        hourCycle: "h23", timeZoneName: "short"
+      }).formatToParts(new Date(ts * 1000)).forEach(function (p) { parts[p.type] = p.value; });
+      return parts.year + "-" + parts.month + "-" + parts.day + " " + parts.hour + ":" + parts.minute + " " + parts.timeZoneName;
+    } catch (e) {
+      return new Date(ts * 1000).toISOString().replace("T", " ").slice(0, 16) + " UTC";
+    }
   }
   function mem(live) {
     if (!live || live.memory_used_mib === null) return "—";
@@ -37,6 +48,11 @@
       })
       .catch(function () { /* the next poll tries again */ });
   }
+  // destructive buttons carry data-confirm: ask before the form goes out (no inline script: CSP)
+  document.addEventListener("submit", function (ev) {
+    var btn = ev.submitter;
+    if (btn && btn.dataset && btn.dataset.confirm && !window.confirm(btn.dataset.confirm)) ev.preventDefault();
+  });
   document.addEventListener("click", function (ev) {
     var btn = ev.target.closest ? ev.target.closest("button.copy") : null;
     if (!btn) return;

@@ -1,0 +1,219 @@
+"""What the portal serves and the caches in front of the store (participant pages are polled by everyone).
+
+:class:`Portal` holds the store, the catalog and the deployment settings; :mod:`gpuseat.web.app`
+turns HTTP into calls on it. Everything here is synchronous: the app runs it in worker threads.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import time as dtime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
+
+from gpuseat.services.accounts import Accounts
+from gpuseat.services.activity import Activity, SeatLive
+from gpuseat.services.report import build_digest, participant_view, seat_id
+from gpuseat.services.survey import SurveyService
+from gpuseat.web.security import RateLimiter
+
+if TYPE_CHECKING:
+    from gpuseat.bench.results import RecordedResult
+    from gpuseat.catalog.bundle import Catalog
+    from gpuseat.services.courses import CourseStore, ParticipantView
+    from gpuseat.services.report import CourseDigest
+
+TOKEN_CACHE_S = 10.0  # a link revoked elsewhere (CLI, another server process) stops working within this
+LIVE_CACHE_S = 1.0  # live readings: the monitor samples every few seconds anyway
+# password checks at once: each costs ~50 ms of one core and 64 MiB; half the cores stay free for the pages
+ARGON2_SLOTS = max(1, min(4, (os.cpu_count() or 2) // 2))
+
+
+@dataclass
+class Portal:
+    """What the portal serves: one course of one store, and how."""
+
+    store: CourseStore
+    catalog: Catalog
+    course: str | None = None  # None: the store's only course
+    root_path: str = ""  # the sub-path a proxy serves the portal under ("/gpuseat"), "" at the root
+    base_url: str = "http://127.0.0.1:8000"
+    base_url_given: bool = False  # True: base_url came from --base-url and already holds the public sub-path
+    secure_cookies: bool = False  # set on https deployments (the browser then sends cookies only over TLS)
+    login_limit: RateLimiter = field(default_factory=lambda: RateLimiter(10, 300))  # per address + account
+    token_limit: RateLimiter = field(default_factory=lambda: RateLimiter(20, 300))  # unknown links per address
+    link_days_after_end: int | None = 0  # links stop working this many days after the course ends (None: never)
+    receive_timeout_s: float = 30.0  # the longest pause inside one request body before a 408
+    poll_s: int = 5  # how often pages refresh their live parts
+    clock: datetime | None = None  # a fixed "now" (the demo course is half-way through 2016)
+    bench_path: Path | None = None  # benchmark results store (default: the data dir's)
+    surveys: SurveyService = field(init=False)
+    accounts: Accounts = field(init=False)
+    activity: Activity = field(init=False)
+
+    _tokens: dict[str, tuple[float, ParticipantView]] = field(init=False, default_factory=dict)
+    _key: str | None = field(init=False, default=None)
+    _courses: dict[str, tuple[float, Any]] = field(init=False, default_factory=dict)
+    _seat_ids: dict[tuple[str, str], int | None] = field(init=False, default_factory=dict)
+    _live: tuple[float, dict[int, SeatLive], dict[int, float | None]] = field(init=False, default=(0.0, {}, {}))
+    _bench: tuple[tuple[str, float] | None, list[RecordedResult]] = field(init=False, default=(None, []))
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+    _argon2: threading.BoundedSemaphore = field(
+        init=False, default_factory=lambda: threading.BoundedSemaphore(ARGON2_SLOTS)
+    )
+
+    def __post_init__(self) -> None:
+        self.surveys = SurveyService(self.store)
+        self.accounts = Accounts(self.store.engine)
+        self.activity = Activity(self.store.engine)
+
+    # Participant pages are polled by everyone at once: what they read is cached for a moment.
+
+    def participant_for_token(self, token: str) -> ParticipantView | None:
+        """The store's answer, remembered for ``TOKEN_CACHE_S`` (links changed here forget it at once).
+
+        Unknown tokens are never cached, so every guess reaches the store and the rate limit.
+        """
+        now = time.monotonic()
+        hit = self._tokens.get(token)
+        if hit is not None and now - hit[0] < TOKEN_CACHE_S:
+            return hit[1]
+        who = self.store.participant_for_token(token)
+        if who is None:
+            self._tokens.pop(token, None)
+            return None
+        if len(self._tokens) > 100_000:
+            self._tokens.clear()
+        self._tokens[token] = (now, who)
+        return who
+
+    def check_password(self, user: str, password: str) -> bool:
+        """The argon2 check, at most ``ARGON2_SLOTS`` at once (a login storm queues here, not on the CPU)."""
+        with self._argon2:
+            return self.accounts.verify(user, password)
+
+    def import_roster(self, text: str, *, where: str, actor: str) -> Any:
+        """A roster import: in a worker process for a file-backed or server database (see web.workers)."""
+        url = self.store.engine.url
+        if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+            return self.store.import_roster(self.course_key, text, where=where, actor=actor)
+        from gpuseat.web.workers import import_roster
+
+        full = url.render_as_string(hide_password=False)
+        return import_roster(full, self.course_key, text, where=where, actor=actor)
+
+    def now(self) -> datetime:
+        """The portal's "now" (the demo's fixed clock, else the real time)."""
+        return self.clock or datetime.now(UTC)
+
+    def link_expired(self, who: ParticipantView) -> bool:
+        """True when the course ended more than ``link_days_after_end`` days ago (in the course's time zone)."""
+        return self.link_expired_on(who.course)
+
+    def link_expired_on(self, key: str) -> bool:
+        """True when links of course ``key`` no longer open anything (see :meth:`link_expired`)."""
+        if self.link_days_after_end is None:
+            return False
+        course = self.course_view(key)
+        if course.ends_on is None:
+            return False
+        try:
+            zone = ZoneInfo(course.timezone)
+        except (KeyError, ValueError):
+            zone = ZoneInfo("UTC")
+        last = datetime.combine(course.ends_on + timedelta(days=self.link_days_after_end + 1), dtime(), zone)
+        return self.now() >= last
+
+    def course_view(self, key: str) -> Any:
+        """A course's stored view, cached with the token lookups (dates and time zone rarely change)."""
+        hit = self._courses.get(key)
+        if hit is not None and time.monotonic() - hit[0] < TOKEN_CACHE_S:
+            return hit[1]
+        view = self.store.get_course(key)
+        self._courses[key] = (time.monotonic(), view)
+        return view
+
+    def course_zone(self) -> tzinfo:
+        """The served course's time zone (UTC when it names none the system knows)."""
+        name = self.course_zone_name()
+        return UTC if name == "UTC" else ZoneInfo(name)
+
+    def course_zone_name(self) -> str:
+        """The served course's IANA time zone name ("UTC" when it names none the system knows)."""
+        name = str(self.course_view(self.course_key).timezone or "UTC")
+        try:
+            ZoneInfo(name)
+        except (KeyError, ValueError):
+            return "UTC"
+        return name
+
+    def trusted_origins(self) -> tuple[str, ...]:
+        """Origins a POST may come from besides the request's own host (the public URL's)."""
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.base_url)
+        return (f"{parts.scheme}://{parts.netloc}",) if parts.scheme and parts.netloc else ()
+
+    def public_url(self, root: str = "") -> str:
+        """The base of access links: ``--base-url`` (which names its own sub-path), else this server plus ``root``."""
+        return self.base_url if self.base_url_given else self.base_url + root
+
+    def forget_tokens(self) -> None:
+        """Drop cached token lookups (after issuing, rotating or revoking links)."""
+        self._tokens.clear()
+
+    def seat_live(self, course: str, seat: str) -> tuple[SeatLive | None, float | None]:
+        """The seat's newest reading and last activity, from a course-wide read made at most once a second."""
+        key = (course, seat)
+        if key not in self._seat_ids:
+            self._seat_ids[key] = seat_id(self.store.engine, course, seat)
+        sid = self._seat_ids[key]
+        if sid is None:
+            return None, None
+        if time.monotonic() - self._live[0] >= LIVE_CACHE_S:
+            with self._lock:
+                if time.monotonic() - self._live[0] >= LIVE_CACHE_S:
+                    self._live = (time.monotonic(), self.activity.live(), self.activity.last_active())
+        _, live, last = self._live
+        return live.get(sid), last.get(sid)
+
+    def bench_results(self) -> list[RecordedResult]:
+        """The benchmark store, re-read only when the file changes."""
+        from gpuseat.bench.results import recorded_results, results_path
+
+        path = self.bench_path or results_path()
+        try:
+            stamp: tuple[str, float] | None = (str(path), path.stat().st_mtime)
+        except OSError:
+            stamp = None
+        if stamp is None or stamp != self._bench[0]:
+            self._bench = (stamp, recorded_results(path))
+        return self._bench[1]
+
+    def digest(self, **kw: Any) -> CourseDigest:
+        """The served course's digest (at the portal's clock, with its benchmark store)."""
+        return build_digest(
+            self.store,
+            self.surveys,
+            self.catalog,
+            self.course,
+            now=self.clock,
+            bench_results=self.bench_results(),
+            **kw,
+        )
+
+    def participant(self, who: ParticipantView) -> tuple[Any, Any, Any]:
+        """A participant's seat, benchmark and usage (their rows only: this page is opened by many)."""
+        return participant_view(self.store, self.catalog, who, bench_results=self.bench_results())
+
+    @property
+    def course_key(self) -> str:
+        """The served course's key (looked up once: a course is never renamed)."""
+        if self._key is None:
+            self._key = self.store.get_course(self.course).key
+        return self._key
