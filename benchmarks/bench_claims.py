@@ -76,7 +76,7 @@ def worker(url: str, method: str, keys: list[str], start: Any, out: Any) -> None
     store = open_store(url)
     course_id = None
     if method == "naive":
-        with store.engine.connect() as conn:
+        with store._engine.connect() as conn:
             course_id = conn.execute(text("SELECT id FROM courses WHERE key = 'bench'")).scalar()
     start.wait()
     lat: list[float] = []
@@ -87,7 +87,7 @@ def worker(url: str, method: str, keys: list[str], start: Any, out: Any) -> None
             if method == "gpuseat":
                 store.claim_seat("bench", key, mode="pool")
                 got += 1
-            elif _naive_claim(store.engine, int(course_id or 0), key) is None:
+            elif _naive_claim(store._engine, int(course_id or 0), key) is None:
                 none += 1
             else:
                 got += 1

@@ -19,10 +19,10 @@ from jupyterhub.user import User
 from tornado.web import HTTPError
 from traitlets.config import Config
 
-from gpuseat.db.store import Store
 from gpuseat.jupyterhub import HubSettings, SeatHooks
 from gpuseat.monitor.alerts import GPU_LOST, Alert
 from gpuseat.monitor.runner import Monitor
+from gpuseat.store.monitor import Store
 from pg_schema import pg_schema_url
 
 PEOPLE = ["ada", "ben", "cy", "dee", "eve", "fay"]

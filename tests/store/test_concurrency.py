@@ -76,7 +76,7 @@ def start_workers(url: str, go: Path, keys: list[str], n: int) -> list[subproces
 
 def open_counts(store: CourseStore) -> tuple[int, int, int]:
     """Seats held twice, participants holding two seats, open assignments: what the database says."""
-    with store.engine.connect() as conn:
+    with store._engine.connect() as conn:
         q = "SELECT count(*) FROM (SELECT {c} FROM assignments WHERE valid_to IS NULL GROUP BY {c} HAVING count(*) > 1) d"
         double_seat = conn.execute(text(q.format(c="seat_id"))).scalar()
         double_person = conn.execute(text(q.format(c="participant_id"))).scalar()
@@ -128,8 +128,8 @@ def test_sigkill_in_a_burst_of_claims_leaves_a_consistent_store(url, tmp_path):
     after = {s.participant: s.key for s in store.seats("big")}
     assert all(after[p] == s for p, s in before.items())
     assert open_counts(store) == (0, 0, 400)
-    if store.engine.dialect.name == "sqlite":
-        with store.engine.connect() as conn:
+    if store._engine.dialect.name == "sqlite":
+        with store._engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"
     store.close()
 

@@ -63,7 +63,7 @@ def two_groups(store: CourseStore, tmp_path: Path) -> None:
 
 
 def counts(store: CourseStore) -> dict[str, int]:
-    with store.engine.connect() as conn:
+    with store._engine.connect() as conn:
         return {
             t: conn.execute(text(f"SELECT count(*) FROM {t}")).scalar()
             for t in ("courses", "participants", "seats", "assignments", "access_tokens")
@@ -318,11 +318,11 @@ def test_the_database_refuses_a_second_open_assignment(course2016):
     store = course2016
     store.add_seats(None, [SeatSpec(key=k, kind="gpu") for k in ("a", "b")])
     store.assign(None, "amartin", "a")
-    with store.engine.connect() as conn:
+    with store._engine.connect() as conn:
         ids = dict(conn.execute(select(Seat.key, Seat.id)).all())
         people = dict(conn.execute(select(Participant.key, Participant.id)).all())
     for seat, who in (("a", "bcosta"), ("b", "amartin")):  # same seat; same participant
-        with pytest.raises(IntegrityError), store.engine.begin() as conn:
+        with pytest.raises(IntegrityError), store._engine.begin() as conn:
             conn.execute(
                 insert(Assignment).values(
                     seat_id=ids[seat], participant_id=people[who], valid_from=store.history()[0].valid_from
@@ -342,7 +342,7 @@ def test_tokens_issue_rotate_revoke_and_lookup(course2016):
     assert store.issue_tokens(None) == []  # one active token each: nothing new to show
     alice = next(t for t in issued if t.participant == "amartin")
     assert alice.link("https://course.example.org/").startswith("https://course.example.org/t/")
-    with store.engine.connect() as conn:
+    with store._engine.connect() as conn:
         hashes = set(conn.execute(select(AccessToken.token_hash)).scalars())
     assert alice.token not in hashes and hashlib.sha256(alice.token.encode()).hexdigest() in hashes
     found = store.participant_for_token(alice.token)
@@ -366,7 +366,7 @@ def test_events_are_append_only(course2016):
     assert [e.action for e in events] == ["course.create", "roster.import", "portal.login"]
     assert events[1].detail["added"] == 16
     for statement in ("UPDATE events SET actor = 'x'", "DELETE FROM events"):
-        with pytest.raises(DBAPIError, match="append-only"), store.engine.begin() as conn:
+        with pytest.raises(DBAPIError, match="append-only"), store._engine.begin() as conn:
             conn.execute(text(statement))
     assert len(store.events()) == 3
     assert [e.action for e in store.events(after_id=events[1].id)] == ["portal.login"]

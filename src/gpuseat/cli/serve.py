@@ -130,7 +130,7 @@ def register(app: typer.Typer) -> None:
                 raise InputError("the two passwords differ", where="password", fix="type the same password twice")
         store = open_store(db, create=True)
         try:
-            created = Accounts(store.engine).set_password(user, password)
+            created = Accounts(store).set_password(user, password)
         finally:
             store.close()
         print(f"{'created' if created else 'updated'} organizer {user}")

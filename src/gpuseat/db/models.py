@@ -222,12 +222,18 @@ class MinuteAggregate(Base):
 
 
 class AlertRecord(Base):
-    """An alert as raised (and when it cleared)."""
+    """An alert as raised (and when it cleared), of one course and (when it names one) one seat.
+
+    ``seat`` and ``participant`` keep the names as the monitor saw them; ``seat_id`` and ``course_id``
+    place the alert (seat keys are unique only within a course).
+    """
 
     __tablename__ = "alerts"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     kind: Mapped[str] = mapped_column(String(32))
     key: Mapped[str] = mapped_column(String(256))
+    seat_id: Mapped[int | None] = mapped_column(ForeignKey("seats.id", ondelete="SET NULL"), index=True)
+    course_id: Mapped[int | None] = mapped_column(ForeignKey("courses.id", ondelete="CASCADE"), index=True)
     seat: Mapped[str | None] = mapped_column(String(128))
     participant: Mapped[str | None] = mapped_column(String(128))
     message: Mapped[str] = mapped_column(Text)

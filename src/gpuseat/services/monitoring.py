@@ -106,7 +106,8 @@ def open_sampler(source: Source) -> Sampler:
 def seat_map(seats: Path | None, db: str | None, *, write: bool, course: str | None = None) -> SeatMap:
     """Seats from the file (imported into the database when ``write``), else from an existing database.
 
-    ``course`` limits the map to one course of the store (and is where a seats file is imported).
+    ``course`` limits the map to one course of the store; a seats file is imported into it (default
+    ``default``) through the course store's facade, with events (see :mod:`gpuseat.store.seatfile`).
     """
     from gpuseat.monitor.seats import read_seats
 
@@ -116,13 +117,14 @@ def seat_map(seats: Path | None, db: str | None, *, write: bool, course: str | N
             return SeatMap(entries)
     elif not _db_exists(db) and course is None:
         return SeatMap()
-    from gpuseat.db.store import DEFAULT_COURSE, Store
+    from gpuseat.store.monitor import DEFAULT_COURSE, MonitorStore
 
-    store = Store(db, create=write)
+    key = course or (DEFAULT_COURSE if seats is not None else None)
+    store = MonitorStore(db, create=write, course=key)
     try:
         if seats is not None:
-            store.import_seats(entries, course=course or DEFAULT_COURSE)
-        return store.seat_map(course=course)
+            store.import_seats(entries)
+        return store.seat_map()
     finally:
         store.close()
 
@@ -251,16 +253,16 @@ def run_monitor(
     course: str | None = None,
 ) -> MonitorRun:
     """Sample every ``interval_s`` into the course database, with alerts and ``/metrics``, until stopped."""
-    from gpuseat.db.store import Store
     from gpuseat.monitor.alerts import AlertTracker, post_webhook
     from gpuseat.monitor.prometheus import SeatCollector, serve
     from gpuseat.monitor.runner import Monitor
+    from gpuseat.store.monitor import DEFAULT_COURSE, MonitorStore
 
     address = parse_listen(listen) if listen else None
     collector = SeatCollector(metrics_names)
     sampler = open_sampler(source)
     seat_map_ = seat_map(seats, db, write=True, course=course)
-    store = Store(db)
+    store = MonitorStore(db, course=course or (DEFAULT_COURSE if seats is not None else None))
     monitor = Monitor(
         sampler,
         seat_map_,
@@ -335,10 +337,10 @@ USAGE_COLUMNS = ("participant", "seats", "gpu_hours", "idle_hours", "peak_memory
 
 def usage_report(since: str | None = None, db: str | None = None, course: str | None = None) -> UsageReport:
     """The usage report from the course database (which must exist: nothing is created), of one course or all."""
-    from gpuseat.db.store import Store
+    from gpuseat.store.monitor import MonitorStore
 
     start = parse_since(since)
-    store = Store(db, create=False)
+    store = MonitorStore(db, create=False)
     try:
         return UsageReport(start, tuple(store.usage_rows(start, course=course)))
     finally:

@@ -79,8 +79,8 @@ class Portal:
 
     def __post_init__(self) -> None:
         self.surveys = SurveyService(self.store)
-        self.accounts = Accounts(self.store.engine)
-        self.activity = Activity(self.store.engine)
+        self.accounts = Accounts(self.store)
+        self.activity = Activity(self.store)
 
     # Participant pages are polled by everyone at once: what they read is cached for a moment.
 
@@ -110,7 +110,7 @@ class Portal:
         """The seat's newest reading and last activity, from a course-wide read made at most once a second."""
         key = (course, seat)
         if key not in self._seat_ids:
-            self._seat_ids[key] = seat_id(self.store.engine, course, seat)
+            self._seat_ids[key] = seat_id(self.store, course, seat)
         sid = self._seat_ids[key]
         if sid is None:
             return None, None
