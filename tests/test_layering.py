@@ -5,6 +5,8 @@
 - db never imports monitor, and monitor never imports db (it reaches the store through a protocol
   that the service layer fills in), so there is no cycle between them.
 - Nothing below cli/ and web/ imports them.
+- store/ is the one owner of SQL: only store/ and db/ import SQLAlchemy or the ORM models
+  (``gpuseat.db.models``), and store/ itself imports no services, monitor, cli or web.
 """
 
 from __future__ import annotations
@@ -112,6 +114,33 @@ def test_no_cycle_between_db_and_monitor() -> None:
 def test_only_front_ends_import_front_ends() -> None:
     below = [p.name for p in SRC.iterdir() if p.is_dir() and p.name not in {"cli", "web", "__pycache__"}]
     assert _violations(below, ("gpuseat.cli", "gpuseat.web"), loaders=False) == []
+
+
+def test_only_the_store_speaks_sql() -> None:
+    """Every query and write lives in gpuseat.store (and the schema, migrations and connection in db)."""
+    others = [p.name for p in SRC.iterdir() if p.is_dir() and p.name not in {"store", "db", "__pycache__"}]
+    top = [p.relative_to(SRC).as_posix() for p in SRC.glob("*.py")]
+    out = []
+    for entry in [*others, *top]:
+        path = SRC / entry
+        for f in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            for module, name, line in _imports(f, SRC):
+                full = f"{module}.{name}" if name else module
+                if module.split(".")[0] in {"sqlalchemy", "alembic"} or full.startswith("gpuseat.db.models"):
+                    out.append(f"{f.relative_to(SRC.parent)}:{line} imports {full}")
+    assert out == []
+
+
+def test_the_store_sits_below_services_and_front_ends() -> None:
+    banned = ("gpuseat.services", "gpuseat.monitor", "gpuseat.cli", "gpuseat.web", "gpuseat.jupyterhub")
+    assert _violations(["store", "db"], banned, loaders=False) == []
+
+
+def test_the_store_and_the_monitor_agree_on_the_gpu_lost_kind() -> None:
+    from gpuseat.monitor.alerts import GPU_LOST
+    from gpuseat.store import health
+
+    assert health.GPU_LOST == GPU_LOST
 
 
 def test_the_checker_sees_a_violation(tmp_path: Path) -> None:

@@ -32,10 +32,9 @@ class CourseMethods(StoreBase):
         actor: str = DEFAULT_ACTOR,
     ) -> CourseView:
         """Store a course file (text and parsed summary); ``key`` defaults to the file name's slug."""
-        from gpuseat.files import read_text
-        from gpuseat.services.planning import load_course
+        from gpuseat.files import read_text, read_toml_model
 
-        parsed = load_course(path)
+        parsed = read_toml_model(CourseFile, path)
         return self.create_course_from(
             parsed,
             key=key or _slug(path.stem),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from gpuseat.db.models import Device
-from gpuseat.monitor.alerts import GPU_LOST
+GPU_LOST = "gpu_lost"  # the kind the monitor gives a lost GPU (gpuseat.monitor.alerts.GPU_LOST)
 from gpuseat.store.activity import Activity
 
 if TYPE_CHECKING:
