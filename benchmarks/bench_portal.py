@@ -30,6 +30,8 @@ from pathlib import Path
 
 import httpx
 
+from gpuseat.core.roster import RosterText
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
@@ -46,7 +48,7 @@ def seed(db_url: str, n: int) -> list[str]:
     store = open_store(db_url, create=True)
     store.create_course_from(Course.model_validate(tomllib.loads(text)), key="bench", source_text=text)
     roster = "name,email\n" + "".join(f"P {i:04d},p{i:04d}@example.org\n" for i in range(n))
-    store.import_roster("bench", roster, where="bench roster")
+    store.import_roster("bench", RosterText(roster, where="bench roster"))
     store.add_seats(
         "bench",
         [

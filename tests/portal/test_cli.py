@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from gpuseat.catalog import data_text
+from gpuseat.core.roster import RosterText
 from gpuseat.services.accounts import Accounts
 from gpuseat.services.courses import open_store
 
@@ -97,7 +98,9 @@ def test_the_portal_serves_a_postgresql_store(request, tmp_path):
     url = pg_schema_url(request)
     store = open_store(url, create=True)
     store.create_course(EXAMPLES / "course-2016.toml", key="dl-2016")
-    store.import_roster("dl-2016", "name,email,unix_user\nAda Lovelace,ada@example.org,ada\n", where="r.csv")
+    store.import_roster(
+        "dl-2016", RosterText("name,email,unix_user\nAda Lovelace,ada@example.org,ada\n", where="r.csv")
+    )
     store.add_seats("dl-2016", [{"key": "m60-1", "kind": "gpu", "host": "gpu1.example.org", "memory_gb": 8.0}])
     store.assign_all("dl-2016")
     token = store.issue_tokens("dl-2016")[0].token

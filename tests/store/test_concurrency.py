@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sqlalchemy import text
 
+from gpuseat.core.roster import RosterText
 from gpuseat.services.courses import CourseStore, SeatSpec, open_store
 
 from .conftest import EXAMPLES
@@ -47,7 +48,7 @@ def course_with(store: CourseStore, tmp_path: Path, participants: int, seats: in
     path.write_text(f'name = "big"\nparticipants = {participants}\n[schedule]\nstart = 2026-01-05\ndays = 5\n')
     store.create_course(path, key="big")
     rows = ["name,email,unix_user"] + [f"P {i},p{i:05d}@example.org,p{i:05d}" for i in range(participants)]
-    store.import_roster("big", "\n".join(rows))
+    store.import_roster("big", RosterText("\n".join(rows)))
     store.add_seats("big", [SeatSpec(key=f"s{i:05d}", kind="gpu", memory_gb=16) for i in range(seats)])
     return [f"p{i:05d}" for i in range(participants)]
 
@@ -137,10 +138,11 @@ def test_sigkill_in_a_burst_of_claims_leaves_a_consistent_store(url, tmp_path):
 IMPORTER = textwrap.dedent(
     """
     import sys
+    from pathlib import Path
     from gpuseat.services.courses import open_store
     store = open_store(sys.argv[1])
     print("importing", flush=True)
-    store.import_roster("big", open(sys.argv[2]).read())
+    store.import_roster("big", Path(sys.argv[2]))
     print("done", flush=True)
     """
 )

@@ -21,6 +21,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gpuseat.core.roster import RosterText
+
 DEMO_KEY = "dl-2016"
 DEMO_NOW = datetime(2016, 6, 13, 14, 0, tzinfo=UTC)
 PEOPLE = (
@@ -120,7 +122,7 @@ def seed_demo(folder: Path, *, history_days: float | None = None) -> Demo:
 
     course = CourseFile.model_validate(tomllib.loads(text))
     store.create_course_from(course, key=DEMO_KEY, source_text=text, plan_option=_plan_option(text), actor="demo")
-    store.import_roster(DEMO_KEY, _roster(), where="demo roster", actor="demo")
+    store.import_roster(DEMO_KEY, RosterText(_roster(), where="demo roster"), actor="demo")
     specs: list[dict[str, Any]] = [
         {
             "key": f"m60-{i + 1}",

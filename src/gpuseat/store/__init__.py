@@ -8,6 +8,7 @@ views below.
 
 from __future__ import annotations
 
+from gpuseat.core.roster import RosterText
 from gpuseat.store.facade import CourseStore
 from gpuseat.store.opening import open_store
 from gpuseat.store.rows import DEFAULT_ACTOR
@@ -36,6 +37,7 @@ __all__ = [
     "ParticipantView",
     "RosterChange",
     "RosterReport",
+    "RosterText",
     "SeatSpec",
     "SeatView",
     "open_store",

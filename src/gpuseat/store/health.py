@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from gpuseat.db.models import Device
-GPU_LOST = "gpu_lost"  # the kind the monitor gives a lost GPU (gpuseat.monitor.alerts.GPU_LOST)
 from gpuseat.store.activity import Activity
 
 if TYPE_CHECKING:
     from gpuseat.store.base import StoreBase
+
+GPU_LOST = "gpu_lost"  # the kind the monitor gives a lost GPU (gpuseat.monitor.alerts.GPU_LOST)
 
 
 def lost_gpus(store: StoreBase, device_uuids: Iterable[str]) -> list[str]:

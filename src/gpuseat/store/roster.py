@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -9,9 +10,9 @@ from sqlalchemy import and_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from gpuseat.core.roster import RosterRow, parse_roster
+from gpuseat.core.roster import RosterRow, RosterText, parse_roster
 from gpuseat.db.models import Assignment, Course, Participant, Seat
-from gpuseat.errors import InputError
+from gpuseat.errors import InputError, did_you_mean
 from gpuseat.store.base import StoreBase
 from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log, _open_seat_key, _participant, _participant_view
 from gpuseat.store.views import ParticipantView, RosterChange, RosterReport
@@ -21,24 +22,40 @@ class RosterMethods(StoreBase):
     # -- roster ------------------------------------------------------------------------------------
 
     def import_roster(
-        self, course: str | None, source: Path | str, *, where: str | None = None, actor: str = DEFAULT_ACTOR
+        self,
+        course: str | None,
+        source: Path | RosterText | Sequence[RosterRow],
+        *,
+        where: str | None = None,
+        actor: str = DEFAULT_ACTOR,
     ) -> RosterReport:
-        """Import a roster CSV (a path, or its text with ``where`` naming it) in one transaction.
+        """Import a roster in one transaction: a CSV file (a :class:`~pathlib.Path`), CSV text with its
+        name (:class:`~gpuseat.core.roster.RosterText`) or rows already parsed; never a bare string,
+        which could be either a file name or the text.
 
         Participants are matched by email: new ones are added, known ones updated (the report lists
         the changed fields), ones no longer listed are kept and reported as ``absent``. A bad row
         raises :class:`InputError` with ``FILE:LINE:COLUMN`` and nothing is stored.
         """
+        if isinstance(source, str):
+            raise TypeError("import_roster takes a Path, a RosterText or parsed rows, not a str (file name or text?)")
+        text: str | None = None
+        rows: list[RosterRow] = []
         if isinstance(source, Path):
             from gpuseat.files import read_text
 
             text, where = read_text(source), where or str(source)
+        elif isinstance(source, RosterText):
+            text, where = source.text, where or source.where
         else:
-            text, where = source, where or "roster"
+            rows, where = list(source), where or "roster"
         with self._write() as s:
             crow = _course(s, course)
             groups = tuple(g["name"] for g in (crow.summary or {}).get("groups", ())) or ("participants",)
-            rows = parse_roster(text, groups=groups, where=where)
+            if text is not None:
+                rows = parse_roster(text, groups=groups, where=where)
+            else:
+                _check_groups(rows, groups, where)
             _check_group_sizes(rows, crow, where)
             return _apply_roster(s, crow, rows, where, actor)
 
@@ -61,6 +78,17 @@ class RosterMethods(StoreBase):
             crow = _course(s, course)
             p = _participant(s, crow, who)
             return _participant_view(crow.key, p, _open_seat_key(s, p.id))
+
+
+def _check_groups(rows: list[RosterRow], groups: tuple[str, ...], where: str) -> None:
+    """Parsed rows name one of the course's groups (what :func:`parse_roster` checks on text)."""
+    for r in rows:
+        if r.group is not None and r.group not in groups:
+            raise InputError(
+                f"unknown group {r.group!r}.{did_you_mean(r.group, groups)}",
+                where=f"{where}:{r.line}",
+                fix=f"use one of the course's groups: {', '.join(groups)}",
+            )
 
 
 def _check_group_sizes(rows: list[RosterRow], crow: Course, where: str) -> None:

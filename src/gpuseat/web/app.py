@@ -24,6 +24,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Red
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from gpuseat.core.roster import RosterText
 from gpuseat.errors import GpuseatError, InputError
 from gpuseat.services.accounts import Accounts
 from gpuseat.services.activity import Activity, SeatLive
@@ -338,7 +339,7 @@ def create_app(portal: Portal) -> FastAPI:
                     raise InputError(
                         f"not UTF-8 text (byte {exc.start})", where=name, fix="save as UTF-8 CSV"
                     ) from None
-                report = portal.store.import_roster(key, text, where=name, actor=user)
+                report = portal.store.import_roster(key, RosterText(text, where=name), actor=user)
                 ctx["notice"] = (
                     f"imported {name}: {report.added} added, {report.updated} updated, {report.unchanged} unchanged"
                     + (f", {len(report.absent)} no longer listed (kept)" if report.absent else "")
