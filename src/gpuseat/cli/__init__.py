@@ -132,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = app(args=argv, standalone_mode=False)
     except GpuseatError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
+        from gpuseat.cli.flags import as_flags
+
+        print(f"error: {as_flags(exc).message}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -142,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
             return _click_exit(exc)
         mapped = edge_error(exc)
         if mapped is not None:
-            print(f"error: {mapped.message}", file=sys.stderr)
+            from gpuseat.cli.flags import as_flags
+
+            print(f"error: {as_flags(mapped).message}", file=sys.stderr)
             return mapped.exit_code
         if os.environ.get("GPUSEAT_DEBUG"):
             raise

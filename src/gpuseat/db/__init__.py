@@ -107,7 +107,7 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
     except ArgumentError:
         raise InputError(
             f"not a database URL: {resolved!r}",
-            where="--db / GPUSEAT_DB_URL",
+            where="db_url",
             fix="use sqlite:///path/gpuseat.db or postgresql+psycopg://user@host/dbname",
         ) from None
     if parsed.get_backend_name() == "sqlite":
@@ -122,7 +122,7 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
     except Exception as exc:  # missing driver module, bad dialect name
         raise InputError(
             f"cannot use database URL {parsed.render_as_string(hide_password=True)}: {exc}",
-            where="--db / GPUSEAT_DB_URL",
+            where="db_url",
             fix="for PostgreSQL use postgresql+psycopg://…",
         ) from None
 

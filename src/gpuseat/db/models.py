@@ -47,7 +47,7 @@ class Base(DeclarativeBase):
 OPEN = text("valid_to IS NULL")  # the predicate of the partial unique indexes on assignments
 
 
-class Course(Base):
+class CourseRecord(Base):
     """One course: its file (text and parsed summary), dates, time zone, chosen plan option."""
 
     __tablename__ = "courses"
@@ -63,6 +63,11 @@ class Course(Base):
     survey_state: Mapped[str | None] = mapped_column(String(32))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+#: the model's name before it became ``CourseRecord`` (``Course`` is the course *file*,
+#: :class:`gpuseat.core.course.Course`); kept so code written against the old name still imports
+Course = CourseRecord
 
 
 class Participant(Base):

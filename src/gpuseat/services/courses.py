@@ -55,12 +55,12 @@ def plan_option_for(path: Path, rank: int, catalog: Catalog) -> dict[str, Any]:
     from gpuseat.services.planning import plan_course
 
     if not 1 <= rank <= 1000:
-        raise InputError(f"--plan-option {rank}", where="--plan-option", fix="give a rank from 1 (the cheapest)")
+        raise InputError(f"--plan-option {rank}", where="plan_option", fix="give a rank from 1 (the cheapest)")
     options = plan_course(path, catalog).to_dict()["options"]
     if rank > len(options):
         raise InputError(
             f"the plan has {len(options)} option(s), not {rank}",
-            where="--plan-option",
+            where="plan_option",
             fix=f"choose 1 to {len(options)} (gpuseat plan {path} lists them)",
         )
     return dict(options[rank - 1])

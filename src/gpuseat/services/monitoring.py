@@ -57,7 +57,7 @@ class Source:
         if len(chosen) > 1:
             raise InputError(f"{' and '.join(chosen)} both given", where="options", fix="choose one data source")
         if self.apps and not self.from_csv:
-            raise InputError("--apps needs --from-csv", where="--apps", fix="add --from-csv GPU_CSV")
+            raise InputError("--apps needs --from-csv", where="apps", fix="add --from-csv GPU_CSV")
         if self.ssh is not None:
             from gpuseat.nvsmi import check_host
 
@@ -140,7 +140,7 @@ def _db_exists(db: str | None) -> bool:
 
 
 @dataclass(frozen=True)
-class SeatView:
+class TickView:
     """One snapshot with its attribution and seat states: what ``top``/``monitor --once`` print."""
 
     snapshot: Snapshot
@@ -184,14 +184,14 @@ class SeatView:
         }
 
 
-def view(tick: Tick) -> SeatView:
+def view(tick: Tick) -> TickView:
     """The printable view of one monitor tick."""
-    return SeatView(tick.snapshot, tuple(tick.attributed), tuple(tick.states))
+    return TickView(tick.snapshot, tuple(tick.attributed), tuple(tick.states))
 
 
 def snapshot_once(
     source: Source, seats: Path | None = None, db: str | None = None, course: str | None = None
-) -> SeatView:
+) -> TickView:
     """One sample, attributed to seats (of ``course`` when given); writes nothing."""
     from gpuseat.monitor.runner import Monitor
 
@@ -230,10 +230,10 @@ def parse_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:9400`` for IPv6) → (host, port); the host defaults to all addresses."""
     host, _, port = listen.rpartition(":")
     if not port.isdigit() or not 0 < int(port) < 65536:
-        raise InputError(f"{listen!r} is not HOST:PORT", where="--listen", fix="e.g. --listen 127.0.0.1:9400")
+        raise InputError(f"{listen!r} is not HOST:PORT", where="listen", fix="e.g. --listen 127.0.0.1:9400")
     host = host.strip("[]")
     if host and not re.fullmatch(r"[A-Za-z0-9.:-]+", host):
-        raise InputError(f"{host!r} is not an address", where="--listen", fix="e.g. --listen 127.0.0.1:9400")
+        raise InputError(f"{host!r} is not an address", where="listen", fix="e.g. --listen 127.0.0.1:9400")
     return host or "0.0.0.0", int(port)
 
 
@@ -301,7 +301,7 @@ def parse_since(since: str | None, *, now: float | None = None) -> float | None:
         return (when if when.tzinfo else when.astimezone()).timestamp()
     except (ValueError, OverflowError, OSError):
         raise InputError(
-            f"{since!r} is not a date", where="--since", fix="use 2026-03-01, 2026-03-01T09:00 or 7d/12h/30m"
+            f"{since!r} is not a date", where="since", fix="use 2026-03-01, 2026-03-01T09:00 or 7d/12h/30m"
         ) from None
 
 

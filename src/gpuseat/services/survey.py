@@ -53,7 +53,7 @@ def template_text(name: str) -> str:
     if path.suffix != ".toml":
         raise InputError(
             f"unknown survey template {name!r}",
-            where="--template",
+            where="template",
             fix=f"use one of {', '.join(bundled_templates())} or a path to a .toml file",
         )
     return read_text(path)

@@ -39,7 +39,7 @@ def check_username(name: str) -> str:
     """A valid organizer name (lower-case letters, digits, ``._-``)."""
     if not USERNAME.fullmatch(name):
         raise InputError(
-            f"invalid user name {name[:64]!r}", where="--user", fix="use lower-case letters, digits, '.', '_' or '-'"
+            f"invalid user name {name[:64]!r}", where="user", fix="use lower-case letters, digits, '.', '_' or '-'"
         )
     return name
 

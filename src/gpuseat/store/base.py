@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Self
 from sqlalchemy.orm import Session
 
 from gpuseat.db import immediate
-from gpuseat.db.models import Course
+from gpuseat.db.models import CourseRecord
 from gpuseat.store.rows import _course
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ class StoreBase:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._writer = immediate(engine)  # SQLite: BEGIN IMMEDIATE; PostgreSQL: unchanged
-        self._courses: dict[str, Course] = {}
+        self._courses: dict[str, CourseRecord] = {}
         database = engine.url.database if engine.dialect.name == "sqlite" else None
         self._lock_path = f"{database}.lock" if database and database != ":memory:" else None
 
@@ -37,7 +37,7 @@ class StoreBase:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _course_cached(self, s: Session, key: str | None) -> Course:
+    def _course_cached(self, s: Session, key: str | None) -> CourseRecord:
         """The course row, kept per store for a named course (claims are hot; a course is never deleted).
 
         ``None`` ("the only course") is looked up every time: another course may have been created since.
@@ -48,7 +48,7 @@ class StoreBase:
         if row is None:
             found = _course(s, key)
             # a transient copy: a rollback expires the session's rows, this one stays readable
-            row = Course(id=found.id, key=found.key, name=found.name, summary=dict(found.summary or {}))
+            row = CourseRecord(id=found.id, key=found.key, name=found.name, summary=dict(found.summary or {}))
             self._courses[key] = row
         return row
 

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from gpuseat.core.needs import SeatNeed
 from gpuseat.core.seating import ASSIGNABLE_STATES, CLAIM_MODES, ClaimMode, misfit, preference
-from gpuseat.db.models import Assignment, Course, Participant, Seat
+from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
 from gpuseat.errors import InputError, NoFreeSeat, StoreError
 from gpuseat.store.base import StoreBase
 from gpuseat.store.rows import DEFAULT_ACTOR, _log, _needs, _participant_and_seat, _seat_view
@@ -78,7 +78,7 @@ class ClaimMethods(StoreBase):
             fix="try again",
         )
 
-    def _take(self, s: Session, crow: Course, pid: int, pkey: str, seat: Seat, mode: str, actor: str) -> SeatView:
+    def _take(self, s: Session, crow: CourseRecord, pid: int, pkey: str, seat: Seat, mode: str, actor: str) -> SeatView:
         """Insert the assignment and its event (written at commit, where a double assignment fails)."""
         a = Assignment(seat_id=seat.id, participant_id=pid, valid_from=datetime.now(UTC), mode=mode)
         s.add(a)
@@ -90,7 +90,7 @@ def _is_taken(seat_id: Any) -> Any:
     return exists().where(Assignment.seat_id == seat_id, Assignment.valid_to.is_(None))
 
 
-def _free_suitable(s: Session, crow: Course, group: str | None, needs: dict[str, SeatNeed]) -> list[int]:
+def _free_suitable(s: Session, crow: CourseRecord, group: str | None, needs: dict[str, SeatNeed]) -> list[int]:
     """Ids of free seats that suit the group, best first (nothing locked yet)."""
     rows = s.execute(
         select(Seat.id, Seat.key, Seat.kind, Seat.memory_gb, Seat.engine, Seat.groups).where(
@@ -150,7 +150,7 @@ def _lock_first(s: Session, candidates: list[int]) -> Seat | None:
     return None
 
 
-def _no_free_seat(s: Session, crow: Course, p: Participant) -> NoFreeSeat:
+def _no_free_seat(s: Session, crow: CourseRecord, p: Participant) -> NoFreeSeat:
     total = s.scalar(select(func.count()).where(Seat.course_id == crow.id)) or 0
     return NoFreeSeat(
         f"no free seat suits {p.key} (group {p.group_name or '-'}); the course has {total} seat(s)",

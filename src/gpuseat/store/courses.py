@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from gpuseat.core.course import Course as CourseFile
 from gpuseat.core.seating import COURSE_KEY_PATTERN
-from gpuseat.db.models import Assignment, Course, Participant, Seat
+from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
 from gpuseat.errors import InputError, NotFound
 from gpuseat.store.base import StoreBase
 from gpuseat.store.rows import DEFAULT_ACTOR, _check_timezone, _course, _log, _slug, _summary
@@ -58,19 +58,19 @@ class CourseMethods(StoreBase):
         if not COURSE_KEY_PATTERN.match(key):
             raise InputError(
                 f"course key {key!r} is not a slug",
-                where="--key",
+                where="key",
                 fix="use lower-case letters, digits and '-', e.g. dl-2016",
             )
         _check_timezone(timezone)
         now = datetime.now(UTC)
         with self._write() as s:
-            if s.scalar(select(Course.id).where(Course.key == key)) is not None:
+            if s.scalar(select(CourseRecord.id).where(CourseRecord.key == key)) is not None:
                 raise InputError(
                     f"a course {key!r} exists already",
-                    where="--key",
+                    where="key",
                     fix="choose another key (--key) or use the existing course",
                 )
-            row = Course(
+            row = CourseRecord(
                 key=key,
                 name=course.name,
                 source_text=source_text,
@@ -108,7 +108,7 @@ class CourseMethods(StoreBase):
     def list_courses(self) -> list[CourseView]:
         """Every course, by key."""
         with self._read() as s:
-            return [self._course_view(s, c) for c in s.scalars(select(Course).order_by(Course.key))]
+            return [self._course_view(s, c) for c in s.scalars(select(CourseRecord).order_by(CourseRecord.key))]
 
     def get_course(self, course: str | None = None) -> CourseView:
         """One course (``None``: the only one)."""
@@ -122,12 +122,12 @@ class CourseMethods(StoreBase):
         with self._read() as s:
             row = _course(s, course)
             if row.source_text is None:
-                raise NotFound(f"course {row.key!r} has no course file", where="--course", fix="create it from a file")
+                raise NotFound(f"course {row.key!r} has no course file", where="course", fix="create it from a file")
             import tomllib
 
             return validate(CourseFile, tomllib.loads(row.source_text), where=f"course {row.key}")
 
-    def _course_view(self, s: Session, row: Course) -> CourseView:
+    def _course_view(self, s: Session, row: CourseRecord) -> CourseView:
         participants = s.scalar(select(func.count()).where(Participant.course_id == row.id)) or 0
         seats = s.scalar(select(func.count()).where(Seat.course_id == row.id)) or 0
         assigned = (

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Integer, and_, cast, delete, func, insert, select, update
 
 from gpuseat.db import immediate, make_engine, upgrade
-from gpuseat.db.models import AlertRecord, Assignment, Course, Device, MinuteAggregate, Participant, Sample, Seat
+from gpuseat.db.models import AlertRecord, Assignment, CourseRecord, Device, MinuteAggregate, Participant, Sample, Seat
 from gpuseat.errors import NotFound, StoreError, did_you_mean
 from gpuseat.readings import Alert, SeatEntry, SeatMap, SeatState, UsageRow
 
@@ -396,7 +396,7 @@ class MonitorStore:
         found = self._course_id_or_none(key)
         if found is None:
             with self._engine.connect() as conn:
-                known = list(conn.scalars(select(Course.key).order_by(Course.key)))
+                known = list(conn.scalars(select(CourseRecord.key).order_by(CourseRecord.key)))
             raise NotFound(
                 f"no course {key!r}.{did_you_mean(key, known)}",
                 where="course",
@@ -406,7 +406,7 @@ class MonitorStore:
 
     def _course_id_or_none(self, key: str) -> int | None:
         with self._engine.connect() as conn:
-            found = conn.scalar(select(Course.id).where(Course.key == key))
+            found = conn.scalar(select(CourseRecord.id).where(CourseRecord.key == key))
         return None if found is None else int(found)
 
     def add_minutes(self, rows: Iterable[MinuteRow]) -> int:

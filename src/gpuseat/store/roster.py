@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpuseat.core.roster import RosterRow, RosterText, parse_roster
-from gpuseat.db.models import Assignment, Course, Participant, Seat
+from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
 from gpuseat.errors import InputError, did_you_mean
 from gpuseat.store.base import StoreBase
 from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log, _open_seat_key, _participant, _participant_view
@@ -91,7 +91,7 @@ def _check_groups(rows: list[RosterRow], groups: tuple[str, ...], where: str) ->
             )
 
 
-def _check_group_sizes(rows: list[RosterRow], crow: Course, where: str) -> None:
+def _check_group_sizes(rows: list[RosterRow], crow: CourseRecord, where: str) -> None:
     """More participants in a group than the course file plans seats for is refused."""
     planned = {g["name"]: g["count"] for g in (crow.summary or {}).get("groups", ())}
     counts: dict[str, int] = {}
@@ -110,7 +110,7 @@ def _check_group_sizes(rows: list[RosterRow], crow: Course, where: str) -> None:
 _ROSTER_FIELDS = ("key", "name", "group_name", "unix_user", "ssh_key")
 
 
-def _apply_roster(s: Session, crow: Course, rows: list[RosterRow], where: str, actor: str) -> RosterReport:
+def _apply_roster(s: Session, crow: CourseRecord, rows: list[RosterRow], where: str, actor: str) -> RosterReport:
     now = datetime.now(UTC)
     stored = {p.email: p for p in s.scalars(select(Participant).where(Participant.course_id == crow.id)) if p.email}
     keys = {p.key: p for p in s.scalars(select(Participant).where(Participant.course_id == crow.id))}

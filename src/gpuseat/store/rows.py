@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from gpuseat.core.course import Course as CourseFile
 from gpuseat.core.needs import SeatNeed
 from gpuseat.core.seating import misfit, preference
-from gpuseat.db.models import Assignment, Course, Event, Participant, Seat
+from gpuseat.db.models import Assignment, CourseRecord, Event, Participant, Seat
 from gpuseat.errors import InputError, NotFound, did_you_mean
 from gpuseat.store.views import AssignmentView, ParticipantView, SeatView, _utc
 
@@ -34,7 +34,7 @@ def _check_timezone(name: str) -> None:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
         raise InputError(
-            f"unknown time zone {name!r}", where="--timezone", fix="use an IANA name like Europe/Berlin"
+            f"unknown time zone {name!r}", where="timezone", fix="use an IANA name like Europe/Berlin"
         ) from None
 
 
@@ -52,11 +52,11 @@ def _summary(course: CourseFile) -> dict[str, Any]:
     }
 
 
-def _group_names(crow: Course) -> tuple[str, ...]:
+def _group_names(crow: CourseRecord) -> tuple[str, ...]:
     return tuple(g["name"] for g in (crow.summary or {}).get("groups", ()))
 
 
-def _needs(crow: Course) -> dict[str, SeatNeed]:
+def _needs(crow: CourseRecord) -> dict[str, SeatNeed]:
     out = {}
     for g in (crow.summary or {}).get("groups", ()):
         out[g["name"]] = SeatNeed.model_validate({k: v for k, v in g.items() if k in SeatNeed.model_fields})
@@ -80,30 +80,30 @@ def _pref(seat: Seat, group: str | None) -> tuple[int, int, float, str]:
     )
 
 
-def _course(s: Session, key: str | None) -> Course:
+def _course(s: Session, key: str | None) -> CourseRecord:
     if key is not None:
-        row = s.scalar(select(Course).where(Course.key == key))
+        row = s.scalar(select(CourseRecord).where(CourseRecord.key == key))
         if row is None:
-            known = list(s.scalars(select(Course.key)))
+            known = list(s.scalars(select(CourseRecord.key)))
             raise NotFound(
                 f"no course {key!r}.{did_you_mean(key, known)}",
-                where="--course",
+                where="course",
                 fix=f"one of: {', '.join(known)}" if known else "create one: gpuseat course create COURSE.toml",
             )
         return row
-    rows = list(s.scalars(select(Course).order_by(Course.key).limit(11)))
+    rows = list(s.scalars(select(CourseRecord).order_by(CourseRecord.key).limit(11)))
     if len(rows) == 1:
         return rows[0]
     if not rows:
-        raise InputError("no course yet", where="--course", fix="create one: gpuseat course create COURSE.toml")
+        raise InputError("no course yet", where="course", fix="create one: gpuseat course create COURSE.toml")
     raise InputError(
         f"{'more than 10' if len(rows) > 10 else len(rows)} courses: {', '.join(r.key for r in rows[:10])}",
-        where="--course",
-        fix="say which one with --course KEY",
+        where="course",
+        fix="name the course by its key (--course KEY on the command line)",
     )
 
 
-def _participant(s: Session, crow: Course, who: str) -> Participant:
+def _participant(s: Session, crow: CourseRecord, who: str) -> Participant:
     row = s.scalar(
         select(Participant)
         .where(
@@ -117,13 +117,15 @@ def _participant(s: Session, crow: Course, who: str) -> Participant:
         known = list(s.scalars(select(Participant.key).where(Participant.course_id == crow.id)))
         raise NotFound(
             f"no participant {who!r} in course {crow.key!r}.{did_you_mean(who, known)}",
-            where="--participant",
+            where="participant",
             fix="give a participant's key, email or Unix user (gpuseat roster import adds them)",
         )
     return row
 
 
-def _participant_and_seat(s: Session, crow: Course, who: str) -> tuple[Participant, Seat | None, Assignment | None]:
+def _participant_and_seat(
+    s: Session, crow: CourseRecord, who: str
+) -> tuple[Participant, Seat | None, Assignment | None]:
     """The participant with the seat and assignment they hold now, in one query."""
     row = s.execute(
         select(Participant, Seat, Assignment)
@@ -142,20 +144,20 @@ def _participant_and_seat(s: Session, crow: Course, who: str) -> tuple[Participa
     return row[0], row[1], row[2]
 
 
-def _people(s: Session, crow: Course, who: Sequence[str] | None) -> list[Participant]:
+def _people(s: Session, crow: CourseRecord, who: Sequence[str] | None) -> list[Participant]:
     if who is None:
         return list(s.scalars(select(Participant).where(Participant.course_id == crow.id).order_by(Participant.key)))
     return [_participant(s, crow, w) for w in who]
 
 
-def _seat(s: Session, crow: Course, key: str, *, lock: bool = False) -> Seat:
+def _seat(s: Session, crow: CourseRecord, key: str, *, lock: bool = False) -> Seat:
     q = select(Seat).where(Seat.course_id == crow.id, Seat.key == key)
     row = s.scalar(q.with_for_update() if lock else q)
     if row is None:
         known = list(s.scalars(select(Seat.key).where(Seat.course_id == crow.id)))
         raise NotFound(
             f"no seat {key!r} in course {crow.key!r}.{did_you_mean(key, known)}",
-            where="--seat",
+            where="seat",
             fix="gpuseat seats status lists the seats",
         )
     return row

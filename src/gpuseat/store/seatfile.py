@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpuseat.core.seating import COURSE_KEY_PATTERN
-from gpuseat.db.models import Assignment, Course, Participant, Seat
+from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
 from gpuseat.errors import InputError
 from gpuseat.readings import SeatEntry
 from gpuseat.store.rows import DEFAULT_ACTOR, _log, _open
@@ -42,7 +42,7 @@ class SeatFileMethods(SeatMethods):
         rows = list(entries)
         now = datetime.now(UTC)
         with self._write() as s:
-            crow = s.scalar(select(Course).where(Course.key == course))
+            crow = s.scalar(select(CourseRecord).where(CourseRecord.key == course))
             if crow is None:
                 crow = self._bare_course(s, course, now, actor)
             rostered = crow.source_text is not None
@@ -101,10 +101,10 @@ class SeatFileMethods(SeatMethods):
                 _log(s, crow.key, actor, "seats.add", detail={"seats": added, "from": where})
         return len(rows)
 
-    def _bare_course(self, s: Session, key: str, now: datetime, actor: str) -> Course:
+    def _bare_course(self, s: Session, key: str, now: datetime, actor: str) -> CourseRecord:
         if not COURSE_KEY_PATTERN.match(key):
             raise InputError(f"course key {key!r} is not a slug", where="course", fix="use e.g. dl-2016")
-        crow = Course(
+        crow = CourseRecord(
             key=key, name=f"Seats from a seats file ({key})", summary={}, timezone="UTC", created_at=now, updated_at=now
         )
         s.add(crow)
@@ -113,7 +113,7 @@ class SeatFileMethods(SeatMethods):
         return crow
 
     def _seat_file_person(
-        self, s: Session, crow: Course, e: SeatEntry, rostered: bool, now: datetime, actor: str, at: str
+        self, s: Session, crow: CourseRecord, e: SeatEntry, rostered: bool, now: datetime, actor: str, at: str
     ) -> Participant | None:
         if e.participant is None:
             return None
@@ -135,7 +135,7 @@ class SeatFileMethods(SeatMethods):
             _log(s, crow.key, actor, "roster.update", participant=person.key, detail={"unix_user": e.user})
         return person
 
-    def _end(self, s: Session, crow: Course, a: Assignment, now: datetime, actor: str, where: str) -> None:
+    def _end(self, s: Session, crow: CourseRecord, a: Assignment, now: datetime, actor: str, where: str) -> None:
         a.valid_to, a.ended_by = now, "seats file"
         s.flush()
         seat_key = s.scalar(select(Seat.key).where(Seat.id == a.seat_id))

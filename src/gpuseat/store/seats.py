@@ -10,7 +10,7 @@ from sqlalchemy import and_, select
 from sqlalchemy.orm import Session
 
 from gpuseat.core.seating import ASSIGNABLE_STATES, EngineName, SeatState, transition_error
-from gpuseat.db.models import Assignment, Course, Participant, Seat
+from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
 from gpuseat.errors import InputError, InvalidTransition, NoFreeSeat, SeatTaken, did_you_mean
 from gpuseat.store.base import StoreBase
 from gpuseat.store.rows import (
@@ -268,7 +268,9 @@ class SeatMethods(StoreBase):
                 s.flush()
             return self._give(s, crow, p, row, actor, "seat.move")
 
-    def _give(self, s: Session, crow: Course, p: Participant, row: Seat, actor: str, action: str) -> AssignmentView:
+    def _give(
+        self, s: Session, crow: CourseRecord, p: Participant, row: Seat, actor: str, action: str
+    ) -> AssignmentView:
         holder = _holder(s, row.id)
         if holder is not None:
             raise SeatTaken(

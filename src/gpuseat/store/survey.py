@@ -17,7 +17,7 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from gpuseat.db import immediate
-from gpuseat.db.models import Course, Participant, Survey, SurveyResponse
+from gpuseat.db.models import CourseRecord, Participant, Survey, SurveyResponse
 from gpuseat.errors import InputError, NotFound
 
 if TYPE_CHECKING:
@@ -38,9 +38,9 @@ class SurveyRows:
         self._default = default
 
     def _course(self, conn: Connection, course: str | None) -> tuple[int, str | None]:
-        q = select(Course.id, Course.survey_state)
+        q = select(CourseRecord.id, CourseRecord.survey_state)
         if course is not None:
-            q = q.where(Course.key == course)
+            q = q.where(CourseRecord.key == course)
         rows = conn.execute(q.limit(2)).all()
         if len(rows) != 1:
             key = course or self.store.get_course(None).key  # the store's own "no/several courses" message

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import and_, select, update
 from sqlalchemy.orm import Session
 
-from gpuseat.db.models import AccessToken, Course, Participant
+from gpuseat.db.models import AccessToken, CourseRecord, Participant
 from gpuseat.store.base import StoreBase
 from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log, _open_seat_key, _participant_view, _people
 from gpuseat.store.views import IssuedToken, ParticipantView, _jsonable, _utc
@@ -88,9 +88,9 @@ class TokenMethods(StoreBase):
         now = datetime.now(UTC)
         with self._read() as s:
             row = s.execute(
-                select(AccessToken, Participant, Course.key)
+                select(AccessToken, Participant, CourseRecord.key)
                 .join(Participant, Participant.id == AccessToken.participant_id)
-                .join(Course, Course.id == Participant.course_id)
+                .join(CourseRecord, CourseRecord.id == Participant.course_id)
                 .where(AccessToken.token_hash == digest, AccessToken.revoked_at.is_(None))
             ).first()
             if row is None or not hmac.compare_digest(row[0].token_hash, digest):
