@@ -75,7 +75,9 @@ def register(app: typer.Typer) -> None:
                 raise InputError(
                     f"not an IP address: {host!r}", where="--host", fix="e.g. 127.0.0.1 or 0.0.0.0"
                 ) from None
-        url = base_url or f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+        from gpuseat.core.urls import check_base_url
+
+        url = check_base_url(base_url or f"http://{host if ':' not in host else f'[{host}]'}:{port}")
         folder = None
         clock = bench_path = None
         try:

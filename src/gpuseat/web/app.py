@@ -25,6 +25,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from gpuseat.core.roster import RosterText
+from gpuseat.core.urls import check_base_url
 from gpuseat.errors import GpuseatError, InputError
 from gpuseat.services.accounts import Accounts
 from gpuseat.services.activity import Activity, SeatLive
@@ -79,6 +80,7 @@ class Portal:
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
+        check_base_url(self.base_url)  # the links it shows are BASE/t/TOKEN: never javascript: or worse
         self.surveys = SurveyService(self.store)
         self.accounts = Accounts(self.store)
         self.activity = Activity(self.store)
