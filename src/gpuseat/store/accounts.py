@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from gpuseat.db.models import PortalSetting, PortalUser
+from gpuseat.db.models import Event, PortalSetting, PortalUser
 from gpuseat.errors import InputError
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class Accounts:
         self._engine = store._engine
         self._dummy: str | None = None
 
-    def set_password(self, username: str, password: str) -> bool:
+    def set_password(self, username: str, password: str, *, actor: str = "gpuseat") -> bool:
         """Create the organizer or change their password; True when the account was new."""
         check_username(username)
         if not MIN_PASSWORD <= len(password) <= MAX_PASSWORD:
@@ -71,10 +71,15 @@ class Accounts:
             changed = conn.execute(
                 update(PortalUser).where(PortalUser.username == username).values(password_hash=digest, updated_at=now)
             ).rowcount
-            if changed:
-                return False
-            conn.execute(insert(PortalUser).values(username=username, password_hash=digest, updated_at=now))
-        return True
+            if not changed:
+                conn.execute(insert(PortalUser).values(username=username, password_hash=digest, updated_at=now))
+            action = "account.password" if changed else "account.create"
+            conn.execute(
+                insert(Event).values(
+                    at=now, course_key=None, actor=actor[:128], action=action, detail={"user": username}
+                )
+            )
+        return not changed
 
     def verify(self, username: str, password: str) -> bool:
         """True when the password is the organizer's (constant work whether or not the user exists)."""

@@ -17,7 +17,7 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from gpuseat.db import immediate
-from gpuseat.db.models import CourseRecord, Participant, Survey, SurveyResponse
+from gpuseat.db.models import CourseRecord, Event, Participant, Survey, SurveyResponse
 from gpuseat.errors import InputError, NotFound
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ class SurveyRows:
             _, key, text = self._survey(conn, self._course(conn, course)[0])
         return key, text
 
-    def set_template(self, course: str | None, key: str, text: str) -> None:
+    def set_template(self, course: str | None, key: str, text: str, *, actor: str = "gpuseat") -> None:
         """Use another template; refused once anyone has answered."""
         with self._engine.begin() as conn:
             cid, _ = self._course(conn, course)
@@ -88,6 +88,16 @@ class SurveyRows:
                     fix="change the template before opening the survey",
                 )
             conn.execute(update(Survey).where(Survey.id == sid).values(template_key=key, template_text=text))
+            course_key = conn.scalar(select(CourseRecord.key).where(CourseRecord.id == cid))
+            conn.execute(
+                insert(Event).values(
+                    at=datetime.now(UTC),
+                    course_key=course_key,
+                    actor=actor[:128],
+                    action="survey.template",
+                    detail={"template": key},
+                )
+            )
 
     def state(self, course: str | None) -> str | None:
         """``open``, ``closed`` or None (never opened)."""
