@@ -6,11 +6,19 @@ Every user file goes through here so that a malformed file gives one clear ``Inp
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import ctypes
+import errno
 import math
+import os
+import re
+import secrets
+import shutil
 import stat
+import tempfile
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -187,14 +195,24 @@ def read_toml_model(model: type[M], path: Path, *, context: dict[str, Any] | Non
     return validate(model, parse_toml(text, where=str(path)), where=str(path), text=text, context=context)
 
 
-def read_csv(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
-    """Rows of a CSV file with a header, as ``(line_number, {column: value})``."""
-    text = read_text(path)
+#: Rows a CSV file may have (a SkyPilot catalog has tens of thousands; a roster a few hundred).
+MAX_CSV_ROWS = 1_000_000
+
+
+def read_csv(
+    path: Path, *, max_bytes: int = MAX_BYTES, max_rows: int = MAX_CSV_ROWS
+) -> Iterator[tuple[int, dict[str, str]]]:
+    """Rows of a CSV file with a header, as ``(line_number, {column: value})``, at most ``max_rows``."""
+    text = read_text(path, max_bytes=max_bytes)
     reader = csv.DictReader(text.splitlines())
     if not reader.fieldnames:
         raise InputError("empty CSV, no header row", where=str(path), fix="add a header row")
     try:
-        for row in reader:
+        for count, row in enumerate(reader, 1):
+            if count > max_rows:
+                raise InputError(
+                    f"more than {max_rows:,} rows", where=f"{path}:{reader.line_num}", fix="split the file"
+                )
             if None in row:
                 raise InputError(
                     f"{len(row[None]) + len(reader.fieldnames)} fields, header has {len(reader.fieldnames)}",
@@ -204,3 +222,180 @@ def read_csv(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
             yield reader.line_num, {k: (v or "").strip() for k, v in row.items()}
     except csv.Error as exc:
         raise InputError(f"malformed CSV: {exc}", where=f"{path}:{reader.line_num}", fix="fix the quoting") from None
+
+
+# --- writing ------------------------------------------------------------------------------------------
+#
+# Every file gpuseat writes goes through here: a path that is a symbolic link, a FIFO, a device or a
+# folder is refused (never followed, never blocked on), data lands in a temporary file beside the
+# target and is renamed over it, so a reader or a crash sees the old file or the new one, never half.
+
+
+def check_target(path: Path, *, where: str | None = None) -> None:
+    """Refuse to write ``path`` when it is a symbolic link, a folder, a FIFO, a socket or a device."""
+    place = where or str(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InputError(f"cannot use it: {exc.strerror}", where=place, fix="check the path") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise InputError(
+            "is a symbolic link; gpuseat never writes through links",
+            where=place,
+            fix="remove the link or give the real path",
+        )
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError("is a folder, not a file", where=place, fix="give a file name")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(
+            "is not a regular file (a FIFO, socket or device)", where=place, fix="give a regular file's path"
+        )
+
+
+def write_error(exc: OSError, where: str) -> InputError:
+    """One clear message for a failed write (disk full, read-only, permissions)."""
+    if exc.errno == errno.ENOSPC or exc.errno == errno.EDQUOT:
+        return InputError("no space left on the device", where=where, fix="free some space and run it again")
+    if exc.errno == errno.EFBIG:
+        return InputError("the file would exceed the size limit", where=where, fix="raise the file size limit")
+    if exc.errno == errno.EROFS:
+        return InputError("the file system is read-only", where=where, fix="write somewhere writable")
+    return InputError(
+        f"cannot write: {exc.strerror or exc}", where=where, fix="check the folder exists and is writable"
+    )
+
+
+def write_file(path: Path, data: bytes | str, *, where: str | None = None, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary file beside it, fsync, rename over it."""
+    place = where or str(path)
+    check_target(path, where=place)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name[:40]}.gpuseat-")
+    except OSError as exc:
+        raise write_error(exc, place) from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(raw)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise write_error(exc, place) from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+_STAGING = re.compile(r"^\.(?P<name>.+)\.gpuseat-(?P<what>new|old)-(?P<pid>\d+)-[a-z0-9_]+$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover_folder(out: Path) -> None:
+    """Finish or undo a folder swap that a killed run left behind (see :func:`replace_folder`).
+
+    A staged new folder of a dead writer is removed; a previous folder moved aside by a writer that
+    died before the new one took its place is put back.
+    """
+    parent = out.parent if str(out.parent) else Path(".")
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        m = _STAGING.match(entry.name)
+        if not m or m["name"] != out.name or _alive(int(m["pid"])):
+            continue
+        if m["what"] == "old" and not out.exists() and not out.is_symlink():
+            with contextlib.suppress(OSError):
+                os.rename(entry, out)
+                continue
+        shutil.rmtree(entry, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    result = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    if result == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(a))
+
+
+def replace_folder(
+    out: Path,
+    files: dict[str, bytes],
+    *,
+    modes: dict[str, int] | None = None,
+    keep: Iterable[str] = (),
+    last: str | None = None,
+    where: str | None = None,
+) -> None:
+    """Make ``out`` hold exactly ``files`` (plus the entries named in ``keep``), all or nothing.
+
+    Everything is written into a staging folder beside ``out`` (``last`` — the manifest — written
+    last), then swapped in with one atomic exchange. A run killed at any moment leaves the previous
+    folder intact; the next run removes the stale staging folder (:func:`recover_folder`).
+    """
+    place = where or str(out)
+    parent = out.parent if str(out.parent) else Path(".")
+    recover_folder(out)
+    tag = f"{os.getpid()}-{secrets.token_hex(4)}"
+    staged = parent / f".{out.name}.gpuseat-new-{tag}"
+    try:
+        staged.mkdir(mode=0o755)
+        order = sorted(files, key=lambda n: n == last)
+        for name in order:
+            target = staged / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "xb") as handle:
+                handle.write(files[name])
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(target, (modes or {}).get(name, 0o644))
+        for name in keep:
+            source = out / name
+            if source.is_dir() and not source.is_symlink():
+                shutil.copytree(source, staged / name, symlinks=True)
+            elif source.exists() or source.is_symlink():
+                shutil.copy2(source, staged / name, follow_symlinks=False)
+        if out.exists():
+            if _exchange(staged, out):
+                shutil.rmtree(staged, ignore_errors=True)
+                return
+            aside = parent / f".{out.name}.gpuseat-old-{tag}"
+            os.rename(out, aside)
+            os.rename(staged, out)
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            os.rename(staged, out)
+    except OSError as exc:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise write_error(exc, place) from None
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise

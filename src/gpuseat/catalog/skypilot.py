@@ -9,6 +9,7 @@ fractional; rows with an empty or zero ``Price`` are skipped with a warning, nev
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -111,8 +112,13 @@ def _number(value: str, *, where: str, column: str, allow_empty: bool = False) -
     return number
 
 
+@functools.lru_cache(maxsize=4096)
 def _gpu_memory_gb(gpu_info: str, provider: str) -> float | None:
-    """Per-GPU memory from a ``GpuInfo`` literal; None when the field has no memory (Azure)."""
+    """Per-GPU memory from a ``GpuInfo`` literal; None when the field has no memory (Azure).
+
+    Cached: a catalog repeats the same few hundred literals over every region and zone, and
+    parsing each literal is most of an import's time.
+    """
     if not gpu_info.startswith("{"):
         return None
     try:
@@ -127,10 +133,14 @@ def _gpu_memory_gb(gpu_info: str, provider: str) -> float | None:
     return round(size / 1024, 2)
 
 
+#: SkyPilot's own catalogs run to tens of MB (every instance type in every zone).
+MAX_CATALOG_BYTES = 512 * 1024 * 1024
+
+
 def _read_rows(path: Path, provider: str) -> list[_Row]:
     rows: list[_Row] = []
     header_checked = False
-    for line, raw in read_csv(path):
+    for line, raw in read_csv(path, max_bytes=MAX_CATALOG_BYTES):
         where = f"{path}:{line}"
         if not header_checked:
             missing = [c for c in REQUIRED if c not in raw]

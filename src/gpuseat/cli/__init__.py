@@ -12,6 +12,7 @@ import sys
 import click
 import typer
 
+from gpuseat.cli.flags import as_flags
 from gpuseat.errors import GpuseatError
 
 app = typer.Typer(
@@ -35,6 +36,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+    debug: bool = typer.Option(False, "--debug", help="Show the Python traceback of an internal error."),
 ) -> None:
     """One GPU seat per course participant: plan, carve, doctor, bench, top/monitor, course, serve."""
 
@@ -125,16 +127,16 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every error becomes one message on stderr and its exit code, never a traceback.
 
     Exit codes: 0 ok, 1 an outside engine failed (or a check failed), 2 bad input, 70 a bug in gpuseat
-    (set ``GPUSEAT_DEBUG=1`` to see its traceback), 130 interrupted.
+    (``gpuseat --debug …`` or ``GPUSEAT_DEBUG=1`` shows its traceback), 130 interrupted.
     """
     import os
 
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args[: args.index("--")] if "--" in args else "--debug" in args
     try:
-        result = app(args=argv, standalone_mode=False)
+        result = app(args=args, standalone_mode=False)
     except GpuseatError as exc:
-        from gpuseat.cli.flags import as_flags
-
-        print(f"error: {as_flags(exc).message}", file=sys.stderr)
+        _error(as_flags(exc).message)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -144,19 +146,23 @@ def main(argv: list[str] | None = None) -> int:
             return _click_exit(exc)
         mapped = edge_error(exc)
         if mapped is not None:
-            from gpuseat.cli.flags import as_flags
-
-            print(f"error: {as_flags(mapped).message}", file=sys.stderr)
+            _error(as_flags(mapped).message)
             return mapped.exit_code
-        if os.environ.get("GPUSEAT_DEBUG"):
+        if debug or os.environ.get("GPUSEAT_DEBUG"):
             raise
-        print(
-            f"error: internal error, a bug in gpuseat: {type(exc).__name__}: {exc}\n"
-            "To fix: please report it with the command you ran (GPUSEAT_DEBUG=1 shows the traceback)",
-            file=sys.stderr,
+        _error(
+            f"internal error, a bug in gpuseat: {type(exc).__name__}: {exc}\n"
+            "To fix: run the command again with --debug (gpuseat --debug …) for the traceback, and report it"
         )
         return 70
     return result if isinstance(result, int) else 0
+
+
+def _error(message: str) -> None:
+    """One error message on stderr, with any control character from user data made harmless."""
+    from gpuseat.safe_text import clean
+
+    print(f"error: {clean(message)}", file=sys.stderr)
 
 
 def _click_exit(exc: Exception) -> int:

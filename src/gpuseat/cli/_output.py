@@ -30,23 +30,51 @@ def print_json(obj: Any) -> None:
 
 def print_csv(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> None:
     """CSV with a header on stdout."""
+    from gpuseat.safe_text import csv_cell
+
     writer = csv.DictWriter(sys.stdout, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow(row)
+        writer.writerow({k: csv_cell(v) for k, v in row.items()})
+
+
+#: Above this many rows a table is printed as plain aligned text in one pass: Rich lays out every
+#: cell (measure, wrap, borders), which takes minutes for a 150,000-row catalog.
+RICH_TABLE_MAX_ROWS = 500
 
 
 def print_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], title: str | None = None) -> None:
-    """A Rich table on stdout."""
+    """A table on stdout: Rich for a screenful, plain aligned columns for long listings."""
+    from gpuseat.safe_text import clean
+
+    cells = [["" if row.get(c) is None else clean(str(row.get(c)), one_line=True) for c in columns] for row in rows]
+    heads = [clean(col, one_line=True) for col in columns]
+    if len(cells) > RICH_TABLE_MAX_ROWS:
+        _plain_table(cells, heads, None if title is None else clean(title, one_line=True))
+        return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title)
-    for col in columns:
+    table = Table(title=None if title is None else clean(title, one_line=True))
+    for col in heads:
         table.add_column(col)
-    for row in rows:
-        table.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
+    for line in cells:
+        table.add_row(*line)
     Console().print(table)
+
+
+def _plain_table(cells: list[list[str]], heads: list[str], title: str | None) -> None:
+    widths = [len(h) for h in heads]
+    for line in cells:
+        for i, cell in enumerate(line):
+            if len(cell) > widths[i]:
+                widths[i] = len(cell)
+    out = sys.stdout
+    if title:
+        out.write(title + "\n")
+    out.write("  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip() + "\n")
+    out.write("  ".join("-" * w for w in widths) + "\n")
+    out.writelines("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() + "\n" for line in cells)
 
 
 def print_rows(

@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
             "auto", "--device", "-d", help="auto, cpu, cuda, cuda:N, or a GPU-/MIG- UUID (see nvidia-smi -L)."
         ),
         iterations: int = typer.Option(10_000, "--iterations", "-n", help="Training iterations (Caffe: 10000)."),
-        seed: int = typer.Option(1, "--seed", help="Seed of the xavier initialisation."),
+        seed: int = typer.Option(1, "--seed", min=0, max=2**63 - 1, help="Seed of the xavier initialisation."),
         caffe_tests: bool = typer.Option(
             False, "--caffe-tests", help="Also test every 500 iterations as Caffe does (timed separately)."
         ),

@@ -110,7 +110,11 @@ def cull(
         raise InputError(
             "no Hub API token", where="JUPYTERHUB_API_TOKEN", fix="run as a hub service (the hub sets it) or export it"
         )
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s gpuseat-cull %(levelname)s %(message)s")
+    from gpuseat.safe_text import log_handler
+
+    logging.basicConfig(
+        level=logging.INFO, handlers=[log_handler("%(asctime)s gpuseat-cull %(levelname)s %(message)s")]
+    )
     with open_store(db) as store:
         key = store.get_course(course).key
         culler = Culler(store, key, api_url=url, token=token, idle_hours=idle_hours, dry_run=dry_run)

@@ -162,7 +162,9 @@ def monitor(
         return
     import logging
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    from gpuseat.safe_text import log_handler
+
+    logging.basicConfig(level=logging.INFO, handlers=[log_handler("%(asctime)s %(levelname)s %(message)s")])
     run = monitoring.run_monitor(
         source,
         seats=seats,

@@ -191,7 +191,9 @@ def _offers_import(
         for o in result.offers
     ]
     if out is not None:
-        out.write_text(offers_toml(result.offers), encoding="utf-8")
+        from gpuseat.files import write_file
+
+        write_file(out, offers_toml(result.offers), where=f"--out {out}")
         err.print(f"wrote {len(result.offers)} offers to {out}")
     _emit(rows, fmt, title=f"{len(rows)} offers from {path}")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
@@ -16,20 +15,14 @@ DB = typer.Option(None, "--db", help="Database URL (default: GPUSEAT_DB_URL or S
 
 def write_new(path: Path, text: str, *, force: bool) -> None:
     """Write ``text`` to ``path``; an existing file needs ``force``, and a symlink or folder is refused."""
-    if path.is_symlink() or path.is_dir():
-        raise InputError("is a folder or a symbolic link", where=str(path), fix="give a plain file name for --out")
+    from gpuseat.files import check_target, write_file
+
+    check_target(path, where=f"--out {path}")
     if path.exists() and not force:
         raise InputError("exists already", where=str(path), fix="choose another --out, or add --force to replace it")
     if not path.parent.is_dir():
         raise InputError("its folder does not exist", where=str(path), fix="create the folder first")
-    tmp = path.with_name(f".{path.name}.gpuseat-tmp")
-    try:
-        with open(tmp, "x", encoding="utf-8") as fh:  # never through an existing file or link
-            fh.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise InputError(f"cannot write: {exc.strerror}", where=str(path), fix="choose a writable --out") from None
+    write_file(path, text, where=f"--out {path}")
 
 
 def register(app: typer.Typer) -> None:

@@ -54,8 +54,8 @@ def register(app: typer.Typer) -> None:
         fmt: Format = FORMAT_OPTION,
     ) -> None:
         """Issue access links (each shown once: only a hash is stored); --rotate or --revoke them."""
-        from gpuseat.core.urls import check_base_url
         from gpuseat.services.courses import open_store
+        from gpuseat.urls import base_url as check_base_url
 
         base = check_base_url(base_url)
         who = participant or None

@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
                 raise InputError(
                     f"not an IP address: {host!r}", where="--host", fix="e.g. 127.0.0.1 or 0.0.0.0"
                 ) from None
-        from gpuseat.core.urls import check_base_url
+        from gpuseat.urls import base_url as check_base_url
 
         url = check_base_url(base_url or f"http://{host if ':' not in host else f'[{host}]'}:{port}")
         folder = None

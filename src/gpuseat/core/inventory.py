@@ -290,14 +290,40 @@ class _MigPartedFile(BaseModel):
     mig_configs: dict[str, list[MigPartedEntry]] = Field(alias="mig-configs", min_length=1)
 
 
+MAX_YAML_ALIASES = 1000
+MAX_YAML_CHARS = 4 * 1024 * 1024
+
+
 def parse_mig_parted(
     yaml_text: str, *, where: str, config: str | None = None
 ) -> tuple[str, tuple[MigPartedEntry, ...]]:
     """The named (or only) config of a mig-parted ``version: v1`` file."""
     import yaml
 
+    class _Loader(yaml.SafeLoader):
+        """The safe loader, with a cap on aliases: a few anchors can otherwise expand to billions of nodes."""
+
+        aliases = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                self.aliases += 1
+                if self.aliases > MAX_YAML_ALIASES:
+                    raise InputError(
+                        f"more than {MAX_YAML_ALIASES} YAML aliases (*name)",
+                        where=where,
+                        fix="write the mig-parted config out without anchor/alias chains",
+                    )
+            return super().compose_node(parent, index)
+
+    if len(yaml_text) > MAX_YAML_CHARS:
+        raise InputError(
+            f"{len(yaml_text):,} characters: more than a mig-parted config needs",
+            where=where,
+            fix="check that this is the right file",
+        )
     try:
-        data = yaml.safe_load(yaml_text)
+        data = yaml.load(yaml_text, Loader=_Loader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise InputError(f"malformed YAML: {exc}", where=where, fix="correct the YAML syntax") from None
     spec = validate(_MigPartedFile, data, where=where)

@@ -64,6 +64,49 @@ def immediate(engine: Engine) -> Engine:
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+#: How long a writer waits for another writer's lock before it gives up (seconds); the same for every
+#: writing command, the portal and the monitor. ``GPUSEAT_DB_BUSY_TIMEOUT`` changes it.
+BUSY_TIMEOUT_S = 60.0
+
+
+def busy_timeout() -> float:
+    """The writers' busy timeout in seconds (``GPUSEAT_DB_BUSY_TIMEOUT`` or :data:`BUSY_TIMEOUT_S`)."""
+    raw = os.environ.get("GPUSEAT_DB_BUSY_TIMEOUT", "")
+    try:
+        value = float(raw) if raw else BUSY_TIMEOUT_S
+    except ValueError:
+        value = BUSY_TIMEOUT_S
+    return value if 0 < value <= 86400 else BUSY_TIMEOUT_S
+
+
+def lock_holders(database: Path) -> list[str]:
+    """Other processes that have the SQLite file (or its WAL) open: who may hold the write lock.
+
+    Read from ``/proc`` (Linux); an empty list where that cannot be seen (other users' processes
+    without root, other systems).
+    """
+    try:
+        targets = {os.path.realpath(database), os.path.realpath(f"{database}-wal")}
+    except OSError:
+        return []
+    found: list[str] = []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            fds = list((entry / "fd").iterdir())
+            if not any(os.readlink(fd) in targets for fd in fds):
+                continue
+            cmd = " ".join((entry / "cmdline").read_bytes().decode(errors="replace").replace("\0", " ").split())
+        except OSError:
+            continue
+        found.append(f"pid {entry.name} ({cmd[:80] or '?'})")
+    return sorted(found)
+
+
 def _check_sqlite_file(path: Path, *, create: bool) -> None:
     """A SQLite path must be a SQLite file, or absent when the command may create the database."""
     from gpuseat.errors import InputError
@@ -101,7 +144,7 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
 
     from gpuseat.errors import InputError
 
-    resolved = resolve_url(url)
+    resolved = database_url(resolve_url(url))
     try:
         parsed = make_url(resolved)
     except ArgumentError:
@@ -113,9 +156,10 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             _check_sqlite_file(Path(parsed.database).expanduser(), create=create)
-        engine = create_engine(parsed, connect_args={"timeout": 60})  # writers queue up to 60 s
+        engine = create_engine(parsed, connect_args={"timeout": busy_timeout()})  # writers queue, then fail clearly
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
+        event.listen(engine, "handle_error", _sqlite_error)
         return engine
     try:
         return create_engine(parsed, pool_pre_ping=True)
@@ -125,6 +169,88 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
             where="db_url",
             fix="for PostgreSQL use postgresql+psycopg://…",
         ) from None
+
+
+def sqlite_error(message: str, database: str | None) -> Exception | None:
+    """One clear :class:`~gpuseat.errors.StoreError` for SQLite's own failures (None: not one of them).
+
+    A held write lock (after the busy timeout, naming who has the file open), a full disk, a
+    read-only file or folder: each says what happened to which file and what to do; nothing stored
+    is lost (the transaction was rolled back).
+    """
+    from gpuseat.errors import StoreError
+
+    where = f"database {database}" if database else "database"
+    text_ = message.lower()
+    if "database is locked" in text_ or "database table is locked" in text_:
+        holders = lock_holders(Path(database)) if database else []
+        who = f"; open in {', '.join(holders)}" if holders else ""
+        return StoreError(
+            f"another writer held the database for more than {busy_timeout():g} s{who}",
+            where=where,
+            fix="let that command finish (or stop it) and run this again; nothing was changed",
+        )
+    if "disk is full" in text_ or "disk i/o error" in text_:
+        return StoreError(
+            "the disk is full (or failing): the change was not stored",
+            where=where,
+            fix="free space on that file system and run the command again; stored data is intact",
+        )
+    if "readonly database" in text_ or "read-only" in text_ or _read_only(database):
+        return StoreError(
+            "the database file (or its folder) is read-only",
+            where=where,
+            fix="make the file and its folder writable for this user, or use --db with a writable copy",
+        )
+    if "unable to open database file" in text_:
+        return StoreError(
+            "cannot open the database file", where=where, fix="check the path, its folder and the permissions"
+        )
+    return None
+
+
+def _read_only(database: str | None) -> bool:
+    """True when the database file exists but its file system, folder or file cannot be written."""
+    if not database or not os.path.exists(database):
+        return False
+    folder = os.path.dirname(os.path.abspath(database))
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return True
+    except OSError:
+        return False
+    return not os.access(folder, os.W_OK) or not os.access(database, os.W_OK)
+
+
+def _sqlite_error(context: Any) -> Exception | None:
+    orig = context.original_exception
+    if orig is None or type(orig).__module__ not in ("sqlite3", "_sqlite3"):
+        return None
+    database = context.engine.url.database if context.engine is not None else None
+    return sqlite_error(str(orig), database)
+
+
+def database_url(value: str, *, where: str = "db_url") -> str:
+    """``value`` when SQLAlchemy can read it as a database URL with a usable host; else an input error."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from gpuseat.errors import InputError
+    from gpuseat.safe_text import has_control
+
+    fix = "use sqlite:///path/gpuseat.db or postgresql+psycopg://user@host/dbname"
+    if has_control(value) or "\n" in value:
+        raise InputError("the database URL holds control characters", where=where, fix=fix)
+    try:
+        parsed = make_url(value)
+        host = parsed.host
+        if parsed.port is not None and not 0 < parsed.port < 65536:
+            raise ValueError(f"port {parsed.port} is out of range")
+    except (ArgumentError, ValueError, TypeError) as exc:
+        raise InputError(f"not a database URL: {exc}", where=where, fix=fix) from None
+    if host and (host.startswith("[") != host.endswith("]") or "[" in host.strip("[]") or "]" in host.strip("[]")):
+        raise InputError(f"malformed host {host!r} (unbalanced brackets)", where=where, fix=fix)
+    return value
 
 
 def _foreign_tables(conn: Any) -> list[str]:

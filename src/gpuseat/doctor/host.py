@@ -60,7 +60,11 @@ class HostView:
         """``root/path``; off the live root, a path whose symlinks lead out of the root is refused."""
         real = self.root / path.lstrip("/")
         if not self.live:
-            resolved = real.resolve() if follow else real.parent.resolve() / real.name
+            try:
+                resolved = real.resolve() if follow else real.parent.resolve() / real.name
+            except (RuntimeError, OSError):  # a symlink loop (RuntimeError before Python 3.13)
+                self.outside.append(path)
+                raise _Outside(path) from None
             if resolved != self._resolved and self._resolved not in resolved.parents:
                 self.outside.append(path)
                 raise _Outside(path)
@@ -124,14 +128,13 @@ class HostView:
     def write_capture(self, out: Path) -> None:
         """Write everything seen as a ``.tar.gz`` whose extraction is a root for :class:`HostView`."""
         check_capture_path(out)
-        try:
-            with tarfile.open(out, "w:gz") as tar:
-                for member, data in capture_members(self.seen):
-                    tar.addfile(member, io.BytesIO(data) if data is not None else None)
-        except OSError as exc:
-            raise InputError(
-                f"cannot write: {exc.strerror}", where=f"--capture {out}", fix="check permissions"
-            ) from None
+        from gpuseat.files import write_file
+
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+            for member, data in capture_members(self.seen):
+                tar.addfile(member, io.BytesIO(data) if data is not None else None)
+        write_file(out, buffer.getvalue(), where=f"--capture {out}")
 
 
 def check_capture_path(out: Path) -> None:

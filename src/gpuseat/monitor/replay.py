@@ -91,9 +91,9 @@ def clean_snapshot(snap: Snapshot, *, where: str = "snapshot") -> Snapshot:
 
 def write_replay(path: Path, snapshots: Iterable[Snapshot]) -> None:
     """Write snapshots as JSON Lines (the format :func:`read_replay` reads)."""
-    with path.open("w", encoding="utf-8") as fh:
-        for snap in snapshots:
-            fh.write(json.dumps(snapshot_to_dict(snap), separators=(",", ":")) + "\n")
+    from gpuseat.files import write_file
+
+    write_file(path, "".join(json.dumps(snapshot_to_dict(s), separators=(",", ":")) + "\n" for s in snapshots))
 
 
 class ReplaySampler:

@@ -61,10 +61,12 @@ def rich_table(rows: Sequence[Mapping[str, Any]], title: str) -> Any:
     """A Rich table of :func:`seat_rows` (foreign processes are marked ``!`` and shown red)."""
     from rich.table import Table
 
-    table = Table(title=title)
+    from gpuseat.safe_text import clean
+
+    table = Table(title=clean(title, one_line=True))
     for col in COLUMNS:
         table.add_column(col)
     for row in rows:
         style = "red" if "!" in (row["processes"] or "") else None
-        table.add_row(*("" if row[c] is None else str(row[c]) for c in COLUMNS), style=style)
+        table.add_row(*("" if row[c] is None else clean(str(row[c])) for c in COLUMNS), style=style)
     return table

@@ -12,7 +12,6 @@ import json
 import math
 import os
 import stat
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ from gpuseat.core.inventory import (
 )
 from gpuseat.core.needs import SeatNeed
 from gpuseat.errors import InputError
-from gpuseat.files import read_text, read_toml
+from gpuseat.files import read_text, read_toml, recover_folder, replace_folder
 from gpuseat.render.base import FILE_NAME, Artifact, RenderOptions, render
 
 if TYPE_CHECKING:
@@ -227,24 +226,23 @@ def _prepare(out: Path) -> None:
         raise InputError(
             f"the parent folder {parent} does not exist", where=f"--out {out}", fix=f"create {parent} first"
         )
-    try:
-        out.mkdir(exist_ok=True)
-    except OSError as exc:
-        raise InputError(
-            f"cannot create it: {exc.strerror}", where=f"--out {out}", fix="choose a writable folder"
-        ) from None
+    recover_folder(out)
 
 
 def write_artifacts(out: Path, artifacts: list[Artifact], *, force: bool = False) -> Written:
     """Write ``artifacts`` into ``out`` — an empty folder or one gpuseat wrote (its manifest lists the files).
 
     A re-carve replaces gpuseat's own files and removes those it no longer renders. A file gpuseat did not
-    write (or that was edited since) is never overwritten or removed without ``force``; symbolic links
-    are never followed (each file is written to a temporary name and renamed over the old entry).
+    write (or that was edited since) is never overwritten or removed without ``force`` (with it, files
+    gpuseat did not write are kept). The whole folder is staged beside ``out`` and swapped in at once
+    (:func:`gpuseat.files.replace_folder`): a run killed at any point leaves the old folder as it was.
     """
     _prepare(out)
     manifest = _read_manifest(out)
-    entries = {p.name for p in out.iterdir()} - {MANIFEST}
+    # stray temporary files of an older writer killed mid-write are not the user's files
+    entries = (
+        {p.name for p in out.iterdir() if not p.name.startswith(".gpuseat-")} - {MANIFEST} if out.exists() else set()
+    )
     if not manifest and entries and not force:
         raise InputError(
             f"the folder is not empty and gpuseat did not write it ({len(entries)} entries, no {MANIFEST})",
@@ -263,36 +261,19 @@ def write_artifacts(out: Path, artifacts: list[Artifact], *, force: bool = False
             where=f"--out {out}",
             fix="move them away, choose another folder, or add --force",
         )
-    written: list[Path] = []
-    try:
-        for name, data in new.items():
-            fd, tmp = tempfile.mkstemp(dir=out, prefix=".gpuseat-")
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            mode = 0o755 if name.endswith(".sh") else 0o644
-            os.chmod(tmp, mode)
-            os.replace(tmp, out / name)
-            written.append(out / name)
-        removed = []
-        for name in sorted(set(manifest) - set(new)):
-            path = out / name
-            if path.exists() or path.is_symlink():
-                path.unlink()
-                removed.append(path)
-        doc = {
-            "schema_version": SCHEMA_VERSION,
-            "writer": "gpuseat carve",
-            "files": {n: _sha(d) for n, d in new.items()},
-        }
-        fd, tmp = tempfile.mkstemp(dir=out, prefix=".gpuseat-")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(doc, handle, indent=2, sort_keys=True)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out / MANIFEST)
-    except OSError as exc:
-        raise InputError(
-            f"cannot write: {exc.strerror}", where=f"--out {out}", fix="choose a writable folder"
-        ) from None
+    doc = {"schema_version": SCHEMA_VERSION, "writer": "gpuseat carve", "files": {n: _sha(d) for n, d in new.items()}}
+    files = {**new, MANIFEST: (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8")}
+    foreign = sorted(entries - set(manifest) - set(new)) if out.exists() else []
+    replace_folder(
+        out,
+        files,
+        modes={n: 0o755 for n in new if n.endswith(".sh")},
+        keep=foreign,
+        last=MANIFEST,
+        where=f"--out {out}",
+    )
+    written = [out / name for name in new]
+    removed = [out / name for name in sorted(set(manifest) - set(new)) if name in entries]
     runbook = out / "APPLY.md" if "APPLY.md" in new else None
     return Written(paths=tuple(written), removed=tuple(removed), runbook=runbook)
 

@@ -253,23 +253,28 @@ def run_monitor(
     course: str | None = None,
 ) -> MonitorRun:
     """Sample every ``interval_s`` into the course database, with alerts and ``/metrics``, until stopped."""
-    from gpuseat.monitor.alerts import AlertTracker, post_webhook
+    from gpuseat.monitor.alerts import AlertTracker
     from gpuseat.monitor.prometheus import SeatCollector, serve
     from gpuseat.monitor.runner import Monitor
+    from gpuseat.monitor.webhook import WebhookSender
     from gpuseat.store.monitor import DEFAULT_COURSE, MonitorStore
+    from gpuseat.urls import http_url
 
+    if webhook is not None:
+        http_url(webhook, where="--webhook")  # refused now, not at the first alert hours later
     address = parse_listen(listen) if listen else None
     collector = SeatCollector(metrics_names)
     sampler = open_sampler(source)
     seat_map_ = seat_map(seats, db, write=True, course=course)
     store = MonitorStore(db, course=course or (DEFAULT_COURSE if seats is not None else None))
+    sender = WebhookSender(webhook) if webhook else None
     monitor = Monitor(
         sampler,
         seat_map_,
         store=store,
         alerts=AlertTracker(idle_hours=idle_hours),
         collector=collector,
-        on_alert=(lambda alert: post_webhook(webhook, alert)) if webhook else None,
+        on_alert=sender.submit if sender is not None else None,
         background=True,  # a slow or locked database never delays a tick
     )
     server = None
@@ -282,6 +287,8 @@ def run_monitor(
         if server is not None:
             server.shutdown()
         monitor.close()
+        if sender is not None:
+            sender.close()
     bound = f"{address[0]}:{server.server_port}" if server is not None and address else None
     return MonitorRun(done, monitor.samples_stored, monitor.dropped, monitor.write_failures, bound)
 
@@ -359,10 +366,9 @@ def write_chart(report: UsageReport, path: Path, *, force: bool = False) -> None
         raise InputError(
             "exists and was not written by gpuseat", where=f"--chart {path}", fix="choose another name or add --force"
         )
-    try:
-        path.write_text(chart_html(list(report.rows)), encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot write: {exc.strerror}", where=f"--chart {path}", fix="check permissions") from None
+    from gpuseat.files import write_file
+
+    write_file(path, chart_html(list(report.rows)), where=f"--chart {path}")
 
 
 def _head(path: Path) -> str:

@@ -71,13 +71,13 @@ class SurveyRows:
 
     def template(self, course: str | None) -> tuple[str, str]:
         """(key, TOML text) of the course's survey template."""
-        with self._engine.begin() as conn:
+        with immediate(self._engine).begin() as conn:  # may create the survey row
             _, key, text = self._survey(conn, self._course(conn, course)[0])
         return key, text
 
     def set_template(self, course: str | None, key: str, text: str, *, actor: str = "gpuseat") -> None:
         """Use another template; refused once anyone has answered."""
-        with self._engine.begin() as conn:
+        with immediate(self._engine).begin() as conn:  # SQLite: take the write lock first, never upgrade
             cid, _ = self._course(conn, course)
             sid, _, _ = self._survey(conn, cid)
             answered = conn.scalar(select(func.count()).where(SurveyResponse.survey_id == sid))
@@ -107,7 +107,7 @@ class SurveyRows:
     def stamp(self, course: str | None, state: str) -> None:
         """Record when the survey was opened or closed (the state itself is the course's)."""
         now = datetime.now(UTC)
-        with self._engine.begin() as conn:
+        with immediate(self._engine).begin() as conn:  # SQLite: writers queue for the lock, never fail at once
             cid, _ = self._course(conn, course)
             sid, _, _ = self._survey(conn, cid)
             values = {"opened_at": now} if state == OPEN else {"closed_at": now}
@@ -155,7 +155,7 @@ class SurveyRows:
 
     def answers(self, course: str | None) -> tuple[str, str, str | None, list[dict[str, Any]]]:
         """(template key, template text, state, every response's answers in order of first submission)."""
-        with self._engine.begin() as conn:
+        with immediate(self._engine).begin() as conn:  # may create the survey row
             cid, state = self._course(conn, course)
             sid, key, text = self._survey(conn, cid)
             rows = conn.scalars(

@@ -25,12 +25,12 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from gpuseat.core.roster import RosterText
-from gpuseat.core.urls import check_base_url
 from gpuseat.errors import GpuseatError, InputError
 from gpuseat.services.accounts import Accounts
 from gpuseat.services.activity import Activity, SeatLive
 from gpuseat.services.report import build_digest, participant_view, seat_id
 from gpuseat.services.survey import OPEN, SurveyService
+from gpuseat.urls import base_url as check_base_url
 from gpuseat.web.security import (
     CSRF_COOKIE,
     CSRF_FIELD,

@@ -1,0 +1,72 @@
+"""Text from user data made safe for a terminal, a CSV file or a log line.
+
+A roster, a course file, a capture or a database row can carry control characters: an escape
+sequence printed raw can rewrite the organizer's terminal (clear it, change its title, hide lines),
+and a CSV cell starting with ``=`` runs as a formula in a spreadsheet. Every string from user data
+passes :func:`clean` before it is printed and :func:`csv_cell` before it is written to a CSV file.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# C0 controls except tab and newline, DEL, C1 controls, and the bidirectional overrides that can
+# reorder what a reader sees (U+202A–U+202E, U+2066–U+2069).
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE_ONE_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+REPLACEMENT = "\ufffd"
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+
+
+def clean(value: str, *, one_line: bool = False) -> str:
+    """``value`` with every control character replaced by U+FFFD (newlines kept unless ``one_line``)."""
+    pattern = _UNSAFE_ONE_LINE if one_line else _UNSAFE
+    return pattern.sub(REPLACEMENT, value)
+
+
+def has_control(value: str) -> bool:
+    """True when ``value`` holds a character :func:`clean` would replace (newlines allowed)."""
+    return _UNSAFE.search(value) is not None
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell that a spreadsheet shows as text: formulas defused (a leading ``'``), controls cleaned."""
+    if not isinstance(value, str):
+        return value
+    text = clean(value, one_line=True)
+    if text.startswith(_FORMULA_START) and not _is_number(text):
+        return "'" + text
+    return text
+
+
+def _is_number(text: str) -> bool:
+    """``-3.5`` is a number, not a formula: keep negative amounts readable."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+class CleanLogRecords:
+    """A :mod:`logging` filter that cleans every record's message: a log line is one line of text."""
+
+    def filter(self, record: Any) -> bool:
+        """Render the message once, cleaned, so a participant's name cannot forge or hide log lines."""
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):  # a bad format string: log it as it came
+            return True
+        record.msg, record.args = clean(message, one_line=True), ()
+        return True
+
+
+def log_handler(fmt: str) -> Any:
+    """A stderr handler with ``fmt`` whose records are cleaned (:class:`CleanLogRecords`)."""
+    import logging
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(fmt))
+    handler.addFilter(CleanLogRecords())
+    return handler
