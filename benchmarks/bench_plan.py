@@ -22,7 +22,7 @@ from gpuseat.core.plan import plan
 
 CATALOG = load_catalog()
 
-CONTEXT = {"find_gpu": CATALOG.find_gpu}
+CONTEXT = CATALOG.offer_context()  # cloud offers take their provider's billing rules (rules.toml)
 CLOUD_GPUS = [
     ("T4", 16, 0.35),
     ("L4", 24, 0.55),

@@ -11,7 +11,8 @@ Used by ``monitor``/``top`` (samplers), ``bench --all-seats`` (seat list), ``doc
   CSV read by header name (any field list, with or without ``nounits``);
 * :func:`parse_list` → :class:`Listed` — ``nvidia-smi -L``, the plain listing of GPUs and MIG devices;
 * :func:`merge_list` — fill MIG UUIDs and profiles from ``-L`` into a snapshot;
-* :func:`name_mig_profiles` — derive missing MIG profile names from memory and SM count (catalog);
+* :func:`name_mig_profiles` — infer missing MIG profile names from memory, copy engines and the catalog's
+  profile table (flagged ``profile_inferred``);
 * :func:`remote_users` — the users of pids on a remote host (``ps`` in the same SSH way).
 
 ``[N/A]``, ``[Not Supported]``, ``N/A``, deprecation notes and missing fields become ``None``; a
@@ -33,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from gpuseat.errors import EngineError, InputError
+from gpuseat.nvsmi_health import xml_health
 from gpuseat.readings import Gpu, GpuProcess, MigInstance, Snapshot, mig_key
 
 if TYPE_CHECKING:
@@ -149,10 +151,11 @@ def _xml_mig(node: ET.Element, where: str) -> MigInstance:
         memory_free_mib=_num(_find(node, "fb_memory_usage/free"), "memory", where),
         multiprocessors=_int(_find(node, "device_attributes/shared/multiprocessor_count"), "count", where),
         device_index=_int(_find(node, "index"), "index", where),
+        copy_engines=_int(_find(node, "device_attributes/shared/copy_engine_count"), "count", where),
     )
 
 
-def _xml_gpu(index: int, node: ET.Element, where: str) -> tuple[Gpu, list[GpuProcess]]:
+def _xml_gpu(index: int, node: ET.Element, where: str, driver: str | None = None) -> tuple[Gpu, list[GpuProcess]]:
     uuid = _text(_find(node, "uuid"))
     if uuid is None:
         raise ValueError(f"<gpu> number {index} has no <uuid>")
@@ -173,6 +176,8 @@ def _xml_gpu(index: int, node: ET.Element, where: str) -> tuple[Gpu, list[GpuPro
         bar1_total_mib=_num(_find(node, "bar1_memory_usage/total"), "memory", here),
         mig_enabled=_enabled(_find(node, "mig_mode/current_mig")),
         mig=mig,
+        driver_version=driver,
+        **xml_health(node),
     )
     by_gi: dict[tuple[int | None, int | None], MigInstance] = {}
     for m in mig:
@@ -225,9 +230,11 @@ def parse_xml(
         )
     gpus: list[Gpu] = []
     procs: list[GpuProcess] = []
+    found = re.match(r"^[0-9][0-9.]*", _text(_find(root, "driver_version")) or "")
+    driver = found.group(0) if found else None  # 610+ may append a deprecation note
     try:
         for i, node in enumerate(root.iterfind("gpu")):
-            gpu, gpu_procs = _xml_gpu(i, node, where)
+            gpu, gpu_procs = _xml_gpu(i, node, where, driver)
             gpus.append(gpu)
             procs.extend(gpu_procs)
     except ValueError as exc:
@@ -393,19 +400,18 @@ def merge_list(snapshot: Snapshot, listing: Iterable[Listed]) -> Snapshot:
     return replace(snapshot, gpus=tuple(gpus), processes=procs)
 
 
-# -- MIG profile names from memory and SM count -----------------------------------------------------
-
-#: SMs in one MIG compute slice: 14 on A30/A100, 16 on Hopper (partitioning.md: A30 1g = 14 SMs,
-#: A100-40GB 7g = 98 SMs, H200 1g.18gb = 16 SMs). Used only to choose between profiles of equal memory.
-SM_PER_SLICE = 15.0
+# -- MIG profile names inferred from -q facts and the GPU's profile table --------------------------
 
 
 def name_mig_profiles(snapshot: Snapshot, catalog: Catalog) -> Snapshot:
-    """Give MIG devices without a profile (``-q -x`` of older drivers) the catalog profile they match.
+    """Give MIG devices without a profile (``-q`` of older drivers, no ``-L``) the profile they match.
 
-    The profile is the one of the GPU's model whose memory is nearest the device's total memory,
-    among those the SM count fits (e.g. 42 SMs and 19968 MiB on an A100-40GB is ``3g.20gb``).
+    Inferred by :func:`gpuseat.core.mig.infer_names` from memory, copy engines and the SM shares of a
+    GPU instance's compute instances against the GPU model's profile table; such devices carry
+    ``profile_inferred=True`` (names read from ``-L``/``-lgi``/NVML keep False).
     """
+    from gpuseat.core.mig import DeviceFacts, infer_names
+
     gpus = []
     for gpu in snapshot.gpus:
         model = catalog.find_gpu(gpu.name) if gpu.name else None
@@ -413,21 +419,22 @@ def name_mig_profiles(snapshot: Snapshot, catalog: Catalog) -> Snapshot:
         if not profiles or all(m.profile for m in gpu.mig):
             gpus.append(gpu)
             continue
-        named = []
-        for m in gpu.mig:
-            if m.profile or m.memory_total_mib is None:
-                named.append(m)
-                continue
-
-            def score(p: object, m: MigInstance = m) -> tuple[float, float]:
-                gib = p.usable_gb if p.usable_gb else p.memory_gb * 0.93  # type: ignore[attr-defined]
-                mem = abs(math.log(gib * 1024 / (m.memory_total_mib or 1)))
-                sm = abs(m.multiprocessors / p.compute_slices - SM_PER_SLICE) if m.multiprocessors else 0.0  # type: ignore[attr-defined]
-                return (round(mem, 1), sm)
-
-            best = min((p for p in profiles if not p.name.endswith("+me")), key=score, default=None)
-            named.append(replace(m, profile=best.name) if best else m)
-        gpus.append(replace(gpu, mig=tuple(named)))
+        facts = [
+            DeviceFacts(
+                gpu_instance_id=m.gpu_instance_id,
+                compute_instance_id=m.compute_instance_id,
+                memory_mib=m.memory_total_mib,
+                multiprocessors=m.multiprocessors,
+                copy_engines=m.copy_engines,
+            )
+            for m in gpu.mig
+        ]
+        names = infer_names(facts, profiles)
+        named = tuple(
+            m if m.profile or name is None else replace(m, profile=name, profile_inferred=True)
+            for m, name in zip(gpu.mig, names, strict=True)
+        )
+        gpus.append(replace(gpu, mig=named))
     return replace(snapshot, gpus=tuple(gpus))
 
 

@@ -62,6 +62,8 @@ class MigInstance:
     memory_free_mib: float | None = None
     multiprocessors: int | None = None  # SM count, when the source gives it
     device_index: int | None = None  # "Device N" of nvidia-smi -L
+    copy_engines: int | None = None  # copy engines of its GPU instance (-q), which tell compute slices apart
+    profile_inferred: bool = False  # True when the profile was inferred (memory + profile table), not read
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +86,25 @@ class Gpu:
     memory_free_mib: float | None = None  # as reported: total − used − reserved
     clock_sm_mhz: float | None = None
     bar1_total_mib: float | None = None  # PCI BAR1 size (-q -x), for passthrough MMIO sizing
+    # Health (issue 26): None = not reported by this source/GPU, never 0.
+    driver_version: str | None = None
+    clock_mem_mhz: float | None = None
+    fan_percent: float | None = None
+    power_limit_w: float | None = None
+    clocks_event_reasons: int | None = None  # NVML bitmask (0x1 idle, 0x4 SW power cap, 0x40 HW thermal, …)
+    ecc_sbe_volatile: int | None = None  # corrected (single-bit) ECC errors since the driver loaded
+    ecc_dbe_volatile: int | None = None  # uncorrected (double-bit) ECC errors since the driver loaded
+    ecc_sbe_aggregate: int | None = None  # corrected, lifetime
+    ecc_dbe_aggregate: int | None = None  # uncorrected, lifetime
+    retired_pages_sbe: int | None = None
+    retired_pages_dbe: int | None = None
+    retired_pages_pending: bool | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+    xid_last: int | None = None  # the latest Xid error seen for this GPU (NVML event or kernel log)
+    xid_count: int | None = None  # Xid errors seen since the monitor (or the log) started
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,4 +40,6 @@ def test_published_maxima_are_reachable_by_placement():
 def test_only_m60_8q_has_cuda_among_m60_types():
     cuda = [p.name for p in CAT.vgpu_profiles["M60"] if p.cuda]
     assert cuda == ["M60-8Q"]
-    assert {p.series for p in CAT.vgpu_profiles["A16"]} == {"C"}
+    assert {p.series for p in CAT.vgpu_profiles["A16"]} == {"C", "Q"}
+    # every Q type after Maxwell has CUDA (vGPU 17 user guide §1.3.2)
+    assert all(p.cuda for gpu in ("T4", "A10", "A16", "L4", "L40S") for p in CAT.vgpu_profiles[gpu])

@@ -18,7 +18,7 @@ from gpuseat.core import mig
 from gpuseat.core.carve import CarveRequest, carve
 from gpuseat.core.mmio import MIB
 from gpuseat.errors import InputError
-from gpuseat.render.base import render
+from gpuseat.render.base import RenderOptions, render
 from gpuseat.services.carving import server_from_nvidia_smi
 
 from .conftest import CATALOG, EXAMPLES, FIXTURES, carve_gpu, carve_toml
@@ -162,16 +162,17 @@ def test_6_vgpu_on_sriov_gpus_goes_on_virtual_functions(gpu, tmp_path):
     chips = [{"pci": f"0000:4{i + 1}:00.0"} for i in range(CATALOG.gpus[gpu].chips_per_board)]
     data = {"name": "s", "gpu": [{"model": gpu, "chip": chips}]}
     layout = carve_toml(data, mode="vgpu", seats=2)
-    arts = {a.path: a.text for a in render(layout, "libvirt", CATALOG)}
+    mdev_only = RenderOptions(vgpu_backend="mdev")  # Ada defaults to vendor-specific VFIO (test_vgpu_vfio.py)
+    arts = {a.path: a.text for a in render(layout, "libvirt", CATALOG, mdev_only)}
     mdev = arts["mdev-create.sh"]
     assert '/usr/lib/nvidia/sriov-manage}" -e 0000:41:00.0' in mdev
     assert '"$SYSFS"/bus/pci/devices/0000:41:00.0/virtfn*' in mdev
-    prefix = "NVIDIA" if gpu.startswith("L") else "GRID"
+    prefix = "NVIDIA"  # Ampere and Ada type names (a real A2 tree says NVIDIA A2-1B)
     assert f"'{prefix} {layout.slices[0].profile}'" in mdev
-    proxmox = next(a.text for a in render(layout, "proxmox", CATALOG) if a.path == "proxmox.sh")
+    proxmox = next(a.text for a in render(layout, "proxmox", CATALOG, mdev_only) if a.path == "proxmox.sh")
     assert "virtfn*" in proxmox and '/usr/lib/nvidia/sriov-manage}" -e 0000:41:00.0' in proxmox
     vmx = next(a.text for a in render(layout, "vsphere", CATALOG) if a.path.endswith(".vmx"))
-    assert f'pciPassthru0.vgpu = "{prefix.lower() if gpu.startswith("L") else "grid"}_' in vmx
+    assert 'pciPassthru0.vgpu = "nvidia_' in vmx
     for text, name in ((mdev, "m.sh"), (proxmox, "p.sh")):
         (tmp_path / name).write_text(text)
         assert subprocess.run(["bash", "-n", str(tmp_path / name)]).returncode == 0
@@ -182,13 +183,13 @@ def test_7_k8s_plugin_config_in_its_own_namespace_and_the_mig_layout_itself():
     layout = carve_gpu("H200-141GB", mode="mig", seats=7)
     arts = {a.path: a.text for a in render(layout, "k8s", CATALOG)}
     plugin = yaml.safe_load(arts["device-plugin-config.yaml"])
-    assert plugin["metadata"]["namespace"] == "nvidia-device-plugin"
+    assert plugin["metadata"]["namespace"] == "gpu-operator"  # where the GPU operator mounts it from
     mig_map = yaml.safe_load(arts["mig-config.yaml"])
     config = yaml.safe_load(mig_map["data"]["config.yaml"])
     name = f"gpuseat-{layout.server.slug}"
     assert [e["mig-devices"] for e in config["mig-configs"][name]] == [{"1g.18gb": 7}]
     assert f"nvidia.com/mig.config={name}" in arts["APPLY.md"]
-    assert "config.name=gpuseat-device-plugin" in arts["APPLY.md"]
+    assert "devicePlugin.config.name=gpuseat-device-plugin" in arts["APPLY.md"]
 
 
 def test_8_libvirt_names_with_comment_dashes_and_slashes_stay_valid(tmp_path):
@@ -425,7 +426,8 @@ def test_6_mdev_script_on_a_sysfs_tree(gpu, tmp_path):
     layout = carve_toml(
         {"name": "s", "gpu": [{"model": gpu, "chip": [{"pci": pf}]}]}, mode="vgpu", seats=2 if gpu == "L40S" else 1
     )
-    script = next(a.text for a in render(layout, "libvirt", CATALOG) if a.path == "mdev-create.sh")
+    opts = RenderOptions(vgpu_backend="mdev")
+    script = next(a.text for a in render(layout, "libvirt", CATALOG, opts) if a.path == "mdev-create.sh")
     sysfs = tmp_path / "sys"
     dev = sysfs / "bus" / "pci" / "devices" / pf
     (sysfs / "bus" / "mdev" / "devices").mkdir(parents=True)

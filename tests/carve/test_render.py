@@ -77,8 +77,10 @@ def test_libvirt_domains_validate_and_define(layout_name, tmp_path, test_driver)
         assert proc.returncode == 0, proc.stderr + proc.stdout
         dom = test_driver.defineXMLFlags(art.text, libvirt.VIR_DOMAIN_DEFINE_VALIDATE)
         try:
-            kind = "mdev" if "vgpu" in layout_name else "pci"
+            vfio = any(a.path == "vgpu-create.sh" for a in arts)  # Ada+: the VF itself, vendor-specific VFIO
+            kind = "mdev" if "vgpu" in layout_name and not vfio else "pci"
             assert f"type='{kind}'" in dom.XMLDesc(0).replace('"', "'")
+            assert ("managed='no'" in art.text) == vfio
         finally:
             dom.undefine()
     for art in arts:
@@ -115,7 +117,7 @@ def test_k8s_manifests_pass_strict_schema_and_resource_checks(layout_name):
         if doc["kind"] == "Pod":
             pods.append(doc)
         elif doc["metadata"]["name"] == "gpuseat-device-plugin":
-            assert doc["metadata"]["namespace"] == "nvidia-device-plugin"
+            assert doc["metadata"]["namespace"] == "gpu-operator"
             plugin = yaml.safe_load(doc["data"]["gpuseat"])
             assert plugin["version"] == "v1"
     assert len(pods) == len(layout.slices)
@@ -124,7 +126,7 @@ def test_k8s_manifests_pass_strict_schema_and_resource_checks(layout_name):
 
 
 def test_k8s_strict_schema_and_own_check_catch_mistakes():
-    doc = yaml.safe_load(next(a for a in rendered("h200-mig", "k8s") if a.path.startswith("pod-")).text)
+    doc = yaml.safe_load(next(a for a in rendered("h200-mig", "k8s") if a.path.endswith("-probe.yaml")).text)
     doc["spec"]["containers"][0]["resources"]["limitz"] = {}
     with pytest.raises(Exception, match="Additional properties"):
         k8s_validate(doc, K8S_VERSION, strict=True)

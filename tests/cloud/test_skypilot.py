@@ -29,6 +29,7 @@ from gpuseat.files import read_toml
 from gpuseat.services import cloud
 
 pytestmark = pytest.mark.slow
+SPEC = "gpuseat[bench] @ https://files.example.org/gpuseat-0.1.0-py3-none-any.whl"
 ROOT = Path(__file__).parents[2]
 EXAMPLES = ROOT / "examples"
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -48,8 +49,9 @@ for path in sys.argv[1:]:
     (res,) = list(task.resources)
     out.append({"path": path, "name": task.name, "cloud": str(res.cloud), "region": res.region,
                 "instance_type": res.instance_type, "disk_size": res.disk_size,
-                "accelerators": res.accelerators, "idle_minutes": res.autostop_config.idle_minutes,
-                "setup": task.setup, "envs": dict(task.envs)})
+                "accelerators": res.accelerators,
+                "idle_minutes": res.autostop_config.idle_minutes if res.autostop_config else None,
+                "setup": task.setup, "envs": dict(task.envs), "file_mounts": task.file_mounts})
 print(json.dumps(out))
 """
 
@@ -119,7 +121,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict:
     (one child process: importing sky takes seconds)."""
     root = tmp_path_factory.mktemp("skypilot")
     c2016 = _course("course-2016.toml")
-    opts = cloud.TaskOptions(disk_gb=40, autostop_min=20, gpuseat_spec="gpuseat[bench]==0.1.0")
+    opts = cloud.TaskOptions(disk_gb=40, gpuseat_spec=SPEC)
     w2016 = cloud.write(
         root / "c2016",
         "c2016",
@@ -155,8 +157,8 @@ def test_2016_cloud_seats_load_with_skypilots_loader(written: dict) -> None:
     for t in good:
         assert "error" not in t, t
         assert (t["cloud"], t["region"], t["instance_type"]) == ("AWS", "us-east-1", "g2.2xlarge")
-        assert t["disk_size"] == 40 and t["idle_minutes"] == 20
-        assert "pip install --user --upgrade 'gpuseat[bench]==0.1.0'" in t["setup"]
+        assert t["disk_size"] == 40 and t["idle_minutes"] is None  # no autostop inside a session
+        assert f"pip install --user --disable-pip-version-check '{SPEC}'" in t["setup"]
         assert "gpuseat bench --iterations 10000" in t["setup"] and "bench.done" in t["setup"]
         assert t["envs"]["GPUSEAT_COURSE"] == "c2016"
     assert any("retired" in w for w in written["w2016"].warnings)
@@ -202,10 +204,34 @@ def test_bad_keys_never_become_cluster_names(course: str, seat: str) -> None:
         cloud.cluster_name(course, seat)
 
 
-@pytest.mark.parametrize("spec", ["gpuseat; curl x | sh", "--index-url=http://evil gpuseat", "gpuseat\nrm"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "gpuseat; curl x | sh",
+        "--index-url=http://evil gpuseat",
+        "gpuseat\nrm",
+        "gpuseat[bench]",  # a bare name comes from an index, where anyone may register gpuseat
+        "gpuseat==0.1.0",
+        "gpuseat[bench] @ http://plain.example.org/g.whl",
+        "gpuseat[bench] @ https://x.org/g.whl; rm -rf /",
+        "evil[bench] @ https://x.org/g.whl",
+    ],
+)
 def test_bad_pip_spec_is_refused(spec: str) -> None:
     with pytest.raises(InputError, match="pip requirement"):
         cloud.TaskOptions(gpuseat_spec=spec)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "gpuseat[bench] @ https://files.example.org/gpuseat-0.1.0-py3-none-any.whl",
+        "gpuseat @ git+https://git.example.org/gpuseat.git@v0.1.0",
+        "https://files.example.org/gpuseat-0.1.0-py3-none-any.whl",
+    ],
+)
+def test_direct_references_with_extras_are_accepted(spec: str) -> None:
+    assert cloud.TaskOptions(gpuseat_spec=spec).gpuseat_spec == spec
 
 
 def test_hours_to_date_follow_schedule_and_sky_status() -> None:

@@ -56,3 +56,7 @@ def test_seats_skypilot_command(store, tmp_path: Path, cli) -> None:
     assert "disk_size: 30" in (out / "gs-c2016-cloud-01.yaml").read_text()
     r = cli("seats", "skypilot", "--course", "c2016", "--db", url, "--out", out, "--gpuseat-spec", "x; rm -rf /")
     assert r.code == 2 and "pip requirement" in r.err
+    r = cli("seats", "skypilot", "--course", "c2016", "--db", url, "--out", out, "--wheelhouse", out, "--force")
+    assert r.code == 2 and "--wheelhouse" in r.err and "0 gpuseat wheels" in r.err
+    r = cli("seats", "skypilot", "--course", "c2016", "--db", url, "--out", out, "--offline")
+    assert r.code == 2 and "--offline" in r.err

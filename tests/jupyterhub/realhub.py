@@ -242,15 +242,18 @@ def running_hub(
     tiny: bool = False,
     timeout: float = 180.0,
     http_timeout: int = 300,
+    extra: str = "",
 ) -> Iterator[RealHub]:
-    """Start a hub from ``config_text`` (gpuseat's config) in ``workdir``; stop it on exit."""
+    """Start a hub from ``config_text`` (gpuseat's config) in ``workdir``; stop it on exit.
+
+    ``extra`` lines come last (e.g. an authenticator a browser can log in with)."""
     hub_cmd = find_hub()
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "home").mkdir(exist_ok=True)
     port, token = free_port(), secrets.token_hex(32)
     config = workdir / "jupyterhub_config.py"
     config.write_text(
-        config_text + site_lines(workdir, public_port=port, tiny=tiny, token=token, http_timeout=http_timeout),
+        config_text + site_lines(workdir, public_port=port, tiny=tiny, token=token, http_timeout=http_timeout) + extra,
         encoding="utf-8",
     )
     log_path = workdir / "hub.log"

@@ -51,3 +51,30 @@ def test_cull_with_a_hub_that_is_down_is_an_engine_error(cli, db, monkeypatch):
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "x" * 32)
     r = cli("jupyterhub", "cull", "--db", db, "--api-url", "http://127.0.0.1:9/hub/api", "--once")
     assert r.code == 1 and "the Hub API did not answer" in r.err
+
+
+def test_config_no_check_renders_without_connecting(cli, tmp_path, monkeypatch):
+    monkeypatch.delenv("GPUSEAT_DB_URL", raising=False)
+    never = tmp_path / "never" / "course.db"  # a SQLite file a connection would create
+    for url in ("postgresql+psycopg://gpuseat@postgres.gpuseat.svc.cluster.local/gpuseat", f"sqlite:///{never}"):
+        r = cli("jupyterhub", "config", "--no-check", "--course", "lab", "--db", url, "--spawner", "kubernetes")
+        assert r.code == 0, r.err
+        assert f"GPUSEAT_DB_URL = os.environ.get('GPUSEAT_DB_URL', {url!r})" in r.out and "course='lab'" in r.out
+        compile(r.out, "jupyterhub_config.py", "exec")
+    assert not never.parent.exists()
+
+
+@pytest.mark.parametrize(
+    "flags, where",
+    [
+        (["--db", "postgresql+psycopg://h/db"], "--course"),
+        (["--course", "lab"], "--db"),
+        (["--course", "lab", "--db", "not a url"], "--db"),
+        (["--course", "Lab 1", "--db", "postgresql+psycopg://h/db"], "--course"),
+    ],
+)
+def test_config_no_check_bad_input(cli, monkeypatch, flags, where):
+    monkeypatch.delenv("GPUSEAT_DB_URL", raising=False)
+    r = cli("jupyterhub", "config", "--no-check", *flags)
+    assert r.code == 2, (r.out, r.err)
+    assert where in r.err and r.out == ""

@@ -19,6 +19,12 @@ GPU_KEYS = {
     "index", "uuid", "name", "pci_bus_id", "memory_used_mib", "memory_total_mib", "memory_free_mib",
     "utilization_gpu", "temperature_c", "power_w", "clock_sm_mhz", "mig_enabled", "mig", "healthy", "error",
     "bar1_total_mib",
+    # health (issue 26)
+    "driver_version", "clock_mem_mhz", "fan_percent", "power_limit_w", "clocks_event_reasons",
+    "ecc_sbe_volatile", "ecc_dbe_volatile", "ecc_sbe_aggregate", "ecc_dbe_aggregate",
+    "retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending",
+    "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failure",
+    "xid_last", "xid_count",
 }  # fmt: skip
 PROC_KEYS = {
     "pid", "gpu_uuid", "mig_uuid", "gpu_instance_id", "used_memory_mib", "name", "kind",

@@ -334,7 +334,24 @@ def test_every_exporter_capture(row):
 
 
 def test_every_capture_file_is_covered():
-    names = {r[0] for r in XML} | {r[0].split("|")[0] for r in EXPORTER} | {"datakit__ixsmi-q-x.xml"}
+    from .test_health import HEALTH
+
+    others = {  # issue 26 captures, each read in tests/monitor/test_health.py or tests/carve
+        "telegraf__pro-6000-maxq-blackwell-v13-excerpt.xml",
+        "harvester-pcidevices__l40s-creatable_vgpu_types.txt",
+        "mig-and-mps__h100-nvl-lgip.txt",
+        "mig-and-mps__h100-nvl-lgipp.txt",
+        "mig-and-mps__h100-nvl-smi.txt",
+        "rtxpro6000__lgip.txt",
+        "rtxpro6000__lgipp.txt",
+        "rtxpro6000__lgi.txt",
+        "rtxpro6000__lci.txt",
+        "rtxpro6000__L.txt",
+        "bumblebee-677__xid-dmesg.txt",
+        "open-gpu-kernel-modules-1150__xid-journal.txt",
+    }
+    assert {n for n in HEALTH if n.endswith(".xml")} >= {r[0] for r in XML if r[0] != "datakit__ixsmi-q-x.xml"}
+    names = {r[0] for r in XML} | {r[0].split("|")[0] for r in EXPORTER} | {"datakit__ixsmi-q-x.xml"} | others
     on_disk = {p.name for p in FIXTURES.iterdir() if p.suffix in (".xml", ".txt")}
     assert on_disk == names
 

@@ -124,3 +124,81 @@ def test_real_prometheus_scrapes_seat_metrics_with_participants(tmp_path, names)
     finally:
         stop(prom)
         stop(monitor)
+
+
+#: Metrics of the panels of dcgm-exporter's Grafana dashboard that a capture can feed (temperature, power,
+#: SM clock, framebuffer) — and the health metrics of issue 26.
+DASHBOARD = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_FB_USED")
+
+
+def test_real_prometheus_scrapes_health_metrics_from_a_capture_with_an_xid(tmp_path):
+    """Issue 26: telegraf's A100 `-q -x` plus a real dmesg with Xid 32/32/31 on the same PCI bus."""
+    assert PROMETHEUS, "prometheus must be installed on CI"
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    gpuseat_port, prom_port = free_port(), free_port()
+    env = {**os.environ, "GPUSEAT_DATA_DIR": str(tmp_path / "data")}
+    env.pop("GPUSEAT_DB_URL", None)
+    monitor = subprocess.Popen(
+        [
+            sys.executable, "-m", "gpuseat", "monitor",
+            "--from-xml", str(fixtures / "telegraf__a100-sxm4-v12.xml"),
+            "--kernel-log", str(fixtures / "bumblebee-677__xid-dmesg.txt"),
+            "--interval", "0.5", "--listen", f"127.0.0.1:{gpuseat_port}",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    (tmp_path / "prometheus.yml").write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "scrape_configs:\n  - job_name: gpuseat\n    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{gpuseat_port}']\n"
+    )
+    prom = subprocess.Popen(
+        [
+            str(PROMETHEUS),
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        xid: list[dict] = []
+        while time.monotonic() < deadline and not xid:
+            assert monitor.poll() is None, monitor.stderr.read() if monitor.stderr else ""
+            try:
+                xid = query(prom_port, "DCGM_FI_DEV_XID_ERRORS")
+            except OSError:
+                xid = []
+            time.sleep(0.5)
+        assert [(s["metric"]["gpu"], s["value"][1]) for s in xid] == [("0", "31")]
+        assert xid[0]["metric"]["DCGM_FI_DRIVER_VERSION"] == "535.54.03"
+        assert xid[0]["metric"]["modelName"] == "NVIDIA A100-SXM4-80GB"
+        values = {
+            name: query(prom_port, f'{name}{{gpu="0",GPU_I_ID=""}}')
+            for name in (
+                "DCGM_FI_DEV_POWER_MGMT_LIMIT",
+                "DCGM_FI_DEV_MEM_CLOCK",
+                "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+                "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+                "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+            )
+        }
+        assert {k: [s["value"][1] for s in v] for k, v in values.items()} == {
+            "DCGM_FI_DEV_POWER_MGMT_LIMIT": ["500"],
+            "DCGM_FI_DEV_MEM_CLOCK": ["1593"],
+            "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ["0"],
+            "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ["0"],
+            "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": ["0"],
+        }
+        assert query(prom_port, "DCGM_FI_DEV_FAN_SPEED") == []  # N/A on this card: no series, never 0
+        for name in DASHBOARD:
+            assert query(prom_port, f"avg({name})"), f"dashboard panel {name} has no data"
+        assert query(prom_port, "DCGM_FI_DEV_GPU_UTIL") == []  # MIG on: dcgm-exporter has none either
+    finally:
+        stop(prom)
+        stop(monitor)

@@ -44,32 +44,65 @@ def test_billing_months_split_at_the_first():
     ]
 
 
+RULES = (("prorated", "month-prorated"), ("whole", "month-whole"), ("first", "month-first-prorated"))
+
+
+def m60_offers(tmp_path, month_start: str = "calendar"):
+    """One 2× M60 server at $2,961.10/month under each monthly rule (no provider rules: the billing field)."""
+    path = tmp_path / "m60-offers.toml"
+    path.write_text(
+        "schema_version = 1\n"
+        + "".join(
+            f'[[offer]]\nid = "dc:m60:{suffix}"\nprovider = "dc"\nkind = "bare-metal"\ninstance_type = "2x M60"\n'
+            f'gpu = "M60"\ngpu_count = 4\nvcpus = 48\nram_gb = 128\nprice_usd = 2961.10\nbilling = "{billing}"\n'
+            f'month_start = "{month_start}"\ndisk_usd_per_gb_month = 0\nsource = "test"\nas_of = 2016-03-01\n'
+            for suffix, billing in RULES
+        )
+    )
+    return path
+
+
+def dc_plan(cli, tmp_path, schedule, month_start="calendar"):
+    text = M60_COURSE.format(schedule=schedule).replace('"ibm:bm-2xM60*"', '"dc:*"')
+    return plan_json(cli, tmp_path, text, "--offers", m60_offers(tmp_path, month_start))
+
+
 def test_whole_of_march_is_one_calendar_month(cli, tmp_path):
-    """1-31 March 2016 on 4 servers at $2,961.10/month: prorated 31/31 and whole-month both = 4 × 2,961.10."""
-    result = plan_json(cli, tmp_path, M60_COURSE.format(schedule="start = 2016-03-01\nend = 2016-03-31"))
-    assert totals(result) == {"ibm:bm-2xM60": 11844.40, "ibm:bm-2xM60:whole-month": 11844.40}
-    assert rent(result, "ibm:bm-2xM60")["formula"] == "2,961.10 $/month × (31/31 d Mar 2016) × 4 servers = $11,844.40"
+    """1-31 March 2016 on 4 servers at $2,961.10/month: prorated 31/31, whole-month and first-month-prorated
+    (ordered on the 1st) all = 4 × 2,961.10."""
+    result = dc_plan(cli, tmp_path, "start = 2016-03-01\nend = 2016-03-31")
+    assert totals(result) == {"dc:m60:prorated": 11844.40, "dc:m60:whole": 11844.40, "dc:m60:first": 11844.40}
+    assert rent(result, "dc:m60:prorated")["formula"] == (
+        "2,961.10 $/month × (31/31 d Mar 2016) × 4 servers = $11,844.40"
+    )
 
 
 def test_february(cli, tmp_path):
-    """1-14 February 2026 (28 days): prorated 14/28 → 4 × 2,961.10 / 2 = 5,922.20; whole month 11,844.40.
-    All of February 2016 (a leap year, 29 days) is one full month either way."""
-    result = plan_json(cli, tmp_path, M60_COURSE.format(schedule="start = 2026-02-01\nend = 2026-02-14"))
-    assert totals(result) == {"ibm:bm-2xM60": 5922.20, "ibm:bm-2xM60:whole-month": 11844.40}
-    leap = plan_json(cli, tmp_path, M60_COURSE.format(schedule="start = 2016-02-01\ndays = 29"))
-    assert totals(leap) == {"ibm:bm-2xM60": 11844.40, "ibm:bm-2xM60:whole-month": 11844.40}
+    """1-14 February 2026 (28 days): prorated 14/28 → 4 × 2,961.10 / 2 = 5,922.20; whole month 11,844.40;
+    first month prorated from the order day (the 1st: 28/28) and cancelled mid-month: 11,844.40.
+    All of February 2016 (a leap year, 29 days) is one full month every way."""
+    result = dc_plan(cli, tmp_path, "start = 2026-02-01\nend = 2026-02-14")
+    assert totals(result) == {"dc:m60:prorated": 5922.20, "dc:m60:whole": 11844.40, "dc:m60:first": 11844.40}
+    leap = dc_plan(cli, tmp_path, "start = 2016-02-01\ndays = 29")
+    assert set(totals(leap).values()) == {11844.40}
 
 
 def test_a_course_across_two_months(cli, tmp_path):
     """25 March - 8 April 2016 (15 days) touches two billing months:
     prorated 2,961.10 × (7/31 + 8/30) = 1,458.2623 per server → × 4 = $5,833.05;
-    whole-month 2 × 2,961.10 × 4 = $23,688.80 (a 30-day month rule said one month)."""
-    result = plan_json(cli, tmp_path, M60_COURSE.format(schedule="start = 2016-03-25\nend = 2016-04-08"))
-    assert totals(result) == {"ibm:bm-2xM60": 5833.05, "ibm:bm-2xM60:whole-month": 23688.80}
-    assert rent(result, "ibm:bm-2xM60")["formula"] == (
+    whole-month 2 × 2,961.10 × 4 = $23,688.80 (a 30-day month rule said one month);
+    first month prorated (7 of March's 31 days from the order day) + April whole:
+    2,961.10 × (7/31 + 1) = 3,629.7355 → × 4 = $14,518.94."""
+    result = dc_plan(cli, tmp_path, "start = 2016-03-25\nend = 2016-04-08")
+    assert totals(result) == {"dc:m60:prorated": 5833.05, "dc:m60:whole": 23688.80, "dc:m60:first": 14518.94}
+    assert rent(result, "dc:m60:prorated")["formula"] == (
         "2,961.10 $/month × (7/31 d Mar 2016 + 8/30 d Apr 2016) × 4 servers = $5,833.05"
     )
-    assert "2 billing months (Mar 2016, Apr 2016, charged whole)" in rent(result, "ibm:bm-2xM60:whole-month")["formula"]
+    assert "2 billing months (Mar 2016, Apr 2016, charged whole)" in rent(result, "dc:m60:whole")["formula"]
+    assert rent(result, "dc:m60:first")["formula"] == (
+        "2,961.10 $/month × (7/31 d Mar 2016, from the order day to the month's end + 1 whole month to Apr 2016)"
+        " × 4 servers = $14,518.94"
+    )
 
 
 def test_anniversary_months(cli, tmp_path):

@@ -36,19 +36,22 @@ def test_to_dict_is_the_json_output(cli):
 
 
 def test_why_prices_an_offer_and_says_why_it_is_not_first(cli):
-    """The prorated M60 server costs $5,922.20 for the 2016 course: $2,178.20 (58 %) more than 16 g2.2xlarge."""
+    """Under IBM's rule the M60 servers cost 4 × 2,961.10 × 25/30 = $9,870.33 for the 2016 course (ordered on
+    6 June): $6,126.33 (164 %) more than 16 g2.2xlarge; per seat 2,467.58 / 4 = $616.90."""
     r = cli("plan", COURSE_2016, "--why", "ibm:bm-2xM60", "--format", "json")
     assert r.code == 0, r.err
     why = json.loads(r.out)["why"]
-    assert why["option"]["total_usd"] == 5922.20
-    assert "with it the course costs $5,922.20, $2,178.20 (58%) more than option 1 ($3,744.00)" in why["reasons"]
+    assert why["option"]["total_usd"] == 9870.33
+    assert "with it the course costs $9,870.33, $6,126.33 (164%) more than option 1 ($3,744.00)" in why["reasons"]
     assert any(
-        reason.startswith("per seat when its units are full: $370.14 on ibm:bm-2xM60") for reason in why["reasons"]
+        reason.startswith("per seat when its units are full: $616.90 on ibm:bm-2xM60") for reason in why["reasons"]
+    )
+    assert (
+        "its first month is billed from the order day to the month's end: 25 of June's 30 days, "
+        "for 15 day(s) of use" in why["reasons"]
     )
     first = json.loads(cli("plan", COURSE_2016, "--why", "aws:g2.2xlarge", "--format", "json").out)["why"]
     assert first["reasons"] == ["it is in the first option: $3,744.00 for the whole course"]
-    whole = json.loads(cli("plan", COURSE_2016, "--why", "ibm:bm-2xM60:whole-month", "--format", "json").out)["why"]
-    assert "it bills whole months: 1 full month(s) for 15 day(s) of use" in whole["reasons"]
     text = cli("plan", COURSE_2016, "--why", "ibm:bm-2xM60").out
     assert "Why not ibm:bm-2xM60:" in text
     bad = cli("plan", COURSE_2016, "--why", "ibm:bm-2xM61")
@@ -69,7 +72,7 @@ def test_region_filter_and_budget(cli):
     result = json.loads(cli("plan", COURSE_2016, "--budget", "4000", "--format", "json").out)
     assert [o["over_budget"] for o in result["options"]] == [o["total_usd"] > 4000 for o in result["options"]]
     assert result["options"][0]["over_budget"] is False and result["options"][-1]["over_budget"] is True
-    assert "over budget" in cli("plan", COURSE_2016, "--budget", "4000").out
+    assert "Over the budget of $4,000.00: options 2, 3" in cli("plan", COURSE_2016, "--budget", "4000").out
     for bad in ("inf", "-5", "nan"):
         r = cli("plan", COURSE_2016, "--budget", bad)
         assert r.code == 2 and "Traceback" not in r.err
@@ -77,22 +80,33 @@ def test_region_filter_and_budget(cli):
 
 def test_rejections_fold_twins_and_list_only_offers_that_cannot_seat(cli, tmp_path):
     """10 GB dedicated GPUs: the M60 (8 GB chips) cannot seat anyone, whichever way it is billed: one line."""
+    twins = tmp_path / "twins.toml"
+    row = (
+        '[[offer]]\nid = "dc:m60{suffix}"\nprovider = "dc"\nkind = "bare-metal"\ninstance_type = "2x M60"\n'
+        'gpu = "M60"\ngpu_count = 4\nvcpus = 48\nram_gb = 128\nprice_usd = 2961.10\nbilling = "{billing}"\n'
+        'disk_usd_per_gb_month = 0\nsource = "test"\nas_of = 2016-03-01\n'
+    )
+    twins.write_text(
+        "schema_version = 1\n"
+        + row.format(suffix="", billing="month-prorated")
+        + row.format(suffix=":whole-month", billing="month-whole")
+    )
     course = tmp_path / "c.toml"
     course.write_text(
         COURSE_2016.read_text()
         .replace("min_gpu_memory_gb = 4", "min_gpu_memory_gb = 10")
         .replace(
             'offers = ["aws:g2.2xlarge", "ibm:bm-2xM60*", "ibm:bm-2xK2*"]',
-            'offers = ["ibm:bm-2xM60*", "aws:g4dn.xlarge"]',
+            'offers = ["dc:m60*", "aws:g4dn.xlarge"]',
         )
     )
-    r = cli("plan", course, "--format", "json")
+    r = cli("plan", course, "--offers", twins, "--format", "json")
     assert r.code == 0, r.err
     rejected = json.loads(r.out)["rejected"]
     assert len(rejected) == 1
-    assert rejected[0]["offer"] == "ibm:bm-2xM60" and rejected[0]["twins"] == ["ibm:bm-2xM60:whole-month"]
-    text = cli("plan", course, "--explain").out
-    assert "ibm:bm-2xM60 (+1 twin): no seat fits" in text
+    assert rejected[0]["offer"] == "dc:m60" and rejected[0]["twins"] == ["dc:m60:whole-month"]
+    text = cli("plan", course, "--offers", twins, "--explain").out
+    assert "dc:m60 (+1 twin): no seat fits" in text
 
 
 def test_alternatives_are_distinct_mixes_with_their_regions(cli, tmp_path):

@@ -36,10 +36,17 @@ def best_total(c: Course) -> float:
 
 
 @given(run=st.integers(0, 10**7), offer=st.sampled_from(HOURLY))
-def test_billing_rounds_up_never_down(run, offer):
+def test_billing_rounds_to_the_increment_in_the_rules_direction(run, offer):
+    """Up to the increment (never below the run), or down to whole increments where the provider says so
+    (Azure bills full minutes), never below the minimum charge rounded the same way."""
     billed = billed_seconds(run, offer)
-    assert billed >= run and billed >= offer.min_charge_s
-    assert billed - max(run, offer.min_charge_s) < {"per-second": 1, "per-minute": 60, "per-hour": 3600}[offer.billing]
+    step = {"per-second": 1, "per-minute": 60, "per-hour": 3600}[offer.billing]
+    charged = max(run, offer.min_charge_s)
+    assert billed % step == 0
+    if offer.rounding == "up":
+        assert billed >= run and billed >= offer.min_charge_s and billed - charged < step
+    else:
+        assert billed <= charged and charged - billed < step
 
 
 @given(

@@ -39,7 +39,8 @@ def lines(option, offer):
 
 def test_windows_seats_skip_container_clouds_and_pay_the_licence(cli, tmp_path):
     """One Windows seat for a day: RunPod and Lambda run Linux only; AWS g4dn.xlarge costs 0.526 × 24 = 12.62
-    plus the Windows licence 0.046 $/vCPU-h × 4 vCPUs × 24 h = 4.42."""
+    plus the Windows licence 0.046 $/vCPU-h × 4 vCPUs × 24 h = 4.42 plus its public IPv4 address
+    0.005 $/h × 24 h = 0.12 (charged since 2024-02-01)."""
     offers = ["aws:g4dn.xlarge", "runpod:1x_RTXA4000_SECURE", "lambda:gpu_1x_rtx6000"]
     result = plan_json(cli, tmp_path, offers, os="windows")
     rejected = {r["offer"]: r["reason"] for r in result["rejected"]}
@@ -51,7 +52,8 @@ def test_windows_seats_skip_container_clouds_and_pay_the_licence(cli, tmp_path):
     items = lines(best, "aws:g4dn.xlarge")
     assert items["instance hours"]["usd"] == 12.62
     assert items["Windows licence"]["usd"] == 4.42
-    assert best["total_usd"] == 17.04
+    assert items["public IPv4"]["usd"] == 0.12
+    assert best["total_usd"] == 17.16
     linux = plan_json(cli, tmp_path, offers)
     assert linux["rejected"] == [] and linux["options"][0]["offers"][0]["offer"] == "runpod:1x_RTXA4000_SECURE"
 

@@ -252,10 +252,15 @@ def real_plans(draw: st.DrawFn) -> tuple[Course, list[Offer]]:
         }
         for k in range(draw(st.integers(1, 3)))
     ]
-    schedule = {"start": date(2026, 3, 2), "days": draw(st.integers(1, 40))}
+    # start dates on both sides of the dated rules (OVH monthly proration from 2026-04-01, AWS IPv4 from 2024)
+    start = draw(st.sampled_from([date(2026, 3, 2), date(2026, 5, 18), date(2016, 6, 6), date(2026, 6, 1)]))
+    schedule = {"start": start, "days": draw(st.integers(1, 40))}
     if draw(st.booleans()):
         schedule["hours"] = "09:00-17:00"
-    course = Course.model_validate({"group": groups, "schedule": schedule, "costs": {"storage_gb_per_seat": 20}})
+        if draw(st.booleans()):
+            schedule["access"] = draw(st.sampled_from(["24/7", "08:00-22:00"]))
+    costs = {"storage_gb_per_seat": 20, "egress_gb_per_seat": draw(st.sampled_from([0, 5, 40]))}
+    course = Course.model_validate({"group": groups, "schedule": schedule, "costs": costs})
     offers = [
         o.model_copy(update={"available": draw(st.sampled_from([None, 1, 2, 5]))})
         for o in draw(st.lists(st.sampled_from(CLOUD), max_size=8, unique_by=lambda o: o.id))
@@ -265,10 +270,12 @@ def real_plans(draw: st.DrawFn) -> tuple[Course, list[Offer]]:
         offers.append(Offer.model_validate(
             {"id": f"dc:srv-{k}", "provider": "dc", "kind": "bare-metal", "instance_type": f"srv-{k}", "gpu": gpu,
              "gpu_count": chips, "vcpus": 64, "ram_gb": 512, "price_usd": draw(st.sampled_from([300, 1500, 4000, 9000])),
-             "billing": draw(st.sampled_from(["month-whole", "month-prorated", "per-hour"])),
+             "billing": draw(st.sampled_from(["month-whole", "month-prorated", "month-first-prorated", "per-hour"])),
+             "rules": draw(st.sampled_from([(), ("ibm-classic-monthly",), ("ovh-monthly-2026",),
+                                            ("ovh-dedicated-monthly",), ("post-2016-arithmetic",)])),
              "disk_usd_per_gb_month": 0, "available": draw(st.sampled_from([None, 1, 2])),
              "source": "test", "as_of": date(2026, 1, 1)},
-            context={"find_gpu": CATALOG.find_gpu}))  # fmt: skip
+            context=CATALOG.offer_context()))  # fmt: skip
     return course, offers
 
 
@@ -276,7 +283,11 @@ def real_plans(draw: st.DrawFn) -> tuple[Course, list[Offer]]:
 @given(case=real_plans())
 def test_plan_equals_exhaustive_on_real_offers(case):
     """Through plan(): real cloud offers and servers carved by the carver (MIG, vGPU with licences,
-    passthrough), Windows and Linux groups, shared availability: pruned == every fitting offer."""
+    passthrough), Windows and Linux groups, shared availability, and the billing rules of rules.toml (the
+    catalog's cloud offers with their provider rules: GCP sustained use, AWS IPv4 fees and free egress,
+    Azure whole minutes, OVH's dated monthly proration; servers under IBM's and OVH's monthly rules),
+    courses on both sides of the rules' start dates, with and without an access window:
+    pruned == every fitting offer."""
     from gpuseat.errors import Infeasible, NoOfferFits
 
     course, offers = case

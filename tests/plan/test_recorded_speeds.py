@@ -101,3 +101,10 @@ def test_a_torn_last_line_is_skipped_with_a_warning(cli, tmp_path, monkeypatch):
     r = cli("plan", REPO / "examples" / "course-h200-mig.toml", "--format", "json")
     assert r.code == 0, r.err
     assert json.loads(r.out)["options"][0]["performance"][0]["lenet_10k_seconds"] == 4.55
+
+
+def test_the_planner_knows_the_results_file_name_without_importing_the_bench():
+    from gpuseat.bench.results import STORE_NAME
+    from gpuseat.services.planning import RESULTS_FILE
+
+    assert RESULTS_FILE == STORE_NAME

@@ -22,12 +22,22 @@ def totals(result):
 
 
 def test_2016_options_to_the_cent(cli):
+    """The 2016 course, ordered on Monday 6 June 2016 for 15 days (6-20 June), 16 seats:
+    AWS 16 × g2.2xlarge: 0.65 $/h × 360 h × 16 = $3,744.00 (whole hours, the post's figure too);
+    IBM's rule (first month prorated from the order day, a cancellation on 20 June charged in full):
+    4 × 2,961.10 × 25/30 = 4 × 2,467.5833 = $9,870.33 (M60), 4 × 2,096.40 × 25/30 = $6,988.00 (K2);
+    the post's half-month arithmetic: 4 × 2,961.10 / 2 = $5,922.20 and 4 × 2,096.40 / 2 = $4,192.80."""
     result = plan_json(cli, EXAMPLES / "course-2016.toml")
     t = totals(result)
     assert t["aws:g2.2xlarge"] == 3744.00
-    assert t["ibm:bm-2xM60"] == 5922.20
-    assert t["ibm:bm-2xK2"] == 4192.80
-    assert t["ibm:bm-2xM60:whole-month"] == 11844.40
+    assert t["ibm:bm-2xM60"] == round(4 * 2961.10 * 25 / 30, 2) == 9870.33
+    assert t["ibm:bm-2xK2"] == round(4 * 2096.40 * 25 / 30, 2) == 6988.00
+    published = {o["offers"][0]["offer"]: o["published"] for o in result["options"]}
+    assert published["ibm:bm-2xM60"]["usd"] == 5922.20
+    assert published["ibm:bm-2xK2"]["usd"] == 4192.80
+    assert published["aws:g2.2xlarge"]["usd"] == 3744.00
+    assert all(p["rule"] == "post-2016-arithmetic" for p in published.values())
+    assert published["ibm:bm-2xM60"]["label"].startswith("the 2016 post's arithmetic")
     cheapest = result["options"][0]
     assert cheapest["offers"] == [{"offer": "aws:g2.2xlarge", "count": 16}]
     assert [o["total_usd"] for o in result["options"]] == sorted(o["total_usd"] for o in result["options"])
@@ -45,8 +55,16 @@ def test_explain_prints_formula_lines(cli):
     r = cli("plan", EXAMPLES / "course-2016.toml", "--explain")
     assert r.code == 0, r.err
     assert "0.65 $/h × 24 h × 15 d × 16 seats = $3,744.00" in r.out
-    assert "2,961.10 $/month × (15/30 d Jun 2016) × 4 servers = $5,922.20" in r.out
-    assert "2,961.10 $/month × 1 billing month (Jun 2016, charged whole) × 4 servers = $11,844.40" in r.out
+    assert (
+        "2,961.10 $/month × (25/30 d Jun 2016, from the order day to the month's end) × 4 servers = $9,870.33"
+    ) in r.out
+    assert ("the 2016 post's arithmetic: $5,922.20 (ibm:bm-2xM60: 2,961.10 $/month × (15/30 d Jun 2016) × 4)") in r.out
+    plain = cli("plan", EXAMPLES / "course-2016.toml").out
+    assert "Option 3, by the 2016 post's arithmetic: $5,922.20 (the provider's rule bills $9,870.33)" in plain
+    assert "Option 2, by the 2016 post's arithmetic: $4,192.80 (the provider's rule bills $6,988.00)" in plain
+    assert "Option 1, by the 2016 post's arithmetic: $3,744.00 (the same as the provider's rule)" in plain
+    assert "All totals in USD, taxes not included." in plain
+    assert "ibm:bm-2xM60: $2,961.10/month, as of 2016-06-01, 2016 course article" in plain
 
 
 def test_profiles_passed_over_say_why_but_are_not_rejections(cli):
@@ -62,7 +80,7 @@ def test_performance_view_from_reference_results(cli):
     perf = m60["performance"][0]
     assert perf["time_saved"] == "24 h of K520 work takes 14.1 h on M60"
     assert perf["lenet_10k_seconds"] == 26.73
-    assert perf["usd_per_seat_hour"] == round(5922.20 / (16 * 360), 4)
+    assert perf["usd_per_seat_hour"] == round(9870.33 / (16 * 360), 4)
 
 
 def test_lab_hours_stop_cloud_seats_but_bill_their_disks(cli):
@@ -111,8 +129,19 @@ def test_streaming_desktops_share_one_m60_server(cli):
     group = best["groups"][0]
     assert group["mode"] == "vgpu" and group["seats_per_unit"] == 16
     licence = next(ln for ln in best["lines"] if ln["item"].startswith("licence"))
-    assert licence["count"] == 16
-    assert best["total_usd"] == round(2961.10 / 2 + licence["usd"], 2)
+    assert licence["count"] == 16 and licence["usd"] == 160.00  # vApps, 16 × $10 for one annual term
+    # IBM's rule: 2,961.10 × 25/30 = 2,467.58 + 160.00; the post's half-month arithmetic: 1,480.55 + 160.00
+    assert best["total_usd"] == round(2961.10 * 25 / 30 + 160, 2) == 2627.58
+    assert best["published"]["usd"] == round(2961.10 / 2 + 160, 2) == 1640.55
+    aws = result["options"][1]
+    # 16 × g2.2xlarge with Windows: (0.65 + 0.046 × 8) $/h × 360 h × 16 = 3,744.00 + 2,119.68
+    assert aws["offers"] == [{"offer": "aws:g2.2xlarge", "count": 16}] and aws["total_usd"] == 5863.68
+    quoted = result["quoted"][0]
+    assert quoted["usd"] == 1422.72
+    text = cli("plan", EXAMPLES / "course-streaming-2016.toml").out
+    for figure in ("$1,422.72", "more than $2,000 cheaper than", "$1,640.55", "$5,863.68", "$2,627.58"):
+        assert figure in text
+    assert "Where the differences come from" in text
 
 
 def test_csv_has_numbers(cli):

@@ -97,7 +97,9 @@ def test_imported_offers_feed_the_planner(cli, tmp_path):
     r = cli("plan", course, "--skypilot", f"aws={FIXTURES / 'aws_v8_vms_excerpt.csv'}", "--format", "json")
     assert r.code == 0, r.err
     best = json.loads(r.out)["options"][0]
-    assert best["total_usd"] == round(0.526 * 48 * 3, 2)
+    # imported offers take the provider's rules: 48 h × 3 seats at $0.526 plus a public IPv4 at $0.005/h
+    assert best["total_usd"] == round(0.526 * 48 * 3 + 0.005 * 48 * 3, 2) == 76.46
+    assert [r["id"] for r in best["prices"][0]["rules"]] == ["aws-ec2-per-second", "aws-public-ipv4", "aws-free-egress"]
 
 
 GPU_INFO = "\"{{'Gpus': [{{'Name': '{name}', 'Manufacturer': 'NVIDIA', 'Count': {n}, 'MemoryInfo': {{'SizeInMiB': {mib}}}}}], 'TotalGpuMemoryInMiB': {mib}}}\""
@@ -180,3 +182,9 @@ def test_a_file_without_rows_is_not_a_catalog(cli, tmp_path):
         path.write_text(body)
         r = cli("offers", "import", path, "--provider", "aws")
         assert r.code == 2 and "not a SkyPilot vms.csv: no rows" in r.err and "Traceback" not in r.err
+
+
+def test_providers_without_a_skypilot_catalog_are_not_importable(cli):
+    """IBM classic bare metal has billing rules and regions in providers.toml but no SkyPilot catalog."""
+    r = cli("offers", "import", FIXTURES / "aws_v8_vms_excerpt.csv", "--provider", "ibm")
+    assert r.code == 2 and "unknown provider 'ibm'" in r.err and "aws" in r.err

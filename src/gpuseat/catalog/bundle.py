@@ -22,6 +22,7 @@ from gpuseat.catalog.doctor import DoctorCatalog, build_doctor
 from gpuseat.catalog.licences import Licence, build_licences
 from gpuseat.catalog.offers import Offer, OffersFile, ProviderRules
 from gpuseat.catalog.partitions import PartitionCatalog, build_partitions
+from gpuseat.catalog.rules import Rule, RuleError, build_rules
 from gpuseat.errors import InputError, did_you_mean
 
 # file name → {array-of-tables name: the fields that identify a row}
@@ -30,6 +31,7 @@ _KEYS: dict[str, dict[str, tuple[str, ...]]] = {
     "offers.toml": {"offer": ("id",)},
     "licences.toml": {"licence": ("id",)},
     "providers.toml": {"provider": ("name",)},
+    "rules.toml": {"rule": ("id",)},
     "mig_profiles.toml": {"gpu": ("gpu",), "profile": ("gpu", "name")},
     "vgpu_profiles.toml": {"gpu": ("gpu",), "profile": ("gpu", "name")},
     "sharing.toml": {"mode": ("mode",)},
@@ -50,6 +52,20 @@ class Catalog:
     references: tuple[ReferenceResult, ...]
     overlay: str | None = None
     _index: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    rules: Mapping[str, Rule] = field(default_factory=dict)
+
+    def offer_context(self) -> dict[str, Any]:
+        """What validating an offer against this catalog needs: GPU lookup, billing rules, provider defaults."""
+        return {
+            "find_gpu": self.find_gpu,
+            "gpu_names": list(self.gpus),
+            "rules": self.rules,
+            "provider_rules": {name: (p.rules, p.type_rules) for name, p in self.providers.items()},
+        }
+
+    def offer_rules(self, offer: Offer) -> tuple[Rule, ...]:
+        """The rule rows an offer is billed under (unknown ids were refused when it was loaded)."""
+        return tuple(self.rules[r] for r in offer.rules if r in self.rules)
 
     def find_gpu(self, name: str) -> GpuModel | None:
         """The model whose id, name or alias matches ``name`` (case, spaces, dashes ignored), or None."""
@@ -110,6 +126,8 @@ def _build(where: str, make: Callable[[], Any]) -> Any:
             where=where,
             fix="correct that row (same shape as the bundled file of this name)",
         ) from None
+    except RuleError as exc:
+        raise InputError(str(exc), where=where, fix="correct that rule row (see gpuseat.catalog.rules)") from None
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"malformed catalog data: {exc}", where=where, fix="use the bundled file's shape") from None
 
@@ -127,12 +145,20 @@ def load_catalog(overlay: Path | str | None = None) -> Catalog:
     for model in gpus.values():
         for key in (model.id, model.name, *model.aliases):
             index[_norm(key)] = model.id
-    probe = Catalog(gpus, (), {}, None, {}, None, (), _index=index)  # type: ignore[arg-type]
-
-    offers_raw, where = _raw("offers.toml", folder)
-    offers = _build(where, lambda: OffersFile.model_validate(offers_raw, context={"find_gpu": probe.find_gpu}).offer)
+    rules_raw, where = _raw("rules.toml", folder)
+    rules: dict[str, Rule] = _build(where, lambda: build_rules(rules_raw))
     prov_raw, where = _raw("providers.toml", folder)
     providers = _build(where, lambda: {p["name"]: ProviderRules.model_validate(p) for p in prov_raw["provider"]})
+    for name, prov in providers.items():
+        missing = [r for r in prov.rules if r not in rules]
+        if missing:
+            raise InputError(
+                f"provider '{name}': unknown billing rule '{missing[0]}'", where=where, fix="use an id from rules.toml"
+            )
+    probe = Catalog(gpus, (), providers, None, {}, None, (), _index=index, rules=rules)  # type: ignore[arg-type]
+
+    offers_raw, where = _raw("offers.toml", folder)
+    offers = _build(where, lambda: OffersFile.model_validate(offers_raw, context=probe.offer_context()).offer)
     lic_raw, where = _raw("licences.toml", folder)
     licences = _build(where, lambda: build_licences(lic_raw))
     mig, w1 = _raw("mig_profiles.toml", folder)
@@ -151,4 +177,5 @@ def load_catalog(overlay: Path | str | None = None) -> Catalog:
         references=reference_results(),
         overlay=str(folder) if folder else None,
         _index=MappingProxyType(index),
+        rules=MappingProxyType(rules),
     )

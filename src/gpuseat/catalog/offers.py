@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 from datetime import date
+from fnmatch import fnmatchcase
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationInfo, model_validator
 
@@ -22,7 +23,8 @@ from gpuseat.files import read_toml_model
 if TYPE_CHECKING:
     from gpuseat.catalog.bundle import Catalog
 
-Billing = Literal["per-second", "per-minute", "per-hour", "month-whole", "month-prorated"]
+Billing = Literal["per-second", "per-minute", "per-hour", "month-whole", "month-prorated", "month-first-prorated"]
+Rounding = Literal["up", "down"]
 Kind = Literal["cloud", "bare-metal"]
 GuestOS = Literal["linux", "windows"]
 MonthStart = Literal["calendar", "anniversary"]
@@ -53,8 +55,12 @@ class Offer(BaseModel):
     vcpus: StrictFloat = Field(ge=0, le=100_000)
     ram_gb: StrictFloat = Field(ge=0, le=1e6)
     price_usd: Usd = Field(ge=0, le=MAX_USD, description="per hour (hourly billing) or per month (monthly billing)")
+    currency: str = Field("USD", pattern=r"^[A-Z]{3}$", description="the currency the provider prices in")
+    price: Usd | None = Field(None, ge=0, le=MAX_USD, description="the price in ``currency`` (not USD)")
     billing: Billing
     min_charge_s: StrictInt = Field(0, ge=0, le=31 * 86400)
+    rounding: Rounding = "up"
+    rules: tuple[str, ...] = Field((), max_length=20, description="ids of billing rules (rules.toml)")
     month_start: MonthStart = "calendar"
     setup_fee_usd: Usd = Field(0, ge=0, le=MAX_USD)
     disk_usd_per_gb_month: Usd | None = Field(None, ge=0, le=1000, description="None: not known (a plan says so)")
@@ -81,6 +87,7 @@ class Offer(BaseModel):
         if not isinstance(data, dict) or not isinstance(data.get("gpu"), str):
             return data
         context = info.context or {}
+        data = _with_rules(data, context)
         lookup = context.get("find_gpu", find_gpu)
         model = lookup(data["gpu"])
         if model is None:
@@ -91,6 +98,11 @@ class Offer(BaseModel):
         if out.get("gpu_memory_gb") is None:
             out["gpu_memory_gb"] = float(model.memory_gb)
         return out
+
+    @property
+    def spot(self) -> bool:
+        """Whether the price is a spot/interruptible one (an id or instance type that says so)."""
+        return "spot" in self.id.lower()
 
     @property
     def monthly(self) -> bool:
@@ -106,6 +118,58 @@ class Offer(BaseModel):
     def twin_key(self) -> tuple[str, str, str | None]:
         """What identifies the rented thing: the same instance under another id or billing rule is a twin."""
         return (self.provider, self.instance_type, self.region)
+
+
+def _with_rules(data: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+    """Fill ``rules`` from the provider's defaults when the offer gives none, check every id exists, and
+    let a ``billing`` rule in force at any date (no ``since``) set the offer's billing fields: the rule
+    row, with its source, is then the one place the billing is written. What a list of rule ids implies
+    is worked out once per list (a 150,000-row import repeats a handful of lists)."""
+    known = context.get("rules")
+    if known is None:
+        return data
+    out = dict(data)
+    if "rules" not in out:
+        base, by_type = context.get("provider_rules", {}).get(out.get("provider"), ((), {}))
+        if by_type:
+            kind = str(out.get("instance_type", ""))
+            base = (*base, *(r for glob, ids in by_type.items() if fnmatchcase(kind, glob) for r in ids))
+        out["rules"] = tuple(base)
+    ids = out["rules"]
+    if not isinstance(ids, list | tuple) or not all(isinstance(i, str) for i in ids):
+        return out  # the field validator names the problem
+    currency = out.get("currency", "USD")
+    if currency != "USD" and isinstance(currency, str):
+        rates = [r for r in known.values() if r.kind == "exchange-rate" and r.get("currency") == currency]
+        chosen = [r for r in rates if r.id in ids] or rates
+        if not chosen:
+            raise ValueError(
+                f"no exchange rate for {currency}: add an exchange-rate rule (currency, usd_per_unit, source, "
+                "as_of) to a --catalog folder's rules.toml"
+            )
+        if not isinstance(out.get("price"), int | float) or isinstance(out.get("price"), bool):
+            raise ValueError(f"an offer priced in {currency} gives 'price' (in {currency}); price_usd is derived")
+        out["price_usd"] = round(float(out["price"]) * float(chosen[0].get("usd_per_unit")), 6)
+        if chosen[0].id not in ids:
+            ids = out["rules"] = (*ids, chosen[0].id)
+    memo = context.setdefault("_billing_memo", {})
+    key = tuple(ids)
+    billing = memo.get(key)
+    if billing is None:
+        billing = {}
+        for rid in ids:
+            rule = known.get(rid)
+            if rule is None:
+                raise ValueError(f"unknown billing rule '{rid}'.{did_you_mean(rid, known)}")
+            if rule.kind == "billing" and rule.since is None:
+                billing = {
+                    "billing": rule.get("billing"),
+                    "min_charge_s": rule.get("min_charge_s", 0),
+                    "rounding": rule.get("rounding", "up"),
+                }
+        memo[key] = billing
+    out.update(billing)
+    return out
 
 
 class ProviderRules(BaseModel):
@@ -131,6 +195,11 @@ class ProviderRules(BaseModel):
     support_min_usd_month: float = 0
     support_pct: float = 0
     support_source: str = ""
+    rules: tuple[str, ...] = ()
+    type_rules: dict[str, tuple[str, ...]] = Field(default_factory=dict)  # instance-type glob → more rules
+    regions: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    regions_source: str = ""
+    skypilot: bool = True  # whether `gpuseat offers import` reads this provider's SkyPilot catalog
     source: str
     as_of: date
 
@@ -173,7 +242,7 @@ def bundled_offers() -> tuple[Offer, ...]:
 
 def load_offers_file(path: Path, catalog: Catalog | None = None) -> list[Offer]:
     """A user's offers TOML file, its GPUs looked up in ``catalog``; errors name the file, line and field."""
-    context = {"find_gpu": catalog.find_gpu, "gpu_names": list(catalog.gpus)} if catalog is not None else None
+    context = catalog.offer_context() if catalog is not None else None
     return read_toml_model(OffersFile, path, context=context).offer
 
 
@@ -198,8 +267,6 @@ def merge_offers(*groups: list[Offer] | tuple[Offer, ...]) -> list[Offer]:
 
 def check_offer_ids(ids: list[str], offers: list[Offer], *, where: str) -> None:
     """Every id (or glob) in ``ids`` must match at least one offer."""
-    from fnmatch import fnmatchcase
-
     known = [o.id for o in offers]
     for pattern in ids:
         if not any(fnmatchcase(k, pattern) for k in known):

@@ -44,7 +44,9 @@ class MigProfile(BaseModel):
     starts: tuple[int, ...]
     max_count: int = Field(gt=0)
     memory_gb: float = Field(gt=0, description="the size in the profile name")
-    usable_gb: float | None = Field(None, gt=0, description="what a real nvidia-smi -lgip printed")
+    usable_gb: float | None = Field(None, gt=0, description="what a real nvidia-smi -lgip printed (GiB)")
+    usable_derived: bool = Field(False, description="usable_gb derived by the one rule (no -lgip print known)")
+    copy_engines: int | None = Field(None, ge=0, description="copy engines of the GPU instance (-lgip CE column)")
     inferred: bool = False
     source: str
     as_of: date
@@ -56,7 +58,7 @@ class MigProfile(BaseModel):
 
     @property
     def seat_gb(self) -> float:
-        """Memory a seat can count on: measured when known, else the nominal size."""
+        """Memory a seat can count on: NVIDIA's -lgip figure (printed, or derived by :func:`usable_memory`)."""
         return self.usable_gb if self.usable_gb is not None else self.memory_gb
 
 
@@ -148,11 +150,53 @@ def _group(rows: list[BaseModel]) -> dict[str, tuple]:
     return {k: tuple(v) for k, v in out.items()}
 
 
+#: The one rule for seat memory (issue 26): a profile's usable memory is what ``nvidia-smi mig -lgip`` prints.
+#: Where no print is known it is derived from real ``-lgip`` prints: the GPU's whole-GPU figure (printed, or
+#: the name's size × 93.12/94, the H100 NVL's whole-GPU ratio) × the share of it that a placement of that many
+#: memory slices got on a real GPU with the same slice grid (H100 NVL for 8 slices, A30 for 4, RTX PRO 6000 for
+#: its 12 placement units), scaled down from this GPU's own printed figure of the next larger size when it has one.
+#: Figures in GiB, from tests/fixtures (SOURCES.md).
+WHOLE_RATIO = 93.12 / 94
+SLICE_SHARE: dict[int, dict[int, float]] = {
+    8: {1: 10.75 / 93.12, 2: 21.62 / 93.12, 4: 46.38 / 93.12, 8: 1.0},
+    4: {1: 5.81 / 23.50, 2: 11.69 / 23.50, 4: 1.0},
+    12: {3: 23.62 / 95.12, 6: 47.38 / 95.12, 12: 1.0},
+}
+
+
+def usable_memory(gpu: MigGpu, profiles: tuple[MigProfile, ...]) -> tuple[MigProfile, ...]:
+    """``profiles`` with every ``usable_gb`` filled by the one rule (printed figures are kept as they are)."""
+    by_size = {p.memory_slices: p.usable_gb for p in profiles if p.usable_gb is not None and not p.usable_derived}
+    whole = by_size.get(gpu.memory_slices)
+    if whole is None:
+        full = max(profiles, key=lambda p: p.memory_slices)
+        whole = full.memory_gb * WHOLE_RATIO
+    share = SLICE_SHARE.get(gpu.memory_slices, {})
+    out = []
+    for p in profiles:
+        if p.usable_gb is not None:
+            out.append(p)
+        elif p.memory_slices in by_size:  # a +me/+gfx variant of a printed profile: same memory
+            out.append(p.model_copy(update={"usable_gb": by_size[p.memory_slices]}))
+        else:
+            part = share.get(p.memory_slices, p.memory_slices / gpu.memory_slices)
+            value = whole * part
+            known = [k for k in by_size if k in share and k > p.memory_slices]
+            if known:  # scale down from this GPU's own printed figure of the next larger placement size
+                near = min(known)
+                value = by_size[near] * part / share[near]
+            value = min(value, p.memory_gb * WHOLE_RATIO)
+            out.append(p.model_copy(update={"usable_gb": round(value, 2), "usable_derived": True}))
+    return tuple(out)
+
+
 def build_partitions(mig: dict, vgpu: dict, sharing: dict) -> PartitionCatalog:
     """A partition catalog from the parsed ``mig_profiles``, ``vgpu_profiles`` and ``sharing`` tables."""
+    mig_gpus = {row["gpu"]: MigGpu.model_validate(row) for row in mig["gpu"]}
+    grouped = _group([MigProfile.model_validate(row) for row in mig["profile"]])
     return PartitionCatalog(
-        mig_gpus={row["gpu"]: MigGpu.model_validate(row) for row in mig["gpu"]},
-        mig_profiles=_group([MigProfile.model_validate(row) for row in mig["profile"]]),
+        mig_gpus=mig_gpus,
+        mig_profiles={k: usable_memory(mig_gpus[k], v) if k in mig_gpus else v for k, v in grouped.items()},
         vgpu_gpus={row["gpu"]: VgpuGpu.model_validate(row) for row in vgpu["gpu"]},
         vgpu_profiles=_group([VgpuProfile.model_validate(row) for row in vgpu["profile"]]),
         modes=tuple(sorted((ModeRule.model_validate(row) for row in sharing["mode"]), key=lambda m: m.rank)),

@@ -190,12 +190,14 @@ def _read_rows(path: Path, provider: str) -> list[_Row]:
 def import_skypilot(path: Path, provider: str, *, catalog: Catalog, as_of: date) -> ImportResult:
     """Offers from a SkyPilot ``vms.csv``: one per instance type and region, at the cheapest zone."""
     rules = catalog.providers.get(provider)
-    if rules is None:
+    importable = [name for name, p in catalog.providers.items() if p.skypilot]
+    if rules is None or not rules.skypilot:
         raise InputError(
-            f"unknown provider '{provider}'.{did_you_mean(provider, catalog.providers)}",
+            f"unknown provider '{provider}'.{did_you_mean(provider, importable)}",
             where="--provider",
-            fix=f"use one of: {', '.join(catalog.providers)}",
+            fix=f"use one of: {', '.join(importable)}",
         )
+    context = catalog.offer_context()
     rows = _read_rows(path, provider)
     result = ImportResult()
     gpu_rows = [r for r in rows if not r.instance_type]
@@ -248,7 +250,7 @@ def import_skypilot(path: Path, provider: str, *, catalog: Catalog, as_of: date)
             "as_of": as_of,
         }
         try:
-            offer = Offer.model_validate(fields, context={"find_gpu": catalog.find_gpu})
+            offer = Offer.model_validate(fields, context=context)
         except ValidationError as exc:
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"]) or "row"

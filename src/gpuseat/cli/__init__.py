@@ -50,6 +50,7 @@ def _register_all() -> None:
         jupyterhub,
         monitor,
         plan,
+        probe,
         report,
         roster,
         seats,
@@ -58,7 +59,22 @@ def _register_all() -> None:
         vms,
     )
 
-    for module in (plan, carve, doctor, bench, monitor, course, roster, seats, slurm, vms, serve, report, jupyterhub):
+    for module in (
+        plan,
+        carve,
+        doctor,
+        probe,
+        bench,
+        monitor,
+        course,
+        roster,
+        seats,
+        slurm,
+        vms,
+        serve,
+        report,
+        jupyterhub,
+    ):
         module.register(app)
 
 

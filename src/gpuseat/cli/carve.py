@@ -12,6 +12,7 @@ from gpuseat.cli._output import FORMAT_OPTION, Format
 
 if TYPE_CHECKING:
     from gpuseat.core.carve import Layout
+    from gpuseat.core.inventory import Server
     from gpuseat.render.base import RenderOptions
 
 
@@ -67,6 +68,12 @@ def register(app: typer.Typer) -> None:
         ),
         gpu: str | None = typer.Option(None, "--gpu", help="Inline server: MODEL[:BOARDS], e.g. M60:2."),
         from_nvidia_smi: Path | None = typer.Option(None, "--from-nvidia-smi", help="An `nvidia-smi -q -x` capture."),
+        from_probe: Path | None = typer.Option(
+            None, "--from-probe", help="A `gpuseat probe` bundle: plan from the driver's own profile table."
+        ),
+        vgpu_backend: str = typer.Option(
+            "auto", "--vgpu-backend", help="auto, mdev or vfio (vendor-specific VFIO, vGPU 17+); a probe decides auto."
+        ),
         from_mig_parted: Path | None = typer.Option(None, "--from-mig-parted", help="A mig-parted config to read."),
         config: str | None = typer.Option(None, "--config", help="Config name inside --from-mig-parted."),
         seats: int | None = typer.Option(
@@ -93,6 +100,12 @@ def register(app: typer.Typer) -> None:
         disk_gb: int = typer.Option(50, "--disk-gb", min=1, max=65536, help="Disk per VM, GB."),
         image: str | None = typer.Option(None, "--image", help="Base disk image (host path) for the VM disks."),
         network: str = typer.Option("default", "--network", help="libvirt network for the VMs' NIC."),
+        operator_namespace: str = typer.Option(
+            "gpu-operator", "--operator-namespace", help="k8s: the NVIDIA GPU Operator's namespace (its ConfigMaps)."
+        ),
+        participants: str | None = typer.Option(
+            None, "--participants", help="k8s: participant keys in seat order (comma list): a namespace each."
+        ),
         catalog_dir: Path | None = typer.Option(None, "--catalog", help="A folder of catalog TOML files to overlay."),
         check: bool = typer.Option(False, "--assert", help="Check a live host (--from-nvidia-smi) against LAYOUT."),
         fmt: Format = FORMAT_OPTION,
@@ -135,7 +148,23 @@ def register(app: typer.Typer) -> None:
             raise InputError(
                 "a second file is only taken with --assert", where=str(layout_file), fix="give one SERVER inventory"
             )
-        server = carving.load_server(catalog, inventory=server_file, gpu=gpu, nvidia_smi=from_nvidia_smi)
+        probe_notes: list[str] = []
+        server: Server | None
+        if vgpu_backend not in ("auto", "mdev", "vfio"):
+            raise InputError(f"unknown backend {vgpu_backend!r}", where="--vgpu-backend", fix="use auto, mdev or vfio")
+        if from_probe is not None:
+            from gpuseat.services import probe
+
+            if server_file or gpu or from_nvidia_smi:
+                raise InputError(
+                    "--from-probe describes the server", where="--from-probe", fix="give no other server description"
+                )
+            bundle = probe.read_bundle(from_probe)
+            server, catalog, probe_notes = probe.plan_inputs(bundle, catalog)
+            if vgpu_backend == "auto" and bundle.vgpu_layout in ("mdev", "vfio"):
+                vgpu_backend = bundle.vgpu_layout
+        else:
+            server = carving.load_server(catalog, inventory=server_file, gpu=gpu, nvidia_smi=from_nvidia_smi)
         by_chip = None
         if from_mig_parted is not None:
             server, by_chip = carving.from_mig_parted(from_mig_parted, config, server, catalog)
@@ -149,12 +178,25 @@ def register(app: typer.Typer) -> None:
         names = carving.profiles_from_flags(profile)
         request = CarveRequest(seats=seats, mode=mode.value, need=need, profiles=names, by_chip=by_chip)
         layout = carving.carve_layout(server, request, catalog)
+        if probe_notes:
+            layout = layout.model_copy(update={"notes": (*layout.notes, *probe_notes)})
         if render_name is None:
             if out is not None:
                 raise InputError("--out writes rendered files", where="--out", fix="add --render NAME")
             _print_layout(layout, fmt)
             return
-        options = _options(RenderOptions, vcpus=vcpus, memory_gb=memory, disk_gb=disk_gb, image=image, network=network)
+        people = tuple(p.strip() for p in (participants or "").split(",") if p.strip())
+        options = _options(
+            RenderOptions,
+            vcpus=vcpus,
+            memory_gb=memory,
+            disk_gb=disk_gb,
+            image=image,
+            network=network,
+            vgpu_backend=vgpu_backend,
+            operator_namespace=operator_namespace,
+            participants=people,
+        )
         artifacts = carving.render_layout(layout, render_name, catalog, options)
         if out is None:
             for art in artifacts:
@@ -182,6 +224,8 @@ def _options(model: type[RenderOptions], **values: Any) -> RenderOptions:
         "image": "--image",
         "network": "--network",
         "vcpus": "--vcpus",
+        "operator_namespace": "--operator-namespace",
+        "participants": "--participants",
     }
     try:
         return model(**values)
@@ -191,5 +235,6 @@ def _options(model: type[RenderOptions], **values: Any) -> RenderOptions:
         raise InputError(
             f"{err['msg']}",
             where=flags.get(field, field),
-            fix="--image takes an absolute host path; --network a libvirt network name",
+            fix="--image takes an absolute host path; --network a libvirt network name; --operator-namespace and"
+            " --participants lowercase letters, digits and '-'",
         ) from None

@@ -14,9 +14,16 @@ def skypilot_command(
     course: str | None = typer.Option(None, "--course", help="Course key (default: the only course)."),
     db: str | None = typer.Option(None, "--db", help="Course database URL (default: GPUSEAT_DB_URL or the data dir)."),
     disk_gb: int = typer.Option(50, "--disk-gb", help="Disk per seat, GB."),
-    autostop: int = typer.Option(15, "--autostop", help="SkyPilot autostop: idle minutes after a session."),
     lead: int = typer.Option(10, "--lead", help="Start the seats this many minutes before each session."),
-    gpuseat_spec: str = typer.Option("gpuseat[bench]", "--gpuseat-spec", help="What the setup pip-installs."),
+    wheelhouse: Path | None = typer.Option(
+        None, "--wheelhouse", help="Folder with one gpuseat wheel (pip wheel --no-deps -w DIR .), shipped to each VM."
+    ),
+    offline: bool = typer.Option(
+        False, "--offline", help="pip --no-index: the wheelhouse also holds every dependency's wheel."
+    ),
+    gpuseat_spec: str | None = typer.Option(
+        None, "--gpuseat-spec", help="Instead of a wheelhouse: 'gpuseat[bench] @ https://…/gpuseat-….whl'."
+    ),
     force: bool = typer.Option(False, "--force", help="Write into a folder gpuseat did not write."),
     fmt: Format = FORMAT_OPTION,
 ) -> None:
@@ -25,7 +32,12 @@ def skypilot_command(
     from gpuseat.services import cloud
     from gpuseat.services.courses import open_store
 
-    opts = cloud.TaskOptions(disk_gb=disk_gb, autostop_min=autostop, gpuseat_spec=gpuseat_spec)
+    opts = cloud.TaskOptions(
+        disk_gb=disk_gb,
+        wheelhouse=str(wheelhouse) if wheelhouse is not None else None,
+        offline=offline,
+        gpuseat_spec=gpuseat_spec,
+    )
     with open_store(db) as store:
         written = cloud.write_for_course(store, course, out, load_catalog().offers, opts, lead_min=lead, force=force)
     if fmt is Format.json:

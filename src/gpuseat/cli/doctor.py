@@ -36,6 +36,9 @@ def _doctor(
     capture: Path | None = typer.Option(
         None, "--capture", help="Also write every file the checks read to OUT.tar.gz (for support)."
     ),
+    from_probe: Path | None = typer.Option(
+        None, "--from-probe", help="Check the host a `gpuseat probe` bundle recorded (its /proc and /sys capture)."
+    ),
     fmt: Format = FORMAT_OPTION,
 ) -> None:
     """Will passthrough, vGPU or MIG work on this host — and if not, exactly why and what to change."""
@@ -44,7 +47,17 @@ def _doctor(
 
     if capture is not None:
         check_capture_path(capture)
-    report, view = diagnose(root, cast("Target", target.value) if target else None)
+    if from_probe is not None:
+        import tempfile
+
+        from gpuseat.services.probe import doctor_root, read_bundle
+
+        with tempfile.TemporaryDirectory() as tmp:
+            report, view = diagnose(
+                doctor_root(read_bundle(from_probe), Path(tmp)), cast("Target", target.value) if target else None
+            )
+    else:
+        report, view = diagnose(root, cast("Target", target.value) if target else None)
     if capture is not None:
         view.write_capture(capture)
     if fmt is Format.json:

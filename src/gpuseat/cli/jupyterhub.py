@@ -27,6 +27,29 @@ def _course_key(db: str | None, course: str | None) -> tuple[str, str]:
         return url, store.get_course(course).key
 
 
+def _offline(db: str | None, course: str | None) -> tuple[str, str]:
+    """The database URL and course key as given, checked for form only: nothing connects."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from gpuseat.db import resolve_url
+
+    if not course:
+        raise InputError("--no-check needs the course key", where="--course", fix="pass --course KEY")
+    if not db and not os.environ.get("GPUSEAT_DB_URL"):
+        raise InputError(
+            "--no-check needs the hub's database URL", where="--db", fix="pass --db URL (or set GPUSEAT_DB_URL)"
+        )
+    url = resolve_url(db)
+    try:
+        make_url(url)
+    except ArgumentError:
+        raise InputError(
+            "not a database URL", where="--db", fix="a SQLAlchemy URL such as postgresql+psycopg://user@host/db"
+        ) from None
+    return url, course
+
+
 _FLAGS = {"cull_every_s": "--cull-every", "session_lead_min": "--session-lead", "db_url": "--db"}
 
 
@@ -52,6 +75,11 @@ def config(
     spawner_class: bool = typer.Option(
         True, "--set-spawner-class/--keep-spawner-class", help="Keep the hub's own spawner class (TLJH, z2jh)."
     ),
+    check: bool = typer.Option(
+        True,
+        "--check/--no-check",
+        help="Check the course in the database (--no-check: render offline, e.g. for an in-cluster URL).",
+    ),
 ) -> None:
     """Print a ready jupyterhub_config.py wiring gpuseat's hooks, the culler service and the database."""
     from pydantic import ValidationError
@@ -60,7 +88,7 @@ def config(
 
     if spawner not in SPAWNER_CLASSES:
         raise InputError(f"unknown spawner {spawner!r}", where="--spawner", fix=f"one of {', '.join(SPAWNER_CLASSES)}")
-    url, key = _course_key(db, course)
+    url, key = _course_key(db, course) if check else _offline(db, course)
     try:
         settings = HubSettings(
             course=key,

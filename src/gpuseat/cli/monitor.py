@@ -25,6 +25,11 @@ APPS = typer.Option(None, "--apps", help="With --from-csv: a '--query-compute-ap
 LISTING = typer.Option(None, "--list", help="A saved 'nvidia-smi -L' (adds MIG profiles and UUIDs).")
 SSH = typer.Option(None, "--ssh", help="Sample HOST ([user@]name) by running nvidia-smi and ps over SSH.")
 REPLAY = typer.Option(None, "--replay", help="Play back a recorded JSON Lines snapshot file.")
+FROM_PROBE = typer.Option(None, "--from-probe", help="Read a `gpuseat probe` bundle (names MIG devices from -lgi).")
+TABLE = typer.Option(
+    None, "--table", help="A saved plain 'nvidia-smi' print: places CSV processes on their MIG device (GI/CI ids)."
+)
+KERNEL_LOG = typer.Option(None, "--kernel-log", help="A saved 'dmesg' / 'journalctl -k': Xid errors per GPU.")
 SEATS = typer.Option(None, "--seats", help="Seat mapping file (TOML or CSV): seat → device UUID → participant.")
 DB = typer.Option(None, "--db", help="Database URL (default: GPUSEAT_DB_URL or SQLite in the data dir).")
 COURSE = typer.Option(None, "--course", help="Only this course's seats, from the course store (gpuseat course list).")
@@ -59,10 +64,13 @@ def _source(
     listing: Path | None,
     ssh: str | None,
     replay: Path | None,
+    probe: Path | None = None,
+    table: Path | None = None,
+    kernel_log: Path | None = None,
 ) -> Source:
     from gpuseat.services.monitoring import Source
 
-    source = Source(from_xml, from_csv, apps, listing, ssh, replay)
+    source = Source(from_xml, from_csv, apps, listing, ssh, replay, probe=probe, table=table, kernel_log=kernel_log)
     source.check()  # a bad --ssh host is refused before anything runs
     return source
 
@@ -86,6 +94,9 @@ def top(
     listing: Path | None = LISTING,
     ssh: str | None = SSH,
     replay: Path | None = REPLAY,
+    from_probe: Path | None = FROM_PROBE,
+    table: Path | None = TABLE,
+    kernel_log: Path | None = KERNEL_LOG,
     seats: Path | None = SEATS,
     db: str | None = DB,
     course: str | None = COURSE,
@@ -98,7 +109,7 @@ def top(
     """Live seat-centric view: participant, seat, GPU/MIG, memory, utilisation, processes, idle time."""
     from gpuseat.services import monitoring
 
-    source = _source(from_xml, from_csv, apps, listing, ssh, replay)
+    source = _source(from_xml, from_csv, apps, listing, ssh, replay, from_probe, table, kernel_log)
     if once:
         _print_view(monitoring.snapshot_once(source, seats, db, course), fmt)
         return
@@ -132,6 +143,9 @@ def monitor(
     listing: Path | None = LISTING,
     ssh: str | None = SSH,
     replay: Path | None = REPLAY,
+    from_probe: Path | None = FROM_PROBE,
+    table: Path | None = TABLE,
+    kernel_log: Path | None = KERNEL_LOG,
     seats: Path | None = SEATS,
     db: str | None = DB,
     course: str | None = COURSE,
@@ -156,7 +170,7 @@ def monitor(
     """
     from gpuseat.services import monitoring
 
-    source = _source(from_xml, from_csv, apps, listing, ssh, replay)
+    source = _source(from_xml, from_csv, apps, listing, ssh, replay, from_probe, table, kernel_log)
     if once:
         _print_view(monitoring.snapshot_once(source, seats, db, course), fmt)
         return

@@ -32,7 +32,9 @@ def _plan(
     ),
     skypilot: list[str] = typer.Option([], "--skypilot", help="PROVIDER=PATH of a SkyPilot vms.csv; repeatable."),
     offer: list[str] = typer.Option([], "--offer", help="Only offers whose id matches this glob; repeatable."),
-    region: list[str] = typer.Option([], "--region", help="Only offers whose region matches this glob; repeatable."),
+    region: list[str] = typer.Option(
+        [], "--region", help="Only offers in a geography (us, eu, asia: each provider's own regions) or a region glob."
+    ),
     catalog: Path | None = CATALOG_OPTION,
     alternatives: int = typer.Option(10, "--alternatives", min=0, max=100, help="How many distinct other mixes."),
     budget: float | None = typer.Option(None, "--budget", help="Mark options that cost more than this many USD."),
@@ -71,12 +73,16 @@ def _plan(
         f"{course_info['name']}: {course_info['participants']} participants, "
         f"{course_info['period_days']} days, {course_info['seat_hours_each']:g} seat-hours each"
     )
-    print_table(_table_rows(result), ["rank", "offers", "seats", "total", "per seat-hour"], title=title)
+    print_table(_table_rows(result), ["rank", "offers", "seats", "total", "per seat-hour", "flags"], title=title)
+    from gpuseat.safe_text import clean  # course text (group names, quoted figures) reaches the terminal
+
+    for text in summary_lines(result):
+        typer.echo(clean(text))
     if why:
         _print_why(result["why"])
     if explain:
         for text in explain_lines(result, verbose=verbose):
-            typer.echo(text)
+            typer.echo(clean(text))
     elif not why:
         typer.echo("(--explain shows every figure; --why OFFER prices one offer; --format json gives all details)")
 
@@ -108,26 +114,101 @@ def _regions(option: dict[str, Any]) -> str:
     return f" (same price in {shown})"
 
 
+def _per_seat_hour(option: dict[str, Any], labelled: bool) -> str:
+    """Cost per seat-hour of each offer in the mix, labelled with its group(s) when the course has several."""
+    parts = []
+    for p in option["performance"]:
+        figure = f"${p['usd_per_seat_hour']:.3f}"
+        parts.append(f"{'+'.join(p.get('groups', []))}: {figure}" if labelled else figure)
+    return ", ".join(parts)
+
+
+def _flags(option: dict[str, Any]) -> str:
+    words = {"restart not guaranteed": "restart risk"}
+    flags = [words.get(r.split(":", 1)[0], r.split(":", 1)[0]) for r in option.get("risks", [])]
+    if option.get("taxes"):
+        flags.append("+tax")
+    return ", ".join(dict.fromkeys(flags))
+
+
 def _table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    labelled = len(result["course"]["groups"]) > 1
     return [
         {
             "rank": o["rank"],
             "offers": _mix(o) + _regions(o),
             "seats": o["seats"],
             "total": f"${o['total_usd']:,.2f}" + (" over budget" if o.get("over_budget") else ""),
-            "per seat-hour": ", ".join(f"${p['usd_per_seat_hour']:.3f}" for p in o["performance"]),
+            "per seat-hour": _per_seat_hour(o, labelled),
+            "flags": _flags(o),
         }
         for o in result["options"]
     ]
 
 
+def _short(source: str, width: int = 90) -> str:
+    first = source.split(";")[0].strip()
+    return first if len(first) <= width else first[: width - 1] + "…"
+
+
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    """Under the table: currency and tax, each offer's price date and source, risks, the published figure."""
+    out = ["All totals in USD, taxes not included."]
+    taxes = {t["rule"]: t for o in result["options"] for t in o.get("taxes", [])}
+    for t in taxes.values():
+        rate = f"{t['pct']:g} %" if t.get("pct") is not None else "rate by billing address"
+        out.append(f"  tax: {t['provider']} {t['text']} ({rate}; rule {t['rule']})")
+    risks: dict[str, list[int]] = {}
+    for o in result["options"]:
+        for risk in o.get("risks", []):
+            risks.setdefault(risk, []).append(o["rank"])
+    seen: dict[str, dict[str, Any]] = {}
+    for o in result["options"]:
+        for p in o.get("prices", []):
+            seen.setdefault(p["offer"], p)
+    out.append("Prices (price, date, source, billing rules):")
+    for p in seen.values():
+        unit = "month" if p["unit"] == "month" else "h"
+        rules = ", ".join(r["id"] for r in p["rules"]) or "none"
+        price = f"${p['price_usd']:,.2f}" if unit == "month" else f"${p['price_usd']:g}"
+        price += f"/{unit}"
+        if p.get("currency", "USD") != "USD":
+            rated = [r["as_of"] for r in p["rules"] if r["kind"] == "exchange-rate"]
+            dated = f", rate of {rated[0]}" if rated else ""
+            price += f" (= {p['price']:,.2f} {p['currency']}{dated})"
+        out.append(f"  {p['offer']}: {price}, as of {p['as_of']}, {_short(p['source'])}; rules: {rules}")
+    for risk, ranks in risks.items():
+        out.append(f"Risk (option{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}): {risk}")
+    for o in result["options"]:
+        pub = o.get("published")
+        if pub:
+            same = abs(pub["usd"] - o["total_usd"]) < 0.005
+            rule = "the same as the provider's rule" if same else f"the provider's rule bills ${o['total_usd']:,.2f}"
+            out.append(f"Option {o['rank']}, by {pub['label'].split(':')[0]}: ${pub['usd']:,.2f} ({rule})")
+    over = [str(o["rank"]) for o in result["options"] if o.get("over_budget")]
+    if over:
+        out.append(
+            f"Over the budget of ${result['budget_usd']:,.2f}: option{'s' if len(over) > 1 else ''} {', '.join(over)}"
+        )
+    for q in result.get("quoted", []):
+        out.append(f"Quoted: {q['text']}")
+    for f in result.get("filters", []):
+        if f["dropped"]:
+            out.append(f"Filter {f['filter']}: dropped {f['dropped']} offer(s): {', '.join(f['examples'])}")
+            if f.get("hint"):
+                out.append(f"  {f['hint']}")
+    return out
+
+
 def _print_why(answer: dict[str, Any]) -> None:
-    typer.echo(f"Why not {answer['offer']}:")
+    from gpuseat.safe_text import clean
+
+    typer.echo(clean(f"Why not {answer['offer']}:"))
     for reason in answer["reasons"]:
-        typer.echo(f"  - {reason}")
+        typer.echo(clean(f"  - {reason}"))
     if answer["option"]:
         for ln in answer["option"]["lines"]:
-            typer.echo(f"  {ln['offer']} [{ln['group']}] {ln['item']}: {ln['formula']}")
+            typer.echo(clean(f"  {ln['offer']} [{ln['group']}] {ln['item']}: {ln['formula']}"))
 
 
 def explain_lines(result: dict[str, Any], *, verbose: bool = False) -> list[str]:
@@ -136,13 +217,20 @@ def explain_lines(result: dict[str, Any], *, verbose: bool = False) -> list[str]
     for o in result["options"]:
         over = " (over budget)" if o.get("over_budget") else ""
         out.append(f"Option {o['rank']}: ${o['total_usd']:,.2f}{over}")
+        labelled = len(result["course"]["groups"]) > 1
         for ln in o["lines"]:
-            out.append(f"  {ln['offer']} {ln['item']}: {ln['formula']}")
+            group = f" [{ln['group']}]" if labelled else ""
+            out.append(f"  {ln['offer']}{group} {ln['item']}: {ln['formula']}")
         out += [f"  note: {note}" for note in o["notes"]]
+        out += [f"  risk: {risk}" for risk in o.get("risks", [])]
+        pub = o.get("published")
+        if pub:
+            out.append(f"  {pub['label'].split(':')[0]}: ${pub['usd']:,.2f} ({'; '.join(pub['formulas'])})")
         for p in o["performance"]:
             extra = p.get("time_saved") or p.get("note", "")
             run = f", ${p['usd_per_lenet_run']:.4f} per LeNet run" if "usd_per_lenet_run" in p else ""
-            out.append(f"  speed: ${p['usd_per_seat_hour']:.4f} per seat-hour{run}; {extra}")
+            who = f" [{', '.join(p.get('groups', []))}]" if labelled else ""
+            out.append(f"  speed{who}: ${p['usd_per_seat_hour']:.4f} per seat-hour{run}; {extra}")
     out.append(f"Speeds: {result['speeds']}")
     if result["rejected"]:
         by_reason: dict[str, list[str]] = {}
@@ -226,6 +314,7 @@ def _offers_list(
             "gpu": f"{o.gpu_count:g}× {o.gpu}",
             "price_usd": o.price_usd,
             "billing": o.billing,
+            "rules": ", ".join(o.rules),
             "as_of": o.as_of.isoformat(),
         }
         for o in cat.offers

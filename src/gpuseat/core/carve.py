@@ -223,6 +223,13 @@ def _mig(
     return options, rejected
 
 
+#: vGPU series a Windows desktop guest can use: Q (RTX vWS) and B (vPC) have a display.
+WINDOWS_SERIES = frozenset({"Q", "B"})
+WINDOWS_C_REASON = (
+    "C-series (compute) vGPUs run on Windows only with the TCC driver and no display; Windows seats get Q or B types"
+)
+
+
 def _vgpu(
     gpu: GpuModel, need: SeatNeed, cat: PartitionCatalog, rule: ModeRule
 ) -> tuple[list[ChipOption], list[NotChosen]]:
@@ -232,8 +239,17 @@ def _vgpu(
         return [], [NotChosen(mode="vgpu", profile=None, reason=f"no vGPU type data for {gpu.id} in the catalog")]
     options: list[ChipOption] = []
     rejected: list[NotChosen] = []
+    windows = need.guest_os == "windows"
+    if windows and not any(p.series in WINDOWS_SERIES for p in cat.vgpu_profiles[gpu.id]):
+        why = (
+            f"NVIDIA offers only compute (C-series) vGPU types on {gpu.name}; a Windows seat needs a Q-series"
+            " (RTX vWS) or B-series (vPC) type with a display: use passthrough, or a GPU with Q/B types"
+        )
+        return [], [NotChosen(mode="vgpu", profile=None, reason=why)]
     for prof in cat.vgpu_profiles[gpu.id]:
-        if need.cuda and not prof.cuda:
+        if windows and prof.series not in WINDOWS_SERIES:
+            rejected.append(NotChosen(mode="vgpu", profile=prof.name, reason=WINDOWS_C_REASON))
+        elif need.cuda and not prof.cuda:
             rejected.append(NotChosen(mode="vgpu", profile=prof.name, reason=prof.cuda_note or "no CUDA"))
         elif prof.memory_gb < need.min_gpu_memory_gb:
             rejected.append(_too_small("vgpu", prof.name, f"{_gb(prof.memory_gb)} framebuffer", need))

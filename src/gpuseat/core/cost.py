@@ -8,9 +8,13 @@ Rules (docs/plan.md "Billing rules"):
 
 * hourly offers bill each run (a merged interval) raised to the minimum charge and rounded up to the
   billing increment; an instance that is not stopped between sessions has one run, the whole span;
+* hourly runs round up, or down where the provider bills only whole increments (Azure: full minutes);
 * monthly offers bill calendar months (from the 1st; ``month_start = "anniversary"`` counts months from
   the first day): ``month-prorated`` charges days used / days in that month for every month touched,
-  ``month-whole`` one full charge per month touched;
+  ``month-whole`` one full charge per month touched, ``month-first-prorated`` (IBM classic, OVH since
+  2026-04) the days from the order day to the first month's end, then whole months;
+* a sustained-use discount (GCP) charges each calendar month's hours by tiers of that month's length;
+* per-hour fees (a public IPv4 address) are billed per seat while it runs;
 * disks bill GB-months over the whole span, at the running rate while the instance runs and at the
   stopped rate otherwise; a month is 730 h or the real month (``disk_month``); sizes round up to the
   provider's disk tier.
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
 from gpuseat.catalog.offers import INCREMENT_S, Offer
+from gpuseat.catalog.rules import Rule
 
 HOURS_PER_MONTH = 730  # the hours-per-month convention most cloud storage prices use
 
@@ -103,6 +108,8 @@ def billed_seconds(run_s: int, offer: Offer) -> int:
     """Seconds billed for one run: raised to the minimum charge, rounded up to the billing increment."""
     increment = INCREMENT_S[offer.billing]
     charged = max(run_s, offer.min_charge_s)
+    if offer.rounding == "down":
+        return charged // increment * increment
     return math.ceil(charged / increment) * increment
 
 
@@ -169,6 +176,15 @@ def monthly_rate(offer: Offer, first: date, last: date, *, per: str) -> Rate:
     """Rent of one unit of a monthly offer used from ``first`` to ``last`` (inclusive days)."""
     months = billing_months(first, last, anniversary=offer.month_start == "anniversary")
     price = f"{num(offer.price_usd)} $/month"
+    if offer.billing == "month-first-prorated" and months:
+        head = months[0]
+        left = head.days - (first - head.start).days
+        whole = len(months) - 1
+        usd = offer.price_usd * (left / head.days + whole)
+        parts = f"{left}/{head.days} d {head.label}, from the order day to the month's end"
+        if whole:
+            parts += f" + {whole} whole month{'s' if whole != 1 else ''} to {months[-1].label}"
+        return Rate("server rent", usd, f"{price} × ({parts})", per)
     if offer.billing == "month-whole":
         n = len(months)
         formula = f"{price} × {n} billing month{'s' if n != 1 else ''} ({_months_words(months)}, charged whole)"
@@ -305,3 +321,74 @@ def egress_rate(offer: Offer, gb: float) -> Rate:
 def term_count(days: int, term_days: int) -> int:
     """Licence terms needed to cover ``days`` (a short course still buys one whole term)."""
     return max(1, math.ceil(days / term_days))
+
+
+# ------------------------------------------------------------------------------------- rule engine
+
+
+def tiered_hours(hours: float, month_hours: float, tiers: Sequence[Sequence[float]]) -> float:
+    """Hours charged for ``hours`` of use in a month of ``month_hours`` under sustained-use ``tiers``
+    (``[[fraction of the month, rate], ...]``): each slice of the month is charged at its rate."""
+    charged, below = 0.0, 0.0
+    for fraction, rate in tiers:
+        cap = fraction * month_hours
+        if hours > below:
+            charged += (min(hours, cap) - below) * rate
+        below = cap
+    return charged
+
+
+def month_pieces(runs: Sequence[Interval]) -> list[tuple[date, float, float]]:
+    """(first day of the calendar month, hours used in it, hours in that month) for every month ``runs`` touch."""
+    used: dict[date, float] = {}
+    for start, end in runs:
+        cur = start
+        while cur < end:
+            first = cur.date().replace(day=1)
+            nxt = datetime.combine(_add_months(first, 1, 1), datetime.min.time())
+            piece = min(end, nxt)
+            used[first] = used.get(first, 0.0) + (piece - cur).total_seconds() / 3600
+            cur = piece
+    return [(m, h, calendar.monthrange(m.year, m.month)[1] * 24.0) for m, h in sorted(used.items())]
+
+
+def sustained_use_rate(offer: Offer, runs: Sequence[Interval], rule: Rule, *, per: str) -> Rate:
+    """Rent of one hourly unit with a sustained-use discount: every calendar month's hours charged by
+    ``rule``'s tiers; what the minimum charge and rounding add is charged at the full rate."""
+    tiers = rule.get("tiers")
+    runs_s = seconds(runs)
+    pieces = month_pieces(runs)
+    charged_h = sum(tiered_hours(h, mh, tiers) for _, h, mh in pieces)
+    extra_s = billed_total(runs_s, offer) - sum(runs_s)
+    usd = offer.price_usd * (charged_h + extra_s / 3600)
+
+    def formula() -> str:
+        used = " + ".join(f"{num(round(h, 2))} h of {num(mh)} h {m:%b %Y}" for m, h, mh in pieces[:3])
+        more = f" (+{len(pieces) - 3} months)" if len(pieces) > 3 else ""
+        used_h = sum(h for _, h, _ in pieces)
+        off = 1 - charged_h / used_h if used_h else 0.0
+        return (
+            f"{num(offer.price_usd)} $/h × {num(round(charged_h + extra_s / 3600, 4))} h charged "
+            f"({used}{more}; sustained-use tiers {rule.id}: {off:.1%} off)"
+        )
+
+    return Rate("instance hours", usd, formula, per)
+
+
+def fee_rate(rule: Rule, running_s: int) -> Rate:
+    """A per-hour fee (public IPv4) for one seat while it runs."""
+    usd_h = float(rule.get("usd_per_h"))
+    hours = running_s / 3600
+    return Rate(
+        str(rule.get("item")), usd_h * hours, f"{num(usd_h)} $/h × {num(round(hours, 4))} h ({rule.id})", "seat"
+    )
+
+
+def published_rate(offer: Offer, runs: Sequence[Interval], *, per: str) -> Rate:
+    """One unit's rent by simple arithmetic, as a publication computed it: monthly rent prorated by the
+    days used, hours at the list price without rounding or minimum."""
+    if offer.monthly:
+        first, last = runs[0][0].date(), (runs[-1][1] - timedelta(microseconds=1)).date()
+        return monthly_rate(offer.model_copy(update={"billing": "month-prorated"}), first, last, per=per)
+    total = sum(seconds(runs))
+    return Rate("rent", hourly_usd(offer.price_usd, total), f"{num(offer.price_usd)} $/h × {num(total / 3600)} h", per)

@@ -9,6 +9,13 @@ Time model (what billing reads): the schedule is a list of *intervals*, the unio
 overlapping sessions are one interval, a session may cross midnight), or one interval from the first
 day 00:00 to the day after the last day for a 24/7 course. The *span* runs from the first interval's
 start to the last one's end: what anything that keeps running is billed for.
+
+Lab sessions and access: a course may give an *access window* apart from its lab sessions
+(``access = "24/7"`` for homework around the clock, or ``access = "08:00-22:00"`` every day of
+``access_weekdays``). Seats are open, and cloud seats billed, during the access window and the sessions
+(:meth:`Schedule.access_intervals`, which is what :meth:`Schedule.intervals` returns); outside it they
+are stopped. :meth:`Schedule.session_intervals` gives the lab sessions alone, :meth:`Schedule.open_at`
+the access window open at a moment (what a cloud seat's autostop and a hub's ``--sessions-only`` read).
 """
 
 from __future__ import annotations
@@ -104,12 +111,24 @@ class Schedule(BaseModel):
     weekdays: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri")
     hours: str | None = None
     session: tuple[Session, ...] = Field((), max_length=MAX_SESSIONS)
+    access: str | None = None
+    access_weekdays: tuple[Weekday, ...] = WEEKDAYS  # type: ignore[assignment]
 
     @field_validator("hours")
     @classmethod
     def _hours(cls, v: str | None) -> str | None:
         if v is not None:
             parse_hours(v)
+        return v
+
+    @field_validator("access")
+    @classmethod
+    def _access(cls, v: str | None) -> str | None:
+        if v is not None and v != "24/7":
+            try:
+                parse_hours(v)
+            except ValueError:
+                raise ValueError(f'access must be "24/7" or hours like 08:00-22:00, got {v!r}') from None
         return v
 
     @model_validator(mode="after")
@@ -129,12 +148,14 @@ class Schedule(BaseModel):
         for s in self.session:
             if not self.start <= s.date <= self.last_day:
                 raise ValueError(f"session on {s.date} is outside the course ({self.start} to {self.last_day})")
-        if not self.always_on and not self.sessions():
+        if self.has_sessions and not self.sessions():
             days = ", ".join(self.weekdays) or "no weekday"
             raise ValueError(
                 f"'hours' is set but no date from {self.start} to {self.last_day} falls on {days}: "
                 "the schedule has no session"
             )
+        if self.access is not None and not self.access_intervals():
+            raise ValueError(f"'access' = {self.access!r} opens on no day: check 'access_weekdays'")
         return self
 
     @property
@@ -151,9 +172,16 @@ class Schedule(BaseModel):
         return (self.last_day - self.start).days + 1
 
     @property
+    def has_sessions(self) -> bool:
+        """Whether lab sessions are given (``hours`` or ``session`` entries)."""
+        return self.hours is not None or bool(self.session)
+
+    @property
     def always_on(self) -> bool:
-        """24/7 (no lab hours given)."""
-        return self.hours is None and not self.session
+        """Seats open around the clock: 24/7 without sessions, or ``access = "24/7"``."""
+        if self.access is not None:
+            return self.access == "24/7"
+        return not self.has_sessions
 
     def sessions(self) -> list[Session]:
         """Every lab session, in date order (empty for 24/7)."""
@@ -166,11 +194,45 @@ class Schedule(BaseModel):
                 day += timedelta(days=1)
         return sorted(out, key=lambda s: (s.date, s.hours))
 
-    def intervals(self) -> list[Interval]:
-        """When seats are in use: merged sessions, or the whole period for 24/7."""
-        if self.always_on:
-            return [(datetime.combine(self.start, time()), datetime.combine(self.last_day + timedelta(days=1), time()))]
+    def _whole(self) -> list[Interval]:
+        return [(datetime.combine(self.start, time()), datetime.combine(self.last_day + timedelta(days=1), time()))]
+
+    def session_intervals(self) -> list[Interval]:
+        """The lab sessions, merged (the whole period for a course without sessions)."""
+        if not self.has_sessions:
+            return self._whole()
         return merge_intervals([s.interval for s in self.sessions()])
+
+    def access_intervals(self) -> list[Interval]:
+        """When seats are open: the access window (every day of ``access_weekdays``) and the sessions,
+        merged; the sessions alone when no access window is given."""
+        if self.access is None:
+            return self.session_intervals()
+        if self.access == "24/7":
+            return self._whole()
+        start, hours = parse_hours(self.access)
+        windows = []
+        day = self.start
+        while day <= self.last_day:
+            if WEEKDAYS[day.weekday()] in self.access_weekdays:
+                begin = datetime.combine(day, start)
+                windows.append((begin, begin + timedelta(hours=hours)))
+            day += timedelta(days=1)
+        return merge_intervals([*windows, *(self.session_intervals() if self.has_sessions else [])])
+
+    def intervals(self) -> list[Interval]:
+        """When seats are open and cloud seats are billed: :meth:`access_intervals`."""
+        return self.access_intervals()
+
+    def open_at(self, when: datetime) -> Interval | None:
+        """The access window open at ``when`` (naive, the course's local time), or None when seats are
+        closed: a cloud seat's autostop stops it at the window's end, a hub limited to sessions refuses."""
+        for begin, end in self.access_intervals():
+            if begin <= when < end:
+                return begin, end
+            if begin > when:
+                break
+        return None
 
     def span(self) -> Interval:
         """From the first use to the last: what an instance that keeps running, or a disk, is billed for."""
@@ -248,6 +310,19 @@ class VmGuest(BaseModel):
         return v
 
 
+class Quoted(BaseModel):
+    """A figure someone published for this course (a blog post, a quote), shown beside gpuseat's own
+    with one line on where the difference comes from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    what: str = Field(min_length=1, max_length=300)
+    usd: StrictFloat = Field(ge=0, le=1e12)
+    source: str = Field(min_length=1, max_length=300)
+    offer: str = Field("", max_length=200)  # the offer id the figure is for: gpuseat's option for it is shown
+    difference: str = Field("", max_length=500)
+
+
 class Course(BaseModel):
     """A whole course file."""
 
@@ -256,6 +331,8 @@ class Course(BaseModel):
     name: str = Field("course", max_length=200)
     offers: tuple[str, ...] = ()
     offers_files: tuple[str, ...] = ()
+    gpu: tuple[str, ...] = Field((), max_length=50)  # GPU model globs, any provider: ["A100*", "H100*"]
+    quoted: tuple[Quoted, ...] = Field((), max_length=20)
     schedule: Schedule
     group: tuple[Group, ...] = Field((), max_length=100)
     participants: StrictInt | None = Field(None, gt=0, le=MAX_PARTICIPANTS)

@@ -114,3 +114,59 @@ def pack(gpu: MigGpu, profiles: Sequence[MigProfile], chips: int) -> list[list[M
     if not search(0):
         return None
     return [[by_name[n] for n in names] for names in state]
+
+
+# -- naming MIG devices from what -q reports -------------------------------------------------------
+
+
+class DeviceFacts(BaseModel):
+    """What ``nvidia-smi -q`` says about one MIG device (no profile name): GI/CI ids, memory, SMs, CEs."""
+
+    model_config = ConfigDict(frozen=True)
+
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    memory_mib: float | None = None
+    multiprocessors: int | None = None
+    copy_engines: int | None = None
+
+
+def _base(name: str) -> bool:
+    """A plain profile (no ``+me``/``+gfx``/``-me`` variant): the ones -q cannot tell apart from variants."""
+    return "+" not in name and "-" not in name
+
+
+def infer_names(devices: Sequence[DeviceFacts], profiles: Sequence[MigProfile]) -> list[str | None]:
+    """The profile name of each device, inferred from the GPU's profile table (not from one SM constant).
+
+    The GPU instance profile is the one whose usable memory (NVIDIA's ``-lgip`` figure) is nearest the
+    device's; among profiles of equal memory (``1g.20gb``/``2g.20gb``, ``3g.40gb``/``4g.40gb``) the one
+    whose copy-engine count matches. Devices sharing a GPU instance are its compute instances: each
+    gets ``<c>c.`` in front when its share of the instance's SMs is less than the whole instance
+    (``1c.3g.71gb``). None when the table has no candidate or the memory is unknown.
+    """
+    plain = [p for p in profiles if _base(p.name)] or list(profiles)
+    groups: dict[object, list[int]] = {}
+    for i, d in enumerate(devices):
+        groups.setdefault(d.gpu_instance_id if d.gpu_instance_id is not None else ("dev", i), []).append(i)
+    names: list[str | None] = [None] * len(devices)
+    for members in groups.values():
+        first = devices[members[0]]
+        if first.memory_mib is None or not plain:
+            continue
+        gib = first.memory_mib / 1024
+        best = min(abs(p.seat_gb - gib) for p in plain)
+        near = [p for p in plain if abs(p.seat_gb - gib) <= best + 0.05 * max(gib, 1.0)]
+        if first.copy_engines is not None and any(p.copy_engines == first.copy_engines for p in near):
+            near = [p for p in near if p.copy_engines == first.copy_engines]
+        gi = min(near, key=lambda p: (abs(p.seat_gb - gib), p.compute_slices))
+        sms = [devices[i].multiprocessors for i in members]
+        whole = sum(s for s in sms if s) if all(sms) and len(members) > 1 else None
+        for i in members:
+            count = devices[i].multiprocessors
+            if whole and count:
+                c = max(1, round(count * gi.compute_slices / whole))
+                names[i] = f"{c}c.{gi.name}" if c < gi.compute_slices else gi.name
+            else:
+                names[i] = gi.name
+    return names

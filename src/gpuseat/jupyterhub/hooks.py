@@ -142,7 +142,10 @@ class SeatHooks:
             except Refusal as no:
                 self._refused.add(ref)
                 spawner.log.warning("gpuseat: refused %s: %s", ref, no.detail)
-                raise HTTPError(503, no.message) from None
+                refused = HTTPError(503, no.message)
+                # what the hub's pages and API show instead of "Failed to start your server"
+                refused.jupyterhub_message = no.message  # type: ignore[attr-defined]
+                raise refused from None
             apply(spawner, _grant(seat), mig_strategy=self.settings.mig_strategy)
             if future is not None and hasattr(future, "add_done_callback"):
                 future.add_done_callback(self._on_spawned(seat.key, ref))

@@ -10,6 +10,13 @@ Command-line equivalents, for checking a figure by hand::
 temperature.gpu,power.draw,mig.mode.current --format=csv
     nvidia-smi -L                                   # MIG profiles and UUIDs
     nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv
+    nvidia-smi --query-gpu=clocks.mem,fan.speed,enforced.power.limit,clocks_event_reasons.active,\
+ecc.errors.corrected.volatile.total,ecc.errors.uncorrected.volatile.total,retired_pages.pending,\
+remapped_rows.correctable,remapped_rows.uncorrectable --format=csv      # health (issue 26)
+
+Xid errors come from NVML's event API (``nvmlEventTypeXidCriticalError``, registered on every GPU when
+the sampler starts and drained without waiting on each sample): the last Xid and how many were seen.
+Health reads never make a GPU unhealthy: any NVML error there is an unknown (None).
 """
 
 from __future__ import annotations
@@ -47,6 +54,9 @@ class NvmlSampler:
         self.nvml = nvml if nvml is not None else _load_pynvml()
         self.host = host or socket.gethostname()
         self._gpm_prev: dict[tuple[str, int], Any] = {}
+        self._events: Any = None  # the NVML event set for Xid errors (None: not supported here)
+        self._xid: dict[str, tuple[int, int]] = {}  # GPU uuid → (last Xid, count)
+        self._driver: str | None = None
         try:
             self.nvml.nvmlInit()
         except self.nvml.NVMLError as exc:
@@ -68,9 +78,97 @@ class NvmlSampler:
         except nvml.NVMLError_FunctionNotFound:
             return None
 
+    def _optional(self, fn: Callable[..., Any] | None, *args: Any) -> Any:
+        """A health read: any NVML error (or a function this binding lacks) is None, never a failure."""
+        if fn is None:
+            return None
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError:
+            return None
+
+    def _start_events(self) -> None:
+        """Register Xid events on every GPU (once); drivers or bindings without the event API are skipped."""
+        nvml = self.nvml
+        create = getattr(nvml, "nvmlEventSetCreate", None)
+        kind = getattr(nvml, "nvmlEventTypeXidCriticalError", None)
+        events = self._optional(create) if kind is not None else None
+        if events is None:
+            self._events = False
+            return
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = self._optional(nvml.nvmlDeviceGetHandleByIndex, index)
+            if handle is not None:
+                self._optional(getattr(nvml, "nvmlDeviceRegisterEvents", None), handle, kind, events)
+        self._events = events
+
+    def _drain_events(self) -> None:
+        """Read every pending Xid event without waiting (timeout 0)."""
+        nvml = self.nvml
+        if self._events is None:
+            self._start_events()
+        if not self._events:
+            return
+        wait = getattr(nvml, "nvmlEventSetWait_v2", None) or getattr(nvml, "nvmlEventSetWait", None)
+        for _ in range(10_000):
+            data = self._optional(wait, self._events, 0)
+            if data is None:
+                return
+            uuid = self._optional(nvml.nvmlDeviceGetUUID, data.device)
+            if uuid is not None:
+                _last, count = self._xid.get(uuid, (0, 0))
+                self._xid[uuid] = (int(data.eventData), count + 1)
+
+    def _health(self, uuid: str, handle: Any) -> dict[str, Any]:
+        """Health fields of one GPU (memory clock, fan, power limit, throttle reasons, ECC, pages, rows, Xid)."""
+        nvml, q = self.nvml, self._optional
+        if self._driver is None:
+            driver = q(getattr(nvml, "nvmlSystemGetDriverVersion", None))
+            self._driver = driver.decode() if isinstance(driver, bytes) else (driver or "")
+        limit = q(getattr(nvml, "nvmlDeviceGetEnforcedPowerLimit", None), handle)
+        reasons = q(
+            getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None),
+            handle,
+        )
+        ecc = getattr(nvml, "nvmlDeviceGetTotalEccErrors", None)
+        corrected = getattr(nvml, "NVML_MEMORY_ERROR_TYPE_CORRECTED", 0)
+        uncorrected = getattr(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
+        volatile = getattr(nvml, "NVML_VOLATILE_ECC", 0)
+        aggregate = getattr(nvml, "NVML_AGGREGATE_ECC", 1)
+        pages = getattr(nvml, "nvmlDeviceGetRetiredPages", None)
+        sbe = q(pages, handle, getattr(nvml, "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0))
+        dbe = q(pages, handle, getattr(nvml, "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1))
+        pending = q(getattr(nvml, "nvmlDeviceGetRetiredPagesPendingStatus", None), handle)
+        rows = q(getattr(nvml, "nvmlDeviceGetRemappedRows", None), handle)  # (corr, unc, pending, failure)
+        fan = q(getattr(nvml, "nvmlDeviceGetFanSpeed", None), handle)
+        mem_clock = q(getattr(nvml, "nvmlDeviceGetClockInfo", None), handle, getattr(nvml, "NVML_CLOCK_MEM", 2))
+        last, count = self._xid.get(uuid, (None, None))
+        return {
+            "driver_version": self._driver or None,
+            "clock_mem_mhz": float(mem_clock) if mem_clock is not None else None,
+            "fan_percent": float(fan) if fan is not None else None,
+            "power_limit_w": limit / 1000.0 if limit is not None else None,
+            "clocks_event_reasons": int(reasons) if reasons is not None else None,
+            "ecc_sbe_volatile": q(ecc, handle, corrected, volatile),
+            "ecc_dbe_volatile": q(ecc, handle, uncorrected, volatile),
+            "ecc_sbe_aggregate": q(ecc, handle, corrected, aggregate),
+            "ecc_dbe_aggregate": q(ecc, handle, uncorrected, aggregate),
+            "retired_pages_sbe": len(sbe) if sbe is not None else None,
+            "retired_pages_dbe": len(dbe) if dbe is not None else None,
+            "retired_pages_pending": bool(pending) if pending is not None else None,
+            "remapped_rows_correctable": int(rows[0]) if rows else None,
+            "remapped_rows_uncorrectable": int(rows[1]) if rows else None,
+            "remapped_rows_pending": bool(rows[2]) if rows else None,
+            "remapped_rows_failure": bool(rows[3]) if rows else None,
+            "xid_last": last,
+            "xid_count": count,
+        }
+
     def sample(self) -> Snapshot:
         """One snapshot of all GPUs; a GPU whose queries fail is reported unhealthy, not dropped."""
         nvml = self.nvml
+        self._drain_events()
         gpus: list[Gpu] = []
         procs: list[GpuProcess] = []
         for index in range(nvml.nvmlDeviceGetCount()):
@@ -108,6 +206,7 @@ class NvmlSampler:
             power_w=power_mw / 1000.0 if power_mw is not None else None,
             mig_enabled=mig_enabled,
             mig=tuple(m for m, _ in migs),
+            **self._health(uuid, handle),
         )
         targets = [(mh, m) for m, mh in migs] if migs else [(handle, None)]
         seen: set[int] = set()
@@ -180,7 +279,10 @@ class NvmlSampler:
         return float(metric.value) if metric.nvmlReturn == nvml.NVML_SUCCESS else None
 
     def close(self) -> None:
-        """Release NVML (reference-counted by the library)."""
+        """Release NVML (reference-counted by the library) and the Xid event set."""
+        if self._events:
+            self._optional(getattr(self.nvml, "nvmlEventSetFree", None), self._events)
+            self._events = None
         for sample in self._gpm_prev.values():
             self._query(self.nvml.nvmlGpmSampleFree, sample)
         self._gpm_prev.clear()

@@ -5,11 +5,16 @@ NVIDIA's Grafana dashboard for dcgm-exporter works unchanged: ``DCGM_FI_DEV_GPU_
 ``DCGM_FI_DEV_FB_USED``/``_FREE`` (MiB), ``DCGM_FI_DEV_POWER_USAGE`` (W), ``DCGM_FI_DEV_GPU_TEMP`` (°C),
 ``DCGM_FI_DEV_SM_CLOCK`` (MHz), with labels ``gpu``, ``UUID``, ``pci_bus_id``, ``device``,
 ``modelName``, ``Hostname`` and ``hostname`` (dcgm-exporter renamed it in its newest release),
-``GPU_I_ID``, ``GPU_I_PROFILE`` — plus gpuseat's ``seat``, ``participant`` and ``mig_uuid`` (which keeps
-two MIG devices of the same profile apart when the source gives no GPU-instance id). ``names="gpuseat"``
-uses ``gpuseat_*`` names and lowercase labels. The full mapping is a table in docs/monitor.md.
+``GPU_I_ID``, ``GPU_I_PROFILE``, ``DCGM_FI_DRIVER_VERSION`` (dcgm-exporter's driver label) — plus
+gpuseat's ``seat``, ``participant`` and ``mig_uuid`` (which keeps two MIG devices of the same profile
+apart when the source gives no GPU-instance id). ``names="gpuseat"`` uses ``gpuseat_*`` names and lowercase
+labels. The full mapping is a table in docs/monitor.md.
 
-Per-GPU readings (power, temperature, SM clock, and the whole GPU's memory) carry the GPU's labels
+GPU health (issue 26): ``DCGM_FI_DEV_XID_ERRORS`` (last Xid), ``DCGM_FI_DEV_ECC_{SBE,DBE}_{VOL,AGG}_TOTAL``,
+``DCGM_FI_DEV_RETIRED_{SBE,DBE,PENDING}``, remapped rows, ``DCGM_FI_DEV_CLOCK_THROTTLE_REASONS`` (NVML bitmask),
+``DCGM_FI_DEV_POWER_MGMT_LIMIT`` (W), ``DCGM_FI_DEV_MEM_CLOCK`` (MHz), ``DCGM_FI_DEV_FAN_SPEED`` (%).
+
+Per-GPU readings (power, temperature, clocks, health, and the whole GPU's memory) carry the GPU's labels
 with empty ``GPU_I_ID``; per-device readings carry the MIG device's. Unknown readings are left out,
 never exported as 0.
 """
@@ -40,6 +45,77 @@ METRICS: dict[str, tuple[str | None, str, str]] = {
     "foreign": (None, "gpuseat_seat_foreign_processes", "Processes of other users on the seat."),
     "active": (None, "gpuseat_seat_active", "1 if a compute process holds the device or it is busy."),
     "healthy": (None, "gpuseat_gpu_healthy", "1 if the driver answered for the GPU."),
+    # GPU health (issue 26): dcgm-exporter's field names and units where it has one.
+    "mem_clock": ("DCGM_FI_DEV_MEM_CLOCK", "gpuseat_memory_clock_mhz", "Memory clock frequency (in MHz)."),
+    "fan": ("DCGM_FI_DEV_FAN_SPEED", "gpuseat_fan_speed_percent", "Fan speed (in %)."),
+    "power_limit": ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "gpuseat_power_limit_watts", "Power management limit (in W)."),
+    "throttle": (
+        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+        "gpuseat_clocks_event_reasons",
+        "Current clock throttle (clocks-event) reasons, NVML bitmask.",
+    ),
+    "xid": ("DCGM_FI_DEV_XID_ERRORS", "gpuseat_xid_last", "Value of the last XID error encountered."),
+    "xid_count": (None, "gpuseat_xid_errors", "XID errors seen since the monitor (or the kernel log) started."),
+    "ecc_sbe_vol": (
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        "gpuseat_ecc_corrected_volatile",
+        "Total single-bit volatile ECC errors.",
+    ),
+    "ecc_dbe_vol": (
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "gpuseat_ecc_uncorrected_volatile",
+        "Total double-bit volatile ECC errors.",
+    ),
+    "ecc_sbe_agg": (
+        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+        "gpuseat_ecc_corrected_aggregate",
+        "Total single-bit persistent ECC errors.",
+    ),
+    "ecc_dbe_agg": (
+        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+        "gpuseat_ecc_uncorrected_aggregate",
+        "Total double-bit persistent ECC errors.",
+    ),
+    "retired_sbe": ("DCGM_FI_DEV_RETIRED_SBE", "gpuseat_retired_pages_sbe", "Total retired pages (single-bit errors)."),
+    "retired_dbe": ("DCGM_FI_DEV_RETIRED_DBE", "gpuseat_retired_pages_dbe", "Total retired pages (double-bit errors)."),
+    "retired_pending": (
+        "DCGM_FI_DEV_RETIRED_PENDING",
+        "gpuseat_retired_pages_pending",
+        "1 if a page retirement is pending.",
+    ),
+    "remap_corr": (
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "gpuseat_remapped_rows_correctable",
+        "Number of remapped rows for correctable errors.",
+    ),
+    "remap_unc": (
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "gpuseat_remapped_rows_uncorrectable",
+        "Number of remapped rows for uncorrectable errors.",
+    ),
+    "remap_pending": ("DCGM_FI_DEV_ROW_REMAP_PENDING", "gpuseat_row_remap_pending", "1 if a row remap is pending."),
+    "remap_fail": ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gpuseat_row_remap_failure", "1 if a row remapping failed."),
+}
+
+#: Gpu field → metric key, for the per-GPU health readings (booleans export as 0/1).
+HEALTH_FIELDS = {
+    "clock_mem_mhz": "mem_clock",
+    "fan_percent": "fan",
+    "power_limit_w": "power_limit",
+    "clocks_event_reasons": "throttle",
+    "xid_last": "xid",
+    "xid_count": "xid_count",
+    "ecc_sbe_volatile": "ecc_sbe_vol",
+    "ecc_dbe_volatile": "ecc_dbe_vol",
+    "ecc_sbe_aggregate": "ecc_sbe_agg",
+    "ecc_dbe_aggregate": "ecc_dbe_agg",
+    "retired_pages_sbe": "retired_sbe",
+    "retired_pages_dbe": "retired_dbe",
+    "retired_pages_pending": "retired_pending",
+    "remapped_rows_correctable": "remap_corr",
+    "remapped_rows_uncorrectable": "remap_unc",
+    "remapped_rows_pending": "remap_pending",
+    "remapped_rows_failure": "remap_fail",
 }
 
 #: Label key → (dcgm-exporter label, gpuseat label).
@@ -56,6 +132,7 @@ LABEL_NAMES: dict[str, tuple[str, str]] = {
     "seat": ("seat", "seat"),
     "participant": ("participant", "participant"),
     "mig_uuid": ("mig_uuid", "mig_uuid"),
+    "driver": ("DCGM_FI_DRIVER_VERSION", "driver_version"),
 }
 NAMINGS = ("dcgm", "gpuseat")
 LABELS = tuple(v[0] for v in LABEL_NAMES.values())  # the dcgm label set, in order
@@ -114,6 +191,7 @@ def _gpu_labels(gpu: Gpu, host: str) -> dict[str, str]:
         "seat": "",
         "participant": "",
         "mig_uuid": "",
+        "driver": gpu.driver_version or "",
     }
 
 
@@ -152,6 +230,9 @@ def _fill(fams: dict[str, GaugeMetricFamily], keys: list[str], snapshot: Snapsho
         _add(fams["temp"], values, gpu.temperature_c)
         _add(fams["sm_clock"], values, gpu.clock_sm_mhz)
         _add(fams["healthy"], values, 1 if gpu.healthy else 0)
+        for attr, key in HEALTH_FIELDS.items():
+            value = getattr(gpu, attr)
+            _add(fams[key], values, int(value) if isinstance(value, bool) else value)
 
 
 def make_registry(collector: SeatCollector) -> CollectorRegistry:

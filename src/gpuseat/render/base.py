@@ -15,7 +15,7 @@ import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -62,6 +62,14 @@ class RenderOptions(BaseModel):
     namespace: str = Field("gpuseat", pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
     plugin_namespace: str = Field("nvidia-device-plugin", pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
     operator_namespace: str = Field("gpu-operator", pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+    vgpu_backend: Literal["auto", "mdev", "vfio"] = Field(
+        "auto",
+        description="how vGPUs are created: mdev (mdev_supported_types), vfio (NVIDIA's vendor-specific VFIO: a"
+        " type id written to a VF's nvidia/current_vgpu_type, vGPU 17+ on Ada/Hopper/Blackwell), or auto",
+    )
+    participants: tuple[Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")], ...] = Field(
+        (), max_length=4096, description="k8s: one participant per seat, in seat order (their namespace and access)"
+    )
 
 
 @dataclass(frozen=True)

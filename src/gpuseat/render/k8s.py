@@ -1,7 +1,9 @@
-"""Kubernetes manifests: the NVIDIA device plugin's config (MIG strategy or sharing) as a ConfigMap in
-the plugin's own namespace, for MIG the layout itself (the mig-parted config the GPU operator's MIG
-manager applies when the node carries the ``nvidia.com/mig.config`` label), and one Pod per slice
-requesting ``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>``.
+"""Kubernetes manifests for the NVIDIA GPU Operator: the device plugin's config (MIG strategy or sharing) and,
+for MIG, the layout itself (the mig-parted config the operator's MIG manager applies when the node carries
+the ``nvidia.com/mig.config`` label, with the operator's ``all-disabled`` entry kept) as ConfigMaps in the
+operator's namespace, where the operator mounts them from; and per seat a namespace of its own (named
+after its participant when known) whose ResourceQuota allows exactly one GPU resource of the seat's kind,
+the participant's RoleBinding, and a probe Pod requesting ``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>``.
 
 :func:`check_manifest` is gpuseat's own check of resource names and quantities, which the
 Kubernetes schema does not do (platform.md B3).
@@ -17,7 +19,7 @@ import yaml
 
 from gpuseat.core.carve import Layout, Slice
 from gpuseat.render import mig_parted
-from gpuseat.render.base import Artifact, Renderer, RenderOptions, header, runbook, vm_name
+from gpuseat.render.base import Artifact, Renderer, RenderOptions, header, runbook
 
 if TYPE_CHECKING:
     from gpuseat.catalog.bundle import Catalog
@@ -54,29 +56,74 @@ def device_plugin_config(layout: Layout) -> dict[str, Any]:
     return {"version": "v1", "flags": {"migStrategy": "none"}}
 
 
-def pod(layout: Layout, item: Slice, options: RenderOptions) -> dict[str, Any]:
-    """One slice's Pod: a long-running CUDA container holding one GPU resource."""
+def seat_namespace(options: RenderOptions, item: Slice, participant: str | None) -> str:
+    """The namespace of one seat: ``<namespace>-<participant>`` when known, else ``<namespace>-<seat>``."""
+    return f"{options.namespace}-{participant or item.name}"[:63].rstrip("-")
+
+
+def quota(layout: Layout, item: Slice, namespace: str) -> dict[str, Any]:
+    """One GPU of the seat's kind for the whole namespace, none of any other GPU resource the nodes offer.
+
+    Kubernetes quotas extended resources by their requests only; a Pod that sets only the limit gets an
+    equal request, so the quota counts it too. A second Pod, or a Pod asking for another slice size,
+    is refused at admission.
+    """
+    own = resource_for(item)
+    names = sorted({GPU, *(resource_for(s) for s in layout.slices)})
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "gpuseat-one-gpu", "namespace": namespace, "labels": _labels(item)},
+        "spec": {"hard": {f"requests.{name}": "1" if name == own else "0" for name in names}},
+    }
+
+
+def namespace_doc(item: Slice, namespace: str, participant: str | None) -> dict[str, Any]:
+    """The participant's own namespace."""
+    labels = _labels(item)
+    if participant:
+        labels["gpuseat/participant"] = participant
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}}
+
+
+def access(item: Slice, namespace: str, participant: str) -> dict[str, Any]:
+    """The participant may create and delete workloads in their namespace and nowhere else (``edit``)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "gpuseat-participant", "namespace": namespace, "labels": _labels(item)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": participant}],
+    }
+
+
+def pod(layout: Layout, item: Slice, options: RenderOptions, namespace: str | None = None) -> dict[str, Any]:
+    """One seat's probe Pod: lists the GPUs it sees (``nvidia-smi -L``) and exits; its log is the check."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": vm_name(layout, item),
-            "namespace": options.namespace,
-            "labels": {"app.kubernetes.io/managed-by": "gpuseat", "gpuseat/seat": item.name},
+            "name": "gpuseat-probe",
+            "namespace": namespace or options.namespace,
+            "labels": _labels(item),
         },
         "spec": {
-            "restartPolicy": "Always",
+            "restartPolicy": "Never",
             "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
             "containers": [
                 {
-                    "name": "seat",
+                    "name": "probe",
                     "image": options.container_image,
-                    "command": ["sleep", "infinity"],
+                    "command": ["nvidia-smi", "-L"],
                     "resources": {"limits": {resource_for(item): "1"}},
                 }
             ],
         },
     }
+
+
+def _labels(item: Slice) -> dict[str, str]:
+    return {"app.kubernetes.io/managed-by": "gpuseat", "gpuseat/seat": item.name}
 
 
 def check_manifest(doc: dict[str, Any]) -> list[str]:
@@ -103,72 +150,122 @@ def _yaml(layout: Layout, doc: dict[str, Any]) -> str:
     return header(layout, "#") + yaml.safe_dump(doc, sort_keys=False)
 
 
+def mig_config(layout: Layout, catalog: Catalog) -> dict[str, Any]:
+    """The layout as a mig-parted config, keeping the operator's ``all-disabled`` entry: the MIG manager's
+    default (``migManager.config.default``) and what a node without a ``nvidia.com/mig.config`` label gets."""
+    doc = mig_parted.config(layout, catalog)
+    configs = {"all-disabled": [{"devices": "all", "mig-enabled": False}], **doc["mig-configs"]}
+    return {**doc, "mig-configs": configs}
+
+
 def render(layout: Layout, options: RenderOptions, catalog: Catalog) -> list[Artifact]:
-    """The device-plugin ConfigMap, the MIG config (MIG only), one Pod per slice, and ``APPLY.md``."""
+    """Operator-native output: the device plugin's config and (MIG) the MIG config as ConfigMaps in the
+    GPU operator's namespace; per seat a namespace with a one-GPU quota, the participant's access and a
+    probe Pod; and ``APPLY.md``."""
+    ns = options.operator_namespace
+    people = list(options.participants)
+    if len(people) > len(layout.slices):
+        from gpuseat.errors import InputError
+
+        raise InputError(
+            f"{len(people)} participants for {len(layout.slices)} seats",
+            where="participants",
+            fix="give at most one participant per seat",
+        )
     config_map = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": PLUGIN_CONFIG, "namespace": options.plugin_namespace},
+        "metadata": {"name": PLUGIN_CONFIG, "namespace": ns},
         "data": {PLUGIN_CONFIG_KEY: yaml.safe_dump(device_plugin_config(layout), sort_keys=False)},
     }
     out = [Artifact(path="device-plugin-config.yaml", kind="k8s-manifest", text=_yaml(layout, config_map))]
-    files = [("device-plugin-config.yaml", f"the device plugin's config, namespace `{options.plugin_namespace}`")]
+    files = [("device-plugin-config.yaml", f"the device plugin's config, in the GPU operator's namespace `{ns}`")]
+    sets = [f"--set devicePlugin.config.name={PLUGIN_CONFIG}", f"--set devicePlugin.config.default={PLUGIN_CONFIG_KEY}"]
+    if layout.mode == "mig":
+        sets += ["--set mig.strategy=mixed", f"--set migManager.config.name={MIG_CONFIG}"]
     steps = [
-        f"`kubectl create namespace {options.plugin_namespace}` (if new) and"
-        f" `kubectl create namespace {options.namespace}` (if new).",
-        "`kubectl apply -f device-plugin-config.yaml`.",
-        f"Point the device plugin at it: `helm upgrade -i nvdp nvdp/nvidia-device-plugin -n {options.plugin_namespace}"
-        f" --set config.name={PLUGIN_CONFIG} --set config.default={PLUGIN_CONFIG_KEY}` (with the GPU operator:"
-        f" `--set devicePlugin.config.name={PLUGIN_CONFIG} --set devicePlugin.config.default={PLUGIN_CONFIG_KEY}`).",
+        "This uses the NVIDIA GPU Operator's own device plugin and MIG manager: do not install the standalone"
+        " `nvidia-device-plugin` chart beside it (two plugins would advertise the same GPUs twice).",
+        "`kubectl apply -f device-plugin-config.yaml`" + (" -f mig-config.yaml" if layout.mode == "mig" else "") + ".",
+        f"`helm upgrade gpu-operator nvidia/gpu-operator -n {ns} --reuse-values {' '.join(sets)}`"
+        " (a new install: `helm install --create-namespace` with the same `--set`s).",
     ]
     checks = [
         "`kubectl get node NODE -o jsonpath='{.status.allocatable}'` lists "
         + ", ".join(sorted({f"`{resource_for(s)}`" for s in layout.slices}))
         + ".",
+        f"`kubectl get pods -n {ns}` shows one `nvidia-device-plugin-daemonset` Pod per GPU node, and no other"
+        " device plugin runs in the cluster (`kubectl get ds -A | grep -i device-plugin`).",
     ]
     if layout.mode == "mig":
         name = mig_parted.config_name(layout)
         mig_map = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {"name": MIG_CONFIG, "namespace": options.operator_namespace},
-            "data": {"config.yaml": yaml.safe_dump(mig_parted.config(layout, catalog), sort_keys=False)},
+            "metadata": {"name": MIG_CONFIG, "namespace": ns},
+            "data": {"config.yaml": yaml.safe_dump(mig_config(layout, catalog), sort_keys=False)},
         }
         out.append(Artifact(path="mig-config.yaml", kind="k8s-manifest", text=_yaml(layout, mig_map)))
-        files.append(
-            ("mig-config.yaml", f"the MIG layout for the GPU operator's MIG manager, `{options.operator_namespace}`")
+        files.append(("mig-config.yaml", f"the MIG layout (and `all-disabled`) for the operator's MIG manager, `{ns}`"))
+        steps.append(
+            f"`kubectl label node NODE nvidia.com/mig.config={name} --overwrite` (the MIG manager applies it)."
         )
-        steps += [
-            "`kubectl apply -f mig-config.yaml`, then let the MIG manager use it: `helm upgrade gpu-operator"
-            f" nvidia/gpu-operator -n {options.operator_namespace} --reuse-values --set mig.strategy=mixed"
-            f" --set migManager.config.name={MIG_CONFIG}`.",
-            f"`kubectl label node NODE nvidia.com/mig.config={name} --overwrite` (the MIG manager applies it).",
-        ]
         checks.insert(
             0,
             "`kubectl get node NODE -o jsonpath='{.metadata.labels.nvidia\\.com/mig\\.config\\.state}'` prints"
             " `success`.",
         )
-    out += [
-        Artifact(path=f"pod-{item.name}.yaml", kind="k8s-manifest", text=_yaml(layout, pod(layout, item, options)))
-        for item in layout.slices
-    ]
-    files.append(("pod-seat-NN.yaml", f"one Pod per seat, namespace `{options.namespace}`"))
-    steps.append("`kubectl apply -f pod-seat-01.yaml` … (one per seat).")
-    checks.append(f"`kubectl get pods -n {options.namespace}` shows every seat Running (Pending = no GPU resource).")
+    for i, item in enumerate(layout.slices):
+        who = people[i] if i < len(people) else None
+        space = seat_namespace(options, item, who)
+        docs = [("1-namespace", namespace_doc(item, space, who)), ("2-quota", quota(layout, item, space))]
+        if who:
+            docs.append(("3-access", access(item, space, who)))
+        docs.append(("4-probe", pod(layout, item, options, space)))
+        out += [
+            Artifact(path=f"{item.name}-{suffix}.yaml", kind="k8s-manifest", text=_yaml(layout, doc))
+            for suffix, doc in docs
+        ]
+    files.append(
+        (
+            "seat-NN-1-namespace.yaml … seat-NN-4-probe.yaml",
+            f"per seat its own namespace (`{options.namespace}-<participant or seat>`), a quota of one GPU of"
+            " the seat's kind (0 of every other GPU resource), the participant's `edit` RoleBinding, a probe Pod",
+        )
+    )
+    steps.append(
+        "`kubectl apply -f seat-01-1-namespace.yaml -f seat-01-2-quota.yaml` … for every seat, before any"
+        " workload runs there (a quota only counts Pods admitted after it)."
+    )
+    if len(people) < len(layout.slices):
+        steps.append(
+            "Seats without a participant given to the render get no RoleBinding: bind each person to their own"
+            " namespace, `kubectl create rolebinding gpuseat-participant --clusterrole=edit --user=NAME -n NAMESPACE`."
+        )
+    if people:
+        steps.append(
+            "`kubectl apply -f seat-01-3-access.yaml` … (the participants' RoleBindings). A hand-over: render"
+            " again with the new participant, apply, and `kubectl delete namespace "
+            f"{options.namespace}-<previous participant>` (their workloads and access go with it)."
+        )
+    steps.append("`kubectl apply -f seat-01-4-probe.yaml` … (one probe per seat).")
+    checks.append(
+        "`kubectl logs -n NAMESPACE gpuseat-probe` lists exactly one GPU or MIG device per seat; a second GPU Pod"
+        " in the same namespace is refused (`exceeded quota: gpuseat-one-gpu`)."
+    )
     reboot = [
-        "The ConfigMaps, the node label and the Pods persist; the GPU operator's MIG manager re-applies the"
-        " labelled MIG config after a node reboot."
+        "The ConfigMaps, the node label, the namespaces and quotas persist; the GPU operator's MIG manager"
+        " re-applies the labelled MIG config after a node reboot."
         if layout.mode == "mig"
-        else "The ConfigMap and Pods persist; the device plugin re-reads its config at start."
+        else "The ConfigMap, namespaces and quotas persist; the operator's device plugin re-reads its config at start."
     ]
-    out.append(runbook(layout, "Kubernetes (NVIDIA device plugin)", files, steps, checks, reboot))
+    out.append(runbook(layout, "Kubernetes (NVIDIA GPU Operator)", files, steps, checks, reboot))
     return out
 
 
 RENDERER = Renderer(
     name="k8s",
     modes=frozenset({"passthrough", "mig", "timeslice", "mps"}),
-    summary="device-plugin ConfigMap, MIG config, one Pod per seat",
+    summary="GPU operator ConfigMaps, a namespace with a one-GPU quota per seat",
     render=render,
 )

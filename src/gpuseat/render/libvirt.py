@@ -23,7 +23,7 @@ from gpuseat.render.base import (
     slice_uuid,
     vm_name,
 )
-from gpuseat.render.vgpu import mdev_lines
+from gpuseat.render.vgpu import backend, mdev_lines, vf_marker, vfio_lines
 
 if TYPE_CHECKING:
     from gpuseat.catalog.bundle import Catalog
@@ -61,6 +61,21 @@ for f in seat-*.xml; do
   done
   if grep -q 'gpuseat:gpu ' "$f"; then echo "$f: this host has fewer NVIDIA GPUs than the layout" >&2; exit 1; fi
 done"""
+
+
+def _vf_hostdev(seat: Slice) -> str:
+    """A vendor-specific VFIO vGPU: the VF itself, left bound to the nvidia driver (``managed='no'``).
+
+    The nvidia driver is the VF's VFIO provider; libvirt must not rebind it to vfio-pci (which
+    refuses a VF the nvidia driver holds). ``vgpu-create.sh`` writes the chosen VF's address here.
+    """
+    return (
+        "    <hostdev mode='subsystem' type='pci' managed='no'>\n"
+        "      <source>\n"
+        f"        {PLACEHOLDER}{vf_marker(seat)}\n"
+        "      </source>\n"
+        "    </hostdev>\n"
+    )
 
 
 def _mdev_hostdev(layout: Layout, seat: Slice) -> str:
@@ -124,6 +139,7 @@ def domain_xml(
     network: str | None = None,
     boot: DirectBoot | None = None,
     pty_console: bool = False,
+    vgpu_backend: str = "mdev",
 ) -> str:
     """The domain of one seat (UEFI, q35: what large-BAR GPUs need).
 
@@ -131,11 +147,17 @@ def domain_xml(
     the options' GiB), ``virt_type='qemu'`` (TCG, no KVM needed), the ``owner`` metadata, ``gpu=False``
     for a seat without a GPU (BIOS boot then), the qcow2 ``disk``, the NoCloud ``cidata`` ISO as a
     CD-ROM, the serial console to a ``serial_log`` file, a virtio NIC on the libvirt ``network``, and a
-    direct kernel ``boot``; ``pty_console`` adds a serial console for ``virsh console``.
+    direct kernel ``boot``; ``pty_console`` adds a serial console for ``virsh console``;
+    ``vgpu_backend='vfio'`` attaches a vGPU as its SR-IOV VF (vendor-specific VFIO) instead of an mdev.
     """
     device = ""
     if gpu:
-        device = _pci_hostdev(seat) if seat.mode == "passthrough" else _mdev_hostdev(layout, seat)
+        if seat.mode == "passthrough":
+            device = _pci_hostdev(seat)
+        elif vgpu_backend == "vfio":
+            device = _vf_hostdev(seat)
+        else:
+            device = _mdev_hostdev(layout, seat)
     name = name or vm_name(layout, seat)
     firmware = " firmware='efi'" if gpu else ""
     kernel = ""
@@ -220,6 +242,34 @@ def _disks_script(layout: Layout, options: RenderOptions) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Static bash: write a VF's PCI address over a seat's placeholder (the address comes from sysfs).
+VF_FILL = r"""# fill_vf SEAT VF: write the VF's PCI address into SEAT.xml in place of its placeholder
+fill_vf() {
+  local d b s fn old new
+  IFS=':.' read -r d b s fn <<<"$2"
+  local old="<address domain='0x0000' bus='0x00' slot='0x00' function='0x0'/><!-- gpuseat:vf $1 -->"
+  local new="<address domain='0x$d' bus='0x$b' slot='0x$s' function='0x$fn'/>"
+  sed -i "s|$old|$new|" "$1.xml"
+}"""
+
+
+def _vfio_script(layout: Layout, catalog: Catalog) -> str:
+    lines = [
+        "#!/usr/bin/env bash",
+        header(layout, "#").rstrip(),
+        "# Run as root on the KVM host, in this folder (it writes each seat's VF into its domain XML).",
+        "set -euo pipefail",
+        VF_FILL,
+    ]
+    lines += vfio_lines(
+        layout,
+        catalog,
+        pending=lambda item: f"grep -q {shlex.quote(vf_marker(item))} {shlex.quote(item.name + '.xml')}",
+        record=lambda item: [f'fill_vf {shlex.quote(item.name)} "$vf"', f'echo "{item.name}: vGPU type $id on VF $vf"'],
+    )
+    return "\n".join(lines) + "\n"
+
+
 def _mdev_script(layout: Layout, catalog: Catalog) -> str:
     lines = ["#!/usr/bin/env bash", header(layout, "#").rstrip(), "# Run as root on the KVM host.", "set -euo pipefail"]
     lines += mdev_lines(layout, catalog, lambda item: slice_uuid(layout, item, "mdev"))
@@ -227,7 +277,8 @@ def _mdev_script(layout: Layout, catalog: Catalog) -> str:
 
 
 def render(layout: Layout, options: RenderOptions, catalog: Catalog) -> list[Artifact]:
-    """One domain XML per slice, the disk script, the mdev script for vGPU, and ``APPLY.md``."""
+    """One domain XML per slice, the disk script, the mdev or VF script for vGPU, and ``APPLY.md``."""
+    how = backend(layout, catalog, options.vgpu_backend) if layout.mode == "vgpu" else "mdev"
     out = [
         Artifact(
             path=f"{item.name}.xml",
@@ -239,6 +290,7 @@ def render(layout: Layout, options: RenderOptions, catalog: Catalog) -> list[Art
                 disk=disk_path(layout, item),
                 network=options.network,
                 pty_console=True,
+                vgpu_backend=how,
             ),
         )
         for item in layout.slices
@@ -274,7 +326,20 @@ def render(layout: Layout, options: RenderOptions, catalog: Catalog) -> list[Art
     ]
     checks = ["`virsh list --all` shows every domain; `virsh dumpxml NAME` shows its `<hostdev>`."]
     reboot = ["Domains defined with `virsh define` persist; start them with `virsh autostart NAME` if wanted."]
-    if layout.mode == "vgpu":
+    if layout.mode == "vgpu" and how == "vfio":
+        out.append(Artifact(path="vgpu-create.sh", kind="shell", text=_vfio_script(layout, catalog)))
+        files.append(("vgpu-create.sh", "run as root on the KVM host, in this folder, before defining the domains"))
+        steps.append(
+            "`sudo bash vgpu-create.sh` in this folder: enables the VFs, writes each seat's vGPU type id to a free"
+            " VF's `nvidia/current_vgpu_type` (vendor-specific VFIO, vGPU 17+) and puts that VF into the domain."
+        )
+        checks.append("`cat /sys/bus/pci/devices/VF/nvidia/current_vgpu_type` is non-zero for each seat's VF.")
+        reboot = [
+            "VFs and their vGPU types are gone after a reboot: enable nvidia-sriov.service and re-run"
+            " vgpu-create.sh from a systemd unit ordered after nvidia-vgpu-mgr.service (the domains keep their VF).",
+            *reboot,
+        ]
+    elif layout.mode == "vgpu":
         out.append(Artifact(path="mdev-create.sh", kind="shell", text=_mdev_script(layout, catalog)))
         files.append(("mdev-create.sh", "run as root on the KVM host before defining the domains"))
         steps.append("`sudo bash mdev-create.sh` (creates each vGPU as a mediated device with the domain's UUID).")

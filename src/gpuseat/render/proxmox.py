@@ -2,7 +2,10 @@
 console) with the GPU (``hostpci0 <BDF>,pcie=1``) or a vGPU (``hostpci0 <BDF>,mdev=<type>``).
 
 Large-BAR GPUs need UEFI (OVMF) and q35 in the guest (partitioning.md §4.4), so every VM gets both.
-vGPUs on SR-IOV GPUs go on a free virtual function, found when the script runs.
+vGPUs on SR-IOV GPUs go on a free virtual function, found when the script runs: as a mediated device
+(``mdev=<type>``), or — vendor-specific VFIO, vGPU 17+ on Ada/Hopper/Blackwell — by writing the type id to
+the VF's ``nvidia/current_vgpu_type`` and passing the VF itself (``driver=keep``: the nvidia driver stays
+the VF's VFIO provider).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from gpuseat.core.carve import Layout
 from gpuseat.render.base import Artifact, Renderer, RenderOptions, header, require_pci, runbook, vm_name
-from gpuseat.render.vgpu import FIND_TYPE, SYSFS, enable_vfs, is_sriov, parents, type_name
+from gpuseat.render.vgpu import FIND_TYPE, FIND_VF, SYSFS, backend, enable_vfs, is_sriov, parents, type_name
 
 if TYPE_CHECKING:
     from gpuseat.catalog.bundle import Catalog
@@ -48,14 +51,24 @@ def render(layout: Layout, options: RenderOptions, catalog: Catalog) -> list[Art
         "set -euo pipefail",
     ]
     lines.append("# Creates one VM per seat; VM ids that already exist are skipped (qm status succeeds for them).")
+    how = backend(layout, catalog, options.vgpu_backend) if layout.mode == "vgpu" else "mdev"
     if layout.mode == "vgpu":
-        lines += [SYSFS, FIND_TYPE, *enable_vfs(layout, catalog)]
+        lines += [SYSFS, FIND_VF if how == "vfio" else FIND_TYPE, *enable_vfs(layout, catalog)]
     for n, item in enumerate(layout.slices):
         vmid = options.first_vmid + n
         device = require_pci(item, "proxmox")
         lines.append(f"# {item.name}: GPU {item.gpu_index} {item.mode} {item.profile or ''}".rstrip())
         lines.append(f"if ! qm status {vmid} >/dev/null 2>&1; then")
-        if item.mode == "vgpu":
+        if item.mode == "vgpu" and how == "vfio":
+            want = shlex.quote(type_name(layout, catalog, item.profile or ""))
+            lines += [
+                f"  found=$(find_vf {want} {shlex.quote(device)})",
+                '  read -r vf id <<<"$found"',
+                '  echo "$id" > "$SYSFS/bus/pci/devices/$vf/nvidia/current_vgpu_type"',
+                '  hostpci="$vf,pcie=1,driver=keep"',
+            ]
+            hostpci = '"$hostpci"'
+        elif item.mode == "vgpu":
             known = profiles.get(item.profile or "")
             if known and known.mdev_type and not is_sriov(layout, catalog):
                 hostpci = f"{device},mdev={known.mdev_type}"
@@ -85,7 +98,12 @@ def render(layout: Layout, options: RenderOptions, catalog: Catalog) -> list[Art
         f"`qm start {first}`, then `qm terminal {first}` (serial console); in the guest `nvidia-smi -L`.",
     ]
     reboot = ["VMs and their hostpci settings persist (they live in /etc/pve/qemu-server/)."]
-    if layout.mode == "vgpu":
+    if how == "vfio":
+        reboot.append(
+            "A VF's vGPU type is gone after a reboot: re-run the `current_vgpu_type` lines of proxmox.sh (or a"
+            " hookscript) after nvidia-sriov.service before starting the VMs."
+        )
+    elif layout.mode == "vgpu":
         reboot.append(
             "Proxmox creates the mdev when the VM starts; SR-IOV VFs must be enabled at every boot"
             " (nvidia-sriov.service from the vGPU host driver, or the sriov-manage line above in a systemd unit)."

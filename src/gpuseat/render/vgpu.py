@@ -5,6 +5,15 @@ GPUs whose vGPUs live on SR-IOV virtual functions (Ampere and newer: A10, A16, L
 types on the physical function: the VFs are enabled with ``/usr/lib/nvidia/sriov-manage -e <PF>`` and a
 vGPU goes on a free VF. Type names differ by generation: ``GRID M60-8Q`` / ``grid_m60-8q`` up to Ampere,
 ``NVIDIA L40S-24C`` / ``nvidia_l40s-24c`` on Ada (catalog ``type_prefix``).
+
+Two ways to create a vGPU on KVM (``RenderOptions.vgpu_backend``, or the layout a probe bundle saw):
+
+* ``mdev`` — write a UUID to ``mdev_supported_types/<type>/create`` of the GPU or a VF; the guest gets
+  ``<hostdev type='mdev'>``;
+* ``vfio`` — NVIDIA's vendor-specific VFIO framework (vGPU 17+ on Ada, Hopper, Blackwell with Linux 6.8+;
+  NVIDIA/vgpu-device-manager #195): no mdev bus; each VF has ``nvidia/creatable_vgpu_types`` (``ID : vGPU
+  Name`` table) and ``nvidia/current_vgpu_type`` (0 = free); the type id is written there and the VF itself
+  is passed to the guest as a PCI host device.
 """
 
 from __future__ import annotations
@@ -39,6 +48,51 @@ find_type() {
   echo "no free vGPU of type $want on: $*" >&2
   return 1
 }"""
+
+
+#: Architectures whose vGPUs use the vendor-specific VFIO framework from vGPU 17 (driver R550) on.
+VFIO_ARCHITECTURES = frozenset({"Ada Lovelace", "Hopper", "Blackwell"})
+#: First driver branch of vGPU 17 (vendor-specific VFIO on the architectures above).
+VFIO_DRIVER_MAJOR = 550
+
+# Static bash (no input reaches it): a free SR-IOV VF of PF offering the named type, vendor-specific VFIO.
+FIND_VF = r"""# find_vf NAME PF: print "VF_ADDRESS TYPE_ID" of the first free virtual function of PF that can
+# create vGPU type NAME (vendor-specific VFIO: nvidia/current_vgpu_type is 0 on a free VF)
+find_vf() {
+  local want=$1 pf=$2 link vf id
+  for link in "$SYSFS"/bus/pci/devices/"$pf"/virtfn*; do
+    [ -e "$link/nvidia/current_vgpu_type" ] || continue
+    [ "$(cat "$link/nvidia/current_vgpu_type")" = 0 ] || continue
+    id=$(awk -F: -v want="$want" 'NR > 1 { gsub(/^[ \t]+|[ \t]+$/, "", $1); gsub(/^[ \t]+|[ \t]+$/, "", $2)
+      if ($2 == want) { print $1; exit } }' "$link/nvidia/creatable_vgpu_types")
+    [ -n "$id" ] || continue
+    vf=$(basename "$(readlink -f "$link")")
+    echo "$vf $id"
+    return 0
+  done
+  if compgen -G "$SYSFS/bus/pci/devices/$pf/virtfn*/mdev_supported_types" >/dev/null; then
+    echo "$pf uses mdev, not vendor-specific VFIO: render again with --vgpu-backend mdev" >&2
+  else
+    echo "no free virtual function of $pf offers vGPU type $want (all taken, or SR-IOV not enabled)" >&2
+  fi
+  return 1
+}"""
+
+
+def backend(layout: Layout, catalog: Catalog, wanted: str = "auto", driver: str | None = None) -> str:
+    """``mdev`` or ``vfio`` for this layout: the one asked for, else from the architecture and driver.
+
+    vGPU 17 (driver 550) and later use the vendor-specific VFIO framework on Ada, Hopper and Blackwell;
+    with a known older driver (a probe or capture), or on earlier GPUs, vGPUs are mediated devices.
+    """
+    if wanted in ("mdev", "vfio"):
+        return wanted
+    if layout.server.gpu.architecture not in VFIO_ARCHITECTURES or not is_sriov(layout, catalog):
+        return "mdev"
+    major = driver.split(".", 1)[0] if driver else ""
+    if major.isdigit() and int(major) < VFIO_DRIVER_MAJOR:
+        return "mdev"
+    return "vfio"
 
 
 def is_sriov(layout: Layout, catalog: Catalog) -> bool:
@@ -89,6 +143,36 @@ def mdev_lines(layout: Layout, catalog: Catalog, uuid_for: Callable[[Slice], str
                 '  read -r parent t <<<"$found"',
                 f'  echo {uuid} > "$t/create"',
                 f"  if command -v mdevctl >/dev/null; then mdevctl define --auto --uuid {uuid}; fi",
+                "fi",
+            ]
+    return lines
+
+
+def vf_marker(item: Slice) -> str:
+    """The comment that marks where a seat's VF address goes in its domain XML (filled by vgpu-create.sh)."""
+    return f"<!-- gpuseat:vf {item.name} -->"
+
+
+def vfio_lines(
+    layout: Layout, catalog: Catalog, pending: Callable[[Slice], str], record: Callable[[Slice], list[str]]
+) -> list[str]:
+    """Bash giving each slice a free VF with its vGPU type written to ``nvidia/current_vgpu_type``.
+
+    ``pending(item)`` is a bash test true while the seat has no VF yet (a rerun skips the others);
+    ``record(item)`` returns the lines that hand the chosen VF (``$vf``) to the engine.
+    """
+    lines = [SYSFS, FIND_VF, "", *enable_vfs(layout, catalog)]
+    for index, items in slices_by_chip(layout).items():
+        lines.append(f"# GPU {index}")
+        for item in items:
+            want = shlex.quote(type_name(layout, catalog, item.profile or ""))
+            pf = shlex.quote(require_pci(item, "vgpu"))
+            lines += [
+                f"if {pending(item)}; then  # {item.name}",
+                f"  found=$(find_vf {want} {pf})",
+                '  read -r vf id <<<"$found"',
+                '  echo "$id" > "$SYSFS/bus/pci/devices/$vf/nvidia/current_vgpu_type"',
+                *("  " + line for line in record(item)),
                 "fi",
             ]
     return lines

@@ -1,9 +1,13 @@
 """Cloud seats through SkyPilot: one task YAML per seat, a start/stop schedule, hours run to date.
 
 * :func:`task` — a SkyPilot task per cloud seat: cloud, region and instance type from the chosen plan
-  option's offer, disk size, ``autostop`` a few idle minutes after the lab session, and a setup step that
-  installs gpuseat and runs ``gpuseat bench`` once (setup re-runs on every ``sky launch``; a marker file
-  keeps the benchmark to one run).
+  option's offer, disk size, and a setup step (:func:`setup_script`) that creates the seat's participant
+  as a Unix user with their SSH key, installs gpuseat from a wheel built from this checkout and shipped
+  with ``file_mounts`` (never a bare name from a package index, where anyone could register it), and
+  runs ``gpuseat bench`` once when PyTorch is there (setup re-runs on every ``sky launch``; a marker file
+  keeps the benchmark to one run). No SkyPilot ``autostop``: its idle clock also runs inside a session,
+  and a stopped seat cannot be started again by its participant; the schedule stops seats at each
+  session's end (a 24/7 course: at the course's end).
 * :func:`windows` / :func:`crontab` / :func:`systemd_units` — one ``sky start`` before and one ``sky stop``
   after each lab session (the schedule's merged intervals, :meth:`gpuseat.core.course.Schedule.intervals`).
 * :func:`hours_to_date` — what each seat has run so far: the scheduled windows up to now, corrected by
@@ -41,25 +45,28 @@ SKY_CLOUDS: dict[str, str] = {"aws": "aws", "gcp": "gcp", "azure": "azure", "lam
 # than GCP's 35-character limit on instance names.
 CLUSTER_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,33}[a-z0-9])?$")
 _KEY = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-_PIP_SPEC = re.compile(
-    r"^[A-Za-z0-9][A-Za-z0-9_.\[\],<>=!~+-]{0,120}$|^(https|git\+https)://[A-Za-z0-9_./@%+:-]{1,300}$"
-)
+# a direct reference only (PEP 508 ``name[extras] @ URL`` or a bare https/git+https URL): a bare name would
+# come from a package index, where gpuseat is not published and anyone could register the name
+_PIP_SPEC = re.compile(r"^(gpuseat(\[[a-z]+(,[a-z]+)*\])? @ )?(https|git\+https)://[A-Za-z0-9_./@%+:=#-]{1,300}$")
+_WHEEL = re.compile(r"^gpuseat-[0-9][A-Za-z0-9_.+!]*-py3-none-any\.whl$")
+UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+# where file_mounts puts the wheelhouse on the VM (SkyPilot expands ~ to the cluster user's home)
+REMOTE_WHEELS = "~/.gpuseat/wheels"
 _GCP_ATTACHED = re.compile(r"^(?P<host>[a-z0-9-]+)\+(?P<count>\d+)x(?P<gpu>[A-Za-z0-9-]+)$")
-MAX_AUTOSTOP_MIN = 24 * 60
 MAX_DISK_GB = 65536
 
 
 def cluster_name(course: str, seat: str) -> str:
     """``gs-<course>-<seat>``: lower case, SkyPilot's rule, 35 characters at most."""
     for what, key in (("course", course), ("seat", seat)):
-        if not _KEY.match(key.lower()):
+        if not _KEY.fullmatch(key.lower()):
             raise InputError(
                 f"{what} key {key!r} cannot be part of a cluster name",
                 where=f"{what} key",
                 fix="use letters, digits and '-'",
             )
     name = f"gs-{course.lower()}-{seat.lower()}"
-    if not CLUSTER_NAME.match(name):
+    if not CLUSTER_NAME.fullmatch(name):
         raise InputError(
             f"cluster name {name!r} is longer than 35 characters or malformed",
             where="course/seat key",
@@ -70,11 +77,33 @@ def cluster_name(course: str, seat: str) -> str:
 
 @dataclass(frozen=True)
 class CloudSeat:
-    """One cloud seat: its course, key and the offer the chosen plan option rents for it."""
+    """One cloud seat: its course, key, the offer the chosen plan option rents for it, and its holder's
+    Unix login and SSH public key (None while nobody holds the seat)."""
 
     course: str
     seat: str
     offer: Offer
+    user: str | None = None
+    ssh_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.user is not None and not UNIX_USER.fullmatch(self.user):
+            raise InputError(
+                f"{self.user!r} is not a Unix user name",
+                where=f"seat {self.seat}: participant's unix_user",
+                fix="lowercase letters, digits, '_' and '-', at most 32, not starting with a digit or '-'",
+            )
+        if self.ssh_key is not None:
+            from gpuseat.core.roster import check_ssh_key
+
+            if any(ch in self.ssh_key.strip() for ch in "\r\n\x00'"):
+                raise InputError("the SSH key has a line break or quote", where=f"seat {self.seat}", fix="one line")
+            try:
+                object.__setattr__(self, "ssh_key", check_ssh_key(self.ssh_key))
+            except ValueError as exc:
+                raise InputError(
+                    f"bad SSH key: {exc}", where=f"seat {self.seat}: participant's ssh_key", fix="one public key line"
+                ) from None
 
     @property
     def cluster(self) -> str:
@@ -95,68 +124,169 @@ class CloudSeat:
 
 @dataclass(frozen=True)
 class TaskOptions:
-    """Settings of every seat's task."""
+    """Settings of every seat's task.
+
+    ``wheelhouse`` is a local folder with exactly one ``gpuseat-*.whl`` (``pip wheel --no-deps -w DIR .``
+    in this checkout), plus, for ``offline`` installs (``pip --no-index``), the wheels of its
+    dependencies; ``file_mounts`` ships it to the VM. ``gpuseat_spec`` is the alternative: a direct
+    reference such as ``gpuseat[bench] @ https://…/gpuseat-0.1.0-py3-none-any.whl``. With neither, the
+    setup only creates the participant's login.
+    """
 
     disk_gb: int = 50
-    autostop_min: int = 15
-    gpuseat_spec: str = "gpuseat[bench]"
+    wheelhouse: str | None = None
+    offline: bool = False
+    gpuseat_spec: str | None = None
     bench_iterations: int = 10000
 
     def __post_init__(self) -> None:
         if not 1 <= self.disk_gb <= MAX_DISK_GB:
             raise InputError(f"disk size {self.disk_gb} GB out of range", where="--disk-gb", fix="1 to 65536 GB")
-        if not 1 <= self.autostop_min <= MAX_AUTOSTOP_MIN:
-            raise InputError(
-                f"autostop {self.autostop_min} min out of range", where="--autostop", fix="1 to 1440 minutes"
-            )
-        if not _PIP_SPEC.match(self.gpuseat_spec):
+        if self.gpuseat_spec is not None and not _PIP_SPEC.fullmatch(self.gpuseat_spec):
             raise InputError(
                 f"{self.gpuseat_spec!r} is not a pip requirement gpuseat accepts",
                 where="--gpuseat-spec",
-                fix="a requirement such as 'gpuseat[bench]==0.1.0' or an https:// wheel URL",
+                fix="a direct reference such as 'gpuseat[bench] @ https://host/gpuseat-0.1.0-py3-none-any.whl'"
+                " (or ship a wheel with --wheelhouse); a bare name would come from a package index",
             )
+        if self.wheelhouse is not None and self.gpuseat_spec is not None:
+            raise InputError("both a wheelhouse and a pip spec", where="--gpuseat-spec", fix="give one of them")
+        if self.offline and self.wheelhouse is None:
+            raise InputError("--offline installs from the wheelhouse", where="--offline", fix="add --wheelhouse DIR")
         if not 1 <= self.bench_iterations <= 1_000_000:
             raise InputError("bench iterations out of range", where="--bench-iterations", fix="1 to 1000000")
+
+
+def gpuseat_wheel(wheelhouse: str) -> str:
+    """The one gpuseat wheel's file name in ``wheelhouse`` (an input error when there is none or several)."""
+    folder = Path(wheelhouse)
+    found = sorted(p.name for p in folder.glob("gpuseat-*.whl")) if folder.is_dir() else []
+    if len(found) != 1 or not _WHEEL.fullmatch(found[0]):
+        raise InputError(
+            f"{wheelhouse} holds {len(found)} gpuseat wheels{': ' + ', '.join(found) if found else ''}",
+            where="--wheelhouse",
+            fix="a folder with exactly one gpuseat-VERSION-py3-none-any.whl: pip wheel --no-deps -w DIR .",
+        )
+    return found[0]
 
 
 def _resources(seat: CloudSeat, opts: TaskOptions) -> dict[str, Any]:
     res: dict[str, Any] = {"cloud": seat.cloud}
     if seat.offer.region:
         res["region"] = seat.offer.region
-    m = _GCP_ATTACHED.match(seat.offer.instance_type)
+    m = _GCP_ATTACHED.fullmatch(seat.offer.instance_type)
     if m:  # GCP host + attachable GPU ("n1-standard-4+1xT4"): SkyPilot wants both fields
         res["instance_type"] = m.group("host")
         res["accelerators"] = {m.group("gpu"): int(m.group("count"))}
     else:
         res["instance_type"] = seat.offer.instance_type
     res["disk_size"] = opts.disk_gb
-    res["autostop"] = {"idle_minutes": opts.autostop_min}
     return res
 
 
-def setup_script(opts: TaskOptions) -> str:
-    """Install gpuseat, then run its benchmark once per seat (a marker file remembers the run)."""
-    spec = shlex.quote(opts.gpuseat_spec)
-    return (
-        "set -e\n"
-        f"python3 -m pip install --user --upgrade {spec}\n"
-        'export PATH="$HOME/.local/bin:$PATH"\n'
-        "mkdir -p ~/.gpuseat\n"
-        "if [ ! -f ~/.gpuseat/bench.done ]; then\n"
-        f"  gpuseat bench --iterations {int(opts.bench_iterations)} | tee ~/.gpuseat/bench.txt\n"
-        "  touch ~/.gpuseat/bench.done\n"
-        "fi\n"
-    )
+def _login_lines(seat: CloudSeat) -> list[str]:
+    """Create the holder's account (if new) and make their key the only one in authorized_keys.
+
+    Everything is under ``$ROOT`` (empty on the VM), and ids and home come from ``$ROOT/etc/passwd``, so
+    the same lines run against a throw-away root (``useradd --prefix``) in tests.
+    """
+    if seat.user is None:
+        return ["echo 'gpuseat: nobody holds this seat yet: no participant login created'"]
+    lines = [
+        f"P_USER={seat.user}",
+        f"P_KEY={shlex.quote(seat.ssh_key or '')}",
+        "# a hand-over: earlier holders of this seat lose their key, their account expires, their processes end",
+        'HOLDERS="$ROOT/etc/gpuseat-holders"',
+        '$SUDO touch "$HOLDERS"',
+        'for OLD in $(cat "$HOLDERS"); do',
+        '  if [ "$OLD" != "$P_USER" ]; then',
+        '    OLD_HOME=$(awk -F: -v u="$OLD" \'$1 == u {print $6}\' "$ROOT/etc/passwd")',
+        '    if [ -n "$OLD_HOME" ]; then $SUDO rm -f "$ROOT$OLD_HOME/.ssh/authorized_keys"; fi',
+        '    $SUDO usermod ${ROOT:+--prefix "$ROOT"} --expiredate 1 "$OLD" || true',
+        '    if [ -z "$ROOT" ]; then $SUDO pkill -KILL -u "$OLD" || true; fi',
+        "  fi",
+        "done",
+        'if ! grep -q "^$P_USER:" "$ROOT/etc/passwd"; then',
+        '  $SUDO useradd ${ROOT:+--prefix "$ROOT"} --create-home --shell /bin/bash "$P_USER"',
+        "fi",
+        '$SUDO usermod ${ROOT:+--prefix "$ROOT"} --expiredate "" "$P_USER"  # a returning holder',
+        'grep -qx "$P_USER" "$HOLDERS" || echo "$P_USER" | $SUDO tee -a "$HOLDERS" > /dev/null',
+        'P_UID=$(awk -F: -v u="$P_USER" \'$1 == u {print $3}\' "$ROOT/etc/passwd")',
+        'P_GID=$(awk -F: -v u="$P_USER" \'$1 == u {print $4}\' "$ROOT/etc/passwd")',
+        'P_HOME=$(awk -F: -v u="$P_USER" \'$1 == u {print $6}\' "$ROOT/etc/passwd")',
+        '$SUDO install -d -m 700 -o "$P_UID" -g "$P_GID" "$ROOT$P_HOME/.ssh"',
+    ]
+    if seat.ssh_key:
+        lines += [
+            'printf \'%s\\n\' "$P_KEY" | $SUDO tee "$ROOT$P_HOME/.ssh/authorized_keys" > /dev/null',
+            '$SUDO chown "$P_UID:$P_GID" "$ROOT$P_HOME/.ssh/authorized_keys"',
+            '$SUDO chmod 600 "$ROOT$P_HOME/.ssh/authorized_keys"',
+        ]
+    else:
+        lines.append('echo "gpuseat: $P_USER has no SSH key in the roster: add one, then sky launch again"')
+    return lines
+
+
+def _install_lines(opts: TaskOptions) -> list[str]:
+    pip = "python3 -m pip install --user --disable-pip-version-check"
+    if opts.wheelhouse is not None:
+        wheel = gpuseat_wheel(opts.wheelhouse)
+        index = " --no-index" if opts.offline else ""
+        return [
+            f'W="$HOME/{REMOTE_WHEELS.removeprefix("~/")}"  # file_mounts copies the wheelhouse here',
+            f'{pip}{index} --find-links "$W" "$W/{wheel}"',
+        ]
+    if opts.gpuseat_spec is not None:
+        return [f"{pip} {shlex.quote(opts.gpuseat_spec)}"]
+    return []
+
+
+def setup_script(opts: TaskOptions, seat: CloudSeat | None = None) -> str:
+    """The participant's login, then gpuseat from the shipped wheel, then its benchmark once (when PyTorch
+    is there: a missing PyTorch or a failing benchmark never fails the setup)."""
+    lines = [
+        "set -eu",
+        'ROOT="${GPUSEAT_ROOT:-}"  # empty on the VM; a throw-away root when the script is tested',
+        'SUDO=""',
+        'if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi',
+    ]
+    if seat is not None:
+        lines += _login_lines(seat)
+    install = _install_lines(opts)
+    if not install:
+        lines.append("echo 'gpuseat: no gpuseat wheel shipped (--wheelhouse): benchmark skipped'")
+        return "\n".join(lines) + "\n"
+    lines += install
+    lines += [
+        'export PATH="$HOME/.local/bin:$PATH"',
+        'mkdir -p "$HOME/.gpuseat"',
+        'if [ ! -f "$HOME/.gpuseat/bench.done" ]; then',
+        "  if python3 -c 'import torch' > /dev/null 2>&1; then",
+        f'    if gpuseat bench --iterations {int(opts.bench_iterations)} > "$HOME/.gpuseat/bench.txt" 2>&1; then',
+        '      cat "$HOME/.gpuseat/bench.txt"',
+        '      touch "$HOME/.gpuseat/bench.done"',
+        "    else",
+        "      echo 'gpuseat: the benchmark failed (see ~/.gpuseat/bench.txt); setup goes on'",
+        "    fi",
+        "  else",
+        "    echo 'gpuseat: no PyTorch on this image: benchmark skipped (use an image with PyTorch)'",
+        "  fi",
+        "fi",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def task(seat: CloudSeat, opts: TaskOptions) -> dict[str, Any]:
     """The SkyPilot task of one seat, as data (see :func:`task_yaml`)."""
-    return {
+    doc: dict[str, Any] = {
         "name": seat.cluster,
         "resources": _resources(seat, opts),
         "envs": {"GPUSEAT_COURSE": seat.course, "GPUSEAT_SEAT": seat.seat, "GPUSEAT_OFFER": seat.offer.id},
-        "setup": setup_script(opts),
     }
+    if opts.wheelhouse is not None:
+        doc["file_mounts"] = {REMOTE_WHEELS: str(Path(opts.wheelhouse).resolve())}
+    doc["setup"] = setup_script(opts, seat)
+    return doc
 
 
 def task_yaml(seat: CloudSeat, opts: TaskOptions) -> str:
@@ -203,7 +333,7 @@ def check_timezone(name: str) -> ZoneInfo:
 
 def _sky(verb: str, clusters: Sequence[str]) -> str:
     for c in clusters:
-        if not CLUSTER_NAME.match(c):
+        if not CLUSTER_NAME.fullmatch(c):
             raise InputError(f"bad cluster name {c!r}", where="schedule", fix="cluster names come from cluster_name()")
     return " ".join(["sky", verb, "--yes", *(shlex.quote(c) for c in clusters)])
 
@@ -356,7 +486,7 @@ def parse_sky_status(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for line in text.splitlines():
         words = line.split()
-        if not words or not CLUSTER_NAME.match(words[0]):
+        if not words or not CLUSTER_NAME.fullmatch(words[0]):
             continue
         state = next((w for w in words[1:] if w in _STATUSES), None)
         if state is not None:
@@ -436,13 +566,26 @@ class CloudCourse:
 def course_from_store(store: CourseStore, course: str | None, offers: Sequence[Offer]) -> CloudCourse:
     """The course's ``cloud`` seats, each with the offer the chosen plan option rents for it."""
     view = store.get_course(course)
-    seats = tuple(
-        CloudSeat(view.key, s.key, offer_for(s.profile, view.plan_option, offers, seat=s.key))
-        for s in store.seats(view.key)
-        if s.kind == "cloud"
-    )
+    people = {p.key: p for p in store.participants(view.key)}
+    seats = []
+    for s in store.seats(view.key):
+        if s.kind != "cloud":
+            continue
+        holder = people.get(s.participant or "")
+        user = key = None
+        if holder is not None:
+            user = holder.unix_user or (holder.key if UNIX_USER.fullmatch(holder.key) else None)
+            key = holder.ssh_key
+            if user is None:
+                raise InputError(
+                    f"participant {holder.key} of seat {s.key} has no Unix user name",
+                    where=f"roster of course {view.key}",
+                    fix="give the participant a unix_user column in the roster",
+                )
+        offer = offer_for(s.profile, view.plan_option, offers, seat=s.key)
+        seats.append(CloudSeat(view.key, s.key, offer, user=user, ssh_key=key))
     sched = store.course_file(view.key).schedule
-    return CloudCourse(view.key, view.timezone, seats, tuple(sched.intervals()))
+    return CloudCourse(view.key, view.timezone, tuple(seats), tuple(sched.intervals()))
 
 
 def write_for_course(
@@ -504,3 +647,12 @@ def cost_so_far(
     status = parse_sky_status(sky_status) if sky_status is not None else None
     hours = hours_to_date(cc.seats, windows(cc.intervals, lead_min=lead_min), local_now, status)
     return [SeatCost(h, s.offer.id, cost_to_date(h, s.offer)) for h, s in zip(hours, cc.seats, strict=True)]
+
+
+def __getattr__(name: str) -> Any:
+    """``SkyPilotEngine`` lives in :mod:`gpuseat.services.cloud_engine` (loaded on first use)."""
+    if name == "SkyPilotEngine":
+        from gpuseat.services.cloud_engine import SkyPilotEngine
+
+        return SkyPilotEngine
+    raise AttributeError(name)

@@ -41,6 +41,9 @@ class Source:
     listing: Path | None = None
     ssh: str | None = None
     replay: Path | None = None
+    probe: Path | None = None  # a `gpuseat probe` bundle
+    table: Path | None = None  # plain `nvidia-smi` print (MIG devices and processes with GI/CI ids)
+    kernel_log: Path | None = None  # dmesg / journalctl -k text with NVRM Xid lines
 
     def check(self) -> None:
         """One source at most; ``--apps`` only with ``--from-csv``; a host that cannot become an option."""
@@ -51,6 +54,7 @@ class Source:
                 ("--from-csv", self.from_csv),
                 ("--ssh", self.ssh),
                 ("--replay", self.replay),
+                ("--from-probe", self.probe),
             )
             if v
         ]
@@ -81,6 +85,14 @@ def open_sampler(source: Source) -> Sampler:
         if source.apps:
             apps = read_text(source.apps, max_bytes=nvsmi.MAX_CSV_BYTES)
             snap = replace(snap, processes=nvsmi.parse_compute_apps_csv(apps, where=str(source.apps)))
+    elif source.probe:
+        from gpuseat.services import probe
+
+        bundle = probe.read_bundle(source.probe)
+        snap = probe.snapshot(bundle)
+        xid = bundle.text(probe.XID_FILE)
+        if xid and not source.kernel_log:
+            snap = nvsmi_health_apply(snap, xid)
     elif source.ssh:
         from gpuseat.monitor.nvidia_smi import SmiSampler
 
@@ -96,11 +108,29 @@ def open_sampler(source: Source) -> Sampler:
     if source.listing:
         listing = read_text(source.listing, max_bytes=nvsmi.MAX_LIST_BYTES)
         snap = nvsmi.merge_list(snap, nvsmi.parse_list(listing))
+    if source.table:
+        from gpuseat.nvsmi_text import merge_table
+
+        snap = merge_table(snap, read_text(source.table, max_bytes=nvsmi.MAX_LIST_BYTES))
+    if source.kernel_log:
+        snap = nvsmi_health_apply(snap, read_text(source.kernel_log, max_bytes=nvsmi.MAX_CSV_BYTES))
     if any(m.profile is None for g in snap.gpus for m in g.mig):
         from gpuseat.catalog.bundle import load_catalog
 
         snap = nvsmi.name_mig_profiles(snap, load_catalog())
     return StaticSampler(snap)
+
+
+def nvsmi_health_apply(snap: Snapshot, kernel_log: str) -> Snapshot:
+    """The snapshot with each GPU's last Xid and Xid count from kernel-log lines (matched by PCI bus)."""
+    from gpuseat.nvsmi_health import bus_key, parse_xid_log
+
+    events = parse_xid_log(kernel_log)
+    gpus = []
+    for gpu in snap.gpus:
+        mine = [e for e in events if bus_key(e.pci) == bus_key(gpu.pci_bus_id)]
+        gpus.append(replace(gpu, xid_last=mine[-1].xid, xid_count=len(mine)) if mine else gpu)
+    return replace(snap, gpus=tuple(gpus))
 
 
 def seat_map(seats: Path | None, db: str | None, *, write: bool, course: str | None = None) -> SeatMap:

@@ -8,8 +8,10 @@ Which offers a plan considers: every offer of the catalog, of the course's ``off
 ``--offers FILE`` and of ``--skypilot`` imports (an imported copy of a catalog offer — same provider,
 instance type, region and billing rule — replaces it), chosen by ``--offer GLOB`` if given, else by the
 course's ``offers = [...]`` globs (all of them when the course gives none), then filtered by
-``--region GLOB``. Offers of ``--offers``/``--skypilot`` that the course's globs leave out are named in
-a warning, never dropped silently.
+``--region`` (a geography, ``us``/``eu``/``asia``, mapped per provider in providers.toml, or a glob over
+region names) and by the course's ``gpu = [...]`` globs over GPU models. What each filter dropped is
+in the plan (``filters``). Offers of ``--offers``/``--skypilot`` that the course's globs leave out are
+named in a warning, never dropped silently.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ from pathlib import Path
 from gpuseat.catalog.bundle import Catalog
 from gpuseat.catalog.offers import Offer, check_offer_ids, load_offers_file, merge_offers
 from gpuseat.core.course import Course
-from gpuseat.core.plan import Plan, Speed, plan, select_offers, speeds_from
+from gpuseat.core.plan import Plan, Speed, apply_filters, plan, select_offers, speeds_from
 from gpuseat.errors import InputError
 from gpuseat.files import read_toml_model
+
+#: The bench results file name (``gpuseat.bench.results.STORE_NAME``, checked by tests/plan/test_recorded_speeds.py).
+RESULTS_FILE = "bench-results.jsonl"
 
 __all__ = [
     "gather_offers",
@@ -58,8 +63,10 @@ def gather_offers(
     patterns: Sequence[str] = (),
     regions: Sequence[str] = (),
     today: date | None = None,
+    reports: list[dict[str, object]] | None = None,
 ) -> tuple[list[Offer], list[str]]:
-    """The offers a plan considers (module docstring) and the import warnings."""
+    """The offers a plan considers (module docstring) and the import warnings; what the region and GPU
+    filters dropped is appended to ``reports`` when given."""
     warnings: list[str] = []
     own: list[list[Offer]] = [list(catalog.offers)]
     for name in course.offers_files:
@@ -78,7 +85,20 @@ def gather_offers(
     chosen = list(patterns) or list(course.offers)
     where = "--offer" if patterns else f"{course_path}: field 'offers'"
     check_offer_ids(chosen, offers, where=where)
-    selected = select_offers(offers, chosen, regions)
+    for pattern in course.gpu:
+        from fnmatch import fnmatchcase
+
+        if not any(fnmatchcase(g.lower(), pattern.lower()) for g in catalog.gpus):
+            raise InputError(
+                f"no GPU model matches '{pattern}'",
+                where=f"{course_path}: field 'gpu'",
+                fix=f"use GPU model globs such as A100*, H100*; models: {', '.join(catalog.gpus)}",
+            )
+    selected, found = apply_filters(
+        select_offers(offers, chosen), regions=regions, gpus=course.gpu, providers=catalog.providers
+    )
+    if reports is not None:
+        reports += found
     if chosen and added:
         kept = {o.id for o in selected}
         left = [o.id for group in added for o in group if o.id not in kept]
@@ -92,7 +112,13 @@ def gather_offers(
         raise InputError(
             f"no offer is in a region matching {', '.join(regions)}",
             where="--region",
-            fix="list regions with 'gpuseat offers list', or drop --region",
+            fix="give a geography (us, eu, asia) or a region glob; list regions with 'gpuseat offers list'",
+        )
+    if course.gpu and not selected:
+        raise InputError(
+            f"no offer has a GPU matching {', '.join(course.gpu)}",
+            where=f"{course_path}: field 'gpu'",
+            fix="widen the 'gpu' globs or the 'offers' globs",
         )
     return selected, warnings
 
@@ -104,7 +130,13 @@ def reference_speeds(catalog: Catalog) -> list[Speed]:
 
 def recorded_speeds() -> list[Speed]:
     """LeNet results recorded by ``gpuseat bench`` on this machine's store that may stand for a GPU model:
-    full runs on whole GPUs (never a MIG slice or a short run), normalised to 10,000 iterations."""
+    full runs on whole GPUs (never a MIG slice or a short run), normalised to 10,000 iterations.
+
+    Without a results file nothing is imported (the bench models cost start-up time; issue 25)."""
+    from gpuseat.paths import data_dir
+
+    if not (data_dir() / RESULTS_FILE).exists():
+        return []
     from gpuseat.bench.results import recorded_results, whole_gpu_speeds
 
     return [
@@ -130,6 +162,7 @@ def plan_course(
     """Plan a course file end to end. ``recorded`` are bench speeds the caller chose to use (the CLI
     passes the local store's); without them the plan uses the shipped reference results only."""
     course = load_course(course_path)
+    reports: list[dict[str, object]] = []
     offers, warnings = gather_offers(
         course,
         course_path,
@@ -139,6 +172,7 @@ def plan_course(
         patterns=patterns,
         regions=regions,
         today=today,
+        reports=reports,
     )
     gpus = sorted({s.gpu for s in recorded})
     note = (
@@ -158,4 +192,5 @@ def plan_course(
         where=str(course_path),
     )
     result.warnings[:0] = warnings
+    result.filters = reports
     return result

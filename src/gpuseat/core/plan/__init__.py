@@ -5,7 +5,7 @@ priced once, pruned without losing the optimum), :mod:`.solve` (exact DP, or the
 
 from gpuseat.core.plan.fit import Fit, PlanContext, RejectedOffer, fit_offer
 from gpuseat.core.plan.perf import LENET_BASELINE_GPU, Speed, performance, speeds_from
-from gpuseat.core.plan.planner import plan, select_offers
+from gpuseat.core.plan.planner import apply_filters, plan, region_matches, select_offers
 from gpuseat.core.plan.result import SCHEMA_VERSION, Plan, PlanOption, WhyAnswer
 from gpuseat.core.plan.solve import Allocation, solve
 
@@ -20,9 +20,11 @@ __all__ = [
     "RejectedOffer",
     "Speed",
     "WhyAnswer",
+    "apply_filters",
     "fit_offer",
     "performance",
     "plan",
+    "region_matches",
     "select_offers",
     "solve",
     "speeds_from",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from gpuseat.catalog import GpuModel
 from gpuseat.catalog.licences import Licence
 from gpuseat.catalog.offers import Offer
+from gpuseat.catalog.rules import Rule
 from gpuseat.core.carve import Capacity, chip_options, server_capacity
 from gpuseat.core.cost import (
     Interval,
@@ -26,9 +27,11 @@ from gpuseat.core.cost import (
     disk_rate,
     egress_rate,
     egress_usd,
+    fee_rate,
     hourly_usd,
     num,
     seconds,
+    sustained_use_rate,
     term_count,
     usage_rate,
     windows_rate,
@@ -98,10 +101,13 @@ class PlanContext:
         default_factory=dict
     )
     data: dict[str, tuple[list[Rate], tuple[str, ...]]] = field(default_factory=dict)
-    _billed: dict[tuple[str, int, bool], int] = field(default_factory=dict)
+    _billed: dict[tuple[str, int, str, bool], int] = field(default_factory=dict)
     _disk: dict[tuple[object, ...], float] = field(default_factory=dict)
     _needs: dict[str, SeatNeed] = field(default_factory=dict)
     _gpus: dict[str, GpuModel | None] = field(default_factory=dict)
+    _effective: dict[str, Offer] = field(default_factory=dict)
+    _fees: dict[tuple[tuple[str, ...], bool], list[Rate]] = field(default_factory=dict)
+    _rules: dict[tuple[tuple[str, ...], str | None], list[Rule]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, course: Course, catalog: Catalog) -> PlanContext:
@@ -113,6 +119,54 @@ class PlanContext:
         """Calendar days the span touches (licence terms cover these)."""
         first, last = self.course.schedule.span_days()
         return (last - first).days + 1
+
+    def rules(self, offer: Offer, kind: str | None = None) -> list[Rule]:
+        """The offer's billing rules in force for this course (of one ``kind`` if given), cached by rule ids."""
+        if not offer.rules:
+            return []
+        key = (offer.rules, kind)
+        cached = self._rules.get(key)
+        if cached is None:
+            day = self.course.schedule.start
+            found = self.catalog.offer_rules(offer)
+            cached = self._rules[key] = [r for r in found if r.applies(day) and (kind is None or r.kind == kind)]
+        return cached
+
+    def effective(self, offer: Offer) -> Offer:
+        """``offer`` with the billing of a dated ``billing`` rule in force for this course (OVH's monthly
+        proration from 2026-04-01); the offer itself when none changes it."""
+        cached = self._effective.get(offer.id)
+        if cached is None:
+            cached = offer
+            for rule in self.rules(offer, "billing"):
+                if rule.since is not None:
+                    update = {
+                        "billing": rule.get("billing"),
+                        "min_charge_s": rule.get("min_charge_s", 0),
+                        "rounding": rule.get("rounding", "up"),
+                    }
+                    if any(getattr(offer, k) != v for k, v in update.items()):
+                        cached = offer.model_copy(update=update)
+            self._effective[offer.id] = cached
+        return cached
+
+    def fast(self, offer: Offer) -> bool:
+        """Whether the table prices ``offer`` without a :class:`Fit` (see :func:`fast_path`): not when a
+        sustained-use discount changes its rent (a dated billing rule is applied by :meth:`fast_bound`)."""
+        return fast_path(self.effective(offer)) and not self.rules(offer, "sustained-use")
+
+    def fee_rates(self, offer: Offer) -> list[Rate]:
+        """Per-hour fees (public IPv4) for one seat of a cloud offer, over the hours it runs (cached by
+        rule ids and whether the offer is stopped between sessions)."""
+        if not offer.rules:
+            return []
+        key = (offer.rules, self.stopped_between_sessions(offer))
+        cached = self._fees.get(key)
+        if cached is None:
+            fees = self.rules(offer, "hourly-fee")
+            running = sum(seconds(self.billed_runs(offer)[0])) if fees else 0
+            cached = self._fees[key] = [fee_rate(rule, running) for rule in fees]
+        return cached
 
     def gpu(self, name: str) -> GpuModel | None:
         """The catalog's GPU model called ``name`` (looked up once per name)."""
@@ -164,9 +218,15 @@ class PlanContext:
         """Rent for one unit of ``offer`` over the course, and notes on how it is billed (cached per offer)."""
         cached = self.usage.get(offer.id)
         if cached is None:
+            offer = self.effective(offer)
             runs, notes = self.billed_runs(offer)
             per = "seat" if offer.kind == "cloud" else "server"
-            cached = self.usage[offer.id] = (usage_rate(offer, runs, per=per), notes)
+            discount = self.rules(offer, "sustained-use")
+            if discount and not offer.monthly:
+                rate = sustained_use_rate(offer, runs, discount[0], per=per)
+            else:
+                rate = usage_rate(offer, runs, per=per)
+            cached = self.usage[offer.id] = (rate, notes)
         return cached
 
     def data_rates(self, offer: Offer) -> tuple[list[Rate], tuple[str, ...]]:
@@ -188,9 +248,10 @@ class PlanContext:
 
     def fast_bound(self, offer: Offer, windows: bool) -> float:
         """Cost per seat of an hourly cloud instance, computed without a :class:`Fit` but with the same
-        functions in the same order, so it equals :meth:`Fit.per_seat_bound` exactly."""
+        functions in the same order, so it equals :meth:`Fit.per_seat_bound` exactly. ``offer`` is the
+        :meth:`effective` offer (the table keeps them)."""
         stopped = self.stopped_between_sessions(offer)
-        key = (offer.billing, offer.min_charge_s, stopped)
+        key = (offer.billing, offer.min_charge_s, offer.rounding, stopped)
         billed = self._billed.get(key)
         if billed is None:
             billed = self._billed[key] = self.billed_seconds(offer)
@@ -200,6 +261,9 @@ class PlanContext:
         seat = 0.0
         if windows and offer.windows_usd_per_vcpu_h:
             seat += hourly_usd(offer.windows_usd_per_vcpu_h * offer.vcpus, billed)
+        if offer.rules:
+            for rate in self.fee_rates(offer):
+                seat += rate.usd
         costs = self.course.costs
         if (
             costs.storage_gb_per_seat
@@ -304,7 +368,8 @@ def fit_variants(offer: Offer, group: Group, ctx: PlanContext) -> tuple[list[Fit
             if offer.windows_usd_per_vcpu_h is None:
                 notes.append(f"Windows licence not priced for {offer.id}")
             elif offer.windows_usd_per_vcpu_h:
-                seat_rates.append(windows_rate(offer, ctx.billed_runs(offer)[0]))
+                seat_rates.append(windows_rate(ctx.effective(offer), ctx.billed_runs(offer)[0]))
+        seat_rates += ctx.fee_rates(offer)
         return [_finish(offer, group, ctx, 1, "instance", None, [usage], seat_rates, notes)], []
     reason = guest_os_reason(offer, need)
     if reason:

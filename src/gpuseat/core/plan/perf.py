@@ -42,7 +42,13 @@ def performance(option: PlanOption, seat_hours: float, speeds: dict[str, Speed])
         seats = sum(a.seats for a in allocated)
         usd = sum(ln.usd for ln in option.lines if ln.offer == offer_id)
         per_seat_hour = usd / (seats * seat_hours) if seats and seat_hours else 0.0
-        row: dict[str, object] = {"offer": offer_id, "gpu": gpu, "usd_per_seat_hour": round(per_seat_hour, 4)}
+        groups = sorted({a.fit.group.name for a in allocated})
+        row: dict[str, object] = {
+            "offer": offer_id,
+            "groups": groups,
+            "gpu": gpu,
+            "usd_per_seat_hour": round(per_seat_hour, 4),
+        }
         speed = speeds.get(gpu)
         if speed is None:
             row["note"] = f"no LeNet result for {gpu}: run 'gpuseat bench' on one to compare"

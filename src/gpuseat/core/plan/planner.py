@@ -10,7 +10,7 @@ from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
 from gpuseat.catalog.offers import Offer, ProviderRules
-from gpuseat.core.cost import Line, billing_months, line, money, num
+from gpuseat.core.cost import Line, billing_months, line, money, num, published_rate
 from gpuseat.core.course import Course
 from gpuseat.core.plan.fit import Fit, PlanContext, RejectedOffer
 from gpuseat.core.plan.perf import Speed
@@ -26,15 +26,85 @@ if TYPE_CHECKING:
 STALE_DAYS = 365
 
 
-def select_offers(offers: Sequence[Offer], patterns: Sequence[str] = (), regions: Sequence[str] = ()) -> list[Offer]:
-    """Offers whose id matches any glob in ``patterns`` and whose region matches any glob in ``regions``
-    (no patterns: every offer; no regions: every region)."""
+def select_offers(
+    offers: Sequence[Offer],
+    patterns: Sequence[str] = (),
+    regions: Sequence[str] = (),
+    providers: Mapping[str, ProviderRules] | None = None,
+) -> list[Offer]:
+    """Offers whose id matches any glob in ``patterns`` and whose region matches any of ``regions``
+    (no patterns: every offer; no regions: every region); see :func:`region_matches`."""
     return [
         o
         for o in offers
         if (not patterns or any(fnmatchcase(o.id, p) for p in patterns))
-        and (not regions or any(fnmatchcase(o.region or "", r) for r in regions))
+        and (not regions or any(region_matches(o, r, providers) for r in regions))
     ]
+
+
+def geographies(providers: Mapping[str, ProviderRules] | None) -> set[str]:
+    """The geography names the providers map (``us``, ``eu``, ``asia``)."""
+    return {g for p in (providers or {}).values() for g in p.regions}
+
+
+def region_matches(offer: Offer, pattern: str, providers: Mapping[str, ProviderRules] | None) -> bool:
+    """Whether ``offer`` is in ``pattern``: a geography (``us``, ``eu``, ``asia``) through its provider's
+    own region names (Azure ``eastus``, RunPod ``US`` are in ``us``), or else a glob over the region."""
+    region = offer.region or ""
+    rules = (providers or {}).get(offer.provider)
+    if pattern.lower() in geographies(providers):
+        return rules is not None and any(fnmatchcase(region, g) for g in rules.regions.get(pattern.lower(), ()))
+    return fnmatchcase(region, pattern)
+
+
+def gpu_matches(offer: Offer, patterns: Sequence[str]) -> bool:
+    """Whether the offer's GPU model id matches any glob (case ignored): ``A100*`` is every A100."""
+    return any(fnmatchcase(offer.gpu.lower(), p.lower()) for p in patterns)
+
+
+def filter_report(
+    name: str, before: Sequence[Offer], after: Sequence[Offer], hint: str = "", by: str = "region"
+) -> dict[str, object]:
+    """What a filter dropped: counts and, per provider, which regions (or GPU models) went (the plan shows it)."""
+    kept = {o.id for o in after}
+    dropped = [o for o in before if o.id not in kept]
+    groups: dict[str, Counter[str]] = defaultdict(Counter)
+    for o in dropped:
+        groups[o.provider][(o.region or "") if by == "region" else o.gpu] += 1
+    examples = [
+        f"{prov} ({', '.join(f'{k} ×{n}' if n > 1 else k for k, n in sorted(c.items()))})"
+        for prov, c in sorted(groups.items())
+    ]
+    return {"filter": name, "kept": len(after), "dropped": len(dropped), "examples": examples, "hint": hint}
+
+
+def apply_filters(
+    offers: Sequence[Offer],
+    *,
+    regions: Sequence[str] = (),
+    gpus: Sequence[str] = (),
+    providers: Mapping[str, ProviderRules] | None = None,
+) -> tuple[list[Offer], list[dict[str, object]]]:
+    """The offers in ``regions`` with a GPU in ``gpus`` (no filter: all), and a report per filter."""
+    out = list(offers)
+    reports = []
+    if gpus:
+        kept = [o for o in out if gpu_matches(o, gpus)]
+        reports.append(filter_report(f"gpu = {list(gpus)}", out, kept, by="gpu"))
+        out = kept
+    if regions:
+        kept = [o for o in out if any(region_matches(o, r, providers) for r in regions)]
+        hint = ""
+        geos = geographies(providers)
+        if not any(r.lower() in geos for r in regions):
+            for geo in sorted(geos):
+                extra = [o for o in out if o not in kept and region_matches(o, geo, providers)]
+                if extra and any(fnmatchcase(geo, r.split("-")[0].lower()) for r in regions):
+                    where = sorted({f"{o.provider} {o.region}" for o in extra})
+                    hint = f"--region {geo} also keeps {', '.join(where[:4])} (each provider's own names for {geo})"
+        reports.append(filter_report(f"--region {' '.join(regions)}", out, kept, hint))
+        out = kept
+    return out, reports
 
 
 def plan(
@@ -202,7 +272,110 @@ def _option(allocations: list[Allocation], providers: Mapping[str, ProviderRules
             )
     if course.costs.support:
         lines += _support_lines(lines, rules, ctx)
-    return PlanOption(allocations, lines, notes)
+    lines += _allowance_lines(allocations, lines, ctx)
+    option = PlanOption(allocations, lines, notes)
+    _annotate(option, ctx)
+    return option
+
+
+def _annotate(option: PlanOption, ctx: PlanContext) -> None:
+    """What a budget-holder reads beside the total: each offer's price date and source with its rules,
+    risk flags (a stopped seat that may not restart, spot), taxes charged apart, and the figure a
+    publication's simpler arithmetic gives for the same mix."""
+    stops = len(ctx.runs) > 1  # seats are stopped between access windows
+    closed = "the access window" if ctx.course.schedule.access else "sessions"
+    seen: set[str] = set()
+    published: list[tuple[str, float, float, str]] = []  # (rule id, billed rent, published rent, formula)
+    label = ""
+    source = ""
+    for a in option.allocations:
+        offer = a.fit.offer
+        if offer.id not in seen:
+            seen.add(offer.id)
+            option.prices.append(
+                {
+                    "offer": offer.id,
+                    "price_usd": offer.price_usd,
+                    "currency": offer.currency,
+                    "price": offer.price if offer.currency != "USD" else offer.price_usd,
+                    "unit": "month" if offer.monthly else "hour",
+                    "billing": ctx.effective(offer).billing,
+                    "as_of": str(offer.as_of),
+                    "source": offer.source,
+                    "rules": [r.to_dict() for r in ctx.rules(offer)],
+                }
+            )
+            for rule in ctx.rules(offer, "stop"):
+                if offer.kind != "cloud" or not stops or not ctx.stopped_between_sessions(offer):
+                    continue
+                if not rule.get("restart_guaranteed", True):
+                    option.risks.append(
+                        f"restart not guaranteed: {offer.id} seats are stopped outside {closed}; {rule.text}"
+                    )
+                elif rule.get("stopped_state"):
+                    option.notes.append(f"{offer.id}: stop seats as '{rule.get('stopped_state')}': {rule.text}")
+            if offer.spot:
+                option.risks.append(f"spot: {offer.id} can be interrupted at any time")
+            for rule in ctx.rules(offer, "tax"):
+                pct = rule.get("pct")
+                option.taxes.append({"provider": offer.provider, "rule": rule.id, "pct": pct, "text": rule.text})
+        for rule in ctx.rules(offer, "as-published"):
+            runs = ctx.billed_runs(offer)[0]
+            per = "seat" if offer.kind == "cloud" else "server"
+            alt = published_rate(offer, runs, per=per)
+            rent = ctx.usage_rate(offer)[0]
+            published.append(
+                (
+                    rule.id,
+                    round(rent.usd * a.units, 2),
+                    round(alt.usd * a.units, 2),
+                    f"{offer.id}: {alt.formula} × {a.units}",
+                )
+            )
+            label, source = rule.text, rule.source
+    if published:
+        usd = round(option.total_usd - sum(p[1] for p in published) + sum(p[2] for p in published), 2)
+        option.published = {
+            "rule": published[0][0],
+            "label": label,
+            "usd": usd,
+            "formulas": [p[3] for p in published],
+            "source": source,
+        }
+
+
+def _allowance_lines(allocations: list[Allocation], lines: list[Line], ctx: PlanContext) -> list[Line]:
+    """Free monthly allowances (AWS: 100 GB of egress a month per account), taken off after the mix is
+    chosen: they are per account, not per seat."""
+    gb_per_seat = ctx.course.costs.egress_gb_per_seat
+    if not gb_per_seat:
+        return []
+    first, last = ctx.course.schedule.span_days()
+    months = len(billing_months(first, last))
+    out = []
+    by_provider: dict[str, tuple[float, float, str]] = {}
+    for a in allocations:
+        offer = a.fit.offer
+        for rule in ctx.rules(offer, "free-allowance"):
+            if rule.get("item") != "egress" or not offer.egress_usd_per_gb:
+                continue
+            gb, usd, _ = by_provider.get(offer.provider, (0.0, 0.0, rule.id))
+            by_provider[offer.provider] = (
+                gb + a.seats * gb_per_seat,
+                usd + a.seats * gb_per_seat * offer.egress_usd_per_gb,
+                rule.id,
+            )
+    for provider, (gb, usd, rule_id) in sorted(by_provider.items()):
+        rule = ctx.catalog.rules[rule_id]
+        free_gb = min(gb, float(rule.get("gb_per_month")) * months)
+        saved = round(usd * free_gb / gb, 2) if gb else 0.0
+        if saved:
+            formula = (
+                f"-{num(rule.get('gb_per_month'))} GB/month × {months} month(s), {num(free_gb)} of {num(gb)} GB free "
+                f"at {num(round(usd / gb, 6))} $/GB = -{money(saved)}"
+            )
+            out.append(Line(f"{provider}:free-egress", "all", "egress free allowance", 1, -saved, formula))
+    return out
 
 
 def _support_lines(lines: list[Line], providers: Mapping[str, ProviderRules], ctx: PlanContext) -> list[Line]:
@@ -271,12 +444,21 @@ def _why(
     )
     if mine.seats < mine.units * mine.fit.seats_per_unit:
         reasons.append(f"{mine.units * mine.fit.seats_per_unit - mine.seats} of its seats would stay empty")
-    offer = mine.fit.offer
+    offer = ctx.effective(mine.fit.offer)
     if offer.billing == "month-whole":
         first, last = course.schedule.span_days()
         months = len(billing_months(first, last, anniversary=offer.month_start == "anniversary"))
         days = (last - first).days + 1
         reasons.append(f"it bills whole months: {months} full month(s) for {days} day(s) of use")
+    elif offer.billing == "month-first-prorated":
+        first, last = course.schedule.span_days()
+        head = billing_months(first, last)[0]
+        left = head.days - (first - head.start).days
+        days = (last - first).days + 1
+        reasons.append(
+            f"its first month is billed from the order day to the month's end: {left} of "
+            f"{head.start:%B}'s {head.days} days, for {days} day(s) of use"
+        )
     elif not offer.monthly and not course.schedule.always_on and not ctx.stopped_between_sessions(offer):
         reasons.append("it is not stopped between sessions: billed from the first session's start to the last end")
     return WhyAnswer(offer_id, option, reasons)

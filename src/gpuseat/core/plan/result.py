@@ -30,6 +30,10 @@ class PlanOption:
     lines: list[Line]
     notes: list[str] = field(default_factory=list)
     also_in: list[str] = field(default_factory=list)  # other regions where the same mix costs the same
+    prices: list[dict[str, Any]] = field(default_factory=list)  # each offer's price, date, source and rules
+    risks: list[str] = field(default_factory=list)  # restart not guaranteed, spot
+    taxes: list[dict[str, Any]] = field(default_factory=list)  # taxes a provider adds, not in the total
+    published: dict[str, Any] | None = None  # the same mix by a publication's simpler arithmetic
 
     @property
     def total_usd(self) -> float:
@@ -81,6 +85,12 @@ class PlanOption:
             ],
             "notes": self.notes,
             "performance": performance(self, course.schedule.in_use_hours(), speeds),
+            "currency": "USD",
+            "tax_included": False,
+            "taxes": self.taxes,
+            "risks": self.risks,
+            "prices": self.prices,
+            "published": self.published,
         }
         return out
 
@@ -132,6 +142,23 @@ class Plan:
     speeds_note: str = "shipped reference results only"
     budget_usd: float | None = None
     why: WhyAnswer | None = None
+    filters: list[dict[str, Any]] = field(default_factory=list)
+
+    def quoted(self) -> list[dict[str, Any]]:
+        """The course's quoted figures, each beside gpuseat's own for the same offer."""
+        out = []
+        for q in self.course.quoted:
+            mine = [o for o in self.options if q.offer and list(o.offer_counts) == [q.offer]]
+            text = f"{q.what}: ${q.usd:,.2f} ({q.source})"
+            if mine:
+                o = mine[0]
+                text += f"; gpuseat: ${o.total_usd:,.2f} by the provider's rule"
+                if o.published and abs(o.published["usd"] - o.total_usd) >= 0.005:
+                    text += f", ${o.published['usd']:,.2f} by the same arithmetic as the post"
+            if q.difference:
+                text += f". {q.difference}"
+            out.append({"what": q.what, "usd": q.usd, "source": q.source, "offer": q.offer, "text": text})
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract of ``gpuseat plan --format json``."""
@@ -144,6 +171,8 @@ class Plan:
                 "participants": course.participant_count,
                 "period_days": course.schedule.period_days,
                 "seat_hours_each": round(course.schedule.in_use_hours(), 4),
+                "access": course.schedule.access,
+                "gpu": list(course.gpu),
                 "groups": [{"name": g.name, "count": g.count, **g.need.model_dump()} for g in course.groups],
             },
             "offers_considered": len(self.offers),
@@ -153,6 +182,8 @@ class Plan:
             "rejected": fold_rejections(self.rejected, self.offers),
             "passed_over": [r.to_dict() for r in self.rejected if r.detail],
             "warnings": self.warnings,
+            "filters": self.filters,
+            "quoted": self.quoted(),
         }
         if self.why is not None:
             out["why"] = self.why.to_dict(course, self.speeds)

@@ -38,7 +38,6 @@ from gpuseat.core.plan.fit import (
     PlanContext,
     RejectedOffer,
     cloud_reason,
-    fast_path,
     fit_offer,
     fit_variants,
 )
@@ -52,16 +51,18 @@ class OfferTable:
     fast: list[bool]
     id_rank: list[int]  # position of each offer's id in sorted order: the tie-break
     families: list[tuple[str, str, str]]  # (provider, instance type, billing) of each offer
+    effective: list[Offer]  # each offer with the dated billing rules in force for the course applied
 
     @classmethod
     def of(cls, offers: list[Offer], ctx: PlanContext) -> OfferTable:
         """The table of ``offers`` priced for the course of ``ctx``."""
-        fast = [fast_path(o) for o in offers]
+        fast = [ctx.fast(o) for o in offers]
+        effective = [ctx.effective(o) for o in offers]
         order = sorted(range(len(offers)), key=lambda i: offers[i].id)
         rank = [0] * len(offers)
         for r, i in enumerate(order):
             rank[i] = r
-        return cls(offers, fast, rank, [(o.provider, o.instance_type, o.billing) for o in offers])
+        return cls(offers, fast, rank, [(o.provider, o.instance_type, o.billing) for o in offers], effective)
 
     def fits(self, group: Group, ctx: PlanContext) -> tuple[GroupFits, list[RejectedOffer]]:
         """Which offers can seat ``group`` at what cost, and why the others cannot (in offer order)."""
@@ -81,7 +82,7 @@ class OfferTable:
                 if reason:
                     rejected.append(RejectedOffer(offer.id, reason, group.name))
                 else:
-                    bound[i] = ctx.fast_bound(offer, windows)
+                    bound[i] = ctx.fast_bound(self.effective[i], windows)
                 continue
             found, why = fit_variants(offer, group, ctx)
             rejected += why

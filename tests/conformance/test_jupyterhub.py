@@ -1,0 +1,163 @@
+"""JupyterHub seats from the participant's side, as the adversary, against a real JupyterHub +
+configurable-http-proxy + jupyterhub-singleuser started from ``gpuseat jupyterhub config``.
+
+Each participant acts with a token of their own (issued by the hub, their own permissions):
+
+* ada's kernel sees her seat's device and nothing else; the engine's probe, run as ada, says ready;
+* ada cannot start, open or stop ben's server, and her second (named) server gets no second GPU;
+* a participant without a seat gets the 503 with gpuseat's reason and contact, in the API and as the
+  message the hub's pages show;
+* revocation stops ada's server and drops her seat: her next start is refused, and after a hand-over
+  ben's new server holds the seat's device while ada has none;
+* the engine's probe of a participant with no seat is "broken", with the hub's reason.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jupyterhub"))
+from hubcourse import make_course, seat_specs
+from realhub import HubMissing, environ_of, find_hub, find_proxy, running_hub
+
+from gpuseat.services.engine import load_engine
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(name="jupyterhub")]
+REPO = Path(__file__).resolve().parents[2]
+CONTACT = "the course team (gpu-help@example.edu)"
+ENGINE_SCOPES = ["admin:users", "tokens", "admin:servers", "access:servers", "list:users", "read:users"]
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    try:
+        find_hub()
+        find_proxy()
+    except HubMissing as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    tmp = tmp_path_factory.mktemp("conformance-hub")
+    url = f"sqlite:///{tmp / 'course.db'}"
+    store = make_course(url, tmp, key="lab", people=["ada", "ben", "cy"], seats=3, assign=2)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+    text = subprocess.run(
+        [sys.executable, "-m", "gpuseat", "jupyterhub", "config", "--db", url, "--course", "lab",
+         "--spawner", "local", "--contact", CONTACT, "--cull-idle-hours", "0"],
+        capture_output=True, text=True, env=env, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    engine_token = secrets.token_hex(32)
+    extra = (
+        "c.JupyterHub.allow_named_servers = True\n"
+        f"c.JupyterHub.services.append({{'name': 'gpuseat-engine', 'api_token': {engine_token!r}}})\n"
+        f"c.JupyterHub.load_roles.append({{'name': 'gpuseat-engine', 'scopes': {ENGINE_SCOPES!r},"
+        " 'services': ['gpuseat-engine']})\n"
+    )
+    hub_env = {"PYTHONPATH": env["PYTHONPATH"], "GPUSEAT_DB_URL": url}
+    with running_hub(text, tmp / "hub", env=hub_env, extra=extra) as h:
+        h.add_users("ada", "ben", "cy")
+        engine = load_engine("jupyterhub", store, "lab", hub_url=h.url, token=engine_token)
+        h.engine_token = engine_token  # type: ignore[attr-defined]
+        yield h, store, engine
+    store.close()
+
+
+def as_user(hub, name: str) -> httpx.Client:
+    """A client holding a token of ``name``'s own (what a participant copies from the hub's token page)."""
+    r = httpx.post(
+        f"{hub.url}/hub/api/users/{name}/tokens",
+        json={"note": "participant", "expires_in": 3600},
+        headers={"Authorization": f"token {hub.engine_token}"},
+        timeout=60,
+    )
+    assert r.status_code in (200, 201), r.text
+    return httpx.Client(base_url=hub.url, headers={"Authorization": f"token {r.json()['token']}"}, timeout=120.0)
+
+
+def test_a_participant_sees_exactly_their_seat_and_the_probe_says_so(hub):
+    h, store, engine = hub
+    ada = as_user(h, "ada")
+    seat = store.seat_of("lab", "ada")
+    r = ada.post("/hub/api/users/ada/server")
+    assert r.status_code in (201, 202), r.text
+    server = h.wait_ready("ada")
+    env = environ_of(server["state"]["pid"])
+    assert env["CUDA_VISIBLE_DEVICES"] == seat.device_uuid
+    readiness = engine.probe(seat, store.find_participant("lab", "ada"))
+    assert "CUDA_VISIBLE_DEVICES=" + seat.device_uuid in readiness.evidence and readiness.participant == "ada"
+    if shutil.which("nvidia-smi"):  # a GPU host: the driver's list decides, and it lacks the captured UUID
+        assert readiness.state == "broken" and "nvidia-smi -L" in readiness.evidence
+    else:
+        assert readiness.ready, readiness.evidence
+        assert readiness.visible == (seat.device_uuid,)
+    assert "ada" in h.servers()  # the probe leaves a running server running
+
+
+def test_ada_cannot_reach_bens_server_nor_take_a_second_gpu(hub):
+    h, store, _ = hub
+    ada = as_user(h, "ada")
+    if "ada" not in h.servers():
+        assert ada.post("/hub/api/users/ada/server").status_code in (201, 202)
+        h.wait_ready("ada")
+    assert h.start("ben").status_code in (201, 202)
+    h.wait_ready("ben")
+    assert ada.post("/hub/api/users/ben/server").status_code in (403, 404)
+    assert ada.delete("/hub/api/users/ben/server").status_code in (403, 404)
+    r = ada.get("/user/ben/api/kernels", follow_redirects=False)
+    assert r.status_code in (302, 403, 404) and r.status_code != 200
+    assert ada.post("/hub/api/users/ben/tokens", json={}).status_code in (403, 404)
+    # a second server of her own: the hooks refuse it, her seat is already held by her first server
+    r = ada.post("/hub/api/users/ada/servers/second")
+    assert r.status_code == 503, r.text
+    assert "in use by another server" in r.json()["message"] and CONTACT in r.json()["message"]
+    seats = {s.key: (s.participant, s.engine_ref) for s in store.seats("lab") if s.participant}
+    assert sorted(seats.values()) == [("ada", "ada/"), ("ben", "ben/")]
+    h.stop_server("ben")
+
+
+def test_no_seat_no_server_and_the_reason_is_the_hubs_message(hub):
+    h, store, engine = hub
+    cy = as_user(h, "cy")
+    r = cy.post("/hub/api/users/cy/server")
+    assert r.status_code == 503
+    assert r.json()["message"].startswith("No GPU seat for cy: no seat has been assigned to you in course lab.")
+    assert CONTACT in r.json()["message"]
+    free = next(s for s in store.seats("lab") if s.participant is None)
+    readiness = engine.probe(free, store.find_participant("lab", "cy"))
+    assert readiness.state == "broken" and "No GPU seat for cy" in (readiness.reason or "")
+    assert "cy" not in h.servers()
+
+
+def test_revocation_stops_the_server_and_a_hand_over_moves_the_device(hub):
+    h, store, engine = hub
+    ada_seat = store.seat_of("lab", "ada")
+    if "ada" not in h.servers():
+        assert h.start("ada").status_code in (201, 202)
+        h.wait_ready("ada")
+    engine.revoke(ada_seat, store.find_participant("lab", "ada"))
+    assert "ada" not in h.servers()
+    assert store.seat_of("lab", "ada") is None
+    ada = as_user(h, "ada")
+    r = ada.post("/hub/api/users/ada/server")
+    assert r.status_code == 503 and "No GPU seat for ada" in r.json()["message"]
+    # hand-over: cy gets ada's old seat; her server holds its device, ada still has nothing
+    store.assign("lab", "cy", ada_seat.key)
+    access = engine.provision(store.get_seat("lab", ada_seat.key), store.find_participant("lab", "cy"))
+    assert access is not None and access.url == f"{h.url}/user/cy/" and access.device_uuid == ada_seat.device_uuid
+    cy = as_user(h, "cy")
+    assert cy.post("/hub/api/users/cy/server").status_code in (201, 202)
+    server = h.wait_ready("cy")
+    assert environ_of(server["state"]["pid"])["CUDA_VISIBLE_DEVICES"] == ada_seat.device_uuid
+    assert ada.post("/hub/api/users/ada/server").status_code == 503
+    uuids = {s["device_uuid"] for s in seat_specs(3)}
+    assert ada_seat.device_uuid in uuids
+    engine.teardown(store.get_seat("lab", ada_seat.key))
+    assert "cy" not in h.servers()

@@ -1,0 +1,175 @@
+"""Cloud seats from the participant's side, as the adversary, without a cloud: a generated setup and the
+engine's remote commands run against a throw-away root (``useradd --prefix``), the remote line of each
+``ssh`` executed by a local shell as sshd would hand it to one.
+
+* hostile roster values (a user name with a ``;``, a key with a line break or a ``$(…)`` comment) are
+  refused or reach the VM as data, never as code;
+* the holder's key is the only one in their ``authorized_keys``; a hand-over and a revocation take the
+  previous holder's key away and expire their account;
+* the probe runs ``nvidia-smi -L`` as the participant; what a real driver lists (one GPU, or a whole MIG
+  set) is judged by the one readiness rule; a hostile user name never becomes part of the remote line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cloud.skysetup import Vm, new_vm, ssh_key
+from gpuseat.catalog.bundle import load_catalog
+from gpuseat.errors import InputError
+from gpuseat.services import cloud
+from gpuseat.services.cloud_engine import SkyPilotEngine, revoke_script
+from gpuseat.services.courses import open_store
+
+pytestmark = pytest.mark.slow
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+OFFER = next(o for o in load_catalog().offers if o.id == "aws:g4dn.xlarge")
+OPTION = {
+    "rank": 1,
+    "offers": [{"offer": "aws:g4dn.xlarge", "count": 2}],
+    "groups": [{"group": "students", "offer": "aws:g4dn.xlarge", "units": 2, "seats": 2}],
+}
+
+
+def listing(name: str) -> str:
+    """The ``nvidia-smi -L`` section of a real capture."""
+    lines = (FIXTURES / name).read_text(encoding="utf-8").splitlines()
+    i = lines.index("# capabilities :: list (-L)") + 1
+    while lines[i].startswith("#"):
+        i += 1
+    out = []
+    while i < len(lines) and not lines[i].startswith("####"):
+        out.append(lines[i])
+        i += 1
+    return "\n".join(out).strip() + "\n"
+
+
+@pytest.fixture
+def vm(tmp_path) -> Vm:
+    if os.geteuid() != 0:
+        pytest.skip("useradd --prefix needs root (CI runs as root)")
+    return new_vm(tmp_path / "vm", Path(sys.executable).parent)
+
+
+def setup_for(vm: Vm, user: str, key: str) -> subprocess.CompletedProcess[str]:
+    seat = cloud.CloudSeat("lab", "cloud-1", OFFER, user=user, ssh_key=key)
+    return vm.setup(cloud.task(seat, cloud.TaskOptions()))
+
+
+@pytest.mark.parametrize("user", ["ann;touch /tmp/x", "Ann", "-rf", "a" * 40, "ann\n", "$(id)"])
+def test_hostile_user_names_are_refused(user):
+    with pytest.raises(InputError, match="Unix user name"):
+        cloud.CloudSeat("lab", "s1", OFFER, user=user, ssh_key=None)
+    engine = SkyPilotEngine(None, "lab", runner=lambda argv: pytest.fail(f"ran {argv}"))  # type: ignore[arg-type]
+    with pytest.raises(InputError):
+        engine.probe_command("gs-lab-s1", user)
+    with pytest.raises(InputError):
+        revoke_script(user)
+
+
+def test_hostile_keys_are_refused_or_stay_data(vm, tmp_path):
+    good = ssh_key(tmp_path, "ann")
+    for bad in (good + "\nssh-ed25519 AAAA evil", "not a key", good.split()[1]):
+        with pytest.raises(InputError):
+            cloud.CloudSeat("lab", "s1", OFFER, user="ann", ssh_key=bad)
+    marker = tmp_path / "PWNED"
+    sneaky = f"{' '.join(good.split()[:2])} $(touch {marker})`touch {marker}`"
+    done = setup_for(vm, "ann", sneaky)
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()
+    assert (vm.root / "home" / "ann" / ".ssh" / "authorized_keys").read_text().strip() == sneaky
+
+
+def test_only_the_holders_key_and_a_hand_over_locks_the_previous_holder_out(vm, tmp_path):
+    ann, bob = ssh_key(tmp_path, "ann"), ssh_key(tmp_path, "bob")
+    keys = vm.root / "home" / "ann" / ".ssh" / "authorized_keys"
+    assert setup_for(vm, "ann", ann).returncode == 0
+    keys.write_text(keys.read_text() + "ssh-ed25519 AAAAplanted intruder\n")  # planted by ann herself
+    assert setup_for(vm, "ann", ann).returncode == 0  # the next sky launch
+    assert keys.read_text().splitlines() == [ann]
+    assert setup_for(vm, "bob", bob).returncode == 0  # the seat moved to bob
+    assert not keys.exists() and vm.shadow("ann")[7] == "1"
+    assert (vm.root / "home" / "bob" / ".ssh" / "authorized_keys").read_text().splitlines() == [bob]
+    assert setup_for(vm, "ann", ann).returncode == 0  # and back: ann in, bob out
+    assert vm.shadow("ann")[7] == "" and vm.shadow("bob")[7] == "1"
+    assert not (vm.root / "home" / "bob" / ".ssh" / "authorized_keys").exists()
+
+
+@pytest.fixture
+def course(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'course.db'}", create=True)
+    store.create_course(EXAMPLES / "course-lab-hours.toml", key="lab", timezone="Europe/Berlin", plan_option=OPTION)
+    key = ssh_key(tmp_path, "ann")
+    store.import_roster("lab", f"name,email,group,unix_user,ssh_key\nAnn,ann@example.edu,students,ann,{key}\n",
+                        where="roster.csv")  # fmt: skip
+    store.add_seats("lab", [{"key": "cloud-1", "kind": "cloud"}])
+    store.assign("lab", "ann", "cloud-1")
+    yield store, key
+    store.close()
+
+
+def test_revoke_runs_on_the_vm_as_its_shell_reads_it_and_drops_the_seat(course, vm):
+    store, key = course
+    assert setup_for(vm, "ann", key).returncode == 0
+    calls: list[list[str]] = []
+
+    def over_ssh(argv):  # what sshd does with the remote line: hand it to the login shell
+        calls.append(list(argv))
+        assert argv[0] == "ssh" and argv[-2] == "gs-lab-cloud-1"
+        return subprocess.run(["sh", "-c", argv[-1]], env=vm.env(), capture_output=True, text=True, check=False)
+
+    engine = SkyPilotEngine(store, "lab", runner=over_ssh)
+    engine.revoke(store.get_seat("lab", "cloud-1"), store.find_participant("lab", "ann"))
+    assert not (vm.root / "home" / "ann" / ".ssh" / "authorized_keys").exists()
+    assert vm.shadow("ann")[7] == "1"
+    assert store.seat_of("lab", "ann") is None
+    assert shlex.split(calls[0][-1])[:2] == ["bash", "-c"]
+
+
+@pytest.mark.parametrize(
+    ("capture", "seat_uuid", "state", "why"),
+    [
+        ("nvidia_gpu_exporter__linux-x86_64__nvidia-l40s__595.80.txt", None, "ready", None),
+        ("nvidia_gpu_exporter__linux-x86_64__nvidia-l40s__595.80.txt", "GPU-00000000-0000-0000-0000-000000000000",
+         "ready", None),
+        ("nvidia_gpu_exporter__linux-x86_64__nvidia-l40s__595.80.txt", "GPU-11111111-0000-0000-0000-000000000000",
+         "broken", "not the seat's"),
+        ("nvidia_gpu_exporter__linux-x86_64__nvidia-h100-mig__590.48.01.txt", None, "broken", "4 GPUs visible"),
+    ],
+)  # fmt: skip
+def test_the_probe_runs_as_the_participant_and_judges_what_the_driver_lists(course, capture, seat_uuid, state, why):
+    store, _ = course
+    calls: list[list[str]] = []
+
+    def driver(argv):
+        calls.append(list(argv))
+        return subprocess.CompletedProcess(argv, 0, listing(capture), "")
+
+    engine = SkyPilotEngine(store, "lab", runner=driver)
+    seat = store.get_seat("lab", "cloud-1")
+    seat = dataclasses.replace(seat, device_uuid=seat_uuid)  # what the store knows of the seat's device
+    got = engine.probe(seat, store.find_participant("lab", "ann"))
+    assert calls == [["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=30", "gs-lab-cloud-1",
+                      "sudo -n -u ann -- nvidia-smi -L"]]  # fmt: skip
+    assert got.state == state and (why is None or why in (got.reason or "")), got
+    assert got.engine == "skypilot" and got.participant == "ann"
+
+
+def test_a_failed_probe_is_broken_with_the_remote_error(course):
+    store, _ = course
+
+    def unreachable(argv):
+        return subprocess.CompletedProcess(argv, 255, "", "ssh: connect to host gs-lab-cloud-1: Connection refused")
+
+    got = SkyPilotEngine(store, "lab", runner=unreachable).probe(
+        store.get_seat("lab", "cloud-1"), store.find_participant("lab", "ann")
+    )
+    assert got.state == "broken" and "Connection refused" in (got.reason or "")

@@ -1,0 +1,59 @@
+"""What the JupyterHub engine's probe concludes from what it printed in the participant's kernel, with
+``nvidia-smi -L`` lines from real captures (tests/fixtures) and the ``CUDA_VISIBLE_DEVICES`` a spawner sets."""
+
+from __future__ import annotations
+
+import pytest
+from hubcourse import mig_devices, section
+
+from gpuseat.errors import InputError
+from gpuseat.services.engine import judge
+from gpuseat.services.hub import JupyterHubEngine, visible_devices
+
+
+def printed(cvd: str | None, smi: str | None) -> str:
+    lines = [f"GPUSEAT-CVD={cvd if cvd is not None else '<unset>'}"]
+    lines += [f"GPUSEAT-SMI={ln}" for ln in smi.splitlines()] if smi is not None else ["GPUSEAT-SMI-MISSING"]
+    return "\n".join(lines) + "\n"
+
+
+LISTING = section("capabilities :: list (-L)")
+MIGS = [uuid for uuid, _ in mig_devices()]
+
+
+def test_the_driver_list_narrowed_to_the_spawners_choice_is_one_device():
+    visible, how = visible_devices(printed(MIGS[2], LISTING))
+    assert visible == (MIGS[2],) and "nvidia-smi -L" in how
+    assert judge(MIGS[2], visible) == ("ready", None)
+    assert judge(MIGS[1], visible)[0] == "broken"
+
+
+def test_without_a_choice_every_mig_device_is_visible_and_that_is_broken():
+    visible, _ = visible_devices(printed(None, LISTING))
+    assert visible == tuple(MIGS) and len(MIGS) > 1
+    state, why = judge(MIGS[0], visible)
+    assert state == "broken" and f"{len(MIGS)} GPUs visible" in (why or "")
+
+
+def test_a_choice_the_driver_does_not_list_is_no_gpu():
+    visible, _ = visible_devices(printed("MIG-ffffffff-0000-0000-0000-000000000000", LISTING))
+    assert visible == () and judge(None, visible) == ("broken", "no GPU visible to the participant")
+
+
+def test_without_a_driver_only_the_spawners_choice_tells_and_the_evidence_says_so():
+    visible, how = visible_devices(printed(MIGS[0], None))
+    assert visible == (MIGS[0],) and "no nvidia-smi" in how
+    assert visible_devices(printed(None, None))[0] == ()
+    assert visible_devices(printed("0,1", None))[0] == ()  # indexes name no seat
+
+
+@pytest.mark.parametrize("url", ["ftp://hub", "hub.example.org", "http://hub example"])
+def test_bad_hub_urls_are_refused(url):
+    with pytest.raises(InputError, match="hub URL"):
+        JupyterHubEngine(None, "lab", hub_url=url, token="x")  # type: ignore[arg-type]
+
+
+def test_no_token_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("JUPYTERHUB_API_TOKEN", raising=False)
+    with pytest.raises(InputError, match="token"):
+        JupyterHubEngine(None, "lab", hub_url="http://127.0.0.1:1")  # type: ignore[arg-type]
