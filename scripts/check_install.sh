@@ -18,4 +18,10 @@ fi
   venv/bin/python -m pip --disable-pip-version-check -q install .
   venv/bin/gpuseat plan examples/course-2016.toml --format json > plan.json
   venv/bin/python -c "import json; d = json.load(open(\"plan.json\")); assert d[\"options\"], d; print(\"check_install: pip install . as\", __import__(\"getpass\").getuser(), \"then gpuseat plan: ok,\", len(d[\"options\"]), \"options\")"
+  # ... and the README literally: its set-up command, then gpuseat by the venv path and by activation
+  bash scripts/setup.sh > setup.log
+  .venv/bin/gpuseat --version > /dev/null
+  . .venv/bin/activate
+  gpuseat plan examples/course-h200-mig.toml --format json > plan2.json
+  echo "check_install: README set-up (scripts/setup.sh), then .venv/bin/gpuseat and activate + gpuseat: ok"
 ' _ "$work"

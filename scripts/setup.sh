@@ -9,20 +9,40 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
+extra_req=()
 
 PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
 PIP=".venv/bin/python -m pip --disable-pip-version-check -q"
 
 if [ "$mode" != "--dev" ]; then
+  if [ ! -x .venv/bin/python ]; then
+    # A venv without its own pip is made in a tenth of a second; when this Python has a pip that can
+    # install into another environment (pip >= 22.3: --python), it installs pip and everything else
+    # into .venv in one go. Otherwise the usual venv with ensurepip.
+    if "$PY" -c 'import sys, pip; sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (22, 3))' 2>/dev/null; then
+      "$PY" -m venv --without-pip .venv
+      PIP="$PY -m pip --python .venv/bin/python --disable-pip-version-check -q"
+      extra_req=(pip)
+    else
+      "$PY" -m venv .venv
+    fi
+  fi
   stamp=.venv/.gpuseat-setup-main
   if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -nt "$stamp" ]; then
     echo "setup: installing gpuseat into .venv"
-    $PIP install -e .
+    # One resolver run for the dependencies and the build backend, then the editable install without
+    # an isolated build environment (which would fetch and install setuptools a second time).
+    deps=$(.venv/bin/python -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb")); print("\n".join(d["build-system"]["requires"] + d["project"]["dependencies"]))')
+    mapfile -t reqs <<<"$deps"
+    $PIP install "${extra_req[@]}" "${reqs[@]}"
+    $PIP install --no-build-isolation --no-deps -e .
     touch "$stamp"
   fi
+  echo "setup: done. Run gpuseat as .venv/bin/gpuseat, or 'source .venv/bin/activate' and then gpuseat"
   exit 0
 fi
+
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
 
 need_apt=()
 command -v virt-xml-validate >/dev/null || need_apt+=(libvirt-clients)
@@ -38,6 +58,9 @@ command -v cloud-init >/dev/null || need_apt+=(cloud-init)
 [ -x /bin/busybox ] || need_apt+=(busybox-static)
 command -v cpio >/dev/null || need_apt+=(cpio)
 command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
+# tests/delivery: the shared-host engine against a real sshd, with POSIX ACLs on stand-in device files
+[ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
+command -v setfacl >/dev/null || need_apt+=(acl)
 # tests/monitor: a real Prometheus server scrapes `gpuseat monitor --listen`
 [ -x /usr/bin/prometheus ] || need_apt+=(prometheus)
 # A real one-node Slurm for tests/slurm (slurmctld, slurmd, client commands, job_submit/lua) and MUNGE.
@@ -74,7 +97,10 @@ fi
 # The VM boot test's guest: a Debian kernel (vmlinuz + the modules that read the cidata CD-ROM),
 # fetched once with apt-get download into a git-ignored cache; the test builds its busybox initramfs.
 guest=.cache/vms-guest
-if [ ! -f "$guest/vmlinuz" ]; then
+guest_modules="scsi_common scsi_mod libata libahci ahci cdrom sr_mod isofs virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk"
+guest_missing=""
+for m in $guest_modules; do [ -f "$guest/modules/$m.ko" ] || guest_missing=1; done
+if [ ! -f "$guest/vmlinuz" ] || [ -n "$guest_missing" ]; then
   kernel_pkg() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}'; }
   kpkg=$(kernel_pkg)
   if [ -z "$kpkg" ] && [ "$(id -u)" = 0 ]; then apt-get update -qq && kpkg=$(kernel_pkg); fi
@@ -84,7 +110,7 @@ if [ ! -f "$guest/vmlinuz" ]; then
     (cd "$tmp" && apt-get download -q "$kpkg" >/dev/null 2>&1 && dpkg-deb -x ./*.deb root)
     mkdir -p "$guest/modules"
     cp "$tmp"/root/boot/vmlinuz-* "$guest/vmlinuz"
-    for m in scsi_common scsi_mod libata libahci ahci cdrom sr_mod isofs; do
+    for m in $guest_modules; do
       find "$tmp/root/lib/modules" -name "$m.ko*" -exec cp {} "$guest/modules/" \;
     done
     rm -rf "$tmp"

@@ -72,7 +72,7 @@ def test_accounting_associations_limit_the_seat(acct_cluster: Cluster) -> None:
         + "\nPartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP\n",
         extra="JobSubmitPlugins=lua\n",
     )
-    (c.conf.parent / "job_submit.lua").write_text(config.job_submit_lua([]))
+    service.write_job_submit([], c.conf.parent)  # before slurmctld reads JobSubmitPlugins=lua
     c.start(timeout=120)
     slurm = Slurm(conf=c.conf)
 

@@ -29,9 +29,9 @@ def test_config_writes_the_three_files(cli, tmp_path: Path) -> None:
         "gres.conf",
         "slurm.conf.gpuseat",
     ]
-    assert "NodeName=gpu01 Name=gpu Type=m60 File=/dev/nvidia3 Cores=3" in (tmp_path / "gres.conf").read_text()
+    assert "NodeName=gpu01 Name=gpu Type=m60.seat-04 File=/dev/nvidia3 Cores=3" in (tmp_path / "gres.conf").read_text()
     conf = (tmp_path / "slurm.conf.gpuseat").read_text()
-    assert "NodeName=gpu01 CPUs=48 Gres=gpu:m60:4 State=UNKNOWN" in conf
+    assert "NodeName=gpu01 CPUs=48 Gres=gpu:m60.seat-01:1,gpu:m60.seat-02:1," in conf
     assert "PartitionName=gpuseat-c2016 Nodes=gpu01 ReqResv=YES" in conf
 
 
@@ -81,3 +81,47 @@ def test_config_never_overwrites_a_file_it_did_not_write(cli, tmp_path: Path) ->
     r = cli("slurm", "config", "--inventory", EXAMPLES / "ibm-2xM60.toml", "--node", "gpu01", "--out", tmp_path)
     assert r.code == 2 and "--force" in r.err
     assert mine.read_text() == "# the site's own gres.conf\n"
+
+
+def _course(cli, tmp_path: Path, seats: int) -> str:
+    """A store with course c1 and ``seats`` seats named like the carve of ibm-2xM60 (none for Slurm yet)."""
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    course = tmp_path / "c1.toml"
+    course.write_text('name = "C1"\nparticipants = 2\n\n[schedule]\nstart = 2026-03-02\nend = 2026-03-03\n')
+    r = cli("course", "create", course, "--key", "c1", "--db", url)
+    assert r.code == 0, r.err
+    if seats:
+        from gpuseat.services.courses import open_store
+
+        with open_store(url) as st:
+            st.add_seats("c1", [{"key": f"seat-0{i + 1}", "kind": "gpu"} for i in range(seats)])
+    return url
+
+
+def test_record_with_no_matching_seat_and_enroll_without_slurm_seats_are_clear_errors(cli, tmp_path: Path) -> None:
+    url = _course(cli, tmp_path, 0)
+    inv = EXAMPLES / "ibm-2xM60.toml"
+    r = cli("slurm", "config", "--inventory", inv, "--node", "gpu01", "--course", "c1", "--record", "--db", url)
+    assert r.code == 2 and "Traceback" not in r.err
+    assert "course c1 has no seat named like the carved ones (seat-01" in r.err and "seats add" in r.err
+    r = cli("slurm", "enroll", "--course", "c1", "--db", url, "--conf-dir", tmp_path)
+    assert r.code == 2 and "course c1 has no Slurm seats" in r.err and "--record" in r.err
+    assert not (tmp_path / "job_submit.lua").exists()
+
+
+def test_config_conf_dir_writes_job_submit_lua_first(cli, tmp_path: Path) -> None:
+    url = _course(cli, tmp_path, 4)
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    inv = EXAMPLES / "ibm-2xM60.toml"
+    args = ("--inventory", inv, "--node", "gpu01", "--course", "c1", "--db", url)
+    r = cli("slurm", "config", *args, "--record", "--conf-dir", etc, "--out", tmp_path / "gen")
+    assert r.code == 0, r.err
+    lua = (etc / "job_submit.lua").read_text()
+    assert lua.startswith("-- gpuseat:") and "function slurm_job_modify" in lua
+    assert "courses = {\n}" in lua  # seats recorded, nobody seated yet: no limits, but the plugin loads
+    site = etc / "job_submit.lua"
+    site.write_text("-- the site's own\n")
+    r = cli("slurm", "config", *args, "--conf-dir", etc)
+    assert r.code == 2 and "gpuseat did not write it" in r.err
+    assert site.read_text() == "-- the site's own\n"

@@ -39,11 +39,15 @@ def test_whole_gpus_one_line_each_bound_to_its_own_core() -> None:
     )
     text = config.gres_conf(devices)
     lines = [ln for ln in text.splitlines() if ln.startswith("NodeName=")]
-    assert lines[0].startswith("NodeName=gpu01 Name=gpu Type=m60 File=/dev/nvidia0 Cores=0")
-    assert lines[3].startswith("NodeName=gpu01 Name=gpu Type=m60 File=/dev/nvidia3 Cores=3")
+    # each seat is its own GRES type: a job asking for it can only get that seat's device
+    assert lines[0].startswith("NodeName=gpu01 Name=gpu Type=m60.seat-01 File=/dev/nvidia0 Cores=0")
+    assert lines[3].startswith("NodeName=gpu01 Name=gpu Type=m60.seat-04 File=/dev/nvidia3 Cores=3")
     assert "AutoDetect=off" in text
     node = config.node_lines(devices, cpus=48, real_memory_mb=128000)
-    assert node.strip() == "NodeName=gpu01 CPUs=48 RealMemory=128000 Gres=gpu:m60:4 State=UNKNOWN"
+    assert node.strip() == (
+        "NodeName=gpu01 CPUs=48 RealMemory=128000 "
+        "Gres=gpu:m60.seat-01:1,gpu:m60.seat-02:1,gpu:m60.seat-03:1,gpu:m60.seat-04:1 State=UNKNOWN"
+    )
     with pytest.raises(InputError, match="each bound to its own core"):
         config.node_lines(devices, cpus=2)
 
@@ -59,10 +63,11 @@ def test_mig_seats_are_typed_gres_with_multiple_files() -> None:
     )
     text = config.gres_conf(devices)
     assert (
-        "NodeName=gpu02 Name=gpu Type=1g.18gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap66,"
+        f"NodeName=gpu02 Name=gpu Type=1g.18gb.{seats[0]} MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap66,"
         "/dev/nvidia-caps/nvidia-cap67 Cores=0"
     ) in text
-    assert config.node_lines(devices, cpus=64).strip() == "NodeName=gpu02 CPUs=64 Gres=gpu:1g.18gb:3 State=UNKNOWN"
+    gres = ",".join(f"gpu:1g.18gb.{s}:1" for s in seats)
+    assert config.node_lines(devices, cpus=64).strip() == f"NodeName=gpu02 CPUs=64 Gres={gres} State=UNKNOWN"
     with pytest.raises(InputError, match="no capability"):
         config.mig_files("/dev", 0, minors, gi=20)
 
@@ -101,8 +106,14 @@ def test_job_submit_lua_holds_each_seat_once() -> None:
         [config.SeatLimit(part, "alice", "m60", 1), config.SeatLimit(part, "bob", "1g.18gb", 1)]
     )
     assert '["gpuseat-c2016"] = {' in text
-    assert '["alice"] = {type = "m60", count = 1},' in text and '["bob"] = {type = "1g.18gb", count = 1},' in text
-    assert "job_desc.bitflags + 16" in text
+    assert '["alice"] = {type = "m60", seat = "m60", count = 1},' in text
+    assert '["bob"] = {type = "1g.18gb", seat = "1g.18gb", count = 1},' in text
+    assert "function slurm_job_modify" in text and "seat_rule(job_desc, job_rec" in text
+    seated = config.job_submit_lua(
+        [config.SeatLimit(part, "alice", "m60", 1, seat_type="m60.seat-01")], {"alice": 1001, "nobody": 7}
+    )
+    assert '["alice"] = {type = "m60", seat = "m60.seat-01", count = 1},' in seated
+    assert '[1001] = "alice",' in seated and '"nobody"' not in seated  # only enrolled users' uids
     with pytest.raises(InputError, match="two seats"):
         config.job_submit_lua([config.SeatLimit(part, "alice", "m60", 1)] * 2)
     with pytest.raises(InputError):
@@ -189,3 +200,39 @@ def test_enroll_never_replaces_a_site_job_submit_lua(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="gpuseat did not write it"):
         service.enroll(Slurm(conf=tmp_path / "none.conf"), [course], "c2016", conf_dir=tmp_path, accounting=False)
     assert site.read_text().startswith("function slurm_job_submit")
+
+
+def test_a_seat_gres_type_names_one_device_on_the_whole_cluster() -> None:
+    """Jobs are rewritten to the seat's own type: two devices with one type would let a job take either."""
+    a = config.GresDevice(node="gpu01", gres_type="m60", files=("/dev/nvidia0",), core=0, seat="seat-01")
+    b = config.GresDevice(node="gpu02", gres_type="m60", files=("/dev/nvidia0",), core=0, seat="seat-01")
+    assert a.slurm_type == "m60.seat-01"
+    with pytest.raises(InputError, match="would name two devices"):
+        config.gres_conf([a, b])
+    assert "Type=m60.seat-02" in config.gres_conf([a, b.model_copy(update={"seat": "seat-02"})])
+
+
+def test_a_slurm_command_that_times_out_takes_its_children_along(tmp_path: Path) -> None:
+    """``runuser … srun`` left behind would wait for its allocation long after gpuseat gave up."""
+    import os
+    import time
+
+    from gpuseat.errors import EngineError
+    from gpuseat.slurm.engine import Slurm
+
+    pid_file = tmp_path / "child.pid"
+    with pytest.raises(EngineError, match="did not answer within"):
+        Slurm(timeout_s=1).run("sh", ["-c", f"sleep 60 & echo $! > {pid_file}; wait"])
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+            state = Path(f"/proc/{pid}/stat").read_text().split(") ")[1]
+        except (ProcessLookupError, FileNotFoundError):
+            break
+        if state.startswith("Z"):
+            break  # killed; a zombie until its parent (here: init) reaps it
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the child {pid} outlived the timeout")

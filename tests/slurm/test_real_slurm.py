@@ -79,14 +79,17 @@ def slurm(make_cluster: Cluster, course: service.SlurmCourse) -> Slurm:
     c.mknod_gpus([str(Path(f).relative_to(c.dev)) for d in devices for f in d.files if not Path(f).exists()])
     files = service.config_files(devices, cpus=8, real_memory_mb=2000)
     node_line = next(ln for ln in files["slurm.conf.gpuseat"].splitlines() if ln.startswith("NodeName="))
-    assert node_line.startswith("NodeName=localhost CPUs=8 RealMemory=2000 Gres=gpu:m60:4,gpu:1g.18gb:2")
+    assert node_line.startswith(
+        "NodeName=localhost CPUs=8 RealMemory=2000 Gres=gpu:m60.seat-01:1,gpu:m60.seat-02:1,gpu:m60.seat-03:1,"
+        "gpu:m60.seat-04:1,gpu:1g.18gb:2 "
+    )
     c.write_config(
         files["gres.conf"],
         node_line.replace("NodeName=localhost", "NodeName=localhost NodeAddr=127.0.0.1") + "\n"
         "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP\n",
         extra="JobSubmitPlugins=lua\n",
     )
-    (c.conf.parent / "job_submit.lua").write_text(config.job_submit_lua([]))
+    service.write_job_submit([], c.conf.parent)  # before slurmctld reads JobSubmitPlugins=lua
     c.start()
     s = Slurm(conf=c.conf)
     report = service.enroll(s, [course], "c2016", conf_dir=c.conf.parent)
@@ -154,7 +157,7 @@ def test_status_shows_running_jobs_with_device_index(slurm: Slurm, course, make_
         assert fut.result().ok
     member = next(m for m in report.members if m.participant == "bob")
     running = [j for j in member.jobs if j["state"] == "RUNNING"]
-    assert running and running[0]["gres_idx"].startswith("gpu:m60:1(IDX:")
+    assert running and running[0]["gres_idx"].startswith(f"gpu:m60.{member.seat}:1(IDX:")
     assert report.partition_exists and len(report.reservations) == 2
     states = report.seat_states()
     assert states[member.seat][0] == "running" and "job(s) running" in states[member.seat][1]

@@ -78,7 +78,7 @@ def test_store_to_slurm_and_back(store, make_cluster: Cluster, cli) -> None:
         + "\nPartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP\n",
         extra="JobSubmitPlugins=lua\n",
     )
-    (c.conf.parent / "job_submit.lua").write_text(config.job_submit_lua([]))
+    service.write_job_submit([], c.conf.parent)  # before slurmctld reads JobSubmitPlugins=lua
     c.start()
     slurm = Slurm(conf=c.conf)
 

@@ -39,26 +39,68 @@ poweroff -f
 """.replace("MODULES", " ".join(MODULES)).replace("MARKER", MARKER)
 
 
-def kernel() -> Path:
-    """The cached Debian kernel; missing, it fails on CI and skips elsewhere."""
+def kernel(copy_to: Path | None = None) -> Path:
+    """The cached Debian kernel; missing, it fails on CI and skips elsewhere.
+
+    ``copy_to`` (a folder QEMU's user can reach) gets a copy: the checkout itself may sit under a
+    private folder (``mktemp -d`` is 0700) that libvirt's QEMU user cannot traverse.
+    """
     path = GUEST / "vmlinuz"
     if not path.exists():
         require_tool("gpuseat-guest-kernel (run scripts/setup.sh)")
+    if copy_to is not None:
+        target = copy_to / "vmlinuz"
+        shutil.copy(path, target)
+        os.chmod(target, 0o644)
+        return target
     return path
 
 
-def build_initramfs(out: Path) -> Path:
-    """A gzipped newc cpio with static busybox, the CD-ROM modules and the /init above."""
+# The hand-over guest: its /init stands in for cloud-init and sshd on a persistent disk. Like
+# cloud-init on a new instance id, it adds the seed's user and key to the accounts already on the disk
+# (cloud-init never removes a former user), keeps them on the VM's disk (/dev/vda, the first 4 KiB as
+# text lines ``AUTH <user> <fingerprint>``), and prints what was on the disk before and every key the
+# guest now accepts, then powers off.
+DISK_MODULES = (*MODULES, "virtio_ring", "virtio", "virtio_pci_modern_dev", "virtio_pci_legacy_dev", "virtio_pci",
+                "virtio_blk")  # fmt: skip
+HOLDER = "GPUSEAT-HOLDER"
+HOLDER_INIT = r"""#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+for m in MODULES; do insmod /lib/modules/$m.ko; done
+i=0
+while { [ ! -b /dev/sr0 ] || [ ! -b /dev/vda ]; } && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+mount -t iso9660 -o ro /dev/sr0 /mnt || echo "MARKER-ERROR no cidata CD-ROM"
+[ -b /dev/vda ] || echo "MARKER-ERROR no disk"
+user=$(awk '/^- name:/ {print $3; exit}' /mnt/user-data)
+key=$(awk '/^  ssh_authorized_keys:/ {getline; print $3; exit}' /mnt/user-data)
+fp=SHA256:$(echo "$key" | base64 -d | sha256sum | cut -d' ' -f1 | xxd -r -p | base64 | tr -d '=')
+dd if=/dev/vda bs=4096 count=1 2>/dev/null | tr -d '\000' | grep '^AUTH ' > /tmp/auth
+echo "MARKER disk=$(awk '{print $3}' /tmp/auth | paste -sd, -)"
+grep -q " $fp\$" /tmp/auth || echo "AUTH $user $fp" >> /tmp/auth
+dd if=/tmp/auth of=/dev/vda bs=4096 count=1 conv=sync,notrunc 2>/dev/null
+sync
+echo "MARKER accepts=$(awk '{print $3}' /tmp/auth | paste -sd, -)"
+poweroff -f
+""".replace("MODULES", " ".join(DISK_MODULES)).replace("MARKER", HOLDER)
+
+
+def build_initramfs(out: Path, *, init_text: str = INIT, modules: tuple[str, ...] = MODULES) -> Path:
+    """A gzipped newc cpio with static busybox, the guest modules and an /init (the seed printer above)."""
     busybox = Path(require_tool("busybox"))
     cpio = require_tool("cpio")
     tree = out.parent / "initramfs-tree"
-    for d in ("bin", "dev", "proc", "sys", "mnt", "lib/modules"):
+    for d in ("bin", "dev", "proc", "sys", "mnt", "tmp", "lib/modules"):
         (tree / d).mkdir(parents=True, exist_ok=True)
     shutil.copy(busybox, tree / "bin" / "busybox")
-    for m in MODULES:
+    for m in modules:
+        if not (GUEST / "modules" / f"{m}.ko").exists():
+            require_tool(f"guest kernel module {m} (re-run scripts/setup.sh)")
         shutil.copy(GUEST / "modules" / f"{m}.ko", tree / "lib" / "modules" / f"{m}.ko")
     init = tree / "init"
-    init.write_text(INIT)
+    init.write_text(init_text)
     init.chmod(0o755)
     files = sorted(str(p.relative_to(tree)) for p in tree.rglob("*"))
     proc = subprocess.run(

@@ -58,6 +58,34 @@ def _listening(path: str) -> bool:
     return True
 
 
+def traversable_tmp() -> str:
+    """A temp folder base that libvirt's QEMU user (not root) can traverse.
+
+    ``TMPDIR`` may point into a private folder (a clone under ``mktemp -d`` is 0700): QEMU then fails
+    with "Permission denied" on the kernel, disks and console logs. Fall back to /var/tmp or /tmp.
+    """
+    for base in (tempfile.gettempdir(), "/var/tmp", "/tmp"):
+        path = Path(base).resolve()
+        if all(os.stat(p).st_mode & 0o001 for p in (path, *path.parents)):
+            return str(path)
+    raise RuntimeError("no temp folder that QEMU's user can traverse")
+
+
+def remove_pools(uri: str, prefix: str) -> None:
+    """Destroy and undefine the storage pools a test made (their definitions outlive the daemon)."""
+    import libvirt
+
+    conn = libvirt.open(uri)
+    try:
+        for pool in conn.listAllStoragePools(0):
+            if pool.name().startswith(prefix):
+                if pool.isActive():
+                    pool.destroy()
+                pool.undefine()
+    finally:
+        conn.close()
+
+
 @contextmanager
 def libvirtd() -> Iterator[tuple[str, Path]]:
     """Yield ``(uri, workdir)`` of a running private libvirtd; the workdir is readable by QEMU's user."""
@@ -67,7 +95,7 @@ def libvirtd() -> Iterator[tuple[str, Path]]:
         require_tool("root (the test libvirtd runs QEMU as root's system instance)")
     with open(LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        work = Path(tempfile.mkdtemp(prefix="gpuseat-libvirtd-"))
+        work = Path(tempfile.mkdtemp(prefix="gpuseat-libvirtd-", dir=traversable_tmp()))
         work.chmod(0o755)
         (work / "sock").mkdir()
         conf = work / "libvirtd.conf"

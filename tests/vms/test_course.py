@@ -40,7 +40,7 @@ def store(tmp_path):
 
 def test_up_records_engine_state_and_connect_strings(store, test_host):
     lay = fill(store)
-    report = vms.up(store, "demo", lay, OPTIONS, test_host)
+    report = vms.up(store, "demo", lay, OPTIONS, test_host, record=True)  # the mock driver, recorded on purpose
     assert [r.action for r in report.seats] == ["defined+started"] * 4
     people = {p.key: p for p in store.participants("demo")}
     for seat in store.seats("demo"):
@@ -57,20 +57,44 @@ def test_up_records_engine_state_and_connect_strings(store, test_host):
 
 def test_status_and_down_update_the_store(store, test_host):
     lay = fill(store)
-    vms.up(store, "demo", lay, OPTIONS, test_host)
+    vms.up(store, "demo", lay, OPTIONS, test_host, record=True)
     test_host.lookup("gpuseat-demo-seat-02").destroy()
-    report = vms.status(store, "demo", OPTIONS.connect, test_host)
+    report = vms.status(store, "demo", OPTIONS.connect, test_host, record=True)
     assert {r.seat: r.state for r in report.seats}["seat-02"] == "shut off"
     assert store.get_seat("demo", "seat-02").state == "requested"
     rows = {r.seat: r for r in report.seats}
     holder = store.get_seat("demo", "seat-01").participant
     user = {p.key: p.unix_user for p in store.participants("demo")}[holder]
     assert rows["seat-01"].connect.startswith(f"ssh {user}@") and rows["seat-01"].participant == holder
-    down = vms.down(store, "demo", OPTIONS.connect, host=test_host)
-    assert len(down.seats) == 4
-    assert {s.state for s in store.seats("demo")} == {"released"}
-    again = vms.up(store, "demo", lay, OPTIONS, test_host)  # a released seat can be brought back
+    # a domain deleted by hand: status writes the truth back (not running, no stale access)
+    gone = test_host.lookup("gpuseat-demo-seat-03")
+    gone.destroy()
+    gone.undefine()
+    assert store.get_seat("demo", "seat-03").connect
+    report = vms.status(store, "demo", OPTIONS.connect, test_host, record=True)
+    assert {r.seat: r.state for r in report.seats}["seat-03"] == "absent"
+    seat = store.get_seat("demo", "seat-03")
+    assert seat.state == "failed" and not seat.connect and "domain is gone" in seat.state_reason
+    down = vms.down(store, "demo", OPTIONS.connect, host=test_host, record=True)
+    assert {r.seat: r.action for r in down.seats} == {
+        "seat-01": "removed", "seat-02": "removed", "seat-03": "cleaned", "seat-04": "removed"
+    }  # fmt: skip
+    assert all("seed deleted" in r.detail for r in down.seats)  # seed of the hand-deleted domain too
+    assert {s.state for s in store.seats("demo")} == {"released", "failed"}
+    again = vms.up(store, "demo", lay, OPTIONS, test_host, record=True)  # a released seat can be brought back
     assert {s.state for s in store.seats("demo")} == {"running"} and not again.failed
+
+
+def test_the_mock_driver_never_writes_into_the_course_store(store, test_host):
+    lay = fill(store)
+    before = [(s.state, s.engine, s.connect) for s in store.seats("demo")]
+    events = len(store.events("demo"))
+    report = vms.up(store, "demo", lay, OPTIONS, test_host)
+    assert vms.TEST_DRIVER_NOTE in report.notes and not report.failed
+    vms.status(store, "demo", OPTIONS.connect, test_host)
+    vms.down(store, "demo", OPTIONS.connect, host=test_host)
+    assert [(s.state, s.engine, s.connect) for s in store.seats("demo")] == before
+    assert len(store.events("demo")) == events
 
 
 def test_up_needs_the_layout_and_its_seats(store, test_host):
@@ -107,11 +131,13 @@ def test_worked_example_from_the_cli(tmp_path, monkeypatch, capsys):
                             "-f", "json"))  # fmt: skip
     assert [s["action"] for s in report["seats"]] == ["defined+started"] * 4
     assert report["connect"] == "test:///default"
+    assert any("nothing was recorded in the course store" in n for n in report["notes"])
+    # the mock driver's made-up addresses never reach the course store
     status = {r["seat"]: r for r in json.loads(cli("seats", "status", "-f", "json"))}
     for i, who in enumerate(("amartin", "bcosta", "cwei", "dkowalski"), start=1):
         row = status[f"seat-0{i}"]
-        assert (row["participant"], row["engine"], row["state"]) == (who, "libvirt", "running")
-        assert row["connect"].startswith(f"ssh {who}@192.168.122.")
+        assert (row["participant"], row["engine"], row["state"]) == (who, "libvirt", "planned")
+        assert not row["connect"]
     assert {r["state"] for k, r in status.items() if not k.startswith("seat-0")} == {"planned"}  # cloud seats
     # the table form, and bad input: exit 2 with one message, no traceback
     table = cli("vms", "up", "--connect", "test:///default", "--inventory", inventory)

@@ -26,7 +26,7 @@ from gpuseat.vms.libvirt_host import LibvirtHost
 
 from . import guest
 from .conftest import SSH_KEYS, layout, public_key, require_tool
-from .libvirtd import libvirtd
+from .libvirtd import libvirtd, remove_pools
 
 pytestmark = pytest.mark.slow
 
@@ -57,6 +57,7 @@ def host(daemon):
                 dom.destroy()
             dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
     h.close()
+    remove_pools(uri, "gpuseat-t")  # no pool (and no autostart link) outlives the test
 
 
 def options(work: Path, **kw) -> VmOptions:
@@ -128,7 +129,7 @@ def test_two_seats_boot_under_tcg_and_print_their_hostname_and_key(host, daemon)
         virt_type="qemu",
         serial_dir=str(console),
         image=str(base),
-        boot=DirectBoot(str(guest.kernel()), str(initrd), "console=ttyS0 quiet loglevel=3 panic=-1"),
+        boot=DirectBoot(str(guest.kernel(boot_dir)), str(initrd), "console=ttyS0 quiet loglevel=3 panic=-1"),
     )
     report = up_seats("boot", lay, seats(lay), opts, host)
     assert [r.action for r in report.seats] == ["defined+started", "defined+started"], report

@@ -14,7 +14,7 @@ import pytest
 
 from gpuseat.errors import EngineError, InputError
 from gpuseat.render.libvirt import METADATA_NS
-from gpuseat.services.vms import Login, VmOptions, VmSeat, down_seats, status_seats, up_seats
+from gpuseat.services.vms import Login, VmOptions, VmSeat, down_seats, seat_mac, status_seats, up_seats
 
 from .conftest import layout, public_key
 
@@ -134,7 +134,9 @@ def test_down_keeps_disks_unless_asked(test_host):
     pool = test_host.conn.storagePoolLookupByName("gpuseat")
     report = down_seats("demo", "test", host=test_host)
     assert all("disk kept" in r.detail for r in report.seats)
-    assert sorted(pool.listVolumes()) == ["gpuseat-demo-seat-01.qcow2", "gpuseat-demo-seat-02.qcow2"]
+    disks = sorted(v for v in pool.listVolumes() if v.endswith(".qcow2"))
+    assert [d.rsplit("-", 1)[0] for d in disks] == ["gpuseat-demo-seat-01-disk", "gpuseat-demo-seat-02-disk"]
+    assert not [v for v in pool.listVolumes() if "cidata" in v]  # seeds (user names, keys) never stay
     again = up_seats("demo", lay, seats, OPTIONS, test_host)  # the kept disk is reused, not replaced
     assert [r.disk for r in again.seats] == [r.disk for r in first.seats]
     report = down_seats("demo", "test", delete_disks=True, host=test_host)
@@ -194,22 +196,38 @@ def test_bad_options_are_refused(field, value):
         VmOptions(**{field: value})
 
 
-def test_a_seat_changing_hands_gets_a_new_seed_and_the_old_one_goes(test_host):
+def test_a_seat_changing_hands_ends_the_old_holders_vm_and_disk_at_once(test_host):
     lay = layout("ibm-2xM60.toml", mode="passthrough")
     seats = vm_seats(lay)[:1]
-    first = up_seats("demo", lay, seats, OPTIONS, test_host)
+    first = up_seats("demo", lay, seats, replace(OPTIONS, network="default"), test_host)
+    mac = xml_of(test_host, first.seats[0].domain).find("devices/interface/mac").get("address")
     moved = [replace(seats[0], participant="bob", user="bob", ssh_keys=(public_key("bob"),))]
-    second = up_seats("demo", lay, moved, OPTIONS, test_host)
+    second = up_seats("demo", lay, moved, replace(OPTIONS, network="default"), test_host)
     (result,) = second.seats
-    assert result.action == "redefined" and "owner" in result.detail and "disks" in result.detail
-    assert result.seed != first.seats[0].seed
-    assert result.connect is None  # the running guest still has alice's login until it restarts
+    assert result.action == "handed-over+started", result
+    assert "handed over from alice" in result.detail and "previous disk deleted" in result.detail
+    assert result.seed != first.seats[0].seed and result.disk != first.seats[0].disk
+    assert result.connect.startswith("ssh bob@")  # alice's guest was stopped; bob's boots with his login
     flags = libvirt.VIR_DOMAIN_AFFECT_CONFIG
     meta = test_host.lookup(result.domain).metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, METADATA_NS, flags)
-    assert 'participant="bob"' in meta and "next start" in result.detail
+    assert 'participant="bob"' in meta
     pool = test_host.conn.storagePoolLookupByName("gpuseat")
-    assert len([v for v in pool.listVolumes() if "cidata" in v]) == 2  # alice's stays while her guest runs
-    test_host.lookup(result.domain).destroy()
-    third = up_seats("demo", lay, moved, OPTIONS, test_host)
-    assert third.seats[0].action == "started" and third.seats[0].connect.startswith("ssh bob@")
-    assert [v for v in pool.listVolumes() if "cidata" in v] == [result.seed.rsplit("/", 1)[1]]
+    assert sorted(pool.listVolumes()) == sorted(p.rsplit("/", 1)[1] for p in (result.disk, result.seed))
+    # the seat keeps its MAC (and so its DHCP address) across the hand-over, derived from course + seat
+    assert (
+        xml_of(test_host, result.domain).find("devices/interface/mac").get("address")
+        == mac
+        == seat_mac("demo", "seat-01")
+    )
+    again = up_seats("demo", lay, moved, replace(OPTIONS, network="default"), test_host)
+    assert again.seats[0].action == "unchanged" and again.seats[0].disk == result.disk
+
+
+def test_every_domain_has_a_serial_console(test_host):
+    lay = layout("ibm-2xM60.toml", mode="passthrough")
+    report = up_seats("demo", lay, vm_seats(lay)[:2], replace(OPTIONS, serial_dir="/var/log/gpuseat"), test_host)
+    for r in report.seats:
+        devices = xml_of(test_host, r.domain).find("devices")
+        assert devices.find("serial").get("type") == "pty"  # virsh console NAME
+        assert devices.find("console/target").get("type") == "serial"
+        assert devices.find("serial/log").get("file") == f"/var/log/gpuseat/{r.domain}.log"

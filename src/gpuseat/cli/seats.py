@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -99,11 +100,11 @@ def _specs(
         chosen = [g for g in needs if not group or g["name"] in group]
         min_mem = max((float(g["min_gpu_memory_gb"]) for g in chosen), default=0.0)
         guest = "windows" if any(g["guest_os"] == "windows" for g in chosen) else "linux"
-        layout = carving.carve_inventory(
+        layout = seat_sources.carve_counted(
             inventory,
             load_catalog(),
             mode=mode,
-            seats=count,
+            count=count,
             min_mem=min_mem,
             profiles=carving.profiles_from_flags(profile),
             guest=guest,
@@ -112,7 +113,11 @@ def _specs(
     if cloud:
         from gpuseat.catalog.bundle import load_catalog
 
-        return seat_sources.cloud_seats(store, course, load_catalog().offers, count=count)
+        made = seat_sources.cloud_seats(store, course, load_catalog().offers, count=count)
+        warning = seat_sources.cloud_over_plan(store, course, len(made))
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
+        return made
     assert nvidia_smi is not None
     from gpuseat import nvsmi
     from gpuseat.files import read_text
@@ -121,8 +126,18 @@ def _specs(
     existing = len(store.seats(course))
     if text.lstrip().startswith("<"):
         snapshot = nvsmi.parse_xml(text, host=host or "localhost", where=str(nvidia_smi))
-        return seat_sources.seats_from_nvidia_smi(snapshot, host=host, start=existing + 1)
-    return seat_sources.seats_from_nvidia_smi(None, nvsmi.parse_list(text), host=host, start=existing + 1)
+        found = seat_sources.seats_from_nvidia_smi(snapshot, host=host, start=existing + 1)
+    else:
+        found = seat_sources.seats_from_nvidia_smi(None, nvsmi.parse_list(text), host=host, start=existing + 1)
+    if engine == "manual":
+        return found
+    from gpuseat.files import validate
+    from gpuseat.services.courses import SeatSpec
+
+    # an engine delivers these seats: they are planned until it has set them up (gpuseat host up)
+    return [
+        validate(SeatSpec, {**f.model_dump(), "engine": engine, "state": "planned"}, where="--engine") for f in found
+    ]
 
 
 def register(app: typer.Typer) -> None:
@@ -147,7 +162,12 @@ def register(app: typer.Typer) -> None:
         db: str | None = DB,
         fmt: Format = FORMAT_OPTION,
     ) -> None:
-        """Add seats from a carve layout, a plan's cloud option or nvidia-smi; all or nothing."""
+        """Add seats from a carve layout, a plan's cloud option or nvidia-smi; all or nothing.
+
+        With one ``--profile`` and no ``--count``, as many instances as fit are carved (the number is
+        printed); ``--count N`` asks for exactly N.
+        """
+        from gpuseat.services import seat_sources
         from gpuseat.services.courses import open_store
 
         with open_store(db) as store:
@@ -168,6 +188,8 @@ def register(app: typer.Typer) -> None:
                 print("no seats to add: every participant has a suitable seat already")
                 return
             added = store.add_seats(course, specs, actor=actor())
+            if inventory is not None:
+                seat_sources.record_inventory_access(store, added, inventory, actor=actor())
         _print_seats(added, fmt, f"{len(added)} seat(s) added")
 
     @seats_app.command("assign")
@@ -280,6 +302,7 @@ def register(app: typer.Typer) -> None:
             rows = [{**s.to_dict(), "groups": " ".join(s.groups)} for s in seats]
             print_csv(rows, EXPORT_COLUMNS)
 
-    from gpuseat.cli import cloud
+    from gpuseat.cli import cloud, delivery
 
     cloud.add_to(seats_app)
+    delivery.add_to(seats_app)

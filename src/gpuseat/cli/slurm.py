@@ -103,6 +103,12 @@ def config_command(
     record: bool = typer.Option(False, "--record", help="Record each seat's Slurm device in the course store."),
     out: Path | None = typer.Option(None, "--out", help="Write the files here instead of printing them."),
     force: bool = typer.Option(False, "--force", help="Write into a folder gpuseat did not write."),
+    conf_dir: Path | None = typer.Option(
+        None,
+        "--conf-dir",
+        help="Also write job_submit.lua into slurm.conf's folder (do this before slurm.conf names "
+        "JobSubmitPlugins=lua: slurmctld does not start without the script).",
+    ),
 ) -> None:
     """Write gres.conf, the slurm.conf node/partition lines and cgroup.conf for the carved seats.
 
@@ -142,6 +148,13 @@ def config_command(
         elif course:
             keys = [course]
     files = slurm.config_files(devices, keys, cpus=cpus, real_memory_mb=real_memory_mb)
+    if conf_dir is not None:
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            every = slurm.courses_from_store(store)
+        lua = slurm.write_job_submit(every, conf_dir)
+        stderr_console().print(f"wrote {lua} ({sum(len(c.limits()) for c in every)} seat limit(s))", markup=False)
     if out is None:
         for name, text in files.items():
             print(f"# ---- {name}\n{text}", end="")
@@ -248,14 +261,18 @@ def status_command(
                 "seat": m.seat or "",
                 "gres": m.gres or "",
                 "jobs": jobs or "-",
+                "waiting": m.blocked_by or "",
             }
         )
-    cols = ["participant", "unix_user", "seat", "gres", "jobs"]
+    cols = ["participant", "unix_user", "seat", "gres", "jobs", "waiting"]
     if fmt is Format.csv:
         print_csv(rows, cols)
         return
     if not report.partition_exists:
         stderr_console().print(f"partition {report.partition} missing: run gpuseat slurm enroll", markup=False)
+    for m in report.members:
+        if m.blocked_by:
+            stderr_console().print(f"{m.participant} waits: {m.blocked_by}", markup=False)
     print_table(rows, cols, title=f"slurm · {report.course} · {len(report.reservations)} session reservation(s)")
 
 

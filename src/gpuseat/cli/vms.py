@@ -111,15 +111,19 @@ def down(
     course: str | None = COURSE,
     connect: str = CONNECT,
     delete_disks: bool = typer.Option(False, "--delete-disks", help="Also delete the VMs' disks (their work)."),
+    pool: str = typer.Option("gpuseat", "--pool", help="libvirt storage pool of the disks and seeds."),
     db: str | None = DB,
     fmt: Format = FORMAT_OPTION,
 ) -> None:
-    """Stop and remove the course's VMs (only gpuseat's); disks stay unless --delete-disks."""
+    """Stop and remove the course's VMs (only gpuseat's) and their seeds; disks stay unless --delete-disks.
+
+    ``--delete-disks`` also finds the disks a plain ``down`` kept, from the course's seats in the store.
+    """
     from gpuseat.services import vms
     from gpuseat.services.courses import open_store
 
     with open_store(db) as store:
-        report = vms.down(store, course, connect, delete_disks=delete_disks)
+        report = vms.down(store, course, connect, delete_disks=delete_disks, pool=pool)
     _print(report, fmt, "vms down")
 
 

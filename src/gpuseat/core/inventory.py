@@ -131,6 +131,10 @@ class _InventoryFile(BaseModel):
     name: str = "server"
     description: str | None = None
     gpu: list[_GpuRow] = Field(min_length=1)
+    # how participants reach the server (the name above is the file's label, not a host)
+    ssh_host: str | None = Field(None, max_length=253)
+    ssh_port: int | None = Field(None, ge=1, le=65535)
+    jump_host: str | None = Field(None, max_length=300)
 
 
 def _chips(model: GpuModel, boards: int, rows: list[_ChipRow], where: str) -> tuple[Chip, ...]:

@@ -2,8 +2,10 @@
 
 Columns are found by header (any order, any case): ``name``, ``email``, ``group``, ``unix_user``,
 ``ssh_key`` and optionally ``key``; other columns are ignored. UTF-8 with or without a BOM (what
-spreadsheets export). Every error names ``FILE:LINE:COLUMN``, what is wrong and how to fix it; the
-whole file is checked before anything is stored. Pure: text in, rows out.
+spreadsheets export); fields are separated by ``,``, ``;`` or a tab, whichever the header row uses
+(German and French Excel write ``;``, "Unicode text" exports use tabs). Every error names
+``FILE:LINE:COLUMN``, what is wrong and how to fix it; the whole file is checked before anything is
+stored. Pure: text in, rows out.
 """
 
 from __future__ import annotations
@@ -101,6 +103,28 @@ def _key_from(email: str, unix_user: str | None) -> str:
     return f"{slug or 'p'}-{hashlib.sha256(base.encode()).hexdigest()[:8]}"
 
 
+DELIMITERS: tuple[str, ...] = (",", ";", "\t")
+
+
+def sniff_delimiter(text: str) -> str:
+    """The separator the header row uses: the most frequent of ``,``, ``;`` and tab outside quotes.
+
+    Only the header is looked at (it names the columns, so it has no free text with stray commas);
+    ties and a one-column header keep the comma.
+    """
+    counts = dict.fromkeys(DELIMITERS, 0)
+    quoted = False
+    for ch in text:
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted and ch in "\r\n":
+            break
+        elif not quoted and ch in counts:
+            counts[ch] += 1
+    best = max(DELIMITERS, key=lambda d: (counts[d], d == ","))
+    return best if counts[best] else ","
+
+
 class _Cell:
     """Where a value sits, to build ``FILE:LINE:COLUMN`` messages."""
 
@@ -122,7 +146,7 @@ def parse_roster(text: str, *, groups: tuple[str, ...], where: str = "roster") -
     if len(text) > MAX_BYTES:
         raise InputError(f"{len(text)} characters, more than a roster can be", where=where, fix="split the file")
     text = text.removeprefix("\ufeff")
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sniff_delimiter(text), strict=True)
     try:
         header = next(reader, None)
     except csv.Error as exc:
@@ -160,7 +184,7 @@ def parse_roster(text: str, *, groups: tuple[str, ...], where: str = "roster") -
                 raise InputError(
                     f"{len(record)} fields, the header has {len(header)}",
                     where=f"{where}:{start}:{len(header) + 1}",
-                    fix="quote values that contain commas, or remove the extra fields",
+                    fix="quote values that contain the separator, or remove the extra fields",
                 )
             rows.append(_row(record, cell, groups, seen))
     except csv.Error as exc:

@@ -119,6 +119,9 @@ class Seat(Base):
     state_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     connect: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # structured way in (services.engine.Access.to_dict) and the last readiness check (Readiness.to_dict)
+    access: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    readiness: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class Assignment(Base):

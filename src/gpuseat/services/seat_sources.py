@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuseat.core.seating import misfit, seat_keys
@@ -16,11 +17,13 @@ from gpuseat.errors import InputError
 from gpuseat.services.courses import CourseStore, SeatSpec
 
 if TYPE_CHECKING:
+    from gpuseat.catalog.bundle import Catalog
     from gpuseat.catalog.offers import Offer
     from gpuseat.core.carve import Layout
     from gpuseat.core.seating import EngineName
     from gpuseat.nvsmi import Listed
     from gpuseat.readings import Snapshot
+    from gpuseat.services.courses import SeatView
 
 # carve mode → seat kind
 KIND_OF_MODE = {"passthrough": "gpu", "mig": "mig", "vgpu": "vgpu", "timeslice": "shared", "mps": "shared"}
@@ -207,3 +210,96 @@ def _suits(seat: object, group: str, need: dict[str, object] | None) -> bool:
         )
         is None
     )
+
+
+def carve_counted(
+    inventory: Path,
+    catalog: Catalog,
+    *,
+    mode: str,
+    count: int | None,
+    min_mem: float,
+    profiles: tuple[str, ...],
+    guest: str,
+) -> Layout:
+    """Carve an inventory so that the seat count is what the organizer meant.
+
+    One profile (``--profile 1g.18gb``) means "seats of this size": ``count`` of them, or as many as
+    fit when no count is given (printed). Several profiles are taken as the exact list.
+    """
+    from gpuseat.services import carving
+
+    if len(set(profiles)) == 1 and len(profiles) == 1:
+        if count is not None:
+            if not 0 < count <= 1024:
+                raise InputError(f"--count {count}", where="--count", fix="give a count between 1 and 1024")
+            return carving.carve_inventory(
+                inventory, catalog, mode=mode, min_mem=min_mem, profiles=profiles * count, guest=guest
+            )
+        best: Layout | None = None
+        for n in range(1, 8 * 64 + 1):  # at most 7 MIG instances per GPU, 64 GPUs per inventory
+            try:
+                best = carving.carve_inventory(
+                    inventory, catalog, mode=mode, min_mem=min_mem, profiles=profiles * n, guest=guest
+                )
+            except InputError:
+                if best is None:
+                    raise
+                break
+        assert best is not None
+        print(f"{len(best.slices)} seats of {profiles[0]} fit on {best.server.name} (use --count N for fewer)")
+        return best
+    return carving.carve_inventory(
+        inventory, catalog, mode=mode, seats=count, min_mem=min_mem, profiles=profiles, guest=guest
+    )
+
+
+def inventory_access(inventory: Path) -> dict[str, object] | None:
+    """The inventory's ``ssh_host``/``ssh_port``/``jump_host`` as an access dict (None without ssh_host)."""
+    import tomllib
+
+    from gpuseat.core.delivery import check_host
+    from gpuseat.files import read_text
+
+    data = tomllib.loads(read_text(inventory))
+    host = data.get("ssh_host")
+    if not host:
+        return None
+    where = f"{inventory}: field"
+    out: dict[str, object] = {"kind": "ssh", "host": check_host(str(host), field=f"{where} 'ssh_host'")}
+    if data.get("ssh_port"):
+        out["port"] = int(data["ssh_port"])
+    if data.get("jump_host"):
+        out["jump_host"] = check_host(str(data["jump_host"]).rpartition("@")[2], field=f"{where} 'jump_host'")
+    return out
+
+
+def record_inventory_access(
+    store: CourseStore, seats: Sequence[SeatView], inventory: Path, *, actor: str = "gpuseat"
+) -> int:
+    """Give new inventory seats the server's reachable address (the holder's user is added at delivery)."""
+    from gpuseat.services.engine import Access
+
+    access = inventory_access(inventory)
+    if access is None:
+        return 0
+    made = Access.from_dict(access)
+    done = 0
+    for s in seats:
+        made_for_seat = Access.from_dict({**made.to_dict(), "device_uuid": s.device_uuid})
+        done += store.record_delivery(s.course, s.key, access=made_for_seat, actor=actor)
+    return done
+
+
+def cloud_over_plan(store: CourseStore, course: str | None, adding: int) -> str | None:
+    """A warning when cloud seats would outnumber the cloud machines of the chosen plan option."""
+    view = store.get_course(course)
+    option = view.plan_option or {}
+    planned = sum(int(g.get("seats") or 0) for g in option.get("groups", ()) if g.get("mode") == "instance")
+    have = sum(1 for s in store.seats(view.key) if s.kind == "cloud")
+    if planned and have + adding > planned:
+        return (
+            f"{adding} cloud seat(s) would make {have + adding}, but plan option {option.get('rank')} rents "
+            f"{planned} cloud machine(s); pass --count N to add fewer"
+        )
+    return None

@@ -10,7 +10,9 @@ files=…``), written by ``gpuseat slurm config --course``, so enrol, sessions a
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -85,7 +87,11 @@ class SlurmCourse:
                 continue
             out.append(
                 SeatLimit(
-                    self.partition, names.unix_user(m.unix_user, where=f"participant {m.participant}"), dev.gres_type, 1
+                    self.partition,
+                    names.unix_user(m.unix_user, where=f"participant {m.participant}"),
+                    dev.gres_type,
+                    1,
+                    seat_type=dev.slurm_type,
                 )
             )
         return out
@@ -170,8 +176,12 @@ def enroll(
     ``conf_dir`` holding every course's seat limits (``courses`` gives them all: the file is one).
     """
     this = next((c for c in courses if c.key == course), None)
-    if this is None:
-        raise InputError(f"unknown course {course!r}", where="--course", fix="see `gpuseat course list`")
+    if this is None or not this.devices:
+        raise InputError(
+            f"course {course} has no Slurm seats",
+            where="--course",
+            fix="record them first: gpuseat slurm config --inventory FILE --node NAME --course KEY --record",
+        )
     skipped = [
         m.participant for m in this.members if m.seat is None or m.unix_user is None or this.device_of(m.seat) is None
     ]
@@ -199,11 +209,58 @@ def enroll(
                     where="sacctmgr",
                     fix="check that slurmdbd runs (sacctmgr show cluster)",
                 )
-        return EnrollReport(course, "accounting", this.partition, created, lims, skipped, commands=cmds)
-    tmp = lua.with_name(".job_submit.lua.gpuseat-tmp")
-    tmp.write_text(config.job_submit_lua([lim for c in courses for lim in c.limits()]))
-    tmp.replace(lua)  # job_submit/lua re-reads the script when it changes
+        written = None
+        if conf_dir is not None:  # the limits count GPUs; the script also makes them the participant's own
+            try:
+                written = str(write_job_submit(courses, conf_dir))
+            except InputError:
+                written = None  # the site's own job_submit.lua: the association limits still hold
+        return EnrollReport(
+            course, "accounting", this.partition, created, lims, skipped, job_submit=written, commands=cmds
+        )
+    write_job_submit(courses, lua.parent)
+    plugins = slurm.config_value("JobSubmitPlugins") or ""
+    if "lua" not in plugins.split(","):
+        raise InputError(
+            f"the cluster runs JobSubmitPlugins={plugins or '(none)'}: the seat limits in {lua} are not applied",
+            where="slurm.conf",
+            fix="add JobSubmitPlugins=lua to slurm.conf (job_submit.lua is in place), `scontrol reconfigure`, "
+            "then run enroll again",
+        )
     return EnrollReport(course, "partition", this.partition, created, lims, skipped, job_submit=str(lua))
+
+
+def write_job_submit(courses: Sequence[SlurmCourse], conf_dir: Path | None) -> Path:
+    """Write ``job_submit.lua`` (every course's seats; none yet is fine) next to slurm.conf, atomically.
+
+    Run before slurm.conf names ``JobSubmitPlugins=lua``: slurmctld refuses to start without the script.
+    """
+    lua = _lua_path(conf_dir)
+    every = [lim for c in courses for lim in c.limits()]
+    text = config.job_submit_lua(every, _uids(lim.user for lim in every))
+    tmp = lua.with_name(".job_submit.lua.gpuseat-tmp")
+    tmp.write_text(text)
+    tmp.chmod(0o644)
+    # job_submit/lua re-reads the script when its mtime (whole seconds) changes: two writes within one
+    # second must still differ, or the second (a revocation!) would go unnoticed
+    old = int(lua.stat().st_mtime) if lua.exists() else 0
+    stamp = max(time.time(), old + 1.0)
+    os.utime(tmp, (stamp, stamp))
+    tmp.replace(lua)
+    return lua
+
+
+def _uids(users: Iterable[str]) -> dict[str, int]:
+    """The uids of the users this host knows (a job change names its owner by uid only)."""
+    import pwd
+
+    out = {}
+    for user in users:
+        try:
+            out[user] = pwd.getpwnam(user).pw_uid
+        except KeyError:
+            continue
+    return out
 
 
 def _lua_path(conf_dir: Path | None) -> Path:
@@ -292,6 +349,7 @@ class MemberStatus(_Report):
     seat: str | None
     gres: str | None
     jobs: list[dict[str, Any]]
+    blocked_by: str | None = None  # another user's job holds this participant's GPU while theirs waits
 
 
 @dataclass(frozen=True)
@@ -313,6 +371,8 @@ class StatusReport(_Report):
             running = [j for j in m.jobs if j["state"] == "RUNNING"]
             if not self.partition_exists:
                 out[m.seat] = ("requested", f"partition {self.partition} missing: run gpuseat slurm enroll")
+            elif m.blocked_by:
+                out[m.seat] = ("running", f"waiting: {m.blocked_by}")
             elif running:
                 out[m.seat] = (
                     "running",
@@ -326,18 +386,36 @@ class StatusReport(_Report):
 
 
 def status(slurm: Slurm, course: SlurmCourse) -> StatusReport:
-    """Each participant's jobs (state, Slurm's reason, GRES with device index)."""
+    """Each participant's jobs (state, Slurm's reason, GRES with device index), and who blocks whom.
+
+    A participant whose job waits while a job of another user holds their seat's GPU is flagged
+    (``blocked_by``): the seat's GPU is its own GRES type, so the holder is read from the GRES each
+    running job was given.
+    """
     part = course.partition
     exists = part in slurm.partitions()
-    users = [m.unix_user for m in course.members if m.unix_user]
+    users = {m.unix_user for m in course.members if m.unix_user}
+    every = slurm.jobs()
+    held: dict[str, Job] = {}  # seat GRES type -> the running job holding it
+    idx: dict[int, str] = {}
+    seat_types = {d.slurm_type: d for d in course.devices}
+    for job in every:
+        if job.state != "RUNNING":
+            continue
+        idx[job.job_id] = slurm.job_gres_index(job.job_id)
+        for st in seat_types:
+            if f"gpu:{st}:" in idx[job.job_id] or f"gpu:{st}(" in idx[job.job_id]:
+                held[st] = job
     by_user: dict[str, list[Job]] = {}
-    for job in slurm.jobs(users) if users else []:
-        by_user.setdefault(job.user, []).append(job)
+    for job in every:
+        if job.user in users:
+            by_user.setdefault(job.user, []).append(job)
     prefix = f"gpuseat-{course.key}-"
     resv = sorted(n for n in slurm.reservations() if n.startswith(prefix))
     members = []
     for m in course.members:
         dev = course.device_of(m.seat) if m.seat else None
+        mine = by_user.get(m.unix_user or "", [])
         jobs = [
             {
                 "job_id": j.job_id,
@@ -345,14 +423,23 @@ def status(slurm: Slurm, course: SlurmCourse) -> StatusReport:
                 "reason": j.reason,
                 "meaning": pending_meaning(j.reason) if j.state == "PENDING" else "",
                 "gres": j.gres,
-                "gres_idx": slurm.job_gres_index(j.job_id) if j.state == "RUNNING" else "",
+                "gres_idx": idx.get(j.job_id, ""),
                 "partition": j.partition,
                 "reservation": j.reservation,
             }
-            for j in by_user.get(m.unix_user or "", [])
+            for j in mine
         ]
+        blocked = None
+        holder = held.get(dev.slurm_type) if dev else None
+        if dev and holder and holder.user != m.unix_user and any(j.state == "PENDING" for j in mine):
+            blocked = (
+                f"{dev.seat}'s GPU is held by job {holder.job_id} of {holder.user} "
+                f"(partition {holder.partition}{', reservation ' + holder.reservation if holder.reservation else ''})"
+            )
         members.append(
-            MemberStatus(m.participant, m.unix_user, m.seat, f"gpu:{dev.gres_type}:1" if dev else None, jobs)
+            MemberStatus(
+                m.participant, m.unix_user, m.seat, f"gpu:{dev.gres_type}:1" if dev else None, jobs, blocked_by=blocked
+            )
         )
     return StatusReport(course.key, part, exists, resv, members)
 
@@ -479,6 +566,13 @@ def record_config(store: CourseStore, course: str | None, devices: Sequence[Gres
     """Record each configured seat's Slurm device in the store (engine slurm, ``engine_ref``, host)."""
     view = store.get_course(course)
     seats = {s.key: s for s in store.seats(view.key)}
+    if not any(d.seat in seats for d in devices):
+        raise InputError(
+            f"course {view.key} has no seat named like the carved ones ({', '.join(str(d.seat) for d in devices[:4])}"
+            f"{', …' if len(devices) > 4 else ''}): nothing to record",
+            where="--record",
+            fix="add the seats from the same inventory first: gpuseat seats add --inventory FILE --mode passthrough",
+        )
     done = []
     for d in devices:
         seat = seats.get(d.seat or "")
@@ -512,3 +606,12 @@ def record_status(store: CourseStore, report: StatusReport) -> list[str]:
         store.set_seat_state(report.course, seat, state, reason=reason[:2000])
         changed.append(seat)
     return changed
+
+
+def __getattr__(name: str) -> Any:
+    """``SlurmEngine`` lives in :mod:`gpuseat.services.slurm_engine` (kept importable from here)."""
+    if name == "SlurmEngine":
+        from gpuseat.services.slurm_engine import SlurmEngine
+
+        return SlurmEngine
+    raise AttributeError(name)

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+from xml.sax.saxutils import escape
 
 from gpuseat.core.carve import Layout, Slice
 from gpuseat.errors import EngineError, InputError
@@ -66,6 +67,7 @@ class VmOptions:
     preflight: bool = True
     packages: tuple[str, ...] = ()
     commands: tuple[str, ...] = ()
+    probe_keys: tuple[str, ...] = ()  # the organiser's probe key(s), authorised for the seat's login
 
     def __post_init__(self) -> None:
         if not 0 < self.vcpus <= 1024:
@@ -146,13 +148,14 @@ def domain_name(course: str, seat: str) -> str:
 def guest(course: str, vm: VmSeat, options: VmOptions) -> Guest:
     """What the seed tells the guest; the instance id changes whenever the login or set-up changes."""
     name = domain_name(course, vm.key)
-    content = "\n".join((vm.user, *vm.ssh_keys, *options.packages, "\x00", *options.commands))
+    keys = (*vm.ssh_keys, *options.probe_keys)
+    content = "\n".join((vm.user, *keys, *options.packages, "\x00", *options.commands))
     digest = hashlib.sha256(content.encode()).hexdigest()[:12]
     return Guest(
         hostname=vm.key,
         instance_id=f"{name}-{digest}",
         user=vm.user,
-        ssh_keys=vm.ssh_keys,
+        ssh_keys=keys,
         packages=options.packages,
         commands=options.commands,
     )
@@ -168,12 +171,46 @@ def seed_hash(seed: Guest) -> str:
     return hashlib.sha256((user_data(seed) + "\x00" + meta_data(seed)).encode()).hexdigest()[:12]
 
 
+def seat_mac(course: str, seat: str) -> str:
+    """The seat's NIC address, derived from course and seat: the same on every redefinition and hand-over
+    (so DHCP gives the VM the same address), in QEMU's locally administered range ``52:54:00``."""
+    digest = hashlib.sha256(f"gpuseat/{course}/{seat}".encode()).digest()
+    return "52:54:00:" + ":".join(f"{b:02x}" for b in digest[:3])
+
+
+_PTY_SERIAL = "    <serial type='pty'>\n      <target port='0'/>\n    </serial>\n"
+_NIC = "    <interface type='network'>\n"
+
+
 def wanted_xml(
     course: str, layout: Layout, vm: VmSeat, options: VmOptions, *, disk: str | None, seed: str | None
 ) -> str:
-    """The domain gpuseat wants for this seat, from carve's renderer."""
+    """The domain gpuseat wants for this seat, from carve's renderer.
+
+    Every domain gets a serial console (``virsh console NAME`` shows a failed boot), its output also
+    logged to ``serial_dir/NAME.log`` when given, and a NIC with the seat's own MAC (:func:`seat_mac`).
+    """
     name = domain_name(course, vm.key)
-    serial = f"{options.serial_dir.rstrip('/')}/{name}.log" if options.serial_dir else None
+    xml = _rendered(course, layout, vm, options, disk=disk, seed=seed)
+    if options.serial_dir:
+        log = escape(f"{options.serial_dir.rstrip('/')}/{name}.log", {"'": "&apos;"})
+        serial = (
+            f"    <serial type='pty'>\n      <log file='{log}' append='on'/>\n      <target port='0'/>\n    </serial>\n"
+        )
+        if _PTY_SERIAL not in xml:
+            raise EngineError("the renderer's serial console changed", where="vms", fix="report this as a bug")
+        xml = xml.replace(_PTY_SERIAL, serial)
+    if options.network is not None:
+        if _NIC not in xml:
+            raise EngineError("the renderer's network interface changed", where="vms", fix="report this as a bug")
+        xml = xml.replace(_NIC, f"{_NIC}      <mac address='{seat_mac(course, vm.key)}'/>\n")
+    return xml
+
+
+def _rendered(
+    course: str, layout: Layout, vm: VmSeat, options: VmOptions, *, disk: str | None, seed: str | None
+) -> str:
+    name = domain_name(course, vm.key)
     return domain_xml(
         layout,
         vm.seat,
@@ -186,9 +223,9 @@ def wanted_xml(
         gpu=options.gpu,
         disk=disk,
         cidata=seed,
-        serial_log=serial,
         network=options.network,
         boot=options.boot,
+        pty_console=True,
     )
 
 
@@ -308,21 +345,67 @@ def up_seats(
             host.close()
 
 
+def disk_prefix(domain: str) -> str:
+    """Disk volumes are ``<domain>-disk-<holder>.qcow2``: each holder of the seat gets their own overlay."""
+    return f"{domain}-disk-"
+
+
+def disk_name(domain: str, participant: str | None) -> str:
+    """The overlay of the seat's current holder (a hash of the participant key: no name in file names)."""
+    tag = hashlib.sha256(f"gpuseat-holder/{participant or ''}".encode()).hexdigest()[:12]
+    return f"{disk_prefix(domain)}{tag}.qcow2"
+
+
+def seat_volumes(host: LibvirtHost, pool: Any, domain: str) -> tuple[list[str], list[str]]:
+    """The seat's disk volumes (each holder's overlay, and a pre-0.x ``<domain>.qcow2``) and seed volumes."""
+    disks = host.volume_names(pool, disk_prefix(domain))
+    if host.volume(pool, f"{domain}.qcow2") is not None:
+        disks.append(f"{domain}.qcow2")
+    return disks, host.volume_names(pool, seed_prefix(domain))
+
+
 def _up_one(
     host: LibvirtHost, pool: Any, course: str, layout: Layout, vm: VmSeat, options: VmOptions, notes: list[str]
 ) -> SeatResult:
     name = domain_name(course, vm.key)
     try:
+        dom = host.lookup(name)
+        previous = None
+        if dom is not None:
+            from gpuseat.vms.domain import owner
+
+            who = owner(host.inactive_xml(dom))
+            previous = who.participant if who else None
+        # A hand-over: the VM of another holder (or a disk left from one) must not reach the new holder.
+        # The previous holder's session ends now and their overlay is deleted: the new holder boots a
+        # fresh overlay of the base image with a new seed (new instance id), so no account, key or file
+        # of the previous holder survives (cloud-init alone would keep the old user and its keys).
+        wanted_disk = disk_name(name, vm.participant)
+        disks, _seeds = seat_volumes(host, pool, name)
+        if dom is not None and previous == vm.participant and f"{name}.qcow2" in disks:
+            wanted_disk = f"{name}.qcow2"  # adopt a disk made before per-holder overlays, same holder
+        stale = [d for d in disks if d != wanted_disk]
+        handover = (dom is not None and previous != vm.participant) or bool(stale)
+        detail_parts = []
+        if handover:
+            if dom is not None and dom.isActive():
+                host.stop(dom)
+            for d in stale:
+                host.delete_volume(pool, d)
+            detail_parts.append(
+                f"handed over from {previous or 'a previous holder'}: fresh disk and seed, previous disk deleted"
+                if stale or previous
+                else "new holder: fresh disk and seed"
+            )
         disk = None
         if options.image is not None:
-            disk = host.overlay(pool, f"{name}.qcow2", options.image, options.image_format, options.disk_gb, vm.key)
+            disk = host.overlay(pool, wanted_disk, options.image, options.image_format, options.disk_gb, vm.key)
         seed_guest = guest(course, vm, options)
         seed_name = f"{seed_prefix(name)}{seed_hash(seed_guest)}.iso"
         seed, uploaded = host.upload(pool, seed_name, seed_iso(seed_guest), vm.key)
         if not uploaded:
             notes.append("this libvirt driver cannot upload volumes: the seed ISOs are empty (normal for test:///)")
         xml = wanted_xml(course, layout, vm, options, disk=disk, seed=seed)
-        dom = host.lookup(name)
         if dom is None:
             dom, action, detail = host.define(xml, vm.key), "defined", ""
         else:
@@ -332,13 +415,16 @@ def _up_one(
                 action, detail = "redefined", "fixed: " + ", ".join(changed)
             else:
                 action, detail = "unchanged", ""
+        if handover:
+            action = "handed-over"
+            detail = "; ".join([*detail_parts, *([detail] if detail else [])])
         pending = action == "redefined" and bool(dom.isActive())
         if pending:
             detail += f" (applies at the VM's next start: `virsh shutdown {name}`, then vms up)"
         else:
-            for stale in host.volume_names(pool, seed_prefix(name)):
-                if stale != seed_name:
-                    host.delete_volume(pool, stale)  # the seat's earlier seed (another login or set-up)
+            for stale_seed in host.volume_names(pool, seed_prefix(name)):
+                if stale_seed != seed_name:
+                    host.delete_volume(pool, stale_seed)  # the seat's earlier seed (another login or set-up)
         if options.start and not dom.isActive():
             host.start(dom, vm.key)
             action = "started" if action == "unchanged" else f"{action}+started"
@@ -366,33 +452,52 @@ def down_seats(
     delete_disks: bool = False,
     pool_name: str = "gpuseat",
     host: LibvirtHost | None = None,
+    seat_keys: Iterable[str] = (),
+    only: Iterable[str] | None = None,
 ) -> VmReport:
-    """Stop and undefine the course's gpuseat domains (only those); disks stay unless ``delete_disks``."""
+    """Stop and undefine the course's gpuseat domains (only those) and delete their seeds (they hold
+    user names and keys); disks stay unless ``delete_disks``.
+
+    ``seat_keys`` (the course's seats from the store) lets a later ``down --delete-disks`` find the
+    disks and seeds of seats whose domains an earlier plain ``down`` already removed.
+    """
     names.key(course, where="course key")
     own = host is None
     host = host or _open(connect)
     try:
         owned = host.owned(course)
+        keys = sorted(set(owned) | {names.key(k, where=f"seat {k}") for k in seat_keys})
+        if only is not None:
+            wanted = set(only)
+            keys = [k for k in keys if k in wanted]
         pool = None
         try:
-            pool = host.pool(pool_name, None) if owned else None
+            pool = host.pool(pool_name, None) if keys else None
         except InputError:
             pool = None
         results = []
-        for seat_key, dom in sorted(owned.items()):
-            name = dom.name()
-            who = _participant_of(host, dom)
-            host.stop(dom)
-            host.undefine(dom)
+        for seat_key in keys:
+            dom = owned.get(seat_key)
+            name = domain_name(course, seat_key)
+            who = None
+            if dom is not None:
+                who = _participant_of(host, dom)
+                host.stop(dom)
+                host.undefine(dom)
             detail = []
             if pool is not None:
-                if [host.delete_volume(pool, v) for v in host.volume_names(pool, seed_prefix(name))]:
+                disks, seeds = seat_volumes(host, pool, name)
+                if [host.delete_volume(pool, v) for v in seeds]:
                     detail.append("seed deleted")
-                if delete_disks and host.delete_volume(pool, f"{name}.qcow2"):
+                if delete_disks and [host.delete_volume(pool, v) for v in disks]:
                     detail.append("disk deleted")
-                elif not delete_disks and host.volume(pool, f"{name}.qcow2") is not None:
-                    detail.append(f"disk kept ({name}.qcow2; --delete-disks removes it)")
-            results.append(SeatResult(seat_key, name, who, "removed", "absent", "; ".join(detail)))
+                elif not delete_disks and disks:
+                    detail.append(f"disk kept ({', '.join(disks)}; --delete-disks removes it)")
+            if dom is None and not detail:
+                continue  # nothing of this seat on the host
+            results.append(
+                SeatResult(seat_key, name, who, "removed" if dom else "cleaned", "absent", "; ".join(detail))
+            )
         return VmReport(course=course, connect=host.uri, seats=tuple(results))
     finally:
         if own:
@@ -486,7 +591,7 @@ def course_vm_seats(store: CourseStore, course: str | None, layout: Layout | Non
     return view.key, out, store.course_file(view.key)
 
 
-def _record(store: CourseStore, course: str, results: Iterable[SeatResult], released: bool = False) -> None:
+def record_results(store: CourseStore, course: str, results: Iterable[SeatResult], released: bool = False) -> None:
     """Write each seat's engine state (and connect string) to the store when it changed."""
     from gpuseat.core.seating import SeatState, transition_error
 
@@ -528,15 +633,35 @@ def _record(store: CourseStore, course: str, results: Iterable[SeatResult], rele
         )
 
 
+TEST_DRIVER_NOTE = "libvirt's test driver (test://): nothing was recorded in the course store"
+
+
+def should_record(uri: str, record: bool | None) -> bool:
+    """Whether results go to the course store: never by default for libvirt's mock driver (``test://``),
+    whose made-up addresses and states must not reach a real course."""
+    if record is not None:
+        return record
+    return uri.split(":", 1)[0].split("+")[0] != "test"
+
+
 def up(
-    store: CourseStore, course: str | None, layout: Layout | None, options: VmOptions, host: LibvirtHost | None = None
+    store: CourseStore,
+    course: str | None,
+    layout: Layout | None,
+    options: VmOptions,
+    host: LibvirtHost | None = None,
+    *,
+    record: bool | None = None,
 ) -> VmReport:
     """``gpuseat vms up``: the course's seats from the store, the course file's ``[vm]`` set-up, states back."""
     key, seats, course_file = course_vm_seats(store, course, layout)
     assert layout is not None
     options = replace(options, packages=course_file.vm.packages, commands=course_file.vm.commands)
     report = up_seats(key, layout, seats, options, host)
-    _record(store, key, report.seats)
+    if should_record(options.connect if host is None else host.uri, record):
+        record_results(store, key, report.seats)
+    else:
+        report = replace(report, notes=(*report.notes, TEST_DRIVER_NOTE))
     return report
 
 
@@ -546,23 +671,64 @@ def down(
     connect: str,
     *,
     delete_disks: bool = False,
+    pool: str = "gpuseat",
     host: LibvirtHost | None = None,
+    record: bool | None = None,
 ) -> VmReport:
-    """``gpuseat vms down``: remove the course's domains and mark their seats released."""
+    """``gpuseat vms down``: remove the course's domains and seeds (and disks) and mark their seats released."""
     key = store.get_course(course).key if store is not None else course
     if key is None:
         raise InputError("no course given", where="--course", fix="name the course whose VMs to remove")
-    report = down_seats(key, connect, delete_disks=delete_disks, host=host)
-    if store is not None:
-        _record(store, key, report.seats, released=True)
+    seat_keys = [s.key for s in store.seats(key) if _vm_seat(s.kind, s.engine)] if store is not None else []
+    report = down_seats(key, connect, delete_disks=delete_disks, pool_name=pool, host=host, seat_keys=seat_keys)
+    if store is not None and should_record(connect, record):
+        record_results(store, key, [r for r in report.seats if r.action == "removed"], released=True)
+    elif store is not None:
+        report = replace(report, notes=(*report.notes, TEST_DRIVER_NOTE))
     return report
 
 
-def status(store: CourseStore, course: str | None, connect: str, host: LibvirtHost | None = None) -> VmReport:
-    """``gpuseat vms status``: each seat's domain, state and participant; the engine state is recorded."""
+def status(
+    store: CourseStore,
+    course: str | None,
+    connect: str,
+    host: LibvirtHost | None = None,
+    *,
+    record: bool | None = None,
+) -> VmReport:
+    """``gpuseat vms status``: each seat's domain, state and participant, written back to the store.
+
+    The store gets the truth: a seat whose domain is gone (deleted by hand) is no longer running
+    (``failed``, with the reason) and its connect details are cleared.
+    """
     view = store.get_course(course)
-    vm_seats = {s.key for s in store.seats(view.key) if _vm_seat(s.kind, s.engine)}
+    vm_seats = {s.key: s for s in store.seats(view.key) if _vm_seat(s.kind, s.engine)}
     logins = {k: v for k, v in course_logins(store, view.key).items() if k in vm_seats}
     report = status_seats(view.key, connect, logins, host)
-    _record(store, view.key, [r for r in report.seats if r.seat in logins and r.state != "absent"])
+    if not should_record(connect if host is None else host.uri, record):
+        return replace(report, notes=(*report.notes, TEST_DRIVER_NOTE))
+    record_results(store, view.key, [r for r in report.seats if r.seat in logins and r.state != "absent"])
+    for r in report.seats:
+        seat = vm_seats.get(r.seat)
+        if r.state != "absent" or seat is None or seat.engine != "libvirt":
+            continue
+        if seat.state in ("running", "requested") or seat.connect:
+            store.set_seat_state(
+                view.key,
+                r.seat,
+                "failed" if seat.state in ("running", "requested") else seat.state,
+                reason="vms status: the VM's domain is gone (removed outside gpuseat); run gpuseat vms up",
+                engine="libvirt",
+                engine_ref=r.domain,
+                connect="",
+            )
     return report
+
+
+def __getattr__(name: str) -> Any:
+    """``LibvirtEngine`` lives in :mod:`gpuseat.services.vms_engine` (kept importable from here)."""
+    if name == "LibvirtEngine":
+        from gpuseat.services.vms_engine import LibvirtEngine
+
+        return LibvirtEngine
+    raise AttributeError(name)

@@ -7,9 +7,11 @@
 * ``slurm.conf``: node lines (``Gres=gpu:m60:4``), one partition per course (``ReqResv=YES``: jobs in it
   must name a session reservation) and the cluster settings the scheme needs.
 * ``cgroup.conf``: device confinement, so a job opens only the device files of its GRES.
-* ``job_submit.lua``: without accounting (no slurmdbd) the per-participant limit: a job in a course
-  partition asking for more GPUs than the participant's seat, or for another type, is refused with a
-  message, and every GPU job gets ``--gres-flags=enforce-binding`` (bit 0x10 of ``bitflags``).
+* ``job_submit.lua``: the per-participant rule on submission *and* on change (``scontrol update``):
+  a participant's GPU job asks for at most their seat, names one partition (their course's) for the
+  course's sessions, and is rewritten to the seat's own GRES type (``m60.seat-01``), so Slurm itself
+  can only give them their own GPU, whatever the partition, reservation or number of jobs. Every GPU
+  job gets ``--gres-flags=enforce-binding`` (only root may disable it). See docs/slurm.md.
 """
 
 from __future__ import annotations
@@ -54,6 +56,13 @@ class GresDevice(BaseModel):
                 where=f"seat {self.seat}",
                 fix="list MIG capability files only for MIG seats",
             )
+        if self.seat is not None:
+            seat_gres_type(self.gres_type, self.seat)
+
+    @property
+    def slurm_type(self) -> str:
+        """The GRES type Slurm knows this device by: the seat's own (``m60.seat-01``), else the model's."""
+        return seat_gres_type(self.gres_type, self.seat) if self.seat else self.gres_type
 
 
 def gres_type_of(model: str) -> str:
@@ -121,7 +130,17 @@ def _by_node(devices: Sequence[GresDevice]) -> dict[str, list[GresDevice]]:
 def _check_unique(devices: Sequence[GresDevice]) -> None:
     cores: set[tuple[str, int]] = set()
     whole: set[tuple[str, str]] = set()
+    types: dict[str, str] = {}
     for d in devices:
+        if d.seat is not None:
+            if d.slurm_type in types:
+                raise InputError(
+                    f"GRES type {d.slurm_type} would name two devices "
+                    f"({types[d.slurm_type]} and {d.node}:{d.files[0]})",
+                    where=f"seat {d.seat}",
+                    fix="give every seat on the cluster its own key (the seat's GRES type is model + seat key)",
+                )
+            types[d.slurm_type] = f"{d.node}:{d.files[0]}"
         if (d.node, d.core) in cores:
             raise InputError(
                 f"core {d.core} on {d.node} is bound to two seats",
@@ -143,14 +162,15 @@ def gres_conf(devices: Sequence[GresDevice]) -> str:
     """``gres.conf`` for all nodes: one line per seat with ``NodeName=``, type, device file(s), core."""
     _check_unique(devices)
     lines = [
-        "# gpuseat: one line per seat; each device is bound to its own core (reservations hold cores)",
+        "# gpuseat: one line per seat, typed by seat (a job gets only the seat it names); each device is",
+        "# bound to its own core (session reservations hold cores)",
         "AutoDetect=off",
     ]
     for node, devs in _by_node(devices).items():
         for d in devs:
             files = f"MultipleFiles={','.join(d.files)}" if d.mig else f"File={d.files[0]}"
             seat = f"  # seat {d.seat}" if d.seat else ""
-            lines.append(f"NodeName={node} Name=gpu Type={d.gres_type} {files} Cores={d.core}{seat}")
+            lines.append(f"NodeName={node} Name=gpu Type={d.slurm_type} {files} Cores={d.core}{seat}")
     return "\n".join(lines) + "\n"
 
 
@@ -159,7 +179,7 @@ def gres_counts(devices: Sequence[GresDevice]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for d in devices:
         per = out.setdefault(d.node, {})
-        per[d.gres_type] = per.get(d.gres_type, 0) + 1
+        per[d.slurm_type] = per.get(d.slurm_type, 0) + 1
     return out
 
 
@@ -212,9 +232,13 @@ def cluster_settings() -> str:
         "GresTypes=gpu\n"
         "SelectType=select/cons_tres\n"
         "SelectTypeParameters=CR_Core\n"
+        "# job_submit.lua must exist before this line is read: gpuseat slurm config --conf-dir /etc/slurm\n"
         "JobSubmitPlugins=lua\n"
         "ProctrackType=proctrack/cgroup\n"
         "TaskPlugin=task/cgroup,task/affinity\n"
+        "# a participant's job waiting for their own GPU holds up the main scheduler for the whole session\n"
+        "# reservation; the backfill pass starts the others' jobs: run it often (merge into yours)\n"
+        "SchedulerParameters=bf_interval=5,bf_continue\n"
     )
 
 
@@ -235,11 +259,14 @@ class SeatLimit:
     user: str
     gres_type: str
     count: int
+    seat_type: str | None = None  # the seat's own GRES type (jobs are rewritten to it)
 
     def __post_init__(self) -> None:
         names.slurm_name(self.partition, where="partition")
         names.unix_user(self.user)
         names.gres_type(self.gres_type)
+        if self.seat_type is not None:
+            names.gres_type(self.seat_type)
         if not 0 < self.count <= 64:
             raise InputError(
                 f"seat GPU count {self.count} out of range",
@@ -260,80 +287,204 @@ def _lua_str(value: str) -> str:
 
 
 _LUA_BODY = """
--- The GPUs a request asks for: {count, type or nil, types seen}; reads tres_per_node/job/task/socket
--- ("gres:gpu:2", "gres:gpu:m60:1", comma lists).
+-- Every name below was checked by gpuseat before it was written (letters, digits, '_ . + -').
+
+-- Split "a,b" into a list.
+local function split(text)
+  local out = {}
+  if text ~= nil then
+    for item in string.gmatch(text, "[^,]+") do out[#out + 1] = item end
+  end
+  return out
+end
+
+-- One GPU item of a TRES spec ("gres:gpu:2", "gres/gpu:m60:1", "gres:gpu"): count and type (or nil).
+local function gpu_item(item)
+  local rest = string.match(item, "^gres[:/]gpu(.*)$")
+  if rest == nil then return nil end
+  if rest == "" then return 1, nil end
+  local kind, n = string.match(rest, "^[:=]([^:=]+)[:=](%d+)$")
+  if kind == nil then
+    n = string.match(rest, "^[:=](%d+)$")
+    if n == nil then
+      kind = string.match(rest, "^[:=]([^:=]+)$")
+      n = 1
+    end
+  end
+  return tonumber(n) or 1, kind
+end
+
+local GPU_FIELDS = {"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket"}
+
+-- The GPUs a request asks for: total count (per-task counts times the tasks) and the types named.
 local function gpus_asked(job_desc)
-  local total, kinds = 0, {}
+  local total, kinds, any = 0, {}, false
   local per_task = 1
   if job_desc.num_tasks ~= nil and job_desc.num_tasks > 0 and job_desc.num_tasks < 4294967294 then
     per_task = job_desc.num_tasks
   end
-  for _, field in ipairs({"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket"}) do
-    local spec = job_desc[field]
-    if spec ~= nil then
-      for item in string.gmatch(spec, "[^,]+") do
-        local rest = string.match(item, "^gres[:/]gpu(.*)$")
-        if rest ~= nil then
-          local kind, n = string.match(rest, "^[:=]([^:=]+)[:=](%d+)$")
-          if kind == nil then
-            n = string.match(rest, "^[:=](%d+)$")
-            if n == nil then
-              kind = string.match(rest, "^[:=]([^:=]+)$")
-              n = 1
-            end
-          end
-          n = tonumber(n) or 1
-          if field == "tres_per_task" then n = n * per_task end
-          total = total + n
-          if kind ~= nil then kinds[kind] = true end
-        end
+  for _, field in ipairs(GPU_FIELDS) do
+    for _, item in ipairs(split(job_desc[field])) do
+      local n, kind = gpu_item(item)
+      if n ~= nil then
+        any = true
+        if field == "tres_per_task" then n = n * per_task end
+        total = total + n
+        if kind ~= nil then kinds[kind] = true end
       end
     end
   end
-  return total, kinds
+  return total, kinds, any
 end
 
-function slurm_job_submit(job_desc, part_list, submit_uid)
-  local total, kinds = gpus_asked(job_desc)
-  if total > 0 and math.floor(job_desc.bitflags / 16) % 2 == 0 then
-    job_desc.bitflags = job_desc.bitflags + 16  -- --gres-flags=enforce-binding on every GPU job
+-- A TRES spec without its GPU items ("" when nothing else is left).
+local function without_gpus(spec)
+  local keep = {}
+  for _, item in ipairs(split(spec)) do
+    if gpu_item(item) == nil then keep[#keep + 1] = item end
   end
-  local part = job_desc.partition
-  if part == nil or courses[part] == nil then
+  return table.concat(keep, ",")
+end
+
+-- The job's user name: from the request, else from the uid table gpuseat wrote.
+local function user_of(job_desc, job_rec)
+  if job_desc.user_name ~= nil then return job_desc.user_name end
+  local uid = job_desc.user_id
+  if (uid == nil or uid >= 4294967294) and job_rec ~= nil then uid = job_rec.user_id end
+  if uid ~= nil and uids[uid] ~= nil then return uids[uid] end
+  return nil
+end
+
+-- The course partitions named in a partition list, and how many partitions it names.
+local function course_parts(partition)
+  local named, count = {}, 0
+  for _, p in ipairs(split(partition)) do
+    count = count + 1
+    if courses[p] ~= nil then named[#named + 1] = p end
+  end
+  return named, count
+end
+
+-- The course partition whose session reservations start like this reservation's name (nil if none).
+local function course_of_reservation(resv)
+  if resv == nil then return nil end
+  for part, _ in pairs(courses) do
+    if string.sub(resv, 1, string.len(part) + 1) == part .. "-" then return part end
+  end
+  return nil
+end
+
+local function refuse(fmt, ...)
+  slurm.log_user("gpuseat: " .. fmt, ...)
+  return slurm.ERROR
+end
+
+-- The one rule, for a new job and for a change to one: a participant's GPU job asks for at most
+-- their seat, in their course partition (one partition, not a list) for the course's sessions, and
+-- is rewritten to their seat's own GRES type, so Slurm can only give them their own GPU.
+local function seat_rule(job_desc, job_rec, user, partition, resv)
+  local total, kinds, any = gpus_asked(job_desc)
+  local named, count = course_parts(partition)
+  local resv_course = course_of_reservation(resv)
+  local enrolled = participants[user]
+  if enrolled == nil then
+    for _, part in ipairs(named) do
+      return refuse("%s is not enrolled in partition %s; ask the organiser to add you to the roster",
+                    user or "?", part)
+    end
     return slurm.SUCCESS
   end
-  local user = job_desc.user_name or tostring(job_desc.user_id)
+  if #named > 0 and count > 1 then
+    return refuse("name only your course partition (-p %s), not a list", named[1])
+  end
+  local part = named[1]
+  if part == nil and resv_course ~= nil then
+    if partition ~= nil and partition ~= "" then
+      return refuse("the sessions of %s run in partition %s only (-p %s)", resv_course, resv_course, resv_course)
+    end
+    part = resv_course
+    if job_rec == nil then job_desc.partition = part end
+  end
+  if part == nil then part = enrolled end  -- any other partition: the participant's GPU is still their seat
   local seat = courses[part][user]
   if seat == nil then
-    slurm.log_user("gpuseat: %s is not enrolled in partition %s; ask the organiser to add you to the roster",
-                   user, part)
-    return slurm.ERROR
+    return refuse("%s is not enrolled in partition %s; ask the organiser to add you to the roster", user, part)
   end
+  if resv_course ~= nil and resv_course ~= part then
+    return refuse("reservation %s belongs to partition %s, not %s", resv, resv_course, part)
+  end
+  if not any then return slurm.SUCCESS end
   for kind, _ in pairs(kinds) do
-    if kind ~= seat.type then
-      slurm.log_user("gpuseat: your seat in %s is gpu:%s:%d; this job asks for gpu type %s", part, seat.type,
-                     seat.count, kind)
-      return slurm.ERROR
+    if kind ~= seat.type and kind ~= seat.seat then
+      return refuse("your seat in %s is gpu:%s:%d; this job asks for gpu type %s", part, seat.type, seat.count, kind)
     end
   end
   if total > seat.count then
-    slurm.log_user("gpuseat: your seat in %s is gpu:%s:%d; this job asks for %d GPUs", part, seat.type,
-                   seat.count, total)
-    return slurm.ERROR
+    return refuse("your seat in %s is gpu:%s:%d; this job asks for %d GPUs", part, seat.type, seat.count, total)
   end
+  if total < 1 then return slurm.SUCCESS end
+  for _, field in ipairs(GPU_FIELDS) do
+    if job_desc[field] ~= nil then job_desc[field] = without_gpus(job_desc[field]) end
+  end
+  local rest = job_desc.tres_per_node
+  local mine = "gres:gpu:" .. seat.seat .. ":" .. total
+  if rest ~= nil and rest ~= "" then mine = rest .. "," .. mine end
+  job_desc.tres_per_node = mine
   return slurm.SUCCESS
 end
 
+local ENFORCE = slurm.GRES_ENFORCE_BIND or 16
+local DISABLE = slurm.GRES_DISABLE_BIND or 32
+
+local function has_bit(value, bit) return math.floor(value / bit) % 2 == 1 end
+
+-- Every GPU job binds its GPUs to its cores (--gres-flags=enforce-binding): outside a session's
+-- reservation the reserved cores, and so the seats' GPUs, are out of reach. Only root may turn it off.
+local function enforce_binding(job_desc, uid)
+  local _, _, any = gpus_asked(job_desc)
+  if not any or job_desc.bitflags == nil then return end
+  if has_bit(job_desc.bitflags, DISABLE) and uid ~= 0 then job_desc.bitflags = job_desc.bitflags - DISABLE end
+  if not has_bit(job_desc.bitflags, ENFORCE) and not has_bit(job_desc.bitflags, DISABLE) then
+    job_desc.bitflags = job_desc.bitflags + ENFORCE
+  end
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  local user = user_of(job_desc, nil)
+  local rc = seat_rule(job_desc, nil, user, job_desc.partition, job_desc.reservation)
+  if rc == slurm.SUCCESS then enforce_binding(job_desc, submit_uid) end
+  return rc
+end
+
+-- A change to a job (scontrol update) passes the same rule: the partition, reservation and GPUs it
+-- would have afterwards.
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
-  return slurm.SUCCESS
+  local user = user_of(job_desc, job_rec)
+  local _, _, any = gpus_asked(job_desc)
+  if job_desc.partition == nil and job_desc.reservation == nil and not any then
+    return slurm.SUCCESS
+  end
+  local partition = job_desc.partition or job_rec.partition
+  local resv = job_desc.reservation or job_rec.resv_name
+  local rc = seat_rule(job_desc, job_rec, user, partition, resv)
+  if rc == slurm.SUCCESS then enforce_binding(job_desc, modify_uid) end
+  return rc
 end
 
 return slurm.SUCCESS
 """
 
 
-def job_submit_lua(limits: Iterable[SeatLimit]) -> str:
-    """``job_submit.lua`` with one table entry per enrolled participant and course partition."""
+def seat_gres_type(model_type: str, seat: str) -> str:
+    """A seat's own GRES type (``m60.seat-01``): a job asking for it can only get that seat's device."""
+    return names.gres_type(f"{model_type}.{seat}", where=f"seat {seat}: GRES type")
+
+
+def job_submit_lua(limits: Iterable[SeatLimit], uids: Mapping[str, int] | None = None) -> str:
+    """``job_submit.lua`` with one table entry per enrolled participant and course partition.
+
+    ``uids`` maps unix users to their uid on the controller (a job change carries only the uid).
+    """
     table: dict[str, dict[str, SeatLimit]] = {}
     for lim in limits:
         per = table.setdefault(lim.partition, {})
@@ -348,12 +499,26 @@ def job_submit_lua(limits: Iterable[SeatLimit]) -> str:
         LUA_MARK + " seat limits per course partition (written by `gpuseat slurm enroll`; do not edit)",
         "courses = {",
     ]
+    first: dict[str, str] = {}
     for part in sorted(table):
         rows.append(f"  [{_lua_str(part)}] = {{")
         for user in sorted(table[part]):
             lim = table[part][user]
-            rows.append(f"    [{_lua_str(user)}] = {{type = {_lua_str(lim.gres_type)}, count = {lim.count}}},")
+            first.setdefault(user, part)
+            rows.append(
+                f"    [{_lua_str(user)}] = {{type = {_lua_str(lim.gres_type)}, "
+                f"seat = {_lua_str(lim.seat_type or lim.gres_type)}, count = {lim.count}}},"
+            )
         rows.append("  },")
+    rows.append("}")
+    rows.append("-- each participant's first course partition (for GPU jobs in other partitions)")
+    rows.append("participants = {")
+    rows += [f"  [{_lua_str(u)}] = {_lua_str(p)}," for u, p in sorted(first.items())]
+    rows.append("}")
+    rows.append("uids = {")
+    for user, uid in sorted((uids or {}).items()):
+        if user in first and 0 <= int(uid) < 4294967294:
+            rows.append(f"  [{int(uid)}] = {_lua_str(user)},")
     rows.append("}")
     return "\n".join(rows) + "\n" + _LUA_BODY
 

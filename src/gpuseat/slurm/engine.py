@@ -7,9 +7,11 @@ message and what it means for a seat (:func:`explain`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -127,17 +129,24 @@ class Slurm:
         argv = [self._exe(cmd), *args]
         if as_user is not None:
             argv = ["runuser", "-u", names.unix_user(as_user), "--", *argv]
+        # its own process group: on a timeout the whole group goes (runuser's srun child too, which
+        # would otherwise wait for its allocation long after we gave up)
+        child = subprocess.Popen(
+            argv,
+            env=self._env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
         try:
-            proc = subprocess.run(
-                argv,
-                env=self._env(),
-                capture_output=True,
-                text=True,
-                timeout=self.timeout_s,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
+            out, err = child.communicate(timeout=self.timeout_s)
+            proc = subprocess.CompletedProcess(argv, child.returncode, out, err)
         except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
             raise EngineError(
                 f"{cmd} did not answer within {self.timeout_s:.0f} s",
                 where=cmd,

@@ -14,18 +14,21 @@ Courses are named by ``key``; ``course=None`` means "the only course" (an error 
 or several). Participants are found by key, email or Unix user name.
 
 The methods live in one module per concern (``courses``, ``roster``, ``seats``, ``seatfile``,
-``claims``, ``tokens``, ``events``); they share the sessions of :class:`~gpuseat.store.base.StoreBase`.
+``claims``, ``tokens``, ``events``, ``delivery``); they share the sessions of :class:`~gpuseat.store.base.StoreBase`.
 """
 
 from __future__ import annotations
 
 from gpuseat.store.claims import ClaimMethods
 from gpuseat.store.courses import CourseMethods
+from gpuseat.store.delivery import DeliveryMethods
 from gpuseat.store.events import EventMethods
 from gpuseat.store.roster import RosterMethods
 from gpuseat.store.seatfile import SeatFileMethods
 from gpuseat.store.tokens import TokenMethods
 
 
-class CourseStore(CourseMethods, RosterMethods, SeatFileMethods, ClaimMethods, TokenMethods, EventMethods):
+class CourseStore(
+    CourseMethods, RosterMethods, SeatFileMethods, ClaimMethods, TokenMethods, EventMethods, DeliveryMethods
+):
     """Courses, roster, seats, assignments, tokens and events in one database (see the module doc)."""

@@ -56,6 +56,12 @@ def _source(el: ET.Element, attr: str) -> str:
     return "" if src is None else src.get(attr, "")
 
 
+def _log(el: ET.Element) -> str:
+    """``<log file=...>`` of a character device ("" when it has none)."""
+    log = el.find("log")
+    return "" if log is None else log.get("file", "")
+
+
 def essentials(xml: str) -> dict[str, object]:
     """The parts of a domain gpuseat owns, normalised so that gpuseat's XML and libvirt's compare equal."""
     root = ET.fromstring(xml)
@@ -76,7 +82,16 @@ def essentials(xml: str) -> dict[str, object]:
         "hostdevs": sorted(_address(h.find("source/address")) for h in devices.findall("hostdev")),
         "disks": sorted((d.get("device", "disk"), _source(d, "file")) for d in devices.findall("disk")),
         "networks": sorted(_source(i, "network") for i in devices.findall("interface")),
-        "serial": sorted(_source(s, "path") for s in devices.findall("serial")),
+        "macs": sorted(m.get("address", "").lower() for m in devices.findall("interface/mac")),
+        "serial": sorted(
+            (
+                s.get("type", ""),
+                _source(s, "path"),
+                _log(s),
+            )
+            for s in devices.findall("serial")
+        ),
+        "console": sorted(c.get("type", "") for c in devices.findall("console")),
     }
 
 

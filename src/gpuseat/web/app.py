@@ -298,13 +298,21 @@ def create_app(portal: Portal) -> FastAPI:
         d = digest()
         free = [r.seat.key for r in d.seats if r.seat.participant is None and r.seat.state != "released"]
         waiting = [p.key for p in d.participants if p.seat is None]
-        return page(request, "seats.html", status=status, tab="seats", d=d, free=free, waiting=waiting, **ctx)
+        from gpuseat.services.delivery import ways_in
+
+        ways = ways_in(portal.store, portal.course_key)
+        return page(
+            request, "seats.html", status=status, tab="seats", d=d, free=free, waiting=waiting, ways=ways, **ctx
+        )
 
     @app.get("/overview", response_class=HTMLResponse)
     def overview(request: Request) -> Response:
         if (user := organizer(request)) is None:
             return login_first(request)
-        return page(request, "overview.html", d=digest(), user=user, tab="overview")
+        from gpuseat.services.delivery import checklist
+
+        ready = checklist(portal.store, portal.course_key)
+        return page(request, "overview.html", d=digest(), user=user, tab="overview", checklist=ready)
 
     @app.get("/roster", response_class=HTMLResponse)
     def roster(request: Request) -> Response:
@@ -414,6 +422,25 @@ def create_app(portal: Portal) -> FastAPI:
         except InputError as exc:
             return seats_page(request, status=400, error=exc.message)
         return seats_page(request, notice=notice)
+
+    @app.post("/seats/connect")
+    async def seat_connect(request: Request) -> Response:
+        if (user := organizer(request)) is None:
+            return login_first(request)
+        from gpuseat.services.delivery import build_access
+
+        data = await form(request)
+        value = {k: str(data.get(k, "")).strip() or None for k in ("seat", "ssh", "jump", "url", "note")}
+        try:
+            seat = portal.store.get_seat(portal.course_key, value["seat"] or "")
+            notes = [value["note"]] if value["note"] else []
+            made = build_access(
+                value["ssh"], value["url"], value["jump"], notes, None, seat.device_uuid, server_name=seat.host
+            )
+            portal.store.record_delivery(seat.course, seat.key, access=made, actor=user)
+        except InputError as exc:
+            return seats_page(request, status=400, error=exc.message)
+        return seats_page(request, notice=f"seat {seat.key}: way in saved")
 
     @app.get("/alerts", response_class=HTMLResponse)
     def alerts(request: Request) -> Response:
@@ -540,11 +567,19 @@ def create_app(portal: Portal) -> FastAPI:
         answers = ctx.pop("answers", None)
         if answers is None and template is not None:
             answers = portal.surveys.response(key, who.key) or {}
+        way = check = None
+        if seat is not None:
+            from gpuseat.services.delivery import way_in
+
+            way = way_in(portal.store, seat, who)
+            check = portal.store.readiness_of(key).get(seat.key)
         return page(
             request,
             "participant.html",
             who=who,
             seat=seat,
+            way=way,
+            check=check,
             bench=d_bench,
             usage=usage,
             token=token,
@@ -564,6 +599,24 @@ def create_app(portal: Portal) -> FastAPI:
         if who is None:
             return unknown_link(request)
         return participant_page(request, token, who)
+
+    @app.get("/t/{token}/ssh_config")
+    def participant_ssh_config(token: str, request: Request) -> Response:
+        if (refused := guess_refused(request)) is not None:
+            return refused
+        who = participant(token, request)
+        if who is None:
+            return unknown_link(request)
+        from gpuseat.services.delivery import way_in
+
+        seat = portal.store.seat_of(who.course, who.key)
+        way = way_in(portal.store, seat, who) if seat is not None else None
+        if way is None or way.ssh_config is None:
+            return PlainTextResponse("no SSH way in for your seat yet\n", status_code=404)
+        return PlainTextResponse(
+            way.ssh_config,
+            headers={"content-disposition": f'attachment; filename="gpuseat-{seat.key}.ssh_config"'},  # type: ignore[union-attr]
+        )
 
     @app.get("/t/{token}/live")
     def participant_live(token: str, request: Request) -> Response:

@@ -1,0 +1,122 @@
+"""CLI for ``gpuseat seats connect`` and ``gpuseat seats check``: parse flags, call the services, print."""
+
+from __future__ import annotations
+
+import typer
+
+from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, print_rows
+from gpuseat.cli.course import COURSE, DB, actor
+from gpuseat.errors import InputError
+
+CHECK_COLUMNS = ("seat", "participant", "engine", "state", "reason", "visible", "checked_at")
+
+
+def parse_settings(values: list[str]) -> dict[str, dict[str, str]]:
+    """``--set ENGINE.KEY=VALUE`` flags → engine → settings."""
+    out: dict[str, dict[str, str]] = {}
+    for raw in values:
+        name, eq, value = raw.partition("=")
+        engine, dot, key = name.partition(".")
+        if not eq or not dot or not engine or not key:
+            raise InputError(
+                f"--set {raw!r}", where="--set", fix="write it as ENGINE.KEY=VALUE, e.g. host.ssh_port=2222"
+            )
+        out.setdefault(engine, {})[key] = value
+    return out
+
+
+def add_to(seats_app: typer.Typer) -> None:
+    """Add ``connect`` and ``check`` to the ``seats`` group."""
+
+    @seats_app.command("connect")
+    def connect(
+        seat: str = typer.Argument(..., help="Seat key."),
+        ssh: str | None = typer.Option(None, "--ssh", help="USER@HOST[:PORT] (USER defaults to the holder's)."),
+        jump: str | None = typer.Option(None, "--jump", help="Jump host (ssh -J)."),
+        url: str | None = typer.Option(None, "--url", help="A web way in (hub, notebook, portal)."),
+        note: list[str] = typer.Option([], "--note", help="A line shown with the instruction (repeatable)."),
+        kind: str | None = typer.Option(None, "--kind", help="ssh, jupyter, vm, slurm or web."),
+        clear: bool = typer.Option(False, "--clear", help="Forget the seat's access details."),
+        course: str | None = COURSE,
+        db: str | None = DB,
+        fmt: Format = FORMAT_OPTION,
+    ) -> None:
+        """Set (or show) how a seat's participant gets in: SSH with port and jump host, a URL, notes."""
+        from gpuseat.core.delivery import instruction
+        from gpuseat.services.courses import open_store
+
+        changing = clear or ssh or url or note
+        with open_store(db, create=False) as store:
+            view = store.get_seat(course, seat)
+            if ssh and url:
+                raise InputError("--ssh and --url both given", where="gpuseat seats connect", fix="give one of them")
+            if clear:
+                store.record_delivery(view.course, view.key, clear_access=True, actor=actor())
+            elif changing:
+                from gpuseat.services.delivery import build_access
+
+                made = build_access(ssh, url, jump, note, kind, view.device_uuid, server_name=view.host)
+                store.record_delivery(view.course, view.key, access=made, actor=actor())
+            stored = store.access_of(view.course).get(view.key)
+            user = None
+            if view.participant:
+                user = store.find_participant(view.course, view.participant).unix_user
+        shown = instruction(stored, seat=view.key, unix_user=user, server_name=view.host)
+        if fmt is Format.json:
+            print_json(
+                {
+                    "seat": view.key,
+                    "access": stored,
+                    "command": shown.command,
+                    "url": shown.url,
+                    "ssh_config": shown.ssh_config,
+                    "missing": shown.missing,
+                }
+            )
+            return
+        if shown.missing:
+            print(f"{view.key}: {shown.missing}")
+            return
+        print(f"{view.key}: {shown.command or shown.url}")
+        for n in shown.notes:
+            print(f"  {n}")
+
+    @seats_app.command("check")
+    def check(
+        seat: str | None = typer.Option(None, "--seat", help="Only this seat."),
+        timeout: float = typer.Option(30.0, "--timeout", help="Seconds each seat's probe may take."),
+        workers: int = typer.Option(16, "--workers", help="Probes at once."),
+        setting: list[str] = typer.Option([], "--set", help="Engine setting ENGINE.KEY=VALUE (repeatable)."),
+        bench: bool = typer.Option(False, "--bench", help="Also run the LeNet benchmark on ready seats."),
+        course: str | None = COURSE,
+        db: str | None = DB,
+        fmt: Format = FORMAT_OPTION,
+    ) -> None:
+        """Probe every seat as its participant: ready = exactly one visible GPU, and it is the seat's."""
+        from gpuseat.services.checks import check_seats, summary
+        from gpuseat.services.courses import open_store
+
+        if not 0 < timeout <= 3600 or not 0 < workers <= 256:
+            raise InputError("--timeout or --workers out of range", where="--timeout", fix="1-3600 s, 1-256 workers")
+        if bench:
+            raise InputError(
+                "--bench is not available yet", where="--bench", fix="run gpuseat bench fleet on the ready seats"
+            )
+        with open_store(db, create=False) as store:
+            results = check_seats(
+                store,
+                course,
+                seat=seat,
+                timeout=timeout,
+                workers=workers,
+                settings=parse_settings(setting),
+                actor=actor(),
+            )
+        counts = summary(results)
+        if fmt is Format.json:
+            print_json({"summary": counts, "seats": [r.to_dict() for r in results]})
+        else:
+            rows = [{**r.to_dict(), "visible": " ".join(r.visible)} for r in results]
+            print_rows(rows, CHECK_COLUMNS, fmt, title=f"{counts['ready']}/{counts['total']} ready")
+        if counts["broken"]:
+            raise typer.Exit(3)

@@ -1,0 +1,118 @@
+"""CLI for ``gpuseat host up|status|down``: the shared-host engine, run as root on the GPU server."""
+
+from __future__ import annotations
+
+import typer
+
+from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, print_rows
+from gpuseat.cli.course import COURSE, DB, actor
+
+HOST_COLUMNS = ("seat", "participant", "engine", "state", "reason", "checked_at")
+
+
+def _settings(**given: object) -> dict[str, str]:
+    return {k: str(v) for k, v in given.items() if v not in (None, "")}
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``host`` group."""
+    host_app = typer.Typer(
+        help="Shared GPU host: accounts, keys and device access per seat (run as root on the server).",
+        no_args_is_help=True,
+    )
+    app.add_typer(host_app, name="host")
+
+    opts = {
+        "host": typer.Option(None, "--host", help="This server's name in the seats (default: the only one)."),
+        "ssh_host": typer.Option(None, "--ssh-host", help="The name participants connect to (DNS name or IP)."),
+        "ssh_port": typer.Option(None, "--ssh-port", help="sshd's port when not 22."),
+        "jump_host": typer.Option(None, "--jump-host", help="Jump host participants go through (ssh -J)."),
+        "dev_root": typer.Option(None, "--dev-root", help="Where the device files are (default /dev)."),
+        "proc_root": typer.Option(None, "--proc-root", help="Where /proc is (mig-minors; default /proc)."),
+        "nvidia_smi": typer.Option(None, "--nvidia-smi", help="The nvidia-smi to run (default: from PATH)."),
+        "keys_dir": typer.Option(None, "--keys-dir", help="Root-owned authorized keys per user."),
+        "sshd_dropin": typer.Option(None, "--sshd-dropin", help="sshd drop-in gpuseat writes."),
+        "profile_d": typer.Option(None, "--profile-d", help="/etc/profile.d file gpuseat writes."),
+        "systemd_dir": typer.Option(None, "--systemd-dir", help="Where user slice drop-ins go."),
+        "group": typer.Option(None, "--group", help="Unix group of course accounts (default gpuseat)."),
+        "probe_port": typer.Option(None, "--probe-port", help="sshd port for the loopback probe."),
+    }
+
+    @host_app.command("up")
+    def up(
+        course: str | None = COURSE,
+        db: str | None = DB,
+        fmt: Format = FORMAT_OPTION,
+        host: str | None = opts["host"],
+        ssh_host: str | None = opts["ssh_host"],
+        ssh_port: str | None = opts["ssh_port"],
+        jump_host: str | None = opts["jump_host"],
+        dev_root: str | None = opts["dev_root"],
+        proc_root: str | None = opts["proc_root"],
+        nvidia_smi: str | None = opts["nvidia_smi"],
+        keys_dir: str | None = opts["keys_dir"],
+        sshd_dropin: str | None = opts["sshd_dropin"],
+        profile_d: str | None = opts["profile_d"],
+        systemd_dir: str | None = opts["systemd_dir"],
+        group: str | None = opts["group"],
+        probe_port: str | None = opts["probe_port"],
+    ) -> None:
+        """Make this server match the course: accounts, keys, CUDA_VISIBLE_DEVICES, device ACLs (idempotent)."""
+        from gpuseat.services.courses import open_store
+        from gpuseat.services.host_engine import HostEngine
+
+        settings = _settings(
+            host=host, ssh_host=ssh_host, ssh_port=ssh_port, jump_host=jump_host, dev_root=dev_root,
+            proc_root=proc_root, nvidia_smi=nvidia_smi, keys_dir=keys_dir, sshd_dropin=sshd_dropin,
+            profile_d=profile_d, systemd_dir=systemd_dir, group=group, probe_port=probe_port,
+        )  # fmt: skip
+        with open_store(db, create=False) as store:
+            report = HostEngine(store, course, **settings).up(actor=actor())
+        _print(report.to_dict(), fmt)
+
+    @host_app.command("down")
+    def down(
+        course: str | None = COURSE,
+        db: str | None = DB,
+        fmt: Format = FORMAT_OPTION,
+        host: str | None = opts["host"],
+    ) -> None:
+        """Course end: keys removed, course accounts locked, device files back to root only."""
+        from gpuseat.services.courses import open_store
+        from gpuseat.services.host_engine import HostEngine
+
+        with open_store(db, create=False) as store:
+            report = HostEngine(store, course, **_settings(host=host)).down(actor=actor())
+        _print(report.to_dict(), fmt)
+
+    @host_app.command("status")
+    def status(
+        course: str | None = COURSE,
+        db: str | None = DB,
+        fmt: Format = FORMAT_OPTION,
+        timeout: float = typer.Option(20.0, "--timeout", help="Seconds each seat's probe may take."),
+    ) -> None:
+        """Probe every host seat as its participant (the same check as ``gpuseat seats check``)."""
+        from gpuseat.services.checks import check_seats
+        from gpuseat.services.courses import open_store
+
+        with open_store(db, create=False) as store:
+            results = [r for r in check_seats(store, course, timeout=timeout, actor=actor()) if r.engine == "host"]
+        rows = [r.to_dict() for r in results]
+        print_rows(rows, HOST_COLUMNS, fmt, title=f"{sum(r.ready for r in results)}/{len(results)} ready")
+
+
+def _print(data: dict[str, object], fmt: Format) -> None:
+    if fmt is Format.json:
+        print_json(data)
+        return
+    changes = data["changes"]
+    assert isinstance(changes, list)
+    print(
+        f"course {data['course']} on host {data['host']}: "
+        + (f"{len(changes)} change(s)" if changes else "nothing to change")
+    )
+    for line in changes:
+        print(f"  {line}")
+    for line in data["warnings"]:  # type: ignore[attr-defined]
+        print(f"  warning: {line}")

@@ -1,0 +1,315 @@
+"""Seat delivery, pure parts: what a shared GPU host must look like for a course, and how to tell
+a participant the way in.
+
+Text in, text out (no files, no processes): the device files a seat needs (from
+``/proc/driver/nvidia-caps/mig-minors`` for MIG), the files ``gpuseat host up`` writes (authorized
+keys, the sshd drop-in, ``/etc/profile.d``, per-user systemd slices), the ready-to-paste SSH command
+and ``~/.ssh/config`` block, and the parse of the probe's output. The service layer applies these to
+the machine; tests check them without root.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from gpuseat.errors import InputError
+
+# a host name or address a participant can type (no spaces, no shell or ssh option characters)
+HOST_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9-]{1,63})*\.?$")
+USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z/-]{1,90}$")
+_MIG_MINOR = re.compile(r"^gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access\s+(\d+)\s*$")
+_FILE_LIKE = re.compile(r"\.(toml|ya?ml|json|csv|txt|xml)$", re.IGNORECASE)
+
+
+# -- hosts and the way in ------------------------------------------------------------------------
+
+
+def check_host(value: str, *, field: str) -> str:
+    """A reachable host name or IP address, or an :class:`InputError` naming ``field``."""
+    text = value.strip()
+    try:
+        ipaddress.ip_address(text.strip("[]"))
+        return text.strip("[]")
+    except ValueError:
+        pass
+    if "/" in text or _FILE_LIKE.search(text) or not HOST_RE.match(text):
+        raise InputError(
+            f"{value!r} is not a host name a participant can reach (it looks like a file or has odd characters)",
+            where=field,
+            fix=f"set {field} to the server's DNS name or IP address, e.g. gpu1.example.org",
+        )
+    return text
+
+
+def split_user_host(value: str, *, field: str = "--ssh") -> tuple[str | None, str, int | None]:
+    """``user@host[:port]`` (user and port optional; ``[v6]:port`` for IPv6) → parts, checked."""
+    user, _, rest = value.strip().rpartition("@")
+    if user and not USER_RE.match(user):
+        raise InputError(f"user {user!r} is not a Unix user name", where=field, fix="write it as user@host[:port]")
+    port: int | None = None
+    if rest.startswith("["):
+        host, _, tail = rest[1:].partition("]")
+        if tail:
+            port = _port(tail.removeprefix(":"), field)
+    elif rest.count(":") == 1:
+        host, _, p = rest.partition(":")
+        port = _port(p, field)
+    else:
+        host = rest
+    return (user or None), check_host(host, field=field), port
+
+
+def _port(text: str, field: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise InputError(f"port {text!r} is not a TCP port", where=field, fix="give a port between 1 and 65535")
+    return int(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Instruction:
+    """What a participant page shows: a command to paste, a URL, a ``~/.ssh/config`` block, notes."""
+
+    command: str | None
+    url: str | None
+    ssh_config: str | None
+    device_uuid: str | None
+    notes: tuple[str, ...]
+    missing: str | None  # set when there is no way in yet: what the organizer must set
+
+
+def ssh_command(host: str, user: str | None, port: int | None = None, jump: str | None = None) -> str:
+    """``ssh [-p PORT] [-J JUMP] user@host``, each part checked (it is pasted into a terminal)."""
+    parts = ["ssh"]
+    if port and port != 22:
+        parts += ["-p", str(port)]
+    if jump:
+        parts += ["-J", shlex.quote(jump)]
+    parts.append(f"{user}@{host}" if user else host)
+    return " ".join(parts)
+
+
+def ssh_config_block(alias: str, host: str, user: str | None, port: int | None, jump: str | None) -> str:
+    """A ``~/.ssh/config`` entry so that ``ssh ALIAS`` just works."""
+    lines = [f"Host {alias}", f"    HostName {host}"]
+    if user:
+        lines.append(f"    User {user}")
+    if port and port != 22:
+        lines.append(f"    Port {port}")
+    if jump:
+        lines.append(f"    ProxyJump {jump}")
+    return "\n".join(lines) + "\n"
+
+
+def instruction(
+    access: Mapping[str, object] | None,
+    *,
+    seat: str,
+    unix_user: str | None,
+    server_name: str | None = None,
+) -> Instruction:
+    """The way in for one seat from its stored access (``Access.to_dict`` form).
+
+    An SSH access without a user takes the participant's Unix user. A host equal to the inventory's
+    ``name`` (``server_name``) is never printed: it names a file, not a machine.
+    """
+    if not access:
+        return Instruction(None, None, None, None, (), "no way in is set for this seat yet")
+    kind = str(access.get("kind") or "ssh")
+    notes = tuple(str(n) for n in (access.get("notes") or ()))  # type: ignore[attr-defined]
+    uuid = access.get("device_uuid")
+    device = str(uuid) if uuid else None
+    url = str(access["url"]) if access.get("url") else None
+    host = str(access["host"]) if access.get("host") else None
+    if host and server_name and host == server_name and "." not in host:
+        return Instruction(
+            None, url, None, device, notes, f"{host!r} is the inventory's name, not a reachable host: set ssh_host"
+        )
+    given = str(access["command"]) if access.get("command") else None
+    if kind in ("jupyter", "web") or (url and not host):
+        return Instruction(given, url, None, device, notes, None)
+    if not host:
+        if given:
+            return Instruction(given, url, None, device, notes, None)
+        return Instruction(None, url, None, device, notes, "no host is set for this seat yet")
+    user = str(access["user"]) if access.get("user") else unix_user
+    port = int(str(access["port"])) if access.get("port") else None
+    jump = str(access["jump_host"]) if access.get("jump_host") else None
+    command = given or ssh_command(host, user, port, jump)
+    config = ssh_config_block(f"gpuseat-{seat}", host, user, port, jump) if kind in ("ssh", "vm") else None
+    return Instruction(command, url, config, device, notes, None)
+
+
+# -- the shared host: device files -----------------------------------------------------------------
+
+
+def parse_mig_minors(text: str) -> dict[tuple[int, int, int | None], int]:
+    """``/proc/driver/nvidia-caps/mig-minors`` → ``(gpu, gi, ci or None)`` → cap minor."""
+    out: dict[tuple[int, int, int | None], int] = {}
+    for line in text.splitlines():
+        m = _MIG_MINOR.match(line.strip())
+        if m:
+            ci = None if m.group(3) is None else int(m.group(3))
+            out[(int(m.group(1)), int(m.group(2)), ci)] = int(m.group(4))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class SeatDevice:
+    """Where a seat's GPU lives: the parent GPU's minor, and the MIG GI/CI ids for a MIG seat."""
+
+    uuid: str
+    minor: int
+    gi: int | None = None
+    ci: int | None = None
+    profile: str | None = None  # MIG profile (``1g.18gb``) as nvidia-smi -L names it
+    split: bool = False  # a whole GPU that has MIG devices (never a seat of its own)
+
+
+def adopt(
+    wanted: list[tuple[str, str, str | None]], devices: Mapping[str, SeatDevice], taken: set[str]
+) -> dict[str, str]:
+    """Seat key → device UUID for seats planned without one: ``(key, kind, profile)`` in key order.
+
+    A MIG seat takes the next free MIG device of its profile, a whole-GPU seat the next free GPU
+    without MIG devices, in the host's order; seats left without a match are not in the result.
+    """
+    free = [d for d in sorted(devices.values(), key=lambda d: (d.minor, d.gi or -1)) if d.uuid not in taken]
+    out: dict[str, str] = {}
+    for key, kind, profile in wanted:
+        for d in free:
+            fits = d.gi is not None and d.profile == profile if kind == "mig" else d.gi is None and not d.split
+            if fits:
+                out[key] = d.uuid
+                free.remove(d)
+                break
+    return out
+
+
+def device_files(dev: SeatDevice, minors: Mapping[tuple[int, int, int | None], int], dev_root: str) -> tuple[str, ...]:
+    """The device files only this seat's holder may open (besides the shared control nodes).
+
+    Whole GPU: ``/dev/nvidiaN``. MIG: the GI and CI capability files; the parent ``/dev/nvidiaN``
+    is shared by every MIG seat of that GPU (see :func:`shared_files`).
+    """
+    root = dev_root.rstrip("/")
+    if dev.gi is None:
+        return (f"{root}/nvidia{dev.minor}",)
+    gi = minors.get((dev.minor, dev.gi, None))
+    ci = minors.get((dev.minor, dev.gi, dev.ci if dev.ci is not None else 0))
+    if gi is None or ci is None:
+        raise InputError(
+            f"MIG device {dev.uuid} (GPU {dev.minor}, GI {dev.gi}, CI {dev.ci}) has no capability minor",
+            where="/proc/driver/nvidia-caps/mig-minors",
+            fix="check that the MIG instance exists (nvidia-smi mig -lgi) and that nvidia-caps is loaded",
+        )
+    return (f"{root}/nvidia-caps/nvidia-cap{gi}", f"{root}/nvidia-caps/nvidia-cap{ci}")
+
+
+def shared_files(dev: SeatDevice, dev_root: str) -> tuple[str, ...]:
+    """Files a MIG seat's holder shares with the GPU's other MIG seats (the parent GPU)."""
+    return () if dev.gi is None else (f"{dev_root.rstrip('/')}/nvidia{dev.minor}",)
+
+
+# -- the shared host: files gpuseat writes ---------------------------------------------------------
+
+MARK = "# managed by gpuseat host up: rewritten on every run, do not edit"
+
+
+def authorized_keys(user_key: str | None, probe_key: str | None, uuid: str) -> str:
+    """The participant's root-owned authorized keys file: their key and gpuseat's loopback probe key.
+
+    Both lines set ``CUDA_VISIBLE_DEVICES`` (sshd honours it with ``PermitUserEnvironment``); the
+    probe key only works from loopback and cannot forward or open a terminal.
+    """
+    env = f'environment="CUDA_VISIBLE_DEVICES={uuid}"'
+    lines = [MARK]
+    if user_key:
+        lines.append(f"{env} {user_key.strip()}")
+    if probe_key:
+        lines.append(f'from="127.0.0.1,::1",restrict,{env} {probe_key.strip()}')
+    return "\n".join(lines) + "\n"
+
+
+def sshd_dropin(keys_dir: str, group: str) -> str:
+    """sshd settings: CUDA_VISIBLE_DEVICES from key options; course accounts use only gpuseat's keys."""
+    return (
+        f"{MARK}\n"
+        "PermitUserEnvironment CUDA_VISIBLE_DEVICES\n"
+        f"Match Group {group}\n"
+        f"    AuthorizedKeysFile {keys_dir.rstrip('/')}/%u\n"
+    )
+
+
+def profile_script(pins: Mapping[str, str]) -> str:
+    """``/etc/profile.d`` snippet: CUDA_VISIBLE_DEVICES for each seat holder's login shells."""
+    lines = [MARK, 'case "$(id -un)" in']
+    for user, uuid in sorted(pins.items()):
+        lines.append(f"  {user}) export CUDA_VISIBLE_DEVICES={uuid} ;;")
+    lines.append("esac")
+    return "\n".join(lines) + "\n"
+
+
+def slice_dropin(
+    allow: Iterable[tuple[str, str]], *, cpu_quota: str | None = None, memory_max: str | None = None
+) -> str:
+    """A ``user-UID.slice.d`` drop-in: closed device policy, the seat's devices, CPU and memory caps."""
+    lines = [MARK, "[Slice]", "DevicePolicy=closed"]
+    lines += [f"DeviceAllow={path} {mode}" for path, mode in allow]
+    if cpu_quota:
+        lines.append(f"CPUQuota={cpu_quota}")
+    if memory_max:
+        lines.append(f"MemoryMax={memory_max}")
+    return "\n".join(lines) + "\n"
+
+
+def safe_user(key: str) -> str:
+    """A Unix user name for a participant without one: ``[a-z_][a-z0-9_-]``, at most 32 characters."""
+    base = re.sub(r"[^a-z0-9_-]+", "", key.lower())
+    if not base or not (base[0].isalpha() or base[0] == "_"):
+        base = "p" + base
+    if len(base) <= 32 and base == key:
+        return base
+    return f"{base[:23]}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+
+
+# -- the probe -------------------------------------------------------------------------------------
+
+PROBE_SCRIPT = 'printf "CUDA_VISIBLE_DEVICES=%s\\n" "${CUDA_VISIBLE_DEVICES-}"; exec NVIDIA_SMI -L'
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSeen:
+    """What the participant saw: their CUDA_VISIBLE_DEVICES and the devices they can open."""
+
+    cuda_visible: str | None
+    visible: tuple[str, ...]
+
+
+def parse_probe(text: str) -> ProbeSeen:
+    """The probe's output → CUDA_VISIBLE_DEVICES and visible devices (MIG devices, else whole GPUs)."""
+    cvd: str | None = None
+    gpus: list[str] = []
+    migs: dict[str, list[str]] = {}
+    last: str | None = None
+    for line in text.splitlines():
+        if line.startswith("CUDA_VISIBLE_DEVICES="):
+            cvd = line.partition("=")[2].strip() or None
+            continue
+        m = re.match(r"^GPU\s+\d+:.*\(UUID:\s*(GPU-[0-9A-Za-z-]+)\)", line)
+        if m:
+            last = m.group(1)
+            gpus.append(last)
+            continue
+        m = re.match(r"^\s+MIG\s+.*\(UUID:\s*(MIG-[0-9A-Za-z/-]+)\)", line)
+        if m and last:
+            migs.setdefault(last, []).append(m.group(1))
+    visible: list[str] = []
+    for g in gpus:
+        visible += migs.get(g, [g])
+    return ProbeSeen(cvd, tuple(visible))

@@ -1,0 +1,106 @@
+"""``seats check``: probe every seat through its engine, as its participant, in parallel.
+
+Probes run in a bounded thread pool; each seat has its own deadline, so one slow or hung seat
+costs one worker for at most ``timeout`` seconds and never stalls the others' results. Every
+result (ready | broken, reason, evidence, time) goes to the store through one call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from gpuseat.errors import GpuseatError
+from gpuseat.services.engine import ENGINES, Readiness, SeatEngine, load_engine
+
+if TYPE_CHECKING:
+    from gpuseat.services.courses import CourseStore, ParticipantView, SeatView
+
+DEFAULT_WORKERS = 16
+
+
+def _broken(seat: SeatView, who: str | None, reason: str, evidence: str = "") -> Readiness:
+    return Readiness(seat.course, seat.key, who, "broken", reason, evidence, (), datetime.now(UTC), seat.engine)
+
+
+def check_seats(
+    store: CourseStore,
+    course: str | None = None,
+    *,
+    seat: str | None = None,
+    timeout: float = 30.0,
+    workers: int = DEFAULT_WORKERS,
+    settings: Mapping[str, Mapping[str, str]] | None = None,
+    record: bool = True,
+    actor: str = "gpuseat",
+) -> list[Readiness]:
+    """Probe each assigned seat (or just ``seat``) through ``load_engine(seat.engine)``'s probe.
+
+    ``settings`` maps an engine name to its settings (plain strings). A seat without a participant
+    is skipped; an engine that cannot be loaded or raises makes that seat broken with the reason.
+    """
+    key = store.get_course(course).key
+    seats = [store.get_seat(key, seat)] if seat else store.seats(key)
+    people = {p.key: p for p in store.participants(key)}
+    targets = [s for s in seats if s.participant]
+    engines: dict[str, SeatEngine | str] = {}
+    for name in sorted({s.engine for s in targets}):
+        if name not in ENGINES:  # "manual": nobody delivers these seats, so nobody can probe them
+            engines[name] = f"no engine delivers this seat ({name}): add it with --engine {'/'.join(sorted(ENGINES))}"
+            continue
+        given = dict((settings or {}).get(name, {}))
+        try:
+            try:  # engines that take a timeout stop their own probes in time (no thread outlives the run)
+                engines[name] = load_engine(name, store, key, **{"timeout": f"{timeout:g}", **given})
+            except (GpuseatError, TypeError):
+                engines[name] = load_engine(name, store, key, **given)
+        except (GpuseatError, ImportError, AttributeError, TypeError) as exc:
+            engines[name] = f"engine {name} cannot probe: {getattr(exc, 'what', exc)}"
+    results: dict[str, Readiness] = {}
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(targets) or 1)), thread_name_prefix="probe")
+    futures: dict[str, tuple[Future[Readiness], float]] = {}
+    try:
+        for s in targets:
+            engine = engines[s.engine]
+            p: ParticipantView = people[s.participant or ""]
+            if isinstance(engine, str):
+                results[s.key] = _broken(s, p.key, engine)
+                continue
+            futures[s.key] = (pool.submit(_probe, engine, s, p), 0.0)
+        started = time.monotonic()
+        # each seat's deadline counts from when a worker could start it: the pool is bounded, so a
+        # seat queued behind others gets ``timeout`` of its own, not what is left of the first ones'
+        lanes = max(1, min(workers, len(futures) or 1))
+        for n, (k, (fut, _)) in enumerate(futures.items()):
+            deadline = started + timeout * (1 + n // lanes)
+            try:
+                results[k] = fut.result(timeout=max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                fut.cancel()
+                sv = next(s for s in targets if s.key == k)
+                results[k] = _broken(sv, sv.participant, f"the probe did not answer within {timeout:g} s")
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    out = [results[s.key] for s in targets]
+    if record and out:
+        store.record_readiness(out, actor=actor)
+    return out
+
+
+def _probe(engine: SeatEngine, seat: SeatView, participant: ParticipantView) -> Readiness:
+    try:
+        return engine.probe(seat, participant)
+    except GpuseatError as exc:
+        return _broken(seat, participant.key, exc.what)
+    except Exception as exc:  # an engine's bug must not hide the other seats' results
+        return _broken(seat, participant.key, f"{type(exc).__name__}: {exc}")
+
+
+def summary(results: list[Readiness]) -> dict[str, int]:
+    """Counts for the checklist: ready, broken, total."""
+    ready = sum(1 for r in results if r.ready)
+    return {"ready": ready, "broken": len(results) - ready, "total": len(results)}

@@ -1,0 +1,177 @@
+"""What the portal shows about delivery: each participant's way in, and the course's readiness checklist.
+
+Read-only views over the store (access details, last checks, token use, GPU activity), so the
+web layer only renders them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuseat.core.delivery import Instruction, instruction
+from gpuseat.errors import InputError
+from gpuseat.services.engine import Access
+
+if TYPE_CHECKING:
+    from gpuseat.services.courses import CourseStore, ParticipantView, SeatView
+
+
+def way_in(store: CourseStore, seat: SeatView, participant: ParticipantView | None) -> Instruction:
+    """The seat's way in for its participant: stored access first, else the older one-line ``connect``."""
+    access: dict[str, Any] | None = store.access_of(seat.course).get(seat.key)
+    if access is None and seat.connect:
+        text = seat.connect.strip()
+        web = text.startswith(("http://", "https://"))
+        access = {"kind": "web" if web else "ssh", "url": text if web else None, "command": None if web else text}
+    if access is None and seat.host and "." in seat.host and seat.kind not in ("cloud", "slurm", "vm"):
+        # a host given as a DNS name or address (seats add --host gpu1.example.org) is a way in;
+        # a bare label (the inventory's name, h200-2x) never is
+        access = {"kind": "ssh", "host": seat.host, "device_uuid": seat.device_uuid}
+    way = instruction(
+        access, seat=seat.key, unix_user=participant.unix_user if participant else None, server_name=seat.host
+    )
+    if access is None and seat.host:
+        # the seat's server is known only by its inventory label: say which field makes it reachable
+        missing = "the server has no reachable address yet (ssh_host in its inventory file, or seats connect)"
+        return Instruction(None, None, None, seat.device_uuid, (), missing)
+    return way
+
+
+def ways_in(store: CourseStore, course: str | None = None) -> list[dict[str, Any]]:
+    """Per seat: its way in for its holder (or what is missing) and its last check, for the seats page."""
+    people = {p.key: p for p in store.participants(course)}
+    checks = store.readiness_of(course)
+    out = []
+    for seat in store.seats(course):
+        way = way_in(store, seat, people.get(seat.participant or ""))
+        check = checks.get(seat.key) or {}
+        out.append(
+            {
+                "seat": seat.key,
+                "participant": seat.participant,
+                "way": way.command or way.url,
+                "missing": way.missing,
+                "check": check.get("state"),
+                "reason": check.get("reason"),
+            }
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Checklist:
+    """Before day one: seats ready N/M, links opened K/M, participants who used their GPU J/M."""
+
+    seats_ready: int
+    seats_assigned: int
+    links_opened: int
+    links_total: int
+    gpu_used: int
+    participants: int
+    broken: tuple[tuple[str, str], ...]  # (seat, reason) of seats whose last check failed
+    unchecked: tuple[str, ...]
+    checked_at: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "seats_ready": self.seats_ready,
+            "seats_assigned": self.seats_assigned,
+            "links_opened": self.links_opened,
+            "links_total": self.links_total,
+            "gpu_used": self.gpu_used,
+            "participants": self.participants,
+            "broken": [list(b) for b in self.broken],
+            "unchecked": list(self.unchecked),
+            "checked_at": self.checked_at,
+        }
+
+
+def checklist(store: CourseStore, course: str | None = None) -> Checklist:
+    """The readiness checklist of a course (from stored checks, token use and monitor samples)."""
+    from gpuseat.services.activity import Activity
+
+    seats = [s for s in store.seats(course) if s.participant]
+    checks = store.readiness_of(course)
+    ready = [s.key for s in seats if checks.get(s.key, {}).get("state") == "ready"]
+    broken = tuple(
+        (s.key, str(checks[s.key].get("reason") or "broken"))
+        for s in seats
+        if checks.get(s.key, {}).get("state") == "broken"
+    )
+    unchecked = tuple(s.key for s in seats if s.key not in checks)
+    tokens = store.token_status(course)
+    last = Activity(store).last_active(seat_ids=[s.id for s in seats])
+    times = sorted(str(c.get("checked_at")) for c in checks.values() if c.get("checked_at"))
+    return Checklist(
+        seats_ready=len(ready),
+        seats_assigned=len(seats),
+        links_opened=sum(1 for t in tokens if t["last_used_at"]),
+        links_total=len(tokens),
+        gpu_used=sum(1 for s in seats if last.get(s.id)),
+        participants=len(tokens),
+        broken=broken,
+        unchecked=unchecked,
+        checked_at=times[-1] if times else None,
+    )
+
+
+def build_access(
+    ssh: str | None,
+    url: str | None,
+    jump: str | None,
+    notes: list[str],
+    kind: str | None,
+    device: str | None,
+    *,
+    server_name: str | None = None,
+) -> Access:
+    """The :class:`Access` that ``seats connect`` flags describe, every part checked.
+
+    ``server_name`` is the seat's server as the inventory names it: a label in a file, so it is
+    refused as a host unless it is a full DNS name.
+    """
+    from gpuseat.core.delivery import check_host, split_user_host, ssh_command
+    from gpuseat.services.engine import ACCESS_KINDS
+
+    if kind is not None and kind not in ACCESS_KINDS:
+        raise InputError(f"--kind {kind!r}", where="--kind", fix=f"one of {', '.join(ACCESS_KINDS)}")
+    for n in notes:
+        if len(n) > 500 or any(ord(c) < 32 for c in n):
+            raise InputError("a note must be one line under 500 characters", where="--note", fix="shorten it")
+    jump_host = None
+    if jump:
+        juser, jhost, jport = split_user_host(jump, field="--jump")
+        jump_host = (f"{juser}@" if juser else "") + check_host(jhost, field="--jump") + (f":{jport}" if jport else "")
+    if ssh:
+        user, host, port = split_user_host(ssh)
+        if server_name and host == server_name and "." not in host:
+            raise InputError(
+                f"{host!r} is the inventory's name for the server, not a host participants can reach",
+                where="--ssh",
+                fix="give the server's DNS name or IP address (or set ssh_host in the inventory file)",
+            )
+        return Access(
+            kind=kind or "ssh",  # type: ignore[arg-type]
+            host=host,
+            port=port,
+            user=user,
+            jump_host=jump_host,
+            command=ssh_command(host, user, port, jump_host) if user else None,
+            device_uuid=device,
+            notes=tuple(notes),
+        )
+    if url:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or any(ord(c) < 33 for c in url):
+            raise InputError(f"--url {url!r}", where="--url", fix="give an http:// or https:// address")
+        check_host(parts.hostname, field="--url")
+        return Access(kind=kind or "web", host=parts.hostname, url=url, device_uuid=device, notes=tuple(notes))  # type: ignore[arg-type]
+    if notes:
+        return Access(kind=kind or "ssh", device_uuid=device, notes=tuple(notes))  # type: ignore[arg-type]
+    raise InputError(
+        "nothing to set", where="gpuseat seats connect", fix="give --ssh USER@HOST[:PORT], --url or --note"
+    )

@@ -1,0 +1,139 @@
+"""The one store path for seat delivery: state, access details and readiness, each with an events row.
+
+Engines, ``seats connect``, ``seats check`` and the portal's seat editor all call these functions
+(through the thin :class:`~gpuseat.services.courses.CourseStore` methods), so a new engine never
+needs its own state code. Each call is one transaction on the store's writer session; a call that
+would change nothing writes nothing (re-running ``gpuseat host up`` leaves no trace).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+
+from gpuseat.core.seating import transition_error
+from gpuseat.db.models import Assignment, CourseRecord, Event, Participant, Seat
+from gpuseat.errors import InputError, InvalidTransition
+
+if TYPE_CHECKING:
+    from gpuseat.services.engine import Access, Readiness
+    from gpuseat.store.facade import CourseStore
+
+__all__ = ["access_of", "readiness_of", "record_delivery", "record_readiness"]
+
+
+def _course_and_seat(store: CourseStore, s: Any, course: str, seat: str) -> tuple[CourseRecord, Seat]:
+    """The course and (locked) seat rows; names were checked through the store's public lookups."""
+    crow = s.scalar(select(CourseRecord).where(CourseRecord.key == course))
+    row = s.scalar(select(Seat).where(Seat.course_id == crow.id, Seat.key == seat).with_for_update())
+    return crow, row
+
+
+def _log(s: Any, course: str, actor: str, action: str, seat: str, participant: str | None, detail: Any) -> None:
+    s.add(
+        Event(
+            at=datetime.now(UTC),
+            course_key=course,
+            actor=actor[:128],
+            action=action,
+            participant=participant,
+            seat=seat,
+            detail=detail,
+        )
+    )
+
+
+def record_delivery(
+    store: CourseStore,
+    course: str | None,
+    seat: str,
+    *,
+    access: Access | None = None,
+    clear_access: bool = False,
+    state: str | None = None,
+    reason: str | None = None,
+    engine_ref: str | None = None,
+    actor: str = "gpuseat",
+) -> bool:
+    """Set a seat's access details and/or state in one transaction with one ``seat.delivery`` event.
+
+    Returns False (and writes nothing) when the seat already looks like that.
+    """
+    if reason is not None and (len(reason) > 2000 or "\x00" in reason):
+        raise InputError("reason too long or with NUL bytes", where="reason", fix="keep it under 2000 characters")
+    new_access = None if access is None else access.to_dict()
+    view = store.get_seat(course, seat)  # NotFound with a did-you-mean for unknown names
+    course, seat = view.course, view.key
+    with store._write() as s:
+        crow, row = _course_and_seat(store, s, course, seat)
+        changes: dict[str, Any] = {}
+        if clear_access and row.access is not None:
+            changes["access"] = None
+        elif new_access is not None and row.access != new_access:
+            changes["access"] = new_access
+        if state is not None and (row.state != state or (reason is not None and row.state_reason != reason)):
+            problem = transition_error(row.state, state)
+            if problem:
+                raise InvalidTransition(problem, where=f"seat {row.key}", fix="request the seat again first")
+            changes["state"] = state
+        if engine_ref is not None and row.engine_ref != engine_ref:
+            changes["engine_ref"] = engine_ref
+        if not changes:
+            return False
+        before = row.state
+        if "access" in changes:
+            row.access = changes["access"]
+        if "engine_ref" in changes:
+            row.engine_ref = engine_ref
+        if "state" in changes:
+            row.state, row.state_reason, row.state_at = state or row.state, reason, datetime.now(UTC)
+        detail: dict[str, Any] = {"changed": sorted(changes)}
+        if "state" in changes:
+            detail.update({"from": before, "to": state, "reason": reason})
+        if "access" in changes:
+            detail["access"] = changes["access"]
+        _log(s, crow.key, actor, "seat.delivery", row.key, _holder_key(s, row), detail)
+        return True
+
+
+def record_readiness(store: CourseStore, results: list[Readiness], *, actor: str = "gpuseat") -> int:
+    """Keep each seat's latest check on the seat and log one ``seat.check`` event per seat."""
+    written = 0
+    for r in results:
+        store.get_seat(r.course, r.seat)
+    with store._write() as s:
+        for r in results:
+            crow, row = _course_and_seat(store, s, r.course, r.seat)
+            row.readiness = r.to_dict()
+            detail = {"state": r.state, "reason": r.reason, "visible": list(r.visible)}
+            _log(s, crow.key, actor, "seat.check", row.key, r.participant, detail)
+            written += 1
+    return written
+
+
+def access_of(store: CourseStore, course: str | None) -> dict[str, dict[str, Any]]:
+    """Seat key → stored access (``Access.to_dict`` form) for every seat that has one."""
+    key = store.get_course(course).key
+    with store._read() as s:
+        cid = s.scalars(select(CourseRecord.id).where(CourseRecord.key == key)).one()
+        rows = s.execute(select(Seat.key, Seat.access).where(Seat.course_id == cid, Seat.access.is_not(None)))
+        return {k: dict(v) for k, v in rows if v}
+
+
+def readiness_of(store: CourseStore, course: str | None) -> dict[str, dict[str, Any]]:
+    """Seat key → the last readiness check (``Readiness.to_dict`` form) for every checked seat."""
+    key = store.get_course(course).key
+    with store._read() as s:
+        cid = s.scalars(select(CourseRecord.id).where(CourseRecord.key == key)).one()
+        rows = s.execute(select(Seat.key, Seat.readiness).where(Seat.course_id == cid, Seat.readiness.is_not(None)))
+        return {k: dict(v) for k, v in rows if v}
+
+
+def _holder_key(s: Any, row: Seat) -> str | None:
+    return s.scalar(
+        select(Participant.key)
+        .join(Assignment, Assignment.participant_id == Participant.id)
+        .where(Assignment.seat_id == row.id, Assignment.valid_to.is_(None))
+    )

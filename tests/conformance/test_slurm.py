@@ -1,0 +1,349 @@
+"""Slurm seats from the participant's side: an enrolled participant (a real unix user) tries every way
+to take more than their own GPU on a real slurmctld + slurmd + munged (Debian's packages).
+
+The course is set up the documented way (``slurm config --record --conf-dir`` writes job_submit.lua
+before slurm.conf names it, then ``enroll`` and ``sessions``) from a real course store. Each bypass
+that worked before the per-seat GRES types (issue 23) is run as the participant with ``srun``/
+``sbatch``/``scontrol`` through ``runuser``; each must end with at most one GPU, and that one the
+participant's own (its global GRES index, which ``CUDA_VISIBLE_DEVICES`` carries without cgroups).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from gpuseat.cli import main
+from gpuseat.services import slurm as service
+from gpuseat.slurm.engine import Slurm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from slurm.cluster import Cluster, missing_binaries  # tests/slurm: the one cluster recipe
+
+pytestmark = pytest.mark.slow
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw")
+NAMES = ("alice", "bob", "carol")
+USERS = {n: f"gq{n}-{_WORKER}" for n in NAMES}
+SEATS = {"alice": "seat-01", "bob": "seat-02", "carol": "seat-03"}
+INDEX = {"alice": "0", "bob": "1", "carol": "2"}  # the seats' GRES index (gres.conf order)
+UUID = "GPU-00000000-0000-4000-8000-00000000000{}"
+# A stand-in nvidia-smi: lists the job's GPUs (CUDA_VISIBLE_DEVICES) by UUID, as the real one does
+# under device confinement.
+NVIDIA_SMI = f"""#!/bin/sh
+for i in $(echo "$CUDA_VISIBLE_DEVICES" | tr ',' ' '); do
+  echo "GPU $i: Tesla M60 (UUID: {UUID.format("$i")})"
+done
+"""
+
+
+def _need_slurm() -> None:
+    missing = missing_binaries()
+    why = f"Slurm/MUNGE programs missing: {', '.join(missing)} (scripts/setup.sh installs slurm-wlm munge)"
+    if missing or os.geteuid() != 0:
+        why = why if missing else "the real-Slurm tests run as root (mknod, useradd, daemons)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+def _gpuseat(*args: object) -> int:
+    """Run the real CLI in-process (the module fixture cannot use the function-scoped ``cli``)."""
+    return main([str(a) for a in args])
+
+
+@dataclass
+class Lab:
+    """The running course: its store, cluster, session reservation and what the set-up saw."""
+
+    store: object
+    url: str
+    cluster: Cluster
+    slurm: Slurm
+    session: str
+    lua_before_start: bool
+    setup_codes: dict[str, int]
+
+    def as_user(self, who: str, cmd: str, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+        slurm = Slurm(conf=self.slurm.conf, timeout_s=120)
+        return slurm.run(cmd, list(args), as_user=USERS[who], check=check)
+
+    def gpus(self, who: str, *args: str) -> tuple[int, list[str], str]:
+        """``srun ARGS`` as the participant: exit code, the GPUs the job saw, and what Slurm said."""
+        proc = self.as_user(who, "srun", "--immediate=60", *args, "--", "sh", "-c", 'echo "CVD=$CUDA_VISIBLE_DEVICES"')
+        m = re.search(r"^CVD=(.*)$", proc.stdout, re.M)
+        seen = [x for x in (m.group(1) if m else "").split(",") if x]
+        return proc.returncode, seen, proc.stderr
+
+    def job(self, job_id: str) -> str:
+        return self.slurm.run("scontrol", ["-d", "show", "job", job_id], check=False).stdout
+
+    def wait_state(self, job_id: str, states: set[str], timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            m = re.search(r"JobState=(\S+)", self.job(job_id))
+            state = m.group(1) if m else "GONE"
+            if state in states or time.monotonic() > deadline:
+                return state
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[Lab]:
+    _need_slurm()
+    made = []
+    for u in USERS.values():
+        try:
+            pwd.getpwnam(u)
+        except KeyError:
+            subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", u], check=True)
+            made.append(u)
+    root = Path(tempfile.mkdtemp(prefix="gpuseat-conf-slurm-"))
+    root.chmod(0o755)
+    cluster = Cluster(root)
+    from gpuseat.services.courses import open_store
+
+    st = None
+    try:
+        today = datetime.now(UTC).date()
+        (root / "course.toml").write_text(
+            'name = "Slurm conformance"\nparticipants = 3\n\n[needs]\nmin_gpu_memory_gb = 4\n\n'
+            f"[schedule]\nstart = {today}\nend = {today + timedelta(days=1)}\n\n"
+            f'[[schedule.session]]\ndate = {today}\nhours = "00:00-24:00"\n'
+        )
+        (root / "roster.csv").write_text(
+            "name,email,group,unix_user\n" + "".join(f"{n},{n}@example.edu,participants,{USERS[n]}\n" for n in NAMES)
+        )
+        url = f"sqlite:///{root / 'course.db'}"
+        st = open_store(url, create=True)
+        st.create_course(root / "course.toml", key="conf", timezone="UTC")
+        st.import_roster("conf", root / "roster.csv")
+        st.add_seats(
+            "conf",
+            [
+                {
+                    "key": f"seat-0{i + 1}",
+                    "kind": "gpu",
+                    "host": "localhost",
+                    "memory_gb": 8,
+                    "device_uuid": UUID.format(i),
+                }
+                for i in range(4)
+            ],
+        )
+        people = {p.unix_user: p.key for p in st.participants("conf")}
+        for n in NAMES:
+            st.assign("conf", people[USERS[n]], SEATS[n])
+        # the documented order: config (+ --record, + --conf-dir: job_submit.lua first), merge, start, enroll, sessions
+        etc, out = root / "etc", root / "generated"
+        etc.mkdir()
+        config_args = ["--inventory", EXAMPLES / "ibm-2xM60.toml", "--node", "localhost", "--cpus", "8",
+                       "--dev-root", cluster.dev, "--course", "conf", "--record", "--db", url]  # fmt: skip
+        codes = {"config": _gpuseat("slurm", "config", *config_args, "--out", out, "--conf-dir", etc)}
+        lua_before_start = (etc / "job_submit.lua").is_file()
+        merged = (out / "slurm.conf.gpuseat").read_text()
+        node_and_part = "".join(
+            ln.replace("NodeName=localhost", "NodeName=localhost NodeAddr=127.0.0.1") + "\n"
+            for ln in merged.splitlines()
+            if ln.startswith(("NodeName=", "PartitionName="))
+        )
+        cluster.mknod_gpus([f"nvidia{i}" for i in range(4)])
+        cluster.write_config(
+            (out / "gres.conf").read_text(),
+            node_and_part + "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP\n",
+            # gpuseat's recommended backfill interval (slurm.conf.gpuseat): a job waiting for its own GPU
+            # in a session stops the main scheduler for that reservation until the next backfill pass
+            # the generated settings as merged (the cgroup plugins aside: this machine has no cgroup
+            # delegation, the test cluster keeps proctrack/linuxproc and task/none)
+            extra="".join(
+                (ln.replace("=", "=sched_interval=1,", 1) if ln.startswith("SchedulerParameters=") else ln) + "\n"
+                for ln in merged.splitlines()
+                if ln.startswith(("JobSubmitPlugins=", "SchedulerParameters=", "GresTypes=", "SelectType"))
+            ),
+        )
+        bin_dir = root / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "nvidia-smi").write_text(NVIDIA_SMI)
+        (bin_dir / "nvidia-smi").chmod(0o755)
+        cluster.start()
+        slurm = Slurm(conf=cluster.conf)
+        codes["enroll"] = _gpuseat("slurm", "enroll", "--course", "conf", "--db", url, "--slurm-conf", cluster.conf)
+        codes["sessions"] = _gpuseat("slurm", "sessions", "--course", "conf", "--db", url, "--slurm-conf", cluster.conf)
+        (session,) = [n for n in slurm.reservations() if n.startswith("gpuseat-conf-")]
+        yield Lab(st, url, cluster, slurm, session, lua_before_start, codes)
+    finally:
+        cluster.stop()
+        if st is not None:
+            st.close()
+        for u in made:
+            subprocess.run(["userdel", "-f", u], check=False)  # -f: a failed test may leave a job step
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_documented_order_starts_slurmctld_cleanly(lab: Lab) -> None:
+    assert lab.setup_codes == {"config": 0, "enroll": 0, "sessions": 0}
+    assert lab.lua_before_start  # gpuseat wrote job_submit.lua before slurm.conf named the plugin
+    assert "\nJobSubmitPlugins=lua\n" in lab.cluster.conf.read_text()  # merged from slurm.conf.gpuseat
+    log = (lab.cluster.root / "log" / "slurmctld.log").read_text()
+    assert "fatal" not in log and "failed to initialize job_submit plugin" not in log
+    assert lab.slurm.run("scontrol", ["ping"]).returncode == 0
+
+
+def test_an_honest_job_gets_exactly_the_participants_own_gpu(lab: Lab) -> None:
+    for who in NAMES:
+        rc, seen, err = lab.gpus(who, "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
+        assert rc == 0, err
+        assert seen == [INDEX[who]]
+
+
+def test_bypass_reservation_without_partition_gets_at_most_its_own_gpu(lab: Lab) -> None:
+    rc, seen, err = lab.gpus("alice", f"--reservation={lab.session}", "--gres=gpu:4")
+    assert rc != 0 and not seen
+    assert "gpuseat: your seat in gpuseat-conf is gpu:m60:1; this job asks for 4 GPUs" in err
+    rc, seen, err = lab.gpus("alice", f"--reservation={lab.session}", "--gres=gpu:1")  # no -p: still their own
+    assert rc == 0 and seen == [INDEX["alice"]], err
+
+
+def test_bypass_partition_list_gets_no_gpu(lab: Lab) -> None:
+    rc, seen, err = lab.gpus("alice", "-p", "gpuseat-conf,debug", "--gres=gpu:2")
+    assert rc != 0 and not seen
+    assert "name only your course partition (-p gpuseat-conf)" in err
+
+
+def test_bypass_other_partition_with_the_session_reservation_gets_no_gpu(lab: Lab) -> None:
+    rc, seen, err = lab.gpus("alice", "-p", "debug", f"--reservation={lab.session}", "--gres=gpu:4")
+    assert rc != 0 and not seen
+    assert "the sessions of gpuseat-conf run in partition gpuseat-conf only" in err
+    # --gpus (tres_per_job) is counted and rewritten the same way as --gres
+    rc, seen, err = lab.gpus("bob", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gpus=1")
+    assert rc == 0 and seen == [INDEX["bob"]], err
+
+
+def test_bypass_hold_modify_release_keeps_one_gpu(lab: Lab) -> None:
+    out = lab.cluster.root / "out" / "held-%j.out"
+    sub = lab.as_user(
+        "alice", "sbatch", "--hold", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1",
+        f"--output={out}", "--wrap", 'echo "CVD=$CUDA_VISIBLE_DEVICES"', check=True,
+    )  # fmt: skip
+    job_id = sub.stdout.split()[-1]
+    try:
+        for change in ("TresPerNode=gres:gpu:4", "TresPerNode=gres:gpu:m60.seat-02:1", "Partition=debug"):
+            upd = lab.as_user("alice", "scontrol", "update", f"jobid={job_id}", change)
+            assert upd.returncode != 0, change
+        assert "TresPerNode=gres:gpu:m60.seat-01:1" in lab.job(job_id)
+        lab.as_user("alice", "scontrol", "release", job_id, check=True)
+        assert lab.wait_state(job_id, {"COMPLETED", "FAILED", "CANCELLED"}) == "COMPLETED"
+        text = Path(str(out).replace("%j", job_id)).read_text()
+        assert f"CVD={INDEX['alice']}\n" in text
+    finally:
+        lab.slurm.run("scancel", [job_id], check=False)
+
+
+def test_bypass_four_jobs_at_once_never_makes_another_participant_wait(lab: Lab) -> None:
+    out = lab.cluster.root / "out" / "many-%j.out"
+    jobs = []
+    try:
+        for _ in range(4):
+            sub = lab.as_user(
+                "alice", "sbatch", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1",
+                f"--output={out}", "--wrap", 'echo "CVD=$CUDA_VISIBLE_DEVICES"; sleep 30', check=True,
+            )  # fmt: skip
+            jobs.append(sub.stdout.split()[-1])
+        assert lab.wait_state(jobs[0], {"RUNNING"}) == "RUNNING"
+        # bob and carol get their own GPUs while alice's jobs queue behind her own
+        for who in ("bob", "carol"):
+            rc, seen, err = lab.gpus(who, "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
+            assert rc == 0 and seen == [INDEX[who]], err
+        running = [j for j in jobs if "JobState=RUNNING" in lab.job(j)]
+        assert len(running) == 1
+        assert re.search(r"GRES=gpu:m60\.seat-01:1\(IDX:0\)", lab.job(running[0]))
+        status = service.status(lab.slurm, service.course_from_store(lab.store, "conf"))
+        alice = next(m for m in status.members if m.unix_user == USERS["alice"])
+        assert alice.blocked_by is None  # she waits for herself, nobody else holds her GPU
+    finally:
+        lab.slurm.run("scancel", jobs, check=False)
+
+
+def test_status_flags_a_participant_whose_gpu_someone_else_holds(lab: Lab) -> None:
+    """An operator's job (root may disable binding) holds carol's GPU: carol's job waits, status says why."""
+    hog = lab.slurm.run(
+        "sbatch", ["-p", "debug", "--gres-flags=disable-binding", "--gres=gpu:m60.seat-03:1",
+                   f"--output={lab.cluster.root / 'out' / 'hog.out'}", "--wrap", "sleep 120"],
+    )  # fmt: skip
+    hog_id = hog.stdout.split()[-1]
+    mine = None
+    try:
+        assert lab.wait_state(hog_id, {"RUNNING"}) == "RUNNING"
+        sub = lab.as_user(
+            "carol", "sbatch", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1",
+            f"--output={lab.cluster.root / 'out' / 'carol.out'}", "--wrap", "true", check=True,
+        )  # fmt: skip
+        mine = sub.stdout.split()[-1]
+        assert lab.wait_state(mine, {"PENDING"}) == "PENDING"
+        report = service.status(lab.slurm, service.course_from_store(lab.store, "conf"))
+        carol = next(m for m in report.members if m.unix_user == USERS["carol"])
+        assert carol.blocked_by is not None
+        assert f"seat-03's GPU is held by job {hog_id} of root" in carol.blocked_by
+        assert report.seat_states()["seat-03"][1].startswith("waiting: seat-03's GPU is held")
+        assert all(m.blocked_by is None for m in report.members if m is not carol)
+        code = _gpuseat("slurm", "status", "--course", "conf", "--db", lab.url, "--slurm-conf", lab.cluster.conf)
+        assert code == 0
+        assert lab.store.get_seat("conf", "seat-03").state_reason.startswith("waiting: seat-03's GPU")
+    finally:
+        lab.slurm.run("scancel", [hog_id, *([mine] if mine else [])], check=False)
+
+
+def test_engine_probe_as_the_participant_and_revocation(lab: Lab) -> None:
+    """SlurmEngine: the probe runs srun as the participant (stand-in nvidia-smi on PATH) and judges
+    exactly one GPU, the seat's UUID; revoke takes the participant out; provision brings them back."""
+    from gpuseat.services.engine import load_engine
+
+    engine = load_engine("slurm", lab.store, "conf", slurm_conf=str(lab.cluster.conf))  # type: ignore[arg-type]
+    seat = lab.store.get_seat("conf", SEATS["bob"])
+    bob = next(p for p in lab.store.participants("conf") if p.unix_user == USERS["bob"])
+    path = os.environ["PATH"]
+    os.environ["PATH"] = f"{lab.cluster.root / 'bin'}:{path}"
+    try:
+        seen = engine.probe(seat, bob)
+    finally:
+        os.environ["PATH"] = path
+    assert seen.ready, seen
+    assert seen.visible == (UUID.format(1),) and seen.engine == "slurm"
+    access = engine.connect(seat)
+    assert access is not None and access.kind == "slurm" and access.user == USERS["bob"]
+    assert f"--reservation={lab.session}" in (access.command or "")
+
+    engine.revoke(seat, bob)
+    try:
+        rc, seen_gpus, err = lab.gpus("bob", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
+        assert rc != 0 and not seen_gpus
+        assert "not enrolled in partition gpuseat-conf" in err or "Access denied" in err
+        after = engine.probe(seat, bob)
+        assert not after.ready and after.reason
+    finally:
+        engine.provision(seat, bob)
+    rc, seen_gpus, err = lab.gpus("bob", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
+    assert rc == 0 and seen_gpus == [INDEX["bob"]], err
+
+
+def test_bypass_whole_node_jobs_get_no_other_gpu(lab: Lab) -> None:
+    """``--exclusive`` (a whole node) and a GPU request with no count, in and out of the session."""
+    for args in (
+        ("-p", "gpuseat-conf", f"--reservation={lab.session}", "--exclusive", "--immediate=5"),
+        ("-p", "gpuseat-conf", f"--reservation={lab.session}", "--exclusive", "--gres=gpu", "--immediate=5"),
+        ("-p", "debug", "--exclusive", "--immediate=5"),
+    ):
+        _, seen, err = lab.gpus("alice", *args)
+        assert set(seen) <= {INDEX["alice"]}, (args, seen, err)
