@@ -1,119 +1,284 @@
-"""Seat claims under contention: 1,000 participants claiming seats from 16 processes at once.
+"""Seat claims under contention, side by side: gpuseat's claim vs plain SQL on the same tables vs a one-table floor.
 
-Side by side on one SQLite file and on PostgreSQL:
+For each database (SQLite file, PostgreSQL schema), roster size (1,000 and 10,000 participants, seats for
+90 % of them) and number of writer processes (16 and 64), every participant claims a seat once:
 
-* ``gpuseat`` — :meth:`CourseStore.claim_seat` (``BEGIN IMMEDIATE`` / ``FOR UPDATE SKIP LOCKED``);
-* ``naive`` — what a spawner hook does without a store: read the first free seat, then insert the
-  assignment, no lock. The partial unique indexes refuse its double assignments; each refusal is
-  counted as a *conflict* (a double assignment on a database without those indexes).
+* ``gpuseat`` — :meth:`CourseStore.claim_seat` (``gpuseat.store.claims``: one statement on PostgreSQL,
+  ``BEGIN IMMEDIATE`` + ``INSERT … SELECT … RETURNING`` on SQLite), with the events row and the seat view;
+* ``plain`` — the same claim written by hand with the driver alone (sqlite3 / psycopg, no SQLAlchemy):
+  the participant looked up, the best free suitable seat taken (same suitability and order), the events
+  row written, ``FOR UPDATE SKIP LOCKED`` / ``BEGIN IMMEDIATE``;
+* ``floor`` — one table, one ``UPDATE … WHERE id = (SELECT … LIMIT 1 [FOR UPDATE SKIP LOCKED]) RETURNING``.
 
-Prints claims/s, p50/p99 latency per claim, seats handed out, "no free seat" answers, conflicts, and
-the double assignments the database holds afterwards (must be 0).
+Prints p50/p99 per claim, claims/s, seated / "no free seat" answers, double assignments (must be 0) and
+the ratios gpuseat/plain and gpuseat/floor, plus the load average (the machine may be shared).
 
-Run: ``.venv/bin/python benchmarks/bench_claims.py [--pg URL] [--participants 1000] [--seats 900]``
+Run: ``.venv/bin/python benchmarks/bench_claims.py [--pg URL] [--participants 1000,10000] [--writers 16,64]``
 (``--pg`` defaults to ``GPUSEAT_TEST_PG_URL``; PostgreSQL is skipped without one).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 
 from gpuseat.core.roster import RosterText
 from gpuseat.services.courses import SeatSpec, open_store
 
 COURSE_TOML = 'name = "bench"\nparticipants = {n}\n[schedule]\nstart = 2026-01-05\ndays = 5\n'
+METHODS = ("gpuseat", "plain", "floor")
+STATES = "('planned', 'requested', 'running')"
+FREE = "NOT EXISTS (SELECT 1 FROM assignments a2 WHERE a2.seat_id = s.id AND a2.valid_to IS NULL)"
+DOUBLES = (
+    "SELECT count(*) FROM (SELECT {c} FROM {t} WHERE {w} GROUP BY {c} HAVING count(*) > 1) d",
+    [("seat_id", "assignments", "valid_to IS NULL"), ("participant_id", "assignments", "valid_to IS NULL")],
+    [("holder", "floor_seats", "holder IS NOT NULL")],
+)
 
 
 def setup(url: str, tmp: Path, participants: int, seats: int) -> None:
-    """A course with the roster and the seats, in a fresh database."""
+    """A course with the roster and the seats (through the library), and the floor's one table."""
     path = tmp / "bench.toml"
     path.write_text(COURSE_TOML.format(n=participants))
     with open_store(url, create=True) as store:
         store.create_course(path, key="bench")
         rows = ["name,email,unix_user"] + [f"P {i},p{i:05d}@example.org,p{i:05d}" for i in range(participants)]
-        store.import_roster("bench", RosterText("\n".join(rows)))
+        store.import_roster("bench", RosterText("\n".join(rows), where="bench roster"))
         store.add_seats("bench", [SeatSpec(key=f"s{i:05d}", kind="gpu", memory_gb=16) for i in range(seats)])
+        serial = "INTEGER PRIMARY KEY" if url.startswith("sqlite") else "SERIAL PRIMARY KEY"
+        with store._engine.begin() as conn:
+            conn.execute(text(f"CREATE TABLE floor_seats (id {serial}, holder VARCHAR(128))"))
+            conn.execute(text("INSERT INTO floor_seats (holder) VALUES " + ", ".join(["(NULL)"] * seats)))
 
 
-def _naive_claim(engine: Any, course_id: int, key: str) -> str | None:
-    """Read a free seat, then take it: no lock between the two (the race the store closes)."""
+def reset(url: str) -> int:
+    """Every seat free again (between methods and writer counts); returns the claim events so far
+    (the events log is append-only: it keeps every run's lines)."""
+    engine = create_engine(url)
     with engine.begin() as conn:
-        pid = conn.execute(
-            text("SELECT id FROM participants WHERE course_id = :c AND key = :k"), {"c": course_id, "k": key}
-        ).scalar()
-        seat = conn.execute(
-            text(
-                "SELECT s.id, s.key FROM seats s WHERE s.course_id = :c AND NOT EXISTS "
-                "(SELECT 1 FROM assignments a WHERE a.seat_id = s.id AND a.valid_to IS NULL) ORDER BY s.key LIMIT 1"
-            ),
-            {"c": course_id},
-        ).first()
-        if seat is None:
-            return None
-        conn.execute(
-            text("INSERT INTO assignments (seat_id, participant_id, valid_from, mode) VALUES (:s, :p, :t, 'pool')"),
-            {"s": seat[0], "p": pid, "t": datetime.now(UTC)},
-        )
-        return str(seat[1])
+        conn.execute(text("DELETE FROM assignments"))
+        conn.execute(text("UPDATE floor_seats SET holder = NULL"))
+    if engine.dialect.name == "postgresql":
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("VACUUM ANALYZE"))
+    with engine.connect() as conn:
+        logged = int(conn.execute(text("SELECT count(*) FROM events WHERE action = 'seat.claim'")).scalar() or 0)
+    engine.dispose()
+    return logged
+
+
+# -- plain SQL and floor clients (the driver alone) ----------------------------------------------------
+
+ISOLATION = (
+    "(CASE s.kind WHEN 'gpu' THEN 2 WHEN 'vm' THEN 2 WHEN 'cloud' THEN 2 WHEN 'slurm' THEN 2 "
+    "WHEN 'mig' THEN 1 WHEN 'vgpu' THEN 1 ELSE 0 END)"
+)
+PLAIN_SQLITE_TAKE = f"""
+INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
+SELECT s.id, ?1, ?2, 'pool' FROM seats s
+WHERE s.course_id = ?3 AND s.state IN {STATES} AND {FREE}
+  AND (json_array_length(s.groups) = 0 OR EXISTS (SELECT 1 FROM json_each(s.groups) j WHERE j.value = ?4))
+  AND (s.memory_gb IS NULL OR s.memory_gb >= ?5) AND {ISOLATION} >= ?6
+  AND (?7 = 0 OR s.kind IN ('vm', 'vgpu', 'cloud') OR s.engine = 'libvirt')
+ORDER BY (s.kind = 'cloud'),
+  CASE WHEN json_array_length(s.groups) > 0 AND EXISTS (SELECT 1 FROM json_each(s.groups) j WHERE j.value = ?4)
+       THEN 0 ELSE 1 END,
+  (s.memory_gb IS NULL), s.memory_gb, s.key LIMIT 1
+RETURNING seat_id
+"""
+
+PLAIN_PG = f"""
+WITH p AS (SELECT id, key, group_name FROM participants WHERE course_id = %(c)s AND key = %(k)s),
+held AS (SELECT a.seat_id FROM assignments a JOIN p ON a.participant_id = p.id WHERE a.valid_to IS NULL),
+pick AS (
+  SELECT s.id, s.key FROM seats s, p
+  WHERE s.course_id = %(c)s AND s.state IN {STATES} AND {FREE} AND NOT EXISTS (SELECT 1 FROM held)
+    AND (json_array_length(s.groups) = 0
+         OR EXISTS (SELECT 1 FROM json_array_elements_text(s.groups) j(v) WHERE j.v = p.group_name))
+    AND (s.memory_gb IS NULL OR s.memory_gb >= %(m)s) AND {ISOLATION} >= 0
+    AND (0 = 0 OR s.kind IN ('vm', 'vgpu', 'cloud') OR s.engine = 'libvirt')
+  ORDER BY (s.kind = 'cloud'),
+    CASE WHEN json_array_length(s.groups) > 0
+              AND EXISTS (SELECT 1 FROM json_array_elements_text(s.groups) j(v) WHERE j.v = p.group_name)
+         THEN 0 ELSE 1 END,
+    (s.memory_gb IS NULL), s.memory_gb, s.key COLLATE "C" LIMIT 1
+  FOR UPDATE OF s SKIP LOCKED),
+ins AS (INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
+        SELECT pick.id, p.id, %(t)s, 'pool' FROM pick, p RETURNING seat_id),
+ev AS (INSERT INTO events (at, course_key, actor, action, participant, seat, detail)
+       SELECT %(t)s, 'bench', 'bench', 'seat.claim', p.key, pick.key, '{{"mode": "pool"}}'::json FROM ins, pick, p)
+SELECT (SELECT seat_id FROM held), (SELECT seat_id FROM ins)
+"""
+
+
+def _sqlite_conn(url: str) -> Any:
+    import sqlite3
+
+    conn = sqlite3.connect(make_url(url).database, timeout=60, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
+
+
+def _pg_conn(url: str) -> Any:
+    import psycopg
+
+    u = make_url(url)
+    opts = dict(u.query)
+    return psycopg.connect(
+        dbname=u.database, user=u.username, host=opts.get("host"), options=opts.get("options"), autocommit=True
+    )
+
+
+def plain_client(url: str) -> Callable[[str], bool]:
+    """A hand-written claim: True when seated, False on "no free seat"."""
+    if url.startswith("sqlite"):
+        conn = _sqlite_conn(url)
+        cid = conn.execute("SELECT id FROM courses WHERE key = 'bench'").fetchone()[0]
+
+        def claim_sqlite(key: str) -> bool:
+            import sqlite3
+
+            while True:
+                pid, grp, held = conn.execute(
+                    "SELECT p.id, p.group_name, a.seat_id FROM participants p LEFT JOIN assignments a "
+                    "ON a.participant_id = p.id AND a.valid_to IS NULL WHERE p.course_id = ? AND p.key = ?",
+                    (cid, key),
+                ).fetchone()
+                if held is not None:
+                    return True
+                now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    row = conn.execute(PLAIN_SQLITE_TAKE, (pid, now, cid, grp, 0.0, 0, 0)).fetchone()
+                    if row is not None:
+                        seat = conn.execute("SELECT key FROM seats WHERE id = ?", (row[0],)).fetchone()[0]
+                        conn.execute(
+                            "INSERT INTO events (at, course_key, actor, action, participant, seat, detail) "
+                            "VALUES (?, 'bench', 'bench', 'seat.claim', ?, ?, '{\"mode\": \"pool\"}')",
+                            (now, key, seat),
+                        )
+                    conn.execute("COMMIT")
+                    return row is not None
+                except sqlite3.IntegrityError:
+                    conn.execute("ROLLBACK")
+
+        return claim_sqlite
+    import psycopg
+
+    pg = _pg_conn(url)
+    cid = pg.execute("SELECT id FROM courses WHERE key = 'bench'").fetchone()[0]
+
+    def claim_pg(key: str) -> bool:
+        while True:
+            try:
+                held, new = pg.execute(PLAIN_PG, {"c": cid, "k": key, "m": 0.0, "t": datetime.now(UTC)}).fetchone()
+            except psycopg.errors.UniqueViolation:
+                continue
+            if held is not None or new is not None:
+                return True
+            free = pg.execute(
+                f"SELECT count(*) FROM seats s WHERE s.course_id = %s AND s.state IN {STATES} AND {FREE}", (cid,)
+            ).fetchone()[0]
+            if not free:
+                return False
+            time.sleep(0.002)
+
+    return claim_pg
+
+
+def floor_client(url: str) -> Callable[[str], bool]:
+    """The floor: one table, one UPDATE … RETURNING per claim."""
+    if url.startswith("sqlite"):
+        conn = _sqlite_conn(url)
+
+        def floor_sqlite(key: str) -> bool:
+            conn.execute("BEGIN IMMEDIATE")
+            row = conn.execute(
+                "UPDATE floor_seats SET holder = ? WHERE id = "
+                "(SELECT id FROM floor_seats WHERE holder IS NULL ORDER BY id LIMIT 1) RETURNING id",
+                (key,),
+            ).fetchone()
+            conn.execute("COMMIT")
+            return row is not None
+
+        return floor_sqlite
+    pg = _pg_conn(url)
+
+    def floor_pg(key: str) -> bool:
+        row = pg.execute(
+            "UPDATE floor_seats SET holder = %s WHERE id = (SELECT id FROM floor_seats WHERE holder IS NULL "
+            "ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id",
+            (key,),
+        ).fetchone()
+        return row is not None
+
+    return floor_pg
+
+
+def gpuseat_client(url: str) -> Callable[[str], bool]:
+    from gpuseat.errors import NoFreeSeat
+
+    store = open_store(url)
+
+    def claim(key: str) -> bool:
+        try:
+            store.claim_seat("bench", key, mode="pool", actor="bench")
+            return True
+        except NoFreeSeat:
+            return False
+
+    return claim
 
 
 def worker(url: str, method: str, keys: list[str], start: Any, out: Any) -> None:
     """Claim a seat for each key; report per-claim latencies and outcomes."""
-    from sqlalchemy.exc import IntegrityError, OperationalError
-
-    from gpuseat.errors import NoFreeSeat
-
-    store = open_store(url)
-    course_id = None
-    if method == "naive":
-        with store._engine.connect() as conn:
-            course_id = conn.execute(text("SELECT id FROM courses WHERE key = 'bench'")).scalar()
+    client = {"gpuseat": gpuseat_client, "plain": plain_client, "floor": floor_client}[method](url)
     start.wait()
     lat: list[float] = []
-    got = none = conflicts = 0
+    got = none = 0
     for key in keys:
         t0 = time.perf_counter()
-        try:
-            if method == "gpuseat":
-                store.claim_seat("bench", key, mode="pool")
-                got += 1
-            elif _naive_claim(store._engine, int(course_id or 0), key) is None:
-                none += 1
-            else:
-                got += 1
-        except NoFreeSeat:
+        if client(key):
+            got += 1
+        else:
             none += 1
-        except (IntegrityError, OperationalError):  # a double assignment refused, or SQLite busy
-            conflicts += 1
         lat.append(time.perf_counter() - t0)
-    store.close()
-    out.put((lat, got, none, conflicts, time.perf_counter()))
+    out.put((lat, got, none, time.perf_counter()))
 
 
-def doubles(url: str) -> int:
+def doubles(url: str, method: str, logged_before: int) -> int:
+    q, course, floor = DOUBLES
     engine = create_engine(url)
-    q = "SELECT count(*) FROM (SELECT {c} FROM assignments WHERE valid_to IS NULL GROUP BY {c} HAVING count(*) > 1) d"
     with engine.connect() as conn:
-        n = sum(int(conn.execute(text(q.format(c=c))).scalar() or 0) for c in ("seat_id", "participant_id"))
+        n = sum(
+            int(conn.execute(text(q.format(c=c, t=t, w=w))).scalar() or 0)
+            for c, t, w in (floor if method == "floor" else course)
+        )
+        if method != "floor":  # every new assignment has its events row
+            a = conn.execute(text("SELECT count(*) FROM assignments")).scalar()
+            e = conn.execute(text("SELECT count(*) FROM events WHERE action = 'seat.claim'")).scalar()
+            n += abs(int(a or 0) - (int(e or 0) - logged_before))
     engine.dispose()
     return n
 
 
-def run(url: str, method: str, procs: int, participants: int, seats: int, tmp: Path) -> dict[str, Any]:
-    setup(url, tmp, participants, seats)
+def run(url: str, method: str, procs: int, participants: int) -> dict[str, Any]:
+    logged = reset(url)
     keys = [f"p{i:05d}" for i in range(participants)]
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("fork")
     start = ctx.Barrier(procs + 1)
     out = ctx.Queue()
     workers = [ctx.Process(target=worker, args=(url, method, keys[i::procs], start, out)) for i in range(procs)]
@@ -121,10 +286,10 @@ def run(url: str, method: str, procs: int, participants: int, seats: int, tmp: P
         w.start()
     start.wait()
     t0 = time.perf_counter()
-    results = [out.get(timeout=600) for _ in workers]
+    results = [out.get(timeout=1800) for _ in workers]
     for w in workers:
         w.join()
-    wall = max(r[4] for r in results) - t0
+    wall = max(r[3] for r in results) - t0
     lat = sorted(x for r in results for x in r[0])
     return {
         "method": method,
@@ -133,12 +298,11 @@ def run(url: str, method: str, procs: int, participants: int, seats: int, tmp: P
         "p99_ms": lat[int(0.99 * (len(lat) - 1))] * 1000,
         "seated": sum(r[1] for r in results),
         "no_free_seat": sum(r[2] for r in results),
-        "conflicts": sum(r[3] for r in results),
-        "doubles": doubles(url),
+        "doubles": doubles(url, method, logged),
     }
 
 
-def pg_schema(base: str) -> tuple[str, Any]:
+def pg_schema(base: str) -> tuple[str, Callable[[], None]]:
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     admin = create_engine(base)
     with admin.begin() as conn:
@@ -153,48 +317,70 @@ def pg_schema(base: str) -> tuple[str, Any]:
     return f"{base}{sep}options=-csearch_path%3D{schema}", drop
 
 
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--participants", type=int, default=1000)
-    parser.add_argument("--seats", type=int, default=900)
-    parser.add_argument("--procs", type=int, default=16)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--participants", default="1000,10000", help="Roster sizes, comma-separated.")
+    parser.add_argument("--writers", default="16,64", help="Writer process counts, comma-separated.")
+    parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--pg", default=os.environ.get("GPUSEAT_TEST_PG_URL"))
     parser.add_argument("--databases", default="sqlite,postgresql", help="Which to run, comma-separated.")
+    parser.add_argument("--json", type=Path, help="Also write every row to this JSON file.")
     args = parser.parse_args()
-    print(f"{args.participants} participants, {args.seats} seats, {args.procs} processes")
-    print(
-        f"{'database':<11}{'method':<9}{'claims/s':>9}{'p50 ms':>8}{'p99 ms':>8}"
-        f"{'seated':>8}{'no seat':>8}{'conflicts':>10}{'doubles':>8}"
-    )
-    rows = []
+    methods = [m for m in args.methods.split(",") if m]
+    print(f"load average at start: {load()} ({os.cpu_count()} CPUs)")
+    head = f"{'database':<11}{'people':>7}{'writers':>8} {'method':<8}{'claims/s':>9}{'p50 ms':>8}{'p99 ms':>8}"
+    print(head + f"{'seated':>8}{'no seat':>8}{'doubles':>8}")
+    rows: list[dict[str, Any]] = []
     for db in args.databases.split(","):
         if db == "postgresql" and not args.pg:
             print("postgresql skipped: no --pg URL and no GPUSEAT_TEST_PG_URL")
             continue
-        for method in ("gpuseat", "naive"):
+        for participants in (int(x) for x in args.participants.split(",")):
             with tempfile.TemporaryDirectory() as tmp:
-                drop = None
+                drop: Callable[[], None] | None = None
                 url = f"sqlite:///{Path(tmp) / 'claims.db'}"
                 if db == "postgresql":
                     url, drop = pg_schema(args.pg)
                 try:
-                    r = run(url, method, args.procs, args.participants, args.seats, Path(tmp))
+                    setup(url, Path(tmp), participants, participants * 9 // 10)
+                    for procs in (int(x) for x in args.writers.split(",")):
+                        group = {}
+                        for method in methods:
+                            r = run(url, method, procs, participants)
+                            r.update(database=db, participants=participants, writers=procs, load=load())
+                            rows.append(r)
+                            group[method] = r
+                            print(
+                                f"{db:<11}{participants:>7}{procs:>8} {method:<8}{r['claims_per_s']:>9.0f}"
+                                f"{r['p50_ms']:>8.1f}{r['p99_ms']:>8.1f}{r['seated']:>8}{r['no_free_seat']:>8}"
+                                f"{r['doubles']:>8}",
+                                flush=True,
+                            )
+                        print(ratios(group), flush=True)
                 finally:
                     if drop:
                         drop()
-            rows.append((db, r))
-            print(
-                f"{db:<11}{method:<9}{r['claims_per_s']:>9.0f}{r['p50_ms']:>8.1f}{r['p99_ms']:>8.1f}"
-                f"{r['seated']:>8}{r['no_free_seat']:>8}{r['conflicts']:>10}{r['doubles']:>8}"
-            )
-    for db in ("sqlite", "postgresql"):
-        pair = {r["method"]: r for d, r in rows if d == db}
-        if len(pair) == 2:
-            ratio = pair["gpuseat"]["claims_per_s"] / pair["naive"]["claims_per_s"]
-            print(
-                f"{db}: gpuseat seats {pair['gpuseat']['seated']} of {args.seats} with 0 conflicts at "
-                f"{ratio:.2f}× the naive throughput; naive lost {pair['naive']['conflicts']} claims to conflicts"
-            )
+    print(f"load average at end: {load()}")
+    bad = sum(r["doubles"] for r in rows)
+    print(f"double assignments (or claims without their events row), all runs: {bad}")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+def ratios(group: dict[str, dict[str, Any]]) -> str:
+    g = group.get("gpuseat")
+    parts = []
+    for other in ("plain", "floor"):
+        o = group.get(other)
+        if g and o:
+            p99 = g["p99_ms"] / o["p99_ms"]
+            speed = g["claims_per_s"] / o["claims_per_s"]
+            parts.append(f"gpuseat/{other}: p99 {p99:.2f}×, throughput {speed:.2f}×")
+    return "    " + "; ".join(parts) if parts else ""
 
 
 if __name__ == "__main__":

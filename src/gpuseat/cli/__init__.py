@@ -46,6 +46,7 @@ def _register_all() -> None:
         bench,
         carve,
         course,
+        db,
         doctor,
         host,
         jupyterhub,
@@ -75,6 +76,7 @@ def _register_all() -> None:
         serve,
         report,
         jupyterhub,
+        db,
         host,
     ):
         module.register(app)

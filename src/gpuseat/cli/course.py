@@ -1,4 +1,4 @@
-"""CLI for ``gpuseat course create|list|show``: parse flags, call the course store, print."""
+"""CLI for ``gpuseat course create|list|show|export|import|archive|delete``: parse flags, call the store, print."""
 
 from __future__ import annotations
 
@@ -27,7 +27,9 @@ def actor() -> str:
 
 def register(app: typer.Typer) -> None:
     """Add the ``course`` group."""
-    course_app = typer.Typer(help="Courses in the store: create from a course file, list, show.", no_args_is_help=True)
+    course_app = typer.Typer(
+        help="Courses in the store: create, list, show, export, import, archive, delete.", no_args_is_help=True
+    )
     app.add_typer(course_app, name="course")
 
     @course_app.command("create")
@@ -90,3 +92,101 @@ def register(app: typer.Typer) -> None:
         )
         if view.plan_option:
             print(f"plan option {view.plan_option.get('rank')}: ${view.plan_option.get('total_usd')}")
+
+    @course_app.command("export")
+    def export(
+        to: Path = typer.Option(..., "--to", help="The archive to write (a zip of JSON files, see docs/course.md)."),
+        course: str | None = COURSE,
+        force: bool = typer.Option(False, "--force", help="Replace an existing file."),
+        db: str | None = DB,
+        fmt: Format = FORMAT_OPTION,
+    ) -> None:
+        """Write one course (roster, seats, history, events, tokens' hashes, survey) to one file."""
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            done = store.export_course(course, to, force=force, actor=actor())
+        if fmt is Format.json:
+            print_json({**done, "path": str(done["path"])})
+            return
+        print(
+            f"course {done['course']} exported to {done['path']}: {done['participants']} participants, "
+            f"{done['seats']} seats, {done['assignments']} assignments, {done['events']} events "
+            f"(sha256 {done['sha256']})"
+        )
+
+    @course_app.command("import")
+    def import_(
+        path: Path = typer.Argument(..., help="An archive written by gpuseat course export."),
+        key: str | None = typer.Option(None, "--key", help="Store it under this course key (default: its own)."),
+        db: str | None = DB,
+        fmt: Format = FORMAT_OPTION,
+    ) -> None:
+        """Store the course of an export (all or nothing; an existing course key is refused)."""
+        from gpuseat.services.courses import open_store
+
+        with open_store(db, create=True) as store:
+            done = store.import_course(path, key=key, actor=actor())
+        if fmt is Format.json:
+            print_json(done)
+            return
+        print(
+            f"course {done['course']} imported: {done['participants']} participants, {done['seats']} seats, "
+            f"{done['assignments']} assignments, {done['events']} events, {done['survey_responses']} survey answers"
+        )
+        if done["tokens_skipped"]:
+            print(f"  {done['tokens_skipped']} access link(s) not imported: used by another course in this store")
+
+    @course_app.command("archive")
+    def archive(
+        course: str = typer.Argument(..., help="Course key."),
+        db: str | None = DB,
+    ) -> None:
+        """Make a course read-only (every change is refused from then on) and revoke its access links."""
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            done = store.archive_course(course, actor=actor())
+        if done["already"]:
+            print(f"course {done['course']} was archived already ({done['archived_at']})")
+            return
+        print(
+            f"course {done['course']} archived: read-only from now on, {done['tokens_revoked']} access link(s) revoked"
+        )
+
+    @course_app.command("delete")
+    def delete(
+        course: str = typer.Argument(..., help="Course key."),
+        yes: bool = typer.Option(False, "--yes", help="Confirm: delete the course and all its rows."),
+        export_to: Path | None = typer.Option(
+            None, "--export-to", help="Where the export written first goes (default: the data dir's exports/)."
+        ),
+        db: str | None = DB,
+    ) -> None:
+        """Delete a course after writing an export of it (needs --yes); the events log keeps its lines."""
+        from datetime import UTC, datetime
+
+        from gpuseat.errors import InputError
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            view = store.get_course(course)
+            if not yes:
+                raise InputError(
+                    f"this deletes course {view.key} ({view.participants} participants, {view.seats} seats, "
+                    f"{view.assigned} assigned) after writing an export of it",
+                    where="gpuseat course delete",
+                    fix=f"confirm with: gpuseat course delete {view.key} --yes",
+                )
+            if export_to is None:
+                from gpuseat.paths import data_dir
+
+                folder = data_dir() / "exports"
+                folder.mkdir(parents=True, exist_ok=True)
+                export_to = folder / f"{view.key}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.gpuseat.zip"
+            done = store.delete_course(view.key, export_to=export_to, actor=actor())
+        print(f"export written: {done['export']}")
+        print(
+            f"course {done['course']} deleted ({done['participants']} participants, {done['seats']} seats); "
+            f"gpuseat course import {done['export']} brings it back"
+        )

@@ -1,4 +1,4 @@
-"""CLI for ``gpuseat seats add|assign|release|move|status|export``: parse flags, call the store, print."""
+"""CLI for ``gpuseat seats add|assign|release|move|remove|status|export``: parse flags, call the store, print."""
 
 from __future__ import annotations
 
@@ -142,7 +142,9 @@ def _specs(
 
 def register(app: typer.Typer) -> None:
     """Add the ``seats`` group."""
-    seats_app = typer.Typer(help="Seats of a course: add, assign, release, move, status, export.", no_args_is_help=True)
+    seats_app = typer.Typer(
+        help="Seats of a course: add, assign, release, move, remove, status, export.", no_args_is_help=True
+    )
     app.add_typer(seats_app, name="seats")
 
     @seats_app.command("add")
@@ -253,6 +255,19 @@ def register(app: typer.Typer) -> None:
         with open_store(db) as store:
             made = store.move(course, participant, seat, actor=actor())
         print(f"{made.participant} → {made.seat}")
+
+    @seats_app.command("remove")
+    def remove(
+        seats: list[str] = typer.Argument(..., help="Seat keys (planned or released, held by nobody)."),
+        course: str | None = COURSE,
+        db: str | None = DB,
+    ) -> None:
+        """Remove seats added by mistake: planned or released ones nobody holds (all or nothing)."""
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            gone = store.remove_seats(course, seats, actor=actor())
+        print(f"removed {len(gone)} seat(s): {', '.join(gone)}")
 
     @seats_app.command("status")
     def status(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:

@@ -101,3 +101,12 @@ def seat_keys(prefix: str, count: int, start: int = 1) -> list[str]:
     """``seat-01`` … numbered keys, wide enough for ``count`` (used when seats are made in bulk)."""
     width = max(2, len(str(start + count - 1)))
     return [f"{prefix}-{i:0{width}d}" for i in range(start, start + count)]
+
+
+# The rules above, as numbers the store's claim statement compares in SQL (see gpuseat.store.claims).
+VM_KINDS: tuple[str, ...] = tuple(sorted(_VM_KINDS))
+
+
+def isolation_rank(isolation: str) -> int:
+    """0 shared, 1 partitioned, 2 dedicated: how strongly a kind of seat (or a need) isolates."""
+    return _ISOLATION_RANK[isolation]

@@ -63,6 +63,8 @@ class CourseRecord(Base):
     survey_state: Mapped[str | None] = mapped_column(String(32))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # set by ``course archive``: the course is read-only from then on (triggers refuse writes, migration 0010)
+    archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 #: the model's name before it became ``CourseRecord`` (``Course`` is the course *file*,

@@ -107,6 +107,18 @@ class SeatHooks:
         # lock; PostgreSQL locks rows (FOR UPDATE SKIP LOCKED), so claims may run side by side
         threads = 1 if settings.db_url.startswith("sqlite") else 8
         self._worker = ThreadPoolExecutor(threads, thread_name_prefix="gpuseat-hub")
+        if store is None:
+            self._worker.submit(self._warm)  # the first start should not pay for opening the store
+
+    def _warm(self) -> None:
+        """Open the store and load the claim code on gpuseat's thread while the hub starts (best effort:
+        an unreachable database is tried again, and refused clearly, by the first spawn)."""
+        try:
+            import gpuseat.store.claims  # noqa: F401
+
+            self.store.get_course(self.settings.course)
+        except Exception:  # the first spawn reports it
+            log.debug("gpuseat: store not ready at hub start", exc_info=True)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> SeatHooks:
         """One object for the whole hub: traitlets deep-copies the config (and these bound hooks) into

@@ -26,9 +26,15 @@ class StoreBase:
         self._courses: dict[str, CourseRecord] = {}
         database = engine.url.database if engine.dialect.name == "sqlite" else None
         self._lock_path = f"{database}.lock" if database and database != ":memory:" else None
+        from gpuseat.store.undo import install
+
+        install(engine)  # writes to an archived course: one clear error
 
     def close(self) -> None:
-        """Release pooled connections."""
+        """Release pooled connections (and the claims' own PostgreSQL pool)."""
+        from gpuseat.store.claims import close
+
+        close(self)
         self._engine.dispose()
 
     def __enter__(self) -> Self:

@@ -1,159 +1,507 @@
-"""Claims: a participant takes the best free seat that suits them, race-free under many callers."""
+"""A seat claim in one SQL statement: which seat suits whom is decided by the database, not by Python.
+
+The claim used to load the course's seats through the ORM and rank them in Python on every call (five
+round trips and most of a CPU-millisecond per claim). Here the rules of :mod:`gpuseat.core.seating`
+(group reservation, GPU memory, isolation rank, guest OS, the preference order) are SQL expressions,
+so a claim is:
+
+* PostgreSQL: one statement, one round trip (autocommit): CTEs find the participant and the seat they
+  hold, pick the best free suitable seat ``FOR UPDATE SKIP LOCKED`` (concurrent claims take different
+  seats instead of queueing), insert the assignment and the ``events`` row, and return the seat;
+* SQLite: a lock-free read of the participant and their seat, then ``BEGIN IMMEDIATE`` and one
+  ``INSERT … SELECT … ORDER BY … LIMIT 1 RETURNING`` plus the ``events`` row.
+
+The partial unique indexes on ``assignments`` stay the last word: a claim that loses a race fails with
+an integrity error and is tried again, so no code path can hand out a seat twice. Failures (unknown
+participant or course, an archived course, no free seat) are diagnosed only after the fast path found
+nothing, with the same messages as the rest of the store.
+"""
 
 from __future__ import annotations
 
+import functools
+import json
 import random
+import threading
 import time
+import weakref
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import exists, func, select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from gpuseat.core.needs import SeatNeed
-from gpuseat.core.seating import ASSIGNABLE_STATES, CLAIM_MODES, ClaimMode, misfit, preference
-from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
-from gpuseat.errors import InputError, NoFreeSeat, StoreError
-from gpuseat.store.base import StoreBase
-from gpuseat.store.rows import DEFAULT_ACTOR, _log, _needs, _participant_and_seat, _seat_view
-from gpuseat.store.views import SeatView
+from gpuseat.core.seating import ASSIGNABLE_STATES, KIND_ISOLATION, VM_KINDS, isolation_rank
+from gpuseat.errors import InputError, NoFreeSeat, NotFound, StoreError, did_you_mean
 
-_CLAIM_RETRIES = 20
-_LOCK_WINDOW = 32  # candidates offered to one FOR UPDATE SKIP LOCKED statement
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
 
+__all__ = ["Claimed", "claim", "close", "forget_course"]
 
-class ClaimMethods(StoreBase):
-    def claim_seat(
-        self, course: str | None, participant: str, *, mode: ClaimMode = "assigned", actor: str = DEFAULT_ACTOR
-    ) -> SeatView:
-        """The participant's seat: the one they hold, else the best free seat that suits their group.
-
-        Safe under any number of concurrent callers: the chosen seat row is locked (``FOR UPDATE SKIP
-        LOCKED``, so concurrent claims take different seats instead of queueing) and the partial unique
-        indexes reject a double assignment, which is retried. Raises :class:`NoFreeSeat` when no
-        suitable seat is free. ``mode``: ``assigned`` (kept until released) or ``pool`` (handed back
-        when the participant's server stops).
-        """
-        if mode not in CLAIM_MODES:
-            raise InputError(f"unknown mode {mode!r}", where="mode", fix=f"one of {', '.join(CLAIM_MODES)}")
-        sqlite = self._engine.dialect.name == "sqlite"
-        for _attempt in range(_CLAIM_RETRIES):
-            try:
-                if sqlite:  # look without the write lock, then hold it only to take the seat
-                    with self._read() as s:
-                        crow = self._course_cached(s, course)
-                        p, held, open_a = _participant_and_seat(s, crow, participant)
-                        if held is not None:
-                            return _seat_view(crow.key, held, (p.key, open_a))
-                        candidates = _free_suitable(s, crow, p.group_name, _needs(crow))
-                        if not candidates:
-                            raise _no_free_seat(s, crow, p)
-                        pid, pkey = p.id, p.key
-                    with self._write() as s:
-                        chosen = _still_free(s, candidates)
-                        if chosen is None:
-                            continue  # all taken meanwhile: look again
-                        view = self._take(s, crow, pid, pkey, chosen, mode, actor)
-                    return view
-                with self._write() as s:
-                    crow = self._course_cached(s, course)
-                    p, held, open_a = _participant_and_seat(s, crow, participant)
-                    if held is not None:
-                        return _seat_view(crow.key, held, (p.key, open_a))
-                    candidates = _free_suitable(s, crow, p.group_name, _needs(crow))
-                    if not candidates:
-                        raise _no_free_seat(s, crow, p)
-                    chosen = _lock_first(s, candidates)
-                    if chosen is None:
-                        time.sleep(random.uniform(0.002, 0.02))  # all candidates are being claimed right now
-                        continue
-                    view = self._take(s, crow, p.id, p.key, chosen, mode, actor)
-                return view
-            except IntegrityError:
-                continue  # someone else took that seat, or this participant's other claim won: look again
-        raise StoreError(
-            f"could not claim a seat after {_CLAIM_RETRIES} tries (heavy contention)",
-            where=f"participant {participant}",
-            fix="try again",
-        )
-
-    def _take(self, s: Session, crow: CourseRecord, pid: int, pkey: str, seat: Seat, mode: str, actor: str) -> SeatView:
-        """Insert the assignment and its event (written at commit, where a double assignment fails)."""
-        a = Assignment(seat_id=seat.id, participant_id=pid, valid_from=datetime.now(UTC), mode=mode)
-        s.add(a)
-        _log(s, crow.key, actor, "seat.claim", participant=pkey, seat=seat.key, detail={"mode": mode})
-        return _seat_view(crow.key, seat, (pkey, a))
+RETRIES = 200  # lost races (a seat taken between this statement's snapshot and its lock) are retried
+SEAT_COLUMNS = (
+    "id",
+    "course_id",
+    "key",
+    "kind",
+    "host",
+    "device_uuid",
+    "profile",
+    "memory_gb",
+    "groups",
+    "engine",
+    "engine_ref",
+    "state",
+    "state_reason",
+    "state_at",
+    "connect",
+    "created_at",
+)
 
 
-def _is_taken(seat_id: Any) -> Any:
-    return exists().where(Assignment.seat_id == seat_id, Assignment.valid_to.is_(None))
+@dataclass(frozen=True)
+class Claimed:
+    """What a claim found or took: the seat row (column → value), who holds it, since when, how."""
+
+    course: str
+    participant: str
+    seat: dict[str, Any]
+    since: datetime
+    mode: str
+    new: bool
 
 
-def _free_suitable(s: Session, crow: CourseRecord, group: str | None, needs: dict[str, SeatNeed]) -> list[int]:
-    """Ids of free seats that suit the group, best first (nothing locked yet)."""
-    rows = s.execute(
-        select(Seat.id, Seat.key, Seat.kind, Seat.memory_gb, Seat.engine, Seat.groups).where(
-            Seat.course_id == crow.id, Seat.state.in_(ASSIGNABLE_STATES), ~_is_taken(Seat.id)
-        )
-    ).all()
-    need = needs.get(group) if group is not None else None
-    ranked = []
-    for sid, key, kind, memory_gb, engine, groups in rows:
-        reserved = tuple(groups or ())
-        if misfit(kind=kind, memory_gb=memory_gb, engine=engine, reserved_for=reserved, group=group, need=need):
-            continue
-        rank = preference(key=key, kind=kind, memory_gb=memory_gb, reserved_for=reserved, group=group)
-        ranked.append((rank, sid))
-    return [sid for _, sid in sorted(ranked)]
+@dataclass(frozen=True)
+class _Course:
+    id: int
+    key: str
+    needs: dict[str, tuple[float, int, int]]  # group → (min GPU memory, isolation rank, needs a VM)
 
 
-def _still_free(s: Session, candidates: list[int], window: int = 64) -> Seat | None:
-    """The best of the first ``window`` candidates that is still free and assignable (one query)."""
-    head = candidates[:window]
-    rows = s.scalars(
-        select(Seat).where(Seat.id.in_(head), Seat.state.in_(ASSIGNABLE_STATES), ~_is_taken(Seat.id))
-    ).all()
-    order = {sid: i for i, sid in enumerate(head)}
-    return min(rows, key=lambda r: order[r.id], default=None)
+# -- SQL ---------------------------------------------------------------------------------------------
+
+_STATES = ", ".join(f"'{s}'" for s in ASSIGNABLE_STATES)
+_KIND_RANK = (
+    "CASE s.kind "
+    + " ".join(f"WHEN '{k}' THEN {isolation_rank(v)}" for k, v in sorted(KIND_ISOLATION.items()))
+    + f" ELSE {isolation_rank('shared')} END"
+)
+_VM = ", ".join(f"'{k}'" for k in VM_KINDS)
+_FREE = "NOT EXISTS (SELECT 1 FROM assignments a2 WHERE a2.seat_id = s.id AND a2.valid_to IS NULL)"
 
 
-def _lock_first(s: Session, candidates: list[int]) -> Seat | None:
-    """The first candidate seat that is still free, locked for this transaction (None if all are busy).
+def _suits(reserved: str, grp: str, mem: str, iso: str, win: str) -> str:
+    """``misfit() is None`` of core.seating, in SQL (``reserved``: is the seat reserved for ``grp``)."""
+    return (
+        f"(json_array_length(s.groups) = 0 OR ({grp} IS NOT NULL AND {reserved}))"
+        f" AND (s.memory_gb IS NULL OR s.memory_gb + 1e-9 >= {mem})"
+        f" AND ({_KIND_RANK}) >= {iso}"
+        f" AND ({win} = 0 OR s.kind IN ({_VM}) OR s.engine = 'libvirt')"
+    )
 
-    SQLite: the transaction began with ``BEGIN IMMEDIATE``, so nobody else writes and the first
-    candidate is free. PostgreSQL: one statement locks the best free candidate and skips the rows
-    other claims hold (``FOR UPDATE SKIP LOCKED``, ordered by the candidates' rank).
+
+def _order(reserved: str, grp: str, collate: str) -> str:
+    """``preference()`` of core.seating: own hardware first, reserved for the group, smallest, by key.
+    (The group list is only searched for seats that have one: most seats are reserved for nobody.)"""
+    reserved_first = f"CASE WHEN json_array_length(s.groups) > 0 AND {grp} IS NOT NULL AND {reserved} THEN 0 ELSE 1 END"
+    return f"(s.kind = 'cloud'), {reserved_first}, (s.memory_gb IS NULL), s.memory_gb, s.key{collate}"
+
+
+_COLS = ", ".join(f"s.{c}" for c in SEAT_COLUMNS)
+# the participant by key (an index lookup), else by email or Unix user; coalesce() stops at the first hit
+_WHO = (
+    "pa.id = coalesce((SELECT p1.id FROM participants p1 WHERE p1.course_id = :cid AND p1.key = :who), "
+    "(SELECT p2.id FROM participants p2 WHERE p2.course_id = :cid AND (p2.email = :email OR p2.unix_user = :who) "
+    "ORDER BY p2.id LIMIT 1))"
+)
+
+# SQLite, step 1 (no lock, WAL readers never wait): the participant and the seat they hold
+_SQLITE_LOOKUP = f"""
+SELECT pa.id AS pid, pa.key AS pkey, pa.group_name AS grp, a.valid_from, a.mode, {_COLS}
+FROM participants pa
+LEFT JOIN assignments a ON a.participant_id = pa.id AND a.valid_to IS NULL
+LEFT JOIN seats s ON s.id = a.seat_id
+WHERE {_WHO}
+  AND EXISTS (SELECT 1 FROM courses c WHERE c.id = :cid AND c.archived_at IS NULL)
+"""
+
+_SQLITE_RESERVED = "EXISTS (SELECT 1 FROM json_each(s.groups) j WHERE j.value = :grp)"
+
+# SQLite, step 2 (under BEGIN IMMEDIATE): take the best free suitable seat in one statement
+_SQLITE_TAKE = f"""
+INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
+SELECT s.id, :pid, :now, :mode FROM seats s
+WHERE s.course_id = :cid AND s.state IN ({_STATES}) AND {_FREE}
+  AND {_suits(_SQLITE_RESERVED, ":grp", ":mem", ":iso", ":win")}
+  AND EXISTS (SELECT 1 FROM courses c WHERE c.id = :cid AND c.archived_at IS NULL)
+ORDER BY {_order(_SQLITE_RESERVED, ":grp", "")}
+LIMIT 1
+RETURNING seat_id, valid_from, mode
+"""
+
+_SQLITE_SEAT = f"SELECT {_COLS} FROM seats s WHERE s.id = :sid"
+
+_PG_RESERVED = "EXISTS (SELECT 1 FROM json_array_elements_text(s.groups) j(v) WHERE j.v = n.grp)"
+_PG_NEED = "(CAST(:needs AS jsonb) -> n0.grp ->> {i})"
+
+# PostgreSQL: the whole claim in one statement (autocommit: one round trip)
+_PG_CLAIM = f"""
+WITH n0 AS (
+    SELECT pa.id AS pid, pa.key AS pkey, pa.group_name AS grp FROM participants pa
+    WHERE {_WHO}
+      AND EXISTS (SELECT 1 FROM courses c WHERE c.id = :cid AND c.archived_at IS NULL)
+), n AS (
+    SELECT n0.pid, n0.pkey, n0.grp,
+           coalesce(CAST({_PG_NEED.format(i=0)} AS float8), 0) AS mem,
+           coalesce(CAST({_PG_NEED.format(i=1)} AS integer), 0) AS iso,
+           coalesce(CAST({_PG_NEED.format(i=2)} AS integer), 0) AS win
+    FROM n0
+), held AS (
+    SELECT {_COLS}, a.valid_from, a.mode FROM assignments a JOIN n ON a.participant_id = n.pid
+    JOIN seats s ON s.id = a.seat_id WHERE a.valid_to IS NULL
+), pick AS (
+    SELECT {_COLS} FROM seats s CROSS JOIN n
+    WHERE s.course_id = :cid AND s.state IN ({_STATES}) AND {_FREE} AND NOT EXISTS (SELECT 1 FROM held)
+      AND {_suits(_PG_RESERVED, "n.grp", "n.mem", "n.iso", "n.win")}
+    ORDER BY {_order(_PG_RESERVED, "n.grp", ' COLLATE "C"')}
+    LIMIT 1 FOR UPDATE OF s SKIP LOCKED
+), ins AS (
+    INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
+    SELECT pick.id, n.pid, :now, :mode FROM pick CROSS JOIN n
+    RETURNING seat_id, valid_from, mode
+), ev AS (
+    INSERT INTO events (at, course_key, actor, action, participant, seat, detail)
+    SELECT :now, :ckey, :actor, 'seat.claim', n.pkey, pick.key, CAST(:detail AS json)
+    FROM ins JOIN pick ON pick.id = ins.seat_id CROSS JOIN n
+)
+SELECT 'held' AS how, n.pkey, n.grp, {", ".join(f"h.{c}" for c in SEAT_COLUMNS)}, h.valid_from, h.mode
+FROM n JOIN held h ON true
+UNION ALL
+SELECT 'new', n.pkey, n.grp, {", ".join(f"pick.{c}" for c in SEAT_COLUMNS)}, ins.valid_from, ins.mode
+FROM n JOIN pick ON true JOIN ins ON ins.seat_id = pick.id
+UNION ALL
+SELECT 'none', n.pkey, n.grp, {", ".join("NULL" for _ in SEAT_COLUMNS)}, NULL, NULL
+FROM n WHERE NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM ins)
+"""
+
+# PostgreSQL, only after a claim found nothing: is a suitable seat free at all (locked ones included)?
+_PG_ANY_FREE = f"""
+WITH n AS (SELECT CAST(:grp AS text) AS grp, CAST(:mem AS float8) AS mem, CAST(:iso AS integer) AS iso,
+                  CAST(:win AS integer) AS win)
+SELECT count(*) FROM seats s CROSS JOIN n
+WHERE s.course_id = :cid AND s.state IN ({_STATES}) AND {_FREE}
+  AND {_suits(_PG_RESERVED, "n.grp", "n.mem", "n.iso", "n.win")}
+"""
+
+
+_SQLITE_EVENT = (
+    "INSERT INTO events (at, course_key, actor, action, participant, seat, detail) "
+    "SELECT :now, :ckey, :actor, 'seat.claim', :pkey, s.key, :detail FROM seats s WHERE s.id = :sid"
+)
+_PG_STATEMENTS = {
+    "any": text(_PG_ANY_FREE),
+}
+
+
+# -- per store state -----------------------------------------------------------------------------------
+
+_courses: weakref.WeakKeyDictionary[Any, dict[str, _Course]] = weakref.WeakKeyDictionary()
+_pg_engines: weakref.WeakKeyDictionary[Any, Engine] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def forget_course(store: Any, key: str | None = None) -> None:
+    """Drop what claims remember about a course (after it is deleted, archived or imported again)."""
+    with _lock:
+        cached = _courses.get(store)
+        if cached is not None:
+            if key is None:
+                cached.clear()
+            else:
+                cached.pop(key, None)
+
+
+def close(store: Any) -> None:
+    """Release what claims hold for ``store`` (its PostgreSQL claim pool); called by ``CourseStore.close``."""
+    with _lock:
+        _courses.pop(store, None)
+        engine = _pg_engines.pop(store, None)
+    if engine is not None:
+        engine.dispose()
+
+
+def _needs(summary: Mapping[str, Any] | None) -> dict[str, tuple[float, int, int]]:
+    out = {}
+    for g in (summary or {}).get("groups", ()):
+        need = SeatNeed.model_validate({k: v for k, v in g.items() if k in SeatNeed.model_fields})
+        out[g["name"]] = (need.min_gpu_memory_gb, isolation_rank(need.isolation), int(need.guest_os == "windows"))
+    return out
+
+
+def _course(store: Any, key: str | None) -> _Course:
+    """The course's id and per-group needs (kept per store for a named course; None is looked up)."""
+    if key is not None:
+        with _lock:
+            found = _courses.get(store, {}).get(key)
+        if found is not None:
+            return found
+    with store._read() as s:
+        if key is None:
+            rows = s.execute(text("SELECT id, key, summary FROM courses ORDER BY key LIMIT 11")).all()
+            if len(rows) != 1:
+                _only_course_error(rows)
+            row = rows[0]
+        else:
+            row = s.execute(text("SELECT id, key, summary FROM courses WHERE key = :k"), {"k": key}).first()
+            if row is None:
+                known = list(s.execute(text("SELECT key FROM courses ORDER BY key")).scalars())
+                raise NotFound(
+                    f"no course {key!r}.{did_you_mean(key, known)}",
+                    where="--course",
+                    fix=f"one of: {', '.join(known)}" if known else "create one: gpuseat course create COURSE.toml",
+                )
+    summary = row[2] if isinstance(row[2], dict) else json.loads(row[2] or "{}")
+    found = _Course(int(row[0]), str(row[1]), _needs(summary))
+    if key is not None:
+        with _lock:
+            _courses.setdefault(store, {})[key] = found
+    return found
+
+
+def _only_course_error(rows: list[Any]) -> None:
+    if not rows:
+        raise InputError("no course yet", where="--course", fix="create one: gpuseat course create COURSE.toml")
+    raise InputError(
+        f"{'more than 10' if len(rows) > 10 else len(rows)} courses: {', '.join(r[1] for r in rows[:10])}",
+        where="--course",
+        fix="say which one with --course KEY",
+    )
+
+
+def _pg_engine(store: Any) -> Engine:
+    """A pool for claims only: autocommit (one statement is the whole transaction) and no pre-ping, so a
+    claim is exactly one round trip; a dropped connection is retried by :func:`claim`."""
+    with _lock:
+        engine = _pg_engines.get(store)
+        if engine is None:
+            from sqlalchemy import create_engine
+
+            engine = create_engine(store._engine.url, isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=8)
+            _pg_engines[store] = engine
+            weakref.finalize(store, engine.dispose)
+        return engine
+
+
+# -- the claim -----------------------------------------------------------------------------------------
+
+
+def claim(store: Any, course: str | None, who: str, *, mode: str, actor: str) -> Claimed:
+    """The seat ``who`` holds in ``course``, else the best free seat that suits their group, taken now.
+
+    ``store`` is the :class:`CourseStore` (its ``_read``/``_write`` sessions and engine). Raises
+    :class:`NotFound` (course or participant), :class:`InputError` (archived course) or
+    :class:`NoFreeSeat` (with the reason), never a double assignment.
     """
-    if s.get_bind().dialect.name == "sqlite":
-        return s.get(Seat, candidates[0])
-    if s.get_bind().dialect.name == "postgresql":
-        from sqlalchemy import Integer, bindparam
-        from sqlalchemy.dialects.postgresql import ARRAY
+    postgres = store._engine.dialect.name == "postgresql"
+    stale = False
+    for _attempt in range(RETRIES):
+        info = _course(store, course)
+        try:
+            got = _claim_pg(store, info, who, mode, actor) if postgres else _claim_sqlite(store, info, who, mode, actor)
+        except (IntegrityError, _LostRace):
+            continue  # another claim took that seat (or this participant's other claim won): look again
+        except OperationalError as exc:
+            if not exc.connection_invalidated:
+                raise
+            continue  # the server dropped a pooled connection: a new one is taken
+        if got == "retry":
+            time.sleep(random.uniform(0.001, 0.005))  # every suitable free seat is being claimed right now
+            continue
+        if got is None:
+            if not stale and course is not None:  # the course may have been deleted and imported again
+                stale = True
+                forget_course(store, course)
+                continue
+            _diagnose(store, info, who)
+        assert isinstance(got, Claimed)
+        return got
+    raise StoreError(
+        f"could not claim a seat after {RETRIES} tries (heavy contention)", where=f"participant {who}", fix="try again"
+    )
 
-        for start in range(0, len(candidates), _LOCK_WINDOW):  # small arrays: array_position is linear
-            ids = bindparam("ids", candidates[start : start + _LOCK_WINDOW], type_=ARRAY(Integer))
-            row = s.scalar(
-                select(Seat)
-                .where(Seat.id == func.any(ids), ~_is_taken(Seat.id))
-                .order_by(func.array_position(ids, Seat.id))
-                .limit(1)
-                .with_for_update(skip_locked=True)
-            )
-            if row is not None:
-                return row
+
+def _params(info: _Course, who: str, mode: str, actor: str) -> dict[str, Any]:
+    return {
+        "cid": info.id,
+        "ckey": info.key,
+        "who": who,
+        "email": who.lower(),
+        "mode": mode,
+        "actor": actor[:128],
+        "now": datetime.now(UTC),
+        "detail": json.dumps({"mode": mode}),
+    }
+
+
+def _need(info: _Course, group: str | None) -> dict[str, Any]:
+    mem, iso, win = info.needs.get(group, (0.0, 0, 0)) if group is not None else (0.0, 0, 0)
+    return {"grp": group, "mem": mem, "iso": iso, "win": win}
+
+
+@contextmanager
+def _writing(store: Any) -> Iterator[Any]:
+    """SQLite's write transaction for a claim: the store's writer queue and ``BEGIN IMMEDIATE`` on a Core
+    connection (an ORM session costs a claim more than its SQL does); the store's ``_write()`` otherwise."""
+    queue, writer = getattr(store, "_queue", None), getattr(store, "_writer", None)
+    if queue is None or writer is None:
+        with store._write() as s:
+            yield s
+        return
+    with queue(), writer.begin() as conn:
+        yield conn
+
+
+def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
+    """Lookup without a lock, then the take and its events row under the write lock. The statements go to
+    sqlite3 itself on the pool's connection (it takes the same ``:name`` parameters): SQLAlchemy's
+    per-statement machinery costs more CPU than the statements, and that CPU is taken from the process
+    that holds the write lock."""
+    p = _params(info, who, mode, actor)
+    p["now"] = p["now"].strftime(_SQLITE_TIME)  # how SQLAlchemy stores a DateTime on SQLite
+    with store._engine.connect() as conn:  # WAL: a reader never waits for the writer
+        row = _fetch(conn, _SQLITE_LOOKUP, p)
+    if row is None:
         return None
-    for sid in candidates:  # other databases: one row at a time
-        row = s.scalar(select(Seat).where(Seat.id == sid, ~_is_taken(Seat.id)).with_for_update(skip_locked=True))
-        if row is not None:
-            return row
-    return None
+    if row["id"] is not None:  # the seat they hold
+        return Claimed(
+            info.key, row["pkey"], _sqlite_seat(row), _when(row["valid_from"]), row["mode"] or "assigned", False
+        )
+    p.update(_need(info, row["grp"]), pid=row["pid"], pkey=row["pkey"])
+    with _writing(store) as s:
+        raw = _driver(s)
+        took = raw.execute(_SQLITE_TAKE, p).fetchone()
+        if took is None:
+            total = raw.execute("SELECT count(*) FROM seats WHERE course_id = :cid", p).fetchone()[0]
+            raise _no_free_seat(info, row["pkey"], row["grp"], int(total or 0))
+        p["sid"] = took[0]
+        raw.execute(_SQLITE_EVENT, p)  # the write lock is held for these two statements only
+    with store._engine.connect() as conn:
+        seat = _fetch(conn, _SQLITE_SEAT, p)
+    assert seat is not None
+    return Claimed(info.key, row["pkey"], _sqlite_seat(seat), _when(took[1]), took[2], True)
 
 
-def _no_free_seat(s: Session, crow: CourseRecord, p: Participant) -> NoFreeSeat:
-    total = s.scalar(select(func.count()).where(Seat.course_id == crow.id)) or 0
+_SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
+
+
+def _driver(conn: Any) -> Any:
+    """The sqlite3 connection under a SQLAlchemy connection or session (its transaction stays SQLAlchemy's)."""
+    if hasattr(conn, "connection") and hasattr(conn.connection, "driver_connection"):
+        return conn.connection.driver_connection
+    return conn.connection().connection.driver_connection  # an ORM session (the _write() fallback)
+
+
+def _fetch(conn: Any, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    cur = _driver(conn).execute(sql, params)
+    found = cur.fetchone()
+    return None if found is None else dict(zip([d[0] for d in cur.description], found, strict=True))
+
+
+def _when(value: Any) -> Any:
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
+def _sqlite_seat(row: dict[str, Any]) -> dict[str, Any]:
+    seat = {c: row[c] for c in SEAT_COLUMNS}
+    seat["groups"] = json.loads(seat["groups"]) if isinstance(seat["groups"], str) else seat["groups"]
+    for name in ("state_at", "created_at"):
+        seat[name] = _when(seat[name])
+    return seat
+
+
+class _LostRace(Exception):
+    """The claim statement lost a race (unique index) or its connection: try again."""
+
+
+@functools.cache
+def _pg_claim_sql() -> str:
+    """The claim statement as psycopg's SQL text, compiled once by SQLAlchemy's PostgreSQL dialect."""
+    from sqlalchemy.dialects.postgresql import psycopg
+
+    return str(text(_PG_CLAIM).compile(dialect=psycopg.dialect()))
+
+
+def _claim_pg(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
+    """The one statement, sent on the pool's connection by the driver itself: the claim is the hottest
+    path (every JupyterHub start), and SQLAlchemy's per-statement machinery costs more CPU than the
+    statement does on the server."""
+    import psycopg
+
+    p = _params(info, who, mode, actor)
+    p["needs"] = json.dumps({g: list(v) for g, v in info.needs.items()})
+    with _pg_engine(store).connect() as conn:
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        try:
+            cur = raw.execute(_pg_claim_sql(), p)
+        except psycopg.errors.UniqueViolation:
+            raise _LostRace from None
+        except psycopg.OperationalError:
+            if raw.closed or raw.broken:
+                conn.invalidate()
+                raise _LostRace from None
+            raise
+        found = cur.fetchone()
+        if found is None:
+            return None
+        row = dict(zip([d.name for d in cur.description or ()], found, strict=True))
+        if row["how"] != "none":
+            seat = {c: row[c] for c in SEAT_COLUMNS}
+            return Claimed(
+                info.key, row["pkey"], seat, row["valid_from"], row["mode"] or "assigned", row["how"] == "new"
+            )
+        p.update(_need(info, row["grp"]))
+        if _any_free(conn, p):
+            return "retry"
+        total = conn.execute(text("SELECT count(*) FROM seats WHERE course_id = :cid"), p).scalar() or 0
+    raise _no_free_seat(info, row["pkey"], row["grp"], int(total))
+
+
+def _any_free(conn: Connection, params: dict[str, Any]) -> bool:
+    return bool(conn.execute(_PG_STATEMENTS["any"], params).scalar())
+
+
+def _no_free_seat(info: _Course, pkey: str, group: str | None, total: int) -> NoFreeSeat:
     return NoFreeSeat(
-        f"no free seat suits {p.key} (group {p.group_name or '-'}); the course has {total} seat(s)",
-        where=f"course {crow.key}",
+        f"no free seat suits {pkey} (group {group or '-'}); the course has {total} seat(s)",
+        where=f"course {info.key}",
         fix="add seats (gpuseat seats add) or release one (gpuseat seats release)",
+    )
+
+
+def _diagnose(store: Any, info: _Course, who: str) -> None:
+    """Raise why nothing was found: the course is archived, or no such participant."""
+    with store._read() as s:
+        archived = s.execute(text("SELECT archived_at FROM courses WHERE id = :cid"), {"cid": info.id}).first()
+        if archived is not None and archived[0] is not None:
+            raise archived_error(info.key)
+        known = list(s.execute(text("SELECT key FROM participants WHERE course_id = :cid"), {"cid": info.id}).scalars())
+    raise NotFound(
+        f"no participant {who!r} in course {info.key!r}.{did_you_mean(who, known)}",
+        where="--participant",
+        fix="give a participant's key, email or Unix user (gpuseat roster import adds them)",
+    )
+
+
+def archived_error(course: str | None) -> InputError:
+    """The one message for a write to an archived course."""
+    return InputError(
+        f"{f'course {course!r}' if course else 'the course'} is archived (read-only): nothing was changed",
+        where="--course",
+        fix="export it (gpuseat course export) or choose another course; archived courses take no changes",
     )

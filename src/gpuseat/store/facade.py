@@ -19,16 +19,24 @@ The methods live in one module per concern (``courses``, ``roster``, ``seats``, 
 
 from __future__ import annotations
 
-from gpuseat.store.claims import ClaimMethods
+from gpuseat.store.claiming import ClaimMethods
 from gpuseat.store.courses import CourseMethods
 from gpuseat.store.delivery import DeliveryMethods
 from gpuseat.store.events import EventMethods
+from gpuseat.store.lifecycle import LifecycleMethods
 from gpuseat.store.roster import RosterMethods
 from gpuseat.store.seatfile import SeatFileMethods
 from gpuseat.store.tokens import TokenMethods
 
 
 class CourseStore(
-    CourseMethods, RosterMethods, SeatFileMethods, ClaimMethods, TokenMethods, EventMethods, DeliveryMethods
+    CourseMethods,
+    RosterMethods,
+    SeatFileMethods,
+    ClaimMethods,
+    TokenMethods,
+    EventMethods,
+    DeliveryMethods,
+    LifecycleMethods,
 ):
     """Courses, roster, seats, assignments, tokens and events in one database (see the module doc)."""

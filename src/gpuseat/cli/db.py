@@ -1,0 +1,39 @@
+"""CLI for ``gpuseat db backup|restore``: the whole store to one file and back (see gpuseat.store.backup)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from gpuseat.cli.course import DB
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``db`` group."""
+    db_app = typer.Typer(help="The course database: backup and restore.", no_args_is_help=True)
+    app.add_typer(db_app, name="db")
+
+    @db_app.command("backup")
+    def backup(
+        to: Path = typer.Option(..., "--to", help="The backup file (SQLite copy, or pg_dump custom format)."),
+        force: bool = typer.Option(False, "--force", help="Replace an existing file."),
+        db: str | None = DB,
+    ) -> None:
+        """A consistent copy of the whole store, taken while the portal and the monitor keep writing."""
+        from gpuseat.store.backup import backup as run
+
+        done = run(db, to, force=force)
+        print(f"{done['database']} backup written: {done['path']} ({done['bytes']} bytes)")
+
+    @db_app.command("restore")
+    def restore(
+        path: Path = typer.Argument(..., help="A file written by gpuseat db backup."),
+        force: bool = typer.Option(False, "--force", help="Replace a store that holds courses."),
+        db: str | None = DB,
+    ) -> None:
+        """Restore a backup into the store (refused when it holds courses, unless --force)."""
+        from gpuseat.store.backup import restore as run
+
+        done = run(db, path, force=force)
+        print(f"restored {done['path']}: courses {', '.join(done['courses']) or '(none)'}")

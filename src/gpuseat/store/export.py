@@ -1,0 +1,649 @@
+"""One course as one file, and back: ``gpuseat course export`` / ``gpuseat course import``.
+
+The archive is a zip of JSON documents (schema in docs/course.md, ``schema_version`` 1):
+``manifest.json`` (format, schema_version, gpuseat version, when, the course key, row counts and the
+SHA-256 of every other member), ``course.json``, ``participants.json``, ``seats.json``,
+``assignments.json`` (history, open and closed, by seat and participant key), ``access_tokens.json``
+(SHA-256 hashes and state only: a token itself is never stored), ``events.json`` (the course's log),
+``survey.json`` (template and answers, or null) and ``samples_summary.json`` (per seat: samples and
+minutes the monitor recorded, busy share, memory peak; a summary, not imported back).
+
+Rows are named by keys, never by database ids, so an export from SQLite imports into PostgreSQL.
+Import is one transaction: a corrupt archive, a wrong ``schema_version``, a bad row or a course key
+that exists already is one clear :class:`InputError` and nothing is stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import Integer, cast, func, select
+
+from gpuseat.core.seating import COURSE_KEY_PATTERN, KEY_PATTERN, SEAT_ENGINES, SEAT_KINDS, SEAT_STATES
+from gpuseat.db.models import (
+    AccessToken,
+    Assignment,
+    Course,
+    Event,
+    MinuteAggregate,
+    Participant,
+    Sample,
+    Seat,
+    Survey,
+    SurveyResponse,
+)
+from gpuseat.errors import InputError
+
+__all__ = ["FORMAT", "SCHEMA_VERSION", "export_course", "import_course", "read_archive", "write_file"]
+
+FORMAT = "gpuseat-course-export"
+SCHEMA_VERSION = 1
+MEMBERS = (
+    "course.json",
+    "participants.json",
+    "seats.json",
+    "assignments.json",
+    "access_tokens.json",
+    "events.json",
+    "survey.json",
+    "samples_summary.json",
+)
+MAX_MEMBER_BYTES = 512 * 1024 * 1024  # a course with years of events stays far below; a zip bomb does not
+MAX_ARCHIVE_BYTES = 1024 * 1024 * 1024
+
+
+# -- files -------------------------------------------------------------------------------------------
+
+
+def check_target(path: Path, *, force: bool, flag: str = "--to") -> None:
+    """Refuse a target that is a folder, FIFO, device or symlink (gpuseat.files), or that exists (unless
+    ``force``): an export or a backup never replaces another one by accident."""
+    from gpuseat.files import check_target as check_kind
+
+    where = f"{flag} {path}"
+    check_kind(path, where=where)
+    if not path.parent.is_dir():
+        raise InputError("its folder does not exist", where=where, fix="create the folder first")
+    if path.exists() and not force:
+        raise InputError("exists already", where=where, fix="give a new file name, or add --force")
+
+
+def write_file(path: Path, data: bytes, *, force: bool = False, flag: str = "--to") -> None:
+    """Write ``data`` to ``path`` whole or not at all (gpuseat.files.write_file: temporary file, fsync, rename)."""
+    from gpuseat.files import write_file as write_whole
+
+    check_target(path, force=force, flag=flag)
+    write_whole(path, data, where=f"{flag} {path}", mode=0o600)
+
+
+# -- export ------------------------------------------------------------------------------------------
+
+
+def _iso(value: datetime | date | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime) and value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.isoformat()
+
+
+def collect(store: Any, course: str | None) -> dict[str, Any]:
+    """Every row of a course, by keys (the archive's members as Python objects)."""
+    from gpuseat.store.undo import course_row
+
+    with store._read() as s:
+        c = course_row(s, course)
+        people = list(s.scalars(select(Participant).where(Participant.course_id == c.id).order_by(Participant.key)))
+        pkey = {p.id: p.key for p in people}
+        seats = list(s.scalars(select(Seat).where(Seat.course_id == c.id).order_by(Seat.key)))
+        skey = {x.id: x.key for x in seats}
+        assignments = list(
+            s.scalars(select(Assignment).where(Assignment.seat_id.in_(list(skey) or [-1])).order_by(Assignment.id))
+        )
+        tokens = list(
+            s.scalars(
+                select(AccessToken).where(AccessToken.participant_id.in_(list(pkey) or [-1])).order_by(AccessToken.id)
+            )
+        )
+        events = list(s.scalars(select(Event).where(Event.course_key == c.key).order_by(Event.id)))
+        survey = s.scalar(select(Survey).where(Survey.course_id == c.id))
+        responses = (
+            list(
+                s.scalars(
+                    select(SurveyResponse).where(SurveyResponse.survey_id == survey.id).order_by(SurveyResponse.id)
+                )
+            )
+            if survey is not None
+            else []
+        )
+        samples = s.execute(
+            select(
+                Sample.seat_id, func.count(), func.sum(cast(Sample.active, Integer)),
+                func.min(Sample.ts), func.max(Sample.ts), func.max(Sample.memory_used_mib),
+            ).where(Sample.seat_id.in_(list(skey) or [-1])).group_by(Sample.seat_id)
+        ).all()  # fmt: skip
+        minutes = s.execute(
+            select(
+                MinuteAggregate.seat_id, func.count(), func.sum(MinuteAggregate.samples),
+                func.sum(MinuteAggregate.active_samples), func.min(MinuteAggregate.minute),
+                func.max(MinuteAggregate.minute), func.max(MinuteAggregate.memory_max_mib),
+            ).where(MinuteAggregate.seat_id.in_(list(skey) or [-1])).group_by(MinuteAggregate.seat_id)
+        ).all()  # fmt: skip
+        return {
+            "course.json": {
+                "key": c.key,
+                "name": c.name,
+                "source_text": c.source_text,
+                "summary": c.summary,
+                "timezone": c.timezone,
+                "starts_on": _iso(c.starts_on),
+                "ends_on": _iso(c.ends_on),
+                "plan_option": c.plan_option,
+                "survey_state": c.survey_state,
+                "created_at": _iso(c.created_at),
+                "updated_at": _iso(c.updated_at),
+                "archived_at": _iso(c.archived_at),
+            },
+            "participants.json": [
+                {
+                    "key": p.key,
+                    "name": p.name,
+                    "email": p.email,
+                    "group": p.group_name,
+                    "unix_user": p.unix_user,
+                    "ssh_key": p.ssh_key,
+                    "created_at": _iso(p.created_at),
+                    "updated_at": _iso(p.updated_at),
+                }
+                for p in people
+            ],
+            "seats.json": [
+                {
+                    "key": x.key,
+                    "kind": x.kind,
+                    "host": x.host,
+                    "device_uuid": x.device_uuid,
+                    "profile": x.profile,
+                    "memory_gb": x.memory_gb,
+                    "groups": list(x.groups or ()),
+                    "engine": x.engine,
+                    "engine_ref": x.engine_ref,
+                    "state": x.state,
+                    "state_reason": x.state_reason,
+                    "state_at": _iso(x.state_at),
+                    "connect": x.connect,
+                    "created_at": _iso(x.created_at),
+                }
+                for x in seats
+            ],
+            "assignments.json": [
+                {
+                    "seat": skey[a.seat_id],
+                    "participant": pkey[a.participant_id],
+                    "valid_from": _iso(a.valid_from),
+                    "valid_to": _iso(a.valid_to),
+                    "mode": a.mode,
+                    "ended_by": a.ended_by,
+                }
+                for a in assignments
+            ],
+            "access_tokens.json": [
+                {
+                    "participant": pkey[t.participant_id],
+                    "token_hash": t.token_hash,
+                    "created_at": _iso(t.created_at),
+                    "last_used_at": _iso(t.last_used_at),
+                    "revoked_at": _iso(t.revoked_at),
+                }
+                for t in tokens
+            ],
+            "events.json": [
+                {
+                    "at": _iso(e.at),
+                    "actor": e.actor,
+                    "action": e.action,
+                    "participant": e.participant,
+                    "seat": e.seat,
+                    "detail": e.detail,
+                }
+                for e in events
+            ],
+            "survey.json": None
+            if survey is None
+            else {
+                "template_key": survey.template_key,
+                "template_text": survey.template_text,
+                "opened_at": _iso(survey.opened_at),
+                "closed_at": _iso(survey.closed_at),
+                "responses": [
+                    {
+                        "participant": pkey[r.participant_id],
+                        "answers": r.answers,
+                        "submitted_at": _iso(r.submitted_at),
+                        "updated_at": _iso(r.updated_at),
+                    }
+                    for r in responses
+                ],
+            },
+            "samples_summary.json": _samples_summary(skey, samples, minutes),
+        }
+
+
+def _samples_summary(skey: dict[int, str], samples: list[Any], minutes: list[Any]) -> list[dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for sid, n, active, first, last, peak in samples:
+        out.setdefault(skey[sid], {"seat": skey[sid]})["raw"] = {
+            "samples": int(n),
+            "active_samples": int(active or 0),
+            "first_ts": first,
+            "last_ts": last,
+            "memory_max_mib": peak,
+        }
+    for sid, n, total, active, first, last, peak in minutes:
+        out.setdefault(skey[sid], {"seat": skey[sid]})["minutes"] = {
+            "minutes": int(n),
+            "samples": int(total or 0),
+            "active_samples": int(active or 0),
+            "first_minute": first,
+            "last_minute": last,
+            "memory_max_mib": peak,
+        }
+    return [out[k] for k in sorted(out)]
+
+
+def _json(data: Any) -> bytes:
+    return json.dumps(data, ensure_ascii=False, indent=1, sort_keys=True).encode()
+
+
+def archive_bytes(members: dict[str, Any]) -> tuple[bytes, str]:
+    """The zip (members plus the manifest) and its SHA-256."""
+    from gpuseat import __version__
+
+    blobs = {name: _json(members[name]) for name in MEMBERS}
+    manifest = {
+        "format": FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "gpuseat_version": __version__,
+        "exported_at": datetime.now(UTC).isoformat(),
+        "course": members["course.json"]["key"],
+        "counts": {
+            name.removesuffix(".json"): len(members[name]) for name in MEMBERS if isinstance(members[name], list)
+        },
+        "sha256": {name: hashlib.sha256(blob).hexdigest() for name, blob in blobs.items()},
+    }
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("manifest.json", _json(manifest))
+        for name, blob in blobs.items():
+            zf.writestr(name, blob)
+    data = buf.getvalue()
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def export_course(
+    store: Any, course: str | None, path: Path, *, force: bool = False, actor: str = "gpuseat"
+) -> dict[str, Any]:
+    """Write the course to ``path`` (one zip); returns the course key, path, SHA-256 and row counts."""
+    check_target(path, force=force)
+    members = collect(store, course)
+    data, digest = archive_bytes(members)
+    write_file(path, data, force=force)
+    key = members["course.json"]["key"]
+    return {
+        "course": key,
+        "path": path,
+        "sha256": digest,
+        "bytes": len(data),
+        **{name.removesuffix(".json"): len(v) for name, v in members.items() if isinstance(v, list)},
+    }
+
+
+# -- reading an archive --------------------------------------------------------------------------------
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+_Key = Field(pattern=KEY_PATTERN.pattern)
+_When = datetime | None
+
+
+class CourseRow(_Row):
+    key: str = Field(pattern=COURSE_KEY_PATTERN.pattern)
+    name: str = Field(max_length=256)
+    source_text: str | None = Field(None, max_length=1_000_000)
+    summary: dict[str, Any]
+    timezone: str = Field(max_length=64)
+    starts_on: date | None = None
+    ends_on: date | None = None
+    plan_option: dict[str, Any] | None = None
+    survey_state: str | None = Field(None, max_length=32)
+    created_at: datetime
+    updated_at: datetime
+    archived_at: _When = None
+
+
+class ParticipantRow(_Row):
+    key: str = Field(max_length=128, min_length=1)
+    name: str | None = Field(None, max_length=256)
+    email: str | None = Field(None, max_length=256)
+    group: str | None = Field(None, max_length=128)
+    unix_user: str | None = Field(None, max_length=64)
+    ssh_key: str | None = Field(None, max_length=20_000)
+    created_at: _When = None
+    updated_at: _When = None
+
+
+class SeatRow(_Row):
+    key: str = _Key
+    kind: Literal[SEAT_KINDS]  # type: ignore[valid-type]
+    host: str | None = Field(None, max_length=256)
+    device_uuid: str | None = Field(None, max_length=96)
+    profile: str | None = Field(None, max_length=64)
+    memory_gb: float | None = Field(None, ge=0, le=1e6)
+    groups: list[str] = Field(default_factory=list, max_length=64)
+    engine: Literal[SEAT_ENGINES]  # type: ignore[valid-type]
+    engine_ref: str | None = Field(None, max_length=512)
+    state: Literal[SEAT_STATES]  # type: ignore[valid-type]
+    state_reason: str | None = Field(None, max_length=20_000)
+    state_at: _When = None
+    connect: str | None = Field(None, max_length=20_000)
+    created_at: _When = None
+
+
+class AssignmentRow(_Row):
+    seat: str
+    participant: str
+    valid_from: datetime
+    valid_to: _When = None
+    mode: str = Field("assigned", max_length=16)
+    ended_by: str | None = Field(None, max_length=32)
+
+
+class TokenRow(_Row):
+    participant: str
+    token_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    created_at: datetime
+    last_used_at: _When = None
+    revoked_at: _When = None
+
+
+class EventRow(_Row):
+    at: datetime
+    actor: str = Field(max_length=128)
+    action: str = Field(max_length=32)
+    participant: str | None = Field(None, max_length=128)
+    seat: str | None = Field(None, max_length=128)
+    detail: dict[str, Any] | None = None
+
+
+class ResponseRow(_Row):
+    participant: str
+    answers: dict[str, Any]
+    submitted_at: datetime
+    updated_at: datetime
+
+
+class SurveyRow(_Row):
+    template_key: str = Field(max_length=64)
+    template_text: str = Field(max_length=1_000_000)
+    opened_at: _When = None
+    closed_at: _When = None
+    responses: list[ResponseRow] = Field(default_factory=list)
+
+
+_ROWS: dict[str, type[_Row]] = {
+    "participants.json": ParticipantRow,
+    "seats.json": SeatRow,
+    "assignments.json": AssignmentRow,
+    "access_tokens.json": TokenRow,
+    "events.json": EventRow,
+}
+
+
+def read_archive(path: Path) -> dict[str, Any]:
+    """The checked, parsed members of an export (InputError naming the member and row otherwise)."""
+    from gpuseat.files import read_bytes, validate
+
+    where = str(path)
+    raw = read_bytes(path, max_bytes=MAX_ARCHIVE_BYTES)
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(raw))
+    except (zipfile.BadZipFile, ValueError):
+        raise InputError(
+            "not a gpuseat course export (not a zip archive)",
+            where=where,
+            fix="give a file made by gpuseat course export",
+        ) from None
+    with zf:
+        names = set(zf.namelist())
+
+        def member(name: str) -> bytes:
+            if name not in names:
+                raise InputError(
+                    f"{name} is missing", where=where, fix="the archive is incomplete: export the course again"
+                )
+            info = zf.getinfo(name)
+            if info.file_size > MAX_MEMBER_BYTES:
+                raise InputError(
+                    f"{name} is too large ({info.file_size} bytes)", where=where, fix="not a gpuseat export"
+                )
+            try:
+                return zf.read(name)
+            except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as exc:
+                raise InputError(
+                    f"{name} is damaged ({exc})", where=where, fix="use an intact copy of the export"
+                ) from None
+
+        def parsed(name: str, blob: bytes) -> Any:
+            try:
+                return json.loads(blob.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise InputError(
+                    f"{name} is not JSON ({exc})", where=where, fix="use an intact copy of the export"
+                ) from None
+
+        manifest = parsed("manifest.json", member("manifest.json"))
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise InputError(
+                "not a gpuseat course export (no manifest)",
+                where=where,
+                fix="give a file made by gpuseat course export",
+            )
+        version = manifest.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise InputError(
+                f"schema_version {version!r}; this gpuseat reads schema_version {SCHEMA_VERSION}",
+                where=f"{where}: manifest.json",
+                fix="import it with the gpuseat version that exported it (or a newer one that reads it)",
+            )
+        found = manifest.get("sha256")
+        sums: dict[str, Any] = found if isinstance(found, dict) else {}
+        out: dict[str, Any] = {"manifest": manifest}
+        for name in MEMBERS:
+            blob = member(name)
+            if sums.get(name) != hashlib.sha256(blob).hexdigest():
+                raise InputError(
+                    f"{name} does not match its checksum in manifest.json",
+                    where=where,
+                    fix="use an intact copy of the export",
+                )
+            data = parsed(name, blob)
+            if name == "course.json":
+                out[name] = validate(CourseRow, data, where=f"{where}: {name}")
+            elif name == "survey.json":
+                out[name] = None if data is None else validate(SurveyRow, data, where=f"{where}: {name}")
+            elif name == "samples_summary.json":
+                out[name] = data
+            else:
+                if not isinstance(data, list):
+                    raise InputError(f"{name} is not a list", where=where, fix="use an intact copy of the export")
+                out[name] = [validate(_ROWS[name], row, where=f"{where}: {name}[{i}]") for i, row in enumerate(data)]
+    return out
+
+
+# -- import ------------------------------------------------------------------------------------------
+
+
+def import_course(store: Any, path: Path, *, key: str | None = None, actor: str = "gpuseat") -> dict[str, Any]:
+    """Store the course of an export (under ``key``, default its own) in one transaction."""
+    from gpuseat.store.claims import forget_course
+    from gpuseat.store.undo import log
+
+    got = read_archive(path)
+    c: CourseRow = got["course.json"]
+    new_key = key or c.key
+    if not COURSE_KEY_PATTERN.match(new_key):
+        raise InputError(
+            f"course key {new_key!r} is not a slug", where="--key", fix="use lower-case letters, digits and '-'"
+        )
+    where = str(path)
+    people: list[ParticipantRow] = got["participants.json"]
+    seats: list[SeatRow] = got["seats.json"]
+    _unique(where, "participants.json", [p.key for p in people])
+    _unique(where, "participants.json (email)", [p.email for p in people if p.email])
+    _unique(where, "seats.json", [x.key for x in seats])
+    pkeys, skeys = {p.key for p in people}, {x.key for x in seats}
+    for name, rows in (
+        ("assignments.json", got["assignments.json"]),
+        ("access_tokens.json", got["access_tokens.json"]),
+    ):
+        for i, row in enumerate(rows):
+            if row.participant not in pkeys or (name == "assignments.json" and row.seat not in skeys):
+                raise InputError(
+                    "row names an unknown participant or seat",
+                    where=f"{where}: {name}[{i}]",
+                    fix="use an intact copy of the export",
+                )
+    survey: SurveyRow | None = got["survey.json"]
+    for i, r in enumerate(survey.responses if survey else []):
+        if r.participant not in pkeys:
+            raise InputError(
+                "answer of an unknown participant",
+                where=f"{where}: survey.json responses[{i}]",
+                fix="use an intact copy of the export",
+            )
+    with store._write() as s:
+        if s.scalar(select(Course.id).where(Course.key == new_key)) is not None:
+            raise InputError(
+                f"a course {new_key!r} exists already in this store; nothing was imported",
+                where=where,
+                fix="import it under another key (--key NEW) or delete the existing course first",
+            )
+        taken = set(
+            s.scalars(
+                select(AccessToken.token_hash).where(
+                    AccessToken.token_hash.in_([t.token_hash for t in got["access_tokens.json"]] or [""])
+                )
+            )
+        )
+        crow = Course(
+            key=new_key, name=c.name, source_text=c.source_text, summary=c.summary, timezone=c.timezone,
+            starts_on=c.starts_on, ends_on=c.ends_on, plan_option=c.plan_option, survey_state=c.survey_state,
+            created_at=c.created_at, updated_at=c.updated_at,
+        )  # fmt: skip
+        s.add(crow)
+        s.flush()
+        pid: dict[str, int] = {}
+        prow = [
+            Participant(
+                course_id=crow.id, key=p.key, name=p.name, email=p.email, group_name=p.group, unix_user=p.unix_user,
+                ssh_key=p.ssh_key, created_at=p.created_at, updated_at=p.updated_at,
+            )
+            for p in people
+        ]  # fmt: skip
+        s.add_all(prow)
+        srow = [Seat(course_id=crow.id, **x.model_dump()) for x in seats]
+        s.add_all(srow)
+        s.flush()
+        pid = {p.key: p.id for p in prow}
+        sid = {x.key: x.id for x in srow}
+        ordered = got["assignments.json"]  # in their order (history); at most one open per seat and person
+        s.add_all(
+            Assignment(
+                seat_id=sid[a.seat], participant_id=pid[a.participant], valid_from=a.valid_from, valid_to=a.valid_to,
+                mode=a.mode, ended_by=a.ended_by,
+            )
+            for a in ordered
+        )  # fmt: skip
+        kept = [t for t in got["access_tokens.json"] if t.token_hash not in taken]
+        s.add_all(
+            AccessToken(
+                participant_id=pid[t.participant], token_hash=t.token_hash, created_at=t.created_at,
+                last_used_at=t.last_used_at, revoked_at=t.revoked_at,
+            )
+            for t in kept
+        )  # fmt: skip
+        if survey is not None:
+            v = Survey(
+                course_id=crow.id, template_key=survey.template_key, template_text=survey.template_text,
+                opened_at=survey.opened_at, closed_at=survey.closed_at,
+            )  # fmt: skip
+            s.add(v)
+            s.flush()
+            s.add_all(
+                SurveyResponse(survey_id=v.id, participant_id=pid[r.participant], answers=r.answers,
+                               submitted_at=r.submitted_at, updated_at=r.updated_at)
+                for r in survey.responses
+            )  # fmt: skip
+        # the log is append-only: lines still in the store (a course deleted here) are not written twice
+        have = {
+            _event_id(e.at, e.actor, e.action, e.participant, e.seat, e.detail)
+            for e in s.scalars(select(Event).where(Event.course_key == new_key))
+        }
+        added = 0
+        for e in got["events.json"]:
+            if _event_id(e.at, e.actor, e.action, e.participant, e.seat, e.detail) in have:
+                continue
+            s.add(
+                Event(
+                    at=e.at,
+                    course_key=new_key,
+                    actor=e.actor,
+                    action=e.action,
+                    participant=e.participant,
+                    seat=e.seat,
+                    detail=e.detail,
+                )
+            )
+            added += 1
+        s.flush()
+        if c.archived_at is not None:  # last: an archived course takes no more rows
+            crow.archived_at = c.archived_at
+        skipped = len(got["access_tokens.json"]) - len(kept)
+        detail = {"file": where, "from_course": c.key, "events_added": added, "tokens_skipped": skipped}
+        log(s, new_key, actor, "course.import", detail=detail)
+    forget_course(store, new_key)
+    return {
+        "course": new_key,
+        "participants": len(people),
+        "seats": len(seats),
+        "assignments": len(got["assignments.json"]),
+        "access_tokens": len(kept),
+        "tokens_skipped": len(got["access_tokens.json"]) - len(kept),
+        "events": added,
+        "survey_responses": len(survey.responses) if survey else 0,
+    }
+
+
+def _unique(where: str, name: str, values: list[str]) -> None:
+    seen: set[str] = set()
+    for v in values:
+        if v in seen:
+            raise InputError(f"{v!r} appears twice", where=f"{where}: {name}", fix="use an intact copy of the export")
+        seen.add(v)
+
+
+def _event_id(
+    at: datetime, actor: str, action: str, participant: str | None, seat: str | None, detail: Any
+) -> tuple[Any, ...]:
+    when = (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(UTC)
+    return (when.isoformat(), actor, action, participant, seat, json.dumps(detail, sort_keys=True))

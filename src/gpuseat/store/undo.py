@@ -1,0 +1,223 @@
+"""Undo: remove seats added by mistake, archive a finished course (read-only), delete a course.
+
+Each is one transaction with its ``events`` row. Removing is for seats nobody holds now, in state
+``planned`` or ``released`` (a running seat is released first, through its engine); the removed rows
+and their past assignments are kept in the event's detail. An archived course is read-only: the
+database refuses inserts and updates of its rows (migration 0010's triggers), its access links are
+revoked in the same transaction, and its rows stay readable. Deleting writes an export first
+(:mod:`gpuseat.store.export`), so a course is never gone without a copy; the events log keeps its lines
+(it is append-only) and records the deletion with the export's path and checksum.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.exc import DBAPIError
+
+from gpuseat.db.models import AccessToken, Assignment, Course, Event, Participant, Seat
+from gpuseat.errors import InputError, NotFound, did_you_mean
+from gpuseat.store.claims import archived_error, forget_course
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+__all__ = ["ARCHIVED_MARK", "archive_course", "delete_course", "install", "refusing_archived", "remove_seats"]
+
+ARCHIVED_MARK = "gpuseat: course is archived"  # the triggers' message (migration 0010)
+REMOVABLE = ("planned", "released")
+
+
+def course_row(s: Session, key: str | None) -> Course:
+    """The course named ``key`` (None: the only one), or the store's NotFound/InputError."""
+    if key is not None:
+        row = s.scalar(select(Course).where(Course.key == key))
+        if row is None:
+            known = list(s.scalars(select(Course.key).order_by(Course.key)))
+            raise NotFound(
+                f"no course {key!r}.{did_you_mean(key, known)}",
+                where="--course",
+                fix=f"one of: {', '.join(known)}" if known else "create one: gpuseat course create COURSE.toml",
+            )
+        return row
+    rows = list(s.scalars(select(Course).order_by(Course.key).limit(11)))
+    if len(rows) == 1:
+        return rows[0]
+    if not rows:
+        raise InputError("no course yet", where="--course", fix="create one: gpuseat course create COURSE.toml")
+    raise InputError(
+        f"{'more than 10' if len(rows) > 10 else len(rows)} courses: {', '.join(r.key for r in rows[:10])}",
+        where="--course",
+        fix="say which one with --course KEY",
+    )
+
+
+def log(s: Session, course: str | None, actor: str, action: str, **fields: Any) -> None:
+    """Append an events row in this transaction."""
+    s.add(Event(at=datetime.now(UTC), course_key=course, actor=actor[:128], action=action, **fields))
+
+
+@contextmanager
+def refusing_archived(course: str | None) -> Iterator[None]:
+    """Turn the triggers' refusal (a database error) into the store's one clear message."""
+    try:
+        yield
+    except DBAPIError as exc:
+        if ARCHIVED_MARK in str(exc.orig):
+            raise archived_error(course) from None
+        raise
+
+
+def install(engine: Any) -> None:
+    """Make every write the triggers refuse (an archived course) raise the store's clear InputError,
+    whatever method tried it (roster import, assign, tokens, survey answers)."""
+    from sqlalchemy import event
+
+    if not event.contains(engine, "handle_error", _archived):
+        event.listen(engine, "handle_error", _archived)
+
+
+def _archived(context: Any) -> None:
+    if ARCHIVED_MARK in str(context.original_exception):
+        raise archived_error(None) from None
+
+
+def _check_writable(row: Course) -> None:
+    if row.archived_at is not None:
+        raise archived_error(row.key)
+
+
+def _iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
+
+
+def remove_seats(store: Any, course: str | None, keys: Sequence[str], *, actor: str) -> list[str]:
+    """Remove seats nobody holds, in state planned or released; all or nothing. Returns the keys removed."""
+    if not keys:
+        raise InputError(
+            "no seats named", where="SEAT", fix="name the seats to remove (gpuseat seats status lists them)"
+        )
+    bad = [k for k in keys if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", k)]
+    if bad:
+        raise InputError(f"not a seat key: {bad[0]!r}", where="SEAT", fix="give seat keys as seats status lists them")
+    wanted = list(dict.fromkeys(keys))
+    with store._write() as s:
+        crow = course_row(s, course)
+        _check_writable(crow)
+        rows = {x.key: x for x in s.scalars(select(Seat).where(Seat.course_id == crow.id, Seat.key.in_(wanted)))}
+        missing = [k for k in wanted if k not in rows]
+        if missing:
+            known = list(s.scalars(select(Seat.key).where(Seat.course_id == crow.id)))
+            raise NotFound(
+                f"no seat {missing[0]!r} in course {crow.key!r}.{did_you_mean(missing[0], known)}",
+                where="SEAT",
+                fix="gpuseat seats status lists the seats; nothing was removed",
+            )
+        ids = [x.id for x in rows.values()]
+        held = dict(
+            s.execute(
+                select(Seat.key, Participant.key)
+                .join(Assignment, Assignment.seat_id == Seat.id)
+                .join(Participant, Participant.id == Assignment.participant_id)
+                .where(Seat.id.in_(ids), Assignment.valid_to.is_(None))
+            ).all()
+        )
+        for k in wanted:
+            x = rows[k]
+            if k in held:
+                raise InputError(
+                    f"seat {k} is held by {held[k]}",
+                    where=f"seat {k}",
+                    fix=f"release it first (gpuseat seats release --seat {k}); nothing was removed",
+                )
+            if x.state not in REMOVABLE:
+                raise InputError(
+                    f"seat {k} is {x.state}; only planned or released seats can be removed",
+                    where=f"seat {k}",
+                    fix=f"release it through its engine first (its state must be {' or '.join(REMOVABLE)}); "
+                    "nothing was removed",
+                )
+        past = s.execute(
+            select(Seat.key, Participant.key, Assignment.valid_from, Assignment.valid_to, Assignment.mode)
+            .join(Assignment, Assignment.seat_id == Seat.id)
+            .join(Participant, Participant.id == Assignment.participant_id)
+            .where(Seat.id.in_(ids))
+            .order_by(Assignment.id)
+        ).all()
+        detail = {
+            "seats": [
+                {
+                    "key": x.key,
+                    "kind": x.kind,
+                    "host": x.host,
+                    "device_uuid": x.device_uuid,
+                    "profile": x.profile,
+                    "memory_gb": x.memory_gb,
+                    "groups": list(x.groups or ()),
+                    "engine": x.engine,
+                    "engine_ref": x.engine_ref,
+                    "state": x.state,
+                }
+                for x in (rows[k] for k in wanted)
+            ],
+            "past_assignments": [
+                {"seat": sk, "participant": pk, "from": _iso(f), "to": _iso(t), "mode": m} for sk, pk, f, t, m in past
+            ],
+        }
+        with refusing_archived(crow.key):
+            s.execute(delete(Seat).where(Seat.id.in_(ids)))
+            log(s, crow.key, actor, "seats.remove", detail=detail)
+            s.flush()
+    return wanted
+
+
+def archive_course(store: Any, course: str | None, *, actor: str) -> dict[str, Any]:
+    """Make a course read-only and revoke its access links (again: nothing changes)."""
+    now = datetime.now(UTC)
+    with store._write() as s:
+        crow = course_row(s, course)
+        if crow.archived_at is not None:
+            return {"course": crow.key, "archived_at": _iso(crow.archived_at), "tokens_revoked": 0, "already": True}
+        people = select(Participant.id).where(Participant.course_id == crow.id)
+        revoked = s.execute(
+            update(AccessToken)
+            .where(AccessToken.participant_id.in_(people), AccessToken.revoked_at.is_(None))
+            .values(revoked_at=now)
+        ).rowcount
+        crow.archived_at, crow.updated_at = now, now
+        log(s, crow.key, actor, "course.archive", detail={"tokens_revoked": int(revoked or 0)})
+        key = crow.key
+    forget_course(store, key)
+    return {"course": key, "archived_at": _iso(now), "tokens_revoked": int(revoked or 0), "already": False}
+
+
+def delete_course(store: Any, course: str | None, *, export_to: Path, actor: str) -> dict[str, Any]:
+    """Export the course to ``export_to`` (refused if it exists), then delete it and all its rows."""
+    from gpuseat.store.export import export_course
+
+    written = export_course(store, course, export_to, actor=actor)
+    with store._write() as s:
+        crow = course_row(s, written["course"])
+        counts = {
+            "participants": s.scalar(select(func.count()).where(Participant.course_id == crow.id)) or 0,
+            "seats": s.scalar(select(func.count()).where(Seat.course_id == crow.id)) or 0,
+        }
+        s.execute(delete(Course).where(Course.id == crow.id))  # cascades to its rows (foreign keys)
+        log(
+            s,
+            crow.key,
+            actor,
+            "course.delete",
+            detail={"export": str(written["path"]), "sha256": written["sha256"], **counts},
+        )
+        key = crow.key
+    forget_course(store, key)
+    return {"course": key, "export": written["path"], "sha256": written["sha256"], **counts}

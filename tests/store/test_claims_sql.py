@@ -1,0 +1,180 @@
+"""The claim's SQL picks the seat the pure rules of core.seating pick (misfit + preference), on both databases.
+
+Random courses (groups with memory, isolation and guest-OS needs; seats of every kind, some reserved,
+some failed or held) are claimed participant by participant; each answer is compared with the seat the
+Python rules choose from the same rows, and "no free seat" must agree too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from gpuseat.core.needs import SeatNeed
+from gpuseat.core.roster import RosterText
+from gpuseat.core.seating import misfit, preference
+from gpuseat.errors import InputError, NoFreeSeat, NotFound
+from gpuseat.services.courses import CourseStore, SeatSpec
+
+KINDS = ("gpu", "mig", "vgpu", "shared", "cloud", "slurm", "vm")
+ENGINES = ("manual", "libvirt", "jupyterhub", "slurm")
+GROUPS = {
+    "small": 'min_gpu_memory_gb = 8\nisolation = "shared"',
+    "big": 'min_gpu_memory_gb = 40\nisolation = "dedicated"',
+    "win": 'min_gpu_memory_gb = 10\nguest_os = "windows"\nisolation = "partitioned"',
+    "mid": "min_gpu_memory_gb = 20",
+}
+
+
+def make_course(store: CourseStore, tmp_path: Path, rng: random.Random, people: int = 24, seats: int = 30) -> None:
+    groups = "".join(f'[[group]]\nname = "{g}"\ncount = {people}\n{need}\n' for g, need in GROUPS.items())
+    path = tmp_path / "mixed.toml"
+    path.write_text(f'name = "mixed"\n[schedule]\nstart = 2026-01-05\ndays = 5\n{groups}')
+    store.create_course(path, key="mixed")
+    names = list(GROUPS)
+    rows = ["name,email,group"] + [f"P {i},p{i:03d}@example.org,{rng.choice(names)}" for i in range(people)]
+    store.import_roster("mixed", RosterText("\n".join(rows)))
+    specs = []
+    for i in range(seats):
+        reserved = rng.sample(names, rng.choice((0, 0, 0, 1, 2)))
+        specs.append(
+            SeatSpec(
+                key=rng.choice(("s", "S", "seat-", "a_")) + f"{rng.randrange(1000):03d}-{i}",
+                kind=rng.choice(KINDS),  # type: ignore[arg-type]
+                engine=rng.choice(ENGINES),  # type: ignore[arg-type]
+                memory_gb=rng.choice((None, 5.0, 10.0, 20.0, 40.0, 80.0, 19.9999999999)),
+                groups=tuple(reserved),
+            )
+        )
+    store.add_seats("mixed", specs)
+    for x in rng.sample(specs, 4):
+        store.set_seat_state("mixed", x.key, rng.choice(("failed", "released")))
+
+
+def python_choice(store: CourseStore, participant: str) -> str | None:
+    """The seat the pure rules choose for ``participant`` from the stored rows."""
+    course = store.get_course("mixed")
+    needs = {g["name"]: SeatNeed.model_validate({k: v for k, v in g.items() if k in SeatNeed.model_fields})
+             for g in course.summary["groups"]}  # fmt: skip
+    group = store.find_participant("mixed", participant).group
+    ok = []
+    for x in store.seats("mixed"):
+        if x.participant is not None or x.state not in ("planned", "requested", "running"):
+            continue
+        need = needs.get(group) if group else None
+        if misfit(kind=x.kind, memory_gb=x.memory_gb, engine=x.engine, reserved_for=x.groups, group=group, need=need):
+            continue
+        ok.append((preference(key=x.key, kind=x.kind, memory_gb=x.memory_gb, reserved_for=x.groups, group=group), x))
+    return min(ok, key=lambda t: t[0])[1].key if ok else None
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_sql_claim_matches_the_pure_rules(store: CourseStore, tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    make_course(store, tmp_path, rng)
+    people = [p.key for p in store.participants("mixed")]
+    rng.shuffle(people)
+    seated = 0
+    for who in people:
+        expected = python_choice(store, who)
+        if expected is None:
+            with pytest.raises(NoFreeSeat, match=f"no free seat suits {who}"):
+                store.claim_seat("mixed", who)
+            continue
+        got = store.claim_seat("mixed", who, mode="pool", actor="test")
+        assert got.key == expected and got.participant == who and got.mode == "pool"
+        assert store.claim_seat("mixed", who).key == expected  # held: the same seat again, nothing new
+        seated += 1
+    assert seated > 0
+    claims = [e for e in store.events("mixed") if e.action == "seat.claim"]
+    assert len(claims) == seated and all(e.actor == "test" and e.detail == {"mode": "pool"} for e in claims)
+    assert {(e.participant, e.seat) for e in claims} == {
+        (a.participant, a.seat) for a in store.history("mixed") if a.valid_to is None
+    }
+
+
+def test_claim_finds_by_email_and_unix_user_and_names_unknown_people(course2016: CourseStore) -> None:
+    p = course2016.participants()[0]
+    course2016.add_seats(None, [SeatSpec(key=f"g{i}", kind="gpu", memory_gb=80) for i in range(2)])
+    assert course2016.claim_seat(None, p.email.upper()).participant == p.key  # type: ignore[union-attr]
+    if p.unix_user:
+        assert course2016.claim_seat(None, p.unix_user).key == course2016.seat_of(None, p.key).key  # type: ignore[union-attr]
+    with pytest.raises(NotFound, match="no participant 'nobody'"):
+        course2016.claim_seat(None, "nobody")
+    with pytest.raises(NotFound, match="no course 'nope'"):
+        course2016.claim_seat("nope", p.key)
+    with pytest.raises(InputError, match="unknown mode"):
+        course2016.claim_seat(None, p.key, mode="borrow")  # type: ignore[arg-type]
+
+
+def test_claim_after_the_course_is_deleted_and_made_again(store: CourseStore, tmp_path: Path) -> None:
+    """The claim remembers course ids per store; a course made again under the same key is found."""
+    rng = random.Random(7)
+    make_course(store, tmp_path, rng, people=4, seats=8)
+    who = store.participants("mixed")[0].key
+    with contextlib.suppress(NoFreeSeat):
+        store.claim_seat("mixed", who)  # the claim now knows course "mixed" by its id
+    with store._engine.begin() as conn:
+        conn.execute(text("DELETE FROM courses WHERE key = 'mixed'"))
+    make_course(store, tmp_path, random.Random(7), people=4, seats=8)
+    expected = python_choice(store, who)
+    if expected is None:
+        with pytest.raises(NoFreeSeat):
+            store.claim_seat("mixed", who)
+    else:
+        assert store.claim_seat("mixed", who).key == expected
+
+
+def test_a_claim_is_one_statement_on_postgresql_and_one_take_on_sqlite(
+    store: CourseStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: the whole claim (lookup, take, events row) is one statement, one round trip; SQLite:
+    under the write lock only the take and its events row run (what the database itself executed)."""
+    from sqlalchemy import event
+
+    make_course(store, tmp_path, random.Random(11), people=6, seats=12)
+    who = [p.key for p in store.participants("mixed")]
+    sent: list[str] = []
+    postgres = store._engine.dialect.name == "postgresql"
+    if postgres:  # every statement psycopg sends, whoever sends it
+        import psycopg
+
+        real = psycopg.Connection.execute
+
+        def execute(self: psycopg.Connection, query: str, *args: object, **kwargs: object) -> object:
+            sent.append(" ".join(str(query).split()))
+            return real(self, query, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(psycopg.Connection, "execute", execute)
+        store.claim_seat("mixed", who[0])  # warm: the course is known, the claim pool is open
+    else:  # SQLite's own trace of every statement it runs, on every connection of the store
+        store._engine.dispose()
+
+        def trace(dbapi_conn: object, _record: object) -> None:
+            dbapi_conn.set_trace_callback(lambda sql: sent.append(" ".join(sql.split())))  # type: ignore[attr-defined]
+
+        event.listen(store._engine, "connect", trace)
+        store.claim_seat("mixed", who[0])
+    checked = 0
+    for p in who[1:]:
+        sent.clear()
+        try:
+            got = store.claim_seat("mixed", p)
+        except NoFreeSeat:
+            continue
+        assert got.participant == p
+        checked += 1
+        if postgres:
+            assert len(sent) == 1 and sent[0].startswith("WITH n0 AS"), sent
+            continue
+        top = [x for x in sent if not x.startswith("--")]  # "-- TRIGGER …" lines are the triggers' own
+        locked = top[top.index("BEGIN IMMEDIATE") + 1 : top.index("COMMIT")]
+        locked = [x for i, x in enumerate(locked) if i == 0 or x != locked[i - 1]]  # RETURNING is traced per step
+        assert [x.split()[:3] for x in locked] == [["INSERT", "INTO", "assignments"], ["INSERT", "INTO", "events"]], (
+            locked
+        )
+    assert checked > 0
