@@ -262,7 +262,7 @@ def _course(store: Any, key: str | None) -> _Course:
                 known = list(s.execute(text("SELECT key FROM courses ORDER BY key")).scalars())
                 raise NotFound(
                     f"no course {key!r}.{did_you_mean(key, known)}",
-                    where="--course",
+                    where="course",
                     fix=f"one of: {', '.join(known)}" if known else "create one: gpuseat course create COURSE.toml",
                 )
     summary = row[2] if isinstance(row[2], dict) else json.loads(row[2] or "{}")
@@ -275,10 +275,10 @@ def _course(store: Any, key: str | None) -> _Course:
 
 def _only_course_error(rows: list[Any]) -> None:
     if not rows:
-        raise InputError("no course yet", where="--course", fix="create one: gpuseat course create COURSE.toml")
+        raise InputError("no course yet", where="course", fix="create one: gpuseat course create COURSE.toml")
     raise InputError(
         f"{'more than 10' if len(rows) > 10 else len(rows)} courses: {', '.join(r[1] for r in rows[:10])}",
-        where="--course",
+        where="course",
         fix="say which one with --course KEY",
     )
 
@@ -493,7 +493,7 @@ def _diagnose(store: Any, info: _Course, who: str) -> None:
         known = list(s.execute(text("SELECT key FROM participants WHERE course_id = :cid"), {"cid": info.id}).scalars())
     raise NotFound(
         f"no participant {who!r} in course {info.key!r}.{did_you_mean(who, known)}",
-        where="--participant",
+        where="participant",
         fix="give a participant's key, email or Unix user (gpuseat roster import adds them)",
     )
 
@@ -502,6 +502,6 @@ def archived_error(course: str | None) -> InputError:
     """The one message for a write to an archived course."""
     return InputError(
         f"{f'course {course!r}' if course else 'the course'} is archived (read-only): nothing was changed",
-        where="--course",
+        where="course",
         fix="export it (gpuseat course export) or choose another course; archived courses take no changes",
     )
