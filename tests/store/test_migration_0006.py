@@ -69,9 +69,12 @@ def test_downgrade_to_0005_keeps_the_alerts(url: str) -> None:
     config.set_main_option(
         "script_location", str(__import__("pathlib").Path(gpuseat.db.__file__).parent / "migrations")
     )
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.downgrade(config, "0005")
+    with engine.connect() as conn:
+        if conn.dialect.name == "sqlite":  # as gpuseat.db.upgrade does: a table rebuild must not cascade
+            conn.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
+        with conn.begin():
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0005")
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM alerts")).scalar() == 4
     engine.dispose()
