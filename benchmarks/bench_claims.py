@@ -34,6 +34,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, make_url, text
 
+from gpuseat.core.roster import RosterText
 from gpuseat.services.courses import SeatSpec, open_store
 
 COURSE_TOML = 'name = "bench"\nparticipants = {n}\n[schedule]\nstart = 2026-01-05\ndays = 5\n'
@@ -54,10 +55,10 @@ def setup(url: str, tmp: Path, participants: int, seats: int) -> None:
     with open_store(url, create=True) as store:
         store.create_course(path, key="bench")
         rows = ["name,email,unix_user"] + [f"P {i},p{i:05d}@example.org,p{i:05d}" for i in range(participants)]
-        store.import_roster("bench", "\n".join(rows), where="bench roster")
+        store.import_roster("bench", RosterText("\n".join(rows), where="bench roster"))
         store.add_seats("bench", [SeatSpec(key=f"s{i:05d}", kind="gpu", memory_gb=16) for i in range(seats)])
         serial = "INTEGER PRIMARY KEY" if url.startswith("sqlite") else "SERIAL PRIMARY KEY"
-        with store.engine.begin() as conn:
+        with store._engine.begin() as conn:
             conn.execute(text(f"CREATE TABLE floor_seats (id {serial}, holder VARCHAR(128))"))
             conn.execute(text("INSERT INTO floor_seats (holder) VALUES " + ", ".join(["(NULL)"] * seats)))
 

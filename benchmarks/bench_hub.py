@@ -25,6 +25,8 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from gpuseat.core.roster import RosterText
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "jupyterhub"))
 
@@ -51,7 +53,7 @@ def make_store(url: str, tmp: Path, users: list[str]) -> None:
     )
     store.create_course(course, key="bench")
     roster = "name,email,group,unix_user\n" + "".join(f"{u},{u}@example.edu,participants,{u}\n" for u in users)
-    store.import_roster("bench", roster, where="bench-roster.csv")
+    store.import_roster("bench", RosterText(roster, where="bench-roster.csv"))
     store.add_seats(
         "bench",
         [

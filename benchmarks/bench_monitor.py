@@ -28,13 +28,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from gpuseat.db.store import Store
 from gpuseat.monitor.alerts import AlertTracker
 from gpuseat.monitor.attribution import SeatEntry, SeatMap
 from gpuseat.monitor.prometheus import SeatCollector
 from gpuseat.monitor.replay import ReplaySampler, synthetic_snapshot
 from gpuseat.monitor.runner import Monitor, observe
 from gpuseat.readings import leaves
+from gpuseat.store.monitor import Store
 
 CAPTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "gpuseat__tesla-m60-x2.xml"
 INTERVAL_S = 5  # gpuseat monitor's default --interval
@@ -189,7 +189,7 @@ def course_db_mb(tmp: Path, days: int = 15, seats: int = 16) -> tuple[float, dic
         store.write("lab", start + i * INTERVAL_S, states)
     elapsed = time.perf_counter() - t
     counts = store.counts()
-    with store.engine.connect() as conn:
+    with store._engine.connect() as conn:
         conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     store.close()
     size = sum(p.stat().st_size for p in tmp.glob("course.db*"))

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import httpx
 
+from gpuseat.core.roster import RosterText
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
@@ -52,7 +54,7 @@ def seed(db_url: str, n: int) -> list[str]:
     store = open_store(db_url, create=True)
     store.create_course_from(Course.model_validate(tomllib.loads(text)), key="bench", source_text=text)
     roster = "name,email\n" + "".join(f"P {i:04d},p{i:04d}@example.org\n" for i in range(n))
-    store.import_roster("bench", roster, where="bench roster")
+    store.import_roster("bench", RosterText(roster, where="bench roster"))
     store.add_seats(
         "bench",
         [
@@ -297,7 +299,7 @@ def main() -> None:
     print(f"seeded {n} participants, seats and links in {time.perf_counter() - t0:.1f} s ({db.split('?')[0]})")
     password = "bench password 2024"
     store = open_store(db)
-    Accounts(store.engine).set_password("admin", password)
+    Accounts(store).set_password("admin", password)
     store.close()
     port, floor_port = free_port(), free_port()
     log = (folder / "serve.log").open("w")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,7 +38,18 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
     return run
 
 
+#: variables that configure the test run itself (e.g. GPUSEAT_TEST_PG_URL), not gpuseat: kept
+KEEP_PREFIX = "GPUSEAT_TEST_"
+
+
 @pytest.fixture(autouse=True)
 def private_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keep every test away from the user's own data dir (bench results, course database)."""
+    """Hermetic tests: no GPUSEAT_* variable of the shell reaches a test (GPUSEAT_DB_URL, GPUSEAT_COURSE,
+    GPUSEAT_DEBUG…), and every test gets its own empty data dir (bench results, course database).
+
+    A test (or a fixture after this one) sets what it needs with ``monkeypatch.setenv``; subprocesses
+    inherit the cleaned environment.
+    """
+    for name in [n for n in os.environ if n.startswith("GPUSEAT_") and not n.startswith(KEEP_PREFIX)]:
+        monkeypatch.delenv(name)
     monkeypatch.setenv("GPUSEAT_DATA_DIR", str(tmp_path_factory.mktemp("data")))

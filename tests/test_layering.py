@@ -5,6 +5,8 @@
 - db never imports monitor, and monitor never imports db (it reaches the store through a protocol
   that the service layer fills in), so there is no cycle between them.
 - Nothing below cli/ and web/ imports them.
+- store/ is the one owner of SQL: only store/ and db/ import SQLAlchemy or the ORM models
+  (``gpuseat.db.models``), and store/ itself imports no services, monitor, cli or web.
 """
 
 from __future__ import annotations
@@ -112,6 +114,55 @@ def test_no_cycle_between_db_and_monitor() -> None:
 def test_only_front_ends_import_front_ends() -> None:
     below = [p.name for p in SRC.iterdir() if p.is_dir() and p.name not in {"cli", "web", "__pycache__"}]
     assert _violations(below, ("gpuseat.cli", "gpuseat.web"), loaders=False) == []
+
+
+def test_only_the_store_speaks_sql() -> None:
+    """Every query and write lives in gpuseat.store (and the schema, migrations and connection in db)."""
+    others = [p.name for p in SRC.iterdir() if p.is_dir() and p.name not in {"store", "db", "__pycache__"}]
+    top = [p.relative_to(SRC).as_posix() for p in SRC.glob("*.py")]
+    out = []
+    for entry in [*others, *top]:
+        path = SRC / entry
+        for f in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            for module, name, line in _imports(f, SRC):
+                full = f"{module}.{name}" if name else module
+                if module.split(".")[0] in {"sqlalchemy", "alembic"} or full.startswith("gpuseat.db.models"):
+                    out.append(f"{f.relative_to(SRC.parent)}:{line} imports {full}")
+    assert out == []
+
+
+def _type_only_lines(path: Path) -> set[int]:
+    """Lines of imports under ``if TYPE_CHECKING:`` (annotations only: no import at run time)."""
+    lines: set[int] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING":
+            for inner in node.body:
+                for sub in ast.walk(inner):
+                    if isinstance(sub, ast.Import | ast.ImportFrom):
+                        lines.add(sub.lineno)
+    return lines
+
+
+def test_the_store_sits_below_services_and_front_ends() -> None:
+    """At run time store/ and db/ import no services, monitor, cli, web or hub code (type-only imports of
+    the shared value types, e.g. ``services.engine.Access``, are allowed)."""
+    banned = ("gpuseat.services", "gpuseat.monitor", "gpuseat.cli", "gpuseat.web", "gpuseat.jupyterhub")
+    out = []
+    for folder in ("store", "db"):
+        for path in sorted((SRC / folder).rglob("*.py")):
+            typed = _type_only_lines(path)
+            for module, name, line in _imports(path, SRC):
+                full = f"{module}.{name}" if name else module
+                if line not in typed and any(full == b or full.startswith(b + ".") for b in banned):
+                    out.append(f"{path.relative_to(SRC.parent)}:{line} imports {full}")
+    assert out == []
+
+
+def test_the_store_and_the_monitor_agree_on_the_gpu_lost_kind() -> None:
+    from gpuseat.monitor.alerts import GPU_LOST
+    from gpuseat.store import health
+
+    assert health.GPU_LOST == GPU_LOST
 
 
 def test_the_checker_sees_a_violation(tmp_path: Path) -> None:

@@ -59,12 +59,15 @@ _EXPORTS: dict[str, str] = {
     "snapshot_once": "gpuseat.services.monitoring",
     "run_monitor": "gpuseat.services.monitoring",
     "usage_report": "gpuseat.services.monitoring",
-    "SeatView": "gpuseat.services.monitoring",
+    "TickView": "gpuseat.services.monitoring",
     "UsageReport": "gpuseat.services.monitoring",
     # the course store (roster, seats, assignments, access links)
     "open_store": "gpuseat.services.courses",
     "CourseStore": "gpuseat.services.courses",
     "SeatSpec": "gpuseat.services.courses",
+    "SeatView": "gpuseat.store",
+    "ParticipantView": "gpuseat.store",
+    "CourseView": "gpuseat.store",
     # errors
     "GpuseatError": "gpuseat.errors",
     "InputError": "gpuseat.errors",
@@ -74,6 +77,10 @@ _EXPORTS: dict[str, str] = {
     "Infeasible": "gpuseat.errors",
     "StoreError": "gpuseat.errors",
     "MissingDependency": "gpuseat.errors",
+    "NotFound": "gpuseat.errors",
+    "NoFreeSeat": "gpuseat.errors",
+    "SeatTaken": "gpuseat.errors",
+    "InvalidTransition": "gpuseat.errors",
 }
 
 #: public names whose attribute in the defining module is spelled differently
@@ -87,24 +94,31 @@ __all__ = [
     "Catalog",
     "Course",
     "CourseStore",
+    "CourseView",
     "EngineError",
     "GpuModel",
     "GpuseatError",
     "Infeasible",
     "InputError",
+    "InvalidTransition",
     "Layout",
     "MissingDependency",
     "MonitorSource",
+    "NoFreeSeat",
     "NoOfferFits",
+    "NotFound",
     "Offer",
+    "ParticipantView",
     "Plan",
     "PlanOption",
     "Report",
     "SeatSpec",
+    "SeatTaken",
     "SeatView",
     "Server",
     "Slice",
     "StoreError",
+    "TickView",
     "UnknownGpu",
     "UsageReport",
     "__version__",
@@ -159,8 +173,12 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         GpuseatError,
         Infeasible,
         InputError,
+        InvalidTransition,
         MissingDependency,
+        NoFreeSeat,
         NoOfferFits,
+        NotFound,
+        SeatTaken,
         StoreError,
         UnknownGpu,
     )
@@ -174,6 +192,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         write_artifacts,
     )
     from gpuseat.services.courses import CourseStore, SeatSpec, open_store
-    from gpuseat.services.monitoring import SeatView, UsageReport, run_monitor, snapshot_once, usage_report
     from gpuseat.services.monitoring import Source as MonitorSource
+    from gpuseat.services.monitoring import TickView, UsageReport, run_monitor, snapshot_once, usage_report
     from gpuseat.services.planning import load_course, plan_course
+    from gpuseat.store import CourseView, ParticipantView, SeatView

@@ -1,13 +1,24 @@
 """Errors that reach users.
 
-Hierarchy::
+Hierarchy (every class is public: ``from gpuseat import NotFound``)::
 
-    GpuseatError            root: the CLI catches it in one place
-    ├── InputError          bad file, flag, row or body → exit code 2
-    └── EngineError         an outside engine (NVML, libvirt, a database) failed → exit code 1
+    GpuseatError                root: the CLI and the portal catch it in one place each
+    ├── InputError              bad file, field, row or body → exit code 2
+    │   ├── UnknownGpu          a GPU model the catalog does not know
+    │   ├── NoOfferFits         no offer can seat a group of the course
+    │   ├── Infeasible          availability limits cannot seat every participant
+    │   ├── NotFound            a course, participant or seat that does not exist
+    │   ├── NoFreeSeat          every seat that suits the participant is taken
+    │   ├── SeatTaken           the seat asked for already has a participant
+    │   └── InvalidTransition   a seat state change the state machine refuses
+    └── EngineError             an outside engine (NVML, libvirt, a database) failed → exit code 1
+        ├── StoreError          the course database cannot be opened, is not gpuseat's, or failed
+        └── MissingDependency   an optional dependency is not installed (the fix names the extra)
 
-Each error carries *where* (file, line or field), *what* is wrong, and *fix* (how to put it right),
-so every front end can print one clear message without a traceback.
+Each error carries *where* (the file and line, or the field: ``course``, ``participant``,
+``seat``…), *what* is wrong, and *fix* (how to put it right), so every front end can print one clear
+message without a traceback. Library errors name fields, not command-line flags; the CLI shows the
+flag (:mod:`gpuseat.cli.flags`).
 """
 
 from __future__ import annotations

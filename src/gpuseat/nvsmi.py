@@ -410,7 +410,7 @@ def name_mig_profiles(snapshot: Snapshot, catalog: Catalog) -> Snapshot:
     GPU instance's compute instances against the GPU model's profile table; such devices carry
     ``profile_inferred=True`` (names read from ``-L``/``-lgi``/NVML keep False).
     """
-    from gpuseat.core.mig import DeviceFacts, infer_names
+    from gpuseat.core.mig import MigDeviceFacts, infer_names
 
     gpus = []
     for gpu in snapshot.gpus:
@@ -420,7 +420,7 @@ def name_mig_profiles(snapshot: Snapshot, catalog: Catalog) -> Snapshot:
             gpus.append(gpu)
             continue
         facts = [
-            DeviceFacts(
+            MigDeviceFacts(
                 gpu_instance_id=m.gpu_instance_id,
                 compute_instance_id=m.compute_instance_id,
                 memory_mib=m.memory_total_mib,

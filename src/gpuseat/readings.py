@@ -248,6 +248,8 @@ class SeatEntry:
     user: str | None = None  # Unix login; defaults to the participant id
     host: str | None = None
     profile: str | None = None
+    seat_id: int | None = None  # the store's row ids, when the map came from the course store
+    participant_id: int | None = None
 
     @property
     def login(self) -> str | None:

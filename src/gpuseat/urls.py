@@ -1,12 +1,14 @@
 """URLs from flags and environment variables, checked when a command starts, never at first use.
 
-A webhook URL that cannot be posted to, a base URL that is really ``javascript:``, a database URL
-with a broken IPv6 host: each is one clear :class:`~gpuseat.errors.InputError` (exit 2) before a
-monitor runs for hours or a link is printed.
+A webhook URL that cannot be posted to, a base URL that is really ``javascript:``: each is one clear
+:class:`~gpuseat.errors.InputError` (exit 2) before a monitor runs for hours or a link is printed.
+Database URLs are checked by :func:`gpuseat.db.database_url` (it needs SQLAlchemy, which only
+``gpuseat.db`` and ``gpuseat.store`` import).
 """
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 
 from gpuseat.errors import InputError
@@ -33,21 +35,22 @@ def http_url(value: str, *, where: str, example: str = "https://hooks.example.or
     return value
 
 
-def database_url(value: str, *, where: str = "--db / GPUSEAT_DB_URL") -> str:
-    """``value`` when SQLAlchemy can read it as a database URL with a usable host; else an input error."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+_BASE_URL = re.compile(
+    r"https?://(?:[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[[0-9A-Fa-f:.]{2,45}\])(?::(?P<port>\d{1,5}))?(?:/[A-Za-z0-9._~/-]*)?"
+)
 
-    fix = "use sqlite:///path/gpuseat.db or postgresql+psycopg://user@host/dbname"
-    if has_control(value) or "\n" in value:
-        raise InputError("the database URL holds control characters", where=where, fix=fix)
-    try:
-        parsed = make_url(value)
-        host = parsed.host
-        if parsed.port is not None and not 0 < parsed.port < 65536:
-            raise ValueError(f"port {parsed.port} is out of range")
-    except (ArgumentError, ValueError, TypeError) as exc:
-        raise InputError(f"not a database URL: {exc}", where=where, fix=fix) from None
-    if host and (host.startswith("[") != host.endswith("]") or "[" in host.strip("[]") or "]" in host.strip("[]")):
-        raise InputError(f"malformed host {host!r} (unbalanced brackets)", where=where, fix=fix)
+
+def base_url(value: str, *, where: str = "base_url") -> str:
+    """The portal's public address: plain ``http(s)://host[:port][/path]`` (access links are ``BASE/t/TOKEN``).
+
+    The one check behind ``roster links``, ``serve --base-url`` and :class:`gpuseat.web.app.Portal`:
+    never ``javascript:``, credentials, a query or a fragment, nor characters a page or a mail must escape.
+    """
+    m = _BASE_URL.fullmatch(value) if isinstance(value, str) else None
+    if m is None or (m["port"] is not None and not 0 < int(m["port"]) < 65536):
+        raise InputError(
+            f"{str(value)[:200]!r} is not a base URL",
+            where=where,
+            fix="give http(s)://host[:port][/path], e.g. https://gpu.example.org",
+        )
     return value

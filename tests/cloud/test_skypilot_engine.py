@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuseat.core.roster import RosterText
 from gpuseat.errors import EngineError
 from gpuseat.services.courses import open_store
 from gpuseat.services.engine import load_engine
@@ -30,8 +31,8 @@ def store(tmp_path):
     st = open_store(f"sqlite:///{tmp_path / 'course.db'}", create=True)
     st.create_course(EXAMPLES / "course-lab-hours.toml", key="lab", timezone="UTC", plan_option=OPTION)
     key = ssh_key(tmp_path, "ann")
-    st.import_roster("lab", f"name,email,group,unix_user,ssh_key\nAnn,ann@example.edu,students,ann,{key}\n",
-                     where="roster.csv")  # fmt: skip
+    roster = f"name,email,group,unix_user,ssh_key\nAnn,ann@example.edu,students,ann,{key}\n"
+    st.import_roster("lab", RosterText(roster, where="roster.csv"))
     st.add_seats("lab", [{"key": "cloud-1", "kind": "cloud"}])
     st.assign("lab", "ann", "cloud-1")
     yield st

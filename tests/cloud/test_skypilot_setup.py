@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpuseat.catalog.bundle import load_catalog
+from gpuseat.core.roster import RosterText
 from gpuseat.services import cloud
 from gpuseat.services.courses import open_store
 
@@ -46,7 +47,7 @@ def course(tmp_path: Path):
     roster = "name,email,group,unix_user,ssh_key\n" + "".join(
         f"{p.title()},{p}@example.edu,students,{p},{k}\n" for p, k in keys.items()
     )
-    store.import_roster("lab", roster, where="roster.csv")
+    store.import_roster("lab", RosterText(roster, where="roster.csv"))
     store.add_seats("lab", [{"key": f"cloud-{i}", "kind": "cloud"} for i in (1, 2)])
     store.assign("lab", "ann", "cloud-1")
     yield store, keys

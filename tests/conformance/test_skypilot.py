@@ -23,6 +23,7 @@ import pytest
 
 from cloud.skysetup import Vm, new_vm, ssh_key
 from gpuseat.catalog.bundle import load_catalog
+from gpuseat.core.roster import RosterText
 from gpuseat.errors import InputError
 from gpuseat.services import cloud
 from gpuseat.services.cloud_engine import SkyPilotEngine, revoke_script
@@ -108,8 +109,8 @@ def course(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'course.db'}", create=True)
     store.create_course(EXAMPLES / "course-lab-hours.toml", key="lab", timezone="Europe/Berlin", plan_option=OPTION)
     key = ssh_key(tmp_path, "ann")
-    store.import_roster("lab", f"name,email,group,unix_user,ssh_key\nAnn,ann@example.edu,students,ann,{key}\n",
-                        where="roster.csv")  # fmt: skip
+    roster = f"name,email,group,unix_user,ssh_key\nAnn,ann@example.edu,students,ann,{key}\n"
+    store.import_roster("lab", RosterText(roster, where="roster.csv"))
     store.add_seats("lab", [{"key": "cloud-1", "kind": "cloud"}])
     store.assign("lab", "ann", "cloud-1")
     yield store, key

@@ -56,7 +56,7 @@ def served(tmp_path: Path):  # type: ignore[no-untyped-def]
         ]
     )
     links = {t.participant: t.token for t in store.issue_tokens("lab")}
-    Accounts(store.engine).set_password("admin", PASSWORD)
+    Accounts(store).set_password("admin", PASSWORD)
     store.close()
     server = start(["--db", url, "--links-expire", "never"], tmp_path / "serve.log")  # a 2016 course, today
     yield server, links

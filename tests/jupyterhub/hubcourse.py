@@ -8,6 +8,7 @@ import dataclasses
 import re
 from pathlib import Path
 
+from gpuseat.core.roster import RosterText
 from gpuseat.nvsmi import merge_list, parse_compute_apps_csv, parse_list, parse_query_gpu_csv
 from gpuseat.readings import Snapshot
 from gpuseat.services.courses import CourseStore, open_store
@@ -73,7 +74,7 @@ def make_course(url: str, tmp: Path, *, key: str, people: list[str], seats: int,
     course_file.write_text(COURSE_TOML.format(n=len(people)), encoding="utf-8")
     store.create_course(course_file, key=key)
     roster = "name,email,group,unix_user\n" + "".join(f"{p.title()},{p}@example.edu,participants,{p}\n" for p in people)
-    store.import_roster(key, roster, where=f"{key}-roster.csv")
+    store.import_roster(key, RosterText(roster, where=f"{key}-roster.csv"))
     added = store.add_seats(key, seat_specs(seats))
     for person, seat in zip(people[:assign], added, strict=False):
         store.assign(key, person, seat.key)

@@ -9,6 +9,8 @@ import asyncio
 
 import pytest
 
+from gpuseat.core.roster import RosterText
+
 pytest.importorskip("jupyterhub")
 
 from hubcourse import make_course, reading, seat_specs
@@ -19,10 +21,10 @@ from jupyterhub.user import User
 from tornado.web import HTTPError
 from traitlets.config import Config
 
-from gpuseat.db.store import Store
 from gpuseat.jupyterhub import HubSettings, SeatHooks
 from gpuseat.monitor.alerts import GPU_LOST, Alert
 from gpuseat.monitor.runner import Monitor
+from gpuseat.store.monitor import Store
 from pg_schema import pg_schema_url
 
 PEOPLE = ["ada", "ben", "cy", "dee", "eve", "fay"]
@@ -245,7 +247,9 @@ def test_outside_lab_sessions_is_a_503_naming_the_next_one(tmp_path, spawners):
     store = open_store(url, create=True)
     (tmp_path / "lab.toml").write_text(LAB_HOURS)
     store.create_course(tmp_path / "lab.toml", key="lab", timezone="Europe/Berlin")
-    store.import_roster("lab", "name,email,group,unix_user\nAda,ada@example.edu,participants,ada\n", where="r.csv")
+    store.import_roster(
+        "lab", RosterText("name,email,group,unix_user\nAda,ada@example.edu,participants,ada\n", where="r.csv")
+    )
     store.add_seats("lab", seat_specs(1))
     store.assign("lab", "ada", "mig-1")
 

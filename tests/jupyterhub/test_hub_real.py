@@ -27,8 +27,8 @@ import pytest
 from hubcourse import make_course, reading, seat_specs
 from realhub import HubMissing, environ_of, find_hub, find_proxy, running_hub
 
-from gpuseat.db.store import Store
 from gpuseat.monitor.runner import Monitor
+from gpuseat.store.monitor import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(name="jupyterhub")]
 CONTACT = "the course team (gpu-help@example.edu)"

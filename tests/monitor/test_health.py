@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuseat import nvsmi, nvsmi_health, nvsmi_mig, nvsmi_text
 from gpuseat.catalog.bundle import load_catalog
-from gpuseat.core.mig import DeviceFacts, infer_names
+from gpuseat.core.mig import MigDeviceFacts, infer_names
 from gpuseat.monitor.alerts import ECC, POWER, THERMAL, XID, AlertTracker
 from gpuseat.monitor.prometheus import render
 from gpuseat.monitor.runner import observe
@@ -122,7 +122,7 @@ def test_h100_nvl_table_is_named_as_the_walkthrough_created_it():
     devices (memory, SMs, CEs) are named the same from the catalog's H100-94GB table."""
     rows = nvsmi_mig.parse_mig_table((FIXTURES / "mig-and-mps__h100-nvl-smi.txt").read_text())
     facts = [
-        DeviceFacts(
+        MigDeviceFacts(
             gpu_instance_id=r.gpu_instance_id,
             memory_mib=r.total_mib,
             multiprocessors=r.multiprocessors,
@@ -150,7 +150,7 @@ def test_devices_derived_from_lgip_figures_get_their_profile(gpu_id):
     profiles = CAT.partitions.mig_profiles[gpu_id]
     plain = [p for p in profiles if "+" not in p.name and "-" not in p.name]
     facts = [
-        DeviceFacts(gpu_instance_id=i, memory_mib=p.seat_gb * 1024, copy_engines=p.copy_engines)
+        MigDeviceFacts(gpu_instance_id=i, memory_mib=p.seat_gb * 1024, copy_engines=p.copy_engines)
         for i, p in enumerate(plain)
     ]
     assert infer_names(facts, profiles) == [p.name for p in plain]
@@ -158,7 +158,7 @@ def test_devices_derived_from_lgip_figures_get_their_profile(gpu_id):
 
 def test_a_real_b200_device_row_is_a_1g_23gb():
     """20,992 MiB (the B200 device row the issue cites) with 2 copy engines is a 1g.23gb, not a 2g.45gb."""
-    fact = DeviceFacts(gpu_instance_id=7, memory_mib=20992, multiprocessors=18, copy_engines=2)
+    fact = MigDeviceFacts(gpu_instance_id=7, memory_mib=20992, multiprocessors=18, copy_engines=2)
     assert infer_names([fact], CAT.partitions.mig_profiles["B200"]) == ["1g.23gb"]
 
 

@@ -19,10 +19,10 @@ import pytest
 from sqlalchemy import create_engine, func, select, text
 
 from gpuseat.db.models import Device, MinuteAggregate, Sample
-from gpuseat.db.store import Store
 from gpuseat.monitor.replay import ReplaySampler, synthetic_snapshot, write_replay
 from gpuseat.monitor.runner import Monitor
 from gpuseat.readings import SeatMap
+from gpuseat.store.monitor import Store
 
 T0 = 1_700_000_040.0  # a minute boundary
 STEP = 5.0  # seconds between recorded snapshots

@@ -8,10 +8,10 @@ from sqlalchemy import text
 
 from gpuseat.db import make_engine, resolve_url
 from gpuseat.db.models import Base
-from gpuseat.db.store import Store
 from gpuseat.monitor.attribution import SeatEntry, SeatMap
 from gpuseat.monitor.replay import ReplaySampler, synthetic_snapshot
 from gpuseat.monitor.runner import Monitor, observe
+from gpuseat.store.monitor import Store
 
 T0 = 1_700_000_040.0  # a minute boundary
 
@@ -23,7 +23,7 @@ def seats_for(snap, n):
 
 def test_migration_matches_models(url):
     store = Store(url)
-    with store.engine.connect() as conn:
+    with store._engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     store.close()
     assert diff == []
@@ -49,7 +49,7 @@ def test_seat_import_reassigns(url):
     by_seat = {e.seat: e for e in store.seat_map().entries}
     assert by_seat["s1"].participant == "carol" and by_seat["s1"].login == "carol"
     assert by_seat["s2"].participant == "bob"
-    with store.engine.connect() as conn:
+    with store._engine.connect() as conn:
         closed = conn.execute(text("SELECT count(*) FROM assignments WHERE valid_to IS NOT NULL")).scalar()
     assert closed == 1
     store.close()
@@ -169,7 +169,7 @@ def test_background_writer_retries_failed_writes_in_order(tmp_path):
     flaky.down = False
     mon.tick()
     assert mon.wait_written(30) and not mon.pending and mon.samples_stored == 4
-    with flaky.store.engine.connect() as conn:
+    with flaky.store._engine.connect() as conn:
         ids = [r[0] for r in conn.execute(text("SELECT ts FROM samples ORDER BY id"))]
     assert ids == sorted(ids) and len(ids) == 4 * 2  # the retried rows were written first, in order
     mon.close()

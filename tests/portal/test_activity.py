@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from gpuseat.db.store import Store
 from gpuseat.monitor.alerts import AlertTracker
 from gpuseat.monitor.attribution import SeatEntry
 from gpuseat.monitor.replay import ReplaySampler, synthetic_snapshot
 from gpuseat.monitor.runner import Monitor
 from gpuseat.services.activity import Activity
+from gpuseat.store.monitor import Store
 
 T0 = 1_700_006_400.0  # a UTC day boundary (19675 × 86400)
 
@@ -24,14 +24,14 @@ def _run(url: str, seconds: int, *, step: int = 10, idle_hours: float = 0.5) -> 
         ReplaySampler(snaps, loop=False), store.seat_map(), store=store, alerts=AlertTracker(idle_hours=idle_hours)
     )
     mon.run(0, ticks=len(snaps))
-    with store.engine.connect() as conn:
+    with store._engine.connect() as conn:
         ids = {k: i for k, i in conn.exec_driver_sql("SELECT key, id FROM seats")}
     return store, ids
 
 
 def test_live_last_active_idle_and_daily(db_url):
     store, ids = _run(db_url, 2 * 3600)
-    act = Activity(store.engine)
+    act = Activity(store)
     end = T0 + 2 * 3600
 
     live = act.live()
@@ -57,7 +57,7 @@ def test_live_last_active_idle_and_daily(db_url):
 
     alerts = act.open_alerts()
     assert {(a.kind, a.seat) for a in alerts} == {("idle", "s1"), ("idle", "s2")}
-    assert [a.seat for a in act.open_alerts(seats=["s2"])] == ["s2"]
+    assert [a.seat for a in act.open_alerts(seat_ids=[ids["s2"]])] == ["s2"]
     store.close()
 
 
@@ -65,10 +65,10 @@ def test_last_active_survives_the_raw_prune(tmp_path):
     """After raw samples are pruned, the last busy minute still answers ``last_active``."""
     url = f"sqlite:///{tmp_path / 'c.db'}"
     store, ids = _run(url, 3 * 3600, step=60)
-    store.engine.dispose()
-    with store.engine.begin() as conn:
+    store._engine.dispose()
+    with store._engine.begin() as conn:
         conn.exec_driver_sql("DELETE FROM samples")
-    act = Activity(store.engine)
+    act = Activity(store)
     assert act.last_active()[ids["s0"]] == T0 + 3 * 3600 - 1  # the end of the last rolled-up (finished) minute
     assert act.live() == {}
     store.close()
@@ -76,7 +76,7 @@ def test_last_active_survives_the_raw_prune(tmp_path):
 
 def test_results_have_one_dict_shape(tmp_path):
     store, ids = _run(f"sqlite:///{tmp_path / 'c.db'}", 600)
-    act = Activity(store.engine)
+    act = Activity(store)
     live = act.live()[ids["s0"]].to_dict()
     assert live["seat_id"] == ids["s0"] and live["active"] is True
     assert act.daily()[0].to_dict().keys() == {"seat_id", "day", "sampled_hours", "active_hours", "utilization_avg"}

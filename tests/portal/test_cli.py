@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from gpuseat.catalog import data_text
+from gpuseat.core.roster import RosterText
 from gpuseat.services.accounts import Accounts
 from gpuseat.services.courses import open_store
 
@@ -40,8 +41,8 @@ def test_admin_set_password(cli, course_db, monkeypatch):
     r = cli("admin", "set-password", "--db", course_db, "--user", "-rf", "--password-stdin")
     assert r.code == 2 and "--user" in r.err
     store = open_store(course_db)
-    assert Accounts(store.engine).verify("admin", "a long enough passphrase")
-    assert not Accounts(store.engine).verify("admin", "short")
+    assert Accounts(store).verify("admin", "a long enough passphrase")
+    assert not Accounts(store).verify("admin", "short")
     store.close()
 
 
@@ -74,7 +75,7 @@ def test_report_and_survey_need_an_existing_database(cli, tmp_path):
 
 def test_roster_upload_errors_name_file_line_and_column(course_db, tmp_path):
     store = open_store(course_db)
-    Accounts(store.engine).set_password("admin", "a long enough passphrase")
+    Accounts(store).set_password("admin", "a long enough passphrase")
     store.close()
     server = start(["--db", course_db], tmp_path / "serve.log")
     try:
@@ -102,11 +103,13 @@ def test_the_portal_serves_a_postgresql_store(request, tmp_path):
     url = pg_schema_url(request)
     store = open_store(url, create=True)
     store.create_course(EXAMPLES / "course-2016.toml", key="dl-2016")
-    store.import_roster("dl-2016", "name,email,unix_user\nAda Lovelace,ada@example.org,ada\n", where="r.csv")
+    store.import_roster(
+        "dl-2016", RosterText("name,email,unix_user\nAda Lovelace,ada@example.org,ada\n", where="r.csv")
+    )
     store.add_seats("dl-2016", [{"key": "m60-1", "kind": "gpu", "host": "gpu1.example.org", "memory_gb": 8.0}])
     store.assign_all("dl-2016")
     token = store.issue_tokens("dl-2016")[0].token
-    Accounts(store.engine).set_password("admin", "a long enough passphrase")
+    Accounts(store).set_password("admin", "a long enough passphrase")
     store.close()
     server = start(["--db", url, "--links-expire", "never"], tmp_path / "serve.log")  # a 2016 course, run today
     try:

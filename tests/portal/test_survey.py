@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuseat.core.roster import RosterText
 from gpuseat.core.survey import nps, parse_answers
 from gpuseat.errors import InputError, NotFound
 from gpuseat.services.courses import open_store
@@ -102,7 +103,7 @@ def make_course(url: str, participants: int = 3):
     store = open_store(url, create=True)
     store.create_course(EXAMPLES / "course-2016.toml", key="c")
     roster = "name,email\n" + "".join(f"P {i},p{i}@example.org\n" for i in range(participants))
-    store.import_roster("c", roster, where="roster.csv")
+    store.import_roster("c", RosterText(roster, where="roster.csv"))
     return store, "c", [p.key for p in store.participants("c")]
 
 

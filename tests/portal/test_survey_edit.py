@@ -6,6 +6,7 @@ from pathlib import Path
 
 import httpx
 
+from gpuseat.core.roster import RosterText
 from gpuseat.core.survey import Template
 from gpuseat.services.accounts import Accounts
 from gpuseat.services.courses import open_store
@@ -52,9 +53,9 @@ def test_the_portal_edits_questions_until_someone_answers(tmp_path):
     db = f"sqlite:///{tmp_path / 'course.db'}"
     store = open_store(db, create=True)
     store.create_course(EXAMPLES / "course-2016.toml", key="dl-2016")
-    store.import_roster("dl-2016", "name,email\nAda,ada@example.org\n", where="roster")
+    store.import_roster("dl-2016", RosterText("name,email\nAda,ada@example.org\n", where="roster"))
     token = store.issue_tokens("dl-2016")[0].token
-    Accounts(store.engine).set_password("admin", PASSWORD)
+    Accounts(store).set_password("admin", PASSWORD)
     store.close()
     server = start(["--db", db, "--links-expire", "never"], tmp_path / "serve.log")
     try:

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import create_engine, make_url, text
 
 from gpuseat.cli import main
+from gpuseat.core.roster import RosterText
 from gpuseat.services.courses import open_store
 from pg_schema import PG
 
@@ -98,7 +99,7 @@ def test_restore_refuses_a_store_with_courses_and_bad_files(
         assert len(store.participants("big")) == 3
     if url.startswith("sqlite"):  # --force replaces the contents with the backup's
         with open_store(url) as store:
-            store.import_roster("big", "name,email,unix_user\nZ,z@example.org,zz\n", where="more.csv")
+            store.import_roster("big", RosterText("name,email,unix_user\nZ,z@example.org,zz\n", where="more.csv"))
         assert main(["db", "restore", str(backup), "--force", "--db", url]) == 0
         with open_store(url) as store:
             assert len(store.participants("big")) == 3

@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import text
 
 from gpuseat.core.needs import SeatNeed
+from gpuseat.core.roster import RosterText
 from gpuseat.core.seating import misfit, preference
 from gpuseat.errors import InputError, NoFreeSeat, NotFound
 from gpuseat.services.courses import CourseStore, SeatSpec
@@ -36,7 +37,7 @@ def make_course(store: CourseStore, tmp_path: Path, rng: random.Random, people: 
     store.create_course(path, key="mixed")
     names = list(GROUPS)
     rows = ["name,email,group"] + [f"P {i},p{i:03d}@example.org,{rng.choice(names)}" for i in range(people)]
-    store.import_roster("mixed", "\n".join(rows))
+    store.import_roster("mixed", RosterText("\n".join(rows)))
     specs = []
     for i in range(seats):
         reserved = rng.sample(names, rng.choice((0, 0, 0, 1, 2)))
@@ -117,7 +118,7 @@ def test_claim_after_the_course_is_deleted_and_made_again(store: CourseStore, tm
     who = store.participants("mixed")[0].key
     with contextlib.suppress(NoFreeSeat):
         store.claim_seat("mixed", who)  # the claim now knows course "mixed" by its id
-    with store.engine.begin() as conn:
+    with store._engine.begin() as conn:
         conn.execute(text("DELETE FROM courses WHERE key = 'mixed'"))
     make_course(store, tmp_path, random.Random(7), people=4, seats=8)
     expected = python_choice(store, who)
@@ -138,7 +139,7 @@ def test_a_claim_is_one_statement_on_postgresql_and_one_take_on_sqlite(
     make_course(store, tmp_path, random.Random(11), people=6, seats=12)
     who = [p.key for p in store.participants("mixed")]
     sent: list[str] = []
-    postgres = store.engine.dialect.name == "postgresql"
+    postgres = store._engine.dialect.name == "postgresql"
     if postgres:  # every statement psycopg sends, whoever sends it
         import psycopg
 
@@ -151,12 +152,12 @@ def test_a_claim_is_one_statement_on_postgresql_and_one_take_on_sqlite(
         monkeypatch.setattr(psycopg.Connection, "execute", execute)
         store.claim_seat("mixed", who[0])  # warm: the course is known, the claim pool is open
     else:  # SQLite's own trace of every statement it runs, on every connection of the store
-        store.engine.dispose()
+        store._engine.dispose()
 
         def trace(dbapi_conn: object, _record: object) -> None:
             dbapi_conn.set_trace_callback(lambda sql: sent.append(" ".join(sql.split())))  # type: ignore[attr-defined]
 
-        event.listen(store.engine, "connect", trace)
+        event.listen(store._engine, "connect", trace)
         store.claim_seat("mixed", who[0])
     checked = 0
     for p in who[1:]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sqlalchemy import text
 
+from gpuseat.core.roster import RosterText
 from gpuseat.services.courses import CourseStore, SeatSpec, open_store
 
 from .conftest import EXAMPLES
@@ -47,7 +48,7 @@ def course_with(store: CourseStore, tmp_path: Path, participants: int, seats: in
     path.write_text(f'name = "big"\nparticipants = {participants}\n[schedule]\nstart = 2026-01-05\ndays = 5\n')
     store.create_course(path, key="big")
     rows = ["name,email,unix_user"] + [f"P {i},p{i:05d}@example.org,p{i:05d}" for i in range(participants)]
-    store.import_roster("big", "\n".join(rows))
+    store.import_roster("big", RosterText("\n".join(rows)))
     store.add_seats("big", [SeatSpec(key=f"s{i:05d}", kind="gpu", memory_gb=16) for i in range(seats)])
     return [f"p{i:05d}" for i in range(participants)]
 
@@ -76,7 +77,7 @@ def start_workers(url: str, go: Path, keys: list[str], n: int) -> list[subproces
 
 def open_counts(store: CourseStore) -> tuple[int, int, int]:
     """Seats held twice, participants holding two seats, open assignments: what the database says."""
-    with store.engine.connect() as conn:
+    with store._engine.connect() as conn:
         q = "SELECT count(*) FROM (SELECT {c} FROM assignments WHERE valid_to IS NULL GROUP BY {c} HAVING count(*) > 1) d"
         double_seat = conn.execute(text(q.format(c="seat_id"))).scalar()
         double_person = conn.execute(text(q.format(c="participant_id"))).scalar()
@@ -128,8 +129,8 @@ def test_sigkill_in_a_burst_of_claims_leaves_a_consistent_store(url, tmp_path):
     after = {s.participant: s.key for s in store.seats("big")}
     assert all(after[p] == s for p, s in before.items())
     assert open_counts(store) == (0, 0, 400)
-    if store.engine.dialect.name == "sqlite":
-        with store.engine.connect() as conn:
+    if store._engine.dialect.name == "sqlite":
+        with store._engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"
     store.close()
 
@@ -137,10 +138,11 @@ def test_sigkill_in_a_burst_of_claims_leaves_a_consistent_store(url, tmp_path):
 IMPORTER = textwrap.dedent(
     """
     import sys
+    from pathlib import Path
     from gpuseat.services.courses import open_store
     store = open_store(sys.argv[1])
     print("importing", flush=True)
-    store.import_roster("big", open(sys.argv[2]).read())
+    store.import_roster("big", Path(sys.argv[2]))
     print("done", flush=True)
     """
 )

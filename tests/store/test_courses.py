@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import create_engine, insert, select, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from gpuseat.core.roster import RosterText
 from gpuseat.db.models import AccessToken, Assignment, Participant, Seat
 from gpuseat.errors import InputError, InvalidTransition, NoFreeSeat, NotFound, SeatTaken, StoreError
 from gpuseat.services.courses import CourseStore, SeatSpec, open_store
@@ -49,7 +50,7 @@ def two_groups(store: CourseStore, tmp_path: Path) -> None:
         "Dov,dov@example.org,windows,dov",
         "Eve,eve@example.org,windows,eve",
     ]
-    store.import_roster("two", "\n".join(rows))
+    store.import_roster("two", RosterText("\n".join(rows)))
     store.add_seats(
         "two",
         [
@@ -63,7 +64,7 @@ def two_groups(store: CourseStore, tmp_path: Path) -> None:
 
 
 def counts(store: CourseStore) -> dict[str, int]:
-    with store.engine.connect() as conn:
+    with store._engine.connect() as conn:
         return {
             t: conn.execute(text(f"SELECT count(*) FROM {t}")).scalar()
             for t in ("courses", "participants", "seats", "assignments", "access_tokens")
@@ -166,12 +167,12 @@ def test_roster_import_then_reimport_reports_changes(course2016):
     # re-import with a BOM, CRLF, a changed name and a new person: updates by email
     changed = LINES[0].replace("Alice Martin", "Alice Martin-Okoye")
     text_ = "\ufeff" + "\r\n".join([HEADER, changed, *LINES[1:-1], "Quinn Park,quinn.park@example.edu,,qpark,"])
-    report = store.import_roster(None, text_, where="again.csv")
+    report = store.import_roster(None, RosterText(text_, where="again.csv"))
     assert (report.added, report.updated, report.unchanged, report.absent) == (1, 1, 14, ("praman",))
     assert [(c.key, c.fields) for c in report.changes if c.action == "updated"] == [("amartin", ("name",))]
     assert store.find_participant(None, "qpark").group == "participants"  # the only group
     # a file that no longer lists someone keeps them and says so
-    report = store.import_roster(None, "\n".join([HEADER, *LINES[:3]]))
+    report = store.import_roster(None, RosterText("\n".join([HEADER, *LINES[:3]])))
     assert len(report.absent) == 14 and len(store.participants()) == 17  # nobody is deleted
 
 
@@ -192,10 +193,12 @@ def test_roster_import_then_reimport_reports_changes(course2016):
 )
 def test_a_bad_roster_row_names_line_and_column_and_stores_nothing(store, row, where, what):
     store.create_course(EXAMPLES / "course-2016.toml", key="small")
-    store.import_roster(None, "\n".join([HEADER, *LINES[:16]]))  # 16 rows: at the course's count
+    store.import_roster(None, RosterText("\n".join([HEADER, *LINES[:16]])))  # 16 rows: at the course's count
     before = store.participants()
     with pytest.raises(InputError, match=what) as info:
-        store.import_roster(None, "\n".join([HEADER, *LINES[:16], row]).replace("Priya", "P"), where="r.csv")
+        store.import_roster(
+            None, RosterText("\n".join([HEADER, *LINES[:16], row]).replace("Priya", "P"), where="r.csv")
+        )
     assert info.value.where.startswith(where)
     assert store.participants() == before
 
@@ -203,13 +206,13 @@ def test_a_bad_roster_row_names_line_and_column_and_stores_nothing(store, row, w
 def test_more_participants_than_the_course_plans_is_refused(course2016):
     extra = "Zed,zed@example.edu,participants,zed,"
     with pytest.raises(InputError, match="17 participants in group 'participants', the course file plans 16"):
-        course2016.import_roster(None, "\n".join([HEADER, *LINES, extra]))
+        course2016.import_roster(None, RosterText("\n".join([HEADER, *LINES, extra])))
     assert len(course2016.participants()) == 16
 
 
 def test_roster_needs_an_email_column(course2016):
     with pytest.raises(InputError, match="no 'email' column") as info:
-        course2016.import_roster(None, "name,mail_address\nA,a@b.c\n", where="x.csv")
+        course2016.import_roster(None, RosterText("name,mail_address\nA,a@b.c\n", where="x.csv"))
     assert info.value.where == "x.csv:1"
 
 
@@ -318,11 +321,11 @@ def test_the_database_refuses_a_second_open_assignment(course2016):
     store = course2016
     store.add_seats(None, [SeatSpec(key=k, kind="gpu") for k in ("a", "b")])
     store.assign(None, "amartin", "a")
-    with store.engine.connect() as conn:
+    with store._engine.connect() as conn:
         ids = dict(conn.execute(select(Seat.key, Seat.id)).all())
         people = dict(conn.execute(select(Participant.key, Participant.id)).all())
     for seat, who in (("a", "bcosta"), ("b", "amartin")):  # same seat; same participant
-        with pytest.raises(IntegrityError), store.engine.begin() as conn:
+        with pytest.raises(IntegrityError), store._engine.begin() as conn:
             conn.execute(
                 insert(Assignment).values(
                     seat_id=ids[seat], participant_id=people[who], valid_from=store.history()[0].valid_from
@@ -342,7 +345,7 @@ def test_tokens_issue_rotate_revoke_and_lookup(course2016):
     assert store.issue_tokens(None) == []  # one active token each: nothing new to show
     alice = next(t for t in issued if t.participant == "amartin")
     assert alice.link("https://course.example.org/").startswith("https://course.example.org/t/")
-    with store.engine.connect() as conn:
+    with store._engine.connect() as conn:
         hashes = set(conn.execute(select(AccessToken.token_hash)).scalars())
     assert alice.token not in hashes and hashlib.sha256(alice.token.encode()).hexdigest() in hashes
     found = store.participant_for_token(alice.token)
@@ -366,7 +369,7 @@ def test_events_are_append_only(course2016):
     assert [e.action for e in events] == ["course.create", "roster.import", "portal.login"]
     assert events[1].detail["added"] == 16
     for statement in ("UPDATE events SET actor = 'x'", "DELETE FROM events"):
-        with pytest.raises(DBAPIError, match="append-only"), store.engine.begin() as conn:
+        with pytest.raises(DBAPIError, match="append-only"), store._engine.begin() as conn:
             conn.execute(text(statement))
     assert len(store.events()) == 3
     assert [e.action for e in store.events(after_id=events[1].id)] == ["portal.login"]

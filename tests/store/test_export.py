@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuseat.cli import main
+from gpuseat.core.roster import RosterText
 from gpuseat.errors import InputError
 from gpuseat.services.courses import CourseStore, SeatSpec, open_store
 from gpuseat.services.survey import SurveyService
@@ -32,7 +33,7 @@ def big_course(store: CourseStore, tmp_path: Path) -> str:
     rows = ["name,email,group,unix_user"] + [
         f"Person {i},p{i:03d}@example.org,{'staff' if i < 10 else 'students'},u{i:03d}" for i in range(PEOPLE)
     ]
-    store.import_roster("term", "\n".join(rows), where="term.csv")
+    store.import_roster("term", RosterText("\n".join(rows), where="term.csv"))
     store.add_seats(
         "term",
         [
@@ -99,7 +100,7 @@ def test_sqlite_to_postgresql(tmp_path: Path, request: pytest.FixtureRequest) ->
 
 def test_tokens_survive_the_trip(store: CourseStore, tmp_path: Path) -> None:
     store.create_course(Path(__file__).parents[2] / "examples" / "course-2016.toml", key="small")
-    store.import_roster("small", "name,email\nA,a@example.org\nB,b@example.org\n", where="r.csv")
+    store.import_roster("small", RosterText("name,email\nA,a@example.org\nB,b@example.org\n", where="r.csv"))
     issued = {t.participant: t.token for t in store.issue_tokens("small")}
     store.delete_course("small", export_to=tmp_path / "s.zip")
     assert store.participant_for_token(issued["a"]) is None
@@ -110,7 +111,7 @@ def test_tokens_survive_the_trip(store: CourseStore, tmp_path: Path) -> None:
 def make_small(url: str) -> None:
     with open_store(url, create=True) as store:
         store.create_course(Path(__file__).parents[2] / "examples" / "course-2016.toml", key="small")
-        store.import_roster("small", "name,email\nA,a@example.org\n", where="r.csv")
+        store.import_roster("small", RosterText("name,email\nA,a@example.org\n", where="r.csv"))
 
 
 def rewrite(src: Path, dst: Path, change: dict[str, object]) -> None:

@@ -9,8 +9,8 @@ from sqlalchemy import text
 
 import gpuseat.db
 from gpuseat.db import make_engine, upgrade
-from gpuseat.db.store import Store
 from gpuseat.services.courses import SeatSpec, open_store
+from gpuseat.store.monitor import Store
 
 HEAD = ScriptDirectory(str(Path(gpuseat.db.__file__).parent / "migrations")).get_current_head()
 
@@ -53,7 +53,7 @@ def old_database(url: str) -> None:
 def test_upgrade_from_0001_keeps_monitor_rows(url):
     old_database(url)
     store = open_store(url)  # a read command may upgrade an existing gpuseat database
-    with store.engine.connect() as conn:
+    with store._engine.connect() as conn:
         one = lambda sql: conn.execute(text(sql)).all()  # noqa: E731
         assert one("SELECT version_num FROM alembic_version") == [(HEAD,)]
         assert one("SELECT seat_id, participant_id, memory_used_mib FROM samples ORDER BY id") == [
@@ -102,7 +102,7 @@ def test_known_revisions_match_alembic():
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-    from gpuseat.services.courses import _known_revisions
+    from gpuseat.store.opening import _known_revisions
 
     config = Config()
     config.set_main_option("script_location", str(Path(gpuseat.db.__file__).parent / "migrations"))

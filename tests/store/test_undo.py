@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import text
 
 from gpuseat.cli import main
+from gpuseat.core.roster import RosterText
 from gpuseat.errors import InputError, NotFound
 from gpuseat.services.courses import CourseStore, SeatSpec, open_store
 from gpuseat.services.survey import SurveyService
@@ -61,7 +62,7 @@ def test_archived_course_is_read_only_and_links_revoked(course2016: CourseStore)
         lambda: store.release(None, participant=people[0]),
         lambda: store.assign_all(None, partial=True),
         lambda: store.add_seats(None, [SeatSpec(key="new", kind="gpu")]),
-        lambda: store.import_roster(None, "name,email\nNew Person,new@example.org\n", where="more.csv"),
+        lambda: store.import_roster(None, RosterText("name,email\nNew Person,new@example.org\n", where="more.csv")),
         lambda: store.issue_tokens(None),
         lambda: store.set_seat_state(None, "s1", "running"),
         lambda: store.remove_seats(None, ["s2"]),
@@ -77,7 +78,7 @@ def test_archived_course_is_read_only_and_links_revoked(course2016: CourseStore)
     # reads answer as before
     assert store.seat_of(None, people[0]) is not None and len(store.seats()) == 4
     # raw SQL is refused by the database itself
-    with store.engine.begin() as conn, pytest.raises(InputError, match="archived"):
+    with store._engine.begin() as conn, pytest.raises(InputError, match="archived"):
         conn.execute(text("UPDATE participants SET name = 'x'"))
 
 

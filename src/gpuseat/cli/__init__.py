@@ -12,6 +12,7 @@ import sys
 import click
 import typer
 
+from gpuseat.cli.flags import as_flags
 from gpuseat.errors import GpuseatError
 
 # Typer escapes "[default: …]" for rich whenever rich is importable, even with rich_markup_mode=None,
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = app(args=args, standalone_mode=False)
     except GpuseatError as exc:
-        _error(exc.message)
+        _error(as_flags(exc).message)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             return _click_exit(exc)
         mapped = edge_error(exc)
         if mapped is not None:
-            _error(mapped.message)
+            _error(as_flags(mapped).message)
             return mapped.exit_code
         if debug or os.environ.get("GPUSEAT_DEBUG"):
             raise

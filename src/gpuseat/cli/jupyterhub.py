@@ -29,10 +29,7 @@ def _course_key(db: str | None, course: str | None) -> tuple[str, str]:
 
 def _offline(db: str | None, course: str | None) -> tuple[str, str]:
     """The database URL and course key as given, checked for form only: nothing connects."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    from gpuseat.db import resolve_url
+    from gpuseat.db import database_url, resolve_url
 
     if not course:
         raise InputError("--no-check needs the course key", where="--course", fix="pass --course KEY")
@@ -40,13 +37,7 @@ def _offline(db: str | None, course: str | None) -> tuple[str, str]:
         raise InputError(
             "--no-check needs the hub's database URL", where="--db", fix="pass --db URL (or set GPUSEAT_DB_URL)"
         )
-    url = resolve_url(db)
-    try:
-        make_url(url)
-    except ArgumentError:
-        raise InputError(
-            "not a database URL", where="--db", fix="a SQLAlchemy URL such as postgresql+psycopg://user@host/db"
-        ) from None
+    url = database_url(resolve_url(db), where="--db")  # checked for form only (gpuseat.db owns SQLAlchemy)
     return url, course
 
 

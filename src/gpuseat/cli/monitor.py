@@ -17,7 +17,7 @@ from gpuseat.errors import EngineError
 
 if TYPE_CHECKING:
     from gpuseat.monitor.runner import Tick
-    from gpuseat.services.monitoring import SeatView, Source
+    from gpuseat.services.monitoring import Source, TickView
 
 FROM_XML = typer.Option(None, "--from-xml", help="Read a saved 'nvidia-smi -q -x' file instead of NVML.")
 FROM_CSV = typer.Option(None, "--from-csv", help="Read a saved 'nvidia-smi --query-gpu=... --format=csv' file.")
@@ -75,7 +75,7 @@ def _source(
     return source
 
 
-def _print_view(seat_view: SeatView, fmt: Format) -> None:
+def _print_view(seat_view: TickView, fmt: Format) -> None:
     from gpuseat.monitor.view import COLUMNS, seat_rows
 
     if fmt == Format.json:

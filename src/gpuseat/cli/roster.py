@@ -12,20 +12,6 @@ from gpuseat.cli.course import COURSE, DB, actor
 LINK_COLUMNS = ("participant", "link", "status")
 
 
-def _check_base_url(url: str) -> str:
-    import re
-
-    from gpuseat.errors import InputError
-
-    if not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:\d{1,5})?(/[A-Za-z0-9._~/-]*)?", url):
-        raise InputError(
-            f"{url!r} is not a base URL",
-            where="--base-url",
-            fix="give http(s)://host[:port][/path], e.g. https://gpu.example.org",
-        )
-    return url
-
-
 def register(app: typer.Typer) -> None:
     """Add the ``roster`` group."""
     roster_app = typer.Typer(
@@ -69,8 +55,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Issue access links (each shown once: only a hash is stored); --rotate or --revoke them."""
         from gpuseat.services.courses import open_store
+        from gpuseat.urls import base_url as check_base_url
 
-        base = _check_base_url(base_url)
+        base = check_base_url(base_url)
         who = participant or None
         with open_store(db) as store:
             if revoke:

@@ -279,7 +279,7 @@ def register(app: typer.Typer) -> None:
 
         with open_store(db) as store:
             seats = store.seats(course)
-            last = Activity(store.engine).last_active(seat_ids=[s.id for s in seats])
+            last = Activity(store).last_active(seat_ids=[s.id for s in seats])
         rows = []
         for s in seats:
             ts = last.get(s.id)

@@ -103,7 +103,9 @@ def register(app: typer.Typer) -> None:
                 raise InputError(
                     f"not an IP address: {host!r}", where="--host", fix="e.g. 127.0.0.1 or 0.0.0.0"
                 ) from None
-        url = (base_url or f"http://{host if ':' not in host else f'[{host}]'}:{port}").rstrip("/")
+        from gpuseat.urls import base_url as check_base_url
+
+        url = check_base_url(base_url or f"http://{host if ':' not in host else f'[{host}]'}:{port}").rstrip("/")
         shown = url if base_url else url + root
         folder = None
         clock = bench_path = None
@@ -170,7 +172,7 @@ def register(app: typer.Typer) -> None:
                 raise InputError("the two passwords differ", where="password", fix="type the same password twice")
         store = open_store(db, create=True)
         try:
-            created = Accounts(store.engine).set_password(user, password)
+            created = Accounts(store).set_password(user, password)
             ended = 0 if created else end_user_sessions(store, user)  # a copied cookie dies with the old password
         finally:
             store.close()

@@ -119,7 +119,7 @@ def pack(gpu: MigGpu, profiles: Sequence[MigProfile], chips: int) -> list[list[M
 # -- naming MIG devices from what -q reports -------------------------------------------------------
 
 
-class DeviceFacts(BaseModel):
+class MigDeviceFacts(BaseModel):
     """What ``nvidia-smi -q`` says about one MIG device (no profile name): GI/CI ids, memory, SMs, CEs."""
 
     model_config = ConfigDict(frozen=True)
@@ -136,7 +136,7 @@ def _base(name: str) -> bool:
     return "+" not in name and "-" not in name
 
 
-def infer_names(devices: Sequence[DeviceFacts], profiles: Sequence[MigProfile]) -> list[str | None]:
+def infer_names(devices: Sequence[MigDeviceFacts], profiles: Sequence[MigProfile]) -> list[str | None]:
     """The profile name of each device, inferred from the GPU's profile table (not from one SM constant).
 
     The GPU instance profile is the one whose usable memory (NVIDIA's ``-lgip`` figure) is nearest the

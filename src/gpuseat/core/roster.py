@@ -256,3 +256,15 @@ def _row(record: list[str], cell: _Cell, groups: tuple[str, ...], seen: dict[str
             )
         seen[column][value] = cell.line
     return RosterRow(cell.line, key, get("name") or None, email.lower(), group, unix_user, ssh_key)
+
+
+@dataclass(frozen=True, slots=True)
+class RosterText:
+    """A roster's CSV text and the name its errors give (``upload.csv``, ``demo roster``).
+
+    What the course store imports when the roster is not a file on disk: a plain string could be a
+    file name or the text itself, so the store takes a :class:`~pathlib.Path`, this, or parsed rows.
+    """
+
+    text: str
+    where: str = "roster"

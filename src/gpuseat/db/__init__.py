@@ -143,7 +143,6 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
     from sqlalchemy.exc import ArgumentError
 
     from gpuseat.errors import InputError
-    from gpuseat.urls import database_url
 
     resolved = database_url(resolve_url(url))
     try:
@@ -151,7 +150,7 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
     except ArgumentError:
         raise InputError(
             f"not a database URL: {resolved!r}",
-            where="--db / GPUSEAT_DB_URL",
+            where="db_url",
             fix="use sqlite:///path/gpuseat.db or postgresql+psycopg://user@host/dbname",
         ) from None
     if parsed.get_backend_name() == "sqlite":
@@ -167,7 +166,7 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
     except Exception as exc:  # missing driver module, bad dialect name
         raise InputError(
             f"cannot use database URL {parsed.render_as_string(hide_password=True)}: {exc}",
-            where="--db / GPUSEAT_DB_URL",
+            where="db_url",
             fix="for PostgreSQL use postgresql+psycopg://…",
         ) from None
 
@@ -229,6 +228,29 @@ def _sqlite_error(context: Any) -> Exception | None:
         return None
     database = context.engine.url.database if context.engine is not None else None
     return sqlite_error(str(orig), database)
+
+
+def database_url(value: str, *, where: str = "db_url") -> str:
+    """``value`` when SQLAlchemy can read it as a database URL with a usable host; else an input error."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from gpuseat.errors import InputError
+    from gpuseat.safe_text import has_control
+
+    fix = "use sqlite:///path/gpuseat.db or postgresql+psycopg://user@host/dbname"
+    if has_control(value) or "\n" in value:
+        raise InputError("the database URL holds control characters", where=where, fix=fix)
+    try:
+        parsed = make_url(value)
+        host = parsed.host
+        if parsed.port is not None and not 0 < parsed.port < 65536:
+            raise ValueError(f"port {parsed.port} is out of range")
+    except (ArgumentError, ValueError, TypeError) as exc:
+        raise InputError(f"not a database URL: {exc}", where=where, fix=fix) from None
+    if host and (host.startswith("[") != host.endswith("]") or "[" in host.strip("[]") or "]" in host.strip("[]")):
+        raise InputError(f"malformed host {host!r} (unbalanced brackets)", where=where, fix=fix)
+    return value
 
 
 def _foreign_tables(conn: Any) -> list[str]:

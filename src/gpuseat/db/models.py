@@ -47,7 +47,7 @@ class Base(DeclarativeBase):
 OPEN = text("valid_to IS NULL")  # the predicate of the partial unique indexes on assignments
 
 
-class Course(Base):
+class CourseRecord(Base):
     """One course: its file (text and parsed summary), dates, time zone, chosen plan option."""
 
     __tablename__ = "courses"
@@ -65,6 +65,11 @@ class Course(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     # set by ``course archive``: the course is read-only from then on (triggers refuse writes, migration 0010)
     archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+#: the model's name before it became ``CourseRecord`` (``Course`` is the course *file*,
+#: :class:`gpuseat.core.course.Course`); kept so code written against the old name still imports
+Course = CourseRecord
 
 
 class Participant(Base):
@@ -227,12 +232,18 @@ class MinuteAggregate(Base):
 
 
 class AlertRecord(Base):
-    """An alert as raised (and when it cleared)."""
+    """An alert as raised (and when it cleared), of one course and (when it names one) one seat.
+
+    ``seat`` and ``participant`` keep the names as the monitor saw them; ``seat_id`` and ``course_id``
+    place the alert (seat keys are unique only within a course).
+    """
 
     __tablename__ = "alerts"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     kind: Mapped[str] = mapped_column(String(32))
     key: Mapped[str] = mapped_column(String(256))
+    seat_id: Mapped[int | None] = mapped_column(ForeignKey("seats.id", ondelete="SET NULL"), index=True)
+    course_id: Mapped[int | None] = mapped_column(ForeignKey("courses.id", ondelete="CASCADE"), index=True)
     seat: Mapped[str | None] = mapped_column(String(128))
     participant: Mapped[str | None] = mapped_column(String(128))
     message: Mapped[str] = mapped_column(Text)

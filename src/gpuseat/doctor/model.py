@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuseat.catalog import GpuModel
-from gpuseat.doctor.parse import Bar
+from gpuseat.doctor.parse import PciBar
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 
@@ -42,7 +42,7 @@ class GpuFacts:
     name: str
     model: GpuModel | None
     driver: str | None
-    bars: tuple[Bar, ...] | None
+    bars: tuple[PciBar, ...] | None
     iommu_group: str | None
     group_members: tuple[PciFunction, ...]
     sriov_totalvfs: int | None = None

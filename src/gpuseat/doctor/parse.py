@@ -20,7 +20,7 @@ BAR_LINES = 6  # lines 0-5 are BAR0-5; line 6 is the expansion ROM, then SR-IOV 
 
 
 @dataclass(frozen=True)
-class Bar:
+class PciBar:
     """One PCI BAR from a ``resource`` line: ``start end flags`` (``0x%016llx`` each)."""
 
     index: int
@@ -64,7 +64,7 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def parse_resource(text: str) -> tuple[Bar, ...]:
+def parse_resource(text: str) -> tuple[PciBar, ...]:
     """Memory BARs (non-zero size, memory flag) from a sysfs ``resource`` file."""
     bars = []
     for index, line in enumerate(text.splitlines()[:BAR_LINES]):
@@ -76,7 +76,7 @@ def parse_resource(text: str) -> tuple[Bar, ...]:
         except ValueError:
             continue
         if end and flags & IORESOURCE_MEM:
-            bars.append(Bar(index, start, end, flags))
+            bars.append(PciBar(index, start, end, flags))
     return tuple(bars)
 
 

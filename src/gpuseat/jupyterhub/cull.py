@@ -148,7 +148,7 @@ class Culler:
         self.client = client or httpx.Client(headers={"Authorization": f"token {token}"}, timeout=30.0)
         self.clock = clock
         self.dry_run = dry_run
-        self.activity = Activity(store.engine)
+        self.activity = Activity(store)
 
     def _hub(self, method: str, path: str) -> httpx.Response:
         import httpx

@@ -1,33 +1,7 @@
-"""Is a seat's GPU usable? The monitor's open GPU-lost alerts, matched to a device or its parent GPU.
-
-The monitor keys a GPU-lost alert by the physical GPU's UUID; a MIG seat's device is a MIG UUID whose
-parent GPU the monitor recorded in ``devices.parent_uuid``.
-"""
+"""Is a seat's GPU usable? The query lives in :mod:`gpuseat.store.health` (re-exported for the hub hooks)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from gpuseat.store.health import lost_gpus
 
-from sqlalchemy import select
-
-from gpuseat.db.models import Device
-from gpuseat.monitor.alerts import GPU_LOST
-from gpuseat.services.activity import Activity
-
-if TYPE_CHECKING:
-    from sqlalchemy.engine import Engine
-
-
-def lost_gpus(engine: Engine, device_uuids: Iterable[str]) -> list[str]:
-    """Messages of the open GPU-lost alerts that concern these devices (empty when all are fine)."""
-    wanted = {u for u in device_uuids if u}
-    if not wanted:
-        return []
-    alerts = [a for a in Activity(engine).open_alerts() if a.kind == GPU_LOST]
-    if not alerts:
-        return []
-    with engine.connect() as conn:
-        parents = {p for p in conn.scalars(select(Device.parent_uuid).where(Device.uuid.in_(sorted(wanted)))) if p}
-    affected = wanted | parents
-    return [a.message for a in alerts if a.key in affected]
+__all__ = ["lost_gpus"]

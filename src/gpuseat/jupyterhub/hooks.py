@@ -247,7 +247,7 @@ class SeatHooks:
                     if s.mode == "pool" and seat.state not in HELD:
                         store.release(s.course, participant=seat.participant, reason="not this user", actor=actor)
                     raise NotFound(f"{user} matches participant {seat.participant} by another field than key")
-                lost = lost_gpus(store.engine, [seat.device_uuid] if seat.device_uuid else [])
+                lost = lost_gpus(store, [seat.device_uuid] if seat.device_uuid else [])
                 if lost:
                     if s.mode == "pool":  # take that seat out of the pool and claim another one
                         store.release(s.course, participant=who, reason="gpu lost", actor=actor)

@@ -17,7 +17,7 @@ from gpuseat.files import read_csv, read_toml, validate
 from gpuseat.monitor.attribution import SeatEntry
 
 
-class SeatRow(BaseModel):
+class SeatFileRow(BaseModel):
     """One seat line of a seats file."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -35,10 +35,10 @@ class SeatsFile(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    seat: list[SeatRow] = Field(min_length=1)
+    seat: list[SeatFileRow] = Field(min_length=1)
 
 
-def _entry(row: SeatRow) -> SeatEntry:
+def _entry(row: SeatFileRow) -> SeatEntry:
     return SeatEntry(row.id, row.device, row.participant, row.user, row.host, row.profile)
 
 
@@ -46,7 +46,7 @@ def read_seats(path: Path) -> list[SeatEntry]:
     """Read and check a seats file; duplicate seat ids or devices are input errors."""
     if path.suffix.lower() == ".csv":
         rows = [
-            validate(SeatRow, {k: v for k, v in row.items() if v != ""}, where=f"{path}:{line}")
+            validate(SeatFileRow, {k: v for k, v in row.items() if v != ""}, where=f"{path}:{line}")
             for line, row in read_csv(path)
         ]
     else:

@@ -394,7 +394,7 @@ def launch_script(seats: Sequence[CloudSeat]) -> str:
 
 
 @dataclass(frozen=True)
-class Written:
+class SkyPilotFiles:
     """Files written by :func:`write`."""
 
     tasks: list[str]
@@ -417,7 +417,7 @@ def write(
     *,
     lead_min: int = 10,
     force: bool = False,
-) -> Written:
+) -> SkyPilotFiles:
     """Write ``<cluster>.yaml`` per seat, ``launch.sh``, ``crontab`` and the systemd units into ``out``.
 
     ``out`` is new, empty or gpuseat's own (its manifest lists the files): files gpuseat did not write are
@@ -451,7 +451,7 @@ def write(
         "refuse it; choose a current offer for a real course"
         for o in retired
     ]
-    return Written(tasks, schedule, len(wins), warnings)
+    return SkyPilotFiles(tasks, schedule, len(wins), warnings)
 
 
 # -- seats from the store ------------------------------------------------------------------------------
@@ -597,7 +597,7 @@ def write_for_course(
     *,
     lead_min: int = 10,
     force: bool = False,
-) -> Written:
+) -> SkyPilotFiles:
     """``gpuseat seats skypilot``: write the files and record each seat's cluster (engine skypilot)."""
     cc = course_from_store(store, course, offers)
     written = write(out, cc.key, cc.seats, cc.intervals, cc.timezone, opts, lead_min=lead_min, force=force)

@@ -102,7 +102,7 @@ def checklist(store: CourseStore, course: str | None = None) -> Checklist:
     )
     unchecked = tuple(s.key for s in seats if s.key not in checks)
     tokens = store.token_status(course)
-    last = Activity(store.engine).last_active(seat_ids=[s.id for s in seats])
+    last = Activity(store).last_active(seat_ids=[s.id for s in seats])
     times = sorted(str(c.get("checked_at")) for c in checks.values() if c.get("checked_at"))
     return Checklist(
         seats_ready=len(ready),

@@ -4,7 +4,7 @@ What it seeds, through the same services the CLI uses: the 2016 course file and 
 IBM 2× M60 server for 4 participants, 12 AWS g2.2xlarge instances for the others, both priced by
 the planner), 16 participants, 4 passthrough + 12 cloud seats, assignments, access links, an open
 survey that half the participants answered, and benchmark results per seat. Monitor data: the last
-three minutes go through the monitor's own path (snapshots → attribution → :class:`~gpuseat.db.store.Store`)
+three minutes go through the monitor's own path (snapshots → attribution → :class:`~gpuseat.store.monitor.Store`)
 with alerts; the days before are one-minute aggregates of a deterministic lab-hours pattern between
 08:00 and 19:00 UTC (a seat is busy in some of its owner's 09:00–18:00 minutes; two participants never
 start). The demo's clock
@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from gpuseat.core.roster import RosterText
 
 DEMO_KEY = "dl-2016"
 DEMO_NOW = datetime(2016, 6, 13, 14, 0, tzinfo=UTC)
@@ -106,14 +106,13 @@ def seed_demo(folder: Path, *, history_days: float | None = None) -> Demo:
     from gpuseat.bench.device import DeviceFacts
     from gpuseat.bench.results import RecordedResult
     from gpuseat.core.course import Course as CourseFile
-    from gpuseat.db.models import Device, Seat
-    from gpuseat.db.store import Store
     from gpuseat.monitor.alerts import Alert
     from gpuseat.monitor.model import Gpu, GpuProcess, Snapshot
     from gpuseat.monitor.runner import observe
     from gpuseat.services.accounts import Accounts, generate_password
     from gpuseat.services.courses import open_store
     from gpuseat.services.survey import SurveyService
+    from gpuseat.store.monitor import MinuteRow, Store
 
     folder.mkdir(parents=True, exist_ok=True)
     db_url = f"sqlite:///{folder / 'demo.db'}"
@@ -123,7 +122,7 @@ def seed_demo(folder: Path, *, history_days: float | None = None) -> Demo:
 
     course = CourseFile.model_validate(tomllib.loads(text))
     store.create_course_from(course, key=DEMO_KEY, source_text=text, plan_option=_plan_option(text), actor="demo")
-    store.import_roster(DEMO_KEY, _roster(), where="demo roster", actor="demo")
+    store.import_roster(DEMO_KEY, RosterText(_roster(), where="demo roster"), actor="demo")
     specs: list[dict[str, Any]] = [
         {
             "key": f"m60-{i + 1}",
@@ -154,14 +153,14 @@ def seed_demo(folder: Path, *, history_days: float | None = None) -> Demo:
     store.assign_all(DEMO_KEY, actor="demo")
     tokens = {t.participant: t.token for t in store.issue_tokens(DEMO_KEY, actor="demo")}
     password = generate_password()
-    Accounts(store.engine).set_password("admin", password)
+    Accounts(store).set_password("admin", password)
 
     # monitor: live part through the monitor's own write path
     seats = {s.key: s for s in store.seats(DEMO_KEY)}
     people = {p.key: p for p in store.participants(DEMO_KEY)}
     rng = random.Random(2016)
     keen = {k: (0.0 if i in (5, 11) else 0.35 + 0.6 * rng.random()) for i, k in enumerate(sorted(people))}
-    monitor = Store(db_url)
+    monitor = Store(db_url, course=DEMO_KEY)
     seat_map = monitor.seat_map(course=DEMO_KEY)
     now = DEMO_NOW.timestamp()
     hosts: dict[str, list[Any]] = {}
@@ -205,30 +204,24 @@ def seed_demo(folder: Path, *, history_days: float | None = None) -> Demo:
     # the days before: one-minute aggregates (what the monitor's rollup would have left)
     first_minute = int((DEMO_NOW - timedelta(days=history_days or 7.5)).timestamp()) // 60
     last_minute = int(now - 10 * LIVE_STEPS) // 60
-    with store.engine.begin() as conn:
-        devices = dict(conn.execute(select(Device.uuid, Device.id)).all())
-        seat_ids = dict(conn.execute(select(Seat.key, Seat.id)).all())
-        pids = {p: i for p, i in conn.exec_driver_sql("SELECT key, id FROM participants").all()}
-        rows = []
-        for s in seats.values():
-            dev = devices.get(s.device_uuid or "")
-            if dev is None or s.participant is None:
+    rows = []
+    for s in seats.values():
+        if not s.device_uuid or s.participant is None:
+            continue
+        total = M60_MIB if s.kind == "gpu" else K520_MIB
+        k = keen[s.participant]
+        srng = random.Random(s.key)
+        for m in range(first_minute, last_minute):
+            if not MONITORED[0] <= (m // 60) % 24 < MONITORED[1]:
                 continue
-            total = M60_MIB if s.kind == "gpu" else K520_MIB
-            k = keen[s.participant]
-            srng = random.Random(s.key)
-            for m in range(first_minute, last_minute):
-                if not MONITORED[0] <= (m // 60) % 24 < MONITORED[1]:
-                    continue
-                on = _busy(srng, m, k)
-                rows.append(
-                    (m, dev, seat_ids[s.key], pids[s.participant], 6, 6 if on else 0,
-                     int(total * 0.7) if on else 0, int(total * 0.6) if on else 0, int(60 + 35 * k) if on else 0)
-                )  # fmt: skip
-        cols = "minute, device_id, seat_id, participant_id, samples, active_samples, memory_max_mib, memory_avg_mib"
-        conn.exec_driver_sql(
-            f"INSERT INTO minute_aggregates ({cols}, utilization_avg) VALUES ({', '.join('?' * 9)})", rows
-        )
+            on = _busy(srng, m, k)
+            rows.append(
+                MinuteRow(m, s.device_uuid, s.id, people[s.participant].id, 6, 6 if on else 0,
+                          int(total * 0.7) if on else 0, int(total * 0.6) if on else 0, int(60 + 35 * k) if on else 0)
+            )  # fmt: skip
+    history = Store(db_url, course=DEMO_KEY)
+    history.add_minutes(rows)
+    history.close()
 
     # benchmarks recorded on each seat (the 2016 article's times, with a little spread)
     bench_path = folder / "bench-results.jsonl"

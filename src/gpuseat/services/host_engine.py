@@ -54,7 +54,7 @@ SETTINGS = (
 
 
 @dataclass
-class Report:
+class HostReport:
     """What one ``host up``/``down`` run did (empty ``changes``: nothing to change)."""
 
     course: str
@@ -240,12 +240,12 @@ class HostEngine:
 
     # -- up / down / status ------------------------------------------------------------------------
 
-    def up(self, *, actor: str = "gpuseat") -> Report:
+    def up(self, *, actor: str = "gpuseat") -> HostReport:
         """Make the host match the store (accounts, keys, device ACLs, env, slices); idempotent."""
         seats = self._seats()
         people = {p.key: p for p in self.store.participants(self.course)}
         holders, every = self._holders(seats, people)
-        report = Report(self.course, self.host)
+        report = HostReport(self.course, self.host)
         ch = report.changes
         if host_os.ensure_group(self.group):
             ch.append(f"group {self.group} created")
@@ -306,11 +306,11 @@ class HostEngine:
         self._save()
         return report
 
-    def down(self, *, actor: str = "gpuseat") -> Report:
+    def down(self, *, actor: str = "gpuseat") -> HostReport:
         """Course end: every holder loses keys and account access; device files go back to root only."""
         seats = self._seats()
         people = {p.key: p for p in self.store.participants(self.course)}
-        report = Report(self.course, self.host)
+        report = HostReport(self.course, self.host)
         report.changes += self._revoke_others(people, set())
         devices = host_os.discover(self.nvidia_smi)
         minors_path = Path(self.proc_root) / "driver" / "nvidia-caps" / "mig-minors"

@@ -61,7 +61,7 @@ class Source:
         if len(chosen) > 1:
             raise InputError(f"{' and '.join(chosen)} both given", where="options", fix="choose one data source")
         if self.apps and not self.from_csv:
-            raise InputError("--apps needs --from-csv", where="--apps", fix="add --from-csv GPU_CSV")
+            raise InputError("--apps needs --from-csv", where="apps", fix="add --from-csv GPU_CSV")
         if self.ssh is not None:
             from gpuseat.nvsmi import check_host
 
@@ -136,7 +136,8 @@ def nvsmi_health_apply(snap: Snapshot, kernel_log: str) -> Snapshot:
 def seat_map(seats: Path | None, db: str | None, *, write: bool, course: str | None = None) -> SeatMap:
     """Seats from the file (imported into the database when ``write``), else from an existing database.
 
-    ``course`` limits the map to one course of the store (and is where a seats file is imported).
+    ``course`` limits the map to one course of the store; a seats file is imported into it (default
+    ``default``) through the course store's facade, with events (see :mod:`gpuseat.store.seatfile`).
     """
     from gpuseat.monitor.seats import read_seats
 
@@ -146,13 +147,14 @@ def seat_map(seats: Path | None, db: str | None, *, write: bool, course: str | N
             return SeatMap(entries)
     elif not _db_exists(db) and course is None:
         return SeatMap()
-    from gpuseat.db.store import DEFAULT_COURSE, Store
+    from gpuseat.store.monitor import DEFAULT_COURSE, MonitorStore
 
-    store = Store(db, create=write)
+    key = course or (DEFAULT_COURSE if seats is not None else None)
+    store = MonitorStore(db, create=write, course=key)
     try:
         if seats is not None:
-            store.import_seats(entries, course=course or DEFAULT_COURSE)
-        return store.seat_map(course=course)
+            store.import_seats(entries)
+        return store.seat_map()
     finally:
         store.close()
 
@@ -168,7 +170,7 @@ def _db_exists(db: str | None) -> bool:
 
 
 @dataclass(frozen=True)
-class SeatView:
+class TickView:
     """One snapshot with its attribution and seat states: what ``top``/``monitor --once`` print."""
 
     snapshot: Snapshot
@@ -212,14 +214,14 @@ class SeatView:
         }
 
 
-def view(tick: Tick) -> SeatView:
+def view(tick: Tick) -> TickView:
     """The printable view of one monitor tick."""
-    return SeatView(tick.snapshot, tuple(tick.attributed), tuple(tick.states))
+    return TickView(tick.snapshot, tuple(tick.attributed), tuple(tick.states))
 
 
 def snapshot_once(
     source: Source, seats: Path | None = None, db: str | None = None, course: str | None = None
-) -> SeatView:
+) -> TickView:
     """One sample, attributed to seats (of ``course`` when given); writes nothing."""
     from gpuseat.monitor.runner import Monitor
 
@@ -258,10 +260,10 @@ def parse_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:9400`` for IPv6) → (host, port); the host defaults to all addresses."""
     host, _, port = listen.rpartition(":")
     if not port.isdigit() or not 0 < int(port) < 65536:
-        raise InputError(f"{listen!r} is not HOST:PORT", where="--listen", fix="e.g. --listen 127.0.0.1:9400")
+        raise InputError(f"{listen!r} is not HOST:PORT", where="listen", fix="e.g. --listen 127.0.0.1:9400")
     host = host.strip("[]")
     if host and not re.fullmatch(r"[A-Za-z0-9.:-]+", host):
-        raise InputError(f"{host!r} is not an address", where="--listen", fix="e.g. --listen 127.0.0.1:9400")
+        raise InputError(f"{host!r} is not an address", where="listen", fix="e.g. --listen 127.0.0.1:9400")
     return host or "0.0.0.0", int(port)
 
 
@@ -281,11 +283,11 @@ def run_monitor(
     course: str | None = None,
 ) -> MonitorRun:
     """Sample every ``interval_s`` into the course database, with alerts and ``/metrics``, until stopped."""
-    from gpuseat.db.store import Store
     from gpuseat.monitor.alerts import AlertTracker
     from gpuseat.monitor.prometheus import SeatCollector, serve
     from gpuseat.monitor.runner import Monitor
     from gpuseat.monitor.webhook import WebhookSender
+    from gpuseat.store.monitor import DEFAULT_COURSE, MonitorStore
     from gpuseat.urls import http_url
 
     if webhook is not None:
@@ -294,7 +296,7 @@ def run_monitor(
     collector = SeatCollector(metrics_names)
     sampler = open_sampler(source)
     seat_map_ = seat_map(seats, db, write=True, course=course)
-    store = Store(db)
+    store = MonitorStore(db, course=course or (DEFAULT_COURSE if seats is not None else None))
     sender = WebhookSender(webhook) if webhook else None
     monitor = Monitor(
         sampler,
@@ -336,7 +338,7 @@ def parse_since(since: str | None, *, now: float | None = None) -> float | None:
         return (when if when.tzinfo else when.astimezone()).timestamp()
     except (ValueError, OverflowError, OSError):
         raise InputError(
-            f"{since!r} is not a date", where="--since", fix="use 2026-03-01, 2026-03-01T09:00 or 7d/12h/30m"
+            f"{since!r} is not a date", where="since", fix="use 2026-03-01, 2026-03-01T09:00 or 7d/12h/30m"
         ) from None
 
 
@@ -372,10 +374,10 @@ USAGE_COLUMNS = ("participant", "seats", "gpu_hours", "idle_hours", "peak_memory
 
 def usage_report(since: str | None = None, db: str | None = None, course: str | None = None) -> UsageReport:
     """The usage report from the course database (which must exist: nothing is created), of one course or all."""
-    from gpuseat.db.store import Store
+    from gpuseat.store.monitor import MonitorStore
 
     start = parse_since(since)
-    store = Store(db, create=False)
+    store = MonitorStore(db, create=False)
     try:
         return UsageReport(start, tuple(store.usage_rows(start, course=course)))
     finally:

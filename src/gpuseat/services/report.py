@@ -12,11 +12,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
-
 from gpuseat.core import charts
 from gpuseat.core.spend import Spend, spend, spend_curve
-from gpuseat.db.models import Seat
+from gpuseat.errors import NotFound
 from gpuseat.services.activity import Activity, OpenAlert, SeatLive
 from gpuseat.services.survey import SurveyResults, SurveyService
 
@@ -221,9 +219,8 @@ def build_digest(
     notes: list[str] = []
     participants = store.participants(key)
     seat_views = store.seats(key)
-    activity = Activity(store.engine)
-    with store.engine.connect() as conn:
-        ids = dict(conn.execute(select(Seat.key, Seat.id).where(Seat.course_id == _course_id(conn, key))).all())
+    activity = Activity(store)
+    ids = {s.key: s.id for s in seat_views}  # seat keys are unique only within a course: go by id
     live = activity.live(seat_ids=ids.values())
     last = activity.last_active(seat_ids=ids.values())
     refs = list(catalog.references)
@@ -283,25 +280,17 @@ def build_digest(
         heat=(heat_rows, heat_cols, heat_values),
         references=refs,
         survey=surveys.results(key),
-        alerts=activity.open_alerts(seats=list(ids)),
+        alerts=activity.open_alerts(seat_ids=ids.values()),
         notes=notes,
     )
 
 
-def _course_id(conn: Any, key: str) -> int:
-    from gpuseat.db.models import Course
-
-    return int(conn.scalar(select(Course.id).where(Course.key == key)))
-
-
-def seat_id(engine: Any, course: str, seat: str) -> int | None:
-    """The database id of a course's seat (the monitor's tables name seats by id)."""
-    from gpuseat.db.models import Course
-
-    q = select(Seat.id).join(Course, Course.id == Seat.course_id).where(Course.key == course, Seat.key == seat)
-    with engine.connect() as conn:
-        found = conn.scalar(q)
-    return int(found) if found is not None else None
+def seat_id(store: CourseStore, course: str, seat: str) -> int | None:
+    """The database id of a course's seat (the monitor's tables name seats by id); None when unknown."""
+    try:
+        return store.get_seat(course, seat).id
+    except NotFound:
+        return None
 
 
 def participant_view(
@@ -319,7 +308,7 @@ def participant_view(
         return None, None, None
     results = recorded_results() if bench_results is None else bench_results
     bench = _seat_benchmarks([seat], results, list(catalog.references)).get(seat.key)
-    sid = seat_id(store.engine, who.course, seat.key)
-    days = Activity(store.engine).daily(seat_ids=[sid]) if sid is not None else []
+    sid = seat.id
+    days = Activity(store).daily(seat_ids=[sid]) if sid is not None else []
     use = ParticipantUse(who.key, seat.key, sum(d.active_hours for d in days), sum(d.sampled_hours for d in days))
     return seat, bench, use

@@ -12,28 +12,20 @@ import io
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
-
 from gpuseat.core.survey import QuestionResult, Template, answer_text, parse_answers, results
-from gpuseat.db import immediate
-from gpuseat.db.models import Course, Participant, Survey, SurveyResponse
-from gpuseat.errors import InputError, NotFound
+from gpuseat.errors import InputError
 from gpuseat.files import read_text, validate
+from gpuseat.store.survey import CLOSED, OPEN, SurveyRows
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection
-
     from gpuseat.services.courses import CourseStore
 
 DEFAULT_TEMPLATE = "course-2016"
-OPEN, CLOSED = "open", "closed"
 
 
 def bundled_templates() -> list[str]:
@@ -61,7 +53,7 @@ def template_text(name: str) -> str:
     if path.suffix != ".toml":
         raise InputError(
             f"unknown survey template {name!r}",
-            where="--template",
+            where="template",
             fix=f"use one of {', '.join(bundled_templates())} or a path to a .toml file",
         )
     return read_text(path)
@@ -108,127 +100,52 @@ class SurveyResults:
 
 
 class SurveyService:
-    """Surveys of the courses in one store; courses and participants are named by key, as everywhere."""
+    """Surveys of the courses in one store: templates parsed and answers checked here, rows in
+    :class:`gpuseat.store.survey.SurveyRows`."""
 
     def __init__(self, store: CourseStore) -> None:
         self.store = store
-        self.engine = store.engine
-
-    def _course(self, conn: Connection, course: str | None) -> tuple[int, str | None]:
-        q = select(Course.id, Course.survey_state)
-        if course is not None:
-            q = q.where(Course.key == course)
-        rows = conn.execute(q.limit(2)).all()
-        if len(rows) != 1:
-            key = course or self.store.get_course(None).key  # the store's own "no/several courses" message
-            raise NotFound(f"no course {key!r}", where="--course", fix="see gpuseat course list")
-        return int(rows[0][0]), rows[0][1]
-
-    def _participant(self, conn: Connection, course_id: int, participant: str) -> int:
-        pid = conn.scalar(
-            select(Participant.id).where(Participant.course_id == course_id, Participant.key == participant)
-        )
-        if pid is None:
-            raise NotFound(f"no participant {participant!r}", where="participant", fix="see gpuseat roster")
-        return int(pid)
-
-    def _survey(self, conn: Connection, course_id: int) -> tuple[int, Template]:
-        row = conn.execute(select(Survey.id, Survey.template_text).where(Survey.course_id == course_id)).first()
-        if row is None:
-            text = template_text(DEFAULT_TEMPLATE)
-            made = conn.execute(
-                insert(Survey).values(course_id=course_id, template_key=DEFAULT_TEMPLATE, template_text=text)
-            ).inserted_primary_key
-            assert made is not None
-            return int(made[0]), parse_template(text, where=DEFAULT_TEMPLATE)
-        return int(row[0]), parse_template(row[1], where=f"survey of course {course_id}")
+        self._rows = SurveyRows(store, (DEFAULT_TEMPLATE, template_text(DEFAULT_TEMPLATE)))
 
     def set_template(self, course: str | None, name: str) -> Template:
         """Use a bundled template or a template file; refused once anyone has answered."""
         text = template_text(name)
         template = parse_template(text, where=name)
-        with immediate(self.engine).begin() as conn:  # SQLite: take the write lock first, never upgrade
-            cid, _ = self._course(conn, course)
-            sid, _ = self._survey(conn, cid)
-            answered = conn.scalar(select(func.count()).where(SurveyResponse.survey_id == sid))
-            if answered:
-                raise InputError(
-                    f"{answered} participants already answered this survey",
-                    where="--template",
-                    fix="change the template before opening the survey",
-                )
-            conn.execute(update(Survey).where(Survey.id == sid).values(template_key=template.key, template_text=text))
+        self._rows.set_template(course, template.key, text)
         return template
 
     def template(self, course: str | None) -> Template:
         """The course's survey template (the default one until another is set)."""
-        with immediate(self.engine).begin() as conn:  # may create the survey row
-            return self._survey(conn, self._course(conn, course)[0])[1]
+        key, text = self._rows.template(course)
+        return parse_template(text, where=f"survey template {key}")
 
     def state(self, course: str | None) -> str | None:
         """``open``, ``closed`` or None (never opened)."""
-        with self.engine.connect() as conn:
-            return self._course(conn, course)[1]
+        return self._rows.state(course)
 
     def set_state(self, course: str | None, state: str, *, actor: str = "gpuseat") -> None:
         """Open or close the survey (answers stay; re-opening lets participants edit again)."""
         if state not in (OPEN, CLOSED):
             raise InputError(f"unknown survey state {state!r}", where="state", fix="use open or close")
-        now = datetime.now(UTC)
-        with immediate(self.engine).begin() as conn:  # SQLite: writers queue for the lock, never fail at once
-            cid, _ = self._course(conn, course)
-            sid, _ = self._survey(conn, cid)
-            stamp = {"opened_at": now} if state == OPEN else {"closed_at": now}
-            conn.execute(update(Survey).where(Survey.id == sid).values(**stamp))
+        self._rows.stamp(course, state)
         view = self.store.get_course(course)
         self.store.set_survey_state(view.key, state, actor=actor)
 
     def submit(self, course: str | None, participant: str, form: Mapping[str, Sequence[str]]) -> dict[str, Any]:
         """Check and store one participant's answers (replacing their earlier ones); the survey must be open."""
-        now = datetime.now(UTC)
-        with immediate(self.engine).begin() as conn:  # SQLite: take the write lock first, never upgrade
-            cid, state = self._course(conn, course)
-            if state != OPEN:
-                raise InputError("the survey is not open", where="survey", fix="ask the organizer to open it")
-            pid = self._participant(conn, cid, participant)
-            sid, template = self._survey(conn, cid)
-            answers = parse_answers(template, form)
-            values = {
-                "survey_id": sid,
-                "participant_id": pid,
-                "answers": answers,
-                "submitted_at": now,
-                "updated_at": now,
-            }
-            upsert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(SurveyResponse)
-            conn.execute(
-                upsert.values(**values).on_conflict_do_update(
-                    index_elements=["survey_id", "participant_id"],
-                    set_={"answers": answers, "updated_at": now},
-                )
-            )
-        return answers
+
+        def check(key: str, text: str) -> dict[str, Any]:
+            return parse_answers(parse_template(text, where=f"survey template {key}"), form)
+
+        return self._rows.submit(course, participant, check)
 
     def response(self, course: str | None, participant: str) -> dict[str, Any] | None:
         """A participant's stored answers, if any."""
-        with self.engine.connect() as conn:
-            cid, _ = self._course(conn, course)
-            pid = self._participant(conn, cid, participant)
-            found = conn.scalar(
-                select(SurveyResponse.answers)
-                .join(Survey, Survey.id == SurveyResponse.survey_id)
-                .where(Survey.course_id == cid, SurveyResponse.participant_id == pid)
-            )
-        return dict(found) if found is not None else None
+        return self._rows.response(course, participant)
 
     def _answers(self, course: str | None) -> tuple[Template, str | None, list[dict[str, Any]]]:
-        with self.engine.begin() as conn:
-            cid, state = self._course(conn, course)
-            sid, template = self._survey(conn, cid)
-            rows = conn.scalars(
-                select(SurveyResponse.answers).where(SurveyResponse.survey_id == sid).order_by(SurveyResponse.id)
-            ).all()
-        return template, state, [dict(r) for r in rows]
+        key, text, state, answers = self._rows.answers(course)
+        return parse_template(text, where=f"survey template {key}"), state, answers
 
     def results(self, course: str | None) -> SurveyResults:
         """Distributions, means, NPS and free text of the course's survey."""
@@ -247,15 +164,7 @@ class SurveyService:
 
     def count(self, course: str | None = None) -> int:
         """Stored responses of a course: the benchmark and the durability test count them."""
-        with self.engine.connect() as conn:
-            cid, _ = self._course(conn, course)
-            q = (
-                select(func.count())
-                .select_from(SurveyResponse)
-                .join(Survey, Survey.id == SurveyResponse.survey_id)
-                .where(Survey.course_id == cid)
-            )
-            return int(conn.scalar(q) or 0)
+        return self._rows.count(course)
 
 
 def _safe_cell(text: str) -> str:

@@ -14,19 +14,19 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from gpuseat.core.seating import transition_error
-from gpuseat.db.models import Assignment, Course, Event, Participant, Seat
+from gpuseat.db.models import Assignment, CourseRecord, Event, Participant, Seat
 from gpuseat.errors import InputError, InvalidTransition
 
 if TYPE_CHECKING:
-    from gpuseat.services.courses import CourseStore
     from gpuseat.services.engine import Access, Readiness
+    from gpuseat.store.facade import CourseStore
 
 __all__ = ["access_of", "readiness_of", "record_delivery", "record_readiness"]
 
 
-def _course_and_seat(store: CourseStore, s: Any, course: str, seat: str) -> tuple[Course, Seat]:
+def _course_and_seat(store: CourseStore, s: Any, course: str, seat: str) -> tuple[CourseRecord, Seat]:
     """The course and (locked) seat rows; names were checked through the store's public lookups."""
-    crow = s.scalar(select(Course).where(Course.key == course))
+    crow = s.scalar(select(CourseRecord).where(CourseRecord.key == course))
     row = s.scalar(select(Seat).where(Seat.course_id == crow.id, Seat.key == seat).with_for_update())
     return crow, row
 
@@ -117,7 +117,7 @@ def access_of(store: CourseStore, course: str | None) -> dict[str, dict[str, Any
     """Seat key → stored access (``Access.to_dict`` form) for every seat that has one."""
     key = store.get_course(course).key
     with store._read() as s:
-        cid = s.scalars(select(Course.id).where(Course.key == key)).one()
+        cid = s.scalars(select(CourseRecord.id).where(CourseRecord.key == key)).one()
         rows = s.execute(select(Seat.key, Seat.access).where(Seat.course_id == cid, Seat.access.is_not(None)))
         return {k: dict(v) for k, v in rows if v}
 
@@ -126,7 +126,7 @@ def readiness_of(store: CourseStore, course: str | None) -> dict[str, dict[str, 
     """Seat key → the last readiness check (``Readiness.to_dict`` form) for every checked seat."""
     key = store.get_course(course).key
     with store._read() as s:
-        cid = s.scalars(select(Course.id).where(Course.key == key)).one()
+        cid = s.scalars(select(CourseRecord.id).where(CourseRecord.key == key)).one()
         rows = s.execute(select(Seat.key, Seat.readiness).where(Seat.course_id == cid, Seat.readiness.is_not(None)))
         return {k: dict(v) for k, v in rows if v}
 

@@ -262,7 +262,7 @@ def _course(store: Any, key: str | None) -> _Course:
                 known = list(s.execute(text("SELECT key FROM courses ORDER BY key")).scalars())
                 raise NotFound(
                     f"no course {key!r}.{did_you_mean(key, known)}",
-                    where="--course",
+                    where="course",
                     fix=f"one of: {', '.join(known)}" if known else "create one: gpuseat course create COURSE.toml",
                 )
     summary = row[2] if isinstance(row[2], dict) else json.loads(row[2] or "{}")
@@ -275,10 +275,10 @@ def _course(store: Any, key: str | None) -> _Course:
 
 def _only_course_error(rows: list[Any]) -> None:
     if not rows:
-        raise InputError("no course yet", where="--course", fix="create one: gpuseat course create COURSE.toml")
+        raise InputError("no course yet", where="course", fix="create one: gpuseat course create COURSE.toml")
     raise InputError(
         f"{'more than 10' if len(rows) > 10 else len(rows)} courses: {', '.join(r[1] for r in rows[:10])}",
-        where="--course",
+        where="course",
         fix="say which one with --course KEY",
     )
 
@@ -291,7 +291,7 @@ def _pg_engine(store: Any) -> Engine:
         if engine is None:
             from sqlalchemy import create_engine
 
-            engine = create_engine(store.engine.url, isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=8)
+            engine = create_engine(store._engine.url, isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=8)
             _pg_engines[store] = engine
             weakref.finalize(store, engine.dispose)
         return engine
@@ -307,7 +307,7 @@ def claim(store: Any, course: str | None, who: str, *, mode: str, actor: str) ->
     :class:`NotFound` (course or participant), :class:`InputError` (archived course) or
     :class:`NoFreeSeat` (with the reason), never a double assignment.
     """
-    postgres = store.engine.dialect.name == "postgresql"
+    postgres = store._engine.dialect.name == "postgresql"
     stale = False
     for _attempt in range(RETRIES):
         info = _course(store, course)
@@ -373,7 +373,7 @@ def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) ->
     that holds the write lock."""
     p = _params(info, who, mode, actor)
     p["now"] = p["now"].strftime(_SQLITE_TIME)  # how SQLAlchemy stores a DateTime on SQLite
-    with store.engine.connect() as conn:  # WAL: a reader never waits for the writer
+    with store._engine.connect() as conn:  # WAL: a reader never waits for the writer
         row = _fetch(conn, _SQLITE_LOOKUP, p)
     if row is None:
         return None
@@ -390,7 +390,7 @@ def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) ->
             raise _no_free_seat(info, row["pkey"], row["grp"], int(total or 0))
         p["sid"] = took[0]
         raw.execute(_SQLITE_EVENT, p)  # the write lock is held for these two statements only
-    with store.engine.connect() as conn:
+    with store._engine.connect() as conn:
         seat = _fetch(conn, _SQLITE_SEAT, p)
     assert seat is not None
     return Claimed(info.key, row["pkey"], _sqlite_seat(seat), _when(took[1]), took[2], True)
@@ -493,7 +493,7 @@ def _diagnose(store: Any, info: _Course, who: str) -> None:
         known = list(s.execute(text("SELECT key FROM participants WHERE course_id = :cid"), {"cid": info.id}).scalars())
     raise NotFound(
         f"no participant {who!r} in course {info.key!r}.{did_you_mean(who, known)}",
-        where="--participant",
+        where="participant",
         fix="give a participant's key, email or Unix user (gpuseat roster import adds them)",
     )
 
@@ -502,6 +502,6 @@ def archived_error(course: str | None) -> InputError:
     """The one message for a write to an archived course."""
     return InputError(
         f"{f'course {course!r}' if course else 'the course'} is archived (read-only): nothing was changed",
-        where="--course",
+        where="course",
         fix="export it (gpuseat course export) or choose another course; archived courses take no changes",
     )

@@ -342,7 +342,7 @@ class ParticipantRow(_Row):
     updated_at: _When = None
 
 
-class SeatRow(_Row):
+class ExportSeatRow(_Row):
     key: str = _Key
     kind: Literal[SEAT_KINDS]  # type: ignore[valid-type]
     host: str | None = Field(None, max_length=256)
@@ -402,7 +402,7 @@ class SurveyRow(_Row):
 
 _ROWS: dict[str, type[_Row]] = {
     "participants.json": ParticipantRow,
-    "seats.json": SeatRow,
+    "seats.json": ExportSeatRow,
     "assignments.json": AssignmentRow,
     "access_tokens.json": TokenRow,
     "events.json": EventRow,
@@ -503,11 +503,11 @@ def import_course(store: Any, path: Path, *, key: str | None = None, actor: str 
     new_key = key or c.key
     if not COURSE_KEY_PATTERN.match(new_key):
         raise InputError(
-            f"course key {new_key!r} is not a slug", where="--key", fix="use lower-case letters, digits and '-'"
+            f"course key {new_key!r} is not a slug", where="key", fix="use lower-case letters, digits and '-'"
         )
     where = str(path)
     people: list[ParticipantRow] = got["participants.json"]
-    seats: list[SeatRow] = got["seats.json"]
+    seats: list[ExportSeatRow] = got["seats.json"]
     _unique(where, "participants.json", [p.key for p in people])
     _unique(where, "participants.json (email)", [p.email for p in people if p.email])
     _unique(where, "seats.json", [x.key for x in seats])

@@ -42,7 +42,7 @@ def course_row(s: Session, key: str | None) -> Course:
             known = list(s.scalars(select(Course.key).order_by(Course.key)))
             raise NotFound(
                 f"no course {key!r}.{did_you_mean(key, known)}",
-                where="--course",
+                where="course",
                 fix=f"one of: {', '.join(known)}" if known else "create one: gpuseat course create COURSE.toml",
             )
         return row
@@ -50,10 +50,10 @@ def course_row(s: Session, key: str | None) -> Course:
     if len(rows) == 1:
         return rows[0]
     if not rows:
-        raise InputError("no course yet", where="--course", fix="create one: gpuseat course create COURSE.toml")
+        raise InputError("no course yet", where="course", fix="create one: gpuseat course create COURSE.toml")
     raise InputError(
         f"{'more than 10' if len(rows) > 10 else len(rows)} courses: {', '.join(r.key for r in rows[:10])}",
-        where="--course",
+        where="course",
         fix="say which one with --course KEY",
     )
 

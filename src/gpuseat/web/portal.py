@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
+from gpuseat.core.roster import RosterText
 from gpuseat.services.accounts import Accounts
 from gpuseat.services.activity import Activity, SeatLive
 from gpuseat.services.report import build_digest, participant_view, seat_id
 from gpuseat.services.survey import SurveyService
+from gpuseat.urls import base_url as check_base_url
 from gpuseat.web.security import RateLimiter
 
 if TYPE_CHECKING:
@@ -69,8 +71,9 @@ class Portal:
 
     def __post_init__(self) -> None:
         self.surveys = SurveyService(self.store)
-        self.accounts = Accounts(self.store.engine)
-        self.activity = Activity(self.store.engine)
+        check_base_url(self.base_url)  # the links it shows are BASE/t/TOKEN: never javascript: or worse
+        self.accounts = Accounts(self.store)
+        self.activity = Activity(self.store)
 
     # Participant pages are polled by everyone at once: what they read is cached for a moment.
 
@@ -99,13 +102,11 @@ class Portal:
 
     def import_roster(self, text: str, *, where: str, actor: str) -> Any:
         """A roster import: in a worker process for a file-backed or server database (see web.workers)."""
-        url = self.store.engine.url
-        if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
-            return self.store.import_roster(self.course_key, text, where=where, actor=actor)
+        if self.store.in_memory:
+            return self.store.import_roster(self.course_key, RosterText(text, where=where), actor=actor)
         from gpuseat.web.workers import import_roster
 
-        full = url.render_as_string(hide_password=False)
-        return import_roster(full, self.course_key, text, where=where, actor=actor)
+        return import_roster(self.store.url, self.course_key, text, where=where, actor=actor)
 
     def now(self) -> datetime:
         """The portal's "now" (the demo's fixed clock, else the real time)."""
@@ -171,7 +172,7 @@ class Portal:
         """The seat's newest reading and last activity, from a course-wide read made at most once a second."""
         key = (course, seat)
         if key not in self._seat_ids:
-            self._seat_ids[key] = seat_id(self.store.engine, course, seat)
+            self._seat_ids[key] = seat_id(self.store, course, seat)
         sid = self._seat_ids[key]
         if sid is None:
             return None, None

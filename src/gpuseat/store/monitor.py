@@ -1,4 +1,4 @@
-"""Reading and writing the course database: samples with downsampling, alerts, the seat roster.
+"""The monitor's tables: samples with downsampling, alerts, the seat map (one course's, by row id).
 
 Downsampling: every sample is written raw; once a minute has passed, the raw samples of each
 finished minute are rolled up into one ``minute_aggregates`` row per device (count, in-use count,
@@ -12,15 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Integer, and_, cast, delete, func, insert, select, update
-from sqlalchemy.orm import Session
 
 from gpuseat.db import immediate, make_engine, upgrade
-from gpuseat.db.models import AlertRecord, Assignment, Course, Device, MinuteAggregate, Participant, Sample, Seat
-from gpuseat.errors import StoreError
+from gpuseat.db.models import AlertRecord, Assignment, CourseRecord, Device, MinuteAggregate, Participant, Sample, Seat
+from gpuseat.errors import NotFound, StoreError, did_you_mean
 from gpuseat.readings import Alert, SeatEntry, SeatMap, SeatState, UsageRow
 
 if TYPE_CHECKING:
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
 RAW_KEEP_S = 3600
 SMALL_MAX = 32767  # SmallInteger columns
 _NO_SEAT: tuple[None, None] = (None, None)
+_NO_SEAT3: tuple[None, None, None] = (None, None, None)
 _SAMPLE_COLUMNS = (
     "ts",
     "device_id",
@@ -61,21 +61,28 @@ _SAMPLE_PG_TYPES = (
 DEFAULT_COURSE = "default"
 
 
-def _course_id(session: Session, key: str, now: datetime) -> int:
-    """The id of course ``key``, created (empty, UTC) when a seats file is its first use."""
-    found = session.scalar(select(Course.id).where(Course.key == key))
-    if found is not None:
-        return found
-    course = Course(
-        key=key, name=f"Seats from a seats file ({key})", summary={}, timezone="UTC", created_at=now, updated_at=now
-    )
-    session.add(course)
-    session.flush()
-    return course.id
+@dataclass(frozen=True, slots=True)
+class MinuteRow:
+    """One device-minute as the rollup leaves it (the demo seeds history with these)."""
+
+    minute: int
+    device_uuid: str
+    seat_id: int | None
+    participant_id: int | None
+    samples: int
+    active_samples: int
+    memory_max_mib: int | None
+    memory_avg_mib: int | None
+    utilization_avg: int | None
 
 
-class Store:
-    """The course database for the monitor, ``top`` and ``usage``; migrates on open."""
+class MonitorStore:
+    """The monitor's side of the course database (samples, rollups, alerts), for one course or all.
+
+    ``course`` scopes it: seat keys are unique only within a course, so samples and alerts are
+    attributed through the seat map's row ids, or through this course's seat keys. Without a course
+    a seat key that two courses share is attributed to neither (run the monitor with ``--course``).
+    """
 
     def __init__(
         self,
@@ -84,110 +91,106 @@ class Store:
         engine: Engine | None = None,
         raw_keep_s: int = RAW_KEEP_S,
         create: bool = True,
+        course: str | None = None,
     ) -> None:
         """Open (``create``: and create when absent) the database at ``url`` and bring its schema up to date."""
-        self.engine = engine if engine is not None else make_engine(url, create=create)
-        upgrade(self.engine)
+        self._engine = engine if engine is not None else make_engine(url, create=create)
+        upgrade(self._engine)
         self.raw_keep_s = raw_keep_s
+        self.course = course
         self._devices: dict[tuple[str, str], int] = {}
-        self._seat_ids: dict[str, tuple[int, int | None]] = {}
+        self._seat_ids: dict[str, tuple[int, int | None, int]] = {}
         self._rolled: dict[str, int] = {}
         self._sample_stmt: str | None = None
         self._load_seat_ids()
 
     def close(self) -> None:
         """Release pooled connections."""
-        self.engine.dispose()
+        self._engine.dispose()
 
     # -- roster ------------------------------------------------------------------------------------
 
-    def import_seats(
-        self, entries: Iterable[SeatEntry], *, now: datetime | None = None, course: str = DEFAULT_COURSE
-    ) -> int:
-        """Upsert seats and participants of ``course`` (created when missing) and (re)assign seats.
+    def import_seats(self, entries: Iterable[SeatEntry], *, course: str | None = None) -> int:
+        """Import a seats file into ``course`` (default: this store's course, else ``default``) through the
+        course store's facade (:meth:`CourseStore.import_seat_file`: state machine and events).
 
         Returns how many seats were read. A participant named on two seats keeps the last one.
         """
-        now = now or datetime.now(UTC)
-        count = 0
-        with Session(immediate(self.engine)) as session, session.begin():
-            course_id = _course_id(session, course, now)
-            for e in entries:
-                count += 1
-                seat = session.scalar(select(Seat).where(Seat.course_id == course_id, Seat.key == e.seat))
-                if seat is None:
-                    seat = Seat(
-                        course_id=course_id,
-                        key=e.seat,
-                        kind="mig" if e.device_uuid.startswith("MIG-") else "gpu",
-                        groups=[],
-                        engine="manual",
-                        state="running",
-                        state_reason="from a seats file",
-                        state_at=now,
-                        created_at=now,
-                    )
-                    session.add(seat)
-                seat.device_uuid, seat.host, seat.profile = e.device_uuid, e.host, e.profile
-                session.flush()
-                current = session.scalar(
-                    select(Assignment).where(Assignment.seat_id == seat.id, Assignment.valid_to.is_(None))
-                )
-                person = None
-                if e.participant is not None:
-                    person = session.scalar(
-                        select(Participant).where(Participant.course_id == course_id, Participant.key == e.participant)
-                    )
-                    if person is None:
-                        person = Participant(course_id=course_id, key=e.participant, created_at=now)
-                        session.add(person)
-                    person.unix_user = e.user or person.unix_user
-                    person.updated_at = now
-                    session.flush()
-                if current is not None and (person is None or current.participant_id != person.id):
-                    current.valid_to, current.ended_by = now, "seats file"
-                    session.flush()
-                    current = None
-                if current is None and person is not None:
-                    elsewhere = session.scalar(
-                        select(Assignment).where(Assignment.participant_id == person.id, Assignment.valid_to.is_(None))
-                    )
-                    if elsewhere is not None:
-                        elsewhere.valid_to, elsewhere.ended_by = now, "seats file"
-                        session.flush()
-                    session.add(Assignment(seat_id=seat.id, participant_id=person.id, valid_from=now))
-                    session.flush()
+        from gpuseat.store.facade import CourseStore
+
+        key = course or self.course or DEFAULT_COURSE
+        count = CourseStore(self._engine).import_seat_file(key, entries, actor="monitor")
+        if self.course is None:
+            self.course = key
         self._load_seat_ids()
         return count
 
     def seat_map(self, *, allowed_users: Iterable[str] = (), course: str | None = None) -> SeatMap:
-        """Seats with a device and their current participant (of one course, or of all), for attribution."""
+        """Seats with a device and their current participant (of one course, or of all), for attribution.
+
+        The entries carry the seats' and participants' row ids, so samples land on exactly these rows.
+        """
         q = (
-            select(Seat.key, Seat.device_uuid, Seat.host, Seat.profile, Participant.key, Participant.unix_user)
+            select(
+                Seat.key,
+                Seat.device_uuid,
+                Seat.host,
+                Seat.profile,
+                Participant.key,
+                Participant.unix_user,
+                Seat.id,
+                Participant.id,
+            )
             .select_from(Seat)
             .outerjoin(Assignment, and_(Assignment.seat_id == Seat.id, Assignment.valid_to.is_(None)))
             .outerjoin(Participant, Participant.id == Assignment.participant_id)
             .where(Seat.device_uuid.is_not(None))
             .order_by(Seat.key)
         )
+        course = course or self.course
         if course is not None:
             q = q.where(Seat.course_id == self._course_id(course))
-        with self.engine.connect() as conn:
+        with self._engine.connect() as conn:
             rows = conn.execute(q).all()
         entries = [
-            SeatEntry(seat=r[0], device_uuid=str(r[1]), host=r[2], profile=r[3], participant=r[4], user=r[5])
+            SeatEntry(
+                seat=r[0],
+                device_uuid=str(r[1]),
+                host=r[2],
+                profile=r[3],
+                participant=r[4],
+                user=r[5],
+                seat_id=r[6],
+                participant_id=r[7],
+            )
             for r in rows
         ]
         return SeatMap(entries, allowed_users=allowed_users)
 
     def _load_seat_ids(self) -> None:
+        """Seat key → (seat id, current participant id, course id) of this store's course.
+
+        Without a course: of every course, leaving out keys that more than one course uses.
+        """
         q = (
-            select(Seat.key, Seat.id, Assignment.participant_id)
+            select(Seat.key, Seat.id, Assignment.participant_id, Seat.course_id)
             .select_from(Seat)
             .outerjoin(Assignment, and_(Assignment.seat_id == Seat.id, Assignment.valid_to.is_(None)))
         )
-        with self.engine.connect() as conn:
-            self._seat_ids = {key: (sid, pid) for key, sid, pid in conn.execute(q)}
+        if self.course is not None:
+            cid = self._course_id_or_none(self.course)
+            if cid is None:
+                self._seat_ids = {}
+                return
+            q = q.where(Seat.course_id == cid)
+        found: dict[str, tuple[int, int | None, int]] = {}
+        shared: set[str] = set()
+        with self._engine.connect() as conn:
+            for key, sid, pid, cid in conn.execute(q):
+                if key in found:
+                    shared.add(key)
+                found[key] = (sid, pid, cid)
+        self._seat_ids = {k: v for k, v in found.items() if k not in shared}
 
     # -- samples -----------------------------------------------------------------------------------
 
@@ -232,7 +235,7 @@ class Store:
     def _writing(self) -> Iterator[Connection]:
         """A write transaction; on SQLite it takes the write lock first (``BEGIN IMMEDIATE``), so
         concurrent monitors wait their turn (busy timeout) instead of failing on a stale snapshot."""
-        with immediate(self.engine).connect() as conn:  # SQLite: the first statement begins IMMEDIATE
+        with immediate(self._engine).connect() as conn:  # SQLite: the first statement begins IMMEDIATE
             yield conn
             conn.commit()
 
@@ -265,7 +268,13 @@ class Store:
                         gpu.uuid if uuid != gpu.uuid else None,
                         mig.profile if mig else None,
                     )
-                seat_id, participant_id = seat_ids.get(s.entry.seat, _NO_SEAT) if s.entry else _NO_SEAT
+                entry = s.entry
+                if entry is None:
+                    seat_id, participant_id = _NO_SEAT
+                elif entry.seat_id is not None:
+                    seat_id, participant_id = entry.seat_id, entry.participant_id
+                else:
+                    seat_id, participant_id = seat_ids.get(entry.seat, _NO_SEAT3)[:2]
                 used, total, util = (
                     (mig.memory_used_mib, mig.memory_total_mib, mig.utilization_gpu)
                     if mig
@@ -379,25 +388,63 @@ class Store:
             q = q.where(MinuteAggregate.minute >= int(since) // 60)
         if course is not None:
             q = q.where(Seat.course_id == self._course_id(course))
-        with self.engine.connect() as conn:
+        with self._engine.connect() as conn:
             return [UsageRow(*row) for row in conn.execute(q)]
 
     def _course_id(self, key: str) -> int:
         """A course's id; an unknown key is an input error naming the known ones."""
-        with self.engine.connect() as conn:
-            found = conn.scalar(select(Course.id).where(Course.key == key))
-            known = [] if found is not None else list(conn.scalars(select(Course.key)))
+        found = self._course_id_or_none(key)
         if found is None:
-            from gpuseat.errors import NotFound
-
+            with self._engine.connect() as conn:
+                known = list(conn.scalars(select(CourseRecord.key).order_by(CourseRecord.key)))
             raise NotFound(
-                f"no course {key!r}", where="--course", fix=f"one of: {', '.join(known)}" if known else "create one"
+                f"no course {key!r}.{did_you_mean(key, known)}",
+                where="course",
+                fix=f"one of: {', '.join(known)}" if known else "create one: gpuseat course create COURSE.toml",
             )
-        return int(found)
+        return found
+
+    def _course_id_or_none(self, key: str) -> int | None:
+        with self._engine.connect() as conn:
+            found = conn.scalar(select(CourseRecord.id).where(CourseRecord.key == key))
+        return None if found is None else int(found)
+
+    def add_minutes(self, rows: Iterable[MinuteRow]) -> int:
+        """Store rolled-up minutes as the rollup would have left them (devices made as needed); returns
+        how many. For seeding history (the demo) and imports; the monitor itself writes samples."""
+        stored = 0
+        with self._writing() as conn:
+            new: dict[tuple[str, str], int] = {}
+            host = "history"
+            batch = []
+            for r in rows:
+                found = conn.scalar(select(Device.id).where(Device.uuid == r.device_uuid).limit(1))
+                dev = (
+                    int(found)
+                    if found is not None
+                    else self._device_id(conn, new, host, r.device_uuid, None, None, None)
+                )
+                batch.append(
+                    {
+                        "minute": r.minute,
+                        "device_id": dev,
+                        "seat_id": r.seat_id,
+                        "participant_id": r.participant_id,
+                        "samples": r.samples,
+                        "active_samples": r.active_samples,
+                        "memory_max_mib": r.memory_max_mib,
+                        "memory_avg_mib": r.memory_avg_mib,
+                        "utilization_avg": r.utilization_avg,
+                    }
+                )
+                stored += 1
+            if batch:
+                conn.execute(insert(MinuteAggregate), batch)
+        return stored
 
     def counts(self) -> dict[str, int]:
         """Row counts of the growing tables (for tests and the benchmark)."""
-        with self.engine.connect() as conn:
+        with self._engine.connect() as conn:
             return {
                 t.__tablename__: conn.scalar(select(func.count()).select_from(t)) or 0
                 for t in (Sample, MinuteAggregate, AlertRecord, Device)
@@ -405,33 +452,67 @@ class Store:
 
     # -- alerts ------------------------------------------------------------------------------------
 
+    def _place(self, conn: Connection, alert: Alert) -> tuple[int | None, int | None]:
+        """(seat id, course id) of an alert: its seat in this store's course (or the only seat with that
+        key); a GPU-lost alert belongs to the course whose seats use that GPU (when there is one)."""
+        if alert.seat is not None:
+            found = self._seat_ids.get(alert.seat)
+            if found is not None:
+                return found[0], found[2]
+            return None, self._course_id_or_none(self.course) if self.course else None
+        if self.course is not None:
+            return None, self._course_id_or_none(self.course)
+        children = select(Device.uuid).where(Device.parent_uuid == alert.key)
+        courses = set(
+            conn.scalars(
+                select(Seat.course_id)
+                .where((Seat.device_uuid == alert.key) | Seat.device_uuid.in_(children))
+                .distinct()
+            )
+        )
+        return None, courses.pop() if len(courses) == 1 else None
+
     def record_alert(self, alert: Alert) -> None:
-        """Insert a raised alert, or stamp the open one of the same kind and key as cleared."""
-        with self.engine.begin() as conn:
+        """Insert a raised alert with its seat and course, or stamp the open one of the same kind and key
+        (of the same course) as cleared."""
+        with self._engine.begin() as conn:
+            seat_id, course_id = self._place(conn, alert)
             if alert.raised:
                 conn.execute(
                     insert(AlertRecord).values(
                         kind=alert.kind,
                         key=alert.key,
                         seat=alert.seat,
+                        seat_id=seat_id,
+                        course_id=course_id,
                         participant=alert.participant,
                         message=alert.message,
                         raised_at=alert.at,
                     )
                 )
             else:
+                same_course = (
+                    AlertRecord.course_id.is_(None) if course_id is None else AlertRecord.course_id == course_id
+                )
                 conn.execute(
                     update(AlertRecord)
                     .where(
                         AlertRecord.kind == alert.kind,
                         AlertRecord.key == alert.key,
                         AlertRecord.cleared_at.is_(None),
+                        same_course,
                     )
                     .values(cleared_at=alert.at)
                 )
 
     def open_alerts(self) -> list[tuple[str, str, str]]:
-        """``(kind, key, message)`` of alerts not yet cleared."""
+        """``(kind, key, message)`` of alerts not yet cleared (of this store's course, when it has one)."""
         q = select(AlertRecord.kind, AlertRecord.key, AlertRecord.message).where(AlertRecord.cleared_at.is_(None))
-        with self.engine.connect() as conn:
+        if self.course is not None:
+            q = q.where(AlertRecord.course_id == self._course_id_or_none(self.course))
+        with self._engine.connect() as conn:
             return [(r[0], r[1], r[2]) for r in conn.execute(q.order_by(AlertRecord.id))]
+
+
+#: the name this class had in ``gpuseat.db.store`` (kept for callers of that module)
+Store = MonitorStore

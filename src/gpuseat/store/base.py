@@ -1,0 +1,100 @@
+"""The course store's sessions: one read or one write transaction per call, queued writers on SQLite."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Self
+
+from sqlalchemy.orm import Session
+
+from gpuseat.db import immediate
+from gpuseat.db.models import CourseRecord
+from gpuseat.store.rows import _course
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+
+class StoreBase:
+    """Courses, roster, seats, assignments, tokens and events in one database (see the module doc)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._writer = immediate(engine)  # SQLite: BEGIN IMMEDIATE; PostgreSQL: unchanged
+        self._courses: dict[str, CourseRecord] = {}
+        database = engine.url.database if engine.dialect.name == "sqlite" else None
+        self._lock_path = f"{database}.lock" if database and database != ":memory:" else None
+        from gpuseat.store.undo import install
+
+        install(engine)  # writes to an archived course: one clear error
+
+    @property
+    def url(self) -> str:
+        """The database URL, password included (to open the same store in a worker process)."""
+        return self._engine.url.render_as_string(hide_password=False)
+
+    @property
+    def in_memory(self) -> bool:
+        """True for an in-memory SQLite store, which no other process can open."""
+        url = self._engine.url
+        return url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+
+    def close(self) -> None:
+        """Release pooled connections (and the claims' own PostgreSQL pool)."""
+        from gpuseat.store.claims import close
+
+        close(self)
+        self._engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _course_cached(self, s: Session, key: str | None) -> CourseRecord:
+        """The course row, kept per store for a named course (claims are hot; a course is never deleted).
+
+        ``None`` ("the only course") is looked up every time: another course may have been created since.
+        """
+        if key is None:
+            return _course(s, None)
+        row = self._courses.get(key)
+        if row is None:
+            found = _course(s, key)
+            # a transient copy: a rollback expires the session's rows, this one stays readable
+            row = CourseRecord(id=found.id, key=found.key, name=found.name, summary=dict(found.summary or {}))
+            self._courses[key] = row
+        return row
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        with self._queue(), Session(self._writer, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    @contextmanager
+    def _queue(self) -> Iterator[None]:
+        """SQLite: writers of this file take turns through an OS file lock before ``BEGIN IMMEDIATE``.
+
+        SQLite's own busy handler polls with growing sleeps, so under 16 busy processes one writer can
+        wait many seconds while others keep winning; a blocking ``flock`` hands the turn over as soon
+        as it is free. PostgreSQL (row locks) needs none of this.
+        """
+        if self._lock_path is None:
+            yield
+            return
+        import fcntl
+
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        with Session(self._engine, expire_on_commit=False) as session, session.begin():
+            yield session

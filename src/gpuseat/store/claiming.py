@@ -1,0 +1,31 @@
+"""``claim_seat`` on the facade: the claim itself is one SQL statement (:mod:`gpuseat.store.claims`)."""
+
+from __future__ import annotations
+
+from gpuseat.core.seating import CLAIM_MODES, ClaimMode
+from gpuseat.db.models import Assignment, Seat
+from gpuseat.errors import InputError
+from gpuseat.store.base import StoreBase
+from gpuseat.store.rows import DEFAULT_ACTOR, _seat_view
+from gpuseat.store.views import SeatView
+
+
+class ClaimMethods(StoreBase):
+    """The participant's seat: the one they hold, else the best free seat that suits their group."""
+
+    def claim_seat(
+        self, course: str | None, participant: str, *, mode: ClaimMode = "assigned", actor: str = DEFAULT_ACTOR
+    ) -> SeatView:
+        """The participant's seat: the one they hold, else the best free seat that suits their group.
+
+        Safe under any number of concurrent callers (see :mod:`gpuseat.store.claims`); raises
+        :class:`NoFreeSeat` when no suitable seat is free. ``mode``: ``assigned`` (kept until released)
+        or ``pool`` (handed back when the participant's server stops).
+        """
+        if mode not in CLAIM_MODES:
+            raise InputError(f"unknown mode {mode!r}", where="mode", fix=f"one of {', '.join(CLAIM_MODES)}")
+        from gpuseat.store.claims import claim  # the claim is one SQL statement (see that module)
+
+        got = claim(self, course, participant, mode=mode, actor=actor)
+        held = Assignment(valid_from=got.since, mode=got.mode)
+        return _seat_view(got.course, Seat(**got.seat), (got.participant, held))

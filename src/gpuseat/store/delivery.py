@@ -1,0 +1,36 @@
+"""Delivery on the facade: a seat's access details and readiness checks (the SQL is in :mod:`gpuseat.store.access`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuseat.store.base import StoreBase
+from gpuseat.store.rows import DEFAULT_ACTOR
+
+
+class DeliveryMethods(StoreBase):
+    """How participants reach their seats, and whether they can: written with an events row each time."""
+
+    def record_delivery(self, course: str | None, seat: str, **changes: Any) -> bool:
+        """Set a seat's access and/or state with one event (see :func:`gpuseat.store.access.record_delivery`)."""
+        from gpuseat.store import access
+
+        return access.record_delivery(self, course, seat, **changes)  # type: ignore[arg-type]
+
+    def record_readiness(self, results: list[Any], *, actor: str = DEFAULT_ACTOR) -> int:
+        """Keep seats' latest readiness checks (see :func:`gpuseat.store.access.record_readiness`)."""
+        from gpuseat.store import access
+
+        return access.record_readiness(self, results, actor=actor)  # type: ignore[arg-type]
+
+    def access_of(self, course: str | None = None) -> dict[str, dict[str, Any]]:
+        """Seat key → stored access details."""
+        from gpuseat.store import access
+
+        return access.access_of(self, course)  # type: ignore[arg-type]
+
+    def readiness_of(self, course: str | None = None) -> dict[str, dict[str, Any]]:
+        """Seat key → the last readiness check."""
+        from gpuseat.store import access
+
+        return access.readiness_of(self, course)  # type: ignore[arg-type]

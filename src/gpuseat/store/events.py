@@ -1,0 +1,52 @@
+"""The append-only events log: read a course's lines, append one for engines and front ends."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import select
+
+from gpuseat.db.models import Event
+from gpuseat.errors import InputError
+from gpuseat.store.base import StoreBase
+from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log
+from gpuseat.store.views import EventView, _utc
+
+
+class EventMethods(StoreBase):
+    # -- events ------------------------------------------------------------------------------------
+
+    def events(self, course: str | None = None, *, after_id: int = 0, limit: int = 1000) -> list[EventView]:
+        """Log lines of a course, oldest first, after ``after_id`` (to follow the log)."""
+        with self._read() as s:
+            crow = _course(s, course)
+            q = (
+                select(Event)
+                .where(Event.course_key == crow.key, Event.id > after_id)
+                .order_by(Event.id)
+                .limit(max(1, min(limit, 100_000)))
+            )
+            return [
+                EventView(
+                    e.id, cast(datetime, _utc(e.at)), e.course_key, e.actor, e.action, e.participant, e.seat, e.detail
+                )
+                for e in s.scalars(q)
+            ]
+
+    def log(
+        self,
+        course: str | None,
+        action: str,
+        *,
+        participant: str | None = None,
+        seat: str | None = None,
+        detail: dict[str, Any] | None = None,
+        actor: str = DEFAULT_ACTOR,
+    ) -> None:
+        """Append a line to the log (for engines and front ends: e.g. ``portal.login``)."""
+        if not re.fullmatch(r"[a-z][a-z0-9_.-]{0,31}", action):
+            raise InputError(f"action {action!r}", where="action", fix="a short lower-case word like portal.login")
+        with self._write() as s:
+            _log(s, _course(s, course).key, actor, action, participant=participant, seat=seat, detail=detail)

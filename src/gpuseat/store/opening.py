@@ -1,0 +1,90 @@
+"""Opening the course store: refuse what is not gpuseat's, upgrade an older schema, never create on read."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from sqlalchemy import inspect, text
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+
+from gpuseat.db import make_engine, upgrade
+from gpuseat.errors import InputError, StoreError
+from gpuseat.store.facade import CourseStore
+
+
+def open_store(url: str | None = None, *, create: bool = False) -> CourseStore:
+    """The course store at ``url`` (``None``: ``GPUSEAT_DB_URL`` or SQLite in the data dir).
+
+    ``create=False`` (commands that only read) refuses a missing database instead of making an empty
+    one; a database with other applications' tables, or from a newer gpuseat, is refused either way.
+    An older gpuseat schema is upgraded in place (its rows are kept).
+    """
+    engine = make_engine(url, create=create)
+    shown = engine.url.render_as_string(hide_password=True)
+    try:
+        revision = None
+        if "alembic_version" in inspect(engine).get_table_names():
+            with engine.connect() as conn:
+                revision = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except OperationalError as exc:
+        engine.dispose()
+        raise StoreError(
+            f"cannot open the course database: {str(exc.orig).strip().splitlines()[0]}",
+            where=shown,
+            fix="check the --db URL, that the server runs and accepts you, and that the file is writable",
+        ) from None
+    except SQLAlchemyError:
+        engine.dispose()
+        raise InputError(
+            "not a usable database", where=shown, fix="give gpuseat's database file (gpuseat.db) or a PostgreSQL URL"
+        ) from None
+    if revision is None and not create:
+        engine.dispose()
+        raise InputError(
+            "no gpuseat tables in this database yet",
+            where=shown,
+            fix="create a course first (gpuseat course create COURSE.toml)",
+        )
+    known, heads = _known_revisions()
+    if revision is not None and revision not in known:
+        engine.dispose()
+        raise StoreError(f"made by a newer gpuseat (schema revision {revision})", where=shown, fix="upgrade gpuseat")
+    try:
+        if revision is None or {revision} != heads:
+            upgrade(engine)  # refuses other applications' tables
+    except Exception:
+        engine.dispose()
+        raise
+    return CourseStore(engine)
+
+
+def _known_revisions() -> tuple[set[str], set[str]]:
+    """(every revision, the heads) of the packaged migrations, read from their module-level assignments.
+
+    Alembic's own ``ScriptDirectory`` gives the same answer but importing it costs about 0.15 s of
+    every CLI command on a loaded machine, and a database already at the head needs none of it; so
+    the ``revision`` / ``down_revision`` assignments are read with :mod:`ast` (tuples of a merge
+    revision included). ``tests/store/test_migration.py`` checks the answer against Alembic's.
+    """
+    found: dict[str, tuple[str, ...]] = {}
+    for path in (Path(__file__).parents[1] / "db" / "migrations" / "versions").glob("[0-9]*.py"):
+        values: dict[str, object] = {}
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                name, value = node.targets[0].id, node.value
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+                name, value = node.target.id, node.value
+            else:
+                continue
+            if name in ("revision", "down_revision"):
+                try:
+                    values[name] = ast.literal_eval(value)
+                except ValueError:
+                    continue
+        rev, down = values.get("revision"), values.get("down_revision")
+        if isinstance(rev, str):
+            parents = (down,) if isinstance(down, str) else down if isinstance(down, tuple) else ()
+            found[rev] = tuple(d for d in parents if isinstance(d, str))
+    downs = {d for ds in found.values() for d in ds}
+    return set(found), set(found) - downs

@@ -1,0 +1,158 @@
+"""The roster in the store: import a checked roster (added, updated, absent), list and find participants."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import and_, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from gpuseat.core.roster import RosterRow, RosterText, parse_roster
+from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
+from gpuseat.errors import InputError, did_you_mean
+from gpuseat.store.base import StoreBase
+from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log, _open_seat_key, _participant, _participant_view
+from gpuseat.store.views import ParticipantView, RosterChange, RosterReport
+
+
+class RosterMethods(StoreBase):
+    # -- roster ------------------------------------------------------------------------------------
+
+    def import_roster(
+        self,
+        course: str | None,
+        source: Path | RosterText | Sequence[RosterRow],
+        *,
+        where: str | None = None,
+        actor: str = DEFAULT_ACTOR,
+    ) -> RosterReport:
+        """Import a roster in one transaction: a CSV file (a :class:`~pathlib.Path`), CSV text with its
+        name (:class:`~gpuseat.core.roster.RosterText`) or rows already parsed; never a bare string,
+        which could be either a file name or the text.
+
+        Participants are matched by email: new ones are added, known ones updated (the report lists
+        the changed fields), ones no longer listed are kept and reported as ``absent``. A bad row
+        raises :class:`InputError` with ``FILE:LINE:COLUMN`` and nothing is stored.
+        """
+        if isinstance(source, str):
+            raise TypeError("import_roster takes a Path, a RosterText or parsed rows, not a str (file name or text?)")
+        text: str | None = None
+        rows: list[RosterRow] = []
+        if isinstance(source, Path):
+            from gpuseat.files import read_text
+
+            text, where = read_text(source), where or str(source)
+        elif isinstance(source, RosterText):
+            text, where = source.text, where or source.where
+        else:
+            rows, where = list(source), where or "roster"
+        with self._write() as s:
+            crow = _course(s, course)
+            groups = tuple(g["name"] for g in (crow.summary or {}).get("groups", ())) or ("participants",)
+            if text is not None:
+                rows = parse_roster(text, groups=groups, where=where)
+            else:
+                _check_groups(rows, groups, where)
+            _check_group_sizes(rows, crow, where)
+            return _apply_roster(s, crow, rows, where, actor)
+
+    def participants(self, course: str | None = None) -> list[ParticipantView]:
+        """Every participant of a course with their current seat, by key."""
+        with self._read() as s:
+            crow = _course(s, course)
+            q = (
+                select(Participant, Seat.key)
+                .outerjoin(Assignment, and_(Assignment.participant_id == Participant.id, Assignment.valid_to.is_(None)))
+                .outerjoin(Seat, Seat.id == Assignment.seat_id)
+                .where(Participant.course_id == crow.id)
+                .order_by(Participant.key)
+            )
+            return [_participant_view(crow.key, p, seat) for p, seat in s.execute(q)]
+
+    def find_participant(self, course: str | None, who: str) -> ParticipantView:
+        """A participant by key, email (any case) or Unix user name; :class:`NotFound` otherwise."""
+        with self._read() as s:
+            crow = _course(s, course)
+            p = _participant(s, crow, who)
+            return _participant_view(crow.key, p, _open_seat_key(s, p.id))
+
+
+def _check_groups(rows: list[RosterRow], groups: tuple[str, ...], where: str) -> None:
+    """Parsed rows name one of the course's groups (what :func:`parse_roster` checks on text)."""
+    for r in rows:
+        if r.group is not None and r.group not in groups:
+            raise InputError(
+                f"unknown group {r.group!r}.{did_you_mean(r.group, groups)}",
+                where=f"{where}:{r.line}",
+                fix=f"use one of the course's groups: {', '.join(groups)}",
+            )
+
+
+def _check_group_sizes(rows: list[RosterRow], crow: CourseRecord, where: str) -> None:
+    """More participants in a group than the course file plans seats for is refused."""
+    planned = {g["name"]: g["count"] for g in (crow.summary or {}).get("groups", ())}
+    counts: dict[str, int] = {}
+    for r in rows:
+        if r.group is not None:
+            counts[r.group] = counts.get(r.group, 0) + 1
+    for group, n in counts.items():
+        if group in planned and n > planned[group]:
+            raise InputError(
+                f"{n} participants in group {group!r}, the course file plans {planned[group]} seats",
+                where=where,
+                fix="raise the group's count in the course file (and create the course again) or drop rows",
+            )
+
+
+_ROSTER_FIELDS = ("key", "name", "group_name", "unix_user", "ssh_key")
+
+
+def _apply_roster(s: Session, crow: CourseRecord, rows: list[RosterRow], where: str, actor: str) -> RosterReport:
+    now = datetime.now(UTC)
+    stored = {p.email: p for p in s.scalars(select(Participant).where(Participant.course_id == crow.id)) if p.email}
+    keys = {p.key: p for p in s.scalars(select(Participant).where(Participant.course_id == crow.id))}
+    changes: list[RosterChange] = []
+    for r in rows:
+        values = {"key": r.key, "name": r.name, "group_name": r.group, "unix_user": r.unix_user, "ssh_key": r.ssh_key}
+        p = stored.get(r.email)
+        other = keys.get(r.key)
+        if other is not None and other is not p:
+            raise InputError(
+                f"key: {r.key!r} belongs to another participant ({other.email})",
+                where=f"{where}:{r.line}",
+                fix="give this row its own key column value",
+            )
+        if p is None:
+            p = Participant(course_id=crow.id, email=r.email, created_at=now, updated_at=now, **values)
+            s.add(p)
+            keys[r.key] = p
+            changes.append(RosterChange(r.key, r.email, "added", ()))
+            continue
+        changed = tuple(f for f in _ROSTER_FIELDS if getattr(p, f) != values[f])
+        if changed:
+            keys.pop(p.key, None)
+            for f in changed:
+                setattr(p, f, values[f])
+            p.updated_at = now
+            keys[r.key] = p
+            changes.append(
+                RosterChange(r.key, r.email, "updated", tuple("group" if f == "group_name" else f for f in changed))
+            )
+        else:
+            changes.append(RosterChange(r.key, r.email, "unchanged", ()))
+    try:
+        s.flush()
+    except IntegrityError:
+        raise InputError(
+            "two participants would share a key or email",
+            where=where,
+            fix="check the key, email and unix_user columns",
+        ) from None
+    listed = {r.email for r in rows}
+    absent = tuple(sorted(p.key for e, p in stored.items() if e not in listed))
+    count = {a: sum(1 for c in changes if c.action == a) for a in ("added", "updated", "unchanged")}
+    _log(s, crow.key, actor, "roster.import", detail={"file": where, **count, "absent": list(absent)})
+    return RosterReport(crow.key, count["added"], count["updated"], count["unchanged"], tuple(changes), absent)

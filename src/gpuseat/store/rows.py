@@ -1,0 +1,271 @@
+"""Row helpers used inside one session of the course store: lookups with clear errors, row → view."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from sqlalchemy import and_, or_, select
+from sqlalchemy.orm import Session
+
+from gpuseat.core.course import Course as CourseFile
+from gpuseat.core.needs import SeatNeed
+from gpuseat.core.seating import misfit, preference
+from gpuseat.db.models import Assignment, CourseRecord, Event, Participant, Seat
+from gpuseat.errors import InputError, NotFound, did_you_mean
+from gpuseat.store.views import AssignmentView, ParticipantView, SeatView, _utc
+
+DEFAULT_ACTOR = "gpuseat"
+
+
+def _slug(text_: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", text_.lower()).strip("-")[:62]
+    return slug or "course"
+
+
+def _check_timezone(name: str) -> None:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        if not re.fullmatch(r"[A-Za-z0-9_+/-]{1,64}", name):
+            raise ValueError
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InputError(
+            f"unknown time zone {name!r}", where="timezone", fix="use an IANA name like Europe/Berlin"
+        ) from None
+
+
+def _summary(course: CourseFile) -> dict[str, Any]:
+    sched = course.schedule
+    return {
+        "name": course.name,
+        "participants": course.participant_count,
+        "period_days": sched.period_days,
+        "always_on": sched.always_on,
+        "start": sched.start.isoformat(),
+        "end": sched.last_day.isoformat(),
+        "offers": list(course.offers),
+        "groups": [{"name": g.name, "count": g.count, **g.need.model_dump()} for g in course.groups],
+    }
+
+
+def _group_names(crow: CourseRecord) -> tuple[str, ...]:
+    return tuple(g["name"] for g in (crow.summary or {}).get("groups", ()))
+
+
+def _needs(crow: CourseRecord) -> dict[str, SeatNeed]:
+    out = {}
+    for g in (crow.summary or {}).get("groups", ()):
+        out[g["name"]] = SeatNeed.model_validate({k: v for k, v in g.items() if k in SeatNeed.model_fields})
+    return out
+
+
+def _misfit(seat: Seat, group: str | None, needs: dict[str, SeatNeed]) -> str | None:
+    return misfit(
+        kind=seat.kind,
+        memory_gb=seat.memory_gb,
+        engine=seat.engine,
+        reserved_for=tuple(seat.groups or ()),
+        group=group,
+        need=needs.get(group) if group is not None else None,
+    )
+
+
+def _pref(seat: Seat, group: str | None) -> tuple[int, int, float, str]:
+    return preference(
+        key=seat.key, kind=seat.kind, memory_gb=seat.memory_gb, reserved_for=tuple(seat.groups or ()), group=group
+    )
+
+
+def _course(s: Session, key: str | None) -> CourseRecord:
+    if key is not None:
+        row = s.scalar(select(CourseRecord).where(CourseRecord.key == key))
+        if row is None:
+            known = list(s.scalars(select(CourseRecord.key)))
+            raise NotFound(
+                f"no course {key!r}.{did_you_mean(key, known)}",
+                where="course",
+                fix=f"one of: {', '.join(known)}" if known else "create one: gpuseat course create COURSE.toml",
+            )
+        return row
+    rows = list(s.scalars(select(CourseRecord).order_by(CourseRecord.key).limit(11)))
+    if len(rows) == 1:
+        return rows[0]
+    if not rows:
+        raise InputError("no course yet", where="course", fix="create one: gpuseat course create COURSE.toml")
+    raise InputError(
+        f"{'more than 10' if len(rows) > 10 else len(rows)} courses: {', '.join(r.key for r in rows[:10])}",
+        where="course",
+        fix="name the course by its key (--course KEY on the command line)",
+    )
+
+
+def _participant(s: Session, crow: CourseRecord, who: str) -> Participant:
+    row = s.scalar(
+        select(Participant)
+        .where(
+            Participant.course_id == crow.id,
+            or_(Participant.key == who, Participant.email == who.lower(), Participant.unix_user == who),
+        )
+        .order_by(Participant.key != who)
+        .limit(1)
+    )
+    if row is None:
+        known = list(s.scalars(select(Participant.key).where(Participant.course_id == crow.id)))
+        raise NotFound(
+            f"no participant {who!r} in course {crow.key!r}.{did_you_mean(who, known)}",
+            where="participant",
+            fix="give a participant's key, email or Unix user (gpuseat roster import adds them)",
+        )
+    return row
+
+
+def _participant_and_seat(
+    s: Session, crow: CourseRecord, who: str
+) -> tuple[Participant, Seat | None, Assignment | None]:
+    """The participant with the seat and assignment they hold now, in one query."""
+    row = s.execute(
+        select(Participant, Seat, Assignment)
+        .outerjoin(Assignment, and_(Assignment.participant_id == Participant.id, Assignment.valid_to.is_(None)))
+        .outerjoin(Seat, Seat.id == Assignment.seat_id)
+        .where(
+            Participant.course_id == crow.id,
+            or_(Participant.key == who, Participant.email == who.lower(), Participant.unix_user == who),
+        )
+        .order_by(Participant.key != who)
+        .limit(1)
+    ).first()
+    if row is None:
+        _participant(s, crow, who)  # raises NotFound with a hint
+    assert row is not None
+    return row[0], row[1], row[2]
+
+
+def _people(s: Session, crow: CourseRecord, who: Sequence[str] | None) -> list[Participant]:
+    if who is None:
+        return list(s.scalars(select(Participant).where(Participant.course_id == crow.id).order_by(Participant.key)))
+    return [_participant(s, crow, w) for w in who]
+
+
+def _seat(s: Session, crow: CourseRecord, key: str, *, lock: bool = False) -> Seat:
+    q = select(Seat).where(Seat.course_id == crow.id, Seat.key == key)
+    row = s.scalar(q.with_for_update() if lock else q)
+    if row is None:
+        known = list(s.scalars(select(Seat.key).where(Seat.course_id == crow.id)))
+        raise NotFound(
+            f"no seat {key!r} in course {crow.key!r}.{did_you_mean(key, known)}",
+            where="seat",
+            fix="gpuseat seats status lists the seats",
+        )
+    return row
+
+
+def _open(s: Session, *, seat_id: int | None = None, participant_id: int | None = None) -> Assignment | None:
+    q = select(Assignment).where(Assignment.valid_to.is_(None))
+    q = (
+        q.where(Assignment.seat_id == seat_id)
+        if seat_id is not None
+        else q.where(Assignment.participant_id == participant_id)
+    )
+    return s.scalar(q)
+
+
+def _open_seat(s: Session, participant_id: int) -> Seat | None:
+    return s.scalar(
+        select(Seat)
+        .join(Assignment, Assignment.seat_id == Seat.id)
+        .where(Assignment.participant_id == participant_id, Assignment.valid_to.is_(None))
+    )
+
+
+def _open_seat_key(s: Session, participant_id: int) -> str | None:
+    seat = _open_seat(s, participant_id)
+    return None if seat is None else seat.key
+
+
+def _holder(s: Session, seat_id: int) -> tuple[str, Assignment] | None:
+    row = s.execute(
+        select(Participant.key, Assignment)
+        .join(Assignment, Assignment.participant_id == Participant.id)
+        .where(Assignment.seat_id == seat_id, Assignment.valid_to.is_(None))
+    ).first()
+    return None if row is None else (row[0], row[1])
+
+
+def _participant_view(course: str, p: Participant, seat: str | None) -> ParticipantView:
+    return ParticipantView(
+        course,
+        p.key,
+        p.name,
+        p.email,
+        p.group_name,
+        p.unix_user,
+        p.ssh_key,
+        seat,
+        _utc(p.created_at),
+        _utc(p.updated_at),
+        p.id,
+    )
+
+
+def _seat_view(course: str, x: Seat, holder: tuple[str | None, Assignment | None] | None) -> SeatView:
+    who, a = holder if holder is not None else (None, None)
+    return SeatView(
+        course=course,
+        key=x.key,
+        kind=x.kind,
+        host=x.host,
+        device_uuid=x.device_uuid,
+        profile=x.profile,
+        memory_gb=x.memory_gb,
+        groups=tuple(x.groups or ()),
+        engine=x.engine,
+        engine_ref=x.engine_ref,
+        state=x.state,
+        state_reason=x.state_reason,
+        state_at=_utc(x.state_at),
+        connect=x.connect,
+        participant=who,
+        assigned_since=_utc(a.valid_from) if a is not None else None,
+        mode=a.mode if a is not None else None,
+        id=x.id,
+    )
+
+
+def _assignment_view(course: str, seat: str, participant: str, a: Assignment | None) -> AssignmentView:
+    assert a is not None
+    return AssignmentView(
+        course,
+        seat,
+        participant,
+        a.mode or "assigned",
+        cast(datetime, _utc(a.valid_from)),
+        _utc(a.valid_to),
+        a.ended_by,
+    )
+
+
+def _log(
+    s: Session,
+    course: str | None,
+    actor: str,
+    action: str,
+    *,
+    participant: str | None = None,
+    seat: str | None = None,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    s.add(
+        Event(
+            at=datetime.now(UTC),
+            course_key=course,
+            actor=actor[:128],
+            action=action,
+            participant=participant,
+            seat=seat,
+            detail=detail,
+        )
+    )

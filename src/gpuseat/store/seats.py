@@ -1,0 +1,342 @@
+"""Seats and assignments in the store: add, state machine, assign, move, release, history."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from sqlalchemy import and_, select
+from sqlalchemy.orm import Session
+
+from gpuseat.core.seating import ASSIGNABLE_STATES, EngineName, SeatState, transition_error
+from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
+from gpuseat.errors import InputError, InvalidTransition, NoFreeSeat, SeatTaken, did_you_mean
+from gpuseat.store.base import StoreBase
+from gpuseat.store.rows import (
+    DEFAULT_ACTOR,
+    _assignment_view,
+    _course,
+    _group_names,
+    _holder,
+    _log,
+    _misfit,
+    _needs,
+    _open,
+    _open_seat,
+    _participant,
+    _pref,
+    _seat,
+    _seat_view,
+)
+from gpuseat.store.specs import SeatSpec, _SeatUpdate
+from gpuseat.store.views import AssignmentView, AssignReport, SeatView
+
+
+class SeatMethods(StoreBase):
+    # -- seats -------------------------------------------------------------------------------------
+
+    def add_seats(
+        self, course: str | None, specs: Iterable[SeatSpec | dict[str, Any]], *, actor: str = DEFAULT_ACTOR
+    ) -> list[SeatView]:
+        """Add seats in one transaction; a key or device used twice (here or already stored) is refused."""
+        from gpuseat.files import validate
+
+        checked = [
+            spec if isinstance(spec, SeatSpec) else validate(SeatSpec, spec, where=f"seat {i + 1}")
+            for i, spec in enumerate(specs)
+        ]
+        now = datetime.now(UTC)
+        with self._write() as s:
+            crow = _course(s, course)
+            groups = _group_names(crow)
+            keys = set(s.scalars(select(Seat.key).where(Seat.course_id == crow.id)))
+            devices = set(s.scalars(select(Seat.device_uuid).where(Seat.course_id == crow.id)))
+            for i, spec in enumerate(checked):
+                where = f"seat {i + 1} ({spec.key})"
+                if spec.key in keys:
+                    raise InputError(
+                        f"seat key {spec.key!r} is used twice in course {crow.key!r}",
+                        where=where,
+                        fix="give each seat its own key (or release and re-add the existing one)",
+                    )
+                if spec.device_uuid is not None and spec.device_uuid in devices:
+                    raise InputError(
+                        f"device {spec.device_uuid} already backs another seat",
+                        where=where,
+                        fix="one seat per GPU or MIG device",
+                    )
+                for g in spec.groups:
+                    if g not in groups:
+                        raise InputError(
+                            f"unknown group {g!r}.{did_you_mean(g, groups)}",
+                            where=where,
+                            fix=f"use one of the course's groups: {', '.join(groups)}",
+                        )
+                keys.add(spec.key)
+                devices.add(spec.device_uuid)
+            added = []
+            for spec in checked:
+                seat = Seat(
+                    course_id=crow.id,
+                    created_at=now,
+                    state_at=now,
+                    state_reason="added",
+                    **spec.model_dump(exclude={"groups"}),
+                    groups=list(spec.groups),
+                )
+                s.add(seat)
+                added.append(seat)
+            s.flush()
+            _log(s, crow.key, actor, "seats.add", detail={"seats": [a.key for a in added]})
+            return [_seat_view(crow.key, a, None) for a in added]
+
+    def seats(self, course: str | None = None) -> list[SeatView]:
+        """Every seat of a course with its current participant, by key."""
+        with self._read() as s:
+            crow = _course(s, course)
+            q = (
+                select(Seat, Participant.key, Assignment)
+                .outerjoin(Assignment, and_(Assignment.seat_id == Seat.id, Assignment.valid_to.is_(None)))
+                .outerjoin(Participant, Participant.id == Assignment.participant_id)
+                .where(Seat.course_id == crow.id)
+                .order_by(Seat.key)
+            )
+            return [_seat_view(crow.key, seat, (who, a)) for seat, who, a in s.execute(q)]
+
+    def get_seat(self, course: str | None, seat: str) -> SeatView:
+        """One seat by key, with its current participant."""
+        with self._read() as s:
+            crow = _course(s, course)
+            row = _seat(s, crow, seat)
+            return _seat_view(crow.key, row, _holder(s, row.id))
+
+    def seat_of(self, course: str | None, participant: str) -> SeatView | None:
+        """The seat a participant holds now (None when they hold none)."""
+        with self._read() as s:
+            crow = _course(s, course)
+            p = _participant(s, crow, participant)
+            row = _open_seat(s, p.id)
+            return None if row is None else _seat_view(crow.key, row, _holder(s, row.id))
+
+    def set_seat_state(
+        self,
+        course: str | None,
+        seat: str,
+        state: SeatState | str,
+        *,
+        reason: str | None = None,
+        engine: EngineName | None = None,
+        engine_ref: str | None = None,
+        connect: str | None = None,
+        device_uuid: str | None = None,
+        host: str | None = None,
+        actor: str = DEFAULT_ACTOR,
+    ) -> SeatView:
+        """Move a seat through planned → requested → running (or failed/released), with a reason.
+
+        Engines call this as they provision: the engine, its reference (domain name, job id, cluster
+        name), how to connect and the device UUID are updated with the state when given.
+        """
+        from gpuseat.files import validate
+
+        changes = validate(
+            _SeatUpdate,
+            {"engine": engine, "engine_ref": engine_ref, "connect": connect, "device_uuid": device_uuid, "host": host},
+            where=f"seat {seat}",
+        )
+        if reason is not None and (len(reason) > 2000 or "\x00" in reason):
+            raise InputError("reason too long or with NUL bytes", where="reason", fix="keep it under 2000 characters")
+        now = datetime.now(UTC)
+        with self._write() as s:
+            crow = _course(s, course)
+            row = _seat(s, crow, seat, lock=True)
+            problem = transition_error(row.state, state)
+            if problem:
+                raise InvalidTransition(problem, where=f"seat {row.key}", fix="request the seat again first")
+            before = row.state
+            row.state, row.state_reason, row.state_at = state, reason, now
+            for name in ("engine", "engine_ref", "connect", "device_uuid", "host"):
+                value = getattr(changes, name)
+                if value is not None:
+                    setattr(row, name, value)
+            s.flush()
+            _log(
+                s,
+                crow.key,
+                actor,
+                "seat.state",
+                seat=row.key,
+                detail={"from": before, "to": state, "reason": reason, "engine_ref": row.engine_ref},
+            )
+            return _seat_view(crow.key, row, _holder(s, row.id))
+
+    def assign_all(
+        self, course: str | None = None, *, partial: bool = False, actor: str = DEFAULT_ACTOR
+    ) -> AssignReport:
+        """Give every participant without a seat the best suitable free seat, deterministically.
+
+        The most constrained groups go first, then participants by key; seats are preferred reserved
+        for the group, then smallest, then by key. Re-running changes nothing. When some participant
+        cannot be seated, :class:`NoFreeSeat` is raised and nothing is stored, unless ``partial``.
+        """
+        now = datetime.now(UTC)
+        with self._write() as s:
+            crow = _course(s, course)
+            seats = list(s.scalars(select(Seat).where(Seat.course_id == crow.id).order_by(Seat.key).with_for_update()))
+            taken = set(
+                s.scalars(
+                    select(Assignment.seat_id).where(
+                        Assignment.valid_to.is_(None), Assignment.seat_id.in_([x.id for x in seats])
+                    )
+                )
+            )
+            people = list(s.scalars(select(Participant).where(Participant.course_id == crow.id)))
+            holding = set(
+                s.scalars(
+                    select(Assignment.participant_id).where(
+                        Assignment.valid_to.is_(None), Assignment.participant_id.in_([p.id for p in people])
+                    )
+                )
+            )
+            needs = _needs(crow)
+            free = [x for x in seats if x.id not in taken and x.state in ASSIGNABLE_STATES]
+            waiting = [p for p in people if p.id not in holding]
+            fitting: dict[str | None, list[Seat]] = {}  # per group: suitable free seats, best first
+            for group in {p.group_name for p in waiting}:
+                suits = [x for x in free if _misfit(x, group, needs) is None]
+                fitting[group] = sorted(suits, key=lambda x, g=group: _pref(x, g))  # type: ignore[misc]
+            waiting.sort(key=lambda p: (len(fitting[p.group_name]), p.group_name or "", p.key))
+            used: set[int] = set()
+            made: list[AssignmentView] = []
+            left: list[str] = []
+            for p in waiting:
+                seat = next((x for x in fitting[p.group_name] if x.id not in used), None)
+                if seat is None:
+                    left.append(p.key)
+                    continue
+                used.add(seat.id)
+                a = Assignment(seat_id=seat.id, participant_id=p.id, valid_from=now, mode="assigned")
+                s.add(a)
+                made.append(_assignment_view(crow.key, seat.key, p.key, a))
+            if left and not partial:
+                raise NoFreeSeat(
+                    f"{len(left)} participant(s) would have no suitable seat ({', '.join(sorted(left)[:10])}"
+                    f"{', …' if len(left) > 10 else ''}); {len(made)} seat(s) would be assigned",
+                    where=f"course {crow.key}",
+                    fix="add seats for them (gpuseat seats add) or assign with --partial; nothing was stored",
+                )
+            s.flush()
+            if made:
+                _log(
+                    s,
+                    crow.key,
+                    actor,
+                    "seats.assign",
+                    detail={"assigned": {m.participant: m.seat for m in made}, "left": left},
+                )
+            return AssignReport(crow.key, tuple(sorted(made, key=lambda m: m.seat)), len(holding), tuple(sorted(left)))
+
+    def assign(self, course: str | None, participant: str, seat: str, *, actor: str = DEFAULT_ACTOR) -> AssignmentView:
+        """Give a participant a chosen seat (they must not hold one; the seat must be free)."""
+        with self._write() as s:
+            crow = _course(s, course)
+            p = _participant(s, crow, participant)
+            row = _seat(s, crow, seat, lock=True)
+            held = _open_seat(s, p.id)
+            if held is not None:
+                if held.id == row.id:
+                    return _assignment_view(crow.key, row.key, p.key, _open(s, seat_id=row.id))
+                raise SeatTaken(
+                    f"{p.key} already holds seat {held.key}",
+                    where=f"participant {p.key}",
+                    fix=f"move them instead: gpuseat seats move --participant {p.key} --seat {row.key}",
+                )
+            return self._give(s, crow, p, row, actor, "seat.assign")
+
+    def move(self, course: str | None, participant: str, seat: str, *, actor: str = DEFAULT_ACTOR) -> AssignmentView:
+        """Move a participant to another (free) seat; the old assignment is closed, history kept."""
+        with self._write() as s:
+            crow = _course(s, course)
+            p = _participant(s, crow, participant)
+            row = _seat(s, crow, seat, lock=True)
+            old = _open(s, participant_id=p.id)
+            if old is not None and old.seat_id == row.id:
+                return _assignment_view(crow.key, row.key, p.key, old)
+            if old is not None:
+                old.valid_to, old.ended_by = datetime.now(UTC), "move"
+                s.flush()
+            return self._give(s, crow, p, row, actor, "seat.move")
+
+    def _give(
+        self, s: Session, crow: CourseRecord, p: Participant, row: Seat, actor: str, action: str
+    ) -> AssignmentView:
+        holder = _holder(s, row.id)
+        if holder is not None:
+            raise SeatTaken(
+                f"seat {row.key} is held by {holder[0]}",
+                where=f"seat {row.key}",
+                fix="release it first (gpuseat seats release --seat …) or choose a free seat",
+            )
+        problem = _misfit(row, p.group_name, _needs(crow))
+        if problem is not None:
+            raise InputError(
+                f"seat {row.key} does not suit {p.key}: {problem}", where=f"seat {row.key}", fix="choose another seat"
+            )
+        if row.state not in ASSIGNABLE_STATES:
+            raise InputError(
+                f"seat {row.key} is {row.state}", where=f"seat {row.key}", fix="request the seat again first"
+            )
+        a = Assignment(seat_id=row.id, participant_id=p.id, valid_from=datetime.now(UTC), mode="assigned")
+        s.add(a)
+        s.flush()
+        _log(s, crow.key, actor, action, participant=p.key, seat=row.key)
+        return _assignment_view(crow.key, row.key, p.key, a)
+
+    def release(
+        self,
+        course: str | None,
+        *,
+        participant: str | None = None,
+        seat: str | None = None,
+        reason: str = "released",
+        actor: str = DEFAULT_ACTOR,
+    ) -> AssignmentView | None:
+        """Close the open assignment of a participant or of a seat; None when there was none."""
+        if (participant is None) == (seat is None):
+            raise InputError("name a participant or a seat", where="release", fix="give exactly one of them")
+        with self._write() as s:
+            crow = _course(s, course)
+            if participant is not None:
+                p = _participant(s, crow, participant)
+                a = _open(s, participant_id=p.id)
+            else:
+                row = _seat(s, crow, cast(str, seat))
+                a = _open(s, seat_id=row.id)
+            if a is None:
+                return None
+            a.valid_to, a.ended_by = datetime.now(UTC), reason[:32]
+            s.flush()
+            seat_key = s.scalar(select(Seat.key).where(Seat.id == a.seat_id)) or ""
+            who = s.scalar(select(Participant.key).where(Participant.id == a.participant_id)) or ""
+            _log(s, crow.key, actor, "seat.release", participant=who, seat=seat_key, detail={"reason": reason})
+            return _assignment_view(crow.key, seat_key, who, a)
+
+    def history(
+        self, course: str | None = None, *, participant: str | None = None, seat: str | None = None
+    ) -> list[AssignmentView]:
+        """Every assignment, open and closed, oldest first (optionally of one participant or seat)."""
+        with self._read() as s:
+            crow = _course(s, course)
+            q = (
+                select(Assignment, Seat.key, Participant.key)
+                .join(Seat, Seat.id == Assignment.seat_id)
+                .join(Participant, Participant.id == Assignment.participant_id)
+                .where(Seat.course_id == crow.id)
+                .order_by(Assignment.valid_from, Assignment.id)
+            )
+            if participant is not None:
+                q = q.where(Participant.id == _participant(s, crow, participant).id)
+            if seat is not None:
+                q = q.where(Seat.id == _seat(s, crow, seat).id)
+            return [_assignment_view(crow.key, sk, pk, a) for a, sk, pk in s.execute(q)]

@@ -1,0 +1,60 @@
+"""What callers hand the course store to add or change a seat: checked pydantic values."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpuseat.core.seating import KEY_PATTERN, EngineName, SeatKind, SeatState
+
+_HOST = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,252})$")
+_DEVICE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]{1,90}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+_Host = Annotated[str | None, Field(pattern=_HOST.pattern)]
+_Device = Annotated[str | None, Field(pattern=_DEVICE.pattern)]
+_EngineRef = Annotated[str | None, Field(max_length=512)]
+_Connect = Annotated[str | None, Field(max_length=1024)]
+
+
+def _one_line(value: str | None) -> str | None:
+    if value is not None and _CONTROL.search(value):
+        raise ValueError("must be one line without control characters")
+    return value
+
+
+class SeatSpec(BaseModel):
+    """A seat to add: what a carve layout, a plan's cloud option, nvidia-smi or a person describes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    key: str = Field(pattern=KEY_PATTERN.pattern)
+    kind: SeatKind
+    host: _Host = None
+    device_uuid: _Device = None
+    profile: str | None = Field(None, max_length=96, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+:@/-]*$")
+    memory_gb: float | None = Field(None, gt=0, le=4096, allow_inf_nan=False)
+    groups: tuple[str, ...] = ()
+    engine: EngineName = "manual"
+    engine_ref: _EngineRef = None
+    connect: _Connect = None
+    state: SeatState = "planned"
+
+    _lines = field_validator("engine_ref", "connect")(_one_line)
+
+
+class _SeatUpdate(BaseModel):
+    """What an engine may change with a state: checked with the same rules as :class:`SeatSpec`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    engine: EngineName | None = None
+    engine_ref: _EngineRef = None
+    connect: _Connect = None
+    device_uuid: _Device = None
+    host: _Host = None
+
+    _lines = field_validator("engine_ref", "connect")(_one_line)
