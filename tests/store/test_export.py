@@ -14,6 +14,7 @@ from gpuseat.cli import main
 from gpuseat.core.roster import RosterText
 from gpuseat.errors import InputError
 from gpuseat.services.courses import CourseStore, SeatSpec, open_store
+from gpuseat.services.engine import Access
 from gpuseat.services.survey import SurveyService
 from gpuseat.store.export import collect
 from pg_schema import pg_schema_url
@@ -58,6 +59,8 @@ def big_course(store: CourseStore, tmp_path: Path) -> str:
             "term", who, {"q_expectations": [str(1 + i % 10)], "q_format": ["7"], "q_recommend": [str(i % 11)]}
         )
     survey.set_state("term", "closed")
+    first = sorted(x.key for x in store.seats("term"))[0]  # a way in set by an engine travels too
+    store.record_delivery("term", first, access=Access(kind="ssh", host="gpu1.example.org", port=22, user="u001"))
     return "term"
 
 

@@ -164,25 +164,7 @@ def collect(store: Any, course: str | None) -> dict[str, Any]:
                 }
                 for p in people
             ],
-            "seats.json": [
-                {
-                    "key": x.key,
-                    "kind": x.kind,
-                    "host": x.host,
-                    "device_uuid": x.device_uuid,
-                    "profile": x.profile,
-                    "memory_gb": x.memory_gb,
-                    "groups": list(x.groups or ()),
-                    "engine": x.engine,
-                    "engine_ref": x.engine_ref,
-                    "state": x.state,
-                    "state_reason": x.state_reason,
-                    "state_at": _iso(x.state_at),
-                    "connect": x.connect,
-                    "created_at": _iso(x.created_at),
-                }
-                for x in seats
-            ],
+            "seats.json": [seat_record(x) for x in seats],
             "assignments.json": [
                 {
                     "seat": skey[a.seat_id],
@@ -342,6 +324,28 @@ class ParticipantRow(_Row):
     updated_at: _When = None
 
 
+def seat_record(x: Seat) -> dict[str, Any]:
+    """A seat row as plain JSON: what an export's ``seats.json`` holds and a removal's event keeps."""
+    return {
+        "key": x.key,
+        "kind": x.kind,
+        "host": x.host,
+        "device_uuid": x.device_uuid,
+        "profile": x.profile,
+        "memory_gb": x.memory_gb,
+        "groups": list(x.groups or ()),
+        "engine": x.engine,
+        "engine_ref": x.engine_ref,
+        "state": x.state,
+        "state_reason": x.state_reason,
+        "state_at": _iso(x.state_at),
+        "connect": x.connect,
+        "access": x.access,
+        "readiness": x.readiness,
+        "created_at": _iso(x.created_at),
+    }
+
+
 class ExportSeatRow(_Row):
     key: str = _Key
     kind: Literal[SEAT_KINDS]  # type: ignore[valid-type]
@@ -356,6 +360,8 @@ class ExportSeatRow(_Row):
     state_reason: str | None = Field(None, max_length=20_000)
     state_at: _When = None
     connect: str | None = Field(None, max_length=20_000)
+    access: dict[str, Any] | None = None  # services.engine.Access.to_dict(); absent in older exports
+    readiness: dict[str, Any] | None = None  # the last seats check (Readiness.to_dict())
     created_at: _When = None
 
 

@@ -24,6 +24,7 @@ from sqlalchemy.exc import DBAPIError
 from gpuseat.db.models import AccessToken, Assignment, Course, Event, Participant, Seat
 from gpuseat.errors import InputError, NotFound, did_you_mean
 from gpuseat.store.claims import archived_error, forget_course
+from gpuseat.store.rows import _course
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -36,26 +37,7 @@ REMOVABLE = ("planned", "released")
 
 def course_row(s: Session, key: str | None) -> Course:
     """The course named ``key`` (None: the only one), or the store's NotFound/InputError."""
-    if key is not None:
-        row = s.scalar(select(Course).where(Course.key == key))
-        if row is None:
-            known = list(s.scalars(select(Course.key).order_by(Course.key)))
-            raise NotFound(
-                f"no course {key!r}.{did_you_mean(key, known)}",
-                where="course",
-                fix=f"one of: {', '.join(known)}" if known else "create one: gpuseat course create COURSE.toml",
-            )
-        return row
-    rows = list(s.scalars(select(Course).order_by(Course.key).limit(11)))
-    if len(rows) == 1:
-        return rows[0]
-    if not rows:
-        raise InputError("no course yet", where="course", fix="create one: gpuseat course create COURSE.toml")
-    raise InputError(
-        f"{'more than 10' if len(rows) > 10 else len(rows)} courses: {', '.join(r.key for r in rows[:10])}",
-        where="course",
-        fix="say which one with --course KEY",
-    )
+    return _course(s, key)
 
 
 def log(s: Session, course: str | None, actor: str, action: str, **fields: Any) -> None:
@@ -101,6 +83,8 @@ def _iso(value: datetime | None) -> str | None:
 
 def remove_seats(store: Any, course: str | None, keys: Sequence[str], *, actor: str) -> list[str]:
     """Remove seats nobody holds, in state planned or released; all or nothing. Returns the keys removed."""
+    from gpuseat.store.export import seat_record
+
     if not keys:
         raise InputError(
             "no seats named", where="SEAT", fix="name the seats to remove (gpuseat seats status lists them)"
@@ -153,21 +137,7 @@ def remove_seats(store: Any, course: str | None, keys: Sequence[str], *, actor: 
             .order_by(Assignment.id)
         ).all()
         detail = {
-            "seats": [
-                {
-                    "key": x.key,
-                    "kind": x.kind,
-                    "host": x.host,
-                    "device_uuid": x.device_uuid,
-                    "profile": x.profile,
-                    "memory_gb": x.memory_gb,
-                    "groups": list(x.groups or ()),
-                    "engine": x.engine,
-                    "engine_ref": x.engine_ref,
-                    "state": x.state,
-                }
-                for x in (rows[k] for k in wanted)
-            ],
+            "seats": [seat_record(rows[k]) for k in wanted],
             "past_assignments": [
                 {"seat": sk, "participant": pk, "from": _iso(f), "to": _iso(t), "mode": m} for sk, pk, f, t, m in past
             ],
