@@ -151,7 +151,10 @@ class SkyPilotEngine:
             engine_ref=target.cluster,
             actor=ACTOR,
         )
-        return self.connect(seat)
+        access = self.connect(seat)
+        if access is not None:  # the structured way in, through the one seat write
+            self.store.record_delivery(self.course, seat.key, access=access, actor=ACTOR)
+        return access
 
     def connect(self, seat: SeatView) -> Access | None:
         """The participant's ssh line, from ``sky status --ip`` (None while the cluster is not up)."""

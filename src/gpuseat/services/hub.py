@@ -122,7 +122,9 @@ class JupyterHubEngine:
         r = self._call("POST", f"/users/{quote(user, safe='')}")
         if r.status_code not in (201, 409):
             raise EngineError(f"the hub did not create user {user}: {r.status_code} {r.text[:200]}", where=self.api)
-        return self._access(user, seat)
+        access = self._access(user, seat)
+        self.store.record_delivery(self.course, seat.key, access=access, actor="gpuseat jupyterhub")
+        return access
 
     def connect(self, seat: SeatView) -> Access | None:
         """Where the seat's holder opens their server."""

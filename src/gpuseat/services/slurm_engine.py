@@ -109,7 +109,10 @@ class SlurmEngine:
         if participant is not None and this.limits():
             enroll(self.slurm, courses, self.course, conf_dir=self.conf_dir, accounting=self.accounting)
             sessions(self.slurm, this, now=datetime.now())
-        return self.connect(seat)
+        access = self.connect(seat)
+        if access is not None:  # the structured way in, through the one seat write
+            self.store.record_delivery(self.course, seat.key, access=access, actor="gpuseat slurm")
+        return access
 
     def connect(self, seat: Any) -> Any:
         """``srun`` in the course partition and the current (or next) session, for the seat's holder."""

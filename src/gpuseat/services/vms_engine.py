@@ -130,9 +130,12 @@ class LibvirtEngine:
             )
         options = replace(self.options, packages=course_file.vm.packages, commands=course_file.vm.commands)
         report = vms.up_seats(key, layout, mine, options)
+        access = self._access(seat, report.seats[0])
         if vms.should_record(self.options.connect, None):
             vms.record_results(self.store, key, report.seats)
-        return self._access(seat, report.seats[0])
+            if access is not None:  # the structured way in, through the one seat write
+                self.store.record_delivery(self.course, seat.key, access=access, actor="gpuseat libvirt")
+        return access
 
     def connect(self, seat: SeatView) -> Access | None:
         """``ssh user@address`` of the seat's running VM (None while it has no address)."""

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from gpuseat.services.engine import Access, Readiness
     from gpuseat.store.facade import CourseStore
 
-__all__ = ["access_of", "readiness_of", "record_delivery", "record_readiness"]
+__all__ = ["access_of", "apply_seat_change", "readiness_of", "record_delivery", "record_readiness"]
 
 
 def _course_and_seat(store: CourseStore, s: Any, course: str, seat: str) -> tuple[CourseRecord, Seat]:
@@ -61,41 +61,75 @@ def record_delivery(
 
     Returns False (and writes nothing) when the seat already looks like that.
     """
+    view = store.get_seat(course, seat)  # NotFound with a did-you-mean for unknown names
+    with store._write() as s:
+        crow, row = _course_and_seat(store, s, view.course, view.key)
+        return apply_seat_change(
+            s,
+            crow,
+            row,
+            state=state,
+            reason=reason,
+            access=access,
+            clear_access=clear_access,
+            fields={"engine_ref": engine_ref},
+            actor=actor,
+        )
+
+
+def apply_seat_change(
+    s: Any,
+    crow: CourseRecord,
+    row: Seat,
+    *,
+    state: str | None,
+    reason: str | None,
+    access: Access | None = None,
+    clear_access: bool = False,
+    fields: dict[str, Any] | None = None,
+    always: bool = False,
+    action: str = "seat.delivery",
+    actor: str = "gpuseat",
+) -> bool:
+    """The one write of a seat's state, access and engine fields, with its events row (in ``s``).
+
+    Both :func:`record_delivery` and ``CourseStore.set_seat_state`` come here: the state machine is
+    checked, what changed is set, and one event says what changed. Without ``always`` a call that
+    changes nothing writes nothing; with it (an engine reporting the same state again) the state's
+    reason and time are refreshed and logged.
+    """
     if reason is not None and (len(reason) > 2000 or "\x00" in reason):
         raise InputError("reason too long or with NUL bytes", where="reason", fix="keep it under 2000 characters")
     new_access = None if access is None else access.to_dict()
-    view = store.get_seat(course, seat)  # NotFound with a did-you-mean for unknown names
-    course, seat = view.course, view.key
-    with store._write() as s:
-        crow, row = _course_and_seat(store, s, course, seat)
-        changes: dict[str, Any] = {}
-        if clear_access and row.access is not None:
-            changes["access"] = None
-        elif new_access is not None and row.access != new_access:
-            changes["access"] = new_access
-        if state is not None and (row.state != state or (reason is not None and row.state_reason != reason)):
-            problem = transition_error(row.state, state)
-            if problem:
-                raise InvalidTransition(problem, where=f"seat {row.key}", fix="request the seat again first")
-            changes["state"] = state
-        if engine_ref is not None and row.engine_ref != engine_ref:
-            changes["engine_ref"] = engine_ref
-        if not changes:
-            return False
-        before = row.state
-        if "access" in changes:
-            row.access = changes["access"]
-        if "engine_ref" in changes:
-            row.engine_ref = engine_ref
-        if "state" in changes:
-            row.state, row.state_reason, row.state_at = state or row.state, reason, datetime.now(UTC)
-        detail: dict[str, Any] = {"changed": sorted(changes)}
-        if "state" in changes:
-            detail.update({"from": before, "to": state, "reason": reason})
-        if "access" in changes:
-            detail["access"] = changes["access"]
-        _log(s, crow.key, actor, "seat.delivery", row.key, _holder_key(s, row), detail)
-        return True
+    changes: dict[str, Any] = {}
+    if clear_access and row.access is not None:
+        changes["access"] = None
+    elif new_access is not None and row.access != new_access:
+        changes["access"] = new_access
+    if state is not None and (always or row.state != state or (reason is not None and row.state_reason != reason)):
+        problem = transition_error(row.state, state)
+        if problem:
+            raise InvalidTransition(problem, where=f"seat {row.key}", fix="request the seat again first")
+        changes["state"] = state
+    for name, value in (fields or {}).items():
+        if value is not None and getattr(row, name) != value:
+            changes[name] = value
+    if not changes:
+        return False
+    before = row.state
+    for name, value in changes.items():
+        if name != "state":
+            setattr(row, name, value)
+    if "state" in changes:
+        row.state, row.state_reason, row.state_at = state or row.state, reason, datetime.now(UTC)
+    s.flush()
+    detail: dict[str, Any] = {"changed": sorted(changes)}
+    if "state" in changes:
+        detail.update({"from": before, "to": state, "reason": reason, "engine_ref": row.engine_ref})
+    if "access" in changes:
+        detail["access"] = changes["access"]
+    _log(s, crow.key, actor, action, row.key, _holder_key(s, row), detail)
+    return True
 
 
 def record_readiness(store: CourseStore, results: list[Readiness], *, actor: str = "gpuseat") -> int:

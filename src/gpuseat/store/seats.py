@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import and_, select
 from sqlalchemy.orm import Session
 
-from gpuseat.core.seating import ASSIGNABLE_STATES, EngineName, SeatState, transition_error
+from gpuseat.core.seating import ASSIGNABLE_STATES, EngineName, SeatState
 from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
-from gpuseat.errors import InputError, InvalidTransition, NoFreeSeat, SeatTaken, did_you_mean
+from gpuseat.errors import InputError, NoFreeSeat, SeatTaken, did_you_mean
 from gpuseat.store.base import StoreBase
 from gpuseat.store.rows import (
     DEFAULT_ACTOR,
@@ -31,6 +31,9 @@ from gpuseat.store.rows import (
 )
 from gpuseat.store.specs import SeatSpec, _SeatUpdate
 from gpuseat.store.views import AssignmentView, AssignReport, SeatView
+
+if TYPE_CHECKING:
+    from gpuseat.services.engine import Access
 
 
 class SeatMethods(StoreBase):
@@ -131,43 +134,39 @@ class SeatMethods(StoreBase):
         connect: str | None = None,
         device_uuid: str | None = None,
         host: str | None = None,
+        access: Access | None = None,
+        clear_access: bool = False,
         actor: str = DEFAULT_ACTOR,
     ) -> SeatView:
         """Move a seat through planned → requested → running (or failed/released), with a reason.
 
         Engines call this as they provision: the engine, its reference (domain name, job id, cluster
-        name), how to connect and the device UUID are updated with the state when given.
+        name), how to connect (``access``, structured) and the device UUID are updated with the state
+        when given, through the one seat write (:func:`gpuseat.store.access.apply_seat_change`).
         """
         from gpuseat.files import validate
+        from gpuseat.store.access import apply_seat_change
 
         changes = validate(
             _SeatUpdate,
             {"engine": engine, "engine_ref": engine_ref, "connect": connect, "device_uuid": device_uuid, "host": host},
             where=f"seat {seat}",
         )
-        if reason is not None and (len(reason) > 2000 or "\x00" in reason):
-            raise InputError("reason too long or with NUL bytes", where="reason", fix="keep it under 2000 characters")
-        now = datetime.now(UTC)
         with self._write() as s:
             crow = _course(s, course)
             row = _seat(s, crow, seat, lock=True)
-            problem = transition_error(row.state, state)
-            if problem:
-                raise InvalidTransition(problem, where=f"seat {row.key}", fix="request the seat again first")
-            before = row.state
-            row.state, row.state_reason, row.state_at = state, reason, now
-            for name in ("engine", "engine_ref", "connect", "device_uuid", "host"):
-                value = getattr(changes, name)
-                if value is not None:
-                    setattr(row, name, value)
-            s.flush()
-            _log(
+            apply_seat_change(
                 s,
-                crow.key,
-                actor,
-                "seat.state",
-                seat=row.key,
-                detail={"from": before, "to": state, "reason": reason, "engine_ref": row.engine_ref},
+                crow,
+                row,
+                state=state,
+                reason=reason,
+                access=access,
+                clear_access=clear_access,
+                fields={n: getattr(changes, n) for n in ("engine", "engine_ref", "connect", "device_uuid", "host")},
+                always=True,
+                action="seat.state",
+                actor=actor,
             )
             return _seat_view(crow.key, row, _holder(s, row.id))
 
