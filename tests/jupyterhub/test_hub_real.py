@@ -86,7 +86,7 @@ def lab(tmp_path_factory):
 def test_each_server_holds_its_own_seat_and_a_kernel_sees_it(lab):
     hub, store, _ = lab
     want = {p: s["device_uuid"] for p, s in zip(["ada", "ben", "cy"], seat_specs(3), strict=True)}
-    for person in want:
+    for person in set(want) - set(hub.servers()):  # in random order the culler test may have run first
         assert hub.start(person).status_code in (201, 202)
     for person, uuid in want.items():
         server = hub.wait_ready(person)
