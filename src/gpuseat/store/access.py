@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from gpuseat.core.seating import transition_error
-from gpuseat.db.models import Assignment, CourseRecord, Event, Participant, Seat
+from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
 from gpuseat.errors import InputError, InvalidTransition
+from gpuseat.store.rows import _log
 
 if TYPE_CHECKING:
     from gpuseat.services.engine import Access, Readiness
@@ -29,20 +30,6 @@ def _course_and_seat(store: CourseStore, s: Any, course: str, seat: str) -> tupl
     crow = s.scalar(select(CourseRecord).where(CourseRecord.key == course))
     row = s.scalar(select(Seat).where(Seat.course_id == crow.id, Seat.key == seat).with_for_update())
     return crow, row
-
-
-def _log(s: Any, course: str, actor: str, action: str, seat: str, participant: str | None, detail: Any) -> None:
-    s.add(
-        Event(
-            at=datetime.now(UTC),
-            course_key=course,
-            actor=actor[:128],
-            action=action,
-            participant=participant,
-            seat=seat,
-            detail=detail,
-        )
-    )
 
 
 def record_delivery(
@@ -128,7 +115,7 @@ def apply_seat_change(
         detail.update({"from": before, "to": state, "reason": reason, "engine_ref": row.engine_ref})
     if "access" in changes:
         detail["access"] = changes["access"]
-    _log(s, crow.key, actor, action, row.key, _holder_key(s, row), detail)
+    _log(s, crow.key, actor, action, participant=_holder_key(s, row), seat=row.key, detail=detail)
     return True
 
 
@@ -142,7 +129,7 @@ def record_readiness(store: CourseStore, results: list[Readiness], *, actor: str
             crow, row = _course_and_seat(store, s, r.course, r.seat)
             row.readiness = r.to_dict()
             detail = {"state": r.state, "reason": r.reason, "visible": list(r.visible)}
-            _log(s, crow.key, actor, "seat.check", row.key, r.participant, detail)
+            _log(s, crow.key, actor, "seat.check", participant=r.participant, seat=row.key, detail=detail)
             written += 1
     return written
 
