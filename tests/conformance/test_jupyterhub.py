@@ -179,3 +179,40 @@ def test_revocation_stops_the_server_and_a_hand_over_moves_the_device(hub):
     assert ada_seat.device_uuid in uuids
     engine.teardown(store.get_seat("lab", ada_seat.key))
     assert "cy" not in h.servers()
+
+
+def test_seats_check_probes_each_hub_seat_as_its_participant(hub, cli):
+    """``gpuseat seats check`` on hub seats: a server started with the participant's own token, a kernel
+    that lists the GPUs; ready when exactly the seat's device shows. A seat the hub will not start
+    (out of order) is broken with the hub's reason. The results are stored on the seats."""
+    import json
+
+    h, store, _ = hub
+    for who in ("ada", "ben"):
+        seat = store.seat_of("lab", who)
+        store.set_seat_state("lab", seat.key, seat.state, engine="jupyterhub", reason="a hub seat")
+    args = ("seats", "check", "--course", "lab", "--db", store.url, "--timeout", "240", "--format", "json",
+            "--set", f"jupyterhub.hub_url={h.url}", "--set", f"jupyterhub.token={h.engine_token}")  # fmt: skip
+    r = cli(*args)
+    report = json.loads(r.out)
+    rows = {x["participant"]: x for x in report["seats"]}
+    assert sorted(rows) == ["ada", "ben"] and all(x["engine"] == "jupyterhub" for x in rows.values())
+    if shutil.which("nvidia-smi"):  # a GPU host: the driver's list decides (see the probe test above)
+        assert r.code == 3
+        return
+    assert r.code == 0, r.out + r.err
+    assert report["summary"] == {"ready": 2, "broken": 0, "total": 2}
+    for who in ("ada", "ben"):
+        assert rows[who]["visible"] == [store.seat_of("lab", who).device_uuid]
+    assert not h.servers()  # the probe stops the servers it started
+
+    bens = store.seat_of("lab", "ben")
+    if bens.state == "released":  # the hooks mark a stopped server's seat released
+        store.set_seat_state("lab", bens.key, "planned", reason="test")
+    store.set_seat_state("lab", bens.key, "failed", reason="GPU fell off the bus")
+    r = cli(*args)
+    rows = {x["participant"]: x for x in json.loads(r.out)["seats"]}
+    assert r.code == 3 and rows["ada"]["state"] == "ready"
+    assert rows["ben"]["state"] == "broken" and "out of order (GPU fell off the bus)" in rows["ben"]["reason"]
+    stored = store.readiness_of("lab")
+    assert stored[bens.key]["state"] == "broken" and stored[store.seat_of("lab", "ada").key]["state"] == "ready"

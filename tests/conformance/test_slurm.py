@@ -347,3 +347,41 @@ def test_bypass_whole_node_jobs_get_no_other_gpu(lab: Lab) -> None:
     ):
         _, seen, err = lab.gpus("alice", *args)
         assert set(seen) <= {INDEX["alice"]}, (args, seen, err)
+
+
+def test_seats_check_probes_every_seat_as_its_participant(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:
+    """``gpuseat seats check`` (the organiser's command) on the Slurm seats: each probe is an ``srun`` as
+    the participant in the session; ready when the job saw exactly the seat's UUID, and a stand-in
+    ``nvidia-smi`` that shows the neighbour's GPU makes every seat broken, naming both UUIDs."""
+    import json
+
+    wrong = lab.cluster.root / "wrong-bin"
+    wrong.mkdir(exist_ok=True)
+    (wrong / "nvidia-smi").write_text(NVIDIA_SMI.replace("0$i)", "0$((i + 1)))"))
+    (wrong / "nvidia-smi").chmod(0o755)
+    args = ("seats", "check", "--course", "conf", "--db", lab.url, "--set", f"slurm.slurm_conf={lab.cluster.conf}")
+    path = os.environ["PATH"]
+    runs = {}
+    try:
+        for name, bin_dir in (("good", lab.cluster.root / "bin"), ("wrong", wrong)):
+            os.environ["PATH"] = f"{bin_dir}:{path}"
+            capsys.readouterr()
+            code = _gpuseat(*args, "--timeout", "120", "--format", "json")
+            runs[name] = (code, json.loads(capsys.readouterr().out))
+    finally:
+        os.environ["PATH"] = path
+    code, report = runs["good"]
+    assert code == 0, report
+    assert report["summary"] == {"ready": 3, "broken": 0, "total": 3}
+    seen = {r["participant"]: r for r in report["seats"]}
+    people = {p.key: p.unix_user for p in lab.store.participants("conf")}  # type: ignore[attr-defined]
+    for key, row in seen.items():
+        who = next(n for n in NAMES if USERS[n] == people[key])
+        assert row["seat"] == SEATS[who] and row["engine"] == "slurm"
+        assert row["visible"] == [UUID.format(INDEX[who])] and row["state"] == "ready"
+    code, report = runs["wrong"]
+    assert code == 3 and report["summary"]["broken"] == 3
+    for row in report["seats"]:
+        assert row["state"] == "broken" and "not the seat's GPU-" in row["reason"], row
+    stored = lab.store.readiness_of("conf")  # type: ignore[attr-defined]
+    assert {k: v["state"] for k, v in stored.items()} == dict.fromkeys(SEATS.values(), "broken")

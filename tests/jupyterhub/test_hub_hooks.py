@@ -171,6 +171,23 @@ def test_gpu_lost_seat_is_refused_or_skipped(url, tmp_path, spawners):
     store.close()
 
 
+def test_a_seat_marked_failed_is_refused_or_left_for_another(url, tmp_path, spawners):
+    """The organiser marked ada's seat failed: her assigned start is refused with the reason; in pool
+    mode her held failed seat is handed back and she gets a working one."""
+    store = make_course(url, tmp_path, key="lab", people=PEOPLE[:3], seats=3, assign=1)
+    store.set_seat_state("lab", "mig-1", "failed", reason="GPU fell off the bus")
+    refused = refusal(hooks(url), spawners("ada"))
+    assert "Your GPU seat mig-1 is out of order (GPU fell off the bus)" in refused and CONTACT in refused
+    assert store.get_seat("lab", "mig-1").state == "failed"
+
+    ada = spawners("ada", "pool")
+    spawn(hooks(url, mode="pool"), ada)
+    assert ada.get_env()["GPUSEAT_SEAT"] != "mig-1"
+    assert store.seat_of("lab", "ada").key == ada.get_env()["GPUSEAT_SEAT"]
+    assert store.get_seat("lab", "mig-1").participant is None and store.get_seat("lab", "mig-1").state == "failed"
+    store.close()
+
+
 def test_failed_start_is_recorded_with_the_spawners_error(tmp_path, spawners):
     url = f"sqlite:///{tmp_path / 'course.db'}"
     store = make_course(url, tmp_path, key="lab", people=PEOPLE[:2], seats=2, assign=2)

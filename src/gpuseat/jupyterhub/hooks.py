@@ -247,6 +247,15 @@ class SeatHooks:
                     if s.mode == "pool" and seat.state not in HELD:
                         store.release(s.course, participant=seat.participant, reason="not this user", actor=actor)
                     raise NotFound(f"{user} matches participant {seat.participant} by another field than key")
+                if seat.state == "failed":  # the organiser (or an engine) took this seat out of service
+                    if s.mode == "pool":
+                        store.release(s.course, participant=who, reason="seat failed", actor=actor)
+                        continue
+                    raise Refusal(
+                        f"Your GPU seat {seat.key} is out of order ({seat.state_reason or 'marked failed'}). "
+                        f"Ask {s.contact} to move you to another seat.",
+                        detail=f"seat {seat.key} is failed",
+                    )
                 lost = lost_gpus(store, [seat.device_uuid] if seat.device_uuid else [])
                 if lost:
                     if s.mode == "pool":  # take that seat out of the pool and claim another one
