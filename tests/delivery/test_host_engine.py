@@ -214,3 +214,37 @@ def test_an_existing_system_account_is_never_taken_over(lab: Lab, tmp_path: Any,
     r = cli("host", "up", "--db", db, *lab.flags())
     assert r.code == 2 and "account 'daemon' already exists" in r.err and "Traceback" not in r.err
     assert not (lab.keys_dir / "daemon").exists()
+
+
+def test_seats_check_bench_runs_lenet_pinned_to_each_ready_seat(
+    hostcourse: tuple[Lab, str], cli: Callable[..., Any]
+) -> None:
+    """``seats check --bench``: the LeNet benchmark runs once per *ready* host seat, at once, each
+    process pinned to its seat's UUID; the result (or the benchmark's own error) is stored with the
+    seat's check. A broken seat is not benchmarked."""
+    import torch
+
+    lab, db = hostcourse
+    by_uuid = {s["device_uuid"]: k for k, s in _seats(cli, db).items()}
+    for who, uuid in (("ann", MIG[0]), ("ben", MIG[1])):
+        assert cli("seats", "assign", "--participant", who, "--seat", by_uuid[uuid], "--db", db).code == 0
+    _up(cli, lab, db)
+    lab.start_sshd()
+    (lab.keys_dir / lab.people["ben"].user).write_text("# emptied\n")
+    r = cli("seats", "check", "--db", db, "--bench", "--bench-iterations", "20", "--format", "json")
+    assert r.code == 3, r.out + r.err  # ben's seat is broken
+    rows = {x["participant"]: x for x in json.loads(r.out)["seats"]}
+    assert rows["ben"]["state"] == "broken" and rows["ben"]["bench"] is None
+    bench = rows["ann"]["bench"]
+    assert rows["ann"]["state"] == "ready" and bench["cuda_visible_devices"] == MIG[0]
+    if torch.cuda.is_available():  # a GPU machine: the run itself (a stand-in UUID is no CUDA device)
+        assert bench["seconds"] is not None or bench["error"]
+    else:
+        assert bench["seconds"] is None and "built without CUDA" in bench["error"], bench
+    from gpuseat.services.courses import open_store
+
+    with open_store(db) as store:
+        stored = store.readiness_of("lab")
+    assert stored[by_uuid[MIG[0]]]["bench"] == bench
+    bad = cli("seats", "check", "--db", db, "--bench", "--bench-iterations", "0")
+    assert bad.code == 2 and "--bench-iterations" in bad.err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, print_rows
@@ -9,6 +11,15 @@ from gpuseat.cli.course import COURSE, DB, actor
 from gpuseat.errors import InputError
 
 CHECK_COLUMNS = ("seat", "participant", "engine", "state", "reason", "visible", "checked_at")
+
+
+def _bench_cell(bench: dict[str, Any] | None) -> str:
+    """One table cell for a seat's ``--bench`` result: its seconds, or what went wrong."""
+    if not bench:
+        return ""
+    if bench.get("seconds") is not None and not bench.get("finding"):
+        return f"{bench['seconds']:.1f} s"
+    return str(bench.get("finding") or bench.get("error") or "")
 
 
 def parse_settings(values: list[str]) -> dict[str, dict[str, str]]:
@@ -88,6 +99,7 @@ def add_to(seats_app: typer.Typer) -> None:
         workers: int = typer.Option(16, "--workers", help="Probes at once."),
         setting: list[str] = typer.Option([], "--set", help="Engine setting ENGINE.KEY=VALUE (repeatable)."),
         bench: bool = typer.Option(False, "--bench", help="Also run the LeNet benchmark on ready seats."),
+        bench_iterations: int = typer.Option(10_000, "--bench-iterations", help="LeNet iterations with --bench."),
         course: str | None = COURSE,
         db: str | None = DB,
         fmt: Format = FORMAT_OPTION,
@@ -98,10 +110,13 @@ def add_to(seats_app: typer.Typer) -> None:
 
         if not 0 < timeout <= 3600 or not 0 < workers <= 256:
             raise InputError("--timeout or --workers out of range", where="--timeout", fix="1-3600 s, 1-256 workers")
+        options = None
         if bench:
-            raise InputError(
-                "--bench is not available yet", where="--bench", fix="run gpuseat bench fleet on the ready seats"
-            )
+            from gpuseat.bench.run import BenchOptions
+
+            if not 0 < bench_iterations <= 10_000_000:
+                raise InputError("--bench-iterations out of range", where="--bench-iterations", fix="1 to 10,000,000")
+            options = BenchOptions(iterations=bench_iterations, device="cuda")
         with open_store(db, create=False) as store:
             results = check_seats(
                 store,
@@ -111,12 +126,16 @@ def add_to(seats_app: typer.Typer) -> None:
                 workers=workers,
                 settings=parse_settings(setting),
                 actor=actor(),
+                bench=options,
             )
         counts = summary(results)
         if fmt is Format.json:
             print_json({"summary": counts, "seats": [r.to_dict() for r in results]})
         else:
-            rows = [{**r.to_dict(), "visible": " ".join(r.visible)} for r in results]
-            print_rows(rows, CHECK_COLUMNS, fmt, title=f"{counts['ready']}/{counts['total']} ready")
+            rows = [{**r.to_dict(), "visible": " ".join(r.visible), "bench": _bench_cell(r.bench)} for r in results]
+            columns = (*CHECK_COLUMNS, "bench") if bench else CHECK_COLUMNS
+            print_rows(rows, columns, fmt, title=f"{counts['ready']}/{counts['total']} ready")
         if counts["broken"]:
             raise typer.Exit(3)
+        if any(r.bench and r.bench.get("finding") for r in results):
+            raise typer.Exit(1)  # ready, but the benchmark failed or the seat is slow (like bench --all-seats)

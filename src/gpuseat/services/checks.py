@@ -18,6 +18,7 @@ from gpuseat.errors import GpuseatError
 from gpuseat.services.engine import ENGINES, Readiness, SeatEngine, load_engine
 
 if TYPE_CHECKING:
+    from gpuseat.bench.run import BenchOptions
     from gpuseat.services.courses import CourseStore, ParticipantView, SeatView
 
 DEFAULT_WORKERS = 16
@@ -37,6 +38,7 @@ def check_seats(
     settings: Mapping[str, Mapping[str, str]] | None = None,
     record: bool = True,
     actor: str = "gpuseat",
+    bench: BenchOptions | None = None,
 ) -> list[Readiness]:
     """Probe each assigned seat (or just ``seat``) through ``load_engine(seat.engine)``'s probe.
 
@@ -86,6 +88,8 @@ def check_seats(
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     out = [results[s.key] for s in targets]
+    if bench is not None:
+        out = bench_ready(out, {s.key: s for s in targets}, bench)
     if record and out:
         store.record_readiness(out, actor=actor)
     return out
@@ -104,3 +108,47 @@ def summary(results: list[Readiness]) -> dict[str, int]:
     """Counts for the checklist: ready, broken, total."""
     ready = sum(1 for r in results if r.ready)
     return {"ready": ready, "broken": len(results) - ready, "total": len(results)}
+
+
+#: engines whose seats are GPUs of the machine ``seats check`` runs on (the host engine runs on the server)
+LOCAL_ENGINES = ("host",)
+
+
+def bench_ready(results: list[Readiness], seats: Mapping[str, SeatView], options: BenchOptions) -> list[Readiness]:
+    """``--bench``: LeNet on every ready seat of this machine at once (fleet mode, one process per seat,
+    pinned to the seat's device UUID), each result kept on the seat's readiness as ``bench``.
+
+    Only seats whose GPU is on this machine can be measured from here; a ready seat of another engine
+    gets a ``bench`` entry that says where to run it instead. Broken seats are not benchmarked.
+    """
+    from dataclasses import replace
+
+    from gpuseat.bench.fleet import BenchTarget, run_fleet
+
+    local = [r for r in results if r.ready and r.engine in LOCAL_ENGINES and seats[r.seat].device_uuid]
+    targets = {
+        r.seat: BenchTarget(select=seats[r.seat].device_uuid or "", name=seats[r.seat].profile or seats[r.seat].kind)
+        for r in local
+    }
+    outcomes = {o.seat.select: o for o in run_fleet(options, list(targets.values()))} if targets else {}
+    out = []
+    for r in results:
+        if r.seat in targets:
+            o = outcomes[targets[r.seat].select]
+            found = {
+                "cuda_visible_devices": o.seat.select,
+                "seconds": o.result.seconds if o.result else None,
+                "iterations": o.result.iterations if o.result else None,
+                "device": o.result.device.model_dump(mode="json") if o.result else None,
+                "vs_median": o.vs_median,
+                "error": o.error,
+                "finding": o.finding,
+            }
+            out.append(replace(r, bench=found))
+        elif r.ready:
+            where = "inside the seat: gpuseat bench --all-seats"
+            why = f"the {r.engine} engine's GPUs are not on this machine; run the benchmark {where}"
+            out.append(replace(r, bench={"error": why, "finding": why}))
+        else:
+            out.append(r)
+    return out
