@@ -140,6 +140,14 @@ def _specs(
     ]
 
 
+def _next_steps(course: str, engines: list[str]) -> None:
+    """After a change of holder: what makes it real on the machines (the store alone does not)."""
+    from gpuseat.services.engine import apply_hints
+
+    for hint in apply_hints(course, engines):
+        print(f"  next: {hint}")
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``seats`` group."""
     seats_app = typer.Typer(
@@ -240,7 +248,9 @@ def register(app: typer.Typer) -> None:
 
         with open_store(db) as store:
             done = store.release(course, participant=participant, seat=seat, reason=reason, actor=actor())
+            engines = [] if done is None else [store.get_seat(done.course, done.seat).engine]
         print("nothing to release" if done is None else f"released {done.seat} from {done.participant}")
+        _next_steps(done.course if done else "", engines)
 
     @seats_app.command("move")
     def move(
@@ -253,8 +263,11 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.courses import open_store
 
         with open_store(db) as store:
+            before = store.seat_of(course, participant)
             made = store.move(course, participant, seat, actor=actor())
+            engines = [store.get_seat(made.course, made.seat).engine] + ([before.engine] if before else [])
         print(f"{made.participant} → {made.seat}")
+        _next_steps(made.course, engines)
 
     @seats_app.command("remove")
     def remove(

@@ -135,6 +135,23 @@ ENGINES: dict[str, str] = {
 }
 
 
+# engine name -> what makes a change of holder (move, release) real for that engine's seats: the store
+# change alone does not reach the machines; ``seats move``/``release`` print this next step.
+APPLY_CHANGES: dict[str, str] = {
+    "host": "gpuseat host up --course {course}   (as root on the GPU server: keys, accounts, devices follow)",
+    "libvirt": "gpuseat vms up --course {course}   (on the libvirt host: a new holder gets a fresh disk and seed)",
+    "jupyterhub": "stop the old holder's running server (hub admin page); the hooks give the next start its seat",
+    "slurm": "gpuseat slurm enroll --course {course}   (per-person limits and sessions follow the store)",
+    "skypilot": "gpuseat seats skypilot --course {course} --out sky/ … && sh sky/launch.sh   (a hand-over: the "
+    "earlier holder's keys are removed, their account expired)",
+}
+
+
+def apply_hints(course: str, engines: list[str]) -> list[str]:
+    """The next step for each engine among ``engines`` after a change of holder (manual seats: none)."""
+    return [APPLY_CHANGES[e].format(course=course) for e in sorted(set(engines)) if e in APPLY_CHANGES]
+
+
 def load_engine(name: str, store: CourseStore, course: str, **settings: str) -> SeatEngine:
     """The engine called ``name`` for ``course``, built with ``settings`` (plain strings)."""
     from gpuseat.errors import InputError
