@@ -38,6 +38,16 @@ def _opens(lab: Lab, who: str, *files: object) -> dict[str, str]:
     return dict(line.rsplit(" ", 1) for line in done.stdout.splitlines())
 
 
+def _ann_and_ben_up(lab: Lab, db: str, cli: Callable[..., Any]) -> dict[str, str]:
+    """ann on the first MIG seat, ben on the second, ``host up``, sshd started; device UUID → seat key."""
+    by_uuid = {s["device_uuid"]: k for k, s in _seats(cli, db).items()}
+    for who, uuid in (("ann", MIG[0]), ("ben", MIG[1])):
+        assert cli("seats", "assign", "--participant", who, "--seat", by_uuid[uuid], "--db", db).code == 0
+    _up(cli, lab, db)
+    lab.start_sshd()
+    return by_uuid
+
+
 def test_participants_get_their_own_gpu_and_nothing_else(hostcourse: tuple[Lab, str], cli: Callable[..., Any]) -> None:
     lab, db = hostcourse
     seats = _seats(cli, db)
@@ -98,11 +108,7 @@ def test_participants_get_their_own_gpu_and_nothing_else(hostcourse: tuple[Lab, 
 
 def test_move_repins_and_the_old_holder_is_refused(hostcourse: tuple[Lab, str], cli: Callable[..., Any]) -> None:
     lab, db = hostcourse
-    by_uuid = {s["device_uuid"]: k for k, s in _seats(cli, db).items()}
-    for who, uuid in (("ann", MIG[0]), ("ben", MIG[1])):
-        assert cli("seats", "assign", "--participant", who, "--seat", by_uuid[uuid], "--db", db).code == 0
-    _up(cli, lab, db)
-    lab.start_sshd()
+    by_uuid = _ann_and_ben_up(lab, db, cli)
     assert lab.ssh("ben", "true").returncode == 0
 
     # ann moves to the third MIG seat; ben's seat goes to dan
@@ -227,11 +233,7 @@ def test_seats_check_bench_runs_lenet_pinned_to_each_ready_seat(
     import torch
 
     lab, db = hostcourse
-    by_uuid = {s["device_uuid"]: k for k, s in _seats(cli, db).items()}
-    for who, uuid in (("ann", MIG[0]), ("ben", MIG[1])):
-        assert cli("seats", "assign", "--participant", who, "--seat", by_uuid[uuid], "--db", db).code == 0
-    _up(cli, lab, db)
-    lab.start_sshd()
+    by_uuid = _ann_and_ben_up(lab, db, cli)
     (lab.keys_dir / lab.people["ben"].user).write_text("# emptied\n")
     r = cli("seats", "check", "--db", db, "--bench", "--bench-iterations", "20", "--format", "json")
     assert r.code == 3, r.out + r.err  # ben's seat is broken
