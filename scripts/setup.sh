@@ -52,13 +52,15 @@ pkg-config --exists libvirt 2>/dev/null || need_apt+=(libvirt-dev)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
 # gpuseat vms tests: a real libvirtd, QEMU (TCG boot), cloud-init's schema checker, the guest's busybox
 [ -x /usr/sbin/libvirtd ] || need_apt+=(libvirt-daemon-system)
+[ -x /usr/sbin/dnsmasq ] || need_apt+=(dnsmasq-base) # the seats check test's libvirt network (DHCP leases)
 command -v qemu-system-x86_64 >/dev/null || need_apt+=(qemu-system-x86)
 command -v qemu-img >/dev/null || need_apt+=(qemu-utils)
 command -v cloud-init >/dev/null || need_apt+=(cloud-init)
 [ -x /bin/busybox ] || need_apt+=(busybox-static)
 command -v cpio >/dev/null || need_apt+=(cpio)
 command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
-# tests/delivery: the shared-host engine against a real sshd, with POSIX ACLs on stand-in device files
+# tests/delivery: the shared-host engine against a real sshd, with POSIX ACLs on stand-in device files;
+# tests/vms: the seats check test's guest runs this sshd (copied in with the libraries ldd names)
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 command -v setfacl >/dev/null || need_apt+=(acl)
 # tests/monitor: a real Prometheus server scrapes `gpuseat monitor --listen`
@@ -96,10 +98,11 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -n
   touch "$stamp"
 fi
 
-# The VM boot test's guest: a Debian kernel (vmlinuz + the modules that read the cidata CD-ROM),
+# The VM boot test's guest: a Debian kernel (vmlinuz + the modules that read the cidata CD-ROM, the
+# virtio disk and, for the seats check test's SSH guest, the virtio NIC),
 # fetched once with apt-get download into a git-ignored cache; the test builds its busybox initramfs.
 guest=.cache/vms-guest
-guest_modules="scsi_common scsi_mod libata libahci ahci cdrom sr_mod isofs virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk"
+guest_modules="scsi_common scsi_mod libata libahci ahci cdrom sr_mod isofs virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_blk failover net_failover virtio_net"
 guest_missing=""
 for m in $guest_modules; do [ -f "$guest/modules/$m.ko" ] || guest_missing=1; done
 if [ ! -f "$guest/vmlinuz" ] || [ -n "$guest_missing" ]; then

@@ -12,6 +12,7 @@ import gzip
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from .conftest import require_tool
@@ -87,13 +88,31 @@ poweroff -f
 """.replace("MODULES", " ".join(DISK_MODULES)).replace("MARKER", HOLDER)
 
 
-def build_initramfs(out: Path, *, init_text: str = INIT, modules: tuple[str, ...] = MODULES) -> Path:
-    """A gzipped newc cpio with static busybox, the guest modules and an /init (the seed printer above)."""
+def build_initramfs(
+    out: Path,
+    *,
+    init_text: str = INIT,
+    modules: tuple[str, ...] = MODULES,
+    files: Mapping[str, Path | str] | None = None,
+) -> Path:
+    """A gzipped newc cpio with static busybox, the guest modules and an /init (the seed printer above).
+
+    ``files`` adds more: a path in the guest → a host file to copy (its mode kept) or a text (a
+    script, starting with ``#!``, is made executable).
+    """
     busybox = Path(require_tool("busybox"))
     cpio = require_tool("cpio")
-    tree = out.parent / "initramfs-tree"
+    tree = out.parent / f"{out.name}-tree"
     for d in ("bin", "dev", "proc", "sys", "mnt", "tmp", "lib/modules"):
         (tree / d).mkdir(parents=True, exist_ok=True)
+    for where, what in (files or {}).items():
+        target = tree / where.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(what, Path):
+            shutil.copy(what, target)
+        else:
+            target.write_text(what)
+            target.chmod(0o755 if what.startswith("#!") else 0o644)
     shutil.copy(busybox, tree / "bin" / "busybox")
     for m in modules:
         if not (GUEST / "modules" / f"{m}.ko").exists():
@@ -102,10 +121,12 @@ def build_initramfs(out: Path, *, init_text: str = INIT, modules: tuple[str, ...
     init = tree / "init"
     init.write_text(init_text)
     init.chmod(0o755)
-    files = sorted(str(p.relative_to(tree)) for p in tree.rglob("*"))
+    for d in (tree, *(p for p in tree.rglob("*") if p.is_dir())):
+        d.chmod(0o1777 if d == tree / "tmp" else 0o755)  # whatever the test's umask: users need /bin
+    names = sorted(str(p.relative_to(tree)) for p in tree.rglob("*"))
     proc = subprocess.run(
         [cpio, "-o", "-H", "newc", "--quiet"],
-        input="\n".join(files).encode(),
+        input="\n".join(names).encode(),
         cwd=tree,
         capture_output=True,
         check=True,

@@ -14,7 +14,7 @@ from gpuseat.errors import InputError
 from gpuseat.services import vms
 from gpuseat.services.courses import open_store
 
-from .conftest import EXAMPLES, NODE_XML, layout
+from .conftest import EXAMPLES, NODE_XML, layout, public_key
 
 OPTIONS = vms.VmOptions(connect=f"test://{NODE_XML}")
 
@@ -145,3 +145,26 @@ def test_worked_example_from_the_cli(tmp_path, monkeypatch, capsys):
     code = main(["vms", "up", "--connect", "test:///default", "--inventory", inventory, "--pool", "../etc"])
     err = capsys.readouterr().err
     assert code == 2 and "--pool" in err and "Traceback" not in err
+
+
+def test_vms_up_probe_key_is_authorised_in_every_seed(tmp_path, monkeypatch, capsys):
+    """`vms up --probe-key KEY`: KEY.pub joins each seat's login in its seed (what `seats check` logs in with)."""
+    monkeypatch.setenv("GPUSEAT_DB_URL", f"sqlite:///{tmp_path / 'course.db'}")
+    inventory = str(EXAMPLES / "ibm-2xM60.toml")
+    with open_store(f"sqlite:///{tmp_path / 'course.db'}", create=True) as store:
+        lay = fill(store)
+        _, seats, _ = vms.course_vm_seats(store, "demo", lay)
+    key = tmp_path / "probe"
+    key.write_text("not read: only KEY.pub is\n")
+    up = ["vms", "up", "--connect", "test:///default", "--inventory", inventory, "-f", "json", "--probe-key", str(key)]
+    assert main(up) == 2
+    err = capsys.readouterr().err
+    assert "probe.pub not found" in err and "--probe-key" in err and "Traceback" not in err
+    probe_pub = public_key("carol")  # any real public key line
+    (tmp_path / "probe.pub").write_text(probe_pub + "\n")
+    assert main(up) == 0
+    report = json.loads(capsys.readouterr().out)
+    for vm, row in zip(seats, report["seats"], strict=True):
+        want = vms.guest("demo", vm, vms.VmOptions(probe_keys=(probe_pub,)))
+        assert want.ssh_keys == (*vm.ssh_keys, probe_pub) and vm.ssh_keys
+        assert row["seed"].endswith(f"-cidata-{vms.seed_hash(want)}.iso"), row

@@ -87,17 +87,22 @@ def up(
         None, "--doctor-root", help="Pre-flight from an extracted `gpuseat doctor --capture` (for remote hosts)."
     ),
     skip_doctor: bool = typer.Option(False, "--skip-doctor", help="Do not run the doctor's checks first."),
+    probe_key: Path | None = typer.Option(
+        None, "--probe-key", help="Probe key (KEY, KEY.pub): its .pub may log in as each seat's user (seats check)."
+    ),
     db: str | None = DB,
     fmt: Format = FORMAT_OPTION,
 ) -> None:
     """Define and start one VM per seat (idempotent: re-running fixes drift and changes nothing else)."""
     from gpuseat.services import vms
     from gpuseat.services.courses import open_store
+    from gpuseat.services.vms_engine import probe_public_key
 
+    probe_keys = (probe_public_key(probe_key, where="--probe-key"),) if probe_key is not None else ()
     options = vms.VmOptions(
         connect=connect, image=image, image_format=image_format, disk_gb=disk_gb, pool=pool, pool_dir=pool_dir,
         network=network, vcpus=vcpus, memory_mib=memory_mib, virt_type=virt_type.value, gpu=not no_gpu,
-        start=not no_start, doctor_root=doctor_root, preflight=not skip_doctor,
+        start=not no_start, doctor_root=doctor_root, preflight=not skip_doctor, probe_keys=probe_keys,
     )  # fmt: skip
     layout = _layout(inventory, mode)
     with open_store(db) as store:

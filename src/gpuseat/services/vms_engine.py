@@ -28,6 +28,14 @@ _YES = ("yes", "true", "1", "on")
 PROBE_TIMEOUT_S = 60
 
 
+def probe_public_key(key: Path, *, where: str = "probe_key") -> str:
+    """The one-line public key (``KEY.pub``) of the organiser's probe key ``KEY``, for the seeds."""
+    pub = key.with_name(key.name + ".pub")
+    if not pub.is_file():
+        raise InputError(f"{pub} not found", where=where, fix="give a key made by ssh-keygen (KEY, KEY.pub)")
+    return pub.read_text().strip()
+
+
 class LibvirtEngine:
     """Seats as libvirt VMs.
 
@@ -63,14 +71,7 @@ class LibvirtEngine:
         self.inventory = Path(inventory) if inventory else None
         self.mode = mode
         self.probe_key = Path(probe_key) if probe_key else None
-        probe_pub: tuple[str, ...] = ()
-        if self.probe_key is not None:
-            pub = self.probe_key.with_name(self.probe_key.name + ".pub")
-            if not pub.is_file():
-                raise InputError(
-                    f"{pub} not found", where="probe_key", fix="give a key made by ssh-keygen (KEY, KEY.pub)"
-                )
-            probe_pub = (pub.read_text().strip(),)
+        probe_pub = (probe_public_key(self.probe_key),) if self.probe_key is not None else ()
         try:
             self.options = vms.VmOptions(
                 connect=connect, image=image, pool=pool, pool_dir=pool_dir, network=network or None,
