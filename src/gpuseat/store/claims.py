@@ -7,7 +7,9 @@ so a claim is:
 
 * PostgreSQL: one statement, one round trip (autocommit): CTEs find the participant and the seat they
   hold, pick the best free suitable seat ``FOR UPDATE SKIP LOCKED`` (concurrent claims take different
-  seats instead of queueing), insert the assignment and the ``events`` row, and return the seat;
+  seats instead of queueing), insert the assignment and the ``events`` row, and return the seat (or,
+  when none was taken, how many suitable seats are free, locked ones included, so "no free seat" and
+  "being claimed right now: try again" need no second round trip);
 * SQLite: a lock-free read of the participant and their seat, then ``BEGIN IMMEDIATE`` and one
   ``INSERT … SELECT … ORDER BY … LIMIT 1 RETURNING`` plus the ``events`` row.
 
@@ -182,34 +184,23 @@ WITH n0 AS (
     SELECT :now, :ckey, :actor, 'seat.claim', n.pkey, pick.key, CAST(:detail AS json)
     FROM ins JOIN pick ON pick.id = ins.seat_id CROSS JOIN n
 )
-SELECT 'held' AS how, n.pkey, n.grp, {", ".join(f"h.{c}" for c in SEAT_COLUMNS)}, h.valid_from, h.mode
+SELECT 'held' AS how, n.pkey, n.grp, {", ".join(f"h.{c}" for c in SEAT_COLUMNS)}, h.valid_from, h.mode, 0, 0
 FROM n JOIN held h ON true
 UNION ALL
-SELECT 'new', n.pkey, n.grp, {_COLS}, ins.valid_from, ins.mode
+SELECT 'new', n.pkey, n.grp, {_COLS}, ins.valid_from, ins.mode, 0, 0
 FROM n JOIN ins ON true JOIN seats s ON s.id = ins.seat_id
 UNION ALL
-SELECT 'none', n.pkey, n.grp, {", ".join("NULL" for _ in SEAT_COLUMNS)}, NULL, NULL
+SELECT 'none', n.pkey, n.grp, {", ".join("NULL" for _ in SEAT_COLUMNS)}, NULL, NULL,
+       (SELECT count(*) FROM seats s WHERE s.course_id = :cid AND s.state IN ({_STATES}) AND {_FREE}
+          AND {_suits(_PG_RESERVED, "n.grp", "n.mem", "n.iso", "n.win")}),
+       (SELECT count(*) FROM seats s WHERE s.course_id = :cid)
 FROM n WHERE NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM ins)
 """
-
-# PostgreSQL, only after a claim found nothing: is a suitable seat free at all (locked ones included)?
-_PG_ANY_FREE = f"""
-WITH n AS (SELECT CAST(:grp AS text) AS grp, CAST(:mem AS float8) AS mem, CAST(:iso AS integer) AS iso,
-                  CAST(:win AS integer) AS win)
-SELECT count(*) FROM seats s CROSS JOIN n
-WHERE s.course_id = :cid AND s.state IN ({_STATES}) AND {_FREE}
-  AND {_suits(_PG_RESERVED, "n.grp", "n.mem", "n.iso", "n.win")}
-"""
-
 
 _SQLITE_EVENT = (
     "INSERT INTO events (at, course_key, actor, action, participant, seat, detail) "
     "SELECT :now, :ckey, :actor, 'seat.claim', :pkey, s.key, :detail FROM seats s WHERE s.id = :sid"
 )
-_PG_STATEMENTS = {
-    "any": text(_PG_ANY_FREE),
-    "total": text("SELECT count(*) FROM seats WHERE course_id = :cid"),
-}
 
 
 # -- per store state -----------------------------------------------------------------------------------
@@ -446,15 +437,9 @@ def _pg_claim_sql() -> str:
     return str(text(_PG_CLAIM).compile(dialect=psycopg.dialect()))
 
 
-@functools.cache
-def _pg_sql(name: str) -> str:
-    """The rare statements after a claim found nothing, as psycopg's SQL text (compiled once)."""
-    from sqlalchemy.dialects.postgresql import psycopg
-
-    return str(_PG_STATEMENTS[name].compile(dialect=psycopg.dialect()))
-
-
-_SEAT_AT = slice(3, 3 + len(SEAT_COLUMNS))  # the claim's columns: how, pkey, grp, the seat, valid_from, mode
+# the claim's columns: how, pkey, grp, the seat, valid_from, mode, and for "none": how many suitable seats
+# are free (locked ones included: being claimed right now) and how many seats the course has
+_SEAT_AT = slice(3, 3 + len(SEAT_COLUMNS))
 
 
 def _claim_pg(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
@@ -480,17 +465,15 @@ def _claim_pg(store: Any, info: _Course, who: str, mode: str, actor: str) -> Cla
             raise
         if found is None:
             return None
-        how, pkey, group = found[0], found[1], found[2]
-        if how != "none":
-            seat = dict(zip(SEAT_COLUMNS, found[_SEAT_AT], strict=True))
-            return Claimed(info.key, pkey, seat, found[-2], found[-1] or "assigned", how == "new")
-        p.update(_need(info, group))
-        if raw.execute(_pg_sql("any"), p).fetchone()[0]:
-            return "retry"
-        total = raw.execute(_pg_sql("total"), p).fetchone()[0] or 0
     finally:
         conn.close()
-    raise _no_free_seat(info, pkey, group, int(total))
+    how, pkey, group, free, total = found[0], found[1], found[2], found[-2], found[-1]
+    if how != "none":
+        seat = dict(zip(SEAT_COLUMNS, found[_SEAT_AT], strict=True))
+        return Claimed(info.key, pkey, seat, found[-4], found[-3] or "assigned", how == "new")
+    if free:
+        return "retry"
+    raise _no_free_seat(info, pkey, group, int(total or 0))
 
 
 def _no_free_seat(info: _Course, pkey: str, group: str | None, total: int) -> NoFreeSeat:
