@@ -26,6 +26,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -104,6 +105,7 @@ class Seat(Base):
     __table_args__ = (
         UniqueConstraint("course_id", "key", name="uq_seats_course_key"),
         UniqueConstraint("course_id", "device_uuid", name="uq_seats_course_device_uuid"),
+        Index("ix_seats_free", "course_id", sqlite_where=text("NOT taken"), postgresql_where=text("NOT taken")),
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     course_id: Mapped[int] = mapped_column(ForeignKey("courses.id", ondelete="CASCADE"), index=True)
@@ -124,6 +126,9 @@ class Seat(Base):
     # structured way in (services.engine.Access.to_dict) and the last readiness check (Readiness.to_dict)
     access: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     readiness: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # true while an assignment of this seat is open: kept by database triggers on assignments (migration
+    # 0011), never written by the application; the claim reads it on the seat row it locks
+    taken: Mapped[bool] = mapped_column(Boolean, server_default=false())
 
 
 class Assignment(Base):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 from gpuseat.core.seating import CLAIM_MODES, ClaimMode
-from gpuseat.db.models import Assignment, Seat
 from gpuseat.errors import InputError
 from gpuseat.store.base import StoreBase
 from gpuseat.store.rows import DEFAULT_ACTOR, _seat_view
@@ -27,5 +29,8 @@ class ClaimMethods(StoreBase):
         from gpuseat.store.claims import claim  # the claim is one SQL statement (see that module)
 
         got = claim(self, course, participant, mode=mode, actor=actor)
-        held = Assignment(valid_from=got.since, mode=got.mode)
-        return _seat_view(got.course, Seat(**got.seat), (got.participant, held))
+        # plain attribute holders, not ORM objects: _seat_view only reads them (an ORM instance costs a
+        # claim more CPU than the rest of its Python side)
+        held: Any = SimpleNamespace(valid_from=got.since, mode=got.mode)
+        seat: Any = SimpleNamespace(**got.seat)
+        return _seat_view(got.course, seat, (got.participant, held))

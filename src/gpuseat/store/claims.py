@@ -7,7 +7,9 @@ so a claim is:
 
 * PostgreSQL: one statement, one round trip (autocommit): CTEs find the participant and the seat they
   hold, pick the best free suitable seat ``FOR UPDATE SKIP LOCKED`` (concurrent claims take different
-  seats instead of queueing), insert the assignment and the ``events`` row, and return the seat;
+  seats instead of queueing), insert the assignment and the ``events`` row, and return the seat (or,
+  when none was taken, how many suitable seats are free, locked ones included, so "no free seat" and
+  "being claimed right now: try again" need no second round trip);
 * SQLite: a lock-free read of the participant and their seat, then ``BEGIN IMMEDIATE`` and one
   ``INSERT … SELECT … ORDER BY … LIMIT 1 RETURNING`` plus the ``events`` row.
 
@@ -39,7 +41,7 @@ from gpuseat.core.seating import ASSIGNABLE_STATES, KIND_ISOLATION, VM_KINDS, is
 from gpuseat.errors import InputError, NoFreeSeat, NotFound, StoreError, did_you_mean
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection, Engine
+    from sqlalchemy.engine import Engine
 
 __all__ = ["Claimed", "claim", "close", "forget_course"]
 
@@ -81,6 +83,7 @@ class _Course:
     id: int
     key: str
     needs: dict[str, tuple[float, int, int]]  # group → (min GPU memory, isolation rank, needs a VM)
+    needs_json: str  # the same, as the PostgreSQL claim's :needs parameter
 
 
 # -- SQL ---------------------------------------------------------------------------------------------
@@ -92,7 +95,9 @@ _KIND_RANK = (
     + f" ELSE {isolation_rank('shared')} END"
 )
 _VM = ", ".join(f"'{k}'" for k in VM_KINDS)
-_FREE = "NOT EXISTS (SELECT 1 FROM assignments a2 WHERE a2.seat_id = s.id AND a2.valid_to IS NULL)"
+# free: no open assignment, as the seat row says (database triggers keep ``taken``, migration 0011), so a
+# claim that locks a seat taken since its snapshot re-checks the row and skips it (no lost race)
+_FREE = "NOT s.taken"
 
 
 def _suits(reserved: str, grp: str, mem: str, iso: str, win: str) -> str:
@@ -165,7 +170,7 @@ WITH n0 AS (
     SELECT {_COLS}, a.valid_from, a.mode FROM assignments a JOIN n ON a.participant_id = n.pid
     JOIN seats s ON s.id = a.seat_id WHERE a.valid_to IS NULL
 ), pick AS (
-    SELECT {_COLS} FROM seats s CROSS JOIN n
+    SELECT s.id, s.key FROM seats s CROSS JOIN n
     WHERE s.course_id = :cid AND s.state IN ({_STATES}) AND {_FREE} AND NOT EXISTS (SELECT 1 FROM held)
       AND {_suits(_PG_RESERVED, "n.grp", "n.mem", "n.iso", "n.win")}
     ORDER BY {_order(_PG_RESERVED, "n.grp", ' COLLATE "C"')}
@@ -179,33 +184,23 @@ WITH n0 AS (
     SELECT :now, :ckey, :actor, 'seat.claim', n.pkey, pick.key, CAST(:detail AS json)
     FROM ins JOIN pick ON pick.id = ins.seat_id CROSS JOIN n
 )
-SELECT 'held' AS how, n.pkey, n.grp, {", ".join(f"h.{c}" for c in SEAT_COLUMNS)}, h.valid_from, h.mode
+SELECT 'held' AS how, n.pkey, n.grp, {", ".join(f"h.{c}" for c in SEAT_COLUMNS)}, h.valid_from, h.mode, 0, 0
 FROM n JOIN held h ON true
 UNION ALL
-SELECT 'new', n.pkey, n.grp, {", ".join(f"pick.{c}" for c in SEAT_COLUMNS)}, ins.valid_from, ins.mode
-FROM n JOIN pick ON true JOIN ins ON ins.seat_id = pick.id
+SELECT 'new', n.pkey, n.grp, {_COLS}, ins.valid_from, ins.mode, 0, 0
+FROM n JOIN ins ON true JOIN seats s ON s.id = ins.seat_id
 UNION ALL
-SELECT 'none', n.pkey, n.grp, {", ".join("NULL" for _ in SEAT_COLUMNS)}, NULL, NULL
+SELECT 'none', n.pkey, n.grp, {", ".join("NULL" for _ in SEAT_COLUMNS)}, NULL, NULL,
+       (SELECT count(*) FROM seats s WHERE s.course_id = :cid AND s.state IN ({_STATES}) AND {_FREE}
+          AND {_suits(_PG_RESERVED, "n.grp", "n.mem", "n.iso", "n.win")}),
+       (SELECT count(*) FROM seats s WHERE s.course_id = :cid)
 FROM n WHERE NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM ins)
 """
-
-# PostgreSQL, only after a claim found nothing: is a suitable seat free at all (locked ones included)?
-_PG_ANY_FREE = f"""
-WITH n AS (SELECT CAST(:grp AS text) AS grp, CAST(:mem AS float8) AS mem, CAST(:iso AS integer) AS iso,
-                  CAST(:win AS integer) AS win)
-SELECT count(*) FROM seats s CROSS JOIN n
-WHERE s.course_id = :cid AND s.state IN ({_STATES}) AND {_FREE}
-  AND {_suits(_PG_RESERVED, "n.grp", "n.mem", "n.iso", "n.win")}
-"""
-
 
 _SQLITE_EVENT = (
     "INSERT INTO events (at, course_key, actor, action, participant, seat, detail) "
     "SELECT :now, :ckey, :actor, 'seat.claim', :pkey, s.key, :detail FROM seats s WHERE s.id = :sid"
 )
-_PG_STATEMENTS = {
-    "any": text(_PG_ANY_FREE),
-}
 
 
 # -- per store state -----------------------------------------------------------------------------------
@@ -266,7 +261,8 @@ def _course(store: Any, key: str | None) -> _Course:
                     fix=f"one of: {', '.join(known)}" if known else "create one: gpuseat course create COURSE.toml",
                 )
     summary = row[2] if isinstance(row[2], dict) else json.loads(row[2] or "{}")
-    found = _Course(int(row[0]), str(row[1]), _needs(summary))
+    needs = _needs(summary)
+    found = _Course(int(row[0]), str(row[1]), needs, json.dumps({g: list(v) for g, v in needs.items()}))
     if key is not None:
         with _lock:
             _courses.setdefault(store, {})[key] = found
@@ -344,8 +340,13 @@ def _params(info: _Course, who: str, mode: str, actor: str) -> dict[str, Any]:
         "mode": mode,
         "actor": actor[:128],
         "now": datetime.now(UTC),
-        "detail": json.dumps({"mode": mode}),
+        "detail": _detail(mode),
     }
+
+
+@functools.cache
+def _detail(mode: str) -> str:
+    return json.dumps({"mode": mode})
 
 
 def _need(info: _Course, group: str | None) -> dict[str, Any]:
@@ -436,19 +437,25 @@ def _pg_claim_sql() -> str:
     return str(text(_PG_CLAIM).compile(dialect=psycopg.dialect()))
 
 
+# the claim's columns: how, pkey, grp, the seat, valid_from, mode, and for "none": how many suitable seats
+# are free (locked ones included: being claimed right now) and how many seats the course has
+_SEAT_AT = slice(3, 3 + len(SEAT_COLUMNS))
+
+
 def _claim_pg(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
-    """The one statement, sent on the pool's connection by the driver itself: the claim is the hottest
+    """The one statement, sent on a pooled connection by the driver itself: the claim is the hottest
     path (every JupyterHub start), and SQLAlchemy's per-statement machinery costs more CPU than the
     statement does on the server."""
     import psycopg
 
     p = _params(info, who, mode, actor)
-    p["needs"] = json.dumps({g: list(v) for g, v in info.needs.items()})
-    with _pg_engine(store).connect() as conn:
-        raw = conn.connection.driver_connection
+    p["needs"] = info.needs_json
+    conn = _pg_engine(store).raw_connection()  # the pool's connection without a SQLAlchemy Connection
+    try:
+        raw = conn.driver_connection
         assert raw is not None
         try:
-            cur = raw.execute(_pg_claim_sql(), p)
+            found = raw.execute(_pg_claim_sql(), p).fetchone()
         except psycopg.errors.UniqueViolation:
             raise _LostRace from None
         except psycopg.OperationalError:
@@ -456,24 +463,17 @@ def _claim_pg(store: Any, info: _Course, who: str, mode: str, actor: str) -> Cla
                 conn.invalidate()
                 raise _LostRace from None
             raise
-        found = cur.fetchone()
         if found is None:
             return None
-        row = dict(zip([d.name for d in cur.description or ()], found, strict=True))
-        if row["how"] != "none":
-            seat = {c: row[c] for c in SEAT_COLUMNS}
-            return Claimed(
-                info.key, row["pkey"], seat, row["valid_from"], row["mode"] or "assigned", row["how"] == "new"
-            )
-        p.update(_need(info, row["grp"]))
-        if _any_free(conn, p):
-            return "retry"
-        total = conn.execute(text("SELECT count(*) FROM seats WHERE course_id = :cid"), p).scalar() or 0
-    raise _no_free_seat(info, row["pkey"], row["grp"], int(total))
-
-
-def _any_free(conn: Connection, params: dict[str, Any]) -> bool:
-    return bool(conn.execute(_PG_STATEMENTS["any"], params).scalar())
+    finally:
+        conn.close()
+    how, pkey, group, free, total = found[0], found[1], found[2], found[-2], found[-1]
+    if how != "none":
+        seat = dict(zip(SEAT_COLUMNS, found[_SEAT_AT], strict=True))
+        return Claimed(info.key, pkey, seat, found[-4], found[-3] or "assigned", how == "new")
+    if free:
+        return "retry"
+    raise _no_free_seat(info, pkey, group, int(total or 0))
 
 
 def _no_free_seat(info: _Course, pkey: str, group: str | None, total: int) -> NoFreeSeat:
