@@ -12,7 +12,7 @@ is the assignments triggers' own (deleting an archived course deletes its open a
 
 Revision ID: 0011
 Revises: 0010
-Create Date: 2027-01-11
+Create Date: 2026-12-03
 """
 
 from __future__ import annotations
