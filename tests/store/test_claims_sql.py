@@ -111,6 +111,39 @@ def test_claim_finds_by_email_and_unix_user_and_names_unknown_people(course2016:
         course2016.claim_seat(None, p.key, mode="borrow")  # type: ignore[arg-type]
 
 
+def test_a_participants_second_claim_that_loses_the_race_gets_the_seat_they_hold(
+    course2016: CourseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two claims for one person at once (two hub servers, a double click): the one that looked before
+    the other took a seat loses at the unique index, is retried, and answers the seat now held."""
+    from gpuseat.services.courses import open_store
+    from gpuseat.store import claims
+
+    p = course2016.participants()[0]
+    course2016.add_seats(None, [SeatSpec(key=f"g{i}", kind="gpu", memory_gb=80) for i in range(3)])
+    other = open_store(course2016.url)
+    first: dict[str, str] = {}
+    if course2016._engine.dialect.name == "sqlite":  # the lookup runs before the write lock: race it there
+        real = claims._writing
+
+        @contextlib.contextmanager
+        def racing(store: CourseStore):  # type: ignore[no-untyped-def]
+            if not first:
+                first["seat"] = "?"  # (the other claim's own write passes straight through)
+                first["seat"] = other.claim_seat(None, p.key).key  # the other claim wins meanwhile
+            with real(store) as s:
+                yield s
+
+        monkeypatch.setattr(claims, "_writing", racing)
+    else:  # one statement: two claims of one person race inside the database
+        first["seat"] = other.claim_seat(None, p.key).key
+    got = course2016.claim_seat(None, p.key)
+    other.close()
+    assert got.key == first["seat"] and got.participant == p.key
+    held = [x for x in course2016.seats(None) if x.participant == p.key]
+    assert [x.key for x in held] == [first["seat"]]
+
+
 def test_claim_after_the_course_is_deleted_and_made_again(store: CourseStore, tmp_path: Path) -> None:
     """The claim remembers course ids per store; a course made again under the same key is found."""
     rng = random.Random(7)

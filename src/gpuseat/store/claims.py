@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import random
+import sqlite3
 import threading
 import time
 import weakref
@@ -309,8 +310,10 @@ def claim(store: Any, course: str | None, who: str, *, mode: str, actor: str) ->
         info = _course(store, course)
         try:
             got = _claim_pg(store, info, who, mode, actor) if postgres else _claim_sqlite(store, info, who, mode, actor)
-        except (IntegrityError, _LostRace):
-            continue  # another claim took that seat (or this participant's other claim won): look again
+        except (IntegrityError, sqlite3.IntegrityError, _LostRace):
+            # another claim took that seat (or this participant's other claim won): look again. The
+            # SQLite take runs on sqlite3 itself, so its unique-index error is sqlite3's own.
+            continue
         except OperationalError as exc:
             if not exc.connection_invalidated:
                 raise
