@@ -3,6 +3,11 @@
 A wrong-login storm (8 clients from 8 addresses, argon2 on every try) and a SQLite write lock held
 by another process (as the monitor or a CLI command may hold it) run while a probe times ``/healthz``;
 its p99 must stay within 2x the idle p99 measured just before (ratios, never absolute times).
+
+On a loaded 2-core CI machine one comparison can exceed 2x by chance (the p99 of 300 probes is
+their third-worst); a freeze cannot pass by chance: it held ``/healthz`` for seconds on every try
+(12.6 s for 72 wrong logins before the fix). So each test takes the best of up to three
+comparisons: noise has to lose all three, a freeze loses every one.
 """
 
 from __future__ import annotations
@@ -109,6 +114,18 @@ def compare(url: str, storm: Storm, rounds: int = 3) -> tuple[float, float, int]
     return p99(idle), p99(busy), done
 
 
+def best_of(url: str, storm: Storm, attempts: int = 3) -> tuple[float, float, int]:
+    """The comparison with the lowest busy/idle ratio among up to ``attempts`` (stops at one within 2x)."""
+    results = []
+    for _ in range(attempts):
+        idle, busy, done = compare(url, storm)
+        results.append((idle, busy, done))
+        print(f"healthz p99 idle {idle * 1000:.2f} ms, busy {busy * 1000:.2f} ms ({done} storm requests)")
+        if busy <= 2 * idle:
+            break
+    return min(results, key=lambda r: r[1] / r[0])
+
+
 @pytest.fixture(scope="module")
 def demo_server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("loop")
@@ -122,7 +139,7 @@ def demo_server(tmp_path_factory):
 def test_a_wrong_login_storm_does_not_stall_healthz(demo_server):
     storm = Storm(demo_server, "wrong")
     try:
-        idle, busy, tries = compare(demo_server.url, storm)
+        idle, busy, tries = best_of(demo_server.url, storm)
     finally:
         storm.close()
     print(f"healthz p99 idle {idle * 1000:.2f} ms, during {tries} wrong logins {busy * 1000:.2f} ms")
@@ -137,7 +154,7 @@ def test_a_held_sqlite_write_lock_does_not_stall_healthz(demo_server):
     holder.execute("BEGIN IMMEDIATE")  # another process would hold it the same way: writers must wait
     storm = Storm(demo_server, "writes")
     try:
-        idle, busy, _ = compare(demo_server.url, storm)
+        idle, busy, _ = best_of(demo_server.url, storm)
     finally:
         holder.execute("ROLLBACK")
         holder.close()
