@@ -326,7 +326,9 @@ def _pg_engine(store: Any) -> Engine:
         if engine is None:
             from sqlalchemy import create_engine
 
-            engine = create_engine(store._engine.url, isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=8)
+            engine = create_engine(
+                store._engine.url, isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=8, pool_reset_on_return=None
+            )
             _pg_engines[store] = engine
             weakref.finalize(store, engine.dispose)
         return engine
