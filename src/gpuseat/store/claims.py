@@ -397,15 +397,39 @@ def _need(info: _Course, group: str | None) -> dict[str, Any]:
 
 @contextmanager
 def _writing(store: Any) -> Iterator[Any]:
-    """SQLite's write transaction for a claim: the store's writer queue and ``BEGIN IMMEDIATE`` on a Core
-    connection (an ORM session costs a claim more than its SQL does); the store's ``_write()`` otherwise."""
-    queue, writer = getattr(store, "_queue", None), getattr(store, "_writer", None)
-    if queue is None or writer is None:
+    """SQLite's write transaction for a claim: the store's writer queue, then ``BEGIN IMMEDIATE`` …
+    ``COMMIT`` sent by sqlite3 itself on a pooled connection (SQLAlchemy's transaction bookkeeping is CPU
+    spent while holding the one write lock); the store's ``_write()`` where there is no queue. A lost
+    race (this participant's other claim took a seat first) is :class:`_LostRace`; a held write lock
+    past the busy timeout is the store's clear error."""
+    import sqlite3
+
+    from gpuseat.db import sqlite_error
+
+    queue = getattr(store, "_queue", None)
+    if queue is None:
         with store._write() as s:
-            yield s
+            yield _driver(s)
         return
-    with queue(), writer.begin() as conn:
-        yield conn
+    with queue():
+        pooled = store._engine.raw_connection()
+        try:
+            raw = pooled.driver_connection
+            try:
+                raw.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise (sqlite_error(str(exc), store._engine.url.database) or exc) from None
+            try:
+                yield raw
+                raw.execute("COMMIT")
+            except BaseException:
+                if raw.in_transaction:
+                    raw.execute("ROLLBACK")
+                raise
+        except sqlite3.IntegrityError:
+            raise _LostRace from None
+        finally:
+            pooled.close()
 
 
 def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
@@ -424,8 +448,7 @@ def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) ->
             info.key, row["pkey"], _sqlite_seat(row), _when(row["valid_from"]), row["mode"] or "assigned", False
         )
     p.update(_need(info, row["grp"]), pid=row["pid"], pkey=row["pkey"])
-    with _writing(store) as s:
-        raw = _driver(s)
+    with _writing(store) as raw:
         took = raw.execute(_SQLITE_TAKE, p).fetchone()
         if took is None:
             total = raw.execute("SELECT count(*) FROM seats WHERE course_id = :cid", p).fetchone()[0]
