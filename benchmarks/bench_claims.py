@@ -10,6 +10,10 @@ For each database (SQLite file, PostgreSQL schema), roster size (1,000 and 10,00
   row written, ``FOR UPDATE SKIP LOCKED`` / ``BEGIN IMMEDIATE``. It uses what the schema offers gpuseat:
   a seat is free when ``NOT seats.taken`` (the flag the database triggers keep, served by the partial
   index ``ix_seats_free``), so its ``FOR UPDATE SKIP LOCKED`` also skips a seat taken since its snapshot;
+  the best seat is the better of the best one reserved for the group and the best open one, each read
+  in preference order from its partial index (``ix_seats_free_reserved``, ``ix_seats_free_order``,
+  migration 0012) instead of sorting every free seat; the participant's open assignment is looked up
+  with the id as a one-value subquery (an index lookup in PostgreSQL's generic plan too), as gpuseat does;
 * ``floor`` — one table, one ``UPDATE … WHERE id = (SELECT … LIMIT 1 [FOR UPDATE SKIP LOCKED]) RETURNING``.
 
 Every client is ready before the clock starts: connected, and its claim statement run once for a
@@ -92,17 +96,34 @@ ISOLATION = (
     "(CASE s.kind WHEN 'gpu' THEN 2 WHEN 'vm' THEN 2 WHEN 'cloud' THEN 2 WHEN 'slurm' THEN 2 "
     "WHEN 'mig' THEN 1 WHEN 'vgpu' THEN 1 ELSE 0 END)"
 )
+FITS = (
+    "(s.memory_gb IS NULL OR s.memory_gb >= {m}) AND " + ISOLATION + " >= {i}"
+    " AND ({w} = 0 OR s.kind IN ('vm', 'vgpu', 'cloud') OR s.engine = 'libvirt')"
+)
+RANK = "(s.kind = 'cloud'), (s.memory_gb IS NULL), s.memory_gb, s.key{c}"
+BETTER = "(b.kind = 'cloud'), b.r, (b.memory_gb IS NULL), b.memory_gb, b.key{c}"
+
+
+def arms(cid: str, grp: str, fits: str, extra: str, collate: str, lock: str, reserved: str) -> tuple[str, str]:
+    """The best free seat reserved for the group and the best free open seat, each from its partial index."""
+    head = "SELECT s.id, s.key, s.kind, s.memory_gb, {r} AS r FROM seats s"
+    where = f"s.course_id = {cid} AND NOT s.taken AND s.state IN {STATES} AND {fits}{extra}"
+    tail = f"ORDER BY {RANK.format(c=collate)} LIMIT 1{lock}"
+    return (
+        f"{head.format(r=0)} WHERE {where} AND json_array_length(s.groups) > 0 AND {grp} IS NOT NULL AND {reserved} "
+        + tail,
+        f"{head.format(r=1)} WHERE {where} AND json_array_length(s.groups) = 0 {tail}",
+    )
+
+
+SQLITE_ARMS = arms(
+    "?3", "?4", FITS.format(m="?5", i="?6", w="?7"), "", "", "",
+    "EXISTS (SELECT 1 FROM json_each(s.groups) j WHERE j.value = ?4)",
+)  # fmt: skip
 PLAIN_SQLITE_TAKE = f"""
 INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
-SELECT s.id, ?1, ?2, 'pool' FROM seats s
-WHERE s.course_id = ?3 AND s.state IN {STATES} AND {FREE}
-  AND (json_array_length(s.groups) = 0 OR EXISTS (SELECT 1 FROM json_each(s.groups) j WHERE j.value = ?4))
-  AND (s.memory_gb IS NULL OR s.memory_gb >= ?5) AND {ISOLATION} >= ?6
-  AND (?7 = 0 OR s.kind IN ('vm', 'vgpu', 'cloud') OR s.engine = 'libvirt')
-ORDER BY (s.kind = 'cloud'),
-  CASE WHEN json_array_length(s.groups) > 0 AND EXISTS (SELECT 1 FROM json_each(s.groups) j WHERE j.value = ?4)
-       THEN 0 ELSE 1 END,
-  (s.memory_gb IS NULL), s.memory_gb, s.key LIMIT 1
+SELECT b.id, ?1, ?2, 'pool' FROM (SELECT * FROM ({SQLITE_ARMS[0]}) UNION ALL SELECT * FROM ({SQLITE_ARMS[1]})) b
+ORDER BY {BETTER.format(c="")} LIMIT 1
 RETURNING seat_id
 """
 
@@ -111,22 +132,18 @@ PLAIN_SQLITE_LOOKUP = (
     "ON a.participant_id = p.id AND a.valid_to IS NULL WHERE p.course_id = ? AND p.key = ?"
 )
 
+PG_ARMS = arms(
+    "%(c)s", "(SELECT group_name FROM p)", FITS.format(m="%(m)s", i="0", w="0"),
+    " AND EXISTS (SELECT 1 FROM p) AND NOT EXISTS (SELECT 1 FROM held)", ' COLLATE "C"', " FOR UPDATE OF s SKIP LOCKED",
+    "EXISTS (SELECT 1 FROM json_array_elements_text(s.groups) j(v) WHERE j.v = (SELECT group_name FROM p))",
+)  # fmt: skip
 PLAIN_PG = f"""
 WITH p AS (SELECT id, key, group_name FROM participants WHERE course_id = %(c)s AND key = %(k)s),
-held AS (SELECT a.seat_id FROM assignments a JOIN p ON a.participant_id = p.id WHERE a.valid_to IS NULL),
-pick AS (
-  SELECT s.id, s.key FROM seats s, p
-  WHERE s.course_id = %(c)s AND s.state IN {STATES} AND {FREE} AND NOT EXISTS (SELECT 1 FROM held)
-    AND (json_array_length(s.groups) = 0
-         OR EXISTS (SELECT 1 FROM json_array_elements_text(s.groups) j(v) WHERE j.v = p.group_name))
-    AND (s.memory_gb IS NULL OR s.memory_gb >= %(m)s) AND {ISOLATION} >= 0
-    AND (0 = 0 OR s.kind IN ('vm', 'vgpu', 'cloud') OR s.engine = 'libvirt')
-  ORDER BY (s.kind = 'cloud'),
-    CASE WHEN json_array_length(s.groups) > 0
-              AND EXISTS (SELECT 1 FROM json_array_elements_text(s.groups) j(v) WHERE j.v = p.group_name)
-         THEN 0 ELSE 1 END,
-    (s.memory_gb IS NULL), s.memory_gb, s.key COLLATE "C" LIMIT 1
-  FOR UPDATE OF s SKIP LOCKED),
+held AS (SELECT a.seat_id FROM assignments a WHERE a.participant_id = (SELECT id FROM p) AND a.valid_to IS NULL),
+r AS ({PG_ARMS[0]}),
+o AS ({PG_ARMS[1]}),
+pick AS (SELECT b.id, b.key FROM (SELECT * FROM r UNION ALL SELECT * FROM o) b
+         ORDER BY {BETTER.format(c=' COLLATE "C"')} LIMIT 1),
 ins AS (INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
         SELECT pick.id, p.id, %(t)s, 'pool' FROM pick, p RETURNING seat_id),
 ev AS (INSERT INTO events (at, course_key, actor, action, participant, seat, detail)

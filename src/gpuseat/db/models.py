@@ -93,6 +93,10 @@ class Participant(Base):
     updated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
+SEAT_FREE_OPEN = "NOT taken AND json_array_length(groups) = 0"
+SEAT_FREE_RESERVED = "NOT taken AND json_array_length(groups) > 0"
+
+
 class Seat(Base):
     """A seat: a GPU, MIG/vGPU slice, shared GPU, VM, Slurm or cloud machine that one participant uses.
 
@@ -106,6 +110,24 @@ class Seat(Base):
         UniqueConstraint("course_id", "key", name="uq_seats_course_key"),
         UniqueConstraint("course_id", "device_uuid", name="uq_seats_course_device_uuid"),
         Index("ix_seats_free", "course_id", sqlite_where=text("NOT taken"), postgresql_where=text("NOT taken")),
+        # the claim's preference order over free open seats, and the free reserved seats (migration 0012;
+        # there ``key`` is ``key COLLATE "C"`` on PostgreSQL, as the claim compares keys)
+        Index(
+            "ix_seats_free_order",
+            "course_id",
+            text("(kind = 'cloud')"),
+            text("(memory_gb IS NULL)"),
+            "memory_gb",
+            "key",
+            sqlite_where=text(SEAT_FREE_OPEN),
+            postgresql_where=text(SEAT_FREE_OPEN),
+        ),
+        Index(
+            "ix_seats_free_reserved",
+            "course_id",
+            sqlite_where=text(SEAT_FREE_RESERVED),
+            postgresql_where=text(SEAT_FREE_RESERVED),
+        ),
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     course_id: Mapped[int] = mapped_column(ForeignKey("courses.id", ondelete="CASCADE"), index=True)

@@ -47,9 +47,10 @@ if TYPE_CHECKING:
 __all__ = ["Claimed", "claim", "close", "forget_course"]
 
 RETRIES = 200  # lost races (a seat taken between this statement's snapshot and its lock) are retried
+# what the seat view of a claim shows (store.rows._seat_view), no more: every column returned costs the
+# client decoding time on the hottest path
 SEAT_COLUMNS = (
     "id",
-    "course_id",
     "key",
     "kind",
     "host",
@@ -63,7 +64,6 @@ SEAT_COLUMNS = (
     "state_reason",
     "state_at",
     "connect",
-    "created_at",
 )
 
 
@@ -101,21 +101,44 @@ _VM = ", ".join(f"'{k}'" for k in VM_KINDS)
 _FREE = "NOT s.taken"
 
 
-def _suits(reserved: str, grp: str, mem: str, iso: str, win: str) -> str:
-    """``misfit() is None`` of core.seating, in SQL (``reserved``: is the seat reserved for ``grp``)."""
+def _fits(mem: str, iso: str, win: str) -> str:
+    """``misfit() is None`` of core.seating apart from the group reservation: memory, isolation, guest OS."""
     return (
-        f"(json_array_length(s.groups) = 0 OR ({grp} IS NOT NULL AND {reserved}))"
-        f" AND (s.memory_gb IS NULL OR s.memory_gb + 1e-9 >= {mem})"
+        f"(s.memory_gb IS NULL OR s.memory_gb + 1e-9 >= {mem})"
         f" AND ({_KIND_RANK}) >= {iso}"
         f" AND ({win} = 0 OR s.kind IN ({_VM}) OR s.engine = 'libvirt')"
     )
 
 
-def _order(reserved: str, grp: str, collate: str) -> str:
-    """``preference()`` of core.seating: own hardware first, reserved for the group, smallest, by key.
-    (The group list is only searched for seats that have one: most seats are reserved for nobody.)"""
-    reserved_first = f"CASE WHEN json_array_length(s.groups) > 0 AND {grp} IS NOT NULL AND {reserved} THEN 0 ELSE 1 END"
-    return f"(s.kind = 'cloud'), {reserved_first}, (s.memory_gb IS NULL), s.memory_gb, s.key{collate}"
+def _suits(reserved: str, grp: str, mem: str, iso: str, win: str) -> str:
+    """``misfit() is None`` of core.seating, in SQL (``reserved``: is the seat reserved for ``grp``)."""
+    return f"(json_array_length(s.groups) = 0 OR ({grp} IS NOT NULL AND {reserved})) AND {_fits(mem, iso, win)}"
+
+
+# ``preference()`` of core.seating is (own hardware first, reserved for the group first, smallest, by key).
+# A suitable seat is either reserved for the participant's group or reserved for nobody ("open"), so the
+# best seat is the better of two: the best reserved one and the best open one, each ranked by
+# (cloud, no memory known, memory, key). The open seats come in that order from the partial index
+# ``ix_seats_free_order`` (migration 0012): the best is the first suitable entry, a log-n lookup instead of
+# sorting every free seat per claim; the reserved ones (few) come from ``ix_seats_free_reserved``.
+_RANK = "(s.kind = 'cloud'), (s.memory_gb IS NULL), s.memory_gb, s.key{collate}"
+_OPEN = "json_array_length(s.groups) = 0"  # as in the partial indexes' WHERE (the planners match it)
+_RESERVED_SEATS = "json_array_length(s.groups) > 0"
+# the better of the two picks (``r``: 0 for the reserved one): preference() on the picked rows
+_BETTER = "(b.kind = 'cloud'), b.r, (b.memory_gb IS NULL), b.memory_gb, b.key{collate}"
+
+
+def _best(
+    reserved: str, grp: str, mem: str, iso: str, win: str, extra: str, collate: str, lock: str
+) -> tuple[str, str]:
+    """The best free suitable seat, as two ``UNION ALL`` arms (reserved for ``grp``, then open seats)."""
+    head = "SELECT s.id, s.key, s.kind, s.memory_gb, {r} AS r FROM seats s"
+    where = f"s.course_id = :cid AND NOT s.taken AND s.state IN ({_STATES}) AND {_fits(mem, iso, win)}{extra}"
+    tail = f"ORDER BY {_RANK.format(collate=collate)} LIMIT 1{lock}"
+    return (
+        f"{head.format(r=0)} WHERE {where} AND {_RESERVED_SEATS} AND {grp} IS NOT NULL AND {reserved} {tail}",
+        f"{head.format(r=1)} WHERE {where} AND {_OPEN} {tail}",
+    )
 
 
 _COLS = ", ".join(f"s.{c}" for c in SEAT_COLUMNS)
@@ -137,15 +160,16 @@ WHERE {_WHO}
 """
 
 _SQLITE_RESERVED = "EXISTS (SELECT 1 FROM json_each(s.groups) j WHERE j.value = :grp)"
+_SQLITE_ARMS = _best(_SQLITE_RESERVED, ":grp", ":mem", ":iso", ":win", "", "", "")
 
 # SQLite, step 2 (under BEGIN IMMEDIATE): take the best free suitable seat in one statement
 _SQLITE_TAKE = f"""
 INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
-SELECT s.id, :pid, :now, :mode FROM seats s
-WHERE s.course_id = :cid AND s.state IN ({_STATES}) AND {_FREE}
-  AND {_suits(_SQLITE_RESERVED, ":grp", ":mem", ":iso", ":win")}
-  AND EXISTS (SELECT 1 FROM courses c WHERE c.id = :cid AND c.archived_at IS NULL)
-ORDER BY {_order(_SQLITE_RESERVED, ":grp", "")}
+SELECT b.id, :pid, :now, :mode FROM (
+    SELECT * FROM ({_SQLITE_ARMS[0]}) UNION ALL SELECT * FROM ({_SQLITE_ARMS[1]})
+) b
+WHERE EXISTS (SELECT 1 FROM courses c WHERE c.id = :cid AND c.archived_at IS NULL)
+ORDER BY {_BETTER.format(collate="")}
 LIMIT 1
 RETURNING seat_id, valid_from, mode
 """
@@ -154,6 +178,18 @@ _SQLITE_SEAT = f"SELECT {_COLS} FROM seats s WHERE s.id = :sid"
 
 _PG_RESERVED = "EXISTS (SELECT 1 FROM json_array_elements_text(s.groups) j(v) WHERE j.v = n.grp)"
 _PG_NEED = "(CAST(:needs AS jsonb) -> n0.grp ->> {i})"
+# the arms read the participant's needs as one-value subqueries (computed once, before the scan), so each
+# arm is a scan of one index in preference order that stops at the first suitable seat it can lock
+_PG_ARMS = _best(
+    "EXISTS (SELECT 1 FROM json_array_elements_text(s.groups) j(v) WHERE j.v = (SELECT grp FROM n))",
+    "(SELECT grp FROM n)",
+    "(SELECT mem FROM n)",
+    "(SELECT iso FROM n)",
+    "(SELECT win FROM n)",
+    " AND EXISTS (SELECT 1 FROM n) AND NOT EXISTS (SELECT 1 FROM held)",
+    ' COLLATE "C"',
+    " FOR UPDATE OF s SKIP LOCKED",
+)
 
 # PostgreSQL: the whole claim in one statement (autocommit: one round trip)
 _PG_CLAIM = f"""
@@ -168,14 +204,17 @@ WITH n0 AS (
            coalesce(CAST({_PG_NEED.format(i=2)} AS integer), 0) AS win
     FROM n0
 ), held AS (
-    SELECT {_COLS}, a.valid_from, a.mode FROM assignments a JOIN n ON a.participant_id = n.pid
-    JOIN seats s ON s.id = a.seat_id WHERE a.valid_to IS NULL
+    -- the participant's id as a one-value subquery: an index lookup even in a generic plan (a join to
+    -- n0 there scans every open assignment)
+    SELECT {_COLS}, a.valid_from, a.mode FROM assignments a JOIN seats s ON s.id = a.seat_id
+    WHERE a.participant_id = (SELECT pid FROM n0) AND a.valid_to IS NULL
+), r AS (
+    {_PG_ARMS[0]}
+), o AS (
+    {_PG_ARMS[1]}
 ), pick AS (
-    SELECT s.id, s.key FROM seats s CROSS JOIN n
-    WHERE s.course_id = :cid AND s.state IN ({_STATES}) AND {_FREE} AND NOT EXISTS (SELECT 1 FROM held)
-      AND {_suits(_PG_RESERVED, "n.grp", "n.mem", "n.iso", "n.win")}
-    ORDER BY {_order(_PG_RESERVED, "n.grp", ' COLLATE "C"')}
-    LIMIT 1 FOR UPDATE OF s SKIP LOCKED
+    SELECT b.id, b.key FROM (SELECT * FROM r UNION ALL SELECT * FROM o) b
+    ORDER BY {_BETTER.format(collate=' COLLATE "C"')} LIMIT 1
 ), ins AS (
     INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
     SELECT pick.id, n.pid, :now, :mode FROM pick CROSS JOIN n
@@ -288,7 +327,9 @@ def _pg_engine(store: Any) -> Engine:
         if engine is None:
             from sqlalchemy import create_engine
 
-            engine = create_engine(store._engine.url, isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=8)
+            engine = create_engine(
+                store._engine.url, isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=8, pool_reset_on_return=None
+            )
             _pg_engines[store] = engine
             weakref.finalize(store, engine.dispose)
         return engine
@@ -359,15 +400,39 @@ def _need(info: _Course, group: str | None) -> dict[str, Any]:
 
 @contextmanager
 def _writing(store: Any) -> Iterator[Any]:
-    """SQLite's write transaction for a claim: the store's writer queue and ``BEGIN IMMEDIATE`` on a Core
-    connection (an ORM session costs a claim more than its SQL does); the store's ``_write()`` otherwise."""
-    queue, writer = getattr(store, "_queue", None), getattr(store, "_writer", None)
-    if queue is None or writer is None:
+    """SQLite's write transaction for a claim: the store's writer queue, then ``BEGIN IMMEDIATE`` …
+    ``COMMIT`` sent by sqlite3 itself on a pooled connection (SQLAlchemy's transaction bookkeeping is CPU
+    spent while holding the one write lock); the store's ``_write()`` where there is no queue. A lost
+    race (this participant's other claim took a seat first) is :class:`_LostRace`; a held write lock
+    past the busy timeout is the store's clear error."""
+    import sqlite3
+
+    from gpuseat.db import sqlite_error
+
+    queue = getattr(store, "_queue", None)
+    if queue is None:
         with store._write() as s:
-            yield s
+            yield _driver(s)
         return
-    with queue(), writer.begin() as conn:
-        yield conn
+    with queue():
+        pooled = store._engine.raw_connection()
+        try:
+            raw = pooled.driver_connection
+            try:
+                raw.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise (sqlite_error(str(exc), store._engine.url.database) or exc) from None
+            try:
+                yield raw
+                raw.execute("COMMIT")
+            except BaseException:
+                if raw.in_transaction:
+                    raw.execute("ROLLBACK")
+                raise
+        except sqlite3.IntegrityError:
+            raise _LostRace from None
+        finally:
+            pooled.close()
 
 
 def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
@@ -386,8 +451,7 @@ def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) ->
             info.key, row["pkey"], _sqlite_seat(row), _when(row["valid_from"]), row["mode"] or "assigned", False
         )
     p.update(_need(info, row["grp"]), pid=row["pid"], pkey=row["pkey"])
-    with _writing(store) as s:
-        raw = _driver(s)
+    with _writing(store) as raw:
         took = raw.execute(_SQLITE_TAKE, p).fetchone()
         if took is None:
             total = raw.execute("SELECT count(*) FROM seats WHERE course_id = :cid", p).fetchone()[0]
@@ -423,8 +487,7 @@ def _when(value: Any) -> Any:
 def _sqlite_seat(row: dict[str, Any]) -> dict[str, Any]:
     seat = {c: row[c] for c in SEAT_COLUMNS}
     seat["groups"] = json.loads(seat["groups"]) if isinstance(seat["groups"], str) else seat["groups"]
-    for name in ("state_at", "created_at"):
-        seat[name] = _when(seat[name])
+    seat["state_at"] = _when(seat["state_at"])
     return seat
 
 
