@@ -20,10 +20,15 @@ Every client is ready before the clock starts: connected, and its claim statemen
 participant who does not exist (so a process's first claim does not pay for opening connections and
 the server's first planning of the statement: the timing is claims, not start-up).
 
-Prints p50/p99 per claim, claims/s, seated / "no free seat" answers, double assignments (must be 0) and
-the ratios gpuseat/plain and gpuseat/floor, plus the load average (the machine may be shared).
+Each cell (database, roster, writers) runs ``--rounds`` times (default 5), the three methods taking
+turns, because one round is short: at 64 writers 1,000 claims take about a third of a second, and two
+single rounds of the same cell differed up to tenfold (2026-12-03). Prints, per method, the median
+round's claims/s with the slowest and fastest round, p50/p99 per claim over all rounds, seated / "no
+free seat" answers, double assignments (must be 0) and the ratios gpuseat/plain and gpuseat/floor, plus
+the load average (the machine may be shared).
 
-Run: ``.venv/bin/python benchmarks/bench_claims.py [--pg URL] [--participants 1000,10000] [--writers 16,64]``
+Run: ``.venv/bin/python benchmarks/bench_claims.py [--pg URL] [--participants 1000,10000] [--writers 16,64]
+[--rounds 5]``
 (``--pg`` defaults to ``GPUSEAT_TEST_PG_URL``; PostgreSQL is skipped without one).
 """
 
@@ -319,15 +324,32 @@ def run(url: str, method: str, procs: int, participants: int) -> dict[str, Any]:
     for w in workers:
         w.join()
     wall = max(r[3] for r in results) - t0
-    lat = sorted(x for r in results for x in r[0])
+    lat = [x for r in results for x in r[0]]
     return {
         "method": method,
         "claims_per_s": len(lat) / wall,
-        "p50_ms": statistics.median(lat) * 1000,
-        "p99_ms": lat[int(0.99 * (len(lat) - 1))] * 1000,
+        "latencies": lat,
         "seated": sum(r[1] for r in results),
         "no_free_seat": sum(r[2] for r in results),
         "doubles": doubles(url, method, logged),
+    }
+
+
+def summary(method: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One cell from its rounds: the median round's claims/s (with the slowest and fastest round), p50/p99
+    over every claim of every round, and the sums of the outcomes and doubles."""
+    speeds = sorted(r["claims_per_s"] for r in runs)
+    lat = sorted(x for r in runs for x in r["latencies"])
+    return {
+        "method": method,
+        "rounds": len(runs),
+        "claims_per_s": statistics.median(speeds),
+        "claims_per_s_range": [speeds[0], speeds[-1]],
+        "p50_ms": statistics.median(lat) * 1000,
+        "p99_ms": lat[int(0.99 * (len(lat) - 1))] * 1000,
+        "seated": sum(r["seated"] for r in runs) // len(runs),
+        "no_free_seat": sum(r["no_free_seat"] for r in runs) // len(runs),
+        "doubles": sum(r["doubles"] for r in runs),
     }
 
 
@@ -357,12 +379,15 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--pg", default=os.environ.get("GPUSEAT_TEST_PG_URL"))
     parser.add_argument("--databases", default="sqlite,postgresql", help="Which to run, comma-separated.")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="Runs of each cell, the methods taking turns (medians are printed)."
+    )
     parser.add_argument("--json", type=Path, help="Also write every row to this JSON file.")
     args = parser.parse_args()
     methods = [m for m in args.methods.split(",") if m]
     print(f"load average at start: {load()} ({os.cpu_count()} CPUs)")
     head = f"{'database':<11}{'people':>7}{'writers':>8} {'method':<8}{'claims/s':>9}{'p50 ms':>8}{'p99 ms':>8}"
-    print(head + f"{'seated':>8}{'no seat':>8}{'doubles':>8}")
+    print(head + f"{'seated':>8}{'no seat':>8}{'doubles':>8}   claims/s of the slowest–fastest round")
     rows: list[dict[str, Any]] = []
     for db in args.databases.split(","):
         if db == "postgresql" and not args.pg:
@@ -377,16 +402,23 @@ def main() -> None:
                 try:
                     setup(url, Path(tmp), participants, participants * 9 // 10)
                     for procs in (int(x) for x in args.writers.split(",")):
+                        # the methods take turns, round after round, so a change in the machine's load
+                        # weighs on all of them alike
+                        runs: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
+                        for _ in range(args.rounds):
+                            for method in methods:
+                                runs[method].append(run(url, method, procs, participants))
                         group = {}
                         for method in methods:
-                            r = run(url, method, procs, participants)
+                            r = summary(method, runs[method])
                             r.update(database=db, participants=participants, writers=procs, load=load())
                             rows.append(r)
                             group[method] = r
+                            low, high = r["claims_per_s_range"]
                             print(
                                 f"{db:<11}{participants:>7}{procs:>8} {method:<8}{r['claims_per_s']:>9.0f}"
                                 f"{r['p50_ms']:>8.1f}{r['p99_ms']:>8.1f}{r['seated']:>8}{r['no_free_seat']:>8}"
-                                f"{r['doubles']:>8}",
+                                f"{r['doubles']:>8}   {low:.0f}–{high:.0f}",
                                 flush=True,
                             )
                         print(ratios(group), flush=True)
