@@ -127,11 +127,11 @@ def test_a_participants_second_claim_that_loses_the_race_gets_the_seat_they_hold
         real = claims._writing
 
         @contextlib.contextmanager
-        def racing(store: CourseStore):  # type: ignore[no-untyped-def]
+        def racing(store: CourseStore, raw):  # type: ignore[no-untyped-def]
             if not first:
                 first["seat"] = "?"  # (the other claim's own write passes straight through)
                 first["seat"] = other.claim_seat(None, p.key).key  # the other claim wins meanwhile
-            with real(store) as s:
+            with real(store, raw) as s:
                 yield s
 
         monkeypatch.setattr(claims, "_writing", racing)

@@ -399,12 +399,12 @@ def _need(info: _Course, group: str | None) -> dict[str, Any]:
 
 
 @contextmanager
-def _writing(store: Any) -> Iterator[Any]:
-    """SQLite's write transaction for a claim: the store's writer queue, then ``BEGIN IMMEDIATE`` …
-    ``COMMIT`` sent by sqlite3 itself on a pooled connection (SQLAlchemy's transaction bookkeeping is CPU
-    spent while holding the one write lock); the store's ``_write()`` where there is no queue. A lost
-    race (this participant's other claim took a seat first) is :class:`_LostRace`; a held write lock
-    past the busy timeout is the store's clear error."""
+def _writing(store: Any, raw: Any) -> Iterator[Any]:
+    """SQLite's write transaction for a claim on ``raw`` (the claim's sqlite3 connection): the store's
+    writer queue, then ``BEGIN IMMEDIATE`` … ``COMMIT`` sent by sqlite3 itself (SQLAlchemy's transaction
+    bookkeeping is CPU spent while holding the one write lock); the store's ``_write()`` where there is
+    no queue. A lost race (this participant's other claim took a seat first) is :class:`_LostRace`; a
+    held write lock past the busy timeout is the store's clear error."""
     import sqlite3
 
     from gpuseat.db import sqlite_error
@@ -415,9 +415,7 @@ def _writing(store: Any) -> Iterator[Any]:
             yield _driver(s)
         return
     with queue():
-        pooled = store._engine.raw_connection()
         try:
-            raw = pooled.driver_connection
             try:
                 raw.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
@@ -431,8 +429,6 @@ def _writing(store: Any) -> Iterator[Any]:
                 raise
         except sqlite3.IntegrityError:
             raise _LostRace from None
-        finally:
-            pooled.close()
 
 
 def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
@@ -442,24 +438,27 @@ def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) ->
     that holds the write lock."""
     p = _params(info, who, mode, actor)
     p["now"] = p["now"].strftime(_SQLITE_TIME)  # how SQLAlchemy stores a DateTime on SQLite
-    with store._engine.connect() as conn:  # WAL: a reader never waits for the writer
-        row = _fetch(conn, _SQLITE_LOOKUP, p)
-    if row is None:
-        return None
-    if row["id"] is not None:  # the seat they hold
-        return Claimed(
-            info.key, row["pkey"], _sqlite_seat(row), _when(row["valid_from"]), row["mode"] or "assigned", False
-        )
-    p.update(_need(info, row["grp"]), pid=row["pid"], pkey=row["pkey"])
-    with _writing(store) as raw:
-        took = raw.execute(_SQLITE_TAKE, p).fetchone()
-        if took is None:
-            total = raw.execute("SELECT count(*) FROM seats WHERE course_id = :cid", p).fetchone()[0]
-            raise _no_free_seat(info, row["pkey"], row["grp"], int(total or 0))
-        p["sid"] = took[0]
-        raw.execute(_SQLITE_EVENT, p)  # the write lock is held for these two statements only
-    with store._engine.connect() as conn:
-        seat = _fetch(conn, _SQLITE_SEAT, p)
+    pooled = store._engine.raw_connection()  # one checkout for the whole claim, taken before the write lock
+    try:
+        raw = pooled.driver_connection
+        row = _fetch(raw, _SQLITE_LOOKUP, p)  # WAL: a reader never waits for the writer
+        if row is None:
+            return None
+        if row["id"] is not None:  # the seat they hold
+            return Claimed(
+                info.key, row["pkey"], _sqlite_seat(row), _when(row["valid_from"]), row["mode"] or "assigned", False
+            )
+        p.update(_need(info, row["grp"]), pid=row["pid"], pkey=row["pkey"])
+        with _writing(store, raw) as w:
+            took = w.execute(_SQLITE_TAKE, p).fetchone()
+            if took is None:
+                total = w.execute("SELECT count(*) FROM seats WHERE course_id = :cid", p).fetchone()[0]
+                raise _no_free_seat(info, row["pkey"], row["grp"], int(total or 0))
+            p["sid"] = took[0]
+            w.execute(_SQLITE_EVENT, p)  # the write lock is held for these two statements only
+        seat = _fetch(raw, _SQLITE_SEAT, p)
+    finally:
+        pooled.close()
     assert seat is not None
     return Claimed(info.key, row["pkey"], _sqlite_seat(seat), _when(took[1]), took[2], True)
 
@@ -474,10 +473,15 @@ def _driver(conn: Any) -> Any:
     return conn.connection().connection.driver_connection  # an ORM session (the _write() fallback)
 
 
-def _fetch(conn: Any, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
-    cur = _driver(conn).execute(sql, params)
-    found = cur.fetchone()
-    return None if found is None else dict(zip([d[0] for d in cur.description], found, strict=True))
+def _fetch(raw: Any, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    """The first row as a dict; the cursor is closed at once, so the connection holds no read snapshot
+    into the write transaction that may follow on it."""
+    cur = raw.execute(sql, params)
+    try:
+        found = cur.fetchone()
+        return None if found is None else dict(zip([d[0] for d in cur.description], found, strict=True))
+    finally:
+        cur.close()
 
 
 def _when(value: Any) -> Any:
