@@ -133,7 +133,7 @@ def _best(
 ) -> tuple[str, str]:
     """The best free suitable seat, as two ``UNION ALL`` arms (reserved for ``grp``, then open seats)."""
     head = "SELECT s.id, s.key, s.kind, s.memory_gb, {r} AS r FROM seats s"
-    where = f"s.course_id = :cid AND NOT s.taken AND s.state IN ({_STATES}) AND {_fits(mem, iso, win)}{extra}"
+    where = f"s.course_id = :cid AND {_FREE} AND s.state IN ({_STATES}) AND {_fits(mem, iso, win)}{extra}"
     tail = f"ORDER BY {_RANK.format(collate=collate)} LIMIT 1{lock}"
     return (
         f"{head.format(r=0)} WHERE {where} AND {_RESERVED_SEATS} AND {grp} IS NOT NULL AND {reserved} {tail}",
@@ -402,19 +402,14 @@ def _need(info: _Course, group: str | None) -> dict[str, Any]:
 def _writing(store: Any, raw: Any) -> Iterator[Any]:
     """SQLite's write transaction for a claim on ``raw`` (the claim's sqlite3 connection): the store's
     writer queue, then ``BEGIN IMMEDIATE`` … ``COMMIT`` sent by sqlite3 itself (SQLAlchemy's transaction
-    bookkeeping is CPU spent while holding the one write lock); the store's ``_write()`` where there is
-    no queue. A lost race (this participant's other claim took a seat first) is :class:`_LostRace`; a
-    held write lock past the busy timeout is the store's clear error."""
+    bookkeeping is CPU spent while holding the one write lock). A lost race (this participant's other
+    claim took a seat first) is :class:`_LostRace`; a held write lock past the busy timeout is the
+    store's clear error."""
     import sqlite3
 
     from gpuseat.db import sqlite_error
 
-    queue = getattr(store, "_queue", None)
-    if queue is None:
-        with store._write() as s:
-            yield _driver(s)
-        return
-    with queue():
+    with store._queue():
         try:
             try:
                 raw.execute("BEGIN IMMEDIATE")
@@ -464,13 +459,6 @@ def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) ->
 
 
 _SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
-
-
-def _driver(conn: Any) -> Any:
-    """The sqlite3 connection under a SQLAlchemy connection or session (its transaction stays SQLAlchemy's)."""
-    if hasattr(conn, "connection") and hasattr(conn.connection, "driver_connection"):
-        return conn.connection.driver_connection
-    return conn.connection().connection.driver_connection  # an ORM session (the _write() fallback)
 
 
 def _fetch(raw: Any, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
