@@ -384,6 +384,8 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="Also write every row to this JSON file.")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: give 1 or more rounds per cell")
     methods = [m for m in args.methods.split(",") if m]
     print(f"load average at start: {load()} ({os.cpu_count()} CPUs)")
     head = f"{'database':<11}{'people':>7}{'writers':>8} {'method':<8}{'claims/s':>9}{'p50 ms':>8}{'p99 ms':>8}"
