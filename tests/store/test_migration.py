@@ -110,3 +110,31 @@ def test_known_revisions_match_alembic():
     known, heads = _known_revisions()
     assert known == {s.revision for s in script.walk_revisions()}
     assert heads == set(script.get_heads()) and len(heads) == 1
+
+
+def test_stores_opened_from_many_threads_at_once_read_the_migrations_once(tmp_path):
+    """The hub hooks open stores from worker threads; the packaged migrations are read by one thread,
+    once per process (CPython 3.11's ``ast.parse`` is not safe to run in two threads at once)."""
+    import threading
+
+    from gpuseat.store.opening import _read_revisions
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    open_store(url, create=True).close()
+    _read_revisions.cache_clear()
+    start, errors = threading.Barrier(8), []
+
+    def open_one() -> None:
+        start.wait()
+        try:
+            open_store(url).close()
+        except Exception as exc:  # collected and shown below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert _read_revisions.cache_info().misses == 1

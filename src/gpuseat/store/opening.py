@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import threading
+from functools import cache
 from pathlib import Path
 
 from sqlalchemy import inspect, text
@@ -59,7 +61,22 @@ def open_store(url: str | None = None, *, create: bool = False) -> CourseStore:
     return CourseStore(engine)
 
 
-def _known_revisions() -> tuple[set[str], set[str]]:
+_REVISIONS_READ = threading.Lock()
+
+
+def _known_revisions() -> tuple[frozenset[str], frozenset[str]]:
+    """(every revision, the heads) of the packaged migrations, read once per process.
+
+    One thread reads while the others wait: CPython 3.11's :func:`ast.parse` keeps its recursion
+    count per interpreter, so two threads parsing at once can fail with "AST constructor recursion
+    depth mismatch" (python/cpython#106905); the JupyterHub hooks open stores from worker threads.
+    """
+    with _REVISIONS_READ:
+        return _read_revisions()
+
+
+@cache
+def _read_revisions() -> tuple[frozenset[str], frozenset[str]]:
     """(every revision, the heads) of the packaged migrations, read from their module-level assignments.
 
     Alembic's own ``ScriptDirectory`` gives the same answer but importing it costs about 0.15 s of
@@ -87,4 +104,4 @@ def _known_revisions() -> tuple[set[str], set[str]]:
             parents = (down,) if isinstance(down, str) else down if isinstance(down, tuple) else ()
             found[rev] = tuple(d for d in parents if isinstance(d, str))
     downs = {d for ds in found.values() for d in ds}
-    return set(found), set(found) - downs
+    return frozenset(found), frozenset(found) - downs
