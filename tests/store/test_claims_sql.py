@@ -124,17 +124,15 @@ def test_a_participants_second_claim_that_loses_the_race_gets_the_seat_they_hold
     other = open_store(course2016.url)
     first: dict[str, str] = {}
     if course2016._engine.dialect.name == "sqlite":  # the lookup runs before the write lock: race it there
-        real = claims._writing
+        real = claims._take_turn
 
-        @contextlib.contextmanager
-        def racing(store: CourseStore, raw):  # type: ignore[no-untyped-def]
+        def racing(fd: int | None) -> None:
             if not first:
-                first["seat"] = "?"  # (the other claim's own write passes straight through)
+                first["seat"] = "?"  # (the other claim's own turn passes straight through)
                 first["seat"] = other.claim_seat(None, p.key).key  # the other claim wins meanwhile
-            with real(store, raw) as s:
-                yield s
+            real(fd)
 
-        monkeypatch.setattr(claims, "_writing", racing)
+        monkeypatch.setattr(claims, "_take_turn", racing)
     else:  # one statement: two claims of one person race inside the database
         first["seat"] = other.claim_seat(None, p.key).key
     got = course2016.claim_seat(None, p.key)
@@ -176,22 +174,26 @@ def test_a_claim_is_one_statement_on_postgresql_and_one_take_on_sqlite(
     if postgres:  # every statement psycopg sends, whoever sends it
         import psycopg
 
-        real = psycopg.Connection.execute
+        real = psycopg.Cursor.execute  # every cursor's, the connection's own execute included
 
-        def execute(self: psycopg.Connection, query: str, *args: object, **kwargs: object) -> object:
+        def execute(self: psycopg.Cursor, query: str, *args: object, **kwargs: object) -> object:  # type: ignore[type-arg]
             sent.append(" ".join(str(query).split()))
             return real(self, query, *args, **kwargs)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(psycopg.Connection, "execute", execute)
+        monkeypatch.setattr(psycopg.Cursor, "execute", execute)
         store.claim_seat("mixed", who[0])  # warm: the course is known, the claim pool is open
     else:  # SQLite's own trace of every statement it runs, on every connection of the store
+        from gpuseat.store import claims
+
         store._engine.dispose()
 
-        def trace(dbapi_conn: object, _record: object) -> None:
+        def trace(dbapi_conn: object, _record: object = None) -> None:
             dbapi_conn.set_trace_callback(lambda sql: sent.append(" ".join(sql.split())))  # type: ignore[attr-defined]
 
         event.listen(store._engine, "connect", trace)
-        store.claim_seat("mixed", who[0])
+        store.claim_seat("mixed", who[0])  # warm: the claim's own connection (its lane) is open
+        for lane in claims._lanes[store]:
+            trace(lane.conn)
     checked = 0
     for p in who[1:]:
         sent.clear()
@@ -211,3 +213,71 @@ def test_a_claim_is_one_statement_on_postgresql_and_one_take_on_sqlite(
             locked
         )
     assert checked > 0
+
+
+def _big_course(store: CourseStore, tmp_path: Path, people: int) -> list[str]:
+    path = tmp_path / "lanes.toml"
+    path.write_text(f'name = "lanes"\nparticipants = {people}\n[schedule]\nstart = 2026-01-05\ndays = 5\n')
+    store.create_course(path, key="lanes")
+    rows = ["name,email"] + [f"P {i},p{i:03d}@example.org" for i in range(people)]
+    store.import_roster("lanes", RosterText("\n".join(rows)))
+    store.add_seats("lanes", [SeatSpec(key=f"s{i:03d}", kind="gpu", memory_gb=16) for i in range(people)])
+    return [p.key for p in store.participants("lanes")]
+
+
+def test_sqlite_claims_from_many_threads_share_lanes_and_close_them(tmp_path: Path) -> None:
+    """A hub claims from worker threads: each concurrent claim gets its own connection (lane), no seat is
+    handed out twice, and closing the store closes every lane's connection and lock-file descriptor."""
+    import os
+    import threading
+
+    from gpuseat.services.courses import open_store
+    from gpuseat.store import claims
+
+    store = open_store(f"sqlite:///{tmp_path / 'c.db'}", create=True)
+    who = _big_course(store, tmp_path, 48)
+    got: dict[str, str] = {}
+    start = threading.Barrier(8)
+
+    def claim_some(mine: list[str]) -> None:
+        start.wait()
+        for p in mine:
+            got[p] = store.claim_seat("lanes", p, mode="pool").key
+
+    threads = [threading.Thread(target=claim_some, args=(who[i::8],)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == sorted(who) and len(set(got.values())) == len(who)
+    lanes = list(claims._lanes[store])
+    assert 1 <= len(lanes) <= 8
+    store.close()
+    for lane in lanes:
+        with pytest.raises(OSError):
+            os.fstat(lane.fd)
+        with pytest.raises(Exception, match="closed"):
+            lane.conn.execute("SELECT 1")
+
+
+def test_sqlite_lanes_copy_the_write_ahead_log_after_their_turn(tmp_path: Path) -> None:
+    """Lanes turn SQLite's checkpoint-inside-the-commit off and copy the log themselves every
+    CHECKPOINT_EVERY seats taken: the database file itself (read without the log) has the assignments."""
+    import sqlite3
+
+    from gpuseat.services.courses import open_store
+    from gpuseat.store import claims
+
+    db = tmp_path / "c.db"
+    store = open_store(f"sqlite:///{db}", create=True)
+    who = _big_course(store, tmp_path, claims.CHECKPOINT_EVERY + 10)
+    with store._engine.begin() as conn:  # what the set-up wrote is in the file, the log emptied
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    for p in who:
+        store.claim_seat("lanes", p)
+    without_log = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)
+    in_file = without_log.execute("SELECT count(*) FROM assignments").fetchone()[0]
+    without_log.close()
+    assert claims.CHECKPOINT_EVERY <= in_file < len(who)  # the copy after the 64th, not after every claim
+    assert len(store.history("lanes")) == len(who)  # the rest is in the log, read as usual
+    store.close()

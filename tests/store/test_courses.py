@@ -267,6 +267,24 @@ def test_claim_returns_the_held_seat_and_runs_out_clearly(course2016):
     assert store.seat_of(None, "cwei") is None
 
 
+def test_no_free_seat_says_whether_the_course_has_seats_at_all(course2016):
+    """A course with no seats yet and a course whose seats are all taken or out of order get different
+    messages (the first is a set-up step missed), on both databases."""
+    store = course2016
+    with pytest.raises(
+        NoFreeSeat, match="course course-2016: no free seat for amartin: the course has no seats yet"
+    ) as empty:
+        store.claim_seat(None, "amartin")
+    assert empty.value.fix == "add seats (gpuseat seats add)"
+    store.add_seats(None, [SeatSpec(key="s1", kind="gpu", memory_gb=8), SeatSpec(key="s2", kind="gpu", memory_gb=8)])
+    store.set_seat_state(None, "s2", "failed", reason="fan")
+    assert store.claim_seat(None, "amartin").key == "s1"
+    with pytest.raises(NoFreeSeat, match="every seat that suits them is taken or out of order") as full:
+        store.claim_seat(None, "bcosta", mode="pool")
+    assert "release one" in (full.value.fix or "")
+    assert store.seat_of(None, "bcosta") is None
+
+
 def test_claims_match_group_needs(store, tmp_path):
     two_groups(store, tmp_path)
     # windows needs a VM (vgpu on libvirt); linux needs >= 10 GB and at least a partition

@@ -8,8 +8,8 @@ so a claim is:
 * PostgreSQL: one statement, one round trip (autocommit): CTEs find the participant and the seat they
   hold, pick the best free suitable seat ``FOR UPDATE SKIP LOCKED`` (concurrent claims take different
   seats instead of queueing), insert the assignment and the ``events`` row, and return the seat (or,
-  when none was taken, how many suitable seats are free, locked ones included, so "no free seat" and
-  "being claimed right now: try again" need no second round trip);
+  when none was taken, whether a suitable seat is free, a locked one included, and whether the course
+  has any seat, so "being claimed right now: try again" and "no free seat" need no second round trip);
 * SQLite: a lock-free read of the participant and their seat, then ``BEGIN IMMEDIATE`` and one
   ``INSERT … SELECT … ORDER BY … LIMIT 1 RETURNING`` plus the ``events`` row.
 
@@ -21,20 +21,22 @@ nothing, with the same messages as the rest of the store.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
+import os
 import random
+import re
 import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from gpuseat.core.needs import SeatNeed
@@ -204,10 +206,14 @@ WITH n0 AS (
            coalesce(CAST({_PG_NEED.format(i=2)} AS integer), 0) AS win
     FROM n0
 ), held AS (
-    -- the participant's id as a one-value subquery: an index lookup even in a generic plan (a join to
-    -- n0 there scans every open assignment)
-    SELECT {_COLS}, a.valid_from, a.mode FROM assignments a JOIN seats s ON s.id = a.seat_id
-    WHERE a.participant_id = (SELECT pid FROM n0) AND a.valid_to IS NULL
+    -- the open assignment found through the participant's index whatever the statistics say: the id a
+    -- one-value subquery, the lookup fenced off by LIMIT (no join order to choose), and "open" written so
+    -- that no partial index matches (a generic plan made while assignments was empty otherwise scanned the
+    -- open-seat index whole, or the table)
+    SELECT {_COLS}, a.valid_from, a.mode FROM (
+        SELECT a.seat_id, a.valid_from, a.mode FROM assignments a
+        WHERE a.participant_id = (SELECT pid FROM n0) AND coalesce(a.valid_to IS NULL, false) LIMIT 1
+    ) a JOIN seats s ON s.id = a.seat_id
 ), r AS (
     {_PG_ARMS[0]}
 ), o AS (
@@ -224,18 +230,19 @@ WITH n0 AS (
     SELECT :now, :ckey, :actor, 'seat.claim', n.pkey, pick.key, CAST(:detail AS json)
     FROM ins JOIN pick ON pick.id = ins.seat_id CROSS JOIN n
 )
-SELECT 'held' AS how, n.pkey, n.grp, {", ".join(f"h.{c}" for c in SEAT_COLUMNS)}, h.valid_from, h.mode, 0, 0
+SELECT 'held' AS how, n.pkey, n.grp, {", ".join(f"h.{c}" for c in SEAT_COLUMNS)}, h.valid_from, h.mode, false, true
 FROM n JOIN held h ON true
 UNION ALL
-SELECT 'new', n.pkey, n.grp, {_COLS}, ins.valid_from, ins.mode, 0, 0
+SELECT 'new', n.pkey, n.grp, {_COLS}, ins.valid_from, ins.mode, false, true
 FROM n JOIN ins ON true JOIN seats s ON s.id = ins.seat_id
 UNION ALL
 SELECT 'none', n.pkey, n.grp, {", ".join("NULL" for _ in SEAT_COLUMNS)}, NULL, NULL,
-       (SELECT count(*) FROM seats s WHERE s.course_id = :cid AND s.state IN ({_STATES}) AND {_FREE}
+       EXISTS (SELECT 1 FROM seats s WHERE s.course_id = :cid AND {_FREE} AND s.state IN ({_STATES})
           AND {_suits(_PG_RESERVED, "n.grp", "n.mem", "n.iso", "n.win")}),
-       (SELECT count(*) FROM seats s WHERE s.course_id = :cid)
+       EXISTS (SELECT 1 FROM seats s WHERE s.course_id = :cid)
 FROM n WHERE NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM ins)
 """
+_ANY_SEAT = "SELECT EXISTS (SELECT 1 FROM seats WHERE course_id = :cid)"  # for the "no free seat" message
 
 _SQLITE_EVENT = (
     "INSERT INTO events (at, course_key, actor, action, participant, seat, detail) "
@@ -262,12 +269,16 @@ def forget_course(store: Any, key: str | None = None) -> None:
 
 
 def close(store: Any) -> None:
-    """Release what claims hold for ``store`` (its PostgreSQL claim pool); called by ``CourseStore.close``."""
+    """Release what claims hold for ``store`` (its PostgreSQL claim pool, its SQLite lanes); called by
+    ``CourseStore.close``."""
     with _lock:
         _courses.pop(store, None)
         engine = _pg_engines.pop(store, None)
+        lanes = _lanes.pop(store, None)
     if engine is not None:
         engine.dispose()
+    if lanes is not None:
+        _close_lanes(lanes)
 
 
 def _needs(summary: Mapping[str, Any] | None) -> dict[str, tuple[float, int, int]]:
@@ -330,9 +341,24 @@ def _pg_engine(store: Any) -> Engine:
             engine = create_engine(
                 store._engine.url, isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=8, pool_reset_on_return=None
             )
+            event.listen(engine, "connect", _plan_once)
             _pg_engines[store] = engine
             weakref.finalize(store, engine.dispose)
         return engine
+
+
+def _plan_once(dbapi_conn: Any, _record: Any) -> None:
+    """A claim connection prepares the claim at its first use and plans it once, for any parameters.
+
+    By default psycopg prepares a statement at its sixth run and the server then plans it anew for
+    each of five more runs before it keeps a generic plan; the claim's plan costs about a millisecond,
+    more than the claim itself, so a process that claims a few dozen seats (a hub's worker, one of 64
+    benchmark writers) spent most of its time planning. The statement is written for the generic plan
+    (one-value subqueries, partial indexes in preference order), so nothing is lost by forcing it.
+    """
+    dbapi_conn.prepare_threshold = 0
+    dbapi_conn.execute("SET plan_cache_mode = force_generic_plan")
+    dbapi_conn.execute("SET enable_seqscan = off")
 
 
 # -- the claim -----------------------------------------------------------------------------------------
@@ -398,62 +424,136 @@ def _need(info: _Course, group: str | None) -> dict[str, Any]:
     return {"grp": group, "mem": mem, "iso": iso, "win": win}
 
 
-@contextmanager
-def _writing(store: Any, raw: Any) -> Iterator[Any]:
-    """SQLite's write transaction for a claim on ``raw`` (the claim's sqlite3 connection): the store's
-    writer queue, then ``BEGIN IMMEDIATE`` … ``COMMIT`` sent by sqlite3 itself (SQLAlchemy's transaction
-    bookkeeping is CPU spent while holding the one write lock). A lost race (this participant's other
-    claim took a seat first) is :class:`_LostRace`; a held write lock past the busy timeout is the
-    store's clear error."""
-    import sqlite3
+@dataclass
+class _Lane:
+    """One claim connection of a SQLite file store (sqlite3's own, no SQLAlchemy pool in between) and its
+    open descriptor of the store's writer-queue file: a claim locks and unlocks it without opening it."""
 
-    from gpuseat.db import sqlite_error
+    conn: sqlite3.Connection
+    fd: int
+    takes: int = 0  # seats taken on this lane since it last copied the write-ahead log (see CHECKPOINT_EVERY)
 
-    with store._queue():
-        try:
-            try:
-                raw.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                raise (sqlite_error(str(exc), store._engine.url.database) or exc) from None
-            try:
-                yield raw
-                raw.execute("COMMIT")
-            except BaseException:
-                if raw.in_transaction:
-                    raw.execute("ROLLBACK")
-                raise
-        except sqlite3.IntegrityError:
-            raise _LostRace from None
+
+# SQLite copies the write-ahead log into the database file (a checkpoint, with an fsync) inside the commit
+# that crosses 1,000 pages (about 80 claims), while that claim holds the writer queue and every other
+# claim waits. Lanes turn that off and copy after their turn instead, every so many seats taken (PASSIVE:
+# it never waits for a reader or writer); the store's other connections keep SQLite's own threshold.
+# 10,000 claims by 16 processes: 6,800 → 7,500 claims/s (docs/results.md, 2026-12-04).
+CHECKPOINT_EVERY = 64
+_lanes: weakref.WeakKeyDictionary[Any, list[_Lane]] = weakref.WeakKeyDictionary()
+
+
+def _lanes_of(store: Any) -> list[_Lane]:
+    with _lock:
+        lanes = _lanes.get(store)
+        if lanes is None:
+            lanes = _lanes[store] = []
+            weakref.finalize(store, _close_lanes, lanes)
+        return lanes
+
+
+def _new_lane(store: Any) -> _Lane:
+    from gpuseat.db import _sqlite_pragmas, busy_timeout
+
+    conn = sqlite3.connect(
+        store._engine.url.database, timeout=busy_timeout(), isolation_level=None, check_same_thread=False
+    )
+    _sqlite_pragmas(conn, None)
+    conn.execute("PRAGMA wal_autocheckpoint=0")  # the lane checkpoints after its turn (CHECKPOINT_EVERY)
+    return _Lane(conn, os.open(store._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600))
+
+
+def _close_lanes(lanes: list[_Lane]) -> None:
+    while lanes:
+        _close_lane(lanes.pop())
+
+
+def _close_lane(lane: _Lane) -> None:
+    lane.conn.close()
+    os.close(lane.fd)
 
 
 def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
-    """Lookup without a lock, then the take and its events row under the write lock. The statements go to
-    sqlite3 itself on the pool's connection (it takes the same ``:name`` parameters): SQLAlchemy's
-    per-statement machinery costs more CPU than the statements, and that CPU is taken from the process
-    that holds the write lock."""
+    """The claim on a lane of the store (one per concurrent claim, kept for the next), or on the engine's
+    connection for an in-memory store (that connection is the database)."""
     p = _params(info, who, mode, actor)
     p["now"] = p["now"].strftime(_SQLITE_TIME)  # how SQLAlchemy stores a DateTime on SQLite
-    pooled = store._engine.raw_connection()  # one checkout for the whole claim, taken before the write lock
+    if store._lock_path is None:
+        pooled = store._engine.raw_connection()
+        try:
+            return _claim_on(store, pooled.driver_connection, None, info, p)
+        finally:
+            pooled.close()
+    lanes = _lanes_of(store)
     try:
-        raw = pooled.driver_connection
-        row = _fetch(raw, _SQLITE_LOOKUP, p)  # WAL: a reader never waits for the writer
-        if row is None:
-            return None
-        if row["id"] is not None:  # the seat they hold
-            return Claimed(
-                info.key, row["pkey"], _sqlite_seat(row), _when(row["valid_from"]), row["mode"] or "assigned", False
-            )
-        p.update(_need(info, row["grp"]), pid=row["pid"], pkey=row["pkey"])
-        with _writing(store, raw) as w:
-            took = w.execute(_SQLITE_TAKE, p).fetchone()
-            if took is None:
-                total = w.execute("SELECT count(*) FROM seats WHERE course_id = :cid", p).fetchone()[0]
-                raise _no_free_seat(info, row["pkey"], row["grp"], int(total or 0))
-            p["sid"] = took[0]
-            w.execute(_SQLITE_EVENT, p)  # the write lock is held for these two statements only
-        seat = _fetch(raw, _SQLITE_SEAT, p)
+        lane = lanes.pop()
+    except IndexError:
+        lane = _new_lane(store)
+    try:
+        got = _claim_on(store, lane.conn, lane.fd, info, p)
+        if got is not None and got.new:
+            lane.takes += 1
+            if lane.takes >= CHECKPOINT_EVERY:  # after the turn: the next claim need not wait for the copy
+                lane.takes = 0
+                lane.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").close()
+        return got
     finally:
-        pooled.close()
+        if lane.conn.in_transaction:  # never hand on a lane inside a transaction
+            _close_lane(lane)
+        else:
+            lanes.append(lane)
+
+
+def _take_turn(fd: int | None) -> None:
+    """Wait for this lane's turn in the store's writer queue (nothing to wait for in memory)."""
+    if fd is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def _claim_on(store: Any, raw: Any, fd: int | None, info: _Course, p: dict[str, Any]) -> Claimed | None:
+    """Lookup without a lock, then the take and its events row under the write lock.
+
+    The statements go to sqlite3 itself (it takes the same ``:name`` parameters): SQLAlchemy's
+    per-statement and pool machinery cost more CPU than the statements, and on a busy machine that CPU
+    is taken from the process that holds the one write lock. Under the lock: the store's writer queue
+    (an OS file lock on ``fd``, see ``StoreBase._queue``), ``BEGIN IMMEDIATE``, the take, the events
+    row, ``COMMIT``, nothing else. A lost race (this participant's other claim took a seat first) is
+    :class:`_LostRace`; a write lock held past the busy timeout is the store's clear error.
+    """
+    row = _fetch(raw, _SQLITE_LOOKUP, p)  # WAL: a reader never waits for the writer
+    if row is None:
+        return None
+    if row["id"] is not None:  # the seat they hold
+        return Claimed(
+            info.key, row["pkey"], _sqlite_seat(row), _when(row["valid_from"]), row["mode"] or "assigned", False
+        )
+    p.update(_need(info, row["grp"]), pid=row["pid"], pkey=row["pkey"])
+    _take_turn(fd)
+    try:
+        try:
+            raw.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            from gpuseat.db import sqlite_error
+
+            raise (sqlite_error(str(exc), store._engine.url.database) or exc) from None
+        try:
+            took = raw.execute(_SQLITE_TAKE, p).fetchone()
+            if took is None:
+                any_seat = raw.execute(_ANY_SEAT, p).fetchone()[0]
+                raise _no_free_seat(info, row["pkey"], row["grp"], bool(any_seat))
+            p["sid"] = took[0]
+            raw.execute(_SQLITE_EVENT, p)
+            raw.execute("COMMIT")
+        except BaseException:
+            if raw.in_transaction:
+                raw.execute("ROLLBACK")
+            raise
+    except sqlite3.IntegrityError:
+        raise _LostRace from None
+    finally:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    seat = _fetch(raw, _SQLITE_SEAT, p)
     assert seat is not None
     return Claimed(info.key, row["pkey"], _sqlite_seat(seat), _when(took[1]), took[2], True)
 
@@ -487,16 +587,29 @@ class _LostRace(Exception):
     """The claim statement lost a race (unique index) or its connection: try again."""
 
 
+_NAMED = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")  # a ``:name`` parameter, as SQLAlchemy's text() finds them
+
+
 @functools.cache
-def _pg_claim_sql() -> str:
-    """The claim statement as psycopg's SQL text, compiled once by SQLAlchemy's PostgreSQL dialect."""
-    from sqlalchemy.dialects.postgresql import psycopg
+def _pg_claim_sql() -> tuple[str, tuple[str, ...]]:
+    """The claim statement with PostgreSQL's own ``$n`` placeholders, and the parameter names in order.
 
-    return str(text(_PG_CLAIM).compile(dialect=psycopg.dialect()))
+    Sent through psycopg's :class:`~psycopg.RawCursor`, which passes ``$n`` through untouched: psycopg
+    rewrites ``%(name)s`` placeholders with a regular expression on every call for a statement over
+    4,096 characters (it caches only shorter ones), and that was a third of the claim's client CPU.
+    """
+    names: list[str] = []
+
+    def number(m: re.Match[str]) -> str:
+        if m.group(1) not in names:
+            names.append(m.group(1))
+        return f"${names.index(m.group(1)) + 1}"
+
+    return _NAMED.sub(number, _PG_CLAIM), tuple(names)
 
 
-# the claim's columns: how, pkey, grp, the seat, valid_from, mode, and for "none": how many suitable seats
-# are free (locked ones included: being claimed right now) and how many seats the course has
+# the claim's columns: how, pkey, grp, the seat, valid_from, mode, and for "none": whether a suitable seat
+# is free (a locked one included: being claimed right now, so try again) and whether the course has seats
 _SEAT_AT = slice(3, 3 + len(SEAT_COLUMNS))
 
 
@@ -508,12 +621,13 @@ def _claim_pg(store: Any, info: _Course, who: str, mode: str, actor: str) -> Cla
 
     p = _params(info, who, mode, actor)
     p["needs"] = info.needs_json
+    sql, names = _pg_claim_sql()
     conn = _pg_engine(store).raw_connection()  # the pool's connection without a SQLAlchemy Connection
     try:
         raw = conn.driver_connection
         assert raw is not None
         try:
-            found = raw.execute(_pg_claim_sql(), p).fetchone()
+            found = psycopg.RawCursor(raw).execute(sql, [p[n] for n in names]).fetchone()
         except psycopg.errors.UniqueViolation:
             raise _LostRace from None
         except psycopg.OperationalError:
@@ -525,18 +639,27 @@ def _claim_pg(store: Any, info: _Course, who: str, mode: str, actor: str) -> Cla
             return None
     finally:
         conn.close()
-    how, pkey, group, free, total = found[0], found[1], found[2], found[-2], found[-1]
+    how, pkey, group, free, any_seat = found[0], found[1], found[2], found[-2], found[-1]
     if how != "none":
         seat = dict(zip(SEAT_COLUMNS, found[_SEAT_AT], strict=True))
         return Claimed(info.key, pkey, seat, found[-4], found[-3] or "assigned", how == "new")
     if free:
         return "retry"
-    raise _no_free_seat(info, pkey, group, int(total or 0))
+    raise _no_free_seat(info, pkey, group, bool(any_seat))
 
 
-def _no_free_seat(info: _Course, pkey: str, group: str | None, total: int) -> NoFreeSeat:
+def _no_free_seat(info: _Course, pkey: str, group: str | None, any_seat: bool) -> NoFreeSeat:
+    """The one "no free seat" error. Whether the course has seats at all, not how many: a count reads
+    every seat of the course, and a full course answers it to every late claim (under the SQLite write
+    lock, too)."""
+    if not any_seat:
+        return NoFreeSeat(
+            f"no free seat for {pkey}: the course has no seats yet",
+            where=f"course {info.key}",
+            fix="add seats (gpuseat seats add)",
+        )
     return NoFreeSeat(
-        f"no free seat suits {pkey} (group {group or '-'}); the course has {total} seat(s)",
+        f"no free seat suits {pkey} (group {group or '-'}): every seat that suits them is taken or out of order",
         where=f"course {info.key}",
         fix="add seats (gpuseat seats add) or release one (gpuseat seats release)",
     )
