@@ -164,7 +164,8 @@ def test_a_claim_is_one_statement_on_postgresql_and_one_take_on_sqlite(
     store: CourseStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """PostgreSQL: the whole claim (lookup, take, events row) is one statement, one round trip; SQLite:
-    under the write lock only the take and its events row run (what the database itself executed)."""
+    under the write lock only the take, its events row and the read of the seat taken run (what the
+    database itself executed)."""
     from sqlalchemy import event
 
     make_course(store, tmp_path, random.Random(11), people=6, seats=12)
@@ -209,9 +210,11 @@ def test_a_claim_is_one_statement_on_postgresql_and_one_take_on_sqlite(
         top = [x for x in sent if not x.startswith("--")]  # "-- TRIGGER …" lines are the triggers' own
         locked = top[top.index("BEGIN IMMEDIATE") + 1 : top.index("COMMIT")]
         locked = [x for i, x in enumerate(locked) if i == 0 or x != locked[i - 1]]  # RETURNING is traced per step
-        assert [x.split()[:3] for x in locked] == [["INSERT", "INTO", "assignments"], ["INSERT", "INTO", "events"]], (
-            locked
-        )
+        assert [x.split()[:3] for x in locked] == [
+            ["INSERT", "INTO", "assignments"],
+            ["INSERT", "INTO", "events"],
+            ["SELECT", "s.id,", "s.key,"],  # the seat taken, for the answer
+        ], locked
     assert checked > 0
 
 

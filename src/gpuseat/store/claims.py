@@ -517,7 +517,9 @@ def _claim_on(store: Any, raw: Any, fd: int | None, info: _Course, p: dict[str, 
     per-statement and pool machinery cost more CPU than the statements, and on a busy machine that CPU
     is taken from the process that holds the one write lock. Under the lock: the store's writer queue
     (an OS file lock on ``fd``, see ``StoreBase._queue``), ``BEGIN IMMEDIATE``, the take, the events
-    row, ``COMMIT``, nothing else. A lost race (this participant's other claim took a seat first) is
+    row, the taken seat's row, ``COMMIT``, nothing else. Reading the seat there costs the lock about
+    3 µs and saves a read transaction of its own, whose start can stall behind a busy log (10,000
+    claims by 16 processes: p99 22–28 → 20–22 ms). A lost race (this participant's other claim took a seat first) is
     :class:`_LostRace`; a write lock held past the busy timeout is the store's clear error.
     """
     row = _fetch(raw, _SQLITE_LOOKUP, p)  # WAL: a reader never waits for the writer
@@ -543,6 +545,7 @@ def _claim_on(store: Any, raw: Any, fd: int | None, info: _Course, p: dict[str, 
                 raise _no_free_seat(info, row["pkey"], row["grp"], bool(any_seat))
             p["sid"] = took[0]
             raw.execute(_SQLITE_EVENT, p)
+            seat = _fetch(raw, _SQLITE_SEAT, p)
             raw.execute("COMMIT")
         except BaseException:
             if raw.in_transaction:
@@ -553,7 +556,6 @@ def _claim_on(store: Any, raw: Any, fd: int | None, info: _Course, p: dict[str, 
     finally:
         if fd is not None:
             fcntl.flock(fd, fcntl.LOCK_UN)
-    seat = _fetch(raw, _SQLITE_SEAT, p)
     assert seat is not None
     return Claimed(info.key, row["pkey"], _sqlite_seat(seat), _when(took[1]), took[2], True)
 
