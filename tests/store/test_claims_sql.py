@@ -284,3 +284,22 @@ def test_sqlite_lanes_copy_the_write_ahead_log_after_their_turn(tmp_path: Path) 
     assert claims.CHECKPOINT_EVERY <= in_file < len(who)  # the copy after the 64th, not after every claim
     assert len(store.history("lanes")) == len(who)  # the rest is in the log, read as usual
     store.close()
+
+
+def test_a_claim_after_the_server_ended_its_connection_takes_a_new_one(store: CourseStore, tmp_path: Path) -> None:
+    """PostgreSQL: the backend behind a claim connection is ended (a server restart, an admin's
+    pg_terminate_backend): the next claim is answered on a new connection, and the dead one is dropped."""
+    if store._engine.dialect.name != "postgresql":
+        pytest.skip("SQLite claims have no server connection to lose")
+    from gpuseat.store import claims
+
+    who = _big_course(store, tmp_path, 4)
+    first = store.claim_seat("lanes", who[0]).key
+    (lane,) = claims._pg_lanes[store]
+    pid = lane.conn.info.backend_pid
+    with store._engine.connect() as admin:
+        assert admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar() is True
+    second = store.claim_seat("lanes", who[1])
+    assert second.participant == who[1] and second.key != first
+    assert lane.conn.closed and all(x.conn.info.backend_pid != pid for x in claims._pg_lanes[store])
+    assert [e.participant for e in store.events() if e.action == "seat.claim"] == who[:2]

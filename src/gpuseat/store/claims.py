@@ -34,17 +34,14 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import event, text
+from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from gpuseat.core.needs import SeatNeed
 from gpuseat.core.seating import ASSIGNABLE_STATES, KIND_ISOLATION, VM_KINDS, isolation_rank
 from gpuseat.errors import InputError, NoFreeSeat, NotFound, StoreError, did_you_mean
-
-if TYPE_CHECKING:
-    from sqlalchemy.engine import Engine
 
 __all__ = ["Claimed", "claim", "close", "forget_course"]
 
@@ -253,7 +250,6 @@ _SQLITE_EVENT = (
 # -- per store state -----------------------------------------------------------------------------------
 
 _courses: weakref.WeakKeyDictionary[Any, dict[str, _Course]] = weakref.WeakKeyDictionary()
-_pg_engines: weakref.WeakKeyDictionary[Any, Engine] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -269,14 +265,14 @@ def forget_course(store: Any, key: str | None = None) -> None:
 
 
 def close(store: Any) -> None:
-    """Release what claims hold for ``store`` (its PostgreSQL claim pool, its SQLite lanes); called by
+    """Release what claims hold for ``store`` (its claim lanes on either database); called by
     ``CourseStore.close``."""
     with _lock:
         _courses.pop(store, None)
-        engine = _pg_engines.pop(store, None)
+        pg_lanes = _pg_lanes.pop(store, None)
         lanes = _lanes.pop(store, None)
-    if engine is not None:
-        engine.dispose()
+    if pg_lanes is not None:
+        _close_pg_lanes(pg_lanes)
     if lanes is not None:
         _close_lanes(lanes)
 
@@ -330,35 +326,58 @@ def _only_course_error(rows: list[Any]) -> None:
     )
 
 
-def _pg_engine(store: Any) -> Engine:
-    """A pool for claims only: autocommit (one statement is the whole transaction) and no pre-ping, so a
-    claim is exactly one round trip; a dropped connection is retried by :func:`claim`."""
+@dataclass
+class _PgLane:
+    """One claim connection of a PostgreSQL store (psycopg's own, no SQLAlchemy pool in between) and the
+    cursor the claim runs on (a raw one: ``$n`` placeholders go to the server untouched)."""
+
+    conn: Any  # psycopg.Connection
+    cur: Any  # psycopg.RawCursor
+
+
+_pg_lanes: weakref.WeakKeyDictionary[Any, list[_PgLane]] = weakref.WeakKeyDictionary()
+
+
+def _pg_lanes_of(store: Any) -> list[_PgLane]:
     with _lock:
-        engine = _pg_engines.get(store)
-        if engine is None:
-            from sqlalchemy import create_engine
-
-            engine = create_engine(
-                store._engine.url, isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=8, pool_reset_on_return=None
-            )
-            event.listen(engine, "connect", _plan_once)
-            _pg_engines[store] = engine
-            weakref.finalize(store, engine.dispose)
-        return engine
+        lanes = _pg_lanes.get(store)
+        if lanes is None:
+            lanes = _pg_lanes[store] = []
+            weakref.finalize(store, _close_pg_lanes, lanes)
+        return lanes
 
 
-def _plan_once(dbapi_conn: Any, _record: Any) -> None:
-    """A claim connection prepares the claim at its first use and plans it once, for any parameters.
+def _new_pg_lane(store: Any) -> _PgLane:
+    """A claim connection: autocommit (the one statement is the whole transaction, one round trip), the
+    claim prepared at its first use and planned once for any parameters.
 
     By default psycopg prepares a statement at its sixth run and the server then plans it anew for
     each of five more runs before it keeps a generic plan; the claim's plan costs about a millisecond,
     more than the claim itself, so a process that claims a few dozen seats (a hub's worker, one of 64
     benchmark writers) spent most of its time planning. The statement is written for the generic plan
-    (one-value subqueries, partial indexes in preference order), so nothing is lost by forcing it.
+    (one-value subqueries, partial indexes in preference order); ``enable_seqscan = off`` keeps that
+    plan on the indexes even when it is made while ``assignments`` is empty (a fresh course).
     """
-    dbapi_conn.prepare_threshold = 0
-    dbapi_conn.execute("SET plan_cache_mode = force_generic_plan")
-    dbapi_conn.execute("SET enable_seqscan = off")
+    import psycopg
+
+    engine = store._engine
+    args, kwargs = engine.dialect.create_connect_args(engine.url)  # what SQLAlchemy itself would connect with
+    try:
+        conn = psycopg.connect(*args, autocommit=True, prepare_threshold=0, **kwargs)
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute("SET enable_seqscan = off")
+    except psycopg.OperationalError as exc:
+        raise StoreError(
+            f"cannot reach the course database: {(str(exc).strip().splitlines() or ['no answer'])[0]}",
+            where=engine.url.render_as_string(hide_password=True),
+            fix="check --db / GPUSEAT_DB_URL, that the server runs and accepts you",
+        ) from None
+    return _PgLane(conn, psycopg.RawCursor(conn))
+
+
+def _close_pg_lanes(lanes: list[_PgLane]) -> None:
+    while lanes:
+        lanes.pop().conn.close()
 
 
 # -- the claim -----------------------------------------------------------------------------------------
@@ -616,31 +635,33 @@ _SEAT_AT = slice(3, 3 + len(SEAT_COLUMNS))
 
 
 def _claim_pg(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
-    """The one statement, sent on a pooled connection by the driver itself: the claim is the hottest
-    path (every JupyterHub start), and SQLAlchemy's per-statement machinery costs more CPU than the
+    """The one statement, sent on a claim lane by the driver itself: the claim is the hottest path (every
+    JupyterHub start), and SQLAlchemy's per-statement and pool machinery cost more CPU than the
     statement does on the server."""
     import psycopg
 
     p = _params(info, who, mode, actor)
     p["needs"] = info.needs_json
     sql, names = _pg_claim_sql()
-    conn = _pg_engine(store).raw_connection()  # the pool's connection without a SQLAlchemy Connection
+    lanes = _pg_lanes_of(store)
     try:
-        raw = conn.driver_connection
-        assert raw is not None
-        try:
-            found = psycopg.RawCursor(raw).execute(sql, [p[n] for n in names]).fetchone()
-        except psycopg.errors.UniqueViolation:
-            raise _LostRace from None
-        except psycopg.OperationalError:
-            if raw.closed or raw.broken:
-                conn.invalidate()
-                raise _LostRace from None
-            raise
-        if found is None:
-            return None
-    finally:
-        conn.close()
+        lane = lanes.pop()
+    except IndexError:
+        lane = _new_pg_lane(store)
+    try:
+        found = lane.cur.execute(sql, [p[n] for n in names]).fetchone()
+    except psycopg.errors.UniqueViolation:
+        lanes.append(lane)
+        raise _LostRace from None
+    except psycopg.OperationalError:
+        lane.conn.close()  # a dropped connection (the server restarted, the backend was ended): a new lane
+        raise _LostRace from None
+    except BaseException:
+        lane.conn.close()
+        raise
+    lanes.append(lane)
+    if found is None:
+        return None
     how, pkey, group, free, any_seat = found[0], found[1], found[2], found[-2], found[-1]
     if how != "none":
         seat = dict(zip(SEAT_COLUMNS, found[_SEAT_AT], strict=True))
