@@ -303,3 +303,24 @@ def test_a_claim_after_the_server_ended_its_connection_takes_a_new_one(store: Co
     assert second.participant == who[1] and second.key != first
     assert lane.conn.closed and all(x.conn.info.backend_pid != pid for x in claims._pg_lanes[store])
     assert [e.participant for e in store.events() if e.action == "seat.claim"] == who[:2]
+
+
+def test_warm_claims_readies_a_connection_and_writes_nothing(store: CourseStore, tmp_path: Path) -> None:
+    """A hub warms the claim at start-up: afterwards a claim connection is open (on PostgreSQL with the
+    claim prepared there), nobody holds a seat and no event was written; an unknown course is refused."""
+    from gpuseat.store import claims
+
+    who = _big_course(store, tmp_path, 3)
+    before = len(store.events())
+    store.warm_claims("lanes")
+    assert len(store.events()) == before
+    assert all(x.participant is None for x in store.seats("lanes"))
+    if store._engine.dialect.name == "postgresql":
+        (lane,) = claims._pg_lanes[store]
+        prepared = lane.conn.execute("SELECT statement FROM pg_prepared_statements", prepare=False).fetchall()
+        assert [x[0].split()[:3] for x in prepared] == [["WITH", "n0", "AS"]], prepared
+    else:
+        assert len(claims._lanes[store]) == 1
+    assert store.claim_seat("lanes", who[0]).participant == who[0]
+    with pytest.raises(NotFound, match="no course 'nope'"):
+        store.warm_claims("nope")

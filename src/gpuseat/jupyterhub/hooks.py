@@ -111,12 +111,10 @@ class SeatHooks:
             self._worker.submit(self._warm)  # the first start should not pay for opening the store
 
     def _warm(self) -> None:
-        """Open the store and load the claim code on gpuseat's thread while the hub starts (best effort:
-        an unreachable database is tried again, and refused clearly, by the first spawn)."""
+        """Open the store and ready the claim on gpuseat's thread while the hub starts (best effort: an
+        unreachable database is tried again, and refused clearly, by the first spawn)."""
         try:
-            import gpuseat.store.claims  # noqa: F401
-
-            self.store.get_course(self.settings.course)
+            self.store.warm_claims(self.settings.course)
         except Exception:  # the first spawn reports it
             log.debug("gpuseat: store not ready at hub start", exc_info=True)
 

@@ -34,3 +34,11 @@ class ClaimMethods(StoreBase):
         held: Any = SimpleNamespace(valid_from=got.since, mode=got.mode)
         seat: Any = SimpleNamespace(**got.seat)
         return _seat_view(got.course, seat, (got.participant, held))
+
+    def warm_claims(self, course: str | None) -> None:
+        """Have the claim ready before the first participant asks (a connection open, the statement
+        planned by the database); claims nothing and writes nothing. Raises :class:`NotFound` for an
+        unknown course. The JupyterHub hooks call it while the hub starts."""
+        from gpuseat.store.claims import warm
+
+        warm(self, course)

@@ -43,7 +43,7 @@ from gpuseat.core.needs import SeatNeed
 from gpuseat.core.seating import ASSIGNABLE_STATES, KIND_ISOLATION, VM_KINDS, isolation_rank
 from gpuseat.errors import InputError, NoFreeSeat, NotFound, StoreError, did_you_mean
 
-__all__ = ["Claimed", "claim", "close", "forget_course"]
+__all__ = ["Claimed", "claim", "close", "forget_course", "warm"]
 
 RETRIES = 200  # lost races (a seat taken between this statement's snapshot and its lock) are retried
 # what the seat view of a claim shows (store.rows._seat_view), no more: every column returned costs the
@@ -363,9 +363,10 @@ def _new_pg_lane(store: Any) -> _PgLane:
     engine = store._engine
     args, kwargs = engine.dialect.create_connect_args(engine.url)  # what SQLAlchemy itself would connect with
     try:
-        conn = psycopg.connect(*args, autocommit=True, prepare_threshold=0, **kwargs)
+        conn = psycopg.connect(*args, autocommit=True, **kwargs)
         conn.execute("SET plan_cache_mode = force_generic_plan")
         conn.execute("SET enable_seqscan = off")
+        conn.prepare_threshold = 0  # from here on: the claim statement alone
     except psycopg.OperationalError as exc:
         raise StoreError(
             f"cannot reach the course database: {(str(exc).strip().splitlines() or ['no answer'])[0]}",
@@ -418,6 +419,19 @@ def claim(store: Any, course: str | None, who: str, *, mode: str, actor: str) ->
     raise StoreError(
         f"could not claim a seat after {RETRIES} tries (heavy contention)", where=f"participant {who}", fix="try again"
     )
+
+
+WARM_UP = "gpuseat warm-up"  # no participant's key, email or Unix user can hold a space
+
+
+def warm(store: Any, course: str | None) -> None:
+    """Open a claim lane and run the claim once for nobody, so the database has the statement planned
+    before the first participant asks (a hub at start-up); writes nothing."""
+    info = _course(store, course)
+    if store._engine.dialect.name == "postgresql":
+        _claim_pg(store, info, WARM_UP, "pool", WARM_UP)
+    else:
+        _claim_sqlite(store, info, WARM_UP, "pool", WARM_UP)
 
 
 def _params(info: _Course, who: str, mode: str, actor: str) -> dict[str, Any]:
