@@ -20,7 +20,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -83,22 +85,51 @@ def lab(tmp_path_factory):
     store.close()
 
 
+@contextmanager
+def gpus_busy(url: str, busy: set[str]) -> Iterator[None]:
+    """The monitor running against the lab's store, replaying the captured H100 at the current time with
+    the MIG slices in ``busy`` running a job (the culler keeps their servers, stops the others)."""
+    monitor_store = Store(url)
+    stop = threading.Event()
+
+    class Now:
+        def sample(self):
+            return reading(time.time(), busy)
+
+        def close(self):
+            pass
+
+    monitor = Monitor(Now(), monitor_store.seat_map(course="lab"), store=monitor_store)
+    monitor.stop_event = stop
+    feeder = threading.Thread(target=monitor.run, args=(1.0,))
+    feeder.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        feeder.join(timeout=30)
+        monitor_store.close()
+
+
 def test_each_server_holds_its_own_seat_and_a_kernel_sees_it(lab):
-    hub, store, _ = lab
+    hub, store, url = lab
     want = {p: s["device_uuid"] for p, s in zip(["ada", "ben", "cy"], seat_specs(3), strict=True)}
-    for person in set(want) - set(hub.servers()):  # in random order the culler test may have run first
-        assert hub.start(person).status_code in (201, 202)
-    for person, uuid in want.items():
-        server = hub.wait_ready(person)
-        env = environ_of(server["state"]["pid"])
-        assert env["CUDA_VISIBLE_DEVICES"] == uuid
-        seat = store.seat_of("lab", person)
-        assert env["GPUSEAT_SEAT"] == seat.key
-        assert (seat.engine, seat.engine_ref) == ("jupyterhub", f"{person}/")
-    assert len(set(want.values())) == 3
-    for person, uuid in want.items():
-        printed = hub.run_in_kernel(person, "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
-        assert printed.strip() == uuid
+    # all three GPUs busy meanwhile: after the culler test (random order) its idle readings are recent,
+    # and the lab's culler (0.002 h) would stop a restarted server while the kernels start
+    with gpus_busy(url, set(want.values())):
+        for person in set(want) - set(hub.servers()):
+            assert hub.start(person).status_code in (201, 202)
+        for person, uuid in want.items():
+            server = hub.wait_ready(person)
+            env = environ_of(server["state"]["pid"])
+            assert env["CUDA_VISIBLE_DEVICES"] == uuid
+            seat = store.seat_of("lab", person)
+            assert env["GPUSEAT_SEAT"] == seat.key
+            assert (seat.engine, seat.engine_ref) == ("jupyterhub", f"{person}/")
+        assert len(set(want.values())) == 3
+        for person, uuid in want.items():
+            printed = hub.run_in_kernel(person, "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
+            assert printed.strip() == uuid
     deadline = time.monotonic() + 30
     while {store.seat_of("lab", p).state for p in want} != {"running"} and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -122,31 +153,11 @@ def test_the_culler_stops_the_idle_seat_and_keeps_the_busy_one(lab):
         assert hub.start(person).status_code in (201, 202)
     for person in ("ada", "ben", "cy"):
         hub.wait_ready(person)
-    busy = {store.seat_of("lab", "ada").device_uuid}
-    monitor_store = Store(url)
-    seats = monitor_store.seat_map(course="lab")
-    stop = threading.Event()
-
-    class Now:  # the captured H100, replayed at the current time, ada's MIG slice running a job
-        def sample(self):
-            return reading(time.time(), busy)
-
-        def close(self):
-            pass
-
-    monitor = Monitor(Now(), seats, store=monitor_store)
-    monitor.stop_event = stop
-    feeder = threading.Thread(target=monitor.run, args=(1.0,))
-    feeder.start()
-    try:
+    with gpus_busy(url, {store.seat_of("lab", "ada").device_uuid}):  # ada's MIG slice runs a job
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and {"ben", "cy"} & set(hub.servers()):
             time.sleep(0.5)
         running = set(hub.servers())
-    finally:
-        stop.set()
-        feeder.join(timeout=30)
-        monitor_store.close()
     assert "ada" in running, hub.log_tail()
     assert not {"ben", "cy"} & running, hub.log_tail()
     log = hub.log_tail(200_000)

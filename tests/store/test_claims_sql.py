@@ -20,6 +20,8 @@ from gpuseat.core.seating import misfit, preference
 from gpuseat.errors import InputError, NoFreeSeat, NotFound
 from gpuseat.services.courses import CourseStore, SeatSpec
 
+from .test_concurrency import course_with
+
 KINDS = ("gpu", "mig", "vgpu", "shared", "cloud", "slurm", "vm")
 ENGINES = ("manual", "libvirt", "jupyterhub", "slurm")
 GROUPS = {
@@ -218,16 +220,6 @@ def test_a_claim_is_one_statement_on_postgresql_and_one_take_on_sqlite(
     assert checked > 0
 
 
-def _big_course(store: CourseStore, tmp_path: Path, people: int) -> list[str]:
-    path = tmp_path / "lanes.toml"
-    path.write_text(f'name = "lanes"\nparticipants = {people}\n[schedule]\nstart = 2026-01-05\ndays = 5\n')
-    store.create_course(path, key="lanes")
-    rows = ["name,email"] + [f"P {i},p{i:03d}@example.org" for i in range(people)]
-    store.import_roster("lanes", RosterText("\n".join(rows)))
-    store.add_seats("lanes", [SeatSpec(key=f"s{i:03d}", kind="gpu", memory_gb=16) for i in range(people)])
-    return [p.key for p in store.participants("lanes")]
-
-
 def test_sqlite_claims_from_many_threads_share_lanes_and_close_them(tmp_path: Path) -> None:
     """A hub claims from worker threads: each concurrent claim gets its own connection (lane), no seat is
     handed out twice, and closing the store closes every lane's connection and lock-file descriptor."""
@@ -238,14 +230,14 @@ def test_sqlite_claims_from_many_threads_share_lanes_and_close_them(tmp_path: Pa
     from gpuseat.store import claims
 
     store = open_store(f"sqlite:///{tmp_path / 'c.db'}", create=True)
-    who = _big_course(store, tmp_path, 48)
+    who = course_with(store, tmp_path, 48, 48)
     got: dict[str, str] = {}
     start = threading.Barrier(8)
 
     def claim_some(mine: list[str]) -> None:
         start.wait()
         for p in mine:
-            got[p] = store.claim_seat("lanes", p, mode="pool").key
+            got[p] = store.claim_seat("big", p, mode="pool").key
 
     threads = [threading.Thread(target=claim_some, args=(who[i::8],)) for i in range(8)]
     for t in threads:
@@ -273,16 +265,16 @@ def test_sqlite_lanes_copy_the_write_ahead_log_after_their_turn(tmp_path: Path) 
 
     db = tmp_path / "c.db"
     store = open_store(f"sqlite:///{db}", create=True)
-    who = _big_course(store, tmp_path, claims.CHECKPOINT_EVERY + 10)
+    who = course_with(store, tmp_path, claims.CHECKPOINT_EVERY + 10, claims.CHECKPOINT_EVERY + 10)
     with store._engine.begin() as conn:  # what the set-up wrote is in the file, the log emptied
         conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     for p in who:
-        store.claim_seat("lanes", p)
+        store.claim_seat("big", p)
     without_log = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)
     in_file = without_log.execute("SELECT count(*) FROM assignments").fetchone()[0]
     without_log.close()
     assert claims.CHECKPOINT_EVERY <= in_file < len(who)  # the copy after the 64th, not after every claim
-    assert len(store.history("lanes")) == len(who)  # the rest is in the log, read as usual
+    assert len(store.history("big")) == len(who)  # the rest is in the log, read as usual
     store.close()
 
 
@@ -293,15 +285,15 @@ def test_a_claim_after_the_server_ended_its_connection_takes_a_new_one(store: Co
         pytest.skip("SQLite claims have no server connection to lose")
     from gpuseat.store import claims
 
-    who = _big_course(store, tmp_path, 4)
-    first = store.claim_seat("lanes", who[0]).key
-    (lane,) = claims._pg_lanes[store]
+    who = course_with(store, tmp_path, 4, 4)
+    first = store.claim_seat("big", who[0]).key
+    (lane,) = claims._lanes[store]
     pid = lane.conn.info.backend_pid
     with store._engine.connect() as admin:
         assert admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar() is True
-    second = store.claim_seat("lanes", who[1])
+    second = store.claim_seat("big", who[1])
     assert second.participant == who[1] and second.key != first
-    assert lane.conn.closed and all(x.conn.info.backend_pid != pid for x in claims._pg_lanes[store])
+    assert lane.conn.closed and all(x.conn.info.backend_pid != pid for x in claims._lanes[store])
     assert [e.participant for e in store.events() if e.action == "seat.claim"] == who[:2]
 
 
@@ -310,17 +302,17 @@ def test_warm_claims_readies_a_connection_and_writes_nothing(store: CourseStore,
     claim prepared there), nobody holds a seat and no event was written; an unknown course is refused."""
     from gpuseat.store import claims
 
-    who = _big_course(store, tmp_path, 3)
+    who = course_with(store, tmp_path, 3, 3)
     before = len(store.events())
-    store.warm_claims("lanes")
+    store.warm_claims("big")
     assert len(store.events()) == before
-    assert all(x.participant is None for x in store.seats("lanes"))
+    assert all(x.participant is None for x in store.seats("big"))
     if store._engine.dialect.name == "postgresql":
-        (lane,) = claims._pg_lanes[store]
+        (lane,) = claims._lanes[store]
         prepared = lane.conn.execute("SELECT statement FROM pg_prepared_statements", prepare=False).fetchall()
         assert [x[0].split()[:3] for x in prepared] == [["WITH", "n0", "AS"]], prepared
     else:
         assert len(claims._lanes[store]) == 1
-    assert store.claim_seat("lanes", who[0]).participant == who[0]
+    assert store.claim_seat("big", who[0]).participant == who[0]
     with pytest.raises(NotFound, match="no course 'nope'"):
         store.warm_claims("nope")

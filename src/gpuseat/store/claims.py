@@ -269,10 +269,7 @@ def close(store: Any) -> None:
     ``CourseStore.close``."""
     with _lock:
         _courses.pop(store, None)
-        pg_lanes = _pg_lanes.pop(store, None)
         lanes = _lanes.pop(store, None)
-    if pg_lanes is not None:
-        _close_pg_lanes(pg_lanes)
     if lanes is not None:
         _close_lanes(lanes)
 
@@ -334,17 +331,26 @@ class _PgLane:
     conn: Any  # psycopg.Connection
     cur: Any  # psycopg.RawCursor
 
+    def close(self) -> None:
+        self.conn.close()
 
-_pg_lanes: weakref.WeakKeyDictionary[Any, list[_PgLane]] = weakref.WeakKeyDictionary()
+
+# a store's claim lanes, free for the next claim (of one kind: the store's database)
+_lanes: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
 
 
-def _pg_lanes_of(store: Any) -> list[_PgLane]:
+def _lanes_of(store: Any) -> list[Any]:
     with _lock:
-        lanes = _pg_lanes.get(store)
+        lanes = _lanes.get(store)
         if lanes is None:
-            lanes = _pg_lanes[store] = []
-            weakref.finalize(store, _close_pg_lanes, lanes)
+            lanes = _lanes[store] = []
+            weakref.finalize(store, _close_lanes, lanes)
         return lanes
+
+
+def _close_lanes(lanes: list[Any]) -> None:
+    while lanes:
+        lanes.pop().close()
 
 
 def _new_pg_lane(store: Any) -> _PgLane:
@@ -374,11 +380,6 @@ def _new_pg_lane(store: Any) -> _PgLane:
             fix="check --db / GPUSEAT_DB_URL, that the server runs and accepts you",
         ) from None
     return _PgLane(conn, psycopg.RawCursor(conn))
-
-
-def _close_pg_lanes(lanes: list[_PgLane]) -> None:
-    while lanes:
-        lanes.pop().conn.close()
 
 
 # -- the claim -----------------------------------------------------------------------------------------
@@ -466,23 +467,17 @@ class _Lane:
     fd: int
     takes: int = 0  # seats taken on this lane since it last copied the write-ahead log (see CHECKPOINT_EVERY)
 
+    def close(self) -> None:
+        self.conn.close()
+        os.close(self.fd)
+
 
 # SQLite copies the write-ahead log into the database file (a checkpoint, with an fsync) inside the commit
 # that crosses 1,000 pages (about 80 claims), while that claim holds the writer queue and every other
 # claim waits. Lanes turn that off and copy after their turn instead, every so many seats taken (PASSIVE:
 # it never waits for a reader or writer); the store's other connections keep SQLite's own threshold.
-# 10,000 claims by 16 processes: 6,800 → 7,500 claims/s (docs/results.md, 2026-12-04).
+# 10,000 claims by 16 processes: 5,600–6,100 → 7,200–7,300 claims/s (docs/results.md, 2026-12-04).
 CHECKPOINT_EVERY = 64
-_lanes: weakref.WeakKeyDictionary[Any, list[_Lane]] = weakref.WeakKeyDictionary()
-
-
-def _lanes_of(store: Any) -> list[_Lane]:
-    with _lock:
-        lanes = _lanes.get(store)
-        if lanes is None:
-            lanes = _lanes[store] = []
-            weakref.finalize(store, _close_lanes, lanes)
-        return lanes
 
 
 def _new_lane(store: Any) -> _Lane:
@@ -494,16 +489,6 @@ def _new_lane(store: Any) -> _Lane:
     _sqlite_pragmas(conn, None)
     conn.execute("PRAGMA wal_autocheckpoint=0")  # the lane checkpoints after its turn (CHECKPOINT_EVERY)
     return _Lane(conn, os.open(store._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600))
-
-
-def _close_lanes(lanes: list[_Lane]) -> None:
-    while lanes:
-        _close_lane(lanes.pop())
-
-
-def _close_lane(lane: _Lane) -> None:
-    lane.conn.close()
-    os.close(lane.fd)
 
 
 def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
@@ -532,7 +517,7 @@ def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) ->
         return got
     finally:
         if lane.conn.in_transaction:  # never hand on a lane inside a transaction
-            _close_lane(lane)
+            lane.close()
         else:
             lanes.append(lane)
 
@@ -657,7 +642,7 @@ def _claim_pg(store: Any, info: _Course, who: str, mode: str, actor: str) -> Cla
     p = _params(info, who, mode, actor)
     p["needs"] = info.needs_json
     sql, names = _pg_claim_sql()
-    lanes = _pg_lanes_of(store)
+    lanes = _lanes_of(store)
     try:
         lane = lanes.pop()
     except IndexError:
