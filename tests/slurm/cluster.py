@@ -205,8 +205,25 @@ SlurmdParameters=config_overrides
             start_new_session=True,
         )  # fmt: skip
         self._wait_for(lambda: _listening(self.dbd_port), timeout, "slurmdbd")
-        subprocess.run(["sacctmgr", "-i", "add", "cluster", "gpuseattest"], env=self.env, stdout=log, stderr=log,
-                       check=True, timeout=timeout)  # fmt: skip
+        self._wait_for(lambda: self._register(log), timeout, "the cluster registered in slurmdbd")
+
+    def _register(self, log: IO[bytes]) -> bool:
+        """Add the cluster, and say whether slurmdbd lists it. A slurmdbd that has just started to listen
+        may still be making its tables: the add can fail then ("database is busy", once on CI sacctmgr
+        aborted), so it is tried again until the cluster is there (``_wait_for``'s deadline)."""
+        for proc in ("mariadbd", "slurmdbd"):
+            if self.procs[proc].poll() is not None:
+                raise RuntimeError(f"{proc} exited with {self.procs[proc].returncode}:\n{self.logs()}")
+        try:
+            subprocess.run(["sacctmgr", "-i", "add", "cluster", "gpuseattest"], env=self.env, stdout=log,
+                           stderr=log, check=False, timeout=30)  # fmt: skip
+            listed = subprocess.run(
+                ["sacctmgr", "-n", "-P", "list", "cluster", "format=cluster"],
+                env=self.env, capture_output=True, text=True, check=False, timeout=30,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return False
+        return "gpuseattest" in listed.stdout.split()
 
     def _idle(self) -> bool:
         for name, proc in self.procs.items():
