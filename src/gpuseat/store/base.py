@@ -87,12 +87,17 @@ class StoreBase:
             return
         import fcntl
 
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        fd = self._queue_fd()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)  # closing releases the lock
+
+    def _queue_fd(self) -> int:
+        """A new descriptor of the writer-queue file (SQLite; ``_queue`` and the claim lanes lock it)."""
+        assert self._lock_path is not None
+        return os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
 
     @contextmanager
     def _read(self) -> Iterator[Session]:

@@ -488,7 +488,7 @@ def _new_lane(store: Any) -> _Lane:
     )
     _sqlite_pragmas(conn, None)
     conn.execute("PRAGMA wal_autocheckpoint=0")  # the lane checkpoints after its turn (CHECKPOINT_EVERY)
-    return _Lane(conn, os.open(store._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600))
+    return _Lane(conn, store._queue_fd())
 
 
 def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
