@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any
-
 from gpuseat.core.seating import CLAIM_MODES, ClaimMode
 from gpuseat.errors import InputError
 from gpuseat.store.base import StoreBase
-from gpuseat.store.rows import DEFAULT_ACTOR, _seat_view
+from gpuseat.store.rows import DEFAULT_ACTOR
 from gpuseat.store.views import SeatView
 
 
@@ -28,12 +25,7 @@ class ClaimMethods(StoreBase):
             raise InputError(f"unknown mode {mode!r}", where="mode", fix=f"one of {', '.join(CLAIM_MODES)}")
         from gpuseat.store.claims import claim  # the claim is one SQL statement (see that module)
 
-        got = claim(self, course, participant, mode=mode, actor=actor)
-        # plain attribute holders, not ORM objects: _seat_view only reads them (an ORM instance costs a
-        # claim more CPU than the rest of its Python side)
-        held: Any = SimpleNamespace(valid_from=got.since, mode=got.mode)
-        seat: Any = SimpleNamespace(**got.seat)
-        return _seat_view(got.course, seat, (got.participant, held))
+        return claim(self, course, participant, mode=mode, actor=actor).view()
 
     def warm_claims(self, course: str | None) -> None:
         """Have the claim ready before the first participant asks (a connection open, the statement

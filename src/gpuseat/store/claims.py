@@ -21,10 +21,8 @@ nothing, with the same messages as the rest of the store.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import json
-import os
 import random
 import re
 import sqlite3
@@ -42,6 +40,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from gpuseat.core.needs import SeatNeed
 from gpuseat.core.seating import ASSIGNABLE_STATES, KIND_ISOLATION, VM_KINDS, isolation_rank
 from gpuseat.errors import InputError, NoFreeSeat, NotFound, StoreError, did_you_mean
+from gpuseat.store.views import SeatView, _utc
 
 __all__ = ["Claimed", "claim", "close", "forget_course", "warm"]
 
@@ -68,14 +67,26 @@ SEAT_COLUMNS = (
 
 @dataclass(frozen=True)
 class Claimed:
-    """What a claim found or took: the seat row (column → value), who holds it, since when, how."""
+    """What a claim found or took: the seat row (its values in :data:`SEAT_COLUMNS` order, as the
+    database returned them), who holds it, since when, how."""
 
     course: str
     participant: str
-    seat: dict[str, Any]
+    seat: tuple[Any, ...]
     since: datetime
     mode: str
     new: bool
+
+    def view(self) -> SeatView:
+        """The seat view of the claim, built from the row directly (no ORM object or namespace in
+        between: this runs once per claim)."""
+        sid, key, kind, host, uuid, profile, mem, groups, engine, ref, state, reason, at, connect = self.seat
+        if isinstance(groups, str):
+            groups = () if groups == "[]" else json.loads(groups)
+        return SeatView(
+            self.course, key, kind, host, uuid, profile, mem, tuple(groups or ()), engine, ref, state, reason,
+            _utc(_when(at)), connect, self.participant, _utc(self.since), self.mode, sid,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -148,12 +159,12 @@ _WHO = (
     "ORDER BY p2.id LIMIT 1))"
 )
 
-# SQLite, step 1 (no lock, WAL readers never wait): the participant and the seat they hold
+# SQLite, step 1 (no lock, WAL readers never wait): the participant and the seat they hold, by id only
+# (each column returned costs the client time on the hottest path; a held seat is read when there is one)
 _SQLITE_LOOKUP = f"""
-SELECT pa.id AS pid, pa.key AS pkey, pa.group_name AS grp, a.valid_from, a.mode, {_COLS}
+SELECT pa.id, pa.key, pa.group_name, a.seat_id, a.valid_from, a.mode
 FROM participants pa
 LEFT JOIN assignments a ON a.participant_id = pa.id AND a.valid_to IS NULL
-LEFT JOIN seats s ON s.id = a.seat_id
 WHERE {_WHO}
   AND EXISTS (SELECT 1 FROM courses c WHERE c.id = :cid AND c.archived_at IS NULL)
 """
@@ -170,7 +181,7 @@ SELECT b.id, :pid, :now, :mode FROM (
 WHERE EXISTS (SELECT 1 FROM courses c WHERE c.id = :cid AND c.archived_at IS NULL)
 ORDER BY {_BETTER.format(collate="")}
 LIMIT 1
-RETURNING seat_id, valid_from, mode
+RETURNING seat_id
 """
 
 _SQLITE_SEAT = f"SELECT {_COLS} FROM seats s WHERE s.id = :sid"
@@ -243,7 +254,7 @@ _ANY_SEAT = "SELECT EXISTS (SELECT 1 FROM seats WHERE course_id = :cid)"  # for 
 
 _SQLITE_EVENT = (
     "INSERT INTO events (at, course_key, actor, action, participant, seat, detail) "
-    "SELECT :now, :ckey, :actor, 'seat.claim', :pkey, s.key, :detail FROM seats s WHERE s.id = :sid"
+    "VALUES (:now, :ckey, :actor, 'seat.claim', :pkey, :skey, :detail)"
 )
 
 
@@ -460,22 +471,19 @@ def _need(info: _Course, group: str | None) -> dict[str, Any]:
 
 @dataclass
 class _Lane:
-    """One claim connection of a SQLite file store (sqlite3's own, no SQLAlchemy pool in between) and its
-    open descriptor of the store's writer-queue file: a claim locks and unlocks it without opening it."""
+    """One claim connection of a SQLite file store: sqlite3's own, no SQLAlchemy pool in between."""
 
     conn: sqlite3.Connection
-    fd: int
     takes: int = 0  # seats taken on this lane since it last copied the write-ahead log (see CHECKPOINT_EVERY)
 
     def close(self) -> None:
         self.conn.close()
-        os.close(self.fd)
 
 
 # SQLite copies the write-ahead log into the database file (a checkpoint, with an fsync) inside the commit
-# that crosses 1,000 pages (about 80 claims), while that claim holds the writer queue and every other
-# claim waits. Lanes turn that off and copy after their turn instead, every so many seats taken (PASSIVE:
-# it never waits for a reader or writer); the store's other connections keep SQLite's own threshold.
+# that crosses 1,000 pages (about 80 claims), while that claim holds the write lock and every other claim
+# waits. Lanes turn that off and copy after their commit instead, every so many seats taken (PASSIVE: it
+# never waits for a reader or writer); the store's other connections keep SQLite's own threshold.
 # 10,000 claims by 16 processes: 5,600–6,100 → 7,200–7,300 claims/s (docs/results.md, 2026-12-04).
 CHECKPOINT_EVERY = 64
 
@@ -487,19 +495,20 @@ def _new_lane(store: Any) -> _Lane:
         store._engine.url.database, timeout=busy_timeout(), isolation_level=None, check_same_thread=False
     )
     _sqlite_pragmas(conn, None)
-    conn.execute("PRAGMA wal_autocheckpoint=0")  # the lane checkpoints after its turn (CHECKPOINT_EVERY)
-    return _Lane(conn, store._queue_fd())
+    conn.execute("PRAGMA wal_autocheckpoint=0")  # the lane checkpoints after its commit (CHECKPOINT_EVERY)
+    return _Lane(conn)
 
 
 def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
     """The claim on a lane of the store (one per concurrent claim, kept for the next), or on the engine's
     connection for an in-memory store (that connection is the database)."""
     p = _params(info, who, mode, actor)
-    p["now"] = p["now"].strftime(_SQLITE_TIME)  # how SQLAlchemy stores a DateTime on SQLite
+    now = p["now"]
+    p["now"] = _sqlite_time(now)
     if store._lock_path is None:
         pooled = store._engine.raw_connection()
         try:
-            return _claim_on(store, pooled.driver_connection, None, info, p)
+            return _claim_on(store, pooled.driver_connection, info, p, now)
         finally:
             pooled.close()
     lanes = _lanes_of(store)
@@ -508,10 +517,10 @@ def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) ->
     except IndexError:
         lane = _new_lane(store)
     try:
-        got = _claim_on(store, lane.conn, lane.fd, info, p)
+        got = _claim_on(store, lane.conn, info, p, now)
         if got is not None and got.new:
             lane.takes += 1
-            if lane.takes >= CHECKPOINT_EVERY:  # after the turn: the next claim need not wait for the copy
+            if lane.takes >= CHECKPOINT_EVERY:  # after the commit: no claim waits for the copy
                 lane.takes = 0
                 lane.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").close()
         return got
@@ -522,85 +531,86 @@ def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) ->
             lanes.append(lane)
 
 
-def _take_turn(fd: int | None) -> None:
-    """Wait for this lane's turn in the store's writer queue (nothing to wait for in memory)."""
-    if fd is not None:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+def _begin(store: Any, raw: Any) -> None:
+    """Take the write lock: ``BEGIN IMMEDIATE``, waiting in SQLite's busy handler as any SQLite writer
+    does, not in the store's writer queue.
+
+    Claims are the one write that many processes make at once, and a claim holds the lock for about
+    60 µs. The queue's file lock woke its waiters at every hand-over and let the process that had just
+    let go take it again, so some waiters were passed over for 20 ms and more. Tried and measured worse
+    (docs/results.md, 2026-12-04): the queue; polling with shorter sleeps than SQLite's own; one try,
+    then a queue whose head polls; a queue only for claims that waited 1–5 ms.
+    """
+    try:
+        raw.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        from gpuseat.db import sqlite_error
+
+        raise (sqlite_error(str(exc), store._engine.url.database) or exc) from None
 
 
-def _claim_on(store: Any, raw: Any, fd: int | None, info: _Course, p: dict[str, Any]) -> Claimed | None:
+def _claim_on(store: Any, raw: Any, info: _Course, p: dict[str, Any], now: datetime) -> Claimed | None:
     """Lookup without a lock, then the take and its events row under the write lock.
 
     The statements go to sqlite3 itself (it takes the same ``:name`` parameters): SQLAlchemy's
     per-statement and pool machinery cost more CPU than the statements, and on a busy machine that CPU
-    is taken from the process that holds the one write lock. Under the lock: the store's writer queue
-    (an OS file lock on ``fd``, see ``StoreBase._queue``), ``BEGIN IMMEDIATE``, the take, the events
-    row, the taken seat's row, ``COMMIT``, nothing else. Reading the seat there costs the lock about
+    is taken from the process that holds the one write lock. Under the lock (:func:`_begin`): the take,
+    the taken seat's row, the events row, ``COMMIT``, nothing else. Reading the seat there costs the lock about
     3 µs and saves a read transaction of its own, whose start can stall behind a busy log (10,000
-    claims by 16 processes: p99 22–28 → 20–22 ms). A lost race (this participant's other claim took a seat first) is
-    :class:`_LostRace`; a write lock held past the busy timeout is the store's clear error.
+    claims by 16 processes: p99 22–28 → 20–22 ms). A lost race (this participant's other claim took a
+    seat first) is :class:`_LostRace`; a write lock held past the busy timeout is the store's clear error.
     """
-    row = _fetch(raw, _SQLITE_LOOKUP, p)  # WAL: a reader never waits for the writer
+    cur = raw.execute(_SQLITE_LOOKUP, p)  # WAL: a reader never waits for the writer
+    try:
+        row = cur.fetchone()
+    finally:
+        cur.close()  # no read snapshot is carried into the write transaction that may follow
     if row is None:
         return None
-    if row["id"] is not None:  # the seat they hold
-        return Claimed(
-            info.key, row["pkey"], _sqlite_seat(row), _when(row["valid_from"]), row["mode"] or "assigned", False
-        )
-    p.update(_need(info, row["grp"]), pid=row["pid"], pkey=row["pkey"])
-    _take_turn(fd)
+    pid, pkey, group, held, since, held_mode = row
+    if held is not None:  # the seat they hold
+        seat = _seat_row(raw, held)
+        if seat is None:  # released and removed since the lookup: look again
+            raise _LostRace
+        return Claimed(info.key, pkey, seat, _when(since), held_mode or "assigned", False)
+    p.update(_need(info, group), pid=pid, pkey=pkey)
+    _begin(store, raw)
     try:
-        try:
-            raw.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            from gpuseat.db import sqlite_error
-
-            raise (sqlite_error(str(exc), store._engine.url.database) or exc) from None
-        try:
-            took = raw.execute(_SQLITE_TAKE, p).fetchone()
-            if took is None:
-                any_seat = raw.execute(_ANY_SEAT, p).fetchone()[0]
-                raise _no_free_seat(info, row["pkey"], row["grp"], bool(any_seat))
-            p["sid"] = took[0]
-            raw.execute(_SQLITE_EVENT, p)
-            seat = _fetch(raw, _SQLITE_SEAT, p)
-            raw.execute("COMMIT")
-        except BaseException:
-            if raw.in_transaction:
-                raw.execute("ROLLBACK")
-            raise
-    except sqlite3.IntegrityError:
-        raise _LostRace from None
-    finally:
-        if fd is not None:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    assert seat is not None
-    return Claimed(info.key, row["pkey"], _sqlite_seat(seat), _when(took[1]), took[2], True)
+        took = raw.execute(_SQLITE_TAKE, p).fetchone()
+        if took is None:
+            any_seat = raw.execute(_ANY_SEAT, p).fetchone()[0]
+            raise _no_free_seat(info, pkey, group, bool(any_seat))
+        seat = _seat_row(raw, took[0])
+        assert seat is not None  # taken in this transaction
+        p["skey"] = seat[1]  # SEAT_COLUMNS: id, key, …
+        raw.execute(_SQLITE_EVENT, p)
+        raw.execute("COMMIT")
+    except BaseException as exc:
+        if raw.in_transaction:
+            raw.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.IntegrityError):
+            raise _LostRace from None
+        raise
+    return Claimed(info.key, pkey, seat, now, p["mode"], True)
 
 
-_SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
-
-
-def _fetch(raw: Any, sql: str, params: dict[str, Any]) -> dict[str, Any] | None:
-    """The first row as a dict; the cursor is closed at once, so the connection holds no read snapshot
-    into the write transaction that may follow on it."""
-    cur = raw.execute(sql, params)
-    try:
-        found = cur.fetchone()
-        return None if found is None else dict(zip([d[0] for d in cur.description], found, strict=True))
-    finally:
-        cur.close()
+def _sqlite_time(value: datetime) -> str:
+    """A time as SQLAlchemy stores a DateTime on SQLite (``%Y-%m-%d %H:%M:%S.%f``, naive UTC)."""
+    return value.replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
 def _when(value: Any) -> Any:
     return datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
-def _sqlite_seat(row: dict[str, Any]) -> dict[str, Any]:
-    seat = {c: row[c] for c in SEAT_COLUMNS}
-    seat["groups"] = json.loads(seat["groups"]) if isinstance(seat["groups"], str) else seat["groups"]
-    seat["state_at"] = _when(seat["state_at"])
-    return seat
+def _seat_row(raw: Any, sid: int) -> tuple[Any, ...] | None:
+    """The seat's columns for its view (the cursor closed at once: no snapshot is kept open)."""
+    cur = raw.execute(_SQLITE_SEAT, {"sid": sid})
+    try:
+        found: tuple[Any, ...] | None = cur.fetchone()
+        return found
+    finally:
+        cur.close()
 
 
 class _LostRace(Exception):
@@ -663,7 +673,7 @@ def _claim_pg(store: Any, info: _Course, who: str, mode: str, actor: str) -> Cla
         return None
     how, pkey, group, free, any_seat = found[0], found[1], found[2], found[-2], found[-1]
     if how != "none":
-        seat = dict(zip(SEAT_COLUMNS, found[_SEAT_AT], strict=True))
+        seat = found[_SEAT_AT]
         return Claimed(info.key, pkey, seat, found[-4], found[-3] or "assigned", how == "new")
     if free:
         return "retry"
