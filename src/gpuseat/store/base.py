@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Self
 from sqlalchemy.orm import Session
 
 from gpuseat.db import immediate
-from gpuseat.db.models import CourseRecord
-from gpuseat.store.rows import _course
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -23,7 +21,6 @@ class StoreBase:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._writer = immediate(engine)  # SQLite: BEGIN IMMEDIATE; PostgreSQL: unchanged
-        self._courses: dict[str, CourseRecord] = {}
         database = engine.url.database if engine.dialect.name == "sqlite" else None
         self._lock_path = f"{database}.lock" if database and database != ":memory:" else None
         from gpuseat.store.undo import install
@@ -53,21 +50,6 @@ class StoreBase:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _course_cached(self, s: Session, key: str | None) -> CourseRecord:
-        """The course row, kept per store for a named course (claims are hot; a course is never deleted).
-
-        ``None`` ("the only course") is looked up every time: another course may have been created since.
-        """
-        if key is None:
-            return _course(s, None)
-        row = self._courses.get(key)
-        if row is None:
-            found = _course(s, key)
-            # a transient copy: a rollback expires the session's rows, this one stays readable
-            row = CourseRecord(id=found.id, key=found.key, name=found.name, summary=dict(found.summary or {}))
-            self._courses[key] = row
-        return row
 
     @contextmanager
     def _write(self) -> Iterator[Session]:
