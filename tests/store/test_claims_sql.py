@@ -128,11 +128,11 @@ def test_a_participants_second_claim_that_loses_the_race_gets_the_seat_they_hold
     if course2016._engine.dialect.name == "sqlite":  # the lookup runs before the write lock: race it there
         real = claims._begin
 
-        def racing(store: object, raw: object) -> None:
+        def racing(store: object, raw: object, fd: int | None) -> None:
             if not first:
-                first["seat"] = "?"  # (the other claim's own write passes straight through)
+                first["seat"] = "?"  # (the other claim's own turn passes straight through)
                 first["seat"] = other.claim_seat(None, p.key).key  # the other claim wins meanwhile
-            real(store, raw)
+            real(store, raw, fd)
 
         monkeypatch.setattr(claims, "_begin", racing)
     else:  # one statement: two claims of one person race inside the database
@@ -222,7 +222,8 @@ def test_a_claim_is_one_statement_on_postgresql_and_one_take_on_sqlite(
 
 def test_sqlite_claims_from_many_threads_share_lanes_and_close_them(tmp_path: Path) -> None:
     """A hub claims from worker threads: each concurrent claim gets its own connection (lane), no seat is
-    handed out twice, and closing the store closes every lane's connection."""
+    handed out twice, and closing the store closes every lane's connection and lock-file descriptor."""
+    import os
     import threading
 
     from gpuseat.services.courses import open_store
@@ -248,11 +249,13 @@ def test_sqlite_claims_from_many_threads_share_lanes_and_close_them(tmp_path: Pa
     assert 1 <= len(lanes) <= 8
     store.close()
     for lane in lanes:
+        with pytest.raises(OSError):
+            os.fstat(lane.fd)
         with pytest.raises(Exception, match="closed"):
             lane.conn.execute("SELECT 1")
 
 
-def test_sqlite_lanes_copy_the_write_ahead_log_after_their_commit(tmp_path: Path) -> None:
+def test_sqlite_lanes_copy_the_write_ahead_log_after_their_turn(tmp_path: Path) -> None:
     """Lanes turn SQLite's checkpoint-inside-the-commit off and copy the log themselves every
     CHECKPOINT_EVERY seats taken: the database file itself (read without the log) has the assignments."""
     import sqlite3

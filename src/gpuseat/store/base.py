@@ -62,20 +62,25 @@ class StoreBase:
 
         SQLite's own busy handler polls with growing sleeps, so under 16 busy processes one writer can
         wait many seconds while others keep winning; a blocking ``flock`` hands the turn over as soon
-        as it is free. PostgreSQL (row locks) needs none of this. Seat claims do not queue: they hold the
-        lock for microseconds, and SQLite's busy handler serves them better (``store.claims._begin``).
+        as it is free. PostgreSQL (row locks) needs none of this. Seat claims take the same turns
+        (``store.claims._begin``).
         """
         if self._lock_path is None:
             yield
             return
         import fcntl
 
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        fd = self._queue_fd()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)  # closing releases the lock
+
+    def _queue_fd(self) -> int:
+        """A new descriptor of the writer-queue file (SQLite; ``_queue`` and the claim lanes lock it)."""
+        assert self._lock_path is not None
+        return os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
 
     @contextmanager
     def _read(self) -> Iterator[Session]:
