@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Self
@@ -10,6 +9,7 @@ from typing import TYPE_CHECKING, Self
 from sqlalchemy.orm import Session
 
 from gpuseat.db import immediate
+from gpuseat.store.turns import Turns
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -58,29 +58,30 @@ class StoreBase:
 
     @contextmanager
     def _queue(self) -> Iterator[None]:
-        """SQLite: writers of this file take turns through an OS file lock before ``BEGIN IMMEDIATE``.
+        """SQLite: writers of this file take turns, first come first served, before ``BEGIN IMMEDIATE``.
 
         SQLite's own busy handler polls with growing sleeps, so under 16 busy processes one writer can
-        wait many seconds while others keep winning; a blocking ``flock`` hands the turn over as soon
-        as it is free. PostgreSQL (row locks) needs none of this. Seat claims take the same turns
-        (``store.claims._begin``).
+        wait many seconds while others keep winning; the queue (:mod:`gpuseat.store.turns`) hands the
+        turn to the next writer as soon as it is free. PostgreSQL (row locks) needs none of this. Seat
+        claims take the same turns (``store.claims._begin``).
         """
         if self._lock_path is None:
             yield
             return
-        import fcntl
-
-        fd = self._queue_fd()
+        turns = self._turns()
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            turns.take()
+            try:
+                yield
+            finally:
+                turns.give()
         finally:
-            os.close(fd)  # closing releases the lock
+            turns.close()
 
-    def _queue_fd(self) -> int:
-        """A new descriptor of the writer-queue file (SQLite; ``_queue`` and the claim lanes lock it)."""
+    def _turns(self) -> Turns:
+        """A new place in the writer queue of this file (SQLite; ``_queue`` and the claim lanes use it)."""
         assert self._lock_path is not None
-        return os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        return Turns(self._lock_path)
 
     @contextmanager
     def _read(self) -> Iterator[Session]:

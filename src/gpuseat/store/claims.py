@@ -21,10 +21,8 @@ nothing, with the same messages as the rest of the store.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import json
-import os
 import random
 import re
 import sqlite3
@@ -42,6 +40,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from gpuseat.core.needs import SeatNeed
 from gpuseat.core.seating import ASSIGNABLE_STATES, KIND_ISOLATION, VM_KINDS, isolation_rank
 from gpuseat.errors import InputError, NoFreeSeat, NotFound, StoreError, did_you_mean
+from gpuseat.store.turns import Turns
 from gpuseat.store.views import SeatView, _utc
 
 __all__ = ["Claimed", "claim", "close", "forget_course", "warm"]
@@ -474,15 +473,15 @@ def _need(info: _Course, group: str | None) -> dict[str, Any]:
 @dataclass
 class _Lane:
     """One claim connection of a SQLite file store (sqlite3's own, no SQLAlchemy pool in between) and its
-    open descriptor of the store's writer-queue file: a claim locks and unlocks it without opening it."""
+    place in the store's writer queue: a claim takes and gives turns without opening the queue file."""
 
     conn: sqlite3.Connection
-    fd: int
+    turns: Turns
     takes: int = 0  # seats taken on this lane since it last copied the write-ahead log (see CHECKPOINT_EVERY)
 
     def close(self) -> None:
         self.conn.close()
-        os.close(self.fd)
+        self.turns.close()
 
 
 # SQLite copies the write-ahead log into the database file (a checkpoint, with an fsync) inside the commit
@@ -501,7 +500,7 @@ def _new_lane(store: Any) -> _Lane:
     )
     _sqlite_pragmas(conn, None)
     conn.execute("PRAGMA wal_autocheckpoint=0")  # the lane checkpoints after its turn (CHECKPOINT_EVERY)
-    return _Lane(conn, store._queue_fd())
+    return _Lane(conn, store._turns())
 
 
 def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
@@ -522,7 +521,7 @@ def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) ->
     except IndexError:
         lane = _new_lane(store)
     try:
-        got = _claim_on(store, lane.conn, lane.fd, info, p, now)
+        got = _claim_on(store, lane.conn, lane.turns, info, p, now)
         if got is not None and got.new:
             lane.takes += 1
             if lane.takes >= CHECKPOINT_EVERY:  # after the turn: the next claim need not wait for the copy
@@ -536,25 +535,24 @@ def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) ->
             lanes.append(lane)
 
 
-def _begin(store: Any, raw: Any, fd: int | None) -> None:
-    """Take this lane's turn in the store's writer queue (an OS file lock on ``fd``; nothing to wait for
-    in memory), then the write lock (``BEGIN IMMEDIATE``); the caller unlocks ``fd`` after the commit.
+def _begin(store: Any, raw: Any, turns: Turns | None) -> None:
+    """Take this lane's turn in the store's writer queue (:mod:`gpuseat.store.turns`; nothing to wait
+    for in memory), then the write lock (``BEGIN IMMEDIATE``); the caller gives the turn on after the
+    commit.
 
     The queue hands the lock on as soon as it is free, where SQLite's busy handler sleeps 1, 2, 5, 10 …
-    100 ms between tries. Measured both ways (docs/results.md, 2026-12-04): with 1,000 participants the
-    queue gave 2–3× the claims/s and a third of the p99 (64 writers: p99 110–146 ms against 340–430 ms);
-    with 10,000 participants and 16 writers SQLite's busy handler gave the lower p99 (9–19 ms against
-    19–21 ms), because the process that has just let go often takes the queue again before the woken
-    waiter runs. Also tried and worse: polling with shorter sleeps than SQLite's, a queue whose head
-    polls, a queue only for claims that waited 1–5 ms.
+    100 ms between tries, and in the order writers came (docs/results.md, 2026-12-04: with 1,000
+    participants it gave 2–3× the claims/s and a fifth of the p99 of SQLite's busy handler; the
+    ``flock`` queue before it let the process that had just let go take the turn again, which made the
+    p99 with 10,000 participants and 16 writers 2.3× the busy handler's).
     """
-    if fd is not None:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    if turns is not None:
+        turns.take()
     try:
         raw.execute("BEGIN IMMEDIATE")
     except BaseException as exc:
-        if fd is not None:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        if turns is not None:
+            turns.give()
         if isinstance(exc, sqlite3.OperationalError):
             from gpuseat.db import sqlite_error
 
@@ -562,7 +560,9 @@ def _begin(store: Any, raw: Any, fd: int | None) -> None:
         raise
 
 
-def _claim_on(store: Any, raw: Any, fd: int | None, info: _Course, p: dict[str, Any], now: datetime) -> Claimed | None:
+def _claim_on(
+    store: Any, raw: Any, turns: Turns | None, info: _Course, p: dict[str, Any], now: datetime
+) -> Claimed | None:
     """Lookup without a lock, then the take and its events row under the write lock.
 
     The statements go to sqlite3 itself (it takes the same ``:name`` parameters): SQLAlchemy's
@@ -587,7 +587,7 @@ def _claim_on(store: Any, raw: Any, fd: int | None, info: _Course, p: dict[str, 
             raise _LostRace
         return Claimed(info.key, pkey, seat, _when(since), held_mode or "assigned", False)
     p.update(_need(info, group), pid=pid, pkey=pkey)
-    _begin(store, raw, fd)
+    _begin(store, raw, turns)
     try:
         took = raw.execute(_SQLITE_TAKE, p).fetchone()
         if took is None:
@@ -605,8 +605,8 @@ def _claim_on(store: Any, raw: Any, fd: int | None, info: _Course, p: dict[str, 
             raise _LostRace from None
         raise
     finally:
-        if fd is not None:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        if turns is not None:
+            turns.give()
     return Claimed(info.key, pkey, seat, now, p["mode"], True)
 
 
