@@ -1,6 +1,6 @@
 """The SQLite writers' queue (gpuseat.store.turns) from the other side: real processes that queue, hold,
-lend, die with SIGKILL and come back; what they write to a shared log, and the queue file's own marks,
-are what is checked. Every wait is on an observable event (the queue file growing a byte per ticket, a
+ask to be served, die with SIGKILL; what they write to a shared log, the queue file's own marks and, for
+claims, the database's rows are what is checked. Every wait is on an observable event (the queue file growing a byte per ticket, a
 line in the log), never on a fixed sleep."""
 
 from __future__ import annotations
@@ -14,9 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-from gpuseat.store import turns
-from gpuseat.store.turns import Turns
 
 pytestmark = pytest.mark.skipif(not hasattr(__import__("fcntl"), "F_OFD_SETLKW"), reason="Linux queue")
 
@@ -41,11 +38,25 @@ WRITER = textwrap.dedent(
             say(">")
             q.give()
         sys.exit(0)
-    if mode == "lend":  # come straight back once: the second turn is lent, not ended
-        turns.LEASE_S = 60.0
-        q.take(); q.give(); q.take(); q.give()
+    if mode == "ask":  # ask the writer before to write for us
+        answer = q.take(name.encode())
+        say(f"{name}={answer.decode()} " if answer is not None else name + " ")
+        if answer is None:
+            q.give()
+        sys.exit(0)
+    if mode == "serve":  # hold the turn until the release file appears, then answer those asking
+        q.take()
         say(name + " ")
-        time.sleep(600)
+        while not os.path.exists(extra[0]):
+            time.sleep(0.005)
+        asking = q.asking(32)
+        say(name + ":" + ",".join(r.decode() for _, r in asking) + " ")
+        for u, r in asking:
+            assert q.answer(u, b"ok-" + r)
+        if extra[1] == "commit":
+            q.deliver()
+        q.give()
+        sys.exit(0)
     q.take()
     say(name + " ")
     if mode == "hold":  # until the release file appears
@@ -160,14 +171,48 @@ def test_killed_waiters_are_passed_over_in_order(queue):
     assert queue.text() == "H H- W "
 
 
-def test_an_idle_writer_with_a_lent_turn_holds_no_one_up(queue):
-    queue.start("L", "lend")
-    queue.until("L to lend its turn", lambda: "L " in queue.text())
-    marks = queue.path.read_bytes()
-    assert marks[-1:] == b"\x02", f"the last turn should be lent, queue marks {marks!r}"
-    waiter = queue.queued("W", "once")
-    assert waiter.wait(timeout=30) == 0
-    assert queue.text() == "L W "
+def test_the_writer_whose_turn_it_is_answers_those_behind_it(queue):
+    release = queue.tmp / "release"
+    queue.queued("H", "serve", str(release), "commit")
+    queue.until("H to hold the turn", lambda: "H " in queue.text())
+    for name in "ABC":
+        queue.queued(name, "ask")
+    queue.until("A, B, C to ask", lambda: queue.path.read_bytes()[-3:] == b"\x04\x04\x04")
+    release.touch()
+    for p in queue.procs:
+        assert p.wait(timeout=30) == 0
+    said = queue.text().split()
+    assert said[:2] == ["H", "H:A,B,C"]  # the requests, in queue order
+    assert sorted(said[2:]) == ["A=ok-A", "B=ok-B", "C=ok-C"]  # each got its own answer, none wrote itself
+
+
+def test_answers_without_a_commit_leave_each_writer_to_write_itself_in_order(queue):
+    release = queue.tmp / "release"
+    queue.queued("H", "serve", str(release), "rollback")
+    queue.until("H to hold the turn", lambda: "H " in queue.text())
+    for name in "ABC":
+        queue.queued(name, "ask")
+    queue.until("A, B, C to ask", lambda: queue.path.read_bytes()[-3:] == b"\x04\x04\x04")
+    release.touch()
+    for p in queue.procs:
+        assert p.wait(timeout=30) == 0
+    assert queue.text() == "H H:A,B,C A B C "
+
+
+def test_asking_stops_at_a_writer_that_asks_nothing(queue):
+    release = queue.tmp / "release"
+    queue.queued("H", "serve", str(release), "commit")
+    queue.until("H to hold the turn", lambda: "H " in queue.text())
+    queue.queued("A", "ask")
+    queue.queued("W", "once")  # an ordinary write (roster import, seats add): asks nothing
+    queue.queued("C", "ask")
+    queue.until("A and C to ask", lambda: queue.path.read_bytes()[-3:] == b"\x04\x00\x04")
+    release.touch()
+    for p in queue.procs:
+        assert p.wait(timeout=30) == 0
+    said = queue.text().split()
+    assert said[:2] == ["H", "H:A"]
+    assert sorted(said[2:]) == ["A=ok-A", "C", "W"] and said.index("W") < said.index("C")
 
 
 def test_the_queue_file_starts_over(queue):
@@ -177,25 +222,6 @@ def test_the_queue_file_starts_over(queue):
         assert p.wait(timeout=120) == 0
     assert queue.text().count("<") == queue.text().count(">") == 400
     assert queue.size() <= 64 + 4, "the queue file did not start over"
-
-
-def test_a_writer_that_comes_straight_back_keeps_its_turn_for_a_streak(tmp_path, monkeypatch):
-    monkeypatch.setattr(turns, "LEASE_S", 60.0)  # "straight back" without depending on this machine's speed
-    q = Turns(str(tmp_path / "db.lock"))
-    marks = tmp_path / "db.lock"
-    seen = []
-    for _ in range(2 + turns.STREAK):
-        q.take()
-        q.give()
-        seen.append(marks.read_bytes())
-    q.close()
-    # the first turn ends (nobody came back yet); from the second, the writer comes straight back: lent
-    # turns until STREAK writes, then ended, so the next ticket is new
-    assert seen[0] == b"\x01"
-    assert seen[1] == b"\x01\x02"
-    assert seen[turns.STREAK] == b"\x01\x01", "a streak longer than STREAK"
-    assert seen[turns.STREAK + 1] == b"\x01\x01\x02"
-    assert marks.read_bytes() == b"\x01\x01\x01", "close() must end a lent turn"
 
 
 def test_a_store_write_leaves_no_descriptor_open(tmp_path):
@@ -209,3 +235,123 @@ def test_a_store_write_leaves_no_descriptor_open(tmp_path):
             with store._write():
                 pass
         assert len(os.listdir("/proc/self/fd")) == before
+
+
+# -- claims served by the claim whose turn it is --------------------------------------------------------
+
+CLAIMER = textwrap.dedent(
+    """
+    import json, os, sys, time
+    from gpuseat.services.courses import open_store
+    from gpuseat.store import claims, turns
+    url, log, who, pause = sys.argv[1:5]
+    def say(text):
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.write(fd, text.encode())
+        os.close(fd)
+    served = []
+    take = turns.Turns.take
+    def spy(self, request=None):
+        answer = take(self, request)
+        served.append(answer is not None)
+        return answer
+    turns.Turns.take = spy
+    if pause != "-":  # hold the turn inside the transaction (after this claim's own take) until told
+        serve = claims._serve
+        def paused(raw, q):
+            say(who + ":paused\\n")
+            while not os.path.exists(pause):
+                time.sleep(0.005)
+            serve(raw, q)
+        claims._serve = paused
+    seat = open_store(url).claim_seat(None, who, mode="pool", actor="t-" + who).key
+    say(json.dumps({"who": who, "seat": seat, "served": served}) + "\\n")
+    """
+)
+
+
+def claimer(queue: Queue, url: str, who: str, pause: str = "-") -> subprocess.Popen[bytes]:
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
+    proc = subprocess.Popen([sys.executable, "-c", CLAIMER, url, str(queue.log), who, pause], env=env)
+    queue.procs.append(proc)
+    return proc
+
+
+def claims_store(tmp_path: Path, queue: Queue) -> tuple[str, list[str]]:
+    from gpuseat.services.courses import open_store
+
+    from .test_concurrency import course_with
+
+    url = f"sqlite:///{tmp_path}/c.db"
+    with open_store(url, create=True) as store:
+        who = course_with(store, tmp_path, 6, 6)
+    queue.path = tmp_path / "c.db.lock"  # the store's queue file
+    return url, who
+
+
+def answers(queue: Queue) -> dict[str, dict[str, object]]:
+    import json
+
+    return {d["who"]: d for d in (json.loads(x) for x in queue.text().splitlines() if x.startswith("{"))}
+
+
+def stored(url: str) -> tuple[dict[str, str], list[tuple[str, str, str]]]:
+    """Open assignments (participant → seat) and the claim events (participant, seat, actor)."""
+    import sqlite3
+
+    db = sqlite3.connect(url.removeprefix("sqlite:///"))
+    held = dict(
+        db.execute(
+            "SELECT p.key, s.key FROM assignments a JOIN participants p ON p.id = a.participant_id "
+            "JOIN seats s ON s.id = a.seat_id WHERE a.valid_to IS NULL"
+        ).fetchall()
+    )
+    events = db.execute(
+        "SELECT participant, seat, actor FROM events WHERE action = 'seat.claim' ORDER BY id"
+    ).fetchall()
+    db.close()
+    return held, events
+
+
+def test_a_claim_takes_the_seats_of_the_claims_queued_behind_it(queue, tmp_path):
+    url, who = claims_store(tmp_path, queue)
+    go = tmp_path / "go"
+    claimer(queue, url, who[0], str(go))
+    queue.until("the first claim to hold the turn", lambda: f"{who[0]}:paused" in queue.text())
+    for p in who[1:4]:
+        before = queue.size()
+        claimer(queue, url, p)
+        queue.until(f"{p} to queue", lambda before=before: queue.size() > before)
+    queue.until("the three to ask", lambda: queue.path.read_bytes()[-3:] == b"\x04\x04\x04")
+    go.touch()
+    for p in queue.procs:
+        assert p.wait(timeout=60) == 0
+    got = answers(queue)
+    assert {p: got[p]["seat"] for p in who[:4]} == {p: f"s{i:05d}" for i, p in enumerate(who[:4])}  # queue order
+    assert [got[p]["served"] for p in who[1:4]] == [[True]] * 3, "the queued claims wrote for themselves"
+    held, events = stored(url)
+    assert held == {p: got[p]["seat"] for p in who[:4]}
+    assert events == [(p, got[p]["seat"], f"t-{p}") for p in who[:4]]  # one row each, in its own name
+
+
+def test_claims_queued_behind_a_killed_claim_take_their_own_seats(queue, tmp_path):
+    url, who = claims_store(tmp_path, queue)
+    go = tmp_path / "go"
+    first = claimer(queue, url, who[0], str(go))
+    queue.until("the first claim to hold the turn", lambda: f"{who[0]}:paused" in queue.text())
+    for p in who[1:4]:
+        before = queue.size()
+        claimer(queue, url, p)
+        queue.until(f"{p} to queue", lambda before=before: queue.size() > before)
+    queue.until("the three to ask", lambda: queue.path.read_bytes()[-3:] == b"\x04\x04\x04")
+    first.send_signal(signal.SIGKILL)  # in its transaction, its own seat taken, nobody served yet
+    for p in queue.procs[1:]:
+        assert p.wait(timeout=60) == 0
+    got = answers(queue)
+    assert sorted(got) == sorted(who[1:4])
+    # the next claim writes itself (after the killed one is passed over) and serves the two behind it
+    assert [got[p]["served"] for p in who[1:4]] == [[False], [True], [True]]
+    held, events = stored(url)
+    assert held == {p: got[p]["seat"] for p in who[1:4]}  # the killed claim's seat was rolled back
+    assert len(set(held.values())) == 3
+    assert sorted(events) == sorted((p, got[p]["seat"], f"t-{p}") for p in who[1:4])

@@ -11,7 +11,9 @@ so a claim is:
   when none was taken, whether a suitable seat is free, a locked one included, and whether the course
   has any seat, so "being claimed right now: try again" and "no free seat" need no second round trip);
 * SQLite: a lock-free read of the participant and their seat, then ``BEGIN IMMEDIATE`` and one
-  ``INSERT … SELECT … ORDER BY … LIMIT 1 RETURNING`` plus the ``events`` row.
+  ``INSERT … SELECT … ORDER BY … LIMIT 1 RETURNING`` plus the ``events`` row. Claims queue for the one
+  writer (:mod:`gpuseat.store.turns`), and the claim whose turn it is takes the seats of the claims
+  queued behind it in the same transaction (one commit for up to :data:`SERVE` + 1 claims).
 
 The partial unique indexes on ``assignments`` stay the last word: a claim that loses a race fails with
 an integrity error and is tried again, so no code path can hand out a seat twice. Failures (unknown
@@ -21,6 +23,7 @@ nothing, with the same messages as the rest of the store.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import random
@@ -535,7 +538,7 @@ def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) ->
             lanes.append(lane)
 
 
-def _begin(store: Any, raw: Any, turns: Turns | None) -> None:
+def _begin(store: Any, raw: Any, turns: Turns | None, request: bytes | None = None) -> bytes | None:
     """Take this lane's turn in the store's writer queue (:mod:`gpuseat.store.turns`; nothing to wait
     for in memory), then the write lock (``BEGIN IMMEDIATE``); the caller gives the turn on after the
     commit.
@@ -547,7 +550,9 @@ def _begin(store: Any, raw: Any, turns: Turns | None) -> None:
     p99 with 10,000 participants and 16 writers 2.3× the busy handler's).
     """
     if turns is not None:
-        turns.take()
+        answer = turns.take(request)
+        if answer is not None:
+            return answer
     try:
         raw.execute("BEGIN IMMEDIATE")
     except BaseException as exc:
@@ -558,6 +563,7 @@ def _begin(store: Any, raw: Any, turns: Turns | None) -> None:
 
             raise (sqlite_error(str(exc), store._engine.url.database) or exc) from None
         raise
+    return None
 
 
 def _claim_on(
@@ -568,10 +574,12 @@ def _claim_on(
     The statements go to sqlite3 itself (it takes the same ``:name`` parameters): SQLAlchemy's
     per-statement and pool machinery cost more CPU than the statements, and on a busy machine that CPU
     is taken from the process that holds the one write lock. Under the lock (:func:`_begin`): the take,
-    the taken seat's row, the events row, ``COMMIT``, nothing else. Reading the seat there costs the lock about
-    3 µs and saves a read transaction of its own, whose start can stall behind a busy log (10,000
-    claims by 16 processes: p99 22–28 → 20–22 ms). A lost race (this participant's other claim took a
-    seat first) is :class:`_LostRace`; a write lock held past the busy timeout is the store's clear error.
+    the taken seat's row, the events row, the same for the claims queued behind this one (:func:`_serve`),
+    ``COMMIT``, nothing else; a claim that was served while it waited returns the seat it was sent.
+    Reading the seat under the lock costs it about 3 µs and saves a read transaction of its own, whose
+    start can stall behind a busy log (10,000 claims by 16 processes: p99 22–28 → 20–22 ms). A lost race
+    (this participant's other claim took a seat first) is :class:`_LostRace`; a write lock held past the
+    busy timeout is the store's clear error.
     """
     cur = raw.execute(_SQLITE_LOOKUP, p)  # WAL: a reader never waits for the writer
     try:
@@ -587,7 +595,9 @@ def _claim_on(
             raise _LostRace
         return Claimed(info.key, pkey, seat, _when(since), held_mode or "assigned", False)
     p.update(_need(info, group), pid=pid, pkey=pkey)
-    _begin(store, raw, turns)
+    answer = _begin(store, raw, turns, json.dumps([p[k] for k in _ASK]).encode())
+    if answer is not None:  # the claim before this one in the queue took the seat for this one
+        return Claimed(info.key, pkey, tuple(json.loads(answer)), now, p["mode"], True)
     try:
         took = raw.execute(_SQLITE_TAKE, p).fetchone()
         if took is None:
@@ -597,7 +607,12 @@ def _claim_on(
         assert seat is not None  # taken in this transaction
         p["skey"] = seat[1]  # SEAT_COLUMNS: id, key, …
         raw.execute(_SQLITE_EVENT, p)
+        if turns is not None:
+            _serve(raw, turns)
         raw.execute("COMMIT")
+        if turns is not None:
+            with contextlib.suppress(OSError):  # undelivered: those claims find their seats held on retry
+                turns.deliver()
     except BaseException as exc:
         if raw.in_transaction:
             raw.execute("ROLLBACK")
@@ -608,6 +623,33 @@ def _claim_on(
         if turns is not None:
             turns.give()
     return Claimed(info.key, pkey, seat, now, p["mode"], True)
+
+
+# what a queued claim asks the claim before it to do (its parameters of _SQLITE_TAKE and _SQLITE_EVENT)
+_ASK = ("cid", "ckey", "pid", "pkey", "grp", "mem", "iso", "win", "mode", "actor", "now", "detail")
+SERVE = 32  # how many queued claims a claim takes seats for in its own transaction (docs/results.md)
+
+
+def _serve(raw: Any, turns: Turns) -> None:
+    """Take seats for the claims queued right behind this one, in this transaction (one commit, and
+    no hand-over between processes per claim), each in a savepoint; stop at the first that gets none
+    (no suitable seat, or the participant got one meanwhile): it and those after it claim themselves."""
+    for ticket, request in turns.asking(SERVE):
+        raw.execute("SAVEPOINT serve")
+        try:
+            q = dict(zip(_ASK, json.loads(request), strict=True))
+            took = raw.execute(_SQLITE_TAKE, q).fetchone()
+            seat = None if took is None else _seat_row(raw, took[0])
+            if seat is not None:
+                q["skey"] = seat[1]
+                raw.execute(_SQLITE_EVENT, q)
+        except (sqlite3.Error, ValueError, TypeError):  # refused (unique index, archived), or not a request
+            seat = None
+        if seat is None or not turns.answer(ticket, json.dumps(seat).encode()):
+            raw.execute("ROLLBACK TO serve")
+            raw.execute("RELEASE serve")
+            return
+        raw.execute("RELEASE serve")
 
 
 def _sqlite_time(value: datetime) -> str:

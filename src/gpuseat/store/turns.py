@@ -1,4 +1,5 @@
-"""The SQLite writers' queue: first come, first served across processes, the turn handed to the next writer.
+"""The SQLite writers' queue: first come, first served across processes, and the writer whose turn it is
+may do the writes of those queued behind it.
 
 SQLite lets one writer at a time in (``BEGIN IMMEDIATE``) and makes the others poll with growing sleeps
 (1, 2, 5 … 100 ms), so under load one writer can wait many times as long as the rest. A blocking
@@ -13,24 +14,28 @@ manner of CLH locks, built from what the kernel offers every process):
 * the ticket is the offset of one byte appended to the queue file (``O_APPEND`` makes appends atomic, so
   every writer gets its own offset, in order);
 * the writer holds an open-file-description lock on the byte at its ticket while it waits and writes,
-  and waits for the lock on its predecessor's byte; on leaving it marks its byte done and unlocks,
-  which wakes its successor alone. The writer next in line (its predecessor's predecessor done) watches
-  the mark instead of sleeping, for at most :data:`SPIN_S`: a wake-up costs more than a short write;
-* a writer that comes straight back (a process claiming seat after seat) may keep its turn for
-  :data:`STREAK` writes: it lends the turn (mark 2, byte unlocked) and takes it back if it returns
-  within :data:`LEASE_S`; the next writer waits for a lent turn at most twice that. A new writer's first
-  write after another's reads every page afresh (SQLite drops a connection's page cache when another
-  connection has written), so handing on every single write cost a third of the claims/s;
+  and waits for its predecessor's byte; on leaving it marks its byte done and unlocks, which wakes its
+  successor alone. The writer next in line (its predecessor's predecessor done) watches the mark
+  instead of sleeping, for at most :data:`SPIN_S`: a wake-up costs more than a short write;
+* handing the turn from process to process costs more than the write itself: the new writer's
+  connection reads every page afresh (SQLite drops a connection's page cache when another connection
+  has written) and its process starts on cold CPU caches, so a write took twice the CPU of the same
+  write by the process that wrote last. So a writer may put its request in the box file (one slot per
+  ticket) while it waits; the writer whose turn it is does the requests of those queued right behind
+  it in its own transaction (:meth:`Turns.asking`), and after its commit marks them served with the
+  answer in their slots (:meth:`Turns.deliver`): one turn, one commit, many writes (group commit);
 * the kernel drops the locks of a process that dies, so a writer killed while waiting or writing
   passes the turn on, as a killed ``flock`` holder did. A predecessor whose byte is unlocked but not
   done (it was killed, or it has taken its ticket and not yet locked) is given :data:`STALE_S`, then
-  passed over: the writer waits for the one that predecessor was waiting for.
+  passed over: the writer waits for the one that predecessor was waiting for. A request whose writer
+  was killed may still be done (the process asked for it); an answer that never comes (its writer was
+  killed before the commit, or after it and before marking) leaves the asker to write for itself.
 
-The queue orders writers; it does not guard the data: ``BEGIN IMMEDIATE`` does, so a writer that skips
-the queue (another program, a stale predecessor passed over) only waits in SQLite's busy handler. The
-file grows a byte per write and starts over past :data:`RESTART_AT` (the writers queued at that moment
-go on without waiting for each other, once). Linux only (open-file-description locks); elsewhere the
-queue is a plain ``flock``.
+The queue orders writers; it does not guard the data: ``BEGIN IMMEDIATE`` and the database's own
+constraints do, so a writer that skips the queue (another program, a stale predecessor passed over)
+only waits in SQLite's busy handler. The queue file grows a byte per turn and starts over past
+:data:`RESTART_AT` (the writers queued at that moment go on without waiting for each other, once).
+Linux only (open-file-description locks); elsewhere the queue is a plain ``flock``.
 """
 
 from __future__ import annotations
@@ -44,14 +49,15 @@ __all__ = ["Turns"]
 
 STALE_S = 0.02  # how long a predecessor that is not in the queue yet (or was killed) is waited for
 SPIN_S = 0.002  # next in line: how long it watches for its turn before it sleeps
-LEASE_S = 0.001  # a writer that comes back within this keeps its turn …
-STREAK = 3  # … for at most this many writes in a row
-RESTART_AT = 1 << 24  # the queue file starts over past 16 MiB (16 million writes)
+RESTART_AT = 1 << 24  # the queue file starts over past 16 MiB (16 million turns)
+SLOTS, SLOT = 512, 2048  # the box file: one slot per ticket (modulo SLOTS) for a request, then its answer
 _OFD = hasattr(fcntl, "F_OFD_SETLKW")
 _FLOCK = struct.Struct("hhqqi4x")  # struct flock on Linux: type, whence, start, len, pid (0 for OFD locks)
-# a ticket's byte: 0 waiting or writing, 1 done, 2 lent (its writer may come back for another write;
-# the byte unlocked), 3 writing again after a lend
-_WAITING, _DONE, _LENT, _AGAIN = b"\x00", b"\x01", b"\x02", b"\x03"
+_HEAD = struct.Struct(">qI")  # a box slot: the ticket it is for, the length of what follows
+# a ticket's byte: waiting or writing; done; waiting with a request in the box; served (done by the
+# writer before it, the answer in the box)
+_WAITING, _DONE, _ASKING, _SERVED = b"\x00", b"\x01", b"\x04", b"\x05"
+_GO = (_DONE, _SERVED, b"")  # the predecessor is done (past the end: the file started over)
 
 
 def _lock(fd: int, kind: int, at: int, wait: bool = True) -> None:
@@ -69,74 +75,86 @@ class Turns:
     """One process's (one connection's) place in the queue of a store file's writers: :meth:`take`
     returns when it is this writer's turn, :meth:`give` hands the turn to the next. Not thread-safe:
     one per connection (each has its own open file, so the locks of two connections of a process
-    exclude each other as those of two processes do)."""
+    exclude each other as those of two processes do).
+
+    A writer may ask to have its write done by the writer before it (:meth:`take` with a request); the
+    writer whose turn it is reads the requests of those queued right behind it (:meth:`asking`), does
+    them in its own transaction and answers them after its commit (:meth:`answer`, :meth:`deliver`)."""
 
     def __init__(self, path: str) -> None:
         flags = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_CREAT
+        self._box_path = f"{path}.box"
         self._append = os.open(path, flags | os.O_WRONLY | os.O_APPEND, 0o600)
         try:
             self._fd = os.open(path, flags | os.O_RDWR, 0o600)  # locks, and the marks (pread/pwrite)
         except BaseException:
             os.close(self._append)
             raise
-        self._ticket = -1  # held or lent
-        self._lent_at = 0.0  # when the turn was lent (0: not lent)
-        self._gave_at = float("-inf")  # when this writer last ended a turn
-        self._busy = False  # this turn's writer came back within LEASE_S of its last one
-        self._streak = 0  # writes in this turn
+        self._box = -1  # opened on first use
+        self._ticket = -1  # of the turn held
+        self._asked = False  # this writer's request is in the box
+        self._answers: list[tuple[int, bytes]] = []  # to deliver after the commit
 
-    def take(self) -> None:
-        """Wait for this writer's turn (returns at once when the queue is empty)."""
+    def take(self, request: bytes | None = None) -> bytes | None:
+        """Wait for this writer's turn (at once when the queue is empty) and return None; or, with a
+        ``request``, return the answer when the writer before did it (this writer's turn is then over)."""
         if not _OFD:
             fcntl.flock(self._fd, fcntl.LOCK_EX)
-            return
-        now = time.monotonic()
-        if self._lent_at:
-            t, lent_at, self._lent_at = self._ticket, self._lent_at, 0.0
-            if now - lent_at < LEASE_S:  # back in time: the turn is still ours
-                _lock(self._fd, fcntl.F_WRLCK, t)  # waits only for a reader's glance at the byte
-                os.pwrite(self._fd, _AGAIN, t)
-                self._streak += 1
-                return
-            self._end(t)
-        self._busy = now - self._gave_at < LEASE_S
+            return None
         os.write(self._append, _WAITING)
         t = os.lseek(self._append, 0, os.SEEK_CUR) - 1  # this append's offset: the ticket
         try:
             _lock(self._fd, fcntl.F_WRLCK, t, wait=False)  # our byte: free (a ticket is never reused)
         except OSError:
             _lock(self._fd, fcntl.F_WRLCK, t)  # the file started over under a queued writer: wait for it
-        self._ticket, self._streak = t, 1
-        if t > 0:
-            try:
-                self._after(t - 1)
-            except BaseException:
-                self._end(t)
-                raise
+        self._ticket, self._asked = t, False
+        if t == 0:
+            return None
+        try:
+            if request is not None and len(request) <= SLOT - _HEAD.size:
+                os.pwrite(self._box_fd(), _HEAD.pack(t, len(request)) + request, (t % SLOTS) * SLOT)
+                os.pwrite(self._fd, _ASKING, t)  # after the request: whoever sees the mark can read it
+                self._asked = True
+            answer = self._wait(t - 1)
+            if answer is None and self._asked and self._ticket == t:  # writing itself: no longer asking
+                self._asked = False
+                os.pwrite(self._fd, _WAITING, t)
+        except BaseException:
+            self._end(t)
+            raise
+        return answer
 
-    def _after(self, prev: int) -> None:
-        """Wait until the writer with ticket ``prev`` is done: lent its turn too long ago, or, when it
-        is gone (killed, or not coming), until the writer before it is done."""
+    def _box_fd(self) -> int:
+        if self._box < 0:
+            flags = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_CREAT | os.O_RDWR
+            self._box = os.open(self._box_path, flags, 0o600)
+        return self._box
+
+    def _served(self) -> bytes | None:
+        """The answer, when the writer before did this writer's request (the turn is then over)."""
+        t = self._ticket
+        if not self._asked or os.pread(self._fd, 1, t) != _SERVED:
+            return None
+        slot = os.pread(self._box_fd(), SLOT, (t % SLOTS) * SLOT)
+        self._ticket = -1
+        _lock(self._fd, fcntl.F_UNLCK, t)  # marked served: done for those after it
+        ticket, size = _HEAD.unpack_from(slot)
+        return slot[_HEAD.size : _HEAD.size + size] if ticket == t else None
+
+    def _wait(self, prev: int) -> bytes | None:
+        """Wait until the writer with ticket ``prev`` is done or, when it is gone (killed, or not
+        coming), until the writer it was waiting for is done. The answer when this writer was served."""
         if SPIN_S and prev > 0:
             _locked(self._fd, prev - 1)  # the writer before ``prev`` is done: ``prev`` writes now
             end = time.monotonic() + SPIN_S  # next in line: watch for the turn instead of sleeping
-            while os.pread(self._fd, 1, prev) not in (_DONE, b"") and time.monotonic() < end:
+            while os.pread(self._fd, 1, prev) not in _GO and time.monotonic() < end:
                 os.sched_yield()
-        lent_seen = stale_seen = 0.0
+        stale_seen = 0.0
         while prev >= 0:
-            mark = os.pread(self._fd, 1, prev)
-            if mark in (_DONE, b""):  # done, or the file started over (past its end)
-                return
-            if mark == _LENT:  # its writer may come back for one more write: wait, but not for long
-                now = time.monotonic()
-                lent_seen = lent_seen or now
-                if now - lent_seen > 2 * LEASE_S:
-                    return
-                os.sched_yield()
-                continue
-            lent_seen = 0.0
+            if os.pread(self._fd, 1, prev) in _GO:  # done (an answer to this writer is marked before)
+                return self._served()
             _locked(self._fd, prev)  # blocks while the predecessor waits or writes
-            if os.pread(self._fd, 1, prev) not in (_WAITING, _AGAIN):
+            if os.pread(self._fd, 1, prev) not in (_WAITING, _ASKING):
                 continue
             # unlocked and not done: killed, or between its ticket and its lock
             now = time.monotonic()
@@ -145,25 +163,50 @@ class Turns:
                 prev, stale_seen = prev - 1, 0.0
             else:
                 time.sleep(0.0001)
+        return self._served()
+
+    def asking(self, limit: int) -> list[tuple[int, bytes]]:
+        """During this writer's turn: the requests of the writers queued right behind it, in order
+        (at most ``limit``; none past a writer that asked nothing)."""
+        t = self._ticket
+        if not _OFD or t < 0:
+            return []
+        out = []
+        for i, mark in enumerate(os.pread(self._fd, limit, t + 1)):
+            if mark != _ASKING[0]:
+                break
+            u = t + 1 + i
+            slot = os.pread(self._box_fd(), SLOT, (u % SLOTS) * SLOT)
+            ticket, size = _HEAD.unpack_from(slot)
+            if ticket != u:
+                break
+            out.append((u, slot[_HEAD.size : _HEAD.size + size]))
+        return out
+
+    def answer(self, ticket: int, answer: bytes) -> bool:
+        """Keep the answer to a request of :meth:`asking` for :meth:`deliver` (False: too long for its
+        slot, so its writer must write for itself)."""
+        if len(answer) > SLOT - _HEAD.size:
+            return False
+        self._answers.append((ticket, answer))
+        return True
+
+    def deliver(self) -> None:
+        """After the commit: send the kept answers; each writer answered is done."""
+        answers, self._answers = self._answers, []
+        for u, answer in answers:
+            os.pwrite(self._box_fd(), _HEAD.pack(u, len(answer)) + answer, (u % SLOTS) * SLOT)
+            os.pwrite(self._fd, _SERVED, u)
 
     def give(self) -> None:
-        """End this writer's turn: the next writer in the queue goes on (or, for a writer that came
-        straight back, lend the turn: :meth:`take` within :data:`LEASE_S` keeps it)."""
+        """End this writer's turn: the next writer in the queue goes on. Answers not delivered (the
+        transaction was rolled back) are dropped: their writers write for themselves."""
+        self._answers.clear()
         if not _OFD:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             return
-        t = self._ticket
-        if t < 0:
-            return
-        self._gave_at = time.monotonic()
-        if self._busy and self._streak < STREAK:
-            try:
-                os.pwrite(self._fd, _LENT, t)
-            finally:
-                _lock(self._fd, fcntl.F_UNLCK, t)
-            self._lent_at = self._gave_at
-            return
-        self._end(t)
+        if self._ticket >= 0:
+            self._end(self._ticket)
 
     def _end(self, t: int) -> None:
         self._ticket = -1
@@ -175,10 +218,7 @@ class Turns:
             _lock(self._fd, fcntl.F_UNLCK, t)
 
     def close(self) -> None:
-        """End a lent turn and close the queue file (a held turn is given up by the kernel)."""
-        try:
-            if self._lent_at and self._ticket >= 0:
-                self._end(self._ticket)
-        finally:
-            for fd in (self._append, self._fd):
+        """Close the queue files (a held turn is given up by the kernel)."""
+        for fd in (self._append, self._fd, self._box):
+            if fd >= 0:
                 os.close(fd)
