@@ -171,46 +171,36 @@ def test_killed_waiters_are_passed_over_in_order(queue):
     assert queue.text() == "H H- W "
 
 
-def test_the_writer_whose_turn_it_is_answers_those_behind_it(queue):
+def served(queue: Queue, ending: str, behind: list[tuple[str, str]], marks: bytes) -> list[str]:
+    """H holds the turn while the writers ``behind`` queue (and ``marks`` shows they asked or not),
+    then answers the requests it finds and ends its turn with or without delivering (``ending``);
+    returns what everyone said, in order."""
     release = queue.tmp / "release"
-    queue.queued("H", "serve", str(release), "commit")
+    queue.queued("H", "serve", str(release), ending)
     queue.until("H to hold the turn", lambda: "H " in queue.text())
-    for name in "ABC":
-        queue.queued(name, "ask")
-    queue.until("A, B, C to ask", lambda: queue.path.read_bytes()[-3:] == b"\x04\x04\x04")
+    for name, mode in behind:
+        queue.queued(name, mode)
+    queue.until("the writers behind to ask", lambda: queue.path.read_bytes()[-len(marks) :] == marks)
     release.touch()
     for p in queue.procs:
         assert p.wait(timeout=30) == 0
-    said = queue.text().split()
+    return queue.text().split()
+
+
+def test_the_writer_whose_turn_it_is_answers_those_behind_it(queue):
+    said = served(queue, "commit", [("A", "ask"), ("B", "ask"), ("C", "ask")], b"\x04\x04\x04")
     assert said[:2] == ["H", "H:A,B,C"]  # the requests, in queue order
     assert sorted(said[2:]) == ["A=ok-A", "B=ok-B", "C=ok-C"]  # each got its own answer, none wrote itself
 
 
 def test_answers_without_a_commit_leave_each_writer_to_write_itself_in_order(queue):
-    release = queue.tmp / "release"
-    queue.queued("H", "serve", str(release), "rollback")
-    queue.until("H to hold the turn", lambda: "H " in queue.text())
-    for name in "ABC":
-        queue.queued(name, "ask")
-    queue.until("A, B, C to ask", lambda: queue.path.read_bytes()[-3:] == b"\x04\x04\x04")
-    release.touch()
-    for p in queue.procs:
-        assert p.wait(timeout=30) == 0
-    assert queue.text() == "H H:A,B,C A B C "
+    said = served(queue, "rollback", [("A", "ask"), ("B", "ask"), ("C", "ask")], b"\x04\x04\x04")
+    assert said == ["H", "H:A,B,C", "A", "B", "C"]
 
 
 def test_asking_stops_at_a_writer_that_asks_nothing(queue):
-    release = queue.tmp / "release"
-    queue.queued("H", "serve", str(release), "commit")
-    queue.until("H to hold the turn", lambda: "H " in queue.text())
-    queue.queued("A", "ask")
-    queue.queued("W", "once")  # an ordinary write (roster import, seats add): asks nothing
-    queue.queued("C", "ask")
-    queue.until("A and C to ask", lambda: queue.path.read_bytes()[-3:] == b"\x04\x00\x04")
-    release.touch()
-    for p in queue.procs:
-        assert p.wait(timeout=30) == 0
-    said = queue.text().split()
+    # W: an ordinary write (roster import, seats add) asks nothing
+    said = served(queue, "commit", [("A", "ask"), ("W", "once"), ("C", "ask")], b"\x04\x00\x04")
     assert said[:2] == ["H", "H:A"]
     assert sorted(said[2:]) == ["A=ok-A", "C", "W"] and said.index("W") < said.index("C")
 
@@ -313,16 +303,23 @@ def stored(url: str) -> tuple[dict[str, str], list[tuple[str, str, str]]]:
     return held, events
 
 
-def test_a_claim_takes_the_seats_of_the_claims_queued_behind_it(queue, tmp_path):
+def queued_claims(queue: Queue, tmp_path: Path) -> tuple[str, list[str], subprocess.Popen[bytes], Path]:
+    """A store with 6 participants and 6 seats; the first participant's claim holds the turn inside its
+    transaction (its own seat taken) until ``go`` appears, and three more claims queue behind it, asking."""
     url, who = claims_store(tmp_path, queue)
     go = tmp_path / "go"
-    claimer(queue, url, who[0], str(go))
+    first = claimer(queue, url, who[0], str(go))
     queue.until("the first claim to hold the turn", lambda: f"{who[0]}:paused" in queue.text())
     for p in who[1:4]:
         before = queue.size()
         claimer(queue, url, p)
         queue.until(f"{p} to queue", lambda before=before: queue.size() > before)
     queue.until("the three to ask", lambda: queue.path.read_bytes()[-3:] == b"\x04\x04\x04")
+    return url, who, first, go
+
+
+def test_a_claim_takes_the_seats_of_the_claims_queued_behind_it(queue, tmp_path):
+    url, who, _, go = queued_claims(queue, tmp_path)
     go.touch()
     for p in queue.procs:
         assert p.wait(timeout=60) == 0
@@ -335,15 +332,7 @@ def test_a_claim_takes_the_seats_of_the_claims_queued_behind_it(queue, tmp_path)
 
 
 def test_claims_queued_behind_a_killed_claim_take_their_own_seats(queue, tmp_path):
-    url, who = claims_store(tmp_path, queue)
-    go = tmp_path / "go"
-    first = claimer(queue, url, who[0], str(go))
-    queue.until("the first claim to hold the turn", lambda: f"{who[0]}:paused" in queue.text())
-    for p in who[1:4]:
-        before = queue.size()
-        claimer(queue, url, p)
-        queue.until(f"{p} to queue", lambda before=before: queue.size() > before)
-    queue.until("the three to ask", lambda: queue.path.read_bytes()[-3:] == b"\x04\x04\x04")
+    url, who, first, _ = queued_claims(queue, tmp_path)
     first.send_signal(signal.SIGKILL)  # in its transaction, its own seat taken, nobody served yet
     for p in queue.procs[1:]:
         assert p.wait(timeout=60) == 0
