@@ -111,7 +111,8 @@ class Turns:
         if t == 0:
             return None
         try:
-            if request is not None and len(request) <= SLOT - _HEAD.size:
+            fits = request is not None and len(request) <= SLOT - _HEAD.size
+            if request is not None and fits and os.pread(self._fd, 1, t - 1) not in _GO:  # someone to ask
                 os.pwrite(self._box_fd(), _HEAD.pack(t, len(request)) + request, (t % SLOTS) * SLOT)
                 os.pwrite(self._fd, _ASKING, t)  # after the request: whoever sees the mark can read it
                 self._asked = True
