@@ -9,6 +9,7 @@ would change nothing writes nothing (re-running ``gpuseat host up`` leaves no tr
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
@@ -77,13 +78,15 @@ def apply_seat_change(
     always: bool = False,
     action: str = "seat.delivery",
     actor: str = "gpuseat",
+    holder: str | EllipsisType | None = ...,
 ) -> bool:
     """The one write of a seat's state, access and engine fields, with its events row (in ``s``).
 
     Both :func:`record_delivery` and ``CourseStore.set_seat_state`` come here: the state machine is
     checked, what changed is set, and one event says what changed. Without ``always`` a call that
     changes nothing writes nothing; with it (an engine reporting the same state again) the state's
-    reason and time are refreshed and logged.
+    reason and time are refreshed and logged. ``holder``: the key of the participant holding the seat,
+    when the caller has read it already (a state change does not change who holds the seat).
     """
     if reason is not None and (len(reason) > 2000 or "\x00" in reason):
         raise InputError("reason too long or with NUL bytes", where="reason", fix="keep it under 2000 characters")
@@ -115,7 +118,8 @@ def apply_seat_change(
         detail.update({"from": before, "to": state, "reason": reason, "engine_ref": row.engine_ref})
     if "access" in changes:
         detail["access"] = changes["access"]
-    _log(s, crow.key, actor, action, participant=_holder_key(s, row), seat=row.key, detail=detail)
+    who = _holder_key(s, row) if holder is ... else holder
+    _log(s, crow.key, actor, action, participant=who, seat=row.key, detail=detail)
     return True
 
 

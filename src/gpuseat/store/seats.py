@@ -155,6 +155,7 @@ class SeatMethods(StoreBase):
         with self._write() as s:
             crow = _course(s, course)
             row = _seat(s, crow, seat, lock=True)
+            holder = _holder(s, row.id)  # read once: for the events row and the answer (a hub starts here)
             apply_seat_change(
                 s,
                 crow,
@@ -167,8 +168,9 @@ class SeatMethods(StoreBase):
                 always=True,
                 action="seat.state",
                 actor=actor,
+                holder=None if holder is None else holder[0],
             )
-            return _seat_view(crow.key, row, _holder(s, row.id))
+            return _seat_view(crow.key, row, holder)
 
     def assign_all(
         self, course: str | None = None, *, partial: bool = False, actor: str = DEFAULT_ACTOR

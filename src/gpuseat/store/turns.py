@@ -219,7 +219,9 @@ class Turns:
             _lock(self._fd, fcntl.F_UNLCK, t)
 
     def close(self) -> None:
-        """Close the queue files (a held turn is given up by the kernel)."""
-        for fd in (self._append, self._fd, self._box):
+        """Close the queue files (a held turn is given up by the kernel); a second call does nothing
+        (a descriptor number closed twice may by then be another file's)."""
+        fds, (self._append, self._fd, self._box) = (self._append, self._fd, self._box), (-1, -1, -1)
+        for fd in fds:
             if fd >= 0:
                 os.close(fd)
