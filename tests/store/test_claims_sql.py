@@ -128,11 +128,11 @@ def test_a_participants_second_claim_that_loses_the_race_gets_the_seat_they_hold
     if course2016._engine.dialect.name == "sqlite":  # the lookup runs before the write lock: race it there
         real = claims._begin
 
-        def racing(store: object, raw: object, turns: object, request: bytes | None = None) -> bytes | None:
+        def racing(store: object, raw: object, turns: object, ask: object = None) -> bytes | None:
             if not first:
                 first["seat"] = "?"  # (the other claim's own turn passes straight through)
                 first["seat"] = other.claim_seat(None, p.key).key  # the other claim wins meanwhile
-            return real(store, raw, turns, request)
+            return real(store, raw, turns, ask)
 
         monkeypatch.setattr(claims, "_begin", racing)
     else:  # one statement: two claims of one person race inside the database

@@ -39,7 +39,7 @@ WRITER = textwrap.dedent(
             q.give()
         sys.exit(0)
     if mode == "ask":  # ask the writer before to write for us
-        answer = q.take(name.encode())
+        answer = q.take(name.encode)
         say(f"{name}={answer.decode()} " if answer is not None else name + " ")
         if answer is None:
             q.give()
@@ -241,8 +241,8 @@ CLAIMER = textwrap.dedent(
         os.close(fd)
     served = []
     take = turns.Turns.take
-    def spy(self, request=None):
-        answer = take(self, request)
+    def spy(self, ask=None):
+        answer = take(self, ask)
         served.append(answer is not None)
         return answer
     turns.Turns.take = spy

@@ -32,7 +32,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -538,7 +538,7 @@ def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) ->
             lanes.append(lane)
 
 
-def _begin(store: Any, raw: Any, turns: Turns | None, request: bytes | None = None) -> bytes | None:
+def _begin(store: Any, raw: Any, turns: Turns | None, ask: Callable[[], bytes] | None = None) -> bytes | None:
     """Take this lane's turn in the store's writer queue (:mod:`gpuseat.store.turns`; nothing to wait
     for in memory), then the write lock (``BEGIN IMMEDIATE``); the caller gives the turn on after the
     commit.
@@ -550,7 +550,7 @@ def _begin(store: Any, raw: Any, turns: Turns | None, request: bytes | None = No
     p99 with 10,000 participants and 16 writers 2.3× the busy handler's).
     """
     if turns is not None:
-        answer = turns.take(request)
+        answer = turns.take(ask)
         if answer is not None:
             return answer
     try:
@@ -595,18 +595,14 @@ def _claim_on(
             raise _LostRace
         return Claimed(info.key, pkey, seat, _when(since), held_mode or "assigned", False)
     p.update(_need(info, group), pid=pid, pkey=pkey)
-    answer = _begin(store, raw, turns, json.dumps([p[k] for k in _ASK]).encode())
+    answer = _begin(store, raw, turns, lambda: json.dumps([p[k] for k in _ASK]).encode())
     if answer is not None:  # the claim before this one in the queue took the seat for this one
         return Claimed(info.key, pkey, tuple(json.loads(answer)), now, p["mode"], True)
     try:
-        took = raw.execute(_SQLITE_TAKE, p).fetchone()
-        if took is None:
+        seat = _take(raw, p)
+        if seat is None:
             any_seat = raw.execute(_ANY_SEAT, p).fetchone()[0]
             raise _no_free_seat(info, pkey, group, bool(any_seat))
-        seat = _seat_row(raw, took[0])
-        assert seat is not None  # taken in this transaction
-        p["skey"] = seat[1]  # SEAT_COLUMNS: id, key, …
-        raw.execute(_SQLITE_EVENT, p)
         if turns is not None:
             _serve(raw, turns)
         raw.execute("COMMIT")
@@ -625,6 +621,19 @@ def _claim_on(
     return Claimed(info.key, pkey, seat, now, p["mode"], True)
 
 
+def _take(raw: Any, p: dict[str, Any]) -> tuple[Any, ...] | None:
+    """Under the write lock: take the best free suitable seat for ``p``'s participant and write its
+    events row; the seat's row, or None when no seat suits."""
+    took = raw.execute(_SQLITE_TAKE, p).fetchone()
+    if took is None:
+        return None
+    seat = _seat_row(raw, took[0])
+    assert seat is not None  # taken in this transaction
+    p["skey"] = seat[1]  # SEAT_COLUMNS: id, key, …
+    raw.execute(_SQLITE_EVENT, p)
+    return seat
+
+
 # what a queued claim asks the claim before it to do (its parameters of _SQLITE_TAKE and _SQLITE_EVENT)
 _ASK = ("cid", "ckey", "pid", "pkey", "grp", "mem", "iso", "win", "mode", "actor", "now", "detail")
 SERVE = 32  # how many queued claims a claim takes seats for in its own transaction (docs/results.md)
@@ -637,12 +646,7 @@ def _serve(raw: Any, turns: Turns) -> None:
     for ticket, request in turns.asking(SERVE):
         raw.execute("SAVEPOINT serve")
         try:
-            q = dict(zip(_ASK, json.loads(request), strict=True))
-            took = raw.execute(_SQLITE_TAKE, q).fetchone()
-            seat = None if took is None else _seat_row(raw, took[0])
-            if seat is not None:
-                q["skey"] = seat[1]
-                raw.execute(_SQLITE_EVENT, q)
+            seat = _take(raw, dict(zip(_ASK, json.loads(request), strict=True)))
         except (sqlite3.Error, ValueError, TypeError):  # refused (unique index, archived), or not a request
             seat = None
         if seat is None or not turns.answer(ticket, json.dumps(seat).encode()):

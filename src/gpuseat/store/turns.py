@@ -44,6 +44,7 @@ import fcntl
 import os
 import struct
 import time
+from collections.abc import Callable
 
 __all__ = ["Turns"]
 
@@ -95,9 +96,10 @@ class Turns:
         self._asked = False  # this writer's request is in the box
         self._answers: list[tuple[int, bytes]] = []  # to deliver after the commit
 
-    def take(self, request: bytes | None = None) -> bytes | None:
-        """Wait for this writer's turn (at once when the queue is empty) and return None; or, with a
-        ``request``, return the answer when the writer before did it (this writer's turn is then over)."""
+    def take(self, ask: Callable[[], bytes] | None = None) -> bytes | None:
+        """Wait for this writer's turn (at once when the queue is empty) and return None; or, when
+        ``ask`` is given and a writer is before this one, put ``ask()`` (the request, made only then)
+        in the box and return the answer when the writer before did it (this turn is then over)."""
         if not _OFD:
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             return None
@@ -111,8 +113,8 @@ class Turns:
         if t == 0:
             return None
         try:
-            fits = request is not None and len(request) <= SLOT - _HEAD.size
-            if request is not None and fits and os.pread(self._fd, 1, t - 1) not in _GO:  # someone to ask
+            request = ask() if ask is not None and os.pread(self._fd, 1, t - 1) not in _GO else b""
+            if request and len(request) <= SLOT - _HEAD.size:  # someone before to ask, and it fits
                 os.pwrite(self._box_fd(), _HEAD.pack(t, len(request)) + request, (t % SLOTS) * SLOT)
                 os.pwrite(self._fd, _ASKING, t)  # after the request: whoever sees the mark can read it
                 self._asked = True
