@@ -47,6 +47,7 @@ class MigProfile(BaseModel):
     usable_gb: float | None = Field(None, gt=0, description="what a real nvidia-smi -lgip printed (GiB)")
     usable_derived: bool = Field(False, description="usable_gb derived by the one rule (no -lgip print known)")
     copy_engines: int | None = Field(None, ge=0, description="copy engines of the GPU instance (-lgip CE column)")
+    sms: int | None = Field(None, gt=0, description="SMs of the GPU instance as a real -lgip printed them")
     inferred: bool = False
     source: str
     as_of: date
@@ -137,6 +138,9 @@ class PartitionCatalog(BaseModel):
     vgpu_gpus: dict[str, VgpuGpu]
     vgpu_profiles: dict[str, tuple[VgpuProfile, ...]]
     modes: tuple[ModeRule, ...]
+    #: GPU model id → the vGPU type names the host offers now (a probe's ``creatable_vgpu_types`` or mdev
+    #: types); a model absent here was not probed, and every catalog type counts as offered.
+    vgpu_offered: dict[str, tuple[str, ...]] = Field(default_factory=dict)
 
     def mode(self, name: str) -> ModeRule:
         """The rule of one mode."""

@@ -232,6 +232,15 @@ WINDOWS_C_REASON = (
 )
 
 
+NOT_OFFERED = "not offered by the host now (its VFs' creatable_vgpu_types / mdev types)"
+
+
+def _listed(names: Sequence[str], most: int = 4) -> str:
+    """``a, b, c, d … (12 in all)``: a short list of type names for a message."""
+    shown = ", ".join(names[:most])
+    return shown + (f" … ({len(names)} in all)" if len(names) > most else "") if names else "none"
+
+
 def _vgpu(
     gpu: GpuModel, need: SeatNeed, cat: PartitionCatalog, rule: ModeRule
 ) -> tuple[list[ChipOption], list[NotChosen]]:
@@ -242,14 +251,26 @@ def _vgpu(
     options: list[ChipOption] = []
     rejected: list[NotChosen] = []
     windows = need.guest_os == "windows"
-    if windows and not any(p.series in WINDOWS_SERIES for p in cat.vgpu_profiles[gpu.id]):
+    offered = cat.vgpu_offered.get(gpu.id)
+    profiles = [p for p in cat.vgpu_profiles[gpu.id] if offered is None or p.name in offered]
+    if offered is not None and not profiles:
+        why = f"the host offers no vGPU type the catalog knows for {gpu.id} ({_listed(offered)})"
+        return [], [NotChosen(mode="vgpu", profile=None, reason=why)]
+    if windows and not any(p.series in WINDOWS_SERIES for p in profiles):
         why = (
             f"NVIDIA offers only compute (C-series) vGPU types on {gpu.name}; a Windows seat needs a Q-series"
             " (RTX vWS), B-series (vPC) or A-series (vApps) type: use passthrough, or a GPU with Q/B/A types"
         )
+        if offered is not None:
+            why = (
+                f"the host's VFs offer only C-series types ({_listed(offered)}); a Windows seat needs a Q-series"
+                " (RTX vWS), B-series (vPC) or A-series (vApps) type: change the VFs' vGPU types, or use passthrough"
+            )
         return [], [NotChosen(mode="vgpu", profile=None, reason=why)]
     for prof in cat.vgpu_profiles[gpu.id]:
-        if windows and prof.series not in WINDOWS_SERIES:
+        if offered is not None and prof.name not in offered:
+            rejected.append(NotChosen(mode="vgpu", profile=prof.name, reason=NOT_OFFERED))
+        elif windows and prof.series not in WINDOWS_SERIES:
             rejected.append(NotChosen(mode="vgpu", profile=prof.name, reason=WINDOWS_C_REASON))
         elif need.cuda and not prof.cuda:
             rejected.append(NotChosen(mode="vgpu", profile=prof.name, reason=prof.cuda_note or "no CUDA"))
@@ -540,6 +561,14 @@ def _vgpu_slices(server: Server, names: Sequence[str], need: SeatNeed, cat: Part
                 fix=f"use one of: {', '.join(known) or 'none'}",
             )
         prof = known[name]
+        offered = cat.vgpu_offered.get(server.gpu.id)
+        if offered is not None and name not in offered:
+            fit = [p.name for p in known.values() if p.name in offered and (p.cuda or not need.cuda)]
+            raise InputError(
+                f"{name} is not offered by the host now: its VFs offer {_listed(offered)}",
+                where="--profile",
+                fix=f"use one of: {_listed(fit, 8)}" if fit else "change the VFs' vGPU types on the host first",
+            )
         if need.cuda and not prof.cuda:
             raise InputError(
                 f"{name}: {prof.cuda_note}",

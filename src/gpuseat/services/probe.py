@@ -371,6 +371,42 @@ def profile_table(bundle: Bundle, model_id: str, catalog: Catalog) -> tuple[Any,
     return gpu, tuple(profiles)
 
 
+_TYPE = re.compile(r"^(?:\d+\s+)?(?:NVIDIA\s+|GRID\s+)?(?P<name>[A-Za-z0-9][A-Za-z0-9-]*)$")
+
+
+def vgpu_type_name(text: str) -> str | None:
+    """``1155 NVIDIA L40S-24Q`` (a ``creatable_vgpu_types`` line as probed) or ``GRID M60-8Q`` → the
+    catalog's type name (``L40S-24Q``, ``M60-8Q``); None for anything else."""
+    match = _TYPE.match(text.strip())
+    return match["name"] if match else None
+
+
+def offered_vgpu_types(bundle: Bundle) -> tuple[str, ...] | None:
+    """The vGPU type names the host offers now, from the bundle's sysfs layout: the VFs'
+    ``nvidia/creatable_vgpu_types`` (vendor-specific VFIO, vGPU 17+) or mdev types with an instance
+    left. None when the probe saw no vGPU layout (nothing is known, so nothing is restricted)."""
+    data = bundle.files.get(SYSFS_FILE)
+    try:
+        doc = json.loads(data.decode()) if data else {}
+    except (ValueError, UnicodeDecodeError):
+        return None
+    gpus = doc.get("gpus") if isinstance(doc, dict) else None
+    if doc.get("layout") not in ("vfio", "mdev") or not isinstance(gpus, dict):
+        return None
+    names: list[str] = []
+    for info in gpus.values():
+        if not isinstance(info, dict):
+            continue
+        holders = [info, *(v for v in info.get("vfs") or [] if isinstance(v, dict))]
+        for holder in holders:
+            for line in holder.get("creatable") or []:
+                names.append(vgpu_type_name(str(line)) or "")
+            for mdev in holder.get("mdev_types") or []:
+                if isinstance(mdev, dict) and mdev.get("available") != 0:
+                    names.append(vgpu_type_name(str(mdev.get("name") or "")) or "")
+    return tuple(dict.fromkeys(n for n in names if n))
+
+
 def plan_inputs(bundle: Bundle, catalog: Catalog) -> tuple[Server, Catalog, list[str]]:
     """The server of the bundle and a catalog whose MIG table for it is the driver's own, plus notes."""
     from gpuseat.core.inventory import server_from_snapshot
@@ -392,6 +428,17 @@ def plan_inputs(bundle: Bundle, catalog: Catalog) -> tuple[Server, Catalog, list
         )
     elif server.gpu.mig:
         notes.append(f"{bundle.where} has no mig -lgip/-lgipp (MIG off?): MIG profiles from the catalog")
+    offered = offered_vgpu_types(bundle)
+    if offered is not None and server.gpu.vgpu:
+        parts = catalog.partitions.model_copy(
+            update={"vgpu_offered": {**catalog.partitions.vgpu_offered, server.gpu.id: offered}}
+        )
+        catalog = dataclasses.replace(catalog, partitions=parts)
+        series = sorted({m[1] for n in offered if (m := re.search(r"\d([QBAC])\d*$", n))})
+        notes.append(
+            f"vGPU types: only those the host offers now ({bundle.vgpu_layout} sysfs in {bundle.where}:"
+            f" {len(offered)} types, series {', '.join(series) or 'none'})"
+        )
     return server, catalog, notes
 
 
