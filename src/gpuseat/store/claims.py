@@ -176,16 +176,18 @@ WHERE {_WHO}
 _SQLITE_RESERVED = "EXISTS (SELECT 1 FROM json_each(s.groups) j WHERE j.value = :grp)"
 _SQLITE_ARMS = _best(_SQLITE_RESERVED, ":grp", ":mem", ":iso", ":win", "", "", "")
 
-# SQLite, step 2 (under BEGIN IMMEDIATE): take the best free suitable seat in one statement
+# SQLite, step 2 (under BEGIN IMMEDIATE): take the best free suitable seat in one statement, from now or
+# the course's last event time if that is later (a clock stepped back: see store.rows._clock)
 _SQLITE_TAKE = f"""
 INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
-SELECT b.id, :pid, :now, :mode FROM (
+SELECT b.id, :pid, max(:now, coalesce((SELECT max(e.at) FROM events e WHERE e.course_key = :ckey), :now)), :mode
+FROM (
     SELECT * FROM ({_SQLITE_ARMS[0]}) UNION ALL SELECT * FROM ({_SQLITE_ARMS[1]})
 ) b
 WHERE EXISTS (SELECT 1 FROM courses c WHERE c.id = :cid AND c.archived_at IS NULL)
 ORDER BY {_BETTER.format(collate="")}
 LIMIT 1
-RETURNING seat_id
+RETURNING seat_id, valid_from
 """
 
 _SQLITE_SEAT = f"SELECT {_COLS} FROM seats s WHERE s.id = :sid"
@@ -234,13 +236,23 @@ WITH n0 AS (
     SELECT b.id, b.key FROM (SELECT * FROM r UNION ALL SELECT * FROM o) b
     ORDER BY {_BETTER.format(collate=' COLLATE "C"')} LIMIT 1
 ), ins AS (
+    -- from now, or from the course's last event if the clock is behind it (store.rows._clock)
     INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
-    SELECT pick.id, n.pid, :now, :mode FROM pick CROSS JOIN n
+    SELECT pick.id, n.pid,
+           greatest(CAST(:now AS timestamptz), (SELECT max(e.at) FROM events e WHERE e.course_key = :ckey)), :mode
+    FROM pick CROSS JOIN n
     RETURNING seat_id, valid_from, mode
 ), ev AS (
     INSERT INTO events (at, course_key, actor, action, participant, seat, detail)
-    SELECT :now, :ckey, :actor, 'seat.claim', n.pkey, pick.key, CAST(:detail AS json)
+    SELECT ins.valid_from, :ckey, :actor, 'seat.claim', n.pkey, pick.key, CAST(:detail AS json)
     FROM ins JOIN pick ON pick.id = ins.seat_id CROSS JOIN n
+), stepped AS (
+    INSERT INTO events (at, course_key, actor, action, participant, seat, detail)
+    SELECT ins.valid_from, :ckey, :actor, 'clock.stepped', n.pkey, pick.key,
+           json_build_object('clock', CAST(:now AS timestamptz), 'stored', ins.valid_from,
+                             'behind_s', extract(epoch FROM ins.valid_from - CAST(:now AS timestamptz)))
+    FROM ins JOIN pick ON pick.id = ins.seat_id CROSS JOIN n
+    WHERE ins.valid_from > CAST(:now AS timestamptz)
 )
 SELECT 'held' AS how, n.pkey, n.grp, {", ".join(f"h.{c}" for c in SEAT_COLUMNS)}, h.valid_from, h.mode, false, true
 FROM n JOIN held h ON true
@@ -259,6 +271,10 @@ _ANY_SEAT = "SELECT EXISTS (SELECT 1 FROM seats WHERE course_id = :cid)"  # for 
 _SQLITE_EVENT = (
     "INSERT INTO events (at, course_key, actor, action, participant, seat, detail) "
     "VALUES (:now, :ckey, :actor, 'seat.claim', :pkey, :skey, :detail)"
+)
+_SQLITE_STEPPED = (
+    "INSERT INTO events (at, course_key, actor, action, participant, seat, detail) "
+    "VALUES (:now, :ckey, :actor, 'clock.stepped', :pkey, :skey, :stepped)"
 )
 
 
@@ -618,7 +634,8 @@ def _claim_on(
     finally:
         if turns is not None:
             turns.give()
-    return Claimed(info.key, pkey, seat, now, p["mode"], True)
+    since = _when(p["now"]) if "stepped" in p else now  # the time stored, if the clock was behind
+    return Claimed(info.key, pkey, seat, since, p["mode"], True)
 
 
 def _take(raw: Any, p: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -630,6 +647,11 @@ def _take(raw: Any, p: dict[str, Any]) -> tuple[Any, ...] | None:
     seat = _seat_row(raw, took[0])
     assert seat is not None  # taken in this transaction
     p["skey"] = seat[1]  # SEAT_COLUMNS: id, key, …
+    if took[1] != p["now"]:  # the clock is behind the course's last event: that time was stored
+        clock, p["now"] = p["now"], took[1]
+        behind = (_when(took[1]) - _when(clock)).total_seconds()
+        p["stepped"] = json.dumps({"clock": clock, "stored": took[1], "behind_s": round(behind, 6)})
+        raw.execute(_SQLITE_STEPPED, p)
     raw.execute(_SQLITE_EVENT, p)
     return seat
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from gpuseat.core.course import Course as CourseFile
@@ -257,10 +257,11 @@ def _log(
     participant: str | None = None,
     seat: str | None = None,
     detail: dict[str, Any] | None = None,
+    at: datetime | None = None,
 ) -> None:
     s.add(
         Event(
-            at=datetime.now(UTC),
+            at=at or datetime.now(UTC),
             course_key=course,
             actor=actor[:128],
             action=action,
@@ -269,3 +270,28 @@ def _log(
             detail=detail,
         )
     )
+
+
+def _clock(s: Session, course: str, actor: str = DEFAULT_ACTOR) -> datetime:
+    """The time to store for an assignment of ``course`` that starts or ends now: the clock, but never
+    before the course's last event (every assignment written has one at or after its times).
+
+    A clock that steps back (an NTP correction, a VM restored from a snapshot) would otherwise store an
+    assignment that ends before it starts, or a seat's next holder from before the last one left. The
+    course's last event time is taken instead, and an events row says the clock stepped (migration
+    0013's CHECK, triggers on SQLite, is the last guard behind this).
+    """
+    now = datetime.now(UTC)
+    last = _utc(s.scalar(select(func.max(Event.at)).where(Event.course_key == course)))
+    if last is None or last <= now:
+        return now
+    behind = (last - now).total_seconds()
+    _log(
+        s,
+        course,
+        actor,
+        "clock.stepped",
+        detail={"clock": now.isoformat(), "stored": last.isoformat(), "behind_s": round(behind, 6)},
+        at=last,
+    )
+    return last

@@ -22,7 +22,7 @@ from gpuseat.core.seating import COURSE_KEY_PATTERN
 from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
 from gpuseat.errors import InputError
 from gpuseat.readings import SeatEntry
-from gpuseat.store.rows import DEFAULT_ACTOR, _log, _open
+from gpuseat.store.rows import DEFAULT_ACTOR, _clock, _log, _open
 from gpuseat.store.seats import SeatMethods
 from gpuseat.store.specs import SeatSpec
 
@@ -136,7 +136,7 @@ class SeatFileMethods(SeatMethods):
         return person
 
     def _end(self, s: Session, crow: CourseRecord, a: Assignment, now: datetime, actor: str, where: str) -> None:
-        a.valid_to, a.ended_by = now, "seats file"
+        a.valid_to, a.ended_by = _clock(s, crow.key, actor), "seats file"
         s.flush()
         seat_key = s.scalar(select(Seat.key).where(Seat.id == a.seat_id))
         who = s.scalar(select(Participant.key).where(Participant.id == a.participant_id))

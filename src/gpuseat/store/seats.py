@@ -16,6 +16,7 @@ from gpuseat.store.base import StoreBase
 from gpuseat.store.rows import (
     DEFAULT_ACTOR,
     _assignment_view,
+    _clock,
     _course,
     _group_names,
     _holder,
@@ -181,10 +182,10 @@ class SeatMethods(StoreBase):
         for the group, then smallest, then by key. Re-running changes nothing. When some participant
         cannot be seated, :class:`NoFreeSeat` is raised and nothing is stored, unless ``partial``.
         """
-        now = datetime.now(UTC)
         with self._write() as s:
             crow = _course(s, course)
             seats = list(s.scalars(select(Seat).where(Seat.course_id == crow.id).order_by(Seat.key).with_for_update()))
+            now = _clock(s, crow.key, actor)
             taken = set(
                 s.scalars(
                     select(Assignment.seat_id).where(
@@ -265,7 +266,7 @@ class SeatMethods(StoreBase):
             if old is not None and old.seat_id == row.id:
                 return _assignment_view(crow.key, row.key, p.key, old)
             if old is not None:
-                old.valid_to, old.ended_by = datetime.now(UTC), "move"
+                old.valid_to, old.ended_by = _clock(s, crow.key, actor), "move"
                 s.flush()
             return self._give(s, crow, p, row, actor, "seat.move")
 
@@ -288,7 +289,7 @@ class SeatMethods(StoreBase):
             raise InputError(
                 f"seat {row.key} is {row.state}", where=f"seat {row.key}", fix="request the seat again first"
             )
-        a = Assignment(seat_id=row.id, participant_id=p.id, valid_from=datetime.now(UTC), mode="assigned")
+        a = Assignment(seat_id=row.id, participant_id=p.id, valid_from=_clock(s, crow.key, actor), mode="assigned")
         s.add(a)
         s.flush()
         _log(s, crow.key, actor, action, participant=p.key, seat=row.key)
@@ -316,7 +317,7 @@ class SeatMethods(StoreBase):
                 a = _open(s, seat_id=row.id)
             if a is None:
                 return None
-            a.valid_to, a.ended_by = datetime.now(UTC), reason[:32]
+            a.valid_to, a.ended_by = _clock(s, crow.key, actor), reason[:32]
             s.flush()
             seat_key = s.scalar(select(Seat.key).where(Seat.id == a.seat_id)) or ""
             who = s.scalar(select(Participant.key).where(Participant.id == a.participant_id)) or ""
