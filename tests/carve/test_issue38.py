@@ -99,3 +99,57 @@ def test_a_profile_the_real_vfs_do_not_offer_is_refused(tmp_path, monkeypatch, c
     assert {s["profile"] for s in json.loads(default.out)["slices"]} == {"L40S-12Q"}
     win = cli("carve", "--from-probe", bundle, "--mode", "vgpu", "--guest", "windows", "--seats", "4")
     assert win.code == 0, win.err
+
+
+# -- item 2: a vGPU guest is recognised as one ----------------------------------------------------------------
+
+V100D_GUEST = FIXTURES / "vgpu-guest__grid-v100d-8c-q.txt"
+A100_GUEST = FIXTURES / "vgpu-guest__grid-a100-4c-q-excerpt.txt"
+
+
+def test_a_guest_capture_is_named_a_vgpu_guest_not_an_unknown_gpu(cli):
+    """The real `nvidia-smi -q` inside a VM with a GRID V100D-8C: not "not in the catalog", no "did you mean"."""
+    got = cli("carve", "--from-nvidia-smi", V100D_GUEST)
+    assert got.code == 2 and "Traceback" not in got.err
+    assert "not in the catalog" not in got.err and "Did you mean" not in got.err
+    for part in (
+        "is a vGPU guest: profile V100D-8C",
+        "on a physical Tesla V100 PCIe 32GB (V100-32GB)",
+        "8 GB of framebuffer",
+        "the guest sees 8192 MiB",
+        "CUDA: yes",
+        "Carving happens on the host",
+        "--gpu V100-32GB:BOARDS",
+    ):
+        assert part in got.err, (part, got.err)
+
+
+def test_a_guest_of_a_catalog_type_says_what_the_vgpu_tables_give(cli):
+    """GRID A100-4C (real -q head): the catalog's A100-40GB row gives 4096 MB, CUDA, the C-series licence."""
+    got = cli("carve", "--from-nvidia-smi", A100_GUEST, "--mode", "vgpu")
+    assert got.code == 2 and "Traceback" not in got.err
+    assert "profile A100-4C on a physical NVIDIA A100 40GB (A100-40GB)" in got.err, got.err
+    assert "4096 MB of framebuffer" in got.err and "CUDA: yes" in got.err and "C-series" in got.err
+
+
+def test_a_guest_probe_bundle_is_a_guest_too(tmp_path, cli):
+    """`carve --from-probe` of a bundle made inside the VM (only `-q` recorded) says the same."""
+    bundle = tmp_path / "guest"
+    bundle.mkdir()
+    (bundle / "nvidia-smi-q.txt").write_text(V100D_GUEST.read_text())
+    (bundle / "probe.json").write_text(json.dumps({"bundle_version": 1, "commands": {}}))
+    got = cli("carve", "--from-probe", bundle)
+    assert got.code == 2 and "vGPU guest: profile V100D-8C" in got.err, got.err
+
+
+def test_no_physical_gpu_name_reads_as_a_vgpu_type():
+    from gpuseat.core.inventory import vgpu_guest
+
+    from .conftest import CATALOG
+
+    names = [n for g in CATALOG.gpus.values() for n in (g.id, g.name, *g.aliases)]
+    names += ["NVIDIA H100 80GB HBM3", "Tesla V100-PCIE-32GB", "NVIDIA GeForce RTX 3080", "NVIDIA L40S", "Tesla T4"]
+    assert [n for n in names if vgpu_guest(n, CATALOG) is not None] == []
+    assert vgpu_guest("GRID P4-1Q", CATALOG) is not None and vgpu_guest("NVIDIA L40S-12Q", CATALOG) is not None
+    text, host = vgpu_guest("GRID P4-1Q", CATALOG) or ("", None)
+    assert host == "P4" and "CUDA: yes (Q-series on Pascal or later)" in text

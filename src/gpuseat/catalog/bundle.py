@@ -33,7 +33,7 @@ _KEYS: dict[str, dict[str, tuple[str, ...]]] = {
     "providers.toml": {"provider": ("name",)},
     "rules.toml": {"rule": ("id",)},
     "mig_profiles.toml": {"gpu": ("gpu",), "profile": ("gpu", "name")},
-    "vgpu_profiles.toml": {"gpu": ("gpu",), "profile": ("gpu", "name")},
+    "vgpu_profiles.toml": {"gpu": ("gpu",), "profile": ("gpu", "name"), "board": ("prefix",)},
     "sharing.toml": {"mode": ("mode",)},
     "doctor.toml": {"pci": ("device",), "mig_min": ("gpu",), "pci_class": ("code",)},
 }

@@ -109,6 +109,19 @@ class VgpuProfile(BaseModel):
         return self
 
 
+class VgpuBoard(BaseModel):
+    """The physical GPU a vGPU type's board prefix stands for, where no type row of the catalog says it
+    (``V100D`` in ``GRID V100D-8C`` is a Tesla V100 PCIe 32GB): how a guest names its physical GPU."""
+
+    model_config = _ROW
+
+    prefix: str = Field(pattern=r"^[A-Z][A-Z0-9]*$")
+    gpu: str
+    board: str = Field(description="the board as NVIDIA's vGPU tables name it")
+    source: str
+    as_of: date
+
+
 class ModeRule(BaseModel):
     """A partition mode: its isolation rank and the limits that go with it."""
 
@@ -141,6 +154,7 @@ class PartitionCatalog(BaseModel):
     #: GPU model id → the vGPU type names the host offers now (a probe's ``creatable_vgpu_types`` or mdev
     #: types); a model absent here was not probed, and every catalog type counts as offered.
     vgpu_offered: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    vgpu_boards: tuple[VgpuBoard, ...] = ()
 
     def mode(self, name: str) -> ModeRule:
         """The rule of one mode."""
@@ -204,4 +218,5 @@ def build_partitions(mig: dict, vgpu: dict, sharing: dict) -> PartitionCatalog:
         vgpu_gpus={row["gpu"]: VgpuGpu.model_validate(row) for row in vgpu["gpu"]},
         vgpu_profiles=_group([VgpuProfile.model_validate(row) for row in vgpu["profile"]]),
         modes=tuple(sorted((ModeRule.model_validate(row) for row in sharing["mode"]), key=lambda m: m.rank)),
+        vgpu_boards=tuple(VgpuBoard.model_validate(row) for row in vgpu.get("board", [])),
     )

@@ -206,6 +206,59 @@ def server_from_gpu_flag(spec: str, catalog: Catalog) -> Server:
     return Server(name=f"{boards}x{model.id}", chips=_chips(model, boards, [], "--gpu"))
 
 
+# --- a vGPU guest ---------------------------------------------------------------------------------
+
+#: A vGPU type as a guest's driver names its GPU: ``GRID P4-1Q``, ``NVIDIA L40S-12Q``, ``GRID A100D-1-10C``
+#: (board, optional MIG slices, framebuffer GB, series Q/B/A/C, optional heads suffix as in ``M60-2B4``).
+_VGPU_TYPE = re.compile(
+    r"^(?:GRID\s+|NVIDIA\s+)?(?P<type>(?P<board>[A-Z][A-Z0-9]*?)-(?:\d+-)?(?P<fb>\d+)(?P<series>[QBAC])\d*)$"
+)
+
+
+def vgpu_guest(product: str, catalog: Catalog, *, memory_mib: float | None = None) -> tuple[str, str | None] | None:
+    """What a guest's GPU is when its name is a vGPU type (``GRID V100D-8C``): the profile, the physical
+    GPU behind it and what the profile gives, from the catalog's vGPU tables, with the physical GPU's
+    catalog id when known; None for a physical GPU.
+
+    Why: inside a VM the driver names the vGPU type, not the board, and carving happens on the host.
+    """
+    match = _VGPU_TYPE.match(product.strip())
+    if match is None:
+        return None
+    name, board, series = match["type"], match["board"], match["series"]
+    cat = catalog.partitions
+    row = next((p for rows in cat.vgpu_profiles.values() for p in rows if p.name == name), None)
+    same_board = next(
+        (p.gpu for rows in cat.vgpu_profiles.values() for p in rows if p.name.startswith(f"{board}-")), None
+    )
+    by_prefix = next((b for b in cat.vgpu_boards if b.prefix == board), None)
+    gpu_id = row.gpu if row else same_board or (by_prefix.gpu if by_prefix else None)
+    model = catalog.gpus.get(gpu_id) if gpu_id else catalog.find_gpu(board)
+    if by_prefix is not None:
+        on = f"on a physical {by_prefix.board} ({by_prefix.gpu})"
+    elif model is not None:
+        on = f"on a physical {model.name} ({model.id})"
+    else:
+        on = f"on a {board} board (not in the catalog's vGPU tables)"
+    sold_as = catalog.licences.get(row.licence if row else f"nvidia-vgpu-{series.lower()}")
+    seen = f"; the guest sees {memory_mib:g} MiB" if memory_mib else ""
+    fb = (
+        f"{row.framebuffer_mb} MB of framebuffer{seen}"
+        if row
+        else f"{match['fb']} GB of framebuffer (by its name{seen})"
+    )
+    if row is not None:
+        cuda = "CUDA: yes" if row.cuda else f"CUDA: no ({row.cuda_note})"
+    elif series == "C":
+        cuda = "CUDA: yes (a C-series compute type)"
+    elif series == "Q" and model is not None and float(model.compute_capability) >= 6.0:
+        cuda = "CUDA: yes (Q-series on Pascal or later)"
+    else:
+        cuda = "CUDA: not in the catalog's vGPU tables (check NVIDIA's for this type)"
+    sold = f"; licence: {sold_as.name}" if sold_as else ""
+    return f"a vGPU guest: profile {name} {on}; it gives {fb}, {cuda}{sold}.", model.id if model else None
+
+
 # --- nvidia-smi -q -x ------------------------------------------------------------------------------
 
 
@@ -223,6 +276,15 @@ def server_from_snapshot(snapshot: Snapshot, catalog: Catalog, *, where: str) ->
     for i, gpu in enumerate(snapshot.gpus):
         product = (gpu.name or "").strip()
         found = catalog.find_gpu(product)
+        guest = vgpu_guest(product, catalog, memory_mib=gpu.memory_total_mib) if found is None else None
+        if guest is not None:
+            text, host_gpu = guest
+            raise InputError(
+                f"GPU {i} ({product}) is {text} Carving happens on the host: this guest's seat is this one vGPU",
+                where=f"{where}: gpu {i}",
+                fix="run `gpuseat probe` and `gpuseat carve --from-probe` on the vGPU host (the hypervisor)"
+                + (f", or plan it with --gpu {host_gpu}:BOARDS" if host_gpu else ""),
+            )
         if found is None:
             raise InputError(
                 f"GPU {product!r} is not in the catalog.{did_you_mean(product, catalog.gpus)}",

@@ -63,11 +63,22 @@ def need_for(min_mem: float = 0.0, *, cuda: bool = True, guest: str = "linux") -
     return SeatNeed(min_gpu_memory_gb=min_mem, cuda=cuda and guest == "linux", guest_os=guest, isolation="shared")
 
 
-def server_from_nvidia_smi(xml_text: str, catalog: Catalog, *, where: str) -> Server:
-    """A server from ``nvidia-smi -q -x`` text, parsed by the one nvidia-smi adapter."""
-    from gpuseat.nvsmi import parse_xml
+def server_from_nvidia_smi(text: str, catalog: Catalog, *, where: str) -> Server:
+    """A server from ``nvidia-smi -q -x`` (XML) or plain ``nvidia-smi -q`` text, parsed by the one adapter.
 
-    return server_from_snapshot(parse_xml(xml_text, host="capture", where=where), catalog, where=where)
+    The plain ``-q`` is what people paste from a VM or an issue, so both are taken; MIG devices the capture
+    does not name get the profile they match in the catalog (flagged as guessed).
+    """
+    from gpuseat.nvsmi import name_mig_profiles, parse_xml
+    from gpuseat.nvsmi_text import parse_q_text
+
+    if text.lstrip().startswith("<"):
+        snap = parse_xml(text, host="capture", where=where)
+    else:
+        snap = parse_q_text(text, host="capture", where=where)
+    if any(m.profile is None for g in snap.gpus for m in g.mig):
+        snap = name_mig_profiles(snap, catalog)
+    return server_from_snapshot(snap, catalog, where=where)
 
 
 def load_server(
