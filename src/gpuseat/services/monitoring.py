@@ -386,8 +386,10 @@ def usage_report(since: str | None = None, db: str | None = None, course: str | 
 
 def write_chart(report: UsageReport, path: Path, *, force: bool = False) -> None:
     """The HTML usage chart at ``path``; an existing file gpuseat did not write needs ``force``."""
+    from gpuseat.files import check_target
     from gpuseat.monitor.usage import chart_html
 
+    check_target(path, where=f"--chart {path}")  # a FIFO or device: refused before anything opens it
     if path.is_dir():
         raise InputError("is a directory", where=f"--chart {path}", fix="give a file name such as usage.html")
     if not path.parent.is_dir():
