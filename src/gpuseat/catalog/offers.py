@@ -192,6 +192,14 @@ class ProviderRules(BaseModel):
     windows_source: str = ""
     default_gpu_quota: int | None = None
     quota_source: str = ""
+    # account and availability limits a plan flags (each with its source; dated by limits_as_of)
+    spend_limit_usd_per_h: float | None = None
+    spend_limit_source: str = ""
+    stock_note: str = ""
+    stock_source: str = ""
+    storage_note: str = ""
+    storage_source: str = ""
+    limits_as_of: date | None = None
     support_min_usd_month: float = 0
     support_pct: float = 0
     support_source: str = ""

@@ -40,7 +40,12 @@ def _plan(
     budget: float | None = typer.Option(None, "--budget", help="Mark options that cost more than this many USD."),
     why: str | None = typer.Option(None, "--why", help="Price this offer for the course and say why it is not first."),
     explain: bool = typer.Option(False, "--explain", help="Print every cost as a formula line."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="With --explain: partition profiles passed over."),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        "-v",
+        help="Offers rejected and the server layouts passed over, with why (also with --explain).",
+    ),
     fmt: Format = FORMAT_OPTION,
 ) -> None:
     """Price the course across offers: the cheapest mix first, distinct alternatives, rejections explained."""
@@ -73,7 +78,7 @@ def _plan(
         f"{course_info['name']}: {course_info['participants']} participants, "
         f"{course_info['period_days']} days, {course_info['seat_hours_each']:g} seat-hours each"
     )
-    print_table(_table_rows(result), ["rank", "offers", "seats", "total", "per seat-hour", "flags"], title=title)
+    _print_options(_table_rows(result), title)
     from gpuseat.safe_text import clean  # course text (group names, quoted figures) reaches the terminal
 
     for text in summary_lines(result):
@@ -83,8 +88,23 @@ def _plan(
     if explain:
         for text in explain_lines(result, verbose=verbose):
             typer.echo(clean(text))
+    elif verbose:
+        for text in rejected_lines(result) + passed_over_lines(result):
+            typer.echo(clean(text))
     elif not why:
         typer.echo("(--explain shows every figure; --why OFFER prices one offer; --format json gives all details)")
+
+
+def _print_options(rows: list[dict[str, Any]], title: str) -> None:
+    """The options table; when it must lose a column to fit the terminal, "per seat-hour" goes before the
+    flags (what a budget-holder must not miss)."""
+    import inspect
+
+    columns = ["rank", "offers", "total", "per seat-hour", "flags"]
+    if "drop" in inspect.signature(print_table).parameters:
+        print_table(rows, columns, title=title, drop=["per seat-hour"])  # type: ignore[call-arg,unused-ignore]
+    else:
+        print_table(rows, columns, title=title)
 
 
 def _mix(option: dict[str, Any], sep: str = ", ") -> str:
@@ -124,20 +144,17 @@ def _per_seat_hour(option: dict[str, Any], labelled: bool) -> str:
 
 
 def _flags(option: dict[str, Any]) -> str:
-    words = {"restart not guaranteed": "restart risk"}
-    flags = [words.get(r.split(":", 1)[0], r.split(":", 1)[0]) for r in option.get("risks", [])]
-    if option.get("taxes"):
-        flags.append("+tax")
-    return ", ".join(dict.fromkeys(flags))
+    """The option's warnings, short; ``--explain`` prints the line each abbreviates (``flag 'X': …``)."""
+    return "; ".join(dict.fromkeys(f["flag"] for f in option.get("flags", [])))
 
 
 def _table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     labelled = len(result["course"]["groups"]) > 1
+    people = result["course"]["participants"]
     return [
         {
             "rank": o["rank"],
-            "offers": _mix(o) + _regions(o),
-            "seats": o["seats"],
+            "offers": _mix(o) + (f" ({o['seats']} seats)" if o["seats"] != people else "") + _regions(o),
             "total": f"${o['total_usd']:,.2f}" + (" over budget" if o.get("over_budget") else ""),
             "per seat-hour": _per_seat_hour(o, labelled),
             "flags": _flags(o),
@@ -221,8 +238,10 @@ def explain_lines(result: dict[str, Any], *, verbose: bool = False) -> list[str]
         for ln in o["lines"]:
             group = f" [{ln['group']}]" if labelled else ""
             out.append(f"  {ln['offer']}{group} {ln['item']}: {ln['formula']}")
-        out += [f"  note: {note}" for note in o["notes"]]
-        out += [f"  risk: {risk}" for risk in o.get("risks", [])]
+        flagged = {f["text"] for f in o.get("flags", [])}
+        out += [f"  note: {note}" for note in o["notes"] if note not in flagged]
+        out += [f"  risk: {risk}" for risk in o.get("risks", []) if risk not in flagged]
+        out += [f"  flag '{f['flag']}': {f['text']}" for f in o.get("flags", [])]
         pub = o.get("published")
         if pub:
             out.append(f"  {pub['label'].split(':')[0]}: ${pub['usd']:,.2f} ({'; '.join(pub['formulas'])})")
@@ -232,6 +251,15 @@ def explain_lines(result: dict[str, Any], *, verbose: bool = False) -> list[str]
             who = f" [{', '.join(p.get('groups', []))}]" if labelled else ""
             out.append(f"  speed{who}: ${p['usd_per_seat_hour']:.4f} per seat-hour{run}; {extra}")
     out.append(f"Speeds: {result['speeds']}")
+    out += rejected_lines(result)
+    if verbose:
+        out += passed_over_lines(result)
+    return out
+
+
+def rejected_lines(result: dict[str, Any]) -> list[str]:
+    """The offers that cannot seat a group, one line per reason."""
+    out: list[str] = []
     if result["rejected"]:
         by_reason: dict[str, list[str]] = {}
         for r in result["rejected"]:
@@ -242,9 +270,23 @@ def explain_lines(result: dict[str, Any], *, verbose: bool = False) -> list[str]
         for reason, names in by_reason.items():
             shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
             out.append(f"  {shown}: {reason}")
-    if verbose and result["passed_over"]:
-        out.append("Passed over on servers that seat the group (profile choices):")
-        out += [f"  {r['offer']}: {r['reason']}" for r in result["passed_over"]]
+    return out
+
+
+def passed_over_lines(result: dict[str, Any]) -> list[str]:
+    """``-v``: the modes and profiles passed over on servers that seat a group, under the layout the
+    plan rents (as its note says: ``N seats per server (mode profile)``), each with why not."""
+    if not result["passed_over"]:
+        return []
+    out = ["Passed over on servers that seat the group (profile choices):"]
+    heads: dict[tuple[str, str | None, str | None], list[str]] = {}
+    labelled = len(result["course"]["groups"]) > 1
+    for r in result["passed_over"]:
+        heads.setdefault((r["offer"], r.get("group"), r.get("chosen")), []).append(r["reason"])
+    for (offer, group, chosen), reasons in heads.items():
+        who = f" [{group}]" if labelled and group else ""
+        out.append(f"  {offer}{who}" + (f", seated with {chosen}:" if chosen else ":"))
+        out += [f"    {reason}" for reason in reasons]
     return out
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -19,7 +19,7 @@ from gpuseat.catalog import GpuModel
 from gpuseat.catalog.licences import Licence
 from gpuseat.catalog.offers import Offer
 from gpuseat.catalog.rules import Rule
-from gpuseat.core.carve import Capacity, chip_options, server_capacity
+from gpuseat.core.carve import Capacity, ChipOption, NotChosen, chip_options, server_capacity
 from gpuseat.core.cost import (
     Interval,
     Rate,
@@ -53,6 +53,7 @@ class RejectedOffer(NamedTuple):
     group: str | None = None
     profile: str | None = None
     detail: bool = False
+    chosen: str | None = None  # for a detail: the layout it was passed over for (``mig 1g.18gb``)
 
     def to_dict(self) -> dict[str, object]:
         """JSON shape."""
@@ -71,6 +72,7 @@ class Fit:
     unit_rates: tuple[Rate, ...]
     seat_rates: tuple[Rate, ...]
     notes: tuple[str, ...] = ()
+    passed_over: tuple[RejectedOffer, ...] = ()  # a server's other modes/profiles, each with why not this one
 
     @cached_property
     def unit_usd(self) -> float:
@@ -108,6 +110,7 @@ class PlanContext:
     _effective: dict[str, Offer] = field(default_factory=dict)
     _fees: dict[tuple[tuple[str, ...], bool], list[Rate]] = field(default_factory=dict)
     _rules: dict[tuple[tuple[str, ...], str | None], list[Rule]] = field(default_factory=dict)
+    _chips: dict[tuple[str, int, SeatNeed], tuple[list[ChipOption], list[NotChosen]]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, course: Course, catalog: Catalog) -> PlanContext:
@@ -181,13 +184,21 @@ class PlanContext:
         (seats, mode, profile, licence), cached per (GPU, boards, need)."""
         key = (gpu.id, boards, need)
         if key not in self.variants:
-            options, _ = chip_options(gpu, need, self.catalog.partitions)
+            options, _ = self.chip_options(gpu, need)
             chips = boards * gpu.chips_per_board
             best: dict[str | None, tuple[int, str, str | None, str | None]] = {}
             for o in sorted(options, key=lambda o: (-o.per_chip, o.rank)):
                 best.setdefault(o.licence, (o.per_chip * chips, o.mode, o.profile, o.licence))
             self.variants[key] = list(best.values())
         return self.variants[key]
+
+    def chip_options(self, gpu: GpuModel, need: SeatNeed) -> tuple[list[ChipOption], list[NotChosen]]:
+        """The carver's viable (mode, profile) options per chip and why the others are not, cached."""
+        key = (gpu.id, 0, need)
+        cached = self._chips.get(key)
+        if cached is None:
+            cached = self._chips[key] = chip_options(gpu, need, self.catalog.partitions)
+        return cached
 
     def need(self, group: Group) -> SeatNeed:
         """The seat need of ``group`` (made once per group)."""
@@ -385,20 +396,85 @@ def fit_variants(offer: Offer, group: Group, ctx: PlanContext) -> tuple[list[Fit
     capacity = ctx.server_capacity(gpu, boards, need)
     layouts = [(capacity.seats, capacity.mode, capacity.profile, capacity.licence)]
     layouts += [v for v in ctx.server_variants(gpu, boards, need) if v[3] != capacity.licence]
+    options, not_viable = ctx.chip_options(gpu, need)
+    n_chips = boards * gpu.chips_per_board
+    limit = _host_limit(offer, group)
     fits: list[Fit] = []
     for seats, mode, profile, licence in layouts:
+        if limit is not None and 0 < limit < seats:
+            mode, profile = _most_isolated(options, licence, limit, n_chips, mode, profile)
         fit = _server_fit(offer, group, ctx, seats, mode or "passthrough", profile, licence)
         if isinstance(fit, str):
             if not fits and licence == capacity.licence:
                 reasons = "; ".join(f"{p or m}: {w}" for m, p, w in capacity.rejected[:2]) or "no seat fits"
                 return [], [RejectedOffer(offer.id, f"no seat fits ({fit or reasons})", group.name)]
             continue
-        fits.append(fit)
-    rejections = [
-        RejectedOffer(offer.id, f"{rej_profile or rej_mode}: {why}", group.name, rej_profile, detail=True)
-        for rej_mode, rej_profile, why in capacity.rejected
+        passed = _passed_over(fit, licence, options, not_viable, n_chips, limit)
+        fits.append(replace(fit, passed_over=passed))
+    return fits, list(fits[0].passed_over) if fits else []
+
+
+def _host_limit(offer: Offer, group: Group) -> int | None:
+    """Seats the server's CPUs and RAM allow (None: no limit asked)."""
+    limits = [
+        math.floor(have / least)
+        for have, least in ((offer.vcpus, group.min_vcpus), (offer.ram_gb, group.min_ram_gb))
+        if least
     ]
-    return fits, rejections
+    return min(limits) if limits else None
+
+
+def _label(mode: str, profile: str | None) -> str:
+    return f"{mode} {profile}" if profile else mode
+
+
+def _most_isolated(
+    options: list[ChipOption], licence: str | None, limit: int, chips: int, mode: str | None, profile: str | None
+) -> tuple[str | None, str | None]:
+    """When the CPUs or RAM allow fewer seats than the GPUs give, the layout under the same licence that
+    still gives them, most isolated and with the most memory per seat (the same seats at the same price)."""
+    able = [o for o in options if o.licence == licence and o.per_chip * chips >= limit]
+    if not able:
+        return mode, profile
+    best = min(able, key=lambda o: (o.rank, -o.memory_for(limit, chips)))
+    return best.mode, best.profile
+
+
+def _passed_over(
+    fit: Fit,
+    licence: str | None,
+    options: list[ChipOption],
+    not_viable: list[NotChosen],
+    chips: int,
+    limit: int | None,
+) -> tuple[RejectedOffer, ...]:
+    """Every other mode and profile of the server, each with why ``fit``'s layout was taken instead: the
+    reasons agree with the layout the plan prints (``N seats per server (mode profile)``)."""
+    chosen = _label(fit.mode, fit.profile)
+    seats = fit.seats_per_unit
+    mine = next((o for o in options if (o.mode, o.profile) == (fit.mode, fit.profile)), None)
+    out: list[RejectedOffer] = []
+    for o in options:
+        if o is mine:
+            continue
+        got = o.per_chip * chips if limit is None else min(o.per_chip * chips, limit)
+        what = f"{got} seat{'s' if got != 1 else ''} of {o.memory_for(got, chips):g} GB"
+        rank = mine.rank if mine else o.rank
+        if got < seats:
+            why = f"fewer than the {seats} of {chosen}"
+        elif got > seats or o.licence != licence:
+            extra = f" (it needs no licence; {o.licence} does)" if licence is None and o.licence else ""
+            why = f"{chosen} costs less for this course{extra}"
+        elif o.rank > rank:
+            why = f"{chosen} is more isolated"
+        else:
+            why = f"{chosen} gives as many seats with at least as much memory"
+        reason = f"{o.profile or o.mode}: {what}; {why}"
+        out.append(RejectedOffer(fit.offer.id, reason, fit.group.name, o.profile, True, chosen))
+    for r in not_viable:
+        reason = f"{r.profile or r.mode}: {r.reason}"
+        out.append(RejectedOffer(fit.offer.id, reason, fit.group.name, r.profile, True, chosen))
+    return tuple(out)
 
 
 def _server_fit(

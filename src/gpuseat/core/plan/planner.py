@@ -185,7 +185,22 @@ def plan(
         speeds_note=speeds_note,
         budget_usd=budget_usd,
         why=answer,
+        passed_over=_passed_over(options, rejected),
     )
+
+
+def _passed_over(options: list[PlanOption], rejected: list[RejectedOffer]) -> list[RejectedOffer]:
+    """The modes and profiles passed over on servers that seat a group: for a server in an option, why
+    each lost to the layout that option rents (the one its note names); for the others, to the layout
+    with the most seats."""
+    out: dict[RejectedOffer, None] = {}
+    used: set[tuple[str, str]] = set()
+    for option in options:
+        for a in option.allocations:
+            used.add((a.fit.offer.id, a.fit.group.name))
+            out.update(dict.fromkeys(a.fit.passed_over))
+    out.update(dict.fromkeys(r for r in rejected if r.detail and (r.offer, r.group or "") not in used))
+    return list(out)
 
 
 def _forced(course: Course, fits: dict[str, GroupFits], pools: dict[str, list[Fit]], i: int) -> list[Allocation] | None:
@@ -263,19 +278,113 @@ def _option(allocations: list[Allocation], providers: Mapping[str, ProviderRules
                 notes.append(stale)
         gpus[f.offer.provider] += a.units * f.offer.gpu_count
     rules = providers
-    for provider, count in sorted(gpus.items()):
-        quota = rules[provider].default_gpu_quota if provider in rules else None
-        if quota is not None and count > quota:
-            notes.append(
-                f"{num(count)} GPUs on {provider}: more than its default quota of about {quota}; "
-                "request a quota increase weeks ahead"
-            )
+    flags: list[dict[str, str]] = []
+    over = [(p, c) for p, c in sorted(gpus.items()) if p in rules and _over_quota(rules[p], c)]
+    for provider, count in over:
+        text = (
+            f"{num(count)} GPUs on {provider}: more than its default quota of about "
+            f"{rules[provider].default_gpu_quota}; request a quota increase weeks ahead"
+        )
+        notes.append(text)
+        who = f" ({provider})" if len(over) > 1 else ""
+        flags.append(_flag("quota", f"needs a quota request for {num(count)} GPUs{who}", text))
     if course.costs.support:
         lines += _support_lines(lines, rules, ctx)
     lines += _allowance_lines(allocations, lines, ctx)
-    option = PlanOption(allocations, lines, notes)
+    option = PlanOption(allocations, lines, notes, flags=flags)
     _annotate(option, ctx)
     return option
+
+
+def _over_quota(rules: ProviderRules, gpus: float) -> bool:
+    return rules.default_gpu_quota is not None and gpus > rules.default_gpu_quota
+
+
+def _flag(kind: str, flag: str, text: str) -> dict[str, str]:
+    """One of an option's warnings: ``flag`` is the table's short form of ``text``, its ``--explain`` line."""
+    return {"kind": kind, "flag": flag, "text": text}
+
+
+def _flag_option(option: PlanOption, ctx: PlanContext) -> None:
+    """The warnings a budget-holder needs beside the total (the table's "flags"), each the short form of
+    a line ``--explain`` prints: seats that cannot be stopped and are billed while idle, availability
+    limits (the offer's own ``available``, a provider's stock note), a provider's spend limit, storage and
+    egress billed apart from the instances, then the risks and taxes."""
+    flags = option.flags
+    providers = ctx.catalog.providers
+    units: dict[str, int] = defaultdict(int)
+    offers: dict[str, Offer] = {}
+    for a in option.allocations:
+        units[a.fit.offer.id] += a.units
+        offers[a.fit.offer.id] = a.fit.offer
+    idle = False
+    for offer in offers.values():
+        if offer.monthly or ctx.course.schedule.always_on or ctx.stopped_between_sessions(offer):
+            continue
+        note = ctx.billed_runs(offer)[1]
+        if note and not offer.stoppable:
+            if not idle:
+                flags.append(_flag("idle", "cannot be stopped, billed while idle", note[0]))
+                idle = True
+            else:
+                flags[-1] = _flag("idle", flags[-1]["flag"], f"{flags[-1]['text']}; {note[0]}")
+    spend: dict[str, float] = defaultdict(float)
+    stock: dict[tuple[str, str], list[str]] = defaultdict(list)  # (provider, region) → "N × offer"
+    for oid, offer in offers.items():
+        n = units[oid]
+        rules = providers.get(offer.provider)
+        if offer.available is not None:
+            text = (
+                f"{oid}: {n} of the {offer.available} unit(s) available: the offer's 'available' limit "
+                f"(source: {_short_source(offer.source)})"
+            )
+            flags.append(_flag("availability", f"{n} of {offer.available} available", text))
+        elif rules is not None and rules.stock_note and offer.kind == "cloud":
+            stock[(offer.provider, offer.region or "")].append(f"{n} × {oid}")
+        if not offer.monthly:
+            spend[offer.provider] += n * offer.price_usd
+    for (provider, region), rented in stock.items():
+        n = sum(int(x.split(" ", 1)[0]) for x in rented)
+        where = f" in {region}" if region else ""
+        stock_note = providers[provider].stock_note
+        text = (
+            f"{', '.join(rented)}{where}, each pod of one GPU type: {stock_note} ({providers[provider].limits_as_of})"
+        )
+        flags.append(_flag("availability", f"{n} pod{'s' if n != 1 else ''}{where}: stock unknown", text))
+    for provider, per_h in sorted(spend.items()):
+        rules = providers.get(provider)
+        limit = rules.spend_limit_usd_per_h if rules else None
+        if rules is not None and limit is not None and per_h > limit:
+            text = (
+                f"{provider}: this option runs {money(per_h)}/h at once, over the account's default spend limit "
+                f"of ${num(limit)}/h; have it raised before the course ({_short_source(rules.spend_limit_source)}, "
+                f"{rules.limits_as_of})"
+            )
+            flags.append(_flag("spend-limit", f"over {provider}'s ${num(limit)}/h spend limit", text))
+    billed = [ln for ln in option.lines if ln.item == "disk" or ln.item.startswith("egress")]
+    usd = round(sum(ln.usd for ln in billed), 2)
+    if billed and usd:
+        words = "/".join(dict.fromkeys("storage" if ln.item == "disk" else "egress" for ln in billed))
+        parts = "; ".join(f"{ln.offer} {ln.item}: {ln.formula}" for ln in billed)
+        flags.append(_flag("storage", f"incl. {money(usd)} {words}", f"{words} billed apart from the seats: {parts}"))
+    if ctx.course.costs.storage_gb_per_seat:
+        for oid, offer in offers.items():
+            rules = providers.get(offer.provider)
+            if rules is not None and rules.storage_note and not offer.disk_usd_per_gb_month:
+                text = f"{oid}: {rules.storage_note} ({_short_source(rules.storage_source)}, {rules.limits_as_of})"
+                flags.append(_flag("storage", "extra storage billed apart", text))
+    short = {"restart not guaranteed": "restart risk"}
+    for risk in option.risks:
+        head = risk.split(":", 1)[0]
+        flags.append(_flag("risk", short.get(head, head), risk))
+    for tax in option.taxes:
+        rate = f"{tax['pct']:g} %" if tax.get("pct") is not None else "rate by billing address"
+        flags.append(_flag("tax", "+tax", f"{tax['provider']} {tax['text']} ({rate}; rule {tax['rule']})"))
+    flags[:] = list({f["text"]: f for f in flags}.values())
+
+
+def _short_source(source: str) -> str:
+    return source.split(";")[0].strip()
 
 
 def _annotate(option: PlanOption, ctx: PlanContext) -> None:
@@ -333,6 +442,7 @@ def _annotate(option: PlanOption, ctx: PlanContext) -> None:
                 )
             )
             label, source = rule.text, rule.source
+    _flag_option(option, ctx)
     if published:
         usd = round(option.total_usd - sum(p[1] for p in published) + sum(p[2] for p in published), 2)
         option.published = {

@@ -34,6 +34,7 @@ class PlanOption:
     risks: list[str] = field(default_factory=list)  # restart not guaranteed, spot
     taxes: list[dict[str, Any]] = field(default_factory=list)  # taxes a provider adds, not in the total
     published: dict[str, Any] | None = None  # the same mix by a publication's simpler arithmetic
+    flags: list[dict[str, str]] = field(default_factory=list)  # {kind, flag, text}: the table's short warnings
 
     @property
     def total_usd(self) -> float:
@@ -89,6 +90,7 @@ class PlanOption:
             "tax_included": False,
             "taxes": self.taxes,
             "risks": self.risks,
+            "flags": self.flags,
             "prices": self.prices,
             "published": self.published,
         }
@@ -143,6 +145,7 @@ class Plan:
     budget_usd: float | None = None
     why: WhyAnswer | None = None
     filters: list[dict[str, Any]] = field(default_factory=list)
+    passed_over: list[RejectedOffer] | None = None  # None: the detail entries of ``rejected``
 
     def quoted(self) -> list[dict[str, Any]]:
         """The course's quoted figures, each beside gpuseat's own for the same offer."""
@@ -180,7 +183,9 @@ class Plan:
             "speeds": self.speeds_note,
             "options": [o.to_dict(i + 1, course, self.speeds, self.budget_usd) for i, o in enumerate(self.options)],
             "rejected": fold_rejections(self.rejected, self.offers),
-            "passed_over": [r.to_dict() for r in self.rejected if r.detail],
+            "passed_over": [
+                r.to_dict() for r in (self.rejected if self.passed_over is None else self.passed_over) if r.detail
+            ],
             "warnings": self.warnings,
             "filters": self.filters,
             "quoted": self.quoted(),
