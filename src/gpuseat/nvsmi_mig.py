@@ -9,10 +9,11 @@ Formats as printed by drivers 450–610 (MIG user guide "Getting Started"; real 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from gpuseat.readings import Snapshot
+from gpuseat.readings import MigInstance, Snapshot
 
 _LGIP = re.compile(
     r"^\|\s+(?P<gpu>\d+)\s+MIG\s+(?P<name>\S+)\s+(?P<id>\d+)\s+(?P<free>\d+)/(?P<total>\d+)\s+"
@@ -153,21 +154,59 @@ def parse_mig_table(text: str) -> list[TableDevice]:
     return out
 
 
-def name_from_instances(snapshot: Snapshot, gis: Sequence[Instance], cis: Sequence[Instance] = ()) -> Snapshot:
-    """MIG device profiles from ``-lgi``/``-lci`` (the driver's names), matched by GPU index and GI/CI id."""
-    gi_name: dict[tuple[int, int | None], str] = {(i.gpu, i.gpu_instance_id): i.name for i in gis}
+def _by_sms(m: MigInstance, rows: Sequence[ProfileRow]) -> str | None:
+    """The one ``-lgip`` profile with the device's SM count and memory (a whole GPU instance), or None.
+
+    The driver's own table tells ``1g.20gb`` (26 SMs) from ``2g.20gb`` (32 SMs) at equal memory; variants
+    (``+me``, ``+gfx``, ``-me``) print the same figures as their base profile, so the base is named.
+    """
+    if not m.multiprocessors:
+        return None
+    hits = {
+        r.name
+        for r in rows
+        if r.sms == m.multiprocessors
+        and "+" not in r.name
+        and "-" not in r.name
+        and (m.memory_total_mib is None or abs(r.memory_gib * 1024 - m.memory_total_mib) <= 0.03 * r.memory_gib * 1024)
+    }
+    return hits.pop() if len(hits) == 1 else None
+
+
+def name_from_instances(
+    snapshot: Snapshot,
+    gis: Sequence[Instance],
+    cis: Sequence[Instance] = (),
+    profiles: Sequence[ProfileRow] = (),
+) -> Snapshot:
+    """MIG device profiles from the driver's own tables, never guessed: ``-lgi``/``-lci`` matched by GPU
+    index and GI/CI id (the GI's profile id named by ``-lgip`` when captured), else a whole GPU instance
+    matched to the one ``-lgip`` profile with its SM count and memory.
+
+    Names read elsewhere (``-L``, NVML) are kept; names guessed from the catalog are replaced.
+    """
+    gi_of: dict[tuple[int, int | None], Instance] = {(i.gpu, i.gpu_instance_id): i for i in gis}
     ci_name: dict[tuple[int, int | None, int | None], str] = {
         (i.gpu, i.gpu_instance_id, i.compute_instance_id): i.name for i in cis
     }
+    table: dict[tuple[int, int], str] = {(r.gpu, r.profile_id): r.name for r in profiles}
     gpus = []
     for gpu in snapshot.gpus:
+        rows = [r for r in profiles if r.gpu == gpu.index]
+        per_gi = Counter(m.gpu_instance_id for m in gpu.mig)
         mig = []
         for m in gpu.mig:
+            if m.profile and not m.profile_inferred:
+                mig.append(m)
+                continue
+            found = gi_of.get((gpu.index, m.gpu_instance_id))
+            gi = (table.get((gpu.index, found.profile_id)) or found.name) if found else None
             name = ci_name.get((gpu.index, m.gpu_instance_id, m.compute_instance_id))
-            gi = gi_name.get((gpu.index, m.gpu_instance_id))
             if name is not None and gi is not None and name != gi and "c." not in name:
                 name = None
             name = name or gi
-            mig.append(replace(m, profile=name, profile_inferred=False) if name and not m.profile else m)
+            if name is None and per_gi[m.gpu_instance_id] == 1:
+                name = _by_sms(m, rows)
+            mig.append(replace(m, profile=name, profile_inferred=False) if name else m)
         gpus.append(replace(gpu, mig=tuple(mig)))
     return replace(snapshot, gpus=tuple(gpus))

@@ -153,3 +153,113 @@ def test_no_physical_gpu_name_reads_as_a_vgpu_type():
     assert vgpu_guest("GRID P4-1Q", CATALOG) is not None and vgpu_guest("NVIDIA L40S-12Q", CATALOG) is not None
     text, host = vgpu_guest("GRID P4-1Q", CATALOG) or ("", None)
     assert host == "P4" and "CUDA: yes (Q-series on Pascal or later)" in text
+
+
+# -- item 1: MIG names from the driver's own table ------------------------------------------------------------
+
+H100_CAPTURE = "nvidia_gpu_exporter__linux-x86_64__nvidia-h100-mig__590.48.01.txt"
+H200_CAPTURE = "nvidia_gpu_exporter__linux-x86_64__nvidia-h200-mig__590.48.01.txt"
+H100_LGIP = FIXTURES / "ansible-slurm-appliance__h100-80gb-lgip.txt"
+
+#: A stand-in nvidia-smi on an H100 80GB HBM3 host in MIG mode: the real `-q` and plain table of the
+#: exporter capture (3g.40gb, 2g.20gb, 1g.10gb ×2) and a real H100 80GB HBM3 `mig -lgip`; no -q -x, no -L,
+#: no -lgi (so names must come from -lgip's SM counts, or be guessed).
+H100_HOST = """
+section() { awk -v t="# $1" '$0==t{f=1;next} f&&/^####/{if(++n==2)exit;next} f' "$FIX/$CAP"; }
+case "$*" in
+  "-q") section "idle :: query (-q)" ;;
+  "") section "idle :: nvidia-smi (default table)" ;;
+  "mig -lgip") cat "$LGIP" ;;
+  *) echo "not here: $*" >&2; exit 6 ;;
+esac
+"""
+
+
+def _section(path: Path, title: str) -> str:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start = lines.index(f"# {title}") + 3
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("####"))
+    return "\n".join(lines[start:end]) + "\n"
+
+
+def _h100_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_tool(bin_dir, "nvidia-smi", H100_HOST)
+    monkeypatch.setenv("FIX", str(FIXTURES))
+    monkeypatch.setenv("CAP", H100_CAPTURE)
+    monkeypatch.setenv("LGIP", str(H100_LGIP))
+    (tmp_path / "host").mkdir()
+    out = tmp_path / "bundle"
+    got = cli("probe", out, "--root", tmp_path / "host", "--nvidia-smi", bin_dir / "nvidia-smi", "--no-doctor")
+    assert got.code == 0, got.out + got.err
+    return out
+
+
+def test_the_driver_table_names_the_2g_instance_not_a_guess(tmp_path, monkeypatch, cli):
+    """Real H100 -q + real H100 -lgip: every device named by the driver's table (SMs + memory), not guessed,
+    and the names equal what `nvidia-smi -L` of the same capture prints."""
+    from gpuseat import nvsmi
+    from gpuseat.services import probe
+
+    bundle = _h100_bundle(tmp_path, monkeypatch, cli)
+    snap = probe.snapshot(probe.read_bundle(bundle))
+    mig = snap.gpus[0].mig
+    assert [(m.gpu_instance_id, m.profile, m.profile_inferred) for m in mig] == [
+        (2, "3g.40gb", False),
+        (3, "2g.20gb", False),
+        (9, "1g.10gb", False),
+        (10, "1g.10gb", False),
+    ]
+    listed = nvsmi.parse_list(_section(FIXTURES / H100_CAPTURE, "capabilities :: list (-L)"))
+    assert [m.profile for m in mig] == [m.profile for m in listed[0].mig]
+    got = cli("carve", "--from-probe", bundle, "--format", "json")
+    assert got.code == 0, got.err
+    notes = json.loads(got.out)["notes"]
+    assert "GPU 0 holds MIG devices 1g.10gb ×2, 2g.20gb, 3g.40gb (names from the driver)" in notes, notes
+
+
+def test_assert_reads_the_driver_names_where_memory_cannot_tell(tmp_path, monkeypatch, cli):
+    """A plan with 1g.20gb where the host holds 2g.20gb: equal memory (19.62 GiB), so only names tell."""
+    bundle = _h100_bundle(tmp_path, monkeypatch, cli)
+    plan = cli("carve", "--gpu", "H100-80GB", "--profile", "3g.40gb,1g.20gb,1g.10gb,1g.10gb", "--format", "json")
+    assert plan.code == 0, plan.err
+    layout = tmp_path / "layout.json"
+    layout.write_text(plan.out)
+    got = cli("carve", "--assert", "--from-probe", bundle, layout)
+    assert got.code == 1, got.out + got.err
+    assert "2g.20gb" in got.out and "the driver's names" in got.out and "planned" in got.out
+    same = cli("carve", "--gpu", "H100-80GB", "--profile", "3g.40gb,2g.20gb,1g.10gb,1g.10gb", "--format", "json")
+    layout.write_text(same.out)
+    ok = cli("carve", "--assert", "--from-probe", bundle, layout)
+    assert ok.code == 0 and "matches" in ok.out, ok.out + ok.err
+
+
+@pytest.mark.parametrize(
+    ("gpu", "facts", "name"),
+    [
+        # real capture values (GI 3 of each exporter capture's -q), copy engines left out, as sources without
+        # them give them (an older -q, a table without the CE column)
+        ("H100-80GB", {"gpu_instance_id": 3, "memory_mib": 20096, "multiprocessors": 32}, "2g.20gb"),
+        ("H200-141GB", {"gpu_instance_id": 3, "memory_mib": 33280, "multiprocessors": 32}, "2g.35gb"),
+        ("H100-94GB", {"gpu_instance_id": 5, "memory_mib": 22144, "multiprocessors": 26}, "1g.24gb"),
+    ],
+)
+def test_without_copy_engines_the_guess_reads_the_sm_count(gpu, facts, name):
+    """Today a 32-SM instance is guessed 1g.20gb/1g.35gb (the smaller of equal memory); the -lgip SM
+    counts in the catalog (26 vs 32 on H100) tell them apart."""
+    from gpuseat.core.mig import MigDeviceFacts, infer_names
+
+    from .conftest import CATALOG
+
+    assert infer_names([MigDeviceFacts(**facts)], CATALOG.partitions.mig_profiles[gpu]) == [name]
+
+
+def test_a_plain_q_capture_without_tables_says_its_names_are_guessed(tmp_path, cli):
+    """The real H100 -q alone (no -lgip/-lgi): the layout notes name the devices and say they are guessed."""
+    q = tmp_path / "h100-q.txt"
+    q.write_text(_section(FIXTURES / H100_CAPTURE, "idle :: query (-q)"))
+    got = cli("carve", "--from-nvidia-smi", q, "--format", "json")
+    assert got.code == 0, got.err
+    (note,) = [n for n in json.loads(got.out)["notes"] if "holds MIG devices" in n]
+    assert "2g.20gb" in note and "guessed" in note and "gpuseat probe" in note, note

@@ -349,6 +349,10 @@ def test_every_capture_file_is_covered():
         "rtxpro6000__L.txt",
         "bumblebee-677__xid-dmesg.txt",
         "open-gpu-kernel-modules-1150__xid-journal.txt",
+        # issue 38 captures, read in tests/carve/test_issue38.py
+        "ansible-slurm-appliance__h100-80gb-lgip.txt",
+        "vgpu-guest__grid-v100d-8c-q.txt",
+        "vgpu-guest__grid-a100-4c-q-excerpt.txt",
     }
     assert {n for n in HEALTH if n.endswith(".xml")} >= {r[0] for r in XML if r[0] != "datakit__ixsmi-q-x.xml"}
     names = {r[0] for r in XML} | {r[0].split("|")[0] for r in EXPORTER} | {"datakit__ixsmi-q-x.xml"} | others

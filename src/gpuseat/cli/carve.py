@@ -67,7 +67,9 @@ def register(app: typer.Typer) -> None:
             None, metavar="[LAYOUT]", help="With --assert: the planned layout (carve --format json)."
         ),
         gpu: str | None = typer.Option(None, "--gpu", help="Inline server: MODEL[:BOARDS], e.g. M60:2."),
-        from_nvidia_smi: Path | None = typer.Option(None, "--from-nvidia-smi", help="An `nvidia-smi -q -x` capture."),
+        from_nvidia_smi: Path | None = typer.Option(
+            None, "--from-nvidia-smi", help="An `nvidia-smi -q -x` (or plain `-q`) capture."
+        ),
         from_probe: Path | None = typer.Option(
             None, "--from-probe", help="A `gpuseat probe` bundle: plan from the driver's own profile table."
         ),
@@ -123,13 +125,20 @@ def register(app: typer.Typer) -> None:
         catalog = load_catalog(catalog_dir)
         if check:
             target = layout_file or server_file
-            if from_nvidia_smi is None or target is None:
+            captured = from_probe or from_nvidia_smi
+            if captured is None or target is None:
                 raise InputError(
                     "--assert needs the host and the plan",
                     where="--assert",
-                    fix="gpuseat carve --assert --from-nvidia-smi live.xml LAYOUT.json",
+                    fix="gpuseat carve --assert --from-probe BUNDLE LAYOUT.json (or --from-nvidia-smi live.xml)",
                 )
-            live = carving.load_server(catalog, nvidia_smi=from_nvidia_smi)
+            live: Server | None
+            if from_probe is not None:  # the driver's own MIG names (-lgi/-lgip) beat memory sizes
+                from gpuseat.services import probe
+
+                live = probe.plan_inputs(probe.read_bundle(from_probe), catalog)[0]
+            else:
+                live = carving.load_server(catalog, nvidia_smi=from_nvidia_smi)
             assert live is not None
             try:
                 doc = json.loads(read_text(target))
@@ -142,7 +151,7 @@ def register(app: typer.Typer) -> None:
                 print(line)
             if diffs:
                 raise typer.Exit(1)
-            print(f"{from_nvidia_smi} matches {target}")
+            print(f"{captured} matches {target}")
             return
         if layout_file is not None:
             raise InputError(
@@ -165,6 +174,7 @@ def register(app: typer.Typer) -> None:
                 vgpu_backend = bundle.vgpu_layout
         else:
             server = carving.load_server(catalog, inventory=server_file, gpu=gpu, nvidia_smi=from_nvidia_smi)
+            probe_notes = carving.live_mig_notes(server) if server is not None else []
         by_chip = None
         if from_mig_parted is not None:
             server, by_chip = carving.from_mig_parted(from_mig_parted, config, server, catalog)

@@ -48,12 +48,15 @@ def normalise_pci(address: str) -> str:
 
 
 class LiveMig(BaseModel):
-    """MIG as a capture shows it on one chip: mode and each MIG device's memory (GiB) and SM count."""
+    """MIG as a capture shows it on one chip: mode, each MIG device's memory (GiB) and SM count, and its
+    profile name: the driver's (``-L``, ``-lgi``/``-lgip``) unless ``guessed`` says some were inferred."""
 
     model_config = ConfigDict(frozen=True)
 
     enabled: bool
     devices: tuple[tuple[float, int], ...] = ()
+    profiles: tuple[str | None, ...] = ()
+    guessed: bool = Field(False, description="some names were inferred from memory/SMs, not read from the driver")
 
 
 class Chip(BaseModel):
@@ -300,7 +303,12 @@ def server_from_snapshot(snapshot: Snapshot, catalog: Catalog, *, where: str) ->
         mig = None
         if gpu.mig_enabled is not None:
             devices = tuple((round((m.memory_total_mib or 0) / 1024, 2), m.multiprocessors or 0) for m in gpu.mig)
-            mig = LiveMig(enabled=gpu.mig_enabled, devices=devices)
+            mig = LiveMig(
+                enabled=gpu.mig_enabled,
+                devices=devices,
+                profiles=tuple(m.profile for m in gpu.mig),
+                guessed=any(m.profile_inferred for m in gpu.mig),
+            )
         chips.append(
             Chip(
                 index=i,

@@ -136,6 +136,26 @@ def _base(name: str) -> bool:
     return "+" not in name and "-" not in name
 
 
+def _nearest_in_sms(near: list[MigProfile], sms: int, table: Sequence[MigProfile]) -> list[MigProfile]:
+    """Among profiles of equal memory (``1g.20gb``/``2g.20gb``), those whose SM count is nearest ``sms``.
+
+    Why: with no copy-engine count to tell them apart, the SM count does: a real H100 ``-lgip`` prints 26
+    SMs for 1g.20gb and 32 for 2g.20gb. Profiles without a printed SM count are estimated from the
+    table's largest printed one (SMs per compute slice); with no printed count at all, nothing changes.
+    """
+    printed = [p for p in table if p.sms]
+    if not printed:
+        return near
+    ref = max(printed, key=lambda p: p.compute_slices)
+    per_slice = (ref.sms or 0) / ref.compute_slices
+
+    def distance(p: MigProfile) -> float:
+        return abs((p.sms if p.sms else p.compute_slices * per_slice) - sms)
+
+    best = min(distance(p) for p in near)
+    return [p for p in near if distance(p) == best]
+
+
 def infer_names(devices: Sequence[MigDeviceFacts], profiles: Sequence[MigProfile]) -> list[str | None]:
     """The profile name of each device, inferred from the GPU's profile table (not from one SM constant).
 
@@ -159,9 +179,12 @@ def infer_names(devices: Sequence[MigDeviceFacts], profiles: Sequence[MigProfile
         near = [p for p in plain if abs(p.seat_gb - gib) <= best + 0.05 * max(gib, 1.0)]
         if first.copy_engines is not None and any(p.copy_engines == first.copy_engines for p in near):
             near = [p for p in near if p.copy_engines == first.copy_engines]
-        gi = min(near, key=lambda p: (abs(p.seat_gb - gib), p.compute_slices))
         sms = [devices[i].multiprocessors for i in members]
-        whole = sum(s for s in sms if s) if all(sms) and len(members) > 1 else None
+        gi_sms = sum(s for s in sms if s) if all(sms) else None
+        if gi_sms and len({p.compute_slices for p in near}) > 1:
+            near = _nearest_in_sms(near, gi_sms, profiles)
+        gi = min(near, key=lambda p: (abs(p.seat_gb - gib), p.compute_slices))
+        whole = gi_sms if len(members) > 1 else None
         for i in members:
             count = devices[i].multiprocessors
             if whole and count:

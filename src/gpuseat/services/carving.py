@@ -81,6 +81,28 @@ def server_from_nvidia_smi(text: str, catalog: Catalog, *, where: str) -> Server
     return server_from_snapshot(snap, catalog, where=where)
 
 
+def live_mig_notes(server: Server) -> list[str]:
+    """What each chip's MIG devices are now, and whether the names are the driver's or guessed.
+
+    Why: a guessed name can be wrong (equal memory, different slices), so the plan says which it is.
+    """
+    notes = []
+    for chip in server.chips:
+        live = chip.mig
+        if live is None or not live.enabled or not live.devices:
+            continue
+        names = Counter(p or "unnamed" for p in live.profiles)
+        held = ", ".join(f"{n} ×{c}" if c > 1 else n for n, c in sorted(names.items()))
+        how = (
+            "names guessed from memory and SM counts: no `nvidia-smi mig -lgip`/`-lgi` was captured"
+            " (`gpuseat probe` records them)"
+            if live.guessed or None in live.profiles
+            else "names from the driver"
+        )
+        notes.append(f"GPU {chip.index} holds MIG devices {held} ({how})")
+    return notes
+
+
 def load_server(
     catalog: Catalog, *, inventory: Path | None = None, gpu: str | None = None, nvidia_smi: Path | None = None
 ) -> Server | None:
@@ -337,8 +359,14 @@ def assert_layout(live: Server, layout_doc: Any, *, where: str = "LAYOUT") -> li
             diffs.append(f"GPU {chip.index}: MIG is disabled; planned {planned}")
             continue
         have = sorted(gb for gb, _ in chip.mig.devices)
+        named = [p for p in chip.mig.profiles if p]
+        by_name = not chip.mig.guessed and len(named) == len(have) and not any("c." in p for p in named)
         if len(have) != len(want):
             diffs.append(f"GPU {chip.index}: {len(have)} MIG device(s) on the host, planned {len(want)} ({planned})")
+        elif by_name and Counter(named) != names:
+            # the driver's names tell 1g.20gb from 2g.20gb, which memory alone cannot
+            held = ", ".join(f"{n} ×{c}" for n, c in sorted(Counter(named).items()))
+            diffs.append(f"GPU {chip.index}: MIG devices {held} (the driver's names); planned {planned}")
         elif any(abs(h - w) > 0.12 * max(w, 1) for h, w in zip(have, want, strict=True)):
             got = ", ".join(f"{h:g} GB" for h in have)
             diffs.append(f"GPU {chip.index}: MIG device memory {got}; planned {planned}")

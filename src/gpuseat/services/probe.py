@@ -316,10 +316,11 @@ def snapshot(bundle: Bundle) -> Snapshot:
     if (listing := bundle.text("nvidia-smi-L.txt")) is not None:
         snap = nvsmi.merge_list(snap, nvsmi.parse_list(listing))
     gis = nvsmi_mig.parse_lgi(bundle.text("mig-lgi.txt") or "")
-    if gis:
-        snap = nvsmi_mig.name_from_instances(snap, gis, nvsmi_mig.parse_lci(bundle.text("mig-lci.txt") or ""))
+    rows = nvsmi_mig.parse_lgip(bundle.text("mig-lgip.txt") or "")
     if (table := bundle.text("nvidia-smi.txt")) is not None:
         snap = nvsmi_text.merge_table(snap, table)
+    if gis or rows:  # after the table: it adds the GI ids and SM counts the driver's names are matched by
+        snap = nvsmi_mig.name_from_instances(snap, gis, nvsmi_mig.parse_lci(bundle.text("mig-lci.txt") or ""), rows)
     return snap
 
 
@@ -410,9 +411,14 @@ def offered_vgpu_types(bundle: Bundle) -> tuple[str, ...] | None:
 def plan_inputs(bundle: Bundle, catalog: Catalog) -> tuple[Server, Catalog, list[str]]:
     """The server of the bundle and a catalog whose MIG table for it is the driver's own, plus notes."""
     from gpuseat.core.inventory import server_from_snapshot
+    from gpuseat.nvsmi import name_mig_profiles
+    from gpuseat.services.carving import live_mig_notes
 
-    server = server_from_snapshot(snapshot(bundle), catalog, where=bundle.where)
-    notes = []
+    snap = snapshot(bundle)
+    if any(m.profile is None for g in snap.gpus for m in g.mig):  # the driver's tables left some unnamed
+        snap = name_mig_profiles(snap, catalog)
+    server = server_from_snapshot(snap, catalog, where=bundle.where)
+    notes = live_mig_notes(server)
     table = profile_table(bundle, server.gpu.id, catalog)
     if table is not None:
         gpu, profiles = table
