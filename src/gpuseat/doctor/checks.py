@@ -6,6 +6,7 @@ partitioning.md §1.1 (MIG minimum drivers) and §4.4 (vSphere 64-bit MMIO).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -361,6 +362,19 @@ def mig_pending(f: HostFacts, gpu: GpuFacts, targets: frozenset[Target], ctx: Co
     return Check("mig-pending", "ok", gpu.bdf, evidence)
 
 
+_SERIES = re.compile(r"\d([QBAC])\d*$")
+
+
+def _series(gpu: GpuFacts) -> str:
+    """Which vGPU series the VFs offer, and what that means for the guest: what `carve --from-probe` picks from."""
+    series = sorted({m[1] for t in gpu.vf_vgpu_types if (m := _SERIES.search(t.strip()))})
+    if series == ["C"]:
+        return "series offered: C only (Linux compute seats; a Windows seat needs Q, B or A types)"
+    if series and "C" not in series:
+        return f"series offered: {', '.join(series)} (no C-series: Linux CUDA seats get Q types)"
+    return f"series offered: {', '.join(series) or 'unknown'}"
+
+
 def vgpu_types(f: HostFacts, gpu: GpuFacts, targets: frozenset[Target], ctx: Context) -> Check:
     """vGPU host ready: mdev types on the GPU, or SR-IOV VFs with creatable vGPU types."""
     if gpu.model is not None and not gpu.model.vgpu:
@@ -396,7 +410,7 @@ def vgpu_types(f: HostFacts, gpu: GpuFacts, targets: frozenset[Target], ctx: Con
             )
         if gpu.vf_vgpu_types:
             shown = ", ".join(gpu.vf_vgpu_types[:3])
-            return Check("vgpu-types", "ok", gpu.bdf, f"{evidence}; creatable on VFs: {shown}")
+            return Check("vgpu-types", "ok", gpu.bdf, f"{evidence}; creatable on VFs: {shown}; {_series(gpu)}")
         return Check(
             "vgpu-types",
             "warn",
