@@ -113,9 +113,9 @@ def test_move_repins_and_the_old_holder_is_refused(hostcourse: tuple[Lab, str], 
 
     # ann moves to the third MIG seat; ben's seat goes to dan
     moved = cli("seats", "move", "--participant", "ann", "--seat", by_uuid[MIG[2]], "--db", db)
-    assert moved.code == 0 and "next: gpuseat host up --course lab" in moved.out, moved.out  # says how to apply it
+    assert moved.code == 0 and "gpuseat apply --course lab" in moved.out, moved.out  # says how it is applied
     released = cli("seats", "release", "--participant", "ben", "--db", db)
-    assert released.code == 0 and "next: gpuseat host up --course lab" in released.out
+    assert released.code == 0 and "gpuseat apply --course lab" in released.out
     assert cli("seats", "assign", "--participant", "dan", "--seat", by_uuid[MIG[1]], "--db", db).code == 0
     _up(cli, lab, db)
 

@@ -7,7 +7,7 @@ import pytest
 from hubcourse import mig_devices, section
 
 from gpuseat.errors import InputError
-from gpuseat.services.engine import judge
+from gpuseat.core.readiness import judge
 from gpuseat.services.hub import JupyterHubEngine, visible_devices
 
 

@@ -47,6 +47,7 @@ def _root(
 
 def _register_all() -> None:
     from gpuseat.cli import (
+        apply,
         bench,
         carve,
         course,
@@ -82,6 +83,7 @@ def _register_all() -> None:
         jupyterhub,
         db,
         host,
+        apply,
     ):
         module.register(app)
 

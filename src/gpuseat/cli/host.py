@@ -57,18 +57,14 @@ def register(app: typer.Typer) -> None:
         group: str | None = opts["group"],
         probe_port: str | None = opts["probe_port"],
     ) -> None:
-        """Make this server match the course: accounts, keys, CUDA_VISIBLE_DEVICES, device ACLs (idempotent)."""
-        from gpuseat.services.courses import open_store
-        from gpuseat.services.host_engine import HostEngine
-
+        """Same as ``gpuseat apply --engine host``: flags are stored as the course's host settings first
+        (so the agent uses them too), then this server is made to match the course."""
         settings = _settings(
-            host=host, ssh_host=ssh_host, ssh_port=ssh_port, jump_host=jump_host, dev_root=dev_root,
+            ssh_host=ssh_host, ssh_port=ssh_port, jump_host=jump_host, dev_root=dev_root,
             proc_root=proc_root, nvidia_smi=nvidia_smi, keys_dir=keys_dir, sshd_dropin=sshd_dropin,
             profile_d=profile_d, systemd_dir=systemd_dir, group=group, probe_port=probe_port,
         )  # fmt: skip
-        with open_store(db, create=False) as store:
-            report = HostEngine(store, course, **settings).up(actor=actor())
-        _print(report.to_dict(), fmt)
+        _apply(course, db, host, fmt, settings, revoke_all=False)
 
     @host_app.command("down")
     def down(
@@ -77,13 +73,8 @@ def register(app: typer.Typer) -> None:
         fmt: Format = FORMAT_OPTION,
         host: str | None = opts["host"],
     ) -> None:
-        """Course end: keys removed, course accounts locked, device files back to root only."""
-        from gpuseat.services.courses import open_store
-        from gpuseat.services.host_engine import HostEngine
-
-        with open_store(db, create=False) as store:
-            report = HostEngine(store, course, **_settings(host=host)).down(actor=actor())
-        _print(report.to_dict(), fmt)
+        """Course end on this server: every holder loses keys and login, device files go back to root only."""
+        _apply(course, db, host, fmt, {}, revoke_all=True)
 
     @host_app.command("status")
     def status(
@@ -102,17 +93,41 @@ def register(app: typer.Typer) -> None:
         print_rows(rows, HOST_COLUMNS, fmt, title=f"{sum(r.ready for r in results)}/{len(results)} ready")
 
 
-def _print(data: dict[str, object], fmt: Format) -> None:
+def _apply(course: str | None, db: str | None, host: str | None, fmt: Format, settings: dict[str, str], *,
+           revoke_all: bool) -> None:  # fmt: skip
+    from gpuseat.cli.apply import raise_for, render_plan, store_settings
+    from gpuseat.engines.apply import one_pass
+    from gpuseat.engines.runner import Runner
+    from gpuseat.services.courses import open_store
+
+    with open_store(db, create=False) as store:
+        key = store.get_course(course).key
+        if settings:
+            store_settings(store, key, {"host": settings}, actor())
+        result = one_pass(
+            store, course=key, engine="host", host=host, runner=Runner(), actor=actor(), revoke_all=revoke_all
+        )
+        if not result.planned:
+            from gpuseat.errors import InputError
+
+            raise InputError(
+                f"course {key!r} has no seats on the host engine",
+                where="--course",
+                fix="add them: gpuseat seats add --inventory SERVER.toml --engine host (or --from-nvidia-smi)",
+            )
+    errors = [p.error for p in result.planned if p.error]
+    if errors:
+        from gpuseat.errors import InputError
+
+        raise InputError(errors[0], where="gpuseat host up", fix="correct it and run again")
     if fmt is Format.json:
-        print_json(data)
-        return
-    changes = data["changes"]
-    assert isinstance(changes, list)
-    print(
-        f"course {data['course']} on host {data['host']}: "
-        + (f"{len(changes)} change(s)" if changes else "nothing to change")
-    )
-    for line in changes:
-        print(f"  {line}")
-    for line in data["warnings"]:  # type: ignore[attr-defined]
-        print(f"  warning: {line}")
+        print_json({"plans": [p.to_dict() for p in result.planned], "reports": [r.to_dict() for r in result.reports]})
+    else:
+        steps = sum(len(p.changes.steps) for p in result.planned if p.changes)
+        print(
+            f"course {key} on host {result.planned[0].host}: "
+            + (f"{steps} change(s)" if steps else "nothing to change")
+        )
+        for line in render_plan(result, dry_run=False):
+            print(line)
+    raise_for(result, "gpuseat host up")

@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from gpuseat.core.readiness import Readiness
+from gpuseat.engines import registry
 from gpuseat.errors import GpuseatError
-from gpuseat.services.engine import ENGINES, Readiness, SeatEngine, load_engine
 
 if TYPE_CHECKING:
     from gpuseat.bench.run import BenchOptions
@@ -49,17 +50,18 @@ def check_seats(
     seats = [store.get_seat(key, seat)] if seat else store.seats(key)
     people = {p.key: p for p in store.participants(key)}
     targets = [s for s in seats if s.participant]
-    engines: dict[str, SeatEngine | str] = {}
+    engines: dict[str, Any] = {}
+    delivering = registry.delivering()
     for name in sorted({s.engine for s in targets}):
-        if name not in ENGINES:  # "manual": nobody delivers these seats, so nobody can probe them
-            engines[name] = f"no engine delivers this seat ({name}): add it with --engine {'/'.join(sorted(ENGINES))}"
+        if name not in delivering:  # "manual": nobody delivers these seats, so nobody can probe them
+            engines[name] = f"no engine delivers this seat ({name}): add it with --engine {'/'.join(delivering)}"
             continue
-        given = dict((settings or {}).get(name, {}))
+        given = {**store.engine_settings(key, name), **dict((settings or {}).get(name, {}))}
         try:
             try:  # engines that take a timeout stop their own probes in time (no thread outlives the run)
-                engines[name] = load_engine(name, store, key, **{"timeout": f"{timeout:g}", **given})
-            except (GpuseatError, TypeError):
-                engines[name] = load_engine(name, store, key, **given)
+                engines[name] = registry.build(name, store, key, settings={**given, "timeout": timeout})
+            except GpuseatError:
+                engines[name] = registry.build(name, store, key, settings=given)
         except (GpuseatError, ImportError, AttributeError, TypeError) as exc:
             engines[name] = f"engine {name} cannot probe: {getattr(exc, 'what', exc)}"
     results: dict[str, Readiness] = {}
@@ -95,13 +97,36 @@ def check_seats(
     return out
 
 
-def _probe(engine: SeatEngine, seat: SeatView, participant: ParticipantView) -> Readiness:
+def _probe(engine: Any, seat: SeatView, participant: ParticipantView) -> Readiness:
     try:
-        return engine.probe(seat, participant)
+        result: Readiness = engine.probe(seat, participant)
+        left = _previous_holders_in(engine, seat, participant)
+        if left and result.ready:
+            from dataclasses import replace
+
+            return replace(result, state="broken", reason=left)
+        return result
     except GpuseatError as exc:
         return _broken(seat, participant.key, exc.what)
     except Exception as exc:  # an engine's bug must not hide the other seats' results
         return _broken(seat, participant.key, f"{type(exc).__name__}: {exc}")
+
+
+def _previous_holders_in(engine: Any, seat: SeatView, holder: ParticipantView) -> str | None:
+    """Exclusivity: why a previous holder of ``seat`` could still log in (None when every one is refused)."""
+    refused = getattr(engine, "refused", None)
+    if refused is None:
+        return None
+    store = engine.store
+    people = {p.key: p for p in store.participants(seat.course)}
+    for a in store.history(seat.course, seat=seat.key):
+        p = people.get(a.participant)
+        if p is None or p.key == holder.key or p.seat:
+            continue  # a mover still holds another seat: their own login is expected to work
+        why = refused(p)
+        if why:
+            return f"previous holder {p.key} is not refused: {why}"
+    return None
 
 
 def summary(results: list[Readiness]) -> dict[str, int]:

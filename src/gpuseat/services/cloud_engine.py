@@ -6,7 +6,7 @@
 * :meth:`SkyPilotEngine.connect` asks ``sky status --ip`` and returns the participant's ``ssh`` line;
 * :meth:`SkyPilotEngine.probe` runs ``nvidia-smi -L`` on the cluster *as the participant*
   (``ssh CLUSTER sudo -n -u USER -- nvidia-smi -L``; SkyPilot writes the ssh alias) and judges what it
-  lists with :func:`~gpuseat.services.engine.judge`;
+  lists with :func:`~gpuseat.core.readiness.judge`;
 * :meth:`SkyPilotEngine.revoke` runs :func:`revoke_script` there (their key removed, their account
   expired, their processes ended) and drops their seat;
 * :meth:`SkyPilotEngine.teardown` runs ``sky down``.
@@ -24,9 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.errors import EngineError, InputError
 from gpuseat.services import cloud
-from gpuseat.services.engine import Access, Readiness, judge
 
 if TYPE_CHECKING:
     from gpuseat.services.courses import CourseStore, ParticipantView, SeatView

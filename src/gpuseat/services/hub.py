@@ -5,11 +5,11 @@ The hooks (:mod:`gpuseat.jupyterhub.hooks`) give a server its seat when it start
 the seat-engine interface asks around that:
 
 * :meth:`JupyterHubEngine.provision` makes sure the participant has a hub account and says where their
-  server is (an :class:`~gpuseat.services.engine.Access` of kind ``jupyter``);
+  server is (an :class:`~gpuseat.core.readiness.Access` of kind ``jupyter``);
 * :meth:`JupyterHubEngine.probe` gets a short-lived token *for the participant* (admin API), starts their
   server with it (so the spawn goes through the hooks exactly as when they click "Start"), runs a
   GPU-listing probe in a kernel on that server (``nvidia-smi -L`` where there is one, and the
-  ``CUDA_VISIBLE_DEVICES`` the spawner set), judges it with :func:`~gpuseat.services.engine.judge`, then
+  ``CUDA_VISIBLE_DEVICES`` the spawner set), judges it with :func:`~gpuseat.core.readiness.judge`, then
   stops the server again if it was not running before and deletes the token;
 * :meth:`JupyterHubEngine.revoke` stops every server of the participant and drops their seat;
 * :meth:`JupyterHubEngine.teardown` stops the server holding the seat (by its engine reference).
@@ -31,8 +31,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.errors import EngineError, InputError
-from gpuseat.services.engine import Access, Readiness, judge
 
 if TYPE_CHECKING:
     import httpx

@@ -116,7 +116,7 @@ class SlurmEngine:
 
     def connect(self, seat: Any) -> Any:
         """``srun`` in the course partition and the current (or next) session, for the seat's holder."""
-        from gpuseat.services.engine import Access
+        from gpuseat.core.readiness import Access
 
         this = self._this(self._courses())
         member = next((m for m in this.members if m.seat == seat.key), None)
@@ -139,7 +139,7 @@ class SlurmEngine:
 
     def probe(self, seat: Any, participant: Any) -> Any:
         """Run ``srun`` as the participant in the course partition and session; judge what the job saw."""
-        from gpuseat.services.engine import Readiness, judge
+        from gpuseat.core.readiness import Readiness, judge
 
         this = self._this(self._courses())
         now = datetime.now()

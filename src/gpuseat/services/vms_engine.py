@@ -16,9 +16,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpuseat.core.readiness import Access, Readiness, ReadyState, judge
 from gpuseat.errors import InputError
 from gpuseat.services import vms
-from gpuseat.services.engine import Access, Readiness, ReadyState, judge
 
 if TYPE_CHECKING:
     from gpuseat.core.carve import Layout

@@ -360,7 +360,7 @@ class ExportSeatRow(_Row):
     state_reason: str | None = Field(None, max_length=20_000)
     state_at: _When = None
     connect: str | None = Field(None, max_length=20_000)
-    access: dict[str, Any] | None = None  # services.engine.Access.to_dict(); absent in older exports
+    access: dict[str, Any] | None = None  # core.readiness.Access.to_dict(); absent in older exports
     readiness: dict[str, Any] | None = None  # the last seats check (Readiness.to_dict())
     created_at: _When = None
 

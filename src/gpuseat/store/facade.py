@@ -19,6 +19,7 @@ The methods live in one module per concern (``courses``, ``roster``, ``seats``, 
 
 from __future__ import annotations
 
+from gpuseat.store.agents import AgentMethods
 from gpuseat.store.claiming import ClaimMethods
 from gpuseat.store.courses import CourseMethods
 from gpuseat.store.delivery import DeliveryMethods
@@ -38,5 +39,6 @@ class CourseStore(
     EventMethods,
     DeliveryMethods,
     LifecycleMethods,
+    AgentMethods,
 ):
     """Courses, roster, seats, assignments, tokens and events in one database (see the module doc)."""

@@ -29,7 +29,16 @@ from gpuseat.store.rows import _course
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-__all__ = ["ARCHIVED_MARK", "archive_course", "delete_course", "install", "refusing_archived", "remove_seats"]
+__all__ = [
+    "ARCHIVED_MARK",
+    "archive_course",
+    "delete_course",
+    "drop_course",
+    "install",
+    "is_archived",
+    "refusing_archived",
+    "remove_seats",
+]
 
 ARCHIVED_MARK = "gpuseat: course is archived"  # the triggers' message (migration 0010)
 REMOVABLE = ("planned", "released")
@@ -169,25 +178,53 @@ def archive_course(store: Any, course: str | None, *, actor: str) -> dict[str, A
     return {"course": key, "archived_at": _iso(now), "tokens_revoked": int(revoked or 0), "already": False}
 
 
+def is_archived(store: Any, course: str | None) -> bool:
+    """True when the course is archived (read-only)."""
+    with store._read() as s:
+        return course_row(s, course).archived_at is not None
+
+
 def delete_course(store: Any, course: str | None, *, export_to: Path, actor: str) -> dict[str, Any]:
-    """Export the course to ``export_to`` (refused if it exists), then delete it and all its rows."""
+    """Export the course to ``export_to`` (refused if it exists), then delete it and all its rows.
+
+    While an engine still holds access for the course on some machine (accounts, keys, jobs: what the
+    agent last observed), the course is archived instead and its deletion is asked for: the agent takes
+    every access away first and deletes the rows once nothing is held (``deferred`` in the result).
+    """
     from gpuseat.store.export import export_course
 
     written = export_course(store, course, export_to, actor=actor)
+    key = written["course"]
+    held = store.holdings(key)
+    if held:
+        archive_course(store, key, actor=actor)
+        store.request_deletion(key, export_path=str(written["path"]), sha256=written["sha256"], actor=actor)
+        logins = sorted({h["login"] for h in held})
+        where = sorted({f"{h['engine']}" + (f" on {h['host']}" if h["host"] else "") for h in held})
+        return {
+            "course": key,
+            "export": written["path"],
+            "sha256": written["sha256"],
+            "deferred": True,
+            "held_by": where,
+            "logins": logins,
+        }
+    return {
+        **drop_course(store, key, export=str(written["path"]), sha256=written["sha256"], actor=actor),
+        "deferred": False,
+    }
+
+
+def drop_course(store: Any, course: str, *, export: str, sha256: str, actor: str) -> dict[str, Any]:
+    """Delete the course's rows (its export is written already) with the ``course.delete`` events row."""
     with store._write() as s:
-        crow = course_row(s, written["course"])
+        crow = course_row(s, course)
         counts = {
             "participants": s.scalar(select(func.count()).where(Participant.course_id == crow.id)) or 0,
             "seats": s.scalar(select(func.count()).where(Seat.course_id == crow.id)) or 0,
         }
         s.execute(delete(Course).where(Course.id == crow.id))  # cascades to its rows (foreign keys)
-        log(
-            s,
-            crow.key,
-            actor,
-            "course.delete",
-            detail={"export": str(written["path"]), "sha256": written["sha256"], **counts},
-        )
+        log(s, crow.key, actor, "course.delete", detail={"export": export, "sha256": sha256, **counts})
         key = crow.key
     forget_course(store, key)
-    return {"course": key, "export": written["path"], "sha256": written["sha256"], **counts}
+    return {"course": key, "export": export, "sha256": sha256, **counts}

@@ -1,169 +1,129 @@
-"""The shared-host engine: one Linux GPU server, each participant on their own GPU or MIG instance.
+"""The host engine: one Linux GPU server, each participant on their own GPU or MIG instance.
 
-``gpuseat host up --course C`` (as root, on the GPU server) makes the machine match the store:
-each seat holder gets a Unix account (roster ``unix_user``, else a safe slug), their SSH key in a
-root-owned keys file that also sets ``CUDA_VISIBLE_DEVICES`` to their seat's UUID, and read/write
-access (POSIX ACLs) to exactly their seat's device files: ``/dev/nvidiaN`` for a whole GPU, the GI
-and CI capability files ``/dev/nvidia-caps/nvidia-capN`` for MIG (from
-``/proc/driver/nvidia-caps/mig-minors``). Per-user systemd slice drop-ins (``DevicePolicy=closed``,
-``DeviceAllow=``) add the cgroup layer on systemd hosts. People who no longer hold a seat (release,
-move to another host, course end) lose their key and their account is locked.
+Each seat holder gets a Unix account (their one login name: roster ``unix_user``, else a safe slug),
+their SSH key in a root-owned keys file that also sets ``CUDA_VISIBLE_DEVICES`` to their seat's
+UUID, and read/write access (POSIX ACLs) to exactly their seat's device files: ``/dev/nvidiaN`` for a
+whole GPU, the GI and CI capability files ``/dev/nvidia-caps/nvidia-capN`` for MIG (from
+``/proc/driver/nvidia-caps/mig-minors``). Per-user slice drop-ins (``DevicePolicy=closed``,
+``DeviceAllow=``) add the cgroup layer on systemd hosts.
 
-It is a reconcile: every run computes the whole wanted state and changes only what differs, so a
-second run changes nothing. Device and proc roots are settings so the tests run it on stand-in
-device files.
+Anyone the course no longer gives this host (release, move elsewhere, archive, delete) loses their
+key, their account is expired (sshd refuses keys too) and their processes end; a holder who moved to
+another seat here keeps the account but any process still holding the old seat's device ends before
+the new holder is let in. Outside the course's access windows accounts are locked and sessions end.
+
+:meth:`HostEngine.plan` reads the machine and the store and lists only what differs, so a second
+plan after an apply is empty. Device, proc and config roots are settings so the tests run it on
+stand-in device files.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import shlex
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
 from gpuseat.core import delivery
+from gpuseat.core.readiness import Access, Readiness, judge
+from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
+from gpuseat.engines.host.machine import Machine
+from gpuseat.engines.runner import Runner
 from gpuseat.errors import InputError
-from gpuseat.services import host_os
-from gpuseat.services.engine import Access, Readiness, judge
 
 if TYPE_CHECKING:
-    from gpuseat.services.courses import CourseStore, ParticipantView, SeatView
+    from gpuseat.store import CourseStore, ParticipantView, SeatView
 
-SETTINGS = (
-    "host",
-    "dev_root",
-    "proc_root",
-    "nvidia_smi",
-    "keys_dir",
-    "sshd_dropin",
-    "profile_d",
-    "systemd_dir",
-    "group",
-    "ssh_host",
-    "ssh_port",
-    "jump_host",
-    "probe_host",
-    "probe_port",
-    "cpu_quota",
-    "memory_max",
-    "timeout",
-)
+SHARED_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
 
 
-@dataclass
-class HostReport:
-    """What one ``host up``/``down`` run did (empty ``changes``: nothing to change)."""
+class HostSettings(BaseModel):
+    """The host engine's settings (stored per course; flags of ``apply``/``agent`` override them)."""
 
-    course: str
-    host: str | None
-    changes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    seats: list[dict[str, Any]] = field(default_factory=list)
+    model_config = ConfigDict(extra="forbid")
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "course": self.course,
-            "host": self.host,
-            "changes": self.changes,
-            "warnings": self.warnings,
-            "seats": self.seats,
-        }
+    dev_root: str = Field("/dev", description="where the device files are")
+    proc_root: str = Field("/proc", description="where /proc is (mig-minors)")
+    nvidia_smi: str = Field("nvidia-smi", description="the nvidia-smi to run")
+    keys_dir: str = Field("/etc/gpuseat/authorized_keys", description="root-owned authorized keys per login")
+    sshd_dropin: str = Field("/etc/ssh/sshd_config.d/gpuseat.conf", description="the sshd drop-in gpuseat writes")
+    profile_d: str | None = Field(None, description="the /etc/profile.d file (default gpuseat-COURSE.sh)")
+    systemd_dir: str = Field("/etc/systemd/system", description="where user slice drop-ins go")
+    group: str = Field("gpuseat", description="the Unix group of course accounts")
+    ssh_host: str | None = Field(None, description="the name participants connect to")
+    ssh_port: int | None = Field(None, ge=1, le=65535, description="sshd's port when not 22")
+    jump_host: str | None = Field(None, description="a jump host participants go through (ssh -J)")
+    probe_host: str = Field("127.0.0.1", description="where the loopback probe connects")
+    probe_port: int | None = Field(None, ge=1, le=65535, description="sshd's port for the probe")
+    cpu_quota: str | None = Field(None, pattern=r"^\d{1,5}%$", description="CPUQuota= per participant")
+    memory_max: str | None = Field(None, pattern=r"^\d{1,9}[KMGT]?$", description="MemoryMax= per participant")
+    timeout: float = Field(20.0, gt=0, le=3600, description="seconds a probe may take")
 
+    @field_validator("dev_root", "proc_root", "nvidia_smi", "keys_dir", "sshd_dropin", "profile_d", "systemd_dir")
+    @classmethod
+    def _plain_path(cls, v: str | None) -> str | None:
+        if v is not None and (not v or any(c.isspace() or ord(c) < 32 for c in v)):
+            raise ValueError(
+                "must be a plain path without spaces or control characters (it goes into sshd and systemd files)"
+            )
+        return v
 
-@dataclass(frozen=True)
-class _Holder:
-    seat: SeatView
-    participant: ParticipantView
-    user: str
-    device: delivery.SeatDevice
-    files: tuple[str, ...]
-    shared: tuple[str, ...]
+    @field_validator("group")
+    @classmethod
+    def _group(cls, v: str) -> str:
+        if not delivery.USER_RE.match(v):
+            raise ValueError("must be a Unix group name like gpuseat")
+        return v
+
+    @field_validator("ssh_host", "jump_host")
+    @classmethod
+    def _host(cls, v: str | None) -> str | None:
+        return delivery.check_host(v, field="ssh_host") if v else None
 
 
 def state_dir(course: str) -> Path:
-    """Where the engine keeps its probe key and the settings of the last ``host up`` for a course."""
+    """Where the engine keeps the course's probe key (a machine-local secret, never in the store)."""
     from gpuseat.paths import data_dir
 
     return data_dir() / "host" / course
 
 
-class HostEngine:
-    """The ``host`` seat engine (see the module docstring); settings are plain strings."""
+class HostEngine(StepEngine):
+    """The ``host`` engine (see the module docstring)."""
 
     name = "host"
 
-    def __init__(self, store: CourseStore, course: str | None, **settings: str) -> None:
-        unknown = sorted(set(settings) - set(SETTINGS))
-        if unknown:
-            raise InputError(
-                f"unknown host engine setting(s): {', '.join(unknown)}",
-                where="host engine",
-                fix=f"use: {', '.join(SETTINGS)}",
-            )
+    def __init__(
+        self,
+        store: CourseStore,
+        course: str,
+        *,
+        settings: HostSettings | None = None,
+        runner: Runner,
+        host: str | None = None,
+    ) -> None:
         self.store = store
-        self.course = store.get_course(course).key
-        saved = self._saved()
-        merged = {**saved, **{k: v for k, v in settings.items() if v not in (None, "")}}
-        self.settings: dict[str, str] = merged
-        s = merged.get
-        self.dev_root = s("dev_root") or "/dev"
-        self.proc_root = s("proc_root") or "/proc"
-        self.nvidia_smi = s("nvidia_smi") or "nvidia-smi"
-        self.keys_dir = Path(s("keys_dir") or "/etc/gpuseat/authorized_keys")
-        self.sshd_dropin = Path(s("sshd_dropin") or "/etc/ssh/sshd_config.d/gpuseat.conf")
-        self.profile_d = Path(s("profile_d") or f"/etc/profile.d/gpuseat-{self.course}.sh")
-        self.systemd_dir = Path(s("systemd_dir") or "/etc/systemd/system")
-        self.group = s("group") or "gpuseat"
-        self.host = s("host")
-        self.ssh_host = delivery.check_host(s("ssh_host") or "", field="ssh_host") if s("ssh_host") else None
-        self.ssh_port = _int(s("ssh_port"), "ssh_port")
-        self.jump_host = s("jump_host")
-        self.probe_host = s("probe_host") or "127.0.0.1"
-        self.probe_port = _int(s("probe_port"), "probe_port") or self.ssh_port
-        self.timeout = float(s("timeout") or 20)
-        for name in ("dev_root", "proc_root", "keys_dir", "sshd_dropin", "profile_d", "systemd_dir", "nvidia_smi"):
-            value = str(getattr(self, name))
-            if not value or any(c.isspace() or ord(c) < 32 for c in value):
-                raise InputError(
-                    f"{name} {value!r} is empty or has spaces or control characters",
-                    where=f"--{name.replace('_', '-')}",
-                    fix="give a plain path (it is written into sshd and systemd files)",
-                )
+        self.course = course
+        self.settings = settings or HostSettings()
+        self.runner = runner
+        self.host = host
+        self.machine = Machine(runner)
+        s = self.settings
+        self.keys_dir = Path(s.keys_dir)
+        self.profile_d = Path(s.profile_d or f"/etc/profile.d/gpuseat-{course}.sh")
         self._lock = threading.Lock()
         self._view: tuple[dict[str, delivery.SeatDevice], dict[tuple[int, int, int | None], int]] | None = None
-        if not delivery.USER_RE.match(self.group):
-            raise InputError(f"group {self.group!r}", where="group", fix="a Unix group name like gpuseat")
 
-    # -- settings kept between runs ----------------------------------------------------------------
+    # -- what the store wants here ---------------------------------------------------------------------
 
-    def _saved(self) -> dict[str, str]:
-        path = state_dir(self.course) / "settings.json"
-        try:
-            data = json.loads(path.read_text())
-        except (FileNotFoundError, ValueError):
-            return {}
-        return {k: str(v) for k, v in data.items() if k in SETTINGS and v is not None}
-
-    def _save(self) -> None:
-        folder = state_dir(self.course)
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        host_os.write_file(folder / "settings.json", json.dumps(self.settings, indent=1, sort_keys=True), 0o600)
-
-    # -- what should be --------------------------------------------------------------------------
-
-    def _seats(self) -> list[SeatView]:
-        seats = [s for s in self.store.seats(self.course) if s.engine == "host"]
+    def _seats(self, state: CourseState) -> list[SeatView]:
+        seats = [s for s in state.seats if s.engine == "host"]
         hosts = sorted({s.host or "" for s in seats})
-        if not seats:
-            raise InputError(
-                f"course {self.course!r} has no seats on the host engine",
-                where="--course",
-                fix="add them: gpuseat seats add --inventory SERVER.toml --engine host (or --from-nvidia-smi)",
-            )
         if self.host is None:
             if len(hosts) > 1:
                 raise InputError(
@@ -171,8 +131,8 @@ class HostEngine:
                     where="--host",
                     fix="say which one this server is with --host NAME",
                 )
-            self.host = hosts[0] or None
-        elif self.host not in hosts:
+            self.host = (hosts[0] if hosts else None) or None
+        elif seats and self.host not in hosts:
             raise InputError(
                 f"host {self.host!r} is not in course {self.course!r} (its host seats are on: {', '.join(hosts)})",
                 where="--host",
@@ -180,309 +140,489 @@ class HostEngine:
             )
         return [s for s in seats if (s.host or None) == self.host]
 
-    def _holders(
-        self, seats: list[SeatView], people: dict[str, ParticipantView]
-    ) -> tuple[list[_Holder], dict[str, tuple[str, ...]]]:
-        devices = host_os.discover(self.nvidia_smi)
-        minors_path = Path(self.proc_root) / "driver" / "nvidia-caps" / "mig-minors"
-        minors = delivery.parse_mig_minors(minors_path.read_text()) if minors_path.exists() else {}
-        out = []
-        every: dict[str, tuple[str, ...]] = {}
-        seats = self._adopt(seats, devices)
-        for seat in seats:
-            if not seat.device_uuid:
-                raise InputError(
-                    f"seat {seat.key} has no device UUID",
-                    where=f"seat {seat.key}",
-                    fix="add the seats from the server: gpuseat seats add --from-nvidia-smi FILE --engine host",
-                )
-            dev = devices.get(seat.device_uuid)
-            if dev is None:
-                raise InputError(
-                    f"seat {seat.key}: device {seat.device_uuid} does not exist on this host "
-                    f"(nvidia-smi lists {len(devices)} device(s): {', '.join(sorted(devices)[:6])})",
-                    where=f"seat {seat.key}",
-                    fix="check the seat's UUID against `nvidia-smi -L` and re-add the seat",
-                )
-            files = delivery.device_files(dev, minors, self.dev_root)
-            shared = delivery.shared_files(dev, self.dev_root)
-            for f in (*files, *shared):
-                if not os.path.exists(f):
-                    raise InputError(
-                        f"seat {seat.key}: device file {f} does not exist",
-                        where=f"seat {seat.key}",
-                        fix="load the driver with nv_cap_enable_devfs=1 and run nvidia-modprobe, then re-run",
-                    )
-            every[seat.key] = files + shared
-            if seat.participant is None:
-                continue
-            p = people[seat.participant]
-            out.append(_Holder(seat, p, self.user_of(p), dev, files, shared))
-        return out, every
-
-    def _adopt(self, seats: list[SeatView], devices: dict[str, delivery.SeatDevice]) -> list[SeatView]:
-        """Seats carved from an inventory have no UUID yet: give each a free device of its profile."""
-        wanted = [(s.key, s.kind, s.profile) for s in seats if not s.device_uuid and s.kind in ("mig", "gpu")]
-        if not wanted:
-            return seats
-        taken = {s.device_uuid for s in seats if s.device_uuid}
-        picked = delivery.adopt(wanted, devices, taken)
-        for key, uuid in picked.items():
-            seat = next(s for s in seats if s.key == key)
-            self.store.set_seat_state(
-                self.course, key, seat.state, reason=f"device {uuid} on {self.host}", device_uuid=uuid
-            )
-        return [s for s in self.store.seats(self.course) if s.key in {x.key for x in seats}]
-
-    def user_of(self, p: ParticipantView) -> str:
-        """The participant's Unix user: the roster's ``unix_user``, else a safe slug of their key."""
-        return p.unix_user or delivery.safe_user(p.key)
-
-    # -- up / down / status ------------------------------------------------------------------------
-
-    def up(self, *, actor: str = "gpuseat") -> HostReport:
-        """Make the host match the store (accounts, keys, device ACLs, env, slices); idempotent."""
-        seats = self._seats()
-        people = {p.key: p for p in self.store.participants(self.course)}
-        holders, every = self._holders(seats, people)
-        report = HostReport(self.course, self.host)
-        ch = report.changes
-        if host_os.ensure_group(self.group):
-            ch.append(f"group {self.group} created")
-        _key, probe_pub = host_os.ensure_probe_key(state_dir(self.course))
-        self.keys_dir.mkdir(parents=True, exist_ok=True)
-        if host_os.write_file(self.sshd_dropin, delivery.sshd_dropin(str(self.keys_dir), self.group)):
-            ch.append(f"wrote {self.sshd_dropin} (reload sshd once: systemctl reload ssh)")
-        held_users: set[str] = set()
-        uids: dict[str, set[int]] = {}
-        pins: dict[str, str] = {}
-        for h in holders:
-            if host_os.ensure_user(h.user, self.course, self.group):
-                ch.append(f"account {h.user} ready")
-            if host_os.set_expired(h.user, False):
-                ch.append(f"account {h.user} unlocked")
-            uid = _uid(h.user)
-            held_users.add(h.user)
-            pins[h.user] = h.device.uuid
-            text = delivery.authorized_keys(h.participant.ssh_key, probe_pub, h.device.uuid)
-            if host_os.write_file(self.keys_dir / h.user, text):
-                ch.append(f"keys of {h.user} → {h.seat.key} ({h.device.uuid})")
-            if not h.participant.ssh_key:
-                report.warnings.append(f"{h.participant.key} has no ssh_key in the roster: they cannot log in")
-            for f in h.files:
-                uids.setdefault(f, set()).add(uid)
-            for f in h.shared:
-                uids.setdefault(f, set()).add(uid)
-            root = self.dev_root.rstrip("/")
-            shared_nodes = [f"{root}/{n}" for n in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")]
-            allow = [(_char_path(f), "rw") for f in (*h.files, *h.shared, *shared_nodes) if os.path.exists(f)]
-            slice_text = delivery.slice_dropin(
-                allow, cpu_quota=self.settings.get("cpu_quota"), memory_max=self.settings.get("memory_max")
-            )
-            if host_os.write_file(self._slice(uid), slice_text):
-                ch.append(f"slice user-{uid}.slice: devices of {h.seat.key}")
-        for files in every.values():  # every seat device file, held or not: only its holder may open it
-            for f in files:
-                uids.setdefault(f, set())
-        for f, want in sorted(uids.items()):
-            if host_os.set_acl(Path(f), want):
-                ch.append(f"{f}: open for {', '.join(_names(want)) or 'root only'}")
-        ch += self._revoke_others(people, held_users)
-        if host_os.write_file(self.profile_d, delivery.profile_script(pins)):
-            ch.append(f"wrote {self.profile_d}")
-        for h in holders:
-            access = self._access(h.seat, h.user)
-            if self.store.record_delivery(
-                self.course, h.seat.key, access=access, state="running", reason="host up", actor=actor
-            ):
-                ch.append(f"seat {h.seat.key}: running for {h.participant.key}")
-            report.seats.append({"seat": h.seat.key, "participant": h.participant.key, "user": h.user})
-        if self.ssh_host is None and not any((self._stored_access(h.seat) or {}).get("host") for h in holders):
-            report.warnings.append(
-                "no ssh_host: participant pages cannot say where to connect; set ssh_host in the inventory "
-                "or pass --ssh-host HOST"
-            )
-        self.settings.update({"host": self.host or ""})
-        self._save()
-        return report
-
-    def down(self, *, actor: str = "gpuseat") -> HostReport:
-        """Course end: every holder loses keys and account access; device files go back to root only."""
-        seats = self._seats()
-        people = {p.key: p for p in self.store.participants(self.course)}
-        report = HostReport(self.course, self.host)
-        report.changes += self._revoke_others(people, set())
-        devices = host_os.discover(self.nvidia_smi)
-        minors_path = Path(self.proc_root) / "driver" / "nvidia-caps" / "mig-minors"
-        minors = delivery.parse_mig_minors(minors_path.read_text()) if minors_path.exists() else {}
-        for seat in seats:
-            dev = devices.get(seat.device_uuid or "")
-            if dev is None:
-                continue
-            for f in (*delivery.device_files(dev, minors, self.dev_root), *delivery.shared_files(dev, self.dev_root)):
-                if os.path.exists(f) and host_os.set_acl(Path(f), set()):
-                    report.changes.append(f"{f}: root only")
-            if seat.state == "running" and self.store.record_delivery(
-                self.course, seat.key, state="released", reason="host down", actor=actor
-            ):
-                report.changes.append(f"seat {seat.key}: released")
-        if host_os.remove_file(self.profile_d):
-            report.changes.append(f"removed {self.profile_d}")
-        return report
-
-    def _revoke_others(self, people: dict[str, ParticipantView], keep: set[str]) -> list[str]:
-        out = []
-        for p in people.values():
-            name = self.user_of(p)
-            if name in keep:
-                continue
-            entry = host_os.user(name)
-            if entry is None or host_os.managed_by(entry) != self.course:
-                if host_os.remove_file(self.keys_dir / name):
-                    out.append(f"keys of {name} removed")
-                continue
-            if host_os.remove_file(self.keys_dir / name):
-                out.append(f"keys of {name} removed")
-            if host_os.set_expired(name, True):
-                out.append(f"account {name} locked")
-            if host_os.remove_file(self._slice(entry.pw_uid)):
-                out.append(f"slice user-{entry.pw_uid}.slice removed")
-        return out
-
-    def _slice(self, uid: int) -> Path:
-        return self.systemd_dir / f"user-{uid}.slice.d" / "50-gpuseat.conf"
-
-    def _stored_access(self, seat: SeatView) -> dict[str, Any] | None:
-        return self.store.access_of(self.course).get(seat.key)
-
-    def _access(self, seat: SeatView, user: str) -> Access:
-        old = self._stored_access(seat) or {}
-        host = self.ssh_host or old.get("host")
-        port = self.ssh_port or old.get("port")
-        jump = self.jump_host or old.get("jump_host")
-        command = delivery.ssh_command(host, user, port, jump) if host else None
-        return Access(
-            kind="ssh", host=host, port=port, user=user, jump_host=jump, command=command, device_uuid=seat.device_uuid
-        )
-
-    # -- the SeatEngine interface ------------------------------------------------------------------
-
-    def provision(self, seat: SeatView, participant: ParticipantView | None) -> Access | None:
-        """Reconcile the whole host (cheap, idempotent) and return the seat's way in."""
-        self.up()
-        return self.connect(self.store.get_seat(self.course, seat.key))
-
-    def connect(self, seat: SeatView) -> Access | None:
-        """The stored way in (``host up`` writes it)."""
-        stored = self._stored_access(seat)
-        return Access.from_dict(stored) if stored else None
-
-    def revoke(self, seat: SeatView, participant: ParticipantView) -> None:
-        """The participant loses this host: their keys go, a gpuseat-made account is locked."""
-        self._revoke_others({participant.key: participant}, set())
-
-    def teardown(self, seat: SeatView) -> None:
-        """Same as ``down`` for the whole course (one host's seats go together)."""
-        self.down()
-
-    def _probe_view(self) -> tuple[dict[str, delivery.SeatDevice], dict[tuple[int, int, int | None], int]]:
-        """The host's devices and cap minors, read once per engine (one ``seats check`` run)."""
+    def _devices(self) -> tuple[dict[str, delivery.SeatDevice], dict[tuple[int, int, int | None], int]]:
         with self._lock:
             if self._view is None:
-                minors_path = Path(self.proc_root) / "driver" / "nvidia-caps" / "mig-minors"
-                minors = delivery.parse_mig_minors(minors_path.read_text()) if minors_path.exists() else {}
-                self._view = (host_os.discover(self.nvidia_smi), minors)
+                path = Path(self.settings.proc_root) / "driver" / "nvidia-caps" / "mig-minors"
+                minors = delivery.parse_mig_minors(path.read_text()) if path.exists() else {}
+                self._view = (self.machine.discover(self.settings.nvidia_smi), minors)
             return self._view
+
+    def login_of(self, p: ParticipantView) -> str:
+        """The participant's login name (the same rule on every engine)."""
+        return delivery.login_name(p.key, p.unix_user)
+
+    def _seat_files(self, seat: SeatView, uuid: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        devices, minors = self._devices()
+        dev = devices.get(uuid)
+        if dev is None:
+            raise InputError(
+                f"seat {seat.key}: device {uuid} does not exist on this host "
+                f"(nvidia-smi lists {len(devices)} device(s): {', '.join(sorted(devices)[:6])})",
+                where=f"seat {seat.key}",
+                fix="check the seat's UUID against `nvidia-smi -L` and re-add the seat",
+            )
+        root = self.settings.dev_root
+        files, shared = delivery.device_files(dev, minors, root), delivery.shared_files(dev, root)
+        for f in (*files, *shared):
+            if not os.path.exists(f):
+                raise InputError(
+                    f"seat {seat.key}: device file {f} does not exist",
+                    where=f"seat {seat.key}",
+                    fix="load the driver with nv_cap_enable_devfs=1 and run nvidia-modprobe, then apply again",
+                )
+        return files, shared
+
+    def _adopted(self, seats: list[SeatView]) -> dict[str, str]:
+        """Seats carved from an inventory have no UUID yet: a free device of their profile each."""
+        wanted = [(s.key, s.kind, s.profile) for s in seats if not s.device_uuid and s.kind in ("mig", "gpu")]
+        if not wanted:
+            return {}
+        taken = {s.device_uuid for s in seats if s.device_uuid}
+        return delivery.adopt(wanted, self._devices()[0], taken)
+
+    # -- plan ------------------------------------------------------------------------------------------
+
+    def plan(self, course: CourseState) -> Changes:
+        """Every step that makes this host match the store (see the module docstring)."""
+        seats = self._seats(course)
+        changes = Changes(self.name, self.course, self.host)
+        add = changes.steps.append
+        step = self._step
+        s = self.settings
+        adopted = self._adopted(seats) if seats else {}
+        holders = {seat.key: p for seat, p in course.holders() if seat in seats} if course.active else {}
+        login_of = {k: self.login_of(p) for k, p in holders.items()}
+        open_now = course.closed is None
+        # seat → its own device files; file → the seats it belongs to (a MIG parent GPU is shared)
+        own: dict[str, tuple[str, ...]] = {}
+        seats_of: dict[str, set[str]] = {}
+        wanted: dict[str, set[str]] = {}
+        for seat in seats:
+            uuid = seat.device_uuid or adopted.get(seat.key)
+            if not uuid:
+                changes.notes.append(f"seat {seat.key} has no device on this host yet: add it from nvidia-smi")
+                continue
+            files, shared = self._seat_files(seat, uuid)
+            own[seat.key] = files
+            for f in (*files, *shared):
+                seats_of.setdefault(f, set()).add(seat.key)
+                wanted.setdefault(f, set())
+                if seat.key in holders:
+                    wanted[f].add(login_of[seat.key])
+        accounts = {a.login: a for a in self.machine.course_accounts() if a.course == self.course}
+        for login in login_of.values():
+            found = self.machine.account(login)
+            if found is not None:
+                accounts.setdefault(login, found)
+        uid_of = {a.login: a.uid for a in accounts.values()}
+        procs = self.machine.processes({a.uid for a in accounts.values()}, s.proc_root)
+        holding_logins = set(login_of.values())
+        reason_gone = (
+            "the course is deleted"
+            if course.course is None
+            else ("the course is archived" if course.archived else None)
+        )
+
+        # revoke: people who hold no seat here any more
+        for a in sorted(accounts.values(), key=lambda x: x.login):
+            if a.login in holding_logins or a.course != self.course:
+                continue
+            why = reason_gone or f"{a.login} holds no seat on {self.host or 'this host'} now"
+            if (self.keys_dir / a.login).exists():
+                add(step("key.remove", a.login, why, "revoke", login=a.login))
+            if not a.locked:
+                add(step("account.lock", a.login, why, "revoke", login=a.login))
+            if any(u == a.uid for u in procs.values()):
+                add(step("processes.end", a.login, why, "revoke", login=a.login))
+            if self._slice(a.uid).exists():
+                add(step("slice.remove", a.login, why, "revoke", login=a.login, uid=a.uid))
+        if not open_now:
+            for login in sorted(login_of.values()):
+                shut = accounts.get(login)
+                if shut is not None and not shut.locked:
+                    add(step("account.lock", login, f"access is closed: {course.closed}", "revoke", login=login))
+                if shut is not None and any(u == shut.uid for u in procs.values()):
+                    add(step("processes.end", login, f"access is closed: {course.closed}", "revoke", login=login))
+        # revoke: device files open to anyone but their seat's holder
+        current: dict[str, set[int] | None] = {f: self.machine.acl_users(Path(f)) for f in sorted(wanted)}
+        for f, want_logins in sorted(wanted.items()):
+            want_uids = {uid_of[x] for x in want_logins if x in uid_of}
+            have = current[f]
+            if have is None or have - want_uids:
+                why = "only the seat's holder may open it" if want_logins else "nobody holds this seat now"
+                add(
+                    step(
+                        "device.revoke",
+                        f,
+                        why,
+                        "revoke",
+                        seats=tuple(sorted(seats_of[f])),
+                        path=f,
+                        logins=sorted(want_logins & set(uid_of)),
+                    )
+                )
+        # revoke: a holder's process that still holds a device file that is not theirs (a move)
+        mine = {login_of[k]: {f for f in (*own.get(k, ()),)} for k in login_of}
+        seat_files = {f for files in own.values() for f in files}
+        holder_pids = {pid: uid for pid, uid in procs.items() if uid in {uid_of.get(x) for x in holding_logins}}
+        for pid, held in sorted(self.machine.open_files(set(holder_pids), seat_files).items()):
+            login = next(x for x, u in uid_of.items() if u == holder_pids[pid])
+            stray = sorted(held - mine.get(login, set()))
+            if stray:
+                lost = tuple(sorted({k for f in stray for k in seats_of.get(f, ())}))
+                why = f"{login} moved: the process still holds {', '.join(lost)}"
+                add(step("processes.end", f"{login} pid {pid}", why, "revoke", seats=lost, pids=[pid]))
+        if not holders:
+            self._record_steps(course, seats, {}, {}, adopted, changes)
+            if not course.active or not seats:
+                changes.notes.extend(self._plan_shared_files(remove=True, changes=changes))
+            return changes
+
+        # grant: accounts, keys, slices, devices, environment
+        if not _group_exists(s.group):
+            add(step("group.add", s.group, "course accounts belong to it", "grant"))
+        dropin = delivery.sshd_dropin(str(self.keys_dir), s.group)
+        if not self.machine.file_is(Path(s.sshd_dropin), dropin):
+            add(step("sshd.set", s.sshd_dropin, "sshd reads each course account's keys from gpuseat's folder", "grant",
+                     text=dropin))  # fmt: skip
+        probe_pub = self._probe_public()
+        for seat_key, p in sorted(holders.items()):
+            login = login_of[seat_key]
+            why = f"{p.key} holds {seat_key}"
+            uuid = next(x.device_uuid or adopted.get(x.key) for x in seats if x.key == seat_key)
+            if not uuid:
+                continue
+            acct = accounts.get(login)
+            if acct is None or not _in_group(login, s.group):
+                add(step("account.add", login, why, "grant", participant=p.key, seats=(seat_key,), login=login))
+            if open_now and (acct is None or acct.locked):
+                add(step("account.unlock", login, why, "grant", participant=p.key, seats=(seat_key,), login=login))
+            text = delivery.authorized_keys(p.ssh_key, probe_pub, uuid)
+            if not self.machine.file_is(self.keys_dir / login, text):
+                add(step("key.set", login, f"{why} ({uuid})", "grant", participant=p.key, seats=(seat_key,),
+                         login=login, text=text))  # fmt: skip
+            if not p.ssh_key:
+                changes.notes.append(f"{p.key} has no SSH key in the roster: they cannot log in until they add one")
+            allow = self._allow(own.get(seat_key, ()), seat_key, seats_of)
+            slice_text = delivery.slice_dropin(allow, cpu_quota=s.cpu_quota, memory_max=s.memory_max)
+            if acct is None or not self.machine.file_is(self._slice(acct.uid), slice_text):
+                add(step("slice.set", login, f"{why}: its devices only", "grant", participant=p.key, seats=(seat_key,),
+                         login=login, text=slice_text))  # fmt: skip
+        for f, want_logins in sorted(wanted.items()):
+            if not want_logins:
+                continue
+            want_uids = {uid_of[x] for x in want_logins if x in uid_of}
+            if len(want_uids) < len(want_logins) or (current[f] or set()) != want_uids:
+                owners = ", ".join(sorted(want_logins))
+                add(step("device.grant", f, f"{owners} may open it", "grant", seats=tuple(sorted(seats_of[f])),
+                         path=f, logins=sorted(want_logins)))  # fmt: skip
+        pins = {
+            login_of[k]: next(x.device_uuid or adopted.get(x.key) or "" for x in seats if x.key == k) for k in holders
+        }
+        profile = delivery.profile_script(pins)
+        if not self.machine.file_is(self.profile_d, profile):
+            add(
+                step("profile.set", str(self.profile_d), "login shells get CUDA_VISIBLE_DEVICES", "grant", text=profile)
+            )
+        self._record_steps(course, seats, holders, login_of, adopted, changes)
+        if s.ssh_host is None and not any((course.access.get(k) or {}).get("host") for k in holders):
+            changes.notes.append(
+                "no way in is set: participant pages cannot say where to connect; set ssh_host in the server's "
+                "inventory file, or give --ssh-host HOST (stored as the host engine's ssh_host setting)"
+            )
+        return changes
+
+    def _probe_public(self) -> str | None:
+        """The probe key's public line (made now, unless this is a dry run: then read if it exists)."""
+        if not self.runner.dry_run:
+            return self.machine.ensure_probe_key(state_dir(self.course))[1]
+        pub = state_dir(self.course) / "probe_ed25519.pub"
+        return pub.read_text().strip() if pub.exists() else None
+
+    def _plan_shared_files(self, *, remove: bool, changes: Changes) -> list[str]:
+        if remove and self.profile_d.exists():
+            changes.steps.append(
+                self._step("profile.remove", str(self.profile_d), "nobody holds a seat here", "revoke")
+            )
+        return []
+
+    def _record_steps(
+        self,
+        course: CourseState,
+        seats: list[SeatView],
+        holders: dict[str, ParticipantView],
+        login_of: dict[str, str],
+        adopted: dict[str, str],
+        changes: Changes,
+    ) -> None:
+        if course.course is None or course.archived:
+            return  # nothing to record on a course that is gone or read-only
+        for seat in seats:
+            if seat.key in adopted:
+                changes.steps.append(
+                    self._step(
+                        "seat.adopt",
+                        seat.key,
+                        f"device {adopted[seat.key]} on {self.host}",
+                        "record",
+                        seats=(seat.key,),
+                        uuid=adopted[seat.key],
+                    )
+                )
+            old = dict(course.access.get(seat.key) or {})
+            p = holders.get(seat.key)
+            if p is None:
+                if old.get("holder") or old.get("user"):
+                    base = {k: old.get(k) for k in ("kind", "host", "port", "jump_host", "device_uuid")}
+                    changes.steps.append(
+                        self._step(
+                            "seat.clear",
+                            seat.key,
+                            "nobody holds it: its way in names no one",
+                            "record",
+                            seats=(seat.key,),
+                            access=base,
+                        )
+                    )
+                continue
+            uuid = seat.device_uuid or adopted.get(seat.key)
+            access = self._access(old, login_of[seat.key], p.key, uuid).to_dict()
+            if old != access or seat.state != "running":
+                changes.steps.append(
+                    self._step(
+                        "seat.record",
+                        seat.key,
+                        f"{p.key} can log in as {login_of[seat.key]}",
+                        "record",
+                        participant=p.key,
+                        seats=(seat.key,),
+                        access=access,
+                    )
+                )
+
+    def _step(self, action: str, target: str, why: str, phase: Any, **data: Any) -> Step:
+        participant = data.pop("participant", None)
+        seats = tuple(data.pop("seats", ()))
+        return Step(self.name, action, target, why, phase, participant, seats, self.host, data)
+
+    def _allow(self, files: Sequence[str], seat_key: str, seats_of: dict[str, set[str]]) -> list[tuple[str, str]]:
+        root = self.settings.dev_root.rstrip("/")
+        shared = [f for f, keys in seats_of.items() if seat_key in keys and f not in files]
+        nodes = [f"{root}/{n}" for n in SHARED_NODES]
+        return [(_char_path(f), "rw") for f in (*files, *sorted(shared), *nodes) if os.path.exists(f)]
+
+    def _slice(self, uid: int) -> Path:
+        return Path(self.settings.systemd_dir) / f"user-{uid}.slice.d" / "50-gpuseat.conf"
+
+    def _access(self, old: dict[str, Any], login: str, holder: str, uuid: str | None) -> Access:
+        s = self.settings
+        host = s.ssh_host or old.get("host")
+        port = s.ssh_port or old.get("port")
+        jump = s.jump_host or old.get("jump_host")
+        command = delivery.ssh_command(host, login, port, jump) if host else None
+        return Access(
+            kind="ssh",
+            host=host,
+            port=port,
+            user=login,
+            jump_host=jump,
+            command=command,
+            device_uuid=uuid,
+            holder=holder,
+        )
+
+    # -- apply -----------------------------------------------------------------------------------------
+
+    def do(self, step: Step) -> str | None:
+        """Carry out one planned step (each is a no-op when the machine already is so)."""
+        m, d, s = self.machine, step.data, self.settings
+        login = str(d.get("login") or step.target)
+        match step.action:
+            case "group.add":
+                m.ensure_group(s.group)
+            case "sshd.set":
+                if m.write_file(Path(s.sshd_dropin), d["text"]):
+                    return "sshd reads it at the next login (no reload needed for Match/AuthorizedKeysFile)"
+            case "account.add":
+                m.ensure_group(s.group)
+                m.add_account(login, self.course, s.group)
+            case "account.unlock":
+                m.set_locked(login, False)
+            case "account.lock":
+                m.set_locked(login, True)
+            case "key.set":
+                m.write_file(self.keys_dir / login, d["text"])
+            case "key.remove":
+                m.remove_file(self.keys_dir / login)
+            case "slice.set":
+                found = m.account(login)
+                if found is None:
+                    raise InputError(f"no account {login}", where=step.target)
+                m.write_file(self._slice(found.uid), d["text"])
+            case "slice.remove":
+                m.remove_file(self._slice(int(d["uid"])))
+            case "processes.end":
+                if "pids" in d:
+                    m.end_processes(set(d["pids"]))
+                else:
+                    m.end_user(login)
+                    gone = m.account(login)
+                    left = m.processes({gone.uid}, s.proc_root) if gone else {}
+                    if left and not self.runner.dry_run:
+                        raise InputError(f"{len(left)} process(es) of {login} survived SIGKILL", where=step.target)
+            case "device.revoke" | "device.grant":
+                uids = set()
+                for x in d["logins"]:
+                    found = m.account(x)
+                    if found is not None:
+                        uids.add(found.uid)
+                m.set_acl(Path(d["path"]), uids)
+            case "profile.set":
+                m.write_file(self.profile_d, d["text"])
+            case "profile.remove":
+                m.remove_file(self.profile_d)
+            case "seat.adopt":
+                seat = self.store.get_seat(self.course, step.target)
+                self.store.set_seat_state(
+                    self.course,
+                    step.target,
+                    seat.state,
+                    reason=f"device {d['uuid']} on {self.host}",
+                    device_uuid=d["uuid"],
+                )
+            case "seat.record":
+                if not self.runner.dry_run:
+                    self.store.record_delivery(
+                        self.course,
+                        step.target,
+                        access=Access.from_dict(d["access"]),
+                        state="running",
+                        reason="host: applied",
+                        actor="gpuseat-agent",
+                    )
+            case "seat.clear":
+                if not self.runner.dry_run:
+                    self.store.record_delivery(
+                        self.course, step.target, access=Access.from_dict(d["access"]), actor="gpuseat-agent"
+                    )
+            case _:
+                raise InputError(f"the host engine has no step {step.action!r}", where="plan")
+        return None
+
+    # -- observe, check, connect -----------------------------------------------------------------------
+
+    def observe(self, course: CourseState) -> list[Holding]:
+        """Accounts of this course that can log in, their key files and running processes."""
+        out = []
+        accounts = [a for a in self.machine.course_accounts() if a.course == self.course]
+        procs = self.machine.processes({a.uid for a in accounts}, self.settings.proc_root)
+        seat_of = {delivery.login_name(p.key, p.unix_user): (p.key, p.seat) for p in course.people.values()}
+        for a in accounts:
+            who, seat = seat_of.get(a.login, (None, None))
+            if not a.locked:
+                out.append(Holding(self.name, "account", a.login, who, seat, self.host))
+            if (self.keys_dir / a.login).exists():
+                out.append(Holding(self.name, "key", a.login, who, seat, self.host))
+            n = sum(1 for u in procs.values() if u == a.uid)
+            if n:
+                out.append(Holding(self.name, "process", a.login, who, seat, self.host, f"{n} process(es)"))
+        return out
+
+    def connect(self, seat: SeatView) -> Access | None:
+        """The stored way in, when it was made for the seat's holder (else: being prepared)."""
+        stored = self.store.access_of(self.course).get(seat.key)
+        if not stored or not seat.participant or stored.get("holder") != seat.participant:
+            return None
+        return Access.from_dict(stored)
+
+    def check(self, seats: Sequence[SeatView]) -> list[Readiness]:
+        """Probe each held seat as its participant (in turn; ``seats check`` runs them in parallel)."""
+        people = {p.key: p for p in self.store.participants(self.course)}
+        return [self.probe(s, people[s.participant]) for s in seats if s.participant in people]
 
     def probe(self, seat: SeatView, participant: ParticipantView) -> Readiness:
         """Log in as the participant (gpuseat's loopback probe key) and list what they can see."""
-        user = self.user_of(participant)
+        login = self.login_of(participant)
         now = datetime.now(UTC)
+        where = f" on {seat.host}" if seat.host else ""
 
         def broken(reason: str, evidence: str = "", visible: tuple[str, ...] = ()) -> Readiness:
             return Readiness(self.course, seat.key, participant.key, "broken", reason, evidence, visible, now, "host")
 
-        entry = host_os.user(user)
-        if entry is None:
-            return broken(f"no account {user} on this host (run gpuseat host up)")
-        if host_os.expired(user):
-            return broken(f"account {user} is locked (run gpuseat host up)")
-        keys_file = self.keys_dir / user
+        account = self.machine.account(login)
+        if account is None:
+            run_on = seat.host or "the GPU server"
+            return broken(f"no account {login}{where}: not applied yet, or run this check on {run_on}")
+        if account.locked:
+            return broken(f"account {login} is locked{where} (outside an access window, or not applied yet)")
+        keys_file = self.keys_dir / login
         installed = keys_file.read_text() if keys_file.exists() else ""
         if not participant.ssh_key:
-            return broken(f"account {user} has no SSH key: the roster gives {participant.key} no ssh_key")
+            return broken(f"{participant.key} has no SSH key: add one on their page or in the roster")
         if participant.ssh_key.split()[1] not in installed:
-            return broken(f"account {user} has no SSH key installed (run gpuseat host up)", installed)
+            return broken(f"account {login} has no SSH key installed yet (the agent applies it)", installed)
         want = seat.device_uuid
-        devices_note = ""
+        note = ""
         if want:
             try:
-                devices, minors = self._probe_view()
-                dev = devices.get(want)
-                if dev is None:
-                    devices_note = f"device {want} is not on this host"
-                else:
-                    for f in (
-                        *delivery.device_files(dev, minors, self.dev_root),
-                        *delivery.shared_files(dev, self.dev_root),
-                    ):
-                        if not os.path.exists(f):
-                            return broken(f"device file {f} of seat {seat.key} is missing")
+                self._seat_files(seat, want)
             except InputError as exc:
-                return broken(exc.what)
+                if "does not exist on this host" in exc.what:
+                    note = f"device {want} is not on this host"
+                else:
+                    return broken(exc.what)
         with self._lock:  # probes run in parallel; the key pair is made once
-            key, _pub = host_os.ensure_probe_key(state_dir(self.course))
-        script = delivery.PROBE_SCRIPT.replace("NVIDIA_SMI", _sh_quote(self.nvidia_smi))
-        port = self.probe_port or int((self._stored_access(seat) or {}).get("port") or 22)
-        done = host_os.ssh_run(key, user, self.probe_host, port, script, timeout=self.timeout)
+            key, _pub = self.machine.ensure_probe_key(state_dir(self.course))
+        script = delivery.PROBE_SCRIPT.replace("NVIDIA_SMI", shlex.quote(self.settings.nvidia_smi))
+        stored = self.store.access_of(self.course).get(seat.key) or {}
+        port = self.settings.probe_port or self.settings.ssh_port or int(stored.get("port") or 22)
+        done = self.machine.ssh_run(key, login, self.settings.probe_host, port, script, timeout=self.settings.timeout)
         evidence = (done.stdout + done.stderr).strip()[-4000:]
         if done.returncode == 124:
-            return broken(f"the probe as {user} did not answer within {self.timeout:g} s", evidence)
+            return broken(f"the probe as {login} did not answer within {self.settings.timeout:g} s", evidence)
         if done.returncode == 255:
-            return broken(f"SSH login as {user} failed: {done.stderr.strip()[:200]}", evidence)
+            return broken(f"SSH login as {login} failed: {done.stderr.strip()[:200]}", evidence)
         seen = delivery.parse_probe(done.stdout)
         state, reason = judge(want, seen.visible)
         if state == "ready" and want and seen.cuda_visible != want:
             state, reason = "broken", f"CUDA_VISIBLE_DEVICES is {seen.cuda_visible or 'unset'}, not the seat's {want}"
-        if state == "broken" and devices_note:
-            reason = f"{reason}; {devices_note}"
+        if state == "broken" and note:
+            reason = f"{reason}; {note}"
         return Readiness(self.course, seat.key, participant.key, state, reason, evidence, seen.visible, now, "host")
 
-
-def _int(value: str | None, name: str) -> int | None:
-    if value in (None, ""):
+    def refused(self, participant: ParticipantView) -> str | None:
+        """Exclusivity: None when ``participant`` (a previous or released holder) cannot log in here;
+        else what still lets them in."""
+        login = self.login_of(participant)
+        a = self.machine.account(login)
+        if a is None or a.locked:
+            return None
+        if (self.keys_dir / login).exists():
+            return f"{login} still has a key and an unlocked account"
         return None
-    assert value is not None
-    if not value.isdigit() or not 0 < int(value) < 65536:
-        raise InputError(f"{name} {value!r} is not a TCP port", where=name, fix="give a port between 1 and 65535")
-    return int(value)
+
+
+def _group_exists(name: str) -> bool:
+    import grp
+
+    try:
+        grp.getgrnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+def _in_group(login: str, group: str) -> bool:
+    import grp
+
+    try:
+        return login in grp.getgrnam(group).gr_mem
+    except KeyError:
+        return False
 
 
 def _char_path(path: str) -> str:
     """``/dev/char/MAJOR:MINOR`` for a device file: what systemd's DeviceAllow= resolves without udev."""
     st = os.stat(path)
     return f"/dev/char/{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
-
-
-def _uid(name: str) -> int:
-    entry = host_os.user(name)
-    assert entry is not None
-    return entry.pw_uid
-
-
-def _names(uids: set[int]) -> list[str]:
-    import pwd
-
-    out = []
-    for u in sorted(uids):
-        try:
-            out.append(pwd.getpwuid(u).pw_name)
-        except KeyError:
-            out.append(str(u))
-    return out
-
-
-def _sh_quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)

@@ -1,0 +1,294 @@
+"""CLI for ``gpuseat apply``, ``gpuseat agent`` and ``gpuseat engines``: carry the store to the machines.
+
+``apply`` prints each engine's plan like ``terraform plan`` (what, for whom, why), then applies it;
+``--dry-run`` prints the plan and the commands it would run, and changes nothing. ``agent`` keeps
+doing that as a service; ``engines`` lists the registry and keeps each engine's settings in the store.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, print_rows
+from gpuseat.cli.course import COURSE, DB, actor
+
+if TYPE_CHECKING:
+    from gpuseat.engines.apply import Pass
+
+ENGINE = typer.Option(None, "--engine", help="Only this engine (default: every engine of the course's seats).")
+HOST = typer.Option(None, "--host", help="This machine's name in the seats (host engine: default the only one).")
+SET = typer.Option(
+    None, "--set", help="ENGINE.SETTING=VALUE, stored as the course's engine setting first (repeatable)."
+)
+
+
+def parse_sets(values: list[str] | None) -> dict[str, dict[str, str]]:
+    """``host.ssh_host=gpu1.example.org`` → ``{"host": {"ssh_host": "gpu1.example.org"}}``."""
+    from gpuseat.errors import InputError
+
+    out: dict[str, dict[str, str]] = {}
+    for item in values or []:
+        name, eq, value = item.partition("=")
+        engine, dot, key = name.partition(".")
+        if not (eq and dot and engine and key):
+            raise InputError(
+                f"--set {item!r}", where="--set", fix="write ENGINE.SETTING=VALUE, e.g. host.ssh_host=gpu1.lab.org"
+            )
+        out.setdefault(engine, {})[key] = value
+    return out
+
+
+def store_settings(store: Any, course: str | None, sets: dict[str, dict[str, Any]], who: str) -> list[str]:
+    """Validate each engine's new settings with its model and store them; the names of those changed."""
+    from gpuseat.engines import registry
+
+    key = store.get_course(course).key
+    changed = []
+    for engine, values in sets.items():
+        merged = {**store.engine_settings(key, engine), **values}
+        checked = registry.validate_settings(engine, merged)
+        clean = checked.model_dump(exclude_defaults=True) if checked is not None else {}
+        if store.set_engine_settings(key, engine, clean, actor=who):
+            changed.append(engine)
+    return changed
+
+
+def render_plan(result: Pass, *, dry_run: bool) -> list[str]:
+    """The plan (and what became of it) as lines a person reads, Terraform's way."""
+    lines: list[str] = []
+    outcomes = {id(o.step): o for r in result.reports for o in r.outcomes}
+    by_step = {o.step.key: o for r in result.reports for o in r.outcomes}
+    totals = {"+": 0, "~": 0, "-": 0}
+    for p in result.planned:
+        where = f"{p.engine_name}" + (f" on {p.host}" if p.host else "")
+        if p.error:
+            lines.append(f"course {p.course} · {where}: cannot plan: {p.error}")
+            continue
+        assert p.changes is not None
+        if p.changes.empty:
+            lines.append(f"course {p.course} · {where}: nothing to change")
+        else:
+            lines.append(f"course {p.course} · {where}:")
+        for step in p.changes.ordered():
+            totals[step.sign] += 1
+            out = by_step.get(step.key) or outcomes.get(id(step))
+            mark = ""
+            if out is not None and not dry_run:
+                mark = {"done": "  done", "failed": "  FAILED", "skipped": "  skipped"}[out.state]
+                if out.message and out.state != "done":
+                    mark += f": {out.message}"
+            lines.append(f"  {step.sign} {step.action:<16} {step.target:<28} {step.why}{mark}")
+            if dry_run and out is not None:
+                lines += [f"      would run: {c.line}" for c in out.commands if c.dry]
+        lines += [f"  note: {n}" for n in p.changes.notes]
+    lines.append(f"Plan: {totals['+']} to add, {totals['~']} to change, {totals['-']} to take away.")
+    if not dry_run and result.reports:
+        done = sum(len(r.done) for r in result.reports)
+        failed = sum(len(r.failed) for r in result.reports)
+        skipped = sum(1 for r in result.reports for o in r.outcomes if o.state == "skipped")
+        lines.append(f"Applied: {done} done, {failed} failed, {skipped} skipped.")
+    for key in result.deleted:
+        lines.append(f"course {key} deleted: no engine holds anything for it now")
+    return lines
+
+
+def raise_for(result: Pass, where: str) -> None:
+    """One error for a pass with failed steps (each named on stderr first): exit 2 when every failure is
+    the store's data (bad input: a roster name, a setting), else 1. Nothing failed: return."""
+    from gpuseat.errors import EngineError, InputError
+
+    failed = result.failed
+    if not failed:
+        return
+    for f in failed:
+        print(f"error: {f['course']} {f['engine']}: {f.get('step') or 'plan'}: {f['error']}", file=sys.stderr)
+    first = failed[0]["error"]
+    if all(f["exit_code"] == 2 for f in failed):
+        raise InputError(
+            f"{len(failed)} step(s) cannot be applied as the store says (first: {first}); the others were applied",
+            where=where,
+            fix="correct what each line above names, then apply again (done steps are not repeated)",
+        )
+    raise EngineError(
+        f"{len(failed)} step(s) failed (first: {first}); the other steps were applied",
+        where=where,
+        fix="correct what each line above names, then apply again (done steps are not repeated)",
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``apply``, the ``agent`` group and the ``engines`` group."""
+
+    @app.command("apply")
+    def apply(
+        course: str | None = typer.Option(None, "--course", help="Only this course (default: every course)."),
+        engine: str | None = ENGINE,
+        host: str | None = HOST,
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the commands; change nothing."),
+        sets: list[str] | None = SET,
+        db: str | None = DB,
+        fmt: Format = FORMAT_OPTION,
+    ) -> None:
+        """Make the machines match the store now: each engine's plan, then each step (idempotent)."""
+        from gpuseat.engines.apply import one_pass
+        from gpuseat.engines.runner import Runner
+        from gpuseat.services.courses import open_store
+
+        wanted = parse_sets(sets)
+        with open_store(db, create=False) as store:
+            if wanted:
+                store_settings(store, course, wanted, actor())
+            result = one_pass(
+                store, course=course, engine=engine, host=host, runner=Runner(dry_run=dry_run), actor=actor()
+            )
+        if fmt is Format.json:
+            print_json(
+                {
+                    "dry_run": dry_run,
+                    "plans": [p.to_dict() for p in result.planned],
+                    "reports": [r.to_dict() for r in result.reports],
+                    "deleted": result.deleted,
+                }
+            )
+        else:
+            for line in render_plan(result, dry_run=dry_run):
+                print(line)
+        if not dry_run:
+            raise_for(result, "gpuseat apply")
+
+    agent_app = typer.Typer(
+        help="The agent: keeps this machine's seats true to the store (run as root on each engine host).",
+        invoke_without_command=True,
+    )
+    app.add_typer(agent_app, name="agent")
+
+    @agent_app.callback()
+    def agent(
+        ctx: typer.Context,
+        engine: str | None = ENGINE,
+        host: str | None = HOST,
+        course: str | None = typer.Option(None, "--course", help="Only this course (default: every course)."),
+        poll: float = typer.Option(1.0, "--poll", min=0.05, max=60, help="Seconds between looks at the store."),
+        resync: float = typer.Option(300.0, "--resync", min=1, help="Seconds between full resyncs (undo drift)."),
+        lease: float = typer.Option(15.0, "--lease", min=1, max=600, help="Seconds a lease lasts unrenewed."),
+        install: bool = typer.Option(False, "--install", help="Write a systemd unit for this agent and stop."),
+        unit_dir: Path = typer.Option(Path("/etc/systemd/system"), "--unit-dir", help="Where --install writes."),
+        db: str | None = DB,
+    ) -> None:
+        """Run the agent (until SIGTERM), or with --install write its systemd unit."""
+        if ctx.invoked_subcommand is not None:
+            return
+        if install:
+            _install(engine, host, unit_dir, db)
+            return
+        import signal
+        import threading
+
+        from gpuseat.engines.agent import Agent, AgentOptions
+        from gpuseat.services.courses import open_store
+
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        options = AgentOptions(engine=engine, host=host, course=course, poll_s=poll, resync_s=resync, lease_s=lease)
+        with open_store(db, create=False) as store:
+            Agent(store, options, say=lambda line: print(line, flush=True)).run(stop)
+
+    @agent_app.command("status")
+    def status(db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
+        """Each agent's last apply, pending and failed steps, and who holds each lease."""
+        from gpuseat.services.courses import open_store
+
+        with open_store(db, create=False) as store:
+            rows = store.agent_statuses()
+        if fmt is Format.json:
+            print_json(rows)
+            return
+        table = [
+            {**r, "failed": len(r["failed"]), "lease": f"{r['lease_holder'] or '-'} ({r['lease_expires_in_s']} s)"}
+            for r in rows
+        ]
+        print_rows(table, ("name", "role", "holder", "last_apply_at", "pending", "failed", "lease"), fmt,
+                   title=f"{len(rows)} agent(s)")  # fmt: skip
+        for r in rows:
+            for f in r["failed"][:10]:
+                print(f"  {r['name']}: {f['course']} {f['engine']} {f.get('step') or 'plan'}: {f['error']}")
+
+    engines_app = typer.Typer(
+        help="Seat engines: the registry, and each engine's settings per course.", no_args_is_help=True
+    )
+    app.add_typer(engines_app, name="engines")
+
+    @engines_app.command("list")
+    def engines_list(fmt: Format = FORMAT_OPTION) -> None:
+        """Every engine gpuseat knows (built in, or registered by a plug-in)."""
+        from gpuseat.engines import registry
+
+        rows = [{"engine": s.name, "kinds": ", ".join(s.kinds), "about": s.doc} for s in registry.specs().values()]
+        print_rows(rows, ("engine", "kinds", "about"), fmt, title=f"{len(rows)} engines")
+
+    @engines_app.command("settings")
+    def engines_settings(
+        engine: str = typer.Argument(..., help="Engine name (gpuseat engines list)."),
+        values: list[str] | None = typer.Argument(None, help="SETTING=VALUE to store (SETTING= removes it)."),
+        course: str | None = COURSE,
+        db: str | None = DB,
+        fmt: Format = FORMAT_OPTION,
+    ) -> None:
+        """Show an engine's settings for the course, or store new ones (checked by the engine first)."""
+        from gpuseat.engines import registry
+        from gpuseat.errors import InputError
+        from gpuseat.services.courses import open_store
+
+        spec = registry.spec(engine)
+        with open_store(db, create=False) as store:
+            if values:
+                sets: dict[str, Any] = {}
+                for item in values:
+                    key, eq, value = item.partition("=")
+                    if not eq or not key:
+                        raise InputError(f"{item!r}", where="SETTING=VALUE", fix="write e.g. ssh_host=gpu1.lab.org")
+                    sets[key] = value if value != "" else None
+                merged = {**store.engine_settings(course, engine), **sets}
+                merged = {k: v for k, v in merged.items() if v is not None}
+                checked = registry.validate_settings(engine, merged)
+                clean = checked.model_dump(exclude_defaults=True) if checked is not None else {}
+                removed = {k: None for k in store.engine_settings(course, engine) if k not in clean}
+                store.set_engine_settings(course, engine, {**clean, **removed}, actor=actor())
+            stored = store.engine_settings(course, engine)
+        model = spec.settings_model()
+        if fmt is Format.json:
+            print_json(stored)
+            return
+        rows = []
+        for name, f in model.model_fields.items() if model else []:
+            rows.append(
+                {"setting": name, "value": stored.get(name, f"(default {f.default})"), "about": f.description or ""}
+            )
+        print_rows(rows, ("setting", "value", "about"), fmt, title=f"{engine} settings")
+
+
+def _install(engine: str | None, host: str | None, unit_dir: Path, db: str | None) -> None:
+    """Write ``gpuseat-agent[-ENGINE].service`` and the environment file that names the store."""
+    import shutil
+
+    from gpuseat.engines.agent import unit_file
+    from gpuseat.files import write_file
+
+    exe = shutil.which("gpuseat") or str(Path(sys.argv[0]).resolve())
+    env_file = "/etc/gpuseat/agent.env"
+    name = f"gpuseat-agent{'-' + engine if engine else ''}.service"
+    unit_dir.mkdir(parents=True, exist_ok=True)
+    target = unit_dir / name
+    write_file(target, unit_file(gpuseat=str(Path(exe).resolve()), engine=engine, host=host, env_file=env_file))
+    print(f"wrote {target}")
+    if db:
+        env = Path(env_file) if unit_dir == Path("/etc/systemd/system") else unit_dir / "agent.env"
+        env.parent.mkdir(parents=True, exist_ok=True)
+        write_file(env, f"GPUSEAT_DB_URL={db}\n", mode=0o600)
+        print(f"wrote {env} (the store's URL, readable by root only)")
+    print(f"next: systemctl daemon-reload && systemctl enable --now {name}")

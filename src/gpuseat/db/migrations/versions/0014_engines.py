@@ -1,0 +1,107 @@
+"""Engines and agents: per-course engine settings, agent leases and status, the access engines hold,
+deletions waiting for revocation, and (PostgreSQL) a NOTIFY on every new events row to wake agents.
+
+Revision ID: 0014
+Revises: 0013
+Create Date: 2026-12-06
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0014"
+down_revision = "0013"
+branch_labels = None
+depends_on = None
+
+CHANNEL = "gpuseat_events"
+_PG_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION gpuseat_events_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('{CHANNEL}', NEW.id::text);
+    RETURN NULL;
+END
+$$
+"""
+
+
+def upgrade() -> None:
+    """Create the five tables; on PostgreSQL, the events trigger that wakes listening agents."""
+    op.create_table(
+        "engine_settings",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("course_id", sa.Integer(), nullable=False),
+        sa.Column("engine", sa.String(32), nullable=False),
+        sa.Column("values", sa.JSON(), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["course_id"], ["courses.id"], name="fk_engine_settings_course_id_courses", ondelete="CASCADE"
+        ),
+        sa.PrimaryKeyConstraint("id", name="pk_engine_settings"),
+        sa.UniqueConstraint("course_id", "engine", name="uq_engine_settings_course_engine"),
+    )
+    op.create_table(
+        "agent_leases",
+        sa.Column("name", sa.String(160), nullable=False),
+        sa.Column("holder", sa.String(160), nullable=False),
+        sa.Column("acquired_at", sa.Float(), nullable=False),
+        sa.Column("expires_at", sa.Float(), nullable=False),
+        sa.PrimaryKeyConstraint("name", name="pk_agent_leases"),
+    )
+    op.create_table(
+        "agent_status",
+        sa.Column("name", sa.String(160), nullable=False),
+        sa.Column("holder", sa.String(160), nullable=False),
+        sa.Column("role", sa.String(16), nullable=False),
+        sa.Column("cursor", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("last_apply_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("last_resync_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("pending", sa.Integer(), nullable=False),
+        sa.Column("failed", sa.JSON(), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("name", name="pk_agent_status"),
+    )
+    op.create_table(
+        "engine_holdings",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("course_key", sa.String(64), nullable=False),
+        sa.Column("engine", sa.String(32), nullable=False),
+        sa.Column("host", sa.String(256), nullable=False),
+        sa.Column("what", sa.String(32), nullable=False),
+        sa.Column("login", sa.String(64), nullable=False),
+        sa.Column("participant", sa.String(128), nullable=True),
+        sa.Column("seat", sa.String(128), nullable=True),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id", name="pk_engine_holdings"),
+    )
+    op.create_index("ix_engine_holdings_course_key", "engine_holdings", ["course_key"])
+    op.create_table(
+        "course_deletions",
+        sa.Column("course_key", sa.String(64), nullable=False),
+        sa.Column("export_path", sa.Text(), nullable=False),
+        sa.Column("sha256", sa.String(64), nullable=False),
+        sa.Column("actor", sa.String(128), nullable=False),
+        sa.Column("requested_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("course_key", name="pk_course_deletions"),
+    )
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute(_PG_FUNCTION)
+        op.execute(
+            "CREATE TRIGGER gpuseat_events_notify AFTER INSERT ON events FOR EACH ROW "
+            "EXECUTE FUNCTION gpuseat_events_notify()"
+        )
+
+
+def downgrade() -> None:
+    """Drop what :func:`upgrade` made."""
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute("DROP TRIGGER IF EXISTS gpuseat_events_notify ON events")
+        op.execute("DROP FUNCTION IF EXISTS gpuseat_events_notify()")
+    op.drop_table("course_deletions")
+    op.drop_index("ix_engine_holdings_course_key", table_name="engine_holdings")
+    op.drop_table("engine_holdings")
+    op.drop_table("agent_status")
+    op.drop_table("agent_leases")
+    op.drop_table("engine_settings")

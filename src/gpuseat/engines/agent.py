@@ -1,0 +1,242 @@
+"""``gpuseat agent``: keep this machine true to the course store, within seconds.
+
+A level-triggered control loop, as Kubernetes' kubelet and mig-parted's apply are: every pass plans
+from the store *and* the machine as they are now, so a pass missed, a crash mid-apply or a change
+made by hand are all corrected by the next one. The agent wakes when
+
+- the store changed: the newest ``events`` id is past its cursor (PostgreSQL wakes it at once with
+  ``LISTEN``/``NOTIFY``; SQLite is polled every ``poll_s``, one cheap ``max(id)`` read);
+- a schedule boundary passed (an access window or session opening or closing);
+- a resync is due (every ``resync_s``): what that pass changes was changed by hand (drift) and is
+  logged as ``drift.reverted``;
+- a failed step's retry is due (back-off 2 s, doubling to 60 s).
+
+One agent per engine and host applies at a time: it holds a lease row in the store (renewed every
+third of ``lease_s``); a second agent waits as standby and takes over when the lease expires or is
+given back. Before each step the holder checks that it still holds the lease.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from gpuseat.engines.apply import AGENT_ACTOR, Pass, one_pass
+from gpuseat.engines.runner import Runner
+from gpuseat.errors import GpuseatError
+
+if TYPE_CHECKING:
+    from gpuseat.store import CourseStore
+
+CHANNEL = "gpuseat_events"  # migration 0014's NOTIFY channel
+
+
+@dataclass
+class AgentOptions:
+    """What an agent serves and how often it looks."""
+
+    engine: str | None = None
+    host: str | None = None
+    course: str | None = None
+    poll_s: float = 1.0
+    resync_s: float = 300.0
+    lease_s: float = 15.0
+    overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def lease_name(self) -> str:
+        """One lease per engine and host (``agent:host:gpu1``)."""
+        return f"agent:{self.engine or 'all'}:{self.host or socket.gethostname()}"
+
+
+@dataclass
+class Agent:
+    """The loop (see the module docstring); :meth:`tick` is one iteration, :meth:`run` loops."""
+
+    store: CourseStore
+    options: AgentOptions
+    runner: Runner = field(default_factory=Runner)
+    say: Callable[[str], None] = print
+    holder: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}")
+    cursor: int | None = None
+    role: str = "starting"
+    passes: int = 0
+    _renew_at: float = 0.0
+    _resync_at: float = 0.0
+    _retry_at: float | None = None
+    _backoff: float = 2.0
+    _next_change: datetime | None = None
+    _leader: bool = False
+    _waker: Any = None
+
+    def tick(self) -> Pass | None:
+        """One iteration: keep the lease; pass when something is due. Returns the pass, if any."""
+        now = time.monotonic()
+        if now >= self._renew_at or not self._leader:
+            was = self._leader
+            self._leader = self.store.take_lease(self.options.lease_name, self.holder, self.options.lease_s)
+            self._renew_at = now + self.options.lease_s / 3
+            if self._leader != was:
+                self.role = "leader" if self._leader else "standby"
+                self.say(f"agent {self.holder}: {self.role} for {self.options.lease_name}")
+                self.store.save_agent_status(
+                    self.options.lease_name, holder=self.holder, role=self.role, cursor=self.cursor or 0
+                )
+                if self._leader:
+                    self.cursor = None  # a new leader plans everything once
+        if not self._leader:
+            return None
+        head = self.store.events_head()
+        wall = datetime.now(UTC)
+        changed = self.cursor is None or head > self.cursor
+        resync = now >= self._resync_at
+        boundary = self._next_change is not None and wall >= self._next_change
+        retry = self._retry_at is not None and now >= self._retry_at
+        if not (changed or resync or boundary or retry):
+            return None
+        drift = resync and not changed and not boundary and not retry
+        result = self._pass(drift=drift)
+        self.cursor = head
+        if resync:
+            self._resync_at = now + self.options.resync_s
+        self._next_change = result.next_change
+        failed = result.failed
+        if failed:
+            self._retry_at = now + self._backoff
+            self._backoff = min(self._backoff * 2, 60.0)
+        else:
+            self._retry_at, self._backoff = None, 2.0
+        self.store.save_agent_status(
+            self.options.lease_name,
+            holder=self.holder,
+            role=self.role,
+            cursor=head,
+            applied=True,
+            resynced=resync,
+            pending=max(0, result.pending),
+            failed=failed[:50],
+        )
+        return result
+
+    def _pass(self, *, drift: bool) -> Pass:
+        o = self.options
+        self.passes += 1
+        try:
+            result = one_pass(
+                self.store,
+                course=o.course,
+                engine=o.engine,
+                host=o.host,
+                runner=self.runner,
+                overrides=o.overrides,
+                guard=lambda: self.store.holds_lease(o.lease_name, self.holder),
+                drift=drift,
+                actor=AGENT_ACTOR,
+            )
+        except GpuseatError as exc:
+            self.say(f"agent: the pass failed: {exc.message}")
+            result = Pass()
+            result.planned = []
+            self._retry_at = time.monotonic() + self._backoff
+            return result
+        for r in result.reports:
+            for out in r.outcomes:
+                mark = {"done": "done", "failed": "FAILED", "skipped": "skipped"}[out.state]
+                tail = f": {out.message}" if out.message else ""
+                self.say(f"{r.course} {r.engine}: {mark} {out.step.sign} {out.step.action} {out.step.target}{tail}")
+        for p in result.planned:
+            if p.error:
+                self.say(f"{p.course} {p.engine_name}: cannot plan: {p.error}")
+        for key in result.deleted:
+            self.say(f"{key}: deleted (no engine holds anything for it now)")
+        return result
+
+    def wait(self, seconds: float, stop: threading.Event) -> None:
+        """Sleep until ``seconds`` pass, ``stop`` is set, or (PostgreSQL) a new events row is notified."""
+        if self._waker is None:
+            self._waker = _waker(self.store)
+        if self._waker is not None and self._leader:
+            try:
+                for _n in self._waker.notifies(timeout=seconds, stop_after=1):
+                    break
+                return
+            except Exception:  # the listening connection died: poll from now on, reconnect later
+                self._waker = False
+        stop.wait(seconds)
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Loop until ``stop`` is set (SIGTERM/SIGINT set it from the CLI); give the lease back at the end."""
+        halt = stop or threading.Event()
+        try:
+            while not halt.is_set():
+                try:
+                    self.tick()
+                except GpuseatError as exc:  # the store is unreachable for a moment: say so, keep going
+                    self.say(f"agent: {exc.message}")
+                    self._leader = False
+                pause = self.options.poll_s if self._leader else min(self.options.poll_s * 2, self.options.lease_s / 3)
+                self.wait(pause, halt)
+        finally:
+            if self._leader:
+                with contextlib.suppress(GpuseatError):
+                    self.store.drop_lease(self.options.lease_name, self.holder)
+            if self._waker:
+                self._waker.close()
+
+
+def _waker(store: CourseStore) -> Any:
+    """A LISTENing autocommit psycopg connection on PostgreSQL (None elsewhere: the agent polls)."""
+    url = store.url
+    if not url.startswith("postgresql"):
+        return None
+    try:
+        import psycopg
+        from sqlalchemy.engine import make_url
+
+        u = make_url(url)
+        extra: dict[str, Any] = {k: str(v) for k, v in u.query.items()}
+        conn = psycopg.connect(
+            host=u.host, port=u.port, user=u.username, password=u.password, dbname=u.database, autocommit=True, **extra
+        )
+        conn.execute(f"LISTEN {CHANNEL}")
+        return conn
+    except Exception:
+        return None
+
+
+def unit_file(*, gpuseat: str, engine: str | None, host: str | None, env_file: str) -> str:
+    """The systemd unit for ``gpuseat agent`` on this machine (root: it manages accounts and devices)."""
+    args = [gpuseat, "agent"]
+    if engine:
+        args += ["--engine", engine]
+    if host:
+        args += ["--host", host]
+    return (
+        "[Unit]\n"
+        "Description=gpuseat agent: keeps this machine's GPU seats true to the course store\n"
+        "Documentation=https://github.com/gpuseat/gpuseat/blob/main/docs/delivery.md\n"
+        "Wants=network-online.target\n"
+        "After=network-online.target ssh.service\n"
+        "\n"
+        "[Service]\n"
+        "Type=simple\n"
+        f"EnvironmentFile=-{env_file}\n"
+        f"ExecStart={' '.join(args)}\n"
+        "Restart=always\n"
+        "RestartSec=2\n"
+        "TimeoutStopSec=30\n"
+        "KillSignal=SIGTERM\n"
+        "# it creates accounts, writes keys and sets device ACLs: no ProtectSystem/PrivateDevices here\n"
+        "NoNewPrivileges=yes\n"
+        "\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )

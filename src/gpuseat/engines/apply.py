@@ -1,0 +1,280 @@
+"""Plan and apply: from the store to every engine's machines, for one course or all of them.
+
+One pass builds each course's :class:`~gpuseat.engines.base.CourseState`, asks each engine that
+delivers its seats (or that still holds access for it) for a plan, applies it, observes what access
+remains and records that (``engine_holdings``), with one ``engine.apply`` events row per engine and
+course that changed something. ``gpuseat apply`` runs one pass; ``gpuseat agent`` runs a pass
+whenever the store changes, a schedule boundary passes, or a resync is due.
+
+A course whose deletion was asked for is deleted here, once no engine holds anything for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from gpuseat.engines import registry
+from gpuseat.engines.base import Changes, CourseState, Engine, Report
+from gpuseat.engines.runner import Runner
+from gpuseat.errors import GpuseatError, NotFound
+
+if TYPE_CHECKING:
+    from gpuseat.store import CourseStore
+
+#: a course with access windows opens this long before each window, so seats are checked ready in time
+LEAD = timedelta(minutes=15)
+AGENT_ACTOR = "gpuseat-agent"
+
+
+@dataclass
+class Planned:
+    """One engine's plan for one course, with the engine that made it (or why it could not plan)."""
+
+    course: str
+    engine_name: str
+    host: str | None
+    engine: Engine | None
+    state: CourseState | None
+    changes: Changes | None
+    error: str | None = None
+    drift: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        out: dict[str, Any] = (
+            self.changes.to_dict() if self.changes else {"engine": self.engine_name, "course": self.course}
+        )
+        out["error"] = self.error
+        out["drift"] = self.drift
+        return out
+
+
+@dataclass
+class Pass:
+    """What one pass planned and applied."""
+
+    planned: list[Planned] = field(default_factory=list)
+    reports: list[Report] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    next_change: datetime | None = None
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        """Failed steps and engines that could not plan, one dict each."""
+        out: list[dict[str, Any]] = [
+            {"course": p.course, "engine": p.engine_name, "error": p.error, "exit_code": 2}
+            for p in self.planned
+            if p.error
+        ]
+        for r in self.reports:
+            out += [
+                {"course": r.course, "engine": r.engine, "step": o.step.key, "error": o.message, "exit_code": o.exit_code}
+                for o in r.failed
+            ]
+        return out
+
+    @property
+    def pending(self) -> int:
+        """Steps planned and not (yet) done."""
+        done = sum(len(r.done) for r in self.reports)
+        return sum(len(p.changes.steps) for p in self.planned if p.changes) - done
+
+
+def course_state(store: CourseStore, key: str, *, now: datetime | None = None) -> CourseState:
+    """The store's wanted state of course ``key`` (a course gone from the store: nobody holds anything)."""
+    when = now or datetime.now(UTC)
+    try:
+        view = store.get_course(key)
+    except NotFound:
+        return CourseState(key, None, (), {}, {}, now=when)
+    deleting = key in store.pending_deletions()
+    seats = tuple(store.seats(key))
+    people = {p.key: p for p in store.participants(key)}
+    access = store.access_of(key)
+    archived = bool(getattr(view, "archived_at", None)) or deleting or _archived(store, key)
+    closed, next_change = _window(store, key, view.timezone, when)
+    return CourseState(key, view, seats, people, access, archived, closed, next_change, when)
+
+
+def _archived(store: CourseStore, key: str) -> bool:
+    from gpuseat.store.undo import is_archived
+
+    return is_archived(store, key)
+
+
+def _window(store: CourseStore, key: str, timezone: str, now: datetime) -> tuple[str | None, datetime | None]:
+    """(why access is closed now, or None; the next time that changes) from the course's schedule."""
+    from zoneinfo import ZoneInfo
+
+    try:
+        sched = store.course_file(key).schedule
+    except GpuseatError:
+        return None, None
+    if sched.always_on:
+        return None, None
+    tz = ZoneInfo(timezone)
+    local = now.astimezone(tz).replace(tzinfo=None)
+    wins = [(b - LEAD, e) for b, e in sched.access_intervals()]
+    nxt = min((t for b, e in wins for t in (b, e) if t > local), default=None)
+    nxt_utc = nxt.replace(tzinfo=tz).astimezone(UTC) if nxt else None
+    if any(b <= local < e for b, e in wins):
+        return None, nxt_utc
+    opens = min((b for b, _e in wins if b > local), default=None)
+    why = (
+        f"outside the course's access hours (next opens {opens:%Y-%m-%d %H:%M})"
+        if opens
+        else "the course's schedule has ended"
+    )
+    return why, nxt_utc
+
+
+def targets(store: CourseStore, *, course: str | None, engine: str | None) -> list[tuple[str, str]]:
+    """(course key, engine) pairs to plan: every delivering engine of each course's seats, and every
+    engine that still holds access for a course (archived, deleted or not)."""
+    delivering = set(registry.delivering())
+    pairs: set[tuple[str, str]] = set()
+    if course is not None:
+        try:
+            keys = [store.get_course(course).key]
+        except NotFound:
+            keys = [course] if store.holdings(course) else []
+            if not keys:
+                raise
+    else:
+        keys = [c.key for c in store.list_courses()] + list(store.pending_deletions())
+    for key in dict.fromkeys(keys):
+        try:
+            seats = store.seats(key)
+        except NotFound:
+            seats = []
+        pairs |= {(key, s.engine) for s in seats if s.engine in delivering}
+    for h in store.holdings(course):
+        if course is None or h["course"] == course:
+            pairs.add((h["course"], h["engine"]))
+    return sorted((c, e) for c, e in pairs if engine is None or e == engine)
+
+
+def settings_for(store: CourseStore, course: str, engine: str, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The engine's stored settings for the course, with ``overrides`` (flags) over them."""
+    try:
+        stored = store.engine_settings(course, engine)
+    except NotFound:
+        stored = {}
+    return {**stored, **{k: v for k, v in (overrides or {}).items() if v not in (None, "")}}
+
+
+def plan_all(
+    store: CourseStore,
+    *,
+    course: str | None = None,
+    engine: str | None = None,
+    host: str | None = None,
+    runner: Runner,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    now: datetime | None = None,
+    revoke_all: bool = False,
+) -> list[Planned]:
+    """Every engine's plan for every course (or one course / engine); ``revoke_all``: as if nobody held
+    a seat (``host down`` at the end of a course on one server)."""
+    out: list[Planned] = []
+    states: dict[str, CourseState] = {}
+    for key, name in targets(store, course=course, engine=engine):
+        if key not in states:
+            states[key] = course_state(store, key, now=now)
+            if revoke_all:
+                states[key] = replace(states[key], archived=True)
+        state = states[key]
+        try:
+            values = settings_for(store, key, name, (overrides or {}).get(name))
+            eng = registry.build(name, store, key, settings=values, runner=runner, host=host)
+            changes = eng.plan(state)
+            out.append(Planned(key, name, getattr(eng, "host", host), eng, state, changes))
+        except (GpuseatError, ImportError) as exc:
+            out.append(Planned(key, name, host, None, state, None, getattr(exc, "what", str(exc))))
+    return out
+
+
+def apply_all(
+    store: CourseStore,
+    planned: Iterable[Planned],
+    *,
+    guard: Callable[[], bool] | None = None,
+    drift: bool = False,
+    actor: str = AGENT_ACTOR,
+) -> Pass:
+    """Apply each plan, record what access remains, write one events row per engine and course that
+    changed anything (``drift``: the changes undo what someone did by hand), finish asked deletions."""
+    result = Pass(planned=list(planned))
+    for p in result.planned:
+        if p.state is not None and p.state.next_change is not None:
+            result.next_change = min(filter(None, [result.next_change, p.state.next_change]))
+        if p.engine is None or p.changes is None:
+            continue
+        p.drift = drift and not p.changes.empty
+        report = (
+            p.engine.apply(p.changes, guard=guard) if not p.changes.empty else Report(p.engine_name, p.course, p.host)
+        )
+        result.reports.append(report)
+        if report.dry_run:
+            continue
+        if report.outcomes:
+            _log_report(store, p, report, drift=drift, actor=actor)
+        try:
+            found = p.engine.observe(p.state) if p.state is not None else []
+            store.set_holdings(p.course, p.engine_name, p.host, [h.to_dict() for h in found])
+        except GpuseatError as exc:
+            report.notes.append(f"could not observe what remains: {exc.what}")
+    if not any(r.dry_run for r in result.reports):
+        result.deleted = finish_deletions(store, actor=actor)
+    return result
+
+
+def _log_report(store: CourseStore, p: Planned, report: Report, *, drift: bool, actor: str) -> None:
+    detail = {
+        "engine": p.engine_name,
+        "host": p.host,
+        "done": [f"{o.step.sign} {o.step.action} {o.step.target}" for o in report.done][:200],
+        "failed": [{"step": f"{o.step.action} {o.step.target}", "error": o.message} for o in report.failed][:200],
+        "skipped": sum(1 for o in report.outcomes if o.state == "skipped"),
+    }
+    action = "drift.reverted" if drift else "engine.apply"
+    store.log_any(p.course, action, detail=detail, actor=actor)
+
+
+def finish_deletions(store: CourseStore, *, actor: str = AGENT_ACTOR) -> list[str]:
+    """Delete each course whose deletion was asked for and for which no engine holds anything now."""
+    from gpuseat.store.undo import drop_course
+
+    done = []
+    for key, asked in store.pending_deletions().items():
+        if store.holdings(key):
+            continue
+        with contextlib.suppress(NotFound):
+            drop_course(store, key, export=asked["export"], sha256=asked["sha256"], actor=asked["actor"] or actor)
+        store.forget_deletion(key)
+        done.append(key)
+    return done
+
+
+def one_pass(
+    store: CourseStore,
+    *,
+    course: str | None = None,
+    engine: str | None = None,
+    host: str | None = None,
+    runner: Runner,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    guard: Callable[[], bool] | None = None,
+    drift: bool = False,
+    actor: str = AGENT_ACTOR,
+    revoke_all: bool = False,
+) -> Pass:
+    """Plan and apply once (what ``gpuseat apply`` does, and each of the agent's passes)."""
+    planned = plan_all(
+        store, course=course, engine=engine, host=host, runner=runner, overrides=overrides, revoke_all=revoke_all
+    )
+    return apply_all(store, planned, guard=guard, drift=drift, actor=actor)

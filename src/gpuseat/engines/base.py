@@ -1,0 +1,327 @@
+"""The one engine interface: an engine *plans* what its machines must change to match the store,
+*applies* those changes one idempotent step at a time, *observes* what access exists on its machines
+now, *checks* seats as their participants and says how to *connect*.
+
+It is mig-parted's shape (a spec, ``assert``, ``apply``) for seats: the store is the spec, ``plan`` is
+the assert (an empty plan means the machines match), ``apply`` carries the steps out. A plan is
+computed from the machines as they are, so running the same plan twice, or an agent killed mid-way
+and restarted, never does a step twice to effect.
+
+Hand-over rule: steps run by phase, ``revoke`` before ``grant`` before ``record``; a grant on a seat
+whose revoke failed is skipped (the new holder never shares a GPU with the old one), and the seat
+keeps showing "being prepared" until its ``record`` step has written the new holder's way in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
+
+from gpuseat.engines.runner import Ran, Runner
+from gpuseat.errors import GpuseatError
+
+if TYPE_CHECKING:
+    from gpuseat.core.readiness import Access, Readiness
+    from gpuseat.store import CourseView, ParticipantView, SeatView
+
+Phase = Literal["revoke", "grant", "record"]
+PHASES: tuple[Phase, ...] = ("revoke", "grant", "record")
+OutcomeState = Literal["done", "failed", "skipped"]
+
+#: the first word of a step's action says which way it goes: "-" takes access away, "+" gives it, "~" updates
+_SIGNS = {
+    "remove": "-",
+    "lock": "-",
+    "revoke": "-",
+    "end": "-",
+    "cancel": "-",
+    "stop": "-",
+    "delete": "-",
+    "add": "+",
+    "set": "~",
+    "grant": "+",
+    "unlock": "+",
+    "create": "+",
+    "launch": "+",
+    "start": "+",
+    "reimage": "~",
+    "record": "~",
+    "clear": "~",
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One idempotent change on one machine, for one reason.
+
+    ``action`` is ``thing.verb`` (``account.add``, ``key.remove``, ``device.grant``, ``jobs.cancel``,
+    ``domain.reimage``, ``hub.server.stop``, ``cloud.launch``, ``seat.record`` …); ``target`` names
+    what it acts on (a login, a device file, a domain); ``why`` says, for a person, why (``ben released
+    seat-02``). ``data`` carries what ``apply`` needs (JSON values). ``seats`` are the seats whose
+    hand-over waits for this step (a failed revoke blocks the grants on them).
+    """
+
+    engine: str
+    action: str
+    target: str
+    why: str
+    phase: Phase = "grant"
+    participant: str | None = None
+    seats: tuple[str, ...] = ()
+    host: str | None = None
+    data: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def sign(self) -> str:
+        """``-`` takes access away, ``+`` gives it, ``~`` changes or records."""
+        return _SIGNS.get(self.action.rsplit(".", 1)[-1], "~")
+
+    @property
+    def key(self) -> str:
+        """What the step acts on, stable across plans (the same step planned twice has one key)."""
+        return f"{self.engine}:{self.host or ''}:{self.action}:{self.target}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``apply --format json``, the events log)."""
+        return {
+            "engine": self.engine,
+            "host": self.host,
+            "action": self.action,
+            "sign": self.sign,
+            "target": self.target,
+            "participant": self.participant,
+            "seats": list(self.seats),
+            "phase": self.phase,
+            "why": self.why,
+        }
+
+
+@dataclass
+class Changes:
+    """An engine's plan for one course (on one host): the steps, in order, and notes for a person."""
+
+    engine: str
+    course: str
+    host: str | None = None
+    steps: list[Step] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        """True when the machines already match the store."""
+        return not self.steps
+
+    def ordered(self) -> list[Step]:
+        """The steps by phase (revoke, grant, record), each phase in planned order."""
+        return sorted(self.steps, key=lambda s: PHASES.index(s.phase))
+
+    def counts(self) -> dict[str, int]:
+        """How many steps give, change and take away access (the plan's summary line)."""
+        out = {"+": 0, "~": 0, "-": 0}
+        for s in self.steps:
+            out[s.sign] += 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "engine": self.engine,
+            "course": self.course,
+            "host": self.host,
+            "steps": [s.to_dict() for s in self.ordered()],
+            "notes": list(self.notes),
+        }
+
+
+@dataclass
+class Outcome:
+    """What became of one step: done, failed (with why) or skipped (with why), and the commands it ran."""
+
+    step: Step
+    state: OutcomeState
+    message: str | None = None
+    commands: list[Ran] = field(default_factory=list)
+    seconds: float = 0.0
+    exit_code: int = 0  # a failed step: 2 when the store's data is wrong (bad input), else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            **self.step.to_dict(),
+            "state": self.state,
+            "exit_code": self.exit_code,
+            "message": self.message,
+            "seconds": round(self.seconds, 4),
+            "commands": [c.to_dict() for c in self.commands],
+        }
+
+
+@dataclass
+class Report:
+    """What one ``apply`` did: one outcome per step."""
+
+    engine: str
+    course: str
+    host: str | None = None
+    outcomes: list[Outcome] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+    @property
+    def failed(self) -> list[Outcome]:
+        """The steps that failed."""
+        return [o for o in self.outcomes if o.state == "failed"]
+
+    @property
+    def done(self) -> list[Outcome]:
+        """The steps carried out."""
+        return [o for o in self.outcomes if o.state == "done"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "engine": self.engine,
+            "course": self.course,
+            "host": self.host,
+            "dry_run": self.dry_run,
+            "outcomes": [o.to_dict() for o in self.outcomes],
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class Holding:
+    """One piece of access that exists on a machine now (what ``observe`` finds): an account that can
+    log in, a key, an open device, a running process or job, a hub server, a VM, a cloud cluster."""
+
+    engine: str
+    what: str
+    login: str
+    participant: str | None = None
+    seat: str | None = None
+    host: str | None = None
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "engine": self.engine,
+            "what": self.what,
+            "login": self.login,
+            "participant": self.participant,
+            "seat": self.seat,
+            "host": self.host,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class CourseState:
+    """What the store says about one course, for one engine: the wanted state an engine plans towards.
+
+    ``course`` is None for a course that is gone from the store (deleted) but whose accounts an
+    engine still holds: its plan takes every access away. ``closed`` is why participants may not use
+    their seats right now (an access window or session schedule that is shut), else None.
+    """
+
+    key: str
+    course: CourseView | None
+    seats: tuple[SeatView, ...]
+    people: Mapping[str, ParticipantView]
+    access: Mapping[str, Mapping[str, Any]]
+    archived: bool = False
+    closed: str | None = None
+    next_change: datetime | None = None
+    now: datetime | None = None
+
+    @property
+    def active(self) -> bool:
+        """True while the course's holders should have access (not archived, deleted or shut)."""
+        return self.course is not None and not self.archived
+
+    def holders(self) -> list[tuple[SeatView, ParticipantView]]:
+        """(seat, participant) for every held seat of the course (the wanted access)."""
+        out = []
+        for seat in self.seats:
+            if seat.participant and seat.participant in self.people:
+                out.append((seat, self.people[seat.participant]))
+        return out
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """The interface every seat engine implements (see the module docstring)."""
+
+    name: str
+
+    def plan(self, course: CourseState) -> Changes:
+        """The steps that make the machines match ``course`` (empty when they already do)."""
+        ...
+
+    def apply(self, changes: Changes, *, guard: Callable[[], bool] | None = None) -> Report:
+        """Carry out ``changes`` step by step (each idempotent); ``guard`` is asked before each step and
+        a False stops the apply (an agent that lost its lease)."""
+        ...
+
+    def observe(self, course: CourseState) -> list[Holding]:
+        """What access exists on the machines now for ``course`` (accounts, keys, processes, jobs …)."""
+        ...
+
+    def check(self, seats: Sequence[SeatView]) -> list[Readiness]:
+        """Probe each held seat as its participant (ready = exactly their GPU)."""
+        ...
+
+    def connect(self, seat: SeatView) -> Access | None:
+        """How the seat's holder reaches it now (None while it is being prepared)."""
+        ...
+
+
+class StepEngine:
+    """The apply loop every engine shares: steps by phase, each timed with the commands it ran; a
+    failed revoke blocks the grants on its seats; a guard that says no stops the run.
+
+    An engine implements :meth:`do` for its own actions.
+    """
+
+    name: ClassVar[str] = ""
+    runner: Runner
+
+    def do(self, step: Step) -> str | None:
+        """Carry out one step; return a short note (or None). Raise a GpuseatError to fail it."""
+        raise NotImplementedError
+
+    def apply(self, changes: Changes, *, guard: Callable[[], bool] | None = None) -> Report:
+        """See :meth:`Engine.apply`."""
+        report = Report(changes.engine, changes.course, changes.host, notes=list(changes.notes))
+        report.dry_run = self.runner.dry_run
+        blocked: dict[str, str] = {}
+        stopped = False
+        for step in changes.ordered():
+            if stopped or (guard is not None and not guard()):
+                stopped = True
+                report.outcomes.append(Outcome(step, "skipped", "this agent no longer holds the lease"))
+                continue
+            if step.phase != "revoke":
+                held = next((blocked[s] for s in step.seats if s in blocked), None)
+                if held is not None:
+                    report.outcomes.append(Outcome(step, "skipped", f"waits for: {held}"))
+                    continue
+            self.runner.take()
+            started = time.monotonic()
+            code = 0
+            try:
+                note = self.do(step)
+                state: OutcomeState = "done"
+            except GpuseatError as exc:
+                note, state, code = exc.message, "failed", exc.exit_code
+            except OSError as exc:
+                note, state, code = f"{type(exc).__name__}: {exc}", "failed", 1
+            outcome = Outcome(step, state, note, self.runner.take(), time.monotonic() - started, code)
+            report.outcomes.append(outcome)
+            if state == "failed" and step.phase == "revoke":
+                for s in step.seats:
+                    blocked.setdefault(s, f"{step.action} {step.target} failed ({note})")
+        return report

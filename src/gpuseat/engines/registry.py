@@ -1,0 +1,182 @@
+"""The registry: the one list of seat engines.
+
+Each engine is an :class:`EngineSpec` (name, the seat kinds it delivers, its class and its settings
+model, imported only when used, so one engine's missing optional dependency never breaks another, and
+a line for the docs). Third-party engines register an ``EngineSpec`` under the ``gpuseat.engines``
+entry-point group::
+
+    [project.entry-points."gpuseat.engines"]
+    mycloud = "mypkg.gpuseat_engine:SPEC"
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from gpuseat.errors import InputError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from gpuseat.engines.base import Engine
+    from gpuseat.engines.runner import Runner
+    from gpuseat.store import CourseStore
+
+ENTRY_POINT_GROUP = "gpuseat.engines"
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One engine: ``target`` and ``settings`` are ``"module:Name"`` (None for ``manual``: nobody
+    delivers those seats, gpuseat only records them)."""
+
+    name: str
+    kinds: tuple[str, ...]
+    target: str | None
+    settings: str | None
+    doc: str
+
+    def load(self) -> type[Any]:
+        """The engine class (imported now)."""
+        if self.target is None:
+            raise InputError(
+                f"engine {self.name!r} delivers nothing: its seats are set up by hand",
+                where="engine",
+                fix="give the seats an engine that delivers them (gpuseat seats add --engine …)",
+            )
+        return _attr(self.target)
+
+    def settings_model(self) -> type[BaseModel] | None:
+        """The pydantic model of the engine's settings (None: the engine takes none)."""
+        return _attr(self.settings) if self.settings else None
+
+
+BUILTIN: tuple[EngineSpec, ...] = (
+    EngineSpec(
+        "host",
+        ("gpu", "mig", "shared"),
+        "gpuseat.engines.host.engine:HostEngine",
+        "gpuseat.engines.host.engine:HostSettings",
+        "One Linux GPU server: an account, a key and exactly one GPU or MIG device per participant.",
+    ),
+    EngineSpec(
+        "libvirt",
+        ("vm", "vgpu", "gpu"),
+        "gpuseat.engines.libvirt.engine:LibvirtEngine",
+        "gpuseat.engines.libvirt.engine:LibvirtSettings",
+        "One libvirt VM per seat (passthrough or vGPU), its login made by a cloud-init seed.",
+    ),
+    EngineSpec(
+        "jupyterhub",
+        ("gpu", "mig", "shared", "vgpu"),
+        "gpuseat.engines.jupyterhub.engine:JupyterHubEngine",
+        "gpuseat.engines.jupyterhub.engine:JupyterHubSettings",
+        "A JupyterHub whose spawner gives each user exactly their seat's GPU.",
+    ),
+    EngineSpec(
+        "slurm",
+        ("slurm", "gpu", "mig"),
+        "gpuseat.engines.slurm.engine:SlurmEngine",
+        "gpuseat.engines.slurm.engine:SlurmSettings",
+        "A Slurm cluster: associations, per-person GPU limits, session reservations, jobs cancelled on revoke.",
+    ),
+    EngineSpec(
+        "skypilot",
+        ("cloud",),
+        "gpuseat.engines.skypilot.engine:SkyPilotEngine",
+        "gpuseat.engines.skypilot.engine:SkyPilotSettings",
+        "Cloud seats launched, stopped and autostopped through SkyPilot's Python API.",
+    ),
+    EngineSpec(
+        "kubernetes",
+        ("gpu", "mig", "shared"),
+        "gpuseat.engines.kubernetes.engine:KubernetesEngine",
+        "gpuseat.engines.kubernetes.engine:KubernetesSettings",
+        "Kubernetes: one pod per seat from rendered manifests (server-side dry run when a cluster is set).",
+    ),
+    EngineSpec("manual", ("gpu", "mig", "vgpu", "shared", "cloud", "slurm", "vm"), None, None, "Seats set up by hand."),
+)
+
+
+@cache
+def specs() -> dict[str, EngineSpec]:
+    """Every engine by name: the built-in ones, then those registered through entry points."""
+    out = {s.name: s for s in BUILTIN}
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            spec = ep.load()
+        except Exception:  # a broken plug-in must not break gpuseat; `gpuseat apply` names it
+            continue
+        if isinstance(spec, EngineSpec) and spec.name not in out:
+            out[spec.name] = spec
+    return out
+
+
+def names() -> tuple[str, ...]:
+    """Every engine name, ``manual`` included (what a seat's ``engine`` may be)."""
+    return tuple(specs())
+
+
+def delivering() -> tuple[str, ...]:
+    """The engines that deliver seats (every one but ``manual``)."""
+    return tuple(n for n, s in specs().items() if s.target is not None)
+
+
+def spec(name: str) -> EngineSpec:
+    """The engine called ``name``, or one clear error that lists the others."""
+    found = specs().get(name)
+    if found is None:
+        raise InputError(f"no seat engine called {name!r}", where="engine", fix=f"use one of {', '.join(names())}")
+    return found
+
+
+def build(
+    name: str,
+    store: CourseStore,
+    course: str,
+    *,
+    settings: dict[str, Any] | None = None,
+    runner: Runner | None = None,
+    host: str | None = None,
+) -> Engine:
+    """The engine ``name`` for ``course``: settings validated by its model (store values, then
+    ``settings`` over them), commands through ``runner``, acting for ``host`` when it has several."""
+    from gpuseat.engines.runner import default_runner
+
+    found = spec(name)
+    cls = found.load()
+    model = found.settings_model()
+    values = dict(settings or {})
+    parsed = validate_settings(name, values) if model is not None else None
+    engine: Engine = cls(store, course, settings=parsed, runner=runner or default_runner(), host=host)
+    return engine
+
+
+def validate_settings(name: str, values: dict[str, Any]) -> Any:
+    """``values`` checked by engine ``name``'s settings model; one clear error per bad field."""
+    from pydantic import ValidationError
+
+    model = spec(name).settings_model()
+    if model is None:
+        if values:
+            raise InputError(f"engine {name!r} takes no settings", where="settings", fix="remove them")
+        return None
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err.get("loc", ())) or "settings"
+        fields = ", ".join(model.model_fields)
+        raise InputError(
+            f"{name} setting {where}: {err.get('msg')}", where=f"{name} settings", fix=f"settings are: {fields}"
+        ) from None
+
+
+def _attr(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)

@@ -1,0 +1,265 @@
+"""What engines and agents keep in the store: per-course engine settings, agent leases and status, the
+access engines hold on their machines, course deletions waiting for revocation, and the events head
+that agents follow.
+
+Leases are rows (River's pattern, which works on SQLite and PostgreSQL alike): a holder takes an
+expired or free lease, or renews its own, in one write; everyone else waits as standby.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import delete, func, select
+
+from gpuseat.db.models import AgentLease, AgentStatus, CourseDeletion, EngineHolding, EngineSetting, Event
+from gpuseat.store.base import StoreBase
+from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log
+
+
+class AgentMethods(StoreBase):
+    """Engine settings, leases, agent status, holdings, deferred deletions (see the module doc)."""
+
+    # -- engine settings -----------------------------------------------------------------------------
+
+    def engine_settings(self, course: str | None, engine: str) -> dict[str, Any]:
+        """The stored settings of ``engine`` for ``course`` (empty when none were set)."""
+        with self._read() as s:
+            crow = _course(s, course)
+            row = s.scalar(
+                select(EngineSetting).where(EngineSetting.course_id == crow.id, EngineSetting.engine == engine)
+            )
+            return dict(row.values) if row else {}
+
+    def all_engine_settings(self, course: str | None) -> dict[str, dict[str, Any]]:
+        """Engine name → stored settings, for every engine with settings in ``course``."""
+        with self._read() as s:
+            crow = _course(s, course)
+            rows = s.scalars(select(EngineSetting).where(EngineSetting.course_id == crow.id))
+            return {r.engine: dict(r.values) for r in rows}
+
+    def set_engine_settings(
+        self, course: str | None, engine: str, values: Mapping[str, Any], *, actor: str = DEFAULT_ACTOR
+    ) -> bool:
+        """Store ``values`` (already validated by the engine's model) with an events row; False when
+        they were already so. A value of None removes that setting."""
+        with self._write() as s:
+            crow = _course(s, course)
+            row = s.scalar(
+                select(EngineSetting).where(EngineSetting.course_id == crow.id, EngineSetting.engine == engine)
+            )
+            old = dict(row.values) if row else {}
+            new = {**old, **{k: v for k, v in values.items() if v is not None}}
+            for k, v in values.items():
+                if v is None:
+                    new.pop(k, None)
+            if new == old and row is not None:
+                return False
+            now = datetime.now(UTC)
+            if row is None:
+                s.add(EngineSetting(course_id=crow.id, engine=engine, values=new, updated_at=now))
+            else:
+                row.values, row.updated_at = new, now
+            changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+            _log(s, crow.key, actor, "engine.settings", detail={"engine": engine, "changed": changed})
+            return True
+
+    # -- the events head (what agents follow) ----------------------------------------------------------
+
+    def events_head(self) -> int:
+        """The id of the newest events row of any course (0 when there are none)."""
+        with self._read() as s:
+            return int(s.scalar(select(func.max(Event.id))) or 0)
+
+    def log_any(
+        self,
+        course_key: str,
+        action: str,
+        *,
+        participant: str | None = None,
+        seat: str | None = None,
+        detail: dict[str, Any] | None = None,
+        actor: str = DEFAULT_ACTOR,
+    ) -> None:
+        """An events row for a course that may be gone from the store (a deleted course's revocation)."""
+        with self._write() as s:
+            _log(s, course_key, actor, action, participant=participant, seat=seat, detail=detail)
+
+    # -- leases ------------------------------------------------------------------------------------------
+
+    def take_lease(self, name: str, holder: str, ttl_s: float, *, now: float | None = None) -> bool:
+        """Take or renew the lease ``name`` for ``holder`` for ``ttl_s`` seconds; False while another
+        holder's lease has not expired."""
+        t = time.time() if now is None else now
+        with self._write() as s:
+            row = s.get(AgentLease, name, with_for_update=True)
+            if row is None:
+                s.add(AgentLease(name=name, holder=holder, acquired_at=t, expires_at=t + ttl_s))
+                return True
+            if row.holder != holder and row.expires_at > t:
+                return False
+            if row.holder != holder:
+                row.holder, row.acquired_at = holder, t
+            row.expires_at = t + ttl_s
+            return True
+
+    def holds_lease(self, name: str, holder: str, *, now: float | None = None) -> bool:
+        """True while ``holder`` holds an unexpired lease ``name`` (asked before each apply step)."""
+        t = time.time() if now is None else now
+        with self._read() as s:
+            row = s.get(AgentLease, name)
+            return row is not None and row.holder == holder and row.expires_at > t
+
+    def drop_lease(self, name: str, holder: str) -> None:
+        """Give the lease up (a standby takes it at once)."""
+        with self._write() as s:
+            s.execute(delete(AgentLease).where(AgentLease.name == name, AgentLease.holder == holder))
+
+    def leases(self) -> list[dict[str, Any]]:
+        """Every lease: name, holder, seconds left."""
+        now = time.time()
+        with self._read() as s:
+            return [
+                {"name": r.name, "holder": r.holder, "expires_in_s": round(r.expires_at - now, 1)}
+                for r in s.scalars(select(AgentLease).order_by(AgentLease.name))
+            ]
+
+    # -- agent status ------------------------------------------------------------------------------------
+
+    def save_agent_status(
+        self,
+        name: str,
+        *,
+        holder: str,
+        role: str,
+        cursor: int,
+        applied: bool = False,
+        resynced: bool = False,
+        pending: int = 0,
+        failed: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """Record what agent ``name`` did last (one row per agent name)."""
+        now = datetime.now(UTC)
+        with self._write() as s:
+            row = s.get(AgentStatus, name)
+            if row is None:
+                row = AgentStatus(
+                    name=name, holder=holder, role=role, cursor=cursor, pending=0, failed=[], updated_at=now
+                )
+                s.add(row)
+            row.holder, row.role, row.cursor, row.updated_at = holder, role, cursor, now
+            if applied:
+                row.last_apply_at, row.pending, row.failed = now, pending, list(failed or [])
+            if resynced:
+                row.last_resync_at = now
+
+    def agent_statuses(self) -> list[dict[str, Any]]:
+        """Every agent's last status, with its lease."""
+        leases = {x["name"]: x for x in self.leases()}
+        with self._read() as s:
+            out = []
+            for r in s.scalars(select(AgentStatus).order_by(AgentStatus.name)):
+                lease = leases.get(r.name)
+                out.append(
+                    {
+                        "name": r.name,
+                        "holder": r.holder,
+                        "role": r.role,
+                        "lease_holder": lease["holder"] if lease else None,
+                        "lease_expires_in_s": lease["expires_in_s"] if lease else None,
+                        "cursor": r.cursor,
+                        "last_apply_at": _iso(r.last_apply_at),
+                        "last_resync_at": _iso(r.last_resync_at),
+                        "pending": r.pending,
+                        "failed": list(r.failed or []),
+                        "updated_at": _iso(r.updated_at),
+                    }
+                )
+            return out
+
+    # -- holdings ----------------------------------------------------------------------------------------
+
+    def set_holdings(self, course_key: str, engine: str, host: str | None, found: Iterable[Mapping[str, Any]]) -> None:
+        """Replace what ``engine`` on ``host`` holds for ``course_key`` by ``found`` (``Holding.to_dict``)."""
+        now = datetime.now(UTC)
+        with self._write() as s:
+            s.execute(
+                delete(EngineHolding).where(
+                    EngineHolding.course_key == course_key,
+                    EngineHolding.engine == engine,
+                    EngineHolding.host == (host or ""),
+                )
+            )
+            for h in found:
+                s.add(
+                    EngineHolding(
+                        course_key=course_key,
+                        engine=engine,
+                        host=host or "",
+                        what=str(h["what"])[:32],
+                        login=str(h["login"])[:64],
+                        participant=h.get("participant"),
+                        seat=h.get("seat"),
+                        updated_at=now,
+                    )
+                )
+
+    def holdings(self, course_key: str | None = None) -> list[dict[str, Any]]:
+        """What engines hold on machines (of one course, or all), as last observed."""
+        with self._read() as s:
+            q = select(EngineHolding).order_by(EngineHolding.course_key, EngineHolding.engine, EngineHolding.login)
+            if course_key is not None:
+                q = q.where(EngineHolding.course_key == course_key)
+            return [
+                {
+                    "course": r.course_key,
+                    "engine": r.engine,
+                    "host": r.host or None,
+                    "what": r.what,
+                    "login": r.login,
+                    "participant": r.participant,
+                    "seat": r.seat,
+                }
+                for r in s.scalars(q)
+            ]
+
+    # -- deletions waiting for the engines ---------------------------------------------------------------
+
+    def request_deletion(self, course_key: str, *, export_path: str, sha256: str, actor: str) -> None:
+        """Mark ``course_key`` for deletion once its engines hold nothing (the export is written already)."""
+        with self._write() as s:
+            if s.get(CourseDeletion, course_key) is None:
+                s.add(
+                    CourseDeletion(
+                        course_key=course_key,
+                        export_path=export_path,
+                        sha256=sha256,
+                        actor=actor[:128],
+                        requested_at=datetime.now(UTC),
+                    )
+                )
+            _log(s, course_key, actor, "course.delete.asked", detail={"export": export_path, "sha256": sha256})
+
+    def pending_deletions(self) -> dict[str, dict[str, Any]]:
+        """Course key → the deletion asked for (export path, checksum, who)."""
+        with self._read() as s:
+            return {
+                r.course_key: {"export": r.export_path, "sha256": r.sha256, "actor": r.actor}
+                for r in s.scalars(select(CourseDeletion))
+            }
+
+    def forget_deletion(self, course_key: str) -> None:
+        """The deletion is done (or was for a course already gone)."""
+        with self._write() as s:
+            s.execute(delete(CourseDeletion).where(CourseDeletion.course_key == course_key))
+
+
+def _iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.isoformat()
