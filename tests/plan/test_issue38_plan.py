@@ -205,3 +205,43 @@ def test_a_server_its_cpus_limit_takes_the_layout_with_most_memory_for_those_sea
     assert best["groups"][0]["profile"] == "1g.35gb" and best["groups"][0]["seats_per_unit"] == 8
     verbose = run(cli, path, "-v").out
     assert "1g.18gb: 8 seats of 16 GB; mig 1g.35gb gives as many seats with at least as much memory" in verbose
+
+
+def test_offer_globs_ignore_case(cli, tmp_path):
+    path = course(tmp_path, [], LAB, people=4)
+    path.write_text(path.read_text().replace("offers = []\n", ""))
+    lower = json.loads(run(cli, path, "--offer", "runpod:*", "--format", "json").out)
+    mixed = json.loads(run(cli, path, "--offer", "RunPod:*", "--format", "json").out)
+    assert mixed["options"] == lower["options"] and mixed["options"]
+    assert {x["offer"].split(":")[0] for o in mixed["options"] for x in o["offers"]} == {"runpod"}
+    assert json.loads(run(cli, path, "--offer", "AWS:G4DN.*", "--format", "json").out)["options"][0]["offers"] == [
+        {"offer": "aws:g4dn.xlarge", "count": 4}
+    ]
+    # the course file's globs too, and --why
+    glob = course(tmp_path, ["RUNPOD:1x_rtxa4000_*"], LAB, people=4)
+    result = json.loads(run(cli, glob, "--why", "RunPod:1x_RTXA4000_SECURE", "--format", "json").out)
+    assert result["options"][0]["offers"][0]["offer"] == "runpod:1x_RTXA4000_SECURE"
+    assert result["why"]["offer"] == "runpod:1x_RTXA4000_SECURE"
+    bad = cli("plan", path, "--offer", "RunPodd:*")
+    assert bad.code == 2 and "unknown offer id 'RunPodd:*'" in bad.err and "Traceback" not in bad.err + bad.out
+
+
+def test_a_requirement_that_misses_a_cheaper_layout_by_a_little_says_so(cli, tmp_path):
+    """8 participants asking 20 GB on A100 80GB servers at $2,000 a month: MIG 1g.20gb slices hold 19.5 GB
+    (NVIDIA's figure), so each server gives 2 × 3g.40gb without a licence: 4 servers, $8,000. Asking ≤ 19.5 GB
+    allows 4 × 1g.20gb per server: 2 servers, $4,000, saving $4,000.00."""
+    (tmp_path / "a100.toml").write_text(A100_SERVER.format(extra=""))
+    path = course(tmp_path, ["acme:*"], ALWAYS, people=8, extra='offers_files = ["a100.toml"]')
+    path.write_text(path.read_text().replace("min_gpu_memory_gb = 12", "min_gpu_memory_gb = 20"))
+    out = run(cli, path).out
+    assert (
+        "Hint: asking ≤ 19.5 GB of GPU memory (not 20 GB) would allow 2× acme:bm-1xA100 (mig 1g.20gb, 4 seats each), "
+        "saving $4,000.00 ($4,000.00 instead of $8,000.00)"
+    ) in out
+    result = json.loads(run(cli, path, "--format", "json").out)
+    assert result["options"][0]["total_usd"] == 8000.00  # the plan itself is unchanged
+    (hint,) = result["hints"]
+    assert hint["value"] == 19.5 and hint["asked"] == 20 and hint["saving_usd"] == 4000.00
+    # far from any cheaper layout (asking 30 GB: 3g.40gb is what it gets anyway): no hint
+    path.write_text(path.read_text().replace("min_gpu_memory_gb = 20", "min_gpu_memory_gb = 30"))
+    assert json.loads(run(cli, path, "--format", "json").out)["hints"] == []

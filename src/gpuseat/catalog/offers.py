@@ -274,10 +274,11 @@ def merge_offers(*groups: list[Offer] | tuple[Offer, ...]) -> list[Offer]:
 
 
 def check_offer_ids(ids: list[str], offers: list[Offer], *, where: str) -> None:
-    """Every id (or glob) in ``ids`` must match at least one offer."""
+    """Every id (or glob) in ``ids`` must match at least one offer (case ignored, as the plan selects)."""
     known = [o.id for o in offers]
+    lowered = [k.lower() for k in known]
     for pattern in ids:
-        if not any(fnmatchcase(k, pattern) for k in known):
+        if not any(fnmatchcase(k, pattern.lower()) for k in lowered):
             raise InputError(
                 f"unknown offer id '{pattern}'.{did_you_mean(pattern, known)}",
                 where=where,

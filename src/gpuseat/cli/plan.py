@@ -207,6 +207,8 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         out.append(
             f"Over the budget of ${result['budget_usd']:,.2f}: option{'s' if len(over) > 1 else ''} {', '.join(over)}"
         )
+    for hint in result.get("hints", []):
+        out.append(f"Hint: {hint['text']}")
     for q in result.get("quoted", []):
         out.append(f"Quoted: {q['text']}")
     for f in result.get("filters", []):

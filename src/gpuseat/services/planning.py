@@ -190,6 +190,7 @@ def plan_course(
         budget_usd=budget_usd,
         why=why,
         where=str(course_path),
+        hints=True,
     )
     result.warnings[:0] = warnings
     result.filters = reports

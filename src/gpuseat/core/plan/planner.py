@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from gpuseat.catalog.offers import Offer, ProviderRules
 from gpuseat.core.cost import Line, billing_months, line, money, num, published_rate
-from gpuseat.core.course import Course
-from gpuseat.core.plan.fit import Fit, PlanContext, RejectedOffer
+from gpuseat.core.course import Course, Group
+from gpuseat.core.plan.fit import Fit, PlanContext, RejectedOffer, cloud_reason
 from gpuseat.core.plan.perf import Speed
 from gpuseat.core.plan.result import Plan, PlanOption, WhyAnswer
 from gpuseat.core.plan.solve import Allocation, solve, tighten
@@ -32,14 +32,21 @@ def select_offers(
     regions: Sequence[str] = (),
     providers: Mapping[str, ProviderRules] | None = None,
 ) -> list[Offer]:
-    """Offers whose id matches any glob in ``patterns`` and whose region matches any of ``regions``
-    (no patterns: every offer; no regions: every region); see :func:`region_matches`."""
+    """Offers whose id matches any glob in ``patterns`` (case ignored: ``RunPod:*`` is every RunPod offer)
+    and whose region matches any of ``regions`` (no patterns: every offer; no regions: every region); see
+    :func:`region_matches`."""
+    globs = [p.lower() for p in patterns]
     return [
         o
         for o in offers
-        if (not patterns or any(fnmatchcase(o.id, p) for p in patterns))
+        if (not globs or any(fnmatchcase(o.id.lower(), p) for p in globs))
         and (not regions or any(region_matches(o, r, providers) for r in regions))
     ]
+
+
+def offer_matches(offer_id: str, pattern: str) -> bool:
+    """Whether an offer id matches a glob of ``--offer`` or the course's ``offers`` (case ignored)."""
+    return fnmatchcase(offer_id.lower(), pattern.lower())
 
 
 def geographies(providers: Mapping[str, ProviderRules] | None) -> set[str]:
@@ -119,11 +126,14 @@ def plan(
     why: str | None = None,
     where: str = "course",
     exhaustive: bool = False,
+    hints: bool = False,
 ) -> Plan:
     """Price the course on ``offers``: the cheapest mix first, then distinct alternatives.
 
     ``where`` names the course in error messages (its file path, for the CLI). ``exhaustive`` solves
     over every fitting offer instead of the pruned candidates (same optimum, slower: for checks).
+    ``hints`` also says when asking a little less GPU memory would allow a cheaper layout (see
+    :func:`near_misses`; it plans the course again, so it is off by default).
     """
     offers = list(offers)
     ctx = PlanContext.of(course, catalog)
@@ -186,7 +196,90 @@ def plan(
         budget_usd=budget_usd,
         why=answer,
         passed_over=_passed_over(options, rejected),
+        hints=near_misses(course, offers, catalog, options[0]) if hints else [],
     )
+
+
+#: A requirement "misses by a little" when an offer or a layout has at least this share of it.
+NEAR = 0.9
+
+
+def near_misses(course: Course, offers: Sequence[Offer], catalog: Catalog, best: PlanOption) -> list[dict[str, object]]:
+    """Where a group's GPU memory requirement misses a cheaper layout by a little (asking 20 GB where a
+    19.5 GB MIG slice exists): for each group, the closest value within :data:`NEAR` of the asked one that
+    some offer or layout gives, with what it would allow and the saving, found by planning again with it."""
+    out: list[dict[str, object]] = []
+    many = len(course.groups) > 1
+    for group in course.groups:
+        asked = group.min_gpu_memory_gb
+        if not asked:
+            continue
+        for value in _near_values(group, offers, catalog)[:2]:
+            relaxed = _relaxed(course, group.name, value)
+            try:
+                found = plan(relaxed, offers, catalog=catalog, alternatives=0).options[0]
+            except (NoOfferFits, Infeasible):
+                continue
+            saving = round(best.total_usd - found.total_usd, 2)
+            if saving < 0.01:
+                continue
+            mine = [a for a in found.allocations if a.fit.group.name == group.name]
+            allows = ", ".join(
+                f"{a.units}× {a.fit.offer.id}"
+                + (f" ({a.fit.mode} {a.fit.profile}, {a.fit.seats_per_unit} seats each)" if a.fit.profile else "")
+                for a in mine
+            )
+            who = f" for group '{group.name}'" if many else ""
+            text = (
+                f"asking ≤ {value:g} GB of GPU memory{who} (not {asked:g} GB) would allow {allows}, "
+                f"saving {money(saving)} ({money(found.total_usd)} instead of {money(best.total_usd)})"
+            )
+            out.append(
+                {
+                    "group": group.name,
+                    "field": "min_gpu_memory_gb",
+                    "asked": asked,
+                    "value": value,
+                    "total_usd": found.total_usd,
+                    "saving_usd": saving,
+                    "text": text,
+                }
+            )
+            break
+    return out
+
+
+def _near_values(group: Group, offers: Sequence[Offer], catalog: Catalog) -> list[float]:
+    """GPU memory sizes just under what ``group`` asks (within :data:`NEAR`) that a cloud offer or a
+    server's layout gives, closest first."""
+    from gpuseat.core.carve import chip_options
+
+    asked = group.min_gpu_memory_gb
+    low = asked * NEAR
+    found: set[float] = set()
+    need = group.need
+    gpus: set[str] = set()
+    for offer in offers:
+        gb = offer.memory_per_chip_gb
+        if offer.kind != "cloud":
+            gpus.add(offer.gpu)
+        elif low <= gb < asked and cloud_reason(offer, need.model_copy(update={"min_gpu_memory_gb": gb})) is None:
+            found.add(gb)
+    free = need.model_copy(update={"min_gpu_memory_gb": 0.0})
+    for name in sorted(gpus):
+        gpu = catalog.find_gpu(name)
+        if gpu is None:
+            continue
+        for option in chip_options(gpu, free, catalog.partitions)[0]:
+            if not option.chip_gb and low <= option.memory_gb < asked:
+                found.add(option.memory_gb)
+    return sorted(found, reverse=True)
+
+
+def _relaxed(course: Course, name: str, gb: float) -> Course:
+    """``course`` with group ``name`` asking ``gb`` of GPU memory."""
+    groups = tuple(g.model_copy(update={"min_gpu_memory_gb": gb}) if g.name == name else g for g in course.groups)
+    return course.model_copy(update={"participants": None, "needs": None, "group": groups})
 
 
 def _passed_over(options: list[PlanOption], rejected: list[RejectedOffer]) -> list[RejectedOffer]:
@@ -523,6 +616,8 @@ def _why(
     rejected: list[RejectedOffer],
 ) -> WhyAnswer:
     """Price ``offer_id`` for this course and say why it is not the first option."""
+    if offer_id not in offers:  # ids are matched as --offer globs are: case ignored
+        offer_id = {k.lower(): k for k in offers}.get(offer_id.lower(), offer_id)
     if offer_id not in offers:
         raise InputError(
             f"unknown offer id '{offer_id}'.{did_you_mean(offer_id, offers)}",

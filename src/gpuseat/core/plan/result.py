@@ -146,6 +146,7 @@ class Plan:
     why: WhyAnswer | None = None
     filters: list[dict[str, Any]] = field(default_factory=list)
     passed_over: list[RejectedOffer] | None = None  # None: the detail entries of ``rejected``
+    hints: list[dict[str, Any]] = field(default_factory=list)  # a requirement that misses a cheaper layout
 
     def quoted(self) -> list[dict[str, Any]]:
         """The course's quoted figures, each beside gpuseat's own for the same offer."""
@@ -187,6 +188,7 @@ class Plan:
                 r.to_dict() for r in (self.rejected if self.passed_over is None else self.passed_over) if r.detail
             ],
             "warnings": self.warnings,
+            "hints": self.hints,
             "filters": self.filters,
             "quoted": self.quoted(),
         }
