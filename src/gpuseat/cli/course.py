@@ -186,6 +186,14 @@ def register(app: typer.Typer) -> None:
                 export_to = folder / f"{view.key}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.gpuseat.zip"
             done = store.delete_course(view.key, export_to=export_to, actor=actor())
         print(f"export written: {done['export']}")
+        if done.get("deferred"):
+            print(
+                f"course {done['course']} archived; it is deleted once the engines have taken every access away "
+                f"({len(done['logins'])} login(s) still held by {', '.join(done['held_by'])}). "
+                "The agent does that within seconds (gpuseat agent status), or run: "
+                f"gpuseat apply --course {done['course']}"
+            )
+            return
         print(
             f"course {done['course']} deleted ({done['participants']} participants, {done['seats']} seats); "
             f"gpuseat course import {done['export']} brings it back"

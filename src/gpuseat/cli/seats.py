@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 SEAT_COLUMNS = ("key", "kind", "host", "profile", "memory_gb", "participant", "engine", "state", "connect")
 STATUS_COLUMNS = ("seat", "kind", "participant", "engine", "state", "since", "last_gpu_activity", "connect")
+#: what an 80-column terminal hides first (``-f wide`` shows every column)
+SEAT_DROP = ("connect", "participant", "engine", "state", "memory_gb", "host")
+STATUS_DROP = ("last_gpu_activity", "since", "kind", "engine", "connect")
 EXPORT_COLUMNS = (
     "key",
     "kind",
@@ -49,8 +52,14 @@ def _toml_string(value: str) -> str:
 
 
 def seats_toml(seats: list[SeatView], users: dict[str, str | None]) -> str:
-    """The seats file of ``gpuseat top|monitor --seats`` (only seats with a device UUID can be watched)."""
+    """The seats file of ``gpuseat top|monitor --seats`` (only seats with a device UUID can be watched).
+
+    Seats left out are counted in a comment at the top (and by ``seats export``, on stderr).
+    """
     lines = ["# gpuseat seats file, exported from the course store (gpuseat seats export --format toml)"]
+    left_out = without_device(seats)
+    if left_out:
+        lines.append(f"# {left_out_note(left_out)}")
     for s in seats:
         if not s.device_uuid:
             continue
@@ -64,8 +73,23 @@ def seats_toml(seats: list[SeatView], users: dict[str, str | None]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def without_device(seats: list[SeatView]) -> list[str]:
+    """Keys of the seats a seats file cannot hold: no device UUID (yet)."""
+    return [s.key for s in seats if not s.device_uuid]
+
+
+def left_out_note(keys: list[str]) -> str:
+    """Why seats are missing from the seats file, and how they get a device UUID."""
+    named = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+    return (
+        f"{len(keys)} seat(s) left out, without a device UUID: {named}. top/monitor watch a seat by its "
+        "GPU or MIG device UUID, which a seat gets when it is delivered (gpuseat host up) or added with "
+        "--from-nvidia-smi; cloud seats get none until their machine runs"
+    )
+
+
 def _print_seats(seats: list[Any], fmt: Format, title: str) -> None:
-    print_rows([s.to_dict() for s in seats], SEAT_COLUMNS, fmt, title=title)
+    print_rows([s.to_dict() for s in seats], SEAT_COLUMNS, fmt, title=title, drop=SEAT_DROP)
 
 
 def _specs(
@@ -81,7 +105,9 @@ def _specs(
     engine: str,
     host: str | None,
     group: list[str],
+    notes: list[str],
 ) -> list[SeatSpec]:
+    """The seats to add; ``notes`` gets what to print once they are stored (how many fit)."""
     from gpuseat.services import seat_sources
 
     given = [x for x in (inventory, nvidia_smi) if x is not None] + ([True] if cloud else [])
@@ -108,8 +134,11 @@ def _specs(
             min_mem=min_mem,
             profiles=carving.profiles_from_flags(profile),
             guest=guest,
+            notes=notes,
         )
-        return seat_sources.seats_from_layout(layout, engine=engine, host=host, groups=group)  # type: ignore[arg-type]
+        # a second server's slices are named seat-01 … again: its seats number on after the course's
+        start = seat_sources.next_number([s.key for s in store.seats(course)])
+        return seat_sources.seats_from_layout(layout, engine=engine, host=host, groups=group, start=start)  # type: ignore[arg-type]
     if cloud:
         from gpuseat.catalog.bundle import load_catalog
 
@@ -123,7 +152,7 @@ def _specs(
     from gpuseat.files import read_text
 
     text = read_text(nvidia_smi, max_bytes=nvsmi.MAX_XML_BYTES)
-    existing = len(store.seats(course))
+    existing = seat_sources.next_number([s.key for s in store.seats(course)]) - 1
     if text.lstrip().startswith("<"):
         snapshot = nvsmi.parse_xml(text, host=host or "localhost", where=str(nvidia_smi))
         found = seat_sources.seats_from_nvidia_smi(snapshot, host=host, start=existing + 1)
@@ -141,11 +170,15 @@ def _specs(
 
 
 def _next_steps(course: str, engines: list[str]) -> None:
-    """After a change of holder: what makes it real on the machines (the store alone does not)."""
-    from gpuseat.services.engine import apply_hints
+    """After a change of holder: the agent carries it out; say so, and how to do it now without one."""
+    from gpuseat.engines import registry
 
-    for hint in apply_hints(course, engines):
-        print(f"  next: {hint}")
+    delivering = sorted(set(engines) & set(registry.delivering()))
+    if delivering:
+        print(
+            f"  the agent applies this within seconds (gpuseat agent status); without an agent: "
+            f"gpuseat apply --course {course}"
+        )
 
 
 def register(app: typer.Typer) -> None:
@@ -180,6 +213,7 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services import seat_sources
         from gpuseat.services.courses import open_store
 
+        notes: list[str] = []  # said only once the seats are stored, of the seats added
         with open_store(db) as store:
             specs = _specs(
                 store,
@@ -193,6 +227,7 @@ def register(app: typer.Typer) -> None:
                 engine=engine,
                 host=host,
                 group=group,
+                notes=notes,
             )
             if not specs:
                 print("no seats to add: every participant has a suitable seat already")
@@ -200,6 +235,9 @@ def register(app: typer.Typer) -> None:
             added = store.add_seats(course, specs, actor=actor())
             if inventory is not None:
                 seat_sources.record_inventory_access(store, added, inventory, actor=actor())
+        for note in notes:
+            span = added[0].key if len(added) == 1 else f"{added[0].key} … {added[-1].key}"
+            print(f"{note}: {span} (use --count N for fewer)", file=sys.stderr if fmt is Format.json else sys.stdout)
         _print_seats(added, fmt, f"{len(added)} seat(s) added")
 
     @seats_app.command("assign")
@@ -308,7 +346,8 @@ def register(app: typer.Typer) -> None:
                     "connect": s.connect,
                 }
             )
-        print_rows(rows, STATUS_COLUMNS, fmt, title=f"seats of {seats[0].course}" if seats else "seats")
+        title = f"seats of {seats[0].course}" if seats else "seats"
+        print_rows(rows, STATUS_COLUMNS, fmt, title=title, drop=STATUS_DROP)
 
     @seats_app.command("export")
     def export(
@@ -324,6 +363,9 @@ def register(app: typer.Typer) -> None:
             users = {p.key: p.unix_user for p in store.participants(course)}
         if fmt is ExportFormat.toml:
             print(seats_toml(seats, users), end="")
+            left_out = without_device(seats)
+            if left_out:
+                print(f"note: {left_out_note(left_out)}", file=sys.stderr)
         elif fmt is ExportFormat.json:
             print_json([s.to_dict() for s in seats])
         else:

@@ -106,6 +106,15 @@ def ssh_config_block(alias: str, host: str, user: str | None, port: int | None, 
     return "\n".join(lines) + "\n"
 
 
+def no_way_in(seat: str) -> str:
+    """What to set when a seat has no way in: the field, the file, the flag, the command."""
+    return (
+        "no way in is set for this seat yet: set ssh_host (and ssh_port) in the server's inventory file "
+        "before `gpuseat seats add --inventory`, pass --ssh-host HOST to `gpuseat host up`, or run "
+        f"`gpuseat seats connect {seat} --ssh USER@HOST`"
+    )
+
+
 def instruction(
     access: Mapping[str, object] | None,
     *,
@@ -119,7 +128,7 @@ def instruction(
     ``name`` (``server_name``) is never printed: it names a file, not a machine.
     """
     if not access:
-        return Instruction(None, None, None, None, (), "no way in is set for this seat yet")
+        return Instruction(None, None, None, None, (), no_way_in(seat))
     kind = str(access.get("kind") or "ssh")
     notes = tuple(str(n) for n in (access.get("notes") or ()))  # type: ignore[attr-defined]
     uuid = access.get("device_uuid")
@@ -266,6 +275,13 @@ def slice_dropin(
     if memory_max:
         lines.append(f"MemoryMax={memory_max}")
     return "\n".join(lines) + "\n"
+
+
+def login_name(key: str, unix_user: str | None) -> str:
+    """The participant's one login name on every engine: the roster's ``unix_user``, else a safe slug
+    of their key (:func:`safe_user`). Shown on their page and by ``seats connect`` from the moment they
+    hold a seat, whichever engine delivers it."""
+    return unix_user or safe_user(key)
 
 
 def safe_user(key: str) -> str:

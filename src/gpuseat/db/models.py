@@ -145,7 +145,7 @@ class Seat(Base):
     state_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     connect: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # structured way in (services.engine.Access.to_dict) and the last readiness check (Readiness.to_dict)
+    # structured way in (core.readiness.Access.to_dict) and the last readiness check (Readiness.to_dict)
     access: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     readiness: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # true while an assignment of this seat is open: kept by database triggers on assignments (migration
@@ -339,3 +339,72 @@ class PortalSession(Base):
 # monitor's tables by seat (created by the portal's migration).
 Index("ix_samples_seat_id_ts", Sample.seat_id, Sample.ts)
 Index("ix_minute_aggregates_seat_id_minute", MinuteAggregate.seat_id, MinuteAggregate.minute)
+
+
+class EngineSetting(Base):
+    """One engine's settings for one course (validated by the engine's settings model), shared by every
+    organizer machine and agent on the store; each change writes an events row."""
+
+    __tablename__ = "engine_settings"
+    __table_args__ = (UniqueConstraint("course_id", "engine", name="uq_engine_settings_course_engine"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    course_id: Mapped[int] = mapped_column(ForeignKey("courses.id", ondelete="CASCADE"))
+    engine: Mapped[str] = mapped_column(String(32))
+    values: Mapped[dict[str, Any]] = mapped_column(JSON)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class AgentLease(Base):
+    """Who applies for one engine on one host: the lease holder; others wait as standby.
+
+    Times are Unix seconds of the holder's clock (agents of one lease run on one host)."""
+
+    __tablename__ = "agent_leases"
+    name: Mapped[str] = mapped_column(String(160), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(160))
+    acquired_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
+
+
+class AgentStatus(Base):
+    """What an agent did last (``gpuseat agent status`` and the portal read it)."""
+
+    __tablename__ = "agent_status"
+    name: Mapped[str] = mapped_column(String(160), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(160))
+    role: Mapped[str] = mapped_column(String(16))
+    cursor: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"))
+    last_apply_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_resync_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    pending: Mapped[int] = mapped_column(Integer)
+    failed: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class EngineHolding(Base):
+    """Access an engine found on a machine after its last apply (an account that can log in, a key, a
+    job): what ``course delete`` asks before it deletes, and what an agent revokes for a deleted course.
+    Keyed by course *key*, not id: the rows outlive the course until the access is gone."""
+
+    __tablename__ = "engine_holdings"
+    __table_args__ = (Index("ix_engine_holdings_course_key", "course_key"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    course_key: Mapped[str] = mapped_column(String(64))
+    engine: Mapped[str] = mapped_column(String(32))
+    host: Mapped[str] = mapped_column(String(256))
+    what: Mapped[str] = mapped_column(String(32))
+    login: Mapped[str] = mapped_column(String(64))
+    participant: Mapped[str | None] = mapped_column(String(128))
+    seat: Mapped[str | None] = mapped_column(String(128))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class CourseDeletion(Base):
+    """A ``course delete`` waiting for the engines to take every access away (then the rows go)."""
+
+    __tablename__ = "course_deletions"
+    course_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    export_path: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str] = mapped_column(String(64))
+    actor: Mapped[str] = mapped_column(String(128))
+    requested_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

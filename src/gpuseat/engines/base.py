@@ -7,8 +7,8 @@ the assert (an empty plan means the machines match), ``apply`` carries the steps
 computed from the machines as they are, so running the same plan twice, or an agent killed mid-way
 and restarted, never does a step twice to effect.
 
-Hand-over rule: steps run by phase, ``revoke`` before ``grant`` before ``record``; a grant on a seat
-whose revoke failed is skipped (the new holder never shares a GPU with the old one), and the seat
+Hand-over rule: steps run by phase, ``revoke`` before ``grant`` before ``record``; a grant or record
+on a seat whose earlier step failed is skipped (the new holder never shares a GPU with the old one), and the seat
 keeps showing "being prepared" until its ``record`` step has written the new holder's way in.
 """
 
@@ -321,7 +321,7 @@ class StepEngine:
                 note, state, code = f"{type(exc).__name__}: {exc}", "failed", 1
             outcome = Outcome(step, state, note, self.runner.take(), time.monotonic() - started, code)
             report.outcomes.append(outcome)
-            if state == "failed" and step.phase == "revoke":
+            if state == "failed":  # what comes after on the same seats waits (revokes never wait)
                 for s in step.seats:
                     blocked.setdefault(s, f"{step.action} {step.target} failed ({note})")
         return report

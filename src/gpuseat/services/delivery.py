@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuseat.core.delivery import Instruction, instruction
+from gpuseat.core.readiness import Access
 from gpuseat.errors import InputError
-from gpuseat.services.engine import Access
 
 if TYPE_CHECKING:
     from gpuseat.services.courses import CourseStore, ParticipantView, SeatView
@@ -133,7 +133,7 @@ def build_access(
     refused as a host unless it is a full DNS name.
     """
     from gpuseat.core.delivery import check_host, split_user_host, ssh_command
-    from gpuseat.services.engine import ACCESS_KINDS
+    from gpuseat.core.readiness import ACCESS_KINDS
 
     if kind is not None and kind not in ACCESS_KINDS:
         raise InputError(f"--kind {kind!r}", where="--kind", fix=f"one of {', '.join(ACCESS_KINDS)}")

@@ -35,21 +35,35 @@ def _host(name: str) -> str:
     return host or "server"
 
 
+def next_number(keys: Sequence[str], prefix: str = "seat") -> int:
+    """The number after the highest ``PREFIX-NN`` key (1 when there is none): where new seats go on."""
+    pattern = re.compile(rf"{re.escape(prefix)}-(\d{{1,6}})")
+    return 1 + max((int(m.group(1)) for k in keys if (m := pattern.fullmatch(k))), default=0)
+
+
 def seats_from_layout(
-    layout: Layout, *, engine: EngineName = "manual", host: str | None = None, groups: Sequence[str] = ()
+    layout: Layout,
+    *,
+    engine: EngineName = "manual",
+    host: str | None = None,
+    groups: Sequence[str] = (),
+    start: int = 1,
 ) -> list[SeatSpec]:
     """One seat per carved slice, keyed by the slice's name (``seat-01`` …, what ``vms`` and carve use).
 
+    ``start`` > 1 (a course that has seats already, e.g. a second server) numbers on from there:
+    ``seat-15`` … instead of the slice names, which restart at ``seat-01`` on every server.
     Whole GPUs keep their UUID (when the inventory gives one); MIG, vGPU and shared slices get theirs
     when they are created on the host (``seats`` records it through the engine's state changes).
     """
     where_host = host or _host(layout.server.name)
+    keys = [s.name for s in layout.slices] if start == 1 else seat_keys("seat", len(layout.slices), start)
     out = []
-    for s in layout.slices:
+    for key, s in zip(keys, layout.slices, strict=True):
         kind = KIND_OF_MODE[s.mode]
         out.append(
             SeatSpec(
-                key=s.name,
+                key=key,
                 kind=kind,
                 host=where_host,
                 device_uuid=s.uuid if kind == "gpu" and s.uuid else None,
@@ -221,11 +235,13 @@ def carve_counted(
     min_mem: float,
     profiles: tuple[str, ...],
     guest: str,
+    notes: list[str] | None = None,
 ) -> Layout:
     """Carve an inventory so that the seat count is what the organizer meant.
 
     One profile (``--profile 1g.18gb``) means "seats of this size": ``count`` of them, or as many as
-    fit when no count is given (printed). Several profiles are taken as the exact list.
+    fit when no count is given (said in ``notes``, printed when None). Several profiles are taken as
+    the exact list.
     """
     from gpuseat.services import carving
 
@@ -247,7 +263,11 @@ def carve_counted(
                     raise
                 break
         assert best is not None
-        print(f"{len(best.slices)} seats of {profiles[0]} fit on {best.server.name} (use --count N for fewer)")
+        note = f"{len(best.slices)} seats of {profiles[0]} fit on {best.server.name}"
+        if notes is None:
+            print(f"{note} (use --count N for fewer)")
+        else:
+            notes.append(note)
         return best
     return carving.carve_inventory(
         inventory, catalog, mode=mode, seats=count, min_mem=min_mem, profiles=profiles, guest=guest
@@ -278,7 +298,7 @@ def record_inventory_access(
     store: CourseStore, seats: Sequence[SeatView], inventory: Path, *, actor: str = "gpuseat"
 ) -> int:
     """Give new inventory seats the server's reachable address (the holder's user is added at delivery)."""
-    from gpuseat.services.engine import Access
+    from gpuseat.core.readiness import Access
 
     access = inventory_access(inventory)
     if access is None:

@@ -20,7 +20,7 @@ from gpuseat.errors import InputError, InvalidTransition
 from gpuseat.store.rows import _log
 
 if TYPE_CHECKING:
-    from gpuseat.services.engine import Access, Readiness
+    from gpuseat.core.readiness import Access, Readiness
     from gpuseat.store.facade import CourseStore
 
 __all__ = ["access_of", "apply_seat_change", "readiness_of", "record_delivery", "record_readiness"]

@@ -34,7 +34,7 @@ from gpuseat.store.specs import SeatSpec, _SeatUpdate
 from gpuseat.store.views import AssignmentView, AssignReport, SeatView
 
 if TYPE_CHECKING:
-    from gpuseat.services.engine import Access
+    from gpuseat.core.readiness import Access
 
 
 class SeatMethods(StoreBase):
