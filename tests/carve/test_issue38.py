@@ -263,3 +263,17 @@ def test_a_plain_q_capture_without_tables_says_its_names_are_guessed(tmp_path, c
     assert got.code == 0, got.err
     (note,) = [n for n in json.loads(got.out)["notes"] if "holds MIG devices" in n]
     assert "2g.20gb" in note and "guessed" in note and "gpuseat probe" in note, note
+
+
+@pytest.mark.parametrize(
+    "sysfs",
+    ["[1]", "not json", '{"layout": "vfio", "gpus": {"a": {"vfs": 5, "creatable": 7}}}', '{"layout": "vfio"}'],
+)
+def test_an_odd_sysfs_record_is_never_a_crash(sysfs, tmp_path, monkeypatch, cli):
+    """Written inputs (hand-edited sysfs.json): either no vGPU layout known, or none offered — never exit 70."""
+    bundle = _l40s_bundle(tmp_path, monkeypatch, cli, HARVESTER_L40S.read_text())
+    (bundle / "sysfs.json").write_text(sysfs)
+    got = cli("carve", "--from-probe", bundle, "--mode", "vgpu", "--seats", "2")
+    assert got.code in (0, 2) and "Traceback" not in got.err and "internal error" not in got.err, got.err
+    if got.code == 2:
+        assert "offers no vGPU type" in got.err, got.err

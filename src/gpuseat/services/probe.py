@@ -391,20 +391,24 @@ def offered_vgpu_types(bundle: Bundle) -> tuple[str, ...] | None:
         doc = json.loads(data.decode()) if data else {}
     except (ValueError, UnicodeDecodeError):
         return None
-    gpus = doc.get("gpus") if isinstance(doc, dict) else None
-    if doc.get("layout") not in ("vfio", "mdev") or not isinstance(gpus, dict):
-        return None
+    if not isinstance(doc, dict) or doc.get("layout") not in ("vfio", "mdev") or not isinstance(doc.get("gpus"), dict):
+        return None  # no vGPU layout recorded (or not one gpuseat wrote): nothing is known, nothing restricted
+
+    def listed(holder: dict[str, Any], key: str) -> list[Any]:
+        value = holder.get(key)
+        return value if isinstance(value, list) else []
+
     names: list[str] = []
-    for info in gpus.values():
+    for info in doc["gpus"].values():
         if not isinstance(info, dict):
             continue
-        holders = [info, *(v for v in info.get("vfs") or [] if isinstance(v, dict))]
-        for holder in holders:
-            for line in holder.get("creatable") or []:
-                names.append(vgpu_type_name(str(line)) or "")
-            for mdev in holder.get("mdev_types") or []:
-                if isinstance(mdev, dict) and mdev.get("available") != 0:
-                    names.append(vgpu_type_name(str(mdev.get("name") or "")) or "")
+        for holder in [info, *(v for v in listed(info, "vfs") if isinstance(v, dict))]:
+            names += [vgpu_type_name(str(line)) or "" for line in listed(holder, "creatable")]
+            names += [
+                vgpu_type_name(str(m.get("name") or "")) or ""
+                for m in listed(holder, "mdev_types")
+                if isinstance(m, dict) and m.get("available") != 0
+            ]
     return tuple(dict.fromkeys(n for n in names if n))
 
 
