@@ -55,6 +55,8 @@ def _print_layout(layout: Layout, fmt: Format) -> None:
             print_table(doc["alternatives"], ["mode", "profile", "slices", "memory_gb", "reason"], title="Alternatives")
         if doc["rejected"]:
             print_table(doc["rejected"], ["mode", "profile", "reason"], title="Not possible")
+        for note in doc["notes"]:  # where the facts came from (driver tables or guesses, offered vGPU types)
+            print(f"Note: {note}")
 
 
 def register(app: typer.Typer) -> None:

@@ -94,8 +94,8 @@ def live_mig_notes(server: Server) -> list[str]:
         names = Counter(p or "unnamed" for p in live.profiles)
         held = ", ".join(f"{n} ×{c}" if c > 1 else n for n, c in sorted(names.items()))
         how = (
-            "names guessed from memory and SM counts: no `nvidia-smi mig -lgip`/`-lgi` was captured"
-            " (`gpuseat probe` records them)"
+            "names guessed from memory and SM counts, no `nvidia-smi mig -lgip`/`-lgi` captured;"
+            " `gpuseat probe` records them for the driver's names"
             if live.guessed or None in live.profiles
             else "names from the driver"
         )
