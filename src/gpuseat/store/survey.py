@@ -70,10 +70,15 @@ class SurveyRows:
         return int(row[0]), row[1], row[2]
 
     def template(self, course: str | None) -> tuple[str, str]:
-        """(key, TOML text) of the course's survey template."""
-        with immediate(self._engine).begin() as conn:  # may create the survey row
-            _, key, text = self._survey(conn, self._course(conn, course)[0])
-        return key, text
+        """(key, TOML text) of the course's survey template (the default until one is stored).
+
+        A read only: a participant's page shows the survey without waiting for another writer (the
+        survey row is made by the first write that needs it).
+        """
+        with self._engine.connect() as conn:
+            cid = self._course(conn, course)[0]
+            row = conn.execute(select(Survey.template_key, Survey.template_text).where(Survey.course_id == cid)).first()
+        return self._default if row is None else (row[0], row[1])
 
     def set_template(self, course: str | None, key: str, text: str, *, actor: str = "gpuseat") -> None:
         """Use another template; refused once anyone has answered."""

@@ -6,14 +6,18 @@ import hashlib
 import hmac
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, select, update
+from sqlalchemy import and_, select, text, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
+from gpuseat.db import busy_timeout
 from gpuseat.db.models import AccessToken, CourseRecord, Participant
+from gpuseat.errors import StoreError
 from gpuseat.store.base import StoreBase
 from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log, _open_seat_key, _participant_view, _people
 from gpuseat.store.views import IssuedToken, ParticipantView, _jsonable, _utc
@@ -21,6 +25,21 @@ from gpuseat.store.views import IssuedToken, ParticipantView, _jsonable, _utc
 TOKEN_BYTES = 32
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{20,128}$")
 _TOUCH_EVERY = timedelta(minutes=1)  # last-used time is written at most once a minute per token
+VISIT_WAIT_S = 0.25  # how long recording a visit waits for another writer before it gives up (and retries later)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenHit:
+    """What a link opens, read without writing anything (see :meth:`TokenMethods.find_token`)."""
+
+    participant: ParticipantView | None  # None: the link was revoked (or its course archived)
+    token_id: int
+    last_used_at: datetime | None
+    archived: bool  # the link's course is archived (archiving revokes its links)
+
+    def visit_due(self, now: datetime) -> bool:
+        """True when this visit should be recorded (last-used is kept to the minute)."""
+        return self.participant is not None and (self.last_used_at is None or now - self.last_used_at >= _TOUCH_EVERY)
 
 
 def token_hash(token: str) -> str:
@@ -76,32 +95,74 @@ class TokenMethods(StoreBase):
             _log(s, crow.key, actor, "token.revoke", detail={"participants": [p.key for p in people], "tokens": count})
             return count
 
-    def participant_for_token(self, token: str) -> ParticipantView | None:
-        """The participant an access token belongs to (None when unknown or revoked); notes its use.
+    def participant_for_token(self, token: str, *, touch: bool = True) -> ParticipantView | None:
+        """The participant an access token belongs to (None when unknown or revoked).
+
+        ``touch`` notes its use (at most once a minute), waiting at most :data:`VISIT_WAIT_S` for
+        another writer: a visit that cannot be noted at once is not noted (the portal queues and
+        retries it, see :meth:`find_token` and :meth:`record_visits`).
+        """
+        hit = self.find_token(token)
+        if hit is None or hit.participant is None:
+            return None
+        now = datetime.now(UTC)
+        if touch and hit.visit_due(now):
+            self.record_visits({hit.token_id: now})
+        return hit.participant
+
+    def find_token(self, token: str) -> TokenHit | None:
+        """The link's participant, token row and last use, in one read that writes nothing (None: unknown).
 
         The lookup is by SHA-256 of the token (an index lookup, so timing reveals nothing about the
-        token itself), then compared in constant time.
+        token itself), then compared in constant time. A revoked link is found too (``participant``
+        None), so a page can say why it no longer opens anything (``archived``: its course was archived).
         """
         if not isinstance(token, str) or not _TOKEN.match(token):
             return None
         digest = token_hash(token)
-        now = datetime.now(UTC)
         with self._read() as s:
             row = s.execute(
-                select(AccessToken, Participant, CourseRecord.key)
+                select(AccessToken, Participant, CourseRecord.key, CourseRecord.archived_at)
                 .join(Participant, Participant.id == AccessToken.participant_id)
                 .join(CourseRecord, CourseRecord.id == Participant.course_id)
-                .where(AccessToken.token_hash == digest, AccessToken.revoked_at.is_(None))
+                .where(AccessToken.token_hash == digest)
+                .order_by(AccessToken.revoked_at.is_not(None))  # the active one first
+                .limit(1)
             ).first()
             if row is None or not hmac.compare_digest(row[0].token_hash, digest):
                 return None
-            tok, p, ckey = row
-            tok_id, last = tok.id, _utc(tok.last_used_at)
-            view = _participant_view(ckey, p, _open_seat_key(s, p.id))
-        if last is None or now - last >= _TOUCH_EVERY:
-            with self._write() as w:
-                w.execute(update(AccessToken).where(AccessToken.id == tok_id).values(last_used_at=now))
-        return view
+            tok, p, ckey, archived_at = row
+            view = None if tok.revoked_at is not None else _participant_view(ckey, p, _open_seat_key(s, p.id))
+            return TokenHit(view, tok.id, _utc(tok.last_used_at), archived_at is not None)
+
+    def record_visits(self, visits: Mapping[int, datetime], *, wait_s: float = VISIT_WAIT_S) -> bool:
+        """Note when links were last used (token row id → time), waiting at most ``wait_s`` for the write lock.
+
+        Returns False, having written nothing, when another writer holds the lock that long (SQLite's
+        write lock, or a PostgreSQL row lock): the caller may try again later. It does not queue
+        behind the store's other writers (a page view is never worth a place in that queue).
+        """
+        if not visits:
+            return True
+        with self._writer.connect() as conn:
+            sqlite = conn.dialect.name == "sqlite"
+            raw = conn.connection.driver_connection if sqlite else None
+            if raw is not None:
+                raw.execute(f"PRAGMA busy_timeout={max(0, int(wait_s * 1000))}")
+            try:
+                with conn.begin():
+                    if not sqlite:
+                        conn.execute(text(f"SET LOCAL lock_timeout = '{max(1, int(wait_s * 1000))}ms'"))
+                    for tid, at in visits.items():
+                        conn.execute(update(AccessToken).where(AccessToken.id == tid).values(last_used_at=at))
+            except (OperationalError, StoreError) as exc:
+                if _locked(exc):
+                    return False
+                raise
+            finally:
+                if raw is not None:
+                    raw.execute(f"PRAGMA busy_timeout={int(busy_timeout() * 1000)}")
+        return True
 
     def token_status(self, course: str | None = None) -> list[dict[str, Any]]:
         """Per participant: whether an active token exists, when it was made and last used."""
@@ -125,6 +186,12 @@ class TokenMethods(StoreBase):
                 }
                 for k, c, u in s.execute(q)
             ]
+
+
+def _locked(exc: Exception) -> bool:
+    """True for "another writer holds the lock" (SQLite's busy, PostgreSQL's lock timeout)."""
+    message = str(getattr(exc, "orig", None) or exc).lower()
+    return any(m in message for m in ("locked", "another writer", "lock timeout", "could not obtain lock"))
 
 
 def _new_token(s: Session, course: str, p: Participant, now: datetime) -> IssuedToken:

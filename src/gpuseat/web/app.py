@@ -23,9 +23,10 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from starlette.background import BackgroundTask
 from starlette.datastructures import FormData
 
-from gpuseat.errors import GpuseatError, InputError
+from gpuseat.errors import GpuseatError, InputError, NotFound
 from gpuseat.services.courses import ParticipantView
 from gpuseat.services.survey import OPEN
 from gpuseat.web.exports import csv_text
@@ -84,6 +85,7 @@ def create_app(portal: Portal) -> FastAPI:
         from gpuseat.web.workers import shutdown
 
         shutdown()
+        portal.close_visits()
 
     app.add_middleware(BodyGuard, receive_timeout_s=portal.receive_timeout_s)
     app.add_middleware(SecurityHeaders)
@@ -192,7 +194,8 @@ def create_app(portal: Portal) -> FastAPI:
 
     @app.exception_handler(GpuseatError)
     def _gpuseat_error(request: Request, exc: GpuseatError) -> Response:
-        status = 400 if isinstance(exc, InputError) else 503
+        # a course deleted under a page (or a link): 404 with the page, never a 500
+        status = 404 if isinstance(exc, NotFound) else 400 if isinstance(exc, InputError) else 503
         if request.url.path.endswith(".json"):
             return JSONResponse({"error": exc.message}, status_code=status)
         return page(request, "error.html", status=status, message=exc.message)
@@ -333,10 +336,17 @@ def create_app(portal: Portal) -> FastAPI:
     def participant(request: Request, token: str) -> ParticipantView | Response:
         """The token's participant; an unknown token counts as a guess of the client's address.
 
-        A valid token is never refused: the guess limit answers only for unknown ones.
+        A valid token is never refused: the guess limit answers only for unknown ones. Only reads:
+        the visit is written after the response (:func:`visited`), so no page waits for a writer.
         """
-        who = portal.participant_for_token(token)
-        if who is not None and not portal.link_expired(who):
+        try:
+            hit = portal.lookup(token)
+            who = hit.participant if hit is not None else None
+            expired = who is not None and portal.link_expired(who)
+        except NotFound:  # the link's course was deleted after its lookup was cached
+            portal.forget_tokens()
+            hit, who, expired = None, None, False
+        if who is not None and not expired:
             return who
         client = _client(request)
         blocked = portal.token_limit.blocked(client)
@@ -344,14 +354,20 @@ def create_app(portal: Portal) -> FastAPI:
         if blocked:
             return PlainTextResponse("too many unknown links from your address: wait a few minutes", status_code=429)
         if who is not None:
-            return page(
-                request, "error.html", status=410, user=None, message="This link has expired: the course is over."
-            )
+            message, status = "This link has expired: the course is over.", 410
+        elif hit is not None and hit.archived:
+            message, status = "This course has been archived: its links no longer open anything.", 410
+        else:
+            message, status = "This link is not valid (it may have been replaced).", 404
         if request.url.path.endswith("/live"):
-            return JSONResponse({"error": "unknown link"}, status_code=404)
-        return page(
-            request, "error.html", status=404, user=None, message="This link is not valid (it may have been replaced)."
-        )
+            return JSONResponse({"error": message}, status_code=status)
+        return page(request, "error.html", status=status, user=None, message=message)
+
+    def visited(response: Response) -> Response:
+        """The response, with the queued link visits written after it is sent (never before)."""
+        if portal.visits_pending and response.background is None:
+            response.background = BackgroundTask(portal.record_visits)
+        return response
 
     def participant_page(request: Request, token: str, who: ParticipantView, status: int = 200, **ctx: Any) -> Response:
         key = who.course
@@ -390,7 +406,7 @@ def create_app(portal: Portal) -> FastAPI:
     @app.get("/t/{token}", response_class=HTMLResponse)
     def participant_home(token: str, request: Request) -> Response:
         who = participant(request, token)
-        return who if isinstance(who, Response) else participant_page(request, token, who)
+        return visited(who if isinstance(who, Response) else participant_page(request, token, who))
 
     @app.get("/t/{token}/live")
     def participant_live(token: str, request: Request) -> Response:
@@ -402,7 +418,7 @@ def create_app(portal: Portal) -> FastAPI:
             live, last = portal.seat_live(who.course, who.seat)
             body["live"] = live.to_dict() if live else None
             body["last_active"] = last
-        return JSONResponse(body, headers={"cache-control": "no-store"})
+        return visited(JSONResponse(body, headers={"cache-control": "no-store"}))
 
     @app.get("/t/{token}/ssh_config")
     def participant_ssh_config(token: str, request: Request) -> Response:
@@ -415,9 +431,11 @@ def create_app(portal: Portal) -> FastAPI:
         way = way_in(portal.store, seat, who) if seat is not None else None
         if seat is None or way is None or way.ssh_config is None:
             return PlainTextResponse("no SSH way in for your seat yet\n", status_code=404)
-        return PlainTextResponse(
-            way.ssh_config,
-            headers={"content-disposition": f'attachment; filename="gpuseat-{seat.key}.ssh_config"'},
+        return visited(
+            PlainTextResponse(
+                way.ssh_config,
+                headers={"content-disposition": f'attachment; filename="gpuseat-{seat.key}.ssh_config"'},
+            )
         )
 
     @app.post("/t/{token}/survey")

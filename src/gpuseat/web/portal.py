@@ -6,6 +6,7 @@ turns HTTP into calls on it. Everything here is synchronous: the app runs it in 
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -29,11 +30,16 @@ if TYPE_CHECKING:
     from gpuseat.catalog.bundle import Catalog
     from gpuseat.services.courses import CourseStore, ParticipantView
     from gpuseat.services.report import CourseDigest
+    from gpuseat.store.tokens import TokenHit
+
+log = logging.getLogger("gpuseat.portal")
 
 TOKEN_CACHE_S = 10.0  # a link revoked elsewhere (CLI, another server process) stops working within this
 LIVE_CACHE_S = 1.0  # live readings: the monitor samples every few seconds anyway
 # password checks at once: each costs ~50 ms of one core and 64 MiB; half the cores stay free for the pages
 ARGON2_SLOTS = max(1, min(4, (os.cpu_count() or 2) // 2))
+VISIT_RETRY_S = 2.0  # a visit not recorded (another writer held the lock) is tried again this much later
+VISIT_EVERY_S = 60.0  # a link's last use is noted at most this often
 
 
 @dataclass
@@ -58,7 +64,11 @@ class Portal:
     accounts: Accounts = field(init=False)
     activity: Activity = field(init=False)
 
-    _tokens: dict[str, tuple[float, ParticipantView]] = field(init=False, default_factory=dict)
+    _tokens: dict[str, tuple[float, TokenHit]] = field(init=False, default_factory=dict)
+    _visits: dict[int, datetime] = field(init=False, default_factory=dict)  # token row id → visit not yet stored
+    _noted: dict[int, float] = field(init=False, default_factory=dict)  # token row id → when a visit was queued
+    _visit_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+    _retry: threading.Timer | None = field(init=False, default=None)
     _key: str | None = field(init=False, default=None)
     _courses: dict[str, tuple[float, Any]] = field(init=False, default_factory=dict)
     _seat_ids: dict[tuple[str, str], int | None] = field(init=False, default_factory=dict)
@@ -78,22 +88,89 @@ class Portal:
     # Participant pages are polled by everyone at once: what they read is cached for a moment.
 
     def participant_for_token(self, token: str) -> ParticipantView | None:
+        """The link's participant (None: unknown or revoked); see :meth:`lookup`."""
+        hit = self.lookup(token)
+        return None if hit is None else hit.participant
+
+    def lookup(self, token: str) -> TokenHit | None:
         """The store's answer, remembered for ``TOKEN_CACHE_S`` (links changed here forget it at once).
 
-        Unknown tokens are never cached, so every guess reaches the store and the rate limit.
+        A read only: the page never waits for another writer. The visit is queued and written after
+        the response (:meth:`record_visits`). Unknown and revoked tokens are never cached, so every
+        guess reaches the store and the rate limit.
         """
         now = time.monotonic()
-        hit = self._tokens.get(token)
-        if hit is not None and now - hit[0] < TOKEN_CACHE_S:
-            return hit[1]
-        who = self.store.participant_for_token(token)
-        if who is None:
-            self._tokens.pop(token, None)
-            return None
-        if len(self._tokens) > 100_000:
-            self._tokens.clear()
-        self._tokens[token] = (now, who)
-        return who
+        cached = self._tokens.get(token)
+        if cached is not None and now - cached[0] < TOKEN_CACHE_S:
+            hit: TokenHit | None = cached[1]
+        else:
+            hit = self.store.find_token(token)
+            if hit is None or hit.participant is None:
+                self._tokens.pop(token, None)
+                return hit
+            if len(self._tokens) > 100_000:
+                self._tokens.clear()
+            self._tokens[token] = (now, hit)
+        assert hit is not None
+        self._note_visit(hit, now)
+        return hit
+
+    def _note_visit(self, hit: TokenHit, now: float) -> None:
+        """Queue this visit for :meth:`record_visits` (at most one a minute per link)."""
+        noted = self._noted.get(hit.token_id)
+        if noted is not None and now - noted < VISIT_EVERY_S:
+            return
+        at = datetime.now(UTC)
+        if noted is None and hit.last_used_at is not None and not hit.visit_due(at):
+            # noted lately (by another server process, or before a restart): due a minute after that
+            self._noted[hit.token_id] = now - (at - hit.last_used_at).total_seconds()
+            return
+        with self._visit_lock:
+            if len(self._noted) > 100_000:
+                self._noted.clear()
+            self._noted[hit.token_id] = now
+            self._visits[hit.token_id] = at
+
+    @property
+    def visits_pending(self) -> bool:
+        """True when visits wait to be written (the app then writes them after its response)."""
+        return bool(self._visits)
+
+    def record_visits(self) -> None:
+        """Write the queued visits, waiting at most a moment for another writer; when one holds the
+        lock, keep them and try again in ``VISIT_RETRY_S`` (a page view never waits for a write)."""
+        with self._visit_lock:
+            pending, self._visits = self._visits, {}
+        if not pending:
+            return
+        try:
+            done = self.store.record_visits(pending)
+        except Exception:  # a visit is a hint for the organizer, never worth a failed page or thread
+            log.warning("could not record %d link visits", len(pending), exc_info=True)
+            return
+        if done:
+            return
+        with self._visit_lock:
+            for tid, at in pending.items():
+                self._visits.setdefault(tid, at)
+            retry = self._retry
+            if retry is None or not retry.is_alive() or retry is threading.current_thread():
+                self._retry = threading.Timer(VISIT_RETRY_S, self.record_visits)
+                self._retry.daemon = True
+                self._retry.start()
+
+    def close_visits(self) -> None:
+        """At shutdown: one last try to write the queued visits (no retry after it)."""
+        retry = self._retry
+        if retry is not None:
+            retry.cancel()
+        with self._visit_lock:
+            pending, self._visits = self._visits, {}
+        if pending:
+            try:
+                self.store.record_visits(pending)
+            except Exception:
+                log.warning("could not record %d link visits at shutdown", len(pending), exc_info=True)
 
     def check_password(self, user: str, password: str) -> bool:
         """The argon2 check, at most ``ARGON2_SLOTS`` at once (a login storm queues here, not on the CPU)."""
@@ -145,8 +222,14 @@ class Portal:
         return UTC if name == "UTC" else ZoneInfo(name)
 
     def course_zone_name(self) -> str:
-        """The served course's IANA time zone name ("UTC" when it names none the system knows)."""
-        name = str(self.course_view(self.course_key).timezone or "UTC")
+        """The served course's IANA time zone name ("UTC" when it names none the system knows, or the
+        course is gone: a page about a deleted course still renders)."""
+        from gpuseat.errors import GpuseatError
+
+        try:
+            name = str(self.course_view(self.course_key).timezone or "UTC")
+        except GpuseatError:
+            return "UTC"
         try:
             ZoneInfo(name)
         except (KeyError, ValueError):

@@ -1,0 +1,84 @@
+"""Issue 38, item 9: a participant's page never waits for a write lock held by another process.
+
+A second real process takes SQLite's write lock (``BEGIN IMMEDIATE``) and keeps it for ``HOLD_S``;
+meanwhile httpx opens a participant's page on the real server (uvicorn). The page must answer well
+before the lock is released (compared with the hold itself, never with an absolute time), and the
+visit (the link's last use) is written once the lock is free.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from gpuseat.services.demo import seed_demo
+from gpuseat.store.tokens import token_hash
+
+from .live import start
+
+HOLD_S = 8.0
+
+HOLDER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+conn.execute("ROLLBACK")
+print("released", flush=True)
+"""
+
+
+def hold_write_lock(db: Path, seconds: float) -> tuple[subprocess.Popen[str], float]:
+    """A second process holding the database's write lock; returns it and when it took the lock."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(db), str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc, time.monotonic()
+
+
+def _last_used(db: Path, token: str) -> str | None:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = conn.execute(
+            "SELECT last_used_at FROM access_tokens WHERE token_hash = ?", (token_hash(token),)
+        ).fetchone()
+    finally:
+        conn.close()
+    return row[0] if row else None
+
+
+def test_first_visit_answers_while_another_process_holds_the_write_lock(tmp_path: Path) -> None:
+    demo = seed_demo(tmp_path / "demo")
+    db = Path(demo.db_url.removeprefix("sqlite:///"))
+    server = start(["--db", demo.db_url, "--course", demo.course, "--links-expire", "never"], tmp_path / "serve.log")
+    try:
+        who, token = next(iter(demo.links.items()))
+        assert _last_used(db, token) is None  # a first visit: the old page wrote it in the request
+        holder, held_at = hold_write_lock(db, HOLD_S)
+        try:
+            with httpx.Client(base_url=server.url, timeout=HOLD_S * 4) as client:
+                page = client.get(f"/t/{token}")
+                page_s = time.monotonic() - held_at
+                live = client.get(f"/t/{token}/live")
+                live_s = time.monotonic() - held_at
+            assert holder.poll() is None, "the lock was released before the page answered: the test proves nothing"
+        finally:
+            holder.wait(HOLD_S * 3)
+        released_s = time.monotonic() - held_at
+        print(f"page under a held write lock: {page_s:.3f} s, live {live_s:.3f} s; lock held {released_s:.1f} s")
+        assert page.status_code == 200 and "not valid" not in page.text
+        assert live.status_code == 200 and live.json()["participant"] == who
+        # answered from a read: well before the lock was released
+        assert page_s < released_s / 4 and live_s < released_s / 4
+        # the visit is recorded once the lock is free (the server retries it)
+        deadline = time.monotonic() + 30
+        while _last_used(db, token) is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _last_used(db, token) is not None, server.output()
+    finally:
+        assert server.stop() == 0, server.output()
