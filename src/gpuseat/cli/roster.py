@@ -1,21 +1,53 @@
-"""CLI for ``gpuseat roster import|links``: parse flags, call the course store, print."""
+"""CLI for ``gpuseat roster import|list|links``: parse flags, call the course store, print."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, print_rows
+from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_rows, wide_tables
 from gpuseat.cli.course import COURSE, DB, actor
+from gpuseat.errors import InputError
 
 LINK_COLUMNS = ("participant", "link", "status")
+LIST_COLUMNS = ("key", "name", "email", "group", "unix_user", "seat")
+LIST_CSV_COLUMNS = ("key", "name", "email", "group", "unix_user", "ssh_key", "seat")
+#: what an 80-column terminal hides first (``-f wide`` shows every column)
+LIST_DROP = ("email", "unix_user", "name", "group")
+
+
+def _print_links(rows: list[dict[str, Any]]) -> None:
+    """One line per participant: the new link, or why there is none (-f wide: the table).
+
+    A link is never wrapped by the terminal (a pasted link with a line break in it does not open):
+    when a line would be wider than the terminal, every link goes under its participant instead.
+    """
+    from rich.cells import cell_len
+    from rich.console import Console
+
+    from gpuseat.safe_text import clean
+
+    width = Console().width
+    print("access links (shown once; -f csv or json for a mail merge)")
+    pairs = [
+        (clean(str(r["participant"]), one_line=True), clean(str(r["link"] or r["status"]), one_line=True)) for r in rows
+    ]
+    pad = max((cell_len(who) for who, _ in pairs), default=0)
+    lines = [f"  {who}{' ' * (pad - cell_len(who))}  {text}" for who, text in pairs]
+    if all(cell_len(line) <= width for line in lines):
+        for line in lines:
+            print(line)
+    else:  # the links do not fit beside the names: each under its participant
+        for who, text in pairs:
+            print(f"  {who}\n    {text}")
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``roster`` group."""
     roster_app = typer.Typer(
-        help="The participants of a course: import a CSV, hand out access links.", no_args_is_help=True
+        help="The participants of a course: import a CSV, list them, hand out access links.", no_args_is_help=True
     )
     app.add_typer(roster_app, name="roster")
 
@@ -40,6 +72,37 @@ def register(app: typer.Typer) -> None:
                 print(f"  updated {c.key}: {', '.join(c.fields)}")
         if report.absent:
             print(f"  not in the file (kept): {', '.join(report.absent)}")
+
+    @roster_app.command("list")
+    def list_(
+        group: str | None = typer.Option(None, "--group", help="Only the participants of this course group."),
+        course: str | None = COURSE,
+        db: str | None = DB,
+        fmt: Format = FORMAT_OPTION,
+    ) -> None:
+        """The participants: key, name, email, group, Unix user and the seat each holds now."""
+        from gpuseat.services.courses import open_store
+
+        with open_store(db, create=False) as store:
+            view = store.get_course(course)
+            people = store.participants(view.key)
+        if group is not None:
+            groups = sorted({p.group for p in people if p.group})
+            if group not in groups:
+                raise InputError(
+                    f"course {view.key!r} has no participants in group {group!r}",
+                    where="--group",
+                    fix=f"use one of: {', '.join(groups)}"
+                    if groups
+                    else "import a roster first (gpuseat roster import)",
+                )
+            people = [p for p in people if p.group == group]
+        rows = [p.to_dict() for p in people]
+        title = f"{len(rows)} participant(s) of {view.key}, {sum(1 for p in people if p.seat)} with a seat"
+        if fmt is Format.csv:
+            print_csv(rows, LIST_CSV_COLUMNS)
+        else:
+            print_rows(rows, LIST_COLUMNS, fmt, title=title, drop=LIST_DROP)
 
     @roster_app.command("links")
     def links(
@@ -84,4 +147,7 @@ def register(app: typer.Typer) -> None:
                     "status": "new" if t else ("issued before (use --rotate)" if s["active"] else "none"),
                 }
             )
-        print_rows(rows, LINK_COLUMNS, fmt, title="access links (shown once)")
+        if fmt is not Format.table or wide_tables():
+            print_rows(rows, LINK_COLUMNS, fmt, title="access links (shown once)")
+            return
+        _print_links(rows)
