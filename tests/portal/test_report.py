@@ -97,3 +97,60 @@ def test_survey_report_in_the_terminal(cli, demo_db):
     assert '"responses": 8' in j.out
     assert cli("survey", "close", "--db", demo_db.db_url).code == 0
     assert "survey closed" in cli("survey", "report", "--db", demo_db.db_url).out
+
+
+class _Checked:
+    """A ``seats check`` result as the store keeps it (the engines' Readiness, by its fields)."""
+
+    def __init__(self, seat: str, participant: str, state: str, reason: str | None, at: str) -> None:
+        self.course, self.seat, self.participant, self.state, self.reason = "dl-2016", seat, participant, state, reason
+        self.visible: tuple[str, ...] = ()
+        self.at = at
+
+    def to_dict(self) -> dict:
+        return {
+            "course": self.course,
+            "seat": self.seat,
+            "participant": self.participant,
+            "state": self.state,
+            "reason": self.reason,
+            "evidence": "",
+            "visible": [],
+            "checked_at": self.at,
+            "engine": "libvirt",
+        }
+
+
+def test_report_has_a_readiness_section_from_the_last_seats_check(cli, tmp_path_factory, monkeypatch):
+    demo = seed_demo(tmp_path_factory.mktemp("demo-ready"))  # its own store: this test writes checks
+    monkeypatch.setenv("GPUSEAT_DATA_DIR", str(demo.folder))
+
+    def readiness() -> str:
+        out = tmp_path_factory.mktemp("out") / "r.html"
+        r = cli("report", "--db", demo.db_url, "--out", out)
+        assert r.code == 0, r.err
+        doc = Parsed()
+        doc.feed(out.read_text(encoding="utf-8"))
+        return " ".join(doc.sections["readiness"])
+
+    assert "No seat has been checked yet" in readiness() and "gpuseat seats check" in readiness()
+    from gpuseat.services.courses import open_store
+
+    with open_store(demo.db_url) as store:
+        held = [s for s in store.seats("dl-2016") if s.participant][:3]
+        store.record_readiness(
+            [
+                _Checked(held[0].key, held[0].participant, "ready", None, "2026-09-06T18:02:00+00:00"),
+                _Checked(held[1].key, held[1].participant, "broken", "missing device file /dev/nvidia3",
+                         "2026-09-06T18:03:00+00:00"),
+            ]
+        )  # fmt: skip
+        assigned = sum(1 for s in store.seats("dl-2016") if s.participant)
+    text = readiness()
+    assert "Last gpuseat seats check : 2026-09-06 18:03 UTC" in text
+    assert f"1/{assigned} ready" in text and "1 broken" in text and f"{assigned - 2} not checked" in text
+    assert f"{held[1].key} {held[1].participant} broken missing device file /dev/nvidia3" in text
+    assert (
+        f"{held[0].key} {held[0].participant} ready" in text
+        and f"{held[2].key} {held[2].participant} not checked" in text
+    )

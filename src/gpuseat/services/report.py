@@ -1,4 +1,4 @@
-"""One course at a glance: plan and cost so far, seats with live use, usage, benchmarks, survey.
+"""One course at a glance: plan and cost so far, seats with live use and readiness, usage, benchmarks, survey.
 
 The portal's organizer pages, ``/report`` and ``gpuseat report`` all show a :class:`CourseDigest`
 built here from the course store, the monitor's tables (:mod:`gpuseat.services.activity`), the
@@ -65,6 +65,63 @@ class ParticipantUse:
     sampled_hours: float
 
 
+@dataclass(frozen=True)
+class SeatReadiness:
+    """A seat's result in the last ``gpuseat seats check``: ready, broken (with why) or not checked."""
+
+    seat: str
+    participant: str | None
+    state: str  # "ready", "broken" or "not checked"
+    reason: str | None
+    checked_at: str | None  # ISO time of the check
+
+
+@dataclass(frozen=True)
+class ReadinessSummary:
+    """Readiness of every seat from the stored ``seats check`` results, and when the last one ran."""
+
+    rows: list[SeatReadiness]
+    checked_at: str | None  # the newest check of any seat (None: never checked)
+
+    def count(self, state: str) -> int:
+        """How many seats are in ``state``."""
+        return sum(1 for r in self.rows if r.state == state)
+
+    def checked_on(self) -> str | None:
+        """The date and minute of the last check, for the report (``2026-09-06 18:02 UTC``)."""
+        if not self.checked_at:
+            return None
+        try:
+            at = datetime.fromisoformat(self.checked_at)
+        except ValueError:
+            return self.checked_at
+        at = at if at.tzinfo else at.replace(tzinfo=UTC)
+        return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def readiness_summary(store: CourseStore, course: str, seats: list[SeatView]) -> ReadinessSummary:
+    """Each held (or checked) seat's last ``seats check`` result (stored by the check), in seat order."""
+    checks = store.readiness_of(course)
+    rows = []
+    for s in seats:
+        c = checks.get(s.key)
+        if c is None and not s.participant:
+            continue  # a free seat: seats check probes only the seats someone holds
+        state = str(c.get("state")) if c and c.get("state") in ("ready", "broken") else "not checked"
+        reason = (str(c.get("reason") or "broken") if state == "broken" else None) if c else None
+        rows.append(
+            SeatReadiness(
+                seat=s.key,
+                participant=s.participant,
+                state=state,
+                reason=reason,
+                checked_at=str(c["checked_at"]) if c and c.get("checked_at") else None,
+            )
+        )
+    times = sorted(r.checked_at for r in rows if r.checked_at)
+    return ReadinessSummary(rows, times[-1] if times else None)
+
+
 @dataclass
 class CourseDigest:
     """Everything the organizer pages and the report show."""
@@ -83,6 +140,7 @@ class CourseDigest:
     survey: SurveyResults
     alerts: list[OpenAlert]
     notes: list[str] = field(default_factory=list)
+    readiness: ReadinessSummary = field(default_factory=lambda: ReadinessSummary([], None))
 
     # -- charts (SVG strings) -----------------------------------------------------------------------
 
@@ -282,6 +340,7 @@ def build_digest(
         survey=surveys.results(key),
         alerts=activity.open_alerts(seat_ids=ids.values()),
         notes=notes,
+        readiness=readiness_summary(store, key, seat_views),
     )
 
 
