@@ -25,7 +25,7 @@ from gpuseat.store.survey import CLOSED, OPEN, SurveyRows
 if TYPE_CHECKING:
     from gpuseat.services.courses import CourseStore
 
-DEFAULT_TEMPLATE = "course-2016"
+DEFAULT_TEMPLATE = "course"  # course-2016 (the 2016 wording) is bundled too
 
 
 def bundled_templates() -> list[str]:
