@@ -1,0 +1,207 @@
+"""Issue 38, the newcomer's frictions (items 13, 15, 22, 23) through the real CLI: a second server added
+from its inventory, what to set when a seat has no way in, tables that fit 80 columns, ``roster list``,
+the default survey, the seats file's left-out seats, and the PostgreSQL helper script."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+import pytest
+from rich.cells import cell_len
+
+from .conftest import EXAMPLES
+
+ROOT = EXAMPLES.parent
+MIG_COURSE = EXAMPLES / "course-h200-mig.toml"
+H200 = EXAMPLES / "h200-2x-server.toml"
+BOX = "┏┓┗┛━┳┻╇┡┩└┘┴┬─╋┼┃│┠┨┯┷"
+
+
+def ok(result):
+    assert result.code == 0, result.out + result.err
+    assert "Traceback" not in result.out + result.err
+    return result
+
+
+@pytest.fixture
+def mig_course(cli, url, tmp_path):
+    """The 14-seat MIG workshop with its offers file beside it, and the H200 server's seats added."""
+    for name in ("course-h200-mig.toml", "offers-h200.toml"):
+        shutil.copy(EXAMPLES / name, tmp_path / name)
+    ok(cli("course", "create", tmp_path / "course-h200-mig.toml", "--key", "w", "--db", url))
+    return ("--db", url)
+
+
+def test_a_second_server_numbers_on_and_says_what_fits_only_for_the_seats_added(cli, mig_course, tmp_path):
+    db = mig_course
+    first = ok(cli("seats", "add", "--inventory", H200, "--mode", "mig", "--profile", "1g.18gb", *db)).out
+    assert "14 seats of 1g.18gb fit on h200-2x: seat-01 … seat-14" in first
+    second = tmp_path / "h200-b.toml"
+    second.write_text(H200.read_text().replace('name = "h200-2x"', 'name = "h200-b"'))
+    # today: "14 seats fit" printed, then "seat key 'seat-01' is used twice" and nothing added
+    added = ok(cli("seats", "add", "--inventory", second, "--mode", "mig", "--profile", "1g.18gb", *db))
+    assert "used twice" not in added.err
+    assert "14 seats of 1g.18gb fit on h200-b: seat-15 … seat-28" in added.out
+    seats = json.loads(ok(cli("seats", "export", "-f", "json", *db)).out)
+    assert [s["key"] for s in seats] == [f"seat-{i:02d}" for i in range(1, 29)]
+    assert {s["host"] for s in seats if s["key"] >= "seat-15"} == {"h200-b"}
+    # a third add asked by count numbers on too, and JSON output stays JSON (the note goes to stderr)
+    three = ok(cli("seats", "add", "--inventory", second, "--mode", "mig", "--profile", "1g.18gb", "--count", "2",
+                   "-f", "json", *db))  # fmt: skip
+    assert [s["key"] for s in json.loads(three.out)] == ["seat-29", "seat-30"]
+    # a refused add says no "fit" for seats it did not add
+    bad = cli("seats", "add", "--inventory", second, "--mode", "mig", "--profile", "1g.18gb", "--group", "server", *db)
+    assert bad.code == 2 and "unknown group 'server'" in bad.err and "fit" not in bad.out
+    assert len(json.loads(ok(cli("seats", "export", "-f", "json", *db)).out)) == 30
+
+
+def test_no_way_in_names_the_field_the_file_and_the_flag(cli, mig_course):
+    db = mig_course
+    ok(cli("seats", "add", "--inventory", H200, "--mode", "mig", "--profile", "1g.18gb", "--count", "1", *db))
+    shown = ok(cli("seats", "connect", "seat-01", *db)).out
+    assert "no way in is set" in shown
+    assert "ssh_host" in shown and "inventory" in shown and "--ssh-host" in shown
+    assert "gpuseat seats connect seat-01 --ssh USER@HOST" in shown
+    data = json.loads(ok(cli("seats", "connect", "seat-01", "-f", "json", *db)).out)
+    assert "ssh_host" in data["missing"] and "--ssh-host" in data["missing"]
+
+
+def test_the_seats_file_says_which_seats_it_leaves_out_and_why(cli, mig_course):
+    db = mig_course
+    ok(cli("seats", "add", "--inventory", H200, "--mode", "mig", "--profile", "1g.18gb", "--count", "3", *db))
+    result = ok(cli("seats", "export", "--format", "toml", *db))
+    assert tomllib.loads(result.out) == {}  # still a valid (empty) seats file
+    assert "3 seat(s) left out, without a device UUID: seat-01, seat-02, seat-03" in result.err
+    assert "gpuseat host up" in result.err and "--from-nvidia-smi" in result.err
+    assert "# 3 seat(s) left out" in result.out  # the file says it too
+    capture = ROOT / "tests" / "fixtures" / "nvidia_gpu_exporter__linux-x86_64__nvidia-h100-mig__590.48.01.txt"
+    ok(cli("seats", "add", "--from-nvidia-smi", capture, "--host", "gpu1", *db))
+    both = ok(cli("seats", "export", "--format", "toml", *db))
+    assert [s["id"] for s in tomllib.loads(both.out)["seat"]] == ["seat-04", "seat-05", "seat-06", "seat-07"]
+    assert "3 seat(s) left out" in both.err
+
+
+def _split_table(out: str) -> tuple[str, list[str], list[str]]:
+    """(title, the words of the table itself, the columns its caption says are hidden)."""
+    lines = out.splitlines()
+    at = next((i for i, line in enumerate(lines) if "columns hidden" in line), len(lines))
+    caption = " ".join(line.strip() for line in lines[at:])
+    hidden = re.search(r"columns hidden to fit \d+: (.*) \(-f wide shows all\)", caption)
+    words = "".join(" " if c in BOX else c for c in "\n".join(lines[1:at])).split()
+    return lines[0].strip(), words, hidden.group(1).split(", ") if hidden else []
+
+
+def _whole_words(rows: list[dict]) -> set[str]:
+    return {w for r in rows for v in r.values() if v is not None for w in str(v).split()}
+
+
+def _fits(out: str, width: int = 80) -> None:
+    for line in out.splitlines():
+        assert cell_len(line) <= width, line
+    assert "…" not in out
+
+
+@pytest.fixture
+def course_2016(cli, url):
+    db = ("--db", url)
+    ok(cli("course", "create", EXAMPLES / "course-2016.toml", "--plan-option", "1", *db))
+    ok(cli("roster", "import", EXAMPLES / "roster-16.csv", *db))
+    return db
+
+
+def test_tables_fit_80_columns_without_cutting_a_word(cli, course_2016):
+    db = course_2016
+    added = ok(cli("seats", "add", "--cloud", *db)).out
+    _fits(added)
+    ok(cli("seats", "assign", *db))
+    ok(cli("seats", "connect", "cloud-01", "--ssh", "ubuntu@cloud-01.lab.example.org", *db))
+    for args, columns in (
+        (
+            ("seats", "status"),
+            ("seat", "kind", "participant", "engine", "state", "since", "last_gpu_activity", "connect"),
+        ),
+        (("roster", "list"), ("key", "name", "email", "group", "unix_user", "seat")),
+        (("course", "list"), ("key", "name", "starts_on", "ends_on", "timezone", "participants", "seats", "assigned")),
+    ):
+        table = ok(cli(*args, *db)).out
+        _fits(table)
+        rows = json.loads(ok(cli(*args, "-f", "json", *db)).out)
+        _, words, hidden = _split_table(table)
+        cut = [w for w in words if w not in _whole_words(rows) | set(columns)]
+        assert not cut, (args, cut, table)  # every word in the table is a whole value's word
+        assert all(c in words or c in hidden for c in columns), (args, table)  # shown, or said hidden
+        wide = ok(cli(*args, "-f", "wide", *db)).out
+        _, wide_words, wide_hidden = _split_table(wide)
+        assert "…" not in wide and not wide_hidden and all(c in wide_words for c in columns), (args, wide)
+    links = ok(cli("roster", "links", "--base-url", "https://gpu.example.org", *db)).out
+    _fits(links)
+    assert len(re.findall(r"https://gpu\.example\.org/t/[A-Za-z0-9_-]{43}\b", links)) == 16  # whole, one a line
+
+
+def test_roster_list_shows_the_participants_and_their_seats(cli, course_2016):
+    db = course_2016
+    ok(cli("seats", "add", "--cloud", *db))
+    ok(cli("seats", "assign", "--participant", "amartin", "--seat", "cloud-05", *db))
+    listed = json.loads(ok(cli("roster", "list", "-f", "json", *db)).out)
+    assert len(listed) == 16 and {"key", "name", "email", "group", "unix_user", "seat"} <= set(listed[0])
+    assert next(p for p in listed if p["key"] == "amartin")["seat"] == "cloud-05"
+    table = ok(cli("roster", "list", *db)).out
+    assert "16 participant(s) of course-2016, 1 with a seat" in table and "amartin" in table
+    csv = ok(cli("roster", "list", "-f", "csv", *db)).out.splitlines()
+    assert csv[0] == "key,name,email,group,unix_user,ssh_key,seat" and len(csv) == 17
+    assert len(json.loads(ok(cli("roster", "list", "--group", "participants", "-f", "json", *db)).out)) == 16
+    bad = cli("roster", "list", "--group", "server", *db)
+    assert bad.code == 2 and "no participants in group 'server'" in bad.err and "participants" in bad.err
+    assert "Traceback" not in bad.err
+
+
+def test_roster_list_does_not_create_a_database(cli, tmp_path):
+    path = tmp_path / "none.db"
+    result = cli("roster", "list", "--db", f"sqlite:///{path}")
+    assert result.code == 2 and "no gpuseat database here" in result.err
+    assert not path.exists()
+
+
+def test_the_default_survey_asks_about_this_courses_format(cli, course_2016):
+    questions = json.loads(ok(cli("survey", "report", "-f", "json", *course_2016)).out)["questions"]
+    assert [q["id"] for q in questions] == ["expectations", "result", "apply", "format", "recommend"]
+    assert not any("in-person" in q["text"] for q in questions)
+    assert "format" in next(q["text"] for q in questions if q["id"] == "format")
+
+
+@pytest.mark.skipif(not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")), reason="no PostgreSQL server here")
+def test_postgres_script_says_which_variable_gpuseat_reads(tmp_path):
+    folder = Path(tempfile.mkdtemp(prefix="gpuseat-pg-", dir="/tmp"))  # the postgres user must reach it
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_")}
+    try:
+        started = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "postgres.sh"), "start", str(folder)],
+            capture_output=True, text=True, env=env, timeout=120, check=False,
+        )  # fmt: skip
+        assert started.returncode == 0, started.stderr
+        exports = dict(re.findall(r"^export (\w+)='([^']*)'$", started.stdout, re.M))
+        assert set(exports) == {"GPUSEAT_TEST_PG_URL"}  # what scripts/test.sh evaluates: the tests only
+        user_url = re.search(r"export GPUSEAT_DB_URL='([^']+)'", started.stderr)
+        assert user_url and "GPUSEAT_DB_URL" in started.stdout  # explained on stderr, and a comment for eval
+        assert user_url.group(1) != exports["GPUSEAT_TEST_PG_URL"]  # your course store is not the tests' one
+        env.update(GPUSEAT_DB_URL=user_url.group(1), GPUSEAT_DATA_DIR=str(tmp_path))
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])])
+        made = subprocess.run(
+            [sys.executable, "-m", "gpuseat", "course", "create", str(EXAMPLES / "course-2016.toml")],
+            capture_output=True, text=True, env=env, timeout=120, check=False,
+        )  # fmt: skip
+        if made.returncode != 0 and "[postgres]" in made.stderr:
+            pytest.skip("the [postgres] extra is not installed")
+        assert made.returncode == 0, made.stderr
+        assert "course course-2016" in made.stdout
+    finally:
+        subprocess.run(["bash", str(ROOT / "scripts" / "postgres.sh"), "stop", str(folder)], check=False, timeout=60)
+    assert not folder.exists()
