@@ -218,7 +218,7 @@ def near_misses(course: Course, offers: Sequence[Offer], catalog: Catalog, best:
             relaxed = _relaxed(course, group.name, value)
             try:
                 found = plan(relaxed, offers, catalog=catalog, alternatives=0).options[0]
-            except (NoOfferFits, Infeasible):
+            except (NoOfferFits, Infeasible, InputError):  # a hint never fails the plan
                 continue
             saving = round(best.total_usd - found.total_usd, 2)
             if saving < 0.01:
