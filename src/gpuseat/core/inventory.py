@@ -212,9 +212,10 @@ def server_from_gpu_flag(spec: str, catalog: Catalog) -> Server:
 # --- a vGPU guest ---------------------------------------------------------------------------------
 
 #: A vGPU type as a guest's driver names its GPU: ``GRID P4-1Q``, ``NVIDIA L40S-12Q``, ``GRID A100D-1-10C``
-#: (board, optional MIG slices, framebuffer GB, series Q/B/A/C, optional heads suffix as in ``M60-2B4``).
+#: (board — may hold spaces, as in ``RTX PRO 6000 Blackwell DC-4-96Q`` —, optional MIG slices, framebuffer GB,
+#: series Q/B/A/C, optional heads suffix as in ``M60-2B4``).
 _VGPU_TYPE = re.compile(
-    r"^(?:GRID\s+|NVIDIA\s+)?(?P<type>(?P<board>[A-Z][A-Z0-9]*?)-(?:\d+-)?(?P<fb>\d+)(?P<series>[QBAC])\d*)$"
+    r"^(?:GRID\s+|NVIDIA\s+)?(?P<type>(?P<board>[A-Z][A-Za-z0-9 ]*?)-(?:\d+-)?(?P<fb>\d+)(?P<series>[QBAC])\d*)$"
 )
 
 
@@ -242,7 +243,7 @@ def vgpu_guest(product: str, catalog: Catalog, *, memory_mib: float | None = Non
     elif model is not None:
         on = f"on a physical {model.name} ({model.id})"
     else:
-        on = f"on a {board} board (not in the catalog's vGPU tables)"
+        on = f"on the {board} board (not in the catalog's vGPU tables)"
     sold_as = catalog.licences.get(row.licence if row else f"nvidia-vgpu-{series.lower()}")
     seen = f"; the guest sees {memory_mib:g} MiB" if memory_mib else ""
     fb = (
