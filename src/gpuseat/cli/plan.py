@@ -285,9 +285,18 @@ def passed_over_lines(result: dict[str, Any]) -> list[str]:
     labelled = len(result["course"]["groups"]) > 1
     for r in result["passed_over"]:
         heads.setdefault((r["offer"], r.get("group"), r.get("chosen")), []).append(r["reason"])
+    rented = {
+        (g["offer"], g["group"], f"{g['mode']} {g['profile']}" if g["profile"] else g["mode"])
+        for o in result["options"]
+        for g in o["groups"]
+    }
     for (offer, group, chosen), reasons in heads.items():
         who = f" [{group}]" if labelled and group else ""
-        out.append(f"  {offer}{who}" + (f", seated with {chosen}:" if chosen else ":"))
+        if chosen and (offer, group, chosen) in rented:
+            head = f", seated with {chosen}:"
+        else:
+            head = f", in no option shown (it would be seated with {chosen}):" if chosen else ":"
+        out.append(f"  {offer}{who}{head}")
         out += [f"    {reason}" for reason in reasons]
     return out
 
