@@ -98,13 +98,8 @@ def _plan(
 def _print_options(rows: list[dict[str, Any]], title: str) -> None:
     """The options table; when it must lose a column to fit the terminal, "per seat-hour" goes before the
     flags (what a budget-holder must not miss)."""
-    import inspect
-
     columns = ["rank", "offers", "total", "per seat-hour", "flags"]
-    if "drop" in inspect.signature(print_table).parameters:
-        print_table(rows, columns, title=title, drop=["per seat-hour"])  # type: ignore[call-arg,unused-ignore]
-    else:
-        print_table(rows, columns, title=title)
+    print_table(rows, columns, title=title, drop=["per seat-hour"])
 
 
 def _mix(option: dict[str, Any], sep: str = ", ") -> str:
