@@ -66,12 +66,21 @@ def test_a_second_server_numbers_on_and_says_what_fits_only_for_the_seats_added(
 def test_no_way_in_names_the_field_the_file_and_the_flag(cli, mig_course):
     db = mig_course
     ok(cli("seats", "add", "--inventory", H200, "--mode", "mig", "--profile", "1g.18gb", "--count", "1", *db))
+    # the inventory has no ssh_host: the seat's server is known by its label only
     shown = ok(cli("seats", "connect", "seat-01", *db)).out
-    assert "no way in is set" in shown
-    assert "ssh_host" in shown and "inventory" in shown and "--ssh-host" in shown
+    assert "ssh_host" in shown and "inventory file" in shown and "--ssh-host HOST" in shown, shown
     assert "gpuseat seats connect seat-01 --ssh USER@HOST" in shown
     data = json.loads(ok(cli("seats", "connect", "seat-01", "-f", "json", *db)).out)
     assert "ssh_host" in data["missing"] and "--ssh-host" in data["missing"]
+
+
+def test_no_way_in_at_all_names_them_too():
+    from gpuseat.core.delivery import instruction
+
+    missing = instruction(None, seat="cloud-03", unix_user="ada").missing or ""
+    assert missing.startswith("no way in is set for this seat yet")
+    assert "ssh_host" in missing and "inventory file" in missing and "--ssh-host HOST" in missing
+    assert "gpuseat seats connect cloud-03 --ssh USER@HOST" in missing
 
 
 def test_the_seats_file_says_which_seats_it_leaves_out_and_why(cli, mig_course):
