@@ -33,7 +33,10 @@ def way_in(store: CourseStore, seat: SeatView, participant: ParticipantView | No
     )
     if access is None and seat.host:
         # the seat's server is known only by its inventory label: say which field makes it reachable
-        missing = "the server has no reachable address yet (ssh_host in its inventory file, or seats connect)"
+        missing = (
+            f"the server {seat.host!r} has no reachable address yet: set ssh_host in its inventory file, pass "
+            f"--ssh-host HOST to `gpuseat host up`, or run `gpuseat seats connect {seat.key} --ssh USER@HOST`"
+        )
         return Instruction(None, None, None, seat.device_uuid, (), missing)
     return way
 
