@@ -245,3 +245,13 @@ def test_a_requirement_that_misses_a_cheaper_layout_by_a_little_says_so(cli, tmp
     # far from any cheaper layout (asking 30 GB: 3g.40gb is what it gets anyway): no hint
     path.write_text(path.read_text().replace("min_gpu_memory_gb = 20", "min_gpu_memory_gb = 30"))
     assert json.loads(run(cli, path, "--format", "json").out)["hints"] == []
+
+
+def test_the_table_fits_80_columns_and_keeps_the_flags(cli, monkeypatch):
+    """Two groups with long offer ids: at 80 columns "per seat-hour" goes before the flags do."""
+    monkeypatch.setenv("COLUMNS", "80")
+    out = run(cli, Path(__file__).resolve().parents[2] / "examples" / "course-lab-hours.toml").out
+    table = out.split("All totals in USD")[0].splitlines()
+    assert all(len(line) <= 80 for line in table), "\n".join(table)
+    assert "flags" in table[2] and "per seat-hour" not in table[2]
+    assert "restart risk" in out and "16 pods in US:" in out
