@@ -17,7 +17,7 @@ from sqlalchemy import select
 from gpuseat.core.seating import transition_error
 from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
 from gpuseat.errors import InputError, InvalidTransition
-from gpuseat.store.rows import _log
+from gpuseat.store.rows import _course, _log
 
 if TYPE_CHECKING:
     from gpuseat.core.readiness import Access, Readiness
@@ -139,19 +139,17 @@ def record_readiness(store: CourseStore, results: list[Readiness], *, actor: str
 
 
 def access_of(store: CourseStore, course: str | None) -> dict[str, dict[str, Any]]:
-    """Seat key → stored access (``Access.to_dict`` form) for every seat that has one."""
-    key = store.get_course(course).key
+    """Seat key → stored access (``Access.to_dict`` form) for every seat that has one (one read)."""
     with store._read() as s:
-        cid = s.scalars(select(CourseRecord.id).where(CourseRecord.key == key)).one()
+        cid = _course(s, course).id
         rows = s.execute(select(Seat.key, Seat.access).where(Seat.course_id == cid, Seat.access.is_not(None)))
         return {k: dict(v) for k, v in rows if v}
 
 
 def readiness_of(store: CourseStore, course: str | None) -> dict[str, dict[str, Any]]:
-    """Seat key → the last readiness check (``Readiness.to_dict`` form) for every checked seat."""
-    key = store.get_course(course).key
+    """Seat key → the last readiness check (``Readiness.to_dict`` form) for every checked seat (one read)."""
     with store._read() as s:
-        cid = s.scalars(select(CourseRecord.id).where(CourseRecord.key == key)).one()
+        cid = _course(s, course).id
         rows = s.execute(select(Seat.key, Seat.readiness).where(Seat.course_id == cid, Seat.readiness.is_not(None)))
         return {k: dict(v) for k, v in rows if v}
 

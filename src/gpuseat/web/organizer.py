@@ -36,14 +36,11 @@ def add_organizer_routes(
     """Register the organizer's pages on ``app`` (helpers come from :func:`gpuseat.web.app.create_app`)."""
 
     def seats_page(request: Request, status: int = 200, **ctx: Any) -> Response:
-        d = portal.digest()
+        d = portal.seats_page()  # a fixed handful of queries, never one per seat
         free = [r.seat.key for r in d.seats if r.seat.participant is None and r.seat.state != "released"]
         waiting = [p.key for p in d.participants if p.seat is None]
-        from gpuseat.services.delivery import ways_in
-
-        ways = ways_in(portal.store, portal.course_key)
         return page(
-            request, "seats.html", status=status, tab="seats", d=d, free=free, waiting=waiting, ways=ways, **ctx
+            request, "seats.html", status=status, tab="seats", d=d, free=free, waiting=waiting, ways=d.ways, **ctx
         )
 
     @app.get("/overview", response_class=HTMLResponse)
@@ -110,7 +107,7 @@ def add_organizer_routes(
     @app.get("/seats/live.json")
     def seats_live(request: Request) -> Response:
         need(request)
-        d = portal.digest()
+        d = portal.seats_page()  # polled by the open Seats page: the same few queries, not the whole digest
         return JSONResponse(
             {
                 "seats": [
