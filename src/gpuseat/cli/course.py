@@ -13,6 +13,8 @@ DB = typer.Option(None, "--db", help="Course database URL (default: GPUSEAT_DB_U
 ACTOR = "cli"
 
 COURSE_COLUMNS = ("key", "name", "starts_on", "ends_on", "timezone", "participants", "seats", "assigned")
+#: what an 80-column terminal hides first (``-f wide`` shows every column)
+COURSE_DROP = ("timezone", "ends_on", "starts_on", "name")
 
 
 def actor() -> str:
@@ -72,7 +74,7 @@ def register(app: typer.Typer) -> None:
 
         with open_store(db) as store:
             views = store.list_courses()
-        print_rows([v.to_dict() for v in views], COURSE_COLUMNS, fmt, title="courses")
+        print_rows([v.to_dict() for v in views], COURSE_COLUMNS, fmt, title="courses", drop=COURSE_DROP)
 
     @course_app.command("show")
     def show(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
@@ -84,7 +86,7 @@ def register(app: typer.Typer) -> None:
         if fmt is not Format.table:
             print_json(view.to_dict())
             return
-        print_table([view.to_dict()], COURSE_COLUMNS, title=view.name)
+        print_table([view.to_dict()], COURSE_COLUMNS, title=view.name, drop=COURSE_DROP)
         print_table(
             view.summary.get("groups", []),
             ("name", "count", "min_gpu_memory_gb", "isolation", "guest_os"),
