@@ -53,8 +53,8 @@ def add_to(seats_app: typer.Typer) -> None:
         fmt: Format = FORMAT_OPTION,
     ) -> None:
         """Set (or show) how a seat's participant gets in: SSH with port and jump host, a URL, notes."""
-        from gpuseat.core.delivery import instruction
         from gpuseat.services.courses import open_store
+        from gpuseat.services.delivery import way_in
 
         changing = clear or ssh or url or note
         with open_store(db, create=False) as store:
@@ -69,15 +69,14 @@ def add_to(seats_app: typer.Typer) -> None:
                 made = build_access(ssh, url, jump, note, kind, view.device_uuid, server_name=view.host)
                 store.record_delivery(view.course, view.key, access=made, actor=actor())
             stored = store.access_of(view.course).get(view.key)
-            user = None
-            if view.participant:
-                user = store.find_participant(view.course, view.participant).unix_user
-        shown = instruction(stored, seat=view.key, unix_user=user, server_name=view.host)
+            holder = store.find_participant(view.course, view.participant) if view.participant else None
+            shown = way_in(store, store.get_seat(view.course, view.key), holder)
         if fmt is Format.json:
             print_json(
                 {
                     "seat": view.key,
-                    "access": stored,
+                    # a way in made for the previous holder is shown to nobody
+                    "access": None if (shown.missing or "").startswith("being prepared") else stored,
                     "command": shown.command,
                     "url": shown.url,
                     "ssh_config": shown.ssh_config,

@@ -138,7 +138,7 @@ def _specs(
         )
         # a second server's slices are named seat-01 … again: its seats number on after the course's
         start = seat_sources.next_number([s.key for s in store.seats(course)])
-        return seat_sources.seats_from_layout(layout, engine=engine, host=host, groups=group, start=start)  # type: ignore[arg-type]
+        return seat_sources.seats_from_layout(layout, engine=engine, host=host, groups=group, start=start)
     if cloud:
         from gpuseat.catalog.bundle import load_catalog
 

@@ -83,6 +83,24 @@ class Instruction:
     missing: str | None  # set when there is no way in yet: what the organizer must set
 
 
+def not_yours(access: Mapping[str, object] | None, *, holder: str | None, login: str | None) -> bool:
+    """True when a stored way in was made for someone other than the seat's holder (a move or release
+    the engine has not carried out yet): it must be shown to nobody, never as another person's login."""
+    if not access:
+        return False
+    made_for = access.get("holder")
+    if made_for and made_for != holder:
+        return True
+    user = access.get("user")
+    return bool(user and login and user != login)
+
+
+def being_prepared(login: str | None) -> str:
+    """What the holder sees while the engine hands the seat over to them."""
+    tail = f"; you will log in as {login}" if login else ""
+    return f"being prepared: your seat is being set up for you and appears here within a minute{tail}"
+
+
 def ssh_command(host: str, user: str | None, port: int | None = None, jump: str | None = None) -> str:
     """``ssh [-p PORT] [-J JUMP] user@host``, each part checked (it is pasted into a terminal)."""
     parts = ["ssh"]

@@ -16,12 +16,11 @@ from typing import Literal
 from gpuseat.core.needs import SeatNeed
 
 SeatKind = Literal["gpu", "mig", "vgpu", "shared", "cloud", "slurm", "vm"]
-EngineName = Literal["manual", "host", "jupyterhub", "libvirt", "kubernetes", "slurm", "skypilot"]
+EngineName = str  # a name from the engine registry (gpuseat.engines.registry), checked where it is stored
 SeatState = Literal["planned", "requested", "running", "failed", "released"]
 ClaimMode = Literal["assigned", "pool"]
 
 SEAT_KINDS: tuple[str, ...] = ("gpu", "mig", "vgpu", "shared", "cloud", "slurm", "vm")
-SEAT_ENGINES: tuple[str, ...] = ("manual", "host", "jupyterhub", "libvirt", "kubernetes", "slurm", "skypilot")
 SEAT_STATES: tuple[str, ...] = ("planned", "requested", "running", "failed", "released")
 CLAIM_MODES: tuple[str, ...] = ("assigned", "pool")
 

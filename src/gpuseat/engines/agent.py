@@ -76,6 +76,14 @@ class Agent:
     _next_change: datetime | None = None
     _leader: bool = False
     _waker: Any = None
+    _saved: int | None = None
+
+    def _saved_cursor(self) -> int | None:
+        """The events id the last leader of this lease had applied up to (kept in the store)."""
+        for row in self.store.agent_statuses():
+            if row["name"] == self.options.lease_name and row["last_apply_at"]:
+                return int(row["cursor"])
+        return None
 
     def tick(self) -> Pass | None:
         """One iteration: keep the lease; pass when something is due. Returns the pass, if any."""
@@ -84,19 +92,23 @@ class Agent:
             was = self._leader
             self._leader = self.store.take_lease(self.options.lease_name, self.holder, self.options.lease_s)
             self._renew_at = now + self.options.lease_s / 3
-            if self._leader != was:
+            if self._leader != was or self.role == "starting":
                 self.role = "leader" if self._leader else "standby"
                 self.say(f"agent {self.holder}: {self.role} for {self.options.lease_name}")
                 self.store.save_agent_status(
                     self.options.lease_name, holder=self.holder, role=self.role, cursor=self.cursor or 0
                 )
-                if self._leader:
-                    self.cursor = None  # a new leader plans everything once
+                if self._leader:  # a new leader plans everything once, from where the last leader stopped
+                    self.cursor = None
+                    self._saved = self._saved_cursor()
         if not self._leader:
             return None
         head = self.store.events_head()
         wall = datetime.now(UTC)
         changed = self.cursor is None or head > self.cursor
+        if self.cursor is None and self._saved is not None and head == self._saved:
+            changed = False  # nothing changed in the store since the last leader's pass: a resync
+            self._resync_at = 0.0
         resync = now >= self._resync_at
         boundary = self._next_change is not None and wall >= self._next_change
         retry = self._retry_at is not None and now >= self._retry_at
@@ -193,23 +205,8 @@ class Agent:
 
 
 def _waker(store: CourseStore) -> Any:
-    """A LISTENing autocommit psycopg connection on PostgreSQL (None elsewhere: the agent polls)."""
-    url = store.url
-    if not url.startswith("postgresql"):
-        return None
-    try:
-        import psycopg
-        from sqlalchemy.engine import make_url
-
-        u = make_url(url)
-        extra: dict[str, Any] = {k: str(v) for k, v in u.query.items()}
-        conn = psycopg.connect(
-            host=u.host, port=u.port, user=u.username, password=u.password, dbname=u.database, autocommit=True, **extra
-        )
-        conn.execute(f"LISTEN {CHANNEL}")
-        return conn
-    except Exception:
-        return None
+    """A LISTENing connection on PostgreSQL (None elsewhere: the agent polls)."""
+    return store.listener(CHANNEL)
 
 
 def unit_file(*, gpuseat: str, engine: str | None, host: str | None, env_file: str) -> str:

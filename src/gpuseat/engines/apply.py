@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpuseat.engines import registry
-from gpuseat.engines.base import Changes, CourseState, Engine, Report
+from gpuseat.engines.base import ApplyReport, Changes, CourseState, Engine
 from gpuseat.engines.runner import Runner
 from gpuseat.errors import GpuseatError, NotFound
 
@@ -58,7 +58,7 @@ class Pass:
     """What one pass planned and applied."""
 
     planned: list[Planned] = field(default_factory=list)
-    reports: list[Report] = field(default_factory=list)
+    reports: list[ApplyReport] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     next_change: datetime | None = None
 
@@ -72,7 +72,13 @@ class Pass:
         ]
         for r in self.reports:
             out += [
-                {"course": r.course, "engine": r.engine, "step": o.step.key, "error": o.message, "exit_code": o.exit_code}
+                {
+                    "course": r.course,
+                    "engine": r.engine,
+                    "step": o.step.key,
+                    "error": o.message,
+                    "exit_code": o.exit_code,
+                }
                 for o in r.failed
             ]
         return out
@@ -216,7 +222,9 @@ def apply_all(
             continue
         p.drift = drift and not p.changes.empty
         report = (
-            p.engine.apply(p.changes, guard=guard) if not p.changes.empty else Report(p.engine_name, p.course, p.host)
+            p.engine.apply(p.changes, guard=guard)
+            if not p.changes.empty
+            else ApplyReport(p.engine_name, p.course, p.host)
         )
         result.reports.append(report)
         if report.dry_run:
@@ -233,7 +241,7 @@ def apply_all(
     return result
 
 
-def _log_report(store: CourseStore, p: Planned, report: Report, *, drift: bool, actor: str) -> None:
+def _log_report(store: CourseStore, p: Planned, report: ApplyReport, *, drift: bool, actor: str) -> None:
     detail = {
         "engine": p.engine_name,
         "host": p.host,
@@ -272,9 +280,17 @@ def one_pass(
     drift: bool = False,
     actor: str = AGENT_ACTOR,
     revoke_all: bool = False,
+    now: datetime | None = None,
 ) -> Pass:
     """Plan and apply once (what ``gpuseat apply`` does, and each of the agent's passes)."""
     planned = plan_all(
-        store, course=course, engine=engine, host=host, runner=runner, overrides=overrides, revoke_all=revoke_all
+        store,
+        course=course,
+        engine=engine,
+        host=host,
+        runner=runner,
+        overrides=overrides,
+        revoke_all=revoke_all,
+        now=now,
     )
     return apply_all(store, planned, guard=guard, drift=drift, actor=actor)

@@ -160,7 +160,7 @@ class Outcome:
 
 
 @dataclass
-class Report:
+class ApplyReport:
     """What one ``apply`` did: one outcome per step."""
 
     engine: str
@@ -261,7 +261,7 @@ class Engine(Protocol):
         """The steps that make the machines match ``course`` (empty when they already do)."""
         ...
 
-    def apply(self, changes: Changes, *, guard: Callable[[], bool] | None = None) -> Report:
+    def apply(self, changes: Changes, *, guard: Callable[[], bool] | None = None) -> ApplyReport:
         """Carry out ``changes`` step by step (each idempotent); ``guard`` is asked before each step and
         a False stops the apply (an agent that lost its lease)."""
         ...
@@ -293,9 +293,9 @@ class StepEngine:
         """Carry out one step; return a short note (or None). Raise a GpuseatError to fail it."""
         raise NotImplementedError
 
-    def apply(self, changes: Changes, *, guard: Callable[[], bool] | None = None) -> Report:
+    def apply(self, changes: Changes, *, guard: Callable[[], bool] | None = None) -> ApplyReport:
         """See :meth:`Engine.apply`."""
-        report = Report(changes.engine, changes.course, changes.host, notes=list(changes.notes))
+        report = ApplyReport(changes.engine, changes.course, changes.host, notes=list(changes.notes))
         report.dry_run = self.runner.dry_run
         blocked: dict[str, str] = {}
         stopped = False

@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuseat.core.delivery import Instruction, instruction
+from gpuseat.core.delivery import Instruction, being_prepared, instruction, login_name, not_yours
 from gpuseat.core.readiness import Access
+from gpuseat.engines import registry
 from gpuseat.errors import InputError
 
 if TYPE_CHECKING:
@@ -28,9 +29,10 @@ def way_in(store: CourseStore, seat: SeatView, participant: ParticipantView | No
         # a host given as a DNS name or address (seats add --host gpu1.example.org) is a way in;
         # a bare label (the inventory's name, h200-2x) never is
         access = {"kind": "ssh", "host": seat.host, "device_uuid": seat.device_uuid}
-    way = instruction(
-        access, seat=seat.key, unix_user=participant.unix_user if participant else None, server_name=seat.host
-    )
+    login = login_name(participant.key, participant.unix_user) if participant else None
+    if seat.engine in registry.delivering() and not_yours(access, holder=seat.participant, login=login):
+        return Instruction(None, None, None, seat.device_uuid, (), being_prepared(login))
+    way = instruction(access, seat=seat.key, unix_user=login, server_name=seat.host)
     if access is None and seat.host:
         # the seat's server is known only by its inventory label: say which field makes it reachable
         missing = (

@@ -88,6 +88,25 @@ class AgentMethods(StoreBase):
         with self._write() as s:
             _log(s, course_key, actor, action, participant=participant, seat=seat, detail=detail)
 
+    def listener(self, channel: str) -> Any:
+        """PostgreSQL: an autocommit psycopg connection LISTENing on ``channel`` (its ``notifies()`` wakes
+        an agent at once); None on SQLite or when it cannot connect (the agent then polls)."""
+        url = self._engine.url
+        if url.get_backend_name() != "postgresql":
+            return None
+        try:
+            import psycopg
+
+            extra: dict[str, Any] = {k: str(v) for k, v in url.query.items()}
+            conn = psycopg.connect(
+                host=url.host, port=url.port, user=url.username, password=url.password, dbname=url.database,
+                autocommit=True, **extra,
+            )  # fmt: skip
+            conn.execute(f"LISTEN {channel}")
+            return conn
+        except Exception:  # no listener: polling still finds every change, a little later
+            return None
+
     # -- leases ------------------------------------------------------------------------------------------
 
     def take_lease(self, name: str, holder: str, ttl_s: float, *, now: float | None = None) -> bool:

@@ -23,10 +23,10 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import Integer, cast, func, select
 
-from gpuseat.core.seating import COURSE_KEY_PATTERN, KEY_PATTERN, SEAT_ENGINES, SEAT_KINDS, SEAT_STATES
+from gpuseat.core.seating import COURSE_KEY_PATTERN, KEY_PATTERN, SEAT_KINDS, SEAT_STATES
 from gpuseat.db.models import (
     AccessToken,
     Assignment,
@@ -40,6 +40,7 @@ from gpuseat.db.models import (
     SurveyResponse,
 )
 from gpuseat.errors import InputError
+from gpuseat.store.specs import _known_engine
 
 __all__ = ["FORMAT", "SCHEMA_VERSION", "export_course", "import_course", "read_archive", "write_file"]
 
@@ -354,7 +355,8 @@ class ExportSeatRow(_Row):
     profile: str | None = Field(None, max_length=64)
     memory_gb: float | None = Field(None, ge=0, le=1e6)
     groups: list[str] = Field(default_factory=list, max_length=64)
-    engine: Literal[SEAT_ENGINES]  # type: ignore[valid-type]
+    engine: str = Field(max_length=32)
+    _engine = field_validator("engine")(lambda v: _known_engine(v))
     engine_ref: str | None = Field(None, max_length=512)
     state: Literal[SEAT_STATES]  # type: ignore[valid-type]
     state_reason: str | None = Field(None, max_length=20_000)

@@ -26,6 +26,15 @@ def _one_line(value: str | None) -> str | None:
     return value
 
 
+def _known_engine(value: str | None) -> str | None:
+    """An engine name the registry knows (the registry is the one list of engines)."""
+    from gpuseat.engines.registry import names
+
+    if value is not None and value not in names():
+        raise ValueError(f"unknown engine {value!r}: one of {', '.join(names())}")
+    return value
+
+
 class SeatSpec(BaseModel):
     """A seat to add: what a carve layout, a plan's cloud option, nvidia-smi or a person describes."""
 
@@ -44,6 +53,7 @@ class SeatSpec(BaseModel):
     state: SeatState = "planned"
 
     _lines = field_validator("engine_ref", "connect")(_one_line)
+    _engine = field_validator("engine")(lambda v: _known_engine(v))
 
 
 class _SeatUpdate(BaseModel):
@@ -58,3 +68,4 @@ class _SeatUpdate(BaseModel):
     host: _Host = None
 
     _lines = field_validator("engine_ref", "connect")(_one_line)
+    _engine = field_validator("engine")(lambda v: _known_engine(v))

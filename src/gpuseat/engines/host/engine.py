@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import shlex
 import threading
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -216,7 +217,7 @@ class HostEngine(StepEngine):
             if found is not None:
                 accounts.setdefault(login, found)
         uid_of = {a.login: a.uid for a in accounts.values()}
-        procs = self.machine.processes({a.uid for a in accounts.values()}, s.proc_root)
+        procs = self.machine.processes({a.uid for a in accounts.values()})
         holding_logins = set(login_of.values())
         reason_gone = (
             "the course is deleted"
@@ -468,7 +469,12 @@ class HostEngine(StepEngine):
                 else:
                     m.end_user(login)
                     gone = m.account(login)
-                    left = m.processes({gone.uid}, s.proc_root) if gone else {}
+                    left = m.processes({gone.uid}) if gone else {}
+                    for _ in range(50):  # SIGKILL is asynchronous: give the kernel a moment
+                        if not left or self.runner.dry_run:
+                            break
+                        time.sleep(0.05)
+                        left = m.processes({gone.uid}) if gone else {}
                     if left and not self.runner.dry_run:
                         raise InputError(f"{len(left)} process(es) of {login} survived SIGKILL", where=step.target)
             case "device.revoke" | "device.grant":
@@ -516,7 +522,7 @@ class HostEngine(StepEngine):
         """Accounts of this course that can log in, their key files and running processes."""
         out = []
         accounts = [a for a in self.machine.course_accounts() if a.course == self.course]
-        procs = self.machine.processes({a.uid for a in accounts}, self.settings.proc_root)
+        procs = self.machine.processes({a.uid for a in accounts})
         seat_of = {delivery.login_name(p.key, p.unix_user): (p.key, p.seat) for p in course.people.values()}
         for a in accounts:
             who, seat = seat_of.get(a.login, (None, None))

@@ -126,10 +126,10 @@ class Machine:
                 continue
             try:
                 uid = os.stat(entry.path).st_uid
+                if uid in uids and _state(entry.path) != "Z":  # a zombie holds nothing: its parent reaps it
+                    out[int(entry.name)] = uid
             except OSError:
                 continue
-            if uid in uids:
-                out[int(entry.name)] = uid
         return out
 
     def open_files(self, pids: set[int], paths: set[str], proc_root: str = "/proc") -> dict[int, set[str]]:
@@ -317,6 +317,12 @@ class Machine:
             command,
         ]
         return self.runner.try_run(argv, timeout=timeout, mutates=False, where="host")
+
+
+def _state(proc_dir: str) -> str:
+    """The process state letter from ``/proc/PID/stat`` (after the command name, which may hold spaces)."""
+    with open(f"{proc_dir}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0]
 
 
 def managed_by(entry: pwd.struct_passwd) -> str | None:

@@ -1,0 +1,260 @@
+"""The agent keeps a real host true to the store, with no organizer command after a change.
+
+A stand-in GPU host (real sshd, real Unix users, ``mknod`` devices, a stand-in ``nvidia-smi``) and
+``gpuseat agent`` running as its own process: the organizer only moves, releases, assigns, archives and
+deletes in the store; the participants' side is checked by logging in as them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .hostlab import MIG_AND_WHOLE, Lab
+
+MIG = [m["uuid"] for m in MIG_AND_WHOLE[0]["mig"]]  # type: ignore[index]
+WHOLE = str(MIG_AND_WHOLE[1]["uuid"])
+GOAL_S = 20.0  # issue 37: p99 <= 10 s on SQLite; the test allows twice that on a loaded CI machine
+
+
+class AgentProcess:
+    """``gpuseat agent`` as a separate process (killed by pid at the end)."""
+
+    def __init__(self, db: str, log: Path, *extra: str) -> None:
+        self.db, self.log, self.extra = db, log, extra
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> AgentProcess:
+        out = open(self.log, "ab")  # noqa: SIM115 - closed with the process
+        argv = [sys.executable, "-m", "gpuseat", "agent", "--engine", "host", "--host", "gpu1", "--poll", "0.2"]
+        self.proc = subprocess.Popen([*argv, *self.extra, "--db", self.db], stdout=out, stderr=out)
+        return self
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def until(what: Callable[[], bool], timeout: float = GOAL_S, every: float = 0.1) -> float:
+    """Seconds until ``what()`` holds (fails the test when it does not within ``timeout``)."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if what():
+            return time.monotonic() - start
+        time.sleep(every)
+    raise AssertionError(f"not within {timeout} s")
+
+
+def _settings(cli: Callable[..., Any], lab: Lab, db: str) -> None:
+    pairs = [f"{k}={v}" for k, v in lab.settings().items()]
+    r = cli("engines", "settings", "host", *pairs, "--course", "lab", "--db", db)
+    assert r.code == 0, r.err
+
+
+def _seat_of(cli: Callable[..., Any], db: str) -> dict[str, str]:
+    r = cli("seats", "export", "--format", "json", "--db", db)
+    return {s["device_uuid"]: s["key"] for s in json.loads(r.out)}
+
+
+def _env(lab: Lab, who: str) -> str | None:
+    done = lab.ssh(who, "env")
+    if done.returncode != 0:
+        return None
+    return next((x.split("=", 1)[1] for x in done.stdout.splitlines() if x.startswith("CUDA_VISIBLE_DEVICES=")), "")
+
+
+@pytest.fixture
+def running(hostcourse: tuple[Lab, str], cli: Callable[..., Any], tmp_path: Path) -> Any:
+    """ann on MIG 0 and ben on MIG 1, the agent running, sshd started once the agent wrote its drop-in."""
+    lab, db = hostcourse
+    _settings(cli, lab, db)
+    by_uuid = _seat_of(cli, db)
+    for who, uuid in (("ann", MIG[0]), ("ben", MIG[1])):
+        assert cli("seats", "assign", "--participant", who, "--seat", by_uuid[uuid], "--db", db).code == 0
+    agent = AgentProcess(db, tmp_path / "agent.log").start()
+    try:
+        until(lambda: (lab.keys_dir / lab.people["ben"].user).exists())
+        until(lambda: Path(lab.settings()["sshd_dropin"]).exists())
+        lab.start_sshd()
+        until(lambda: _env(lab, "ann") == MIG[0] and _env(lab, "ben") == MIG[1])
+        yield lab, db, by_uuid, agent
+    finally:
+        agent.stop()
+
+
+def test_move_release_and_handover_with_no_organizer_command(running: Any, cli: Callable[..., Any]) -> None:
+    lab, db, by_uuid, agent = running
+    # ben leaves a process running, as a participant does
+    assert lab.ssh("ben", "nohup sleep 600 >/dev/null 2>&1 &").returncode == 0
+    ben_uid = int(lab.ssh("ann", f"id -u {lab.people['ben'].user}").stdout)
+
+    def ben_runs() -> bool:
+        return any(p.name.isdigit() and p.stat().st_uid == ben_uid for p in Path("/proc").iterdir() if p.exists())
+
+    assert ben_runs()
+    # the organizer: ann moves to MIG 2, ben is released, dan gets ben's old seat. Nothing else.
+    assert cli("seats", "move", "--participant", "ann", "--seat", by_uuid[MIG[2]], "--db", db).code == 0
+    assert cli("seats", "release", "--participant", "ben", "--db", db).code == 0
+    assert cli("seats", "assign", "--participant", "dan", "--seat", by_uuid[MIG[1]], "--db", db).code == 0
+
+    shown: list[str] = []
+
+    def dan_in() -> bool:
+        way = cli("seats", "connect", by_uuid[MIG[1]], "--format", "json", "--db", db)
+        shown.append(way.out)
+        return _env(lab, "dan") == MIG[1]
+
+    took = until(dan_in)
+    # the old holder is refused, their process is gone, the mover sees only the new seat
+    refused = lab.ssh("ben", "true")
+    assert refused.returncode == 255 and "denied" in refused.stderr.lower()
+    until(lambda: not ben_runs(), timeout=5)
+    assert _env(lab, "ann") == MIG[2]
+    seen = lab.ssh("ann", f"{lab.nvidia_smi} -L").stdout
+    assert MIG[2] in seen and MIG[0] not in seen
+    # the new holder's seat never showed the previous holder's login: "being prepared" until it was theirs
+    ben_login = f"{lab.people['ben'].user}@"
+    assert all(ben_login not in out for out in shown), shown
+    assert any("being prepared" in out for out in shown) or took < 0.5
+    final = json.loads(cli("seats", "connect", by_uuid[MIG[1]], "--format", "json", "--db", db).out)
+    assert final["command"] and f"{lab.people['dan'].user}@127.0.0.1" in final["command"]
+    # what the agent did is in the events log; a plan now is empty
+    from gpuseat.services.courses import open_store
+
+    with open_store(db) as store:
+        applied = [e for e in store.events("lab") if e.action == "engine.apply"]
+    assert any("key.remove" in json.dumps(e.detail) for e in applied)
+    again = cli("apply", "--course", "lab", "--dry-run", "--db", db)
+    assert again.code == 0 and "nothing to change" in again.out, again.out
+
+
+def test_archive_and_delete_take_every_access_away(running: Any, cli: Callable[..., Any], tmp_path: Path) -> None:
+    lab, db, _by_uuid, agent = running
+    r = cli("course", "delete", "lab", "--yes", "--export-to", tmp_path / "lab.zip", "--db", db)
+    assert r.code == 0, r.err
+    assert "is deleted once the engines have taken every access away" in r.out
+    until(lambda: lab.ssh("ann", "true").returncode == 255 and lab.ssh("ben", "true").returncode == 255)
+    for who in ("ann", "ben"):
+        assert not (lab.keys_dir / lab.people[who].user).exists()
+    # then the course is gone from the store (the agent deleted it once nothing was held)
+    until(lambda: "lab: deleted" in agent.text())
+    assert cli("course", "show", "lab", "--db", db).code == 2
+
+
+def test_drift_is_reverted_and_logged(running: Any, cli: Callable[..., Any], tmp_path: Path) -> None:
+    lab, db, _by_uuid, agent = running
+    agent.stop()
+    resyncing = AgentProcess(db, tmp_path / "resync.log", "--resync", "1").start()
+    try:
+        assert cli("seats", "release", "--participant", "ben", "--db", db).code == 0
+        ben = lab.people["ben"].user
+        until(lambda: lab.ssh("ben", "true").returncode == 255)
+        time.sleep(1.0)  # the agent's own pass after its writes: nothing left to do
+        # by hand, as root: unlock ben and give him a key again
+        subprocess.run(["usermod", "--expiredate", "", ben], check=True)
+        (lab.keys_dir / ben).write_text(lab.people["ben"].public_key + "\n")
+        os.chmod(lab.keys_dir / ben, 0o644)
+        # the next resync undoes it (ben may have slipped in for up to a second: that is the resync period)
+        until(lambda: lab.ssh("ben", "true").returncode == 255 and not (lab.keys_dir / ben).exists())
+    finally:
+        resyncing.stop()
+    from gpuseat.services.courses import open_store
+
+    with open_store(db) as store:
+        drift = [e for e in store.events("lab") if e.action == "drift.reverted"]
+    assert drift, "the resync logs what it reverted"
+    done = " ".join(d for e in drift for d in e.detail["done"])  # type: ignore[index]
+    assert f"key.remove {ben}" in done and f"account.lock {ben}" in done
+
+
+def test_two_agents_one_applies_and_the_standby_takes_over(
+    hostcourse: tuple[Lab, str], cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    lab, db = hostcourse
+    _settings(cli, lab, db)
+    by_uuid = _seat_of(cli, db)
+    assert cli("seats", "assign", "--participant", "ann", "--seat", by_uuid[MIG[0]], "--db", db).code == 0
+    first = AgentProcess(db, tmp_path / "a.log", "--lease", "3").start()
+    until(lambda: "leader" in first.text())
+    second = AgentProcess(db, tmp_path / "b.log", "--lease", "3").start()
+    try:
+        until(lambda: "standby" in second.text())
+        time.sleep(1.5)
+        assert "leader" not in second.text()  # only one applies
+        until(lambda: (lab.keys_dir / lab.people["ann"].user).exists())
+        first.kill9()  # the lease holder dies without a word
+        killed = time.monotonic()
+        assert cli("seats", "assign", "--participant", "cat", "--seat", by_uuid[WHOLE], "--db", db).code == 0
+        until(lambda: (lab.keys_dir / lab.people["cat"].user).exists(), timeout=GOAL_S)
+        assert "leader" in second.text()
+        assert time.monotonic() - killed < 3 + GOAL_S
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_kill9_at_random_steps_converges_and_never_keys_the_wrong_person(
+    hostcourse: tuple[Lab, str], cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    lab, db = hostcourse
+    _settings(cli, lab, db)
+    by_uuid = _seat_of(cli, db)
+    seats = [by_uuid[u] for u in (*MIG, WHOLE)]
+    people = ["ann", "ben", "cat", "dan"]
+    rng = random.Random(37)
+    public = {lab.people[p].user: lab.people[p].public_key.split()[1] for p in people}
+
+    def keys_are_own() -> None:
+        for login, key in public.items():
+            path = lab.keys_dir / login
+            if path.exists():
+                text = path.read_text()
+                for other, theirs in public.items():
+                    assert other == login or theirs not in text, f"{login}'s keys hold {other}'s key"
+
+    for round_ in range(20):
+        # a random reshuffle in the store
+        for p in people:
+            cli("seats", "release", "--participant", p, "--db", db)
+        for p, s in zip(rng.sample(people, rng.randint(1, 4)), rng.sample(seats, 4), strict=False):
+            assert cli("seats", "assign", "--participant", p, "--seat", s, "--db", db).code == 0
+        agent = AgentProcess(db, tmp_path / f"agent-{round_}.log").start()
+        time.sleep(rng.uniform(0.3, 1.5))
+        agent.kill9()
+        keys_are_own()
+    agent = AgentProcess(db, tmp_path / "agent-final.log").start()
+    try:
+        until(lambda: "nothing to change" in cli("apply", "--course", "lab", "--dry-run", "--db", db).out)
+    finally:
+        agent.stop()
+    keys_are_own()
+    from gpuseat.services.courses import open_store
+
+    with open_store(db) as store:
+        holders = {s.participant for s in store.seats("lab") if s.participant}
+    for p in people:
+        login = lab.people[p].user
+        assert (lab.keys_dir / login).exists() == (p in holders), p
