@@ -76,6 +76,7 @@ _EXPORTS: dict[str, str] = {
     "NoOfferFits": "gpuseat.errors",
     "Infeasible": "gpuseat.errors",
     "StoreError": "gpuseat.errors",
+    "DiskFull": "gpuseat.errors",
     "MissingDependency": "gpuseat.errors",
     "NotFound": "gpuseat.errors",
     "NoFreeSeat": "gpuseat.errors",
@@ -95,6 +96,7 @@ __all__ = [
     "Course",
     "CourseStore",
     "CourseView",
+    "DiskFull",
     "EngineError",
     "GpuModel",
     "GpuseatError",
@@ -169,6 +171,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from gpuseat.core.plan import Plan, PlanOption
     from gpuseat.doctor import Report, diagnose
     from gpuseat.errors import (
+        DiskFull,
         EngineError,
         GpuseatError,
         Infeasible,

@@ -13,6 +13,7 @@ Hierarchy (every class is public: ``from gpuseat import NotFound``)::
     │   └── InvalidTransition   a seat state change the state machine refuses
     └── EngineError             an outside engine (NVML, libvirt, a database) failed → exit code 1
         ├── StoreError          the course database cannot be opened, is not gpuseat's, or failed
+        │   └── DiskFull        the file system is full: nothing was changed → exit code 2
         └── MissingDependency   an optional dependency is not installed (the fix names the extra)
 
 Each error carries *where* (the file and line, or the field: ``course``, ``participant``,
@@ -77,6 +78,22 @@ class Infeasible(InputError):
 
 class StoreError(EngineError):
     """The course database cannot be opened, is not gpuseat's, or failed."""
+
+
+class DiskFull(StoreError):
+    """The file system of a file gpuseat writes (the database, an output file) is full; nothing was
+    changed. Exit code 2, as for bad input: the user frees space, or writes elsewhere, and runs it again."""
+
+    exit_code = 2
+
+
+def disk_full(path: object, *, where: str | None = None) -> DiskFull:
+    """The one message for a full disk: ``disk full at PATH, nothing changed`` (``where``: the flag)."""
+    return DiskFull(
+        f"disk full at {path}, nothing changed",
+        where=where,
+        fix="no space left on the device: free space on that file system (or write elsewhere) and run it again",
+    )
 
 
 class MissingDependency(EngineError):

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from gpuseat.errors import InputError
+from gpuseat.errors import GpuseatError, InputError, disk_full
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -224,6 +224,75 @@ def read_csv(
         raise InputError(f"malformed CSV: {exc}", where=f"{path}:{reader.line_num}", fix="fix the quoting") from None
 
 
+def stream_csv(path: Path, *, max_rows: int = MAX_CSV_ROWS) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
+    """The header of a CSV file and an iterator over its rows, as ``(line_number, fields)``: the file is
+    read as it is iterated (memory does not grow with its size), at most ``max_rows`` rows.
+
+    Like :func:`read_csv`: blank lines are skipped, a short row is padded with empty fields, a long one
+    and malformed quoting are input errors naming the line; fields are not stripped. Only a regular
+    file is opened (a FIFO or device is refused, never blocked on).
+    """
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise InputError("file not found", where=str(path), fix="check the path") from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", where=str(path), fix="check permissions") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, socket or device)"
+        raise InputError(f"is {kind}", where=str(path), fix="give a regular file")
+    try:
+        handle = path.open(encoding="utf-8-sig", newline="")
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", where=str(path), fix="check permissions") from None
+    reader = csv.reader(handle)
+
+    def fail(exc: Exception) -> InputError:
+        handle.close()
+        if isinstance(exc, UnicodeDecodeError):
+            return InputError(
+                f"not UTF-8 text (after line {reader.line_num})", where=str(path), fix="save the file as UTF-8"
+            )
+        if isinstance(exc, OSError):
+            return InputError(f"cannot read: {exc.strerror}", where=str(path), fix="check the file")
+        return InputError(f"malformed CSV: {exc}", where=f"{path}:{reader.line_num}", fix="fix the quoting")
+
+    try:
+        header = next((row for row in reader if row), None)
+    except (csv.Error, UnicodeDecodeError, OSError) as exc:
+        raise fail(exc) from None
+    if header is None:
+        handle.close()
+        raise InputError("empty CSV, no header row", where=str(path), fix="add a header row")
+    width = len(header)
+
+    def rows() -> Iterator[tuple[int, list[str]]]:
+        count = 0
+        with handle:
+            try:
+                for row in reader:
+                    if not row:
+                        continue
+                    count += 1
+                    if count > max_rows:
+                        raise InputError(
+                            f"more than {max_rows:,} rows", where=f"{path}:{reader.line_num}", fix="split the file"
+                        )
+                    if len(row) != width:
+                        if len(row) > width:
+                            raise InputError(
+                                f"{len(row)} fields, header has {width}",
+                                where=f"{path}:{reader.line_num}",
+                                fix="make every row have as many fields as the header",
+                            )
+                        row += [""] * (width - len(row))
+                    yield reader.line_num, row
+            except (csv.Error, UnicodeDecodeError, OSError) as exc:
+                raise fail(exc) from None
+
+    return header, rows()
+
+
 # --- writing ------------------------------------------------------------------------------------------
 #
 # Every file gpuseat writes goes through here: a path that is a symbolic link, a FIFO, a device or a
@@ -254,10 +323,11 @@ def check_target(path: Path, *, where: str | None = None) -> None:
         )
 
 
-def write_error(exc: OSError, where: str) -> InputError:
-    """One clear message for a failed write (disk full, read-only, permissions)."""
+def write_error(exc: OSError, where: str) -> GpuseatError:
+    """One clear message for a failed write (disk full, read-only, permissions); exit code 2."""
     if exc.errno == errno.ENOSPC or exc.errno == errno.EDQUOT:
-        return InputError("no space left on the device", where=where, fix="free some space and run it again")
+        flag, _, path = where.partition(" ")  # "--out PATH", or the path alone
+        return disk_full(path, where=flag) if flag.startswith("--") and path else disk_full(where)
     if exc.errno == errno.EFBIG:
         return InputError("the file would exceed the size limit", where=where, fix="raise the file size limit")
     if exc.errno == errno.EROFS:

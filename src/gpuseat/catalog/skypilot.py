@@ -12,6 +12,7 @@ import ast
 import functools
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
@@ -21,7 +22,7 @@ from pydantic import ValidationError
 
 from gpuseat.catalog.offers import Offer
 from gpuseat.errors import InputError, did_you_mean
-from gpuseat.files import read_csv
+from gpuseat.files import stream_csv
 
 if TYPE_CHECKING:
     from gpuseat.catalog.bundle import Catalog
@@ -30,6 +31,7 @@ REQUIRED = ("InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs", "Mem
 #: Known catalog errors corrected on import (pricing.md §1.4).
 GPU_COUNT_FIXES = {("azure", "Standard_ND96isr_H100_v5"): 8.0}
 _INSTANCE_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+@-]*$")
+_REGION = re.compile(r"^[A-Za-z0-9._-]+$")
 #: A CSV memory figure this close to the GPU catalog's is the same memory, rounded (22,888 MiB = 24 GB).
 MEMORY_TOLERANCE = 0.1
 
@@ -133,62 +135,105 @@ def _gpu_memory_gb(gpu_info: str, provider: str) -> float | None:
     return round(size / 1024, 2)
 
 
-#: SkyPilot's own catalogs run to tens of MB (every instance type in every zone).
-MAX_CATALOG_BYTES = 512 * 1024 * 1024
+#: Rows a catalog may have: SkyPilot's own run to tens of thousands; the import streams the file (memory
+#: stays flat, docs/results.md), so the cap only stops a runaway file.
+MAX_CATALOG_ROWS = 5_000_000
+#: Skipped rows named one by one in the warnings; the rest are counted in one line.
+MAX_ROW_WARNINGS = 200
 
 
-def _read_rows(path: Path, provider: str) -> list[_Row]:
-    rows: list[_Row] = []
-    header_checked = False
-    for line, raw in read_csv(path, max_bytes=MAX_CATALOG_BYTES):
-        where = f"{path}:{line}"
-        if not header_checked:
-            missing = [c for c in REQUIRED if c not in raw]
-            if missing:
+def _read_rows(path: Path, provider: str) -> Iterator[_Row]:
+    """The catalog's rows, parsed and checked one at a time as the file is read."""
+    header, rows = stream_csv(path, max_rows=MAX_CATALOG_ROWS)
+    missing = [c for c in REQUIRED if c not in header]  # refused at the first row (no rows: said below)
+    col = {name: header.index(name) for name in reversed(header)}  # the first of a repeated name, as DictReader
+    i_type, i_acc, i_count, i_cpus, i_mem, i_price, i_region = (col.get(c, 0) for c in REQUIRED)
+    i_zone, i_info = col.get("AvailabilityZone"), col.get("GpuInfo")
+    good_types: set[str] = set()  # names already checked (a catalog repeats a few hundred of them)
+    good_regions: set[str] = set()
+    numbers: dict[tuple[str, str], float | None] = {}  # (column, text) → value, for the same reason
+    seen = False
+
+    def number(value: str, where: str, column: str) -> float | None:
+        key = (column, value)
+        if key not in numbers:
+            if len(numbers) > 100_000:
+                numbers.clear()
+            numbers[key] = _number(value, where=where, column=column, allow_empty=True)
+        return numbers[key]
+
+    for line, raw in rows:
+        if missing:
+            raise InputError(
+                f"not a SkyPilot vms.csv: missing column(s) {', '.join(missing)}",
+                where=str(path),
+                fix="give a SkyPilot catalog file (catalogs/v7 or v8/<cloud>/vms.csv)",
+            )
+        seen = True
+        instance_type, region = raw[i_type].strip(), raw[i_region].strip()
+        if instance_type and instance_type not in good_types:
+            if not _INSTANCE_TYPE.match(instance_type):
                 raise InputError(
-                    f"not a SkyPilot vms.csv: missing column(s) {', '.join(missing)}",
-                    where=str(path),
-                    fix="give a SkyPilot catalog file (catalogs/v7 or v8/<cloud>/vms.csv)",
+                    f"InstanceType {instance_type!r} is not an instance type name (letters, digits, . _ - : + @)",
+                    where=f"{path}:{line}: column InstanceType",
+                    fix="correct the instance type (no spaces)",
                 )
-            header_checked = True
-        if raw["InstanceType"] and not _INSTANCE_TYPE.match(raw["InstanceType"]):
-            raise InputError(
-                f"InstanceType {raw['InstanceType']!r} is not an instance type name (letters, digits, . _ - : + @)",
-                where=f"{where}: column InstanceType",
-                fix="correct the instance type (no spaces)",
-            )
-        if raw["Region"] and not re.match(r"^[A-Za-z0-9._-]+$", raw["Region"]):
-            raise InputError(
-                f"Region {raw['Region']!r} is not a region name",
-                where=f"{where}: column Region",
-                fix="correct the region (letters, digits, . _ -)",
-            )
-        count = _number(raw["AcceleratorCount"], where=where, column="AcceleratorCount", allow_empty=True)
-        rows.append(
-            _Row(
-                line=line,
-                instance_type=raw["InstanceType"],
-                accelerator=raw["AcceleratorName"],
-                count=count or 0.0,
-                vcpus=_number(raw["vCPUs"], where=where, column="vCPUs", allow_empty=True) or 0.0,
-                ram_gb=_number(raw["MemoryGiB"], where=where, column="MemoryGiB", allow_empty=True) or 0.0,
-                price=_number(raw["Price"], where=where, column="Price", allow_empty=True),
-                region=raw["Region"],
-                zone=raw.get("AvailabilityZone", ""),
-                gpu_mem_gb=_gpu_memory_gb(raw.get("GpuInfo", ""), provider),
-            )
+            good_types.add(instance_type)
+        if region and region not in good_regions:
+            if not _REGION.match(region):
+                raise InputError(
+                    f"Region {region!r} is not a region name",
+                    where=f"{path}:{line}: column Region",
+                    fix="correct the region (letters, digits, . _ -)",
+                )
+            good_regions.add(region)
+        where = f"{path}:{line}"
+        yield _Row(
+            line=line,
+            instance_type=instance_type,
+            accelerator=raw[i_acc].strip(),
+            count=number(raw[i_count].strip(), where, "AcceleratorCount") or 0.0,
+            vcpus=number(raw[i_cpus].strip(), where, "vCPUs") or 0.0,
+            ram_gb=number(raw[i_mem].strip(), where, "MemoryGiB") or 0.0,
+            price=number(raw[i_price].strip(), where, "Price"),
+            region=region,
+            zone=raw[i_zone].strip() if i_zone is not None else "",
+            gpu_mem_gb=_gpu_memory_gb(raw[i_info].strip(), provider) if i_info is not None else None,
         )
-    if not header_checked:
+    if not seen:
         raise InputError(
             f"not a SkyPilot vms.csv: no rows under a header with the columns {', '.join(REQUIRED)}",
             where=str(path),
             fix="give a SkyPilot catalog file (catalogs/v7 or v8/<cloud>/vms.csv)",
         )
-    return rows
+
+
+class _Warnings:
+    """Skipped rows, each named up to :data:`MAX_ROW_WARNINGS`, then counted (a broken 1M-row file would
+    otherwise keep a million messages)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.more = path, 0
+        self.lines: list[str] = []
+
+    def add(self, message: str) -> None:
+        if len(self.lines) < MAX_ROW_WARNINGS:
+            self.lines.append(message)
+        else:
+            self.more += 1
+
+    def done(self) -> list[str]:
+        more = [f"{self.path}: {self.more:,} more rows skipped for the reasons above"] if self.more else []
+        return [*self.lines, *more]
 
 
 def import_skypilot(path: Path, provider: str, *, catalog: Catalog, as_of: date) -> ImportResult:
-    """Offers from a SkyPilot ``vms.csv``: one per instance type and region, at the cheapest zone."""
+    """Offers from a SkyPilot ``vms.csv``: one per instance type and region, at the cheapest zone.
+
+    The file is read as a stream, keeping only the cheapest row per (instance type, region) so far
+    (the first one of equal prices); GCP's GPU rows are read in a first pass (a host row may come
+    before the GPU rows of its zone).
+    """
     rules = catalog.providers.get(provider)
     importable = [name for name, p in catalog.providers.items() if p.skypilot]
     if rules is None or not rules.skypilot:
@@ -198,28 +243,36 @@ def import_skypilot(path: Path, provider: str, *, catalog: Catalog, as_of: date)
             fix=f"use one of: {', '.join(importable)}",
         )
     context = catalog.offer_context()
-    rows = _read_rows(path, provider)
     result = ImportResult()
-    gpu_rows = [r for r in rows if not r.instance_type]
-    candidates: list[tuple[_Row, float, str]] = []  # (row, total price, instance type label)
-    for row in rows:
+    warnings = _Warnings(path)
+    best: dict[tuple[str, str], tuple[_Row, float, str]] = {}
+
+    def consider(row: _Row, price: float, label: str) -> None:
+        key = (label, row.region)
+        found = best.get(key)
+        if found is None or price < found[1]:
+            best[key] = (row, price, label)
+
+    gpu_rows: dict[tuple[str, str], list[_Row]] = {}  # GCP: (region, zone) → the GPU rows with a price
+    if provider == "gcp":
+        for row in _read_rows(path, provider):
+            if not row.instance_type and row.price:
+                gpu_rows.setdefault((row.region, row.zone), []).append(row)
+    for row in _read_rows(path, provider):
         if not row.instance_type:
             continue
         if not row.price:
             if row.accelerator or provider == "gcp":
-                result.warnings.append(f"{path}:{row.line}: {row.instance_type} in {row.region} has no price; skipped")
+                warnings.add(f"{path}:{row.line}: {row.instance_type} in {row.region} has no price; skipped")
             continue
         if provider == "gcp":
-            candidates.extend(_gcp_totals(row, gpu_rows, catalog))
+            for candidate in _gcp_totals(row, gpu_rows.get((row.region, row.zone), []), catalog):
+                consider(*candidate)
         elif row.accelerator and row.count <= 0:
-            result.warnings.append(f"{path}:{row.line}: {row.instance_type} lists {row.accelerator} × 0; skipped")
+            warnings.add(f"{path}:{row.line}: {row.instance_type} lists {row.accelerator} × 0; skipped")
         elif row.accelerator:
-            candidates.append((row, row.price, row.instance_type))
-    best: dict[tuple[str, str], tuple[_Row, float, str]] = {}
-    for row, price, label in candidates:
-        key = (label, row.region)
-        if key not in best or price < best[key][1]:
-            best[key] = (row, price, label)
+            consider(row, row.price, row.instance_type)
+    result.warnings = warnings.done()
     unknown: set[str] = set()
     for row, price, label in best.values():
         model = catalog.find_gpu(row.accelerator)
@@ -268,7 +321,7 @@ def _gcp_totals(host: _Row, gpu_rows: list[_Row], catalog: Catalog) -> list[tupl
     """GCP offers of one host row: host price + the price of the GPU row of the same zone that this
     machine family can take (skypilot-catalog issue #31; families in :data:`GCP_BUILT_IN`)."""
     assert host.price is not None
-    same_zone = [g for g in gpu_rows if g.region == host.region and g.zone == host.zone and g.price]
+    same_zone = gpu_rows  # the GPU rows of the host's region and zone that have a price
 
     def model_id(name: str) -> str | None:
         model = catalog.find_gpu(name)

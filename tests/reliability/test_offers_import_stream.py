@@ -1,0 +1,63 @@
+"""``offers import`` of a 1,000,000-row SkyPilot ``vms.csv`` streams the file: the peak memory of the real
+``gpuseat`` (a child process; its ``ru_maxrss``) stays under 300 MB, and the offers are exactly those a
+plain ``csv.reader`` pass computes (per instance type and region, the cheapest zone, the first of equal
+prices). Speed is measured in benchmarks/bench_offers_import.py, side by side with that floor.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from bench_offers_import import build  # noqa: E402  (the benchmark's own file: the same rows)
+
+ROWS = 1_000_000
+PEAK_MB = 300
+
+CHILD = """
+import json, resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+print(json.dumps({"rc": done.returncode, "out": done.stdout, "err": done.stderr, "peak_mb": peak_mb}))
+"""
+
+
+def _expected(path: Path) -> dict[str, float]:
+    """Offer id → price, computed without gpuseat: the cheapest priced GPU row per (type, region)."""
+    best: dict[tuple[str, str], float] = {}
+    with path.open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            if not row["InstanceType"] or not row["Price"] or not row["AcceleratorName"]:
+                continue
+            key, price = (row["InstanceType"], row["Region"]), float(row["Price"])
+            if key not in best or price < best[key]:
+                best[key] = price
+    return {f"aws:{t}@{r}": round(p, 6) for (t, r), p in best.items()}
+
+
+def test_a_million_rows_in_bounded_memory_and_the_same_offers(tmp_path: Path) -> None:
+    catalog = tmp_path / "vms.csv"
+    build(catalog, ROWS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), *filter(None, [env.get("PYTHONPATH")])])
+    cmd = [sys.executable, "-m", "gpuseat", "offers", "import", str(catalog), "--provider", "aws", "--format", "json"]
+    measured = subprocess.run(
+        [sys.executable, "-c", CHILD, *cmd], capture_output=True, text=True, env=env, timeout=600, check=True
+    )
+    child = json.loads(measured.stdout)
+    assert child["rc"] == 0, child["err"][-2000:]
+    assert "Traceback" not in child["err"]
+    assert child["peak_mb"] <= PEAK_MB, f"peak RSS {child['peak_mb']:.0f} MB for {ROWS:,} rows"
+    offers = {o["offer"]: o["usd_per_hour"] for o in json.loads(child["out"])}
+    assert offers == _expected(catalog)
+    assert len(offers) > 1000  # many offers: the file is a real catalog's shape, not one row repeated
+    warnings = [line for line in child["err"].splitlines() if line.startswith("warning:")]
+    assert len(warnings) <= 210, len(warnings)  # rows without a price: named up to 200, then counted
+    assert "more rows skipped" in child["err"]
