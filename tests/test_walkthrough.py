@@ -125,3 +125,13 @@ def test_the_walk_through_reserves_seats_only_for_groups_its_course_has(
     added = cli("seats", "add", "--inventory", inventory, "--mode", "mig", "--profile", "1g.18gb", "--group",
                 "server", "--course", "two", *db)  # fmt: skip
     assert added.code == 0 and "14 seats of 1g.18gb fit on h200-2x" in added.out
+
+
+def test_the_library_example_runs_as_written(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The doc's ``## Library`` block, from the clone's folder on an empty data dir."""
+    text = DOC.read_text(encoding="utf-8")
+    code = re.search(r"## Library\n.*?```python\n(.*?)```", text, re.S)
+    assert code, "no python block in the Library section"
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("GPUSEAT_DATA_DIR", str(tmp_path / "data"))
+    exec(compile(code.group(1), f"{DOC}:Library", "exec"), {"__name__": "doc_library"})
