@@ -68,6 +68,18 @@ def until(what: Callable[[], bool], timeout: float = GOAL_S, every: float = 0.1)
     raise AssertionError(f"not within {timeout} s")
 
 
+def _alive_of(uid: int) -> bool:
+    """True while a process of ``uid`` runs (zombies, which hold nothing, do not count)."""
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and p.stat().st_uid == uid:
+                if (p / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 def _settings(cli: Callable[..., Any], lab: Lab, db: str) -> None:
     pairs = [f"{k}={v}" for k, v in lab.settings().items()]
     r = cli("engines", "settings", "host", *pairs, "--course", "lab", "--db", db)
@@ -112,7 +124,7 @@ def test_move_release_and_handover_with_no_organizer_command(running: Any, cli: 
     ben_uid = int(lab.ssh("ann", f"id -u {lab.people['ben'].user}").stdout)
 
     def ben_runs() -> bool:
-        return any(p.name.isdigit() and p.stat().st_uid == ben_uid for p in Path("/proc").iterdir() if p.exists())
+        return _alive_of(ben_uid)
 
     assert ben_runs()
     # the organizer: ann moves to MIG 2, ben is released, dan gets ben's old seat. Nothing else.
@@ -258,3 +270,62 @@ def test_kill9_at_random_steps_converges_and_never_keys_the_wrong_person(
     for p in people:
         login = lab.people[p].user
         assert (lab.keys_dir / login).exists() == (p in holders), p
+
+
+WINDOW_TOML = """name = "Lab with homework hours"
+participants = 2
+
+[needs]
+min_gpu_memory_gb = 16
+isolation = "partitioned"
+
+[schedule]
+start = 2026-09-07
+days = 5
+access = "09:00-17:00"
+"""
+
+
+def test_access_windows_open_and_close_logins(lab: Lab, tmp_path: Path, cli: Callable[..., Any]) -> None:
+    from datetime import UTC, datetime
+
+    from gpuseat.engines.apply import one_pass
+    from gpuseat.engines.runner import Runner
+    from gpuseat.services.courses import open_store
+
+    db = f"sqlite:///{tmp_path / 'win.db'}"
+    (tmp_path / "win.toml").write_text(WINDOW_TOML)
+    for who in ("ann", "ben"):
+        lab.person(who)
+    (tmp_path / "roster.csv").write_text(lab.roster())
+    listing = subprocess.run([str(lab.nvidia_smi), "-L"], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "smi.txt").write_text(listing)
+    for args in (
+        ("course", "create", tmp_path / "win.toml", "--key", "lab", "--timezone", "UTC"),
+        ("roster", "import", tmp_path / "roster.csv"),
+        ("seats", "add", "--from-nvidia-smi", tmp_path / "smi.txt", "--engine", "host", "--host", "gpu1"),
+        ("seats", "assign"),
+    ):
+        r = cli(*args, "--db", db)
+        assert r.code == 0, (args, r.err)
+    from .hostlab import free_port
+
+    lab.port = free_port()
+    _settings(cli, lab, db)
+
+    def at(hour: int, minute: int = 0) -> None:
+        with open_store(db) as store:
+            result = one_pass(store, course="lab", runner=Runner(), now=datetime(2026, 9, 8, hour, minute, tzinfo=UTC))
+        assert not result.failed, result.failed
+
+    at(12)  # inside the window
+    lab.start_sshd()
+    assert lab.ssh("ann", "true").returncode == 0
+    assert lab.ssh("ann", "nohup sleep 600 >/dev/null 2>&1 &").returncode == 0
+    at(20)  # the window shut: logins refused, sessions ended; keys and devices kept for the morning
+    assert lab.ssh("ann", "true").returncode == 255
+    ann_uid = int(subprocess.run(["id", "-u", lab.people["ann"].user], capture_output=True, text=True).stdout)
+    until(lambda: not _alive_of(ann_uid), timeout=5)
+    assert (lab.keys_dir / lab.people["ann"].user).exists()
+    at(8, 50)  # ten minutes before it opens: seats are open for the ready-check
+    assert lab.ssh("ann", "true").returncode == 0 and lab.ssh("ben", "true").returncode == 0

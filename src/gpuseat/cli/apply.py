@@ -84,6 +84,8 @@ def render_plan(result: Pass, *, dry_run: bool) -> list[str]:
             lines.append(f"  {step.sign} {step.action:<16} {step.target:<28} {step.why}{mark}")
             if dry_run and out is not None:
                 lines += [f"      would run: {c.line}" for c in out.commands if c.dry]
+                if out.message and not any(c.dry for c in out.commands):
+                    lines.append(f"      ({out.message})")
         lines += [f"  note: {n}" for n in p.changes.notes]
     lines.append(f"Plan: {totals['+']} to add, {totals['~']} to change, {totals['-']} to take away.")
     if not dry_run and result.reports:

@@ -185,8 +185,13 @@ class HostEngine(StepEngine):
     # -- plan ------------------------------------------------------------------------------------------
 
     def plan(self, course: CourseState) -> Changes:
-        """Every step that makes this host match the store (see the module docstring)."""
+        """Every step that makes this host match the store (see the module docstring).
+
+        A dry run on a machine that is not the GPU server (no ``nvidia-smi``) plans from the store alone:
+        every holder's steps as if the server had none of them yet, and a note that says so."""
         seats = self._seats(course)
+        if seats and self.runner.dry_run and self.runner.which(self.settings.nvidia_smi) is None:
+            return self._plan_from_store(course, seats)
         changes = Changes(self.name, self.course, self.host)
         add = changes.steps.append
         step = self._step
@@ -334,6 +339,38 @@ class HostEngine(StepEngine):
             )
         return changes
 
+    def _plan_from_store(self, course: CourseState, seats: list[SeatView]) -> Changes:
+        changes = Changes(self.name, self.course, self.host)
+        changes.notes.append(
+            f"{self.settings.nvidia_smi} is not on this machine: planned from the store alone, as if "
+            f"{self.host or 'the server'} had nothing yet; run `gpuseat apply --dry-run` there to see what differs"
+        )
+        if not course.active:
+            changes.notes.append("the course is archived or deleted: every account of it is locked there")
+            return changes
+        for seat, p in course.holders():
+            if seat not in seats:
+                continue
+            login, why = self.login_of(p), f"{p.key} holds {seat.key}"
+            add = changes.steps.append
+            add(self._step("account.add", login, why, "grant", participant=p.key, seats=(seat.key,), login=login,
+                           from_store=True))  # fmt: skip
+            add(self._step("key.set", login, f"{why} ({seat.device_uuid or 'device chosen there'})", "grant",
+                           participant=p.key, seats=(seat.key,), login=login, text="", from_store=True))  # fmt: skip
+            add(self._step("device.grant", seat.device_uuid or seat.key, f"only {login} may open it", "grant",
+                           seats=(seat.key,), path="", logins=[login], from_store=True))  # fmt: skip
+            access = self._access(dict(course.access.get(seat.key) or {}), login, p.key, seat.device_uuid)
+            add(self._step("seat.record", seat.key, f"{p.key} can log in as {login}", "record",
+                           participant=p.key, seats=(seat.key,), access=access.to_dict()))  # fmt: skip
+            if not p.ssh_key:
+                changes.notes.append(f"{p.key} has no SSH key in the roster: they cannot log in until they add one")
+        if self.settings.ssh_host is None and not any((course.access.get(s.key) or {}).get("host") for s in seats):
+            changes.notes.append(
+                "no way in is set: set ssh_host in the server's inventory file, or "
+                "`gpuseat engines settings host ssh_host=HOST`"
+            )
+        return changes
+
     def _probe_public(self) -> str | None:
         """The probe key's public line (made now, unless this is a dry run: then read if it exists)."""
         if not self.runner.dry_run:
@@ -439,6 +476,8 @@ class HostEngine(StepEngine):
         """Carry out one planned step (each is a no-op when the machine already is so)."""
         m, d, s = self.machine, step.data, self.settings
         login = str(d.get("login") or step.target)
+        if d.get("from_store"):  # a dry run away from the server: the plan's note says so once
+            return None
         match step.action:
             case "group.add":
                 m.ensure_group(s.group)
