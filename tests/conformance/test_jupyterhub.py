@@ -7,8 +7,11 @@ Each participant acts with a token of their own (issued by the hub, their own pe
 * ada cannot start, open or stop ben's server, and her second (named) server gets no second GPU;
 * a participant without a seat gets the 503 with gpuseat's reason and contact, in the API and as the
   message the hub's pages show;
-* revocation stops ada's server and drops her seat: her next start is refused, and after a hand-over
-  ben's new server holds the seat's device while ada has none;
+* a hand-over with no organizer command after the store's change but ``gpuseat apply --engine
+  jupyterhub``: ben's running server is stopped through the hub's REST API, his next start is refused
+  with the hub's 503, the new holder starts and sees exactly the seat's device, a second apply plans
+  nothing; a move stops the mover's server (it held the old seat's GPU) and their next start gets the
+  new seat's device;
 * the engine's probe of a participant with no seat is "broken", with the hub's reason.
 """
 
@@ -25,10 +28,12 @@ import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jupyterhub"))
-from hubcourse import make_course, seat_specs
+from hubcourse import make_course
 from realhub import HubMissing, environ_of, find_hub, find_proxy, running_hub
 
-from gpuseat.services.engine import load_engine
+from gpuseat.engines import registry
+from gpuseat.engines.apply import one_pass
+from gpuseat.engines.runner import Runner
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(name="jupyterhub")]
 REPO = Path(__file__).resolve().parents[2]
@@ -48,6 +53,8 @@ def hub(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("conformance-hub")
     url = f"sqlite:///{tmp / 'course.db'}"
     store = make_course(url, tmp, key="lab", people=["ada", "ben", "cy"], seats=3, assign=2)
+    for seat in store.seats("lab"):  # what `seats add --engine jupyterhub` records
+        store.set_seat_state("lab", seat.key, seat.state, engine="jupyterhub", reason="a hub seat")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
     text = subprocess.run(
         [sys.executable, "-m", "gpuseat", "jupyterhub", "config", "--db", url, "--course", "lab",
@@ -64,8 +71,14 @@ def hub(tmp_path_factory):
     hub_env = {"PYTHONPATH": env["PYTHONPATH"], "GPUSEAT_DB_URL": url}
     with running_hub(text, tmp / "hub", env=hub_env, extra=extra) as h:
         h.add_users("ada", "ben", "cy")
-        engine = load_engine("jupyterhub", store, "lab", hub_url=h.url, token=engine_token)
+        token_file = tmp / "engine-token"  # the token is a secret: a file only its owner reads, never the store
+        token_file.write_text(engine_token + "\n", encoding="utf-8")
+        token_file.chmod(0o600)
+        settings = {"hub_url": h.url, "token_file": str(token_file)}
+        store.set_engine_settings("lab", "jupyterhub", settings, actor="test")
+        engine = registry.build("jupyterhub", store, "lab", settings=settings, runner=Runner())
         h.engine_token = engine_token  # type: ignore[attr-defined]
+        h.token_file = token_file  # type: ignore[attr-defined]
         yield h, store, engine
     store.close()
 
@@ -154,31 +167,90 @@ def test_no_seat_no_server_and_the_reason_is_the_hubs_message(hub):
     assert "cy" not in h.servers()
 
 
-def test_revocation_stops_the_server_and_a_hand_over_moves_the_device(hub):
-    h, store, engine = hub
-    ada_seat = store.seat_of("lab", "ada")
-    if "ada" not in h.servers():
-        assert h.start("ada").status_code in (201, 202)
-        h.wait_ready("ada")
-    engine.revoke(ada_seat, store.find_participant("lab", "ada"))
+def start_as(hub, name: str) -> dict:
+    """``name`` starts their server with their own token; returns the ready server's model."""
+    r = as_user(hub, name).post(f"/hub/api/users/{name}/server")
+    assert r.status_code in (201, 202), r.text
+    return hub.wait_ready(name)
+
+
+def test_a_release_and_hand_over_are_carried_out_by_apply_alone(hub, cli):
+    """ben holds a seat and his server runs; the organizer releases him and gives the seat to cy (store
+    only). Until the engine applies, cy is refused (the seat is in use by ben's server); after ONLY
+    ``gpuseat apply --engine jupyterhub``: ben's server is gone, his next start is the hub's 503, cy
+    starts and sees exactly the seat's device, and a second apply plans nothing."""
+    h, store, _ = hub
+    seat = store.seat_of("lab", "ben")
+    server = start_as(h, "ben")
+    assert environ_of(server["state"]["pid"])["CUDA_VISIBLE_DEVICES"] == seat.device_uuid
+    db = ("--course", "lab", "--db", store.url)
+    assert cli("seats", "release", "--participant", "ben", *db).code == 0
+    assert cli("seats", "assign", "--participant", "cy", "--seat", seat.key, *db).code == 0
+    r = as_user(h, "cy").post("/hub/api/users/cy/server")  # revoke before grant: the seat is still ben's server's
+    assert r.status_code == 503 and "in use by another server" in r.json()["message"], r.text
+    assert "ben" in h.servers()
+
+    done = cli("apply", "--engine", "jupyterhub", *db)
+    assert done.code == 0, done.out + done.err
+    assert "- hub.server.stop" in done.out and "ben/" in done.out and "ben holds no seat" in done.out
+    assert "ben" not in h.servers() and h.api("GET", "/users/ben").json()["servers"] == {}
+    r = as_user(h, "ben").post("/hub/api/users/ben/server")
+    assert r.status_code == 503 and "No GPU seat for ben" in r.json()["message"] and CONTACT in r.json()["message"]
+
+    server = start_as(h, "cy")
+    assert environ_of(server["state"]["pid"])["CUDA_VISIBLE_DEVICES"] == seat.device_uuid
+    readiness = registry.build("jupyterhub", store, "lab", settings=store.engine_settings("lab", "jupyterhub"),
+                               runner=Runner()).probe(store.seat_of("lab", "cy"), store.find_participant("lab", "cy"))  # fmt: skip
+    assert "CUDA_VISIBLE_DEVICES=" + seat.device_uuid in readiness.evidence
+    if not shutil.which("nvidia-smi"):
+        assert readiness.ready and readiness.visible == (seat.device_uuid,), readiness.evidence
+    access = store.access_of("lab")[seat.key]
+    assert access["holder"] == "cy" and access["url"] == f"{h.url}/user/cy/"
+
+    again = cli("apply", "--engine", "jupyterhub", *db)
+    assert again.code == 0 and "nothing to change" in again.out, again.out
+    kept = {x["login"]: x for x in store.holdings("lab") if x["engine"] == "jupyterhub"}
+    assert "cy" in kept and "ben" not in kept and kept["cy"]["seat"] == seat.key
+
+
+def test_a_move_stops_the_movers_server_and_the_next_start_gets_the_new_seat(hub):
+    """ada's running server holds her old seat's GPU; after ``seats move`` the agent's pass (one_pass)
+    stops it, frees the old seat, and her next start gets the new seat's device."""
+    h, store, _ = hub
+    old = store.seat_of("lab", "ada")
+    server = start_as(h, "ada")
+    assert environ_of(server["state"]["pid"])["CUDA_VISIBLE_DEVICES"] == old.device_uuid
+    free = next(s for s in store.seats("lab") if s.participant is None)
+    store.move("lab", "ada", free.key)
+
+    result = one_pass(store, course="lab", engine="jupyterhub", runner=Runner())
+    assert not result.failed, result.failed
+    (plan,) = result.planned
+    stops = [s for s in plan.changes.steps if s.action == "hub.server.stop"]
+    assert [s.target for s in stops] == ["ada/"] and "moved to" in stops[0].why
+    assert set(stops[0].seats) == {old.key, free.key}
     assert "ada" not in h.servers()
-    assert store.seat_of("lab", "ada") is None
-    ada = as_user(h, "ada")
-    r = ada.post("/hub/api/users/ada/server")
-    assert r.status_code == 503 and "No GPU seat for ada" in r.json()["message"]
-    # hand-over: cy gets ada's old seat; her server holds its device, ada still has nothing
-    store.assign("lab", "cy", ada_seat.key)
-    access = engine.provision(store.get_seat("lab", ada_seat.key), store.find_participant("lab", "cy"))
-    assert access is not None and access.url == f"{h.url}/user/cy/" and access.device_uuid == ada_seat.device_uuid
-    cy = as_user(h, "cy")
-    assert cy.post("/hub/api/users/cy/server").status_code in (201, 202)
-    server = h.wait_ready("cy")
-    assert environ_of(server["state"]["pid"])["CUDA_VISIBLE_DEVICES"] == ada_seat.device_uuid
-    assert ada.post("/hub/api/users/ada/server").status_code == 503
-    uuids = {s["device_uuid"] for s in seat_specs(3)}
-    assert ada_seat.device_uuid in uuids
-    engine.teardown(store.get_seat("lab", ada_seat.key))
-    assert "cy" not in h.servers()
+    assert store.get_seat("lab", old.key).state == "planned"  # free for its next holder
+    access = plan.engine.connect(store.get_seat("lab", free.key))
+    assert access is not None and access.holder == "ada" and access.device_uuid == free.device_uuid
+    assert plan.engine.connect(store.get_seat("lab", old.key)) is None
+    again = one_pass(store, course="lab", engine="jupyterhub", runner=Runner())
+    assert again.planned[0].changes.empty, again.planned[0].changes.to_dict()
+
+    server = start_as(h, "ada")
+    assert environ_of(server["state"]["pid"])["CUDA_VISIBLE_DEVICES"] == free.device_uuid
+    again = one_pass(store, course="lab", engine="jupyterhub", runner=Runner())
+    assert again.planned[0].changes.empty, again.planned[0].changes.to_dict()
+    h.stop_server("ada")
+
+
+def test_a_dry_run_stops_nothing(hub, cli):
+    h, store, _ = hub
+    start_as(h, "ben")
+    store.release("lab", participant="ben")
+    r = cli("apply", "--engine", "jupyterhub", "--dry-run", "--course", "lab", "--db", store.url)
+    assert r.code == 0 and "hub.server.stop" in r.out
+    assert "ben" in h.servers()
 
 
 def test_seats_check_probes_each_hub_seat_as_its_participant(hub, cli):
@@ -192,7 +264,7 @@ def test_seats_check_probes_each_hub_seat_as_its_participant(hub, cli):
         seat = store.seat_of("lab", who)
         store.set_seat_state("lab", seat.key, seat.state, engine="jupyterhub", reason="a hub seat")
     args = ("seats", "check", "--course", "lab", "--db", store.url, "--timeout", "240", "--format", "json",
-            "--set", f"jupyterhub.hub_url={h.url}", "--set", f"jupyterhub.token={h.engine_token}")  # fmt: skip
+            "--set", f"jupyterhub.hub_url={h.url}", "--set", f"jupyterhub.token_file={h.token_file}")  # fmt: skip
     r = cli(*args)
     report = json.loads(r.out)
     rows = {x["participant"]: x for x in report["seats"]}

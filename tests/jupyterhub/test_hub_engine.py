@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from hubcourse import mig_devices, section
 
-from gpuseat.errors import InputError
 from gpuseat.core.readiness import judge
-from gpuseat.services.hub import JupyterHubEngine, visible_devices
+from gpuseat.engines import registry
+from gpuseat.engines.jupyterhub.engine import JupyterHubSettings, read_token, visible_devices
+from gpuseat.errors import InputError
 
 
 def printed(cvd: str | None, smi: str | None) -> str:
@@ -48,12 +49,33 @@ def test_without_a_driver_only_the_spawners_choice_tells_and_the_evidence_says_s
 
 
 @pytest.mark.parametrize("url", ["ftp://hub", "hub.example.org", "http://hub example"])
-def test_bad_hub_urls_are_refused(url):
-    with pytest.raises(InputError, match="hub URL"):
-        JupyterHubEngine(None, "lab", hub_url=url, token="x")  # type: ignore[arg-type]
+def test_bad_hub_urls_are_refused_with_one_clear_message(url):
+    with pytest.raises(InputError, match=r"jupyterhub setting hub_url: .*http"):
+        registry.validate_settings("jupyterhub", {"hub_url": url})
+
+
+def test_the_token_itself_is_never_a_setting():
+    with pytest.raises(InputError, match="jupyterhub setting token"):
+        registry.validate_settings("jupyterhub", {"hub_url": "http://hub", "token": "secret"})
 
 
 def test_no_token_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("JUPYTERHUB_API_TOKEN", raising=False)
-    with pytest.raises(InputError, match="token"):
-        JupyterHubEngine(None, "lab", hub_url="http://127.0.0.1:1")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="JUPYTERHUB_API_TOKEN is not set"):
+        read_token(JupyterHubSettings(hub_url="http://127.0.0.1:1"))
+    monkeypatch.setenv("MY_HUB_TOKEN", "abc123")
+    assert read_token(JupyterHubSettings(token_env="MY_HUB_TOKEN")) == "abc123"
+
+
+def test_a_token_file_others_may_read_is_refused(tmp_path):
+    path = tmp_path / "hub-token"
+    path.write_text("abc123\n")
+    path.chmod(0o644)
+    settings = JupyterHubSettings(token_file=str(path))
+    with pytest.raises(InputError, match="may be read by others") as info:
+        read_token(settings)
+    assert info.value.fix == f"chmod 600 {path}"
+    path.chmod(0o600)
+    assert read_token(settings) == "abc123"
+    with pytest.raises(InputError, match="cannot read the hub token file"):
+        read_token(JupyterHubSettings(token_file=str(tmp_path / "missing")))

@@ -1,22 +1,32 @@
-"""The JupyterHub seat engine: seats handed out by a hub through gpuseat's spawn hooks, probed through the
-hub's REST API *as the participant*.
+"""The JupyterHub engine: a hub whose spawn hooks give each server its participant's seat; the engine
+keeps the hub and the seats true to the store through the hub's REST API (httpx), and probes each
+seat *as its participant*.
 
-The hooks (:mod:`gpuseat.jupyterhub.hooks`) give a server its seat when it starts; this engine does what
-the seat-engine interface asks around that:
+The hooks (:mod:`gpuseat.jupyterhub.hooks`) hand a server its seat when it starts and refuse, with a
+503 that says why, anyone the store gives no seat. What they cannot do is take a seat back from a
+server that is already running. :meth:`JupyterHubEngine.plan` does that:
 
-* :meth:`JupyterHubEngine.provision` makes sure the participant has a hub account and says where their
-  server is (an :class:`~gpuseat.core.readiness.Access` of kind ``jupyter``);
-* :meth:`JupyterHubEngine.probe` gets a short-lived token *for the participant* (admin API), starts their
-  server with it (so the spawn goes through the hooks exactly as when they click "Start"), runs a
-  GPU-listing probe in a kernel on that server (``nvidia-smi -L`` where there is one, and the
-  ``CUDA_VISIBLE_DEVICES`` the spawner set), judges it with :func:`~gpuseat.core.readiness.judge`, then
-  stops the server again if it was not running before and deletes the token;
-* :meth:`JupyterHubEngine.revoke` stops every server of the participant and drops their seat;
-* :meth:`JupyterHubEngine.teardown` stops the server holding the seat (by its engine reference).
+* ``hub.server.stop`` (revoke): a running (or starting) server of a course user who holds no seat now
+  (released, moved elsewhere, course archived or deleted, access window shut), or whose server holds a
+  seat that is no longer theirs (a move), is stopped through ``DELETE /hub/api/users/{name}/server``
+  (``…/servers/{name}`` for a named one), and the step waits until the hub shows it gone;
+* ``seat.free`` (record, after the stop): a seat still marked as held by a server of someone who no
+  longer holds it (the hooks record a stop only for the seat's holder) becomes ``planned`` again, so
+  the seat's next holder can start (until then the hooks refuse them: "in use by another server");
+* ``hub.user.add`` (grant): each seat holder has a hub account (the probe's token needs one);
+* ``seat.record`` / ``seat.clear`` (record): the holder's way in (``/user/NAME/``, made for them) is
+  stored; a seat nobody holds names no one.
 
-The engine's token comes from the ``token`` setting or ``JUPYTERHUB_API_TOKEN``; its role needs
-``admin:users``, ``tokens`` (to issue the participant's short-lived token), ``admin:servers``,
-``access:servers`` (a token can only carry what its issuer holds) and ``list:users``.
+A second plan right after an apply is empty. :meth:`JupyterHubEngine.probe` gets a short-lived token
+*for the participant* (admin API), starts their server with it (so the spawn goes through the hooks
+exactly as when they click "Start"), runs a GPU-listing probe in a kernel there, judges it with
+:func:`~gpuseat.core.readiness.judge`, then stops the server again if it was not running before.
+
+The engine's token is a secret and never stored: it is read from a root-only file (``token_file``)
+or an environment variable (``token_env``, default ``JUPYTERHUB_API_TOKEN``). Its role needs
+``list:users``, ``read:users``, ``admin:users`` (create accounts), ``admin:servers`` (stop servers),
+``tokens`` (the participant's short-lived probe token) and ``access:servers`` (a token can only carry
+what its issuer holds).
 """
 
 from __future__ import annotations
@@ -25,22 +35,31 @@ import asyncio
 import json
 import os
 import re
+import stat
 import time
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
 from gpuseat.core.readiness import Access, Readiness, judge
+from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
+from gpuseat.engines.runner import Runner
 from gpuseat.errors import EngineError, InputError
 
 if TYPE_CHECKING:
     import httpx
 
-    from gpuseat.services.courses import CourseStore, ParticipantView, SeatView
+    from gpuseat.store import CourseStore, ParticipantView, SeatView
 
 ENGINE = "jupyterhub"
-ACTOR = "engine:jupyterhub"
+ACTOR = "gpuseat-agent"
+HELD = ("requested", "running")  # the hooks' states of a seat that belongs to the server named by engine_ref
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # What runs in the participant's kernel: the spawner's device selection and, where there is a driver,
 # the driver's own list; one marker line each so that kernel chatter never parses as a device.
 PROBE_CODE = """
@@ -80,8 +99,83 @@ def visible_devices(printed: str) -> tuple[tuple[str, ...], str]:
     return uuids, f"no nvidia-smi in the participant's server: CUDA_VISIBLE_DEVICES={cvd} only"
 
 
-class JupyterHubEngine:
-    """One course's seats on one hub (settings: ``hub_url``, optional ``token``, ``timeout`` seconds)."""
+class JupyterHubSettings(BaseModel):
+    """The JupyterHub engine's settings (stored per course: ``gpuseat engines settings jupyterhub k=v``).
+
+    The API token is never a setting: it is read from ``token_file`` (readable by its owner only) or
+    the environment variable ``token_env``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    hub_url: str | None = Field(
+        None, description="the hub's public URL, http(s)://HOST[:PORT][/PREFIX] (what participants open)"
+    )
+    token_env: str = Field("JUPYTERHUB_API_TOKEN", description="the environment variable holding the API token")
+    token_file: str | None = Field(
+        None, description="a file holding the API token (owner-only, e.g. mode 600), read instead of token_env"
+    )
+    match_by: Literal["key", "email", "unix_user"] = Field(
+        "key", description="which participant field is the hub user name (as gpuseat jupyterhub config --match-by)"
+    )
+    timeout: float = Field(180.0, gt=0, le=3600, description="seconds a server may take to start or stop")
+
+    @field_validator("hub_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", v):
+            raise ValueError("must be an http(s)://HOST[:PORT][/PREFIX] URL")
+        return v.rstrip("/") if v else v
+
+    @field_validator("token_env")
+    @classmethod
+    def _env(cls, v: str) -> str:
+        if not _ENV_NAME.match(v):
+            raise ValueError("must be an environment variable name like JUPYTERHUB_API_TOKEN")
+        return v
+
+    @field_validator("token_file")
+    @classmethod
+    def _file(cls, v: str | None) -> str | None:
+        if v is not None and (not v.startswith("/") or any(ord(c) < 32 for c in v)):
+            raise ValueError("must be an absolute path")
+        return v
+
+
+def read_token(settings: JupyterHubSettings) -> str:
+    """The hub API token from ``token_file`` (refused when others may read it) or ``token_env``."""
+    if settings.token_file:
+        path = Path(settings.token_file)
+        try:
+            st = path.stat()
+            text = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise InputError(
+                f"cannot read the hub token file {path}: {exc.strerror}",
+                where="jupyterhub token_file",
+                fix="write the service token there (mode 600) or unset token_file to use token_env",
+            ) from None
+        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise InputError(
+                f"the hub token file {path} may be read by others (mode {stat.S_IMODE(st.st_mode):o})",
+                where="jupyterhub token_file",
+                fix=f"chmod 600 {path}",
+            )
+        if not text or any(c.isspace() for c in text):
+            raise InputError(f"the hub token file {path} holds no token", where="jupyterhub token_file")
+        return text
+    token = os.environ.get(settings.token_env, "").strip()
+    if not token:
+        raise InputError(
+            f"no hub API token: {settings.token_env} is not set",
+            where=settings.token_env,
+            fix="export the engine service's token there, or set token_file=PATH (a file readable by root only)",
+        )
+    return token
+
+
+class JupyterHubEngine(StepEngine):
+    """One course's seats on one hub (see the module docstring)."""
 
     name = ENGINE
 
@@ -90,52 +184,348 @@ class JupyterHubEngine:
         store: CourseStore,
         course: str,
         *,
-        hub_url: str,
-        token: str | None = None,
-        timeout: str = "180",
+        settings: JupyterHubSettings | None = None,
+        runner: Runner,
+        host: str | None = None,
         client: httpx.Client | None = None,
     ) -> None:
+        self.store, self.course = store, course
+        self.settings = settings or JupyterHubSettings()
+        self.runner = runner
+        self.host = host
+        self.timeout = self.settings.timeout
+        self._client = client
+        self._token: str | None = None
+
+    # -- the hub -----------------------------------------------------------------------------------
+
+    @property
+    def hub_url(self) -> str:
+        """The hub's URL (a clear error when it is not set)."""
+        if not self.settings.hub_url:
+            raise InputError(
+                f"course {self.course}: the jupyterhub engine has no hub_url",
+                where="jupyterhub settings",
+                fix=f"gpuseat engines settings jupyterhub hub_url=https://HUB --course {self.course}",
+            )
+        return self.settings.hub_url
+
+    @property
+    def api(self) -> str:
+        """The hub's REST API base."""
+        return self.hub_url + "/hub/api"
+
+    @property
+    def client(self) -> httpx.Client:
+        """The HTTP client (made on first use)."""
+        if self._client is None:
+            import httpx
+
+            self._client = httpx.Client(timeout=min(60.0, self.timeout))
+        return self._client
+
+    def user_of(self, p: ParticipantView) -> str | None:
+        """The participant's hub user name (``match_by``), or None when the roster has no such field."""
+        value = {"key": p.key, "email": p.email, "unix_user": p.unix_user}[self.settings.match_by]
+        if not value:
+            return None
+        return value if _NAME.fullmatch(value) else None
+
+    def _user(self, p: ParticipantView) -> str:
+        user = self.user_of(p)
+        if user is None:
+            raise InputError(
+                f"{p.key} has no hub user name ({self.settings.match_by} is empty or not a hub name)",
+                where=f"participant {p.key}",
+                fix="fill in that roster field, or change the engine's match_by",
+            )
+        return user
+
+    def _call(self, method: str, path: str, *, token: str | None = None, **kw: Any) -> httpx.Response:
         import httpx
 
-        if not re.fullmatch(r"https?://[^\s]+", hub_url):
-            raise InputError(f"{hub_url!r} is not a hub URL", where="hub_url", fix="give http(s)://HOST[:PORT]")
-        token = token or os.environ.get("JUPYTERHUB_API_TOKEN")
-        if not token:
-            raise InputError("no hub API token", where="JUPYTERHUB_API_TOKEN", fix="export an admin service token")
+        if self._token is None and token is None:
+            self._token = read_token(self.settings)
+        headers = {"Authorization": f"token {token or self._token}", **kw.pop("headers", {})}
         try:
-            self.timeout = float(timeout)
-        except ValueError:
-            raise InputError(f"timeout {timeout!r} is not a number", where="timeout", fix="seconds, e.g. 180") from None
-        self.store, self.course = store, course
-        self.hub_url = hub_url.rstrip("/")
-        self.api = self.hub_url + "/hub/api"
-        self._token = token
-        self.client = client or httpx.Client(timeout=60.0)
+            r = self.client.request(method, self.api + path, headers=headers, **kw)
+        except httpx.HTTPError as exc:
+            raise EngineError(
+                f"the hub did not answer at {self.api}: {exc}", where=self.api, fix="is the hub up?"
+            ) from None
+        if r.status_code in (401, 403) and token is None:
+            raise EngineError(
+                f"the hub refused the engine's token ({r.status_code} {_message(r)})",
+                where=self.api,
+                fix="give the engine's service the role in gpuseat's docs (list:users, read:users, admin:users, "
+                "admin:servers, tokens, access:servers)",
+            )
+        return r
 
-    # -- the interface -----------------------------------------------------------------------------
+    def users(self) -> dict[str, dict[str, Any]]:
+        """Every hub user's model by name (servers included), page by page."""
+        out: dict[str, dict[str, Any]] = {}
+        offset = 0
+        for _page in range(10_000):
+            r = self._call(
+                "GET",
+                "/users",
+                params={"offset": offset, "limit": 200},
+                headers={"Accept": "application/jupyterhub-pagination+json"},
+            )
+            if r.status_code != 200:
+                raise EngineError(f"the hub would not list its users: {r.status_code} {_message(r)}", where=self.api)
+            body = r.json()
+            items = body.get("items", []) if isinstance(body, dict) else body
+            for u in items:
+                out[str(u["name"])] = u
+            nxt = body.get("_pagination", {}).get("next") if isinstance(body, dict) else None
+            if not nxt or not items:
+                break
+            offset = int(nxt.get("offset", offset + len(items)))
+        return out
 
-    def provision(self, seat: SeatView, participant: ParticipantView | None) -> Access | None:
-        """The participant's hub account exists; their seat is handed to their server when it starts."""
-        if participant is None:
+    # -- plan ----------------------------------------------------------------------------------------
+
+    def _course_users(self, state: CourseState) -> dict[str, ParticipantView | None]:
+        """Hub user name → participant for the course's people; for a course gone from the store, the
+        users whose servers the engine last saw (participant unknown)."""
+        out: dict[str, ParticipantView | None] = {}
+        for p in state.people.values():
+            user = self.user_of(p)
+            if user:
+                out[user] = p
+        if state.course is None:
+            for h in self.store.holdings(state.key):
+                if h["engine"] == ENGINE:
+                    out.setdefault(str(h["login"]), None)
+        return out
+
+    def plan(self, course: CourseState) -> Changes:
+        """Every step that makes the hub and the seats match the store (see the module docstring)."""
+        state = course
+        changes = Changes(self.name, self.course, self.host)
+        add = changes.steps.append
+        hub_seats = [s for s in state.seats if s.engine == ENGINE]
+        people = self._course_users(state)
+        if not hub_seats and not any(p is None for p in people.values()) and not self._held_before(state):
+            return changes  # nothing of this course is on a hub
+        models = self.users()
+        seat_of = {s.participant: s for s in state.seats if s.participant}
+        gone = (
+            "the course is deleted" if state.course is None else ("the course is archived" if state.archived else None)
+        )
+        stopping: set[str] = set()
+        for user, p in sorted(people.items()):
+            servers = (models.get(user) or {}).get("servers") or {}
+            for name in sorted(servers):
+                ref = f"{user}/{name}"
+                mine = seat_of.get(p.key) if p is not None else None
+                held = [s for s in hub_seats if s.engine_ref == ref and s.state in HELD]
+                why: str | None
+                if gone:
+                    why = gone
+                elif state.closed:
+                    why = f"access is closed: {state.closed}"
+                elif mine is None:
+                    why = f"{p.key if p else user} holds no seat in course {self.course} now"
+                elif held and mine not in held:
+                    why = f"{p.key if p else user} moved to {mine.key}: the server still holds {held[0].key}"
+                else:
+                    continue
+                stopping.add(ref)
+                seats = tuple(sorted({s.key for s in held} | ({mine.key} if mine else set())))
+                label = f"{user}/{name}" if name else f"{user}/"
+                add(self._step("hub.server.stop", label, why, "revoke", participant=p.key if p else None,
+                               seats=seats, user=user, server=name))  # fmt: skip
+        if state.course is None or state.archived:
+            return changes
+        running = {
+            f"{u}/{n}" for u, m in models.items() for n in ((m.get("servers") or {}) if u in people else {})
+        } - stopping
+        for seat in hub_seats:
+            p = state.people.get(seat.participant or "")
+            holder_user = self.user_of(p) if p else None
+            ref = seat.engine_ref or ""
+            if seat.state in HELD and ref and ref.split("/", 1)[0] != holder_user and ref not in running:
+                add(self._step("seat.free", seat.key, f"server {ref} is stopped and {ref.split('/', 1)[0]} no longer "
+                               "holds the seat: free for its holder's next start", "record", seats=(seat.key,),
+                               ref=ref, was=seat.state))  # fmt: skip
+            elif seat.state == "released" and p is None:
+                add(self._step("seat.free", seat.key, "nobody holds it: free for its next holder", "record",
+                               seats=(seat.key,), ref=ref, was=seat.state))  # fmt: skip
+        for seat in hub_seats:
+            p = state.people.get(seat.participant or "")
+            old = dict(state.access.get(seat.key) or {})
+            if p is None:
+                if old.get("holder") or old.get("user"):
+                    add(self._step("seat.clear", seat.key, "nobody holds it: its way in names no one", "record",
+                                   seats=(seat.key,)))  # fmt: skip
+                continue
+            name = self.user_of(p)
+            if name is None:
+                changes.notes.append(
+                    f"{p.key} has no hub user name ({self.settings.match_by} is empty): fill it in the roster"
+                )
+                continue
+            if name not in models:
+                add(self._step("hub.user.add", name, f"{p.key} holds {seat.key}", "grant", participant=p.key,
+                               seats=(seat.key,), user=name))  # fmt: skip
+            access = self._access(name, seat, p.key).to_dict()
+            if old != access:
+                add(self._step("seat.record", seat.key, f"{p.key} starts their server at /user/{name}/", "record",
+                               participant=p.key, seats=(seat.key,), access=access))  # fmt: skip
+        return changes
+
+    def _held_before(self, state: CourseState) -> bool:
+        """True when the engine last saw servers of this course (its seats may have moved to another engine)."""
+        try:
+            return any(h["engine"] == ENGINE for h in self.store.holdings(state.key))
+        except Exception:  # a store without the holdings table answers nothing here
+            return False
+
+    def _step(self, action: str, target: str, why: str, phase: Any, **data: Any) -> Step:
+        participant = data.pop("participant", None)
+        seats = tuple(data.pop("seats", ()))
+        return Step(self.name, action, target, why, phase, participant, seats, self.host, data)
+
+    def _access(self, user: str, seat: SeatView, holder: str | None = None) -> Access:
+        url = f"{self.hub_url}/user/{quote(user, safe='')}/"
+        return Access(
+            kind="jupyter",
+            user=user,
+            url=url,
+            device_uuid=seat.device_uuid,
+            notes=(f"seat {seat.key}",),
+            holder=holder,
+        )
+
+    # -- apply -----------------------------------------------------------------------------------------
+
+    def do(self, step: Step) -> str | None:
+        """Carry out one planned step (each is a no-op when the hub or the store already is so)."""
+        d = step.data
+        dry = self.runner.dry_run
+        match step.action:
+            case "hub.server.stop":
+                path = _server_path(d["user"], d["server"])
+                if dry:
+                    return f"would DELETE {self.api}{path}"
+                self._stop_server(d["user"], d["server"])
+            case "hub.user.add":
+                if dry:
+                    return f"would POST {self.api}/users/{d['user']}"
+                r = self._call("POST", f"/users/{quote(d['user'], safe='')}")
+                if r.status_code not in (201, 409):
+                    raise EngineError(f"the hub did not create user {d['user']}: {r.status_code} {_message(r)}",
+                                      where=self.api)  # fmt: skip
+            case "seat.free":
+                if not dry:
+                    self._free(step.target, str(d.get("ref") or ""))
+            case "seat.record":
+                if not dry:
+                    self.store.record_delivery(
+                        self.course, step.target, access=Access.from_dict(d["access"]), actor=ACTOR
+                    )
+            case "seat.clear":
+                if not dry:
+                    self.store.record_delivery(self.course, step.target, clear_access=True, actor=ACTOR)
+            case _:
+                raise InputError(f"the jupyterhub engine has no step {step.action!r}", where="plan")
+        return None
+
+    def _stop_server(self, user: str, server: str) -> None:
+        """Stop one server and wait until the hub shows it gone (a pending start is interrupted)."""
+        path = _server_path(user, server)
+        r = self._call("DELETE", path)
+        if r.status_code not in (202, 204, 400, 404):
+            raise EngineError(f"DELETE {path} answered {r.status_code}: {_message(r)}", where=self.api)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            model = self._model(user)
+            left = (model or {}).get("servers") or {}
+            if server not in left:
+                return
+            if time.monotonic() > deadline:
+                raise EngineError(f"{user}'s server {server or '(default)'} did not stop in {self.timeout:g} s",
+                                  where=self.api, fix="look at the hub's log; apply again")  # fmt: skip
+            if r.status_code == 400 and not (left[server] or {}).get("pending"):
+                r = self._call("DELETE", path)  # e.g. refused while a rename was pending: ask again
+            time.sleep(0.2)
+
+    def _free(self, seat_key: str, ref: str) -> None:
+        """The seat goes back to ``planned`` if it is still marked as held by a server that is gone."""
+        seat = self.store.get_seat(self.course, seat_key)
+        if (seat.engine_ref or "") != ref:
+            return  # a server took it since the plan: the hooks own it now
+        if seat.state in HELD:
+            user, _, name = ref.partition("/")
+            if name in ((self._model(user) or {}).get("servers") or {}):
+                raise EngineError(f"server {ref} still runs: seat {seat_key} stays held", where=self.api)
+            self.store.set_seat_state(self.course, seat_key, "released", reason=f"server {ref} stopped", actor=ACTOR)
+            seat = self.store.get_seat(self.course, seat_key)
+        if seat.state == "released":
+            self.store.set_seat_state(
+                self.course, seat_key, "planned", reason="free for its holder's next start", actor=ACTOR
+            )
+
+    def _model(self, user: str) -> dict[str, Any] | None:
+        r = self._call("GET", f"/users/{quote(user, safe='')}")
+        if r.status_code == 404:
             return None
-        user = self._user(participant.key)
-        r = self._call("POST", f"/users/{quote(user, safe='')}")
-        if r.status_code not in (201, 409):
-            raise EngineError(f"the hub did not create user {user}: {r.status_code} {r.text[:200]}", where=self.api)
-        access = self._access(user, seat)
-        self.store.record_delivery(self.course, seat.key, access=access, actor="gpuseat jupyterhub")
-        return access
+        if r.status_code != 200:
+            raise EngineError(f"the hub would not show user {user}: {r.status_code} {_message(r)}", where=self.api)
+        model: dict[str, Any] = r.json()
+        return model
+
+    # -- observe, connect, check -----------------------------------------------------------------------
+
+    def observe(self, course: CourseState) -> list[Holding]:
+        """The running (or starting) servers of the course's users."""
+        people = self._course_users(course)
+        if not people:
+            return []
+        if not self.settings.hub_url:
+            return []
+        models = self.users()
+        held = {s.engine_ref: s.key for s in course.seats if s.engine == ENGINE and s.state in HELD}
+        out = []
+        for user, p in sorted(people.items()):
+            for name, server in sorted(((models.get(user) or {}).get("servers") or {}).items()):
+                ref = f"{user}/{name}"
+                pending = (server or {}).get("pending")
+                detail = (name or "default server") + (f" ({pending} pending)" if pending else "")
+                out.append(Holding(self.name, "server", user, p.key if p else None, held.get(ref), self.host, detail))
+        return out
 
     def connect(self, seat: SeatView) -> Access | None:
-        """Where the seat's holder opens their server."""
-        return self._access(self._user(seat.participant), seat) if seat.participant else None
+        """The stored way in, when it was made for the seat's holder (else: being prepared)."""
+        stored = self.store.access_of(self.course).get(seat.key)
+        if not stored or not seat.participant or stored.get("holder") != seat.participant:
+            return None
+        return Access.from_dict(stored)
+
+    def check(self, seats: Sequence[SeatView]) -> list[Readiness]:
+        """Probe each held seat as its participant (in turn; ``seats check`` runs them in parallel)."""
+        people = {p.key: p for p in self.store.participants(self.course)}
+        return [self.probe(s, people[s.participant]) for s in seats if s.participant in people]
+
+    def refused(self, participant: ParticipantView) -> str | None:
+        """Exclusivity: None when ``participant`` (a previous or released holder) has no server running."""
+        user = self.user_of(participant)
+        if user is None:
+            return None
+        servers = sorted((self._model(user) or {}).get("servers") or {})
+        if servers:
+            return f"{user}'s server {servers[0] or '(default)'} still runs on the hub"
+        return None
 
     def probe(self, seat: SeatView, participant: ParticipantView) -> Readiness:
         """Start the participant's server as them, list the GPUs in a kernel there, judge what they see."""
-        user = self._user(participant.key)
+        user = self._user(participant)
         now = datetime.now(UTC)
         token, token_id = self._participant_token(user)
-        was_running = self._server(user) is not None
+        was_running = bool(((self._model(user) or {}).get("servers") or {}).get(""))
         printed, reason = "", None
         try:
             r = self._call("POST", f"/users/{quote(user, safe='')}/server", token=token)
@@ -148,7 +538,7 @@ class JupyterHubEngine:
             reason = exc.message
         finally:
             if not was_running:
-                self._stop(user)
+                self._stop_all(user)
             self._call("DELETE", f"/users/{quote(user, safe='')}/tokens/{token_id}")
         if reason is not None:
             return self._readiness(seat, participant, "broken", reason, reason, (), now)
@@ -157,44 +547,7 @@ class JupyterHubEngine:
         evidence = f"{how}\n{printed.strip()}"
         return self._readiness(seat, participant, state, why, evidence, visible, now)
 
-    def revoke(self, seat: SeatView, participant: ParticipantView) -> None:
-        """Stop every server of the participant (the hooks record the stop), then drop their seat."""
-        user = self._user(participant.key)
-        self._stop(user)
-        held = self.store.seat_of(self.course, participant.key)
-        if held is not None:
-            self.store.release(self.course, participant=participant.key, reason="access revoked", actor=ACTOR)
-            now = self.store.get_seat(self.course, held.key)
-            if now.state == "released":  # stopped cleanly: the seat can go to its next holder
-                self.store.set_seat_state(
-                    self.course, held.key, "planned", reason=f"access of {participant.key} revoked", actor=ACTOR
-                )
-
-    def teardown(self, seat: SeatView) -> None:
-        """Stop the server that holds the seat, if any (the hub and its accounts stay)."""
-        if seat.engine == ENGINE and seat.engine_ref:
-            user = seat.engine_ref.split("/", 1)[0]
-            self._stop(user)
-
-    # -- the hub's REST API ------------------------------------------------------------------------
-
-    def _user(self, key: str | None) -> str:
-        if not key or not _NAME.fullmatch(key):
-            raise InputError(f"{key!r} cannot be a hub user name", where="participant key", fix="a roster key")
-        return key
-
-    def _access(self, user: str, seat: SeatView) -> Access:
-        url = f"{self.hub_url}/user/{quote(user, safe='')}/"
-        return Access(kind="jupyter", user=user, url=url, device_uuid=seat.device_uuid, notes=(f"seat {seat.key}",))
-
-    def _call(self, method: str, path: str, *, token: str | None = None, **kw: Any) -> httpx.Response:
-        import httpx
-
-        headers = {"Authorization": f"token {token or self._token}"}
-        try:
-            return self.client.request(method, self.api + path, headers=headers, **kw)
-        except httpx.HTTPError as exc:
-            raise EngineError(f"the hub did not answer: {exc}", where=self.api, fix="is the hub up?") from None
+    # -- the probe's REST calls ------------------------------------------------------------------------
 
     def _participant_token(self, user: str) -> tuple[str, str]:
         """A token owned by the participant (their own permissions), valid for the probe only."""
@@ -202,7 +555,7 @@ class JupyterHubEngine:
         body = {"note": "gpuseat probe", "expires_in": int(self.timeout) + 300, "scopes": scopes}
         r = self._call("POST", f"/users/{quote(user, safe='')}/tokens", json=body)
         if r.status_code == 404:
-            raise EngineError(f"{user} has no hub account", where=self.api, fix="provision the seat first")
+            raise EngineError(f"{user} has no hub account", where=self.api, fix="gpuseat apply --engine jupyterhub")
         if r.status_code not in (200, 201):
             raise EngineError(
                 f"the hub would not issue a token for {user}: {r.status_code} {_message(r)}",
@@ -212,18 +565,10 @@ class JupyterHubEngine:
         data = r.json()
         return str(data["token"]), str(data["id"])
 
-    def _server(self, user: str) -> dict[str, Any] | None:
-        r = self._call("GET", f"/users/{quote(user, safe='')}")
-        if r.status_code != 200:
-            return None
-        server: dict[str, Any] | None = (r.json().get("servers") or {}).get("")
-        return server
-
     def _wait(self, user: str, *, ready: bool) -> None:
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
-            r = self._call("GET", f"/users/{quote(user, safe='')}")
-            model = r.json() if r.status_code == 200 else {}
+            model = self._model(user) or {}
             server = (model.get("servers") or {}).get("")
             if ready and server and server.get("ready"):
                 return
@@ -236,17 +581,10 @@ class JupyterHubEngine:
             f"{user}'s server did not {'start' if ready else 'stop'} in {self.timeout:g} s", where=self.api
         )
 
-    def _stop(self, user: str) -> None:
+    def _stop_all(self, user: str) -> None:
         """Stop every server of ``user`` and wait until they are gone."""
-        r = self._call("GET", f"/users/{quote(user, safe='')}")
-        if r.status_code != 200:
-            return
-        for name in r.json().get("servers") or {}:
-            path = f"/users/{quote(user, safe='')}/server" + (f"s/{quote(name, safe='')}" if name else "")
-            done = self._call("DELETE", path)
-            if done.status_code not in (202, 204, 400, 404):
-                raise EngineError(f"DELETE {path} answered {done.status_code}: {_message(done)}", where=self.api)
-        self._wait(user, ready=False)
+        for name in sorted((self._model(user) or {}).get("servers") or {}):
+            self._stop_server(user, name)
 
     def _run_in_kernel(self, user: str, token: str, code: str) -> str:
         """Start a kernel on the participant's server with their token, run ``code``, return its output."""
@@ -284,6 +622,11 @@ class JupyterHubEngine:
             checked_at=at,
             engine=ENGINE,
         )
+
+
+def _server_path(user: str, server: str) -> str:
+    base = f"/users/{quote(user, safe='')}/server"
+    return base + (f"s/{quote(server, safe='')}" if server else "")
 
 
 async def _execute(url: str, token: str, code: str, timeout: float) -> str:
