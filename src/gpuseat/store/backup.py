@@ -14,6 +14,7 @@ PostgreSQL dump into PostgreSQL (to move a course between the two, use ``course 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -82,44 +83,126 @@ def _run(cmd: list[str], env: dict[str, str], what: str) -> None:
         )
 
 
+def _backup_error(exc: sqlite3.Error, phase: str, src_path: Path, to: Path) -> Exception:
+    """One clear error for a failed SQLite copy (``phase``: ``read`` the store, ``write`` the target, or
+    ``copy``): the store is not an intact database, the target's disk is full, the target cannot be
+    written. Exit code 2 for each; the store is untouched (it is only read)."""
+    from gpuseat.errors import disk_full
+
+    code = getattr(exc, "sqlite_errorname", "")
+    text = str(exc).lower()
+    if phase == "read" or code in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or "not a database" in text:
+        return InputError(
+            f"cannot read the store as a SQLite database ({exc})",
+            where=f"--db {src_path}",
+            fix="give gpuseat's database file (GPUSEAT_DB_URL / --db), or restore it from a backup",
+        )
+    if code == "SQLITE_FULL" or "disk is full" in text or _full(to.parent):
+        return disk_full(to, where="--to")
+    if phase == "write" or code in ("SQLITE_CANTOPEN", "SQLITE_READONLY"):
+        return InputError(
+            f"cannot write the backup here ({exc})",
+            where=f"--to {to}",
+            fix="give a file in a folder this user can write",
+        )
+    return EngineError(f"the backup failed: {exc}", where=f"--to {to}", fix="run it again; the store is untouched")
+
+
+def _full(folder: Path) -> bool:
+    """Whether the file system of ``folder`` has no space left for this user."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 64 * 1024
+
+
+def _remove(tmp: Path) -> None:
+    """The temporary copy and whatever SQLite made beside it (journal, WAL, shared memory)."""
+    for path in (tmp, *(tmp.with_name(tmp.name + suffix) for suffix in ("-journal", "-wal", "-shm"))):
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+
+
+def _sqlite_copy(src_path: Path, tmp: Path, to: Path) -> None:
+    """The online backup of ``src_path`` into ``tmp``, checked; a clear error (and nothing left) if not."""
+    from gpuseat.db import _check_sqlite_file
+
+    _check_sqlite_file(src_path, create=False)  # absent, not a regular file, not SQLite: one message
+    src = dst = None
+    phase = "read"
+    try:
+        src = sqlite3.connect(f"file:{src_path}?mode=ro", uri=True, timeout=60)
+        tables = {r[0] for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "alembic_version" not in tables:
+            raise InputError(
+                "not a gpuseat database (a SQLite file without gpuseat's tables)",
+                where=f"--db {src_path}",
+                fix="give gpuseat's database file (GPUSEAT_DB_URL / --db)",
+            )
+        phase = "write"
+        dst = sqlite3.connect(tmp)
+        dst.execute("PRAGMA journal_mode=MEMORY")  # no journal file beside the target
+        phase = "copy"
+        src.backup(dst)  # one step: a snapshot of one moment, writers keep going (WAL)
+        ok = dst.execute("PRAGMA integrity_check").fetchone()
+    except sqlite3.Error as exc:
+        raise _backup_error(exc, phase, src_path, to) from None
+    finally:
+        for conn in (dst, src):
+            if conn is not None:
+                conn.close()
+    if ok is None or ok[0] != "ok":
+        raise EngineError("the copy failed its integrity check", where=str(to), fix="run the backup again")
+
+
 def backup(db: str | None, to: Path, *, force: bool = False) -> dict[str, Any]:
-    """Back up the store at ``db`` (None: the default one) to ``to``; returns what was written."""
+    """Back up the store at ``db`` (None: the default one) to ``to``; returns what was written.
+
+    Whole or not at all: a bad store, a target that cannot be written or a full disk is one clear
+    error (exit code 2), with no partial or temporary file left beside the target.
+    """
+    from gpuseat.errors import disk_full
     from gpuseat.store.export import check_target
 
     url = make_url(resolve_url(db))
     check_target(to, force=force)
     tmp = to.with_name(f".{to.name}.gpuseat-{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
+    _remove(tmp)
     try:
         if url.get_backend_name() == "sqlite":
-            src_path = _sqlite_path(url)
-            if not src_path.is_file():
-                raise InputError("no gpuseat database here", where=f"--db {src_path}", fix="check the path")
-            src = sqlite3.connect(f"file:{src_path}?mode=ro", uri=True, timeout=60)
-            dst = sqlite3.connect(tmp)
-            try:
-                src.backup(dst)  # one step: a snapshot of one moment, writers keep going (WAL)
-                ok = dst.execute("PRAGMA integrity_check").fetchone()
-            finally:
-                dst.close()
-                src.close()
-            if ok is None or ok[0] != "ok":
-                raise EngineError("the copy failed its integrity check", where=str(to), fix="run the backup again")
+            _sqlite_copy(_sqlite_path(url), tmp, to)
             kind = "sqlite"
         elif url.get_backend_name() == "postgresql":
             env, schema = _pg_env(url)
             cmd = [_tool("pg_dump"), "--format=custom", "--no-owner", f"--file={tmp}"]
             if schema:
                 cmd.append(f"--schema={schema}")
-            _run(cmd, env, "pg_dump")
+            try:
+                _run(cmd, env, "pg_dump")
+            except EngineError as exc:
+                if "no space left" in exc.what.lower() or _full(to.parent):
+                    raise disk_full(to, where="--to") from None
+                if "could not open output file" in exc.what.lower():
+                    raise InputError(
+                        exc.what, where=f"--to {to}", fix="give a file in a folder this user can write"
+                    ) from None
+                raise
             kind = "postgresql"
         else:
             raise InputError(
                 f"cannot back up a {url.get_backend_name()} database", where="--db", fix="SQLite or PostgreSQL"
             )
-        os.replace(tmp, to)
+        try:
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, to)
+        except OSError as exc:
+            from gpuseat.files import write_error
+
+            raise write_error(exc, f"--to {to}") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        _remove(tmp)
     return {"database": kind, "path": to, "bytes": to.stat().st_size}
 
 
