@@ -26,7 +26,6 @@ import logging
 import math
 import re
 import shutil
-import subprocess
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
@@ -480,14 +479,16 @@ def run(
 
 
 def _spawn(cmd: list[str], timeout_s: float) -> str:
+    from gpuseat.engines.runner import default_runner
+
     shown = " ".join(cmd)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False, errors="replace")
-    except FileNotFoundError:
-        raise EngineError(
-            f"'{cmd[0]}' not found", fix="install the NVIDIA driver (nvidia-smi) or the OpenSSH client"
-        ) from None
-    except subprocess.TimeoutExpired:
+        proc = default_runner().run(cmd, timeout=timeout_s, check=False, mutates=False, where="nvidia-smi")
+    except EngineError as exc:
+        if "not found" in exc.what:
+            raise EngineError(
+                f"'{cmd[0]}' not found", fix="install the NVIDIA driver (nvidia-smi) or the OpenSSH client"
+            ) from None
         raise EngineError(f"'{shown}' did not answer in {timeout_s:g} s") from None
     except OSError as exc:
         raise EngineError(f"cannot run '{shown}': {exc.strerror}") from None
@@ -505,9 +506,11 @@ def remote_users(host: str, pids: Iterable[int], *, timeout_s: float = 20.0) -> 
     if not wanted:
         return {}
     cmd = [*ssh_prefix(host), "ps", "-o", "pid=,user=", "-p", ",".join(map(str, wanted))]
+    from gpuseat.engines.runner import default_runner
+
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False, errors="replace")
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        proc = default_runner().run(cmd, timeout=timeout_s, check=False, mutates=False, where="ps")
+    except (OSError, EngineError) as exc:
         log.warning("%s: ps failed: %s", host, exc)
         return {}
     out: dict[int, str | None] = dict.fromkeys(wanted)

@@ -11,7 +11,6 @@ import os
 import platform
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Literal
 
@@ -100,15 +99,16 @@ def driver_version() -> str | None:
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
+    from gpuseat.engines.runner import default_runner
+    from gpuseat.errors import EngineError
+
     try:
-        out = subprocess.run(
-            [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
+        out = (
+            default_runner()
+            .run([exe, "--query-gpu=driver_version", "--format=csv,noheader"], timeout=30, mutates=False)
+            .stdout
+        )
+    except (OSError, EngineError):
         return None
     first = out.strip().splitlines()
     return first[0].strip() if first else None

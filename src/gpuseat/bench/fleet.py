@@ -12,10 +12,10 @@ import contextlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from subprocess import Popen
 from typing import IO
 
 from pydantic import BaseModel, ConfigDict, ValidationError, computed_field
@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, computed_field
 from gpuseat import nvsmi
 from gpuseat.bench.results import BenchResult
 from gpuseat.bench.run import BenchOptions
+from gpuseat.engines.runner import default_runner
 from gpuseat.errors import InputError
 
 OUTLIER_RATIO = 1.15  # slower than 115 % of the median of same-profile seats
@@ -180,13 +181,14 @@ def child_command(options: BenchOptions) -> list[str]:
 def run_fleet(options: BenchOptions, seats: Sequence[BenchTarget]) -> list[SeatOutcome]:
     """Start one process per seat at once, wait for all, and compare the seats."""
     cmd = child_command(options)
-    running: list[tuple[BenchTarget, subprocess.Popen[bytes], IO[bytes], IO[bytes]]] = []
+    running: list[tuple[BenchTarget, Popen[bytes], IO[bytes], IO[bytes]]] = []
     with contextlib.ExitStack() as stack:  # output goes to files: a full pipe would stall a child
         for seat in seats:
             out = stack.enter_context(tempfile.TemporaryFile())
             err = stack.enter_context(tempfile.TemporaryFile())
             env = {**os.environ, "CUDA_VISIBLE_DEVICES": seat.select}
-            running.append((seat, subprocess.Popen(cmd, stdout=out, stderr=err, env=env), out, err))
+            proc = default_runner().spawn(cmd, stdout=out, stderr=err, env=env, text=False)
+            running.append((seat, proc, out, err))
         outcomes = [_outcome(seat, proc.wait(), _read(out), _read(err)) for seat, proc, out, err in running]
     return flag_outliers(outcomes, references=shipped_references(seats))
 

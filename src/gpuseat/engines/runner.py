@@ -178,6 +178,7 @@ class Runner:
             args,
             capture_output=True,
             text=True,
+            errors="replace",
             timeout=timeout,
             check=False,
             env=env,

@@ -17,14 +17,13 @@ import dataclasses
 import io
 import json
 import re
-import subprocess
 import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuseat.errors import InputError
+from gpuseat.errors import EngineError, InputError
 
 if TYPE_CHECKING:
     from gpuseat.catalog.bundle import Catalog
@@ -93,15 +92,15 @@ class Bundle:
 
 
 def _run(exe: str, args: tuple[str, ...], timeout_s: float) -> tuple[int | None, bytes, str]:
+    from gpuseat.engines.runner import default_runner
+
     try:
-        proc = subprocess.run([exe, *args], capture_output=True, timeout=timeout_s, check=False)
-    except FileNotFoundError:
-        return None, b"", f"{exe} not found"
-    except subprocess.TimeoutExpired:
-        return None, b"", f"no answer in {timeout_s:g} s"
+        proc = default_runner().run([exe, *args], timeout=timeout_s, check=False, mutates=False, where="probe")
+    except EngineError as exc:
+        return None, b"", f"{exe} not found" if "not found" in exc.what else f"no answer in {timeout_s:g} s"
     except OSError as exc:
         return None, b"", str(exc.strerror)
-    return proc.returncode, proc.stdout, proc.stderr.decode(errors="replace").strip()[:300]
+    return proc.returncode, proc.stdout.encode(), proc.stderr.strip()[:300]
 
 
 def sysfs_layout(root: Path) -> dict[str, Any]:
