@@ -250,6 +250,7 @@ class SeatEntry:
     profile: str | None = None
     seat_id: int | None = None  # the store's row ids, when the map came from the course store
     participant_id: int | None = None
+    course: str | None = None  # the course's key, when the map came from the course store
 
     @property
     def login(self) -> str | None:

@@ -159,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args[: args.index("--")] if "--" in args else "--debug" in args
+    from gpuseat.db.waiting import set_notice
+
+    set_notice(_notice)  # a write that waits for another writer's lock says so after 2 s
     try:
         result = app(args=args, standalone_mode=False)
     except GpuseatError as exc:
@@ -182,6 +185,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 70
     return result if isinstance(result, int) else 0
+
+
+def _notice(message: str) -> None:
+    """A line on stderr while a command waits (never on stdout, which may be JSON or CSV)."""
+    from gpuseat.safe_text import clean
+
+    print(clean(message), file=sys.stderr, flush=True)
 
 
 def _error(message: str) -> None:

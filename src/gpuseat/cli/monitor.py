@@ -179,6 +179,7 @@ def monitor(
     from gpuseat.safe_text import log_handler
 
     logging.basicConfig(level=logging.INFO, handlers=[log_handler("%(asctime)s %(levelname)s %(message)s")])
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # a new store's migrations: not the monitor's news
     run = monitoring.run_monitor(
         source,
         seats=seats,

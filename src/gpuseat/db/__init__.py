@@ -45,7 +45,13 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 def _sqlite_begin(conn: Any) -> None:
     mode = conn.get_execution_options().get(BEGIN_OPTION, "DEFERRED")
-    conn.exec_driver_sql(f"BEGIN {'IMMEDIATE' if mode == 'IMMEDIATE' else 'DEFERRED'}")
+    if mode != "IMMEDIATE":
+        conn.exec_driver_sql("BEGIN DEFERRED")  # a read: never waits for a writer (WAL)
+        return
+    from gpuseat.db.waiting import waiting
+
+    with waiting(conn.engine.url.database):  # after 2 s: "waiting for another writer (pid …)…"
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 BEGIN_OPTION = "gpuseat_sqlite_begin"

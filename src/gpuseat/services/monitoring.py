@@ -197,6 +197,7 @@ class TickView:
             ],
             "seats": [
                 {
+                    "course": s.entry.course if s.entry else None,  # seat keys are unique only within a course
                     "seat": s.entry.seat if s.entry else None,
                     "participant": s.entry.participant if s.entry else None,
                     "device": s.leaf.uuid,

@@ -70,7 +70,10 @@ class StoreBase:
             return
         turns = self._turns()
         try:
-            turns.take()
+            from gpuseat.db.waiting import waiting
+
+            with waiting(self._lock_path.removesuffix(".lock")):  # after 2 s: says who is writing
+                turns.take()
             try:
                 yield
             finally:

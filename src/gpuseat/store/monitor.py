@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Integer, and_, cast, delete, func, insert, select, update
 
-from gpuseat.db import immediate, make_engine, upgrade
+from gpuseat.db import immediate, make_engine
 from gpuseat.db.models import AlertRecord, Assignment, CourseRecord, Device, MinuteAggregate, Participant, Sample, Seat
 from gpuseat.errors import NotFound, StoreError, did_you_mean
 from gpuseat.readings import Alert, SeatEntry, SeatMap, SeatState, UsageRow
@@ -95,7 +95,10 @@ class MonitorStore:
     ) -> None:
         """Open (``create``: and create when absent) the database at ``url`` and bring its schema up to date."""
         self._engine = engine if engine is not None else make_engine(url, create=create)
-        upgrade(self._engine)
+        from gpuseat.store.opening import ensure_schema
+
+        # one read when the schema is current (no Alembic, no lock); a read-only monitor never waits
+        ensure_schema(self._engine, create=True, wait=create)
         self.raw_keep_s = raw_keep_s
         self.course = course
         self._devices: dict[tuple[str, str], int] = {}
@@ -140,8 +143,10 @@ class MonitorStore:
                 Participant.unix_user,
                 Seat.id,
                 Participant.id,
+                CourseRecord.key,
             )
             .select_from(Seat)
+            .join(CourseRecord, CourseRecord.id == Seat.course_id)
             .outerjoin(Assignment, and_(Assignment.seat_id == Seat.id, Assignment.valid_to.is_(None)))
             .outerjoin(Participant, Participant.id == Assignment.participant_id)
             .where(Seat.device_uuid.is_not(None))
@@ -162,6 +167,7 @@ class MonitorStore:
                 user=r[5],
                 seat_id=r[6],
                 participant_id=r[7],
+                course=r[8],
             )
             for r in rows
         ]

@@ -6,6 +6,7 @@ import ast
 import threading
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import inspect, text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
@@ -14,15 +15,31 @@ from gpuseat.db import make_engine, upgrade
 from gpuseat.errors import InputError, StoreError
 from gpuseat.store.facade import CourseStore
 
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
 
 def open_store(url: str | None = None, *, create: bool = False) -> CourseStore:
     """The course store at ``url`` (``None``: ``GPUSEAT_DB_URL`` or SQLite in the data dir).
 
     ``create=False`` (commands that only read) refuses a missing database instead of making an empty
     one; a database with other applications' tables, or from a newer gpuseat, is refused either way.
-    An older gpuseat schema is upgraded in place (its rows are kept).
+    An older gpuseat schema is upgraded in place (its rows are kept). Opening writes nothing when the
+    schema is current, so a read never waits for another process's write lock (see :func:`ensure_schema`).
     """
     engine = make_engine(url, create=create)
+    ensure_schema(engine, create=create, wait=create)
+    return CourseStore(engine)
+
+
+def ensure_schema(engine: Engine, *, create: bool, wait: bool = True) -> None:
+    """Check (and when older, upgrade) the schema of the database behind ``engine``; dispose it on error.
+
+    At the current revision this is one read (no Alembic import, no write, no lock). ``create``: a
+    database without gpuseat's tables gets them (else it is refused). ``wait=False`` (a read): an
+    upgrade is made only when SQLite's write lock is free at once; when another process holds it the
+    read is refused at once, saying who holds it, instead of waiting for the lock.
+    """
     shown = engine.url.render_as_string(hide_password=True)
     try:
         revision = None
@@ -52,13 +69,44 @@ def open_store(url: str | None = None, *, create: bool = False) -> CourseStore:
     if revision is not None and revision not in known:
         engine.dispose()
         raise StoreError(f"made by a newer gpuseat (schema revision {revision})", where=shown, fix="upgrade gpuseat")
+    if revision is not None and {revision} == heads:
+        return
     try:
-        if revision is None or {revision} != heads:
-            upgrade(engine)  # refuses other applications' tables
+        if not wait:
+            _refuse_if_locked(engine, revision, heads)
+        upgrade(engine)  # refuses other applications' tables
     except Exception:
         engine.dispose()
         raise
-    return CourseStore(engine)
+
+
+def _refuse_if_locked(engine: Engine, revision: str | None, heads: frozenset[str]) -> None:
+    """SQLite: a read that must upgrade the schema first does so only when the write lock is free now."""
+    database = engine.url.database if engine.dialect.name == "sqlite" else None
+    if not database or database == ":memory:":
+        return
+    import sqlite3
+
+    from gpuseat.db import lock_holders
+
+    probe = sqlite3.connect(database, timeout=0, isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.execute("ROLLBACK")
+        return
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc).lower() and "busy" not in str(exc).lower():
+            return  # not a lock: the upgrade says what is wrong
+    finally:
+        probe.close()
+    holders = lock_holders(Path(database))
+    who = f" ({', '.join(holders)})" if holders else ""
+    raise StoreError(
+        f"the database's schema (revision {revision}) must be upgraded to {', '.join(sorted(heads))} before it "
+        f"can be read, and another process holds the write lock{who}; nothing was changed",
+        where=f"database {database}",
+        fix="run this again when that command has finished (a read never waits for a writer)",
+    )
 
 
 _REVISIONS_READ = threading.Lock()
