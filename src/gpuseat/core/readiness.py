@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-AccessKind = Literal["ssh", "jupyter", "vm", "slurm", "web"]
-ACCESS_KINDS: tuple[str, ...] = ("ssh", "jupyter", "vm", "slurm", "web")
+AccessKind = Literal["ssh", "jupyter", "vm", "slurm", "web", "kubernetes"]
+ACCESS_KINDS: tuple[str, ...] = ("ssh", "jupyter", "vm", "slurm", "web", "kubernetes")
 
 
 @dataclass(frozen=True, slots=True)
