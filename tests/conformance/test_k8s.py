@@ -15,17 +15,20 @@ malformed manifest, is what stops it.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 from kubernetes_validate import validate as k8s_validate
+from kubernetes_validate.utils import all_versions
 
 from gpuseat.catalog.bundle import load_catalog
 from gpuseat.core.carve import CarveRequest, carve
 from gpuseat.core.inventory import server_from_toml
 from gpuseat.core.needs import SeatNeed
+from gpuseat.engines.runner import RecordingRunner
 from gpuseat.files import read_toml
 from gpuseat.render.base import RenderOptions, render
 from gpuseat.render.k8s import resource_for
@@ -155,3 +158,264 @@ def test_a_hand_over_leaves_the_previous_holder_no_binding(cluster):
         "forbidden"
     )
     assert after.submit("cy", gpu_pod("gpuseat-cy", "x", {resource_for(layout.slices[0]): "1"})) == "admitted"
+
+
+# -- the kubernetes engine: plan and apply through the Runner, against a recording stand-in cluster ------
+
+
+COURSE_TOML = """name = "K8s lab"
+participants = 3
+
+[needs]
+min_gpu_memory_gb = 8
+isolation = "partitioned"
+
+[schedule]
+start = 2026-09-07
+days = 5
+"""
+# ann and cy have no Unix user of their own (their derived logins are "ann", "cy"); bob's has an underscore,
+# which a Kubernetes name cannot have
+ROSTER = "name,email,group,unix_user\nAnn,ann@example.edu,participants,\nBob,bob@example.edu,participants,bob_s\n"
+ROSTER += "Cy,cy@example.edu,participants,\n"
+KUBECONFIG = "/etc/gpuseat/lab.kubeconfig"
+MIG = "MIG-{n:08d}-0000-0000-0000-00000000000{n}"
+
+
+class StandInCluster(RecordingRunner):
+    """A RecordingRunner that answers kubectl like an API server keeping objects: ``apply`` stores each
+    manifest (validated with kubernetes-validate --strict first, as admission would refuse a malformed
+    one), ``delete`` removes (a namespace with everything in it), ``get`` lists by the course label."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.objects: dict[tuple[str, str, str], dict] = {}
+        self.validated = 0
+
+    def _execute(self, args, timeout, user, env, input, cwd):
+        import json
+        import subprocess
+
+        argv = list(args)
+        assert argv[:3] == ["kubectl", "--kubeconfig", KUBECONFIG], argv
+        verb, rest = argv[3], argv[4:]
+
+        def done(out: str = "", code: int = 0, err: str = ""):
+            return subprocess.CompletedProcess(argv, code, out, err)
+
+        if verb == "apply":
+            doc = yaml.safe_load(input)
+            assert k8s_validate(doc, VERSION, strict=True)
+            self.validated += 1
+            if "--dry-run=server" in rest:
+                return done("created (server dry run)")
+            meta = doc["metadata"]
+            self.objects[(doc["kind"], meta.get("namespace", ""), meta["name"])] = doc
+            return done("configured")
+        if verb == "delete":
+            kind, name = rest[0], rest[1]
+            if kind == "namespace":
+                self.objects = {k: v for k, v in self.objects.items() if name not in (k[1], k[2])}
+            elif kind == "pods" and name == "--all":
+                ns = rest[rest.index("-n") + 1]
+                self.objects = {k: v for k, v in self.objects.items() if not (k[0] == "Pod" and k[1] == ns)}
+            else:
+                ns = rest[rest.index("-n") + 1]
+                found = next(k for k in self.objects if k[0].lower() == kind and k[1:] == (ns, name))
+                del self.objects[found]
+            return done("deleted")
+        if verb == "get":
+            if rest[0] == "pod":
+                ns = rest[rest.index("-n") + 1]
+                return done(json.dumps({"status": {"phase": "Succeeded"}, "metadata": {"namespace": ns}}))
+            kinds = {"namespaces": ("Namespace",), "pods": ("Pod",)}.get(
+                rest[0], ("ResourceQuota", "RoleBinding", "Pod")
+            )
+            if "-l" in rest:
+                want = dict(x.split("=") for x in rest[rest.index("-l") + 1].split(","))
+                items = [v for k, v in self.objects.items() if k[0] in kinds
+                         and all(v["metadata"].get("labels", {}).get(a) == b for a, b in want.items())]  # fmt: skip
+            else:
+                ns = rest[rest.index("-n") + 1]
+                items = [v for k, v in self.objects.items() if k[0] in kinds and k[1] == ns]
+            return done(json.dumps({"items": items}))
+        if verb == "logs":
+            ns = rest[rest.index("-n") + 1]
+            seat = self.objects[("Pod", ns, "gpuseat-probe")]["metadata"]["labels"]["gpuseat/seat"]
+            n = int(seat.rsplit("-", 1)[1])
+            return done(f"GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-000000000000)\n"
+                        f"  MIG 1g.10gb     Device  0: (UUID: {MIG.format(n=n)})\n")  # fmt: skip
+        raise AssertionError(f"unexpected kubectl call {argv}")
+
+    def namespaces(self) -> set[str]:
+        return {k[2] for k in self.objects if k[0] == "Namespace"}
+
+
+@pytest.fixture
+def lab(tmp_path):
+    from gpuseat.core.roster import RosterText
+    from gpuseat.services.courses import open_store
+
+    store = open_store(f"sqlite:///{tmp_path / 'k8s.db'}", create=True)
+    course = tmp_path / "k8s-lab.toml"
+    course.write_text(COURSE_TOML, encoding="utf-8")
+    store.create_course(course, key="k8s-lab")
+    store.import_roster("k8s-lab", RosterText(ROSTER, where="roster.csv"))
+    store.add_seats(
+        "k8s-lab",
+        [
+            {"key": f"seat-{n}", "kind": "mig", "host": "gpu-node-1", "device_uuid": MIG.format(n=n),
+             "profile": "1g.10gb" if n < 3 else "2g.20gb", "memory_gb": 10.0 if n < 3 else 20.0, "engine": "kubernetes"}
+            for n in (1, 2, 3)
+        ],
+    )  # fmt: skip
+    store.assign("k8s-lab", "ann", "seat-1")
+    store.assign("k8s-lab", "bob_s", "seat-2")
+    yield store
+    store.close()
+
+
+def k8s_pass(store, runner):
+    from gpuseat.engines.apply import one_pass
+
+    result = one_pass(store, course="k8s-lab", engine="kubernetes", runner=runner)
+    assert not result.failed, result.failed
+    (planned,) = result.planned
+    return planned, result
+
+
+def test_without_a_cluster_the_dry_run_prints_the_rendered_plan_and_a_real_apply_says_what_to_set(lab, cli):
+    from gpuseat.engines.apply import course_state
+    from gpuseat.engines.registry import build
+
+    engine = build("kubernetes", lab, "k8s-lab", runner=RecordingRunner(dry_run=True))
+    changes = engine.plan(course_state(lab, "k8s-lab"))
+    grants = [(s.action, s.target) for s in changes.steps if s.phase == "grant"]
+    bob_ns = engine.namespace_of(lab.find_participant("k8s-lab", "bob_s"))
+    assert re.fullmatch(r"gpuseat-bob-s-[0-9a-f]{8}", bob_ns)  # bob_s is no Kubernetes name: a DNS label of it
+    assert grants == [
+        ("namespace.create", "gpuseat-ann"), ("quota.set", "gpuseat-ann/gpuseat-one-gpu"),
+        ("access.grant", "gpuseat-ann/gpuseat-participant"), ("pod.create", "gpuseat-ann/gpuseat-probe"),
+        ("namespace.create", bob_ns), ("quota.set", f"{bob_ns}/gpuseat-one-gpu"),
+        ("access.grant", f"{bob_ns}/gpuseat-participant"), ("pod.create", f"{bob_ns}/gpuseat-probe"),
+    ]  # fmt: skip
+    manifests = [s.data["manifest"] for s in changes.steps if "manifest" in s.data]
+    for version in (VERSION, max(all_versions(), key=lambda v: tuple(int(x) for x in v.split(".")))):
+        for doc in manifests:
+            assert k8s_validate(doc, version, strict=True), doc["metadata"]
+    pods = [d for d in manifests if d["kind"] == "Pod"]
+    assert [d["spec"]["containers"][0]["resources"]["limits"] for d in pods] == [{"nvidia.com/mig-1g.10gb": "1"}] * 2
+    assert {d["spec"]["nodeSelector"]["kubernetes.io/hostname"] for d in pods} == {"gpu-node-1"}
+    quota = next(d for d in manifests if d["kind"] == "ResourceQuota")
+    assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "0", "requests.nvidia.com/mig-1g.10gb": "1",
+                                     "requests.nvidia.com/mig-2g.20gb": "0"}  # fmt: skip
+    binding = next(d for d in manifests if d["kind"] == "RoleBinding")
+    assert binding["subjects"][0]["name"] == "ann" and binding["roleRef"]["name"] == "edit"
+    assert any("no cluster is configured" in n for n in changes.notes)
+
+    r = cli("apply", "--engine", "kubernetes", "--dry-run", "--course", "k8s-lab", "--db", lab.url)
+    assert r.code == 0, r.out + r.err
+    assert "+ namespace.create" in r.out and "would run: kubectl apply -f -" in r.out
+    assert "--dry-run=server" not in r.out  # only against a configured cluster
+    assert lab.access_of("k8s-lab") == {}  # a dry run records nothing
+
+    r = cli("apply", "--engine", "kubernetes", "--course", "k8s-lab", "--db", lab.url)
+    assert r.code == 2 and "Traceback" not in r.err
+    assert "no Kubernetes cluster is configured" in r.err and "kubeconfig=" in r.err
+    assert r.err.count("no Kubernetes cluster is configured") <= 2  # one line for the plan, one summary
+
+
+def test_apply_then_a_second_plan_is_empty_and_a_hand_over_revokes_before_it_grants(lab):
+    lab.set_engine_settings("k8s-lab", "kubernetes", {"kubeconfig": KUBECONFIG}, actor="test")
+    cluster = StandInCluster()
+    planned, _ = k8s_pass(lab, cluster)
+    ann_ns = "gpuseat-ann"
+    bob_ns = planned.engine.namespace_of(lab.find_participant("k8s-lab", "bob_s"))
+    assert cluster.namespaces() == {ann_ns, bob_ns} and cluster.validated == 8
+    access = lab.access_of("k8s-lab")
+    assert access["seat-1"]["holder"] == "ann" and access["seat-1"]["kind"] == "kubernetes"
+    assert access["seat-1"]["command"] == f"kubectl config set-context --current --namespace={ann_ns}"
+    assert planned.engine.connect(lab.get_seat("k8s-lab", "seat-1")).user == "ann"
+
+    again, _ = k8s_pass(lab, cluster)
+    assert again.changes.empty, again.changes.to_dict()
+
+    # hand-over: ann's seat goes to cy (store only); the pass deletes ann's namespace before cy's is made
+    lab.release("k8s-lab", participant="ann")
+    lab.assign("k8s-lab", "cy", "seat-1")
+    assert planned.engine.connect(lab.get_seat("k8s-lab", "seat-1")) is None  # being prepared, never ann's way in
+    planned, result = k8s_pass(lab, cluster)
+    (report,) = result.reports
+    order = [(o.step.action, o.step.target) for o in report.outcomes]
+    assert order[0] == ("namespace.delete", ann_ns) and order[1] == ("namespace.create", "gpuseat-cy")
+    commands = [c.argv[3:] for o in report.outcomes for c in o.commands]
+    assert commands[0] == ("delete", "namespace", ann_ns, "--ignore-not-found", "--wait=true", "--timeout=120s")
+    assert commands[1] == ("apply", "-f", "-")
+    assert cluster.namespaces() == {"gpuseat-cy", bob_ns}
+    assert lab.access_of("k8s-lab")["seat-1"]["holder"] == "cy"
+    again, _ = k8s_pass(lab, cluster)
+    assert again.changes.empty, again.changes.to_dict()
+    holdings = {(h["what"], h["participant"]) for h in lab.holdings("k8s-lab")}
+    assert ("namespace", "cy") in holdings and ("namespace", "ann") not in holdings
+
+
+def test_a_move_to_another_slice_size_remakes_the_namespace_with_the_new_quota(lab):
+    lab.set_engine_settings("k8s-lab", "kubernetes", {"kubeconfig": KUBECONFIG}, actor="test")
+    cluster = StandInCluster()
+    k8s_pass(lab, cluster)
+    lab.move("k8s-lab", "ann", "seat-3")
+    planned, _ = k8s_pass(lab, cluster)
+    steps = [(s.phase, s.action) for s in planned.changes.ordered()]
+    assert steps[0] == ("revoke", "namespace.delete") and ("grant", "namespace.create") in steps
+    delete = planned.changes.ordered()[0]
+    assert set(delete.seats) == {"seat-1", "seat-3"} and "moved from seat-1 to seat-3" in delete.why
+    pod = cluster.objects[("Pod", "gpuseat-ann", "gpuseat-probe")]
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-2g.20gb": "1"}
+    quota = cluster.objects[("ResourceQuota", "gpuseat-ann", "gpuseat-one-gpu")]["spec"]["hard"]
+    assert quota["requests.nvidia.com/mig-2g.20gb"] == "1" and quota["requests.nvidia.com/mig-1g.10gb"] == "0"
+    assert k8s_pass(lab, cluster)[0].changes.empty
+
+
+def test_archive_takes_every_namespace_away_and_the_dry_run_asks_the_api_server(lab):
+    from dataclasses import replace
+
+    from gpuseat.engines.apply import course_state
+    from gpuseat.engines.registry import build
+
+    lab.set_engine_settings("k8s-lab", "kubernetes", {"kubeconfig": KUBECONFIG}, actor="test")
+    cluster = StandInCluster(dry_run=True)
+    _, result = k8s_pass(lab, cluster)  # a dry run against a configured cluster: the API server admits, stores nothing
+    assert cluster.objects == {} and cluster.validated == 8 and lab.access_of("k8s-lab") == {}
+    grants = [o for o in result.reports[0].outcomes if o.step.phase == "grant"]
+    assert len(grants) == 8
+    for o in grants:
+        assert [(c.argv[3:], c.dry) for c in o.commands] == [
+            (("apply", "-f", "-"), True),
+            (("apply", "--dry-run=server", "-f", "-"), False),
+        ]
+    cluster = StandInCluster()
+    k8s_pass(lab, cluster)
+    engine = build("kubernetes", lab, "k8s-lab", settings={"kubeconfig": KUBECONFIG}, runner=cluster)
+    state = replace(course_state(lab, "k8s-lab"), archived=True)
+    changes = engine.plan(state)
+    assert {(s.action, s.why) for s in changes.steps} == {("namespace.delete", "the course is archived")}
+    engine.apply(changes)
+    assert cluster.objects == {} and engine.observe(state) == []
+
+
+def test_readiness_comes_from_the_probe_pods_log(lab):
+    lab.set_engine_settings("k8s-lab", "kubernetes", {"kubeconfig": KUBECONFIG}, actor="test")
+    cluster = StandInCluster()
+    planned, _ = k8s_pass(lab, cluster)
+    (ready,) = planned.engine.check([lab.get_seat("k8s-lab", "seat-1")])
+    assert ready.ready and ready.visible == (MIG.format(n=1),), ready.evidence
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("namespace=Bad_NS", "kubernetes setting namespace"), ("kubeconfig=relative/path", "absolute path"),
+     ("context=--all", "one word"), ("token=x", "kubernetes setting token")],
+)  # fmt: skip
+def test_bad_settings_are_one_clear_message(lab, cli, value, message):
+    r = cli("engines", "settings", "kubernetes", value, "--course", "k8s-lab", "--db", lab.url)
+    assert r.code == 2 and message in r.err and "Traceback" not in r.err

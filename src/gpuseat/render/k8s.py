@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -28,6 +29,7 @@ GPU = "nvidia.com/gpu"
 PLUGIN_CONFIG = "gpuseat-device-plugin"
 PLUGIN_CONFIG_KEY = "gpuseat"
 MIG_CONFIG = "gpuseat-mig-config"
+PROBE_POD = "gpuseat-probe"
 _RESOURCE = re.compile(r"^nvidia\.com/(gpu|gpu\.shared|mig-\d+g\.\d+gb(\.me)?)$")
 _COUNT = re.compile(r"^[1-9][0-9]*$")
 
@@ -68,19 +70,26 @@ def quota(layout: Layout, item: Slice, namespace: str) -> dict[str, Any]:
     equal request, so the quota counts it too. A second Pod, or a Pod asking for another slice size,
     is refused at admission.
     """
-    own = resource_for(item)
-    names = sorted({GPU, *(resource_for(s) for s in layout.slices)})
+    return _quota(resource_for(item), [resource_for(s) for s in layout.slices], namespace, _labels(item))
+
+
+def _quota(own: str, resources: Iterable[str], namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    names = sorted({GPU, own, *resources})
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
-        "metadata": {"name": "gpuseat-one-gpu", "namespace": namespace, "labels": _labels(item)},
+        "metadata": {"name": "gpuseat-one-gpu", "namespace": namespace, "labels": dict(labels)},
         "spec": {"hard": {f"requests.{name}": "1" if name == own else "0" for name in names}},
     }
 
 
 def namespace_doc(item: Slice, namespace: str, participant: str | None) -> dict[str, Any]:
     """The participant's own namespace."""
-    labels = _labels(item)
+    return _namespace(namespace, participant, _labels(item))
+
+
+def _namespace(namespace: str, participant: str | None, labels: dict[str, str]) -> dict[str, Any]:
+    labels = dict(labels)
     if participant:
         labels["gpuseat/participant"] = participant
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}}
@@ -88,10 +97,14 @@ def namespace_doc(item: Slice, namespace: str, participant: str | None) -> dict[
 
 def access(item: Slice, namespace: str, participant: str) -> dict[str, Any]:
     """The participant may create and delete workloads in their namespace and nowhere else (``edit``)."""
+    return _access(namespace, participant, _labels(item))
+
+
+def _access(namespace: str, participant: str, labels: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": {"name": "gpuseat-participant", "namespace": namespace, "labels": _labels(item)},
+        "metadata": {"name": "gpuseat-participant", "namespace": namespace, "labels": dict(labels)},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": participant}],
     }
@@ -99,27 +112,55 @@ def access(item: Slice, namespace: str, participant: str) -> dict[str, Any]:
 
 def pod(layout: Layout, item: Slice, options: RenderOptions, namespace: str | None = None) -> dict[str, Any]:
     """One seat's probe Pod: lists the GPUs it sees (``nvidia-smi -L``) and exits; its log is the check."""
+    return _pod(resource_for(item), options.container_image, namespace or options.namespace, _labels(item))
+
+
+def _pod(resource: str, image: str, namespace: str, labels: dict[str, str], node: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [
+            {
+                "name": "probe",
+                "image": image,
+                "command": ["nvidia-smi", "-L"],
+                "resources": {"limits": {resource: "1"}},
+            }
+        ],
+    }
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": "gpuseat-probe",
-            "namespace": namespace or options.namespace,
-            "labels": _labels(item),
-        },
-        "spec": {
-            "restartPolicy": "Never",
-            "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
-            "containers": [
-                {
-                    "name": "probe",
-                    "image": options.container_image,
-                    "command": ["nvidia-smi", "-L"],
-                    "resources": {"limits": {resource_for(item): "1"}},
-                }
-            ],
-        },
+        "metadata": {"name": PROBE_POD, "namespace": namespace, "labels": dict(labels)},
+        "spec": spec,
     }
+
+
+def seat_objects(
+    *,
+    seat: str,
+    resource: str,
+    resources: Iterable[str],
+    namespace: str,
+    participant: str | None,
+    image: str,
+    labels: dict[str, str] | None = None,
+    node: str | None = None,
+) -> list[dict[str, Any]]:
+    """One stored seat's objects, in the order they must be applied: its namespace, the one-GPU quota
+    (before any Pod, since a quota only counts Pods admitted after it), the participant's ``edit``
+    RoleBinding and the probe Pod asking for ``resource`` (pinned to ``node`` when given).
+
+    What the ``kubernetes`` engine applies for each seat holder; ``resources`` are every GPU resource
+    the course's seats use (the quota allows 0 of the others)."""
+    marks = {"app.kubernetes.io/managed-by": "gpuseat", "gpuseat/seat": seat, **(labels or {})}
+    docs = [_namespace(namespace, participant, marks), _quota(resource, resources, namespace, marks)]
+    if participant:
+        docs.append(_access(namespace, participant, marks))
+    docs.append(_pod(resource, image, namespace, marks, node))
+    return docs
 
 
 def _labels(item: Slice) -> dict[str, str]:

@@ -204,7 +204,7 @@ class JupyterHubEngine(StepEngine):
         """The hub's URL (a clear error when it is not set)."""
         if not self.settings.hub_url:
             raise InputError(
-                f"course {self.course}: the jupyterhub engine has no hub_url",
+                f"course {self.course}: the jupyterhub engine has no hub_url (set hub_url=https://HUB)",
                 where="jupyterhub settings",
                 fix=f"gpuseat engines settings jupyterhub hub_url=https://HUB --course {self.course}",
             )

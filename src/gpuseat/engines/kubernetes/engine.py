@@ -1,0 +1,485 @@
+"""The Kubernetes engine: each seat holder gets a namespace of their own on a cluster whose GPU operator
+advertises the seats' resources, with a quota of exactly one GPU of their seat's kind (0 of every other
+GPU resource), an ``edit`` RoleBinding for them alone and a probe Pod pinned to the seat's resource
+(and node, when the seat names one): the manifests :func:`gpuseat.render.k8s.seat_objects` renders.
+
+:meth:`KubernetesEngine.plan` renders the course's manifests per holder and compares them with what
+is applied (``kubectl get`` of the objects labelled with the course), each object carrying a hash of
+what was rendered (``gpuseat/hash``), so a second plan after an apply is empty:
+
+* ``namespace.delete`` (revoke): a namespace of someone who holds no seat now (released, moved to a
+  seat of another resource or node, course archived or deleted) goes, with their workloads and access;
+  ``kubectl delete --wait`` returns once it is gone, so the GPU is free before the next holder's grant;
+* ``access.revoke`` and ``pods.end`` (revoke) while the course's access window is shut;
+* ``pod.delete`` (revoke) then ``pod.create``: a probe Pod that differs from the render (Pods are
+  immutable);
+* ``namespace.create``, ``quota.set``, ``access.grant``, ``pod.create`` (grant): ``kubectl apply``,
+  the quota before any Pod (a quota only counts Pods admitted after it);
+* ``seat.record`` / ``seat.clear`` (record): the holder's way in (their namespace) is stored.
+
+Every ``kubectl`` call goes through the :class:`~gpuseat.engines.runner.Runner`. A cluster is
+*configured* when the settings name a ``kubeconfig`` or a ``context``; without one the plan assumes
+nothing is applied, ``gpuseat apply --dry-run`` prints the rendered plan and the commands, and a real
+apply stops with one clear message. With one, a dry run also runs ``kubectl apply --dry-run=server``
+for each manifest (the API server's admission, nothing stored).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpuseat.core import delivery
+from gpuseat.core.readiness import Access, Readiness, judge
+from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
+from gpuseat.engines.runner import Runner
+from gpuseat.errors import EngineError, InputError
+from gpuseat.render.k8s import GPU, PROBE_POD, mig_resource, seat_objects
+
+if TYPE_CHECKING:
+    from gpuseat.store import CourseStore, ParticipantView, SeatView
+
+ENGINE = "kubernetes"
+ACTOR = "gpuseat-agent"
+HASH = "gpuseat/hash"
+COURSE_LABEL = "gpuseat/course"
+MANAGED = "app.kubernetes.io/managed-by=gpuseat"
+_DNS = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
+#: the verb of each kind of object the engine applies, by whether it exists already
+_VERBS = {"Namespace": "namespace", "ResourceQuota": "quota", "RoleBinding": "access", "Pod": "pod"}
+
+
+class KubernetesSettings(BaseModel):
+    """The Kubernetes engine's settings (stored per course: ``gpuseat engines settings kubernetes k=v``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    namespace: str = Field("gpuseat", description="prefix of each holder's namespace (NAMESPACE-LOGIN)")
+    kubeconfig: str | None = Field(None, description="the kubeconfig file of the cluster (absolute path)")
+    context: str | None = Field(None, description="the kubeconfig context to use")
+    image: str = Field(
+        "nvidia/cuda:12.4.1-base-ubuntu22.04",
+        pattern=r"^[a-z0-9][a-z0-9._/:@-]{0,250}$",
+        description="the probe Pod's image (it runs nvidia-smi -L)",
+    )
+    kubectl: str = Field("kubectl", description="the kubectl to run")
+    timeout: float = Field(120.0, gt=0, le=3600, description="seconds one kubectl call (or a probe) may take")
+
+    @field_validator("namespace")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        if not _DNS.match(v) or len(v) > 40:
+            raise ValueError("must be a DNS label of at most 40 characters (lowercase letters, digits, '-')")
+        return v
+
+    @field_validator("kubeconfig")
+    @classmethod
+    def _path(cls, v: str | None) -> str | None:
+        if v is not None and (not v.startswith("/") or any(ord(c) < 32 for c in v)):
+            raise ValueError("must be an absolute path")
+        return v
+
+    @field_validator("context", "kubectl")
+    @classmethod
+    def _word(cls, v: str | None) -> str | None:
+        if v is not None and (not v or v.startswith("-") or any(c.isspace() or ord(c) < 32 for c in v)):
+            raise ValueError("must be one word, not starting with '-'")
+        return v
+
+
+def k8s_name(login: str) -> str:
+    """A login name as a DNS label (Kubernetes names): ``_`` becomes ``-``, ends trimmed; a name that
+    cannot be made one gets a short hash."""
+    base = re.sub(r"[^a-z0-9-]+", "-", login.lower()).strip("-")
+    if base and _DNS.match(base) and base == login:
+        return base
+    digest = hashlib.sha256(login.encode()).hexdigest()[:8]
+    return f"{base[:40].strip('-') or 'p'}-{digest}"
+
+
+def resource_of(seat: SeatView) -> str:
+    """The extended resource a seat's Pod asks for: ``nvidia.com/mig-<profile>`` or ``nvidia.com/gpu``."""
+    if seat.kind == "mig":
+        if not seat.profile:
+            raise InputError(
+                f"seat {seat.key} is a MIG seat without a profile",
+                where=f"seat {seat.key}",
+                fix="add the seat again with its MIG profile (e.g. 1g.10gb)",
+            )
+        return mig_resource(seat.profile)
+    return GPU
+
+
+def fingerprint(doc: dict[str, Any]) -> str:
+    """A short hash of a rendered object (what ``gpuseat/hash`` records on the applied one)."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _id(doc: dict[str, Any]) -> tuple[str, str, str]:
+    meta = doc.get("metadata") or {}
+    return str(doc.get("kind")), str(meta.get("namespace") or ""), str(meta.get("name"))
+
+
+class KubernetesEngine(StepEngine):
+    """One course's seats on one cluster (see the module docstring)."""
+
+    name = ENGINE
+
+    def __init__(
+        self,
+        store: CourseStore,
+        course: str,
+        *,
+        settings: KubernetesSettings | None = None,
+        runner: Runner,
+        host: str | None = None,
+    ) -> None:
+        self.store, self.course = store, course
+        self.settings = settings or KubernetesSettings()
+        self.runner = runner
+        self.host = host
+
+    # -- kubectl ---------------------------------------------------------------------------------------
+
+    @property
+    def cluster(self) -> bool:
+        """True when the settings name a cluster (a kubeconfig or a context)."""
+        return bool(self.settings.kubeconfig or self.settings.context)
+
+    def kubectl(self, *args: str) -> list[str]:
+        """A kubectl command line for the configured cluster."""
+        s = self.settings
+        argv = [s.kubectl]
+        if s.kubeconfig:
+            argv += ["--kubeconfig", s.kubeconfig]
+        if s.context:
+            argv += ["--context", s.context]
+        return [*argv, *args]
+
+    def _need_cluster(self) -> None:
+        if not self.cluster:
+            raise InputError(
+                f"course {self.course}: no Kubernetes cluster is configured for the kubernetes engine "
+                "(set kubeconfig= or context=)",
+                where="kubernetes settings",
+                fix=f"gpuseat engines settings kubernetes kubeconfig=/PATH/TO/KUBECONFIG --course {self.course} "
+                "(or context=NAME); gpuseat apply --dry-run shows the plan without one",
+            )
+
+    def _get(self, what: str, *extra: str) -> list[dict[str, Any]]:
+        """The course's applied objects of ``what`` (a read: it runs in a dry run too)."""
+        argv = self.kubectl("get", what, *extra, "-l", f"{COURSE_LABEL}={self.course},{MANAGED}", "-o", "json")
+        done = self.runner.run(argv, mutates=False, timeout=self.settings.timeout, where="kubectl get")
+        try:
+            items: list[dict[str, Any]] = json.loads(done.stdout or "{}").get("items") or []
+        except ValueError:
+            raise EngineError(f"kubectl get {what} printed no JSON: {done.stdout[:200]!r}", where="kubectl") from None
+        return items
+
+    def applied(self) -> dict[tuple[str, str, str], dict[str, Any]]:
+        """What is applied for this course now, by (kind, namespace, name); empty without a cluster."""
+        if not self.cluster:
+            return {}
+        found = self._get("namespaces")
+        found += self._get("resourcequotas,rolebindings,pods", "--all-namespaces")
+        return {_id(d): d for d in found}
+
+    # -- what the store wants -------------------------------------------------------------------------
+
+    def namespace_of(self, p: ParticipantView) -> str:
+        """The participant's namespace: ``<prefix>-<their login as a DNS label>``."""
+        login = delivery.login_name(p.key, p.unix_user)
+        return f"{self.settings.namespace}-{k8s_name(login)}"[:63].rstrip("-")
+
+    def rendered(self, state: CourseState) -> dict[str, list[dict[str, Any]]]:
+        """Seat key → the objects to apply for its holder (each with its ``gpuseat/hash``)."""
+        if not state.active:
+            return {}
+        seats = [s for s in state.seats if s.engine == ENGINE]
+        resources = sorted({resource_of(s) for s in seats})
+        out: dict[str, list[dict[str, Any]]] = {}
+        for seat, p in state.holders():
+            if seat.engine != ENGINE:
+                continue
+            login = delivery.login_name(p.key, p.unix_user)
+            labels = {COURSE_LABEL: self.course, "gpuseat/login": k8s_name(login)}
+            docs = seat_objects(
+                seat=seat.key,
+                resource=resource_of(seat),
+                resources=resources,
+                namespace=self.namespace_of(p),
+                participant=login,
+                image=self.settings.image,
+                labels=labels,
+                node=seat.host,
+            )
+            for doc in docs:
+                if doc["kind"] == "Namespace":  # a label value must be a DNS-like word: the login as a DNS label
+                    doc["metadata"]["labels"]["gpuseat/participant"] = k8s_name(login)
+                doc["metadata"].setdefault("annotations", {})[HASH] = fingerprint(doc)
+            out[seat.key] = docs
+        return out
+
+    # -- plan ------------------------------------------------------------------------------------------
+
+    def plan(self, course: CourseState) -> Changes:
+        """Every step that makes the cluster match the store (see the module docstring)."""
+        state = course
+        changes = Changes(self.name, self.course, self.host)
+        add = changes.steps.append
+        wanted = self.rendered(state)
+        if not self.cluster:
+            if wanted and not self.runner.dry_run:
+                self._need_cluster()  # one clear message instead of one failed step per object
+            if wanted:
+                changes.notes.append(
+                    "no cluster is configured (kubeconfig= or context=): the plan assumes nothing is applied yet"
+                )
+            have: dict[tuple[str, str, str], dict[str, Any]] = {}
+        else:
+            have = self.applied()
+        seat_of_ns = {d["metadata"]["name"]: k for k, docs in wanted.items() for d in docs if d["kind"] == "Namespace"}
+        people = {self.namespace_of(p): p for p in state.people.values()}
+        gone = (
+            "the course is deleted" if state.course is None else ("the course is archived" if state.archived else None)
+        )
+        # revoke: namespaces nobody (or another seat) should have now
+        dropped: set[str] = set()
+        for (kind, _ns, name), doc in sorted(have.items()):
+            if kind != "Namespace":
+                continue
+            old_seat = (doc["metadata"].get("labels") or {}).get("gpuseat/seat")
+            new_seat = seat_of_ns.get(name)
+            p = people.get(name)
+            who = p.key if p else name
+            if new_seat is not None and new_seat == old_seat:
+                continue
+            if gone:
+                why = gone
+            elif new_seat is None:
+                why = f"{who} holds no seat in course {self.course} now"
+            else:
+                why = f"{who} moved from {old_seat} to {new_seat}: their namespace is made again for it"
+            dropped.add(name)
+            seats = tuple(sorted({x for x in (old_seat, new_seat) if x}))
+            add(self._step("namespace.delete", name, why, "revoke", participant=p.key if p else None, seats=seats))
+        closed = state.closed if state.active else None
+        holder = {seat.key: p for seat, p in state.holders()}
+        for seat_key, docs in sorted(wanted.items()):
+            p = holder[seat_key]
+            ns = docs[0]["metadata"]["name"]
+            fresh = ns in dropped or ("Namespace", "", ns) not in have
+            # revoke: a probe Pod that differs from the render; objects of ours that the render lacks
+            kept = {_id(d) for d in docs}
+            for ident in sorted(have):
+                if fresh or ident[1] != ns or ident in kept:
+                    continue
+                add(self._step(f"{_VERBS.get(ident[0], 'object')}.delete", f"{ns}/{ident[2]}",
+                               f"not in the render for {p.key}", "revoke", participant=p.key, seats=(seat_key,),
+                               kind=ident[0], namespace=ns, name=ident[2]))  # fmt: skip
+            for doc in docs:
+                ident = _id(doc)
+                old = None if fresh else have.get(ident)
+                if doc["kind"] == "Pod" and old is not None and _hash(old) != _hash(doc):
+                    add(self._step("pod.delete", f"{ns}/{ident[2]}", "its spec changed (Pods are immutable)",
+                                   "revoke", participant=p.key, seats=(seat_key,), kind="Pod", namespace=ns,
+                                   name=ident[2]))  # fmt: skip
+            if closed:
+                if not fresh and ("RoleBinding", ns, "gpuseat-participant") in have:
+                    add(self._step("access.revoke", f"{ns}/gpuseat-participant", f"access is closed: {closed}",
+                                   "revoke", participant=p.key, seats=(seat_key,), kind="RoleBinding",
+                                   namespace=ns, name="gpuseat-participant"))  # fmt: skip
+                if not fresh and self._running_pods(ns):
+                    add(self._step("pods.end", ns, f"access is closed: {closed}", "revoke", participant=p.key,
+                                   seats=(seat_key,), namespace=ns))  # fmt: skip
+            # grant: each object that is missing or differs, in the render's order
+            for doc in docs:
+                if closed and doc["kind"] in ("RoleBinding", "Pod"):
+                    continue
+                ident = _id(doc)
+                old = None if fresh else have.get(ident)
+                if old is not None and _hash(old) == _hash(doc):
+                    continue
+                verb = _VERBS[doc["kind"]]
+                action = {"namespace": "namespace.create", "quota": "quota.set", "access": "access.grant",
+                          "pod": "pod.create"}[verb]  # fmt: skip
+                if verb == "namespace":
+                    why = f"{p.key}'s own namespace for {seat_key}"
+                elif verb == "quota":
+                    why = f"exactly one {_own(doc)} in it, none of any other GPU"
+                elif verb == "access":
+                    why = f"{p.key} may run workloads there (edit), nowhere else"
+                else:
+                    why = f"the probe: lists the GPU {seat_key} gives"
+                add(self._step(action, f"{ns}/{ident[2]}" if verb != "namespace" else ns, why, "grant",
+                               participant=p.key, seats=(seat_key,), manifest=doc))  # fmt: skip
+        self._record_steps(state, wanted, changes)
+        return changes
+
+    def _running_pods(self, ns: str) -> list[str]:
+        argv = self.kubectl("get", "pods", "-n", ns, "-o", "json")
+        done = self.runner.run(argv, mutates=False, timeout=self.settings.timeout, where="kubectl get")
+        try:
+            items = json.loads(done.stdout or "{}").get("items") or []
+        except ValueError:
+            return []
+        return [
+            str(i["metadata"]["name"])
+            for i in items
+            if (i.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+
+    def _record_steps(self, state: CourseState, wanted: dict[str, list[dict[str, Any]]], changes: Changes) -> None:
+        if state.course is None or state.archived:
+            return
+        for seat in state.seats:
+            if seat.engine != ENGINE:
+                continue
+            old = dict(state.access.get(seat.key) or {})
+            docs = wanted.get(seat.key)
+            p = state.people.get(seat.participant or "")
+            if p is None or docs is None:
+                if old.get("holder") or old.get("user"):
+                    changes.steps.append(self._step("seat.clear", seat.key, "nobody holds it: its way in names no one",
+                                                    "record", seats=(seat.key,)))  # fmt: skip
+                continue
+            access = self._access(seat, p, docs[0]["metadata"]["name"]).to_dict()
+            if old != access:
+                changes.steps.append(self._step("seat.record", seat.key, f"{p.key} works in namespace "
+                                                f"{docs[0]['metadata']['name']}", "record", participant=p.key,
+                                                seats=(seat.key,), access=access))  # fmt: skip
+
+    def _access(self, seat: SeatView, p: ParticipantView, ns: str) -> Access:
+        login = delivery.login_name(p.key, p.unix_user)
+        return Access(
+            kind="kubernetes",
+            user=login,
+            command=f"kubectl config set-context --current --namespace={ns}",
+            device_uuid=seat.device_uuid,
+            notes=(f"namespace {ns}", f"one {resource_of(seat)} (quota gpuseat-one-gpu)"),
+            holder=p.key,
+        )
+
+    def _step(self, action: str, target: str, why: str, phase: Any, **data: Any) -> Step:
+        participant = data.pop("participant", None)
+        seats = tuple(data.pop("seats", ()))
+        return Step(self.name, action, target, why, phase, participant, seats, self.host, data)
+
+    # -- apply -----------------------------------------------------------------------------------------
+
+    def do(self, step: Step) -> str | None:
+        """Carry out one planned step through kubectl (each is a no-op when the cluster already is so)."""
+        d = step.data
+        dry = self.runner.dry_run
+        t = self.settings.timeout
+        wait = f"--timeout={max(1, int(t))}s"
+        if step.phase != "record" and not dry:
+            self._need_cluster()
+        match step.action:
+            case "namespace.delete":
+                self.runner.run(self.kubectl("delete", "namespace", step.target, "--ignore-not-found", "--wait=true",
+                                             wait), timeout=t + 30, where=step.target)  # fmt: skip
+            case "pod.delete" | "access.revoke" | "quota.delete" | "access.delete" | "object.delete":
+                kind = str(d["kind"]).lower()
+                self.runner.run(self.kubectl("delete", kind, str(d["name"]), "-n", str(d["namespace"]),
+                                             "--ignore-not-found", "--wait=true", wait), timeout=t + 30,
+                                where=step.target)  # fmt: skip
+            case "pods.end":
+                self.runner.run(self.kubectl("delete", "pods", "--all", "-n", str(d["namespace"]), "--wait=true",
+                                             wait), timeout=t + 30, where=step.target)  # fmt: skip
+            case "namespace.create" | "quota.set" | "access.grant" | "pod.create":
+                text = yaml.safe_dump(d["manifest"], sort_keys=False)
+                self.runner.run(self.kubectl("apply", "-f", "-"), input=text, timeout=t, where=step.target)
+                if dry and self.cluster:  # the API server's admission, nothing stored
+                    self.runner.run(self.kubectl("apply", "--dry-run=server", "-f", "-"), input=text, timeout=t,
+                                    mutates=False, where=step.target)  # fmt: skip
+            case "seat.record":
+                if not dry:
+                    self.store.record_delivery(
+                        self.course, step.target, access=Access.from_dict(d["access"]), actor=ACTOR
+                    )
+            case "seat.clear":
+                if not dry:
+                    self.store.record_delivery(self.course, step.target, clear_access=True, actor=ACTOR)
+            case _:
+                raise InputError(f"the kubernetes engine has no step {step.action!r}", where="plan")
+        return None
+
+    # -- observe, connect, check -----------------------------------------------------------------------
+
+    def observe(self, course: CourseState) -> list[Holding]:
+        """The course's namespaces and the participants' RoleBindings on the cluster now."""
+        if not self.cluster:
+            return []
+        people = {self.namespace_of(p): p for p in course.people.values()}
+        out = []
+        for (kind, ns, name), doc in sorted(self.applied().items()):
+            labels = doc["metadata"].get("labels") or {}
+            space = name if kind == "Namespace" else ns
+            p = people.get(space)
+            login = labels.get("gpuseat/login") or space
+            if kind == "Namespace":
+                out.append(Holding(self.name, "namespace", login, p.key if p else None, labels.get("gpuseat/seat"),
+                                   self.host, name))  # fmt: skip
+            elif kind == "RoleBinding":
+                out.append(Holding(self.name, "access", login, p.key if p else None, labels.get("gpuseat/seat"),
+                                   self.host, f"{ns}/{name}"))  # fmt: skip
+        return out
+
+    def connect(self, seat: SeatView) -> Access | None:
+        """The stored way in, when it was made for the seat's holder (else: being prepared)."""
+        stored = self.store.access_of(self.course).get(seat.key)
+        if not stored or not seat.participant or stored.get("holder") != seat.participant:
+            return None
+        return Access.from_dict(stored)
+
+    def check(self, seats: Sequence[SeatView]) -> list[Readiness]:
+        """Probe each held seat (its probe Pod's log)."""
+        people = {p.key: p for p in self.store.participants(self.course)}
+        return [self.probe(s, people[s.participant]) for s in seats if s.participant in people]
+
+    def probe(self, seat: SeatView, participant: ParticipantView) -> Readiness:
+        """What the seat's probe Pod saw (``nvidia-smi -L`` in its log): ready when exactly one device of
+        the seat's resource was visible (the device plugin chooses which one of that resource)."""
+        from gpuseat.nvsmi import parse_list
+
+        now = datetime.now(UTC)
+
+        def result(state: Any, reason: str | None, evidence: str = "", visible: tuple[str, ...] = ()) -> Readiness:
+            return Readiness(self.course, seat.key, participant.key, state, reason, evidence[-4000:], visible, now,
+                             ENGINE)  # fmt: skip
+
+        if not self.cluster:
+            return result("broken", "no Kubernetes cluster is configured (kubeconfig= or context=)")
+        ns = self.namespace_of(participant)
+        argv = self.kubectl("get", "pod", PROBE_POD, "-n", ns, "-o", "json")
+        got = self.runner.try_run(argv, mutates=False, timeout=self.settings.timeout)
+        if got.returncode != 0:
+            return result("broken", f"no probe Pod in {ns} (not applied yet?)", got.stderr)
+        phase = (json.loads(got.stdout or "{}").get("status") or {}).get("phase")
+        if phase != "Succeeded":
+            return result("broken", f"the probe Pod in {ns} is {phase or 'unknown'}, not Succeeded", got.stdout)
+        logs = self.runner.try_run(self.kubectl("logs", PROBE_POD, "-n", ns), mutates=False,
+                                   timeout=self.settings.timeout)  # fmt: skip
+        listed = parse_list(logs.stdout)
+        visible = tuple(m.uuid for g in listed for m in g.mig) or tuple(g.uuid for g in listed)
+        state, why = judge(None, visible)
+        evidence = f"kubectl logs {PROBE_POD} -n {ns} (the device plugin picks the {resource_of(seat)})\n{logs.stdout}"
+        return result(state, why, evidence, visible)
+
+
+def _hash(doc: dict[str, Any]) -> str | None:
+    return ((doc.get("metadata") or {}).get("annotations") or {}).get(HASH)
+
+
+def _own(quota: dict[str, Any]) -> str:
+    hard = quota["spec"]["hard"]
+    return next((k.removeprefix("requests.") for k, v in hard.items() if v == "1"), "GPU")
