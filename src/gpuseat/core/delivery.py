@@ -14,7 +14,7 @@ import hashlib
 import ipaddress
 import re
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from gpuseat.errors import InputError
@@ -83,16 +83,21 @@ class Instruction:
     missing: str | None  # set when there is no way in yet: what the organizer must set
 
 
-def not_yours(access: Mapping[str, object] | None, *, holder: str | None, login: str | None) -> bool:
+def not_yours(
+    access: Mapping[str, object] | None, *, holder: str | None, login: str | None, others: Collection[str] = ()
+) -> bool:
     """True when a stored way in was made for someone other than the seat's holder (a move or release
-    the engine has not carried out yet): it must be shown to nobody, never as another person's login."""
+    the engine has not carried out yet): it is shown to nobody, never as another person's login.
+
+    Made for someone else means: it names another holder, or its user is the login of another
+    participant (``others``). A shared account the organizer set (``ubuntu@…``) is nobody's login."""
     if not access:
         return False
     made_for = access.get("holder")
     if made_for and made_for != holder:
         return True
     user = access.get("user")
-    return bool(user and login and user != login)
+    return bool(user and user != login and user in others)
 
 
 def being_prepared(login: str | None) -> str:

@@ -6,6 +6,7 @@ web layer only renders them.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +19,17 @@ if TYPE_CHECKING:
     from gpuseat.services.courses import CourseStore, ParticipantView, SeatView
 
 
-def way_in(store: CourseStore, seat: SeatView, participant: ParticipantView | None) -> Instruction:
-    """The seat's way in for its participant: stored access first, else the older one-line ``connect``."""
+def way_in(
+    store: CourseStore,
+    seat: SeatView,
+    participant: ParticipantView | None,
+    *,
+    logins: Collection[str] | None = None,
+) -> Instruction:
+    """The seat's way in for its participant: stored access first, else the older one-line ``connect``.
+
+    A way in made for another participant (a hand-over not applied yet) is never shown: "being
+    prepared" instead. ``logins``: every participant's login name (read once by callers of many seats)."""
     access: dict[str, Any] | None = store.access_of(seat.course).get(seat.key)
     if access is None and seat.connect:
         text = seat.connect.strip()
@@ -30,13 +40,15 @@ def way_in(store: CourseStore, seat: SeatView, participant: ParticipantView | No
         # a bare label (the inventory's name, h200-2x) never is
         access = {"kind": "ssh", "host": seat.host, "device_uuid": seat.device_uuid}
     login = login_name(participant.key, participant.unix_user) if participant else None
-    if seat.engine in registry.delivering() and not_yours(access, holder=seat.participant, login=login):
+    if logins is None:
+        logins = {login_name(p.key, p.unix_user) for p in store.participants(seat.course)}
+    if seat.engine in registry.delivering() and not_yours(access, holder=seat.participant, login=login, others=logins):
         return Instruction(None, None, None, seat.device_uuid, (), being_prepared(login))
     way = instruction(access, seat=seat.key, unix_user=login, server_name=seat.host)
     if access is None and seat.host:
         # the seat's server is known only by its inventory label: say which field makes it reachable
         missing = (
-            f"the server {seat.host!r} has no reachable address yet: set ssh_host in its inventory file, pass "
+            "the server has no reachable address yet: set ssh_host in its inventory file, pass "
             f"--ssh-host HOST to `gpuseat host up`, or run `gpuseat seats connect {seat.key} --ssh USER@HOST`"
         )
         return Instruction(None, None, None, seat.device_uuid, (), missing)
@@ -48,8 +60,9 @@ def ways_in(store: CourseStore, course: str | None = None) -> list[dict[str, Any
     people = {p.key: p for p in store.participants(course)}
     checks = store.readiness_of(course)
     out = []
+    logins = {login_name(p.key, p.unix_user) for p in people.values()}
     for seat in store.seats(course):
-        way = way_in(store, seat, people.get(seat.participant or ""))
+        way = way_in(store, seat, people.get(seat.participant or ""), logins=logins)
         check = checks.get(seat.key) or {}
         out.append(
             {
