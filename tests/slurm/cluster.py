@@ -4,6 +4,12 @@ Recipe from ``shared/reference/slurm.md``: configs in a temp dir, ``mknod`` char
 in for GPUs, the daemons run in the foreground under our own pids (so they are stopped by pid), and
 ``sinfo`` (wrapped in a timeout) is polled until the node is idle. Its own munge socket and free
 ports keep it apart from any Slurm already on the machine.
+
+The scheduling settings are the ones gpuseat ships (``slurm.conf.gpuseat``: ``GresTypes``,
+``SelectType``, ``SelectTypeParameters``, ``SchedulerParameters``), so the tests run the configuration
+users get; only the cgroup plugins stay off (no cgroup delegation here: ``proctrack/linuxproc``,
+``task/none``). slurm.conf includes ``gpuseat-partitions.conf``, where gpuseat keeps the course
+partitions it creates at run time (as docs/slurm.md tells sites to).
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+
+from gpuseat.engines.slurm import config as gpuseat_config
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "sinfo")
 ACCOUNTING_BINARIES = ("slurmdbd", "sacctmgr", "mariadbd", "mariadb-install-db")
@@ -43,6 +51,16 @@ def _which(name: str) -> str:
     return shutil.which(name) or str(Path("/usr/sbin", name))
 
 
+#: the lines of gpuseat's generated slurm.conf.gpuseat the test cluster takes as they are
+SHIPPED = ("GresTypes=", "SelectType=", "SelectTypeParameters=", "SchedulerParameters=")
+
+
+def shipped_settings() -> str:
+    """gpuseat's scheduling settings, from the file it generates (``slurm config``)."""
+    lines = gpuseat_config.cluster_settings().splitlines()
+    return "".join(ln + "\n" for ln in lines if ln.startswith(SHIPPED))
+
+
 @dataclass
 class Cluster:
     """A running one-node cluster: its config dir, environment and daemon processes."""
@@ -56,6 +74,10 @@ class Cluster:
     @property
     def conf(self) -> Path:
         return self.root / "etc" / "slurm.conf"
+
+    @property
+    def partitions_conf(self) -> Path:
+        return self.root / "etc" / "gpuseat-partitions.conf"
 
     @property
     def dev(self) -> Path:
@@ -98,9 +120,6 @@ MpiDefault=none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SwitchType=switch/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-GresTypes=gpu
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 ReturnToService=2
@@ -113,14 +132,15 @@ SlurmctldLogFile={r}/log/slurmctld.log
 SlurmdLogFile={r}/log/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
-SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=1
 SlurmdParameters=config_overrides
 """
+        base += shipped_settings()
         if not self.accounting:
             base += "AccountingStorageType=accounting_storage/none\n"
         self.conf.parent.mkdir(parents=True, exist_ok=True)
-        self.conf.write_text(base + extra + node_and_partitions)
+        if not self.partitions_conf.exists():
+            self.partitions_conf.write_text(gpuseat_config.INCLUDE_MARK + "\n")
+        self.conf.write_text(base + extra + node_and_partitions + f"Include {self.partitions_conf}\n")
         (self.conf.parent / "gres.conf").write_text(gres_conf)
         if self.accounting:
             dbd = self.conf.parent / "slurmdbd.conf"

@@ -10,19 +10,19 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from gpuseat.catalog.bundle import load_catalog
-from gpuseat.services import slurm as service
+from gpuseat.engines.runner import Runner
+from gpuseat.engines.slurm import config
+from gpuseat.engines.slurm import course as service
+from gpuseat.engines.slurm.adapter import Slurm
 from gpuseat.services.carving import carve_inventory
-from gpuseat.slurm import config
-from gpuseat.slurm.engine import Slurm
 
 from .cluster import ACCOUNTING_BINARIES, Cluster, missing_binaries
-from .conftest import USERS
+from .conftest import USERS, apply, make_store, plan
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 pytestmark = pytest.mark.slow
@@ -53,13 +53,9 @@ def test_accounting_associations_limit_the_seat(acct_cluster: Cluster) -> None:
     c = acct_cluster
     layout = carve_inventory(EXAMPLES / "ibm-2xM60.toml", load_catalog(), mode="passthrough")
     devices = config.devices_from_layout(layout, "localhost", dev_root=str(c.dev))
-    now = datetime.now().replace(microsecond=0)
-    course = service.SlurmCourse(
-        key="c2016",
-        intervals=((now - timedelta(minutes=5), now + timedelta(minutes=55)),),
-        members=(service.Member("alice", alice, devices[0].seat), service.Member("bob", bob, devices[1].seat)),
-        devices=tuple(devices),
-    )
+    people = {"alice": (alice, devices[0].seat), "bob": (bob, devices[1].seat), "carol": (carol, None)}
+    st, _url = make_store(c.root, "c2016", people, devices, tomorrow=False)
+    course = service.course_from_store(st, "c2016")
     c.mknod_gpus([Path(d.files[0]).name for d in devices])
     node = next(
         ln
@@ -74,16 +70,20 @@ def test_accounting_associations_limit_the_seat(acct_cluster: Cluster) -> None:
     )
     service.write_job_submit([], c.conf.parent)  # before slurmctld reads JobSubmitPlugins=lua
     c.start(timeout=120)
-    slurm = Slurm(conf=c.conf)
+    slurm = Slurm(Runner(), conf=c.conf)
 
-    report = service.enroll(slurm, [course], "c2016", conf_dir=None)  # accounting detected from the cluster
-    assert report.mode == "accounting" and report.job_submit is None
+    # accounting detected from the cluster; the seat limits are the associations' alone here (job_submit.lua
+    # in another folder, not gpuseat's to keep), so a job over the seat waits with Slurm's own reason
+    (c.root / "no-lua").mkdir()
+    done = apply(st, "c2016", slurm_conf=c.conf, conf_dir=c.root / "no-lua", partitions_conf=c.partitions_conf)
+    assert not done.failed, done.failed
+    actions = {s.action for p in done.planned if p.changes for s in p.changes.steps}
+    assert {"account.add", "association.add", "reservation.create", "partition.create"} <= actions
+    assert "limits.set" not in actions
     assocs = slurm.run("sacctmgr", ["-n", "-P", "show", "assoc", "format=account,user,grptres,maxtresperjob"]).stdout
     assert f"gpuseat-c2016|{alice}|gres/gpu=1|gres/gpu=1" in assocs.splitlines()
     assert f"gpuseat-c2016|{bob}|gres/gpu=1|gres/gpu=1" in assocs.splitlines()
-    again = service.enroll(slurm, [course], "c2016", conf_dir=None)  # "Nothing new added" is fine
-    assert again.mode == "accounting" and not again.created
-    service.sessions(slurm, course, now=datetime.now())
+    assert plan(st, "c2016").steps == []  # a second apply does nothing
     session = config.reservation_name("c2016", course.intervals[0][0])
 
     got = slurm.probe(alice, partition=course.partition, reservation=session, gres="gpu:1", out_dir=c.root / "out")
@@ -93,25 +93,32 @@ def test_accounting_associations_limit_the_seat(acct_cluster: Cluster) -> None:
 
     over = slurm.run(
         "sbatch",
-        [
-            f"--partition={course.partition}",
-            f"--reservation={session}",
-            "--gres=gpu:2",
-            f"--output={c.root / 'out' / 'over.out'}",
-            "--wrap",
-            "env",
-        ],
+        [f"--partition={course.partition}", f"--reservation={session}", "--gres=gpu:2",
+         f"--output={c.root / 'out' / 'over.out'}", "--wrap", "env"],
         as_user=alice,
-    )
+    )  # fmt: skip
     job_id = int(over.stdout.split()[-1])
     deadline = time.monotonic() + 30
     while True:  # the scheduler gives the reason on its next pass
         status = service.status(slurm, course)
-        (job,) = next(m for m in status.members if m.participant == "alice").jobs
+        (job,) = next(m for m in status.members if m.unix_user == alice).jobs
         if job["reason"] != "None" or time.monotonic() > deadline:
             break
         time.sleep(0.3)
     assert job["job_id"] == job_id and job["state"] == "PENDING"
     assert job["reason"].startswith("AssocGrpGRES") or job["reason"].startswith("AssocMaxGRESPerJob")
     assert job["meaning"].startswith("over the participant's seat")
-    slurm.run("scancel", [str(job_id)])
+
+    # alice is released: only `gpuseat apply`; her waiting job is cancelled, her association removed
+    st.release("c2016", participant=next(p.key for p in st.participants("c2016") if p.unix_user == alice))
+    done = apply(st, "c2016")
+    assert not done.failed, done.failed
+    order = [s.action for p in done.planned if p.changes for s in p.changes.ordered()]
+    assert order.index("jobs.cancel") < order.index("association.remove")
+    assert not [j for j in slurm.jobs([alice]) if j.live]
+    assocs = slurm.run("sacctmgr", ["-n", "-P", "show", "assoc", "format=account,user"]).stdout.splitlines()
+    assert f"gpuseat-c2016|{alice}" not in assocs and f"gpuseat-c2016|{bob}" in assocs
+    again = slurm.probe(alice, partition=course.partition, reservation=session, gres="gpu:1", out_dir=c.root / "out")
+    assert not again.ok
+    assert plan(st, "c2016").steps == []
+    st.close()

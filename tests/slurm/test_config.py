@@ -13,10 +13,10 @@ from gpuseat.catalog.bundle import load_catalog
 from gpuseat.core.carve import CarveRequest, carve
 from gpuseat.core.inventory import server_from_toml
 from gpuseat.core.needs import SeatNeed
+from gpuseat.engines.slurm import config, names
+from gpuseat.engines.slurm.adapter import explain
 from gpuseat.errors import EngineError, InputError
 from gpuseat.files import read_toml
-from gpuseat.slurm import config, names
-from gpuseat.slurm.engine import explain, sacctmgr_enroll_commands
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 # gpu0's part of /proc/driver/nvidia-caps/mig-minors in the driver's layout (config, monitor, then per GI
@@ -157,49 +157,10 @@ def test_partition_and_cgroup_lines() -> None:
     assert "JobSubmitPlugins=lua" in config.cluster_settings()
 
 
-def test_accounting_commands_are_word_lists() -> None:
-    cmds = sacctmgr_enroll_commands("gpuseat-c2016", {"alice": "gres/gpu:m60=1"}, description="Deep learning; 2016")
-    assert cmds[0] == [
-        "-i",
-        "add",
-        "account",
-        "gpuseat-c2016",
-        "Description=Deep learning 2016",
-        "Organization=gpuseat-c2016",
-    ]
-    assert cmds[1] == [
-        "-i",
-        "add",
-        "user",
-        "alice",
-        "Account=gpuseat-c2016",
-        "GrpTRES=gres/gpu:m60=1",
-        "MaxTRESPerJob=gres/gpu:m60=1",
-    ]
-    with pytest.raises(EngineError):
-        sacctmgr_enroll_commands("gpuseat-c2016", {"alice": "gres/gpu=1,cpu=99"})
-
-
 def test_explain_adds_what_a_refusal_means() -> None:
     said = explain("sbatch: error: Batch job submission failed: Access denied to requested reservation\n")
     assert said.startswith("Batch job submission failed: Access denied to requested reservation (")
     assert "not on this session's reservation" in said
-
-
-def test_enroll_never_replaces_a_site_job_submit_lua(tmp_path: Path) -> None:
-    from gpuseat.services import slurm as service
-    from gpuseat.slurm.engine import Slurm
-
-    devices = config.devices_from_layout(
-        _layout("ibm-2xM60.toml", "passthrough", need=SeatNeed(isolation="dedicated")), "gpu01"
-    )
-    course = service.SlurmCourse("c2016", (), (service.Member("alice", "alice", devices[0].seat),), tuple(devices))
-    site = tmp_path / "job_submit.lua"
-    site.write_text("function slurm_job_submit(j, p, u) return slurm.SUCCESS end\n")
-    # the check comes before any Slurm command: this adapter points at no cluster at all
-    with pytest.raises(InputError, match="gpuseat did not write it"):
-        service.enroll(Slurm(conf=tmp_path / "none.conf"), [course], "c2016", conf_dir=tmp_path, accounting=False)
-    assert site.read_text().startswith("function slurm_job_submit")
 
 
 def test_a_seat_gres_type_names_one_device_on_the_whole_cluster() -> None:
@@ -212,27 +173,21 @@ def test_a_seat_gres_type_names_one_device_on_the_whole_cluster() -> None:
     assert "Type=m60.seat-02" in config.gres_conf([a, b.model_copy(update={"seat": "seat-02"})])
 
 
-def test_a_slurm_command_that_times_out_takes_its_children_along(tmp_path: Path) -> None:
-    """``runuser … srun`` left behind would wait for its allocation long after gpuseat gave up."""
-    import os
+def test_a_slurm_command_that_times_out_is_one_clear_error() -> None:
+    """Every Slurm command goes through the Runner: its time-out is an EngineError naming the command;
+    a command as a participant runs as their uid directly (no ``runuser`` left behind to wait)."""
     import time
 
-    from gpuseat.errors import EngineError
-    from gpuseat.slurm.engine import Slurm
+    from gpuseat.engines.runner import RecordingRunner, Runner
+    from gpuseat.engines.slurm.adapter import Slurm
 
-    pid_file = tmp_path / "child.pid"
-    with pytest.raises(EngineError, match="did not answer within"):
-        Slurm(timeout_s=1).run("sh", ["-c", f"sleep 60 & echo $! > {pid_file}; wait"])
-    pid = int(pid_file.read_text())
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-            state = Path(f"/proc/{pid}/stat").read_text().split(") ")[1]
-        except (ProcessLookupError, FileNotFoundError):
-            break
-        if state.startswith("Z"):
-            break  # killed; a zombie until its parent (here: init) reaps it
-        time.sleep(0.1)
-    else:
-        raise AssertionError(f"the child {pid} outlived the timeout")
+    started = time.monotonic()
+    with pytest.raises(EngineError, match="did not finish within 1 s"):
+        Slurm(Runner(), timeout_s=1).run("sleep", ["60"])
+    assert time.monotonic() - started < 10
+    rec = RecordingRunner(answers={("srun",): (0, "", "")})
+    Slurm(rec, conf=Path("/etc/slurm/x.conf")).run("srun", ["--gres=gpu:1", "true"], as_user="alice")
+    (ran,) = rec.take()
+    assert ran.argv == ("srun", "--gres=gpu:1", "true") and ran.user == "alice"
+    with pytest.raises(InputError, match="unix user"):
+        Slurm(rec).run("srun", ["true"], as_user="alice,bob")

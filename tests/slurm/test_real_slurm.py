@@ -17,13 +17,14 @@ from gpuseat.catalog.bundle import load_catalog
 from gpuseat.core.carve import CarveRequest, carve
 from gpuseat.core.inventory import server_from_toml
 from gpuseat.core.needs import SeatNeed
+from gpuseat.engines.runner import Runner
+from gpuseat.engines.slurm import config
+from gpuseat.engines.slurm import course as service
+from gpuseat.engines.slurm.adapter import Slurm
 from gpuseat.files import read_toml
-from gpuseat.services import slurm as service
-from gpuseat.slurm import config
-from gpuseat.slurm.engine import Slurm
 
 from .cluster import Cluster
-from .conftest import USERS
+from .conftest import USERS, apply, make_store, plan
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 pytestmark = pytest.mark.slow
@@ -31,28 +32,23 @@ alice, bob, carol = USERS
 
 
 @pytest.fixture(scope="module")
-def course(make_cluster: Cluster, unix_users: tuple[str, ...]) -> service.SlurmCourse:
-    """Course c2016: alice holds seat s1, bob s2, carol is in the roster without a seat."""
+def lab_store(make_cluster: Cluster, unix_users: tuple[str, ...], cluster_dir: Path):
+    """Course c2016 in a store: alice holds seat-01, bob seat-02, carol is in the roster without a seat."""
     catalog = load_catalog()
     server = server_from_toml(read_toml(EXAMPLES / "ibm-2xM60.toml"), catalog, where="ibm-2xM60.toml")
     layout = carve(server, CarveRequest(mode="passthrough", need=SeatNeed(isolation="dedicated")), catalog)
     devices = config.devices_from_layout(layout, "localhost", dev_root=str(make_cluster.dev))
     seats = [d.seat for d in devices]
-    now = datetime.now().replace(microsecond=0)
     assert unix_users == USERS
-    return service.SlurmCourse(
-        key="c2016",
-        intervals=(
-            (now - timedelta(minutes=5), now + timedelta(minutes=55)),
-            (now + timedelta(days=1), now + timedelta(days=1, hours=2)),
-        ),
-        members=(
-            service.Member("alice", alice, seats[0]),
-            service.Member("bob", bob, seats[1]),
-            service.Member("carol", carol, None),
-        ),
-        devices=tuple(devices),
-    )
+    people = {"alice": (alice, seats[0]), "bob": (bob, seats[1]), "carol": (carol, None)}
+    st, _url = make_store(cluster_dir, "c2016", people, devices)
+    yield st
+    st.close()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module")
+def course(lab_store) -> service.SlurmCourse:
+    return service.course_from_store(lab_store, "c2016")
 
 
 def _mig_devices(dev: Path) -> list[config.GresDevice]:
@@ -72,8 +68,9 @@ def _mig_devices(dev: Path) -> list[config.GresDevice]:
 
 
 @pytest.fixture(scope="module")
-def slurm(make_cluster: Cluster, course: service.SlurmCourse) -> Slurm:
-    """The cluster started with gpuseat's gres.conf and node line, and enrolled + sessions created."""
+def slurm(make_cluster: Cluster, course: service.SlurmCourse, lab_store) -> Slurm:
+    """The cluster started with gpuseat's gres.conf, node line and scheduling settings; then
+    ``gpuseat apply`` (partition, job_submit.lua limits, session reservations)."""
     c = make_cluster
     devices = [*course.devices, *_mig_devices(c.dev)]
     c.mknod_gpus([str(Path(f).relative_to(c.dev)) for d in devices for f in d.files if not Path(f).exists()])
@@ -91,13 +88,13 @@ def slurm(make_cluster: Cluster, course: service.SlurmCourse) -> Slurm:
     )
     service.write_job_submit([], c.conf.parent)  # before slurmctld reads JobSubmitPlugins=lua
     c.start()
-    s = Slurm(conf=c.conf)
-    report = service.enroll(s, [course], "c2016", conf_dir=c.conf.parent)
-    assert report.mode == "partition" and report.created
-    assert report.skipped == ["carol"]
-    done = service.sessions(s, course, now=datetime.now())
-    assert len(done.created) == 2 and not done.past
-    return s
+    done = apply(lab_store, "c2016", slurm_conf=c.conf)
+    assert not done.failed, done.failed
+    (changes,) = [p.changes for p in done.planned]
+    actions = [s.action for s in changes.steps]
+    assert actions.count("reservation.create") == 2 and "partition.create" in actions
+    assert not changes.notes or all("Include" not in n for n in changes.notes), changes.notes
+    return Slurm(Runner(), conf=c.conf)
 
 
 def _session(course: service.SlurmCourse) -> str:
@@ -155,7 +152,7 @@ def test_status_shows_running_jobs_with_device_index(slurm: Slurm, course, make_
             time.sleep(0.2)
             report = service.status(slurm, course)
         assert fut.result().ok
-    member = next(m for m in report.members if m.participant == "bob")
+    member = next(m for m in report.members if m.unix_user == bob)
     running = [j for j in member.jobs if j["state"] == "RUNNING"]
     assert running and running[0]["gres_idx"].startswith(f"gpu:m60.{member.seat}:1(IDX:")
     assert report.partition_exists and len(report.reservations) == 2
@@ -191,9 +188,33 @@ def test_outside_the_reservation_is_refused(slurm: Slurm, course, make_cluster: 
     assert not in_course.ok and f"{carol} is not enrolled in partition gpuseat-c2016" in in_course.refusal
 
 
-def test_sessions_again_changes_nothing(slurm: Slurm, course) -> None:
-    again = service.sessions(slurm, course, now=datetime.now())
-    assert not again.created and len(again.existing) == 2
+def test_a_second_apply_plans_nothing(slurm: Slurm, lab_store) -> None:
+    assert plan(lab_store, "c2016").steps == []
+
+
+def test_the_cluster_schedules_with_gpuseats_settings(slurm: Slurm, make_cluster: Cluster) -> None:
+    """Issue 38 item 17: the scheduler settings are the generated slurm.conf.gpuseat's, not the fixture's."""
+    shipped = dict(ln.split("=", 1) for ln in config.cluster_settings().splitlines() if "=" in ln and ln[0] != "#")
+    seen = slurm.config()
+    assert seen["SchedulerParameters"] == shipped["SchedulerParameters"] == "bf_interval=5,bf_continue"
+    assert (
+        seen["SelectType"] == shipped["SelectType"]
+        and seen["SelectTypeParameters"].lower() == shipped["SelectTypeParameters"].lower()
+    )
+    assert "sched_interval" not in make_cluster.conf.read_text()
+
+
+def test_the_partition_and_sessions_survive_reconfigure(slurm: Slurm, course, make_cluster: Cluster) -> None:
+    """Issue 38 item 18: the partition apply creates is in the include slurm.conf reads, so `scontrol
+    reconfigure` keeps it and the session reservations in it."""
+    assert f"PartitionName={course.partition} Nodes=localhost ReqResv=YES" in make_cluster.partitions_conf.read_text()
+    before = sorted(n for n in slurm.reservations() if n.startswith(course.partition))
+    slurm.reconfigure()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and slurm.run("scontrol", ["ping"], check=False).returncode != 0:
+        time.sleep(0.2)
+    assert course.partition in slurm.partitions()
+    assert sorted(n for n in slurm.reservations() if n.startswith(course.partition)) == before and len(before) == 2
 
 
 def test_mig_instances_are_typed_gres_with_multiple_files(slurm: Slurm, course, make_cluster: Cluster) -> None:

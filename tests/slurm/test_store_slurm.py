@@ -1,8 +1,9 @@
 """The Slurm engine driven from the course store: roster, seats and assignments in SQLite, a real cluster.
 
 The flow an organiser runs: course + roster + seats from a carve layout + assignments in the store,
-``slurm config --record`` (seats become engine slurm), ``enroll``, ``sessions``, a participant's job,
-``status`` writing the seats' engine state back.
+``slurm config --record`` (seats become engine slurm), ``enroll`` (= ``gpuseat apply --engine slurm``),
+a participant's job, ``status`` writing the seats' engine state back and naming the jobs of people who
+no longer hold a seat.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from gpuseat.catalog.bundle import load_catalog
-from gpuseat.services import slurm as service
+from gpuseat.engines.runner import Runner
+from gpuseat.engines.slurm import config
+from gpuseat.engines.slurm import course as service
+from gpuseat.engines.slurm.adapter import Slurm
 from gpuseat.services.carving import carve_inventory
-from gpuseat.slurm import config
-from gpuseat.slurm.engine import Slurm
 
 from .cluster import Cluster
 from .conftest import USERS
@@ -80,13 +82,19 @@ def test_store_to_slurm_and_back(store, make_cluster: Cluster, cli) -> None:
     )
     service.write_job_submit([], c.conf.parent)  # before slurmctld reads JobSubmitPlugins=lua
     c.start()
-    slurm = Slurm(conf=c.conf)
+    slurm = Slurm(Runner(), conf=c.conf)
 
-    enrolled = service.enroll(slurm, service.courses_from_store(st), "slurmlab", conf_dir=c.conf.parent)
-    assert [x["user"] for x in enrolled.limits] == sorted(USERS[:2])
+    # `slurm enroll` is `gpuseat apply --engine slurm`, its flags stored as the course's slurm settings
+    args = ("--course", "slurmlab", "--db", url, "--slurm-conf", c.conf)
+    r = cli("slurm", "enroll", *args, "--format", "json")
+    assert r.code == 0, r.err + r.out
+    (planned,) = json.loads(r.out)["plans"]
+    made = [s for s in planned["steps"] if s["action"] == "reservation.create"]
+    assert len(made) == 2 and planned["error"] is None
+    limits = next(s for s in planned["steps"] if s["action"] == "limits.set")
+    assert limits["phase"] == "grant" and limits["target"] == str(c.conf.parent / "job_submit.lua")
+    assert st.engine_settings("slurmlab", "slurm") == {"slurm_conf": str(c.conf), "conf_dir": str(c.conf.parent)}
     sc = service.course_from_store(st, "slurmlab")
-    made = service.sessions(slurm, sc, now=datetime.now())
-    assert len(made.created) == 2
     today = sc.intervals[0][0]
     got = slurm.probe(
         USERS[0],
@@ -101,15 +109,14 @@ def test_store_to_slurm_and_back(store, make_cluster: Cluster, cli) -> None:
     after = st.get_seat("slurmlab", layout.slices[0].name)
     assert after.state == "running" and after.state_reason.startswith("enrolled;")
     assert after.engine_ref == service.engine_ref(devices[0])
+    access = st.access_of("slurmlab")[layout.slices[0].name]
+    assert access["holder"] == st.get_seat("slurmlab", layout.slices[0].name).participant
+    assert access["command"].startswith("srun -p gpuseat-slurmlab --reservation=gpuseat-slurmlab-")
 
-    # the same through the CLI (one test: the cluster lives in this worker)
-    args = ("--course", "slurmlab", "--db", url, "--slurm-conf", c.conf)
-    r = cli("slurm", "enroll", *args, "--format", "json")
+    # the same through the CLI (one test: the cluster lives in this worker): nothing left to do
+    r = cli("slurm", "sessions", *args)
     assert r.code == 0, r.err
-    assert json.loads(r.out)["mode"] == "partition" and not json.loads(r.out)["created"]
-    r = cli("slurm", "sessions", *args, "--format", "json")
-    assert r.code == 0, r.err
-    assert len(json.loads(r.out)["existing"]) == 2
+    assert "nothing to change" in r.out
     r = cli("slurm", "status", *args)
     assert r.code == 0, r.err
     assert "gpu:m60:1" in r.out and USERS[0] in r.out
@@ -121,5 +128,26 @@ def test_store_to_slurm_and_back(store, make_cluster: Cluster, cli) -> None:
     r = cli("slurm", "config", "--course", "slurmlab", "--db", url, "--cpus", "8")
     assert r.code == 0, r.err
     assert config.gres_conf(devices) in r.out and "PartitionName=gpuseat-slurmlab Nodes=localhost" in r.out
+    # a job of someone released (nothing applied yet): status names it as theirs, without a seat
+    held = slurm.run(
+        "sbatch",
+        ["-p", sc.partition, f"--reservation={config.reservation_name('slurmlab', today)}", "--gres=gpu:1",
+         f"--output={c.root / 'out' / 'held.out'}", "--wrap", "sleep 120"],
+        as_user=USERS[1],
+    )  # fmt: skip
+    job = held.stdout.split()[-1]
+    st.release("slurmlab", seat=layout.slices[1].name)
+    r = cli("slurm", "status", *args, "--format", "json")
+    assert r.code == 0, r.err
+    (stray,) = json.loads(r.out)["strays"]
+    assert (str(stray["job_id"]), stray["user"], stray["why"]) == (job, USERS[1], "holds no seat now")
+    r = cli("slurm", "status", *args)
+    assert f"{USERS[1]} holds no seat now: job {job}" in r.err
+    r = cli("apply", "--course", "slurmlab", "--engine", "slurm", "--db", url)
+    assert r.code == 0, r.err + r.out
+    cancel = next(ln for ln in r.out.splitlines() if "- jobs.cancel" in ln)
+    assert f" {USERS[1]} " in cancel and cancel.endswith("done"), r.out
+    assert r.out.index("- jobs.cancel") < r.out.index("seat.clear"), r.out
+    assert not [j for j in slurm.jobs([USERS[1]]) if j.live]
     r = cli("slurm", "status", "--course", "nope", "--db", url, "--slurm-conf", c.conf)
     assert r.code == 2 and "Traceback" not in r.err

@@ -1,4 +1,9 @@
-"""CLI for ``gpuseat slurm config|enroll|sessions|status``: parse flags, call :mod:`gpuseat.services.slurm`, print."""
+"""CLI for ``gpuseat slurm config|enroll|sessions|status|check``: parse flags, call :mod:`gpuseat.engines.slurm`, print.
+
+``enroll`` and ``sessions`` are the same thin alias of ``gpuseat apply --engine slurm``: their flags are
+stored as the course's slurm settings first (so the agent uses them too), then the cluster is made to
+match the course.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ import typer
 from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_table, stderr_console
 
 if TYPE_CHECKING:
-    from gpuseat.slurm.config import GresDevice
+    from gpuseat.engines.slurm.config import GresDevice
 
 slurm_app = typer.Typer(
     help="Seats on a Slurm cluster: gres.conf/slurm.conf/cgroup.conf, enrolment, session reservations, status.",
@@ -34,9 +39,10 @@ SLURM_CONF = typer.Option(None, "--slurm-conf", help="slurm.conf of the cluster 
 
 
 def _slurm(conf: Path | None) -> Any:
-    from gpuseat.slurm.engine import Slurm
+    from gpuseat.engines.runner import Runner
+    from gpuseat.engines.slurm.adapter import Slurm
 
-    return Slurm(conf=conf)
+    return Slurm(Runner(), conf=conf)
 
 
 def _mig_instances(text: str | None) -> dict[str, tuple[int, int]] | None:
@@ -68,9 +74,9 @@ def _devices(
     mig_instances: str | None,
 ) -> list[GresDevice]:
     from gpuseat.catalog.bundle import load_catalog
+    from gpuseat.engines.slurm import config, names
     from gpuseat.files import read_text
     from gpuseat.services.carving import carve_inventory, profiles_from_flags
-    from gpuseat.slurm import config, names
 
     layout = carve_inventory(inventory, load_catalog(), mode=mode.value, profiles=profiles_from_flags(profile))
     minors = config.parse_mig_minors(read_text(mig_minors), where=str(mig_minors)) if mig_minors else None
@@ -115,8 +121,8 @@ def config_command(
     With ``--inventory`` and ``--node`` the seats come from carving that server (``--record`` stores them
     as the course's Slurm seats); without, from the seats the course store already holds for Slurm.
     """
+    from gpuseat.engines.slurm import course as slurm
     from gpuseat.errors import InputError
-    from gpuseat.services import slurm
 
     keys: list[str] = []
     if inventory is None:
@@ -163,34 +169,29 @@ def config_command(
         print(path)
 
 
+ACCOUNTING = typer.Option(
+    None, "--accounting/--no-accounting", help="Use sacctmgr (slurmdbd); default: what the cluster runs."
+)
+CONF_DIR = typer.Option(None, "--conf-dir", help="Where job_submit.lua goes (slurm.conf's folder).")
+PARTITIONS_CONF = typer.Option(
+    None, "--partitions-conf", help="The slurm.conf include for course partitions (default: gpuseat-partitions.conf)."
+)
+
+
 @slurm_app.command("enroll")
 def enroll_command(
     course: str | None = COURSE,
     db: str | None = DB,
     slurm_conf: Path | None = SLURM_CONF,
-    conf_dir: Path | None = typer.Option(None, "--conf-dir", help="Where job_submit.lua goes (slurm.conf's folder)."),
-    accounting: bool | None = typer.Option(
-        None, "--accounting/--no-accounting", help="Use sacctmgr (slurmdbd); default: what the cluster runs."
-    ),
+    conf_dir: Path | None = CONF_DIR,
+    partitions_conf: Path | None = PARTITIONS_CONF,
+    accounting: bool | None = ACCOUNTING,
     fmt: Format = FORMAT_OPTION,
 ) -> None:
-    """Enrol the roster: an account + associations (accounting) or a partition + job_submit.lua limits."""
-    from gpuseat.services import slurm
-    from gpuseat.services.courses import open_store
-
-    with open_store(db) as store:
-        key = store.get_course(course).key
-        courses = slurm.courses_from_store(store)
-    if conf_dir is None and slurm_conf is not None:
-        conf_dir = slurm_conf.parent
-    report = slurm.enroll(_slurm(slurm_conf), courses, key, conf_dir=conf_dir, accounting=accounting)
-    if fmt is Format.json:
-        print_json(report.to_dict())
-        return
-    print(f"course {report.course}: {report.mode} {report.partition} ({'created' if report.created else 'updated'})")
-    (print_csv if fmt is Format.csv else print_table)(report.limits, ["user", "gres"])
-    if report.skipped:
-        stderr_console().print(f"not enrolled (no seat or no unix user): {', '.join(report.skipped)}", markup=False)
+    """Same as ``gpuseat apply --engine slurm``: flags stored as the course's slurm settings, then the
+    partition, limits, associations and session reservations made to match the seat holders."""
+    _apply(course, db, fmt, slurm_conf=slurm_conf, conf_dir=conf_dir, partitions_conf=partitions_conf,
+           accounting=accounting, where="gpuseat slurm enroll")  # fmt: skip
 
 
 @slurm_app.command("sessions")
@@ -200,33 +201,41 @@ def sessions_command(
     slurm_conf: Path | None = SLURM_CONF,
     fmt: Format = FORMAT_OPTION,
 ) -> None:
-    """Create one reservation per lab session still to come (users = the roster's unix users)."""
-    from gpuseat.services import slurm
+    """Same as ``gpuseat apply --engine slurm`` (the session reservations are part of the plan)."""
+    _apply(course, db, fmt, slurm_conf=slurm_conf, where="gpuseat slurm sessions")
+
+
+def _apply(course: str | None, db: str | None, fmt: Format, *, where: str, **flags: Any) -> None:
+    from gpuseat.cli.apply import raise_for, render_plan, store_settings
+    from gpuseat.cli.course import actor
+    from gpuseat.engines.apply import one_pass
+    from gpuseat.engines.runner import Runner
+    from gpuseat.errors import InputError
     from gpuseat.services.courses import open_store
 
-    with open_store(db) as store:
-        sc = slurm.course_from_store(store, course)
-    report = slurm.sessions(_slurm(slurm_conf), sc, now=datetime.now())
+    given = {k: (str(v) if isinstance(v, Path) else v) for k, v in flags.items() if v is not None}
+    if given.get("slurm_conf") and not given.get("conf_dir"):
+        given.setdefault("conf_dir", str(Path(given["slurm_conf"]).parent))
+    with open_store(db, create=False) as store:
+        key = store.get_course(course).key
+        if given:
+            store_settings(store, key, {"slurm": given}, actor())
+        result = one_pass(store, course=key, engine="slurm", runner=Runner(), actor=actor())
+    if not result.planned:
+        raise InputError(
+            f"course {key} has no Slurm seats",
+            where="--course",
+            fix="record them first: gpuseat slurm config --inventory FILE --node NAME --course KEY --record",
+        )
+    errors = [p.error for p in result.planned if p.error]
+    if errors:
+        raise InputError(errors[0], where=where, fix="correct it and run again")
     if fmt is Format.json:
-        print_json(report.to_dict())
-        return
-    done = {
-        **dict.fromkeys(report.created, "created"),
-        **dict.fromkeys(report.existing, "exists"),
-        **dict.fromkeys(report.past, "past"),
-    }
-    rows = [
-        {
-            **r,
-            "users": len(r["users"]),
-            "nodes": ",".join(r["nodes"]),
-            "cores": ",".join(map(str, r["cores"])),
-            "action": done.get(r["name"], ""),
-        }
-        for r in report.to_dict()["reservations"]
-    ]
-    cols = ["name", "start", "end", "users", "nodes", "cores", "action"]
-    (print_csv(rows, cols) if fmt is Format.csv else print_table(rows, cols, title=f"sessions · {report.course}"))
+        print_json({"plans": [p.to_dict() for p in result.planned], "reports": [r.to_dict() for r in result.reports]})
+    else:
+        for line in render_plan(result, dry_run=False):
+            print(line)
+    raise_for(result, where)
 
 
 @slurm_app.command("status")
@@ -237,7 +246,7 @@ def status_command(
     fmt: Format = FORMAT_OPTION,
 ) -> None:
     """Each participant's jobs, Slurm's reason and GRES; the seats' engine state is recorded in the store."""
-    from gpuseat.services import slurm
+    from gpuseat.engines.slurm import course as slurm
     from gpuseat.services.courses import open_store
 
     with open_store(db) as store:
@@ -269,10 +278,15 @@ def status_command(
         print_csv(rows, cols)
         return
     if not report.partition_exists:
-        stderr_console().print(f"partition {report.partition} missing: run gpuseat slurm enroll", markup=False)
+        stderr_console().print(f"partition {report.partition} missing: run gpuseat apply --engine slurm", markup=False)
     for m in report.members:
         if m.blocked_by:
             stderr_console().print(f"{m.participant} waits: {m.blocked_by}", markup=False)
+    for j in report.strays:
+        stderr_console().print(
+            f"{j['user']} {j['why']}: job {j['job_id']} {j['state']} {j['gres']} (gpuseat apply cancels it)",
+            markup=False,
+        )
     print_table(rows, cols, title=f"slurm · {report.course} · {len(report.reservations)} session reservation(s)")
 
 
@@ -286,7 +300,7 @@ def check_command(
     fmt: Format = FORMAT_OPTION,
 ) -> None:
     """Run a one-GPU job as each participant in the session running now: the GPU it sees, or Slurm's refusal."""
-    from gpuseat.services import slurm
+    from gpuseat.engines.slurm import course as slurm
     from gpuseat.services.courses import open_store
 
     with open_store(db) as store:

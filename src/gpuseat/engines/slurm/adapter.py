@@ -1,28 +1,28 @@
-"""The Slurm adapter: ``scontrol``, ``squeue``, ``sbatch`` and ``sacctmgr`` called with argument lists.
+"""The Slurm adapter: ``scontrol``, ``squeue``, ``sbatch``, ``srun``, ``scancel`` and ``sacctmgr`` called with
+argument lists, every call through the engine's Runner.
 
 Nothing here builds a shell string: every call is a list of words, each word checked by
-:mod:`gpuseat.slurm.names` before it gets here. Failures become :class:`EngineError` with Slurm's own
+:mod:`.names` before it gets here. Failures become :class:`EngineError` with Slurm's own
 message and what it means for a seat (:func:`explain`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import shutil
-import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuseat.engines.runner import Runner, default_runner
+from gpuseat.engines.slurm import names
+from gpuseat.engines.slurm.config import Reservation
 from gpuseat.errors import EngineError
-from gpuseat.slurm import names
-from gpuseat.slurm.config import Reservation
 
 TIMEOUT_S = 30
+#: job states that hold or wait for a GPU (scancel ends them; COMPLETING still holds it a moment)
+LIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING")
 
 # Slurm's refusals and what they mean for a participant's seat (matched in sbatch/srun stderr).
 _REASONS: tuple[tuple[str, str], ...] = (
@@ -84,6 +84,16 @@ class Job:
     partition: str
     reservation: str
     nodes: str
+    account: str = ""
+
+    @property
+    def live(self) -> bool:
+        """Still holds or waits for resources (not ending or ended)."""
+        return self.state in LIVE_STATES
+
+    def gres_types(self) -> set[str]:
+        """The GPU types its request names (``gres:gpu:m60.seat-01:1`` → ``m60.seat-01``)."""
+        return set(re.findall(r"gpu:([A-Za-z0-9_.+-]+):\d", self.gres))
 
 
 @dataclass(frozen=True)
@@ -98,77 +108,92 @@ class Submitted:
 
 @dataclass
 class Slurm:
-    """Runs Slurm's commands; ``conf`` (SLURM_CONF) points at a cluster other than /etc/slurm."""
+    """Runs Slurm's commands through the one :class:`~gpuseat.engines.runner.Runner`; ``conf``
+    (SLURM_CONF) points at a cluster other than /etc/slurm. Reads pass ``mutates=False`` (a dry run
+    still sees the cluster as it is)."""
 
+    runner: Runner = field(default_factory=default_runner)
     conf: Path | None = None
     bin_dir: Path | None = None
     timeout_s: float = TIMEOUT_S
 
-    def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        if self.conf is not None:
-            env["SLURM_CONF"] = str(self.conf)
-        return env
+    def _env(self) -> dict[str, str] | None:
+        return {"SLURM_CONF": str(self.conf)} if self.conf is not None else None
 
     def _exe(self, name: str) -> str:
-        if self.bin_dir is not None:
-            return str(self.bin_dir / name)
-        found = shutil.which(name)
-        if found is None:
-            raise EngineError(
-                f"{name} not found",
-                where="PATH",
-                fix="install Slurm's client commands (Debian: slurm-client) or pass its bin dir",
-            )
-        return found
+        return str(self.bin_dir / name) if self.bin_dir is not None else name
 
     def run(
-        self, cmd: str, args: Sequence[str], *, as_user: str | None = None, check: bool = True
+        self,
+        cmd: str,
+        args: Sequence[str],
+        *,
+        as_user: str | None = None,
+        check: bool = True,
+        mutates: bool = True,
+        timeout: float | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``cmd args…`` (optionally as a unix user through ``runuser``); never through a shell."""
-        argv = [self._exe(cmd), *args]
-        if as_user is not None:
-            argv = ["runuser", "-u", names.unix_user(as_user), "--", *argv]
-        # its own process group: on a timeout the whole group goes (runuser's srun child too, which
-        # would otherwise wait for its allocation long after we gave up)
-        child = subprocess.Popen(
-            argv,
-            env=self._env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
+        """Run ``cmd args…`` (optionally as a unix user); never through a shell. A missing program or a
+        time-out is one :class:`EngineError`; with ``check`` so is a non-zero exit, with Slurm's reason."""
+        user = names.unix_user(as_user) if as_user is not None else None
         try:
-            out, err = child.communicate(timeout=self.timeout_s)
-            proc = subprocess.CompletedProcess(argv, child.returncode, out, err)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.pid, signal.SIGKILL)
-            child.communicate()
-            raise EngineError(
-                f"{cmd} did not answer within {self.timeout_s:.0f} s",
+            proc = self.runner.run(
+                [self._exe(cmd), *args],
+                timeout=self.timeout_s if timeout is None else timeout,
+                user=user,
+                env=self._env(),
+                check=False,
+                mutates=mutates,
                 where=cmd,
-                fix="check that slurmctld is running (scontrol ping)",
-            ) from None
+            )
+        except EngineError as exc:
+            fix = (
+                "install Slurm's client commands (Debian: slurm-client)"
+                if "not found" in exc.what
+                else "check that slurmctld is running (scontrol ping)"
+            )
+            raise EngineError(exc.what, where=cmd, fix=fix) from None
         if check and proc.returncode != 0:
             raise EngineError(
                 f"{cmd} {' '.join(args[:3])} failed: {explain(proc.stderr or proc.stdout)}",
                 where=cmd,
-                fix="check that slurmctld runs (scontrol ping) and --slurm-conf or SLURM_CONF names its slurm.conf",
+                fix="check that slurmctld runs (scontrol ping) and slurm_conf (or SLURM_CONF) names its slurm.conf",
             )
         return proc
 
+    # -- configuration -------------------------------------------------------------------------------
+
+    def config(self) -> dict[str, str]:
+        """``scontrol show config`` as key → value (AccountingStorageType, JobSubmitPlugins, SLURM_CONF …)."""
+        out = self.run("scontrol", ["show", "config"], mutates=False).stdout
+        return {m.group(1): m.group(2).strip() for m in re.finditer(r"^(\w+)\s*=\s*(.*)$", out, re.M)}
+
+    def config_value(self, key: str) -> str | None:
+        """One value of ``scontrol show config`` (e.g. AccountingStorageType)."""
+        return self.config().get(key)
+
+    def reconfigure(self) -> None:
+        """``scontrol reconfigure``: re-read slurm.conf and the job_submit script."""
+        self.run("scontrol", ["reconfigure"])
+
     # -- partitions and reservations ----------------------------------------------------------------
+
+    def partition_fields(self) -> dict[str, dict[str, str]]:
+        """Every partition as its ``key=value`` fields (``scontrol -o show partition``)."""
+        out = self.run("scontrol", ["-o", "show", "partition"], mutates=False).stdout
+        found: dict[str, dict[str, str]] = {}
+        for line in out.splitlines():
+            fields = dict(re.findall(r"(\w+)=(\S*)", line))
+            if "PartitionName" in fields:
+                found[fields["PartitionName"]] = fields
+        return found
 
     def partitions(self) -> set[str]:
         """Names of the cluster's partitions."""
-        out = self.run("scontrol", ["-o", "show", "partition"]).stdout
-        return set(re.findall(r"^PartitionName=(\S+)", out, re.M))
+        return set(self.partition_fields())
 
     def create_partition(self, words: Sequence[str]) -> bool:
-        """``scontrol create PartitionName=…`` unless it exists; True when created."""
+        """``scontrol create PartitionName=…`` unless it exists (then ``update``); True when created."""
         name = words[0].removeprefix("PartitionName=")
         if name in self.partitions():
             self.run("scontrol", ["update", *words])
@@ -176,9 +201,15 @@ class Slurm:
         self.run("scontrol", ["create", *words])
         return True
 
+    def delete_partition(self, name: str) -> None:
+        """``scontrol delete PartitionName=…`` (gone already is fine)."""
+        proc = self.run("scontrol", ["delete", f"PartitionName={names.slurm_name(name)}"], check=False)
+        if proc.returncode != 0 and name in self.partitions():
+            raise EngineError(f"scontrol delete partition {name} failed: {explain(proc.stderr)}", where="scontrol")
+
     def reservations(self) -> dict[str, dict[str, str]]:
         """Every reservation as its ``key=value`` fields (``scontrol -o show reservation``)."""
-        proc = self.run("scontrol", ["-o", "show", "reservation"])
+        proc = self.run("scontrol", ["-o", "show", "reservation"], mutates=False)
         out: dict[str, dict[str, str]] = {}
         for line in proc.stdout.splitlines():
             fields = dict(re.findall(r"(\w+)=(\S*)", line))
@@ -191,40 +222,63 @@ class Slurm:
         self.run("scontrol", ["create", "reservation", *res.words()])
 
     def update_reservation_users(self, name: str, users: Sequence[str]) -> None:
-        """Set a reservation's users (after a roster change)."""
+        """Set a reservation's users to exactly ``users`` (after a roster or seat change)."""
         names.slurm_name(name)
         self.run(
             "scontrol", ["update", f"ReservationName={name}", f"Users={','.join(names.unix_user(u) for u in users)}"]
         )
 
     def delete_reservation(self, name: str) -> None:
-        """Delete one reservation."""
-        self.run("scontrol", ["delete", f"ReservationName={names.slurm_name(name)}"])
+        """Delete one reservation (gone already is fine)."""
+        proc = self.run("scontrol", ["delete", f"ReservationName={names.slurm_name(name)}"], check=False)
+        if proc.returncode != 0 and name in self.reservations():
+            raise EngineError(f"scontrol delete reservation {name} failed: {explain(proc.stderr)}", where="scontrol")
 
-    def reconfigure(self) -> None:
-        """``scontrol reconfigure``: re-read slurm.conf and the job_submit script."""
-        self.run("scontrol", ["reconfigure"])
+    # -- accounting (slurmdbd) ----------------------------------------------------------------------
 
-    def config_value(self, key: str) -> str | None:
-        """One value of ``scontrol show config`` (e.g. AccountingStorageType)."""
-        out = self.run("scontrol", ["show", "config"]).stdout
-        m = re.search(rf"^{re.escape(key)}\s*=\s*(.*)$", out, re.M)
-        return m.group(1).strip() if m else None
+    def associations(self, account: str) -> dict[str, dict[str, str]]:
+        """User → {grptres, maxtresperjob} of the user associations under ``account``."""
+        which = f"account={names.slurm_name(account)}"
+        args = ["-n", "-P", "show", "assoc", which, "format=user,grptres,maxtresperjob"]
+        out = self.run("sacctmgr", args, mutates=False).stdout
+        found = {}
+        for line in out.splitlines():
+            user, _, rest = line.partition("|")
+            grp, _, per_job = rest.partition("|")
+            if user:
+                found[user] = {"grptres": grp, "maxtresperjob": per_job}
+        return found
+
+    def account_exists(self, account: str) -> bool:
+        """Whether slurmdbd knows ``account``."""
+        args = ["-n", "-P", "show", "account", names.slurm_name(account), "format=account"]
+        return account in self.run("sacctmgr", args, mutates=False).stdout.split()
+
+    def sacctmgr(self, args: Sequence[str]) -> None:
+        """``sacctmgr -i ARGS``; "Nothing new added" / "Nothing deleted" / "Nothing modified" are fine."""
+        proc = self.run("sacctmgr", ["-i", *args], check=False)
+        said = proc.stdout + proc.stderr
+        if proc.returncode != 0 and not re.search(r"Nothing (new added|deleted|modified)", said):
+            raise EngineError(
+                f"sacctmgr {' '.join(args[:3])} failed: {said.strip()[:300]}",
+                where="sacctmgr",
+                fix="check that slurmdbd runs (sacctmgr show cluster)",
+            )
 
     # -- jobs ---------------------------------------------------------------------------------------
 
     def jobs(self, users: Sequence[str] | None = None) -> list[Job]:
         """The queue (all states squeue still lists), optionally only some users' jobs."""
-        args = ["-h", "-o", "%i|%u|%T|%r|%b|%P|%v|%N"]
+        args = ["-h", "-o", "%i|%u|%T|%r|%b|%P|%v|%N|%a"]
         if users:
             args += ["-u", ",".join(names.unix_user(u) for u in users)]
-        out = self.run("squeue", args).stdout
+        out = self.run("squeue", args, mutates=False).stdout
         jobs = []
         for line in out.splitlines():
             parts = line.split("|")
-            if len(parts) != 8 or not parts[0].isdigit():
+            if len(parts) != 9 or not parts[0].isdigit():
                 continue
-            jid, user, state, reason, gres, part, resv, nodes = parts
+            jid, user, state, reason, gres, part, resv, nodes, account = parts
             jobs.append(
                 Job(
                     int(jid),
@@ -235,15 +289,36 @@ class Slurm:
                     part,
                     "" if resv == "(null)" else resv,
                     nodes,
+                    "" if account == "(null)" else account,
                 )
             )
         return jobs
 
     def job_gres_index(self, job_id: int) -> str:
         """The GRES a job holds with device indices (``gpu:m60:1(IDX:2)``) from ``scontrol -d show job``."""
-        out = self.run("scontrol", ["-d", "show", "job", str(int(job_id))], check=False).stdout
+        out = self.run("scontrol", ["-d", "show", "job", str(int(job_id))], check=False, mutates=False).stdout
         m = re.search(r"\bGRES=(\S+\(IDX:[^)]*\))", out)
         return m.group(1) if m else ""
+
+    def cancel(self, job_ids: Sequence[int], *, wait_s: float = 30.0) -> list[int]:
+        """``scancel`` the jobs, then wait until none of them holds anything (COMPLETING included);
+        returns those still there after ``wait_s`` (SIGKILLed once on the way)."""
+        ids = [str(int(j)) for j in job_ids]
+        if not ids:
+            return []
+        self.run("scancel", ids, check=False)
+        if self.runner.dry_run:
+            return []
+        deadline = time.monotonic() + wait_s
+        killed = False
+        while True:
+            left = [j.job_id for j in self.jobs() if str(j.job_id) in ids]
+            if not left or time.monotonic() > deadline:
+                return left
+            if not killed and time.monotonic() > deadline - wait_s / 2:
+                self.run("scancel", ["--signal=KILL", "--full", *map(str, left)], check=False)
+                killed = True
+            time.sleep(0.2)
 
     def probe(
         self,
@@ -303,7 +378,7 @@ class Slurm:
         """Poll the job's state until it has ended (sbatch --wait polls only every 10 s)."""
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
-            out = self.run("scontrol", ["-o", "show", "job", str(job_id)], check=False).stdout
+            out = self.run("scontrol", ["-o", "show", "job", str(job_id)], check=False, mutates=False).stdout
             m = re.search(r"\bJobState=(\S+)", out)
             if m is None or m.group(1) not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"):
                 return m.group(1) if m else "GONE"
@@ -313,25 +388,3 @@ class Slurm:
             where="sbatch",
             fix="see `gpuseat slurm status` for its reason",
         )
-
-
-def sacctmgr_enroll_commands(account: str, users: Mapping[str, str], *, description: str = "") -> list[list[str]]:
-    """With accounting (slurmdbd): one account per course, one association per participant with a GRES limit.
-
-    ``users`` maps unix user → their seat's GRES limit, e.g. ``gres/gpu:m60=1``. Each command is a list
-    of words for ``sacctmgr -i`` (no prompt).
-    """
-    names.slurm_name(account, where="course key")
-    cmds = [
-        ["-i", "add", "account", account, f"Description={_plain(description or account)}", f"Organization={account}"]
-    ]
-    for user, tres in sorted(users.items()):
-        names.unix_user(user)
-        if not re.fullmatch(r"gres/gpu(:[A-Za-z0-9_.+-]{1,63})?=\d{1,2}", tres):
-            raise EngineError(f"bad GRES limit {tres!r}", where=f"participant {user}", fix="gres/gpu:TYPE=N")
-        cmds.append(["-i", "add", "user", user, f"Account={account}", f"GrpTRES={tres}", f"MaxTRESPerJob={tres}"])
-    return cmds
-
-
-def _plain(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9 _.-]", "", text)[:60].strip() or "gpuseat"

@@ -24,8 +24,8 @@ from pathlib import PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpuseat.engines.slurm import names
 from gpuseat.errors import InputError
-from gpuseat.slurm import names
 
 LUA_MARK = "-- gpuseat:"  # first words of the job_submit.lua gpuseat writes (and may overwrite)
 GRES_ENFORCE_BIND = 0x10  # job_desc.bitflags bit set by --gres-flags=enforce-binding (Slurm 22.05)
@@ -236,6 +236,8 @@ def cluster_settings() -> str:
         "JobSubmitPlugins=lua\n"
         "ProctrackType=proctrack/cgroup\n"
         "TaskPlugin=task/cgroup,task/affinity\n"
+        "# course partitions gpuseat creates at run time (survive `scontrol reconfigure`):\n"
+        "# Include /etc/slurm/gpuseat-partitions.conf\n"
         "# a participant's job waiting for their own GPU holds up the main scheduler for the whole session\n"
         "# reservation; the backfill pass starts the others' jobs: run it often (merge into yours)\n"
         "SchedulerParameters=bf_interval=5,bf_continue\n"
@@ -521,6 +523,60 @@ def job_submit_lua(limits: Iterable[SeatLimit], uids: Mapping[str, int] | None =
             rows.append(f"  [{int(uid)}] = {_lua_str(user)},")
     rows.append("}")
     return "\n".join(rows) + "\n" + _LUA_BODY
+
+
+_LUA_COURSE = re.compile(r'^  \["([A-Za-z0-9_.+-]{1,64})"\] = \{$')
+_LUA_USER = re.compile(
+    r'^    \["([A-Za-z0-9_.+-]{1,64})"\] = \{type = "([A-Za-z0-9_.+-]{1,64})", '
+    r'seat = "([A-Za-z0-9_.+-]{1,64})", count = (\d{1,2})\},$'
+)
+
+
+def job_submit_limits(text: str) -> list[SeatLimit]:
+    """The seat limits a ``job_submit.lua`` gpuseat wrote holds (the inverse of :func:`job_submit_lua`'s table)."""
+    out: list[SeatLimit] = []
+    part = None
+    for line in text.split("participants = {", 1)[0].splitlines():
+        if m := _LUA_COURSE.match(line):
+            part = m.group(1)
+        elif (m := _LUA_USER.match(line)) and part is not None:
+            out.append(SeatLimit(part, m.group(1), m.group(2), int(m.group(4)), seat_type=m.group(3)))
+    return out
+
+
+def partition_line(course_key: str, nodes: Sequence[str]) -> str:
+    """The course partition's ``slurm.conf`` line (what the partitions include holds)."""
+    return " ".join(partition_words(course_key, nodes))
+
+
+def include_with(text: str, partition: str, line: str | None) -> str:
+    """The partitions include with ``partition``'s line set to ``line`` (None: removed); other lines kept."""
+    head = f"PartitionName={partition} "
+    keep = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith(head)]
+    if not keep or not keep[0].startswith("#"):
+        keep.insert(0, INCLUDE_MARK)
+    if line is not None:
+        keep.append(line)
+    return "\n".join(keep) + "\n"
+
+
+INCLUDE_MARK = "# gpuseat: course partitions (written by gpuseat apply; slurm.conf includes this file)"
+
+
+def includes(conf_text: str, path: str, conf_dir: str) -> bool:
+    """Whether a slurm.conf text has an ``Include`` line naming ``path`` (absolute, or relative to its folder)."""
+    for line in conf_text.splitlines():
+        words = line.split("#", 1)[0].split()
+        if len(words) == 2 and words[0].lower() == "include":
+            named = words[1] if words[1].startswith("/") else f"{conf_dir.rstrip('/')}/{words[1]}"
+            if PurePosixPath(named) == PurePosixPath(path):
+                return True
+    return False
+
+
+def defines_partition(conf_text: str, partition: str) -> bool:
+    """Whether a slurm.conf text defines ``partition`` itself (then gpuseat's include must not)."""
+    return any(ln.split() and ln.split()[0] == f"PartitionName={partition}" for ln in conf_text.splitlines())
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,9 @@
-"""Slurm seats for a course: config files, enrolment, one reservation per lab session, status.
+"""A course as Slurm sees it: its seats' devices, members and sessions; config files, job_submit.lua,
+status and the probe jobs of ``slurm check``.
 
-The CLI (``gpuseat slurm …``) and the portal call these functions; they take the course's facts as
-values (:class:`SlurmCourse`, built from the store by :func:`course_from_store`) and a
-:class:`~gpuseat.slurm.engine.Slurm` adapter, and return reports with ``to_dict()``.
-
-Each Slurm seat records where it lives in the store's ``engine_ref`` (``node=… gres=gpu:TYPE core=N
-files=…``), written by ``gpuseat slurm config --course``, so enrol, sessions and status read one source.
+The engine (:mod:`.engine`) plans from these values; the CLI (``gpuseat slurm config|status|check``)
+calls the functions here. Each Slurm seat records where it lives in the store's ``engine_ref``
+(``node=… gres=gpu:TYPE core=N files=…``), written by ``gpuseat slurm config --course --record``.
 """
 
 from __future__ import annotations
@@ -19,10 +17,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
-from gpuseat.errors import EngineError, InputError
-from gpuseat.slurm import config, names
-from gpuseat.slurm.config import GresDevice, Reservation, SeatLimit
-from gpuseat.slurm.engine import Job, Slurm, pending_meaning, sacctmgr_enroll_commands
+from gpuseat.core.delivery import login_name
+from gpuseat.engines.slurm import config, names
+from gpuseat.engines.slurm.adapter import Job, Slurm, pending_meaning
+from gpuseat.engines.slurm.config import GresDevice, Reservation, SeatLimit
+from gpuseat.errors import InputError
 
 if TYPE_CHECKING:
     from gpuseat.services.courses import CourseStore
@@ -53,10 +52,11 @@ def device_from_ref(seat: str, ref: str | None) -> GresDevice:
 
 @dataclass(frozen=True)
 class Member:
-    """A participant as Slurm sees them: their unix user and the seat they hold (None: no seat)."""
+    """A participant as Slurm sees them: their login (``unix_user``: the roster's, else the one derived
+    name every engine uses) and the Slurm seat they hold (None: no seat)."""
 
     participant: str
-    unix_user: str | None
+    unix_user: str
     seat: str | None
 
 
@@ -83,7 +83,7 @@ class SlurmCourse:
         out = []
         for m in self.members:
             dev = self.device_of(m.seat) if m.seat else None
-            if dev is None or m.unix_user is None:
+            if dev is None:
                 continue
             out.append(
                 SeatLimit(
@@ -148,86 +148,7 @@ def write_files(files: dict[str, str], out: Path, *, force: bool = False) -> lis
     return list(done.paths)
 
 
-# -- enrol ------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EnrollReport(_Report):
-    """What ``enroll`` did: the partition (or account), the users and their limits, the files written."""
-
-    course: str
-    mode: str  # "partition" (no accounting) | "accounting"
-    partition: str
-    created: bool
-    limits: list[dict[str, Any]]
-    skipped: list[str]
-    job_submit: str | None = None
-    commands: list[list[str]] = field(default_factory=list)
-
-
-def enroll(
-    slurm: Slurm, courses: Sequence[SlurmCourse], course: str, *, conf_dir: Path | None, accounting: bool | None = None
-) -> EnrollReport:
-    """Enrol one course's participants.
-
-    With accounting (``AccountingStorageType`` is slurmdbd, or ``accounting=True``): ``sacctmgr`` adds an
-    account per course and a user association per participant with ``GrpTRES``/``MaxTRESPerJob`` =
-    their seat. Without: a partition per course (``ReqResv=YES``) and ``job_submit.lua`` in
-    ``conf_dir`` holding every course's seat limits (``courses`` gives them all: the file is one).
-    """
-    this = next((c for c in courses if c.key == course), None)
-    if this is None or not this.devices:
-        raise InputError(
-            f"course {course} has no Slurm seats",
-            where="--course",
-            fix="record them first: gpuseat slurm config --inventory FILE --node NAME --course KEY --record",
-        )
-    skipped = [
-        m.participant for m in this.members if m.seat is None or m.unix_user is None or this.device_of(m.seat) is None
-    ]
-    limits = this.limits()
-    if not limits:
-        raise InputError(
-            "no participant holds a Slurm seat with a unix user",
-            where=f"course {course}",
-            fix="import a roster with unix_user, configure seats, assign them (gpuseat seats assign)",
-        )
-    if accounting is None:
-        accounting = (slurm.config_value("AccountingStorageType") or "").endswith("slurmdbd")
-    lua = None if accounting else _lua_path(conf_dir)  # checked before Slurm is touched
-    nodes = sorted({d.node for d in this.devices})
-    created = slurm.create_partition(config.partition_words(course, nodes))
-    lims = [{"user": x.user, "gres": f"gpu:{x.gres_type}:{x.count}"} for x in limits]
-    if lua is None:
-        # gres/gpu counts every GPU type, so a request for an untyped or another type is capped too
-        cmds = sacctmgr_enroll_commands(this.partition, {x.user: f"gres/gpu={x.count}" for x in limits})
-        for cmd in cmds:
-            proc = slurm.run("sacctmgr", cmd, check=False)
-            if proc.returncode != 0 and "Nothing new added" not in proc.stdout + proc.stderr:
-                raise EngineError(
-                    f"sacctmgr {' '.join(cmd[1:4])} failed: {proc.stderr.strip() or proc.stdout.strip()}",
-                    where="sacctmgr",
-                    fix="check that slurmdbd runs (sacctmgr show cluster)",
-                )
-        written = None
-        if conf_dir is not None:  # the limits count GPUs; the script also makes them the participant's own
-            try:
-                written = str(write_job_submit(courses, conf_dir))
-            except InputError:
-                written = None  # the site's own job_submit.lua: the association limits still hold
-        return EnrollReport(
-            course, "accounting", this.partition, created, lims, skipped, job_submit=written, commands=cmds
-        )
-    write_job_submit(courses, lua.parent)
-    plugins = slurm.config_value("JobSubmitPlugins") or ""
-    if "lua" not in plugins.split(","):
-        raise InputError(
-            f"the cluster runs JobSubmitPlugins={plugins or '(none)'}: the seat limits in {lua} are not applied",
-            where="slurm.conf",
-            fix="add JobSubmitPlugins=lua to slurm.conf (job_submit.lua is in place), `scontrol reconfigure`, "
-            "then run enroll again",
-        )
-    return EnrollReport(course, "partition", this.partition, created, lims, skipped, job_submit=str(lua))
+# -- job_submit.lua ----------------------------------------------------------------------------------
 
 
 def write_job_submit(courses: Sequence[SlurmCourse], conf_dir: Path | None) -> Path:
@@ -235,9 +156,14 @@ def write_job_submit(courses: Sequence[SlurmCourse], conf_dir: Path | None) -> P
 
     Run before slurm.conf names ``JobSubmitPlugins=lua``: slurmctld refuses to start without the script.
     """
-    lua = _lua_path(conf_dir)
+    lua = lua_path(conf_dir)
     every = [lim for c in courses for lim in c.limits()]
-    text = config.job_submit_lua(every, _uids(lim.user for lim in every))
+    write_lua(lua, config.job_submit_lua(every, uids(lim.user for lim in every)))
+    return lua
+
+
+def write_lua(lua: Path, text: str) -> None:
+    """Replace ``lua`` with ``text`` atomically, its mtime moved on by at least a second."""
     tmp = lua.with_name(".job_submit.lua.gpuseat-tmp")
     tmp.write_text(text)
     tmp.chmod(0o644)
@@ -247,10 +173,9 @@ def write_job_submit(courses: Sequence[SlurmCourse], conf_dir: Path | None) -> P
     stamp = max(time.time(), old + 1.0)
     os.utime(tmp, (stamp, stamp))
     tmp.replace(lua)
-    return lua
 
 
-def _uids(users: Iterable[str]) -> dict[str, int]:
+def uids(users: Iterable[str]) -> dict[str, int]:
     """The uids of the users this host knows (a job change names its owner by uid only)."""
     import pwd
 
@@ -263,7 +188,7 @@ def _uids(users: Iterable[str]) -> dict[str, int]:
     return out
 
 
-def _lua_path(conf_dir: Path | None) -> Path:
+def lua_path(conf_dir: Path | None) -> Path:
     """Where job_submit.lua goes; a script gpuseat did not write is never replaced."""
     if conf_dir is None:
         raise InputError(
@@ -272,13 +197,15 @@ def _lua_path(conf_dir: Path | None) -> Path:
             fix="give the directory of slurm.conf (e.g. /etc/slurm)",
         )
     if not conf_dir.is_dir():
-        raise InputError("is not a folder", where=f"--conf-dir {conf_dir}", fix="give the folder of slurm.conf")
+        raise InputError(
+            f"{conf_dir} is not a folder", where="conf_dir", fix="give the folder of slurm.conf (e.g. /etc/slurm)"
+        )
     path = conf_dir / "job_submit.lua"
     if path.is_symlink() or (path.exists() and not path.read_text(errors="replace").startswith(config.LUA_MARK)):
         raise InputError(
             "job_submit.lua exists and gpuseat did not write it",
             where=str(path),
-            fix="merge its rules by hand (see docs/slurm.md) or move it away; or enrol with --accounting",
+            fix="merge its rules by hand (docs/slurm.md) or move it away; or use accounting (slurm.accounting=true)",
         )
     return path
 
@@ -286,48 +213,9 @@ def _lua_path(conf_dir: Path | None) -> Path:
 # -- sessions -----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SessionsReport(_Report):
-    """Reservations for the course's lab sessions: created, already there (users refreshed), past."""
-
-    course: str
-    created: list[str]
-    existing: list[str]
-    past: list[str]
-    reservations: list[dict[str, Any]]
-
-
 def plan_sessions(course: SlurmCourse) -> list[Reservation]:
     """The reservations the course's schedule asks for (pure)."""
     return config.session_reservations(course.key, course.intervals, course.users(), course.devices)
-
-
-def sessions(slurm: Slurm, course: SlurmCourse, *, now: datetime) -> SessionsReport:
-    """Create one reservation per lab session still to come (idempotent: re-running refreshes users)."""
-    wanted = plan_sessions(course)
-    have = slurm.reservations()
-    created, existing, past = [], [], []
-    for res in wanted:
-        if res.end <= now:
-            past.append(res.name)
-        elif res.name in have:
-            slurm.update_reservation_users(res.name, res.users)
-            existing.append(res.name)
-        else:
-            slurm.create_reservation(res if res.start > now else _from_now(res, now))
-            created.append(res.name)
-    rows = [
-        {
-            "name": r.name,
-            "start": r.start,
-            "end": r.end,
-            "users": list(r.users),
-            "nodes": list(r.nodes),
-            "cores": list(r.cores),
-        }
-        for r in wanted
-    ]
-    return SessionsReport(course.key, created, existing, past, rows)
 
 
 def _from_now(res: Reservation, now: datetime) -> Reservation:
@@ -361,6 +249,7 @@ class StatusReport(_Report):
     partition_exists: bool
     reservations: list[str]
     members: list[MemberStatus]
+    strays: list[dict[str, Any]] = field(default_factory=list)  # jobs of people who hold no seat (or not that one)
 
     def seat_states(self) -> dict[str, tuple[Literal["requested", "running"], str]]:
         """Per seat: the store state it should have and why (what ``status`` records)."""
@@ -370,7 +259,7 @@ class StatusReport(_Report):
                 continue
             running = [j for j in m.jobs if j["state"] == "RUNNING"]
             if not self.partition_exists:
-                out[m.seat] = ("requested", f"partition {self.partition} missing: run gpuseat slurm enroll")
+                out[m.seat] = ("requested", f"partition {self.partition} missing: run gpuseat apply --engine slurm")
             elif m.blocked_by:
                 out[m.seat] = ("running", f"waiting: {m.blocked_by}")
             elif running:
@@ -394,7 +283,7 @@ def status(slurm: Slurm, course: SlurmCourse) -> StatusReport:
     """
     part = course.partition
     exists = part in slurm.partitions()
-    users = {m.unix_user for m in course.members if m.unix_user}
+    users = {m.unix_user for m in course.members}
     every = slurm.jobs()
     held: dict[str, Job] = {}  # seat GRES type -> the running job holding it
     idx: dict[int, str] = {}
@@ -415,7 +304,7 @@ def status(slurm: Slurm, course: SlurmCourse) -> StatusReport:
     members = []
     for m in course.members:
         dev = course.device_of(m.seat) if m.seat else None
-        mine = by_user.get(m.unix_user or "", [])
+        mine = by_user.get(m.unix_user, [])
         jobs = [
             {
                 "job_id": j.job_id,
@@ -441,7 +330,54 @@ def status(slurm: Slurm, course: SlurmCourse) -> StatusReport:
                 m.participant, m.unix_user, m.seat, f"gpu:{dev.gres_type}:1" if dev else None, jobs, blocked_by=blocked
             )
         )
-    return StatusReport(course.key, part, exists, resv, members)
+    strays = stray_jobs(course, every, idx, known=users)
+    return StatusReport(course.key, part, exists, resv, members, strays)
+
+
+def in_course(course: SlurmCourse, job: Job, gres_idx: str = "", *, known: Iterable[str] | None = None) -> bool:
+    """Whether a job is the course's: in its partition or one of its reservations, or (of a user in
+    ``known``, when given) on one of its seats."""
+    if course.partition in job.partition.split(",") or job.reservation.startswith(f"{course.partition}-"):
+        return True
+    if known is not None and job.user not in known:
+        return False  # an operator's job on a seat's GPU: shown as blocking, never cancelled
+    return bool(seat_types_of(job, gres_idx) & {d.slurm_type for d in course.devices})
+
+
+def seat_types_of(job: Job, gres_idx: str = "") -> set[str]:
+    """The GPU types a job asks for or holds (its request, and for a running job what it was given)."""
+    return job.gres_types() | set(re.findall(r"gpu:([A-Za-z0-9_.+-]+):\d", gres_idx))
+
+
+def stray_jobs(
+    course: SlurmCourse, jobs: Sequence[Job], idx: dict[int, str], *, known: Iterable[str]
+) -> list[dict[str, Any]]:
+    """Live course jobs of people who hold no seat now, and holders' jobs on a seat not theirs (a move):
+    what ``gpuseat apply`` cancels. ``known``: the logins that are the course's people."""
+    own = {m.unix_user: d.slurm_type for m in course.members if m.seat and (d := course.device_of(m.seat))}
+    seat_of = {d.slurm_type: d.seat for d in course.devices}
+    people = set(known)
+    out = []
+    for job in jobs:
+        if not job.live or not in_course(course, job, idx.get(job.job_id, ""), known=people):
+            continue
+        types = seat_types_of(job, idx.get(job.job_id, "")) & set(seat_of)
+        mine = own.get(job.user)
+        if mine is not None and not (types - {mine}):
+            continue
+        seats = sorted(str(seat_of[t]) for t in types)
+        why = "holds no seat now" if mine is None else f"moved: the job is on {', '.join(seats)}"
+        out.append(
+            {
+                "job_id": job.job_id,
+                "user": job.user,
+                "state": job.state,
+                "gres": idx.get(job.job_id) or job.gres,
+                "seats": seats,
+                "why": why,
+            }
+        )
+    return out
 
 
 # -- check ---------------------------------------------------------------------------------------------
@@ -480,7 +416,7 @@ def check(
     rows = []
     for m in course.members:
         dev = course.device_of(m.seat) if m.seat else None
-        if dev is None or m.unix_user is None or (participants and m.participant not in participants):
+        if dev is None or (participants and m.participant not in participants):
             continue
         got = slurm.probe(
             m.unix_user,
@@ -529,13 +465,25 @@ def course_from_values(
     intervals: Iterable[tuple[datetime, datetime]],
     participants: Iterable[_ParticipantLike],
     seats: Iterable[_SeatLike],
+    *,
+    skip: list[str] | None = None,
 ) -> SlurmCourse:
-    """A :class:`SlurmCourse` from store views: seats whose engine is slurm, participants with their seat."""
+    """A :class:`SlurmCourse` from store views: seats whose engine is slurm, participants with their
+    login and seat. ``skip``: a Slurm seat without a recorded device is named there instead of refused."""
     names.slurm_name(key, where="course key")
-    devices = tuple(device_from_ref(s.key, s.engine_ref) for s in seats if s.engine == "slurm")
+    devices = []
+    for s in seats:
+        if s.engine != "slurm":
+            continue
+        if skip is not None and not s.engine_ref:
+            skip.append(s.key)
+            continue
+        devices.append(device_from_ref(s.key, s.engine_ref))
     slurm_seats = {d.seat for d in devices}
-    members = tuple(Member(p.key, p.unix_user, p.seat if p.seat in slurm_seats else None) for p in participants)
-    return SlurmCourse(key, tuple(intervals), members, devices)
+    members = tuple(
+        Member(p.key, login_name(p.key, p.unix_user), p.seat if p.seat in slurm_seats else None) for p in participants
+    )
+    return SlurmCourse(key, tuple(intervals), members, tuple(devices))
 
 
 def _local(dt: datetime, timezone: str) -> datetime:
@@ -606,12 +554,3 @@ def record_status(store: CourseStore, report: StatusReport) -> list[str]:
         store.set_seat_state(report.course, seat, state, reason=reason[:2000])
         changed.append(seat)
     return changed
-
-
-def __getattr__(name: str) -> Any:
-    """``SlurmEngine`` lives in :mod:`gpuseat.services.slurm_engine` (kept importable from here)."""
-    if name == "SlurmEngine":
-        from gpuseat.services.slurm_engine import SlurmEngine
-
-        return SlurmEngine
-    raise AttributeError(name)

@@ -1,32 +1,99 @@
-"""The Slurm seat engine (:class:`SlurmEngine`, ``gpuseat.services.slurm:SlurmEngine`` in the registry).
+"""The Slurm engine: a participant's seat is their own GRES type in the course partition, inside the
+course's session reservations.
 
-A participant's seat is their own GRES type in the course partition: ``provision`` enrols the course
-and creates its session reservations, ``probe`` runs ``srun`` *as the participant* in the running
-session and judges what the job saw, ``revoke`` cancels their course jobs and takes them out of the
-limits and reservations.
+:meth:`SlurmEngine.plan` reads the cluster (``scontrol show partition|reservation``, ``squeue``,
+``sacctmgr show assoc``, the ``job_submit.lua`` and partitions include gpuseat writes) and the store,
+and lists only what differs:
+
+* **revoke** (first): each session reservation's ``Users`` loses whoever no longer holds a seat; the
+  seat limits in ``job_submit.lua`` drop or move them; their live jobs are cancelled (``scancel``,
+  waiting until the GPU is free), and so are a mover's jobs still on their old seat; their association
+  is removed (``sacctmgr``). A course archived or deleted loses its reservations and partition too.
+* **grant**: the course partition (``scontrol create``, and its line in the partitions include so
+  that ``scontrol reconfigure`` keeps it), the course account and one association per holder with
+  ``GrpTRES``/``MaxTRESPerJob=gres/gpu=1`` (accounting), the seat limits, a reservation per session
+  still to come with ``Users`` = exactly the current holders.
+* **record**: each holder's way in (``srun -p … --reservation=… --gres=gpu:1``) in the store.
+
+A grant on a seat whose revoke failed waits (:class:`~gpuseat.engines.base.StepEngine`), so the new
+holder is let in only once the old holder's jobs are gone. A second plan after an apply is empty.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuseat.errors import InputError
-from gpuseat.services.slurm import SlurmCourse, courses_from_store, enroll, plan_sessions, sessions, write_job_submit
-from gpuseat.slurm import names
-from gpuseat.slurm.config import Reservation
-from gpuseat.slurm.engine import Slurm, explain
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpuseat.core.delivery import login_name
+from gpuseat.core.readiness import Access, Readiness, judge
+from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
+from gpuseat.engines.runner import Runner
+from gpuseat.engines.slurm import config, names
+from gpuseat.engines.slurm.adapter import Job, Slurm, explain
+from gpuseat.engines.slurm.config import Reservation, SeatLimit
+from gpuseat.engines.slurm.course import (
+    Member,
+    SlurmCourse,
+    course_from_values,
+    in_course,
+    lua_path,
+    plan_sessions,
+    seat_types_of,
+    uids,
+    write_lua,
+)
+from gpuseat.errors import EngineError, GpuseatError, InputError
 
 if TYPE_CHECKING:
-    from gpuseat.services.courses import CourseStore
+    from gpuseat.store import CourseStore, ParticipantView, SeatView
+
+PROBE_SCRIPT = (
+    'echo "CVD=${CUDA_VISIBLE_DEVICES:-}"; echo "JOB_GPUS=${SLURM_JOB_GPUS:-}"; nvidia-smi -L 2>/dev/null; true'
+)
+PLACEHOLDER = "root"  # a reservation's only user while its last holder is replaced (Users= cannot be empty)
+
+
+class SlurmSettings(BaseModel):
+    """The Slurm engine's settings (stored per course; ``gpuseat engines settings slurm k=v``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    slurm_conf: str | None = Field(None, description="the cluster's slurm.conf (default: SLURM_CONF, as scontrol says)")
+    conf_dir: str | None = Field(None, description="where job_submit.lua goes (default: slurm.conf's folder)")
+    partitions_conf: str | None = Field(
+        None, description="the slurm.conf include holding course partitions (default: gpuseat-partitions.conf there)"
+    )
+    accounting: bool | None = Field(None, description="associations via sacctmgr (default: when slurmdbd is used)")
+    cancel_wait_s: float = Field(30.0, gt=0, le=600, description="seconds a cancelled job may take to free its GPU")
+    timeout: float = Field(60.0, gt=0, le=3600, description="seconds a probe job may wait for its GPU")
+
+    @field_validator("slurm_conf", "conf_dir", "partitions_conf")
+    @classmethod
+    def _plain_path(cls, v: str | None) -> str | None:
+        if v is not None and (not v.startswith("/") or any(c.isspace() or ord(c) < 32 or c in ",=" for c in v)):
+            raise ValueError("must be an absolute path without spaces, commas or '=' (it goes into slurm.conf)")
+        return v
+
+
+def parse_probe(text: str) -> tuple[tuple[str, ...], bool]:
+    """What a probe job printed: the GPU UUIDs of ``nvidia-smi -L`` when it ran, else the
+    ``CUDA_VISIBLE_DEVICES`` entries; and whether the UUIDs are real ones."""
+    found = tuple(re.findall(r"\(UUID: ((?:GPU|MIG)-[0-9A-Za-z/-]+)\)", text))
+    if found:
+        return found, True
+    m = re.search(r"^CVD=(.*)$", text, re.M)
+    cvd = m.group(1).strip() if m else ""
+    return tuple(x for x in cvd.split(",") if x and x != "NoDevFiles"), False
 
 
 def current_session(course: SlurmCourse, now: datetime) -> Reservation | None:
     """The session reservation running at ``now``, else the next one (None: no session left)."""
-    plan = plan_sessions(course) if course.limits() else []
+    plan = plan_sessions(course) if course.users() else []
     running = [r for r in plan if r.start <= now < r.end]
     if running:
         return running[0]
@@ -34,29 +101,8 @@ def current_session(course: SlurmCourse, now: datetime) -> Reservation | None:
     return coming[0] if coming else None
 
 
-def parse_probe(text: str) -> tuple[tuple[str, ...], bool]:
-    """What a probe job printed: the GPU UUIDs of ``nvidia-smi -L`` when it ran, else the
-    ``CUDA_VISIBLE_DEVICES`` entries; and whether the UUIDs are real ones."""
-    uuids = tuple(re.findall(r"\(UUID: ((?:GPU|MIG)-[0-9A-Za-z/-]+)\)", text))
-    if uuids:
-        return uuids, True
-    m = re.search(r"^CVD=(.*)$", text, re.M)
-    cvd = m.group(1).strip() if m else ""
-    return tuple(x for x in cvd.split(",") if x and x != "NoDevFiles"), False
-
-
-PROBE_SCRIPT = (
-    'echo "CVD=${CUDA_VISIBLE_DEVICES:-}"; echo "JOB_GPUS=${SLURM_JOB_GPUS:-}"; nvidia-smi -L 2>/dev/null; true'
-)
-
-
-class SlurmEngine:
-    """The Slurm seat engine: a participant's seat is their own GRES type in the course partition.
-
-    Settings (plain strings): ``slurm_conf`` (the cluster's slurm.conf), ``conf_dir`` (where
-    job_submit.lua goes; default slurm.conf's folder), ``accounting`` ("yes"/"no"; default: what the
-    cluster runs), ``wait_s`` (how long a probe job may wait for its GPU).
-    """
+class SlurmEngine(StepEngine):
+    """The ``slurm`` engine (see the module docstring)."""
 
     name = "slurm"
 
@@ -65,118 +111,595 @@ class SlurmEngine:
         store: CourseStore,
         course: str,
         *,
-        slurm_conf: str | None = None,
-        conf_dir: str | None = None,
-        accounting: str | None = None,
-        wait_s: str = "60",
+        settings: SlurmSettings | None = None,
+        runner: Runner,
+        host: str | None = None,
     ) -> None:
         self.store = store
-        self.course = store.get_course(course).key
-        self.slurm = Slurm(conf=Path(slurm_conf) if slurm_conf else None)
-        self.conf_dir = Path(conf_dir) if conf_dir else (Path(slurm_conf).parent if slurm_conf else None)
-        self.accounting = None if accounting is None else accounting.lower() in ("yes", "true", "1")
-        try:
-            self.wait_s = max(1, min(600, int(wait_s)))
-        except ValueError:
-            raise InputError(
-                f"wait_s {wait_s!r} is not a number", where="slurm engine", fix="seconds, 1 to 600"
-            ) from None
+        self.course = course
+        self.settings = settings or SlurmSettings()
+        self.runner = runner
+        self.host = host
+        self.partition = names.course_partition(course)
+        s = self.settings
+        self.slurm = Slurm(runner, conf=Path(s.slurm_conf) if s.slurm_conf else None)
+        self._config: dict[str, str] | None = None
 
-    def _courses(self, without: str | None = None) -> list[SlurmCourse]:
-        """Every course with Slurm seats from the store; ``without`` (a participant key) left out of ours."""
-        out = []
-        for c in courses_from_store(self.store):
-            if c.key == self.course and without is not None:
-                members = tuple(m for m in c.members if m.participant != without)
-                c = SlurmCourse(c.key, c.intervals, members, c.devices)
-            out.append(c)
+    # -- the cluster's configuration ---------------------------------------------------------------------
+
+    def _cfg(self) -> dict[str, str]:
+        if self._config is None:
+            self._config = self.slurm.config()
+        return self._config
+
+    def accounting(self) -> bool:
+        """Whether the cluster keeps associations (slurmdbd), unless the settings say."""
+        if self.settings.accounting is not None:
+            return self.settings.accounting
+        return self._cfg().get("AccountingStorageType", "").endswith("slurmdbd")
+
+    def conf_path(self) -> Path | None:
+        """The cluster's slurm.conf (the setting, else what scontrol reports)."""
+        given = self.settings.slurm_conf or self._cfg().get("SLURM_CONF")
+        return Path(given) if given and given.startswith("/") else None
+
+    def conf_dir(self) -> Path | None:
+        """Where job_submit.lua and the partitions include live."""
+        if self.settings.conf_dir:
+            return Path(self.settings.conf_dir)
+        conf = self.conf_path()
+        return conf.parent if conf else None
+
+    def include_path(self) -> Path | None:
+        """The slurm.conf include gpuseat keeps course partitions in."""
+        if self.settings.partitions_conf:
+            return Path(self.settings.partitions_conf)
+        folder = self.conf_dir()
+        return folder / "gpuseat-partitions.conf" if folder else None
+
+    def _lua(self, *, required: bool) -> Path | None:
+        """The job_submit.lua gpuseat keeps (None: not gpuseat's to keep, with accounting)."""
+        try:
+            path = lua_path(self.conf_dir())
+        except InputError:
+            if required:
+                raise
+            return None
+        return path if required or path.exists() else None
+
+    # -- what the store wants --------------------------------------------------------------------------
+
+    def wanted(self, state: CourseState, notes: list[str]) -> SlurmCourse:
+        """The course as Slurm should see it: its devices, and members with seats only while active."""
+        if state.course is None:
+            return SlurmCourse(state.key, (), (), ())
+        skipped: list[str] = []
+        intervals = self._intervals(state)
+        people = list(state.people.values())
+        sc = course_from_values(state.key, intervals, people, state.seats, skip=skipped)
+        if skipped:
+            notes.append(
+                f"seat(s) {', '.join(skipped)} have no Slurm device recorded: "
+                "gpuseat slurm config --inventory FILE --node NAME --course KEY --record"
+            )
+        if not state.active:
+            members = tuple(Member(m.participant, m.unix_user, None) for m in sc.members)
+            return SlurmCourse(sc.key, sc.intervals, members, sc.devices)
+        for m in sc.members:
+            if m.seat is not None:
+                names.unix_user(m.unix_user, where=f"participant {m.participant}'s login")
+        return sc
+
+    def _intervals(self, state: CourseState) -> list[tuple[datetime, datetime]]:
+        from gpuseat.engines.slurm.course import _local
+
+        assert state.course is not None
+        try:
+            sched = self.store.course_file(state.key).schedule
+        except GpuseatError:
+            return []
+        tz = state.course.timezone
+        return [(_local(a, tz), _local(b, tz)) for a, b in sched.intervals()]
+
+    # -- plan ------------------------------------------------------------------------------------------
+
+    def plan(self, course: CourseState) -> Changes:
+        """Every step that makes the cluster match the store (see the module docstring)."""
+        changes = Changes(self.name, self.course, self.host)
+        sc = self.wanted(course, changes.notes)
+        holders = {lim.user: lim for lim in sc.limits()}  # login -> their seat's limit
+        seat_of_type = {d.slurm_type: str(d.seat) for d in sc.devices}
+        seat_of = {login: seat_of_type[lim.seat_type or lim.gres_type] for login, lim in holders.items()}
+        accounting = self.accounting()
+        lua = self._lua(required=not accounting)
+        lua_text = lua.read_text(errors="replace") if lua and lua.exists() else ""
+        old_limits = {x.user: x for x in config.job_submit_limits(lua_text) if x.partition == self.partition}
+        others = [x for x in config.job_submit_limits(lua_text) if x.partition != self.partition]
+        resvs = {n: f for n, f in self.slurm.reservations().items() if n.startswith(f"{self.partition}-")}
+        assocs = self.slurm.associations(self.partition) if accounting else {}
+        known = {m.unix_user for m in sc.members} | set(old_limits) | set(assocs)
+        for f in resvs.values():
+            known |= _users(f)
+        formerly = self._former_seats(course)
+        jobs = self.slurm.jobs()
+        idx = {j.job_id: self.slurm.job_gres_index(j.job_id) for j in jobs if j.state == "RUNNING" and j.user in known}
+
+        def seats_for(login: str) -> tuple[str, ...]:
+            return tuple(sorted(set(formerly.get(login, ())) | ({seat_of[login]} if login in seat_of else set())))
+
+        step = self._step
+        add = changes.steps.append
+        gone = "the course is deleted" if course.course is None else None
+        if gone is None and course.archived:
+            gone = "the course is archived"
+
+        def why_out(login: str) -> str:
+            return gone or f"{login} holds no Slurm seat in {self.course} now"
+
+        # revoke 1: reservations lose whoever holds no seat now
+        want_users = sorted(holders)
+        for name, fields in sorted(resvs.items()):
+            have = _users(fields)
+            out = sorted(have - set(want_users) - {PLACEHOLDER})
+            if out and (course.active and want_users):
+                keep = sorted(have & set(want_users)) or [PLACEHOLDER]
+                lost = tuple(sorted({s for u in out for s in seats_for(u)}))
+                add(
+                    step(
+                        "reservation.revoke",
+                        name,
+                        f"{', '.join(out)}: {why_out(out[0])}",
+                        "revoke",
+                        seats=lost,
+                        users=keep,
+                    )
+                )
+        # revoke 2: the seat limits (job_submit.lua) drop or move them
+        mine = [holders[u] for u in sorted(holders)]
+        new_text = config.job_submit_lua([*others, *mine], uids(x.user for x in [*others, *mine])) if lua else ""
+        moved = sorted(u for u, x in old_limits.items() if u not in holders or holders[u] != x)
+        if lua is not None and new_text != lua_text:
+            lost = tuple(sorted({s for u in moved for s in seats_for(u)}))
+            phase = "revoke" if moved else "grant"
+            why = f"{', '.join(moved)}: seat limits change" if moved else "seat limits of the holders"
+            add(
+                step(
+                    "limits.set",
+                    str(lua),
+                    why,
+                    phase,
+                    seats=lost if moved else tuple(sorted(seat_of.values())),
+                    text=new_text,
+                )
+            )
+        # revoke 3: live jobs of people without a seat, and of movers on their old seat
+        for login, found in sorted(self._cancel(sc, jobs, idx, holders, known).items()):
+            lost = tuple(
+                sorted(
+                    {s for j in found for t in seat_types_of(j, idx.get(j.job_id, "")) if (s := seat_of_type.get(t))}
+                    | set(formerly.get(login, ()))
+                )
+            )
+            ids = [j.job_id for j in found]
+            why = (
+                why_out(login)
+                if login not in holders
+                else f"{login} moved to {seat_of[login]}: the job is on "
+                + ", ".join(s for s in lost if s != seat_of[login])
+            )
+            add(step("jobs.cancel", login, f"{len(ids)} job(s): {why}", "revoke", seats=lost, job_ids=ids, user=login))
+        # revoke 4: associations of people without a seat
+        for login in sorted(set(assocs) - set(holders)):
+            add(step("association.remove", login, why_out(login), "revoke", seats=seats_for(login), user=login))
+        if not course.active or not holders:
+            for name in sorted(resvs):
+                add(step("reservation.delete", name, gone or "nobody holds a seat now", "revoke"))
+        if not course.active or not sc.devices:
+            self._plan_teardown(changes, accounting, gone or "the course has no Slurm seats now")
+            self._plan_record(course, sc, {}, changes)
+            return changes
+
+        # grant: partition (kept across reconfigure), account, associations, reservations
+        self._plan_partition(sc, changes)
+        if holders and accounting and not self.slurm.account_exists(self.partition):
+            add(step("account.add", self.partition, "associations of the course's people belong to it", "grant"))
+        for login, lim in sorted(holders.items()):
+            tres = f"gres/gpu={lim.count}"
+            have_assoc = assocs.get(login)
+            seats = (seat_of[login],)
+            if accounting and have_assoc is None:
+                add(
+                    step(
+                        "association.add",
+                        login,
+                        f"{login} holds {seat_of[login]}: at most {lim.count} GPU",
+                        "grant",
+                        seats=seats,
+                        user=login,
+                        tres=tres,
+                    )
+                )
+            elif accounting and have_assoc and (have_assoc["grptres"], have_assoc["maxtresperjob"]) != (tres, tres):
+                add(
+                    step(
+                        "limit.set",
+                        login,
+                        f"{login} holds {seat_of[login]}: at most {lim.count} GPU",
+                        "grant",
+                        seats=seats,
+                        user=login,
+                        tres=tres,
+                    )
+                )
+        if lua is None and not accounting:
+            changes.notes.append("no job_submit.lua: the seat limits are not applied")
+        elif not accounting and "lua" not in self._cfg().get("JobSubmitPlugins", "").split(","):
+            changes.notes.append(
+                f"the cluster runs JobSubmitPlugins={self._cfg().get('JobSubmitPlugins') or '(none)'}: the seat "
+                f"limits in {lua} are not applied; add JobSubmitPlugins=lua to slurm.conf and `scontrol reconfigure`"
+            )
+        if holders:
+            now = datetime.now().replace(microsecond=0)
+            for res in plan_sessions(sc):
+                if res.end <= now:
+                    continue
+                every = tuple(sorted(seat_of.values()))
+                if res.name not in resvs:
+                    start = res.start if res.start > now else now
+                    why = f"session {res.start:%Y-%m-%d %H:%M} for {len(want_users)} holder(s)"
+                    words = _replace_start(res, start).words()
+                    add(step("reservation.create", res.name, why, "grant", seats=every, words=words))
+                    continue
+                have = _users(resvs[res.name])
+                if have != set(want_users):
+                    new = sorted(set(want_users) - have)
+                    lost = tuple(sorted(seat_of[u] for u in new))
+                    why = f"{', '.join(new)} may use the session" if new else "exactly the holders"
+                    add(step("reservation.set", res.name, why, "grant", seats=lost or every, users=want_users))
+        self._plan_record(course, sc, holders, changes)
+        return changes
+
+    def _former_seats(self, state: CourseState) -> dict[str, list[str]]:
+        """Login → the seats whose stored way in names it (where a released or moved person was)."""
+        out: dict[str, list[str]] = {}
+        for seat, acc in state.access.items():
+            if acc.get("kind") == "slurm" and acc.get("user"):
+                out.setdefault(str(acc["user"]), []).append(seat)
         return out
 
-    def _this(self, courses: Sequence[SlurmCourse]) -> SlurmCourse:
-        this = next((c for c in courses if c.key == self.course), None)
-        if this is None:
-            raise InputError(
-                f"course {self.course} has no Slurm seats",
-                where="slurm engine",
-                fix="gpuseat slurm config --inventory FILE --node NAME --course KEY --record",
+    def _cancel(
+        self, sc: SlurmCourse, jobs: Sequence[Job], idx: dict[int, str], holders: dict[str, SeatLimit], known: set[str]
+    ) -> dict[str, list[Job]]:
+        """Login → the live jobs to cancel: course jobs of people without a seat, a mover's on another seat."""
+        course_types = {d.slurm_type for d in sc.devices}
+        out: dict[str, list[Job]] = {}
+        for job in jobs:
+            if not job.live:
+                continue
+            mine = holders.get(job.user)
+            strict = self.partition in job.partition.split(",") or job.reservation.startswith(f"{self.partition}-")
+            if job.account == self.partition and self.accounting():
+                strict = True
+            if mine is None:
+                if strict or in_course(sc, job, idx.get(job.job_id, ""), known=known):
+                    out.setdefault(job.user, []).append(job)
+                continue
+            other = (seat_types_of(job, idx.get(job.job_id, "")) & course_types) - {mine.seat_type or mine.gres_type}
+            if other:
+                out.setdefault(job.user, []).append(job)
+        return out
+
+    def _plan_partition(self, sc: SlurmCourse, changes: Changes) -> None:
+        nodes = sorted({d.node for d in sc.devices})
+        line = config.partition_line(self.course, nodes)
+        exists = self.partition in self.slurm.partitions()
+        conf = self.conf_path()
+        conf_text = _read(conf)
+        include = self.include_path()
+        persisted = config.defines_partition(conf_text, self.partition)
+        inc_text = _read(include)
+        in_include = line in inc_text.splitlines()
+        if not exists or (not persisted and include is not None and not in_include):
+            changes.steps.append(
+                self._step(
+                    "partition.create",
+                    self.partition,
+                    f"the course's jobs run in it (nodes {','.join(nodes)})",
+                    "grant",
+                    words=config.partition_words(self.course, nodes),
+                    include=None if persisted or include is None else str(include),
+                    line=line,
+                )
             )
-        return this
+        if (
+            not persisted
+            and include is not None
+            and conf is not None
+            and not config.includes(conf_text, str(include), str(conf.parent))
+        ):
+            changes.notes.append(
+                f"add this line to {conf} so that `scontrol reconfigure` keeps {self.partition} and its "
+                f"session reservations: Include {include}"
+            )
+        elif not persisted and include is None:
+            changes.notes.append(
+                f"the partition {self.partition} is made at run time only (no slurm.conf folder known): "
+                "set slurm.slurm_conf, or add its line from `gpuseat slurm config --course` to slurm.conf"
+            )
 
-    def provision(self, seat: Any, participant: Any) -> Any:
-        """Enrol the course (limits, partition) and create its session reservations; how to connect."""
-        courses = self._courses()
-        this = self._this(courses)
-        if participant is not None and this.limits():
-            enroll(self.slurm, courses, self.course, conf_dir=self.conf_dir, accounting=self.accounting)
-            sessions(self.slurm, this, now=datetime.now())
-        access = self.connect(seat)
-        if access is not None:  # the structured way in, through the one seat write
-            self.store.record_delivery(self.course, seat.key, access=access, actor="gpuseat slurm")
-        return access
+    def _plan_teardown(self, changes: Changes, accounting: bool, why: str) -> None:
+        include = self.include_path()
+        if self.partition in self.slurm.partitions() or (
+            include is not None and f"PartitionName={self.partition} " in _read(include)
+        ):
+            changes.steps.append(
+                self._step(
+                    "partition.delete",
+                    self.partition,
+                    why,
+                    "revoke",
+                    include=str(include) if include is not None else None,
+                )
+            )
+        if accounting and self.slurm.account_exists(self.partition):
+            changes.steps.append(self._step("account.delete", self.partition, why, "revoke"))
 
-    def connect(self, seat: Any) -> Any:
-        """``srun`` in the course partition and the current (or next) session, for the seat's holder."""
-        from gpuseat.core.readiness import Access
+    def _plan_record(
+        self, state: CourseState, sc: SlurmCourse, holders: dict[str, SeatLimit], changes: Changes
+    ) -> None:
+        if state.course is None or state.archived:
+            return
+        by_seat = {m.seat: m for m in sc.members if m.seat and m.unix_user in holders}
+        session = current_session(sc, datetime.now()) if holders else None
+        for seat in state.seats:
+            dev = sc.device_of(seat.key)
+            if dev is None:
+                continue
+            old = dict(state.access.get(seat.key) or {})
+            m = by_seat.get(seat.key)
+            if m is None:
+                if old.get("holder") or old.get("user"):
+                    base = Access(kind="slurm", host=old.get("host") or dev.node, device_uuid=seat.device_uuid)
+                    changes.steps.append(
+                        self._step(
+                            "seat.clear",
+                            seat.key,
+                            "nobody holds it: its way in names no one",
+                            "record",
+                            seats=(seat.key,),
+                            access=base.to_dict(),
+                        )
+                    )
+                continue
+            access = self._access(sc, seat, m.unix_user, m.participant, session).to_dict()
+            if old != access or seat.state != "running":
+                changes.steps.append(
+                    self._step(
+                        "seat.record",
+                        seat.key,
+                        f"{m.participant} submits as {m.unix_user}",
+                        "record",
+                        participant=m.participant,
+                        seats=(seat.key,),
+                        access=access,
+                    )
+                )
 
-        this = self._this(self._courses())
-        member = next((m for m in this.members if m.seat == seat.key), None)
-        dev = this.device_of(seat.key)
-        if member is None or member.unix_user is None or dev is None:
-            return None
-        session = current_session(this, datetime.now())
+    def _access(self, sc: SlurmCourse, seat: SeatView, login: str, holder: str, session: Reservation | None) -> Access:
+        dev = sc.device_of(seat.key)
+        assert dev is not None
         resv = f" --reservation={session.name}" if session else ""
         return Access(
             kind="slurm",
             host=dev.node,
-            user=member.unix_user,
-            command=f"srun -p {this.partition}{resv} --gres=gpu:1 --pty bash",
+            user=login,
+            command=f"srun -p {sc.partition}{resv} --gres=gpu:1 --pty bash",
             device_uuid=seat.device_uuid,
             notes=(
                 f"your seat is Slurm GRES gpu:{dev.slurm_type} on {dev.node}; jobs asking for more are refused",
-                "sbatch works the same way: sbatch -p PARTITION --reservation=SESSION --gres=gpu:1 job.sh",
+                f"sbatch works the same way: sbatch -p {sc.partition}{resv} --gres=gpu:1 job.sh",
             ),
+            holder=holder,
         )
 
-    def probe(self, seat: Any, participant: Any) -> Any:
-        """Run ``srun`` as the participant in the course partition and session; judge what the job saw."""
-        from gpuseat.core.readiness import Readiness, judge
+    def _step(self, action: str, target: str, why: str, phase: Any, **data: Any) -> Step:
+        participant = data.pop("participant", None)
+        seats = tuple(data.pop("seats", ()))
+        return Step(self.name, action, target, why, phase, participant, seats, self.host, data)
 
-        this = self._this(self._courses())
+    # -- apply -----------------------------------------------------------------------------------------
+
+    def do(self, step: Step) -> str | None:
+        """Carry out one planned step (each is a no-op when the cluster already is so)."""
+        d, sl = step.data, self.slurm
+        match step.action:
+            case "reservation.revoke" | "reservation.set":
+                sl.update_reservation_users(step.target, d["users"])
+            case "reservation.create":
+                if step.target not in sl.reservations():
+                    sl.run("scontrol", ["create", "reservation", *d["words"]])
+            case "reservation.delete":
+                self._delete_reservation(step.target)
+            case "limits.set":
+                if not self.runner.dry_run:
+                    write_lua(Path(step.target), d["text"])
+                return "job_submit/lua reads it at the next submission"
+            case "jobs.cancel":
+                left = sl.cancel(d["job_ids"], wait_s=self.settings.cancel_wait_s)
+                if left:
+                    raise EngineError(
+                        f"job(s) {', '.join(map(str, left))} of {d['user']} still hold their GPU "
+                        f"{self.settings.cancel_wait_s:g} s after scancel",
+                        where=step.target,
+                        fix="see `squeue -j ID` (a node not responding?); the next apply tries again",
+                    )
+            case "association.remove":
+                sl.sacctmgr(["delete", "user", names.unix_user(d["user"]), f"account={self.partition}"])
+            case "association.add":
+                sl.sacctmgr(
+                    [
+                        "add",
+                        "user",
+                        names.unix_user(d["user"]),
+                        f"Account={self.partition}",
+                        f"GrpTRES={d['tres']}",
+                        f"MaxTRESPerJob={d['tres']}",
+                    ]
+                )
+            case "limit.set":
+                sl.sacctmgr(
+                    [
+                        "modify",
+                        "user",
+                        "where",
+                        f"name={names.unix_user(d['user'])}",
+                        f"account={self.partition}",
+                        "set",
+                        f"GrpTRES={d['tres']}",
+                        f"MaxTRESPerJob={d['tres']}",
+                    ]
+                )
+            case "account.add":
+                sl.sacctmgr(
+                    [
+                        "add",
+                        "account",
+                        self.partition,
+                        f"Description={self.partition}",
+                        f"Organization={self.partition}",
+                    ]
+                )
+            case "account.delete":
+                sl.sacctmgr(["delete", "account", self.partition])
+            case "partition.create":
+                if d.get("include") and not self.runner.dry_run:
+                    path = Path(d["include"])
+                    _write(path, config.include_with(_read(path), self.partition, d["line"]))
+                sl.create_partition(d["words"])
+            case "partition.delete":
+                if d.get("include") and not self.runner.dry_run and Path(d["include"]).exists():
+                    path = Path(d["include"])
+                    _write(path, config.include_with(_read(path), self.partition, None))
+                sl.delete_partition(self.partition)
+            case "seat.record":
+                if not self.runner.dry_run:
+                    self.store.record_delivery(
+                        self.course,
+                        step.target,
+                        access=Access.from_dict(d["access"]),
+                        state="running",
+                        reason="slurm: applied",
+                        actor="gpuseat-agent",
+                    )
+            case "seat.clear":
+                if not self.runner.dry_run:
+                    self.store.record_delivery(
+                        self.course, step.target, access=Access.from_dict(d["access"]), actor="gpuseat-agent"
+                    )
+            case _:
+                raise InputError(f"the slurm engine has no step {step.action!r}", where="plan")
+        return None
+
+    def _delete_reservation(self, name: str) -> None:
+        """Delete a reservation; jobs in it (cancelled by an earlier step) may take a moment to end."""
+        import time
+
+        deadline = time.monotonic() + self.settings.cancel_wait_s
+        while True:
+            try:
+                self.slurm.delete_reservation(name)
+                return
+            except EngineError:
+                if self.runner.dry_run or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+
+    # -- observe, check, connect -----------------------------------------------------------------------
+
+    def observe(self, course: CourseState) -> list[Holding]:
+        """What the course's people hold on the cluster: associations, seat limits, places in the session
+        reservations, and live jobs of the course."""
+        who = {login_name(p.key, p.unix_user): p for p in course.people.values()}
+        out: list[Holding] = []
+
+        def held(what: str, login: str, detail: str = "") -> None:
+            p = who.get(login)
+            out.append(Holding(self.name, what, login, p.key if p else None, p.seat if p else None, self.host, detail))
+
+        if self.accounting():
+            for login, a in sorted(self.slurm.associations(self.partition).items()):
+                held("association", login, f"account {self.partition} GrpTRES={a['grptres']}")
+        lua = self._lua(required=False)
+        if lua is not None and lua.exists():
+            for lim in config.job_submit_limits(lua.read_text(errors="replace")):
+                if lim.partition == self.partition:
+                    held("limit", lim.user, f"job_submit.lua: gpu:{lim.seat_type}:{lim.count}")
+        for name, f in sorted(self.slurm.reservations().items()):
+            if name.startswith(f"{self.partition}-"):
+                for login in sorted(_users(f) - {PLACEHOLDER}):
+                    held("reservation", login, name)
+        sc = self.wanted(course, [])
+        known = set(who) | {h.login for h in out}
+        for job in self.slurm.jobs():
+            if job.live and in_course(sc, job, known=known):
+                held("job", job.user, f"job {job.job_id} {job.state} {job.gres}".strip())
+        return out
+
+    def connect(self, seat: SeatView) -> Access | None:
+        """The stored way in, when it was made for the seat's holder (else: being prepared)."""
+        stored = self.store.access_of(self.course).get(seat.key)
+        if not stored or not seat.participant or stored.get("holder") != seat.participant:
+            return None
+        return Access.from_dict(stored)
+
+    def check(self, seats: Sequence[SeatView]) -> list[Readiness]:
+        """Probe each held seat as its participant."""
+        people = {p.key: p for p in self.store.participants(self.course)}
+        return [self.probe(s, people[s.participant]) for s in seats if s.participant in people]
+
+    def _course(self) -> SlurmCourse:
+        from gpuseat.engines.apply import course_state
+
+        return self.wanted(course_state(self.store, self.course), [])
+
+    def probe(self, seat: SeatView, participant: ParticipantView) -> Readiness:
+        """Run ``srun`` as the participant in the course partition and session; judge what the job saw."""
+        sc = self._course()
         now = datetime.now()
-        session = current_session(this, now)
-        user = participant.unix_user
+        session = current_session(sc, now)
+        login = login_name(participant.key, participant.unix_user)
 
         def result(state: Any, reason: str | None, evidence: str, visible: tuple[str, ...] = ()) -> Readiness:
             return Readiness(
-                course=self.course,
-                seat=seat.key,
-                participant=participant.key,
-                state=state,
-                reason=reason,
-                evidence=evidence[-4000:],
-                visible=visible,
-                checked_at=datetime.now().astimezone(),
-                engine=self.name,
+                self.course,
+                seat.key,
+                participant.key,
+                state,
+                reason,
+                evidence[-4000:],
+                visible,
+                datetime.now(UTC),
+                self.name,
             )
 
-        if user is None:
-            return result("broken", "the participant has no unix user (roster column unix_user)", "")
         if session is None or session.start > now:
             return result("broken", f"no session of course {self.course} is running now", "")
+        wait = max(1, int(self.settings.timeout) - 5)
         args = [
-            f"--partition={this.partition}",
+            f"--partition={sc.partition}",
             f"--reservation={session.name}",
             "--gres=gpu:1",
-            f"--immediate={self.wait_s}",
+            f"--immediate={wait}",
             "--job-name=gpuseat-probe",
             "--",
             "sh",
             "-c",
             PROBE_SCRIPT,
         ]
-        # srun waits up to wait_s for the GPU (--immediate): give the call that long and then some
-        waiting = Slurm(conf=self.slurm.conf, bin_dir=self.slurm.bin_dir, timeout_s=self.wait_s + 30)
-        proc = waiting.run("srun", args, as_user=names.unix_user(user), check=False)
+        try:
+            proc = self.slurm.run("srun", args, as_user=login, check=False, timeout=wait + 10)
+        except EngineError as exc:
+            return result("broken", f"srun as {login}: {exc.what}", "")
         evidence = (proc.stdout + proc.stderr).strip()
         if proc.returncode != 0:
             return result("broken", f"srun failed: {explain(proc.stderr or proc.stdout)}", evidence)
@@ -184,40 +707,47 @@ class SlurmEngine:
         state, reason = judge(seat.device_uuid if real else None, visible)
         return result(state, reason, evidence, visible)
 
-    def revoke(self, seat: Any, participant: Any) -> None:
-        """Cancel the participant's jobs in the course partition and take them out of the limits and sessions."""
-        courses = self._courses(without=participant.key)
-        this = self._this(courses)
-        if participant.unix_user:
-            user = names.unix_user(participant.unix_user)
-            self.slurm.run("scancel", ["-u", user, "-p", this.partition], check=False)
-            if self._accounting():
-                self.slurm.run("sacctmgr", ["-i", "delete", "user", user, f"account={this.partition}"], check=False)
-        self._refresh(courses, this)
+    def refused(self, participant: ParticipantView) -> str | None:
+        """Exclusivity: None when ``participant`` (a previous or released holder) can no longer use the
+        course's GPUs; else what still lets them."""
+        login = login_name(participant.key, participant.unix_user)
+        for name, f in self.slurm.reservations().items():
+            if name.startswith(f"{self.partition}-") and login in _users(f):
+                return f"{login} is still a user of reservation {name}"
+        if self.accounting() and login in self.slurm.associations(self.partition):
+            return f"{login} still has an association in account {self.partition}"
+        lua = self._lua(required=False)
+        if lua is not None and lua.exists():
+            text = lua.read_text(errors="replace")
+            if any(x.user == login and x.partition == self.partition for x in config.job_submit_limits(text)):
+                return f"{login} still has a seat limit in {lua}"
+        live = [j for j in self.slurm.jobs([login]) if j.live and in_course(self._course(), j, known={login})]
+        if live:
+            return f"{login} still has {len(live)} live job(s) in the course (e.g. {live[0].job_id})"
+        return None
 
-    def teardown(self, seat: Any) -> None:
-        """Cancel jobs holding the seat's GPU; the limits and sessions follow the store."""
-        courses = self._courses()
-        this = self._this(courses)
-        dev = this.device_of(seat.key)
-        if dev is not None:
-            for job in self.slurm.jobs():
-                if job.state in ("RUNNING", "PENDING") and f"gpu:{dev.slurm_type}" in (
-                    job.gres + " " + self.slurm.job_gres_index(job.job_id)
-                ):
-                    self.slurm.run("scancel", [str(job.job_id)], check=False)
-        self._refresh(courses, this)
 
-    def _accounting(self) -> bool:
-        if self.accounting is None:
-            self.accounting = (self.slurm.config_value("AccountingStorageType") or "").endswith("slurmdbd")
-        return self.accounting
+def _users(fields: dict[str, str]) -> set[str]:
+    raw = fields.get("Users", "")
+    return {u for u in raw.split(",") if u and u != "(null)"}
 
-    def _refresh(self, courses: Sequence[SlurmCourse], this: SlurmCourse) -> None:
-        if not self._accounting() and self.conf_dir is not None:
-            write_job_submit(courses, self.conf_dir)
-        users = this.users()
-        if users:
-            for name, fields in self.slurm.reservations().items():
-                if name.startswith(f"gpuseat-{this.key}-") and fields.get("Users", "") != ",".join(users):
-                    self.slurm.update_reservation_users(name, users)
+
+def _replace_start(res: Reservation, start: datetime) -> Reservation:
+    from dataclasses import replace
+
+    return replace(res, start=start)
+
+
+def _read(path: Path | None) -> str:
+    if path is None:
+        return ""
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _write(path: Path, text: str) -> None:
+    from gpuseat.files import write_file
+
+    write_file(path, text, mode=0o644)
