@@ -15,10 +15,12 @@ import statistics
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from subprocess import Popen
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, ValidationError, computed_field
+
+if TYPE_CHECKING:
+    from subprocess import Popen
 
 from gpuseat import nvsmi
 from gpuseat.bench.results import BenchResult
