@@ -244,11 +244,12 @@ class JupyterHubEngine(StepEngine):
     def _call(self, method: str, path: str, *, token: str | None = None, **kw: Any) -> httpx.Response:
         import httpx
 
+        api = self.api  # no hub_url: that is the first thing to say
         if self._token is None and token is None:
             self._token = read_token(self.settings)
         headers = {"Authorization": f"token {token or self._token}", **kw.pop("headers", {})}
         try:
-            r = self.client.request(method, self.api + path, headers=headers, **kw)
+            r = self.client.request(method, api + path, headers=headers, **kw)
         except httpx.HTTPError as exc:
             raise EngineError(
                 f"the hub did not answer at {self.api}: {exc}", where=self.api, fix="is the hub up?"

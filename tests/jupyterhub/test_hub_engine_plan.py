@@ -1,0 +1,210 @@
+"""The JupyterHub engine's plan and apply against a stand-in hub REST API (httpx.MockTransport): which
+servers it stops and why, what it never stops (a holder's own server, a start in progress), the seats it
+frees for their next holder, and that a second plan after an apply is empty. The real-hub conformance
+tests (tests/conformance/test_jupyterhub.py) prove the same hand-over with JupyterHub itself."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from urllib.parse import unquote
+
+import httpx
+import pytest
+from hubcourse import make_course
+
+from gpuseat.engines.apply import course_state, one_pass
+from gpuseat.engines.jupyterhub.engine import JupyterHubEngine, JupyterHubSettings
+from gpuseat.engines.runner import RecordingRunner
+from gpuseat.errors import EngineError
+
+TOKEN = "engine-token"
+URL = "http://hub.test"
+
+
+class StandInHub:
+    """The parts of JupyterHub's REST API the engine uses, with users and their servers in a dict; it
+    lists users two per page, so the engine must follow the pagination."""
+
+    def __init__(self, *users: str) -> None:
+        self.users: dict[str, dict[str, dict]] = {u: {} for u in users}
+        self.calls: list[tuple[str, str]] = []
+        self.token = TOKEN
+
+    def run(self, user: str, name: str = "", pending: str | None = None) -> None:
+        self.users.setdefault(user, {})[name] = {"name": name, "ready": pending is None, "pending": pending}
+
+    def model(self, user: str) -> dict:
+        return {"name": user, "servers": dict(self.users[user]), "pending": None}
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        path = unquote(request.url.path)
+        self.calls.append((request.method, path))
+        if request.headers.get("Authorization") != f"token {self.token}":
+            return httpx.Response(403, json={"message": "Action is not authorized with current scopes"})
+        parts = path.removeprefix("/hub/api/").split("/")
+        if parts == ["users"] and request.method == "GET":
+            offset = int(request.url.params.get("offset", 0))
+            names = sorted(self.users)
+            page = names[offset : offset + 2]
+            nxt = {"offset": offset + 2} if offset + 2 < len(names) else None
+            items = [self.model(u) for u in page]
+            return httpx.Response(200, json={"items": items, "_pagination": {"offset": offset, "next": nxt}})
+        user = parts[1]
+        if len(parts) == 2 and request.method == "GET":
+            return httpx.Response(200, json=self.model(user)) if user in self.users else httpx.Response(404)
+        if len(parts) == 2 and request.method == "POST":
+            if user in self.users:
+                return httpx.Response(409, json={"message": f"user {user} already exists"})
+            self.users[user] = {}
+            return httpx.Response(201, json=self.model(user))
+        if request.method == "DELETE" and parts[2] in ("server", "servers"):
+            name = parts[3] if parts[2] == "servers" else ""
+            if self.users.get(user, {}).pop(name, None) is None:
+                return httpx.Response(400, json={"message": f"{user}'s server is not running"})
+            return httpx.Response(204)
+        return httpx.Response(404, json={"message": f"no {request.method} {path} in the stand-in"})
+
+
+@pytest.fixture
+def lab(tmp_path):
+    store = make_course(f"sqlite:///{tmp_path / 'hub.db'}", tmp_path, key="lab", people=["ada", "ben", "cy"],
+                        seats=3, assign=2)  # fmt: skip
+    for seat in store.seats("lab"):
+        store.set_seat_state("lab", seat.key, seat.state, engine="jupyterhub", reason="a hub seat")
+    store.set_engine_settings("lab", "jupyterhub", {"hub_url": URL, "token_env": "HUB_TEST_TOKEN"}, actor="test")
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    monkeypatch.setenv("HUB_TEST_TOKEN", TOKEN)
+    return StandInHub("ada", "ben", "cy", "admin")
+
+
+def engine_for(store, hub, *, dry_run=False):
+    client = httpx.Client(transport=httpx.MockTransport(hub.handle))
+    settings = JupyterHubSettings(hub_url=URL, token_env="HUB_TEST_TOKEN", timeout=5)
+    return JupyterHubEngine(store, "lab", settings=settings, runner=RecordingRunner(dry_run=dry_run), client=client)
+
+
+def spawned(store, who: str, server: str = "") -> str:
+    """What the spawn hook records when ``who``'s server starts on their seat."""
+    seat = store.seat_of("lab", who)
+    store.set_seat_state("lab", seat.key, "running", engine="jupyterhub", engine_ref=f"{who}/{server}")
+    return seat.key
+
+
+def steps(changes):
+    return [(s.phase, s.action, s.target) for s in changes.ordered()]
+
+
+def test_a_released_holders_server_is_stopped_then_the_seat_is_freed_and_a_second_plan_is_empty(lab, hub):
+    bens = spawned(lab, "ben")
+    hub.run("ben")
+    hub.run("admin")  # not a course user: never touched
+    lab.release("lab", participant="ben")
+    engine = engine_for(lab, hub)
+    changes = engine.plan(course_state(lab, "lab"))
+    assert steps(changes) == [
+        ("revoke", "hub.server.stop", "ben/"),
+        ("record", "seat.free", bens),
+        ("record", "seat.record", lab.seat_of("lab", "ada").key),
+    ]
+    stop = changes.ordered()[0]
+    assert stop.why == "ben holds no seat in course lab now" and stop.seats == (bens,) and stop.participant == "ben"
+    report = engine.apply(changes)
+    assert [o.state for o in report.outcomes] == ["done"] * 3, [o.message for o in report.outcomes]
+    assert hub.users["ben"] == {} and "" in hub.users["admin"]
+    assert ("DELETE", "/hub/api/users/ben/server") in hub.calls
+    assert lab.get_seat("lab", bens).state == "planned"  # the next holder may start
+    assert engine.plan(course_state(lab, "lab")).empty
+
+
+def test_a_holders_own_server_and_a_start_in_progress_are_never_stopped(lab, hub):
+    spawned(lab, "ada")
+    hub.run("ada")
+    hub.run("ben", pending="spawn")  # ben clicked Start: the hook has not recorded his seat yet
+    engine = engine_for(lab, hub)
+    changes = engine.plan(course_state(lab, "lab"))
+    assert not [s for s in changes.steps if s.phase == "revoke"], steps(changes)
+    assert {o.login for o in engine.observe(course_state(lab, "lab"))} == {"ada", "ben"}
+
+
+def test_a_moved_holders_server_holding_the_old_seat_is_stopped(lab, hub):
+    old = spawned(lab, "ada")
+    hub.run("ada")
+    free = next(s.key for s in lab.seats("lab") if s.participant is None)
+    lab.move("lab", "ada", free)
+    changes = engine_for(lab, hub).plan(course_state(lab, "lab"))
+    stop = changes.ordered()[0]
+    assert (stop.action, stop.target) == ("hub.server.stop", "ada/") and set(stop.seats) == {old, free}
+    assert stop.why == f"ada moved to {free}: the server still holds {old}"
+
+
+def test_archive_delete_and_a_shut_window_stop_every_course_server(lab, hub):
+    spawned(lab, "ada")
+    hub.run("ada")
+    hub.run("ada", "second")
+    engine = engine_for(lab, hub)
+    state = course_state(lab, "lab")
+    archived = engine.plan(replace(state, archived=True))
+    assert steps(archived) == [("revoke", "hub.server.stop", "ada/"), ("revoke", "hub.server.stop", "ada/second")]
+    assert {s.why for s in archived.steps} == {"the course is archived"}
+    closed = engine.plan(replace(state, closed="outside the course's access hours"))
+    assert [s.why for s in closed.steps if s.phase == "revoke"] == [
+        "access is closed: outside the course's access hours"
+    ] * 2
+    lab.set_holdings("lab", "jupyterhub", None, [{"what": "server", "login": "ada"}])
+    gone = replace(state, course=None, seats=(), people={}, access={})
+    deleted = engine.plan(gone)
+    assert steps(deleted) == steps(archived) and {s.why for s in deleted.steps} == {"the course is deleted"}
+    engine.apply(deleted)
+    assert hub.users["ada"] == {} and engine.observe(gone) == []
+
+
+def test_a_dry_run_changes_neither_the_hub_nor_the_store(lab, hub):
+    bens = spawned(lab, "ben")
+    hub.run("ben")
+    lab.release("lab", participant="ben")
+    engine = engine_for(lab, hub, dry_run=True)
+    report = engine.apply(engine.plan(course_state(lab, "lab")))
+    assert [o.state for o in report.outcomes] == ["done"] * 3
+    assert report.outcomes[0].message == f"would DELETE {URL}/hub/api/users/ben/server"
+    assert "" in hub.users["ben"] and lab.get_seat("lab", bens).state == "running" and lab.access_of("lab") == {}
+
+
+def test_a_holder_without_a_hub_account_gets_one_and_their_way_in(lab, hub):
+    del hub.users["ada"]
+    engine = engine_for(lab, hub)
+    changes = engine.plan(course_state(lab, "lab"))
+    assert ("grant", "hub.user.add", "ada") in steps(changes)
+    engine.apply(changes)
+    assert "ada" in hub.users
+    seat = lab.seat_of("lab", "ada")
+    access = engine.connect(seat)
+    assert access is not None and access.url == f"{URL}/user/ada/" and access.holder == "ada"
+    assert access.device_uuid == seat.device_uuid
+    assert engine.plan(course_state(lab, "lab")).empty
+
+
+def test_a_token_without_the_role_is_one_clear_error_and_apply_names_it(lab, hub):
+    hub.token = "another"
+    engine = engine_for(lab, hub)
+    with pytest.raises(EngineError, match="the hub refused the engine's token") as info:
+        engine.plan(course_state(lab, "lab"))
+    assert "admin:servers" in (info.value.fix or "")
+
+
+def test_without_a_hub_url_apply_says_what_to_set(lab, monkeypatch):
+    lab.set_engine_settings("lab", "jupyterhub", {"hub_url": None}, actor="test")
+    result = one_pass(lab, course="lab", engine="jupyterhub", runner=RecordingRunner())
+    (failed,) = result.failed
+    assert failed["exit_code"] == 2 and "no hub_url (set hub_url=https://HUB)" in failed["error"]
+
+
+def test_the_pagination_is_followed(lab, hub):
+    for n in range(7):
+        hub.users[f"guest{n}"] = {}
+    assert set(engine_for(lab, hub).users()) == set(hub.users)
+    assert sum(1 for m, p in hub.calls if (m, p) == ("GET", "/hub/api/users")) == 6
