@@ -17,10 +17,10 @@ if TYPE_CHECKING:
     from gpuseat.services.courses import CourseStore, SeatSpec, SeatView
 
 SEAT_COLUMNS = ("key", "kind", "host", "profile", "memory_gb", "participant", "engine", "state", "connect")
-STATUS_COLUMNS = ("seat", "kind", "participant", "engine", "state", "since", "last_gpu_activity", "connect")
+STATUS_COLUMNS = ("seat", "kind", "participant", "engine", "state", "reason", "since", "last_gpu_activity", "connect")
 #: what an 80-column terminal hides first (``-f wide`` shows every column)
 SEAT_DROP = ("connect", "participant", "engine", "state", "memory_gb", "host")
-STATUS_DROP = ("last_gpu_activity", "since", "kind", "engine", "connect")
+STATUS_DROP = ("last_gpu_activity", "since", "kind", "engine", "connect", "reason")
 EXPORT_COLUMNS = (
     "key",
     "kind",
@@ -322,7 +322,7 @@ def register(app: typer.Typer) -> None:
 
     @seats_app.command("status")
     def status(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
-        """Seat, participant, engine, state and the last GPU activity the monitor saw."""
+        """Seat, participant, engine, state (with its reason) and the last GPU activity the monitor saw."""
         from datetime import UTC, datetime
 
         from gpuseat.services.activity import Activity
@@ -341,6 +341,7 @@ def register(app: typer.Typer) -> None:
                     "participant": s.participant,
                     "engine": s.engine,
                     "state": s.state,
+                    "reason": s.state_reason,  # an engine's honest state: not launched, launching, stopped …
                     "since": s.state_at.isoformat(timespec="seconds") if s.state_at else None,
                     "last_gpu_activity": datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds") if ts else None,
                     "connect": s.connect,
