@@ -281,12 +281,13 @@ def _install(engine: str | None, host: str | None, unit_dir: Path, db: str | Non
     from gpuseat.engines.agent import unit_file
     from gpuseat.files import write_file
 
-    exe = shutil.which("gpuseat") or str(Path(sys.argv[0]).resolve())
+    beside = Path(sys.executable).parent / "gpuseat"  # the gpuseat of this very installation (a venv too)
+    exe = str(beside) if beside.exists() else (shutil.which("gpuseat") or str(Path(sys.argv[0]).resolve()))
     env_file = "/etc/gpuseat/agent.env"
     name = f"gpuseat-agent{'-' + engine if engine else ''}.service"
     unit_dir.mkdir(parents=True, exist_ok=True)
     target = unit_dir / name
-    write_file(target, unit_file(gpuseat=str(Path(exe).resolve()), engine=engine, host=host, env_file=env_file))
+    write_file(target, unit_file(gpuseat=str(Path(exe).absolute()), engine=engine, host=host, env_file=env_file))
     print(f"wrote {target}")
     if db:
         env = Path(env_file) if unit_dir == Path("/etc/systemd/system") else unit_dir / "agent.env"

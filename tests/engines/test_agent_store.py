@@ -1,0 +1,122 @@
+"""What agents keep in the store (leases, status, settings, the events head) on SQLite and PostgreSQL,
+and the agent's systemd unit as systemd itself reads it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuseat.store import CourseStore
+
+
+def test_one_lease_holder_at_a_time(store: CourseStore) -> None:
+    t = 1_000.0
+    assert store.take_lease("agent:host:gpu1", "a", 15, now=t)
+    assert not store.take_lease("agent:host:gpu1", "b", 15, now=t + 1)  # a holds it
+    assert store.take_lease("agent:host:gpu1", "a", 15, now=t + 10)  # a renews
+    assert not store.take_lease("agent:host:gpu1", "b", 15, now=t + 20)  # renewed: still a's
+    assert store.holds_lease("agent:host:gpu1", "a", now=t + 20)
+    assert store.take_lease("agent:host:gpu1", "b", 15, now=t + 26)  # a stopped renewing: b takes it
+    assert not store.holds_lease("agent:host:gpu1", "a", now=t + 26)  # a must stop applying
+    store.drop_lease("agent:host:gpu1", "a")  # not a's to drop any more: nothing changes
+    assert store.holds_lease("agent:host:gpu1", "b", now=t + 27)
+    store.drop_lease("agent:host:gpu1", "b")
+    assert store.take_lease("agent:host:gpu1", "c", 15, now=t + 28)  # given back: taken at once
+    assert store.take_lease("agent:slurm:gpu1", "a", 15, now=t + 28)  # one lease per engine and host
+
+
+def test_settings_live_in_the_store_with_an_event(store: CourseStore, cli: Any, url: str) -> None:
+    r = cli(
+        "engines", "settings", "host", "ssh_host=gpu1.lab.example.org", "ssh_port=2222", "--course", "lab", "--db", url
+    )
+    assert r.code == 0, r.err
+    assert store.engine_settings("lab", "host") == {"ssh_host": "gpu1.lab.example.org", "ssh_port": 2222}
+    assert [e.detail["changed"] for e in store.events("lab") if e.action == "engine.settings"] == [
+        ["ssh_host", "ssh_port"]
+    ]
+    again = cli("engines", "settings", "host", "ssh_port=2222", "--course", "lab", "--db", url)
+    assert again.code == 0
+    assert len([e for e in store.events("lab") if e.action == "engine.settings"]) == 1  # no change, no event
+    for bad, says in (
+        (["ssh_port=99999"], "ssh_port"),
+        (["ssh_hots=x"], "ssh_hots"),
+        (["ssh_host=gpu1;rm -rf /"], "ssh_host"),
+        (["keys_dir=/etc/with space"], "keys_dir"),
+        (["noequals"], "SETTING=VALUE"),
+    ):
+        r = cli("engines", "settings", "host", *bad, "--course", "lab", "--db", url)
+        assert r.code == 2 and says in r.err and "Traceback" not in r.err, (bad, r.err)
+    assert store.engine_settings("lab", "host") == {"ssh_host": "gpu1.lab.example.org", "ssh_port": 2222}
+    removed = cli("engines", "settings", "host", "ssh_port=", "--course", "lab", "--db", url)
+    assert removed.code == 0 and store.engine_settings("lab", "host") == {"ssh_host": "gpu1.lab.example.org"}
+    assert cli("engines", "settings", "nomad", "x=1", "--course", "lab", "--db", url).code == 2
+
+
+def test_the_events_head_and_the_postgresql_wake_up(store: CourseStore, url: str) -> None:
+    before = store.events_head()
+    listener = store.listener("gpuseat_events")
+    if url.startswith("sqlite"):
+        assert listener is None  # SQLite: agents poll the head
+    store.log("lab", "portal.login")
+    assert store.events_head() > before
+    if listener is not None:
+        try:
+            got = list(listener.notifies(timeout=5, stop_after=1))
+            assert got and int(got[0].payload) == store.events_head()
+        finally:
+            listener.close()
+
+
+def test_agent_status_is_kept_and_shown(store: CourseStore, cli: Any, url: str) -> None:
+    store.take_lease("agent:host:gpu1", "gpu1:42:abc", 15)
+    store.save_agent_status("agent:host:gpu1", holder="gpu1:42:abc", role="leader", cursor=7, applied=True,
+                            pending=2, failed=[{"course": "lab", "engine": "host", "step": "host:gpu1:key.set:ann",
+                                                "error": "disk full", "exit_code": 1}])  # fmt: skip
+    r = cli("agent", "status", "--format", "json", "--db", url)
+    assert r.code == 0, r.err
+    [row] = json.loads(r.out)
+    assert row["role"] == "leader" and row["pending"] == 2 and row["lease_holder"] == "gpu1:42:abc"
+    assert row["last_apply_at"] and row["failed"][0]["error"] == "disk full"
+    table = cli("agent", "status", "--db", url)
+    assert "agent:host:gpu1" in table.out and "disk full" in table.out
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_agent_install_writes_a_unit_systemd_accepts(tmp_path: Path, cli: Any) -> None:
+    r = cli(
+        "agent",
+        "--install",
+        "--engine",
+        "host",
+        "--host",
+        "gpu1",
+        "--unit-dir",
+        tmp_path,
+        "--db",
+        "sqlite:////srv/c.db",
+    )
+    assert r.code == 0, r.err
+    unit = tmp_path / "gpuseat-agent-host.service"
+    text = unit.read_text()
+    assert "ExecStart=/" in text and " agent --engine host --host gpu1" in text and "Restart=always" in text
+    assert (tmp_path / "agent.env").read_text() == "GPUSEAT_DB_URL=sqlite:////srv/c.db\n"
+    assert (tmp_path / "agent.env").stat().st_mode & 0o077 == 0  # the URL may hold a password
+    done = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+    assert done.returncode == 0 and str(unit) not in done.stderr, done.stderr
+
+
+def test_apply_exit_codes(store: CourseStore, cli: Any, url: str, tmp_path: Path) -> None:
+    """Nothing to do: 0. A setting the engine refuses: 2, with the field named."""
+    empty = cli("apply", "--course", "lab", "--db", url)
+    assert empty.code == 0, empty.err
+    assert cli("apply", "--set", "host.ssh_port=0", "--course", "lab", "--db", url).code == 2
+    assert cli("apply", "--set", "nonsense", "--db", url).code == 2
+    started = time.monotonic()
+    assert cli("apply", "--dry-run", "--db", url).code == 0
+    assert time.monotonic() - started < 60
