@@ -7,6 +7,7 @@ stays fast.
 
 from __future__ import annotations
 
+import errno
 import sys
 
 import click
@@ -131,6 +132,15 @@ def edge_error(exc: BaseException) -> GpuseatError | None:
                 fix=f"pip install 'gpuseat[{extra}]' (in a clone: .venv/bin/pip install -e '.[{extra}]')",
             )
         return None
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        from gpuseat.errors import DiskFull, disk_full
+
+        if exc.filename:
+            return disk_full(exc.filename)
+        return DiskFull(
+            "disk full, nothing changed",
+            fix="no space left on the device: free space on that file system (the data folder) and run it again",
+        )
     if isinstance(exc, OSError):
         name = f" {exc.filename}" if exc.filename else ""
         reason = exc.strerror or str(exc)

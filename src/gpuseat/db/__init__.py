@@ -43,6 +43,37 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     dbapi_conn.isolation_level = None
 
 
+_EXCLUSIVE = "gpuseat_exclusive"
+
+
+def _sqlite_connect(dialect: Any, record: Any, cargs: Any, cparams: Any) -> Any:
+    """A SQLite connection; on a full disk, one that can still read.
+
+    In WAL mode SQLite sizes a shared-memory file beside the database before the first read, and on a
+    full disk that fails (``SQLITE_IOERR_SHMSIZE``): no command could even read. Such a connection is
+    made again in exclusive locking mode, which keeps the WAL index in its own memory; as it locks other
+    processes out while open, it is closed when it goes back to the pool (:func:`_drop_exclusive`).
+    A write on it still fails (no space), with the full-disk message.
+    """
+    conn = dialect.connect(*cargs, **cparams)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL").close()
+    except Exception as exc:
+        conn.close()
+        if getattr(exc, "sqlite_errorname", "") != "SQLITE_IOERR_SHMSIZE":
+            raise
+        conn = dialect.connect(*cargs, **cparams)
+        conn.execute("PRAGMA locking_mode=EXCLUSIVE").close()
+        record.info[_EXCLUSIVE] = True
+    return conn
+
+
+def _drop_exclusive(_dbapi_conn: Any, record: Any) -> None:
+    """A connection opened in exclusive locking mode (a full disk) is closed when it is given back."""
+    if record is not None and record.info.pop(_EXCLUSIVE, False):
+        record.invalidate()
+
+
 def _sqlite_begin(conn: Any) -> None:
     mode = conn.get_execution_options().get(BEGIN_OPTION, "DEFERRED")
     if mode != "IMMEDIATE":
@@ -163,7 +194,9 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
         if parsed.database and parsed.database != ":memory:":
             _check_sqlite_file(Path(parsed.database).expanduser(), create=create)
         engine = create_engine(parsed, connect_args={"timeout": busy_timeout()})  # writers queue, then fail clearly
+        event.listen(engine, "do_connect", _sqlite_connect)
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "checkin", _drop_exclusive)
         event.listen(engine, "begin", _sqlite_begin)
         event.listen(engine, "handle_error", _sqlite_error)
         return engine
@@ -196,11 +229,15 @@ def sqlite_error(message: str, database: str | None) -> Exception | None:
             where=where,
             fix="let that command finish (or stop it) and run this again; nothing was changed",
         )
-    if "disk is full" in text_ or "disk i/o error" in text_:
+    if "disk is full" in text_ or ("disk i/o error" in text_ and _no_space(database)):
+        from gpuseat.errors import disk_full
+
+        return disk_full(database or "the database")  # exit 2: the transaction was rolled back
+    if "disk i/o error" in text_:
         return StoreError(
-            "the disk is full (or failing): the change was not stored",
+            "the disk failed (an I/O error): nothing was changed",
             where=where,
-            fix="free space on that file system and run the command again; stored data is intact",
+            fix="check the disk (dmesg) and run the command again; stored data is intact",
         )
     if "readonly database" in text_ or "read-only" in text_ or _read_only(database):
         return StoreError(
@@ -213,6 +250,15 @@ def sqlite_error(message: str, database: str | None) -> Exception | None:
             "cannot open the database file", where=where, fix="check the path, its folder and the permissions"
         )
     return None
+
+
+def _no_space(database: str | None) -> bool:
+    """True when the file system of the database has (almost) no space left for this user."""
+    try:
+        st = os.statvfs(os.path.dirname(os.path.abspath(database or ".")))
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 64 * 1024
 
 
 def _read_only(database: str | None) -> bool:
