@@ -42,12 +42,10 @@ def lab(bare_lab: Lab) -> Lab:
     return bare_lab
 
 
-@pytest.fixture
-def hostcourse(lab: Lab, tmp_path: Path, cli: Callable[..., object]) -> tuple[Lab, str]:
-    """Course ``lab`` in a fresh SQLite file: ann, ben, cat, dan; four host seats from ``nvidia-smi -L``."""
+def make_course(lab: Lab, tmp_path: Path, cli: Callable[..., object], db: str) -> None:
+    """Course ``lab`` in ``db``: ann, ben, cat, dan; four host seats from ``nvidia-smi -L``."""
     import subprocess
 
-    db = f"sqlite:///{tmp_path / 'course.db'}"
     (tmp_path / "lab.toml").write_text(COURSE_TOML)
     for who in ("ann", "ben", "cat", "dan"):
         lab.person(who)
@@ -62,4 +60,23 @@ def hostcourse(lab: Lab, tmp_path: Path, cli: Callable[..., object]) -> tuple[La
     ):
         r = cli(*args, "--db", db)
         assert r.code == 0, (args, r.out, r.err)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def hostcourse(lab: Lab, tmp_path: Path, cli: Callable[..., object]) -> tuple[Lab, str]:
+    """Course ``lab`` in a fresh SQLite file: ann, ben, cat, dan; four host seats from ``nvidia-smi -L``."""
+    db = f"sqlite:///{tmp_path / 'course.db'}"
+    make_course(lab, tmp_path, cli, db)
+    return lab, db
+
+
+@pytest.fixture
+def pghostcourse(
+    lab: Lab, tmp_path: Path, cli: Callable[..., object], request: pytest.FixtureRequest
+) -> tuple[Lab, str]:
+    """The same course in a fresh PostgreSQL schema (GPUSEAT_TEST_PG_URL; required on CI)."""
+    from pg_schema import pg_schema_url
+
+    db = pg_schema_url(request)
+    make_course(lab, tmp_path, cli, db)
     return lab, db

@@ -72,9 +72,12 @@ def _alive_of(uid: int) -> bool:
     """True while a process of ``uid`` runs (zombies, which hold nothing, do not count)."""
     for p in Path("/proc").iterdir():
         try:
-            if p.name.isdigit() and p.stat().st_uid == uid:
-                if (p / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                    return True
+            if (
+                p.name.isdigit()
+                and p.stat().st_uid == uid
+                and (p / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+            ):
+                return True
         except OSError:
             continue
     return False
@@ -98,10 +101,11 @@ def _env(lab: Lab, who: str) -> str | None:
     return next((x.split("=", 1)[1] for x in done.stdout.splitlines() if x.startswith("CUDA_VISIBLE_DEVICES=")), "")
 
 
-@pytest.fixture
-def running(hostcourse: tuple[Lab, str], cli: Callable[..., Any], tmp_path: Path) -> Any:
-    """ann on MIG 0 and ben on MIG 1, the agent running, sshd started once the agent wrote its drop-in."""
-    lab, db = hostcourse
+@pytest.fixture(params=["sqlite", "postgresql"])
+def running(request: pytest.FixtureRequest, cli: Callable[..., Any], tmp_path: Path) -> Any:
+    """ann on MIG 0 and ben on MIG 1, the agent running, sshd started once the agent wrote its drop-in.
+    On SQLite the agent polls the events head; on PostgreSQL a NOTIFY wakes it."""
+    lab, db = request.getfixturevalue("hostcourse" if request.param == "sqlite" else "pghostcourse")
     _settings(cli, lab, db)
     by_uuid = _seat_of(cli, db)
     for who, uuid in (("ann", MIG[0]), ("ben", MIG[1])):
@@ -118,7 +122,7 @@ def running(hostcourse: tuple[Lab, str], cli: Callable[..., Any], tmp_path: Path
 
 
 def test_move_release_and_handover_with_no_organizer_command(running: Any, cli: Callable[..., Any]) -> None:
-    lab, db, by_uuid, agent = running
+    lab, db, by_uuid, _agent = running
     # ben leaves a process running, as a participant does
     assert lab.ssh("ben", "nohup sleep 600 >/dev/null 2>&1 &").returncode == 0
     ben_uid = int(lab.ssh("ann", f"id -u {lab.people['ben'].user}").stdout)

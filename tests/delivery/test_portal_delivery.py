@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gpuseat.core.readiness import Access, Readiness
 from gpuseat.services.accounts import Accounts
 from gpuseat.services.courses import open_store
-from gpuseat.core.readiness import Access, Readiness
 from portal.live import start
 
 from .conftest import COURSE_TOML
