@@ -244,7 +244,7 @@ def test_kill9_at_random_steps_converges_and_never_keys_the_wrong_person(
     public = {lab.people[p].user: lab.people[p].public_key.split()[1] for p in people}
 
     def keys_are_own() -> None:
-        for login, key in public.items():
+        for login in public:
             path = lab.keys_dir / login
             if path.exists():
                 text = path.read_text()
