@@ -2,7 +2,8 @@
 to take more than their own GPU on a real slurmctld + slurmd + munged (Debian's packages).
 
 The course is set up the documented way (``slurm config --record --conf-dir`` writes job_submit.lua
-before slurm.conf names it, then ``enroll`` and ``sessions``) from a real course store. Each bypass
+before slurm.conf names it, then ``enroll`` and ``sessions``, i.e. ``gpuseat apply --engine slurm``) from a
+real course store; a release and a move are then carried out by ``gpuseat apply`` alone. Each bypass
 that worked before the per-seat GRES types (issue 23) is run as the participant with ``srun``/
 ``sbatch``/``scontrol`` through ``runuser``; each must end with at most one GPU, and that one the
 participant's own (its global GRES index, which ``CUDA_VISIBLE_DEVICES`` carries without cgroups).
@@ -26,8 +27,10 @@ from pathlib import Path
 import pytest
 
 from gpuseat.cli import main
-from gpuseat.services import slurm as service
-from gpuseat.slurm.engine import Slurm
+from gpuseat.engines.runner import Runner
+from gpuseat.engines.slurm import config
+from gpuseat.engines.slurm import course as service
+from gpuseat.engines.slurm.adapter import Slurm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from slurm.cluster import Cluster, missing_binaries  # tests/slurm: the one cluster recipe
@@ -77,7 +80,7 @@ class Lab:
     setup_codes: dict[str, int]
 
     def as_user(self, who: str, cmd: str, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-        slurm = Slurm(conf=self.slurm.conf, timeout_s=120)
+        slurm = Slurm(Runner(), conf=self.slurm.conf, timeout_s=120)
         return slurm.run(cmd, list(args), as_user=USERS[who], check=check)
 
     def gpus(self, who: str, *args: str) -> tuple[int, list[str], str]:
@@ -163,22 +166,16 @@ def lab() -> Iterator[Lab]:
         cluster.write_config(
             (out / "gres.conf").read_text(),
             node_and_part + "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP\n",
-            # gpuseat's recommended backfill interval (slurm.conf.gpuseat): a job waiting for its own GPU
-            # in a session stops the main scheduler for that reservation until the next backfill pass
-            # the generated settings as merged (the cgroup plugins aside: this machine has no cgroup
-            # delegation, the test cluster keeps proctrack/linuxproc and task/none)
-            extra="".join(
-                (ln.replace("=", "=sched_interval=1,", 1) if ln.startswith("SchedulerParameters=") else ln) + "\n"
-                for ln in merged.splitlines()
-                if ln.startswith(("JobSubmitPlugins=", "SchedulerParameters=", "GresTypes=", "SelectType"))
-            ),
+            # the cluster takes gpuseat's scheduling settings (SchedulerParameters, SelectType, GresTypes)
+            # from the same generated file (tests/slurm/cluster.py); the plug-in line comes from the merge
+            extra="".join(ln + "\n" for ln in merged.splitlines() if ln.startswith("JobSubmitPlugins=")),
         )
         bin_dir = root / "bin"
         bin_dir.mkdir()
         (bin_dir / "nvidia-smi").write_text(NVIDIA_SMI)
         (bin_dir / "nvidia-smi").chmod(0o755)
         cluster.start()
-        slurm = Slurm(conf=cluster.conf)
+        slurm = Slurm(Runner(), conf=cluster.conf)
         codes["enroll"] = _gpuseat("slurm", "enroll", "--course", "conf", "--db", url, "--slurm-conf", cluster.conf)
         codes["sessions"] = _gpuseat("slurm", "sessions", "--course", "conf", "--db", url, "--slurm-conf", cluster.conf)
         (session,) = [n for n in slurm.reservations() if n.startswith("gpuseat-conf-")]
@@ -252,6 +249,11 @@ def test_bypass_hold_modify_release_keeps_one_gpu(lab: Lab) -> None:
 
 
 def test_bypass_four_jobs_at_once_never_makes_another_participant_wait(lab: Lab) -> None:
+    """On the scheduler settings gpuseat ships (slurm.conf.gpuseat, issue 38 item 17), not a faster
+    fixture's: a participant flooding the queue never keeps the next one from their GPU."""
+    shipped = next(ln for ln in config.cluster_settings().splitlines() if ln.startswith("SchedulerParameters="))
+    assert lab.slurm.config_value("SchedulerParameters") == shipped.split("=", 1)[1]
+    assert "sched_interval" not in lab.cluster.conf.read_text()
     out = lab.cluster.root / "out" / "many-%j.out"
     jobs = []
     try:
@@ -305,37 +307,122 @@ def test_status_flags_a_participant_whose_gpu_someone_else_holds(lab: Lab) -> No
         lab.slurm.run("scancel", [hog_id, *([mine] if mine else [])], check=False)
 
 
-def test_engine_probe_as_the_participant_and_revocation(lab: Lab) -> None:
-    """SlurmEngine: the probe runs srun as the participant (stand-in nvidia-smi on PATH) and judges
-    exactly one GPU, the seat's UUID; revoke takes the participant out; provision brings them back."""
-    from gpuseat.services.engine import load_engine
+def _people(lab: Lab) -> dict[str, str]:
+    """name → participant key."""
+    by_user = {p.unix_user: p.key for p in lab.store.participants("conf")}  # type: ignore[attr-defined]
+    return {n: by_user[USERS[n]] for n in NAMES}
 
-    engine = load_engine("slurm", lab.store, "conf", slurm_conf=str(lab.cluster.conf))  # type: ignore[arg-type]
+
+def _apply(lab: Lab) -> int:
+    return _gpuseat("apply", "--course", "conf", "--engine", "slurm", "--db", lab.url)
+
+
+def _plan_steps(lab: Lab) -> list[str]:
+    from gpuseat.engines.apply import plan_all
+
+    (planned,) = plan_all(lab.store, course="conf", engine="slurm", runner=Runner(dry_run=True))  # type: ignore[arg-type]
+    assert planned.error is None and planned.changes is not None, planned.error
+    return [f"{s.action} {s.target}" for s in planned.changes.steps]
+
+
+def test_engine_probe_as_the_participant_and_revocation(lab: Lab) -> None:
+    """SlurmEngine (from the registry): the probe runs srun as the participant (stand-in nvidia-smi on
+    PATH) and judges exactly one GPU, the seat's UUID; a release and ``gpuseat apply`` take bob out
+    (refused, the probe not ready, exclusivity holds); assigned again and applied, he is back."""
+    from gpuseat.engines import registry
+
+    engine = registry.build("slurm", lab.store, "conf", settings={"slurm_conf": str(lab.cluster.conf)})  # type: ignore[arg-type]
     seat = lab.store.get_seat("conf", SEATS["bob"])
     bob = next(p for p in lab.store.participants("conf") if p.unix_user == USERS["bob"])
     path = os.environ["PATH"]
     os.environ["PATH"] = f"{lab.cluster.root / 'bin'}:{path}"
     try:
-        seen = engine.probe(seat, bob)
+        seen = engine.probe(seat, bob)  # type: ignore[attr-defined]
     finally:
         os.environ["PATH"] = path
     assert seen.ready, seen
     assert seen.visible == (UUID.format(1),) and seen.engine == "slurm"
     access = engine.connect(seat)
     assert access is not None and access.kind == "slurm" and access.user == USERS["bob"]
-    assert f"--reservation={lab.session}" in (access.command or "")
+    assert f"--reservation={lab.session}" in (access.command or "") and access.holder == bob.key
 
-    engine.revoke(seat, bob)
+    lab.store.release("conf", participant=bob.key)  # type: ignore[attr-defined]
     try:
+        assert _apply(lab) == 0
         rc, seen_gpus, err = lab.gpus("bob", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
         assert rc != 0 and not seen_gpus
         assert "not enrolled in partition gpuseat-conf" in err or "Access denied" in err
-        after = engine.probe(seat, bob)
+        after = engine.probe(seat, bob)  # type: ignore[attr-defined]
         assert not after.ready and after.reason
+        assert engine.refused(bob) is None  # type: ignore[attr-defined]
+        assert engine.connect(lab.store.get_seat("conf", SEATS["bob"])) is None
     finally:
-        engine.provision(seat, bob)
+        lab.store.assign("conf", bob.key, SEATS["bob"])  # type: ignore[attr-defined]
+        assert _apply(lab) == 0
     rc, seen_gpus, err = lab.gpus("bob", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
     assert rc == 0 and seen_gpus == [INDEX["bob"]], err
+    assert _plan_steps(lab) == []
+
+
+def _long_job(lab: Lab, who: str) -> str:
+    sub = lab.as_user(
+        who, "sbatch", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1",
+        f"--output={lab.cluster.root / 'out' / 'long-%j.out'}", "--wrap", "sleep 300", check=True,
+    )  # fmt: skip
+    return sub.stdout.split()[-1]
+
+
+def test_release_and_move_are_carried_out_by_apply_alone(lab: Lab) -> None:
+    """Issue 37 from the participants' side: alice (seat-01) and carol (seat-03) each run a job; alice is
+    released and carol moved onto alice's seat, in the store only; then ``gpuseat apply`` and nothing
+    else. Alice's job and carol's job on her old seat are cancelled, alice's new ``srun`` with or
+    without the session reservation gets no GPU, carol is scheduled on seat-01 at once (not "Requested
+    nodes are busy"), the reservation's users are exactly the holders, and a second plan is empty."""
+    people = _people(lab)
+    jobs = {who: _long_job(lab, who) for who in ("alice", "carol")}
+    for job in jobs.values():
+        assert lab.wait_state(job, {"RUNNING"}) == "RUNNING"
+    lab.store.release("conf", participant=people["alice"])  # type: ignore[attr-defined]
+    lab.store.move("conf", people["carol"], SEATS["alice"])  # type: ignore[attr-defined]
+    try:
+        from gpuseat.engines.apply import one_pass
+
+        done = one_pass(lab.store, course="conf", engine="slurm", runner=Runner())  # type: ignore[arg-type]
+        assert not done.failed, done.failed
+        (report,) = done.reports
+        ran = [(o.step.action, o.step.target, o.step.phase) for o in report.outcomes if o.state == "done"]
+        cancels = [r for r in ran if r[0] == "jobs.cancel"]
+        assert sorted(t for _a, t, _p in cancels) == sorted([USERS["alice"], USERS["carol"]]), ran
+        last_revoke = max(i for i, r in enumerate(ran) if r[2] == "revoke")
+        assert all(r[2] != "grant" for r in ran[:last_revoke]), ran  # every revoke before any grant
+        scancel = [c for o in report.outcomes for c in o.commands if c.argv[0] == "scancel"]
+        assert {a for c in scancel for a in c.argv[1:]} >= set(jobs.values())
+        for job in jobs.values():  # gone before the new holder was let in: apply waited for them
+            assert re.search(r"JobState=(CANCELLED|COMPLETED)", lab.job(job)) or not lab.job(job), lab.job(job)
+        users = lab.slurm.reservations()[lab.session]["Users"].split(",")
+        assert sorted(users) == sorted([USERS["bob"], USERS["carol"]])
+        for args in (
+            ("-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:2"),
+            (f"--reservation={lab.session}", "--gres=gpu:1"),
+            ("-p", "gpuseat-conf", "--gres=gpu:1"),
+            ("-p", "debug", "--gres=gpu:1", "--immediate=5"),
+        ):
+            rc, seen, err = lab.gpus("alice", *args)
+            assert rc != 0 and not seen, (args, seen, err)
+        rc, seen, err = lab.gpus("carol", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
+        assert rc == 0 and seen == [INDEX["alice"]], err  # seat-01's GPU, at once
+        assert "busy" not in err
+        assert _plan_steps(lab) == []
+        access = lab.store.access_of("conf")  # type: ignore[attr-defined]
+        assert access[SEATS["alice"]]["user"] == USERS["carol"] and access[SEATS["alice"]]["holder"] == people["carol"]
+        assert not access[SEATS["carol"]].get("holder")
+    finally:
+        lab.slurm.run("scancel", list(jobs.values()), check=False)
+        lab.store.move("conf", people["carol"], SEATS["carol"])  # type: ignore[attr-defined]
+        lab.store.assign("conf", people["alice"], SEATS["alice"])  # type: ignore[attr-defined]
+        assert _apply(lab) == 0
+    rc, seen, err = lab.gpus("alice", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
+    assert rc == 0 and seen == [INDEX["alice"]], err
 
 
 def test_bypass_whole_node_jobs_get_no_other_gpu(lab: Lab) -> None:
