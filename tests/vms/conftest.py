@@ -29,7 +29,7 @@ SSH_KEYS = Path(__file__).resolve().parent / "keys"
 @pytest.fixture
 def test_host():
     """A private, empty libvirt test-driver host (one network, one pool), closed after the test."""
-    from gpuseat.vms.libvirt_host import LibvirtHost
+    from gpuseat.engines.libvirt.libvirt_host import LibvirtHost
 
     host = LibvirtHost(f"test://{NODE_XML}")
     yield host

@@ -128,3 +128,35 @@ def libvirtd() -> Iterator[tuple[str, Path]]:
             if started_logd:
                 _stop(work / "virtlogd.pid")
             shutil.rmtree(work, ignore_errors=True)
+
+
+@contextmanager
+def private_network(uri: str) -> Iterator[str]:
+    """A transient NAT-less libvirt network of its own (name, bridge, /24 with DHCP), destroyed after."""
+    import secrets
+
+    import libvirt
+
+    conn = libvirt.open(uri)
+    token = secrets.token_hex(4)
+    net = None
+    try:
+        for _ in range(8):  # a /24 another interface already uses: libvirt refuses it, try another
+            a, b = 100 + secrets.randbelow(100), secrets.randbelow(250)
+            xml = (
+                f"<network><name>gpuseat-tnet-{token}</name><bridge name='gst{token}' stp='off' delay='0'/>"
+                f"<ip address='10.{a}.{b}.1' netmask='255.255.255.0'>"
+                f"<dhcp><range start='10.{a}.{b}.10' end='10.{a}.{b}.200'/></dhcp></ip></network>"
+            )
+            try:
+                net = conn.networkCreateXML(xml)
+                break
+            except libvirt.libvirtError as exc:
+                if "in use" not in str(exc):
+                    raise
+        assert net is not None, "no free /24 for the test network"
+        yield net.name()
+    finally:
+        if net is not None:
+            net.destroy()
+        conn.close()

@@ -56,6 +56,52 @@ echo "MARKER up hostname=$host user=$user keys=$(wc -l < /home/$user/.ssh/author
 while :; do sleep 3600; done
 """.replace("MODULES", " ".join(NET_MODULES)).replace("MARKER", MARKER)
 
+# The hand-over guest: like INIT, but its accounts live on the VM's disk (/dev/vda, the first 4 KiB as
+# text lines ``AUTH <user> <key type> <key>``), as a cloud image's do: at each boot the seed's user and
+# keys are *added* to the accounts already on the disk (cloud-init never removes a former user), every
+# account on the disk gets its keys, and the guest prints which users the disk held before this boot.
+DISK_MODULES = (*NET_MODULES, "virtio_blk")
+DISK_INIT = r"""#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+for m in MODULES; do insmod /lib/modules/$m.ko; done
+i=0
+while { [ ! -b /dev/sr0 ] || [ ! -b /dev/vda ] || [ ! -e /sys/class/net/eth0 ]; } && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+mount -t iso9660 -o ro /dev/sr0 /mnt || echo "MARKER-ERROR no cidata CD-ROM"
+[ -b /dev/vda ] || echo "MARKER-ERROR no disk"
+host=$(awk '/^local-hostname:/ {print $2}' /mnt/meta-data)
+user=$(awk '/^- name:/ {print $3; exit}' /mnt/user-data)
+hostname "$host"
+dd if=/dev/vda bs=4096 count=1 2>/dev/null | tr -d '\000' | grep '^AUTH ' > /tmp/auth
+before=$(awk '{print $2}' /tmp/auth | sort -u | paste -sd, -)
+awk '/^  ssh_authorized_keys:/ {on=1; next} on && /^  - / {print $2, $3; next} on {exit}' /mnt/user-data > /tmp/seed
+while read t k; do grep -q " $k\$" /tmp/auth || echo "AUTH $user $t $k" >> /tmp/auth; done < /tmp/seed
+dd if=/tmp/auth of=/dev/vda bs=4096 count=1 conv=sync,notrunc 2>/dev/null
+sync
+uid=1000
+for u in $(awk '{print $2}' /tmp/auth | sort -u); do
+  echo "$u:*:$uid:$uid::/home/$u:/bin/sh" >> /etc/passwd
+  echo "$u:x:$uid:" >> /etc/group
+  mkdir -p "/home/$u/.ssh"
+  awk -v u="$u" '$2 == u {print $3, $4}' /tmp/auth > "/home/$u/.ssh/authorized_keys"
+  chmod 700 "/home/$u/.ssh"
+  chmod 600 "/home/$u/.ssh/authorized_keys"
+  chown -R $uid:$uid "/home/$u"
+  uid=$((uid+1))
+done
+grep "^$host " /etc/gpuseat-gpus | cut -d' ' -f2- | tr ' ' '\n' | grep . > /run/gpus
+ip link set lo up
+ip link set eth0 up
+udhcpc -i eth0 -s /etc/udhcpc.sh -t 30 -T 2 -n -q >/dev/null 2>&1 || echo "MARKER-ERROR no DHCP lease"
+mkdir -p /run/sshd
+chmod 755 /run/sshd
+/usr/sbin/sshd -D -e -f /etc/ssh/sshd_config &
+echo "MARKER up hostname=$host user=$user disk=$before accounts=$(awk '{print $2}' /tmp/auth | sort -u | paste -sd, -)"
+while :; do sleep 3600; done
+""".replace("MODULES", " ".join(DISK_MODULES)).replace("MARKER", MARKER)
+
 UDHCPC = """#!/bin/sh
 case "$1" in bound|renew) ip addr flush dev "$interface"; ip addr add "$ip/$mask" dev "$interface" ;; esac
 """
@@ -91,8 +137,9 @@ def _libraries(binary: str) -> list[Path]:
     return found
 
 
-def build(out: Path, gpus: Mapping[str, Sequence[str]]) -> Path:
-    """The initramfs (gzipped newc cpio) of the SSH guest; ``gpus``: seat key → UUIDs its stand-in lists."""
+def build(out: Path, gpus: Mapping[str, Sequence[str]], *, disk: bool = False) -> Path:
+    """The initramfs (gzipped newc cpio) of the SSH guest; ``gpus``: seat key → UUIDs its stand-in lists;
+    ``disk``: the hand-over guest whose accounts live on the VM's disk (``DISK_INIT``)."""
     sshd = require_tool("sshd")
     keygen = require_tool("ssh-keygen")
     hostkey = out.parent / f"{out.name}-hostkey"
@@ -112,4 +159,5 @@ def build(out: Path, gpus: Mapping[str, Sequence[str]]) -> Path:
         "/root/.keep": "",
     }
     files.update({str(lib): lib for lib in _libraries(sshd)})
-    return build_initramfs(out, init_text=INIT, modules=NET_MODULES, files=files)
+    init, modules = (DISK_INIT, DISK_MODULES) if disk else (INIT, NET_MODULES)
+    return build_initramfs(out, init_text=init, modules=modules, files=files)

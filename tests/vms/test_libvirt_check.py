@@ -18,11 +18,7 @@ import time
 import libvirt
 import pytest
 
-from gpuseat.catalog.bundle import load_catalog
 from gpuseat.cli import main
-from gpuseat.render.libvirt import DirectBoot
-from gpuseat.services import vms
-from gpuseat.services.carving import carve_inventory
 from gpuseat.services.courses import open_store
 
 from . import guest, ssh_guest
@@ -152,19 +148,16 @@ def test_seats_check_logs_in_to_each_vm_as_its_participant(daemon, network, tmp_
     console = work / f"console-{token}"
     console.mkdir()
     initrd = ssh_guest.build(boot / "initrd.gz", {"seat-01": [UUIDS[0]], "seat-02": [UUIDS[1], UUIDS[0]]})
-    lay = carve_inventory(inventory, load_catalog(), mode="passthrough")
-    options = vms.VmOptions(
-        connect=uri, network=network, gpu=False, virt_type="qemu", vcpus=1, memory_mib=384,
-        pool=pool, pool_dir=str(work / f"pool-{token}"), serial_dir=str(console),
-        probe_keys=(probe_key.with_suffix(".pub").read_text().strip(),),
-        boot=DirectBoot(str(guest.kernel(boot)), str(initrd), "console=ttyS0 quiet loglevel=3 panic=-1"),
-    )  # fmt: skip
+    cli("engines", "settings", "libvirt", f"connect={uri}", f"network={network}", "gpu=no", "virt_type=qemu",
+        "vcpus=1", "memory_mib=384", f"pool={pool}", f"pool_dir={work / f'pool-{token}'}",
+        f"serial_dir={console}", f"inventory={inventory}", f"probe_key={probe_key}", "address_wait=300",
+        f"boot_kernel={guest.kernel(boot)}", f"boot_initrd={initrd}",
+        "boot_cmdline=console=ttyS0 quiet loglevel=3 panic=-1")  # fmt: skip
     try:
-        with open_store(db) as store:
-            report = vms.up(store, course, lay, options)
-        assert [r.action for r in report.seats] == ["defined+started"] * 2, report
+        out = cli("apply", "--course", course)
+        assert out.count("+ domain.create") == 2 and ", 0 failed" in out, out
 
-        logs = {r.seat: console / f"{r.domain}.log" for r in report.seats}
+        logs = {s: console / f"gpuseat-{course}-{s}.log" for s in ("seat-01", "seat-02")}
 
         def booted() -> bool:
             text = {k: p.read_text(errors="replace") if p.exists() else "" for k, p in logs.items()}
@@ -180,14 +173,9 @@ def test_seats_check_logs_in_to_each_vm_as_its_participant(daemon, network, tmp_
             line = next(ln for ln in logs[seat].read_text().splitlines() if ln.startswith(f"{ssh_guest.MARKER} up"))
             assert f" user={who} keys=2 " in line, line  # the participant's key and the probe key, from the seed
 
-        def addresses() -> dict[str, str] | None:
-            with open_store(db) as store:
-                logins = vms.course_logins(store, course)
-            seen = {r.seat: r.connect for r in vms.status_seats(course, uri, logins).seats}
-            return seen if all(seen.values()) else None
-
-        connect = _poll("both VMs' DHCP leases", WAIT_S, addresses, tails)
-        assert connect["seat-01"].startswith("ssh alice@10.") and connect["seat-02"].startswith("ssh bob@10.")
+        with open_store(db) as store:  # apply waited for the DHCP leases and recorded each holder's way in
+            connect = {s.key: s.connect for s in store.seats(course)}
+        assert connect["seat-01"].startswith("ssh alice@10.") and connect["seat-02"].startswith("ssh bob@10."), connect
         for c in connect.values():
             _poll(f"sshd at {c}", WAIT_S, lambda c=c: _sshd_answers(c.rsplit("@", 1)[1]), tails)
 
@@ -219,7 +207,7 @@ def test_seats_check_logs_in_to_each_vm_as_its_participant(daemon, network, tmp_
         # a stopped VM: nothing to log in to, and the reason says so
         conn = libvirt.open(uri)
         try:
-            conn.lookupByName(vms.domain_name(course, "seat-01")).destroy()
+            conn.lookupByName(f"gpuseat-{course}-seat-01").destroy()
         finally:
             conn.close()
         out = cli("seats", "check", "--course", course, "--seat", "seat-01", *flags, "--format", "json", code=3)

@@ -19,13 +19,15 @@ from pathlib import Path
 import libvirt
 import pytest
 
+from gpuseat.engines import registry
+from gpuseat.engines.apply import course_state
+from gpuseat.engines.libvirt.libvirt_host import LibvirtHost
+from gpuseat.engines.runner import Runner
 from gpuseat.errors import EngineError
-from gpuseat.render.libvirt import DirectBoot
-from gpuseat.services.vms import VmOptions, VmSeat, down_seats, up_seats
-from gpuseat.vms.libvirt_host import LibvirtHost
+from gpuseat.services.courses import open_store
 
 from . import guest
-from .conftest import SSH_KEYS, layout, public_key, require_tool
+from .conftest import EXAMPLES, SSH_KEYS, public_key, require_tool
 from .libvirtd import libvirtd, remove_pools
 
 pytestmark = pytest.mark.slow
@@ -60,60 +62,76 @@ def host(daemon):
     remove_pools(uri, "gpuseat-t")  # no pool (and no autostart link) outlives the test
 
 
-def options(work: Path, **kw) -> VmOptions:
-    base = dict(
-        connect="real",
-        network=None,
-        vcpus=1,
-        memory_mib=256,
-        pool=f"gpuseat-t{work.name[-8:].lower()}",
-        pool_dir=str(work / "pool"),
-        disk_gb=1,
+@pytest.fixture
+def store(tmp_path):
+    """A course per test (its key is the test's token): alice and bob hold the M60 server's first two seats."""
+    s = open_store(f"sqlite:///{tmp_path / 'course.db'}", create=True)
+    roster = tmp_path / "roster.csv"
+    roster.write_text(
+        "name,email,group,unix_user,ssh_key\n"
+        + "".join(f"{n},{n}@example.edu,participants,{n},{public_key(n)}\n" for n in ("alice", "bob"))
     )
-    base["pool"] = re.sub(r"[^a-z0-9-]", "x", base["pool"])
-    return VmOptions(**{**base, **kw})
+    yield s, roster
+    s.close()
 
 
-def seats(lay, people=("alice", "bob")):
-    return [VmSeat(s.name, s, who, who, (public_key(who),)) for s, who in zip(lay.slices, people, strict=False)]
+def engine(store, host, work: Path, course: str, *, holders=("alice",), **settings):
+    """The libvirt engine for ``course`` on the real daemon (``holders`` hold seat-01, seat-02 …)."""
+    s, roster = store
+    s.create_course(EXAMPLES / "course-2016.toml", key=course)
+    s.import_roster(course, roster)
+    s.add_seats(course, [{"key": f"seat-0{i}", "kind": "gpu", "engine": "libvirt"} for i in (1, 2, 3, 4)])
+    for i, who in enumerate(holders, start=1):
+        s.assign(course, who, f"seat-0{i}")
+    values = {"connect": host.uri, "inventory": str(EXAMPLES / "ibm-2xM60.toml"), "network": "none", "vcpus": 1,
+              "memory_mib": 256, "pool": f"gpuseat-t{course}", "pool_dir": str(work / f"pool-{course}"), "disk_gb": 1,
+              **settings}  # fmt: skip
+    eng = registry.build("libvirt", s, course, settings=values, runner=Runner())
+    eng.use(host)  # type: ignore[attr-defined]
+    return eng
 
 
-def test_define_succeeds_and_a_passthrough_start_fails_with_one_clear_message(host, daemon):
+def test_define_succeeds_and_a_passthrough_start_fails_with_one_clear_message(host, daemon, store):
     _, work = daemon
-    lay = layout("ibm-2xM60.toml", mode="passthrough")
-    report = up_seats("vfio", lay, seats(lay)[:1], options(work, preflight=False), host)
-    (result,) = report.seats
-    assert result.action == "failed"
-    assert result.state == "shut off"  # defined: libvirt accepted (and validated) the domain
-    message = result.detail
+    eng = engine(store, host, work, "vfio", preflight=False)
+    changes = eng.plan(course_state(eng.store, "vfio"))
+    report = eng.apply(changes)
+    (failed,) = report.failed
+    assert failed.step.action == "domain.create" and failed.exit_code == 1
+    message = failed.message
     assert message.startswith("seat seat-01 on qemu:///system")
     assert "libvirt failed starting the VM" in message
     assert re.search(r"host doesn't support (VFIO PCI passthrough|passthrough of host PCI devices)", message)
     assert "To fix:" in message and "gpuseat doctor --for passthrough" in message
     assert "\n" not in message.split("\nTo fix: ")[0]  # what went wrong is one line
+    skipped = [o for o in report.outcomes if o.state == "skipped"]
+    assert [o.step.action for o in skipped] == ["seat.record"]  # a failed grant blocks the seat's record
     dom = host.lookup("gpuseat-vfio-seat-01")
+    assert host.state(dom) == "shut off"  # defined: libvirt accepted (and validated) the domain
     xml = ET.fromstring(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
     assert xml.find("devices/hostdev/source/address").get("bus") == "0x86"
 
 
-def test_preflight_stops_before_defining_anything(host, daemon, tmp_path):
+def test_preflight_stops_before_defining_anything(host, daemon, store, tmp_path):
     _, work = daemon
     trees = _doctor_trees()
     broken = trees.replace(trees.HEALTHY_VFIO, cmdline="BOOT_IMAGE=/vmlinuz ro quiet", iommu_units=(), groups={})
     root = trees.write_host(tmp_path / "broken", broken)
-    lay = layout("ibm-2xM60.toml", mode="passthrough")
+    eng = engine(store, host, work, "pre", holders=("alice", "bob"), doctor_root=str(root))
     with pytest.raises(EngineError) as exc:
-        up_seats("pre", lay, seats(lay), options(work, doctor_root=root), host)
+        eng.plan(course_state(eng.store, "pre"))
     text = exc.value.message
     assert "nothing was defined" in text and "iommu" in text.lower() and "intel_iommu=on" in text
     assert host.lookup("gpuseat-pre-seat-01") is None
     ready = trees.write_host(tmp_path / "ready", trees.HEALTHY_VFIO)
-    report = up_seats("pre", lay, seats(lay)[:1], options(work, doctor_root=ready, start=False), host)
-    assert report.seats[0].action == "defined"
-    assert {c["status"] for c in report.preflight} <= {"ok", "warn", "skip"}
+    eng.settings = eng.settings.model_copy(update={"doctor_root": str(ready), "start": False})
+    eng.__dict__.pop("options", None)  # settings changed: the options again
+    report = eng.apply(eng.plan(course_state(eng.store, "pre")))
+    assert [o.step.action for o in report.done] == ["domain.create", "domain.create", "seat.record", "seat.record"]
+    assert host.state(host.lookup("gpuseat-pre-seat-01")) == "shut off"
 
 
-def test_two_seats_boot_under_tcg_and_print_their_hostname_and_key(host, daemon):
+def test_two_seats_boot_under_tcg_and_print_their_hostname_and_key(host, daemon, store):
     _, work = daemon
     boot_dir = work / "boot"
     boot_dir.mkdir()
@@ -122,32 +140,25 @@ def test_two_seats_boot_under_tcg_and_print_their_hostname_and_key(host, daemon)
     console.mkdir()
     base = work / "base.qcow2"
     subprocess.run([require_tool("qemu-img"), "create", "-q", "-f", "qcow2", str(base), "1G"], check=True)
-    lay = layout("ibm-2xM60.toml", mode="passthrough")
-    opts = options(
-        work,
-        gpu=False,
-        virt_type="qemu",
-        serial_dir=str(console),
-        image=str(base),
-        boot=DirectBoot(str(guest.kernel(boot_dir)), str(initrd), "console=ttyS0 quiet loglevel=3 panic=-1"),
-    )
-    report = up_seats("boot", lay, seats(lay), opts, host)
-    assert [r.action for r in report.seats] == ["defined+started", "defined+started"], report
-    assert not any("cannot upload" in n for n in report.notes)  # the real daemon received the seeds
+    eng = engine(store, host, work, "boot", holders=("alice", "bob"), gpu=False, virt_type="qemu",
+                 serial_dir=str(console), image=str(base), boot_kernel=str(guest.kernel(boot_dir)),
+                 boot_initrd=str(initrd), boot_cmdline="console=ttyS0 quiet loglevel=3 panic=-1")  # fmt: skip
+    changes = eng.plan(course_state(eng.store, "boot"))
+    report = eng.apply(changes)
+    assert not report.failed and not any("cannot upload" in (o.message or "") for o in report.outcomes)
+    names = ("gpuseat-boot-seat-01", "gpuseat-boot-seat-02")
+    doms = [host.lookup(n) for n in names]
     # each VM's disk is a real qcow2 overlay on the base image
+    disk = ET.fromstring(doms[0].XMLDesc(0)).find("devices/disk[@device='disk']/source").get("file")
     info = subprocess.run(
-        [require_tool("qemu-img"), "info", "-U", "--output=json", report.seats[0].disk],
-        capture_output=True,
-        text=True,
-        check=True,
+        [require_tool("qemu-img"), "info", "-U", "--output=json", disk], capture_output=True, text=True, check=True
     ).stdout
     assert str(base) in info
-    doms = [host.lookup(r.domain) for r in report.seats]
     deadline = time.monotonic() + 240
     while any(d.isActive() for d in doms) and time.monotonic() < deadline:
         time.sleep(0.5)
-    for who, r in zip(("alice", "bob"), report.seats, strict=True):
-        log = (console / f"{r.domain}.log").read_text(errors="replace")
+    for who, seat, name in zip(("alice", "bob"), ("seat-01", "seat-02"), names, strict=True):
+        log = (console / f"{name}.log").read_text(errors="replace")
         line = next((ln for ln in log.splitlines() if ln.startswith(guest.MARKER)), None)
         assert line is not None, log[-2000:]
         want = subprocess.run(
@@ -156,6 +167,15 @@ def test_two_seats_boot_under_tcg_and_print_their_hostname_and_key(host, daemon)
             text=True,
             check=True,
         ).stdout.split()[1]
-        assert line == f"{guest.MARKER} label=cidata hostname={r.seat} fingerprint={want}"
-    down = down_seats("boot", "real", delete_disks=True, pool_name=opts.pool, host=host)
-    assert all("disk deleted" in r.detail for r in down.seats)
+        assert line == f"{guest.MARKER} label=cidata hostname={seat} fingerprint={want}"
+    # the VMs powered themselves off: the next apply starts each holder's VM again (level-triggered)
+    again = eng.plan(course_state(eng.store, "boot"))
+    assert {(s.action, s.target) for s in again.steps if s.phase == "grant"} == {("domain.start", n) for n in names}
+    # the course is deleted: domains, disks and seeds go
+    from dataclasses import replace
+
+    gone = eng.plan(replace(course_state(eng.store, "boot"), course=None))
+    assert {s.action for s in gone.steps} == {"domain.remove"}
+    assert not eng.apply(gone).failed
+    assert all(host.lookup(n) is None for n in names)
+    assert list((work / "pool-boot").iterdir()) == []

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuseat.engines.libvirt import names
+from gpuseat.engines.libvirt.domain import drift, owner
+from gpuseat.engines.libvirt.libvirt_host import libvirt_fix
+from gpuseat.engines.libvirt.machine import VmOptions, VmSeat, connect_string, domain_name, preflight_targets
 from gpuseat.errors import InputError
-from gpuseat.services.vms import VmOptions, VmSeat, connect_string, domain_name, preflight_targets
-from gpuseat.vms import names
-from gpuseat.vms.domain import drift, owner
-from gpuseat.vms.libvirt_host import libvirt_fix
 
 from .conftest import layout
 

@@ -11,9 +11,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuseat.engines.libvirt.machine import VmOptions, VmSeat, guest
+from gpuseat.engines.libvirt.seed import Guest, fingerprint, meta_data, seed_iso, user_data
 from gpuseat.errors import InputError
-from gpuseat.services.vms import VmOptions, VmSeat, guest
-from gpuseat.vms.seed import Guest, fingerprint, meta_data, seed_iso, user_data
 
 from .conftest import SSH_KEYS, layout, public_key, require_tool
 

@@ -1,20 +1,22 @@
-"""CLI for ``gpuseat vms up|down|status``: parse flags, call :mod:`gpuseat.services.vms`, print."""
+"""CLI for ``gpuseat vms up|down|status``: the libvirt engine, one VM per seat.
+
+``up`` is ``gpuseat apply --engine libvirt``: its flags are stored as the course's libvirt settings
+first (so ``apply`` and the agent use them too), then the host is made to match the course. ``down``
+takes every holder's VM away (stopped, seeds with their logins deleted; disks kept). ``status`` reads
+libvirt and the store and changes nothing.
+"""
 
 from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_table, stderr_console
+from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, print_rows
+from gpuseat.cli.course import COURSE, DB, actor
 
-if TYPE_CHECKING:
-    from gpuseat.core.carve import Layout
-    from gpuseat.services.vms import VmReport
-
-vms_app = typer.Typer(help="Seats as VMs through libvirt: define, start, stop and list one VM per seat.",
+vms_app = typer.Typer(help="Seats as VMs through libvirt (the libvirt engine): one VM per seat holder.",
                       no_args_is_help=True)  # fmt: skip
 
 
@@ -32,55 +34,25 @@ class VirtType(StrEnum):
     qemu = "qemu"
 
 
-COURSE = typer.Option(None, "--course", help="Course key (default: the only course).")
-CONNECT = typer.Option("qemu:///system", "--connect", "-c", help="libvirt URI, e.g. qemu+ssh://root@host/system.")
-DB = typer.Option(None, "--db", help="Course database URL (default: GPUSEAT_DB_URL or the data dir).")
-INVENTORY = typer.Option(None, "--inventory", help="The server inventory TOML the seats were added from.")
-MODE = typer.Option(VmMode.passthrough, "--mode", help="The carve mode the seats were added with.")
-COLUMNS = ["seat", "domain", "participant", "action", "state", "connect", "detail"]
-TABLE_COLUMNS = ["seat", "participant", "action", "state", "connect", "detail"]  # domain: in the title
-
-
-def _layout(inventory: Path | None, mode: VmMode) -> Layout | None:
-    """The carve layout of the server (the same carve call ``seats add --inventory`` makes)."""
-    if inventory is None:
-        return None
-    from gpuseat.catalog.bundle import load_catalog
-    from gpuseat.services.carving import carve_inventory
-
-    return carve_inventory(inventory, load_catalog(), mode=mode.value)
-
-
-def _print(report: VmReport, fmt: Format, title: str) -> None:
-    if fmt is Format.json:
-        print_json(report.to_dict())
-        return
-    rows = [r.to_dict() for r in report.seats]
-    if fmt is Format.csv:
-        print_csv(rows, COLUMNS)
-        return
-    err = stderr_console()
-    for note in report.notes:
-        err.print(f"note: {note}", markup=False, highlight=False)
-    title = f"{title} · course {report.course} (domains gpuseat-{report.course}-SEAT) · {report.connect}"
-    print_table(rows, TABLE_COLUMNS, title=title)
+CONNECT = typer.Option(None, "--connect", "-c", help="libvirt URI, e.g. qemu+ssh://root@host/system.")
+STATUS_COLUMNS = ("seat", "participant", "domain", "state", "vm_for", "connect")
 
 
 @vms_app.command("up")
 def up(
     course: str | None = COURSE,
-    connect: str = CONNECT,
+    connect: str | None = CONNECT,
     image: str | None = typer.Option(None, "--image", help="Base image on the libvirt host (qcow2 cloud image)."),
-    image_format: str = typer.Option("qcow2", "--image-format", help="Format of --image: qcow2 or raw."),
-    inventory: Path | None = INVENTORY,
-    mode: VmMode = MODE,
-    vcpus: int = typer.Option(4, "--vcpus", help="vCPUs per VM."),
-    memory_mib: int = typer.Option(16384, "--memory-mib", help="Memory per VM, MiB."),
-    disk_gb: int = typer.Option(40, "--disk-gb", help="Size of each VM's disk (overlay), GB."),
-    pool: str = typer.Option("gpuseat", "--pool", help="libvirt storage pool for disks and seeds."),
-    pool_dir: str = typer.Option("/var/lib/libvirt/images/gpuseat", "--pool-dir", help="Folder of a new --pool."),
-    network: str = typer.Option("default", "--network", help="libvirt network of the VMs' NIC."),
-    virt_type: VirtType = typer.Option(VirtType.kvm, "--virt-type", help="kvm, or qemu (TCG: no KVM, slow)."),
+    image_format: str | None = typer.Option(None, "--image-format", help="Format of --image: qcow2 or raw."),
+    inventory: Path | None = typer.Option(None, "--inventory", help="The server inventory the seats came from."),
+    mode: VmMode | None = typer.Option(None, "--mode", help="The carve mode the seats were added with."),
+    vcpus: int | None = typer.Option(None, "--vcpus", help="vCPUs per VM (default 4)."),
+    memory_mib: int | None = typer.Option(None, "--memory-mib", help="Memory per VM, MiB (default 16384)."),
+    disk_gb: int | None = typer.Option(None, "--disk-gb", help="Size of each holder's overlay, GB (default 40)."),
+    pool: str | None = typer.Option(None, "--pool", help="libvirt storage pool for disks and seeds."),
+    pool_dir: str | None = typer.Option(None, "--pool-dir", help="Folder of a new --pool."),
+    network: str | None = typer.Option(None, "--network", help="libvirt network of the VMs' NIC ('none': no NIC)."),
+    virt_type: VirtType | None = typer.Option(None, "--virt-type", help="kvm, or qemu (TCG: no KVM, slow)."),
     no_gpu: bool = typer.Option(False, "--no-gpu", help="Define the VMs without their GPUs (try the image first)."),
     no_start: bool = typer.Option(False, "--no-start", help="Define only; do not start the VMs."),
     doctor_root: Path | None = typer.Option(
@@ -93,59 +65,99 @@ def up(
     db: str | None = DB,
     fmt: Format = FORMAT_OPTION,
 ) -> None:
-    """Define and start one VM per seat (idempotent: re-running fixes drift and changes nothing else)."""
-    from gpuseat.services import vms
-    from gpuseat.services.courses import open_store
-    from gpuseat.services.vms_engine import probe_public_key
+    """Same as ``gpuseat apply --engine libvirt``: the flags are stored as the course's libvirt settings
+    first, then each holder's VM is made, handed over or stopped to match the course."""
+    from gpuseat.engines.libvirt.engine import probe_public_key
 
-    probe_keys = (probe_public_key(probe_key, where="--probe-key"),) if probe_key is not None else ()
-    options = vms.VmOptions(
-        connect=connect, image=image, image_format=image_format, disk_gb=disk_gb, pool=pool, pool_dir=pool_dir,
-        network=network, vcpus=vcpus, memory_mib=memory_mib, virt_type=virt_type.value, gpu=not no_gpu,
-        start=not no_start, doctor_root=doctor_root, preflight=not skip_doctor, probe_keys=probe_keys,
-    )  # fmt: skip
-    layout = _layout(inventory, mode)
-    with open_store(db) as store:
-        report = vms.up(store, course, layout, options)
-    _print(report, fmt, "vms up")
-    raise typer.Exit(1 if report.failed else 0)
+    if probe_key is not None:
+        probe_public_key(probe_key.absolute(), where="--probe-key")
+    given = {
+        "connect": connect, "image": image, "image_format": image_format, "pool": pool, "pool_dir": pool_dir,
+        "network": network, "vcpus": vcpus, "memory_mib": memory_mib, "disk_gb": disk_gb,
+        "inventory": str(inventory.absolute()) if inventory else None, "mode": mode.value if mode else None,
+        "virt_type": virt_type.value if virt_type else None,
+        "doctor_root": str(doctor_root.absolute()) if doctor_root else None,
+        "probe_key": str(probe_key.absolute()) if probe_key else None,
+        "gpu": False if no_gpu else None, "start": False if no_start else None,
+        "preflight": False if skip_doctor else None,
+    }  # fmt: skip
+    _apply(course, db, fmt, {k: v for k, v in given.items() if v is not None}, revoke_all=False, where="gpuseat vms up")
 
 
 @vms_app.command("down")
-def down(
-    course: str | None = COURSE,
-    connect: str = CONNECT,
-    delete_disks: bool = typer.Option(False, "--delete-disks", help="Also delete the VMs' disks (their work)."),
-    pool: str = typer.Option("gpuseat", "--pool", help="libvirt storage pool of the disks and seeds."),
-    db: str | None = DB,
-    fmt: Format = FORMAT_OPTION,
-) -> None:
-    """Stop and remove the course's VMs (only gpuseat's) and their seeds; disks stay unless --delete-disks.
+def down(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
+    """Course end on this libvirt host: every VM stops and the seeds with the holders' logins are deleted.
 
-    ``--delete-disks`` also finds the disks a plain ``down`` kept, from the course's seats in the store.
+    Disks (the participants' work) stay; ``gpuseat course delete`` removes the domains and disks.
     """
-    from gpuseat.services import vms
-    from gpuseat.services.courses import open_store
-
-    with open_store(db) as store:
-        report = vms.down(store, course, connect, delete_disks=delete_disks, pool=pool)
-    _print(report, fmt, "vms down")
+    _apply(course, db, fmt, {}, revoke_all=True, where="gpuseat vms down")
 
 
 @vms_app.command("status")
-def status(
-    course: str | None = COURSE,
-    connect: str = CONNECT,
-    db: str | None = DB,
-    fmt: Format = FORMAT_OPTION,
-) -> None:
-    """Each seat's VM, its state, participant and how to connect (recorded in the course store)."""
-    from gpuseat.services import vms
+def status(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
+    """Each libvirt seat: its holder, its VM's state and whose login the VM carries, and the stored
+    way in (shown only when it was made for the holder). Reads libvirt and the store; changes nothing."""
+    from gpuseat.engines import registry
+    from gpuseat.engines.apply import course_state, settings_for
+    from gpuseat.engines.libvirt import machine
+    from gpuseat.engines.runner import Runner
     from gpuseat.services.courses import open_store
 
-    with open_store(db) as store:
-        report = vms.status(store, course, connect)
-    _print(report, fmt, "vms status")
+    with open_store(db, create=False) as store:
+        key = store.get_course(course).key
+        engine = registry.build("libvirt", store, key, settings=settings_for(store, key, "libvirt", None),
+                                runner=Runner())  # fmt: skip
+        state = course_state(store, key)
+        running = {h.seat: h for h in engine.observe(state)}
+        lv = engine.libvirt  # type: ignore[attr-defined]
+        rows = []
+        for seat in (s for s in state.seats if s.engine == "libvirt"):
+            here = machine.read_seat(lv, None, key, seat.key)
+            way = engine.connect(seat)
+            rows.append(
+                {
+                    "seat": seat.key,
+                    "participant": seat.participant,
+                    "domain": here.domain,
+                    "state": here.state,
+                    "vm_for": running[seat.key].participant if seat.key in running else here.participant,
+                    "connect": (way.command if way else None) or "",
+                }
+            )
+    if fmt is Format.json:
+        print_json({"course": key, "connect": lv.uri, "seats": rows})
+        return
+    print_rows(rows, STATUS_COLUMNS, fmt, title=f"vms status · course {key} · {lv.uri}")
+
+
+def _apply(course: str | None, db: str | None, fmt: Format, settings: dict[str, object], *, revoke_all: bool,
+           where: str) -> None:  # fmt: skip
+    from gpuseat.cli.apply import raise_for, render_plan, store_settings
+    from gpuseat.engines.apply import one_pass
+    from gpuseat.engines.runner import Runner
+    from gpuseat.errors import InputError
+    from gpuseat.services.courses import open_store
+
+    with open_store(db, create=False) as store:
+        key = store.get_course(course).key
+        if settings:
+            store_settings(store, key, {"libvirt": settings}, actor())
+        result = one_pass(store, course=key, engine="libvirt", runner=Runner(), actor=actor(), revoke_all=revoke_all)
+    if not result.planned:
+        raise InputError(
+            f"course {key!r} has no seats on the libvirt engine",
+            where="--course",
+            fix="add them: gpuseat seats add --inventory SERVER.toml --mode passthrough --engine libvirt",
+        )
+    errors = [p.error for p in result.planned if p.error]
+    if errors:
+        raise InputError(errors[0], where=where, fix="correct it and run again")
+    if fmt is Format.json:
+        print_json({"plans": [p.to_dict() for p in result.planned], "reports": [r.to_dict() for r in result.reports]})
+    else:
+        for line in render_plan(result, dry_run=False):
+            print(line)
+    raise_for(result, where)
 
 
 def register(app: typer.Typer) -> None:

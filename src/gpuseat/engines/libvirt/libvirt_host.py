@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 from xml.sax.saxutils import escape
 
+from gpuseat.engines.libvirt.domain import DomainOwner, owner
 from gpuseat.errors import EngineError, InputError, MissingDependency
-from gpuseat.vms.domain import DomainOwner, owner
 
 STATES = {0: "no state", 1: "running", 2: "blocked", 3: "paused", 4: "shutting down", 5: "shut off", 6: "crashed",
           7: "suspended"}  # fmt: skip
@@ -200,6 +200,12 @@ class LibvirtHost:
             except self.lv.libvirtError as exc:
                 raise self._error(exc, f"starting storage pool {name}", None) from None
         return pool
+
+    def pool_path(self, pool: Any) -> str:
+        """The folder of a directory pool (its ``<target><path>``)."""
+        import xml.etree.ElementTree as ET
+
+        return ET.fromstring(pool.XMLDesc(0)).findtext("target/path") or ""
 
     def volume(self, pool: Any, name: str) -> Any | None:
         """A volume of the pool by name, or None."""

@@ -1,48 +1,38 @@
-"""Seats as VMs: ``gpuseat vms up|down|status`` through libvirt, for the CLI and the portal alike.
+"""The machine side of the libvirt engine: what one seat's VM is made of, and the libvirt calls that
+make, reimage, stop and remove it.
 
-``up`` makes one domain per seat of the course's carve layout: the domain XML comes from carve's
-libvirt renderer (one source), with gpuseat's owner metadata, a qcow2 overlay on the organizer's base
-image and a NoCloud seed carrying the participant's login. It is idempotent: what is right stays, what
-drifted is redefined, domains without gpuseat's metadata are never touched. Before anything is
-defined, the doctor's passthrough/vGPU checks run for the host and stop ``up`` with their fixes.
-The store gets each seat's engine state and, once the guest has an address, its connect string.
+A seat's VM is a domain rendered by carve's libvirt renderer (one source) with gpuseat's owner
+metadata, a qcow2 overlay of the organizer's base image (one per holder: a new holder never boots
+the previous holder's disk) and a NoCloud seed carrying the holder's login and key. The engine
+(:mod:`gpuseat.engines.libvirt.engine`) decides *what* must change; this module does it, each call a
+no-op when the machine already is so. Domains without gpuseat's metadata are never touched.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+import urllib.parse
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from xml.sax.saxutils import escape
 
 from gpuseat.core.carve import Layout, Slice
+from gpuseat.engines.libvirt import names
+from gpuseat.engines.libvirt.domain import owner
+from gpuseat.engines.libvirt.seed import Guest, meta_data, seed_iso, user_data
 from gpuseat.errors import EngineError, InputError
 from gpuseat.render.base import RenderOptions, slice_uuid
 from gpuseat.render.libvirt import DirectBoot, Owner, domain_xml
-from gpuseat.vms import names
-from gpuseat.vms.domain import drift
-from gpuseat.vms.seed import Guest, meta_data, seed_iso, user_data
 
 if TYPE_CHECKING:
     from gpuseat.doctor import Report
-    from gpuseat.services.courses import CourseStore
-    from gpuseat.vms.libvirt_host import LibvirtHost
+    from gpuseat.engines.libvirt.libvirt_host import LibvirtHost
 
 VirtType = Literal["kvm", "qemu"]
 DEFAULT_POOL_DIR = "/var/lib/libvirt/images/gpuseat"
-NO_PARTICIPANT_USER = "gpuseat"  # the login of a VM whose seat nobody holds yet (no key: nobody gets in)
-
-
-class _AsDict:
-    """One ``to_dict()`` per result type (``--format json`` and the portal's API)."""
-
-    __slots__ = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as plain data."""
-        return asdict(self)  # type: ignore[call-overload]
+NO_PARTICIPANT_USER = "gpuseat"  # the login of a VM whose seat nobody holds (no key: nobody gets in)
 
 
 @dataclass(frozen=True)
@@ -71,19 +61,24 @@ class VmOptions:
 
     def __post_init__(self) -> None:
         if not 0 < self.vcpus <= 1024:
-            raise InputError(f"{self.vcpus} vCPUs", where="--vcpus", fix="give 1 to 1024")
+            raise InputError(f"{self.vcpus} vCPUs", where="vcpus", fix="give 1 to 1024")
         if not 64 <= self.memory_mib <= 16 * 1024 * 1024:
-            raise InputError(f"{self.memory_mib} MiB", where="--memory-mib", fix="give 64 MiB to 16 TiB")
+            raise InputError(f"{self.memory_mib} MiB", where="memory_mib", fix="give 64 MiB to 16 TiB")
         if not 1 <= self.disk_gb <= 65536:
-            raise InputError(f"{self.disk_gb} GB", where="--disk-gb", fix="give 1 to 65536")
+            raise InputError(f"{self.disk_gb} GB", where="disk_gb", fix="give 1 to 65536")
         if self.image_format not in ("qcow2", "raw"):
-            raise InputError(f"'{self.image_format}'", where="--image-format", fix="qcow2 or raw")
-        names.key(self.pool, where="--pool")
+            raise InputError(f"'{self.image_format}'", where="image_format", fix="qcow2 or raw")
+        names.key(self.pool, where="pool")
         if self.network is not None:
-            names.key(self.network, where="--network")
-        for flag, value in (("--image", self.image), ("--pool-dir", self.pool_dir), ("--serial-dir", self.serial_dir)):
-            if value is not None and (not value.startswith("/") or "\x00" in value or "\n" in value):
+            names.key(self.network, where="network")
+        for flag, value in (("image", self.image), ("pool_dir", self.pool_dir), ("serial_dir", self.serial_dir)):
+            if value is not None and not plain_path(value):
                 raise InputError(f"'{value}' is not an absolute path", where=flag, fix="give a path starting with /")
+
+
+def plain_path(value: str) -> bool:
+    """An absolute path without control characters (it goes into domain and volume XML)."""
+    return value.startswith("/") and not any(ord(c) < 32 or ord(c) == 127 for c in value)
 
 
 @dataclass(frozen=True)
@@ -95,46 +90,6 @@ class VmSeat:
     participant: str | None = None
     user: str = NO_PARTICIPANT_USER
     ssh_keys: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Login:
-    """Who holds a seat and how they log in to its VM (from the store's assignment and roster)."""
-
-    participant: str | None = None
-    user: str = NO_PARTICIPANT_USER
-    ssh_keys: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class SeatResult(_AsDict):
-    """What ``up``/``down``/``status`` did or saw for one seat."""
-
-    seat: str
-    domain: str
-    participant: str | None
-    action: str  # defined | redefined | unchanged | started | failed | removed | absent | seen
-    state: str  # libvirt's: running, shut off, … ("absent": no domain)
-    detail: str = ""
-    connect: str | None = None
-    disk: str | None = None
-    seed: str | None = None
-
-
-@dataclass(frozen=True)
-class VmReport(_AsDict):
-    """The result of one command: per-seat results, the pre-flight checks run, notes for the organizer."""
-
-    course: str
-    connect: str
-    seats: tuple[SeatResult, ...]
-    preflight: tuple[dict[str, Any], ...] = ()
-    notes: tuple[str, ...] = field(default=())
-
-    @property
-    def failed(self) -> bool:
-        """Whether any seat failed (exit code 1)."""
-        return any(s.action == "failed" for s in self.seats)
 
 
 # -- pure parts ------------------------------------------------------------------------------------
@@ -257,16 +212,86 @@ def preflight_failures(report: Report, target: str) -> list[str]:
     return lines
 
 
-# -- libvirt ---------------------------------------------------------------------------------------
+def disk_prefix(domain: str) -> str:
+    """Disk volumes are ``<domain>-disk-<holder>.qcow2``: each holder of the seat gets their own overlay."""
+    return f"{domain}-disk-"
 
 
-def _open(uri: str) -> LibvirtHost:
-    from gpuseat.vms.libvirt_host import LibvirtHost
+def disk_name(domain: str, participant: str | None) -> str:
+    """The overlay of the seat's current holder (a hash of the participant key: no name in file names)."""
+    tag = hashlib.sha256(f"gpuseat-holder/{participant or ''}".encode()).hexdigest()[:12]
+    return f"{disk_prefix(domain)}{tag}.qcow2"
 
-    return LibvirtHost(uri)
+
+def seed_name(course: str, vm: VmSeat, options: VmOptions) -> str:
+    """The seed volume of the seat's holder: its name carries a hash of its content (a new login or
+    set-up is a new volume)."""
+    return f"{seed_prefix(domain_name(course, vm.key))}{seed_hash(guest(course, vm, options))}.iso"
 
 
-def _run_preflight(host: LibvirtHost, seats: Sequence[VmSeat], options: VmOptions) -> tuple[list[dict], list[str]]:
+def uri_user(uri: str) -> str | None:
+    """The user of a remote libvirt URI (``qemu+ssh://root@host/system`` → ``root``)."""
+    return urllib.parse.urlsplit(uri).username
+
+
+# -- the machine -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OnHost:
+    """What one seat has on the libvirt host now (read-only, for the plan)."""
+
+    domain: str
+    dom: Any | None  # the libvirt domain (None: not defined)
+    participant: str | None  # whose VM it is (gpuseat's metadata)
+    running: bool
+    state: str  # libvirt's: running, shut off, … ("absent": no domain)
+    disks: tuple[str, ...]
+    seeds: tuple[str, ...]
+    inactive_xml: str | None
+
+
+def seat_volumes(host: LibvirtHost, pool: Any, domain: str) -> tuple[list[str], list[str]]:
+    """The seat's disk volumes (each holder's overlay, and a pre-0.x ``<domain>.qcow2``) and seed volumes."""
+    if pool is None:
+        return [], []
+    disks = host.volume_names(pool, disk_prefix(domain))
+    if host.volume(pool, f"{domain}.qcow2") is not None:
+        disks.append(f"{domain}.qcow2")
+    return disks, host.volume_names(pool, seed_prefix(domain))
+
+
+def read_seat(host: LibvirtHost, pool: Any, course: str, seat: str) -> OnHost:
+    """The seat's domain (refused when the name is taken by a domain gpuseat did not make for this
+    seat), its state, whose it is, and its disk and seed volumes."""
+    name = domain_name(course, seat)
+    dom = host.lookup(name)
+    xml = host.inactive_xml(dom) if dom is not None else None
+    who = owner(xml) if xml is not None else None
+    if dom is not None and (who is None or who.course != course or who.seat != seat):
+        whose = "has no gpuseat metadata" if who is None else f"belongs to course {who.course} seat {who.seat}"
+        raise EngineError(
+            f"a domain named {name} exists and {whose}; gpuseat leaves it alone",
+            where=f"seat {seat} on {host.uri}",
+            fix=f"rename or remove that domain yourself (virsh domrename {name} NEW), then apply again",
+        )
+    disks, seeds = seat_volumes(host, pool, name)
+    running = bool(dom is not None and dom.isActive())
+    state = host.state(dom) if dom is not None else "absent"
+    return OnHost(name, dom, who.participant if who else None, running, state, tuple(disks), tuple(seeds), xml)
+
+
+def volume_path(host: LibvirtHost, pool: Any, name: str, pool_dir: str | None) -> str:
+    """Where a volume of the pool is (or will be): its path, else the pool's folder + name."""
+    if pool is not None:
+        vol = host.volume(pool, name)
+        if vol is not None:
+            return str(vol.path())
+        return f"{host.pool_path(pool).rstrip('/')}/{name}"
+    return f"{(pool_dir or '').rstrip('/')}/{name}"
+
+
+def run_preflight(host: LibvirtHost, seats: Iterable[VmSeat], options: VmOptions) -> tuple[list[dict], list[str]]:
     """Run the doctor for what the seats need; raise with its findings when a seat cannot work."""
     targets = preflight_targets(seats, options)
     notes: list[str] = []
@@ -280,7 +305,7 @@ def _run_preflight(host: LibvirtHost, seats: Sequence[VmSeat], options: VmOption
         if host.remote_host is not None:
             notes.append(
                 f"pre-flight skipped: {host.remote_host} is remote; run `gpuseat doctor --capture host.tar.gz` there, "
-                "extract it and pass --doctor-root DIR"
+                "extract it and set the libvirt setting doctor_root=DIR"
             )
             return [], notes
         root = Path("/")
@@ -297,438 +322,105 @@ def _run_preflight(host: LibvirtHost, seats: Sequence[VmSeat], options: VmOption
             f"the host cannot run these seats' VMs yet ({len(failures)} doctor check(s) failed; nothing was defined):\n"
             + "\n".join(f"  {line}" for line in failures),
             where=f"pre-flight on {host.uri}" + (f" (doctor root {root})" if root != Path("/") else ""),
-            fix="apply the fixes above, reboot if they say so, and re-run `gpuseat vms up`; "
+            fix="apply the fixes above, reboot if they say so, and apply again; "
             "`gpuseat doctor --for passthrough` shows the full report",
         )
     return checks, notes
 
 
-def _conflicts(host: LibvirtHost, course: str, seats: Sequence[VmSeat]) -> None:
-    """Refuse, before any change, a domain name that is taken by a domain gpuseat did not make for this seat."""
-    from gpuseat.vms.domain import owner
+@dataclass(frozen=True)
+class Made:
+    """What :func:`ensure_vm` left on the host: the domain's disk and seed paths, whether it runs, and
+    whether a running VM still waits for its new definition (it applies at the next start)."""
 
-    for vm in seats:
-        name = domain_name(course, vm.key)
-        dom = host.lookup(name)
-        if dom is None:
-            continue
-        who = owner(host.inactive_xml(dom))
-        if who is None or who.course != course or who.seat != vm.key:
-            whose = "has no gpuseat metadata" if who is None else f"belongs to course {who.course} seat {who.seat}"
-            raise EngineError(
-                f"a domain named {name} exists and {whose}; gpuseat leaves it alone",
-                where=f"seat {vm.key} on {host.uri}",
-                fix=f"rename or remove that domain yourself (virsh domrename {name} NEW), then re-run vms up",
-            )
+    disk: str | None
+    seed: str
+    running: bool
+    pending: bool
+    uploaded: bool
 
 
-def up_seats(
-    course: str, layout: Layout, seats: Sequence[VmSeat], options: VmOptions, host: LibvirtHost | None = None
-) -> VmReport:
-    """Define (and start) one VM per seat; idempotent, drift-repairing, foreign domains untouched."""
-    names.key(course, where="course key")
-    own = host is None
-    host = host or _open(options.connect)
-    try:
-        checks, notes = _run_preflight(host, seats, options)
-        _conflicts(host, course, seats)
-        pool = host.pool(options.pool, options.pool_dir) if seats else None
-        if options.image is None:
-            notes.append(
-                "no --image: the VMs have no system disk (give a cloud image, e.g. a Debian genericcloud qcow2)"
-            )
-        results = [_up_one(host, pool, course, layout, vm, options, notes) for vm in seats]
-        return VmReport(course=course, connect=host.uri, seats=tuple(results), preflight=tuple(checks),
-                        notes=tuple(dict.fromkeys(notes)))  # fmt: skip
-    finally:
-        if own:
-            host.close()
-
-
-def disk_prefix(domain: str) -> str:
-    """Disk volumes are ``<domain>-disk-<holder>.qcow2``: each holder of the seat gets their own overlay."""
-    return f"{domain}-disk-"
-
-
-def disk_name(domain: str, participant: str | None) -> str:
-    """The overlay of the seat's current holder (a hash of the participant key: no name in file names)."""
-    tag = hashlib.sha256(f"gpuseat-holder/{participant or ''}".encode()).hexdigest()[:12]
-    return f"{disk_prefix(domain)}{tag}.qcow2"
-
-
-def seat_volumes(host: LibvirtHost, pool: Any, domain: str) -> tuple[list[str], list[str]]:
-    """The seat's disk volumes (each holder's overlay, and a pre-0.x ``<domain>.qcow2``) and seed volumes."""
-    disks = host.volume_names(pool, disk_prefix(domain))
-    if host.volume(pool, f"{domain}.qcow2") is not None:
-        disks.append(f"{domain}.qcow2")
-    return disks, host.volume_names(pool, seed_prefix(domain))
-
-
-def _up_one(
-    host: LibvirtHost, pool: Any, course: str, layout: Layout, vm: VmSeat, options: VmOptions, notes: list[str]
-) -> SeatResult:
+def ensure_vm(
+    host: LibvirtHost, course: str, layout: Layout, vm: VmSeat, options: VmOptions, *, restart: bool = False
+) -> Made:
+    """The seat's VM for its holder: their overlay (kept when it exists: it holds their work), their
+    seed, the domain (re)defined when it differs and started; ``restart``: a running VM is powered off
+    and started again so it boots with the new seed. Every other disk and seed of the seat is deleted
+    first when the VM is not this holder's (a hand-over)."""
     name = domain_name(course, vm.key)
-    try:
-        dom = host.lookup(name)
-        previous = None
-        if dom is not None:
-            from gpuseat.vms.domain import owner
-
-            who = owner(host.inactive_xml(dom))
-            previous = who.participant if who else None
-        # A hand-over: the VM of another holder (or a disk left from one) must not reach the new holder.
-        # The previous holder's session ends now and their overlay is deleted: the new holder boots a
-        # fresh overlay of the base image with a new seed (new instance id), so no account, key or file
-        # of the previous holder survives (cloud-init alone would keep the old user and its keys).
-        wanted_disk = disk_name(name, vm.participant)
-        disks, _seeds = seat_volumes(host, pool, name)
-        if dom is not None and previous == vm.participant and f"{name}.qcow2" in disks:
-            wanted_disk = f"{name}.qcow2"  # adopt a disk made before per-holder overlays, same holder
-        stale = [d for d in disks if d != wanted_disk]
-        handover = (dom is not None and previous != vm.participant) or bool(stale)
-        detail_parts = []
-        if handover:
-            if dom is not None and dom.isActive():
-                host.stop(dom)
-            for d in stale:
+    pool = host.pool(options.pool, options.pool_dir)
+    here = read_seat(host, pool, course, vm.key)
+    wanted_disk = disk_name(name, vm.participant)
+    if here.dom is not None and here.participant == vm.participant and f"{name}.qcow2" in here.disks:
+        wanted_disk = f"{name}.qcow2"  # adopt a disk made before per-holder overlays, same holder
+    foreign = here.dom is not None and here.participant != vm.participant
+    if (foreign or restart) and here.dom is not None:
+        host.stop(here.dom)
+    if foreign:  # never boot the new holder on anything the previous one left
+        for d in here.disks:
+            if d != wanted_disk:
                 host.delete_volume(pool, d)
-            detail_parts.append(
-                f"handed over from {previous or 'a previous holder'}: fresh disk and seed, previous disk deleted"
-                if stale or previous
-                else "new holder: fresh disk and seed"
-            )
-        disk = None
-        if options.image is not None:
-            disk = host.overlay(pool, wanted_disk, options.image, options.image_format, options.disk_gb, vm.key)
-        seed_guest = guest(course, vm, options)
-        seed_name = f"{seed_prefix(name)}{seed_hash(seed_guest)}.iso"
-        seed, uploaded = host.upload(pool, seed_name, seed_iso(seed_guest), vm.key)
-        if not uploaded:
-            notes.append("this libvirt driver cannot upload volumes: the seed ISOs are empty (normal for test:///)")
-        xml = wanted_xml(course, layout, vm, options, disk=disk, seed=seed)
-        if dom is None:
-            dom, action, detail = host.define(xml, vm.key), "defined", ""
-        else:
-            changed = drift(xml, host.inactive_xml(dom))
-            if changed:
-                dom = host.define(xml, vm.key)
-                action, detail = "redefined", "fixed: " + ", ".join(changed)
-            else:
-                action, detail = "unchanged", ""
-        if handover:
-            action = "handed-over"
-            detail = "; ".join([*detail_parts, *([detail] if detail else [])])
-        pending = action == "redefined" and bool(dom.isActive())
-        if pending:
-            detail += f" (applies at the VM's next start: `virsh shutdown {name}`, then vms up)"
-        else:
-            for stale_seed in host.volume_names(pool, seed_prefix(name)):
-                if stale_seed != seed_name:
-                    host.delete_volume(pool, stale_seed)  # the seat's earlier seed (another login or set-up)
-        if options.start and not dom.isActive():
-            host.start(dom, vm.key)
-            action = "started" if action == "unchanged" else f"{action}+started"
-        ips = [] if pending else host.addresses(dom)  # pending: the running guest still has the old login
-        connect = (
-            connect_string(vm.user, ips[0].ip, host.remote_host, _uri_user(host.uri)) if ips and vm.ssh_keys else None
-        )
-        return SeatResult(vm.key, name, vm.participant, action, host.state(dom), detail, connect, disk, seed)
-    except EngineError as exc:
-        dom = host.lookup(name)
-        state = host.state(dom) if dom is not None else "absent"
-        return SeatResult(vm.key, name, vm.participant, "failed", state, exc.message)
+    disk = None
+    if options.image is not None:
+        disk = host.overlay(pool, wanted_disk, options.image, options.image_format, options.disk_gb, vm.key)
+    seed_guest = guest(course, vm, options)
+    wanted_seed = seed_name(course, vm, options)
+    seed, uploaded = host.upload(pool, wanted_seed, seed_iso(seed_guest), vm.key)
+    xml = wanted_xml(course, layout, vm, options, disk=disk, seed=seed)
+    dom = here.dom
+    from gpuseat.engines.libvirt.domain import drift
+
+    pending = False
+    if dom is None or drift(xml, host.inactive_xml(dom)):
+        pending = dom is not None and bool(dom.isActive())
+        dom = host.define(xml, vm.key)
+    for stale in host.volume_names(pool, seed_prefix(name)):
+        if stale != wanted_seed and not pending:
+            host.delete_volume(pool, stale)  # the seat's earlier seed (another login or set-up)
+    if options.start and not dom.isActive():
+        host.start(dom, vm.key)
+    return Made(disk, seed, bool(dom.isActive()), pending, uploaded)
 
 
-def _uri_user(uri: str) -> str | None:
-    import urllib.parse
+def stop_vm(host: LibvirtHost, course: str, seat: str) -> bool:
+    """Power the seat's VM off at once (its holder's sessions end); whether it was running."""
+    dom = host.lookup(domain_name(course, seat))
+    if dom is None or not dom.isActive():
+        return False
+    host.stop(dom)
+    return True
 
-    return urllib.parse.urlsplit(uri).username
 
-
-def down_seats(
-    course: str,
-    connect: str,
-    *,
-    delete_disks: bool = False,
-    pool_name: str = "gpuseat",
-    host: LibvirtHost | None = None,
-    seat_keys: Iterable[str] = (),
-    only: Iterable[str] | None = None,
-) -> VmReport:
-    """Stop and undefine the course's gpuseat domains (only those) and delete their seeds (they hold
-    user names and keys); disks stay unless ``delete_disks``.
-
-    ``seat_keys`` (the course's seats from the store) lets a later ``down --delete-disks`` find the
-    disks and seeds of seats whose domains an earlier plain ``down`` already removed.
-    """
-    names.key(course, where="course key")
-    own = host is None
-    host = host or _open(connect)
+def remove_volumes(host: LibvirtHost, pool_name: str, names_: Iterable[str]) -> list[str]:
+    """Delete these volumes of the pool (those that exist); the names deleted."""
     try:
-        owned = host.owned(course)
-        keys = sorted(set(owned) | {names.key(k, where=f"seat {k}") for k in seat_keys})
-        if only is not None:
-            wanted = set(only)
-            keys = [k for k in keys if k in wanted]
-        pool = None
-        try:
-            pool = host.pool(pool_name, None) if keys else None
-        except InputError:
-            pool = None
-        results = []
-        for seat_key in keys:
-            dom = owned.get(seat_key)
-            name = domain_name(course, seat_key)
-            who = None
-            if dom is not None:
-                who = _participant_of(host, dom)
-                host.stop(dom)
-                host.undefine(dom)
-            detail = []
-            if pool is not None:
-                disks, seeds = seat_volumes(host, pool, name)
-                if [host.delete_volume(pool, v) for v in seeds]:
-                    detail.append("seed deleted")
-                if delete_disks and [host.delete_volume(pool, v) for v in disks]:
-                    detail.append("disk deleted")
-                elif not delete_disks and disks:
-                    detail.append(f"disk kept ({', '.join(disks)}; --delete-disks removes it)")
-            if dom is None and not detail:
-                continue  # nothing of this seat on the host
-            results.append(
-                SeatResult(seat_key, name, who, "removed" if dom else "cleaned", "absent", "; ".join(detail))
-            )
-        return VmReport(course=course, connect=host.uri, seats=tuple(results))
-    finally:
-        if own:
-            host.close()
+        pool = host.pool(pool_name, None)
+    except InputError:
+        return []
+    return [n for n in names_ if host.delete_volume(pool, n)]
 
 
-def _participant_of(host: LibvirtHost, dom: Any) -> str | None:
-    from gpuseat.vms.domain import owner
-
-    who = owner(host.inactive_xml(dom))
-    return who.participant if who else None
-
-
-def status_seats(
-    course: str, connect: str, logins: Mapping[str, Login] | None = None, host: LibvirtHost | None = None
-) -> VmReport:
-    """Each seat's domain, state, participant and address (seats in ``logins`` without a domain: ``absent``)."""
-    names.key(course, where="course key")
-    logins = logins or {}
-    own = host is None
-    host = host or _open(connect)
+def remove_vm(host: LibvirtHost, course: str, seat: str, pool_name: str) -> list[str]:
+    """Stop and undefine the seat's gpuseat domain and delete its disks and seeds; what went."""
+    name = domain_name(course, seat)
+    gone = []
+    dom = host.lookup(name)
+    if dom is not None:
+        who = owner(host.inactive_xml(dom))
+        if who is not None and who.course == course and who.seat == seat:
+            host.stop(dom)
+            host.undefine(dom)
+            gone.append(f"domain {name}")
     try:
-        owned = host.owned(course)
-        results = []
-        for key in sorted(set(owned) | set(logins)):
-            login = logins.get(key)
-            dom = owned.get(key)
-            name = domain_name(course, key)
-            if dom is None:
-                results.append(SeatResult(key, name, login.participant if login else None, "absent", "absent"))
-                continue
-            ips = host.addresses(dom) if login and login.ssh_keys else []
-            connect_to = (
-                connect_string(login.user, ips[0].ip, host.remote_host, _uri_user(host.uri)) if login and ips else None
-            )
-            participant = login.participant if login else _participant_of(host, dom)
-            results.append(SeatResult(key, name, participant, "seen", host.state(dom), "", connect_to))
-        return VmReport(course=course, connect=host.uri, seats=tuple(results))
-    finally:
-        if own:
-            host.close()
+        pool = host.pool(pool_name, None)
+    except InputError:
+        return gone
+    disks, seeds = seat_volumes(host, pool, name)
+    gone += [v for v in (*disks, *seeds) if host.delete_volume(pool, v)]
+    return gone
 
 
-# -- the course store ------------------------------------------------------------------------------
-
-
-def _vm_seat(kind: str, engine: str) -> bool:
-    """Whether a stored seat can be a VM of ``vms`` (a whole GPU, a vGPU or a VM seat, not another engine's)."""
-    return kind in ("gpu", "vgpu", "vm") and engine in ("manual", "libvirt")
-
-
-def course_logins(store: CourseStore, course: str) -> dict[str, Login]:
-    """Each seat's holder and login: the participant's unix user (else their key) and SSH key."""
-    people = {p.key: p for p in store.participants(course)}
-    out: dict[str, Login] = {}
-    for seat in store.seats(course):
-        p = people.get(seat.participant) if seat.participant else None
-        if p is None:
-            out[seat.key] = Login()
-            continue
-        user = names.unix_user(p.unix_user or p.key, where=f"participant {p.key}: unix_user")
-        out[seat.key] = Login(p.key, user, (p.ssh_key,) if p.ssh_key else ())
-    return out
-
-
-def course_vm_seats(store: CourseStore, course: str | None, layout: Layout | None) -> tuple[str, list[VmSeat], Any]:
-    """The course key, its seats that are in the layout (with their participants), and the course file."""
-    view = store.get_course(course)
-    seats = store.seats(view.key)
-    if layout is None:
-        wanted = [s.key for s in seats if _vm_seat(s.kind, s.engine)]
-        raise InputError(
-            f"gpuseat needs the server's carve layout to give seats {', '.join(wanted) or '(none)'} their GPUs",
-            where="--inventory",
-            fix="give the inventory the seats were added from: --inventory SERVER.toml --mode passthrough|vgpu",
-        )
-    by_key = {s.name: s for s in layout.slices}
-    logins = course_logins(store, view.key)
-    out = []
-    for s in seats:
-        if s.key in by_key:
-            login = logins[s.key]
-            key = names.key(s.key, where=f"seat {s.key}")
-            out.append(VmSeat(key, by_key[s.key], login.participant, login.user, login.ssh_keys))
-    if not out:
-        raise InputError(
-            f"no seat of course {view.key} is in the layout of {layout.server.name} ({len(layout.slices)} seats)",
-            where="--inventory",
-            fix="add the seats from this inventory first: gpuseat seats add --inventory FILE --mode MODE",
-        )
-    return view.key, out, store.course_file(view.key)
-
-
-def record_results(store: CourseStore, course: str, results: Iterable[SeatResult], released: bool = False) -> None:
-    """Write each seat's engine state (and connect string) to the store when it changed."""
-    from gpuseat.core.seating import SeatState, transition_error
-
-    current = {s.key: s for s in store.seats(course)}
-    state: SeatState
-    for r in results:
-        seat = current.get(r.seat)
-        if seat is None:
-            continue
-        if released:
-            state, reason = "released", "vms down: domain removed"
-        elif r.action == "failed":
-            state, reason = "failed", r.detail.splitlines()[0][:2000]
-        elif r.state == "running":
-            state, reason = "running", f"libvirt: {r.state}"
-        elif r.state == "absent":
-            state, reason = "planned", "no VM defined"
-        else:
-            state, reason = "requested", f"libvirt: {r.state}"
-        connect = r.connect if r.connect is not None else ("" if state != "running" else seat.connect)
-        same = (seat.state, seat.engine, seat.engine_ref, seat.connect or "") == (
-            state,
-            "libvirt",
-            r.domain,
-            connect or "",
-        )
-        if same:
-            continue
-        if transition_error(seat.state, state):  # e.g. released → running: request it again first
-            store.set_seat_state(course, r.seat, "requested", reason="vms", engine="libvirt", engine_ref=r.domain)
-        store.set_seat_state(
-            course,
-            r.seat,
-            state,
-            reason=reason,
-            engine="libvirt",
-            engine_ref=r.domain,
-            connect=connect,
-        )
-
-
-TEST_DRIVER_NOTE = "libvirt's test driver (test://): nothing was recorded in the course store"
-
-
-def should_record(uri: str, record: bool | None) -> bool:
-    """Whether results go to the course store: never by default for libvirt's mock driver (``test://``),
-    whose made-up addresses and states must not reach a real course."""
-    if record is not None:
-        return record
-    return uri.split(":", 1)[0].split("+")[0] != "test"
-
-
-def up(
-    store: CourseStore,
-    course: str | None,
-    layout: Layout | None,
-    options: VmOptions,
-    host: LibvirtHost | None = None,
-    *,
-    record: bool | None = None,
-) -> VmReport:
-    """``gpuseat vms up``: the course's seats from the store, the course file's ``[vm]`` set-up, states back."""
-    key, seats, course_file = course_vm_seats(store, course, layout)
-    assert layout is not None
-    options = replace(options, packages=course_file.vm.packages, commands=course_file.vm.commands)
-    report = up_seats(key, layout, seats, options, host)
-    if should_record(options.connect if host is None else host.uri, record):
-        record_results(store, key, report.seats)
-    else:
-        report = replace(report, notes=(*report.notes, TEST_DRIVER_NOTE))
-    return report
-
-
-def down(
-    store: CourseStore | None,
-    course: str | None,
-    connect: str,
-    *,
-    delete_disks: bool = False,
-    pool: str = "gpuseat",
-    host: LibvirtHost | None = None,
-    record: bool | None = None,
-) -> VmReport:
-    """``gpuseat vms down``: remove the course's domains and seeds (and disks) and mark their seats released."""
-    key = store.get_course(course).key if store is not None else course
-    if key is None:
-        raise InputError("no course given", where="--course", fix="name the course whose VMs to remove")
-    seat_keys = [s.key for s in store.seats(key) if _vm_seat(s.kind, s.engine)] if store is not None else []
-    report = down_seats(key, connect, delete_disks=delete_disks, pool_name=pool, host=host, seat_keys=seat_keys)
-    if store is not None and should_record(connect, record):
-        record_results(store, key, [r for r in report.seats if r.action == "removed"], released=True)
-    elif store is not None:
-        report = replace(report, notes=(*report.notes, TEST_DRIVER_NOTE))
-    return report
-
-
-def status(
-    store: CourseStore,
-    course: str | None,
-    connect: str,
-    host: LibvirtHost | None = None,
-    *,
-    record: bool | None = None,
-) -> VmReport:
-    """``gpuseat vms status``: each seat's domain, state and participant, written back to the store.
-
-    The store gets the truth: a seat whose domain is gone (deleted by hand) is no longer running
-    (``failed``, with the reason) and its connect details are cleared.
-    """
-    view = store.get_course(course)
-    vm_seats = {s.key: s for s in store.seats(view.key) if _vm_seat(s.kind, s.engine)}
-    logins = {k: v for k, v in course_logins(store, view.key).items() if k in vm_seats}
-    report = status_seats(view.key, connect, logins, host)
-    if not should_record(connect if host is None else host.uri, record):
-        return replace(report, notes=(*report.notes, TEST_DRIVER_NOTE))
-    record_results(store, view.key, [r for r in report.seats if r.seat in logins and r.state != "absent"])
-    for r in report.seats:
-        seat = vm_seats.get(r.seat)
-        if r.state != "absent" or seat is None or seat.engine != "libvirt":
-            continue
-        if seat.state in ("running", "requested") or seat.connect:
-            store.set_seat_state(
-                view.key,
-                r.seat,
-                "failed" if seat.state in ("running", "requested") else seat.state,
-                reason="vms status: the VM's domain is gone (removed outside gpuseat); run gpuseat vms up",
-                engine="libvirt",
-                engine_ref=r.domain,
-                connect="",
-            )
-    return report
-
-
-def __getattr__(name: str) -> Any:
-    """``LibvirtEngine`` lives in :mod:`gpuseat.services.vms_engine` (kept importable from here)."""
-    if name == "LibvirtEngine":
-        from gpuseat.services.vms_engine import LibvirtEngine
-
-        return LibvirtEngine
-    raise AttributeError(name)
+def address(host: LibvirtHost, dom: Any) -> str | None:
+    """The running guest's first IPv4 address (DHCP lease, then guest agent), or None."""
+    ips = host.addresses(dom) if dom is not None else []
+    return ips[0].ip if ips else None

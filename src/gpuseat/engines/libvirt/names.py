@@ -19,6 +19,11 @@ _RESERVED_USERS = frozenset({"root", "daemon", "bin", "sys", "nobody"})
 PREFIX = "gpuseat"
 
 
+def is_key(value: str) -> bool:
+    """Whether ``value`` can name a VM, a volume, a pool or a network (a DNS label)."""
+    return bool(_LABEL.match(value))
+
+
 def key(value: str, *, where: str) -> str:
     """A course or seat key usable as a hostname and in domain and file names."""
     if not _LABEL.match(value):
