@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 
 from gpuseat.catalog.bundle import load_catalog
 from gpuseat.core.course import Course
+from gpuseat.engines.skypilot import tasks as cloud
 from gpuseat.errors import InputError
 from gpuseat.files import read_toml
-from gpuseat.services import cloud
 
 pytestmark = pytest.mark.slow
 SPEC = "gpuseat[bench] @ https://files.example.org/gpuseat-0.1.0-py3-none-any.whl"

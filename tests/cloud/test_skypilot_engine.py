@@ -1,83 +1,302 @@
-"""The SkyPilot seat engine without a cloud: what it writes, which commands it runs (recorded by the
-runner, with answers shaped like SkyPilot's), and what reaches the store. The task file it launches is
-loaded with SkyPilot's own loader."""
+"""The SkyPilot engine at its SDK boundary: a recording fake of the ``sky`` module (every call bound to
+the installed SDK's signature), ssh through a :class:`RecordingRunner`, the store for real.
+
+Plan and apply through ``one_pass`` (what ``gpuseat apply`` and the agent run): a held seat is launched
+with its holder's login while the access window is open and stops itself at its end; a closed window, a
+release and an archive stop clusters, a deleted course's clusters are torn down; a hand-over takes the
+previous holder out (over ssh) before the cluster is launched for the new one; each seat's honest state
+(not launched, launching, running, stopped) and its reason is in the store, ``seats status`` and
+``seats check``; a second plan after an apply is empty.
+"""
 
 from __future__ import annotations
 
-import subprocess
+import importlib.util
+import os
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpuseat.core.roster import RosterText
-from gpuseat.errors import EngineError
+from gpuseat.engines import registry
+from gpuseat.engines.apply import one_pass, plan_all
+from gpuseat.engines.runner import RecordingRunner
+from gpuseat.engines.skypilot.engine import SkyPilotEngine, SkyPilotSettings
 from gpuseat.services.courses import open_store
-from gpuseat.services.engine import load_engine
 
+from .fakesky import FakeSky, check_signatures
 from .skysetup import ssh_key
-from .test_skypilot import _sky_load
 
-pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).parents[2] / "examples"
 OPTION = {
     "rank": 1,
-    "offers": [{"offer": "aws:g4dn.xlarge", "count": 1}],
-    "groups": [{"group": "students", "offer": "aws:g4dn.xlarge", "units": 1, "seats": 1}],
+    "offers": [{"offer": "aws:g4dn.xlarge", "count": 2}],
+    "groups": [{"group": "students", "offer": "aws:g4dn.xlarge", "units": 2, "seats": 2}],
 }
+OPEN = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)  # Monday 10:00, inside 09:00-17:00 (UTC course)
+CLOSED = datetime(2026, 3, 2, 20, 0, tzinfo=UTC)
+NEXT_DAY = datetime(2026, 3, 3, 9, 30, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def real_sky() -> Any:
+    if importlib.util.find_spec("sky") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("skypilot is not installed (the dev extra installs it)")
+        pytest.skip("skypilot is not installed")
+    import sky
+
+    return sky
+
+
+class Runner(RecordingRunner):
+    """ssh answered by a recording runner; each call also goes on the fake SDK's timeline, with its timeout."""
+
+    def __init__(self, fake: FakeSky, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.fake = fake
+        self.timeouts: list[float] = []
+
+    def _execute(self, args, timeout, user, env, input, cwd):
+        self.fake.timeline.append(f"{args[0]} {args[-2]} {args[-1][:60]}")
+        self.timeouts.append(timeout)
+        return super()._execute(args, timeout, user, env, input, cwd)
 
 
 @pytest.fixture
-def store(tmp_path):
-    st = open_store(f"sqlite:///{tmp_path / 'course.db'}", create=True)
+def lab(tmp_path, monkeypatch, real_sky):
+    url = f"sqlite:///{tmp_path / 'course.db'}"
+    st = open_store(url, create=True)
     st.create_course(EXAMPLES / "course-lab-hours.toml", key="lab", timezone="UTC", plan_option=OPTION)
-    key = ssh_key(tmp_path, "ann")
-    roster = f"name,email,group,unix_user,ssh_key\nAnn,ann@example.edu,students,ann,{key}\n"
+    ann, bob = ssh_key(tmp_path, "ann"), ssh_key(tmp_path, "bob")
+    roster = (
+        "name,email,group,unix_user,ssh_key\n"
+        f"Ann,ann@example.edu,students,ann,{ann}\n"
+        f"Bob,bob@example.edu,students,,{bob}\n"  # no unix_user: the derived login, as on every engine
+    )
     st.import_roster("lab", RosterText(roster, where="roster.csv"))
-    st.add_seats("lab", [{"key": "cloud-1", "kind": "cloud"}])
+    st.add_seats("lab", [{"key": f"cloud-{i}", "kind": "cloud", "engine": "skypilot"} for i in (1, 2)])
     st.assign("lab", "ann", "cloud-1")
-    yield st
+    fake = FakeSky(real_sky)
+    monkeypatch.setattr("gpuseat.engines.skypilot.sdk.load_sky", lambda: fake)
+    yield st, fake, url
     st.close()
 
 
-class Sky:
-    """Records argument lists; answers ``sky status --ip`` with an address and ``sky launch`` with ``code``."""
-
-    def __init__(self, code: int = 0) -> None:
-        self.calls: list[list[str]] = []
-        self.code = code
-
-    def __call__(self, argv):
-        self.calls.append(list(argv))
-        if argv[1:3] == ["status", "--ip"]:
-            return subprocess.CompletedProcess(argv, 0, "54.12.3.4\n", "")
-        if argv[1] == "launch" and self.code:
-            return subprocess.CompletedProcess(argv, self.code, "", "sky.exceptions.ResourcesUnavailableError: no g4dn")
-        return subprocess.CompletedProcess(argv, 0, "", "")
+def run(store, fake: FakeSky, now: datetime, *, failing: bool = False, **kwargs: Any):
+    """One pass of the agent for the skypilot engine; returns the pass and the runner."""
+    runner = Runner(fake, **kwargs)
+    done = one_pass(store, course="lab", engine="skypilot", runner=runner, now=now)
+    assert failing or not done.failed, done.failed
+    return done, runner
 
 
-def test_provision_launches_a_task_skypilot_loads_and_records_the_cluster(store, tmp_path):
-    sky = Sky()
-    engine = load_engine("skypilot", store, "lab", out=str(tmp_path / "sky"))
-    engine.run = sky  # type: ignore[attr-defined]
+def steps(done) -> list[str]:
+    return [f"{o.step.action} {o.step.target}" for r in done.reports for o in r.outcomes]
+
+
+def empty_plan(store, fake: FakeSky, now: datetime) -> bool:
+    planned = plan_all(store, course="lab", engine="skypilot", runner=Runner(fake), now=now)
+    assert not [p.error for p in planned if p.error]
+    return all(p.changes is not None and p.changes.empty for p in planned)
+
+
+def test_a_held_seat_is_launched_for_its_holder_and_recorded_running(lab):
+    store, fake, _ = lab
+    done, _ = run(store, fake, OPEN)
+    assert steps(done) == ["cloud.launch gs-lab-cloud-1", "seat.record cloud-1", "seat.clear cloud-2"]
+    (task,) = fake.launched()
+    assert "P_USER=ann" in task["setup"] and task["resources"]["instance_type"] == "g4dn.xlarge"
+    (launch,) = [c for c in fake.calls if c[0] == "launch"]
+    assert launch[2]["cluster_name"] == "gs-lab-cloud-1"
+    assert launch[2]["idle_minutes_to_autostop"] == 7 * 60  # until the window closes at 17:00
+    assert launch[2]["wait_for"].value == "none"  # a hard limit: it stops at the window's end, idle or not
     seat = store.get_seat("lab", "cloud-1")
-    access = engine.provision(seat, store.find_participant("lab", "ann"))
-    task = tmp_path / "sky" / "gs-lab-cloud-1.yaml"
-    assert sky.calls[0] == ["sky", "launch", "--yes", "--cluster", "gs-lab-cloud-1", str(task)]
-    (loaded,) = _sky_load([task], tmp_path / "home")
-    assert "error" not in loaded and "P_USER=ann" in loaded["setup"] and loaded["idle_minutes"] is None
-    after = store.get_seat("lab", "cloud-1")
-    assert (after.engine, after.engine_ref, after.state) == ("skypilot", "gs-lab-cloud-1", "running")
-    assert access is not None and (access.kind, access.host, access.user) == ("ssh", "54.12.3.4", "ann")
-    assert access.command == "ssh ann@54.12.3.4"
-    engine.teardown(after)
-    assert sky.calls[-1] == ["sky", "down", "--yes", "gs-lab-cloud-1"]
-    assert store.get_seat("lab", "cloud-1").state == "released"
+    assert (seat.state, seat.engine_ref) == ("running", "gs-lab-cloud-1")
+    assert seat.state_reason.startswith("running: cluster gs-lab-cloud-1 is up until the access window closes")
+    access = store.access_of("lab")["cloud-1"]
+    assert (access["host"], access["user"], access["holder"]) == ("54.12.3.10", "ann", "ann")
+    assert access["command"] == "ssh ann@54.12.3.10"
+    engine = registry.build("skypilot", store, "lab", runner=Runner(fake))
+    assert (engine.connect(seat) or pytest.fail("no way in")).command == "ssh ann@54.12.3.10"
+    free = store.get_seat("lab", "cloud-2")
+    assert free.state_reason == "not launched: nobody holds it"
+    assert empty_plan(store, fake, OPEN)  # idempotent: nothing left to do
+    assert check_signatures(fake) > 5
 
 
-def test_a_failed_launch_marks_the_seat_failed_with_skypilots_error(store, tmp_path):
-    engine = load_engine("skypilot", store, "lab", out=str(tmp_path / "sky"))
-    engine.run = Sky(code=1)  # type: ignore[attr-defined]
-    with pytest.raises(EngineError, match="ResourcesUnavailableError"):
-        engine.provision(store.get_seat("lab", "cloud-1"), store.find_participant("lab", "ann"))
+def test_every_sdk_call_binds_to_the_installed_sdk(lab):
+    """Launch, status, autostop, stop, down: each recorded call fits the installed SDK's signature."""
+    store, fake, _ = lab
+    run(store, fake, OPEN)
+    fake.clusters["gs-lab-cloud-1"]["autostop"] = -1  # someone cancelled the autostop by hand
+    done, _ = run(store, fake, OPEN)
+    assert steps(done) == ["cloud.autostop gs-lab-cloud-1"]
+    run(store, fake, CLOSED)
+    store.release("lab", participant="ann")
+    run(store, fake, NEXT_DAY)
+    store.remove_seats("lab", ["cloud-1"])
+    run(store, fake, NEXT_DAY)
+    assert fake.verbs() == [
+        "launch gs-lab-cloud-1",
+        "autostop gs-lab-cloud-1",
+        "stop gs-lab-cloud-1",
+        "down gs-lab-cloud-1",
+    ]
+    assert check_signatures(fake) == len(fake.calls)
+    names = {c[0] for c in fake.calls}
+    assert names == {"Task.from_yaml_config", "launch", "status", "get", "autostop", "stop", "down"}
+
+
+def test_a_closed_window_stops_the_cluster_and_the_next_window_starts_it(lab):
+    store, fake, _ = lab
+    run(store, fake, OPEN)
+    done, _ = run(store, fake, CLOSED)
+    assert steps(done) == ["cloud.stop gs-lab-cloud-1", "seat.record cloud-1"]
     seat = store.get_seat("lab", "cloud-1")
-    assert seat.state == "failed" and "ResourcesUnavailableError" in (seat.state_reason or "")
+    assert seat.state == "requested" and seat.state_reason.startswith("stopped: outside the course's access hours")
+    access = store.access_of("lab")["cloud-1"]
+    assert access["host"] is None and access["holder"] == "ann"  # no stale address: it changes on restart
+    assert empty_plan(store, fake, CLOSED)
+    done, _ = run(store, fake, NEXT_DAY)
+    assert steps(done) == ["cloud.launch gs-lab-cloud-1", "seat.record cloud-1"]
+    assert store.get_seat("lab", "cloud-1").state == "running"
+    assert [c[2]["idle_minutes_to_autostop"] for c in fake.calls if c[0] == "launch"] == [420, 450]
+    assert empty_plan(store, fake, NEXT_DAY)
+
+
+def test_hand_over_removes_the_old_holder_before_the_new_holders_key_is_added(lab):
+    store, fake, _ = lab
+    run(store, fake, OPEN)
+    store.release("lab", participant="ann")
+    store.assign("lab", "bob", "cloud-1")
+    engine = registry.build("skypilot", store, "lab", runner=Runner(fake))
+    assert engine.connect(store.get_seat("lab", "cloud-1")) is None  # being prepared, never ann's login
+    fake.timeline.clear()
+    done, _ = run(store, fake, OPEN)
+    assert steps(done) == ["account.revoke ann", "cloud.launch gs-lab-cloud-1", "seat.record cloud-1"]
+    order = [t for t in fake.timeline if not t.startswith(("sky.get", "sky.status"))]
+    assert order[0].startswith("ssh gs-lab-cloud-1 bash -c 'set -eu")  # ann out first, over ssh …
+    assert order[1:] == ["sky.Task.from_yaml_config", "sky.launch gs-lab-cloud-1"]  # … then bob's launch
+    (revoke,) = [c for r in done.reports for o in r.outcomes for c in o.commands if c.argv[0] == "ssh"]
+    assert "OLD=ann" in revoke.argv[-1] and "--expiredate 1" in revoke.argv[-1]
+    task = fake.launched()[-1]
+    # the new holder's setup also expires every earlier holder before it adds bob's key
+    assert task["setup"].index('for OLD in $(cat "$HOLDERS")') < task["setup"].index('authorized_keys"\n')
+    assert "P_USER=bob" in task["setup"]
+    access = store.access_of("lab")["cloud-1"]
+    assert (access["user"], access["holder"]) == ("bob", "bob")
+    assert empty_plan(store, fake, OPEN)
+
+
+def test_a_failed_revoke_blocks_the_new_holders_launch(lab):
+    store, fake, _ = lab
+    run(store, fake, OPEN)
+    store.release("lab", participant="ann")
+    store.assign("lab", "bob", "cloud-1")
+    answers = {("ssh",): (255, "", "ssh: connect to host gs-lab-cloud-1 port 22: Connection refused")}
+    done, _ = run(store, fake, OPEN, answers=answers, failing=True)
+    states = {f"{o.step.action} {o.step.target}": o.state for r in done.reports for o in r.outcomes}
+    assert states == {"account.revoke ann": "failed", "cloud.launch gs-lab-cloud-1": "skipped",
+                      "seat.record cloud-1": "skipped"}  # fmt: skip
+    assert len(fake.launched()) == 1  # only ann's launch
+    assert store.access_of("lab")["cloud-1"]["user"] == "ann"  # bob's page: being prepared
+
+
+def test_release_archive_and_delete(lab, cli):
+    store, fake, url = lab
+    run(store, fake, OPEN)
+    store.release("lab", participant="ann")
+    done, _ = run(store, fake, OPEN)
+    assert steps(done) == ["account.revoke ann", "cloud.stop gs-lab-cloud-1", "seat.clear cloud-1"]
+    seat = store.get_seat("lab", "cloud-1")
+    assert seat.state_reason.startswith("stopped: nobody holds it") and "cloud-1" not in store.access_of("lab")
+    assert empty_plan(store, fake, OPEN)
+    store.assign("lab", "ann", "cloud-1")
+    run(store, fake, OPEN)
+    store.archive_course("lab")
+    done, _ = run(store, fake, OPEN)
+    assert steps(done) == ["account.revoke ann", "cloud.stop gs-lab-cloud-1"]
+    assert fake.clusters["gs-lab-cloud-1"]["status"] == "STOPPED"
+    holdings = store.holdings("lab")
+    assert [(h["what"], h["login"]) for h in holdings] == [("cluster", "gs-lab-cloud-1")]  # a stopped disk
+    r = cli("course", "delete", "lab", "--yes", "--db", url)
+    assert r.code == 0, r.err
+    assert "deleted once the engines have taken every access away" in r.out
+    done, _ = run(store, fake, OPEN)
+    assert steps(done) == ["cloud.down gs-lab-cloud-1"] and not fake.clusters
+    assert done.deleted == ["lab"]
+
+
+def test_a_failed_launch_says_not_launched_with_skypilots_error(lab):
+    store, fake, _ = lab
+    fake.fail_launch = "Failed to acquire resources in all zones in us-east-1 for g4dn.xlarge"
+    done, _ = run(store, fake, OPEN, failing=True)
+    (failed,) = done.failed
+    assert "ResourcesUnavailableError" in failed["error"] and failed["exit_code"] == 1
+    seat = store.get_seat("lab", "cloud-1")
+    assert seat.state == "failed"
+    assert seat.state_reason.startswith("not launched: sky.launch gs-lab-cloud-1 failed: ResourcesUnavailableError")
+
+
+def test_a_dry_run_lists_the_sdk_calls_and_makes_none(lab):
+    store, fake, _ = lab
+    done, _ = run(store, fake, OPEN, dry_run=True)
+    commands = [c.line for r in done.reports for o in r.outcomes for c in o.commands]
+    assert "sky.launch gs-lab-cloud-1 idle_minutes=420" in commands
+    assert "launch" not in {c[0] for c in fake.calls} and not fake.clusters
+    assert store.get_seat("lab", "cloud-1").state == "planned"
+
+
+def test_states_in_seats_status_and_not_launched_in_seats_check(lab, cli):
+    store, fake, url = lab
+    run(store, fake, CLOSED)  # held, window closed: nothing launched yet
+    r = cli("seats", "status", "--course", "lab", "--db", url, "--format", "json")
+    assert r.code == 0, r.err
+    import json
+
+    rows = {row["seat"]: row for row in json.loads(r.out)}
+    assert rows["cloud-1"]["state"] == "requested"
+    assert rows["cloud-1"]["reason"].startswith("not launched yet: the agent launches gs-lab-cloud-1 when the access")
+    assert rows["cloud-2"]["reason"] == "not launched: nobody holds it"
+    fake.calls.clear()
+    r = cli("seats", "check", "--course", "lab", "--db", url, "--format", "json", "--timeout", "5")
+    assert r.code == 3
+    (result,) = json.loads(r.out)["seats"]
+    assert result["reason"].startswith("not launched yet") and "resolve" not in r.out
+    assert not fake.calls  # no SDK call and no ssh to a seat that is not up
+
+
+def test_the_probe_uses_the_stored_way_in_and_honours_the_timeout(lab):
+    store, fake, _ = lab
+    run(store, fake, OPEN)
+    listing = "GPU 0: Tesla T4 (UUID: GPU-aaaaaaaa-0000-0000-0000-000000000000)\n"
+    runner = Runner(fake, answers={("ssh",): (0, listing, "")})
+    engine = SkyPilotEngine(store, "lab", settings=SkyPilotSettings(timeout=7), runner=runner)
+    got = engine.probe(store.get_seat("lab", "cloud-1"), store.find_participant("lab", "ann"))
+    assert got.state == "ready", got
+    (ran,) = runner.take()
+    assert ran.argv == ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=7", "-o", "HostName=54.12.3.10",
+                        "gs-lab-cloud-1", "sudo -n -u ann -- nvidia-smi -L")  # fmt: skip
+    assert runner.timeouts == [7]
+    runner = Runner(fake, answers={("ssh",): (124, "", "")})
+    slow = SkyPilotEngine(store, "lab", settings=SkyPilotSettings(timeout=7), runner=runner)
+    got = slow.probe(store.get_seat("lab", "cloud-1"), store.find_participant("lab", "ann"))
+    assert got.state == "broken" and got.reason == "the probe on gs-lab-cloud-1 did not answer within 7 s"
+
+
+def test_the_launched_task_loads_with_skypilots_own_loader(lab, tmp_path):
+    import yaml
+
+    from .test_skypilot import _sky_load
+
+    store, fake, _ = lab
+    run(store, fake, OPEN)
+    path = tmp_path / "launched.yaml"
+    path.write_text(yaml.safe_dump(fake.launched()[0]))
+    (loaded,) = _sky_load([path], tmp_path / "home")
+    assert "error" not in loaded, loaded
+    assert (loaded["name"], loaded["instance_type"]) == ("gs-lab-cloud-1", "g4dn.xlarge")
+    assert "P_USER=ann" in loaded["setup"] and loaded["idle_minutes"] is None  # autostop is set by the launch

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuseat.catalog.bundle import load_catalog
-from gpuseat.services import cloud
+from gpuseat.engines.skypilot import tasks as cloud
 
 courses = pytest.importorskip("gpuseat.services.courses")
 EXAMPLES = Path(__file__).parents[2] / "examples"

@@ -4,10 +4,12 @@ engine's remote commands run against a throw-away root (``useradd --prefix``), t
 
 * hostile roster values (a user name with a ``;``, a key with a line break or a ``$(…)`` comment) are
   refused or reach the VM as data, never as code;
-* the holder's key is the only one in their ``authorized_keys``; a hand-over and a revocation take the
-  previous holder's key away and expire their account;
-* the probe runs ``nvidia-smi -L`` as the participant; what a real driver lists (one GPU, or a whole MIG
-  set) is judged by the one readiness rule; a hostile user name never becomes part of the remote line.
+* the holder's key is the only one in their ``authorized_keys``; a hand-over (the engine's
+  ``account.revoke`` step over ssh, and the new holder's setup) takes the previous holder's key away and
+  expires their account;
+* the probe runs ``nvidia-smi -L`` as the participant, at the seat's stored address; what a real driver
+  lists (one GPU, or a whole MIG set) is judged by the one readiness rule; a hostile user name never becomes
+  part of the remote line; a seat not launched is not probed and says so.
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ import pytest
 from cloud.skysetup import Vm, new_vm, ssh_key
 from gpuseat.catalog.bundle import load_catalog
 from gpuseat.core.roster import RosterText
+from gpuseat.engines import registry
+from gpuseat.engines.base import Changes, Step
+from gpuseat.engines.runner import RecordingRunner
+from gpuseat.engines.skypilot import tasks as cloud
+from gpuseat.engines.skypilot.engine import SkyPilotEngine, revoke_script
 from gpuseat.errors import InputError
-from gpuseat.services import cloud
-from gpuseat.services.cloud_engine import SkyPilotEngine, revoke_script
 from gpuseat.services.courses import open_store
 
 pytestmark = pytest.mark.slow
@@ -69,9 +74,11 @@ def setup_for(vm: Vm, user: str, key: str) -> subprocess.CompletedProcess[str]:
 def test_hostile_user_names_are_refused(user):
     with pytest.raises(InputError, match="Unix user name"):
         cloud.CloudSeat("lab", "s1", OFFER, user=user, ssh_key=None)
-    engine = SkyPilotEngine(None, "lab", runner=lambda argv: pytest.fail(f"ran {argv}"))  # type: ignore[arg-type]
+    runner = RecordingRunner()
+    engine = SkyPilotEngine(None, "lab", runner=runner)  # type: ignore[arg-type]
     with pytest.raises(InputError):
         engine.probe_command("gs-lab-s1", user)
+    assert not runner.log
     with pytest.raises(InputError):
         revoke_script(user)
 
@@ -117,22 +124,44 @@ def course(tmp_path):
     store.close()
 
 
-def test_revoke_runs_on_the_vm_as_its_shell_reads_it_and_drops_the_seat(course, vm):
+class OverSsh(RecordingRunner):
+    """What sshd does with the remote line: hand it to the login shell (here: a local ``sh -c`` in the VM's env)."""
+
+    def __init__(self, vm: Vm) -> None:
+        super().__init__()
+        self.vm = vm
+        self.calls: list[tuple[str, ...]] = []
+
+    def _execute(self, args, timeout, user, env, input, cwd):
+        self.calls.append(args)
+        assert args[0] == "ssh" and args[-2] == "gs-lab-cloud-1"
+        return subprocess.run(["sh", "-c", args[-1]], env=self.vm.env(), capture_output=True, text=True, check=False)
+
+
+def test_the_hand_over_revoke_runs_on_the_vm_as_its_shell_reads_it(course, vm):
     store, key = course
     assert setup_for(vm, "ann", key).returncode == 0
-    calls: list[list[str]] = []
-
-    def over_ssh(argv):  # what sshd does with the remote line: hand it to the login shell
-        calls.append(list(argv))
-        assert argv[0] == "ssh" and argv[-2] == "gs-lab-cloud-1"
-        return subprocess.run(["sh", "-c", argv[-1]], env=vm.env(), capture_output=True, text=True, check=False)
-
-    engine = SkyPilotEngine(store, "lab", runner=over_ssh)
-    engine.revoke(store.get_seat("lab", "cloud-1"), store.find_participant("lab", "ann"))
+    runner = OverSsh(vm)
+    engine = registry.build("skypilot", store, "lab", runner=runner)
+    step = Step("skypilot", "account.revoke", "ann", "ann released cloud-1", "revoke", None, ("cloud-1",), None,
+                {"cluster": "gs-lab-cloud-1", "login": "ann"})  # fmt: skip
+    report = engine.apply(Changes("skypilot", "lab", steps=[step]))
+    assert [o.state for o in report.outcomes] == ["done"], report.to_dict()
     assert not (vm.root / "home" / "ann" / ".ssh" / "authorized_keys").exists()
     assert vm.shadow("ann")[7] == "1"
-    assert store.seat_of("lab", "ann") is None
-    assert shlex.split(calls[0][-1])[:2] == ["bash", "-c"]
+    assert shlex.split(runner.calls[0][-1])[:2] == ["bash", "-c"]
+    again = engine.apply(Changes("skypilot", "lab", steps=[step]))  # idempotent: a user already gone is fine
+    assert [o.state for o in again.outcomes] == ["done"]
+
+
+def _with_access(store, host: str = "54.12.3.4") -> None:
+    """The way in the engine records once ann's cluster is up."""
+    from gpuseat.core.readiness import Access
+
+    access = Access(kind="ssh", host=host, user="ann", command=f"ssh ann@{host}", holder="ann")
+    store.record_delivery(
+        "lab", "cloud-1", access=access, state="running", reason="running: cluster gs-lab-cloud-1 is up"
+    )
 
 
 @pytest.mark.parametrize(
@@ -148,29 +177,35 @@ def test_revoke_runs_on_the_vm_as_its_shell_reads_it_and_drops_the_seat(course, 
 )  # fmt: skip
 def test_the_probe_runs_as_the_participant_and_judges_what_the_driver_lists(course, capture, seat_uuid, state, why):
     store, _ = course
-    calls: list[list[str]] = []
-
-    def driver(argv):
-        calls.append(list(argv))
-        return subprocess.CompletedProcess(argv, 0, listing(capture), "")
-
-    engine = SkyPilotEngine(store, "lab", runner=driver)
+    _with_access(store)
+    runner = RecordingRunner(answers={("ssh",): (0, listing(capture), "")})
+    engine = SkyPilotEngine(store, "lab", runner=runner)
     seat = store.get_seat("lab", "cloud-1")
     seat = dataclasses.replace(seat, device_uuid=seat_uuid)  # what the store knows of the seat's device
     got = engine.probe(seat, store.find_participant("lab", "ann"))
-    assert calls == [["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=30", "gs-lab-cloud-1",
-                      "sudo -n -u ann -- nvidia-smi -L"]]  # fmt: skip
+    assert [r.argv for r in runner.take()] == [("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=30",
+                                                "-o", "HostName=54.12.3.4", "gs-lab-cloud-1",
+                                                "sudo -n -u ann -- nvidia-smi -L")]  # fmt: skip
     assert got.state == state and (why is None or why in (got.reason or "")), got
     assert got.engine == "skypilot" and got.participant == "ann"
 
 
 def test_a_failed_probe_is_broken_with_the_remote_error(course):
     store, _ = course
-
-    def unreachable(argv):
-        return subprocess.CompletedProcess(argv, 255, "", "ssh: connect to host gs-lab-cloud-1: Connection refused")
-
-    got = SkyPilotEngine(store, "lab", runner=unreachable).probe(
+    _with_access(store)
+    refused = (255, "", "ssh: connect to host 54.12.3.4 port 22: Connection refused")
+    runner = RecordingRunner(answers={("ssh",): refused})
+    got = SkyPilotEngine(store, "lab", runner=runner).probe(
         store.get_seat("lab", "cloud-1"), store.find_participant("lab", "ann")
     )
     assert got.state == "broken" and "Connection refused" in (got.reason or "")
+
+
+def test_a_seat_not_launched_is_not_probed_and_says_so(course):
+    store, _ = course
+    runner = RecordingRunner()
+    got = SkyPilotEngine(store, "lab", runner=runner).probe(
+        store.get_seat("lab", "cloud-1"), store.find_participant("lab", "ann")
+    )
+    assert got.state == "broken" and (got.reason or "").startswith("not launched yet"), got
+    assert not runner.log  # never "Could not resolve hostname gs-lab-cloud-1"

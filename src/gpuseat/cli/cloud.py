@@ -29,7 +29,7 @@ def skypilot_command(
 ) -> None:
     """Write one SkyPilot task per cloud seat and a schedule: sky start before, sky stop after each session."""
     from gpuseat.catalog.bundle import load_catalog
-    from gpuseat.services import cloud
+    from gpuseat.engines.skypilot import tasks as cloud
     from gpuseat.services.courses import open_store
 
     opts = cloud.TaskOptions(

@@ -35,7 +35,7 @@ from gpuseat.jupyterhub.health import lost_gpus
 from gpuseat.jupyterhub.spawners import Grant, apply, flavour, missing_for
 
 if TYPE_CHECKING:
-    from gpuseat.services.cloud import Window
+    from gpuseat.engines.skypilot.tasks import Window
     from gpuseat.services.courses import CourseStore, SeatView
 
 log = logging.getLogger("gpuseat.jupyterhub")
@@ -311,7 +311,7 @@ class SeatHooks:
         """Refuse outside the course's lab sessions (the schedule is read again every 10 minutes)."""
         s, now = self.settings, self.clock()
         if self._sessions is None or now - self._sessions[0] > 600:
-            from gpuseat.services.cloud import windows
+            from gpuseat.engines.skypilot.tasks import windows
 
             course = self.store.get_course(s.course)
             schedule = self.store.course_file(s.course).schedule
@@ -320,7 +320,7 @@ class SeatHooks:
         _, wins, tz = self._sessions
         if not wins:
             return  # a 24/7 course
-        from gpuseat.services.cloud import check_timezone
+        from gpuseat.engines.skypilot.tasks import check_timezone
 
         local = datetime.fromtimestamp(now, check_timezone(tz)).replace(tzinfo=None)
         why = session_refusal(wins, local, course=s.course, timezone=tz, contact=s.contact)

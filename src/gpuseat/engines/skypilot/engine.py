@@ -1,44 +1,59 @@
-"""The SkyPilot seat engine: one cluster per cloud seat, the participant's login made by the task's setup.
+"""The SkyPilot engine: one SkyPilot cluster per cloud seat, launched for its holder, stopped outside
+the course's access windows, torn down with the course.
 
-* :meth:`SkyPilotEngine.provision` writes the seat's task (:func:`gpuseat.services.cloud.task_yaml`, with
-  its holder's Unix user and key) and runs ``sky launch``; the seat becomes ``running`` with the cluster
-  as its engine reference;
-* :meth:`SkyPilotEngine.connect` asks ``sky status --ip`` and returns the participant's ``ssh`` line;
-* :meth:`SkyPilotEngine.probe` runs ``nvidia-smi -L`` on the cluster *as the participant*
-  (``ssh CLUSTER sudo -n -u USER -- nvidia-smi -L``; SkyPilot writes the ssh alias) and judges what it
-  lists with :func:`~gpuseat.core.readiness.judge`;
-* :meth:`SkyPilotEngine.revoke` runs :func:`revoke_script` there (their key removed, their account
-  expired, their processes ended) and drops their seat;
-* :meth:`SkyPilotEngine.teardown` runs ``sky down``.
+* **launch** (``cloud.launch``): a held seat whose cluster is missing, stopped or made for someone else
+  is launched (``sky.launch``) with its task (:func:`~gpuseat.engines.skypilot.tasks.task`: the holder's
+  login and SSH key made by the task's setup) while the course's access window is open; the cluster
+  stops itself at the window's end (SkyPilot autostop with ``wait_for`` none: a hard limit), so a seat
+  never runs on after its window even while no agent runs;
+* **stop** (``cloud.stop``): a seat nobody holds, an archived course, or a closed access window;
+  **down** (``cloud.down``): a deleted course, or a seat no longer in the course;
+* **hand-over**: the previous holder's key is removed and their account expired on the cluster
+  (``account.revoke``, :func:`revoke_script` over ssh) *before* the cluster is launched again for the
+  new holder (whose setup also expires every earlier holder before it adds the new key);
+* **record** (``seat.record``): the seat's honest state with its reason in the store: ``not launched``
+  (state requested, or failed when SkyPilot refused the launch), ``launching`` (requested), ``running``
+  (the participant's ``ssh`` line, made for them) or ``stopped`` (requested) — what ``seats status``,
+  the participant page and ``seats check`` show.
 
-Every command is an argument list; the one line a remote shell reads is built with ``shlex``, from a
-user name checked against the Unix pattern. ``runner`` (tests) replaces :func:`subprocess.run`.
+SkyPilot is reached through its Python API (:class:`~gpuseat.engines.skypilot.sdk.SkyPilot`); ssh (the
+hand-over's revoke, the probe) goes through the :class:`~gpuseat.engines.runner.Runner`. The one line a
+remote shell reads is built with ``shlex`` from words checked against the Unix user pattern.
 """
 
 from __future__ import annotations
 
+import math
 import shlex
-import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
+from zoneinfo import ZoneInfo
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpuseat.core import delivery
 from gpuseat.core.readiness import Access, Readiness, judge
-from gpuseat.errors import EngineError, InputError
-from gpuseat.services import cloud
+from gpuseat.engines.base import Changes, CourseState, Holding, Phase, Step, StepEngine
+from gpuseat.engines.runner import Runner
+from gpuseat.engines.skypilot import tasks
+from gpuseat.engines.skypilot.sdk import Cluster, SkyPilot
+from gpuseat.errors import EngineError, GpuseatError, InputError
 
 if TYPE_CHECKING:
-    from gpuseat.services.courses import CourseStore, ParticipantView, SeatView
+    from gpuseat.store import CourseStore, ParticipantView, SeatView
 
 ENGINE: Final[Literal["skypilot"]] = "skypilot"
-ACTOR = "engine:skypilot"
-Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+ACTOR = "gpuseat-agent"
+#: the first word of a cloud seat's state reason: its honest state (issue 37 item 8)
+STATES = ("not launched", "launching", "running", "stopped")
+_RUNNING = ("UP",)
+_STOPPABLE = ("UP", "INIT")
 
 
 def revoke_script(user: str) -> str:
     """What runs on the VM to take a holder's access away (``$GPUSEAT_ROOT`` as in the setup)."""
-    if not cloud.UNIX_USER.fullmatch(user):
+    if not tasks.UNIX_USER.fullmatch(user):
         raise InputError(f"{user!r} is not a Unix user name", where="participant", fix="a roster unix_user")
     return "\n".join(
         [
@@ -57,15 +72,31 @@ def revoke_script(user: str) -> str:
     )
 
 
-def _default_runner(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=3600, check=False)
-    except FileNotFoundError:
-        raise EngineError(f"{argv[0]} is not installed", where=argv[0], fix="pip install skypilot") from None
+class SkyPilotSettings(BaseModel):
+    """The SkyPilot engine's settings (stored per course: ``gpuseat engines settings skypilot k=v``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ssh: str = Field("ssh", description="the ssh program (SkyPilot writes an ssh alias for each cluster)")
+    disk_gb: int = Field(50, ge=1, le=tasks.MAX_DISK_GB, description="disk per seat, GB")
+    wheelhouse: str | None = Field(None, description="a folder with one gpuseat wheel, shipped to each seat")
+    offline: bool = Field(False, description="pip --no-index: the wheelhouse also holds every dependency")
+    gpuseat_spec: str | None = Field(None, description="instead of a wheelhouse: a direct reference (https URL)")
+    autostop: bool = Field(
+        True, description="each cluster stops itself at its access window's end (SkyPilot autostop, a hard limit)"
+    )
+    timeout: float = Field(30.0, gt=0, le=3600, description="seconds a probe (ssh to the cluster) may take")
+
+    @field_validator("ssh")
+    @classmethod
+    def _program(cls, v: str) -> str:
+        if not v or any(c.isspace() or ord(c) < 32 for c in v) or v.startswith("-"):
+            raise ValueError("must be a program name or path without spaces")
+        return v
 
 
-class SkyPilotEngine:
-    """A course's cloud seats through SkyPilot (settings: ``sky``, ``ssh``, ``out``, ``wheelhouse``, ``offline``)."""
+class SkyPilotEngine(StepEngine):
+    """The ``skypilot`` engine (see the module docstring)."""
 
     name = ENGINE
 
@@ -74,145 +105,362 @@ class SkyPilotEngine:
         store: CourseStore,
         course: str,
         *,
-        sky: str = "sky",
-        ssh: str = "ssh",
-        out: str | None = None,
-        wheelhouse: str | None = None,
-        offline: str = "false",
-        runner: Runner | None = None,
+        settings: SkyPilotSettings | None = None,
+        runner: Runner,
+        host: str | None = None,
     ) -> None:
-        self.store, self.course = store, course
-        self.sky, self.ssh = sky, ssh
-        self.out = Path(out) if out else None
-        self.options = cloud.TaskOptions(wheelhouse=wheelhouse, offline=offline.lower() in ("1", "true", "yes"))
-        self.run = runner or _default_runner
+        self.store = store
+        self.course = course
+        self.settings = settings or SkyPilotSettings()
+        self.runner = runner
+        self.host = host
+        self.sky = SkyPilot(runner=runner)
 
-    # -- commands (pure) ---------------------------------------------------------------------------
+    # -- what the store wants ------------------------------------------------------------------------
 
-    def launch_command(self, cluster: str, task_file: Path) -> list[str]:
-        """``sky launch`` of one seat's task."""
-        return [self.sky, "launch", "--yes", "--cluster", cluster, str(task_file)]
+    def login_of(self, p: ParticipantView) -> str:
+        """The participant's login name (the same rule on every engine)."""
+        return delivery.login_name(p.key, p.unix_user)
 
-    def remote(self, cluster: str, argv: Sequence[str]) -> list[str]:
-        """``ssh CLUSTER 'ARGV'``: the remote line is ``shlex.join`` of the arguments."""
-        if not cloud.CLUSTER_NAME.fullmatch(cluster):
+    def cluster_of(self, seat: SeatView | str) -> str:
+        """The seat's SkyPilot cluster name (``gs-<course>-<seat>``)."""
+        return tasks.cluster_name(self.course, seat if isinstance(seat, str) else seat.key)
+
+    def options(self) -> tasks.TaskOptions:
+        """Every seat's task options, from the settings (checked: a wheelhouse holds one gpuseat wheel …)."""
+        s = self.settings
+        return tasks.TaskOptions(
+            disk_gb=s.disk_gb, wheelhouse=s.wheelhouse, offline=s.offline, gpuseat_spec=s.gpuseat_spec
+        )
+
+    def _seats(self, state: CourseState) -> list[SeatView]:
+        return sorted((s for s in state.seats if s.engine == self.name), key=lambda s: s.key)
+
+    def _deleting(self, state: CourseState) -> bool:
+        return state.course is None or self.course in self.store.pending_deletions()
+
+    def _known(self, seats: Sequence[SeatView]) -> list[str]:
+        """Cluster names this course may have: its seats' and those last observed for it."""
+        names = {self.cluster_of(s) for s in seats}
+        for h in self.store.holdings(self.course):
+            if h["engine"] == self.name and h["what"] == "cluster" and tasks.CLUSTER_NAME.fullmatch(h["login"]):
+                names.add(h["login"])
+        return sorted(names)
+
+    def clusters(self, state: CourseState) -> dict[str, Cluster]:
+        """The course's clusters as SkyPilot reports them now."""
+        found = self.sky.status(self._known(self._seats(state)))
+        return {n: c for n, c in found.items() if c.course in (None, self.course)}
+
+    def _task(self, state: CourseState, seat: SeatView, p: ParticipantView) -> dict[str, Any]:
+        from gpuseat.catalog.bundle import load_catalog
+
+        plan_option = state.course.plan_option if state.course is not None else None
+        offer = tasks.offer_for(seat.profile, plan_option, load_catalog().offers, seat=seat.key)
+        target = tasks.CloudSeat(self.course, seat.key, offer, user=self.login_of(p), ssh_key=p.ssh_key)
+        return tasks.task(target, self.options())
+
+    # -- plan ----------------------------------------------------------------------------------------
+
+    def plan(self, course: CourseState) -> Changes:
+        """Every step that makes the course's clusters match the store (see the module docstring)."""
+        changes = Changes(self.name, self.course, self.host)
+        seats = self._seats(course)
+        clusters = self.clusters(course)
+        if self._deleting(course):
+            for name in sorted(clusters):
+                changes.steps.append(self._step("cloud.down", name, "the course is deleted", "revoke", cluster=name))
+            return changes
+        wanted = {self.cluster_of(s) for s in seats}
+        for name in sorted(set(clusters) - wanted):
+            why = "its seat is no longer in the course"
+            changes.steps.append(self._step("cloud.down", name, why, "revoke", cluster=name))
+        gone = "the course is archived" if course.archived else None
+        holders = {seat.key: p for seat, p in course.holders()} if course.active else {}
+        for seat in seats:
+            self._plan_seat(course, seat, holders.get(seat.key), clusters.get(self.cluster_of(seat)), gone, changes)
+        if holders and self.settings.wheelhouse is None and self.settings.gpuseat_spec is None:
+            changes.notes.append(
+                "no gpuseat wheel is shipped: seats get their holder's login, not gpuseat's benchmark "
+                "(gpuseat engines settings skypilot wheelhouse=DIR)"
+            )
+        return changes
+
+    def _plan_seat(
+        self,
+        course: CourseState,
+        seat: SeatView,
+        p: ParticipantView | None,
+        info: Cluster | None,
+        gone: str | None,
+        changes: Changes,
+    ) -> None:
+        add = changes.steps.append
+        cluster = self.cluster_of(seat)
+        key = (seat.key,)
+        stored = dict(course.access.get(seat.key) or {})
+        old_login = stored.get("user")
+        login = self.login_of(p) if p is not None else None
+        status = info.status if info is not None else None
+        # revoke: the previous holder leaves the cluster before anyone else gets it
+        if status in _RUNNING and old_login and old_login != login:
+            why = f"{old_login} no longer holds {seat.key}" + (f" ({gone})" if gone else "")
+            add(self._step("account.revoke", old_login, why, "revoke", seats=key, cluster=cluster, login=old_login))
+        stop_why = None
+        if p is None:
+            stop_why = gone or f"nobody holds {seat.key} now"
+        elif course.closed is not None:
+            stop_why = f"access is closed: {course.closed}"
+        if status in _STOPPABLE and stop_why:
+            add(self._step("cloud.stop", cluster, stop_why, "revoke", seats=key, cluster=cluster, seat=seat.key))
+        if gone is not None:
+            return  # an archived course is read-only: its seats keep what the store says
+        if p is None or login is None:
+            self._plan_free(seat, info, stored, changes)
+            return
+        launch = course.closed is None and (status not in _RUNNING or old_login != login)
+        minutes = self._minutes_left(course)
+        if launch:
+            try:
+                task = self._task(course, seat, p)
+            except GpuseatError as exc:
+                changes.notes.append(f"seat {seat.key} cannot be launched: {exc.message}")
+                return
+            why = f"{p.key} holds {seat.key}" + (" (hand-over)" if old_login and old_login != login else "")
+            add(self._step("cloud.launch", cluster, why, "grant", participant=p.key, seats=key, cluster=cluster,
+                           seat=seat.key, login=login, task=task, idle_minutes=minutes))  # fmt: skip
+        elif course.closed is None and info is not None and info.autostop < 0 and minutes is not None:
+            add(self._step("cloud.autostop", cluster, "it stops itself at the access window's end", "grant",
+                           seats=key, cluster=cluster, idle_minutes=minutes))  # fmt: skip
+        # record: the seat's honest state, and the way in made for its holder
+        if launch:
+            why = f"{p.key} can log in as {login} once {cluster} is up"
+            add(self._step("seat.record", seat.key, why, "record", participant=p.key, seats=key, cluster=cluster,
+                           login=login, holder=p.key, live=True, reason=self._running(course, cluster)))  # fmt: skip
+            return
+        if info is not None and info.up and course.closed is None:
+            state, reason = "running", self._running(course, cluster)
+            access = self._access(info, login, p.key, seat)
+        else:
+            state, reason = "requested", self._waiting(course, cluster, info)
+            access = Access(kind="ssh", user=login, device_uuid=seat.device_uuid, notes=(reason,), holder=p.key)
+        if stored != access.to_dict() or seat.state != state or seat.state_reason != reason:
+            add(self._step("seat.record", seat.key, f"{seat.key}: {reason}", "record", participant=p.key, seats=key,
+                           cluster=cluster, state=state, reason=reason, access=access.to_dict()))  # fmt: skip
+
+    def _plan_free(self, seat: SeatView, info: Cluster | None, stored: dict[str, Any], changes: Changes) -> None:
+        """A seat nobody holds: its way in names no one; its state says whether its cluster exists."""
+        cluster = self.cluster_of(seat)
+        reason = (
+            f"stopped: nobody holds it (cluster {cluster} keeps its disk for the next holder)"
+            if info is not None
+            else "not launched: nobody holds it"
+        )
+        state = "planned"  # free to hand out (and to remove): its cluster, if any, is stopped
+        if stored or seat.state_reason != reason or state != seat.state:
+            changes.steps.append(
+                self._step("seat.clear", seat.key, reason, "record", seats=(seat.key,), state=state, reason=reason)
+            )
+
+    def _minutes_left(self, course: CourseState) -> int | None:
+        """Minutes until the open access window closes (None: no autostop, or no end to wait for)."""
+        if not self.settings.autostop or course.closed is not None or course.next_change is None:
+            return None
+        now = course.now or datetime.now(UTC)
+        return max(1, math.ceil((course.next_change - now).total_seconds() / 60))
+
+    def _until(self, course: CourseState) -> str:
+        if course.next_change is None or course.course is None:
+            return ""
+        tz = course.course.timezone
+        return f" until the access window closes ({course.next_change.astimezone(ZoneInfo(tz)):%Y-%m-%d %H:%M} {tz})"
+
+    def _running(self, course: CourseState, cluster: str) -> str:
+        return f"running: cluster {cluster} is up{self._until(course)}"
+
+    def _waiting(self, course: CourseState, cluster: str, info: Cluster | None) -> str:
+        closed = course.closed or "the access window is closed"
+        if info is None:
+            return f"not launched yet: the agent launches {cluster} when the access window opens ({closed})"
+        return f"stopped: {closed}; the agent starts {cluster} again when the access window opens"
+
+    def _access(self, info: Cluster, login: str, holder: str, seat: SeatView) -> Access:
+        port = info.port if info.port and info.port != 22 else None
+        host = info.ip
+        command = delivery.ssh_command(host, login, port) if host else None
+        return Access(
+            kind="ssh",
+            host=host,
+            port=port,
+            user=login,
+            command=command,
+            device_uuid=seat.device_uuid,
+            holder=holder,
+        )
+
+    def _step(self, action: str, target: str, why: str, phase: Phase, **data: Any) -> Step:
+        participant = data.pop("participant", None)
+        seats = tuple(data.pop("seats", ()))
+        return Step(self.name, action, target, why, phase, participant, seats, self.host, data)
+
+    # -- apply ---------------------------------------------------------------------------------------
+
+    def do(self, step: Step) -> str | None:
+        """Carry out one planned step (a cluster already so, or a user already gone, is fine)."""
+        d = step.data
+        match step.action:
+            case "cloud.launch":
+                self._launch(d)
+            case "cloud.stop":
+                self.sky.stop(d["cluster"])
+            case "cloud.down":
+                self.sky.down(d["cluster"])
+            case "cloud.autostop":
+                self.sky.autostop(d["cluster"], int(d["idle_minutes"]))
+            case "account.revoke":
+                line = shlex.join(["bash", "-c", revoke_script(d["login"])])
+                self.runner.run(self.remote(d["cluster"], line), timeout=max(self.settings.timeout, 60.0))
+            case "seat.record":
+                self._record(step)
+            case "seat.clear":
+                if not self.runner.dry_run:
+                    if self.store.get_seat(self.course, step.target).state == "running":  # running → planned
+                        self.store.record_delivery(self.course, step.target, state="requested", actor=ACTOR)
+                    self.store.record_delivery(
+                        self.course,
+                        step.target,
+                        clear_access=True,
+                        state=d["state"],
+                        reason=d["reason"],
+                        actor=ACTOR,
+                    )
+            case _:
+                raise InputError(f"the skypilot engine has no step {step.action!r}", where="plan")
+        return None
+
+    def _launch(self, d: Any) -> None:
+        cluster, seat = d["cluster"], d["seat"]
+        if not self.runner.dry_run:
+            started = datetime.now(UTC)
+            reason = f"launching: cluster {cluster} for {d['login']} (sky launch started {started:%H:%M} UTC)"
+            self.store.record_delivery(self.course, seat, state="requested", reason=reason, actor=ACTOR)
+        try:
+            self.sky.launch(cluster, dict(d["task"]), idle_minutes=d.get("idle_minutes"))
+        except EngineError as exc:
+            if not self.runner.dry_run:
+                reason = f"not launched: {exc.what}"
+                self.store.record_delivery(self.course, seat, state="failed", reason=reason[:1900], actor=ACTOR)
+            raise
+
+    def _record(self, step: Step) -> None:
+        d = step.data
+        if self.runner.dry_run:
+            return
+        if d.get("live"):  # just launched: its address comes from SkyPilot now
+            info = self.sky.status([d["cluster"]]).get(d["cluster"])
+            if info is None or not info.up or not info.ip:
+                state = info.status if info is not None else "gone"
+                raise EngineError(f"cluster {d['cluster']} is {state} after its launch", where=f"seat {step.target}")
+            seat = self.store.get_seat(self.course, step.target)
+            access = self._access(info, d["login"], d["holder"], seat).to_dict()
+            state, reason = "running", d["reason"]
+        else:
+            access, state, reason = d["access"], d["state"], d["reason"]
+        self.store.record_delivery(
+            self.course,
+            step.target,
+            access=Access.from_dict(access),
+            state=state,
+            reason=reason,
+            engine_ref=d["cluster"],
+            actor=ACTOR,
+        )
+
+    def remote(self, cluster: str, line: str, *, timeout: float = 30.0) -> list[str]:
+        """``ssh CLUSTER LINE`` through SkyPilot's ssh alias (its admin user and key), no prompts."""
+        if not tasks.CLUSTER_NAME.fullmatch(cluster):
             raise InputError(
                 f"bad cluster name {cluster!r}", where="seat", fix="cluster names come from cluster_name()"
             )
-        return [self.ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=30", cluster, shlex.join(argv)]
+        wait = max(1, min(30, math.ceil(timeout)))
+        return [self.settings.ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={wait}", cluster, line]
 
-    def probe_command(self, cluster: str, user: str) -> list[str]:
-        """``nvidia-smi -L`` on the cluster, run as the participant (sudo -u, no password prompt)."""
-        if not cloud.UNIX_USER.fullmatch(user):
-            raise InputError(f"{user!r} is not a Unix user name", where="participant", fix="a roster unix_user")
-        return self.remote(cluster, ["sudo", "-n", "-u", user, "--", "nvidia-smi", "-L"])
+    # -- observe, check, connect ---------------------------------------------------------------------
 
-    # -- the interface -----------------------------------------------------------------------------
-
-    def _seat(self, seat: SeatView) -> cloud.CloudSeat:
-        from gpuseat.catalog.bundle import load_catalog
-
-        cc = cloud.course_from_store(self.store, self.course, load_catalog().offers)
-        found = next((s for s in cc.seats if s.seat == seat.key), None)
-        if found is None:
-            raise InputError(f"seat {seat.key} is not a cloud seat", where=f"seat {seat.key}", fix="a kind=cloud seat")
-        return found
-
-    def _user(self, participant: ParticipantView) -> str:
-        user = participant.unix_user or participant.key
-        if not cloud.UNIX_USER.fullmatch(user):
-            raise InputError(
-                f"participant {participant.key} has no Unix user name", where="roster", fix="add a unix_user column"
-            )
-        return user
-
-    def provision(self, seat: SeatView, participant: ParticipantView | None) -> Access | None:
-        """Write the seat's task (with its holder's login) and ``sky launch`` it."""
-        target = self._seat(seat)
-        if self.out is None:
-            from gpuseat.paths import data_dir
-
-            self.out = data_dir() / "skypilot" / self.course
-        out = self.out
-        out.mkdir(parents=True, exist_ok=True)
-        task_file = out / f"{target.cluster}.yaml"
-        task_file.write_text(cloud.task_yaml(target, self.options), encoding="utf-8")
-        done = self.run(self.launch_command(target.cluster, task_file))
-        if done.returncode != 0:
-            reason = f"sky launch failed: {(done.stderr or done.stdout).strip()[-500:]}"
-            self.store.set_seat_state(self.course, seat.key, "failed", reason=reason, engine=ENGINE, actor=ACTOR)
-            raise EngineError(reason, where=f"seat {seat.key}", fix="see sky launch's output; fix and provision again")
-        self.store.set_seat_state(
-            self.course,
-            seat.key,
-            "running",
-            reason=f"cluster {target.cluster} up",
-            engine=ENGINE,
-            engine_ref=target.cluster,
-            actor=ACTOR,
-        )
-        access = self.connect(seat)
-        if access is not None:  # the structured way in, through the one seat write
-            self.store.record_delivery(self.course, seat.key, access=access, actor=ACTOR)
-        return access
+    def observe(self, course: CourseState) -> list[Holding]:
+        """The course's clusters (up, starting or stopped: each holds a disk, and maybe a login)."""
+        out = []
+        by_cluster = {self.cluster_of(s): s for s in self._seats(course)}
+        for name, info in sorted(self.clusters(course).items()):
+            seat = by_cluster.get(name)
+            holder = (course.access.get(seat.key) or {}).get("holder") if seat is not None else None
+            out.append(Holding(self.name, "cluster", name, holder, seat.key if seat else None, self.host, info.status))
+        return out
 
     def connect(self, seat: SeatView) -> Access | None:
-        """The participant's ssh line, from ``sky status --ip`` (None while the cluster is not up)."""
-        cluster = cloud.cluster_name(self.course, seat.key)
-        done = self.run([self.sky, "status", "--ip", cluster])
-        ip = (done.stdout or "").strip().splitlines()[-1:] if done.returncode == 0 else []
-        if not ip or not ip[0] or " " in ip[0]:
+        """The stored way in, when it was made for the seat's holder and its cluster is up (else None)."""
+        stored = self.store.access_of(self.course).get(seat.key)
+        if not stored or not seat.participant or stored.get("holder") != seat.participant or not stored.get("host"):
             return None
-        user = None
-        if seat.participant:
-            user = self._user(self.store.find_participant(self.course, seat.participant))
-        command = f"ssh {user}@{ip[0]}" if user else None
-        return Access(kind="ssh", host=ip[0], user=user, command=command, device_uuid=seat.device_uuid)
+        return Access.from_dict(stored)
+
+    def check(self, seats: Sequence[SeatView]) -> list[Readiness]:
+        """Probe each held seat as its participant."""
+        people = {p.key: p for p in self.store.participants(self.course)}
+        return [self.probe(s, people[s.participant]) for s in seats if s.participant in people]
+
+    def probe_command(self, cluster: str, user: str, access: dict[str, Any] | None = None) -> list[str]:
+        """``nvidia-smi -L`` on the cluster, run as the participant (``sudo -n -u``); the stored way in's
+        host, port and jump host (``seats connect``) override the alias's address."""
+        if not tasks.UNIX_USER.fullmatch(user):
+            raise InputError(f"{user!r} is not a Unix user name", where="participant", fix="a roster unix_user")
+        argv = self.remote(cluster, shlex.join(["sudo", "-n", "-u", user, "--", "nvidia-smi", "-L"]),
+                           timeout=self.settings.timeout)  # fmt: skip
+        extra: list[str] = []
+        a = access or {}
+        if a.get("host"):
+            extra += ["-o", f"HostName={delivery.check_host(str(a['host']), field='host')}"]
+        if a.get("port"):
+            extra += ["-p", str(int(a["port"]))]
+        if a.get("jump_host"):
+            extra += ["-J", delivery.check_host(str(a["jump_host"]), field="jump_host")]
+        return [*argv[:-2], *extra, *argv[-2:]]
+
+    def state_of(self, seat: SeatView, participant: ParticipantView) -> str:
+        """Why the seat cannot be reached now (not launched, launching, stopped), from its state in the store."""
+        reason = seat.state_reason or ""
+        if reason.startswith(STATES) and not reason.startswith("running"):
+            return reason
+        stored = self.store.access_of(self.course).get(seat.key) or {}
+        if stored.get("holder") and stored.get("holder") != participant.key:
+            return f"being prepared: the agent hands {self.cluster_of(seat)} over to {self.login_of(participant)}"
+        return (
+            f"not launched yet: the agent launches {self.cluster_of(seat)} while the access window is open "
+            "(gpuseat agent, or once: gpuseat apply --engine skypilot)"
+        )
 
     def probe(self, seat: SeatView, participant: ParticipantView) -> Readiness:
-        """List the GPUs on the cluster as the participant and judge them."""
+        """List the GPUs on the cluster as the participant and judge them (no ssh to a seat not up)."""
         from gpuseat.nvsmi import parse_list
 
-        cluster = cloud.cluster_name(self.course, seat.key)
+        cluster = self.cluster_of(seat)
         now = datetime.now(UTC)
-        done = self.run(self.probe_command(cluster, self._user(participant)))
+        stored = self.store.access_of(self.course).get(seat.key) or {}
+        made_for = stored.get("holder")
+        if not stored.get("host") or (made_for and made_for != participant.key):
+            why = self.state_of(seat, participant)
+            return Readiness(self.course, seat.key, participant.key, "broken", why, "", (), now, ENGINE)
+        argv = self.probe_command(cluster, self.login_of(participant), stored)
+        done = self.runner.try_run(argv, timeout=self.settings.timeout, mutates=False, where=f"seat {seat.key}")
         text = (done.stdout or "") + (done.stderr or "")
-        if done.returncode != 0:
-            visible: tuple[str, ...] = ()
+        visible: tuple[str, ...] = ()
+        if done.returncode == 124:
             state: Any = "broken"
-            reason: str | None = f"the probe failed on {cluster}: {text.strip()[-300:]}"
+            reason: str | None = f"the probe on {cluster} did not answer within {self.settings.timeout:g} s"
+        elif done.returncode != 0:
+            state, reason = "broken", f"the probe failed on {cluster}: {text.strip()[-300:]}"
         else:
             listed = parse_list(done.stdout)
             visible = tuple(m.uuid for g in listed for m in g.mig) or tuple(g.uuid for g in listed)
             state, reason = judge(seat.device_uuid, visible)
-        return Readiness(
-            course=self.course,
-            seat=seat.key,
-            participant=participant.key,
-            state=state,
-            reason=reason,
-            evidence=text[:4000],
-            visible=visible,
-            checked_at=now,
-            engine=ENGINE,
-        )
-
-    def revoke(self, seat: SeatView, participant: ParticipantView) -> None:
-        """Take the participant's access away on the VM, then drop their seat."""
-        cluster = cloud.cluster_name(self.course, seat.key)
-        done = self.run(self.remote(cluster, ["bash", "-c", revoke_script(self._user(participant))]))
-        if done.returncode != 0:
-            raise EngineError(
-                f"could not revoke {participant.key} on {cluster}: {(done.stderr or done.stdout).strip()[-300:]}",
-                where=f"seat {seat.key}",
-                fix="is the cluster up (sky status)? start it and revoke again",
-            )
-        self.store.release(self.course, participant=participant.key, reason="access revoked", actor=ACTOR)
-
-    def teardown(self, seat: SeatView) -> None:
-        """``sky down`` the seat's cluster."""
-        cluster = cloud.cluster_name(self.course, seat.key)
-        done = self.run([self.sky, "down", "--yes", cluster])
-        if done.returncode != 0:
-            raise EngineError(f"sky down {cluster} failed: {done.stderr.strip()[-300:]}", where=f"seat {seat.key}")
-        self.store.set_seat_state(self.course, seat.key, "released", reason=f"cluster {cluster} down", actor=ACTOR)
+        return Readiness(self.course, seat.key, participant.key, state, reason, text[:4000], visible, now, ENGINE)

@@ -1,12 +1,17 @@
-"""Cloud seats through SkyPilot: one task YAML per seat, a start/stop schedule, hours run to date.
+"""Cloud seats' SkyPilot tasks: one task per seat, a start/stop schedule, hours run to date.
+
+The SkyPilot engine (:mod:`gpuseat.engines.skypilot.engine`) launches each seat's :func:`task` through
+SkyPilot's Python API; ``gpuseat seats skypilot`` writes the same tasks as files, with a schedule, for
+organizers who run ``sky`` themselves.
 
 * :func:`task` — a SkyPilot task per cloud seat: cloud, region and instance type from the chosen plan
   option's offer, disk size, and a setup step (:func:`setup_script`) that creates the seat's participant
   as a Unix user with their SSH key, installs gpuseat from a wheel built from this checkout and shipped
   with ``file_mounts`` (never a bare name from a package index, where anyone could register it), and
   runs ``gpuseat bench`` once when PyTorch is there (setup re-runs on every ``sky launch``; a marker file
-  keeps the benchmark to one run). No SkyPilot ``autostop``: its idle clock also runs inside a session,
-  and a stopped seat cannot be started again by its participant; the schedule stops seats at each
+  keeps the benchmark to one run). The task sets no idle ``autostop``: its idle clock also runs inside a
+  session, and a stopped seat cannot be started again by its participant; the engine stops seats at each
+  access window's end (and sets a hard-limit autostop at launch), the written schedule at each
   session's end (a 24/7 course: at the course's end).
 * :func:`windows` / :func:`crontab` / :func:`systemd_units` — one ``sky start`` before and one ``sky stop``
   after each lab session (the schedule's merged intervals, :meth:`gpuseat.core.course.Schedule.intervals`).
@@ -33,10 +38,11 @@ import yaml
 
 from gpuseat.catalog.offers import Offer
 from gpuseat.core.cost import billed_seconds, hourly_usd
+from gpuseat.core.delivery import login_name
 from gpuseat.errors import InputError, did_you_mean
 
 if TYPE_CHECKING:
-    from gpuseat.services.courses import CourseStore
+    from gpuseat.store import CourseStore
 
 _State = Literal["planned", "requested", "running", "failed", "released"]
 # gpuseat provider → SkyPilot cloud name (clouds SkyPilot can launch that gpuseat has hourly offers for)
@@ -574,14 +580,8 @@ def course_from_store(store: CourseStore, course: str | None, offers: Sequence[O
         holder = people.get(s.participant or "")
         user = key = None
         if holder is not None:
-            user = holder.unix_user or (holder.key if UNIX_USER.fullmatch(holder.key) else None)
+            user = login_name(holder.key, holder.unix_user)  # the one login name on every engine
             key = holder.ssh_key
-            if user is None:
-                raise InputError(
-                    f"participant {holder.key} of seat {s.key} has no Unix user name",
-                    where=f"roster of course {view.key}",
-                    fix="give the participant a unix_user column in the roster",
-                )
         offer = offer_for(s.profile, view.plan_option, offers, seat=s.key)
         seats.append(CloudSeat(view.key, s.key, offer, user=user, ssh_key=key))
     sched = store.course_file(view.key).schedule
@@ -647,12 +647,3 @@ def cost_so_far(
     status = parse_sky_status(sky_status) if sky_status is not None else None
     hours = hours_to_date(cc.seats, windows(cc.intervals, lead_min=lead_min), local_now, status)
     return [SeatCost(h, s.offer.id, cost_to_date(h, s.offer)) for h, s in zip(hours, cc.seats, strict=True)]
-
-
-def __getattr__(name: str) -> Any:
-    """``SkyPilotEngine`` lives in :mod:`gpuseat.services.cloud_engine` (loaded on first use)."""
-    if name == "SkyPilotEngine":
-        from gpuseat.services.cloud_engine import SkyPilotEngine
-
-        return SkyPilotEngine
-    raise AttributeError(name)
