@@ -1,0 +1,316 @@
+"""The Slurm engine's plan and apply against a recording stand-in cluster (no daemons): what it plans for
+a fresh course, a release, a hand-over, a move, accounting and an archive; revoke before grant, a
+failed cancel holding the new holder back, and a second plan that is empty.
+
+The stand-in answers ``scontrol``, ``squeue``, ``scancel`` and ``sacctmgr`` from a little state that the
+engine's own commands change, through :class:`~gpuseat.engines.runner.RecordingRunner`, so each test
+also sees the exact commands in the order they ran. The real cluster runs the same flows in
+``tests/conformance/test_slurm.py`` and ``tests/slurm/test_accounting.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from gpuseat.engines.apply import one_pass, plan_all
+from gpuseat.engines.runner import RecordingRunner
+from gpuseat.engines.slurm import config
+from gpuseat.engines.slurm import course as service
+
+from .conftest import make_store
+
+pytest.importorskip("gpuseat.services.courses")
+SEATS = ("seat-01", "seat-02", "seat-03", "seat-04")
+
+
+@dataclass
+class FakeSlurm:
+    """What the stand-in cluster holds: partitions, reservations (name → users), jobs, associations."""
+
+    conf: Path
+    accounting: bool = False
+    partitions: set[str] = field(default_factory=lambda: {"debug"})
+    reservations: dict[str, list[str]] = field(default_factory=dict)
+    jobs: dict[int, dict[str, str]] = field(default_factory=dict)
+    assocs: dict[str, str] = field(default_factory=dict)
+    accounts: set[str] = field(default_factory=set)
+    stuck: set[int] = field(default_factory=set)  # jobs scancel cannot end
+
+    def answer(self, argv: tuple[str, ...]) -> tuple[int, str, str]:
+        cmd, args = argv[0], argv[1:]
+        if cmd == "scontrol":
+            return self._scontrol(args)
+        if cmd == "squeue":
+            rows = [
+                f"{i}|{j['user']}|{j['state']}|None|{j['gres']}|{j['partition']}|{j['resv'] or '(null)'}|localhost|"
+                f"{j.get('account', '(null)')}"
+                for i, j in sorted(self.jobs.items())
+            ]
+            return 0, "\n".join(rows) + "\n", ""
+        if cmd == "scancel":
+            for a in args:
+                if a.isdigit() and int(a) not in self.stuck:
+                    self.jobs.pop(int(a), None)
+            return 0, "", ""
+        if cmd == "sacctmgr":
+            return self._sacctmgr(args)
+        return 127, "", f"{cmd}: not in the stand-in"
+
+    def _scontrol(self, args: tuple[str, ...]) -> tuple[int, str, str]:
+        words = dict(a.split("=", 1) for a in args if "=" in a)
+        if args[:1] == ("show",) and args[1] == "config":
+            storage = "accounting_storage/slurmdbd" if self.accounting else "accounting_storage/none"
+            return 0, f"AccountingStorageType = {storage}\nJobSubmitPlugins = lua\nSLURM_CONF = {self.conf}\n", ""
+        if args[:3] == ("-o", "show", "partition"):
+            return 0, "".join(f"PartitionName={p} State=UP\n" for p in sorted(self.partitions)), ""
+        if args[:3] == ("-o", "show", "reservation"):
+            return 0, "".join(f"ReservationName={n} Users={','.join(u)}\n" for n, u in self.reservations.items()), ""
+        if args[:1] == ("-d",):
+            return 0, "", ""
+        if args[:1] == ("create",) and "PartitionName" in words and args[1] != "reservation":
+            self.partitions.add(words["PartitionName"])
+        elif args[:2] == ("create", "reservation") or (args[:1] == ("update",) and "ReservationName" in words):
+            self.reservations[words["ReservationName"]] = words["Users"].split(",")
+        elif args[:1] == ("delete",) and "ReservationName" in words:
+            self.reservations.pop(words["ReservationName"], None)
+        elif args[:1] == ("delete",) and "PartitionName" in words:
+            self.partitions.discard(words["PartitionName"])
+        return 0, "", ""
+
+    def _sacctmgr(self, args: tuple[str, ...]) -> tuple[int, str, str]:
+        if args[:4] == ("-n", "-P", "show", "assoc"):
+            return 0, "".join(f"{u}|{t}|{t}\n" for u, t in sorted(self.assocs.items())), ""
+        if args[:4] == ("-n", "-P", "show", "account"):
+            return 0, "".join(f"{a}\n" for a in self.accounts), ""
+        words = dict(a.split("=", 1) for a in args if "=" in a)
+        if args[1:3] == ("add", "account"):
+            self.accounts.add(args[3])
+        elif args[1:3] == ("add", "user"):
+            self.assocs[args[3]] = words["GrpTRES"]
+        elif args[1:3] == ("delete", "user"):
+            self.assocs.pop(args[3], None)
+        elif args[1:3] == ("delete", "account"):
+            self.accounts.discard(args[3])
+        return 0, "", ""
+
+
+@dataclass
+class Lab:
+    store: object
+    fake: FakeSlurm
+    runner: RecordingRunner
+    etc: Path
+    people: dict[str, str]  # name -> participant key
+
+    def plan(self):
+        (p,) = plan_all(self.store, course="c1", engine="slurm", runner=self.runner)  # type: ignore[arg-type]
+        assert p.error is None, p.error
+        return p.changes
+
+    def apply(self):
+        self.runner.take()
+        done = one_pass(self.store, course="c1", engine="slurm", runner=self.runner)  # type: ignore[arg-type]
+        return done
+
+    def job(self, job_id: int, user: str, seat: str, *, state: str = "RUNNING") -> None:
+        self.fake.jobs[job_id] = {
+            "user": user,
+            "state": state,
+            "gres": f"gres:gpu:m60.{seat}:1",
+            "partition": "gpuseat-c1",
+            "resv": next(iter(self.fake.reservations), ""),
+        }
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[Lab]:
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    conf = etc / "slurm.conf"
+    conf.write_text(f"ClusterName=x\nPartitionName=debug Nodes=gpu01\nInclude {etc / 'gpuseat-partitions.conf'}\n")
+    service.write_job_submit([], etc)
+    devices = config.bind_cores(
+        [config.GresDevice(node="gpu01", gres_type="m60", files=(f"/dev/nvidia{i}",), core=0, seat=s)
+         for i, s in enumerate(SEATS)]
+    )  # fmt: skip
+    people = {"alice": ("alice", "seat-01"), "bob": ("bob", "seat-02"), "carol": ("carol", None)}
+    st, _url = make_store(tmp_path, "c1", people, devices)
+    st.set_engine_settings("c1", "slurm", {"slurm_conf": str(conf), "cancel_wait_s": 1})  # type: ignore[attr-defined]
+    fake = FakeSlurm(conf)
+    runner = RecordingRunner(answers={(c,): fake.answer for c in ("scontrol", "squeue", "scancel", "sacctmgr")})
+    by_user = {p.unix_user: p.key for p in st.participants("c1")}  # type: ignore[attr-defined]
+    yield Lab(st, fake, runner, etc, {n: by_user[n] for n in people})
+    st.close()  # type: ignore[attr-defined]
+
+
+def _lines(done) -> list[str]:
+    return [c.line for r in done.reports for o in r.outcomes for c in o.commands]
+
+
+def _actions(changes) -> list[tuple[str, str, str]]:
+    return [(s.phase, s.action, s.target) for s in changes.ordered()]
+
+
+def test_a_fresh_course_is_granted_then_nothing_is_left_to_do(lab: Lab) -> None:
+    changes = lab.plan()
+    acts = _actions(changes)
+    assert all(phase != "revoke" for phase, _a, _t in acts), acts
+    assert ("grant", "partition.create", "gpuseat-c1") in acts
+    assert ("grant", "limits.set", str(lab.etc / "job_submit.lua")) in acts
+    assert [a for _p, a, _t in acts].count("reservation.create") == 2
+    assert {t for _p, a, t in acts if a == "seat.record"} == {"seat-01", "seat-02"}
+    done = lab.apply()
+    assert not done.failed, done.failed
+    assert set(lab.fake.reservations) == {n for _p, a, n in acts if a == "reservation.create"}
+    assert all(sorted(u) == ["alice", "bob"] for u in lab.fake.reservations.values())
+    include = (lab.etc / "gpuseat-partitions.conf").read_text()
+    assert "PartitionName=gpuseat-c1 Nodes=gpu01 ReqResv=YES MaxTime=INFINITE State=UP" in include
+    limits = {(x.user, x.seat_type) for x in config.job_submit_limits((lab.etc / "job_submit.lua").read_text())}
+    assert limits == {("alice", "m60.seat-01"), ("bob", "m60.seat-02")}
+    assert lab.plan().steps == []
+    access = lab.store.access_of("c1")  # type: ignore[attr-defined]
+    assert access["seat-01"]["holder"] == lab.people["alice"] and access["seat-01"]["user"] == "alice"
+    assert access["seat-01"]["command"].startswith("srun -p gpuseat-c1 --reservation=gpuseat-c1-")
+
+
+def test_a_hand_over_revokes_and_cancels_before_the_new_holder_is_let_in(lab: Lab) -> None:
+    lab.apply()
+    lab.job(41, "alice", "seat-01")
+    lab.job(42, "bob", "seat-02")
+    lab.store.release("c1", participant=lab.people["alice"])  # type: ignore[attr-defined]
+    lab.store.assign("c1", lab.people["carol"], "seat-01")  # type: ignore[attr-defined]
+    changes = lab.plan()
+    acts = _actions(changes)
+    revoke = [(a, t) for p, a, t in acts if p == "revoke"]
+    assert [a for a, _t in revoke] == ["reservation.revoke", "reservation.revoke", "limits.set", "jobs.cancel"]
+    assert ("jobs.cancel", "alice") in revoke
+    cancel = next(s for s in changes.steps if s.action == "jobs.cancel")
+    assert cancel.data["job_ids"] == [41] and cancel.seats == ("seat-01",) and "alice holds no Slurm seat" in cancel.why
+    grants = [s for s in changes.steps if s.phase == "grant"]
+    assert {s.action for s in grants} == {"reservation.set"} and all(s.seats == ("seat-01",) for s in grants)
+    done = lab.apply()
+    assert not done.failed, done.failed
+    lines = _lines(done)
+    first_grant = next(i for i, ln in enumerate(lines) if "Users=bob,carol" in ln)
+    assert lines.index("scancel 41") < first_grant
+    assert 41 not in lab.fake.jobs and 42 in lab.fake.jobs  # bob's job is his own seat's: kept
+    assert all(sorted(u) == ["bob", "carol"] for u in lab.fake.reservations.values())
+    assert lab.plan().steps == []
+
+
+def test_a_job_that_does_not_end_keeps_the_new_holder_waiting(lab: Lab) -> None:
+    lab.apply()
+    lab.job(51, "alice", "seat-01")
+    lab.fake.stuck.add(51)
+    lab.store.release("c1", participant=lab.people["alice"])  # type: ignore[attr-defined]
+    lab.store.assign("c1", lab.people["carol"], "seat-01")  # type: ignore[attr-defined]
+    done = lab.apply()
+    (report,) = done.reports
+    state = {(o.step.action, o.step.target): (o.state, o.message or "") for o in report.outcomes}
+    assert state[("jobs.cancel", "alice")][0] == "failed"
+    assert "51" in state[("jobs.cancel", "alice")][1] and "still hold their GPU" in state[("jobs.cancel", "alice")][1]
+    waiting = [k for k, (s, m) in state.items() if s == "skipped"]
+    assert ("seat.record", "seat-01") in waiting and any(a == "reservation.set" for a, _t in waiting)
+    assert all("carol" not in u for u in lab.fake.reservations.values())
+    assert lab.store.access_of("c1")["seat-01"].get("holder") != lab.people["carol"]  # type: ignore[attr-defined]
+    lab.fake.stuck.clear()
+    done = lab.apply()
+    assert not done.failed and all(sorted(u) == ["bob", "carol"] for u in lab.fake.reservations.values())
+
+
+def test_a_move_cancels_the_movers_jobs_on_the_old_seat_only(lab: Lab) -> None:
+    lab.apply()
+    lab.job(61, "alice", "seat-01")
+    lab.store.move("c1", lab.people["alice"], "seat-03")  # type: ignore[attr-defined]
+    changes = lab.plan()
+    acts = _actions(changes)
+    assert ("revoke", "jobs.cancel", "alice") in acts and (
+        "revoke",
+        "limits.set",
+        str(lab.etc / "job_submit.lua"),
+    ) in acts
+    cancel = next(s for s in changes.steps if s.action == "jobs.cancel")
+    assert "alice moved to seat-03: the job is on seat-01" in cancel.why
+    assert not any(a.startswith("reservation") for _p, a, _t in acts)  # still a holder: still in the sessions
+    done = lab.apply()
+    assert not done.failed and 61 not in lab.fake.jobs
+    lab.job(62, "alice", "seat-03")
+    assert lab.plan().steps == []  # a job on her own new seat stays
+
+
+def test_with_accounting_associations_follow_the_holders(lab: Lab) -> None:
+    lab.fake.accounting = True
+    done = lab.apply()
+    assert not done.failed, done.failed
+    lines = _lines(done)
+    assert "sacctmgr -i add account gpuseat-c1 Description=gpuseat-c1 Organization=gpuseat-c1" in lines
+    assert "sacctmgr -i add user alice Account=gpuseat-c1 GrpTRES=gres/gpu=1 MaxTRESPerJob=gres/gpu=1" in lines
+    assert lab.fake.assocs == {"alice": "gres/gpu=1", "bob": "gres/gpu=1"}
+    assert lab.plan().steps == []
+    lab.fake.jobs[71] = {"user": "alice", "state": "PENDING", "gres": "gres:gpu:2", "partition": "gpuseat-c1",
+                         "resv": "", "account": "gpuseat-c1"}  # fmt: skip
+    lab.store.release("c1", participant=lab.people["alice"])  # type: ignore[attr-defined]
+    done = lab.apply()
+    lines = _lines(done)
+    assert lines.index("scancel 71") < lines.index("sacctmgr -i delete user alice account=gpuseat-c1")
+    assert lab.fake.assocs == {"bob": "gres/gpu=1"} and not lab.fake.jobs
+    assert lab.plan().steps == []
+
+
+def test_an_archived_course_loses_everything_and_observe_is_empty(lab: Lab) -> None:
+    lab.apply()
+    lab.job(81, "bob", "seat-02")
+    lab.store.archive_course("c1")  # type: ignore[attr-defined]
+    changes = lab.plan()
+    assert {p for p, _a, _t in _actions(changes)} == {"revoke"}
+    done = lab.apply()
+    assert not done.failed, done.failed
+    assert not lab.fake.reservations and not lab.fake.jobs and "gpuseat-c1" not in lab.fake.partitions
+    assert "gpuseat-c1" not in (lab.etc / "gpuseat-partitions.conf").read_text()
+    assert not config.job_submit_limits((lab.etc / "job_submit.lua").read_text())
+    assert lab.store.holdings("c1") == []  # type: ignore[attr-defined]
+    assert lab.plan().steps == []
+
+
+def test_a_dry_run_lists_the_commands_and_changes_nothing(lab: Lab) -> None:
+    lab.runner.dry_run = True
+    done = lab.apply()
+    dry = [c for r in done.reports for o in r.outcomes for c in o.commands if c.dry]
+    assert any(c.argv[:3] == ("scontrol", "create", "reservation") for c in dry)
+    assert lab.fake.reservations == {} and lab.fake.partitions == {"debug"}
+    assert not (lab.etc / "gpuseat-partitions.conf").exists()
+
+
+def test_slurm_conf_without_the_include_says_which_line_to_add(lab: Lab) -> None:
+    lab.fake.conf.write_text("ClusterName=x\n")
+    notes = lab.plan().notes
+    assert any(f"Include {lab.etc / 'gpuseat-partitions.conf'}" in n and "scontrol reconfigure" in n for n in notes)
+
+
+def test_observe_names_what_each_person_holds(lab: Lab) -> None:
+    lab.apply()
+    lab.job(91, "alice", "seat-01")
+    held = {(h["what"], h["login"]) for h in lab.store.holdings("c1")}  # type: ignore[attr-defined]
+    assert {("limit", "alice"), ("limit", "bob"), ("reservation", "alice"), ("reservation", "bob")} <= held
+    from gpuseat.engines import registry
+    from gpuseat.engines.apply import course_state
+
+    eng = registry.build("slurm", lab.store, "c1", settings={"slurm_conf": str(lab.fake.conf)}, runner=lab.runner)  # type: ignore[arg-type]
+    now = eng.observe(course_state(lab.store, "c1"))  # type: ignore[arg-type]
+    job = next(h for h in now if h.what == "job")
+    assert job.login == "alice" and job.seat == "seat-01" and re.match(r"job 91 RUNNING", job.detail)
+
+
+def test_bad_settings_and_a_site_job_submit_lua_are_one_clear_message(lab: Lab, cli) -> None:
+    url = f"sqlite:///{lab.etc.parent / 'c1.db'}"
+    r = cli("engines", "settings", "slurm", "slurm_conf=etc/slurm.conf", "--course", "c1", "--db", url)
+    assert r.code == 2 and "absolute path" in r.err and "Traceback" not in r.err
+    (lab.etc / "job_submit.lua").write_text("function slurm_job_submit(j, p, u) return slurm.SUCCESS end\n")
+    r = cli("slurm", "enroll", "--course", "c1", "--db", url, "--conf-dir", lab.etc, "--no-accounting")
+    assert r.code == 2 and "gpuseat did not write it" in r.err and "Traceback" not in r.err
+    assert (lab.etc / "job_submit.lua").read_text().startswith("function slurm_job_submit")
