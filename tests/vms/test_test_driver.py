@@ -24,7 +24,7 @@ from gpuseat.errors import EngineError, InputError
 from gpuseat.render.libvirt import METADATA_NS
 from gpuseat.services.courses import open_store
 
-from .conftest import EXAMPLES, layout
+from .conftest import EXAMPLES, layout, public_key
 
 IMAGE = "/var/lib/libvirt/images/debian-12-genericcloud-amd64.qcow2"
 INVENTORY = str(EXAMPLES / "ibm-2xM60.toml")
@@ -351,3 +351,64 @@ def test_bad_settings_are_refused_with_one_message(field, value):
 def test_bad_options_are_refused(field, value):
     with pytest.raises(InputError):
         VmOptions(**{field: value})
+
+
+def test_a_new_key_gives_the_same_holder_a_new_seed_and_a_restart(store, test_host, tmp_path):
+    fill(store, assign=1)
+    apply(build(store, test_host), store)
+    name = "gpuseat-demo-seat-01"
+    disk = xml_of(test_host, name).find("devices/disk[@device='disk']/source").get("file")
+    rows = (EXAMPLES / "roster-16.csv").read_text().splitlines()
+    head, first = rows[0], rows[1].split(",")
+    first[-1] = public_key("carol")  # amartin's new key
+    roster = tmp_path / "roster.csv"
+    roster.write_text("\n".join([head, ",".join(first), *rows[2:]]) + "\n")
+    store.import_roster("demo", roster)
+    eng = build(store, test_host)
+    changes = eng.plan(course_state(store, "demo"))
+    assert [(s.phase, s.action) for s in changes.ordered()] == [
+        ("revoke", "seed.remove"), ("grant", "domain.update"), ("record", "seat.record")
+    ]  # fmt: skip
+    update = changes.ordered()[1]
+    assert update.data["restart"] and "a new seed" in update.why
+    assert not eng.apply(changes).failed
+    root = xml_of(test_host, name)
+    assert root.find("devices/disk[@device='disk']/source").get("file") == disk  # their work stays
+    assert test_host.lookup(name).isActive()
+    again_empty(eng, store)
+
+
+def test_outside_the_access_hours_the_vm_stops_and_comes_back(store, test_host):
+    from dataclasses import replace
+
+    fill(store, assign=1)
+    eng = build(store, test_host)
+    apply(eng, store)
+    shut = replace(course_state(store, "demo"), closed="outside the course's access hours")
+    changes = eng.plan(shut)
+    assert [(s.phase, s.action) for s in changes.ordered()] == [("revoke", "domain.stop"), ("record", "seat.record")]
+    assert not eng.apply(changes).failed
+    assert not test_host.lookup("gpuseat-demo-seat-01").isActive()
+    seat = store.get_seat("demo", "seat-01")
+    assert seat.state == "requested" and not seat.connect and eng.connect(seat) is None
+    assert eng.plan(replace(course_state(store, "demo"), closed="outside the course's access hours")).empty
+    steps, _ = apply(eng, store)  # open again
+    assert [a for _p, a, _t in steps] == ["domain.start", "seat.record"]
+    assert store.get_seat("demo", "seat-01").connect.startswith("ssh amartin@")
+
+
+def test_a_dry_run_of_a_hand_over_lists_the_revokes_first(store, test_host):
+    fill(store, assign=1)
+    apply(build(store, test_host), store)
+    store.release("demo", seat="seat-01")
+    store.assign("demo", "bcosta", "seat-01")
+    eng = build(store, test_host, runner=RecordingRunner(dry_run=True))
+    report = eng.apply(eng.plan(course_state(store, "demo")))
+    lines = [c.line for o in report.outcomes for c in o.commands]
+    assert lines[0] == "virsh -c test:///default destroy gpuseat-demo-seat-01"
+    assert [ln.split()[3] for ln in lines] == ["destroy", "vol-delete", "vol-delete", "define", "start"]
+    root = xml_of(test_host, "gpuseat-demo-seat-01")  # nothing changed: still amartin's, running
+    assert root.find(f"metadata/{{{METADATA_NS}}}seat").get("participant") == "amartin"
+    assert test_host.lookup("gpuseat-demo-seat-01").isActive()
+    assert store.access_of("demo")["seat-01"]["holder"] == "amartin"
+    assert eng.connect(store.get_seat("demo", "seat-01")) is None  # bcosta sees "being prepared"

@@ -234,10 +234,7 @@ class LibvirtEngine(StepEngine):
         names.key(self.course, where="course key")
         changes = Changes(self.name, self.course, self.host)
         lv = self.libvirt
-        try:
-            pool = lv.pool(self.settings.pool, None)
-        except InputError:
-            pool = None  # made by the first domain.create
+        pool = lv.find_pool(self.settings.pool)  # None: made (or started) by the first domain.create
         seats = self._seats(course)
         owned = lv.owned(self.course)
         deleting = course.course is None or self.course in self.store.pending_deletions()
@@ -303,6 +300,8 @@ class LibvirtEngine(StepEngine):
         key, name = seat.key, here.domain
         login = self.login_of(p)
         keys = [p.ssh_key] if p.ssh_key else []
+        if not keys:
+            changes.notes.append(f"{p.key} has no SSH key: the login {login} on their VM takes none (add one)")
         data: dict[str, Any] = {"seat": key, "login": login, "keys": keys}
         error = wanted_seed = None
         vm = None

@@ -201,6 +201,14 @@ class LibvirtHost:
                 raise self._error(exc, f"starting storage pool {name}", None) from None
         return pool
 
+    def find_pool(self, name: str) -> Any | None:
+        """The storage pool ``name`` when it exists and is active (read-only: a plan changes nothing)."""
+        try:
+            pool = self.conn.storagePoolLookupByName(name)
+        except self.lv.libvirtError:
+            return None
+        return pool if pool.isActive() else None
+
     def pool_path(self, pool: Any) -> str:
         """The folder of a directory pool (its ``<target><path>``)."""
         import xml.etree.ElementTree as ET
