@@ -300,3 +300,22 @@ def test_the_launched_task_loads_with_skypilots_own_loader(lab, tmp_path):
     assert "error" not in loaded, loaded
     assert (loaded["name"], loaded["instance_type"]) == ("gs-lab-cloud-1", "g4dn.xlarge")
     assert "P_USER=ann" in loaded["setup"] and loaded["idle_minutes"] is None  # autostop is set by the launch
+
+
+def test_the_participant_page_says_not_launched_running_or_stopped(lab):
+    from gpuseat.services.delivery import way_in
+
+    store, fake, _ = lab
+    ann = store.find_participant("lab", "ann")
+
+    def page():
+        return way_in(store, store.get_seat("lab", "cloud-1"), ann)
+
+    assert page().missing.startswith("not launched yet: the agent launches your seat")  # no agent ran yet
+    run(store, fake, CLOSED)
+    assert page().missing.startswith("not launched yet: the agent launches gs-lab-cloud-1 when the access window")
+    assert "ssh_host" not in page().missing and page().command is None
+    run(store, fake, OPEN)
+    assert page().command == "ssh ann@54.12.3.10" and page().missing is None
+    run(store, fake, CLOSED)
+    assert page().missing.startswith("stopped: outside the course's access hours") and page().command is None

@@ -52,6 +52,13 @@ def way_in(
             f"--ssh-host HOST to `gpuseat host up`, or run `gpuseat seats connect {seat.key} --ssh USER@HOST`"
         )
         return Instruction(None, None, None, seat.device_uuid, (), missing)
+    if way.missing and not way.command and seat.kind == "cloud" and seat.engine in registry.delivering():
+        # a cloud seat has an address only while its cluster is up: say why it has none (the engine's
+        # honest state in the seat's reason: not launched, launching, stopped), never "set ssh_host"
+        why = seat.state_reason or ""
+        if not why.startswith(("not launched", "launching", "stopped")):
+            why = "not launched yet: the agent launches your seat while the course's access window is open"
+        return Instruction(None, way.url, None, seat.device_uuid, (), why)
     return way
 
 
