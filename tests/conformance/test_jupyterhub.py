@@ -38,7 +38,6 @@ from gpuseat.engines.runner import Runner
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(name="jupyterhub")]
 REPO = Path(__file__).resolve().parents[2]
 CONTACT = "the course team (gpu-help@example.edu)"
-ENGINE_SCOPES = ["admin:users", "tokens", "admin:servers", "access:servers", "list:users", "read:users"]
 
 
 @pytest.fixture(scope="module")
@@ -56,24 +55,20 @@ def hub(tmp_path_factory):
     for seat in store.seats("lab"):  # what `seats add --engine jupyterhub` records
         store.set_seat_state("lab", seat.key, seat.state, engine="jupyterhub", reason="a hub seat")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+    engine_token = secrets.token_hex(32)
+    token_file = tmp / "engine-token"  # the token is a secret: a file only its owner reads, never the store
+    token_file.write_text(engine_token + "\n", encoding="utf-8")
+    token_file.chmod(0o600)
     text = subprocess.run(
         [sys.executable, "-m", "gpuseat", "jupyterhub", "config", "--db", url, "--course", "lab",
-         "--spawner", "local", "--contact", CONTACT, "--cull-idle-hours", "0"],
+         "--spawner", "local", "--contact", CONTACT, "--cull-idle-hours", "0",
+         "--engine-token-file", str(token_file)],
         capture_output=True, text=True, env=env, timeout=120, check=True,
     ).stdout  # fmt: skip
-    engine_token = secrets.token_hex(32)
-    extra = (
-        "c.JupyterHub.allow_named_servers = True\n"
-        f"c.JupyterHub.services.append({{'name': 'gpuseat-engine', 'api_token': {engine_token!r}}})\n"
-        f"c.JupyterHub.load_roles.append({{'name': 'gpuseat-engine', 'scopes': {ENGINE_SCOPES!r},"
-        " 'services': ['gpuseat-engine']})\n"
-    )
+    extra = "c.JupyterHub.allow_named_servers = True\n"
     hub_env = {"PYTHONPATH": env["PYTHONPATH"], "GPUSEAT_DB_URL": url}
     with running_hub(text, tmp / "hub", env=hub_env, extra=extra) as h:
         h.add_users("ada", "ben", "cy")
-        token_file = tmp / "engine-token"  # the token is a secret: a file only its owner reads, never the store
-        token_file.write_text(engine_token + "\n", encoding="utf-8")
-        token_file.chmod(0o600)
         settings = {"hub_url": h.url, "token_file": str(token_file)}
         store.set_engine_settings("lab", "jupyterhub", settings, actor="test")
         engine = registry.build("jupyterhub", store, "lab", settings=settings, runner=Runner())

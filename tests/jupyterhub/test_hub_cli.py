@@ -32,6 +32,8 @@ def test_config_prints_a_loadable_file(cli, db):
         (["--course", "nope"], "--course", "no course 'nope'"),
         (["--mig-strategy", "both"], "--mig-strategy", "Input should be 'mixed' or 'single'"),
         (["--session-lead", "999"], "--session-lead", "less than or equal to 240"),
+        (["--engine-token-file", "hub-token"], "--engine-token-file", "not an absolute path"),
+        (["--engine-token-file", "/etc/x\nimport os"], "--engine-token-file", "not an absolute path"),
     ],
 )
 def test_config_bad_flags(cli, db, flags, where, what):
@@ -78,3 +80,16 @@ def test_config_no_check_bad_input(cli, monkeypatch, flags, where):
     r = cli("jupyterhub", "config", "--no-check", *flags)
     assert r.code == 2, (r.out, r.err)
     assert where in r.err and r.out == ""
+
+
+def test_config_adds_the_engine_service_reading_its_token_from_a_file(cli, db):
+    from gpuseat.jupyterhub.config import ENGINE_SCOPES, ENGINE_SERVICE
+
+    r = cli("jupyterhub", "config", "--db", db, "--engine-token-file", "/etc/gpuseat/hub-token")
+    assert r.code == 0, r.err
+    assert "with open('/etc/gpuseat/hub-token', encoding='utf-8') as _token:" in r.out
+    assert "token_file=/etc/gpuseat/hub-token" in r.out  # what the engine is told to read
+    assert f"'name': {ENGINE_SERVICE!r}" in r.out and repr(list(ENGINE_SCOPES)) in r.out
+    compile(r.out, "jupyterhub_config.py", "exec")
+    plain = cli("jupyterhub", "config", "--db", db)
+    assert ENGINE_SERVICE not in plain.out

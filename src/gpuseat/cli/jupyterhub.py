@@ -71,6 +71,11 @@ def config(
         "--check/--no-check",
         help="Check the course in the database (--no-check: render offline, e.g. for an in-cluster URL).",
     ),
+    engine_token_file: str | None = typer.Option(
+        None,
+        "--engine-token-file",
+        help="Add the gpuseat engine's hub service, its token read from this root-only file (absolute path).",
+    ),
 ) -> None:
     """Print a ready jupyterhub_config.py wiring gpuseat's hooks, the culler service and the database."""
     from pydantic import ValidationError
@@ -79,6 +84,14 @@ def config(
 
     if spawner not in SPAWNER_CLASSES:
         raise InputError(f"unknown spawner {spawner!r}", where="--spawner", fix=f"one of {', '.join(SPAWNER_CLASSES)}")
+    if engine_token_file is not None and (
+        not engine_token_file.startswith("/") or any(ord(ch) < 32 for ch in engine_token_file)
+    ):
+        raise InputError(
+            f"{engine_token_file!r} is not an absolute path",
+            where="--engine-token-file",
+            fix="e.g. /etc/gpuseat/hub-token",
+        )
     url, key = _course_key(db, course) if check else _offline(db, course)
     try:
         settings = HubSettings(
@@ -98,7 +111,8 @@ def config(
         name = str(err["loc"][0]) if err["loc"] else ""
         flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
         raise InputError(f"{err['msg']} (got {err.get('input')!r})", where=flag, fix="see --help") from None
-    sys.stdout.write(render(settings, spawner, set_spawner_class=spawner_class))  # type: ignore[arg-type]
+    text = render(settings, spawner, set_spawner_class=spawner_class, engine_token_file=engine_token_file)  # type: ignore[arg-type]
+    sys.stdout.write(text)
 
 
 @hub_app.command("cull")

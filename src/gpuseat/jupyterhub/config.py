@@ -28,6 +28,18 @@ SPAWNER_CLASSES: dict[str, str] = {
 CULL_SERVICE = "gpuseat-cull"
 # Exactly what the culler does: list users, read their servers (started, ready), stop a server.
 CULL_SCOPES: tuple[str, ...] = ("list:users", "read:servers", "delete:servers")
+ENGINE_SERVICE = "gpuseat-engine"
+# What the engine does (gpuseat apply / agent --engine jupyterhub): list users and their servers, stop servers,
+# create accounts, and issue the probe's short-lived token owned by the participant (a token carries only
+# what its issuer holds, hence access:servers).
+ENGINE_SCOPES: tuple[str, ...] = (
+    "list:users",
+    "read:users",
+    "admin:users",
+    "admin:servers",
+    "tokens",
+    "access:servers",
+)
 _COURSE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 MAX_IDLE_HOURS = 24.0 * 366
 
@@ -81,8 +93,15 @@ def cull_command(settings: HubSettings) -> list[str]:
     ]
 
 
-def render(settings: HubSettings, spawner: SpawnerName = "local", *, set_spawner_class: bool = True) -> str:
-    """A complete ``jupyterhub_config.py``: hooks, spawner class, culler service and its role.
+def render(
+    settings: HubSettings,
+    spawner: SpawnerName = "local",
+    *,
+    set_spawner_class: bool = True,
+    engine_token_file: str | None = None,
+) -> str:
+    """A complete ``jupyterhub_config.py``: hooks, spawner class, culler service and its role, and with
+    ``engine_token_file`` the engine's service (its token read from that file when the hub starts).
 
     ``set_spawner_class=False`` leaves the hub's own spawner class alone (TLJH's user-creating
     SystemdSpawner, z2jh's KubeSpawner); the hooks recognise the family by class anyway.
@@ -140,6 +159,17 @@ def render(settings: HubSettings, spawner: SpawnerName = "local", *, set_spawner
             "    }",
             ")",
             "# Its token may list users, read their servers and stop them: nothing else.",
+            f"c.JupyterHub.load_roles.append({role!r})",
+        ]
+    if engine_token_file:
+        role = {"name": ENGINE_SERVICE, "scopes": list(ENGINE_SCOPES), "services": [ENGINE_SERVICE]}
+        lines += [
+            "",
+            "# The gpuseat engine (gpuseat apply / gpuseat agent --engine jupyterhub) stops the servers of people who",
+            "# no longer hold a seat. Its token is read from a file only root reads (the engine reads the same file:",
+            f"# gpuseat engines settings jupyterhub token_file={engine_token_file}).",
+            f"with open({engine_token_file!r}, encoding='utf-8') as _token:",
+            f"    c.JupyterHub.services.append({{'name': {ENGINE_SERVICE!r}, 'api_token': _token.read().strip()}})",
             f"c.JupyterHub.load_roles.append({role!r})",
         ]
     return "\n".join(lines) + "\n"

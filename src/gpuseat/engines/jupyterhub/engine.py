@@ -23,10 +23,11 @@ exactly as when they click "Start"), runs a GPU-listing probe in a kernel there,
 :func:`~gpuseat.core.readiness.judge`, then stops the server again if it was not running before.
 
 The engine's token is a secret and never stored: it is read from a root-only file (``token_file``)
-or an environment variable (``token_env``, default ``JUPYTERHUB_API_TOKEN``). Its role needs
-``list:users``, ``read:users``, ``admin:users`` (create accounts), ``admin:servers`` (stop servers),
-``tokens`` (the participant's short-lived probe token) and ``access:servers`` (a token can only carry
-what its issuer holds).
+or an environment variable (``token_env``, default ``JUPYTERHUB_API_TOKEN``). Its role
+(:data:`gpuseat.jupyterhub.config.ENGINE_SCOPES`, which ``gpuseat jupyterhub config --engine-token-file``
+adds to the hub) needs ``list:users``, ``read:users``, ``admin:users`` (create accounts),
+``admin:servers`` (stop servers), ``tokens`` (the participant's short-lived probe token) and
+``access:servers`` (a token can only carry what its issuer holds).
 """
 
 from __future__ import annotations
@@ -380,10 +381,7 @@ class JupyterHubEngine(StepEngine):
 
     def _held_before(self, state: CourseState) -> bool:
         """True when the engine last saw servers of this course (its seats may have moved to another engine)."""
-        try:
-            return any(h["engine"] == ENGINE for h in self.store.holdings(state.key))
-        except Exception:  # a store without the holdings table answers nothing here
-            return False
+        return any(h["engine"] == ENGINE for h in self.store.holdings(state.key))
 
     def _step(self, action: str, target: str, why: str, phase: Any, **data: Any) -> Step:
         participant = data.pop("participant", None)
