@@ -9,13 +9,12 @@ message and what it means for a seat (:func:`explain`).
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuseat.engines.runner import Runner, default_runner
+from gpuseat.engines.runner import Completed, Runner, default_runner
 from gpuseat.engines.slurm import names
 from gpuseat.engines.slurm.config import Reservation
 from gpuseat.errors import EngineError
@@ -132,7 +131,7 @@ class Slurm:
         check: bool = True,
         mutates: bool = True,
         timeout: float | None = None,
-    ) -> subprocess.CompletedProcess[str]:
+    ) -> Completed[str]:
         """Run ``cmd args…`` (optionally as a unix user); never through a shell. A missing program or a
         time-out is one :class:`EngineError`; with ``check`` so is a non-zero exit, with Slurm's reason."""
         user = names.unix_user(as_user) if as_user is not None else None

@@ -498,7 +498,7 @@ def job_submit_lua(limits: Iterable[SeatLimit], uids: Mapping[str, int] | None =
             )
         per[lim.user] = lim
     rows = [
-        LUA_MARK + " seat limits per course partition (written by `gpuseat slurm enroll`; do not edit)",
+        LUA_MARK + " seat limits per course partition (written by gpuseat apply; do not edit)",
         "courses = {",
     ]
     first: dict[str, str] = {}

@@ -409,7 +409,7 @@ def check(
         raise InputError(
             f"no lab session of course {course.key} is running now",
             where="--course",
-            fix="run the check during a session (gpuseat slurm sessions lists them)",
+            fix="run the check during a session (gpuseat slurm status lists the session reservations)",
         )
     out_dir.mkdir(parents=True, exist_ok=True)
     out_dir.chmod(0o1777)  # the participants' jobs write their output here
