@@ -22,6 +22,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -237,6 +238,39 @@ def test_a_move_stops_the_movers_server_and_the_next_start_gets_the_new_seat(hub
     again = one_pass(store, course="lab", engine="jupyterhub", runner=Runner())
     assert again.planned[0].changes.empty, again.planned[0].changes.to_dict()
     h.stop_server("ada")
+
+
+def test_the_agent_carries_out_a_release_with_no_command_after_it(hub):
+    """``gpuseat agent --engine jupyterhub`` running beside the hub: the organizer only releases ben in the
+    store; the agent stops his running server and frees his seat, and his next start is refused."""
+    import threading
+
+    from gpuseat.engines.agent import Agent, AgentOptions
+    from gpuseat.services.courses import open_store
+
+    h, store, _ = hub
+    seat = store.seat_of("lab", "ben")
+    start_as(h, "ben")
+    stop = threading.Event()
+    with open_store(store.url) as own:  # the agent is its own process in production: its own connections
+        agent = Agent(own, AgentOptions(engine="jupyterhub", course="lab", poll_s=0.2), say=lambda _line: None)
+        thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+        thread.start()
+        try:
+            store.release("lab", participant="ben")
+            deadline = time.monotonic() + 120  # a bound for a stuck agent, not a timing claim
+            while time.monotonic() < deadline and (
+                "ben" in h.servers() or store.get_seat("lab", seat.key).state != "planned"
+            ):
+                time.sleep(0.2)
+        finally:
+            stop.set()
+            thread.join(timeout=60)
+    assert "ben" not in h.servers(), h.log_tail()
+    assert store.get_seat("lab", seat.key).state == "planned"
+    r = as_user(h, "ben").post("/hub/api/users/ben/server")
+    assert r.status_code == 503 and "No GPU seat for ben" in r.json()["message"]
+    assert any(e.action == "engine.apply" for e in store.events("lab")), "the agent logs what it applied"
 
 
 def test_a_dry_run_stops_nothing(hub, cli):

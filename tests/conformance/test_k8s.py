@@ -399,8 +399,12 @@ def test_archive_takes_every_namespace_away_and_the_dry_run_asks_the_api_server(
     state = replace(course_state(lab, "k8s-lab"), archived=True)
     changes = engine.plan(state)
     assert {(s.action, s.why) for s in changes.steps} == {("namespace.delete", "the course is archived")}
+    gone = replace(state, course=None, seats=(), people={}, access={}, archived=False)  # deleted from the store
+    deleted = engine.plan(gone)
+    assert [(s.action, s.why) for s in deleted.steps] == [("namespace.delete", "the course is deleted")] * 2
+    assert len(engine.observe(gone)) == 4  # two namespaces, two RoleBindings: what `course delete` waits for
     engine.apply(changes)
-    assert cluster.objects == {} and engine.observe(state) == []
+    assert cluster.objects == {} and engine.observe(state) == [] and engine.plan(gone).empty
 
 
 def test_readiness_comes_from_the_probe_pods_log(lab):
