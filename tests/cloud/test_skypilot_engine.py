@@ -319,3 +319,23 @@ def test_the_participant_page_says_not_launched_running_or_stopped(lab):
     assert page().command == "ssh ann@54.12.3.10" and page().missing is None
     run(store, fake, CLOSED)
     assert page().missing.startswith("stopped: outside the course's access hours") and page().command is None
+
+
+def test_settings_in_the_store_and_apply_from_the_cli(lab, cli, tmp_path):
+    store, fake, url = lab
+    r = cli("engines", "settings", "skypilot", "disk_gb=0", "--course", "lab", "--db", url)
+    assert r.code == 2 and "disk_gb" in r.err and "Traceback" not in r.err
+    r = cli("engines", "settings", "skypilot", f"wheelhouse={tmp_path}", "--course", "lab", "--db", url)
+    assert r.code == 0, r.err
+    done, _ = run(store, fake, OPEN, failing=True)  # an empty wheelhouse: one clear message, exit 2
+    (failed,) = done.failed
+    assert failed["exit_code"] == 2 and "0 gpuseat wheels" in failed["error"], failed
+    assert store.get_seat("lab", "cloud-1").state_reason.startswith("not launched: ")
+    assert not fake.clusters
+    r = cli("engines", "settings", "skypilot", "wheelhouse=", "--course", "lab", "--db", url)
+    assert r.code == 0, r.err
+    r = cli("apply", "--course", "lab", "--engine", "skypilot", "--dry-run", "--db", url)
+    assert r.code == 0 and "Traceback" not in r.err, (r.out, r.err)
+    # today the lab course (March 2026) is over: nothing launches, each seat says so
+    assert "not launched: the course's schedule has ended" in r.out, r.out
+    assert not fake.clusters

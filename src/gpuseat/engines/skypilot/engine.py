@@ -222,13 +222,12 @@ class SkyPilotEngine(StepEngine):
         minutes = self._minutes_left(course)
         if launch:
             try:
-                task = self._task(course, seat, p)
-            except GpuseatError as exc:
-                changes.notes.append(f"seat {seat.key} cannot be launched: {exc.message}")
-                return
+                task, error = self._task(course, seat, p), None
+            except GpuseatError as exc:  # a bad setting or roster value: the step fails with it (exit 2)
+                task, error = {}, exc.message
             why = f"{p.key} holds {seat.key}" + (" (hand-over)" if old_login and old_login != login else "")
             add(self._step("cloud.launch", cluster, why, "grant", participant=p.key, seats=key, cluster=cluster,
-                           seat=seat.key, login=login, task=task, idle_minutes=minutes))  # fmt: skip
+                           seat=seat.key, login=login, task=task, idle_minutes=minutes, error=error))  # fmt: skip
         elif course.closed is None and info is not None and info.autostop < 0 and minutes is not None:
             add(self._step("cloud.autostop", cluster, "it stops itself at the access window's end", "grant",
                            seats=key, cluster=cluster, idle_minutes=minutes))  # fmt: skip
@@ -280,6 +279,8 @@ class SkyPilotEngine(StepEngine):
 
     def _waiting(self, course: CourseState, cluster: str, info: Cluster | None) -> str:
         closed = course.closed or "the access window is closed"
+        if course.next_change is None:  # the schedule has ended: nothing opens again
+            return f"not launched: {closed}" if info is None else f"stopped: {closed}"
         if info is None:
             return f"not launched yet: the agent launches {cluster} when the access window opens ({closed})"
         return f"stopped: {closed}; the agent starts {cluster} again when the access window opens"
@@ -340,6 +341,11 @@ class SkyPilotEngine(StepEngine):
 
     def _launch(self, d: Any) -> None:
         cluster, seat = d["cluster"], d["seat"]
+        if d.get("error"):
+            if not self.runner.dry_run:
+                reason = f"not launched: {d['error']}"[:1900]
+                self.store.record_delivery(self.course, seat, state="failed", reason=reason, actor=ACTOR)
+            raise InputError(d["error"], where=f"seat {seat}", fix="fix the setting or roster value; the agent retries")
         if not self.runner.dry_run:
             started = datetime.now(UTC)
             reason = f"launching: cluster {cluster} for {d['login']} (sky launch started {started:%H:%M} UTC)"
