@@ -382,8 +382,12 @@ def test_release_and_move_are_carried_out_by_apply_alone(lab: Lab) -> None:
     jobs = {who: _long_job(lab, who) for who in ("alice", "carol")}
     for job in jobs.values():
         assert lab.wait_state(job, {"RUNNING"}) == "RUNNING"
-    lab.store.release("conf", participant=people["alice"])  # type: ignore[attr-defined]
-    lab.store.move("conf", people["carol"], SEATS["alice"])  # type: ignore[attr-defined]
+    # the organiser's commands, which only write the store
+    assert _gpuseat("seats", "release", "--participant", USERS["alice"], "--course", "conf", "--db", lab.url) == 0
+    assert _gpuseat("seats", "move", "--participant", USERS["carol"], "--seat", SEATS["alice"], "--course", "conf",
+                    "--db", lab.url) == 0  # fmt: skip
+    assert "Users=" in lab.slurm.run("scontrol", ["show", "reservation", lab.session]).stdout
+    assert USERS["alice"] in lab.slurm.reservations()[lab.session]["Users"]  # nothing changed on the cluster yet
     try:
         from gpuseat.engines.apply import one_pass
 
