@@ -115,7 +115,16 @@ class Agent:
         if not (changed or resync or boundary or retry):
             return None
         drift = resync and not changed and not boundary and not retry
-        result = self._pass(drift=drift)
+        only: set[str] | None = None
+        if changed and self.cursor is not None and not (resync or boundary or retry):
+            # a store change: re-plan only the courses it touched (this and other agents' own writes do not count)
+            only = self.store.changed_courses(self.cursor, exclude_actor=AGENT_ACTOR)
+            if self.options.course is not None:
+                only &= {self.options.course}
+            if not only:
+                self.cursor = head
+                return None
+        result = self._pass(drift=drift, courses=only)
         self.cursor = head
         if resync:
             self._resync_at = now + self.options.resync_s
@@ -138,7 +147,7 @@ class Agent:
         )
         return result
 
-    def _pass(self, *, drift: bool) -> Pass:
+    def _pass(self, *, drift: bool, courses: set[str] | None = None) -> Pass:
         o = self.options
         self.passes += 1
         try:
@@ -152,6 +161,7 @@ class Agent:
                 guard=lambda: self.store.holds_lease(o.lease_name, self.holder),
                 drift=drift,
                 actor=AGENT_ACTOR,
+                courses=courses,
             )
         except GpuseatError as exc:
             self.say(f"agent: the pass failed: {exc.message}")

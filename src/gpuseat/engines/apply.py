@@ -138,12 +138,20 @@ def _window(store: CourseStore, key: str, timezone: str, now: datetime) -> tuple
     return why, nxt_utc
 
 
-def targets(store: CourseStore, *, course: str | None, engine: str | None) -> list[tuple[str, str]]:
+def targets(
+    store: CourseStore, *, course: str | None, engine: str | None, courses: Iterable[str] | None = None
+) -> list[tuple[str, str]]:
     """(course key, engine) pairs to plan: every delivering engine of each course's seats, and every
-    engine that still holds access for a course (archived, deleted or not)."""
+    engine that still holds access for a course (archived, deleted or not). ``courses``: only these
+    (the agent re-plans the courses whose events it has not seen)."""
     delivering = set(registry.delivering())
     pairs: set[tuple[str, str]] = set()
-    if course is not None:
+    if courses is not None:
+        keys = list(courses)
+        for h in store.holdings():
+            if h["course"] in keys:
+                pairs.add((h["course"], h["engine"]))
+    elif course is not None:
         try:
             keys = [store.get_course(course).key]
         except NotFound:
@@ -158,9 +166,10 @@ def targets(store: CourseStore, *, course: str | None, engine: str | None) -> li
         except NotFound:
             seats = []
         pairs |= {(key, s.engine) for s in seats if s.engine in delivering}
-    for h in store.holdings(course):
-        if course is None or h["course"] == course:
-            pairs.add((h["course"], h["engine"]))
+    if courses is None:
+        for h in store.holdings(course):
+            if course is None or h["course"] == course:
+                pairs.add((h["course"], h["engine"]))
     return sorted((c, e) for c, e in pairs if engine is None or e == engine)
 
 
@@ -183,12 +192,13 @@ def plan_all(
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
     now: datetime | None = None,
     revoke_all: bool = False,
+    courses: Iterable[str] | None = None,
 ) -> list[Planned]:
     """Every engine's plan for every course (or one course / engine); ``revoke_all``: as if nobody held
     a seat (``host down`` at the end of a course on one server)."""
     out: list[Planned] = []
     states: dict[str, CourseState] = {}
-    for key, name in targets(store, course=course, engine=engine):
+    for key, name in targets(store, course=course, engine=engine, courses=courses):
         if key not in states:
             states[key] = course_state(store, key, now=now)
             if revoke_all:
@@ -281,6 +291,7 @@ def one_pass(
     actor: str = AGENT_ACTOR,
     revoke_all: bool = False,
     now: datetime | None = None,
+    courses: Iterable[str] | None = None,
 ) -> Pass:
     """Plan and apply once (what ``gpuseat apply`` does, and each of the agent's passes)."""
     planned = plan_all(
@@ -292,5 +303,6 @@ def one_pass(
         overrides=overrides,
         revoke_all=revoke_all,
         now=now,
+        courses=courses,
     )
     return apply_all(store, planned, guard=guard, drift=drift, actor=actor)

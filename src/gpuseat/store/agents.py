@@ -74,6 +74,14 @@ class AgentMethods(StoreBase):
         with self._read() as s:
             return int(s.scalar(select(func.max(Event.id))) or 0)
 
+    def changed_courses(self, after_id: int, *, exclude_actor: str | None = None) -> set[str]:
+        """Keys of the courses with events after ``after_id`` (not counting ``exclude_actor``'s own)."""
+        with self._read() as s:
+            q = select(Event.course_key).where(Event.id > after_id, Event.course_key.is_not(None)).distinct()
+            if exclude_actor is not None:
+                q = q.where(Event.actor != exclude_actor)
+            return {k for k in s.scalars(q) if k}
+
     def log_any(
         self,
         course_key: str,

@@ -535,6 +535,7 @@ class HostEngine(StepEngine):
                     seat.state,
                     reason=f"device {d['uuid']} on {self.host}",
                     device_uuid=d["uuid"],
+                    actor="gpuseat-agent",
                 )
             case "seat.record":
                 if not self.runner.dry_run:

@@ -448,7 +448,9 @@ class LibvirtEngine(StepEngine):
                 if d.get("error"):
                     raise InputError(d["error"], where=f"seat {d['seat']}", fix="correct the roster, then apply again")
                 vm = self._vm(d["seat"], step.participant or "", d["login"], d["keys"])
-                if self._would(["define", f"{step.target}.xml"], ["start", step.target]):
+                restart = [["destroy", step.target]] if d.get("restart") else []
+                start = [["start", step.target]] if self.options.start else []
+                if self._would(*restart, ["define", f"{step.target}.xml"], *start):
                     return None
                 made = vm_.ensure_vm(lv, self.course, self.layout, vm, self.options, restart=bool(d.get("restart")))
                 notes = []

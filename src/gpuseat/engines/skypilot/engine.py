@@ -72,6 +72,22 @@ def revoke_script(user: str) -> str:
     )
 
 
+#: on the cluster (``$1`` the login; ``$GPUSEAT_ROOT`` as in the setup): "open" while the account can
+#: still log in with a key, else "expired", "nokey" or "gone"
+_STILL_IN = "\n".join(
+    [
+        'ROOT="${GPUSEAT_ROOT:-}"',
+        'SUDO=""',
+        'if [ "$(id -u)" != 0 ]; then SUDO="sudo -n"; fi',
+        'H=$(awk -F: -v u="$1" \'$1 == u {print $6}\' "$ROOT/etc/passwd")',
+        'if [ -z "$H" ]; then echo gone; exit 0; fi',
+        'E=$($SUDO awk -F: -v u="$1" \'$1 == u {print $8}\' "$ROOT/etc/shadow")',
+        'if [ "$E" = 1 ]; then echo expired; elif $SUDO test -s "$ROOT$H/.ssh/authorized_keys"; then echo open;'
+        " else echo nokey; fi",
+    ]
+)
+
+
 class SkyPilotSettings(BaseModel):
     """The SkyPilot engine's settings (stored per course: ``gpuseat engines settings skypilot k=v``)."""
 
@@ -444,6 +460,24 @@ class SkyPilotEngine(StepEngine):
             f"not launched yet: the agent launches {self.cluster_of(seat)} while the access window is open "
             "(gpuseat agent, or once: gpuseat apply --engine skypilot)"
         )
+
+    def refused(self, participant: ParticipantView) -> str | None:
+        """Exclusivity: None when ``participant`` (a previous or released holder) cannot log in on any up
+        cluster of a seat they held; else what still lets them in. A stopped cluster lets nobody in."""
+        login = self.login_of(participant)
+        held = {a.seat for a in self.store.history(self.course, participant=participant.key)}
+        access = self.store.access_of(self.course)
+        for seat in sorted(held):
+            stored = access.get(seat) or {}
+            if not stored.get("host") or stored.get("holder") == participant.key:
+                continue
+            line = shlex.join(["sh", "-c", _STILL_IN, "gpuseat-check", login])
+            argv = [*self.remote(self.cluster_of(seat), line, timeout=self.settings.timeout)]
+            argv[-2:-2] = ["-o", f"HostName={delivery.check_host(str(stored['host']), field='host')}"]
+            done = self.runner.try_run(argv, timeout=self.settings.timeout, mutates=False, where=f"seat {seat}")
+            if done.returncode == 0 and done.stdout.strip() == "open":
+                return f"{login} still has a key and an unexpired account on {self.cluster_of(seat)}"
+        return None
 
     def probe(self, seat: SeatView, participant: ParticipantView) -> Readiness:
         """List the GPUs on the cluster as the participant and judge them (no ssh to a seat not up)."""
