@@ -274,6 +274,9 @@ def import_skypilot(path: Path, provider: str, *, catalog: Catalog, as_of: date)
             consider(row, row.price, row.instance_type)
     result.warnings = warnings.done()
     unknown: set[str] = set()
+    # every offer sets the same fields: one shared set of their names instead of a 2 kB set per offer
+    # (100,000 offers: about 220 MB less; the models are frozen, so nothing changes the set)
+    fields_set: set[str] | None = None
     for row, price, label in best.values():
         model = catalog.find_gpu(row.accelerator)
         if model is None:
@@ -310,6 +313,10 @@ def import_skypilot(path: Path, provider: str, *, catalog: Catalog, as_of: date)
             raise InputError(
                 f"{field}: {err['msg']}", where=f"{path}:{row.line}", fix="correct this row of the catalog file"
             ) from None
+        if fields_set is None or fields_set != offer.__pydantic_fields_set__:
+            fields_set = offer.__pydantic_fields_set__
+        else:
+            object.__setattr__(offer, "__pydantic_fields_set__", fields_set)
         result.offers.append(offer)
     for name in sorted(unknown):
         result.warnings.append(f"{path}: accelerator '{name}' is not in gpuseat's GPU catalog; its rows skipped")
