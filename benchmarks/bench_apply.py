@@ -107,6 +107,7 @@ def handovers(lab: Lab, seats: dict[str, str], n: int, move: Any, after: Any = N
 
 def portal_mover(db: str, env: dict[str, str], tmp: Path) -> tuple[Any, Any]:
     import httpx
+
     from portal.live import csrf_of, login, start
 
     subprocess.run([sys.executable, "-m", "gpuseat", "admin", "set-password", "--password-stdin", "--db", db],
@@ -143,8 +144,8 @@ def part1(moves: int, pg: str | None) -> list[dict[str, Any]]:
             with open_store(db) as store:
                 floor = handovers(
                     lab, seats, moves,
-                    lambda seat: store.move("bench", "ann", seat, actor="bench"),  # noqa: B023
-                    lambda: one_pass(store, course="bench", runner=Runner()),  # noqa: B023
+                    lambda seat: store.move("bench", "ann", seat, actor="bench"),
+                    lambda: one_pass(store, course="bench", runner=Runner()),
                 )  # fmt: skip
             log = (tmp / "agent.log").open("w")
             agent = subprocess.Popen(
@@ -153,7 +154,7 @@ def part1(moves: int, pg: str | None) -> list[dict[str, Any]]:
             )  # fmt: skip
             try:
                 time.sleep(3)
-                cli = handovers(lab, seats, moves, lambda seat: gpuseat("seats", "move", "--participant", "ann",  # noqa: B023
+                cli = handovers(lab, seats, moves, lambda seat: gpuseat("seats", "move", "--participant", "ann",
                                                                         "--seat", seat, db=db, env=env))  # noqa: B023  # fmt: skip
                 move, server = portal_mover(db, env, tmp)
                 try:
@@ -337,7 +338,7 @@ def part2(pg: str, changes: int) -> list[dict[str, Any]]:
             "n": len(lat),
             "p50_s": pct(lat, 0.5),
             "p99_s": pct(lat, 0.99),
-        },  # fmt: skip
+        },
     ]
 
 
