@@ -154,6 +154,28 @@ def test_the_hand_over_revoke_runs_on_the_vm_as_its_shell_reads_it(course, vm):
     assert [o.state for o in again.outcomes] == ["done"]
 
 
+def test_a_previous_holder_is_refused_only_once_revoked(course, vm, tmp_path):
+    """Exclusivity (``seats check``): ann's key and account on the cluster are seen until the revoke."""
+    from gpuseat.core.readiness import Access
+
+    store, key = course
+    assert setup_for(vm, "ann", key).returncode == 0
+    store.release("lab", participant="ann")
+    store.import_roster("lab", RosterText(f"name,email,group,unix_user,ssh_key\nBob,bob@example.edu,students,bob,"
+                                          f"{ssh_key(tmp_path, 'bob')}\n", where="roster.csv"))  # fmt: skip
+    store.assign("lab", "bob", "cloud-1")
+    store.record_delivery("lab", "cloud-1", access=Access(kind="ssh", host="54.12.3.4", user="bob", holder="bob"))
+    runner = OverSsh(vm)
+    engine = SkyPilotEngine(store, "lab", runner=runner)
+    ann = store.find_participant("lab", "ann")
+    assert engine.refused(ann) == "ann still has a key and an unexpired account on gs-lab-cloud-1"
+    step = Step("skypilot", "account.revoke", "ann", "ann released cloud-1", "revoke", None, ("cloud-1",), None,
+                {"cluster": "gs-lab-cloud-1", "login": "ann"})  # fmt: skip
+    assert [o.state for o in engine.apply(Changes("skypilot", "lab", steps=[step])).outcomes] == ["done"]
+    assert engine.refused(ann) is None
+    assert all("HostName=54.12.3.4" in c for c in runner.calls if "gpuseat-check" in c[-1])
+
+
 def _with_access(store, host: str = "54.12.3.4") -> None:
     """The way in the engine records once ann's cluster is up."""
     from gpuseat.core.readiness import Access
