@@ -429,6 +429,46 @@ def test_release_and_move_are_carried_out_by_apply_alone(lab: Lab) -> None:
     assert rc == 0 and seen == [INDEX["alice"]], err
 
 
+def test_the_agent_carries_out_a_release_with_no_command_after_it(lab: Lab) -> None:
+    """``gpuseat agent`` (its loop, in a thread with its own store connection): bob's running job ends and
+    he leaves the session after ``seats release``; after ``seats assign`` he is back, with no other command."""
+    import threading
+
+    from gpuseat.engines.agent import Agent, AgentOptions
+    from gpuseat.services.courses import open_store
+
+    job = _long_job(lab, "bob")
+    assert lab.wait_state(job, {"RUNNING"}) == "RUNNING"
+    stop = threading.Event()
+    with open_store(lab.url) as own:
+        agent = Agent(own, AgentOptions(engine="slurm", course="conf", poll_s=0.2), say=lambda _line: None)
+        thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+        thread.start()
+        try:
+            assert _gpuseat("seats", "release", "--participant", USERS["bob"], "--course", "conf", "--db", lab.url) == 0
+            deadline = time.monotonic() + 120  # a bound for a stuck agent, not a timing claim
+            while time.monotonic() < deadline and (
+                USERS["bob"] in lab.slurm.reservations()[lab.session]["Users"] or "JobState=RUNNING" in lab.job(job)
+            ):
+                time.sleep(0.2)
+            assert "JobState=RUNNING" not in lab.job(job)
+            assert USERS["bob"] not in lab.slurm.reservations()[lab.session]["Users"]
+            rc, seen, err = lab.gpus("bob", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
+            assert rc != 0 and not seen, err
+            assert _gpuseat("seats", "assign", "--participant", USERS["bob"], "--seat", SEATS["bob"], "--course",
+                            "conf", "--db", lab.url) == 0  # fmt: skip
+            while time.monotonic() < deadline and USERS["bob"] not in lab.slurm.reservations()[lab.session]["Users"]:
+                time.sleep(0.2)
+            while time.monotonic() < deadline and _plan_steps(lab):  # the limits and the way in follow
+                time.sleep(0.2)
+        finally:
+            stop.set()
+            thread.join(timeout=60)
+            lab.slurm.run("scancel", [job], check=False)
+    rc, seen, err = lab.gpus("bob", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
+    assert rc == 0 and seen == [INDEX["bob"]], err
+
+
 def test_bypass_whole_node_jobs_get_no_other_gpu(lab: Lab) -> None:
     """``--exclusive`` (a whole node) and a GPU request with no count, in and out of the session."""
     for args in (
