@@ -191,3 +191,5 @@ def test_a_slurm_command_that_times_out_is_one_clear_error() -> None:
     assert ran.argv == ("srun", "--gres=gpu:1", "true") and ran.user == "alice"
     with pytest.raises(InputError, match="unix user"):
         Slurm(rec).run("srun", ["true"], as_user="alice,bob")
+    with pytest.raises(EngineError, match="no unix user gsnobody-x on this machine"):
+        Slurm(Runner()).run("true", [], as_user="gsnobody-x")

@@ -145,6 +145,14 @@ class Slurm:
                 mutates=mutates,
                 where=cmd,
             )
+        except KeyError:
+            raise EngineError(
+                f"no unix user {user} on this machine", where=cmd, fix="create the participant's account first"
+            ) from None
+        except PermissionError:
+            raise EngineError(
+                f"running {cmd} as {user} needs root", where=cmd, fix="run this command as root on the controller"
+            ) from None
         except EngineError as exc:
             fix = (
                 "install Slurm's client commands (Debian: slurm-client)"
