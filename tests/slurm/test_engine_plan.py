@@ -314,3 +314,16 @@ def test_bad_settings_and_a_site_job_submit_lua_are_one_clear_message(lab: Lab, 
     r = cli("slurm", "enroll", "--course", "c1", "--db", url, "--conf-dir", lab.etc, "--no-accounting")
     assert r.code == 2 and "gpuseat did not write it" in r.err and "Traceback" not in r.err
     assert (lab.etc / "job_submit.lua").read_text().startswith("function slurm_job_submit")
+
+
+def test_course_delete_waits_for_the_cluster_then_finishes(lab: Lab, tmp_path: Path) -> None:
+    lab.apply()
+    lab.job(95, "alice", "seat-01")
+    lab.apply()  # the agent's observe: the job and the limits are held
+    asked = lab.store.delete_course("c1", export_to=tmp_path / "c1-export.json")  # type: ignore[attr-defined]
+    assert asked["deferred"] and "slurm" in asked["held_by"]
+    done = lab.apply()
+    assert not done.failed, done.failed
+    assert done.deleted == ["c1"]
+    assert not lab.fake.jobs and not lab.fake.reservations and "gpuseat-c1" not in lab.fake.partitions
+    assert not config.job_submit_limits((lab.etc / "job_submit.lua").read_text())
