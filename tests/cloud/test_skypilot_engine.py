@@ -339,3 +339,18 @@ def test_settings_in_the_store_and_apply_from_the_cli(lab, cli, tmp_path):
     # today the lab course (March 2026) is over: nothing launches, each seat says so
     assert "not launched: the course's schedule has ended" in r.out, r.out
     assert not fake.clusters
+
+
+def test_seats_launch_side_by_side(lab):
+    """Every launch is submitted before the first is waited for (a launch takes minutes each)."""
+    store, fake, _ = lab
+    store.assign("lab", "bob", "cloud-2")
+    done, _ = run(store, fake, OPEN)
+    assert steps(done) == ["cloud.launch gs-lab-cloud-1", "cloud.launch gs-lab-cloud-2", "seat.record cloud-1",
+                           "seat.record cloud-2"]  # fmt: skip
+    names = [n for n, *_ in fake.calls if n in ("launch", "get")]
+    first = names.index("launch")
+    assert names[first : first + 3] == ["launch", "launch", "get"], names  # both submitted, then waited for
+    assert {store.get_seat("lab", k).state for k in ("cloud-1", "cloud-2")} == {"running"}
+    assert store.access_of("lab")["cloud-2"]["command"] == "ssh bob@54.12.3.11"
+    assert empty_plan(store, fake, OPEN)

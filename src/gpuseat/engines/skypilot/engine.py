@@ -131,6 +131,7 @@ class SkyPilotEngine(StepEngine):
         self.runner = runner
         self.host = host
         self.sky = SkyPilot(runner=runner)
+        self._launches: dict[str, Any] = {}  # cluster → its launch request, until the record step waits for it
 
     # -- what the store wants ------------------------------------------------------------------------
 
@@ -366,19 +367,31 @@ class SkyPilotEngine(StepEngine):
             started = datetime.now(UTC)
             reason = f"launching: cluster {cluster} for {d['login']} (sky launch started {started:%H:%M} UTC)"
             self.store.record_delivery(self.course, seat, state="requested", reason=reason, actor=ACTOR)
-        try:
-            self.sky.launch(cluster, dict(d["task"]), idle_minutes=d.get("idle_minutes"))
+        try:  # submitted, not waited: every seat launches side by side; its record step waits for it
+            request = self.sky.launch(cluster, dict(d["task"]), idle_minutes=d.get("idle_minutes"), wait=False)
         except EngineError as exc:
-            if not self.runner.dry_run:
-                reason = f"not launched: {exc.what}"
-                self.store.record_delivery(self.course, seat, state="failed", reason=reason[:1900], actor=ACTOR)
+            self._not_launched(seat, exc)
             raise
+        if request is not None:
+            self._launches[cluster] = request
+
+    def _not_launched(self, seat: str, exc: EngineError) -> None:
+        if not self.runner.dry_run:
+            reason = f"not launched: {exc.what}"[:1900]
+            self.store.record_delivery(self.course, seat, state="failed", reason=reason, actor=ACTOR)
 
     def _record(self, step: Step) -> None:
         d = step.data
         if self.runner.dry_run:
             return
-        if d.get("live"):  # just launched: its address comes from SkyPilot now
+        if d.get("live"):  # just launched: wait for the launch; its address comes from SkyPilot now
+            request = self._launches.pop(d["cluster"], None)
+            if request is not None:
+                try:
+                    self.sky.result("launch", d["cluster"], request)
+                except EngineError as exc:
+                    self._not_launched(step.target, exc)
+                    raise
             info = self.sky.status([d["cluster"]]).get(d["cluster"])
             if info is None or not info.up or not info.ip:
                 state = info.status if info is not None else "gone"

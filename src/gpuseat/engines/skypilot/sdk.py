@@ -106,9 +106,12 @@ class SkyPilot:
 
     # -- the calls ---------------------------------------------------------------------------------
 
-    def launch(self, cluster: str, task: dict[str, Any], *, idle_minutes: int | None = None) -> None:
+    def launch(self, cluster: str, task: dict[str, Any], *, idle_minutes: int | None = None, wait: bool = True) -> Any:
         """``sky.launch`` the task as ``cluster`` (a new cluster, a stopped one started, or setup re-run on
-        an UP one); ``idle_minutes``: it stops itself that many minutes later (a hard limit, idle or not)."""
+        an UP one); ``idle_minutes``: it stops itself that many minutes later (a hard limit, idle or not).
+
+        ``wait=False`` returns the request id at once (None in a dry run): several seats launch side by
+        side, and :meth:`result` waits for each."""
         sky = self.sky
 
         def call() -> Any:
@@ -119,7 +122,11 @@ class SkyPilot:
             return sky.launch(sky.Task.from_yaml_config(task), **kwargs)
 
         extra = (f"idle_minutes={idle_minutes}",) if idle_minutes is not None else ()
-        self._wait("launch", cluster, call, mutates=True, extra=extra)
+        return self._wait("launch", cluster, call, mutates=True, extra=extra, wait=wait)
+
+    def result(self, verb: str, target: str, request_id: Any) -> Any:
+        """Wait for a request made with ``wait=False`` (``sky.get``); its error as one EngineError."""
+        return self._wait(verb, target, lambda: request_id, mutates=False, extra=("(waited)",))
 
     def stop(self, cluster: str) -> None:
         """``sky.stop``: the cluster stops and keeps its disk (a cluster that no longer exists is fine)."""
@@ -175,6 +182,7 @@ class SkyPilot:
         mutates: bool,
         extra: Sequence[str] = (),
         gone_ok: bool = False,
+        wait: bool = True,
     ) -> Any:
         argv = (f"sky.{verb}", target, *extra)
         if mutates and self.runner is not None and self.runner.dry_run:
@@ -182,7 +190,11 @@ class SkyPilot:
             return None
         started = time.monotonic()
         try:
-            result = self.sky.get(call())
+            request = call()
+            if not wait:
+                self._record(Ran(argv, None, 0, time.monotonic() - started, f"request {request}"))
+                return request
+            result = self.sky.get(request)
         except EngineError:
             raise
         except Exception as exc:  # SkyPilot raises its own exceptions (ClusterNotUpError, ResourcesUnavailableError …)
