@@ -333,3 +333,34 @@ def test_access_windows_open_and_close_logins(lab: Lab, tmp_path: Path, cli: Cal
     assert (lab.keys_dir / lab.people["ann"].user).exists()
     at(8, 50)  # ten minutes before it opens: seats are open for the ready-check
     assert lab.ssh("ann", "true").returncode == 0 and lab.ssh("ben", "true").returncode == 0
+
+
+def test_seats_check_proves_the_previous_holder_is_refused(
+    hostcourse: tuple[Lab, str], cli: Callable[..., Any]
+) -> None:
+    lab, db = hostcourse
+    _settings(cli, lab, db)
+    by_uuid = _seat_of(cli, db)
+    seat = by_uuid[MIG[0]]
+    assert cli("seats", "assign", "--participant", "ann", "--seat", seat, "--db", db).code == 0
+    assert cli("apply", "--db", db).code == 0
+    lab.start_sshd()
+    assert cli("seats", "release", "--participant", "ann", "--db", db).code == 0
+    assert cli("seats", "assign", "--participant", "dan", "--seat", seat, "--db", db).code == 0
+    assert cli("apply", "--db", db).code == 0
+    check = cli("seats", "check", "--seat", seat, "--format", "json", "--db", db)
+    assert json.loads(check.out)["seats"][0]["state"] == "ready", check.out
+    # someone unlocks ann's account and gives her key back by hand: dan's seat is no longer exclusive
+    ann = lab.people["ann"].user
+    subprocess.run(["usermod", "--expiredate", "", ann], check=True)
+    (lab.keys_dir / ann).write_text(lab.people["ann"].public_key + "\n")
+    os.chmod(lab.keys_dir / ann, 0o644)
+    check = cli("seats", "check", "--seat", seat, "--format", "json", "--db", db)
+    row = json.loads(check.out)["seats"][0]
+    assert row["state"] == "broken" and "previous holder ann is not refused" in row["reason"], row
+    assert cli("apply", "--db", db).code == 0  # the next apply (or the agent's resync) locks her out again
+    assert lab.ssh("ann", "true").returncode == 255
+    assert (
+        json.loads(cli("seats", "check", "--seat", seat, "--format", "json", "--db", db).out)["seats"][0]["state"]
+        == "ready"
+    )
