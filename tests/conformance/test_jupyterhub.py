@@ -183,7 +183,8 @@ def test_a_release_and_hand_over_are_carried_out_by_apply_alone(hub, cli):
     assert cli("seats", "release", "--participant", "ben", *db).code == 0
     assert cli("seats", "assign", "--participant", "cy", "--seat", seat.key, *db).code == 0
     r = as_user(h, "cy").post("/hub/api/users/cy/server")  # revoke before grant: the seat is still ben's server's
-    assert r.status_code == 503 and "in use by another server" in r.json()["message"], r.text
+    assert r.status_code == 503 and "still held by its previous holder's server" in r.json()["message"], r.text
+    assert "ben" not in r.json()["message"]  # the previous holder is never named to the next one
     assert "ben" in h.servers()
 
     done = cli("apply", "--engine", "jupyterhub", *db)

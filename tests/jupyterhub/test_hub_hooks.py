@@ -291,3 +291,22 @@ def test_outside_lab_sessions_is_a_503_naming_the_next_one(tmp_path, spawners):
         == f"Course lab has no more lab sessions (the last one ended Fri 2026-03-13 17:00, Europe/Berlin). Ask {CONTACT}."
     )
     store.close()
+
+
+def test_a_hand_over_not_applied_yet_is_refused_without_naming_the_previous_holder(tmp_path, spawners):
+    """ada's server holds mig-1; the organizer releases ada and gives mig-1 to dee (store only). Until the
+    engine stops ada's server, dee's start is refused with a message that does not name ada, and ada's
+    running server keeps the seat recorded as its own."""
+    url = f"sqlite:///{tmp_path / 'course.db'}"
+    store = make_course(url, tmp_path, key="lab", people=PEOPLE[:4], seats=3, assign=1)
+    h = hooks(url)
+    spawn(h, spawners("ada"))
+    store.release("lab", participant="ada")
+    store.assign("lab", "dee", "mig-1")
+    message = refusal(h, spawners("dee"))
+    assert "still held by its previous holder's server" in message and CONTACT in message
+    assert "ada" not in message
+    seat = store.get_seat("lab", "mig-1")
+    assert (seat.state, seat.engine_ref, seat.participant) == ("requested", "ada/", "dee")
+    stop(h, spawners("ada"))  # ada's server stops: she holds no seat, so the hook leaves mig-1 to the engine
+    assert store.get_seat("lab", "mig-1").engine_ref == "ada/"

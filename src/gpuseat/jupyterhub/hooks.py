@@ -265,6 +265,14 @@ class SeatHooks:
                         f"Ask {s.contact} to move you to another seat.",
                         detail=f"seat {seat.key}: {lost[0]}",
                     )
+                owner = (seat.engine_ref or "").split("/")[0]
+                if seat.state in HELD and seat.engine == ENGINE and owner and owner != user:
+                    # a hand-over the engine has not applied yet: never name the previous holder
+                    raise Refusal(
+                        f"Your GPU seat {seat.key} is still held by its previous holder's server; gpuseat stops it "
+                        f"and hands the seat to you shortly. Try again in a minute, or ask {s.contact}.",
+                        detail=f"seat {seat.key} held by {seat.engine}:{seat.engine_ref} (hand-over not applied yet)",
+                    )
                 if seat.state in HELD and seat.engine_ref not in (None, ref):
                     raise Refusal(
                         f"Your GPU seat {seat.key} is in use by another server ({seat.engine} {seat.engine_ref}). "
