@@ -221,5 +221,17 @@ def test_release_and_move_carried_out_by_apply_alone(tmp_path, monkeypatch, caps
             assert again.startswith(f"course {course} · libvirt: nothing to change"), again
             assert "Plan: 0 to add, 0 to change, 0 to take away." in again
             assert not running("seat-01") and running("seat-02")
+
+            # the course is deleted: it waits for the engine, and the next apply removes every VM, disk and seed
+            out = cli("course", "delete", course, "--yes", "--export-to", str(tmp_path / "export.zip"))
+            assert "deleted once the engines have taken every access away" in out, out
+            out = cli("apply", "--course", course)
+            assert out.count("- domain.remove") == 2 and f"course {course} deleted" in out, out
+            conn = libvirt.open(uri)
+            try:
+                assert [d.name() for d in conn.listAllDomains(0) if d.name().startswith(f"gpuseat-{course}-")] == []
+            finally:
+                conn.close()
+            assert list((work / pool).iterdir()) == []  # no disk, no seed (logins and keys) left
         finally:
             _cleanup(uri, course, pool)
