@@ -117,6 +117,8 @@ def test_config_conf_dir_writes_job_submit_lua_first(cli, tmp_path: Path) -> Non
     args = ("--inventory", inv, "--node", "gpu01", "--course", "c1", "--db", url)
     r = cli("slurm", "config", *args, "--record", "--conf-dir", etc, "--out", tmp_path / "gen")
     assert r.code == 0, r.err
+    assert f"Include {etc / 'gpuseat-partitions.conf'}" in r.err
+    assert (etc / "gpuseat-partitions.conf").read_text().startswith("# gpuseat: course partitions")
     lua = (etc / "job_submit.lua").read_text()
     assert lua.startswith("-- gpuseat:") and "function slurm_job_modify" in lua
     assert "courses = {\n}" in lua  # seats recorded, nobody seated yet: no limits, but the plugin loads

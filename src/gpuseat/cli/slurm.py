@@ -161,6 +161,16 @@ def config_command(
             every = slurm.courses_from_store(store)
         lua = slurm.write_job_submit(every, conf_dir)
         stderr_console().print(f"wrote {lua} ({sum(len(c.limits()) for c in every)} seat limit(s))", markup=False)
+        include = conf_dir / "gpuseat-partitions.conf"
+        if not include.exists():  # slurmctld does not start with an Include of a missing file
+            from gpuseat.engines.slurm.config import INCLUDE_MARK
+            from gpuseat.files import write_file
+
+            write_file(include, INCLUDE_MARK + "\n")
+        stderr_console().print(
+            f"slurm.conf needs the line `Include {include}` (course partitions gpuseat apply creates live there)",
+            markup=False,
+        )
     if out is None:
         for name, text in files.items():
             print(f"# ---- {name}\n{text}", end="")
