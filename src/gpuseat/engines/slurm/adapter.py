@@ -32,7 +32,7 @@ _REASONS: tuple[tuple[str, str], ...] = (
         "the course partition takes jobs only inside a session reservation (add --reservation=<session>)",
     ),
     ("Requested node configuration is not available", "no node has that many GPUs of that type"),
-    ("Invalid partition name specified", "there is no such partition (run `gpuseat slurm enroll`)"),
+    ("Invalid partition name specified", "there is no such partition (run `gpuseat apply --engine slurm`)"),
     ("Invalid generic resource (gres) specification", "the GRES type is unknown on this cluster"),
     ("gpuseat: ", "the request is outside the participant's seat"),
     ("Job violates accounting/QOS policy", "the request is over the association's GRES limit"),
