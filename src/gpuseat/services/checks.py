@@ -7,10 +7,9 @@ result (ready | broken, reason, evidence, time) goes to the store through one ca
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -65,36 +64,58 @@ def check_seats(
         except (GpuseatError, ImportError, AttributeError, TypeError) as exc:
             engines[name] = f"engine {name} cannot probe: {getattr(exc, 'what', exc)}"
     results: dict[str, Readiness] = {}
-    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(targets) or 1)), thread_name_prefix="probe")
-    futures: dict[str, tuple[Future[Readiness], float]] = {}
-    try:
-        for s in targets:
-            engine = engines[s.engine]
-            p: ParticipantView = people[s.participant or ""]
-            if isinstance(engine, str):
-                results[s.key] = _broken(s, p.key, engine)
-                continue
-            futures[s.key] = (pool.submit(_probe, engine, s, p), 0.0)
-        started = time.monotonic()
-        # each seat's deadline counts from when a worker could start it: the pool is bounded, so a
-        # seat queued behind others gets ``timeout`` of its own, not what is left of the first ones'
-        lanes = max(1, min(workers, len(futures) or 1))
-        for n, (k, (fut, _)) in enumerate(futures.items()):
-            deadline = started + timeout * (1 + n // lanes)
-            try:
-                results[k] = fut.result(timeout=max(0.0, deadline - time.monotonic()))
-            except FutureTimeout:
-                fut.cancel()
-                sv = next(s for s in targets if s.key == k)
-                results[k] = _broken(sv, sv.participant, f"the probe did not answer within {timeout:g} s")
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+    jobs: list[tuple[SeatView, Any, ParticipantView]] = []
+    for s in targets:
+        engine = engines[s.engine]
+        p: ParticipantView = people[s.participant or ""]
+        if isinstance(engine, str):
+            results[s.key] = _broken(s, p.key, engine)
+        else:
+            jobs.append((s, engine, p))
+    done = _run_probes(jobs, timeout=timeout, workers=workers)
+    for s, _engine, p in jobs:
+        results[s.key] = done.get(s.key) or _broken(s, p.key, f"the probe did not answer within {timeout:g} s")
     out = [results[s.key] for s in targets]
     if bench is not None:
         out = bench_ready(out, {s.key: s for s in targets}, bench)
     if record and out:
         store.record_readiness(out, actor=actor)
     return out
+
+
+def _run_probes(
+    jobs: list[tuple[SeatView, Any, ParticipantView]], *, timeout: float, workers: int
+) -> dict[str, Readiness]:
+    """Probe ``jobs`` on at most ``workers`` daemon threads; each seat gets ``timeout`` from when a worker
+    could start it. A probe that hangs past its deadline is abandoned: its thread is a daemon, so the
+    command still exits at its deadline (a joined pool would wait for the hung call)."""
+    lanes = max(1, min(workers, len(jobs) or 1))
+    queue = list(enumerate(jobs))
+    lock = threading.Lock()
+    done: dict[str, Readiness] = {}
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                _n, (seat, engine, person) = queue.pop(0)
+            result = _probe(engine, seat, person)
+            with lock:
+                done[seat.key] = result
+
+    for _ in range(lanes):
+        threading.Thread(target=worker, name="probe", daemon=True).start()
+    started = time.monotonic()
+    for n, (seat, _engine, _person) in enumerate(jobs):
+        deadline = started + timeout * (1 + n // lanes)  # a seat queued behind others gets a timeout of its own
+        while time.monotonic() < deadline:
+            with lock:
+                if seat.key in done:
+                    break
+            time.sleep(0.02)
+    with lock:
+        return dict(done)
 
 
 def _probe(engine: Any, seat: SeatView, participant: ParticipantView) -> Readiness:
