@@ -182,8 +182,19 @@ def test_release_and_move_carried_out_by_apply_alone(tmp_path, monkeypatch, caps
             # the course changes in the store only: bob leaves, alice moves to the seat bob had
             cli("seats", "release", "--participant", "bob")
             cli("seats", "move", "--participant", "alice", "--seat", "seat-02")
+
+            def page(seat: str, who: str):
+                """What ``who``'s participant page says about the seat's way in."""
+                from gpuseat.services.delivery import way_in
+
+                with open_store(db) as store:
+                    person = next(x for x in store.participants(course) if x.key == who)
+                    return way_in(store, store.get_seat(course, seat), person)
+
             with open_store(db) as store:
                 assert store.access_of(course)["seat-02"]["holder"] == "bob"  # not carried out yet
+            shown = page("seat-02", "alice")  # alice's page never shows bob's login
+            assert shown.command is None and "being prepared" in (shown.missing or ""), shown
             before = len(text("seat-02"))
             out = cli("apply", "--course", course)
             lines = [ln.split()[:3] for ln in out.splitlines() if ln.startswith("  ")]
@@ -207,6 +218,12 @@ def test_release_and_move_carried_out_by_apply_alone(tmp_path, monkeypatch, caps
             assert refused.returncode == 255 and "Permission denied" in refused.stderr, refused
             mine = _ssh(keys["alice"], "alice", new_ip, "id -un; ls /home")
             assert mine.returncode == 0 and mine.stdout.split() == ["alice", "alice"], mine
+            assert page("seat-02", "alice").command == row["connect"]
+            status = {r["seat"]: r for r in json.loads(cli("vms", "status", "-f", "json"))["seats"]}
+            assert (status["seat-02"]["participant"], status["seat-02"]["state"], status["seat-02"]["vm_for"]) == (
+                "alice", "running", "alice"
+            )  # fmt: skip
+            assert (status["seat-01"]["participant"], status["seat-01"]["state"]) == (None, "shut off")
             # the seat alice left: stopped, and its way in names no one
             assert not running("seat-01")
             left = seat_row("seat-01")
