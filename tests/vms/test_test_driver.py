@@ -49,9 +49,9 @@ def fill(store, *, seats=4, assign=3, kind="gpu", lay=None, key="demo"):
     return lay
 
 
-def build(store, test_host, *, records=True, runner=None, course="demo", **settings) -> LibvirtEngine:
+def build(store, test_host, *, records=True, runner=None, course="demo", on=None, **settings) -> LibvirtEngine:
     values = {"connect": "test:///default", "inventory": INVENTORY, "image": IMAGE, "disk_gb": 8, **settings}
-    eng = registry.build("libvirt", store, course, settings=values, runner=runner or RecordingRunner())
+    eng = registry.build("libvirt", store, course, settings=values, runner=runner or RecordingRunner(), host=on)
     assert isinstance(eng, LibvirtEngine)
     eng.use(test_host)
     eng.records = records
@@ -412,3 +412,11 @@ def test_a_dry_run_of_a_hand_over_lists_the_revokes_first(store, test_host):
     assert test_host.lookup("gpuseat-demo-seat-01").isActive()
     assert store.access_of("demo")["seat-01"]["holder"] == "amartin"
     assert eng.connect(store.get_seat("demo", "seat-01")) is None  # bcosta sees "being prepared"
+
+
+def test_an_engine_for_one_host_leaves_the_other_hosts_seats_alone(store, test_host):
+    fill(store, assign=2)
+    apply(build(store, test_host), store)
+    here = build(store, test_host, on="another-server")  # `apply --host another-server`: none of its seats
+    assert here.plan(course_state(store, "demo")).empty
+    assert test_host.lookup("gpuseat-demo-seat-01").isActive()

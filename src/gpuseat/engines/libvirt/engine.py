@@ -236,7 +236,8 @@ class LibvirtEngine(StepEngine):
         lv = self.libvirt
         pool = lv.find_pool(self.settings.pool)  # None: made (or started) by the first domain.create
         seats = self._seats(course)
-        owned = lv.owned(self.course)
+        elsewhere = {s.key for s in course.seats if s.engine == self.name} - set(seats)  # another --host's
+        owned = {k: d for k, d in lv.owned(self.course).items() if k not in elsewhere}
         deleting = course.course is None or self.course in self.store.pending_deletions()
         holders = {s.key: p for s, p in course.holders() if s.key in seats} if course.active else {}
         records = self._records() and course.course is not None and not course.archived
