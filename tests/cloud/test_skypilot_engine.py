@@ -354,3 +354,22 @@ def test_seats_launch_side_by_side(lab):
     assert {store.get_seat("lab", k).state for k in ("cloud-1", "cloud-2")} == {"running"}
     assert store.access_of("lab")["cloud-2"]["command"] == "ssh bob@54.12.3.11"
     assert empty_plan(store, fake, OPEN)
+
+
+def test_the_images_admin_user_is_never_revoked_nor_given_to_a_participant(lab, tmp_path):
+    from gpuseat.core.readiness import Access
+
+    store, fake, _ = lab
+    run(store, fake, OPEN)
+    # the organizer set the way in by hand (seats connect --ssh ubuntu@…): no holder, the image's admin user
+    store.record_delivery("lab", "cloud-1", access=Access(kind="ssh", host="54.12.3.10", user="ubuntu"))
+    done, _ = run(store, fake, OPEN)
+    assert steps(done) == ["cloud.launch gs-lab-cloud-1", "seat.record cloud-1"]  # ann's login made sure of
+    assert "account.revoke" not in " ".join(steps(done))
+    roster = f"name,email,group,unix_user,ssh_key\nUbu,ubu@example.edu,students,ubuntu,{ssh_key(tmp_path, 'u')}\n"
+    store.import_roster("lab", RosterText(roster, where="more.csv"))
+    store.assign("lab", "ubuntu", "cloud-2")
+    done, _ = run(store, fake, OPEN, failing=True)
+    (failed,) = done.failed
+    assert failed["exit_code"] == 2 and "the cloud image's own admin user" in failed["error"]
+    assert "gs-lab-cloud-2" not in fake.clusters

@@ -48,6 +48,8 @@ ACTOR = "gpuseat-agent"
 #: the first word of a cloud seat's state reason: its honest state (issue 37 item 8)
 STATES = ("not launched", "launching", "running", "stopped")
 _RUNNING = ("UP",)
+#: the images' own admin users (SkyPilot logs in as one of them): never a participant's login to revoke
+_ADMINS = frozenset({"root", "ubuntu", "ec2-user", "gcpuser", "azureuser", "sky"})
 _STOPPABLE = ("UP", "INIT")
 
 
@@ -172,6 +174,12 @@ class SkyPilotEngine(StepEngine):
     def _task(self, state: CourseState, seat: SeatView, p: ParticipantView) -> dict[str, Any]:
         from gpuseat.catalog.bundle import load_catalog
 
+        if self.login_of(p) in _ADMINS:  # the setup would replace the image admin's key: SkyPilot locked out
+            raise InputError(
+                f"{p.key}'s login {self.login_of(p)!r} is the cloud image's own admin user",
+                where=f"participant {p.key}",
+                fix="give them another unix_user in the roster",
+            )
         plan_option = state.course.plan_option if state.course is not None else None
         offer = tasks.offer_for(seat.profile, plan_option, load_catalog().offers, seat=seat.key)
         target = tasks.CloudSeat(self.course, seat.key, offer, user=self.login_of(p), ssh_key=p.ssh_key)
@@ -216,7 +224,9 @@ class SkyPilotEngine(StepEngine):
         cluster = self.cluster_of(seat)
         key = (seat.key,)
         stored = dict(course.access.get(seat.key) or {})
-        old_login = stored.get("user")
+        # the login the engine made on the cluster (a way in set by hand, without a holder, names none:
+        # its user may be the image's own admin, which is never revoked)
+        old_login = stored.get("user") if stored.get("holder") and stored.get("user") not in _ADMINS else None
         login = self.login_of(p) if p is not None else None
         status = info.status if info is not None else None
         # revoke: the previous holder leaves the cluster before anyone else gets it
@@ -235,7 +245,8 @@ class SkyPilotEngine(StepEngine):
         if p is None or login is None:
             self._plan_free(seat, info, stored, changes)
             return
-        launch = course.closed is None and (status not in _RUNNING or old_login != login)
+        made_for_them = stored.get("holder") == p.key and stored.get("user") == login
+        launch = course.closed is None and (status not in _RUNNING or not made_for_them)
         minutes = self._minutes_left(course)
         if launch:
             try:
