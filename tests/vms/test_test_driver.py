@@ -254,6 +254,11 @@ def test_a_released_seat_is_stopped_and_stays_stopped(store, test_host):
     again_empty(build(store, test_host), store)  # nobody's VM is never started again
     assert not test_host.lookup("gpuseat-demo-seat-02").isActive()
     assert test_host.lookup("gpuseat-demo-seat-01").isActive()
+    # drift: someone starts the vacated VM by hand; the next apply stops it again
+    test_host.lookup("gpuseat-demo-seat-02").create()
+    steps, _ = apply(build(store, test_host), store)
+    assert steps == [("revoke", "domain.stop", "gpuseat-demo-seat-02")]
+    assert not test_host.lookup("gpuseat-demo-seat-02").isActive()
 
 
 def test_an_archived_course_stops_every_vm_and_removes_the_logins(store, test_host):
