@@ -88,3 +88,22 @@ def test_recording_runner_answers_by_prefix() -> None:
     assert r.try_run(["scancel", "-u", "ann"]).returncode == 1
     assert r.run(["anything"]).returncode == 0
     assert [x.argv[0] for x in r.take()] == ["squeue", "scancel", "anything"]
+
+
+def test_a_time_out_ends_everything_the_command_started(tmp_path: Path) -> None:
+    """The command's children go too (an ssh or runuser between gpuseat and the hung process)."""
+    marker = tmp_path / "child.pid"
+    with pytest.raises(EngineError):
+        Runner().run(["sh", "-c", f"sleep 60 & echo $! > {marker}; wait"], timeout=0.5)
+    child = int(marker.read_text())
+    for _ in range(100):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        if Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return
+        import time
+
+        time.sleep(0.02)
+    raise AssertionError("the command's child outlived its time-out")

@@ -10,9 +10,11 @@ engine's plan and apply; the integration tests run the real tools through a real
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -174,19 +176,27 @@ class Runner:
             extra = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": os.getgrouplist(user, entry.pw_gid)}
             env = {**(env or os.environ), "HOME": entry.pw_dir, "USER": user, "LOGNAME": user}
             cwd = cwd or (entry.pw_dir if os.path.isdir(entry.pw_dir) else "/")
-        return subprocess.run(
+        # its own process group, so a time-out ends everything the command started (ssh, runuser, srun …)
+        with subprocess.Popen(
             args,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
             text=True,
             errors="replace",
-            timeout=timeout,
-            check=False,
             env=env,
-            input=input,
             cwd=cwd,
-            stdin=None if input is not None else subprocess.DEVNULL,
+            start_new_session=True,
             **extra,
-        )
+        ) as proc:
+            try:
+                out, err = proc.communicate(input, timeout=timeout)
+            except subprocess.TimeoutExpired as exc:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                out, err = proc.communicate()
+                raise subprocess.TimeoutExpired(args, timeout, out, err) from exc
+        return subprocess.CompletedProcess(list(args), proc.returncode, out, err)
 
 
 Answer = tuple[int, str, str] | Callable[[tuple[str, ...]], tuple[int, str, str]]
