@@ -52,6 +52,7 @@ def test_seats_skypilot_command(store, tmp_path: Path, cli) -> None:
     r = cli("seats", "skypilot", "--course", "c2016", "--db", url, "--out", out, "--disk-gb", "30")
     assert r.code == 0, r.err
     assert "12 task file(s)" in r.out and "retired instance type" in r.err
+    assert "the agent launches and stops these seats itself" in r.err
     assert len(list(out.glob("gs-c2016-cloud-*.yaml"))) == 12
     assert "disk_size: 30" in (out / "gs-c2016-cloud-01.yaml").read_text()
     r = cli("seats", "skypilot", "--course", "c2016", "--db", url, "--out", out, "--gpuseat-spec", "x; rm -rf /")

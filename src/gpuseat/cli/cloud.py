@@ -27,7 +27,7 @@ def skypilot_command(
     force: bool = typer.Option(False, "--force", help="Write into a folder gpuseat did not write."),
     fmt: Format = FORMAT_OPTION,
 ) -> None:
-    """Write one SkyPilot task per cloud seat and a schedule: sky start before, sky stop after each session."""
+    """Write one SkyPilot task per cloud seat and a schedule, for running sky yourself (the agent launches seats)."""
     from gpuseat.catalog.bundle import load_catalog
     from gpuseat.engines.skypilot import tasks as cloud
     from gpuseat.services.courses import open_store
@@ -46,6 +46,12 @@ def skypilot_command(
     err = stderr_console()
     for w in written.warnings:
         err.print(f"warning: {w}", markup=False, highlight=False)
+    err.print(
+        "note: the agent launches and stops these seats itself (gpuseat agent --engine skypilot); "
+        "use these files only where no agent runs for this course",
+        markup=False,
+        highlight=False,
+    )
     print(f"{len(written.tasks)} task file(s) in {out}; {written.windows} session window(s)")
     for path in written.schedule:
         print(path)

@@ -610,7 +610,7 @@ def write_for_course(
                 cc.key,
                 s.seat,
                 state,
-                reason=f"SkyPilot task written ({s.offer.id})",
+                reason=f"not launched yet: SkyPilot task written ({s.offer.id}); launch.sh or the agent launches it",
                 engine="skypilot",
                 engine_ref=s.cluster,
             )
