@@ -11,10 +11,12 @@ the course's access windows, torn down with the course.
 * **hand-over**: the previous holder's key is removed and their account expired on the cluster
   (``account.revoke``, :func:`revoke_script` over ssh) *before* the cluster is launched again for the
   new holder (whose setup also expires every earlier holder before it adds the new key);
-* **record** (``seat.record``): the seat's honest state with its reason in the store: ``not launched``
-  (state requested, or failed when SkyPilot refused the launch), ``launching`` (requested), ``running``
-  (the participant's ``ssh`` line, made for them) or ``stopped`` (requested) — what ``seats status``,
-  the participant page and ``seats check`` show.
+* **record** (``seat.record``, ``seat.clear``): the seat's honest state with its reason in the store:
+  ``not launched`` (state requested, or failed when the launch failed), ``launching`` (requested),
+  ``running`` (the participant's ``ssh`` line, made for them) or ``stopped`` (requested); a seat nobody
+  holds is planned (free to hand out), its way in cleared — what ``seats status``, the participant page
+  and ``seats check`` show. Launches are submitted for every seat first and each seat's record step
+  waits for its own, so seats launch side by side.
 
 SkyPilot is reached through its Python API (:class:`~gpuseat.engines.skypilot.sdk.SkyPilot`); ssh (the
 hand-over's revoke, the probe) goes through the :class:`~gpuseat.engines.runner.Runner`. The one line a
