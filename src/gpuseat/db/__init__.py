@@ -37,6 +37,15 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.execute("PRAGMA journal_mode=WAL")  # readers (top, usage, the portal) never block the monitor
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA foreign_keys=ON")
+    if os.environ.get("SUDO_USER"):  # sudo gpuseat …: the files stay the organizer's, not root's
+        from gpuseat.paths import hand_back
+
+        for _seq, _name, file in cur.execute("PRAGMA database_list").fetchall():
+            if file:
+                for folder in Path(file).parents:
+                    hand_back(folder)  # the folders root made (hand_back stops at the user's home)
+                for suffix in ("", "-wal", "-shm", ".lock", ".lock.box"):
+                    hand_back(Path(file + suffix))
     cur.close()
     # SQLAlchemy, not the driver, starts transactions (see _sqlite_begin): DDL becomes transactional
     # and a writer can take the write lock up front with BEGIN IMMEDIATE.

@@ -483,7 +483,7 @@ class HostEngine(StepEngine):
                 m.ensure_group(s.group)
             case "sshd.set":
                 if m.write_file(Path(s.sshd_dropin), d["text"]):
-                    return "sshd reads it at the next login (no reload needed for Match/AuthorizedKeysFile)"
+                    return m.reload_sshd()
             case "account.add":
                 m.ensure_group(s.group)
                 m.add_account(login, self.course, s.group)

@@ -168,6 +168,19 @@ class Machine:
         self.runner.run(["pkill", "-KILL", "-U", str(found.uid)], check=False, where="host")
         return True
 
+    def reload_sshd(self) -> str:
+        """Check sshd's configuration and reload it (systemd hosts); say what was done or what to do."""
+        sshd = self.runner.which("sshd") or ("/usr/sbin/sshd" if Path("/usr/sbin/sshd").exists() else None)
+        if sshd is not None:
+            test = self.runner.try_run([sshd, "-t"], mutates=False, where="sshd")
+            if test.returncode != 0:
+                return f"sshd -t refuses the configuration: {test.stderr.strip()[:200]}; fix it, then reload sshd"
+        if Path("/run/systemd/system").exists() and self.runner.which("systemctl"):
+            for unit in ("ssh", "sshd"):
+                if self.runner.try_run(["systemctl", "reload", unit], where="sshd").returncode == 0:
+                    return f"sshd reloaded (systemctl reload {unit})"
+        return "reload sshd once so it reads the drop-in: systemctl reload ssh (or kill -HUP its pid)"
+
     # -- files -----------------------------------------------------------------------------------------
 
     @staticmethod
