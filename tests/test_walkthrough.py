@@ -21,7 +21,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "course.md"
 SECTIONS = ("Worked example: the 2016 course", "Walk-through: 24 people, 14 MIG seats on a 2× H200 server")
 #: what the doc marks "not run by the test": root on the GPU server, and the check of delivered machines
-SKIPPED = {"sudo gpuseat host up --course h200", "sudo systemctl reload ssh", "gpuseat seats check"}
+SKIPPED = {
+    "sudo .venv/bin/gpuseat agent --install --engine host --host h200-2x",
+    "sudo systemctl enable --now gpuseat-agent-host.service",
+    "gpuseat seats check",
+}
 BOX = "┏┓┗┛━┳┻╇┡┩└┘┴┬─╋┼┃│"
 
 
