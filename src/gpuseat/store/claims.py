@@ -43,6 +43,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from gpuseat.core.needs import SeatNeed
 from gpuseat.core.seating import ASSIGNABLE_STATES, KIND_ISOLATION, VM_KINDS, isolation_rank
 from gpuseat.errors import InputError, NoFreeSeat, NotFound, StoreError, did_you_mean
+from gpuseat.store.rows import STEP_S  # a clock behind by more is logged as a step
 from gpuseat.store.turns import Turns
 from gpuseat.store.views import SeatView, _utc
 
@@ -177,10 +178,13 @@ _SQLITE_RESERVED = "EXISTS (SELECT 1 FROM json_each(s.groups) j WHERE j.value = 
 _SQLITE_ARMS = _best(_SQLITE_RESERVED, ":grp", ":mem", ":iso", ":win", "", "", "")
 
 # SQLite, step 2 (under BEGIN IMMEDIATE): take the best free suitable seat in one statement, from now or
-# the course's last event time if that is later (a clock stepped back: see store.rows._clock)
+# from when the seat's or the participant's last assignment ended if that is later (a clock stepped back:
+# see store.rows._clock; what must not overlap is the seat's and the person's own history)
 _SQLITE_TAKE = f"""
 INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
-SELECT b.id, :pid, max(:now, coalesce((SELECT max(e.at) FROM events e WHERE e.course_key = :ckey), :now)), :mode
+SELECT b.id, :pid, max(:now,
+       coalesce((SELECT max(a.valid_to) FROM assignments a WHERE a.seat_id = b.id), :now),
+       coalesce((SELECT max(a.valid_to) FROM assignments a WHERE a.participant_id = :pid), :now)), :mode
 FROM (
     SELECT * FROM ({_SQLITE_ARMS[0]}) UNION ALL SELECT * FROM ({_SQLITE_ARMS[1]})
 ) b
@@ -236,10 +240,13 @@ WITH n0 AS (
     SELECT b.id, b.key FROM (SELECT * FROM r UNION ALL SELECT * FROM o) b
     ORDER BY {_BETTER.format(collate=' COLLATE "C"')} LIMIT 1
 ), ins AS (
-    -- from now, or from the course's last event if the clock is behind it (store.rows._clock)
+    -- from now, or from when the seat's or the person's last assignment ended if the clock is behind that
+    -- (store.rows._clock: what must not overlap is the seat's and the person's own history)
     INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
     SELECT pick.id, n.pid,
-           greatest(CAST(:now AS timestamptz), (SELECT max(e.at) FROM events e WHERE e.course_key = :ckey)), :mode
+           greatest(CAST(:now AS timestamptz),
+                    (SELECT max(a.valid_to) FROM assignments a WHERE a.seat_id = pick.id),
+                    (SELECT max(a.valid_to) FROM assignments a WHERE a.participant_id = n.pid)), :mode
     FROM pick CROSS JOIN n
     RETURNING seat_id, valid_from, mode
 ), ev AS (
@@ -252,7 +259,7 @@ WITH n0 AS (
            json_build_object('clock', CAST(:now AS timestamptz), 'stored', ins.valid_from,
                              'behind_s', extract(epoch FROM ins.valid_from - CAST(:now AS timestamptz)))
     FROM ins JOIN pick ON pick.id = ins.seat_id CROSS JOIN n
-    WHERE ins.valid_from > CAST(:now AS timestamptz)
+    WHERE ins.valid_from > CAST(:now AS timestamptz) + make_interval(secs => {STEP_S})
 )
 SELECT 'held' AS how, n.pkey, n.grp, {", ".join(f"h.{c}" for c in SEAT_COLUMNS)}, h.valid_from, h.mode, false, true
 FROM n JOIN held h ON true
@@ -634,7 +641,7 @@ def _claim_on(
     finally:
         if turns is not None:
             turns.give()
-    since = _when(p["now"]) if "stepped" in p else now  # the time stored, if the clock was behind
+    since = _when(p["now"]) if p["now"] != _sqlite_time(now) else now  # the time stored, if the clock was behind
     return Claimed(info.key, pkey, seat, since, p["mode"], True)
 
 
@@ -647,11 +654,12 @@ def _take(raw: Any, p: dict[str, Any]) -> tuple[Any, ...] | None:
     seat = _seat_row(raw, took[0])
     assert seat is not None  # taken in this transaction
     p["skey"] = seat[1]  # SEAT_COLUMNS: id, key, …
-    if took[1] != p["now"]:  # the clock is behind the course's last event: that time was stored
+    if took[1] != p["now"]:  # the clock is behind the seat's or person's last end: that time was stored
         clock, p["now"] = p["now"], took[1]
         behind = (_when(took[1]) - _when(clock)).total_seconds()
-        p["stepped"] = json.dumps({"clock": clock, "stored": took[1], "behind_s": round(behind, 6)})
-        raw.execute(_SQLITE_STEPPED, p)
+        if behind > STEP_S:  # less: times taken before the write lock by concurrent writers, no step
+            p["stepped"] = json.dumps({"clock": clock, "stored": took[1], "behind_s": round(behind, 6)})
+            raw.execute(_SQLITE_STEPPED, p)
     raw.execute(_SQLITE_EVENT, p)
     return seat
 
