@@ -423,3 +423,9 @@ def test_readiness_comes_from_the_probe_pods_log(lab):
 def test_bad_settings_are_one_clear_message(lab, cli, value, message):
     r = cli("engines", "settings", "kubernetes", value, "--course", "k8s-lab", "--db", lab.url)
     assert r.code == 2 and message in r.err and "Traceback" not in r.err
+
+
+def test_the_settings_table_shows_every_setting(lab, cli):
+    r = cli("engines", "settings", "kubernetes", f"kubeconfig={KUBECONFIG}", "--course", "k8s-lab", "--db", lab.url)
+    assert r.code == 0, r.err
+    assert KUBECONFIG in r.out and "kubectl" in r.out and "namespace" in r.out

@@ -79,3 +79,18 @@ def test_a_token_file_others_may_read_is_refused(tmp_path):
     assert read_token(settings) == "abc123"
     with pytest.raises(InputError, match="cannot read the hub token file"):
         read_token(JupyterHubSettings(token_file=str(tmp_path / "missing")))
+
+
+def test_the_settings_table_shows_every_setting_and_no_token(cli, tmp_path):
+    from hubcourse import make_course
+
+    url = f"sqlite:///{tmp_path / 'course.db'}"
+    make_course(url, tmp_path, key="lab", people=["ada"], seats=1).close()
+    r = cli("engines", "settings", "jupyterhub", "hub_url=https://hub.example.edu/prefix",
+            "token_file=/etc/gpuseat/hub-token", "--course", "lab", "--db", url)  # fmt: skip
+    assert r.code == 0, r.err
+    for name in JupyterHubSettings.model_fields:
+        assert name in r.out
+    assert "https://hub.example.edu/prefix" in r.out and "token_file" in r.out
+    bad = cli("engines", "settings", "jupyterhub", "hub_url=ftp://hub", "--course", "lab", "--db", url)
+    assert bad.code == 2 and "jupyterhub setting hub_url" in bad.err and "Traceback" not in bad.err

@@ -110,7 +110,8 @@ class JupyterHubSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     hub_url: str | None = Field(
-        None, description="the hub's public URL, http(s)://HOST[:PORT][/PREFIX] (what participants open)"
+        None,
+        description="the hub's public URL (what participants open), e.g. https://hub.example.edu",
     )
     token_env: str = Field("JUPYTERHUB_API_TOKEN", description="the environment variable holding the API token")
     token_file: str | None = Field(
@@ -125,7 +126,7 @@ class JupyterHubSettings(BaseModel):
     @classmethod
     def _url(cls, v: str | None) -> str | None:
         if v is not None and not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", v):
-            raise ValueError("must be an http(s)://HOST[:PORT][/PREFIX] URL")
+            raise ValueError("must be an http(s):// URL of the hub (host, optional port and path prefix)")
         return v.rstrip("/") if v else v
 
     @field_validator("token_env")
