@@ -42,6 +42,7 @@ class Planned:
     changes: Changes | None
     error: str | None = None
     drift: bool = False
+    error_code: int = 2  # why it could not plan: 2 the store's data or a setting, 1 the machine or a service
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -66,7 +67,7 @@ class Pass:
     def failed(self) -> list[dict[str, Any]]:
         """Failed steps and engines that could not plan, one dict each."""
         out: list[dict[str, Any]] = [
-            {"course": p.course, "engine": p.engine_name, "error": p.error, "exit_code": 2}
+            {"course": p.course, "engine": p.engine_name, "error": p.error, "exit_code": p.error_code}
             for p in self.planned
             if p.error
         ]
@@ -209,8 +210,11 @@ def plan_all(
             eng = registry.build(name, store, key, settings=values, runner=runner, host=host)
             changes = eng.plan(state)
             out.append(Planned(key, name, getattr(eng, "host", host), eng, state, changes))
-        except (GpuseatError, ImportError) as exc:
-            out.append(Planned(key, name, host, None, state, None, getattr(exc, "what", str(exc))))
+        except GpuseatError as exc:
+            why = exc.what + (f" (to fix: {exc.fix})" if exc.fix else "")
+            out.append(Planned(key, name, host, None, state, None, why, error_code=exc.exit_code))
+        except ImportError as exc:
+            out.append(Planned(key, name, host, None, state, None, f"engine {name} cannot load: {exc}", error_code=1))
     return out
 
 

@@ -288,10 +288,50 @@ class StepEngine:
 
     name: ClassVar[str] = ""
     runner: Runner
+    store: Any
+    course: str
 
     def do(self, step: Step) -> str | None:
         """Carry out one step; return a short note (or None). Raise a GpuseatError to fail it."""
         raise NotImplementedError
+
+    def record(self, step: Step) -> str | None:
+        """The record steps every engine shares: ``seat.record`` (the way in made for the holder, the
+        seat running) and ``seat.clear`` (a way in that names nobody), written to the store; others go
+        to :meth:`do`. A dry run writes nothing."""
+        from gpuseat.core.readiness import Access
+
+        if step.action not in ("seat.record", "seat.clear"):
+            return self.do(step)
+        if self.runner.dry_run:
+            return None
+        access = Access.from_dict(dict(step.data["access"]))
+        if step.action == "seat.record":
+            self.store.record_delivery(
+                self.course, step.target, access=access, state="running", reason=f"{self.name}: applied",
+                actor="gpuseat-agent",
+            )  # fmt: skip
+        else:
+            self.store.record_delivery(self.course, step.target, access=access, actor="gpuseat-agent")
+        return None
+
+    def connect(self, seat: SeatView) -> Access | None:
+        """The stored way in, only when it was made for the seat's current holder (else: being prepared)."""
+        from gpuseat.core.readiness import Access
+
+        stored = self.store.access_of(self.course).get(seat.key)
+        if not stored or not seat.participant or stored.get("holder") != seat.participant:
+            return None
+        return Access.from_dict(stored)
+
+    def probe(self, seat: SeatView, participant: ParticipantView) -> Readiness:
+        """Run a GPU-listing probe as ``participant`` on ``seat`` (each engine its own way)."""
+        raise NotImplementedError
+
+    def check(self, seats: Sequence[SeatView]) -> list[Readiness]:
+        """Probe each held seat as its participant, in turn (``seats check`` runs probes in parallel)."""
+        people = {p.key: p for p in self.store.participants(self.course)}
+        return [self.probe(s, people[s.participant]) for s in seats if s.participant in people]
 
     def apply(self, changes: Changes, *, guard: Callable[[], bool] | None = None) -> ApplyReport:
         """See :meth:`Engine.apply`."""
@@ -313,7 +353,7 @@ class StepEngine:
             started = time.monotonic()
             code = 0
             try:
-                note = self.do(step)
+                note = self.record(step)
                 state: OutcomeState = "done"
             except GpuseatError as exc:
                 note, state, code = exc.message, "failed", exc.exit_code

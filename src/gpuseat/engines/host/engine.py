@@ -537,21 +537,6 @@ class HostEngine(StepEngine):
                     device_uuid=d["uuid"],
                     actor="gpuseat-agent",
                 )
-            case "seat.record":
-                if not self.runner.dry_run:
-                    self.store.record_delivery(
-                        self.course,
-                        step.target,
-                        access=Access.from_dict(d["access"]),
-                        state="running",
-                        reason="host: applied",
-                        actor="gpuseat-agent",
-                    )
-            case "seat.clear":
-                if not self.runner.dry_run:
-                    self.store.record_delivery(
-                        self.course, step.target, access=Access.from_dict(d["access"]), actor="gpuseat-agent"
-                    )
             case _:
                 raise InputError(f"the host engine has no step {step.action!r}", where="plan")
         return None
@@ -574,18 +559,6 @@ class HostEngine(StepEngine):
             if n:
                 out.append(Holding(self.name, "process", a.login, who, seat, self.host, f"{n} process(es)"))
         return out
-
-    def connect(self, seat: SeatView) -> Access | None:
-        """The stored way in, when it was made for the seat's holder (else: being prepared)."""
-        stored = self.store.access_of(self.course).get(seat.key)
-        if not stored or not seat.participant or stored.get("holder") != seat.participant:
-            return None
-        return Access.from_dict(stored)
-
-    def check(self, seats: Sequence[SeatView]) -> list[Readiness]:
-        """Probe each held seat as its participant (in turn; ``seats check`` runs them in parallel)."""
-        people = {p.key: p for p in self.store.participants(self.course)}
-        return [self.probe(s, people[s.participant]) for s in seats if s.participant in people]
 
     def probe(self, seat: SeatView, participant: ParticipantView) -> Readiness:
         """Log in as the participant (gpuseat's loopback probe key) and list what they can see."""
