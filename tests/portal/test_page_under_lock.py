@@ -82,3 +82,42 @@ def test_first_visit_answers_while_another_process_holds_the_write_lock(tmp_path
         assert _last_used(db, token) is not None, server.output()
     finally:
         assert server.stop() == 0, server.output()
+
+
+ORGANIZER_PAGES = ("/overview", "/seats", "/seats/live.json", "/roster", "/links", "/survey", "/alerts", "/bench")
+
+
+def test_organizer_pages_answer_while_another_process_holds_the_write_lock(tmp_path: Path) -> None:
+    """Showing a page is a read: none of the organizer's pages waits for the lock either."""
+    import re
+
+    from fastapi.testclient import TestClient
+
+    from gpuseat.catalog.bundle import load_catalog
+    from gpuseat.services.accounts import Accounts
+    from gpuseat.services.courses import open_store
+    from gpuseat.web.app import Portal, create_app
+
+    demo = seed_demo(tmp_path / "demo")
+    db = Path(demo.db_url.removeprefix("sqlite:///"))
+    with open_store(demo.db_url) as store:
+        Accounts(store).set_password("admin", "a long enough passphrase")
+        portal = Portal(store, load_catalog(), demo.course, link_days_after_end=None)
+        with TestClient(create_app(portal)) as client:
+            csrf = re.search(r'name="csrf" value="([0-9a-f]{64})"', client.get("/login").text).group(1)  # type: ignore[union-attr]
+            form = {"csrf": csrf, "username": "admin", "password": "a long enough passphrase"}
+            assert client.post("/login", data=form).status_code == 200
+            holder, held_at = hold_write_lock(db, HOLD_S)
+            took = {}
+            try:
+                for path in ORGANIZER_PAGES:
+                    started = time.monotonic()
+                    assert client.get(path).status_code == 200, path
+                    took[path] = time.monotonic() - started
+                answered = time.monotonic() - held_at
+                assert holder.poll() is None, "the lock was released before the pages answered"
+            finally:
+                holder.wait(HOLD_S * 3)
+            hold = time.monotonic() - held_at
+    print(f"organizer pages under a held write lock: {answered:.2f} s for {len(took)} pages (lock held {hold:.1f} s)")
+    assert answered < hold / 2, took

@@ -61,6 +61,8 @@ def holding(db: Path) -> subprocess.Popen[str]:
 READS = [
     ("course", "list"),
     ("seats", "status"),
+    ("survey", "report"),
+    ("usage",),
     ("monitor", "--once", "--format", "json", "--from-xml", str(FIXTURES / "gpuseat__tesla-m60-x2.xml")),
 ]
 

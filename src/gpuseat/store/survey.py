@@ -159,10 +159,19 @@ class SurveyRows:
         return dict(found) if found is not None else None
 
     def answers(self, course: str | None) -> tuple[str, str, str | None, list[dict[str, Any]]]:
-        """(template key, template text, state, every response's answers in order of first submission)."""
-        with immediate(self._engine).begin() as conn:  # may create the survey row
+        """(template key, template text, state, every response's answers in order of first submission).
+
+        A read only (the organizer's pages and ``survey report`` never wait for another writer): a
+        course whose survey row is not made yet has the default template and no answers.
+        """
+        with self._engine.connect() as conn:
             cid, state = self._course(conn, course)
-            sid, key, text = self._survey(conn, cid)
+            survey = conn.execute(
+                select(Survey.id, Survey.template_key, Survey.template_text).where(Survey.course_id == cid)
+            ).first()
+            if survey is None:
+                return *self._default, state, []
+            sid, key, text = survey
             rows = conn.scalars(
                 select(SurveyResponse.answers).where(SurveyResponse.survey_id == sid).order_by(SurveyResponse.id)
             ).all()
