@@ -295,16 +295,14 @@ class StepEngine:
         """Carry out one step; return a short note (or None). Raise a GpuseatError to fail it."""
         raise NotImplementedError
 
-    def record(self, step: Step) -> str | None:
-        """The record steps every engine shares: ``seat.record`` (the way in made for the holder, the
-        seat running) and ``seat.clear`` (a way in that names nobody), written to the store; others go
-        to :meth:`do`. A dry run writes nothing."""
+    def record_way_in(self, step: Step) -> None:
+        """The usual record steps, for engines whose ``do`` has no more to do for them: ``seat.record``
+        (the way in made for the holder, the seat running) and ``seat.clear`` (a way in that names nobody).
+        A dry run writes nothing."""
         from gpuseat.core.readiness import Access
 
-        if step.action not in ("seat.record", "seat.clear"):
-            return self.do(step)
         if self.runner.dry_run:
-            return None
+            return
         access = Access.from_dict(dict(step.data["access"]))
         if step.action == "seat.record":
             self.store.record_delivery(
@@ -313,7 +311,6 @@ class StepEngine:
             )  # fmt: skip
         else:
             self.store.record_delivery(self.course, step.target, access=access, actor="gpuseat-agent")
-        return None
 
     def connect(self, seat: SeatView) -> Access | None:
         """The stored way in, only when it was made for the seat's current holder (else: being prepared)."""
@@ -353,7 +350,7 @@ class StepEngine:
             started = time.monotonic()
             code = 0
             try:
-                note = self.record(step)
+                note = self.do(step)
                 state: OutcomeState = "done"
             except GpuseatError as exc:
                 note, state, code = exc.message, "failed", exc.exit_code

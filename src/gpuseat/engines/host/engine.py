@@ -537,6 +537,8 @@ class HostEngine(StepEngine):
                     device_uuid=d["uuid"],
                     actor="gpuseat-agent",
                 )
+            case "seat.record" | "seat.clear":
+                self.record_way_in(step)
             case _:
                 raise InputError(f"the host engine has no step {step.action!r}", where="plan")
         return None

@@ -39,7 +39,6 @@ import re
 import stat
 import time
 import uuid
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -497,18 +496,6 @@ class JupyterHubEngine(StepEngine):
                 detail = (name or "default server") + (f" ({pending} pending)" if pending else "")
                 out.append(Holding(self.name, "server", user, p.key if p else None, held.get(ref), self.host, detail))
         return out
-
-    def connect(self, seat: SeatView) -> Access | None:
-        """The stored way in, when it was made for the seat's holder (else: being prepared)."""
-        stored = self.store.access_of(self.course).get(seat.key)
-        if not stored or not seat.participant or stored.get("holder") != seat.participant:
-            return None
-        return Access.from_dict(stored)
-
-    def check(self, seats: Sequence[SeatView]) -> list[Readiness]:
-        """Probe each held seat as its participant (in turn; ``seats check`` runs them in parallel)."""
-        people = {p.key: p for p in self.store.participants(self.course)}
-        return [self.probe(s, people[s.participant]) for s in seats if s.participant in people]
 
     def refused(self, participant: ParticipantView) -> str | None:
         """Exclusivity: None when ``participant`` (a previous or released holder) has no server running."""

@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -433,18 +432,6 @@ class KubernetesEngine(StepEngine):
                 out.append(Holding(self.name, "access", login, p.key if p else None, labels.get("gpuseat/seat"),
                                    self.host, f"{ns}/{name}"))  # fmt: skip
         return out
-
-    def connect(self, seat: SeatView) -> Access | None:
-        """The stored way in, when it was made for the seat's holder (else: being prepared)."""
-        stored = self.store.access_of(self.course).get(seat.key)
-        if not stored or not seat.participant or stored.get("holder") != seat.participant:
-            return None
-        return Access.from_dict(stored)
-
-    def check(self, seats: Sequence[SeatView]) -> list[Readiness]:
-        """Probe each held seat (its probe Pod's log)."""
-        people = {p.key: p for p in self.store.participants(self.course)}
-        return [self.probe(s, people[s.participant]) for s in seats if s.participant in people]
 
     def probe(self, seat: SeatView, participant: ParticipantView) -> Readiness:
         """What the seat's probe Pod saw (``nvidia-smi -L`` in its log): ready when exactly one device of

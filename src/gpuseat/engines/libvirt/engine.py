@@ -519,18 +519,6 @@ class LibvirtEngine(StepEngine):
             out.append(Holding(self.name, "vm", login, who.participant, who.seat, self.host, detail))
         return out
 
-    def connect(self, seat: SeatView) -> Access | None:
-        """The stored way in, when it was made for the seat's holder (else: being prepared)."""
-        stored = self.store.access_of(self.course).get(seat.key)
-        if not stored or not seat.participant or stored.get("holder") != seat.participant:
-            return None
-        return Access.from_dict(stored)
-
-    def check(self, seats: Sequence[SeatView]) -> list[Readiness]:
-        """Probe each held seat as its participant."""
-        people = {p.key: p for p in self.store.participants(self.course)}
-        return [self.probe(s, people[s.participant]) for s in seats if s.participant in people]
-
     def probe(self, seat: SeatView, participant: ParticipantView) -> Readiness:
         """SSH into the seat's VM as the participant's login with the probe key; judge ``nvidia-smi -L``."""
 

@@ -452,11 +452,6 @@ class SkyPilotEngine(StepEngine):
             return None
         return Access.from_dict(stored)
 
-    def check(self, seats: Sequence[SeatView]) -> list[Readiness]:
-        """Probe each held seat as its participant."""
-        people = {p.key: p for p in self.store.participants(self.course)}
-        return [self.probe(s, people[s.participant]) for s in seats if s.participant in people]
-
     def probe_command(self, cluster: str, user: str, access: dict[str, Any] | None = None) -> list[str]:
         """``nvidia-smi -L`` on the cluster, run as the participant (``sudo -n -u``); the stored way in's
         host, port and jump host (``seats connect``) override the alias's address."""

@@ -201,6 +201,10 @@ def lua_path(conf_dir: Path | None) -> Path:
             f"{conf_dir} is not a folder", where="conf_dir", fix="give the folder of slurm.conf (e.g. /etc/slurm)"
         )
     path = conf_dir / "job_submit.lua"
+    if not path.is_symlink():
+        from gpuseat.files import check_target
+
+        check_target(path, where=str(path))  # a FIFO or device: refused before it is read (never blocks)
     if path.is_symlink() or (path.exists() and not path.read_text(errors="replace").startswith(config.LUA_MARK)):
         raise InputError(
             "job_submit.lua exists and gpuseat did not write it",

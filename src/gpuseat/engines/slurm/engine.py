@@ -581,21 +581,8 @@ class SlurmEngine(StepEngine):
                     path = Path(d["include"])
                     _write(path, config.include_with(_read(path), self.partition, None))
                 sl.delete_partition(self.partition)
-            case "seat.record":
-                if not self.runner.dry_run:
-                    self.store.record_delivery(
-                        self.course,
-                        step.target,
-                        access=Access.from_dict(d["access"]),
-                        state="running",
-                        reason="slurm: applied",
-                        actor="gpuseat-agent",
-                    )
-            case "seat.clear":
-                if not self.runner.dry_run:
-                    self.store.record_delivery(
-                        self.course, step.target, access=Access.from_dict(d["access"]), actor="gpuseat-agent"
-                    )
+            case "seat.record" | "seat.clear":
+                self.record_way_in(step)
             case _:
                 raise InputError(f"the slurm engine has no step {step.action!r}", where="plan")
         return None
@@ -644,18 +631,6 @@ class SlurmEngine(StepEngine):
             if job.live and in_course(sc, job, known=known):
                 held("job", job.user, f"job {job.job_id} {job.state} {job.gres}".strip())
         return out
-
-    def connect(self, seat: SeatView) -> Access | None:
-        """The stored way in, when it was made for the seat's holder (else: being prepared)."""
-        stored = self.store.access_of(self.course).get(seat.key)
-        if not stored or not seat.participant or stored.get("holder") != seat.participant:
-            return None
-        return Access.from_dict(stored)
-
-    def check(self, seats: Sequence[SeatView]) -> list[Readiness]:
-        """Probe each held seat as its participant."""
-        people = {p.key: p for p in self.store.participants(self.course)}
-        return [self.probe(s, people[s.participant]) for s in seats if s.participant in people]
 
     def _course(self) -> SlurmCourse:
         from gpuseat.engines.apply import course_state
