@@ -55,6 +55,11 @@ CASES = [
     ("doctor --capture", ["doctor", "--capture", "{fifo}.tar.gz"], "--capture"),
     ("probe OUT", ["probe", "{fifo}", "--nvidia-smi", "/bin/false"], "fifo"),
     (
+        "slurm config --conf-dir",
+        ["slurm", "config", "--inventory", str(EXAMPLES / "ibm-2xM60.toml"), "--node", "n1", "--conf-dir", "{conf}"],
+        "job_submit.lua",
+    ),
+    (
         "--db",
         ["course", "create", str(EXAMPLES / "course-2016.toml"), "--key", "b", "--db", "sqlite:///{fifo}"],
         "--db",
@@ -79,10 +84,12 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(("name", "args", "flag"), CASES, ids=[c[0] for c in CASES])
 def test_a_fifo_as_output_is_refused_at_once(store: Path, name: str, args: list[str], flag: str) -> None:
     fifo = store / f"out-{abs(hash(name))}"
-    for path in (fifo, Path(f"{fifo}.tar.gz")):
+    conf = store / f"conf-{abs(hash(name))}"  # slurm.conf's folder, its job_submit.lua a FIFO
+    conf.mkdir(exist_ok=True)
+    for path in (fifo, Path(f"{fifo}.tar.gz"), conf / "job_submit.lua"):
         path.unlink(missing_ok=True)
         os.mkfifo(path)
-    done = _gpuseat(store, *(a.format(fifo=fifo, csv=store / "vms.csv") for a in args))
+    done = _gpuseat(store, *(a.format(fifo=fifo, conf=conf, csv=store / "vms.csv") for a in args))
     assert done.returncode == 2, (done.returncode, done.stderr)
     assert "Traceback" not in done.stderr
     assert done.stderr.count("error:") == 1, done.stderr
