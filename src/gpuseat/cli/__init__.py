@@ -61,6 +61,7 @@ def _register_all() -> None:
         probe,
         report,
         roster,
+        seat,
         seats,
         serve,
         slurm,
@@ -85,6 +86,7 @@ def _register_all() -> None:
         db,
         host,
         apply,
+        seat,
     ):
         module.register(app)
 

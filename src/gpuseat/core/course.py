@@ -323,6 +323,41 @@ class Quoted(BaseModel):
     difference: str = Field("", max_length=500)
 
 
+class Policy(BaseModel):
+    """``[policy]``: the course's seat-hour quota, idle stop and readiness lead (see docs/policy.md).
+
+    Every field is optional: ``quota_hours`` unset means no quota, ``idle_minutes`` unset means no idle
+    stop, ``never_connected_hours`` unset means a seat nobody logged in to is never stopped for it.
+    A group's ``[groups.<name>.policy]`` sets any of these for that group's participants.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    quota_hours: StrictFloat | None = Field(None, ge=0, le=100_000)
+    idle_gpu_percent: StrictFloat | None = Field(None, ge=0, le=100)
+    idle_minutes: StrictInt | None = Field(None, ge=1, le=7 * 24 * 60)
+    grace_minutes: StrictInt | None = Field(None, ge=0, le=24 * 60)
+    lead_minutes: StrictInt | None = Field(None, ge=0, le=24 * 60)
+    never_connected_hours: StrictFloat | None = Field(None, gt=0, le=MAX_COURSE_DAYS * 24)
+
+    @field_validator("quota_hours", "idle_gpu_percent", "never_connected_hours", mode="before")
+    @classmethod
+    def _number(cls, v: object) -> object:
+        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+#: what a policy field is when neither the group nor the course sets it
+POLICY_DEFAULTS = {"idle_gpu_percent": 5.0, "grace_minutes": 10, "lead_minutes": 15}
+
+
+class GroupSection(BaseModel):
+    """``[groups.<name>]``: settings of one group of participants (today: its ``policy``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    policy: Policy = Policy()
+
+
 class Course(BaseModel):
     """A whole course file."""
 
@@ -339,6 +374,8 @@ class Course(BaseModel):
     needs: SeatNeed | None = None
     costs: Costs = Costs()
     vm: VmGuest = VmGuest()
+    policy: Policy = Policy()
+    group_sections: dict[str, GroupSection] = Field({}, alias="groups", max_length=100)
 
     @model_validator(mode="after")
     def _groups(self) -> Course:
@@ -353,7 +390,23 @@ class Course(BaseModel):
             raise ValueError("group names must be unique")
         if self.participant_count > MAX_PARTICIPANTS:
             raise ValueError(f"{self.participant_count} participants; gpuseat plans at most {MAX_PARTICIPANTS:,}")
+        unknown = sorted(set(self.group_sections) - set(names)) if self.group else []
+        if unknown:
+            raise ValueError(
+                f"[groups.{unknown[0]}] names no [[group]] of this course (its groups: {', '.join(names)})"
+            )
         return self
+
+    def policy_for(self, group: str | None) -> dict[str, float | int | None]:
+        """The policy a participant of ``group`` gets: the group's value, else the course's, else the default."""
+        own = self.group_sections.get(group or "")
+        out: dict[str, float | int | None] = {}
+        for name in Policy.model_fields:
+            value = getattr(own.policy, name) if own is not None else None
+            if value is None:
+                value = getattr(self.policy, name)
+            out[name] = POLICY_DEFAULTS.get(name) if value is None else value
+        return out
 
     @property
     def groups(self) -> tuple[Group, ...]:

@@ -408,3 +408,42 @@ class CourseDeletion(Base):
     sha256: Mapped[str] = mapped_column(String(64))
     actor: Mapped[str] = mapped_column(String(128))
     requested_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class SeatRequest(Base):
+    """A participant's (or the organizer's) request for their seat: start, stop, restart, reset, a new
+    SSH key, or the agent's own stop (quota, idle). ``state`` goes pending → done or failed with
+    ``reason``; the seat's engine carries it out (issue 40)."""
+
+    __tablename__ = "seat_requests"
+    __table_args__ = (
+        Index("ix_seat_requests_course_state", "course_id", "state"),
+        Index("ix_seat_requests_participant_at", "participant_id", "requested_at"),
+    )
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    course_id: Mapped[int] = mapped_column(ForeignKey("courses.id", ondelete="CASCADE"))
+    participant_id: Mapped[int] = mapped_column(ForeignKey("participants.id", ondelete="CASCADE"))
+    seat_key: Mapped[str | None] = mapped_column(String(128))
+    action: Mapped[str] = mapped_column(String(16))
+    payload: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    actor: Mapped[str] = mapped_column(String(128))
+    requested_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    done_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class SeatHours(Base):
+    """The seat-hour ledger of a participant: an organizer's top-up (``topup``, hours added) or their
+    own quota (``quota``: the latest replaces the course's and the group's)."""
+
+    __tablename__ = "seat_hours"
+    __table_args__ = (Index("ix_seat_hours_participant", "participant_id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    course_id: Mapped[int] = mapped_column(ForeignKey("courses.id", ondelete="CASCADE"))
+    participant_id: Mapped[int] = mapped_column(ForeignKey("participants.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    hours: Mapped[float] = mapped_column(Float)
+    note: Mapped[str | None] = mapped_column(Text)
+    actor: Mapped[str] = mapped_column(String(128))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

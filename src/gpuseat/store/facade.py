@@ -25,6 +25,7 @@ from gpuseat.store.courses import CourseMethods
 from gpuseat.store.delivery import DeliveryMethods
 from gpuseat.store.events import EventMethods
 from gpuseat.store.lifecycle import LifecycleMethods
+from gpuseat.store.requests import RequestMethods
 from gpuseat.store.roster import RosterMethods
 from gpuseat.store.seatfile import SeatFileMethods
 from gpuseat.store.tokens import TokenMethods
@@ -40,5 +41,6 @@ class CourseStore(
     DeliveryMethods,
     LifecycleMethods,
     AgentMethods,
+    RequestMethods,
 ):
     """Courses, roster, seats, assignments, tokens and events in one database (see the module doc)."""

@@ -64,8 +64,11 @@ class HostSettings(BaseModel):
     cpu_quota: str | None = Field(None, pattern=r"^\d{1,5}%$", description="CPUQuota= per participant")
     memory_max: str | None = Field(None, pattern=r"^\d{1,9}[KMGT]?$", description="MemoryMax= per participant")
     timeout: float = Field(20.0, gt=0, le=3600, description="seconds a probe may take")
+    skeleton: str = Field("/etc/skel", description="what a seat reset restores a participant's home from")
 
-    @field_validator("dev_root", "proc_root", "nvidia_smi", "keys_dir", "sshd_dropin", "profile_d", "systemd_dir")
+    @field_validator(
+        "dev_root", "proc_root", "nvidia_smi", "keys_dir", "sshd_dropin", "profile_d", "systemd_dir", "skeleton"
+    )
     @classmethod
     def _plain_path(cls, v: str | None) -> str | None:
         if v is not None and (not v or any(c.isspace() or ord(c) < 32 for c in v)):
@@ -283,6 +286,7 @@ class HostEngine(StepEngine):
             self._record_steps(course, seats, {}, {}, adopted, changes)
             if not course.active or not seats:
                 changes.notes.extend(self._plan_shared_files(remove=True, changes=changes))
+            self._request_steps(course, changes)
             return changes
 
         # grant: accounts, keys, slices, devices, environment
@@ -337,6 +341,7 @@ class HostEngine(StepEngine):
                 "no way in is set: participant pages cannot say where to connect; set ssh_host in the server's "
                 "inventory file, or give --ssh-host HOST (stored as the host engine's ssh_host setting)"
             )
+        self._request_steps(course, changes)
         return changes
 
     def _plan_from_store(self, course: CourseState, seats: list[SeatView]) -> Changes:
@@ -539,6 +544,8 @@ class HostEngine(StepEngine):
                 )
             case "seat.record" | "seat.clear":
                 self.record_way_in(step)
+            case "request.record" | "seat.stop" | "home.reset":
+                return self._do_request(step)
             case _:
                 raise InputError(f"the host engine has no step {step.action!r}", where="plan")
         return None
@@ -622,6 +629,20 @@ class HostEngine(StepEngine):
         if (self.keys_dir / login).exists():
             return f"{login} still has a key and an unlocked account"
         return None
+
+    # -- seat requests (issue 40): start, stop, restart, reset, a new key; a stop at 0 seat hours -------
+    # Kept apart from the access plan above: it only reads the requests and the run state from the
+    # store, adds its own steps and drops the unlock of a seat that is stopped.
+
+    def _request_steps(self, course: CourseState, changes: Changes) -> None:
+        from gpuseat.engines.host import requests
+
+        requests.plan_requests(self, course, changes)
+
+    def _do_request(self, step: Step) -> str | None:
+        from gpuseat.engines.host import requests
+
+        return requests.do_request(self, step)
 
 
 def _group_exists(name: str) -> bool:

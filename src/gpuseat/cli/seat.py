@@ -1,0 +1,159 @@
+"""CLI for ``gpuseat seat``: the organizer acts on one participant's seat, as the participant can on
+their page (start, stop, restart, reset, a new SSH key), and keeps their seat hours (top-ups, quota).
+
+Each action is a request row in the store; the seat's agent (or ``gpuseat apply``) carries it out and
+marks it done or failed. Nothing here touches a machine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, print_rows
+from gpuseat.cli.course import COURSE, DB, actor
+
+PARTICIPANT = typer.Option(..., "--participant", "-p", help="The participant (key, email or Unix user).")
+REQUEST_COLUMNS = ("id", "participant", "seat", "action", "state", "reason", "actor", "requested_at", "done_at")
+HOURS_COLUMNS = ("participant", "quota", "topups", "used", "left", "running", "runs_out_at")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``seat`` command group."""
+    seat = typer.Typer(
+        help="Start, stop, restart or reset one participant's seat, set their key, keep their seat hours.",
+        no_args_is_help=True,
+    )
+    app.add_typer(seat, name="seat")
+
+    def _ask(
+        action: str, participant: str, course: str | None, db: str | None, fmt: Format, key: str | None = None
+    ) -> None:
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            done = store.request_seat(course, participant, action, actor=actor(), key=key, by_participant=False)
+        if fmt == "json":
+            print_json(done.to_dict())
+            return
+        where = f"seat {done.seat}" if done.seat else "no seat"
+        if done.state == "pending":
+            print(f"request {done.id}: {action} of {done.participant}'s {where} is pending; the agent carries it out")
+        else:
+            print(f"request {done.id}: {action} for {done.participant}: {done.state} ({done.reason})")
+
+    @seat.command("start")
+    def start(
+        participant: str = PARTICIPANT, course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION
+    ) -> None:
+        """Start the participant's seat again (logins allowed); refused with no seat hours left."""
+        _ask("start", participant, course, db, fmt)
+
+    @seat.command("stop")
+    def stop(
+        participant: str = PARTICIPANT, course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION
+    ) -> None:
+        """Stop the participant's seat: logins refused, their processes ended; hours stop counting."""
+        _ask("stop", participant, course, db, fmt)
+
+    @seat.command("restart")
+    def restart(
+        participant: str = PARTICIPANT, course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION
+    ) -> None:
+        """End the participant's processes and start the seat again."""
+        _ask("restart", participant, course, db, fmt)
+
+    @seat.command("reset")
+    def reset(
+        participant: str = PARTICIPANT,
+        confirm: str = typer.Option(
+            "", "--confirm", help="Type the participant's key to confirm: their home is replaced by the skeleton."
+        ),
+        course: str | None = COURSE,
+        db: str | None = DB,
+        fmt: Format = FORMAT_OPTION,
+    ) -> None:
+        """End the participant's processes and restore their home from the course skeleton (files lost)."""
+        from gpuseat.errors import InputError
+
+        if confirm != participant:
+            raise InputError(
+                "a reset deletes every file in the participant's home",
+                where="--confirm",
+                fix=f"type the participant's key to confirm: --confirm {participant}",
+            )
+        _ask("reset", participant, course, db, fmt)
+
+    @seat.command("key")
+    def key(
+        participant: str = PARTICIPANT,
+        key_file: Path = typer.Option(..., "--key-file", help="The participant's public key file (one line)."),
+        course: str | None = COURSE,
+        db: str | None = DB,
+        fmt: Format = FORMAT_OPTION,
+    ) -> None:
+        """Add or replace the participant's SSH key (ed25519, ECDSA or RSA ≥ 3072 bits)."""
+        from gpuseat.files import read_text
+
+        _ask("key", participant, course, db, fmt, key=read_text(key_file, max_bytes=16_384))
+
+    @seat.command("requests")
+    def requests(
+        participant: str | None = typer.Option(None, "--participant", "-p", help="Only this participant."),
+        pending: bool = typer.Option(False, "--pending", help="Only requests not carried out yet."),
+        course: str | None = COURSE,
+        db: str | None = DB,
+        fmt: Format = FORMAT_OPTION,
+    ) -> None:
+        """The latest seat requests and what became of them."""
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            rows = [r.to_dict() for r in store.seat_requests(course, participant=participant, pending=pending)]
+        if fmt == "json":
+            print_json(rows)
+            return
+        print_rows(rows, REQUEST_COLUMNS, fmt)
+
+    @seat.command("hours")
+    def hours(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
+        """Seat hours per participant: quota, top-ups, used, left, and when the seat stops at this rate."""
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            rows = [{"participant": k, **h.to_dict()} for k, h in sorted(store.seat_hours(course).items())]
+        if fmt == "json":
+            print_json(rows)
+            return
+        print_rows(rows, HOURS_COLUMNS, fmt)
+
+    @seat.command("topup")
+    def topup(
+        participant: str = PARTICIPANT,
+        add: float = typer.Option(..., "--hours", help="Hours to add to the participant's quota."),
+        note: str = typer.Option("", "--note", help="Why (kept in the ledger)."),
+        course: str | None = COURSE,
+        db: str | None = DB,
+    ) -> None:
+        """Give the participant more seat hours (a stopped seat can then be started again)."""
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            store.add_seat_hours(course, participant, add, kind="topup", actor=actor(), note=note)
+            left = store.seat_hours(course)[store.find_participant(course, participant).key].left
+        print(f"{participant}: {add:g} h added; {left if left is not None else 'no quota'} h left")
+
+    @seat.command("quota")
+    def quota(
+        participant: str = PARTICIPANT,
+        value: float = typer.Option(..., "--hours", help="The participant's own quota (replaces the course's)."),
+        course: str | None = COURSE,
+        db: str | None = DB,
+    ) -> None:
+        """Set one participant's own quota of seat hours (instead of the course's or their group's)."""
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            store.add_seat_hours(course, participant, value, kind="quota", actor=actor())
+        print(f"{participant}: quota {value:g} h")

@@ -1,0 +1,159 @@
+"""The host engine's part of participant self-service (issue 40): seat requests and the seat-hour stop.
+
+- ``stop``: the account is locked (sshd refuses every key) and the participant's processes end; the
+  seat stays stopped (a resync re-locks an account unlocked by hand) until a ``start``.
+- ``start``: the lock is lifted (by the access plan, which no longer holds it back); refused with no
+  seat hours left, and not possible while the course's access hours are closed.
+- ``restart``: processes end, the seat runs. ``reset``: processes end and the home is restored from the
+  ``skeleton`` setting (``/etc/skel``): every file of the participant's home is gone.
+- ``key``: the participant's new key is already in the store; the access plan writes the keys file
+  (one atomic replace: the old key leaves in the same instant the new one arrives); the request is done
+  once the file holds it.
+- At 0 seat hours a running seat is stopped with the reason (a ``stop`` by the agent on its timeline).
+
+Each request ends in a ``request.record`` step that looks at the machine and marks it done or failed
+with the reason, so a failed lock or a closed window is said, not left pending.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuseat.core.selfservice import RunState
+from gpuseat.engines.base import Changes, CourseState, Step
+from gpuseat.errors import InputError
+
+if TYPE_CHECKING:
+    from gpuseat.engines.host.engine import HostEngine
+
+
+def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> None:
+    """Add the steps of this host's pending requests and of its stopped seats to ``changes``."""
+    if course.course is None or course.archived:
+        return
+    here = {s.key for s in course.seats if s.engine == "host" and (s.host or None) == engine.host}
+    if not here:
+        return
+    pending = [r for r in engine.store.seat_requests(engine.course, pending=True, limit=10_000) if r.seat in here]
+    holders = {seat.key: p for seat, p in course.holders() if seat.key in here}
+    states = engine.store.run_states(engine.course)
+    hours = engine.store.seat_hours(engine.course, now=course.now) if holders else {}
+    add = changes.steps.append
+    for r in sorted(pending, key=lambda x: x.id):
+        p = holders.get(r.seat or "")
+        if p is None or p.key != r.participant:
+            add(_record(engine, r, course, refused=f"{r.participant} holds {r.seat} no more"))
+    for seat_key, p in sorted(holders.items()):
+        login = engine.login_of(p)
+        state = states.get(p.key, RunState(True))
+        running = state.running
+        h = hours.get(p.key)
+        empty = h is not None and h.left is not None and h.left <= 0
+        mine = sorted((r for r in pending if r.participant == p.key and r.seat == seat_key), key=lambda x: x.id)
+        for r in mine:
+            refused = None
+            if r.action == "stop":
+                running = False
+            elif r.action in ("start", "restart", "reset"):
+                if empty:
+                    assert h is not None
+                    refused = f"no seat hours left (0 of {h.quota + h.topups:g} h): ask the organizer for more"
+                else:
+                    running = True
+                    if r.action in ("restart", "reset"):
+                        add(_step(engine, "processes.end", login, f"{p.key} asked for a {r.action}", "revoke",
+                                  participant=p.key, login=login))  # fmt: skip
+                    if r.action == "reset":
+                        add(_step(engine, "home.reset", login, f"{p.key} asked for a reset", "grant",
+                                  participant=p.key, login=login, skeleton=engine.settings.skeleton))  # fmt: skip
+            add(_record(engine, r, course, refused=refused, login=login))
+        if running and empty and not any(r.action in ("start", "restart", "reset") for r in mine):
+            assert h is not None
+            why = f"no seat hours left: {h.used:.1f} of {h.quota + h.topups:g} h used"
+            add(_step(engine, "seat.stop", seat_key, why, "record", participant=p.key, reason=why))
+            running = False
+        if not running:
+            why = state.reason if state.reason and not state.running else "the seat is stopped"
+            changes.steps[:] = [x for x in changes.steps if not (x.action == "account.unlock" and x.target == login)]
+            acct = engine.machine.account(login)
+            if acct is not None and not acct.locked:
+                add(_step(engine, "account.lock", login, why, "revoke", participant=p.key, login=login))
+            if acct is not None and engine.machine.processes({acct.uid}):
+                add(_step(engine, "processes.end", login, why, "revoke", participant=p.key, login=login))
+
+
+def do_request(engine: HostEngine, step: Step) -> str | None:
+    """Carry out ``home.reset``, ``seat.stop`` and ``request.record`` (see the module docstring)."""
+    d = step.data
+    if step.action == "home.reset":
+        return _reset_home(engine, str(d["login"]), str(d["skeleton"]))
+    if engine.runner.dry_run:
+        return None
+    if step.action == "seat.stop":
+        engine.store.agent_stop(engine.course, str(step.participant), str(d["reason"]))
+        return None
+    ok, reason = _verdict(engine, d)
+    engine.store.finish_request(engine.course, int(d["id"]), ok=ok, reason=reason)
+    if not ok:
+        return f"request {d['id']} ({d['request']}) failed: {reason}"
+    return None
+
+
+def _verdict(engine: HostEngine, d: Any) -> tuple[bool, str]:
+    if d.get("refused"):
+        return False, str(d["refused"])
+    login, action = str(d.get("login") or ""), str(d["request"])
+    m = engine.machine
+    acct = m.account(login)
+    if acct is None:
+        return False, f"no account {login} on {engine.host or 'this host'} yet"
+    if action == "stop":
+        if not acct.locked:
+            return False, "the account could not be locked"
+        if m.processes({acct.uid}):
+            return False, "processes are still running"
+        return True, "stopped: logins refused, processes ended"
+    if action == "key":
+        text = (engine.keys_dir / login).read_text() if (engine.keys_dir / login).exists() else ""
+        blob = str(d.get("key") or "").split()[1:2]
+        if blob and blob[0] in text:
+            return True, "your new key is installed (the old one is removed)"
+        return False, "the key could not be installed"
+    if acct.locked:
+        closed = d.get("closed")
+        return False, f"the seat cannot run now: {closed}" if closed else "the account could not be unlocked"
+    said = {"start": "started: you can log in", "restart": "restarted: processes ended, you can log in"}
+    return True, said.get(action, "reset: home restored from the course skeleton, you can log in")
+
+
+def _reset_home(engine: HostEngine, login: str, skeleton: str) -> str | None:
+    try:
+        entry = pwd.getpwnam(login)
+    except KeyError:
+        raise InputError(f"no account {login}", where="home.reset") from None
+    home = Path(entry.pw_dir)
+    if not home.is_absolute() or len(home.parts) < 3 or not home.is_dir() or home.stat().st_uid != entry.pw_uid:
+        raise InputError(f"{login}'s home {home} is not theirs to reset", where="home.reset")
+    if not os.path.isdir(skeleton):
+        raise InputError(f"the skeleton {skeleton} is not a folder", where="host setting skeleton")
+    run = engine.runner.run
+    run(["find", str(home), "-mindepth", "1", "-delete"], where="host")
+    run(["cp", "-a", f"{skeleton.rstrip('/')}/.", str(home)], where="host")
+    run(["chown", "-R", f"{entry.pw_uid}:{entry.pw_gid}", str(home)], where="host")
+    return f"{home} restored from {skeleton}"
+
+
+def _record(
+    engine: HostEngine, r: Any, course: CourseState, *, refused: str | None = None, login: str | None = None
+) -> Step:
+    why = f"{r.participant} asked for {r.action}" + (f" ({refused})" if refused else "")
+    data = {"id": r.id, "request": r.action, "login": login, "key": r.key, "refused": refused, "closed": course.closed}
+    return _step(engine, "request.record", f"request {r.id}", why, "record", participant=r.participant, **data)
+
+
+def _step(engine: HostEngine, action: str, target: str, why: str, phase: Any, **data: Any) -> Step:
+    participant = data.pop("participant", None)
+    return Step(engine.name, action, target, why, phase, participant, (), engine.host, data)

@@ -1,0 +1,361 @@
+"""Seat requests and seat hours: what a participant (or the organizer for them) asks of their seat, and
+the hours their seat has used against their quota (issue 40; rules in :mod:`gpuseat.core.selfservice`).
+
+A request is a row, pending until the seat's engine (its agent, or ``gpuseat apply``) carries it out
+and marks it done or failed with the reason; every request writes an events row, which wakes the
+agent. Nothing here touches a machine.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import func, select
+
+from gpuseat.core import selfservice
+from gpuseat.core.selfservice import Hours, Interval, RunState
+from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat, SeatHours, SeatRequest
+from gpuseat.errors import InputError
+from gpuseat.store.base import StoreBase
+from gpuseat.store.rows import _course, _log, _participant_and_seat
+from gpuseat.store.views import _utc
+
+#: engines that carry out seat requests today
+SELF_SERVICE_ENGINES: tuple[str, ...] = ("host",)
+#: a participant may make this many requests in :data:`RATE_WINDOW` (the organizer's are not counted)
+RATE_LIMIT = 10
+RATE_WINDOW = timedelta(minutes=10)
+AGENT = "gpuseat-agent"
+
+
+class RateLimited(InputError):
+    """Too many requests in a short time (the portal answers 429)."""
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """One seat request and what became of it."""
+
+    id: int
+    course: str
+    participant: str
+    seat: str | None
+    action: str
+    state: str
+    reason: str | None
+    actor: str
+    requested_at: datetime
+    done_at: datetime | None
+    key: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        out = asdict(self)
+        out["requested_at"] = self.requested_at.isoformat()
+        out["done_at"] = self.done_at.isoformat() if self.done_at else None
+        return out
+
+
+def _view(course: str, who: str, r: SeatRequest) -> RequestView:
+    return RequestView(
+        r.id,
+        course,
+        who,
+        r.seat_key,
+        r.action,
+        r.state,
+        r.reason,
+        r.actor,
+        cast(datetime, _utc(r.requested_at)),
+        _utc(r.done_at),
+        (r.payload or {}).get("key"),
+    )
+
+
+class RequestMethods(StoreBase):
+    # -- requests ------------------------------------------------------------------------------------
+
+    def request_seat(
+        self,
+        course: str | None,
+        participant: str,
+        action: str,
+        *,
+        actor: str,
+        key: str | None = None,
+        by_participant: bool = True,
+        now: datetime | None = None,
+    ) -> RequestView:
+        """Ask for ``action`` (start, stop, restart, reset, key) on the participant's own seat.
+
+        Refused (InputError, exit 2) when the participant holds no seat (a key is stored anyway), the
+        seat's engine does not carry out requests, the same action is already pending, or (for the
+        participant's own requests) more than :data:`RATE_LIMIT` were made in :data:`RATE_WINDOW`."""
+        if action not in selfservice.ACTIONS:
+            raise InputError(
+                f"unknown seat action {action!r}", where="action", fix=f"one of: {', '.join(selfservice.ACTIONS)}"
+            )
+        line = None
+        if action == "key":
+            try:
+                line = selfservice.check_new_key(key or "")
+            except ValueError as exc:
+                raise InputError(str(exc), where="ssh key", fix="paste the one line of your .pub file") from None
+        when = now or datetime.now(UTC)
+        with self._write() as s:
+            crow = _course(s, course)
+            p, seat, _a = _participant_and_seat(s, crow, participant)
+            if by_participant:
+                recent = s.scalar(
+                    select(func.count())
+                    .select_from(SeatRequest)
+                    .where(
+                        SeatRequest.participant_id == p.id,
+                        SeatRequest.requested_at > when - RATE_WINDOW,
+                        SeatRequest.actor != AGENT,
+                    )
+                )
+                if (recent or 0) >= RATE_LIMIT:
+                    raise RateLimited(
+                        f"{RATE_LIMIT} requests in {RATE_WINDOW.seconds // 60} minutes already",
+                        where="seat request",
+                        fix="wait a few minutes, then try again",
+                    )
+            state, reason = "pending", None
+            if seat is None:
+                if action != "key":
+                    raise InputError(
+                        f"{p.key} holds no seat", where="seat request", fix="the organizer assigns one first"
+                    )
+                state, reason = "done", "stored: installed when you get a seat"
+            elif seat.engine not in SELF_SERVICE_ENGINES:
+                if action != "key":
+                    raise InputError(
+                        f"seat {seat.key} is on engine {seat.engine}, which does not carry out {action} requests yet",
+                        where="seat request",
+                        fix="ask the organizer",
+                    )
+                state, reason = "done", f"stored: the {seat.engine} engine installs it"
+            if state == "pending":
+                dup = s.scalar(
+                    select(SeatRequest.id).where(
+                        SeatRequest.participant_id == p.id,
+                        SeatRequest.action == action,
+                        SeatRequest.state == "pending",
+                    )
+                )
+                if dup is not None:
+                    raise InputError(
+                        f"a {action} of {p.key}'s seat is already pending",
+                        where="seat request",
+                        fix="wait for it to be done (the page shows it)",
+                    )
+            if line is not None:
+                p.ssh_key, p.updated_at = line, when
+            row = SeatRequest(
+                course_id=crow.id,
+                participant_id=p.id,
+                seat_key=seat.key if seat is not None else None,
+                action=action,
+                payload={"key": line} if line else None,
+                state=state,
+                reason=reason,
+                actor=actor[:128],
+                requested_at=when,
+                done_at=when if state != "pending" else None,
+            )
+            s.add(row)
+            s.flush()
+            _log(
+                s,
+                crow.key,
+                actor,
+                "seat.request",
+                participant=p.key,
+                seat=row.seat_key,
+                detail={"id": row.id, "action": action, "state": state},
+            )
+            return _view(crow.key, p.key, row)
+
+    def seat_requests(
+        self, course: str | None, *, participant: str | None = None, pending: bool = False, limit: int = 20
+    ) -> list[RequestView]:
+        """Requests of a course (or one participant), newest first; ``pending``: only those not done yet."""
+        with self._read() as s:
+            crow = _course(s, course)
+            q = (
+                select(SeatRequest, Participant.key)
+                .join(Participant, Participant.id == SeatRequest.participant_id)
+                .where(SeatRequest.course_id == crow.id)
+            )
+            if participant is not None:
+                p, _seat, _a = _participant_and_seat(s, crow, participant)
+                q = q.where(SeatRequest.participant_id == p.id)
+            if pending:
+                q = q.where(SeatRequest.state == "pending")
+            q = q.order_by(SeatRequest.id.desc()).limit(max(1, min(limit, 10_000)))
+            return [_view(crow.key, who, r) for r, who in s.execute(q)]
+
+    def finish_request(
+        self, course: str | None, request_id: int, *, ok: bool, reason: str | None = None, actor: str = AGENT
+    ) -> bool:
+        """Mark a pending request done or failed (False when it was not pending any more)."""
+        with self._write() as s:
+            crow = _course(s, course)
+            row = s.get(SeatRequest, request_id)
+            if row is None or row.course_id != crow.id or row.state != "pending":
+                return False
+            row.state, row.reason, row.done_at = ("done" if ok else "failed"), reason, datetime.now(UTC)
+            who = s.scalar(select(Participant.key).where(Participant.id == row.participant_id))
+            _log(
+                s,
+                crow.key,
+                actor,
+                "seat.request.done" if ok else "seat.request.failed",
+                participant=who,
+                seat=row.seat_key,
+                detail={"id": row.id, "action": row.action, "reason": reason},
+            )
+            return True
+
+    def agent_stop(self, course: str | None, participant: str, reason: str, *, actor: str = AGENT) -> RequestView:
+        """The agent's own stop (no hours left, idle): a done ``stop`` on the seat's timeline."""
+        with self._write() as s:
+            crow = _course(s, course)
+            p, seat, _a = _participant_and_seat(s, crow, participant)
+            now = datetime.now(UTC)
+            row = SeatRequest(
+                course_id=crow.id,
+                participant_id=p.id,
+                seat_key=seat.key if seat is not None else None,
+                action="stop",
+                payload={"auto": True},
+                state="done",
+                reason=reason,
+                actor=actor[:128],
+                requested_at=now,
+                done_at=now,
+            )
+            s.add(row)
+            s.flush()
+            _log(s, crow.key, actor, "seat.stopped", participant=p.key, seat=row.seat_key, detail={"reason": reason})
+            return _view(crow.key, p.key, row)
+
+    # -- run state and hours ---------------------------------------------------------------------------
+
+    def run_states(self, course: str | None) -> dict[str, RunState]:
+        """Whether each participant's seat should run (from the done requests), by participant key."""
+        with self._read() as s:
+            crow = _course(s, course)
+            return {k: selfservice.run_state(t) for k, t in _timelines(s, crow).items()}
+
+    def add_seat_hours(
+        self, course: str | None, participant: str, hours: float, *, kind: str = "topup", actor: str, note: str = ""
+    ) -> None:
+        """An organizer's top-up (hours added) or a participant's own quota (``kind="quota"``)."""
+        if kind not in ("topup", "quota"):
+            raise InputError(f"unknown kind {kind!r}", where="kind", fix="topup or quota")
+        if not 0 <= hours <= 100_000 or hours != hours:
+            raise InputError(f"{hours} hours", where="hours", fix="a number of hours from 0 to 100000")
+        with self._write() as s:
+            crow = _course(s, course)
+            p, _seat, _a = _participant_and_seat(s, crow, participant)
+            s.add(
+                SeatHours(
+                    course_id=crow.id,
+                    participant_id=p.id,
+                    kind=kind,
+                    hours=float(hours),
+                    note=note[:500] or None,
+                    actor=actor[:128],
+                    at=datetime.now(UTC),
+                )
+            )
+            _log(s, crow.key, actor, f"hours.{kind}", participant=p.key, detail={"hours": hours, "note": note[:200]})
+
+    def seat_hours(self, course: str | None, *, now: datetime | None = None) -> dict[str, Hours]:
+        """Every participant's seat hours (quota from the person, the group or the course; top-ups;
+        hours their seat ran inside access hours and outside lab sessions), by participant key."""
+        when = now or datetime.now(UTC)
+        with self._read() as s:
+            crow = _course(s, course)
+            file = _course_file(crow)
+            open_, exempt = _windows(crow, file)
+            timelines = _timelines(s, crow)
+            held: dict[int, list[Interval]] = {}
+            for pid, start, end in s.execute(
+                select(Assignment.participant_id, Assignment.valid_from, Assignment.valid_to)
+                .join(Seat, Seat.id == Assignment.seat_id)
+                .where(Seat.course_id == crow.id)
+            ):
+                held.setdefault(pid, []).append((cast(datetime, _utc(start)), _utc(end) or when))
+            ledger: dict[int, list[SeatHours]] = {}
+            for h in s.scalars(select(SeatHours).where(SeatHours.course_id == crow.id).order_by(SeatHours.id)):
+                ledger.setdefault(h.participant_id, []).append(h)
+            out = {}
+            for p in s.scalars(select(Participant).where(Participant.course_id == crow.id)):
+                rows = ledger.get(p.id, [])
+                own = [h.hours for h in rows if h.kind == "quota"]
+                quota = own[-1] if own else _quota(file, p.group_name)
+                topups = sum(h.hours for h in rows if h.kind == "topup")
+                timeline = timelines.get(p.key, [])
+                runs = selfservice.running_intervals(held.get(p.id, []), timeline, when)
+                on_seat = any(end >= when for _b, end in held.get(p.id, []))
+                running_now = on_seat and selfservice.run_state(timeline).running
+                out[p.key] = selfservice.hours_of(quota, topups, runs, open_, exempt, when, running_now=running_now)
+            return out
+
+
+def _timelines(s: Any, crow: CourseRecord) -> dict[str, list[tuple[datetime, str, str | None]]]:
+    out: dict[str, list[tuple[datetime, str, str | None]]] = {}
+    q = (
+        select(Participant.key, SeatRequest.done_at, SeatRequest.action, SeatRequest.reason)
+        .join(Participant, Participant.id == SeatRequest.participant_id)
+        .where(
+            SeatRequest.course_id == crow.id,
+            SeatRequest.state == "done",
+            SeatRequest.action.in_(tuple(selfservice.RUN_ACTIONS)),
+        )
+        .order_by(SeatRequest.done_at, SeatRequest.id)
+    )
+    for who, at, action, reason in s.execute(q):
+        out.setdefault(who, []).append((cast(datetime, _utc(at)), action, reason))
+    return out
+
+
+def _course_file(crow: CourseRecord) -> Any:
+    from gpuseat.core.course import Course as CourseFile
+
+    if not crow.source_text:
+        return None
+    try:
+        return CourseFile.model_validate(tomllib.loads(crow.source_text))
+    except ValueError:
+        return None
+
+
+def _quota(file: Any, group: str | None) -> float | None:
+    if file is None:
+        return None
+    value = file.policy_for(group)["quota_hours"]
+    return None if value is None else float(value)
+
+
+def _windows(crow: CourseRecord, file: Any) -> tuple[list[Interval] | None, list[Interval]]:
+    """(access intervals, None when always open; lab sessions, exempt from hours) in UTC."""
+    if file is None:
+        return None, []
+    from zoneinfo import ZoneInfo
+
+    tz = ZoneInfo(crow.timezone)
+    sched = file.schedule
+
+    def utc(xs: list[tuple[datetime, datetime]]) -> list[Interval]:
+        return [(a.replace(tzinfo=tz).astimezone(UTC), b.replace(tzinfo=tz).astimezone(UTC)) for a, b in xs]
+
+    open_ = None if sched.always_on else utc(sched.access_intervals())
+    exempt = utc(sched.session_intervals()) if sched.has_sessions else []
+    return open_, exempt

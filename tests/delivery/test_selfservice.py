@@ -1,0 +1,177 @@
+"""Participant self-service on the host engine with a real sshd (issue 40): each request is a store row
+that ``gpuseat apply`` (or the agent) carries out; checked by logging in as the participant.
+
+stop refuses logins and ends processes; start lets them in again; restart ends processes; reset
+restores the home from the skeleton; a new key works and the old one is refused; at 0 seat hours the
+seat is stopped with the reason, a top-up and a start let the participant in again.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .hostlab import MIG_AND_WHOLE, Lab
+from .test_agent import AgentProcess, _alive_of, _seat_of, _settings, until
+
+MIG = [m["uuid"] for m in MIG_AND_WHOLE[0]["mig"]]  # type: ignore[index]
+
+
+def _apply(cli: Callable[..., Any], db: str) -> Any:
+    r = cli("apply", "--course", "lab", "--engine", "host", "--host", "gpu1", "--db", db)
+    assert r.code in (0, 1), r.out + r.err
+    return r
+
+
+def _requests(cli: Callable[..., Any], db: str, who: str) -> list[dict[str, Any]]:
+    r = cli("seat", "requests", "--participant", who, "--format", "json", "--db", db)
+    assert r.code == 0, r.err
+    return list(json.loads(r.out))
+
+
+def _ready(cli: Callable[..., Any], lab: Lab, db: str, skeleton: Path) -> None:
+    _settings(cli, lab, db)
+    r = cli("engines", "settings", "host", f"skeleton={skeleton}", "--course", "lab", "--db", db)
+    assert r.code == 0, r.err
+    by_uuid = _seat_of(cli, db)
+    for who, uuid in (("ann", MIG[0]), ("ben", MIG[1])):
+        assert cli("seats", "assign", "--participant", who, "--seat", by_uuid[uuid], "--db", db).code == 0
+    _apply(cli, db)
+    lab.start_sshd()
+    assert lab.ssh("ann", "true").returncode == 0, lab.sshd_log()[-2000:]
+
+
+def _uid(lab: Lab, who: str) -> int:
+    import pwd
+
+    return pwd.getpwnam(lab.people[who].user).pw_uid
+
+
+def test_stop_start_restart_reset_and_a_new_key(
+    hostcourse: tuple[Lab, str], cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    lab, db = hostcourse
+    skeleton = tmp_path / "skel"
+    skeleton.mkdir()
+    (skeleton / "README.txt").write_text("welcome to the lab\n")
+    skeleton.chmod(0o755)
+    _ready(cli, lab, db, skeleton)
+    uid = _uid(lab, "ann")
+
+    # ann leaves a training loop running, then stops her seat
+    loop = subprocess.Popen(
+        ["ssh", "-F", "none", "-i", str(lab.people["ann"].private_key), "-p", str(lab.port), "-o", "BatchMode=yes",
+         "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+         f"{lab.people['ann'].user}@127.0.0.1", "sleep 600"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        until(lambda: _alive_of(uid))
+        r = cli("seat", "stop", "--participant", "ann", "--db", db)
+        assert r.code == 0 and "pending" in r.out, r.out + r.err
+        assert _requests(cli, db, "ann")[0]["state"] == "pending"
+        _apply(cli, db)
+        until(lambda: not _alive_of(uid))
+    finally:
+        loop.kill()
+        loop.wait()
+    done = _requests(cli, db, "ann")[0]
+    assert (done["action"], done["state"]) == ("stop", "done"), done
+    assert lab.ssh("ann", "true").returncode == 255  # logins refused
+    assert lab.ssh("ben", "true").returncode == 0  # the neighbour is untouched
+    # a second apply changes nothing (the stop holds; no unlock planned)
+    assert "nothing to change" in _apply(cli, db).out
+    # a stop already done is not pending twice; start lets her in
+    assert cli("seat", "start", "--participant", "ann", "--db", db).code == 0
+    _apply(cli, db)
+    assert _requests(cli, db, "ann")[0]["state"] == "done"
+    assert lab.ssh("ann", "true").returncode == 0
+
+    # restart ends her processes; she can log in afterwards
+    stray = subprocess.Popen(["runuser", "-u", lab.people["ann"].user, "--", "sleep", "600"])
+    try:
+        until(lambda: _alive_of(uid))
+        assert cli("seat", "restart", "--participant", "ann", "--db", db).code == 0
+        _apply(cli, db)
+        until(lambda: not _alive_of(uid))
+    finally:
+        stray.kill()
+        stray.wait()
+    assert _requests(cli, db, "ann")[0]["state"] == "done"
+    assert lab.ssh("ann", "true").returncode == 0
+
+    # reset: a typed confirmation, then her home is the skeleton
+    assert lab.ssh("ann", "echo mine > ~/notes.txt").returncode == 0
+    refused = cli("seat", "reset", "--participant", "ann", "--db", db)
+    assert refused.code == 2 and "--confirm ann" in refused.err
+    assert cli("seat", "reset", "--participant", "ann", "--confirm", "ann", "--db", db).code == 0
+    _apply(cli, db)
+    listing = lab.ssh("ann", "ls -A ~; cat ~/README.txt")
+    assert listing.returncode == 0, listing.stderr
+    assert "notes.txt" not in listing.stdout and "welcome to the lab" in listing.stdout
+
+    # a new key: installed by the apply; the old one refused, the new one in
+    new = tmp_path / "newkey"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ann@new", "-f", str(new)], check=True)
+    r = cli("seat", "key", "--participant", "ann", "--key-file", f"{new}.pub", "--db", db)
+    assert r.code == 0, r.err
+    assert lab.ssh("ann", "true").returncode == 0  # the old key works until the new one is installed
+    _apply(cli, db)
+    assert _requests(cli, db, "ann")[0]["state"] == "done"
+    assert lab.ssh("ann", "true").returncode == 255
+    assert lab.ssh("ann", "true", key=new).returncode == 0
+
+
+def test_a_bad_key_is_refused_and_nothing_changes(hostcourse: tuple[Lab, str], cli: Callable[..., Any]) -> None:
+    lab, db = hostcourse
+    bad = lab.root / "bad.pub"
+    for text, says in (
+        ("ssh-ed25519 " + "A" * 10_000, "characters"),
+        ('command="sh" ' + lab.people["ann"].public_key, "options"),
+        (lab.people["ann"].public_key + "\n" + lab.people["ben"].public_key, "one key line"),
+    ):
+        bad.write_text(text)
+        r = cli("seat", "key", "--participant", "ann", "--key-file", bad, "--db", db)
+        assert r.code == 2 and says in r.err, r.err
+    small_rsa = lab.root / "rsa2048"
+    subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-N", "", "-f", str(small_rsa)], check=True)
+    r = cli("seat", "key", "--participant", "ann", "--key-file", f"{small_rsa}.pub", "--db", db)
+    assert r.code == 2 and "3072" in r.err
+    assert _requests(cli, db, "ann") == []
+    out = cli("roster", "export", "--format", "json", "--db", db)
+    if out.code == 0:
+        assert lab.people["ann"].public_key.split()[1] in out.out
+
+
+def test_at_zero_hours_the_agent_stops_the_seat_and_a_topup_lets_it_start(
+    hostcourse: tuple[Lab, str], cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    lab, db = hostcourse
+    _ready(cli, lab, db, tmp_path)
+    agent = AgentProcess(db, tmp_path / "agent.log", "--resync", "1").start()
+    try:
+        assert cli("seat", "quota", "--participant", "ann", "--hours", "0", "--db", db).code == 0
+        until(lambda: lab.ssh("ann", "true").returncode == 255, timeout=30)
+        stop = _requests(cli, db, "ann")[0]
+        assert stop["action"] == "stop" and "no seat hours left" in stop["reason"], stop
+        assert lab.ssh("ben", "true").returncode == 0
+        # a start with no hours left is refused with the reason; the seat stays stopped
+        assert cli("seat", "start", "--participant", "ann", "--db", db).code == 0
+        until(lambda: _requests(cli, db, "ann")[0]["state"] != "pending")
+        assert _requests(cli, db, "ann")[0]["state"] == "failed"
+        assert "no seat hours left" in _requests(cli, db, "ann")[0]["reason"]
+        assert lab.ssh("ann", "true").returncode == 255
+        # a top-up, then a start: she is in again
+        assert cli("seat", "topup", "--participant", "ann", "--hours", "5", "--db", db).code == 0
+        assert cli("seat", "start", "--participant", "ann", "--db", db).code == 0
+        until(lambda: lab.ssh("ann", "true").returncode == 0, timeout=30)
+        assert _requests(cli, db, "ann")[0]["state"] == "done"
+        time.sleep(0.5)
+        hours = {h["participant"]: h for h in json.loads(cli("seat", "hours", "-f", "json", "--db", db).out)}
+        assert hours["ann"]["quota"] == 0 and hours["ann"]["topups"] == 5 and 0 < hours["ann"]["left"] <= 5
+    finally:
+        agent.stop()
