@@ -70,6 +70,11 @@ def test_recording_a_visit_does_not_wait_for_another_writer(store: CourseStore, 
     thread.join(30)
     other.dispose()
     assert done is False and took < hold_s / 4, (done, took)
+    if url.startswith("sqlite"):  # the pooled connection is back to the writers' busy timeout
+        from gpuseat.db import busy_timeout
+
+        with store._engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == int(busy_timeout() * 1000)
     assert _status(store)[issued[0].participant] is None  # nothing written: the portal tries again
     assert store.record_visits({hit.token_id: datetime.now(UTC)}, wait_s=0.2)  # the lock is free: written
     assert _status(store)[issued[0].participant] is not None

@@ -160,8 +160,11 @@ class TokenMethods(StoreBase):
                     return False
                 raise
             finally:
-                if raw is not None:
-                    raw.execute(f"PRAGMA busy_timeout={int(busy_timeout() * 1000)}")
+                if raw is not None:  # back to the writers' timeout before the connection goes back to the pool
+                    try:
+                        raw.execute(f"PRAGMA busy_timeout={int(busy_timeout() * 1000)}")
+                    except Exception:
+                        conn.invalidate()  # never pooled with the short timeout
         return True
 
     def token_status(self, course: str | None = None) -> list[dict[str, Any]]:
