@@ -138,3 +138,30 @@ def test_a_good_backup_still_works(store: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "backup.db").read_bytes().startswith(b"SQLite format 3\x00")
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".backup.db")]
+
+
+def test_a_full_disk_under_pg_dump(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """PostgreSQL: pg_dump runs out of space; the same message, exit 2, no partial dump left."""
+    from gpuseat.services.courses import open_store
+    from pg_schema import pg_schema_url
+
+    url = pg_schema_url(request)
+    store = open_store(url, create=True)
+    try:
+        store.create_course(REPO / "examples" / "course-2016.toml")
+        store.import_roster(None, REPO / "examples" / "roster-16.csv")
+    finally:
+        store.close()
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    done = _in_namespace(f"""
+        mount -t tmpfs -o size=16k tmpfs {mnt}
+        {GPUSEAT} db backup --to {mnt}/backup.dump --db '{url}' 2> {tmp_path}/err && echo rc=0 || echo rc=$?
+        ls -a {mnt} > {tmp_path}/entries
+    """)
+    assert done.returncode == 0, done.stderr
+    err = (tmp_path / "err").read_text()
+    assert "rc=2" in done.stdout, (done.stdout, err)
+    assert "Traceback" not in err and err.count("error:") == 1, err
+    assert f"disk full at {mnt}/backup.dump, nothing changed" in err, err
+    assert (tmp_path / "entries").read_text().split() == [".", ".."]
