@@ -13,6 +13,7 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import stat
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,8 +189,11 @@ class Machine:
         """True when ``path`` is a plain root-owned file holding exactly ``text`` with ``mode``."""
         try:
             st = path.lstat()
-            return (
-                not path.is_symlink() and st.st_uid == 0 and (st.st_mode & 0o777) == mode and path.read_text() == text
+            return (  # a FIFO or device is never read (it would block): write_file then refuses it
+                stat.S_ISREG(st.st_mode)
+                and st.st_uid == 0
+                and (st.st_mode & 0o777) == mode
+                and path.read_text() == text
             )
         except (FileNotFoundError, NotADirectoryError):
             return False
