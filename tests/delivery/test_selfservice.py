@@ -15,10 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .hostlab import MIG_AND_WHOLE, Lab
-from .test_agent import AgentProcess, _alive_of, _seat_of, _settings, until
-
-MIG = [m["uuid"] for m in MIG_AND_WHOLE[0]["mig"]]  # type: ignore[index]
+from .hostlab import Lab
+from .test_agent import MIG, AgentProcess, _alive_of, _seat_of, _settings, until
 
 
 def _apply(cli: Callable[..., Any], db: str) -> Any:
@@ -175,3 +173,46 @@ def test_at_zero_hours_the_agent_stops_the_seat_and_a_topup_lets_it_start(
         assert hours["ann"]["quota"] == 0 and hours["ann"]["topups"] == 5 and 0 < hours["ann"]["left"] <= 5
     finally:
         agent.stop()
+
+
+def test_the_participant_page_stops_and_starts_the_seat(
+    hostcourse: tuple[Lab, str], cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """From the page: Stop → the agent's pass → ssh refused; Start → in again; the page says each."""
+    import re
+
+    from fastapi.testclient import TestClient
+
+    from gpuseat.catalog.bundle import load_catalog
+    from gpuseat.services.courses import open_store
+    from gpuseat.web.app import Portal, create_app
+
+    lab, db = hostcourse
+    _ready(cli, lab, db, tmp_path)
+    store = open_store(db)
+    links = {t.participant: t.token for t in store.issue_tokens("lab")}
+    portal = Portal(store, load_catalog(), "lab", link_days_after_end=None)
+    try:
+        with TestClient(create_app(portal)) as client:
+            ann = links["ann"]
+
+            def press(action: str) -> None:
+                csrf = re.search(r'name="csrf" value="([^"]+)"', client.get(f"/t/{ann}").text)
+                assert csrf is not None
+                r = client.post(
+                    f"/t/{ann}/seat", data={"csrf": csrf.group(1), "action": action}, follow_redirects=False
+                )
+                assert r.status_code == 303, r.text
+
+            press("stop")
+            assert "stop: pending" in client.get(f"/t/{ann}").text
+            _apply(cli, db)
+            assert lab.ssh("ann", "true").returncode == 255
+            page = client.get(f"/t/{ann}").text
+            assert "stop: done" in page and 'id="seat-start"' in page
+            press("start")
+            _apply(cli, db)
+            assert lab.ssh("ann", "true").returncode == 0
+            assert "start: done" in client.get(f"/t/{ann}").text
+    finally:
+        store.close()

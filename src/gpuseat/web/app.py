@@ -453,4 +453,8 @@ def create_app(portal: Portal) -> FastAPI:
         # stored and committed; a small page answers (the seat page is heavier and one click away)
         return page(request, "saved.html", bind="t:" + token, token=token, course_name=who.course, user=None)
 
+    from gpuseat.web.participant_controls import add_participant_controls  # the participant's seat controls
+
+    add_participant_controls(app, portal, templates, participant, read_form, check_csrf)
+
     return app

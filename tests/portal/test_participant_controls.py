@@ -1,0 +1,147 @@
+"""The participant's seat controls on their page (issue 40), through the ASGI app with httpx.
+
+From the participant's side: the page shows the controls and the hours left; a stop is a pending
+request with an events row. From the adversary's side: another participant's seat or name in the form,
+another participant's token with one's own CSRF token, a cross-site post, a replay and a burst are
+refused, and nothing happens to the other seat.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gpuseat.catalog.bundle import load_catalog
+from gpuseat.services.courses import open_store
+from gpuseat.web.app import Portal, create_app
+
+COURSE = """name = "Lab"
+participants = 3
+
+[needs]
+min_gpu_memory_gb = 16
+isolation = "partitioned"
+
+[schedule]
+start = 2026-09-07
+days = 21
+
+[policy]
+quota_hours = 40
+idle_minutes = 30
+"""
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+@pytest.fixture
+def served(db_url: str, tmp_path: Path) -> Iterator[tuple[Any, TestClient, dict[str, str]]]:
+    store = open_store(db_url, create=True)
+    (tmp_path / "lab.toml").write_text(COURSE)
+    store.create_course(tmp_path / "lab.toml", key="lab")
+    (tmp_path / "r.csv").write_text("name,email,unix_user\nAnn,ann@example.org,ann\nBen,ben@example.org,ben\n")
+    store.import_roster("lab", tmp_path / "r.csv")
+    store.add_seats(
+        "lab",
+        [
+            {"key": f"mig-0{i}", "kind": "mig", "host": "gpu1", "engine": "host", "device_uuid": f"MIG-{i}"}
+            for i in (1, 2)
+        ],
+    )
+    store.assign("lab", "ann", "mig-01")
+    store.assign("lab", "ben", "mig-02")
+    links = {t.participant: t.token for t in store.issue_tokens("lab")}
+    portal = Portal(store, load_catalog(), "lab", link_days_after_end=None)
+    client = TestClient(create_app(portal), base_url="http://testserver")
+    yield store, client, links
+    client.close()
+    store.close()
+
+
+def _csrf(client: TestClient, token: str) -> str:
+    page = client.get(f"/t/{token}")
+    assert page.status_code == 200, page.text[:300]
+    found = CSRF.search(page.text)
+    assert found, page.text
+    return found.group(1)
+
+
+def _post(client: TestClient, token: str, **form: str) -> Any:
+    return client.post(f"/t/{token}/seat", data=form, follow_redirects=False)
+
+
+def test_a_participant_stops_their_seat_and_sees_it_pending(served: Any) -> None:
+    store, client, links = served
+    page = client.get(f"/t/{links['ann']}").text
+    assert 'id="controls"' in page and 'id="seat-stop"' in page
+    assert re.search(r"40\.0 of 40 h left", page), page
+    r = _post(client, links["ann"], csrf=_csrf(client, links["ann"]), action="stop")
+    assert r.status_code == 303 and r.headers["location"] == f"/t/{links['ann']}#controls"
+    mine = store.seat_requests("lab", participant="ann")
+    assert [(x.action, x.state, x.seat) for x in mine] == [("stop", "pending", "mig-01")]
+    assert any(e.action == "seat.request" and e.participant == "ann" for e in store.events("lab"))
+    live = client.get(f"/t/{links['ann']}/seat.json").json()
+    assert live["requests"][0]["state"] == "pending" and live["hours"]["quota"] == 40
+    assert "stop: pending" in client.get(f"/t/{links['ann']}").text
+    # the agent's verdict is what the page shows next
+    store.finish_request("lab", mine[0].id, ok=True, reason="stopped: logins refused, processes ended")
+    page = client.get(f"/t/{links['ann']}").text
+    assert "stop: done (stopped: logins refused, processes ended)" in page and 'id="seat-start"' in page
+
+
+def test_another_participants_seat_or_token_is_refused_and_nothing_happens(served: Any) -> None:
+    store, client, links = served
+    ann_csrf = _csrf(client, links["ann"])
+    # ann names ben's seat, or ben, in her own form
+    assert _post(client, links["ann"], csrf=ann_csrf, action="stop", seat="mig-02").status_code == 403
+    assert _post(client, links["ann"], csrf=ann_csrf, action="stop", participant="ben").status_code == 403
+    # ann's CSRF token on ben's link (she learnt his token's URL but not his page's form token)
+    assert _post(client, links["ben"], csrf=ann_csrf, action="stop").status_code == 403
+    # no token at all, a made-up link
+    assert _post(client, links["ben"], action="stop").status_code == 403
+    assert _post(client, "x" * 43, csrf=ann_csrf, action="stop").status_code == 404
+    # a cross-site post with a valid token is refused by its origin
+    cross = client.post(
+        f"/t/{links['ann']}/seat",
+        data={"csrf": ann_csrf, "action": "stop"},
+        headers={"origin": "https://evil.example.org", "sec-fetch-site": "cross-site"},
+        follow_redirects=False,
+    )
+    assert cross.status_code == 403
+    assert store.seat_requests("lab") == []
+    # the replay of a real request is not a second request
+    assert _post(client, links["ann"], csrf=ann_csrf, action="stop").status_code == 303
+    again = _post(client, links["ann"], csrf=ann_csrf, action="stop")
+    assert again.status_code == 400 and "already pending" in again.text
+    assert [(x.participant, x.action) for x in store.seat_requests("lab")] == [("ann", "stop")]
+
+
+def test_keys_resets_and_bursts(served: Any) -> None:
+    store, client, links = served
+    csrf = _csrf(client, links["ann"])
+    huge = _post(client, links["ann"], csrf=csrf, action="key", key="ssh-ed25519 " + "A" * 10_000)
+    assert huge.status_code == 400 and "characters" in huge.text
+    opts = _post(client, links["ann"], csrf=csrf, action="key", key='from="*" ssh-ed25519 AAAA x')
+    assert opts.status_code == 400 and "options" in opts.text
+    assert store.find_participant("lab", "ann").ssh_key is None and store.seat_requests("lab") == []
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ann@new"
+    assert _post(client, links["ann"], csrf=csrf, action="key", key=key).status_code == 303
+    assert store.find_participant("lab", "ann").ssh_key == key
+    assert store.seat_requests("lab")[0].action == "key"
+    # a reset needs the typed confirmation
+    no = _post(client, links["ann"], csrf=csrf, action="reset", confirm="yes")
+    assert no.status_code == 400 and "type reset" in no.text
+    assert _post(client, links["ann"], csrf=csrf, action="reset", confirm="reset").status_code == 303
+    # a burst: after ten requests in ten minutes, 429 and nothing stored
+    codes = []
+    for action in ("stop", "start") * 5:
+        codes.append(_post(client, links["ann"], csrf=csrf, action=action).status_code)
+        for r in store.seat_requests("lab", pending=True):  # as an agent that keeps up would
+            store.finish_request("lab", r.id, ok=True)
+    assert codes[:8] == [303] * 8 and codes[8:] == [429] * 2, codes  # 2 earlier + 8 = 10 in ten minutes
+    assert len(store.seat_requests("lab", participant="ann", limit=100)) == 10
+    assert store.seat_requests("lab", participant="ben") == []
