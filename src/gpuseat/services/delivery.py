@@ -99,10 +99,14 @@ class Checklist:
     broken: tuple[tuple[str, str], ...]  # (seat, reason) of seats whose last check failed
     unchecked: tuple[str, ...]
     checked_at: str | None
+    agents: tuple[dict[str, Any], ...] = ()  # each agent's last apply, pending and failed steps (this course's)
+    preparing: tuple[str, ...] = ()  # held seats whose way in the engine has not made for their holder yet
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {
+            "agents": [dict(a) for a in self.agents],
+            "preparing": list(self.preparing),
             "seats_ready": self.seats_ready,
             "seats_assigned": self.seats_assigned,
             "links_opened": self.links_opened,
@@ -128,6 +132,7 @@ def checklist(store: CourseStore, course: str | None = None) -> Checklist:
         if checks.get(s.key, {}).get("state") == "broken"
     )
     unchecked = tuple(s.key for s in seats if s.key not in checks)
+    access = store.access_of(course)
     tokens = store.token_status(course)
     last = Activity(store).last_active(seat_ids=[s.id for s in seats])
     times = sorted(str(c.get("checked_at")) for c in checks.values() if c.get("checked_at"))
@@ -141,7 +146,23 @@ def checklist(store: CourseStore, course: str | None = None) -> Checklist:
         broken=broken,
         unchecked=unchecked,
         checked_at=times[-1] if times else None,
+        agents=_agents(store, seats[0].course if seats else store.get_course(course).key),
+        preparing=tuple(s.key for s in seats if _preparing(store, s, access)),
     )
+
+
+def _agents(store: CourseStore, course: str) -> tuple[dict[str, Any], ...]:
+    """The agents' status, each with only this course's failed steps."""
+    out = []
+    for a in store.agent_statuses():
+        failed = [f for f in a["failed"] if f.get("course") == course]
+        out.append({**a, "failed": failed})
+    return tuple(out)
+
+
+def _preparing(store: CourseStore, seat: SeatView, access: dict[str, dict[str, Any]]) -> bool:
+    made = access.get(seat.key) or {}
+    return seat.engine in registry.delivering() and made.get("holder") != seat.participant
 
 
 def build_access(
