@@ -12,10 +12,11 @@ import json
 import subprocess
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from .hostlab import Lab
+from .hostlab import Lab, free_port
 from .test_agent import MIG, AgentProcess, _alive_of, _seat_of, _settings, until
 
 
@@ -216,3 +217,125 @@ def test_the_participant_page_stops_and_starts_the_seat(
             assert "start: done" in client.get(f"/t/{ann}").text
     finally:
         store.close()
+
+
+IDLE_COURSE = """name = "Idle lab"
+participants = 4
+
+[needs]
+min_gpu_memory_gb = 16
+isolation = "partitioned"
+
+[schedule]
+start = 2026-09-07
+days = 5
+
+[policy]
+idle_minutes = 3
+grace_minutes = 0
+idle_gpu_percent = 10
+"""
+
+
+def _samples(db: str, seat_util: dict[str, int], minutes: int) -> None:
+    """Stand-in monitor readings: every 20 s over the last ``minutes`` for each seat, at its utilisation."""
+    from sqlalchemy import create_engine, select
+    from sqlalchemy.orm import Session
+
+    from gpuseat.db.models import Device, Sample, Seat
+
+    engine = create_engine(db)
+    now = int(time.time())
+    with Session(engine) as s, s.begin():
+        for key, util in seat_util.items():
+            seat = s.scalar(select(Seat).where(Seat.key == key))
+            assert seat is not None and seat.device_uuid
+            dev = Device(host="gpu1", uuid=seat.device_uuid, name="NVIDIA H200")
+            s.add(dev)
+            s.flush()
+            for ts in range(now - minutes * 60, now + 1, 20):
+                s.add(
+                    Sample(
+                        ts=ts, device_id=dev.id, seat_id=seat.id, utilization_gpu=util, processes=0,
+                        foreign_processes=0, active=util > 0,
+                    )
+                )  # fmt: skip
+    engine.dispose()
+
+
+def _held_since(db: str, minutes: int) -> None:
+    """As if every seat had been held for ``minutes`` (the idle window must have passed)."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(db)
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE assignments SET valid_from = :t WHERE valid_to IS NULL"),
+            {"t": datetime.now(UTC) - timedelta(minutes=minutes)},
+        )
+    engine.dispose()
+
+
+def test_idle_gpu_and_no_ssh_is_warned_then_stopped_a_busy_gpu_or_a_session_never(
+    lab: Lab, cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    db = f"sqlite:///{tmp_path / 'course.db'}"
+    lab.port = free_port()
+    (tmp_path / "lab.toml").write_text(IDLE_COURSE)
+    for who in ("ann", "ben", "cat", "dan"):
+        lab.person(who)
+    (tmp_path / "roster.csv").write_text(lab.roster())
+    listing = subprocess.run([str(lab.nvidia_smi), "-L"], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "smi-L.txt").write_text(listing)
+    for args in (
+        ("course", "create", tmp_path / "lab.toml", "--key", "lab"),
+        ("roster", "import", tmp_path / "roster.csv"),
+        ("seats", "add", "--from-nvidia-smi", tmp_path / "smi-L.txt", "--engine", "host", "--host", "gpu1"),
+    ):
+        assert cli(*args, "--db", db).code == 0, args
+    _settings(cli, lab, db)
+    by_uuid = _seat_of(cli, db)
+    seat = {"ann": by_uuid[MIG[0]], "ben": by_uuid[MIG[1]], "cat": by_uuid[MIG[2]]}
+    for who, key in seat.items():
+        assert cli("seats", "assign", "--participant", who, "--seat", key, "--db", db).code == 0
+    _apply(cli, db)
+    lab.start_sshd()
+    _held_since(db, 10)
+    # ann: GPU idle, no session; ben: a training loop keeps the GPU busy; cat: GPU idle, an SSH command running
+    _samples(db, {seat["ann"]: 0, seat["ben"]: 93, seat["cat"]: 1}, 5)
+    p = lab.people["cat"]
+    session = subprocess.Popen(
+        ["ssh", "-F", "none", "-i", str(p.private_key), "-p", str(lab.port), "-o", "BatchMode=yes",
+         "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+         f"{p.user}@127.0.0.1", "sleep 600"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        until(lambda: _alive_of(_uid(lab, "cat")))
+        _apply(cli, db)  # first: a warning, no stop
+        assert lab.ssh("ann", "true").returncode == 0
+        r = cli("seat", "requests", "--participant", "ann", "-f", "json", "--db", db)
+        assert json.loads(r.out) == []
+        from gpuseat.services.courses import open_store
+
+        with open_store(db) as store:
+            warned = store.idle_warning("lab", "ann")
+            assert warned is not None and "it stops in 0 min unless you use it" in warned[1]
+            assert store.idle_warning("lab", "ben") is None and store.idle_warning("lab", "cat") is None
+        _apply(cli, db)  # the grace (0 min) has passed: ann's seat stops
+        assert lab.ssh("ann", "true").returncode == 255
+        stop = _requests(cli, db, "ann")[0]
+        assert stop["action"] == "stop" and stop["reason"].startswith("idle: GPU below 10 %"), stop
+        # the busy GPU and the open SSH session were never idle
+        assert lab.ssh("ben", "true").returncode == 0
+        assert _requests(cli, db, "ben") == [] and _requests(cli, db, "cat") == []
+        assert _alive_of(_uid(lab, "cat"))
+        # a start lets ann in again (the seat counts as started now: not idle until the window passes again)
+        assert cli("seat", "start", "--participant", "ann", "--db", db).code == 0
+        _apply(cli, db)
+        assert lab.ssh("ann", "true").returncode == 0
+        _apply(cli, db)
+        assert lab.ssh("ann", "true").returncode == 0
+    finally:
+        session.kill()
+        session.wait()

@@ -17,7 +17,17 @@ from sqlalchemy import func, select
 
 from gpuseat.core import selfservice
 from gpuseat.core.selfservice import Hours, Interval, RunState
-from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat, SeatHours, SeatRequest
+from gpuseat.db.models import (
+    Assignment,
+    CourseRecord,
+    Event,
+    MinuteAggregate,
+    Participant,
+    Sample,
+    Seat,
+    SeatHours,
+    SeatRequest,
+)
 from gpuseat.errors import InputError
 from gpuseat.store.base import StoreBase
 from gpuseat.store.rows import _course, _log, _participant_and_seat
@@ -307,6 +317,90 @@ class RequestMethods(StoreBase):
                 running_now = on_seat and selfservice.run_state(timeline).running
                 out[p.key] = selfservice.hours_of(quota, topups, runs, open_, exempt, when, running_now=running_now)
             return out
+
+    # -- idle stop -------------------------------------------------------------------------------------
+
+    def seat_policies(
+        self, course: str | None, *, now: datetime | None = None
+    ) -> tuple[dict[str, dict[str, Any]], bool]:
+        """(each participant's policy, by key; whether a lab session runs at ``now``)."""
+        when = now or datetime.now(UTC)
+        with self._read() as s:
+            crow = _course(s, course)
+            file = _course_file(crow)
+            _open, exempt = _windows(crow, file)
+            people = list(
+                s.execute(select(Participant.key, Participant.group_name).where(Participant.course_id == crow.id))
+            )
+        if file is None:
+            return {}, False
+        return {k: file.policy_for(g) for k, g in people}, any(a <= when < b for a, b in exempt)
+
+    def gpu_window(self, course: str | None, since: datetime) -> dict[str, tuple[int, int | None, datetime]]:
+        """Each seat's monitor readings since ``since``: (how many, the highest GPU utilisation, the first
+        one's time), from the raw samples and the one-minute rollups, by seat key."""
+        start = int(since.timestamp())
+        out: dict[str, tuple[int, int | None, datetime]] = {}
+
+        def merge(key: str, n: int, top: int | None, first: int) -> None:
+            old = out.get(key)
+            at = datetime.fromtimestamp(first, UTC)
+            if old is None:
+                out[key] = (n, top, at)
+                return
+            tops = [x for x in (old[1], top) if x is not None]
+            out[key] = (old[0] + n, max(tops) if tops else None, min(old[2], at))
+
+        with self._read() as s:
+            crow = _course(s, course)
+            raw = (
+                select(Seat.key, func.count(), func.max(Sample.utilization_gpu), func.min(Sample.ts))
+                .join(Seat, Seat.id == Sample.seat_id)
+                .where(Seat.course_id == crow.id, Sample.ts >= start)
+                .group_by(Seat.key)
+            )
+            for key, n, top, first in s.execute(raw):
+                merge(key, n, top, first)
+            rolled = (
+                select(
+                    Seat.key,
+                    func.count(),
+                    func.max(MinuteAggregate.utilization_avg),
+                    func.min(MinuteAggregate.minute),
+                )
+                .join(Seat, Seat.id == MinuteAggregate.seat_id)
+                .where(Seat.course_id == crow.id, MinuteAggregate.minute >= start // 60)
+                .group_by(Seat.key)
+            )
+            for key, n, top, first in s.execute(rolled):
+                merge(key, n, top, first * 60)
+        return out
+
+    def idle_warning(self, course: str | None, participant: str) -> tuple[datetime, str] | None:
+        """The last idle warning of the participant's seat since it last started (time, text), or None."""
+        with self._read() as s:
+            crow = _course(s, course)
+            p, _seat, a = _participant_and_seat(s, crow, participant)
+            row = s.execute(
+                select(Event.at, Event.detail)
+                .where(Event.course_key == crow.key, Event.participant == p.key, Event.action == "seat.idle.warned")
+                .order_by(Event.id.desc())
+                .limit(1)
+            ).first()
+            if row is None:
+                return None
+            at = cast(datetime, _utc(row[0]))
+            timeline = _timelines(s, crow).get(p.key, [])
+            started = max([w for w, action, _ in timeline if selfservice.RUN_ACTIONS.get(action)], default=None)
+            if (started is not None and at < started) or (a is not None and at < cast(datetime, _utc(a.valid_from))):
+                return None
+            return at, str((row[1] or {}).get("text") or "")
+
+    def warn_idle(self, course: str | None, participant: str, seat: str, text: str, *, actor: str = AGENT) -> None:
+        """Write the idle warning of a seat (the page shows it; the stop comes after the grace period)."""
+        with self._write() as s:
+            crow = _course(s, course)
+            _log(s, crow.key, actor, "seat.idle.warned", participant=participant, seat=seat, detail={"text": text})
 
 
 def _timelines(s: Any, crow: CourseRecord) -> dict[str, list[tuple[datetime, str, str | None]]]:

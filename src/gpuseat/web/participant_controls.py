@@ -25,10 +25,13 @@ def seat_controls(portal: Any, who: ParticipantView) -> dict[str, Any]:
     """What the page's controls show: the seat's run state, hours, and the latest requests."""
     store = portal.store
     out: dict[str, Any] = {"requests": [], "hours": None, "running": True, "stopped_reason": None, "enabled": False}
+    out["idle_warning"] = None
     try:
         out["requests"] = [r.to_dict() for r in store.seat_requests(who.course, participant=who.key, limit=5)]
         hours = store.seat_hours(who.course).get(who.key)
         out["hours"] = hours.to_dict() if hours is not None else None
+        warned = store.idle_warning(who.course, who.key)
+        out["idle_warning"] = warned[1] if warned is not None else None
         state = store.run_states(who.course).get(who.key)
         if state is not None:
             out["running"], out["stopped_reason"] = state.running, state.reason

@@ -10,6 +10,10 @@
   (one atomic replace: the old key leaves in the same instant the new one arrives); the request is done
   once the file holds it.
 - At 0 seat hours a running seat is stopped with the reason (a ``stop`` by the agent on its timeline).
+- Idle (``[policy] idle_minutes``): every monitor reading of the seat's GPU below ``idle_gpu_percent`` *and*
+  no SSH activity (no command running over SSH, no input on the participant's terminals) for that long →
+  a warning on the page; still so ``grace_minutes`` later → stopped. Never during a lab session, never
+  without monitor readings that cover the window.
 
 Each request ends in a ``request.record`` step that looks at the machine and marks it done or failed
 with the reason, so a failed lock or a closed window is said, not left pending.
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import os
 import pwd
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +33,9 @@ from gpuseat.errors import InputError
 
 if TYPE_CHECKING:
     from gpuseat.engines.host.engine import HostEngine
+
+#: the monitor's readings must reach back to within this of an idle window's start
+SAMPLE_SLACK = timedelta(minutes=2)
 
 
 def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> None:
@@ -41,6 +49,9 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
     holders = {seat.key: p for seat, p in course.holders() if seat.key in here}
     states = engine.store.run_states(engine.course)
     hours = engine.store.seat_hours(engine.course, now=course.now) if holders else {}
+    policies, in_session = engine.store.seat_policies(engine.course, now=course.now) if holders else ({}, False)
+    windows: dict[datetime, dict[str, tuple[int, int | None, datetime]]] = {}
+    since_of = {seat.key: seat.assigned_since for seat in course.seats}
     add = changes.steps.append
     for r in sorted(pending, key=lambda x: x.id):
         p = holders.get(r.seat or "")
@@ -75,6 +86,12 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
             why = f"no seat hours left: {h.used:.1f} of {h.quota + h.topups:g} h used"
             add(_step(engine, "seat.stop", seat_key, why, "record", participant=p.key, reason=why))
             running = False
+        if running and not mine and not in_session and policies.get(p.key, {}).get("idle_minutes"):
+            started = max(filter(None, [since_of.get(seat_key), state.since if state.running else None]), default=None)
+            idle = _idle_step(engine, course, p.key, seat_key, login, policies[p.key], started, windows)
+            if idle is not None:
+                add(idle)
+                running = idle.action != "seat.stop"
         if not running:
             why = state.reason if state.reason and not state.running else "the seat is stopped"
             changes.steps[:] = [x for x in changes.steps if not (x.action == "account.unlock" and x.target == login)]
@@ -94,6 +111,9 @@ def do_request(engine: HostEngine, step: Step) -> str | None:
         return None
     if step.action == "seat.stop":
         engine.store.agent_stop(engine.course, str(step.participant), str(d["reason"]))
+        return None
+    if step.action == "seat.warn":
+        engine.store.warn_idle(engine.course, str(step.participant), step.target, str(d["text"]))
         return None
     ok, reason = _verdict(engine, d)
     engine.store.finish_request(engine.course, int(d["id"]), ok=ok, reason=reason)
@@ -127,6 +147,71 @@ def _verdict(engine: HostEngine, d: Any) -> tuple[bool, str]:
         return False, f"the seat cannot run now: {closed}" if closed else "the account could not be unlocked"
     said = {"start": "started: you can log in", "restart": "restarted: processes ended, you can log in"}
     return True, said.get(action, "reset: home restored from the course skeleton, you can log in")
+
+
+def _idle_step(
+    engine: HostEngine,
+    course: CourseState,
+    who: str,
+    seat: str,
+    login: str,
+    policy: dict[str, Any],
+    started: datetime | None,
+    windows: dict[datetime, dict[str, tuple[int, int | None, datetime]]],
+) -> Step | None:
+    """Idle stop: the seat's GPU below ``idle_gpu_percent`` in every monitor reading *and* no SSH activity
+    for ``idle_minutes`` → a warning; still so ``grace_minutes`` after it → a stop. No readings, a seat
+    started within the window, or a lab session running: never idle."""
+    now = course.now or datetime.now(UTC)
+    minutes, grace = int(policy["idle_minutes"]), int(policy.get("grace_minutes") or 0)
+    percent = float(policy.get("idle_gpu_percent") or 0)
+    last_ssh = _last_ssh(engine, login, now)
+
+    def idle_for(span: timedelta) -> bool:
+        since = now - span
+        if (started is not None and started > since) or (last_ssh is not None and last_ssh > since):
+            return False
+        if since not in windows:
+            windows[since] = engine.store.gpu_window(engine.course, since)
+        got = windows[since].get(seat)
+        return got is not None and got[1] is not None and got[1] < percent and got[2] <= since + SAMPLE_SLACK
+
+    if not idle_for(timedelta(minutes=minutes)):
+        return None
+    said = f"GPU below {percent:g} % and no SSH activity for {minutes} min"
+    warned = engine.store.idle_warning(engine.course, who)
+    if warned is None or warned[0] < now - timedelta(minutes=minutes + grace) - SAMPLE_SLACK:
+        text = f"your seat is idle ({said}): it stops in {grace} min unless you use it"
+        return _step(engine, "seat.warn", seat, text, "record", participant=who, text=text)
+    if now - warned[0] >= timedelta(minutes=grace) and idle_for(timedelta(minutes=minutes + grace)):
+        why = f"idle: {said}, warned {grace} min before"
+        return _step(engine, "seat.stop", seat, why, "record", participant=who, reason=why)
+    return None
+
+
+def _last_ssh(engine: HostEngine, login: str, now: datetime) -> datetime | None:
+    """When ``login`` last used an SSH session: now while a command runs over SSH without a terminal,
+    else the last input on one of their terminals (the atime of ``/dev/pts/N``, as ``w`` reads it)."""
+    acct = engine.machine.account(login)
+    if acct is None:
+        return None
+    for pid in engine.machine.processes({acct.uid}):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if cmd.startswith(b"sshd:") and b"notty" in cmd:
+            return now
+    latest = None
+    for tty in Path("/dev/pts").glob("[0-9]*"):
+        try:
+            st = tty.stat()
+        except OSError:
+            continue
+        if st.st_uid == acct.uid:
+            at = datetime.fromtimestamp(max(st.st_atime, st.st_mtime), UTC)
+            latest = at if latest is None or at > latest else latest
+    return latest
 
 
 def _reset_home(engine: HostEngine, login: str, skeleton: str) -> str | None:
