@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 import torch
@@ -35,7 +36,8 @@ class LeNet(nn.Module):
         """Logits; no ReLU after the convolutions, exactly as in Caffe's net."""
         x = F.max_pool2d(self.conv1(x), 2, 2)
         x = F.max_pool2d(self.conv2(x), 2, 2)
-        return self.ip2(F.relu(self.ip1(x.flatten(1))))
+        logits: torch.Tensor = self.ip2(F.relu(self.ip1(x.flatten(1))))  # Module.__call__ is typed as Any
+        return logits
 
     def caffe_init(self, seed: int) -> LeNet:
         """Caffe's "xavier" filler (U(±sqrt(3/fan_in))) for weights, zero biases; same values on every device."""
@@ -62,15 +64,25 @@ def place(model: LeNet, device: torch.device) -> LeNet:
     model = model.to(device)
     if device.type != "cpu":
         return model
-    return model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    # torch's stub lists Module.to overloads without the documented memory_format-only form
+    placed: LeNet = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    return placed
 
 
-def device_tensors(images: np.ndarray, labels: np.ndarray, scale: float, device: torch.device) -> tuple:
+def device_tensors(
+    images: np.ndarray, labels: np.ndarray, scale: float, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Images as scaled float32 (N, 1, 28, 28) and labels as int64, resident on ``device``."""
     x = torch.from_numpy(np.ascontiguousarray(images)).to(device=device, dtype=torch.float32)
     x = x.mul_(scale).unsqueeze(1).contiguous()
     y = torch.from_numpy(np.ascontiguousarray(labels)).to(device=device, dtype=torch.int64)
     return x, y
+
+
+def _new_stream() -> torch.cuda.Stream:
+    """A new CUDA stream on the current device (torch's ``Stream.__new__`` is untyped: called through its type)."""
+    make = cast(Callable[[], torch.cuda.Stream], torch.cuda.Stream)
+    return make()
 
 
 class Trainer:
@@ -141,7 +153,7 @@ class Trainer:
         """Run ``steps`` steps (first-call costs, cuDNN autotuning), capture the CUDA graph, undo the steps."""
         saved = self.snapshot()
         if self.images.device.type == "cuda":
-            side = torch.cuda.Stream()
+            side = _new_stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 for _ in range(steps):

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -193,7 +193,9 @@ def open_device(choice: DeviceChoice) -> torch.device:
         raise InputError(f"this PyTorch ({torch.__version__}) is built without CUDA", where="--device", fix=CUDA_FIX)
     index = choice.index
     if choice.uuid is not None:
-        _select_uuid(choice.uuid, already_initialised=torch.cuda.is_initialized())
+        # torch.cuda.is_initialized has no annotations: called through its precise type
+        initialised = cast(Callable[[], bool], torch.cuda.is_initialized)()
+        _select_uuid(choice.uuid, already_initialised=initialised)
         index = 0
     if not torch.cuda.is_available():
         raise InputError("CUDA is not available: no usable NVIDIA GPU is visible", where="--device", fix=CUDA_FIX)

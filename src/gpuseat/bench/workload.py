@@ -6,6 +6,7 @@ import tomllib
 from datetime import date
 from functools import cache
 from importlib import resources
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,7 +34,8 @@ class Solver(BaseModel):
 
     def learning_rate(self, iteration: int) -> float:
         """Caffe's "inv" policy: ``base_lr * (1 + gamma * iter) ** -power``, ``iter`` counted from 0."""
-        return self.base_lr * (1.0 + self.gamma * iteration) ** (-self.power)
+        rate: float = self.base_lr * (1.0 + self.gamma * iteration) ** (-self.power)  # float ** float is Any
+        return rate
 
     def test_points(self, iterations: int) -> list[int]:
         """Iterations at which Caffe's schedule tests: 0, every ``test_interval``, and the last one."""
@@ -55,7 +57,7 @@ class MnistFile(BaseModel):
 
 
 @cache
-def _data() -> dict:
+def _data() -> dict[str, Any]:
     text = resources.files("gpuseat.bench").joinpath("caffe_lenet.toml").read_text(encoding="utf-8")
     return tomllib.loads(text)
 

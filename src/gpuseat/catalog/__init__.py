@@ -13,6 +13,7 @@ import tomllib
 from datetime import date
 from functools import cache
 from importlib import resources
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -55,7 +56,7 @@ def data_text(name: str) -> str:
     return resources.files("gpuseat.catalog").joinpath("data", name).read_text(encoding="utf-8")
 
 
-def data_toml(name: str) -> dict:
+def data_toml(name: str) -> dict[str, Any]:
     """A bundled TOML data file, parsed."""
     return tomllib.loads(data_text(name))
 

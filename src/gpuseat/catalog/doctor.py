@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import date
 from functools import cache
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -82,7 +83,7 @@ def doctor_catalog() -> DoctorCatalog:
     return build_doctor(data_toml("doctor.toml"), gpu_models())
 
 
-def build_doctor(raw: dict, models: dict[str, GpuModel]) -> DoctorCatalog:
+def build_doctor(raw: dict[str, Any], models: dict[str, GpuModel]) -> DoctorCatalog:
     """Doctor facts from the parsed ``doctor.toml``, checked against the GPU models they name."""
     pci = {row["device"]: PciModel.model_validate(row) for row in raw["pci"]}
     for row in pci.values():

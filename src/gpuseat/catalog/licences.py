@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import date
 from functools import cache
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,6 +32,6 @@ def licences() -> dict[str, Licence]:
     return build_licences(data_toml("licences.toml"))
 
 
-def build_licences(raw: dict) -> dict[str, Licence]:
+def build_licences(raw: dict[str, Any]) -> dict[str, Licence]:
     """Licences by id from the parsed ``licences.toml``."""
     return {row["id"]: Licence.model_validate(row) for row in raw.get("licence", [])}

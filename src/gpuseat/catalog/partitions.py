@@ -7,7 +7,7 @@ sharing}.toml`` (plus a user overlay); carving receives the loaded value and nev
 from __future__ import annotations
 
 from datetime import date
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -161,10 +161,13 @@ class PartitionCatalog(BaseModel):
         return next(m for m in self.modes if m.mode == name)
 
 
-def _group(rows: list[BaseModel]) -> dict[str, tuple]:
-    out: dict[str, list] = {}
+_Row = TypeVar("_Row", MigProfile, VgpuProfile)
+
+
+def _group(rows: list[_Row]) -> dict[str, tuple[_Row, ...]]:
+    out: dict[str, list[_Row]] = {}
     for row in rows:
-        out.setdefault(row.gpu, []).append(row)  # type: ignore[attr-defined]
+        out.setdefault(row.gpu, []).append(row)
     return {k: tuple(v) for k, v in out.items()}
 
 
@@ -208,7 +211,7 @@ def usable_memory(gpu: MigGpu, profiles: tuple[MigProfile, ...]) -> tuple[MigPro
     return tuple(out)
 
 
-def build_partitions(mig: dict, vgpu: dict, sharing: dict) -> PartitionCatalog:
+def build_partitions(mig: dict[str, Any], vgpu: dict[str, Any], sharing: dict[str, Any]) -> PartitionCatalog:
     """A partition catalog from the parsed ``mig_profiles``, ``vgpu_profiles`` and ``sharing`` tables."""
     mig_gpus = {row["gpu"]: MigGpu.model_validate(row) for row in mig["gpu"]}
     grouped = _group([MigProfile.model_validate(row) for row in mig["profile"]])

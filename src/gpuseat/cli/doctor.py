@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import typer
 
 from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json
 
 if TYPE_CHECKING:
-    from gpuseat.doctor import Report, Target
+    from gpuseat.doctor import Report
 
 
 class ForTarget(StrEnum):
@@ -53,11 +53,9 @@ def _doctor(
         from gpuseat.services.probe import doctor_root, read_bundle
 
         with tempfile.TemporaryDirectory() as tmp:
-            report, view = diagnose(
-                doctor_root(read_bundle(from_probe), Path(tmp)), cast("Target", target.value) if target else None
-            )
+            report, view = diagnose(doctor_root(read_bundle(from_probe), Path(tmp)), target.value if target else None)
     else:
-        report, view = diagnose(root, cast("Target", target.value) if target else None)
+        report, view = diagnose(root, target.value if target else None)
     if capture is not None:
         view.write_capture(capture)
     if fmt is Format.json:

@@ -200,7 +200,9 @@ def _get(record: list[str], columns: dict[str, int], name: str) -> str:
 
 
 def _row(record: list[str], cell: _Cell, groups: tuple[str, ...], seen: dict[str, dict[str, int]]) -> RosterRow:
-    get = lambda name: _get(record, cell.columns, name)  # noqa: E731
+    def get(name: str) -> str:
+        return _get(record, cell.columns, name)
+
     for column in COLUMNS:
         cell_text = get(column)
         if _CONTROL.search(cell_text) or len(cell_text) > (16384 if column == "ssh_key" else 256):

@@ -47,7 +47,8 @@ class EngineSpec:
                 where="engine",
                 fix="give the seats an engine that delivers them (gpuseat seats add --engine …)",
             )
-        return _attr(self.target)
+        engine: type[Any] = _attr(self.target)
+        return engine
 
     def settings_model(self) -> type[BaseModel] | None:
         """The pydantic model of the engine's settings (None: the engine takes none)."""

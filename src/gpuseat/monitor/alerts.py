@@ -160,7 +160,8 @@ def post_webhook(url: str, alert: Alert, *, timeout_s: float = 5.0) -> bool:
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return 200 <= response.status < 300
+            status: int = response.status  # urlopen's return is untyped (Any) in typeshed
+            return 200 <= status < 300
     except (urllib.error.URLError, OSError, ValueError) as exc:
         log.warning("webhook %s failed: %s", url, exc)
         return False

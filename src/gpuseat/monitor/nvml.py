@@ -40,7 +40,8 @@ _UINT_MAX = 0xFFFFFFFF
 def _load_pynvml() -> ModuleType:
     import pynvml
 
-    return pynvml
+    module: ModuleType = pynvml  # pynvml has no type information (Any to mypy)
+    return module
 
 
 class NvmlSampler:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuseat.readings import UsageRow
 
@@ -28,22 +28,30 @@ class ParticipantUsage:
     peak_memory_mib: int | None
 
 
+@dataclass(slots=True)
+class _Totals:
+    seats: set[str] = field(default_factory=set)
+    active: float = 0.0
+    idle: float = 0.0
+    peak: int | None = None
+
+
 def summarize(rows: Iterable[UsageRow]) -> list[ParticipantUsage]:
     """Totals per participant, sorted by GPU-hours (largest first)."""
-    acc: dict[str, list] = {}
+    acc: dict[str, _Totals] = {}
     for r in rows:
         if r.samples <= 0:
             continue
         who = r.participant or UNASSIGNED
-        seats, active, idle, peak = acc.setdefault(who, [set(), 0.0, 0.0, None])
+        t = acc.setdefault(who, _Totals())
         if r.seat:
-            seats.add(r.seat)
+            t.seats.add(r.seat)
         share = r.active_samples / r.samples
-        acc[who][1] = active + share / 60.0
-        acc[who][2] = idle + (1.0 - share) / 60.0
+        t.active += share / 60.0
+        t.idle += (1.0 - share) / 60.0
         if r.memory_max_mib is not None:
-            acc[who][3] = r.memory_max_mib if peak is None else max(peak, r.memory_max_mib)
-    out = [ParticipantUsage(who, tuple(sorted(v[0])), v[1], v[2], v[3]) for who, v in acc.items()]
+            t.peak = r.memory_max_mib if t.peak is None else max(t.peak, r.memory_max_mib)
+    out = [ParticipantUsage(who, tuple(sorted(t.seats)), t.active, t.idle, t.peak) for who, t in acc.items()]
     return sorted(out, key=lambda u: (-u.gpu_hours, u.participant))
 
 

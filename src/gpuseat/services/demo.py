@@ -106,9 +106,9 @@ def seed_demo(folder: Path, *, history_days: float | None = None) -> Demo:
     from gpuseat.bench.device import DeviceFacts
     from gpuseat.bench.results import RecordedResult
     from gpuseat.core.course import Course as CourseFile
-    from gpuseat.monitor.alerts import Alert
     from gpuseat.monitor.model import Gpu, GpuProcess, Snapshot
     from gpuseat.monitor.runner import observe
+    from gpuseat.readings import Alert
     from gpuseat.services.accounts import Accounts, generate_password
     from gpuseat.services.courses import open_store
     from gpuseat.services.survey import SurveyService

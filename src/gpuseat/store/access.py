@@ -20,6 +20,8 @@ from gpuseat.errors import InputError, InvalidTransition
 from gpuseat.store.rows import _course, _log
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from gpuseat.core.readiness import Access, Readiness
     from gpuseat.store.facade import CourseStore
 
@@ -154,7 +156,7 @@ def readiness_of(store: CourseStore, course: str | None) -> dict[str, dict[str, 
         return {k: dict(v) for k, v in rows if v}
 
 
-def _holder_key(s: Any, row: Seat) -> str | None:
+def _holder_key(s: Session, row: Seat) -> str | None:
     return s.scalar(
         select(Participant.key)
         .join(Assignment, Assignment.participant_id == Participant.id)

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVarTuple
 
 from sqlalchemy import Float, cast, func, select
 
 from gpuseat.db.models import AlertRecord, MinuteAggregate, Sample, Seat
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+    from sqlalchemy import SQLColumnExpression
     from sqlalchemy.sql import Select
 
     from gpuseat.store.base import StoreBase
     from gpuseat.store.monitor import MonitorStore
+
+_Ts = TypeVarTuple("_Ts")
 
 LIVE_WINDOW_S = 300  # a reading older than this is not "live" any more
 
@@ -30,9 +34,9 @@ class _AsDict:
 
     __slots__ = ()
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self: DataclassInstance) -> dict[str, object]:
         """The fields as a plain dict."""
-        return asdict(self)  # type: ignore[call-overload]
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +82,10 @@ class OpenAlert(_AsDict):
     seat_id: int | None = None
 
 
-def _only(q: Select, column: object, seat_ids: Iterable[int] | None) -> Select:
+def _only(q: Select[*_Ts], column: SQLColumnExpression[int | None], seat_ids: Iterable[int] | None) -> Select[*_Ts]:
     if seat_ids is None:
         return q
-    return q.where(column.in_(list(seat_ids)))  # type: ignore[attr-defined]
+    return q.where(column.in_(list(seat_ids)))
 
 
 class Activity:
@@ -151,8 +155,10 @@ class Activity:
         with self._engine.connect() as conn:
             out: dict[int, float | None] = {int(s): None for s in conn.scalars(seats)}
             for seat_id, minute in conn.execute(rolled):
+                assert seat_id is not None  # both queries keep only rows with a seat (seat_id IS NOT NULL)
                 out[int(seat_id)] = float(minute * 60 + 59)
             for seat_id, ts in conn.execute(raw):
+                assert seat_id is not None
                 prev = out.get(int(seat_id))
                 out[int(seat_id)] = float(ts) if prev is None else max(prev, float(ts))
         return out

@@ -28,7 +28,7 @@ from starlette.datastructures import FormData
 
 from gpuseat.errors import GpuseatError, InputError, NotFound
 from gpuseat.services.courses import ParticipantView
-from gpuseat.services.survey import OPEN
+from gpuseat.store.survey import OPEN
 from gpuseat.web.exports import csv_text
 from gpuseat.web.formats import course_time, money, timestamp
 from gpuseat.web.limits import BodyGuard

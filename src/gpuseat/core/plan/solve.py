@@ -17,10 +17,15 @@ import os
 import sys
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from gpuseat.core.course import Course
 from gpuseat.core.plan.fit import Fit
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import highspy
 
 _EPS = 1e-9
 
@@ -125,19 +130,21 @@ def tighten(course: Course, allowed: dict[str, list[Fit]]) -> dict[str, list[Fit
 _BANNER_SHOWN = False
 
 
-def _highs() -> Any:
+def _highs() -> highspy.Highs:
     """A silent HiGHS instance (HiGHS prints a banner on stdout when the first one is made: not into JSON)."""
     global _BANNER_SHOWN
     import highspy
 
+    # highspy's Highs.__init__ lacks a return annotation (untyped to mypy): called through its precise type
+    make = cast("Callable[[], highspy.Highs]", highspy.Highs)
     if _BANNER_SHOWN:
-        h = highspy.Highs()
+        h = make()
     else:
         sys.stdout.flush()
         saved, devnull = os.dup(1), os.open(os.devnull, os.O_WRONLY)
         try:
             os.dup2(devnull, 1)
-            h = highspy.Highs()
+            h = make()
         finally:
             os.dup2(saved, 1)
             os.close(saved)

@@ -291,7 +291,9 @@ def volume_path(host: LibvirtHost, pool: Any, name: str, pool_dir: str | None) -
     return f"{(pool_dir or '').rstrip('/')}/{name}"
 
 
-def run_preflight(host: LibvirtHost, seats: Iterable[VmSeat], options: VmOptions) -> tuple[list[dict], list[str]]:
+def run_preflight(
+    host: LibvirtHost, seats: Iterable[VmSeat], options: VmOptions
+) -> tuple[list[dict[str, Any]], list[str]]:
     """Run the doctor for what the seats need; raise with its findings when a seat cannot work."""
     targets = preflight_targets(seats, options)
     notes: list[str] = []
@@ -311,7 +313,7 @@ def run_preflight(host: LibvirtHost, seats: Iterable[VmSeat], options: VmOptions
         root = Path("/")
     from gpuseat.doctor import diagnose
 
-    checks: list[dict] = []
+    checks: list[dict[str, Any]] = []
     failures: list[str] = []
     for target in targets:
         report, _ = diagnose(root, target)  # type: ignore[arg-type]

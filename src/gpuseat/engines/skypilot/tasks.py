@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -370,7 +370,11 @@ def systemd_units(
     if not re.fullmatch(r"/[A-Za-z0-9_./-]{1,200}", sky):
         raise InputError(f"bad path {sky!r}", where="--sky", fix="an absolute path to the sky program")
     units = {}
-    for verb, at in (("start", lambda w: w.start), ("stop", lambda w: w.stop)):
+    ends: tuple[tuple[str, Callable[[Window], datetime]], ...] = (
+        ("start", lambda w: w.start),
+        ("stop", lambda w: w.stop),
+    )
+    for verb, at in ends:
         unit = f"gpuseat-{course}-{verb}"
         cal = "\n".join(f"OnCalendar={at(w).strftime('%Y-%m-%d %H:%M:%S')} {timezone}" for w in wins)
         units[f"{unit}.timer"] = (

@@ -24,6 +24,8 @@ from gpuseat.engines.slurm.config import GresDevice, Reservation, SeatLimit
 from gpuseat.errors import InputError
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
     from gpuseat.services.courses import CourseStore
 
 _State = Literal["planned", "requested", "running", "failed", "released"]
@@ -102,9 +104,9 @@ class SlurmCourse:
 
 
 class _Report:
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self: DataclassInstance) -> dict[str, Any]:
         """Plain data (JSON-ready)."""
-        return _jsonable(asdict(self))  # type: ignore[call-overload]
+        return {k: _jsonable(x) for k, x in asdict(self).items()}
 
 
 def _jsonable(v: Any) -> Any:
