@@ -63,14 +63,19 @@ def test_the_events_head_and_the_postgresql_wake_up(store: CourseStore, url: str
     listener = store.listener("gpuseat_events")
     if url.startswith("sqlite"):
         assert listener is None  # SQLite: agents poll the head
-    store.log("lab", "portal.login")
-    assert store.events_head() > before
-    if listener is not None:
-        try:
-            got = list(listener.notifies(timeout=5, stop_after=1))
-            assert got and int(got[0].payload) == store.events_head()
-        finally:
-            listener.close()
+        store.log("lab", "portal.login")
+        assert store.events_head() > before
+        return
+    assert listener is not None, "PostgreSQL: agents LISTEN"
+    try:
+        store.log("lab", "portal.login")  # no agent holds a lease: nobody listens, nothing is notified
+        assert list(listener.notifies(timeout=1, stop_after=1)) == []
+        store.take_lease("agent:host:gpu1", "a", 15)
+        store.log("lab", "portal.login")
+        got = list(listener.notifies(timeout=5, stop_after=1))
+        assert got and int(got[0].payload) == store.events_head()
+    finally:
+        listener.close()
 
 
 def test_agent_status_is_kept_and_shown(store: CourseStore, cli: Any, url: str) -> None:

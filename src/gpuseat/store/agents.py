@@ -105,11 +105,12 @@ class AgentMethods(StoreBase):
         try:
             import psycopg
 
-            extra: dict[str, Any] = {k: str(v) for k, v in url.query.items()}
-            conn = psycopg.connect(
-                host=url.host, port=url.port, user=url.username, password=url.password, dbname=url.database,
-                autocommit=True, **extra,
-            )  # fmt: skip
+            params: dict[str, Any] = {
+                "host": url.host, "port": url.port, "user": url.username, "password": url.password,
+                "dbname": url.database,
+            }  # fmt: skip
+            params.update({k: str(v) for k, v in url.query.items()})  # e.g. host=/socket/dir, options=…
+            conn = psycopg.connect(autocommit=True, **{k: v for k, v in params.items() if v is not None})
             conn.execute(f"LISTEN {channel}")
             return conn
         except Exception:  # no listener: polling still finds every change, a little later

@@ -17,10 +17,15 @@ branch_labels = None
 depends_on = None
 
 CHANNEL = "gpuseat_events"
+# NOTIFY makes committing transactions take turns on PostgreSQL's notification queue (16 concurrent seat
+# claims went from ~830/s to ~260/s with a NOTIFY each): notify only while some agent holds a lease, i.e.
+# listens; with none, agents are not running and nothing needs waking.
 _PG_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION gpuseat_events_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('{CHANNEL}', NEW.id::text);
+    IF EXISTS (SELECT 1 FROM agent_leases WHERE expires_at > extract(epoch FROM clock_timestamp())) THEN
+        PERFORM pg_notify('{CHANNEL}', NEW.id::text);
+    END IF;
     RETURN NULL;
 END
 $$
