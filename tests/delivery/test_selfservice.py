@@ -16,6 +16,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from .hostlab import Lab, free_port
 from .test_agent import MIG, AgentProcess, _alive_of, _seat_of, _settings, until
 
@@ -146,10 +148,12 @@ def test_a_bad_key_is_refused_and_nothing_changes(hostcourse: tuple[Lab, str], c
         assert lab.people["ann"].public_key.split()[1] in out.out
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_at_zero_hours_the_agent_stops_the_seat_and_a_topup_lets_it_start(
-    hostcourse: tuple[Lab, str], cli: Callable[..., Any], tmp_path: Path
+    kind: str, request: pytest.FixtureRequest, cli: Callable[..., Any], tmp_path: Path
 ) -> None:
-    lab, db = hostcourse
+    """With the agent running (SQLite: it polls; PostgreSQL: a NOTIFY wakes it), no organizer apply."""
+    lab, db = request.getfixturevalue("hostcourse" if kind == "sqlite" else "pghostcourse")
     _ready(cli, lab, db, tmp_path)
     agent = AgentProcess(db, tmp_path / "agent.log", "--resync", "1").start()
     try:

@@ -353,27 +353,29 @@ class RequestMethods(StoreBase):
 
         with self._read() as s:
             crow = _course(s, course)
+            key_of = {i: k for i, k in s.execute(select(Seat.id, Seat.key).where(Seat.course_id == crow.id))}
+            if not key_of:
+                return out
+            # by seat id (the (seat_id, ts|minute) indexes): only this course's readings are read
             raw = (
-                select(Seat.key, func.count(), func.max(Sample.utilization_gpu), func.min(Sample.ts))
-                .join(Seat, Seat.id == Sample.seat_id)
-                .where(Seat.course_id == crow.id, Sample.ts >= start)
-                .group_by(Seat.key)
+                select(Sample.seat_id, func.count(), func.max(Sample.utilization_gpu), func.min(Sample.ts))
+                .where(Sample.seat_id.in_(list(key_of)), Sample.ts >= start)
+                .group_by(Sample.seat_id)
             )
-            for key, n, top, first in s.execute(raw):
-                merge(key, n, top, first)
+            for seat_id, n, top, first in s.execute(raw):
+                merge(key_of[cast(int, seat_id)], n, top, first)
             rolled = (
                 select(
-                    Seat.key,
+                    MinuteAggregate.seat_id,
                     func.count(),
                     func.max(MinuteAggregate.utilization_avg),
                     func.min(MinuteAggregate.minute),
                 )
-                .join(Seat, Seat.id == MinuteAggregate.seat_id)
-                .where(Seat.course_id == crow.id, MinuteAggregate.minute >= start // 60)
-                .group_by(Seat.key)
+                .where(MinuteAggregate.seat_id.in_(list(key_of)), MinuteAggregate.minute >= start // 60)
+                .group_by(MinuteAggregate.seat_id)
             )
-            for key, n, top, first in s.execute(rolled):
-                merge(key, n, top, first * 60)
+            for seat_id, n, top, first in s.execute(rolled):
+                merge(key_of[cast(int, seat_id)], n, top, first * 60)
         return out
 
     def idle_warning(self, course: str | None, participant: str) -> tuple[datetime, str] | None:
