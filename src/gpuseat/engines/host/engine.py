@@ -219,7 +219,8 @@ class HostEngine(StepEngine):
                 wanted.setdefault(f, set())
                 if seat.key in holders:
                     wanted[f].add(login_of[seat.key])
-        accounts = {a.login: a for a in self.machine.course_accounts() if a.course == self.course}
+        known = self._known_logins(course)
+        accounts = {a.login: a for a in self.machine.course_accounts() if a.course == self.course and a.login in known}
         for login in login_of.values():
             found = self.machine.account(login)
             if found is not None:
@@ -375,6 +376,14 @@ class HostEngine(StepEngine):
                 "`gpuseat engines settings host ssh_host=HOST`"
             )
         return changes
+
+    def _known_logins(self, course: CourseState) -> set[str]:
+        """The logins this course may have here: its participants' and those the engine last found
+        holding access (a deleted course has no roster left). Another store's course of the same key on
+        this host, or an account made by hand, is never touched."""
+        known = {self.login_of(p) for p in course.people.values()}
+        known |= {h["login"] for h in self.store.holdings(self.course) if h["engine"] == self.name}
+        return known
 
     def _probe_public(self) -> str | None:
         """The probe key's public line (made now, unless this is a dry run: then read if it exists)."""
@@ -555,7 +564,8 @@ class HostEngine(StepEngine):
     def observe(self, course: CourseState) -> list[Holding]:
         """Accounts of this course that can log in, their key files and running processes."""
         out = []
-        accounts = [a for a in self.machine.course_accounts() if a.course == self.course]
+        known = self._known_logins(course)
+        accounts = [a for a in self.machine.course_accounts() if a.course == self.course and a.login in known]
         procs = self.machine.processes({a.uid for a in accounts})
         seat_of = {delivery.login_name(p.key, p.unix_user): (p.key, p.seat) for p in course.people.values()}
         for a in accounts:
