@@ -9,8 +9,12 @@ over the day's rollups of every seat in one query, read into Python. Also printe
 reads (the same, with the GPU window of the idle rule, 30 + 10 minutes, instead of the day).
 
     .venv/bin/python benchmarks/bench_policy.py [--seats 2000] [--courses 24] [--runs 5] [--db URL]
+    sudo .venv/bin/python benchmarks/bench_policy.py --requests 40     # part 2 (root: a real sshd)
 
-Prints the median of each, and the ratio.
+Prints the median of each, and the ratio. Part 2 (``--requests N``): on bench_apply's stand-in host with a
+real sshd and ``gpuseat agent`` as its own process (SQLite, 1 s poll), ann's seat is stopped and started N
+times by request rows; each timed from the request until it is marked done and until ssh as ann is refused
+(stop) or let in (start); the floor runs the same pass in-process right after each request.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src")]
@@ -157,5 +162,69 @@ def main() -> None:
     print(f"an agent's pass (hours, run states, the 40 min idle window): {statistics.median(agent) * 1000:.0f} ms")
 
 
+def requests_part(n: int) -> None:
+    """Part 2: a stop/start request to "done" and to what ann sees, agent vs an in-process pass."""
+    import os
+    import subprocess
+
+    from bench_apply import pct, setup_lab
+    from gpuseat.engines.apply import one_pass
+    from gpuseat.engines.runner import Runner
+    from gpuseat.services.courses import open_store
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-policy-"))
+    env = {**os.environ, "GPUSEAT_DATA_DIR": str(tmp / "data"), "PYTHONPATH": str(ROOT / "src")}
+    os.environ["GPUSEAT_DATA_DIR"] = env["GPUSEAT_DATA_DIR"]
+    db = f"sqlite:///{tmp / 'c.db'}"
+    lab, _seats = setup_lab(db, env, tmp)
+
+    def run(store: Any, after: Any = None) -> tuple[list[float], list[float]]:
+        done_s, real_s = [], []
+        for i in range(n):
+            action = "stop" if i % 2 == 0 else "start"
+            t0 = time.monotonic()
+            r = store.request_seat("bench", "ann", action, actor="bench", by_participant=False)
+            if after is not None:
+                after()
+            done = real = None
+            while done is None or real is None:
+                if time.monotonic() - t0 > 60:
+                    raise RuntimeError(f"request {r.id} ({action}) took over 60 s")
+                latest = store.seat_requests("bench", participant="ann", limit=1)[0]
+                if done is None and latest.state != "pending":
+                    done = time.monotonic() - t0
+                if real is None and (lab.ssh("ann", "true").returncode == 0) == (action == "start"):
+                    real = time.monotonic() - t0
+            done_s.append(done)
+            real_s.append(real)
+        return done_s, real_s
+
+    try:
+        with open_store(db) as store:
+            floor = run(store, lambda: one_pass(store, course="bench", runner=Runner()))
+            log = (tmp / "agent.log").open("w")
+            agent = subprocess.Popen(
+                [sys.executable, "-m", "gpuseat", "agent", "--engine", "host", "--host", "gpu1", "--db", db],
+                stdout=log, stderr=log, env=env,
+            )  # fmt: skip
+            try:
+                time.sleep(3)
+                by_agent = run(store)
+            finally:
+                agent.terminate()
+                agent.wait(30)
+    finally:
+        lab.close()
+    for name, (done_s, real_s) in (("floor: one pass in-process", floor), ("agent (SQLite, 1 s poll)", by_agent)):
+        print(
+            f"{name}: to done p50 {pct(done_s, 0.5):.2f} s, p99 {pct(done_s, 0.99):.2f} s; "
+            f"to ann's side p50 {pct(real_s, 0.5):.2f} s, p99 {pct(real_s, 0.99):.2f} s (n={len(done_s)})"
+        )
+
+
 if __name__ == "__main__":
-    main()
+    if "--requests" in sys.argv:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        requests_part(int(sys.argv[sys.argv.index("--requests") + 1]))
+    else:
+        main()
