@@ -7,11 +7,16 @@
 - Nothing below cli/ and web/ imports them.
 - store/ is the one owner of SQL: only store/ and db/ import SQLAlchemy or the ORM models
   (``gpuseat.db.models``), and store/ itself imports no services, monitor, cli or web.
+- No import cycle between any two modules of src/gpuseat (a package counts as its ``__init__``;
+  ``from pkg import name`` imports ``pkg`` and, where ``name`` is a module, ``pkg.name``; imports under
+  ``if TYPE_CHECKING:`` do not count, as they do not run).
 """
 
 from __future__ import annotations
 
 import ast
+from collections import deque
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -156,6 +161,120 @@ def test_the_store_sits_below_services_and_front_ends() -> None:
                 if line not in typed and any(full == b or full.startswith(b + ".") for b in banned):
                     out.append(f"{path.relative_to(SRC.parent)}:{line} imports {full}")
     assert out == []
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph(root: Path = SRC) -> tuple[dict[str, dict[str, int]], dict[str, Path]]:
+    """Module → {module of src/ it imports at run time → the line of the first such import}, and the files."""
+    files = {_module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in files.items():
+        typed = _type_only_lines(path)
+        edges: dict[str, int] = {}
+        for module, imported, line in _imports(path, root):
+            if line in typed:
+                continue
+            for target in (module, f"{module}.{imported}" if imported else module):
+                if target in files and target != name:
+                    edges[target] = min(line, edges.get(target, line))
+        graph[name] = edges
+    return graph, files
+
+
+def _strongly_connected(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Tarjan's algorithm: the components of more than one module (each holds at least one cycle)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _one_cycle(graph: dict[str, dict[str, int]], component: list[str]) -> list[str]:
+    """A shortest cycle through the component's first module (breadth first, inside the component)."""
+    start, inside = component[0], set(component)
+    parent: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        v = queue.popleft()
+        for w in sorted(graph[v]):
+            if w == start:
+                path = [v]
+                while path[-1] != start:
+                    path.append(parent[path[-1]])
+                return [*reversed(path), start]
+            if w in inside and w != start and w not in parent:
+                parent[w] = v
+                queue.append(w)
+    raise AssertionError(f"no cycle through {start}")  # a strongly connected component always has one
+
+
+def _cycles(root: Path = SRC) -> list[str]:
+    """One line per import cycle: the modules round the cycle, then where each import is."""
+    graph, files = _import_graph(root)
+    out = []
+    for component in _strongly_connected(graph):
+        cycle = _one_cycle(graph, component)
+        steps = [f"{files[a].relative_to(root.parent)}:{graph[a][b]} imports {b}" for a, b in pairwise(cycle)]
+        others = f" (component: {', '.join(component)})" if len(component) > len(cycle) - 1 else ""
+        out.append(f"import cycle {' -> '.join(cycle)}: {'; '.join(steps)}{others}")
+    return out
+
+
+def test_no_import_cycles() -> None:
+    """No two modules of src/ import each other, directly or round a longer loop: a shared piece moves down
+    into a module both import (a run-time import inside a function counts too)."""
+    assert _cycles() == []
+
+
+def test_the_cycle_check_sees_a_cycle(tmp_path: Path) -> None:
+    """A cycle through a function-level, relative and package import is found and named; a type-only one is not."""
+    root = tmp_path / "gpuseat"
+    (root / "pkg").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "pkg" / "__init__.py").write_text("from gpuseat.pkg.low import x\n")
+    (root / "pkg" / "low.py").write_text("x = 1\n\ndef f():\n    from .helper import y\n")
+    (root / "pkg" / "helper.py").write_text("from gpuseat.pkg import x\n\ny = x\n")
+    (root / "typed.py").write_text(
+        "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from gpuseat import other\n"
+    )
+    (root / "other.py").write_text("import gpuseat.typed\n")
+    found = _cycles(root)
+    assert found == [
+        "import cycle gpuseat.pkg -> gpuseat.pkg.low -> gpuseat.pkg.helper -> gpuseat.pkg: "
+        "gpuseat/pkg/__init__.py:1 imports gpuseat.pkg.low; gpuseat/pkg/low.py:4 imports gpuseat.pkg.helper; "
+        "gpuseat/pkg/helper.py:1 imports gpuseat.pkg"
+    ]
 
 
 def test_the_store_and_the_monitor_agree_on_the_gpu_lost_kind() -> None:

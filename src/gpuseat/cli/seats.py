@@ -373,7 +373,8 @@ def register(app: typer.Typer) -> None:
             rows = [{**s.to_dict(), "groups": " ".join(s.groups)} for s in seats]
             print_csv(rows, EXPORT_COLUMNS)
 
-    from gpuseat.cli import cloud, delivery
+    from gpuseat.cli.cloud import add_to as add_cloud_commands
+    from gpuseat.cli.delivery import add_to as add_delivery_commands
 
-    cloud.add_to(seats_app)
-    delivery.add_to(seats_app)
+    add_cloud_commands(seats_app)
+    add_delivery_commands(seats_app)

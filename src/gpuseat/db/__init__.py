@@ -125,34 +125,6 @@ def busy_timeout() -> float:
     return value if 0 < value <= 86400 else BUSY_TIMEOUT_S
 
 
-def lock_holders(database: Path) -> list[str]:
-    """Other processes that have the SQLite file (or its WAL) open: who may hold the write lock.
-
-    Read from ``/proc`` (Linux); an empty list where that cannot be seen (other users' processes
-    without root, other systems).
-    """
-    try:
-        targets = {os.path.realpath(database), os.path.realpath(f"{database}-wal")}
-    except OSError:
-        return []
-    found: list[str] = []
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            fds = list((entry / "fd").iterdir())
-            if not any(os.readlink(fd) in targets for fd in fds):
-                continue
-            cmd = " ".join((entry / "cmdline").read_bytes().decode(errors="replace").replace("\0", " ").split())
-        except OSError:
-            continue
-        found.append(f"pid {entry.name} ({cmd[:80] or '?'})")
-    return sorted(found)
-
-
 def _check_sqlite_file(path: Path, *, create: bool) -> None:
     """A SQLite path must be a SQLite file, or absent when the command may create the database."""
     from gpuseat.errors import InputError
@@ -226,6 +198,7 @@ def sqlite_error(message: str, database: str | None) -> Exception | None:
     read-only file or folder: each says what happened to which file and what to do; nothing stored
     is lost (the transaction was rolled back).
     """
+    from gpuseat.db.holders import lock_holders
     from gpuseat.errors import StoreError
 
     where = f"database {database}" if database else "database"

@@ -46,7 +46,7 @@ def waiting(database: str | None, *, after_s: float | None = None) -> Iterator[N
 
 def message(database: str) -> str:
     """The notice's line: who has ``database`` open (the writer holding its lock is among them)."""
-    from gpuseat.db import lock_holders
+    from gpuseat.db.holders import lock_holders
 
     holders = lock_holders(Path(database))
     who = ", ".join(holders) if holders else "process not visible from here"

@@ -10,9 +10,21 @@ from dataclasses import replace
 
 from gpuseat.catalog import GpuModel, find_gpu
 from gpuseat.catalog.doctor import DoctorCatalog
-from gpuseat.doctor import parse
 from gpuseat.doctor.host import HostView
 from gpuseat.doctor.model import PCI_DEVICES, GpuFacts, HostFacts, MdevType, PciFunction
+from gpuseat.doctor.parse import (
+    cmdline_tokens,
+    cpu_flags,
+    cpu_vendor,
+    creatable_vgpu_types,
+    driver_version,
+    interrupt_chips,
+    mig_modes,
+    modprobe_blacklists,
+    module_names,
+    parse_resource,
+    sysfs_int,
+)
 
 NVIDIA_VENDOR = "0x10de"
 MODPROBE_DIRS = ("/etc/modprobe.d", "/run/modprobe.d", "/lib/modprobe.d", "/usr/lib/modprobe.d")
@@ -32,21 +44,21 @@ def gather(view: HostView, catalog: DoctorCatalog) -> HostFacts:
     modes: dict[str, tuple[str, str]] = {}
     if gpus and version is not None:
         csv_text = view.nvidia_smi_mig()
-        modes = parse.mig_modes(csv_text) if csv_text else {}
+        modes = mig_modes(csv_text) if csv_text else {}
     gpus = tuple(replace(gpu, mig_mode=modes.get(gpu.bdf)) for gpu in gpus)
     return HostFacts(
-        cpuinfo_flags=parse.cpu_flags(cpuinfo) if cpuinfo is not None else None,
-        cpu_vendor=parse.cpu_vendor(cpuinfo) if cpuinfo is not None else None,
-        cmdline=parse.cmdline_tokens(cmdline) if cmdline is not None else None,
+        cpuinfo_flags=cpu_flags(cpuinfo) if cpuinfo is not None else None,
+        cpu_vendor=cpu_vendor(cpuinfo) if cpuinfo is not None else None,
+        cmdline=cmdline_tokens(cmdline) if cmdline is not None else None,
         kvm=view.exists("/dev/kvm"),
         iommu_units=tuple(units) if units is not None else None,
         iommu_groups=len(groups) if groups is not None else None,
-        interrupts=parse.interrupt_chips(interrupts) if interrupts is not None else None,
+        interrupts=interrupt_chips(interrupts) if interrupts is not None else None,
         unsafe_interrupts=view.text("/sys/module/vfio_iommu_type1/parameters/allow_unsafe_interrupts"),
-        modules=parse.module_names(modules) if modules is not None else None,
+        modules=module_names(modules) if modules is not None else None,
         sys_modules=frozenset(m for m in PROBED_MODULES if view.exists(f"/sys/module/{m}")),
         blacklist_files=_nouveau_blacklists(view),
-        nvidia_version=parse.driver_version(version) if version is not None else None,
+        nvidia_version=driver_version(version) if version is not None else None,
         gpus=gpus,
     )
 
@@ -82,15 +94,15 @@ def _gpu(view: HostView, catalog: DoctorCatalog, bdf: str) -> GpuFacts:
         for other in view.listdir(f"/sys/kernel/iommu_groups/{group}/devices") or []:
             if other != bdf:
                 members.append(_function(view, other))
-    totalvfs = _capped(parse.sysfs_int(view.text(f"{dev}/sriov_totalvfs")), MAX_VFS)
-    numvfs = _capped(parse.sysfs_int(view.text(f"{dev}/sriov_numvfs")), totalvfs or 0) if totalvfs else None
+    totalvfs = _capped(sysfs_int(view.text(f"{dev}/sriov_totalvfs")), MAX_VFS)
+    numvfs = _capped(sysfs_int(view.text(f"{dev}/sriov_numvfs")), totalvfs or 0) if totalvfs else None
     return GpuFacts(
         bdf=bdf,
         device_id=device_id,
         name=name,
         model=model,
         driver=_link_name(view, f"{dev}/driver"),
-        bars=parse.parse_resource(resource) if resource is not None else None,
+        bars=parse_resource(resource) if resource is not None else None,
         iommu_group=group,
         group_members=tuple(members),
         sriov_totalvfs=totalvfs,
@@ -133,7 +145,7 @@ def _mdev_types(view: HostView, dev: str) -> tuple[MdevType, ...]:
     for type_id in view.listdir(f"{dev}/mdev_supported_types") or []:
         base = f"{dev}/mdev_supported_types/{type_id}"
         name = (view.text(f"{base}/name") or type_id).strip()
-        types.append(MdevType(type_id, name, parse.sysfs_int(view.text(f"{base}/available_instances"))))
+        types.append(MdevType(type_id, name, sysfs_int(view.text(f"{base}/available_instances"))))
     return tuple(types)
 
 
@@ -146,7 +158,7 @@ def _vf_types(view: HostView, dev: str, numvfs: int) -> tuple[str, ...]:
             break  # the kernel numbers VFs virtfn0…virtfnN-1 without gaps
         names.extend(f"{t.type_id} {t.name}" for t in _mdev_types(view, vf) if t.available != 0)
         text = view.text(f"{vf}/nvidia/creatable_vgpu_types")
-        names.extend(parse.creatable_vgpu_types(text or ""))
+        names.extend(creatable_vgpu_types(text or ""))
     return tuple(dict.fromkeys(names))
 
 
@@ -157,6 +169,6 @@ def _nouveau_blacklists(view: HostView) -> tuple[str, ...]:
         for name in view.listdir(folder) or []:
             if name.endswith(".conf"):
                 text = view.text(f"{folder}/{name}")
-                if text and parse.modprobe_blacklists(text, "nouveau"):
+                if text and modprobe_blacklists(text, "nouveau"):
                     hits.append(f"{folder}/{name}")
     return tuple(hits)

@@ -13,24 +13,24 @@ class DeliveryMethods(StoreBase):
 
     def record_delivery(self, course: str | None, seat: str, **changes: Any) -> bool:
         """Set a seat's access and/or state with one event (see :func:`gpuseat.store.access.record_delivery`)."""
-        from gpuseat.store import access
+        from gpuseat.store.access import record_delivery
 
-        return access.record_delivery(self, course, seat, **changes)  # type: ignore[arg-type]
+        return record_delivery(self, course, seat, **changes)  # type: ignore[arg-type]
 
     def record_readiness(self, results: list[Any], *, actor: str = DEFAULT_ACTOR) -> int:
         """Keep seats' latest readiness checks (see :func:`gpuseat.store.access.record_readiness`)."""
-        from gpuseat.store import access
+        from gpuseat.store.access import record_readiness
 
-        return access.record_readiness(self, results, actor=actor)  # type: ignore[arg-type]
+        return record_readiness(self, results, actor=actor)  # type: ignore[arg-type]
 
     def access_of(self, course: str | None = None) -> dict[str, dict[str, Any]]:
         """Seat key → stored access details."""
-        from gpuseat.store import access
+        from gpuseat.store.access import access_of
 
-        return access.access_of(self, course)  # type: ignore[arg-type]
+        return access_of(self, course)  # type: ignore[arg-type]
 
     def readiness_of(self, course: str | None = None) -> dict[str, dict[str, Any]]:
         """Seat key → the last readiness check."""
-        from gpuseat.store import access
+        from gpuseat.store.access import readiness_of
 
-        return access.readiness_of(self, course)  # type: ignore[arg-type]
+        return readiness_of(self, course)  # type: ignore[arg-type]

@@ -97,10 +97,10 @@ def _iso(value: datetime | date | None) -> str | None:
 
 def collect(store: Any, course: str | None) -> dict[str, Any]:
     """Every row of a course, by keys (the archive's members as Python objects)."""
-    from gpuseat.store.undo import course_row
+    from gpuseat.store.rows import _course
 
     with store._read() as s:
-        c = course_row(s, course)
+        c = _course(s, course)
         people = list(s.scalars(select(Participant).where(Participant.course_id == c.id).order_by(Participant.key)))
         pkey = {p.id: p.key for p in people}
         seats = list(s.scalars(select(Seat).where(Seat.course_id == c.id).order_by(Seat.key)))
@@ -504,7 +504,7 @@ def read_archive(path: Path) -> dict[str, Any]:
 def import_course(store: Any, path: Path, *, key: str | None = None, actor: str = "gpuseat") -> dict[str, Any]:
     """Store the course of an export (under ``key``, default its own) in one transaction."""
     from gpuseat.store.claims import forget_course
-    from gpuseat.store.undo import log
+    from gpuseat.store.rows import _log
 
     got = read_archive(path)
     c: CourseRow = got["course.json"]
@@ -628,7 +628,7 @@ def import_course(store: Any, path: Path, *, key: str | None = None, actor: str 
             crow.archived_at = c.archived_at
         skipped = len(got["access_tokens.json"]) - len(kept)
         detail = {"file": where, "from_course": c.key, "events_added": added, "tokens_skipped": skipped}
-        log(s, new_key, actor, "course.import", detail=detail)
+        _log(s, new_key, actor, "course.import", detail=detail)
     forget_course(store, new_key)
     return {
         "course": new_key,

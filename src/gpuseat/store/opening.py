@@ -87,7 +87,7 @@ def _refuse_if_locked(engine: Engine, revision: str | None, heads: frozenset[str
         return
     import sqlite3
 
-    from gpuseat.db import lock_holders
+    from gpuseat.db.holders import lock_holders
 
     probe = sqlite3.connect(database, timeout=0, isolation_level=None)
     try:
