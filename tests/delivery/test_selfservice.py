@@ -343,3 +343,56 @@ def test_idle_gpu_and_no_ssh_is_warned_then_stopped_a_busy_gpu_or_a_session_neve
     finally:
         session.kill()
         session.wait()
+
+
+def test_ready_before_the_session_seats_run_and_are_checked_a_broken_one_is_named(
+    lab: Lab, cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A session 20 minutes ahead, lead 30 min: every seat is checked as its participant before it starts
+    (ben, without a key, is named broken with why); ann, out of hours, still gets in (sessions are exempt)."""
+    from gpuseat.core import delivery
+    from gpuseat.services.courses import open_store
+
+    at = datetime.now(UTC) + timedelta(minutes=20)
+    end = at + timedelta(hours=1)
+    (tmp_path / "lab.toml").write_text(
+        f'name = "Session lab"\nparticipants = 2\n[needs]\nmin_gpu_memory_gb = 16\nisolation = "partitioned"\n'
+        f'[schedule]\nstart = {(at - timedelta(days=1)).date()}\ndays = 3\naccess = "24/7"\n'
+        f'[[schedule.session]]\ndate = {at.date()}\nhours = "{at:%H:%M}-{end:%H:%M}"\n'
+        "[policy]\nquota_hours = 0\nlead_minutes = 30\n"
+    )
+    ann, ben = lab.person("ann"), lab.person("ben")
+    (tmp_path / "roster.csv").write_text(
+        f"key,name,email,unix_user,ssh_key\nann,ann,ann@example.org,{ann.user},{ann.public_key}\n"
+        f"ben,ben,ben@example.org,{ben.user},\n"
+    )
+    listing = subprocess.run([str(lab.nvidia_smi), "-L"], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "smi-L.txt").write_text(listing)
+    lab.port = free_port()
+    db = f"sqlite:///{tmp_path / 'course.db'}"
+    for args in (
+        ("course", "create", tmp_path / "lab.toml", "--key", "lab", "--timezone", "UTC"),
+        ("roster", "import", tmp_path / "roster.csv"),
+        ("seats", "add", "--from-nvidia-smi", tmp_path / "smi-L.txt", "--engine", "host", "--host", "gpu1"),
+    ):
+        r = cli(*args, "--db", db)
+        assert r.code == 0, (args, r.err)
+    _settings(cli, lab, db)
+    by_uuid = _seat_of(cli, db)
+    seat = {"ann": by_uuid[MIG[0]], "ben": by_uuid[MIG[1]]}
+    for who, key in seat.items():
+        assert cli("seats", "assign", "--participant", who, "--seat", key, "--db", db).code == 0
+    # sshd up first (with gpuseat's drop-in), so the check before the session can log in
+    dropin = Path(lab.settings()["sshd_dropin"])
+    dropin.parent.mkdir(parents=True, exist_ok=True)
+    dropin.write_text(delivery.sshd_dropin(str(lab.keys_dir), lab.group))
+    lab.start_sshd()
+    r = _apply(cli, db)
+    assert "seat.check" in r.out, r.out
+    with open_store(db) as store:
+        checks = store.readiness_of("lab")
+        assert store.seat_hours("lab")["ann"].left == 0
+    assert checks[seat["ann"]]["state"] == "ready", checks[seat["ann"]]
+    assert checks[seat["ben"]]["state"] == "broken" and "no SSH key" in checks[seat["ben"]]["reason"]
+    assert lab.ssh("ann", "true").returncode == 0  # 0 hours left, but the session is exempt
+    assert "nothing to change" in _apply(cli, db).out  # checked once per session

@@ -69,6 +69,21 @@ class RequestView:
         return out
 
 
+@dataclass(frozen=True)
+class SessionPolicy:
+    """Each participant's policy (by key), the lab session running now (UTC) and the next one's start."""
+
+    policies: dict[str, dict[str, Any]]
+    current: Interval | None
+    upcoming: datetime | None
+
+    def near(self, now: datetime, lead_minutes: float) -> bool:
+        """True during a session and from ``lead_minutes`` before the next one starts."""
+        return self.current is not None or (
+            self.upcoming is not None and self.upcoming - timedelta(minutes=lead_minutes) <= now
+        )
+
+
 def _view(course: str, who: str, r: SeatRequest) -> RequestView:
     return RequestView(
         r.id,
@@ -320,10 +335,8 @@ class RequestMethods(StoreBase):
 
     # -- idle stop -------------------------------------------------------------------------------------
 
-    def seat_policies(
-        self, course: str | None, *, now: datetime | None = None
-    ) -> tuple[dict[str, dict[str, Any]], bool]:
-        """(each participant's policy, by key; whether a lab session runs at ``now``)."""
+    def seat_policies(self, course: str | None, *, now: datetime | None = None) -> SessionPolicy:
+        """Each participant's policy and where ``now`` stands against the course's lab sessions."""
         when = now or datetime.now(UTC)
         with self._read() as s:
             crow = _course(s, course)
@@ -333,8 +346,10 @@ class RequestMethods(StoreBase):
                 s.execute(select(Participant.key, Participant.group_name).where(Participant.course_id == crow.id))
             )
         if file is None:
-            return {}, False
-        return {k: file.policy_for(g) for k, g in people}, any(a <= when < b for a, b in exempt)
+            return SessionPolicy({}, None, None)
+        current = next(((a, b) for a, b in exempt if a <= when < b), None)
+        upcoming = next((a for a, _b in exempt if a > when), None)
+        return SessionPolicy({k: file.policy_for(g) for k, g in people}, current, upcoming)
 
     def gpu_window(self, course: str | None, since: datetime) -> dict[str, tuple[int, int | None, datetime]]:
         """Each seat's monitor readings since ``since``: (how many, the highest GPU utilisation, the first

@@ -553,7 +553,7 @@ class HostEngine(StepEngine):
                 )
             case "seat.record" | "seat.clear":
                 self.record_way_in(step)
-            case "request.record" | "seat.stop" | "seat.warn" | "home.reset":
+            case "request.record" | "seat.stop" | "seat.warn" | "seat.check" | "home.reset":
                 return self._do_request(step)
             case _:
                 raise InputError(f"the host engine has no step {step.action!r}", where="plan")

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 #: the monitor's readings must reach back to within this of an idle window's start
 SAMPLE_SLACK = timedelta(minutes=2)
+#: how a stop for seat hours starts its reason (such a stop does not hold during a lab session)
+HOURS_REASON = "no seat hours left"
 
 
 def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> None:
@@ -49,7 +51,11 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
     holders = {seat.key: p for seat, p in course.holders() if seat.key in here}
     states = engine.store.run_states(engine.course)
     hours = engine.store.seat_hours(engine.course, now=course.now) if holders else {}
-    policies, in_session = engine.store.seat_policies(engine.course, now=course.now) if holders else ({}, False)
+    now = course.now or datetime.now(UTC)
+    sessions = engine.store.seat_policies(engine.course, now=now) if holders else None
+    policies = sessions.policies if sessions is not None else {}
+    in_session = sessions is not None and sessions.current is not None
+    checks = engine.store.readiness_of(engine.course) if sessions is not None and sessions.upcoming else {}
     windows: dict[datetime, dict[str, tuple[int, int | None, datetime]]] = {}
     since_of = {seat.key: seat.assigned_since for seat in course.seats}
     add = changes.steps.append
@@ -62,7 +68,13 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
         state = states.get(p.key, RunState(True))
         running = state.running
         h = hours.get(p.key)
-        empty = h is not None and h.left is not None and h.left <= 0
+        lead = float(policies.get(p.key, {}).get("lead_minutes") or 0)
+        near = sessions is not None and sessions.near(now, lead)
+        # lab sessions do not count against the hours: no stop for hours in (or just before) one, and a
+        # seat stopped for hours runs through the session (its timeline keeps the stop for afterwards)
+        empty = h is not None and h.left is not None and h.left <= 0 and not near
+        if near and not running and (state.reason or "").startswith(HOURS_REASON):
+            running = True
         mine = sorted((r for r in pending if r.participant == p.key and r.seat == seat_key), key=lambda x: x.id)
         for r in mine:
             refused = None
@@ -71,7 +83,7 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
             elif r.action in ("start", "restart", "reset"):
                 if empty:
                     assert h is not None
-                    refused = f"no seat hours left (0 of {h.quota + h.topups:g} h): ask the organizer for more"
+                    refused = f"{HOURS_REASON} (0 of {h.quota + h.topups:g} h): ask the organizer for more"
                 else:
                     running = True
                     if r.action in ("restart", "reset"):
@@ -83,7 +95,7 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
             add(_record(engine, r, course, refused=refused, login=login))
         if running and empty and not any(r.action in ("start", "restart", "reset") for r in mine):
             assert h is not None
-            why = f"no seat hours left: {h.used:.1f} of {h.quota + h.topups:g} h used"
+            why = f"{HOURS_REASON}: {h.used:.1f} of {h.quota + h.topups:g} h used"
             add(_step(engine, "seat.stop", seat_key, why, "record", participant=p.key, reason=why))
             running = False
         if running and not mine and not in_session and policies.get(p.key, {}).get("idle_minutes"):
@@ -92,6 +104,10 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
             if idle is not None:
                 add(idle)
                 running = idle.action != "seat.stop"
+        if running and sessions is not None and sessions.upcoming is not None and near and not in_session:
+            check = _session_check(engine, seat_key, p.key, sessions.upcoming, lead, checks.get(seat_key))
+            if check is not None:
+                add(check)
         if not running:
             why = state.reason if state.reason and not state.running else "the seat is stopped"
             changes.steps[:] = [x for x in changes.steps if not (x.action == "account.unlock" and x.target == login)]
@@ -112,6 +128,8 @@ def do_request(engine: HostEngine, step: Step) -> str | None:
     if step.action == "seat.stop":
         engine.store.agent_stop(engine.course, str(step.participant), str(d["reason"]))
         return None
+    if step.action == "seat.check":
+        return _check_seat(engine, step)
     if step.action == "seat.warn":
         engine.store.warn_idle(engine.course, str(step.participant), step.target, str(d["text"]))
         return None
@@ -187,6 +205,31 @@ def _idle_step(
         why = f"idle: {said}, warned {grace} min before"
         return _step(engine, "seat.stop", seat, why, "record", participant=who, reason=why)
     return None
+
+
+def _session_check(
+    engine: HostEngine, seat: str, who: str, starts: datetime, lead: float, last: dict[str, Any] | None
+) -> Step | None:
+    """Ready before the session: a ``seats check`` of the seat as its participant, once in the lead time."""
+    since = starts - timedelta(minutes=lead)
+    checked = last.get("checked_at") if last else None
+    if checked and datetime.fromisoformat(str(checked)) >= since:
+        return None
+    why = f"the session at {starts:%H:%M} UTC starts within {lead:g} min: check the seat as {who}"
+    return _step(engine, "seat.check", seat, why, "record", participant=who)
+
+
+def _check_seat(engine: HostEngine, step: Step) -> str | None:
+    """Probe the seat as its participant (what ``seats check`` does) and store the result."""
+    if engine.runner.dry_run:
+        return None
+    seat = engine.store.get_seat(engine.course, step.target)
+    people = {p.key: p for p in engine.store.participants(engine.course)}
+    if seat.participant is None or seat.participant not in people:
+        return None
+    result = engine.probe(seat, people[seat.participant])
+    engine.store.record_readiness([result], actor="gpuseat-agent")
+    return None if result.state == "ready" else f"{step.target} is broken before the session: {result.reason}"
 
 
 def _last_ssh(engine: HostEngine, login: str, now: datetime) -> datetime | None:
