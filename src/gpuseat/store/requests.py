@@ -301,27 +301,34 @@ class RequestMethods(StoreBase):
             )
             _log(s, crow.key, actor, f"hours.{kind}", participant=p.key, detail={"hours": hours, "note": note[:200]})
 
-    def seat_hours(self, course: str | None, *, now: datetime | None = None) -> dict[str, Hours]:
+    def seat_hours(
+        self, course: str | None, *, now: datetime | None = None, participant: str | None = None
+    ) -> dict[str, Hours]:
         """Every participant's seat hours (quota from the person, the group or the course; top-ups;
-        hours their seat ran inside access hours and outside lab sessions), by participant key."""
+        hours their seat ran inside access hours and outside lab sessions), by participant key;
+        ``participant``: only theirs (a participant page)."""
         when = now or datetime.now(UTC)
         with self._read() as s:
             crow = _course(s, course)
             file = _course_file(crow)
             open_, exempt = _windows(crow, file)
-            timelines = _timelines(s, crow)
+            one = _participant_and_seat(s, crow, participant)[0].id if participant is not None else None
+            timelines = _timelines(s, crow, one)
             held: dict[int, list[Interval]] = {}
-            for pid, start, end in s.execute(
+            q = (
                 select(Assignment.participant_id, Assignment.valid_from, Assignment.valid_to)
                 .join(Seat, Seat.id == Assignment.seat_id)
                 .where(Seat.course_id == crow.id)
-            ):
+            )
+            for pid, start, end in s.execute(q if one is None else q.where(Assignment.participant_id == one)):
                 held.setdefault(pid, []).append((cast(datetime, _utc(start)), _utc(end) or when))
             ledger: dict[int, list[SeatHours]] = {}
-            for h in s.scalars(select(SeatHours).where(SeatHours.course_id == crow.id).order_by(SeatHours.id)):
+            q2 = select(SeatHours).where(SeatHours.course_id == crow.id).order_by(SeatHours.id)
+            for h in s.scalars(q2 if one is None else q2.where(SeatHours.participant_id == one)):
                 ledger.setdefault(h.participant_id, []).append(h)
             out = {}
-            for p in s.scalars(select(Participant).where(Participant.course_id == crow.id)):
+            q3 = select(Participant).where(Participant.course_id == crow.id)
+            for p in s.scalars(q3 if one is None else q3.where(Participant.id == one)):
                 rows = ledger.get(p.id, [])
                 own = [h.hours for h in rows if h.kind == "quota"]
                 quota = own[-1] if own else _quota(file, p.group_name)
@@ -420,7 +427,9 @@ class RequestMethods(StoreBase):
             _log(s, crow.key, actor, "seat.idle.warned", participant=participant, seat=seat, detail={"text": text})
 
 
-def _timelines(s: Any, crow: CourseRecord) -> dict[str, list[tuple[datetime, str, str | None]]]:
+def _timelines(
+    s: Any, crow: CourseRecord, participant_id: int | None = None
+) -> dict[str, list[tuple[datetime, str, str | None]]]:
     out: dict[str, list[tuple[datetime, str, str | None]]] = {}
     q = (
         select(Participant.key, SeatRequest.done_at, SeatRequest.action, SeatRequest.reason)
@@ -432,6 +441,8 @@ def _timelines(s: Any, crow: CourseRecord) -> dict[str, list[tuple[datetime, str
         )
         .order_by(SeatRequest.done_at, SeatRequest.id)
     )
+    if participant_id is not None:
+        q = q.where(SeatRequest.participant_id == participant_id)
     for who, at, action, reason in s.execute(q):
         out.setdefault(who, []).append((cast(datetime, _utc(at)), action, reason))
     return out

@@ -28,7 +28,7 @@ def seat_controls(portal: Any, who: ParticipantView) -> dict[str, Any]:
     out["idle_warning"] = None
     try:
         out["requests"] = [r.to_dict() for r in store.seat_requests(who.course, participant=who.key, limit=5)]
-        hours = store.seat_hours(who.course).get(who.key)
+        hours = store.seat_hours(who.course, participant=who.key).get(who.key)
         out["hours"] = hours.to_dict() if hours is not None else None
         warned = store.idle_warning(who.course, who.key)
         out["idle_warning"] = warned[1] if warned is not None else None

@@ -14,6 +14,9 @@
   no SSH activity (no command running over SSH, no input on the participant's terminals) for that long →
   a warning on the page; still so ``grace_minutes`` later → stopped. Never during a lab session, never
   without monitor readings that cover the window.
+- Lab sessions: from ``lead_minutes`` before one until it ends, no stop for hours (a seat stopped for hours
+  runs through it), and each running seat is checked once as its participant (``seat.check``, the probe of
+  ``seats check``), so a broken seat is on the organizer's overview before the session starts.
 
 Each request ends in a ``request.record`` step that looks at the machine and marks it done or failed
 with the reason, so a failed lock or a closed window is said, not left pending.
