@@ -211,6 +211,7 @@ def delete_course(store: Any, course: str | None, *, export_to: Path, actor: str
         }
     return {
         **drop_course(store, key, export=str(written["path"]), sha256=written["sha256"], actor=actor),
+        "export": written["path"],
         "deferred": False,
     }
 
