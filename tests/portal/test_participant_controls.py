@@ -17,6 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuseat.catalog.bundle import load_catalog
+from gpuseat.services.accounts import Accounts
 from gpuseat.services.courses import open_store
 from gpuseat.web.app import Portal, create_app
 
@@ -35,6 +36,7 @@ days = 21
 quota_hours = 40
 idle_minutes = 30
 """
+PASSWORD = "a long enough passphrase"
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
 
@@ -55,6 +57,7 @@ def served(db_url: str, tmp_path: Path) -> Iterator[tuple[Any, TestClient, dict[
     store.assign("lab", "ann", "mig-01")
     store.assign("lab", "ben", "mig-02")
     links = {t.participant: t.token for t in store.issue_tokens("lab")}
+    Accounts(store).set_password("admin", PASSWORD)
     portal = Portal(store, load_catalog(), "lab", link_days_after_end=None)
     client = TestClient(create_app(portal), base_url="http://testserver")
     yield store, client, links
@@ -145,3 +148,24 @@ def test_keys_resets_and_bursts(served: Any) -> None:
     assert codes[:8] == [303] * 8 and codes[8:] == [429] * 2, codes  # 2 earlier + 8 = 10 in ten minutes
     assert len(store.seat_requests("lab", participant="ann", limit=100)) == 10
     assert store.seat_requests("lab", participant="ben") == []
+
+
+def test_the_organizer_sees_and_exports_hours_per_person(served: Any) -> None:
+    store, client, _links = served
+    assert client.get("/hours", follow_redirects=False).status_code == 303  # log in first
+    assert client.get("/hours.csv", follow_redirects=False).status_code == 401
+    login = client.get("/login")
+    r = client.post(
+        "/login",
+        data={"csrf": CSRF.search(login.text).group(1), "username": "admin", "password": PASSWORD},  # type: ignore[union-attr]
+        follow_redirects=False,
+    )
+    assert r.status_code == 303
+    store.add_seat_hours("lab", "ann", 5, actor="admin")
+    page = client.get("/hours")
+    assert page.status_code == 200 and 'data-participant="ann"' in page.text and "quota_hours" in page.text
+    csv = client.get("/hours.csv")
+    lines = csv.text.splitlines()
+    assert lines[0] == "participant,group,seat,quota,topups,used,left,running,runs_out_at"
+    ann = next(x for x in lines if x.startswith("ann,"))
+    assert ",mig-01,40.0,5.0," in ann, ann

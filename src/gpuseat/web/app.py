@@ -455,6 +455,6 @@ def create_app(portal: Portal) -> FastAPI:
 
     from gpuseat.web.participant_controls import add_participant_controls  # the participant's seat controls
 
-    add_participant_controls(app, portal, templates, participant, read_form, check_csrf)
+    add_participant_controls(app, portal, templates, participant, read_form, check_csrf, page, need_organizer)
 
     return app

@@ -51,10 +51,15 @@ def add_participant_controls(
     participant: Callable[[Request, str], ParticipantView | Response],
     read_form: Callable[..., Any],
     check_csrf: Callable[[FormData, str | None], None],
+    page: Callable[..., Response],
+    need_organizer: Callable[[Request], str],
 ) -> None:
-    """Add ``POST /t/{token}/seat`` and ``GET /t/{token}/seat.json``; the page's partial reads
-    ``seat_controls(who)``."""
+    """Add ``POST /t/{token}/seat`` and ``GET /t/{token}/seat.json`` (the page's partial reads
+    ``seat_controls(who)``), and the organizer's ``/hours`` and ``/hours.csv``."""
+    from gpuseat.web.seat_hours import add_hours_routes
+
     templates.env.globals["seat_controls"] = lambda who: seat_controls(portal, who)
+    add_hours_routes(app, portal, page, need_organizer)
 
     @app.post("/t/{token}/seat")
     def participant_seat(token: str, request: Request, data: FormData = Depends(read_form)) -> Response:

@@ -1,0 +1,54 @@
+"""The organizer's seat hours (issue 40): hours per participant (quota, top-ups, used, left, when the seat
+stops at this rate) and the course's ``[policy]``, as a page (``/hours``) and a CSV download (``/hours.csv``).
+Registered by :func:`gpuseat.web.participant_controls.add_participant_controls`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from gpuseat.errors import GpuseatError
+from gpuseat.web.exports import csv_text
+
+COLUMNS = ("participant", "group", "seat", "quota", "topups", "used", "left", "running", "runs_out_at")
+
+
+def hour_rows(portal: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One row per participant, and the course's own policy (``{}`` without a course file)."""
+    key = portal.course_key
+    people = {p.key: p for p in portal.store.participants(key)}
+    hours = portal.store.seat_hours(key)
+    rows = [
+        {"participant": k, "group": people[k].group, "seat": people[k].seat, **h.to_dict()}
+        for k, h in sorted(hours.items())
+        if k in people
+    ]
+    try:
+        policy = portal.store.course_file(key).policy.model_dump()
+    except GpuseatError:  # a course without a file has no policy
+        policy = {}
+    return rows, policy
+
+
+def add_hours_routes(app: FastAPI, portal: Any, page: Callable[..., Response], need: Callable[[Request], str]) -> None:
+    """``GET /hours`` and ``GET /hours.csv`` (organizer session)."""
+
+    @app.get("/hours")
+    def hours_page(request: Request) -> Response:
+        need(request)
+        rows, policy = hour_rows(portal)
+        return page(request, "hours.html", tab="hours", rows=rows, policy=policy)
+
+    @app.get("/hours.csv")
+    def hours_csv(request: Request) -> Response:
+        need(request)
+        rows, _policy = hour_rows(portal)
+        text = csv_text(COLUMNS, ([r.get(c) for c in COLUMNS] for r in rows))
+        return Response(
+            text,
+            media_type="text/csv; charset=utf-8",
+            headers={"content-disposition": 'attachment; filename="seat-hours.csv"', "cache-control": "no-store"},
+        )
