@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 SAMPLE_SLACK = timedelta(minutes=2)
 #: how a stop for seat hours starts its reason (such a stop does not hold during a lab session)
 HOURS_REASON = "no seat hours left"
+#: a seat found broken before a session is checked again this much later (at the agent's next pass)
+RECHECK = timedelta(minutes=4)
 
 
 def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> None:
@@ -107,7 +109,8 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
             if idle is not None:
                 add(idle)
                 running = idle.action != "seat.stop"
-        if running and sessions is not None and sessions.upcoming is not None and near and not in_session:
+        # (while access is still closed the seat is locked on purpose: checked once the window opens)
+        if running and sessions is not None and sessions.upcoming and near and not in_session and not course.closed:
             check = _session_check(engine, seat_key, p.key, sessions.upcoming, lead, checks.get(seat_key))
             if check is not None:
                 add(check)
@@ -213,11 +216,16 @@ def _idle_step(
 def _session_check(
     engine: HostEngine, seat: str, who: str, starts: datetime, lead: float, last: dict[str, Any] | None
 ) -> Step | None:
-    """Ready before the session: a ``seats check`` of the seat as its participant, once in the lead time."""
+    """Ready before the session: a ``seats check`` of the seat as its participant in the lead time, once
+    when ready; a broken seat again every :data:`RECHECK` until the session (someone may fix it)."""
     since = starts - timedelta(minutes=lead)
     checked = last.get("checked_at") if last else None
-    if checked and datetime.fromisoformat(str(checked)) >= since:
-        return None
+    if checked:
+        at = datetime.fromisoformat(str(checked))
+        if at >= since and (last or {}).get("state") == "ready":
+            return None
+        if at >= since and datetime.now(UTC) - at < RECHECK:
+            return None
     why = f"the session at {starts:%H:%M} UTC starts within {lead:g} min: check the seat as {who}"
     return _step(engine, "seat.check", seat, why, "record", participant=who)
 
