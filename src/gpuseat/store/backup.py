@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import sqlite3
-import subprocess
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -75,7 +74,9 @@ def _tool(name: str) -> str:
 
 
 def _run(cmd: list[str], env: dict[str, str], what: str) -> None:
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600, check=False)
+    from gpuseat.engines.runner import default_runner
+
+    done = default_runner().run(cmd, env=env, timeout=3600, check=False, where=cmd[0])
     if done.returncode != 0:
         first = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[0]
         raise EngineError(
