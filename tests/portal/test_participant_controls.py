@@ -162,10 +162,37 @@ def test_the_organizer_sees_and_exports_hours_per_person(served: Any) -> None:
     )
     assert r.status_code == 303
     store.add_seat_hours("lab", "ann", 5, actor="admin")
+    _busy(store.url, "mig-01", minutes=90)  # the monitor saw ann's GPU in use for 90 minutes
     page = client.get("/hours")
     assert page.status_code == 200 and 'data-participant="ann"' in page.text and "quota_hours" in page.text
     csv = client.get("/hours.csv")
     lines = csv.text.splitlines()
-    assert lines[0] == "participant,group,seat,quota,topups,used,left,running,runs_out_at"
+    assert lines[0] == "participant,group,seat,quota,topups,used,left,gpu_busy,running,runs_out_at"
     ann = next(x for x in lines if x.startswith("ann,"))
-    assert ",mig-01,40.0,5.0," in ann, ann
+    assert ",mig-01,40.0,5.0," in ann and ",1.5," in ann, ann
+    assert "<td>1.5</td>" in page.text
+
+
+def _busy(url: str, seat: str, *, minutes: int) -> None:
+    """Stand-in monitor rollups: ``minutes`` of one-minute aggregates with the seat's GPU in use."""
+    import time
+
+    from sqlalchemy import create_engine, select
+    from sqlalchemy.orm import Session
+
+    from gpuseat.db.models import Device, MinuteAggregate, Seat
+
+    engine = create_engine(url)
+    start = int(time.time()) // 60 - minutes
+    with Session(engine) as s, s.begin():
+        row = s.scalar(select(Seat).where(Seat.key == seat))
+        assert row is not None
+        dev = Device(host="gpu1", uuid=str(row.device_uuid), name="H200")
+        s.add(dev)
+        s.flush()
+        s.add_all(
+            MinuteAggregate(minute=start + m, device_id=dev.id, seat_id=row.id, samples=6, active_samples=6,
+                            utilization_avg=80)
+            for m in range(minutes)
+        )  # fmt: skip
+    engine.dispose()

@@ -13,7 +13,7 @@ from fastapi.responses import Response
 from gpuseat.errors import GpuseatError
 from gpuseat.web.exports import csv_text
 
-COLUMNS = ("participant", "group", "seat", "quota", "topups", "used", "left", "running", "runs_out_at")
+COLUMNS = ("participant", "group", "seat", "quota", "topups", "used", "left", "gpu_busy", "running", "runs_out_at")
 
 
 def hour_rows(portal: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -21,8 +21,15 @@ def hour_rows(portal: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     key = portal.course_key
     people = {p.key: p for p in portal.store.participants(key)}
     hours = portal.store.seat_hours(key)
+    busy = _gpu_busy(portal, key)
     rows = [
-        {"participant": k, "group": people[k].group, "seat": people[k].seat, **h.to_dict()}
+        {
+            "participant": k,
+            "group": people[k].group,
+            "seat": people[k].seat,
+            **h.to_dict(),
+            "gpu_busy": round(busy.get(people[k].seat or "", 0.0), 3),
+        }
         for k, h in sorted(hours.items())
         if k in people
     ]
@@ -31,6 +38,17 @@ def hour_rows(portal: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     except GpuseatError:  # a course without a file has no policy
         policy = {}
     return rows, policy
+
+
+def _gpu_busy(portal: Any, course: str) -> dict[str, float]:
+    """Hours each seat's GPU was in use, from the monitor's one-minute rollups (0 without a monitor)."""
+    from gpuseat.store.activity import Activity
+
+    ids = {s.id: s.key for s in portal.store.seats(course)}
+    out: dict[str, float] = {}
+    for day in Activity(portal.store).daily(seat_ids=list(ids)):
+        out[ids[day.seat_id]] = out.get(ids[day.seat_id], 0.0) + day.active_hours
+    return out
 
 
 def add_hours_routes(app: FastAPI, portal: Any, page: Callable[..., Response], need: Callable[[Request], str]) -> None:
