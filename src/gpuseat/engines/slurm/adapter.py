@@ -231,9 +231,16 @@ class Slurm:
     def update_reservation_users(self, name: str, users: Sequence[str]) -> None:
         """Set a reservation's users to exactly ``users`` (after a roster or seat change)."""
         names.slurm_name(name)
-        self.run(
-            "scontrol", ["update", f"ReservationName={name}", f"Users={','.join(names.unix_user(u) for u in users)}"]
-        )
+        args = ["update", f"ReservationName={name}", f"Users={','.join(names.unix_user(u) for u in users)}"]
+        # slurmctld re-checks the reservation's nodes on an update and answers "Requested nodes are busy"
+        # while a job it is ending still holds them (a cancel a moment ago): try again for a few seconds
+        for _ in range(20):
+            proc = self.run("scontrol", args, check=False)
+            if proc.returncode == 0 or "nodes are busy" not in (proc.stderr + proc.stdout):
+                break
+            time.sleep(0.25)
+        if proc.returncode != 0:
+            raise EngineError(f"scontrol update reservation {name} failed: {explain(proc.stderr)}", where="scontrol")
 
     def delete_reservation(self, name: str) -> None:
         """Delete one reservation (gone already is fine)."""
