@@ -280,6 +280,61 @@ def _held_since(db: str, minutes: int) -> None:
     engine.dispose()
 
 
+def _policy_course(lab: Lab, cli: Callable[..., Any], tmp_path: Path, toml: str) -> tuple[str, dict[str, str]]:
+    """Course ``lab`` from ``toml``: ann, ben, cat on the three MIG seats, applied, sshd started."""
+    db = f"sqlite:///{tmp_path / 'course.db'}"
+    lab.port = free_port()
+    (tmp_path / "lab.toml").write_text(toml)
+    for who in ("ann", "ben", "cat", "dan"):
+        lab.person(who)
+    (tmp_path / "roster.csv").write_text(lab.roster())
+    listing = subprocess.run([str(lab.nvidia_smi), "-L"], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "smi-L.txt").write_text(listing)
+    for args in (
+        ("course", "create", tmp_path / "lab.toml", "--key", "lab"),
+        ("roster", "import", tmp_path / "roster.csv"),
+        ("seats", "add", "--from-nvidia-smi", tmp_path / "smi-L.txt", "--engine", "host", "--host", "gpu1"),
+    ):
+        assert cli(*args, "--db", db).code == 0, args
+    _settings(cli, lab, db)
+    by_uuid = _seat_of(cli, db)
+    seat = {"ann": by_uuid[MIG[0]], "ben": by_uuid[MIG[1]], "cat": by_uuid[MIG[2]]}
+    for who, key in seat.items():
+        assert cli("seats", "assign", "--participant", who, "--seat", key, "--db", db).code == 0
+    _apply(cli, db)
+    lab.start_sshd()
+    return db, seat
+
+
+def test_a_seat_never_connected_is_stopped_a_login_with_the_own_key_counts_the_probe_not(
+    lab: Lab, cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    db, seat = _policy_course(lab, cli, tmp_path, IDLE_COURSE.replace("idle_minutes = 3", "never_connected_hours = 1"))
+    sshd_log = lab.root / "sshd" / "sshd.log"
+    assert cli("engines", "settings", "host", f"sshd_log={sshd_log}", "--course", "lab", "--db", db).code == 0
+    assert lab.ssh("ben", "true").returncode == 0  # ben logs in once with his key
+    checked = cli("seats", "check", "--course", "lab", "--seat", seat["ann"], "--db", db)  # the probe logs in as ann
+    assert checked.code == 0, checked.out + checked.err
+    _apply(cli, db)  # within the hour: nobody stopped (ann is not tried here: that would be a login)
+    assert _requests(cli, db, "ann") == [] and _requests(cli, db, "cat") == []
+    _held_since(db, 120)
+    r = _apply(cli, db)
+    assert "seat.stop" in r.out, r.out
+    assert lab.ssh("ann", "true").returncode == 255
+    stop = _requests(cli, db, "ann")[0]
+    assert stop["reason"].startswith("never connected: ann did not log in within 1 h"), stop
+    assert lab.ssh("ben", "true").returncode == 0 and _requests(cli, db, "ben") == []
+    # cat never logged in either: stopped the same way; a start lets her in (and she is not stopped again
+    # once she logs in)
+    assert lab.ssh("cat", "true").returncode == 255
+    assert cli("seat", "start", "--participant", "cat", "--db", db).code == 0
+    _apply(cli, db)
+    assert lab.ssh("cat", "true").returncode == 0
+    assert "seat.connected" in _apply(cli, db).out
+    assert "nothing to change" in _apply(cli, db).out
+    assert lab.ssh("cat", "true").returncode == 0
+
+
 def test_idle_gpu_and_no_ssh_is_warned_then_stopped_a_busy_gpu_or_a_session_never(
     lab: Lab, cli: Callable[..., Any], tmp_path: Path
 ) -> None:

@@ -420,6 +420,17 @@ class RequestMethods(StoreBase):
                 return None
             return at, str((row[1] or {}).get("text") or "")
 
+    def connected(self, course: str | None) -> dict[str, datetime]:
+        """When each participant was first seen logged in to their seat (``seat.connected`` events)."""
+        with self._read() as s:
+            crow = _course(s, course)
+            rows = s.execute(
+                select(Event.participant, func.min(Event.at))
+                .where(Event.course_key == crow.key, Event.action == "seat.connected")
+                .group_by(Event.participant)
+            )
+            return {who: cast(datetime, _utc(at)) for who, at in rows if who}
+
     def warn_idle(self, course: str | None, participant: str, seat: str, text: str, *, actor: str = AGENT) -> None:
         """Write the idle warning of a seat (the page shows it; the stop comes after the grace period)."""
         with self._write() as s:

@@ -65,9 +65,18 @@ class HostSettings(BaseModel):
     memory_max: str | None = Field(None, pattern=r"^\d{1,9}[KMGT]?$", description="MemoryMax= per participant")
     timeout: float = Field(20.0, gt=0, le=3600, description="seconds a probe may take")
     skeleton: str = Field("/etc/skel", description="what a seat reset restores a participant's home from")
+    sshd_log: str = Field("journal", description="sshd's log for the never-connected stop: journal or a file path")
 
     @field_validator(
-        "dev_root", "proc_root", "nvidia_smi", "keys_dir", "sshd_dropin", "profile_d", "systemd_dir", "skeleton"
+        "dev_root",
+        "proc_root",
+        "nvidia_smi",
+        "keys_dir",
+        "sshd_dropin",
+        "profile_d",
+        "systemd_dir",
+        "skeleton",
+        "sshd_log",
     )
     @classmethod
     def _plain_path(cls, v: str | None) -> str | None:
@@ -553,7 +562,7 @@ class HostEngine(StepEngine):
                 )
             case "seat.record" | "seat.clear":
                 self.record_way_in(step)
-            case "request.record" | "seat.stop" | "seat.warn" | "seat.check" | "home.reset":
+            case "request.record" | "seat.stop" | "seat.warn" | "seat.check" | "seat.connected" | "home.reset":
                 return self._do_request(step)
             case _:
                 raise InputError(f"the host engine has no step {step.action!r}", where="plan")

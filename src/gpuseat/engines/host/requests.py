@@ -14,6 +14,10 @@
   no SSH activity (no command running over SSH, no input on the participant's terminals) for that long →
   a warning on the page; still so ``grace_minutes`` later → stopped. Never during a lab session, never
   without monitor readings that cover the window.
+- Never connected (``never_connected_hours``): a seat whose holder has not logged in with their own key
+  (sshd's "Accepted publickey for LOGIN … SHA256:<their key>", from the journal or the ``sshd_log`` file;
+  gpuseat's probe key does not count) that long after getting it is stopped; a login is recorded once as
+  ``seat.connected``. An unreadable log stops nothing.
 - Lab sessions: from ``lead_minutes`` before one until it ends, no stop for hours (a seat stopped for hours
   runs through it), and each running seat is checked once as its participant (``seat.check``, the probe of
   ``seats check``), so a broken seat is on the organizer's overview before the session starts.
@@ -63,6 +67,10 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
     checks = engine.store.readiness_of(engine.course) if sessions is not None and sessions.upcoming else {}
     windows: dict[datetime, dict[str, tuple[int, int | None, datetime]]] = {}
     since_of = {seat.key: seat.assigned_since for seat in course.seats}
+    connected = (
+        engine.store.connected(engine.course) if any(x.get("never_connected_hours") for x in policies.values()) else {}
+    )
+    sshd_lines: list[str] = []
     add = changes.steps.append
     for r in sorted(pending, key=lambda x: x.id):
         p = holders.get(r.seat or "")
@@ -110,6 +118,13 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
                 add(idle)
                 running = idle.action != "seat.stop"
         # (while access is still closed the seat is locked on purpose: checked once the window opens)
+        hours_never = policies.get(p.key, {}).get("never_connected_hours")
+        held_since = since_of.get(seat_key)
+        if running and not mine and hours_never and held_since is not None and not connected.get(p.key):
+            found = _never_connected(engine, p, login, float(hours_never), held_since, now, sshd_lines, changes)
+            if found is not None:
+                add(found)
+                running = found.action != "seat.stop"
         if running and sessions is not None and sessions.upcoming and near and not in_session and not course.closed:
             check = _session_check(engine, seat_key, p.key, sessions.upcoming, lead, checks.get(seat_key))
             if check is not None:
@@ -136,6 +151,10 @@ def do_request(engine: HostEngine, step: Step) -> str | None:
         return None
     if step.action == "seat.check":
         return _check_seat(engine, step)
+    if step.action == "seat.connected":
+        engine.store.log_any(engine.course, "seat.connected", participant=step.participant, seat=step.target,
+                             detail={"login": d["login"]}, actor="gpuseat-agent")  # fmt: skip
+        return None
     if step.action == "seat.warn":
         engine.store.warn_idle(engine.course, str(step.participant), step.target, str(d["text"]))
         return None
@@ -241,6 +260,80 @@ def _check_seat(engine: HostEngine, step: Step) -> str | None:
     result = engine.probe(seat, people[seat.participant])
     engine.store.record_readiness([result], actor="gpuseat-agent")
     return None if result.state == "ready" else f"{step.target} is broken before the session: {result.reason}"
+
+
+def _never_connected(
+    engine: HostEngine,
+    p: Any,
+    login: str,
+    hours: float,
+    since: datetime,
+    now: datetime,
+    lines: list[str],
+    changes: Changes,
+) -> Step | None:
+    """A seat its holder never logged in to (with their own key: gpuseat's probe does not count) within
+    ``hours`` of getting it is stopped; a login found in sshd's log is recorded once (``seat.connected``).
+    Without a readable sshd log nothing is stopped (the plan says so)."""
+    if not lines:
+        read = _sshd_lines(engine, since)
+        lines.extend(read if read is not None else ["<unreadable>"])
+    if lines == ["<unreadable>"]:
+        note = (
+            f"never_connected_hours: sshd's log ({engine.settings.sshd_log}) cannot be read: no seat is stopped for it"
+        )
+        if note not in changes.notes:
+            changes.notes.append(note)
+        return None
+    mine = _fingerprint(p.ssh_key) if p.ssh_key else None
+    wanted = f"Accepted publickey for {login} "
+    if mine and any(wanted in x and mine in x for x in lines):
+        return _step(engine, "seat.connected", p.seat or login, f"{p.key} logged in as {login}", "record",
+                     participant=p.key, login=login)  # fmt: skip
+    if now - since < timedelta(hours=hours):
+        return None
+    why = f"never connected: {p.key} did not log in within {hours:g} h of getting the seat"
+    return _step(engine, "seat.stop", p.seat or login, why, "record", participant=p.key, reason=why)
+
+
+def _sshd_lines(engine: HostEngine, since: datetime) -> list[str] | None:
+    """sshd's log lines since ``since``: the journal (``journalctl``), or the tail of a log file (None:
+    it cannot be read)."""
+    where = engine.settings.sshd_log
+    if where == "journal":
+        done = engine.runner.try_run(
+            [
+                "journalctl",
+                "-q",
+                "-o",
+                "cat",
+                "_COMM=sshd",
+                "_COMM=sshd-session",
+                "--since",
+                since.strftime("%Y-%m-%d %H:%M:%S UTC"),
+            ],
+            mutates=False,
+            where="host",
+        )
+        return done.stdout.splitlines() if done.returncode == 0 else None
+    path = Path(where)
+    if not path.is_file():
+        return None
+    with path.open("rb") as fh:
+        fh.seek(max(0, path.stat().st_size - 8_000_000))
+        return fh.read().decode(errors="replace").splitlines()
+
+
+def _fingerprint(key_line: str) -> str | None:
+    """``SHA256:…`` of a public key line, as sshd logs it."""
+    import base64
+    import hashlib
+
+    try:
+        blob = base64.b64decode(key_line.split()[1], validate=True)
+    except (IndexError, ValueError):
+        return None
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
 
 
 def _last_ssh(engine: HostEngine, login: str, now: datetime) -> datetime | None:
