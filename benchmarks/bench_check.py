@@ -27,10 +27,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "delivery"))
 
 import hostlab  # noqa: E402  (the tests' stand-in host: one harness for tests and benchmark)
+from gpuseat.services.host_engine import HostEngine  # noqa: E402
 
 from gpuseat.services.checks import check_seats  # noqa: E402
 from gpuseat.services.courses import open_store  # noqa: E402
-from gpuseat.services.host_engine import HostEngine  # noqa: E402
 
 COURSE = 'name = "bench check"\nparticipants = {n}\n[schedule]\nstart = 2026-09-07\ndays = 5\n'
 

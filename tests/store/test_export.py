@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from gpuseat.cli import main
+from gpuseat.core.readiness import Access
 from gpuseat.core.roster import RosterText
 from gpuseat.errors import InputError
 from gpuseat.services.courses import CourseStore, SeatSpec, open_store
-from gpuseat.core.readiness import Access
 from gpuseat.services.survey import SurveyService
 from gpuseat.store.export import collect
 from pg_schema import pg_schema_url

@@ -56,9 +56,7 @@ def upgrade() -> None:
         )
         return
     op.execute("DROP TRIGGER IF EXISTS gpuseat_ro_assignments_update")
-    op.execute(
-        "UPDATE assignments SET valid_to = valid_from WHERE " + _BACKWARDS_SQLITE.replace("NEW.", "")
-    )
+    op.execute("UPDATE assignments SET valid_to = valid_from WHERE " + _BACKWARDS_SQLITE.replace("NEW.", ""))
     op.execute(_RO_UPDATE)
     for verb in ("INSERT", "UPDATE"):
         op.execute(
