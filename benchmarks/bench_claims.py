@@ -28,8 +28,9 @@ free seat" answers, double assignments (must be 0) and the ratios gpuseat/plain 
 the load average (the machine may be shared).
 
 Run: ``.venv/bin/python benchmarks/bench_claims.py [--pg URL] [--participants 1000,10000] [--writers 16,64]
-[--rounds 5]``
-(``--pg`` defaults to ``GPUSEAT_TEST_PG_URL``; PostgreSQL is skipped without one).
+[--rounds 5] [--hogs N]``
+(``--hogs N``: N busy-loop processes run during every round, so more processes want the CPU than there
+are cores, as on a shared machine; ``--pg`` defaults to ``GPUSEAT_TEST_PG_URL``; PostgreSQL is skipped without one).
 """
 
 from __future__ import annotations
@@ -309,7 +310,15 @@ def doubles(url: str, method: str, logged_before: int) -> int:
     return n
 
 
-def run(url: str, method: str, procs: int, participants: int) -> dict[str, Any]:
+def hog(stop: Any) -> None:
+    """Busy CPU (``--hogs``): another program's work on the same cores."""
+    n = 0
+    while not stop.is_set():
+        for _ in range(10_000):
+            n += 1
+
+
+def run(url: str, method: str, procs: int, participants: int, hogs: int = 0) -> dict[str, Any]:
     logged = reset(url)
     keys = [f"p{i:05d}" for i in range(participants)]
     ctx = mp.get_context("fork")
@@ -318,9 +327,18 @@ def run(url: str, method: str, procs: int, participants: int) -> dict[str, Any]:
     workers = [ctx.Process(target=worker, args=(url, method, keys[i::procs], start, out)) for i in range(procs)]
     for w in workers:
         w.start()
-    start.wait()
-    t0 = time.perf_counter()
-    results = [out.get(timeout=1800) for _ in workers]
+    stop = ctx.Event()
+    busy = [ctx.Process(target=hog, args=(stop,), daemon=True) for _ in range(hogs)]
+    for b in busy:
+        b.start()
+    try:
+        start.wait()
+        t0 = time.perf_counter()
+        results = [out.get(timeout=1800) for _ in workers]
+    finally:
+        stop.set()
+        for b in busy:
+            b.join(timeout=5)
     for w in workers:
         w.join()
     wall = max(r[3] for r in results) - t0
@@ -382,12 +400,19 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=5, help="Runs of each cell, the methods taking turns (medians are printed)."
     )
+    parser.add_argument(
+        "--hogs",
+        type=int,
+        default=0,
+        help="Busy-loop processes running during each round (more runnable processes than cores, as on a "
+        "shared machine: the writer queue's convoy, issue 38 item 19).",
+    )
     parser.add_argument("--json", type=Path, help="Also write every row to this JSON file.")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: give 1 or more rounds per cell")
     methods = [m for m in args.methods.split(",") if m]
-    print(f"load average at start: {load()} ({os.cpu_count()} CPUs)")
+    print(f"load average at start: {load()} ({os.cpu_count()} CPUs, {args.hogs} busy-loop processes per round)")
     head = f"{'database':<11}{'people':>7}{'writers':>8} {'method':<8}{'claims/s':>9}{'p50 ms':>8}{'p99 ms':>8}"
     print(head + f"{'seated':>8}{'no seat':>8}{'doubles':>8}   claims/s of the slowest–fastest round")
     rows: list[dict[str, Any]] = []
@@ -409,7 +434,7 @@ def main() -> None:
                         runs: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
                         for _ in range(args.rounds):
                             for method in methods:
-                                runs[method].append(run(url, method, procs, participants))
+                                runs[method].append(run(url, method, procs, participants, args.hogs))
                         group = {}
                         for method in methods:
                             r = summary(method, runs[method])

@@ -344,3 +344,30 @@ def test_claims_queued_behind_a_killed_claim_take_their_own_seats(queue, tmp_pat
     assert held == {p: got[p]["seat"] for p in who[1:4]}  # the killed claim's seat was rolled back
     assert len(set(held.values())) == 3
     assert sorted(events) == sorted((p, got[p]["seat"], f"t-{p}") for p in who[1:4])
+
+
+def test_served_writers_that_are_not_running_hold_up_no_one(queue):
+    """The writer whose turn it is serves A1 and A2, which are stopped (SIGSTOP: not scheduled, as on a
+    busy machine) before they can read their answers; the writer queued behind them gets its turn when
+    the server ends, not when they run again. The queue used to wait for each served writer to be
+    scheduled and let go of its byte, one after another (the convoy of 16 writers on 2 busy cores)."""
+    release = queue.tmp / "release"
+    queue.queued("H", "serve", str(release), "commit")
+    queue.until("H to hold the turn", lambda: "H " in queue.text())
+    stopped = [queue.queued(name, "ask") for name in ("A1", "A2")]
+    queue.until("A1 and A2 to ask", lambda: queue.path.read_bytes()[-2:] == b"\x04\x04")
+    for p in stopped:
+        p.send_signal(signal.SIGSTOP)
+    try:
+        waiter = queue.queued("W", "once")
+        release.touch()
+        queue.until("W's turn while A1 and A2 are stopped", lambda: "W " in queue.text())
+        assert queue.text().split()[:2] == ["H", "H:A1,A2"]
+        assert waiter.wait(timeout=30) == 0
+    finally:
+        for p in stopped:
+            p.send_signal(signal.SIGCONT)
+    for p in queue.procs:
+        assert p.wait(timeout=30) == 0
+    said = queue.text().split()
+    assert sorted(said[2:]) == ["A1=ok-A1", "A2=ok-A2", "W"]  # each asker got its own answer, none wrote itself

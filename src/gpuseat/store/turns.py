@@ -8,15 +8,22 @@ after the release: often the one that has just let go, before the waiter the ker
 With 10,000 claims by 16 processes on 2 cores that re-taking made the p99 2.3× SQLite's own
 (docs/results.md, 2026-12-04).
 
-Here each writer takes a ticket and waits for the writer before it, and no one else (a queue lock in the
-manner of CLH locks, built from what the kernel offers every process):
+Here each writer takes a ticket and waits its turn in ticket order (a queue lock in the manner of CLH
+locks, built from what the kernel offers every process). Waiting only for the writer right before, as
+CLH does, made the queue convoy once more processes wanted the CPU than there were cores: a served
+writer let go of its byte only when it was scheduled again, and the next turn waited for a chain of
+such wake-ups (16 writers on 2 cores beside 4 busy processes: 995–1,466 claims/s against plain SQL's
+2,000–2,300; docs/results.md, 2026-12-06). So:
 
 * the ticket is the offset of one byte appended to the queue file (``O_APPEND`` makes appends atomic, so
   every writer gets its own offset, in order);
-* the writer holds an open-file-description lock on the byte at its ticket while it waits and writes,
-  and waits for its predecessor's byte; on leaving it marks its byte done and unlocks, which wakes its
-  successor alone. The writer next in line (its predecessor's predecessor done) watches the mark
-  instead of sleeping, for at most :data:`SPIN_S`: a wake-up costs more than a short write;
+* the writer holds an open-file-description lock on the byte at its ticket while it waits and writes;
+  on leaving it marks its byte done and unlocks, which wakes those waiting for it. It waits for the
+  nearest writer before it that will not be served (one that asked nothing), looking past those that
+  asked (a claim is an asker from its first byte): the writer whose turn it is may serve them, and a
+  served asker must not hold up the queue until it is scheduled again. When no such writer is left
+  before the askers, it waits for the first asker (whose turn it is). The writer next in line watches
+  the mark instead of sleeping, for at most :data:`SPIN_S`: a wake-up costs more than a short write;
 * handing the turn from process to process costs more than the write itself: the new writer's
   connection reads every page afresh (SQLite drops a connection's page cache when another connection
   has written) and its process starts on cold CPU caches, so a write took twice the CPU of the same
@@ -66,6 +73,12 @@ def _lock(fd: int, kind: int, at: int, wait: bool = True) -> None:
     fcntl.fcntl(fd, cmd, _FLOCK.pack(kind, os.SEEK_SET, at, 1, 0))
 
 
+def _held(fd: int, at: int) -> bool:
+    """Whether the byte at ``at`` is locked by its writer (or a writer serving it), without waiting."""
+    got = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _FLOCK.pack(fcntl.F_RDLCK, os.SEEK_SET, at, 1, 0))
+    return bool(_FLOCK.unpack(got)[0] != fcntl.F_UNLCK)
+
+
 def _locked(fd: int, at: int) -> None:
     """Return once the byte at ``at`` is not locked by its writer (at once when it is not)."""
     _lock(fd, fcntl.F_RDLCK, at)
@@ -103,29 +116,28 @@ class Turns:
         if not _OFD:
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             return None
-        os.write(self._append, _WAITING)
+        # a claim is an asker from its first byte: those behind look past it (it may be served), never
+        # block on it while it writes its request (see _wait)
+        os.write(self._append, _WAITING if ask is None else _ASKING)
         t = os.lseek(self._append, 0, os.SEEK_CUR) - 1  # this append's offset: the ticket
         try:
             _lock(self._fd, fcntl.F_WRLCK, t, wait=False)  # our byte: free (a ticket is never reused)
         except OSError:
             _lock(self._fd, fcntl.F_WRLCK, t)  # the file started over under a queued writer: wait for it
-        self._ticket, self._asked = t, False
-        if t == 0:
-            return None
+        self._ticket, self._asked = t, ask is not None
         try:
-            request = ask() if ask is not None and os.pread(self._fd, 1, t - 1) not in _GO else b""
+            request = ask() if ask is not None and t > 0 and os.pread(self._fd, 1, t - 1) not in _GO else b""
             if request and len(request) <= SLOT - _HEAD.size:  # someone before to ask, and it fits
-                os.pwrite(self._box_fd(), _HEAD.pack(t, len(request)) + request, (t % SLOTS) * SLOT)
-                os.pwrite(self._fd, _ASKING, t)  # after the request: whoever sees the mark can read it
-                self._asked = True
-            answer = self._wait(t - 1)
-            if answer is None and self._asked and self._ticket == t:  # writing itself: no longer asking
+                at = (t % SLOTS) * SLOT
+                os.pwrite(self._box_fd(), request, at + _HEAD.size)  # the request, then the header naming
+                os.pwrite(self._box_fd(), _HEAD.pack(t, len(request)), at)  # it: a reader of the header finds it
+            elif ask is not None and request:  # too long to be served: it writes itself
                 self._asked = False
                 os.pwrite(self._fd, _WAITING, t)
+            return self._wait(t)
         except BaseException:
             self._end(t)
             raise
-        return answer
 
     def _box_fd(self) -> int:
         if self._box < 0:
@@ -133,40 +145,65 @@ class Turns:
             self._box = os.open(self._box_path, flags, 0o600)
         return self._box
 
-    def _served(self) -> bytes | None:
-        """The answer, when the writer before did this writer's request (the turn is then over)."""
-        t = self._ticket
-        if not self._asked or os.pread(self._fd, 1, t) != _SERVED:
-            return None
+    def _answer(self, t: int) -> bytes | None:
+        """The answer in this writer's slot (the writer before did its request: the turn is over)."""
+        self._ticket, self._asked = -1, False
         slot = os.pread(self._box_fd(), SLOT, (t % SLOTS) * SLOT)
-        self._ticket = -1
         _lock(self._fd, fcntl.F_UNLCK, t)  # marked served: done for those after it
+        if len(slot) < _HEAD.size:
+            return None
         ticket, size = _HEAD.unpack_from(slot)
         return slot[_HEAD.size : _HEAD.size + size] if ticket == t else None
 
-    def _wait(self, prev: int) -> bytes | None:
-        """Wait until the writer with ticket ``prev`` is done or, when it is gone (killed, or not
-        coming), until the writer it was waiting for is done. The answer when this writer was served."""
-        if SPIN_S and prev > 0:
-            _locked(self._fd, prev - 1)  # the writer before ``prev`` is done: ``prev`` writes now
-            end = time.monotonic() + SPIN_S  # next in line: watch for the turn instead of sleeping
-            while os.pread(self._fd, 1, prev) not in _GO and time.monotonic() < end:
-                os.sched_yield()
-        stale_seen = 0.0
-        while prev >= 0:
-            if os.pread(self._fd, 1, prev) in _GO:  # done (an answer to this writer is marked before)
-                return self._served()
-            _locked(self._fd, prev)  # blocks while the predecessor waits or writes
-            if os.pread(self._fd, 1, prev) not in (_WAITING, _ASKING):
+    def _wait(self, t: int) -> bytes | None:
+        """Wait for the turn of the writer with ticket ``t`` (every writer before it done, served, or
+        gone); the answer when this writer asked and the writer before did its request.
+
+        It waits for the nearest writer before it that will not be served: one that asked nothing (it
+        writes itself, or waits to), looking past those that asked (the writer whose turn it is may serve
+        them); when every writer before the askers is done, for the first asker (its turn: nobody before
+        it is left to serve it). So no writer waits for a served asker to be scheduled and let go of its
+        byte: with 16 writers on 2 busy cores the chain of such wake-ups, one after another behind each
+        turn, made the queue convoy (docs/results.md, 2026-12-06). The next in line watches for its turn
+        for at most :data:`SPIN_S` instead of sleeping. A writer unlocked and not done (killed, or between
+        its ticket and its lock) is passed over after :data:`STALE_S`."""
+        seen: dict[int, float] = {}  # tickets found unlocked and not done: when first seen so
+        passed: set[int] = set()  # gone: looked past, as past an asker
+        while True:
+            if self._asked and os.pread(self._fd, 1, t) == _SERVED:
+                return self._answer(t)
+            p, first = t - 1, -1
+            while p >= 0:  # back over askers (and writers passed over) to a writer that will not be served
+                mark = os.pread(self._fd, 1, p)
+                if mark in _GO:
+                    break
+                if p not in passed:
+                    if mark != _ASKING:
+                        first = -1
+                        break
+                    first = p
+                p -= 1
+            wait_for = p if p >= 0 and first < 0 and os.pread(self._fd, 1, p) not in _GO else first
+            if wait_for < 0:  # every writer before is done, served or gone: this writer's turn
+                if self._asked:  # it writes itself, no longer asking
+                    self._asked = False
+                    os.pwrite(self._fd, _WAITING, t)
+                return None
+            if not _held(self._fd, wait_for):  # killed, or between its ticket and its lock
+                now = time.monotonic()
+                if now - seen.setdefault(wait_for, now) > STALE_S:
+                    passed.add(wait_for)
+                else:
+                    time.sleep(0.0001)
                 continue
-            # unlocked and not done: killed, or between its ticket and its lock
-            now = time.monotonic()
-            stale_seen = stale_seen or now
-            if now - stale_seen > STALE_S:  # gone: wait for the writer it was waiting for
-                prev, stale_seen = prev - 1, 0.0
-            else:
-                time.sleep(0.0001)
-        return self._served()
+            if SPIN_S and wait_for == t - 1 and (wait_for == 0 or os.pread(self._fd, 1, wait_for - 1) in _GO):
+                end = time.monotonic() + SPIN_S  # next in line: watch for the turn instead of sleeping
+                while os.pread(self._fd, 1, wait_for) not in _GO and time.monotonic() < end:
+                    os.sched_yield()
+                if os.pread(self._fd, 1, wait_for) in _GO:
+                    continue
+            _locked(self._fd, wait_for)  # blocks while that writer holds its byte
+            seen.clear()
 
     def asking(self, limit: int) -> list[tuple[int, bytes]]:
         """During this writer's turn: the requests of the writers queued right behind it, in order
@@ -180,9 +217,9 @@ class Turns:
                 break
             u = t + 1 + i
             slot = os.pread(self._box_fd(), SLOT, (u % SLOTS) * SLOT)
-            ticket, size = _HEAD.unpack_from(slot)
-            if ticket != u:
-                break
+            if len(slot) < _HEAD.size or _HEAD.unpack_from(slot)[0] != u:
+                break  # an asker from its first byte whose request is not in the box yet
+            size = _HEAD.unpack_from(slot)[1]
             out.append((u, slot[_HEAD.size : _HEAD.size + size]))
         return out
 
