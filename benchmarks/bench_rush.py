@@ -1,0 +1,435 @@
+"""A registration rush, side by side with its framework floor: at 09:00 on day one every participant opens
+their link and claims a pool seat (issue 38 item 19).
+
+A store (PostgreSQL: ``--pg`` or ``GPUSEAT_TEST_PG_URL``, 2,000 participants of 20 courses; SQLite: 200
+participants of 20 courses) gets a pool seat for every participant and an access link each. Then each
+participant, at a random moment of the same ``--window`` (60 s), opens their page (``GET /t/<token>``) and
+claims a seat (``POST /t/<token>/claim``), against two servers on loopback, one after the other, with the
+same requests in the same order at the same offsets:
+
+* ``portal`` — ``gpuseat serve`` itself (its CLI, its uvicorn settings, its default workers: one process,
+  its routes in the thread pool), one server for the whole store (a link opens its own course's page);
+  the claim calls ``CourseStore.claim_seat(course, participant, mode="pool")`` for the link's participant.
+  The portal has no claim route of its own yet: the benchmark adds that one route to the app ``serve``
+  builds (the CSRF check a browser form would carry is left out);
+* ``bare`` — a bare Starlette endpoint under the same uvicorn settings doing the same SQL with the driver
+  alone (sqlite3 / psycopg, a connection per thread): the link's participant and open seat by the token's
+  SHA-256, then the claim as ``bench_claims.py``'s plain SQL (``BEGIN IMMEDIATE`` / ``FOR UPDATE SKIP
+  LOCKED``, the events row).
+
+Prints p50/p99 of the page, the claim and both, errors (anything but a 200, or no seat), double seats counted
+in the database afterwards (a seat held twice, a participant holding two, a participant whose answer names
+another seat than the database; must be 0) and the ratio portal/bare; goal: p99 ≤ 2× the bare endpoint's,
+0 errors, 0 double seats. Bounded: at most ``participants`` × 2 requests per server and round, each with a
+30 s time-out. The load average is printed (the machine may be shared).
+
+Run: ``.venv/bin/python benchmarks/bench_rush.py [--pg URL] [--databases postgresql,sqlite] [--window 60]
+[--rounds 1] [--pg-participants 2000] [--sqlite-participants 200] [--courses 20]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import create_engine, text
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from gpuseat.core.roster import RosterText  # noqa: E402
+from gpuseat.services.courses import SeatSpec, open_store  # noqa: E402
+
+COURSE_TOML = 'name = "Rush {i}"\nparticipants = {n}\n[schedule]\nstart = {day}\ndays = 5\n'  # day one: today
+SERVERS = ("portal", "bare")
+
+# ``gpuseat serve`` with one route added: the participant's claim (the portal has none of its own yet)
+PORTAL = """
+import sys
+from fastapi.responses import JSONResponse
+from gpuseat.errors import NoFreeSeat
+from gpuseat.web import app as web
+
+made = web.create_app
+
+def create_app(portal):
+    app = made(portal)
+    if any(getattr(r, "path", "") == "/t/{token}/claim" for r in app.routes):
+        return app  # the portal's own route, once it has one
+
+    def claim(token: str):
+        hit = portal.lookup(token)
+        who = hit.participant if hit is not None else None
+        if who is None:
+            return JSONResponse({"error": "not a valid link"}, status_code=404)
+        try:
+            seat = portal.store.claim_seat(who.course, who.key, mode="pool", actor="portal")
+        except NoFreeSeat as exc:
+            return JSONResponse({"error": exc.message}, status_code=409)
+        return JSONResponse({"participant": who.key, "seat": seat.key})
+
+    app.add_api_route("/t/{token}/claim", claim, methods=["POST"])
+    return app
+
+web.create_app = create_app
+from gpuseat.cli import main
+sys.exit(main(["serve", "--db", sys.argv[1], "--course", sys.argv[2], "--port", sys.argv[3]]))
+"""
+
+# the floor: Starlette, the same uvicorn settings, the same SQL with the driver alone
+BARE = """
+import hashlib, sys, threading
+from datetime import UTC, datetime
+import uvicorn
+from starlette.applications import Starlette
+from starlette.responses import HTMLResponse, JSONResponse
+from starlette.routing import Route
+from gpuseat.web.limits import uvicorn_settings
+sys.path.insert(0, sys.argv[3])
+import bench_claims as bc
+
+url = sys.argv[1]
+sqlite = url.startswith("sqlite")
+mark = "?" if sqlite else "%s"
+LOOKUP = (
+    "SELECT p.id, p.key, c.key, p.course_id, p.group_name, a.seat_id, s.key, s.kind, s.host, s.memory_gb "
+    "FROM access_tokens t JOIN participants p ON p.id = t.participant_id JOIN courses c ON c.id = p.course_id "
+    "LEFT JOIN assignments a ON a.participant_id = p.id AND a.valid_to IS NULL "
+    f"LEFT JOIN seats s ON s.id = a.seat_id WHERE t.token_hash = {mark} AND t.revoked_at IS NULL"
+)
+PG_CLAIM = bc.PLAIN_PG.replace("'bench', 'bench'", "%(ck)s, 'bare'")
+local = threading.local()
+
+def conn():
+    c = getattr(local, "conn", None)
+    if c is None:
+        c = local.conn = bc._sqlite_conn(url) if sqlite else bc._pg_conn(url)
+    return c
+
+def lookup(token):
+    return conn().execute(LOOKUP, (hashlib.sha256(token.encode()).hexdigest(),)).fetchone()
+
+def page(request):
+    row = lookup(request.path_params["token"])
+    if row is None:
+        return HTMLResponse("not a valid link", status_code=404)
+    seat = f"<p>{row[6]} ({row[7]}, {row[9]} GB) on {row[8]}</p>" if row[5] is not None else "<p>no seat yet</p>"
+    return HTMLResponse(f"<html><body><h1>{row[2]}</h1><p>{row[1]}</p>{seat}</body></html>")
+
+def claim_sqlite(c, pid, pkey, ckey, cid, grp):
+    import sqlite3
+    while True:
+        held = c.execute(
+            "SELECT s.key FROM assignments a JOIN seats s ON s.id = a.seat_id "
+            "WHERE a.participant_id = ? AND a.valid_to IS NULL", (pid,)).fetchone()
+        if held is not None:
+            return held[0]
+        now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+        try:
+            c.execute("BEGIN IMMEDIATE")
+            row = c.execute(bc.PLAIN_SQLITE_TAKE, (pid, now, cid, grp, 0.0, 0, 0)).fetchone()
+            seat = None
+            if row is not None:
+                seat = c.execute("SELECT key FROM seats WHERE id = ?", (row[0],)).fetchone()[0]
+                c.execute(
+                    "INSERT INTO events (at, course_key, actor, action, participant, seat, detail) "
+                    "VALUES (?, ?, 'bare', 'seat.claim', ?, ?, '{\\"mode\\": \\"pool\\"}')", (now, ckey, pkey, seat))
+            c.execute("COMMIT")
+            return seat
+        except sqlite3.IntegrityError:
+            c.execute("ROLLBACK")
+
+def claim_pg(c, pid, pkey, ckey, cid, grp):
+    import psycopg
+    while True:
+        try:
+            c.execute(PG_CLAIM, {"c": cid, "k": pkey, "m": 0.0, "t": datetime.now(UTC), "ck": ckey}).fetchone()
+        except psycopg.errors.UniqueViolation:
+            continue
+        held = c.execute(
+            "SELECT s.key FROM assignments a JOIN seats s ON s.id = a.seat_id "
+            "WHERE a.participant_id = %s AND a.valid_to IS NULL", (pid,)).fetchone()
+        return held[0] if held is not None else None
+
+def claim(request):
+    row = lookup(request.path_params["token"])
+    if row is None:
+        return JSONResponse({"error": "not a valid link"}, status_code=404)
+    pid, pkey, ckey, cid, grp, held, held_key = row[:7]
+    seat = held_key if held is not None else (claim_sqlite if sqlite else claim_pg)(conn(), pid, pkey, ckey, cid, grp)
+    if seat is None:
+        return JSONResponse({"error": "no free seat"}, status_code=409)
+    return JSONResponse({"participant": pkey, "seat": seat})
+
+async def healthz(request):
+    return JSONResponse({"ok": True})
+
+app = Starlette(routes=[Route("/t/{token}", page), Route("/t/{token}/claim", claim, methods=["POST"]),
+                        Route("/healthz", healthz)])
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning", access_log=True,
+            server_header=False, **uvicorn_settings())
+"""
+
+
+def seed(url: str, tmp: Path, courses: int, participants: int) -> list[tuple[str, str, str]]:
+    """``courses`` courses sharing ``participants`` people, a pool seat each; their links (course, key, token)."""
+    links: list[tuple[str, str, str]] = []
+    per = [participants // courses + (1 if i < participants % courses else 0) for i in range(courses)]
+    with open_store(url, create=True) as store:
+        for c, n in enumerate(per):
+            key = f"rush{c:02d}"
+            path = tmp / f"{key}.toml"
+            path.write_text(COURSE_TOML.format(i=c, n=n, day=date.today().isoformat()))
+            store.create_course(path, key=key)
+            rows = ["name,email"] + [f"P {c}-{i},p{c:02d}x{i:04d}@example.org" for i in range(n)]
+            store.import_roster(key, RosterText("\n".join(rows), where=f"{key} roster"))
+            store.add_seats(
+                key, [SeatSpec(key=f"s{i:04d}", kind="gpu", host=f"node-{c}", memory_gb=16) for i in range(n)]
+            )
+            links += [(key, t.participant, t.token) for t in store.issue_tokens(key)]
+    return links
+
+
+def reset(url: str) -> None:
+    """Every seat free again, and the links' visits forgotten (each round starts from the same store)."""
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM assignments"))
+        conn.execute(text("UPDATE access_tokens SET last_used_at = NULL"))
+    if engine.dialect.name == "postgresql":
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("VACUUM ANALYZE"))
+    engine.dispose()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start(server: str, url: str, course: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "GPUSEAT_LOG_LEVEL": "warning"}
+    code, args = (
+        (PORTAL, [url, course, str(port)]) if server == "portal" else (BARE, [url, str(port), str(ROOT / "benchmarks")])
+    )
+    with log.open("ab") as out:
+        proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=out, stderr=out)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        if proc.poll() is not None:
+            raise SystemExit(f"{server} server exited with {proc.returncode}; its log: {log}")
+        try:
+            if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                return proc, base
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise SystemExit(f"{server} server did not start; its log: {log}")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+async def rush(base: str, links: list[tuple[str, str, str]], offsets: list[float]) -> dict[str, Any]:
+    """Each participant, at their offset: their page, then their claim. Latencies, errors, seats answered."""
+    page_s: list[float] = []
+    claim_s: list[float] = []
+    errors: list[str] = []
+    seats: dict[tuple[str, str], str] = {}
+    limits = httpx.Limits(max_connections=len(links), max_keepalive_connections=len(links))
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as client:
+        t0 = time.monotonic()
+
+        async def one(link: tuple[str, str, str], offset: float) -> None:
+            course, who, token = link
+            await asyncio.sleep(max(0.0, t0 + offset - time.monotonic()))
+            for method, path, into in (("GET", f"/t/{token}", page_s), ("POST", f"/t/{token}/claim", claim_s)):
+                t = time.perf_counter()
+                try:
+                    r = await client.request(method, path)
+                except httpx.HTTPError as exc:
+                    errors.append(f"{method} {who}: {type(exc).__name__}")
+                    return
+                into.append(time.perf_counter() - t)
+                if r.status_code != 200:
+                    errors.append(f"{method} {who}: {r.status_code}")
+                    return
+                if method == "POST":
+                    seats[(course, who)] = r.json()["seat"]
+
+        await asyncio.gather(*(one(link, off) for link, off in zip(links, offsets, strict=True)))
+        wall = time.monotonic() - t0
+    return {"page": page_s, "claim": claim_s, "errors": errors, "seats": seats, "wall": wall}
+
+
+def doubles(url: str, seats: dict[tuple[str, str], str]) -> int:
+    """Seats held twice, participants holding two, and answers that name another seat than the store."""
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        n = sum(
+            int(conn.execute(text(q)).scalar() or 0)
+            for q in (
+                "SELECT count(*) FROM (SELECT seat_id FROM assignments WHERE valid_to IS NULL "
+                "GROUP BY seat_id HAVING count(*) > 1) d",
+                "SELECT count(*) FROM (SELECT participant_id FROM assignments WHERE valid_to IS NULL "
+                "GROUP BY participant_id HAVING count(*) > 1) d",
+            )
+        )
+        held = {
+            (c, p): s
+            for c, p, s in conn.execute(
+                text(
+                    "SELECT c.key, p.key, s.key FROM assignments a JOIN participants p ON p.id = a.participant_id "
+                    "JOIN courses c ON c.id = p.course_id JOIN seats s ON s.id = a.seat_id WHERE a.valid_to IS NULL"
+                )
+            )
+        }
+    engine.dispose()
+    return n + sum(1 for k, s in seats.items() if held.get(k) != s)
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1)))]
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def run_database(db: str, url: str, args: argparse.Namespace, participants: int, tmp: Path) -> list[dict[str, Any]]:
+    links = seed(url, tmp, args.courses, participants)
+    rng = random.Random(19)
+    offsets = [rng.uniform(0, args.window) for _ in links]
+    results: dict[str, list[dict[str, Any]]] = {s: [] for s in SERVERS}
+    for _ in range(args.rounds):
+        for server in SERVERS:  # taking turns: a change in the machine's load weighs on both alike
+            reset(url)
+            proc, base = start(server, url, links[0][0], tmp / f"{server}.log")
+            try:
+                for _ in range(3):  # a server up before 09:00: its templates and statements ready
+                    httpx.get(f"{base}/t/{links[0][2]}", timeout=30)
+                got = asyncio.run(rush(base, links, offsets))
+            finally:
+                stop(proc)
+            got["doubles"] = doubles(url, got["seats"])
+            got["load"] = load()
+            results[server].append(got)
+    rows = []
+    for server in SERVERS:
+        runs = results[server]
+        page = [x for r in runs for x in r["page"]]
+        claim = [x for r in runs for x in r["claim"]]
+        rows.append(
+            {
+                "database": db,
+                "server": server,
+                "participants": participants,
+                "requests": len(page) + len(claim),
+                "errors": sum(len(r["errors"]) for r in runs),
+                "error_sample": [e for r in runs for e in r["errors"]][:5],
+                "seated": sum(len(r["seats"]) for r in runs) // len(runs),
+                "doubles": sum(r["doubles"] for r in runs),
+                "page_ms": (statistics.median(page) * 1000 if page else float("nan"), pct(page, 0.99) * 1000),
+                "claim_ms": (statistics.median(claim) * 1000 if claim else float("nan"), pct(claim, 0.99) * 1000),
+                "all_ms": (
+                    statistics.median(page + claim) * 1000 if page else float("nan"),
+                    pct(page + claim, 0.99) * 1000,
+                ),
+                "wall_s": max(r["wall"] for r in runs),
+                "load": runs[-1]["load"],
+            }
+        )
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--pg", default=os.environ.get("GPUSEAT_TEST_PG_URL"), help="PostgreSQL URL (a schema is made)")
+    ap.add_argument("--databases", default="postgresql,sqlite")
+    ap.add_argument("--pg-participants", type=int, default=2000)
+    ap.add_argument("--sqlite-participants", type=int, default=200)
+    ap.add_argument("--courses", type=int, default=20)
+    ap.add_argument("--window", type=float, default=60.0, help="Seconds over which the participants arrive.")
+    ap.add_argument("--rounds", type=int, default=1, help="Rushes per server, the two servers taking turns.")
+    args = ap.parse_args()
+    if args.rounds < 1 or args.courses < 1 or not 0 < args.window <= 600:
+        ap.error("--rounds and --courses: 1 or more; --window: up to 600 s")
+    print(f"load average at start: {load()} ({os.cpu_count()} CPUs)", flush=True)
+    rows: list[dict[str, Any]] = []
+    for db in args.databases.split(","):
+        with tempfile.TemporaryDirectory(prefix="bench-rush-") as name:
+            tmp = Path(name)
+            if db == "postgresql":
+                if not args.pg:
+                    print("postgresql skipped: no --pg URL and no GPUSEAT_TEST_PG_URL")
+                    continue
+                import bench_claims
+
+                url, drop = bench_claims.pg_schema(args.pg)
+                try:
+                    rows += run_database(db, url, args, args.pg_participants, tmp)
+                finally:
+                    drop()
+            else:
+                rows += run_database(db, f"sqlite:///{tmp / 'rush.db'}", args, args.sqlite_participants, tmp)
+        report(rows, db, args)
+    print(f"load average at end: {load()}")
+    bad = [r for r in rows if r["errors"] or r["doubles"]]
+    return 1 if bad else 0
+
+
+def report(rows: list[dict[str, Any]], db: str, args: argparse.Namespace) -> None:
+    mine = {r["server"]: r for r in rows if r["database"] == db}
+    if not mine:
+        return
+    n = next(iter(mine.values()))["participants"]
+    print(f"\n{db}: {n} participants of {args.courses} courses arrive over {args.window:.0f} s, {args.rounds} round(s)")
+    print(
+        "| server | requests | errors | seated | double seats "
+        "| page p50/p99 ms | claim p50/p99 ms | all p50/p99 ms | load |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in mine.values():
+        cells = " | ".join(f"{a:.1f} / {b:.1f}" for a, b in (r["page_ms"], r["claim_ms"], r["all_ms"]))
+        print(
+            f"| {r['server']} | {r['requests']} | {r['errors']} | {r['seated']} | {r['doubles']} "
+            f"| {cells} | {r['load']} |"
+        )
+        if r["error_sample"]:
+            print(f"  errors, first few: {r['error_sample']}")
+    if len(mine) == 2:
+        p, b = mine["portal"], mine["bare"]
+        ratios = ", ".join(f"{k} p99 {p[k + '_ms'][1] / b[k + '_ms'][1]:.2f}×" for k in ("page", "claim", "all"))
+        ok = p["all_ms"][1] <= 2 * b["all_ms"][1] and not p["errors"] and not p["doubles"]
+        print(f"portal/bare: {ratios} — goal (p99 ≤ 2×, 0 errors, 0 double seats): {'met' if ok else 'NOT met'}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    raise SystemExit(main())
