@@ -216,12 +216,18 @@ class HostEngine(StepEngine):
         own: dict[str, tuple[str, ...]] = {}
         seats_of: dict[str, set[str]] = {}
         wanted: dict[str, set[str]] = {}
+        missing: dict[str, InputError] = {}
         for seat in seats:
             uuid = seat.device_uuid or adopted.get(seat.key)
             if not uuid:
                 changes.notes.append(f"seat {seat.key} has no device on this host yet: add it from nvidia-smi")
                 continue
-            files, shared = self._seat_files(seat, uuid)
+            try:
+                files, shared = self._seat_files(seat, uuid)
+            except InputError as exc:  # one seat's device is missing: the others are still delivered
+                missing[seat.key] = exc
+                add(step("seat.device", seat.key, exc.what, "grant", seats=(seat.key,), fix=exc.fix or ""))
+                continue
             own[seat.key] = files
             for f in (*files, *shared):
                 seats_of.setdefault(f, set()).add(seat.key)
@@ -311,7 +317,7 @@ class HostEngine(StepEngine):
             login = login_of[seat_key]
             why = f"{p.key} holds {seat_key}"
             uuid = next(x.device_uuid or adopted.get(x.key) for x in seats if x.key == seat_key)
-            if not uuid:
+            if not uuid or seat_key in missing:
                 continue
             acct = accounts.get(login)
             if acct is None or not _in_group(login, s.group):
@@ -562,6 +568,8 @@ class HostEngine(StepEngine):
                 )
             case "seat.record" | "seat.clear":
                 self.record_way_in(step)
+            case "seat.device":  # planned so that apply names the seat and fails it (exit 2); the rest goes on
+                raise InputError(step.why, where=f"seat {step.target}", fix=d.get("fix") or None)
             case "request.record" | "seat.stop" | "seat.warn" | "seat.check" | "seat.connected" | "home.reset":
                 return self._do_request(step)
             case _:
