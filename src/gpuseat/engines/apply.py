@@ -25,7 +25,8 @@ from gpuseat.errors import GpuseatError, NotFound
 if TYPE_CHECKING:
     from gpuseat.store import CourseStore
 
-#: a course with access windows opens this long before each window, so seats are checked ready in time
+#: a course with access windows opens this long before each window (unless its ``[policy] lead_minutes``
+#: says otherwise), so seats are started and checked ready in time
 LEAD = timedelta(minutes=15)
 AGENT_ACTOR = "gpuseat-agent"
 
@@ -118,14 +119,17 @@ def _window(store: CourseStore, key: str, timezone: str, now: datetime) -> tuple
     from zoneinfo import ZoneInfo
 
     try:
-        sched = store.course_file(key).schedule
+        course_file = store.course_file(key)
     except GpuseatError:
         return None, None
+    sched = course_file.schedule
     if sched.always_on:
         return None, None
     tz = ZoneInfo(timezone)
     local = now.astimezone(tz).replace(tzinfo=None)
-    wins = [(b - LEAD, e) for b, e in sched.access_intervals()]
+    minutes = course_file.policy.lead_minutes  # [policy] lead_minutes: ready (and checked) this long before
+    lead = LEAD if minutes is None else timedelta(minutes=minutes)
+    wins = [(b - lead, e) for b, e in sched.access_intervals()]
     nxt = min((t for b, e in wins for t in (b, e) if t > local), default=None)
     nxt_utc = nxt.replace(tzinfo=tz).astimezone(UTC) if nxt else None
     if any(b <= local < e for b, e in wins):
