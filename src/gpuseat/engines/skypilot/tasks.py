@@ -505,7 +505,7 @@ def parse_sky_status(text: str) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class SeatHours:
+class CloudRunHours:
     """How long one cloud seat ran: one entry per run (seconds), and what ``sky status`` said."""
 
     seat: str
@@ -526,7 +526,7 @@ class SeatHours:
 
 def hours_to_date(
     seats: Sequence[CloudSeat], wins: Sequence[Window], now: datetime, status: Mapping[str, str] | None = None
-) -> list[SeatHours]:
+) -> list[CloudRunHours]:
     """Per seat, the runs so far: scheduled windows cut at ``now``; a cluster UP outside its windows ran on."""
     out = []
     for s in seats:
@@ -545,11 +545,11 @@ def hours_to_date(
             note = "STOPPED during a session: the schedule's hours are an upper bound"
         elif state is not None:
             note = f"{state}, as scheduled"
-        out.append(SeatHours(s.seat, s.cluster, tuple(r for r in runs if r > 0), state, note))
+        out.append(CloudRunHours(s.seat, s.cluster, tuple(r for r in runs if r > 0), state, note))
     return out
 
 
-def cost_to_date(hours: SeatHours, offer: Offer) -> float:
+def cost_to_date(hours: CloudRunHours, offer: Offer) -> float:
     """USD so far for one seat's runs, each billed by the offer's rule (increment, minimum charge)."""
     if offer.monthly:
         raise InputError(
@@ -625,7 +625,7 @@ def write_for_course(
 class SeatCost:
     """One cloud seat's hours and cost so far (what the portal shows as "cost so far")."""
 
-    hours: SeatHours
+    hours: CloudRunHours
     offer: str
     usd: float
 
