@@ -125,3 +125,23 @@ def test_apply_exit_codes(store: CourseStore, cli: Any, url: str, tmp_path: Path
     started = time.monotonic()
     assert cli("apply", "--dry-run", "--db", url).code == 0
     assert time.monotonic() - started < 60
+
+
+def test_the_agent_passes_at_a_schedule_boundary_and_on_store_changes_only(store: CourseStore) -> None:
+    """Between store changes the agent is idle; a passed access-window boundary or a new events row of a
+    course makes it pass again (its own writes do not)."""
+    from datetime import UTC, datetime, timedelta
+
+    from gpuseat.engines.agent import Agent, AgentOptions
+
+    agent = Agent(store, AgentOptions(engine="host", host="gpu1", resync_s=3600), say=lambda _line: None)
+    assert agent.tick() is not None  # a new leader passes once
+    assert agent.tick() is None  # nothing changed: idle
+    store.log_any("lab", "seat.delivery", actor="gpuseat-agent")  # an agent's own write
+    assert agent.tick() is None
+    store.log("lab", "portal.login")  # someone else's change to the course
+    assert agent.tick() is not None
+    assert agent.tick() is None
+    agent._next_change = datetime.now(UTC) - timedelta(seconds=1)  # an access window just opened or closed
+    assert agent.tick() is not None
+    assert agent.role == "leader" and store.agent_statuses()[0]["last_apply_at"]
