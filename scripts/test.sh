@@ -14,4 +14,4 @@ trap 'bash scripts/postgres.sh stop "$pg"' EXIT
 eval "$(bash scripts/postgres.sh start "$pg")"
 # xdist on every core (-n auto), tests in a new random order each run (pytest-randomly prints the seed;
 # repeat an order with --randomly-seed=N, or --randomly-seed=last; -p no:randomly turns it off).
-.venv/bin/python -m pytest -n auto --dist loadgroup -q "$@"
+.venv/bin/python -m pytest -n auto --dist loadgroup -q --durations=30 "$@"
