@@ -85,7 +85,9 @@ def hub(monkeypatch):
 def engine_for(store, hub, *, dry_run=False):
     client = httpx.Client(transport=httpx.MockTransport(hub.handle))
     settings = JupyterHubSettings(hub_url=URL, token_env="HUB_TEST_TOKEN", timeout=5)
-    return JupyterHubEngine(store, "lab", settings=settings, runner=RecordingRunner(dry_run=dry_run), client=client)
+    engine = JupyterHubEngine(store, "lab", settings=settings, runner=RecordingRunner(dry_run=dry_run))
+    engine.use(client)
+    return engine
 
 
 def spawned(store, who: str, server: str = "") -> str:

@@ -18,18 +18,21 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 from gpuseat.engines.runner import Ran, Runner
 from gpuseat.errors import GpuseatError
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from gpuseat.core.readiness import Access, Readiness
-    from gpuseat.store import CourseView, ParticipantView, SeatView
+    from gpuseat.store import CourseStore, CourseView, ParticipantView, SeatView
 
 Phase = Literal["revoke", "grant", "record"]
 PHASES: tuple[Phase, ...] = ("revoke", "grant", "record")
 OutcomeState = Literal["done", "failed", "skipped"]
+SettingsT = TypeVar("SettingsT", bound="BaseModel")
 
 #: the first word of a step's action says which way it goes: "-" takes access away, "+" gives it, "~" updates
 _SIGNS = {
@@ -279,17 +282,35 @@ class Engine(Protocol):
         ...
 
 
-class StepEngine:
+class StepEngine(Generic[SettingsT]):
     """The apply loop every engine shares: steps by phase, each timed with the commands it ran; a
     failed revoke blocks the grants on its seats; a guard that says no stops the run.
 
-    An engine implements :meth:`do` for its own actions.
+    An engine names its settings model in ``settings_model``, implements :meth:`do` for its own
+    actions and sets up its own parts in :meth:`setup`.
     """
 
     name: ClassVar[str] = ""
-    runner: Runner
-    store: Any
-    course: str
+    settings_model: ClassVar[type[BaseModel]]
+
+    def __init__(
+        self, store: CourseStore, course: str, *, settings: SettingsT | None = None, runner: Runner,
+        host: str | None = None,
+    ) -> None:  # fmt: skip
+        """Every engine is built the same way (``registry.build``): the store, the course, its settings
+        (the model's defaults when None), the one Runner, and the host it acts for when it has several."""
+        self.store, self.course, self.runner, self.host = store, course, runner, host
+        self.settings: SettingsT = settings if settings is not None else cast("SettingsT", self.settings_model())
+        self.setup()
+
+    def setup(self) -> None:
+        """An engine's own parts, built from ``self.settings`` (nothing by default)."""
+
+    def login_of(self, p: ParticipantView) -> str:
+        """The participant's login name: the one rule of every engine (:func:`gpuseat.core.delivery.login_name`)."""
+        from gpuseat.core.delivery import login_name
+
+        return login_name(p.key, p.unix_user)
 
     def do(self, step: Step) -> str | None:
         """Carry out one step; return a short note (or None). Raise a GpuseatError to fail it."""

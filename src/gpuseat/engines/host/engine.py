@@ -34,11 +34,10 @@ from gpuseat.core import delivery
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
 from gpuseat.engines.host.machine import Machine
-from gpuseat.engines.runner import Runner
 from gpuseat.errors import InputError
 
 if TYPE_CHECKING:
-    from gpuseat.store import CourseStore, ParticipantView, SeatView
+    from gpuseat.store import ParticipantView, SeatView
 
 SHARED_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
 
@@ -106,29 +105,18 @@ def state_dir(course: str) -> Path:
     return data_dir() / "host" / course
 
 
-class HostEngine(StepEngine):
+class HostEngine(StepEngine[HostSettings]):
     """The ``host`` engine (see the module docstring)."""
 
     name = "host"
+    settings_model = HostSettings
 
-    def __init__(
-        self,
-        store: CourseStore,
-        course: str,
-        *,
-        settings: HostSettings | None = None,
-        runner: Runner,
-        host: str | None = None,
-    ) -> None:
-        self.store = store
-        self.course = course
-        self.settings = settings or HostSettings()
-        self.runner = runner
-        self.host = host
-        self.machine = Machine(runner)
+    def setup(self) -> None:
+        """The engine's own parts, from its settings."""
+        self.machine = Machine(self.runner)
         s = self.settings
         self.keys_dir = Path(s.keys_dir)
-        self.profile_d = Path(s.profile_d or f"/etc/profile.d/gpuseat-{course}.sh")
+        self.profile_d = Path(s.profile_d or f"/etc/profile.d/gpuseat-{self.course}.sh")
         self._lock = threading.Lock()
         self._view: tuple[dict[str, delivery.SeatDevice], dict[tuple[int, int, int | None], int]] | None = None
 
@@ -160,10 +148,6 @@ class HostEngine(StepEngine):
                 minors = delivery.parse_mig_minors(path.read_text()) if path.exists() else {}
                 self._view = (self.machine.discover(self.settings.nvidia_smi), minors)
             return self._view
-
-    def login_of(self, p: ParticipantView) -> str:
-        """The participant's login name (the same rule on every engine)."""
-        return delivery.login_name(p.key, p.unix_user)
 
     def _seat_files(self, seat: SeatView, uuid: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         devices, minors = self._devices()

@@ -48,13 +48,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
-from gpuseat.engines.runner import Runner
 from gpuseat.errors import EngineError, InputError
 
 if TYPE_CHECKING:
     import httpx
 
-    from gpuseat.store import CourseStore, ParticipantView, SeatView
+    from gpuseat.store import ParticipantView, SeatView
 
 ENGINE = "jupyterhub"
 ACTOR = "gpuseat-agent"
@@ -175,28 +174,21 @@ def read_token(settings: JupyterHubSettings) -> str:
     return token
 
 
-class JupyterHubEngine(StepEngine):
+class JupyterHubEngine(StepEngine[JupyterHubSettings]):
     """One course's seats on one hub (see the module docstring)."""
 
     name = ENGINE
+    settings_model = JupyterHubSettings
 
-    def __init__(
-        self,
-        store: CourseStore,
-        course: str,
-        *,
-        settings: JupyterHubSettings | None = None,
-        runner: Runner,
-        host: str | None = None,
-        client: httpx.Client | None = None,
-    ) -> None:
-        self.store, self.course = store, course
-        self.settings = settings or JupyterHubSettings()
-        self.runner = runner
-        self.host = host
+    def setup(self) -> None:
+        """The engine's own parts, from its settings."""
         self.timeout = self.settings.timeout
-        self._client = client
+        self._client: httpx.Client | None = None
         self._token: str | None = None
+
+    def use(self, client: httpx.Client) -> None:
+        """Talk to the hub through this client (a test hands in one bound to its hub)."""
+        self._client = client
 
     # -- the hub -----------------------------------------------------------------------------------
 

@@ -38,12 +38,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gpuseat.core import delivery
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
-from gpuseat.engines.runner import Runner
 from gpuseat.errors import EngineError, InputError
 from gpuseat.render.k8s import GPU, PROBE_POD, mig_resource, seat_objects
 
 if TYPE_CHECKING:
-    from gpuseat.store import CourseStore, ParticipantView, SeatView
+    from gpuseat.store import ParticipantView, SeatView
 
 ENGINE = "kubernetes"
 ACTOR = "gpuseat-agent"
@@ -127,24 +126,11 @@ def _id(doc: dict[str, Any]) -> tuple[str, str, str]:
     return str(doc.get("kind")), str(meta.get("namespace") or ""), str(meta.get("name"))
 
 
-class KubernetesEngine(StepEngine):
+class KubernetesEngine(StepEngine[KubernetesSettings]):
     """One course's seats on one cluster (see the module docstring)."""
 
     name = ENGINE
-
-    def __init__(
-        self,
-        store: CourseStore,
-        course: str,
-        *,
-        settings: KubernetesSettings | None = None,
-        runner: Runner,
-        host: str | None = None,
-    ) -> None:
-        self.store, self.course = store, course
-        self.settings = settings or KubernetesSettings()
-        self.runner = runner
-        self.host = host
+    settings_model = KubernetesSettings
 
     # -- kubectl ---------------------------------------------------------------------------------------
 

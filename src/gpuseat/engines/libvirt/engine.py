@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
@@ -39,15 +40,14 @@ from gpuseat.core.delivery import login_name
 from gpuseat.core.readiness import Access, Readiness, ReadyState, judge
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
 from gpuseat.engines.libvirt import machine as vm_
-from gpuseat.engines.libvirt import names
+from gpuseat.engines.libvirt import names, requests
 from gpuseat.engines.libvirt.domain import drift
-from gpuseat.engines.runner import Runner
 from gpuseat.errors import GpuseatError, InputError
 
 if TYPE_CHECKING:
     from gpuseat.core.carve import Layout
     from gpuseat.engines.libvirt.libvirt_host import LibvirtHost
-    from gpuseat.store import CourseStore, ParticipantView, SeatView
+    from gpuseat.store import ParticipantView, SeatView
 
 ACTOR = "gpuseat-agent"
 TEST_DRIVER_NOTE = "libvirt's test driver (test://): nothing is recorded in the course store"
@@ -129,25 +129,14 @@ def probe_public_key(key: Path, *, where: str = "probe_key") -> str:
     return pub.read_text().strip()
 
 
-class LibvirtEngine(StepEngine):
+class LibvirtEngine(StepEngine[LibvirtSettings]):
     """The ``libvirt`` engine (see the module docstring)."""
 
     name = "libvirt"
+    settings_model = LibvirtSettings
 
-    def __init__(
-        self,
-        store: CourseStore,
-        course: str,
-        *,
-        settings: LibvirtSettings | None = None,
-        runner: Runner,
-        host: str | None = None,
-    ) -> None:
-        self.store = store
-        self.course = course
-        self.settings = settings or LibvirtSettings()
-        self.runner = runner
-        self.host = host
+    def setup(self) -> None:
+        """The engine's own parts, from its settings."""
         self.records: bool | None = None  # None: every driver but libvirt's mock driver records
         self._lv: LibvirtHost | None = None
 
@@ -209,10 +198,6 @@ class LibvirtEngine(StepEngine):
             packages=packages, commands=commands, probe_keys=probe,
         )  # fmt: skip
 
-    def login_of(self, p: ParticipantView) -> str:
-        """The participant's login name (the same rule on every engine)."""
-        return login_name(p.key, p.unix_user)
-
     def _vm(self, seat_key: str, participant: str, login: str, keys: Sequence[str]) -> vm_.VmSeat:
         by_name = {s.name: s for s in self.layout.slices}
         if seat_key not in by_name:
@@ -256,6 +241,8 @@ class LibvirtEngine(StepEngine):
                 self._plan_vacated(changes, course, seat, here, gone, records)
             else:
                 self._plan_holder(changes, course, seat, p, here, pool, records)
+        if not deleting:
+            requests.plan_requests(self, course, changes, seats)
         grants = [s for s in changes.steps if s.action in GRANTS and s.action != "domain.start"]
         if grants:
             if self.options.image is None:
@@ -450,10 +437,12 @@ class LibvirtEngine(StepEngine):
                     raise InputError(d["error"], where=f"seat {d['seat']}", fix="correct the roster, then apply again")
                 vm = self._vm(d["seat"], step.participant or "", d["login"], d["keys"])
                 restart = [["destroy", step.target]] if d.get("restart") else []
-                start = [["start", step.target]] if self.options.start else []
+                # a stopped seat's VM (a participant's stop) gets its definition but stays off
+                o = self.options if d.get("start", True) else replace(self.options, start=False)
+                start = [["start", step.target]] if o.start else []
                 if self._would(*restart, ["define", f"{step.target}.xml"], *start):
                     return None
-                made = vm_.ensure_vm(lv, self.course, self.layout, vm, self.options, restart=bool(d.get("restart")))
+                made = vm_.ensure_vm(lv, self.course, self.layout, vm, o, restart=bool(d.get("restart")))
                 notes = []
                 if not made.uploaded:
                     notes.append(
@@ -470,6 +459,8 @@ class LibvirtEngine(StepEngine):
                     lv.start(dom, d["seat"])
             case "seat.record":
                 return self._record(step)
+            case "domain.restart" | "domain.reset" | "request.record":
+                return requests.do_request(self, step)
             case "seat.clear":
                 if not self.runner.dry_run:
                     seat = self.store.get_seat(self.course, d["seat"])

@@ -37,13 +37,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gpuseat.core import delivery
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.engines.base import Changes, CourseState, Holding, Phase, Step, StepEngine
-from gpuseat.engines.runner import Runner
 from gpuseat.engines.skypilot import tasks
 from gpuseat.engines.skypilot.sdk import Cluster, SkyPilot
 from gpuseat.errors import EngineError, GpuseatError, InputError
 
 if TYPE_CHECKING:
-    from gpuseat.store import CourseStore, ParticipantView, SeatView
+    from gpuseat.store import ParticipantView, SeatView
 
 ENGINE: Final[Literal["skypilot"]] = "skypilot"
 ACTOR = "gpuseat-agent"
@@ -115,33 +114,18 @@ class SkyPilotSettings(BaseModel):
         return v
 
 
-class SkyPilotEngine(StepEngine):
+class SkyPilotEngine(StepEngine[SkyPilotSettings]):
     """The ``skypilot`` engine (see the module docstring)."""
 
     name = ENGINE
+    settings_model = SkyPilotSettings
 
-    def __init__(
-        self,
-        store: CourseStore,
-        course: str,
-        *,
-        settings: SkyPilotSettings | None = None,
-        runner: Runner,
-        host: str | None = None,
-    ) -> None:
-        self.store = store
-        self.course = course
-        self.settings = settings or SkyPilotSettings()
-        self.runner = runner
-        self.host = host
-        self.sky = SkyPilot(runner=runner)
+    def setup(self) -> None:
+        """The engine's own parts, from its settings."""
+        self.sky = SkyPilot(runner=self.runner)
         self._launches: dict[str, Any] = {}  # cluster → its launch request, until the record step waits for it
 
     # -- what the store wants ------------------------------------------------------------------------
-
-    def login_of(self, p: ParticipantView) -> str:
-        """The participant's login name (the same rule on every engine)."""
-        return delivery.login_name(p.key, p.unix_user)
 
     def cluster_of(self, seat: SeatView | str) -> str:
         """The seat's SkyPilot cluster name (``gs-<course>-<seat>``)."""

@@ -32,7 +32,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gpuseat.core.delivery import login_name
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
-from gpuseat.engines.runner import Runner
 from gpuseat.engines.slurm import config, names
 from gpuseat.engines.slurm.adapter import Job, Slurm, explain
 from gpuseat.engines.slurm.config import Reservation, SeatLimit
@@ -50,7 +49,7 @@ from gpuseat.engines.slurm.course import (
 from gpuseat.errors import EngineError, GpuseatError, InputError
 
 if TYPE_CHECKING:
-    from gpuseat.store import CourseStore, ParticipantView, SeatView
+    from gpuseat.store import ParticipantView, SeatView
 
 PROBE_SCRIPT = (
     'echo "CVD=${CUDA_VISIBLE_DEVICES:-}"; echo "JOB_GPUS=${SLURM_JOB_GPUS:-}"; nvidia-smi -L 2>/dev/null; true'
@@ -101,28 +100,17 @@ def current_session(course: SlurmCourse, now: datetime) -> Reservation | None:
     return coming[0] if coming else None
 
 
-class SlurmEngine(StepEngine):
+class SlurmEngine(StepEngine[SlurmSettings]):
     """The ``slurm`` engine (see the module docstring)."""
 
     name = "slurm"
+    settings_model = SlurmSettings
 
-    def __init__(
-        self,
-        store: CourseStore,
-        course: str,
-        *,
-        settings: SlurmSettings | None = None,
-        runner: Runner,
-        host: str | None = None,
-    ) -> None:
-        self.store = store
-        self.course = course
-        self.settings = settings or SlurmSettings()
-        self.runner = runner
-        self.host = host
-        self.partition = names.course_partition(course)
+    def setup(self) -> None:
+        """The engine's own parts, from its settings."""
+        self.partition = names.course_partition(self.course)
         s = self.settings
-        self.slurm = Slurm(runner, conf=Path(s.slurm_conf) if s.slurm_conf else None)
+        self.slurm = Slurm(self.runner, conf=Path(s.slurm_conf) if s.slurm_conf else None)
         self._config: dict[str, str] | None = None
 
     # -- the cluster's configuration ---------------------------------------------------------------------
