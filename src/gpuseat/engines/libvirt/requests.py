@@ -1,0 +1,195 @@
+"""The libvirt engine's part of participant self-service (issue 40): the same request rows the host
+engine carries out (:mod:`gpuseat.store.requests`), done on the seat's VM.
+
+- ``stop``: the VM is powered off and stays off (no plan starts a stopped seat's VM, a new definition
+  is applied without starting it) until a ``start``, ``restart`` or ``reset``.
+- ``start``: the VM runs again. ``restart``: powered off and started; the disk is kept.
+- ``reset``: powered off, the holder's overlay deleted and made afresh on the course's base image
+  (the ``image`` setting), started: everything written in the VM is gone; the reset step itself marks
+  the request done. Refused without a base image.
+- ``key``: the new key is already in the store; the plan's ``domain.update`` gives the VM a new seed
+  (a running VM restarts with it); done once the seat's seed is the one made with it.
+- A start, restart or reset is refused while the course's access hours are closed.
+
+Each request ends in a ``request.record`` step (tied to no seat, so a failed step never leaves it
+pending) that looks at libvirt and marks the request done or failed with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from gpuseat.core.selfservice import RunState
+from gpuseat.engines.base import Changes, CourseState, Step
+from gpuseat.engines.libvirt import machine as vm_
+from gpuseat.errors import GpuseatError
+
+if TYPE_CHECKING:
+    from gpuseat.engines.libvirt.engine import LibvirtEngine
+    from gpuseat.store import SeatView
+
+#: the plan's steps that (re)make or start a holder's VM
+MAKES = ("domain.create", "domain.reimage", "domain.update", "domain.start")
+
+
+def plan_requests(engine: LibvirtEngine, course: CourseState, changes: Changes, seats: dict[str, SeatView]) -> None:
+    """Add the steps of the pending requests on these seats, and keep stopped seats' VMs off."""
+    if not seats or course.course is None or course.archived:
+        return
+    holders = {s.key: p for s, p in course.holders() if s.key in seats} if course.active else {}
+    pending = [r for r in engine.store.seat_requests(engine.course, pending=True, limit=10_000) if r.seat in seats]
+    if not holders and not pending:
+        return
+    states = engine.store.run_states(engine.course)
+    add = changes.steps.append
+    for r in sorted(pending, key=lambda x: x.id):
+        p = holders.get(r.seat or "")
+        if p is None or p.key != r.participant:
+            add(_record(engine, r, None, refused=f"{r.participant} holds {r.seat} no more"))
+    for key, p in sorted(holders.items()):
+        name = vm_.domain_name(engine.course, key)
+        state = states.get(p.key, RunState(True))
+        running = state.running
+        ours = [s for s in changes.steps if s.target == name and s.action in MAKES]
+        mine = sorted((r for r in pending if r.participant == p.key and r.seat == key), key=lambda x: x.id)
+        for r in mine:
+            refused = None
+            if r.action == "stop":
+                running = False
+            elif r.action in ("start", "restart", "reset"):
+                if course.closed is not None:
+                    refused = f"the seat cannot run now: {course.closed}"
+                elif r.action == "reset" and engine.options.image is None:
+                    refused = "no base image to reset to (the organizer sets the libvirt setting image=…)"
+                else:
+                    running = True
+                    if r.action == "reset":
+                        _drop(changes, ours)
+                        ours = [_step(engine, "domain.reset", name, f"{p.key} asked for a reset: a fresh disk",
+                                      "grant", p.key, seats=(key,), seat=key, login=engine.login_of(p),
+                                      keys=[p.ssh_key] if p.ssh_key else [], id=r.id)]  # fmt: skip
+                        add(ours[0])
+                    elif r.action == "restart" and not ours:
+                        ours = [_step(engine, "domain.restart", name, f"{p.key} asked for a restart", "grant",
+                                      p.key, seats=(key,), seat=key)]  # fmt: skip
+                        add(ours[0])
+            add(_record(engine, r, name, refused=refused))
+        if running:
+            if any(s.action in ("domain.reset", "domain.restart") for s in ours):
+                _ensure_record(engine, changes, key, p.key, engine.login_of(p))
+            continue
+        # stopped: the VM stays off (its definition is still kept up to date)
+        kept = [replace(s, data={**s.data, "start": False}) for s in ours if s.action != "domain.start"]
+        _drop(changes, ours)
+        changes.steps.extend(kept)
+        why = state.reason if state.reason and not state.running else "the seat is stopped"
+        dom = engine.libvirt.lookup(name)
+        if dom is not None and dom.isActive():
+            add(_step(engine, "domain.stop", name, why, "revoke", p.key, seat=key, seats=(key,)))
+        if not kept and engine._records():  # its way in says why, written once
+            changes.steps[:] = [s for s in changes.steps if not (s.action == "seat.record" and s.target == key)]
+            note = f"stopped: {why}"
+            engine._plan_record(changes, course, seats[key], p, engine.login_of(p), running=False, ip=None, note=note)
+
+
+def do_request(engine: LibvirtEngine, step: Step) -> str | None:
+    """Carry out ``domain.restart``, ``domain.reset`` and ``request.record``."""
+    d, lv = step.data, engine.libvirt
+    if step.action == "domain.restart":
+        dom = lv.lookup(step.target)
+        if dom is None:
+            raise GpuseatError(f"domain {step.target} is gone", where=f"seat {d['seat']}", fix="apply again")
+        if engine.runner.dry_run:
+            engine.runner.run(["virsh", "-c", engine.settings.connect, "reboot", step.target])
+            return None
+        if dom.isActive():
+            lv.stop(dom)
+        lv.start(dom, d["seat"])
+        return None
+    if step.action == "domain.reset":
+        return _reset(engine, step)
+    if engine.runner.dry_run:
+        return None
+    ok, reason = _verdict(engine, step)
+    if not engine.store.finish_request(engine.course, int(d["id"]), ok=ok, reason=reason):
+        return None  # already done (a reset marks its own request)
+    return None if ok else f"request {d['id']} ({d['request']}) failed: {reason}"
+
+
+def _reset(engine: LibvirtEngine, step: Step) -> str | None:
+    """Power the VM off, delete every disk of the seat, make the holder's overlay afresh and start it."""
+    d, lv, o = step.data, engine.libvirt, engine.options
+    if engine.runner.dry_run:
+        wanted = vm_.disk_name(step.target, step.participant)
+        for argv in (
+            ["destroy", step.target],
+            ["vol-delete", "--pool", o.pool, wanted],
+            ["vol-create-as", o.pool, wanted, f"{o.disk_gb}G", "--backing-vol", str(o.image)],
+            ["start", step.target],
+        ):
+            engine.runner.run(["virsh", "-c", engine.settings.connect, *argv])
+        return None
+    vm_.stop_vm(lv, engine.course, d["seat"])
+    pool = lv.pool(o.pool, o.pool_dir)
+    disks, _seeds = vm_.seat_volumes(lv, pool, step.target)
+    gone = vm_.remove_volumes(lv, o.pool, disks)
+    vm = engine._vm(d["seat"], step.participant or "", d["login"], d["keys"])
+    made = vm_.ensure_vm(lv, engine.course, engine.layout, vm, o)
+    said = "reset: a fresh disk from the course's image" + (", you can log in" if made.running else "")
+    engine.store.finish_request(engine.course, int(d["id"]), ok=True, reason=said)
+    return f"{', '.join(gone) or 'no disk'} replaced by a fresh overlay of {o.image}"
+
+
+def _verdict(engine: LibvirtEngine, step: Step) -> tuple[bool, str]:
+    """Whether the request is done, from what libvirt shows now."""
+    d = step.data
+    if d.get("refused"):
+        return False, str(d["refused"])
+    action, name, lv = str(d["request"]), str(step.target), engine.libvirt
+    dom = lv.lookup(name)
+    if dom is None:
+        return False, f"the VM {name} is not there yet"
+    on = bool(dom.isActive())
+    if action == "stop":
+        return (True, "stopped: the VM is powered off") if not on else (False, "the VM could not be powered off")
+    if action == "key":
+        seat, p = engine.store.get_seat(engine.course, str(d["seat"])), None
+        people = {x.key: x for x in engine.store.participants(engine.course)}
+        p = people.get(seat.participant or "")
+        if p is None or not p.ssh_key:
+            return False, "the key could not be installed"
+        vm = engine._vm(seat.key, p.key, engine.login_of(p), [p.ssh_key])
+        pool = lv.find_pool(engine.options.pool)
+        _disks, seeds = vm_.seat_volumes(lv, pool, name)
+        if vm_.seed_name(engine.course, vm, engine.options) in seeds:
+            return True, "your new key is in the VM's seed (the old one is removed): it applies at the next boot"
+        return False, "the key could not be installed"
+    if action == "reset":  # done by its own step once the disk is new: still pending, that step failed
+        return False, "the disk could not be replaced (the agent's log says why)"
+    if not on and engine.options.start:
+        return False, f"the VM could not be started ({lv.state(dom)})"
+    return True, "restarted: you can log in" if action == "restart" else "started: you can log in"
+
+
+def _ensure_record(engine: LibvirtEngine, changes: Changes, seat: str, who: str, login: str) -> None:
+    """A ``seat.record`` of the seat (its way in once the restarted VM has its address), once."""
+    if not engine._records() or any(s.action == "seat.record" and s.target == seat for s in changes.steps):
+        return
+    changes.steps.append(_step(engine, "seat.record", seat, f"{who} logs in as {login}", "record", who, seats=(seat,),
+                               seat=seat, login=login, wait=True))  # fmt: skip
+
+
+def _drop(changes: Changes, steps: list[Step]) -> None:
+    changes.steps[:] = [s for s in changes.steps if not any(s is x for x in steps)]
+
+
+def _record(engine: LibvirtEngine, r: Any, domain: str | None, *, refused: str | None = None) -> Step:
+    why = f"{r.participant} asked for {r.action}" + (f" ({refused})" if refused else "")
+    return _step(engine, "request.record", domain or f"request {r.id}", why, "record", r.participant, id=r.id,
+                 request=r.action, seat=r.seat, refused=refused)  # fmt: skip
+
+
+def _step(engine: LibvirtEngine, action: str, target: str, why: str, phase: Any, who: str | None, **data: Any) -> Step:
+    seats = tuple(data.pop("seats", ()))
+    return Step(engine.name, action, target, why, phase, who, seats, engine.host, data)
