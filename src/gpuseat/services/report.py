@@ -347,7 +347,7 @@ def build_digest(
 def seat_id(store: CourseStore, course: str, seat: str) -> int | None:
     """The database id of a course's seat (the monitor's tables name seats by id); None when unknown."""
     try:
-        return store.get_seat(course, seat).id
+        return store.seats.get_seat(course, seat).id
     except NotFound:
         return None
 
@@ -359,10 +359,13 @@ def participant_view(
     *,
     bench_results: list[RecordedResult] | None = None,
 ) -> tuple[SeatView | None, SeatBench | None, ParticipantUse | None]:
-    """One participant's seat, its benchmark and their use of it (only their own rows are read)."""
+    """One participant's seat, its benchmark and their use of it (only their own rows are read).
+
+    The seat is read now, not taken from ``who``: the portal caches a link's participant for a few
+    seconds, and a participant who has just claimed a seat (maybe in another server process) sees it."""
     from gpuseat.bench.results import recorded_results
 
-    seat = store.seat_of(who.course, who.key) if who.seat else None
+    seat = store.seats.seat_of(who.course, who.key)
     if seat is None:
         return None, None, None
     results = recorded_results() if bench_results is None else bench_results
