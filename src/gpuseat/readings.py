@@ -245,7 +245,7 @@ class SeatEntry:
     seat: str
     device_uuid: str
     participant: str | None = None
-    user: str | None = None  # Unix login; defaults to the participant id
+    user: str | None = None  # the roster's Unix login, if it names one
     host: str | None = None
     profile: str | None = None
     seat_id: int | None = None  # the store's row ids, when the map came from the course store
@@ -254,8 +254,11 @@ class SeatEntry:
 
     @property
     def login(self) -> str | None:
-        """The Unix user expected on this seat."""
-        return self.user or self.participant
+        """The Unix user expected on this seat: the participant's one login name
+        (:func:`gpuseat.core.delivery.login_name`, the account every engine makes), else the given user."""
+        from gpuseat.core.delivery import login_name
+
+        return login_name(self.participant, self.user) if self.participant else self.user
 
 
 class SeatMap:

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpuseat.core import delivery
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
 from gpuseat.errors import EngineError, InputError
@@ -181,7 +180,7 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
 
     def namespace_of(self, p: ParticipantView) -> str:
         """The participant's namespace: ``<prefix>-<their login as a DNS label>``."""
-        login = delivery.login_name(p.key, p.unix_user)
+        login = self.login_of(p)
         return f"{self.settings.namespace}-{k8s_name(login)}"[:63].rstrip("-")
 
     def rendered(self, state: CourseState) -> dict[str, list[dict[str, Any]]]:
@@ -194,7 +193,7 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
         for seat, p in state.holders():
             if seat.engine != ENGINE:
                 continue
-            login = delivery.login_name(p.key, p.unix_user)
+            login = self.login_of(p)
             labels = {COURSE_LABEL: self.course, "gpuseat/login": k8s_name(login)}
             docs = seat_objects(
                 seat=seat.key,
@@ -343,7 +342,7 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
                                                 seats=(seat.key,), access=access))  # fmt: skip
 
     def _access(self, seat: SeatView, p: ParticipantView, ns: str) -> Access:
-        login = delivery.login_name(p.key, p.unix_user)
+        login = self.login_of(p)
         return Access(
             kind="kubernetes",
             user=login,
