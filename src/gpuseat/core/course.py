@@ -376,6 +376,19 @@ class Course(BaseModel):
     vm: VmGuest = VmGuest()
     policy: Policy = Policy()
     group_sections: dict[str, GroupSection] = Field({}, alias="groups", max_length=100)
+    #: where the agent posts idle warnings and, before each session, the broken seats (docs/policy.md)
+    webhook: str | None = None
+
+    @field_validator("webhook")
+    @classmethod
+    def _webhook(cls, v: str | None) -> str | None:
+        from gpuseat.errors import InputError
+        from gpuseat.urls import http_url
+
+        try:
+            return None if v is None else http_url(v, where="webhook")
+        except InputError as exc:
+            raise ValueError(f"{exc.what}; {exc.fix}") from None
 
     @model_validator(mode="after")
     def _groups(self) -> Course:

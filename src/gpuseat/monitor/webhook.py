@@ -13,7 +13,9 @@ import threading
 import urllib.error
 import urllib.request
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import asdict
+from typing import Any
 
 from gpuseat.readings import Alert
 
@@ -25,7 +27,8 @@ QUEUE_LIMIT = 1000
 
 
 class WebhookSender:
-    """Posts alerts as JSON (``state`` = ``firing``/``resolved``) in order, in the background."""
+    """Posts alerts as JSON (``state`` = ``firing``/``resolved``), or any JSON object (:meth:`post`), in
+    order, in the background."""
 
     def __init__(
         self, url: str, *, timeout_s: float = 5.0, attempts: int = ATTEMPTS, backoff_s: float = FIRST_BACKOFF_S
@@ -37,7 +40,7 @@ class WebhookSender:
         self.sent = 0
         self.failed = 0
         self.dropped = 0
-        self._queue: deque[Alert] = deque()
+        self._queue: deque[dict[str, Any]] = deque()
         self._cond = threading.Condition()
         self._closing = False
         self._abort = False
@@ -46,11 +49,15 @@ class WebhookSender:
 
     def submit(self, alert: Alert) -> None:
         """Queue one alert (never blocks, never raises)."""
+        self.post({**asdict(alert), "state": "firing" if alert.raised else "resolved"})
+
+    def post(self, payload: Mapping[str, Any]) -> None:
+        """Queue one JSON object (never blocks, never raises)."""
         with self._cond:
             if len(self._queue) >= QUEUE_LIMIT:
                 self._queue.popleft()
                 self.dropped += 1
-            self._queue.append(alert)
+            self._queue.append(dict(payload))
             self._cond.notify()
 
     def close(self, timeout_s: float = 10.0) -> None:
@@ -72,15 +79,15 @@ class WebhookSender:
                     self._cond.wait()
                 if not self._queue:
                     return
-                alert = self._queue.popleft()
-            if self._deliver(alert):
+                body = self._queue.popleft()
+            if self._deliver(json.dumps(body).encode()):
                 self.sent += 1
             else:
                 self.failed += 1
-                log.warning("webhook %s: gave up on alert %r after %d attempts", self.url, alert.message, self.attempts)
+                what = body.get("message") or body.get("event")
+                log.warning("webhook %s: gave up on %r after %d attempts", self.url, what, self.attempts)
 
-    def _deliver(self, alert: Alert) -> bool:
-        payload = json.dumps({**asdict(alert), "state": "firing" if alert.raised else "resolved"}).encode()
+    def _deliver(self, payload: bytes) -> bool:
         delay = self.backoff_s
         for attempt in range(1, self.attempts + 1):
             try:

@@ -556,6 +556,8 @@ class HostEngine(StepEngine[HostSettings]):
                 raise InputError(step.why, where=f"seat {step.target}", fix=d.get("fix") or None)
             case "request.record" | "seat.stop" | "seat.warn" | "seat.check" | "seat.connected" | "home.reset":
                 return self._do_request(step)
+            case "session.report":
+                return self._do_request(step)
             case _:
                 raise InputError(f"the host engine has no step {step.action!r}", where="plan")
         return None

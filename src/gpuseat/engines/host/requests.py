@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuseat.core.selfservice import RunState
+from gpuseat.engines import course_webhook
 from gpuseat.engines.base import Changes, CourseState, Step
 from gpuseat.errors import InputError
 
@@ -71,6 +72,7 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
         engine.store.connected(engine.course) if any(x.get("never_connected_hours") for x in policies.values()) else {}
     )
     sshd_lines: list[str] = []
+    session_lead: float | None = None  # a seat is checked before the next session in this pass
     add = changes.steps.append
     for r in sorted(pending, key=lambda x: x.id):
         p = holders.get(r.seat or "")
@@ -129,6 +131,7 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
             check = _session_check(engine, seat_key, p.key, sessions.upcoming, lead, checks.get(seat_key))
             if check is not None:
                 add(check)
+                session_lead = max(session_lead or 0.0, lead)
         if not running:
             why = state.reason if state.reason and not state.running else "the seat is stopped"
             changes.steps[:] = [x for x in changes.steps if not (x.action == "account.unlock" and x.target == login)]
@@ -137,6 +140,13 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
                 add(_step(engine, "account.lock", login, why, "revoke", participant=p.key, login=login))
             if acct is not None and engine.machine.processes({acct.uid}):
                 add(_step(engine, "processes.end", login, why, "revoke", participant=p.key, login=login))
+    if session_lead is not None and sessions is not None and sessions.upcoming is not None:
+        url = course_webhook.webhook_of(engine.store, engine.course)
+        if url is not None:  # after this pass's checks: the broken seats, to the course webhook
+            starts = sessions.upcoming
+            add(_step(engine, "session.report", f"session {starts:%Y-%m-%d %H:%M} UTC", "the broken seats, before "
+                      "the session, to the course webhook", "record", url=url, starts=starts.isoformat(),
+                      since=(starts - timedelta(minutes=session_lead)).isoformat(), held=sorted(holders)))  # fmt: skip
 
 
 def do_request(engine: HostEngine, step: Step) -> str | None:
@@ -157,7 +167,15 @@ def do_request(engine: HostEngine, step: Step) -> str | None:
         return None
     if step.action == "seat.warn":
         engine.store.warn_idle(engine.course, str(step.participant), step.target, str(d["text"]))
+        url = course_webhook.webhook_of(engine.store, engine.course)
+        if url is not None:
+            stops = datetime.now(UTC) + timedelta(minutes=int(d["grace"]))
+            course_webhook.post(url, {"event": "seat.idle", "course": engine.course, "seat": step.target,
+                                      "participant": step.participant, "minutes_idle": int(d["minutes"]),
+                                      "stops_at": stops.isoformat(timespec="seconds"), "text": d["text"]})  # fmt: skip
         return None
+    if step.action == "session.report":
+        return _report_session(engine, step)
     ok, reason = _verdict(engine, d)
     engine.store.finish_request(engine.course, int(d["id"]), ok=ok, reason=reason)
     if not ok:
@@ -225,7 +243,8 @@ def _idle_step(
     warned = engine.store.idle_warning(engine.course, who)
     if warned is None or warned[0] < now - timedelta(minutes=minutes + grace) - SAMPLE_SLACK:
         text = f"your seat is idle ({said}): it stops in {grace} min unless you use it"
-        return _step(engine, "seat.warn", seat, text, "record", participant=who, text=text)
+        return _step(engine, "seat.warn", seat, text, "record", participant=who, text=text, minutes=minutes,
+                     grace=grace)  # fmt: skip
     if now - warned[0] >= timedelta(minutes=grace) and idle_for(timedelta(minutes=minutes + grace)):
         why = f"idle: {said}, warned {grace} min before"
         return _step(engine, "seat.stop", seat, why, "record", participant=who, reason=why)
@@ -260,6 +279,22 @@ def _check_seat(engine: HostEngine, step: Step) -> str | None:
     result = engine.probe(seat, people[seat.participant])
     engine.store.record_readiness([result], actor="gpuseat-agent")
     return None if result.state == "ready" else f"{step.target} is broken before the session: {result.reason}"
+
+
+def _report_session(engine: HostEngine, step: Step) -> str | None:
+    """Post this host's seats checked for the coming session, naming the broken ones with the reason
+    (again only when that list changed)."""
+    d = step.data
+    since = datetime.fromisoformat(str(d["since"]))
+    checks = engine.store.readiness_of(engine.course)
+    seen = {k: v for k, v in checks.items() if k in d["held"] and v.get("checked_at")}
+    seen = {k: v for k, v in seen.items() if datetime.fromisoformat(str(v["checked_at"])) >= since}
+    broken = [{"seat": k, "participant": v.get("participant"), "reason": v.get("reason")}
+              for k, v in sorted(seen.items()) if v.get("state") != "ready"]  # fmt: skip
+    body = {"event": "session.check", "course": engine.course, "host": engine.host, "session_starts": d["starts"],
+            "checked": len(seen), "broken": broken}  # fmt: skip
+    queued = course_webhook.post(str(d["url"]), body, once=("session", f"{engine.course}/{engine.host}/{d['starts']}"))
+    return f"{len(broken)} broken of {len(seen)} posted" if queued else "unchanged since the last post"
 
 
 def _never_connected(
