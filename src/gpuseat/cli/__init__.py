@@ -1,14 +1,18 @@
 """The ``gpuseat`` command line: a thin layer that parses flags, calls the library, prints.
 
-Each command group lives in its own module with a ``register(app)`` function. Those modules import
-heavy libraries (scipy, torch, SQLAlchemy) inside the command functions only, so ``gpuseat --help``
-stays fast.
+Each command group lives in its own module with a ``register(app)`` function. A run registers only
+the module of the command it was asked for (:data:`COMMANDS`), because Typer turns every registered
+function into a Click command by reading its signature, and doing that for all 65 commands took
+longer than the whole of ``gpuseat plan --help``. Those modules import heavy libraries (scipy, torch,
+SQLAlchemy) inside the command functions only, so no command pays for another's imports.
 """
 
 from __future__ import annotations
 
 import errno
 import sys
+from functools import cache
+from importlib import import_module
 
 import click
 import typer
@@ -20,14 +24,31 @@ from gpuseat.errors import GpuseatError
 # and the plain help then shows "\\[default: …]": help here is plain text, so no escaping is needed
 typer.core.HAS_RICH = False
 
-app = typer.Typer(
-    name="gpuseat",
-    help="One GPU seat per course participant: plan, carve, doctor, bench, top/monitor, course, serve.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-    rich_markup_mode=None,
-)
+HELP = "One GPU seat per course participant: plan, carve, doctor, bench, top/monitor, course, serve."
+
+#: module of ``gpuseat.cli`` → the top-level commands its ``register`` adds, in ``gpuseat --help`` order
+#: (tests/test_startup_imports.py checks each module adds exactly these)
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "plan": ("plan", "offers"),
+    "carve": ("carve",),
+    "doctor": ("doctor",),
+    "probe": ("probe",),
+    "bench": ("bench",),
+    "monitor": ("top", "monitor", "usage"),
+    "course": ("course",),
+    "roster": ("roster",),
+    "seats": ("seats",),
+    "slurm": ("slurm",),
+    "vms": ("vms",),
+    "serve": ("serve", "admin"),
+    "report": ("report", "survey"),
+    "jupyterhub": ("jupyterhub",),
+    "db": ("db",),
+    "host": ("host",),
+    "apply": ("apply", "agent", "engines"),
+    "seat": ("seat",),
+}
+_MODULE_OF = {name: module for module, names in COMMANDS.items() for name in names}
 
 
 def _version(value: bool) -> None:
@@ -38,7 +59,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
     debug: bool = typer.Option(False, "--debug", help="Show the Python traceback of an internal error."),
@@ -46,52 +66,37 @@ def _root(
     """One GPU seat per course participant: plan, carve, doctor, bench, top/monitor, course, serve."""
 
 
-def _register_all() -> None:
-    from gpuseat.cli import (
-        apply,
-        bench,
-        carve,
-        course,
-        db,
-        doctor,
-        host,
-        jupyterhub,
-        monitor,
-        plan,
-        probe,
-        report,
-        roster,
-        seat,
-        seats,
-        serve,
-        slurm,
-        vms,
+@cache
+def build_app(*modules: str) -> typer.Typer:
+    """The ``gpuseat`` Typer app with the commands of these modules of :data:`COMMANDS` (none: all of them)."""
+    app = typer.Typer(
+        name="gpuseat",
+        help=HELP,
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+        rich_markup_mode=None,
     )
-
-    for module in (
-        plan,
-        carve,
-        doctor,
-        probe,
-        bench,
-        monitor,
-        course,
-        roster,
-        seats,
-        slurm,
-        vms,
-        serve,
-        report,
-        jupyterhub,
-        db,
-        host,
-        apply,
-        seat,
-    ):
-        module.register(app)
+    app.callback()(_root)
+    for module in modules or tuple(COMMANDS):
+        import_module(f"gpuseat.cli.{module}").register(app)
+    return app
 
 
-_register_all()
+def app_for(args: list[str]) -> typer.Typer:
+    """The app a run with ``args`` needs: its command's module only, or every command when there is no
+    known command name (``gpuseat --help``, a misspelt name) so help and "No such command" are unchanged.
+    """
+    name = next((a for a in args if not a.startswith("-")), None)
+    module = _MODULE_OF.get(name) if name is not None else None
+    return build_app(module) if module is not None else build_app()
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """``gpuseat.cli.app``: the app with every command (for tools and tests that walk the command tree)."""
+    if name == "app":
+        return build_app()
+    raise AttributeError(f"module 'gpuseat.cli' has no attribute {name!r}")
 
 
 #: Optional dependency (top-level import name) → the extra that installs it.
@@ -175,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
 
     set_notice(_notice)  # a write that waits for another writer's lock says so after 2 s
     try:
-        result = app(args=args, standalone_mode=False)
+        result = app_for(args)(args=args, standalone_mode=False)
     except GpuseatError as exc:
         _error(as_flags(exc).message)
         return exc.exit_code

@@ -10,8 +10,6 @@ import typer
 
 from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_table, stderr_console
 
-offers_app = typer.Typer(help="List bundled offers and import SkyPilot catalogs.", no_args_is_help=True)
-
 CATALOG_OPTION = typer.Option(
     None, "--catalog", help="Folder of catalog TOML files laid over the bundled ones (gpus, offers, providers, …)."
 )
@@ -374,6 +372,7 @@ def _offers_list(
 def register(app: typer.Typer) -> None:
     """Add ``plan`` and the ``offers`` group."""
     app.command("plan")(_plan)
+    offers_app = typer.Typer(help="List bundled offers and import SkyPilot catalogs.", no_args_is_help=True)
     offers_app.command("import")(_offers_import)
     offers_app.command("list")(_offers_list)
     app.add_typer(offers_app, name="offers")
