@@ -62,9 +62,10 @@ def _plan(
         budget_usd=_budget(budget),
         why=why,
     ).to_dict()
-    err = stderr_console()
-    for warning in result["warnings"]:
-        err.print(f"[yellow]warning:[/] {warning}", markup=True, highlight=False)
+    if result["warnings"]:  # Rich only when there is something to say: JSON and CSV runs do not load it
+        err = stderr_console()
+        for warning in result["warnings"]:
+            err.print(f"[yellow]warning:[/] {warning}", markup=True, highlight=False)
     if fmt is Format.json:
         print_json(result)
         return

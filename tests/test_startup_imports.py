@@ -1,0 +1,70 @@
+"""Start-up loads only what a command uses: which modules a fresh ``gpuseat`` process imports.
+
+Behaviour, not timing: each check runs a real child interpreter and reads its ``sys.modules``
+(issue 39, Performance). Timings are ``benchmarks/bench_startup.py``'s job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+
+from gpuseat.cli import COMMANDS, build_app
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: what no command needs at start-up: the store's ORM, the portal, cluster clients, the benchmark
+NEVER_AT_IMPORT = {"sqlalchemy", "alembic", "fastapi", "starlette", "uvicorn", "kubernetes", "torch"}
+
+
+def _loaded(code: str, tmp_path: Path) -> set[str]:
+    """Top-level packages in ``sys.modules`` after ``code`` ran in a fresh interpreter."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_")}
+    env.update(GPUSEAT_DATA_DIR=str(tmp_path / "data"), HOME=str(tmp_path))
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})), file=sys.stderr)"
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    return set(json.loads(proc.stderr.strip().splitlines()[-1]))
+
+
+def test_import_cli_loads_no_heavy_package(tmp_path: Path) -> None:
+    loaded = _loaded("import gpuseat.cli", tmp_path)
+    assert "click" in loaded  # the probe sees what was imported
+    assert not loaded & NEVER_AT_IMPORT
+    assert not loaded & {"pydantic", "highspy", "numpy", "rich"}
+
+
+def test_plan_help_loads_no_solver_validator_or_rich(tmp_path: Path) -> None:
+    loaded = _loaded("from gpuseat.cli import main\nassert main(['plan', '--help']) == 0", tmp_path)
+    assert not loaded & (NEVER_AT_IMPORT | {"pydantic", "highspy", "numpy", "rich"})
+
+
+def test_plan_json_loads_no_store_or_rich(tmp_path: Path) -> None:
+    loaded = _loaded(
+        "from gpuseat.cli import main\nassert main(['plan', 'examples/course-2016.toml', '-f', 'json']) == 0",
+        tmp_path,
+    )
+    assert "pydantic" in loaded  # the course file was really validated and priced
+    assert not loaded & (NEVER_AT_IMPORT | {"rich"})
+
+
+@pytest.mark.parametrize("module", sorted(COMMANDS))
+def test_each_module_adds_exactly_its_listed_commands(module: str) -> None:
+    """``gpuseat <name>`` registers only the module :data:`COMMANDS` names for it, so the list must be exact."""
+    group = typer.main.get_group(build_app(module))
+    assert tuple(group.commands) == COMMANDS[module]
+
+
+def test_whole_app_lists_every_command_once() -> None:
+    group = typer.main.get_group(build_app())
+    names = [n for names in COMMANDS.values() for n in names]
+    assert sorted(group.commands) == sorted(names)
+    assert len(names) == len(set(names))
