@@ -306,6 +306,13 @@ class StepEngine(Generic[SettingsT]):
     def setup(self) -> None:
         """An engine's own parts, built from ``self.settings`` (nothing by default)."""
 
+    def _step(self, action: str, target: str, why: str, phase: Phase, **data: Any) -> Step:
+        """A step of this engine on its host; ``participant`` and ``seats`` in ``data`` fill those fields,
+        the rest is the step's data."""
+        participant = data.pop("participant", None)
+        seats = tuple(data.pop("seats", ()))
+        return Step(self.name, action, target, why, phase, participant, seats, self.host, data)
+
     def login_of(self, p: ParticipantView) -> str:
         """The participant's login name: the one rule of every engine (:func:`gpuseat.core.delivery.login_name`)."""
         from gpuseat.core.delivery import login_name

@@ -452,11 +452,6 @@ class HostEngine(StepEngine[HostSettings]):
                     )
                 )
 
-    def _step(self, action: str, target: str, why: str, phase: Any, **data: Any) -> Step:
-        participant = data.pop("participant", None)
-        seats = tuple(data.pop("seats", ()))
-        return Step(self.name, action, target, why, phase, participant, seats, self.host, data)
-
     def _allow(self, files: Sequence[str], seat_key: str, seats_of: dict[str, set[str]]) -> list[tuple[str, str]]:
         root = self.settings.dev_root.rstrip("/")
         shared = [f for f, keys in seats_of.items() if seat_key in keys and f not in files]
@@ -555,8 +550,6 @@ class HostEngine(StepEngine[HostSettings]):
             case "seat.device":  # planned so that apply names the seat and fails it (exit 2); the rest goes on
                 raise InputError(step.why, where=f"seat {step.target}", fix=d.get("fix") or None)
             case "request.record" | "seat.stop" | "seat.warn" | "seat.check" | "seat.connected" | "home.reset":
-                return self._do_request(step)
-            case "session.report":
                 return self._do_request(step)
             case _:
                 raise InputError(f"the host engine has no step {step.action!r}", where="plan")

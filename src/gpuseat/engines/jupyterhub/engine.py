@@ -375,11 +375,6 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
         """True when the engine last saw servers of this course (its seats may have moved to another engine)."""
         return any(h["engine"] == ENGINE for h in self.store.holdings(state.key))
 
-    def _step(self, action: str, target: str, why: str, phase: Any, **data: Any) -> Step:
-        participant = data.pop("participant", None)
-        seats = tuple(data.pop("seats", ()))
-        return Step(self.name, action, target, why, phase, participant, seats, self.host, data)
-
     def _access(self, user: str, seat: SeatView, holder: str | None = None) -> Access:
         url = f"{self.hub_url}/user/{quote(user, safe='')}/"
         return Access(

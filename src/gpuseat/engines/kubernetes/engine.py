@@ -352,11 +352,6 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
             holder=p.key,
         )
 
-    def _step(self, action: str, target: str, why: str, phase: Any, **data: Any) -> Step:
-        participant = data.pop("participant", None)
-        seats = tuple(data.pop("seats", ()))
-        return Step(self.name, action, target, why, phase, participant, seats, self.host, data)
-
     # -- apply -----------------------------------------------------------------------------------------
 
     def do(self, step: Step) -> str | None:

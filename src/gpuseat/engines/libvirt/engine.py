@@ -403,11 +403,6 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
         access = Access(kind="ssh", device_uuid=seat.device_uuid, notes=(note,))
         return ("running" if running else "requested"), f"libvirt: {note}", access, ""
 
-    def _step(self, action: str, target: str, why: str, phase: Any, **data: Any) -> Step:
-        participant = data.pop("participant", None)
-        seats = tuple(data.pop("seats", ()))
-        return Step(self.name, action, target, why, phase, participant, seats, self.host, data)
-
     # -- apply ---------------------------------------------------------------------------------------
 
     def _would(self, *commands: Sequence[str]) -> bool:

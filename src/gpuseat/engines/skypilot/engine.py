@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core import delivery
 from gpuseat.core.readiness import Access, Readiness, judge
-from gpuseat.engines.base import Changes, CourseState, Holding, Phase, Step, StepEngine
+from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
 from gpuseat.engines.skypilot import tasks
 from gpuseat.engines.skypilot.sdk import Cluster, SkyPilot
 from gpuseat.errors import EngineError, GpuseatError, InputError
@@ -312,11 +312,6 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
             device_uuid=seat.device_uuid,
             holder=holder,
         )
-
-    def _step(self, action: str, target: str, why: str, phase: Phase, **data: Any) -> Step:
-        participant = data.pop("participant", None)
-        seats = tuple(data.pop("seats", ()))
-        return Step(self.name, action, target, why, phase, participant, seats, self.host, data)
 
     # -- apply ---------------------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core.delivery import login_name
 from gpuseat.core.readiness import Access, Readiness, judge
-from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
+from gpuseat.engines.base import Changes, CourseState, Holding, Phase, Step, StepEngine
 from gpuseat.engines.slurm import config, names
 from gpuseat.engines.slurm.adapter import Job, Slurm, explain
 from gpuseat.engines.slurm.config import Reservation, SeatLimit
@@ -248,7 +248,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         moved = sorted(u for u, x in old_limits.items() if u not in holders or holders[u] != x)
         if lua is not None and new_text != lua_text:
             lost = tuple(sorted({s for u in moved for s in seats_for(u)}))
-            phase = "revoke" if moved else "grant"
+            phase: Phase = "revoke" if moved else "grant"
             why = f"{', '.join(moved)}: seat limits change" if moved else "seat limits of the holders"
             add(
                 step(
@@ -489,11 +489,6 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             ),
             holder=holder,
         )
-
-    def _step(self, action: str, target: str, why: str, phase: Any, **data: Any) -> Step:
-        participant = data.pop("participant", None)
-        seats = tuple(data.pop("seats", ()))
-        return Step(self.name, action, target, why, phase, participant, seats, self.host, data)
 
     # -- apply -----------------------------------------------------------------------------------------
 
