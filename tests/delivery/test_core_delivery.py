@@ -65,6 +65,8 @@ def test_instruction_never_prints_the_inventory_name() -> None:
 def test_mig_minors_and_probe() -> None:
     minors = parse_mig_minors("gpu0/gi1/access 3\ngpu0/gi1/ci0/access 4\nconfig 1\nmonitor 2\n")
     assert minors == {(0, 1, None): 3, (0, 1, 0): 4}
+    with pytest.raises(InputError, match="mig-minors line 2"):
+        parse_mig_minors("gpu0/gi1/access 3\ngpu0/gi1 4\n")
     seen = parse_probe(
         "CUDA_VISIBLE_DEVICES=MIG-a\nGPU 0: NVIDIA H200 (UUID: GPU-x)\n  MIG 1g.18gb     Device  0: (UUID: MIG-a)\n"
         "GPU 1: NVIDIA H200 (UUID: GPU-y)\n"

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from gpuseat.catalog.bundle import load_catalog
 from gpuseat.core.carve import CarveRequest, carve
+from gpuseat.core.delivery import parse_mig_minors
 from gpuseat.core.inventory import server_from_toml
 from gpuseat.core.needs import SeatNeed
 from gpuseat.engines.slurm import config, names
@@ -57,7 +58,7 @@ def test_mig_seats_are_typed_gres_with_multiple_files() -> None:
     seats = [s.name for s in layout.slices]
     with pytest.raises(InputError, match="needs its device files"):
         config.devices_from_layout(layout, "gpu02")
-    minors = config.parse_mig_minors(MIG_MINORS)
+    minors = parse_mig_minors(MIG_MINORS)
     devices = config.devices_from_layout(
         layout, "gpu02", mig_minors=minors, mig_instances={s: (7 + i, 0) for i, s in enumerate(seats)}
     )
@@ -75,7 +76,7 @@ def test_mig_seats_are_typed_gres_with_multiple_files() -> None:
 @given(st.text(max_size=60))
 def test_mig_minors_parser_accepts_only_its_format(line: str) -> None:
     try:
-        parsed = config.parse_mig_minors(line)
+        parsed = parse_mig_minors(line)
     except InputError as exc:
         assert "mig-minors" in exc.message
     else:

@@ -53,8 +53,8 @@ def course(lab_store) -> service.SlurmCourse:
 
 def _mig_devices(dev: Path) -> list[config.GresDevice]:
     """Two MIG instances (GI 7 and 8 of a fifth GPU) outside the course, typed 1g.18gb with MultipleFiles."""
-    minors = {f"gpu4/gi{g}/access": 3 + 4 * 135 + g * 9 for g in (7, 8)}
-    minors |= {f"gpu4/gi{g}/ci0/access": 4 + 4 * 135 + g * 9 for g in (7, 8)}
+    minors: dict[tuple[int, int, int | None], int] = {(4, g, None): 3 + 4 * 135 + g * 9 for g in (7, 8)}
+    minors |= {(4, g, 0): 4 + 4 * 135 + g * 9 for g in (7, 8)}
     return [
         config.GresDevice(
             node="localhost",

@@ -74,12 +74,13 @@ def _devices(
     mig_instances: str | None,
 ) -> list[GresDevice]:
     from gpuseat.catalog.bundle import load_catalog
+    from gpuseat.core.delivery import parse_mig_minors
     from gpuseat.engines.slurm import config, names
     from gpuseat.files import read_text
     from gpuseat.services.carving import carve_inventory, profiles_from_flags
 
     layout = carve_inventory(inventory, load_catalog(), mode=mode.value, profiles=profiles_from_flags(profile))
-    minors = config.parse_mig_minors(read_text(mig_minors), where=str(mig_minors)) if mig_minors else None
+    minors = parse_mig_minors(read_text(mig_minors), where=str(mig_minors)) if mig_minors else None
     return config.devices_from_layout(
         layout,
         names.node_name(node, where="--node"),

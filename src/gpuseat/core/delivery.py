@@ -23,7 +23,7 @@ from gpuseat.errors import InputError
 HOST_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9-]{1,63})*\.?$")
 USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z/-]{1,90}$")
-_MIG_MINOR = re.compile(r"^gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access\s+(\d+)\s*$")
+_MIG_MINOR = re.compile(r"^(?:gpu([0-9]{1,3})/gi([0-9]{1,3})(?:/ci([0-9]{1,3}))?/access|config|monitor) ([0-9]{1,7})$")
 _FILE_LIKE = re.compile(r"\.(toml|ya?ml|json|csv|txt|xml)$", re.IGNORECASE)
 
 
@@ -180,12 +180,22 @@ def instruction(
 # -- the shared host: device files -----------------------------------------------------------------
 
 
-def parse_mig_minors(text: str) -> dict[tuple[int, int, int | None], int]:
-    """``/proc/driver/nvidia-caps/mig-minors`` → ``(gpu, gi, ci or None)`` → cap minor."""
+def parse_mig_minors(text: str, *, where: str = "mig-minors") -> dict[tuple[int, int, int | None], int]:
+    """``/proc/driver/nvidia-caps/mig-minors`` (``gpu0/gi7/access 66`` per line) → ``(gpu, gi, ci or
+    None)`` → capability minor, the one parser of it (host engine, Slurm's gres.conf). The ``config``
+    and ``monitor`` lines are passed over; any other line is refused, as the file was not the driver's."""
     out: dict[tuple[int, int, int | None], int] = {}
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
         m = _MIG_MINOR.match(line.strip())
-        if m:
+        if m is None:
+            raise InputError(
+                f"mig-minors line {number} is not 'NAME MINOR': {line[:60]!r}",
+                where=where,
+                fix="give the unmodified /proc/driver/nvidia-caps/mig-minors file",
+            )
+        if m.group(1) is not None:
             ci = None if m.group(3) is None else int(m.group(3))
             out[(int(m.group(1)), int(m.group(2)), ci)] = int(m.group(4))
     return out

@@ -24,6 +24,7 @@ from pathlib import PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpuseat.core.delivery import SeatDevice, device_files, shared_files
 from gpuseat.engines.slurm import names
 from gpuseat.errors import InputError
 
@@ -70,43 +71,16 @@ def gres_type_of(model: str) -> str:
     return names.gres_type(re.sub(r"[^a-z0-9.+-]+", "_", model.lower()).strip("_") or "gpu")
 
 
-def mig_files(dev_root: str, gpu_minor: int, minors: Mapping[str, int], gi: int, ci: int = 0) -> tuple[str, ...]:
+def mig_files(
+    dev_root: str, gpu_minor: int, minors: Mapping[tuple[int, int, int | None], int], gi: int, ci: int = 0
+) -> tuple[str, ...]:
     """The device files of one MIG instance: ``nvidia<gpu>`` plus the GI and CI ``access`` capability files.
 
-    ``minors`` is the host's ``/proc/driver/nvidia-caps/mig-minors`` (see :func:`parse_mig_minors`).
+    ``minors`` is the host's ``/proc/driver/nvidia-caps/mig-minors``
+    (:func:`gpuseat.core.delivery.parse_mig_minors`); the same files the host engine grants.
     """
-    caps = []
-    for name in (f"gpu{gpu_minor}/gi{gi}/access", f"gpu{gpu_minor}/gi{gi}/ci{ci}/access"):
-        if name not in minors:
-            raise InputError(
-                f"no capability {name!r} in mig-minors",
-                where="mig-minors",
-                fix="give the host's /proc/driver/nvidia-caps/mig-minors and existing GI/CI ids",
-            )
-        caps.append(f"{dev_root}/nvidia-caps/nvidia-cap{minors[name]}")
-    return (f"{dev_root}/nvidia{gpu_minor}", *caps)
-
-
-_MINOR_LINE = re.compile(
-    r"^(config|monitor|gpu\d{1,3}/gi\d{1,2}/access|gpu\d{1,3}/gi\d{1,2}/ci\d{1,2}/access) (\d{1,7})$"
-)
-
-
-def parse_mig_minors(text: str, *, where: str = "mig-minors") -> dict[str, int]:
-    """Parse ``/proc/driver/nvidia-caps/mig-minors`` (``gpu0/gi7/access 66`` per line)."""
-    out: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        m = _MINOR_LINE.match(line.strip())
-        if not m:
-            raise InputError(
-                f"line {number} is not 'NAME MINOR': {line[:60]!r}",
-                where=where,
-                fix="give the unmodified /proc/driver/nvidia-caps/mig-minors file",
-            )
-        out[m.group(1)] = int(m.group(2))
-    return out
+    dev = SeatDevice(f"nvidia{gpu_minor}", gpu_minor, gi, ci)
+    return (*shared_files(dev, dev_root), *device_files(dev, minors, dev_root))
 
 
 def bind_cores(devices: Iterable[GresDevice]) -> list[GresDevice]:
@@ -645,7 +619,7 @@ def devices_from_layout(
     node: str,
     *,
     dev_root: str = "/dev",
-    mig_minors: Mapping[str, int] | None = None,
+    mig_minors: Mapping[tuple[int, int, int | None], int] | None = None,
     mig_instances: Mapping[str, tuple[int, int]] | None = None,
 ) -> list[GresDevice]:
     """GresDevices for the seats of a carve :class:`~gpuseat.core.carve.Layout` on one node.
