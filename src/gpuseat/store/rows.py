@@ -5,17 +5,19 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
-from gpuseat.core.course import Course as CourseFile
 from gpuseat.core.needs import SeatNeed
 from gpuseat.core.seating import misfit, preference
 from gpuseat.db.models import Assignment, CourseRecord, Event, Participant, Seat
 from gpuseat.errors import InputError, NotFound, did_you_mean
 from gpuseat.store.views import AssignmentView, ParticipantView, SeatView, _utc
+
+if TYPE_CHECKING:  # a type here only: the course file's models are loaded by those who parse one
+    from gpuseat.core.course import Course as CourseFile
 
 DEFAULT_ACTOR = "gpuseat"
 #: A clock behind the stored times by more than this (seconds) stepped back: an events row says so. Less is
