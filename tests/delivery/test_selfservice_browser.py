@@ -27,9 +27,8 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
-def test_a_participant_stops_starts_and_replaces_their_key_in_the_browser(
-    hostcourse: tuple[Lab, str], cli: Callable[..., Any], tmp_path: Path
-) -> None:
+def playwright_or_skip() -> Any:
+    """Playwright's ``sync_playwright`` (missing, or no Chromium: fails on CI, skips elsewhere)."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -38,6 +37,13 @@ def test_a_participant_stops_starts_and_replaces_their_key_in_the_browser(
         pytest.skip("playwright is not installed")
     if not shutil.which(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is missing")
+    return sync_playwright
+
+
+def test_a_participant_stops_starts_and_replaces_their_key_in_the_browser(
+    hostcourse: tuple[Lab, str], cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    sync_playwright = playwright_or_skip()
     lab, db = hostcourse
     _settings(cli, lab, db)
     r = cli("engines", "settings", "host", "ssh_host=gpu1.example.org", "--course", "lab", "--db", db)
