@@ -24,7 +24,6 @@ flag (:mod:`gpuseat.cli.flags`).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 
@@ -60,6 +59,8 @@ class EngineError(GpuseatError):
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """A ``Did you mean X?`` hint (empty when nothing is close), for unknown ids and names."""
+    import difflib  # here: every command imports this module, few ever need a hint
+
     close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.5)
     return f" Did you mean {', '.join(close)}?" if close else ""
 

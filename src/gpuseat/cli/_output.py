@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -54,11 +52,15 @@ FORMAT_OPTION = typer.Option(
 
 def print_json(obj: Any) -> None:
     """Pretty JSON on stdout (``default=str`` keeps dates and paths printable)."""
+    import json  # here, as csv below: a table run does not load them
+
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
 
 
 def print_csv(rows: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> None:
     """CSV with a header on stdout."""
+    import csv
+
     from gpuseat.safe_text import csv_cell
 
     writer = csv.DictWriter(sys.stdout, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
