@@ -89,7 +89,7 @@ def plan_requests(engine: LibvirtEngine, course: CourseState, changes: Changes, 
             add(_step(engine, "domain.stop", name, why, "revoke", p.key, seat=key, seats=(key,)))
         if not kept and engine._records():  # its way in says why, written once
             changes.steps[:] = [s for s in changes.steps if not (s.action == "seat.record" and s.target == key)]
-            note = f"stopped: {why}"
+            note = "stopped until a start"  # the same words at every pass (a second plan is empty)
             engine._plan_record(changes, course, seats[key], p, engine.login_of(p), running=False, ip=None, note=note)
 
 
