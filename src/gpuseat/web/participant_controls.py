@@ -1,21 +1,14 @@
-"""The participant's own seat controls (issue 40): start, stop, restart, reset, add or replace the SSH
-key, and their seat hours, on their page ``/t/<token>``.
+"""What the participant's seat controls (issue 40) show on their page ``/t/<token>``: the seat's run
+state, their seat hours, an idle warning and their latest requests.
 
-Each button writes a request row (:meth:`~gpuseat.store.requests.RequestMethods.request_seat`); the
-seat's agent carries it out and the page shows it pending, then done or failed with the reason.
-Nothing here touches a machine. A request acts only on the token holder's own seat: the form's CSRF
-token is bound to the link's token, and a form that names another seat or participant is refused
-before anything is written.
+Each button writes a request row (:meth:`~gpuseat.store.requests.RequestMethods.request_seat`, from
+:mod:`gpuseat.web.routes.participant`); the seat's agent carries it out and the page shows it pending,
+then done or failed with the reason.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
-
-from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
-from starlette.datastructures import FormData
 
 from gpuseat.errors import InputError
 from gpuseat.services.courses import ParticipantView
@@ -42,56 +35,3 @@ def seat_controls(portal: Any, who: ParticipantView) -> dict[str, Any]:
 
     out["enabled"] = seat is not None and seat.engine in SELF_SERVICE_ENGINES
     return out
-
-
-def add_participant_controls(
-    app: FastAPI,
-    portal: Any,
-    templates: Any,
-    participant: Callable[[Request, str], ParticipantView | Response],
-    read_form: Callable[..., Any],
-    check_csrf: Callable[[FormData, str | None], None],
-    page: Callable[..., Response],
-    need_organizer: Callable[[Request], str],
-) -> None:
-    """Add ``POST /t/{token}/seat`` and ``GET /t/{token}/seat.json`` (the page's partial reads
-    ``seat_controls(who)``), and the organizer's ``/hours`` and ``/hours.csv``."""
-    from gpuseat.web.seat_hours import add_hours_routes
-
-    templates.env.globals["seat_controls"] = lambda who: seat_controls(portal, who)
-    add_hours_routes(app, portal, page, need_organizer)
-
-    @app.post("/t/{token}/seat")
-    def participant_seat(token: str, request: Request, data: FormData = Depends(read_form)) -> Response:
-        who = participant(request, token)
-        if isinstance(who, Response):
-            return who
-        check_csrf(data, "t:" + token)
-        # the form may only name the token holder's own seat and self: anything else is an attempt
-        named_seat, named_who = str(data.get("seat", "") or ""), str(data.get("participant", "") or "")
-        if (named_seat and named_seat != (who.seat or "")) or (named_who and named_who != who.key):
-            portal.store.log(
-                who.course, "portal.refused", participant=who.key, detail={"seat": named_seat[:64]}, actor=who.key
-            )
-            return PlainTextResponse("you can act on your own seat only", status_code=403)
-        action = str(data.get("action", ""))
-        if action == "reset" and str(data.get("confirm", "")).strip().lower() != "reset":
-            raise InputError(
-                "a reset deletes every file in your home", where="reset", fix="type reset in the box to confirm"
-            )
-        key = str(data.get("key", "")) if action == "key" else None
-        from gpuseat.store.requests import RateLimited
-
-        try:
-            portal.store.request_seat(who.course, who.key, action, actor=f"participant:{who.key}", key=key)
-        except RateLimited as exc:
-            return PlainTextResponse(exc.message, status_code=429)
-        root = str(request.scope.get("root_path", "")).rstrip("/")
-        return RedirectResponse(f"{root}/t/{token}#controls", status_code=303)
-
-    @app.get("/t/{token}/seat.json")
-    def participant_seat_json(token: str, request: Request) -> Response:
-        who = participant(request, token)
-        if isinstance(who, Response):
-            return who
-        return JSONResponse(seat_controls(portal, who), headers={"cache-control": "no-store"})

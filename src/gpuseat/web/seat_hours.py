@@ -1,17 +1,12 @@
 """The organizer's seat hours (issue 40): hours per participant (quota, top-ups, used, left, when the seat
 stops at this rate) and the course's ``[policy]``, as a page (``/hours``) and a CSV download (``/hours.csv``).
-Registered by :func:`gpuseat.web.participant_controls.add_participant_controls`."""
+Served by :mod:`gpuseat.web.routes.organizer`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import Response
-
 from gpuseat.errors import GpuseatError
-from gpuseat.web.exports import csv_text
 
 COLUMNS = ("participant", "group", "seat", "quota", "topups", "used", "left", "gpu_busy", "running", "runs_out_at")
 
@@ -49,24 +44,3 @@ def _gpu_busy(portal: Any, course: str) -> dict[str, float]:
     for day in Activity(portal.store).daily(seat_ids=list(ids)):
         out[ids[day.seat_id]] = out.get(ids[day.seat_id], 0.0) + day.active_hours
     return out
-
-
-def add_hours_routes(app: FastAPI, portal: Any, page: Callable[..., Response], need: Callable[[Request], str]) -> None:
-    """``GET /hours`` and ``GET /hours.csv`` (organizer session)."""
-
-    @app.get("/hours")
-    def hours_page(request: Request) -> Response:
-        need(request)
-        rows, policy = hour_rows(portal)
-        return page(request, "hours.html", tab="hours", rows=rows, policy=policy)
-
-    @app.get("/hours.csv")
-    def hours_csv(request: Request) -> Response:
-        need(request)
-        rows, _policy = hour_rows(portal)
-        text = csv_text(COLUMNS, ([r.get(c) for c in COLUMNS] for r in rows))
-        return Response(
-            text,
-            media_type="text/csv; charset=utf-8",
-            headers={"content-disposition": 'attachment; filename="seat-hours.csv"', "cache-control": "no-store"},
-        )

@@ -1,0 +1,144 @@
+"""The portal's FastAPI dependencies: the portal (and its store), the organizer, the participant of a
+link, and the checked form of a POST.
+
+Each is a function a route names with ``Depends``; a refusal is an exception that one handler of
+:func:`gpuseat.web.app.create_app` turns into the answer (a redirect to the login, a 401, a 403, or the
+link's own 404/410/429). Dependencies that read the store are plain ``def`` (a worker thread, never
+the event loop). The order is fixed by the signatures: a POST's form (and its origin check) is read
+first, then who asks, then the CSRF token, as the portal always did.
+"""
+
+from __future__ import annotations
+
+from fastapi import Depends, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from starlette.datastructures import FormData
+
+from gpuseat.errors import GpuseatError, InputError, NotFound
+from gpuseat.services.courses import ParticipantView
+from gpuseat.web.pages import client_address, go, organizer_of, page, portal_of, session_secret, sessions_of
+from gpuseat.web.portal import Portal
+from gpuseat.web.security import CSRF_FIELD, same_origin
+
+MAX_FORM_FIELDS = 200
+
+
+class Forbidden(Exception):
+    """A request that is refused (bad CSRF token, a cross-site POST)."""
+
+
+class LoginFirst(Exception):
+    """An organizer route without a live session."""
+
+
+class LinkRefused(Exception):
+    """An access link that opens nothing: unknown, expired, archived, or too many guesses."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.message, self.status = message, status
+
+
+async def get_portal(request: Request) -> Portal:
+    """The portal this app serves (its ``store`` is the course store)."""
+    return portal_of(request)
+
+
+def need_organizer(request: Request) -> str:
+    """The organizer of the request's session; :class:`LoginFirst` without one."""
+    user = organizer_of(request)
+    if user is None:
+        raise LoginFirst
+    return user
+
+
+async def read_form(request: Request) -> FormData:
+    """The POSTed form (capped by :class:`~gpuseat.web.limits.BodyGuard`), refused early when cross-site."""
+    if not same_origin(request.headers, request.url.scheme, portal_of(request).trusted_origins()):
+        raise Forbidden("cross-site form refused: use the portal's own pages")
+    return await request.form(max_files=1, max_fields=MAX_FORM_FIELDS)
+
+
+def check_csrf(request: Request, data: FormData, bind: str | None) -> None:
+    """:class:`Forbidden` unless the form's CSRF token is the one bound to ``bind``."""
+    token = data.get(CSRF_FIELD)
+    if not sessions_of(request).csrf_ok(bind, token if isinstance(token, str) else None):
+        raise Forbidden("missing or wrong CSRF token: reload the page and send the form again")
+
+
+def organizer_form(request: Request, data: FormData = Depends(read_form)) -> str:
+    """The organizer of a POST whose CSRF token is bound to their session."""
+    user = need_organizer(request)
+    check_csrf(request, data, "s:" + (session_secret(request) or ""))
+    return user
+
+
+def participant(token: str, request: Request) -> ParticipantView:
+    """The link's participant; an unknown token counts as a guess from the client's address.
+
+    A valid token is never refused: the guess limit answers only for unknown ones. Only reads: the
+    visit is written after the response, so no page waits for a writer.
+    """
+    portal = portal_of(request)
+    try:
+        hit = portal.lookup(token)
+        who = hit.participant if hit is not None else None
+        expired = who is not None and portal.link_expired(who)
+    except NotFound:  # the link's course was deleted after its lookup was cached
+        portal.forget_tokens()
+        hit, who, expired = None, None, False
+    if who is not None and not expired:
+        return who
+    client = client_address(request)
+    blocked = portal.token_limit.blocked(client)
+    portal.token_limit.fail(client)
+    if blocked:
+        raise LinkRefused("too many unknown links from your address: wait a few minutes", 429)
+    if who is not None:
+        raise LinkRefused("This link has expired: the course is over.", 410)
+    if hit is not None and hit.archived:
+        raise LinkRefused("This course has been archived: its links no longer open anything.", 410)
+    raise LinkRefused("This link is not valid (it may have been replaced).", 404)
+
+
+def participant_form(
+    token: str,
+    request: Request,
+    data: FormData = Depends(read_form),
+    who: ParticipantView = Depends(participant),
+) -> ParticipantView:
+    """The link's participant, for a POST whose CSRF token is bound to that link."""
+    check_csrf(request, data, "t:" + token)
+    return who
+
+
+# -- the answers to the refusals above (registered by create_app) ------------------------------------
+
+
+async def forbidden(request: Request, exc: Forbidden) -> Response:
+    """403 with the reason."""
+    return PlainTextResponse(str(exc), status_code=403)
+
+
+async def login_first(request: Request, exc: LoginFirst) -> Response:
+    """A page asks for the login; a download, a JSON poll or a POST gets a 401."""
+    if request.method == "GET" and not request.url.path.endswith((".json", ".csv")):
+        return go(request, "/login")
+    return PlainTextResponse("log in first", status_code=401)
+
+
+def link_refused(request: Request, exc: LinkRefused) -> Response:
+    """A link that opens nothing: 429 in plain text, JSON for the live poll, else the error page."""
+    if exc.status == 429:
+        return PlainTextResponse(exc.message, status_code=429)
+    if request.url.path.endswith("/live"):
+        return JSONResponse({"error": exc.message}, status_code=exc.status)
+    return page(request, "error.html", status=exc.status, user=None, message=exc.message)
+
+
+def gpuseat_error(request: Request, exc: GpuseatError) -> Response:
+    """A course deleted under a page (or a link) is a 404 with the page, never a 500; bad input a 400."""
+    status = 404 if isinstance(exc, NotFound) else 400 if isinstance(exc, InputError) else 503
+    if request.url.path.endswith(".json"):
+        return JSONResponse({"error": exc.message}, status_code=status)
+    return page(request, "error.html", status=status, message=exc.message)

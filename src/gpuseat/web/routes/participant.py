@@ -1,0 +1,148 @@
+"""The participant's routes, all under their access link ``/t/<token>``: their page, its live readings,
+their SSH config, and their seat controls (start, stop, restart, reset, a new key).
+
+A link shows and acts on its own participant's seat only: the participant comes from the token
+(:func:`~gpuseat.web.deps.participant`), and a form's CSRF token is bound to that link. Each seat
+control writes a request row that the seat's agent carries out; nothing here touches a machine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.background import BackgroundTask
+from starlette.datastructures import FormData
+
+from gpuseat.errors import InputError
+from gpuseat.services.courses import ParticipantView
+from gpuseat.store.survey import OPEN
+from gpuseat.web.deps import get_portal, participant, participant_form, read_form
+from gpuseat.web.pages import page, root
+from gpuseat.web.participant_controls import seat_controls
+from gpuseat.web.portal import Portal
+
+router = APIRouter()
+
+
+def visited(portal: Portal, response: Response) -> Response:
+    """The response, with the queued link visits written after it is sent (never before)."""
+    if portal.visits_pending and response.background is None:
+        response.background = BackgroundTask(portal.record_visits)
+    return response
+
+
+def participant_page(request: Request, token: str, who: ParticipantView, status: int = 200, **ctx: Any) -> Response:
+    """The participant's page: their seat, its way in and check, their benchmark, use and the open survey."""
+    portal: Portal = request.app.state.portal
+    key = who.course
+    seat, d_bench, usage = portal.participant(who)
+    state = portal.surveys.state(key)
+    template = portal.surveys.template(key) if state == OPEN else None
+    answers = ctx.pop("answers", None)
+    if answers is None and template is not None:
+        answers = portal.surveys.response(key, who.key) or {}
+    way = check = None
+    if seat is not None:
+        from gpuseat.services.delivery import way_in
+
+        way = way_in(portal.store, seat, who)
+        check = portal.store.readiness_of(key).get(seat.key)
+    return page(
+        request,
+        "participant.html",
+        way=way,
+        check=check,
+        status=status,
+        bind="t:" + token,
+        who=who,
+        seat=seat,
+        bench=d_bench,
+        usage=usage,
+        token=token,
+        survey=template,
+        survey_state=state,
+        answers=answers or {},
+        course=portal.course_view(key),
+        user=None,  # a participant page never shows the organizer's menu
+        **ctx,
+    )
+
+
+@router.get("/t/{token}", response_class=HTMLResponse)
+def participant_home(
+    token: str, request: Request, who: ParticipantView = Depends(participant), portal: Portal = Depends(get_portal)
+) -> Response:
+    """The participant's own page."""
+    return visited(portal, participant_page(request, token, who))
+
+
+@router.get("/t/{token}/live")
+def participant_live(who: ParticipantView = Depends(participant), portal: Portal = Depends(get_portal)) -> Response:
+    """The seat's live reading, polled by the open page."""
+    body: dict[str, Any] = {"participant": who.key, "seat": who.seat, "live": None, "last_active": None}
+    if who.seat is not None:
+        live, last = portal.seat_live(who.course, who.seat)
+        body["live"] = live.to_dict() if live else None
+        body["last_active"] = last
+    return visited(portal, JSONResponse(body, headers={"cache-control": "no-store"}))
+
+
+@router.get("/t/{token}/ssh_config")
+def participant_ssh_config(
+    who: ParticipantView = Depends(participant), portal: Portal = Depends(get_portal)
+) -> Response:
+    """An ``ssh_config`` block for the seat's way in, as a download (404 while there is none)."""
+    from gpuseat.services.delivery import way_in
+
+    seat = portal.store.seat_of(who.course, who.key)
+    way = way_in(portal.store, seat, who) if seat is not None else None
+    if seat is None or way is None or way.ssh_config is None:
+        return PlainTextResponse("no SSH way in for your seat yet\n", status_code=404)
+    return visited(
+        portal,
+        PlainTextResponse(
+            way.ssh_config,
+            headers={"content-disposition": f'attachment; filename="gpuseat-{seat.key}.ssh_config"'},
+        ),
+    )
+
+
+@router.post("/t/{token}/seat")
+def participant_seat(
+    token: str,
+    request: Request,
+    data: FormData = Depends(read_form),
+    who: ParticipantView = Depends(participant_form),
+    portal: Portal = Depends(get_portal),
+) -> Response:
+    """One seat control: a request row for the seat's agent, then back to the page's controls."""
+    # the form may only name the token holder's own seat and self: anything else is an attempt
+    named_seat, named_who = str(data.get("seat", "") or ""), str(data.get("participant", "") or "")
+    if (named_seat and named_seat != (who.seat or "")) or (named_who and named_who != who.key):
+        portal.store.log(
+            who.course, "portal.refused", participant=who.key, detail={"seat": named_seat[:64]}, actor=who.key
+        )
+        return PlainTextResponse("you can act on your own seat only", status_code=403)
+    action = str(data.get("action", ""))
+    if action == "reset" and str(data.get("confirm", "")).strip().lower() != "reset":
+        raise InputError(
+            "a reset deletes every file in your home", where="reset", fix="type reset in the box to confirm"
+        )
+    key = str(data.get("key", "")) if action == "key" else None
+    from gpuseat.store.requests import RateLimited
+
+    try:
+        portal.store.request_seat(who.course, who.key, action, actor=f"participant:{who.key}", key=key)
+    except RateLimited as exc:
+        return PlainTextResponse(exc.message, status_code=429)
+    return RedirectResponse(f"{root(request)}/t/{token}#controls", status_code=303)
+
+
+@router.get("/t/{token}/seat.json")
+def participant_seat_json(
+    who: ParticipantView = Depends(participant), portal: Portal = Depends(get_portal)
+) -> Response:
+    """What the page's controls show, polled while a request is pending."""
+    return JSONResponse(seat_controls(portal, who), headers={"cache-control": "no-store"})
