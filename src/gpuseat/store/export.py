@@ -36,6 +36,8 @@ from gpuseat.db.models import (
     Participant,
     Sample,
     Seat,
+    SeatHours,
+    SeatRequest,
     Survey,
     SurveyResponse,
 )
@@ -56,6 +58,8 @@ MEMBERS = (
     "survey.json",
     "samples_summary.json",
 )
+#: members added later: written always, read when present (an export made before them imports without them)
+LEDGER_MEMBERS = ("seat_requests.json", "seat_hours.json")
 MAX_MEMBER_BYTES = 512 * 1024 * 1024  # a course with years of events stays far below; a zip bomb does not
 MAX_ARCHIVE_BYTES = 1024 * 1024 * 1024
 
@@ -137,6 +141,8 @@ def collect(store: Any, course: str | None) -> dict[str, Any]:
                 func.max(MinuteAggregate.minute), func.max(MinuteAggregate.memory_max_mib),
             ).where(MinuteAggregate.seat_id.in_(list(skey) or [-1])).group_by(MinuteAggregate.seat_id)
         ).all()  # fmt: skip
+        requests = list(s.scalars(select(SeatRequest).where(SeatRequest.course_id == c.id).order_by(SeatRequest.id)))
+        ledger = list(s.scalars(select(SeatHours).where(SeatHours.course_id == c.id).order_by(SeatHours.id)))
         return {
             "course.json": {
                 "key": c.key,
@@ -216,6 +222,31 @@ def collect(store: Any, course: str | None) -> dict[str, Any]:
                 ],
             },
             "samples_summary.json": _samples_summary(skey, samples, minutes),
+            "seat_requests.json": [
+                {
+                    "participant": pkey[r.participant_id],
+                    "seat": r.seat_key,
+                    "action": r.action,
+                    "payload": r.payload,
+                    "state": r.state,
+                    "reason": r.reason,
+                    "actor": r.actor,
+                    "requested_at": _iso(r.requested_at),
+                    "done_at": _iso(r.done_at),
+                }
+                for r in requests
+            ],
+            "seat_hours.json": [
+                {
+                    "participant": pkey[h.participant_id],
+                    "kind": h.kind,
+                    "hours": h.hours,
+                    "note": h.note,
+                    "actor": h.actor,
+                    "at": _iso(h.at),
+                }
+                for h in ledger
+            ],
         }
 
 
@@ -249,16 +280,14 @@ def archive_bytes(members: dict[str, Any]) -> tuple[bytes, str]:
     """The zip (members plus the manifest) and its SHA-256."""
     from gpuseat import __version__
 
-    blobs = {name: _json(members[name]) for name in MEMBERS}
+    blobs = {name: _json(members[name]) for name in (*MEMBERS, *LEDGER_MEMBERS) if name in members}
     manifest = {
         "format": FORMAT,
         "schema_version": SCHEMA_VERSION,
         "gpuseat_version": __version__,
         "exported_at": datetime.now(UTC).isoformat(),
         "course": members["course.json"]["key"],
-        "counts": {
-            name.removesuffix(".json"): len(members[name]) for name in MEMBERS if isinstance(members[name], list)
-        },
+        "counts": {name.removesuffix(".json"): len(members[name]) for name in blobs if isinstance(members[name], list)},
         "sha256": {name: hashlib.sha256(blob).hexdigest() for name, blob in blobs.items()},
     }
     buf = io.BytesIO()
@@ -408,12 +437,35 @@ class SurveyRow(_Row):
     responses: list[ResponseRow] = Field(default_factory=list)
 
 
+class SeatRequestRow(_Row):
+    participant: str
+    seat: str | None = Field(None, max_length=128)
+    action: Literal["start", "stop", "restart", "reset", "key"]
+    payload: dict[str, Any] | None = None
+    state: Literal["pending", "done", "failed"]
+    reason: str | None = Field(None, max_length=20_000)
+    actor: str = Field(max_length=128)
+    requested_at: datetime
+    done_at: _When = None
+
+
+class SeatHoursRow(_Row):
+    participant: str
+    kind: Literal["topup", "quota"]
+    hours: float = Field(ge=0, le=100_000)
+    note: str | None = Field(None, max_length=500)
+    actor: str = Field(max_length=128)
+    at: datetime
+
+
 _ROWS: dict[str, type[_Row]] = {
     "participants.json": ParticipantRow,
     "seats.json": ExportSeatRow,
     "assignments.json": AssignmentRow,
     "access_tokens.json": TokenRow,
     "events.json": EventRow,
+    "seat_requests.json": SeatRequestRow,
+    "seat_hours.json": SeatHoursRow,
 }
 
 
@@ -476,7 +528,7 @@ def read_archive(path: Path) -> dict[str, Any]:
         found = manifest.get("sha256")
         sums: dict[str, Any] = found if isinstance(found, dict) else {}
         out: dict[str, Any] = {"manifest": manifest}
-        for name in MEMBERS:
+        for name in (*MEMBERS, *(n for n in LEDGER_MEMBERS if n in names)):
             blob = member(name)
             if sums.get(name) != hashlib.sha256(blob).hexdigest():
                 raise InputError(
@@ -495,6 +547,8 @@ def read_archive(path: Path) -> dict[str, Any]:
                 if not isinstance(data, list):
                     raise InputError(f"{name} is not a list", where=where, fix="use an intact copy of the export")
                 out[name] = [validate(_ROWS[name], row, where=f"{where}: {name}[{i}]") for i, row in enumerate(data)]
+        for name in LEDGER_MEMBERS:
+            out.setdefault(name, [])
     return out
 
 
@@ -523,6 +577,8 @@ def import_course(store: Any, path: Path, *, key: str | None = None, actor: str 
     for name, rows in (
         ("assignments.json", got["assignments.json"]),
         ("access_tokens.json", got["access_tokens.json"]),
+        ("seat_requests.json", got["seat_requests.json"]),
+        ("seat_hours.json", got["seat_hours.json"]),
     ):
         for i, row in enumerate(rows):
             if row.participant not in pkeys or (name == "assignments.json" and row.seat not in skeys):
@@ -602,6 +658,19 @@ def import_course(store: Any, path: Path, *, key: str | None = None, actor: str 
                                submitted_at=r.submitted_at, updated_at=r.updated_at)
                 for r in survey.responses
             )  # fmt: skip
+        s.add_all(
+            SeatRequest(
+                course_id=crow.id, participant_id=pid[r.participant], seat_key=r.seat, action=r.action,
+                payload=r.payload, state=r.state, reason=r.reason, actor=r.actor, requested_at=r.requested_at,
+                done_at=r.done_at,
+            )
+            for r in got["seat_requests.json"]
+        )  # fmt: skip
+        s.add_all(
+            SeatHours(course_id=crow.id, participant_id=pid[h.participant], kind=h.kind, hours=h.hours, note=h.note,
+                      actor=h.actor, at=h.at)
+            for h in got["seat_hours.json"]
+        )  # fmt: skip
         # the log is append-only: lines still in the store (a course deleted here) are not written twice
         have = {
             _event_id(e.at, e.actor, e.action, e.participant, e.seat, e.detail)
@@ -639,6 +708,8 @@ def import_course(store: Any, path: Path, *, key: str | None = None, actor: str 
         "tokens_skipped": len(got["access_tokens.json"]) - len(kept),
         "events": added,
         "survey_responses": len(survey.responses) if survey else 0,
+        "seat_requests": len(got["seat_requests.json"]),
+        "seat_hours": len(got["seat_hours.json"]),
     }
 
 

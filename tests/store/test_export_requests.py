@@ -1,0 +1,73 @@
+"""Seat requests and the seat-hour ledger travel with a course export (issue 40): export → import into
+another store gives the same requests (pending ones stay pending), quotas, top-ups and hours left; an
+export made before these members existed still imports."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+
+from gpuseat.services.courses import open_store
+from gpuseat.store.export import LEDGER_MEMBERS, export_course, import_course
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _course(tmp_path: Path):
+    store = open_store(f"sqlite:///{tmp_path / 'a.db'}", create=True)
+    store.create_course(EXAMPLES / "course-2016.toml", key="lab")
+    store.import_roster("lab", EXAMPLES / "roster-16.csv")
+    store.add_seats("lab", [{"key": f"seat-0{i}", "kind": "gpu", "engine": "host"} for i in (1, 2)])
+    ann, ben = (p.key for p in store.participants("lab")[:2])
+    store.assign("lab", ann, "seat-01")
+    store.assign("lab", ben, "seat-02")
+    stop = store.request_seat("lab", ann, "stop", actor=ann)
+    store.finish_request("lab", stop.id, ok=True, reason="stopped: logins refused, processes ended")
+    store.request_seat("lab", ann, "restart", actor=ann)  # still pending
+    store.add_seat_hours("lab", ann, 60, kind="quota", actor="organizer")
+    store.add_seat_hours("lab", ann, 5, actor="organizer", note="project week")
+    return store, ann, ben
+
+
+def _rows(store, who: str) -> list[tuple]:
+    return [(r.seat, r.action, r.state, r.reason, r.actor, r.requested_at, r.done_at)
+            for r in store.seat_requests("lab", participant=who)]  # fmt: skip
+
+
+def test_requests_and_hours_survive_export_and_import(tmp_path: Path) -> None:
+    store, ann, ben = _course(tmp_path)
+    got = export_course(store, "lab", tmp_path / "lab.zip")
+    assert (got["seat_requests"], got["seat_hours"]) == (2, 2)
+    other = open_store(f"sqlite:///{tmp_path / 'b.db'}", create=True)
+    summary = import_course(other, tmp_path / "lab.zip")
+    assert (summary["seat_requests"], summary["seat_hours"]) == (2, 2)
+    assert _rows(other, ann) == _rows(store, ann) and _rows(other, ben) == []
+    assert [r.state for r in other.seat_requests("lab", participant=ann)] == ["pending", "done"]
+    hours, again = store.seat_hours("lab")[ann], other.seat_hours("lab")[ann]
+    assert (again.quota, again.topups) == (hours.quota, hours.topups) == (60, 5)
+    assert other.run_states("lab")[ann].running is False  # the stop is on her timeline there too
+    store.close()
+    other.close()
+
+
+def test_an_export_without_the_ledger_members_still_imports(tmp_path: Path) -> None:
+    store, ann, _ben = _course(tmp_path)
+    export_course(store, "lab", tmp_path / "lab.zip")
+    old = io.BytesIO()
+    with zipfile.ZipFile(tmp_path / "lab.zip") as src, zipfile.ZipFile(old, "w") as dst:
+        manifest = json.loads(src.read("manifest.json"))
+        for name in LEDGER_MEMBERS:
+            del manifest["sha256"][name]
+        dst.writestr("manifest.json", json.dumps(manifest))
+        for name in src.namelist():
+            if name != "manifest.json" and name not in LEDGER_MEMBERS:
+                dst.writestr(name, src.read(name))
+    (tmp_path / "old.zip").write_bytes(old.getvalue())
+    other = open_store(f"sqlite:///{tmp_path / 'b.db'}", create=True)
+    summary = import_course(other, tmp_path / "old.zip")
+    assert (summary["seat_requests"], summary["seat_hours"]) == (0, 0)
+    assert other.seat_requests("lab", participant=ann) == []
+    store.close()
+    other.close()
