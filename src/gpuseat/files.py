@@ -34,8 +34,9 @@ M = TypeVar("M", bound=BaseModel)
 MAX_BYTES = 16 * 1024 * 1024
 
 
-def read_bytes(path: Path, *, max_bytes: int = MAX_BYTES) -> bytes:
-    """A regular file's bytes, at most ``max_bytes``: FIFOs, devices and oversized files are refused."""
+def regular_file(path: Path) -> os.stat_result:
+    """The stat of ``path``, a regular file: a missing file, a directory, a FIFO or a device is one clear
+    error before anything opens it (opening a FIFO would block)."""
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -46,6 +47,12 @@ def read_bytes(path: Path, *, max_bytes: int = MAX_BYTES) -> bytes:
         raise InputError("is a directory, not a file", where=str(path), fix="give a file")
     if not stat.S_ISREG(st.st_mode):
         raise InputError("not a regular file (a FIFO, socket or device)", where=str(path), fix="give a regular file")
+    return st
+
+
+def read_bytes(path: Path, *, max_bytes: int = MAX_BYTES) -> bytes:
+    """A regular file's bytes, at most ``max_bytes``: FIFOs, devices and oversized files are refused."""
+    st = regular_file(path)
     if st.st_size > max_bytes:
         raise InputError(
             f"file is {st.st_size:,} bytes, more than the {max_bytes:,} bytes gpuseat reads for this kind of file",
@@ -232,15 +239,7 @@ def stream_csv(path: Path, *, max_rows: int = MAX_CSV_ROWS) -> tuple[list[str], 
     and malformed quoting are input errors naming the line; fields are not stripped. Only a regular
     file is opened (a FIFO or device is refused, never blocked on).
     """
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise InputError("file not found", where=str(path), fix="check the path") from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", where=str(path), fix="check permissions") from None
-    if not stat.S_ISREG(st.st_mode):
-        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, socket or device)"
-        raise InputError(f"is {kind}", where=str(path), fix="give a regular file")
+    regular_file(path)
     try:
         handle = path.open(encoding="utf-8-sig", newline="")
     except OSError as exc:
@@ -337,8 +336,12 @@ def write_error(exc: OSError, where: str) -> GpuseatError:
     )
 
 
-def write_file(path: Path, data: bytes | str, *, where: str | None = None, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file beside it, fsync, rename over it."""
+def write_file(
+    path: Path, data: bytes | str, *, where: str | None = None, mode: int = 0o644, mtime: float | None = None
+) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary file beside it, fsync, rename over it. The one
+    atomic writer of gpuseat. ``mtime``, when given, is set before the rename, so a reader that polls the
+    modification time never sees the new text with the old time."""
     place = where or str(path)
     check_target(path, where=place)
     raw = data.encode("utf-8") if isinstance(data, str) else data
@@ -353,6 +356,8 @@ def write_file(path: Path, data: bytes | str, *, where: str | None = None, mode:
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
+        if mtime is not None:
+            os.utime(tmp, (mtime, mtime))
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuseat.jupyterhub.cull import HubServer, judge, servers_of
+from gpuseat.jupyterhub.cull import HubServer, decide, servers_of
 from gpuseat.services.activity import SeatLive
 
 NOW = 1_800_000_000.0
@@ -22,22 +22,22 @@ def server(started: float | None = NOW - 5 * HOUR, ready: bool = True, pending: 
 
 
 def test_idle_seat_is_stopped_busy_seat_is_kept():
-    assert judge(server(), "s1", live=live(False), last_active=NOW - 3 * HOUR, now=NOW, idle_s=2 * HOUR).stop
-    busy = judge(server(), "s1", live=live(True), last_active=NOW - 3 * HOUR, now=NOW, idle_s=2 * HOUR)
+    assert decide(server(), "s1", live=live(False), last_active=NOW - 3 * HOUR, now=NOW, idle_s=2 * HOUR).stop
+    busy = decide(server(), "s1", live=live(True), last_active=NOW - 3 * HOUR, now=NOW, idle_s=2 * HOUR)
     assert not busy.stop and busy.reason == "GPU busy now"
 
 
 def test_recent_start_protects_a_pool_seat_used_long_ago():
-    v = judge(
+    v = decide(
         server(started=NOW - 0.5 * HOUR), "s1", live=live(False), last_active=NOW - 30 * HOUR, now=NOW, idle_s=HOUR
     )
     assert not v.stop
 
 
 def test_no_monitor_reading_no_seat_or_not_ready_keeps_the_server():
-    assert not judge(server(), "s1", live=None, last_active=None, now=NOW, idle_s=HOUR).stop
-    assert not judge(server(), None, live=live(False), last_active=None, now=NOW, idle_s=HOUR).stop
-    assert not judge(
+    assert not decide(server(), "s1", live=None, last_active=None, now=NOW, idle_s=HOUR).stop
+    assert not decide(server(), None, live=live(False), last_active=None, now=NOW, idle_s=HOUR).stop
+    assert not decide(
         server(ready=False, pending="spawn"), "s1", live=live(False), last_active=None, now=NOW, idle_s=HOUR
     ).stop
 
@@ -62,7 +62,7 @@ def test_servers_from_the_hub_api():
     idle_h=st.floats(0.01, 48),
 )
 def test_never_stops_a_busy_or_recent_server(active, has_live, started, last, idle_h):
-    v = judge(
+    v = decide(
         server(started=started),
         "s1",
         live=live(active) if has_live else None,

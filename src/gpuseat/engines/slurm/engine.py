@@ -47,6 +47,7 @@ from gpuseat.engines.slurm.course import (
     write_lua,
 )
 from gpuseat.errors import EngineError, GpuseatError, InputError
+from gpuseat.files import write_file
 
 if TYPE_CHECKING:
     from gpuseat.store import ParticipantView, SeatView
@@ -557,12 +558,12 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             case "partition.create":
                 if d.get("include") and not self.runner.dry_run:
                     path = Path(d["include"])
-                    _write(path, config.include_with(_read(path), self.partition, d["line"]))
+                    write_file(path, config.include_with(_read(path), self.partition, d["line"]))
                 sl.create_partition(d["words"])
             case "partition.delete":
                 if d.get("include") and not self.runner.dry_run and Path(d["include"]).exists():
                     path = Path(d["include"])
-                    _write(path, config.include_with(_read(path), self.partition, None))
+                    write_file(path, config.include_with(_read(path), self.partition, None))
                 sl.delete_partition(self.partition)
             case "seat.record" | "seat.clear":
                 self.record_way_in(step)
@@ -703,9 +704,3 @@ def _read(path: Path | None) -> str:
         return path.read_text(errors="replace")
     except OSError:
         return ""
-
-
-def _write(path: Path, text: str) -> None:
-    from gpuseat.files import write_file
-
-    write_file(path, text, mode=0o644)
