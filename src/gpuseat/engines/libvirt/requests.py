@@ -85,7 +85,8 @@ def plan_requests(engine: LibvirtEngine, course: CourseState, changes: Changes, 
         changes.steps.extend(kept)
         why = state.reason if state.reason and not state.running else "the seat is stopped"
         dom = engine.libvirt.lookup(name)
-        if dom is not None and dom.isActive():
+        if dom is not None and dom.isActive() and not any(s.action == "domain.stop" and s.target == name
+                                                           for s in changes.steps):  # fmt: skip
             add(_step(engine, "domain.stop", name, why, "revoke", p.key, seat=key, seats=(key,)))
         if not kept and engine._records():  # its way in says why, written once
             changes.steps[:] = [s for s in changes.steps if not (s.action == "seat.record" and s.target == key)]
