@@ -74,6 +74,7 @@ def child_env(data_dir: Path) -> dict[str, str]:
 
 def gpuseat_command(args: list[str], data_dir: Path) -> str:
     """Run ``gpuseat ARGS`` from the clone's root; its exit code, stdout and stderr as one text."""
+    assert COMMAND.is_file(), f"{COMMAND} is missing: install gpuseat into this virtualenv (pip install -e .)"
     done = subprocess.run(
         [str(COMMAND), *args],
         cwd=REPO,
