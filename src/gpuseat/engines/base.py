@@ -313,6 +313,11 @@ class StepEngine(Generic[SettingsT]):
         seats = tuple(data.pop("seats", ()))
         return Step(self.name, action, target, why, phase, participant, seats, self.host, data)
 
+    def _clear_step(self, key: str, **data: Any) -> Step:
+        """``seat.clear`` for seat ``key``, which nobody holds: its stored way in must name no one."""
+        why = "nobody holds it: its way in names no one"
+        return self._step("seat.clear", key, why, "record", seats=(key,), **data)
+
     def login_of(self, p: ParticipantView) -> str:
         """The participant's login name: the one rule of every engine (:func:`gpuseat.core.delivery.login_name`)."""
         from gpuseat.core.delivery import login_name
@@ -323,22 +328,27 @@ class StepEngine(Generic[SettingsT]):
         """Carry out one step; return a short note (or None). Raise a GpuseatError to fail it."""
         raise NotImplementedError
 
-    def record_way_in(self, step: Step) -> None:
+    def record_way_in(self, step: Step, *, running: bool = True) -> None:
         """The usual record steps, for engines whose ``do`` has no more to do for them: ``seat.record``
-        (the way in made for the holder, the seat running) and ``seat.clear`` (a way in that names nobody).
-        A dry run writes nothing."""
+        (the way in made for the holder, and the seat running) and ``seat.clear`` (a way in that names
+        nobody). With ``running=False`` (engines whose hub or cluster says when a seat runs) the seat's
+        state is left alone and ``seat.clear`` removes the way in. A dry run writes nothing."""
         from gpuseat.core.readiness import Access
 
         if self.runner.dry_run:
             return
+        actor = "gpuseat-agent"
+        if step.action == "seat.clear" and not running:
+            self.store.record_delivery(self.course, step.target, clear_access=True, actor=actor)
+            return
         access = Access.from_dict(dict(step.data["access"]))
-        if step.action == "seat.record":
+        if step.action == "seat.record" and running:
             self.store.record_delivery(
                 self.course, step.target, access=access, state="running", reason=f"{self.name}: applied",
-                actor="gpuseat-agent",
+                actor=actor,
             )  # fmt: skip
         else:
-            self.store.record_delivery(self.course, step.target, access=access, actor="gpuseat-agent")
+            self.store.record_delivery(self.course, step.target, access=access, actor=actor)
 
     def connect(self, seat: SeatView) -> Access | None:
         """The stored way in, only when it was made for the seat's current holder (else: being prepared)."""

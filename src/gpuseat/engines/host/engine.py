@@ -426,16 +426,7 @@ class HostEngine(StepEngine[HostSettings]):
             if p is None:
                 if old.get("holder") or old.get("user"):
                     base = {k: old.get(k) for k in ("kind", "host", "port", "jump_host", "device_uuid")}
-                    changes.steps.append(
-                        self._step(
-                            "seat.clear",
-                            seat.key,
-                            "nobody holds it: its way in names no one",
-                            "record",
-                            seats=(seat.key,),
-                            access=base,
-                        )
-                    )
+                    changes.steps.append(self._clear_step(seat.key, access=base))
                 continue
             uuid = seat.device_uuid or adopted.get(seat.key)
             access = self._access(old, login_of[seat.key], p.key, uuid).to_dict()

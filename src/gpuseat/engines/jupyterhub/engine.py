@@ -353,8 +353,7 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
             old = dict(state.access.get(seat.key) or {})
             if p is None:
                 if old.get("holder") or old.get("user"):
-                    add(self._step("seat.clear", seat.key, "nobody holds it: its way in names no one", "record",
-                                   seats=(seat.key,)))  # fmt: skip
+                    add(self._clear_step(seat.key))
                 continue
             name = self.user_of(p)
             if name is None:
@@ -408,14 +407,8 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
             case "seat.free":
                 if not dry:
                     self._free(step.target, str(d.get("ref") or ""))
-            case "seat.record":
-                if not dry:
-                    self.store.record_delivery(
-                        self.course, step.target, access=Access.from_dict(d["access"]), actor=ACTOR
-                    )
-            case "seat.clear":
-                if not dry:
-                    self.store.record_delivery(self.course, step.target, clear_access=True, actor=ACTOR)
+            case "seat.record" | "seat.clear":
+                self.record_way_in(step, running=False)
             case _:
                 raise InputError(f"the jupyterhub engine has no step {step.action!r}", where="plan")
         return None

@@ -332,8 +332,7 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
             p = state.people.get(seat.participant or "")
             if p is None or docs is None:
                 if old.get("holder") or old.get("user"):
-                    changes.steps.append(self._step("seat.clear", seat.key, "nobody holds it: its way in names no one",
-                                                    "record", seats=(seat.key,)))  # fmt: skip
+                    changes.steps.append(self._clear_step(seat.key))
                 continue
             access = self._access(seat, p, docs[0]["metadata"]["name"]).to_dict()
             if old != access:
@@ -380,14 +379,8 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
                 if dry and self.cluster:  # the API server's admission, nothing stored
                     self.runner.run(self.kubectl("apply", "--dry-run=server", "-f", "-"), input=text, timeout=t,
                                     mutates=False, where=step.target)  # fmt: skip
-            case "seat.record":
-                if not dry:
-                    self.store.record_delivery(
-                        self.course, step.target, access=Access.from_dict(d["access"]), actor=ACTOR
-                    )
-            case "seat.clear":
-                if not dry:
-                    self.store.record_delivery(self.course, step.target, clear_access=True, actor=ACTOR)
+            case "seat.record" | "seat.clear":
+                self.record_way_in(step, running=False)
             case _:
                 raise InputError(f"the kubernetes engine has no step {step.action!r}", where="plan")
         return None

@@ -270,8 +270,7 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
         old = course.access.get(seat.key) or {}
         if records and (old.get("holder") or old.get("user") or old.get("command") or seat.connect
                         or seat.state == "running"):  # fmt: skip
-            add(self._step("seat.clear", seat.key, "nobody holds it: its way in names no one", "record",
-                           seats=(seat.key,), seat=seat.key))  # fmt: skip
+            add(self._clear_step(seat.key, seat=seat.key))
 
     def _plan_holder(
         self,

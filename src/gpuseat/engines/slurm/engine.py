@@ -296,30 +296,15 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             tres = f"gres/gpu={lim.count}"
             have_assoc = assocs.get(login)
             seats = (seat_of[login],)
-            if accounting and have_assoc is None:
-                add(
-                    step(
-                        "association.add",
-                        login,
-                        f"{login} holds {seat_of[login]}: at most {lim.count} GPU",
-                        "grant",
-                        seats=seats,
-                        user=login,
-                        tres=tres,
-                    )
-                )
-            elif accounting and have_assoc and (have_assoc["grptres"], have_assoc["maxtresperjob"]) != (tres, tres):
-                add(
-                    step(
-                        "limit.set",
-                        login,
-                        f"{login} holds {seat_of[login]}: at most {lim.count} GPU",
-                        "grant",
-                        seats=seats,
-                        user=login,
-                        tres=tres,
-                    )
-                )
+            if have_assoc is None:
+                action = "association.add"
+            elif have_assoc and (have_assoc["grptres"], have_assoc["maxtresperjob"]) != (tres, tres):
+                action = "limit.set"
+            else:
+                action = ""
+            if accounting and action:
+                why = f"{login} holds {seat_of[login]}: at most {lim.count} GPU"
+                add(step(action, login, why, "grant", seats=seats, user=login, tres=tres))
         if lua is None and not accounting:
             changes.notes.append("no job_submit.lua: the seat limits are not applied")
         elif not accounting and "lua" not in self._cfg().get("JobSubmitPlugins", "").split(","):
@@ -449,16 +434,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             if m is None:
                 if old.get("holder") or old.get("user"):
                     base = Access(kind="slurm", host=old.get("host") or dev.node, device_uuid=seat.device_uuid)
-                    changes.steps.append(
-                        self._step(
-                            "seat.clear",
-                            seat.key,
-                            "nobody holds it: its way in names no one",
-                            "record",
-                            seats=(seat.key,),
-                            access=base.to_dict(),
-                        )
-                    )
+                    changes.steps.append(self._clear_step(seat.key, access=base.to_dict()))
                 continue
             access = self._access(sc, seat, m.unix_user, m.participant, session).to_dict()
             if old != access or seat.state != "running":
