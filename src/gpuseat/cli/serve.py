@@ -5,7 +5,9 @@ FastAPI, uvicorn and argon2 are imported inside the commands (the ``portal`` ext
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
+import json
 import os
 import re
 import shutil
@@ -13,13 +15,19 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from gpuseat.errors import InputError, MissingDependency
 
+if TYPE_CHECKING:
+    from gpuseat.web.portal import Portal
+
 COURSE = typer.Option(None, "--course", help="Course key (default: the only course in the store).")
 DB = typer.Option(None, "--db", help="Database URL (default: GPUSEAT_DB_URL or SQLite in the data dir).")
+MAX_WORKERS = 64
+WORKER_SETTINGS = "GPUSEAT_SERVE_SETTINGS"  # the parent's settings, as JSON, for its worker processes
 
 
 def need_portal() -> None:
@@ -80,19 +88,24 @@ def register(app: typer.Typer) -> None:
             "--links-expire",
             help="Days after the course's end that access links stop working, or 'never'.",
         ),
+        workers: int | None = typer.Option(
+            None,
+            "--workers",
+            help="Server processes (default: one per CPU core for PostgreSQL, 1 for SQLite).",
+        ),
     ) -> None:
         """Serve the course portal: organizer dashboard, participant pages, survey, report."""
         need_portal()
         import ipaddress
 
-        from gpuseat.catalog.bundle import load_catalog
-        from gpuseat.services.courses import open_store
-        from gpuseat.web.app import Portal, create_app
+        from gpuseat.web.app import create_app
 
         _check_port(port)
         root = _check_root_path(root_path)
         proxies = _check_proxies(forwarded_allow_ips)
         expire_days = _check_expiry(links_expire)
+        if workers is not None and not 1 <= workers <= MAX_WORKERS:
+            raise InputError(f"{workers} workers", where="--workers", fix=f"give 1 to {MAX_WORKERS} processes")
         for flag, value in (("--idle-timeout", idle_timeout), ("--receive-timeout", receive_timeout)):
             if not 0.5 <= value <= 3600:
                 raise InputError(f"{value} s", where=flag, fix="give 0.5 to 3600 seconds")
@@ -121,30 +134,39 @@ def register(app: typer.Typer) -> None:
                 print(f"organizer:   {shown}/login   user admin   password {seeded.password}")
                 print(f"participant: {shown}/t/{seeded.links[first]}   ({first})")
                 sys.stdout.flush()
-            store = open_store(db)
-            served = store.get_course(course)  # a missing or ambiguous course fails here, before listening
-            portal = Portal(
-                store,
-                load_catalog(),
-                course,
+            settings = PortalSettings(
+                db=db,
+                course=course,
                 base_url=url,
                 base_url_given=base_url is not None,
                 root_path=root,
                 secure_cookies=secure_cookies,
                 link_days_after_end=expire_days,
                 receive_timeout_s=receive_timeout,
-                clock=clock,
-                bench_path=bench_path,
+                clock=clock.isoformat() if clock else None,
+                bench_path=str(bench_path) if bench_path else None,
             )
+            portal = settings.portal()
+            served = portal.store.courses.get_course(course)  # a missing or ambiguous course fails here
             if served.ends_on is not None and portal.link_expired_on(served.key):
                 print(
                     f"note: course {served.key} ended on {served.ends_on}: its access links answer 'expired' "
                     "(--links-expire DAYS or --links-expire never keeps them working)",
                     file=sys.stderr,
                 )
-            _run(create_app(portal), host, port, root_path=root, proxies=proxies, idle_timeout=idle_timeout)
-            store.close()
+            processes = workers or default_workers(portal.store.url)
+            if processes > 1 and portal.store.in_memory:
+                raise InputError(
+                    "an in-memory database lives in one process", where="--workers", fix="use --workers 1 or a file"
+                )
+            if processes > 1:
+                portal.store.close()  # each worker opens its own store from the settings
+                os.environ[WORKER_SETTINGS] = json.dumps(dataclasses.asdict(settings))
+            asgi = create_app(portal) if processes == 1 else f"{__name__}:worker_app"
+            _run(asgi, host, port, root_path=root, proxies=proxies, idle_timeout=idle_timeout, workers=processes)
+            portal.store.close()
         finally:
+            os.environ.pop(WORKER_SETTINGS, None)
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
 
@@ -224,17 +246,91 @@ def _check_expiry(value: str) -> int | None:
     return days
 
 
+def default_workers(db_url: str) -> int:
+    """Server processes when ``--workers`` is not given: one per core for PostgreSQL (a portal process
+    spends most of a page in Python, holding its GIL, so one process uses one core), 1 for SQLite (one
+    writer at a time anyway, and the writers' fair queue is tuned for few processes)."""
+    if not db_url.startswith("postgresql"):
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(MAX_WORKERS, cores))
+
+
+@dataclasses.dataclass(frozen=True)
+class PortalSettings:
+    """What a portal process is built from: the parent's own, or each worker's (sent as JSON)."""
+
+    db: str | None
+    course: str | None
+    base_url: str
+    base_url_given: bool
+    root_path: str
+    secure_cookies: bool
+    link_days_after_end: int | None
+    receive_timeout_s: float
+    clock: str | None  # ISO time (the demo's fixed "now")
+    bench_path: str | None
+
+    def portal(self) -> Portal:
+        """The portal on a store of its own."""
+        from datetime import datetime
+
+        from gpuseat.catalog.bundle import load_catalog
+        from gpuseat.services.courses import open_store
+        from gpuseat.web.portal import Portal
+
+        return Portal(
+            open_store(self.db),
+            load_catalog(),
+            self.course,
+            base_url=self.base_url,
+            base_url_given=self.base_url_given,
+            root_path=self.root_path,
+            secure_cookies=self.secure_cookies,
+            link_days_after_end=self.link_days_after_end,
+            receive_timeout_s=self.receive_timeout_s,
+            clock=datetime.fromisoformat(self.clock) if self.clock else None,
+            bench_path=Path(self.bench_path) if self.bench_path else None,
+        )
+
+
+def worker_app() -> Any:
+    """The app of one worker process (uvicorn's app factory with ``--workers`` above 1)."""
+    from gpuseat.web.app import create_app
+
+    _process_settings()
+    return create_app(PortalSettings(**json.loads(os.environ[WORKER_SETTINGS])).portal())
+
+
+def _process_settings() -> None:
+    from gpuseat.web.security import install_log_redaction
+
+    install_log_redaction()
+    # CPU-bound work in worker threads (a 20,000-row roster import) holds the GIL in 5 ms slices by
+    # default; 1 ms slices hand the event loop its turn sooner, so other pages keep answering quickly
+    sys.setswitchinterval(0.001)
+
+
 def _run(
-    app: object, host: str, port: int, *, root_path: str = "", proxies: str = "", idle_timeout: float = 5.0
+    app: Any,
+    host: str,
+    port: int,
+    *,
+    root_path: str = "",
+    proxies: str = "",
+    idle_timeout: float = 5.0,
+    workers: int = 1,
 ) -> None:
-    """uvicorn with token-redacted access logs and the portal's limits; SIGTERM/SIGINT stop it cleanly."""
+    """uvicorn with token-redacted access logs and the portal's limits; SIGTERM/SIGINT stop it cleanly.
+
+    ``workers`` above 1: ``app`` is the import string of :func:`worker_app`; uvicorn's supervisor binds
+    the socket once and keeps that many processes serving it (a worker that dies is started again)."""
     import uvicorn
 
     from gpuseat.web.limits import uvicorn_settings
-    from gpuseat.web.security import install_log_redaction
 
     config = uvicorn.Config(
-        app,  # type: ignore[arg-type]
+        app,
         host=host,
         port=port,
         log_level=os.environ.get("GPUSEAT_LOG_LEVEL", "info"),
@@ -243,18 +339,22 @@ def _run(
         root_path=root_path,
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies or None,
+        factory=workers > 1,
+        workers=workers,
         **{**uvicorn_settings(), "timeout_keep_alive": idle_timeout},
     )
     server = uvicorn.Server(config)
-    install_log_redaction()
-    # CPU-bound work in worker threads (a 20,000-row roster import) holds the GIL in 5 ms slices by
-    # default; 1 ms slices hand the event loop its turn sooner, so other pages keep answering quickly
-    sys.setswitchinterval(0.001)
+    _process_settings()
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the previous handler: make that
     # handler a normal exit so the caller's cleanup (the demo's temporary folder) runs.
     previous = signal.signal(signal.SIGTERM, _exit_cleanly)
     try:
-        server.run()
+        if workers == 1:
+            server.run()
+        else:
+            from uvicorn.supervisors import Multiprocess
+
+            Multiprocess(config, target=server.run, sockets=[config.bind_socket()]).run()
     finally:
         signal.signal(signal.SIGTERM, previous)
 
