@@ -24,7 +24,7 @@ from traitlets.config import Config
 from gpuseat.jupyterhub import HubSettings, SeatHooks
 from gpuseat.monitor.alerts import GPU_LOST, Alert
 from gpuseat.monitor.runner import Monitor
-from gpuseat.store.monitor import Store
+from gpuseat.store import open_monitor
 from pg_schema import pg_schema_url
 
 PEOPLE = ["ada", "ben", "cy", "dee", "eve", "fay"]
@@ -148,7 +148,7 @@ def test_pool_claims_release_and_owner_check(url, tmp_path, spawners):
 
 def test_gpu_lost_seat_is_refused_or_skipped(url, tmp_path, spawners):
     store = make_course(url, tmp_path, key="lab", people=PEOPLE[:3], seats=3, assign=1)
-    monitor_store = Store(url)
+    monitor_store = open_monitor(url)
     snap = reading(1_800_000_000.0, busy=set())
     Monitor(
         _OneShot(snap), monitor_store.seat_map(course="lab"), store=monitor_store

@@ -31,7 +31,7 @@ from hubcourse import make_course, reading, seat_specs
 from realhub import HubMissing, environ_of, find_hub, find_proxy, running_hub
 
 from gpuseat.monitor.runner import Monitor
-from gpuseat.store.monitor import Store
+from gpuseat.store import open_monitor
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(name="jupyterhub")]
 CONTACT = "the course team (gpu-help@example.edu)"
@@ -90,7 +90,7 @@ def lab(tmp_path_factory):
 def gpus_busy(url: str, busy: set[str]) -> Iterator[None]:
     """The monitor running against the lab's store, replaying the captured H100 at the current time with
     the MIG slices in ``busy`` running a job (the culler keeps their servers, stops the others)."""
-    monitor_store = Store(url)
+    monitor_store = open_monitor(url)
     stop = threading.Event()
 
     class Now:

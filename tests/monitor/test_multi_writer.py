@@ -22,7 +22,7 @@ from gpuseat.db.models import Device, MinuteAggregate, Sample
 from gpuseat.monitor.replay import ReplaySampler, synthetic_snapshot, write_replay
 from gpuseat.monitor.runner import Monitor
 from gpuseat.readings import SeatMap
-from gpuseat.store.monitor import Store
+from gpuseat.store import open_monitor
 
 T0 = 1_700_000_040.0  # a minute boundary
 STEP = 5.0  # seconds between recorded snapshots
@@ -69,7 +69,7 @@ def per_host(url: str) -> dict[str, tuple[int, int, int]]:
 
 def test_four_monitors_at_once_store_every_sample(url, tmp_path):
     ticks = 40  # 200 s of recorded time: minutes 0-2 finish and are rolled up
-    Store(url).close()  # the schema exists before the race (the race on creation has its own test)
+    open_monitor(url).close()  # the schema exists before the race (the race on creation has its own test)
     procs = []
     for n in range(4):
         lab_replay(tmp_path / f"r{n}.jsonl", f"host{n}", ticks)
@@ -108,7 +108,7 @@ def test_new_database_created_by_four_monitors_at_once(tmp_path):
 def test_kill_9_then_restart_loses_at_most_the_tick_in_flight(url, tmp_path):
     ticks = 120
     lab_replay(tmp_path / "r.jsonl", "lab", ticks)
-    Store(url).close()
+    open_monitor(url).close()
     env = {**os.environ, "GPUSEAT_DATA_DIR": str(tmp_path / "data")}
     proc = subprocess.Popen(monitor_cmd(tmp_path / "r.jsonl", url, ticks), env=env, stderr=subprocess.DEVNULL)
     engine = create_engine(url)
@@ -142,7 +142,7 @@ def test_a_row_that_cannot_be_stored_never_blocks_the_others(tmp_path):
     """A value too big for any column fails its own write; later ticks are stored, it is dropped."""
     snaps = [synthetic_snapshot(gpus=1, migs_per_gpu=2, processes=1, taken_at=T0 + STEP * i) for i in range(10)]
     snaps[3] = replace(snaps[3], gpus=(replace(snaps[3].gpus[0], temperature_c=2**70),))
-    store = Store(f"sqlite:///{tmp_path / 'c.db'}")
+    store = open_monitor(f"sqlite:///{tmp_path / 'c.db'}")
     mon = Monitor(ReplaySampler(snaps, loop=False), SeatMap(), store=store)
     mon.run(0, ticks=10)
     assert mon.samples_stored == 9 and mon.dropped == 1 and not mon.pending
@@ -152,7 +152,7 @@ def test_a_row_that_cannot_be_stored_never_blocks_the_others(tmp_path):
 
 def test_a_monitor_that_stores_nothing_exits_1(cli, tmp_path):
     url = f"sqlite:///{tmp_path / 'c.db'}"
-    Store(url).close()
+    open_monitor(url).close()
     engine = create_engine(url)
     with engine.begin() as conn:  # the database refuses every sample (as a full disk or a quota would)
         conn.exec_driver_sql(

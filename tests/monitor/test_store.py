@@ -11,7 +11,7 @@ from gpuseat.db.models import Base
 from gpuseat.monitor.attribution import SeatEntry, SeatMap
 from gpuseat.monitor.replay import ReplaySampler, synthetic_snapshot
 from gpuseat.monitor.runner import Monitor, observe
-from gpuseat.store.monitor import Store
+from gpuseat.store import open_monitor
 
 T0 = 1_700_000_040.0  # a minute boundary
 
@@ -22,8 +22,8 @@ def seats_for(snap, n):
 
 
 def test_migration_matches_models(url):
-    store = Store(url)
-    with store._engine.connect() as conn:
+    store = open_monitor(url)
+    with make_engine(url).connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     store.close()
     assert diff == []
@@ -43,13 +43,13 @@ def test_default_url_honours_data_dir(data_dir, monkeypatch):
 
 
 def test_seat_import_reassigns(url):
-    store = Store(url)
+    store = open_monitor(url)
     store.import_seats([SeatEntry("s1", "MIG-a", "alice", "al"), SeatEntry("s2", "GPU-b", "bob")])
     store.import_seats([SeatEntry("s1", "MIG-a", "carol")])
     by_seat = {e.seat: e for e in store.seat_map().entries}
     assert by_seat["s1"].participant == "carol" and by_seat["s1"].login == "carol"
     assert by_seat["s2"].participant == "bob"
-    with store._engine.connect() as conn:
+    with make_engine(url).connect() as conn:
         closed = conn.execute(text("SELECT count(*) FROM assignments WHERE valid_to IS NOT NULL")).scalar()
     assert closed == 1
     store.close()
@@ -59,7 +59,7 @@ def test_downsampling_keeps_one_row_per_device_minute_and_prunes_raw(url):
     snaps = [
         synthetic_snapshot(gpus=1, migs_per_gpu=2, processes=1, taken_at=T0 + 10 * i) for i in range(3 * 60 * 6 + 1)
     ]
-    store = Store(url, raw_keep_s=3600)
+    store = open_monitor(url, raw_keep_s=3600)
     seats = seats_for(snaps[0], 2)
     store.import_seats(seats)
     seat_map = store.seat_map()
@@ -80,13 +80,13 @@ def test_downsampling_keeps_one_row_per_device_minute_and_prunes_raw(url):
 
 
 def test_rollup_resumes_after_restart(url):
-    store = Store(url)
+    store = open_monitor(url)
     snap = synthetic_snapshot(gpus=1, migs_per_gpu=1, processes=1, taken_at=T0)
     for i in range(12):
         _, states = observe(snap, SeatMap(), users={})
         store.write("lab", T0 + 10 * i, states)
     store.close()
-    again = Store(url)
+    again = open_monitor(url)
     _, states = observe(snap, SeatMap(), users={})
     again.write("lab", T0 + 200, states)
     assert again.counts()["minute_aggregates"] == 2  # minutes 0 and 1, each once (no duplicate key)
@@ -113,7 +113,7 @@ class FlakyStore:
 
 def test_failing_writes_are_retried_and_sampling_goes_on(tmp_path):
     snaps = [synthetic_snapshot(gpus=1, migs_per_gpu=2, processes=1, taken_at=T0 + 10 * i) for i in range(5)]
-    flaky = FlakyStore(Store(f"sqlite:///{tmp_path / 'c.db'}"))
+    flaky = FlakyStore(open_monitor(f"sqlite:///{tmp_path / 'c.db'}"))
     mon = Monitor(ReplaySampler(snaps, loop=False), SeatMap(), store=flaky)
     ticks = [mon.tick() for _ in range(3)]
     assert [t.stored for t in ticks] == [False] * 3 and len(mon.pending) == 3 and mon.write_failures == 6
@@ -145,7 +145,7 @@ class SlowStore:
 
 def test_background_writer_never_delays_a_tick_and_stores_every_sample_on_close(tmp_path):
     snaps = [synthetic_snapshot(gpus=1, migs_per_gpu=2, processes=1, taken_at=T0 + 10 * i) for i in range(4)]
-    slow = SlowStore(Store(f"sqlite:///{tmp_path / 'c.db'}"))
+    slow = SlowStore(open_monitor(f"sqlite:///{tmp_path / 'c.db'}"))
     mon = Monitor(ReplaySampler(snaps, loop=False), SeatMap(), store=slow, background=True)
     ticks = [mon.tick()]
     assert slow.writing.wait(30)  # the writer thread is stuck in the first write ...
@@ -155,12 +155,12 @@ def test_background_writer_never_delays_a_tick_and_stores_every_sample_on_close(
     assert mon.wait_written(30)
     assert mon.samples_stored == 4 and not mon.pending
     mon.close()
-    assert Store(f"sqlite:///{tmp_path / 'c.db'}").counts()["samples"] == 4 * 2
+    assert open_monitor(f"sqlite:///{tmp_path / 'c.db'}").counts()["samples"] == 4 * 2
 
 
 def test_background_writer_retries_failed_writes_in_order(tmp_path):
     snaps = [synthetic_snapshot(gpus=1, migs_per_gpu=2, processes=1, taken_at=T0 + 10 * i) for i in range(5)]
-    flaky = FlakyStore(Store(f"sqlite:///{tmp_path / 'c.db'}"))
+    flaky = FlakyStore(open_monitor(f"sqlite:///{tmp_path / 'c.db'}"))
     mon = Monitor(ReplaySampler(snaps, loop=False), SeatMap(), store=flaky, background=True)
     for _ in range(3):
         mon.tick()
@@ -169,7 +169,7 @@ def test_background_writer_retries_failed_writes_in_order(tmp_path):
     flaky.down = False
     mon.tick()
     assert mon.wait_written(30) and not mon.pending and mon.samples_stored == 4
-    with flaky.store._engine.connect() as conn:
+    with make_engine(f"sqlite:///{tmp_path / 'c.db'}").connect() as conn:
         ids = [r[0] for r in conn.execute(text("SELECT ts FROM samples ORDER BY id"))]
     assert ids == sorted(ids) and len(ids) == 4 * 2  # the retried rows were written first, in order
     mon.close()

@@ -31,6 +31,6 @@ def store(url: str) -> CourseStore:
 @pytest.fixture
 def course2016(store: CourseStore) -> CourseStore:
     """The 2016 course with the 16-person example roster."""
-    store.create_course(EXAMPLES / "course-2016.toml")
-    store.import_roster(None, EXAMPLES / "roster-16.csv")
+    store.courses.create_course(EXAMPLES / "course-2016.toml")
+    store.roster.import_roster(None, EXAMPLES / "roster-16.csv")
     return store

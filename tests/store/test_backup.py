@@ -41,7 +41,7 @@ def consistent(url: str) -> tuple[int, int, int, int]:
     """(seats held twice, people holding two, open assignments, claim events) of a store."""
     with open_store(url) as store:
         doubles_seat, doubles_person, total = open_counts(store)
-        claims = len([e for e in store.events("big", limit=100_000) if e.action == "seat.claim"])
+        claims = len([e for e in store.events.events("big", limit=100_000) if e.action == "seat.claim"])
     return doubles_seat, doubles_person, total, claims
 
 
@@ -72,7 +72,7 @@ def test_backup_while_sixteen_writers_claim_restores_consistently(
     assert (doubles_seat, doubles_person) == (0, 0)
     assert before <= total <= 400 and claims == total  # a snapshot of one moment: each claim with its events row
     with open_store(target) as restored:  # the restored store works: every participant gets a seat
-        report = restored.assign_all("big")
+        report = restored.seats.assign_all("big")
         assert report.kept == total and len(report.assigned) == 400 - total
 
 
@@ -96,10 +96,12 @@ def test_restore_refuses_a_store_with_courses_and_bad_files(
     assert main(["db", "restore", str(backup), "--db", other]) == 2
     assert "cannot be restored into" in capsys.readouterr().err
     with open_store(url) as store:  # nothing lost
-        assert len(store.participants("big")) == 3
+        assert len(store.roster.participants("big")) == 3
     if url.startswith("sqlite"):  # --force replaces the contents with the backup's
         with open_store(url) as store:
-            store.import_roster("big", RosterText("name,email,unix_user\nZ,z@example.org,zz\n", where="more.csv"))
+            store.roster.import_roster(
+                "big", RosterText("name,email,unix_user\nZ,z@example.org,zz\n", where="more.csv")
+            )
         assert main(["db", "restore", str(backup), "--force", "--db", url]) == 0
         with open_store(url) as store:
-            assert len(store.participants("big")) == 3
+            assert len(store.roster.participants("big")) == 3

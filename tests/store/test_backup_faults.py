@@ -148,8 +148,8 @@ def test_a_full_disk_under_pg_dump(tmp_path: Path, request: pytest.FixtureReques
     url = pg_schema_url(request)
     store = open_store(url, create=True)
     try:
-        store.create_course(REPO / "examples" / "course-2016.toml")
-        store.import_roster(None, REPO / "examples" / "roster-16.csv")
+        store.courses.create_course(REPO / "examples" / "course-2016.toml")
+        store.roster.import_roster(None, REPO / "examples" / "roster-16.csv")
     finally:
         store.close()
     mnt = tmp_path / "full"

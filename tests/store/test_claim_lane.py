@@ -16,11 +16,11 @@ from .test_concurrency import course_with
 def test_nothing_on_a_claim_connection_is_jit_compiled(store: CourseStore, tmp_path: Path) -> None:
     from gpuseat.store import claims
 
-    if store._engine.dialect.name != "postgresql":
+    if store.database.engine.dialect.name != "postgresql":
         return  # SQLite has no JIT; the claim runs on sqlite3
     who = course_with(store, tmp_path, 2, 2)
-    assert store.claim_seat("big", who[0], mode="pool").participant == who[0]
-    (lane,) = claims._lanes[store]
+    assert store.claims.claim_seat("big", who[0], mode="pool").participant == who[0]
+    (lane,) = claims._lanes[store.database]
     # the statement the events trigger runs for every claim (migration 0014), planned as on the lane
     plan = lane.conn.execute(
         "EXPLAIN (FORMAT JSON) SELECT 1 FROM agent_leases WHERE expires_at > extract(epoch FROM clock_timestamp())",

@@ -36,10 +36,10 @@ def make_course(store: CourseStore, tmp_path: Path, rng: random.Random, people: 
     groups = "".join(f'[[group]]\nname = "{g}"\ncount = {people}\n{need}\n' for g, need in GROUPS.items())
     path = tmp_path / "mixed.toml"
     path.write_text(f'name = "mixed"\n[schedule]\nstart = 2026-01-05\ndays = 5\n{groups}')
-    store.create_course(path, key="mixed")
+    store.courses.create_course(path, key="mixed")
     names = list(GROUPS)
     rows = ["name,email,group"] + [f"P {i},p{i:03d}@example.org,{rng.choice(names)}" for i in range(people)]
-    store.import_roster("mixed", RosterText("\n".join(rows)))
+    store.roster.import_roster("mixed", RosterText("\n".join(rows)))
     specs = []
     for i in range(seats):
         reserved = rng.sample(names, rng.choice((0, 0, 0, 1, 2)))
@@ -52,19 +52,19 @@ def make_course(store: CourseStore, tmp_path: Path, rng: random.Random, people: 
                 groups=tuple(reserved),
             )
         )
-    store.add_seats("mixed", specs)
+    store.seats.add_seats("mixed", specs)
     for x in rng.sample(specs, 4):
-        store.set_seat_state("mixed", x.key, rng.choice(("failed", "released")))
+        store.seats.set_seat_state("mixed", x.key, rng.choice(("failed", "released")))
 
 
 def python_choice(store: CourseStore, participant: str) -> str | None:
     """The seat the pure rules choose for ``participant`` from the stored rows."""
-    course = store.get_course("mixed")
+    course = store.courses.get_course("mixed")
     needs = {g["name"]: SeatNeed.model_validate({k: v for k, v in g.items() if k in SeatNeed.model_fields})
              for g in course.summary["groups"]}  # fmt: skip
-    group = store.find_participant("mixed", participant).group
+    group = store.roster.find_participant("mixed", participant).group
     ok = []
-    for x in store.seats("mixed"):
+    for x in store.seats.seats("mixed"):
         if x.participant is not None or x.state not in ("planned", "requested", "running"):
             continue
         need = needs.get(group) if group else None
@@ -78,39 +78,39 @@ def python_choice(store: CourseStore, participant: str) -> str | None:
 def test_sql_claim_matches_the_pure_rules(store: CourseStore, tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     make_course(store, tmp_path, rng)
-    people = [p.key for p in store.participants("mixed")]
+    people = [p.key for p in store.roster.participants("mixed")]
     rng.shuffle(people)
     seated = 0
     for who in people:
         expected = python_choice(store, who)
         if expected is None:
             with pytest.raises(NoFreeSeat, match=f"no free seat suits {who}"):
-                store.claim_seat("mixed", who)
+                store.claims.claim_seat("mixed", who)
             continue
-        got = store.claim_seat("mixed", who, mode="pool", actor="test")
+        got = store.claims.claim_seat("mixed", who, mode="pool", actor="test")
         assert got.key == expected and got.participant == who and got.mode == "pool"
-        assert store.claim_seat("mixed", who).key == expected  # held: the same seat again, nothing new
+        assert store.claims.claim_seat("mixed", who).key == expected  # held: the same seat again, nothing new
         seated += 1
     assert seated > 0
-    claims = [e for e in store.events("mixed") if e.action == "seat.claim"]
+    claims = [e for e in store.events.events("mixed") if e.action == "seat.claim"]
     assert len(claims) == seated and all(e.actor == "test" and e.detail == {"mode": "pool"} for e in claims)
     assert {(e.participant, e.seat) for e in claims} == {
-        (a.participant, a.seat) for a in store.history("mixed") if a.valid_to is None
+        (a.participant, a.seat) for a in store.seats.history("mixed") if a.valid_to is None
     }
 
 
 def test_claim_finds_by_email_and_unix_user_and_names_unknown_people(course2016: CourseStore) -> None:
-    p = course2016.participants()[0]
-    course2016.add_seats(None, [SeatSpec(key=f"g{i}", kind="gpu", memory_gb=80) for i in range(2)])
-    assert course2016.claim_seat(None, p.email.upper()).participant == p.key  # type: ignore[union-attr]
+    p = course2016.roster.participants()[0]
+    course2016.seats.add_seats(None, [SeatSpec(key=f"g{i}", kind="gpu", memory_gb=80) for i in range(2)])
+    assert course2016.claims.claim_seat(None, p.email.upper()).participant == p.key  # type: ignore[union-attr]
     if p.unix_user:
-        assert course2016.claim_seat(None, p.unix_user).key == course2016.seat_of(None, p.key).key  # type: ignore[union-attr]
+        assert course2016.claims.claim_seat(None, p.unix_user).key == course2016.seats.seat_of(None, p.key).key  # type: ignore[union-attr]
     with pytest.raises(NotFound, match="no participant 'nobody'"):
-        course2016.claim_seat(None, "nobody")
+        course2016.claims.claim_seat(None, "nobody")
     with pytest.raises(NotFound, match="no course 'nope'"):
-        course2016.claim_seat("nope", p.key)
+        course2016.claims.claim_seat("nope", p.key)
     with pytest.raises(InputError, match="unknown mode"):
-        course2016.claim_seat(None, p.key, mode="borrow")  # type: ignore[arg-type]
+        course2016.claims.claim_seat(None, p.key, mode="borrow")  # type: ignore[arg-type]
 
 
 def test_a_participants_second_claim_that_loses_the_race_gets_the_seat_they_hold(
@@ -121,26 +121,26 @@ def test_a_participants_second_claim_that_loses_the_race_gets_the_seat_they_hold
     from gpuseat.services.courses import open_store
     from gpuseat.store import claims
 
-    p = course2016.participants()[0]
-    course2016.add_seats(None, [SeatSpec(key=f"g{i}", kind="gpu", memory_gb=80) for i in range(3)])
+    p = course2016.roster.participants()[0]
+    course2016.seats.add_seats(None, [SeatSpec(key=f"g{i}", kind="gpu", memory_gb=80) for i in range(3)])
     other = open_store(course2016.url)
     first: dict[str, str] = {}
-    if course2016._engine.dialect.name == "sqlite":  # the lookup runs before the write lock: race it there
+    if course2016.database.engine.dialect.name == "sqlite":  # the lookup runs before the write lock: race it there
         real = claims._begin
 
         def racing(store: object, raw: object, turns: object, ask: object = None) -> bytes | None:
             if not first:
                 first["seat"] = "?"  # (the other claim's own turn passes straight through)
-                first["seat"] = other.claim_seat(None, p.key).key  # the other claim wins meanwhile
+                first["seat"] = other.claims.claim_seat(None, p.key).key  # the other claim wins meanwhile
             return real(store, raw, turns, ask)
 
         monkeypatch.setattr(claims, "_begin", racing)
     else:  # one statement: two claims of one person race inside the database
-        first["seat"] = other.claim_seat(None, p.key).key
-    got = course2016.claim_seat(None, p.key)
+        first["seat"] = other.claims.claim_seat(None, p.key).key
+    got = course2016.claims.claim_seat(None, p.key)
     other.close()
     assert got.key == first["seat"] and got.participant == p.key
-    held = [x for x in course2016.seats(None) if x.participant == p.key]
+    held = [x for x in course2016.seats.seats(None) if x.participant == p.key]
     assert [x.key for x in held] == [first["seat"]]
 
 
@@ -148,18 +148,18 @@ def test_claim_after_the_course_is_deleted_and_made_again(store: CourseStore, tm
     """The claim remembers course ids per store; a course made again under the same key is found."""
     rng = random.Random(7)
     make_course(store, tmp_path, rng, people=4, seats=8)
-    who = store.participants("mixed")[0].key
+    who = store.roster.participants("mixed")[0].key
     with contextlib.suppress(NoFreeSeat):
-        store.claim_seat("mixed", who)  # the claim now knows course "mixed" by its id
-    with store._engine.begin() as conn:
+        store.claims.claim_seat("mixed", who)  # the claim now knows course "mixed" by its id
+    with store.database.engine.begin() as conn:
         conn.execute(text("DELETE FROM courses WHERE key = 'mixed'"))
     make_course(store, tmp_path, random.Random(7), people=4, seats=8)
     expected = python_choice(store, who)
     if expected is None:
         with pytest.raises(NoFreeSeat):
-            store.claim_seat("mixed", who)
+            store.claims.claim_seat("mixed", who)
     else:
-        assert store.claim_seat("mixed", who).key == expected
+        assert store.claims.claim_seat("mixed", who).key == expected
 
 
 def test_a_claim_is_one_statement_on_postgresql_and_one_take_on_sqlite(
@@ -171,9 +171,9 @@ def test_a_claim_is_one_statement_on_postgresql_and_one_take_on_sqlite(
     from sqlalchemy import event
 
     make_course(store, tmp_path, random.Random(11), people=6, seats=12)
-    who = [p.key for p in store.participants("mixed")]
+    who = [p.key for p in store.roster.participants("mixed")]
     sent: list[str] = []
-    postgres = store._engine.dialect.name == "postgresql"
+    postgres = store.database.engine.dialect.name == "postgresql"
     if postgres:  # every statement psycopg sends, whoever sends it
         import psycopg
 
@@ -184,24 +184,24 @@ def test_a_claim_is_one_statement_on_postgresql_and_one_take_on_sqlite(
             return real(self, query, *args, **kwargs)  # type: ignore[arg-type]
 
         monkeypatch.setattr(psycopg.Cursor, "execute", execute)
-        store.claim_seat("mixed", who[0])  # warm: the course is known, the claim pool is open
+        store.claims.claim_seat("mixed", who[0])  # warm: the course is known, the claim pool is open
     else:  # SQLite's own trace of every statement it runs, on every connection of the store
         from gpuseat.store import claims
 
-        store._engine.dispose()
+        store.database.engine.dispose()
 
         def trace(dbapi_conn: object, _record: object = None) -> None:
             dbapi_conn.set_trace_callback(lambda sql: sent.append(" ".join(sql.split())))  # type: ignore[attr-defined]
 
-        event.listen(store._engine, "connect", trace)
-        store.claim_seat("mixed", who[0])  # warm: the claim's own connection (its lane) is open
-        for lane in claims._lanes[store]:
+        event.listen(store.database.engine, "connect", trace)
+        store.claims.claim_seat("mixed", who[0])  # warm: the claim's own connection (its lane) is open
+        for lane in claims._lanes[store.database]:
             trace(lane.conn)
     checked = 0
     for p in who[1:]:
         sent.clear()
         try:
-            got = store.claim_seat("mixed", p)
+            got = store.claims.claim_seat("mixed", p)
         except NoFreeSeat:
             continue
         assert got.participant == p
@@ -237,7 +237,7 @@ def test_sqlite_claims_from_many_threads_share_lanes_and_close_them(tmp_path: Pa
     def claim_some(mine: list[str]) -> None:
         start.wait()
         for p in mine:
-            got[p] = store.claim_seat("big", p, mode="pool").key
+            got[p] = store.claims.claim_seat("big", p, mode="pool").key
 
     threads = [threading.Thread(target=claim_some, args=(who[i::8],)) for i in range(8)]
     for t in threads:
@@ -245,7 +245,7 @@ def test_sqlite_claims_from_many_threads_share_lanes_and_close_them(tmp_path: Pa
     for t in threads:
         t.join()
     assert sorted(got) == sorted(who) and len(set(got.values())) == len(who)
-    lanes = list(claims._lanes[store])
+    lanes = list(claims._lanes[store.database])
     assert 1 <= len(lanes) <= 8
     store.close()
     for lane in lanes:
@@ -267,35 +267,35 @@ def test_sqlite_lanes_copy_the_write_ahead_log_after_their_turn(tmp_path: Path) 
     db = tmp_path / "c.db"
     store = open_store(f"sqlite:///{db}", create=True)
     who = course_with(store, tmp_path, claims.CHECKPOINT_EVERY + 10, claims.CHECKPOINT_EVERY + 10)
-    with store._engine.begin() as conn:  # what the set-up wrote is in the file, the log emptied
+    with store.database.engine.begin() as conn:  # what the set-up wrote is in the file, the log emptied
         conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     for p in who:
-        store.claim_seat("big", p)
+        store.claims.claim_seat("big", p)
     without_log = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)
     in_file = without_log.execute("SELECT count(*) FROM assignments").fetchone()[0]
     without_log.close()
     assert claims.CHECKPOINT_EVERY <= in_file < len(who)  # the copy after the 64th, not after every claim
-    assert len(store.history("big")) == len(who)  # the rest is in the log, read as usual
+    assert len(store.seats.history("big")) == len(who)  # the rest is in the log, read as usual
     store.close()
 
 
 def test_a_claim_after_the_server_ended_its_connection_takes_a_new_one(store: CourseStore, tmp_path: Path) -> None:
     """PostgreSQL: the backend behind a claim connection is ended (a server restart, an admin's
     pg_terminate_backend): the next claim is answered on a new connection, and the dead one is dropped."""
-    if store._engine.dialect.name != "postgresql":
+    if store.database.engine.dialect.name != "postgresql":
         pytest.skip("SQLite claims have no server connection to lose")
     from gpuseat.store import claims
 
     who = course_with(store, tmp_path, 4, 4)
-    first = store.claim_seat("big", who[0]).key
-    (lane,) = claims._lanes[store]
+    first = store.claims.claim_seat("big", who[0]).key
+    (lane,) = claims._lanes[store.database]
     pid = lane.conn.info.backend_pid
-    with store._engine.connect() as admin:
+    with store.database.engine.connect() as admin:
         assert admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar() is True
-    second = store.claim_seat("big", who[1])
+    second = store.claims.claim_seat("big", who[1])
     assert second.participant == who[1] and second.key != first
-    assert lane.conn.closed and all(x.conn.info.backend_pid != pid for x in claims._lanes[store])
-    assert [e.participant for e in store.events() if e.action == "seat.claim"] == who[:2]
+    assert lane.conn.closed and all(x.conn.info.backend_pid != pid for x in claims._lanes[store.database])
+    assert [e.participant for e in store.events.events() if e.action == "seat.claim"] == who[:2]
 
 
 def test_warm_claims_readies_a_connection_and_writes_nothing(store: CourseStore, tmp_path: Path) -> None:
@@ -304,16 +304,16 @@ def test_warm_claims_readies_a_connection_and_writes_nothing(store: CourseStore,
     from gpuseat.store import claims
 
     who = course_with(store, tmp_path, 3, 3)
-    before = len(store.events())
-    store.warm_claims("big")
-    assert len(store.events()) == before
-    assert all(x.participant is None for x in store.seats("big"))
-    if store._engine.dialect.name == "postgresql":
-        (lane,) = claims._lanes[store]
+    before = len(store.events.events())
+    store.claims.warm_claims("big")
+    assert len(store.events.events()) == before
+    assert all(x.participant is None for x in store.seats.seats("big"))
+    if store.database.engine.dialect.name == "postgresql":
+        (lane,) = claims._lanes[store.database]
         prepared = lane.conn.execute("SELECT statement FROM pg_prepared_statements", prepare=False).fetchall()
         assert [x[0].split()[:3] for x in prepared] == [["WITH", "n0", "AS"]], prepared
     else:
-        assert len(claims._lanes[store]) == 1
-    assert store.claim_seat("big", who[0]).participant == who[0]
+        assert len(claims._lanes[store.database]) == 1
+    assert store.claims.claim_seat("big", who[0]).participant == who[0]
     with pytest.raises(NotFound, match="no course 'nope'"):
-        store.warm_claims("nope")
+        store.claims.warm_claims("nope")

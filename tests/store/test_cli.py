@@ -57,7 +57,7 @@ def test_worked_example_2016(cli, url):
     assert len(links) == 16 and all(r["link"].startswith("https://gpu.example.org/t/") for r in links)
     with open_store(url) as store:
         token = links[0]["link"].rsplit("/", 1)[1]
-        assert store.participant_for_token(token).key == links[0]["participant"]
+        assert store.tokens.participant_for_token(token).key == links[0]["participant"]
     again = json.loads(ok(cli("roster", "links", "-f", "json", *db)).out)
     assert {r["status"] for r in again} == {"issued before (use --rotate)"} and all(r["link"] is None for r in again)
     # the seats file of top/monitor, for the four seats with a device (none here: UUIDs come when provisioned)

@@ -45,7 +45,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> type[_SteppedClock]:
 
 @pytest.fixture
 def course(course2016: CourseStore) -> CourseStore:
-    course2016.add_seats(None, [SeatSpec(key=f"s{i}", kind="gpu", memory_gb=8) for i in (1, 2)])
+    course2016.seats.add_seats(None, [SeatSpec(key=f"s{i}", kind="gpu", memory_gb=8) for i in (1, 2)])
     return course2016
 
 
@@ -64,40 +64,40 @@ def _no_backwards_or_overlap(history: list[AssignmentView]) -> None:
 
 
 def _stepped_events(store: CourseStore) -> list[Any]:
-    with store._engine.connect() as conn:
+    with store.database.engine.connect() as conn:
         return list(conn.execute(text("SELECT at, detail FROM events WHERE action = 'clock.stepped'")))
 
 
 def test_release_and_reassign_after_the_clock_stepped_back(course: CourseStore, clock: type[_SteppedClock]) -> None:
-    course.assign(None, "amartin", "s1")
+    course.seats.assign(None, "amartin", "s1")
     clock.offset = timedelta(hours=-1)  # NTP corrects the clock by an hour
-    released = course.release(None, participant="amartin")
+    released = course.seats.release(None, participant="amartin")
     assert released is not None and released.valid_to is not None
     assert released.valid_to >= released.valid_from  # today: an hour before it started
-    course.assign(None, "bcosta", "s1")  # the seat's next holder: not from before amartin left
-    course.move(None, "bcosta", "s2")
+    course.seats.assign(None, "bcosta", "s1")  # the seat's next holder: not from before amartin left
+    course.seats.move(None, "bcosta", "s2")
     clock.offset = timedelta(hours=-3)  # a VM restored from an older snapshot
-    course.release(None, seat="s2")
-    course.assign_all(None, partial=True)
-    _no_backwards_or_overlap(course.history(None))
+    course.seats.release(None, seat="s2")
+    course.seats.assign_all(None, partial=True)
+    _no_backwards_or_overlap(course.seats.history(None))
     assert _stepped_events(course), "no events row says the clock stepped"
 
 
 def test_a_claim_after_the_clock_stepped_back(course: CourseStore, clock: type[_SteppedClock]) -> None:
-    first = course.claim_seat(None, "amartin", mode="pool")
-    course.release(None, participant="amartin")
+    first = course.claims.claim_seat(None, "amartin", mode="pool")
+    course.seats.release(None, participant="amartin")
     clock.offset = timedelta(minutes=-30)
-    again = course.claim_seat(None, "bcosta", mode="pool")  # the raw-SQL claim, on either database
+    again = course.claims.claim_seat(None, "bcosta", mode="pool")  # the raw-SQL claim, on either database
     assert again.key == first.key
     assert again.assigned_since is not None and first.assigned_since is not None
     assert again.assigned_since >= first.assigned_since
-    _no_backwards_or_overlap(course.history(None))
+    _no_backwards_or_overlap(course.seats.history(None))
     steps = _stepped_events(course)
     assert steps, "no events row says the clock stepped"
 
 
 def test_the_database_refuses_a_backwards_assignment(course: CourseStore) -> None:
     """The last guard (migration 0013), for any code path that would get past the store's clock."""
-    course.assign(None, "amartin", "s1")
-    with pytest.raises(IntegrityError), course._engine.begin() as conn:
+    course.seats.assign(None, "amartin", "s1")
+    with pytest.raises(IntegrityError), course.database.engine.begin() as conn:
         conn.execute(text("UPDATE assignments SET valid_to = :t"), {"t": datetime(2020, 1, 1, tzinfo=UTC)})

@@ -35,7 +35,7 @@ WORKER = textwrap.dedent(
     out = {}
     for key in keys:
         try:
-            out[key] = store.claim_seat(None, key, mode="pool").key
+            out[key] = store.claims.claim_seat(None, key, mode="pool").key
         except NoFreeSeat:
             out[key] = None
     print(json.dumps(out), flush=True)
@@ -46,10 +46,10 @@ WORKER = textwrap.dedent(
 def course_with(store: CourseStore, tmp_path: Path, participants: int, seats: int) -> list[str]:
     path = tmp_path / "big.toml"
     path.write_text(f'name = "big"\nparticipants = {participants}\n[schedule]\nstart = 2026-01-05\ndays = 5\n')
-    store.create_course(path, key="big")
+    store.courses.create_course(path, key="big")
     rows = ["name,email,unix_user"] + [f"P {i},p{i:05d}@example.org,p{i:05d}" for i in range(participants)]
-    store.import_roster("big", RosterText("\n".join(rows)))
-    store.add_seats("big", [SeatSpec(key=f"s{i:05d}", kind="gpu", memory_gb=16) for i in range(seats)])
+    store.roster.import_roster("big", RosterText("\n".join(rows)))
+    store.seats.add_seats("big", [SeatSpec(key=f"s{i:05d}", kind="gpu", memory_gb=16) for i in range(seats)])
     return [f"p{i:05d}" for i in range(participants)]
 
 
@@ -77,7 +77,7 @@ def start_workers(url: str, go: Path, keys: list[str], n: int) -> list[subproces
 
 def open_counts(store: CourseStore) -> tuple[int, int, int]:
     """Seats held twice, participants holding two seats, open assignments: what the database says."""
-    with store._engine.connect() as conn:
+    with store.database.engine.connect() as conn:
         q = "SELECT count(*) FROM (SELECT {c} FROM assignments WHERE valid_to IS NULL GROUP BY {c} HAVING count(*) > 1) d"
         double_seat = conn.execute(text(q.format(c="seat_id"))).scalar()
         double_person = conn.execute(text(q.format(c="participant_id"))).scalar()
@@ -101,7 +101,7 @@ def test_sixteen_processes_claim_without_double_assignment(url, tmp_path):
     assert len(got) == 80 and len(set(got)) == 80  # every seat handed out once
     assert sum(1 for s in results.values() if s is None) == 16  # the rest: a clear "no free seat"
     assert open_counts(store) == (0, 0, 80)
-    held = {s.participant: s.key for s in store.seats("big")}
+    held = {s.participant: s.key for s in store.seats.seats("big")}
     assert all(held[p] == s for p, s in results.items() if s is not None)
     store.close()
 
@@ -130,14 +130,14 @@ def test_sigkill_in_a_burst_of_claims_leaves_a_consistent_store(url, tmp_path):
     assert 0 < killed_mid_way < 400, "the processes were not killed in the middle of their claims"
     assert open_counts(store)[:2] == (0, 0)
     # the store still works: every participant gets a seat, the ones who had one keep it
-    before = {s.participant: s.key for s in store.seats("big") if s.participant}
-    report = store.assign_all("big")
+    before = {s.participant: s.key for s in store.seats.seats("big") if s.participant}
+    report = store.seats.assign_all("big")
     assert report.kept == killed_mid_way and len(report.assigned) == 400 - killed_mid_way
-    after = {s.participant: s.key for s in store.seats("big")}
+    after = {s.participant: s.key for s in store.seats.seats("big")}
     assert all(after[p] == s for p, s in before.items())
     assert open_counts(store) == (0, 0, 400)
-    if store._engine.dialect.name == "sqlite":
-        with store._engine.connect() as conn:
+    if store.database.engine.dialect.name == "sqlite":
+        with store.database.engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"
     store.close()
 
@@ -149,7 +149,7 @@ IMPORTER = textwrap.dedent(
     from gpuseat.services.courses import open_store
     store = open_store(sys.argv[1])
     print("importing", flush=True)
-    store.import_roster("big", Path(sys.argv[2]))
+    store.roster.import_roster("big", Path(sys.argv[2]))
     print("done", flush=True)
     """
 )
@@ -159,7 +159,7 @@ def test_sigkill_in_a_roster_import_stores_all_or_nothing(url, tmp_path):
     store = open_store(url, create=True)
     path = tmp_path / "big.toml"
     path.write_text('name = "big"\nparticipants = 20000\n[schedule]\nstart = 2026-01-05\ndays = 5\n')
-    store.create_course(path, key="big")
+    store.courses.create_course(path, key="big")
     roster = tmp_path / "roster.csv"
     ssh = (EXAMPLES / "roster-16.csv").read_text().splitlines()[1].split(",")[4]
     rows = ["name,email,group,unix_user,ssh_key"]
@@ -172,10 +172,10 @@ def test_sigkill_in_a_roster_import_stores_all_or_nothing(url, tmp_path):
     time.sleep(1.0)  # checking 20,000 rows and writing them takes several seconds here
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    stored = len(store.participants("big"))
+    stored = len(store.roster.participants("big"))
     assert stored in (0, 20000)
     assert stored == 0, "the import finished before the kill: make the roster bigger"
-    assert [e.action for e in store.events("big")] == ["course.create"]
-    report = store.import_roster("big", roster)  # the same import afterwards succeeds in full
-    assert report.added == 20000 and len(store.participants("big")) == 20000
+    assert [e.action for e in store.events.events("big")] == ["course.create"]
+    report = store.roster.import_roster("big", roster)  # the same import afterwards succeeds in full
+    assert report.added == 20000 and len(store.roster.participants("big")) == 20000
     store.close()

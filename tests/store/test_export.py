@@ -30,12 +30,12 @@ def big_course(store: CourseStore, tmp_path: Path) -> str:
         '[[group]]\nname = "students"\ncount = 190\nmin_gpu_memory_gb = 10\n'
         '[[group]]\nname = "staff"\ncount = 10\nmin_gpu_memory_gb = 40\nisolation = "dedicated"\n'
     )
-    store.create_course(path, key="term", timezone="Europe/Berlin")
+    store.courses.create_course(path, key="term", timezone="Europe/Berlin")
     rows = ["name,email,group,unix_user"] + [
         f"Person {i},p{i:03d}@example.org,{'staff' if i < 10 else 'students'},u{i:03d}" for i in range(PEOPLE)
     ]
-    store.import_roster("term", RosterText("\n".join(rows), where="term.csv"))
-    store.add_seats(
+    store.roster.import_roster("term", RosterText("\n".join(rows), where="term.csv"))
+    store.seats.add_seats(
         "term",
         [
             SeatSpec(key=f"mig-{i:03d}", kind="mig", memory_gb=20, host="gpu1", device_uuid=f"MIG-{i:04d}")
@@ -43,15 +43,15 @@ def big_course(store: CourseStore, tmp_path: Path) -> str:
         ]
         + [SeatSpec(key=f"gpu-{i:02d}", kind="gpu", memory_gb=80, groups=("staff",)) for i in range(12)],
     )
-    people = [p.key for p in store.participants("term")]
+    people = [p.key for p in store.roster.participants("term")]
     for who in people[:150]:
-        store.claim_seat("term", who, mode="pool" if who.endswith("7") else "assigned")
+        store.claims.claim_seat("term", who, mode="pool" if who.endswith("7") else "assigned")
     for who in people[:20]:
-        store.release("term", participant=who, reason="left early")
-    store.move("term", people[30], "mig-169")
-    store.set_seat_state("term", "mig-000", "running", reason="up", engine="jupyterhub", engine_ref="u/")
-    store.issue_tokens("term")
-    store.rotate_tokens("term", people[:5])
+        store.seats.release("term", participant=who, reason="left early")
+    store.seats.move("term", people[30], "mig-169")
+    store.seats.set_seat_state("term", "mig-000", "running", reason="up", engine="jupyterhub", engine_ref="u/")
+    store.tokens.issue_tokens("term")
+    store.tokens.rotate_tokens("term", people[:5])
     survey = SurveyService(store)
     survey.set_state("term", "open")
     for i, who in enumerate(people[:60]):
@@ -59,8 +59,10 @@ def big_course(store: CourseStore, tmp_path: Path) -> str:
             "term", who, {"q_expectations": [str(1 + i % 10)], "q_format": ["7"], "q_recommend": [str(i % 11)]}
         )
     survey.set_state("term", "closed")
-    first = sorted(x.key for x in store.seats("term"))[0]  # a way in set by an engine travels too
-    store.record_delivery("term", first, access=Access(kind="ssh", host="gpu1.example.org", port=22, user="u001"))
+    first = sorted(x.key for x in store.seats.seats("term"))[0]  # a way in set by an engine travels too
+    store.delivery.record_delivery(
+        "term", first, access=Access(kind="ssh", host="gpu1.example.org", port=22, user="u001")
+    )
     return "term"
 
 
@@ -76,20 +78,20 @@ def round_trip(src: CourseStore, dst: CourseStore, tmp_path: Path) -> None:
     before = snapshot(src, "term")
     assert len(before["participants.json"]) == PEOPLE and len(before["survey.json"]["responses"]) == 60
     archive = tmp_path / "term.gpuseat.zip"
-    done = src.delete_course("term", export_to=archive, actor="test")
+    done = src.lifecycle.delete_course("term", export_to=archive, actor="test")
     assert done["export"] == archive and archive.is_file() and done["participants"] == PEOPLE
-    assert [c.key for c in src.list_courses()] == []
-    got = dst.import_course(archive, actor="test")
+    assert [c.key for c in src.courses.list_courses()] == []
+    got = dst.lifecycle.import_course(archive, actor="test")
     assert got["course"] == "term" and got["participants"] == PEOPLE and got["survey_responses"] == 60
     assert snapshot(dst, "term") == before
     # the imported course works: tokens still open the portal's links, claims go on
-    assert dst.claim_seat("term", "p190@example.org").participant == "u190"
+    assert dst.claims.claim_seat("term", "p190@example.org").participant == "u190"
 
 
 def test_export_delete_import_gives_the_same_course(store: CourseStore, tmp_path: Path) -> None:
     big_course(store, tmp_path)
     round_trip(store, store, tmp_path)
-    lines = [e.action for e in store.events("term")]
+    lines = [e.action for e in store.events.events("term")]
     assert lines.count("course.delete") == 1 and lines.count("course.import") == 1
     assert lines.count("course.create") == 1  # the append-only log is not written twice
 
@@ -102,19 +104,19 @@ def test_sqlite_to_postgresql(tmp_path: Path, request: pytest.FixtureRequest) ->
 
 
 def test_tokens_survive_the_trip(store: CourseStore, tmp_path: Path) -> None:
-    store.create_course(Path(__file__).parents[2] / "examples" / "course-2016.toml", key="small")
-    store.import_roster("small", RosterText("name,email\nA,a@example.org\nB,b@example.org\n", where="r.csv"))
-    issued = {t.participant: t.token for t in store.issue_tokens("small")}
-    store.delete_course("small", export_to=tmp_path / "s.zip")
-    assert store.participant_for_token(issued["a"]) is None
-    store.import_course(tmp_path / "s.zip")
-    assert store.participant_for_token(issued["a"]).key == "a"  # type: ignore[union-attr]
+    store.courses.create_course(Path(__file__).parents[2] / "examples" / "course-2016.toml", key="small")
+    store.roster.import_roster("small", RosterText("name,email\nA,a@example.org\nB,b@example.org\n", where="r.csv"))
+    issued = {t.participant: t.token for t in store.tokens.issue_tokens("small")}
+    store.lifecycle.delete_course("small", export_to=tmp_path / "s.zip")
+    assert store.tokens.participant_for_token(issued["a"]) is None
+    store.lifecycle.import_course(tmp_path / "s.zip")
+    assert store.tokens.participant_for_token(issued["a"]).key == "a"  # type: ignore[union-attr]
 
 
 def make_small(url: str) -> None:
     with open_store(url, create=True) as store:
-        store.create_course(Path(__file__).parents[2] / "examples" / "course-2016.toml", key="small")
-        store.import_roster("small", RosterText("name,email\nA,a@example.org\n", where="r.csv"))
+        store.courses.create_course(Path(__file__).parents[2] / "examples" / "course-2016.toml", key="small")
+        store.roster.import_roster("small", RosterText("name,email\nA,a@example.org\n", where="r.csv"))
 
 
 def rewrite(src: Path, dst: Path, change: dict[str, object]) -> None:
@@ -157,7 +159,9 @@ def test_bad_archives_are_one_clear_error(url: str, tmp_path: Path, capsys: pyte
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err and err.count("error:") == 1, (name, err)
     with open_store(url) as store:  # nothing stored changed
-        assert [c.key for c in store.list_courses()] == ["small"] and len(store.participants("small")) == 1
+        assert [c.key for c in store.courses.list_courses()] == ["small"] and len(
+            store.roster.participants("small")
+        ) == 1
     # a bad row inside an intact archive names the member and row; nothing is stored
     rows = json.loads(zipfile.ZipFile(good).read("participants.json"))
     rows[0]["group"] = 5
@@ -170,10 +174,10 @@ def test_bad_archives_are_one_clear_error(url: str, tmp_path: Path, capsys: pyte
     assert main(["course", "import", str(tmp_path / "badrow"), "--key", "other", "--db", url]) == 2
     assert "participants.json[0]" in capsys.readouterr().err
     with open_store(url) as store:
-        assert [c.key for c in store.list_courses()] == ["small"]
+        assert [c.key for c in store.courses.list_courses()] == ["small"]
     assert main(["course", "import", str(good), "--key", "copy", "--db", url]) == 0
     with open_store(url) as store:
-        assert [c.key for c in store.list_courses()] == ["copy", "small"]
+        assert [c.key for c in store.courses.list_courses()] == ["copy", "small"]
 
 
 def test_read_archive_refuses_a_zip_bomb_member(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

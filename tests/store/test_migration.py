@@ -10,7 +10,7 @@ from sqlalchemy import text
 import gpuseat.db
 from gpuseat.db import make_engine, upgrade
 from gpuseat.services.courses import SeatSpec, open_store
-from gpuseat.store.monitor import Store
+from gpuseat.store import open_monitor
 
 HEAD = ScriptDirectory(str(Path(gpuseat.db.__file__).parent / "migrations")).get_current_head()
 
@@ -53,7 +53,7 @@ def old_database(url: str) -> None:
 def test_upgrade_from_0001_keeps_monitor_rows(url):
     old_database(url)
     store = open_store(url)  # a read command may upgrade an existing gpuseat database
-    with store._engine.connect() as conn:
+    with store.database.engine.connect() as conn:
         one = lambda sql: conn.execute(text(sql)).all()  # noqa: E731
         assert one("SELECT version_num FROM alembic_version") == [(HEAD,)]
         assert one("SELECT seat_id, participant_id, memory_used_mib FROM samples ORDER BY id") == [
@@ -70,20 +70,20 @@ def test_upgrade_from_0001_keeps_monitor_rows(url):
             (3, False, "migration"),
             (4, True, None),
         ]
-    course = store.get_course()
+    course = store.courses.get_course()
     assert course.key == "default" and (course.participants, course.seats, course.assigned) == (2, 3, 2)
-    seats = {s.key: s for s in store.seats()}
+    seats = {s.key: s for s in store.seats.seats()}
     assert (seats["seat-01"].kind, seats["seat-01"].participant, seats["seat-01"].state) == ("mig", "alice", "running")
     assert (seats["seat-02"].kind, seats["seat-02"].participant) == ("gpu", None)
     assert seats["seat-03"].participant == "bob"
-    assert store.find_participant(None, "al").key == "alice"
-    assert [h.seat for h in store.history(None, participant="alice")] == ["seat-03", "seat-01"]
+    assert store.roster.find_participant(None, "al").key == "alice"
+    assert [h.seat for h in store.seats.history(None, participant="alice")] == ["seat-03", "seat-01"]
     # the upgraded store works: new seats, claims, and the monitor's seat map
-    store.add_seats(None, [SeatSpec(key="seat-04", kind="gpu", device_uuid="GPU-ddd")])
-    store.release(None, participant="bob")
-    assert store.claim_seat(None, "bob").key == "seat-02"
+    store.seats.add_seats(None, [SeatSpec(key="seat-04", kind="gpu", device_uuid="GPU-ddd")])
+    store.seats.release(None, participant="bob")
+    assert store.claims.claim_seat(None, "bob").key == "seat-02"
     store.close()
-    monitor = Store(url)
+    monitor = open_monitor(url)
     entries = {e.seat: e for e in monitor.seat_map(course="default").entries}
     assert entries["seat-01"].participant == "alice" and entries["seat-01"].login == "al"
     assert entries["seat-02"].participant == "bob"
@@ -95,7 +95,7 @@ def test_upgrade_of_an_empty_0001_database_creates_no_course(url):
     upgrade(engine, "0001")
     engine.dispose()
     with open_store(url) as store:
-        assert store.list_courses() == []
+        assert store.courses.list_courses() == []
 
 
 def test_known_revisions_match_alembic():

@@ -47,7 +47,7 @@ def _database_at_0005(url: str) -> None:
 def test_upgrade_from_0005_places_existing_alerts(url: str) -> None:
     _database_at_0005(url)
     store = open_store(url)  # upgrades in place
-    with store._engine.connect() as conn:
+    with store.database.engine.connect() as conn:
         rows = conn.execute(text("SELECT key, seat, seat_id, course_id FROM alerts ORDER BY id")).all()
         assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() >= "0006"
     assert [tuple(r) for r in rows] == [
@@ -56,7 +56,7 @@ def test_upgrade_from_0005_places_existing_alerts(url: str) -> None:
         ("GPU-b", None, None, 2),
         ("GPU-zzz", None, None, None),
     ]
-    assert [s.key for s in store.seats("a")] == ["seat-01", "seat-02"]  # nothing else changed
+    assert [s.key for s in store.seats.seats("a")] == ["seat-01", "seat-02"]  # nothing else changed
     store.close()
 
 

@@ -53,7 +53,7 @@ def _taken(conn: object) -> dict[int, bool]:
 
 def _consistent(store: CourseStore) -> None:
     """``taken`` is exactly "has an open assignment", for every seat."""
-    with store._engine.connect() as conn:
+    with store.database.engine.connect() as conn:
         wrong = conn.execute(
             text(
                 "SELECT s.id FROM seats s WHERE s.taken <> EXISTS "
@@ -77,16 +77,16 @@ def _downgrade(engine: object, revision: str) -> None:
 def test_upgrade_fills_taken_and_down_again(url: str, tmp_path: Path) -> None:
     _database_at_0010(url)
     store = open_store(url)  # upgrades in place
-    with store._engine.connect() as conn:
+    with store.database.engine.connect() as conn:
         assert _taken(conn) == {1: True, 2: False, 3: False, 4: True}
     # the archived course still refuses changes to its seats, and can still be deleted (its open
     # assignment goes, which frees the seat row that is being deleted too)
-    with pytest.raises((DatabaseError, InputError), match="archived"), store._engine.begin() as conn:
+    with pytest.raises((DatabaseError, InputError), match="archived"), store.database.engine.begin() as conn:
         conn.execute(text("UPDATE seats SET state = 'failed' WHERE id = 4"))
-    got = store.claim_seat("a", "p2", mode="pool")
+    got = store.claims.claim_seat("a", "p2", mode="pool")
     assert got.key == "seat-02"
-    store.release("a", participant="p1")
-    with store._engine.begin() as conn:
+    store.seats.release("a", participant="p1")
+    with store.database.engine.begin() as conn:
         assert _taken(conn) == {1: False, 2: True, 3: False, 4: True}
         conn.execute(text("DELETE FROM courses WHERE id = 2"))
         assert _taken(conn) == {1: False, 2: True, 3: False}
@@ -105,36 +105,36 @@ def test_upgrade_fills_taken_and_down_again(url: str, tmp_path: Path) -> None:
         conn.execute(text("UPDATE seats SET state = 'failed' WHERE id = 1"))
     engine.dispose()
     store = open_store(url)  # and up again
-    with store._engine.connect() as conn:
+    with store.database.engine.connect() as conn:
         assert _taken(conn) == {1: False, 2: True, 3: False}
     store.close()
 
 
 def test_every_writer_keeps_taken_right(store: CourseStore, tmp_path: Path) -> None:
-    store.create_course(EXAMPLES / "course-2016.toml", key="c")
-    store.import_roster("c", EXAMPLES / "roster-16.csv")
-    people = [p.key for p in store.participants("c")]
-    store.add_seats("c", [SeatSpec(key=f"g{i:02d}", kind="gpu", memory_gb=80) for i in range(20)])
+    store.courses.create_course(EXAMPLES / "course-2016.toml", key="c")
+    store.roster.import_roster("c", EXAMPLES / "roster-16.csv")
+    people = [p.key for p in store.roster.participants("c")]
+    store.seats.add_seats("c", [SeatSpec(key=f"g{i:02d}", kind="gpu", memory_gb=80) for i in range(20)])
     _consistent(store)
-    store.claim_seat("c", people[0], mode="pool")
-    store.assign("c", people[1], "g10")
+    store.claims.claim_seat("c", people[0], mode="pool")
+    store.seats.assign("c", people[1], "g10")
     _consistent(store)
-    store.move("c", people[1], "g11")
+    store.seats.move("c", people[1], "g11")
     _consistent(store)
-    store.assign_all("c", partial=True)
+    store.seats.assign_all("c", partial=True)
     _consistent(store)
-    store.release("c", participant=people[2])
-    store.release("c", seat="g11")
+    store.seats.release("c", participant=people[2])
+    store.seats.release("c", seat="g11")
     _consistent(store)
-    store.remove_seats("c", ["g19"])
-    with store._engine.begin() as conn:  # a participant removed: their assignments go with them
+    store.lifecycle.remove_seats("c", ["g19"])
+    with store.database.engine.begin() as conn:  # a participant removed: their assignments go with them
         conn.execute(text("DELETE FROM participants WHERE key = :k"), {"k": people[3]})
     _consistent(store)
     out = tmp_path / "c.export"
-    store.export_course("c", out)
-    store.import_course(out, key="d")
+    store.lifecycle.export_course("c", out)
+    store.lifecycle.import_course(out, key="d")
     _consistent(store)
-    store.archive_course("c")
-    store.delete_course("c", export_to=tmp_path / "c2.export")
+    store.lifecycle.archive_course("c")
+    store.lifecycle.delete_course("c", export_to=tmp_path / "c2.export")
     _consistent(store)
-    assert any(x.participant for x in store.seats("d"))
+    assert any(x.participant for x in store.seats.seats("d"))

@@ -55,12 +55,12 @@ def _database_at_0011(url: str) -> None:
 def test_upgrade_adds_the_indexes_and_down_again(url: str, tmp_path: Path) -> None:
     _database_at_0011(url)
     store = open_store(url)  # upgrades in place
-    with store._engine.connect() as conn:
+    with store.database.engine.connect() as conn:
         assert _indexes(conn) == INDEXES
-    assert store.claim_seat("a", "p2", mode="pool").key == "r-16x"  # reserved for the group first
-    assert store.claim_seat("a", "p3", mode="pool").key == "g-16"  # then the smallest own seat
-    assert store.claim_seat("a", "p1", mode="pool").key == "g-big"  # the seat already held
-    store.release("a", participant="p3")
+    assert store.claims.claim_seat("a", "p2", mode="pool").key == "r-16x"  # reserved for the group first
+    assert store.claims.claim_seat("a", "p3", mode="pool").key == "g-16"  # then the smallest own seat
+    assert store.claims.claim_seat("a", "p1", mode="pool").key == "g-big"  # the seat already held
+    store.seats.release("a", participant="p3")
     store.close()
 
     engine = make_engine(url)
@@ -71,8 +71,8 @@ def test_upgrade_adds_the_indexes_and_down_again(url: str, tmp_path: Path) -> No
         assert conn.execute(text("SELECT count(*) FROM assignments WHERE valid_to IS NULL")).scalar() == 2
     engine.dispose()
     store = open_store(url)  # and up again: the claims pick as before
-    with store._engine.connect() as conn:
+    with store.database.engine.connect() as conn:
         assert _indexes(conn) == INDEXES
-    assert store.claim_seat("a", "p3", mode="pool").key == "g-16"
-    assert store.claim_seat("a", "p4", mode="pool").key == "g-80"  # own hardware before cloud
+    assert store.claims.claim_seat("a", "p3", mode="pool").key == "g-16"
+    assert store.claims.claim_seat("a", "p4", mode="pool").key == "g-80"  # own hardware before cloud
     store.close()

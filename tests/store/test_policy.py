@@ -112,26 +112,28 @@ def test_a_stop_stops_the_count_and_a_start_resumes_it() -> None:
 
 def test_store_hours_person_quota_topups_and_requests(course2016: Any) -> None:
     store = course2016
-    people = [p.key for p in store.participants(None)]
+    people = [p.key for p in store.roster.participants(None)]
     ann = people[0]
-    store.add_seats(None, [{"key": "s1", "kind": "gpu", "host": "gpu1", "engine": "host", "device_uuid": "GPU-1"}])
-    store.assign(None, ann, "s1")
-    assert store.seat_hours(None)[ann].quota is None  # the 2016 course has no [policy]
-    store.add_seat_hours(None, ann, 10, kind="quota", actor="t")
-    store.add_seat_hours(None, ann, 2.5, actor="t")
-    got = store.seat_hours(None)[ann]
+    store.seats.add_seats(
+        None, [{"key": "s1", "kind": "gpu", "host": "gpu1", "engine": "host", "device_uuid": "GPU-1"}]
+    )
+    store.seats.assign(None, ann, "s1")
+    assert store.requests.seat_hours(None)[ann].quota is None  # the 2016 course has no [policy]
+    store.requests.add_seat_hours(None, ann, 10, kind="quota", actor="t")
+    store.requests.add_seat_hours(None, ann, 2.5, actor="t")
+    got = store.requests.seat_hours(None)[ann]
     assert got.quota == 10 and got.topups == 2.5 and got.running and 12 < got.left + got.used < 12.6
     with pytest.raises(Exception, match="hours"):
-        store.add_seat_hours(None, ann, -1, actor="t")
-    stop = store.request_seat(None, ann, "stop", actor="t")
+        store.requests.add_seat_hours(None, ann, -1, actor="t")
+    stop = store.requests.request_seat(None, ann, "stop", actor="t")
     assert stop.state == "pending" and stop.seat == "s1"
-    assert store.finish_request(None, stop.id, ok=True, reason="stopped")
-    assert not store.finish_request(None, stop.id, ok=False)  # only once
-    assert store.run_states(None)[ann].running is False
-    assert store.seat_hours(None)[ann].running is False
+    assert store.requests.finish_request(None, stop.id, ok=True, reason="stopped")
+    assert not store.requests.finish_request(None, stop.id, ok=False)  # only once
+    assert store.requests.run_states(None)[ann].running is False
+    assert store.requests.seat_hours(None)[ann].running is False
     # a participant without a seat: a key is kept, a stop refused
     other = people[1]
     key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl b@x"
-    assert store.request_seat(None, other, "key", actor="t", key=key).state == "done"
+    assert store.requests.request_seat(None, other, "key", actor="t", key=key).state == "done"
     with pytest.raises(Exception, match="holds no seat"):
-        store.request_seat(None, other, "stop", actor="t")
+        store.requests.request_seat(None, other, "stop", actor="t")

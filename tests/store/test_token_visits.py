@@ -16,34 +16,34 @@ EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
 def _status(store: CourseStore) -> dict[str, object]:
-    return {r["participant"]: r["last_used_at"] for r in store.token_status("c")}
+    return {r["participant"]: r["last_used_at"] for r in store.tokens.token_status("c")}
 
 
 def test_lookup_writes_nothing_and_visits_are_recorded(store: CourseStore) -> None:
-    store.create_course(EXAMPLES / "course-2016.toml", key="c")
-    store.import_roster("c", EXAMPLES / "roster-16.csv")
-    issued = store.issue_tokens("c")
-    hit = store.find_token(issued[0].token)
+    store.courses.create_course(EXAMPLES / "course-2016.toml", key="c")
+    store.roster.import_roster("c", EXAMPLES / "roster-16.csv")
+    issued = store.tokens.issue_tokens("c")
+    hit = store.tokens.find_token(issued[0].token)
     assert hit is not None and hit.participant is not None and hit.participant.key == issued[0].participant
     assert not hit.archived and hit.last_used_at is None
     assert _status(store)[issued[0].participant] is None  # a lookup is a read
-    assert store.record_visits({hit.token_id: datetime.now(UTC)})
+    assert store.tokens.record_visits({hit.token_id: datetime.now(UTC)})
     assert _status(store)[issued[0].participant] is not None
     # a revoked link is found (to say why it no longer works) but opens nothing
-    store.revoke_tokens("c", [issued[0].participant])
-    again = store.find_token(issued[0].token)
+    store.tokens.revoke_tokens("c", [issued[0].participant])
+    again = store.tokens.find_token(issued[0].token)
     assert again is not None and again.participant is None and not again.archived
-    assert store.participant_for_token(issued[0].token) is None
-    store.archive_course("c")
-    gone = store.find_token(issued[1].token)
+    assert store.tokens.participant_for_token(issued[0].token) is None
+    store.lifecycle.archive_course("c")
+    gone = store.tokens.find_token(issued[1].token)
     assert gone is not None and gone.participant is None and gone.archived
 
 
 def test_recording_a_visit_does_not_wait_for_another_writer(store: CourseStore, url: str) -> None:
-    store.create_course(EXAMPLES / "course-2016.toml", key="c")
-    store.import_roster("c", EXAMPLES / "roster-16.csv")
-    issued = store.issue_tokens("c")
-    hit = store.find_token(issued[0].token)
+    store.courses.create_course(EXAMPLES / "course-2016.toml", key="c")
+    store.roster.import_roster("c", EXAMPLES / "roster-16.csv")
+    issued = store.tokens.issue_tokens("c")
+    hit = store.tokens.find_token(issued[0].token)
     assert hit is not None
     hold_s = 6.0
     other = create_engine(url)
@@ -64,7 +64,7 @@ def test_recording_a_visit_does_not_wait_for_another_writer(store: CourseStore, 
     thread.start()
     assert held.wait(30)
     started = time.monotonic()
-    done = store.record_visits({hit.token_id: datetime.now(UTC)}, wait_s=0.2)
+    done = store.tokens.record_visits({hit.token_id: datetime.now(UTC)}, wait_s=0.2)
     took = time.monotonic() - started
     release.set()
     thread.join(30)
@@ -73,8 +73,8 @@ def test_recording_a_visit_does_not_wait_for_another_writer(store: CourseStore, 
     if url.startswith("sqlite"):  # the pooled connection is back to the writers' busy timeout
         from gpuseat.db import busy_timeout
 
-        with store._engine.connect() as conn:
+        with store.database.engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == int(busy_timeout() * 1000)
     assert _status(store)[issued[0].participant] is None  # nothing written: the portal tries again
-    assert store.record_visits({hit.token_id: datetime.now(UTC)}, wait_s=0.2)  # the lock is free: written
+    assert store.tokens.record_visits({hit.token_id: datetime.now(UTC)}, wait_s=0.2)  # the lock is free: written
     assert _status(store)[issued[0].participant] is not None

@@ -230,10 +230,10 @@ def test_a_store_write_leaves_no_descriptor_open(tmp_path):
 
     with open_store(f"sqlite:///{tmp_path}/s.db", create=True) as store:
         (tmp_path / "c.toml").write_text('name = "c"\nparticipants = 2\n[schedule]\nstart = 2026-01-05\ndays = 5\n')
-        store.create_course(tmp_path / "c.toml", key="c")
+        store.courses.create_course(tmp_path / "c.toml", key="c")
         before = len(os.listdir("/proc/self/fd"))
         for _ in range(20):
-            with store._write():
+            with store.database.write():
                 pass
         assert len(os.listdir("/proc/self/fd")) == before
 

@@ -18,55 +18,59 @@ from .conftest import EXAMPLES
 
 
 def seats(store: CourseStore, n: int = 4) -> None:
-    store.add_seats(None, [SeatSpec(key=f"s{i}", kind="gpu", memory_gb=80) for i in range(n)])
+    store.seats.add_seats(None, [SeatSpec(key=f"s{i}", kind="gpu", memory_gb=80) for i in range(n)])
 
 
 def test_seats_remove_planned_or_released_only_all_or_nothing(course2016: CourseStore) -> None:
     store = course2016
     seats(store)
-    who = store.participants()[0].key
-    held = store.claim_seat(None, who).key
-    store.set_seat_state(None, "s3", "running", reason="up")
+    who = store.roster.participants()[0].key
+    held = store.claims.claim_seat(None, who).key
+    store.seats.set_seat_state(None, "s3", "running", reason="up")
     with pytest.raises(InputError, match=f"seat {held} is held by {who}"):
-        store.remove_seats(None, ["s1", held])
+        store.lifecycle.remove_seats(None, ["s1", held])
     with pytest.raises(InputError, match="seat s3 is running; only planned or released"):
-        store.remove_seats(None, ["s3"])
+        store.lifecycle.remove_seats(None, ["s3"])
     with pytest.raises(NotFound, match="no seat 's9'"):
-        store.remove_seats(None, ["s1", "s9"])
-    assert len(store.seats()) == 4  # nothing removed by the refused calls
-    store.release(None, participant=who)
-    store.set_seat_state(None, "s3", "released", reason="down")
-    assert store.remove_seats(None, [held, "s3"], actor="test") == [held, "s3"]
-    assert sorted(s.key for s in store.seats()) == sorted({"s0", "s1", "s2", "s3"} - {held, "s3"})
-    line = store.events()[-1]
+        store.lifecycle.remove_seats(None, ["s1", "s9"])
+    assert len(store.seats.seats()) == 4  # nothing removed by the refused calls
+    store.seats.release(None, participant=who)
+    store.seats.set_seat_state(None, "s3", "released", reason="down")
+    assert store.lifecycle.remove_seats(None, [held, "s3"], actor="test") == [held, "s3"]
+    assert sorted(s.key for s in store.seats.seats()) == sorted({"s0", "s1", "s2", "s3"} - {held, "s3"})
+    line = store.events.events()[-1]
     assert line.action == "seats.remove" and line.actor == "test"
     assert [x["key"] for x in line.detail["seats"]] == [held, "s3"]  # type: ignore[index]
     assert line.detail["past_assignments"][0]["participant"] == who  # type: ignore[index]
-    assert store.claim_seat(None, who).key not in (held, "s3")
+    assert store.claims.claim_seat(None, who).key not in (held, "s3")
 
 
 def test_archived_course_is_read_only_and_links_revoked(course2016: CourseStore) -> None:
     store = course2016
     seats(store)
-    people = [p.key for p in store.participants()]
-    store.claim_seat(None, people[0])
-    tokens = store.issue_tokens(None)
-    assert store.participant_for_token(tokens[0].token) is not None
-    done = store.archive_course(None, actor="test")
+    people = [p.key for p in store.roster.participants()]
+    store.claims.claim_seat(None, people[0])
+    tokens = store.tokens.issue_tokens(None)
+    assert store.tokens.participant_for_token(tokens[0].token) is not None
+    done = store.lifecycle.archive_course(None, actor="test")
     assert done["tokens_revoked"] == len(people) and not done["already"]
-    assert store.participant_for_token(tokens[0].token) is None  # links are dead
-    assert store.archive_course(None)["already"]
+    assert store.tokens.participant_for_token(tokens[0].token) is None  # links are dead
+    assert store.lifecycle.archive_course(None)["already"]
     refused = [
-        lambda: store.claim_seat(None, people[1]),
-        lambda: store.claim_seat(None, people[0]),  # held seat: reads are fine, but an archived course claims nothing
-        lambda: store.release(None, participant=people[0]),
-        lambda: store.assign_all(None, partial=True),
-        lambda: store.add_seats(None, [SeatSpec(key="new", kind="gpu")]),
-        lambda: store.import_roster(None, RosterText("name,email\nNew Person,new@example.org\n", where="more.csv")),
-        lambda: store.issue_tokens(None),
-        lambda: store.set_seat_state(None, "s1", "running"),
-        lambda: store.remove_seats(None, ["s2"]),
-        lambda: store.set_plan_option(None, {"rank": 1}),
+        lambda: store.claims.claim_seat(None, people[1]),
+        lambda: store.claims.claim_seat(
+            None, people[0]
+        ),  # held seat: reads are fine, but an archived course claims nothing
+        lambda: store.seats.release(None, participant=people[0]),
+        lambda: store.seats.assign_all(None, partial=True),
+        lambda: store.seats.add_seats(None, [SeatSpec(key="new", kind="gpu")]),
+        lambda: store.roster.import_roster(
+            None, RosterText("name,email\nNew Person,new@example.org\n", where="more.csv")
+        ),
+        lambda: store.tokens.issue_tokens(None),
+        lambda: store.seats.set_seat_state(None, "s1", "running"),
+        lambda: store.lifecycle.remove_seats(None, ["s2"]),
+        lambda: store.courses.set_plan_option(None, {"rank": 1}),
     ]
     for i, call in enumerate(refused):
         with pytest.raises(InputError, match="archived") as err:
@@ -76,9 +80,9 @@ def test_archived_course_is_read_only_and_links_revoked(course2016: CourseStore)
     with pytest.raises(InputError, match="archived"):
         survey.set_state(None, "open")
     # reads answer as before
-    assert store.seat_of(None, people[0]) is not None and len(store.seats()) == 4
+    assert store.seats.seat_of(None, people[0]) is not None and len(store.seats.seats()) == 4
     # raw SQL is refused by the database itself
-    with store._engine.begin() as conn, pytest.raises(InputError, match="archived"):
+    with store.database.engine.begin() as conn, pytest.raises(InputError, match="archived"):
         conn.execute(text("UPDATE participants SET name = 'x'"))
 
 
@@ -87,8 +91,8 @@ def test_cli_undo(
 ) -> None:
     monkeypatch.setenv("GPUSEAT_DATA_DIR", str(tmp_path / "data"))
     with open_store(url, create=True) as store:
-        store.create_course(EXAMPLES / "course-2016.toml", key="c16")
-        store.import_roster("c16", EXAMPLES / "roster-16.csv")
+        store.courses.create_course(EXAMPLES / "course-2016.toml", key="c16")
+        store.roster.import_roster("c16", EXAMPLES / "roster-16.csv")
         seats(store, 3)
     assert main(["seats", "remove", "s0", "s1", "--course", "c16", "--db", url]) == 0
     assert "removed 2 seat(s): s0, s1" in capsys.readouterr().out
@@ -111,6 +115,6 @@ def test_cli_undo(
     # the export brings it back, archived as it was
     assert main(["course", "import", str(path), "--db", url]) == 0
     with open_store(url) as store:
-        assert store.get_course("c16").participants == 16 and len(store.seats("c16")) == 1
+        assert store.courses.get_course("c16").participants == 16 and len(store.seats.seats("c16")) == 1
         with pytest.raises(InputError, match="archived"):
-            store.add_seats("c16", [SeatSpec(key="s9", kind="gpu")])
+            store.seats.add_seats("c16", [SeatSpec(key="s9", kind="gpu")])

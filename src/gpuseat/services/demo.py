@@ -4,7 +4,7 @@ What it seeds, through the same services the CLI uses: the 2016 course file and 
 IBM 2× M60 server for 4 participants, 12 AWS g2.2xlarge instances for the others, both priced by
 the planner), 16 participants, 4 passthrough + 12 cloud seats, assignments, access links, an open
 survey that half the participants answered, and benchmark results per seat. Monitor data: the last
-three minutes go through the monitor's own path (snapshots → attribution → :class:`~gpuseat.store.monitor.Store`)
+three minutes go through the monitor's own path (snapshots → attribution → ``store.monitor``)
 with alerts; the days before are one-minute aggregates of a deterministic lab-hours pattern between
 08:00 and 19:00 UTC (a seat is busy in some of its owner's 09:00–18:00 minutes; two participants never
 start). The demo's clock
@@ -112,7 +112,7 @@ def seed_demo(folder: Path, *, history_days: float | None = None) -> Demo:
     from gpuseat.services.accounts import Accounts, generate_password
     from gpuseat.services.courses import open_store
     from gpuseat.services.survey import SurveyService
-    from gpuseat.store.monitor import MinuteRow, Store
+    from gpuseat.store.monitor import MinuteRow
 
     folder.mkdir(parents=True, exist_ok=True)
     db_url = f"sqlite:///{folder / 'demo.db'}"
@@ -160,7 +160,7 @@ def seed_demo(folder: Path, *, history_days: float | None = None) -> Demo:
     people = {p.key: p for p in store.participants(DEMO_KEY)}
     rng = random.Random(2016)
     keen = {k: (0.0 if i in (5, 11) else 0.35 + 0.6 * rng.random()) for i, k in enumerate(sorted(people))}
-    monitor = Store(db_url, course=DEMO_KEY)
+    monitor = store.monitor.of_course(DEMO_KEY)
     seat_map = monitor.seat_map(course=DEMO_KEY)
     now = DEMO_NOW.timestamp()
     hosts: dict[str, list[Any]] = {}
@@ -199,7 +199,6 @@ def seed_demo(folder: Path, *, history_days: float | None = None) -> Demo:
         Alert("foreign", f"{hog.key}:31337", f"pid 31337 of user mallory on seat {hog.key} of {hog.participant}",
               now - 900, True, hog.key, hog.participant)
     )  # fmt: skip
-    monitor.close()
 
     # the days before: one-minute aggregates (what the monitor's rollup would have left)
     first_minute = int((DEMO_NOW - timedelta(days=history_days or 7.5)).timestamp()) // 60
@@ -219,9 +218,7 @@ def seed_demo(folder: Path, *, history_days: float | None = None) -> Demo:
                 MinuteRow(m, s.device_uuid, s.id, people[s.participant].id, 6, 6 if on else 0,
                           int(total * 0.7) if on else 0, int(total * 0.6) if on else 0, int(60 + 35 * k) if on else 0)
             )  # fmt: skip
-    history = Store(db_url, course=DEMO_KEY)
-    history.add_minutes(rows)
-    history.close()
+    store.monitor.of_course(DEMO_KEY).add_minutes(rows)
 
     # benchmarks recorded on each seat (the 2016 article's times, with a little spread)
     bench_path = folder / "bench-results.jsonl"

@@ -147,16 +147,15 @@ def seat_map(seats: Path | None, db: str | None, *, write: bool, course: str | N
             return SeatMap(entries)
     elif not _db_exists(db) and course is None:
         return SeatMap()
-    from gpuseat.store.monitor import DEFAULT_COURSE, MonitorStore
+    from gpuseat.store import open_store
+    from gpuseat.store.monitor import DEFAULT_COURSE
 
     key = course or (DEFAULT_COURSE if seats is not None else None)
-    store = MonitorStore(db, create=write, course=key)
-    try:
+    with open_store(db, create=write) as store:
+        monitor = store.monitor.of_course(key)
         if seats is not None:
-            store.import_seats(entries)
-        return store.seat_map()
-    finally:
-        store.close()
+            monitor.import_seats(entries)
+        return monitor.seat_map()
 
 
 def _db_exists(db: str | None) -> bool:
@@ -288,7 +287,8 @@ def run_monitor(
     from gpuseat.monitor.prometheus import SeatCollector, serve
     from gpuseat.monitor.runner import Monitor
     from gpuseat.monitor.webhook import WebhookSender
-    from gpuseat.store.monitor import DEFAULT_COURSE, MonitorStore
+    from gpuseat.store import open_monitor
+    from gpuseat.store.monitor import DEFAULT_COURSE
     from gpuseat.urls import http_url
 
     if webhook is not None:
@@ -297,7 +297,7 @@ def run_monitor(
     collector = SeatCollector(metrics_names)
     sampler = open_sampler(source)
     seat_map_ = seat_map(seats, db, write=True, course=course)
-    store = MonitorStore(db, course=course or (DEFAULT_COURSE if seats is not None else None))
+    store = open_monitor(db, course=course or (DEFAULT_COURSE if seats is not None else None))
     sender = WebhookSender(webhook) if webhook else None
     monitor = Monitor(
         sampler,
@@ -375,14 +375,11 @@ USAGE_COLUMNS = ("participant", "seats", "gpu_hours", "idle_hours", "peak_memory
 
 def usage_report(since: str | None = None, db: str | None = None, course: str | None = None) -> UsageReport:
     """The usage report from the course database (which must exist: nothing is created), of one course or all."""
-    from gpuseat.store.monitor import MonitorStore
+    from gpuseat.store import open_store
 
     start = parse_since(since)
-    store = MonitorStore(db, create=False)
-    try:
-        return UsageReport(start, tuple(store.usage_rows(start, course=course)))
-    finally:
-        store.close()
+    with open_store(db) as store:
+        return UsageReport(start, tuple(store.monitor.usage_rows(start, course=course)))
 
 
 def write_chart(report: UsageReport, path: Path, *, force: bool = False) -> None:

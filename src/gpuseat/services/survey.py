@@ -20,12 +20,10 @@ from typing import TYPE_CHECKING, Any
 from gpuseat.core.survey import QuestionResult, Template, answer_text, parse_answers, results
 from gpuseat.errors import InputError
 from gpuseat.files import read_text, validate
-from gpuseat.store.survey import CLOSED, OPEN, SurveyRows
+from gpuseat.store.survey import CLOSED, OPEN
 
 if TYPE_CHECKING:
     from gpuseat.services.courses import CourseStore
-
-DEFAULT_TEMPLATE = "course"  # course-2016 (the 2016 wording) is bundled too
 
 
 def bundled_templates() -> list[str]:
@@ -105,7 +103,7 @@ class SurveyService:
 
     def __init__(self, store: CourseStore) -> None:
         self.store = store
-        self._rows = SurveyRows(store, (DEFAULT_TEMPLATE, template_text(DEFAULT_TEMPLATE)))
+        self._rows = store.survey
 
     def set_template(self, course: str | None, name: str) -> Template:
         """Use a bundled template or a template file; refused once anyone has answered."""

@@ -1,7 +1,7 @@
 """The one store path for seat delivery: state, access details and readiness, each with an events row.
 
 Engines, ``seats connect``, ``seats check`` and the portal's seat editor all call these functions
-(through the thin :class:`~gpuseat.services.courses.CourseStore` methods), so a new engine never
+(through ``store.delivery``), so a new engine never
 needs its own state code. Each call is one transaction on the store's writer session; a call that
 would change nothing writes nothing (re-running ``gpuseat host up`` leaves no trace).
 """
@@ -23,12 +23,12 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from gpuseat.core.readiness import Access, Readiness
-    from gpuseat.store.facade import CourseStore
+    from gpuseat.store.facade import Store
 
 __all__ = ["access_of", "apply_seat_change", "readiness_of", "record_delivery", "record_readiness"]
 
 
-def _course_and_seat(store: CourseStore, s: Any, course: str, seat: str) -> tuple[CourseRecord, Seat]:
+def _course_and_seat(store: Store, s: Any, course: str, seat: str) -> tuple[CourseRecord, Seat]:
     """The course and (locked) seat rows; names were checked through the store's public lookups."""
     crow = s.scalar(select(CourseRecord).where(CourseRecord.key == course))
     row = s.scalar(select(Seat).where(Seat.course_id == crow.id, Seat.key == seat).with_for_update())
@@ -36,7 +36,7 @@ def _course_and_seat(store: CourseStore, s: Any, course: str, seat: str) -> tupl
 
 
 def record_delivery(
-    store: CourseStore,
+    store: Store,
     course: str | None,
     seat: str,
     *,
@@ -51,8 +51,8 @@ def record_delivery(
 
     Returns False (and writes nothing) when the seat already looks like that.
     """
-    view = store.get_seat(course, seat)  # NotFound with a did-you-mean for unknown names
-    with store._write() as s:
+    view = store.seats.get_seat(course, seat)  # NotFound with a did-you-mean for unknown names
+    with store.database.write() as s:
         crow, row = _course_and_seat(store, s, view.course, view.key)
         return apply_seat_change(
             s,
@@ -84,7 +84,7 @@ def apply_seat_change(
 ) -> bool:
     """The one write of a seat's state, access and engine fields, with its events row (in ``s``).
 
-    Both :func:`record_delivery` and ``CourseStore.set_seat_state`` come here: the state machine is
+    Both :func:`record_delivery` and ``store.seats.set_seat_state`` come here: the state machine is
     checked, what changed is set, and one event says what changed. Without ``always`` a call that
     changes nothing writes nothing; with it (an engine reporting the same state again) the state's
     reason and time are refreshed and logged. ``holder``: the key of the participant holding the seat,
@@ -125,12 +125,12 @@ def apply_seat_change(
     return True
 
 
-def record_readiness(store: CourseStore, results: list[Readiness], *, actor: str = "gpuseat") -> int:
+def record_readiness(store: Store, results: list[Readiness], *, actor: str = "gpuseat") -> int:
     """Keep each seat's latest check on the seat and log one ``seat.check`` event per seat."""
     written = 0
     for r in results:
-        store.get_seat(r.course, r.seat)
-    with store._write() as s:
+        store.seats.get_seat(r.course, r.seat)
+    with store.database.write() as s:
         for r in results:
             crow, row = _course_and_seat(store, s, r.course, r.seat)
             row.readiness = r.to_dict()
@@ -140,17 +140,17 @@ def record_readiness(store: CourseStore, results: list[Readiness], *, actor: str
     return written
 
 
-def access_of(store: CourseStore, course: str | None) -> dict[str, dict[str, Any]]:
+def access_of(store: Store, course: str | None) -> dict[str, dict[str, Any]]:
     """Seat key → stored access (``Access.to_dict`` form) for every seat that has one (one read)."""
-    with store._read() as s:
+    with store.database.read() as s:
         cid = _course(s, course).id
         rows = s.execute(select(Seat.key, Seat.access).where(Seat.course_id == cid, Seat.access.is_not(None)))
         return {k: dict(v) for k, v in rows if v}
 
 
-def readiness_of(store: CourseStore, course: str | None) -> dict[str, dict[str, Any]]:
+def readiness_of(store: Store, course: str | None) -> dict[str, dict[str, Any]]:
     """Seat key → the last readiness check (``Readiness.to_dict`` form) for every checked seat (one read)."""
-    with store._read() as s:
+    with store.database.read() as s:
         cid = _course(s, course).id
         rows = s.execute(select(Seat.key, Seat.readiness).where(Seat.course_id == cid, Seat.readiness.is_not(None)))
         return {k: dict(v) for k, v in rows if v}

@@ -17,11 +17,13 @@ from sqlalchemy.exc import IntegrityError
 
 from gpuseat.db.models import Event, PortalSetting, PortalUser
 from gpuseat.errors import InputError
+from gpuseat.store.base import Concern
 
 if TYPE_CHECKING:
     from argon2 import PasswordHasher
 
-    from gpuseat.store.base import StoreBase
+    from gpuseat.store.facade import Store
+
 
 USERNAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 MIN_PASSWORD = 10
@@ -49,11 +51,11 @@ def generate_password() -> str:
     return secrets.token_urlsafe(12)
 
 
-class Accounts:
+class Accounts(Concern):
     """Organizer logins of one store."""
 
-    def __init__(self, store: StoreBase) -> None:
-        self._engine = store._engine
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
         self._dummy: str | None = None
 
     def set_password(self, username: str, password: str, *, actor: str = "gpuseat") -> bool:
@@ -67,7 +69,7 @@ class Accounts:
             )
         digest = _hasher().hash(password)
         now = datetime.now(UTC)
-        with self._engine.begin() as conn:
+        with self._database.engine.begin() as conn:
             changed = conn.execute(
                 update(PortalUser).where(PortalUser.username == username).values(password_hash=digest, updated_at=now)
             ).rowcount
@@ -87,7 +89,7 @@ class Accounts:
 
         if len(password) > MAX_PASSWORD or len(username) > 64:
             return False
-        with self._engine.connect() as conn:
+        with self._database.engine.connect() as conn:
             stored = conn.scalar(select(PortalUser.password_hash).where(PortalUser.username == username))
         if stored is None and self._dummy is None:
             # an unknown user costs one verification too, so timing does not tell names apart
@@ -100,21 +102,21 @@ class Accounts:
 
     def users(self) -> list[str]:
         """Organizer names."""
-        with self._engine.connect() as conn:
+        with self._database.engine.connect() as conn:
             return list(conn.scalars(select(PortalUser.username).order_by(PortalUser.username)))
 
     def session_key(self) -> str:
         """The key that signs session cookies, created once per store."""
-        with self._engine.connect() as conn:
+        with self._database.engine.connect() as conn:
             found = conn.scalar(select(PortalSetting.value).where(PortalSetting.key == SESSION_KEY))
         if found:
             return found
         key = secrets.token_urlsafe(48)
         try:
-            with self._engine.begin() as conn:
+            with self._database.engine.begin() as conn:
                 conn.execute(insert(PortalSetting).values(key=SESSION_KEY, value=key))
         except IntegrityError:  # another process created it first: use theirs
-            with self._engine.connect() as conn:
+            with self._database.engine.connect() as conn:
                 found = conn.scalar(select(PortalSetting.value).where(PortalSetting.key == SESSION_KEY))
             assert found is not None
             return found

@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING, TypeVarTuple
 from sqlalchemy import Float, cast, func, select
 
 from gpuseat.db.models import AlertRecord, MinuteAggregate, Sample, Seat
+from gpuseat.store.base import Concern
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
     from sqlalchemy import SQLColumnExpression
     from sqlalchemy.sql import Select
 
-    from gpuseat.store.base import StoreBase
-    from gpuseat.store.monitor import MonitorStore
 
 _Ts = TypeVarTuple("_Ts")
 
@@ -88,11 +87,8 @@ def _only(q: Select[*_Ts], column: SQLColumnExpression[int | None], seat_ids: It
     return q.where(column.in_(list(seat_ids)))
 
 
-class Activity:
+class Activity(Concern):
     """Read-only queries on the monitor's tables (SQLite or PostgreSQL, any number of monitor hosts)."""
-
-    def __init__(self, store: StoreBase | MonitorStore) -> None:
-        self._engine = store._engine
 
     def live(
         self, *, seat_ids: Iterable[int] | None = None, now: float | None = None, window_s: int = LIVE_WINDOW_S
@@ -101,7 +97,7 @@ class Activity:
 
         A seat served by several devices (or hosts) reports its newest reading.
         """
-        with self._engine.connect() as conn:
+        with self._database.engine.connect() as conn:
             if now is None:
                 latest = conn.scalar(select(func.max(Sample.ts)))
                 if latest is None:
@@ -152,7 +148,7 @@ class Activity:
             ids,
         ).group_by(MinuteAggregate.seat_id)
         seats = _only(select(Seat.id), Seat.id, ids)
-        with self._engine.connect() as conn:
+        with self._database.engine.connect() as conn:
             out: dict[int, float | None] = {int(s): None for s in conn.scalars(seats)}
             for seat_id, minute in conn.execute(rolled):
                 assert seat_id is not None  # both queries keep only rows with a seat (seat_id IS NOT NULL)
@@ -185,7 +181,7 @@ class Activity:
         if since is not None:
             q = q.where(MinuteAggregate.minute >= int(since) // 60)
         q = q.group_by(MinuteAggregate.seat_id, day).order_by(MinuteAggregate.seat_id, day)
-        with self._engine.connect() as conn:
+        with self._database.engine.connect() as conn:
             return [
                 SeatDay(int(s), int(d), int(n) / 60.0, float(a or 0.0) / 60.0, None if u is None else float(u))
                 for s, d, n, a, u in conn.execute(q)
@@ -209,5 +205,5 @@ class Activity:
             q = q.where(
                 AlertRecord.seat_id.in_(ids) | (AlertRecord.seat_id.is_(None) & AlertRecord.course_id.in_(courses))
             )
-        with self._engine.connect() as conn:
+        with self._database.engine.connect() as conn:
             return [OpenAlert(*row) for row in conn.execute(q.order_by(AlertRecord.raised_at, AlertRecord.id))]

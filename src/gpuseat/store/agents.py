@@ -16,18 +16,18 @@ from typing import Any
 from sqlalchemy import delete, func, select
 
 from gpuseat.db.models import AgentLease, AgentStatus, CourseDeletion, EngineHolding, EngineSetting, Event
-from gpuseat.store.base import StoreBase
+from gpuseat.store.base import Concern
 from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log
 
 
-class AgentMethods(StoreBase):
+class Agents(Concern):
     """Engine settings, leases, agent status, holdings, deferred deletions (see the module doc)."""
 
     # -- engine settings -----------------------------------------------------------------------------
 
     def engine_settings(self, course: str | None, engine: str) -> dict[str, Any]:
         """The stored settings of ``engine`` for ``course`` (empty when none were set)."""
-        with self._read() as s:
+        with self._database.read() as s:
             crow = _course(s, course)
             row = s.scalar(
                 select(EngineSetting).where(EngineSetting.course_id == crow.id, EngineSetting.engine == engine)
@@ -36,7 +36,7 @@ class AgentMethods(StoreBase):
 
     def all_engine_settings(self, course: str | None) -> dict[str, dict[str, Any]]:
         """Engine name → stored settings, for every engine with settings in ``course``."""
-        with self._read() as s:
+        with self._database.read() as s:
             crow = _course(s, course)
             rows = s.scalars(select(EngineSetting).where(EngineSetting.course_id == crow.id))
             return {r.engine: dict(r.values) for r in rows}
@@ -46,7 +46,7 @@ class AgentMethods(StoreBase):
     ) -> bool:
         """Store ``values`` (already validated by the engine's model) with an events row; False when
         they were already so. A value of None removes that setting."""
-        with self._write() as s:
+        with self._database.write() as s:
             crow = _course(s, course)
             row = s.scalar(
                 select(EngineSetting).where(EngineSetting.course_id == crow.id, EngineSetting.engine == engine)
@@ -71,12 +71,12 @@ class AgentMethods(StoreBase):
 
     def events_head(self) -> int:
         """The id of the newest events row of any course (0 when there are none)."""
-        with self._read() as s:
+        with self._database.read() as s:
             return int(s.scalar(select(func.max(Event.id))) or 0)
 
     def changed_courses(self, after_id: int, *, exclude_actor: str | None = None) -> set[str]:
         """Keys of the courses with events after ``after_id`` (not counting ``exclude_actor``'s own)."""
-        with self._read() as s:
+        with self._database.read() as s:
             q = select(Event.course_key).where(Event.id > after_id, Event.course_key.is_not(None)).distinct()
             if exclude_actor is not None:
                 q = q.where(Event.actor != exclude_actor)
@@ -93,13 +93,13 @@ class AgentMethods(StoreBase):
         actor: str = DEFAULT_ACTOR,
     ) -> None:
         """An events row for a course that may be gone from the store (a deleted course's revocation)."""
-        with self._write() as s:
+        with self._database.write() as s:
             _log(s, course_key, actor, action, participant=participant, seat=seat, detail=detail)
 
     def listener(self, channel: str) -> Any:
         """PostgreSQL: an autocommit psycopg connection LISTENing on ``channel`` (its ``notifies()`` wakes
         an agent at once); None on SQLite or when it cannot connect (the agent then polls)."""
-        url = self._engine.url
+        url = self._database.engine.url
         if url.get_backend_name() != "postgresql":
             return None
         try:
@@ -122,7 +122,7 @@ class AgentMethods(StoreBase):
         """Take or renew the lease ``name`` for ``holder`` for ``ttl_s`` seconds; False while another
         holder's lease has not expired."""
         t = time.time() if now is None else now
-        with self._write() as s:
+        with self._database.write() as s:
             row = s.get(AgentLease, name, with_for_update=True)
             if row is None:
                 s.add(AgentLease(name=name, holder=holder, acquired_at=t, expires_at=t + ttl_s))
@@ -137,19 +137,19 @@ class AgentMethods(StoreBase):
     def holds_lease(self, name: str, holder: str, *, now: float | None = None) -> bool:
         """True while ``holder`` holds an unexpired lease ``name`` (asked before each apply step)."""
         t = time.time() if now is None else now
-        with self._read() as s:
+        with self._database.read() as s:
             row = s.get(AgentLease, name)
             return row is not None and row.holder == holder and row.expires_at > t
 
     def drop_lease(self, name: str, holder: str) -> None:
         """Give the lease up (a standby takes it at once)."""
-        with self._write() as s:
+        with self._database.write() as s:
             s.execute(delete(AgentLease).where(AgentLease.name == name, AgentLease.holder == holder))
 
     def leases(self) -> list[dict[str, Any]]:
         """Every lease: name, holder, seconds left."""
         now = time.time()
-        with self._read() as s:
+        with self._database.read() as s:
             return [
                 {"name": r.name, "holder": r.holder, "expires_in_s": round(r.expires_at - now, 1)}
                 for r in s.scalars(select(AgentLease).order_by(AgentLease.name))
@@ -171,7 +171,7 @@ class AgentMethods(StoreBase):
     ) -> None:
         """Record what agent ``name`` did last (one row per agent name)."""
         now = datetime.now(UTC)
-        with self._write() as s:
+        with self._database.write() as s:
             row = s.get(AgentStatus, name)
             if row is None:
                 row = AgentStatus(
@@ -187,7 +187,7 @@ class AgentMethods(StoreBase):
     def agent_statuses(self) -> list[dict[str, Any]]:
         """Every agent's last status, with its lease."""
         leases = {x["name"]: x for x in self.leases()}
-        with self._read() as s:
+        with self._database.read() as s:
             out = []
             for r in s.scalars(select(AgentStatus).order_by(AgentStatus.name)):
                 lease = leases.get(r.name)
@@ -213,7 +213,7 @@ class AgentMethods(StoreBase):
     def set_holdings(self, course_key: str, engine: str, host: str | None, found: Iterable[Mapping[str, Any]]) -> None:
         """Replace what ``engine`` on ``host`` holds for ``course_key`` by ``found`` (``Holding.to_dict``)."""
         now = datetime.now(UTC)
-        with self._write() as s:
+        with self._database.write() as s:
             s.execute(
                 delete(EngineHolding).where(
                     EngineHolding.course_key == course_key,
@@ -237,7 +237,7 @@ class AgentMethods(StoreBase):
 
     def holdings(self, course_key: str | None = None) -> list[dict[str, Any]]:
         """What engines hold on machines (of one course, or all), as last observed."""
-        with self._read() as s:
+        with self._database.read() as s:
             q = select(EngineHolding).order_by(EngineHolding.course_key, EngineHolding.engine, EngineHolding.login)
             if course_key is not None:
                 q = q.where(EngineHolding.course_key == course_key)
@@ -258,7 +258,7 @@ class AgentMethods(StoreBase):
 
     def request_deletion(self, course_key: str, *, export_path: str, sha256: str, actor: str) -> None:
         """Mark ``course_key`` for deletion once its engines hold nothing (the export is written already)."""
-        with self._write() as s:
+        with self._database.write() as s:
             if s.get(CourseDeletion, course_key) is None:
                 s.add(
                     CourseDeletion(
@@ -273,7 +273,7 @@ class AgentMethods(StoreBase):
 
     def pending_deletions(self) -> dict[str, dict[str, Any]]:
         """Course key → the deletion asked for (export path, checksum, who)."""
-        with self._read() as s:
+        with self._database.read() as s:
             return {
                 r.course_key: {"export": r.export_path, "sha256": r.sha256, "actor": r.actor}
                 for r in s.scalars(select(CourseDeletion))
@@ -281,7 +281,7 @@ class AgentMethods(StoreBase):
 
     def forget_deletion(self, course_key: str) -> None:
         """The deletion is done (or was for a course already gone)."""
-        with self._write() as s:
+        with self._database.write() as s:
             s.execute(delete(CourseDeletion).where(CourseDeletion.course_key == course_key))
 
 

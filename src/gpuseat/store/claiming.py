@@ -1,15 +1,15 @@
-"""``claim_seat`` on the facade: the claim itself is one SQL statement (:mod:`gpuseat.store.claims`)."""
+"""``store.claims``: the claim itself is one SQL statement (:mod:`gpuseat.store.claims`)."""
 
 from __future__ import annotations
 
 from gpuseat.core.seating import CLAIM_MODES, ClaimMode
 from gpuseat.errors import InputError
-from gpuseat.store.base import StoreBase
+from gpuseat.store.base import Concern
 from gpuseat.store.rows import DEFAULT_ACTOR
 from gpuseat.store.views import SeatView
 
 
-class ClaimMethods(StoreBase):
+class Claims(Concern):
     """The participant's seat: the one they hold, else the best free seat that suits their group."""
 
     def claim_seat(
@@ -25,7 +25,7 @@ class ClaimMethods(StoreBase):
             raise InputError(f"unknown mode {mode!r}", where="mode", fix=f"one of {', '.join(CLAIM_MODES)}")
         from gpuseat.store.claims import claim  # the claim is one SQL statement (see that module)
 
-        return claim(self, course, participant, mode=mode, actor=actor).view()
+        return claim(self._database, course, participant, mode=mode, actor=actor).view()
 
     def warm_claims(self, course: str | None) -> None:
         """Have the claim ready before the first participant asks (a connection open, the statement
@@ -33,4 +33,4 @@ class ClaimMethods(StoreBase):
         unknown course. The JupyterHub hooks call it while the hub starts."""
         from gpuseat.store.claims import warm
 
-        warm(self, course)
+        warm(self._database, course)

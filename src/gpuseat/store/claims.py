@@ -32,10 +32,10 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -46,6 +46,9 @@ from gpuseat.errors import InputError, NoFreeSeat, NotFound, StoreError, did_you
 from gpuseat.store.rows import STEP_S  # a clock behind by more is logged as a step
 from gpuseat.store.turns import Turns
 from gpuseat.store.views import SeatView, _utc
+
+if TYPE_CHECKING:
+    from gpuseat.store.db import Database
 
 __all__ = ["Claimed", "claim", "close", "forget_course", "warm"]
 
@@ -285,16 +288,16 @@ _SQLITE_STEPPED = (
 )
 
 
-# -- per store state -----------------------------------------------------------------------------------
+# -- per database state ---------------------------------------------------------------------------------
 
-_courses: weakref.WeakKeyDictionary[Any, dict[str, _Course]] = weakref.WeakKeyDictionary()
+_courses: weakref.WeakKeyDictionary[Database, dict[str, _Course]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
-def forget_course(store: Any, key: str | None = None) -> None:
+def forget_course(db: Database, key: str | None = None) -> None:
     """Drop what claims remember about a course (after it is deleted, archived or imported again)."""
     with _lock:
-        cached = _courses.get(store)
+        cached = _courses.get(db)
         if cached is not None:
             if key is None:
                 cached.clear()
@@ -302,12 +305,12 @@ def forget_course(store: Any, key: str | None = None) -> None:
                 cached.pop(key, None)
 
 
-def close(store: Any) -> None:
-    """Release what claims hold for ``store`` (its claim lanes on either database); called by
-    ``CourseStore.close``."""
+def close(db: Database) -> None:
+    """Release what claims hold for ``db`` (its claim lanes on either database); called by
+    ``Database.close``."""
     with _lock:
-        _courses.pop(store, None)
-        lanes = _lanes.pop(store, None)
+        _courses.pop(db, None)
+        lanes = _lanes.pop(db, None)
     if lanes is not None:
         _close_lanes(lanes)
 
@@ -320,19 +323,19 @@ def _needs(summary: Mapping[str, Any] | None) -> dict[str, tuple[float, int, int
     return out
 
 
-def _course(store: Any, key: str | None) -> _Course:
+def _course(db: Database, key: str | None) -> _Course:
     """The course's id and per-group needs (kept per store for a named course; None is looked up)."""
     if key is not None:
         with _lock:
-            found = _courses.get(store, {}).get(key)
+            found = _courses.get(db, {}).get(key)
         if found is not None:
             return found
-    with store._read() as s:
+    with db.read() as s:
         if key is None:
             rows = s.execute(text("SELECT id, key, summary FROM courses ORDER BY key LIMIT 11")).all()
             if len(rows) != 1:
                 _only_course_error(rows)
-            row = rows[0]
+            row: Any = rows[0]
         else:
             row = s.execute(text("SELECT id, key, summary FROM courses WHERE key = :k"), {"k": key}).first()
             if row is None:
@@ -347,11 +350,11 @@ def _course(store: Any, key: str | None) -> _Course:
     found = _Course(int(row[0]), str(row[1]), needs, json.dumps({g: list(v) for g, v in needs.items()}))
     if key is not None:
         with _lock:
-            _courses.setdefault(store, {})[key] = found
+            _courses.setdefault(db, {})[key] = found
     return found
 
 
-def _only_course_error(rows: list[Any]) -> None:
+def _only_course_error(rows: Sequence[Any]) -> None:
     if not rows:
         raise InputError("no course yet", where="course", fix="create one: gpuseat course create COURSE.toml")
     raise InputError(
@@ -374,15 +377,15 @@ class _PgLane:
 
 
 # a store's claim lanes, free for the next claim (of one kind: the store's database)
-_lanes: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+_lanes: weakref.WeakKeyDictionary[Database, list[Any]] = weakref.WeakKeyDictionary()
 
 
-def _lanes_of(store: Any) -> list[Any]:
+def _lanes_of(db: Database) -> list[Any]:
     with _lock:
-        lanes = _lanes.get(store)
+        lanes = _lanes.get(db)
         if lanes is None:
-            lanes = _lanes[store] = []
-            weakref.finalize(store, _close_lanes, lanes)
+            lanes = _lanes[db] = []
+            weakref.finalize(db, _close_lanes, lanes)
         return lanes
 
 
@@ -391,7 +394,7 @@ def _close_lanes(lanes: list[Any]) -> None:
         lanes.pop().close()
 
 
-def _new_pg_lane(store: Any) -> _PgLane:
+def _new_pg_lane(db: Database) -> _PgLane:
     """A claim connection: autocommit (the one statement is the whole transaction, one round trip), the
     claim prepared at its first use and planned once for any parameters.
 
@@ -404,7 +407,7 @@ def _new_pg_lane(store: Any) -> _PgLane:
     """
     import psycopg
 
-    engine = store._engine
+    engine = db.engine
     args, kwargs = engine.dialect.create_connect_args(engine.url)  # what SQLAlchemy itself would connect with
     try:
         conn = psycopg.connect(*args, autocommit=True, **kwargs)
@@ -426,19 +429,19 @@ def _new_pg_lane(store: Any) -> _PgLane:
 # -- the claim -----------------------------------------------------------------------------------------
 
 
-def claim(store: Any, course: str | None, who: str, *, mode: str, actor: str) -> Claimed:
+def claim(db: Database, course: str | None, who: str, *, mode: str, actor: str) -> Claimed:
     """The seat ``who`` holds in ``course``, else the best free seat that suits their group, taken now.
 
-    ``store`` is the :class:`CourseStore` (its ``_read``/``_write`` sessions and engine). Raises
+    ``db`` is the store's :class:`~gpuseat.store.db.Database` (its sessions, engine and writer queue). Raises
     :class:`NotFound` (course or participant), :class:`InputError` (archived course) or
     :class:`NoFreeSeat` (with the reason), never a double assignment.
     """
-    postgres = store._engine.dialect.name == "postgresql"
+    postgres = db.engine.dialect.name == "postgresql"
     stale = False
     for _attempt in range(RETRIES):
-        info = _course(store, course)
+        info = _course(db, course)
         try:
-            got = _claim_pg(store, info, who, mode, actor) if postgres else _claim_sqlite(store, info, who, mode, actor)
+            got = _claim_pg(db, info, who, mode, actor) if postgres else _claim_sqlite(db, info, who, mode, actor)
         except (IntegrityError, sqlite3.IntegrityError, _LostRace):
             # another claim took that seat (or this participant's other claim won): look again. The
             # SQLite take runs on sqlite3 itself, so its unique-index error is sqlite3's own.
@@ -453,9 +456,9 @@ def claim(store: Any, course: str | None, who: str, *, mode: str, actor: str) ->
         if got is None:
             if not stale and course is not None:  # the course may have been deleted and imported again
                 stale = True
-                forget_course(store, course)
+                forget_course(db, course)
                 continue
-            _diagnose(store, info, who)
+            _diagnose(db, info, who)
         assert isinstance(got, Claimed)
         return got
     raise StoreError(
@@ -466,14 +469,14 @@ def claim(store: Any, course: str | None, who: str, *, mode: str, actor: str) ->
 WARM_UP = "gpuseat warm-up"  # no participant's key, email or Unix user can hold a space
 
 
-def warm(store: Any, course: str | None) -> None:
+def warm(db: Database, course: str | None) -> None:
     """Open a claim lane and run the claim once for nobody, so the database has the statement planned
     before the first participant asks (a hub at start-up); writes nothing."""
-    info = _course(store, course)
-    if store._engine.dialect.name == "postgresql":
-        _claim_pg(store, info, WARM_UP, "pool", WARM_UP)
+    info = _course(db, course)
+    if db.engine.dialect.name == "postgresql":
+        _claim_pg(db, info, WARM_UP, "pool", WARM_UP)
     else:
-        _claim_sqlite(store, info, WARM_UP, "pool", WARM_UP)
+        _claim_sqlite(db, info, WARM_UP, "pool", WARM_UP)
 
 
 def _params(info: _Course, who: str, mode: str, actor: str) -> dict[str, Any]:
@@ -521,36 +524,36 @@ class _Lane:
 CHECKPOINT_EVERY = 64
 
 
-def _new_lane(store: Any) -> _Lane:
+def _new_lane(db: Database) -> _Lane:
     from gpuseat.db import _sqlite_pragmas, busy_timeout
 
     conn = sqlite3.connect(
-        store._engine.url.database, timeout=busy_timeout(), isolation_level=None, check_same_thread=False
+        str(db.engine.url.database), timeout=busy_timeout(), isolation_level=None, check_same_thread=False
     )
     _sqlite_pragmas(conn, None)
     conn.execute("PRAGMA wal_autocheckpoint=0")  # the lane checkpoints after its turn (CHECKPOINT_EVERY)
-    return _Lane(conn, store._turns())
+    return _Lane(conn, db.turns())
 
 
-def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
+def _claim_sqlite(db: Database, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
     """The claim on a lane of the store (one per concurrent claim, kept for the next), or on the engine's
     connection for an in-memory store (that connection is the database)."""
     p = _params(info, who, mode, actor)
     now = p["now"]
     p["now"] = _sqlite_time(now)
-    if store._lock_path is None:
-        pooled = store._engine.raw_connection()
+    if db.lock_path is None:
+        pooled = db.engine.raw_connection()
         try:
-            return _claim_on(store, pooled.driver_connection, None, info, p, now)
+            return _claim_on(db, pooled.driver_connection, None, info, p, now)
         finally:
             pooled.close()
-    lanes = _lanes_of(store)
+    lanes = _lanes_of(db)
     try:
         lane = lanes.pop()
     except IndexError:
-        lane = _new_lane(store)
+        lane = _new_lane(db)
     try:
-        got = _claim_on(store, lane.conn, lane.turns, info, p, now)
+        got = _claim_on(db, lane.conn, lane.turns, info, p, now)
         if got is not None and got.new:
             lane.takes += 1
             if lane.takes >= CHECKPOINT_EVERY:  # after the turn: the next claim need not wait for the copy
@@ -564,7 +567,7 @@ def _claim_sqlite(store: Any, info: _Course, who: str, mode: str, actor: str) ->
             lanes.append(lane)
 
 
-def _begin(store: Any, raw: Any, turns: Turns | None, ask: Callable[[], bytes] | None = None) -> bytes | None:
+def _begin(db: Database, raw: Any, turns: Turns | None, ask: Callable[[], bytes] | None = None) -> bytes | None:
     """Take this lane's turn in the store's writer queue (:mod:`gpuseat.store.turns`; nothing to wait
     for in memory), then the write lock (``BEGIN IMMEDIATE``); the caller gives the turn on after the
     commit.
@@ -587,13 +590,13 @@ def _begin(store: Any, raw: Any, turns: Turns | None, ask: Callable[[], bytes] |
         if isinstance(exc, sqlite3.OperationalError):
             from gpuseat.db import sqlite_error
 
-            raise (sqlite_error(str(exc), store._engine.url.database) or exc) from None
+            raise (sqlite_error(str(exc), db.engine.url.database) or exc) from None
         raise
     return None
 
 
 def _claim_on(
-    store: Any, raw: Any, turns: Turns | None, info: _Course, p: dict[str, Any], now: datetime
+    db: Database, raw: Any, turns: Turns | None, info: _Course, p: dict[str, Any], now: datetime
 ) -> Claimed | None:
     """Lookup without a lock, then the take and its events row under the write lock.
 
@@ -621,7 +624,7 @@ def _claim_on(
             raise _LostRace
         return Claimed(info.key, pkey, seat, _when(since), held_mode or "assigned", False)
     p.update(_need(info, group), pid=pid, pkey=pkey)
-    answer = _begin(store, raw, turns, lambda: json.dumps([p[k] for k in _ASK]).encode())
+    answer = _begin(db, raw, turns, lambda: json.dumps([p[k] for k in _ASK]).encode())
     if answer is not None:  # the claim before this one in the queue took the seat for this one
         return Claimed(info.key, pkey, tuple(json.loads(answer)), now, p["mode"], True)
     try:
@@ -738,7 +741,7 @@ def _pg_claim_sql() -> tuple[str, tuple[str, ...]]:
 _SEAT_AT = slice(3, 3 + len(SEAT_COLUMNS))
 
 
-def _claim_pg(store: Any, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
+def _claim_pg(db: Database, info: _Course, who: str, mode: str, actor: str) -> Claimed | str | None:
     """The one statement, sent on a claim lane by the driver itself: the claim is the hottest path (every
     JupyterHub start), and SQLAlchemy's per-statement and pool machinery cost more CPU than the
     statement does on the server."""
@@ -747,11 +750,11 @@ def _claim_pg(store: Any, info: _Course, who: str, mode: str, actor: str) -> Cla
     p = _params(info, who, mode, actor)
     p["needs"] = info.needs_json
     sql, names = _pg_claim_sql()
-    lanes = _lanes_of(store)
+    lanes = _lanes_of(db)
     try:
         lane = lanes.pop()
     except IndexError:
-        lane = _new_pg_lane(store)
+        lane = _new_pg_lane(db)
     try:
         found = lane.cur.execute(sql, [p[n] for n in names]).fetchone()
     except psycopg.errors.UniqueViolation:
@@ -792,9 +795,9 @@ def _no_free_seat(info: _Course, pkey: str, group: str | None, any_seat: bool) -
     )
 
 
-def _diagnose(store: Any, info: _Course, who: str) -> None:
+def _diagnose(db: Database, info: _Course, who: str) -> None:
     """Raise why nothing was found: the course is archived, or no such participant."""
-    with store._read() as s:
+    with db.read() as s:
         archived = s.execute(text("SELECT archived_at FROM courses WHERE id = :cid"), {"cid": info.id}).first()
         if archived is not None and archived[0] is not None:
             raise archived_error(info.key)

@@ -14,13 +14,13 @@ from gpuseat.core.course import Course as CourseFile
 from gpuseat.core.seating import COURSE_KEY_PATTERN
 from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
 from gpuseat.errors import InputError, NotFound
-from gpuseat.store.base import StoreBase
+from gpuseat.store.base import Concern
 from gpuseat.store.rows import DEFAULT_ACTOR, _check_timezone, _course, _log, _slug, _summary
 from gpuseat.store.views import CourseView, _utc
 
 
-class CourseMethods(StoreBase):
-    # -- courses -----------------------------------------------------------------------------------
+class Courses(Concern):
+    """``store.courses``: create a course from its file, its plan option and survey state, read it back."""
 
     def create_course(
         self,
@@ -63,7 +63,7 @@ class CourseMethods(StoreBase):
             )
         _check_timezone(timezone)
         now = datetime.now(UTC)
-        with self._write() as s:
+        with self._database.write() as s:
             if s.scalar(select(CourseRecord.id).where(CourseRecord.key == key)) is not None:
                 raise InputError(
                     f"a course {key!r} exists already",
@@ -89,7 +89,7 @@ class CourseMethods(StoreBase):
 
     def set_plan_option(self, course: str | None, option: dict[str, Any], *, actor: str = DEFAULT_ACTOR) -> CourseView:
         """Record the plan option the organiser chose (the JSON of one ``plan`` option)."""
-        with self._write() as s:
+        with self._database.write() as s:
             row = _course(s, course)
             row.plan_option, row.updated_at = option, datetime.now(UTC)
             _log(s, row.key, actor, "course.plan", detail={"rank": option.get("rank")})
@@ -99,7 +99,7 @@ class CourseMethods(StoreBase):
         """Record where the course's survey stands (free text up to 32 characters, e.g. ``open``)."""
         if not re.fullmatch(r"[a-z][a-z0-9_-]{0,31}", state):
             raise InputError(f"survey state {state!r}", where="survey_state", fix="use a short lower-case word")
-        with self._write() as s:
+        with self._database.write() as s:
             row = _course(s, course)
             row.survey_state, row.updated_at = state, datetime.now(UTC)
             _log(s, row.key, actor, "course.survey", detail={"state": state})
@@ -107,19 +107,19 @@ class CourseMethods(StoreBase):
 
     def list_courses(self) -> list[CourseView]:
         """Every course, by key."""
-        with self._read() as s:
+        with self._database.read() as s:
             return [self._course_view(s, c) for c in s.scalars(select(CourseRecord).order_by(CourseRecord.key))]
 
     def get_course(self, course: str | None = None) -> CourseView:
         """One course (``None``: the only one)."""
-        with self._read() as s:
+        with self._database.read() as s:
             return self._course_view(s, _course(s, course))
 
     def course_file(self, course: str | None = None) -> CourseFile:
         """The stored course file, parsed again (for needs and schedule)."""
         from gpuseat.files import validate
 
-        with self._read() as s:
+        with self._database.read() as s:
             row = _course(s, course)
             if row.source_text is None:
                 raise NotFound(f"course {row.key!r} has no course file", where="course", fix="create it from a file")

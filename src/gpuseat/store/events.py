@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from datetime import datetime
 from typing import Any, cast
 
@@ -10,17 +11,22 @@ from sqlalchemy import select
 
 from gpuseat.db.models import Event
 from gpuseat.errors import InputError
-from gpuseat.store.base import StoreBase
+from gpuseat.store.base import Concern
 from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log
 from gpuseat.store.views import EventView, _utc
 
 
-class EventMethods(StoreBase):
-    # -- events ------------------------------------------------------------------------------------
+class Events(Concern):
+    """``store.events``: a course's log lines, read and appended."""
+
+    def __call__(self, course: str | None = None, *, after_id: int = 0, limit: int = 1000) -> list[EventView]:
+        """The old facade's ``store.events(…)`` (deprecated): warns once, then :meth:`events`."""
+        warnings.warn("store.events(…) is deprecated: use store.events.events(…)", DeprecationWarning, stacklevel=2)
+        return self.events(course, after_id=after_id, limit=limit)
 
     def events(self, course: str | None = None, *, after_id: int = 0, limit: int = 1000) -> list[EventView]:
         """Log lines of a course, oldest first, after ``after_id`` (to follow the log)."""
-        with self._read() as s:
+        with self._database.read() as s:
             crow = _course(s, course)
             q = (
                 select(Event)
@@ -48,5 +54,5 @@ class EventMethods(StoreBase):
         """Append a line to the log (for engines and front ends: e.g. ``portal.login``)."""
         if not re.fullmatch(r"[a-z][a-z0-9_.-]{0,31}", action):
             raise InputError(f"action {action!r}", where="action", fix="a short lower-case word like portal.login")
-        with self._write() as s:
+        with self._database.write() as s:
             _log(s, _course(s, course).key, actor, action, participant=participant, seat=seat, detail=detail)

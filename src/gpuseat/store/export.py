@@ -19,9 +19,10 @@ import hashlib
 import io
 import json
 import zipfile
+from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import Integer, cast, func, select
@@ -43,6 +44,9 @@ from gpuseat.db.models import (
 )
 from gpuseat.errors import InputError
 from gpuseat.store.specs import _known_engine
+
+if TYPE_CHECKING:
+    from gpuseat.store.facade import Store
 
 __all__ = ["FORMAT", "SCHEMA_VERSION", "export_course", "import_course", "read_archive", "write_file"]
 
@@ -99,11 +103,11 @@ def _iso(value: datetime | date | None) -> str | None:
     return value.isoformat()
 
 
-def collect(store: Any, course: str | None) -> dict[str, Any]:
+def collect(store: Store, course: str | None) -> dict[str, Any]:
     """Every row of a course, by keys (the archive's members as Python objects)."""
     from gpuseat.store.rows import _course
 
-    with store._read() as s:
+    with store.database.read() as s:
         c = _course(s, course)
         people = list(s.scalars(select(Participant).where(Participant.course_id == c.id).order_by(Participant.key)))
         pkey = {p.id: p.key for p in people}
@@ -250,7 +254,7 @@ def collect(store: Any, course: str | None) -> dict[str, Any]:
         }
 
 
-def _samples_summary(skey: dict[int, str], samples: list[Any], minutes: list[Any]) -> list[dict[str, Any]]:
+def _samples_summary(skey: dict[int, str], samples: Sequence[Any], minutes: Sequence[Any]) -> list[dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for sid, n, active, first, last, peak in samples:
         out.setdefault(skey[sid], {"seat": skey[sid]})["raw"] = {
@@ -300,7 +304,7 @@ def archive_bytes(members: dict[str, Any]) -> tuple[bytes, str]:
 
 
 def export_course(
-    store: Any, course: str | None, path: Path, *, force: bool = False, actor: str = "gpuseat"
+    store: Store, course: str | None, path: Path, *, force: bool = False, actor: str = "gpuseat"
 ) -> dict[str, Any]:
     """Write the course to ``path`` (one zip); returns the course key, path, SHA-256 and row counts."""
     check_target(path, force=force)
@@ -555,7 +559,7 @@ def read_archive(path: Path) -> dict[str, Any]:
 # -- import ------------------------------------------------------------------------------------------
 
 
-def import_course(store: Any, path: Path, *, key: str | None = None, actor: str = "gpuseat") -> dict[str, Any]:
+def import_course(store: Store, path: Path, *, key: str | None = None, actor: str = "gpuseat") -> dict[str, Any]:
     """Store the course of an export (under ``key``, default its own) in one transaction."""
     from gpuseat.store.claims import forget_course
     from gpuseat.store.rows import _log
@@ -595,7 +599,7 @@ def import_course(store: Any, path: Path, *, key: str | None = None, actor: str 
                 where=f"{where}: survey.json responses[{i}]",
                 fix="use an intact copy of the export",
             )
-    with store._write() as s:
+    with store.database.write() as s:
         if s.scalar(select(Course.id).where(Course.key == new_key)) is not None:
             raise InputError(
                 f"a course {new_key!r} exists already in this store; nothing was imported",
@@ -698,7 +702,7 @@ def import_course(store: Any, path: Path, *, key: str | None = None, actor: str 
         skipped = len(got["access_tokens.json"]) - len(kept)
         detail = {"file": where, "from_course": c.key, "events_added": added, "tokens_skipped": skipped}
         _log(s, new_key, actor, "course.import", detail=detail)
-    forget_course(store, new_key)
+    forget_course(store.database, new_key)
     return {
         "course": new_key,
         "participants": len(people),

@@ -12,23 +12,22 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from gpuseat.db.models import Device
-from gpuseat.store.activity import Activity
 
 if TYPE_CHECKING:
-    from gpuseat.store.base import StoreBase
+    from gpuseat.store.facade import Store
 
 GPU_LOST = "gpu_lost"  # the kind the monitor gives a lost GPU (gpuseat.monitor.alerts.GPU_LOST)
 
 
-def lost_gpus(store: StoreBase, device_uuids: Iterable[str]) -> list[str]:
+def lost_gpus(store: Store, device_uuids: Iterable[str]) -> list[str]:
     """Messages of the open GPU-lost alerts that concern these devices (empty when all are fine)."""
     wanted = {u for u in device_uuids if u}
     if not wanted:
         return []
-    alerts = [a for a in Activity(store).open_alerts() if a.kind == GPU_LOST]
+    alerts = [a for a in store.activity.open_alerts() if a.kind == GPU_LOST]
     if not alerts:
         return []
-    with store._engine.connect() as conn:
+    with store.database.engine.connect() as conn:
         parents = {p for p in conn.scalars(select(Device.parent_uuid).where(Device.uuid.in_(sorted(wanted)))) if p}
     affected = wanted | parents
     return [a.message for a in alerts if a.key in affected]

@@ -17,13 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Integer, and_, cast, delete, func, insert, select, update
 
-from gpuseat.db import immediate, make_engine
 from gpuseat.db.models import AlertRecord, Assignment, CourseRecord, Device, MinuteAggregate, Participant, Sample, Seat
 from gpuseat.errors import NotFound, StoreError, did_you_mean
 from gpuseat.readings import Alert, SeatEntry, SeatMap, SeatState, UsageRow
+from gpuseat.store.base import Concern
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection, Engine
+    from sqlalchemy.engine import Connection
+
+    from gpuseat.store.facade import Store
 
 RAW_KEEP_S = 3600
 SMALL_MAX = 32767  # SmallInteger columns
@@ -76,7 +78,7 @@ class MinuteRow:
     utilization_avg: int | None
 
 
-class MonitorStore:
+class MonitorStore(Concern):
     """The monitor's side of the course database (samples, rollups, alerts), for one course or all.
 
     ``course`` scopes it: seat keys are unique only within a course, so samples and alerts are
@@ -84,21 +86,9 @@ class MonitorStore:
     a seat key that two courses share is attributed to neither (run the monitor with ``--course``).
     """
 
-    def __init__(
-        self,
-        url: str | None = None,
-        *,
-        engine: Engine | None = None,
-        raw_keep_s: int = RAW_KEEP_S,
-        create: bool = True,
-        course: str | None = None,
-    ) -> None:
-        """Open (``create``: and create when absent) the database at ``url`` and bring its schema up to date."""
-        self._engine = engine if engine is not None else make_engine(url, create=create)
-        from gpuseat.store.opening import ensure_schema
-
-        # one read when the schema is current (no Alembic, no lock); a read-only monitor never waits
-        ensure_schema(self._engine, create=True, wait=create)
+    def __init__(self, store: Store, *, course: str | None = None, raw_keep_s: int = RAW_KEEP_S) -> None:
+        """``store.monitor`` is the one of all courses; :meth:`of_course` gives one course's."""
+        super().__init__(store)
         self.raw_keep_s = raw_keep_s
         self.course = course
         self._devices: dict[tuple[str, str], int] = {}
@@ -107,22 +97,24 @@ class MonitorStore:
         self._sample_stmt: str | None = None
         self._load_seat_ids()
 
+    def of_course(self, course: str | None, *, raw_keep_s: int = RAW_KEEP_S) -> MonitorStore:
+        """The monitor's side of one course (``None``: of all courses) on the same store."""
+        return MonitorStore(self._store, course=course, raw_keep_s=raw_keep_s)
+
     def close(self) -> None:
-        """Release pooled connections."""
-        self._engine.dispose()
+        """Close the store it belongs to: the monitor loop owns the store it samples into."""
+        self._store.close()
 
     # -- roster ------------------------------------------------------------------------------------
 
     def import_seats(self, entries: Iterable[SeatEntry], *, course: str | None = None) -> int:
         """Import a seats file into ``course`` (default: this store's course, else ``default``) through the
-        course store's facade (:meth:`CourseStore.import_seat_file`: state machine and events).
+        course store (:meth:`store.seatfile.import_seat_file`: state machine and events).
 
         Returns how many seats were read. A participant named on two seats keeps the last one.
         """
-        from gpuseat.store.facade import CourseStore
-
         key = course or self.course or DEFAULT_COURSE
-        count = CourseStore(self._engine).import_seat_file(key, entries, actor="monitor")
+        count = self._store.seatfile.import_seat_file(key, entries, actor="monitor")
         if self.course is None:
             self.course = key
         self._load_seat_ids()
@@ -155,7 +147,7 @@ class MonitorStore:
         course = course or self.course
         if course is not None:
             q = q.where(Seat.course_id == self._course_id(course))
-        with self._engine.connect() as conn:
+        with self._database.engine.connect() as conn:
             rows = conn.execute(q).all()
         entries = [
             SeatEntry(
@@ -191,7 +183,7 @@ class MonitorStore:
             q = q.where(Seat.course_id == cid)
         found: dict[str, tuple[int, int | None, int]] = {}
         shared: set[str] = set()
-        with self._engine.connect() as conn:
+        with self._database.engine.connect() as conn:
             for key, sid, pid, cid in conn.execute(q):
                 if key in found:
                     shared.add(key)
@@ -241,7 +233,7 @@ class MonitorStore:
     def _writing(self) -> Iterator[Connection]:
         """A write transaction; on SQLite it takes the write lock first (``BEGIN IMMEDIATE``), so
         concurrent monitors wait their turn (busy timeout) instead of failing on a stale snapshot."""
-        with immediate(self._engine).connect() as conn:  # SQLite: the first statement begins IMMEDIATE
+        with self._database.writer.connect() as conn:  # SQLite: the first statement begins IMMEDIATE
             yield conn
             conn.commit()
 
@@ -394,14 +386,14 @@ class MonitorStore:
             q = q.where(MinuteAggregate.minute >= int(since) // 60)
         if course is not None:
             q = q.where(Seat.course_id == self._course_id(course))
-        with self._engine.connect() as conn:
+        with self._database.engine.connect() as conn:
             return [UsageRow(*row) for row in conn.execute(q)]
 
     def _course_id(self, key: str) -> int:
         """A course's id; an unknown key is an input error naming the known ones."""
         found = self._course_id_or_none(key)
         if found is None:
-            with self._engine.connect() as conn:
+            with self._database.engine.connect() as conn:
                 known = list(conn.scalars(select(CourseRecord.key).order_by(CourseRecord.key)))
             raise NotFound(
                 f"no course {key!r}.{did_you_mean(key, known)}",
@@ -411,7 +403,7 @@ class MonitorStore:
         return found
 
     def _course_id_or_none(self, key: str) -> int | None:
-        with self._engine.connect() as conn:
+        with self._database.engine.connect() as conn:
             found = conn.scalar(select(CourseRecord.id).where(CourseRecord.key == key))
         return None if found is None else int(found)
 
@@ -450,7 +442,7 @@ class MonitorStore:
 
     def counts(self) -> dict[str, int]:
         """Row counts of the growing tables (for tests and the benchmark)."""
-        with self._engine.connect() as conn:
+        with self._database.engine.connect() as conn:
             return {
                 t.__tablename__: conn.scalar(select(func.count()).select_from(t)) or 0
                 for t in (Sample, MinuteAggregate, AlertRecord, Device)
@@ -481,7 +473,7 @@ class MonitorStore:
     def record_alert(self, alert: Alert) -> None:
         """Insert a raised alert with its seat and course, or stamp the open one of the same kind and key
         (of the same course) as cleared."""
-        with self._engine.begin() as conn:
+        with self._database.engine.begin() as conn:
             seat_id, course_id = self._place(conn, alert)
             if alert.raised:
                 conn.execute(
@@ -516,9 +508,5 @@ class MonitorStore:
         q = select(AlertRecord.kind, AlertRecord.key, AlertRecord.message).where(AlertRecord.cleared_at.is_(None))
         if self.course is not None:
             q = q.where(AlertRecord.course_id == self._course_id_or_none(self.course))
-        with self._engine.connect() as conn:
+        with self._database.engine.connect() as conn:
             return [(r[0], r[1], r[2]) for r in conn.execute(q.order_by(AlertRecord.id))]
-
-
-#: the name this class had in ``gpuseat.db.store`` (kept for callers of that module)
-Store = MonitorStore

@@ -13,13 +13,16 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from gpuseat.db import make_engine, upgrade
 from gpuseat.errors import InputError, StoreError
-from gpuseat.store.facade import CourseStore
+from gpuseat.store.facade import Store
+from gpuseat.store.monitor import RAW_KEEP_S
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
+    from gpuseat.store.monitor import MonitorStore
 
-def open_store(url: str | None = None, *, create: bool = False) -> CourseStore:
+
+def open_store(url: str | None = None, *, create: bool = False) -> Store:
     """The course store at ``url`` (``None``: ``GPUSEAT_DB_URL`` or SQLite in the data dir).
 
     ``create=False`` (commands that only read) refuses a missing database instead of making an empty
@@ -29,7 +32,17 @@ def open_store(url: str | None = None, *, create: bool = False) -> CourseStore:
     """
     engine = make_engine(url, create=create)
     ensure_schema(engine, create=create, wait=create)
-    return CourseStore(engine)
+    return Store(engine)
+
+
+def open_monitor(
+    url: str | None = None, *, create: bool = True, course: str | None = None, raw_keep_s: int = RAW_KEEP_S
+) -> MonitorStore:
+    """The monitor's side of the store at ``url`` (``create``: made when absent), of one course or all.
+
+    It owns the store it opens: its :meth:`MonitorStore.close` closes that store (the monitor loop's way).
+    """
+    return open_store(url, create=create).monitor.of_course(course, raw_keep_s=raw_keep_s)
 
 
 def ensure_schema(engine: Engine, *, create: bool, wait: bool = True) -> None:

@@ -29,7 +29,7 @@ from gpuseat.db.models import (
     SeatRequest,
 )
 from gpuseat.errors import InputError
-from gpuseat.store.base import StoreBase
+from gpuseat.store.base import Concern
 from gpuseat.store.rows import _course, _log, _participant_and_seat
 from gpuseat.store.views import _utc
 
@@ -100,8 +100,8 @@ def _view(course: str, who: str, r: SeatRequest) -> RequestView:
     )
 
 
-class RequestMethods(StoreBase):
-    # -- requests ------------------------------------------------------------------------------------
+class Requests(Concern):
+    """``store.requests``: participants' seat requests, seat hours, session policies and idle warnings."""
 
     def request_seat(
         self,
@@ -130,7 +130,7 @@ class RequestMethods(StoreBase):
             except ValueError as exc:
                 raise InputError(str(exc), where="ssh key", fix="paste the one line of your .pub file") from None
         when = now or datetime.now(UTC)
-        with self._write() as s:
+        with self._database.write() as s:
             crow = _course(s, course)
             p, seat, _a = _participant_and_seat(s, crow, participant)
             if by_participant:
@@ -209,7 +209,7 @@ class RequestMethods(StoreBase):
         self, course: str | None, *, participant: str | None = None, pending: bool = False, limit: int = 20
     ) -> list[RequestView]:
         """Requests of a course (or one participant), newest first; ``pending``: only those not done yet."""
-        with self._read() as s:
+        with self._database.read() as s:
             crow = _course(s, course)
             q = (
                 select(SeatRequest, Participant.key)
@@ -228,7 +228,7 @@ class RequestMethods(StoreBase):
         self, course: str | None, request_id: int, *, ok: bool, reason: str | None = None, actor: str = AGENT
     ) -> bool:
         """Mark a pending request done or failed (False when it was not pending any more)."""
-        with self._write() as s:
+        with self._database.write() as s:
             crow = _course(s, course)
             row = s.get(SeatRequest, request_id)
             if row is None or row.course_id != crow.id or row.state != "pending":
@@ -248,7 +248,7 @@ class RequestMethods(StoreBase):
 
     def agent_stop(self, course: str | None, participant: str, reason: str, *, actor: str = AGENT) -> RequestView:
         """The agent's own stop (no hours left, idle): a done ``stop`` on the seat's timeline."""
-        with self._write() as s:
+        with self._database.write() as s:
             crow = _course(s, course)
             p, seat, _a = _participant_and_seat(s, crow, participant)
             now = datetime.now(UTC)
@@ -273,7 +273,7 @@ class RequestMethods(StoreBase):
 
     def run_states(self, course: str | None) -> dict[str, RunState]:
         """Whether each participant's seat should run (from the done requests), by participant key."""
-        with self._read() as s:
+        with self._database.read() as s:
             crow = _course(s, course)
             return {k: selfservice.run_state(t) for k, t in _timelines(s, crow).items()}
 
@@ -285,7 +285,7 @@ class RequestMethods(StoreBase):
             raise InputError(f"unknown kind {kind!r}", where="kind", fix="topup or quota")
         if not 0 <= hours <= 100_000 or hours != hours:
             raise InputError(f"{hours} hours", where="hours", fix="a number of hours from 0 to 100000")
-        with self._write() as s:
+        with self._database.write() as s:
             crow = _course(s, course)
             p, _seat, _a = _participant_and_seat(s, crow, participant)
             s.add(
@@ -308,7 +308,7 @@ class RequestMethods(StoreBase):
         hours their seat ran inside access hours and outside lab sessions), by participant key;
         ``participant``: only theirs (a participant page)."""
         when = now or datetime.now(UTC)
-        with self._read() as s:
+        with self._database.read() as s:
             crow = _course(s, course)
             file = _course_file(crow)
             open_, exempt = _windows(crow, file)
@@ -345,7 +345,7 @@ class RequestMethods(StoreBase):
     def seat_policies(self, course: str | None, *, now: datetime | None = None) -> SessionPolicy:
         """Each participant's policy and where ``now`` stands against the course's lab sessions."""
         when = now or datetime.now(UTC)
-        with self._read() as s:
+        with self._database.read() as s:
             crow = _course(s, course)
             file = _course_file(crow)
             _open, exempt = _windows(crow, file)
@@ -373,7 +373,7 @@ class RequestMethods(StoreBase):
             tops = [x for x in (old[1], top) if x is not None]
             out[key] = (old[0] + n, max(tops) if tops else None, min(old[2], at))
 
-        with self._read() as s:
+        with self._database.read() as s:
             crow = _course(s, course)
             key_of = {i: k for i, k in s.execute(select(Seat.id, Seat.key).where(Seat.course_id == crow.id))}
             if not key_of:
@@ -402,7 +402,7 @@ class RequestMethods(StoreBase):
 
     def idle_warning(self, course: str | None, participant: str) -> tuple[datetime, str] | None:
         """The last idle warning of the participant's seat since it last started (time, text), or None."""
-        with self._read() as s:
+        with self._database.read() as s:
             crow = _course(s, course)
             p, _seat, a = _participant_and_seat(s, crow, participant)
             row = s.execute(
@@ -422,7 +422,7 @@ class RequestMethods(StoreBase):
 
     def connected(self, course: str | None) -> dict[str, datetime]:
         """When each participant was first seen logged in to their seat (``seat.connected`` events)."""
-        with self._read() as s:
+        with self._database.read() as s:
             crow = _course(s, course)
             rows = s.execute(
                 select(Event.participant, func.min(Event.at))
@@ -433,7 +433,7 @@ class RequestMethods(StoreBase):
 
     def warn_idle(self, course: str | None, participant: str, seat: str, text: str, *, actor: str = AGENT) -> None:
         """Write the idle warning of a seat (the page shows it; the stop comes after the grace period)."""
-        with self._write() as s:
+        with self._database.write() as s:
             crow = _course(s, course)
             _log(s, crow.key, actor, "seat.idle.warned", participant=participant, seat=seat, detail={"text": text})
 

@@ -13,13 +13,13 @@ from sqlalchemy.orm import Session
 from gpuseat.core.roster import RosterRow, RosterText, parse_roster
 from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
 from gpuseat.errors import InputError, did_you_mean
-from gpuseat.store.base import StoreBase
+from gpuseat.store.base import Concern
 from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log, _open_seat_key, _participant, _participant_view
 from gpuseat.store.views import ParticipantView, RosterChange, RosterReport
 
 
-class RosterMethods(StoreBase):
-    # -- roster ------------------------------------------------------------------------------------
+class Roster(Concern):
+    """``store.roster``: a course's participants, imported from a roster and found by key, email or user."""
 
     def import_roster(
         self,
@@ -49,7 +49,7 @@ class RosterMethods(StoreBase):
             text, where = source.text, where or source.where
         else:
             rows, where = list(source), where or "roster"
-        with self._write() as s:
+        with self._database.write() as s:
             crow = _course(s, course)
             groups = tuple(g["name"] for g in (crow.summary or {}).get("groups", ())) or ("participants",)
             if text is not None:
@@ -61,7 +61,7 @@ class RosterMethods(StoreBase):
 
     def participants(self, course: str | None = None) -> list[ParticipantView]:
         """Every participant of a course with their current seat, by key."""
-        with self._read() as s:
+        with self._database.read() as s:
             crow = _course(s, course)
             q = (
                 select(Participant, Seat.key)
@@ -74,7 +74,7 @@ class RosterMethods(StoreBase):
 
     def find_participant(self, course: str | None, who: str) -> ParticipantView:
         """A participant by key, email (any case) or Unix user name; :class:`NotFound` otherwise."""
-        with self._read() as s:
+        with self._database.read() as s:
             crow = _course(s, course)
             p = _participant(s, crow, who)
             return _participant_view(crow.key, p, _open_seat_key(s, p.id))

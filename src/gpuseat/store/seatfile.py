@@ -1,4 +1,4 @@
-"""The monitor's seats file (seat → device → participant), imported through the facade like any change.
+"""The monitor's seats file (seat → device → participant), imported like any change.
 
 ``gpuseat monitor --seats FILE`` writes the file's seats into the course store in one transaction,
 with the same rules and events as ``seats add`` / ``seats assign``: a new seat is added
@@ -22,13 +22,14 @@ from gpuseat.core.seating import COURSE_KEY_PATTERN
 from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
 from gpuseat.errors import InputError
 from gpuseat.readings import SeatEntry
+from gpuseat.store.base import Concern
 from gpuseat.store.rows import DEFAULT_ACTOR, _clock, _log, _open
-from gpuseat.store.seats import SeatMethods
+from gpuseat.store.seats import give_seat
 from gpuseat.store.specs import SeatSpec
 
 
-class SeatFileMethods(SeatMethods):
-    """``import_seat_file``: a seats file through the facade (see the module doc)."""
+class SeatFile(Concern):
+    """``store.seatfile``: a seats file brought into the store (see the module doc)."""
 
     def import_seat_file(
         self, course: str, entries: Iterable[SeatEntry], *, where: str = "seats file", actor: str = DEFAULT_ACTOR
@@ -41,7 +42,7 @@ class SeatFileMethods(SeatMethods):
 
         rows = list(entries)
         now = datetime.now(UTC)
-        with self._write() as s:
+        with self._database.write() as s:
             crow = s.scalar(select(CourseRecord).where(CourseRecord.key == course))
             if crow is None:
                 crow = self._bare_course(s, course, now, actor)
@@ -96,7 +97,7 @@ class SeatFileMethods(SeatMethods):
                     elsewhere = _open(s, participant_id=person.id)
                     if elsewhere is not None:
                         self._end(s, crow, elsewhere, now, actor, where)
-                    self._give(s, crow, person, seat, actor, "seat.assign")
+                    give_seat(s, crow, person, seat, actor, "seat.assign")
             if added:
                 _log(s, crow.key, actor, "seats.add", detail={"seats": added, "from": where})
         return len(rows)

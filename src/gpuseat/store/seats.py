@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -12,7 +13,7 @@ from sqlalchemy.orm import Session
 from gpuseat.core.seating import ASSIGNABLE_STATES, EngineName, SeatState
 from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
 from gpuseat.errors import InputError, NoFreeSeat, SeatTaken, did_you_mean
-from gpuseat.store.base import StoreBase
+from gpuseat.store.base import Concern
 from gpuseat.store.rows import (
     DEFAULT_ACTOR,
     _assignment_view,
@@ -37,8 +38,13 @@ if TYPE_CHECKING:
     from gpuseat.core.readiness import Access
 
 
-class SeatMethods(StoreBase):
-    # -- seats -------------------------------------------------------------------------------------
+class Seats(Concern):
+    """``store.seats``: seats and assignments (add, state machine, assign, move, release, history)."""
+
+    def __call__(self, course: str | None = None) -> list[SeatView]:
+        """The old facade's ``store.seats(…)`` (deprecated): warns once, then :meth:`seats`."""
+        warnings.warn("store.seats(…) is deprecated: use store.seats.seats(…)", DeprecationWarning, stacklevel=2)
+        return self.seats(course)
 
     def add_seats(
         self, course: str | None, specs: Iterable[SeatSpec | dict[str, Any]], *, actor: str = DEFAULT_ACTOR
@@ -51,7 +57,7 @@ class SeatMethods(StoreBase):
             for i, spec in enumerate(specs)
         ]
         now = datetime.now(UTC)
-        with self._write() as s:
+        with self._database.write() as s:
             crow = _course(s, course)
             groups = _group_names(crow)
             keys = set(s.scalars(select(Seat.key).where(Seat.course_id == crow.id)))
@@ -97,7 +103,7 @@ class SeatMethods(StoreBase):
 
     def seats(self, course: str | None = None) -> list[SeatView]:
         """Every seat of a course with its current participant, by key."""
-        with self._read() as s:
+        with self._database.read() as s:
             crow = _course(s, course)
             q = (
                 select(Seat, Participant.key, Assignment)
@@ -110,14 +116,14 @@ class SeatMethods(StoreBase):
 
     def get_seat(self, course: str | None, seat: str) -> SeatView:
         """One seat by key, with its current participant."""
-        with self._read() as s:
+        with self._database.read() as s:
             crow = _course(s, course)
             row = _seat(s, crow, seat)
             return _seat_view(crow.key, row, _holder(s, row.id))
 
     def seat_of(self, course: str | None, participant: str) -> SeatView | None:
         """The seat a participant holds now (None when they hold none)."""
-        with self._read() as s:
+        with self._database.read() as s:
             crow = _course(s, course)
             p = _participant(s, crow, participant)
             row = _open_seat(s, p.id)
@@ -153,7 +159,7 @@ class SeatMethods(StoreBase):
             {"engine": engine, "engine_ref": engine_ref, "connect": connect, "device_uuid": device_uuid, "host": host},
             where=f"seat {seat}",
         )
-        with self._write() as s:
+        with self._database.write() as s:
             crow = _course(s, course)
             row = _seat(s, crow, seat, lock=True)
             holder = _holder(s, row.id)  # read once: for the events row and the answer (a hub starts here)
@@ -182,7 +188,7 @@ class SeatMethods(StoreBase):
         for the group, then smallest, then by key. Re-running changes nothing. When some participant
         cannot be seated, :class:`NoFreeSeat` is raised and nothing is stored, unless ``partial``.
         """
-        with self._write() as s:
+        with self._database.write() as s:
             crow = _course(s, course)
             seats = list(s.scalars(select(Seat).where(Seat.course_id == crow.id).order_by(Seat.key).with_for_update()))
             now = _clock(s, crow.key, actor)
@@ -241,7 +247,7 @@ class SeatMethods(StoreBase):
 
     def assign(self, course: str | None, participant: str, seat: str, *, actor: str = DEFAULT_ACTOR) -> AssignmentView:
         """Give a participant a chosen seat (they must not hold one; the seat must be free)."""
-        with self._write() as s:
+        with self._database.write() as s:
             crow = _course(s, course)
             p = _participant(s, crow, participant)
             row = _seat(s, crow, seat, lock=True)
@@ -254,11 +260,11 @@ class SeatMethods(StoreBase):
                     where=f"participant {p.key}",
                     fix=f"move them instead: gpuseat seats move --participant {p.key} --seat {row.key}",
                 )
-            return self._give(s, crow, p, row, actor, "seat.assign")
+            return give_seat(s, crow, p, row, actor, "seat.assign")
 
     def move(self, course: str | None, participant: str, seat: str, *, actor: str = DEFAULT_ACTOR) -> AssignmentView:
         """Move a participant to another (free) seat; the old assignment is closed, history kept."""
-        with self._write() as s:
+        with self._database.write() as s:
             crow = _course(s, course)
             p = _participant(s, crow, participant)
             row = _seat(s, crow, seat, lock=True)
@@ -268,32 +274,7 @@ class SeatMethods(StoreBase):
             if old is not None:
                 old.valid_to, old.ended_by = _clock(s, crow.key, actor), "move"
                 s.flush()
-            return self._give(s, crow, p, row, actor, "seat.move")
-
-    def _give(
-        self, s: Session, crow: CourseRecord, p: Participant, row: Seat, actor: str, action: str
-    ) -> AssignmentView:
-        holder = _holder(s, row.id)
-        if holder is not None:
-            raise SeatTaken(
-                f"seat {row.key} is held by {holder[0]}",
-                where=f"seat {row.key}",
-                fix="release it first (gpuseat seats release --seat …) or choose a free seat",
-            )
-        problem = _misfit(row, p.group_name, _needs(crow))
-        if problem is not None:
-            raise InputError(
-                f"seat {row.key} does not suit {p.key}: {problem}", where=f"seat {row.key}", fix="choose another seat"
-            )
-        if row.state not in ASSIGNABLE_STATES:
-            raise InputError(
-                f"seat {row.key} is {row.state}", where=f"seat {row.key}", fix="request the seat again first"
-            )
-        a = Assignment(seat_id=row.id, participant_id=p.id, valid_from=_clock(s, crow.key, actor), mode="assigned")
-        s.add(a)
-        s.flush()
-        _log(s, crow.key, actor, action, participant=p.key, seat=row.key)
-        return _assignment_view(crow.key, row.key, p.key, a)
+            return give_seat(s, crow, p, row, actor, "seat.move")
 
     def release(
         self,
@@ -307,7 +288,7 @@ class SeatMethods(StoreBase):
         """Close the open assignment of a participant or of a seat; None when there was none."""
         if (participant is None) == (seat is None):
             raise InputError("name a participant or a seat", where="release", fix="give exactly one of them")
-        with self._write() as s:
+        with self._database.write() as s:
             crow = _course(s, course)
             if participant is not None:
                 p = _participant(s, crow, participant)
@@ -328,7 +309,7 @@ class SeatMethods(StoreBase):
         self, course: str | None = None, *, participant: str | None = None, seat: str | None = None
     ) -> list[AssignmentView]:
         """Every assignment, open and closed, oldest first (optionally of one participant or seat)."""
-        with self._read() as s:
+        with self._database.read() as s:
             crow = _course(s, course)
             q = (
                 select(Assignment, Seat.key, Participant.key)
@@ -342,3 +323,25 @@ class SeatMethods(StoreBase):
             if seat is not None:
                 q = q.where(Seat.id == _seat(s, crow, seat).id)
             return [_assignment_view(crow.key, sk, pk, a) for a, sk, pk in s.execute(q)]
+
+
+def give_seat(s: Session, crow: CourseRecord, p: Participant, row: Seat, actor: str, action: str) -> AssignmentView:
+    holder = _holder(s, row.id)
+    if holder is not None:
+        raise SeatTaken(
+            f"seat {row.key} is held by {holder[0]}",
+            where=f"seat {row.key}",
+            fix="release it first (gpuseat seats release --seat …) or choose a free seat",
+        )
+    problem = _misfit(row, p.group_name, _needs(crow))
+    if problem is not None:
+        raise InputError(
+            f"seat {row.key} does not suit {p.key}: {problem}", where=f"seat {row.key}", fix="choose another seat"
+        )
+    if row.state not in ASSIGNABLE_STATES:
+        raise InputError(f"seat {row.key} is {row.state}", where=f"seat {row.key}", fix="request the seat again first")
+    a = Assignment(seat_id=row.id, participant_id=p.id, valid_from=_clock(s, crow.key, actor), mode="assigned")
+    s.add(a)
+    s.flush()
+    _log(s, crow.key, actor, action, participant=p.key, seat=row.key)
+    return _assignment_view(crow.key, row.key, p.key, a)

@@ -19,7 +19,7 @@ from gpuseat.db.models import PortalSession
 if TYPE_CHECKING:
     from sqlalchemy.engine import CursorResult
 
-    from gpuseat.services.courses import CourseStore
+    from gpuseat.store.facade import Store
 
 SECRET_BYTES = 32
 
@@ -28,11 +28,11 @@ def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def open_session(store: CourseStore, username: str, lifetime_s: float, *, now: datetime | None = None) -> str:
+def open_session(store: Store, username: str, lifetime_s: float, *, now: datetime | None = None) -> str:
     """A new session for ``username``; returns the secret for the cookie (stored only as its hash)."""
     now = now or datetime.now(UTC)
     secret = secrets.token_urlsafe(SECRET_BYTES)
-    with store._write() as s:
+    with store.database.write() as s:
         # expired rows of anyone go on each login: the table stays as small as the number of live logins
         s.execute(delete(PortalSession).where(PortalSession.expires_at < now))
         s.add(
@@ -46,12 +46,12 @@ def open_session(store: CourseStore, username: str, lifetime_s: float, *, now: d
     return secret
 
 
-def session_user(store: CourseStore, secret: str | None, *, now: datetime | None = None) -> str | None:
+def session_user(store: Store, secret: str | None, *, now: datetime | None = None) -> str | None:
     """The organizer of a live session; None for an unknown, ended or expired one."""
     if not secret or not 20 <= len(secret) <= 128:
         return None
     now = now or datetime.now(UTC)
-    with store._read() as s:
+    with store.database.read() as s:
         row = s.execute(
             select(PortalSession.username, PortalSession.expires_at).where(PortalSession.id_hash == _digest(secret))
         ).first()
@@ -63,19 +63,19 @@ def session_user(store: CourseStore, secret: str | None, *, now: datetime | None
     return user if expires > now else None
 
 
-def end_session(store: CourseStore, secret: str | None) -> bool:
+def end_session(store: Store, secret: str | None) -> bool:
     """End one session (logout); True when it existed."""
     if not secret:
         return False
-    with store._write() as s:
+    with store.database.write() as s:
         done = cast(
             "CursorResult[Any]", s.execute(delete(PortalSession).where(PortalSession.id_hash == _digest(secret)))
         )
         return bool(done.rowcount)
 
 
-def end_user_sessions(store: CourseStore, username: str) -> int:
+def end_user_sessions(store: Store, username: str) -> int:
     """End every session of ``username`` (a new password, "log out everywhere"); returns how many."""
-    with store._write() as s:
+    with store.database.write() as s:
         done = cast("CursorResult[Any]", s.execute(delete(PortalSession).where(PortalSession.username == username)))
         return int(done.rowcount or 0)

@@ -9,33 +9,35 @@ service layer (:mod:`gpuseat.services.survey`); here they are text.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import UTC, datetime
+from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from gpuseat.db import immediate
 from gpuseat.db.models import CourseRecord, Event, Participant, Survey, SurveyResponse
 from gpuseat.errors import InputError, NotFound
+from gpuseat.store.base import Concern
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-    from gpuseat.store.facade import CourseStore
 
 OPEN, CLOSED = "open", "closed"
+DEFAULT_TEMPLATE = "course"  # the bundled template a course's survey starts with (course-2016 is bundled too)
 
 
-class SurveyRows:
+class SurveyRows(Concern):
     """The survey tables of one store; courses and participants are named by key, as everywhere."""
 
-    def __init__(self, store: CourseStore, default: tuple[str, str]) -> None:
-        """``default``: (key, TOML text) of the template a course's survey starts with."""
-        self.store = store
-        self._engine = store._engine
-        self._default = default
+    @functools.cached_property
+    def _default(self) -> tuple[str, str]:
+        """(key, TOML text) of the template a course's survey starts with (read once, when first needed)."""
+        text = resources.files("gpuseat.catalog").joinpath("data", "surveys", f"{DEFAULT_TEMPLATE}.toml")
+        return DEFAULT_TEMPLATE, text.read_text("utf-8")
 
     def _course(self, conn: Connection, course: str | None) -> tuple[int, str | None]:
         q = select(CourseRecord.id, CourseRecord.survey_state)
@@ -43,7 +45,7 @@ class SurveyRows:
             q = q.where(CourseRecord.key == course)
         rows = conn.execute(q.limit(2)).all()
         if len(rows) != 1:
-            key = course or self.store.get_course(None).key  # the store's own "no/several courses" message
+            key = course or self._store.courses.get_course(None).key  # the store's own "no/several courses" message
             raise NotFound(f"no course {key!r}", where="course", fix="see gpuseat course list")
         return int(rows[0][0]), rows[0][1]
 
@@ -75,14 +77,14 @@ class SurveyRows:
         A read only: a participant's page shows the survey without waiting for another writer (the
         survey row is made by the first write that needs it).
         """
-        with self._engine.connect() as conn:
+        with self._database.engine.connect() as conn:
             cid = self._course(conn, course)[0]
             row = conn.execute(select(Survey.template_key, Survey.template_text).where(Survey.course_id == cid)).first()
         return self._default if row is None else (row[0], row[1])
 
     def set_template(self, course: str | None, key: str, text: str, *, actor: str = "gpuseat") -> None:
         """Use another template; refused once anyone has answered."""
-        with immediate(self._engine).begin() as conn:  # SQLite: take the write lock first, never upgrade
+        with self._database.writer.begin() as conn:  # SQLite: take the write lock first, never upgrade
             cid, _ = self._course(conn, course)
             sid, _, _ = self._survey(conn, cid)
             answered = conn.scalar(select(func.count()).where(SurveyResponse.survey_id == sid))
@@ -106,13 +108,13 @@ class SurveyRows:
 
     def state(self, course: str | None) -> str | None:
         """``open``, ``closed`` or None (never opened)."""
-        with self._engine.connect() as conn:
+        with self._database.engine.connect() as conn:
             return self._course(conn, course)[1]
 
     def stamp(self, course: str | None, state: str) -> None:
         """Record when the survey was opened or closed (the state itself is the course's)."""
         now = datetime.now(UTC)
-        with immediate(self._engine).begin() as conn:  # SQLite: writers queue for the lock, never fail at once
+        with self._database.writer.begin() as conn:  # SQLite: writers queue for the lock, never fail at once
             cid, _ = self._course(conn, course)
             sid, _, _ = self._survey(conn, cid)
             values = {"opened_at": now} if state == OPEN else {"closed_at": now}
@@ -124,7 +126,7 @@ class SurveyRows:
         """Store the answers ``check(template key, template text)`` returns, replacing earlier ones; the
         survey must be open. One transaction: the template checked is the one stored."""
         now = datetime.now(UTC)
-        with immediate(self._engine).begin() as conn:  # SQLite: take the write lock first, never upgrade
+        with self._database.writer.begin() as conn:  # SQLite: take the write lock first, never upgrade
             cid, state = self._course(conn, course)
             if state != OPEN:
                 raise InputError("the survey is not open", where="survey", fix="ask the organizer to open it")
@@ -148,7 +150,7 @@ class SurveyRows:
 
     def response(self, course: str | None, participant: str) -> dict[str, Any] | None:
         """A participant's stored answers, if any."""
-        with self._engine.connect() as conn:
+        with self._database.engine.connect() as conn:
             cid, _ = self._course(conn, course)
             pid = self._participant(conn, cid, participant)
             found = conn.scalar(
@@ -164,7 +166,7 @@ class SurveyRows:
         A read only (the organizer's pages and ``survey report`` never wait for another writer): a
         course whose survey row is not made yet has the default template and no answers.
         """
-        with self._engine.connect() as conn:
+        with self._database.engine.connect() as conn:
             cid, state = self._course(conn, course)
             survey = conn.execute(
                 select(Survey.id, Survey.template_key, Survey.template_text).where(Survey.course_id == cid)
@@ -179,7 +181,7 @@ class SurveyRows:
 
     def count(self, course: str | None = None) -> int:
         """Stored responses of a course."""
-        with self._engine.connect() as conn:
+        with self._database.engine.connect() as conn:
             cid, _ = self._course(conn, course)
             q = (
                 select(func.count())

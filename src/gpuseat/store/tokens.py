@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from gpuseat.db import busy_timeout
 from gpuseat.db.models import AccessToken, CourseRecord, Participant
 from gpuseat.errors import StoreError
-from gpuseat.store.base import StoreBase
+from gpuseat.store.base import Concern
 from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log, _open_seat_key, _participant_view, _people
 from gpuseat.store.views import IssuedToken, ParticipantView, _jsonable, _utc
 
@@ -30,7 +30,7 @@ VISIT_WAIT_S = 0.25  # how long recording a visit waits for another writer befor
 
 @dataclass(frozen=True, slots=True)
 class TokenHit:
-    """What a link opens, read without writing anything (see :meth:`TokenMethods.find_token`)."""
+    """What a link opens, read without writing anything (see :meth:`Tokens.find_token`)."""
 
     participant: ParticipantView | None  # None: the link was revoked (or its course archived)
     token_id: int
@@ -47,15 +47,15 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-class TokenMethods(StoreBase):
-    # -- access tokens -----------------------------------------------------------------------------
+class Tokens(Concern):
+    """``store.tokens``: participants' access links (issued, rotated, revoked, resolved, visits kept)."""
 
     def issue_tokens(
         self, course: str | None = None, participants: Sequence[str] | None = None, *, actor: str = DEFAULT_ACTOR
     ) -> list[IssuedToken]:
         """A new token for each participant (all by default) who has no active one; shown only here."""
         now = datetime.now(UTC)
-        with self._write() as s:
+        with self._database.write() as s:
             crow = _course(s, course)
             people = _people(s, crow, participants)
             active = set(
@@ -75,7 +75,7 @@ class TokenMethods(StoreBase):
     ) -> list[IssuedToken]:
         """Revoke the active tokens of the participants (all by default) and issue new ones."""
         now = datetime.now(UTC)
-        with self._write() as s:
+        with self._database.write() as s:
             crow = _course(s, course)
             people = _people(s, crow, participants)
             _revoke(s, [p.id for p in people], now)
@@ -88,7 +88,7 @@ class TokenMethods(StoreBase):
     ) -> int:
         """Revoke the active tokens of the participants (all by default); returns how many."""
         now = datetime.now(UTC)
-        with self._write() as s:
+        with self._database.write() as s:
             crow = _course(s, course)
             people = _people(s, crow, participants)
             count = _revoke(s, [p.id for p in people], now)
@@ -120,7 +120,7 @@ class TokenMethods(StoreBase):
         if not isinstance(token, str) or not _TOKEN.match(token):
             return None
         digest = token_hash(token)
-        with self._read() as s:
+        with self._database.read() as s:
             row = s.execute(
                 select(AccessToken, Participant, CourseRecord.key, CourseRecord.archived_at)
                 .join(Participant, Participant.id == AccessToken.participant_id)
@@ -144,7 +144,7 @@ class TokenMethods(StoreBase):
         """
         if not visits:
             return True
-        with self._writer.connect() as conn:
+        with self._database.writer.connect() as conn:
             sqlite = conn.dialect.name == "sqlite"
             raw = conn.connection.driver_connection if sqlite else None
             if raw is not None:
@@ -169,7 +169,7 @@ class TokenMethods(StoreBase):
 
     def token_status(self, course: str | None = None) -> list[dict[str, Any]]:
         """Per participant: whether an active token exists, when it was made and last used."""
-        with self._read() as s:
+        with self._database.read() as s:
             crow = _course(s, course)
             q = (
                 select(Participant.key, AccessToken.created_at, AccessToken.last_used_at)

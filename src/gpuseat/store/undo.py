@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import DBAPIError
@@ -27,7 +27,10 @@ from gpuseat.store.claims import archived_error, forget_course
 from gpuseat.store.rows import _course
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import CursorResult
     from sqlalchemy.orm import Session
+
+    from gpuseat.store.facade import Store
 
 __all__ = [
     "ARCHIVED_MARK",
@@ -90,7 +93,7 @@ def _iso(value: datetime | None) -> str | None:
     return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
 
 
-def remove_seats(store: Any, course: str | None, keys: Sequence[str], *, actor: str) -> list[str]:
+def remove_seats(store: Store, course: str | None, keys: Sequence[str], *, actor: str) -> list[str]:
     """Remove seats nobody holds, in state planned or released; all or nothing. Returns the keys removed."""
     from gpuseat.store.export import seat_record
 
@@ -102,7 +105,7 @@ def remove_seats(store: Any, course: str | None, keys: Sequence[str], *, actor: 
     if bad:
         raise InputError(f"not a seat key: {bad[0]!r}", where="SEAT", fix="give seat keys as seats status lists them")
     wanted = list(dict.fromkeys(keys))
-    with store._write() as s:
+    with store.database.write() as s:
         crow = course_row(s, course)
         _check_writable(crow)
         rows = {x.key: x for x in s.scalars(select(Seat).where(Seat.course_id == crow.id, Seat.key.in_(wanted)))}
@@ -158,33 +161,36 @@ def remove_seats(store: Any, course: str | None, keys: Sequence[str], *, actor: 
     return wanted
 
 
-def archive_course(store: Any, course: str | None, *, actor: str) -> dict[str, Any]:
+def archive_course(store: Store, course: str | None, *, actor: str) -> dict[str, Any]:
     """Make a course read-only and revoke its access links (again: nothing changes)."""
     now = datetime.now(UTC)
-    with store._write() as s:
+    with store.database.write() as s:
         crow = course_row(s, course)
         if crow.archived_at is not None:
             return {"course": crow.key, "archived_at": _iso(crow.archived_at), "tokens_revoked": 0, "already": True}
         people = select(Participant.id).where(Participant.course_id == crow.id)
-        revoked = s.execute(
-            update(AccessToken)
-            .where(AccessToken.participant_id.in_(people), AccessToken.revoked_at.is_(None))
-            .values(revoked_at=now)
+        revoked = cast(
+            "CursorResult[Any]",
+            s.execute(
+                update(AccessToken)
+                .where(AccessToken.participant_id.in_(people), AccessToken.revoked_at.is_(None))
+                .values(revoked_at=now)
+            ),
         ).rowcount
         crow.archived_at, crow.updated_at = now, now
         log(s, crow.key, actor, "course.archive", detail={"tokens_revoked": int(revoked or 0)})
         key = crow.key
-    forget_course(store, key)
+    forget_course(store.database, key)
     return {"course": key, "archived_at": _iso(now), "tokens_revoked": int(revoked or 0), "already": False}
 
 
-def is_archived(store: Any, course: str | None) -> bool:
+def is_archived(store: Store, course: str | None) -> bool:
     """True when the course is archived (read-only)."""
-    with store._read() as s:
+    with store.database.read() as s:
         return course_row(s, course).archived_at is not None
 
 
-def delete_course(store: Any, course: str | None, *, export_to: Path, actor: str) -> dict[str, Any]:
+def delete_course(store: Store, course: str | None, *, export_to: Path, actor: str) -> dict[str, Any]:
     """Export the course to ``export_to`` (refused if it exists), then delete it and all its rows.
 
     While an engine still holds access for the course on some machine (accounts, keys, jobs: what the
@@ -195,10 +201,10 @@ def delete_course(store: Any, course: str | None, *, export_to: Path, actor: str
 
     written = export_course(store, course, export_to, actor=actor)
     key = written["course"]
-    held = store.holdings(key)
+    held = store.agents.holdings(key)
     if held:
         archive_course(store, key, actor=actor)
-        store.request_deletion(key, export_path=str(written["path"]), sha256=written["sha256"], actor=actor)
+        store.agents.request_deletion(key, export_path=str(written["path"]), sha256=written["sha256"], actor=actor)
         logins = sorted({h["login"] for h in held})
         where = sorted({f"{h['engine']}" + (f" on {h['host']}" if h["host"] else "") for h in held})
         return {
@@ -216,9 +222,9 @@ def delete_course(store: Any, course: str | None, *, export_to: Path, actor: str
     }
 
 
-def drop_course(store: Any, course: str, *, export: str, sha256: str, actor: str) -> dict[str, Any]:
+def drop_course(store: Store, course: str, *, export: str, sha256: str, actor: str) -> dict[str, Any]:
     """Delete the course's rows (its export is written already) with the ``course.delete`` events row."""
-    with store._write() as s:
+    with store.database.write() as s:
         crow = course_row(s, course)
         counts = {
             "participants": s.scalar(select(func.count()).where(Participant.course_id == crow.id)) or 0,
@@ -227,5 +233,5 @@ def drop_course(store: Any, course: str, *, export: str, sha256: str, actor: str
         s.execute(delete(Course).where(Course.id == crow.id))  # cascades to its rows (foreign keys)
         log(s, crow.key, actor, "course.delete", detail={"export": export, "sha256": sha256, **counts})
         key = crow.key
-    forget_course(store, key)
+    forget_course(store.database, key)
     return {"course": key, "export": export, "sha256": sha256, **counts}

@@ -138,7 +138,7 @@ class RosterReport(_View):
 
 @dataclass(frozen=True, slots=True)
 class AssignReport(_View):
-    """The result of :meth:`CourseStore.assign_all`: new assignments, how many were kept, who is left out."""
+    """The result of ``store.seats.assign_all``: new assignments, how many were kept, who is left out."""
 
     course: str
     assigned: tuple[AssignmentView, ...]

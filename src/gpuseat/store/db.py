@@ -1,0 +1,97 @@
+"""The one handle on the course database: its engine, the SQLite writer queue and one session per call.
+
+Every concern of the store (``store.courses``, ``store.seats`` …) reads and writes through the
+:class:`Database` of its :class:`~gpuseat.store.facade.Store`; nothing else opens sessions on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from sqlalchemy.orm import Session
+
+from gpuseat.db import immediate
+from gpuseat.store.turns import Turns
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+
+class Database:
+    """One SQLAlchemy engine with its writer (``BEGIN IMMEDIATE`` on SQLite) and the file's writer queue."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.writer = immediate(engine)  # SQLite: BEGIN IMMEDIATE; PostgreSQL: unchanged
+        database = engine.url.database if engine.dialect.name == "sqlite" else None
+        self.lock_path = f"{database}.lock" if database and database != ":memory:" else None
+        from gpuseat.store.undo import install
+
+        install(engine)  # writes to an archived course: one clear error
+
+    @property
+    def url(self) -> str:
+        """The database URL, password included (to open the same store in a worker process)."""
+        return self.engine.url.render_as_string(hide_password=False)
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``: the few statements that differ choose by it."""
+        return self.engine.dialect.name
+
+    @property
+    def in_memory(self) -> bool:
+        """True for an in-memory SQLite store, which no other process can open."""
+        url = self.engine.url
+        return url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+
+    def close(self) -> None:
+        """Release pooled connections (and the claims' own connections)."""
+        from gpuseat.store.claims import close
+
+        close(self)
+        self.engine.dispose()
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """One write transaction: on SQLite after this file's writers before it (see :meth:`queue`)."""
+        with self.queue(), Session(self.writer, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """One read transaction (never waits for a writer)."""
+        with Session(self.engine, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    @contextmanager
+    def queue(self) -> Iterator[None]:
+        """SQLite: writers of this file take turns, first come first served, before ``BEGIN IMMEDIATE``.
+
+        SQLite's own busy handler polls with growing sleeps, so under 16 busy processes one writer can
+        wait many seconds while others keep winning; the queue (:mod:`gpuseat.store.turns`) hands the
+        turn to the next writer as soon as it is free. PostgreSQL (row locks) needs none of this. Seat
+        claims take the same turns (``store.claims._begin``).
+        """
+        if self.lock_path is None:
+            yield
+            return
+        turns = self.turns()
+        try:
+            from gpuseat.db.waiting import waiting
+
+            with waiting(self.lock_path.removesuffix(".lock")):  # after 2 s: says who is writing
+                turns.take()
+            try:
+                yield
+            finally:
+                turns.give()
+        finally:
+            turns.close()
+
+    def turns(self) -> Turns:
+        """A new place in the writer queue of this file (SQLite; :meth:`queue` and the claim lanes use it)."""
+        assert self.lock_path is not None
+        return Turns(self.lock_path)
