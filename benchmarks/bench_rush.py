@@ -4,22 +4,21 @@ their link and claims a pool seat (issue 38 item 19).
 A store (PostgreSQL: ``--pg`` or ``GPUSEAT_TEST_PG_URL``, 2,000 participants of 20 courses; SQLite: 200
 participants of 20 courses) gets a pool seat for every participant and an access link each. Then each
 participant, at a random moment of the same ``--window`` (60 s), opens their page (``GET /t/<token>``) and
-claims a seat (``POST /t/<token>/claim``), against two servers on loopback, one after the other, with the
-same requests in the same order at the same offsets:
+presses its "Take a seat" button (``POST /t/<token>/claim`` with the page's CSRF token), against two servers
+on loopback, one after the other, with the same requests in the same order at the same offsets:
 
-* ``portal`` — ``gpuseat serve`` itself (its CLI, its uvicorn settings, its default workers: one process,
-  its routes in the thread pool), one server for the whole store (a link opens its own course's page);
-  the claim calls ``CourseStore.claim_seat(course, participant, mode="pool")`` for the link's participant.
-  The portal has no claim route of its own yet: the benchmark adds that one route to the app ``serve``
-  builds (the CSRF check a browser form would carry is left out);
-* ``bare`` — a bare Starlette endpoint under the same uvicorn settings doing the same SQL with the driver
-  alone (sqlite3 / psycopg, a connection per thread): the link's participant and open seat by the token's
-  SHA-256, then the claim as ``bench_claims.py``'s plain SQL (``BEGIN IMMEDIATE`` / ``FOR UPDATE SKIP
-  LOCKED``, the events row).
+* ``portal`` — ``gpuseat serve`` itself, unchanged (its CLI, its uvicorn settings, its default workers: one
+  process per core for PostgreSQL, one for SQLite), one server for the whole store (a link opens its own
+  course's page); the claim is the portal's own route, answered by a redirect to the participant's page;
+* ``bare`` — a bare Starlette endpoint under the same uvicorn settings and as many processes, doing the
+  same SQL with the driver alone (sqlite3 / psycopg, a connection per thread): the link's participant and
+  open seat by the token's SHA-256 on a page carrying the same form (an HMAC CSRF token), then the form read
+  and checked and the claim as ``bench_claims.py``'s plain SQL (``BEGIN IMMEDIATE`` / ``FOR UPDATE SKIP
+  LOCKED``, the events row), answered by the same redirect.
 
-Prints p50/p99 of the page, the claim and both, errors (anything but a 200, or no seat), double seats counted
-in the database afterwards (a seat held twice, a participant holding two, a participant whose answer names
-another seat than the database; must be 0) and the ratio portal/bare; goal: p99 ≤ 2× the bare endpoint's,
+Prints p50/p99 of the page, the claim and both, errors (anything but a 200 page and a 303 claim), double seats
+counted in the database afterwards (a seat held twice, a participant holding two, a participant told "seated"
+who holds no seat; must be 0) and the ratio portal/bare; goal: p99 ≤ 2× the bare endpoint's,
 0 errors, 0 double seats. Bounded: at most ``participants`` × 2 requests per server and round, each with a
 30 s time-out. The load average is printed (the machine may be shared).
 
@@ -33,6 +32,8 @@ import argparse
 import asyncio
 import os
 import random
+import re
+import secrets
 import statistics
 import subprocess
 import sys
@@ -48,58 +49,31 @@ from sqlalchemy import create_engine, text
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from gpuseat.cli.serve import default_workers  # noqa: E402
 from gpuseat.core.roster import RosterText  # noqa: E402
 from gpuseat.services.courses import SeatSpec, open_store  # noqa: E402
 
 COURSE_TOML = 'name = "Rush {i}"\nparticipants = {n}\n[schedule]\nstart = {day}\ndays = 5\n'  # day one: today
 SERVERS = ("portal", "bare")
 
-# ``gpuseat serve`` with one route added: the participant's claim (the portal has none of its own yet)
-PORTAL = """
-import sys
-from fastapi.responses import JSONResponse
-from gpuseat.errors import NoFreeSeat
-from gpuseat.web import app as web
+CSRF = re.compile(r'name="csrf" value="([0-9a-f]{64})"')
 
-made = web.create_app
-
-def create_app(portal):
-    app = made(portal)
-    if any(getattr(r, "path", "") == "/t/{token}/claim" for r in app.routes):
-        return app  # the portal's own route, once it has one
-
-    def claim(token: str):
-        hit = portal.lookup(token)
-        who = hit.participant if hit is not None else None
-        if who is None:
-            return JSONResponse({"error": "not a valid link"}, status_code=404)
-        try:
-            seat = portal.store.claim_seat(who.course, who.key, mode="pool", actor="portal")
-        except NoFreeSeat as exc:
-            return JSONResponse({"error": exc.message}, status_code=409)
-        return JSONResponse({"participant": who.key, "seat": seat.key})
-
-    app.add_api_route("/t/{token}/claim", claim, methods=["POST"])
-    return app
-
-web.create_app = create_app
-from gpuseat.cli import main
-sys.exit(main(["serve", "--db", sys.argv[1], "--course", sys.argv[2], "--port", sys.argv[3]]))
-"""
-
-# the floor: Starlette, the same uvicorn settings, the same SQL with the driver alone
+# the floor: Starlette, the same uvicorn settings and processes, the same SQL with the driver alone; run as a
+# file (``bare_rush.py`` in the round's folder) so that uvicorn's workers can import ``app`` from it
 BARE = """
-import hashlib, sys, threading
+import hashlib, hmac, os, sys, threading
 from datetime import UTC, datetime
 import uvicorn
 from starlette.applications import Starlette
-from starlette.responses import HTMLResponse, JSONResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from starlette.routing import Route
 from gpuseat.web.limits import uvicorn_settings
-sys.path.insert(0, sys.argv[3])
+sys.path.insert(0, os.environ["RUSH_BENCHMARKS"])
 import bench_claims as bc
 
-url = sys.argv[1]
+url = os.environ["RUSH_DB"]
+KEY = os.environ["RUSH_KEY"].encode()
 sqlite = url.startswith("sqlite")
 mark = "?" if sqlite else "%s"
 LOOKUP = (
@@ -120,11 +94,17 @@ def conn():
 def lookup(token):
     return conn().execute(LOOKUP, (hashlib.sha256(token.encode()).hexdigest(),)).fetchone()
 
+def csrf(token):
+    return hmac.new(KEY, b"csrf:t:" + token.encode(), hashlib.sha256).hexdigest()
+
 def page(request):
-    row = lookup(request.path_params["token"])
+    token = request.path_params["token"]
+    row = lookup(token)
     if row is None:
         return HTMLResponse("not a valid link", status_code=404)
-    seat = f"<p>{row[6]} ({row[7]}, {row[9]} GB) on {row[8]}</p>" if row[5] is not None else "<p>no seat yet</p>"
+    seat = f"<p>{row[6]} ({row[7]}, {row[9]} GB) on {row[8]}</p>" if row[5] is not None else (
+        f'<form method="post" action="/t/{token}/claim"><input type="hidden" name="csrf" value="{csrf(token)}">'
+        '<button type="submit">Take a seat</button></form>')
     return HTMLResponse(f"<html><body><h1>{row[2]}</h1><p>{row[1]}</p>{seat}</body></html>")
 
 def claim_sqlite(c, pid, pkey, ckey, cid, grp):
@@ -162,23 +142,33 @@ def claim_pg(c, pid, pkey, ckey, cid, grp):
             "WHERE a.participant_id = %s AND a.valid_to IS NULL", (pid,)).fetchone()
         return held[0] if held is not None else None
 
-def claim(request):
-    row = lookup(request.path_params["token"])
+def take(token):
+    row = lookup(token)
     if row is None:
-        return JSONResponse({"error": "not a valid link"}, status_code=404)
+        return PlainTextResponse("not a valid link", status_code=404)
     pid, pkey, ckey, cid, grp, held, held_key = row[:7]
     seat = held_key if held is not None else (claim_sqlite if sqlite else claim_pg)(conn(), pid, pkey, ckey, cid, grp)
     if seat is None:
-        return JSONResponse({"error": "no free seat"}, status_code=409)
-    return JSONResponse({"participant": pkey, "seat": seat})
+        return HTMLResponse("<p>No seat is left for you right now.</p>", status_code=409)
+    return RedirectResponse(f"/t/{token}#seat", status_code=303)
+
+async def claim(request):
+    token = request.path_params["token"]
+    form = await request.form(max_files=1, max_fields=200)
+    if not hmac.compare_digest(csrf(token), str(form.get("csrf", ""))):
+        return PlainTextResponse("missing or wrong CSRF token", status_code=403)
+    return await run_in_threadpool(take, token)
 
 async def healthz(request):
-    return JSONResponse({"ok": True})
+    return PlainTextResponse("ok")
 
 app = Starlette(routes=[Route("/t/{token}", page), Route("/t/{token}/claim", claim, methods=["POST"]),
                         Route("/healthz", healthz)])
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning", access_log=True,
-            server_header=False, **uvicorn_settings())
+
+if __name__ == "__main__":
+    workers = int(os.environ["RUSH_WORKERS"])
+    uvicorn.run("bare_rush:app" if workers > 1 else app, host="127.0.0.1", port=int(os.environ["RUSH_PORT"]),
+                log_level="warning", access_log=True, server_header=False, workers=workers, **uvicorn_settings())
 """
 
 
@@ -191,13 +181,13 @@ def seed(url: str, tmp: Path, courses: int, participants: int) -> list[tuple[str
             key = f"rush{c:02d}"
             path = tmp / f"{key}.toml"
             path.write_text(COURSE_TOML.format(i=c, n=n, day=date.today().isoformat()))
-            store.create_course(path, key=key)
+            store.courses.create_course(path, key=key)
             rows = ["name,email"] + [f"P {c}-{i},p{c:02d}x{i:04d}@example.org" for i in range(n)]
-            store.import_roster(key, RosterText("\n".join(rows), where=f"{key} roster"))
-            store.add_seats(
+            store.roster.import_roster(key, RosterText("\n".join(rows), where=f"{key} roster"))
+            store.seats.add_seats(
                 key, [SeatSpec(key=f"s{i:04d}", kind="gpu", host=f"node-{c}", memory_gb=16) for i in range(n)]
             )
-            links += [(key, t.participant, t.token) for t in store.issue_tokens(key)]
+            links += [(key, t.participant, t.token) for t in store.tokens.issue_tokens(key)]
     return links
 
 
@@ -221,14 +211,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start(server: str, url: str, course: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start(server: str, url: str, course: str, workers: int, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``gpuseat serve`` as a participant's organizer would start it, or the bare floor with as many processes."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "GPUSEAT_LOG_LEVEL": "warning"}
-    code, args = (
-        (PORTAL, [url, course, str(port)]) if server == "portal" else (BARE, [url, str(port), str(ROOT / "benchmarks")])
-    )
+    if server == "portal":
+        argv = [sys.executable, "-m", "gpuseat", "serve", "--db", url, "--course", course, "--port", str(port)]
+    else:
+        bare = log.parent / "bare_rush.py"
+        bare.write_text(BARE)
+        env |= {
+            "RUSH_DB": url,
+            "RUSH_PORT": str(port),
+            "RUSH_WORKERS": str(workers),
+            "RUSH_KEY": secrets.token_hex(32),
+            "RUSH_BENCHMARKS": str(ROOT / "benchmarks"),
+        }
+        argv = [sys.executable, str(bare)]
     with log.open("ab") as out:
-        proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=out, stderr=out)
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=out)
     base = f"http://127.0.0.1:{port}"
     for _ in range(600):
         if proc.poll() is not None:
@@ -253,11 +254,12 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 async def rush(base: str, links: list[tuple[str, str, str]], offsets: list[float]) -> dict[str, Any]:
-    """Each participant, at their offset: their page, then their claim. Latencies, errors, seats answered."""
+    """Each participant, at their offset: their page, then its "Take a seat" form. Latencies, errors, and
+    who was told "seated" (a 303 back to their page)."""
     page_s: list[float] = []
     claim_s: list[float] = []
     errors: list[str] = []
-    seats: dict[tuple[str, str], str] = {}
+    seated: set[tuple[str, str]] = set()
     limits = httpx.Limits(max_connections=len(links), max_keepalive_connections=len(links))
     async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as client:
         t0 = time.monotonic()
@@ -265,27 +267,32 @@ async def rush(base: str, links: list[tuple[str, str, str]], offsets: list[float
         async def one(link: tuple[str, str, str], offset: float) -> None:
             course, who, token = link
             await asyncio.sleep(max(0.0, t0 + offset - time.monotonic()))
-            for method, path, into in (("GET", f"/t/{token}", page_s), ("POST", f"/t/{token}/claim", claim_s)):
+            t = time.perf_counter()
+            try:
+                page = await client.get(f"/t/{token}")
+                page_s.append(time.perf_counter() - t)
+                form = CSRF.search(page.text)
+                if page.status_code != 200 or form is None:
+                    errors.append(f"GET {who}: {page.status_code}{'' if form else ', no form'}")
+                    return
                 t = time.perf_counter()
-                try:
-                    r = await client.request(method, path)
-                except httpx.HTTPError as exc:
-                    errors.append(f"{method} {who}: {type(exc).__name__}")
-                    return
-                into.append(time.perf_counter() - t)
-                if r.status_code != 200:
-                    errors.append(f"{method} {who}: {r.status_code}")
-                    return
-                if method == "POST":
-                    seats[(course, who)] = r.json()["seat"]
+                r = await client.post(f"/t/{token}/claim", data={"csrf": form.group(1)})
+                claim_s.append(time.perf_counter() - t)
+            except httpx.HTTPError as exc:
+                errors.append(f"{who}: {type(exc).__name__}")
+                return
+            if r.status_code != 303 or r.headers.get("location") != f"/t/{token}#seat":
+                errors.append(f"POST {who}: {r.status_code}")
+                return
+            seated.add((course, who))
 
         await asyncio.gather(*(one(link, off) for link, off in zip(links, offsets, strict=True)))
         wall = time.monotonic() - t0
-    return {"page": page_s, "claim": claim_s, "errors": errors, "seats": seats, "wall": wall}
+    return {"page": page_s, "claim": claim_s, "errors": errors, "seated": seated, "wall": wall}
 
 
-def doubles(url: str, seats: dict[tuple[str, str], str]) -> int:
-    """Seats held twice, participants holding two, and answers that name another seat than the store."""
+def doubles(url: str, seated: set[tuple[str, str]]) -> int:
+    """Seats held twice, participants holding two, and participants told "seated" who hold no seat."""
     engine = create_engine(url)
     with engine.connect() as conn:
         n = sum(
@@ -298,16 +305,16 @@ def doubles(url: str, seats: dict[tuple[str, str], str]) -> int:
             )
         )
         held = {
-            (c, p): s
-            for c, p, s in conn.execute(
+            (c, p)
+            for c, p in conn.execute(
                 text(
-                    "SELECT c.key, p.key, s.key FROM assignments a JOIN participants p ON p.id = a.participant_id "
-                    "JOIN courses c ON c.id = p.course_id JOIN seats s ON s.id = a.seat_id WHERE a.valid_to IS NULL"
+                    "SELECT c.key, p.key FROM assignments a JOIN participants p ON p.id = a.participant_id "
+                    "JOIN courses c ON c.id = p.course_id WHERE a.valid_to IS NULL"
                 )
             )
         }
     engine.dispose()
-    return n + sum(1 for k, s in seats.items() if held.get(k) != s)
+    return n + len(seated - held)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -325,18 +332,19 @@ def run_database(db: str, url: str, args: argparse.Namespace, participants: int,
     links = seed(url, tmp, args.courses, participants)
     rng = random.Random(19)
     offsets = [rng.uniform(0, args.window) for _ in links]
+    workers = default_workers(url)  # what `gpuseat serve` starts by default; the bare floor gets as many
     results: dict[str, list[dict[str, Any]]] = {s: [] for s in SERVERS}
     for _ in range(args.rounds):
         for server in SERVERS:  # taking turns: a change in the machine's load weighs on both alike
             reset(url)
-            proc, base = start(server, url, links[0][0], tmp / f"{server}.log")
+            proc, base = start(server, url, links[0][0], workers, tmp / f"{server}.log")
             try:
-                for _ in range(3):  # a server up before 09:00: its templates and statements ready
+                for _ in range(4 * workers):  # servers up before 09:00: templates and statements ready
                     httpx.get(f"{base}/t/{links[0][2]}", timeout=30)
                 got = asyncio.run(rush(base, links, offsets))
             finally:
                 stop(proc)
-            got["doubles"] = doubles(url, got["seats"])
+            got["doubles"] = doubles(url, got["seated"])
             got["load"] = load()
             results[server].append(got)
     rows = []
@@ -352,7 +360,8 @@ def run_database(db: str, url: str, args: argparse.Namespace, participants: int,
                 "requests": len(page) + len(claim),
                 "errors": sum(len(r["errors"]) for r in runs),
                 "error_sample": [e for r in runs for e in r["errors"]][:5],
-                "seated": sum(len(r["seats"]) for r in runs) // len(runs),
+                "seated": sum(len(r["seated"]) for r in runs) // len(runs),
+                "workers": workers,
                 "doubles": sum(r["doubles"] for r in runs),
                 "page_ms": (statistics.median(page) * 1000 if page else float("nan"), pct(page, 0.99) * 1000),
                 "claim_ms": (statistics.median(claim) * 1000 if claim else float("nan"), pct(claim, 0.99) * 1000),
@@ -408,7 +417,11 @@ def report(rows: list[dict[str, Any]], db: str, args: argparse.Namespace) -> Non
     if not mine:
         return
     n = next(iter(mine.values()))["participants"]
-    print(f"\n{db}: {n} participants of {args.courses} courses arrive over {args.window:.0f} s, {args.rounds} round(s)")
+    w = next(iter(mine.values()))["workers"]
+    print(
+        f"\n{db}: {n} participants of {args.courses} courses arrive over {args.window:.0f} s, {args.rounds} round(s), "
+        f"{w} server process(es) each"
+    )
     print(
         "| server | requests | errors | seated | double seats "
         "| page p50/p99 ms | claim p50/p99 ms | all p50/p99 ms | load |"
