@@ -23,16 +23,21 @@ ROOT = Path(__file__).resolve().parents[1]
 NEVER_AT_IMPORT = {"sqlalchemy", "alembic", "fastapi", "starlette", "uvicorn", "kubernetes", "torch"}
 
 
-def _loaded(code: str, tmp_path: Path) -> set[str]:
-    """Top-level packages in ``sys.modules`` after ``code`` ran in a fresh interpreter."""
+def _modules(code: str, tmp_path: Path) -> set[str]:
+    """Every module in ``sys.modules`` after ``code`` ran in a fresh interpreter (data folder in tmp_path)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_")}
     env.update(GPUSEAT_DATA_DIR=str(tmp_path / "data"), HOME=str(tmp_path))
-    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})), file=sys.stderr)"
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)), file=sys.stderr)"
     proc = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120, check=False
     )
     assert proc.returncode == 0, proc.stderr
     return set(json.loads(proc.stderr.strip().splitlines()[-1]))
+
+
+def _loaded(code: str, tmp_path: Path) -> set[str]:
+    """Top-level packages in ``sys.modules`` after ``code`` ran in a fresh interpreter."""
+    return {name.split(".")[0] for name in _modules(code, tmp_path)}
 
 
 def test_import_cli_loads_no_heavy_package(tmp_path: Path) -> None:
@@ -54,6 +59,20 @@ def test_plan_json_loads_no_store_or_rich(tmp_path: Path) -> None:
     )
     assert "pydantic" in loaded  # the course file was really validated and priced
     assert not loaded & (NEVER_AT_IMPORT | {"rich"})
+
+
+def test_seats_status_loads_the_store_but_not_the_course_file_model(tmp_path: Path) -> None:
+    steps = [
+        ["course", "create", "examples/course-2016.toml", "--plan-option", "1"],
+        ["roster", "import", "examples/roster-16.csv"],
+        ["seats", "add", "--cloud"],
+        ["seats", "assign"],
+    ]
+    _modules(f"from gpuseat.cli import main\nfor s in {steps!r}:\n    assert main(s) == 0", tmp_path)
+    loaded = _modules("from gpuseat.cli import main\nassert main(['seats', 'status']) == 0", tmp_path)
+    assert "sqlalchemy.orm" in loaded  # the seats were really read from the store
+    assert "gpuseat.core.course" not in loaded  # a type only in store/rows.py: parsing course files is not needed
+    assert not {name.split(".")[0] for name in loaded} & {"fastapi", "starlette", "uvicorn", "kubernetes", "torch"}
 
 
 @pytest.mark.parametrize("module", sorted(COMMANDS))
