@@ -101,28 +101,22 @@ def parse_lgipp(text: str) -> dict[tuple[int, int], tuple[tuple[int, ...], int]]
 
 def parse_lgi(text: str) -> list[Instance]:
     """``nvidia-smi mig -lgi``: the GPU instances with their profile and placement."""
-    out = []
-    for line in text.splitlines():
-        if m := _LGI.match(line.strip()):
-            out.append(Instance(int(m["gpu"]), m["name"], int(m["id"]), int(m["gi"]), int(m["start"]), int(m["size"])))
-    return out
+    return _instances(text, _LGI)
 
 
 def parse_lci(text: str) -> list[Instance]:
     """``nvidia-smi mig -lci``: the compute instances (name ``1c.3g.71gb`` style when smaller than the GI)."""
+    return _instances(text, _LCI)
+
+
+def _instances(text: str, row: re.Pattern[str]) -> list[Instance]:
+    """The rows of an ``-lgi`` or ``-lci`` table (the same columns; ``-lci`` adds the compute instance id)."""
     out = []
     for line in text.splitlines():
-        if m := _LCI.match(line.strip()):
+        if m := row.match(line.strip()):
+            ci = int(m["ci"]) if "ci" in row.groupindex else None
             out.append(
-                Instance(
-                    int(m["gpu"]),
-                    m["name"],
-                    int(m["id"]),
-                    int(m["gi"]),
-                    int(m["start"]),
-                    int(m["size"]),
-                    compute_instance_id=int(m["ci"]),
-                )
+                Instance(int(m["gpu"]), m["name"], int(m["id"]), int(m["gi"]), int(m["start"]), int(m["size"]), ci)
             )
     return out
 

@@ -142,6 +142,17 @@ MAX_CATALOG_ROWS = 5_000_000
 MAX_ROW_WARNINGS = 200
 
 
+def _check_name(
+    value: str, pattern: re.Pattern[str], seen: set[str], column: str, where: str, what: str, fix: str
+) -> None:
+    """Refuse a name cell that is not ``what``; each distinct value is checked once (a catalog repeats it
+    on thousands of rows)."""
+    if value and value not in seen:
+        if not pattern.match(value):
+            raise InputError(f"{column} {value!r} is not {what}", where=f"{where}: column {column}", fix=fix)
+        seen.add(value)
+
+
 def _read_rows(path: Path, provider: str) -> Iterator[_Row]:
     """The catalog's rows, parsed and checked one at a time as the file is read."""
     header, rows = stream_csv(path, max_rows=MAX_CATALOG_ROWS)
@@ -171,23 +182,25 @@ def _read_rows(path: Path, provider: str) -> Iterator[_Row]:
             )
         seen = True
         instance_type, region = raw[i_type].strip(), raw[i_region].strip()
-        if instance_type and instance_type not in good_types:
-            if not _INSTANCE_TYPE.match(instance_type):
-                raise InputError(
-                    f"InstanceType {instance_type!r} is not an instance type name (letters, digits, . _ - : + @)",
-                    where=f"{path}:{line}: column InstanceType",
-                    fix="correct the instance type (no spaces)",
-                )
-            good_types.add(instance_type)
-        if region and region not in good_regions:
-            if not _REGION.match(region):
-                raise InputError(
-                    f"Region {region!r} is not a region name",
-                    where=f"{path}:{line}: column Region",
-                    fix="correct the region (letters, digits, . _ -)",
-                )
-            good_regions.add(region)
         where = f"{path}:{line}"
+        _check_name(
+            instance_type,
+            _INSTANCE_TYPE,
+            good_types,
+            "InstanceType",
+            where,
+            "an instance type name (letters, digits, . _ - : + @)",
+            "correct the instance type (no spaces)",
+        )
+        _check_name(
+            region,
+            _REGION,
+            good_regions,
+            "Region",
+            where,
+            "a region name",
+            "correct the region (letters, digits, . _ -)",
+        )
         yield _Row(
             line=line,
             instance_type=instance_type,
