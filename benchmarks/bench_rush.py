@@ -23,7 +23,7 @@ who holds no seat; must be 0) and the ratio portal/bare; goal: p99 ≤ 2× the b
 30 s time-out. The load average is printed (the machine may be shared).
 
 Run: ``.venv/bin/python benchmarks/bench_rush.py [--pg URL] [--databases postgresql,sqlite] [--window 60]
-[--rounds 1] [--pg-participants 2000] [--sqlite-participants 200] [--courses 20]``
+[--rounds 1] [--pg-participants 2000] [--sqlite-participants 200] [--courses 20] [--workers N]``
 """
 
 from __future__ import annotations
@@ -217,6 +217,7 @@ def start(server: str, url: str, course: str, workers: int, log: Path) -> tuple[
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "GPUSEAT_LOG_LEVEL": "warning"}
     if server == "portal":
         argv = [sys.executable, "-m", "gpuseat", "serve", "--db", url, "--course", course, "--port", str(port)]
+        argv += [] if workers == default_workers(url) else ["--workers", str(workers)]
     else:
         bare = log.parent / "bare_rush.py"
         bare.write_text(BARE)
@@ -332,7 +333,7 @@ def run_database(db: str, url: str, args: argparse.Namespace, participants: int,
     links = seed(url, tmp, args.courses, participants)
     rng = random.Random(19)
     offsets = [rng.uniform(0, args.window) for _ in links]
-    workers = default_workers(url)  # what `gpuseat serve` starts by default; the bare floor gets as many
+    workers = args.workers or default_workers(url)  # `gpuseat serve`'s default; the bare floor gets as many
     results: dict[str, list[dict[str, Any]]] = {s: [] for s in SERVERS}
     for _ in range(args.rounds):
         for server in SERVERS:  # taking turns: a change in the machine's load weighs on both alike
@@ -385,9 +386,10 @@ def main() -> int:
     ap.add_argument("--courses", type=int, default=20)
     ap.add_argument("--window", type=float, default=60.0, help="Seconds over which the participants arrive.")
     ap.add_argument("--rounds", type=int, default=1, help="Rushes per server, the two servers taking turns.")
+    ap.add_argument("--workers", type=int, default=0, help="Server processes (default: gpuseat serve's own).")
     args = ap.parse_args()
-    if args.rounds < 1 or args.courses < 1 or not 0 < args.window <= 600:
-        ap.error("--rounds and --courses: 1 or more; --window: up to 600 s")
+    if args.rounds < 1 or args.courses < 1 or not 0 < args.window <= 600 or not 0 <= args.workers <= 64:
+        ap.error("--rounds and --courses: 1 or more; --window: up to 600 s; --workers: 0 (the default) to 64")
     print(f"load average at start: {load()} ({os.cpu_count()} CPUs)", flush=True)
     rows: list[dict[str, Any]] = []
     for db in args.databases.split(","):
