@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, cast
 
 from gpuseat.core.needs import SeatNeed
 
@@ -51,6 +51,12 @@ _VM_KINDS = frozenset({"vm", "vgpu", "cloud"})
 # Names that later become libvirt domain names, file names, Slurm and k8s labels: a strict pattern.
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 COURSE_KEY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+
+def recorded_state(current: str) -> SeatState:
+    """A seat's state once an engine records the machine it will run on: a planned, released or failed
+    seat becomes requested (its machine is on the way); a requested or running one stays as it is."""
+    return "requested" if current in ("planned", "released", "failed") else cast(SeatState, current)
 
 
 def transition_error(current: str, new: str) -> str | None:

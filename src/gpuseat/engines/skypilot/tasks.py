@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -39,12 +39,12 @@ import yaml
 from gpuseat.catalog.offers import Offer
 from gpuseat.core.cost import billed_seconds, hourly_usd
 from gpuseat.core.delivery import login_name
+from gpuseat.core.seating import recorded_state
 from gpuseat.errors import InputError, did_you_mean
 
 if TYPE_CHECKING:
     from gpuseat.store import CourseStore
 
-_State = Literal["planned", "requested", "running", "failed", "released"]
 # gpuseat provider → SkyPilot cloud name (clouds SkyPilot can launch that gpuseat has hourly offers for)
 SKY_CLOUDS: dict[str, str] = {"aws": "aws", "gcp": "gcp", "azure": "azure", "lambda": "lambda", "runpod": "runpod"}
 # SkyPilot's cluster name rule (sky/utils/common_utils.py: check_cluster_name_is_valid), kept shorter
@@ -575,10 +575,10 @@ class CloudCourse:
 
 def course_from_store(store: CourseStore, course: str | None, offers: Sequence[Offer]) -> CloudCourse:
     """The course's ``cloud`` seats, each with the offer the chosen plan option rents for it."""
-    view = store.get_course(course)
-    people = {p.key: p for p in store.participants(view.key)}
+    view = store.courses.get_course(course)
+    people = {p.key: p for p in store.roster.participants(view.key)}
     seats = []
-    for s in store.seats(view.key):
+    for s in store.seats.seats(view.key):
         if s.kind != "cloud":
             continue
         holder = people.get(s.participant or "")
@@ -588,7 +588,7 @@ def course_from_store(store: CourseStore, course: str | None, offers: Sequence[O
             key = holder.ssh_key
         offer = offer_for(s.profile, view.plan_option, offers, seat=s.key)
         seats.append(CloudSeat(view.key, s.key, offer, user=user, ssh_key=key))
-    sched = store.course_file(view.key).schedule
+    sched = store.courses.course_file(view.key).schedule
     return CloudCourse(view.key, view.timezone, tuple(seats), tuple(sched.intervals()))
 
 
@@ -605,12 +605,12 @@ def write_for_course(
     """``gpuseat seats skypilot``: write the files and record each seat's cluster (engine skypilot)."""
     cc = course_from_store(store, course, offers)
     written = write(out, cc.key, cc.seats, cc.intervals, cc.timezone, opts, lead_min=lead_min, force=force)
-    current = {s.key: s for s in store.seats(cc.key)}
+    current = {s.key: s for s in store.seats.seats(cc.key)}
     for s in cc.seats:
         row = current[s.seat]
         if (row.engine, row.engine_ref) != ("skypilot", s.cluster):
-            state = cast(_State, "requested" if row.state in ("planned", "released", "failed") else row.state)
-            store.set_seat_state(
+            state = recorded_state(row.state)
+            store.seats.set_seat_state(
                 cc.key,
                 s.seat,
                 state,

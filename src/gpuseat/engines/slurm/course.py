@@ -14,9 +14,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from gpuseat.core.delivery import login_name
+from gpuseat.core.seating import recorded_state
 from gpuseat.engines.slurm import config, names
 from gpuseat.engines.slurm.adapter import Job, Slurm, pending_meaning
 from gpuseat.engines.slurm.config import GresDevice, Reservation, SeatLimit
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 
     from gpuseat.services.courses import CourseStore
 
-_State = Literal["planned", "requested", "running", "failed", "released"]
 _REF = re.compile(r"^node=(\S+) gres=gpu:(\S+) core=(\d{1,4}) files=(\S+)$")
 
 
@@ -497,25 +497,25 @@ def _local(dt: datetime, timezone: str) -> datetime:
 
 def course_from_store(store: CourseStore, course: str | None) -> SlurmCourse:
     """The course's Slurm seats, roster and session times (in the controller's local time) from the store."""
-    view = store.get_course(course)
-    sched = store.course_file(view.key).schedule
+    view = store.courses.get_course(course)
+    sched = store.courses.course_file(view.key).schedule
     intervals = [(_local(a, view.timezone), _local(b, view.timezone)) for a, b in sched.intervals()]
-    return course_from_values(view.key, intervals, store.participants(view.key), store.seats(view.key))
+    return course_from_values(view.key, intervals, store.roster.participants(view.key), store.seats.seats(view.key))
 
 
 def courses_from_store(store: CourseStore) -> list[SlurmCourse]:
     """Every course with Slurm seats (``job_submit.lua`` holds them all)."""
     out = []
-    for view in store.list_courses():
-        if any(s.engine == "slurm" for s in store.seats(view.key)):
+    for view in store.courses.list_courses():
+        if any(s.engine == "slurm" for s in store.seats.seats(view.key)):
             out.append(course_from_store(store, view.key))
     return out
 
 
 def record_config(store: CourseStore, course: str | None, devices: Sequence[GresDevice]) -> list[str]:
     """Record each configured seat's Slurm device in the store (engine slurm, ``engine_ref``, host)."""
-    view = store.get_course(course)
-    seats = {s.key: s for s in store.seats(view.key)}
+    view = store.courses.get_course(course)
+    seats = {s.key: s for s in store.seats.seats(view.key)}
     if not any(d.seat in seats for d in devices):
         raise InputError(
             f"course {view.key} has no seat named like the carved ones ({', '.join(str(d.seat) for d in devices[:4])}"
@@ -531,8 +531,8 @@ def record_config(store: CourseStore, course: str | None, devices: Sequence[Gres
         ref = engine_ref(d)
         if (seat.engine, seat.engine_ref, seat.host) == ("slurm", ref, d.node):
             continue
-        state = cast(_State, "requested" if seat.state in ("planned", "released", "failed") else seat.state)
-        store.set_seat_state(
+        state = recorded_state(seat.state)
+        store.seats.set_seat_state(
             view.key,
             seat.key,
             state,
@@ -547,12 +547,12 @@ def record_config(store: CourseStore, course: str | None, devices: Sequence[Gres
 
 def record_status(store: CourseStore, report: StatusReport) -> list[str]:
     """Write the seats' engine state from ``status`` into the store when it changed."""
-    current = {s.key: s for s in store.seats(report.course)}
+    current = {s.key: s for s in store.seats.seats(report.course)}
     changed = []
     for seat, (state, reason) in report.seat_states().items():
         row = current.get(seat)
         if row is None or (row.state, row.state_reason) == (state, reason):
             continue
-        store.set_seat_state(report.course, seat, state, reason=reason[:2000])
+        store.seats.set_seat_state(report.course, seat, state, reason=reason[:2000])
         changed.append(seat)
     return changed
