@@ -6,8 +6,7 @@ from gpuseat.monitor.alerts import AlertTracker
 from gpuseat.monitor.attribution import SeatEntry
 from gpuseat.monitor.replay import ReplaySampler, synthetic_snapshot
 from gpuseat.monitor.runner import Monitor
-from gpuseat.services.activity import Activity
-from gpuseat.store.monitor import Store
+from gpuseat.store import Store, open_store
 
 T0 = 1_700_006_400.0  # a UTC day boundary (19675 × 86400)
 
@@ -17,21 +16,24 @@ def _run(url: str, seconds: int, *, step: int = 10, idle_hours: float = 0.5) -> 
         synthetic_snapshot(gpus=1, migs_per_gpu=3, processes=1, taken_at=T0 + step * i)
         for i in range(seconds // step + 1)
     ]
-    store = Store(url)
+    store = open_store(url, create=True)
     devs = [m.uuid for m in snaps[0].gpus[0].mig]
-    store.import_seats([SeatEntry(f"s{i}", d, f"p{i}") for i, d in enumerate(devs)])
+    store.monitor.import_seats([SeatEntry(f"s{i}", d, f"p{i}") for i, d in enumerate(devs)])
     mon = Monitor(
-        ReplaySampler(snaps, loop=False), store.seat_map(), store=store, alerts=AlertTracker(idle_hours=idle_hours)
+        ReplaySampler(snaps, loop=False),
+        store.monitor.seat_map(),
+        store=store.monitor,
+        alerts=AlertTracker(idle_hours=idle_hours),
     )
     mon.run(0, ticks=len(snaps))
-    with store._engine.connect() as conn:
+    with store.database.engine.connect() as conn:
         ids = {k: i for k, i in conn.exec_driver_sql("SELECT key, id FROM seats")}
     return store, ids
 
 
 def test_live_last_active_idle_and_daily(db_url):
     store, ids = _run(db_url, 2 * 3600)
-    act = Activity(store)
+    act = store.activity
     end = T0 + 2 * 3600
 
     live = act.live()
@@ -65,10 +67,10 @@ def test_last_active_survives_the_raw_prune(tmp_path):
     """After raw samples are pruned, the last busy minute still answers ``last_active``."""
     url = f"sqlite:///{tmp_path / 'c.db'}"
     store, ids = _run(url, 3 * 3600, step=60)
-    store._engine.dispose()
-    with store._engine.begin() as conn:
+    store.database.engine.dispose()
+    with store.database.engine.begin() as conn:
         conn.exec_driver_sql("DELETE FROM samples")
-    act = Activity(store)
+    act = store.activity
     assert act.last_active()[ids["s0"]] == T0 + 3 * 3600 - 1  # the end of the last rolled-up (finished) minute
     assert act.live() == {}
     store.close()
@@ -76,7 +78,7 @@ def test_last_active_survives_the_raw_prune(tmp_path):
 
 def test_results_have_one_dict_shape(tmp_path):
     store, ids = _run(f"sqlite:///{tmp_path / 'c.db'}", 600)
-    act = Activity(store)
+    act = store.activity
     live = act.live()[ids["s0"]].to_dict()
     assert live["seat_id"] == ids["s0"] and live["active"] is True
     assert act.daily()[0].to_dict().keys() == {"seat_id", "day", "sampled_hours", "active_hours", "utilization_avg"}

@@ -46,13 +46,13 @@ def store_settings(store: Any, course: str | None, sets: dict[str, dict[str, Any
     """Validate each engine's new settings with its model and store them; the names of those changed."""
     from gpuseat.engines import registry
 
-    key = store.get_course(course).key
+    key = store.courses.get_course(course).key
     changed = []
     for engine, values in sets.items():
-        merged = {**store.engine_settings(key, engine), **values}
+        merged = {**store.agents.engine_settings(key, engine), **values}
         checked = registry.validate_settings(engine, merged)
         clean = checked.model_dump(exclude_defaults=True) if checked is not None else {}
-        if store.set_engine_settings(key, engine, clean, actor=who):
+        if store.agents.set_engine_settings(key, engine, clean, actor=who):
             changed.append(engine)
     return changed
 
@@ -206,7 +206,7 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.courses import open_store
 
         with open_store(db, create=False) as store:
-            rows = store.agent_statuses()
+            rows = store.agents.agent_statuses()
         if fmt is Format.json:
             print_json(rows)
             return
@@ -255,13 +255,13 @@ def register(app: typer.Typer) -> None:
                     if not eq or not key:
                         raise InputError(f"{item!r}", where="SETTING=VALUE", fix="write e.g. ssh_host=gpu1.lab.org")
                     sets[key] = value if value != "" else None
-                merged = {**store.engine_settings(course, engine), **sets}
+                merged = {**store.agents.engine_settings(course, engine), **sets}
                 merged = {k: v for k, v in merged.items() if v is not None}
                 checked = registry.validate_settings(engine, merged)
                 clean = checked.model_dump(exclude_defaults=True) if checked is not None else {}
-                removed = {k: None for k in store.engine_settings(course, engine) if k not in clean}
-                store.set_engine_settings(course, engine, {**clean, **removed}, actor=actor())
-            stored = store.engine_settings(course, engine)
+                removed = {k: None for k in store.agents.engine_settings(course, engine) if k not in clean}
+                store.agents.set_engine_settings(course, engine, {**clean, **removed}, actor=actor())
+            stored = store.agents.engine_settings(course, engine)
         model = spec.settings_model()
         if fmt is Format.json:
             print_json(stored)

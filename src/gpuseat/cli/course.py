@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
 
             option = plan_option_for(path, plan_option, load_catalog())
         with open_store(db, create=True) as store:
-            view = store.create_course(path, key=key, timezone=timezone, plan_option=option, actor=actor())
+            view = store.courses.create_course(path, key=key, timezone=timezone, plan_option=option, actor=actor())
         if fmt is Format.json:
             print_json(view.to_dict())
             return
@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.courses import open_store
 
         with open_store(db) as store:
-            views = store.list_courses()
+            views = store.courses.list_courses()
         print_rows([v.to_dict() for v in views], COURSE_COLUMNS, fmt, title="courses", drop=COURSE_DROP)
 
     @course_app.command("show")
@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.courses import open_store
 
         with open_store(db) as store:
-            view = store.get_course(course)
+            view = store.courses.get_course(course)
         if fmt is not Format.table:
             print_json(view.to_dict())
             return
@@ -107,7 +107,7 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.courses import open_store
 
         with open_store(db) as store:
-            done = store.export_course(course, to, force=force, actor=actor())
+            done = store.lifecycle.export_course(course, to, force=force, actor=actor())
         if fmt is Format.json:
             print_json({**done, "path": str(done["path"])})
             return
@@ -128,7 +128,7 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.courses import open_store
 
         with open_store(db, create=True) as store:
-            done = store.import_course(path, key=key, actor=actor())
+            done = store.lifecycle.import_course(path, key=key, actor=actor())
         if fmt is Format.json:
             print_json(done)
             return
@@ -148,7 +148,7 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.courses import open_store
 
         with open_store(db) as store:
-            done = store.archive_course(course, actor=actor())
+            done = store.lifecycle.archive_course(course, actor=actor())
         if done["already"]:
             print(f"course {done['course']} was archived already ({done['archived_at']})")
             return
@@ -172,7 +172,7 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.courses import open_store
 
         with open_store(db) as store:
-            view = store.get_course(course)
+            view = store.courses.get_course(course)
             if not yes:
                 raise InputError(
                     f"this deletes course {view.key} ({view.participants} participants, {view.seats} seats, "
@@ -186,7 +186,7 @@ def register(app: typer.Typer) -> None:
                 folder = data_dir() / "exports"
                 folder.mkdir(parents=True, exist_ok=True)
                 export_to = folder / f"{view.key}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.gpuseat.zip"
-            done = store.delete_course(view.key, export_to=export_to, actor=actor())
+            done = store.lifecycle.delete_course(view.key, export_to=export_to, actor=actor())
         print(f"export written: {done['export']}")
         if done.get("deferred"):
             print(

@@ -58,19 +58,19 @@ def add_to(seats_app: typer.Typer) -> None:
 
         changing = clear or ssh or url or note
         with open_store(db, create=False) as store:
-            view = store.get_seat(course, seat)
+            view = store.seats.get_seat(course, seat)
             if ssh and url:
                 raise InputError("--ssh and --url both given", where="gpuseat seats connect", fix="give one of them")
             if clear:
-                store.record_delivery(view.course, view.key, clear_access=True, actor=actor())
+                store.delivery.record_delivery(view.course, view.key, clear_access=True, actor=actor())
             elif changing:
                 from gpuseat.services.delivery import build_access
 
                 made = build_access(ssh, url, jump, note, kind, view.device_uuid, server_name=view.host)
-                store.record_delivery(view.course, view.key, access=made, actor=actor())
-            stored = store.access_of(view.course).get(view.key)
-            holder = store.find_participant(view.course, view.participant) if view.participant else None
-            shown = way_in(store, store.get_seat(view.course, view.key), holder)
+                store.delivery.record_delivery(view.course, view.key, access=made, actor=actor())
+            stored = store.delivery.access_of(view.course).get(view.key)
+            holder = store.roster.find_participant(view.course, view.participant) if view.participant else None
+            shown = way_in(store, store.seats.get_seat(view.course, view.key), holder)
         if fmt is Format.json:
             print_json(
                 {

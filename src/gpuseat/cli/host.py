@@ -101,7 +101,7 @@ def _apply(course: str | None, db: str | None, host: str | None, fmt: Format, se
     from gpuseat.services.courses import open_store
 
     with open_store(db, create=False) as store:
-        key = store.get_course(course).key
+        key = store.courses.get_course(course).key
         if settings:
             store_settings(store, key, {"host": settings}, actor())
         result = one_pass(

@@ -24,7 +24,7 @@ def _course_key(db: str | None, course: str | None) -> tuple[str, str]:
 
     url = resolve_url(db)
     with open_store(url) as store:
-        return url, store.get_course(course).key
+        return url, store.courses.get_course(course).key
 
 
 def _offline(db: str | None, course: str | None) -> tuple[str, str]:
@@ -149,7 +149,7 @@ def cull(
         level=logging.INFO, handlers=[log_handler("%(asctime)s gpuseat-cull %(levelname)s %(message)s")]
     )
     with open_store(db) as store:
-        key = store.get_course(course).key
+        key = store.courses.get_course(course).key
         culler = Culler(store, key, api_url=url, token=token, idle_hours=idle_hours, dry_run=dry_run)
         if once:
             rows = [v.to_dict() for v in culler.run_once()]

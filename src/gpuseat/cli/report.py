@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
         store = open_store(db)
         try:
             SurveyService(store).set_state(course, state)
-            print(f"survey of {store.get_course(course).key} is {state}")
+            print(f"survey of {store.courses.get_course(course).key} is {state}")
         finally:
             store.close()
 
@@ -83,7 +83,9 @@ def register(app: typer.Typer) -> None:
         store = open_store(db)
         try:
             used = SurveyService(store).set_template(course, str(file))
-            print(f"survey of {store.get_course(course).key} now asks {len(used.question)} questions ({used.key})")
+            print(
+                f"survey of {store.courses.get_course(course).key} now asks {len(used.question)} questions ({used.key})"
+            )
         finally:
             store.close()
 

@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.courses import open_store
 
         with open_store(db) as store:
-            report = store.import_roster(course, path, actor=actor())
+            report = store.roster.import_roster(course, path, actor=actor())
         if fmt is Format.json:
             print_json(report.to_dict())
             return
@@ -84,8 +84,8 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.courses import open_store
 
         with open_store(db, create=False) as store:
-            view = store.get_course(course)
-            people = store.participants(view.key)
+            view = store.courses.get_course(course)
+            people = store.roster.participants(view.key)
         if group is not None:
             groups = sorted({p.group for p in people if p.group})
             if group not in groups:
@@ -124,15 +124,15 @@ def register(app: typer.Typer) -> None:
         who = participant or None
         with open_store(db) as store:
             if revoke:
-                count = store.revoke_tokens(course, revoke, actor=actor())
+                count = store.tokens.revoke_tokens(course, revoke, actor=actor())
                 print(f"revoked {count} link(s) of {', '.join(revoke)}")
                 return
             issued = (
-                store.rotate_tokens(course, who, actor=actor())
+                store.tokens.rotate_tokens(course, who, actor=actor())
                 if rotate
-                else store.issue_tokens(course, who, actor=actor())
+                else store.tokens.issue_tokens(course, who, actor=actor())
             )
-            status = store.token_status(course)
+            status = store.tokens.token_status(course)
         new = {t.participant: t for t in issued}
         wanted = set(participant) if participant else None
         rows = []

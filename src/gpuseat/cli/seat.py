@@ -33,7 +33,9 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.courses import open_store
 
         with open_store(db) as store:
-            done = store.request_seat(course, participant, action, actor=actor(), key=key, by_participant=False)
+            done = store.requests.request_seat(
+                course, participant, action, actor=actor(), key=key, by_participant=False
+            )
         if fmt == "json":
             print_json(done.to_dict())
             return
@@ -110,7 +112,7 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.courses import open_store
 
         with open_store(db) as store:
-            rows = [r.to_dict() for r in store.seat_requests(course, participant=participant, pending=pending)]
+            rows = [r.to_dict() for r in store.requests.seat_requests(course, participant=participant, pending=pending)]
         if fmt == "json":
             print_json(rows)
             return
@@ -122,7 +124,7 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.courses import open_store
 
         with open_store(db) as store:
-            rows = [{"participant": k, **h.to_dict()} for k, h in sorted(store.seat_hours(course).items())]
+            rows = [{"participant": k, **h.to_dict()} for k, h in sorted(store.requests.seat_hours(course).items())]
         if fmt == "json":
             print_json(rows)
             return
@@ -140,8 +142,8 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.courses import open_store
 
         with open_store(db) as store:
-            store.add_seat_hours(course, participant, add, kind="topup", actor=actor(), note=note)
-            left = store.seat_hours(course)[store.find_participant(course, participant).key].left
+            store.requests.add_seat_hours(course, participant, add, kind="topup", actor=actor(), note=note)
+            left = store.requests.seat_hours(course)[store.roster.find_participant(course, participant).key].left
         print(f"{participant}: {add:g} h added; {left if left is not None else 'no quota'} h left")
 
     @seat.command("quota")
@@ -155,5 +157,5 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.courses import open_store
 
         with open_store(db) as store:
-            store.add_seat_hours(course, participant, value, kind="quota", actor=actor())
+            store.requests.add_seat_hours(course, participant, value, kind="quota", actor=actor())
         print(f"{participant}: quota {value:g} h")

@@ -121,7 +121,7 @@ def _specs(
         from gpuseat.catalog.bundle import load_catalog
         from gpuseat.services import carving
 
-        view = store.get_course(course)
+        view = store.courses.get_course(course)
         needs = view.summary.get("groups", [])
         chosen = [g for g in needs if not group or g["name"] in group]
         min_mem = max((float(g["min_gpu_memory_gb"]) for g in chosen), default=0.0)
@@ -137,7 +137,7 @@ def _specs(
             notes=notes,
         )
         # a second server's slices are named seat-01 … again: its seats number on after the course's
-        start = seat_sources.next_number([s.key for s in store.seats(course)])
+        start = seat_sources.next_number([s.key for s in store.seats.seats(course)])
         return seat_sources.seats_from_layout(layout, engine=engine, host=host, groups=group, start=start)
     if cloud:
         from gpuseat.catalog.bundle import load_catalog
@@ -152,7 +152,7 @@ def _specs(
     from gpuseat.files import read_text
 
     text = read_text(nvidia_smi, max_bytes=nvsmi.MAX_XML_BYTES)
-    existing = seat_sources.next_number([s.key for s in store.seats(course)]) - 1
+    existing = seat_sources.next_number([s.key for s in store.seats.seats(course)]) - 1
     if text.lstrip().startswith("<"):
         snapshot = nvsmi.parse_xml(text, host=host or "localhost", where=str(nvidia_smi))
         found = seat_sources.seats_from_nvidia_smi(snapshot, host=host, start=existing + 1)
@@ -232,7 +232,7 @@ def register(app: typer.Typer) -> None:
             if not specs:
                 print("no seats to add: every participant has a suitable seat already")
                 return
-            added = store.add_seats(course, specs, actor=actor())
+            added = store.seats.add_seats(course, specs, actor=actor())
             if inventory is not None:
                 seat_sources.record_inventory_access(store, added, inventory, actor=actor())
         for note in notes:
@@ -254,16 +254,16 @@ def register(app: typer.Typer) -> None:
 
         with open_store(db) as store:
             if participant is not None and seat is not None:
-                made = store.assign(course, participant, seat, actor=actor())
+                made = store.seats.assign(course, participant, seat, actor=actor())
                 print_json(made.to_dict()) if fmt is Format.json else print(f"{made.participant} → {made.seat}")
                 return
             if participant is not None:
-                got = store.claim_seat(course, participant, actor=actor())
+                got = store.claims.claim_seat(course, participant, actor=actor())
                 print_json(got.to_dict()) if fmt is Format.json else print(f"{got.participant} → {got.key}")
                 return
             if seat is not None:
                 raise InputError("--seat needs --participant", where="--seat", fix="add --participant P")
-            report = store.assign_all(course, partial=partial, actor=actor())
+            report = store.seats.assign_all(course, partial=partial, actor=actor())
         if fmt is Format.json:
             print_json(report.to_dict())
             return
@@ -285,8 +285,8 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.courses import open_store
 
         with open_store(db) as store:
-            done = store.release(course, participant=participant, seat=seat, reason=reason, actor=actor())
-            engines = [] if done is None else [store.get_seat(done.course, done.seat).engine]
+            done = store.seats.release(course, participant=participant, seat=seat, reason=reason, actor=actor())
+            engines = [] if done is None else [store.seats.get_seat(done.course, done.seat).engine]
         print("nothing to release" if done is None else f"released {done.seat} from {done.participant}")
         _next_steps(done.course if done else "", engines)
 
@@ -301,9 +301,9 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.courses import open_store
 
         with open_store(db) as store:
-            before = store.seat_of(course, participant)
-            made = store.move(course, participant, seat, actor=actor())
-            engines = [store.get_seat(made.course, made.seat).engine] + ([before.engine] if before else [])
+            before = store.seats.seat_of(course, participant)
+            made = store.seats.move(course, participant, seat, actor=actor())
+            engines = [store.seats.get_seat(made.course, made.seat).engine] + ([before.engine] if before else [])
         print(f"{made.participant} → {made.seat}")
         _next_steps(made.course, engines)
 
@@ -317,7 +317,7 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.courses import open_store
 
         with open_store(db) as store:
-            gone = store.remove_seats(course, seats, actor=actor())
+            gone = store.lifecycle.remove_seats(course, seats, actor=actor())
         print(f"removed {len(gone)} seat(s): {', '.join(gone)}")
 
     @seats_app.command("status")
@@ -325,12 +325,11 @@ def register(app: typer.Typer) -> None:
         """Seat, participant, engine, state (with its reason) and the last GPU activity the monitor saw."""
         from datetime import UTC, datetime
 
-        from gpuseat.services.activity import Activity
         from gpuseat.services.courses import open_store
 
         with open_store(db) as store:
-            seats = store.seats(course)
-            last = Activity(store).last_active(seat_ids=[s.id for s in seats])
+            seats = store.seats.seats(course)
+            last = store.activity.last_active(seat_ids=[s.id for s in seats])
         rows = []
         for s in seats:
             ts = last.get(s.id)
@@ -360,8 +359,8 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.courses import open_store
 
         with open_store(db) as store:
-            seats = store.seats(course)
-            users = {p.key: p.unix_user for p in store.participants(course)}
+            seats = store.seats.seats(course)
+            users = {p.key: p.unix_user for p in store.roster.participants(course)}
         if fmt is ExportFormat.toml:
             print(seats_toml(seats, users), end="")
             left_out = without_device(seats)

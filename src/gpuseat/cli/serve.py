@@ -181,7 +181,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Create an organizer or change their password (asked twice, never echoed)."""
         need_portal()
-        from gpuseat.services.accounts import Accounts, check_username
+        from gpuseat.services.accounts import check_username
         from gpuseat.services.courses import open_store
         from gpuseat.store.sessions import end_user_sessions
 
@@ -194,7 +194,7 @@ def register(app: typer.Typer) -> None:
                 raise InputError("the two passwords differ", where="password", fix="type the same password twice")
         store = open_store(db, create=True)
         try:
-            created = Accounts(store).set_password(user, password)
+            created = store.accounts.set_password(user, password)
             ended = 0 if created else end_user_sessions(store, user)  # a copied cookie dies with the old password
         finally:
             store.close()

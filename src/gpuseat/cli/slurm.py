@@ -148,7 +148,7 @@ def config_command(
             from gpuseat.services.courses import open_store
 
             with open_store(db) as store:
-                key = store.get_course(course).key
+                key = store.courses.get_course(course).key
                 recorded = slurm.record_config(store, key, devices)
             keys = [key]
             stderr_console().print(f"recorded {len(recorded)} seat(s) of course {key} as Slurm seats", markup=False)
@@ -228,7 +228,7 @@ def _apply(course: str | None, db: str | None, fmt: Format, *, where: str, **fla
     if given.get("slurm_conf") and not given.get("conf_dir"):
         given.setdefault("conf_dir", str(Path(given["slurm_conf"]).parent))
     with open_store(db, create=False) as store:
-        key = store.get_course(course).key
+        key = store.courses.get_course(course).key
         if given:
             store_settings(store, key, {"slurm": given}, actor())
         result = one_pass(store, course=key, engine="slurm", runner=Runner(), actor=actor())

@@ -104,7 +104,7 @@ def status(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMA
     from gpuseat.services.courses import open_store
 
     with open_store(db, create=False) as store:
-        key = store.get_course(course).key
+        key = store.courses.get_course(course).key
         engine = registry.build("libvirt", store, key, settings=settings_for(store, key, "libvirt", None),
                                 runner=Runner())  # fmt: skip
         state = course_state(store, key)
@@ -139,7 +139,7 @@ def _apply(course: str | None, db: str | None, fmt: Format, settings: dict[str, 
     from gpuseat.services.courses import open_store
 
     with open_store(db, create=False) as store:
-        key = store.get_course(course).key
+        key = store.courses.get_course(course).key
         if settings:
             store_settings(store, key, {"libvirt": settings}, actor())
         result = one_pass(store, course=key, engine="libvirt", runner=Runner(), actor=actor(), revoke_all=revoke_all)

@@ -80,7 +80,7 @@ class Agent:
 
     def _saved_cursor(self) -> int | None:
         """The events id the last leader of this lease had applied up to (kept in the store)."""
-        for row in self.store.agent_statuses():
+        for row in self.store.agents.agent_statuses():
             if row["name"] == self.options.lease_name and row["last_apply_at"]:
                 return int(row["cursor"])
         return None
@@ -90,12 +90,12 @@ class Agent:
         now = time.monotonic()
         if now >= self._renew_at or not self._leader:
             was = self._leader
-            self._leader = self.store.take_lease(self.options.lease_name, self.holder, self.options.lease_s)
+            self._leader = self.store.agents.take_lease(self.options.lease_name, self.holder, self.options.lease_s)
             self._renew_at = now + self.options.lease_s / 3
             if self._leader != was or self.role == "starting":
                 self.role = "leader" if self._leader else "standby"
                 self.say(f"agent {self.holder}: {self.role} for {self.options.lease_name}")
-                self.store.save_agent_status(
+                self.store.agents.save_agent_status(
                     self.options.lease_name, holder=self.holder, role=self.role, cursor=self.cursor or 0
                 )
                 if self._leader:  # a new leader plans everything once, from where the last leader stopped
@@ -103,7 +103,7 @@ class Agent:
                     self._saved = self._saved_cursor()
         if not self._leader:
             return None
-        head = self.store.events_head()
+        head = self.store.agents.events_head()
         wall = datetime.now(UTC)
         changed = self.cursor is None or head > self.cursor
         if self.cursor is None and self._saved is not None and head == self._saved:
@@ -118,7 +118,7 @@ class Agent:
         only: set[str] | None = None
         if changed and self.cursor is not None and not (resync or boundary or retry):
             # a store change: re-plan only the courses it touched (this and other agents' own writes do not count)
-            only = self.store.changed_courses(self.cursor, exclude_actor=AGENT_ACTOR)
+            only = self.store.agents.changed_courses(self.cursor, exclude_actor=AGENT_ACTOR)
             if self.options.course is not None:
                 only &= {self.options.course}
             if not only:
@@ -135,7 +135,7 @@ class Agent:
             self._backoff = min(self._backoff * 2, 60.0)
         else:
             self._retry_at, self._backoff = None, 2.0
-        self.store.save_agent_status(
+        self.store.agents.save_agent_status(
             self.options.lease_name,
             holder=self.holder,
             role=self.role,
@@ -158,7 +158,7 @@ class Agent:
                 host=o.host,
                 runner=self.runner,
                 overrides=o.overrides,
-                guard=lambda: self.store.holds_lease(o.lease_name, self.holder),
+                guard=lambda: self.store.agents.holds_lease(o.lease_name, self.holder),
                 drift=drift,
                 actor=AGENT_ACTOR,
                 courses=courses,
@@ -209,14 +209,14 @@ class Agent:
         finally:
             if self._leader:
                 with contextlib.suppress(GpuseatError):
-                    self.store.drop_lease(self.options.lease_name, self.holder)
+                    self.store.agents.drop_lease(self.options.lease_name, self.holder)
             if self._waker:
                 self._waker.close()
 
 
 def _waker(store: CourseStore) -> Any:
     """A LISTENing connection on PostgreSQL (None elsewhere: the agent polls)."""
-    return store.listener(CHANNEL)
+    return store.agents.listener(CHANNEL)
 
 
 def unit_file(*, gpuseat: str, engine: str | None, host: str | None, env_file: str) -> str:

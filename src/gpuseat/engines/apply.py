@@ -96,13 +96,13 @@ def course_state(store: CourseStore, key: str, *, now: datetime | None = None) -
     """The store's wanted state of course ``key`` (a course gone from the store: nobody holds anything)."""
     when = now or datetime.now(UTC)
     try:
-        view = store.get_course(key)
+        view = store.courses.get_course(key)
     except NotFound:
         return CourseState(key, None, (), {}, {}, now=when)
-    deleting = key in store.pending_deletions()
-    seats = tuple(store.seats(key))
-    people = {p.key: p for p in store.participants(key)}
-    access = store.access_of(key)
+    deleting = key in store.agents.pending_deletions()
+    seats = tuple(store.seats.seats(key))
+    people = {p.key: p for p in store.roster.participants(key)}
+    access = store.delivery.access_of(key)
     archived = bool(getattr(view, "archived_at", None)) or deleting or _archived(store, key)
     closed, next_change = _window(store, key, view.timezone, when)
     return CourseState(key, view, seats, people, access, archived, closed, next_change, when)
@@ -119,7 +119,7 @@ def _window(store: CourseStore, key: str, timezone: str, now: datetime) -> tuple
     from zoneinfo import ZoneInfo
 
     try:
-        course_file = store.course_file(key)
+        course_file = store.courses.course_file(key)
     except GpuseatError:
         return None, None
     sched = course_file.schedule
@@ -153,26 +153,26 @@ def targets(
     pairs: set[tuple[str, str]] = set()
     if courses is not None:
         keys = list(courses)
-        for h in store.holdings():
+        for h in store.agents.holdings():
             if h["course"] in keys:
                 pairs.add((h["course"], h["engine"]))
     elif course is not None:
         try:
-            keys = [store.get_course(course).key]
+            keys = [store.courses.get_course(course).key]
         except NotFound:
-            keys = [course] if store.holdings(course) else []
+            keys = [course] if store.agents.holdings(course) else []
             if not keys:
                 raise
     else:
-        keys = [c.key for c in store.list_courses()] + list(store.pending_deletions())
+        keys = [c.key for c in store.courses.list_courses()] + list(store.agents.pending_deletions())
     for key in dict.fromkeys(keys):
         try:
-            seats = store.seats(key)
+            seats = store.seats.seats(key)
         except NotFound:
             seats = []
         pairs |= {(key, s.engine) for s in seats if s.engine in delivering}
     if courses is None:
-        for h in store.holdings(course):
+        for h in store.agents.holdings(course):
             if course is None or h["course"] == course:
                 pairs.add((h["course"], h["engine"]))
     return sorted((c, e) for c, e in pairs if engine is None or e == engine)
@@ -181,7 +181,7 @@ def targets(
 def settings_for(store: CourseStore, course: str, engine: str, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     """The engine's stored settings for the course, with ``overrides`` (flags) over them."""
     try:
-        stored = store.engine_settings(course, engine)
+        stored = store.agents.engine_settings(course, engine)
     except NotFound:
         stored = {}
     return {**stored, **{k: v for k, v in (overrides or {}).items() if v not in (None, "")}}
@@ -251,7 +251,7 @@ def apply_all(
             _log_report(store, p, report, drift=drift, actor=actor)
         try:
             found = p.engine.observe(p.state) if p.state is not None else []
-            store.set_holdings(p.course, p.engine_name, p.host, [h.to_dict() for h in found])
+            store.agents.set_holdings(p.course, p.engine_name, p.host, [h.to_dict() for h in found])
         except GpuseatError as exc:
             report.notes.append(f"could not observe what remains: {exc.what}")
     if not any(r.dry_run for r in result.reports):
@@ -268,7 +268,7 @@ def _log_report(store: CourseStore, p: Planned, report: ApplyReport, *, drift: b
         "skipped": sum(1 for o in report.outcomes if o.state == "skipped"),
     }
     action = "drift.reverted" if drift else "engine.apply"
-    store.log_any(p.course, action, detail=detail, actor=actor)
+    store.agents.log_any(p.course, action, detail=detail, actor=actor)
 
 
 def finish_deletions(store: CourseStore, *, actor: str = AGENT_ACTOR) -> list[str]:
@@ -276,12 +276,12 @@ def finish_deletions(store: CourseStore, *, actor: str = AGENT_ACTOR) -> list[st
     from gpuseat.store.undo import drop_course
 
     done = []
-    for key, asked in store.pending_deletions().items():
-        if store.holdings(key):
+    for key, asked in store.agents.pending_deletions().items():
+        if store.agents.holdings(key):
             continue
         with contextlib.suppress(NotFound):
             drop_course(store, key, export=asked["export"], sha256=asked["sha256"], actor=asked["actor"] or actor)
-        store.forget_deletion(key)
+        store.agents.forget_deletion(key)
         done.append(key)
     return done
 

@@ -339,22 +339,22 @@ class StepEngine(Generic[SettingsT]):
             return
         actor = "gpuseat-agent"
         if step.action == "seat.clear" and not running:
-            self.store.record_delivery(self.course, step.target, clear_access=True, actor=actor)
+            self.store.delivery.record_delivery(self.course, step.target, clear_access=True, actor=actor)
             return
         access = Access.from_dict(dict(step.data["access"]))
         if step.action == "seat.record" and running:
-            self.store.record_delivery(
+            self.store.delivery.record_delivery(
                 self.course, step.target, access=access, state="running", reason=f"{self.name}: applied",
                 actor=actor,
             )  # fmt: skip
         else:
-            self.store.record_delivery(self.course, step.target, access=access, actor=actor)
+            self.store.delivery.record_delivery(self.course, step.target, access=access, actor=actor)
 
     def connect(self, seat: SeatView) -> Access | None:
         """The stored way in, only when it was made for the seat's current holder (else: being prepared)."""
         from gpuseat.core.readiness import Access
 
-        stored = self.store.access_of(self.course).get(seat.key)
+        stored = self.store.delivery.access_of(self.course).get(seat.key)
         if not stored or not seat.participant or stored.get("holder") != seat.participant:
             return None
         return Access.from_dict(stored)
@@ -365,7 +365,7 @@ class StepEngine(Generic[SettingsT]):
 
     def check(self, seats: Sequence[SeatView]) -> list[Readiness]:
         """Probe each held seat as its participant, in turn (``seats check`` runs probes in parallel)."""
-        people = {p.key: p for p in self.store.participants(self.course)}
+        people = {p.key: p for p in self.store.roster.participants(self.course)}
         return [self.probe(s, people[s.participant]) for s in seats if s.participant in people]
 
     def apply(self, changes: Changes, *, guard: Callable[[], bool] | None = None) -> ApplyReport:

@@ -30,7 +30,7 @@ _lock = threading.Lock()
 def webhook_of(store: Any, course: str) -> str | None:
     """The course's webhook URL (None: none set, or the course file is gone)."""
     try:
-        url = store.course_file(course).webhook
+        url = store.courses.course_file(course).webhook
     except GpuseatError:
         return None
     return str(url) if url else None

@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 from gpuseat.errors import EngineError, InputError
 from gpuseat.jupyterhub.hooks import ENGINE, HELD
-from gpuseat.services.activity import LIVE_WINDOW_S, Activity, SeatLive
+from gpuseat.services.activity import LIVE_WINDOW_S, SeatLive
 
 if TYPE_CHECKING:
     import httpx
@@ -148,7 +148,7 @@ class Culler:
         self.client = client or httpx.Client(headers={"Authorization": f"token {token}"}, timeout=30.0)
         self.clock = clock
         self.dry_run = dry_run
-        self.activity = Activity(store)
+        self.activity = store.activity
 
     def _hub(self, method: str, path: str) -> httpx.Response:
         import httpx
@@ -176,7 +176,7 @@ class Culler:
         """engine_ref → (seat id, seat key) for the course's seats this hub's servers hold."""
         return {
             s.engine_ref: (s.id, s.key)
-            for s in self.store.seats(self.course)
+            for s in self.store.seats.seats(self.course)
             if s.engine == ENGINE and s.state in HELD and s.engine_ref
         }
 

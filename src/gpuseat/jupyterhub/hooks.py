@@ -114,7 +114,7 @@ class SeatHooks:
         """Open the store and ready the claim on gpuseat's thread while the hub starts (best effort: an
         unreachable database is tried again, and refused clearly, by the first spawn)."""
         try:
-            self.store.warm_claims(self.settings.course)
+            self.store.claims.warm_claims(self.settings.course)
         except Exception:  # the first spawn reports it
             log.debug("gpuseat: store not ready at hub start", exc_info=True)
 
@@ -214,7 +214,7 @@ class SeatHooks:
         s = self.settings
         if s.match_by == "key":
             return user  # claim_seat / seat_of look the participant up themselves
-        p = self.store.find_participant(s.course, user)
+        p = self.store.roster.find_participant(s.course, user)
         field = p.email if s.match_by == "email" else p.unix_user
         if (field or "").lower() != user.lower():
             raise NotFound(f"{user} matches participant {p.key} by another field than {s.match_by}")
@@ -230,9 +230,9 @@ class SeatHooks:
             who = self._who(user)
             for _attempt in range(5):
                 if s.mode == "pool":
-                    seat = store.claim_seat(s.course, who, mode="pool", actor=actor)
+                    seat = store.claims.claim_seat(s.course, who, mode="pool", actor=actor)
                 else:
-                    held = store.seat_of(s.course, who)
+                    held = store.seats.seat_of(s.course, who)
                     if held is None:
                         raise Refusal(
                             f"No GPU seat for {user}: no seat has been assigned to you in course {s.course}. "
@@ -243,11 +243,11 @@ class SeatHooks:
                 if s.match_by == "key" and seat.participant != user:
                     # the store matched another participant's email or Unix user: not this hub user
                     if s.mode == "pool" and seat.state not in HELD:
-                        store.release(s.course, participant=seat.participant, reason="not this user", actor=actor)
+                        store.seats.release(s.course, participant=seat.participant, reason="not this user", actor=actor)
                     raise NotFound(f"{user} matches participant {seat.participant} by another field than key")
                 if seat.state == "failed":  # the organiser (or an engine) took this seat out of service
                     if s.mode == "pool":
-                        store.release(s.course, participant=who, reason="seat failed", actor=actor)
+                        store.seats.release(s.course, participant=who, reason="seat failed", actor=actor)
                         continue
                     raise Refusal(
                         f"Your GPU seat {seat.key} is out of order ({seat.state_reason or 'marked failed'}). "
@@ -257,8 +257,10 @@ class SeatHooks:
                 lost = lost_gpus(store, [seat.device_uuid] if seat.device_uuid else [])
                 if lost:
                     if s.mode == "pool":  # take that seat out of the pool and claim another one
-                        store.release(s.course, participant=who, reason="gpu lost", actor=actor)
-                        store.set_seat_state(s.course, seat.key, "failed", reason=f"GPU lost: {lost[0]}", actor=actor)
+                        store.seats.release(s.course, participant=who, reason="gpu lost", actor=actor)
+                        store.seats.set_seat_state(
+                            s.course, seat.key, "failed", reason=f"GPU lost: {lost[0]}", actor=actor
+                        )
                         continue
                     raise Refusal(
                         f"Your GPU seat {seat.key} is out of order (the monitor lost its GPU). "
@@ -282,7 +284,7 @@ class SeatHooks:
                 problem = missing_for(_grant(seat), kind)  # type: ignore[arg-type]
                 if problem:
                     raise Refusal(f"Your GPU seat cannot be started here: {problem}. Ask {s.contact}.")
-                return store.set_seat_state(
+                return store.seats.set_seat_state(
                     s.course,
                     seat.key,
                     "requested",
@@ -321,8 +323,8 @@ class SeatHooks:
         if self._sessions is None or now - self._sessions[0] > 600:
             from gpuseat.engines.skypilot.tasks import windows
 
-            course = self.store.get_course(s.course)
-            schedule = self.store.course_file(s.course).schedule
+            course = self.store.courses.get_course(s.course)
+            schedule = self.store.courses.course_file(s.course).schedule
             wins = [] if schedule.always_on else windows(schedule.intervals(), lead_min=s.session_lead_min)
             self._sessions = (now, wins, course.timezone)
         _, wins, tz = self._sessions
@@ -340,7 +342,7 @@ class SeatHooks:
         s = self.settings
         try:
             who = self._who(user)
-            seat = self.store.seat_of(s.course, who)
+            seat = self.store.seats.seat_of(s.course, who)
         except NotFound:
             return None
         if seat is None or seat.engine != ENGINE or seat.engine_ref != ref:
@@ -355,20 +357,22 @@ class SeatHooks:
         who, seat = found
         if seat.state in HELD:
             if error is not None:
-                self.store.set_seat_state(s.course, seat.key, "failed", reason=error[:2000], actor=actor)
+                self.store.seats.set_seat_state(s.course, seat.key, "failed", reason=error[:2000], actor=actor)
             else:
-                self.store.set_seat_state(s.course, seat.key, "released", reason=f"server {ref} stopped", actor=actor)
+                self.store.seats.set_seat_state(
+                    s.course, seat.key, "released", reason=f"server {ref} stopped", actor=actor
+                )
         if s.mode == "pool" and seat.participant == who:
-            self.store.release(s.course, participant=who, reason="server stopped", actor=actor)
-            self.store.set_seat_state(s.course, seat.key, "planned", reason="back in the pool", actor=actor)
+            self.store.seats.release(s.course, participant=who, reason="server stopped", actor=actor)
+            self.store.seats.set_seat_state(s.course, seat.key, "planned", reason="back in the pool", actor=actor)
         log.debug("gpuseat: %s gave back seat %s%s", ref, seat.key, f" ({error})" if error else "")
 
     def _on_spawned(self, seat: str, ref: str) -> Callable[[Any], None]:
         def mark_running() -> None:
             try:
-                current = self.store.get_seat(self.settings.course, seat)
+                current = self.store.seats.get_seat(self.settings.course, seat)
                 if current.engine_ref == ref and current.state == "requested":
-                    self.store.set_seat_state(
+                    self.store.seats.set_seat_state(
                         self.settings.course, seat, "running", reason=f"server {ref} ready", actor=f"jupyterhub:{ref}"
                     )
             except Exception:

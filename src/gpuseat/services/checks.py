@@ -45,9 +45,9 @@ def check_seats(
     ``settings`` maps an engine name to its settings (plain strings). A seat without a participant
     is skipped; an engine that cannot be loaded or raises makes that seat broken with the reason.
     """
-    key = store.get_course(course).key
-    seats = [store.get_seat(key, seat)] if seat else store.seats(key)
-    people = {p.key: p for p in store.participants(key)}
+    key = store.courses.get_course(course).key
+    seats = [store.seats.get_seat(key, seat)] if seat else store.seats.seats(key)
+    people = {p.key: p for p in store.roster.participants(key)}
     targets = [s for s in seats if s.participant]
     engines: dict[str, Any] = {}
     delivering = registry.delivering()
@@ -55,7 +55,7 @@ def check_seats(
         if name not in delivering:  # "manual": nobody delivers these seats, so nobody can probe them
             engines[name] = f"no engine delivers this seat ({name}): add it with --engine {'/'.join(delivering)}"
             continue
-        given = {**store.engine_settings(key, name), **dict((settings or {}).get(name, {}))}
+        given = {**store.agents.engine_settings(key, name), **dict((settings or {}).get(name, {}))}
         try:
             try:  # engines that take a timeout stop their own probes in time (no thread outlives the run)
                 engines[name] = registry.build(name, store, key, settings={**given, "timeout": timeout})
@@ -79,7 +79,7 @@ def check_seats(
     if bench is not None:
         out = bench_ready(out, {s.key: s for s in targets}, bench)
     if record and out:
-        store.record_readiness(out, actor=actor)
+        store.delivery.record_readiness(out, actor=actor)
     return out
 
 
@@ -139,8 +139,8 @@ def _previous_holders_in(engine: Any, seat: SeatView, holder: ParticipantView) -
     if refused is None:
         return None
     store = engine.store
-    people = {p.key: p for p in store.participants(seat.course)}
-    for a in store.history(seat.course, seat=seat.key):
+    people = {p.key: p for p in store.roster.participants(seat.course)}
+    for a in store.seats.history(seat.course, seat=seat.key):
         p = people.get(a.participant)
         if p is None or p.key == holder.key or p.seat:
             continue  # a mover still holds another seat: their own login is expected to work

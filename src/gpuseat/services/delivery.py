@@ -30,7 +30,7 @@ def way_in(
 
     A way in made for another participant (a hand-over not applied yet) is never shown: "being
     prepared" instead. ``logins``: every participant's login name (read once by callers of many seats)."""
-    access: dict[str, Any] | None = store.access_of(seat.course).get(seat.key)
+    access: dict[str, Any] | None = store.delivery.access_of(seat.course).get(seat.key)
     if access is None and seat.connect:
         text = seat.connect.strip()
         web = text.startswith(("http://", "https://"))
@@ -41,7 +41,7 @@ def way_in(
         access = {"kind": "ssh", "host": seat.host, "device_uuid": seat.device_uuid}
     login = login_name(participant.key, participant.unix_user) if participant else None
     if logins is None:
-        logins = {login_name(p.key, p.unix_user) for p in store.participants(seat.course)}
+        logins = {login_name(p.key, p.unix_user) for p in store.roster.participants(seat.course)}
     viewer = participant.key if participant else seat.participant
     stale = participant is not None and seat.participant not in (None, participant.key)  # a cached page after a move
     if seat.engine in registry.delivering() and (stale or not_yours(access, holder=viewer, login=login, others=logins)):
@@ -66,11 +66,11 @@ def way_in(
 
 def ways_in(store: CourseStore, course: str | None = None) -> list[dict[str, Any]]:
     """Per seat: its way in for its holder (or what is missing) and its last check, for the seats page."""
-    people = {p.key: p for p in store.participants(course)}
-    checks = store.readiness_of(course)
+    people = {p.key: p for p in store.roster.participants(course)}
+    checks = store.delivery.readiness_of(course)
     out = []
     logins = {login_name(p.key, p.unix_user) for p in people.values()}
-    for seat in store.seats(course):
+    for seat in store.seats.seats(course):
         way = way_in(store, seat, people.get(seat.participant or ""), logins=logins)
         check = checks.get(seat.key) or {}
         out.append(
@@ -121,10 +121,9 @@ class Checklist:
 
 def checklist(store: CourseStore, course: str | None = None) -> Checklist:
     """The readiness checklist of a course (from stored checks, token use and monitor samples)."""
-    from gpuseat.services.activity import Activity
 
-    seats = [s for s in store.seats(course) if s.participant]
-    checks = store.readiness_of(course)
+    seats = [s for s in store.seats.seats(course) if s.participant]
+    checks = store.delivery.readiness_of(course)
     ready = [s.key for s in seats if checks.get(s.key, {}).get("state") == "ready"]
     broken = tuple(
         (s.key, str(checks[s.key].get("reason") or "broken"))
@@ -132,9 +131,9 @@ def checklist(store: CourseStore, course: str | None = None) -> Checklist:
         if checks.get(s.key, {}).get("state") == "broken"
     )
     unchecked = tuple(s.key for s in seats if s.key not in checks)
-    access = store.access_of(course)
-    tokens = store.token_status(course)
-    last = Activity(store).last_active(seat_ids=[s.id for s in seats])
+    access = store.delivery.access_of(course)
+    tokens = store.tokens.token_status(course)
+    last = store.activity.last_active(seat_ids=[s.id for s in seats])
     times = sorted(str(c.get("checked_at")) for c in checks.values() if c.get("checked_at"))
     return Checklist(
         seats_ready=len(ready),
@@ -146,7 +145,7 @@ def checklist(store: CourseStore, course: str | None = None) -> Checklist:
         broken=broken,
         unchecked=unchecked,
         checked_at=times[-1] if times else None,
-        agents=_agents(store, seats[0].course if seats else store.get_course(course).key),
+        agents=_agents(store, seats[0].course if seats else store.courses.get_course(course).key),
         preparing=tuple(s.key for s in seats if _preparing(store, s, access)),
     )
 
@@ -154,7 +153,7 @@ def checklist(store: CourseStore, course: str | None = None) -> Checklist:
 def _agents(store: CourseStore, course: str) -> tuple[dict[str, Any], ...]:
     """The agents' status, each with only this course's failed steps."""
     out = []
-    for a in store.agent_statuses():
+    for a in store.agents.agent_statuses():
         failed = [f for f in a["failed"] if f.get("course") == course]
         out.append({**a, "failed": failed})
     return tuple(out)

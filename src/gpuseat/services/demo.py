@@ -109,7 +109,7 @@ def seed_demo(folder: Path, *, history_days: float | None = None) -> Demo:
     from gpuseat.monitor.model import Gpu, GpuProcess, Snapshot
     from gpuseat.monitor.runner import observe
     from gpuseat.readings import Alert
-    from gpuseat.services.accounts import Accounts, generate_password
+    from gpuseat.services.accounts import generate_password
     from gpuseat.services.courses import open_store
     from gpuseat.services.survey import SurveyService
     from gpuseat.store.monitor import MinuteRow
@@ -121,8 +121,10 @@ def seed_demo(folder: Path, *, history_days: float | None = None) -> Demo:
     import tomllib
 
     course = CourseFile.model_validate(tomllib.loads(text))
-    store.create_course_from(course, key=DEMO_KEY, source_text=text, plan_option=_plan_option(text), actor="demo")
-    store.import_roster(DEMO_KEY, RosterText(_roster(), where="demo roster"), actor="demo")
+    store.courses.create_course_from(
+        course, key=DEMO_KEY, source_text=text, plan_option=_plan_option(text), actor="demo"
+    )
+    store.roster.import_roster(DEMO_KEY, RosterText(_roster(), where="demo roster"), actor="demo")
     specs: list[dict[str, Any]] = [
         {
             "key": f"m60-{i + 1}",
@@ -149,15 +151,15 @@ def seed_demo(folder: Path, *, history_days: float | None = None) -> Demo:
         }
         for i in range(12)
     ]
-    store.add_seats(DEMO_KEY, specs, actor="demo")
-    store.assign_all(DEMO_KEY, actor="demo")
-    tokens = {t.participant: t.token for t in store.issue_tokens(DEMO_KEY, actor="demo")}
+    store.seats.add_seats(DEMO_KEY, specs, actor="demo")
+    store.seats.assign_all(DEMO_KEY, actor="demo")
+    tokens = {t.participant: t.token for t in store.tokens.issue_tokens(DEMO_KEY, actor="demo")}
     password = generate_password()
-    Accounts(store).set_password("admin", password)
+    store.accounts.set_password("admin", password)
 
     # monitor: live part through the monitor's own write path
-    seats = {s.key: s for s in store.seats(DEMO_KEY)}
-    people = {p.key: p for p in store.participants(DEMO_KEY)}
+    seats = {s.key: s for s in store.seats.seats(DEMO_KEY)}
+    people = {p.key: p for p in store.roster.participants(DEMO_KEY)}
     rng = random.Random(2016)
     keen = {k: (0.0 if i in (5, 11) else 0.35 + 0.6 * rng.random()) for i, k in enumerate(sorted(people))}
     monitor = store.monitor.of_course(DEMO_KEY)

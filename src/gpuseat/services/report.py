@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from gpuseat.core import charts
 from gpuseat.core.spend import Spend, spend, spend_curve
 from gpuseat.errors import NotFound
-from gpuseat.services.activity import Activity, OpenAlert, SeatLive
+from gpuseat.services.activity import OpenAlert, SeatLive
 from gpuseat.services.survey import SurveyResults, SurveyService
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ class ReadinessSummary:
 
 def readiness_summary(store: CourseStore, course: str, seats: list[SeatView]) -> ReadinessSummary:
     """Each held (or checked) seat's last ``seats check`` result (stored by the check), in seat order."""
-    checks = store.readiness_of(course)
+    checks = store.delivery.readiness_of(course)
     rows = []
     for s in seats:
         c = checks.get(s.key)
@@ -248,7 +248,7 @@ def _alternatives(store: CourseStore, course: str, catalog: Catalog, notes: list
     from gpuseat.errors import GpuseatError
 
     try:
-        cf = store.course_file(course)
+        cf = store.courses.course_file(course)
         if cf.offers_files:
             notes.append("the course's own offers files are not stored: alternatives use the bundled offers")
         result = plan(cf, select_offers(list(catalog.offers), cf.offers), catalog=catalog, alternatives=5)
@@ -272,12 +272,12 @@ def build_digest(
     from gpuseat.bench.results import recorded_results
 
     now = now or datetime.now(UTC)
-    view = store.get_course(course)
+    view = store.courses.get_course(course)
     key = view.key
     notes: list[str] = []
-    participants = store.participants(key)
-    seat_views = store.seats(key)
-    activity = Activity(store)
+    participants = store.roster.participants(key)
+    seat_views = store.seats.seats(key)
+    activity = store.activity
     ids = {s.key: s.id for s in seat_views}  # seat keys are unique only within a course: go by id
     live = activity.live(seat_ids=ids.values())
     last = activity.last_active(seat_ids=ids.values())
@@ -289,7 +289,7 @@ def build_digest(
     ]
 
     option = view.plan_option
-    cf = store.course_file(key)
+    cf = store.courses.course_file(key)
     spent = spend(cf, option, catalog, now) if option else None
     curve = list(spend_curve(cf, option, catalog)) if option else []
     total = spent.planned_usd if spent else 0.0
@@ -371,6 +371,6 @@ def participant_view(
     results = recorded_results() if bench_results is None else bench_results
     bench = _seat_benchmarks([seat], results, list(catalog.references)).get(seat.key)
     sid = seat.id
-    days = Activity(store).daily(seat_ids=[sid]) if sid is not None else []
+    days = store.activity.daily(seat_ids=[sid]) if sid is not None else []
     use = ParticipantUse(who.key, seat.key, sum(d.active_hours for d in days), sum(d.sampled_hours for d in days))
     return seat, bench, use

@@ -156,7 +156,7 @@ def cloud_seats(
     that suit the group. ``count`` overrides that number (for a course with one cloud group).
     Seats are ``planned`` on engine ``skypilot`` with the offer id as profile.
     """
-    view = store.get_course(course)
+    view = store.courses.get_course(course)
     option = view.plan_option
     if not option:
         raise InputError(
@@ -179,8 +179,8 @@ def cloud_seats(
             f"--count {count}", where="--count", fix="give a positive count, for a course with one cloud group"
         )
     needs = {g["name"]: g for g in view.summary.get("groups", ())}
-    people = store.participants(view.key)
-    stored = store.seats(view.key)
+    people = store.roster.participants(view.key)
+    stored = store.seats.seats(view.key)
     taken = {s.key for s in stored}
     start = 1 + max((int(k[len(prefix) + 1 :]) for k in taken if re.fullmatch(rf"{prefix}-\d+", k)), default=0)
     out: list[SeatSpec] = []
@@ -307,16 +307,16 @@ def record_inventory_access(
     done = 0
     for s in seats:
         made_for_seat = Access.from_dict({**made.to_dict(), "device_uuid": s.device_uuid})
-        done += store.record_delivery(s.course, s.key, access=made_for_seat, actor=actor)
+        done += store.delivery.record_delivery(s.course, s.key, access=made_for_seat, actor=actor)
     return done
 
 
 def cloud_over_plan(store: CourseStore, course: str | None, adding: int) -> str | None:
     """A warning when cloud seats would outnumber the cloud machines of the chosen plan option."""
-    view = store.get_course(course)
+    view = store.courses.get_course(course)
     option = view.plan_option or {}
     planned = sum(int(g.get("seats") or 0) for g in option.get("groups", ()) if g.get("mode") == "instance")
-    have = sum(1 for s in store.seats(view.key) if s.kind == "cloud")
+    have = sum(1 for s in store.seats.seats(view.key) if s.kind == "cloud")
     if planned and have + adding > planned:
         return (
             f"{adding} cloud seat(s) would make {have + adding}, but plan option {option.get('rank')} rents "

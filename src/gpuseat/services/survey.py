@@ -126,8 +126,8 @@ class SurveyService:
         if state not in (OPEN, CLOSED):
             raise InputError(f"unknown survey state {state!r}", where="state", fix="use open or close")
         self._rows.stamp(course, state)
-        view = self.store.get_course(course)
-        self.store.set_survey_state(view.key, state, actor=actor)
+        view = self.store.courses.get_course(course)
+        self.store.courses.set_survey_state(view.key, state, actor=actor)
 
     def submit(self, course: str | None, participant: str, form: Mapping[str, Sequence[str]]) -> dict[str, Any]:
         """Check and store one participant's answers (replacing their earlier ones); the survey must be open."""

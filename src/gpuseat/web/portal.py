@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from datetime import time as dtime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from zoneinfo import ZoneInfo
 
 from gpuseat.core.roster import RosterText
@@ -58,7 +58,11 @@ class _PageReads:
     seat; through this each course-wide answer is read once for the page (it lives as long as the page).
     """
 
-    _ONCE = ("access_of", "readiness_of", "participants", "seats")
+    _ONCE: ClassVar[dict[str, tuple[str, ...]]] = {
+        "delivery": ("access_of", "readiness_of"),
+        "roster": ("participants",),
+        "seats": ("seats",),
+    }
 
     def __init__(self, store: CourseStore) -> None:
         self._store = store
@@ -66,7 +70,18 @@ class _PageReads:
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self._store, name)
-        if name not in self._ONCE:
+        return _ReadOnce(found, self._ONCE[name], self._memo) if name in self._ONCE else found
+
+
+class _ReadOnce:
+    """One concern of the store (``store.seats`` …) whose course-wide reads in ``names`` are made once."""
+
+    def __init__(self, concern: Any, names: tuple[str, ...], memo: dict[tuple[str, str | None], Any]) -> None:
+        self._concern, self._names, self._memo = concern, names, memo
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._concern, name)
+        if name not in self._names:
             return found
 
         def once(course: str | None = None) -> Any:
@@ -118,8 +133,8 @@ class Portal:
     def __post_init__(self) -> None:
         self.surveys = SurveyService(self.store)
         check_base_url(self.base_url)  # the links it shows are BASE/t/TOKEN: never javascript: or worse
-        self.accounts = Accounts(self.store)
-        self.activity = Activity(self.store)
+        self.accounts = self.store.accounts
+        self.activity = self.store.activity
 
     # Participant pages are polled by everyone at once: what they read is cached for a moment.
 
@@ -140,7 +155,7 @@ class Portal:
         if cached is not None and now - cached[0] < TOKEN_CACHE_S:
             hit: TokenHit | None = cached[1]
         else:
-            hit = self.store.find_token(token)
+            hit = self.store.tokens.find_token(token)
             if hit is None or hit.participant is None:
                 self._tokens.pop(token, None)
                 return hit
@@ -180,7 +195,7 @@ class Portal:
         if not pending:
             return
         try:
-            done = self.store.record_visits(pending)
+            done = self.store.tokens.record_visits(pending)
         except Exception:  # a visit is a hint for the organizer, never worth a failed page or thread
             log.warning("could not record %d link visits", len(pending), exc_info=True)
             return
@@ -204,7 +219,7 @@ class Portal:
             pending, self._visits = self._visits, {}
         if pending:
             try:
-                self.store.record_visits(pending)
+                self.store.tokens.record_visits(pending)
             except Exception:
                 log.warning("could not record %d link visits at shutdown", len(pending), exc_info=True)
 
@@ -216,7 +231,7 @@ class Portal:
     def import_roster(self, text: str, *, where: str, actor: str) -> Any:
         """A roster import: in a worker process for a file-backed or server database (see web.workers)."""
         if self.store.in_memory:
-            return self.store.import_roster(self.course_key, RosterText(text, where=where), actor=actor)
+            return self.store.roster.import_roster(self.course_key, RosterText(text, where=where), actor=actor)
         from gpuseat.web.workers import import_roster
 
         return import_roster(self.store.url, self.course_key, text, where=where, actor=actor)
@@ -248,7 +263,7 @@ class Portal:
         hit = self._courses.get(key)
         if hit is not None and time.monotonic() - hit[0] < TOKEN_CACHE_S:
             return hit[1]
-        view = self.store.get_course(key)
+        view = self.store.courses.get_course(key)
         self._courses[key] = (time.monotonic(), view)
         return view
 
@@ -340,8 +355,8 @@ class Portal:
 
         key = self.course_key
         reads = cast("CourseStore", _PageReads(self.store))
-        participants = reads.participants(key)
-        seats: list[SeatView] = reads.seats(key)
+        participants = reads.roster.participants(key)
+        seats: list[SeatView] = reads.seats.seats(key)
         ids = [s.id for s in seats]  # seat keys are unique only within a course: go by id
         live = self.activity.live(seat_ids=ids) if ids else {}
         last = self.activity.last_active(seat_ids=ids) if ids else {}
@@ -356,5 +371,5 @@ class Portal:
     def course_key(self) -> str:
         """The served course's key (looked up once: a course is never renamed)."""
         if self._key is None:
-            self._key = self.store.get_course(self.course).key
+            self._key = self.store.courses.get_course(self.course).key
         return self._key

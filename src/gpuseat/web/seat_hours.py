@@ -14,8 +14,8 @@ COLUMNS = ("participant", "group", "seat", "quota", "topups", "used", "left", "g
 def hour_rows(portal: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One row per participant, and the course's own policy (``{}`` without a course file)."""
     key = portal.course_key
-    people = {p.key: p for p in portal.store.participants(key)}
-    hours = portal.store.seat_hours(key)
+    people = {p.key: p for p in portal.store.roster.participants(key)}
+    hours = portal.store.requests.seat_hours(key)
     busy = _gpu_busy(portal, key)
     rows = [
         {
@@ -29,7 +29,7 @@ def hour_rows(portal: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         if k in people
     ]
     try:
-        policy = portal.store.course_file(key).policy.model_dump()
+        policy = portal.store.courses.course_file(key).policy.model_dump()
     except GpuseatError:  # a course without a file has no policy
         policy = {}
     return rows, policy
@@ -37,10 +37,8 @@ def hour_rows(portal: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def _gpu_busy(portal: Any, course: str) -> dict[str, float]:
     """Hours each seat's GPU was in use, from the monitor's one-minute rollups (0 without a monitor)."""
-    from gpuseat.store.activity import Activity
-
-    ids = {s.id: s.key for s in portal.store.seats(course)}
+    ids = {s.id: s.key for s in portal.store.seats.seats(course)}
     out: dict[str, float] = {}
-    for day in Activity(portal.store).daily(seat_ids=list(ids)):
+    for day in portal.store.activity.daily(seat_ids=list(ids)):
         out[ids[day.seat_id]] = out.get(ids[day.seat_id], 0.0) + day.active_hours
     return out

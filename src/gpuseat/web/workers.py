@@ -30,7 +30,7 @@ def _import_roster(url: str, course: str, text: str, where: str, actor: str) -> 
     except GpuseatError as exc:
         return "error", ("store", exc.what, exc.where, exc.fix)
     try:
-        return "ok", store.import_roster(course, RosterText(text, where=where), actor=actor)
+        return "ok", store.roster.import_roster(course, RosterText(text, where=where), actor=actor)
     except GpuseatError as exc:
         return "error", ("input" if isinstance(exc, InputError) else "store", exc.what, exc.where, exc.fix)
     finally:

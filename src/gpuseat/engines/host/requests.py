@@ -57,19 +57,23 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
     here = {s.key for s in course.seats if s.engine == "host" and (s.host or None) == engine.host}
     if not here:
         return
-    pending = [r for r in engine.store.seat_requests(engine.course, pending=True, limit=10_000) if r.seat in here]
+    pending = [
+        r for r in engine.store.requests.seat_requests(engine.course, pending=True, limit=10_000) if r.seat in here
+    ]
     holders = {seat.key: p for seat, p in course.holders() if seat.key in here}
-    states = engine.store.run_states(engine.course)
-    hours = engine.store.seat_hours(engine.course, now=course.now) if holders else {}
+    states = engine.store.requests.run_states(engine.course)
+    hours = engine.store.requests.seat_hours(engine.course, now=course.now) if holders else {}
     now = course.now or datetime.now(UTC)
-    sessions = engine.store.seat_policies(engine.course, now=now) if holders else None
+    sessions = engine.store.requests.seat_policies(engine.course, now=now) if holders else None
     policies = sessions.policies if sessions is not None else {}
     in_session = sessions is not None and sessions.current is not None
-    checks = engine.store.readiness_of(engine.course) if sessions is not None and sessions.upcoming else {}
+    checks = engine.store.delivery.readiness_of(engine.course) if sessions is not None and sessions.upcoming else {}
     windows: dict[datetime, dict[str, tuple[int, int | None, datetime]]] = {}
     since_of = {seat.key: seat.assigned_since for seat in course.seats}
     connected = (
-        engine.store.connected(engine.course) if any(x.get("never_connected_hours") for x in policies.values()) else {}
+        engine.store.requests.connected(engine.course)
+        if any(x.get("never_connected_hours") for x in policies.values())
+        else {}
     )
     sshd_lines: list[str] = []
     session_lead: float | None = None  # a seat is checked before the next session in this pass
@@ -98,7 +102,7 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
             elif r.action in ("start", "restart", "reset"):
                 if empty:
                     assert h is not None
-                    refused = f"{HOURS_REASON} (0 of {h.quota + h.topups:g} h): ask the organizer for more"
+                    refused = f"{HOURS_REASON} (0 of {(h.quota or 0) + h.topups:g} h): ask the organizer for more"
                 else:
                     running = True
                     if r.action in ("restart", "reset"):
@@ -110,7 +114,7 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
             add(_record(engine, r, course, refused=refused, login=login))
         if running and empty and not any(r.action in ("start", "restart", "reset") for r in mine):
             assert h is not None
-            why = f"{HOURS_REASON}: {h.used:.1f} of {h.quota + h.topups:g} h used"
+            why = f"{HOURS_REASON}: {h.used:.1f} of {(h.quota or 0) + h.topups:g} h used"
             add(_step(engine, "seat.stop", seat_key, why, "record", participant=p.key, reason=why))
             running = False
         if running and not mine and not in_session and policies.get(p.key, {}).get("idle_minutes"):
@@ -157,16 +161,16 @@ def do_request(engine: HostEngine, step: Step) -> str | None:
     if engine.runner.dry_run:
         return None
     if step.action == "seat.stop":
-        engine.store.agent_stop(engine.course, str(step.participant), str(d["reason"]))
+        engine.store.requests.agent_stop(engine.course, str(step.participant), str(d["reason"]))
         return None
     if step.action == "seat.check":
         return _check_seat(engine, step)
     if step.action == "seat.connected":
-        engine.store.log_any(engine.course, "seat.connected", participant=step.participant, seat=step.target,
+        engine.store.agents.log_any(engine.course, "seat.connected", participant=step.participant, seat=step.target,
                              detail={"login": d["login"]}, actor="gpuseat-agent")  # fmt: skip
         return None
     if step.action == "seat.warn":
-        engine.store.warn_idle(engine.course, str(step.participant), step.target, str(d["text"]))
+        engine.store.requests.warn_idle(engine.course, str(step.participant), step.target, str(d["text"]))
         url = course_webhook.webhook_of(engine.store, engine.course)
         if url is not None:
             stops = datetime.now(UTC) + timedelta(minutes=int(d["grace"]))
@@ -177,7 +181,7 @@ def do_request(engine: HostEngine, step: Step) -> str | None:
     if step.action == "session.report":
         return _report_session(engine, step)
     ok, reason = _verdict(engine, d)
-    engine.store.finish_request(engine.course, int(d["id"]), ok=ok, reason=reason)
+    engine.store.requests.finish_request(engine.course, int(d["id"]), ok=ok, reason=reason)
     if not ok:
         return f"request {d['id']} ({d['request']}) failed: {reason}"
     return None
@@ -233,14 +237,14 @@ def _idle_step(
         if (started is not None and started > since) or (last_ssh is not None and last_ssh > since):
             return False
         if since not in windows:
-            windows[since] = engine.store.gpu_window(engine.course, since)
+            windows[since] = engine.store.requests.gpu_window(engine.course, since)
         got = windows[since].get(seat)
         return got is not None and got[1] is not None and got[1] < percent and got[2] <= since + SAMPLE_SLACK
 
     if not idle_for(timedelta(minutes=minutes)):
         return None
     said = f"GPU below {percent:g} % and no SSH activity for {minutes} min"
-    warned = engine.store.idle_warning(engine.course, who)
+    warned = engine.store.requests.idle_warning(engine.course, who)
     if warned is None or warned[0] < now - timedelta(minutes=minutes + grace) - SAMPLE_SLACK:
         text = f"your seat is idle ({said}): it stops in {grace} min unless you use it"
         return _step(engine, "seat.warn", seat, text, "record", participant=who, text=text, minutes=minutes,
@@ -272,12 +276,12 @@ def _check_seat(engine: HostEngine, step: Step) -> str | None:
     """Probe the seat as its participant (what ``seats check`` does) and store the result."""
     if engine.runner.dry_run:
         return None
-    seat = engine.store.get_seat(engine.course, step.target)
-    people = {p.key: p for p in engine.store.participants(engine.course)}
+    seat = engine.store.seats.get_seat(engine.course, step.target)
+    people = {p.key: p for p in engine.store.roster.participants(engine.course)}
     if seat.participant is None or seat.participant not in people:
         return None
     result = engine.probe(seat, people[seat.participant])
-    engine.store.record_readiness([result], actor="gpuseat-agent")
+    engine.store.delivery.record_readiness([result], actor="gpuseat-agent")
     return None if result.state == "ready" else f"{step.target} is broken before the session: {result.reason}"
 
 
@@ -286,7 +290,7 @@ def _report_session(engine: HostEngine, step: Step) -> str | None:
     (again only when that list changed)."""
     d = step.data
     since = datetime.fromisoformat(str(d["since"]))
-    checks = engine.store.readiness_of(engine.course)
+    checks = engine.store.delivery.readiness_of(engine.course)
     seen = {k: v for k, v in checks.items() if k in d["held"] and v.get("checked_at")}
     seen = {k: v for k, v in seen.items() if datetime.fromisoformat(str(v["checked_at"])) >= since}
     broken = [{"seat": k, "participant": v.get("participant"), "reason": v.get("reason")}

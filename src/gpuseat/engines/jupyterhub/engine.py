@@ -290,7 +290,7 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
             if user:
                 out[user] = p
         if state.course is None:
-            for h in self.store.holdings(state.key):
+            for h in self.store.agents.holdings(state.key):
                 if h["engine"] == ENGINE:
                     out.setdefault(str(h["login"]), None)
         return out
@@ -372,7 +372,7 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
 
     def _held_before(self, state: CourseState) -> bool:
         """True when the engine last saw servers of this course (its seats may have moved to another engine)."""
-        return any(h["engine"] == ENGINE for h in self.store.holdings(state.key))
+        return any(h["engine"] == ENGINE for h in self.store.agents.holdings(state.key))
 
     def _access(self, user: str, seat: SeatView, holder: str | None = None) -> Access:
         url = f"{self.hub_url}/user/{quote(user, safe='')}/"
@@ -434,17 +434,19 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
 
     def _free(self, seat_key: str, ref: str) -> None:
         """The seat goes back to ``planned`` if it is still marked as held by a server that is gone."""
-        seat = self.store.get_seat(self.course, seat_key)
+        seat = self.store.seats.get_seat(self.course, seat_key)
         if (seat.engine_ref or "") != ref:
             return  # a server took it since the plan: the hooks own it now
         if seat.state in HELD:
             user, _, name = ref.partition("/")
             if name in ((self._model(user) or {}).get("servers") or {}):
                 raise EngineError(f"server {ref} still runs: seat {seat_key} stays held", where=self.api)
-            self.store.set_seat_state(self.course, seat_key, "released", reason=f"server {ref} stopped", actor=ACTOR)
-            seat = self.store.get_seat(self.course, seat_key)
+            self.store.seats.set_seat_state(
+                self.course, seat_key, "released", reason=f"server {ref} stopped", actor=ACTOR
+            )
+            seat = self.store.seats.get_seat(self.course, seat_key)
         if seat.state == "released":
-            self.store.set_seat_state(
+            self.store.seats.set_seat_state(
                 self.course, seat_key, "planned", reason="free for its holder's next start", actor=ACTOR
             )
 

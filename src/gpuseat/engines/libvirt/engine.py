@@ -180,7 +180,7 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
         packages: tuple[str, ...] = ()
         commands: tuple[str, ...] = ()
         try:
-            vm = self.store.course_file(self.course).vm
+            vm = self.store.courses.course_file(self.course).vm
             packages, commands = tuple(vm.packages), tuple(vm.commands)
         except GpuseatError:
             pass  # a course gone from the store: nothing is made for it
@@ -223,7 +223,7 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
         seats = self._seats(course)
         elsewhere = {s.key for s in course.seats if s.engine == self.name} - set(seats)  # another --host's
         owned = {k: d for k, d in lv.owned(self.course).items() if k not in elsewhere}
-        deleting = course.course is None or self.course in self.store.pending_deletions()
+        deleting = course.course is None or self.course in self.store.agents.pending_deletions()
         holders = {s.key: p for s, p in course.holders() if s.key in seats} if course.active else {}
         records = self._records() and course.course is not None and not course.archived
         gone = "the course is archived" if course.archived else None
@@ -457,10 +457,10 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
                 return requests.do_request(self, step)
             case "seat.clear":
                 if not self.runner.dry_run:
-                    seat = self.store.get_seat(self.course, d["seat"])
+                    seat = self.store.seats.get_seat(self.course, d["seat"])
                     state = "requested" if seat.state == "running" else seat.state
                     access = Access(kind="ssh", device_uuid=seat.device_uuid, notes=("nobody holds this seat",))
-                    self.store.set_seat_state(self.course, seat.key, state, reason="libvirt: nobody holds it",
+                    self.store.seats.set_seat_state(self.course, seat.key, state, reason="libvirt: nobody holds it",
                                               connect="", access=access, actor=ACTOR)  # fmt: skip
             case _:
                 raise InputError(f"the libvirt engine has no step {step.action!r}", where="plan")
@@ -471,7 +471,7 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
         d, lv = step.data, self.libvirt
         if self.runner.dry_run:
             return None
-        seat = self.store.get_seat(self.course, d["seat"])
+        seat = self.store.seats.get_seat(self.course, d["seat"])
         dom = lv.lookup(vm_.domain_name(self.course, seat.key))
         running = bool(dom is not None and dom.isActive())
         ip = vm_.address(lv, dom) if running else None
@@ -485,8 +485,8 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
         from gpuseat.core.seating import transition_error
 
         if transition_error(seat.state, state):  # a released seat is requested again first
-            self.store.set_seat_state(self.course, seat.key, "requested", reason="libvirt", actor=ACTOR)
-        self.store.set_seat_state(self.course, seat.key, state, reason=reason, engine_ref=vm_.domain_name(
+            self.store.seats.set_seat_state(self.course, seat.key, "requested", reason="libvirt", actor=ACTOR)
+        self.store.seats.set_seat_state(self.course, seat.key, state, reason=reason, engine_ref=vm_.domain_name(
             self.course, seat.key), connect=connect, access=access, actor=ACTOR)  # fmt: skip
         return None if ip or not running else "no address yet: the next apply (or the agent) records it"
 
@@ -549,7 +549,7 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
     def refused(self, participant: ParticipantView) -> str | None:
         """Exclusivity: None when ``participant`` (a previous or released holder) has no running VM of
         this course on a seat they do not hold; else which one."""
-        holds = {s.key: s.participant for s in self.store.seats(self.course)}
+        holds = {s.key: s.participant for s in self.store.seats.seats(self.course)}
         for dom, who in self.libvirt.domains():
             if who is None or who.course != self.course or who.participant != participant.key:
                 continue

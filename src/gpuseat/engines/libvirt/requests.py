@@ -38,10 +38,12 @@ def plan_requests(engine: LibvirtEngine, course: CourseState, changes: Changes, 
     if not seats or course.course is None or course.archived:
         return
     holders = {s.key: p for s, p in course.holders() if s.key in seats} if course.active else {}
-    pending = [r for r in engine.store.seat_requests(engine.course, pending=True, limit=10_000) if r.seat in seats]
+    pending = [
+        r for r in engine.store.requests.seat_requests(engine.course, pending=True, limit=10_000) if r.seat in seats
+    ]
     if not holders and not pending:
         return
-    states = engine.store.run_states(engine.course)
+    states = engine.store.requests.run_states(engine.course)
     add = changes.steps.append
     for r in sorted(pending, key=lambda x: x.id):
         p = holders.get(r.seat or "")
@@ -113,7 +115,7 @@ def do_request(engine: LibvirtEngine, step: Step) -> str | None:
     if engine.runner.dry_run:
         return None
     ok, reason = _verdict(engine, step)
-    if not engine.store.finish_request(engine.course, int(d["id"]), ok=ok, reason=reason):
+    if not engine.store.requests.finish_request(engine.course, int(d["id"]), ok=ok, reason=reason):
         return None  # already done (a reset marks its own request)
     return None if ok else f"request {d['id']} ({d['request']}) failed: {reason}"
 
@@ -138,7 +140,7 @@ def _reset(engine: LibvirtEngine, step: Step) -> str | None:
     vm = engine._vm(d["seat"], step.participant or "", d["login"], d["keys"])
     made = vm_.ensure_vm(lv, engine.course, engine.layout, vm, o)
     said = "reset: a fresh disk from the course's image" + (", you can log in" if made.running else "")
-    engine.store.finish_request(engine.course, int(d["id"]), ok=True, reason=said)
+    engine.store.requests.finish_request(engine.course, int(d["id"]), ok=True, reason=said)
     return f"{', '.join(gone) or 'no disk'} replaced by a fresh overlay of {o.image}"
 
 
@@ -155,8 +157,8 @@ def _verdict(engine: LibvirtEngine, step: Step) -> tuple[bool, str]:
     if action == "stop":
         return (True, "stopped: the VM is powered off") if not on else (False, "the VM could not be powered off")
     if action == "key":
-        seat, p = engine.store.get_seat(engine.course, str(d["seat"])), None
-        people = {x.key: x for x in engine.store.participants(engine.course)}
+        seat, p = engine.store.seats.get_seat(engine.course, str(d["seat"])), None
+        people = {x.key: x for x in engine.store.roster.participants(engine.course)}
         p = people.get(seat.participant or "")
         if p is None or not p.ssh_key:
             return False, "the key could not be installed"

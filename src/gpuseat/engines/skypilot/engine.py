@@ -142,12 +142,12 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         return sorted((s for s in state.seats if s.engine == self.name), key=lambda s: s.key)
 
     def _deleting(self, state: CourseState) -> bool:
-        return state.course is None or self.course in self.store.pending_deletions()
+        return state.course is None or self.course in self.store.agents.pending_deletions()
 
     def _known(self, seats: Sequence[SeatView]) -> list[str]:
         """Cluster names this course may have: its seats' and those last observed for it."""
         names = {self.cluster_of(s) for s in seats}
-        for h in self.store.holdings(self.course):
+        for h in self.store.agents.holdings(self.course):
             if h["engine"] == self.name and h["what"] == "cluster" and tasks.CLUSTER_NAME.fullmatch(h["login"]):
                 names.add(h["login"])
         return sorted(names)
@@ -334,9 +334,9 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
                 self._record(step)
             case "seat.clear":
                 if not self.runner.dry_run:
-                    if self.store.get_seat(self.course, step.target).state == "running":  # running → planned
-                        self.store.record_delivery(self.course, step.target, state="requested", actor=ACTOR)
-                    self.store.record_delivery(
+                    if self.store.seats.get_seat(self.course, step.target).state == "running":  # running → planned
+                        self.store.delivery.record_delivery(self.course, step.target, state="requested", actor=ACTOR)
+                    self.store.delivery.record_delivery(
                         self.course,
                         step.target,
                         clear_access=True,
@@ -353,12 +353,12 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         if d.get("error"):
             if not self.runner.dry_run:
                 reason = f"not launched: {d['error']}"[:1900]
-                self.store.record_delivery(self.course, seat, state="failed", reason=reason, actor=ACTOR)
+                self.store.delivery.record_delivery(self.course, seat, state="failed", reason=reason, actor=ACTOR)
             raise InputError(d["error"], where=f"seat {seat}", fix="fix the setting or roster value; the agent retries")
         if not self.runner.dry_run:
             started = datetime.now(UTC)
             reason = f"launching: cluster {cluster} for {d['login']} (sky launch started {started:%H:%M} UTC)"
-            self.store.record_delivery(self.course, seat, state="requested", reason=reason, actor=ACTOR)
+            self.store.delivery.record_delivery(self.course, seat, state="requested", reason=reason, actor=ACTOR)
         try:  # submitted, not waited: every seat launches side by side; its record step waits for it
             request = self.sky.launch(cluster, dict(d["task"]), idle_minutes=d.get("idle_minutes"), wait=False)
         except EngineError as exc:
@@ -370,7 +370,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
     def _not_launched(self, seat: str, exc: EngineError) -> None:
         if not self.runner.dry_run:
             reason = f"not launched: {exc.what}"[:1900]
-            self.store.record_delivery(self.course, seat, state="failed", reason=reason, actor=ACTOR)
+            self.store.delivery.record_delivery(self.course, seat, state="failed", reason=reason, actor=ACTOR)
 
     def _record(self, step: Step) -> None:
         d = step.data
@@ -388,12 +388,12 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
             if info is None or not info.up or not info.ip:
                 state = info.status if info is not None else "gone"
                 raise EngineError(f"cluster {d['cluster']} is {state} after its launch", where=f"seat {step.target}")
-            seat = self.store.get_seat(self.course, step.target)
+            seat = self.store.seats.get_seat(self.course, step.target)
             access = self._access(info, d["login"], d["holder"], seat).to_dict()
             state, reason = "running", d["reason"]
         else:
             access, state, reason = d["access"], d["state"], d["reason"]
-        self.store.record_delivery(
+        self.store.delivery.record_delivery(
             self.course,
             step.target,
             access=Access.from_dict(access),
@@ -426,7 +426,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
 
     def connect(self, seat: SeatView) -> Access | None:
         """The stored way in, when it was made for the seat's holder and its cluster is up (else None)."""
-        stored = self.store.access_of(self.course).get(seat.key)
+        stored = self.store.delivery.access_of(self.course).get(seat.key)
         if not stored or not seat.participant or stored.get("holder") != seat.participant or not stored.get("host"):
             return None
         return Access.from_dict(stored)
@@ -453,7 +453,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         reason = seat.state_reason or ""
         if reason.startswith(STATES) and not reason.startswith("running"):
             return reason
-        stored = self.store.access_of(self.course).get(seat.key) or {}
+        stored = self.store.delivery.access_of(self.course).get(seat.key) or {}
         if stored.get("holder") and stored.get("holder") != participant.key:
             return f"being prepared: the agent hands {self.cluster_of(seat)} over to {self.login_of(participant)}"
         return (
@@ -465,8 +465,8 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         """Exclusivity: None when ``participant`` (a previous or released holder) cannot log in on any up
         cluster of a seat they held; else what still lets them in. A stopped cluster lets nobody in."""
         login = self.login_of(participant)
-        held = {a.seat for a in self.store.history(self.course, participant=participant.key)}
-        access = self.store.access_of(self.course)
+        held = {a.seat for a in self.store.seats.history(self.course, participant=participant.key)}
+        access = self.store.delivery.access_of(self.course)
         for seat in sorted(held):
             stored = access.get(seat) or {}
             if not stored.get("host") or stored.get("holder") == participant.key:
@@ -485,7 +485,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
 
         cluster = self.cluster_of(seat)
         now = datetime.now(UTC)
-        stored = self.store.access_of(self.course).get(seat.key) or {}
+        stored = self.store.delivery.access_of(self.course).get(seat.key) or {}
         made_for = stored.get("holder")
         if not stored.get("host") or (made_for and made_for != participant.key):
             why = self.state_of(seat, participant)

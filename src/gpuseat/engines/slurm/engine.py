@@ -184,7 +184,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
 
         assert state.course is not None
         try:
-            sched = self.store.course_file(state.key).schedule
+            sched = self.store.courses.course_file(state.key).schedule
         except GpuseatError:
             return []
         tz = state.course.timezone

@@ -65,7 +65,7 @@ def login(request: Request, data: FormData = Depends(read_form), portal: Portal 
             return PlainTextResponse("too many failed logins: wait a few minutes", status_code=429)
         return page(request, "login.html", status=401, user=None, error="wrong user name or password")
     portal.login_limit.forget(key)
-    portal.store.log(portal.course_key, "portal.login", actor=user)
+    portal.store.events.log(portal.course_key, "portal.login", actor=user)
     response = go(request, "/overview")
     set_cookie(response, request, SESSION_COOKIE, sessions_of(request).issue(user), max_age=SESSION_MAX_AGE_S)
     return response
@@ -88,7 +88,7 @@ def logout_everywhere(
 ) -> Response:
     """End every session of this organizer (a lost laptop)."""
     n = sessions_of(request).end_all(user)
-    portal.store.log(portal.course_key, "portal.logout-all", actor=user, detail={"sessions": n})
+    portal.store.events.log(portal.course_key, "portal.logout-all", actor=user, detail={"sessions": n})
     response = go(request, "/login")
     drop_session_cookie(response, request)
     return response
@@ -109,13 +109,13 @@ def overview(request: Request, portal: Portal = Depends(get_portal)) -> Response
 def roster_page(request: Request, portal: Portal, status: int = 200, **ctx: Any) -> Response:
     """The roster (its first rows: a page of 20,000 rows helps nobody and costs seconds to render)."""
     key = portal.course_key
-    people = portal.store.participants(key)
+    people = portal.store.roster.participants(key)
     return page(
         request,
         "roster.html",
         status=status,
         tab="roster",
-        course=portal.store.get_course(key),
+        course=portal.store.courses.get_course(key),
         people=people[:ROSTER_ROWS],
         total=len(people),
         **ctx,
@@ -209,18 +209,18 @@ def seat_action(
     key = portal.course_key
     try:
         if action == "assign-all":
-            rep = portal.store.assign_all(key, partial=True, actor=user)
+            rep = portal.store.seats.assign_all(key, partial=True, actor=user)
             notice = f"assigned {len(rep.assigned)} seats" + (
                 f"; no seat for {', '.join(rep.unassigned)}" if rep.unassigned else ""
             )
         elif action == "assign":
-            portal.store.assign(key, who, seat, actor=user)
+            portal.store.seats.assign(key, who, seat, actor=user)
             notice = f"{who} now holds seat {seat}"
         elif action == "move":
-            portal.store.move(key, who, seat, actor=user)
+            portal.store.seats.move(key, who, seat, actor=user)
             notice = f"{who} moved to seat {seat}"
         elif action == "release":
-            done = portal.store.release(key, seat=seat or None, participant=None if seat else who, actor=user)
+            done = portal.store.seats.release(key, seat=seat or None, participant=None if seat else who, actor=user)
             notice = (
                 f"released seat {done.seat} of {done.participant} (undo: assign {done.participant} to {done.seat})"
                 if done
@@ -245,12 +245,12 @@ def seat_connect(
 
     value = {k: str(data.get(k, "")).strip() or None for k in ("seat", "ssh", "jump", "url", "note")}
     try:
-        seat = portal.store.get_seat(portal.course_key, value["seat"] or "")
+        seat = portal.store.seats.get_seat(portal.course_key, value["seat"] or "")
         notes = [value["note"]] if value["note"] else []
         made = build_access(
             value["ssh"], value["url"], value["jump"], notes, None, seat.device_uuid, server_name=seat.host
         )
-        portal.store.record_delivery(seat.course, seat.key, access=made, actor=user)
+        portal.store.delivery.record_delivery(seat.course, seat.key, access=made, actor=user)
     except InputError as exc:
         return seats_page(request, portal, status=400, error=exc.message)
     return seats_page(request, portal, notice=f"seat {seat.key}: way in saved")
@@ -285,14 +285,14 @@ def hours_csv(portal: Portal = Depends(get_portal)) -> Response:
 @router.get("/seats.csv", dependencies=[Organizer])
 def seats_csv(portal: Portal = Depends(get_portal)) -> Response:
     """Every seat, as a CSV."""
-    rows = portal.store.seats(portal.course_key)
+    rows = portal.store.seats.seats(portal.course_key)
     return download(csv_text(SEAT_COLUMNS, ([getattr(s, c) for c in SEAT_COLUMNS] for s in rows)), "seats.csv")
 
 
 @router.get("/roster.csv", dependencies=[Organizer])
 def roster_csv(portal: Portal = Depends(get_portal)) -> Response:
     """The roster, as a CSV."""
-    rows = portal.store.participants(portal.course_key)
+    rows = portal.store.roster.participants(portal.course_key)
     return download(csv_text(ROSTER_COLUMNS, ([getattr(p, c) for c in ROSTER_COLUMNS] for p in rows)), "roster.csv")
 
 
@@ -302,7 +302,7 @@ def roster_csv(portal: Portal = Depends(get_portal)) -> Response:
 @router.get("/links", response_class=HTMLResponse, dependencies=[Organizer])
 def links(request: Request, portal: Portal = Depends(get_portal)) -> Response:
     """Who has a link, who used it."""
-    return page(request, "links.html", tab="links", status_rows=portal.store.token_status(portal.course_key))
+    return page(request, "links.html", tab="links", status_rows=portal.store.tokens.token_status(portal.course_key))
 
 
 @router.post("/links")
@@ -317,20 +317,20 @@ def links_action(
     people = [who] if who else None
     key = portal.course_key
     if action == "issue":  # links for those without one; sent links stay valid
-        issued = portal.store.issue_tokens(key, people, actor=user)
+        issued = portal.store.tokens.issue_tokens(key, people, actor=user)
         notice = f"issued {len(issued)} new links" + (
             "" if issued else " (everyone already has one: rotate a participant's link to replace it)"
         )
     elif action == "rotate":
-        issued = portal.store.rotate_tokens(key, people, actor=user)
+        issued = portal.store.tokens.rotate_tokens(key, people, actor=user)
         notice = f"rotated {len(issued)} links: the old ones no longer open anything"
     elif action == "revoke":
         issued = []
-        notice = f"revoked {portal.store.revoke_tokens(key, people, actor=user)} links"
+        notice = f"revoked {portal.store.tokens.revoke_tokens(key, people, actor=user)} links"
     else:
         raise InputError(f"unknown action {action[:20]!r}", where="action", fix="use the page's buttons")
     portal.forget_tokens()
-    rows = {p.key: p for p in portal.store.participants(key)}
+    rows = {p.key: p for p in portal.store.roster.participants(key)}
     base = portal.public_url(root(request))
     fresh = [
         {
@@ -345,5 +345,10 @@ def links_action(
         cols = ["participant", "name", "email", "link"]
         return download(csv_text(cols, ([f[c] for c in cols] for f in fresh)), "access-links.csv")
     return page(
-        request, "links.html", tab="links", fresh=fresh, notice=notice, status_rows=portal.store.token_status(key)
+        request,
+        "links.html",
+        tab="links",
+        fresh=fresh,
+        notice=notice,
+        status_rows=portal.store.tokens.token_status(key),
     )

@@ -48,7 +48,7 @@ def participant_page(request: Request, token: str, who: ParticipantView, status:
         from gpuseat.services.delivery import way_in
 
         way = way_in(portal.store, seat, who)
-        check = portal.store.readiness_of(key).get(seat.key)
+        check = portal.store.delivery.readiness_of(key).get(seat.key)
     return page(
         request,
         "participant.html",
@@ -96,7 +96,7 @@ def participant_ssh_config(
     """An ``ssh_config`` block for the seat's way in, as a download (404 while there is none)."""
     from gpuseat.services.delivery import way_in
 
-    seat = portal.store.seat_of(who.course, who.key)
+    seat = portal.store.seats.seat_of(who.course, who.key)
     way = way_in(portal.store, seat, who) if seat is not None else None
     if seat is None or way is None or way.ssh_config is None:
         return PlainTextResponse("no SSH way in for your seat yet\n", status_code=404)
@@ -121,7 +121,7 @@ def participant_seat(
     # the form may only name the token holder's own seat and self: anything else is an attempt
     named_seat, named_who = str(data.get("seat", "") or ""), str(data.get("participant", "") or "")
     if (named_seat and named_seat != (who.seat or "")) or (named_who and named_who != who.key):
-        portal.store.log(
+        portal.store.events.log(
             who.course, "portal.refused", participant=who.key, detail={"seat": named_seat[:64]}, actor=who.key
         )
         return PlainTextResponse("you can act on your own seat only", status_code=403)
@@ -134,7 +134,7 @@ def participant_seat(
     from gpuseat.store.requests import RateLimited
 
     try:
-        portal.store.request_seat(who.course, who.key, action, actor=f"participant:{who.key}", key=key)
+        portal.store.requests.request_seat(who.course, who.key, action, actor=f"participant:{who.key}", key=key)
     except RateLimited as exc:
         return PlainTextResponse(exc.message, status_code=429)
     return RedirectResponse(f"{root(request)}/t/{token}#controls", status_code=303)

@@ -85,7 +85,7 @@ def survey_template(
         path = Path(folder) / f"{template.key}.toml"
         path.write_text(to_toml(template), encoding="utf-8")
         portal.surveys.set_template(key, str(path))
-    portal.store.log(key, "survey.template", actor=user, detail={"template": template.key})
+    portal.store.events.log(key, "survey.template", actor=user, detail={"template": template.key})
     return go(request, "/survey")
 
 
