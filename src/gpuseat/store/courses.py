@@ -127,6 +127,25 @@ class Courses(Concern):
 
             return validate(CourseFile, tomllib.loads(row.source_text), where=f"course {row.key}")
 
+    def course_text(self, course: str | None = None) -> str:
+        """The stored course file's text, as written (comments included)."""
+        with self._database.read() as s:
+            row = _course(s, course)
+            if row.source_text is None:
+                raise NotFound(f"course {row.key!r} has no course file", where="course", fix="create it from a file")
+            return row.source_text
+
+    def set_course_text(
+        self, course: str | None, text: str, *, changes: list[dict[str, Any]], actor: str = DEFAULT_ACTOR
+    ) -> None:
+        """Replace the course file's text (already checked as a course file: the portal's settings page)
+        with one ``course.policy`` events row per changed field, in one transaction."""
+        with self._database.write() as s:
+            row = _course(s, course)
+            row.source_text, row.updated_at = text, datetime.now(UTC)
+            for change in changes:
+                _log(s, row.key, actor, "course.policy", detail=change)
+
     def _course_view(self, s: Session, row: CourseRecord) -> CourseView:
         participants = s.scalar(select(func.count()).where(Participant.course_id == row.id)) or 0
         seats = s.scalar(select(func.count()).where(Seat.course_id == row.id)) or 0

@@ -26,7 +26,7 @@ from gpuseat.web import deps
 from gpuseat.web.limits import BodyGuard
 from gpuseat.web.pages import HERE, make_templates
 from gpuseat.web.portal import Portal
-from gpuseat.web.routes import claim, health, organizer, participant, report, survey
+from gpuseat.web.routes import claim, health, organizer, participant, report, settings, survey
 from gpuseat.web.security import SecurityHeaders, Sessions
 
 __all__ = ["Portal", "create_app"]
@@ -61,6 +61,6 @@ def create_app(portal: Portal) -> FastAPI:
     app.exception_handler(deps.LinkRefused)(deps.link_refused)
     app.exception_handler(GpuseatError)(deps.gpuseat_error)
 
-    for concern in (health, organizer, participant, claim, survey, report):
+    for concern in (health, organizer, settings, participant, claim, survey, report):
         app.include_router(concern.router)
     return app

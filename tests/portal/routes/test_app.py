@@ -10,7 +10,7 @@ from fastapi.routing import APIRoute
 
 from gpuseat.web.app import create_app
 
-CONCERNS = ("participant", "organizer", "survey", "report", "health")
+CONCERNS = ("participant", "organizer", "survey", "report", "health", "settings")
 
 
 def test_create_app_only_wires_in_at_most_60_lines() -> None:

@@ -36,7 +36,7 @@ def test_login_needs_the_forms_token_and_the_right_password(served: Served) -> N
     ok = served.login()
     assert (ok.status_code, ok.headers["location"]) == (303, "/overview")
     assert "gpuseat_session" in ok.headers["set-cookie"] and "HttpOnly" in ok.headers["set-cookie"]
-    assert any(e.action == "portal.login" and e.actor == "admin" for e in served.store.events("lab"))
+    assert any(e.action == "portal.login" and e.actor == "admin" for e in served.store.events.events("lab"))
     for path in PAGES:
         assert served.client.get(path).status_code == 200, path
     seats = served.client.get("/seats.csv")
@@ -56,12 +56,12 @@ def test_seat_actions_need_the_sessions_form_token(served: Served) -> None:
     csrf = served.csrf("/seats")
     cross = served.client.post("/seats/action", data={"csrf": csrf, **form}, headers={"sec-fetch-site": "cross-site"})
     assert cross.status_code == 403
-    assert served.store.seat_of("lab", "ben").key == "mig-02"  # nothing moved
+    assert served.store.seats.seat_of("lab", "ben").key == "mig-02"  # nothing moved
     bad = served.client.post("/seats/action", data={"csrf": csrf, "action": "steal"})
     assert bad.status_code == 400 and "unknown action" in bad.text
     done = served.client.post("/seats/action", data={"csrf": csrf, **form})
     assert done.status_code == 200 and "released seat mig-02 of ben" in done.text
-    assert served.store.seat_of("lab", "ben") is None
+    assert served.store.seats.seat_of("lab", "ben") is None
 
 
 @pytest.mark.parametrize("action", ["rotate", "revoke"])

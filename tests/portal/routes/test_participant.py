@@ -34,7 +34,7 @@ def test_unknown_and_rotated_links_open_nothing_and_guessing_is_limited(served: 
     }
     assert served.client.get(f"/t/{made_up}/seat.json").status_code == 404
     old = served.links["ann"]
-    served.store.rotate_tokens("lab", ["ann"])
+    served.store.tokens.rotate_tokens("lab", ["ann"])
     served.client.app.state.portal.forget_tokens()  # type: ignore[attr-defined]  # as the portal's own rotate does
     assert served.client.get(f"/t/{old}").status_code == 404
     codes = [served.client.get(f"/t/{'y' * 40}{i:03d}").status_code for i in range(25)]
@@ -60,12 +60,14 @@ def test_seat_controls_act_on_the_links_own_seat_only(served: Served) -> None:
         follow_redirects=False,
     )
     assert cross.status_code == 403 and "cross-site" in cross.text
-    assert served.store.seat_requests("lab") == []
+    assert served.store.requests.seat_requests("lab") == []
     # an organizer's session is no participant's form token
     assert served.login().status_code == 303
     assert post(ben, csrf=served.csrf("/overview"), action="stop") == 403
     done = served.client.post(f"/t/{ann}/seat", data={"csrf": csrf, "action": "stop"}, follow_redirects=False)
     assert (done.status_code, done.headers["location"]) == (303, f"/t/{ann}#controls")
-    assert [(r.participant, r.seat, r.action) for r in served.store.seat_requests("lab")] == [("ann", "mig-01", "stop")]
-    refused = [e for e in served.store.events("lab") if e.action == "portal.refused"]
+    assert [(r.participant, r.seat, r.action) for r in served.store.requests.seat_requests("lab")] == [
+        ("ann", "mig-01", "stop")
+    ]
+    refused = [e for e in served.store.events.events("lab") if e.action == "portal.refused"]
     assert [e.participant for e in refused] == ["ann"]

@@ -42,7 +42,7 @@ def test_answers_without_the_links_form_token_are_refused(served: Served) -> Non
     assert served.client.post(f"/t/{ann}/survey", data=ANSWERS).status_code == 403
     assert served.client.post(f"/t/{ben}/survey", data={"csrf": csrf, **ANSWERS}).status_code == 403
     assert served.client.post(f"/t/{'q' * 43}/survey", data={"csrf": csrf, **ANSWERS}).status_code == 404
-    served.store.set_survey_state("lab", "closed")
+    served.store.courses.set_survey_state("lab", "closed")
     closed = served.client.post(f"/t/{ann}/survey", data={"csrf": csrf, **ANSWERS})
     assert closed.status_code == 422
     assert served.client.app.state.portal.surveys.export_csv("lab").count("\n") == 1  # type: ignore[attr-defined]

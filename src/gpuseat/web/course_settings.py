@@ -1,0 +1,147 @@
+"""The course settings page's form and the course file it writes: the ``[policy]`` table and each
+group's ``[groups.<name>.policy]``, checked by the same model as the course file
+(:class:`gpuseat.core.course.Policy`, then the whole :class:`~gpuseat.core.course.Course`).
+
+The course lives in the store as its TOML text, which the agent reads; an edit replaces the policy
+tables in that text and leaves every other line (comments included) as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuseat.core.course import Course, Policy
+from gpuseat.errors import InputError
+from gpuseat.files import validate
+
+FIELDS = tuple(Policy.model_fields)
+INTEGERS = frozenset(n for n in FIELDS if n.endswith("_minutes"))
+_HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
+_POLICY_TABLE = re.compile(r'^(policy|groups\.("[^"]*"|[A-Za-z0-9_-]+)\.policy)$')
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+@dataclass
+class Edit:
+    """What the form asks for: the course's policy and each group's overrides (None: not set), the
+    message for each field that is wrong and what was typed there (both keyed ``policy.<field>`` or
+    ``groups.<name>.<field>``: the form shows the typed text again beside its message)."""
+
+    course: dict[str, float | int | None]
+    groups: dict[str, dict[str, float | int | None]]
+    errors: dict[str, str] = field(default_factory=dict)
+    typed: dict[str, str] = field(default_factory=dict)
+
+
+def group_names(course: Course) -> list[str]:
+    """The groups a policy may name: the course's ``[[group]]`` tables, and any group it already sets."""
+    return sorted({g.name for g in course.group} | set(course.group_sections))
+
+
+def current(course: Course) -> Edit:
+    """The course file's policy as the form shows it."""
+    own = {g: s.policy.model_dump() for g, s in course.group_sections.items()}
+    return Edit(
+        course.policy.model_dump(),
+        {g: own.get(g, dict.fromkeys(FIELDS)) for g in group_names(course)},
+    )
+
+
+def _number(name: str, raw: str) -> float | int | None:
+    """A form value as the course file would hold it (blank: not set); :class:`ValueError` if no number."""
+    text = raw.strip()
+    if not text:
+        return None
+    if name in INTEGERS and re.fullmatch(r"[+-]?\d{1,9}", text):
+        return int(text)
+    if name not in INTEGERS and re.fullmatch(r"[+-]?(\d{1,9}(\.\d*)?|\.\d+)", text):
+        return float(text)
+    raise ValueError("a whole number of minutes" if name in INTEGERS else "a number")
+
+
+def _section(
+    form: Mapping[str, str], prefix: str, errors: dict[str, str], typed: dict[str, str]
+) -> dict[str, float | int | None]:
+    """One policy table from the form, each field checked alone by :class:`Policy` (so each gets its message)."""
+    out: dict[str, float | int | None] = {}
+    for name in FIELDS:
+        key = f"{prefix}.{name}"
+        raw = form.get(key, "")
+        try:
+            value = _number(name, raw)
+            validate(Policy, {name: value}, where=key)
+        except ValueError as exc:
+            errors[key], typed[key] = f"{name}: not {exc} (got {raw.strip()[:40]})", raw[:40]
+            value = None
+        except InputError as exc:
+            errors[key], typed[key] = f"{name}: {exc.what}", raw[:40]
+            value = None
+        out[name] = value
+    return out
+
+
+def parse(course: Course, form: Mapping[str, str]) -> Edit:
+    """The edit the form asks for; fields that are wrong are in ``errors`` (and nothing may be stored)."""
+    errors: dict[str, str] = {}
+    typed: dict[str, str] = {}
+    mine = _section(form, "policy", errors, typed)
+    groups = {g: _section(form, f"groups.{g}", errors, typed) for g in group_names(course)}
+    return Edit(mine, groups, errors, typed)
+
+
+def changes(before: Edit, after: Edit) -> list[dict[str, Any]]:
+    """One entry per field whose value changes (what the events log records)."""
+    out = [
+        {"field": f"policy.{n}", "from": before.course.get(n), "to": after.course[n]}
+        for n in FIELDS
+        if before.course.get(n) != after.course[n]
+    ]
+    for group, values in after.groups.items():
+        old = before.groups.get(group, {})
+        out += [
+            {"field": f"groups.{group}.policy.{n}", "from": old.get(n), "to": values[n]}
+            for n in FIELDS
+            if old.get(n) != values[n]
+        ]
+    return out
+
+
+def _table(header: str, values: Mapping[str, float | int | None]) -> list[str]:
+    lines = [f"{n} = {values[n]!r}" for n in FIELDS if values.get(n) is not None]
+    return ["", f"[{header}]", *lines] if lines else []
+
+
+def rewritten(text: str, edit: Edit) -> tuple[str, Course]:
+    """The course file's text with ``edit``'s policy tables in place of its own, and that file checked
+    as a whole (:class:`InputError` naming the field if the course file would no longer be valid)."""
+    kept: list[str] = []
+    skipping = False
+    for line in text.splitlines():
+        header = _HEADER.match(line)
+        if header is not None and not line.lstrip().startswith("[["):
+            skipping = _POLICY_TABLE.match(re.sub(r"\s*\.\s*", ".", header.group(1))) is not None
+        elif line.lstrip().startswith("[["):
+            skipping = False
+        if not skipping:
+            kept.append(line)
+    while kept and not kept[-1].strip():
+        kept.pop()
+    added = _table("policy", edit.course)
+    for group, values in sorted(edit.groups.items()):
+        name = group if _BARE_KEY.match(group) else json.dumps(group)
+        added += _table(f"groups.{name}.policy", values)
+    new = "\n".join(kept + added) + "\n"
+    try:
+        data = tomllib.loads(new)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(
+            f"the course file's policy is written in a form this page cannot edit ({exc})",
+            where="course file",
+            fix="edit [policy] in the course file and create the course from it again",
+        ) from None
+    return new, validate(Course, data, where="course file", text=new)

@@ -1,0 +1,77 @@
+"""The course settings page in Debian's Chromium against a live ``gpuseat serve``: the organizer goes from
+the overview to the settings, is told a wrong field by name (nothing stored), then lowers quota_hours,
+and the participant's page counts the new hours."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuseat.services.accounts import Accounts
+from gpuseat.store import open_store
+
+from .live import start
+from .test_browser import ARGS, CHROMIUM, _need_browser
+
+PASSWORD = "correct horse battery"
+COURSE = """name = "Lab"
+participants = 2
+
+[needs]
+min_gpu_memory_gb = 16
+isolation = "partitioned"
+
+[schedule]
+start = 2026-09-07
+days = 21
+
+[policy]
+quota_hours = 40
+"""
+
+
+def test_an_organizer_changes_quota_hours_and_the_participant_page_shows_them(tmp_path: Path) -> None:
+    sync_playwright = _need_browser()
+    url = f"sqlite:///{tmp_path / 'course.db'}"
+    store = open_store(url, create=True)
+    (tmp_path / "lab.toml").write_text(COURSE)
+    store.courses.create_course(tmp_path / "lab.toml", key="lab")
+    (tmp_path / "r.csv").write_text("name,email,unix_user\nAnn,ann@example.org,ann\n")
+    store.roster.import_roster("lab", tmp_path / "r.csv")
+    store.seats.add_seats(
+        "lab", [{"key": "mig-01", "kind": "mig", "host": "gpu1", "engine": "host", "device_uuid": "MIG-1"}]
+    )
+    store.seats.assign("lab", "ann", "mig-01")
+    token = store.tokens.issue_tokens("lab")[0].token
+    Accounts(store).set_password("admin", PASSWORD)
+    store.close()
+    server = start(["--db", url, "--links-expire", "never"], tmp_path / "serve.log")
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            who = browser.new_page()
+            who.goto(f"{server.url}/t/{token}")
+            assert "40.0 of 40 h left" in who.inner_text("#controls")
+
+            page = browser.new_context().new_page()
+            page.goto(server.url + "/login")
+            page.fill("input[name=username]", "admin")
+            page.fill("input[name=password]", PASSWORD)
+            page.click("button[type=submit]")
+            page.wait_for_url("**/overview")
+            page.click("#course-settings")
+            page.wait_for_url("**/course/settings")
+            assert page.input_value("input[name='policy.quota_hours']") == "40.0"
+            page.fill("input[name='policy.quota_hours']", "-1")
+            page.click("#settings-save")
+            assert "quota_hours: Input should be greater than or equal to 0" in page.inner_text(".field-error")
+            assert "nothing was saved" in page.inner_text(".error[role=alert]")
+            page.fill("input[name='policy.quota_hours']", "25")
+            page.click("#settings-save")
+            assert "saved 1 change" in page.inner_text(".notice")
+            assert page.input_value("input[name='policy.quota_hours']") == "25.0"
+
+            who.reload()
+            assert "25.0 of 25 h left" in who.inner_text("#controls")
+            browser.close()
+    finally:
+        assert server.stop() == 0
