@@ -464,7 +464,7 @@ def ssh_prefix(host: str | None, *, where: str = "--ssh") -> list[str]:
     return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "--", check_host(host, where=where)]
 
 
-def run(
+def nvidia_smi(
     args: Sequence[str], *, host: str | None = None, timeout_s: float = 20.0, executable: str = "nvidia-smi"
 ) -> str:
     """stdout of ``nvidia-smi ARGS`` here or on ``host``; a missing tool, timeout or failure is an EngineError."""
@@ -526,13 +526,13 @@ def sample(host: str | None = None, *, timeout_s: float = 20.0, executable: str 
     where = f"{host or 'localhost'}: nvidia-smi -q -x"
     name = host or _hostname()
     snap = parse_xml(
-        run(["-q", "-x"], host=host, timeout_s=timeout_s, executable=executable),
+        nvidia_smi(["-q", "-x"], host=host, timeout_s=timeout_s, executable=executable),
         host=name,
         where=where,
         local=host is None,
     )
     if any(g.mig and any(m.uuid is None for m in g.mig) for g in snap.gpus):
-        snap = merge_list(snap, parse_list(run(["-L"], host=host, timeout_s=timeout_s, executable=executable)))
+        snap = merge_list(snap, parse_list(nvidia_smi(["-L"], host=host, timeout_s=timeout_s, executable=executable)))
     if host is not None and snap.processes:
         users = remote_users(host, (p.pid for p in snap.processes), timeout_s=timeout_s)
         snap = replace(snap, processes=tuple(replace(p, user=users.get(p.pid)) for p in snap.processes))

@@ -110,9 +110,9 @@ def visible_seats(env: Mapping[str, str] | None = None) -> list[BenchTarget]:
 
     env = os.environ if env is None else env
     try:
-        text = nvsmi.run(["-L"], timeout_s=60)
+        text = nvsmi.nvidia_smi(["-L"], timeout_s=60)
         modes = nvsmi.parse_query_gpu_csv(
-            nvsmi.run(["--query-gpu=index,uuid,mig.mode.current", "--format=csv"], timeout_s=60), host="local"
+            nvsmi.nvidia_smi(["--query-gpu=index,uuid,mig.mode.current", "--format=csv"], timeout_s=60), host="local"
         )
     except EngineError as exc:
         raise InputError(f"no GPU seat is visible: {exc.what}", where="--all-seats", fix=NO_SEATS_FIX) from None

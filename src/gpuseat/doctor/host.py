@@ -119,7 +119,7 @@ class HostView:
         from gpuseat.errors import EngineError
 
         try:
-            out = nvsmi.run(list(MIG_QUERY[1:]), timeout_s=20)
+            out = nvsmi.nvidia_smi(list(MIG_QUERY[1:]), timeout_s=20)
         except EngineError:
             return None
         self.seen[MIG_QUERY_PATH] = _Seen("file", data=out.encode())
