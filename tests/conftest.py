@@ -45,7 +45,8 @@ KEEP_PREFIX = "GPUSEAT_TEST_"
 @pytest.fixture(autouse=True)
 def private_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Hermetic tests: no GPUSEAT_* variable of the shell reaches a test (GPUSEAT_DB_URL, GPUSEAT_COURSE,
-    GPUSEAT_DEBUG…), and every test gets its own empty data dir (bench results, course database).
+    GPUSEAT_DEBUG…), and every test gets its own empty data dir (bench results, course database) and
+    cache dir (the validated bundled catalog).
 
     A test (or a fixture after this one) sets what it needs with ``monkeypatch.setenv``; subprocesses
     inherit the cleaned environment.
@@ -53,3 +54,4 @@ def private_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
     for name in [n for n in os.environ if n.startswith("GPUSEAT_") and not n.startswith(KEEP_PREFIX)]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("GPUSEAT_DATA_DIR", str(tmp_path_factory.mktemp("data")))
+    monkeypatch.setenv("GPUSEAT_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))

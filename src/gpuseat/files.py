@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import ctypes
 import errno
 import math
 import os
@@ -406,6 +405,8 @@ def recover_folder(out: Path) -> None:
 
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
+    import ctypes  # here: every command imports this module, few swap folders
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         renameat2 = libc.renameat2

@@ -24,6 +24,17 @@ def data_dir() -> Path:
     return Path(platformdirs.user_data_dir("gpuseat", appauthor=False))
 
 
+def cache_dir() -> Path:
+    """``$GPUSEAT_CACHE_DIR`` when set, else the user cache folder (platformdirs, e.g. ``~/.cache/gpuseat``):
+    what gpuseat can rebuild at any time (the converted MNIST file, the validated bundled catalog)."""
+    override = os.environ.get("GPUSEAT_CACHE_DIR")
+    if override:
+        return Path(override)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("gpuseat", appauthor=False))
+
+
 def sudo_user() -> Any:
     """The ``pwd`` entry of the user who ran ``sudo gpuseat …`` (None when not run through sudo as root)."""
     name = os.environ.get("SUDO_USER")

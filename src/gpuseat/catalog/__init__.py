@@ -23,7 +23,7 @@ from gpuseat.errors import InputError, did_you_mean
 class GpuModel(BaseModel):
     """A GPU board model: how many chips it carries and what each chip can do."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     id: str
     name: str
@@ -41,7 +41,7 @@ class GpuModel(BaseModel):
 class ReferenceResult(BaseModel):
     """A published LeNet/MNIST benchmark time that seats are compared with."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str
     gpu: str
@@ -59,11 +59,6 @@ def data_text(name: str) -> str:
 def data_toml(name: str) -> dict[str, Any]:
     """A bundled TOML data file, parsed."""
     return tomllib.loads(data_text(name))
-
-
-def data_csv(name: str) -> list[dict[str, str]]:
-    """A bundled CSV data file as rows keyed by header."""
-    return list(csv.DictReader(io.StringIO(data_text(name))))
 
 
 @cache
@@ -106,7 +101,12 @@ def resolve_gpu(name: str, *, where: str = "GPU model") -> GpuModel:
     return model
 
 
+def parse_references(text: str) -> tuple[ReferenceResult, ...]:
+    """Reference results from the text of a ``bench_reference.csv``."""
+    return tuple(ReferenceResult.model_validate(row) for row in csv.DictReader(io.StringIO(text)))
+
+
 @cache
 def reference_results() -> tuple[ReferenceResult, ...]:
     """The shipped reference benchmark results (K520 and M60 from 2016)."""
-    return tuple(ReferenceResult.model_validate(row) for row in data_csv("bench_reference.csv"))
+    return parse_references(data_text("bench_reference.csv"))

@@ -5,25 +5,39 @@ of files with the same names and shapes on top (``gpus.toml``, ``offers.toml``, 
 ``providers.toml``, ``mig_profiles.toml``, ``vgpu_profiles.toml``, ``sharing.toml``, ``doctor.toml``):
 a row whose key matches a bundled row replaces it, any other row is added. Core and render code never
 call loaders themselves, so the same inputs give the same answer on every machine.
+
+The bundled catalog is validated once per content and kept, pickled, in the user's cache folder
+(:func:`bundled_catalog`): parsing its 160 KB of TOML and validating every row was about a third of
+``gpuseat plan``'s own start-up (issue 39). A user's overlay is parsed and validated on every run.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import pickle
+import stat
+import sys
+import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import pydantic
 from pydantic import ValidationError
 
-from gpuseat.catalog import GpuModel, ReferenceResult, _norm, data_toml, reference_results
+from gpuseat import __version__, paths
+from gpuseat.catalog import GpuModel, ReferenceResult, _norm, parse_references
 from gpuseat.catalog.doctor import DoctorCatalog, build_doctor
 from gpuseat.catalog.licences import Licence, build_licences
 from gpuseat.catalog.offers import Offer, OffersFile, ProviderRules
 from gpuseat.catalog.partitions import PartitionCatalog, build_partitions
 from gpuseat.catalog.rules import Rule, RuleError, build_rules
-from gpuseat.errors import InputError, did_you_mean
+from gpuseat.errors import GpuseatError, InputError, did_you_mean
 
 # file name → {array-of-tables name: the fields that identify a row}
 _KEYS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -37,6 +51,10 @@ _KEYS: dict[str, dict[str, tuple[str, ...]]] = {
     "sharing.toml": {"mode": ("mode",)},
     "doctor.toml": {"pci": ("device",), "mig_min": ("gpu",), "pci_class": ("code",)},
 }
+#: every bundled file a catalog is built from; the cache key covers each one's bytes
+BUNDLE_FILES = (*_KEYS, "bench_reference.csv")
+#: the cached bundled catalog in the cache folder: a key line, then the pickle
+CACHE_NAME = "catalog.pickle"
 
 
 @dataclass(frozen=True)
@@ -88,6 +106,20 @@ class Catalog:
             )
         return model
 
+    def __reduce__(self) -> tuple[Callable[[dict[str, Any]], Catalog], tuple[dict[str, Any]]]:
+        """Pickled for the cache with its read-only mappings as plain dicts (a mappingproxy does not pickle)."""
+        return _thaw, ({f.name: _plain(getattr(self, f.name)) for f in fields(self)},)
+
+
+def _plain(value: Any) -> Any:
+    return dict(value) if isinstance(value, MappingProxyType) else value
+
+
+def _thaw(values: dict[str, Any]) -> Catalog:
+    """A catalog back from its pickled fields, every mapping read-only again."""
+    thawed: dict[str, Any] = {k: MappingProxyType(v) if isinstance(v, dict) else v for k, v in values.items()}
+    return Catalog(**thawed)
+
 
 def _merge(base: dict[str, Any], extra: dict[str, Any], keys: dict[str, tuple[str, ...]]) -> dict[str, Any]:
     """Rows of ``extra`` replace rows of ``base`` with the same key; other rows are appended."""
@@ -105,8 +137,8 @@ def _merge(base: dict[str, Any], extra: dict[str, Any], keys: dict[str, tuple[st
     return out
 
 
-def _raw(name: str, overlay: Path | None) -> tuple[dict[str, Any], str]:
-    raw = data_toml(name)
+def _raw(name: str, texts: Mapping[str, str], overlay: Path | None) -> tuple[dict[str, Any], str]:
+    raw = tomllib.loads(texts[name])
     if overlay is None or not (overlay / name).exists():
         return raw, f"bundled {name}"
     from gpuseat.files import read_toml
@@ -134,10 +166,81 @@ def _build(where: str, make: Callable[[], Any]) -> Any:
 
 def load_catalog(overlay: Path | str | None = None) -> Catalog:
     """The bundled catalog, with ``overlay`` (a folder of TOML files of the same names) laid on top."""
-    folder = Path(overlay) if overlay is not None else None
-    if folder is not None and not folder.is_dir():
+    if overlay is None:
+        return bundled_catalog()
+    folder = Path(overlay)
+    if not folder.is_dir():
         raise InputError("not a folder", where=f"--catalog {folder}", fix="give a folder holding gpus.toml, …")
-    gpus_raw, where = _raw("gpus.toml", folder)
+    blobs = _read_bundle(_bundled_data())
+    return _validate({name: blob.decode("utf-8") for name, blob in blobs.items()}, folder)
+
+
+def _bundled_data() -> Traversable:
+    return resources.files("gpuseat.catalog").joinpath("data")
+
+
+def _read_bundle(data: Traversable) -> dict[str, bytes]:
+    return {name: data.joinpath(name).read_bytes() for name in BUNDLE_FILES}
+
+
+def bundled_catalog(data: Traversable | None = None, cache_dir: Path | None = None) -> Catalog:
+    """The catalog of the bundled files (``data``: the package's own by default), validated on the first
+    run and then read back from ``cache_dir/catalog.pickle`` while the files, gpuseat, Python and Pydantic
+    are the same (the key hashes all of them, so an edited file is never answered from a stale cache)."""
+    blobs = _read_bundle(data if data is not None else _bundled_data())
+    key = cache_key(blobs)
+    path = (cache_dir if cache_dir is not None else paths.cache_dir()) / CACHE_NAME
+    cached = _read_cache(path, key)
+    if cached is not None:
+        return cached
+    catalog = _validate({name: blob.decode("utf-8") for name, blob in blobs.items()}, None)
+    _write_cache(path, key, catalog)
+    return catalog
+
+
+def cache_key(blobs: Mapping[str, bytes]) -> str:
+    """What a cached catalog was built from: the bundled files' bytes, the catalog code (its classes and
+    validators are in the pickle), and the versions of gpuseat, Python and Pydantic."""
+    digest = hashlib.sha256(f"{__version__}\0{sys.version}\0{pydantic.VERSION}\0".encode())
+    code = resources.files("gpuseat.catalog")
+    sources = {f"{entry.name}": entry.read_bytes() for entry in code.iterdir() if entry.name.endswith(".py")}
+    for name, blob in [*sorted(blobs.items()), *sorted(sources.items())]:
+        digest.update(f"{name}\0{len(blob)}\0".encode())
+        digest.update(blob)
+    return digest.hexdigest()
+
+
+def _read_cache(path: Path, key: str) -> Catalog | None:
+    """The cached catalog when the file is this user's own, writable by nobody else, and made under
+    ``key``; else None (a missing, foreign, stale or damaged cache only costs a rebuild)."""
+    try:
+        with open(path, "rb") as handle:
+            st = os.fstat(handle.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+                return None
+            if handle.readline() != f"{key}\n".encode():
+                return None
+            catalog = pickle.load(handle)
+    except Exception:  # unpickling a damaged file raises almost anything: a miss
+        return None
+    return catalog if isinstance(catalog, Catalog) else None
+
+
+def _write_cache(path: Path, key: str, catalog: Catalog) -> None:
+    """Keep the validated catalog for the next run; a cache folder that cannot be written is no error."""
+    from gpuseat.files import write_file
+
+    blob = f"{key}\n".encode() + pickle.dumps(catalog, protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_file(path, blob, mode=0o600)
+    except (OSError, GpuseatError):
+        pass
+
+
+def _validate(texts: Mapping[str, str], folder: Path | None) -> Catalog:
+    """Parse and validate the bundled ``texts`` with the ``folder`` overlay's files laid on top."""
+    gpus_raw, where = _raw("gpus.toml", texts, folder)
     gpus: dict[str, GpuModel] = _build(
         where, lambda: {g["id"]: GpuModel.model_validate(g) for g in gpus_raw.get("gpu", [])}
     )
@@ -145,9 +248,9 @@ def load_catalog(overlay: Path | str | None = None) -> Catalog:
     for model in gpus.values():
         for key in (model.id, model.name, *model.aliases):
             index[_norm(key)] = model.id
-    rules_raw, where = _raw("rules.toml", folder)
+    rules_raw, where = _raw("rules.toml", texts, folder)
     rules: dict[str, Rule] = _build(where, lambda: build_rules(rules_raw))
-    prov_raw, where = _raw("providers.toml", folder)
+    prov_raw, where = _raw("providers.toml", texts, folder)
     providers = _build(where, lambda: {p["name"]: ProviderRules.model_validate(p) for p in prov_raw["provider"]})
     for name, prov in providers.items():
         missing = [r for r in prov.rules if r not in rules]
@@ -157,15 +260,15 @@ def load_catalog(overlay: Path | str | None = None) -> Catalog:
             )
     probe = Catalog(gpus, (), providers, None, {}, None, (), _index=index, rules=rules)  # type: ignore[arg-type]
 
-    offers_raw, where = _raw("offers.toml", folder)
+    offers_raw, where = _raw("offers.toml", texts, folder)
     offers = _build(where, lambda: OffersFile.model_validate(offers_raw, context=probe.offer_context()).offer)
-    lic_raw, where = _raw("licences.toml", folder)
+    lic_raw, where = _raw("licences.toml", texts, folder)
     licences = _build(where, lambda: build_licences(lic_raw))
-    mig, w1 = _raw("mig_profiles.toml", folder)
-    vgpu, w2 = _raw("vgpu_profiles.toml", folder)
-    sharing, w3 = _raw("sharing.toml", folder)
+    mig, w1 = _raw("mig_profiles.toml", texts, folder)
+    vgpu, w2 = _raw("vgpu_profiles.toml", texts, folder)
+    sharing, w3 = _raw("sharing.toml", texts, folder)
     partitions = _build(f"{w1}, {w2}, {w3}", lambda: build_partitions(mig, vgpu, sharing))
-    doc_raw, where = _raw("doctor.toml", folder)
+    doc_raw, where = _raw("doctor.toml", texts, folder)
     doctor = _build(where, lambda: build_doctor(doc_raw, gpus))
     return Catalog(
         gpus=MappingProxyType(gpus),
@@ -174,7 +277,7 @@ def load_catalog(overlay: Path | str | None = None) -> Catalog:
         partitions=partitions,
         licences=MappingProxyType(licences),
         doctor=doctor,
-        references=reference_results(),
+        references=parse_references(texts["bench_reference.csv"]),
         overlay=str(folder) if folder else None,
         _index=MappingProxyType(index),
         rules=MappingProxyType(rules),

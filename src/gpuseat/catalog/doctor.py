@@ -16,7 +16,7 @@ from gpuseat.catalog import GpuModel, data_toml, gpu_models
 
 
 class _Row(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     source: str
     as_of: date
@@ -55,7 +55,7 @@ class PciClass(_Row):
 class DoctorCatalog(BaseModel):
     """Everything the doctor checks look up, keyed for direct access."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     pci: dict[str, PciModel]
     mig_min: dict[str, MigMinimum]

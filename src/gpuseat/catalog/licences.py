@@ -14,7 +14,7 @@ from gpuseat.catalog import data_toml
 class Licence(BaseModel):
     """A licence sold per seat or per GPU for a minimum term."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     id: str
     name: str

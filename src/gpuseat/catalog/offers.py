@@ -7,7 +7,6 @@ loaded list and never reads files itself.
 
 from __future__ import annotations
 
-import json
 from datetime import date
 from fnmatch import fnmatchcase
 from functools import cache
@@ -42,7 +41,7 @@ class Offer(BaseModel):
     is 2 chips; AWS g6f.2xlarge is 0.25 of an L4). ``gpu_memory_gb`` is per chip (or per fraction).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     id: str = Field(pattern=r"^[a-z0-9-]+:[A-Za-z0-9._:+@-]+$", max_length=200)
     provider: str = Field(pattern=r"^[a-z0-9-]+$", max_length=50)
@@ -175,7 +174,7 @@ def _with_rules(data: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]
 class ProviderRules(BaseModel):
     """Billing rules a provider applies, which SkyPilot's catalog does not carry."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str
     billing: Billing
@@ -236,7 +235,7 @@ def provider_rules() -> dict[str, ProviderRules]:
 class OffersFile(BaseModel):
     """The shape of an offers TOML file (bundled or the user's)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     schema_version: Literal[1] = 1
     offer: list[Offer] = Field(default_factory=list)
@@ -295,6 +294,8 @@ def _toml_value(value: object) -> str:
         return value.isoformat()
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    import json  # here: only writing an offers file needs it
+
     return json.dumps(str(value), ensure_ascii=False)
 
 

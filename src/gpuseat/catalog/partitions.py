@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Mode = Literal["passthrough", "mig", "vgpu", "mps", "timeslice"]
 VgpuSeries = Literal["Q", "B", "A", "C"]
 
-_ROW = ConfigDict(frozen=True, extra="forbid")
+_ROW = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class MigGpu(BaseModel):
@@ -144,7 +144,7 @@ class ModeRule(BaseModel):
 class PartitionCatalog(BaseModel):
     """Everything the carve engine knows about partitioning, keyed by GPU model id."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     mig_gpus: dict[str, MigGpu]
     mig_profiles: dict[str, tuple[MigProfile, ...]]

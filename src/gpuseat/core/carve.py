@@ -32,7 +32,7 @@ SCHEMA_VERSION = 1
 ISOLATION_LEVELS = ("dedicated", "partitioned", "shared")
 MODES: tuple[Mode, ...] = ("passthrough", "mig", "vgpu", "mps", "timeslice")
 
-_FROZEN = ConfigDict(frozen=True)
+_FROZEN = ConfigDict(frozen=True, defer_build=True)
 
 __all__ = [
     "Capacity",

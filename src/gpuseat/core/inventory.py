@@ -51,7 +51,7 @@ class LiveMig(BaseModel):
     """MIG as a capture shows it on one chip: mode, each MIG device's memory (GiB) and SM count, and its
     profile name: the driver's (``-L``, ``-lgi``/``-lgip``) unless ``guessed`` says some were inferred."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     enabled: bool
     devices: tuple[tuple[float, int], ...] = ()
@@ -62,7 +62,7 @@ class LiveMig(BaseModel):
 class Chip(BaseModel):
     """One physical GPU chip (an M60 board has two): the unit a seat is carved from."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     index: int = Field(ge=0)
     gpu: GpuModel
@@ -76,7 +76,7 @@ class Chip(BaseModel):
 class Server(BaseModel):
     """A server's GPU chips, in nvidia-smi index order."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     name: str = Field(max_length=200)
     chips: tuple[Chip, ...] = Field(min_length=1)
@@ -101,7 +101,7 @@ class Server(BaseModel):
 
 
 class _ChipRow(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     pci: str | None = None
     uuid: str | None = None
@@ -121,7 +121,7 @@ class _ChipRow(BaseModel):
 
 
 class _GpuRow(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     model: str
     boards: int = Field(1, ge=1, le=64)
@@ -129,7 +129,7 @@ class _GpuRow(BaseModel):
 
 
 class _InventoryFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     name: str = "server"
     description: str | None = None
@@ -331,7 +331,7 @@ def server_from_snapshot(snapshot: Snapshot, catalog: Catalog, *, where: str) ->
 class MigPartedEntry(BaseModel):
     """One item of a mig-parted config: which devices, MIG on/off, and profile → count."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, defer_build=True)
 
     devices: Literal["all"] | tuple[int, ...]
     device_filter: tuple[str, ...] = Field((), alias="device-filter")
@@ -359,7 +359,7 @@ class MigPartedEntry(BaseModel):
 
 
 class _MigPartedFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
     version: Literal["v1"]
     mig_configs: dict[str, list[MigPartedEntry]] = Field(alias="mig-configs", min_length=1)

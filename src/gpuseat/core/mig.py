@@ -21,7 +21,7 @@ from gpuseat.catalog.partitions import MigGpu, MigProfile
 class Placement(BaseModel):
     """Where a MIG GPU instance sits: first memory slot and number of slots (NVML's placement)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     start: int = Field(ge=0)
     size: int = Field(gt=0)
@@ -122,7 +122,7 @@ def pack(gpu: MigGpu, profiles: Sequence[MigProfile], chips: int) -> list[list[M
 class MigDeviceFacts(BaseModel):
     """What ``nvidia-smi -q`` says about one MIG device (no profile name): GI/CI ids, memory, SMs, CEs."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
