@@ -30,7 +30,7 @@ import hostlab  # noqa: E402  (the tests' stand-in host: one harness for tests a
 from gpuseat.services.host_engine import HostEngine  # noqa: E402
 
 from gpuseat.services.checks import check_seats  # noqa: E402
-from gpuseat.services.courses import open_store  # noqa: E402
+from gpuseat.store import open_store  # noqa: E402
 
 COURSE = 'name = "bench check"\nparticipants = {n}\n[schedule]\nstart = 2026-09-07\ndays = 5\n'
 

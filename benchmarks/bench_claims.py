@@ -52,7 +52,7 @@ from typing import Any
 from sqlalchemy import create_engine, make_url, text
 
 from gpuseat.core.roster import RosterText
-from gpuseat.services.courses import SeatSpec, open_store
+from gpuseat.store import SeatSpec, open_store
 
 COURSE_TOML = 'name = "bench"\nparticipants = {n}\n[schedule]\nstart = 2026-01-05\ndays = 5\n'
 METHODS = ("gpuseat", "plain", "floor")

@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO / "tests" / "jupyterhub"))
 from realhub import RealHub, environ_of, running_hub  # noqa: E402
 
 from gpuseat.jupyterhub.config import HubSettings, render  # noqa: E402
-from gpuseat.services.courses import open_store  # noqa: E402
+from gpuseat.store import open_store  # noqa: E402
 
 HOOK_LINE = re.compile(r"gpuseat: (\S+)/ gets seat (\S+) \(\S+\) in ([0-9.]+) ms \(([0-9.]+) ms queued\)")
 

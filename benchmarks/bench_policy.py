@@ -51,7 +51,7 @@ def build(url: str, seats: int, courses: int, folder: Path) -> datetime:
     from sqlalchemy import create_engine, select
 
     from gpuseat.db.models import Device, Seat
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     now = datetime.now(UTC).replace(second=0, microsecond=0)
     start = (now - timedelta(days=7)).date()
@@ -115,7 +115,7 @@ def main() -> None:
     args = ap.parse_args()
     from sqlalchemy import create_engine, text
 
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     with tempfile.TemporaryDirectory() as tmp:
         url = args.db or f"sqlite:///{Path(tmp) / 'policy.db'}"
@@ -170,7 +170,7 @@ def requests_part(n: int) -> None:
     from bench_apply import pct, setup_lab
     from gpuseat.engines.apply import one_pass
     from gpuseat.engines.runner import Runner
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-policy-"))
     env = {**os.environ, "GPUSEAT_DATA_DIR": str(tmp / "data"), "PYTHONPATH": str(ROOT / "src")}

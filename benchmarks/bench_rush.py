@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from gpuseat.cli.serve import default_workers  # noqa: E402
 from gpuseat.core.roster import RosterText  # noqa: E402
-from gpuseat.services.courses import SeatSpec, open_store  # noqa: E402
+from gpuseat.store import SeatSpec, open_store  # noqa: E402
 
 COURSE_TOML = 'name = "Rush {i}"\nparticipants = {n}\n[schedule]\nstart = {day}\ndays = 5\n'  # day one: today
 SERVERS = ("portal", "bare")

@@ -6,7 +6,8 @@
   that the service layer fills in), so there is no cycle between them.
 - Nothing below cli/ and web/ imports them.
 - store/ is the one owner of SQL: only store/ and db/ import SQLAlchemy or the ORM models
-  (``gpuseat.db.models``), and store/ itself imports no services, monitor, cli or web.
+  (``gpuseat.db.models``), and store/ itself imports no services, monitor, cli or web; only they
+  reach the store's database handle (its engine, sessions, writer queue: ``store.database``, ``_engine``).
 - No import cycle between any two modules of src/gpuseat (a package counts as its ``__init__``;
   ``from pkg import name`` imports ``pkg`` and, where ``name`` is a module, ``pkg.name``; imports under
   ``if TYPE_CHECKING:`` do not count, as they do not run).
@@ -134,6 +135,46 @@ def test_only_the_store_speaks_sql() -> None:
                 if module.split(".")[0] in {"sqlalchemy", "alembic"} or full.startswith("gpuseat.db.models"):
                     out.append(f"{f.relative_to(SRC.parent)}:{line} imports {full}")
     assert out == []
+
+
+#: the store's handle and what it holds; only store/ and db/ may reach them
+HANDLE_PARTS = frozenset({"engine", "writer", "read", "write", "queue", "turns", "lock_path"})
+#: the old facade's private sessions and engine (any object's)
+PRIVATE_DB = frozenset({"_engine", "_read", "_write", "_turns", "_lock_path", "_database"})
+
+
+def _handle_uses(root: Path = SRC) -> list[str]:
+    """Places outside store/ and db/ that reach the database handle: ``x._engine``, ``x._read()``, or
+    ``store.database.engine`` / ``.read()`` / ``.write()`` … (sessions, connections and engines stay in the store)."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] in {"store", "db"}:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Attribute):
+                continue
+            through = isinstance(node.value, ast.Attribute) and node.value.attr == "database"
+            if node.attr in PRIVATE_DB or (through and node.attr in HANDLE_PARTS):
+                out.append(f"{path.relative_to(root.parent)}:{node.lineno} uses .{node.attr}")
+    return out
+
+
+def test_only_the_store_touches_sessions_connections_and_the_engine() -> None:
+    """One owner of the database handle: everything else calls a concern (``store.seats.assign``)."""
+    assert _handle_uses() == []
+
+
+def test_the_handle_check_sees_a_violation(tmp_path: Path) -> None:
+    (tmp_path / "gpuseat" / "web").mkdir(parents=True)
+    (tmp_path / "gpuseat" / "store").mkdir()
+    (tmp_path / "gpuseat" / "web" / "page.py").write_text(
+        "def f(store):\n    with store._engine.connect():\n        pass\n"
+        "    with store.database.read() as s:\n        return s\n"
+        "    store.seats.assign(None, 'a', 'b')\n"
+    )
+    (tmp_path / "gpuseat" / "store" / "ok.py").write_text("def g(store):\n    return store.database.engine\n")
+    found = _handle_uses(tmp_path / "gpuseat")
+    assert sorted(found) == ["gpuseat/web/page.py:2 uses ._engine", "gpuseat/web/page.py:4 uses .read"]
 
 
 def _type_only_lines(path: Path) -> set[int]:

@@ -84,15 +84,15 @@ def test_the_scan_sees_a_duplicate(tmp_path: Path) -> None:
 def test_store_errors_name_fields_and_the_cli_names_flags(tmp_path: Path, cli) -> None:
     url = f"sqlite:///{tmp_path / 'c.db'}"
     with gpuseat.open_store(url, create=True) as store:
-        store.create_course(ROOT / "examples" / "course-2016.toml", key="dl-2016")
+        store.courses.create_course(ROOT / "examples" / "course-2016.toml", key="dl-2016")
         with pytest.raises(gpuseat.NotFound) as info:
-            store.get_course("dl-2017")
+            store.courses.get_course("dl-2017")
         assert info.value.where == "course" and "dl-2016" in info.value.message
         with pytest.raises(gpuseat.NotFound) as info:
-            store.claim_seat("dl-2016", "nobody")
+            store.claims.claim_seat("dl-2016", "nobody")
         assert info.value.where == "participant"
         with pytest.raises(gpuseat.InputError) as bad:
-            store.create_course(ROOT / "examples" / "course-2016.toml", key="Not A Slug")
+            store.courses.create_course(ROOT / "examples" / "course-2016.toml", key="Not A Slug")
         assert bad.value.where == "key"
     r = cli("seats", "status", "--course", "dl-2017", "--db", url)
     assert r.code == 2 and r.err.startswith("error: --course: no course 'dl-2017'"), r.err
@@ -102,8 +102,8 @@ def test_a_bare_string_is_not_taken_for_a_roster(tmp_path: Path) -> None:
     """``import_roster("a", "roster.csv")`` once parsed the file *name* as CSV; now a str is refused."""
     (tmp_path / "roster.csv").write_text("name,email\nAda,ada@example.org\n")
     with gpuseat.open_store(f"sqlite:///{tmp_path / 'c.db'}", create=True) as store:
-        store.create_course(ROOT / "examples" / "course-2016.toml", key="a")
+        store.courses.create_course(ROOT / "examples" / "course-2016.toml", key="a")
         with pytest.raises(TypeError, match="not a str"):
-            store.import_roster("a", str(tmp_path / "roster.csv"))  # type: ignore[arg-type]
-        report = store.import_roster("a", tmp_path / "roster.csv")
-        assert report.added == 1 and store.participants("a")[0].email == "ada@example.org"
+            store.roster.import_roster("a", str(tmp_path / "roster.csv"))  # type: ignore[arg-type]
+        report = store.roster.import_roster("a", tmp_path / "roster.csv")
+        assert report.added == 1 and store.roster.participants("a")[0].email == "ada@example.org"

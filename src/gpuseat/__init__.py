@@ -62,9 +62,9 @@ _EXPORTS: dict[str, str] = {
     "TickView": "gpuseat.services.monitoring",
     "UsageReport": "gpuseat.services.monitoring",
     # the course store (roster, seats, assignments, access links)
-    "open_store": "gpuseat.services.courses",
-    "CourseStore": "gpuseat.services.courses",
-    "SeatSpec": "gpuseat.services.courses",
+    "open_store": "gpuseat.store",
+    "CourseStore": "gpuseat.store",
+    "SeatSpec": "gpuseat.store",
     "SeatView": "gpuseat.store",
     "ParticipantView": "gpuseat.store",
     "CourseView": "gpuseat.store",
@@ -194,8 +194,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         render_layout,
         write_artifacts,
     )
-    from gpuseat.services.courses import CourseStore, SeatSpec, open_store
     from gpuseat.services.monitoring import Source as MonitorSource
     from gpuseat.services.monitoring import TickView, UsageReport, run_monitor, snapshot_once, usage_report
     from gpuseat.services.planning import load_course, plan_course
-    from gpuseat.store import CourseView, ParticipantView, SeatView
+    from gpuseat.store import CourseStore, CourseView, ParticipantView, SeatSpec, SeatView, open_store

@@ -24,7 +24,7 @@ from gpuseat.engines import registry
 from gpuseat.engines.apply import one_pass, plan_all
 from gpuseat.engines.runner import RecordingRunner
 from gpuseat.engines.skypilot.engine import SkyPilotEngine, SkyPilotSettings
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 
 from .fakesky import FakeSky, check_signatures
 from .skysetup import ssh_key

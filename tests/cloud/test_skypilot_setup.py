@@ -17,7 +17,7 @@ import pytest
 from gpuseat.catalog.bundle import load_catalog
 from gpuseat.core.roster import RosterText
 from gpuseat.engines.skypilot import tasks as cloud
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 
 from .skysetup import build_wheel, load_task, new_vm, ssh_key, vm_python
 from .test_skypilot import _sky_load

@@ -10,7 +10,7 @@ import pytest
 from gpuseat.catalog.bundle import load_catalog
 from gpuseat.engines.skypilot import tasks as cloud
 
-courses = pytest.importorskip("gpuseat.services.courses")
+courses = pytest.importorskip("gpuseat.store")
 EXAMPLES = Path(__file__).parents[2] / "examples"
 OPTION = {
     "rank": 1,

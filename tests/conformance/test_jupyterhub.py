@@ -247,7 +247,7 @@ def test_the_agent_carries_out_a_release_with_no_command_after_it(hub):
     import threading
 
     from gpuseat.engines.agent import Agent, AgentOptions
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     h, store, _ = hub
     seat = store.seat_of("lab", "ben")

@@ -254,7 +254,7 @@ class StandInCluster(RecordingRunner):
 @pytest.fixture
 def lab(tmp_path):
     from gpuseat.core.roster import RosterText
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     store = open_store(f"sqlite:///{tmp_path / 'k8s.db'}", create=True)
     course = tmp_path / "k8s-lab.toml"

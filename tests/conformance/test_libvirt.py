@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from gpuseat.cli import main
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from vms import guest, ssh_guest  # tests/vms: the TCG boot machinery

@@ -32,7 +32,7 @@ from gpuseat.engines.runner import RecordingRunner
 from gpuseat.engines.skypilot import tasks as cloud
 from gpuseat.engines.skypilot.engine import SkyPilotEngine, revoke_script
 from gpuseat.errors import InputError
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 
 pytestmark = pytest.mark.slow
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

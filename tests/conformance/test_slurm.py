@@ -116,7 +116,7 @@ def lab() -> Iterator[Lab]:
     root = Path(tempfile.mkdtemp(prefix="gpuseat-conf-slurm-"))
     root.chmod(0o755)
     cluster = Cluster(root)
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     st = None
     try:
@@ -435,7 +435,7 @@ def test_the_agent_carries_out_a_release_with_no_command_after_it(lab: Lab) -> N
     import threading
 
     from gpuseat.engines.agent import Agent, AgentOptions
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     job = _long_job(lab, "bob")
     assert lab.wait_state(job, {"RUNNING"}) == "RUNNING"

@@ -158,7 +158,7 @@ def test_move_release_and_handover_with_no_organizer_command(running: Any, cli: 
     final = json.loads(cli("seats", "connect", by_uuid[MIG[1]], "--format", "json", "--db", db).out)
     assert final["command"] and f"{lab.people['dan'].user}@127.0.0.1" in final["command"]
     # what the agent did is in the events log; a plan now is empty
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     with open_store(db) as store:
         applied = [e for e in store.events("lab") if e.action == "engine.apply"]
@@ -197,7 +197,7 @@ def test_drift_is_reverted_and_logged(running: Any, cli: Callable[..., Any], tmp
         until(lambda: lab.ssh("ben", "true").returncode == 255 and not (lab.keys_dir / ben).exists())
     finally:
         resyncing.stop()
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     with open_store(db) as store:
         drift = [e for e in store.events("lab") if e.action == "drift.reverted"]
@@ -267,7 +267,7 @@ def test_kill9_at_random_steps_converges_and_never_keys_the_wrong_person(
     finally:
         agent.stop()
     keys_are_own()
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     with open_store(db) as store:
         holders = {s.participant for s in store.seats("lab") if s.participant}
@@ -295,7 +295,7 @@ def test_access_windows_open_and_close_logins(lab: Lab, tmp_path: Path, cli: Cal
 
     from gpuseat.engines.apply import one_pass
     from gpuseat.engines.runner import Runner
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     db = f"sqlite:///{tmp_path / 'win.db'}"
     (tmp_path / "win.toml").write_text(WINDOW_TOML)

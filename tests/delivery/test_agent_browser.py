@@ -25,7 +25,7 @@ def test_the_new_holders_page_never_shows_the_old_login(
     by_uuid = _seat_of(cli, db)
     seat = by_uuid[MIG[0]]
     assert cli("seats", "assign", "--participant", "ann", "--seat", seat, "--db", db).code == 0
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     with open_store(db) as store:
         tokens = {t.participant: t.token for t in store.issue_tokens("lab", ["ann", "dan"])}

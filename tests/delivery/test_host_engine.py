@@ -79,7 +79,7 @@ def test_participants_get_their_own_gpu_and_nothing_else(hostcourse: tuple[Lab, 
     assert lab.ssh("dan", "true").returncode == 255
 
     # idempotent: a second run changes nothing (host files, accounts, store events)
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     def snapshot() -> tuple[int, list[str]]:
         with open_store(db) as store:
@@ -252,7 +252,7 @@ def test_seats_check_bench_runs_lenet_pinned_to_each_ready_seat(
         assert bench["seconds"] is not None or bench["error"]
     else:
         assert bench["seconds"] is None and "built without CUDA" in bench["error"], bench
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     with open_store(db) as store:
         stored = store.readiness_of("lab")

@@ -16,7 +16,7 @@ import pytest
 
 from gpuseat.core.readiness import Access, Readiness
 from gpuseat.services.accounts import Accounts
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 from portal.live import start
 
 from .conftest import COURSE_TOML

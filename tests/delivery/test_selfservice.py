@@ -189,7 +189,7 @@ def test_the_participant_page_stops_and_starts_the_seat(
     from fastapi.testclient import TestClient
 
     from gpuseat.catalog.bundle import load_catalog
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
     from gpuseat.web.app import Portal, create_app
 
     lab, db = hostcourse
@@ -375,7 +375,7 @@ def test_idle_gpu_and_no_ssh_is_warned_then_stopped_a_busy_gpu_or_a_session_neve
         assert lab.ssh("ann", "true").returncode == 0
         r = cli("seat", "requests", "--participant", "ann", "-f", "json", "--db", db)
         assert json.loads(r.out) == []
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             warned = store.idle_warning("lab", "ann")
@@ -406,7 +406,7 @@ def test_ready_before_the_session_seats_run_and_are_checked_a_broken_one_is_name
     """A session 20 minutes ahead, lead 30 min: every seat is checked as its participant before it starts
     (ben, without a key, is named broken with why); ann, out of hours, still gets in (sessions are exempt)."""
     from gpuseat.core import delivery
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     at = datetime.now(UTC) + timedelta(minutes=20)
     end = at + timedelta(hours=1)

@@ -52,7 +52,7 @@ def test_a_participant_stops_starts_and_replaces_their_key_in_the_browser(
     for who, uuid in (("ann", MIG[0]), ("ben", MIG[1])):
         assert cli("seats", "assign", "--participant", who, "--seat", by_uuid[uuid], "--db", db).code == 0
     assert cli("seat", "quota", "--participant", "ann", "--hours", "40", "--db", db).code == 0
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     with open_store(db) as store:
         links = {t.participant: t.token for t in store.issue_tokens("lab")}

@@ -33,7 +33,7 @@ def test_restart_reset_hours_and_forged_or_replayed_forms_in_the_browser(
     hostcourse: tuple[Lab, str], cli: Callable[..., Any], tmp_path: Path
 ) -> None:
     sync_playwright = playwright_or_skip()
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     lab, db = hostcourse
     _settings(cli, lab, db)

@@ -13,7 +13,7 @@ import pytest
 
 from gpuseat.core.readiness import Access, Readiness
 from gpuseat.errors import InputError, InvalidTransition
-from gpuseat.services.courses import CourseStore, open_store
+from gpuseat.store import CourseStore, open_store
 from pg_schema import pg_schema_url
 
 from .conftest import COURSE_TOML

@@ -21,7 +21,7 @@ import pytest
 
 from gpuseat.engines.apply import one_pass
 from gpuseat.engines.runner import Runner
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 
 from .hostlab import Lab, free_port
 from .test_agent import MIG, _seat_of, _settings

@@ -22,7 +22,7 @@ def test_dry_run_plans_the_24_person_lab_and_changes_nothing(tmp_path: Path, cli
     ):  # fmt: skip
         r = cli(*args, "--db", db)
         assert r.code == 0, (args, r.err)
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     with open_store(db) as store:
         before = store.events_head()

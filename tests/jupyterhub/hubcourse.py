@@ -11,7 +11,7 @@ from pathlib import Path
 from gpuseat.core.roster import RosterText
 from gpuseat.nvsmi import merge_list, parse_compute_apps_csv, parse_list, parse_query_gpu_csv
 from gpuseat.readings import Snapshot
-from gpuseat.services.courses import CourseStore, open_store
+from gpuseat.store import CourseStore, open_store
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 H100_MIG = FIXTURES / "nvidia_gpu_exporter__linux-x86_64__nvidia-h100-mig__590.48.01.txt"

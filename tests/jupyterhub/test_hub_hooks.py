@@ -258,7 +258,7 @@ def test_outside_lab_sessions_is_a_503_naming_the_next_one(tmp_path, spawners):
     from datetime import datetime
     from zoneinfo import ZoneInfo
 
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     url = f"sqlite:///{tmp_path / 'course.db'}"
     store = open_store(url, create=True)

@@ -10,8 +10,8 @@ import re
 import warnings
 
 from gpuseat.catalog.bundle import load_catalog
-from gpuseat.services.courses import open_store
 from gpuseat.services.demo import seed_demo
+from gpuseat.store import open_store
 from gpuseat.web.app import Portal, create_app
 
 from .conftest import FIXTURES

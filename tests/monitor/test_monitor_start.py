@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -9,8 +9,8 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from gpuseat.catalog.bundle import load_catalog
-from gpuseat.services.courses import open_store
 from gpuseat.services.demo import seed_demo
+from gpuseat.store import open_store
 from gpuseat.web.app import Portal, create_app
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]{64})"')

@@ -8,7 +8,7 @@ import pytest
 
 from gpuseat.catalog.bundle import load_catalog
 from gpuseat.errors import InputError
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 from gpuseat.urls import base_url as check_base_url
 
 EXAMPLES = Path(__file__).parents[2] / "examples"

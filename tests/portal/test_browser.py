@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpuseat.services.accounts import Accounts
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 
 from .live import start
 

@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 
 from gpuseat.catalog.bundle import load_catalog
 from gpuseat.core.roster import RosterText
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 from gpuseat.store.requests import RATE_LIMIT
 from gpuseat.web.app import Portal, create_app
 from gpuseat.web.routes.claim import NO_SEAT_LEFT

@@ -11,7 +11,7 @@ import pytest
 from gpuseat.catalog import data_text
 from gpuseat.core.roster import RosterText
 from gpuseat.services.accounts import Accounts
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 
 from .live import csrf_of, login, start
 

@@ -9,9 +9,9 @@ import time
 
 import httpx
 
-from gpuseat.services.courses import open_store
 from gpuseat.services.demo import seed_demo
 from gpuseat.services.survey import SurveyService
+from gpuseat.store import open_store
 
 from .live import csrf_of, start
 

@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 import gpuseat.web.portal as portal_module
 from gpuseat.catalog.bundle import load_catalog
 from gpuseat.services.accounts import Accounts
-from gpuseat.services.courses import open_store
 from gpuseat.services.demo import seed_demo
+from gpuseat.store import open_store
 from gpuseat.web.app import Portal, create_app
 
 PASSWORD = "a long enough passphrase"

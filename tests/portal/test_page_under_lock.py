@@ -95,7 +95,7 @@ def test_organizer_pages_answer_while_another_process_holds_the_write_lock(tmp_p
 
     from gpuseat.catalog.bundle import load_catalog
     from gpuseat.services.accounts import Accounts
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
     from gpuseat.web.app import Portal, create_app
 
     demo = seed_demo(tmp_path / "demo")

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from gpuseat.catalog.bundle import load_catalog
 from gpuseat.services.accounts import Accounts
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 from gpuseat.web.app import Portal, create_app
 
 COURSE = """name = "Lab"

@@ -134,7 +134,7 @@ def test_report_has_a_readiness_section_from_the_last_seats_check(cli, tmp_path_
         return " ".join(doc.sections["readiness"])
 
     assert "No seat has been checked yet" in readiness() and "gpuseat seats check" in readiness()
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     with open_store(demo.db_url) as store:
         held = [s for s in store.seats("dl-2016") if s.participant][:3]

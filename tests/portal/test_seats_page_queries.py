@@ -20,7 +20,7 @@ from sqlalchemy.engine import Engine
 from gpuseat.catalog.bundle import load_catalog
 from gpuseat.core.roster import RosterText
 from gpuseat.services.accounts import Accounts
-from gpuseat.services.courses import CourseStore, open_store
+from gpuseat.store import CourseStore, open_store
 from gpuseat.web.app import Portal, create_app
 
 PASSWORD = "a long enough passphrase"

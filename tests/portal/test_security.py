@@ -247,7 +247,7 @@ def test_set_password_ends_old_sessions(tmp_path):
     import subprocess
     import sys
 
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     db = f"sqlite:///{tmp_path / 'course.db'}"
     store = open_store(db, create=True)

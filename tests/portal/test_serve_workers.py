@@ -13,7 +13,7 @@ import pytest
 
 from gpuseat.cli.serve import MAX_WORKERS, default_workers
 from gpuseat.core.roster import RosterText
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 
 from .live import csrf_of, start
 

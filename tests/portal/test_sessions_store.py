@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 from gpuseat.store.sessions import end_session, end_user_sessions, open_session, session_user
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from gpuseat.core.roster import RosterText
 from gpuseat.core.survey import nps, parse_answers
 from gpuseat.errors import InputError, NotFound
-from gpuseat.services.courses import open_store
 from gpuseat.services.survey import SurveyService, parse_template, template_text
+from gpuseat.store import open_store
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 T2016 = parse_template(template_text("course-2016"), where="course-2016")

@@ -9,8 +9,8 @@ import httpx
 from gpuseat.core.roster import RosterText
 from gpuseat.core.survey import Template
 from gpuseat.services.accounts import Accounts
-from gpuseat.services.courses import open_store
 from gpuseat.services.survey import SurveyService, parse_template, template_text
+from gpuseat.store import open_store
 from gpuseat.web.survey_edit import edited, to_toml
 
 from .live import csrf_of, login, start

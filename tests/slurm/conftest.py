@@ -79,7 +79,7 @@ def make_store(
     from datetime import UTC, datetime, timedelta
 
     from gpuseat.engines.slurm import course as service
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     today = datetime.now(UTC).date()
     later = f'\n[[schedule.session]]\ndate = {today + timedelta(days=1)}\nhours = "09:00-17:00"\n' if tomorrow else ""

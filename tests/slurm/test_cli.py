@@ -91,7 +91,7 @@ def _course(cli, tmp_path: Path, seats: int) -> str:
     r = cli("course", "create", course, "--key", "c1", "--db", url)
     assert r.code == 0, r.err
     if seats:
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(url) as st:
             st.add_seats("c1", [{"key": f"seat-0{i + 1}", "kind": "gpu"} for i in range(seats)])

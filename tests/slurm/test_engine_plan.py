@@ -24,7 +24,7 @@ from gpuseat.engines.slurm import course as service
 
 from .conftest import make_store
 
-pytest.importorskip("gpuseat.services.courses")
+pytest.importorskip("gpuseat.store")
 SEATS = ("seat-01", "seat-02", "seat-03", "seat-04")
 
 

@@ -24,7 +24,7 @@ from gpuseat.services.carving import carve_inventory
 from .cluster import Cluster
 from .conftest import USERS
 
-courses = pytest.importorskip("gpuseat.services.courses")
+courses = pytest.importorskip("gpuseat.store")
 EXAMPLES = Path(__file__).parents[2] / "examples"
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuseat.services.courses import CourseStore, open_store
+from gpuseat.store import CourseStore, open_store
 from pg_schema import pg_schema_url
 
 EXAMPLES = Path(__file__).parents[2] / "examples"

@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, make_url, text
 
 from gpuseat.cli import main
 from gpuseat.core.roster import RosterText
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 from pg_schema import PG
 
 from .test_concurrency import course_with, open_counts, start_workers

@@ -142,7 +142,7 @@ def test_a_good_backup_still_works(store: Path, tmp_path: Path) -> None:
 
 def test_a_full_disk_under_pg_dump(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """PostgreSQL: pg_dump runs out of space; the same message, exit 2, no partial dump left."""
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
     from pg_schema import pg_schema_url
 
     url = pg_schema_url(request)

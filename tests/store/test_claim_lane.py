@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpuseat.services.courses import CourseStore
+from gpuseat.store import CourseStore
 
 from .test_concurrency import course_with
 

@@ -18,7 +18,7 @@ from gpuseat.core.needs import SeatNeed
 from gpuseat.core.roster import RosterText
 from gpuseat.core.seating import misfit, preference
 from gpuseat.errors import InputError, NoFreeSeat, NotFound
-from gpuseat.services.courses import CourseStore, SeatSpec
+from gpuseat.store import CourseStore, SeatSpec
 
 from .test_concurrency import course_with
 
@@ -118,8 +118,7 @@ def test_a_participants_second_claim_that_loses_the_race_gets_the_seat_they_hold
 ) -> None:
     """Two claims for one person at once (two hub servers, a double click): the one that looked before
     the other took a seat loses at the unique index, is retried, and answers the seat now held."""
-    from gpuseat.services.courses import open_store
-    from gpuseat.store import claims
+    from gpuseat.store import claims, open_store
 
     p = course2016.roster.participants()[0]
     course2016.seats.add_seats(None, [SeatSpec(key=f"g{i}", kind="gpu", memory_gb=80) for i in range(3)])
@@ -226,8 +225,7 @@ def test_sqlite_claims_from_many_threads_share_lanes_and_close_them(tmp_path: Pa
     import os
     import threading
 
-    from gpuseat.services.courses import open_store
-    from gpuseat.store import claims
+    from gpuseat.store import claims, open_store
 
     store = open_store(f"sqlite:///{tmp_path / 'c.db'}", create=True)
     who = course_with(store, tmp_path, 48, 48)
@@ -261,8 +259,7 @@ def test_sqlite_lanes_copy_the_write_ahead_log_after_their_turn(tmp_path: Path) 
     CHECKPOINT_EVERY seats taken: the database file itself (read without the log) has the assignments."""
     import sqlite3
 
-    from gpuseat.services.courses import open_store
-    from gpuseat.store import claims
+    from gpuseat.store import claims, open_store
 
     db = tmp_path / "c.db"
     store = open_store(f"sqlite:///{db}", create=True)

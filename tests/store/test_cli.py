@@ -7,7 +7,7 @@ import tomllib
 
 import pytest
 
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 
 from .conftest import EXAMPLES
 

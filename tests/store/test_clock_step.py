@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
-from gpuseat.services.courses import CourseStore, SeatSpec
+from gpuseat.store import CourseStore, SeatSpec
 from gpuseat.store.views import AssignmentView
 
 

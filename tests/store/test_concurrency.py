@@ -18,7 +18,7 @@ from pathlib import Path
 from sqlalchemy import text
 
 from gpuseat.core.roster import RosterText
-from gpuseat.services.courses import CourseStore, SeatSpec, open_store
+from gpuseat.store import CourseStore, SeatSpec, open_store
 
 from .conftest import EXAMPLES
 
@@ -26,7 +26,7 @@ WORKER = textwrap.dedent(
     """
     import json, os, sys, time
     from gpuseat.errors import NoFreeSeat
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
     url, go, keys = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
     store = open_store(url)
     print("ready", flush=True)
@@ -146,7 +146,7 @@ IMPORTER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
     store = open_store(sys.argv[1])
     print("importing", flush=True)
     store.roster.import_roster("big", Path(sys.argv[2]))

@@ -12,7 +12,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from gpuseat.core.roster import RosterText
 from gpuseat.db.models import AccessToken, Assignment, Participant, Seat
 from gpuseat.errors import InputError, InvalidTransition, NoFreeSeat, NotFound, SeatTaken, StoreError
-from gpuseat.services.courses import CourseStore, SeatSpec, open_store
+from gpuseat.store import CourseStore, SeatSpec, open_store
 
 from .conftest import EXAMPLES
 

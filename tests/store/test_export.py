@@ -14,8 +14,8 @@ from gpuseat.cli import main
 from gpuseat.core.readiness import Access
 from gpuseat.core.roster import RosterText
 from gpuseat.errors import InputError
-from gpuseat.services.courses import CourseStore, SeatSpec, open_store
 from gpuseat.services.survey import SurveyService
+from gpuseat.store import CourseStore, SeatSpec, open_store
 from gpuseat.store.export import collect
 from pg_schema import pg_schema_url
 

@@ -9,7 +9,7 @@ import json
 import zipfile
 from pathlib import Path
 
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 from gpuseat.store.export import LEDGER_MEMBERS, export_course, import_course
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

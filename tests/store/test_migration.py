@@ -9,8 +9,7 @@ from sqlalchemy import text
 
 import gpuseat.db
 from gpuseat.db import make_engine, upgrade
-from gpuseat.services.courses import SeatSpec, open_store
-from gpuseat.store import open_monitor
+from gpuseat.store import SeatSpec, open_monitor, open_store
 
 HEAD = ScriptDirectory(str(Path(gpuseat.db.__file__).parent / "migrations")).get_current_head()
 

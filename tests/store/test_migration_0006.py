@@ -8,7 +8,7 @@ from sqlalchemy import text
 
 import gpuseat.db
 from gpuseat.db import make_engine, upgrade
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 
 NOW = "2026-01-05 10:00:00"
 

@@ -14,7 +14,7 @@ from sqlalchemy.exc import DatabaseError
 import gpuseat.db
 from gpuseat.db import make_engine, upgrade
 from gpuseat.errors import InputError
-from gpuseat.services.courses import CourseStore, SeatSpec, open_store
+from gpuseat.store import CourseStore, SeatSpec, open_store
 
 NOW = "2026-01-05 10:00:00"
 EXAMPLES = Path(__file__).parents[2] / "examples"

@@ -9,7 +9,7 @@ from sqlalchemy import text
 from tests.store.test_migration_0011 import NOW, _downgrade
 
 from gpuseat.db import make_engine, upgrade
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 
 INDEXES = {"ix_seats_free_order", "ix_seats_free_reserved"}
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuseat.services.courses import open_store
 from gpuseat.services.demo import seed_demo
+from gpuseat.store import open_store
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from gpuseat.core.roster import RosterText
 from gpuseat.monitor.replay import synthetic_snapshot, write_replay
-from gpuseat.services.courses import CourseStore
+from gpuseat.store import CourseStore
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 T0 = 1_700_000_040.0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
-from gpuseat.services.courses import CourseStore
+from gpuseat.store import CourseStore
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 

@@ -226,7 +226,7 @@ def test_the_queue_file_starts_over(queue):
 
 
 def test_a_store_write_leaves_no_descriptor_open(tmp_path):
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     with open_store(f"sqlite:///{tmp_path}/s.db", create=True) as store:
         (tmp_path / "c.toml").write_text('name = "c"\nparticipants = 2\n[schedule]\nstart = 2026-01-05\ndays = 5\n')
@@ -243,7 +243,7 @@ def test_a_store_write_leaves_no_descriptor_open(tmp_path):
 CLAIMER = textwrap.dedent(
     """
     import json, os, sys, time
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
     from gpuseat.store import claims, turns
     url, log, who, pause = sys.argv[1:5]
     def say(text):
@@ -279,7 +279,7 @@ def claimer(queue: Queue, url: str, who: str, pause: str = "-") -> subprocess.Po
 
 
 def claims_store(tmp_path: Path, queue: Queue) -> tuple[str, list[str]]:
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     from .test_concurrency import course_with
 

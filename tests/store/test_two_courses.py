@@ -16,9 +16,9 @@ from gpuseat.catalog.bundle import load_catalog
 from gpuseat.core.roster import RosterText
 from gpuseat.monitor.replay import synthetic_snapshot, write_replay
 from gpuseat.readings import Alert, SeatEntry, SeatState, leaves
-from gpuseat.services.courses import CourseStore, SeatSpec
 from gpuseat.services.report import build_digest
 from gpuseat.services.survey import SurveyService
+from gpuseat.store import CourseStore, SeatSpec
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 T0 = 1_700_000_040.0  # a minute boundary

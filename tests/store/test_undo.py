@@ -11,8 +11,8 @@ from sqlalchemy import text
 from gpuseat.cli import main
 from gpuseat.core.roster import RosterText
 from gpuseat.errors import InputError, NotFound
-from gpuseat.services.courses import CourseStore, SeatSpec, open_store
 from gpuseat.services.survey import SurveyService
+from gpuseat.store import CourseStore, SeatSpec, open_store
 
 from .conftest import EXAMPLES
 

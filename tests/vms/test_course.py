@@ -16,7 +16,7 @@ from gpuseat.engines import registry
 from gpuseat.engines.libvirt import machine
 from gpuseat.engines.libvirt.engine import TEST_DRIVER_NOTE
 from gpuseat.engines.runner import Runner
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 
 from .conftest import EXAMPLES, public_key
 

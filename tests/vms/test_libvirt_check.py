@@ -19,7 +19,7 @@ import libvirt
 import pytest
 
 from gpuseat.cli import main
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 
 from . import guest, ssh_guest
 from .conftest import EXAMPLES, SSH_KEYS, require_tool

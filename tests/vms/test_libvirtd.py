@@ -24,7 +24,7 @@ from gpuseat.engines.apply import course_state
 from gpuseat.engines.libvirt.libvirt_host import LibvirtHost
 from gpuseat.engines.runner import Runner
 from gpuseat.errors import EngineError
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 
 from . import guest
 from .conftest import EXAMPLES, SSH_KEYS, public_key, require_tool

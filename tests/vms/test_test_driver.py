@@ -22,7 +22,7 @@ from gpuseat.engines.libvirt.machine import VmOptions, seat_mac
 from gpuseat.engines.runner import RecordingRunner
 from gpuseat.errors import EngineError, InputError
 from gpuseat.render.libvirt import METADATA_NS
-from gpuseat.services.courses import open_store
+from gpuseat.store import open_store
 
 from .conftest import EXAMPLES, layout, public_key
 

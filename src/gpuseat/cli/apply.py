@@ -138,7 +138,7 @@ def register(app: typer.Typer) -> None:
         """Make the machines match the store now: each engine's plan, then each step (idempotent)."""
         from gpuseat.engines.apply import one_pass
         from gpuseat.engines.runner import Runner
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         wanted = parse_sets(sets)
         with open_store(db, create=False) as store:
@@ -191,7 +191,7 @@ def register(app: typer.Typer) -> None:
         import threading
 
         from gpuseat.engines.agent import Agent, AgentOptions
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -203,7 +203,7 @@ def register(app: typer.Typer) -> None:
     @agent_app.command("status")
     def status(db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
         """Each agent's last apply, pending and failed steps, and who holds each lease."""
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db, create=False) as store:
             rows = store.agents.agent_statuses()
@@ -244,7 +244,7 @@ def register(app: typer.Typer) -> None:
         """Show an engine's settings for the course, or store new ones (checked by the engine first)."""
         from gpuseat.engines import registry
         from gpuseat.errors import InputError
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         spec = registry.spec(engine)
         with open_store(db, create=False) as store:

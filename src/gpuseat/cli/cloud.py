@@ -30,7 +30,7 @@ def skypilot_command(
     """Write one SkyPilot task per cloud seat and a schedule, for running sky yourself (the agent launches seats)."""
     from gpuseat.catalog.bundle import load_catalog
     from gpuseat.engines.skypilot import tasks as cloud
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     opts = cloud.TaskOptions(
         disk_gb=disk_gb,

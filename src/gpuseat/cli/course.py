@@ -46,7 +46,8 @@ def register(app: typer.Typer) -> None:
         fmt: Format = FORMAT_OPTION,
     ) -> None:
         """Store a course file (text and summary) as a new course; creates the database if needed."""
-        from gpuseat.services.courses import open_store, plan_option_for
+        from gpuseat.services.planning import plan_option_for
+        from gpuseat.store import open_store
 
         option = None
         if plan_option is not None:
@@ -70,7 +71,7 @@ def register(app: typer.Typer) -> None:
     @course_app.command("list")
     def list_(db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
         """Every course with its counts."""
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             views = store.courses.list_courses()
@@ -79,7 +80,7 @@ def register(app: typer.Typer) -> None:
     @course_app.command("show")
     def show(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
         """One course: dates, groups, plan option, counts."""
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             view = store.courses.get_course(course)
@@ -104,7 +105,7 @@ def register(app: typer.Typer) -> None:
         fmt: Format = FORMAT_OPTION,
     ) -> None:
         """Write one course (roster, seats, history, events, tokens' hashes, survey) to one file."""
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             done = store.lifecycle.export_course(course, to, force=force, actor=actor())
@@ -125,7 +126,7 @@ def register(app: typer.Typer) -> None:
         fmt: Format = FORMAT_OPTION,
     ) -> None:
         """Store the course of an export (all or nothing; an existing course key is refused)."""
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db, create=True) as store:
             done = store.lifecycle.import_course(path, key=key, actor=actor())
@@ -145,7 +146,7 @@ def register(app: typer.Typer) -> None:
         db: str | None = DB,
     ) -> None:
         """Make a course read-only (every change is refused from then on) and revoke its access links."""
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             done = store.lifecycle.archive_course(course, actor=actor())
@@ -169,7 +170,7 @@ def register(app: typer.Typer) -> None:
         from datetime import UTC, datetime
 
         from gpuseat.errors import InputError
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             view = store.courses.get_course(course)

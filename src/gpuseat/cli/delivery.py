@@ -53,8 +53,8 @@ def add_to(seats_app: typer.Typer) -> None:
         fmt: Format = FORMAT_OPTION,
     ) -> None:
         """Set (or show) how a seat's participant gets in: SSH with port and jump host, a URL, notes."""
-        from gpuseat.services.courses import open_store
         from gpuseat.services.delivery import way_in
+        from gpuseat.store import open_store
 
         changing = clear or ssh or url or note
         with open_store(db, create=False) as store:
@@ -105,7 +105,7 @@ def add_to(seats_app: typer.Typer) -> None:
     ) -> None:
         """Probe every seat as its participant: ready = exactly one visible GPU, and it is the seat's."""
         from gpuseat.services.checks import check_seats, summary
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         if not 0 < timeout <= 3600 or not 0 < workers <= 256:
             raise InputError("--timeout or --workers out of range", where="--timeout", fix="1-3600 s, 1-256 workers")

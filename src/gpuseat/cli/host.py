@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Probe every host seat as its participant (the same check as ``gpuseat seats check``)."""
         from gpuseat.services.checks import check_seats
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db, create=False) as store:
             results = [r for r in check_seats(store, course, timeout=timeout, actor=actor()) if r.engine == "host"]
@@ -98,7 +98,7 @@ def _apply(course: str | None, db: str | None, host: str | None, fmt: Format, se
     from gpuseat.cli.apply import raise_for, render_plan, store_settings
     from gpuseat.engines.apply import one_pass
     from gpuseat.engines.runner import Runner
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     with open_store(db, create=False) as store:
         key = store.courses.get_course(course).key

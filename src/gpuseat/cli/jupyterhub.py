@@ -20,7 +20,7 @@ hub_app = typer.Typer(name="jupyterhub", help="GPU seats through JupyterHub: hub
 def _course_key(db: str | None, course: str | None) -> tuple[str, str]:
     """The database URL and the course key, checked against the store."""
     from gpuseat.db import resolve_url
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     url = resolve_url(db)
     with open_store(url) as store:
@@ -133,7 +133,7 @@ def cull(
     The token comes from JUPYTERHUB_API_TOKEN (the hub sets it for a managed service), never from a flag.
     """
     from gpuseat.jupyterhub.cull import Culler
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     url = api_url or os.environ.get("JUPYTERHUB_API_URL")
     token = os.environ.get("JUPYTERHUB_API_TOKEN")

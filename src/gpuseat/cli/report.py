@@ -38,9 +38,9 @@ def register(app: typer.Typer) -> None:
         """Write the course report: plan and alternatives, cost, seats, utilisation, benchmarks, survey."""
         from gpuseat.catalog.bundle import load_catalog
         from gpuseat.cli.serve import need_portal
-        from gpuseat.services.courses import open_store
         from gpuseat.services.report import build_digest
         from gpuseat.services.survey import SurveyService
+        from gpuseat.store import open_store
 
         need_portal()
         from gpuseat.web.report import render_report
@@ -57,8 +57,8 @@ def register(app: typer.Typer) -> None:
     app.add_typer(survey, name="survey")
 
     def _state(course: str | None, db: str | None, state: str) -> None:
-        from gpuseat.services.courses import open_store
         from gpuseat.services.survey import SurveyService
+        from gpuseat.store import open_store
 
         store = open_store(db)
         try:
@@ -77,8 +77,8 @@ def register(app: typer.Typer) -> None:
         db: str | None = DB,
     ) -> None:
         """Use FILE's questions for the course survey (only while nobody has answered)."""
-        from gpuseat.services.courses import open_store
         from gpuseat.services.survey import SurveyService
+        from gpuseat.store import open_store
 
         store = open_store(db)
         try:
@@ -102,8 +102,8 @@ def register(app: typer.Typer) -> None:
     @survey.command("report")
     def survey_report(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
         """Distributions, means, NPS with its 95 % interval, and free-text answers."""
-        from gpuseat.services.courses import open_store
         from gpuseat.services.survey import SurveyService
+        from gpuseat.store import open_store
 
         store = open_store(db)
         try:

@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
         fmt: Format = FORMAT_OPTION,
     ) -> None:
         """Import (or re-import) participants in one transaction; prints what changed, matched by email."""
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             report = store.roster.import_roster(course, path, actor=actor())
@@ -81,7 +81,7 @@ def register(app: typer.Typer) -> None:
         fmt: Format = FORMAT_OPTION,
     ) -> None:
         """The participants: key, name, email, group, Unix user and the seat each holds now."""
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db, create=False) as store:
             view = store.courses.get_course(course)
@@ -117,7 +117,7 @@ def register(app: typer.Typer) -> None:
         fmt: Format = FORMAT_OPTION,
     ) -> None:
         """Issue access links (each shown once: only a hash is stored); --rotate or --revoke them."""
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
         from gpuseat.urls import base_url as check_base_url
 
         base = check_base_url(base_url)

@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
     def _ask(
         action: str, participant: str, course: str | None, db: str | None, fmt: Format, key: str | None = None
     ) -> None:
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             done = store.requests.request_seat(
@@ -109,7 +109,7 @@ def register(app: typer.Typer) -> None:
         fmt: Format = FORMAT_OPTION,
     ) -> None:
         """The latest seat requests and what became of them."""
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             rows = [r.to_dict() for r in store.requests.seat_requests(course, participant=participant, pending=pending)]
@@ -121,7 +121,7 @@ def register(app: typer.Typer) -> None:
     @seat.command("hours")
     def hours(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
         """Seat hours per participant: quota, top-ups, used, left, and when the seat stops at this rate."""
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             rows = [{"participant": k, **h.to_dict()} for k, h in sorted(store.requests.seat_hours(course).items())]
@@ -139,7 +139,7 @@ def register(app: typer.Typer) -> None:
         db: str | None = DB,
     ) -> None:
         """Give the participant more seat hours (a stopped seat can then be started again)."""
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             store.requests.add_seat_hours(course, participant, add, kind="topup", actor=actor(), note=note)
@@ -154,7 +154,7 @@ def register(app: typer.Typer) -> None:
         db: str | None = DB,
     ) -> None:
         """Set one participant's own quota of seat hours (instead of the course's or their group's)."""
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             store.requests.add_seat_hours(course, participant, value, kind="quota", actor=actor())

@@ -14,7 +14,7 @@ from gpuseat.cli.course import COURSE, DB, actor
 from gpuseat.errors import InputError
 
 if TYPE_CHECKING:
-    from gpuseat.services.courses import CourseStore, SeatSpec, SeatView
+    from gpuseat.store import CourseStore, SeatSpec, SeatView
 
 SEAT_COLUMNS = ("key", "kind", "host", "profile", "memory_gb", "participant", "engine", "state", "connect")
 STATUS_COLUMNS = ("seat", "kind", "participant", "engine", "state", "reason", "since", "last_gpu_activity", "connect")
@@ -161,7 +161,7 @@ def _specs(
     if engine == "manual":
         return found
     from gpuseat.files import validate
-    from gpuseat.services.courses import SeatSpec
+    from gpuseat.store import SeatSpec
 
     # an engine delivers these seats: they are planned until it has set them up (gpuseat host up)
     return [
@@ -211,7 +211,7 @@ def register(app: typer.Typer) -> None:
         printed); ``--count N`` asks for exactly N.
         """
         from gpuseat.services import seat_sources
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         notes: list[str] = []  # said only once the seats are stored, of the seats added
         with open_store(db) as store:
@@ -250,7 +250,7 @@ def register(app: typer.Typer) -> None:
         fmt: Format = FORMAT_OPTION,
     ) -> None:
         """Give every participant without a seat a suitable one (stable), or one participant a chosen seat."""
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             if participant is not None and seat is not None:
@@ -282,7 +282,7 @@ def register(app: typer.Typer) -> None:
         db: str | None = DB,
     ) -> None:
         """End a participant's (or a seat's) assignment; the history keeps it."""
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             done = store.seats.release(course, participant=participant, seat=seat, reason=reason, actor=actor())
@@ -298,7 +298,7 @@ def register(app: typer.Typer) -> None:
         db: str | None = DB,
     ) -> None:
         """Move a participant to another free seat (the old assignment is closed, not deleted)."""
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             before = store.seats.seat_of(course, participant)
@@ -314,7 +314,7 @@ def register(app: typer.Typer) -> None:
         db: str | None = DB,
     ) -> None:
         """Remove seats added by mistake: planned or released ones nobody holds (all or nothing)."""
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             gone = store.lifecycle.remove_seats(course, seats, actor=actor())
@@ -325,7 +325,7 @@ def register(app: typer.Typer) -> None:
         """Seat, participant, engine, state (with its reason) and the last GPU activity the monitor saw."""
         from datetime import UTC, datetime
 
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             seats = store.seats.seats(course)
@@ -356,7 +356,7 @@ def register(app: typer.Typer) -> None:
         db: str | None = DB,
     ) -> None:
         """Every seat with its current participant; ``toml`` is the ``--seats`` file of top/monitor."""
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             seats = store.seats.seats(course)

@@ -182,7 +182,7 @@ def register(app: typer.Typer) -> None:
         """Create an organizer or change their password (asked twice, never echoed)."""
         need_portal()
         from gpuseat.services.accounts import check_username
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
         from gpuseat.store.sessions import end_user_sessions
 
         check_username(user)
@@ -276,7 +276,7 @@ class PortalSettings:
         from datetime import datetime
 
         from gpuseat.catalog.bundle import load_catalog
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
         from gpuseat.web.portal import Portal
 
         return Portal(

@@ -129,7 +129,7 @@ def config_command(
     if inventory is None:
         if record:
             raise InputError("--record needs --inventory", where="--record", fix="give --inventory and --node")
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             sc = slurm.course_from_store(store, course)
@@ -145,7 +145,7 @@ def config_command(
     else:
         devices = _devices(inventory, mode, profile, node, dev_root, mig_minors, mig_instances)
         if record:
-            from gpuseat.services.courses import open_store
+            from gpuseat.store import open_store
 
             with open_store(db) as store:
                 key = store.courses.get_course(course).key
@@ -156,7 +156,7 @@ def config_command(
             keys = [course]
     files = slurm.config_files(devices, keys, cpus=cpus, real_memory_mb=real_memory_mb)
     if conf_dir is not None:
-        from gpuseat.services.courses import open_store
+        from gpuseat.store import open_store
 
         with open_store(db) as store:
             every = slurm.courses_from_store(store)
@@ -222,7 +222,7 @@ def _apply(course: str | None, db: str | None, fmt: Format, *, where: str, **fla
     from gpuseat.engines.apply import one_pass
     from gpuseat.engines.runner import Runner
     from gpuseat.errors import InputError
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     given = {k: (str(v) if isinstance(v, Path) else v) for k, v in flags.items() if v is not None}
     if given.get("slurm_conf") and not given.get("conf_dir"):
@@ -258,7 +258,7 @@ def status_command(
 ) -> None:
     """Each participant's jobs, Slurm's reason and GRES; the seats' engine state is recorded in the store."""
     from gpuseat.engines.slurm import course as slurm
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     with open_store(db) as store:
         sc = slurm.course_from_store(store, course)
@@ -312,7 +312,7 @@ def check_command(
 ) -> None:
     """Run a one-GPU job as each participant in the session running now: the GPU it sees, or Slurm's refusal."""
     from gpuseat.engines.slurm import course as slurm
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     with open_store(db) as store:
         sc = slurm.course_from_store(store, course)

@@ -101,7 +101,7 @@ def status(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMA
     from gpuseat.engines.apply import course_state, settings_for
     from gpuseat.engines.libvirt import machine
     from gpuseat.engines.runner import Runner
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     with open_store(db, create=False) as store:
         key = store.courses.get_course(course).key
@@ -136,7 +136,7 @@ def _apply(course: str | None, db: str | None, fmt: Format, settings: dict[str, 
     from gpuseat.engines.apply import one_pass
     from gpuseat.engines.runner import Runner
     from gpuseat.errors import InputError
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     with open_store(db, create=False) as store:
         key = store.courses.get_course(course).key

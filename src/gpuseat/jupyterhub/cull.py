@@ -31,7 +31,7 @@ from gpuseat.services.activity import LIVE_WINDOW_S, SeatLive
 if TYPE_CHECKING:
     import httpx
 
-    from gpuseat.services.courses import CourseStore
+    from gpuseat.store import CourseStore
 
 log = logging.getLogger("gpuseat.jupyterhub.cull")
 

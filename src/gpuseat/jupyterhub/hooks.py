@@ -36,7 +36,7 @@ from gpuseat.jupyterhub.spawners import Grant, apply, flavour, missing_for
 
 if TYPE_CHECKING:
     from gpuseat.engines.skypilot.tasks import Window
-    from gpuseat.services.courses import CourseStore, SeatView
+    from gpuseat.store import CourseStore, SeatView
 
 log = logging.getLogger("gpuseat.jupyterhub")
 
@@ -130,7 +130,7 @@ class SeatHooks:
     def store(self) -> CourseStore:
         """The course store, opened on first use (the hub may start before the database is reachable)."""
         if self._store is None:
-            from gpuseat.services.courses import open_store
+            from gpuseat.store import open_store
 
             self._store = open_store(self.settings.db_url)
         return self._store

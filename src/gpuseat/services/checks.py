@@ -19,7 +19,7 @@ from gpuseat.errors import GpuseatError
 
 if TYPE_CHECKING:
     from gpuseat.bench.run import BenchOptions
-    from gpuseat.services.courses import CourseStore, ParticipantView, SeatView
+    from gpuseat.store import CourseStore, ParticipantView, SeatView
 
 DEFAULT_WORKERS = 16
 

@@ -16,7 +16,7 @@ from gpuseat.engines import registry
 from gpuseat.errors import InputError
 
 if TYPE_CHECKING:
-    from gpuseat.services.courses import CourseStore, ParticipantView, SeatView
+    from gpuseat.store import CourseStore, ParticipantView, SeatView
 
 
 def way_in(

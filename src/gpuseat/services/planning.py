@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 from gpuseat.catalog.bundle import Catalog
 from gpuseat.catalog.offers import Offer, check_offer_ids, load_offers_file, merge_offers
@@ -195,3 +196,17 @@ def plan_course(
     result.warnings[:0] = warnings
     result.filters = reports
     return result
+
+
+def plan_option_for(path: Path, rank: int, catalog: Catalog) -> dict[str, Any]:
+    """Option ``rank`` (1 = cheapest) of ``gpuseat plan`` on a course file, as its JSON (to store with the course)."""
+    if not 1 <= rank <= 1000:
+        raise InputError(f"--plan-option {rank}", where="plan_option", fix="give a rank from 1 (the cheapest)")
+    options = plan_course(path, catalog).to_dict()["options"]
+    if rank > len(options):
+        raise InputError(
+            f"the plan has {len(options)} option(s), not {rank}",
+            where="plan_option",
+            fix=f"choose 1 to {len(options)} (gpuseat plan {path} lists them)",
+        )
+    return dict(options[rank - 1])

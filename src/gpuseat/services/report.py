@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from gpuseat.bench.results import RecordedResult
     from gpuseat.catalog import ReferenceResult
     from gpuseat.catalog.bundle import Catalog
-    from gpuseat.services.courses import CourseStore, CourseView, ParticipantView, SeatView
+    from gpuseat.store import CourseStore, CourseView, ParticipantView, SeatView
 
 REFERENCE_GREY = "#9a9a9a"
 K520_DAY_H = 24.0  # "24 h of K520 work takes N h here"

@@ -1,8 +1,8 @@
 """Where seats come from: a carve layout, a plan's cloud option, or what ``nvidia-smi`` lists.
 
-Each function turns one source into :class:`~gpuseat.services.courses.SeatSpec` values that
-:meth:`CourseStore.add_seats <gpuseat.services.courses.CourseStore.add_seats>` stores in one
-transaction, so ``gpuseat seats add`` and the portal share one answer. Nothing here writes.
+Each function turns one source into :class:`~gpuseat.store.SeatSpec` values that
+``store.seats.add_seats`` stores in one transaction, so ``gpuseat seats add`` and the portal share one
+answer. Nothing here writes.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from gpuseat.core.seating import misfit, seat_keys
 from gpuseat.errors import InputError
-from gpuseat.services.courses import CourseStore, SeatSpec
+from gpuseat.store import CourseStore, SeatSpec
 
 if TYPE_CHECKING:
     from gpuseat.catalog.bundle import Catalog
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from gpuseat.core.seating import EngineName
     from gpuseat.nvsmi import Listed
     from gpuseat.readings import Snapshot
-    from gpuseat.services.courses import SeatView
+    from gpuseat.store import SeatView
 
 # carve mode → seat kind
 KIND_OF_MODE = {"passthrough": "gpu", "mig": "mig", "vgpu": "vgpu", "timeslice": "shared", "mps": "shared"}

@@ -23,7 +23,7 @@ from gpuseat.files import read_text, validate
 from gpuseat.store.survey import CLOSED, OPEN
 
 if TYPE_CHECKING:
-    from gpuseat.services.courses import CourseStore
+    from gpuseat.store import CourseStore
 
 
 def bundled_templates() -> list[str]:

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.datastructures import FormData
 
 from gpuseat.errors import GpuseatError, InputError, NotFound
-from gpuseat.services.courses import ParticipantView
+from gpuseat.store import ParticipantView
 from gpuseat.web.pages import client_address, go, organizer_of, page, portal_of, session_secret, sessions_of
 from gpuseat.web.portal import Portal
 from gpuseat.web.security import CSRF_FIELD, same_origin

@@ -28,8 +28,8 @@ from gpuseat.web.security import RateLimiter
 if TYPE_CHECKING:
     from gpuseat.bench.results import RecordedResult
     from gpuseat.catalog.bundle import Catalog
-    from gpuseat.services.courses import CourseStore, ParticipantView, SeatView
     from gpuseat.services.report import CourseDigest, SeatRow
+    from gpuseat.store import CourseStore, ParticipantView, SeatView
     from gpuseat.store.tokens import TokenHit
 
 log = logging.getLogger("gpuseat.portal")

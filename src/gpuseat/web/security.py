@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMappi
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpuseat.services.courses import CourseStore
+    from gpuseat.store import CourseStore
 
 SESSION_COOKIE = "gpuseat_session"
 CSRF_COOKIE = "gpuseat_csrf"

@@ -16,14 +16,14 @@ from gpuseat.core.roster import RosterText
 from gpuseat.errors import GpuseatError, InputError, StoreError
 
 if TYPE_CHECKING:
-    from gpuseat.services.courses import RosterReport
+    from gpuseat.store import RosterReport
 
 _pool: ProcessPoolExecutor | None = None
 _lock = threading.Lock()
 
 
 def _import_roster(url: str, course: str, text: str, where: str, actor: str) -> tuple[str, Any]:
-    from gpuseat.services.courses import open_store
+    from gpuseat.store import open_store
 
     try:
         store = open_store(url)

@@ -26,7 +26,7 @@ from gpuseat.errors import InputError
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-    from gpuseat.services.courses import CourseStore
+    from gpuseat.store import CourseStore
 
 _REF = re.compile(r"^node=(\S+) gres=gpu:(\S+) core=(\d{1,4}) files=(\S+)$")
 

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 
 from gpuseat.errors import InputError, NoFreeSeat
-from gpuseat.services.courses import ParticipantView
+from gpuseat.store import ParticipantView
 from gpuseat.store.requests import RATE_LIMIT, RATE_WINDOW
 from gpuseat.web.deps import get_portal, participant, participant_form
 from gpuseat.web.pages import root

@@ -10,7 +10,7 @@ from fastapi.responses import HTMLResponse, Response
 from starlette.datastructures import FormData
 
 from gpuseat.errors import InputError
-from gpuseat.services.courses import ParticipantView
+from gpuseat.store import ParticipantView
 from gpuseat.web.deps import get_portal, need_organizer, organizer_form, participant_form, read_form
 from gpuseat.web.pages import download, go, page
 from gpuseat.web.portal import Portal
