@@ -16,7 +16,7 @@ from starlette.background import BackgroundTask
 from starlette.datastructures import FormData
 
 from gpuseat.errors import InputError
-from gpuseat.services.courses import ParticipantView
+from gpuseat.store import ParticipantView
 from gpuseat.store.survey import OPEN
 from gpuseat.web.deps import get_portal, participant, participant_form, read_form
 from gpuseat.web.pages import page, root
