@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuseat.errors import InputError
-from gpuseat.services.courses import ParticipantView
+from gpuseat.store import ParticipantView
 
 
 def seat_controls(portal: Any, who: ParticipantView) -> dict[str, Any]:
