@@ -19,7 +19,7 @@ from gpuseat.errors import InputError
 from gpuseat.store import ParticipantView
 from gpuseat.store.survey import OPEN
 from gpuseat.web.deps import get_portal, participant, participant_form, read_form
-from gpuseat.web.pages import page, root
+from gpuseat.web.pages import page, portal_of, root
 from gpuseat.web.participant_controls import seat_controls
 from gpuseat.web.portal import Portal
 
@@ -35,7 +35,7 @@ def visited(portal: Portal, response: Response) -> Response:
 
 def participant_page(request: Request, token: str, who: ParticipantView, status: int = 200, **ctx: Any) -> Response:
     """The participant's page: their seat, its way in and check, their benchmark, use and the open survey."""
-    portal: Portal = request.app.state.portal
+    portal = portal_of(request)
     key = who.course
     seat, d_bench, usage = portal.participant(who)
     state = portal.surveys.state(key)
