@@ -19,18 +19,20 @@ def seat_controls(portal: Any, who: ParticipantView) -> dict[str, Any]:
     store = portal.store
     out: dict[str, Any] = {"requests": [], "hours": None, "running": True, "stopped_reason": None, "enabled": False}
     out["idle_warning"] = None
+    seat = store.seats.seat_of(who.course, who.key)
     try:
-        out["requests"] = [r.to_dict() for r in store.seat_requests(who.course, participant=who.key, limit=5)]
-        hours = store.seat_hours(who.course, participant=who.key).get(who.key)
+        hours = store.requests.seat_hours(who.course, participant=who.key).get(who.key)
         out["hours"] = hours.to_dict() if hours is not None else None
-        warned = store.idle_warning(who.course, who.key)
+        if seat is None:  # requests, idle warnings and run states are a seat's: a seatless page skips them
+            return out
+        out["requests"] = [r.to_dict() for r in store.requests.seat_requests(who.course, participant=who.key, limit=5)]
+        warned = store.requests.idle_warning(who.course, who.key)
         out["idle_warning"] = warned[1] if warned is not None else None
-        state = store.run_states(who.course).get(who.key)
+        state = store.requests.run_states(who.course).get(who.key)
         if state is not None:
             out["running"], out["stopped_reason"] = state.running, state.reason
     except InputError:
         return out
-    seat = store.seat_of(who.course, who.key)
     from gpuseat.store.requests import SELF_SERVICE_ENGINES
 
     out["enabled"] = seat is not None and seat.engine in SELF_SERVICE_ENGINES
