@@ -29,7 +29,7 @@ def make_templates(portal: Portal) -> Jinja2Templates:
 
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.globals["poll_s"] = portal.poll_s
-    templates.env.globals["seat_controls"] = lambda who: seat_controls(portal, who)
+    templates.env.globals["seat_controls"] = lambda who, seat: seat_controls(portal, who, seat)
     templates.env.filters["timestamp"] = timestamp
     templates.env.filters["money"] = money
     templates.env.filters["local"] = lambda value: course_time(value, portal.course_zone())

@@ -11,15 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 from gpuseat.errors import InputError
-from gpuseat.store import ParticipantView
+from gpuseat.store import ParticipantView, SeatView
 
 
-def seat_controls(portal: Any, who: ParticipantView) -> dict[str, Any]:
-    """What the page's controls show: the seat's run state, hours, and the latest requests."""
+def seat_controls(portal: Any, who: ParticipantView, seat: SeatView | None) -> dict[str, Any]:
+    """What the page's controls show for ``who`` holding ``seat`` (read once by the caller, for the whole page):
+    the seat's run state, hours, and the latest requests."""
     store = portal.store
     out: dict[str, Any] = {"requests": [], "hours": None, "running": True, "stopped_reason": None, "enabled": False}
     out["idle_warning"] = None
-    seat = store.seats.seat_of(who.course, who.key)
     try:
         hours = store.requests.seat_hours(who.course, participant=who.key).get(who.key)
         out["hours"] = hours.to_dict() if hours is not None else None

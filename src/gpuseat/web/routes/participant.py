@@ -145,4 +145,5 @@ def participant_seat_json(
     who: ParticipantView = Depends(participant), portal: Portal = Depends(get_portal)
 ) -> Response:
     """What the page's controls show, polled while a request is pending."""
-    return JSONResponse(seat_controls(portal, who), headers={"cache-control": "no-store"})
+    seat = portal.store.seats.seat_of(who.course, who.key)
+    return JSONResponse(seat_controls(portal, who, seat), headers={"cache-control": "no-store"})
