@@ -69,16 +69,16 @@ class Runner(RecordingRunner):
 def lab(tmp_path, monkeypatch, real_sky):
     url = f"sqlite:///{tmp_path / 'course.db'}"
     st = open_store(url, create=True)
-    st.create_course(EXAMPLES / "course-lab-hours.toml", key="lab", timezone="UTC", plan_option=OPTION)
+    st.courses.create_course(EXAMPLES / "course-lab-hours.toml", key="lab", timezone="UTC", plan_option=OPTION)
     ann, bob = ssh_key(tmp_path, "ann"), ssh_key(tmp_path, "bob")
     roster = (
         "name,email,group,unix_user,ssh_key\n"
         f"Ann,ann@example.edu,students,ann,{ann}\n"
         f"Bob,bob@example.edu,students,,{bob}\n"  # no unix_user: the derived login, as on every engine
     )
-    st.import_roster("lab", RosterText(roster, where="roster.csv"))
-    st.add_seats("lab", [{"key": f"cloud-{i}", "kind": "cloud", "engine": "skypilot"} for i in (1, 2)])
-    st.assign("lab", "ann", "cloud-1")
+    st.roster.import_roster("lab", RosterText(roster, where="roster.csv"))
+    st.seats.add_seats("lab", [{"key": f"cloud-{i}", "kind": "cloud", "engine": "skypilot"} for i in (1, 2)])
+    st.seats.assign("lab", "ann", "cloud-1")
     fake = FakeSky(real_sky)
     monkeypatch.setattr("gpuseat.engines.skypilot.sdk.load_sky", lambda: fake)
     yield st, fake, url
@@ -113,15 +113,15 @@ def test_a_held_seat_is_launched_for_its_holder_and_recorded_running(lab):
     assert launch[2]["cluster_name"] == "gs-lab-cloud-1"
     assert launch[2]["idle_minutes_to_autostop"] == 7 * 60  # until the window closes at 17:00
     assert launch[2]["wait_for"].value == "none"  # a hard limit: it stops at the window's end, idle or not
-    seat = store.get_seat("lab", "cloud-1")
+    seat = store.seats.get_seat("lab", "cloud-1")
     assert (seat.state, seat.engine_ref) == ("running", "gs-lab-cloud-1")
     assert seat.state_reason.startswith("running: cluster gs-lab-cloud-1 is up until the access window closes")
-    access = store.access_of("lab")["cloud-1"]
+    access = store.delivery.access_of("lab")["cloud-1"]
     assert (access["host"], access["user"], access["holder"]) == ("54.12.3.10", "ann", "ann")
     assert access["command"] == "ssh ann@54.12.3.10"
     engine = registry.build("skypilot", store, "lab", runner=Runner(fake))
     assert (engine.connect(seat) or pytest.fail("no way in")).command == "ssh ann@54.12.3.10"
-    free = store.get_seat("lab", "cloud-2")
+    free = store.seats.get_seat("lab", "cloud-2")
     assert free.state_reason == "not launched: nobody holds it"
     assert empty_plan(store, fake, OPEN)  # idempotent: nothing left to do
     assert check_signatures(fake) > 5
@@ -135,9 +135,9 @@ def test_every_sdk_call_binds_to_the_installed_sdk(lab):
     done, _ = run(store, fake, OPEN)
     assert steps(done) == ["cloud.autostop gs-lab-cloud-1"]
     run(store, fake, CLOSED)
-    store.release("lab", participant="ann")
+    store.seats.release("lab", participant="ann")
     run(store, fake, NEXT_DAY)
-    store.remove_seats("lab", ["cloud-1"])
+    store.lifecycle.remove_seats("lab", ["cloud-1"])
     run(store, fake, NEXT_DAY)
     assert fake.verbs() == [
         "launch gs-lab-cloud-1",
@@ -155,14 +155,14 @@ def test_a_closed_window_stops_the_cluster_and_the_next_window_starts_it(lab):
     run(store, fake, OPEN)
     done, _ = run(store, fake, CLOSED)
     assert steps(done) == ["cloud.stop gs-lab-cloud-1", "seat.record cloud-1"]
-    seat = store.get_seat("lab", "cloud-1")
+    seat = store.seats.get_seat("lab", "cloud-1")
     assert seat.state == "requested" and seat.state_reason.startswith("stopped: outside the course's access hours")
-    access = store.access_of("lab")["cloud-1"]
+    access = store.delivery.access_of("lab")["cloud-1"]
     assert access["host"] is None and access["holder"] == "ann"  # no stale address: it changes on restart
     assert empty_plan(store, fake, CLOSED)
     done, _ = run(store, fake, NEXT_DAY)
     assert steps(done) == ["cloud.launch gs-lab-cloud-1", "seat.record cloud-1"]
-    assert store.get_seat("lab", "cloud-1").state == "running"
+    assert store.seats.get_seat("lab", "cloud-1").state == "running"
     assert [c[2]["idle_minutes_to_autostop"] for c in fake.calls if c[0] == "launch"] == [420, 450]
     assert empty_plan(store, fake, NEXT_DAY)
 
@@ -170,10 +170,10 @@ def test_a_closed_window_stops_the_cluster_and_the_next_window_starts_it(lab):
 def test_hand_over_removes_the_old_holder_before_the_new_holders_key_is_added(lab):
     store, fake, _ = lab
     run(store, fake, OPEN)
-    store.release("lab", participant="ann")
-    store.assign("lab", "bob", "cloud-1")
+    store.seats.release("lab", participant="ann")
+    store.seats.assign("lab", "bob", "cloud-1")
     engine = registry.build("skypilot", store, "lab", runner=Runner(fake))
-    assert engine.connect(store.get_seat("lab", "cloud-1")) is None  # being prepared, never ann's login
+    assert engine.connect(store.seats.get_seat("lab", "cloud-1")) is None  # being prepared, never ann's login
     fake.timeline.clear()
     done, _ = run(store, fake, OPEN)
     assert steps(done) == ["account.revoke ann", "cloud.launch gs-lab-cloud-1", "seat.record cloud-1"]
@@ -186,7 +186,7 @@ def test_hand_over_removes_the_old_holder_before_the_new_holders_key_is_added(la
     # the new holder's setup also expires every earlier holder before it adds bob's key
     assert task["setup"].index('for OLD in $(cat "$HOLDERS")') < task["setup"].index('authorized_keys"\n')
     assert "P_USER=bob" in task["setup"]
-    access = store.access_of("lab")["cloud-1"]
+    access = store.delivery.access_of("lab")["cloud-1"]
     assert (access["user"], access["holder"]) == ("bob", "bob")
     assert empty_plan(store, fake, OPEN)
 
@@ -194,33 +194,33 @@ def test_hand_over_removes_the_old_holder_before_the_new_holders_key_is_added(la
 def test_a_failed_revoke_blocks_the_new_holders_launch(lab):
     store, fake, _ = lab
     run(store, fake, OPEN)
-    store.release("lab", participant="ann")
-    store.assign("lab", "bob", "cloud-1")
+    store.seats.release("lab", participant="ann")
+    store.seats.assign("lab", "bob", "cloud-1")
     answers = {("ssh",): (255, "", "ssh: connect to host gs-lab-cloud-1 port 22: Connection refused")}
     done, _ = run(store, fake, OPEN, answers=answers, failing=True)
     states = {f"{o.step.action} {o.step.target}": o.state for r in done.reports for o in r.outcomes}
     assert states == {"account.revoke ann": "failed", "cloud.launch gs-lab-cloud-1": "skipped",
                       "seat.record cloud-1": "skipped"}  # fmt: skip
     assert len(fake.launched()) == 1  # only ann's launch
-    assert store.access_of("lab")["cloud-1"]["user"] == "ann"  # bob's page: being prepared
+    assert store.delivery.access_of("lab")["cloud-1"]["user"] == "ann"  # bob's page: being prepared
 
 
 def test_release_archive_and_delete(lab, cli):
     store, fake, url = lab
     run(store, fake, OPEN)
-    store.release("lab", participant="ann")
+    store.seats.release("lab", participant="ann")
     done, _ = run(store, fake, OPEN)
     assert steps(done) == ["account.revoke ann", "cloud.stop gs-lab-cloud-1", "seat.clear cloud-1"]
-    seat = store.get_seat("lab", "cloud-1")
-    assert seat.state_reason.startswith("stopped: nobody holds it") and "cloud-1" not in store.access_of("lab")
+    seat = store.seats.get_seat("lab", "cloud-1")
+    assert seat.state_reason.startswith("stopped: nobody holds it") and "cloud-1" not in store.delivery.access_of("lab")
     assert empty_plan(store, fake, OPEN)
-    store.assign("lab", "ann", "cloud-1")
+    store.seats.assign("lab", "ann", "cloud-1")
     run(store, fake, OPEN)
-    store.archive_course("lab")
+    store.lifecycle.archive_course("lab")
     done, _ = run(store, fake, OPEN)
     assert steps(done) == ["account.revoke ann", "cloud.stop gs-lab-cloud-1"]
     assert fake.clusters["gs-lab-cloud-1"]["status"] == "STOPPED"
-    holdings = store.holdings("lab")
+    holdings = store.agents.holdings("lab")
     assert [(h["what"], h["login"]) for h in holdings] == [("cluster", "gs-lab-cloud-1")]  # a stopped disk
     r = cli("course", "delete", "lab", "--yes", "--db", url)
     assert r.code == 0, r.err
@@ -236,7 +236,7 @@ def test_a_failed_launch_says_not_launched_with_skypilots_error(lab):
     done, _ = run(store, fake, OPEN, failing=True)
     (failed,) = done.failed
     assert "ResourcesUnavailableError" in failed["error"] and failed["exit_code"] == 1
-    seat = store.get_seat("lab", "cloud-1")
+    seat = store.seats.get_seat("lab", "cloud-1")
     assert seat.state == "failed"
     assert seat.state_reason.startswith("not launched: sky.launch gs-lab-cloud-1 failed: ResourcesUnavailableError")
 
@@ -247,7 +247,7 @@ def test_a_dry_run_lists_the_sdk_calls_and_makes_none(lab):
     commands = [c.line for r in done.reports for o in r.outcomes for c in o.commands]
     assert "sky.launch gs-lab-cloud-1 idle_minutes=420" in commands
     assert "launch" not in {c[0] for c in fake.calls} and not fake.clusters
-    assert store.get_seat("lab", "cloud-1").state == "planned"
+    assert store.seats.get_seat("lab", "cloud-1").state == "planned"
 
 
 def test_states_in_seats_status_and_not_launched_in_seats_check(lab, cli):
@@ -275,7 +275,7 @@ def test_the_probe_uses_the_stored_way_in_and_honours_the_timeout(lab):
     listing = "GPU 0: Tesla T4 (UUID: GPU-aaaaaaaa-0000-0000-0000-000000000000)\n"
     runner = Runner(fake, answers={("ssh",): (0, listing, "")})
     engine = SkyPilotEngine(store, "lab", settings=SkyPilotSettings(timeout=7), runner=runner)
-    got = engine.probe(store.get_seat("lab", "cloud-1"), store.find_participant("lab", "ann"))
+    got = engine.probe(store.seats.get_seat("lab", "cloud-1"), store.roster.find_participant("lab", "ann"))
     assert got.state == "ready", got
     (ran,) = runner.take()
     assert ran.argv == ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=7", "-o", "HostName=54.12.3.10",
@@ -283,7 +283,7 @@ def test_the_probe_uses_the_stored_way_in_and_honours_the_timeout(lab):
     assert runner.timeouts == [7]
     runner = Runner(fake, answers={("ssh",): (124, "", "")})
     slow = SkyPilotEngine(store, "lab", settings=SkyPilotSettings(timeout=7), runner=runner)
-    got = slow.probe(store.get_seat("lab", "cloud-1"), store.find_participant("lab", "ann"))
+    got = slow.probe(store.seats.get_seat("lab", "cloud-1"), store.roster.find_participant("lab", "ann"))
     assert got.state == "broken" and got.reason == "the probe on gs-lab-cloud-1 did not answer within 7 s"
 
 
@@ -306,10 +306,10 @@ def test_the_participant_page_says_not_launched_running_or_stopped(lab):
     from gpuseat.services.delivery import way_in
 
     store, fake, _ = lab
-    ann = store.find_participant("lab", "ann")
+    ann = store.roster.find_participant("lab", "ann")
 
     def page():
-        return way_in(store, store.get_seat("lab", "cloud-1"), ann)
+        return way_in(store, store.seats.get_seat("lab", "cloud-1"), ann)
 
     assert page().missing.startswith("not launched yet: the agent launches your seat")  # no agent ran yet
     run(store, fake, CLOSED)
@@ -330,7 +330,7 @@ def test_settings_in_the_store_and_apply_from_the_cli(lab, cli, tmp_path):
     done, _ = run(store, fake, OPEN, failing=True)  # an empty wheelhouse: one clear message, exit 2
     (failed,) = done.failed
     assert failed["exit_code"] == 2 and "0 gpuseat wheels" in failed["error"], failed
-    assert store.get_seat("lab", "cloud-1").state_reason.startswith("not launched: ")
+    assert store.seats.get_seat("lab", "cloud-1").state_reason.startswith("not launched: ")
     assert not fake.clusters
     r = cli("engines", "settings", "skypilot", "wheelhouse=", "--course", "lab", "--db", url)
     assert r.code == 0, r.err
@@ -344,15 +344,15 @@ def test_settings_in_the_store_and_apply_from_the_cli(lab, cli, tmp_path):
 def test_seats_launch_side_by_side(lab):
     """Every launch is submitted before the first is waited for (a launch takes minutes each)."""
     store, fake, _ = lab
-    store.assign("lab", "bob", "cloud-2")
+    store.seats.assign("lab", "bob", "cloud-2")
     done, _ = run(store, fake, OPEN)
     assert steps(done) == ["cloud.launch gs-lab-cloud-1", "cloud.launch gs-lab-cloud-2", "seat.record cloud-1",
                            "seat.record cloud-2"]  # fmt: skip
     names = [n for n, *_ in fake.calls if n in ("launch", "get")]
     first = names.index("launch")
     assert names[first : first + 3] == ["launch", "launch", "get"], names  # both submitted, then waited for
-    assert {store.get_seat("lab", k).state for k in ("cloud-1", "cloud-2")} == {"running"}
-    assert store.access_of("lab")["cloud-2"]["command"] == "ssh bob@54.12.3.11"
+    assert {store.seats.get_seat("lab", k).state for k in ("cloud-1", "cloud-2")} == {"running"}
+    assert store.delivery.access_of("lab")["cloud-2"]["command"] == "ssh bob@54.12.3.11"
     assert empty_plan(store, fake, OPEN)
 
 
@@ -362,13 +362,13 @@ def test_the_images_admin_user_is_never_revoked_nor_given_to_a_participant(lab, 
     store, fake, _ = lab
     run(store, fake, OPEN)
     # the organizer set the way in by hand (seats connect --ssh ubuntu@…): no holder, the image's admin user
-    store.record_delivery("lab", "cloud-1", access=Access(kind="ssh", host="54.12.3.10", user="ubuntu"))
+    store.delivery.record_delivery("lab", "cloud-1", access=Access(kind="ssh", host="54.12.3.10", user="ubuntu"))
     done, _ = run(store, fake, OPEN)
     assert steps(done) == ["cloud.launch gs-lab-cloud-1", "seat.record cloud-1"]  # ann's login made sure of
     assert "account.revoke" not in " ".join(steps(done))
     roster = f"name,email,group,unix_user,ssh_key\nUbu,ubu@example.edu,students,ubuntu,{ssh_key(tmp_path, 'u')}\n"
-    store.import_roster("lab", RosterText(roster, where="more.csv"))
-    store.assign("lab", "ubuntu", "cloud-2")
+    store.roster.import_roster("lab", RosterText(roster, where="more.csv"))
+    store.seats.assign("lab", "ubuntu", "cloud-2")
     done, _ = run(store, fake, OPEN, failing=True)
     (failed,) = done.failed
     assert failed["exit_code"] == 2 and "the cloud image's own admin user" in failed["error"]

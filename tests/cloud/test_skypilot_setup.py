@@ -42,14 +42,16 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> dict:
 @pytest.fixture
 def course(tmp_path: Path):
     store = open_store(f"sqlite:///{tmp_path / 'course.db'}", create=True)
-    store.create_course(EXAMPLES / "course-lab-hours.toml", key="lab", timezone="Europe/Berlin", plan_option=OPTION)
+    store.courses.create_course(
+        EXAMPLES / "course-lab-hours.toml", key="lab", timezone="Europe/Berlin", plan_option=OPTION
+    )
     keys = {p: ssh_key(tmp_path, p) for p in ("ann", "bob")}
     roster = "name,email,group,unix_user,ssh_key\n" + "".join(
         f"{p.title()},{p}@example.edu,students,{p},{k}\n" for p, k in keys.items()
     )
-    store.import_roster("lab", RosterText(roster, where="roster.csv"))
-    store.add_seats("lab", [{"key": f"cloud-{i}", "kind": "cloud"} for i in (1, 2)])
-    store.assign("lab", "ann", "cloud-1")
+    store.roster.import_roster("lab", RosterText(roster, where="roster.csv"))
+    store.seats.add_seats("lab", [{"key": f"cloud-{i}", "kind": "cloud"} for i in (1, 2)])
+    store.seats.assign("lab", "ann", "cloud-1")
     yield store, keys
     store.close()
 
@@ -104,8 +106,8 @@ def test_a_hand_over_takes_the_previous_holders_key_away(course, image, tmp_path
     vm = new_vm(tmp_path / "vm", image["python"])
     first = _tasks(store, tmp_path / "sky", image["wheel"].parent)["gs-lab-cloud-1"]
     assert vm.setup(first).returncode == 0
-    store.release("lab", participant="ann", reason="moved")
-    store.assign("lab", "bob", "cloud-1")
+    store.seats.release("lab", participant="ann", reason="moved")
+    store.seats.assign("lab", "bob", "cloud-1")
     second = _tasks(store, tmp_path / "sky", image["wheel"].parent)["gs-lab-cloud-1"]
     done = vm.setup(second)
     assert done.returncode == 0, done.stderr

@@ -22,8 +22,8 @@ OPTION = {
 @pytest.fixture
 def store(tmp_path: Path):
     st = courses.open_store(f"sqlite:///{tmp_path / 'course.db'}", create=True)
-    st.create_course(EXAMPLES / "course-2016.toml", key="c2016", timezone="UTC", plan_option=OPTION)
-    st.add_seats("c2016", [{"key": f"cloud-{i:02d}", "kind": "cloud"} for i in range(1, 13)])
+    st.courses.create_course(EXAMPLES / "course-2016.toml", key="c2016", timezone="UTC", plan_option=OPTION)
+    st.seats.add_seats("c2016", [{"key": f"cloud-{i:02d}", "kind": "cloud"} for i in range(1, 13)])
     yield st
     st.close()
 
@@ -32,7 +32,7 @@ def test_write_for_course_records_clusters_and_cost_so_far(store, tmp_path: Path
     offers = load_catalog().offers
     written = cloud.write_for_course(store, "c2016", tmp_path / "sky", offers, cloud.TaskOptions())
     assert len(written.tasks) == 12 and written.windows == 1 and written.warnings
-    seat = store.get_seat("c2016", "cloud-03")
+    seat = store.seats.get_seat("c2016", "cloud-03")
     assert (seat.engine, seat.engine_ref, seat.state) == ("skypilot", "gs-c2016-cloud-03", "requested")
     # 2016-06-06 00:00 UTC start, 10 min lead: at 2016-06-07 00:00 each seat ran 24 h 10 min
     now = datetime(2016, 6, 7, tzinfo=UTC)

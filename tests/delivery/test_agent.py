@@ -161,7 +161,7 @@ def test_move_release_and_handover_with_no_organizer_command(running: Any, cli: 
     from gpuseat.store import open_store
 
     with open_store(db) as store:
-        applied = [e for e in store.events("lab") if e.action == "engine.apply"]
+        applied = [e for e in store.events.events("lab") if e.action == "engine.apply"]
     assert any("key.remove" in json.dumps(e.detail) for e in applied)
     again = cli("apply", "--course", "lab", "--dry-run", "--db", db)
     assert again.code == 0 and "nothing to change" in again.out, again.out
@@ -200,7 +200,7 @@ def test_drift_is_reverted_and_logged(running: Any, cli: Callable[..., Any], tmp
     from gpuseat.store import open_store
 
     with open_store(db) as store:
-        drift = [e for e in store.events("lab") if e.action == "drift.reverted"]
+        drift = [e for e in store.events.events("lab") if e.action == "drift.reverted"]
     assert drift, "the resync logs what it reverted"
     done = " ".join(d for e in drift for d in e.detail["done"])  # type: ignore[index]
     assert f"key.remove {ben}" in done and f"account.lock {ben}" in done
@@ -270,7 +270,7 @@ def test_kill9_at_random_steps_converges_and_never_keys_the_wrong_person(
     from gpuseat.store import open_store
 
     with open_store(db) as store:
-        holders = {s.participant for s in store.seats("lab") if s.participant}
+        holders = {s.participant for s in store.seats.seats("lab") if s.participant}
     for p in people:
         login = lab.people[p].user
         assert (lab.keys_dir / login).exists() == (p in holders), p

@@ -83,7 +83,7 @@ def test_participants_get_their_own_gpu_and_nothing_else(hostcourse: tuple[Lab, 
 
     def snapshot() -> tuple[int, list[str]]:
         with open_store(db) as store:
-            events = len(store.events("lab"))
+            events = len(store.events.events("lab"))
         files = sorted(f"{p}:{p.stat().st_mtime_ns}" for p in lab.root.rglob("*") if p.is_file())
         keys = sorted(f"{p}:{p.stat().st_mtime_ns}" for p in lab.keys_dir.iterdir())
         return events, files + keys
@@ -255,7 +255,7 @@ def test_seats_check_bench_runs_lenet_pinned_to_each_ready_seat(
     from gpuseat.store import open_store
 
     with open_store(db) as store:
-        stored = store.readiness_of("lab")
+        stored = store.delivery.readiness_of("lab")
     assert stored[by_uuid[MIG[0]]]["bench"] == bench
     bad = cli("seats", "check", "--db", db, "--bench", "--bench-iterations", "0")
     assert bad.code == 2 and "--bench-iterations" in bad.err

@@ -15,7 +15,6 @@ import httpx
 import pytest
 
 from gpuseat.core.readiness import Access, Readiness
-from gpuseat.services.accounts import Accounts
 from gpuseat.store import open_store
 from portal.live import start
 
@@ -32,12 +31,12 @@ def served(tmp_path: Path):  # type: ignore[no-untyped-def]
     url = f"sqlite:///{tmp_path / 'course.db'}"
     store = open_store(url, create=True)
     (tmp_path / "lab.toml").write_text(COURSE_TOML)
-    store.create_course(tmp_path / "lab.toml", key="lab")
+    store.courses.create_course(tmp_path / "lab.toml", key="lab")
     (tmp_path / "r.csv").write_text(
         "name;email;unix_user\nAnn Li;ann@example.org;ann\nBen Ode;ben@example.org;ben\nCat Ro;cat@example.org;cat\n"
     )
-    store.import_roster("lab", tmp_path / "r.csv")
-    store.add_seats(
+    store.roster.import_roster("lab", tmp_path / "r.csv")
+    store.seats.add_seats(
         "lab",
         [
             {"key": f"mig-0{i}", "kind": "mig", "host": "h200-2x", "engine": "host", "device_uuid": f"MIG-{i}aaa"}
@@ -45,18 +44,18 @@ def served(tmp_path: Path):  # type: ignore[no-untyped-def]
         ],
     )
     for who, seat in (("ann", "mig-01"), ("ben", "mig-02"), ("cat", "mig-03")):
-        store.assign("lab", who, seat)
+        store.seats.assign("lab", who, seat)
     access = Access(kind="ssh", host="gpu1.example.org", port=2222, jump_host="gw.example.org", device_uuid="MIG-1aaa")
-    store.record_delivery("lab", "mig-01", access=access, state="running")
+    store.delivery.record_delivery("lab", "mig-01", access=access, state="running")
     now = datetime.now(UTC)
-    store.record_readiness(
+    store.delivery.record_readiness(
         [
             Readiness("lab", "mig-01", "ann", "ready", None, "", ("MIG-1aaa",), now, "host"),
             Readiness("lab", "mig-02", "ben", "broken", "no GPU visible to the participant", "", (), now, "host"),
         ]
     )
-    links = {t.participant: t.token for t in store.issue_tokens("lab")}
-    Accounts(store).set_password("admin", PASSWORD)
+    links = {t.participant: t.token for t in store.tokens.issue_tokens("lab")}
+    store.accounts.set_password("admin", PASSWORD)
     store.close()
     server = start(["--db", url, "--links-expire", "never"], tmp_path / "serve.log")  # a 2016 course, today
     yield server, links

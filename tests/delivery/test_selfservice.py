@@ -195,7 +195,7 @@ def test_the_participant_page_stops_and_starts_the_seat(
     lab, db = hostcourse
     _ready(cli, lab, db, tmp_path)
     store = open_store(db)
-    links = {t.participant: t.token for t in store.issue_tokens("lab")}
+    links = {t.participant: t.token for t in store.tokens.issue_tokens("lab")}
     portal = Portal(store, load_catalog(), "lab", link_days_after_end=None)
     try:
         with TestClient(create_app(portal)) as client:
@@ -378,9 +378,11 @@ def test_idle_gpu_and_no_ssh_is_warned_then_stopped_a_busy_gpu_or_a_session_neve
         from gpuseat.store import open_store
 
         with open_store(db) as store:
-            warned = store.idle_warning("lab", "ann")
+            warned = store.requests.idle_warning("lab", "ann")
             assert warned is not None and "it stops in 0 min unless you use it" in warned[1]
-            assert store.idle_warning("lab", "ben") is None and store.idle_warning("lab", "cat") is None
+            assert (
+                store.requests.idle_warning("lab", "ben") is None and store.requests.idle_warning("lab", "cat") is None
+            )
         _apply(cli, db)  # the grace (0 min) has passed: ann's seat stops
         assert lab.ssh("ann", "true").returncode == 255
         stop = _requests(cli, db, "ann")[0]
@@ -445,8 +447,8 @@ def test_ready_before_the_session_seats_run_and_are_checked_a_broken_one_is_name
     r = _apply(cli, db)
     assert "seat.check" in r.out, r.out
     with open_store(db) as store:
-        checks = store.readiness_of("lab")
-        assert store.seat_hours("lab")["ann"].left == 0
+        checks = store.delivery.readiness_of("lab")
+        assert store.requests.seat_hours("lab")["ann"].left == 0
     assert checks[seat["ann"]]["state"] == "ready", checks[seat["ann"]]
     assert checks[seat["ben"]]["state"] == "broken" and "no SSH key" in checks[seat["ben"]]["reason"]
     assert lab.ssh("ann", "true").returncode == 0  # 0 hours left, but the session is exempt

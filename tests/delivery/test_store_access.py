@@ -40,35 +40,35 @@ def store(url: str, tmp_path: Path) -> Iterator[CourseStore]:
 
 
 def _events(store: CourseStore, action: str) -> list[Any]:
-    return [e for e in store.events("lab") if e.action == action]
+    return [e for e in store.events.events("lab") if e.action == action]
 
 
 def test_one_path_writes_state_access_and_one_event(store: CourseStore) -> None:
     access = Access(kind="ssh", host="gpu1.example.org", port=2222, user="ann", device_uuid="MIG-1")
-    assert store.record_delivery("lab", "seat-01", access=access, state="running", reason="host up")
-    assert not store.record_delivery("lab", "seat-01", access=access, state="running", reason="host up")
-    seat = store.get_seat("lab", "seat-01")
+    assert store.delivery.record_delivery("lab", "seat-01", access=access, state="running", reason="host up")
+    assert not store.delivery.record_delivery("lab", "seat-01", access=access, state="running", reason="host up")
+    seat = store.seats.get_seat("lab", "seat-01")
     assert seat.state == "running" and seat.state_reason == "host up"
-    assert Access.from_dict(store.access_of("lab")["seat-01"]) == access
+    assert Access.from_dict(store.delivery.access_of("lab")["seat-01"]) == access
     [event] = _events(store, "seat.delivery")
     assert event.seat == "seat-01" and event.participant == "ann" and event.detail["to"] == "running"
     with pytest.raises(InvalidTransition):
-        store.record_delivery("lab", "seat-01", state="planned")
+        store.delivery.record_delivery("lab", "seat-01", state="planned")
     with pytest.raises(InputError, match="no seat 'seat-9'"):
-        store.record_delivery("lab", "seat-9", state="running")
+        store.delivery.record_delivery("lab", "seat-9", state="running")
 
 
 def test_readiness_is_kept_per_seat_with_an_event(store: CourseStore) -> None:
     now = datetime.now(UTC)
     r = Readiness("lab", "seat-01", "ann", "broken", "no GPU visible", "GPU list: empty", (), now, "host")
-    assert store.record_readiness([r]) == 1
-    kept = store.readiness_of("lab")["seat-01"]
+    assert store.delivery.record_readiness([r]) == 1
+    kept = store.delivery.readiness_of("lab")["seat-01"]
     assert kept["state"] == "broken" and kept["reason"] == "no GPU visible" and kept["checked_at"] == now.isoformat()
     assert _events(store, "seat.check")[0].detail["state"] == "broken"
 
 
 def test_semicolon_roster_imported(store: CourseStore) -> None:
-    assert {p.unix_user for p in store.participants("lab")} == {"ann", "ben"}
+    assert {p.unix_user for p in store.roster.participants("lab")} == {"ann", "ben"}
 
 
 def test_seats_connect_sets_and_shows_the_way_in(url: str, store: CourseStore, cli: Callable[..., Any]) -> None:
@@ -90,7 +90,7 @@ def test_seats_connect_sets_and_shows_the_way_in(url: str, store: CourseStore, c
 
 def test_seats_add_count_for_one_profile(url: str, store: CourseStore, cli: Callable[..., Any], tmp_path: Path) -> None:
     inv = Path(__file__).resolve().parents[2] / "examples" / "h200-2x-server.toml"
-    store.create_course(tmp_path / "lab.toml", key="mig")
+    store.courses.create_course(tmp_path / "lab.toml", key="mig")
     args = ("seats", "add", "--course", "mig", "--inventory", inv, "--mode", "mig", "--profile", "1g.18gb")
     five = cli(*args, "--count", "5", "--db", url, "--format", "json")
     assert five.code == 0, five.err

@@ -17,18 +17,18 @@ from gpuseat.store import CourseStore
 
 def test_one_lease_holder_at_a_time(store: CourseStore) -> None:
     t = 1_000.0
-    assert store.take_lease("agent:host:gpu1", "a", 15, now=t)
-    assert not store.take_lease("agent:host:gpu1", "b", 15, now=t + 1)  # a holds it
-    assert store.take_lease("agent:host:gpu1", "a", 15, now=t + 10)  # a renews
-    assert not store.take_lease("agent:host:gpu1", "b", 15, now=t + 20)  # renewed: still a's
-    assert store.holds_lease("agent:host:gpu1", "a", now=t + 20)
-    assert store.take_lease("agent:host:gpu1", "b", 15, now=t + 26)  # a stopped renewing: b takes it
-    assert not store.holds_lease("agent:host:gpu1", "a", now=t + 26)  # a must stop applying
-    store.drop_lease("agent:host:gpu1", "a")  # not a's to drop any more: nothing changes
-    assert store.holds_lease("agent:host:gpu1", "b", now=t + 27)
-    store.drop_lease("agent:host:gpu1", "b")
-    assert store.take_lease("agent:host:gpu1", "c", 15, now=t + 28)  # given back: taken at once
-    assert store.take_lease("agent:slurm:gpu1", "a", 15, now=t + 28)  # one lease per engine and host
+    assert store.agents.take_lease("agent:host:gpu1", "a", 15, now=t)
+    assert not store.agents.take_lease("agent:host:gpu1", "b", 15, now=t + 1)  # a holds it
+    assert store.agents.take_lease("agent:host:gpu1", "a", 15, now=t + 10)  # a renews
+    assert not store.agents.take_lease("agent:host:gpu1", "b", 15, now=t + 20)  # renewed: still a's
+    assert store.agents.holds_lease("agent:host:gpu1", "a", now=t + 20)
+    assert store.agents.take_lease("agent:host:gpu1", "b", 15, now=t + 26)  # a stopped renewing: b takes it
+    assert not store.agents.holds_lease("agent:host:gpu1", "a", now=t + 26)  # a must stop applying
+    store.agents.drop_lease("agent:host:gpu1", "a")  # not a's to drop any more: nothing changes
+    assert store.agents.holds_lease("agent:host:gpu1", "b", now=t + 27)
+    store.agents.drop_lease("agent:host:gpu1", "b")
+    assert store.agents.take_lease("agent:host:gpu1", "c", 15, now=t + 28)  # given back: taken at once
+    assert store.agents.take_lease("agent:slurm:gpu1", "a", 15, now=t + 28)  # one lease per engine and host
 
 
 def test_settings_live_in_the_store_with_an_event(store: CourseStore, cli: Any, url: str) -> None:
@@ -36,13 +36,13 @@ def test_settings_live_in_the_store_with_an_event(store: CourseStore, cli: Any, 
         "engines", "settings", "host", "ssh_host=gpu1.lab.example.org", "ssh_port=2222", "--course", "lab", "--db", url
     )
     assert r.code == 0, r.err
-    assert store.engine_settings("lab", "host") == {"ssh_host": "gpu1.lab.example.org", "ssh_port": 2222}
-    assert [e.detail["changed"] for e in store.events("lab") if e.action == "engine.settings"] == [
+    assert store.agents.engine_settings("lab", "host") == {"ssh_host": "gpu1.lab.example.org", "ssh_port": 2222}
+    assert [e.detail["changed"] for e in store.events.events("lab") if e.action == "engine.settings"] == [
         ["ssh_host", "ssh_port"]
     ]
     again = cli("engines", "settings", "host", "ssh_port=2222", "--course", "lab", "--db", url)
     assert again.code == 0
-    assert len([e for e in store.events("lab") if e.action == "engine.settings"]) == 1  # no change, no event
+    assert len([e for e in store.events.events("lab") if e.action == "engine.settings"]) == 1  # no change, no event
     for bad, says in (
         (["ssh_port=99999"], "ssh_port"),
         (["ssh_hots=x"], "ssh_hots"),
@@ -52,35 +52,35 @@ def test_settings_live_in_the_store_with_an_event(store: CourseStore, cli: Any, 
     ):
         r = cli("engines", "settings", "host", *bad, "--course", "lab", "--db", url)
         assert r.code == 2 and says in r.err and "Traceback" not in r.err, (bad, r.err)
-    assert store.engine_settings("lab", "host") == {"ssh_host": "gpu1.lab.example.org", "ssh_port": 2222}
+    assert store.agents.engine_settings("lab", "host") == {"ssh_host": "gpu1.lab.example.org", "ssh_port": 2222}
     removed = cli("engines", "settings", "host", "ssh_port=", "--course", "lab", "--db", url)
-    assert removed.code == 0 and store.engine_settings("lab", "host") == {"ssh_host": "gpu1.lab.example.org"}
+    assert removed.code == 0 and store.agents.engine_settings("lab", "host") == {"ssh_host": "gpu1.lab.example.org"}
     assert cli("engines", "settings", "nomad", "x=1", "--course", "lab", "--db", url).code == 2
 
 
 def test_the_events_head_and_the_postgresql_wake_up(store: CourseStore, url: str) -> None:
-    before = store.events_head()
-    listener = store.listener("gpuseat_events")
+    before = store.agents.events_head()
+    listener = store.agents.listener("gpuseat_events")
     if url.startswith("sqlite"):
         assert listener is None  # SQLite: agents poll the head
-        store.log("lab", "portal.login")
-        assert store.events_head() > before
+        store.events.log("lab", "portal.login")
+        assert store.agents.events_head() > before
         return
     assert listener is not None, "PostgreSQL: agents LISTEN"
     try:
-        store.log("lab", "portal.login")  # no agent holds a lease: nobody listens, nothing is notified
+        store.events.log("lab", "portal.login")  # no agent holds a lease: nobody listens, nothing is notified
         assert list(listener.notifies(timeout=1, stop_after=1)) == []
-        store.take_lease("agent:host:gpu1", "a", 15)
-        store.log("lab", "portal.login")
+        store.agents.take_lease("agent:host:gpu1", "a", 15)
+        store.events.log("lab", "portal.login")
         got = list(listener.notifies(timeout=5, stop_after=1))
-        assert got and int(got[0].payload) == store.events_head()
+        assert got and int(got[0].payload) == store.agents.events_head()
     finally:
         listener.close()
 
 
 def test_agent_status_is_kept_and_shown(store: CourseStore, cli: Any, url: str) -> None:
-    store.take_lease("agent:host:gpu1", "gpu1:42:abc", 15)
-    store.save_agent_status("agent:host:gpu1", holder="gpu1:42:abc", role="leader", cursor=7, applied=True,
+    store.agents.take_lease("agent:host:gpu1", "gpu1:42:abc", 15)
+    store.agents.save_agent_status("agent:host:gpu1", holder="gpu1:42:abc", role="leader", cursor=7, applied=True,
                             pending=2, failed=[{"course": "lab", "engine": "host", "step": "host:gpu1:key.set:ann",
                                                 "error": "disk full", "exit_code": 1}])  # fmt: skip
     r = cli("agent", "status", "--format", "json", "--db", url)
@@ -137,11 +137,11 @@ def test_the_agent_passes_at_a_schedule_boundary_and_on_store_changes_only(store
     agent = Agent(store, AgentOptions(engine="host", host="gpu1", resync_s=3600), say=lambda _line: None)
     assert agent.tick() is not None  # a new leader passes once
     assert agent.tick() is None  # nothing changed: idle
-    store.log_any("lab", "seat.delivery", actor="gpuseat-agent")  # an agent's own write
+    store.agents.log_any("lab", "seat.delivery", actor="gpuseat-agent")  # an agent's own write
     assert agent.tick() is None
-    store.log("lab", "portal.login")  # someone else's change to the course
+    store.events.log("lab", "portal.login")  # someone else's change to the course
     assert agent.tick() is not None
     assert agent.tick() is None
     agent._next_change = datetime.now(UTC) - timedelta(seconds=1)  # an access window just opened or closed
     assert agent.tick() is not None
-    assert agent.role == "leader" and store.agent_statuses()[0]["last_apply_at"]
+    assert agent.role == "leader" and store.agents.agent_statuses()[0]["last_apply_at"]

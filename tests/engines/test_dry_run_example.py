@@ -25,7 +25,7 @@ def test_dry_run_plans_the_24_person_lab_and_changes_nothing(tmp_path: Path, cli
     from gpuseat.store import open_store
 
     with open_store(db) as store:
-        before = store.events_head()
+        before = store.agents.events_head()
     text = cli("apply", "--dry-run", "--db", db)
     assert text.code == 0, text.err
     assert "course h200 · host on h200-2x:" in text.out and "course h200 · skypilot" in text.out
@@ -38,5 +38,5 @@ def test_dry_run_plans_the_24_person_lab_and_changes_nothing(tmp_path: Path, cli
     assert len(planned_for) == 24 == len(people)
     assert {p["engine"] for p in as_json["plans"]} == {"host", "skypilot"}
     with open_store(db) as store:
-        assert store.events_head() == before, "a dry run writes nothing"
-        assert all(s.state == "planned" for s in store.seats("h200"))
+        assert store.agents.events_head() == before, "a dry run writes nothing"
+        assert all(s.state == "planned" for s in store.seats.seats("h200"))

@@ -52,7 +52,7 @@ def hold(store: CourseStore, prefix: str) -> None:
     """Ann and Bob move onto the two seats whose keys start with ``prefix``."""
     for person, n in (("ann.lee", 1), ("bob", 2)):
         seat = f"{prefix}-{n:02d}" if prefix == "seat" else f"{prefix}-{n}"
-        holding = next(p.seat for p in store.participants("demo") if p.key == person)
+        holding = next(p.seat for p in store.roster.participants("demo") if p.key == person)
         (store.move if holding else store.assign)("demo", person, seat)
 
 
@@ -102,8 +102,8 @@ def test_every_engine_gives_a_participant_the_same_login(store: CourseStore, tmp
     hold(store, "slurm")
     from gpuseat.engines.slurm.course import course_from_values
 
-    people = store.participants("demo")
-    course = course_from_values("demo", (), people, store.seats("demo"), skip=[])
+    people = store.roster.participants("demo")
+    course = course_from_values("demo", (), people, store.seats.seats("demo"), skip=[])
     seen["slurm"] = {m.participant: m.unix_user for m in course.members}
 
     entries = [SeatEntry(p.seat or "", f"GPU-{p.key}", participant=p.key, user=p.unix_user) for p in people]

@@ -43,7 +43,7 @@ def test_an_engine_built_through_the_registry_is_an_engine(tmp_path: Path) -> No
 
     (tmp_path / "c.toml").write_text('name = "x"\nparticipants = 1\n[schedule]\nstart = 2026-09-07\ndays = 2\n')
     with open_store(f"sqlite:///{tmp_path / 'c.db'}", create=True) as store:
-        store.create_course(tmp_path / "c.toml", key="c")
+        store.courses.create_course(tmp_path / "c.toml", key="c")
         engine = registry.build("host", store, "c", runner=RecordingRunner())
         assert isinstance(engine, Engine)
 

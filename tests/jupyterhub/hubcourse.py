@@ -72,12 +72,12 @@ def make_course(url: str, tmp: Path, *, key: str, people: list[str], seats: int,
     store = open_store(url, create=True)
     course_file = tmp / f"{key}.toml"
     course_file.write_text(COURSE_TOML.format(n=len(people)), encoding="utf-8")
-    store.create_course(course_file, key=key)
+    store.courses.create_course(course_file, key=key)
     roster = "name,email,group,unix_user\n" + "".join(f"{p.title()},{p}@example.edu,participants,{p}\n" for p in people)
-    store.import_roster(key, RosterText(roster, where=f"{key}-roster.csv"))
-    added = store.add_seats(key, seat_specs(seats))
+    store.roster.import_roster(key, RosterText(roster, where=f"{key}-roster.csv"))
+    added = store.seats.add_seats(key, seat_specs(seats))
     for person, seat in zip(people[:assign], added, strict=False):
-        store.assign(key, person, seat.key)
+        store.seats.assign(key, person, seat.key)
     return store
 
 

@@ -69,9 +69,9 @@ class StandInHub:
 def lab(tmp_path):
     store = make_course(f"sqlite:///{tmp_path / 'hub.db'}", tmp_path, key="lab", people=["ada", "ben", "cy"],
                         seats=3, assign=2)  # fmt: skip
-    for seat in store.seats("lab"):
-        store.set_seat_state("lab", seat.key, seat.state, engine="jupyterhub", reason="a hub seat")
-    store.set_engine_settings("lab", "jupyterhub", {"hub_url": URL, "token_env": "HUB_TEST_TOKEN"}, actor="test")
+    for seat in store.seats.seats("lab"):
+        store.seats.set_seat_state("lab", seat.key, seat.state, engine="jupyterhub", reason="a hub seat")
+    store.agents.set_engine_settings("lab", "jupyterhub", {"hub_url": URL, "token_env": "HUB_TEST_TOKEN"}, actor="test")
     yield store
     store.close()
 
@@ -92,8 +92,8 @@ def engine_for(store, hub, *, dry_run=False):
 
 def spawned(store, who: str, server: str = "") -> str:
     """What the spawn hook records when ``who``'s server starts on their seat."""
-    seat = store.seat_of("lab", who)
-    store.set_seat_state("lab", seat.key, "running", engine="jupyterhub", engine_ref=f"{who}/{server}")
+    seat = store.seats.seat_of("lab", who)
+    store.seats.set_seat_state("lab", seat.key, "running", engine="jupyterhub", engine_ref=f"{who}/{server}")
     return seat.key
 
 
@@ -105,13 +105,13 @@ def test_a_released_holders_server_is_stopped_then_the_seat_is_freed_and_a_secon
     bens = spawned(lab, "ben")
     hub.run("ben")
     hub.run("admin")  # not a course user: never touched
-    lab.release("lab", participant="ben")
+    lab.seats.release("lab", participant="ben")
     engine = engine_for(lab, hub)
     changes = engine.plan(course_state(lab, "lab"))
     assert steps(changes) == [
         ("revoke", "hub.server.stop", "ben/"),
         ("record", "seat.free", bens),
-        ("record", "seat.record", lab.seat_of("lab", "ada").key),
+        ("record", "seat.record", lab.seats.seat_of("lab", "ada").key),
     ]
     stop = changes.ordered()[0]
     assert stop.why == "ben holds no seat in course lab now" and stop.seats == (bens,) and stop.participant == "ben"
@@ -119,7 +119,7 @@ def test_a_released_holders_server_is_stopped_then_the_seat_is_freed_and_a_secon
     assert [o.state for o in report.outcomes] == ["done"] * 3, [o.message for o in report.outcomes]
     assert hub.users["ben"] == {} and "" in hub.users["admin"]
     assert ("DELETE", "/hub/api/users/ben/server") in hub.calls
-    assert lab.get_seat("lab", bens).state == "planned"  # the next holder may start
+    assert lab.seats.get_seat("lab", bens).state == "planned"  # the next holder may start
     assert engine.plan(course_state(lab, "lab")).empty
 
 
@@ -136,8 +136,8 @@ def test_a_holders_own_server_and_a_start_in_progress_are_never_stopped(lab, hub
 def test_a_moved_holders_server_holding_the_old_seat_is_stopped(lab, hub):
     old = spawned(lab, "ada")
     hub.run("ada")
-    free = next(s.key for s in lab.seats("lab") if s.participant is None)
-    lab.move("lab", "ada", free)
+    free = next(s.key for s in lab.seats.seats("lab") if s.participant is None)
+    lab.seats.move("lab", "ada", free)
     changes = engine_for(lab, hub).plan(course_state(lab, "lab"))
     stop = changes.ordered()[0]
     assert (stop.action, stop.target) == ("hub.server.stop", "ada/") and set(stop.seats) == {old, free}
@@ -157,7 +157,7 @@ def test_archive_delete_and_a_shut_window_stop_every_course_server(lab, hub):
     assert [s.why for s in closed.steps if s.phase == "revoke"] == [
         "access is closed: outside the course's access hours"
     ] * 2
-    lab.set_holdings("lab", "jupyterhub", None, [{"what": "server", "login": "ada"}])
+    lab.agents.set_holdings("lab", "jupyterhub", None, [{"what": "server", "login": "ada"}])
     gone = replace(state, course=None, seats=(), people={}, access={})
     deleted = engine.plan(gone)
     assert steps(deleted) == steps(archived) and {s.why for s in deleted.steps} == {"the course is deleted"}
@@ -168,12 +168,16 @@ def test_archive_delete_and_a_shut_window_stop_every_course_server(lab, hub):
 def test_a_dry_run_changes_neither_the_hub_nor_the_store(lab, hub):
     bens = spawned(lab, "ben")
     hub.run("ben")
-    lab.release("lab", participant="ben")
+    lab.seats.release("lab", participant="ben")
     engine = engine_for(lab, hub, dry_run=True)
     report = engine.apply(engine.plan(course_state(lab, "lab")))
     assert [o.state for o in report.outcomes] == ["done"] * 3
     assert report.outcomes[0].message == f"would DELETE {URL}/hub/api/users/ben/server"
-    assert "" in hub.users["ben"] and lab.get_seat("lab", bens).state == "running" and lab.access_of("lab") == {}
+    assert (
+        "" in hub.users["ben"]
+        and lab.seats.get_seat("lab", bens).state == "running"
+        and lab.delivery.access_of("lab") == {}
+    )
 
 
 def test_a_holder_without_a_hub_account_gets_one_and_their_way_in(lab, hub):
@@ -183,7 +187,7 @@ def test_a_holder_without_a_hub_account_gets_one_and_their_way_in(lab, hub):
     assert ("grant", "hub.user.add", "ada") in steps(changes)
     engine.apply(changes)
     assert "ada" in hub.users
-    seat = lab.seat_of("lab", "ada")
+    seat = lab.seats.seat_of("lab", "ada")
     access = engine.connect(seat)
     assert access is not None and access.url == f"{URL}/user/ada/" and access.holder == "ada"
     assert access.device_uuid == seat.device_uuid
@@ -199,7 +203,7 @@ def test_a_token_without_the_role_is_one_clear_error_and_apply_names_it(lab, hub
 
 
 def test_without_a_hub_url_apply_says_what_to_set(lab, monkeypatch):
-    lab.set_engine_settings("lab", "jupyterhub", {"hub_url": None}, actor="test")
+    lab.agents.set_engine_settings("lab", "jupyterhub", {"hub_url": None}, actor="test")
     result = one_pass(lab, course="lab", engine="jupyterhub", runner=RecordingRunner())
     (failed,) = result.failed
     assert failed["exit_code"] == 2 and "no hub_url (set hub_url=https://HUB)" in failed["error"]

@@ -91,7 +91,7 @@ def test_assigned_seats_refusals_and_stop(url, tmp_path, spawners):
         spawn(h, sp)
         assert sp.get_env()["CUDA_VISIBLE_DEVICES"] == seats[seat]
         assert sp.get_env()["GPUSEAT_SEAT"] == seat
-        view = store.get_seat("lab", seat)
+        view = store.seats.get_seat("lab", seat)
         assert (view.engine, view.engine_ref, view.state, view.participant) == (
             "jupyterhub",
             f"{person}/",
@@ -107,15 +107,15 @@ def test_assigned_seats_refusals_and_stop(url, tmp_path, spawners):
     # a second (named) server of ada wants the same seat: busy, and it must not release ada's seat
     busy = refusal(h, spawners("ada", "second"))
     assert "in use by another server (jupyterhub ada/)" in busy and CONTACT in busy
-    assert store.get_seat("lab", "mig-1").state == "requested"
+    assert store.seats.get_seat("lab", "mig-1").state == "requested"
 
     ada = spawners("ada")
     stop(h, ada)
     stop(h, ada)  # idempotent
-    view = store.get_seat("lab", "mig-1")
+    view = store.seats.get_seat("lab", "mig-1")
     assert (view.state, view.participant, view.engine) == ("released", "ada", "jupyterhub")  # assigned: kept
     spawn(h, ada)  # and ada can start again on her seat
-    assert store.get_seat("lab", "mig-1").state == "requested"
+    assert store.seats.get_seat("lab", "mig-1").state == "requested"
     assert max(h.timing.pre_spawn) < 5.0
     store.close()
 
@@ -125,19 +125,19 @@ def test_pool_claims_release_and_owner_check(url, tmp_path, spawners):
     h = hooks(url, mode="pool")
     for person in PEOPLE[:3]:
         spawn(h, spawners(person))
-    held = {s.participant: s.key for s in store.seats("lab")}
+    held = {s.participant: s.key for s in store.seats.seats("lab")}
     assert set(held) == set(PEOPLE[:3])
     full = refusal(h, spawners("dee"))
     assert "No free GPU seat for dee right now" in full and CONTACT in full
 
     stop(h, spawners("dee"))  # dee holds nothing: nothing changes
     stop(h, spawners("ben", "other"))  # ben's other server did not take ben's seat
-    assert {s.participant for s in store.seats("lab")} == set(PEOPLE[:3])
+    assert {s.participant for s in store.seats.seats("lab")} == set(PEOPLE[:3])
 
     stop(h, spawners("ben"))
-    seat = store.get_seat("lab", held["ben"])
+    seat = store.seats.get_seat("lab", held["ben"])
     assert seat.participant is None and seat.state == "planned" and seat.state_reason == "back in the pool"
-    kinds = [(e.action, (e.detail or {}).get("to")) for e in store.events("lab") if e.seat == held["ben"]]
+    kinds = [(e.action, (e.detail or {}).get("to")) for e in store.events.events("lab") if e.seat == held["ben"]]
     assert ("seat.state", "released") in kinds  # the engine state was recorded before the seat went back
     stop(h, spawners("ben"))  # idempotent
     dee = spawners("dee")
@@ -162,11 +162,11 @@ def test_gpu_lost_seat_is_refused_or_skipped(url, tmp_path, spawners):
     assert "out of order (the monitor lost its GPU)" in lost and "move you to another seat" in lost
 
     # pool mode: every seat sits on the lost GPU, so each is taken out of the pool and nobody gets one
-    store.release("lab", participant="ada")
+    store.seats.release("lab", participant="ada")
     pool = refusal(hooks(url, mode="pool"), spawners("ben"))
     assert "No free GPU seat for ben" in pool
-    assert {s.state for s in store.seats("lab")} == {"failed"}
-    assert all(s.state_reason.startswith("GPU lost") for s in store.seats("lab"))
+    assert {s.state for s in store.seats.seats("lab")} == {"failed"}
+    assert all(s.state_reason.startswith("GPU lost") for s in store.seats.seats("lab"))
     monitor_store.close()
     store.close()
 
@@ -175,16 +175,19 @@ def test_a_seat_marked_failed_is_refused_or_left_for_another(url, tmp_path, spaw
     """The organiser marked ada's seat failed: her assigned start is refused with the reason; in pool
     mode her held failed seat is handed back and she gets a working one."""
     store = make_course(url, tmp_path, key="lab", people=PEOPLE[:3], seats=3, assign=1)
-    store.set_seat_state("lab", "mig-1", "failed", reason="GPU fell off the bus")
+    store.seats.set_seat_state("lab", "mig-1", "failed", reason="GPU fell off the bus")
     refused = refusal(hooks(url), spawners("ada"))
     assert "Your GPU seat mig-1 is out of order (GPU fell off the bus)" in refused and CONTACT in refused
-    assert store.get_seat("lab", "mig-1").state == "failed"
+    assert store.seats.get_seat("lab", "mig-1").state == "failed"
 
     ada = spawners("ada", "pool")
     spawn(hooks(url, mode="pool"), ada)
     assert ada.get_env()["GPUSEAT_SEAT"] != "mig-1"
-    assert store.seat_of("lab", "ada").key == ada.get_env()["GPUSEAT_SEAT"]
-    assert store.get_seat("lab", "mig-1").participant is None and store.get_seat("lab", "mig-1").state == "failed"
+    assert store.seats.seat_of("lab", "ada").key == ada.get_env()["GPUSEAT_SEAT"]
+    assert (
+        store.seats.get_seat("lab", "mig-1").participant is None
+        and store.seats.get_seat("lab", "mig-1").state == "failed"
+    )
     store.close()
 
 
@@ -204,7 +207,7 @@ def test_failed_start_is_recorded_with_the_spawners_error(tmp_path, spawners):
             await h.post_stop_hook(sp)
 
     asyncio.run(spawn_that_fails())
-    seat = store.get_seat("lab", "mig-1")
+    seat = store.seats.get_seat("lab", "mig-1")
     assert seat.state == "failed" and "FileExistsError" in (seat.state_reason or "")
     assert seat.participant == "ada"
 
@@ -218,7 +221,7 @@ def test_failed_start_is_recorded_with_the_spawners_error(tmp_path, spawners):
         h._worker.submit(lambda: None).result()
 
     asyncio.run(spawn_that_works())
-    assert store.get_seat("lab", "mig-2").state == "running"
+    assert store.seats.get_seat("lab", "mig-2").state == "running"
     store.close()
 
 
@@ -263,12 +266,12 @@ def test_outside_lab_sessions_is_a_503_naming_the_next_one(tmp_path, spawners):
     url = f"sqlite:///{tmp_path / 'course.db'}"
     store = open_store(url, create=True)
     (tmp_path / "lab.toml").write_text(LAB_HOURS)
-    store.create_course(tmp_path / "lab.toml", key="lab", timezone="Europe/Berlin")
-    store.import_roster(
+    store.courses.create_course(tmp_path / "lab.toml", key="lab", timezone="Europe/Berlin")
+    store.roster.import_roster(
         "lab", RosterText("name,email,group,unix_user\nAda,ada@example.edu,participants,ada\n", where="r.csv")
     )
-    store.add_seats("lab", seat_specs(1))
-    store.assign("lab", "ada", "mig-1")
+    store.seats.add_seats("lab", seat_specs(1))
+    store.seats.assign("lab", "ada", "mig-1")
 
     def at(text: str) -> float:
         return datetime.fromisoformat(text).replace(tzinfo=ZoneInfo("Europe/Berlin")).timestamp()
@@ -282,7 +285,7 @@ def test_outside_lab_sessions_is_a_503_naming_the_next_one(tmp_path, spawners):
     )
     now[0] = at("2026-03-09T08:52")  # within the 10 minutes before the session
     spawn(h, spawners("ada"))
-    assert store.get_seat("lab", "mig-1").state == "requested"
+    assert store.seats.get_seat("lab", "mig-1").state == "requested"
     stop(h, spawners("ada"))
     now[0] = at("2026-03-13T17:00")
     over = refusal(h, spawners("ada"))
@@ -301,12 +304,12 @@ def test_a_hand_over_not_applied_yet_is_refused_without_naming_the_previous_hold
     store = make_course(url, tmp_path, key="lab", people=PEOPLE[:4], seats=3, assign=1)
     h = hooks(url)
     spawn(h, spawners("ada"))
-    store.release("lab", participant="ada")
-    store.assign("lab", "dee", "mig-1")
+    store.seats.release("lab", participant="ada")
+    store.seats.assign("lab", "dee", "mig-1")
     message = refusal(h, spawners("dee"))
     assert "still held by its previous holder's server" in message and CONTACT in message
     assert "ada" not in message
-    seat = store.get_seat("lab", "mig-1")
+    seat = store.seats.get_seat("lab", "mig-1")
     assert (seat.state, seat.engine_ref, seat.participant) == ("requested", "ada/", "dee")
     stop(h, spawners("ada"))  # ada's server stops: she holds no seat, so the hook leaves mig-1 to the engine
-    assert store.get_seat("lab", "mig-1").engine_ref == "ada/"
+    assert store.seats.get_seat("lab", "mig-1").engine_ref == "ada/"

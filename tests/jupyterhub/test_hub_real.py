@@ -124,7 +124,7 @@ def test_each_server_holds_its_own_seat_and_a_kernel_sees_it(lab):
             server = hub.wait_ready(person)
             env = environ_of(server["state"]["pid"])
             assert env["CUDA_VISIBLE_DEVICES"] == uuid
-            seat = store.seat_of("lab", person)
+            seat = store.seats.seat_of("lab", person)
             assert env["GPUSEAT_SEAT"] == seat.key
             assert (seat.engine, seat.engine_ref) == ("jupyterhub", f"{person}/")
         assert len(set(want.values())) == 3
@@ -132,9 +132,9 @@ def test_each_server_holds_its_own_seat_and_a_kernel_sees_it(lab):
             printed = hub.run_in_kernel(person, "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
             assert printed.strip() == uuid
     deadline = time.monotonic() + 30
-    while {store.seat_of("lab", p).state for p in want} != {"running"} and time.monotonic() < deadline:
+    while {store.seats.seat_of("lab", p).state for p in want} != {"running"} and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert {store.seat_of("lab", p).state for p in want} == {"running"}
+    assert {store.seats.seat_of("lab", p).state for p in want} == {"running"}
 
 
 def test_a_fourth_user_gets_a_503_with_the_reason(lab):
@@ -144,7 +144,7 @@ def test_a_fourth_user_gets_a_503_with_the_reason(lab):
     message = r.json()["message"]
     assert "No GPU seat for dee: no seat has been assigned to you in course lab" in message
     assert CONTACT in message
-    assert store.seat_of("lab", "dee") is None
+    assert store.seats.seat_of("lab", "dee") is None
     assert "dee" not in hub.servers()
 
 
@@ -155,7 +155,7 @@ def test_the_culler_stops_the_idle_seat_and_keeps_the_busy_one(lab):
     for person in ("ada", "ben", "cy"):
         hub.wait_ready(person)
     since = datetime.now(UTC)  # (the kernel test may have run first, all GPUs busy)
-    with gpus_busy(url, {store.seat_of("lab", "ada").device_uuid}):  # ada's MIG slice runs a job
+    with gpus_busy(url, {store.seats.seat_of("lab", "ada").device_uuid}):  # ada's MIG slice runs a job
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and {"ben", "cy"} & set(hub.servers()):
             time.sleep(0.5)
@@ -165,8 +165,8 @@ def test_the_culler_stops_the_idle_seat_and_keeps_the_busy_one(lab):
     log = hub.log_tail(200_000)
     assert "stop ben/ (seat mig-2): no GPU compute" in log
     assert "keep ada/ (seat mig-1): GPU busy now" in log
-    assert store.seat_of("lab", "ben").state == "released"  # assigned seat: kept by ben, engine state recorded
-    assert store.seat_of("lab", "ada").state == "running"
+    assert store.seats.seat_of("lab", "ben").state == "released"  # assigned seat: kept by ben, engine state recorded
+    assert store.seats.seat_of("lab", "ada").state == "running"
     status = {
         row["seat"]: row
         for row in json.loads(gpuseat("seats", "status", "--db", url, "--course", "lab", "--format", "json"))
@@ -238,15 +238,15 @@ def test_twenty_rounds_never_give_one_seat_to_two_servers(dropin):
             assert len(seen) == len(set(seen)) <= 3, envs
             for p, env in envs.items():
                 assert env["CUDA_VISIBLE_DEVICES"] == uuids[env["GPUSEAT_SEAT"]]
-                seat = store.seat_of("dropin", p)
+                seat = store.seats.seat_of("dropin", p)
                 assert seat is not None and seat.key == env["GPUSEAT_SEAT"] and seat.engine_ref == f"{p}/"
-            held = [s for s in store.seats("dropin") if s.participant is not None]
+            held = [s for s in store.seats.seats("dropin") if s.participant is not None]
             assert {s.participant for s in held} == set(running)  # nobody stopped still holds a pool seat
     assert granted >= 20 and refused >= 20  # both paths ran many times
     for p in running:
         hub.stop_server(p)
-    assert all(s.participant is None for s in store.seats("dropin"))
-    assert {(s.engine, s.state) for s in store.seats("dropin")} == {("jupyterhub", "planned")}
+    assert all(s.participant is None for s in store.seats.seats("dropin"))
+    assert {(s.engine, s.state) for s in store.seats.seats("dropin")} == {("jupyterhub", "planned")}
     status = json.loads(gpuseat("seats", "status", "--db", url, "--course", "dropin", "--format", "json"))
     assert [(r["engine"], r["state"], r["participant"]) for r in status] == [("jupyterhub", "planned", None)] * 3
 
@@ -260,8 +260,8 @@ def test_a_failed_start_records_the_spawners_error_and_frees_the_pool_seat(dropi
     assert r.status_code in (202, 500), r.text
     _settle(hub, ["zed"])
     assert "zed" not in hub.servers()
-    failures = [e for e in store.events("dropin") if (e.detail or {}).get("to") == "failed"]
+    failures = [e for e in store.events.events("dropin") if (e.detail or {}).get("to") == "failed"]
     assert failures and failures[-1].detail["engine_ref"] == "zed/"
     assert "TimeoutError" in failures[-1].detail["reason"]  # the hub gave up waiting for the server
-    assert all(s.participant is None for s in store.seats("dropin"))  # and the pool seat is free again
+    assert all(s.participant is None for s in store.seats.seats("dropin"))  # and the pool seat is free again
     marker.unlink()

@@ -50,9 +50,9 @@ def test_monitor_once_json_rows_name_their_course(tmp_path: Path, cli) -> None:
     db = f"sqlite:///{tmp_path / 'two.db'}"
     with open_store(db, create=True) as store:
         for course, devices in (("spring", UUIDS[:2]), ("autumn", UUIDS[2:])):
-            store.create_course(EXAMPLES / "course-2016.toml", key=course)
+            store.courses.create_course(EXAMPLES / "course-2016.toml", key=course)
             # the same seat keys in both courses, on different GPUs
-            store.add_seats(
+            store.seats.add_seats(
                 course, [{"key": f"seat-{i + 1:03d}", "kind": "gpu", "device_uuid": u} for i, u in enumerate(devices)]
             )
     r = cli("monitor", "--once", "--format", "json", "--from-xml", XML, "--db", db)

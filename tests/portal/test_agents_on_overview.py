@@ -34,8 +34,8 @@ def test_the_overview_names_agents_and_their_failed_steps(tmp_path: Path) -> Non
             _login(client, demo.password)
             first = client.get("/overview").text
             assert 'id="no-agent"' in first  # nobody applies yet: said, with what to run
-            store.take_lease("agent:host:gpu1", "gpu1:7:ab", 15)
-            store.save_agent_status(
+            store.agents.take_lease("agent:host:gpu1", "gpu1:7:ab", 15)
+            store.agents.save_agent_status(
                 "agent:host:gpu1", holder="gpu1:7:ab", role="leader", cursor=3, applied=True, pending=1,
                 failed=[
                     {"course": demo.course, "engine": "host", "step": "host:gpu1:key.set:ann", "error": "disk full <b>",

@@ -32,7 +32,7 @@ def test_plain_urls_pass(url: str) -> None:
 def test_serve_and_roster_links_refuse_the_same_urls(url: str, cli, tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'c.db'}"
     with open_store(db, create=True) as store:
-        store.create_course(EXAMPLES / "course-2016.toml", key="dl-2016")
+        store.courses.create_course(EXAMPLES / "course-2016.toml", key="dl-2016")
         with pytest.raises(InputError) as info:
             from gpuseat.web.app import Portal
 

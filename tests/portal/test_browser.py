@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from gpuseat.services.accounts import Accounts
 from gpuseat.store import open_store
 
 from .live import start
@@ -58,7 +57,7 @@ def course_server(tmp_path):
         ]
         + [{"key": f"aws-{i:02d}", "kind": "cloud", "memory_gb": 4.0, "engine": "skypilot"} for i in range(1, 13)],
     )
-    Accounts(store).set_password("admin", PASSWORD)
+    store.accounts.set_password("admin", PASSWORD)
     store.close()
     roster = tmp_path / "roster-16.csv"
     rows = ["name,email,unix_user"] + [f"Student {i:02d},student{i:02d}@example.org,stud{i:02d}" for i in range(1, 17)]

@@ -10,7 +10,6 @@ import pytest
 
 from gpuseat.catalog import data_text
 from gpuseat.core.roster import RosterText
-from gpuseat.services.accounts import Accounts
 from gpuseat.store import open_store
 
 from .live import csrf_of, login, start
@@ -22,7 +21,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 def course_db(tmp_path):
     url = f"sqlite:///{tmp_path / 'c.db'}"
     store = open_store(url, create=True)
-    store.create_course(EXAMPLES / "course-2016.toml", key="dl-2016")
+    store.courses.create_course(EXAMPLES / "course-2016.toml", key="dl-2016")
     store.close()
     return url
 
@@ -41,8 +40,8 @@ def test_admin_set_password(cli, course_db, monkeypatch):
     r = cli("admin", "set-password", "--db", course_db, "--user", "-rf", "--password-stdin")
     assert r.code == 2 and "--user" in r.err
     store = open_store(course_db)
-    assert Accounts(store).verify("admin", "a long enough passphrase")
-    assert not Accounts(store).verify("admin", "short")
+    assert store.accounts.verify("admin", "a long enough passphrase")
+    assert not store.accounts.verify("admin", "short")
     store.close()
 
 
@@ -75,7 +74,7 @@ def test_report_and_survey_need_an_existing_database(cli, tmp_path):
 
 def test_roster_upload_errors_name_file_line_and_column(course_db, tmp_path):
     store = open_store(course_db)
-    Accounts(store).set_password("admin", "a long enough passphrase")
+    store.accounts.set_password("admin", "a long enough passphrase")
     store.close()
     server = start(["--db", course_db], tmp_path / "serve.log")
     try:
@@ -102,14 +101,14 @@ def test_the_portal_serves_a_postgresql_store(request, tmp_path):
 
     url = pg_schema_url(request)
     store = open_store(url, create=True)
-    store.create_course(EXAMPLES / "course-2016.toml", key="dl-2016")
-    store.import_roster(
+    store.courses.create_course(EXAMPLES / "course-2016.toml", key="dl-2016")
+    store.roster.import_roster(
         "dl-2016", RosterText("name,email,unix_user\nAda Lovelace,ada@example.org,ada\n", where="r.csv")
     )
-    store.add_seats("dl-2016", [{"key": "m60-1", "kind": "gpu", "host": "gpu1.example.org", "memory_gb": 8.0}])
-    store.assign_all("dl-2016")
-    token = store.issue_tokens("dl-2016")[0].token
-    Accounts(store).set_password("admin", "a long enough passphrase")
+    store.seats.add_seats("dl-2016", [{"key": "m60-1", "kind": "gpu", "host": "gpu1.example.org", "memory_gb": 8.0}])
+    store.seats.assign_all("dl-2016")
+    token = store.tokens.issue_tokens("dl-2016")[0].token
+    store.accounts.set_password("admin", "a long enough passphrase")
     store.close()
     server = start(["--db", url, "--links-expire", "never"], tmp_path / "serve.log")  # a 2016 course, run today
     try:

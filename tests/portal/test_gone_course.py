@@ -14,7 +14,6 @@ from fastapi.testclient import TestClient
 
 import gpuseat.web.portal as portal_module
 from gpuseat.catalog.bundle import load_catalog
-from gpuseat.services.accounts import Accounts
 from gpuseat.services.demo import seed_demo
 from gpuseat.store import open_store
 from gpuseat.web.app import Portal, create_app
@@ -61,7 +60,7 @@ def test_deleted_course_link_answers_404_with_a_page(served, cli, monkeypatch, t
     demo, _portal, client = served
     token = next(iter(demo.links.values()))
     assert client.get(f"/t/{token}").status_code == 200  # warm caches: the link and the course
-    Accounts(_portal.store).set_password("admin", PASSWORD)  # an organizer logged in before the deletion
+    _portal.store.accounts.set_password("admin", PASSWORD)  # an organizer logged in before the deletion
     csrf = re.search(r'name="csrf" value="([0-9a-f]{64})"', client.get("/login").text).group(1)  # type: ignore[union-attr]
     assert client.post("/login", data={"csrf": csrf, "username": "admin", "password": PASSWORD}).status_code == 200
     assert client.get("/seats").status_code == 200

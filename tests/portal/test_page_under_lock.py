@@ -94,14 +94,13 @@ def test_organizer_pages_answer_while_another_process_holds_the_write_lock(tmp_p
     from fastapi.testclient import TestClient
 
     from gpuseat.catalog.bundle import load_catalog
-    from gpuseat.services.accounts import Accounts
     from gpuseat.store import open_store
     from gpuseat.web.app import Portal, create_app
 
     demo = seed_demo(tmp_path / "demo")
     db = Path(demo.db_url.removeprefix("sqlite:///"))
     with open_store(demo.db_url) as store:
-        Accounts(store).set_password("admin", "a long enough passphrase")
+        store.accounts.set_password("admin", "a long enough passphrase")
         portal = Portal(store, load_catalog(), demo.course, link_days_after_end=None)
         with TestClient(create_app(portal)) as client:
             csrf = re.search(r'name="csrf" value="([0-9a-f]{64})"', client.get("/login").text).group(1)  # type: ignore[union-attr]

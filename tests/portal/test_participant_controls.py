@@ -17,7 +17,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuseat.catalog.bundle import load_catalog
-from gpuseat.services.accounts import Accounts
 from gpuseat.store import open_store
 from gpuseat.web.app import Portal, create_app
 
@@ -44,20 +43,20 @@ CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 def served(db_url: str, tmp_path: Path) -> Iterator[tuple[Any, TestClient, dict[str, str]]]:
     store = open_store(db_url, create=True)
     (tmp_path / "lab.toml").write_text(COURSE)
-    store.create_course(tmp_path / "lab.toml", key="lab")
+    store.courses.create_course(tmp_path / "lab.toml", key="lab")
     (tmp_path / "r.csv").write_text("name,email,unix_user\nAnn,ann@example.org,ann\nBen,ben@example.org,ben\n")
-    store.import_roster("lab", tmp_path / "r.csv")
-    store.add_seats(
+    store.roster.import_roster("lab", tmp_path / "r.csv")
+    store.seats.add_seats(
         "lab",
         [
             {"key": f"mig-0{i}", "kind": "mig", "host": "gpu1", "engine": "host", "device_uuid": f"MIG-{i}"}
             for i in (1, 2)
         ],
     )
-    store.assign("lab", "ann", "mig-01")
-    store.assign("lab", "ben", "mig-02")
-    links = {t.participant: t.token for t in store.issue_tokens("lab")}
-    Accounts(store).set_password("admin", PASSWORD)
+    store.seats.assign("lab", "ann", "mig-01")
+    store.seats.assign("lab", "ben", "mig-02")
+    links = {t.participant: t.token for t in store.tokens.issue_tokens("lab")}
+    store.accounts.set_password("admin", PASSWORD)
     portal = Portal(store, load_catalog(), "lab", link_days_after_end=None)
     client = TestClient(create_app(portal), base_url="http://testserver")
     yield store, client, links
@@ -84,14 +83,14 @@ def test_a_participant_stops_their_seat_and_sees_it_pending(served: Any) -> None
     assert re.search(r"40\.0 of 40 h left", page), page
     r = _post(client, links["ann"], csrf=_csrf(client, links["ann"]), action="stop")
     assert r.status_code == 303 and r.headers["location"] == f"/t/{links['ann']}#controls"
-    mine = store.seat_requests("lab", participant="ann")
+    mine = store.requests.seat_requests("lab", participant="ann")
     assert [(x.action, x.state, x.seat) for x in mine] == [("stop", "pending", "mig-01")]
-    assert any(e.action == "seat.request" and e.participant == "ann" for e in store.events("lab"))
+    assert any(e.action == "seat.request" and e.participant == "ann" for e in store.events.events("lab"))
     live = client.get(f"/t/{links['ann']}/seat.json").json()
     assert live["requests"][0]["state"] == "pending" and live["hours"]["quota"] == 40
     assert "stop: pending" in client.get(f"/t/{links['ann']}").text
     # the agent's verdict is what the page shows next
-    store.finish_request("lab", mine[0].id, ok=True, reason="stopped: logins refused, processes ended")
+    store.requests.finish_request("lab", mine[0].id, ok=True, reason="stopped: logins refused, processes ended")
     page = client.get(f"/t/{links['ann']}").text
     assert "stop: done (stopped: logins refused, processes ended)" in page and 'id="seat-start"' in page
 
@@ -115,12 +114,12 @@ def test_another_participants_seat_or_token_is_refused_and_nothing_happens(serve
         follow_redirects=False,
     )
     assert cross.status_code == 403
-    assert store.seat_requests("lab") == []
+    assert store.requests.seat_requests("lab") == []
     # the replay of a real request is not a second request
     assert _post(client, links["ann"], csrf=ann_csrf, action="stop").status_code == 303
     again = _post(client, links["ann"], csrf=ann_csrf, action="stop")
     assert again.status_code == 400 and "already pending" in again.text
-    assert [(x.participant, x.action) for x in store.seat_requests("lab")] == [("ann", "stop")]
+    assert [(x.participant, x.action) for x in store.requests.seat_requests("lab")] == [("ann", "stop")]
 
 
 def test_keys_resets_and_bursts(served: Any) -> None:
@@ -130,11 +129,11 @@ def test_keys_resets_and_bursts(served: Any) -> None:
     assert huge.status_code == 400 and "characters" in huge.text
     opts = _post(client, links["ann"], csrf=csrf, action="key", key='from="*" ssh-ed25519 AAAA x')
     assert opts.status_code == 400 and "options" in opts.text
-    assert store.find_participant("lab", "ann").ssh_key is None and store.seat_requests("lab") == []
+    assert store.roster.find_participant("lab", "ann").ssh_key is None and store.requests.seat_requests("lab") == []
     key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ann@new"
     assert _post(client, links["ann"], csrf=csrf, action="key", key=key).status_code == 303
-    assert store.find_participant("lab", "ann").ssh_key == key
-    assert store.seat_requests("lab")[0].action == "key"
+    assert store.roster.find_participant("lab", "ann").ssh_key == key
+    assert store.requests.seat_requests("lab")[0].action == "key"
     # a reset needs the typed confirmation
     no = _post(client, links["ann"], csrf=csrf, action="reset", confirm="yes")
     assert no.status_code == 400 and "type reset" in no.text
@@ -143,11 +142,11 @@ def test_keys_resets_and_bursts(served: Any) -> None:
     codes = []
     for action in ("stop", "start") * 5:
         codes.append(_post(client, links["ann"], csrf=csrf, action=action).status_code)
-        for r in store.seat_requests("lab", pending=True):  # as an agent that keeps up would
-            store.finish_request("lab", r.id, ok=True)
+        for r in store.requests.seat_requests("lab", pending=True):  # as an agent that keeps up would
+            store.requests.finish_request("lab", r.id, ok=True)
     assert codes[:8] == [303] * 8 and codes[8:] == [429] * 2, codes  # 2 earlier + 8 = 10 in ten minutes
-    assert len(store.seat_requests("lab", participant="ann", limit=100)) == 10
-    assert store.seat_requests("lab", participant="ben") == []
+    assert len(store.requests.seat_requests("lab", participant="ann", limit=100)) == 10
+    assert store.requests.seat_requests("lab", participant="ben") == []
 
 
 def test_the_organizer_sees_and_exports_hours_per_person(served: Any) -> None:
@@ -161,7 +160,7 @@ def test_the_organizer_sees_and_exports_hours_per_person(served: Any) -> None:
         follow_redirects=False,
     )
     assert r.status_code == 303
-    store.add_seat_hours("lab", "ann", 5, actor="admin")
+    store.requests.add_seat_hours("lab", "ann", 5, actor="admin")
     _busy(store.url, "mig-01", minutes=90)  # the monitor saw ann's GPU in use for 90 minutes
     page = client.get("/hours")
     assert page.status_code == 200 and 'data-participant="ann"' in page.text and "quota_hours" in page.text

@@ -137,15 +137,15 @@ def test_report_has_a_readiness_section_from_the_last_seats_check(cli, tmp_path_
     from gpuseat.store import open_store
 
     with open_store(demo.db_url) as store:
-        held = [s for s in store.seats("dl-2016") if s.participant][:3]
-        store.record_readiness(
+        held = [s for s in store.seats.seats("dl-2016") if s.participant][:3]
+        store.delivery.record_readiness(
             [
                 _Checked(held[0].key, held[0].participant, "ready", None, "2026-09-06T18:02:00+00:00"),
                 _Checked(held[1].key, held[1].participant, "broken", "missing device file /dev/nvidia3",
                          "2026-09-06T18:03:00+00:00"),
             ]
         )  # fmt: skip
-        assigned = sum(1 for s in store.seats("dl-2016") if s.participant)
+        assigned = sum(1 for s in store.seats.seats("dl-2016") if s.participant)
     text = readiness()
     assert "Last gpuseat seats check : 2026-09-06 18:03 UTC" in text
     assert f"1/{assigned} ready" in text and "1 broken" in text and f"{assigned - 2} not checked" in text

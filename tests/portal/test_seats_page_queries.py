@@ -19,7 +19,6 @@ from sqlalchemy.engine import Engine
 
 from gpuseat.catalog.bundle import load_catalog
 from gpuseat.core.roster import RosterText
-from gpuseat.services.accounts import Accounts
 from gpuseat.store import CourseStore, open_store
 from gpuseat.web.app import Portal, create_app
 
@@ -44,10 +43,12 @@ def build_course(url: str, folder: Path, n: int) -> CourseStore:
     store = open_store(url, create=True)
     path = folder / "scale.toml"
     path.write_text(COURSE.format(n=n), encoding="utf-8")
-    store.create_course(path, key="scale")
+    store.courses.create_course(path, key="scale")
     rows = "\n".join(f"P{i:04d},p{i:04d}@example.edu,participants,p{i:04d}," for i in range(n))
-    store.import_roster("scale", RosterText("name,email,group,unix_user,ssh_key\n" + rows + "\n", where="roster"))
-    store.add_seats(
+    store.roster.import_roster(
+        "scale", RosterText("name,email,group,unix_user,ssh_key\n" + rows + "\n", where="roster")
+    )
+    store.seats.add_seats(
         "scale",
         [
             {
@@ -62,7 +63,7 @@ def build_course(url: str, folder: Path, n: int) -> CourseStore:
             for i in range(n)
         ],
     )
-    store.assign_all("scale")
+    store.seats.assign_all("scale")
     return store
 
 
@@ -83,7 +84,7 @@ def counting() -> Iterator[list[str]]:
 
 def seats_page_statements(store: CourseStore) -> tuple[int, str]:
     """(statements, page) of one ``GET /seats`` by a logged-in organizer (the second: caches warm)."""
-    Accounts(store).set_password("admin", PASSWORD)
+    store.accounts.set_password("admin", PASSWORD)
     portal = Portal(store, load_catalog(), "scale", link_days_after_end=None)
     with TestClient(create_app(portal)) as client:
         page = client.get("/login")

@@ -251,7 +251,7 @@ def test_set_password_ends_old_sessions(tmp_path):
 
     db = f"sqlite:///{tmp_path / 'course.db'}"
     store = open_store(db, create=True)
-    store.create_course(Path(__file__).resolve().parents[2] / "examples" / "course-2016.toml", key="dl-2016")
+    store.courses.create_course(Path(__file__).resolve().parents[2] / "examples" / "course-2016.toml", key="dl-2016")
     store.close()
     env = {**os.environ, "PYTHONPATH": str(SRC)}
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuseat.services.accounts import Accounts
 from gpuseat.store import open_store
 
 from .live import start
@@ -42,7 +41,7 @@ def test_an_organizer_changes_quota_hours_and_the_participant_page_shows_them(tm
     )
     store.seats.assign("lab", "ann", "mig-01")
     token = store.tokens.issue_tokens("lab")[0].token
-    Accounts(store).set_password("admin", PASSWORD)
+    store.accounts.set_password("admin", PASSWORD)
     store.close()
     server = start(["--db", url, "--links-expire", "never"], tmp_path / "serve.log")
     try:

@@ -101,10 +101,10 @@ def test_nps_interval_narrows_with_more_answers():
 
 def make_course(url: str, participants: int = 3):
     store = open_store(url, create=True)
-    store.create_course(EXAMPLES / "course-2016.toml", key="c")
+    store.courses.create_course(EXAMPLES / "course-2016.toml", key="c")
     roster = "name,email\n" + "".join(f"P {i},p{i}@example.org\n" for i in range(participants))
-    store.import_roster("c", RosterText(roster, where="roster.csv"))
-    return store, "c", [p.key for p in store.participants("c")]
+    store.roster.import_roster("c", RosterText(roster, where="roster.csv"))
+    return store, "c", [p.key for p in store.roster.participants("c")]
 
 
 def test_survey_store_one_editable_response_per_participant(db_url):
@@ -113,7 +113,7 @@ def test_survey_store_one_editable_response_per_participant(db_url):
     with pytest.raises(InputError, match="not open"):
         svc.submit(cid, pids[0], full_form())
     svc.set_state(cid, "open")
-    assert store.get_course(cid).survey_state == "open"
+    assert store.courses.get_course(cid).survey_state == "open"
     svc.submit(cid, pids[0], full_form(3))
     svc.submit(cid, pids[0], full_form(10))  # edited: still one row
     svc.submit(cid, pids[1], full_form(6, q_result=["other"], q_result_other=["=cmd|' /C calc'!A0"]))

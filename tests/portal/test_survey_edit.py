@@ -8,7 +8,6 @@ import httpx
 
 from gpuseat.core.roster import RosterText
 from gpuseat.core.survey import Template
-from gpuseat.services.accounts import Accounts
 from gpuseat.services.survey import SurveyService, parse_template, template_text
 from gpuseat.store import open_store
 from gpuseat.web.survey_edit import edited, to_toml
@@ -30,7 +29,7 @@ def test_to_toml_round_trips_the_bundled_template():
 def test_cli_applies_a_template_file(cli, tmp_path):
     db = f"sqlite:///{tmp_path / 'course.db'}"
     store = open_store(db, create=True)
-    store.create_course(EXAMPLES / "course-2016.toml", key="dl-2016")
+    store.courses.create_course(EXAMPLES / "course-2016.toml", key="dl-2016")
     store.close()
     template = parse_template(template_text("course-2016"), where="x")
     own = Template.model_validate(
@@ -52,10 +51,10 @@ def test_cli_applies_a_template_file(cli, tmp_path):
 def test_the_portal_edits_questions_until_someone_answers(tmp_path):
     db = f"sqlite:///{tmp_path / 'course.db'}"
     store = open_store(db, create=True)
-    store.create_course(EXAMPLES / "course-2016.toml", key="dl-2016")
-    store.import_roster("dl-2016", RosterText("name,email\nAda,ada@example.org\n", where="roster"))
-    token = store.issue_tokens("dl-2016")[0].token
-    Accounts(store).set_password("admin", PASSWORD)
+    store.courses.create_course(EXAMPLES / "course-2016.toml", key="dl-2016")
+    store.roster.import_roster("dl-2016", RosterText("name,email\nAda,ada@example.org\n", where="roster"))
+    token = store.tokens.issue_tokens("dl-2016")[0].token
+    store.accounts.set_password("admin", PASSWORD)
     store.close()
     server = start(["--db", db, "--links-expire", "never"], tmp_path / "serve.log")
     try:

@@ -94,9 +94,9 @@ def make_store(
     )
     url = f"sqlite:///{root / (key + '.db')}"
     st = open_store(url, create=True)
-    st.create_course(root / f"{key}.toml", key=key, timezone="UTC")
-    st.import_roster(key, root / f"{key}-roster.csv")
-    st.add_seats(
+    st.courses.create_course(root / f"{key}.toml", key=key, timezone="UTC")
+    st.roster.import_roster(key, root / f"{key}-roster.csv")
+    st.seats.add_seats(
         key,
         [
             {"key": d.seat, "kind": "gpu", "host": d.node, "memory_gb": 8, "device_uuid": (uuids or {}).get(d.seat)}
@@ -104,10 +104,10 @@ def make_store(
         ],
     )
     service.record_config(st, key, devices)
-    by_user = {p.unix_user: p.key for p in st.participants(key)}
+    by_user = {p.unix_user: p.key for p in st.roster.participants(key)}
     for _n, (u, seat) in people.items():
         if seat:
-            st.assign(key, by_user[u], seat)
+            st.seats.assign(key, by_user[u], seat)
     return st, url
 
 
@@ -117,7 +117,7 @@ def apply(store: object, key: str, **settings: object):
     from gpuseat.engines.runner import Runner
 
     if settings:
-        store.set_engine_settings(key, "slurm", {k: str(v) for k, v in settings.items()})  # type: ignore[attr-defined]
+        store.agents.set_engine_settings(key, "slurm", {k: str(v) for k, v in settings.items()})  # type: ignore[attr-defined]
     return one_pass(store, course=key, engine="slurm", runner=Runner())  # type: ignore[arg-type]
 
 

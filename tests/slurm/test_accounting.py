@@ -110,7 +110,7 @@ def test_accounting_associations_limit_the_seat(acct_cluster: Cluster) -> None:
     assert job["meaning"].startswith("over the participant's seat")
 
     # alice is released: only `gpuseat apply`; her waiting job is cancelled, her association removed
-    st.release("c2016", participant=next(p.key for p in st.participants("c2016") if p.unix_user == alice))
+    st.seats.release("c2016", participant=next(p.key for p in st.roster.participants("c2016") if p.unix_user == alice))
     done = apply(st, "c2016")
     assert not done.failed, done.failed
     order = [s.action for p in done.planned if p.changes for s in p.changes.ordered()]

@@ -94,7 +94,7 @@ def _course(cli, tmp_path: Path, seats: int) -> str:
         from gpuseat.store import open_store
 
         with open_store(url) as st:
-            st.add_seats("c1", [{"key": f"seat-0{i + 1}", "kind": "gpu"} for i in range(seats)])
+            st.seats.add_seats("c1", [{"key": f"seat-0{i + 1}", "kind": "gpu"} for i in range(seats)])
     return url
 
 

@@ -140,10 +140,10 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
     )  # fmt: skip
     people = {"alice": ("alice", "seat-01"), "bob": ("bob", "seat-02"), "carol": ("carol", None)}
     st, _url = make_store(tmp_path, "c1", people, devices)
-    st.set_engine_settings("c1", "slurm", {"slurm_conf": str(conf), "cancel_wait_s": 1})  # type: ignore[attr-defined]
+    st.agents.set_engine_settings("c1", "slurm", {"slurm_conf": str(conf), "cancel_wait_s": 1})  # type: ignore[attr-defined]
     fake = FakeSlurm(conf)
     runner = RecordingRunner(answers={(c,): fake.answer for c in ("scontrol", "squeue", "scancel", "sacctmgr")})
-    by_user = {p.unix_user: p.key for p in st.participants("c1")}  # type: ignore[attr-defined]
+    by_user = {p.unix_user: p.key for p in st.roster.participants("c1")}  # type: ignore[attr-defined]
     yield Lab(st, fake, runner, etc, {n: by_user[n] for n in people})
     st.close()  # type: ignore[attr-defined]
 
@@ -173,7 +173,7 @@ def test_a_fresh_course_is_granted_then_nothing_is_left_to_do(lab: Lab) -> None:
     limits = {(x.user, x.seat_type) for x in config.job_submit_limits((lab.etc / "job_submit.lua").read_text())}
     assert limits == {("alice", "m60.seat-01"), ("bob", "m60.seat-02")}
     assert lab.plan().steps == []
-    access = lab.store.access_of("c1")  # type: ignore[attr-defined]
+    access = lab.store.delivery.access_of("c1")  # type: ignore[attr-defined]
     assert access["seat-01"]["holder"] == lab.people["alice"] and access["seat-01"]["user"] == "alice"
     assert access["seat-01"]["command"].startswith("srun -p gpuseat-c1 --reservation=gpuseat-c1-")
 
@@ -182,8 +182,8 @@ def test_a_hand_over_revokes_and_cancels_before_the_new_holder_is_let_in(lab: La
     lab.apply()
     lab.job(41, "alice", "seat-01")
     lab.job(42, "bob", "seat-02")
-    lab.store.release("c1", participant=lab.people["alice"])  # type: ignore[attr-defined]
-    lab.store.assign("c1", lab.people["carol"], "seat-01")  # type: ignore[attr-defined]
+    lab.store.seats.release("c1", participant=lab.people["alice"])  # type: ignore[attr-defined]
+    lab.store.seats.assign("c1", lab.people["carol"], "seat-01")  # type: ignore[attr-defined]
     changes = lab.plan()
     acts = _actions(changes)
     revoke = [(a, t) for p, a, t in acts if p == "revoke"]
@@ -207,8 +207,8 @@ def test_a_job_that_does_not_end_keeps_the_new_holder_waiting(lab: Lab) -> None:
     lab.apply()
     lab.job(51, "alice", "seat-01")
     lab.fake.stuck.add(51)
-    lab.store.release("c1", participant=lab.people["alice"])  # type: ignore[attr-defined]
-    lab.store.assign("c1", lab.people["carol"], "seat-01")  # type: ignore[attr-defined]
+    lab.store.seats.release("c1", participant=lab.people["alice"])  # type: ignore[attr-defined]
+    lab.store.seats.assign("c1", lab.people["carol"], "seat-01")  # type: ignore[attr-defined]
     done = lab.apply()
     (report,) = done.reports
     state = {(o.step.action, o.step.target): (o.state, o.message or "") for o in report.outcomes}
@@ -217,7 +217,7 @@ def test_a_job_that_does_not_end_keeps_the_new_holder_waiting(lab: Lab) -> None:
     waiting = [k for k, (s, m) in state.items() if s == "skipped"]
     assert ("seat.record", "seat-01") in waiting and any(a == "reservation.set" for a, _t in waiting)
     assert all("carol" not in u for u in lab.fake.reservations.values())
-    assert lab.store.access_of("c1")["seat-01"].get("holder") != lab.people["carol"]  # type: ignore[attr-defined]
+    assert lab.store.delivery.access_of("c1")["seat-01"].get("holder") != lab.people["carol"]  # type: ignore[attr-defined]
     lab.fake.stuck.clear()
     done = lab.apply()
     assert not done.failed and all(sorted(u) == ["bob", "carol"] for u in lab.fake.reservations.values())
@@ -226,7 +226,7 @@ def test_a_job_that_does_not_end_keeps_the_new_holder_waiting(lab: Lab) -> None:
 def test_a_move_cancels_the_movers_jobs_on_the_old_seat_only(lab: Lab) -> None:
     lab.apply()
     lab.job(61, "alice", "seat-01")
-    lab.store.move("c1", lab.people["alice"], "seat-03")  # type: ignore[attr-defined]
+    lab.store.seats.move("c1", lab.people["alice"], "seat-03")  # type: ignore[attr-defined]
     changes = lab.plan()
     acts = _actions(changes)
     assert ("revoke", "jobs.cancel", "alice") in acts and (
@@ -254,7 +254,7 @@ def test_with_accounting_associations_follow_the_holders(lab: Lab) -> None:
     assert lab.plan().steps == []
     lab.fake.jobs[71] = {"user": "alice", "state": "PENDING", "gres": "gres:gpu:2", "partition": "gpuseat-c1",
                          "resv": "", "account": "gpuseat-c1"}  # fmt: skip
-    lab.store.release("c1", participant=lab.people["alice"])  # type: ignore[attr-defined]
+    lab.store.seats.release("c1", participant=lab.people["alice"])  # type: ignore[attr-defined]
     done = lab.apply()
     lines = _lines(done)
     assert lines.index("scancel 71") < lines.index("sacctmgr -i delete user alice account=gpuseat-c1")
@@ -265,7 +265,7 @@ def test_with_accounting_associations_follow_the_holders(lab: Lab) -> None:
 def test_an_archived_course_loses_everything_and_observe_is_empty(lab: Lab) -> None:
     lab.apply()
     lab.job(81, "bob", "seat-02")
-    lab.store.archive_course("c1")  # type: ignore[attr-defined]
+    lab.store.lifecycle.archive_course("c1")  # type: ignore[attr-defined]
     changes = lab.plan()
     assert {p for p, _a, _t in _actions(changes)} == {"revoke"}
     done = lab.apply()
@@ -273,7 +273,7 @@ def test_an_archived_course_loses_everything_and_observe_is_empty(lab: Lab) -> N
     assert not lab.fake.reservations and not lab.fake.jobs and "gpuseat-c1" not in lab.fake.partitions
     assert "gpuseat-c1" not in (lab.etc / "gpuseat-partitions.conf").read_text()
     assert not config.job_submit_limits((lab.etc / "job_submit.lua").read_text())
-    assert lab.store.holdings("c1") == []  # type: ignore[attr-defined]
+    assert lab.store.agents.holdings("c1") == []  # type: ignore[attr-defined]
     assert lab.plan().steps == []
 
 
@@ -295,7 +295,7 @@ def test_slurm_conf_without_the_include_says_which_line_to_add(lab: Lab) -> None
 def test_observe_names_what_each_person_holds(lab: Lab) -> None:
     lab.apply()
     lab.job(91, "alice", "seat-01")
-    held = {(h["what"], h["login"]) for h in lab.store.holdings("c1")}  # type: ignore[attr-defined]
+    held = {(h["what"], h["login"]) for h in lab.store.agents.holdings("c1")}  # type: ignore[attr-defined]
     assert {("limit", "alice"), ("limit", "bob"), ("reservation", "alice"), ("reservation", "bob")} <= held
     from gpuseat.engines import registry
     from gpuseat.engines.apply import course_state
@@ -320,7 +320,7 @@ def test_course_delete_waits_for_the_cluster_then_finishes(lab: Lab, tmp_path: P
     lab.apply()
     lab.job(95, "alice", "seat-01")
     lab.apply()  # the agent's observe: the job and the limits are held
-    asked = lab.store.delete_course("c1", export_to=tmp_path / "c1-export.json")  # type: ignore[attr-defined]
+    asked = lab.store.lifecycle.delete_course("c1", export_to=tmp_path / "c1-export.json")  # type: ignore[attr-defined]
     assert asked["deferred"] and "slurm" in asked["held_by"]
     done = lab.apply()
     assert not done.failed, done.failed

@@ -49,15 +49,15 @@ def store(tmp_path_factory: pytest.TempPathFactory, unix_users: tuple[str, ...])
         )
     )
     st = courses.open_store(f"sqlite:///{tmp / 'course.db'}", create=True)
-    st.create_course(course_file, key="slurmlab", timezone="UTC")
-    st.import_roster("slurmlab", roster)
+    st.courses.create_course(course_file, key="slurmlab", timezone="UTC")
+    st.roster.import_roster("slurmlab", roster)
     layout = carve_inventory(EXAMPLES / "ibm-2xM60.toml", load_catalog(), mode="passthrough")
-    st.add_seats(
+    st.seats.add_seats(
         "slurmlab", [{"key": s.name, "kind": "gpu", "host": "localhost", "memory_gb": 8} for s in layout.slices]
     )
-    people = {p.unix_user: p.key for p in st.participants("slurmlab")}
-    st.assign("slurmlab", people[unix_users[0]], layout.slices[0].name)
-    st.assign("slurmlab", people[unix_users[1]], layout.slices[1].name)
+    people = {p.unix_user: p.key for p in st.roster.participants("slurmlab")}
+    st.seats.assign("slurmlab", people[unix_users[0]], layout.slices[0].name)
+    st.seats.assign("slurmlab", people[unix_users[1]], layout.slices[1].name)
     yield st, layout, f"sqlite:///{tmp / 'course.db'}"
     st.close()
 
@@ -67,7 +67,7 @@ def test_store_to_slurm_and_back(store, make_cluster: Cluster, cli) -> None:
     c = make_cluster
     devices = config.devices_from_layout(layout, "localhost", dev_root=str(c.dev))
     assert service.record_config(st, "slurmlab", devices) == [s.name for s in layout.slices]
-    seat = st.get_seat("slurmlab", layout.slices[0].name)
+    seat = st.seats.get_seat("slurmlab", layout.slices[0].name)
     assert (seat.engine, seat.state, seat.host) == ("slurm", "requested", "localhost")
     assert service.device_from_ref(seat.key, seat.engine_ref) == devices[0]
 
@@ -93,7 +93,7 @@ def test_store_to_slurm_and_back(store, make_cluster: Cluster, cli) -> None:
     assert len(made) == 2 and planned["error"] is None
     limits = next(s for s in planned["steps"] if s["action"] == "limits.set")
     assert limits["phase"] == "grant" and limits["target"] == str(c.conf.parent / "job_submit.lua")
-    assert st.engine_settings("slurmlab", "slurm") == {"slurm_conf": str(c.conf), "conf_dir": str(c.conf.parent)}
+    assert st.agents.engine_settings("slurmlab", "slurm") == {"slurm_conf": str(c.conf), "conf_dir": str(c.conf.parent)}
     sc = service.course_from_store(st, "slurmlab")
     today = sc.intervals[0][0]
     got = slurm.probe(
@@ -106,11 +106,11 @@ def test_store_to_slurm_and_back(store, make_cluster: Cluster, cli) -> None:
     assert got.ok, got.refusal
     report = service.status(slurm, sc)
     assert service.record_status(st, report) == [layout.slices[0].name, layout.slices[1].name]
-    after = st.get_seat("slurmlab", layout.slices[0].name)
+    after = st.seats.get_seat("slurmlab", layout.slices[0].name)
     assert after.state == "running" and after.state_reason.startswith("enrolled;")
     assert after.engine_ref == service.engine_ref(devices[0])
-    access = st.access_of("slurmlab")[layout.slices[0].name]
-    assert access["holder"] == st.get_seat("slurmlab", layout.slices[0].name).participant
+    access = st.delivery.access_of("slurmlab")[layout.slices[0].name]
+    assert access["holder"] == st.seats.get_seat("slurmlab", layout.slices[0].name).participant
     assert access["command"].startswith("srun -p gpuseat-slurmlab --reservation=gpuseat-slurmlab-")
 
     # the same through the CLI (one test: the cluster lives in this worker): nothing left to do
@@ -136,7 +136,7 @@ def test_store_to_slurm_and_back(store, make_cluster: Cluster, cli) -> None:
         as_user=USERS[1],
     )  # fmt: skip
     job = held.stdout.split()[-1]
-    st.release("slurmlab", seat=layout.slices[1].name)
+    st.seats.release("slurmlab", seat=layout.slices[1].name)
     r = cli("slurm", "status", *args, "--format", "json")
     assert r.code == 0, r.err
     (stray,) = json.loads(r.out)["strays"]

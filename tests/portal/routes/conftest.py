@@ -10,7 +10,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuseat.catalog.bundle import load_catalog
-from gpuseat.services.accounts import Accounts
 from gpuseat.store import open_store
 from gpuseat.web.app import Portal, create_app
 
@@ -35,7 +34,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
     store.seats.assign("lab", "ann", "mig-01")
     store.seats.assign("lab", "ben", "mig-02")
     links = {t.participant: t.token for t in store.tokens.issue_tokens("lab")}
-    Accounts(store).set_password("admin", PASSWORD)
+    store.accounts.set_password("admin", PASSWORD)
     portal = Portal(store, load_catalog(), "lab", link_days_after_end=None)
     client = TestClient(create_app(portal), base_url="http://testserver")
     yield Served(store, client, links)

@@ -14,7 +14,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpuseat.catalog.bundle import load_catalog
-from gpuseat.services.accounts import Accounts
 from gpuseat.store import open_store
 from gpuseat.web.app import Portal, create_app
 
@@ -120,7 +119,7 @@ def test_a_groups_override_is_edited_and_the_rest_of_the_file_is_kept(tmp_path: 
     store = open_store(f"sqlite:///{tmp_path / 'g.db'}", create=True)
     (tmp_path / "g.toml").write_text(GROUPS)
     store.courses.create_course(tmp_path / "g.toml", key="g")
-    Accounts(store).set_password("admin", PASSWORD)
+    store.accounts.set_password("admin", PASSWORD)
     client = TestClient(create_app(Portal(store, load_catalog(), "g", link_days_after_end=None)))
     served = Served(store, client, {})
     try:
