@@ -152,7 +152,7 @@ def part1(moves: int, pg: str | None) -> list[dict[str, Any]]:
             with open_store(db) as store:
                 floor = handovers(
                     lab, seats, moves,
-                    lambda seat: store.move("bench", "ann", seat, actor="bench"),
+                    lambda seat: store.seats.move("bench", "ann", seat, actor="bench"),
                     lambda: one_pass(store, course="bench", runner=Runner()),
                 )  # fmt: skip
             log = (tmp / "agent.log").open("w")
@@ -304,15 +304,15 @@ def part2(pg: str, changes: int) -> list[dict[str, Any]]:
         for c in range(20):
             key = f"c{c:02d}"
             (tmp / f"{key}.toml").write_text(COURSE.replace("participants = 4", "participants = 100"))
-            store.create_course(tmp / f"{key}.toml", key=key)
+            store.courses.create_course(tmp / f"{key}.toml", key=key)
             (tmp / f"{key}.csv").write_text(
                 "key,name,email\n" + "".join(f"p{i:03d},P {i},p{i:03d}.{key}@example.org\n" for i in range(100))
             )
-            store.import_roster(key, tmp / f"{key}.csv")
+            store.roster.import_roster(key, tmp / f"{key}.csv")
             specs = [SeatSpec(key=f"s{i:03d}", kind="gpu", host=hosts[(c * 100 + i) % 8], engine="dry",
                               memory_gb=80, state="running") for i in range(110)]  # fmt: skip
-            store.add_seats(key, specs)
-            store.assign_all(key)
+            store.seats.add_seats(key, specs)
+            store.seats.assign_all(key)
     ctx = mp.get_context("fork")
     stop, passes = ctx.Event(), ctx.Queue()
     t0 = time.monotonic()
@@ -329,9 +329,9 @@ def part2(pg: str, changes: int) -> list[dict[str, Any]]:
     with open_store(db) as store:
         for i in range(changes):
             course, who = f"c{i % 20:02d}", f"p{i % 100:03d}"
-            free = next(s for s in store.seats(course) if not s.participant)
+            free = next(s for s in store.seats.seats(course) if not s.participant)
             t = time.monotonic()
-            store.move(course, who, free.key, actor="bench")
+            store.seats.move(course, who, free.key, actor="bench")
             path = DRY / f"{free.host}.json"
             while json.loads(path.read_text()).get(f"{course}/{who}") != free.key:
                 if time.monotonic() - t > 60:

@@ -93,11 +93,11 @@ def main() -> int:
         from gpuseat.services.seat_sources import seats_from_nvidia_smi
 
         with open_store(url, create=True) as store:
-            store.create_course(tmp / "course.toml", key="bench")
-            store.import_roster("bench", tmp / "roster.csv")
+            store.courses.create_course(tmp / "course.toml", key="bench")
+            store.roster.import_roster("bench", tmp / "roster.csv")
             specs = seats_from_nvidia_smi(None, nvsmi.parse_list(listing), host="gpu1")[: args.seats]
-            store.add_seats("bench", [s.model_copy(update={"engine": "host", "state": "planned"}) for s in specs])
-            store.assign_all("bench")
+            store.seats.add_seats("bench", [s.model_copy(update={"engine": "host", "state": "planned"}) for s in specs])
+            store.seats.assign_all("bench")
             t0 = time.perf_counter()
             report = HostEngine(store, "bench", **lab.settings()).up()
             print(f"host up: {len(report.changes)} changes in {time.perf_counter() - t0:.1f} s")

@@ -70,12 +70,12 @@ def setup(url: str, tmp: Path, participants: int, seats: int) -> None:
     path = tmp / "bench.toml"
     path.write_text(COURSE_TOML.format(n=participants))
     with open_store(url, create=True) as store:
-        store.create_course(path, key="bench")
+        store.courses.create_course(path, key="bench")
         rows = ["name,email,unix_user"] + [f"P {i},p{i:05d}@example.org,p{i:05d}" for i in range(participants)]
-        store.import_roster("bench", RosterText("\n".join(rows), where="bench roster"))
-        store.add_seats("bench", [SeatSpec(key=f"s{i:05d}", kind="gpu", memory_gb=16) for i in range(seats)])
+        store.roster.import_roster("bench", RosterText("\n".join(rows), where="bench roster"))
+        store.seats.add_seats("bench", [SeatSpec(key=f"s{i:05d}", kind="gpu", memory_gb=16) for i in range(seats)])
         serial = "INTEGER PRIMARY KEY" if url.startswith("sqlite") else "SERIAL PRIMARY KEY"
-        with store._engine.begin() as conn:
+        with store.database.engine.begin() as conn:
             conn.execute(text(f"CREATE TABLE floor_seats (id {serial}, holder VARCHAR(128))"))
             conn.execute(text("INSERT INTO floor_seats (holder) VALUES " + ", ".join(["(NULL)"] * seats)))
 
@@ -266,11 +266,11 @@ def gpuseat_client(url: str) -> Callable[[str], bool]:
 
     store = open_store(url)
     with contextlib.suppress(NotFound):
-        store.claim_seat("bench", "nobody", mode="pool", actor="bench")  # ready
+        store.claims.claim_seat("bench", "nobody", mode="pool", actor="bench")  # ready
 
     def claim(key: str) -> bool:
         try:
-            store.claim_seat("bench", key, mode="pool", actor="bench")
+            store.claims.claim_seat("bench", key, mode="pool", actor="bench")
             return True
         except NoFreeSeat:
             return False

@@ -54,10 +54,10 @@ def make_store(url: str, tmp: Path, users: list[str]) -> None:
         'isolation = "partitioned"\n[schedule]\nstart = 2026-09-07\ndays = 5\n',
         encoding="utf-8",
     )
-    store.create_course(course, key="bench")
+    store.courses.create_course(course, key="bench")
     roster = "name,email,group,unix_user\n" + "".join(f"{u},{u}@example.edu,participants,{u}\n" for u in users)
-    store.import_roster("bench", RosterText(roster, where="bench-roster.csv"))
-    store.add_seats(
+    store.roster.import_roster("bench", RosterText(roster, where="bench-roster.csv"))
+    store.seats.add_seats(
         "bench",
         [
             {
@@ -134,7 +134,7 @@ def main() -> int:
                 if "gpuseat" in label:
                     seats = Counter(environ_of(s["state"]["pid"])["GPUSEAT_SEAT"] for s in servers.values())
                     store = open_store(url)
-                    held = Counter(s.key for s in store.seats("bench") if s.participant is not None)
+                    held = Counter(s.key for s in store.seats.seats("bench") if s.participant is not None)
                     store.close()
                     doubles = sum(n - 1 for n in seats.values() if n > 1) + sum(n - 1 for n in held.values() if n > 1)
                     assert len(seats) == len(users), f"{len(seats)} of {len(users)} servers hold a seat"

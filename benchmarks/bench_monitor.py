@@ -28,13 +28,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from gpuseat.db import make_engine
 from gpuseat.monitor.alerts import AlertTracker
 from gpuseat.monitor.attribution import SeatEntry, SeatMap
 from gpuseat.monitor.prometheus import SeatCollector
 from gpuseat.monitor.replay import ReplaySampler, synthetic_snapshot
 from gpuseat.monitor.runner import Monitor, observe
 from gpuseat.readings import leaves
-from gpuseat.store.monitor import Store
+from gpuseat.store import open_monitor
+from gpuseat.store.monitor import MonitorStore
 
 CAPTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "gpuseat__tesla-m60-x2.xml"
 INTERVAL_S = 5  # gpuseat monitor's default --interval
@@ -56,11 +58,11 @@ def percentiles(seconds: list[float]) -> str:
     return f"p50 {q[49] * 1000:6.2f} ms  p95 {q[94] * 1000:6.2f} ms  p99 {q[98] * 1000:6.2f} ms"
 
 
-def _monitor(url: str, snaps: list, *, background: bool) -> tuple[Monitor, Store]:
+def _monitor(url: str, snaps: list, *, background: bool) -> tuple[Monitor, MonitorStore]:
     entries = [
         SeatEntry(f"s{i:03d}", m.uuid, f"p{i:03d}") for i, m in enumerate(m for g in snaps[0].gpus for m in g.mig)
     ]
-    store = Store(url)
+    store = open_monitor(url)
     store.import_seats(entries)
     mon = Monitor(
         ReplaySampler(snaps, loop=False),
@@ -179,7 +181,7 @@ def course_db_mb(tmp: Path, days: int = 15, seats: int = 16) -> tuple[float, dic
     snap0 = synthetic_snapshot(gpus=seats, migs_per_gpu=0, processes=seats // 2, taken_at=0.0)
     seat_map = SeatMap([SeatEntry(f"s{i:02d}", g.uuid, f"p{i:02d}") for i, g in enumerate(snap0.gpus)])
     path = tmp / "course.db"
-    store = Store(f"sqlite:///{path}")
+    store = open_monitor(f"sqlite:///{path}")
     store.import_seats(seat_map.entries)
     seat_map = store.seat_map()
     _, states = observe(snap0, seat_map, users={})
@@ -189,7 +191,7 @@ def course_db_mb(tmp: Path, days: int = 15, seats: int = 16) -> tuple[float, dic
         store.write("lab", start + i * INTERVAL_S, states)
     elapsed = time.perf_counter() - t
     counts = store.counts()
-    with store._engine.connect() as conn:
+    with make_engine(f"sqlite:///{path}").connect() as conn:
         conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     store.close()
     size = sum(p.stat().st_size for p in tmp.glob("course.db*"))

@@ -60,11 +60,11 @@ def build(url: str, seats: int, courses: int, folder: Path) -> datetime:
         for c, count in enumerate(per):
             key = f"c{c:02d}"
             (folder / f"{key}.toml").write_text(COURSE.format(n=c, count=count, start=start))
-            store.create_course(folder / f"{key}.toml", key=key)
+            store.courses.create_course(folder / f"{key}.toml", key=key)
             lines = ["name,email"] + [f"p{c}-{i},p{c}-{i}@example.org" for i in range(count)]
             (folder / f"{key}.csv").write_text("\n".join(lines) + "\n")
-            store.import_roster(key, folder / f"{key}.csv")
-            store.add_seats(
+            store.roster.import_roster(key, folder / f"{key}.csv")
+            store.seats.add_seats(
                 key,
                 [
                     {
@@ -77,12 +77,12 @@ def build(url: str, seats: int, courses: int, folder: Path) -> datetime:
                     for i in range(count)
                 ],
             )
-            store.assign_all(key)
-            people = [p.key for p in store.participants(key)]
+            store.seats.assign_all(key)
+            people = [p.key for p in store.roster.participants(key)]
             for who in people[::10]:
-                r = store.request_seat(key, who, "stop", actor="bench", by_participant=False)
-                store.finish_request(key, r.id, ok=True, reason="bench")
-                store.add_seat_hours(key, who, 5, actor="bench")
+                r = store.requests.request_seat(key, who, "stop", actor="bench", by_participant=False)
+                store.requests.finish_request(key, r.id, ok=True, reason="bench")
+                store.requests.add_seat_hours(key, who, 5, actor="bench")
     engine = create_engine(url)
     minute0 = int((now - timedelta(days=1)).timestamp()) // 60
     with engine.begin() as conn:
@@ -132,7 +132,7 @@ def main() -> None:
         )
         floors, evals, agent = [], [], []
         with open_store(url) as store:
-            keys = [c.key for c in store.list_courses()]
+            keys = [c.key for c in store.courses.list_courses()]
             for _ in range(args.runs):
                 t = time.perf_counter()
                 with engine.connect() as conn:
@@ -142,17 +142,17 @@ def main() -> None:
                 t = time.perf_counter()
                 seen = 0
                 for key in keys:
-                    hours = store.seat_hours(key, now=now)
-                    store.run_states(key)
-                    seen += len(store.gpu_window(key, since))
+                    hours = store.requests.seat_hours(key, now=now)
+                    store.requests.run_states(key)
+                    seen += len(store.requests.gpu_window(key, since))
                     assert all(h.quota is not None for h in hours.values())
                 evals.append(time.perf_counter() - t)
                 assert seen == args.seats
                 t = time.perf_counter()
                 for key in keys:  # what an agent's pass reads: the idle window (30 + 10 min), not the day
-                    store.seat_hours(key, now=now)
-                    store.run_states(key)
-                    store.gpu_window(key, now - timedelta(minutes=40))
+                    store.requests.seat_hours(key, now=now)
+                    store.requests.run_states(key)
+                    store.requests.gpu_window(key, now - timedelta(minutes=40))
                 agent.append(time.perf_counter() - t)
         engine.dispose()
     floor, ev = statistics.median(floors), statistics.median(evals)
@@ -183,14 +183,14 @@ def requests_part(n: int) -> None:
         for i in range(n):
             action = "stop" if i % 2 == 0 else "start"
             t0 = time.monotonic()
-            r = store.request_seat("bench", "ann", action, actor="bench", by_participant=False)
+            r = store.requests.request_seat("bench", "ann", action, actor="bench", by_participant=False)
             if after is not None:
                 after()
             done = real = None
             while done is None or real is None:
                 if time.monotonic() - t0 > 60:
                     raise RuntimeError(f"request {r.id} ({action}) took over 60 s")
-                latest = store.seat_requests("bench", participant="ann", limit=1)[0]
+                latest = store.requests.seat_requests("bench", participant="ann", limit=1)[0]
                 if done is None and latest.state != "pending":
                     done = time.monotonic() - t0
                 if real is None and (lab.ssh("ann", "true").returncode == 0) == (action == "start"):

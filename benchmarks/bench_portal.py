@@ -52,10 +52,10 @@ def seed(db_url: str, n: int) -> list[str]:
     room = n + 20_000  # the storm's roster import adds 20,000 people
     text = (ROOT / "examples" / "course-2016.toml").read_text().replace("participants = 16", f"participants = {room}")
     store = open_store(db_url, create=True)
-    store.create_course_from(Course.model_validate(tomllib.loads(text)), key="bench", source_text=text)
+    store.courses.create_course_from(Course.model_validate(tomllib.loads(text)), key="bench", source_text=text)
     roster = "name,email\n" + "".join(f"P {i:04d},p{i:04d}@example.org\n" for i in range(n))
-    store.import_roster("bench", RosterText(roster, where="bench roster"))
-    store.add_seats(
+    store.roster.import_roster("bench", RosterText(roster, where="bench roster"))
+    store.seats.add_seats(
         "bench",
         [
             {
@@ -67,8 +67,8 @@ def seed(db_url: str, n: int) -> list[str]:
             for i in range(n)
         ],
     )
-    store.assign_all("bench")
-    tokens = [t.token for t in store.issue_tokens("bench")]
+    store.seats.assign_all("bench")
+    tokens = [t.token for t in store.tokens.issue_tokens("bench")]
     SurveyService(store).set_state("bench", "open")
     store.close()
     return tokens

@@ -80,9 +80,11 @@ def build(folder: Path, n: int) -> tuple[str, CourseStore, list[str]]:
     store = open_store(url, create=True)
     path = folder / "scale.toml"
     path.write_text(COURSE.format(n=n), encoding="utf-8")
-    store.create_course(path, key="scale")
+    store.courses.create_course(path, key="scale")
     rows = "\n".join(f"P{i:04d},p{i:04d}@example.edu,participants,p{i:04d}," for i in range(n))
-    store.import_roster("scale", RosterText("name,email,group,unix_user,ssh_key\n" + rows + "\n", where="roster"))
+    store.roster.import_roster(
+        "scale", RosterText("name,email,group,unix_user,ssh_key\n" + rows + "\n", where="roster")
+    )
     seats = [
         {
             "key": f"seat-{i:04d}",
@@ -95,9 +97,9 @@ def build(folder: Path, n: int) -> tuple[str, CourseStore, list[str]]:
         }
         for i in range(n)
     ]
-    store.add_seats("scale", seats)
-    store.assign_all("scale")
-    tokens = [t.token for t in store.issue_tokens("scale")]
+    store.seats.add_seats("scale", seats)
+    store.seats.assign_all("scale")
+    tokens = [t.token for t in store.tokens.issue_tokens("scale")]
     Accounts(store).set_password("admin", PASSWORD)
     return url, store, tokens
 
