@@ -53,8 +53,8 @@ def hub(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("conformance-hub")
     url = f"sqlite:///{tmp / 'course.db'}"
     store = make_course(url, tmp, key="lab", people=["ada", "ben", "cy"], seats=3, assign=2)
-    for seat in store.seats("lab"):  # what `seats add --engine jupyterhub` records
-        store.set_seat_state("lab", seat.key, seat.state, engine="jupyterhub", reason="a hub seat")
+    for seat in store.seats.seats("lab"):  # what `seats add --engine jupyterhub` records
+        store.seats.set_seat_state("lab", seat.key, seat.state, engine="jupyterhub", reason="a hub seat")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
     engine_token = secrets.token_hex(32)
     token_file = tmp / "engine-token"  # the token is a secret: a file only its owner reads, never the store
@@ -71,7 +71,7 @@ def hub(tmp_path_factory):
     with running_hub(text, tmp / "hub", env=hub_env, extra=extra) as h:
         h.add_users("ada", "ben", "cy")
         settings = {"hub_url": h.url, "token_file": str(token_file)}
-        store.set_engine_settings("lab", "jupyterhub", settings, actor="test")
+        store.agents.set_engine_settings("lab", "jupyterhub", settings, actor="test")
         engine = registry.build("jupyterhub", store, "lab", settings=settings, runner=Runner())
         h.engine_token = engine_token  # type: ignore[attr-defined]
         h.token_file = token_file  # type: ignore[attr-defined]
@@ -86,15 +86,15 @@ def fresh(hub):
     h, store, _ = hub
     for name in h.servers():
         h.stop_server(name)
-    seats = sorted(store.seats("lab"), key=lambda s: s.key)
+    seats = sorted(store.seats.seats("lab"), key=lambda s: s.key)
     for seat in seats:
         if seat.participant:
-            store.release("lab", seat=seat.key)
-    for seat in store.seats("lab"):
+            store.seats.release("lab", seat=seat.key)
+    for seat in store.seats.seats("lab"):
         if seat.state in ("released", "failed"):
-            store.set_seat_state("lab", seat.key, "planned", reason="test reset")
-    store.assign("lab", "ada", seats[0].key)
-    store.assign("lab", "ben", seats[1].key)
+            store.seats.set_seat_state("lab", seat.key, "planned", reason="test reset")
+    store.seats.assign("lab", "ada", seats[0].key)
+    store.seats.assign("lab", "ben", seats[1].key)
 
 
 def as_user(hub, name: str) -> httpx.Client:
@@ -112,13 +112,13 @@ def as_user(hub, name: str) -> httpx.Client:
 def test_a_participant_sees_exactly_their_seat_and_the_probe_says_so(hub):
     h, store, engine = hub
     ada = as_user(h, "ada")
-    seat = store.seat_of("lab", "ada")
+    seat = store.seats.seat_of("lab", "ada")
     r = ada.post("/hub/api/users/ada/server")
     assert r.status_code in (201, 202), r.text
     server = h.wait_ready("ada")
     env = environ_of(server["state"]["pid"])
     assert env["CUDA_VISIBLE_DEVICES"] == seat.device_uuid
-    readiness = engine.probe(seat, store.find_participant("lab", "ada"))
+    readiness = engine.probe(seat, store.roster.find_participant("lab", "ada"))
     assert "CUDA_VISIBLE_DEVICES=" + seat.device_uuid in readiness.evidence and readiness.participant == "ada"
     if shutil.which("nvidia-smi"):  # a GPU host: the driver's list decides, and it lacks the captured UUID
         assert readiness.state == "broken" and "nvidia-smi -L" in readiness.evidence
@@ -145,7 +145,7 @@ def test_ada_cannot_reach_bens_server_nor_take_a_second_gpu(hub):
     r = ada.post("/hub/api/users/ada/servers/second")
     assert r.status_code == 503, r.text
     assert "in use by another server" in r.json()["message"] and CONTACT in r.json()["message"]
-    seats = {s.key: (s.participant, s.engine_ref) for s in store.seats("lab") if s.participant}
+    seats = {s.key: (s.participant, s.engine_ref) for s in store.seats.seats("lab") if s.participant}
     assert sorted(seats.values()) == [("ada", "ada/"), ("ben", "ben/")]
     h.stop_server("ben")
 
@@ -157,8 +157,8 @@ def test_no_seat_no_server_and_the_reason_is_the_hubs_message(hub):
     assert r.status_code == 503
     assert r.json()["message"].startswith("No GPU seat for cy: no seat has been assigned to you in course lab.")
     assert CONTACT in r.json()["message"]
-    free = next(s for s in store.seats("lab") if s.participant is None)
-    readiness = engine.probe(free, store.find_participant("lab", "cy"))
+    free = next(s for s in store.seats.seats("lab") if s.participant is None)
+    readiness = engine.probe(free, store.roster.find_participant("lab", "cy"))
     assert readiness.state == "broken" and "No GPU seat for cy" in (readiness.reason or "")
     assert "cy" not in h.servers()
 
@@ -176,7 +176,7 @@ def test_a_release_and_hand_over_are_carried_out_by_apply_alone(hub, cli):
     ``gpuseat apply --engine jupyterhub``: ben's server is gone, his next start is the hub's 503, cy
     starts and sees exactly the seat's device, and a second apply plans nothing."""
     h, store, _ = hub
-    seat = store.seat_of("lab", "ben")
+    seat = store.seats.seat_of("lab", "ben")
     server = start_as(h, "ben")
     assert environ_of(server["state"]["pid"])["CUDA_VISIBLE_DEVICES"] == seat.device_uuid
     db = ("--course", "lab", "--db", store.url)
@@ -196,17 +196,17 @@ def test_a_release_and_hand_over_are_carried_out_by_apply_alone(hub, cli):
 
     server = start_as(h, "cy")
     assert environ_of(server["state"]["pid"])["CUDA_VISIBLE_DEVICES"] == seat.device_uuid
-    readiness = registry.build("jupyterhub", store, "lab", settings=store.engine_settings("lab", "jupyterhub"),
-                               runner=Runner()).probe(store.seat_of("lab", "cy"), store.find_participant("lab", "cy"))  # fmt: skip
+    readiness = registry.build("jupyterhub", store, "lab", settings=store.agents.engine_settings("lab", "jupyterhub"),
+                               runner=Runner()).probe(store.seats.seat_of("lab", "cy"), store.roster.find_participant("lab", "cy"))  # fmt: skip
     assert "CUDA_VISIBLE_DEVICES=" + seat.device_uuid in readiness.evidence
     if not shutil.which("nvidia-smi"):
         assert readiness.ready and readiness.visible == (seat.device_uuid,), readiness.evidence
-    access = store.access_of("lab")[seat.key]
+    access = store.delivery.access_of("lab")[seat.key]
     assert access["holder"] == "cy" and access["url"] == f"{h.url}/user/cy/"
 
     again = cli("apply", "--engine", "jupyterhub", *db)
     assert again.code == 0 and "nothing to change" in again.out, again.out
-    kept = {x["login"]: x for x in store.holdings("lab") if x["engine"] == "jupyterhub"}
+    kept = {x["login"]: x for x in store.agents.holdings("lab") if x["engine"] == "jupyterhub"}
     assert "cy" in kept and "ben" not in kept and kept["cy"]["seat"] == seat.key
 
 
@@ -214,11 +214,11 @@ def test_a_move_stops_the_movers_server_and_the_next_start_gets_the_new_seat(hub
     """ada's running server holds her old seat's GPU; after ``seats move`` the agent's pass (one_pass)
     stops it, frees the old seat, and her next start gets the new seat's device."""
     h, store, _ = hub
-    old = store.seat_of("lab", "ada")
+    old = store.seats.seat_of("lab", "ada")
     server = start_as(h, "ada")
     assert environ_of(server["state"]["pid"])["CUDA_VISIBLE_DEVICES"] == old.device_uuid
-    free = next(s for s in store.seats("lab") if s.participant is None)
-    store.move("lab", "ada", free.key)
+    free = next(s for s in store.seats.seats("lab") if s.participant is None)
+    store.seats.move("lab", "ada", free.key)
 
     result = one_pass(store, course="lab", engine="jupyterhub", runner=Runner())
     assert not result.failed, result.failed
@@ -227,10 +227,10 @@ def test_a_move_stops_the_movers_server_and_the_next_start_gets_the_new_seat(hub
     assert [s.target for s in stops] == ["ada/"] and "moved to" in stops[0].why
     assert set(stops[0].seats) == {old.key, free.key}
     assert "ada" not in h.servers()
-    assert store.get_seat("lab", old.key).state == "planned"  # free for its next holder
-    access = plan.engine.connect(store.get_seat("lab", free.key))
+    assert store.seats.get_seat("lab", old.key).state == "planned"  # free for its next holder
+    access = plan.engine.connect(store.seats.get_seat("lab", free.key))
     assert access is not None and access.holder == "ada" and access.device_uuid == free.device_uuid
-    assert plan.engine.connect(store.get_seat("lab", old.key)) is None
+    assert plan.engine.connect(store.seats.get_seat("lab", old.key)) is None
     again = one_pass(store, course="lab", engine="jupyterhub", runner=Runner())
     assert again.planned[0].changes.empty, again.planned[0].changes.to_dict()
 
@@ -250,7 +250,7 @@ def test_the_agent_carries_out_a_release_with_no_command_after_it(hub):
     from gpuseat.store import open_store
 
     h, store, _ = hub
-    seat = store.seat_of("lab", "ben")
+    seat = store.seats.seat_of("lab", "ben")
     start_as(h, "ben")
     stop = threading.Event()
     with open_store(store.url) as own:  # the agent is its own process in production: its own connections
@@ -258,26 +258,26 @@ def test_the_agent_carries_out_a_release_with_no_command_after_it(hub):
         thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
         thread.start()
         try:
-            store.release("lab", participant="ben")
+            store.seats.release("lab", participant="ben")
             deadline = time.monotonic() + 120  # a bound for a stuck agent, not a timing claim
             while time.monotonic() < deadline and (
-                "ben" in h.servers() or store.get_seat("lab", seat.key).state != "planned"
+                "ben" in h.servers() or store.seats.get_seat("lab", seat.key).state != "planned"
             ):
                 time.sleep(0.2)
         finally:
             stop.set()
             thread.join(timeout=60)
     assert "ben" not in h.servers(), h.log_tail()
-    assert store.get_seat("lab", seat.key).state == "planned"
+    assert store.seats.get_seat("lab", seat.key).state == "planned"
     r = as_user(h, "ben").post("/hub/api/users/ben/server")
     assert r.status_code == 503 and "No GPU seat for ben" in r.json()["message"]
-    assert any(e.action == "engine.apply" for e in store.events("lab")), "the agent logs what it applied"
+    assert any(e.action == "engine.apply" for e in store.events.events("lab")), "the agent logs what it applied"
 
 
 def test_a_dry_run_stops_nothing(hub, cli):
     h, store, _ = hub
     start_as(h, "ben")
-    store.release("lab", participant="ben")
+    store.seats.release("lab", participant="ben")
     r = cli("apply", "--engine", "jupyterhub", "--dry-run", "--course", "lab", "--db", store.url)
     assert r.code == 0 and "hub.server.stop" in r.out
     assert "ben" in h.servers()
@@ -291,8 +291,8 @@ def test_seats_check_probes_each_hub_seat_as_its_participant(hub, cli):
 
     h, store, _ = hub
     for who in ("ada", "ben"):
-        seat = store.seat_of("lab", who)
-        store.set_seat_state("lab", seat.key, seat.state, engine="jupyterhub", reason="a hub seat")
+        seat = store.seats.seat_of("lab", who)
+        store.seats.set_seat_state("lab", seat.key, seat.state, engine="jupyterhub", reason="a hub seat")
     args = ("seats", "check", "--course", "lab", "--db", store.url, "--timeout", "240", "--format", "json",
             "--set", f"jupyterhub.hub_url={h.url}", "--set", f"jupyterhub.token_file={h.token_file}")  # fmt: skip
     r = cli(*args)
@@ -305,16 +305,16 @@ def test_seats_check_probes_each_hub_seat_as_its_participant(hub, cli):
     assert r.code == 0, r.out + r.err
     assert report["summary"] == {"ready": 2, "broken": 0, "total": 2}
     for who in ("ada", "ben"):
-        assert rows[who]["visible"] == [store.seat_of("lab", who).device_uuid]
+        assert rows[who]["visible"] == [store.seats.seat_of("lab", who).device_uuid]
     assert not h.servers()  # the probe stops the servers it started
 
-    bens = store.seat_of("lab", "ben")
+    bens = store.seats.seat_of("lab", "ben")
     if bens.state == "released":  # the hooks mark a stopped server's seat released
-        store.set_seat_state("lab", bens.key, "planned", reason="test")
-    store.set_seat_state("lab", bens.key, "failed", reason="GPU fell off the bus")
+        store.seats.set_seat_state("lab", bens.key, "planned", reason="test")
+    store.seats.set_seat_state("lab", bens.key, "failed", reason="GPU fell off the bus")
     r = cli(*args)
     rows = {x["participant"]: x for x in json.loads(r.out)["seats"]}
     assert r.code == 3 and rows["ada"]["state"] == "ready"
     assert rows["ben"]["state"] == "broken" and "out of order (GPU fell off the bus)" in rows["ben"]["reason"]
-    stored = store.readiness_of("lab")
-    assert stored[bens.key]["state"] == "broken" and stored[store.seat_of("lab", "ada").key]["state"] == "ready"
+    stored = store.delivery.readiness_of("lab")
+    assert stored[bens.key]["state"] == "broken" and stored[store.seats.seat_of("lab", "ada").key]["state"] == "ready"

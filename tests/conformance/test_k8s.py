@@ -259,9 +259,9 @@ def lab(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'k8s.db'}", create=True)
     course = tmp_path / "k8s-lab.toml"
     course.write_text(COURSE_TOML, encoding="utf-8")
-    store.create_course(course, key="k8s-lab")
-    store.import_roster("k8s-lab", RosterText(ROSTER, where="roster.csv"))
-    store.add_seats(
+    store.courses.create_course(course, key="k8s-lab")
+    store.roster.import_roster("k8s-lab", RosterText(ROSTER, where="roster.csv"))
+    store.seats.add_seats(
         "k8s-lab",
         [
             {"key": f"seat-{n}", "kind": "mig", "host": "gpu-node-1", "device_uuid": MIG.format(n=n),
@@ -269,8 +269,8 @@ def lab(tmp_path):
             for n in (1, 2, 3)
         ],
     )  # fmt: skip
-    store.assign("k8s-lab", "ann", "seat-1")
-    store.assign("k8s-lab", "bob_s", "seat-2")
+    store.seats.assign("k8s-lab", "ann", "seat-1")
+    store.seats.assign("k8s-lab", "bob_s", "seat-2")
     yield store
     store.close()
 
@@ -291,7 +291,7 @@ def test_without_a_cluster_the_dry_run_prints_the_rendered_plan_and_a_real_apply
     engine = build("kubernetes", lab, "k8s-lab", runner=RecordingRunner(dry_run=True))
     changes = engine.plan(course_state(lab, "k8s-lab"))
     grants = [(s.action, s.target) for s in changes.steps if s.phase == "grant"]
-    bob_ns = engine.namespace_of(lab.find_participant("k8s-lab", "bob_s"))
+    bob_ns = engine.namespace_of(lab.roster.find_participant("k8s-lab", "bob_s"))
     assert re.fullmatch(r"gpuseat-bob-s-[0-9a-f]{8}", bob_ns)  # bob_s is no Kubernetes name: a DNS label of it
     assert grants == [
         ("namespace.create", "gpuseat-ann"), ("quota.set", "gpuseat-ann/gpuseat-one-gpu"),
@@ -317,7 +317,7 @@ def test_without_a_cluster_the_dry_run_prints_the_rendered_plan_and_a_real_apply
     assert r.code == 0, r.out + r.err
     assert "+ namespace.create" in r.out and "would run: kubectl apply -f -" in r.out
     assert "--dry-run=server" not in r.out  # only against a configured cluster
-    assert lab.access_of("k8s-lab") == {}  # a dry run records nothing
+    assert lab.delivery.access_of("k8s-lab") == {}  # a dry run records nothing
 
     r = cli("apply", "--engine", "kubernetes", "--course", "k8s-lab", "--db", lab.url)
     assert r.code == 2 and "Traceback" not in r.err
@@ -326,24 +326,24 @@ def test_without_a_cluster_the_dry_run_prints_the_rendered_plan_and_a_real_apply
 
 
 def test_apply_then_a_second_plan_is_empty_and_a_hand_over_revokes_before_it_grants(lab):
-    lab.set_engine_settings("k8s-lab", "kubernetes", {"kubeconfig": KUBECONFIG}, actor="test")
+    lab.agents.set_engine_settings("k8s-lab", "kubernetes", {"kubeconfig": KUBECONFIG}, actor="test")
     cluster = StandInCluster()
     planned, _ = k8s_pass(lab, cluster)
     ann_ns = "gpuseat-ann"
-    bob_ns = planned.engine.namespace_of(lab.find_participant("k8s-lab", "bob_s"))
+    bob_ns = planned.engine.namespace_of(lab.roster.find_participant("k8s-lab", "bob_s"))
     assert cluster.namespaces() == {ann_ns, bob_ns} and cluster.validated == 8
-    access = lab.access_of("k8s-lab")
+    access = lab.delivery.access_of("k8s-lab")
     assert access["seat-1"]["holder"] == "ann" and access["seat-1"]["kind"] == "kubernetes"
     assert access["seat-1"]["command"] == f"kubectl config set-context --current --namespace={ann_ns}"
-    assert planned.engine.connect(lab.get_seat("k8s-lab", "seat-1")).user == "ann"
+    assert planned.engine.connect(lab.seats.get_seat("k8s-lab", "seat-1")).user == "ann"
 
     again, _ = k8s_pass(lab, cluster)
     assert again.changes.empty, again.changes.to_dict()
 
     # hand-over: ann's seat goes to cy (store only); the pass deletes ann's namespace before cy's is made
-    lab.release("k8s-lab", participant="ann")
-    lab.assign("k8s-lab", "cy", "seat-1")
-    assert planned.engine.connect(lab.get_seat("k8s-lab", "seat-1")) is None  # being prepared, never ann's way in
+    lab.seats.release("k8s-lab", participant="ann")
+    lab.seats.assign("k8s-lab", "cy", "seat-1")
+    assert planned.engine.connect(lab.seats.get_seat("k8s-lab", "seat-1")) is None  # being prepared, never ann's way in
     planned, result = k8s_pass(lab, cluster)
     (report,) = result.reports
     order = [(o.step.action, o.step.target) for o in report.outcomes]
@@ -352,18 +352,18 @@ def test_apply_then_a_second_plan_is_empty_and_a_hand_over_revokes_before_it_gra
     assert commands[0] == ("delete", "namespace", ann_ns, "--ignore-not-found", "--wait=true", "--timeout=120s")
     assert commands[1] == ("apply", "-f", "-")
     assert cluster.namespaces() == {"gpuseat-cy", bob_ns}
-    assert lab.access_of("k8s-lab")["seat-1"]["holder"] == "cy"
+    assert lab.delivery.access_of("k8s-lab")["seat-1"]["holder"] == "cy"
     again, _ = k8s_pass(lab, cluster)
     assert again.changes.empty, again.changes.to_dict()
-    holdings = {(h["what"], h["participant"]) for h in lab.holdings("k8s-lab")}
+    holdings = {(h["what"], h["participant"]) for h in lab.agents.holdings("k8s-lab")}
     assert ("namespace", "cy") in holdings and ("namespace", "ann") not in holdings
 
 
 def test_a_move_to_another_slice_size_remakes_the_namespace_with_the_new_quota(lab):
-    lab.set_engine_settings("k8s-lab", "kubernetes", {"kubeconfig": KUBECONFIG}, actor="test")
+    lab.agents.set_engine_settings("k8s-lab", "kubernetes", {"kubeconfig": KUBECONFIG}, actor="test")
     cluster = StandInCluster()
     k8s_pass(lab, cluster)
-    lab.move("k8s-lab", "ann", "seat-3")
+    lab.seats.move("k8s-lab", "ann", "seat-3")
     planned, _ = k8s_pass(lab, cluster)
     steps = [(s.phase, s.action) for s in planned.changes.ordered()]
     assert steps[0] == ("revoke", "namespace.delete") and ("grant", "namespace.create") in steps
@@ -382,10 +382,10 @@ def test_archive_takes_every_namespace_away_and_the_dry_run_asks_the_api_server(
     from gpuseat.engines.apply import course_state
     from gpuseat.engines.registry import build
 
-    lab.set_engine_settings("k8s-lab", "kubernetes", {"kubeconfig": KUBECONFIG}, actor="test")
+    lab.agents.set_engine_settings("k8s-lab", "kubernetes", {"kubeconfig": KUBECONFIG}, actor="test")
     cluster = StandInCluster(dry_run=True)
     _, result = k8s_pass(lab, cluster)  # a dry run against a configured cluster: the API server admits, stores nothing
-    assert cluster.objects == {} and cluster.validated == 8 and lab.access_of("k8s-lab") == {}
+    assert cluster.objects == {} and cluster.validated == 8 and lab.delivery.access_of("k8s-lab") == {}
     grants = [o for o in result.reports[0].outcomes if o.step.phase == "grant"]
     assert len(grants) == 8
     for o in grants:
@@ -408,10 +408,10 @@ def test_archive_takes_every_namespace_away_and_the_dry_run_asks_the_api_server(
 
 
 def test_readiness_comes_from_the_probe_pods_log(lab):
-    lab.set_engine_settings("k8s-lab", "kubernetes", {"kubeconfig": KUBECONFIG}, actor="test")
+    lab.agents.set_engine_settings("k8s-lab", "kubernetes", {"kubeconfig": KUBECONFIG}, actor="test")
     cluster = StandInCluster()
     planned, _ = k8s_pass(lab, cluster)
-    (ready,) = planned.engine.check([lab.get_seat("k8s-lab", "seat-1")])
+    (ready,) = planned.engine.check([lab.seats.get_seat("k8s-lab", "seat-1")])
     assert ready.ready and ready.visible == (MIG.format(n=1),), ready.evidence
 
 

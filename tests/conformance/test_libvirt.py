@@ -153,8 +153,12 @@ def test_release_and_move_carried_out_by_apply_alone(tmp_path, monkeypatch, caps
 
         def seat_row(seat: str) -> dict:
             with open_store(db) as store:
-                row = store.get_seat(course, seat)
-                return {"connect": row.connect, "state": row.state, "access": store.access_of(course).get(seat)}
+                row = store.seats.get_seat(course, seat)
+                return {
+                    "connect": row.connect,
+                    "state": row.state,
+                    "access": store.delivery.access_of(course).get(seat),
+                }
 
         def running(seat: str) -> bool:
             conn = libvirt.open(uri)
@@ -188,11 +192,11 @@ def test_release_and_move_carried_out_by_apply_alone(tmp_path, monkeypatch, caps
                 from gpuseat.services.delivery import way_in
 
                 with open_store(db) as store:
-                    person = next(x for x in store.participants(course) if x.key == who)
-                    return way_in(store, store.get_seat(course, seat), person)
+                    person = next(x for x in store.roster.participants(course) if x.key == who)
+                    return way_in(store, store.seats.get_seat(course, seat), person)
 
             with open_store(db) as store:
-                assert store.access_of(course)["seat-02"]["holder"] == "bob"  # not carried out yet
+                assert store.delivery.access_of(course)["seat-02"]["holder"] == "bob"  # not carried out yet
             shown = page("seat-02", "alice")  # alice's page never shows bob's login
             assert shown.command is None and "being prepared" in (shown.missing or ""), shown
             before = len(text("seat-02"))

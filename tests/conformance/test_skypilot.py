@@ -114,12 +114,14 @@ def test_only_the_holders_key_and_a_hand_over_locks_the_previous_holder_out(vm, 
 @pytest.fixture
 def course(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'course.db'}", create=True)
-    store.create_course(EXAMPLES / "course-lab-hours.toml", key="lab", timezone="Europe/Berlin", plan_option=OPTION)
+    store.courses.create_course(
+        EXAMPLES / "course-lab-hours.toml", key="lab", timezone="Europe/Berlin", plan_option=OPTION
+    )
     key = ssh_key(tmp_path, "ann")
     roster = f"name,email,group,unix_user,ssh_key\nAnn,ann@example.edu,students,ann,{key}\n"
-    store.import_roster("lab", RosterText(roster, where="roster.csv"))
-    store.add_seats("lab", [{"key": "cloud-1", "kind": "cloud"}])
-    store.assign("lab", "ann", "cloud-1")
+    store.roster.import_roster("lab", RosterText(roster, where="roster.csv"))
+    store.seats.add_seats("lab", [{"key": "cloud-1", "kind": "cloud"}])
+    store.seats.assign("lab", "ann", "cloud-1")
     yield store, key
     store.close()
 
@@ -160,14 +162,16 @@ def test_a_previous_holder_is_refused_only_once_revoked(course, vm, tmp_path):
 
     store, key = course
     assert setup_for(vm, "ann", key).returncode == 0
-    store.release("lab", participant="ann")
-    store.import_roster("lab", RosterText(f"name,email,group,unix_user,ssh_key\nBob,bob@example.edu,students,bob,"
+    store.seats.release("lab", participant="ann")
+    store.roster.import_roster("lab", RosterText(f"name,email,group,unix_user,ssh_key\nBob,bob@example.edu,students,bob,"
                                           f"{ssh_key(tmp_path, 'bob')}\n", where="roster.csv"))  # fmt: skip
-    store.assign("lab", "bob", "cloud-1")
-    store.record_delivery("lab", "cloud-1", access=Access(kind="ssh", host="54.12.3.4", user="bob", holder="bob"))
+    store.seats.assign("lab", "bob", "cloud-1")
+    store.delivery.record_delivery(
+        "lab", "cloud-1", access=Access(kind="ssh", host="54.12.3.4", user="bob", holder="bob")
+    )
     runner = OverSsh(vm)
     engine = SkyPilotEngine(store, "lab", runner=runner)
-    ann = store.find_participant("lab", "ann")
+    ann = store.roster.find_participant("lab", "ann")
     assert engine.refused(ann) == "ann still has a key and an unexpired account on gs-lab-cloud-1"
     step = Step("skypilot", "account.revoke", "ann", "ann released cloud-1", "revoke", None, ("cloud-1",), None,
                 {"cluster": "gs-lab-cloud-1", "login": "ann"})  # fmt: skip
@@ -181,7 +185,7 @@ def _with_access(store, host: str = "54.12.3.4") -> None:
     from gpuseat.core.readiness import Access
 
     access = Access(kind="ssh", host=host, user="ann", command=f"ssh ann@{host}", holder="ann")
-    store.record_delivery(
+    store.delivery.record_delivery(
         "lab", "cloud-1", access=access, state="running", reason="running: cluster gs-lab-cloud-1 is up"
     )
 
@@ -202,9 +206,9 @@ def test_the_probe_runs_as_the_participant_and_judges_what_the_driver_lists(cour
     _with_access(store)
     runner = RecordingRunner(answers={("ssh",): (0, listing(capture), "")})
     engine = SkyPilotEngine(store, "lab", runner=runner)
-    seat = store.get_seat("lab", "cloud-1")
+    seat = store.seats.get_seat("lab", "cloud-1")
     seat = dataclasses.replace(seat, device_uuid=seat_uuid)  # what the store knows of the seat's device
-    got = engine.probe(seat, store.find_participant("lab", "ann"))
+    got = engine.probe(seat, store.roster.find_participant("lab", "ann"))
     assert [r.argv for r in runner.take()] == [("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=30",
                                                 "-o", "HostName=54.12.3.4", "gs-lab-cloud-1",
                                                 "sudo -n -u ann -- nvidia-smi -L")]  # fmt: skip
@@ -218,7 +222,7 @@ def test_a_failed_probe_is_broken_with_the_remote_error(course):
     refused = (255, "", "ssh: connect to host 54.12.3.4 port 22: Connection refused")
     runner = RecordingRunner(answers={("ssh",): refused})
     got = SkyPilotEngine(store, "lab", runner=runner).probe(
-        store.get_seat("lab", "cloud-1"), store.find_participant("lab", "ann")
+        store.seats.get_seat("lab", "cloud-1"), store.roster.find_participant("lab", "ann")
     )
     assert got.state == "broken" and "Connection refused" in (got.reason or "")
 
@@ -227,7 +231,7 @@ def test_a_seat_not_launched_is_not_probed_and_says_so(course):
     store, _ = course
     runner = RecordingRunner()
     got = SkyPilotEngine(store, "lab", runner=runner).probe(
-        store.get_seat("lab", "cloud-1"), store.find_participant("lab", "ann")
+        store.seats.get_seat("lab", "cloud-1"), store.roster.find_participant("lab", "ann")
     )
     assert got.state == "broken" and (got.reason or "").startswith("not launched yet"), got
     assert not runner.log  # never "Could not resolve hostname gs-lab-cloud-1"

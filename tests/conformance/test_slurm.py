@@ -131,9 +131,9 @@ def lab() -> Iterator[Lab]:
         )
         url = f"sqlite:///{root / 'course.db'}"
         st = open_store(url, create=True)
-        st.create_course(root / "course.toml", key="conf", timezone="UTC")
-        st.import_roster("conf", root / "roster.csv")
-        st.add_seats(
+        st.courses.create_course(root / "course.toml", key="conf", timezone="UTC")
+        st.roster.import_roster("conf", root / "roster.csv")
+        st.seats.add_seats(
             "conf",
             [
                 {
@@ -146,9 +146,9 @@ def lab() -> Iterator[Lab]:
                 for i in range(4)
             ],
         )
-        people = {p.unix_user: p.key for p in st.participants("conf")}
+        people = {p.unix_user: p.key for p in st.roster.participants("conf")}
         for n in NAMES:
-            st.assign("conf", people[USERS[n]], SEATS[n])
+            st.seats.assign("conf", people[USERS[n]], SEATS[n])
         # the documented order: config (+ --record, + --conf-dir: job_submit.lua first), merge, start, enroll, sessions
         etc, out = root / "etc", root / "generated"
         etc.mkdir()
@@ -302,14 +302,14 @@ def test_status_flags_a_participant_whose_gpu_someone_else_holds(lab: Lab) -> No
         assert all(m.blocked_by is None for m in report.members if m is not carol)
         code = _gpuseat("slurm", "status", "--course", "conf", "--db", lab.url, "--slurm-conf", lab.cluster.conf)
         assert code == 0
-        assert lab.store.get_seat("conf", "seat-03").state_reason.startswith("waiting: seat-03's GPU")
+        assert lab.store.seats.get_seat("conf", "seat-03").state_reason.startswith("waiting: seat-03's GPU")
     finally:
         lab.slurm.run("scancel", [hog_id, *([mine] if mine else [])], check=False)
 
 
 def _people(lab: Lab) -> dict[str, str]:
     """name → participant key."""
-    by_user = {p.unix_user: p.key for p in lab.store.participants("conf")}  # type: ignore[attr-defined]
+    by_user = {p.unix_user: p.key for p in lab.store.roster.participants("conf")}  # type: ignore[attr-defined]
     return {n: by_user[USERS[n]] for n in NAMES}
 
 
@@ -332,8 +332,8 @@ def test_engine_probe_as_the_participant_and_revocation(lab: Lab) -> None:
     from gpuseat.engines import registry
 
     engine = registry.build("slurm", lab.store, "conf", settings={"slurm_conf": str(lab.cluster.conf)})  # type: ignore[arg-type]
-    seat = lab.store.get_seat("conf", SEATS["bob"])
-    bob = next(p for p in lab.store.participants("conf") if p.unix_user == USERS["bob"])
+    seat = lab.store.seats.get_seat("conf", SEATS["bob"])
+    bob = next(p for p in lab.store.roster.participants("conf") if p.unix_user == USERS["bob"])
     path = os.environ["PATH"]
     os.environ["PATH"] = f"{lab.cluster.root / 'bin'}:{path}"
     try:
@@ -346,7 +346,7 @@ def test_engine_probe_as_the_participant_and_revocation(lab: Lab) -> None:
     assert access is not None and access.kind == "slurm" and access.user == USERS["bob"]
     assert f"--reservation={lab.session}" in (access.command or "") and access.holder == bob.key
 
-    lab.store.release("conf", participant=bob.key)  # type: ignore[attr-defined]
+    lab.store.seats.release("conf", participant=bob.key)  # type: ignore[attr-defined]
     try:
         assert _apply(lab) == 0
         rc, seen_gpus, err = lab.gpus("bob", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
@@ -355,9 +355,9 @@ def test_engine_probe_as_the_participant_and_revocation(lab: Lab) -> None:
         after = engine.probe(seat, bob)  # type: ignore[attr-defined]
         assert not after.ready and after.reason
         assert engine.refused(bob) is None  # type: ignore[attr-defined]
-        assert engine.connect(lab.store.get_seat("conf", SEATS["bob"])) is None
+        assert engine.connect(lab.store.seats.get_seat("conf", SEATS["bob"])) is None
     finally:
-        lab.store.assign("conf", bob.key, SEATS["bob"])  # type: ignore[attr-defined]
+        lab.store.seats.assign("conf", bob.key, SEATS["bob"])  # type: ignore[attr-defined]
         assert _apply(lab) == 0
     rc, seen_gpus, err = lab.gpus("bob", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
     assert rc == 0 and seen_gpus == [INDEX["bob"]], err
@@ -417,13 +417,13 @@ def test_release_and_move_are_carried_out_by_apply_alone(lab: Lab) -> None:
         assert rc == 0 and seen == [INDEX["alice"]], err  # seat-01's GPU, at once
         assert "busy" not in err
         assert _plan_steps(lab) == []
-        access = lab.store.access_of("conf")  # type: ignore[attr-defined]
+        access = lab.store.delivery.access_of("conf")  # type: ignore[attr-defined]
         assert access[SEATS["alice"]]["user"] == USERS["carol"] and access[SEATS["alice"]]["holder"] == people["carol"]
         assert not access[SEATS["carol"]].get("holder")
     finally:
         lab.slurm.run("scancel", list(jobs.values()), check=False)
-        lab.store.move("conf", people["carol"], SEATS["carol"])  # type: ignore[attr-defined]
-        lab.store.assign("conf", people["alice"], SEATS["alice"])  # type: ignore[attr-defined]
+        lab.store.seats.move("conf", people["carol"], SEATS["carol"])  # type: ignore[attr-defined]
+        lab.store.seats.assign("conf", people["alice"], SEATS["alice"])  # type: ignore[attr-defined]
         assert _apply(lab) == 0
     rc, seen, err = lab.gpus("alice", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
     assert rc == 0 and seen == [INDEX["alice"]], err
@@ -505,7 +505,7 @@ def test_seats_check_probes_every_seat_as_its_participant(lab: Lab, capsys: pyte
     assert code == 0, report
     assert report["summary"] == {"ready": 3, "broken": 0, "total": 3}
     seen = {r["participant"]: r for r in report["seats"]}
-    people = {p.key: p.unix_user for p in lab.store.participants("conf")}  # type: ignore[attr-defined]
+    people = {p.key: p.unix_user for p in lab.store.roster.participants("conf")}  # type: ignore[attr-defined]
     for key, row in seen.items():
         who = next(n for n in NAMES if USERS[n] == people[key])
         assert row["seat"] == SEATS[who] and row["engine"] == "slurm"
@@ -514,5 +514,5 @@ def test_seats_check_probes_every_seat_as_its_participant(lab: Lab, capsys: pyte
     assert code == 3 and report["summary"]["broken"] == 3
     for row in report["seats"]:
         assert row["state"] == "broken" and "not the seat's GPU-" in row["reason"], row
-    stored = lab.store.readiness_of("conf")  # type: ignore[attr-defined]
+    stored = lab.store.delivery.readiness_of("conf")  # type: ignore[attr-defined]
     assert {k: v["state"] for k, v in stored.items()} == dict.fromkeys(SEATS.values(), "broken")

@@ -28,7 +28,7 @@ def test_the_new_holders_page_never_shows_the_old_login(
     from gpuseat.store import open_store
 
     with open_store(db) as store:
-        tokens = {t.participant: t.token for t in store.issue_tokens("lab", ["ann", "dan"])}
+        tokens = {t.participant: t.token for t in store.tokens.issue_tokens("lab", ["ann", "dan"])}
     agent = AgentProcess(db, tmp_path / "agent.log").start()
     server = start(["--db", db, "--links-expire", "never"], tmp_path / "serve.log")
     try:

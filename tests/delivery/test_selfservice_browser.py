@@ -55,7 +55,7 @@ def test_a_participant_stops_starts_and_replaces_their_key_in_the_browser(
     from gpuseat.store import open_store
 
     with open_store(db) as store:
-        links = {t.participant: t.token for t in store.issue_tokens("lab")}
+        links = {t.participant: t.token for t in store.tokens.issue_tokens("lab")}
     agent = AgentProcess(db, tmp_path / "agent.log").start()
     server = start(["--db", db, "--links-expire", "never"], tmp_path / "serve.log")
     shots = tmp_path / "shots"

@@ -48,15 +48,15 @@ def test_restart_reset_hours_and_forged_or_replayed_forms_in_the_browser(
         assert cli("seats", "assign", "--participant", who, "--seat", key, "--db", db).code == 0
     assert cli("seat", "quota", "--participant", "ann", "--hours", "40", "--db", db).code == 0
     with open_store(db) as store:
-        links = {t.participant: t.token for t in store.issue_tokens("lab")}
+        links = {t.participant: t.token for t in store.tokens.issue_tokens("lab")}
 
     def left() -> str:
         with open_store(db) as store:
-            return f"{store.seat_hours('lab', participant='ann')['ann'].left:.1f}"
+            return f"{store.requests.seat_hours('lab', participant='ann')['ann'].left:.1f}"
 
     def rows(who: str) -> list[Any]:
         with open_store(db) as store:
-            return store.seat_requests("lab", participant=who, limit=100)
+            return store.requests.seat_requests("lab", participant=who, limit=100)
 
     agent = AgentProcess(db, tmp_path / "agent.log").start()
     server = start(["--db", db, "--links-expire", "never"], tmp_path / "serve.log")
@@ -147,7 +147,7 @@ def test_restart_reset_hours_and_forged_or_replayed_forms_in_the_browser(
             # an old form: the organizer gave ann a new link (from the CLI: the portal forgets the old one
             # within its 10 s token cache); the old link and its form token act no more
             with open_store(db) as store:
-                (new,) = store.rotate_tokens("lab", ["ann"])
+                (new,) = store.tokens.rotate_tokens("lab", ["ann"])
             until(lambda: page.request.get(url).status == 404, timeout=15, every=0.5)
             assert page.evaluate(POST, [mine, {"csrf": csrf, "action": "start"}]) == 404
             assert page.evaluate(POST, [f"{server.url}/t/{new.token}/seat", {"csrf": csrf, "action": "start"}]) == 403

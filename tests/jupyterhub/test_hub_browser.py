@@ -89,7 +89,7 @@ def test_a_refused_user_reads_gpuseats_reason_and_contact_on_the_hub_page(tmp_pa
                     assert CONTACT in page.inner_text("body")
                 finally:
                     browser.close()
-            assert store.seat_of("lab", "dee") is None
+            assert store.seats.seat_of("lab", "dee") is None
             assert "dee" not in hub.servers()
     finally:
         store.close()

@@ -41,8 +41,8 @@ def _need_browser():
 def course_server(tmp_path):
     url = f"sqlite:///{tmp_path / 'course.db'}"
     store = open_store(url, create=True)
-    store.create_course(EXAMPLES / "course-2016.toml", key="dl-2016")
-    store.add_seats(
+    store.courses.create_course(EXAMPLES / "course-2016.toml", key="dl-2016")
+    store.seats.add_seats(
         "dl-2016",
         [
             {

@@ -91,10 +91,10 @@ def test_vms_up_probe_key_is_authorised_in_every_seed(cli, tmp_path):
     (tmp_path / "probe.pub").write_text(probe_pub + "\n")
     cli(*up)
     with open_store(f"sqlite:///{tmp_path / 'course.db'}") as store:
-        settings = store.engine_settings("demo", "libvirt")
+        settings = store.agents.engine_settings("demo", "libvirt")
         assert settings["probe_key"] == str(key)
         engine = registry.build("libvirt", store, "demo", settings=settings, runner=Runner())
-        people = {p.key: p for p in store.participants("demo")}
+        people = {p.key: p for p in store.roster.participants("demo")}
     options = engine.options  # type: ignore[attr-defined]
     assert options.probe_keys == (probe_pub,)
     seat = engine.layout.slices[0]  # type: ignore[attr-defined]

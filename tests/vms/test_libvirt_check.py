@@ -174,7 +174,7 @@ def test_seats_check_logs_in_to_each_vm_as_its_participant(daemon, network, tmp_
             assert f" user={who} keys=2 " in line, line  # the participant's key and the probe key, from the seed
 
         with open_store(db) as store:  # apply waited for the DHCP leases and recorded each holder's way in
-            connect = {s.key: s.connect for s in store.seats(course)}
+            connect = {s.key: s.connect for s in store.seats.seats(course)}
         assert connect["seat-01"].startswith("ssh alice@10.") and connect["seat-02"].startswith("ssh bob@10."), connect
         for c in connect.values():
             _poll(f"sshd at {c}", WAIT_S, lambda c=c: _sshd_answers(c.rsplit("@", 1)[1]), tails)
@@ -196,8 +196,8 @@ def test_seats_check_logs_in_to_each_vm_as_its_participant(daemon, network, tmp_
 
         # the results are the store's: the seat's last check and one seat.check event per seat
         with open_store(db) as store:
-            stored = store.readiness_of(course)
-            checks = [e for e in store.events(course) if e.action == "seat.check"]
+            stored = store.delivery.readiness_of(course)
+            checks = [e for e in store.events.events(course) if e.action == "seat.check"]
         assert {k: v["state"] for k, v in stored.items()} == {"seat-01": "ready", "seat-02": "broken"}
         assert stored["seat-01"]["visible"] == [UUIDS[0]]
         assert sorted((e.seat, e.participant, e.detail["state"]) for e in checks) == [
@@ -214,6 +214,6 @@ def test_seats_check_logs_in_to_each_vm_as_its_participant(daemon, network, tmp_
         (row,) = json.loads(out)["seats"]
         assert row["state"] == "broken" and row["reason"] == "the VM has no address to log in to (domain shut off)"
         with open_store(db) as store:
-            assert store.readiness_of(course)["seat-01"]["state"] == "broken"
+            assert store.delivery.readiness_of(course)["seat-01"]["state"] == "broken"
     finally:
         _cleanup(uri, course, pool)

@@ -20,32 +20,32 @@ def test_stop_start_restart_and_a_new_key_act_on_the_own_vm_only(store, test_hos
     assert vm.isActive() and neighbour.isActive()
 
     def last(who: str):
-        return store.seat_requests("demo", participant=who)[0]
+        return store.requests.seat_requests("demo", participant=who)[0]
 
-    store.request_seat("demo", ann.key, "stop", actor=ann.key)
+    store.requests.request_seat("demo", ann.key, "stop", actor=ann.key)
     steps, _ = apply(eng, store)
     assert ("revoke", "domain.stop", f"gpuseat-demo-{first}") in steps
     assert (last(ann.key).state, last(ann.key).reason) == ("done", "stopped: the VM is powered off")
     assert not vm.isActive() and neighbour.isActive()
     again_empty(eng, store)  # a stopped seat's VM is not started again
 
-    store.request_seat("demo", ann.key, "start", actor=ann.key)
+    store.requests.request_seat("demo", ann.key, "start", actor=ann.key)
     apply(eng, store)
     assert vm.isActive() and (last(ann.key).state, last(ann.key).reason) == ("done", "started: you can log in")
 
-    store.request_seat("demo", ann.key, "restart", actor=ann.key)
+    store.requests.request_seat("demo", ann.key, "restart", actor=ann.key)
     steps, _ = apply(eng, store)
     assert ("grant", "domain.restart", f"gpuseat-demo-{first}") in steps
     assert vm.isActive() and last(ann.key).state == "done"
     again_empty(eng, store)
 
-    asked = store.request_seat("demo", ann.key, "key", actor=ann.key, key=public_key("bob"))
+    asked = store.requests.request_seat("demo", ann.key, "key", actor=ann.key, key=public_key("bob"))
     assert asked.state == "pending"
     steps, _ = apply(eng, store)
     assert ("grant", "domain.update", f"gpuseat-demo-{first}") in steps
     assert last(ann.key).state == "done" and "new key" in (last(ann.key).reason or ""), last(ann.key)
     again_empty(eng, store)
-    assert store.seat_requests("demo", participant=other.key) == [] and neighbour.isActive()
+    assert store.requests.seat_requests("demo", participant=other.key) == [] and neighbour.isActive()
 
 
 def test_a_reset_without_a_base_image_fails_and_says_why(store, test_host):  # noqa: F811
@@ -53,9 +53,9 @@ def test_a_reset_without_a_base_image_fails_and_says_why(store, test_host):  # n
     eng = build(store, test_host, image=None)
     apply(eng, store)
     ann = holder(store, lay.slices[0].name)
-    store.request_seat("demo", ann.key, "reset", actor=ann.key)
+    store.requests.request_seat("demo", ann.key, "reset", actor=ann.key)
     changes = eng.plan(course_state(store, "demo"))
     assert "domain.reset" not in {s.action for s in changes.steps}
     eng.apply(changes)
-    done = store.seat_requests("demo", participant=ann.key)[0]
+    done = store.requests.seat_requests("demo", participant=ann.key)[0]
     assert done.state == "failed" and "no base image" in (done.reason or "")

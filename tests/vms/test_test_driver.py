@@ -39,13 +39,13 @@ def store(tmp_path):
 
 def fill(store, *, seats=4, assign=3, kind="gpu", lay=None, key="demo"):
     """The 2016 course, its roster, ``seats`` libvirt seats of the M60 server, the first ``assign`` held."""
-    store.create_course(EXAMPLES / "course-2016.toml", key=key)
-    store.import_roster(key, EXAMPLES / "roster-16.csv")
+    store.courses.create_course(EXAMPLES / "course-2016.toml", key=key)
+    store.roster.import_roster(key, EXAMPLES / "roster-16.csv")
     lay = lay or layout("ibm-2xM60.toml", mode="passthrough")
-    store.add_seats(key, [{"key": s.name, "kind": kind, "engine": "libvirt"} for s in lay.slices[:seats]])
-    people = [p.key for p in store.participants(key)]
+    store.seats.add_seats(key, [{"key": s.name, "kind": kind, "engine": "libvirt"} for s in lay.slices[:seats]])
+    people = [p.key for p in store.roster.participants(key)]
     for person, s in zip(people[:assign], lay.slices, strict=False):
-        store.assign(key, person, s.name)
+        store.seats.assign(key, person, s.name)
     return lay
 
 
@@ -76,7 +76,7 @@ def xml_of(host, name):
 
 
 def holder(store, seat, course="demo"):
-    return next(p for p in store.participants(course) if p.seat == seat)
+    return next(p for p in store.roster.participants(course) if p.seat == seat)
 
 
 def test_the_registry_builds_an_engine_that_walks_the_interface(store, test_host):
@@ -92,7 +92,7 @@ def test_the_registry_builds_an_engine_that_walks_the_interface(store, test_host
     assert sorted((h.seat, h.login, h.what) for h in seen) == [
         ("seat-01", "amartin", "vm"), ("seat-02", "bcosta", "vm"), ("seat-03", "cwei", "vm"),
     ]  # fmt: skip
-    seat = store.get_seat("demo", "seat-01")
+    seat = store.seats.get_seat("demo", "seat-01")
     way = eng.connect(seat)
     assert way is not None and way.holder == "amartin" and way.command.startswith("ssh amartin@192.168.122.")
     assert seat.connect == way.command and seat.state == "running"
@@ -141,10 +141,10 @@ def test_a_second_apply_changes_nothing(store, test_host):
     eng = build(store, test_host)
     apply(eng, store)
     before = {d.name(): d.XMLDesc(0) for d in test_host.conn.listAllDomains()}
-    events = len(store.events("demo"))
+    events = len(store.events.events("demo"))
     again_empty(build(store, test_host), store)
     assert {d.name(): d.XMLDesc(0) for d in test_host.conn.listAllDomains()} == before
-    assert len(store.events("demo")) == events
+    assert len(store.events.events("demo")) == events
 
 
 def test_drift_is_repaired_and_named(store, test_host):
@@ -175,10 +175,10 @@ def test_foreign_domains_are_never_touched(store, test_host):
     fill(store)
     foreign = "<domain type='test'><name>{}</name><memory>65536</memory><os><type>hvm</type></os></domain>"
     test_host.conn.defineXML(foreign.format("someone-elses-vm"))
-    store.create_course(EXAMPLES / "course-2016.toml", key="other")
-    store.add_seats("other", [{"key": "seat-01", "kind": "gpu", "engine": "libvirt"}])
-    store.import_roster("other", EXAMPLES / "roster-16.csv")
-    store.assign("other", "amartin", "seat-01")
+    store.courses.create_course(EXAMPLES / "course-2016.toml", key="other")
+    store.seats.add_seats("other", [{"key": "seat-01", "kind": "gpu", "engine": "libvirt"}])
+    store.roster.import_roster("other", EXAMPLES / "roster-16.csv")
+    store.seats.assign("other", "amartin", "seat-01")
     apply(build(store, test_host), store)
     apply(build(store, test_host, course="other"), store, "other")
     # the demo course is deleted: only its own domains go
@@ -206,10 +206,10 @@ def test_a_move_hands_the_vm_over_revoke_first_and_the_old_login_never_survives(
     name = "gpuseat-demo-seat-01"
     mac = xml_of(test_host, name).find("devices/interface/mac").get("address")
     first = {d.get("device"): d.find("source").get("file") for d in xml_of(test_host, name).findall("devices/disk")}
-    assert store.get_seat("demo", "seat-01").connect.startswith(f"ssh {old.unix_user}@")
+    assert store.seats.get_seat("demo", "seat-01").connect.startswith(f"ssh {old.unix_user}@")
     # the seat changes hands: amartin moves to seat-02, bcosta gets seat-01
-    store.move("demo", old.key, "seat-02")
-    store.assign("demo", "bcosta", "seat-01")
+    store.seats.move("demo", old.key, "seat-02")
+    store.seats.assign("demo", "bcosta", "seat-01")
     eng = build(store, test_host)
     changes = eng.plan(course_state(store, "demo"))
     steps = [(s.phase, s.action, s.target) for s in changes.ordered() if s.seats == ("seat-01",)]
@@ -231,8 +231,8 @@ def test_a_move_hands_the_vm_over_revoke_first_and_the_old_login_never_survives(
     mine = sorted(v for v in pool.listVolumes() if v.startswith(name))
     assert mine == sorted(p.rsplit("/", 1)[1] for p in now.values())  # nothing of amartin's is left
     assert root.find("devices/interface/mac").get("address") == mac == seat_mac("demo", "seat-01")
-    seat = store.get_seat("demo", "seat-01")
-    assert seat.connect.startswith("ssh bcosta@") and store.access_of("demo")["seat-01"]["holder"] == "bcosta"
+    seat = store.seats.get_seat("demo", "seat-01")
+    assert seat.connect.startswith("ssh bcosta@") and store.delivery.access_of("demo")["seat-01"]["holder"] == "bcosta"
     assert eng.refused(holder(store, "seat-02")) is None  # amartin's new seat is theirs; seat-01 is not
     again_empty(eng, store)
 
@@ -241,15 +241,17 @@ def test_a_released_seat_is_stopped_and_stays_stopped(store, test_host):
     fill(store, assign=2)
     apply(build(store, test_host), store)
     gone = holder(store, "seat-02")
-    store.release("demo", seat="seat-02")
+    store.seats.release("demo", seat="seat-02")
     eng = build(store, test_host)
     assert eng.refused(gone) == f"VM gpuseat-demo-seat-02 still runs with {gone.unix_user}'s login"
     steps, _ = apply(eng, store)
     assert [(p, a) for p, a, t in steps] == [("revoke", "domain.stop"), ("revoke", "seed.remove"),
                                              ("record", "seat.clear")]  # fmt: skip
     assert not test_host.lookup("gpuseat-demo-seat-02").isActive()
-    seat = store.get_seat("demo", "seat-02")
-    assert not seat.connect and seat.state == "requested" and not store.access_of("demo")["seat-02"].get("holder")
+    seat = store.seats.get_seat("demo", "seat-02")
+    assert (
+        not seat.connect and seat.state == "requested" and not store.delivery.access_of("demo")["seat-02"].get("holder")
+    )
     assert eng.refused(gone) is None
     again_empty(build(store, test_host), store)  # nobody's VM is never started again
     assert not test_host.lookup("gpuseat-demo-seat-02").isActive()
@@ -286,19 +288,19 @@ def test_a_dry_run_lists_virsh_commands_and_changes_nothing(store, test_host):
         "virsh -c test:///default start gpuseat-demo-seat-01",
     ]
     assert all(c.dry for o in report.outcomes for c in o.commands)
-    assert test_host.conn.listAllDomains() == [] and store.get_seat("demo", "seat-01").state == "planned"
+    assert test_host.conn.listAllDomains() == [] and store.seats.get_seat("demo", "seat-01").state == "planned"
 
 
 def test_the_mock_driver_never_writes_into_the_course_store(store, test_host):
     fill(store)
-    before = [(s.state, s.connect) for s in store.seats("demo")]
-    events = len(store.events("demo"))
+    before = [(s.state, s.connect) for s in store.seats.seats("demo")]
+    events = len(store.events.events("demo"))
     eng = build(store, test_host, records=None)
     changes = eng.plan(course_state(store, "demo"))
     assert TEST_DRIVER_NOTE in changes.notes and "seat.record" not in {s.action for s in changes.steps}
     assert not eng.apply(changes).failed
-    assert [(s.state, s.connect) for s in store.seats("demo")] == before
-    assert len(store.events("demo")) == events
+    assert [(s.state, s.connect) for s in store.seats.seats("demo")] == before
+    assert len(store.events.events("demo")) == events
 
 
 def test_no_gpu_and_tcg_options_reach_the_domain(store, test_host):
@@ -311,7 +313,7 @@ def test_no_gpu_and_tcg_options_reach_the_domain(store, test_host):
     assert root.get("type") == "qemu" and root.find("devices/hostdev") is None
     assert root.find("devices/interface") is None and root.findtext("vcpu") == "1"
     # no NIC, no address: the seat runs, and its way in names no one until it has one
-    seat = store.get_seat("demo", "seat-01")
+    seat = store.seats.get_seat("demo", "seat-01")
     assert seat.state == "running" and not seat.connect and eng.connect(seat) is None
     again_empty(eng, store)
 
@@ -368,7 +370,7 @@ def test_a_new_key_gives_the_same_holder_a_new_seed_and_a_restart(store, test_ho
     first[-1] = public_key("carol")  # amartin's new key
     roster = tmp_path / "roster.csv"
     roster.write_text("\n".join([head, ",".join(first), *rows[2:]]) + "\n")
-    store.import_roster("demo", roster)
+    store.roster.import_roster("demo", roster)
     eng = build(store, test_host)
     changes = eng.plan(course_state(store, "demo"))
     assert [(s.phase, s.action) for s in changes.ordered()] == [
@@ -394,19 +396,19 @@ def test_outside_the_access_hours_the_vm_stops_and_comes_back(store, test_host):
     assert [(s.phase, s.action) for s in changes.ordered()] == [("revoke", "domain.stop"), ("record", "seat.record")]
     assert not eng.apply(changes).failed
     assert not test_host.lookup("gpuseat-demo-seat-01").isActive()
-    seat = store.get_seat("demo", "seat-01")
+    seat = store.seats.get_seat("demo", "seat-01")
     assert seat.state == "requested" and not seat.connect and eng.connect(seat) is None
     assert eng.plan(replace(course_state(store, "demo"), closed="outside the course's access hours")).empty
     steps, _ = apply(eng, store)  # open again
     assert [a for _p, a, _t in steps] == ["domain.start", "seat.record"]
-    assert store.get_seat("demo", "seat-01").connect.startswith("ssh amartin@")
+    assert store.seats.get_seat("demo", "seat-01").connect.startswith("ssh amartin@")
 
 
 def test_a_dry_run_of_a_hand_over_lists_the_revokes_first(store, test_host):
     fill(store, assign=1)
     apply(build(store, test_host), store)
-    store.release("demo", seat="seat-01")
-    store.assign("demo", "bcosta", "seat-01")
+    store.seats.release("demo", seat="seat-01")
+    store.seats.assign("demo", "bcosta", "seat-01")
     eng = build(store, test_host, runner=RecordingRunner(dry_run=True))
     report = eng.apply(eng.plan(course_state(store, "demo")))
     lines = [c.line for o in report.outcomes for c in o.commands]
@@ -415,8 +417,8 @@ def test_a_dry_run_of_a_hand_over_lists_the_revokes_first(store, test_host):
     root = xml_of(test_host, "gpuseat-demo-seat-01")  # nothing changed: still amartin's, running
     assert root.find(f"metadata/{{{METADATA_NS}}}seat").get("participant") == "amartin"
     assert test_host.lookup("gpuseat-demo-seat-01").isActive()
-    assert store.access_of("demo")["seat-01"]["holder"] == "amartin"
-    assert eng.connect(store.get_seat("demo", "seat-01")) is None  # bcosta sees "being prepared"
+    assert store.delivery.access_of("demo")["seat-01"]["holder"] == "amartin"
+    assert eng.connect(store.seats.get_seat("demo", "seat-01")) is None  # bcosta sees "being prepared"
 
 
 def test_an_engine_for_one_host_leaves_the_other_hosts_seats_alone(store, test_host):
