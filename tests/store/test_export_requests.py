@@ -17,23 +17,23 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 def _course(tmp_path: Path):
     store = open_store(f"sqlite:///{tmp_path / 'a.db'}", create=True)
-    store.create_course(EXAMPLES / "course-2016.toml", key="lab")
-    store.import_roster("lab", EXAMPLES / "roster-16.csv")
-    store.add_seats("lab", [{"key": f"seat-0{i}", "kind": "gpu", "engine": "host"} for i in (1, 2)])
-    ann, ben = (p.key for p in store.participants("lab")[:2])
-    store.assign("lab", ann, "seat-01")
-    store.assign("lab", ben, "seat-02")
-    stop = store.request_seat("lab", ann, "stop", actor=ann)
-    store.finish_request("lab", stop.id, ok=True, reason="stopped: logins refused, processes ended")
-    store.request_seat("lab", ann, "restart", actor=ann)  # still pending
-    store.add_seat_hours("lab", ann, 60, kind="quota", actor="organizer")
-    store.add_seat_hours("lab", ann, 5, actor="organizer", note="project week")
+    store.courses.create_course(EXAMPLES / "course-2016.toml", key="lab")
+    store.roster.import_roster("lab", EXAMPLES / "roster-16.csv")
+    store.seats.add_seats("lab", [{"key": f"seat-0{i}", "kind": "gpu", "engine": "host"} for i in (1, 2)])
+    ann, ben = (p.key for p in store.roster.participants("lab")[:2])
+    store.seats.assign("lab", ann, "seat-01")
+    store.seats.assign("lab", ben, "seat-02")
+    stop = store.requests.request_seat("lab", ann, "stop", actor=ann)
+    store.requests.finish_request("lab", stop.id, ok=True, reason="stopped: logins refused, processes ended")
+    store.requests.request_seat("lab", ann, "restart", actor=ann)  # still pending
+    store.requests.add_seat_hours("lab", ann, 60, kind="quota", actor="organizer")
+    store.requests.add_seat_hours("lab", ann, 5, actor="organizer", note="project week")
     return store, ann, ben
 
 
 def _rows(store, who: str) -> list[tuple]:
     return [(r.seat, r.action, r.state, r.reason, r.actor, r.requested_at, r.done_at)
-            for r in store.seat_requests("lab", participant=who)]  # fmt: skip
+            for r in store.requests.seat_requests("lab", participant=who)]  # fmt: skip
 
 
 def test_requests_and_hours_survive_export_and_import(tmp_path: Path) -> None:
@@ -44,10 +44,10 @@ def test_requests_and_hours_survive_export_and_import(tmp_path: Path) -> None:
     summary = import_course(other, tmp_path / "lab.zip")
     assert (summary["seat_requests"], summary["seat_hours"]) == (2, 2)
     assert _rows(other, ann) == _rows(store, ann) and _rows(other, ben) == []
-    assert [r.state for r in other.seat_requests("lab", participant=ann)] == ["pending", "done"]
-    hours, again = store.seat_hours("lab")[ann], other.seat_hours("lab")[ann]
+    assert [r.state for r in other.requests.seat_requests("lab", participant=ann)] == ["pending", "done"]
+    hours, again = store.requests.seat_hours("lab")[ann], other.requests.seat_hours("lab")[ann]
     assert (again.quota, again.topups) == (hours.quota, hours.topups) == (60, 5)
-    assert other.run_states("lab")[ann].running is False  # the stop is on her timeline there too
+    assert other.requests.run_states("lab")[ann].running is False  # the stop is on her timeline there too
     store.close()
     other.close()
 
@@ -68,6 +68,6 @@ def test_an_export_without_the_ledger_members_still_imports(tmp_path: Path) -> N
     other = open_store(f"sqlite:///{tmp_path / 'b.db'}", create=True)
     summary = import_course(other, tmp_path / "old.zip")
     assert (summary["seat_requests"], summary["seat_hours"]) == (0, 0)
-    assert other.seat_requests("lab", participant=ann) == []
+    assert other.requests.seat_requests("lab", participant=ann) == []
     store.close()
     other.close()
