@@ -381,7 +381,7 @@ class HostEngine(StepEngine[HostSettings]):
         holding access (a deleted course has no roster left). Another store's course of the same key on
         this host, or an account made by hand, is never touched."""
         known = {self.login_of(p) for p in course.people.values()}
-        known |= {h["login"] for h in self.store.holdings(self.course) if h["engine"] == self.name}
+        known |= {h["login"] for h in self.store.agents.holdings(self.course) if h["engine"] == self.name}
         return known
 
     def _probe_public(self) -> str | None:
@@ -527,8 +527,8 @@ class HostEngine(StepEngine[HostSettings]):
             case "profile.remove":
                 m.remove_file(self.profile_d)
             case "seat.adopt":
-                seat = self.store.get_seat(self.course, step.target)
-                self.store.set_seat_state(
+                seat = self.store.seats.get_seat(self.course, step.target)
+                self.store.seats.set_seat_state(
                     self.course,
                     step.target,
                     seat.state,
@@ -540,7 +540,10 @@ class HostEngine(StepEngine[HostSettings]):
                 self.record_way_in(step)
             case "seat.device":  # planned so that apply names the seat and fails it (exit 2); the rest goes on
                 raise InputError(step.why, where=f"seat {step.target}", fix=d.get("fix") or None)
-            case "request.record" | "seat.stop" | "seat.warn" | "seat.check" | "seat.connected" | "home.reset":
+            case (
+                "request.record" | "seat.stop" | "seat.warn" | "seat.check" | "seat.connected" | "home.reset"
+                | "session.report"
+            ):  # fmt: skip
                 return self._do_request(step)
             case _:
                 raise InputError(f"the host engine has no step {step.action!r}", where="plan")
@@ -600,7 +603,7 @@ class HostEngine(StepEngine[HostSettings]):
         with self._lock:  # probes run in parallel; the key pair is made once
             key, _pub = self.machine.ensure_probe_key(state_dir(self.course))
         script = delivery.PROBE_SCRIPT.replace("NVIDIA_SMI", shlex.quote(self.settings.nvidia_smi))
-        stored = self.store.access_of(self.course).get(seat.key) or {}
+        stored = self.store.delivery.access_of(self.course).get(seat.key) or {}
         port = self.settings.probe_port or self.settings.ssh_port or int(stored.get("port") or 22)
         done = self.machine.ssh_run(key, login, self.settings.probe_host, port, script, timeout=self.settings.timeout)
         evidence = (done.stdout + done.stderr).strip()[-4000:]
