@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
-from gpuseat.core.needs import SeatNeed
+if TYPE_CHECKING:  # a type here only: store reads of seats load no Pydantic
+    from gpuseat.core.needs import SeatNeed
 
 SeatKind = Literal["gpu", "mig", "vgpu", "shared", "cloud", "slurm", "vm"]
 EngineName = str  # a name from the engine registry (gpuseat.engines.registry), checked where it is stored

@@ -14,7 +14,6 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from gpuseat.db import make_engine, upgrade
 from gpuseat.errors import InputError, StoreError
 from gpuseat.store.facade import Store
-from gpuseat.store.monitor import RAW_KEEP_S
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -36,13 +35,18 @@ def open_store(url: str | None = None, *, create: bool = False) -> Store:
 
 
 def open_monitor(
-    url: str | None = None, *, create: bool = True, course: str | None = None, raw_keep_s: int = RAW_KEEP_S
+    url: str | None = None, *, create: bool = True, course: str | None = None, raw_keep_s: int | None = None
 ) -> MonitorStore:
     """The monitor's side of the store at ``url`` (``create``: made when absent), of one course or all.
 
     It owns the store it opens: its :meth:`MonitorStore.close` closes that store (the monitor loop's way).
+    ``raw_keep_s``: seconds of raw samples kept (``None``: the monitor's ``RAW_KEEP_S``, imported here so
+    that opening the store for other commands does not load the monitor).
     """
-    return open_store(url, create=create).monitor.of_course(course, raw_keep_s=raw_keep_s)
+    from gpuseat.store.monitor import RAW_KEEP_S
+
+    keep = RAW_KEEP_S if raw_keep_s is None else raw_keep_s
+    return open_store(url, create=create).monitor.of_course(course, raw_keep_s=keep)
 
 
 def ensure_schema(engine: Engine, *, create: bool, wait: bool = True) -> None:

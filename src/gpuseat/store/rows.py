@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any, cast
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
-from gpuseat.core.needs import SeatNeed
 from gpuseat.core.seating import misfit, preference
 from gpuseat.db.models import Assignment, CourseRecord, Event, Participant, Seat
 from gpuseat.errors import InputError, NotFound, did_you_mean
 from gpuseat.store.views import AssignmentView, ParticipantView, SeatView, _utc
 
-if TYPE_CHECKING:  # a type here only: the course file's models are loaded by those who parse one
+if TYPE_CHECKING:  # types here only: the course file's models are loaded by those who parse one
     from gpuseat.core.course import Course as CourseFile
+    from gpuseat.core.needs import SeatNeed
 
 DEFAULT_ACTOR = "gpuseat"
 #: A clock behind the stored times by more than this (seconds) stepped back: an events row says so. Less is
@@ -62,6 +62,8 @@ def _group_names(crow: CourseRecord) -> tuple[str, ...]:
 
 
 def _needs(crow: CourseRecord) -> dict[str, SeatNeed]:
+    from gpuseat.core.needs import SeatNeed  # Pydantic: only for placing people on seats
+
     out = {}
     for g in (crow.summary or {}).get("groups", ()):
         out[g["name"]] = SeatNeed.model_validate({k: v for k, v in g.items() if k in SeatNeed.model_fields})

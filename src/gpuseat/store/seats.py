@@ -31,11 +31,11 @@ from gpuseat.store.rows import (
     _seat,
     _seat_view,
 )
-from gpuseat.store.specs import SeatSpec, _SeatUpdate
 from gpuseat.store.views import AssignmentView, AssignReport, SeatView
 
 if TYPE_CHECKING:
     from gpuseat.core.readiness import Access
+    from gpuseat.store.specs import SeatSpec
 
 
 class Seats(Concern):
@@ -51,6 +51,7 @@ class Seats(Concern):
     ) -> list[SeatView]:
         """Add seats in one transaction; a key or device used twice (here or already stored) is refused."""
         from gpuseat.files import validate
+        from gpuseat.store.specs import SeatSpec  # Pydantic: only for writing seats
 
         checked = [
             spec if isinstance(spec, SeatSpec) else validate(SeatSpec, spec, where=f"seat {i + 1}")
@@ -153,6 +154,7 @@ class Seats(Concern):
         """
         from gpuseat.files import validate
         from gpuseat.store.access import apply_seat_change
+        from gpuseat.store.specs import _SeatUpdate
 
         changes = validate(
             _SeatUpdate,
