@@ -122,6 +122,55 @@ def raise_for(result: Pass, where: str) -> None:
     )
 
 
+def apply_engine(
+    course: str | None,
+    db: str | None,
+    engine: str,
+    settings: dict[str, Any],
+    fmt: Format,
+    *,
+    where: str,
+    missing: str,
+    fix: str,
+    host: str | None = None,
+    revoke_all: bool = False,
+    headline: bool = False,
+) -> None:
+    """One engine's command (``host up``, ``slurm enroll``, ``vms up`` …) is ``gpuseat apply --engine``:
+    its flags stored as the course's settings, one pass, a course without such seats refused (``missing``,
+    formatted with ``key``, and ``fix``), the plan printed (``headline``: a line with the host and the
+    count of changes first), and a failed step raised as :func:`raise_for` says."""
+    from gpuseat.engines.apply import one_pass
+    from gpuseat.engines.runner import Runner
+    from gpuseat.errors import InputError
+    from gpuseat.store import open_store
+
+    with open_store(db, create=False) as store:
+        key = store.courses.get_course(course).key
+        if settings:
+            store_settings(store, key, {engine: settings}, actor())
+        result = one_pass(
+            store, course=key, engine=engine, host=host, runner=Runner(), actor=actor(), revoke_all=revoke_all
+        )
+    if not result.planned:
+        raise InputError(missing.format(key=key), where="--course", fix=fix)
+    errors = [p.error for p in result.planned if p.error]
+    if errors:
+        raise InputError(errors[0], where=where, fix="correct it and run again")
+    if fmt is Format.json:
+        print_json({"plans": [p.to_dict() for p in result.planned], "reports": [r.to_dict() for r in result.reports]})
+    else:
+        if headline:
+            steps = sum(len(p.changes.steps) for p in result.planned if p.changes)
+            print(
+                f"course {key} on host {result.planned[0].host}: "
+                + (f"{steps} change(s)" if steps else "nothing to change")
+            )
+        for line in render_plan(result, dry_run=False):
+            print(line)
+    raise_for(result, where)
+
+
 def register(app: typer.Typer) -> None:
     """Add ``apply``, the ``agent`` group and the ``engines`` group."""
 

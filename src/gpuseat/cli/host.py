@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, print_rows
+from gpuseat.cli._output import FORMAT_OPTION, Format, print_rows
 from gpuseat.cli.course import COURSE, DB, actor
 
 HOST_COLUMNS = ("seat", "participant", "engine", "state", "reason", "checked_at")
@@ -95,39 +95,18 @@ def register(app: typer.Typer) -> None:
 
 def _apply(course: str | None, db: str | None, host: str | None, fmt: Format, settings: dict[str, str], *,
            revoke_all: bool) -> None:  # fmt: skip
-    from gpuseat.cli.apply import raise_for, render_plan, store_settings
-    from gpuseat.engines.apply import one_pass
-    from gpuseat.engines.runner import Runner
-    from gpuseat.store import open_store
+    from gpuseat.cli.apply import apply_engine
 
-    with open_store(db, create=False) as store:
-        key = store.courses.get_course(course).key
-        if settings:
-            store_settings(store, key, {"host": settings}, actor())
-        result = one_pass(
-            store, course=key, engine="host", host=host, runner=Runner(), actor=actor(), revoke_all=revoke_all
-        )
-        if not result.planned:
-            from gpuseat.errors import InputError
-
-            raise InputError(
-                f"course {key!r} has no seats on the host engine",
-                where="--course",
-                fix="add them: gpuseat seats add --inventory SERVER.toml --engine host (or --from-nvidia-smi)",
-            )
-    errors = [p.error for p in result.planned if p.error]
-    if errors:
-        from gpuseat.errors import InputError
-
-        raise InputError(errors[0], where="gpuseat host up", fix="correct it and run again")
-    if fmt is Format.json:
-        print_json({"plans": [p.to_dict() for p in result.planned], "reports": [r.to_dict() for r in result.reports]})
-    else:
-        steps = sum(len(p.changes.steps) for p in result.planned if p.changes)
-        print(
-            f"course {key} on host {result.planned[0].host}: "
-            + (f"{steps} change(s)" if steps else "nothing to change")
-        )
-        for line in render_plan(result, dry_run=False):
-            print(line)
-    raise_for(result, "gpuseat host up")
+    apply_engine(
+        course,
+        db,
+        "host",
+        settings,
+        fmt,
+        where="gpuseat host up",
+        missing="course {key!r} has no seats on the host engine",
+        fix="add them: gpuseat seats add --inventory SERVER.toml --engine host (or --from-nvidia-smi)",
+        host=host,
+        revoke_all=revoke_all,
+        headline=True,
+    )

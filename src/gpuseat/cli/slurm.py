@@ -217,36 +217,21 @@ def sessions_command(
 
 
 def _apply(course: str | None, db: str | None, fmt: Format, *, where: str, **flags: Any) -> None:
-    from gpuseat.cli.apply import raise_for, render_plan, store_settings
-    from gpuseat.cli.course import actor
-    from gpuseat.engines.apply import one_pass
-    from gpuseat.engines.runner import Runner
-    from gpuseat.errors import InputError
-    from gpuseat.store import open_store
+    from gpuseat.cli.apply import apply_engine
 
     given = {k: (str(v) if isinstance(v, Path) else v) for k, v in flags.items() if v is not None}
     if given.get("slurm_conf") and not given.get("conf_dir"):
         given.setdefault("conf_dir", str(Path(given["slurm_conf"]).parent))
-    with open_store(db, create=False) as store:
-        key = store.courses.get_course(course).key
-        if given:
-            store_settings(store, key, {"slurm": given}, actor())
-        result = one_pass(store, course=key, engine="slurm", runner=Runner(), actor=actor())
-    if not result.planned:
-        raise InputError(
-            f"course {key} has no Slurm seats",
-            where="--course",
-            fix="record them first: gpuseat slurm config --inventory FILE --node NAME --course KEY --record",
-        )
-    errors = [p.error for p in result.planned if p.error]
-    if errors:
-        raise InputError(errors[0], where=where, fix="correct it and run again")
-    if fmt is Format.json:
-        print_json({"plans": [p.to_dict() for p in result.planned], "reports": [r.to_dict() for r in result.reports]})
-    else:
-        for line in render_plan(result, dry_run=False):
-            print(line)
-    raise_for(result, where)
+    apply_engine(
+        course,
+        db,
+        "slurm",
+        given,
+        fmt,
+        where=where,
+        missing="course {key} has no Slurm seats",
+        fix="record them first: gpuseat slurm config --inventory FILE --node NAME --course KEY --record",
+    )
 
 
 @slurm_app.command("status")

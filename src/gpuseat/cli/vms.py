@@ -14,7 +14,7 @@ from pathlib import Path
 import typer
 
 from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, print_rows
-from gpuseat.cli.course import COURSE, DB, actor
+from gpuseat.cli.course import COURSE, DB
 
 vms_app = typer.Typer(help="Seats as VMs through libvirt (the libvirt engine): one VM per seat holder.",
                       no_args_is_help=True)  # fmt: skip
@@ -132,32 +132,19 @@ def status(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMA
 
 def _apply(course: str | None, db: str | None, fmt: Format, settings: dict[str, object], *, revoke_all: bool,
            where: str) -> None:  # fmt: skip
-    from gpuseat.cli.apply import raise_for, render_plan, store_settings
-    from gpuseat.engines.apply import one_pass
-    from gpuseat.engines.runner import Runner
-    from gpuseat.errors import InputError
-    from gpuseat.store import open_store
+    from gpuseat.cli.apply import apply_engine
 
-    with open_store(db, create=False) as store:
-        key = store.courses.get_course(course).key
-        if settings:
-            store_settings(store, key, {"libvirt": settings}, actor())
-        result = one_pass(store, course=key, engine="libvirt", runner=Runner(), actor=actor(), revoke_all=revoke_all)
-    if not result.planned:
-        raise InputError(
-            f"course {key!r} has no seats on the libvirt engine",
-            where="--course",
-            fix="add them: gpuseat seats add --inventory SERVER.toml --mode passthrough --engine libvirt",
-        )
-    errors = [p.error for p in result.planned if p.error]
-    if errors:
-        raise InputError(errors[0], where=where, fix="correct it and run again")
-    if fmt is Format.json:
-        print_json({"plans": [p.to_dict() for p in result.planned], "reports": [r.to_dict() for r in result.reports]})
-    else:
-        for line in render_plan(result, dry_run=False):
-            print(line)
-    raise_for(result, where)
+    apply_engine(
+        course,
+        db,
+        "libvirt",
+        settings,
+        fmt,
+        where=where,
+        missing="course {key!r} has no seats on the libvirt engine",
+        fix="add them: gpuseat seats add --inventory SERVER.toml --mode passthrough --engine libvirt",
+        revoke_all=revoke_all,
+    )
 
 
 def register(app: typer.Typer) -> None:
