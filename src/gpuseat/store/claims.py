@@ -18,7 +18,8 @@ so a claim is:
 The partial unique indexes on ``assignments`` stay the last word: a claim that loses a race fails with
 an integrity error and is tried again, so no code path can hand out a seat twice. Failures (unknown
 participant or course, an archived course, no free seat) are diagnosed only after the fast path found
-nothing, with the same messages as the rest of the store.
+nothing, with the same messages as the rest of the store. The statements themselves are in
+:mod:`gpuseat.store.claim_sql`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import contextlib
 import functools
 import json
 import random
-import re
 import sqlite3
 import threading
 import time
@@ -41,8 +41,18 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from gpuseat.core.needs import SeatNeed
-from gpuseat.core.seating import ASSIGNABLE_STATES, KIND_ISOLATION, VM_KINDS, isolation_rank
+from gpuseat.core.seating import isolation_rank
 from gpuseat.errors import InputError, NoFreeSeat, NotFound, StoreError, did_you_mean
+from gpuseat.store.claim_sql import (
+    ANY_SEAT,
+    SEAT_COLUMNS,
+    SQLITE_EVENT,
+    SQLITE_LOOKUP,
+    SQLITE_SEAT,
+    SQLITE_STEPPED,
+    SQLITE_TAKE,
+    pg_claim_sql,
+)
 from gpuseat.store.rows import STEP_S  # a clock behind by more is logged as a step
 from gpuseat.store.turns import Turns
 from gpuseat.store.views import SeatView, _utc
@@ -53,24 +63,6 @@ if TYPE_CHECKING:
 __all__ = ["Claimed", "claim", "close", "forget_course", "warm"]
 
 RETRIES = 200  # lost races (a seat taken between this statement's snapshot and its lock) are retried
-# what the seat view of a claim shows (store.rows._seat_view), no more: every column returned costs the
-# client decoding time on the hottest path
-SEAT_COLUMNS = (
-    "id",
-    "key",
-    "kind",
-    "host",
-    "device_uuid",
-    "profile",
-    "memory_gb",
-    "groups",
-    "engine",
-    "engine_ref",
-    "state",
-    "state_reason",
-    "state_at",
-    "connect",
-)
 
 
 @dataclass(frozen=True)
@@ -103,189 +95,6 @@ class _Course:
     key: str
     needs: dict[str, tuple[float, int, int]]  # group → (min GPU memory, isolation rank, needs a VM)
     needs_json: str  # the same, as the PostgreSQL claim's :needs parameter
-
-
-# -- SQL ---------------------------------------------------------------------------------------------
-
-_STATES = ", ".join(f"'{s}'" for s in ASSIGNABLE_STATES)
-_KIND_RANK = (
-    "CASE s.kind "
-    + " ".join(f"WHEN '{k}' THEN {isolation_rank(v)}" for k, v in sorted(KIND_ISOLATION.items()))
-    + f" ELSE {isolation_rank('shared')} END"
-)
-_VM = ", ".join(f"'{k}'" for k in VM_KINDS)
-# free: no open assignment, as the seat row says (database triggers keep ``taken``, migration 0011), so a
-# claim that locks a seat taken since its snapshot re-checks the row and skips it (no lost race)
-_FREE = "NOT s.taken"
-
-
-def _fits(mem: str, iso: str, win: str) -> str:
-    """``misfit() is None`` of core.seating apart from the group reservation: memory, isolation, guest OS."""
-    return (
-        f"(s.memory_gb IS NULL OR s.memory_gb + 1e-9 >= {mem})"
-        f" AND ({_KIND_RANK}) >= {iso}"
-        f" AND ({win} = 0 OR s.kind IN ({_VM}) OR s.engine = 'libvirt')"
-    )
-
-
-def _suits(reserved: str, grp: str, mem: str, iso: str, win: str) -> str:
-    """``misfit() is None`` of core.seating, in SQL (``reserved``: is the seat reserved for ``grp``)."""
-    return f"(json_array_length(s.groups) = 0 OR ({grp} IS NOT NULL AND {reserved})) AND {_fits(mem, iso, win)}"
-
-
-# ``preference()`` of core.seating is (own hardware first, reserved for the group first, smallest, by key).
-# A suitable seat is either reserved for the participant's group or reserved for nobody ("open"), so the
-# best seat is the better of two: the best reserved one and the best open one, each ranked by
-# (cloud, no memory known, memory, key). The open seats come in that order from the partial index
-# ``ix_seats_free_order`` (migration 0012): the best is the first suitable entry, a log-n lookup instead of
-# sorting every free seat per claim; the reserved ones (few) come from ``ix_seats_free_reserved``.
-_RANK = "(s.kind = 'cloud'), (s.memory_gb IS NULL), s.memory_gb, s.key{collate}"
-_OPEN = "json_array_length(s.groups) = 0"  # as in the partial indexes' WHERE (the planners match it)
-_RESERVED_SEATS = "json_array_length(s.groups) > 0"
-# the better of the two picks (``r``: 0 for the reserved one): preference() on the picked rows
-_BETTER = "(b.kind = 'cloud'), b.r, (b.memory_gb IS NULL), b.memory_gb, b.key{collate}"
-
-
-def _best(
-    reserved: str, grp: str, mem: str, iso: str, win: str, extra: str, collate: str, lock: str
-) -> tuple[str, str]:
-    """The best free suitable seat, as two ``UNION ALL`` arms (reserved for ``grp``, then open seats)."""
-    head = "SELECT s.id, s.key, s.kind, s.memory_gb, {r} AS r FROM seats s"
-    where = f"s.course_id = :cid AND {_FREE} AND s.state IN ({_STATES}) AND {_fits(mem, iso, win)}{extra}"
-    tail = f"ORDER BY {_RANK.format(collate=collate)} LIMIT 1{lock}"
-    return (
-        f"{head.format(r=0)} WHERE {where} AND {_RESERVED_SEATS} AND {grp} IS NOT NULL AND {reserved} {tail}",
-        f"{head.format(r=1)} WHERE {where} AND {_OPEN} {tail}",
-    )
-
-
-_COLS = ", ".join(f"s.{c}" for c in SEAT_COLUMNS)
-# the participant by key (an index lookup), else by email or Unix user; coalesce() stops at the first hit
-_WHO = (
-    "pa.id = coalesce((SELECT p1.id FROM participants p1 WHERE p1.course_id = :cid AND p1.key = :who), "
-    "(SELECT p2.id FROM participants p2 WHERE p2.course_id = :cid AND (p2.email = :email OR p2.unix_user = :who) "
-    "ORDER BY p2.id LIMIT 1))"
-)
-
-# SQLite, step 1 (no lock, WAL readers never wait): the participant and the seat they hold, by id only
-# (each column returned costs the client time on the hottest path; a held seat is read when there is one)
-_SQLITE_LOOKUP = f"""
-SELECT pa.id, pa.key, pa.group_name, a.seat_id, a.valid_from, a.mode
-FROM participants pa
-LEFT JOIN assignments a ON a.participant_id = pa.id AND a.valid_to IS NULL
-WHERE {_WHO}
-  AND EXISTS (SELECT 1 FROM courses c WHERE c.id = :cid AND c.archived_at IS NULL)
-"""
-
-_SQLITE_RESERVED = "EXISTS (SELECT 1 FROM json_each(s.groups) j WHERE j.value = :grp)"
-_SQLITE_ARMS = _best(_SQLITE_RESERVED, ":grp", ":mem", ":iso", ":win", "", "", "")
-
-# SQLite, step 2 (under BEGIN IMMEDIATE): take the best free suitable seat in one statement, from now or
-# from when the seat's or the participant's last assignment ended if that is later (a clock stepped back:
-# see store.rows._clock; what must not overlap is the seat's and the person's own history)
-_SQLITE_TAKE = f"""
-INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
-SELECT b.id, :pid, max(:now,
-       coalesce((SELECT max(a.valid_to) FROM assignments a WHERE a.seat_id = b.id), :now),
-       coalesce((SELECT max(a.valid_to) FROM assignments a WHERE a.participant_id = :pid), :now)), :mode
-FROM (
-    SELECT * FROM ({_SQLITE_ARMS[0]}) UNION ALL SELECT * FROM ({_SQLITE_ARMS[1]})
-) b
-WHERE EXISTS (SELECT 1 FROM courses c WHERE c.id = :cid AND c.archived_at IS NULL)
-ORDER BY {_BETTER.format(collate="")}
-LIMIT 1
-RETURNING seat_id, valid_from
-"""
-
-_SQLITE_SEAT = f"SELECT {_COLS} FROM seats s WHERE s.id = :sid"
-
-_PG_RESERVED = "EXISTS (SELECT 1 FROM json_array_elements_text(s.groups) j(v) WHERE j.v = n.grp)"
-_PG_NEED = "(CAST(:needs AS jsonb) -> n0.grp ->> {i})"
-# the arms read the participant's needs as one-value subqueries (computed once, before the scan), so each
-# arm is a scan of one index in preference order that stops at the first suitable seat it can lock
-_PG_ARMS = _best(
-    "EXISTS (SELECT 1 FROM json_array_elements_text(s.groups) j(v) WHERE j.v = (SELECT grp FROM n))",
-    "(SELECT grp FROM n)",
-    "(SELECT mem FROM n)",
-    "(SELECT iso FROM n)",
-    "(SELECT win FROM n)",
-    " AND EXISTS (SELECT 1 FROM n) AND NOT EXISTS (SELECT 1 FROM held)",
-    ' COLLATE "C"',
-    " FOR UPDATE OF s SKIP LOCKED",
-)
-
-# PostgreSQL: the whole claim in one statement (autocommit: one round trip)
-_PG_CLAIM = f"""
-WITH n0 AS (
-    SELECT pa.id AS pid, pa.key AS pkey, pa.group_name AS grp FROM participants pa
-    WHERE {_WHO}
-      AND EXISTS (SELECT 1 FROM courses c WHERE c.id = :cid AND c.archived_at IS NULL)
-), n AS (
-    SELECT n0.pid, n0.pkey, n0.grp,
-           coalesce(CAST({_PG_NEED.format(i=0)} AS float8), 0) AS mem,
-           coalesce(CAST({_PG_NEED.format(i=1)} AS integer), 0) AS iso,
-           coalesce(CAST({_PG_NEED.format(i=2)} AS integer), 0) AS win
-    FROM n0
-), held AS (
-    -- the open assignment found through the participant's index whatever the statistics say: the id a
-    -- one-value subquery, the lookup fenced off by LIMIT (no join order to choose), and "open" written so
-    -- that no partial index matches (a generic plan made while assignments was empty otherwise scanned the
-    -- open-seat index whole, or the table)
-    SELECT {_COLS}, a.valid_from, a.mode FROM (
-        SELECT a.seat_id, a.valid_from, a.mode FROM assignments a
-        WHERE a.participant_id = (SELECT pid FROM n0) AND coalesce(a.valid_to IS NULL, false) LIMIT 1
-    ) a JOIN seats s ON s.id = a.seat_id
-), r AS (
-    {_PG_ARMS[0]}
-), o AS (
-    {_PG_ARMS[1]}
-), pick AS (
-    SELECT b.id, b.key FROM (SELECT * FROM r UNION ALL SELECT * FROM o) b
-    ORDER BY {_BETTER.format(collate=' COLLATE "C"')} LIMIT 1
-), ins AS (
-    -- from now, or from when the seat's or the person's last assignment ended if the clock is behind that
-    -- (store.rows._clock: what must not overlap is the seat's and the person's own history)
-    INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
-    SELECT pick.id, n.pid,
-           greatest(CAST(:now AS timestamptz),
-                    (SELECT max(a.valid_to) FROM assignments a WHERE a.seat_id = pick.id),
-                    (SELECT max(a.valid_to) FROM assignments a WHERE a.participant_id = n.pid)), :mode
-    FROM pick CROSS JOIN n
-    RETURNING seat_id, valid_from, mode
-), ev AS (
-    INSERT INTO events (at, course_key, actor, action, participant, seat, detail)
-    SELECT ins.valid_from, :ckey, :actor, 'seat.claim', n.pkey, pick.key, CAST(:detail AS json)
-    FROM ins JOIN pick ON pick.id = ins.seat_id CROSS JOIN n
-), stepped AS (
-    INSERT INTO events (at, course_key, actor, action, participant, seat, detail)
-    SELECT ins.valid_from, :ckey, :actor, 'clock.stepped', n.pkey, pick.key,
-           json_build_object('clock', CAST(:now AS timestamptz), 'stored', ins.valid_from,
-                             'behind_s', extract(epoch FROM ins.valid_from - CAST(:now AS timestamptz)))
-    FROM ins JOIN pick ON pick.id = ins.seat_id CROSS JOIN n
-    WHERE ins.valid_from > CAST(:now AS timestamptz) + make_interval(secs => {STEP_S})
-)
-SELECT 'held' AS how, n.pkey, n.grp, {", ".join(f"h.{c}" for c in SEAT_COLUMNS)}, h.valid_from, h.mode, false, true
-FROM n JOIN held h ON true
-UNION ALL
-SELECT 'new', n.pkey, n.grp, {_COLS}, ins.valid_from, ins.mode, false, true
-FROM n JOIN ins ON true JOIN seats s ON s.id = ins.seat_id
-UNION ALL
-SELECT 'none', n.pkey, n.grp, {", ".join("NULL" for _ in SEAT_COLUMNS)}, NULL, NULL,
-       EXISTS (SELECT 1 FROM seats s WHERE s.course_id = :cid AND {_FREE} AND s.state IN ({_STATES})
-          AND {_suits(_PG_RESERVED, "n.grp", "n.mem", "n.iso", "n.win")}),
-       EXISTS (SELECT 1 FROM seats s WHERE s.course_id = :cid)
-FROM n WHERE NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM ins)
-"""
-_ANY_SEAT = "SELECT EXISTS (SELECT 1 FROM seats WHERE course_id = :cid)"  # for the "no free seat" message
-
-_SQLITE_EVENT = (
-    "INSERT INTO events (at, course_key, actor, action, participant, seat, detail) "
-    "VALUES (:now, :ckey, :actor, 'seat.claim', :pkey, :skey, :detail)"
-)
-_SQLITE_STEPPED = (
-    "INSERT INTO events (at, course_key, actor, action, participant, seat, detail) "
-    "VALUES (:now, :ckey, :actor, 'clock.stepped', :pkey, :skey, :stepped)"
-)
 
 
 # -- per database state ---------------------------------------------------------------------------------
@@ -610,7 +419,7 @@ def _claim_on(
     (this participant's other claim took a seat first) is :class:`_LostRace`; a write lock held past the
     busy timeout is the store's clear error.
     """
-    cur = raw.execute(_SQLITE_LOOKUP, p)  # WAL: a reader never waits for the writer
+    cur = raw.execute(SQLITE_LOOKUP, p)  # WAL: a reader never waits for the writer
     try:
         row = cur.fetchone()
     finally:
@@ -630,7 +439,7 @@ def _claim_on(
     try:
         seat = _take(raw, p)
         if seat is None:
-            any_seat = raw.execute(_ANY_SEAT, p).fetchone()[0]
+            any_seat = raw.execute(ANY_SEAT, p).fetchone()[0]
             raise _no_free_seat(info, pkey, group, bool(any_seat))
         if turns is not None:
             _serve(raw, turns)
@@ -654,7 +463,7 @@ def _claim_on(
 def _take(raw: Any, p: dict[str, Any]) -> tuple[Any, ...] | None:
     """Under the write lock: take the best free suitable seat for ``p``'s participant and write its
     events row; the seat's row, or None when no seat suits."""
-    took = raw.execute(_SQLITE_TAKE, p).fetchone()
+    took = raw.execute(SQLITE_TAKE, p).fetchone()
     if took is None:
         return None
     seat = _seat_row(raw, took[0])
@@ -665,12 +474,12 @@ def _take(raw: Any, p: dict[str, Any]) -> tuple[Any, ...] | None:
         behind = (_when(took[1]) - _when(clock)).total_seconds()
         if behind > STEP_S:  # less: times taken before the write lock by concurrent writers, no step
             p["stepped"] = json.dumps({"clock": clock, "stored": took[1], "behind_s": round(behind, 6)})
-            raw.execute(_SQLITE_STEPPED, p)
-    raw.execute(_SQLITE_EVENT, p)
+            raw.execute(SQLITE_STEPPED, p)
+    raw.execute(SQLITE_EVENT, p)
     return seat
 
 
-# what a queued claim asks the claim before it to do (its parameters of _SQLITE_TAKE and _SQLITE_EVENT)
+# what a queued claim asks the claim before it to do (its parameters of SQLITE_TAKE and SQLITE_EVENT)
 _ASK = ("cid", "ckey", "pid", "pkey", "grp", "mem", "iso", "win", "mode", "actor", "now", "detail")
 SERVE = 32  # how many queued claims a claim takes seats for in its own transaction (docs/results.md)
 
@@ -703,7 +512,7 @@ def _when(value: Any) -> Any:
 
 def _seat_row(raw: Any, sid: int) -> tuple[Any, ...] | None:
     """The seat's columns for its view (the cursor closed at once: no snapshot is kept open)."""
-    cur = raw.execute(_SQLITE_SEAT, {"sid": sid})
+    cur = raw.execute(SQLITE_SEAT, {"sid": sid})
     try:
         found: tuple[Any, ...] | None = cur.fetchone()
         return found
@@ -713,27 +522,6 @@ def _seat_row(raw: Any, sid: int) -> tuple[Any, ...] | None:
 
 class _LostRace(Exception):
     """The claim statement lost a race (unique index) or its connection: try again."""
-
-
-_NAMED = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")  # a ``:name`` parameter, as SQLAlchemy's text() finds them
-
-
-@functools.cache
-def _pg_claim_sql() -> tuple[str, tuple[str, ...]]:
-    """The claim statement with PostgreSQL's own ``$n`` placeholders, and the parameter names in order.
-
-    Sent through psycopg's :class:`~psycopg.RawCursor`, which passes ``$n`` through untouched: psycopg
-    rewrites ``%(name)s`` placeholders with a regular expression on every call for a statement over
-    4,096 characters (it caches only shorter ones), and that was a third of the claim's client CPU.
-    """
-    names: list[str] = []
-
-    def number(m: re.Match[str]) -> str:
-        if m.group(1) not in names:
-            names.append(m.group(1))
-        return f"${names.index(m.group(1)) + 1}"
-
-    return _NAMED.sub(number, _PG_CLAIM), tuple(names)
 
 
 # the claim's columns: how, pkey, grp, the seat, valid_from, mode, and for "none": whether a suitable seat
@@ -749,7 +537,7 @@ def _claim_pg(db: Database, info: _Course, who: str, mode: str, actor: str) -> C
 
     p = _params(info, who, mode, actor)
     p["needs"] = info.needs_json
-    sql, names = _pg_claim_sql()
+    sql, names = pg_claim_sql()
     lanes = _lanes_of(db)
     try:
         lane = lanes.pop()
