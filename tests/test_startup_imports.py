@@ -73,6 +73,29 @@ def test_seats_status_loads_the_store_but_not_the_course_file_model(tmp_path: Pa
     assert "sqlalchemy.orm" in loaded  # the seats were really read from the store
     assert "gpuseat.core.course" not in loaded  # a type only in store/rows.py: parsing course files is not needed
     assert not {name.split(".")[0] for name in loaded} & {"fastapi", "starlette", "uvicorn", "kubernetes", "torch"}
+    # only the concerns it reads (seats, activity): not the seat specs' models, the monitor, the roster parser
+    unused = {"specs", "monitor", "tokens", "courses", "roster", "claiming", "delivery", "lifecycle", "requests"}
+    assert not loaded & {f"gpuseat.store.{name}" for name in unused}
+    assert not loaded & {"gpuseat.readings", "gpuseat.core.roster", "gpuseat.catalog"}
+    assert {"gpuseat.store.seats", "gpuseat.store.activity"} <= loaded
+
+
+def test_store_package_loads_a_name_only_when_asked(tmp_path: Path) -> None:
+    """``from gpuseat.store import open_store`` loads the opening, not every concern or Pydantic."""
+    loaded = _modules("from gpuseat.store import open_store", tmp_path)
+    assert "gpuseat.store.opening" in loaded
+    assert not loaded & {"gpuseat.store.specs", "gpuseat.store.views", "gpuseat.store.rows", "gpuseat.core.roster"}
+    assert not {name.split(".")[0] for name in loaded} & {"pydantic", "rich"}
+    every = _modules("import gpuseat.store\nfor n in gpuseat.store.__all__:\n    getattr(gpuseat.store, n)", tmp_path)
+    assert {"gpuseat.store.specs", "gpuseat.store.tokens", "gpuseat.core.roster"} <= every
+
+
+def test_store_package_refuses_an_unknown_name() -> None:
+    import gpuseat.store
+
+    with pytest.raises(ImportError, match="no_such_name"):
+        exec("from gpuseat.store import no_such_name", {})
+    assert sorted(dir(gpuseat.store)) == sorted(set(dir(gpuseat.store)) | set(gpuseat.store.__all__))
 
 
 @pytest.mark.parametrize("module", sorted(COMMANDS))
