@@ -6,9 +6,10 @@ The runs are interleaved (one of each command per round, N rounds) and each figu
 its N runs, so a load change during the run hits every command alike. Two clocks: wall time (what a
 user waits) and the child's CPU time (user + system, from ``wait4``), which a shared machine disturbs
 much less. Then the floors (the imports a command cannot avoid: Typer, Pydantic, SQLAlchemy's ORM and
-the schema; each alone, then each command's together), the heavy packages each command loads and those
-``import gpuseat.cli`` loads (none, by tests/test_startup_imports.py), and the solver choice: HiGHS's
-own bindings (``highspy``) against scipy's ``milp`` (the same HiGHS underneath) when scipy is installed.
+the schema; each alone, then each command's together, seats status's without Pydantic), the heavy
+packages each command loads and those ``import gpuseat.cli`` loads (none, by
+tests/test_startup_imports.py), and the solver choice: HiGHS's own bindings (``highspy``) against
+scipy's ``milp`` (the same HiGHS underneath) when scipy is installed.
 
 The course is built in a temporary data folder from examples/ (course-2016, roster-16, the 2× M60
 server's four seats and twelve cloud seats, all assigned) with the CLI itself; no GPUSEAT_* variable of
@@ -78,7 +79,7 @@ FLOORS = {
     "import sqlalchemy.orm (seats status)": "import sqlalchemy.orm",
     "import gpuseat.db.models (the schema)": "import gpuseat.db.models",
     "plan's libraries: typer, rich, pydantic": f"import typer, rich.console, rich.table\n{MODEL}",
-    "seats status's: those, the ORM, the schema": f"import typer, rich.console, rich.table, gpuseat.db.models\n{MODEL}",
+    "seats status's: typer, rich, ORM, schema": "import typer, rich.console, rich.table, gpuseat.db.models",
 }
 
 
