@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from gpuseat.core.needs import SeatNeed
 from gpuseat.core.seating import isolation_rank
 from gpuseat.errors import InputError, NoFreeSeat, NotFound, StoreError, did_you_mean
 from gpuseat.store.claim_sql import (
@@ -125,6 +124,8 @@ def close(db: Database) -> None:
 
 
 def _needs(summary: Mapping[str, Any] | None) -> dict[str, tuple[float, int, int]]:
+    from gpuseat.core.needs import SeatNeed  # Pydantic: only when a claim reads a course's needs
+
     out = {}
     for g in (summary or {}).get("groups", ()):
         need = SeatNeed.model_validate({k: v for k, v in g.items() if k in SeatNeed.model_fields})
