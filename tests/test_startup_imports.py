@@ -73,10 +73,11 @@ def test_seats_status_loads_the_store_but_not_the_course_file_model(tmp_path: Pa
     assert "sqlalchemy.orm" in loaded  # the seats were really read from the store
     assert "gpuseat.core.course" not in loaded  # a type only in store/rows.py: parsing course files is not needed
     assert not {name.split(".")[0] for name in loaded} & {"fastapi", "starlette", "uvicorn", "kubernetes", "torch"}
+    assert not {name.split(".")[0] for name in loaded} & {"pydantic", "pydantic_core"}  # no model validates here
     # only the concerns it reads (seats, activity): not the seat specs' models, the monitor, the roster parser
     unused = {"specs", "monitor", "tokens", "courses", "roster", "claiming", "delivery", "lifecycle", "requests"}
     assert not loaded & {f"gpuseat.store.{name}" for name in unused}
-    assert not loaded & {"gpuseat.readings", "gpuseat.core.roster", "gpuseat.catalog"}
+    assert not loaded & {"gpuseat.readings", "gpuseat.core.roster", "gpuseat.core.needs", "gpuseat.catalog"}
     assert {"gpuseat.store.seats", "gpuseat.store.activity"} <= loaded
 
 
