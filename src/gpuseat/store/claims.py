@@ -32,7 +32,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -52,7 +52,7 @@ from gpuseat.store.claim_sql import (
     SQLITE_TAKE,
     pg_claim_sql,
 )
-from gpuseat.store.rows import STEP_S  # a clock behind by more is logged as a step
+from gpuseat.store.rows import STEP_S, no_course, which_course  # STEP_S: a clock behind by more is logged as a step
 from gpuseat.store.turns import Turns
 from gpuseat.store.views import SeatView, _utc
 
@@ -144,17 +144,12 @@ def _course(db: Database, key: str | None) -> _Course:
         if key is None:
             rows = s.execute(text("SELECT id, key, summary FROM courses ORDER BY key LIMIT 11")).all()
             if len(rows) != 1:
-                _only_course_error(rows)
+                raise which_course([str(r[1]) for r in rows])
             row: Any = rows[0]
         else:
             row = s.execute(text("SELECT id, key, summary FROM courses WHERE key = :k"), {"k": key}).first()
             if row is None:
-                known = list(s.execute(text("SELECT key FROM courses ORDER BY key")).scalars())
-                raise NotFound(
-                    f"no course {key!r}.{did_you_mean(key, known)}",
-                    where="course",
-                    fix=f"one of: {', '.join(known)}" if known else "create one: gpuseat course create COURSE.toml",
-                )
+                raise no_course(key, list(s.execute(text("SELECT key FROM courses ORDER BY key")).scalars()))
     summary = row[2] if isinstance(row[2], dict) else json.loads(row[2] or "{}")
     needs = _needs(summary)
     found = _Course(int(row[0]), str(row[1]), needs, json.dumps({g: list(v) for g, v in needs.items()}))
@@ -162,16 +157,6 @@ def _course(db: Database, key: str | None) -> _Course:
         with _lock:
             _courses.setdefault(db, {})[key] = found
     return found
-
-
-def _only_course_error(rows: Sequence[Any]) -> None:
-    if not rows:
-        raise InputError("no course yet", where="course", fix="create one: gpuseat course create COURSE.toml")
-    raise InputError(
-        f"{'more than 10' if len(rows) > 10 else len(rows)} courses: {', '.join(r[1] for r in rows[:10])}",
-        where="course",
-        fix="say which one with --course KEY",
-    )
 
 
 @dataclass

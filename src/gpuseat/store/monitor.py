@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Integer, and_, cast, delete, func, insert, select, update
 
 from gpuseat.db.models import AlertRecord, Assignment, CourseRecord, Device, MinuteAggregate, Participant, Sample, Seat
-from gpuseat.errors import NotFound, StoreError, did_you_mean
+from gpuseat.errors import StoreError
 from gpuseat.readings import Alert, SeatEntry, SeatMap, SeatState, UsageRow
 from gpuseat.store.base import Concern
+from gpuseat.store.rows import no_course
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -395,11 +396,7 @@ class MonitorStore(Concern):
         if found is None:
             with self._database.engine.connect() as conn:
                 known = list(conn.scalars(select(CourseRecord.key).order_by(CourseRecord.key)))
-            raise NotFound(
-                f"no course {key!r}.{did_you_mean(key, known)}",
-                where="course",
-                fix=f"one of: {', '.join(known)}" if known else "create one: gpuseat course create COURSE.toml",
-            )
+            raise no_course(key, known)
         return found
 
     def _course_id_or_none(self, key: str) -> int | None:

@@ -87,27 +87,36 @@ def _pref(seat: Seat, group: str | None) -> tuple[int, int, float, str]:
     )
 
 
+def no_course(key: str, known: Sequence[str]) -> NotFound:
+    """The one answer to an unknown course key (the ORM's lookup and the claim's SQL both give it)."""
+    return NotFound(
+        f"no course {key!r}.{did_you_mean(key, known)}",
+        where="course",
+        fix=f"one of: {', '.join(known)}" if known else "create one: gpuseat course create COURSE.toml",
+    )
+
+
+def which_course(keys: Sequence[str]) -> InputError:
+    """The one answer when no course is named and the store holds none or several (``keys``: the first 11)."""
+    if not keys:
+        return InputError("no course yet", where="course", fix="create one: gpuseat course create COURSE.toml")
+    return InputError(
+        f"{'more than 10' if len(keys) > 10 else len(keys)} courses: {', '.join(keys[:10])}",
+        where="course",
+        fix="name the course by its key (--course KEY on the command line)",
+    )
+
+
 def _course(s: Session, key: str | None) -> CourseRecord:
     if key is not None:
         row = s.scalar(select(CourseRecord).where(CourseRecord.key == key))
         if row is None:
-            known = list(s.scalars(select(CourseRecord.key)))
-            raise NotFound(
-                f"no course {key!r}.{did_you_mean(key, known)}",
-                where="course",
-                fix=f"one of: {', '.join(known)}" if known else "create one: gpuseat course create COURSE.toml",
-            )
+            raise no_course(key, list(s.scalars(select(CourseRecord.key))))
         return row
     rows = list(s.scalars(select(CourseRecord).order_by(CourseRecord.key).limit(11)))
     if len(rows) == 1:
         return rows[0]
-    if not rows:
-        raise InputError("no course yet", where="course", fix="create one: gpuseat course create COURSE.toml")
-    raise InputError(
-        f"{'more than 10' if len(rows) > 10 else len(rows)} courses: {', '.join(r.key for r in rows[:10])}",
-        where="course",
-        fix="name the course by its key (--course KEY on the command line)",
-    )
+    raise which_course([r.key for r in rows])
 
 
 def _participant(s: Session, crow: CourseRecord, who: str) -> Participant:
