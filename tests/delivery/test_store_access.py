@@ -30,11 +30,13 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def store(url: str, tmp_path: Path) -> Iterator[CourseStore]:
     s = open_store(url, create=True)
     (tmp_path / "lab.toml").write_text(COURSE_TOML)
-    s.create_course(tmp_path / "lab.toml", key="lab")
+    s.courses.create_course(tmp_path / "lab.toml", key="lab")
     (tmp_path / "r.csv").write_text("name;email;unix_user\nAnn;ann@example.org;ann\nBen;ben@example.org;ben\n")
-    s.import_roster("lab", tmp_path / "r.csv")
-    s.add_seats("lab", [{"key": f"seat-0{i}", "kind": "mig", "host": "h200-2x", "engine": "host"} for i in (1, 2)])
-    s.assign("lab", "ann", "seat-01")
+    s.roster.import_roster("lab", tmp_path / "r.csv")
+    s.seats.add_seats(
+        "lab", [{"key": f"seat-0{i}", "kind": "mig", "host": "h200-2x", "engine": "host"} for i in (1, 2)]
+    )
+    s.seats.assign("lab", "ann", "seat-01")
     yield s
     s.close()
 

@@ -26,6 +26,6 @@ def store(url: str, tmp_path: Path) -> Iterator[CourseStore]:
     """A store with one course, ``lab``."""
     s = open_store(url, create=True)
     (tmp_path / "lab.toml").write_text(COURSE)
-    s.create_course(tmp_path / "lab.toml", key="lab")
+    s.courses.create_course(tmp_path / "lab.toml", key="lab")
     yield s
     s.close()

@@ -38,12 +38,12 @@ WANTED = {"ann.lee": login_name("ann.lee", None), "bob": "bsmith"}
 def store(tmp_path: Path) -> Iterator[CourseStore]:
     """The 2016 course with the two participants and two seats of each engine (libvirt's from its carve)."""
     s = open_store(f"sqlite:///{tmp_path / 'course.db'}", create=True)
-    s.create_course(EXAMPLES / "course-2016.toml", key="demo")
-    s.import_roster("demo", RosterText(ROSTER, where="roster.csv"))
+    s.courses.create_course(EXAMPLES / "course-2016.toml", key="demo")
+    s.roster.import_roster("demo", RosterText(ROSTER, where="roster.csv"))
     seats: list[dict[str, Any]] = [{"key": f"seat-0{i}", "kind": "gpu", "engine": "libvirt"} for i in (1, 2)]
     for engine in ("host", "kubernetes", "slurm"):
         seats += [{"key": f"{engine}-{i}", "kind": "gpu", "engine": engine, "host": "gpu01"} for i in (1, 2)]
-    s.add_seats("demo", seats)
+    s.seats.add_seats("demo", seats)
     yield s
     s.close()
 
@@ -53,7 +53,7 @@ def hold(store: CourseStore, prefix: str) -> None:
     for person, n in (("ann.lee", 1), ("bob", 2)):
         seat = f"{prefix}-{n:02d}" if prefix == "seat" else f"{prefix}-{n}"
         holding = next(p.seat for p in store.roster.participants("demo") if p.key == person)
-        (store.move if holding else store.assign)("demo", person, seat)
+        (store.seats.move if holding else store.seats.assign)("demo", person, seat)
 
 
 def logins(steps: list[Step]) -> dict[str, str]:

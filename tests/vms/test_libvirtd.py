@@ -78,11 +78,11 @@ def store(tmp_path):
 def engine(store, host, work: Path, course: str, *, holders=("alice",), **settings):
     """The libvirt engine for ``course`` on the real daemon (``holders`` hold seat-01, seat-02 …)."""
     s, roster = store
-    s.create_course(EXAMPLES / "course-2016.toml", key=course)
-    s.import_roster(course, roster)
-    s.add_seats(course, [{"key": f"seat-0{i}", "kind": "gpu", "engine": "libvirt"} for i in (1, 2, 3, 4)])
+    s.courses.create_course(EXAMPLES / "course-2016.toml", key=course)
+    s.roster.import_roster(course, roster)
+    s.seats.add_seats(course, [{"key": f"seat-0{i}", "kind": "gpu", "engine": "libvirt"} for i in (1, 2, 3, 4)])
     for i, who in enumerate(holders, start=1):
-        s.assign(course, who, f"seat-0{i}")
+        s.seats.assign(course, who, f"seat-0{i}")
     values = {"connect": host.uri, "inventory": str(EXAMPLES / "ibm-2xM60.toml"), "network": "none", "vcpus": 1,
               "memory_mib": 256, "pool": f"gpuseat-t{course}", "pool_dir": str(work / f"pool-{course}"), "disk_gb": 1,
               **settings}  # fmt: skip

@@ -57,7 +57,7 @@ def test_a_reset_gives_the_participant_a_fresh_disk_and_leaves_the_other_seat_al
     first = _booted(eng, console)
     assert first == dict.fromkeys(NAMES, "")  # fresh disks; each guest now wrote its login's line on its disk
 
-    asked = s.request_seat("reset", "alice", "reset", actor="alice")
+    asked = s.requests.request_seat("reset", "alice", "reset", actor="alice")
     assert asked.state == "pending"
     changes = eng.plan(course_state(s, "reset"))
     grants = {(x.action, x.target) for x in changes.steps if x.phase == "grant"}
@@ -68,7 +68,7 @@ def test_a_reset_gives_the_participant_a_fresh_disk_and_leaves_the_other_seat_al
     assert second[NAMES[0]] == ""  # alice's record is gone with her old disk
     assert second[NAMES[1]].startswith("SHA256:")  # bob's disk kept what his guest wrote
 
-    (done,) = s.seat_requests("reset", participant="alice")
+    (done,) = s.requests.seat_requests("reset", participant="alice")
     assert (done.id, done.state) == (asked.id, "done")
     assert done.reason is not None and done.reason.startswith("reset: a fresh disk")
-    assert s.seat_requests("reset", participant="bob") == []
+    assert s.requests.seat_requests("reset", participant="bob") == []
