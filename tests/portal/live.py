@@ -50,7 +50,19 @@ def start(
 ) -> Server:
     """Run ``gpuseat serve ARGS --port P`` and wait until ``/`` answers; the log file gets stdout+stderr.
 
-    ``prefix`` goes before the interpreter (e.g. ``prlimit --nofile=1024``)."""
+    ``prefix`` goes before the interpreter (e.g. ``prlimit --nofile=1024``). A free port can be taken by
+    another test's server between the look and the bind: the server counts as up only once its own log
+    says it runs on that port, and a server that lost its port is started again on another."""
+    for _ in range(5):
+        server = _start_once(args, log, env=env, wait_s=wait_s, prefix=prefix)
+        if server is not None:
+            return server
+    raise RuntimeError(f"the server found no free port in 5 tries:\n{log.read_text()}")
+
+
+def _start_once(
+    args: list[str], log: Path, *, env: dict | None, wait_s: float, prefix: list[str] | None
+) -> Server | None:
     port = free_port()
     full_env = {**os.environ, "PYTHONPATH": str(SRC), "PYTHONUNBUFFERED": "1", **(env or {})}
     fh = log.open("w")
@@ -66,12 +78,16 @@ def start(
     deadline = started + wait_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            if "address already in use" in log.read_text().lower():
+                return None  # another server took the port first
             raise RuntimeError(f"the server exited with {proc.returncode}:\n{log.read_text()}")
         try:
-            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                break
+            answered = httpx.get(url + "/healthz", timeout=2).status_code == 200
         except httpx.HTTPError:
-            time.sleep(0.2)
+            answered = False
+        if answered and f"running on {url}" in log.read_text():
+            break
+        time.sleep(0.2)
     else:
         proc.kill()
         raise RuntimeError(f"the server did not answer within {wait_s} s:\n{log.read_text()}")
