@@ -195,3 +195,14 @@ def _busy(url: str, seat: str, *, minutes: int) -> None:
             for m in range(minutes)
         )  # fmt: skip
     engine.dispose()
+
+
+def test_reset_says_what_it_does_on_the_seats_engine(served: Any) -> None:
+    """A VM's holder is told reset gives a fresh disk, a host seat's holder a fresh home: never the other."""
+    store, client, links = served
+    store.seats.add_seats("lab", [{"key": "vm-01", "kind": "gpu", "engine": "libvirt"}])
+    store.seats.release("lab", participant="ben")
+    store.seats.assign("lab", "ben", "vm-01")
+    ben, ann = client.get(f"/t/{links['ben']}").text, client.get(f"/t/{links['ann']}").text
+    assert "Reset to a fresh disk" in ben and "fresh home" not in ben
+    assert "Reset to a fresh home" in ann and "fresh disk" not in ann

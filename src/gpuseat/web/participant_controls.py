@@ -13,6 +13,13 @@ from typing import Any
 from gpuseat.errors import InputError
 from gpuseat.store import ParticipantView, SeatView
 
+RESET_SAYS: dict[str, str] = {
+    "host": "Reset to a fresh home: every file in your home is deleted.",
+    "libvirt": "Reset to a fresh disk: your virtual machine starts again from the course's image; its files are lost.",
+    "jupyterhub": "Reset restarts your notebook server: your running kernels end (your files stay).",
+}
+"""What *Reset* does on each engine, said beside its confirmation box (the engines' requests carry it out)."""
+
 
 def seat_controls(portal: Any, who: ParticipantView, seat: SeatView | None) -> dict[str, Any]:
     """What the page's controls show for ``who`` holding ``seat`` (read once by the caller, for the whole page):
@@ -36,4 +43,5 @@ def seat_controls(portal: Any, who: ParticipantView, seat: SeatView | None) -> d
     from gpuseat.store.requests import SELF_SERVICE_ENGINES
 
     out["enabled"] = seat is not None and seat.engine in SELF_SERVICE_ENGINES
+    out["reset_says"] = RESET_SAYS.get(seat.engine, "Reset your seat: what you changed on it is lost.")
     return out
