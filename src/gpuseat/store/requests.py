@@ -34,7 +34,7 @@ from gpuseat.store.rows import _course, _log, _participant_and_seat
 from gpuseat.store.views import _utc
 
 #: engines that carry out seat requests today
-SELF_SERVICE_ENGINES: tuple[str, ...] = ("host", "libvirt")
+SELF_SERVICE_ENGINES: tuple[str, ...] = ("host", "libvirt", "jupyterhub")
 #: a participant may make this many requests in :data:`RATE_WINDOW` (the organizer's are not counted)
 RATE_LIMIT = 10
 RATE_WINDOW = timedelta(minutes=10)

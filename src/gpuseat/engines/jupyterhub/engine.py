@@ -15,7 +15,9 @@ server that is already running. :meth:`JupyterHubEngine.plan` does that:
   the seat's next holder can start (until then the hooks refuse them: "in use by another server");
 * ``hub.user.add`` (grant): each seat holder has a hub account (the probe's token needs one);
 * ``seat.record`` / ``seat.clear`` (record): the holder's way in (``/user/NAME/``, made for them) is
-  stored; a seat nobody holds names no one.
+  stored; a seat nobody holds names no one;
+* the participants' seat requests (stop, start, restart, reset; a key is refused):
+  :mod:`gpuseat.engines.jupyterhub.requests`.
 
 A second plan right after an apply is empty. :meth:`JupyterHubEngine.probe` gets a short-lived token
 *for the participant* (admin API), starts their server with it (so the spawn goes through the hooks
@@ -48,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
+from gpuseat.engines.jupyterhub.requests import do_request, plan_requests
 from gpuseat.errors import EngineError, InputError
 
 if TYPE_CHECKING:
@@ -368,6 +371,7 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
             if old != access:
                 add(self._step("seat.record", seat.key, f"{p.key} starts their server at /user/{name}/", "record",
                                participant=p.key, seats=(seat.key,), access=access))  # fmt: skip
+        plan_requests(self, state, changes, models)
         return changes
 
     def _held_before(self, state: CourseState) -> bool:
@@ -409,6 +413,8 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
                     self._free(step.target, str(d.get("ref") or ""))
             case "seat.record" | "seat.clear":
                 self.record_way_in(step, running=False)
+            case "hub.server.start" | "hub.server.restart" | "request.record":
+                return do_request(self, step)
             case _:
                 raise InputError(f"the jupyterhub engine has no step {step.action!r}", where="plan")
         return None

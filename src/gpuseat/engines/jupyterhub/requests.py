@@ -1,0 +1,110 @@
+"""The JupyterHub engine's part of participant self-service (issue 40): the same request rows the host
+and libvirt engines carry out (:mod:`gpuseat.store.requests`), done on the participant's default hub
+server through the hub's REST API.
+
+- ``stop``: the server is stopped (``DELETE /users/{name}/server``) and the step waits until the hub
+  shows it gone.
+- ``start``: the server is started (``POST /users/{name}/server``, through the spawn hooks like a click
+  on "Start") and the step waits until it is ready; not possible while the course's access hours are closed.
+- ``restart`` and ``reset``: stopped, then started. A hub has no image to reset to, so a reset is a
+  restart, and its done message says so.
+- ``key``: refused: hub seats are reached through the hub's login, never over SSH.
+
+Each request ends in a ``request.record`` step (tied to no seat, so a failed start never leaves it
+pending) that looks at the hub and marks the request done or failed with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from gpuseat.engines.base import Changes, CourseState, Phase, Step
+from gpuseat.errors import EngineError
+
+if TYPE_CHECKING:
+    from gpuseat.engines.jupyterhub.engine import JupyterHubEngine
+
+#: why a ``key`` request is refused on a hub seat
+KEY_REFUSED = "JupyterHub seats log in through the hub, not SSH"
+#: the step that carries out each request that changes the server (``key`` changes nothing)
+SERVER_STEPS = {"stop": "hub.server.stop", "start": "hub.server.start", "restart": "hub.server.restart"}
+
+
+def plan_requests(engine: JupyterHubEngine, course: CourseState, changes: Changes, models: dict[str, Any]) -> None:
+    """Add the steps of the pending requests on this course's hub seats; ``models`` are the hub's users."""
+    if course.course is None or course.archived:
+        return
+    hub_seats = {s.key for s in course.seats if s.engine == engine.name}
+    pending = [
+        r for r in engine.store.requests.seat_requests(engine.course, pending=True, limit=10_000) if r.seat in hub_seats
+    ]
+    if not pending:
+        return
+    holders = {s.key: p for s, p in course.holders() if s.key in hub_seats} if course.active else {}
+    add = changes.steps.append
+    for r in sorted(pending, key=lambda x: x.id):
+        p = holders.get(r.seat or "")
+        user = engine.user_of(p) if p is not None else None
+        refused = None
+        if p is None or p.key != r.participant:
+            refused = f"{r.participant} holds {r.seat} no more"
+        elif user is None:
+            refused = f"{p.key} has no hub user name ({engine.settings.match_by} is empty)"
+        elif r.action == "key":
+            refused = KEY_REFUSED
+        elif r.action != "stop" and course.closed is not None:
+            refused = f"the seat cannot run now: {course.closed}"
+        else:
+            action = SERVER_STEPS.get(r.action, "hub.server.restart")  # reset: a restart on a hub
+            running = "" in ((models.get(user) or {}).get("servers") or {})
+            planned = any(s.action == action and s.target == f"{user}/" for s in changes.steps)
+            if not planned and (action != "hub.server.stop" or running):
+                phase: Phase = "revoke" if action == "hub.server.stop" else "grant"
+                add(engine._step(action, f"{user}/", f"{r.participant} asked for a {r.action}", phase,
+                                 participant=r.participant, seats=(r.seat,), user=user, server=""))  # fmt: skip
+        why = f"{r.participant} asked for {r.action}" + (f" ({refused})" if refused else "")
+        add(engine._step("request.record", f"request {r.id}", why, "record", participant=r.participant, id=r.id,
+                         request=r.action, seat=r.seat, user=user, refused=refused))  # fmt: skip
+
+
+def do_request(engine: JupyterHubEngine, step: Step) -> str | None:
+    """Carry out ``hub.server.start``, ``hub.server.restart`` and ``request.record``."""
+    d = step.data
+    if step.action == "request.record":
+        if engine.runner.dry_run:
+            return None
+        ok, reason = _verdict(engine, d)
+        engine.store.requests.finish_request(engine.course, int(d["id"]), ok=ok, reason=reason)
+        return None if ok else f"request {d['id']} ({d['request']}) failed: {reason}"
+    path = f"/users/{quote(d['user'], safe='')}/server"
+    if engine.runner.dry_run:
+        return f"would {'DELETE and ' if step.action == 'hub.server.restart' else ''}POST {engine.api}{path}"
+    if step.action == "hub.server.restart":
+        engine._stop_server(d["user"], "")
+    r = engine._call("POST", path)
+    if r.status_code not in (201, 202, 400):  # 400: already running
+        raise EngineError(f"the hub did not start {d['user']}'s server: {r.status_code} {r.text[:300]}",
+                          where=engine.api)  # fmt: skip
+    engine._wait(d["user"], ready=True)
+    return None
+
+
+def _verdict(engine: JupyterHubEngine, d: Mapping[str, Any]) -> tuple[bool, str]:
+    """Whether the request is done, from what the hub shows now."""
+    if d.get("refused"):
+        return False, str(d["refused"])
+    action, user = str(d["request"]), str(d["user"])
+    server = ((engine._model(user) or {}).get("servers") or {}).get("")
+    if action == "stop":
+        return (True, "stopped: your server on the hub is stopped") if not server else (False, "the server still runs")
+    if not server or not server.get("ready"):
+        return False, "your server could not be started (the agent's log says why)"
+    url = f"{engine.hub_url}/user/{quote(user, safe='')}/"
+    said = {
+        "start": "started",
+        "restart": "restarted",
+        "reset": "reset: on a hub a reset restarts your server (your files stay)",
+    }
+    return True, f"{said.get(action, action)}: open {url}"
