@@ -15,7 +15,7 @@ keeps showing "being prepared" until its ``record`` step has written the new hol
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast, runtime_checkable
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from gpuseat.core.readiness import Access, Readiness
     from gpuseat.store import CourseStore, CourseView, ParticipantView, SeatView
+    from gpuseat.store.requests import RequestView
 
 Phase = Literal["revoke", "grant", "record"]
 PHASES: tuple[Phase, ...] = ("revoke", "grant", "record")
@@ -312,6 +313,11 @@ class StepEngine(Generic[SettingsT]):
         participant = data.pop("participant", None)
         seats = tuple(data.pop("seats", ()))
         return Step(self.name, action, target, why, phase, participant, seats, self.host, data)
+
+    def pending_requests(self, seats: Container[str]) -> list[RequestView]:
+        """The course's pending seat requests on ``seats`` (the ones this engine carries out), oldest first."""
+        rows = self.store.requests.seat_requests(self.course, pending=True, limit=10_000)
+        return sorted((r for r in rows if r.seat in seats), key=lambda r: r.id)
 
     def _clear_step(self, key: str, **data: Any) -> Step:
         """``seat.clear`` for seat ``key``, which nobody holds: its stored way in must name no one."""

@@ -57,9 +57,7 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
     here = {s.key for s in course.seats if s.engine == "host" and (s.host or None) == engine.host}
     if not here:
         return
-    pending = [
-        r for r in engine.store.requests.seat_requests(engine.course, pending=True, limit=10_000) if r.seat in here
-    ]
+    pending = engine.pending_requests(here)
     holders = {seat.key: p for seat, p in course.holders() if seat.key in here}
     states = engine.store.requests.run_states(engine.course)
     hours = engine.store.requests.seat_hours(engine.course, now=course.now) if holders else {}

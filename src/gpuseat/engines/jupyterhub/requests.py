@@ -37,14 +37,12 @@ def plan_requests(engine: JupyterHubEngine, course: CourseState, changes: Change
     if course.course is None or course.archived:
         return
     hub_seats = {s.key for s in course.seats if s.engine == engine.name}
-    pending = [
-        r for r in engine.store.requests.seat_requests(engine.course, pending=True, limit=10_000) if r.seat in hub_seats
-    ]
+    pending = engine.pending_requests(hub_seats)
     if not pending:
         return
     holders = {s.key: p for s, p in course.holders() if s.key in hub_seats} if course.active else {}
     add = changes.steps.append
-    for r in sorted(pending, key=lambda x: x.id):
+    for r in pending:
         p = holders.get(r.seat or "")
         user = engine.user_of(p) if p is not None else None
         refused = None

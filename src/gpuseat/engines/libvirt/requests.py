@@ -38,9 +38,7 @@ def plan_requests(engine: LibvirtEngine, course: CourseState, changes: Changes, 
     if not seats or course.course is None or course.archived:
         return
     holders = {s.key: p for s, p in course.holders() if s.key in seats} if course.active else {}
-    pending = [
-        r for r in engine.store.requests.seat_requests(engine.course, pending=True, limit=10_000) if r.seat in seats
-    ]
+    pending = engine.pending_requests(seats)
     if not holders and not pending:
         return
     states = engine.store.requests.run_states(engine.course)
