@@ -65,6 +65,8 @@ def test_stop_start_restart_and_reset_act_on_the_askers_server_only(tmp_path):
             return {r.action: (r.state, r.reason) for r in store.requests.seat_requests("lab", participant="ada")}
 
         assert ask("stop")["stop"][0] == "done" and "ada" not in hub.servers()
+        # the hub's own Start is refused while the seat is stopped: a stop cannot be bypassed
+        assert hub.start("ada").status_code >= 400 and "ada" not in hub.servers()
         assert ask("start")["start"][0] == "done" and hub.servers()["ada"]["ready"]
         assert ask("key")["key"] == ("failed", KEY_REFUSED)
         done = ask("restart")["restart"]

@@ -228,6 +228,7 @@ class SeatHooks:
             if s.sessions_only:
                 self._check_session()
             who = self._who(user)
+            self._check_stopped(store, who)
             for _attempt in range(5):
                 if s.mode == "pool":
                     seat = store.claims.claim_seat(s.course, who, mode="pool", actor=actor)
@@ -316,6 +317,22 @@ class SeatHooks:
             raise Refusal(
                 f"The GPU seat service cannot hand out seats at the moment. Ask {s.contact}.", detail=repr(exc)
             ) from None
+
+    def _check_stopped(self, store: CourseStore, who: str) -> None:
+        """A seat its holder stopped (or the agent stopped: hours used up, idle, never connected) stays
+        stopped: the hub's own *Start* button is refused until a start (or restart/reset) request is being
+        carried out, which the engine does through this same hook."""
+        s = self.settings
+        state = store.requests.run_states(s.course).get(who)
+        if state is None or state.running:
+            return
+        asked = store.requests.seat_requests(s.course, participant=who, pending=True, limit=5)
+        if any(r.action in ("start", "restart", "reset") for r in asked):
+            return
+        raise Refusal(
+            f"Your GPU seat is stopped ({state.reason}). Start it from your gpuseat page, or ask {s.contact}.",
+            detail=f"{who}'s seat is stopped: {state.reason}",
+        )
 
     def _check_session(self) -> None:
         """Refuse outside the course's lab sessions (the schedule is read again every 10 minutes)."""
