@@ -356,21 +356,22 @@ def participant_view(
     store: CourseStore,
     catalog: Catalog,
     who: ParticipantView,
+    seat: SeatView | None,
     *,
     bench_results: list[RecordedResult] | None = None,
-) -> tuple[SeatView | None, SeatBench | None, ParticipantUse | None]:
-    """One participant's seat, its benchmark and their use of it (only their own rows are read).
+) -> tuple[SeatBench | None, ParticipantUse | None]:
+    """The benchmark of ``who``'s seat and their use of it (only their own rows are read).
 
-    The seat is read now, not taken from ``who``: the portal caches a link's participant for a few
-    seconds, and a participant who has just claimed a seat (maybe in another server process) sees it."""
+    The seat is read by the caller with the rest of the page, not taken from ``who``: the portal caches
+    a link's participant for a few seconds, and a participant who has just claimed a seat (maybe in
+    another server process) sees it."""
     from gpuseat.bench.results import recorded_results
 
-    seat = store.seats.seat_of(who.course, who.key)
     if seat is None:
-        return None, None, None
+        return None, None
     results = recorded_results() if bench_results is None else bench_results
     bench = _seat_benchmarks([seat], results, list(catalog.references)).get(seat.key)
     sid = seat.id
     days = store.activity.daily(seat_ids=[sid]) if sid is not None else []
     use = ParticipantUse(who.key, seat.key, sum(d.active_hours for d in days), sum(d.sampled_hours for d in days))
-    return seat, bench, use
+    return bench, use

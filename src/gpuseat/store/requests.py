@@ -30,8 +30,8 @@ from gpuseat.db.models import (
 )
 from gpuseat.errors import InputError
 from gpuseat.store.base import Concern
-from gpuseat.store.rows import _course, _log, _participant_and_seat
-from gpuseat.store.views import _utc
+from gpuseat.store.rows import _course, _log, _participant_and_seat, _seat_view
+from gpuseat.store.views import SeatView, _utc
 
 #: engines that carry out seat requests today
 SELF_SERVICE_ENGINES: tuple[str, ...] = ("host", "libvirt", "jupyterhub")
@@ -67,6 +67,18 @@ class RequestView:
         out["requested_at"] = self.requested_at.isoformat()
         out["done_at"] = self.done_at.isoformat() if self.done_at else None
         return out
+
+
+@dataclass(frozen=True)
+class PageReading:
+    """A participant page's seat and controls, read in one transaction (:meth:`RequestMethods.page_of`)."""
+
+    seat: SeatView | None
+    hours: Hours | None
+    requests: list[RequestView]
+    idle_warning: tuple[datetime, str] | None
+    run_state: RunState | None
+    survey_state: str | None
 
 
 @dataclass(frozen=True)
@@ -310,35 +322,28 @@ class Requests(Concern):
         when = now or datetime.now(UTC)
         with self._database.read() as s:
             crow = _course(s, course)
-            file = _course_file(crow)
-            open_, exempt = _windows(crow, file)
-            one = _participant_and_seat(s, crow, participant)[0].id if participant is not None else None
-            timelines = _timelines(s, crow, one)
-            held: dict[int, list[Interval]] = {}
-            q = (
-                select(Assignment.participant_id, Assignment.valid_from, Assignment.valid_to)
-                .join(Seat, Seat.id == Assignment.seat_id)
-                .where(Seat.course_id == crow.id)
-            )
-            for pid, start, end in s.execute(q if one is None else q.where(Assignment.participant_id == one)):
-                held.setdefault(pid, []).append((cast(datetime, _utc(start)), _utc(end) or when))
-            ledger: dict[int, list[SeatHours]] = {}
-            q2 = select(SeatHours).where(SeatHours.course_id == crow.id).order_by(SeatHours.id)
-            for h in s.scalars(q2 if one is None else q2.where(SeatHours.participant_id == one)):
-                ledger.setdefault(h.participant_id, []).append(h)
-            out = {}
-            q3 = select(Participant).where(Participant.course_id == crow.id)
-            for p in s.scalars(q3 if one is None else q3.where(Participant.id == one)):
-                rows = ledger.get(p.id, [])
-                own = [h.hours for h in rows if h.kind == "quota"]
-                quota = own[-1] if own else _quota(file, p.group_name)
-                topups = sum(h.hours for h in rows if h.kind == "topup")
-                timeline = timelines.get(p.key, [])
-                runs = selfservice.running_intervals(held.get(p.id, []), timeline, when)
-                on_seat = any(end >= when for _b, end in held.get(p.id, []))
-                running_now = on_seat and selfservice.run_state(timeline).running
-                out[p.key] = selfservice.hours_of(quota, topups, runs, open_, exempt, when, running_now=running_now)
-            return out
+            one = _participant_and_seat(s, crow, participant)[0] if participant is not None else None
+            return _hours(s, crow, when, one, _timelines(s, crow, one.id if one is not None else None))
+
+    def page_of(self, course: str | None, participant: str, *, now: datetime | None = None) -> PageReading:
+        """What a participant's page shows of their seat and controls, in one read transaction (the
+        registration rush opens this page first): the seat, hours, and for a seat its latest five
+        requests, idle warning and run state (a seatless page shows none of these three); the survey's state."""
+        when = now or datetime.now(UTC)
+        with self._database.read() as s:
+            crow = _course(s, course)
+            p, seat, a = _participant_and_seat(s, crow, participant)
+            timeline = _timelines(s, crow, p.id)
+            hours = _hours(s, crow, when, p, timeline).get(p.key)
+            if seat is None:
+                return PageReading(None, hours, [], None, None, crow.survey_state)
+            view = _seat_view(crow.key, seat, (p.key, a))
+            q = select(SeatRequest).where(SeatRequest.participant_id == p.id).order_by(SeatRequest.id.desc()).limit(5)
+            requests = [_view(crow.key, p.key, r) for r in s.scalars(q)]
+            mine = timeline.get(p.key, [])
+            warned = _idle_warning(s, crow, p, a, mine)
+            state = selfservice.run_state(mine) if mine else None
+            return PageReading(view, hours, requests, warned, state, crow.survey_state)
 
     # -- idle stop -------------------------------------------------------------------------------------
 
@@ -405,20 +410,7 @@ class Requests(Concern):
         with self._database.read() as s:
             crow = _course(s, course)
             p, _seat, a = _participant_and_seat(s, crow, participant)
-            row = s.execute(
-                select(Event.at, Event.detail)
-                .where(Event.course_key == crow.key, Event.participant == p.key, Event.action == "seat.idle.warned")
-                .order_by(Event.id.desc())
-                .limit(1)
-            ).first()
-            if row is None:
-                return None
-            at = cast(datetime, _utc(row[0]))
-            timeline = _timelines(s, crow).get(p.key, [])
-            started = max([w for w, action, _ in timeline if selfservice.RUN_ACTIONS.get(action)], default=None)
-            if (started is not None and at < started) or (a is not None and at < cast(datetime, _utc(a.valid_from))):
-                return None
-            return at, str((row[1] or {}).get("text") or "")
+            return _idle_warning(s, crow, p, a, None)
 
     def connected(self, course: str | None) -> dict[str, datetime]:
         """When each participant was first seen logged in to their seat (``seat.connected`` events)."""
@@ -457,6 +449,76 @@ def _timelines(
     for who, at, action, reason in s.execute(q):
         out.setdefault(who, []).append((cast(datetime, _utc(at)), action, reason))
     return out
+
+
+def _hours(
+    s: Any, crow: CourseRecord, when: datetime, one: Participant | None, timelines: dict[str, list[Any]]
+) -> dict[str, Hours]:
+    """Seat hours by participant key (``one``: only theirs), with ``timelines`` read by the caller."""
+    open_, exempt, file = _course_windows(crow)
+    held: dict[int, list[Interval]] = {}
+    q = (
+        select(Assignment.participant_id, Assignment.valid_from, Assignment.valid_to)
+        .join(Seat, Seat.id == Assignment.seat_id)
+        .where(Seat.course_id == crow.id)
+    )
+    for pid, start, end in s.execute(q if one is None else q.where(Assignment.participant_id == one.id)):
+        held.setdefault(pid, []).append((cast(datetime, _utc(start)), _utc(end) or when))
+    ledger: dict[int, list[SeatHours]] = {}
+    q2 = select(SeatHours).where(SeatHours.course_id == crow.id).order_by(SeatHours.id)
+    for h in s.scalars(q2 if one is None else q2.where(SeatHours.participant_id == one.id)):
+        ledger.setdefault(h.participant_id, []).append(h)
+    out = {}
+    people = [one] if one is not None else s.scalars(select(Participant).where(Participant.course_id == crow.id))
+    for p in people:
+        rows = ledger.get(p.id, [])
+        own = [h.hours for h in rows if h.kind == "quota"]
+        quota = own[-1] if own else _quota(file, p.group_name)
+        topups = sum(h.hours for h in rows if h.kind == "topup")
+        timeline = timelines.get(p.key, [])
+        runs = selfservice.running_intervals(held.get(p.id, []), timeline, when)
+        on_seat = any(end >= when for _b, end in held.get(p.id, []))
+        running_now = on_seat and selfservice.run_state(timeline).running
+        out[p.key] = selfservice.hours_of(quota, topups, runs, open_, exempt, when, running_now=running_now)
+    return out
+
+
+def _idle_warning(
+    s: Any, crow: CourseRecord, p: Participant, a: Assignment | None, timeline: list[Any] | None
+) -> tuple[datetime, str] | None:
+    """The seat's last idle warning since it last started (``timeline``: the participant's, when read)."""
+    row = s.execute(
+        select(Event.at, Event.detail)
+        .where(Event.course_key == crow.key, Event.participant == p.key, Event.action == "seat.idle.warned")
+        .order_by(Event.id.desc())
+        .limit(1)
+    ).first()
+    if row is None:
+        return None
+    at = cast(datetime, _utc(row[0]))
+    if timeline is None:
+        timeline = _timelines(s, crow, p.id).get(p.key, [])
+    started = max([w for w, action, _ in timeline if selfservice.RUN_ACTIONS.get(action)], default=None)
+    if (started is not None and at < started) or (a is not None and at < cast(datetime, _utc(a.valid_from))):
+        return None
+    return at, str((row[1] or {}).get("text") or "")
+
+
+#: a course's parsed file and windows by its stored text and zone: they change only with the course row
+_WINDOWS: dict[tuple[str | None, str], tuple[list[Interval] | None, list[Interval], Any]] = {}
+
+
+def _course_windows(crow: CourseRecord) -> tuple[list[Interval] | None, list[Interval], Any]:
+    """(access intervals, lab sessions, course file) of ``crow``, parsed once per distinct text and zone."""
+    key = (crow.source_text, crow.timezone)
+    hit = _WINDOWS.get(key)
+    if hit is None:
+        file = _course_file(crow)
+        open_, exempt = _windows(crow, file)
+        if len(_WINDOWS) > 256:
+            _WINDOWS.clear()
+        hit = _WINDOWS[key] = (open_, exempt, file)
+    return hit
 
 
 def _course_file(crow: CourseRecord) -> Any:

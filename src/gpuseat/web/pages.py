@@ -24,12 +24,9 @@ HERE = Path(__file__).parent
 
 
 def make_templates(portal: Portal) -> Jinja2Templates:
-    """The page templates, with the filters and globals they use (the course's zone, the seat controls)."""
-    from gpuseat.web.participant_controls import seat_controls
-
+    """The page templates, with the filters and globals they use (the course's zone)."""
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.globals["poll_s"] = portal.poll_s
-    templates.env.globals["seat_controls"] = lambda who, seat: seat_controls(portal, who, seat)
     templates.env.filters["timestamp"] = timestamp
     templates.env.filters["money"] = money
     templates.env.filters["local"] = lambda value: course_time(value, portal.course_zone())

@@ -37,8 +37,10 @@ def participant_page(request: Request, token: str, who: ParticipantView, status:
     """The participant's page: their seat, its way in and check, their benchmark, use and the open survey."""
     portal = portal_of(request)
     key = who.course
-    seat, d_bench, usage = portal.participant(who)
-    state = portal.surveys.state(key)
+    reading = portal.store.requests.page_of(key, who.key)  # one read: the seat, its hours and controls
+    seat = reading.seat
+    d_bench, usage = portal.participant(who, seat)
+    state = reading.survey_state
     template = portal.surveys.template(key) if state == OPEN else None
     answers = ctx.pop("answers", None)
     if answers is None and template is not None:
@@ -60,6 +62,7 @@ def participant_page(request: Request, token: str, who: ParticipantView, status:
         seat=seat,
         bench=d_bench,
         usage=usage,
+        controls=seat_controls(reading),
         token=token,
         survey=template,
         survey_state=state,
@@ -145,5 +148,5 @@ def participant_seat_json(
     who: ParticipantView = Depends(participant), portal: Portal = Depends(get_portal)
 ) -> Response:
     """What the page's controls show, polled while a request is pending."""
-    seat = portal.store.seats.seat_of(who.course, who.key)
-    return JSONResponse(seat_controls(portal, who, seat), headers={"cache-control": "no-store"})
+    reading = portal.store.requests.page_of(who.course, who.key)
+    return JSONResponse(seat_controls(reading), headers={"cache-control": "no-store"})

@@ -1,0 +1,81 @@
+"""Issue 38, item 19: a participant's page (``GET /t/<token>``, what the registration rush opens first) reads
+its seat, hours, controls and survey state in one read transaction, a fixed handful of statements.
+
+Statements and transactions are counted with a SQLAlchemy event listener (every engine, every cursor
+execute) on a real store while the real page renders, seatless and then seated (after its own claim);
+before this change the seatless page ran 4 read transactions (13 statements), the seated one 9 (about 30).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+
+from gpuseat.catalog.bundle import load_catalog
+from gpuseat.core.roster import RosterText
+from gpuseat.store import SeatSpec, open_store
+from gpuseat.web.app import Portal, create_app
+
+COURSE = 'name = "Rush"\nparticipants = 4\n[schedule]\nstart = 2026-06-01\ndays = 5\n'
+
+
+@contextmanager
+def counting() -> Iterator[tuple[list[str], list[str]]]:
+    """(statements, transactions begun) of every engine while the block runs."""
+    statements: list[str] = []
+    begun: list[str] = []
+
+    def statement(conn, cursor, text, parameters, context, executemany) -> None:
+        statements.append(text)
+
+    def begin(conn: Connection) -> None:
+        begun.append("begin")
+
+    event.listen(Engine, "before_cursor_execute", statement)
+    event.listen(Engine, "begin", begin)
+    try:
+        yield statements, begun
+    finally:
+        event.remove(Engine, "before_cursor_execute", statement)
+        event.remove(Engine, "begin", begin)
+
+
+def test_participant_page_is_one_read(db_url: str, tmp_path: Path) -> None:
+    store = open_store(db_url, create=True)
+    try:
+        path = tmp_path / "rush.toml"
+        path.write_text(COURSE, encoding="utf-8")
+        store.courses.create_course(path, key="rush")
+        rows = "\n".join(f"P {i},p{i}@example.org" for i in range(4))
+        store.roster.import_roster("rush", RosterText("name,email\n" + rows + "\n", where="roster"))
+        store.seats.add_seats("rush", [SeatSpec(key=f"s{i}", kind="gpu", host="node", memory_gb=16) for i in range(4)])
+        token = store.tokens.issue_tokens("rush")[0].token
+        portal = Portal(store, load_catalog(), "rush", link_days_after_end=None)
+        with TestClient(create_app(portal)) as client:
+            first = client.get(f"/t/{token}")  # warm: the link, the served course's key and zone
+            assert first.status_code == 200 and 'id="seat-claim"' in first.text
+            with counting() as (seatless, seatless_tx):
+                page = client.get(f"/t/{token}")
+            assert page.status_code == 200 and 'id="no-seat"' in page.text
+            csrf = re.search(r'name="csrf" value="([0-9a-f]{64})"', page.text).group(1)  # type: ignore[union-attr]
+            claimed = client.post(f"/t/{token}/claim", data={"csrf": csrf}, follow_redirects=False)
+            assert claimed.status_code == 303, claimed.text[:300]
+            with counting() as (seated, seated_tx):
+                page = client.get(f"/t/{token}")
+            assert page.status_code == 200 and 'id="seat-key"' in page.text and 'id="controls"' in page.text
+    finally:
+        store.close()
+    print(f"participant page: seatless {len(seatless)} statements, {len(seatless_tx)} transactions;")
+    print(f"seated {len(seated)} statements, {len(seated_tx)} transactions")
+    # seatless: the page's one read (course, participant and seat, timeline, holdings, hours ledger)
+    assert len(seatless_tx) == 1, seatless
+    assert len(seatless) <= 6, seatless
+    # seated: that read (plus the seat's requests and idle warning), its use, its way in (two reads) and its check
+    assert len(seated_tx) <= 5, seated
+    assert len(seated) <= 20, seated
