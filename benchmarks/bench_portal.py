@@ -40,9 +40,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from gpuseat.core.course import Course  # noqa: E402
-from gpuseat.services.accounts import Accounts  # noqa: E402
 from gpuseat.services.survey import SurveyService  # noqa: E402
 from gpuseat.store import open_store  # noqa: E402
+from gpuseat.store.accounts import Accounts  # noqa: E402
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]{64})"')
 

@@ -37,8 +37,8 @@ from sqlalchemy.engine import Engine  # noqa: E402
 
 from gpuseat.catalog.bundle import load_catalog  # noqa: E402
 from gpuseat.core.roster import RosterText  # noqa: E402
-from gpuseat.services.accounts import Accounts  # noqa: E402
 from gpuseat.store import CourseStore, open_store  # noqa: E402
+from gpuseat.store.accounts import Accounts  # noqa: E402
 from gpuseat.web.app import Portal, create_app  # noqa: E402
 
 PASSWORD = "a long enough passphrase"

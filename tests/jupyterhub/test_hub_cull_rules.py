@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuseat.jupyterhub.cull import HubServer, decide, servers_of
-from gpuseat.services.activity import SeatLive
+from gpuseat.store.activity import SeatLive
 
 NOW = 1_800_000_000.0
 HOUR = 3600.0

@@ -181,8 +181,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Create an organizer or change their password (asked twice, never echoed)."""
         need_portal()
-        from gpuseat.services.accounts import check_username
         from gpuseat.store import open_store
+        from gpuseat.store.accounts import check_username
         from gpuseat.store.sessions import end_user_sessions
 
         check_username(user)

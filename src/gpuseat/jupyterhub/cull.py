@@ -2,7 +2,7 @@
 
 jupyterhub-idle-culler judges by browser and kernel activity, so it stops a training run whose tab was
 closed and keeps an idle GPU whose tab stays open (jupyterhub#1498, idle-culler#10). This culler judges
-by the monitor's store (:mod:`gpuseat.services.activity`): a server is stopped only when
+by the monitor's store (:mod:`gpuseat.store.activity`): a server is stopped only when
 
 * its seat (found by the server's engine reference, ``user/server``) has a monitor reading from the
   last few minutes (no reading: the monitor is down or the seat unknown, so nothing is stopped),
@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 from gpuseat.errors import EngineError, InputError
 from gpuseat.jupyterhub.hooks import ENGINE, HELD
-from gpuseat.services.activity import LIVE_WINDOW_S, SeatLive
+from gpuseat.store.activity import LIVE_WINDOW_S, SeatLive
 
 if TYPE_CHECKING:
     import httpx

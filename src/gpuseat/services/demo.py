@@ -109,9 +109,9 @@ def seed_demo(folder: Path, *, history_days: float | None = None) -> Demo:
     from gpuseat.monitor.model import Gpu, GpuProcess, Snapshot
     from gpuseat.monitor.runner import observe
     from gpuseat.readings import Alert
-    from gpuseat.services.accounts import generate_password
     from gpuseat.services.survey import SurveyService
     from gpuseat.store import open_store
+    from gpuseat.store.accounts import generate_password
     from gpuseat.store.monitor import MinuteRow
 
     folder.mkdir(parents=True, exist_ok=True)

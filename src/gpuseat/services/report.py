@@ -1,7 +1,7 @@
 """One course at a glance: plan and cost so far, seats with live use and readiness, usage, benchmarks, survey.
 
 The portal's organizer pages, ``/report`` and ``gpuseat report`` all show a :class:`CourseDigest`
-built here from the course store, the monitor's tables (:mod:`gpuseat.services.activity`), the
+built here from the course store, the monitor's tables (:mod:`gpuseat.store.activity`), the
 benchmark results store and the survey, so the web page and the file always agree.
 """
 
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from gpuseat.core import charts
 from gpuseat.core.spend import Spend, spend, spend_curve
 from gpuseat.errors import NotFound
-from gpuseat.services.activity import OpenAlert, SeatLive
 from gpuseat.services.survey import SurveyResults, SurveyService
+from gpuseat.store.activity import OpenAlert, SeatLive
 
 if TYPE_CHECKING:
     from gpuseat.bench.results import RecordedResult

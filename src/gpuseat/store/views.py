@@ -98,7 +98,7 @@ class SeatView(_View):
     participant: str | None
     assigned_since: datetime | None
     mode: str | None
-    id: int = 0  # the database id (what the monitor's tables and services.activity use)
+    id: int = 0  # the database id (what the monitor's tables and store.activity use)
 
 
 @dataclass(frozen=True, slots=True)

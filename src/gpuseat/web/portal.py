@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from zoneinfo import ZoneInfo
 
 from gpuseat.core.roster import RosterText
-from gpuseat.services.accounts import Accounts
-from gpuseat.services.activity import Activity, SeatLive
 from gpuseat.services.report import build_digest, participant_view, seat_id
 from gpuseat.services.survey import SurveyService
+from gpuseat.store.accounts import Accounts
+from gpuseat.store.activity import Activity, SeatLive
 from gpuseat.urls import base_url as check_base_url
 from gpuseat.web.security import RateLimiter
 
