@@ -9,23 +9,10 @@ from pathlib import Path
 from gpuseat.store import open_store
 
 from .live import start
+from .routes.served import COURSE
 from .test_browser import ARGS, CHROMIUM, _need_browser
 
 PASSWORD = "correct horse battery"
-COURSE = """name = "Lab"
-participants = 2
-
-[needs]
-min_gpu_memory_gb = 16
-isolation = "partitioned"
-
-[schedule]
-start = 2026-09-07
-days = 21
-
-[policy]
-quota_hours = 40
-"""
 
 
 def test_an_organizer_changes_quota_hours_and_the_participant_page_shows_them(tmp_path: Path) -> None:
