@@ -171,6 +171,21 @@ def _with_rules(data: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]
     return out
 
 
+#: The :class:`ProviderRules` fields an imported offer takes over, under the same names on :class:`Offer`.
+_OFFER_FIELDS_FROM_RULES = (
+    "billing",
+    "min_charge_s",
+    "disk_usd_per_gb_month",
+    "disk_stopped_usd_per_gb_month",
+    "disk_month",
+    "disk_tiers_gb",
+    "egress_usd_per_gb",
+    "stoppable",
+    "guest_os",
+    "windows_usd_per_vcpu_h",
+)
+
+
 class ProviderRules(BaseModel):
     """Billing rules a provider applies, which SkyPilot's catalog does not carry."""
 
@@ -211,19 +226,8 @@ class ProviderRules(BaseModel):
     as_of: date
 
     def offer_fields(self) -> dict[str, object]:
-        """The fields an offer imported for this provider takes from its rules."""
-        return {
-            "billing": self.billing,
-            "min_charge_s": self.min_charge_s,
-            "disk_usd_per_gb_month": self.disk_usd_per_gb_month,
-            "disk_stopped_usd_per_gb_month": self.disk_stopped_usd_per_gb_month,
-            "disk_month": self.disk_month,
-            "disk_tiers_gb": self.disk_tiers_gb,
-            "egress_usd_per_gb": self.egress_usd_per_gb,
-            "stoppable": self.stoppable,
-            "guest_os": self.guest_os,
-            "windows_usd_per_vcpu_h": self.windows_usd_per_vcpu_h,
-        }
+        """The fields an offer imported for this provider takes from its rules (same names on both)."""
+        return {name: getattr(self, name) for name in _OFFER_FIELDS_FROM_RULES}
 
 
 @cache

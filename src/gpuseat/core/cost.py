@@ -27,7 +27,7 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import date, datetime, timedelta
 
 from gpuseat.catalog.offers import INCREMENT_S, Offer
@@ -83,15 +83,8 @@ class Line:
     formula: str
 
     def to_dict(self) -> dict[str, object]:
-        """JSON shape of a line."""
-        return {
-            "offer": self.offer,
-            "group": self.group,
-            "item": self.item,
-            "count": self.count,
-            "usd": self.usd,
-            "formula": self.formula,
-        }
+        """JSON shape of a line: every field, in field order (the key order plans print)."""
+        return asdict(self)
 
 
 def line(rate: Rate, count: int, *, offer: str, group: str) -> Line:
