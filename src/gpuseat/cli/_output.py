@@ -6,7 +6,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -41,13 +41,16 @@ def wide_tables() -> bool:
     return _wide
 
 
-FORMAT_OPTION = typer.Option(
-    Format.table,
-    "--format",
-    "-f",
-    callback=_choose_format,
-    help="Output format: table (fits the terminal), wide (a table with every column), json or csv.",
-)
+#: ``-f/--format`` of every data command: ``fmt: FormatOption = Format.table``
+FormatOption = Annotated[
+    Format,
+    typer.Option(
+        "--format",
+        "-f",
+        callback=_choose_format,
+        help="Output format: table (fits the terminal), wide (a table with every column), json or csv.",
+    ),
+]
 
 
 def print_json(obj: Any) -> None:

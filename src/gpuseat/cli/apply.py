@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, print_rows
-from gpuseat.cli.course import COURSE, DB, actor
+from gpuseat.cli._options import CourseOption, DbOption
+from gpuseat.cli._output import Format, FormatOption, print_json, print_rows
+from gpuseat.cli.course import actor
 
 if TYPE_CHECKING:
     from gpuseat.engines.apply import Pass
@@ -181,8 +182,8 @@ def register(app: typer.Typer) -> None:
         host: str | None = HOST,
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the commands; change nothing."),
         sets: list[str] | None = SET,
-        db: str | None = DB,
-        fmt: Format = FORMAT_OPTION,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
     ) -> None:
         """Make the machines match the store now: each engine's plan, then each step (idempotent)."""
         from gpuseat.engines.apply import one_pass
@@ -228,7 +229,7 @@ def register(app: typer.Typer) -> None:
         lease: float = typer.Option(15.0, "--lease", min=1, max=600, help="Seconds a lease lasts unrenewed."),
         install: bool = typer.Option(False, "--install", help="Write a systemd unit for this agent and stop."),
         unit_dir: Path = typer.Option(Path("/etc/systemd/system"), "--unit-dir", help="Where --install writes."),
-        db: str | None = DB,
+        db: DbOption = None,
     ) -> None:
         """Run the agent (until SIGTERM), or with --install write its systemd unit."""
         if ctx.invoked_subcommand is not None:
@@ -250,7 +251,7 @@ def register(app: typer.Typer) -> None:
             Agent(store, options, say=lambda line: print(line, flush=True)).run(stop)
 
     @agent_app.command("status")
-    def status(db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
+    def status(db: DbOption = None, fmt: FormatOption = Format.table) -> None:
         """Each agent's last apply, pending and failed steps, and who holds each lease."""
         from gpuseat.store import open_store
 
@@ -275,7 +276,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(engines_app, name="engines")
 
     @engines_app.command("list")
-    def engines_list(fmt: Format = FORMAT_OPTION) -> None:
+    def engines_list(fmt: FormatOption = Format.table) -> None:
         """Every engine gpuseat knows (built in, or registered by a plug-in)."""
         from gpuseat.engines import registry
 
@@ -286,9 +287,9 @@ def register(app: typer.Typer) -> None:
     def engines_settings(
         engine: str = typer.Argument(..., help="Engine name (gpuseat engines list)."),
         values: list[str] | None = typer.Argument(None, help="SETTING=VALUE to store (SETTING= removes it)."),
-        course: str | None = COURSE,
-        db: str | None = DB,
-        fmt: Format = FORMAT_OPTION,
+        course: CourseOption = None,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
     ) -> None:
         """Show an engine's settings for the course, or store new ones (checked by the engine first)."""
         from gpuseat.engines import registry

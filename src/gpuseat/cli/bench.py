@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_table, stderr_console
+from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_table, stderr_console
 
 if TYPE_CHECKING:
     from gpuseat.bench.fleet import SeatOutcome
@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
             False, "--all-seats", help="Benchmark every visible GPU/MIG device at once and flag outliers."
         ),
         record: bool = typer.Option(True, "--record/--no-record", help="Append the result to the results store."),
-        fmt: Format = FORMAT_OPTION,
+        fmt: FormatOption = Format.table,
     ) -> int:
         """Train Caffe's LeNet on real MNIST and time it; compare with the 2016 K520 and M60 runs.
 

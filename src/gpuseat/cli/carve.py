@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format
+from gpuseat.cli._output import Format, FormatOption
 
 if TYPE_CHECKING:
     from gpuseat.core.carve import Layout
@@ -112,7 +112,7 @@ def register(app: typer.Typer) -> None:
         ),
         catalog_dir: Path | None = typer.Option(None, "--catalog", help="A folder of catalog TOML files to overlay."),
         check: bool = typer.Option(False, "--assert", help="Check a live host (--from-nvidia-smi) against LAYOUT."),
-        fmt: Format = FORMAT_OPTION,
+        fmt: FormatOption = Format.table,
     ) -> None:
         """Split a server into seats by passthrough, MIG, vGPU, MPS or time-slicing; explain the rest."""
         import json

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, stderr_console
+from gpuseat.cli._output import Format, FormatOption, print_json, stderr_console
 
 
 def skypilot_command(
@@ -25,7 +25,7 @@ def skypilot_command(
         None, "--gpuseat-spec", help="Instead of a wheelhouse: 'gpuseat[bench] @ https://…/gpuseat-….whl'."
     ),
     force: bool = typer.Option(False, "--force", help="Write into a folder gpuseat did not write."),
-    fmt: Format = FORMAT_OPTION,
+    fmt: FormatOption = Format.table,
 ) -> None:
     """Write one SkyPilot task per cloud seat and a schedule, for running sky yourself (the agent launches seats)."""
     from gpuseat.catalog.bundle import load_catalog

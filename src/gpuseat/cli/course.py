@@ -6,10 +6,9 @@ from pathlib import Path
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, print_rows, print_table
+from gpuseat.cli._options import CourseOption, DbOption
+from gpuseat.cli._output import Format, FormatOption, print_json, print_rows, print_table
 
-COURSE = typer.Option(None, "--course", help="Course key (default: the only course).")
-DB = typer.Option(None, "--db", help="Course database URL (default: GPUSEAT_DB_URL or SQLite in the data dir).")
 ACTOR = "cli"
 
 COURSE_COLUMNS = ("key", "name", "starts_on", "ends_on", "timezone", "participants", "seats", "assigned")
@@ -42,8 +41,8 @@ def register(app: typer.Typer) -> None:
         plan_option: int | None = typer.Option(
             None, "--plan-option", help="Store option N of `gpuseat plan` (1 = cheapest) as the chosen plan."
         ),
-        db: str | None = DB,
-        fmt: Format = FORMAT_OPTION,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
     ) -> None:
         """Store a course file (text and summary) as a new course; creates the database if needed."""
         from gpuseat.services.planning import plan_option_for
@@ -69,7 +68,7 @@ def register(app: typer.Typer) -> None:
         print(f"next: gpuseat roster import participants.csv --course {view.key}")
 
     @course_app.command("list")
-    def list_(db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
+    def list_(db: DbOption = None, fmt: FormatOption = Format.table) -> None:
         """Every course with its counts."""
         from gpuseat.store import open_store
 
@@ -78,7 +77,7 @@ def register(app: typer.Typer) -> None:
         print_rows([v.to_dict() for v in views], COURSE_COLUMNS, fmt, title="courses", drop=COURSE_DROP)
 
     @course_app.command("show")
-    def show(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
+    def show(course: CourseOption = None, db: DbOption = None, fmt: FormatOption = Format.table) -> None:
         """One course: dates, groups, plan option, counts."""
         from gpuseat.store import open_store
 
@@ -99,10 +98,10 @@ def register(app: typer.Typer) -> None:
     @course_app.command("export")
     def export(
         to: Path = typer.Option(..., "--to", help="The archive to write (a zip of JSON files, see docs/course.md)."),
-        course: str | None = COURSE,
+        course: CourseOption = None,
         force: bool = typer.Option(False, "--force", help="Replace an existing file."),
-        db: str | None = DB,
-        fmt: Format = FORMAT_OPTION,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
     ) -> None:
         """Write one course (roster, seats, history, events, tokens' hashes, survey) to one file."""
         from gpuseat.store import open_store
@@ -122,8 +121,8 @@ def register(app: typer.Typer) -> None:
     def import_(
         path: Path = typer.Argument(..., help="An archive written by gpuseat course export."),
         key: str | None = typer.Option(None, "--key", help="Store it under this course key (default: its own)."),
-        db: str | None = DB,
-        fmt: Format = FORMAT_OPTION,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
     ) -> None:
         """Store the course of an export (all or nothing; an existing course key is refused)."""
         from gpuseat.store import open_store
@@ -143,7 +142,7 @@ def register(app: typer.Typer) -> None:
     @course_app.command("archive")
     def archive(
         course: str = typer.Argument(..., help="Course key."),
-        db: str | None = DB,
+        db: DbOption = None,
     ) -> None:
         """Make a course read-only (every change is refused from then on) and revoke its access links."""
         from gpuseat.store import open_store
@@ -164,7 +163,7 @@ def register(app: typer.Typer) -> None:
         export_to: Path | None = typer.Option(
             None, "--export-to", help="Where the export written first goes (default: the data dir's exports/)."
         ),
-        db: str | None = DB,
+        db: DbOption = None,
     ) -> None:
         """Delete a course after writing an export of it (needs --yes); the events log keeps its lines."""
         from datetime import UTC, datetime

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from gpuseat.cli.course import DB
+from gpuseat.cli._options import DbOption
 
 
 def register(app: typer.Typer) -> None:
@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
     def backup(
         to: Path = typer.Option(..., "--to", help="The backup file (SQLite copy, or pg_dump custom format)."),
         force: bool = typer.Option(False, "--force", help="Replace an existing file."),
-        db: str | None = DB,
+        db: DbOption = None,
     ) -> None:
         """A consistent copy of the whole store, taken while the portal and the monitor keep writing."""
         from gpuseat.store.backup import backup as run
@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
     def restore(
         path: Path = typer.Argument(..., help="A file written by gpuseat db backup."),
         force: bool = typer.Option(False, "--force", help="Replace a store that holds courses."),
-        db: str | None = DB,
+        db: DbOption = None,
     ) -> None:
         """Restore a backup into the store (refused when it holds courses, unless --force)."""
         from gpuseat.store.backup import restore as run

@@ -6,8 +6,9 @@ from typing import Any
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, print_rows
-from gpuseat.cli.course import COURSE, DB, actor
+from gpuseat.cli._options import CourseOption, DbOption
+from gpuseat.cli._output import Format, FormatOption, print_json, print_rows
+from gpuseat.cli.course import actor
 from gpuseat.errors import InputError
 
 CHECK_COLUMNS = ("seat", "participant", "engine", "state", "reason", "visible", "checked_at")
@@ -48,9 +49,9 @@ def add_to(seats_app: typer.Typer) -> None:
         note: list[str] = typer.Option([], "--note", help="A line shown with the instruction (repeatable)."),
         kind: str | None = typer.Option(None, "--kind", help="ssh, jupyter, vm, slurm or web."),
         clear: bool = typer.Option(False, "--clear", help="Forget the seat's access details."),
-        course: str | None = COURSE,
-        db: str | None = DB,
-        fmt: Format = FORMAT_OPTION,
+        course: CourseOption = None,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
     ) -> None:
         """Set (or show) how a seat's participant gets in: SSH with port and jump host, a URL, notes."""
         from gpuseat.services.delivery import way_in
@@ -99,9 +100,9 @@ def add_to(seats_app: typer.Typer) -> None:
         setting: list[str] = typer.Option([], "--set", help="Engine setting ENGINE.KEY=VALUE (repeatable)."),
         bench: bool = typer.Option(False, "--bench", help="Also run the LeNet benchmark on ready seats."),
         bench_iterations: int = typer.Option(10_000, "--bench-iterations", help="LeNet iterations with --bench."),
-        course: str | None = COURSE,
-        db: str | None = DB,
-        fmt: Format = FORMAT_OPTION,
+        course: CourseOption = None,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
     ) -> None:
         """Probe every seat as its participant: ready = exactly one visible GPU, and it is the seat's."""
         from gpuseat.services.checks import check_seats, summary

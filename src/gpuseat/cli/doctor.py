@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json
+from gpuseat.cli._output import Format, FormatOption, print_csv, print_json
 
 if TYPE_CHECKING:
     from gpuseat.doctor import Report
@@ -39,7 +39,7 @@ def _doctor(
     from_probe: Path | None = typer.Option(
         None, "--from-probe", help="Check the host a `gpuseat probe` bundle recorded (its /proc and /sys capture)."
     ),
-    fmt: Format = FORMAT_OPTION,
+    fmt: FormatOption = Format.table,
 ) -> None:
     """Will passthrough, vGPU or MIG work on this host — and if not, exactly why and what to change."""
     from gpuseat.doctor import diagnose

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_rows
-from gpuseat.cli.course import COURSE, DB, actor
+from gpuseat.cli._options import CourseOption, DbOption
+from gpuseat.cli._output import Format, FormatOption, print_rows
+from gpuseat.cli.course import actor
 
 HOST_COLUMNS = ("seat", "participant", "engine", "state", "reason", "checked_at")
 
@@ -40,9 +41,9 @@ def register(app: typer.Typer) -> None:
 
     @host_app.command("up")
     def up(
-        course: str | None = COURSE,
-        db: str | None = DB,
-        fmt: Format = FORMAT_OPTION,
+        course: CourseOption = None,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
         host: str | None = opts["host"],
         ssh_host: str | None = opts["ssh_host"],
         ssh_port: str | None = opts["ssh_port"],
@@ -68,9 +69,9 @@ def register(app: typer.Typer) -> None:
 
     @host_app.command("down")
     def down(
-        course: str | None = COURSE,
-        db: str | None = DB,
-        fmt: Format = FORMAT_OPTION,
+        course: CourseOption = None,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
         host: str | None = opts["host"],
     ) -> None:
         """Course end on this server: every holder loses keys and login, device files go back to root only."""
@@ -78,9 +79,9 @@ def register(app: typer.Typer) -> None:
 
     @host_app.command("status")
     def status(
-        course: str | None = COURSE,
-        db: str | None = DB,
-        fmt: Format = FORMAT_OPTION,
+        course: CourseOption = None,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
         timeout: float = typer.Option(20.0, "--timeout", help="Seconds each seat's probe may take."),
     ) -> None:
         """Probe every host seat as its participant (the same check as ``gpuseat seats check``)."""

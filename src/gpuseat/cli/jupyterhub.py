@@ -10,8 +10,8 @@ from typing import Any
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_table
-from gpuseat.cli.course import COURSE, DB
+from gpuseat.cli._options import CourseOption, DbOption
+from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_table
 from gpuseat.errors import InputError
 
 hub_app = typer.Typer(name="jupyterhub", help="GPU seats through JupyterHub: hub config and GPU-aware culling.")
@@ -47,8 +47,8 @@ _FLAGS = {"cull_every_s": "--cull-every", "session_lead_min": "--session-lead", 
 @hub_app.command("config")
 def config(
     spawner: str = typer.Option("local", "--spawner", help="local, systemd, docker or kubernetes."),
-    course: str | None = COURSE,
-    db: str | None = DB,
+    course: CourseOption = None,
+    db: DbOption = None,
     mode: str = typer.Option("assigned", "--mode", help="assigned (each user's own seat) or pool (first free)."),
     match_by: str = typer.Option(
         "key", "--match-by", help="JupyterHub user name = participant key, email or unix_user."
@@ -117,8 +117,8 @@ def config(
 
 @hub_app.command("cull")
 def cull(
-    course: str | None = COURSE,
-    db: str | None = DB,
+    course: CourseOption = None,
+    db: DbOption = None,
     idle_hours: float = typer.Option(2.0, "--idle-hours", help="Stop a server whose GPU did no compute this long."),
     every: float = typer.Option(300.0, "--every", min=1.0, max=86_400.0, help="Seconds between rounds."),
     once: bool = typer.Option(False, "--once", help="Judge once, print the verdicts and exit."),
@@ -126,7 +126,7 @@ def cull(
     api_url: str | None = typer.Option(
         None, "--api-url", help="Hub API URL (default: JUPYTERHUB_API_URL, set by the hub for its services)."
     ),
-    fmt: Format = FORMAT_OPTION,
+    fmt: FormatOption = Format.table,
 ) -> None:
     """Stop hub servers whose seat's GPU did no compute for --idle-hours (a JupyterHub service).
 

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_table
+from gpuseat.cli._options import StoreDbOption
+from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_table
 from gpuseat.errors import EngineError
 
 if TYPE_CHECKING:
@@ -31,7 +32,6 @@ TABLE = typer.Option(
 )
 KERNEL_LOG = typer.Option(None, "--kernel-log", help="A saved 'dmesg' / 'journalctl -k': Xid errors per GPU.")
 SEATS = typer.Option(None, "--seats", help="Seat mapping file (TOML or CSV): seat → device UUID → participant.")
-DB = typer.Option(None, "--db", help="Database URL (default: GPUSEAT_DB_URL or SQLite in the data dir).")
 COURSE = typer.Option(None, "--course", help="Only this course's seats, from the course store (gpuseat course list).")
 ONCE = typer.Option(False, "--once", help="Take one sample, print it and exit.")
 CHART = typer.Option(None, "--chart", help="Write an HTML/SVG chart of usage over time.")
@@ -98,13 +98,13 @@ def top(
     table: Path | None = TABLE,
     kernel_log: Path | None = KERNEL_LOG,
     seats: Path | None = SEATS,
-    db: str | None = DB,
+    db: StoreDbOption = None,
     course: str | None = COURSE,
     once: bool = ONCE,
     interval: float = typer.Option(
         1.0, "--interval", min=0.1, max=86400, callback=_finite, help="Seconds between refreshes."
     ),
-    fmt: Format = FORMAT_OPTION,
+    fmt: FormatOption = Format.table,
 ) -> None:
     """Live seat-centric view: participant, seat, GPU/MIG, memory, utilisation, processes, idle time."""
     from gpuseat.services import monitoring
@@ -147,7 +147,7 @@ def monitor(
     table: Path | None = TABLE,
     kernel_log: Path | None = KERNEL_LOG,
     seats: Path | None = SEATS,
-    db: str | None = DB,
+    db: StoreDbOption = None,
     course: str | None = COURSE,
     once: bool = ONCE,
     interval: float = typer.Option(
@@ -162,7 +162,7 @@ def monitor(
         24.0, "--idle-hours", min=0, max=8760, callback=_finite, help="Alert when a seat is idle this long."
     ),
     ticks: int | None = typer.Option(None, "--ticks", min=1, max=10**9, help="Stop after this many samples."),
-    fmt: Format = FORMAT_OPTION,
+    fmt: FormatOption = Format.table,
 ) -> None:
     """Sample on an interval into the course database, with alerts and Prometheus metrics.
 
@@ -207,9 +207,9 @@ def usage(
     since: str | None = typer.Option(None, "--since", help="Start: ISO date/time, or 7d / 12h / 30m ago."),
     chart: Path | None = CHART,
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --chart file not written by gpuseat."),
-    db: str | None = DB,
+    db: StoreDbOption = None,
     course: str | None = COURSE,
-    fmt: Format = FORMAT_OPTION,
+    fmt: FormatOption = Format.table,
 ) -> None:
     """GPU-hours, peak memory and idle time per participant, from the course database."""
     from gpuseat.services import monitoring

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_table, stderr_console
+from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_table, stderr_console
 
 CATALOG_OPTION = typer.Option(
     None, "--catalog", help="Folder of catalog TOML files laid over the bundled ones (gpus, offers, providers, …)."
@@ -44,7 +44,7 @@ def _plan(
         "-v",
         help="Offers rejected and the server layouts passed over, with why (also with --explain).",
     ),
-    fmt: Format = FORMAT_OPTION,
+    fmt: FormatOption = Format.table,
 ) -> None:
     """Price the course across offers: the cheapest mix first, distinct alternatives, rejections explained."""
     from gpuseat.catalog.bundle import load_catalog
@@ -300,7 +300,7 @@ def _offers_import(
     provider: str = typer.Option(..., "--provider", help="aws, gcp, azure, lambda or runpod."),
     out: Path | None = typer.Option(None, "--out", help="Also write the offers as a TOML offers file."),
     catalog: Path | None = CATALOG_OPTION,
-    fmt: Format = FORMAT_OPTION,
+    fmt: FormatOption = Format.table,
 ) -> None:
     """Read a SkyPilot vms.csv into offers (one per instance type and region, cheapest zone)."""
     from datetime import date
@@ -346,7 +346,7 @@ def _emit(rows: list[dict[str, Any]], fmt: Format, *, title: str) -> None:
 def _offers_list(
     gpu: str | None = typer.Option(None, "--gpu", help="Only offers with this GPU model."),
     catalog: Path | None = CATALOG_OPTION,
-    fmt: Format = FORMAT_OPTION,
+    fmt: FormatOption = Format.table,
 ) -> None:
     """List the catalog's offers with their price, billing rule and source date."""
     from gpuseat.catalog.bundle import load_catalog

@@ -6,11 +6,9 @@ from pathlib import Path
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, print_table
+from gpuseat.cli._options import StoreCourseOption, StoreDbOption
+from gpuseat.cli._output import Format, FormatOption, print_json, print_table
 from gpuseat.errors import InputError
-
-COURSE = typer.Option(None, "--course", help="Course key (default: the only course in the store).")
-DB = typer.Option(None, "--db", help="Database URL (default: GPUSEAT_DB_URL or SQLite in the data dir).")
 
 
 def write_new(path: Path, text: str, *, force: bool) -> None:
@@ -31,8 +29,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def report(
         out: Path = typer.Option(..., "--out", help="The HTML file to write (self-contained: inline CSS and SVG)."),
-        course: str | None = COURSE,
-        db: str | None = DB,
+        course: StoreCourseOption = None,
+        db: StoreDbOption = None,
         force: bool = typer.Option(False, "--force", help="Replace an existing file."),
     ) -> None:
         """Write the course report: plan and alternatives, cost, seats, utilisation, benchmarks, survey."""
@@ -73,8 +71,8 @@ def register(app: typer.Typer) -> None:
     @template.command("apply")
     def template_apply(
         file: Path = typer.Argument(..., help="A survey template (.toml), or the key of a bundled one."),
-        course: str | None = COURSE,
-        db: str | None = DB,
+        course: StoreCourseOption = None,
+        db: StoreDbOption = None,
     ) -> None:
         """Use FILE's questions for the course survey (only while nobody has answered)."""
         from gpuseat.services.survey import SurveyService
@@ -90,17 +88,19 @@ def register(app: typer.Typer) -> None:
             store.close()
 
     @survey.command("open")
-    def survey_open(course: str | None = COURSE, db: str | None = DB) -> None:
+    def survey_open(course: StoreCourseOption = None, db: StoreDbOption = None) -> None:
         """Open the survey: participants see it on their page and may change answers until it closes."""
         _state(course, db, "open")
 
     @survey.command("close")
-    def survey_close(course: str | None = COURSE, db: str | None = DB) -> None:
+    def survey_close(course: StoreCourseOption = None, db: StoreDbOption = None) -> None:
         """Close the survey (answers are kept)."""
         _state(course, db, "closed")
 
     @survey.command("report")
-    def survey_report(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
+    def survey_report(
+        course: StoreCourseOption = None, db: StoreDbOption = None, fmt: FormatOption = Format.table
+    ) -> None:
         """Distributions, means, NPS with its 95 % interval, and free-text answers."""
         from gpuseat.services.survey import SurveyService
         from gpuseat.store import open_store

@@ -7,8 +7,9 @@ from typing import Any
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_rows, wide_tables
-from gpuseat.cli.course import COURSE, DB, actor
+from gpuseat.cli._options import CourseOption, DbOption
+from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_rows, wide_tables
+from gpuseat.cli.course import actor
 from gpuseat.errors import InputError
 
 LINK_COLUMNS = ("participant", "link", "status")
@@ -54,9 +55,9 @@ def register(app: typer.Typer) -> None:
     @roster_app.command("import")
     def import_(
         path: Path = typer.Argument(..., help="CSV with a header: name,email,group,unix_user,ssh_key (BOM ok)."),
-        course: str | None = COURSE,
-        db: str | None = DB,
-        fmt: Format = FORMAT_OPTION,
+        course: CourseOption = None,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
     ) -> None:
         """Import (or re-import) participants in one transaction; prints what changed, matched by email."""
         from gpuseat.store import open_store
@@ -76,9 +77,9 @@ def register(app: typer.Typer) -> None:
     @roster_app.command("list")
     def list_(
         group: str | None = typer.Option(None, "--group", help="Only the participants of this course group."),
-        course: str | None = COURSE,
-        db: str | None = DB,
-        fmt: Format = FORMAT_OPTION,
+        course: CourseOption = None,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
     ) -> None:
         """The participants: key, name, email, group, Unix user and the seat each holds now."""
         from gpuseat.store import open_store
@@ -112,9 +113,9 @@ def register(app: typer.Typer) -> None:
         participant: list[str] = typer.Option([], "--participant", help="Only these participants (key, email, user)."),
         rotate: bool = typer.Option(False, "--rotate", help="Revoke current links and issue new ones."),
         revoke: list[str] = typer.Option([], "--revoke", help="Revoke the links of these participants."),
-        course: str | None = COURSE,
-        db: str | None = DB,
-        fmt: Format = FORMAT_OPTION,
+        course: CourseOption = None,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
     ) -> None:
         """Issue access links (each shown once: only a hash is stored); --rotate or --revoke them."""
         from gpuseat.store import open_store

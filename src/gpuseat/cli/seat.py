@@ -11,8 +11,9 @@ from pathlib import Path
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, print_rows
-from gpuseat.cli.course import COURSE, DB, actor
+from gpuseat.cli._options import CourseOption, DbOption
+from gpuseat.cli._output import Format, FormatOption, print_json, print_rows
+from gpuseat.cli.course import actor
 
 PARTICIPANT = typer.Option(..., "--participant", "-p", help="The participant (key, email or Unix user).")
 REQUEST_COLUMNS = ("id", "participant", "seat", "action", "state", "reason", "actor", "requested_at", "done_at")
@@ -47,21 +48,30 @@ def register(app: typer.Typer) -> None:
 
     @seat.command("start")
     def start(
-        participant: str = PARTICIPANT, course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION
+        participant: str = PARTICIPANT,
+        course: CourseOption = None,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
     ) -> None:
         """Start the participant's seat again (logins allowed); refused with no seat hours left."""
         _ask("start", participant, course, db, fmt)
 
     @seat.command("stop")
     def stop(
-        participant: str = PARTICIPANT, course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION
+        participant: str = PARTICIPANT,
+        course: CourseOption = None,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
     ) -> None:
         """Stop the participant's seat: logins refused, their processes ended; hours stop counting."""
         _ask("stop", participant, course, db, fmt)
 
     @seat.command("restart")
     def restart(
-        participant: str = PARTICIPANT, course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION
+        participant: str = PARTICIPANT,
+        course: CourseOption = None,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
     ) -> None:
         """End the participant's processes and start the seat again."""
         _ask("restart", participant, course, db, fmt)
@@ -72,9 +82,9 @@ def register(app: typer.Typer) -> None:
         confirm: str = typer.Option(
             "", "--confirm", help="Type the participant's key to confirm: their home is replaced by the skeleton."
         ),
-        course: str | None = COURSE,
-        db: str | None = DB,
-        fmt: Format = FORMAT_OPTION,
+        course: CourseOption = None,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
     ) -> None:
         """End the participant's processes and restore their home from the course skeleton (files lost)."""
         from gpuseat.errors import InputError
@@ -91,9 +101,9 @@ def register(app: typer.Typer) -> None:
     def key(
         participant: str = PARTICIPANT,
         key_file: Path = typer.Option(..., "--key-file", help="The participant's public key file (one line)."),
-        course: str | None = COURSE,
-        db: str | None = DB,
-        fmt: Format = FORMAT_OPTION,
+        course: CourseOption = None,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
     ) -> None:
         """Add or replace the participant's SSH key (ed25519, ECDSA or RSA ≥ 3072 bits)."""
         from gpuseat.files import read_text
@@ -104,9 +114,9 @@ def register(app: typer.Typer) -> None:
     def requests(
         participant: str | None = typer.Option(None, "--participant", "-p", help="Only this participant."),
         pending: bool = typer.Option(False, "--pending", help="Only requests not carried out yet."),
-        course: str | None = COURSE,
-        db: str | None = DB,
-        fmt: Format = FORMAT_OPTION,
+        course: CourseOption = None,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
     ) -> None:
         """The latest seat requests and what became of them."""
         from gpuseat.store import open_store
@@ -119,7 +129,7 @@ def register(app: typer.Typer) -> None:
         print_rows(rows, REQUEST_COLUMNS, fmt)
 
     @seat.command("hours")
-    def hours(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
+    def hours(course: CourseOption = None, db: DbOption = None, fmt: FormatOption = Format.table) -> None:
         """Seat hours per participant: quota, top-ups, used, left, and when the seat stops at this rate."""
         from gpuseat.store import open_store
 
@@ -135,8 +145,8 @@ def register(app: typer.Typer) -> None:
         participant: str = PARTICIPANT,
         add: float = typer.Option(..., "--hours", help="Hours to add to the participant's quota."),
         note: str = typer.Option("", "--note", help="Why (kept in the ledger)."),
-        course: str | None = COURSE,
-        db: str | None = DB,
+        course: CourseOption = None,
+        db: DbOption = None,
     ) -> None:
         """Give the participant more seat hours (a stopped seat can then be started again)."""
         from gpuseat.store import open_store
@@ -150,8 +160,8 @@ def register(app: typer.Typer) -> None:
     def quota(
         participant: str = PARTICIPANT,
         value: float = typer.Option(..., "--hours", help="The participant's own quota (replaces the course's)."),
-        course: str | None = COURSE,
-        db: str | None = DB,
+        course: CourseOption = None,
+        db: DbOption = None,
     ) -> None:
         """Set one participant's own quota of seat hours (instead of the course's or their group's)."""
         from gpuseat.store import open_store

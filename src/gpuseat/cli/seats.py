@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_rows
-from gpuseat.cli.course import COURSE, DB, actor
+from gpuseat.cli._options import CourseOption, DbOption
+from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_rows
+from gpuseat.cli.course import actor
 from gpuseat.errors import InputError
 
 if TYPE_CHECKING:
@@ -201,9 +202,9 @@ def register(app: typer.Typer) -> None:
         engine: str = typer.Option("manual", "--engine", help="Engine that will provision them (libvirt, …)."),
         host: str | None = typer.Option(None, "--host", help="The seats' host name (default: the server's name)."),
         group: list[str] = typer.Option([], "--group", help="Reserve the seats for these course groups."),
-        course: str | None = COURSE,
-        db: str | None = DB,
-        fmt: Format = FORMAT_OPTION,
+        course: CourseOption = None,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
     ) -> None:
         """Add seats from a carve layout, a plan's cloud option or nvidia-smi; all or nothing.
 
@@ -245,9 +246,9 @@ def register(app: typer.Typer) -> None:
         participant: str | None = typer.Option(None, "--participant", help="Key, email or Unix user."),
         seat: str | None = typer.Option(None, "--seat", help="The seat to give (with --participant)."),
         partial: bool = typer.Option(False, "--partial", help="Assign what fits when seats run short."),
-        course: str | None = COURSE,
-        db: str | None = DB,
-        fmt: Format = FORMAT_OPTION,
+        course: CourseOption = None,
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
     ) -> None:
         """Give every participant without a seat a suitable one (stable), or one participant a chosen seat."""
         from gpuseat.store import open_store
@@ -278,8 +279,8 @@ def register(app: typer.Typer) -> None:
         participant: str | None = typer.Option(None, "--participant", help="Key, email or Unix user."),
         seat: str | None = typer.Option(None, "--seat", help="Seat key."),
         reason: str = typer.Option("released", "--reason", help="Why (kept in the history, 32 characters)."),
-        course: str | None = COURSE,
-        db: str | None = DB,
+        course: CourseOption = None,
+        db: DbOption = None,
     ) -> None:
         """End a participant's (or a seat's) assignment; the history keeps it."""
         from gpuseat.store import open_store
@@ -294,8 +295,8 @@ def register(app: typer.Typer) -> None:
     def move(
         participant: str = typer.Option(..., "--participant", help="Key, email or Unix user."),
         seat: str = typer.Option(..., "--seat", help="The free seat to move to."),
-        course: str | None = COURSE,
-        db: str | None = DB,
+        course: CourseOption = None,
+        db: DbOption = None,
     ) -> None:
         """Move a participant to another free seat (the old assignment is closed, not deleted)."""
         from gpuseat.store import open_store
@@ -310,8 +311,8 @@ def register(app: typer.Typer) -> None:
     @seats_app.command("remove")
     def remove(
         seats: list[str] = typer.Argument(..., help="Seat keys (planned or released, held by nobody)."),
-        course: str | None = COURSE,
-        db: str | None = DB,
+        course: CourseOption = None,
+        db: DbOption = None,
     ) -> None:
         """Remove seats added by mistake: planned or released ones nobody holds (all or nothing)."""
         from gpuseat.store import open_store
@@ -321,7 +322,7 @@ def register(app: typer.Typer) -> None:
         print(f"removed {len(gone)} seat(s): {', '.join(gone)}")
 
     @seats_app.command("status")
-    def status(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
+    def status(course: CourseOption = None, db: DbOption = None, fmt: FormatOption = Format.table) -> None:
         """Seat, participant, engine, state (with its reason) and the last GPU activity the monitor saw."""
         from datetime import UTC, datetime
 
@@ -352,8 +353,8 @@ def register(app: typer.Typer) -> None:
     @seats_app.command("export")
     def export(
         fmt: ExportFormat = typer.Option(ExportFormat.csv, "--format", "-f", help="csv, json or toml (seats file)."),
-        course: str | None = COURSE,
-        db: str | None = DB,
+        course: CourseOption = None,
+        db: DbOption = None,
     ) -> None:
         """Every seat with its current participant; ``toml`` is the ``--seats`` file of top/monitor."""
         from gpuseat.store import open_store

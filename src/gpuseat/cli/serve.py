@@ -19,13 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from gpuseat.cli._options import StoreCourseOption, StoreDbOption
 from gpuseat.errors import InputError, MissingDependency
 
 if TYPE_CHECKING:
     from gpuseat.web.portal import Portal
 
-COURSE = typer.Option(None, "--course", help="Course key (default: the only course in the store).")
-DB = typer.Option(None, "--db", help="Database URL (default: GPUSEAT_DB_URL or SQLite in the data dir).")
 MAX_WORKERS = 64
 WORKER_SETTINGS = "GPUSEAT_SERVE_SETTINGS"  # the parent's settings, as JSON, for its worker processes
 
@@ -56,10 +55,10 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def serve(
-        course: str | None = COURSE,
+        course: StoreCourseOption = None,
         host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (loopback by default)."),
         port: int = typer.Option(8000, "--port", help="TCP port."),
-        db: str | None = DB,
+        db: StoreDbOption = None,
         demo: bool = typer.Option(
             False, "--demo", help="Seed the 2016 demo course in a temporary folder and serve it."
         ),
@@ -176,7 +175,7 @@ def register(app: typer.Typer) -> None:
     @admin.command("set-password")
     def set_password(
         user: str = typer.Option("admin", "--user", help="Organizer user name."),
-        db: str | None = DB,
+        db: StoreDbOption = None,
         password_stdin: bool = typer.Option(False, "--password-stdin", help="Read the password from standard input."),
     ) -> None:
         """Create an organizer or change their password (asked twice, never echoed)."""

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_csv, print_json, print_table, stderr_console
+from gpuseat.cli._options import CourseOption, ShortDbOption
+from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_table, stderr_console
 
 if TYPE_CHECKING:
     from gpuseat.engines.slurm.config import GresDevice
@@ -33,8 +34,6 @@ class SlurmMode(StrEnum):
     mig = "mig"
 
 
-COURSE = typer.Option(None, "--course", help="Course key (default: the only course).")
-DB = typer.Option(None, "--db", help="Course database URL (default: GPUSEAT_DB_URL or the data dir).")
 SLURM_CONF = typer.Option(None, "--slurm-conf", help="slurm.conf of the cluster (default: SLURM_CONF or /etc/slurm).")
 
 
@@ -105,8 +104,8 @@ def config_command(
         None, "--mig-minors", help="The host's /proc/driver/nvidia-caps/mig-minors."
     ),
     mig_instances: str | None = typer.Option(None, "--mig-instances", help="SEAT=GI[:CI],… of the created instances."),
-    course: str | None = COURSE,
-    db: str | None = DB,
+    course: CourseOption = None,
+    db: ShortDbOption = None,
     record: bool = typer.Option(False, "--record", help="Record each seat's Slurm device in the course store."),
     out: Path | None = typer.Option(None, "--out", help="Write the files here instead of printing them."),
     force: bool = typer.Option(False, "--force", help="Write into a folder gpuseat did not write."),
@@ -191,13 +190,13 @@ PARTITIONS_CONF = typer.Option(
 
 @slurm_app.command("enroll")
 def enroll_command(
-    course: str | None = COURSE,
-    db: str | None = DB,
+    course: CourseOption = None,
+    db: ShortDbOption = None,
     slurm_conf: Path | None = SLURM_CONF,
     conf_dir: Path | None = CONF_DIR,
     partitions_conf: Path | None = PARTITIONS_CONF,
     accounting: bool | None = ACCOUNTING,
-    fmt: Format = FORMAT_OPTION,
+    fmt: FormatOption = Format.table,
 ) -> None:
     """Same as ``gpuseat apply --engine slurm``: flags stored as the course's slurm settings, then the
     partition, limits, associations and session reservations made to match the seat holders."""
@@ -207,10 +206,10 @@ def enroll_command(
 
 @slurm_app.command("sessions")
 def sessions_command(
-    course: str | None = COURSE,
-    db: str | None = DB,
+    course: CourseOption = None,
+    db: ShortDbOption = None,
     slurm_conf: Path | None = SLURM_CONF,
-    fmt: Format = FORMAT_OPTION,
+    fmt: FormatOption = Format.table,
 ) -> None:
     """Same as ``gpuseat apply --engine slurm`` (the session reservations are part of the plan)."""
     _apply(course, db, fmt, slurm_conf=slurm_conf, where="gpuseat slurm sessions")
@@ -236,10 +235,10 @@ def _apply(course: str | None, db: str | None, fmt: Format, *, where: str, **fla
 
 @slurm_app.command("status")
 def status_command(
-    course: str | None = COURSE,
-    db: str | None = DB,
+    course: CourseOption = None,
+    db: ShortDbOption = None,
     slurm_conf: Path | None = SLURM_CONF,
-    fmt: Format = FORMAT_OPTION,
+    fmt: FormatOption = Format.table,
 ) -> None:
     """Each participant's jobs, Slurm's reason and GRES; the seats' engine state is recorded in the store."""
     from gpuseat.engines.slurm import course as slurm
@@ -288,12 +287,12 @@ def status_command(
 
 @slurm_app.command("check")
 def check_command(
-    course: str | None = COURSE,
-    db: str | None = DB,
+    course: CourseOption = None,
+    db: ShortDbOption = None,
     slurm_conf: Path | None = SLURM_CONF,
     participant: list[str] = typer.Option([], "--participant", help="Only these participants (key)."),
     out_dir: Path = typer.Option(Path("/tmp/gpuseat-slurm-check"), "--out-dir", help="Where the probe jobs write."),
-    fmt: Format = FORMAT_OPTION,
+    fmt: FormatOption = Format.table,
 ) -> None:
     """Run a one-GPU job as each participant in the session running now: the GPU it sees, or Slurm's refusal."""
     from gpuseat.engines.slurm import course as slurm

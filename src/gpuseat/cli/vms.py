@@ -13,8 +13,8 @@ from pathlib import Path
 
 import typer
 
-from gpuseat.cli._output import FORMAT_OPTION, Format, print_json, print_rows
-from gpuseat.cli.course import COURSE, DB
+from gpuseat.cli._options import CourseOption, DbOption
+from gpuseat.cli._output import Format, FormatOption, print_json, print_rows
 
 vms_app = typer.Typer(help="Seats as VMs through libvirt (the libvirt engine): one VM per seat holder.",
                       no_args_is_help=True)  # fmt: skip
@@ -40,7 +40,7 @@ STATUS_COLUMNS = ("seat", "participant", "domain", "state", "vm_for", "connect")
 
 @vms_app.command("up")
 def up(
-    course: str | None = COURSE,
+    course: CourseOption = None,
     connect: str | None = CONNECT,
     image: str | None = typer.Option(None, "--image", help="Base image on the libvirt host (qcow2 cloud image)."),
     image_format: str | None = typer.Option(None, "--image-format", help="Format of --image: qcow2 or raw."),
@@ -62,8 +62,8 @@ def up(
     probe_key: Path | None = typer.Option(
         None, "--probe-key", help="Probe key (KEY, KEY.pub): its .pub may log in as each seat's user (seats check)."
     ),
-    db: str | None = DB,
-    fmt: Format = FORMAT_OPTION,
+    db: DbOption = None,
+    fmt: FormatOption = Format.table,
 ) -> None:
     """Same as ``gpuseat apply --engine libvirt``: the flags are stored as the course's libvirt settings
     first, then each holder's VM is made, handed over or stopped to match the course."""
@@ -85,7 +85,7 @@ def up(
 
 
 @vms_app.command("down")
-def down(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
+def down(course: CourseOption = None, db: DbOption = None, fmt: FormatOption = Format.table) -> None:
     """Course end on this libvirt host: every VM stops and the seeds with the holders' logins are deleted.
 
     Disks (the participants' work) stay; ``gpuseat course delete`` removes the domains and disks.
@@ -94,7 +94,7 @@ def down(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_
 
 
 @vms_app.command("status")
-def status(course: str | None = COURSE, db: str | None = DB, fmt: Format = FORMAT_OPTION) -> None:
+def status(course: CourseOption = None, db: DbOption = None, fmt: FormatOption = Format.table) -> None:
     """Each libvirt seat: its holder, its VM's state and whose login the VM carries, and the stored
     way in (shown only when it was made for the holder). Reads libvirt and the store; changes nothing."""
     from gpuseat.engines import registry

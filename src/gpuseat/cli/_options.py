@@ -1,0 +1,61 @@
+"""Flags that many commands share, declared once: ``--course``, ``--db`` and groups of flags.
+
+A command declares ``course: CourseOption = None`` instead of repeating the flag's name and help. The
+help texts differ between command groups (``gpuseat serve --help`` says "the only course in the store",
+``gpuseat course --help`` "the only course"); each wording has its own alias here, so ``--help`` stays as
+it is while a change of wording is made in one place.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+#: ``--course`` and ``--db`` of the course store's commands (course, roster, seats, seat, host, vms …)
+CourseOption = Annotated[str | None, typer.Option("--course", help="Course key (default: the only course).")]
+DbOption = Annotated[
+    str | None,
+    typer.Option("--db", help="Course database URL (default: GPUSEAT_DB_URL or SQLite in the data dir)."),
+]
+#: ``--db`` in the words of ``gpuseat slurm`` and ``gpuseat seats cloud``
+ShortDbOption = Annotated[
+    str | None, typer.Option("--db", help="Course database URL (default: GPUSEAT_DB_URL or the data dir).")
+]
+#: ``--course`` and ``--db`` in the words of ``serve``, ``admin``, ``report`` and ``survey`` (``--db``
+#: also of ``top``, ``monitor`` and ``usage``)
+StoreCourseOption = Annotated[
+    str | None, typer.Option("--course", help="Course key (default: the only course in the store).")
+]
+StoreDbOption = Annotated[
+    str | None, typer.Option("--db", help="Database URL (default: GPUSEAT_DB_URL or SQLite in the data dir).")
+]
+
+
+def shared_flags(name: str, group: Callable[..., object]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command the flags of ``group`` (a function whose parameters are Typer options), declared once
+    for every command that takes them.
+
+    ``group``'s parameters stand in the command's signature, and so in its ``--help``, where its
+    parameter ``name`` stands; the command is called with ``name=group(**those flags)``: the value the
+    flags make together (checked, so a bad flag is refused before the command starts).
+    """
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        flags = inspect.signature(group, eval_str=True).parameters
+        own = inspect.signature(command, eval_str=True).parameters
+        params = [q for p in own.values() for q in (flags.values() if p.name == name else [p])]
+
+        @functools.wraps(command)
+        def run(**given: Any) -> None:
+            grouped = group(**{flag: given.pop(flag) for flag in flags})
+            command(**given, **{name: grouped})
+
+        # keyword-only: Typer calls with keywords, and so the shared flags may stand before or after the command's own
+        run.__signature__ = inspect.Signature([p.replace(kind=p.KEYWORD_ONLY) for p in params])  # type: ignore[attr-defined]
+        return run
+
+    return decorate
