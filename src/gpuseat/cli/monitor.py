@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from gpuseat.cli._options import StoreDbOption
+from gpuseat.cli._options import StoreDbOption, shared_flags
 from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_table
 from gpuseat.errors import EngineError
 
@@ -57,22 +58,45 @@ def _finite(value: float | None) -> float | None:
     return value
 
 
-def _source(
-    from_xml: Path | None,
-    from_csv: Path | None,
-    apps: Path | None,
-    listing: Path | None,
-    ssh: str | None,
-    replay: Path | None,
-    probe: Path | None = None,
-    table: Path | None = None,
-    kernel_log: Path | None = None,
-) -> Source:
+@dataclass(frozen=True)
+class Sampling:
+    """What ``top`` and ``monitor`` sample (the source, checked) and how they name its seats."""
+
+    source: Source
+    seats: Path | None
+    db: str | None
+    course: str | None
+    once: bool
+
+    def print_once(self, fmt: Format) -> None:
+        """``--once``: one sample, printed."""
+        from gpuseat.services import monitoring
+
+        _print_view(monitoring.snapshot_once(self.source, self.seats, self.db, self.course), fmt)
+
+
+def sampling(
+    from_xml: Path | None = FROM_XML,
+    from_csv: Path | None = FROM_CSV,
+    apps: Path | None = APPS,
+    listing: Path | None = LISTING,
+    ssh: str | None = SSH,
+    replay: Path | None = REPLAY,
+    from_probe: Path | None = FROM_PROBE,
+    table: Path | None = TABLE,
+    kernel_log: Path | None = KERNEL_LOG,
+    seats: Path | None = SEATS,
+    db: StoreDbOption = None,
+    course: str | None = COURSE,
+    once: bool = ONCE,
+) -> Sampling:
+    """The flags ``top`` and ``monitor`` share (:func:`~gpuseat.cli._options.shared_flags`), checked:
+    a bad --ssh host is refused before anything runs."""
     from gpuseat.services.monitoring import Source
 
-    source = Source(from_xml, from_csv, apps, listing, ssh, replay, probe=probe, table=table, kernel_log=kernel_log)
-    source.check()  # a bad --ssh host is refused before anything runs
-    return source
+    source = Source(from_xml, from_csv, apps, listing, ssh, replay, from_probe, table, kernel_log)
+    source.check()
+    return Sampling(source, seats, db, course, once)
 
 
 def _print_view(seat_view: TickView, fmt: Format) -> None:
@@ -87,39 +111,27 @@ def _print_view(seat_view: TickView, fmt: Format) -> None:
         print_table(seat_rows(list(seat_view.states)), COLUMNS, title=title)
 
 
+@shared_flags("sampled", sampling)
 def top(
-    from_xml: Path | None = FROM_XML,
-    from_csv: Path | None = FROM_CSV,
-    apps: Path | None = APPS,
-    listing: Path | None = LISTING,
-    ssh: str | None = SSH,
-    replay: Path | None = REPLAY,
-    from_probe: Path | None = FROM_PROBE,
-    table: Path | None = TABLE,
-    kernel_log: Path | None = KERNEL_LOG,
-    seats: Path | None = SEATS,
-    db: StoreDbOption = None,
-    course: str | None = COURSE,
-    once: bool = ONCE,
+    sampled: Sampling,
     interval: float = typer.Option(
         1.0, "--interval", min=0.1, max=86400, callback=_finite, help="Seconds between refreshes."
     ),
     fmt: FormatOption = Format.table,
 ) -> None:
     """Live seat-centric view: participant, seat, GPU/MIG, memory, utilisation, processes, idle time."""
-    from gpuseat.services import monitoring
-
-    source = _source(from_xml, from_csv, apps, listing, ssh, replay, from_probe, table, kernel_log)
-    if once:
-        _print_view(monitoring.snapshot_once(source, seats, db, course), fmt)
+    if sampled.once:
+        sampled.print_once(fmt)
         return
     from rich.live import Live
 
     from gpuseat.monitor.alerts import AlertTracker
     from gpuseat.monitor.runner import Monitor
     from gpuseat.monitor.view import rich_table, seat_rows
+    from gpuseat.services import monitoring
 
-    monitor = Monitor(monitoring.open_sampler(source), monitoring.seat_map(seats, db, write=False, course=course))
+    seat_map = monitoring.seat_map(sampled.seats, sampled.db, write=False, course=sampled.course)
+    monitor = Monitor(monitoring.open_sampler(sampled.source), seat_map)
     tracker = AlertTracker()
     monitor.install_signal_handlers()
     with Live(auto_refresh=False) as live:
@@ -136,20 +148,9 @@ def top(
             monitor.close()
 
 
+@shared_flags("sampled", sampling)
 def monitor(
-    from_xml: Path | None = FROM_XML,
-    from_csv: Path | None = FROM_CSV,
-    apps: Path | None = APPS,
-    listing: Path | None = LISTING,
-    ssh: str | None = SSH,
-    replay: Path | None = REPLAY,
-    from_probe: Path | None = FROM_PROBE,
-    table: Path | None = TABLE,
-    kernel_log: Path | None = KERNEL_LOG,
-    seats: Path | None = SEATS,
-    db: StoreDbOption = None,
-    course: str | None = COURSE,
-    once: bool = ONCE,
+    sampled: Sampling,
     interval: float = typer.Option(
         5.0, "--interval", min=0.1, max=86400, callback=_finite, help="Seconds between samples."
     ),
@@ -168,29 +169,27 @@ def monitor(
 
     Exits 1 when samples were taken but the database stored none of them.
     """
-    from gpuseat.services import monitoring
-
-    source = _source(from_xml, from_csv, apps, listing, ssh, replay, from_probe, table, kernel_log)
-    if once:
-        _print_view(monitoring.snapshot_once(source, seats, db, course), fmt)
+    if sampled.once:
+        sampled.print_once(fmt)
         return
     import logging
 
     from gpuseat.safe_text import log_handler
+    from gpuseat.services import monitoring
 
     logging.basicConfig(level=logging.INFO, handlers=[log_handler("%(asctime)s %(levelname)s %(message)s")])
     logging.getLogger("alembic").setLevel(logging.WARNING)  # a new store's migrations: not the monitor's news
     run = monitoring.run_monitor(
-        source,
-        seats=seats,
-        db=db,
+        sampled.source,
+        seats=sampled.seats,
+        db=sampled.db,
         interval_s=interval,
         ticks=ticks,
         listen=listen,
         webhook=webhook,
         idle_hours=idle_hours,
         metrics_names=metrics_names,
-        course=course,
+        course=sampled.course,
     )
     if fmt == Format.json:
         print_json(run.to_dict())
