@@ -7,7 +7,9 @@ marks it done or failed. Nothing here touches a machine.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -15,7 +17,9 @@ from gpuseat.cli._options import CourseOption, DbOption
 from gpuseat.cli._output import Format, FormatOption, print_json, print_rows
 from gpuseat.cli.course import actor
 
-PARTICIPANT = typer.Option(..., "--participant", "-p", help="The participant (key, email or Unix user).")
+ParticipantOption = Annotated[
+    str, typer.Option("--participant", "-p", help="The participant (key, email or Unix user).")
+]
 REQUEST_COLUMNS = ("id", "participant", "seat", "action", "state", "reason", "actor", "requested_at", "done_at")
 HOURS_COLUMNS = ("participant", "quota", "topups", "used", "left", "running", "runs_out_at")
 
@@ -46,39 +50,29 @@ def register(app: typer.Typer) -> None:
         else:
             print(f"request {done.id}: {action} for {done.participant}: {done.state} ({done.reason})")
 
-    @seat.command("start")
-    def start(
-        participant: str = PARTICIPANT,
-        course: CourseOption = None,
-        db: DbOption = None,
-        fmt: FormatOption = Format.table,
-    ) -> None:
-        """Start the participant's seat again (logins allowed); refused with no seat hours left."""
-        _ask("start", participant, course, db, fmt)
+    def _asker(action: str) -> Callable[..., None]:
+        """The command of a seat action that needs nothing but the participant (start, stop, restart)."""
 
-    @seat.command("stop")
-    def stop(
-        participant: str = PARTICIPANT,
-        course: CourseOption = None,
-        db: DbOption = None,
-        fmt: FormatOption = Format.table,
-    ) -> None:
-        """Stop the participant's seat: logins refused, their processes ended; hours stop counting."""
-        _ask("stop", participant, course, db, fmt)
+        def ask(
+            participant: ParticipantOption,
+            course: CourseOption = None,
+            db: DbOption = None,
+            fmt: FormatOption = Format.table,
+        ) -> None:
+            _ask(action, participant, course, db, fmt)
 
-    @seat.command("restart")
-    def restart(
-        participant: str = PARTICIPANT,
-        course: CourseOption = None,
-        db: DbOption = None,
-        fmt: FormatOption = Format.table,
-    ) -> None:
-        """End the participant's processes and start the seat again."""
-        _ask("restart", participant, course, db, fmt)
+        return ask
+
+    for action, text in (
+        ("start", "Start the participant's seat again (logins allowed); refused with no seat hours left."),
+        ("stop", "Stop the participant's seat: logins refused, their processes ended; hours stop counting."),
+        ("restart", "End the participant's processes and start the seat again."),
+    ):
+        seat.command(action, help=text)(_asker(action))
 
     @seat.command("reset")
     def reset(
-        participant: str = PARTICIPANT,
+        participant: ParticipantOption,
         confirm: str = typer.Option(
             "", "--confirm", help="Type the participant's key to confirm: their home is replaced by the skeleton."
         ),
@@ -99,7 +93,7 @@ def register(app: typer.Typer) -> None:
 
     @seat.command("key")
     def key(
-        participant: str = PARTICIPANT,
+        participant: ParticipantOption,
         key_file: Path = typer.Option(..., "--key-file", help="The participant's public key file (one line)."),
         course: CourseOption = None,
         db: DbOption = None,
@@ -123,10 +117,7 @@ def register(app: typer.Typer) -> None:
 
         with open_store(db) as store:
             rows = [r.to_dict() for r in store.requests.seat_requests(course, participant=participant, pending=pending)]
-        if fmt == "json":
-            print_json(rows)
-            return
-        print_rows(rows, REQUEST_COLUMNS, fmt)
+        print_rows(rows, REQUEST_COLUMNS, fmt)  # json: every field of each row
 
     @seat.command("hours")
     def hours(course: CourseOption = None, db: DbOption = None, fmt: FormatOption = Format.table) -> None:
@@ -135,14 +126,11 @@ def register(app: typer.Typer) -> None:
 
         with open_store(db) as store:
             rows = [{"participant": k, **h.to_dict()} for k, h in sorted(store.requests.seat_hours(course).items())]
-        if fmt == "json":
-            print_json(rows)
-            return
-        print_rows(rows, HOURS_COLUMNS, fmt)
+        print_rows(rows, HOURS_COLUMNS, fmt)  # json: every field of each row
 
     @seat.command("topup")
     def topup(
-        participant: str = PARTICIPANT,
+        participant: ParticipantOption,
         add: float = typer.Option(..., "--hours", help="Hours to add to the participant's quota."),
         note: str = typer.Option("", "--note", help="Why (kept in the ledger)."),
         course: CourseOption = None,
@@ -158,7 +146,7 @@ def register(app: typer.Typer) -> None:
 
     @seat.command("quota")
     def quota(
-        participant: str = PARTICIPANT,
+        participant: ParticipantOption,
         value: float = typer.Option(..., "--hours", help="The participant's own quota (replaces the course's)."),
         course: CourseOption = None,
         db: DbOption = None,
