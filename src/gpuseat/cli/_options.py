@@ -1,4 +1,4 @@
-"""Flags that many commands share, declared once: ``--course``, ``--db`` and groups of flags.
+"""What many commands share, declared once: ``--course``, ``--db``, groups of flags, command groups.
 
 A command declares ``course: CourseOption = None`` instead of repeating the flag's name and help. The
 help texts differ between command groups (``gpuseat serve --help`` says "the only course in the store",
@@ -59,3 +59,10 @@ def shared_flags(name: str, group: Callable[..., object]) -> Callable[[Callable[
         return run
 
     return decorate
+
+
+def add_group(parent: typer.Typer, name: str, help: str) -> typer.Typer:
+    """A command group ``name`` under ``parent`` (run without a subcommand, it shows its help)."""
+    group = typer.Typer(help=help, no_args_is_help=True)
+    parent.add_typer(group, name=name)
+    return group

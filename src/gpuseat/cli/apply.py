@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gpuseat.cli._options import CourseOption, DbOption
+from gpuseat.cli._options import CourseOption, DbOption, add_group
 from gpuseat.cli._output import Format, FormatOption, print_json, print_rows
 from gpuseat.cli.course import actor
 
@@ -270,10 +270,7 @@ def register(app: typer.Typer) -> None:
             for f in r["failed"][:10]:
                 print(f"  {r['name']}: {f['course']} {f['engine']} {f.get('step') or 'plan'}: {f['error']}")
 
-    engines_app = typer.Typer(
-        help="Seat engines: the registry, and each engine's settings per course.", no_args_is_help=True
-    )
-    app.add_typer(engines_app, name="engines")
+    engines_app = add_group(app, "engines", "Seat engines: the registry, and each engine's settings per course.")
 
     @engines_app.command("list")
     def engines_list(fmt: FormatOption = Format.table) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from gpuseat.cli._options import CourseOption, DbOption
+from gpuseat.cli._options import CourseOption, DbOption, add_group
 from gpuseat.cli._output import Format, FormatOption, print_json, print_rows, print_table
 
 ACTOR = "cli"
@@ -28,10 +28,7 @@ def actor() -> str:
 
 def register(app: typer.Typer) -> None:
     """Add the ``course`` group."""
-    course_app = typer.Typer(
-        help="Courses in the store: create, list, show, export, import, archive, delete.", no_args_is_help=True
-    )
-    app.add_typer(course_app, name="course")
+    course_app = add_group(app, "course", "Courses in the store: create, list, show, export, import, archive, delete.")
 
     @course_app.command("create")
     def create(

@@ -6,13 +6,12 @@ from pathlib import Path
 
 import typer
 
-from gpuseat.cli._options import DbOption
+from gpuseat.cli._options import DbOption, add_group
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``db`` group."""
-    db_app = typer.Typer(help="The course database: backup and restore.", no_args_is_help=True)
-    app.add_typer(db_app, name="db")
+    db_app = add_group(app, "db", "The course database: backup and restore.")
 
     @db_app.command("backup")
     def backup(

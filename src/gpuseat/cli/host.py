@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gpuseat.cli._options import CourseOption, DbOption
+from gpuseat.cli._options import CourseOption, DbOption, add_group
 from gpuseat.cli._output import Format, FormatOption, print_rows
 from gpuseat.cli.course import actor
 
@@ -17,11 +17,9 @@ def _settings(**given: object) -> dict[str, str]:
 
 def register(app: typer.Typer) -> None:
     """Add the ``host`` group."""
-    host_app = typer.Typer(
-        help="Shared GPU host: accounts, keys and device access per seat (run as root on the server).",
-        no_args_is_help=True,
+    host_app = add_group(
+        app, "host", "Shared GPU host: accounts, keys and device access per seat (run as root on the server)."
     )
-    app.add_typer(host_app, name="host")
 
     opts = {
         "host": typer.Option(None, "--host", help="This server's name in the seats (default: the only one)."),

@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from gpuseat.cli._options import add_group
 from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_table, stderr_console
 
 CATALOG_OPTION = typer.Option(
@@ -373,7 +374,6 @@ def _offers_list(
 def register(app: typer.Typer) -> None:
     """Add ``plan`` and the ``offers`` group."""
     app.command("plan")(_plan)
-    offers_app = typer.Typer(help="List bundled offers and import SkyPilot catalogs.", no_args_is_help=True)
+    offers_app = add_group(app, "offers", "List bundled offers and import SkyPilot catalogs.")
     offers_app.command("import")(_offers_import)
     offers_app.command("list")(_offers_list)
-    app.add_typer(offers_app, name="offers")

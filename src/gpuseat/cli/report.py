@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from gpuseat.cli._options import StoreCourseOption, StoreDbOption
+from gpuseat.cli._options import StoreCourseOption, StoreDbOption, add_group
 from gpuseat.cli._output import Format, FormatOption, print_json, print_table
 from gpuseat.errors import InputError
 
@@ -51,8 +51,7 @@ def register(app: typer.Typer) -> None:
             store.close()
         print(out)
 
-    survey = typer.Typer(help="The course survey: open, close, report.", no_args_is_help=True)
-    app.add_typer(survey, name="survey")
+    survey = add_group(app, "survey", "The course survey: open, close, report.")
 
     def _state(course: str | None, db: str | None, state: str) -> None:
         from gpuseat.services.survey import SurveyService
@@ -65,8 +64,7 @@ def register(app: typer.Typer) -> None:
         finally:
             store.close()
 
-    template = typer.Typer(help="Survey templates: the questions a course asks.", no_args_is_help=True)
-    survey.add_typer(template, name="template")
+    template = add_group(survey, "template", "Survey templates: the questions a course asks.")
 
     @template.command("apply")
     def template_apply(

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from gpuseat.cli._options import CourseOption, DbOption
+from gpuseat.cli._options import CourseOption, DbOption, add_group
 from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_rows, wide_tables
 from gpuseat.cli.course import actor
 from gpuseat.errors import InputError
@@ -47,10 +47,9 @@ def _print_links(rows: list[dict[str, Any]]) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add the ``roster`` group."""
-    roster_app = typer.Typer(
-        help="The participants of a course: import a CSV, list them, hand out access links.", no_args_is_help=True
+    roster_app = add_group(
+        app, "roster", "The participants of a course: import a CSV, list them, hand out access links."
     )
-    app.add_typer(roster_app, name="roster")
 
     @roster_app.command("import")
     def import_(

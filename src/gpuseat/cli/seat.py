@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from gpuseat.cli._options import CourseOption, DbOption
+from gpuseat.cli._options import CourseOption, DbOption, add_group
 from gpuseat.cli._output import Format, FormatOption, print_json, print_rows
 from gpuseat.cli.course import actor
 
@@ -26,11 +26,9 @@ HOURS_COLUMNS = ("participant", "quota", "topups", "used", "left", "running", "r
 
 def register(app: typer.Typer) -> None:
     """Add the ``seat`` command group."""
-    seat = typer.Typer(
-        help="Start, stop, restart or reset one participant's seat, set their key, keep their seat hours.",
-        no_args_is_help=True,
+    seat = add_group(
+        app, "seat", "Start, stop, restart or reset one participant's seat, set their key, keep their seat hours."
     )
-    app.add_typer(seat, name="seat")
 
     def _ask(
         action: str, participant: str, course: str | None, db: str | None, fmt: Format, key: str | None = None

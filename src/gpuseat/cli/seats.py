@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gpuseat.cli._options import CourseOption, DbOption
+from gpuseat.cli._options import CourseOption, DbOption, add_group
 from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_rows
 from gpuseat.cli.course import actor
 from gpuseat.errors import InputError
@@ -184,10 +184,7 @@ def _next_steps(course: str, engines: list[str]) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add the ``seats`` group."""
-    seats_app = typer.Typer(
-        help="Seats of a course: add, assign, release, move, remove, status, export.", no_args_is_help=True
-    )
-    app.add_typer(seats_app, name="seats")
+    seats_app = add_group(app, "seats", "Seats of a course: add, assign, release, move, remove, status, export.")
 
     @seats_app.command("add")
     def add(

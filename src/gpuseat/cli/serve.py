@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gpuseat.cli._options import StoreCourseOption, StoreDbOption
+from gpuseat.cli._options import StoreCourseOption, StoreDbOption, add_group
 from gpuseat.errors import InputError, MissingDependency
 
 if TYPE_CHECKING:
@@ -169,8 +169,7 @@ def register(app: typer.Typer) -> None:
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
 
-    admin = typer.Typer(help="Portal organizer accounts.", no_args_is_help=True)
-    app.add_typer(admin, name="admin")
+    admin = add_group(app, "admin", "Portal organizer accounts.")
 
     @admin.command("set-password")
     def set_password(
