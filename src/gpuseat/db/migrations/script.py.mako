@@ -1,19 +1,18 @@
-"""${message}
-
-Revision ID: ${up_revision}
-Revises: ${down_revision | comma,n}
-Create Date: ${create_date}
-"""
+"""${message}"""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
 ${imports if imports else ""}
-revision = ${repr(up_revision)}
+revision = ${repr(up_revision)}  # created ${create_date.strftime("%Y-%m-%d")}
 down_revision = ${repr(down_revision)}
+% if branch_labels:
 branch_labels = ${repr(branch_labels)}
+% endif
+% if depends_on:
 depends_on = ${repr(depends_on)}
+% endif
 
 
 def upgrade() -> None:

@@ -3,10 +3,6 @@
 Each monitor writes, rolls up and prunes only its own host's devices (``devices`` is already keyed by
 host and UUID); this unique index lets every insert use ``ON CONFLICT DO NOTHING`` and the rollup
 ``ON CONFLICT DO UPDATE``. Duplicates left by older versions are removed first.
-
-Revision ID: 0003
-Revises: 0001
-Create Date: 2026-12-02
 """
 
 from __future__ import annotations
@@ -14,10 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003"
+revision = "0003"  # created 2026-12-02
 down_revision = "0001"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -3,10 +3,6 @@
 Existing participants and seats (written by ``monitor --seats``) move into a course created here,
 key ``default``; samples, aggregates and alerts keep their ids. A participant holding more than one
 open assignment (possible before) keeps the newest; the others are closed, so the new indexes hold.
-
-Revision ID: 0004
-Revises: 0003
-Create Date: 2026-12-02
 """
 
 from __future__ import annotations
@@ -15,11 +11,12 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from alembic import op
+from alembic.operations import BatchOperations
 
-revision = "0004"
+from gpuseat.db.migrations.columns import at, foreign_key, ident, pk
+
+revision = "0004"  # created 2026-12-02
 down_revision = "0003"
-branch_labels = None
-depends_on = None
 
 OPEN = sa.text("valid_to IS NULL")
 DEFAULT_COURSE = "default"
@@ -44,7 +41,7 @@ def upgrade() -> None:
     now = datetime.now(UTC)
     courses = op.create_table(
         "courses",
-        sa.Column("id", sa.Integer(), nullable=False),
+        ident(),
         sa.Column("key", sa.String(64), nullable=False),
         sa.Column("name", sa.String(256), nullable=False),
         sa.Column("source_text", sa.Text(), nullable=True),
@@ -54,9 +51,9 @@ def upgrade() -> None:
         sa.Column("ends_on", sa.Date(), nullable=True),
         sa.Column("plan_option", sa.JSON(), nullable=True),
         sa.Column("survey_state", sa.String(32), nullable=True),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_courses"),
+        at("created_at", nullable=False),
+        at("updated_at", nullable=False),
+        pk("courses"),
         sa.UniqueConstraint("key", name="uq_courses_key"),
     )
     has_rows = any(
@@ -80,8 +77,8 @@ def upgrade() -> None:
     op.add_column("participants", sa.Column("course_id", sa.Integer(), nullable=True))
     op.add_column("participants", sa.Column("group_name", sa.String(128), nullable=True))
     op.add_column("participants", sa.Column("ssh_key", sa.Text(), nullable=True))
-    op.add_column("participants", sa.Column("created_at", sa.DateTime(timezone=True), nullable=True))
-    op.add_column("participants", sa.Column("updated_at", sa.DateTime(timezone=True), nullable=True))
+    op.add_column("participants", at("created_at", nullable=True))
+    op.add_column("participants", at("updated_at", nullable=True))
     if default_id is not None:
         bind.execute(
             sa.text("UPDATE participants SET course_id = :c, created_at = :t, updated_at = :t"),
@@ -106,9 +103,9 @@ def upgrade() -> None:
     op.add_column("seats", sa.Column("engine_ref", sa.String(512), nullable=True))
     op.add_column("seats", sa.Column("state", sa.String(16), nullable=True))
     op.add_column("seats", sa.Column("state_reason", sa.Text(), nullable=True))
-    op.add_column("seats", sa.Column("state_at", sa.DateTime(timezone=True), nullable=True))
+    op.add_column("seats", at("state_at", nullable=True))
     op.add_column("seats", sa.Column("connect", sa.Text(), nullable=True))
-    op.add_column("seats", sa.Column("created_at", sa.DateTime(timezone=True), nullable=True))
+    op.add_column("seats", at("created_at", nullable=True))
     if default_id is not None:
         bind.execute(
             sa.text(
@@ -160,34 +157,28 @@ def upgrade() -> None:
 
     op.create_table(
         "access_tokens",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("participant_id", sa.Integer(), nullable=False),
+        ident(),
+        *foreign_key("access_tokens", "participant_id"),
         sa.Column("token_hash", sa.String(64), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("last_used_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("revoked_at", sa.DateTime(timezone=True), nullable=True),
-        sa.ForeignKeyConstraint(
-            ["participant_id"],
-            ["participants.id"],
-            name="fk_access_tokens_participant_id_participants",
-            ondelete="CASCADE",
-        ),
-        sa.PrimaryKeyConstraint("id", name="pk_access_tokens"),
+        at("created_at", nullable=False),
+        at("last_used_at", nullable=True),
+        at("revoked_at", nullable=True),
+        pk("access_tokens"),
         sa.UniqueConstraint("token_hash", name="uq_access_tokens_token_hash"),
     )
     op.create_index("ix_access_tokens_participant_id", "access_tokens", ["participant_id"])
 
     op.create_table(
         "events",
-        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
-        sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+        ident(big=True),
+        at("at", nullable=False),
         sa.Column("course_key", sa.String(64), nullable=True),
         sa.Column("actor", sa.String(128), nullable=False),
         sa.Column("action", sa.String(32), nullable=False),
         sa.Column("participant", sa.String(128), nullable=True),
         sa.Column("seat", sa.String(128), nullable=True),
         sa.Column("detail", sa.JSON(), nullable=True),
-        sa.PrimaryKeyConstraint("id", name="pk_events"),
+        pk("events"),
     )
     op.create_index("ix_events_course_at", "events", ["course_key", "at"])
     for statement in _PG_TRIGGERS if bind.dialect.name == "postgresql" else _SQLITE_TRIGGERS:
@@ -217,12 +208,7 @@ def downgrade() -> None:
         batch.drop_column("mode")
     bind.execute(sa.text("DELETE FROM seats WHERE device_uuid IS NULL"))
     with op.batch_alter_table("seats") as batch:
-        batch.drop_index("ix_seats_course_id")
-        batch.drop_constraint("fk_seats_course_id_courses", type_="foreignkey")
-        batch.drop_constraint("uq_seats_course_device_uuid", type_="unique")
-        batch.drop_constraint("uq_seats_course_key", type_="unique")
-        batch.create_unique_constraint("uq_seats_key", ["key"])
-        batch.create_unique_constraint("uq_seats_device_uuid", ["device_uuid"])
+        _unscope(batch, "seats", per_course=("device_uuid", "key"), unique=("key", "device_uuid"))
         batch.alter_column("device_uuid", existing_type=sa.String(96), nullable=False)
         for col in (
             "created_at",
@@ -239,11 +225,18 @@ def downgrade() -> None:
         ):
             batch.drop_column(col)
     with op.batch_alter_table("participants") as batch:
-        batch.drop_index("ix_participants_course_id")
-        batch.drop_constraint("fk_participants_course_id_courses", type_="foreignkey")
-        batch.drop_constraint("uq_participants_course_email", type_="unique")
-        batch.drop_constraint("uq_participants_course_key", type_="unique")
-        batch.create_unique_constraint("uq_participants_key", ["key"])
+        _unscope(batch, "participants", per_course=("email", "key"), unique=("key",))
         for col in ("updated_at", "created_at", "ssh_key", "group_name", "course_id"):
             batch.drop_column(col)
     op.drop_table("courses")
+
+
+def _unscope(batch: BatchOperations, table: str, *, per_course: tuple[str, ...], unique: tuple[str, ...]) -> None:
+    """Undo what :func:`upgrade` made ``table`` per course: its course index, foreign key and per-course
+    unique keys go, and the global unique keys ``unique`` come back."""
+    batch.drop_index(f"ix_{table}_course_id")
+    batch.drop_constraint(f"fk_{table}_course_id_courses", type_="foreignkey")
+    for column in per_course:
+        batch.drop_constraint(f"uq_{table}_course_{column}", type_="unique")
+    for column in unique:
+        batch.create_unique_constraint(f"uq_{table}_{column}", [column])

@@ -1,63 +1,48 @@
-"""Portal: surveys and their responses, organizer logins, shared portal settings; seat indexes on samples.
-
-Revision ID: 0005
-Revises: 0004
-Create Date: 2026-12-02
-"""
+"""Portal: surveys and their responses, organizer logins, shared portal settings; seat indexes on samples."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005"
+from gpuseat.db.migrations.columns import at, foreign_key, ident, pk
+
+revision = "0005"  # created 2026-12-02
 down_revision = "0004"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
     """Create the portal's tables (nothing existing changes)."""
     op.create_table(
         "surveys",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("course_id", sa.Integer(), nullable=False),
+        ident(),
+        *foreign_key("surveys", "course_id"),
         sa.Column("template_key", sa.String(64), nullable=False),
         sa.Column("template_text", sa.Text(), nullable=False),
-        sa.Column("opened_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("closed_at", sa.DateTime(timezone=True), nullable=True),
-        sa.ForeignKeyConstraint(["course_id"], ["courses.id"], name="fk_surveys_course_id_courses", ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("id", name="pk_surveys"),
+        at("opened_at", nullable=True),
+        at("closed_at", nullable=True),
+        pk("surveys"),
         sa.UniqueConstraint("course_id", name="uq_surveys_course_id"),
     )
     op.create_table(
         "survey_responses",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("survey_id", sa.Integer(), nullable=False),
-        sa.Column("participant_id", sa.Integer(), nullable=False),
+        ident(),
+        *foreign_key("survey_responses", "survey_id"),
+        *foreign_key("survey_responses", "participant_id"),
         sa.Column("answers", sa.JSON(), nullable=False),
-        sa.Column("submitted_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["survey_id"], ["surveys.id"], name="fk_survey_responses_survey_id_surveys", ondelete="CASCADE"
-        ),
-        sa.ForeignKeyConstraint(
-            ["participant_id"],
-            ["participants.id"],
-            name="fk_survey_responses_participant_id_participants",
-            ondelete="CASCADE",
-        ),
-        sa.PrimaryKeyConstraint("id", name="pk_survey_responses"),
+        at("submitted_at", nullable=False),
+        at("updated_at", nullable=False),
+        pk("survey_responses"),
         sa.UniqueConstraint("survey_id", "participant_id", name="uq_survey_responses_survey_participant"),
     )
     op.create_index("ix_survey_responses_participant_id", "survey_responses", ["participant_id"])
     op.create_table(
         "portal_users",
-        sa.Column("id", sa.Integer(), nullable=False),
+        ident(),
         sa.Column("username", sa.String(64), nullable=False),
         sa.Column("password_hash", sa.String(256), nullable=False),
-        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_portal_users"),
+        at("updated_at", nullable=False),
+        pk("portal_users"),
         sa.UniqueConstraint("username", name="uq_portal_users_username"),
     )
     op.create_index("ix_samples_seat_id_ts", "samples", ["seat_id", "ts"])
@@ -66,7 +51,7 @@ def upgrade() -> None:
         "portal_settings",
         sa.Column("key", sa.String(64), nullable=False),
         sa.Column("value", sa.Text(), nullable=False),
-        sa.PrimaryKeyConstraint("key", name="pk_portal_settings"),
+        pk("portal_settings", "key"),
     )
 
 

@@ -3,10 +3,6 @@
 Existing alerts are carried over: an alert whose seat key names exactly one seat in the database gets
 that seat's id and course; one whose key several courses use stays course-less (it cannot be placed),
 as do GPU-lost alerts of GPUs no seat uses.
-
-Revision ID: 0006
-Revises: 0005
-Create Date: 2026-12-03
 """
 
 from __future__ import annotations
@@ -14,10 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006"
+revision = "0006"  # created 2026-12-03
 down_revision = "0005"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -1,19 +1,14 @@
-"""Portal: server-side organizer sessions (so logout and a new password end them at once).
-
-Revision ID: 0008
-Revises: 0007
-Create Date: 2026-12-03
-"""
+"""Portal: server-side organizer sessions (so logout and a new password end them at once)."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008"
+from gpuseat.db.migrations.columns import at, pk
+
+revision = "0008"  # created 2026-12-03
 down_revision = "0007"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
@@ -22,9 +17,9 @@ def upgrade() -> None:
         "portal_sessions",
         sa.Column("id_hash", sa.String(64), nullable=False),
         sa.Column("username", sa.String(64), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("id_hash", name="pk_portal_sessions"),
+        at("created_at", nullable=False),
+        at("expires_at", nullable=False),
+        pk("portal_sessions", "id_hash"),
     )
     op.create_index("ix_portal_sessions_username", "portal_sessions", ["username"])
 

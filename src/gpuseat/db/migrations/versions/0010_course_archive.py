@@ -3,21 +3,16 @@
 An archived course is read-only: the database itself refuses inserts and updates of its participants,
 seats, assignments, access tokens and survey rows (triggers), whatever code path tries them, the way
 the partial unique indexes refuse a double assignment. Deleting an archived course stays possible.
-
-Revision ID: 0010
-Revises: 0007
-Create Date: 2026-12-03
 """
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from alembic import op
 
-revision = "0010"
+from gpuseat.db.migrations.columns import at
+
+revision = "0010"  # created 2026-12-03
 down_revision = "0008"
-branch_labels = None
-depends_on = None
 
 MESSAGE = "gpuseat: course is archived"
 
@@ -69,7 +64,7 @@ $$
 def upgrade() -> None:
     """Add the column and the triggers (existing courses stay writable)."""
     with op.batch_alter_table("courses") as batch:
-        batch.add_column(sa.Column("archived_at", sa.DateTime(timezone=True), nullable=True))
+        batch.add_column(at("archived_at", nullable=True))
     if op.get_bind().dialect.name == "postgresql":
         op.execute(_PG_FUNCTION)
         for table in (*_SQLITE_COURSE, "courses"):

@@ -9,10 +9,6 @@ last word on double assignments.
 
 The archive triggers (0010) refuse updates of an archived course's seats; an update that flips ``taken``
 is the assignments triggers' own (deleting an archived course deletes its open assignments) and passes.
-
-Revision ID: 0011
-Revises: 0010
-Create Date: 2026-12-03
 """
 
 from __future__ import annotations
@@ -20,10 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011"
+revision = "0011"  # created 2026-12-03
 down_revision = "0010"
-branch_labels = None
-depends_on = None
 
 MESSAGE = "gpuseat: course is archived"  # as 0010
 _ARCHIVED = "(SELECT archived_at FROM courses WHERE id = NEW.course_id)"

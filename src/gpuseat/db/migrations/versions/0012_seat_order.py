@@ -10,20 +10,14 @@ better of two picks:
   kind = 'cloud', memory_gb IS NULL, memory_gb, key)`` (``key COLLATE "C"`` on PostgreSQL, as the claim
   compares keys): the best open seat is the first suitable entry, a log-n lookup;
 * ``ix_seats_free_reserved``: the free reserved seats of a course (few), sorted by the claim.
-
-Revision ID: 0012
-Revises: 0011
-Create Date: 2027-01-18
 """
 
 from __future__ import annotations
 
 from alembic import op
 
-revision = "0012"
+revision = "0012"  # created 2027-01-18
 down_revision = "0011"
-branch_labels = None
-depends_on = None
 
 OPEN = "NOT taken AND json_array_length(groups) = 0"
 RESERVED = "NOT taken AND json_array_length(groups) > 0"

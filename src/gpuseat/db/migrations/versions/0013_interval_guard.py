@@ -13,20 +13,14 @@ writes:
 
 Rows a stepped clock already stored backwards are closed at their start (``valid_to = valid_from``)
 first, archived courses' rows included.
-
-Revision ID: 0013
-Revises: 0012
-Create Date: 2026-12-06
 """
 
 from __future__ import annotations
 
 from alembic import op
 
-revision = "0013"
+revision = "0013"  # created 2026-12-06
 down_revision = "0012"
-branch_labels = None
-depends_on = None
 
 MESSAGE = "gpuseat: an assignment cannot end before it starts"
 CONSTRAINT = "ck_assignments_interval"

@@ -1,9 +1,5 @@
 """Engines and agents: per-course engine settings, agent leases and status, the access engines hold,
 deletions waiting for revocation, and (PostgreSQL) a NOTIFY on every new events row to wake agents.
-
-Revision ID: 0014
-Revises: 0013
-Create Date: 2026-12-06
 """
 
 from __future__ import annotations
@@ -11,10 +7,10 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0014"
+from gpuseat.db.migrations.columns import at, foreign_key, ident, pk
+
+revision = "0014"  # created 2026-12-06
 down_revision = "0013"
-branch_labels = None
-depends_on = None
 
 CHANNEL = "gpuseat_events"
 # NOTIFY makes committing transactions take turns on PostgreSQL's notification queue (16 concurrent seat
@@ -36,15 +32,12 @@ def upgrade() -> None:
     """Create the five tables; on PostgreSQL, the events trigger that wakes listening agents."""
     op.create_table(
         "engine_settings",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("course_id", sa.Integer(), nullable=False),
+        ident(),
+        *foreign_key("engine_settings", "course_id"),
         sa.Column("engine", sa.String(32), nullable=False),
         sa.Column("values", sa.JSON(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["course_id"], ["courses.id"], name="fk_engine_settings_course_id_courses", ondelete="CASCADE"
-        ),
-        sa.PrimaryKeyConstraint("id", name="pk_engine_settings"),
+        at("updated_at", nullable=False),
+        pk("engine_settings"),
         sa.UniqueConstraint("course_id", "engine", name="uq_engine_settings_course_engine"),
     )
     op.create_table(
@@ -53,7 +46,7 @@ def upgrade() -> None:
         sa.Column("holder", sa.String(160), nullable=False),
         sa.Column("acquired_at", sa.Float(), nullable=False),
         sa.Column("expires_at", sa.Float(), nullable=False),
-        sa.PrimaryKeyConstraint("name", name="pk_agent_leases"),
+        pk("agent_leases", "name"),
     )
     op.create_table(
         "agent_status",
@@ -61,16 +54,16 @@ def upgrade() -> None:
         sa.Column("holder", sa.String(160), nullable=False),
         sa.Column("role", sa.String(16), nullable=False),
         sa.Column("cursor", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
-        sa.Column("last_apply_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("last_resync_at", sa.DateTime(timezone=True), nullable=True),
+        at("last_apply_at", nullable=True),
+        at("last_resync_at", nullable=True),
         sa.Column("pending", sa.Integer(), nullable=False),
         sa.Column("failed", sa.JSON(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("name", name="pk_agent_status"),
+        at("updated_at", nullable=False),
+        pk("agent_status", "name"),
     )
     op.create_table(
         "engine_holdings",
-        sa.Column("id", sa.Integer(), nullable=False),
+        ident(),
         sa.Column("course_key", sa.String(64), nullable=False),
         sa.Column("engine", sa.String(32), nullable=False),
         sa.Column("host", sa.String(256), nullable=False),
@@ -78,8 +71,8 @@ def upgrade() -> None:
         sa.Column("login", sa.String(64), nullable=False),
         sa.Column("participant", sa.String(128), nullable=True),
         sa.Column("seat", sa.String(128), nullable=True),
-        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_engine_holdings"),
+        at("updated_at", nullable=False),
+        pk("engine_holdings"),
     )
     op.create_index("ix_engine_holdings_course_key", "engine_holdings", ["course_key"])
     op.create_table(
@@ -88,8 +81,8 @@ def upgrade() -> None:
         sa.Column("export_path", sa.Text(), nullable=False),
         sa.Column("sha256", sa.String(64), nullable=False),
         sa.Column("actor", sa.String(128), nullable=False),
-        sa.Column("requested_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("course_key", name="pk_course_deletions"),
+        at("requested_at", nullable=False),
+        pk("course_deletions", "course_key"),
     )
     if op.get_bind().dialect.name == "postgresql":
         op.execute(_PG_FUNCTION)
