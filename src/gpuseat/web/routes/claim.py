@@ -10,15 +10,14 @@ and a link of an archived course opens nothing (410).
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 
 from gpuseat.errors import InputError, NoFreeSeat
-from gpuseat.store import ParticipantView
 from gpuseat.store.requests import RATE_LIMIT, RATE_WINDOW
-from gpuseat.web.deps import get_portal, participant, participant_form
+from gpuseat.web.deps import participant
 from gpuseat.web.pages import root
-from gpuseat.web.portal import Portal
+from gpuseat.web.routes import LinkPost, PortalDep
 from gpuseat.web.routes.participant import participant_page
 from gpuseat.web.security import RateLimiter
 
@@ -31,12 +30,7 @@ NO_SEAT_LEFT = "No seat is left for you right now: every seat that suits you is 
 
 
 @router.post("/t/{token}/claim")
-def participant_claim(
-    token: str,
-    request: Request,
-    who: ParticipantView = Depends(participant_form),
-    portal: Portal = Depends(get_portal),
-) -> Response:
+def participant_claim(token: str, request: Request, who: LinkPost, portal: PortalDep) -> Response:
     """Claim a pool seat for the link's participant (theirs if they hold one), then back to their page."""
     if CLAIMS.blocked(token):
         return PlainTextResponse(f"{RATE_LIMIT} claims in {RATE_WINDOW.seconds // 60} minutes already", 429)

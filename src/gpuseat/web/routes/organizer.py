@@ -13,10 +13,9 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
-from starlette.datastructures import FormData
 
 from gpuseat.errors import InputError
-from gpuseat.web.deps import check_csrf, get_portal, need_organizer, organizer_form, read_form
+from gpuseat.web.deps import check_csrf, need_organizer
 from gpuseat.web.exports import csv_text
 from gpuseat.web.limits import MAX_UPLOAD
 from gpuseat.web.pages import (
@@ -32,6 +31,7 @@ from gpuseat.web.pages import (
     set_cookie,
 )
 from gpuseat.web.portal import Portal
+from gpuseat.web.routes import Form, OrganizerPost, PortalDep
 from gpuseat.web.seat_hours import COLUMNS as HOUR_COLUMNS
 from gpuseat.web.seat_hours import hour_rows
 from gpuseat.web.security import CSRF_COOKIE, SESSION_COOKIE, SESSION_MAX_AGE_S
@@ -52,7 +52,7 @@ def login_page(request: Request) -> Response:
 
 
 @router.post("/login")
-def login(request: Request, data: FormData = Depends(read_form), portal: Portal = Depends(get_portal)) -> Response:
+def login(request: Request, data: Form, portal: PortalDep) -> Response:
     """A session for the right password; failures count per address and account only."""
     check_csrf(request, data, "a:" + (request.cookies.get(cookie_name(request, CSRF_COOKIE)) or ""))
     user, password = str(data.get("username", ""))[:64], str(data.get("password", ""))
@@ -72,7 +72,7 @@ def login(request: Request, data: FormData = Depends(read_form), portal: Portal 
 
 
 @router.post("/logout")
-def logout(request: Request, user: str = Depends(organizer_form)) -> Response:
+def logout(request: Request, user: OrganizerPost) -> Response:
     """End this session."""
     sessions_of(request).end(session_secret(request))
     response = go(request, "/login")
@@ -81,11 +81,7 @@ def logout(request: Request, user: str = Depends(organizer_form)) -> Response:
 
 
 @router.post("/logout/everywhere")
-def logout_everywhere(
-    request: Request,
-    user: str = Depends(organizer_form),
-    portal: Portal = Depends(get_portal),
-) -> Response:
+def logout_everywhere(request: Request, user: OrganizerPost, portal: PortalDep) -> Response:
     """End every session of this organizer (a lost laptop)."""
     n = sessions_of(request).end_all(user)
     portal.store.events.log(portal.course_key, "portal.logout-all", actor=user, detail={"sessions": n})
@@ -98,7 +94,7 @@ def logout_everywhere(
 
 
 @router.get("/overview", response_class=HTMLResponse, dependencies=[Organizer])
-def overview(request: Request, portal: Portal = Depends(get_portal)) -> Response:
+def overview(request: Request, portal: PortalDep) -> Response:
     """The course at a glance, with the delivery checklist."""
     from gpuseat.services.delivery import checklist
 
@@ -123,18 +119,13 @@ def roster_page(request: Request, portal: Portal, status: int = 200, **ctx: Any)
 
 
 @router.get("/roster", response_class=HTMLResponse, dependencies=[Organizer])
-def roster(request: Request, portal: Portal = Depends(get_portal)) -> Response:
+def roster(request: Request, portal: PortalDep) -> Response:
     """The roster page."""
     return roster_page(request, portal)
 
 
 @router.post("/roster/import")
-def roster_import(
-    request: Request,
-    data: FormData = Depends(read_form),
-    user: str = Depends(organizer_form),
-    portal: Portal = Depends(get_portal),
-) -> Response:
+def roster_import(request: Request, data: Form, user: OrganizerPost, portal: PortalDep) -> Response:
     """A roster CSV (at most 2 MiB, UTF-8): what changed, or one message for what is wrong."""
     upload = data.get("file")
     ctx: dict[str, Any] = {}
@@ -170,13 +161,13 @@ def seats_page(request: Request, portal: Portal, status: int = 200, **ctx: Any) 
 
 
 @router.get("/seats", response_class=HTMLResponse, dependencies=[Organizer])
-def seats(request: Request, portal: Portal = Depends(get_portal)) -> Response:
+def seats(request: Request, portal: PortalDep) -> Response:
     """The seats page."""
     return seats_page(request, portal)
 
 
 @router.get("/seats/live.json", dependencies=[Organizer])
-def seats_live(portal: Portal = Depends(get_portal)) -> Response:
+def seats_live(portal: PortalDep) -> Response:
     """Polled by the open Seats page: the same few queries, not the whole digest."""
     d = portal.seats_page()
     return JSONResponse(
@@ -197,12 +188,7 @@ def seats_live(portal: Portal = Depends(get_portal)) -> Response:
 
 
 @router.post("/seats/action")
-def seat_action(
-    request: Request,
-    data: FormData = Depends(read_form),
-    user: str = Depends(organizer_form),
-    portal: Portal = Depends(get_portal),
-) -> Response:
+def seat_action(request: Request, data: Form, user: OrganizerPost, portal: PortalDep) -> Response:
     """Assign all, assign, move or release; the page again with what happened (or why not)."""
     action = str(data.get("action", ""))
     who, seat = str(data.get("participant", "")).strip(), str(data.get("seat", "")).strip()
@@ -234,12 +220,7 @@ def seat_action(
 
 
 @router.post("/seats/connect")
-def seat_connect(
-    request: Request,
-    data: FormData = Depends(read_form),
-    user: str = Depends(organizer_form),
-    portal: Portal = Depends(get_portal),
-) -> Response:
+def seat_connect(request: Request, data: Form, user: OrganizerPost, portal: PortalDep) -> Response:
     """A seat's way in, typed by the organizer (ssh line, jump host, URL, note)."""
     from gpuseat.services.delivery import build_access
 
@@ -257,40 +238,40 @@ def seat_connect(
 
 
 @router.get("/alerts", response_class=HTMLResponse, dependencies=[Organizer])
-def alerts(request: Request, portal: Portal = Depends(get_portal)) -> Response:
+def alerts(request: Request, portal: PortalDep) -> Response:
     """Idle seats, foreign processes and other alerts."""
     return page(request, "alerts.html", tab="alerts", d=portal.digest())
 
 
 @router.get("/bench", response_class=HTMLResponse, dependencies=[Organizer])
-def bench(request: Request, portal: Portal = Depends(get_portal)) -> Response:
+def bench(request: Request, portal: PortalDep) -> Response:
     """Benchmark results per seat."""
     return page(request, "bench.html", tab="bench", d=portal.digest())
 
 
 @router.get("/hours", dependencies=[Organizer])
-def hours_page(request: Request, portal: Portal = Depends(get_portal)) -> Response:
+def hours_page(request: Request, portal: PortalDep) -> Response:
     """Seat hours per participant and the course's policy."""
     rows, policy = hour_rows(portal)
     return page(request, "hours.html", tab="hours", rows=rows, policy=policy)
 
 
 @router.get("/hours.csv", dependencies=[Organizer])
-def hours_csv(portal: Portal = Depends(get_portal)) -> Response:
+def hours_csv(portal: PortalDep) -> Response:
     """Seat hours per participant, as a CSV."""
     rows, _policy = hour_rows(portal)
     return download(csv_text(HOUR_COLUMNS, ([r.get(c) for c in HOUR_COLUMNS] for r in rows)), "seat-hours.csv")
 
 
 @router.get("/seats.csv", dependencies=[Organizer])
-def seats_csv(portal: Portal = Depends(get_portal)) -> Response:
+def seats_csv(portal: PortalDep) -> Response:
     """Every seat, as a CSV."""
     rows = portal.store.seats.seats(portal.course_key)
     return download(csv_text(SEAT_COLUMNS, ([getattr(s, c) for c in SEAT_COLUMNS] for s in rows)), "seats.csv")
 
 
 @router.get("/roster.csv", dependencies=[Organizer])
-def roster_csv(portal: Portal = Depends(get_portal)) -> Response:
+def roster_csv(portal: PortalDep) -> Response:
     """The roster, as a CSV."""
     rows = portal.store.roster.participants(portal.course_key)
     return download(csv_text(ROSTER_COLUMNS, ([getattr(p, c) for c in ROSTER_COLUMNS] for p in rows)), "roster.csv")
@@ -300,18 +281,13 @@ def roster_csv(portal: Portal = Depends(get_portal)) -> Response:
 
 
 @router.get("/links", response_class=HTMLResponse, dependencies=[Organizer])
-def links(request: Request, portal: Portal = Depends(get_portal)) -> Response:
+def links(request: Request, portal: PortalDep) -> Response:
     """Who has a link, who used it."""
     return page(request, "links.html", tab="links", status_rows=portal.store.tokens.token_status(portal.course_key))
 
 
 @router.post("/links")
-def links_action(
-    request: Request,
-    data: FormData = Depends(read_form),
-    user: str = Depends(organizer_form),
-    portal: Portal = Depends(get_portal),
-) -> Response:
+def links_action(request: Request, data: Form, user: OrganizerPost, portal: PortalDep) -> Response:
     """Issue (also the mail merge), rotate or revoke links; the new ones shown once, or as a CSV."""
     action, who = str(data.get("action", "")), str(data.get("participant", "")).strip()
     people = [who] if who else None

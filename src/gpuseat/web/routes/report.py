@@ -5,14 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 
-from gpuseat.web.deps import get_portal, need_organizer
-from gpuseat.web.portal import Portal
+from gpuseat.web.deps import need_organizer
+from gpuseat.web.routes import PortalDep
 
 router = APIRouter()
 
 
 @router.get("/report", response_class=HTMLResponse, dependencies=[Depends(need_organizer)])
-def report(request: Request, portal: Portal = Depends(get_portal)) -> Response:
+def report(request: Request, portal: PortalDep) -> Response:
     """The report as a page, or as a download with ``?download=1``; its own CSP allows only its inline style."""
     from gpuseat.web.report import render_report, report_csp
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
-from starlette.datastructures import FormData
 
 from gpuseat.errors import InputError
 from gpuseat.web.course_settings import FIELDS, INTEGERS, Edit, changes, current, parse, rewritten
-from gpuseat.web.deps import get_portal, need_organizer, organizer_form, read_form
+from gpuseat.web.deps import need_organizer
 from gpuseat.web.pages import page
-from gpuseat.web.portal import Portal
+from gpuseat.web.routes import Form, OrganizerPost, PortalDep
 
 router = APIRouter()
 
@@ -36,18 +35,13 @@ def settings_page(request: Request, edit: Edit, status: int = 200, **ctx: str) -
 
 
 @router.get("/course/settings", response_class=HTMLResponse, dependencies=[Depends(need_organizer)])
-def course_settings(request: Request, portal: Portal = Depends(get_portal)) -> Response:
+def course_settings(request: Request, portal: PortalDep) -> Response:
     """The course's policy as the course file sets it (blank: not set, the default applies)."""
     return settings_page(request, current(portal.store.courses.course_file(portal.course_key)))
 
 
 @router.post("/course/settings")
-def save_course_settings(
-    request: Request,
-    data: FormData = Depends(read_form),
-    user: str = Depends(organizer_form),
-    portal: Portal = Depends(get_portal),
-) -> Response:
+def save_course_settings(request: Request, data: Form, user: OrganizerPost, portal: PortalDep) -> Response:
     """Check every field; store the new policy only when all are right (one events row per change)."""
     key = portal.course_key
     course = portal.store.courses.course_file(key)

@@ -7,26 +7,18 @@ from pathlib import Path
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
-from starlette.datastructures import FormData
 
 from gpuseat.errors import InputError
-from gpuseat.store import ParticipantView
-from gpuseat.web.deps import get_portal, need_organizer, organizer_form, participant_form, read_form
+from gpuseat.web.deps import need_organizer
 from gpuseat.web.pages import download, go, page
-from gpuseat.web.portal import Portal
+from gpuseat.web.routes import Form, LinkPost, OrganizerPost, PortalDep
 from gpuseat.web.routes.participant import participant_page
 
 router = APIRouter()
 
 
 @router.post("/t/{token}/survey")
-def participant_survey(
-    token: str,
-    request: Request,
-    data: FormData = Depends(read_form),
-    who: ParticipantView = Depends(participant_form),
-    portal: Portal = Depends(get_portal),
-) -> Response:
+def participant_survey(token: str, request: Request, data: Form, who: LinkPost, portal: PortalDep) -> Response:
     """The participant's answers; a bad answer shows their page again with the message and what they typed."""
     fields = {k: [v for v in data.getlist(k) if isinstance(v, str)] for k in data if k.startswith("q_")}
     try:
@@ -39,18 +31,13 @@ def participant_survey(
 
 
 @router.get("/survey", response_class=HTMLResponse, dependencies=[Depends(need_organizer)])
-def survey_results(request: Request, portal: Portal = Depends(get_portal)) -> Response:
+def survey_results(request: Request, portal: PortalDep) -> Response:
     """The answers so far, the NPS, and the survey's state."""
     return page(request, "survey_results.html", tab="survey", d=portal.digest())
 
 
 @router.post("/survey")
-def survey_state(
-    request: Request,
-    data: FormData = Depends(read_form),
-    user: str = Depends(organizer_form),
-    portal: Portal = Depends(get_portal),
-) -> Response:
+def survey_state(request: Request, data: Form, user: OrganizerPost, portal: PortalDep) -> Response:
     """Open or close the survey."""
     state = {"open": "open", "close": "closed"}.get(str(data.get("action", "")))
     if state is None:
@@ -60,12 +47,7 @@ def survey_state(
 
 
 @router.post("/survey/template")
-def survey_template(
-    request: Request,
-    data: FormData = Depends(read_form),
-    user: str = Depends(organizer_form),
-    portal: Portal = Depends(get_portal),
-) -> Response:
+def survey_template(request: Request, data: Form, user: OrganizerPost, portal: PortalDep) -> Response:
     """The editor: new wording for the questions, accepted only while nobody has answered."""
     import tempfile
 
@@ -90,6 +72,6 @@ def survey_template(
 
 
 @router.get("/survey.csv", dependencies=[Depends(need_organizer)])
-def survey_csv(portal: Portal = Depends(get_portal)) -> Response:
+def survey_csv(portal: PortalDep) -> Response:
     """Every answer, one row per participant."""
     return download(portal.surveys.export_csv(portal.course_key), "survey.csv")
