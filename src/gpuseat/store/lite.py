@@ -1,0 +1,209 @@
+"""``gpuseat seats status`` without SQLAlchemy: the seats of a course and their last GPU activity, read
+through the DB-API driver (issue 39).
+
+Importing SQLAlchemy's ORM and the schema costs more than the whole start-up goal of this one command, so
+it reads its two answers (``store.seats.seats(course)`` and ``store.activity.last_active(…)``) here
+with plain SQL, the way Datasette reads SQLite: the stdlib :mod:`sqlite3` for ``sqlite:///`` URLs,
+:mod:`psycopg` (imported only then) for ``postgresql+psycopg://`` URLs. It answers only when that is
+safe: an existing database, read-only (SQLite opened with ``mode=ro``), at the schema revision this
+code knows. Anything else (no file yet, an older or newer schema, a URL it does not read the way
+SQLAlchemy would, any driver error) gives ``None``, and the caller opens the full store, which then
+upgrades, refuses or explains exactly as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from gpuseat.errors import GpuseatError
+from gpuseat.store.views import SeatView, _utc
+
+#: the one statement per question, ``?`` for each bound value (psycopg gets ``%s``, see :func:`_rows`)
+_REVISION = "SELECT version_num FROM alembic_version"
+_COURSE = "SELECT key FROM courses WHERE key = ?"
+_FIRST_COURSES = "SELECT key FROM courses ORDER BY key LIMIT 11"  # the store's default-course rule
+_COURSE_KEYS = "SELECT key FROM courses"  # the store's "did you mean" list, in its order
+_SEATS = """
+SELECT s.id, s.key, s.kind, s.host, s.device_uuid, s.profile, s.memory_gb, s."groups", s.engine, s.engine_ref,
+       s.state, s.state_reason, s.state_at, s.connect, p.key, a.id, a.valid_from, a.mode
+FROM seats s
+JOIN courses c ON c.id = s.course_id
+LEFT OUTER JOIN assignments a ON a.seat_id = s.id AND a.valid_to IS NULL
+LEFT OUTER JOIN participants p ON p.id = a.participant_id
+WHERE c.key = ?
+ORDER BY s.key
+"""
+_OF_COURSE = "seat_id IN (SELECT s.id FROM seats s JOIN courses c ON c.id = s.course_id WHERE c.key = ?)"
+_ROLLED = f"SELECT seat_id, MAX(minute) FROM minute_aggregates WHERE active_samples > 0 AND {_OF_COURSE} GROUP BY 1"
+_RAW = f"SELECT seat_id, MAX(ts) FROM samples WHERE active = ? AND {_OF_COURSE} GROUP BY 1"
+
+
+class SeatStatus(NamedTuple):
+    """What ``seats status`` shows: the course's seats by key, and when each was last in use."""
+
+    seats: list[SeatView]
+    #: seat id → Unix seconds of the last GPU activity (None: never seen in use), as ``store.activity.last_active``
+    last_active: dict[int, float | None]
+
+
+def seat_status(db: str | None, course: str | None) -> SeatStatus | None:
+    """The seats of ``course`` (None: the only course) and their last activity, or None: ask the full store.
+
+    ``db`` is the ``--db`` argument (None: ``GPUSEAT_DB_URL`` or the data dir's SQLite file, as
+    :func:`gpuseat.db.resolve_url`). An unknown course, or none named when the store holds none or
+    several, raises the store's own error.
+    """
+    from gpuseat.db import resolve_url
+
+    try:
+        conn = _connect(resolve_url(db))
+        if conn is None:
+            return None
+        try:
+            return _read(conn, course)
+        finally:
+            conn.close()
+    except GpuseatError:
+        raise
+    except Exception:  # a driver's error, a value the ORM would not read either: the full store says what
+        return None
+
+
+def head_revision() -> str:
+    """The newest migration's revision, from the file names (``0015_seat_requests.py`` → ``0015``).
+
+    No Alembic or :mod:`ast` import; ``tests/store/test_lite.py`` checks it against Alembic's head.
+    """
+    versions = Path(__file__).parents[1] / "db" / "migrations" / "versions"
+    return max(name[:4] for name in os.listdir(versions) if name[:4].isdigit() and name.endswith(".py"))
+
+
+class _Connection:
+    """One read-only DB-API connection and its placeholder (sqlite3: ``?``; psycopg: ``%s``)."""
+
+    def __init__(self, raw: Any, *, sqlite: bool) -> None:
+        self.raw = raw
+        self.sqlite = sqlite
+
+    def rows(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
+        """Every row of one statement, its values bound (never formatted into the SQL)."""
+        cur = self.raw.cursor()
+        try:
+            cur.execute(sql if self.sqlite else sql.replace("?", "%s"), params)
+            return list(cur.fetchall())
+        finally:
+            cur.close()
+
+    def close(self) -> None:
+        """End the read transaction (nothing was written) and the connection."""
+        self.raw.rollback()
+        self.raw.close()
+
+
+def _connect(url: str) -> _Connection | None:
+    """A read-only connection for the URLs read here exactly as SQLAlchemy would; None for the others."""
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
+        return None  # the full store refuses such a URL with its own message
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return None
+    if scheme in ("sqlite", "sqlite+pysqlite"):
+        return _connect_sqlite(rest)
+    if scheme == "postgresql+psycopg":
+        import psycopg
+
+        raw = psycopg.connect(f"postgresql://{rest}")
+        raw.read_only = True
+        return _Connection(raw, sqlite=False)
+    return None
+
+
+def _connect_sqlite(rest: str) -> _Connection | None:
+    """``sqlite:///PATH`` of an existing file, opened read-only (``mode=ro``: never written, never created)."""
+    import sqlite3
+
+    from gpuseat.db import SQLITE_MAGIC, busy_timeout
+
+    path = rest[1:] if rest.startswith("/") else ""
+    if not path or path == ":memory:" or any(ch in path for ch in "?%#~"):
+        return None  # in memory, options, quoted or ~ paths: the full store reads those
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+                return None
+    except OSError:
+        return None
+    raw = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=busy_timeout(), isolation_level=None)
+    raw.execute("BEGIN")  # one read transaction for both answers (WAL: never waits for a writer)
+    return _Connection(raw, sqlite=True)
+
+
+def _read(conn: _Connection, course: str | None) -> SeatStatus | None:
+    """The seats and last activity of the course in one read transaction (None: not at the head revision)."""
+    if conn.rows(_REVISION) != [(head_revision(),)]:
+        return None
+    key = _course_key(conn, course)
+    seats = [_seat_view(key, row, sqlite=conn.sqlite) for row in conn.rows(_SEATS, key)]
+    last: dict[int, float | None] = {s.id: None for s in seats}
+    for seat_id, minute in conn.rows(_ROLLED, key):
+        last[int(seat_id)] = float(minute * 60 + 59)  # the end of the last busy minute
+    for seat_id, ts in conn.rows(_RAW, True, key):
+        prev = last.get(int(seat_id))
+        last[int(seat_id)] = float(ts) if prev is None else max(prev, float(ts))
+    return SeatStatus(seats, last)
+
+
+def _course_key(conn: _Connection, course: str | None) -> str:
+    """The course's key, chosen and refused with the store's own errors (``store.rows._course``)."""
+    if course is not None:
+        if conn.rows(_COURSE, course):
+            return course
+        from gpuseat.store.rows import no_course  # an error: the full store's import cost no longer matters
+
+        raise no_course(course, [k for (k,) in conn.rows(_COURSE_KEYS)])
+    keys = [k for (k,) in conn.rows(_FIRST_COURSES)]
+    if len(keys) == 1:
+        return str(keys[0])
+    from gpuseat.store.rows import which_course
+
+    raise which_course(keys)
+
+
+def _seat_view(course: str, row: tuple[Any, ...], *, sqlite: bool) -> SeatView:
+    """One row of :data:`_SEATS` as the view ``store.rows._seat_view`` makes of the ORM's objects."""
+    (id_, key, kind, host, device, profile, memory_gb, groups, engine, engine_ref) = row[:10]
+    (state, reason, state_at, connect, who, assignment, valid_from, mode) = row[10:]
+    if sqlite:  # SQLite holds text where PostgreSQL's driver gives values
+        groups = None if groups is None else json.loads(groups)
+        state_at = _sqlite_datetime(state_at)
+        valid_from = _sqlite_datetime(valid_from)
+    held = assignment is not None
+    return SeatView(
+        course=course,
+        key=key,
+        kind=kind,
+        host=host,
+        device_uuid=device,
+        profile=profile,
+        memory_gb=memory_gb,
+        groups=tuple(groups or ()),
+        engine=engine,
+        engine_ref=engine_ref,
+        state=state,
+        state_reason=reason,
+        state_at=_utc(state_at),
+        connect=connect,
+        participant=who,
+        assigned_since=_utc(valid_from) if held else None,
+        mode=mode if held else None,
+        id=id_,
+    )
+
+
+def _sqlite_datetime(value: str | None) -> datetime | None:
+    """A stored SQLite time as SQLAlchemy 2's SQLite ``DateTime`` reads it (``datetime.fromisoformat``)."""
+    return None if value is None else datetime.fromisoformat(value)
