@@ -6,9 +6,9 @@ web layer only renders them.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from gpuseat.core.delivery import Instruction, being_prepared, instruction, login_name, not_yours
 from gpuseat.core.readiness import Access
@@ -25,12 +25,18 @@ def way_in(
     participant: ParticipantView | None,
     *,
     logins: Collection[str] | None = None,
+    stored: Mapping[str, Any] | Literal["read"] | None = "read",
 ) -> Instruction:
     """The seat's way in for its participant: stored access first, else the older one-line ``connect``.
 
     A way in made for another participant (a hand-over not applied yet) is never shown: "being
-    prepared" instead. ``logins``: every participant's login name (read once by callers of many seats)."""
-    access: dict[str, Any] | None = store.delivery.access_of(seat.course).get(seat.key)
+    prepared" instead. ``logins``: every participant's login name (read once by callers of many seats);
+    ``stored``: the seat's stored access when the caller read it with its other rows (the participant page)."""
+    access: dict[str, Any] | None
+    if stored == "read":
+        access = store.delivery.access_of(seat.course).get(seat.key)
+    else:
+        access = dict(stored) if stored else None
     if access is None and seat.connect:
         text = seat.connect.strip()
         web = text.startswith(("http://", "https://"))

@@ -16,7 +16,7 @@ from gpuseat.core import charts
 from gpuseat.core.spend import Spend, spend, spend_curve
 from gpuseat.errors import NotFound
 from gpuseat.services.survey import SurveyResults, SurveyService
-from gpuseat.store.activity import OpenAlert, SeatLive
+from gpuseat.store.activity import OpenAlert, SeatDay, SeatLive
 
 if TYPE_CHECKING:
     from gpuseat.bench.results import RecordedResult
@@ -359,12 +359,13 @@ def participant_view(
     seat: SeatView | None,
     *,
     bench_results: list[RecordedResult] | None = None,
+    days: list[SeatDay] | None = None,
 ) -> tuple[SeatBench | None, ParticipantUse | None]:
     """The benchmark of ``who``'s seat and their use of it (only their own rows are read).
 
     The seat is read by the caller with the rest of the page, not taken from ``who``: the portal caches
     a link's participant for a few seconds, and a participant who has just claimed a seat (maybe in
-    another server process) sees it."""
+    another server process) sees it. ``days``: the seat's daily use when the caller read it already."""
     from gpuseat.bench.results import recorded_results
 
     if seat is None:
@@ -372,6 +373,7 @@ def participant_view(
     results = recorded_results() if bench_results is None else bench_results
     bench = _seat_benchmarks([seat], results, list(catalog.references)).get(seat.key)
     sid = seat.id
-    days = store.activity.daily(seat_ids=[sid]) if sid is not None else []
+    if days is None:
+        days = store.activity.daily(seat_ids=[sid]) if sid is not None else []
     use = ParticipantUse(who.key, seat.key, sum(d.active_hours for d in days), sum(d.sampled_hours for d in days))
     return bench, use

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, TypeVarTuple
+from typing import TYPE_CHECKING, Any, TypeVarTuple
 
 from sqlalchemy import Float, cast, func, select
 
@@ -85,6 +85,27 @@ def _only(q: Select[*_Ts], column: SQLColumnExpression[int | None], seat_ids: It
     if seat_ids is None:
         return q
     return q.where(column.in_(list(seat_ids)))
+
+
+def daily_of(conn: Any, *, seat_ids: Iterable[int] | None = None, since: float | None = None) -> list[SeatDay]:
+    """:meth:`Activity.daily` on an open connection or session (a page reads it with its other rows)."""
+    day = (MinuteAggregate.minute // 1440).label("day")
+    share = cast(MinuteAggregate.active_samples, Float) / MinuteAggregate.samples
+    q = select(
+        MinuteAggregate.seat_id,
+        day,
+        func.count(),
+        func.sum(share),
+        func.avg(MinuteAggregate.utilization_avg),
+    ).where(MinuteAggregate.seat_id.is_not(None), MinuteAggregate.samples > 0)
+    q = _only(q, MinuteAggregate.seat_id, seat_ids)
+    if since is not None:
+        q = q.where(MinuteAggregate.minute >= int(since) // 60)
+    q = q.group_by(MinuteAggregate.seat_id, day).order_by(MinuteAggregate.seat_id, day)
+    return [
+        SeatDay(int(s), int(d), int(n) / 60.0, float(a or 0.0) / 60.0, None if u is None else float(u))
+        for s, d, n, a, u in conn.execute(q)
+    ]
 
 
 class Activity(Concern):
@@ -168,24 +189,8 @@ class Activity(Concern):
 
         Each aggregated minute counts as one minute sampled; its in-use share is active/all samples.
         """
-        day = (MinuteAggregate.minute // 1440).label("day")
-        share = cast(MinuteAggregate.active_samples, Float) / MinuteAggregate.samples
-        q = select(
-            MinuteAggregate.seat_id,
-            day,
-            func.count(),
-            func.sum(share),
-            func.avg(MinuteAggregate.utilization_avg),
-        ).where(MinuteAggregate.seat_id.is_not(None), MinuteAggregate.samples > 0)
-        q = _only(q, MinuteAggregate.seat_id, seat_ids)
-        if since is not None:
-            q = q.where(MinuteAggregate.minute >= int(since) // 60)
-        q = q.group_by(MinuteAggregate.seat_id, day).order_by(MinuteAggregate.seat_id, day)
         with self._database.engine.connect() as conn:
-            return [
-                SeatDay(int(s), int(d), int(n) / 60.0, float(a or 0.0) / 60.0, None if u is None else float(u))
-                for s, d, n, a, u in conn.execute(q)
-            ]
+            return daily_of(conn, seat_ids=seat_ids, since=since)
 
     def open_alerts(self, *, seat_ids: Iterable[int] | None = None) -> list[OpenAlert]:
         """Alerts not yet cleared, oldest first; ``seat_ids`` limits them to those seats and to the

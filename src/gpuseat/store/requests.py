@@ -9,13 +9,14 @@ agent. Nothing here touches a machine.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import func, select
 
 from gpuseat.core import selfservice
+from gpuseat.core.delivery import login_name
 from gpuseat.core.selfservice import Hours, Interval, RunState
 from gpuseat.db.models import (
     Assignment,
@@ -29,6 +30,7 @@ from gpuseat.db.models import (
     SeatRequest,
 )
 from gpuseat.errors import InputError
+from gpuseat.store.activity import SeatDay, daily_of
 from gpuseat.store.base import Concern
 from gpuseat.store.rows import _course, _log, _participant_and_seat, _seat_view
 from gpuseat.store.views import SeatView, _utc
@@ -79,6 +81,13 @@ class PageReading:
     idle_warning: tuple[datetime, str] | None
     run_state: RunState | None
     survey_state: str | None
+    #: the seat's stored way in and last readiness check (``Access``/``Readiness.to_dict`` forms)
+    access: dict[str, Any] | None = None
+    readiness: dict[str, Any] | None = None
+    #: the other participants' login names, read only when the stored way in names a user not theirs
+    logins: frozenset[str] = frozenset()
+    #: the seat's use per UTC day (:meth:`gpuseat.store.activity.Activity.daily`)
+    days: list[SeatDay] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -328,7 +337,8 @@ class Requests(Concern):
     def page_of(self, course: str | None, participant: str, *, now: datetime | None = None) -> PageReading:
         """What a participant's page shows of their seat and controls, in one read transaction (the
         registration rush opens this page first): the seat, hours, and for a seat its latest five
-        requests, idle warning and run state (a seatless page shows none of these three); the survey's state."""
+        requests, idle warning, run state, way in, last check and daily use (a seatless page shows none
+        of these); the survey's state."""
         when = now or datetime.now(UTC)
         with self._database.read() as s:
             crow = _course(s, course)
@@ -343,7 +353,17 @@ class Requests(Concern):
             mine = timeline.get(p.key, [])
             warned = _idle_warning(s, crow, p, a, mine)
             state = selfservice.run_state(mine) if mine else None
-            return PageReading(view, hours, requests, warned, state, crow.survey_state)
+            access = dict(seat.access) if seat.access else None
+            user = (access or {}).get("user")
+            logins: frozenset[str] = frozenset()
+            if user and user != login_name(p.key, p.unix_user):  # made for someone else? (a move not applied)
+                people = s.execute(
+                    select(Participant.key, Participant.unix_user).where(Participant.course_id == crow.id)
+                )
+                logins = frozenset(login_name(k, u) for k, u in people)
+            readiness = dict(seat.readiness) if seat.readiness else None
+            days = daily_of(s, seat_ids=[seat.id])
+            return PageReading(view, hours, requests, warned, state, crow.survey_state, access, readiness, logins, days)
 
     # -- idle stop -------------------------------------------------------------------------------------
 

@@ -363,9 +363,10 @@ class Portal:
         rows = [SeatRow(s, live.get(s.id), last.get(s.id), None) for s in seats]
         return SeatsPage(participants, rows, ways_in(reads, key))
 
-    def participant(self, who: ParticipantView, seat: Any) -> tuple[Any, Any]:
-        """The benchmark and usage of ``who``'s seat (their rows only: this page is opened by many)."""
-        return participant_view(self.store, self.catalog, who, seat, bench_results=self.bench_results())
+    def participant(self, who: ParticipantView, seat: Any, days: Any = None) -> tuple[Any, Any]:
+        """The benchmark and usage of ``who``'s seat (their rows only: this page is opened by many);
+        ``days``: the seat's daily use when the page read it with its other rows."""
+        return participant_view(self.store, self.catalog, who, seat, bench_results=self.bench_results(), days=days)
 
     @property
     def course_key(self) -> str:

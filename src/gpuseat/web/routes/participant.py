@@ -37,9 +37,10 @@ def participant_page(request: Request, token: str, who: ParticipantView, status:
     """The participant's page: their seat, its way in and check, their benchmark, use and the open survey."""
     portal = portal_of(request)
     key = who.course
-    reading = portal.store.requests.page_of(key, who.key)  # one read: the seat, its hours and controls
+    # one read: the seat, its hours, controls, way in, check and use
+    reading = portal.store.requests.page_of(key, who.key)
     seat = reading.seat
-    d_bench, usage = portal.participant(who, seat)
+    d_bench, usage = portal.participant(who, seat, reading.days)
     state = reading.survey_state
     template = portal.surveys.template(key) if state == OPEN else None
     answers = ctx.pop("answers", None)
@@ -49,8 +50,8 @@ def participant_page(request: Request, token: str, who: ParticipantView, status:
     if seat is not None:
         from gpuseat.services.delivery import way_in
 
-        way = way_in(portal.store, seat, who)
-        check = portal.store.delivery.readiness_of(key).get(seat.key)
+        way = way_in(portal.store, seat, who, logins=reading.logins, stored=reading.access)
+        check = reading.readiness
     return page(
         request,
         "participant.html",
