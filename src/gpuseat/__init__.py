@@ -17,6 +17,7 @@ first use, so ``import gpuseat`` stays fast and optional dependencies load only 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -142,14 +143,29 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name on first use (PEP 562)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gpuseat' has no attribute {name!r}")
-    value = getattr(import_module(module), _ALIASES.get(name, name))
-    globals()[name] = value
-    return value
+def lazy_getattr(
+    namespace: dict[str, Any], homes: dict[str, str], aliases: dict[str, str] | None = None
+) -> Callable[[str], Any]:
+    """A package's ``__getattr__`` (PEP 562) that imports a name's home module the first time the name is
+    asked for and keeps it in ``namespace`` (the package's globals): ``gpuseat`` and ``gpuseat.store``
+    re-export this way, so importing them loads none of the modules behind their names.
+
+    ``homes`` maps each name to its module, ``aliases`` a name to its spelling there where that differs.
+    """
+    spelled = aliases or {}
+
+    def __getattr__(name: str) -> Any:
+        home = homes.get(name)
+        if home is None:
+            raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
+        value = getattr(import_module(home), spelled.get(name, name))
+        namespace[name] = value
+        return value
+
+    return __getattr__
+
+
+__getattr__ = lazy_getattr(globals(), _EXPORTS, _ALIASES)
 
 
 def __dir__() -> list[str]:

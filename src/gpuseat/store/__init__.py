@@ -12,8 +12,9 @@ roster parser, so a command that reads seats starts without them.
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from gpuseat import lazy_getattr
 
 if TYPE_CHECKING:
     from gpuseat.core.roster import RosterText
@@ -76,14 +77,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """Import a re-exported name's module the first time the name is asked for."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(globals(), _HOMES)
 
 
 def __dir__() -> list[str]:
