@@ -2,17 +2,41 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
-from gpuseat.cli._options import CourseOption, DbOption, add_group
+from gpuseat.cli._options import CourseOption, DbOption, add_group, shared_flags
 from gpuseat.cli._output import Format, FormatOption, print_rows
 from gpuseat.cli.course import actor
 
 HOST_COLUMNS = ("seat", "participant", "engine", "state", "reason", "checked_at")
 
 
-def _settings(**given: object) -> dict[str, str]:
-    return {k: str(v) for k, v in given.items() if v not in (None, "")}
+#: ``--host`` of ``host up`` and ``host down``
+HostOption = Annotated[
+    str | None, typer.Option("--host", help="This server's name in the seats (default: the only one).")
+]
+
+
+def host_settings(
+    ssh_host: str | None = typer.Option(None, "--ssh-host", help="The name participants connect to (DNS name or IP)."),
+    ssh_port: str | None = typer.Option(None, "--ssh-port", help="sshd's port when not 22."),
+    jump_host: str | None = typer.Option(None, "--jump-host", help="Jump host participants go through (ssh -J)."),
+    dev_root: str | None = typer.Option(None, "--dev-root", help="Where the device files are (default /dev)."),
+    proc_root: str | None = typer.Option(None, "--proc-root", help="Where /proc is (mig-minors; default /proc)."),
+    nvidia_smi: str | None = typer.Option(None, "--nvidia-smi", help="The nvidia-smi to run (default: from PATH)."),
+    keys_dir: str | None = typer.Option(None, "--keys-dir", help="Root-owned authorized keys per user."),
+    sshd_dropin: str | None = typer.Option(None, "--sshd-dropin", help="sshd drop-in gpuseat writes."),
+    profile_d: str | None = typer.Option(None, "--profile-d", help="/etc/profile.d file gpuseat writes."),
+    systemd_dir: str | None = typer.Option(None, "--systemd-dir", help="Where user slice drop-ins go."),
+    group: str | None = typer.Option(None, "--group", help="Unix group of course accounts (default gpuseat)."),
+    probe_port: str | None = typer.Option(None, "--probe-port", help="sshd port for the loopback probe."),
+) -> dict[str, str]:
+    """The host engine settings ``gpuseat host up`` takes as flags (see
+    :func:`~gpuseat.cli._options.shared_flags`): those given, by setting name."""
+    flags = locals()  # the parameters, and only they: nothing else is defined yet
+    return {name: str(value) for name, value in flags.items() if value not in (None, "")}
 
 
 def register(app: typer.Typer) -> None:
@@ -21,48 +45,18 @@ def register(app: typer.Typer) -> None:
         app, "host", "Shared GPU host: accounts, keys and device access per seat (run as root on the server)."
     )
 
-    opts = {
-        "host": typer.Option(None, "--host", help="This server's name in the seats (default: the only one)."),
-        "ssh_host": typer.Option(None, "--ssh-host", help="The name participants connect to (DNS name or IP)."),
-        "ssh_port": typer.Option(None, "--ssh-port", help="sshd's port when not 22."),
-        "jump_host": typer.Option(None, "--jump-host", help="Jump host participants go through (ssh -J)."),
-        "dev_root": typer.Option(None, "--dev-root", help="Where the device files are (default /dev)."),
-        "proc_root": typer.Option(None, "--proc-root", help="Where /proc is (mig-minors; default /proc)."),
-        "nvidia_smi": typer.Option(None, "--nvidia-smi", help="The nvidia-smi to run (default: from PATH)."),
-        "keys_dir": typer.Option(None, "--keys-dir", help="Root-owned authorized keys per user."),
-        "sshd_dropin": typer.Option(None, "--sshd-dropin", help="sshd drop-in gpuseat writes."),
-        "profile_d": typer.Option(None, "--profile-d", help="/etc/profile.d file gpuseat writes."),
-        "systemd_dir": typer.Option(None, "--systemd-dir", help="Where user slice drop-ins go."),
-        "group": typer.Option(None, "--group", help="Unix group of course accounts (default gpuseat)."),
-        "probe_port": typer.Option(None, "--probe-port", help="sshd port for the loopback probe."),
-    }
-
     @host_app.command("up")
+    @shared_flags("settings", host_settings)
     def up(
         course: CourseOption = None,
         db: DbOption = None,
         fmt: FormatOption = Format.table,
-        host: str | None = opts["host"],
-        ssh_host: str | None = opts["ssh_host"],
-        ssh_port: str | None = opts["ssh_port"],
-        jump_host: str | None = opts["jump_host"],
-        dev_root: str | None = opts["dev_root"],
-        proc_root: str | None = opts["proc_root"],
-        nvidia_smi: str | None = opts["nvidia_smi"],
-        keys_dir: str | None = opts["keys_dir"],
-        sshd_dropin: str | None = opts["sshd_dropin"],
-        profile_d: str | None = opts["profile_d"],
-        systemd_dir: str | None = opts["systemd_dir"],
-        group: str | None = opts["group"],
-        probe_port: str | None = opts["probe_port"],
+        host: HostOption = None,
+        *,
+        settings: dict[str, str],
     ) -> None:
         """Same as ``gpuseat apply --engine host``: flags are stored as the course's host settings first
         (so the agent uses them too), then this server is made to match the course."""
-        settings = _settings(
-            ssh_host=ssh_host, ssh_port=ssh_port, jump_host=jump_host, dev_root=dev_root,
-            proc_root=proc_root, nvidia_smi=nvidia_smi, keys_dir=keys_dir, sshd_dropin=sshd_dropin,
-            profile_d=profile_d, systemd_dir=systemd_dir, group=group, probe_port=probe_port,
-        )  # fmt: skip
         _apply(course, db, host, fmt, settings, revoke_all=False)
 
     @host_app.command("down")
@@ -70,7 +64,7 @@ def register(app: typer.Typer) -> None:
         course: CourseOption = None,
         db: DbOption = None,
         fmt: FormatOption = Format.table,
-        host: str | None = opts["host"],
+        host: HostOption = None,
     ) -> None:
         """Course end on this server: every holder loses keys and login, device files go back to root only."""
         _apply(course, db, host, fmt, {}, revoke_all=True)
