@@ -80,6 +80,10 @@ FLOORS = {
     "import gpuseat.db.models (the schema)": "import gpuseat.db.models",
     "plan's libraries: typer, rich, pydantic": f"import typer, rich.console, rich.table\n{MODEL}",
     "seats status's: typer, rich, ORM, schema": "import typer, rich.console, rich.table, gpuseat.db.models",
+    "…its light read instead (store.lite, no ORM)": (
+        "import typer, rich.console, rich.table\nfrom gpuseat.store.lite import seat_status\n"
+        "assert seat_status(None, None) is not None"
+    ),
 }
 
 
