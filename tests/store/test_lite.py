@@ -184,3 +184,14 @@ def test_other_urls_are_left_to_the_full_store(tmp_path: Path) -> None:
         assert seat_status(url, None) is None, url
     (tmp_path / "not.db").write_text("hello")
     assert seat_status(f"sqlite:///{tmp_path / 'not.db'}", None) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the file to another user")
+def test_a_database_of_another_user_is_left_to_the_full_store(tmp_path: Path) -> None:
+    """Its -wal and -shm files, which a read-only reader leaves behind, would be the reader's (sudo: root's)."""
+    db = tmp_path / "c.db"
+    with open_store(f"sqlite:///{db}", create=True) as store:
+        add_course(store, "a", "GPU-aaaaaaaa-0000-0000-0000-000000000001")
+    assert seat_status(f"sqlite:///{db}", None) is not None
+    os.chown(db, 4321, 4321)
+    assert seat_status(f"sqlite:///{db}", None) is None

@@ -135,6 +135,10 @@ def _connect_sqlite(rest: str) -> _Connection | None:
         with open(path, "rb") as fh:
             if fh.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
                 return None
+            if os.fstat(fh.fileno()).st_uid != os.geteuid():
+                # a read-only connection leaves SQLite's -wal and -shm files behind, owned by whoever read;
+                # root's (sudo gpuseat …) would lock the owner out: the full store hands them back instead
+                return None
     except OSError:
         return None
     raw = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=busy_timeout(), isolation_level=None)
