@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Required, TypedDict, Unpack
 
 from gpuseat.engines import registry
 from gpuseat.engines.base import ApplyReport, Changes, CourseState, Engine
@@ -286,31 +286,27 @@ def finish_deletions(store: CourseStore, *, actor: str = AGENT_ACTOR) -> list[st
     return done
 
 
+class PlanOptions(TypedDict, total=False):
+    """What :func:`one_pass` hands on to :func:`plan_all` (which says what each one means)."""
+
+    course: str | None
+    engine: str | None
+    host: str | None
+    runner: Required[Runner]
+    overrides: Mapping[str, Mapping[str, Any]] | None
+    now: datetime | None
+    revoke_all: bool
+    courses: Iterable[str] | None
+
+
 def one_pass(
     store: CourseStore,
     *,
-    course: str | None = None,
-    engine: str | None = None,
-    host: str | None = None,
-    runner: Runner,
-    overrides: Mapping[str, Mapping[str, Any]] | None = None,
     guard: Callable[[], bool] | None = None,
     drift: bool = False,
     actor: str = AGENT_ACTOR,
-    revoke_all: bool = False,
-    now: datetime | None = None,
-    courses: Iterable[str] | None = None,
+    **plan: Unpack[PlanOptions],
 ) -> Pass:
-    """Plan and apply once (what ``gpuseat apply`` does, and each of the agent's passes)."""
-    planned = plan_all(
-        store,
-        course=course,
-        engine=engine,
-        host=host,
-        runner=runner,
-        overrides=overrides,
-        revoke_all=revoke_all,
-        now=now,
-        courses=courses,
-    )
-    return apply_all(store, planned, guard=guard, drift=drift, actor=actor)
+    """Plan (``plan``: the keywords of :func:`plan_all`) and apply once (what ``gpuseat apply`` does, and
+    each of the agent's passes)."""
+    return apply_all(store, plan_all(store, **plan), guard=guard, drift=drift, actor=actor)

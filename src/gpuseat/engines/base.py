@@ -15,8 +15,8 @@ keeps showing "being prepared" until its ``record`` step has written the new hol
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Container, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast, runtime_checkable
 
@@ -104,14 +104,25 @@ class Step:
 
 
 @dataclass
-class Changes:
-    """An engine's plan for one course (on one host): the steps, in order, and notes for a person."""
+class _ForCourse:
+    """What a plan and its apply report both carry: the engine, the course, the host (when the engine
+    has several) and notes for a person."""
 
     engine: str
     course: str
     host: str | None = None
-    steps: list[Step] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    def _named(self) -> dict[str, Any]:
+        """The engine, course and host: the first keys of the JSON form."""
+        return {"engine": self.engine, "course": self.course, "host": self.host}
+
+
+@dataclass
+class Changes(_ForCourse):
+    """An engine's plan for one course (on one host): the steps, in order, and notes for a person."""
+
+    steps: list[Step] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -131,13 +142,7 @@ class Changes:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "engine": self.engine,
-            "course": self.course,
-            "host": self.host,
-            "steps": [s.to_dict() for s in self.ordered()],
-            "notes": list(self.notes),
-        }
+        return {**self._named(), "steps": [s.to_dict() for s in self.ordered()], "notes": list(self.notes)}
 
 
 @dataclass
@@ -164,14 +169,10 @@ class Outcome:
 
 
 @dataclass
-class ApplyReport:
+class ApplyReport(_ForCourse):
     """What one ``apply`` did: one outcome per step."""
 
-    engine: str
-    course: str
-    host: str | None = None
     outcomes: list[Outcome] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
     dry_run: bool = False
 
     @property
@@ -186,14 +187,8 @@ class ApplyReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
-            "engine": self.engine,
-            "course": self.course,
-            "host": self.host,
-            "dry_run": self.dry_run,
-            "outcomes": [o.to_dict() for o in self.outcomes],
-            "notes": list(self.notes),
-        }
+        outcomes = [o.to_dict() for o in self.outcomes]
+        return {**self._named(), "dry_run": self.dry_run, "outcomes": outcomes, "notes": list(self.notes)}
 
 
 @dataclass(frozen=True)
@@ -210,16 +205,8 @@ class Holding:
     detail: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "engine": self.engine,
-            "what": self.what,
-            "login": self.login,
-            "participant": self.participant,
-            "seat": self.seat,
-            "host": self.host,
-            "detail": self.detail,
-        }
+        """JSON-ready form: every field, in order (what ``engine_holdings`` stores)."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -253,6 +240,31 @@ class CourseState:
             if seat.participant and seat.participant in self.people:
                 out.append((seat, self.people[seat.participant]))
         return out
+
+
+def stale_requests(
+    pending: Iterable[RequestView], holders: Mapping[str, ParticipantView]
+) -> list[tuple[RequestView, str]]:
+    """The pending requests on seats their asker holds no more (``holders``: seat key → holder), each with
+    why it is refused; the rest are carried out by the engine."""
+    out = []
+    for r in pending:
+        p = holders.get(r.seat or "")
+        if p is None or p.key != r.participant:
+            out.append((r, f"{r.participant} holds {r.seat} no more"))
+    return out
+
+
+def record_machine(
+    store: CourseStore, course: str, seat: SeatView, engine: str, ref: str, reason: str, host: str | None = None
+) -> None:
+    """Store that ``seat`` will run on the engine's machine ``ref`` (a cluster, a GPU on a node): a planned,
+    released or failed seat becomes requested, a requested or running one keeps its state."""
+    from gpuseat.core.seating import recorded_state
+
+    store.seats.set_seat_state(
+        course, seat.key, recorded_state(seat.state), reason=reason, engine=engine, engine_ref=ref, host=host
+    )
 
 
 @runtime_checkable
@@ -323,6 +335,17 @@ class StepEngine(Generic[SettingsT]):
         """``seat.clear`` for seat ``key``, which nobody holds: its stored way in must name no one."""
         why = "nobody holds it: its way in names no one"
         return self._step("seat.clear", key, why, "record", seats=(key,), **data)
+
+    def _record_step(self, key: str, participant: str, why: str, **data: Any) -> Step:
+        """``seat.record`` for seat ``key``: the way in made for its holder ``participant`` is stored."""
+        return self._step("seat.record", key, why, "record", participant=participant, seats=(key,), **data)
+
+    def _request_step(self, r: RequestView, refused: str | None, target: str | None = None, **data: Any) -> Step:
+        """``request.record``, which ends request ``r``: done once the machine shows it, else failed with
+        why; ``refused`` says why it was not carried out at all. Tied to no seat, so it always runs."""
+        why = f"{r.participant} asked for {r.action}" + (f" ({refused})" if refused else "")
+        return self._step("request.record", target or f"request {r.id}", why, "record", participant=r.participant,
+                          id=r.id, request=r.action, refused=refused, **data)  # fmt: skip
 
     def login_of(self, p: ParticipantView) -> str:
         """The participant's login name: the one rule of every engine (:func:`gpuseat.core.delivery.login_name`)."""

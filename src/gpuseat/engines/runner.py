@@ -167,6 +167,7 @@ class Runner:
         env: dict[str, str] | None,
         input: str | None,
         cwd: str | None,
+        /,
     ) -> Completed[str]:
         extra: dict[str, Any] = {}
         if user is not None:
@@ -209,15 +210,8 @@ class RecordingRunner(Runner):
 
     answers: dict[tuple[str, ...], Answer] = field(default_factory=dict)
 
-    def _execute(
-        self,
-        args: tuple[str, ...],
-        timeout: float,
-        user: str | None,
-        env: dict[str, str] | None,
-        input: str | None,
-        cwd: str | None,
-    ) -> Completed[str]:
+    def _execute(self, args: tuple[str, ...], *_call: Any) -> Completed[str]:
+        """The answer for ``args``; the rest of the call (timeout, user, env, input, cwd) does not change it."""
         for n in range(len(args), 0, -1):
             answer = self.answers.get(args[:n])
             if answer is not None:

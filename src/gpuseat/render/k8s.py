@@ -30,6 +30,9 @@ PLUGIN_CONFIG = "gpuseat-device-plugin"
 PLUGIN_CONFIG_KEY = "gpuseat"
 MIG_CONFIG = "gpuseat-mig-config"
 PROBE_POD = "gpuseat-probe"
+#: on every object gpuseat renders (what the kubernetes engine finds its own objects by), with the seat's key
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuseat"}
+SEAT_LABEL = "gpuseat/seat"
 _RESOURCE = re.compile(r"^nvidia\.com/(gpu|gpu\.shared|mig-\d+g\.\d+gb(\.me)?)$")
 _COUNT = re.compile(r"^[1-9][0-9]*$")
 
@@ -155,7 +158,7 @@ def seat_objects(
 
     What the ``kubernetes`` engine applies for each seat holder; ``resources`` are every GPU resource
     the course's seats use (the quota allows 0 of the others)."""
-    marks = {"app.kubernetes.io/managed-by": "gpuseat", "gpuseat/seat": seat, **(labels or {})}
+    marks = {**MANAGED_BY, SEAT_LABEL: seat, **(labels or {})}
     docs = [_namespace(namespace, participant, marks), _quota(resource, resources, namespace, marks)]
     if participant:
         docs.append(_access(namespace, participant, marks))
@@ -164,7 +167,7 @@ def seat_objects(
 
 
 def _labels(item: Slice) -> dict[str, str]:
-    return {"app.kubernetes.io/managed-by": "gpuseat", "gpuseat/seat": item.name}
+    return {**MANAGED_BY, SEAT_LABEL: item.name}
 
 
 def check_manifest(doc: dict[str, Any]) -> list[str]:

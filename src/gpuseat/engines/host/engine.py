@@ -431,17 +431,8 @@ class HostEngine(StepEngine[HostSettings]):
             uuid = seat.device_uuid or adopted.get(seat.key)
             access = self._access(old, login_of[seat.key], p.key, uuid).to_dict()
             if old != access or seat.state != "running":
-                changes.steps.append(
-                    self._step(
-                        "seat.record",
-                        seat.key,
-                        f"{p.key} can log in as {login_of[seat.key]}",
-                        "record",
-                        participant=p.key,
-                        seats=(seat.key,),
-                        access=access,
-                    )
-                )
+                why = f"{p.key} can log in as {login_of[seat.key]}"
+                changes.steps.append(self._record_step(seat.key, p.key, why, access=access))
 
     def _allow(self, files: Sequence[str], seat_key: str, seats_of: dict[str, set[str]]) -> list[tuple[str, str]]:
         root = self.settings.dev_root.rstrip("/")

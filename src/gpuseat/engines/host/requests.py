@@ -36,11 +36,12 @@ from typing import TYPE_CHECKING, Any
 
 from gpuseat.core.selfservice import RunState
 from gpuseat.engines import course_webhook
-from gpuseat.engines.base import Changes, CourseState, Step
+from gpuseat.engines.base import Changes, CourseState, Step, stale_requests
 from gpuseat.errors import InputError
 
 if TYPE_CHECKING:
     from gpuseat.engines.host.engine import HostEngine
+    from gpuseat.store.requests import RequestView
 
 #: the monitor's readings must reach back to within this of an idle window's start
 SAMPLE_SLACK = timedelta(minutes=2)
@@ -76,10 +77,7 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
     sshd_lines: list[str] = []
     session_lead: float | None = None  # a seat is checked before the next session in this pass
     add = changes.steps.append
-    for r in sorted(pending, key=lambda x: x.id):
-        p = holders.get(r.seat or "")
-        if p is None or p.key != r.participant:
-            add(_record(engine, r, course, refused=f"{r.participant} holds {r.seat} no more"))
+    changes.steps += [_record(engine, r, course, refused=why) for r, why in stale_requests(pending, holders)]
     for seat_key, p in sorted(holders.items()):
         login = engine.login_of(p)
         state = states.get(p.key, RunState(True))
@@ -104,16 +102,17 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
                 else:
                     running = True
                     if r.action in ("restart", "reset"):
-                        add(_step(engine, "processes.end", login, f"{p.key} asked for a {r.action}", "revoke",
-                                  participant=p.key, login=login))  # fmt: skip
+                        add(engine._step("processes.end", login, f"{p.key} asked for a {r.action}", "revoke",
+                                         participant=p.key, login=login))  # fmt: skip
                     if r.action == "reset":
-                        add(_step(engine, "home.reset", login, f"{p.key} asked for a reset", "grant",
-                                  participant=p.key, login=login, skeleton=engine.settings.skeleton))  # fmt: skip
+                        skeleton = engine.settings.skeleton
+                        add(engine._step("home.reset", login, f"{p.key} asked for a reset", "grant",
+                                         participant=p.key, login=login, skeleton=skeleton))  # fmt: skip
             add(_record(engine, r, course, refused=refused, login=login))
         if running and empty and not any(r.action in ("start", "restart", "reset") for r in mine):
             assert h is not None
             why = f"{HOURS_REASON}: {h.used:.1f} of {(h.quota or 0) + h.topups:g} h used"
-            add(_step(engine, "seat.stop", seat_key, why, "record", participant=p.key, reason=why))
+            add(engine._step("seat.stop", seat_key, why, "record", participant=p.key, reason=why))
             running = False
         if running and not mine and not in_session and policies.get(p.key, {}).get("idle_minutes"):
             started = max(filter(None, [since_of.get(seat_key), state.since if state.running else None]), default=None)
@@ -139,16 +138,17 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
             changes.steps[:] = [x for x in changes.steps if not (x.action == "account.unlock" and x.target == login)]
             acct = engine.machine.account(login)
             if acct is not None and not acct.locked:
-                add(_step(engine, "account.lock", login, why, "revoke", participant=p.key, login=login))
+                add(engine._step("account.lock", login, why, "revoke", participant=p.key, login=login))
             if acct is not None and engine.machine.processes({acct.uid}):
-                add(_step(engine, "processes.end", login, why, "revoke", participant=p.key, login=login))
+                add(engine._step("processes.end", login, why, "revoke", participant=p.key, login=login))
     if session_lead is not None and sessions is not None and sessions.upcoming is not None:
         url = course_webhook.webhook_of(engine.store, engine.course)
         if url is not None:  # after this pass's checks: the broken seats, to the course webhook
             starts = sessions.upcoming
-            add(_step(engine, "session.report", f"session {starts:%Y-%m-%d %H:%M} UTC", "the broken seats, before "
-                      "the session, to the course webhook", "record", url=url, starts=starts.isoformat(),
-                      since=(starts - timedelta(minutes=session_lead)).isoformat(), held=sorted(holders)))  # fmt: skip
+            since = starts - timedelta(minutes=session_lead)
+            add(engine._step("session.report", f"session {starts:%Y-%m-%d %H:%M} UTC", "the broken seats, before "
+                             "the session, to the course webhook", "record", url=url, starts=starts.isoformat(),
+                             since=since.isoformat(), held=sorted(holders)))  # fmt: skip
 
 
 def do_request(engine: HostEngine, step: Step) -> str | None:
@@ -245,11 +245,11 @@ def _idle_step(
     warned = engine.store.requests.idle_warning(engine.course, who)
     if warned is None or warned[0] < now - timedelta(minutes=minutes + grace) - SAMPLE_SLACK:
         text = f"your seat is idle ({said}): it stops in {grace} min unless you use it"
-        return _step(engine, "seat.warn", seat, text, "record", participant=who, text=text, minutes=minutes,
-                     grace=grace)  # fmt: skip
+        return engine._step("seat.warn", seat, text, "record", participant=who, text=text, minutes=minutes,
+                            grace=grace)  # fmt: skip
     if now - warned[0] >= timedelta(minutes=grace) and idle_for(timedelta(minutes=minutes + grace)):
         why = f"idle: {said}, warned {grace} min before"
-        return _step(engine, "seat.stop", seat, why, "record", participant=who, reason=why)
+        return engine._step("seat.stop", seat, why, "record", participant=who, reason=why)
     return None
 
 
@@ -267,7 +267,7 @@ def _session_check(
         if at >= since and datetime.now(UTC) - at < RECHECK:
             return None
     why = f"the session at {starts:%H:%M} UTC starts within {lead:g} min: check the seat as {who}"
-    return _step(engine, "seat.check", seat, why, "record", participant=who)
+    return engine._step("seat.check", seat, why, "record", participant=who)
 
 
 def _check_seat(engine: HostEngine, step: Step) -> str | None:
@@ -325,12 +325,12 @@ def _never_connected(
     mine = _fingerprint(p.ssh_key) if p.ssh_key else None
     wanted = f"Accepted publickey for {login} "
     if mine and any(wanted in x and mine in x for x in lines):
-        return _step(engine, "seat.connected", p.seat or login, f"{p.key} logged in as {login}", "record",
-                     participant=p.key, login=login)  # fmt: skip
+        return engine._step("seat.connected", p.seat or login, f"{p.key} logged in as {login}", "record",
+                            participant=p.key, login=login)  # fmt: skip
     if now - since < timedelta(hours=hours):
         return None
     why = f"never connected: {p.key} did not log in within {hours:g} h of getting the seat"
-    return _step(engine, "seat.stop", p.seat or login, why, "record", participant=p.key, reason=why)
+    return engine._step("seat.stop", p.seat or login, why, "record", participant=p.key, reason=why)
 
 
 def _sshd_lines(engine: HostEngine, since: datetime) -> list[str] | None:
@@ -416,13 +416,6 @@ def _reset_home(engine: HostEngine, login: str, skeleton: str) -> str | None:
 
 
 def _record(
-    engine: HostEngine, r: Any, course: CourseState, *, refused: str | None = None, login: str | None = None
+    engine: HostEngine, r: RequestView, course: CourseState, *, refused: str | None = None, login: str | None = None
 ) -> Step:
-    why = f"{r.participant} asked for {r.action}" + (f" ({refused})" if refused else "")
-    data = {"id": r.id, "request": r.action, "login": login, "key": r.key, "refused": refused, "closed": course.closed}
-    return _step(engine, "request.record", f"request {r.id}", why, "record", participant=r.participant, **data)
-
-
-def _step(engine: HostEngine, action: str, target: str, why: str, phase: Any, **data: Any) -> Step:
-    participant = data.pop("participant", None)
-    return Step(engine.name, action, target, why, phase, participant, (), engine.host, data)
+    return engine._request_step(r, refused, login=login, key=r.key, closed=course.closed)

@@ -51,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
 from gpuseat.engines.jupyterhub.requests import do_request, plan_requests
+from gpuseat.engines.setting_types import AbsolutePath
 from gpuseat.errors import EngineError, InputError
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ class JupyterHubSettings(BaseModel):
         description="the hub's public URL (what participants open), e.g. https://hub.example.edu",
     )
     token_env: str = Field("JUPYTERHUB_API_TOKEN", description="the environment variable holding the API token")
-    token_file: str | None = Field(
+    token_file: AbsolutePath | None = Field(
         None, description="a file holding the API token (owner-only, e.g. mode 600), read instead of token_env"
     )
     match_by: Literal["key", "email", "unix_user"] = Field(
@@ -135,13 +136,6 @@ class JupyterHubSettings(BaseModel):
     def _env(cls, v: str) -> str:
         if not _ENV_NAME.match(v):
             raise ValueError("must be an environment variable name like JUPYTERHUB_API_TOKEN")
-        return v
-
-    @field_validator("token_file")
-    @classmethod
-    def _file(cls, v: str | None) -> str | None:
-        if v is not None and (not v.startswith("/") or any(ord(c) < 32 for c in v)):
-            raise ValueError("must be an absolute path")
         return v
 
 

@@ -62,9 +62,7 @@ def plan_requests(engine: JupyterHubEngine, course: CourseState, changes: Change
                 phase: Phase = "revoke" if action == "hub.server.stop" else "grant"
                 add(engine._step(action, f"{user}/", f"{r.participant} asked for a {r.action}", phase,
                                  participant=r.participant, seats=(r.seat,), user=user, server=""))  # fmt: skip
-        why = f"{r.participant} asked for {r.action}" + (f" ({refused})" if refused else "")
-        add(engine._step("request.record", f"request {r.id}", why, "record", participant=r.participant, id=r.id,
-                         request=r.action, seat=r.seat, user=user, refused=refused))  # fmt: skip
+        add(engine._request_step(r, refused, seat=r.seat, user=user))
 
 
 def do_request(engine: JupyterHubEngine, step: Step) -> str | None:

@@ -37,17 +37,18 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
+from gpuseat.engines.setting_types import AbsolutePath
 from gpuseat.errors import EngineError, InputError
-from gpuseat.render.k8s import GPU, PROBE_POD, mig_resource, seat_objects
+from gpuseat.render.k8s import GPU, MANAGED_BY, PROBE_POD, SEAT_LABEL, mig_resource, seat_objects
 
 if TYPE_CHECKING:
     from gpuseat.store import ParticipantView, SeatView
 
 ENGINE = "kubernetes"
-ACTOR = "gpuseat-agent"
 HASH = "gpuseat/hash"
 COURSE_LABEL = "gpuseat/course"
-MANAGED = "app.kubernetes.io/managed-by=gpuseat"
+#: the label selector of every object the engine applies (the render marks them so)
+MANAGED = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
 _DNS = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
 #: the verb of each kind of object the engine applies, by whether it exists already
@@ -60,7 +61,7 @@ class KubernetesSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     namespace: str = Field("gpuseat", description="prefix of each holder's namespace (NAMESPACE-LOGIN)")
-    kubeconfig: str | None = Field(None, description="the kubeconfig file of the cluster (absolute path)")
+    kubeconfig: AbsolutePath | None = Field(None, description="the kubeconfig file of the cluster (absolute path)")
     context: str | None = Field(None, description="the kubeconfig context to use")
     image: str = Field(
         "nvidia/cuda:12.4.1-base-ubuntu22.04",
@@ -75,13 +76,6 @@ class KubernetesSettings(BaseModel):
     def _prefix(cls, v: str) -> str:
         if not _DNS.match(v) or len(v) > 40:
             raise ValueError("must be a DNS label of at most 40 characters (lowercase letters, digits, '-')")
-        return v
-
-    @field_validator("kubeconfig")
-    @classmethod
-    def _path(cls, v: str | None) -> str | None:
-        if v is not None and (not v.startswith("/") or any(ord(c) < 32 for c in v)):
-            raise ValueError("must be an absolute path")
         return v
 
     @field_validator("context", "kubectl")
@@ -240,7 +234,7 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
         for (kind, _ns, name), doc in sorted(have.items()):
             if kind != "Namespace":
                 continue
-            old_seat = (doc["metadata"].get("labels") or {}).get("gpuseat/seat")
+            old_seat = (doc["metadata"].get("labels") or {}).get(SEAT_LABEL)
             new_seat = seat_of_ns.get(name)
             p = people.get(name)
             who = p.key if p else name
@@ -336,9 +330,8 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
                 continue
             access = self._access(seat, p, docs[0]["metadata"]["name"]).to_dict()
             if old != access:
-                changes.steps.append(self._step("seat.record", seat.key, f"{p.key} works in namespace "
-                                                f"{docs[0]['metadata']['name']}", "record", participant=p.key,
-                                                seats=(seat.key,), access=access))  # fmt: skip
+                why = f"{p.key} works in namespace {docs[0]['metadata']['name']}"
+                changes.steps.append(self._record_step(seat.key, p.key, why, access=access))
 
     def _access(self, seat: SeatView, p: ParticipantView, ns: str) -> Access:
         login = self.login_of(p)
@@ -399,10 +392,10 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
             p = people.get(space)
             login = labels.get("gpuseat/login") or space
             if kind == "Namespace":
-                out.append(Holding(self.name, "namespace", login, p.key if p else None, labels.get("gpuseat/seat"),
+                out.append(Holding(self.name, "namespace", login, p.key if p else None, labels.get(SEAT_LABEL),
                                    self.host, name))  # fmt: skip
             elif kind == "RoleBinding":
-                out.append(Holding(self.name, "access", login, p.key if p else None, labels.get("gpuseat/seat"),
+                out.append(Holding(self.name, "access", login, p.key if p else None, labels.get(SEAT_LABEL),
                                    self.host, f"{ns}/{name}"))  # fmt: skip
         return out
 

@@ -358,8 +358,7 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
                 granted = False
         if records:
             if granted:
-                add(self._step("seat.record", key, f"{p.key} logs in as {login}", "record", participant=p.key,
-                               seats=seats, seat=key, login=login, wait=True))  # fmt: skip
+                add(self._record_step(key, p.key, f"{p.key} logs in as {login}", seat=key, login=login, wait=True))
             else:
                 ip = vm_.address(self.libvirt, here.dom) if here.running else None
                 self._plan_record(changes, course, seat, p, login, running=here.running, ip=ip, note=here.state)
@@ -380,10 +379,8 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
         old = course.access.get(seat.key)
         name = vm_.domain_name(self.course, seat.key)
         if (old, seat.state, seat.connect or "", seat.engine_ref) != (access.to_dict(), state, connect, name):
-            changes.steps.append(
-                self._step("seat.record", seat.key, f"{p.key} logs in as {login}", "record", participant=p.key,
-                           seats=(seat.key,), seat=seat.key, login=login, note=note)
-            )  # fmt: skip
+            why = f"{p.key} logs in as {login}"
+            changes.steps.append(self._record_step(seat.key, p.key, why, seat=seat.key, login=login, note=note))
 
     def _wanted(
         self, seat: SeatView, participant: str, login: str, *, running: bool, ip: str | None, why: str

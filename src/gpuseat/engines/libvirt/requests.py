@@ -18,10 +18,10 @@ pending) that looks at libvirt and marks the request done or failed with the rea
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuseat.core.selfservice import RunState
-from gpuseat.engines.base import Changes, CourseState, Step
+from gpuseat.engines.base import Changes, CourseState, Step, stale_requests
 from gpuseat.engines.libvirt import machine as vm_
 from gpuseat.errors import GpuseatError
 
@@ -43,10 +43,7 @@ def plan_requests(engine: LibvirtEngine, course: CourseState, changes: Changes, 
         return
     states = engine.store.requests.run_states(engine.course)
     add = changes.steps.append
-    for r in sorted(pending, key=lambda x: x.id):
-        p = holders.get(r.seat or "")
-        if p is None or p.key != r.participant:
-            add(_record(engine, r, None, refused=f"{r.participant} holds {r.seat} no more"))
+    changes.steps += [engine._request_step(r, why, seat=r.seat) for r, why in stale_requests(pending, holders)]
     for key, p in sorted(holders.items()):
         name = vm_.domain_name(engine.course, key)
         state = states.get(p.key, RunState(True))
@@ -66,15 +63,16 @@ def plan_requests(engine: LibvirtEngine, course: CourseState, changes: Changes, 
                     running = True
                     if r.action == "reset":
                         _drop(changes, ours)
-                        ours = [_step(engine, "domain.reset", name, f"{p.key} asked for a reset: a fresh disk",
-                                      "grant", p.key, seats=(key,), seat=key, login=engine.login_of(p),
-                                      keys=[p.ssh_key] if p.ssh_key else [], id=r.id)]  # fmt: skip
+                        ours = [engine._step("domain.reset", name, f"{p.key} asked for a reset: a fresh disk",
+                                             "grant", participant=p.key, seats=(key,), seat=key,
+                                             login=engine.login_of(p), keys=[p.ssh_key] if p.ssh_key else [],
+                                             id=r.id)]  # fmt: skip
                         add(ours[0])
                     elif r.action == "restart" and not ours:
-                        ours = [_step(engine, "domain.restart", name, f"{p.key} asked for a restart", "grant",
-                                      p.key, seats=(key,), seat=key)]  # fmt: skip
+                        ours = [engine._step("domain.restart", name, f"{p.key} asked for a restart", "grant",
+                                             participant=p.key, seats=(key,), seat=key)]  # fmt: skip
                         add(ours[0])
-            add(_record(engine, r, name, refused=refused))
+            add(engine._request_step(r, refused, name, seat=r.seat))
         if running:
             if any(s.action in ("domain.reset", "domain.restart") for s in ours):
                 _ensure_record(engine, changes, key, p.key, engine.login_of(p))
@@ -87,7 +85,7 @@ def plan_requests(engine: LibvirtEngine, course: CourseState, changes: Changes, 
         dom = engine.libvirt.lookup(name)
         if dom is not None and dom.isActive() and not any(s.action == "domain.stop" and s.target == name
                                                            for s in changes.steps):  # fmt: skip
-            add(_step(engine, "domain.stop", name, why, "revoke", p.key, seat=key, seats=(key,)))
+            add(engine._step("domain.stop", name, why, "revoke", participant=p.key, seat=key, seats=(key,)))
         if not kept and engine._records():  # its way in says why, written once
             changes.steps[:] = [s for s in changes.steps if not (s.action == "seat.record" and s.target == key)]
             note = "stopped until a start"  # the same words at every pass (a second plan is empty)
@@ -177,20 +175,8 @@ def _ensure_record(engine: LibvirtEngine, changes: Changes, seat: str, who: str,
     """A ``seat.record`` of the seat (its way in once the restarted VM has its address), once."""
     if not engine._records() or any(s.action == "seat.record" and s.target == seat for s in changes.steps):
         return
-    changes.steps.append(_step(engine, "seat.record", seat, f"{who} logs in as {login}", "record", who, seats=(seat,),
-                               seat=seat, login=login, wait=True))  # fmt: skip
+    changes.steps.append(engine._record_step(seat, who, f"{who} logs in as {login}", seat=seat, login=login, wait=True))
 
 
 def _drop(changes: Changes, steps: list[Step]) -> None:
     changes.steps[:] = [s for s in changes.steps if not any(s is x for x in steps)]
-
-
-def _record(engine: LibvirtEngine, r: Any, domain: str | None, *, refused: str | None = None) -> Step:
-    why = f"{r.participant} asked for {r.action}" + (f" ({refused})" if refused else "")
-    return _step(engine, "request.record", domain or f"request {r.id}", why, "record", r.participant, id=r.id,
-                 request=r.action, seat=r.seat, refused=refused)  # fmt: skip
-
-
-def _step(engine: LibvirtEngine, action: str, target: str, why: str, phase: Any, who: str | None, **data: Any) -> Step:
-    seats = tuple(data.pop("seats", ()))
-    return Step(engine.name, action, target, why, phase, who, seats, engine.host, data)

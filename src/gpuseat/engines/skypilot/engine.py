@@ -248,8 +248,8 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         # record: the seat's honest state, and the way in made for its holder
         if launch:
             why = f"{p.key} can log in as {login} once {cluster} is up"
-            add(self._step("seat.record", seat.key, why, "record", participant=p.key, seats=key, cluster=cluster,
-                           login=login, holder=p.key, live=True, reason=self._running(course, cluster)))  # fmt: skip
+            add(self._record_step(seat.key, p.key, why, cluster=cluster, login=login, holder=p.key, live=True,
+                                  reason=self._running(course, cluster)))  # fmt: skip
             return
         if info is not None and info.up and course.closed is None:
             state, reason = "running", self._running(course, cluster)
@@ -258,8 +258,8 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
             state, reason = "requested", self._waiting(course, cluster, info)
             access = Access(kind="ssh", user=login, device_uuid=seat.device_uuid, notes=(reason,), holder=p.key)
         if stored != access.to_dict() or seat.state != state or seat.state_reason != reason:
-            add(self._step("seat.record", seat.key, f"{seat.key}: {reason}", "record", participant=p.key, seats=key,
-                           cluster=cluster, state=state, reason=reason, access=access.to_dict()))  # fmt: skip
+            add(self._record_step(seat.key, p.key, f"{seat.key}: {reason}", cluster=cluster, state=state,
+                                  reason=reason, access=access.to_dict()))  # fmt: skip
 
     def _plan_free(self, seat: SeatView, info: Cluster | None, stored: dict[str, Any], changes: Changes) -> None:
         """A seat nobody holds: its way in names no one; its state says whether its cluster exists."""

@@ -39,7 +39,7 @@ import yaml
 from gpuseat.catalog.offers import Offer
 from gpuseat.core.cost import billed_seconds, hourly_usd
 from gpuseat.core.delivery import login_name
-from gpuseat.core.seating import recorded_state
+from gpuseat.engines.base import record_machine
 from gpuseat.errors import InputError, did_you_mean
 
 if TYPE_CHECKING:
@@ -609,15 +609,8 @@ def write_for_course(
     for s in cc.seats:
         row = current[s.seat]
         if (row.engine, row.engine_ref) != ("skypilot", s.cluster):
-            state = recorded_state(row.state)
-            store.seats.set_seat_state(
-                cc.key,
-                s.seat,
-                state,
-                reason=f"not launched yet: SkyPilot task written ({s.offer.id}); launch.sh or the agent launches it",
-                engine="skypilot",
-                engine_ref=s.cluster,
-            )
+            why = f"not launched yet: SkyPilot task written ({s.offer.id}); launch.sh or the agent launches it"
+            record_machine(store, cc.key, row, "skypilot", s.cluster, why)
     return written
 
 

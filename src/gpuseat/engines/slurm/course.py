@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from gpuseat.core.delivery import login_name
-from gpuseat.core.seating import recorded_state
+from gpuseat.engines.base import record_machine
 from gpuseat.engines.slurm import config, names
 from gpuseat.engines.slurm.adapter import Job, Slurm, pending_meaning
 from gpuseat.engines.slurm.config import GresDevice, Reservation, SeatLimit
@@ -531,16 +531,7 @@ def record_config(store: CourseStore, course: str | None, devices: Sequence[Gres
         ref = engine_ref(d)
         if (seat.engine, seat.engine_ref, seat.host) == ("slurm", ref, d.node):
             continue
-        state = recorded_state(seat.state)
-        store.seats.set_seat_state(
-            view.key,
-            seat.key,
-            state,
-            reason=f"slurm config: gpu:{d.gres_type} on {d.node}",
-            engine="slurm",
-            engine_ref=ref,
-            host=d.node,
-        )
+        record_machine(store, view.key, seat, "slurm", ref, f"slurm config: gpu:{d.gres_type} on {d.node}", d.node)
         done.append(seat.key)
     return done
 

@@ -438,17 +438,8 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                 continue
             access = self._access(sc, seat, m.unix_user, m.participant, session).to_dict()
             if old != access or seat.state != "running":
-                changes.steps.append(
-                    self._step(
-                        "seat.record",
-                        seat.key,
-                        f"{m.participant} submits as {m.unix_user}",
-                        "record",
-                        participant=m.participant,
-                        seats=(seat.key,),
-                        access=access,
-                    )
-                )
+                why = f"{m.participant} submits as {m.unix_user}"
+                changes.steps.append(self._record_step(seat.key, m.participant, why, access=access))
 
     def _access(self, sc: SlurmCourse, seat: SeatView, login: str, holder: str, session: Reservation | None) -> Access:
         dev = sc.device_of(seat.key)
