@@ -16,10 +16,10 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from gpuseat.db import busy_timeout
-from gpuseat.db.models import AccessToken, CourseRecord, Participant
+from gpuseat.db.models import AccessToken, Assignment, CourseRecord, Participant, Seat
 from gpuseat.errors import StoreError
 from gpuseat.store.base import Concern
-from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log, _open_seat_key, _participant_view, _people
+from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log, _participant_view, _people
 from gpuseat.store.views import IssuedToken, ParticipantView, _jsonable, _utc
 
 TOKEN_BYTES = 32
@@ -122,17 +122,20 @@ class Tokens(Concern):
         digest = token_hash(token)
         with self._database.read() as s:
             row = s.execute(
-                select(AccessToken, Participant, CourseRecord.key, CourseRecord.archived_at)
+                select(AccessToken, Participant, CourseRecord.key, CourseRecord.archived_at, Seat.key)
                 .join(Participant, Participant.id == AccessToken.participant_id)
                 .join(CourseRecord, CourseRecord.id == Participant.course_id)
+                # the seat held now, in the same statement (the rush opens every link once)
+                .outerjoin(Assignment, and_(Assignment.participant_id == Participant.id, Assignment.valid_to.is_(None)))
+                .outerjoin(Seat, Seat.id == Assignment.seat_id)
                 .where(AccessToken.token_hash == digest)
                 .order_by(AccessToken.revoked_at.is_not(None))  # the active one first
                 .limit(1)
             ).first()
             if row is None or not hmac.compare_digest(row[0].token_hash, digest):
                 return None
-            tok, p, ckey, archived_at = row
-            view = None if tok.revoked_at is not None else _participant_view(ckey, p, _open_seat_key(s, p.id))
+            tok, p, ckey, archived_at, seat_key = row
+            view = None if tok.revoked_at is not None else _participant_view(ckey, p, seat_key)
             return TokenHit(view, tok.id, _utc(tok.last_used_at), archived_at is not None)
 
     def record_visits(self, visits: Mapping[int, datetime], *, wait_s: float = VISIT_WAIT_S) -> bool:
