@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -173,6 +173,7 @@ class _PgLane:
 
 # a store's claim lanes, free for the next claim (of one kind: the store's database)
 _lanes: weakref.WeakKeyDictionary[Database, list[Any]] = weakref.WeakKeyDictionary()
+_L = TypeVar("_L")  # a lane of either kind
 
 
 def _lanes_of(db: Database) -> list[Any]:
@@ -187,6 +188,16 @@ def _lanes_of(db: Database) -> list[Any]:
 def _close_lanes(lanes: list[Any]) -> None:
     while lanes:
         lanes.pop().close()
+
+
+def _free_lane(db: Database, new: Callable[[Database], _L]) -> tuple[list[Any], _L]:
+    """A free claim lane of the store (a new one when every lane is busy) and the list to hand it back to;
+    ``list.pop`` is atomic, so two concurrent claims never take the same lane."""
+    lanes = _lanes_of(db)
+    try:
+        return lanes, lanes.pop()
+    except IndexError:
+        return lanes, new(db)
 
 
 def _new_pg_lane(db: Database) -> _PgLane:
@@ -342,11 +353,7 @@ def _claim_sqlite(db: Database, info: _Course, who: str, mode: str, actor: str) 
             return _claim_on(db, pooled.driver_connection, None, info, p, now)
         finally:
             pooled.close()
-    lanes = _lanes_of(db)
-    try:
-        lane = lanes.pop()
-    except IndexError:
-        lane = _new_lane(db)
+    lanes, lane = _free_lane(db, _new_lane)
     try:
         got = _claim_on(db, lane.conn, lane.turns, info, p, now)
         if got is not None and got.new:
@@ -524,11 +531,7 @@ def _claim_pg(db: Database, info: _Course, who: str, mode: str, actor: str) -> C
     p = _params(info, who, mode, actor)
     p["needs"] = info.needs_json
     sql, names = pg_claim_sql()
-    lanes = _lanes_of(db)
-    try:
-        lane = lanes.pop()
-    except IndexError:
-        lane = _new_pg_lane(db)
+    lanes, lane = _free_lane(db, _new_pg_lane)
     try:
         found = lane.cur.execute(sql, [p[n] for n in names]).fetchone()
     except psycopg.errors.UniqueViolation:

@@ -684,17 +684,7 @@ def import_course(store: Store, path: Path, *, key: str | None = None, actor: st
         for e in got["events.json"]:
             if _event_id(e.at, e.actor, e.action, e.participant, e.seat, e.detail) in have:
                 continue
-            s.add(
-                Event(
-                    at=e.at,
-                    course_key=new_key,
-                    actor=e.actor,
-                    action=e.action,
-                    participant=e.participant,
-                    seat=e.seat,
-                    detail=e.detail,
-                )
-            )
+            _log(s, new_key, e.actor, e.action, participant=e.participant, seat=e.seat, detail=e.detail, at=e.at)
             added += 1
         s.flush()
         if c.archived_at is not None:  # last: an archived course takes no more rows

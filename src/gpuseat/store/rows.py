@@ -119,6 +119,13 @@ def _course(s: Session, key: str | None) -> CourseRecord:
     raise which_course([r.key for r in rows])
 
 
+def _not_in_course(s: Session, crow: CourseRecord, kind: type[Participant | Seat], name: str, fix: str) -> NotFound:
+    """The one answer to a participant or seat the course does not have, with the closest of its keys."""
+    what = "participant" if kind is Participant else "seat"
+    known = list(s.scalars(select(kind.key).where(kind.course_id == crow.id)))
+    return NotFound(f"no {what} {name!r} in course {crow.key!r}.{did_you_mean(name, known)}", where=what, fix=fix)
+
+
 def _participant(s: Session, crow: CourseRecord, who: str) -> Participant:
     row = s.scalar(
         select(Participant)
@@ -130,12 +137,8 @@ def _participant(s: Session, crow: CourseRecord, who: str) -> Participant:
         .limit(1)
     )
     if row is None:
-        known = list(s.scalars(select(Participant.key).where(Participant.course_id == crow.id)))
-        raise NotFound(
-            f"no participant {who!r} in course {crow.key!r}.{did_you_mean(who, known)}",
-            where="participant",
-            fix="give a participant's key, email or Unix user (gpuseat roster import adds them)",
-        )
+        fix = "give a participant's key, email or Unix user (gpuseat roster import adds them)"
+        raise _not_in_course(s, crow, Participant, who, fix=fix)
     return row
 
 
@@ -170,12 +173,7 @@ def _seat(s: Session, crow: CourseRecord, key: str, *, lock: bool = False) -> Se
     q = select(Seat).where(Seat.course_id == crow.id, Seat.key == key)
     row = s.scalar(q.with_for_update() if lock else q)
     if row is None:
-        known = list(s.scalars(select(Seat.key).where(Seat.course_id == crow.id)))
-        raise NotFound(
-            f"no seat {key!r} in course {crow.key!r}.{did_you_mean(key, known)}",
-            where="seat",
-            fix="gpuseat seats status lists the seats",
-        )
+        raise _not_in_course(s, crow, Seat, key, fix="gpuseat seats status lists the seats")
     return row
 
 
