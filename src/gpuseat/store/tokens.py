@@ -54,33 +54,39 @@ class Tokens(Concern):
         self, course: str | None = None, participants: Sequence[str] | None = None, *, actor: str = DEFAULT_ACTOR
     ) -> list[IssuedToken]:
         """A new token for each participant (all by default) who has no active one; shown only here."""
-        now = datetime.now(UTC)
-        with self._database.write() as s:
-            crow = _course(s, course)
-            people = _people(s, crow, participants)
-            active = set(
-                s.scalars(
-                    select(AccessToken.participant_id).where(
-                        AccessToken.participant_id.in_([p.id for p in people]), AccessToken.revoked_at.is_(None)
-                    )
-                )
-            )
-            out = [_new_token(s, crow.key, p, now) for p in people if p.id not in active]
-            if out:
-                _log(s, crow.key, actor, "token.issue", detail={"participants": [t.participant for t in out]})
-            return out
+        return self._issue(course, participants, actor, rotate=False)
 
     def rotate_tokens(
         self, course: str | None = None, participants: Sequence[str] | None = None, *, actor: str = DEFAULT_ACTOR
     ) -> list[IssuedToken]:
         """Revoke the active tokens of the participants (all by default) and issue new ones."""
+        return self._issue(course, participants, actor, rotate=True)
+
+    def _issue(
+        self, course: str | None, participants: Sequence[str] | None, actor: str, *, rotate: bool
+    ) -> list[IssuedToken]:
+        """New tokens for the participants without an active one; ``rotate`` revokes theirs first, so all
+        get one (and is logged even when it names nobody)."""
         now = datetime.now(UTC)
         with self._database.write() as s:
             crow = _course(s, course)
             people = _people(s, crow, participants)
-            _revoke(s, [p.id for p in people], now)
-            out = [_new_token(s, crow.key, p, now) for p in people]
-            _log(s, crow.key, actor, "token.rotate", detail={"participants": [t.participant for t in out]})
+            ids = [p.id for p in people]
+            if rotate:
+                _revoke(s, ids, now)
+                active: set[int] = set()
+            else:
+                active = set(
+                    s.scalars(
+                        select(AccessToken.participant_id).where(
+                            AccessToken.participant_id.in_(ids), AccessToken.revoked_at.is_(None)
+                        )
+                    )
+                )
+            out = [_new_token(s, crow.key, p, now) for p in people if p.id not in active]
+            if out or rotate:
+                detail = {"participants": [t.participant for t in out]}
+                _log(s, crow.key, actor, "token.rotate" if rotate else "token.issue", detail=detail)
             return out
 
     def revoke_tokens(
