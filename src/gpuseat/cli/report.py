@@ -43,12 +43,9 @@ def register(app: typer.Typer) -> None:
         need_portal()
         from gpuseat.web.report import render_report
 
-        store = open_store(db)
-        try:
+        with open_store(db) as store:
             digest = build_digest(store, SurveyService(store), load_catalog(), course, with_alternatives=True)
             write_new(out, render_report(digest), force=force)
-        finally:
-            store.close()
         print(out)
 
     survey = add_group(app, "survey", "The course survey: open, close, report.")
@@ -57,12 +54,9 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.survey import SurveyService
         from gpuseat.store import open_store
 
-        store = open_store(db)
-        try:
+        with open_store(db) as store:
             SurveyService(store).set_state(course, state)
             print(f"survey of {store.courses.get_course(course).key} is {state}")
-        finally:
-            store.close()
 
     template = add_group(survey, "template", "Survey templates: the questions a course asks.")
 
@@ -76,14 +70,11 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.survey import SurveyService
         from gpuseat.store import open_store
 
-        store = open_store(db)
-        try:
+        with open_store(db) as store:
             used = SurveyService(store).set_template(course, str(file))
             print(
                 f"survey of {store.courses.get_course(course).key} now asks {len(used.question)} questions ({used.key})"
             )
-        finally:
-            store.close()
 
     @survey.command("open")
     def survey_open(course: StoreCourseOption = None, db: StoreDbOption = None) -> None:
@@ -103,11 +94,8 @@ def register(app: typer.Typer) -> None:
         from gpuseat.services.survey import SurveyService
         from gpuseat.store import open_store
 
-        store = open_store(db)
-        try:
+        with open_store(db) as store:
             res = SurveyService(store).results(course)
-        finally:
-            store.close()
         if fmt == Format.json:
             print_json(res.to_dict())
             return

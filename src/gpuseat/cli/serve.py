@@ -190,12 +190,9 @@ def register(app: typer.Typer) -> None:
             password = getpass.getpass(f"password for {user}: ")
             if getpass.getpass("again: ") != password:
                 raise InputError("the two passwords differ", where="password", fix="type the same password twice")
-        store = open_store(db, create=True)
-        try:
+        with open_store(db, create=True) as store:
             created = store.accounts.set_password(user, password)
             ended = 0 if created else end_user_sessions(store, user)  # a copied cookie dies with the old password
-        finally:
-            store.close()
         print(
             f"{'created' if created else 'updated'} organizer {user}" + (f"; ended {ended} session(s)" if ended else "")
         )
