@@ -255,6 +255,20 @@ def stale_requests(
     return out
 
 
+def ssh_access(
+    host: str | None, login: str, holder: str, device_uuid: str | None, port: int | None = None, jump: str | None = None
+) -> Access:
+    """The way in over SSH as ``login`` for ``holder``, with the command to paste once ``host`` is known."""
+    from gpuseat.core.delivery import ssh_command
+    from gpuseat.core.readiness import Access
+
+    command = ssh_command(host, login, port, jump) if host else None
+    return Access(
+        kind="ssh", host=host, port=port, user=login, jump_host=jump, command=command, device_uuid=device_uuid,
+        holder=holder,
+    )  # fmt: skip
+
+
 def record_machine(
     store: CourseStore, course: str, seat: SeatView, engine: str, ref: str, reason: str, host: str | None = None
 ) -> None:

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core import delivery
 from gpuseat.core.readiness import Access, Readiness, judge
-from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
+from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine, ssh_access
 from gpuseat.engines.host.machine import Machine
 from gpuseat.errors import InputError
 
@@ -448,17 +448,7 @@ class HostEngine(StepEngine[HostSettings]):
         host = s.ssh_host or old.get("host")
         port = s.ssh_port or old.get("port")
         jump = s.jump_host or old.get("jump_host")
-        command = delivery.ssh_command(host, login, port, jump) if host else None
-        return Access(
-            kind="ssh",
-            host=host,
-            port=port,
-            user=login,
-            jump_host=jump,
-            command=command,
-            device_uuid=uuid,
-            holder=holder,
-        )
+        return ssh_access(host, login, holder, uuid, port, jump)
 
     # -- apply -----------------------------------------------------------------------------------------
 

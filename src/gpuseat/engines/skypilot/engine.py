@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core import delivery
 from gpuseat.core.readiness import Access, Readiness, judge
-from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
+from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine, ssh_access
 from gpuseat.engines.skypilot import tasks
 from gpuseat.engines.skypilot.sdk import Cluster, SkyPilot
 from gpuseat.errors import EngineError, GpuseatError, InputError
@@ -301,17 +301,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
 
     def _access(self, info: Cluster, login: str, holder: str, seat: SeatView) -> Access:
         port = info.port if info.port and info.port != 22 else None
-        host = info.ip
-        command = delivery.ssh_command(host, login, port) if host else None
-        return Access(
-            kind="ssh",
-            host=host,
-            port=port,
-            user=login,
-            command=command,
-            device_uuid=seat.device_uuid,
-            holder=holder,
-        )
+        return ssh_access(info.ip, login, holder, seat.device_uuid, port)
 
     # -- apply ---------------------------------------------------------------------------------------
 
