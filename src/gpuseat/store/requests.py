@@ -32,7 +32,7 @@ from gpuseat.db.models import (
 from gpuseat.errors import InputError
 from gpuseat.store.activity import SeatDay, daily_of
 from gpuseat.store.base import Concern
-from gpuseat.store.rows import _course, _log, _participant_and_seat, _seat_view
+from gpuseat.store.rows import _course, _course_participant_and_seat, _log, _participant_and_seat, _seat_view
 from gpuseat.store.views import SeatView, _utc
 
 #: engines that carry out seat requests today
@@ -341,8 +341,7 @@ class Requests(Concern):
         of these); the survey's state."""
         when = now or datetime.now(UTC)
         with self._database.read() as s:
-            crow = _course(s, course)
-            p, seat, a = _participant_and_seat(s, crow, participant)
+            crow, p, seat, a = _course_participant_and_seat(s, course, participant)
             timeline = _timelines(s, crow, p.id)
             hours = _hours(s, crow, when, p, timeline).get(p.key)
             if seat is None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import Select, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from gpuseat.core.seating import misfit, preference
@@ -142,14 +142,39 @@ def _participant(s: Session, crow: CourseRecord, who: str) -> Participant:
     return row
 
 
+def _holding() -> Select[Participant, Seat, Assignment]:
+    """Participants with the seat and assignment each holds now (outer joins: a seatless one too)."""
+    return (
+        select(Participant, Seat, Assignment)
+        .outerjoin(Assignment, and_(Assignment.participant_id == Participant.id, Assignment.valid_to.is_(None)))
+        .outerjoin(Seat, Seat.id == Assignment.seat_id)
+    )
+
+
+def _course_participant_and_seat(
+    s: Session, course: str | None, who: str
+) -> tuple[CourseRecord, Participant, Seat | None, Assignment | None]:
+    """:func:`_course` and :func:`_participant_and_seat` in one query when both keys are exact (a
+    participant's page, by the keys of their link); otherwise, or when not found, as those two do."""
+    if course is not None:
+        row = s.execute(
+            _holding()
+            .add_columns(CourseRecord)
+            .join(CourseRecord, CourseRecord.id == Participant.course_id)
+            .where(CourseRecord.key == course, Participant.key == who)
+        ).first()
+        if row is not None:
+            return row[3], row[0], row[1], row[2]
+    crow = _course(s, course)
+    return (crow, *_participant_and_seat(s, crow, who))
+
+
 def _participant_and_seat(
     s: Session, crow: CourseRecord, who: str
 ) -> tuple[Participant, Seat | None, Assignment | None]:
     """The participant with the seat and assignment they hold now, in one query."""
     row = s.execute(
-        select(Participant, Seat, Assignment)
-        .outerjoin(Assignment, and_(Assignment.participant_id == Participant.id, Assignment.valid_to.is_(None)))
-        .outerjoin(Seat, Seat.id == Assignment.seat_id)
+        _holding()
         .where(
             Participant.course_id == crow.id,
             or_(Participant.key == who, Participant.email == who.lower(), Participant.unix_user == who),
