@@ -21,7 +21,7 @@ DbOption = Annotated[
     str | None,
     typer.Option("--db", help="Course database URL (default: GPUSEAT_DB_URL or SQLite in the data dir)."),
 ]
-#: ``--db`` in the words of ``gpuseat slurm`` and ``gpuseat seats cloud``
+#: ``--db`` in the words of ``gpuseat slurm`` and ``gpuseat seats skypilot``
 ShortDbOption = Annotated[
     str | None, typer.Option("--db", help="Course database URL (default: GPUSEAT_DB_URL or the data dir).")
 ]
@@ -33,6 +33,10 @@ StoreCourseOption = Annotated[
 StoreDbOption = Annotated[
     str | None, typer.Option("--db", help="Database URL (default: GPUSEAT_DB_URL or SQLite in the data dir).")
 ]
+
+#: ``--force`` of the commands that write one file, and of those that write into a folder
+ForceReplaceOption = Annotated[bool, typer.Option("--force", help="Replace an existing file.")]
+ForceFolderOption = Annotated[bool, typer.Option("--force", help="Write into a folder gpuseat did not write.")]
 
 
 def shared_flags(name: str, group: Callable[..., object]) -> Callable[[Callable[..., None]], Callable[..., None]]:

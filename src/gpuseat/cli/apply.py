@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -20,8 +20,14 @@ from gpuseat.cli.course import actor
 if TYPE_CHECKING:
     from gpuseat.engines.apply import Pass
 
-ENGINE = typer.Option(None, "--engine", help="Only this engine (default: every engine of the course's seats).")
-HOST = typer.Option(None, "--host", help="This machine's name in the seats (host engine: default the only one).")
+#: ``--course``, ``--engine`` and ``--host`` of ``apply`` and ``agent``: what this machine's passes cover
+EveryCourseOption = Annotated[str | None, typer.Option("--course", help="Only this course (default: every course).")]
+EngineOption = Annotated[
+    str | None, typer.Option("--engine", help="Only this engine (default: every engine of the course's seats).")
+]
+MachineOption = Annotated[
+    str | None, typer.Option("--host", help="This machine's name in the seats (host engine: default the only one).")
+]
 SET = typer.Option(
     None, "--set", help="ENGINE.SETTING=VALUE, stored as the course's engine setting first (repeatable)."
 )
@@ -177,9 +183,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command("apply")
     def apply(
-        course: str | None = typer.Option(None, "--course", help="Only this course (default: every course)."),
-        engine: str | None = ENGINE,
-        host: str | None = HOST,
+        course: EveryCourseOption = None,
+        engine: EngineOption = None,
+        host: MachineOption = None,
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the commands; change nothing."),
         sets: list[str] | None = SET,
         db: DbOption = None,
@@ -221,9 +227,9 @@ def register(app: typer.Typer) -> None:
     @agent_app.callback()
     def agent(
         ctx: typer.Context,
-        engine: str | None = ENGINE,
-        host: str | None = HOST,
-        course: str | None = typer.Option(None, "--course", help="Only this course (default: every course)."),
+        engine: EngineOption = None,
+        host: MachineOption = None,
+        course: EveryCourseOption = None,
         poll: float = typer.Option(1.0, "--poll", min=0.05, max=60, help="Seconds between looks at the store."),
         resync: float = typer.Option(300.0, "--resync", min=1, help="Seconds between full resyncs (undo drift)."),
         lease: float = typer.Option(15.0, "--lease", min=1, max=600, help="Seconds a lease lasts unrenewed."),

@@ -6,13 +6,14 @@ from pathlib import Path
 
 import typer
 
+from gpuseat.cli._options import CourseOption, ForceFolderOption, ShortDbOption
 from gpuseat.cli._output import Format, FormatOption, print_json, stderr_console
 
 
 def skypilot_command(
     out: Path = typer.Option(..., "--out", help="Folder for the task files, launch.sh, crontab and systemd units."),
-    course: str | None = typer.Option(None, "--course", help="Course key (default: the only course)."),
-    db: str | None = typer.Option(None, "--db", help="Course database URL (default: GPUSEAT_DB_URL or the data dir)."),
+    course: CourseOption = None,
+    db: ShortDbOption = None,
     disk_gb: int = typer.Option(50, "--disk-gb", help="Disk per seat, GB."),
     lead: int = typer.Option(10, "--lead", help="Start the seats this many minutes before each session."),
     wheelhouse: Path | None = typer.Option(
@@ -24,7 +25,7 @@ def skypilot_command(
     gpuseat_spec: str | None = typer.Option(
         None, "--gpuseat-spec", help="Instead of a wheelhouse: 'gpuseat[bench] @ https://…/gpuseat-….whl'."
     ),
-    force: bool = typer.Option(False, "--force", help="Write into a folder gpuseat did not write."),
+    force: ForceFolderOption = False,
     fmt: FormatOption = Format.table,
 ) -> None:
     """Write one SkyPilot task per cloud seat and a schedule, for running sky yourself (the agent launches seats)."""

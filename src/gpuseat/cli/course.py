@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from gpuseat.cli._options import CourseOption, DbOption, add_group
+from gpuseat.cli._options import CourseOption, DbOption, ForceReplaceOption, add_group
 from gpuseat.cli._output import Format, FormatOption, print_json, print_rows, print_table
 
 ACTOR = "cli"
@@ -96,7 +96,7 @@ def register(app: typer.Typer) -> None:
     def export(
         to: Path = typer.Option(..., "--to", help="The archive to write (a zip of JSON files, see docs/course.md)."),
         course: CourseOption = None,
-        force: bool = typer.Option(False, "--force", help="Replace an existing file."),
+        force: ForceReplaceOption = False,
         db: DbOption = None,
         fmt: FormatOption = Format.table,
     ) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from gpuseat.cli._options import DbOption, add_group
+from gpuseat.cli._options import DbOption, ForceReplaceOption, add_group
 
 
 def register(app: typer.Typer) -> None:
@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
     @db_app.command("backup")
     def backup(
         to: Path = typer.Option(..., "--to", help="The backup file (SQLite copy, or pg_dump custom format)."),
-        force: bool = typer.Option(False, "--force", help="Replace an existing file."),
+        force: ForceReplaceOption = False,
         db: DbOption = None,
     ) -> None:
         """A consistent copy of the whole store, taken while the portal and the monitor keep writing."""

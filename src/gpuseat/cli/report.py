@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from gpuseat.cli._options import StoreCourseOption, StoreDbOption, add_group
+from gpuseat.cli._options import ForceReplaceOption, StoreCourseOption, StoreDbOption, add_group
 from gpuseat.cli._output import Format, FormatOption, print_json, print_table
 from gpuseat.errors import InputError
 
@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(..., "--out", help="The HTML file to write (self-contained: inline CSS and SVG)."),
         course: StoreCourseOption = None,
         db: StoreDbOption = None,
-        force: bool = typer.Option(False, "--force", help="Replace an existing file."),
+        force: ForceReplaceOption = False,
     ) -> None:
         """Write the course report: plan and alternatives, cost, seats, utilisation, benchmarks, survey."""
         from gpuseat.catalog.bundle import load_catalog

@@ -323,11 +323,17 @@ def register(app: typer.Typer) -> None:
         """Seat, participant, engine, state (with its reason) and the last GPU activity the monitor saw."""
         from datetime import UTC, datetime
 
-        from gpuseat.store import open_store
+        from gpuseat.store.lite import SeatStatus, seat_status
 
-        with open_store(db) as store:
-            seats = store.seats.seats(course)
-            last = store.activity.last_active(seat_ids=[s.id for s in seats])
+        # the light read (the DB-API driver, no ORM) when the database is at the newest schema; else the store
+        found = seat_status(db, course)
+        if found is None:
+            from gpuseat.store import open_store
+
+            with open_store(db) as store:
+                seats = store.seats.seats(course)
+                found = SeatStatus(seats, store.activity.last_active(seat_ids=[s.id for s in seats]))
+        seats, last = found
         rows = []
         for s in seats:
             ts = last.get(s.id)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gpuseat.cli._options import CourseOption, ShortDbOption
+from gpuseat.cli._options import CourseOption, ForceFolderOption, ShortDbOption
 from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_table, stderr_console
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ def config_command(
     db: ShortDbOption = None,
     record: bool = typer.Option(False, "--record", help="Record each seat's Slurm device in the course store."),
     out: Path | None = typer.Option(None, "--out", help="Write the files here instead of printing them."),
-    force: bool = typer.Option(False, "--force", help="Write into a folder gpuseat did not write."),
+    force: ForceFolderOption = False,
     conf_dir: Path | None = typer.Option(
         None,
         "--conf-dir",
