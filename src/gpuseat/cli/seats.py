@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -22,6 +22,8 @@ STATUS_COLUMNS = ("seat", "kind", "participant", "engine", "state", "reason", "s
 #: what an 80-column terminal hides first (``-f wide`` shows every column)
 SEAT_DROP = ("connect", "participant", "engine", "state", "memory_gb", "host")
 STATUS_DROP = ("last_gpu_activity", "since", "kind", "engine", "connect", "reason")
+#: ``--participant`` of ``assign`` and ``release`` (``move``, where it is required, declares its own)
+ParticipantOption = Annotated[str | None, typer.Option("--participant", help="Key, email or Unix user.")]
 EXPORT_COLUMNS = (
     "key",
     "kind",
@@ -240,7 +242,7 @@ def register(app: typer.Typer) -> None:
 
     @seats_app.command("assign")
     def assign(
-        participant: str | None = typer.Option(None, "--participant", help="Key, email or Unix user."),
+        participant: ParticipantOption = None,
         seat: str | None = typer.Option(None, "--seat", help="The seat to give (with --participant)."),
         partial: bool = typer.Option(False, "--partial", help="Assign what fits when seats run short."),
         course: CourseOption = None,
@@ -273,7 +275,7 @@ def register(app: typer.Typer) -> None:
 
     @seats_app.command("release")
     def release(
-        participant: str | None = typer.Option(None, "--participant", help="Key, email or Unix user."),
+        participant: ParticipantOption = None,
         seat: str | None = typer.Option(None, "--seat", help="Seat key."),
         reason: str = typer.Option("released", "--reason", help="Why (kept in the history, 32 characters)."),
         course: CourseOption = None,
