@@ -61,7 +61,25 @@ def test_plan_json_loads_no_store_or_rich(tmp_path: Path) -> None:
     assert not loaded & (NEVER_AT_IMPORT | {"rich"})
 
 
-def test_seats_status_loads_the_store_but_not_the_course_file_model(tmp_path: Path) -> None:
+def _status(tmp_path: Path, *args: str) -> tuple[set[str], str]:
+    """(modules loaded, the printed table) of ``gpuseat seats status ARGS`` in a fresh interpreter."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_")}
+    env.update(GPUSEAT_DATA_DIR=str(tmp_path / "data"), HOME=str(tmp_path), COLUMNS="200")
+    code = (
+        f"from gpuseat.cli import main\nassert main(['seats', 'status', *{list(args)!r}]) == 0\n"
+        "import json, sys\nprint(json.dumps(sorted(sys.modules)), file=sys.stderr)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    return set(json.loads(proc.stderr.strip().splitlines()[-1])), proc.stdout
+
+
+def test_seats_status_reads_without_the_orm(tmp_path: Path) -> None:
+    """``seats status`` reads through the light path (the DB-API driver, :mod:`gpuseat.store.lite`): no
+    SQLAlchemy, no Pydantic; a database URL the light path does not take (driver options) goes through
+    the full store, and both print the same table."""
     steps = [
         ["course", "create", "examples/course-2016.toml", "--plan-option", "1"],
         ["roster", "import", "examples/roster-16.csv"],
@@ -69,16 +87,17 @@ def test_seats_status_loads_the_store_but_not_the_course_file_model(tmp_path: Pa
         ["seats", "assign"],
     ]
     _modules(f"from gpuseat.cli import main\nfor s in {steps!r}:\n    assert main(s) == 0", tmp_path)
-    loaded = _modules("from gpuseat.cli import main\nassert main(['seats', 'status']) == 0", tmp_path)
-    assert "sqlalchemy.orm" in loaded  # the seats were really read from the store
+    loaded, light = _status(tmp_path, "-f", "json")
+    assert "gpuseat.store.lite" in loaded and "sqlite3" in loaded  # the seats were really read
+    assert not {name.split(".")[0] for name in loaded} & (NEVER_AT_IMPORT | {"pydantic", "pydantic_core"})
+    assert not loaded & {"gpuseat.core.course", "gpuseat.readings", "gpuseat.core.roster", "gpuseat.catalog"}
+    rows = json.loads(light)
+    assert len(rows) == 16 and all(r["participant"] for r in rows)  # 4 server seats and 12 cloud seats, assigned
+    database = next((tmp_path / "data").rglob("*.db"))
+    loaded, full = _status(tmp_path, "-f", "json", "--db", f"sqlite:///{database}?timeout=5")
+    assert "sqlalchemy.orm" in loaded and "gpuseat.store.seats" in loaded  # the full store read it
     assert "gpuseat.core.course" not in loaded  # a type only in store/rows.py: parsing course files is not needed
-    assert not {name.split(".")[0] for name in loaded} & {"fastapi", "starlette", "uvicorn", "kubernetes", "torch"}
-    assert not {name.split(".")[0] for name in loaded} & {"pydantic", "pydantic_core"}  # no model validates here
-    # only the concerns it reads (seats, activity): not the seat specs' models, the monitor, the roster parser
-    unused = {"specs", "monitor", "tokens", "courses", "roster", "claiming", "delivery", "lifecycle", "requests"}
-    assert not loaded & {f"gpuseat.store.{name}" for name in unused}
-    assert not loaded & {"gpuseat.readings", "gpuseat.core.roster", "gpuseat.core.needs", "gpuseat.catalog"}
-    assert {"gpuseat.store.seats", "gpuseat.store.activity"} <= loaded
+    assert json.loads(full) == rows
 
 
 def test_store_package_loads_a_name_only_when_asked(tmp_path: Path) -> None:
