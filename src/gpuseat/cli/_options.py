@@ -37,6 +37,8 @@ StoreDbOption = Annotated[
 #: ``--force`` of the commands that write one file, and of those that write into a folder
 ForceReplaceOption = Annotated[bool, typer.Option("--force", help="Replace an existing file.")]
 ForceFolderOption = Annotated[bool, typer.Option("--force", help="Write into a folder gpuseat did not write.")]
+#: ``--timeout`` of ``seats check`` and ``host status`` (each with its own default)
+ProbeTimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds each seat's probe may take.")]
 
 
 def shared_flags(name: str, group: Callable[..., object]) -> Callable[[Callable[..., None]], Callable[..., None]]:

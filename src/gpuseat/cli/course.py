@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -10,6 +11,9 @@ from gpuseat.cli._options import CourseOption, DbOption, ForceReplaceOption, add
 from gpuseat.cli._output import Format, FormatOption, print_json, print_rows, print_table
 
 ACTOR = "cli"
+
+#: the course ``archive`` and ``delete`` act on (named: no default course for them)
+CourseKeyArgument = Annotated[str, typer.Argument(help="Course key.")]
 
 COURSE_COLUMNS = ("key", "name", "starts_on", "ends_on", "timezone", "participants", "seats", "assigned")
 #: what an 80-column terminal hides first (``-f wide`` shows every column)
@@ -138,7 +142,7 @@ def register(app: typer.Typer) -> None:
 
     @course_app.command("archive")
     def archive(
-        course: str = typer.Argument(..., help="Course key."),
+        course: CourseKeyArgument,
         db: DbOption = None,
     ) -> None:
         """Make a course read-only (every change is refused from then on) and revoke its access links."""
@@ -155,7 +159,7 @@ def register(app: typer.Typer) -> None:
 
     @course_app.command("delete")
     def delete(
-        course: str = typer.Argument(..., help="Course key."),
+        course: CourseKeyArgument,
         yes: bool = typer.Option(False, "--yes", help="Confirm: delete the course and all its rows."),
         export_to: Path | None = typer.Option(
             None, "--export-to", help="Where the export written first goes (default: the data dir's exports/)."

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from gpuseat.cli._options import CourseOption, DbOption
+from gpuseat.cli._options import CourseOption, DbOption, ProbeTimeoutOption
 from gpuseat.cli._output import Format, FormatOption, print_json, print_rows
 from gpuseat.cli.course import actor
 from gpuseat.errors import InputError
@@ -95,7 +95,7 @@ def add_to(seats_app: typer.Typer) -> None:
     @seats_app.command("check")
     def check(
         seat: str | None = typer.Option(None, "--seat", help="Only this seat."),
-        timeout: float = typer.Option(30.0, "--timeout", help="Seconds each seat's probe may take."),
+        timeout: ProbeTimeoutOption = 30.0,
         workers: int = typer.Option(16, "--workers", help="Probes at once."),
         setting: list[str] = typer.Option([], "--set", help="Engine setting ENGINE.KEY=VALUE (repeatable)."),
         bench: bool = typer.Option(False, "--bench", help="Also run the LeNet benchmark on ready seats."),

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from gpuseat.cli._options import CourseOption, DbOption, add_group, shared_flags
+from gpuseat.cli._options import CourseOption, DbOption, ProbeTimeoutOption, add_group, shared_flags
 from gpuseat.cli._output import Format, FormatOption, print_rows
 from gpuseat.cli.course import actor
 
@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
         course: CourseOption = None,
         db: DbOption = None,
         fmt: FormatOption = Format.table,
-        timeout: float = typer.Option(20.0, "--timeout", help="Seconds each seat's probe may take."),
+        timeout: ProbeTimeoutOption = 20.0,
     ) -> None:
         """Probe every host seat as its participant (the same check as ``gpuseat seats check``)."""
         from gpuseat.services.checks import check_seats
