@@ -11,7 +11,7 @@ from typing import Any
 import typer
 
 from gpuseat.cli._options import CourseOption, DbOption
-from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_table
+from gpuseat.cli._output import Format, FormatOption, print_rows
 from gpuseat.errors import InputError
 
 hub_app = typer.Typer(name="jupyterhub", help="GPU seats through JupyterHub: hub config and GPU-aware culling.")
@@ -153,7 +153,7 @@ def cull(
         culler = Culler(store, key, api_url=url, token=token, idle_hours=idle_hours, dry_run=dry_run)
         if once:
             rows = [v.to_dict() for v in culler.run_once()]
-            _show(rows, fmt)
+            print_rows(rows, ("server", "seat", "stop", "reason"), fmt, title="GPU-aware culling")
             return
         stopping: list[bool] = []
 
@@ -163,16 +163,6 @@ def cull(
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
         culler.run(every, stop=lambda: bool(stopping))
-
-
-def _show(rows: list[dict[str, Any]], fmt: Format) -> None:
-    columns = ("server", "seat", "stop", "reason")
-    if fmt == Format.json:
-        print_json(rows)
-    elif fmt == Format.csv:
-        print_csv(rows, columns)
-    else:
-        print_table(rows, columns, title="GPU-aware culling")
 
 
 def register(app: typer.Typer) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from gpuseat.cli._options import add_group
-from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_table, stderr_console
+from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_rows, print_table, stderr_console
 
 CATALOG_OPTION = typer.Option(
     None, "--catalog", help="Folder of catalog TOML files laid over the bundled ones (gpus, offers, providers, …)."
@@ -335,13 +335,7 @@ def _offers_import(
 
 
 def _emit(rows: list[dict[str, Any]], fmt: Format, *, title: str) -> None:
-    columns = list(rows[0]) if rows else ["offer"]
-    if fmt is Format.json:
-        print_json(rows)
-    elif fmt is Format.csv:
-        print_csv(rows, columns)
-    else:
-        print_table(rows, columns, title=title)
+    print_rows(rows, list(rows[0]) if rows else ["offer"], fmt, title=title)
 
 
 def _offers_list(

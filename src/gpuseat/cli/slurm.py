@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from gpuseat.cli._options import CourseOption, ForceFolderOption, ShortDbOption
-from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_table, stderr_console
+from gpuseat.cli._output import Format, FormatOption, print_json, print_rows, stderr_console
 
 if TYPE_CHECKING:
     from gpuseat.engines.slurm.config import GresDevice
@@ -268,10 +268,14 @@ def status_command(
                 "waiting": m.blocked_by or "",
             }
         )
+    if fmt is Format.table:  # the warnings go with the table (stderr), not with CSV
+        _print_warnings(report)
     cols = ["participant", "unix_user", "seat", "gres", "jobs", "waiting"]
-    if fmt is Format.csv:
-        print_csv(rows, cols)
-        return
+    print_rows(rows, cols, fmt, title=f"slurm · {report.course} · {len(report.reservations)} session reservation(s)")
+
+
+def _print_warnings(report: Any) -> None:
+    """What ``slurm status`` must say beside its table: a missing partition, who waits and why, stray jobs."""
     if not report.partition_exists:
         stderr_console().print(f"partition {report.partition} missing: run gpuseat apply --engine slurm", markup=False)
     for m in report.members:
@@ -282,7 +286,6 @@ def status_command(
             f"{j['user']} {j['why']}: job {j['job_id']} {j['state']} {j['gres']} (gpuseat apply cancels it)",
             markup=False,
         )
-    print_table(rows, cols, title=f"slurm · {report.course} · {len(report.reservations)} session reservation(s)")
 
 
 @slurm_app.command("check")
@@ -301,15 +304,8 @@ def check_command(
     with open_store(db) as store:
         sc = slurm.course_from_store(store, course)
     rows = slurm.check(_slurm(slurm_conf), sc, now=datetime.now(), out_dir=out_dir, participants=participant)
-    if fmt is Format.json:
-        print_json([r.to_dict() for r in rows])
-    else:
-        cols = ["participant", "unix_user", "seat", "ok", "cuda_visible_devices", "slurm_job_gpus", "refusal"]
-        data = [r.to_dict() for r in rows]
-        if fmt is Format.csv:
-            print_csv(data, cols)
-        else:
-            print_table(data, cols, title=f"slurm check · {sc.key}")
+    cols = ["participant", "unix_user", "seat", "ok", "cuda_visible_devices", "slurm_job_gpus", "refusal"]
+    print_rows([r.to_dict() for r in rows], cols, fmt, title=f"slurm check · {sc.key}")
     raise typer.Exit(0 if all(r.ok for r in rows) else 1)
 
 
