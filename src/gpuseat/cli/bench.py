@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_table, stderr_console
+from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_rows, print_table, stderr_console
 
 if TYPE_CHECKING:
     from gpuseat.bench.fleet import SeatOutcome
@@ -152,7 +152,5 @@ def _print_fleet(outcomes: list[SeatOutcome], fmt: Format) -> None:
         from gpuseat.bench.fleet import fleet_dict
 
         print_json(fleet_dict(outcomes))
-    elif fmt is Format.csv:
-        print_csv([_fleet_row(o) for o in outcomes], FLEET_COLUMNS)
     else:
-        print_table([_fleet_row(o) for o in outcomes], FLEET_COLUMNS, title="gpuseat bench --all-seats")
+        print_rows([_fleet_row(o) for o in outcomes], FLEET_COLUMNS, fmt, title="gpuseat bench --all-seats")

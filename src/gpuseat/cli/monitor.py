@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from gpuseat.cli._options import StoreDbOption, shared_flags
-from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_table
+from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_rows, print_table
 from gpuseat.errors import EngineError
 
 if TYPE_CHECKING:
@@ -216,10 +216,8 @@ def usage(
     report = monitoring.usage_report(since, db, course)
     if fmt == Format.json:
         print_json(report.to_dict())
-    elif fmt == Format.csv:
-        print_csv(report.participants(), monitoring.USAGE_COLUMNS)
     else:
-        print_table(report.participants(), monitoring.USAGE_COLUMNS, title="GPU seat usage")
+        print_rows(report.participants(), monitoring.USAGE_COLUMNS, fmt, title="GPU seat usage")
     if chart is not None:
         monitoring.write_chart(report, chart, force=force)
         typer.echo(f"chart written to {chart}", err=True)
