@@ -46,8 +46,8 @@ def shared_flags(name: str, group: Callable[..., object]) -> Callable[[Callable[
     for every command that takes them.
 
     ``group``'s parameters stand in the command's signature, and so in its ``--help``, where its
-    parameter ``name`` stands; the command is called with ``name=group(**those flags)``: the value the
-    flags make together (checked, so a bad flag is refused before the command starts).
+    parameter ``name`` stands; the command is called with ``name=group(**those flags)``, the one value
+    the flags make together, built before the command runs (so ``group`` may refuse a bad flag first).
     """
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
