@@ -11,9 +11,10 @@ from __future__ import annotations
 import tomllib
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from typing import Any, cast
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, bindparam, func, select
 
 from gpuseat.core import selfservice
 from gpuseat.core.delivery import login_name
@@ -453,21 +454,52 @@ def _timelines(
     s: Any, crow: CourseRecord, participant_id: int | None = None
 ) -> dict[str, list[tuple[datetime, str, str | None]]]:
     out: dict[str, list[tuple[datetime, str, str | None]]] = {}
-    q = (
+    q = _timeline_query()
+    params: dict[str, Any] = {"course_id": crow.id}
+    if participant_id is not None:
+        q, params = _one_timeline_query(), {**params, "participant_id": participant_id}
+    for who, at, action, reason in s.execute(q, params):
+        out.setdefault(who, []).append((cast(datetime, _utc(at)), action, reason))
+    return out
+
+
+@cache
+def _timeline_query() -> Select[str, datetime | None, str, str | None]:
+    """Done run requests (start, stop, …) of a course (bound ``course_id``), oldest first; built once."""
+    return (
         select(Participant.key, SeatRequest.done_at, SeatRequest.action, SeatRequest.reason)
         .join(Participant, Participant.id == SeatRequest.participant_id)
         .where(
-            SeatRequest.course_id == crow.id,
+            SeatRequest.course_id == bindparam("course_id"),
             SeatRequest.state == "done",
             SeatRequest.action.in_(tuple(selfservice.RUN_ACTIONS)),
         )
         .order_by(SeatRequest.done_at, SeatRequest.id)
     )
-    if participant_id is not None:
-        q = q.where(SeatRequest.participant_id == participant_id)
-    for who, at, action, reason in s.execute(q):
-        out.setdefault(who, []).append((cast(datetime, _utc(at)), action, reason))
-    return out
+
+
+@cache
+def _one_timeline_query() -> Select[str, datetime | None, str, str | None]:
+    """:func:`_timeline_query` of one participant (bound ``participant_id``): every participant page runs it."""
+    return _timeline_query().where(SeatRequest.participant_id == bindparam("participant_id"))
+
+
+@cache
+def _held_query(one: bool) -> Select[int, datetime, datetime | None]:
+    """Every assignment of a course's seats (bound ``course_id``; ``one``: of one ``participant_id``)."""
+    q = (
+        select(Assignment.participant_id, Assignment.valid_from, Assignment.valid_to)
+        .join(Seat, Seat.id == Assignment.seat_id)
+        .where(Seat.course_id == bindparam("course_id"))
+    )
+    return q.where(Assignment.participant_id == bindparam("participant_id")) if one else q
+
+
+@cache
+def _ledger_query(one: bool) -> Select[SeatHours]:
+    """The seat-hours ledger of a course (bound ``course_id``; ``one``: of one ``participant_id``), in order."""
+    q = select(SeatHours).where(SeatHours.course_id == bindparam("course_id")).order_by(SeatHours.id)
+    return q.where(SeatHours.participant_id == bindparam("participant_id")) if one else q
 
 
 def _hours(
@@ -475,17 +507,14 @@ def _hours(
 ) -> dict[str, Hours]:
     """Seat hours by participant key (``one``: only theirs), with ``timelines`` read by the caller."""
     open_, exempt, file = _course_windows(crow)
+    params: dict[str, Any] = {"course_id": crow.id}
+    if one is not None:
+        params["participant_id"] = one.id
     held: dict[int, list[Interval]] = {}
-    q = (
-        select(Assignment.participant_id, Assignment.valid_from, Assignment.valid_to)
-        .join(Seat, Seat.id == Assignment.seat_id)
-        .where(Seat.course_id == crow.id)
-    )
-    for pid, start, end in s.execute(q if one is None else q.where(Assignment.participant_id == one.id)):
+    for pid, start, end in s.execute(_held_query(one is not None), params):
         held.setdefault(pid, []).append((cast(datetime, _utc(start)), _utc(end) or when))
     ledger: dict[int, list[SeatHours]] = {}
-    q2 = select(SeatHours).where(SeatHours.course_id == crow.id).order_by(SeatHours.id)
-    for h in s.scalars(q2 if one is None else q2.where(SeatHours.participant_id == one.id)):
+    for h in s.scalars(_ledger_query(one is not None), params):
         ledger.setdefault(h.participant_id, []).append(h)
     out = {}
     people = [one] if one is not None else s.scalars(select(Participant).where(Participant.course_id == crow.id))

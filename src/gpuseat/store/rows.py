@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import cache
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Select, and_, func, or_, select
+from sqlalchemy import Select, and_, bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
 from gpuseat.core.seating import misfit, preference
@@ -151,18 +152,25 @@ def _holding() -> Select[Participant, Seat, Assignment]:
     )
 
 
+@cache
+def _page_holding() -> Select[Participant, Seat, Assignment, CourseRecord]:
+    """:func:`_holding` of one participant by course and participant key (bound ``course``, ``who``),
+    built once: a participant page runs it on every view, and building it costs more than running it."""
+    return (
+        _holding()
+        .add_columns(CourseRecord)
+        .join(CourseRecord, CourseRecord.id == Participant.course_id)
+        .where(CourseRecord.key == bindparam("course"), Participant.key == bindparam("who"))
+    )
+
+
 def _course_participant_and_seat(
     s: Session, course: str | None, who: str
 ) -> tuple[CourseRecord, Participant, Seat | None, Assignment | None]:
     """:func:`_course` and :func:`_participant_and_seat` in one query when both keys are exact (a
     participant's page, by the keys of their link); otherwise, or when not found, as those two do."""
     if course is not None:
-        row = s.execute(
-            _holding()
-            .add_columns(CourseRecord)
-            .join(CourseRecord, CourseRecord.id == Participant.course_id)
-            .where(CourseRecord.key == course, Participant.key == who)
-        ).first()
+        row = s.execute(_page_holding(), {"course": course, "who": who}).first()
         if row is not None:
             return row[3], row[0], row[1], row[2]
     crow = _course(s, course)

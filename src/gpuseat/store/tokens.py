@@ -9,9 +9,10 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from functools import cache
+from typing import Any, cast
 
-from sqlalchemy import and_, select, text, update
+from sqlalchemy import Select, Table, Update, and_, bindparam, select, text, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
@@ -45,6 +46,30 @@ class TokenHit:
 def token_hash(token: str) -> str:
     """SHA-256 of a token (hex). Tokens carry 256 random bits, so a fast hash is enough."""
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+@cache
+def _token_query() -> Select[AccessToken, Participant, str, datetime | None, str]:
+    """A link's token row, participant, course and the seat held now by the token's hash (bound ``digest``),
+    the active token first; built once (every page opens a link, the rush every link at once)."""
+    return (
+        select(AccessToken, Participant, CourseRecord.key, CourseRecord.archived_at, Seat.key)
+        .join(Participant, Participant.id == AccessToken.participant_id)
+        .join(CourseRecord, CourseRecord.id == Participant.course_id)
+        .outerjoin(Assignment, and_(Assignment.participant_id == Participant.id, Assignment.valid_to.is_(None)))
+        .outerjoin(Seat, Seat.id == Assignment.seat_id)
+        .where(AccessToken.token_hash == bindparam("digest"))
+        .order_by(AccessToken.revoked_at.is_not(None))
+        .limit(1)
+    )
+
+
+@cache
+def _visit_update() -> Update:
+    """Set one link's last use (bound ``tid``, ``at``); built once, run for many links at a time."""
+    # the Core table: an ORM update() takes no executemany of bound ids
+    table = cast(Table, AccessToken.__table__)
+    return update(table).where(table.c.id == bindparam("tid")).values(last_used_at=bindparam("at"))
 
 
 class Tokens(Concern):
@@ -127,17 +152,7 @@ class Tokens(Concern):
             return None
         digest = token_hash(token)
         with self._database.read() as s:
-            row = s.execute(
-                select(AccessToken, Participant, CourseRecord.key, CourseRecord.archived_at, Seat.key)
-                .join(Participant, Participant.id == AccessToken.participant_id)
-                .join(CourseRecord, CourseRecord.id == Participant.course_id)
-                # the seat held now, in the same statement (the rush opens every link once)
-                .outerjoin(Assignment, and_(Assignment.participant_id == Participant.id, Assignment.valid_to.is_(None)))
-                .outerjoin(Seat, Seat.id == Assignment.seat_id)
-                .where(AccessToken.token_hash == digest)
-                .order_by(AccessToken.revoked_at.is_not(None))  # the active one first
-                .limit(1)
-            ).first()
+            row = s.execute(_token_query(), {"digest": digest}).first()
             if row is None or not hmac.compare_digest(row[0].token_hash, digest):
                 return None
             tok, p, ckey, archived_at, seat_key = row
@@ -162,8 +177,7 @@ class Tokens(Concern):
                 with conn.begin():
                     if not sqlite:
                         conn.execute(text(f"SET LOCAL lock_timeout = '{max(1, int(wait_s * 1000))}ms'"))
-                    for tid, at in visits.items():
-                        conn.execute(update(AccessToken).where(AccessToken.id == tid).values(last_used_at=at))
+                    conn.execute(_visit_update(), [{"tid": tid, "at": at} for tid, at in visits.items()])
             except (OperationalError, StoreError) as exc:
                 if _locked(exc):
                     return False
