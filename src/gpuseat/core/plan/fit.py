@@ -2,7 +2,7 @@
 
 A :class:`Fit` says how many seats one unit (a cloud instance or a bare-metal server) gives a group and
 lists its costs as :class:`~gpuseat.core.cost.Rate` values. Cloud instances give one seat when they
-meet the need; servers give what the carver finds (:func:`gpuseat.core.carve.server_capacity`),
+meet the need; servers give what the carver finds (:func:`gpuseat.core.capacity.server_capacity`),
 limited by their CPUs and RAM. Everything the fitting reads comes in through :class:`PlanContext`:
 the course, the catalog value and the course's intervals.
 """
@@ -19,7 +19,7 @@ from gpuseat.catalog import GpuModel
 from gpuseat.catalog.licences import Licence
 from gpuseat.catalog.offers import Offer
 from gpuseat.catalog.rules import Rule
-from gpuseat.core.carve import Capacity, ChipOption, NotChosen, chip_options, server_capacity
+from gpuseat.core.capacity import Capacity, ChipOption, NotChosen, chip_options, server_capacity
 from gpuseat.core.cost import (
     Interval,
     Rate,

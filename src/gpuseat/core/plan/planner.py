@@ -252,7 +252,7 @@ def near_misses(course: Course, offers: Sequence[Offer], catalog: Catalog, best:
 def _near_values(group: Group, offers: Sequence[Offer], catalog: Catalog) -> list[float]:
     """GPU memory sizes just under what ``group`` asks (within :data:`NEAR`) that a cloud offer or a
     server's layout gives, closest first."""
-    from gpuseat.core.carve import chip_options
+    from gpuseat.core.capacity import chip_options
 
     asked = group.min_gpu_memory_gb
     low = asked * NEAR
