@@ -1,14 +1,20 @@
-"""Shared test helpers: run the real CLI in-process and capture what it prints."""
+"""Shared test helpers (run the real CLI in-process and capture what it prints) and what keeps every test
+hermetic: no GPUSEAT_* variable of the shell, its own data and cache dirs, no SkyPilot API server."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import os
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
+from cloud.fakesky import FakeSky, import_sky
 from gpuseat.cli import main
 
 # Timing varies on a loaded 2-core CI machine: property tests check behaviour, not speed.
@@ -55,3 +61,56 @@ def private_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
         monkeypatch.delenv(name)
     monkeypatch.setenv("GPUSEAT_DATA_DIR", str(tmp_path_factory.mktemp("data")))
     monkeypatch.setenv("GPUSEAT_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture(autouse=True)
+def no_skypilot_server(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hermetic tests: SkyPilot's client starts an API server (under ``~/.sky``, port 46580) on its first
+    request and leaves it running, so no test reaches the real SDK.
+
+    ``sky`` as the product loads it is the recording fake with no clusters, which is what SkyPilot answers
+    on a machine without cloud credentials (a test that wants clusters patches ``load_sky`` with its own
+    fake); a real request, in this process or a child, fails instead of starting a server.
+    """
+    monkeypatch.setenv("SKYPILOT_DISABLE_LOCAL_API_SERVER", "1")
+    if importlib.util.find_spec("sky") is not None:  # else the product's own "not installed" error
+        monkeypatch.setattr("gpuseat.engines.skypilot.sdk.load_sky", lambda: FakeSky(import_sky(tmp_path_factory)))
+
+
+def _proc(pid: int | str, name: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/{name}").read_bytes()
+    except OSError:  # gone, or not ours to read
+        return b""
+
+
+def _children(pid: int) -> list[int]:
+    """Every process below ``pid`` (SkyPilot's executors), deepest first."""
+    below = []
+    for entry in Path("/proc").iterdir():
+        stat = _proc(entry.name, "stat") if entry.name.isdigit() else b""
+        if stat and int(stat.rsplit(b")", 1)[1].split()[1]) == pid:
+            below += [*_children(int(entry.name)), int(entry.name)]
+    return below
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_skypilot_server_left(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Fails the run if a test left a SkyPilot API server running (one whose environment names this run's
+    temp folder: another run's server is not ours), after stopping it and its executors by pid."""
+    yield
+    if not Path("/proc").is_dir():
+        return
+    mark = str(tmp_path_factory.getbasetemp()).encode()
+    left = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and b"sky.server.server" in _proc(entry.name, "cmdline"):
+            env = dict(v.partition(b"=")[::2] for v in _proc(entry.name, "environ").split(b"\0"))
+            if any(mark in v for v in env.values()):
+                left[int(entry.name)] = env.get(b"PYTEST_CURRENT_TEST", b"?").decode(errors="replace")
+    for pid in left:
+        for p in [*_children(pid), pid]:  # the executors ignore SIGTERM
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+    if left:
+        pytest.fail(f"a test left a SkyPilot API server running (stopped now): {left} (pid: the test running then)")

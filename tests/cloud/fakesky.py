@@ -9,11 +9,35 @@ recorded call to the *installed* SDK's signature, so a call the real SDK would r
 from __future__ import annotations
 
 import inspect
+import os
+import sys
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import yaml
+
+
+def import_sky(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The installed ``sky`` module, imported the first time with HOME in this run's temp folder.
+
+    SkyPilot fixes its ``~/.sky`` paths when it is imported and writes there at once (``user_hash``,
+    ``locks``), so a test run that imported it under the shell's HOME would change the shell's ``~/.sky``.
+    """
+    if "sky" not in sys.modules:
+        home = tmp_path_factory.getbasetemp() / "sky-home"
+        home.mkdir(exist_ok=True)
+        shell_home = os.environ.get("HOME")
+        os.environ["HOME"] = str(home)
+        try:
+            import sky  # noqa: F401
+        finally:
+            if shell_home is None:
+                del os.environ["HOME"]
+            else:
+                os.environ["HOME"] = shell_home
+    return sys.modules["sky"]
 
 
 class ClusterDoesNotExist(Exception):

@@ -26,7 +26,7 @@ from gpuseat.engines.runner import RecordingRunner
 from gpuseat.engines.skypilot.engine import SkyPilotEngine, SkyPilotSettings
 from gpuseat.store import open_store
 
-from .fakesky import FakeSky, check_signatures
+from .fakesky import FakeSky, check_signatures, import_sky
 from .skysetup import ssh_key
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -41,14 +41,12 @@ NEXT_DAY = datetime(2026, 3, 3, 9, 30, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
-def real_sky() -> Any:
+def real_sky(tmp_path_factory: pytest.TempPathFactory) -> Any:
     if importlib.util.find_spec("sky") is None:
         if os.environ.get("CI") == "true":
             pytest.fail("skypilot is not installed (the dev extra installs it)")
         pytest.skip("skypilot is not installed")
-    import sky
-
-    return sky
+    return import_sky(tmp_path_factory)
 
 
 class Runner(RecordingRunner):
