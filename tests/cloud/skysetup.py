@@ -44,6 +44,7 @@ def build_wheel(out: Path) -> Path:
             "--no-deps",
             "--no-build-isolation",
             "--no-index",
+            "--no-cache-dir",  # the shell's ~/.cache stays untouched
             "-q",
             "-w",
             wheels,
