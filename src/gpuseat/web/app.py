@@ -61,6 +61,7 @@ def create_app(portal: Portal) -> FastAPI:
     app.exception_handler(deps.LinkRefused)(deps.link_refused)
     app.exception_handler(GpuseatError)(deps.gpuseat_error)
 
-    for concern in (health, organizer, settings, participant, claim, survey, report):
+    # the participant's routes first: a link's page and its claim are what a registration rush asks
+    for concern in (participant, claim, survey, health, organizer, settings, report):
         app.include_router(concern.router)
     return app

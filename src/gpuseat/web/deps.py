@@ -101,13 +101,14 @@ def participant(token: str, request: Request) -> ParticipantView:
     raise LinkRefused("This link is not valid (it may have been replaced).", 404)
 
 
-def participant_form(
+async def participant_form(
     token: str,
     request: Request,
     data: FormData = Depends(read_form),
     who: ParticipantView = Depends(participant),
 ) -> ParticipantView:
-    """The link's participant, for a POST whose CSRF token is bound to that link."""
+    """The link's participant, for a POST whose CSRF token is bound to that link (async: an HMAC
+    check only, so it runs on the event loop instead of taking a worker thread for it)."""
     check_csrf(request, data, "t:" + token)
     return who
 
