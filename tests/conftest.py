@@ -7,6 +7,7 @@ import contextlib
 import importlib.util
 import os
 import signal
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,28 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
 
 #: variables that configure the test run itself (e.g. GPUSEAT_TEST_PG_URL), not gpuseat: kept
 KEEP_PREFIX = "GPUSEAT_TEST_"
+
+
+#: the data and cache dirs of the run's collection phase (see :func:`pytest_configure`)
+_COLLECTION: tempfile.TemporaryDirectory[str] | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Collection is hermetic too: test modules that load the bundled catalog when imported write its
+    cache into the run's own folder, never the shell's ``~/.cache/gpuseat``; no GPUSEAT_* variable of the
+    shell is seen while collecting."""
+    global _COLLECTION
+    _COLLECTION = tempfile.TemporaryDirectory(prefix="gpuseat-tests-")
+    for name in [n for n in os.environ if n.startswith("GPUSEAT_") and not n.startswith(KEEP_PREFIX)]:
+        del os.environ[name]
+    os.environ["GPUSEAT_DATA_DIR"] = os.path.join(_COLLECTION.name, "data")
+    os.environ["GPUSEAT_CACHE_DIR"] = os.path.join(_COLLECTION.name, "cache")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The collection folder goes with the run."""
+    if _COLLECTION is not None:
+        _COLLECTION.cleanup()
 
 
 @pytest.fixture(autouse=True)
