@@ -5,8 +5,8 @@ Everything here is data shipped as TOML/CSV inside the package (each row with ``
 objects as arguments.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: Pydantic would compile and evaluate every field's
+# annotation string when these models are built, at every start of gpuseat (issue 39).
 import csv
 import io
 import tomllib

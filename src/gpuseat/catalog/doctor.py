@@ -4,8 +4,8 @@ Loaded once from ``catalog/data/doctor.toml``; the checks receive the loaded :cl
 as an argument so they stay pure.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: Pydantic would compile and evaluate every field's
+# annotation string when these models are built, at every start of gpuseat (issue 39).
 from datetime import date
 from functools import cache
 from typing import Any

@@ -1,7 +1,7 @@
 """Licences (NVIDIA vGPU editions) that the planner prices per seat or per GPU."""
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: Pydantic would compile and evaluate every field's
+# annotation string when these models are built, at every start of gpuseat (issue 39).
 from datetime import date
 from functools import cache
 from typing import Any, Literal

@@ -5,8 +5,8 @@ import SkyPilot ``vms.csv`` catalogs (:mod:`gpuseat.catalog.skypilot`). The opti
 loaded list and never reads files itself.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: Pydantic would compile and evaluate every field's
+# annotation string when these models are built, at every start of gpuseat (issue 39).
 from datetime import date
 from fnmatch import fnmatchcase
 from functools import cache
@@ -251,7 +251,7 @@ def bundled_offers() -> tuple[Offer, ...]:
     return tuple(OffersFile.model_validate(data_toml("offers.toml")).offer)
 
 
-def load_offers_file(path: Path, catalog: Catalog | None = None) -> list[Offer]:
+def load_offers_file(path: Path, catalog: "Catalog | None" = None) -> list[Offer]:
     """A user's offers TOML file, its GPUs looked up in ``catalog``; errors name the file, line and field."""
     context = catalog.offer_context() if catalog is not None else None
     return read_toml_model(OffersFile, path, context=context).offer

@@ -4,10 +4,10 @@ Built by :func:`gpuseat.catalog.bundle.load_catalog` from ``catalog/data/{mig_pr
 sharing}.toml`` (plus a user overlay); carving receives the loaded value and never opens files itself.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: Pydantic would compile and evaluate every field's
+# annotation string when these models are built, at every start of gpuseat (issue 39).
 from datetime import date
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -103,7 +103,7 @@ class VgpuProfile(BaseModel):
         return self.framebuffer_mb / 1024
 
     @model_validator(mode="after")
-    def _note_when_no_cuda(self) -> VgpuProfile:
+    def _note_when_no_cuda(self) -> Self:
         if not self.cuda and not self.cuda_note:
             raise ValueError(f"{self.name}: a profile without CUDA needs cuda_note saying why")
         return self

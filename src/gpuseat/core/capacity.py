@@ -6,8 +6,8 @@ out on a real server. Apart from the layouts, so a plan loads neither the invent
 models (start-up time, issue 39). Pure: the partition catalog and licences come in as values.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: Pydantic would compile and evaluate every field's
+# annotation string when these models are built, at every start of gpuseat (issue 39).
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -306,7 +306,7 @@ def why_not(opt: ChipOption, chosen: ChipOption, chips: int, slices: int, licenc
     return NotChosen(mode=opt.mode, profile=opt.profile, reason=reason, slices=own, memory_gb=memory)
 
 
-def server_capacity(gpu: GpuModel, boards: int, need: SeatNeed, catalog: Catalog) -> Capacity:
+def server_capacity(gpu: GpuModel, boards: int, need: SeatNeed, catalog: "Catalog") -> Capacity:
     """Most seats one server of ``boards`` × ``gpu`` gives with ≥ ``need.min_gpu_memory_gb`` each.
 
     Ties go to the more isolated mode (passthrough first), then to no licence or the cheaper licence,

@@ -18,12 +18,12 @@ are stopped. :meth:`Schedule.session_intervals` gives the lab sessions alone, :m
 the access window open at a moment (what a cloud seat's autostop and a hub's ``--sessions-only`` read).
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: Pydantic would compile and evaluate every field's
+# annotation string when these models are built, at every start of gpuseat (issue 39).
 import re
 import unicodedata
 from datetime import date, datetime, time, timedelta
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, field_validator, model_validator
 
@@ -132,7 +132,7 @@ class Schedule(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _period(self) -> Schedule:
+    def _period(self) -> Self:
         if self.end is None and self.days is None:
             raise ValueError("give 'days' (24/7 from start) or 'end' (last day of the course)")
         if self.end is not None and self.days is not None:
@@ -391,7 +391,7 @@ class Course(BaseModel):
             raise ValueError(f"{exc.what}; {exc.fix}") from None
 
     @model_validator(mode="after")
-    def _groups(self) -> Course:
+    def _groups(self) -> Self:
         if self.participants is not None and self.group:
             raise ValueError("give either 'participants' (with [needs]) or [[group]] tables, not both")
         if self.participants is None and not self.group:
