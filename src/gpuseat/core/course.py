@@ -21,7 +21,6 @@ the access window open at a moment (what a cloud seat's autostop and a hub's ``-
 # No ``from __future__ import annotations`` here: Pydantic would compile and evaluate every field's
 # annotation string when these models are built, at every start of gpuseat (issue 39).
 import re
-import unicodedata
 from datetime import date, datetime, time, timedelta
 from typing import Literal, Self
 
@@ -304,6 +303,8 @@ class VmGuest(BaseModel):
     @field_validator("commands")
     @classmethod
     def _commands(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        import unicodedata  # here: only a course with [vm] commands needs it (start-up, issue 39)
+
         for cmd in v:
             if not cmd.strip() or any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in cmd):
                 raise ValueError(f"{cmd!r}: commands must be one line of text without control characters")
