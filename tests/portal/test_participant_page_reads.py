@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
@@ -115,3 +116,47 @@ def test_page_way_in_made_for_another_is_never_shown(db_url: str, tmp_path: Path
     assert f"{theirs}@gpu1.example.org" not in seen[theirs] and "being prepared" in seen[theirs]
     assert "ubuntu@gpu1.example.org" in seen["ubuntu"] and "being prepared" not in seen["ubuntu"]
     assert f"{mine}@gpu1.example.org" in seen[mine] and "being prepared" not in seen[mine]
+
+
+def test_link_visits_are_written_together(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages never write: the visits of links opened together are written in one statement a moment later,
+    on a timer (``VISIT_FLUSH_S``), and a visit noted after that write arms the next one."""
+    import time
+
+    from gpuseat.web import portal as portal_module
+
+    store = open_store(db_url, create=True)
+    try:
+        path = tmp_path / "rush.toml"
+        path.write_text(COURSE, encoding="utf-8")
+        store.courses.create_course(path, key="rush")
+        rows = "\n".join(f"P {i},p{i}@example.org" for i in range(4))
+        store.roster.import_roster("rush", RosterText("name,email\n" + rows + "\n", where="roster"))
+        tokens = [t.token for t in store.tokens.issue_tokens("rush")]
+        portal = Portal(store, load_catalog(), "rush", link_days_after_end=None)
+
+        def used() -> int:
+            return sum(1 for s in store.tokens.token_status("rush") if s["last_used_at"] is not None)
+
+        def written(n: int) -> None:
+            deadline = time.monotonic() + 30
+            while used() < n and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert used() == n
+
+        with TestClient(create_app(portal)) as client, counting() as (statements, _begun):
+            monkeypatch.setattr(portal_module, "VISIT_FLUSH_S", 3600.0)  # the timer waits: count the writes
+            for token in tokens[:3]:
+                assert client.get(f"/t/{token}").status_code == 200
+            assert not [s for s in statements if s.lstrip().upper().startswith("UPDATE")] and used() == 0  # no write
+            pending = portal._flush
+            assert pending is not None and pending.is_alive()  # one write is due, for all three
+            pending.cancel()
+            portal.record_visits()  # what the timer runs
+            assert used() == 3
+            assert len([s for s in statements if s.lstrip().upper().startswith("UPDATE ACCESS_TOKENS")]) == 1
+            monkeypatch.setattr(portal_module, "VISIT_FLUSH_S", 0.2)
+            assert client.get(f"/t/{tokens[3]}").status_code == 200  # noted after that write: the timer writes it
+            written(4)
+    finally:
+        store.close()

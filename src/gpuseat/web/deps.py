@@ -77,7 +77,7 @@ def participant(token: str, request: Request) -> ParticipantView:
     """The link's participant; an unknown token counts as a guess from the client's address.
 
     A valid token is never refused: the guess limit answers only for unknown ones. Only reads: the
-    visit is written after the response, so no page waits for a writer.
+    visit is written a moment later with others (Portal.record_visits), so no page waits for a writer.
     """
     portal = portal_of(request)
     try:

@@ -39,6 +39,9 @@ LIVE_CACHE_S = 1.0  # live readings: the monitor samples every few seconds anywa
 # password checks at once: each costs ~50 ms of one core and 64 MiB; half the cores stay free for the pages
 ARGON2_SLOTS = max(1, min(4, (os.cpu_count() or 2) // 2))
 VISIT_RETRY_S = 2.0  # a visit not recorded (another writer held the lock) is tried again this much later
+#: queued visits are written together this long after the first (a rush of 30 links a second: one write a
+#: second per server process, not one a page)
+VISIT_FLUSH_S = 1.0
 VISIT_EVERY_S = 60.0  # a link's last use is noted at most this often
 
 
@@ -119,7 +122,7 @@ class Portal:
     _visits: dict[int, datetime] = field(init=False, default_factory=dict)  # token row id → visit not yet stored
     _noted: dict[int, float] = field(init=False, default_factory=dict)  # token row id → when a visit was queued
     _visit_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
-    _retry: threading.Timer | None = field(init=False, default=None)
+    _flush: threading.Timer | None = field(init=False, default=None)  # the next write of queued visits
     _key: str | None = field(init=False, default=None)
     _courses: dict[str, tuple[float, Any]] = field(init=False, default_factory=dict)
     _seat_ids: dict[tuple[str, str], int | None] = field(init=False, default_factory=dict)
@@ -146,8 +149,8 @@ class Portal:
     def lookup(self, token: str) -> TokenHit | None:
         """The store's answer, remembered for ``TOKEN_CACHE_S`` (links changed here forget it at once).
 
-        A read only: the page never waits for another writer. The visit is queued and written after
-        the response (:meth:`record_visits`). Unknown and revoked tokens are never cached, so every
+        A read only: the page never waits for another writer. The visit is queued and written with
+        others a moment later (:meth:`record_visits`). Unknown and revoked tokens are never cached, so every
         guess reaches the store and the rate limit.
         """
         now = time.monotonic()
@@ -181,17 +184,22 @@ class Portal:
                 self._noted.clear()
             self._noted[hit.token_id] = now
             self._visits[hit.token_id] = at
+            self._flush_in(VISIT_FLUSH_S)
 
-    @property
-    def visits_pending(self) -> bool:
-        """True when visits wait to be written (the app then writes them after its response)."""
-        return bool(self._visits)
+    def _flush_in(self, delay: float) -> None:
+        """Have :meth:`record_visits` run in ``delay`` seconds unless a run is already due (lock held)."""
+        if self._flush is None or not self._flush.is_alive():
+            self._flush = threading.Timer(delay, self.record_visits)
+            self._flush.daemon = True
+            self._flush.start()
 
     def record_visits(self) -> None:
-        """Write the queued visits, waiting at most a moment for another writer; when one holds the
-        lock, keep them and try again in ``VISIT_RETRY_S`` (a page view never waits for a write)."""
+        """Write the queued visits (on a timer, :data:`VISIT_FLUSH_S` after the first), waiting at most a
+        moment for another writer; when one holds the lock, keep them and try again in ``VISIT_RETRY_S``
+        (a page view never waits for a write)."""
         with self._visit_lock:
             pending, self._visits = self._visits, {}
+            self._flush = None  # a visit noted from now on arms the next write
         if not pending:
             return
         try:
@@ -204,17 +212,13 @@ class Portal:
         with self._visit_lock:
             for tid, at in pending.items():
                 self._visits.setdefault(tid, at)
-            retry = self._retry
-            if retry is None or not retry.is_alive() or retry is threading.current_thread():
-                self._retry = threading.Timer(VISIT_RETRY_S, self.record_visits)
-                self._retry.daemon = True
-                self._retry.start()
+            self._flush_in(VISIT_RETRY_S)
 
     def close_visits(self) -> None:
         """At shutdown: one last try to write the queued visits (no retry after it)."""
-        retry = self._retry
-        if retry is not None:
-            retry.cancel()
+        flush = self._flush
+        if flush is not None:
+            flush.cancel()
         with self._visit_lock:
             pending, self._visits = self._visits, {}
         if pending:

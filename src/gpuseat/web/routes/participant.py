@@ -12,7 +12,6 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
-from starlette.background import BackgroundTask
 from starlette.datastructures import FormData
 
 from gpuseat.errors import InputError
@@ -24,13 +23,6 @@ from gpuseat.web.participant_controls import seat_controls
 from gpuseat.web.portal import Portal
 
 router = APIRouter()
-
-
-def visited(portal: Portal, response: Response) -> Response:
-    """The response, with the queued link visits written after it is sent (never before)."""
-    if portal.visits_pending and response.background is None:
-        response.background = BackgroundTask(portal.record_visits)
-    return response
 
 
 def participant_page(request: Request, token: str, who: ParticipantView, status: int = 200, **ctx: Any) -> Response:
@@ -79,7 +71,7 @@ def participant_home(
     token: str, request: Request, who: ParticipantView = Depends(participant), portal: Portal = Depends(get_portal)
 ) -> Response:
     """The participant's own page."""
-    return visited(portal, participant_page(request, token, who))
+    return participant_page(request, token, who)
 
 
 @router.get("/t/{token}/live")
@@ -90,7 +82,7 @@ def participant_live(who: ParticipantView = Depends(participant), portal: Portal
         live, last = portal.seat_live(who.course, who.seat)
         body["live"] = live.to_dict() if live else None
         body["last_active"] = last
-    return visited(portal, JSONResponse(body, headers={"cache-control": "no-store"}))
+    return JSONResponse(body, headers={"cache-control": "no-store"})
 
 
 @router.get("/t/{token}/ssh_config")
@@ -104,12 +96,9 @@ def participant_ssh_config(
     way = way_in(portal.store, seat, who) if seat is not None else None
     if seat is None or way is None or way.ssh_config is None:
         return PlainTextResponse("no SSH way in for your seat yet\n", status_code=404)
-    return visited(
-        portal,
-        PlainTextResponse(
-            way.ssh_config,
-            headers={"content-disposition": f'attachment; filename="gpuseat-{seat.key}.ssh_config"'},
-        ),
+    return PlainTextResponse(
+        way.ssh_config,
+        headers={"content-disposition": f'attachment; filename="gpuseat-{seat.key}.ssh_config"'},
     )
 
 
