@@ -11,10 +11,13 @@ on loopback, one after the other, with the same requests in the same order at th
   process per core for PostgreSQL, one for SQLite), one server for the whole store (a link opens its own
   course's page); the claim is the portal's own route, answered by a redirect to the participant's page;
 * ``bare`` — a bare Starlette endpoint under the same uvicorn settings and as many processes, doing the
-  same SQL with the driver alone (sqlite3 / psycopg, a connection per thread): the link's participant and
-  open seat by the token's SHA-256 on a page carrying the same form (an HMAC CSRF token), then the form read
-  and checked and the claim as ``bench_claims.py``'s plain SQL (``BEGIN IMMEDIATE`` / ``FOR UPDATE SKIP
-  LOCKED``, the events row), answered by the same redirect.
+  same SQL with the driver alone (sqlite3 / psycopg, a connection per thread): the page runs the portal
+  page's own statements (``--floor same``, the default: the portal's cached statements compiled once at
+  start — the link by the token's SHA-256, then in one read transaction the course, participant and seat,
+  the run-request timeline, the assignments and the hours ledger) or only a one-statement link lookup
+  (``--floor lookup``, stricter than the issue's floor), on a page carrying the same form (an HMAC CSRF
+  token); then the form read and checked and the claim as ``bench_claims.py``'s plain SQL (``BEGIN
+  IMMEDIATE`` / ``FOR UPDATE SKIP LOCKED``, the events row), answered by the same redirect.
 
 Prints p50/p99 of the page, the claim and both, errors (anything but a 200 page and a 303 claim), double seats
 counted in the database afterwards (a seat held twice, a participant holding two, a participant told "seated"
@@ -23,7 +26,8 @@ who holds no seat; must be 0) and the ratio portal/bare; goal: p99 ≤ 2× the b
 30 s time-out. The load average is printed (the machine may be shared).
 
 Run: ``.venv/bin/python benchmarks/bench_rush.py [--pg URL] [--databases postgresql,sqlite] [--window 60]
-[--rounds 1] [--pg-participants 2000] [--sqlite-participants 200] [--courses 20] [--workers N]``
+[--rounds 1] [--pg-participants 2000] [--sqlite-participants 200] [--courses 20] [--workers N]
+[--floor same|lookup]``
 """
 
 from __future__ import annotations
@@ -55,6 +59,10 @@ from gpuseat.store import SeatSpec, open_store  # noqa: E402
 
 COURSE_TOML = 'name = "Rush {i}"\nparticipants = {n}\n[schedule]\nstart = {day}\ndays = 5\n'  # day one: today
 SERVERS = ("portal", "bare")
+FLOORS = {
+    "same": "the portal page's own statements (its link, then its course, seat, timeline, assignments, ledger)",
+    "lookup": "only the link lookup (one statement)",
+}
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]{64})"')
 
@@ -84,6 +92,48 @@ LOOKUP = (
 )
 PG_CLAIM = bc.PLAIN_PG.replace("'bench', 'bench'", "%(ck)s, 'bare'")
 local = threading.local()
+SAME = os.environ["RUSH_FLOOR"] == "same"
+
+
+def compiled(stmt):
+    # a portal statement as its SQL text and default parameters for this database, compiled once here, so
+    # that a request runs it through the driver alone
+    from sqlalchemy.dialects import postgresql, sqlite as sqlite_dialect
+    dialect = sqlite_dialect.dialect() if sqlite else postgresql.psycopg.dialect()
+    c = stmt.compile(dialect=dialect)
+    unset = [b.key for b in c.binds.values() if b.value is None and b.callable is None]
+    state = c.construct_expanded_state({k: 0 for k in unset})  # the IN lists of literals spelled out
+    return state.statement, dict(state.parameters), (list(state.positiontup) if sqlite else None)
+
+
+if SAME:  # the participant page's own statements (gpuseat.store's cached ones): the link, then page_of's reads
+    from gpuseat.db.models import AccessToken, Assignment, CourseRecord, Participant, Seat
+    from gpuseat.store.requests import _held_query, _ledger_query, _one_timeline_query
+    from gpuseat.store.rows import _page_holding
+    from gpuseat.store.tokens import _token_query
+    TOKEN = compiled(_token_query())
+    PAGE = [compiled(q) for q in (_page_holding(), _one_timeline_query(), _held_query(True), _ledger_query(True))]
+
+    def _at(tables):
+        # (table, column) -> index in a row that selects these tables' columns one after another
+        out, i = {}, 0
+        for t in tables:
+            for col in t.__table__.columns:
+                out[(t.__tablename__, col.name)] = i
+                i += 1
+        return out
+
+    T = _at([AccessToken, Participant])  # then the course key, archived_at, the seat key
+    H = _at([Participant, Seat, Assignment, CourseRecord])
+    SHOWN = [("participants", "id"), ("participants", "key"), ("courses", "key"), ("participants", "course_id"),
+             ("participants", "group_name"), ("assignments", "seat_id"), ("seats", "key"), ("seats", "kind"),
+             ("seats", "host"), ("seats", "memory_gb")]
+
+
+def run(c, sql, **params):
+    text, defaults, order = sql
+    values = {**defaults, **params}
+    return c.execute(text, [values[n] for n in order] if order is not None else values).fetchall()
 
 def conn():
     c = getattr(local, "conn", None)
@@ -97,9 +147,32 @@ def lookup(token):
 def csrf(token):
     return hmac.new(KEY, b"csrf:t:" + token.encode(), hashlib.sha256).hexdigest()
 
+def page_rows(token):
+    # the portal page's reads: its link (token, participant, course, seat held), then its course,
+    # participant and seat, run-request timeline, assignments and hours ledger in one read transaction;
+    # the row lookup() gives, taken from them
+    c = conn()
+    found = run(c, TOKEN, digest=hashlib.sha256(token.encode()).hexdigest())
+    if not found:
+        return None
+    n = len(T)
+    course, who = found[0][n], found[0][T[("participants", "key")]]
+    c.execute("BEGIN" if sqlite else "BEGIN READ ONLY")
+    try:
+        holding = run(c, PAGE[0], course=course, who=who)
+        if holding:
+            h = holding[0]
+            ids = {"course_id": h[H[("courses", "id")]], "participant_id": h[H[("participants", "id")]]}
+            for q in PAGE[1:]:
+                run(c, q, **ids)
+    finally:
+        c.execute("COMMIT")
+    return tuple(h[H[k]] for k in SHOWN) if holding else None
+
+
 def page(request):
     token = request.path_params["token"]
-    row = lookup(token)
+    row = page_rows(token) if SAME else lookup(token)
     if row is None:
         return HTMLResponse("not a valid link", status_code=404)
     seat = f"<p>{row[6]} ({row[7]}, {row[9]} GB) on {row[8]}</p>" if row[5] is not None else (
@@ -211,7 +284,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start(server: str, url: str, course: str, workers: int, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start(
+    server: str, url: str, course: str, workers: int, log: Path, floor: str = "same"
+) -> tuple[subprocess.Popen[bytes], str]:
     """``gpuseat serve`` as a participant's organizer would start it, or the bare floor with as many processes."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "GPUSEAT_LOG_LEVEL": "warning"}
@@ -226,6 +301,7 @@ def start(server: str, url: str, course: str, workers: int, log: Path) -> tuple[
             "RUSH_PORT": str(port),
             "RUSH_WORKERS": str(workers),
             "RUSH_KEY": secrets.token_hex(32),
+            "RUSH_FLOOR": floor,
             "RUSH_BENCHMARKS": str(ROOT / "benchmarks"),
         }
         argv = [sys.executable, str(bare)]
@@ -338,7 +414,7 @@ def run_database(db: str, url: str, args: argparse.Namespace, participants: int,
     for _ in range(args.rounds):
         for server in SERVERS:  # taking turns: a change in the machine's load weighs on both alike
             reset(url)
-            proc, base = start(server, url, links[0][0], workers, tmp / f"{server}.log")
+            proc, base = start(server, url, links[0][0], workers, tmp / f"{server}.log", args.floor)
             try:
                 for _ in range(4 * workers):  # servers up before 09:00: templates and statements ready
                     httpx.get(f"{base}/t/{links[0][2]}", timeout=30)
@@ -387,6 +463,13 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=60.0, help="Seconds over which the participants arrive.")
     ap.add_argument("--rounds", type=int, default=1, help="Rushes per server, the two servers taking turns.")
     ap.add_argument("--workers", type=int, default=0, help="Server processes (default: gpuseat serve's own).")
+    ap.add_argument(
+        "--floor",
+        choices=("same", "lookup"),
+        default="same",
+        help="The bare page's SQL: the portal page's own statements (same, the issue's floor) or only the "
+        "link lookup (one statement: a stricter floor than the issue asks).",
+    )
     args = ap.parse_args()
     if args.rounds < 1 or args.courses < 1 or not 0 < args.window <= 600 or not 0 <= args.workers <= 64:
         ap.error("--rounds and --courses: 1 or more; --window: up to 600 s; --workers: 0 (the default) to 64")
@@ -422,7 +505,7 @@ def report(rows: list[dict[str, Any]], db: str, args: argparse.Namespace) -> Non
     w = next(iter(mine.values()))["workers"]
     print(
         f"\n{db}: {n} participants of {args.courses} courses arrive over {args.window:.0f} s, {args.rounds} round(s), "
-        f"{w} server process(es) each"
+        f"{w} server process(es) each; the bare page runs {FLOORS[args.floor]}"
     )
     print(
         "| server | requests | errors | seated | double seats "
