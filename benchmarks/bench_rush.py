@@ -107,7 +107,7 @@ def compiled(stmt):
 
 
 if SAME:  # the participant page's own statements (gpuseat.store's cached ones): the link, then page_of's reads
-    from gpuseat.db.models import AccessToken, Assignment, CourseRecord, Participant, Seat
+    from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
     from gpuseat.store.requests import _held_query, _ledger_query, _one_timeline_query
     from gpuseat.store.rows import _page_holding
     from gpuseat.store.tokens import _token_query
@@ -123,7 +123,7 @@ if SAME:  # the participant page's own statements (gpuseat.store's cached ones):
                 i += 1
         return out
 
-    T = _at([AccessToken, Participant])  # then the course key, archived_at, the seat key
+    T = {name: i for i, name in enumerate(_token_query().selected_columns.keys())}
     H = _at([Participant, Seat, Assignment, CourseRecord])
     SHOWN = [("participants", "id"), ("participants", "key"), ("courses", "key"), ("participants", "course_id"),
              ("participants", "group_name"), ("assignments", "seat_id"), ("seats", "key"), ("seats", "kind"),
@@ -155,8 +155,7 @@ def page_rows(token):
     found = run(c, TOKEN, digest=hashlib.sha256(token.encode()).hexdigest())
     if not found:
         return None
-    n = len(T)
-    course, who = found[0][n], found[0][T[("participants", "key")]]
+    course, who = found[0][T["course_key"]], found[0][T["key"]]
     c.execute("BEGIN" if sqlite else "BEGIN READ ONLY")
     try:
         holding = run(c, PAGE[0], course=course, who=who)

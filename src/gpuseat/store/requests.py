@@ -458,7 +458,7 @@ def _timelines(
     params: dict[str, Any] = {"course_id": crow.id}
     if participant_id is not None:
         q, params = _one_timeline_query(), {**params, "participant_id": participant_id}
-    for who, at, action, reason in s.execute(q, params):
+    for who, at, action, reason in s.connection().execute(q, params):  # columns: no ORM loading
         out.setdefault(who, []).append((cast(datetime, _utc(at)), action, reason))
     return out
 
@@ -496,9 +496,14 @@ def _held_query(one: bool) -> Select[int, datetime, datetime | None]:
 
 
 @cache
-def _ledger_query(one: bool) -> Select[SeatHours]:
-    """The seat-hours ledger of a course (bound ``course_id``; ``one``: of one ``participant_id``), in order."""
-    q = select(SeatHours).where(SeatHours.course_id == bindparam("course_id")).order_by(SeatHours.id)
+def _ledger_query(one: bool) -> Select[int, str, float]:
+    """The seat-hours ledger of a course, (participant id, kind, hours) in order (bound ``course_id``;
+    ``one``: of one ``participant_id``)."""
+    q = (
+        select(SeatHours.participant_id, SeatHours.kind, SeatHours.hours)
+        .where(SeatHours.course_id == bindparam("course_id"))
+        .order_by(SeatHours.id)
+    )
     return q.where(SeatHours.participant_id == bindparam("participant_id")) if one else q
 
 
@@ -511,18 +516,19 @@ def _hours(
     if one is not None:
         params["participant_id"] = one.id
     held: dict[int, list[Interval]] = {}
-    for pid, start, end in s.execute(_held_query(one is not None), params):
+    conn = s.connection()  # columns only: Core rows, no ORM loading (every participant page runs these)
+    for pid, start, end in conn.execute(_held_query(one is not None), params):
         held.setdefault(pid, []).append((cast(datetime, _utc(start)), _utc(end) or when))
-    ledger: dict[int, list[SeatHours]] = {}
-    for h in s.scalars(_ledger_query(one is not None), params):
-        ledger.setdefault(h.participant_id, []).append(h)
+    ledger: dict[int, list[tuple[str, float]]] = {}
+    for pid, kind, hours in conn.execute(_ledger_query(one is not None), params):
+        ledger.setdefault(pid, []).append((kind, hours))
     out = {}
     people = [one] if one is not None else s.scalars(select(Participant).where(Participant.course_id == crow.id))
     for p in people:
         rows = ledger.get(p.id, [])
-        own = [h.hours for h in rows if h.kind == "quota"]
+        own = [hours for kind, hours in rows if kind == "quota"]
         quota = own[-1] if own else _quota(file, p.group_name)
-        topups = sum(h.hours for h in rows if h.kind == "topup")
+        topups = sum(hours for kind, hours in rows if kind == "topup")
         timeline = timelines.get(p.key, [])
         runs = selfservice.running_intervals(held.get(p.id, []), timeline, when)
         on_seat = any(end >= when for _b, end in held.get(p.id, []))

@@ -49,11 +49,22 @@ def token_hash(token: str) -> str:
 
 
 @cache
-def _token_query() -> Select[AccessToken, Participant, str, datetime | None, str]:
-    """A link's token row, participant, course and the seat held now by the token's hash (bound ``digest``),
-    the active token first; built once (every page opens a link, the rush every link at once)."""
+def _token_query() -> Select[Any]:
+    """A link's token row, its participant's columns, course and the seat held now by the token's hash
+    (bound ``digest``), the active token first; columns only (Core rows, no ORM loading), built once:
+    every page opens a link, the rush every link at once."""
     return (
-        select(AccessToken, Participant, CourseRecord.key, CourseRecord.archived_at, Seat.key)
+        select(
+            AccessToken.id.label("token_id"),
+            AccessToken.token_hash,
+            AccessToken.revoked_at,
+            AccessToken.last_used_at,
+            *cast(Table, Participant.__table__).c,
+            CourseRecord.key.label("course_key"),
+            CourseRecord.archived_at,
+            Seat.key.label("seat_key"),
+        )
+        .select_from(AccessToken)
         .join(Participant, Participant.id == AccessToken.participant_id)
         .join(CourseRecord, CourseRecord.id == Participant.course_id)
         .outerjoin(Assignment, and_(Assignment.participant_id == Participant.id, Assignment.valid_to.is_(None)))
@@ -152,12 +163,13 @@ class Tokens(Concern):
             return None
         digest = token_hash(token)
         with self._database.read() as s:
-            row = s.execute(_token_query(), {"digest": digest}).first()
-            if row is None or not hmac.compare_digest(row[0].token_hash, digest):
+            row = s.connection().execute(_token_query(), {"digest": digest}).first()
+            if row is None or not hmac.compare_digest(row.token_hash, digest):
                 return None
-            tok, p, ckey, archived_at, seat_key = row
-            view = None if tok.revoked_at is not None else _participant_view(ckey, p, seat_key)
-            return TokenHit(view, tok.id, _utc(tok.last_used_at), archived_at is not None)
+            # the row carries the participant's columns by name, as a Participant does
+            who = cast(Participant, row)
+            view = None if row.revoked_at is not None else _participant_view(row.course_key, who, row.seat_key)
+            return TokenHit(view, row.token_id, _utc(row.last_used_at), row.archived_at is not None)
 
     def record_visits(self, visits: Mapping[int, datetime], *, wait_s: float = VISIT_WAIT_S) -> bool:
         """Note when links were last used (token row id → time), waiting at most ``wait_s`` for the write lock.
