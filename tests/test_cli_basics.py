@@ -35,3 +35,19 @@ def test_input_error_message_has_where_and_fix():
 def test_did_you_mean_suggests_close_names():
     assert "M60" in did_you_mean("M61", ["M60", "K2", "H200-141GB"])
     assert did_you_mean("zzzz", ["M60"]) == ""
+
+
+def test_tables_print_values_as_typed(cli, tmp_path):
+    """A value in a table is text, never Rich markup or an emoji code: a participant named with brackets
+    and colons is listed as typed (a stray closing tag used to stop the command with a traceback)."""
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    assert cli("course", "create", str(examples / "course-2016.toml")).code == 0
+    roster = tmp_path / "roster.csv"
+    roster.write_text("name,email\nAnn [/bold] :fire: [red]x[/red],ann@example.org\n", encoding="utf-8")
+    assert cli("roster", "import", str(roster)).code == 0
+    listed = cli("roster", "list", "-f", "wide")
+    assert listed.code == 0, listed.err
+    assert "Ann [/bold] :fire: [red]x[/red]" in listed.out
+    assert "🔥" not in listed.out

@@ -101,24 +101,26 @@ def print_table(
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
+    # every cell, head and title as plain Text: a value is printed as typed, never read as Rich markup
+    # ("[/bold]" in a name would stop the command) or as an emoji code (":fire:")
     console = Console()
     layout = fit_columns(heads, cells, console.width, drop=drop, wide=_wide if wide is None else wide)
     caption = None
     if layout.hidden:
-        caption = f"columns hidden to fit {console.width}: {', '.join(layout.hidden)} (-f wide shows all)"
-    table = Table(title=None if title is None else clean(title, one_line=True), caption=caption)
+        caption = Text(f"columns hidden to fit {console.width}: {', '.join(layout.hidden)} (-f wide shows all)")
+    named = None if title is None else Text(clean(title, one_line=True))
+    table = Table(title=named, caption=caption)
     if layout.compact:
-        table = Table(
-            title=table.title, caption=caption, box=None, show_edge=False, pad_edge=False, header_style="bold"
-        )
+        table = Table(title=named, caption=caption, box=None, show_edge=False, pad_edge=False, header_style="bold")
     for i in layout.shown:
         if layout.widths is None:
-            table.add_column(heads[i])
+            table.add_column(Text(heads[i]))
         else:
-            table.add_column(heads[i], width=layout.widths[i], overflow="fold")
+            table.add_column(Text(heads[i]), width=layout.widths[i], overflow="fold")
     for line in cells:
-        table.add_row(*(line[i] for i in layout.shown))
+        table.add_row(*(Text(line[i]) for i in layout.shown))
     if layout.total > console.width:  # wider than the terminal (-f wide, or a word too long): never cut
         console = Console(width=layout.total)
     console.print(table)
@@ -223,4 +225,4 @@ def stderr_console() -> Any:
     """A Rich console on stderr, for warnings and progress that must not mix with JSON on stdout."""
     from rich.console import Console
 
-    return Console(stderr=True, soft_wrap=True)
+    return Console(stderr=True, soft_wrap=True, emoji=False)  # ":fire:" in a message stays as typed

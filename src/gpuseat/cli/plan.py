@@ -64,9 +64,11 @@ def _plan(
         why=why,
     ).to_dict()
     if result["warnings"]:  # Rich only when there is something to say: JSON and CSV runs do not load it
+        from rich.markup import escape
+
         err = stderr_console()
         for warning in result["warnings"]:
-            err.print(f"[yellow]warning:[/] {warning}", markup=True, highlight=False)
+            err.print(f"[yellow]warning:[/] {escape(warning)}", markup=True, highlight=False)
     if fmt is Format.json:
         print_json(result)
         return
@@ -311,9 +313,11 @@ def _offers_import(
     from gpuseat.catalog.skypilot import import_skypilot
 
     result = import_skypilot(path, provider, catalog=load_catalog(catalog), as_of=date.today())
+    from rich.markup import escape
+
     err = stderr_console()
     for warning in result.warnings:
-        err.print(f"[yellow]warning:[/] {warning}")
+        err.print(f"[yellow]warning:[/] {escape(warning)}")
     rows = [
         {
             "offer": o.id,
