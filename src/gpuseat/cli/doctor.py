@@ -80,7 +80,7 @@ def _print_report(report: Report, capture: Path | None) -> None:
     if not report.gpus:
         console.print(f"[bold]{NO_GPU}[/]: host checks only; GPU checks skipped.")
     for title, checks in report.groups():
-        table = Table(title=title, title_justify="left", show_lines=True)
+        table = Table(title=escape(title), title_justify="left", show_lines=True)  # a GPU's name, as reported
         table.add_column("check", no_wrap=True)
         table.add_column("status")
         table.add_column("evidence", overflow="fold")
@@ -89,7 +89,7 @@ def _print_report(report: Report, capture: Path | None) -> None:
             style = _STYLE[c.status]
             table.add_row(c.id, f"[{style}]{c.status}[/]", escape(c.evidence), escape(c.fix or ""))
         console.print(table)
-    console.print(report.summary() + (f"; capture written to {capture}" if capture else ""))
+    console.print(escape(report.summary() + (f"; capture written to {capture}" if capture else "")))
 
 
 def register(app: typer.Typer) -> None:
