@@ -107,27 +107,18 @@ def compiled(stmt):
 
 
 if SAME:  # the participant page's own statements (gpuseat.store's cached ones): the link, then page_of's reads
-    from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
     from gpuseat.store.requests import _held_query, _ledger_query, _one_timeline_query
     from gpuseat.store.rows import _page_holding
     from gpuseat.store.tokens import _token_query
     TOKEN = compiled(_token_query())
     PAGE = [compiled(q) for q in (_page_holding(), _one_timeline_query(), _held_query(True), _ledger_query(True))]
 
-    def _at(tables):
-        # (table, column) -> index in a row that selects these tables' columns one after another
-        out, i = {}, 0
-        for t in tables:
-            for col in t.__table__.columns:
-                out[(t.__tablename__, col.name)] = i
-                i += 1
-        return out
-
     T = {name: i for i, name in enumerate(_token_query().selected_columns.keys())}
-    H = _at([Participant, Seat, Assignment, CourseRecord])
-    SHOWN = [("participants", "id"), ("participants", "key"), ("courses", "key"), ("participants", "course_id"),
-             ("participants", "group_name"), ("assignments", "seat_id"), ("seats", "key"), ("seats", "kind"),
-             ("seats", "host"), ("seats", "memory_gb")]
+    H = {name: i for i, name in enumerate(_page_holding().selected_columns.keys())}
+    SHOWN = ["participants__id", "participants__key", "courses__key", "participants__course_id",
+             "participants__group_name", "assignments__seat_id", "seats__key", "seats__kind", "seats__host",
+             "seats__memory_gb"]
+
 
 
 def run(c, sql, **params):
@@ -161,7 +152,7 @@ def page_rows(token):
         holding = run(c, PAGE[0], course=course, who=who)
         if holding:
             h = holding[0]
-            ids = {"course_id": h[H[("courses", "id")]], "participant_id": h[H[("participants", "id")]]}
+            ids = {"course_id": h[H["courses__id"]], "participant_id": h[H["participants__id"]]}
             for q in PAGE[1:]:
                 run(c, q, **ids)
     finally:

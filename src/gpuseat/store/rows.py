@@ -6,9 +6,10 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from functools import cache
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Select, and_, bindparam, func, or_, select
+from sqlalchemy import Select, and_, bindparam, func, inspect, or_, select
 from sqlalchemy.orm import Session
 
 from gpuseat.core.seating import misfit, preference
@@ -152,27 +153,63 @@ def _holding() -> Select[Participant, Seat, Assignment]:
     )
 
 
+#: the tables a participant page's holding row carries, in order (see :func:`_page_holding`)
+_PAGE_TABLES: tuple[type[Any], ...] = (Participant, Seat, Assignment, CourseRecord)
+
+
 @cache
-def _page_holding() -> Select[Participant, Seat, Assignment, CourseRecord]:
-    """:func:`_holding` of one participant by course and participant key (bound ``course``, ``who``),
-    built once: a participant page runs it on every view, and building it costs more than running it."""
+def _page_holding() -> Select[Any]:
+    """:func:`_holding` of one participant by course and participant key (bound ``course``, ``who``), with
+    the course row: every mapped column of the four tables, labelled ``<table>__<attribute>``, run as a Core
+    statement (columns, no ORM loading) and built once: a participant page runs it on every view."""
+    columns = [
+        getattr(model, attr.key).label(f"{model.__tablename__}__{attr.key}")
+        for model in _PAGE_TABLES
+        for attr in inspect(model).column_attrs
+    ]
     return (
-        _holding()
-        .add_columns(CourseRecord)
+        select(*columns)
+        .select_from(Participant)
+        .outerjoin(Assignment, and_(Assignment.participant_id == Participant.id, Assignment.valid_to.is_(None)))
+        .outerjoin(Seat, Seat.id == Assignment.seat_id)
         .join(CourseRecord, CourseRecord.id == Participant.course_id)
         .where(CourseRecord.key == bindparam("course"), Participant.key == bindparam("who"))
     )
+
+
+@cache
+def _page_spans() -> list[tuple[int, tuple[str, ...]]]:
+    """Where each table's columns start in :func:`_page_holding`'s row, and their attribute names."""
+    spans, start = [], 0
+    for model in _PAGE_TABLES:
+        names = tuple(attr.key for attr in inspect(model).column_attrs)
+        spans.append((start, names))
+        start += len(names)
+    return spans
 
 
 def _course_participant_and_seat(
     s: Session, course: str | None, who: str
 ) -> tuple[CourseRecord, Participant, Seat | None, Assignment | None]:
     """:func:`_course` and :func:`_participant_and_seat` in one query when both keys are exact (a
-    participant's page, by the keys of their link); otherwise, or when not found, as those two do."""
+    participant's page, by the keys of their link); otherwise, or when not found, as those two do.
+
+    The exact-keys answer is read-only: each row is a plain object with the model's attribute names and
+    values (no session, no change tracking), which is all a page reads."""
     if course is not None:
-        row = s.execute(_page_holding(), {"course": course, "who": who}).first()
+        row = s.connection().execute(_page_holding(), {"course": course, "who": who}).first()
         if row is not None:
-            return row[3], row[0], row[1], row[2]
+            who_row, seat_row, held_row, course_row = (
+                SimpleNamespace(**dict(zip(names, row[start : start + len(names)], strict=True)))
+                for start, names in _page_spans()
+            )
+            held = seat_row.id is not None
+            return (
+                cast(CourseRecord, course_row),
+                cast(Participant, who_row),
+                cast(Seat, seat_row) if held else None,
+                cast(Assignment, held_row) if held else None,
+            )
     crow = _course(s, course)
     return (crow, *_participant_and_seat(s, crow, who))
 
