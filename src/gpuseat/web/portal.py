@@ -370,6 +370,8 @@ class Portal:
     def participant(self, who: ParticipantView, seat: Any, days: Any = None) -> tuple[Any, Any]:
         """The benchmark and usage of ``who``'s seat (their rows only: this page is opened by many);
         ``days``: the seat's daily use when the page read it with its other rows."""
+        if seat is None:  # a seatless page (what a registration rush opens) shows neither
+            return None, None
         return participant_view(self.store, self.catalog, who, seat, bench_results=self.bench_results(), days=days)
 
     @property
