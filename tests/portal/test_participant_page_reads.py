@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from gpuseat.catalog.bundle import load_catalog
 from gpuseat.core.roster import RosterText
-from gpuseat.store import SeatSpec, open_store
+from gpuseat.store import SeatSpec, Store, open_store
 from gpuseat.web.app import Portal, create_app
 
 COURSE = 'name = "Rush"\nparticipants = 4\n[schedule]\nstart = 2026-06-01\ndays = 5\n'
@@ -48,15 +48,21 @@ def counting() -> Iterator[tuple[list[str], list[str]]]:
         event.remove(Engine, "begin", begin)
 
 
-def test_participant_page_is_one_read(db_url: str, tmp_path: Path) -> None:
+def _rush(db_url: str, tmp_path: Path) -> Store:
+    """A store with course ``rush``: four participants, four free seats."""
     store = open_store(db_url, create=True)
+    path = tmp_path / "rush.toml"
+    path.write_text(COURSE, encoding="utf-8")
+    store.courses.create_course(path, key="rush")
+    rows = "\n".join(f"P {i},p{i}@example.org" for i in range(4))
+    store.roster.import_roster("rush", RosterText("name,email\n" + rows + "\n", where="roster"))
+    store.seats.add_seats("rush", [SeatSpec(key=f"s{i}", kind="gpu", host="node", memory_gb=16) for i in range(4)])
+    return store
+
+
+def test_participant_page_is_one_read(db_url: str, tmp_path: Path) -> None:
+    store = _rush(db_url, tmp_path)
     try:
-        path = tmp_path / "rush.toml"
-        path.write_text(COURSE, encoding="utf-8")
-        store.courses.create_course(path, key="rush")
-        rows = "\n".join(f"P {i},p{i}@example.org" for i in range(4))
-        store.roster.import_roster("rush", RosterText("name,email\n" + rows + "\n", where="roster"))
-        store.seats.add_seats("rush", [SeatSpec(key=f"s{i}", kind="gpu", host="node", memory_gb=16) for i in range(4)])
         token = store.tokens.issue_tokens("rush")[0].token
         portal = Portal(store, load_catalog(), "rush", link_days_after_end=None)
         with TestClient(create_app(portal)) as client:
@@ -90,14 +96,8 @@ def test_page_way_in_made_for_another_is_never_shown(db_url: str, tmp_path: Path
     from gpuseat.core.delivery import login_name
     from gpuseat.core.readiness import Access
 
-    store = open_store(db_url, create=True)
+    store = _rush(db_url, tmp_path)
     try:
-        path = tmp_path / "rush.toml"
-        path.write_text(COURSE, encoding="utf-8")
-        store.courses.create_course(path, key="rush")
-        rows = "\n".join(f"P {i},p{i}@example.org" for i in range(4))
-        store.roster.import_roster("rush", RosterText("name,email\n" + rows + "\n", where="roster"))
-        store.seats.add_seats("rush", [SeatSpec(key=f"s{i}", kind="gpu", host="node", memory_gb=16) for i in range(4)])
         tokens = store.tokens.issue_tokens("rush")
         people = {p.key: p for p in store.roster.participants("rush")}
         ann, ben = (people[t.participant] for t in tokens[:2])
@@ -125,13 +125,8 @@ def test_link_visits_are_written_together(db_url: str, tmp_path: Path, monkeypat
 
     from gpuseat.web import portal as portal_module
 
-    store = open_store(db_url, create=True)
+    store = _rush(db_url, tmp_path)
     try:
-        path = tmp_path / "rush.toml"
-        path.write_text(COURSE, encoding="utf-8")
-        store.courses.create_course(path, key="rush")
-        rows = "\n".join(f"P {i},p{i}@example.org" for i in range(4))
-        store.roster.import_roster("rush", RosterText("name,email\n" + rows + "\n", where="roster"))
         tokens = [t.token for t in store.tokens.issue_tokens("rush")]
         portal = Portal(store, load_catalog(), "rush", link_days_after_end=None)
 
