@@ -99,3 +99,36 @@ def test_seats_add_count_for_one_profile(url: str, store: CourseStore, cli: Call
     assert len(json.loads(five.out)) == 5
     too_many = cli(*args, "--count", "15", "--db", url)
     assert too_many.code == 2 and "do not fit" in too_many.err and "Traceback" not in too_many.err
+
+
+def test_seats_connect_never_prints_the_previous_holders_access(
+    url: str, store: CourseStore, cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent hands the seat over while ``seats connect`` reads it: what is printed (the stored access)
+    and what is judged (the way in) come from one read, so ben's login never shows beside ann's seat.
+    The hand-over is injected right after the command's first read of the stored ways in (CI once caught
+    the interleaving by chance on PostgreSQL)."""
+    from gpuseat.store.delivery import Delivery
+
+    bens = Access(kind="ssh", host="gpu1.example.org", user="ben", holder="ben")
+    store.delivery.record_delivery("lab", "seat-01", access=bens)  # made for the seat's previous holder
+    original = Delivery.access_of
+    handed: list[bool] = []
+
+    def access_of(self: Delivery, course: str | None = None) -> dict[str, dict[str, Any]]:
+        seen = original(self, course)
+        if not handed:  # the agent writes ann's way in just after this read
+            handed.append(True)
+            anns = Access(kind="ssh", host="gpu1.example.org", user="ann", holder="ann")
+            store.delivery.record_delivery("lab", "seat-01", access=anns)
+        return seen
+
+    monkeypatch.setattr(Delivery, "access_of", access_of)
+    out = cli("seats", "connect", "seat-01", "--db", url, "--format", "json")
+    assert out.code == 0, out.err
+    shown = json.loads(out.out)
+    assert "ben@" not in out.out and shown["access"] is None
+    assert shown["missing"].startswith("being prepared")
+    monkeypatch.setattr(Delivery, "access_of", original)
+    again = json.loads(cli("seats", "connect", "seat-01", "--db", url, "--format", "json").out)
+    assert again["access"]["user"] == "ann" and "ann@gpu1.example.org" in (again["command"] or "")

@@ -69,9 +69,12 @@ def add_to(seats_app: typer.Typer) -> None:
 
                 made = build_access(ssh, url, jump, note, kind, view.device_uuid, server_name=view.host)
                 store.delivery.record_delivery(view.course, view.key, access=made, actor=actor())
-            stored = store.delivery.access_of(view.course).get(view.key)
             holder = store.roster.find_participant(view.course, view.participant) if view.participant else None
-            shown = way_in(store, store.seats.get_seat(view.course, view.key), holder)
+            current = store.seats.get_seat(view.course, view.key)
+            # one read of the stored way in for both what is judged and what is printed: read twice, an
+            # agent's hand-over between the reads printed the previous holder's access beside the new way
+            stored = store.delivery.access_of(view.course).get(view.key)
+            shown = way_in(store, current, holder, stored=stored)
         if fmt is Format.json:
             print_json(
                 {
