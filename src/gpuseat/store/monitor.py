@@ -412,13 +412,16 @@ class MonitorStore(Concern):
             new: dict[tuple[str, str], int] = {}
             host = "history"
             batch = []
+            known: dict[str, int] = {}  # device uuid → id: looked up once per device, not once per minute
             for r in rows:
-                found = conn.scalar(select(Device.id).where(Device.uuid == r.device_uuid).limit(1))
-                dev = (
-                    int(found)
-                    if found is not None
-                    else self._device_id(conn, new, host, r.device_uuid, None, None, None)
-                )
+                dev = known.get(r.device_uuid)
+                if dev is None:
+                    found = conn.scalar(select(Device.id).where(Device.uuid == r.device_uuid).limit(1))
+                    dev = known[r.device_uuid] = (
+                        int(found)
+                        if found is not None
+                        else self._device_id(conn, new, host, r.device_uuid, None, None, None)
+                    )
                 batch.append(
                     {
                         "minute": r.minute,
