@@ -20,10 +20,10 @@ from gpuseat.errors import EngineError
 from gpuseat.monitor.alerts import AlertTracker, post_webhook
 from gpuseat.monitor.attribution import SeatEntry, SeatMap, attribute, observe_seats, proc_user, seat_states
 from gpuseat.monitor.nvml import NvmlSampler, _load_pynvml
-from gpuseat.monitor.prometheus import SeatCollector, render, serve
+from gpuseat.monitor.prometheus import METRICS, SeatCollector, render, serve
 from gpuseat.monitor.replay import ReplaySampler, read_replay, synthetic_snapshot, write_replay
 from gpuseat.monitor.runner import Monitor, observe
-from gpuseat.readings import Attributed, GpuProcess, Leaf, SeatState, leaves
+from gpuseat.readings import Attributed, Gpu, GpuProcess, Leaf, SeatState, leaves
 
 T0 = 1_700_000_040.0
 pynvml = _load_pynvml()  # the real binding (its errors and structs); only gpuseat.monitor.nvml imports it
@@ -167,6 +167,15 @@ def test_prometheus_text_parses_back_with_dcgm_names_and_seat_labels():
     free = next(s for s in families["DCGM_FI_DEV_FB_FREE"].samples if s.labels["seat"] == "s0")
     assert free.value == 9856 - 512
     assert families["DCGM_FI_DEV_GPU_UTIL"].samples == []  # MIG without GPM: unknown, not 0
+
+
+def test_the_metrics_table_names_real_readings_once_each():
+    """metrics.csv is data read at import: a typo in a reading or a repeated name fails here, not at a scrape."""
+    assert all(m.reading in Gpu.__dataclass_fields__ for m in METRICS if m.reading is not None)
+    for names in ([m.key for m in METRICS], [m.gpuseat for m in METRICS], [m.dcgm for m in METRICS if m.dcgm]):
+        assert len(names) == len(set(names))
+    assert {m.source for m in METRICS} == {"default", "opt-in", "dcgm", "gpuseat"}
+    assert all((m.dcgm is None) == (m.source == "gpuseat") for m in METRICS)
 
 
 def test_metrics_endpoint_serves_over_http():

@@ -8,7 +8,7 @@ NVIDIA's Grafana dashboard for dcgm-exporter works unchanged: ``DCGM_FI_DEV_GPU_
 ``GPU_I_ID``, ``GPU_I_PROFILE``, ``DCGM_FI_DRIVER_VERSION`` (dcgm-exporter's driver label) — plus
 gpuseat's ``seat``, ``participant`` and ``mig_uuid`` (which keeps two MIG devices of the same profile
 apart when the source gives no GPU-instance id). ``names="gpuseat"`` uses ``gpuseat_*`` names and lowercase
-labels. The full mapping is a table in docs/monitor.md.
+labels. The names and help texts are the table metrics.csv beside this module; docs/monitor.md explains them.
 
 GPU health (issue 26): ``DCGM_FI_DEV_XID_ERRORS`` (last Xid), ``DCGM_FI_DEV_ECC_{SBE,DBE}_{VOL,AGG}_TOTAL``,
 ``DCGM_FI_DEV_RETIRED_{SBE,DBE,PENDING}``, remapped rows, ``DCGM_FI_DEV_CLOCK_THROTTLE_REASONS`` (NVML bitmask),
@@ -21,9 +21,12 @@ never exported as 0.
 
 from __future__ import annotations
 
+import csv
 import errno
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
@@ -33,90 +36,34 @@ from prometheus_client.registry import Collector
 from gpuseat.errors import InputError
 from gpuseat.readings import Gpu, SeatState, Snapshot
 
-#: Metric key → (dcgm-exporter name, gpuseat name, help). ``None`` = no dcgm-exporter equivalent.
-METRICS: dict[str, tuple[str | None, str, str]] = {
-    "util": ("DCGM_FI_DEV_GPU_UTIL", "gpuseat_gpu_utilization_percent", "GPU utilization (in %)."),
-    "used": ("DCGM_FI_DEV_FB_USED", "gpuseat_memory_used_mib", "Framebuffer memory used (in MiB)."),
-    "free": ("DCGM_FI_DEV_FB_FREE", "gpuseat_memory_free_mib", "Framebuffer memory free (in MiB)."),
-    "power": ("DCGM_FI_DEV_POWER_USAGE", "gpuseat_power_watts", "Power draw (in W)."),
-    "temp": ("DCGM_FI_DEV_GPU_TEMP", "gpuseat_temperature_celsius", "GPU temperature (in C)."),
-    "sm_clock": ("DCGM_FI_DEV_SM_CLOCK", "gpuseat_sm_clock_mhz", "SM clock frequency (in MHz)."),
-    "procs": (None, "gpuseat_seat_processes", "Processes on the seat's device."),
-    "foreign": (None, "gpuseat_seat_foreign_processes", "Processes of other users on the seat."),
-    "active": (None, "gpuseat_seat_active", "1 if a compute process holds the device or it is busy."),
-    "healthy": (None, "gpuseat_gpu_healthy", "1 if the driver answered for the GPU."),
-    # GPU health (issue 26): dcgm-exporter's field names and units where it has one.
-    "mem_clock": ("DCGM_FI_DEV_MEM_CLOCK", "gpuseat_memory_clock_mhz", "Memory clock frequency (in MHz)."),
-    "fan": ("DCGM_FI_DEV_FAN_SPEED", "gpuseat_fan_speed_percent", "Fan speed (in %)."),
-    "power_limit": ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "gpuseat_power_limit_watts", "Power management limit (in W)."),
-    "throttle": (
-        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
-        "gpuseat_clocks_event_reasons",
-        "Current clock throttle (clocks-event) reasons, NVML bitmask.",
-    ),
-    "xid": ("DCGM_FI_DEV_XID_ERRORS", "gpuseat_xid_last", "Value of the last XID error encountered."),
-    "xid_count": (None, "gpuseat_xid_errors", "XID errors seen since the monitor (or the kernel log) started."),
-    "ecc_sbe_vol": (
-        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-        "gpuseat_ecc_corrected_volatile",
-        "Total single-bit volatile ECC errors.",
-    ),
-    "ecc_dbe_vol": (
-        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-        "gpuseat_ecc_uncorrected_volatile",
-        "Total double-bit volatile ECC errors.",
-    ),
-    "ecc_sbe_agg": (
-        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
-        "gpuseat_ecc_corrected_aggregate",
-        "Total single-bit persistent ECC errors.",
-    ),
-    "ecc_dbe_agg": (
-        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
-        "gpuseat_ecc_uncorrected_aggregate",
-        "Total double-bit persistent ECC errors.",
-    ),
-    "retired_sbe": ("DCGM_FI_DEV_RETIRED_SBE", "gpuseat_retired_pages_sbe", "Total retired pages (single-bit errors)."),
-    "retired_dbe": ("DCGM_FI_DEV_RETIRED_DBE", "gpuseat_retired_pages_dbe", "Total retired pages (double-bit errors)."),
-    "retired_pending": (
-        "DCGM_FI_DEV_RETIRED_PENDING",
-        "gpuseat_retired_pages_pending",
-        "1 if a page retirement is pending.",
-    ),
-    "remap_corr": (
-        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-        "gpuseat_remapped_rows_correctable",
-        "Number of remapped rows for correctable errors.",
-    ),
-    "remap_unc": (
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-        "gpuseat_remapped_rows_uncorrectable",
-        "Number of remapped rows for uncorrectable errors.",
-    ),
-    "remap_pending": ("DCGM_FI_DEV_ROW_REMAP_PENDING", "gpuseat_row_remap_pending", "1 if a row remap is pending."),
-    "remap_fail": ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gpuseat_row_remap_failure", "1 if a row remapping failed."),
-}
 
-#: Gpu field → metric key, for the per-GPU health readings (booleans export as 0/1).
-HEALTH_FIELDS = {
-    "clock_mem_mhz": "mem_clock",
-    "fan_percent": "fan",
-    "power_limit_w": "power_limit",
-    "clocks_event_reasons": "throttle",
-    "xid_last": "xid",
-    "xid_count": "xid_count",
-    "ecc_sbe_volatile": "ecc_sbe_vol",
-    "ecc_dbe_volatile": "ecc_dbe_vol",
-    "ecc_sbe_aggregate": "ecc_sbe_agg",
-    "ecc_dbe_aggregate": "ecc_dbe_agg",
-    "retired_pages_sbe": "retired_sbe",
-    "retired_pages_dbe": "retired_dbe",
-    "retired_pages_pending": "retired_pending",
-    "remapped_rows_correctable": "remap_corr",
-    "remapped_rows_uncorrectable": "remap_unc",
-    "remapped_rows_pending": "remap_pending",
-    "remapped_rows_failure": "remap_fail",
-}
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One gauge of ``/metrics``: a row of ``metrics.csv`` (whose header says what each column means)."""
+
+    key: str
+    reading: str | None  # the Gpu field exported once per GPU; None = a count made per seat
+    dcgm: str | None  # dcgm-exporter's name; None = no dcgm-exporter equivalent
+    gpuseat: str
+    source: str  # where ``dcgm`` stands in dcgm-exporter's default counters (default, opt-in, dcgm, gpuseat)
+    help: str
+
+
+def _read_metrics() -> tuple[Metric, ...]:
+    """The rows of ``metrics.csv``: data (names, help texts) kept as a table beside the code that exports it."""
+    text = resources.files("gpuseat.monitor").joinpath("metrics.csv").read_text(encoding="utf-8")
+    rows = csv.DictReader((line for line in text.splitlines() if not line.startswith("#")), skipinitialspace=True)
+    out = []
+    for row in rows:
+        c = {k.strip(): v.strip() for k, v in row.items()}
+        out.append(Metric(c["key"], c["reading"] or None, c["dcgm"] or None, c["gpuseat"], c["source"], c["help"]))
+    return tuple(out)
+
+
+#: Every gauge, in output order.
+METRICS = _read_metrics()
+#: (metric key, Gpu field) of the readings exported once per GPU (booleans export as 0/1).
+GPU_READINGS = tuple((m.key, m.reading) for m in METRICS if m.reading is not None)
 
 #: Label key → (dcgm-exporter label, gpuseat label).
 LABEL_NAMES: dict[str, tuple[str, str]] = {
@@ -165,8 +112,8 @@ class SeatCollector(Collector):
         col = 0 if self.names == "dcgm" else 1
         labels = [LABEL_NAMES[k][col] for k in keys]
         fams = {}
-        for key, (dcgm, own, text) in METRICS.items():
-            fams[key] = GaugeMetricFamily(dcgm if col == 0 and dcgm else own, text, labels=labels)
+        for m in METRICS:
+            fams[m.key] = GaugeMetricFamily(m.dcgm if col == 0 and m.dcgm else m.gpuseat, m.help, labels=labels)
         if latest is not None:
             _fill(fams, keys, *latest)
         yield from fams.values()
@@ -223,14 +170,7 @@ def _fill(fams: dict[str, GaugeMetricFamily], keys: list[str], snapshot: Snapsho
         if seated is not None and seated.entry is not None:
             lab["seat"], lab["participant"] = seated.entry.seat, seated.entry.participant or ""
         values = [lab[k] for k in keys]
-        _add(fams["used"], values, gpu.memory_used_mib)
-        _add(fams["free"], values, gpu.memory_free_mib)
-        _add(fams["util"], values, gpu.utilization_gpu)
-        _add(fams["power"], values, gpu.power_w)
-        _add(fams["temp"], values, gpu.temperature_c)
-        _add(fams["sm_clock"], values, gpu.clock_sm_mhz)
-        _add(fams["healthy"], values, 1 if gpu.healthy else 0)
-        for attr, key in HEALTH_FIELDS.items():
+        for key, attr in GPU_READINGS:
             value = getattr(gpu, attr)
             _add(fams[key], values, int(value) if isinstance(value, bool) else value)
 
