@@ -255,6 +255,35 @@ def stale_requests(
     return out
 
 
+#: the requests that make a seat run (a ``stop`` stops it, a ``key`` leaves it as it is)
+RUN_REQUESTS = ("start", "restart", "reset")
+
+
+def plan_holder_requests(
+    changes: Changes,
+    mine: Iterable[RequestView],
+    running: bool,
+    refusals: Mapping[str, str],
+    run: Callable[[RequestView], None],
+    record: Callable[[RequestView, str | None], Step],
+) -> bool:
+    """Plan one holder's requests on their seat, oldest first, the same way on every engine whose seats
+    can be stopped: a ``stop`` stops the seat; a start, restart or reset is refused with ``refusals``'
+    reason for its action, else the seat runs and ``run`` adds the engine's steps for it; each request
+    ends in its ``record`` step. Returns whether the seat runs once they are done."""
+    for r in mine:
+        refused = None
+        if r.action == "stop":
+            running = False
+        elif r.action in RUN_REQUESTS:
+            refused = refusals.get(r.action)
+            if refused is None:
+                running = True
+                run(r)
+        changes.steps.append(record(r, refused))
+    return running
+
+
 def ssh_access(
     host: str | None, login: str, holder: str, device_uuid: str | None, port: int | None = None, jump: str | None = None
 ) -> Access:

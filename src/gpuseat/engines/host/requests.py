@@ -31,12 +31,13 @@ from __future__ import annotations
 import os
 import pwd
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuseat.core.selfservice import RunState
 from gpuseat.engines import course_webhook
-from gpuseat.engines.base import Changes, CourseState, Step, stale_requests
+from gpuseat.engines.base import RUN_REQUESTS, Changes, CourseState, Step, plan_holder_requests, stale_requests
 from gpuseat.errors import InputError
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
     sshd_lines: list[str] = []
     session_lead: float | None = None  # a seat is checked before the next session in this pass
     add = changes.steps.append
-    changes.steps += [_record(engine, r, course, refused=why) for r, why in stale_requests(pending, holders)]
+    changes.steps += [_record(engine, course, None, r, why) for r, why in stale_requests(pending, holders)]
     for seat_key, p in sorted(holders.items()):
         login = engine.login_of(p)
         state = states.get(p.key, RunState(True))
@@ -91,25 +92,20 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
         if near and not running and (state.reason or "").startswith(HOURS_REASON):
             running = True
         mine = sorted((r for r in pending if r.participant == p.key and r.seat == seat_key), key=lambda x: x.id)
-        for r in mine:
-            refused = None
-            if r.action == "stop":
-                running = False
-            elif r.action in ("start", "restart", "reset"):
-                if empty:
-                    assert h is not None
-                    refused = f"{HOURS_REASON} (0 of {(h.quota or 0) + h.topups:g} h): ask the organizer for more"
-                else:
-                    running = True
-                    if r.action in ("restart", "reset"):
-                        add(engine._step("processes.end", login, f"{p.key} asked for a {r.action}", "revoke",
-                                         participant=p.key, login=login))  # fmt: skip
-                    if r.action == "reset":
-                        skeleton = engine.settings.skeleton
-                        add(engine._step("home.reset", login, f"{p.key} asked for a reset", "grant",
-                                         participant=p.key, login=login, skeleton=skeleton))  # fmt: skip
-            add(_record(engine, r, course, refused=refused, login=login))
-        if running and empty and not any(r.action in ("start", "restart", "reset") for r in mine):
+        refusals: dict[str, str] = {}
+        if empty:
+            assert h is not None
+            no_hours = f"{HOURS_REASON} (0 of {(h.quota or 0) + h.topups:g} h): ask the organizer for more"
+            refusals = dict.fromkeys(RUN_REQUESTS, no_hours)
+        running = plan_holder_requests(
+            changes,
+            mine,
+            running,
+            refusals,
+            run=partial(_run_steps, engine, changes, p.key, login),
+            record=partial(_record, engine, course, login),
+        )
+        if running and empty and not any(r.action in RUN_REQUESTS for r in mine):
             assert h is not None
             why = f"{HOURS_REASON}: {h.used:.1f} of {(h.quota or 0) + h.topups:g} h used"
             add(engine._step("seat.stop", seat_key, why, "record", participant=p.key, reason=why))
@@ -415,7 +411,16 @@ def _reset_home(engine: HostEngine, login: str, skeleton: str) -> str | None:
     return f"{home} restored from {skeleton}"
 
 
-def _record(
-    engine: HostEngine, r: RequestView, course: CourseState, *, refused: str | None = None, login: str | None = None
-) -> Step:
+def _run_steps(engine: HostEngine, changes: Changes, who: str, login: str, r: RequestView) -> None:
+    """A restart or reset ends the participant's processes; a reset also restores their home from the skeleton."""
+    if r.action in ("restart", "reset"):
+        changes.steps.append(engine._step("processes.end", login, f"{who} asked for a {r.action}", "revoke",
+                                          participant=who, login=login))  # fmt: skip
+    if r.action == "reset":
+        skeleton = engine.settings.skeleton
+        changes.steps.append(engine._step("home.reset", login, f"{who} asked for a reset", "grant",
+                                          participant=who, login=login, skeleton=skeleton))  # fmt: skip
+
+
+def _record(engine: HostEngine, course: CourseState, login: str | None, r: RequestView, refused: str | None) -> Step:
     return engine._request_step(r, refused, login=login, key=r.key, closed=course.closed)

@@ -18,16 +18,18 @@ pending) that looks at libvirt and marks the request done or failed with the rea
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from gpuseat.core.selfservice import RunState
-from gpuseat.engines.base import Changes, CourseState, Step, stale_requests
+from gpuseat.engines.base import RUN_REQUESTS, Changes, CourseState, Step, plan_holder_requests, stale_requests
 from gpuseat.engines.libvirt import machine as vm_
 from gpuseat.errors import GpuseatError
 
 if TYPE_CHECKING:
     from gpuseat.engines.libvirt.engine import LibvirtEngine
-    from gpuseat.store import SeatView
+    from gpuseat.store import ParticipantView, SeatView
+    from gpuseat.store.requests import RequestView
 
 #: the plan's steps that (re)make or start a holder's VM
 MAKES = ("domain.create", "domain.reimage", "domain.update", "domain.start")
@@ -44,35 +46,24 @@ def plan_requests(engine: LibvirtEngine, course: CourseState, changes: Changes, 
     states = engine.store.requests.run_states(engine.course)
     add = changes.steps.append
     changes.steps += [engine._request_step(r, why, seat=r.seat) for r, why in stale_requests(pending, holders)]
+    refusals: dict[str, str] = {}
+    if course.closed is not None:
+        refusals = dict.fromkeys(RUN_REQUESTS, f"the seat cannot run now: {course.closed}")
+    elif engine.options.image is None:
+        refusals = {"reset": "no base image to reset to (the organizer sets the libvirt setting image=…)"}
     for key, p in sorted(holders.items()):
         name = vm_.domain_name(engine.course, key)
         state = states.get(p.key, RunState(True))
-        running = state.running
         ours = [s for s in changes.steps if s.target == name and s.action in MAKES]
         mine = sorted((r for r in pending if r.participant == p.key and r.seat == key), key=lambda x: x.id)
-        for r in mine:
-            refused = None
-            if r.action == "stop":
-                running = False
-            elif r.action in ("start", "restart", "reset"):
-                if course.closed is not None:
-                    refused = f"the seat cannot run now: {course.closed}"
-                elif r.action == "reset" and engine.options.image is None:
-                    refused = "no base image to reset to (the organizer sets the libvirt setting image=…)"
-                else:
-                    running = True
-                    if r.action == "reset":
-                        _drop(changes, ours)
-                        ours = [engine._step("domain.reset", name, f"{p.key} asked for a reset: a fresh disk",
-                                             "grant", participant=p.key, seats=(key,), seat=key,
-                                             login=engine.login_of(p), keys=[p.ssh_key] if p.ssh_key else [],
-                                             id=r.id)]  # fmt: skip
-                        add(ours[0])
-                    elif r.action == "restart" and not ours:
-                        ours = [engine._step("domain.restart", name, f"{p.key} asked for a restart", "grant",
-                                             participant=p.key, seats=(key,), seat=key)]  # fmt: skip
-                        add(ours[0])
-            add(engine._request_step(r, refused, name, seat=r.seat))
+        running = plan_holder_requests(
+            changes,
+            mine,
+            state.running,
+            refusals,
+            run=partial(_run_steps, engine, changes, ours, p, key, name),
+            record=partial(engine._request_step, target=name, seat=key),
+        )
         if running:
             if any(s.action in ("domain.reset", "domain.restart") for s in ours):
                 _ensure_record(engine, changes, key, p.key, engine.login_of(p))
@@ -176,6 +167,23 @@ def _ensure_record(engine: LibvirtEngine, changes: Changes, seat: str, who: str,
     if not engine._records() or any(s.action == "seat.record" and s.target == seat for s in changes.steps):
         return
     changes.steps.append(engine._record_step(seat, who, f"{who} logs in as {login}", seat=seat, login=login, wait=True))
+
+
+def _run_steps(
+    engine: LibvirtEngine, changes: Changes, ours: list[Step], p: ParticipantView, seat: str, name: str, r: RequestView
+) -> None:
+    """A reset replaces the VM's planned steps (``ours``, kept up to date) by ``domain.reset``, a fresh disk; a
+    restart with nothing planned for the VM powers it off and on. A start needs no step of its own."""
+    if r.action == "reset":
+        _drop(changes, ours)
+        ours[:] = [engine._step("domain.reset", name, f"{p.key} asked for a reset: a fresh disk", "grant",
+                                participant=p.key, seats=(seat,), seat=seat, login=engine.login_of(p),
+                                keys=[p.ssh_key] if p.ssh_key else [], id=r.id)]  # fmt: skip
+        changes.steps.append(ours[0])
+    elif r.action == "restart" and not ours:
+        ours[:] = [engine._step("domain.restart", name, f"{p.key} asked for a restart", "grant",
+                                participant=p.key, seats=(seat,), seat=seat)]  # fmt: skip
+        changes.steps.append(ours[0])
 
 
 def _drop(changes: Changes, steps: list[Step]) -> None:
