@@ -7,12 +7,12 @@ Python code in the hub's config.
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat import __version__
+from gpuseat.core.seating import COURSE_KEY_PATTERN
 
 SpawnerName = Literal["local", "systemd", "docker", "kubernetes"]
 MatchBy = Literal["key", "email", "unix_user"]
@@ -40,7 +40,6 @@ ENGINE_SCOPES: tuple[str, ...] = (
     "tokens",
     "access:servers",
 )
-_COURSE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 MAX_IDLE_HOURS = 24.0 * 366
 
 
@@ -65,7 +64,7 @@ class HubSettings(BaseModel):
     @field_validator("course")
     @classmethod
     def _course_key(cls, value: str) -> str:
-        if not _COURSE.match(value):
+        if not COURSE_KEY_PATTERN.match(value):
             raise ValueError("a course key is lowercase letters, digits and '-' (at most 63)")
         return value
 
