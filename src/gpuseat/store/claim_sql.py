@@ -13,6 +13,7 @@ import re
 
 from gpuseat.core.seating import ASSIGNABLE_STATES, KIND_ISOLATION, VM_KINDS, isolation_rank
 from gpuseat.store.rows import STEP_S  # a clock behind by more is logged as a step
+from gpuseat.store.views import SEAT_COLUMNS  # what the seat view of a claim shows (SeatView.from_row)
 
 __all__ = [
     "ANY_SEAT",
@@ -24,25 +25,6 @@ __all__ = [
     "SQLITE_TAKE",
     "pg_claim_sql",
 ]
-
-# what the seat view of a claim shows (store.rows._seat_view), no more: every column returned costs the
-# client decoding time on the hottest path
-SEAT_COLUMNS = (
-    "id",
-    "key",
-    "kind",
-    "host",
-    "device_uuid",
-    "profile",
-    "memory_gb",
-    "groups",
-    "engine",
-    "engine_ref",
-    "state",
-    "state_reason",
-    "state_at",
-    "connect",
-)
 
 _STATES = ", ".join(f"'{s}'" for s in ASSIGNABLE_STATES)
 _KIND_RANK = (

@@ -54,7 +54,7 @@ from gpuseat.store.claim_sql import (
 )
 from gpuseat.store.rows import STEP_S, no_course, which_course  # STEP_S: a clock behind by more is logged as a step
 from gpuseat.store.turns import Turns
-from gpuseat.store.views import SeatView, _utc
+from gpuseat.store.views import SeatView
 
 if TYPE_CHECKING:
     from gpuseat.store.db import Database
@@ -79,13 +79,7 @@ class Claimed:
     def view(self) -> SeatView:
         """The seat view of the claim, built from the row directly (no ORM object or namespace in
         between: this runs once per claim)."""
-        sid, key, kind, host, uuid, profile, mem, groups, engine, ref, state, reason, at, connect = self.seat
-        if isinstance(groups, str):
-            groups = () if groups == "[]" else json.loads(groups)
-        return SeatView(
-            self.course, key, kind, host, uuid, profile, mem, tuple(groups or ()), engine, ref, state, reason,
-            _utc(_when(at)), connect, self.participant, _utc(self.since), self.mode, sid,
-        )  # fmt: skip
+        return SeatView.from_row(self.course, self.seat, self.participant, self.since, self.mode)
 
 
 @dataclass(frozen=True)

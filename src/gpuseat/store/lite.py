@@ -13,23 +13,20 @@ upgrades, refuses or explains exactly as before.
 
 from __future__ import annotations
 
-import json
 import os
-from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from gpuseat.errors import GpuseatError
-from gpuseat.store.views import SeatView, _utc
+from gpuseat.store.views import SEAT_COLUMNS, SeatView
 
 #: the one statement per question, ``?`` for each bound value (psycopg gets ``%s``, see :func:`_rows`)
 _REVISION = "SELECT version_num FROM alembic_version"
 _COURSE = "SELECT key FROM courses WHERE key = ?"
 _FIRST_COURSES = "SELECT key FROM courses ORDER BY key LIMIT 11"  # the store's default-course rule
 _COURSE_KEYS = "SELECT key FROM courses"  # the store's "did you mean" list, in its order
-_SEATS = """
-SELECT s.id, s.key, s.kind, s.host, s.device_uuid, s.profile, s.memory_gb, s."groups", s.engine, s.engine_ref,
-       s.state, s.state_reason, s.state_at, s.connect, p.key, a.id, a.valid_from, a.mode
+_SEATS = f"""
+SELECT {", ".join(f's."{c}"' for c in SEAT_COLUMNS)}, p.key, a.valid_from, a.mode
 FROM seats s
 JOIN courses c ON c.id = s.course_id
 LEFT OUTER JOIN assignments a ON a.seat_id = s.id AND a.valid_to IS NULL
@@ -37,6 +34,8 @@ LEFT OUTER JOIN participants p ON p.id = a.participant_id
 WHERE c.key = ?
 ORDER BY s.key
 """
+#: where a :data:`_SEATS` row's open assignment starts (its participant's key, since when, how)
+_HOLDER = len(SEAT_COLUMNS)
 _OF_COURSE = "seat_id IN (SELECT s.id FROM seats s JOIN courses c ON c.id = s.course_id WHERE c.key = ?)"
 _ROLLED = f"SELECT seat_id, MAX(minute) FROM minute_aggregates WHERE active_samples > 0 AND {_OF_COURSE} GROUP BY 1"
 _RAW = f"SELECT seat_id, MAX(ts) FROM samples WHERE active = ? AND {_OF_COURSE} GROUP BY 1"
@@ -151,7 +150,7 @@ def _read(conn: _Connection, course: str | None) -> SeatStatus | None:
     if conn.rows(_REVISION) != [(head_revision(),)]:
         return None
     key = _course_key(conn, course)
-    seats = [_seat_view(key, row, sqlite=conn.sqlite) for row in conn.rows(_SEATS, key)]
+    seats = [SeatView.from_row(key, row[:_HOLDER], *row[_HOLDER:]) for row in conn.rows(_SEATS, key)]
     last: dict[int, float | None] = {s.id: None for s in seats}
     for seat_id, minute in conn.rows(_ROLLED, key):
         last[int(seat_id)] = float(minute * 60 + 59)  # the end of the last busy minute
@@ -175,39 +174,3 @@ def _course_key(conn: _Connection, course: str | None) -> str:
     from gpuseat.store.rows import which_course
 
     raise which_course(keys)
-
-
-def _seat_view(course: str, row: tuple[Any, ...], *, sqlite: bool) -> SeatView:
-    """One row of :data:`_SEATS` as the view ``store.rows._seat_view`` makes of the ORM's objects."""
-    (id_, key, kind, host, device, profile, memory_gb, groups, engine, engine_ref) = row[:10]
-    (state, reason, state_at, connect, who, assignment, valid_from, mode) = row[10:]
-    if sqlite:  # SQLite holds text where PostgreSQL's driver gives values
-        groups = None if groups is None else json.loads(groups)
-        state_at = _sqlite_datetime(state_at)
-        valid_from = _sqlite_datetime(valid_from)
-    held = assignment is not None
-    return SeatView(
-        course=course,
-        key=key,
-        kind=kind,
-        host=host,
-        device_uuid=device,
-        profile=profile,
-        memory_gb=memory_gb,
-        groups=tuple(groups or ()),
-        engine=engine,
-        engine_ref=engine_ref,
-        state=state,
-        state_reason=reason,
-        state_at=_utc(state_at),
-        connect=connect,
-        participant=who,
-        assigned_since=_utc(valid_from) if held else None,
-        mode=mode if held else None,
-        id=id_,
-    )
-
-
-def _sqlite_datetime(value: str | None) -> datetime | None:
-    """A stored SQLite time as SQLAlchemy 2's SQLite ``DateTime`` reads it (``datetime.fromisoformat``)."""
-    return None if value is None else datetime.fromisoformat(value)

@@ -6,6 +6,7 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from functools import cache
+from operator import attrgetter
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -15,7 +16,7 @@ from sqlalchemy.orm import Session
 from gpuseat.core.seating import misfit, preference
 from gpuseat.db.models import Assignment, CourseRecord, Event, Participant, Seat
 from gpuseat.errors import InputError, NotFound, did_you_mean
-from gpuseat.store.views import AssignmentView, ParticipantView, SeatView, _utc
+from gpuseat.store.views import SEAT_COLUMNS, AssignmentView, ParticipantView, SeatView, _utc
 
 if TYPE_CHECKING:  # types here only: the course file's models are loaded by those who parse one
     from gpuseat.core.course import Course as CourseFile
@@ -295,28 +296,14 @@ def _participant_view(course: str, p: Participant, seat: str | None) -> Particip
     )
 
 
+#: a seat object's values in :data:`SEAT_COLUMNS` order (an ORM row or a page's plain namespace)
+_seat_values = attrgetter(*SEAT_COLUMNS)
+
+
 def _seat_view(course: str, x: Seat, holder: tuple[str | None, Assignment | None] | None) -> SeatView:
     who, a = holder if holder is not None else (None, None)
-    return SeatView(
-        course=course,
-        key=x.key,
-        kind=x.kind,
-        host=x.host,
-        device_uuid=x.device_uuid,
-        profile=x.profile,
-        memory_gb=x.memory_gb,
-        groups=tuple(x.groups or ()),
-        engine=x.engine,
-        engine_ref=x.engine_ref,
-        state=x.state,
-        state_reason=x.state_reason,
-        state_at=_utc(x.state_at),
-        connect=x.connect,
-        participant=who,
-        assigned_since=_utc(a.valid_from) if a is not None else None,
-        mode=a.mode if a is not None else None,
-        id=x.id,
-    )
+    since, mode = (a.valid_from, a.mode) if a is not None else (None, None)
+    return SeatView.from_row(course, _seat_values(x), who, since, mode)
 
 
 def _assignment_view(course: str, seat: str, participant: str, a: Assignment | None) -> AssignmentView:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime
 from typing import Any
@@ -34,6 +36,12 @@ def _utc(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _stored_time(value: datetime | str | None) -> datetime | None:
+    """A stored time read without the ORM: SQLite's DB-API rows hold text, read as SQLAlchemy 2's SQLite
+    ``DateTime`` reads it (``datetime.fromisoformat``); other drivers already give datetimes."""
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +85,27 @@ class ParticipantView(_View):
     id: int = 0  # the database id (what the monitor's tables use)
 
 
+#: the stored seat columns a :class:`SeatView` is made of, in the order :meth:`SeatView.from_row` reads them
+#: (the claim's SQL and ``seats status``' plain SQL select these, no more: every column returned costs the
+#: client decoding time on the hottest path)
+SEAT_COLUMNS = (
+    "id",
+    "key",
+    "kind",
+    "host",
+    "device_uuid",
+    "profile",
+    "memory_gb",
+    "groups",
+    "engine",
+    "engine_ref",
+    "state",
+    "state_reason",
+    "state_at",
+    "connect",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class SeatView(_View):
     """A seat, its engine state and who holds it now."""
@@ -99,6 +128,43 @@ class SeatView(_View):
     assigned_since: datetime | None
     mode: str | None
     id: int = 0  # the database id (what the monitor's tables and store.activity use)
+
+    @classmethod
+    def from_row(
+        cls,
+        course: str,
+        row: Sequence[Any],
+        participant: str | None = None,
+        since: datetime | str | None = None,
+        mode: str | None = None,
+    ) -> SeatView:
+        """The one mapping of a stored seat to its view, whoever read it: the ORM's object (its attributes
+        in :data:`SEAT_COLUMNS` order), the claim's SQL or ``seats status``' plain SQL (SQLite's text for
+        the groups and times is decoded here). ``participant``, ``since``, ``mode``: its open assignment."""
+        sid, key, kind, host, device_uuid, profile, memory_gb, groups, engine, engine_ref = row[:10]
+        state, state_reason, state_at, connect = row[10:]
+        if isinstance(groups, str):  # SQLite's JSON text, read without the ORM
+            groups = () if groups == "[]" else json.loads(groups)
+        return cls(
+            course=course,
+            key=key,
+            kind=kind,
+            host=host,
+            device_uuid=device_uuid,
+            profile=profile,
+            memory_gb=memory_gb,
+            groups=tuple(groups or ()),
+            engine=engine,
+            engine_ref=engine_ref,
+            state=state,
+            state_reason=state_reason,
+            state_at=_utc(_stored_time(state_at)),
+            connect=connect,
+            participant=participant,
+            assigned_since=_utc(_stored_time(since)),
+            mode=mode,
+            id=sid,
+        )
 
 
 @dataclass(frozen=True, slots=True)
