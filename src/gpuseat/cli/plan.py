@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from gpuseat.cli import collect_later
 from gpuseat.cli._options import add_group
 from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_rows, print_table, stderr_console
 
@@ -48,53 +49,54 @@ def _plan(
     fmt: FormatOption = Format.table,
 ) -> None:
     """Price the course across offers: the cheapest mix first, distinct alternatives, rejections explained."""
-    from gpuseat.catalog.bundle import load_catalog
-    from gpuseat.services.planning import plan_course, recorded_speeds
+    with collect_later():  # a plan is a short run: what it loads lives until it exits
+        from gpuseat.catalog.bundle import load_catalog
+        from gpuseat.services.planning import plan_course, recorded_speeds
 
-    result = plan_course(
-        course,
-        load_catalog(catalog),
-        recorded=recorded_speeds(),
-        offer_files=offers,
-        skypilot=skypilot,
-        patterns=offer,
-        regions=region,
-        alternatives=alternatives,
-        budget_usd=_budget(budget),
-        why=why,
-    ).to_dict()
-    if result["warnings"]:  # Rich only when there is something to say: JSON and CSV runs do not load it
-        from rich.markup import escape
+        result = plan_course(
+            course,
+            load_catalog(catalog),
+            recorded=recorded_speeds(),
+            offer_files=offers,
+            skypilot=skypilot,
+            patterns=offer,
+            regions=region,
+            alternatives=alternatives,
+            budget_usd=_budget(budget),
+            why=why,
+        ).to_dict()
+        if result["warnings"]:  # Rich only when there is something to say: JSON and CSV runs do not load it
+            from rich.markup import escape
 
-        err = stderr_console()
-        for warning in result["warnings"]:
-            err.print(f"[yellow]warning:[/] {escape(warning)}", markup=True, highlight=False)
-    if fmt is Format.json:
-        print_json(result)
-        return
-    if fmt is Format.csv:
-        print_csv(_csv_rows(result), ["rank", "offers", "seats", "total_usd", "usd_per_seat_hour", "over_budget"])
-        return
-    course_info = result["course"]
-    title = (
-        f"{course_info['name']}: {course_info['participants']} participants, "
-        f"{course_info['period_days']} days, {course_info['seat_hours_each']:g} seat-hours each"
-    )
-    _print_options(_table_rows(result), title)
-    from gpuseat.safe_text import clean  # course text (group names, quoted figures) reaches the terminal
+            err = stderr_console()
+            for warning in result["warnings"]:
+                err.print(f"[yellow]warning:[/] {escape(warning)}", markup=True, highlight=False)
+        if fmt is Format.json:
+            print_json(result)
+            return
+        if fmt is Format.csv:
+            print_csv(_csv_rows(result), ["rank", "offers", "seats", "total_usd", "usd_per_seat_hour", "over_budget"])
+            return
+        course_info = result["course"]
+        title = (
+            f"{course_info['name']}: {course_info['participants']} participants, "
+            f"{course_info['period_days']} days, {course_info['seat_hours_each']:g} seat-hours each"
+        )
+        _print_options(_table_rows(result), title)
+        from gpuseat.safe_text import clean  # course text (group names, quoted figures) reaches the terminal
 
-    for text in summary_lines(result):
-        typer.echo(clean(text))
-    if why:
-        _print_why(result["why"])
-    if explain:
-        for text in explain_lines(result, verbose=verbose):
+        for text in summary_lines(result):
             typer.echo(clean(text))
-    elif verbose:
-        for text in rejected_lines(result) + passed_over_lines(result):
-            typer.echo(clean(text))
-    elif not why:
-        typer.echo("(--explain shows every figure; --why OFFER prices one offer; --format json gives all details)")
+        if why:
+            _print_why(result["why"])
+        if explain:
+            for text in explain_lines(result, verbose=verbose):
+                typer.echo(clean(text))
+        elif verbose:
+            for text in rejected_lines(result) + passed_over_lines(result):
+                typer.echo(clean(text))
+        elif not why:
+            typer.echo("(--explain shows every figure; --why OFFER prices one offer; --format json gives all details)")
 
 
 def _print_options(rows: list[dict[str, Any]], title: str) -> None:
