@@ -381,7 +381,8 @@ def fit_variants(offer: Offer, group: Group, ctx: PlanContext) -> tuple[list[Fit
             elif offer.windows_usd_per_vcpu_h:
                 seat_rates.append(windows_rate(ctx.effective(offer), ctx.billed_runs(offer)[0]))
         seat_rates += ctx.fee_rates(offer)
-        return [_finish(offer, group, ctx, 1, "instance", None, [usage], seat_rates, notes)], []
+        fit = Fit(offer, group, 1, "instance", None, (usage,), tuple(seat_rates), tuple(notes))
+        return [_finish(fit, ctx)], []
     reason = guest_os_reason(offer, need)
     if reason:
         return [], [RejectedOffer(offer.id, reason, group.name)]
@@ -518,25 +519,17 @@ def _server_fit(
         per_unit, per_seat = _licence_rates(lic, ctx.span_days, int(offer.gpu_count))
         unit_rates += per_unit
         seat_rates += per_seat
-    return _finish(offer, group, ctx, seats, mode, profile, unit_rates, seat_rates, notes)
+    fit = Fit(offer, group, seats, mode, profile, tuple(unit_rates), tuple(seat_rates), tuple(notes))
+    return _finish(fit, ctx)
 
 
-def _finish(
-    offer: Offer,
-    group: Group,
-    ctx: PlanContext,
-    seats: int,
-    mode: str,
-    profile: str | None,
-    unit_rates: list[Rate],
-    seat_rates: list[Rate],
-    notes: list[str],
-) -> Fit:
-    """Add what every fit carries (setup fee, disk, egress) and make the :class:`Fit`."""
+def _finish(fit: Fit, ctx: PlanContext) -> Fit:
+    """``fit`` with what every fit carries added: the setup fee, disk and egress."""
+    offer, unit_rates = fit.offer, fit.unit_rates
     if offer.setup_fee_usd:
-        unit_rates.append(Rate("setup fee", offer.setup_fee_usd, f"{num(offer.setup_fee_usd)} $ setup", "server"))
+        unit_rates += (Rate("setup fee", offer.setup_fee_usd, f"{num(offer.setup_fee_usd)} $ setup", "server"),)
     data, data_notes = ctx.data_rates(offer)
-    return Fit(offer, group, seats, mode, profile, tuple(unit_rates), (*seat_rates, *data), (*notes, *data_notes))
+    return replace(fit, unit_rates=unit_rates, seat_rates=(*fit.seat_rates, *data), notes=(*fit.notes, *data_notes))
 
 
 def fast_path(offer: Offer) -> bool:
