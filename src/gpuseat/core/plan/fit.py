@@ -381,8 +381,8 @@ def fit_variants(offer: Offer, group: Group, ctx: PlanContext) -> tuple[list[Fit
             elif offer.windows_usd_per_vcpu_h:
                 seat_rates.append(windows_rate(ctx.effective(offer), ctx.billed_runs(offer)[0]))
         seat_rates += ctx.fee_rates(offer)
-        fit = Fit(offer, group, 1, "instance", None, (usage,), tuple(seat_rates), tuple(notes))
-        return [_finish(fit, ctx)], []
+        instance = Fit(offer, group, 1, "instance", None, (usage,), tuple(seat_rates), tuple(notes))
+        return [_finish(instance, ctx)], []
     reason = guest_os_reason(offer, need)
     if reason:
         return [], [RejectedOffer(offer.id, reason, group.name)]
