@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from gpuseat.catalog.bundle import Catalog
 from gpuseat.catalog.offers import Offer, check_offer_ids, load_offers_file, merge_offers
@@ -32,6 +32,7 @@ from gpuseat.files import read_toml_model
 RESULTS_FILE = "bench-results.jsonl"
 
 __all__ = [
+    "OfferChoice",
     "gather_offers",
     "load_course",
     "parse_skypilot_arg",
@@ -39,6 +40,16 @@ __all__ = [
     "recorded_speeds",
     "reference_speeds",
 ]
+
+
+class OfferChoice(TypedDict, total=False):
+    """Which offers a plan considers besides the catalog's and the course's (the module docstring):
+    :func:`plan_course` hands these keywords on to :func:`gather_offers` as they came."""
+
+    offer_files: Sequence[Path]  # --offers FILE
+    skypilot: Sequence[str]  # --skypilot PROVIDER=PATH
+    patterns: Sequence[str]  # --offer GLOB
+    regions: Sequence[str]  # --region
 
 
 def load_course(path: Path) -> Course:
@@ -151,30 +162,18 @@ def plan_course(
     catalog: Catalog,
     *,
     recorded: Sequence[Speed] = (),
-    offer_files: Sequence[Path] = (),
-    skypilot: Sequence[str] = (),
-    patterns: Sequence[str] = (),
-    regions: Sequence[str] = (),
     alternatives: int = 10,
     budget_usd: float | None = None,
     why: str | None = None,
     today: date | None = None,
+    **choice: Unpack[OfferChoice],
 ) -> Plan:
     """Plan a course file end to end. ``recorded`` are bench speeds the caller chose to use (the CLI
-    passes the local store's); without them the plan uses the shipped reference results only."""
+    passes the local store's); without them the plan uses the shipped reference results only.
+    ``choice``: ``offer_files``, ``skypilot``, ``patterns``, ``regions`` (:class:`OfferChoice`)."""
     course = load_course(course_path)
     reports: list[dict[str, object]] = []
-    offers, warnings = gather_offers(
-        course,
-        course_path,
-        catalog,
-        offer_files=offer_files,
-        skypilot=skypilot,
-        patterns=patterns,
-        regions=regions,
-        today=today,
-        reports=reports,
-    )
+    offers, warnings = gather_offers(course, course_path, catalog, today=today, reports=reports, **choice)
     gpus = sorted({s.gpu for s in recorded})
     note = (
         f"shipped reference results, and {len(recorded)} result(s) recorded by gpuseat bench ({', '.join(gpus)})"
