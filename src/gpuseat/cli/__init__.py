@@ -16,16 +16,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 from importlib import import_module
-
-import click
-import typer
+from typing import TYPE_CHECKING
 
 from gpuseat.cli.flags import as_flags
 from gpuseat.errors import GpuseatError
 
-# Typer escapes "[default: …]" for rich whenever rich is importable, even with rich_markup_mode=None,
-# and the plain help then shows "\\[default: …]": help here is plain text, so no escaping is needed
-typer.core.HAS_RICH = False
+if TYPE_CHECKING:
+    import typer
 
 HELP = "One GPU seat per course participant: plan, carve, doctor, bench, top/monitor, course, serve."
 
@@ -56,22 +53,32 @@ _MODULE_OF = {name: module for module, names in COMMANDS.items() for name in nam
 
 def _version(value: bool) -> None:
     if value:
+        import typer
+
         from gpuseat import __version__
 
         print(f"gpuseat {__version__}")
         raise typer.Exit()
 
 
-def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
-    debug: bool = typer.Option(False, "--debug", help="Show the Python traceback of an internal error."),
-) -> None:
-    """One GPU seat per course participant: plan, carve, doctor, bench, top/monitor, course, serve."""
-
-
 @cache
 def build_app(*modules: str) -> typer.Typer:
-    """The ``gpuseat`` Typer app with the commands of these modules of :data:`COMMANDS` (none: all of them)."""
+    """The ``gpuseat`` Typer app with the commands of these modules of :data:`COMMANDS` (none: all of them).
+
+    Typer (and Click) are imported here, not with the package: :func:`main` builds the app inside
+    :func:`collect_later`, so the collector does not walk their objects as they are made."""
+    import typer
+
+    # Typer escapes "[default: …]" for rich whenever rich is importable, even with rich_markup_mode=None,
+    # and the plain help then shows "\\[default: …]": help here is plain text, so no escaping is needed
+    typer.core.HAS_RICH = False
+
+    def root(
+        version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+        debug: bool = typer.Option(False, "--debug", help="Show the Python traceback of an internal error."),
+    ) -> None:
+        """One GPU seat per course participant: plan, carve, doctor, bench, top/monitor, course, serve."""
+
     app = typer.Typer(
         name="gpuseat",
         help=HELP,
@@ -80,7 +87,7 @@ def build_app(*modules: str) -> typer.Typer:
         add_completion=False,
         rich_markup_mode=None,
     )
-    app.callback()(_root)
+    app.callback()(root)
     for module in modules or tuple(COMMANDS):
         import_module(f"gpuseat.cli.{module}").register(app)
     return app
@@ -104,14 +111,15 @@ def __getattr__(name: str) -> typer.Typer:
 
 @contextmanager
 def collect_later() -> Iterator[None]:
-    """Run a short command's work without the cyclic garbage collector, then file what it made as old.
+    """Run start-up work without the cyclic garbage collector, then file what it made as old.
 
-    ``gpuseat plan`` spends most of its run importing Pydantic, Rich and gpuseat's modules and loading
-    the catalog: objects that live until the process exits. The collector walked each of them about twice
-    as they were made (some 50 collections, 5 to 10 ms of the command, issue 39) and found no garbage. In
-    this block it does not run; at its end everything made so far moves to the oldest generation without
-    being walked (``freeze`` then ``unfreeze``), so the collections after it stay small and a full one
-    still frees any cycle the block left. Not for a command that runs on (serve, monitor): it would
+    Start-up imports modules and builds what lives until the process exits: Typer and Click with the app
+    (:func:`main`), and for ``gpuseat plan`` Pydantic, Rich, gpuseat's modules and the catalog. The
+    collector walked each of those objects about twice as they were made (some 80 collections, about 10 ms
+    of ``gpuseat plan``, issue 39) and found no garbage. In this block it does not run; at its end
+    everything made so far moves to the oldest generation without being walked (``freeze`` then
+    ``unfreeze``), so the collections after it stay small and a full one still frees any cycle the block
+    left. For start-up and short commands only: a command that runs on (serve, monitor) inside it would
     collect nothing until it returned.
     """
     enabled = gc.isenabled()
@@ -209,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
 
     set_notice(_notice)  # a write that waits for another writer's lock says so after 2 s
     try:
-        result = app_for(args)(args=args, standalone_mode=False)
+        with collect_later():  # Typer, Click and the command's module: kept until the process exits
+            app = app_for(args)
+        result = app(args=args, standalone_mode=False)
     except GpuseatError as exc:
         _error(as_flags(exc).message)
         return exc.exit_code
@@ -217,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
+        import click
+
         if isinstance(exc, click.ClickException | click.exceptions.Exit | click.exceptions.Abort):
             return _click_exit(exc)
         mapped = edge_error(exc)
@@ -249,6 +261,8 @@ def _error(message: str) -> None:
 
 def _click_exit(exc: Exception) -> int:
     """Exit code (and message) of Click's own exceptions: usage errors, --help, Ctrl-C at a prompt."""
+    import click
+
     if isinstance(exc, click.ClickException):
         exc.show()
         return exc.exit_code
