@@ -115,8 +115,8 @@ def collect_later() -> Iterator[None]:
 
     Start-up imports modules and builds what lives until the process exits: Typer and Click with the app
     (:func:`main`), and for ``gpuseat plan`` Pydantic, Rich, gpuseat's modules and the catalog. The
-    collector walked each of those objects about twice as they were made (some 80 collections, about 10 ms
-    of ``gpuseat plan``, issue 39) and found no garbage. In this block it does not run; at its end
+    collector walked each of those objects about twice as they were made (some 80 collections, about 7 ms
+    of ``gpuseat plan``, issue 39) and found almost no garbage. In this block it does not run; at its end
     everything made so far moves to the oldest generation without being walked (``freeze`` then
     ``unfreeze``), so the collections after it stay small and a full one still frees any cycle the block
     left. For start-up and short commands only: a command that runs on (serve, monitor) inside it would
