@@ -143,6 +143,36 @@ def test_a_participants_second_claim_that_loses_the_race_gets_the_seat_they_hold
     assert [x.key for x in held] == [first["seat"]]
 
 
+def test_a_claim_whose_seat_was_taken_for_them_while_it_waited_gets_it_when_none_is_left(
+    store: CourseStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite: a claim waiting in the writers' queue can be served by the claim before it (its seat taken
+    in that claim's transaction) and still come to the write lock itself (it missed the answer). When that
+    seat was the last free one, its own take finds none: the participant holds a seat, so the answer is
+    that seat, never "no seat is left" (the portal's 50-claims-on-20-seats test once got one such 409)."""
+    from gpuseat.store import claims, open_store
+
+    if store.database.engine.dialect.name != "sqlite":
+        return  # one statement on PostgreSQL: the seat held is found in the same statement
+    who = course_with(store, tmp_path, 2, 1)
+    other = open_store(store.url)
+    taken: dict[str, str] = {}
+    real = claims._begin
+
+    def served_meanwhile(db: object, raw: object, turns: object, ask: object = None) -> bytes | None:
+        if not taken:
+            taken["seat"] = "?"  # (the other claim's own turn passes straight through)
+            taken["seat"] = other.claims.claim_seat("big", who[0]).key  # the last seat, for the same person
+        return real(db, raw, turns, None)  # no answer comes: this claim writes itself
+
+    monkeypatch.setattr(claims, "_begin", served_meanwhile)
+    got = store.claims.claim_seat("big", who[0], mode="pool")
+    other.close()
+    assert (got.key, got.participant) == (taken["seat"], who[0])
+    with pytest.raises(NoFreeSeat):  # the course is full for everyone else
+        store.claims.claim_seat("big", who[1], mode="pool")
+
+
 def test_claim_after_the_course_is_deleted_and_made_again(store: CourseStore, tmp_path: Path) -> None:
     """The claim remembers course ids per store; a course made again under the same key is found."""
     rng = random.Random(7)

@@ -382,3 +382,37 @@ def test_served_writers_that_are_not_running_hold_up_no_one(queue):
         assert p.wait(timeout=30) == 0
     said = queue.text().split()
     assert sorted(said[2:]) == ["A1=ok-A1", "A2=ok-A2", "W"]  # each asker got its own answer, none wrote itself
+
+
+def test_an_asker_served_between_its_looks_takes_the_answer_not_a_turn(tmp_path: Path, monkeypatch) -> None:
+    """The writer before an asker marks it served and then itself done. An asker that checked its own mark
+    just before that and sees the writer done just after must still take the answer: taking the turn
+    instead made it write for itself a second time (a claim whose seat was the last one then heard "no
+    seat is left" with a seat held: the portal's 50-claims-on-20-seats test, once in a run)."""
+    from gpuseat.store.turns import Turns
+
+    path = str(tmp_path / "queue")
+    first, asker = Turns(path), Turns(path)
+    try:
+        assert first.take() is None  # ticket 0: its turn
+        real = os.pread
+        looks = {"at the first writer": 0}
+
+        def pread(fd: int, size: int, at: int) -> bytes:
+            if fd == asker._fd and at == 0:
+                looks["at the first writer"] += 1
+                if looks["at the first writer"] == 2:  # take()'s look, then _wait's: its own mark was read
+                    ((ticket, request),) = first.asking(4)
+                    assert request == b"a seat, please"
+                    assert first.answer(ticket, b"seat 7")
+                    first.deliver()
+                    first.give()
+            return real(fd, size, at)
+
+        monkeypatch.setattr(os, "pread", pread)
+        assert asker.take(lambda: b"a seat, please") == b"seat 7"
+        monkeypatch.undo()
+        assert Path(path).read_bytes() == b"\x01\x05"  # done, served: nobody's turn is left open
+    finally:
+        first.close()
+        asker.close()

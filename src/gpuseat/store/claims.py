@@ -426,6 +426,8 @@ def _claim_on(
     try:
         seat = _take(raw, p)
         if seat is None:
+            if _holds(raw, p):  # a seat was taken for them since the lookup (a served claim whose answer
+                raise _LostRace  # it missed): look again, and find it held
             any_seat = raw.execute(ANY_SEAT, p).fetchone()[0]
             raise _no_free_seat(info, pkey, group, bool(any_seat))
         if turns is not None:
@@ -495,6 +497,16 @@ def _sqlite_time(value: datetime) -> str:
 
 def _when(value: Any) -> Any:
     return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
+def _holds(raw: Any, p: dict[str, Any]) -> bool:
+    """Under the write lock: whether the claim's participant holds a seat now."""
+    cur = raw.execute(SQLITE_LOOKUP, p)
+    try:
+        row = cur.fetchone()
+    finally:
+        cur.close()
+    return row is not None and row[3] is not None
 
 
 def _seat_row(raw: Any, sid: int) -> tuple[Any, ...] | None:

@@ -185,6 +185,10 @@ class Turns:
                 p -= 1
             wait_for = p if p >= 0 and first < 0 and os.pread(self._fd, 1, p) not in _GO else first
             if wait_for < 0:  # every writer before is done, served or gone: this writer's turn
+                if self._asked and os.pread(self._fd, 1, t) == _SERVED:
+                    # served after the look above: the writer before marks its askers served, then
+                    # itself done, and the scan saw it done; writing now would be a second turn
+                    return self._answer(t)
                 if self._asked:  # it writes itself, no longer asking
                     self._asked = False
                     os.pwrite(self._fd, _WAITING, t)
