@@ -82,7 +82,6 @@ LABEL_NAMES: dict[str, tuple[str, str]] = {
     "driver": ("DCGM_FI_DRIVER_VERSION", "driver_version"),
 }
 NAMINGS = ("dcgm", "gpuseat")
-LABELS = tuple(v[0] for v in LABEL_NAMES.values())  # the dcgm label set, in order
 
 
 def _label_keys(names: str) -> list[str]:
