@@ -159,6 +159,8 @@ def test_at_zero_hours_the_agent_stops_the_seat_and_a_topup_lets_it_start(
     try:
         assert cli("seat", "quota", "--participant", "ann", "--hours", "0", "--db", db).code == 0
         until(lambda: lab.ssh("ann", "true").returncode == 255, timeout=30)
+        # the stop is recorded in the pass's last phase, after the revoke that refuses her: wait for it
+        until(lambda: _requests(cli, db, "ann") != [], timeout=30)
         stop = _requests(cli, db, "ann")[0]
         assert stop["action"] == "stop" and "no seat hours left" in stop["reason"], stop
         assert lab.ssh("ben", "true").returncode == 0
@@ -172,7 +174,7 @@ def test_at_zero_hours_the_agent_stops_the_seat_and_a_topup_lets_it_start(
         assert cli("seat", "topup", "--participant", "ann", "--hours", "5", "--db", db).code == 0
         assert cli("seat", "start", "--participant", "ann", "--db", db).code == 0
         until(lambda: lab.ssh("ann", "true").returncode == 0, timeout=30)
-        assert _requests(cli, db, "ann")[0]["state"] == "done"
+        until(lambda: _requests(cli, db, "ann")[0]["state"] == "done", timeout=30)  # recorded after the grant
         time.sleep(0.5)
         hours = {h["participant"]: h for h in json.loads(cli("seat", "hours", "-f", "json", "--db", db).out)}
         assert hours["ann"]["quota"] == 0 and hours["ann"]["topups"] == 5 and 0 < hours["ann"]["left"] <= 5
