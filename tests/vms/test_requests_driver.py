@@ -59,3 +59,37 @@ def test_a_reset_without_a_base_image_fails_and_says_why(store, test_host):  # n
     eng.apply(changes)
     done = store.requests.seat_requests("demo", participant=ann.key)[0]
     assert done.state == "failed" and "no base image" in (done.reason or "")
+
+
+def test_outside_the_access_hours_a_start_or_restart_is_refused_and_the_vm_stays_off(store, test_host):  # noqa: F811
+    """The participant asks to start and to restart their seat while the course's hours are closed: both
+    requests end ``failed`` with the reason, no VM step runs, and the VM stays off until the hours open."""
+    from dataclasses import replace
+
+    lay = fill(store, seats=2, assign=2)
+    eng = build(store, test_host)
+    apply(eng, store)
+    first, second = (s.name for s in lay.slices[:2])
+    ann = holder(store, first)
+    vm, neighbour = (test_host.lookup(f"gpuseat-demo-{k}") for k in (first, second))
+    closed = "outside the course's access hours"
+    assert not eng.apply(eng.plan(replace(course_state(store, "demo"), closed=closed))).failed
+    assert not vm.isActive() and not neighbour.isActive()
+
+    store.requests.request_seat("demo", ann.key, "start", actor=ann.key)
+    store.requests.request_seat("demo", ann.key, "restart", actor=ann.key)
+    changes = eng.plan(replace(course_state(store, "demo"), closed=closed))
+    assert not {"domain.start", "domain.restart", "domain.create"} & {s.action for s in changes.steps}
+    assert not eng.apply(changes).failed
+    asked = store.requests.seat_requests("demo", participant=ann.key)
+    assert [(r.action, r.state) for r in sorted(asked, key=lambda r: r.id)] == [
+        ("start", "failed"),
+        ("restart", "failed"),
+    ]
+    assert all(r.reason and closed in r.reason and "cannot run now" in r.reason for r in asked), asked
+    assert not vm.isActive() and not neighbour.isActive()
+    assert eng.plan(replace(course_state(store, "demo"), closed=closed)).empty  # nothing left to do, no retry
+
+    steps, _ = apply(eng, store)  # the hours open: the seats run again without a new request
+    assert vm.isActive() and neighbour.isActive()
+    assert ("grant", "domain.start", f"gpuseat-demo-{first}") in steps
