@@ -110,6 +110,12 @@ def parse_toml(text: str, *, where: str) -> dict[str, Any]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"malformed TOML: {exc}", where=where, fix="correct the TOML syntax on that line") from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables by recursion
+        raise InputError(
+            "arrays or inline tables nested too deeply to read",
+            where=where,
+            fix="no gpuseat file nests more than a few levels: check that this is the right file",
+        ) from None
     check_finite(data, where=where)
     return data
 

@@ -59,10 +59,13 @@ def register(app: typer.Typer) -> None:
         if fmt is Format.json:
             print_json(view.to_dict())
             return
-        print(f"course {view.key}: {view.name}, {view.starts_on} to {view.ends_on} ({view.timezone})")
+        from gpuseat.safe_text import clean  # the name and group names are the course file's text
+
+        name = clean(view.name, one_line=True)
+        print(f"course {view.key}: {name}, {view.starts_on} to {view.ends_on} ({view.timezone})")
         for g in view.summary["groups"]:
             need = f"≥ {g['min_gpu_memory_gb']:g} GB, {g['isolation']}, {g['guest_os']}"
-            print(f"  group {g['name']}: {g['count']} × {need}")
+            print(f"  group {clean(str(g['name']), one_line=True)}: {g['count']} × {need}")
         if option:
             offers = ", ".join(f"{o['count']} × {o['offer']}" for o in option.get("offers", ()))
             print(f"  plan option {option.get('rank')}: {offers}, ${option.get('total_usd')}")

@@ -34,6 +34,8 @@ _HOURS = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-4]):([0-5]\d)$")
 
 #: Longest course gpuseat plans (3 years): a longer one is a typo or a data centre, not a course.
 MAX_COURSE_DAYS = 1096
+#: the last day a course may end: billing and calendars look a month or so past a course's end
+LAST_END = date(9998, 12, 31)
 #: Most participants in one course.
 MAX_PARTICIPANTS = 100_000
 #: Most explicit [[schedule.session]] entries.
@@ -134,6 +136,9 @@ class Schedule(BaseModel):
     def _period(self) -> Self:
         if self.end is None and self.days is None:
             raise ValueError("give 'days' (24/7 from start) or 'end' (last day of the course)")
+        late = self.end > LAST_END if self.end is not None else (self.days or 1) - 1 > (LAST_END - self.start).days
+        if late:  # date arithmetic past year 9999 fails (billing looks a month on)
+            raise ValueError(f"the course must end by {LAST_END}")
         if self.end is not None and self.days is not None:
             expected = self.start + timedelta(days=self.days - 1)
             if expected != self.end:

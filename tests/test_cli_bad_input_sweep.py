@@ -1,0 +1,180 @@
+"""Bad input across the ``gpuseat`` commands, one row per case: one clear message on stderr and exit 2
+(or the code the command documents), never a traceback, never an internal error (70), never exit 1 from
+an exception that slipped through, and nothing stored is lost.
+
+Each row runs the real CLI in-process (the ``cli`` fixture) against its own copy of one SQLite store
+that holds the 2016 course, its 16-person roster and four assigned passthrough seats, built once per
+module. The rows complement ``tests/plan/test_bad_input.py``, ``tests/store/test_cli.py`` and
+``tests/corpus/test_every_command.py``; those that name a defect failed before its fix.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gpuseat.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+COURSE = EXAMPLES / "course-2016.toml"
+ROSTER = EXAMPLES / "roster-16.csv"
+SERVER = EXAMPLES / "ibm-2xM60.toml"
+GOOD = COURSE.read_text(encoding="utf-8")
+HEADER = "name,email,group,unix_user,ssh_key\n"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bad input: the command (``{tmp}`` and ``{db}`` filled in), the files it needs, what it says."""
+
+    id: str
+    args: tuple[str, ...]
+    says: str
+    code: int = 2
+    files: tuple[tuple[str, str | bytes], ...] = ()
+
+
+def course_file(old: str, new: str) -> tuple[tuple[str, str], ...]:
+    """The 2016 course file with one change, as ``course.toml``."""
+    assert old in GOOD
+    return (("course.toml", GOOD.replace(old, new)),)
+
+
+def roster_file(text: str) -> tuple[tuple[str, str], ...]:
+    return (("roster.csv", text),)
+
+
+CASES = [
+    # -- course files: not TOML, binary, empty, a folder, missing, out-of-range values --------------------
+    Case("course-not-toml", ("course", "create", "{tmp}/course.toml"), "malformed TOML", files=(("course.toml", "[x"),)),
+    Case("course-binary", ("course", "create", "{tmp}/course.toml"), "not UTF-8", files=(("course.toml", bytes(range(256))),)),
+    Case("course-empty", ("course", "create", "{tmp}/course.toml"), "add 'schedule'", files=(("course.toml", ""),)),
+    Case("course-a-folder", ("course", "create", "{tmp}"), "is a directory"),
+    Case("course-missing", ("course", "create", "{tmp}/nope.toml"), "file not found"),
+    Case("course-huge-count", ("course", "create", "{tmp}/course.toml"), "too large",
+         files=course_file("participants = 16", "participants = 99999999999999999999999")),
+    Case("course-negative-count", ("course", "create", "{tmp}/course.toml"), "field 'participants'",
+         files=course_file("participants = 16", "participants = -1")),
+    Case("course-unknown-key", ("course", "create", "{tmp}/course.toml"), "unknown field",
+         files=course_file("[needs]", "colour = 1\n[needs]")),
+    Case("course-wrong-type", ("course", "create", "{tmp}/course.toml"), "field 'name'",
+         files=course_file('name = "Deep learning course, 2016"', "name = 5")),
+    Case("course-end-before-start", ("course", "create", "{tmp}/course.toml"), "is before start",
+         files=course_file("days = 15", "end = 2016-06-01")),
+    Case("course-zero-days", ("course", "create", "{tmp}/course.toml"), "schedule.days",
+         files=course_file("days = 15", "days = 0")),
+    # defect: tomllib's RecursionError on deep nesting was exit 1 "input too large to process"
+    Case("course-nested-too-deeply", ("course", "create", "{tmp}/course.toml"), "nested too deeply",
+         files=(("course.toml", "a = " + "[" * 5000 + "]" * 5000),)),
+    Case("plan-nested-too-deeply", ("plan", "{tmp}/course.toml"), "course.toml: arrays or inline tables nested",
+         files=(("course.toml", "a = " + "{b = " * 3000 + "1" + "}" * 3000),)),
+    # defect: a course ending after 9999-12-31 (or so close that billing looks past it) was exit 1 (an
+    # OverflowError) or 70 (ValueError: year 10000 is out of range)
+    Case("course-ends-after-year-9999", ("course", "create", "{tmp}/course.toml"), "the course must end by 9998-12-31",
+         files=course_file("start = 2016-06-06", "start = 9999-12-25")),
+    Case("plan-ends-in-year-9999", ("plan", "{tmp}/course.toml"), "field 'schedule': the course must end by",
+         files=course_file("start = 2016-06-06", "start = 9999-12-01")),
+    # -- roster files ---------------------------------------------------------------------------------------
+    Case("roster-no-header", ("roster", "import", "{tmp}/roster.csv"), "no 'email' column",
+         files=roster_file("Ann,ann@example.org\n")),
+    Case("roster-duplicate-email", ("roster", "import", "{tmp}/roster.csv"), "roster.csv:3:2: email: 'ann@example.org' is already on line 2",
+         files=roster_file(HEADER + "Ann,ann@example.org,,,\nBob,ANN@example.org,,,\n")),
+    Case("roster-bad-email", ("roster", "import", "{tmp}/roster.csv"), "is not an email address",
+         files=roster_file(HEADER + "Ann,ann.example.org,,,\n")),
+    Case("roster-user-dash-rf", ("roster", "import", "{tmp}/roster.csv"), "'-rf' is not a Unix user name",
+         files=roster_file(HEADER + "Ann,ann@example.org,,-rf,\n")),
+    Case("roster-user-semicolon", ("roster", "import", "{tmp}/roster.csv"), "'a;b' is not a Unix user name",
+         files=roster_file(HEADER + "Ann,ann@example.org,,a;b,\n")),
+    Case("roster-user-40-chars", ("roster", "import", "{tmp}/roster.csv"), "is not a Unix user name",
+         files=roster_file(HEADER + "Ann,ann@example.org,,%s,\n" % ("a" * 40))),
+    Case("roster-user-non-ascii", ("roster", "import", "{tmp}/roster.csv"), "'ännä' is not a Unix user name",
+         files=roster_file(HEADER + "Ann,ann@example.org,,ännä,\n")),
+    Case("roster-bom-and-bad-row", ("roster", "import", "{tmp}/roster.csv"), "roster.csv:2:2: email",
+         files=roster_file("\ufeff" + HEADER + "Ann,nope,,,\n")),
+    Case("roster-binary", ("roster", "import", "{tmp}/roster.csv"), "not UTF-8", files=(("roster.csv", b"\xff\xfe\x00\x01"),)),
+    # -- flags ----------------------------------------------------------------------------------------------
+    Case("plan-alternatives-out-of-range", ("plan", str(COURSE), "--alternatives", "-1"), "not in the range"),
+    Case("plan-budget-nan", ("plan", str(COURSE), "--budget", "nan"), "is not a budget"),
+    Case("plan-catalog-broken-toml", ("plan", str(COURSE), "--catalog", "{tmp}/cat"), "cat/offers.toml: malformed TOML",
+         files=(("cat/offers.toml", "x = [\n"),)),
+    Case("topup-negative", ("seat", "topup", "-p", "bcosta", "--hours", "-5", "--db", "{db}"), "hours from 0"),
+    Case("connect-ssh-host-with-space", ("seats", "connect", "seat-02", "--ssh", "gpu 1.example.org", "--db", "{db}"), "not a host name"),
+    Case("connect-ssh-host-with-semicolon", ("seats", "connect", "seat-02", "--ssh", "gpu1;reboot", "--db", "{db}"), "not a host name"),
+    # -- --db -------------------------------------------------------------------------------------------------
+    Case("db-malformed", ("course", "list", "--db", "not a url"), "not a database URL"),
+    Case("db-a-folder", ("course", "list", "--db", "sqlite:///{tmp}"), "not a regular file"),
+    Case("db-another-apps-sqlite", ("course", "create", str(COURSE), "--db", "sqlite:///{tmp}/other.db"), "not a gpuseat database"),
+    # -- after day one: a deleted course, a participant or seat that does not exist ---------------------------
+    Case("release-unknown-participant", ("seats", "release", "--participant", "nobody", "--db", "{db}"), "no participant 'nobody'"),
+    Case("move-unknown-seat", ("seats", "move", "--participant", "amartin", "--seat", "seat-99", "--db", "{db}"), "no seat 'seat-99'"),
+    Case("assign-held-participant", ("seats", "assign", "--participant", "amartin", "--seat", "seat-02", "--db", "{db}"), "already holds seat"),
+    Case("remove-held-seat", ("seats", "remove", "seat-01", "--db", "{db}"), "is held by amartin"),
+    Case("release-on-deleted-course", ("seats", "release", "--participant", "amartin", "--course", "gone", "--db", "{db}"), "no course 'gone'"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One store with the 2016 course, its roster and four assigned seats, copied for each row."""
+    db = tmp_path_factory.mktemp("template") / "gpuseat.db"
+    url = f"sqlite:///{db}"
+    for args in (
+        ("course", "create", str(COURSE), "--plan-option", "1"),
+        ("roster", "import", str(ROSTER)),
+        ("seats", "add", "--inventory", str(SERVER), "--mode", "passthrough"),
+        ("seats", "assign", "--partial"),
+    ):
+        assert main([*args, "--db", url]) == 0, args
+    return db
+
+
+def _other_apps_db(path: Path) -> None:
+    import sqlite3
+
+    with sqlite3.connect(path) as con:
+        con.execute("CREATE TABLE notes (x TEXT)")
+    con.close()
+
+
+def _snapshot(cli: Callable[..., object], url: str) -> str:
+    out = cli("seats", "export", "--format", "json", "--db", url)
+    assert out.code == 0, out.err  # type: ignore[attr-defined]
+    return str(out.out)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_gives_one_message(cli, tmp_path: Path, monkeypatch, template: Path, case: Case) -> None:
+    db = tmp_path / "gpuseat.db"
+    shutil.copyfile(template, db)
+    url = f"sqlite:///{db}"
+    monkeypatch.setenv("GPUSEAT_DB_URL", url)  # the store of rows without --db
+    _other_apps_db(tmp_path / "other.db")
+    for name, content in case.files:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+    before = _snapshot(cli, url)
+    args = [a.replace("{tmp}", str(tmp_path)).replace("{db}", url) for a in case.args]
+    r = cli(*args)
+    shown = f"gpuseat {' '.join(args)[:300]} → {r.code}\n{r.err[-1500:]}"
+    assert r.code == case.code, shown
+    assert case.says in r.err, shown
+    assert "Traceback" not in r.out + r.err and "internal error" not in r.err, shown
+    one_message = r.err.startswith("error: ") and r.err.count("error: ") == 1
+    assert one_message or r.err.startswith("Usage: "), shown  # ours, or Click's usage error
+    assert _snapshot(cli, url) == before  # nothing stored changed, nothing lost
+
+
+def test_the_template_store_holds_what_the_rows_assume(cli, template: Path) -> None:
+    """The rows about seats and participants mean something only if the store has them."""
+    status = json.loads(cli("seats", "status", "-f", "json", "--db", f"sqlite:///{template}").out)
+    held = {r["seat"]: r["participant"] for r in status if r["participant"]}
+    assert held == {"seat-01": "amartin", "seat-02": "bcosta", "seat-03": "cwei", "seat-04": "dkowalski"}
