@@ -105,6 +105,18 @@ CASES = [
     Case("topup-negative", ("seat", "topup", "-p", "bcosta", "--hours", "-5", "--db", "{db}"), "hours from 0"),
     Case("connect-ssh-host-with-space", ("seats", "connect", "seat-02", "--ssh", "gpu 1.example.org", "--db", "{db}"), "not a host name"),
     Case("connect-ssh-host-with-semicolon", ("seats", "connect", "seat-02", "--ssh", "gpu1;reboot", "--db", "{db}"), "not a host name"),
+    # defect: --jump or --kind without --ssh/--url/--note was ignored (exit 0, nothing set), a jump host beside
+    # --url was dropped unsaid, and --clear beside --ssh cleared without a word
+    Case("connect-jump-alone", ("seats", "connect", "seat-02", "--jump", "a b"), "--jump: --jump is the SSH jump host"),
+    Case("connect-kind-alone", ("seats", "connect", "seat-02", "--kind", "bogus"), "--kind: --kind 'bogus'"),
+    Case("connect-url-with-jump", ("seats", "connect", "seat-02", "--url", "https://hub.example.org", "--jump", "gw.example.org"), "needs --ssh"),
+    Case("connect-clear-with-ssh", ("seats", "connect", "seat-02", "--clear", "--ssh", "gpu1.example.org"), "give --clear alone"),
+    Case("connect-jump-as-option", ("seats", "connect", "seat-02", "--ssh", "gpu1.example.org", "--jump=-oProxyCommand=x"), "not a host name"),
+    # defect: --url with a broken IPv6 host was an internal error (70); a port out of range, a word or 0 was stored
+    Case("connect-url-broken-ipv6", ("seats", "connect", "seat-02", "--url", "http://[::1"), "--url: not a valid URL"),
+    Case("connect-url-port-out-of-range", ("seats", "connect", "seat-02", "--url", "http://hub.example.org:99999"), "--url: not a valid URL"),
+    Case("connect-url-port-a-word", ("seats", "connect", "seat-02", "--url", "http://hub.example.org:abc"), "--url: not a valid URL"),
+    Case("connect-url-port-0", ("seats", "connect", "seat-02", "--url", "https://hub.example.org:0/"), "port 0 is not a port"),
     # -- --db -------------------------------------------------------------------------------------------------
     Case("db-malformed", ("course", "list", "--db", "not a url"), "not a database URL"),
     Case("db-a-folder", ("course", "list", "--db", "sqlite:///{tmp}"), "not a regular file"),
@@ -128,6 +140,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("roster", "import", str(ROSTER)),
         ("seats", "add", "--inventory", str(SERVER), "--mode", "passthrough"),
         ("seats", "assign", "--partial"),
+        ("seats", "connect", "seat-02", "--ssh", "gpu1.example.org", "--jump", "gw.example.org"),
     ):
         assert main([*args, "--db", url]) == 0, args
     return db
@@ -142,9 +155,13 @@ def _other_apps_db(path: Path) -> None:
 
 
 def _snapshot(cli: Callable[..., object], url: str) -> str:
-    out = cli("seats", "export", "--format", "json", "--db", url)
-    assert out.code == 0, out.err  # type: ignore[attr-defined]
-    return str(out.out)  # type: ignore[attr-defined]
+    """What a row must leave as it was: the seats with their holders, the roster, seat-02's way in."""
+    shown = []
+    for args in (("seats", "export"), ("roster", "list"), ("seats", "connect", "seat-02")):
+        out = cli(*args, "--format", "json", "--db", url)
+        assert out.code == 0, out.err  # type: ignore[attr-defined]
+        shown.append(str(out.out))  # type: ignore[attr-defined]
+    return "\n".join(shown)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

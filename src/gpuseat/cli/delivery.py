@@ -57,11 +57,17 @@ def add_to(seats_app: typer.Typer) -> None:
         from gpuseat.services.delivery import way_in
         from gpuseat.store import open_store
 
-        changing = clear or ssh or url or note
+        changing = clear or ssh or url or note or jump or kind  # any of them alone is a change, never ignored
         with open_store(db, create=False) as store:
             view = store.seats.get_seat(course, seat)
             if ssh and url:
                 raise InputError("--ssh and --url both given", where="gpuseat seats connect", fix="give one of them")
+            if clear and (ssh or url or note or jump or kind):
+                raise InputError(
+                    "--clear forgets the seat's way in, and other flags set one",
+                    where="gpuseat seats connect",
+                    fix="give --clear alone, or leave it out",
+                )
             if clear:
                 store.delivery.record_delivery(view.course, view.key, clear_access=True, actor=actor())
             elif changing:

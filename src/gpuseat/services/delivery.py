@@ -194,6 +194,8 @@ def build_access(
         if len(n) > 500 or any(ord(c) < 32 for c in n):
             raise InputError("a note must be one line under 500 characters", where="--note", fix="shorten it")
     jump_host = None
+    if jump and not ssh:  # a jump host is part of an SSH way in: with --url it was dropped unsaid
+        raise InputError("--jump is the SSH jump host (ssh -J) and needs --ssh", where="--jump", fix="give --ssh too")
     if jump:
         juser, jhost, jport = split_user_host(jump, field="--jump")
         jump_host = (f"{juser}@" if juser else "") + check_host(jhost, field="--jump") + (f":{jport}" if jport else "")
@@ -218,7 +220,9 @@ def build_access(
     if url:
         from urllib.parse import urlsplit
 
-        parts = urlsplit(url)
+        from gpuseat.urls import http_url
+
+        parts = urlsplit(http_url(url, where="--url", example="https://hub.example.org"))  # its port and host too
         if parts.scheme not in ("http", "https") or not parts.hostname or any(ord(c) < 33 for c in url):
             raise InputError(f"--url {url!r}", where="--url", fix="give an http:// or https:// address")
         check_host(parts.hostname, field="--url")
