@@ -186,10 +186,13 @@ class Requests(Concern):
                         fix="ask the organizer",
                     )
                 state, reason = "done", f"stored: the {seat.engine} engine installs it"
-            if state == "pending":
+            if state == "pending" and seat is not None:  # (pending: a seat is held)
+                # one pending request per action on the seat held now: one left on a seat held before a
+                # move is the old seat's agent's to refuse, and must not block this seat's controls
                 dup = s.scalar(
                     select(SeatRequest.id).where(
                         SeatRequest.participant_id == p.id,
+                        SeatRequest.seat_key == seat.key,
                         SeatRequest.action == action,
                         SeatRequest.state == "pending",
                     )

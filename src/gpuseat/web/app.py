@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpuseat.errors import GpuseatError
 from gpuseat.web import deps
@@ -60,6 +61,7 @@ def create_app(portal: Portal) -> FastAPI:
     app.exception_handler(deps.LoginFirst)(deps.login_first)
     app.exception_handler(deps.LinkRefused)(deps.link_refused)
     app.exception_handler(GpuseatError)(deps.gpuseat_error)
+    app.exception_handler(StarletteHTTPException)(deps.http_error)
 
     # the participant's routes first: a link's page and its claim are what a registration rush asks
     for concern in (participant, claim, survey, health, organizer, settings, report):

@@ -13,10 +13,11 @@ from __future__ import annotations
 from fastapi import Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpuseat.errors import GpuseatError, InputError, NotFound
 from gpuseat.store import ParticipantView
-from gpuseat.web.pages import client_address, go, organizer_of, page, portal_of, session_secret, sessions_of
+from gpuseat.web.pages import client_address, go, organizer_of, page, portal_of, root, session_secret, sessions_of
 from gpuseat.web.portal import Portal
 from gpuseat.web.security import CSRF_FIELD, same_origin
 
@@ -135,6 +136,20 @@ def link_refused(request: Request, exc: LinkRefused) -> Response:
     if request.url.path.endswith("/live"):
         return JSONResponse({"error": exc.message}, status_code=exc.status)
     return page(request, "error.html", status=exc.status, user=None, message=exc.message)
+
+
+def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    """Starlette's own refusals (an unknown path, a method the route does not take, a form it cannot parse:
+    too many fields or files, no multipart boundary) in the route's format: JSON for a poll, else the page."""
+    headers = dict(exc.headers or {})
+    if request.url.path.endswith((".json", "/live")):
+        return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=headers)
+    link = request.url.path.startswith(root(request) + "/t/")  # a participant's page never shows the organizer's menu
+    response = page(
+        request, "error.html", status=exc.status_code, message=str(exc.detail), **({"user": None} if link else {})
+    )
+    response.headers.update(headers)
+    return response
 
 
 def gpuseat_error(request: Request, exc: GpuseatError) -> Response:

@@ -227,6 +227,8 @@ def seat_connect(request: Request, data: Form, user: OrganizerPost, portal: Port
     value = {k: str(data.get(k, "")).strip() or None for k in ("seat", "ssh", "jump", "url", "note")}
     try:
         seat = portal.store.seats.get_seat(portal.course_key, value["seat"] or "")
+        if value["ssh"] and value["url"]:  # a way in is one of them: the URL would be dropped unsaid
+            raise InputError("an SSH line and a URL both given", where="SSH, URL", fix="give one of them")
         notes = [value["note"]] if value["note"] else []
         made = build_access(
             value["ssh"], value["url"], value["jump"], notes, None, seat.device_uuid, server_name=seat.host

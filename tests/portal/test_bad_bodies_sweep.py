@@ -1,0 +1,389 @@
+"""A sweep of every portal route with bad and hostile requests, through the real ASGI app on a real SQLite store.
+
+Each row is one request: missing, extra, duplicated or wrongly typed fields, bodies that are not a form
+(JSON, non-UTF-8 bytes, broken multipart), a wrong or missing CSRF token, another participant's seat or
+token, a participant's token on the organizer's routes, methods a route does not take, odd paths, and the
+participant's own controls sent twice, for a released participant, after a move and for a seat not theirs.
+Every answer must be a 4xx (or the one expected success) with a clear message in the route's own format,
+never a 500 or a traceback, never another participant's data, and the store must be exactly as before
+unless the request was valid. The server never raises into the test (``raise_server_exceptions=False``):
+a 500 is an answer the row sees and fails on.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gpuseat.catalog.bundle import load_catalog
+from gpuseat.store import open_store
+from gpuseat.web.app import Portal, create_app
+from gpuseat.web.security import SESSION_COOKIE
+
+from .routes.served import COURSE, PASSWORD
+
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ann@new"
+FORM = "application/x-www-form-urlencoded"
+
+
+@dataclass
+class Sweep:
+    """The served course: ann on mig-01, ben on mig-02, cid without a seat, mig-03 free; an organizer client
+    logged in, one anonymous client per participant (each with their page's form token)."""
+
+    store: Any
+    portal: Portal
+    org: TestClient
+    anon: TestClient
+    links: dict[str, str]
+    csrf: dict[str, str]  # "org" → the session's form token; a participant's key → their link's
+
+    def client(self, who: str) -> TestClient:
+        return self.org if who == "org" else self.anon
+
+    def fill(self, text: str) -> str:
+        """``{ann}``, ``{ben}``, ``{cid}`` → their link tokens; ``{csrf:org}``, ``{csrf:ann}`` … → form tokens."""
+        for k, v in self.links.items():
+            text = text.replace("{" + k + "}", v)
+        for k, v in self.csrf.items():
+            text = text.replace("{csrf:" + k + "}", v)
+        return text
+
+
+@pytest.fixture(scope="module")
+def course_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """The course's database, made once (each test works on its own copy): ann on mig-01, ben on mig-02,
+    cid without a seat, mig-03 free, everyone's link, the organizer's password."""
+    folder = tmp_path_factory.mktemp("sweep")
+    store = open_store(f"sqlite:///{folder / 'course.db'}", create=True)
+    (folder / "lab.toml").write_text(COURSE.replace("participants = 2", "participants = 3"))
+    store.courses.create_course(folder / "lab.toml", key="lab")
+    (folder / "r.csv").write_text(
+        "name,email,unix_user\nAnn,ann@example.org,ann\nBen,ben@example.org,ben\nCid,cid@example.org,cid\n"
+    )
+    store.roster.import_roster("lab", folder / "r.csv")
+    seats = [
+        {"key": f"mig-0{i}", "kind": "mig", "host": "gpu1", "engine": "host", "device_uuid": f"MIG-{i}"}
+        for i in (1, 2, 3)
+    ]
+    store.seats.add_seats("lab", seats)
+    store.seats.assign("lab", "ann", "mig-01")
+    store.seats.assign("lab", "ben", "mig-02")
+    links = {t.participant: t.token for t in store.tokens.issue_tokens("lab")}
+    store.accounts.set_password("admin", PASSWORD)
+    store.close()
+    return folder / "course.db", links
+
+
+@pytest.fixture
+def sweep(course_db: tuple[Path, dict[str, str]], tmp_path: Path) -> Iterator[Sweep]:
+    """The served course on this test's own copy of the database, the organizer logged in."""
+    made, links = course_db
+    shutil.copyfile(made, tmp_path / "course.db")
+    store = open_store(f"sqlite:///{tmp_path / 'course.db'}")
+    portal = Portal(store, load_catalog(), "lab", link_days_after_end=None)
+    app = create_app(portal)
+    org = TestClient(app, base_url="http://testserver", raise_server_exceptions=False)
+    anon = TestClient(app, base_url="http://testserver", raise_server_exceptions=False)
+    # a session as the login form opens one, and the form tokens the pages carry (signed by the app's own
+    # key; the login form and the pages' tokens have their own tests): no password hash per row
+    sessions = app.state.sessions
+    secret = sessions.issue("admin")
+    org.cookies.set(SESSION_COOKIE, secret)
+    csrf = {"org": sessions.csrf_token("s:" + secret)}
+    csrf |= {who: sessions.csrf_token("t:" + tok) for who, tok in links.items()}
+    assert _token(org.get("/overview").text) == csrf["org"]
+    yield Sweep(store, portal, org, anon, links, csrf)
+    org.close()
+    anon.close()
+    store.close()
+
+
+def _token(html: str) -> str:
+    found = CSRF.search(html)
+    assert found, html[:300]
+    return found.group(1)
+
+
+def stored(store: Any) -> dict[str, Any]:
+    """Everything a bad request must leave as it was (the events log may gain a refusal: it is the audit)."""
+    return {
+        "seats": [(s.key, s.participant, s.state) for s in store.seats.seats("lab")],
+        "people": [(p.key, p.name, p.email, p.seat, p.ssh_key) for p in store.roster.participants("lab")],
+        "requests": [(r.participant, r.seat, r.action, r.state) for r in store.requests.seat_requests("lab")],
+        "access": store.delivery.access_of("lab"),
+        "links": [(t["participant"], t["active"], t["created_at"]) for t in store.tokens.token_status("lab")],
+        "course": store.courses.course_text("lab"),
+        "survey": store.courses.get_course("lab").survey_state,
+    }
+
+
+@dataclass(frozen=True)
+class Case:
+    """One hostile request and what it must get."""
+
+    who: str  # "org" (logged in), "anon" (no session; participant rows name their link in the path)
+    method: str
+    path: str
+    form: dict[str, Any] | None = None  # a urlencoded form (values: str or list of str); ``{…}`` filled in
+    body: bytes | None = None  # a raw body instead (with ``ctype``)
+    ctype: str = FORM
+    json: Any = None
+    files: dict[str, tuple[str, bytes]] | None = None
+    status: int | tuple[int, ...] = 400
+    says: str = ""  # a part of the answer's text
+    kind: str = "html"  # the answer's format: html, json or text
+    changes: bool = False  # True: a valid request (stored data may change)
+
+
+def case(id_: str, *args: Any, **kw: Any) -> Any:
+    return pytest.param(Case(*args, **kw), id=id_)
+
+
+ORG = "{csrf:org}"
+ANN = "{csrf:ann}"
+
+ROWS = [
+    # -- the organizer's forms: fields missing, wrong, duplicated, out of range, hostile -------------------
+    case("seats-action-missing", "org", "POST", "/seats/action", {"csrf": ORG}, says="unknown action"),
+    case("seats-action-lookalike", "org", "POST", "/seats/action", {"csrf": ORG, "action": "ａssign"}),
+    case("seats-assign-unknown-who", "org", "POST", "/seats/action",
+         {"csrf": ORG, "action": "assign", "participant": "nobody", "seat": "mig-03"}),
+    case("seats-assign-nul-seat", "org", "POST", "/seats/action",
+         {"csrf": ORG, "action": "assign", "participant": "cid", "seat": "mig-03\x00"}),
+    case("seats-assign-taken-seat", "org", "POST", "/seats/action",
+         {"csrf": ORG, "action": "assign", "participant": "cid", "seat": "mig-02"}),
+    case("seats-assign-huge-name", "org", "POST", "/seats/action",
+         {"csrf": ORG, "action": "assign", "participant": "x" * 20_000, "seat": "mig-03"}),
+    case("seats-move-unknown-seat", "org", "POST", "/seats/action",
+         {"csrf": ORG, "action": "move", "participant": "ann", "seat": "../mig-02"}),
+    case("seats-release-unknown", "org", "POST", "/seats/action", {"csrf": ORG, "action": "release", "seat": "nope"}),
+    case("seats-action-file-field", "org", "POST", "/seats/action", {"csrf": ORG},
+         files={"action": ("a.txt", b"assign-all")}, says="unknown action"),
+    case("seats-action-json", "org", "POST", "/seats/action", json={"csrf": "x", "action": "assign-all"},
+         status=403, kind="text", says="CSRF"),
+    case("seats-action-non-utf8", "org", "POST", "/seats/action",
+         body=b"csrf=" + b"{csrf:org}" + b"&action=assign\xff-all"),
+    case("seats-action-no-csrf", "org", "POST", "/seats/action", {"action": "assign-all"}, status=403, kind="text"),
+    case("seats-action-wrong-csrf", "org", "POST", "/seats/action", {"csrf": "0" * 64, "action": "assign-all"},
+         status=403, kind="text"),
+    case("seats-action-participant-csrf", "org", "POST", "/seats/action", {"csrf": ANN, "action": "assign-all"},
+         status=403, kind="text"),
+    case("seats-action-two-csrf", "org", "POST", "/seats/action", {"csrf": ["0" * 64, ORG], "action": "release"},
+         status=(400, 403)),
+    case("seats-action-too-many-fields", "org", "POST", "/seats/action",
+         body=("&".join(f"f{i}=1" for i in range(300))).encode(), says="Too many fields"),
+    case("seats-action-broken-multipart", "org", "POST", "/seats/action", body=b"--zz\r\nbroken",
+         ctype="multipart/form-data; boundary=zz", status=403, kind="text"),
+    case("seats-action-no-boundary", "org", "POST", "/seats/action", body=b"x", ctype="multipart/form-data",
+         says="boundary"),
+    case("seats-action-huge-body", "org", "POST", "/seats/action", {"csrf": ORG, "note": "x" * 70_000},
+         status=413, kind="text", says="larger than"),
+    case("connect-bad-ipv6-url", "org", "POST", "/seats/connect", {"csrf": ORG, "seat": "mig-03", "url": "http://[::1"},
+         says="--url"),
+    case("connect-url-bad-port", "org", "POST", "/seats/connect",
+         {"csrf": ORG, "seat": "mig-03", "url": "http://hub.example.org:99999/"}, says="--url"),
+    case("connect-url-word-port", "org", "POST", "/seats/connect",
+         {"csrf": ORG, "seat": "mig-03", "url": "http://hub.example.org:abc/"}, says="--url"),
+    case("connect-ssh-and-url", "org", "POST", "/seats/connect",
+         {"csrf": ORG, "seat": "mig-03", "ssh": "ann@gpu1.example.org", "url": "javascript:alert(1)"},
+         says="one of them"),
+    case("connect-ssh-injection", "org", "POST", "/seats/connect",
+         {"csrf": ORG, "seat": "mig-03", "ssh": "ann@gpu1;rm -rf /"}),
+    case("connect-ssh-option", "org", "POST", "/seats/connect",
+         {"csrf": ORG, "seat": "mig-03", "ssh": "-oProxyCommand=sh@gpu1"}),
+    case("connect-javascript-url", "org", "POST", "/seats/connect",
+         {"csrf": ORG, "seat": "mig-03", "url": "javascript:alert(1)"}),
+    case("connect-note-newline", "org", "POST", "/seats/connect", {"csrf": ORG, "seat": "mig-03", "note": "a\nb"}),
+    case("connect-unknown-seat", "org", "POST", "/seats/connect", {"csrf": ORG, "seat": "nope", "ssh": "a@b.example"}),
+    case("connect-nothing", "org", "POST", "/seats/connect", {"csrf": ORG, "seat": "mig-03"}, says="nothing to set"),
+    case("links-unknown-action", "org", "POST", "/links", {"csrf": ORG, "action": "delete"}, says="unknown action"),
+    case("links-unknown-participant", "org", "POST", "/links", {"csrf": ORG, "action": "rotate", "participant": "x"},
+         status=404),
+    case("links-nul-participant", "org", "POST", "/links", {"csrf": ORG, "action": "revoke", "participant": "a\x00"},
+         status=404),
+    case("survey-unknown-action", "org", "POST", "/survey", {"csrf": ORG, "action": "delete"}),
+    case("survey-no-action", "org", "POST", "/survey", {"csrf": ORG}),
+    case("survey-template-empty-title", "org", "POST", "/survey/template", {"csrf": ORG, "title": " "}),
+    case("survey-template-huge-title", "org", "POST", "/survey/template", {"csrf": ORG, "title": "x" * 60_000}),
+    *(
+        case(f"settings-{name}", "org", "POST", "/course/settings", {"csrf": ORG, "policy.quota_hours": value},
+             says="nothing was saved")
+        for name, value in [("abc", "abc"), ("1e309", "1e309"), ("negative", "-1"), ("10e30", str(10**30)),
+                            ("nan", "nan"), ("inf", "inf")]
+    ),
+    case("settings-minutes-fraction", "org", "POST", "/course/settings", {"csrf": ORG, "policy.idle_minutes": "1.5"},
+         says="whole number"),
+    case("roster-no-file", "org", "POST", "/roster/import", {"csrf": ORG}, says="choose a CSV file"),
+    case("roster-not-utf8", "org", "POST", "/roster/import", {"csrf": ORG},
+         files={"file": ("r.csv", b"name,email\n\xff\xfe,x@example.org\n")}, says="not UTF-8"),
+    case("roster-nul", "org", "POST", "/roster/import", {"csrf": ORG},
+         files={"file": ("r.csv", b"name,email\nZ\x00ed,z@example.org\n")}),
+    case("roster-empty", "org", "POST", "/roster/import", {"csrf": ORG}, files={"file": ("r.csv", b"")}),
+    case("roster-path-name", "org", "POST", "/roster/import", {"csrf": ORG},
+         files={"file": ("../../etc/passwd", b"nope\n")}),
+    case("roster-as-json", "org", "POST", "/roster/import", json={"file": "name,email\n"}, status=403, kind="text"),
+    # -- methods and paths ---------------------------------------------------------------------------------
+    case("put-seats-action", "org", "PUT", "/seats/action", status=405, says="Method Not Allowed"),
+    case("delete-links", "org", "DELETE", "/links", status=405, says="Method Not Allowed"),
+    case("patch-participant", "anon", "PATCH", "/t/{ann}", status=405, says="Method Not Allowed"),
+    case("get-participant-seat", "anon", "GET", "/t/{ann}/seat", status=405, says="Method Not Allowed"),
+    case("get-claim", "anon", "GET", "/t/{ann}/claim", status=405, says="Method Not Allowed"),
+    case("post-live", "anon", "POST", "/t/{ann}/live", {"csrf": ANN}, status=405, kind="json",
+         says="Method Not Allowed"),
+    case("unknown-path", "org", "GET", "/nope", status=404, says="Not Found"),
+    case("dotdot-encoded", "anon", "GET", "/t/%2e%2e/overview", status=404, says="Not Found"),
+    case("static-dotdot", "anon", "GET", "/static/..%2fapp.py", status=404, says="Not Found"),
+    case("token-nul", "anon", "GET", "/t/{ann}%00", status=404, says="not valid"),
+    case("token-long", "anon", "GET", "/t/" + "a" * 8000, status=404, says="not valid"),
+    case("token-lookalike", "anon", "GET", "/t/ａｎｎ", status=404, says="not valid"),
+    case("token-bad-utf8", "anon", "GET", "/t/%ff%fe", status=404, says="not valid"),
+    case("token-live-unknown", "anon", "GET", "/t/" + "z" * 43 + "/live", status=404, kind="json", says="not valid"),
+    case("trailing-slash", "org", "GET", "/overview/", status=404, says="Not Found"),
+    case("csv-nul", "org", "GET", "/seats.csv%00", status=404, says="Not Found"),
+    # -- a participant's token where it opens nothing ------------------------------------------------------
+    case("token-as-session", "anon", "GET", "/seats/live.json", status=401, kind="text", says="log in first"),
+    case("participant-on-org-form", "anon", "POST", "/seats/action", {"csrf": ANN, "action": "assign-all"},
+         status=401, kind="text"),
+    case("participant-on-settings", "anon", "POST", "/course/settings", {"csrf": ANN, "policy.quota_hours": "1"},
+         status=401, kind="text"),
+    case("org-csrf-on-link", "org", "POST", "/t/{ann}/seat", {"csrf": ORG, "action": "stop"}, status=403,
+         kind="text"),
+    # -- the participant's own controls ----------------------------------------------------------------------
+    case("seat-no-action", "anon", "POST", "/t/{ann}/seat", {"csrf": ANN}, says="unknown seat action"),
+    case("seat-extend", "anon", "POST", "/t/{ann}/seat", {"csrf": ANN, "action": "extend"}, says="one of"),
+    case("seat-other-seat", "anon", "POST", "/t/{ann}/seat", {"csrf": ANN, "action": "stop", "seat": "mig-02"},
+         status=403, kind="text", says="own seat only"),
+    case("seat-other-seat-case", "anon", "POST", "/t/{ann}/seat", {"csrf": ANN, "action": "stop", "seat": "MIG-01"},
+         status=403, kind="text", says="own seat only"),
+    case("seat-other-person", "anon", "POST", "/t/{ann}/seat", {"csrf": ANN, "action": "stop", "participant": "ben"},
+         status=403, kind="text", says="own seat only"),
+    case("seat-two-seats", "anon", "POST", "/t/{ann}/seat",
+         {"csrf": ANN, "action": "stop", "seat": ["mig-01", "mig-02"]}, status=403, kind="text"),
+    case("seat-bens-link-anns-csrf", "anon", "POST", "/t/{ben}/seat", {"csrf": ANN, "action": "stop"}, status=403,
+         kind="text"),
+    case("seat-reset-lookalike", "anon", "POST", "/t/{ann}/seat", {"csrf": ANN, "action": "reset", "confirm": "ｒeset"},
+         says="type reset"),
+    case("seat-key-two-lines", "anon", "POST", "/t/{ann}/seat",
+         {"csrf": ANN, "action": "key", "key": KEY + "\n" + KEY}),
+    case("seat-key-nul", "anon", "POST", "/t/{ann}/seat", {"csrf": ANN, "action": "key", "key": "\x00"}),
+    case("seat-json", "anon", "POST", "/t/{ann}/seat", json={"csrf": "x", "action": "stop"}, status=403, kind="text"),
+    case("seat-non-utf8", "anon", "POST", "/t/{ann}/seat", body=b"csrf={csrf:ann}&action=st%ffop",
+         says="unknown seat action"),
+    case("seat-two-files", "anon", "POST", "/t/{ann}/seat", {"csrf": ANN},
+         files={"a": ("a", b"1"), "b": ("b", b"2")}, says="Too many files"),
+    case("seat-seatless", "anon", "POST", "/t/{cid}/seat", {"csrf": "{csrf:cid}", "action": "start"},
+         says="holds no seat"),
+    case("seat-seatless-names-free-seat", "anon", "POST", "/t/{cid}/seat",
+         {"csrf": "{csrf:cid}", "action": "start", "seat": "mig-03"}, status=403, kind="text"),
+    case("claim-no-csrf", "anon", "POST", "/t/{cid}/claim", {}, status=403, kind="text"),
+    case("claim-anns-csrf", "anon", "POST", "/t/{cid}/claim", {"csrf": ANN}, status=403, kind="text"),
+    case("survey-closed", "anon", "POST", "/t/{ann}/survey", {"csrf": ANN, "q_recommend": "7"}, status=422),
+    case("survey-other-link", "anon", "POST", "/t/{ben}/survey", {"csrf": ANN, "q_recommend": "7"}, status=403,
+         kind="text"),
+]  # fmt: skip
+
+
+def send(sw: Sweep, c: Case) -> Any:
+    """The row's request, with its placeholders filled in."""
+    client = sw.client(c.who)
+    path = sw.fill(c.path)
+    if c.json is not None:
+        return client.request(c.method, path, json=c.json, follow_redirects=False)
+    if c.body is not None:
+        content = sw.fill(c.body.decode("latin-1")).encode("latin-1")
+        return client.request(c.method, path, content=content, headers={"content-type": c.ctype},
+                              follow_redirects=False)  # fmt: skip
+    form = {k: [sw.fill(x) for x in v] if isinstance(v, list) else sw.fill(v) for k, v in (c.form or {}).items()}
+    if c.files is not None:
+        return client.request(c.method, path, data=form, files=c.files, follow_redirects=False)
+    if form or c.method == "POST":
+        return client.request(c.method, path, data=form, follow_redirects=False)
+    return client.request(c.method, path, follow_redirects=False)
+
+
+def judge(r: Any, c: Case, sw: Sweep) -> None:
+    """A 4xx (or the row's status) in the route's format, with its message, and nobody else's data."""
+    wanted = c.status if isinstance(c.status, tuple) else (c.status,)
+    assert r.status_code in wanted, (r.status_code, r.text[:400])
+    assert "Traceback" not in r.text and 'File "/' not in r.text
+    ctype = r.headers.get("content-type", "")
+    assert ctype.startswith({"html": "text/html", "json": "application/json", "text": "text/plain"}[c.kind]), ctype
+    if c.kind == "html":
+        assert "<html" in r.text
+    if c.says:
+        assert c.says in r.text, r.text[:600]
+    if c.who == "anon":  # a participant's answer never shows another's seat, name or link
+        for other in ("Ben", sw.links["ben"], "mig-02"):
+            if "{ben}" not in c.path:
+                assert other not in r.text, other
+
+
+@pytest.mark.parametrize("c", ROWS)
+def test_a_bad_request_gets_one_clear_4xx_and_changes_nothing(sweep: Sweep, c: Case) -> None:
+    before = stored(sweep.store)
+    r = send(sweep, c)
+    judge(r, c, sweep)
+    assert stored(sweep.store) == before
+
+
+def _seat(sw: Sweep, who: str, **form: str) -> Any:
+    data = {"csrf": sw.csrf[who], **form}
+    return sw.anon.post(f"/t/{sw.links[who]}/seat", data=data, follow_redirects=False)
+
+
+def _pending(sw: Sweep) -> list[tuple[str, str | None, str]]:
+    return [(r.participant, r.seat, r.action) for r in sw.store.requests.seat_requests("lab", pending=True)]
+
+
+def test_a_control_sent_twice_is_one_request(sweep: Sweep) -> None:
+    assert _seat(sweep, "ann", action="restart").status_code == 303
+    again = _seat(sweep, "ann", action="restart")
+    assert again.status_code == 400 and "already pending" in again.text
+    assert _pending(sweep) == [("ann", "mig-01", "restart")]
+
+
+def test_a_released_participant_acts_on_nothing(sweep: Sweep) -> None:
+    sweep.store.seats.release("lab", participant="ben")
+    sweep.portal.forget_tokens()
+    for form in ({"action": "stop"}, {"action": "reset", "confirm": "reset"}):
+        r = _seat(sweep, "ben", **form)
+        assert r.status_code == 400 and "holds no seat" in r.text, r.text[:300]
+    named = _seat(sweep, "ben", action="stop", seat="mig-02")  # the seat ben held before
+    assert named.status_code == 403
+    live = sweep.anon.get(f"/t/{sweep.links['ben']}/live").json()
+    assert live["seat"] is None and live["participant"] == "ben"
+    assert _pending(sweep) == []
+
+
+def test_after_a_move_the_controls_act_on_the_new_seat(sweep: Sweep) -> None:
+    """A stop still pending on the seat ann left must not refuse her stop of the seat she holds now
+    (the old one's agent refuses the stale one; a removed seat has no agent to do even that)."""
+    assert _seat(sweep, "ann", action="stop").status_code == 303
+    form = {"csrf": sweep.csrf["org"], "action": "move", "participant": "ann", "seat": "mig-03"}
+    assert sweep.org.post("/seats/action", data=form).status_code == 200
+    assert sweep.store.lifecycle.remove_seats("lab", ["mig-01"]) == ["mig-01"]
+    sweep.portal.forget_tokens()
+    old = _seat(sweep, "ann", action="stop", seat="mig-01")  # the seat she left: refused
+    assert old.status_code == 403
+    new = _seat(sweep, "ann", action="stop")
+    assert new.status_code == 303, new.text[:300]
+    assert ("ann", "mig-03", "stop") in _pending(sweep)
+    again = _seat(sweep, "ann", action="stop")  # still one request per seat and action
+    assert again.status_code == 400 and "already pending" in again.text
+
+
+def test_a_claim_sent_twice_is_one_seat(sweep: Sweep) -> None:
+    for _ in range(2):
+        r = sweep.anon.post(f"/t/{sweep.links['cid']}/claim", data={"csrf": sweep.csrf["cid"]}, follow_redirects=False)
+        assert r.status_code == 303
+    assert sweep.store.seats.seat_of("lab", "cid").key == "mig-03"
+    assert [s.participant for s in sweep.store.seats.seats("lab")] == ["ann", "ben", "cid"]
