@@ -194,10 +194,27 @@ def edge_error(exc: BaseException) -> GpuseatError | None:
         first = (str(orig).strip().splitlines() or [type(exc).__name__])[0]
         return StoreError(f"the course database failed: {first}", fix="check --db / GPUSEAT_DB_URL and the server")
     if module.startswith("pydantic"):
-        return InputError(f"invalid value: {exc}", fix="correct the value named above")
+        return invalid_value(exc)
     if isinstance(exc, RecursionError | MemoryError | OverflowError):
         return EngineError(f"input too large to process ({type(exc).__name__})", fix="use a smaller input")
     return None
+
+
+def invalid_value(exc: BaseException) -> GpuseatError:
+    """One clear error for a value a model refused as it came from a flag (``seats add --count -1``): the
+    field, what is wrong and what was given, not pydantic's report of several lines with its web link."""
+    from gpuseat.errors import InputError
+
+    errors = exc.errors() if callable(getattr(exc, "errors", None)) else []  # type: ignore[attr-defined]
+    if not errors:
+        return InputError(f"invalid value: {exc}", fix="correct the value named above")
+    first = errors[0]
+    field = ".".join(str(p) for p in first["loc"]) or str(getattr(exc, "title", "value"))
+    got = repr(first.get("input"))
+    got = got if len(got) <= 60 else got[:57] + "..."
+    what = str(first["msg"]).removeprefix("Value error, ")
+    flag = "--" + field.replace("_", "-")  # files are validated where they are read: what reaches here is a flag
+    return InputError(f"{what} (got {got})", where=flag, fix=f"correct {flag}")
 
 
 def main(argv: list[str] | None = None) -> int:
