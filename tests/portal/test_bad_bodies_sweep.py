@@ -387,3 +387,15 @@ def test_a_claim_sent_twice_is_one_seat(sweep: Sweep) -> None:
         assert r.status_code == 303
     assert sweep.store.seats.seat_of("lab", "cid").key == "mig-03"
     assert [s.participant for s in sweep.store.seats.seats("lab")] == ["ann", "ben", "cid"]
+
+
+@pytest.mark.parametrize("value", ["²", "①", "--3", "-²", "3.0", "1e309", str(10**30), "٣٣٣٣"])
+def test_a_survey_answer_that_is_no_whole_number_is_one_message(sweep: Sweep, value: str) -> None:
+    """A scale answer is a whole number: digits Python's ``isdigit`` takes but ``int`` does not (superscripts,
+    circled digits, a doubled minus) were a 500."""
+    opened = sweep.org.post("/survey", data={"csrf": sweep.csrf["org"], "action": "open"}, follow_redirects=False)
+    assert opened.status_code == 303
+    form = {"csrf": sweep.csrf["ann"], "q_expectations": value}
+    r = sweep.anon.post(f"/t/{sweep.links['ann']}/survey", data=form, follow_redirects=False)
+    assert r.status_code == 422 and "is not a whole number" in r.text, (r.status_code, r.text[:300])
+    assert sweep.store.survey.count("lab") == 0

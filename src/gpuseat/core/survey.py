@@ -9,6 +9,7 @@ promoters (9–10) minus the share of detractors (0–6), in points from −100 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -113,7 +114,8 @@ def parse_answers(template: Template, form: Mapping[str, Sequence[str]]) -> dict
                 raise InputError("more than one value", where=where, fix="pick one")
             if values:
                 raw = values[0].strip()
-                if not raw.lstrip("-").isdigit() or len(raw) > 4 or int(raw) not in q.scale_values:
+                # decimal digits only, as int() reads them (isdigit() also takes "²" and "①", and lstrip "--3")
+                if not re.fullmatch(r"-?\d{1,3}", raw) or int(raw) not in q.scale_values:
                     raise InputError(
                         f"{raw[:20]!r} is not a whole number from {q.min} to {q.max}",
                         where=where,
