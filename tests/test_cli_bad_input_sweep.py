@@ -126,6 +126,13 @@ CASES = [
     Case("db-malformed", ("course", "list", "--db", "not a url"), "not a database URL"),
     Case("db-a-folder", ("course", "list", "--db", "sqlite:///{tmp}"), "not a regular file"),
     Case("db-another-apps-sqlite", ("course", "create", str(COURSE), "--db", "sqlite:///{tmp}/other.db"), "not a gpuseat database"),
+    # defect: sqlite://FILE (two slashes) was exit 1, "the course database failed: Invalid SQLite URL"
+    Case("db-sqlite-two-slashes", ("course", "list", "--db", "sqlite://gpuseat.db"), "a SQLite URL names a file, not a host"),
+    Case("db-sqlite-two-slashes-write", ("roster", "import", str(ROSTER), "--db", "sqlite://gpuseat.db"), "three or four slashes"),
+    # defect: an in-memory store took the course (exit 0) and lost it when the command ended
+    Case("db-in-memory", ("course", "create", str(COURSE), "--key", "lost", "--db", "sqlite://"), "is an in-memory database"),
+    Case("db-in-memory-named", ("course", "create", str(COURSE), "--key", "lost", "--db", "sqlite:///:memory:"), "is an in-memory database"),
+    Case("db-in-memory-slurm", ("slurm", "config", "--db", "sqlite:///"), "is an in-memory database"),
     # -- after day one: a deleted course, a participant or seat that does not exist ---------------------------
     Case("release-unknown-participant", ("seats", "release", "--participant", "nobody", "--db", "{db}"), "no participant 'nobody'"),
     Case("move-unknown-seat", ("seats", "move", "--participant", "amartin", "--seat", "seat-99", "--db", "{db}"), "no seat 'seat-99'"),

@@ -10,20 +10,44 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
+import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
 
+from gpuseat.errors import InputError
+
+#: an in-memory SQLite URL (``sqlite://``, ``sqlite:///``, ``sqlite:///:memory:``, a driver or a query after it)
+_IN_MEMORY = re.compile(r"sqlite(?:\+\w+)?://(?:/(?::memory:)?)?(?:\?.*)?", re.IGNORECASE)
+
+
+def on_disk(value: str | None) -> str | None:
+    """``--db`` (or ``GPUSEAT_DB_URL``) unless it is an in-memory SQLite store: a command's process ends
+    with the command, so every course, roster and seat written there would be lost without a word."""
+    url = (value or os.environ.get("GPUSEAT_DB_URL") or "").strip()
+    if _IN_MEMORY.fullmatch(url):
+        raise InputError(
+            f"{url!r} is an in-memory database: what this command stores would be gone when it ends",
+            where="--db / GPUSEAT_DB_URL",
+            fix="give a file, e.g. sqlite:///gpuseat.db, or leave --db out for the data dir's database",
+        )
+    return value
+
+
 #: ``--course`` and ``--db`` of the course store's commands (course, roster, seats, seat, host, vms …)
 CourseOption = Annotated[str | None, typer.Option("--course", help="Course key (default: the only course).")]
 DbOption = Annotated[
     str | None,
-    typer.Option("--db", help="Course database URL (default: GPUSEAT_DB_URL or SQLite in the data dir)."),
+    typer.Option(
+        "--db", help="Course database URL (default: GPUSEAT_DB_URL or SQLite in the data dir).", callback=on_disk
+    ),
 ]
 #: ``--db`` in the words of ``gpuseat slurm`` and ``gpuseat seats skypilot``
 ShortDbOption = Annotated[
-    str | None, typer.Option("--db", help="Course database URL (default: GPUSEAT_DB_URL or the data dir).")
+    str | None,
+    typer.Option("--db", help="Course database URL (default: GPUSEAT_DB_URL or the data dir).", callback=on_disk),
 ]
 #: ``--course`` and ``--db`` in the words of ``serve``, ``admin``, ``report`` and ``survey`` (``--db``
 #: also of ``top``, ``monitor`` and ``usage``)
@@ -31,7 +55,8 @@ StoreCourseOption = Annotated[
     str | None, typer.Option("--course", help="Course key (default: the only course in the store).")
 ]
 StoreDbOption = Annotated[
-    str | None, typer.Option("--db", help="Database URL (default: GPUSEAT_DB_URL or SQLite in the data dir).")
+    str | None,
+    typer.Option("--db", help="Database URL (default: GPUSEAT_DB_URL or SQLite in the data dir).", callback=on_disk),
 ]
 
 #: ``--force`` of the commands that write one file, and of those that write into a folder

@@ -284,6 +284,12 @@ def database_url(value: str, *, where: str = "db_url") -> str:
         raise InputError(f"not a database URL: {exc}", where=where, fix=fix) from None
     if host and (host.startswith("[") != host.endswith("]") or "[" in host.strip("[]") or "]" in host.strip("[]")):
         raise InputError(f"malformed host {host!r} (unbalanced brackets)", where=where, fix=fix)
+    if host and parsed.get_backend_name() == "sqlite":  # sqlite://gpuseat.db: SQLAlchemy refuses it on first use
+        raise InputError(
+            f"a SQLite URL names a file, not a host ({host!r})",
+            where=where,
+            fix="write sqlite:///relative/path.db or sqlite:////absolute/path.db (three or four slashes)",
+        )
     return value
 
 
