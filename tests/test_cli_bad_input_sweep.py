@@ -150,7 +150,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for args in (
         ("course", "create", str(COURSE), "--plan-option", "1"),
         ("roster", "import", str(ROSTER)),
-        ("seats", "add", "--inventory", str(SERVER), "--mode", "passthrough"),
+        ("seats", "add", "--inventory", str(SERVER), "--mode", "passthrough", "--engine", "host"),
         ("seats", "assign", "--partial"),
         ("seats", "connect", "seat-02", "--ssh", "gpu1.example.org", "--jump", "gw.example.org"),
     ):
@@ -169,7 +169,7 @@ def _other_apps_db(path: Path) -> None:
 def _snapshot(cli: Callable[..., object], url: str) -> str:
     """What a row must leave as it was: the seats with their holders, the roster, seat-02's way in."""
     shown = []
-    for args in (("seats", "export"), ("roster", "list"), ("seats", "connect", "seat-02")):
+    for args in (("seats", "export"), ("roster", "list"), ("seats", "connect", "seat-02"), ("seat", "requests")):
         out = cli(*args, "--format", "json", "--db", url)
         assert out.code == 0, out.err  # type: ignore[attr-defined]
         shown.append(str(out.out))  # type: ignore[attr-defined]
@@ -208,3 +208,33 @@ def test_the_template_store_holds_what_the_rows_assume(cli, template: Path) -> N
     status = json.loads(cli("seats", "status", "-f", "json", "--db", f"sqlite:///{template}").out)
     held = {r["seat"]: r["participant"] for r in status if r["participant"]}
     assert held == {"seat-01": "amartin", "seat-02": "bcosta", "seat-03": "cwei", "seat-04": "dkowalski"}
+
+
+#: after ``course archive``: every change is refused with the one archived message, and nothing is stored
+ARCHIVED = [
+    ("release", ("seats", "release", "--participant", "amartin")),
+    ("move", ("seats", "move", "--participant", "amartin", "--seat", "seat-02")),
+    ("roster-new-row", ("roster", "import", "{tmp}/roster.csv")),
+    ("connect", ("seats", "connect", "seat-02", "--ssh", "gpu9.example.org")),
+    # defect: seat hours and seat requests have no archive trigger: these were stored (exit 0)
+    ("topup", ("seat", "topup", "-p", "bcosta", "--hours", "1")),
+    ("quota", ("seat", "quota", "-p", "bcosta", "--hours", "3")),
+    ("start", ("seat", "start", "-p", "bcosta")),
+    ("restart", ("seat", "restart", "-p", "amartin")),
+]
+
+
+@pytest.mark.parametrize(("name", "args"), ARCHIVED, ids=[n for n, _ in ARCHIVED])
+def test_an_archived_course_takes_no_change(cli, tmp_path: Path, template: Path, name: str, args: tuple[str, ...]):
+    db = tmp_path / "gpuseat.db"
+    shutil.copyfile(template, db)
+    url = f"sqlite:///{db}"
+    assert cli("course", "archive", "course-2016", "--db", url).code == 0
+    (tmp_path / "roster.csv").write_text(HEADER + "New,new@example.org,,,\n", encoding="utf-8")
+    before = _snapshot(cli, url), cli("seat", "hours", "-f", "json", "--db", url).out
+    r = cli(*[a.replace("{tmp}", str(tmp_path)) for a in args], "--db", url)
+    assert r.code == 2, (args, r.code, r.out, r.err)
+    assert "is archived (read-only): nothing was changed" in r.err and r.err.count("error: ") == 1, r.err
+    hours = json.loads(cli("seat", "hours", "-f", "json", "--db", url).out)
+    assert [(h["quota"], h["topups"]) for h in hours] == [(h["quota"], h["topups"]) for h in json.loads(before[1])]
+    assert _snapshot(cli, url) == before[0]

@@ -153,7 +153,7 @@ class Requests(Concern):
                 raise InputError(str(exc), where="ssh key", fix="paste the one line of your .pub file") from None
         when = now or datetime.now(UTC)
         with self._database.write() as s:
-            crow = _course(s, course)
+            crow = _writable(_course(s, course))
             p, seat, _a = _participant_and_seat(s, crow, participant)
             if by_participant:
                 recent = s.scalar(
@@ -311,7 +311,7 @@ class Requests(Concern):
         if not 0 <= hours <= 100_000 or hours != hours:
             raise InputError(f"{hours} hours", where="hours", fix="a number of hours from 0 to 100000")
         with self._database.write() as s:
-            crow = _course(s, course)
+            crow = _writable(_course(s, course))
             p, _seat, _a = _participant_and_seat(s, crow, participant)
             s.add(
                 SeatHours(
@@ -451,6 +451,16 @@ class Requests(Concern):
         with self._database.write() as s:
             crow = _course(s, course)
             _log(s, crow.key, actor, "seat.idle.warned", participant=participant, seat=seat, detail={"text": text})
+
+
+def _writable(crow: CourseRecord) -> CourseRecord:
+    """``crow`` unless archived: seat requests and seat hours came after the archive triggers (revision
+    0010), so no trigger refuses them, and a start asked of an archived course's seat was stored pending."""
+    if crow.archived_at is not None:
+        from gpuseat.store.claims import archived_error
+
+        raise archived_error(crow.key)
+    return crow
 
 
 def _timelines(
