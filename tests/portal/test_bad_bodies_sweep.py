@@ -123,6 +123,7 @@ def stored(store: Any) -> dict[str, Any]:
         "links": [(t["participant"], t["active"], t["created_at"]) for t in store.tokens.token_status("lab")],
         "course": store.courses.course_text("lab"),
         "survey": store.courses.get_course("lab").survey_state,
+        "template": store.survey.template("lab"),
     }
 
 
@@ -214,6 +215,14 @@ ROWS = [
     case("survey-no-action", "org", "POST", "/survey", {"csrf": ORG}),
     case("survey-template-empty-title", "org", "POST", "/survey/template", {"csrf": ORG, "title": " "}),
     case("survey-template-huge-title", "org", "POST", "/survey/template", {"csrf": ORG, "title": "x" * 60_000}),
+    case("survey-template-escape-title", "org", "POST", "/survey/template", {"csrf": ORG, "title": "\x1b]0;owned\x07"},
+         says="control character"),
+    case("survey-template-bell-question", "org", "POST", "/survey/template",
+         {"csrf": ORG, "recommend.text": "How likely\x07?"}, says="control character"),
+    case("survey-template-bidi-intro", "org", "POST", "/survey/template", {"csrf": ORG, "intro": "a\u202eb"},
+         says="control character"),
+    case("survey-template-title-two-lines", "org", "POST", "/survey/template", {"csrf": ORG, "title": "a\r\nb"},
+         says="one line"),
     *(
         case(f"settings-{name}", "org", "POST", "/course/settings", {"csrf": ORG, "policy.quota_hours": value},
              says="nothing was saved")
@@ -399,3 +408,27 @@ def test_a_survey_answer_that_is_no_whole_number_is_one_message(sweep: Sweep, va
     r = sweep.anon.post(f"/t/{sweep.links['ann']}/survey", data=form, follow_redirects=False)
     assert r.status_code == 422 and "is not a whole number" in r.text, (r.status_code, r.text[:300])
     assert sweep.store.survey.count("lab") == 0
+
+
+def test_the_survey_editor_keeps_a_textareas_line_breaks(sweep: Sweep) -> None:
+    """A browser sends a textarea's line breaks as CR LF: they are line breaks, not control characters."""
+    form = {"csrf": sweep.csrf["org"], "recommend.text": "Would you recommend it?\r\nSay why below.", "intro": "Hi\r\n"}
+    assert sweep.org.post("/survey/template", data=form, follow_redirects=False).status_code == 303
+    template = sweep.portal.surveys.template("lab")
+    assert template.intro == "Hi"
+    assert next(q.text for q in template.question if q.id == "recommend") == "Would you recommend it?\nSay why below."
+
+
+@pytest.mark.parametrize("other", ["\x1b[2J\x1b[Hall fine", "x\x07", "left\u202eright", "a\x9bb"])
+def test_a_free_text_answer_with_control_characters_is_one_message(sweep: Sweep, other: str) -> None:
+    """The organizer reads free-text answers in a terminal (``gpuseat report``): no escape sequence gets stored."""
+    opened = sweep.org.post("/survey", data={"csrf": sweep.csrf["org"], "action": "open"}, follow_redirects=False)
+    assert opened.status_code == 303
+    form = {"csrf": sweep.csrf["ann"], "q_expectations": "8", "q_format": "7", "q_recommend": "9"}
+    form |= {"q_result": "other", "q_result_other": other}
+    r = sweep.anon.post(f"/t/{sweep.links['ann']}/survey", data=form, follow_redirects=False)
+    assert r.status_code == 422 and "control character" in r.text and "q_result_other" in r.text, r.text[:300]
+    assert sweep.store.survey.count("lab") == 0
+    form["q_result_other"] = "all fine"
+    assert sweep.anon.post(f"/t/{sweep.links['ann']}/survey", data=form, follow_redirects=False).status_code == 200
+    assert sweep.store.survey.count("lab") == 1

@@ -14,14 +14,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from gpuseat.errors import InputError
+from gpuseat.safe_text import has_control
 
 Kind = Literal["scale", "choice", "multi-choice", "text"]
 OTHER = "other"
 MAX_TEXT = 2000  # characters in one free-text answer
 Z95 = 1.959963984540054
+
+
+def _plain_text(value: str, *, one_line: bool) -> str:
+    """``value`` when it holds no control character (texts reach the organizer's terminal in ``gpuseat report``)."""
+    if has_control(value):
+        raise ValueError("control characters (escape sequences, bidirectional overrides) in a text")
+    if one_line and ("\n" in value or "\r" in value):
+        raise ValueError("a line break in a text that is one line")
+    return value
 
 
 class Question(BaseModel):
@@ -40,6 +50,13 @@ class Question(BaseModel):
     choices: tuple[str, ...] = ()
     other: bool = False
     nps: bool = False
+
+    @field_validator("text", "low_label", "high_label", "choices")
+    @classmethod
+    def _plain(cls, value: Any, info: ValidationInfo) -> Any:
+        for text in value if isinstance(value, tuple) else (value,):
+            _plain_text(text, one_line=info.field_name != "text")
+        return value
 
     @model_validator(mode="after")
     def _shape(self) -> Question:
@@ -76,6 +93,11 @@ class Template(BaseModel):
     as_of: str
     question: tuple[Question, ...] = Field(min_length=1)
 
+    @field_validator("title", "intro")
+    @classmethod
+    def _plain(cls, value: str, info: ValidationInfo) -> str:
+        return _plain_text(value, one_line=info.field_name == "title")
+
     @model_validator(mode="after")
     def _ids(self) -> Template:
         ids = [q.id for q in self.question]
@@ -92,7 +114,9 @@ class Template(BaseModel):
 
 
 def _clean_text(value: str, where: str) -> str:
-    text = value.replace("\x00", "").strip()
+    text = value.replace("\x00", "").replace("\r\n", "\n").replace("\r", "\n").strip()  # a textarea sends CR LF
+    if has_control(text):  # the organizer reads answers in a terminal (gpuseat report)
+        raise InputError("control characters in the answer", where=where, fix="type plain text")
     if len(text) > MAX_TEXT:
         raise InputError(f"answer is {len(text)} characters long", where=where, fix=f"keep it under {MAX_TEXT}")
     return text
@@ -107,7 +131,7 @@ def parse_answers(template: Template, form: Mapping[str, Sequence[str]]) -> dict
     for q in template.question:
         name = f"q_{q.id}"
         values = [v for v in form.get(name, ()) if v != ""]
-        other = _clean_text(" ".join(form.get(f"{name}_other", ())), f"{name}_other")
+        other = _clean_text(" ".join(form.get(f"{name}_other", ())), f"field {name}_other")
         where = f"field {name} ({q.text})"
         if q.kind == "scale":
             if len(values) > 1:

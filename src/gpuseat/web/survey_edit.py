@@ -35,15 +35,20 @@ def to_toml(template: Template) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _typed(value: str) -> str:
+    """A field as typed: a browser sends a textarea's line breaks as CR LF (the model refuses a bare CR)."""
+    return value.replace("\r\n", "\n").strip()
+
+
 def edited(template: Template, form: Mapping[str, str]) -> Template:
     """``template`` with the texts from the editor's form (``title``, ``intro``, ``<id>.<field>``)."""
     data = template.model_dump()
     for key in ("title", "intro"):
         if key in form:
-            data[key] = form[key].strip()
+            data[key] = _typed(form[key])
     for q in data["question"]:
         for name in EDITABLE:
             value = form.get(f"{q['id']}.{name}")
             if value is not None:
-                q[name] = value.strip()
+                q[name] = _typed(value)
     return Template.model_validate(data)
