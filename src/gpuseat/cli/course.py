@@ -184,7 +184,11 @@ def register(app: typer.Typer) -> None:
                     where="gpuseat course delete",
                     fix=f"confirm with: gpuseat course delete {view.key} --yes",
                 )
-            if export_to is None:
+            if export_to is not None:  # checked here too, so that the message names this command's flag
+                from gpuseat.store.export import check_target
+
+                check_target(export_to, force=False, flag="--export-to")
+            else:
                 from gpuseat.paths import data_dir
 
                 folder = data_dir() / "exports"
