@@ -77,6 +77,7 @@ class Agent:
     _leader: bool = False
     _waker: Any = None
     _saved: int | None = None
+    _cut: bool = False  # the last pass stopped because the lease had run out
 
     def _saved_cursor(self) -> int | None:
         """The events id the last leader of this lease had applied up to (kept in the store)."""
@@ -135,6 +136,8 @@ class Agent:
             self._backoff = min(self._backoff * 2, 60.0)
         else:
             self._retry_at, self._backoff = None, 2.0
+        if self._cut:  # the lease ran out under this pass (a clock step, a stall): renew it, then finish at once
+            self._renew_at, self._retry_at = 0.0, now
         self.store.agents.save_agent_status(
             self.options.lease_name,
             holder=self.holder,
@@ -150,6 +153,13 @@ class Agent:
     def _pass(self, *, drift: bool, courses: set[str] | None = None) -> Pass:
         o = self.options
         self.passes += 1
+        self._cut = False
+
+        def guard() -> bool:
+            held = self.store.agents.holds_lease(o.lease_name, self.holder)
+            self._cut = self._cut or not held
+            return held
+
         try:
             result = one_pass(
                 self.store,
@@ -158,7 +168,7 @@ class Agent:
                 host=o.host,
                 runner=self.runner,
                 overrides=o.overrides,
-                guard=lambda: self.store.agents.holds_lease(o.lease_name, self.holder),
+                guard=guard,
                 drift=drift,
                 actor=AGENT_ACTOR,
                 courses=courses,

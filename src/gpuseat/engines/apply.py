@@ -144,17 +144,28 @@ def _window(store: CourseStore, key: str, timezone: str, now: datetime) -> tuple
 
 
 def targets(
-    store: CourseStore, *, course: str | None, engine: str | None, courses: Iterable[str] | None = None
+    store: CourseStore,
+    *,
+    course: str | None,
+    engine: str | None,
+    courses: Iterable[str] | None = None,
+    host: str | None = None,
 ) -> list[tuple[str, str]]:
     """(course key, engine) pairs to plan: every delivering engine of each course's seats, and every
     engine that still holds access for a course (archived, deleted or not). ``courses``: only these
-    (the agent re-plans the courses whose events it has not seen)."""
+    (the agent re-plans the courses whose events it has not seen). ``host``: the machine this runs for;
+    unless one course is asked for by name, a course with no seat and no holding there is not its to plan
+    (a second server's course is that server's agent's)."""
     delivering = set(registry.delivering())
     pairs: set[tuple[str, str]] = set()
+
+    def here(where: str | None) -> bool:
+        return course is not None or host is None or not where or where == host
+
     if courses is not None:
         keys = list(courses)
         for h in store.agents.holdings():
-            if h["course"] in keys:
+            if h["course"] in keys and here(h["host"]):
                 pairs.add((h["course"], h["engine"]))
     elif course is not None:
         try:
@@ -170,10 +181,10 @@ def targets(
             seats = store.seats.seats(key)
         except NotFound:
             seats = []
-        pairs |= {(key, s.engine) for s in seats if s.engine in delivering}
+        pairs |= {(key, s.engine) for s in seats if s.engine in delivering and here(s.host)}
     if courses is None:
         for h in store.agents.holdings(course):
-            if course is None or h["course"] == course:
+            if (course is None or h["course"] == course) and here(h["host"]):
                 pairs.add((h["course"], h["engine"]))
     return sorted((c, e) for c, e in pairs if engine is None or e == engine)
 
@@ -203,7 +214,7 @@ def plan_all(
     a seat (``host down`` at the end of a course on one server)."""
     out: list[Planned] = []
     states: dict[str, CourseState] = {}
-    for key, name in targets(store, course=course, engine=engine, courses=courses):
+    for key, name in targets(store, course=course, engine=engine, courses=courses, host=host):
         if key not in states:
             states[key] = course_state(store, key, now=now)
             if revoke_all:

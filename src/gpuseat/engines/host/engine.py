@@ -193,12 +193,14 @@ class HostEngine(StepEngine[HostSettings]):
         step = self._step
         s = self.settings
         adopted = self._adopted(seats) if seats else {}
-        holders = {seat.key: p for seat, p in course.holders() if seat in seats} if course.active else {}
+        by_key = {seat.key: seat for seat in seats}  # lookups by key: a pass stays linear in the seats
+        holders = {seat.key: p for seat, p in course.holders() if seat.key in by_key} if course.active else {}
         login_of = {k: self.login_of(p) for k, p in holders.items()}
         open_now = course.closed is None
         # seat → its own device files; file → the seats it belongs to (a MIG parent GPU is shared)
         own: dict[str, tuple[str, ...]] = {}
         seats_of: dict[str, set[str]] = {}
+        files_of: dict[str, tuple[str, ...]] = {}
         wanted: dict[str, set[str]] = {}
         missing: dict[str, InputError] = {}
         for seat in seats:
@@ -212,7 +214,7 @@ class HostEngine(StepEngine[HostSettings]):
                 missing[seat.key] = exc
                 add(step("seat.device", seat.key, exc.what, "grant", seats=(seat.key,), fix=exc.fix or ""))
                 continue
-            own[seat.key] = files
+            own[seat.key], files_of[seat.key] = files, (*files, *shared)
             for f in (*files, *shared):
                 seats_of.setdefault(f, set()).add(seat.key)
                 wanted.setdefault(f, set())
@@ -233,7 +235,9 @@ class HostEngine(StepEngine[HostSettings]):
             else ("the course is archived" if course.archived else None)
         )
 
-        # revoke: people who hold no seat here any more
+        seat_files = {f for files in own.values() for f in files}
+        # revoke: people who hold no seat here any more (ending their processes frees the seats they hold
+        # open: the next holder's grant on those seats waits for it)
         for a in sorted(accounts.values(), key=lambda x: x.login):
             if a.login in holding_logins or a.course != self.course:
                 continue
@@ -242,8 +246,11 @@ class HostEngine(StepEngine[HostSettings]):
                 add(step("key.remove", a.login, why, "revoke", login=a.login))
             if not a.locked:
                 add(step("account.lock", a.login, why, "revoke", login=a.login))
-            if any(u == a.uid for u in procs.values()):
-                add(step("processes.end", a.login, why, "revoke", login=a.login))
+            pids = {pid for pid, u in procs.items() if u == a.uid}
+            if pids:
+                held = {f for files in self.machine.open_files(pids, seat_files).values() for f in files}
+                lost = tuple(sorted({k for f in held for k in seats_of.get(f, ())}))
+                add(step("processes.end", a.login, why, "revoke", login=a.login, seats=lost))
             if self._slice(a.uid).exists():
                 add(step("slice.remove", a.login, why, "revoke", login=a.login, uid=a.uid))
         if not open_now:
@@ -253,27 +260,19 @@ class HostEngine(StepEngine[HostSettings]):
                     add(step("account.lock", login, f"access is closed: {course.closed}", "revoke", login=login))
                 if shut is not None and any(u == shut.uid for u in procs.values()):
                     add(step("processes.end", login, f"access is closed: {course.closed}", "revoke", login=login))
-        # revoke: device files open to anyone but their seat's holder
+        # revoke: device files open to anyone but their seat's holder. A revoke only takes away: it keeps
+        # the wanted logins that may open the file already; a new holder (a move onto a seat whose old
+        # holder's process still runs) is let in by the grant, after that process has ended.
         current: dict[str, set[int] | None] = {f: self.machine.acl_users(Path(f)) for f in sorted(wanted)}
         for f, want_logins in sorted(wanted.items()):
             want_uids = {uid_of[x] for x in want_logins if x in uid_of}
             have = current[f]
             if have is None or have - want_uids:
                 why = "only the seat's holder may open it" if want_logins else "nobody holds this seat now"
-                add(
-                    step(
-                        "device.revoke",
-                        f,
-                        why,
-                        "revoke",
-                        seats=tuple(sorted(seats_of[f])),
-                        path=f,
-                        logins=sorted(want_logins & set(uid_of)),
-                    )
-                )
+                keep = sorted(x for x in want_logins if uid_of.get(x) in (have or set()))
+                add(step("device.revoke", f, why, "revoke", seats=tuple(sorted(seats_of[f])), path=f, logins=keep))
         # revoke: a holder's process that still holds a device file that is not theirs (a move)
         mine = {login_of[k]: {f for f in (*own.get(k, ()),)} for k in login_of}
-        seat_files = {f for files in own.values() for f in files}
         holder_pids = {pid: uid for pid, uid in procs.items() if uid in {uid_of.get(x) for x in holding_logins}}
         for pid, held in sorted(self.machine.open_files(set(holder_pids), seat_files).items()):
             login = next(x for x, u in uid_of.items() if u == holder_pids[pid])
@@ -300,7 +299,7 @@ class HostEngine(StepEngine[HostSettings]):
         for seat_key, p in sorted(holders.items()):
             login = login_of[seat_key]
             why = f"{p.key} holds {seat_key}"
-            uuid = next(x.device_uuid or adopted.get(x.key) for x in seats if x.key == seat_key)
+            uuid = by_key[seat_key].device_uuid or adopted.get(seat_key)
             if not uuid or seat_key in missing:
                 continue
             acct = accounts.get(login)
@@ -314,7 +313,7 @@ class HostEngine(StepEngine[HostSettings]):
                          login=login, text=text))  # fmt: skip
             if not p.ssh_key:
                 changes.notes.append(f"{p.key} has no SSH key in the roster: they cannot log in until they add one")
-            allow = self._allow(own.get(seat_key, ()), seat_key, seats_of)
+            allow = self._allow(own.get(seat_key, ()), files_of.get(seat_key, ()))
             slice_text = delivery.slice_dropin(allow, cpu_quota=s.cpu_quota, memory_max=s.memory_max)
             if acct is None or not self.machine.file_is(self._slice(acct.uid), slice_text):
                 add(step("slice.set", login, f"{why}: its devices only", "grant", participant=p.key, seats=(seat_key,),
@@ -327,9 +326,7 @@ class HostEngine(StepEngine[HostSettings]):
                 owners = ", ".join(sorted(want_logins))
                 add(step("device.grant", f, f"{owners} may open it", "grant", seats=tuple(sorted(seats_of[f])),
                          path=f, logins=sorted(want_logins)))  # fmt: skip
-        pins = {
-            login_of[k]: next(x.device_uuid or adopted.get(x.key) or "" for x in seats if x.key == k) for k in holders
-        }
+        pins = {login_of[k]: by_key[k].device_uuid or adopted.get(k) or "" for k in holders}
         profile = delivery.profile_script(pins)
         if not self.machine.file_is(self.profile_d, profile):
             add(
@@ -353,8 +350,9 @@ class HostEngine(StepEngine[HostSettings]):
         if not course.active:
             changes.notes.append("the course is archived or deleted: every account of it is locked there")
             return changes
+        here = {seat.key for seat in seats}
         for seat, p in course.holders():
-            if seat not in seats:
+            if seat.key not in here:
                 continue
             login, why = self.login_of(p), f"{p.key} holds {seat.key}"
             add = changes.steps.append
@@ -434,9 +432,11 @@ class HostEngine(StepEngine[HostSettings]):
                 why = f"{p.key} can log in as {login_of[seat.key]}"
                 changes.steps.append(self._record_step(seat.key, p.key, why, access=access))
 
-    def _allow(self, files: Sequence[str], seat_key: str, seats_of: dict[str, set[str]]) -> list[tuple[str, str]]:
+    def _allow(self, files: Sequence[str], mine: Sequence[str]) -> list[tuple[str, str]]:
+        """The slice's DeviceAllow= lines: the seat's own ``files``, the others of ``mine`` (every file the
+        seat uses, a MIG parent GPU too) and the shared nodes."""
         root = self.settings.dev_root.rstrip("/")
-        shared = [f for f, keys in seats_of.items() if seat_key in keys and f not in files]
+        shared = [f for f in mine if f not in files]
         nodes = [f"{root}/{n}" for n in SHARED_NODES]
         return [(_char_path(f), "rw") for f in (*files, *sorted(shared), *nodes) if os.path.exists(f)]
 

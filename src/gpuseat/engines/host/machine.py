@@ -160,13 +160,15 @@ class Machine:
         return True
 
     def end_user(self, login: str) -> bool:
-        """End every session and process of ``login`` (logind first where it runs, then a per-UID sweep)."""
+        """End every session and process of ``login``: logind first where it runs, then ``kill -KILL -1``
+        run as ``login``, which the kernel sends to all of the user's processes in one sweep that no fork
+        escapes (a pid-by-pid ``pkill`` misses a chain of processes that fork and exit)."""
         found = self.account(login)
         if found is None or not self.processes({found.uid}):
             return False
         if Path("/run/systemd/system").exists() and self.runner.which("loginctl"):
             self.runner.run(["loginctl", "terminate-user", login], check=False, where="host")
-        self.runner.run(["pkill", "-KILL", "-U", str(found.uid)], check=False, where="host")
+        self.runner.run(["kill", "-KILL", "-1"], user=login, check=False, where="host")
         return True
 
     def reload_sshd(self) -> str:

@@ -1,0 +1,266 @@
+"""After day one on a real host (real Unix users, a real SQLite store, the host engine's own plan and apply):
+moves and releases whose old holder still runs a process on the seat, and an agent stopped between the
+revoke and the grant.
+
+The seats' capability files here are plain files (not ``mknod`` devices without a driver), so a
+participant's process can hold one open, as a CUDA process holds its GPU.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from delivery.hostlab import MIG_AND_WHOLE, Lab, have_tools, new_lab
+from gpuseat.engines.apply import one_pass, plan_all
+from gpuseat.engines.host.machine import Machine
+from gpuseat.engines.runner import Runner
+from gpuseat.store import CourseStore, open_store
+
+MIG = [m["uuid"] for m in MIG_AND_WHOLE[0]["mig"]]  # type: ignore[index]
+GI = [7, 8, 9]
+COURSE = 'name = "lab"\nparticipants = 3\n[schedule]\nstart = 2026-09-07\ndays = 5\n'
+
+
+@pytest.fixture
+def lab() -> Iterator[Lab]:
+    """A stand-in host whose MIG capability files can be held open; users and group removed after."""
+    why = have_tools()
+    if why:
+        pytest.skip(why)
+    made = new_lab()
+    try:
+        made.build(MIG_AND_WHOLE)
+        for gi in GI:
+            for ci in (None, 0):
+                cap = made.cap_file(0, gi, ci)
+                cap.unlink()
+                cap.write_text("")
+                cap.chmod(0o666)
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def db(lab: Lab, tmp_path: Path, cli: Callable[..., Any]) -> str:
+    """Course ``lab``: ann, ben, cat; four host seats on gpu1; the engine's settings point at the lab."""
+    url = f"sqlite:///{tmp_path / 'course.db'}"
+    (tmp_path / "lab.toml").write_text(COURSE)
+    for who in ("ann", "ben", "cat"):
+        lab.person(who)
+    (tmp_path / "roster.csv").write_text(lab.roster())
+    listing = subprocess.run([str(lab.nvidia_smi), "-L"], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "smi.txt").write_text(listing)
+    settings = [f"{k}={v}" for k, v in lab.settings().items() if k != "ssh_port"]
+    for args in (
+        ("course", "create", tmp_path / "lab.toml", "--key", "lab"),
+        ("roster", "import", tmp_path / "roster.csv"),
+        ("seats", "add", "--from-nvidia-smi", tmp_path / "smi.txt", "--engine", "host", "--host", "gpu1"),
+        ("engines", "settings", "host", *settings, "--course", "lab"),
+    ):
+        r = cli(*args, "--db", url)
+        assert r.code == 0, (args, r.out, r.err)
+    return url
+
+
+def _seat(store: CourseStore, uuid: str) -> str:
+    return next(s.key for s in store.seats.seats("lab") if s.device_uuid == uuid)
+
+
+def _uid(lab: Lab, who: str) -> int:
+    return int(subprocess.run(["id", "-u", lab.people[who].user], capture_output=True, text=True, check=True).stdout)
+
+
+def _acl(lab: Lab, gi: int) -> set[int] | None:
+    """Who may open MIG GI ``gi``'s capability file now."""
+    return Machine(Runner()).acl_users(lab.cap_file(0, gi))
+
+
+def _holding(lab: Lab, who: str, gi: int) -> subprocess.Popen[bytes]:
+    """A process of ``who`` that holds MIG GI ``gi`` open (as a CUDA process holds its GPU)."""
+    with open(lab.cap_file(0, gi), "rb") as held:
+        return subprocess.Popen(["sleep", "600"], stdin=held, user=_uid(lab, who))
+
+
+def _pass(db: str, *, stop_after: str | None = None, host: str | None = None) -> Any:
+    """One real pass; ``stop_after``: the agent dies right after the last step of that action."""
+    with open_store(db) as store:
+        if stop_after is None:
+            result = one_pass(store, course="lab", runner=Runner(), host=host)
+            assert not result.failed, result.failed
+            return result
+        [planned] = plan_all(store, course="lab", runner=Runner())
+        assert planned.changes is not None and planned.engine is not None
+        steps = planned.changes.ordered()
+        upto = max(i for i, s in enumerate(steps) if s.action == stop_after) + 1
+        calls = iter(range(len(steps) + 1))
+        return planned.engine.apply(planned.changes, guard=lambda: next(calls) < upto)
+
+
+def test_a_move_into_a_held_seat_grants_nothing_before_the_old_holders_process_ends(lab: Lab, db: str) -> None:
+    """ann runs on MIG 7; she moves to MIG 9 and ben moves onto MIG 7. Until ann's process that still holds
+    MIG 7 has ended, ben must not be able to open it: the revoke phase only takes access away, even when the
+    agent stops right there."""
+    with open_store(db) as store:
+        store.seats.assign("lab", "ann", _seat(store, MIG[0]))
+        store.seats.assign("lab", "ben", _seat(store, MIG[1]))
+    _pass(db)
+    ann, ben = _uid(lab, "ann"), _uid(lab, "ben")
+    assert _acl(lab, 7) == {ann} and _acl(lab, 8) == {ben}
+    proc = _holding(lab, "ann", 7)
+    try:
+        with open_store(db) as store:
+            store.seats.move("lab", "ann", _seat(store, MIG[2]))
+            store.seats.move("lab", "ben", _seat(store, MIG[0]))
+        with open_store(db) as store:
+            [planned] = plan_all(store, course="lab", runner=Runner(dry_run=True))
+        assert planned.changes is not None
+        revokes = [s for s in planned.changes.ordered() if s.phase == "revoke"]
+        assert any(s.action == "processes.end" and s.data.get("pids") == [proc.pid] for s in revokes), revokes
+        mig7 = {str(lab.cap_file(0, 7)), str(lab.cap_file(0, 7, 0))}
+        for s in revokes:  # a revoke on ann's old seat leaves nobody new able to open it
+            if s.action == "device.revoke" and s.target in mig7:
+                assert lab.people["ben"].user not in s.data["logins"], s
+        # the agent dies right after the device revokes: ann's process still runs on MIG 7
+        report = _pass(db, stop_after="device.revoke")
+        assert [o.state for o in report.outcomes].count("done") >= 1
+        assert proc.poll() is None
+        assert ben not in (_acl(lab, 7) or set()), "ben may open MIG 7 while ann's process still holds it"
+        # the next pass finishes the job: ann's stray process ends, then ben gets MIG 7 and ann MIG 9
+        _pass(db)
+        assert proc.wait(10) is not None
+        assert _acl(lab, 7) == {ben} and _acl(lab, 9) == {ann} and not _acl(lab, 8)
+        with open_store(db) as store:
+            [again] = plan_all(store, course="lab", runner=Runner(dry_run=True))
+        assert again.changes is not None and again.changes.empty, again.changes.to_dict()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+CHAIN = """import os, sys, time
+deadline = time.time() + float(sys.argv[2])
+if os.fork():
+    time.sleep(60)  # the process a look at the machine sees
+    sys.exit()
+while time.time() < deadline:  # each generation forks and exits: never the same pid twice
+    if os.fork():
+        os._exit(0)
+open(sys.argv[1], "w").write("still running")
+"""
+
+
+def _end_all_of(lab: Lab, who: str) -> None:
+    """Clean-up: SIGKILL every process of ``who`` at once (kill -1 as that user: nothing forks past it)."""
+    subprocess.run(["kill", "-KILL", "-1"], user=_uid(lab, who), check=False, capture_output=True)
+
+
+def test_a_released_holders_forking_processes_all_end_and_the_next_holder_waits_for_it(lab: Lab, db: str) -> None:
+    """The adversary: ann keeps her GPU with a chain of processes that fork and exit (a pid-by-pid sweep
+    never catches the live one). Released, every one of her processes ends; cat gets the seat after."""
+    python = Path("/usr/bin/python3")
+    if not python.exists():
+        pytest.skip("needs /usr/bin/python3 for a participant's process")
+    with open_store(db) as store:
+        store.seats.assign("lab", "ann", _seat(store, MIG[0]))
+    _pass(db)
+    script, marker = lab.root / "chain.py", lab.root / "out" / "chain"
+    script.write_text(CHAIN)
+    script.chmod(0o644)
+    marker.parent.mkdir(mode=0o777)
+    marker.parent.chmod(0o777)
+    with open(lab.cap_file(0, 7), "rb") as held:
+        subprocess.Popen([str(python), str(script), str(marker), "4"], stdin=held, user=_uid(lab, "ann"))
+    try:
+        with open_store(db) as store:
+            store.seats.release("lab", participant="ann", reason="left the course")
+            store.seats.assign("lab", "cat", _seat(store, MIG[0]))
+        with open_store(db) as store:
+            [planned] = plan_all(store, course="lab", runner=Runner(dry_run=True))
+        assert planned.changes is not None
+        ends = [s for s in planned.changes.steps if s.action == "processes.end"]
+        with open_store(db) as store:
+            seat = _seat(store, MIG[0])
+        # ann's processes hold that seat: the new holder's grant waits for them to end
+        assert [s.seats for s in ends] == [(seat,)], ends
+        started = time.monotonic()
+        result = _pass(db)
+        assert any(o.step.action == "processes.end" for r in result.reports for o in r.done), [
+            o.to_dict() for r in result.reports for o in r.outcomes
+        ]
+        time.sleep(max(0.0, 5.0 - (time.monotonic() - started)))
+        assert not marker.exists(), "ann's process chain outlived her release"
+        assert _acl(lab, 7) == {_uid(lab, "cat")}
+    finally:
+        _end_all_of(lab, "ann")
+
+
+def test_a_pass_cut_short_by_a_clock_step_is_finished_by_the_next_tick(
+    lab: Lab, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wall clock jumps a day ahead between the agent's lease renewal and its pass: before each step
+    the agent sees its lease as expired and stops (it must not apply without one). Nobody else holds the
+    lease, so the agent takes it again at once and finishes the revoke; it does not leave a released
+    participant in until the next resync, hours later."""
+    import gpuseat.store.agents as agents_module
+    from gpuseat.engines.agent import Agent, AgentOptions
+
+    with open_store(db) as store:
+        store.seats.assign("lab", "ann", _seat(store, MIG[0]))
+        agent = Agent(store, AgentOptions(engine="host", host="gpu1", resync_s=3600), say=lambda _line: None)
+        assert agent.tick() is not None and agent.role == "leader"
+        key = lab.keys_dir / lab.people["ann"].user
+        assert key.exists()
+        store.seats.release("lab", participant="ann", reason="left the course")
+        real = time.time
+        monkeypatch.setattr(agents_module, "time", type("Clock", (), {"time": staticmethod(lambda: real() + 86_400)}))
+        cut = agent.tick()
+        assert cut is not None and any(o.state == "skipped" for r in cut.reports for o in r.outcomes)
+        assert key.exists()  # it stopped before the first step: it did not apply without a lease
+        for _ in range(3):
+            agent.tick()
+        assert not key.exists(), "the released participant keeps her key until the next resync"
+        with open_store(db) as again:
+            leases = again.agents.leases()
+        assert [x["holder"] for x in leases] == [agent.holder]
+
+
+def test_a_second_server_for_another_course_does_not_fail_the_first_servers_agent(
+    lab: Lab, db: str, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    """A second server comes in for a second course. The first server's agent serves every course of the
+    store: it keeps delivering its own seats and has nothing to do, and nothing to fail, for the other."""
+    with open_store(db) as store:
+        store.seats.assign("lab", "ann", _seat(store, MIG[0]))
+    (tmp_path / "lab2.toml").write_text(COURSE.replace('"lab"', '"lab two"'))
+    (tmp_path / "gpu2.txt").write_text("GPU 0: NVIDIA H200 (UUID: GPU-cccccccc-0000-4000-8000-000000000002)\n")
+    (tmp_path / "roster2.csv").write_text("key,name,email\nzoe,Zoe,zoe@example.org\n")
+    for args in (
+        ("course", "create", tmp_path / "lab2.toml", "--key", "lab2"),
+        ("roster", "import", tmp_path / "roster2.csv", "--course", "lab2"),
+        ("seats", "add", "--from-nvidia-smi", tmp_path / "gpu2.txt", "--engine", "host", "--host", "gpu2",
+         "--course", "lab2"),
+        ("seats", "assign", "--course", "lab2"),
+    ):  # fmt: skip
+        r = cli(*args, "--db", db)
+        assert r.code == 0, (args, r.err)
+    with open_store(db) as store:  # the agent of the first server, as it runs there: every course
+        result = one_pass(store, engine="host", host="gpu1", runner=Runner())
+        assert not result.failed, result.failed
+        assert (lab.keys_dir / lab.people["ann"].user).exists()
+        again = one_pass(store, engine="host", host="gpu1", runner=Runner(dry_run=True))
+        assert not again.failed and all(p.changes is not None and p.changes.empty for p in again.planned)
+        assert {p.course for p in again.planned} == {"lab"}
+        # asked by name, the wrong server is still one clear error
+        wrong = plan_all(store, course="lab2", engine="host", host="gpu1", runner=Runner(dry_run=True))
+        assert [p.error for p in wrong] == [
+            "host 'gpu1' is not in course 'lab2' (its host seats are on: gpu2) (to fix: give the host name the "
+            "seats were added with (gpuseat seats status lists them))"
+        ]
