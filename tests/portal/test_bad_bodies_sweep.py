@@ -166,6 +166,8 @@ ROWS = [
          {"csrf": ORG, "action": "assign", "participant": "x" * 20_000, "seat": "mig-03"}),
     case("seats-move-unknown-seat", "org", "POST", "/seats/action",
          {"csrf": ORG, "action": "move", "participant": "ann", "seat": "../mig-02"}),
+    case("seats-release-someone-elses-seat", "org", "POST", "/seats/action",
+         {"csrf": ORG, "action": "release", "participant": "ann", "seat": "mig-02"}, status=409, says="held by ben"),
     case("seats-release-unknown", "org", "POST", "/seats/action", {"csrf": ORG, "action": "release", "seat": "nope"}),
     case("seats-action-file-field", "org", "POST", "/seats/action", {"csrf": ORG},
          files={"action": ("a.txt", b"assign-all")}, says="unknown action"),
@@ -432,3 +434,33 @@ def test_a_free_text_answer_with_control_characters_is_one_message(sweep: Sweep,
     form["q_result_other"] = "all fine"
     assert sweep.anon.post(f"/t/{sweep.links['ann']}/survey", data=form, follow_redirects=False).status_code == 200
     assert sweep.store.survey.count("lab") == 1
+
+
+def test_a_release_from_a_page_out_of_date_releases_nobody_else(sweep: Sweep) -> None:
+    """The Seats page said "release seat mig-02 of ben"; meanwhile ben moved and cid took mig-02: the click
+    that was meant for ben must not take cid's seat."""
+    html = sweep.org.get("/seats").text
+    form = re.search(
+        r'<form[^>]*seats/action[^>]*>((?:(?!</form>).)*value="mig-02"(?:(?!</form>).)*)</form>', html, re.S
+    )
+    assert form, html
+    fields = dict(re.findall(r'name="([^"]+)" value="([^"]*)"', form.group(1)))
+    assert fields["action"] == "release" and fields["seat"] == "mig-02"
+    sweep.store.seats.move("lab", "ben", "mig-03")
+    sweep.store.seats.assign("lab", "cid", "mig-02")
+    r = sweep.org.post("/seats/action", data=fields)
+    assert r.status_code == 409 and "held by cid" in r.text, r.text[:300]
+    assert [(s.key, s.participant) for s in sweep.store.seats.seats("lab")] == [
+        ("mig-01", "ann"),
+        ("mig-02", "cid"),
+        ("mig-03", "ben"),
+    ]
+    # the page as it is now releases the seat it shows
+    fresh = sweep.org.get("/seats").text
+    form = re.search(
+        r'<form[^>]*seats/action[^>]*>((?:(?!</form>).)*value="mig-02"(?:(?!</form>).)*)</form>', fresh, re.S
+    )
+    assert form
+    done = sweep.org.post("/seats/action", data=dict(re.findall(r'name="([^"]+)" value="([^"]*)"', form.group(1))))
+    assert done.status_code == 200 and "released seat mig-02 of cid" in done.text
+    assert sweep.store.seats.seat_of("lab", "cid") is None and sweep.store.seats.seat_of("lab", "ben").key == "mig-03"

@@ -206,6 +206,13 @@ def seat_action(request: Request, data: Form, user: OrganizerPost, portal: Porta
             portal.store.seats.move(key, who, seat, actor=user)
             notice = f"{who} moved to seat {seat}"
         elif action == "release":
+            if seat and who:  # the page's button names the holder it showed: a page out of date releases nobody else
+                held = portal.store.seats.get_seat(key, seat).participant
+                if held != who:
+                    now = f"held by {held}" if held else "free"
+                    msg = f"seat {seat} is {now}, not {who}'s: nothing released (the page was out of date)"
+                    return seats_page(request, portal, status=409, error=msg)
+                seat = ""  # release the holder's seat (the same one, unless they moved since this read)
             done = portal.store.seats.release(key, seat=seat or None, participant=None if seat else who, actor=user)
             notice = (
                 f"released seat {done.seat} of {done.participant} (undo: assign {done.participant} to {done.seat})"
