@@ -122,6 +122,12 @@ CASES = [
     Case("connect-url-port-out-of-range", ("seats", "connect", "seat-02", "--url", "http://hub.example.org:99999"), "--url: not a valid URL"),
     Case("connect-url-port-a-word", ("seats", "connect", "seat-02", "--url", "http://hub.example.org:abc"), "--url: not a valid URL"),
     Case("connect-url-port-0", ("seats", "connect", "seat-02", "--url", "https://hub.example.org:0/"), "port 0 is not a port"),
+    # defect: apply/agent with a misspelt --engine, or a --host no seat can have, planned for no seat and said
+    # "Plan: 0 to add, 0 to change, 0 to take away" (exit 0), as if the machines matched the store
+    Case("apply-unknown-engine", ("apply", "--engine", "hots", "--dry-run"), "--engine: no seat engine called 'hots'"),
+    Case("apply-engine-wrong-case", ("apply", "--engine", "HOST", "--dry-run"), "no seat engine called 'HOST'"),
+    Case("apply-host-with-semicolon", ("apply", "--host", "gpu1;reboot", "--dry-run"), "--host: 'gpu1;reboot' is not a host name"),
+    Case("agent-install-unknown-engine", ("agent", "--engine", "nosuch", "--install", "--unit-dir", "{tmp}"), "--engine: no seat engine"),
     # -- --db -------------------------------------------------------------------------------------------------
     Case("db-malformed", ("course", "list", "--db", "not a url"), "not a database URL"),
     Case("db-a-folder", ("course", "list", "--db", "sqlite:///{tmp}"), "not a regular file"),

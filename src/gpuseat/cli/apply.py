@@ -22,11 +22,48 @@ if TYPE_CHECKING:
 
 #: ``--course``, ``--engine`` and ``--host`` of ``apply`` and ``agent``: what this machine's passes cover
 EveryCourseOption = Annotated[str | None, typer.Option("--course", help="Only this course (default: every course).")]
+
+
+def known_engine(value: str | None) -> str | None:
+    """``--engine`` when the registry has it: a misspelt name planned for no seat and said "Plan: 0 to add,
+    0 to change" (exit 0), as if the machines matched the store."""
+    if value is not None:
+        from gpuseat.engines import registry
+        from gpuseat.errors import InputError
+
+        try:
+            registry.spec(value)
+        except InputError as exc:
+            raise InputError(exc.what, where="--engine", fix=exc.fix) from None
+    return value
+
+
 EngineOption = Annotated[
-    str | None, typer.Option("--engine", help="Only this engine (default: every engine of the course's seats).")
+    str | None,
+    typer.Option(
+        "--engine", help="Only this engine (default: every engine of the course's seats).", callback=known_engine
+    ),
 ]
+
+
+def seat_host(value: str | None) -> str | None:
+    """``--host`` when it can be a seat's host name (the store's rule): one that cannot matched no seat and
+    the pass said "Plan: 0 to add" (exit 0)."""
+    from gpuseat.store.specs import _HOST
+
+    if value is not None and not _HOST.match(value):
+        from gpuseat.errors import InputError
+
+        fix = "give the host as the seats name it (gpuseat seats status)"
+        raise InputError(f"{value[:100]!r} is not a host name", where="--host", fix=fix)
+    return value
+
+
 MachineOption = Annotated[
-    str | None, typer.Option("--host", help="This machine's name in the seats (host engine: default the only one).")
+    str | None,
+    typer.Option(
+        "--host", help="This machine's name in the seats (host engine: default the only one).", callback=seat_host
+    ),
 ]
 SET = typer.Option(
     None, "--set", help="ENGINE.SETTING=VALUE, stored as the course's engine setting first (repeatable)."
