@@ -15,7 +15,7 @@ import typer
 
 from gpuseat.cli._options import StoreDbOption, shared_flags
 from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_rows, print_table
-from gpuseat.errors import EngineError
+from gpuseat.errors import EngineError, InputError
 
 if TYPE_CHECKING:
     from gpuseat.monitor.runner import Tick
@@ -170,6 +170,13 @@ def monitor(
     Exits 1 when samples were taken but the database stored none of them.
     """
     if sampled.once:
+        ignored = [flag for flag, value in (("--listen", listen), ("--webhook", webhook), ("--ticks", ticks)) if value]
+        if ignored:  # they were dropped unsaid (an unchecked webhook URL, a port out of range: exit 0)
+            raise InputError(
+                f"--once prints one sample and exits: {', '.join(ignored)} would do nothing",
+                where="gpuseat monitor",
+                fix=f"leave out --once to run the monitor, or {', '.join(ignored)} to print one sample",
+            )
         sampled.print_once(fmt)
         return
     import logging
