@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpuseat.core.roster import check_ssh_key
+from gpuseat.safe_text import has_control
 
 #: what a participant (or the organizer on their behalf) may ask of their seat
 ACTIONS: tuple[str, ...] = ("start", "stop", "restart", "reset", "key")
@@ -51,6 +52,8 @@ def check_new_key(text: str) -> str:
         raise ValueError("no key given: paste the one line of your .pub file (e.g. ~/.ssh/id_ed25519.pub)")
     if "\n" in stripped or "\r" in stripped:
         raise ValueError("give one key line only (the one line of your .pub file)")
+    if has_control(stripped):  # a participant's line goes into keys files and onto pages: no escape sequences
+        raise ValueError("the key line holds control characters (escape sequences): paste the .pub file's line")
     if "PRIVATE KEY" in stripped:
         raise ValueError("this is a private key: never share it; paste the .pub file's line instead")
     first = stripped.split()[0]
