@@ -23,8 +23,10 @@ FIELD_FLAGS: dict[str, str] = {
     "seat": "--seat",
     "since": "--since",
     "template": "--template",
+    "timeout": "--timeout",
     "timezone": "--timezone",
     "user": "--user",
+    "workers": "--workers",
     "base_url": "--base-url",
 }
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuseat.core.readiness import Readiness
 from gpuseat.engines import registry
-from gpuseat.errors import GpuseatError
+from gpuseat.errors import GpuseatError, InputError
 
 if TYPE_CHECKING:
     from gpuseat.bench.run import BenchOptions
@@ -45,6 +45,10 @@ def check_seats(
     ``settings`` maps an engine name to its settings (plain strings). A seat without a participant
     is skipped; an engine that cannot be loaded or raises makes that seat broken with the reason.
     """
+    if not 0 < timeout <= 3600:  # nan too; -1 made every probe fail at once and the seats were called broken
+        raise InputError(f"{timeout:g} s is not a probe timeout", where="timeout", fix="give 1 to 3600 seconds")
+    if not 0 < workers <= 256:
+        raise InputError(f"{workers} workers", where="workers", fix="give 1 to 256 workers")
     key = store.courses.get_course(course).key
     seats = [store.seats.get_seat(key, seat)] if seat else store.seats.seats(key)
     people = {p.key: p for p in store.roster.participants(key)}
