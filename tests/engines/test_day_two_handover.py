@@ -264,3 +264,21 @@ def test_a_second_server_for_another_course_does_not_fail_the_first_servers_agen
             "host 'gpu1' is not in course 'lab2' (its host seats are on: gpu2) (to fix: give the host name the "
             "seats were added with (gpuseat seats status lists them))"
         ]
+
+
+def test_a_pass_longer_than_the_lease_keeps_the_lease_and_finishes(lab: Lab, db: str) -> None:
+    """A big course's first pass takes longer than the lease (1,000 seats: minutes against 15 s). The agent
+    renews its lease as it goes: the pass is done in one tick, not cut short and left to a resync."""
+    from gpuseat.engines.agent import Agent, AgentOptions
+
+    with open_store(db) as store:
+        for who, uuid in zip(("ann", "ben", "cat"), MIG, strict=True):
+            store.seats.assign("lab", who, _seat(store, uuid))
+        options = AgentOptions(engine="host", host="gpu1", resync_s=3600, lease_s=0.05)
+        agent = Agent(store, options, say=lambda _line: None)
+        first = agent.tick()
+        assert first is not None and first.reports
+        skipped = [o.step.key for r in first.reports for o in r.outcomes if o.state != "done"]
+        assert not skipped, f"the pass outlived its lease and stopped: {skipped}"
+        for who in ("ann", "ben", "cat"):
+            assert (lab.keys_dir / lab.people[who].user).exists()

@@ -12,8 +12,9 @@ made by hand are all corrected by the next one. The agent wakes when
 - a failed step's retry is due (back-off 2 s, doubling to 60 s).
 
 One agent per engine and host applies at a time: it holds a lease row in the store (renewed every
-third of ``lease_s``); a second agent waits as standby and takes over when the lease expires or is
-given back. Before each step the holder checks that it still holds the lease.
+third of ``lease_s``, between the steps of a pass too); a second agent waits as standby and takes over
+when the lease expires or is given back. Before each step the holder checks that it still holds the
+lease; a pass stopped because it did not is finished by the next tick, once the lease is renewed.
 """
 
 from __future__ import annotations
@@ -155,8 +156,13 @@ class Agent:
         self.passes += 1
         self._cut = False
 
-        def guard() -> bool:
-            held = self.store.agents.holds_lease(o.lease_name, self.holder)
+        def guard() -> bool:  # asked before each step: a pass longer than the lease renews it as it goes
+            now = time.monotonic()
+            if now >= self._renew_at:
+                held = self.store.agents.take_lease(o.lease_name, self.holder, o.lease_s)
+                self._renew_at = now + o.lease_s / 3
+            else:
+                held = self.store.agents.holds_lease(o.lease_name, self.holder)
             self._cut = self._cut or not held
             return held
 

@@ -269,7 +269,8 @@ class HostEngine(StepEngine[HostSettings]):
             have = current[f]
             if have is None or have - want_uids:
                 why = "only the seat's holder may open it" if want_logins else "nobody holds this seat now"
-                keep = sorted(x for x in want_logins if uid_of.get(x) in (have or set()))
+                may = set(uid_of.values()) if have is None else have  # None: anyone may open it now
+                keep = sorted(x for x in want_logins if uid_of.get(x) in may)
                 add(step("device.revoke", f, why, "revoke", seats=tuple(sorted(seats_of[f])), path=f, logins=keep))
         # revoke: a holder's process that still holds a device file that is not theirs (a move)
         mine = {login_of[k]: {f for f in (*own.get(k, ()),)} for k in login_of}
