@@ -467,3 +467,15 @@ def test_a_release_from_a_page_out_of_date_releases_nobody_else(sweep: Sweep) ->
     done = sweep.org.post("/seats/action", data=dict(re.findall(r'name="([^"]+)" value="([^"]*)"', form.group(1))))
     assert done.status_code == 200 and "released seat mig-02 of cid" in done.text
     assert sweep.store.seats.seat_of("lab", "cid") is None and sweep.store.seats.seat_of("lab", "ben").key == "mig-03"
+
+
+def test_an_uploaded_file_name_is_stored_without_control_characters(sweep: Sweep) -> None:
+    """The roster's file name is the import's label in the events log and on the page: no escape sequence."""
+    from gpuseat.safe_text import has_control
+
+    csv = b"name,email,unix_user\nAnn,ann@example.org,ann\nBen,ben@example.org,ben\nCid,cid@example.org,cid\n"
+    files = {"file": ("../x\x1b[2J\u202eclass.csv", csv)}
+    r = sweep.org.post("/roster/import", data={"csrf": sweep.csrf["org"]}, files=files)
+    assert r.status_code == 200 and "3 unchanged" in r.text, r.text[:300]
+    logged = [e.detail["file"] for e in sweep.store.events.events("lab") if e.action == "roster.import"][-1]
+    assert not has_control(logged) and "/" not in logged and "class.csv" in logged, logged

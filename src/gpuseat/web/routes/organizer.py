@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 
 from gpuseat.errors import InputError
+from gpuseat.safe_text import clean
 from gpuseat.web.deps import check_csrf, need_organizer
 from gpuseat.web.exports import csv_text
 from gpuseat.web.limits import MAX_UPLOAD
@@ -133,7 +134,7 @@ def roster_import(request: Request, data: Form, user: OrganizerPost, portal: Por
         ctx["error"] = "choose a CSV file to import"
     else:
         raw = upload.file.read(MAX_UPLOAD + 1)
-        name = Path(upload.filename).name[:120]
+        name = clean(Path(upload.filename).name[:120], one_line=True)  # the import's label, in the events log too
         try:
             if len(raw) > MAX_UPLOAD:
                 raise InputError("the file is larger than 2 MiB", where=name, fix="split the roster")
