@@ -258,6 +258,8 @@ ROWS = [
     case("token-lookalike", "anon", "GET", "/t/ａｎｎ", status=404, says="not valid"),
     case("token-bad-utf8", "anon", "GET", "/t/%ff%fe", status=404, says="not valid"),
     case("token-live-unknown", "anon", "GET", "/t/" + "z" * 43 + "/live", status=404, kind="json", says="not valid"),
+    case("token-seat-json-unknown", "anon", "GET", "/t/" + "z" * 43 + "/seat.json", status=404, kind="json",
+         says="not valid"),
     case("trailing-slash", "org", "GET", "/overview/", status=404, says="Not Found"),
     case("csv-nul", "org", "GET", "/seats.csv%00", status=404, says="Not Found"),
     # -- a participant's token where it opens nothing ------------------------------------------------------

@@ -130,10 +130,10 @@ async def login_first(request: Request, exc: LoginFirst) -> Response:
 
 
 def link_refused(request: Request, exc: LinkRefused) -> Response:
-    """A link that opens nothing: 429 in plain text, JSON for the live poll, else the error page."""
+    """A link that opens nothing: 429 in plain text, JSON for the page's polls, else the error page."""
     if exc.status == 429:
         return PlainTextResponse(exc.message, status_code=429)
-    if request.url.path.endswith("/live"):
+    if request.url.path.endswith(("/live", ".json")):  # the page's polls read JSON
         return JSONResponse({"error": exc.message}, status_code=exc.status)
     return page(request, "error.html", status=exc.status, user=None, message=exc.message)
 
