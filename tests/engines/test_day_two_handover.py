@@ -282,3 +282,34 @@ def test_a_pass_longer_than_the_lease_keeps_the_lease_and_finishes(lab: Lab, db:
         assert not skipped, f"the pass outlived its lease and stopped: {skipped}"
         for who in ("ann", "ben", "cat"):
             assert (lab.keys_dir / lab.people[who].user).exists()
+
+
+def test_an_agent_started_without_host_keeps_its_server_true_after_a_second_one_is_added(
+    lab: Lab, db: str, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    """The course ran on one server, whose agent was started without ``--host`` (there was only one). A
+    second server is added to the course, then ann is released: the first server still takes her access
+    away (it knows itself by the GPUs it has), instead of failing every pass on "several hosts"."""
+    with open_store(db) as store:
+        store.seats.assign("lab", "ann", _seat(store, MIG[0]))
+    _pass(db)
+    key = lab.keys_dir / lab.people["ann"].user
+    assert key.exists()
+    (tmp_path / "gpu2.txt").write_text("GPU 0: NVIDIA H200 (UUID: GPU-cccccccc-0000-4000-8000-000000000002)\n")
+    r = cli("seats", "add", "--from-nvidia-smi", tmp_path / "gpu2.txt", "--engine", "host", "--host", "gpu2",
+            "--db", db)  # fmt: skip
+    assert r.code == 0, r.err
+    with open_store(db) as store:
+        store.seats.release("lab", participant="ann", reason="left the course")
+        store.seats.assign("lab", "ben", next(s.key for s in store.seats.seats("lab") if s.host == "gpu2"))
+    result = _pass(db)
+    assert [p.host for p in result.planned] == ["gpu1"]
+    assert not key.exists() and Machine(Runner()).locked(lab.people["ann"].user)
+    assert not (lab.keys_dir / lab.people["ben"].user).exists(), "ben's seat is on the other server"
+    with open_store(db) as store:  # away from both servers, the host must still be named
+        away = {"host": {"nvidia_smi": str(tmp_path / "no-nvidia-smi")}}
+        wrong = plan_all(store, course="lab", engine="host", runner=Runner(dry_run=True), overrides=away)
+    assert [p.error for p in wrong] == [
+        "the course's host seats are on several hosts: gpu1, gpu2 (to fix: say which one this server is with --host "
+        "NAME)"
+    ]

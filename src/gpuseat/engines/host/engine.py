@@ -126,6 +126,8 @@ class HostEngine(StepEngine[HostSettings]):
         seats = [s for s in state.seats if s.engine == "host"]
         hosts = sorted({s.host or "" for s in seats})
         if self.host is None:
+            if len(hosts) > 1 and (mine := self._own_host(seats)) is not None:
+                hosts = [mine]  # this server is the one whose GPUs it has (a second server was added)
             if len(hosts) > 1:
                 raise InputError(
                     f"the course's host seats are on several hosts: {', '.join(hosts)}",
@@ -140,6 +142,15 @@ class HostEngine(StepEngine[HostSettings]):
                 fix="give the host name the seats were added with (gpuseat seats status lists them)",
             )
         return [s for s in seats if (s.host or None) == self.host]
+
+    def _own_host(self, seats: list[SeatView]) -> str | None:
+        """The one host of ``seats`` whose device UUIDs this machine's nvidia-smi lists (None when there
+        is no nvidia-smi here, or not exactly one such host)."""
+        if self.runner.which(self.settings.nvidia_smi) is None:
+            return None
+        devices = self._devices()[0]
+        found = {s.host or "" for s in seats if s.device_uuid and s.device_uuid in devices}
+        return found.pop() if len(found) == 1 else None
 
     def _devices(self) -> tuple[dict[str, delivery.SeatDevice], dict[tuple[int, int, int | None], int]]:
         with self._lock:
