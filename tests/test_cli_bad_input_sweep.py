@@ -259,3 +259,28 @@ def test_an_archived_course_takes_no_change(cli, tmp_path: Path, template: Path,
     hours = json.loads(cli("seat", "hours", "-f", "json", "--db", url).out)
     assert [(h["quota"], h["topups"]) for h in hours] == [(h["quota"], h["topups"]) for h in json.loads(before[1])]
     assert _snapshot(cli, url) == before[0]
+
+
+def test_a_reimport_without_some_columns_keeps_what_is_stored(cli, tmp_path: Path, template: Path) -> None:
+    """A late registrant added with a ``name,email`` file: the others' keys, logins and seats stay as they
+    were (the missing columns once cleared every listed participant's SSH key and Unix user, and gave
+    them a new participant key, so a new login, from their email)."""
+    db = tmp_path / "gpuseat.db"
+    shutil.copyfile(template, db)
+    url = f"sqlite:///{db}"
+    before = {p["email"]: p for p in json.loads(cli("roster", "list", "-f", "json", "--db", url).out)}
+    (tmp_path / "late.csv").write_text(
+        "name,email\nAlice Martin,alice.martin@example.edu\nLate Comer,late@example.org\n", encoding="utf-8"
+    )
+    r = cli("roster", "import", str(tmp_path / "late.csv"), "--db", url)
+    assert r.code == 0, r.err
+    assert "1 added, 0 updated, 1 unchanged" in r.out
+    after = {p["email"]: p for p in json.loads(cli("roster", "list", "-f", "json", "--db", url).out)}
+    alice = ("key", "unix_user", "ssh_key", "seat", "name", "group")
+    assert [after["alice.martin@example.edu"][f] for f in alice] == [
+        before["alice.martin@example.edu"][f] for f in alice
+    ]
+    assert after["alice.martin@example.edu"]["ssh_key"].startswith("ssh-ed25519 ")
+    assert (after["late@example.org"]["key"], after["late@example.org"]["unix_user"]) == ("late", None)
+    held = json.loads(cli("seats", "status", "-f", "json", "--db", url).out)
+    assert {r["seat"]: r["participant"] for r in held}["seat-01"] == "amartin"

@@ -64,6 +64,9 @@ class RosterRow:
     group: str | None
     unix_user: str | None
     ssh_key: str | None
+    #: the columns the file has: a re-import keeps what a participant has for the others (a late
+    #: registrant's ``name,email`` file once wiped everyone's SSH key and login)
+    columns: frozenset[str] = frozenset(COLUMNS)
 
 
 def check_ssh_key(text: str) -> str:
@@ -257,7 +260,8 @@ def _row(record: list[str], cell: _Cell, groups: tuple[str, ...], seen: dict[str
                 f"give each participant their own {column}",
             )
         seen[column][value] = cell.line
-    return RosterRow(cell.line, key, get("name") or None, email.lower(), group, unix_user, ssh_key)
+    given = frozenset(cell.columns)
+    return RosterRow(cell.line, key, get("name") or None, email.lower(), group, unix_user, ssh_key, given)
 
 
 @dataclass(frozen=True, slots=True)

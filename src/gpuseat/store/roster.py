@@ -108,6 +108,8 @@ def _check_group_sizes(rows: list[RosterRow], crow: CourseRecord, where: str) ->
 
 
 _ROSTER_FIELDS = ("key", "name", "group_name", "unix_user", "ssh_key")
+#: a participant's field → the roster column that sets it (the key is made when the file has no key column)
+_COLUMN_OF = {"name": "name", "group_name": "group", "unix_user": "unix_user", "ssh_key": "ssh_key"}
 
 
 def _apply_roster(s: Session, crow: CourseRecord, rows: list[RosterRow], where: str, actor: str) -> RosterReport:
@@ -118,18 +120,24 @@ def _apply_roster(s: Session, crow: CourseRecord, rows: list[RosterRow], where: 
     for r in rows:
         values = {"key": r.key, "name": r.name, "group_name": r.group, "unix_user": r.unix_user, "ssh_key": r.ssh_key}
         p = stored.get(r.email)
-        other = keys.get(r.key)
+        if p is not None:  # a column the file does not have keeps what is stored (the key: when made from the email)
+            kept = {f for f, c in _COLUMN_OF.items() if c not in r.columns}
+            if not {"key", "unix_user"} & r.columns:
+                kept.add("key")
+            values.update({f: getattr(p, f) for f in kept})
+        key = str(values["key"])
+        other = keys.get(key)
         if other is not None and other is not p:
             raise InputError(
-                f"key: {r.key!r} belongs to another participant ({other.email})",
+                f"key: {key!r} belongs to another participant ({other.email})",
                 where=f"{where}:{r.line}",
                 fix="give this row its own key column value",
             )
         if p is None:
             p = Participant(course_id=crow.id, email=r.email, created_at=now, updated_at=now, **values)
             s.add(p)
-            keys[r.key] = p
-            changes.append(RosterChange(r.key, r.email, "added", ()))
+            keys[key] = p
+            changes.append(RosterChange(key, r.email, "added", ()))
             continue
         changed = tuple(f for f in _ROSTER_FIELDS if getattr(p, f) != values[f])
         if changed:
@@ -137,12 +145,12 @@ def _apply_roster(s: Session, crow: CourseRecord, rows: list[RosterRow], where: 
             for f in changed:
                 setattr(p, f, values[f])
             p.updated_at = now
-            keys[r.key] = p
+            keys[key] = p
             changes.append(
-                RosterChange(r.key, r.email, "updated", tuple("group" if f == "group_name" else f for f in changed))
+                RosterChange(key, r.email, "updated", tuple("group" if f == "group_name" else f for f in changed))
             )
         else:
-            changes.append(RosterChange(r.key, r.email, "unchanged", ()))
+            changes.append(RosterChange(key, r.email, "unchanged", ()))
     try:
         s.flush()
     except IntegrityError:
