@@ -108,6 +108,12 @@ CASES = [
     Case("seats-add-host-with-space", ("seats", "add", "--inventory", str(SERVER), "--host", "gpu 1"), "error: --host: String should match pattern"),
     Case("seats-add-unknown-engine", ("seats", "add", "--inventory", str(SERVER), "--engine", "nosuch"), "error: --engine: unknown engine 'nosuch'"),
     Case("seats-add-cloud-count-negative", ("seats", "add", "--cloud", "--count", "-1"), "--count -1"),
+    # defect: a --catalog file under another name than the bundled one's (offer.toml), or a folder with none, was
+    # left out unsaid: the plan ran on the bundled catalog alone
+    Case("plan-catalog-misspelt-file", ("plan", str(COURSE), "--catalog", "{tmp}/cat"), "'offer.toml' is not a catalog file. Did you mean offers.toml",
+         files=(("cat/offer.toml", "schema_version = 1\n"),)),
+    Case("plan-catalog-empty-folder", ("plan", str(COURSE), "--catalog", "{tmp}/cat"), "no catalog file (*.toml) in it",
+         files=(("cat/README.md", "my offers"),)),
     Case("topup-negative", ("seat", "topup", "-p", "bcosta", "--hours", "-5", "--db", "{db}"), "hours from 0"),
     Case("connect-ssh-host-with-space", ("seats", "connect", "seat-02", "--ssh", "gpu 1.example.org", "--db", "{db}"), "not a host name"),
     Case("connect-ssh-host-with-semicolon", ("seats", "connect", "seat-02", "--ssh", "gpu1;reboot", "--db", "{db}"), "not a host name"),

@@ -171,6 +171,15 @@ def load_catalog(overlay: Path | str | None = None) -> Catalog:
     folder = Path(overlay)
     if not folder.is_dir():
         raise InputError("not a folder", where=f"--catalog {folder}", fix="give a folder holding gpus.toml, …")
+    names = sorted(p.name for p in folder.glob("*.toml"))
+    strays = [n for n in names if n not in _KEYS]  # a misspelt file was left out unsaid, the bundled one used
+    if strays or not names:
+        what = f"{strays[0]!r} is not a catalog file" if strays else "no catalog file (*.toml) in it"
+        raise InputError(
+            f"{what}.{did_you_mean(strays[0], list(_KEYS)) if strays else ''}",
+            where=f"--catalog {folder}",
+            fix=f"name each file as the bundled one it changes: {', '.join(_KEYS)}",
+        )
     blobs = _read_bundle(_bundled_data())
     return _validate({name: blob.decode("utf-8") for name, blob in blobs.items()}, folder)
 
