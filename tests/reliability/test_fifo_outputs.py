@@ -47,7 +47,7 @@ CASES = [
     ("report --out", ["report", "--out", "{fifo}"], "--out"),
     ("course export --to", ["course", "export", "--to", "{fifo}"], "--to"),
     ("course export --to --force", ["course", "export", "--to", "{fifo}", "--force"], "--to"),
-    ("course delete --export-to", ["course", "delete", "course-2016", "--yes", "--export-to", "{fifo}"], "--to"),
+    ("course delete --export-to", ["course", "delete", "course-2016", "--yes", "--export-to", "{fifo}"], "--export-to"),
     ("db backup --to", ["db", "backup", "--to", "{fifo}"], "--to"),
     ("db backup --to --force", ["db", "backup", "--to", "{fifo}", "--force"], "--to"),
     ("offers import --out", ["offers", "import", "{csv}", "--provider", "aws", "--out", "{fifo}"], "--out"),
