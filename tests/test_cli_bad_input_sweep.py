@@ -107,6 +107,10 @@ CASES = [
     Case("seats-add-count-negative", ("seats", "add", "--inventory", str(SERVER), "--count", "-1"), "error: --seats: Input should be greater than 0 (got -1)\nTo fix: correct --seats\n"),
     Case("seats-add-host-with-space", ("seats", "add", "--inventory", str(SERVER), "--host", "gpu 1"), "error: --host: String should match pattern"),
     Case("seats-add-unknown-engine", ("seats", "add", "--inventory", str(SERVER), "--engine", "nosuch"), "error: --engine: unknown engine 'nosuch'"),
+    # defect: the same server added twice made two seats of each GPU (same host, same PCI address): two
+    # participants were given the same GPU
+    Case("seats-add-same-server-twice", ("seats", "add", "--inventory", str(SERVER), "--mode", "passthrough", "--engine", "host"),
+         "the GPU at pci=0000:86:00.0 on ibm-2xM60 already backs another seat"),
     Case("seats-add-cloud-count-negative", ("seats", "add", "--cloud", "--count", "-1"), "--count -1"),
     # defect: a --catalog file under another name than the bundled one's (offer.toml), or a folder with none, was
     # left out unsaid: the plan ran on the bundled catalog alone

@@ -63,8 +63,19 @@ class Seats(Concern):
             groups = _group_names(crow)
             keys = set(s.scalars(select(Seat.key).where(Seat.course_id == crow.id)))
             devices = set(s.scalars(select(Seat.device_uuid).where(Seat.course_id == crow.id)))
+            # a whole GPU without a UUID yet is its host and PCI address (an inventory added twice made two
+            # seats of each GPU, and two participants got the same one)
+            gpus = {(h, r) for h, r in s.execute(select(Seat.host, Seat.engine_ref).where(Seat.course_id == crow.id))}
             for i, spec in enumerate(checked):
                 where = f"seat {i + 1} ({spec.key})"
+                if (spec.engine_ref or "").startswith("pci="):
+                    if (spec.host, spec.engine_ref) in gpus:
+                        raise InputError(
+                            f"the GPU at {spec.engine_ref} on {spec.host} already backs another seat",
+                            where=where,
+                            fix="one seat per GPU: was this server added before? (gpuseat seats status lists them)",
+                        )
+                    gpus.add((spec.host, spec.engine_ref))
                 if spec.key in keys:
                     raise InputError(
                         f"seat key {spec.key!r} is used twice in course {crow.key!r}",
