@@ -313,3 +313,36 @@ def test_an_agent_started_without_host_keeps_its_server_true_after_a_second_one_
         "the course's host seats are on several hosts: gpu1, gpu2 (to fix: say which one this server is with --host "
         "NAME)"
     ]
+
+
+def test_a_deleted_course_waits_for_every_server_then_nothing_is_left(
+    lab: Lab, db: str, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    """Course deleted while a second server still holds access for it: this server takes everything of
+    the course away (keys, logins, processes, device access, the profile file), the course stays (archived)
+    until the other server reports that it holds nothing either, then the next pass deletes it."""
+    with open_store(db) as store:
+        store.seats.assign("lab", "ann", _seat(store, MIG[0]))
+    _pass(db)
+    proc = _holding(lab, "ann", 7)
+    try:
+        with open_store(db) as store:  # what the second server's agent last found there
+            gpu2 = [{"engine": "host", "what": "key", "login": "gben", "participant": "ben", "seat": "s9"}]
+            store.agents.set_holdings("lab", "host", "gpu2", gpu2)
+        r = cli("course", "delete", "lab", "--yes", "--export-to", tmp_path / "lab.zip", "--db", db)
+        assert r.code == 0, r.err
+        result = _pass(db, host="gpu1")
+        assert result.deleted == [] and proc.wait(10) is not None
+        user = lab.people["ann"].user
+        assert not (lab.keys_dir / user).exists() and Machine(Runner()).locked(user)
+        assert all(not _acl(lab, gi) for gi in GI) and not Path(lab.settings()["profile_d"]).exists()
+        with open_store(db) as store:
+            assert [h["host"] for h in store.agents.holdings("lab")] == ["gpu2"]
+            assert store.courses.get_course("lab").key == "lab"  # still there: gpu2 holds something
+            store.agents.set_holdings("lab", "host", "gpu2", [])  # gpu2's agent took ben's access away
+        assert _pass(db, host="gpu1").deleted == ["lab"]
+        assert cli("course", "show", "lab", "--db", db).code == 2
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -154,18 +154,20 @@ def targets(
     """(course key, engine) pairs to plan: every delivering engine of each course's seats, and every
     engine that still holds access for a course (archived, deleted or not). ``courses``: only these
     (the agent re-plans the courses whose events it has not seen). ``host``: the machine this runs for;
-    unless one course is asked for by name, a course with no seat and no holding there is not its to plan
-    (a second server's course is that server's agent's)."""
+    unless one course is asked for by name, a per-host engine's course with no seat and no holding there
+    is not its to plan (a second server's course is that server's agent's)."""
     delivering = set(registry.delivering())
     pairs: set[tuple[str, str]] = set()
 
-    def here(where: str | None) -> bool:
-        return course is not None or host is None or not where or where == host
+    def here(name: str, where: str | None) -> bool:
+        if course is not None or host is None or not where or where == host:
+            return True
+        return name not in delivering or not registry.spec(name).per_host
 
     if courses is not None:
         keys = list(courses)
         for h in store.agents.holdings():
-            if h["course"] in keys and here(h["host"]):
+            if h["course"] in keys and here(h["engine"], h["host"]):
                 pairs.add((h["course"], h["engine"]))
     elif course is not None:
         try:
@@ -181,10 +183,10 @@ def targets(
             seats = store.seats.seats(key)
         except NotFound:
             seats = []
-        pairs |= {(key, s.engine) for s in seats if s.engine in delivering and here(s.host)}
+        pairs |= {(key, s.engine) for s in seats if s.engine in delivering and here(s.engine, s.host)}
     if courses is None:
         for h in store.agents.holdings(course):
-            if (course is None or h["course"] == course) and here(h["host"]):
+            if (course is None or h["course"] == course) and here(h["engine"], h["host"]):
                 pairs.add((h["course"], h["engine"]))
     return sorted((c, e) for c, e in pairs if engine is None or e == engine)
 

@@ -31,13 +31,15 @@ ENTRY_POINT_GROUP = "gpuseat.engines"
 @dataclass(frozen=True)
 class EngineSpec:
     """One engine: ``target`` and ``settings`` are ``"module:Name"`` (None for ``manual``: nobody
-    delivers those seats, gpuseat only records them)."""
+    delivers those seats, gpuseat only records them). ``per_host``: a seat's ``host`` is the machine whose
+    agent delivers it (an agent for another ``--host`` leaves the seat alone)."""
 
     name: str
     kinds: tuple[str, ...]
     target: str | None
     settings: str | None
     doc: str
+    per_host: bool = False
 
     def load(self) -> type[Any]:
         """The engine class (imported now)."""
@@ -62,6 +64,7 @@ BUILTIN: tuple[EngineSpec, ...] = (
         "gpuseat.engines.host.engine:HostEngine",
         "gpuseat.engines.host.engine:HostSettings",
         "One Linux GPU server: an account, a key and exactly one GPU or MIG device per participant.",
+        per_host=True,
     ),
     EngineSpec(
         "libvirt",
