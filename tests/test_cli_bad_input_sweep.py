@@ -10,8 +10,10 @@ module. The rows complement ``tests/plan/test_bad_input.py``, ``tests/store/test
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +29,17 @@ SERVER = EXAMPLES / "ibm-2xM60.toml"
 GOOD = COURSE.read_text(encoding="utf-8")
 HEADER = "name,email,group,unix_user,ssh_key\n"
 XML = EXAMPLES.parent / "tests" / "fixtures" / "telegraf__a100-sxm4-v12.xml"
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+DEEP_TOML = "a = " + "[" * 5000 + "]" * 5000
+
+
+def zip_of(members: dict[str, str]) -> bytes:
+    """A zip archive of these members (a forged course export)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, text in members.items():
+            z.writestr(name, text)
+    return buf.getvalue()
 
 
 @dataclass(frozen=True)
@@ -72,6 +85,13 @@ CASES = [
     # defect: tomllib's RecursionError on deep nesting was exit 1 "input too large to process"
     Case("course-nested-too-deeply", ("course", "create", "{tmp}/course.toml"), "nested too deeply",
          files=(("course.toml", "a = " + "[" * 5000 + "]" * 5000),)),
+    # the same for the other readers of user TOML and JSON (survey template, carve --assert layout, an export)
+    Case("survey-template-nested-too-deeply", ("survey", "template", "apply", "{tmp}/t.toml"), "t.toml: not valid TOML",
+         files=(("t.toml", DEEP_TOML),)),
+    Case("carve-assert-layout-nested-too-deeply", ("carve", "--assert", "--from-nvidia-smi", str(XML), "{tmp}/l.json"), "l.json: not JSON",
+         files=(("l.json", DEEP_JSON),)),
+    Case("course-import-manifest-nested-too-deeply", ("course", "import", "{tmp}/e.zip", "--key", "forged"), "manifest.json is not JSON",
+         files=(("e.zip", zip_of({"manifest.json": DEEP_JSON})),)),
     Case("plan-nested-too-deeply", ("plan", "{tmp}/course.toml"), "course.toml: arrays or inline tables nested",
          files=(("course.toml", "a = " + "{b = " * 3000 + "1" + "}" * 3000),)),
     # defect: a course ending after 9999-12-31 (or so close that billing looks past it) was exit 1 (an

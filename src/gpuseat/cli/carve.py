@@ -144,7 +144,7 @@ def register(app: typer.Typer) -> None:
             assert live is not None
             try:
                 doc = json.loads(read_text(target))
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
                 raise InputError(
                     f"not JSON: {exc}", where=str(target), fix="give the output of `gpuseat carve … --format json`"
                 ) from None

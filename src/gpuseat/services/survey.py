@@ -38,7 +38,7 @@ def parse_template(text: str, *, where: str) -> Template:
     on every submission)."""
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise InputError(f"not valid TOML: {exc}", where=where, fix="fix the TOML syntax") from None
     return validate(Template, data, where=where)
 

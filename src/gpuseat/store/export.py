@@ -510,7 +510,7 @@ def read_archive(path: Path) -> dict[str, Any]:
         def parsed(name: str, blob: bytes) -> Any:
             try:
                 return json.loads(blob.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # Recursion: nested too deep
                 raise InputError(
                     f"{name} is not JSON ({exc})", where=where, fix="use an intact copy of the export"
                 ) from None
