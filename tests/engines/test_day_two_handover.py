@@ -320,10 +320,14 @@ def test_a_deleted_course_waits_for_every_server_then_nothing_is_left(
 ) -> None:
     """Course deleted while a second server still holds access for it: this server takes everything of
     the course away (keys, logins, processes, device access, the profile file), the course stays (archived)
-    until the other server reports that it holds nothing either, then the next pass deletes it."""
+    until the other server reports that it holds nothing either, then the next pass deletes it. The course's
+    probe key (a private key that could log in as any holder while they held a seat) goes with it."""
+    from gpuseat.engines.host.engine import state_dir
+
     with open_store(db) as store:
         store.seats.assign("lab", "ann", _seat(store, MIG[0]))
     _pass(db)
+    assert (state_dir("lab") / "probe_ed25519").exists()
     proc = _holding(lab, "ann", 7)
     try:
         with open_store(db) as store:  # what the second server's agent last found there
@@ -341,6 +345,7 @@ def test_a_deleted_course_waits_for_every_server_then_nothing_is_left(
             assert store.courses.get_course("lab").key == "lab"  # still there: gpu2 holds something
             store.agents.set_holdings("lab", "host", "gpu2", [])  # gpu2's agent took ben's access away
         assert _pass(db, host="gpu1").deleted == ["lab"]
+        assert not state_dir("lab").exists(), "the deleted course's probe key is left on the server"
         assert cli("course", "show", "lab", "--db", db).code == 2
     finally:
         if proc.poll() is None:

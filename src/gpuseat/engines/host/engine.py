@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import threading
 import time
 from collections.abc import Sequence
@@ -297,6 +298,11 @@ class HostEngine(StepEngine[HostSettings]):
             self._record_steps(course, seats, {}, {}, adopted, changes)
             if not course.active or not seats:
                 changes.notes.extend(self._plan_shared_files(remove=True, changes=changes))
+            if (course.course is None or self.course in self.store.agents.pending_deletions()) and (
+                state_dir(self.course).exists()
+            ):
+                why = "the course is deleted: its probe key goes with it"
+                add(step("probe.remove", str(state_dir(self.course)), why, "revoke"))
             self._request_steps(course, changes)
             return changes
 
@@ -519,6 +525,9 @@ class HostEngine(StepEngine[HostSettings]):
                 m.put_file(self.profile_d, d["text"])
             case "profile.remove":
                 m.remove_file(self.profile_d)
+            case "probe.remove":
+                if not self.runner.dry_run:
+                    shutil.rmtree(state_dir(self.course), ignore_errors=True)
             case "seat.adopt":
                 seat = self.store.seats.get_seat(self.course, step.target)
                 self.store.seats.set_seat_state(
