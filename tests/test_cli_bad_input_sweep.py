@@ -29,6 +29,8 @@ SERVER = EXAMPLES / "ibm-2xM60.toml"
 GOOD = COURSE.read_text(encoding="utf-8")
 HEADER = "name,email,group,unix_user,ssh_key\n"
 XML = EXAMPLES.parent / "tests" / "fixtures" / "telegraf__a100-sxm4-v12.xml"
+SECOND_SERVER = SERVER.read_text(encoding="utf-8").replace('name = "ibm-2xM60"', 'name = "gpu2"')
+assert 'name = "gpu2"' in SECOND_SERVER
 DEEP_JSON = "[" * 100_000 + "]" * 100_000
 DEEP_TOML = "a = " + "[" * 5000 + "]" * 5000
 
@@ -131,6 +133,14 @@ CASES = [
     # participants were given the same GPU
     Case("seats-add-same-server-twice", ("seats", "add", "--inventory", str(SERVER), "--mode", "passthrough", "--engine", "host"),
          "the GPU at pci=0000:86:00.0 on ibm-2xM60 already backs another seat"),
+    # defect: an inventory whose ssh_host or jump_host was refused had its seats stored anyway (exit 2, half done);
+    # a jump host's user was not checked (a;b@gw: accepted)
+    Case("seats-add-inventory-bad-ssh-host", ("seats", "add", "--inventory", "{tmp}/gpu2.toml", "--mode", "passthrough"), "gpu2.toml: field 'ssh_host'",
+         files=(("gpu2.toml", SECOND_SERVER.replace('name = "gpu2"', 'ssh_host = "gpu 2"\nname = "gpu2"')),)),
+    Case("seats-add-inventory-bad-jump-host", ("seats", "add", "--inventory", "{tmp}/gpu2.toml", "--mode", "passthrough"), "gpu2.toml: field 'jump_host'",
+         files=(("gpu2.toml", SECOND_SERVER.replace('name = "gpu2"', 'ssh_host = "gpu2.example.org"\njump_host = "-oProxyCommand=x"\nname = "gpu2"')),)),
+    Case("seats-add-inventory-bad-jump-user", ("seats", "add", "--inventory", "{tmp}/gpu2.toml", "--mode", "passthrough"), "user 'a;b' is not a Unix user name",
+         files=(("gpu2.toml", SECOND_SERVER.replace('name = "gpu2"', 'ssh_host = "gpu2.example.org"\njump_host = "a;b@gw.example.org"\nname = "gpu2"')),)),
     Case("seats-add-cloud-count-negative", ("seats", "add", "--cloud", "--count", "-1"), "--count -1"),
     # defect: a --catalog file under another name than the bundled one's (offer.toml), or a folder with none, was
     # left out unsaid: the plan ran on the bundled catalog alone

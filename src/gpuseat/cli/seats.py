@@ -232,6 +232,8 @@ def register(app: typer.Typer) -> None:
             if not specs:
                 print("no seats to add: every participant has a suitable seat already")
                 return
+            if inventory is not None:  # its ssh_host and jump_host checked before any seat is stored (all or nothing)
+                seat_sources.inventory_access(inventory)
             added = store.seats.add_seats(course, specs, actor=actor())
             if inventory is not None:
                 seat_sources.record_inventory_access(store, added, inventory, actor=actor())

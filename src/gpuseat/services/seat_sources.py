@@ -278,7 +278,7 @@ def inventory_access(inventory: Path) -> dict[str, object] | None:
     """The inventory's ``ssh_host``/``ssh_port``/``jump_host`` as an access dict (None without ssh_host)."""
     import tomllib
 
-    from gpuseat.core.delivery import check_host
+    from gpuseat.core.delivery import check_host, split_user_host
     from gpuseat.files import read_text
 
     data = tomllib.loads(read_text(inventory))
@@ -289,8 +289,9 @@ def inventory_access(inventory: Path) -> dict[str, object] | None:
     out: dict[str, object] = {"kind": "ssh", "host": check_host(str(host), field=f"{where} 'ssh_host'")}
     if data.get("ssh_port"):
         out["port"] = int(data["ssh_port"])
-    if data.get("jump_host"):
-        out["jump_host"] = check_host(str(data["jump_host"]).rpartition("@")[2], field=f"{where} 'jump_host'")
+    if data.get("jump_host"):  # user@host[:port], each part checked and kept, as `seats connect --jump` does
+        juser, jhost, jport = split_user_host(str(data["jump_host"]), field=f"{where} 'jump_host'")
+        out["jump_host"] = (f"{juser}@" if juser else "") + jhost + (f":{jport}" if jport else "")
     return out
 
 
