@@ -145,3 +145,38 @@ def test_the_agent_passes_at_a_schedule_boundary_and_on_store_changes_only(store
     agent._next_change = datetime.now(UTC) - timedelta(seconds=1)  # an access window just opened or closed
     assert agent.tick() is not None
     assert agent.role == "leader" and store.agents.agent_statuses()[0]["last_apply_at"]
+
+
+def _race_lease(url: str, name: str, holder: str, start: Any, out: Any) -> None:
+    """One agent process: open the store, wait for the others, take the lease ``name`` once."""
+    from gpuseat.store import open_store
+
+    s = open_store(url)
+    try:
+        start.wait(30)
+        out.put((holder, repr(s.agents.take_lease(name, holder, 15))))
+    except Exception as exc:  # what the agent's loop would have met
+        out.put((holder, f"{type(exc).__name__}: {exc}"[:200]))
+    finally:
+        s.close()
+
+
+def test_agents_starting_at_once_each_get_an_answer_and_one_holds_the_lease(store: CourseStore, url: str) -> None:
+    """Four agent processes (more than the cores) ask for a lease nobody has held yet at the same moment,
+    eight times over: each gets True or False, never an error, and exactly one holds it each time."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    for round_ in range(8):
+        start, out = ctx.Barrier(4), ctx.Queue()
+        name = f"agent:host:race{round_}"
+        procs = [ctx.Process(target=_race_lease, args=(url, name, f"h{i}", start, out)) for i in range(4)]
+        for p in procs:
+            p.start()
+        answers = dict(out.get(timeout=60) for _ in procs)
+        for p in procs:
+            p.join(30)
+        assert set(answers.values()) <= {"True", "False"}, answers
+        assert list(answers.values()).count("True") == 1, answers
+        (lease,) = [x for x in store.agents.leases() if x["name"] == name]
+        assert answers[lease["holder"]] == "True"

@@ -124,9 +124,14 @@ class Agents(Concern):
         t = time.time() if now is None else now
         with self._database.write() as s:
             row = s.get(AgentLease, name, with_for_update=True)
-            if row is None:
-                s.add(AgentLease(name=name, holder=holder, acquired_at=t, expires_at=t + ttl_s))
-                return True
+            if row is None:  # agents starting at once all find no row: one insert wins, the others read it
+                new = {"name": name, "holder": holder, "acquired_at": t, "expires_at": t + ttl_s}
+                won = s.execute(self._database.insert(AgentLease).values(**new).on_conflict_do_nothing())
+                if won.rowcount == 1:  # type: ignore[attr-defined]
+                    return True
+                row = s.get(AgentLease, name, with_for_update=True, populate_existing=True)
+                if row is None:  # the winner dropped it again at once: it is free
+                    return False
             if row.holder != holder and row.expires_at > t:
                 return False
             if row.holder != holder:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
@@ -40,6 +40,21 @@ class Database:
     def dialect(self) -> str:
         """``sqlite`` or ``postgresql``: the few statements that differ choose by it."""
         return self.engine.dialect.name
+
+    def insert(self, table: Any) -> Any:
+        """The dialect's own INSERT of ``table``, which has ``ON CONFLICT`` on SQLite and PostgreSQL alike
+        (an insert that another process may win: the loser does nothing or updates, never fails)."""
+        if self.dialect == "postgresql":
+            from sqlalchemy.dialects import postgresql
+
+            return postgresql.insert(table)
+        if self.dialect == "sqlite":
+            from sqlalchemy.dialects import sqlite
+
+            return sqlite.insert(table)
+        from gpuseat.errors import StoreError
+
+        raise StoreError(f"unsupported database {self.dialect}", fix="use SQLite or PostgreSQL")
 
     @property
     def in_memory(self) -> bool:

@@ -193,18 +193,6 @@ class MonitorStore(Concern):
 
     # -- samples -----------------------------------------------------------------------------------
 
-    def _insert(self, conn: Connection, table: Any) -> Any:
-        """The dialect's INSERT (SQLite and PostgreSQL both have ``ON CONFLICT``)."""
-        if conn.dialect.name == "postgresql":
-            from sqlalchemy.dialects import postgresql
-
-            return postgresql.insert(table)
-        if conn.dialect.name == "sqlite":
-            from sqlalchemy.dialects import sqlite
-
-            return sqlite.insert(table)
-        raise StoreError(f"unsupported database {conn.dialect.name}", fix="use SQLite or PostgreSQL")
-
     def _device_id(
         self,
         conn: Connection,
@@ -219,7 +207,7 @@ class MonitorStore(Concern):
         known = self._devices.get(key) or new.get(key)
         if known is None:
             conn.execute(
-                self._insert(conn, Device)
+                self._database.insert(Device)
                 .values(host=host, uuid=uuid, name=name, parent_uuid=parent, profile=profile)
                 .on_conflict_do_nothing(index_elements=["host", "uuid"])
             )
@@ -357,7 +345,7 @@ class MonitorStore(Concern):
             "memory_avg_mib",
             "utilization_avg",
         ]
-        stmt = self._insert(conn, MinuteAggregate).from_select(cols, q)
+        stmt = self._database.insert(MinuteAggregate).from_select(cols, q)
         stmt = stmt.on_conflict_do_update(
             index_elements=["minute", "device_id"],
             set_={c: getattr(stmt.excluded, c) for c in cols[2:]},

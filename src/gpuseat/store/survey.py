@@ -16,7 +16,6 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
 from gpuseat.db.models import CourseRecord, Event, Participant, Survey, SurveyResponse
 from gpuseat.errors import InputError, NotFound
@@ -140,7 +139,7 @@ class SurveyRows(Concern):
                 "submitted_at": now,
                 "updated_at": now,
             }
-            upsert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(SurveyResponse)
+            upsert = self._database.insert(SurveyResponse)
             conn.execute(
                 upsert.values(**values).on_conflict_do_update(
                     index_elements=["survey_id", "participant_id"], set_={"answers": answers, "updated_at": now}
