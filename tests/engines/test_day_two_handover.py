@@ -338,7 +338,7 @@ def test_a_deleted_course_waits_for_every_server_then_nothing_is_left(
         result = _pass(db, host="gpu1")
         assert result.deleted == [] and proc.wait(10) is not None
         user = lab.people["ann"].user
-        assert not (lab.keys_dir / user).exists() and Machine(Runner()).locked(user)
+        assert not (lab.keys_dir / user).exists() and Machine(Runner()).account(user) is None
         assert all(not _acl(lab, gi) for gi in GI) and not Path(lab.settings()["profile_d"]).exists()
         with open_store(db) as store:
             assert [h["host"] for h in store.agents.holdings("lab")] == ["gpu2"]
@@ -346,6 +346,9 @@ def test_a_deleted_course_waits_for_every_server_then_nothing_is_left(
             store.agents.set_holdings("lab", "host", "gpu2", [])  # gpu2's agent took ben's access away
         assert _pass(db, host="gpu1").deleted == ["lab"]
         assert not state_dir("lab").exists(), "the deleted course's probe key is left on the server"
+        # the account and its home folder go with the course: a later course of the same key that gives
+        # someone the same login must not hand them the old participant's files
+        assert Machine(Runner()).account(user) is None, f"{user} is left on the server"
         assert cli("course", "show", "lab", "--db", db).code == 2
     finally:
         if proc.poll() is None:

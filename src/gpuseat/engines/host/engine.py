@@ -248,6 +248,7 @@ class HostEngine(StepEngine[HostSettings]):
         )
 
         seat_files = {f for files in own.values() for f in files}
+        deleted = course.course is None or self.course in self.store.agents.pending_deletions()
         # revoke: people who hold no seat here any more (ending their processes frees the seats they hold
         # open: the next holder's grant on those seats waits for it)
         for a in sorted(accounts.values(), key=lambda x: x.login):
@@ -265,6 +266,9 @@ class HostEngine(StepEngine[HostSettings]):
                 add(step("processes.end", a.login, why, "revoke", login=a.login, seats=lost))
             if self._slice(a.uid).exists():
                 add(step("slice.remove", a.login, why, "revoke", login=a.login, uid=a.uid))
+            if deleted:  # last, once its processes have ended: the account and its home folder go
+                add(step("account.remove", a.login, "the course is deleted: its accounts go with it", "revoke",
+                         login=a.login))  # fmt: skip
         if not open_now:
             for login in sorted(login_of.values()):
                 shut = accounts.get(login)
@@ -298,9 +302,7 @@ class HostEngine(StepEngine[HostSettings]):
             self._record_steps(course, seats, {}, {}, adopted, changes)
             if not course.active or not seats:
                 changes.notes.extend(self._plan_shared_files(remove=True, changes=changes))
-            if (course.course is None or self.course in self.store.agents.pending_deletions()) and (
-                state_dir(self.course).exists()
-            ):
+            if deleted and state_dir(self.course).exists():
                 why = "the course is deleted: its probe key goes with it"
                 add(step("probe.remove", str(state_dir(self.course)), why, "revoke"))
             self._request_steps(course, changes)
@@ -489,6 +491,8 @@ class HostEngine(StepEngine[HostSettings]):
                 m.set_locked(login, False)
             case "account.lock":
                 m.set_locked(login, True)
+            case "account.remove":
+                m.remove_account(login, self.course)
             case "key.set":
                 m.put_file(self.keys_dir / login, d["text"])
             case "key.remove":
@@ -560,10 +564,13 @@ class HostEngine(StepEngine[HostSettings]):
         accounts = [a for a in self.machine.course_accounts() if a.course == self.course and a.login in known]
         procs = self.machine.processes({a.uid for a in accounts})
         seat_of = {delivery.login_name(p.key, p.unix_user): (p.key, p.seat) for p in course.people.values()}
+        deleted = course.course is None or self.course in self.store.agents.pending_deletions()
         for a in accounts:
             who, seat = seat_of.get(a.login, (None, None))
             if not a.locked:
                 out.append(Holding(self.name, "account", a.login, who, seat, self.host))
+            elif deleted:  # a deleted course waits until its accounts are removed, not only locked
+                out.append(Holding(self.name, "account", a.login, who, seat, self.host, "locked, to be removed"))
             if (self.keys_dir / a.login).exists():
                 out.append(Holding(self.name, "key", a.login, who, seat, self.host))
             n = sum(1 for u in procs.values() if u == a.uid)

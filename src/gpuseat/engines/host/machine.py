@@ -108,6 +108,22 @@ class Machine:
             return True
         return False
 
+    def remove_account(self, login: str, course: str) -> bool:
+        """Remove the account gpuseat made for ``course`` and its home folder (the course is deleted: a
+        later course of the same key must not find the old participant's files under the same login).
+        An account made by hand or for another course is never removed."""
+        found = self.account(login)
+        if found is None:
+            return False
+        if found.course != course:
+            raise InputError(
+                f"account {login!r} was not made by gpuseat for course {course!r}: left as it is",
+                where="host",
+                fix="remove it by hand if it should go",
+            )
+        self.runner.run(["userdel", "--remove", login], where="host")
+        return True
+
     def set_locked(self, login: str, value: bool) -> bool:
         """Lock (expire: sshd then refuses keys too) or unlock an account; True when it changed."""
         if self.locked(login) == value:
