@@ -3,9 +3,11 @@
 an exception that slipped through, and nothing stored is lost.
 
 Each row runs the real CLI in-process (the ``cli`` fixture) against its own copy of one SQLite store
-that holds the 2016 course, its 16-person roster and four assigned passthrough seats, built once per
-module. The rows complement ``tests/plan/test_bad_input.py``, ``tests/store/test_cli.py`` and
-``tests/corpus/test_every_command.py``; those that name a defect failed before its fix.
+that holds the 2016 course, its 16-person roster and four assigned passthrough seats on the host engine
+(seat-02 with a way in), built once per module; after the command, the seats, roster, way in and seat
+requests must read as before. Then the same for an archived course, and a roster re-import. The rows
+complement ``tests/plan/test_bad_input.py``, ``tests/store/test_cli.py`` and
+``tests/corpus/test_every_command.py``; those under a "defect" comment failed before their fix.
 """
 
 from __future__ import annotations
