@@ -202,6 +202,15 @@ CASES = [
          files=(("course.toml", "keep me"),)),
     Case("delete-export-to-no-folder", ("course", "delete", "course-2016", "--yes", "--export-to", "{tmp}/no/x.zip"), "--export-to {tmp}/no/x.zip: its folder does not exist"),
     Case("release-on-deleted-course", ("seats", "release", "--participant", "amartin", "--course", "gone", "--db", "{db}"), "no course 'gone'"),
+    # defect: engine settings the agent (root) acts on: a relative keys_dir made sshd read each participant's
+    # keys from their own home; a privileged group took the course accounts in; a libvirt URI ran a command
+    Case("host-keys-dir-relative", ("engines", "settings", "host", "keys_dir=.ssh/gpuseat", "--db", "{db}"), "must be an absolute path"),
+    Case("host-sshd-dropin-relative", ("engines", "settings", "host", "sshd_dropin=gpuseat.conf", "--db", "{db}"), "must be an absolute path"),
+    Case("host-group-sudo", ("engines", "settings", "host", "group=sudo", "--db", "{db}"), "sudo grants its members more than a seat"),
+    Case("host-group-docker", ("engines", "settings", "host", "group=docker", "--db", "{db}"), "docker grants its members more than a seat"),
+    Case("libvirt-ext-transport", ("engines", "settings", "libvirt", "connect=qemu+ext:///system?command=/bin/sh", "--db", "{db}"), "qemu+ext: must be qemu"),
+    Case("libvirt-netcat-param", ("engines", "settings", "libvirt", "connect=qemu+ssh://root@gpu1/system?netcat=/tmp/nc", "--db", "{db}"), "netcat: not a parameter"),
+    Case("libvirt-other-driver", ("engines", "settings", "libvirt", "connect=lxc:///system", "--db", "{db}"), "lxc: must be qemu"),
 ]  # fmt: skip
 
 

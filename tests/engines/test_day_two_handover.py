@@ -354,3 +354,24 @@ def test_a_deleted_course_waits_for_every_server_then_nothing_is_left(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_course_group_that_holds_someone_else_takes_no_course_account_in(lab: Lab, db: str) -> None:
+    """The engine's ``group`` names a group that already holds an account gpuseat did not make (an
+    operator's, a service's): the pass adds no course account to it and says why, so the participants never
+    share what that group grants; with the stranger gone the same pass lets them in."""
+    stranger = f"g{lab.tag}x"[:32]
+    subprocess.run(["groupadd", "--system", lab.group], check=True)
+    subprocess.run(["useradd", "--no-create-home", "--groups", lab.group, stranger], check=True)
+    try:
+        with open_store(db) as store:
+            store.seats.assign("lab", "ann", _seat(store, MIG[0]))
+            result = one_pass(store, course="lab", runner=Runner())
+        messages = [str(f) for f in result.failed]
+        assert any("already holds accounts gpuseat did not make" in m and stranger in m for m in messages), messages
+        user = lab.people["ann"].user
+        assert Machine(Runner()).account(user) is None, "a course account went into a group with someone else in it"
+    finally:
+        subprocess.run(["userdel", stranger], capture_output=True, check=False)
+    _pass(db)
+    assert Machine(Runner()).account(lab.people["ann"].user) is not None

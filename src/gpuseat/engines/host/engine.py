@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from gpuseat.core import delivery
 from gpuseat.core.readiness import Access, Readiness, judge
@@ -41,6 +41,12 @@ if TYPE_CHECKING:
     from gpuseat.store import ParticipantView, SeatView
 
 SHARED_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
+#: groups whose members may do more than use their seat (administer the machine, read disks or logs, run
+#: containers or VMs as root, open every GPU's render node): never the course accounts' group
+PRIVILEGED_GROUPS = frozenset(
+    ("root", "sudo", "wheel", "admin", "adm", "shadow", "disk", "kmem", "sys", "staff", "docker", "lxd", "incus",
+     "libvirt", "libvirt-qemu", "kvm", "systemd-journal", "video", "render", "input", "tty", "ssh", "nvidia")
+)  # fmt: skip
 
 
 class HostSettings(BaseModel):
@@ -79,11 +85,16 @@ class HostSettings(BaseModel):
         "sshd_log",
     )
     @classmethod
-    def _plain_path(cls, v: str | None) -> str | None:
+    def _plain_path(cls, v: str | None, info: ValidationInfo) -> str | None:
         if v is not None and (not v or any(c.isspace() or ord(c) < 32 for c in v)):
             raise ValueError(
                 "must be a plain path without spaces or control characters (it goes into sshd and systemd files)"
             )
+        # a relative path would be read from wherever the agent runs, and sshd reads a relative
+        # AuthorizedKeysFile inside each participant's own home: they could add keys themselves
+        others = {"nvidia_smi": "/" not in (v or ""), "sshd_log": v == "journal"}  # a command on PATH, the journal
+        if v is not None and not v.startswith("/") and not others.get(str(info.field_name), False):
+            raise ValueError("must be an absolute path (starting with /)")
         return v
 
     @field_validator("group")
@@ -91,6 +102,8 @@ class HostSettings(BaseModel):
     def _group(cls, v: str) -> str:
         if not delivery.USER_RE.match(v):
             raise ValueError("must be a Unix group name like gpuseat")
+        if v in PRIVILEGED_GROUPS:
+            raise ValueError(f"{v} grants its members more than a seat: give the course accounts a group of their own")
         return v
 
     @field_validator("ssh_host", "jump_host")

@@ -79,13 +79,24 @@ class Machine:
         return login in self._expired()
 
     def ensure_group(self, name: str) -> bool:
-        """Create the group when missing."""
+        """Create the group when missing. An existing group is used only when every member is an account
+        gpuseat made: course accounts must not share what a group of other people's grants."""
         try:
-            grp.getgrnam(name)
-            return False
+            found = grp.getgrnam(name)
         except KeyError:
             self.runner.run(["groupadd", "--system", name], where="host")
             return True
+        people = {e.pw_name: e for e in pwd.getpwall()}
+        others = {m for m in found.gr_mem if m not in people or managed_by(people[m]) is None}
+        others |= {e.pw_name for e in people.values() if e.pw_gid == found.gr_gid and managed_by(e) is None}
+        if found.gr_gid == 0 or others:
+            who = ", ".join(sorted(others)[:5]) or "root"
+            raise InputError(
+                f"group {name!r} already holds accounts gpuseat did not make ({who})",
+                where="host setting group",
+                fix="give the course accounts a group of their own (the default: gpuseat)",
+            )
+        return False
 
     def add_account(self, login: str, course: str, group: str) -> bool:
         """Create the account (home, bash, in ``group``, keys only, GECOS ``gpuseat course COURSE``)."""

@@ -54,6 +54,17 @@ TEST_DRIVER_NOTE = "libvirt's test driver (test://): nothing is recorded in the 
 GRANTS = ("domain.create", "domain.reimage", "domain.update", "domain.start")
 
 
+#: what a ``connect`` URI may name (libvirt's remote URIs, https://libvirt.org/uri.html): the drivers, the
+#: transports (none: the local socket) and the query parameters; not ``ext``, ``command`` or ``netcat``,
+#: which make the agent (root, with its SSH key) run a program that the URI names, here or on the host
+LIBVIRT_DRIVERS = frozenset(("qemu", "test"))
+LIBVIRT_TRANSPORTS = frozenset(("", "unix", "ssh", "libssh", "libssh2", "tls", "tcp"))
+LIBVIRT_PARAMS = frozenset(
+    ("name", "keyfile", "no_verify", "no_tty", "pkipath", "known_hosts", "known_hosts_verify", "sshauth",
+     "tls_priority", "mode", "proxy", "socket")
+)  # fmt: skip
+
+
 class LibvirtSettings(BaseModel):
     """The libvirt engine's settings (stored per course: ``gpuseat engines settings libvirt K=V``)."""
 
@@ -86,9 +97,24 @@ class LibvirtSettings(BaseModel):
     @field_validator("connect")
     @classmethod
     def _uri(cls, v: str) -> str:
+        from urllib.parse import parse_qsl, urlsplit
+
         scheme = v.split(":", 1)[0]
         if ":" not in v or not scheme.replace("+", "").replace("-", "").isalnum() or any(ord(c) < 33 for c in v):
             raise ValueError("must be a libvirt URI like qemu:///system")
+        driver, _, transport = scheme.partition("+")
+        if driver not in LIBVIRT_DRIVERS or transport not in LIBVIRT_TRANSPORTS:
+            raise ValueError(
+                f"{scheme}: must be qemu (or test) over a local socket, ssh, libssh, libssh2, tls or tcp, like "
+                "qemu+ssh://root@HOST/system (the ext transport runs a command of the URI's choosing)"
+            )
+        odd = sorted({k for k, _ in parse_qsl(urlsplit(v).query, keep_blank_values=True)} - LIBVIRT_PARAMS)
+        if odd:
+            allowed = ", ".join(sorted(LIBVIRT_PARAMS))
+            raise ValueError(
+                f"{', '.join(odd)}: not a parameter gpuseat passes on (command and netcat name programs to "
+                f"run); allowed: {allowed}"
+            )
         return v
 
     @field_validator("pool")
