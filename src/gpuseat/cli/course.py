@@ -180,7 +180,8 @@ def register(app: typer.Typer) -> None:
             if not yes:
                 raise InputError(
                     f"this deletes course {view.key} ({view.participants} participants, {view.seats} seats, "
-                    f"{view.assigned} assigned) after writing an export of it",
+                    f"{view.assigned} assigned) after writing an export of it; the agents then take its seats back "
+                    "from the machines (on host servers its accounts and their home folders are removed)",
                     where="gpuseat course delete",
                     fix=f"confirm with: gpuseat course delete {view.key} --yes",
                 )
