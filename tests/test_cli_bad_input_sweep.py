@@ -137,6 +137,9 @@ CASES = [
          "the GPU at pci=0000:86:00.0 on ibm-2xM60 already backs another seat"),
     # defect: an inventory whose ssh_host or jump_host was refused had its seats stored anyway (exit 2, half done);
     # a jump host's user was not checked (a;b@gw: accepted)
+    # defect: ssh_port = true was read as port 1
+    Case("seats-add-inventory-port-true", ("seats", "add", "--inventory", "{tmp}/gpu2.toml", "--mode", "passthrough"), "ssh_port",
+         files=(("gpu2.toml", SECOND_SERVER.replace('name = "gpu2"', 'ssh_host = "gpu2.example.org"\nssh_port = true\nname = "gpu2"')),)),
     Case("seats-add-inventory-bad-ssh-host", ("seats", "add", "--inventory", "{tmp}/gpu2.toml", "--mode", "passthrough"), "gpu2.toml: field 'ssh_host'",
          files=(("gpu2.toml", SECOND_SERVER.replace('name = "gpu2"', 'ssh_host = "gpu 2"\nname = "gpu2"')),)),
     Case("seats-add-inventory-bad-jump-host", ("seats", "add", "--inventory", "{tmp}/gpu2.toml", "--mode", "passthrough"), "gpu2.toml: field 'jump_host'",

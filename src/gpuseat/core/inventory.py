@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from gpuseat.catalog import GpuModel
 from gpuseat.catalog.partitions import PartitionCatalog
@@ -136,7 +136,7 @@ class _InventoryFile(BaseModel):
     gpu: list[_GpuRow] = Field(min_length=1)
     # how participants reach the server (the name above is the file's label, not a host)
     ssh_host: str | None = Field(None, max_length=253)
-    ssh_port: int | None = Field(None, ge=1, le=65535)
+    ssh_port: StrictInt | None = Field(None, ge=1, le=65535)  # `true` is no port (lax reading made it 1)
     jump_host: str | None = Field(None, max_length=300)
 
 
