@@ -50,6 +50,8 @@ COURSE_LABEL = "gpuseat/course"
 #: the label selector of every object the engine applies (the render marks them so)
 MANAGED = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
 _DNS = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+#: ``kubectl`` (from PATH) or an absolute path ending in a kubectl, maybe versioned (``kubectl-1.30``)
+_KUBECTL = re.compile(r"^(/[A-Za-z0-9_.+/-]*/)?kubectl(-?[0-9][0-9.]*)?$")
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
 #: the verb of each kind of object the engine applies, by whether it exists already
 _VERBS = {"Namespace": "namespace", "ResourceQuota": "quota", "RoleBinding": "access", "Pod": "pod"}
@@ -76,6 +78,9 @@ class KubernetesSettings(BaseModel):
     def _prefix(cls, v: str) -> str:
         if not _DNS.match(v) or len(v) > 40:
             raise ValueError("must be a DNS label of at most 40 characters (lowercase letters, digits, '-')")
+        if v == "kube" or v.startswith("kube-"):
+            # <prefix>-<login>: kube + a login "system" is kube-system, where edit reaches every secret
+            raise ValueError(f"{v}: the kube- namespaces are the cluster's own; use a prefix such as gpuseat")
         return v
 
     @field_validator("context", "kubectl")
@@ -83,6 +88,15 @@ class KubernetesSettings(BaseModel):
     def _word(cls, v: str | None) -> str | None:
         if v is not None and (not v or v.startswith("-") or any(c.isspace() or ord(c) < 32 for c in v)):
             raise ValueError("must be one word, not starting with '-'")
+        return v
+
+    @field_validator("kubectl")
+    @classmethod
+    def _kubectl(cls, v: str) -> str:
+        # the agent runs this program with the cluster's credentials: kubectl from PATH, or a kubectl by its
+        # absolute path (a program of another name, or one found from the current folder, ran instead)
+        if not _KUBECTL.match(v) or ".." in v.split("/"):
+            raise ValueError(f"{v}: must be kubectl, or the absolute path of a kubectl (e.g. /usr/local/bin/kubectl)")
         return v
 
 

@@ -77,6 +77,16 @@ class SlurmSettings(BaseModel):
     def _plain_path(cls, v: str | None) -> str | None:
         if v is not None and (not v.startswith("/") or any(c.isspace() or ord(c) < 32 or c in ",=" for c in v)):
             raise ValueError("must be an absolute path without spaces, commas or '=' (it goes into slurm.conf)")
+        if v is not None and ".." in v.split("/"):
+            raise ValueError("must be an absolute path without '..' (name the folder itself)")
+        return v
+
+    @field_validator("partitions_conf")
+    @classmethod
+    def _include_name(cls, v: str | None) -> str | None:
+        # gpuseat rewrites this file as root (mode 0644): /etc/shadow or /etc/environment are never one
+        if v is not None and not (v.endswith(".conf") and len(v.rsplit("/", 1)[-1]) > len(".conf")):
+            raise ValueError(f"{v}: must be a slurm.conf include named *.conf, like /etc/slurm/gpuseat-partitions.conf")
         return v
 
 
