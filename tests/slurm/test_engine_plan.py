@@ -327,3 +327,40 @@ def test_course_delete_waits_for_the_cluster_then_finishes(lab: Lab, tmp_path: P
     assert done.deleted == ["c1"]
     assert not lab.fake.jobs and not lab.fake.reservations and "gpuseat-c1" not in lab.fake.partitions
     assert not config.job_submit_limits((lab.etc / "job_submit.lua").read_text())
+
+
+def _plan_error(lab: Lab) -> str | None:
+    (p,) = plan_all(lab.store, course="c1", engine="slurm", runner=lab.runner)  # type: ignore[arg-type]
+    return p.error
+
+
+@pytest.mark.parametrize("setting", [False, True], ids=["the-default-include", "partitions_conf"])
+def test_a_partitions_include_gpuseat_did_not_write_is_never_rewritten(lab: Lab, setting: bool) -> None:
+    # the agent (root) rewrote whatever file the include named, at mode 0644: a site file, or /etc/shadow
+    site = lab.etc / ("site-partitions.conf" if setting else "gpuseat-partitions.conf")
+    site.write_text("PartitionName=physics Nodes=gpu01 AllowAccounts=physics\n")
+    site.chmod(0o600)
+    if setting:
+        lab.store.agents.set_engine_settings("c1", "slurm", {"partitions_conf": str(site)})  # type: ignore[attr-defined]
+    error = _plan_error(lab)
+    assert error is not None and "gpuseat did not write it" in error and str(site) in error, error
+    done = lab.apply()
+    assert not any(o.step.action == "partition.create" for r in done.reports for o in r.outcomes)
+    assert site.read_text() == "PartitionName=physics Nodes=gpu01 AllowAccounts=physics\n"
+    assert site.stat().st_mode & 0o777 == 0o600
+    assert "gpuseat-c1" not in lab.fake.partitions
+    # gpuseat's own include (its mark on the first line, or empty) is still kept up to date
+    site.write_text("")
+    lab.apply()
+    assert "PartitionName=gpuseat-c1 " in site.read_text() and site.read_text().startswith(config.INCLUDE_MARK)
+    assert _plan_error(lab) is None
+
+
+def test_a_slurm_conf_that_another_user_can_change_is_refused_before_scontrol_reads_it(lab: Lab) -> None:
+    # scontrol runs as root with SLURM_CONF=<slurm_conf>: a PluginDir= in a file others can write loads their code
+    lab.fake.conf.chmod(0o666)
+    error = _plan_error(lab)
+    assert error is not None and "slurm_conf" in error and "can be changed by another user" in error, error
+    assert lab.runner.take() == []  # nothing ran, not even scontrol show config
+    lab.fake.conf.chmod(0o644)
+    assert _plan_error(lab) is None

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -535,6 +535,28 @@ def include_with(text: str, partition: str, line: str | None) -> str:
 
 
 INCLUDE_MARK = "# gpuseat: course partitions (written by gpuseat apply; slurm.conf includes this file)"
+
+
+def own_include(path: Path) -> Path:
+    """``path`` when it is gpuseat's partitions include to rewrite: missing, empty, or starting with
+    :data:`INCLUDE_MARK`. The agent rewrites it as root (mode 0644), so a site's file, or any other
+    file a setting names, is refused instead of being replaced."""
+    from gpuseat.files import check_target
+
+    if not path.is_symlink():
+        check_target(path, where=str(path))  # a FIFO or device: refused before it is read (never blocks)
+    try:
+        text = "" if not path.exists() or path.is_symlink() else path.read_text(errors="replace")
+    except OSError:
+        text = ""
+    if path.is_symlink() or (text.strip() and not text.startswith(INCLUDE_MARK)):
+        raise InputError(
+            f"the partitions include {path} exists and gpuseat did not write it",
+            where=str(path),
+            fix="move it away (or empty it) so that gpuseat can keep its course partitions there, or set "
+            "slurm.partitions_conf to another file such as /etc/slurm/gpuseat-partitions.conf",
+        )
+    return path
 
 
 def includes(conf_text: str, path: str, conf_dir: str) -> bool:

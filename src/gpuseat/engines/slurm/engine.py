@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gpuseat.core.delivery import login_name
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.engines.base import Changes, CourseState, Holding, Phase, Step, StepEngine
+from gpuseat.engines.setting_types import trusted_file
 from gpuseat.engines.slurm import config, names
 from gpuseat.engines.slurm.adapter import Job, Slurm, explain
 from gpuseat.engines.slurm.config import Reservation, SeatLimit
@@ -121,6 +122,8 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         """The engine's own parts, from its settings."""
         self.partition = names.course_partition(self.course)
         s = self.settings
+        if s.slurm_conf:  # scontrol (as root) loads the plugins it names (PluginDir=): never a file others can write
+            trusted_file(s.slurm_conf, setting="slurm_conf")
         self.slurm = Slurm(self.runner, conf=Path(s.slurm_conf) if s.slurm_conf else None)
         self._config: dict[str, str] | None = None
 
@@ -150,11 +153,11 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         return conf.parent if conf else None
 
     def include_path(self) -> Path | None:
-        """The slurm.conf include gpuseat keeps course partitions in."""
+        """The slurm.conf include gpuseat keeps course partitions in (one it did not write is refused)."""
         if self.settings.partitions_conf:
-            return Path(self.settings.partitions_conf)
+            return config.own_include(Path(self.settings.partitions_conf))
         folder = self.conf_dir()
-        return folder / "gpuseat-partitions.conf" if folder else None
+        return config.own_include(folder / "gpuseat-partitions.conf") if folder else None
 
     def _lua(self, *, required: bool) -> Path | None:
         """The job_submit.lua gpuseat keeps (None: not gpuseat's to keep, with accounting)."""
