@@ -56,7 +56,7 @@ def test_bad_hub_urls_are_refused_with_one_clear_message(url):
 
 def test_the_token_itself_is_never_a_setting():
     with pytest.raises(InputError, match="jupyterhub setting token"):
-        registry.validate_settings("jupyterhub", {"hub_url": "http://hub", "token": "secret"})
+        registry.validate_settings("jupyterhub", {"hub_url": "https://hub", "token": "secret"})
 
 
 def test_no_token_is_a_clear_error(monkeypatch):

@@ -18,7 +18,7 @@ from gpuseat.engines.runner import RecordingRunner
 from gpuseat.errors import EngineError
 
 TOKEN = "engine-token"
-URL = "http://hub.test"
+URL = "https://hub.test"
 
 
 class StandInHub:
@@ -214,3 +214,30 @@ def test_the_pagination_is_followed(lab, hub):
         hub.users[f"guest{n}"] = {}
     assert set(engine_for(lab, hub).users()) == set(hub.users)
     assert sum(1 for m, p in hub.calls if (m, p) == ("GET", "/hub/api/users")) == 6
+
+
+def test_a_released_holder_whose_hub_name_is_an_email_with_an_apostrophe_loses_their_server(lab, hub):
+    """JupyterHub takes any user name without '/' (an email login such as o'brien@…), and so do the hooks;
+    the engine skipped names outside [A-Za-z0-9@._+-], so such a holder kept their server (and GPU) after
+    a release."""
+    from gpuseat.core.roster import RosterText
+
+    lab.roster.import_roster(
+        "lab", RosterText("key,name,email\nobrien,Ann O'Brien,o'brien@example.edu\n", where="r.csv")
+    )
+    lab.agents.set_engine_settings("lab", "jupyterhub", {"hub_url": URL, "match_by": "email"}, actor="test")
+    free = next(s.key for s in lab.seats.seats("lab") if s.participant is None)
+    lab.seats.assign("lab", "obrien", free)
+    user = "o'brien@example.edu"
+    lab.seats.set_seat_state("lab", free, "running", engine="jupyterhub", engine_ref=f"{user}/")
+    hub.users[user] = {}
+    hub.run(user)
+    lab.seats.release("lab", participant="obrien")
+    engine = engine_for(lab, hub)
+    engine.settings = JupyterHubSettings(hub_url=URL, token_env="HUB_TEST_TOKEN", timeout=5, match_by="email")
+    changes = engine.plan(course_state(lab, "lab"))
+    assert ("revoke", "hub.server.stop", f"{user}/") in steps(changes)
+    report = engine.apply(changes)
+    assert all(o.state == "done" for o in report.outcomes), [o.message for o in report.outcomes]
+    assert hub.users[user] == {}
+    assert ("DELETE", f"/hub/api/users/{user}/server") in hub.calls

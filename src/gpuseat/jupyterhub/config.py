@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat import __version__
 from gpuseat.core.seating import COURSE_KEY_PATTERN
+from gpuseat.errors import InputError
 
 SpawnerName = Literal["local", "systemd", "docker", "kubernetes"]
 MatchBy = Literal["key", "email", "unix_user"]
@@ -105,6 +106,15 @@ def render(
     ``set_spawner_class=False`` leaves the hub's own spawner class alone (TLJH's user-creating
     SystemdSpawner, z2jh's KubeSpawner); the hooks recognise the family by class anyway.
     """
+    if engine_token_file is not None and (
+        not engine_token_file.startswith("/") or any(ord(ch) < 32 or ch == "\x7f" for ch in engine_token_file)
+    ):
+        # the path is also named in a comment line: a line break there would start a line of hub code
+        raise InputError(
+            f"{engine_token_file!r} is not an absolute path on one line",
+            where="engine_token_file",
+            fix="the absolute path of the engine service's token file, e.g. /etc/gpuseat/hub-token",
+        )
     fields = settings.model_dump()
     db_url = fields.pop("db_url")
     args = "".join(f"    {name}={value!r},\n" for name, value in fields.items())

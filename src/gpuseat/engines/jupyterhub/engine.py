@@ -77,7 +77,16 @@ else:
     print("GPUSEAT-SMI-MISSING")
 """.strip()
 _UUID = re.compile(r"\b((?:GPU|MIG)-[0-9A-Fa-f][0-9A-Fa-f/-]{6,})\b")
-_NAME = re.compile(r"^[A-Za-z0-9@._+-]{1,255}$")
+# a hub user name as JupyterHub (Authenticator.validate_username) and the hooks take it: any characters but '/',
+# not only dots; gpuseat also refuses white space and control characters. Every use quotes it (URL path, JSON).
+_NAME = re.compile(r"^(?!\.+$)[^/\s\x00-\x1f\x7f]{1,255}$")
+# scheme, host (a DNS name, IPv4 or [IPv6]), optional port and path: no user:password@ (it would be shown to every
+# participant in their way in), no backslash or control character that parsers read differently
+_HUB_URL = re.compile(
+    r"(?P<scheme>https?)://(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\])(?::[0-9]{1,5})?"
+    r"(?:/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*)?"
+)
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "[::1]"})
 
 
 def visible_devices(printed: str) -> tuple[tuple[str, ...], str]:
@@ -127,9 +136,20 @@ class JupyterHubSettings(BaseModel):
     @field_validator("hub_url")
     @classmethod
     def _url(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", v):
-            raise ValueError("must be an http(s):// URL of the hub (host, optional port and path prefix)")
-        return v.rstrip("/") if v else v
+        if v is None:
+            return v
+        m = _HUB_URL.fullmatch(v)
+        if not m:
+            raise ValueError(
+                "must be an http(s):// URL of the hub (host, optional port and path prefix; no user:password@)"
+            )
+        if m["scheme"] == "http" and m["host"].lower() not in _LOOPBACK:
+            # the engine sends its admin token with every call: in clear text to another machine it is anyone's
+            raise ValueError(
+                f"http:// sends the engine's admin token unencrypted to {m['host']}: use https://{v[7:]} "
+                "(http:// only for the hub on this machine: 127.0.0.1, localhost, [::1])"
+            )
+        return v.rstrip("/")
 
     @field_validator("token_env")
     @classmethod

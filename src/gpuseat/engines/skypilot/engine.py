@@ -111,6 +111,27 @@ class SkyPilotSettings(BaseModel):
     def _program(cls, v: str) -> str:
         if not v or any(c.isspace() or ord(c) < 32 for c in v) or v.startswith("-"):
             raise ValueError("must be a program name or path without spaces")
+        if "/" in v and not v.startswith("/"):  # bin/ssh would be whatever the agent's working folder holds
+            raise ValueError("must be a program name (found on PATH) or an absolute path, e.g. /usr/bin/ssh")
+        return v
+
+    @field_validator("wheelhouse")
+    @classmethod
+    def _wheelhouse(cls, v: str | None) -> str | None:
+        # shipped to every seat by file_mounts: a relative folder would be the agent's working folder's
+        if v is not None and (not v.startswith("/") or any(ord(c) < 32 for c in v)):
+            raise ValueError("must be an absolute path to a folder with one gpuseat wheel")
+        return v
+
+    @field_validator("gpuseat_spec")
+    @classmethod
+    def _spec(cls, v: str | None) -> str | None:
+        # refused when stored, not at the first launch (the task options check it again)
+        if v is not None and not tasks.PIP_SPEC.fullmatch(v):
+            raise ValueError(
+                "must be a direct reference such as 'gpuseat[bench] @ https://host/gpuseat-0.1.0-py3-none-any.whl'"
+                " (a bare name would come from a package index)"
+            )
         return v
 
 

@@ -53,7 +53,7 @@ CLUSTER_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,33}[a-z0-9])?$")
 _KEY = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 # a direct reference only (PEP 508 ``name[extras] @ URL`` or a bare https/git+https URL): a bare name would
 # come from a package index, where gpuseat is not published and anyone could register the name
-_PIP_SPEC = re.compile(r"^(gpuseat(\[[a-z]+(,[a-z]+)*\])? @ )?(https|git\+https)://[A-Za-z0-9_./@%+:=#-]{1,300}$")
+PIP_SPEC = re.compile(r"^(gpuseat(\[[a-z]+(,[a-z]+)*\])? @ )?(https|git\+https)://[A-Za-z0-9_./@%+:=#-]{1,300}$")
 _WHEEL = re.compile(r"^gpuseat-[0-9][A-Za-z0-9_.+!]*-py3-none-any\.whl$")
 UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 # where file_mounts puts the wheelhouse on the VM (SkyPilot expands ~ to the cluster user's home)
@@ -148,7 +148,7 @@ class TaskOptions:
     def __post_init__(self) -> None:
         if not 1 <= self.disk_gb <= MAX_DISK_GB:
             raise InputError(f"disk size {self.disk_gb} GB out of range", where="--disk-gb", fix="1 to 65536 GB")
-        if self.gpuseat_spec is not None and not _PIP_SPEC.fullmatch(self.gpuseat_spec):
+        if self.gpuseat_spec is not None and not PIP_SPEC.fullmatch(self.gpuseat_spec):
             raise InputError(
                 f"{self.gpuseat_spec!r} is not a pip requirement gpuseat accepts",
                 where="--gpuseat-spec",
@@ -204,6 +204,12 @@ def _login_lines(seat: CloudSeat) -> list[str]:
         "# a hand-over: earlier holders of this seat lose their key, their account expires, their processes end",
         'HOLDERS="$ROOT/etc/gpuseat-holders"',
         '$SUDO touch "$HOLDERS"',
+        "# an account the image already has (its admin with sudo, a system account) is never handed to a participant",
+        'if grep -q "^$P_USER:" "$ROOT/etc/passwd" && ! grep -qx "$P_USER" "$HOLDERS"; then',
+        '  echo "gpuseat: $P_USER is an account of this image, not one gpuseat made: not given to a participant'
+        ' (give them another unix_user in the roster)" >&2',
+        "  exit 1",
+        "fi",
         'for OLD in $(cat "$HOLDERS"); do',
         '  if [ "$OLD" != "$P_USER" ]; then',
         '    OLD_HOME=$(awk -F: -v u="$OLD" \'$1 == u {print $6}\' "$ROOT/etc/passwd")',
