@@ -185,7 +185,8 @@ MIG = "MIG-{n:08d}-0000-0000-0000-00000000000{n}"
 class StandInCluster(RecordingRunner):
     """A RecordingRunner that answers kubectl like an API server keeping objects: ``apply`` stores each
     manifest (validated with kubernetes-validate --strict first, as admission would refuse a malformed
-    one), ``delete`` removes (a namespace with everything in it), ``get`` lists by the course label."""
+    one), ``delete`` removes (a namespace with everything in it), ``get`` lists by the course label (or every
+    namespace, without one)."""
 
     def __init__(self, **kw):
         super().__init__(**kw)
@@ -235,9 +236,11 @@ class StandInCluster(RecordingRunner):
                 want = dict(x.split("=") for x in rest[rest.index("-l") + 1].split(","))
                 items = [v for k, v in self.objects.items() if k[0] in kinds
                          and all(v["metadata"].get("labels", {}).get(a) == b for a, b in want.items())]  # fmt: skip
-            else:
+            elif "-n" in rest:
                 ns = rest[rest.index("-n") + 1]
                 items = [v for k, v in self.objects.items() if k[0] in kinds and k[1] == ns]
+            else:  # every namespace, whoever made it
+                items = [v for k, v in self.objects.items() if k[0] in kinds]
             return done(json.dumps({"items": items}))
         if verb == "logs":
             ns = rest[rest.index("-n") + 1]
@@ -429,3 +432,53 @@ def test_the_settings_table_shows_every_setting(lab, cli):
     r = cli("engines", "settings", "kubernetes", f"kubeconfig={KUBECONFIG}", "--course", "k8s-lab", "--db", lab.url)
     assert r.code == 0, r.err
     assert KUBECONFIG in r.out and "kubectl" in r.out and "namespace" in r.out
+
+
+@pytest.mark.parametrize(
+    "owner",
+    [{}, {"gpuseat/course": "other-lab", "app.kubernetes.io/managed-by": "gpuseat"}],
+    ids=["made-by-hand", "another-course"],
+)
+def test_a_namespace_that_is_not_the_courses_is_never_taken_over(lab, owner):
+    # the namespace is <prefix>-<login>: it may exist already (kube-system, gpu-operator, another course's
+    # participant of the same login); apply relabelled it as this course's, bound the participant to edit
+    # there, and a later release deleted it with everything in it
+    from gpuseat.engines.apply import one_pass
+
+    lab.agents.set_engine_settings("k8s-lab", "kubernetes", {"kubeconfig": KUBECONFIG}, actor="test")
+    cluster = StandInCluster()
+    theirs = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuseat-ann", "labels": dict(owner)}}
+    work = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train", "namespace": "gpuseat-ann"}}
+    cluster.objects[("Namespace", "", "gpuseat-ann")] = theirs
+    cluster.objects[("Pod", "gpuseat-ann", "train")] = work
+    before = {k: dict(v) for k, v in cluster.objects.items()}
+    result = one_pass(lab, course="k8s-lab", engine="kubernetes", runner=cluster)
+    (failed,) = [o for r in result.reports for o in r.outcomes if o.state == "failed"]
+    assert (failed.step.action, failed.step.target) == ("namespace.create", "gpuseat-ann")
+    assert "gpuseat-ann exists" in failed.message and "k8s-lab" in failed.message, failed.message
+    assert failed.commands == []  # nothing sent to the cluster for it
+    assert {k: v for k, v in cluster.objects.items() if "gpuseat-ann" in k} == before  # untouched, not relabelled
+    assert ("RoleBinding", "gpuseat-ann", "gpuseat-participant") not in cluster.objects
+    assert "seat-1" not in lab.delivery.access_of("k8s-lab")  # no way in recorded for ann
+    bob_ns = next(n for n in cluster.namespaces() if n.startswith("gpuseat-bob-s"))
+    assert ("RoleBinding", bob_ns, "gpuseat-participant") in cluster.objects  # the others are granted
+    lab.seats.release("k8s-lab", participant="ann")
+    result = one_pass(lab, course="k8s-lab", engine="kubernetes", runner=cluster)
+    assert not result.failed and cluster.objects[("Namespace", "", "gpuseat-ann")] == theirs  # never deleted
+
+
+def test_a_kubeconfig_that_another_user_can_change_is_refused_before_kubectl_reads_it(lab, tmp_path):
+    # kubectl runs a kubeconfig's exec credential plugin: a file others can write names a program the agent runs
+    from gpuseat.engines.apply import plan_all
+
+    config = tmp_path / "lab.kubeconfig"
+    config.write_text("apiVersion: v1\nkind: Config\n")
+    config.chmod(0o666)
+    lab.agents.set_engine_settings("k8s-lab", "kubernetes", {"kubeconfig": str(config)}, actor="test")
+    runner = RecordingRunner()
+    (planned,) = plan_all(lab, course="k8s-lab", engine="kubernetes", runner=runner)
+    assert planned.error and "kubeconfig" in planned.error and "can be changed by another user" in planned.error
+    assert runner.take() == []  # kubectl never ran
+    config.chmod(0o600)
+    (planned,) = plan_all(lab, course="k8s-lab", engine="kubernetes", runner=RecordingRunner(dry_run=True))
+    assert planned.error is None, planned.error

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
-from gpuseat.engines.setting_types import AbsolutePath
+from gpuseat.engines.setting_types import AbsolutePath, trusted_file
 from gpuseat.errors import EngineError, InputError
 from gpuseat.render.k8s import GPU, MANAGED_BY, PROBE_POD, SEAT_LABEL, mig_resource, seat_objects
 
@@ -139,6 +139,11 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
     name = ENGINE
     settings_model = KubernetesSettings
 
+    def setup(self) -> None:
+        """kubectl runs the kubeconfig's ``exec`` credential plugin: never one another user can change."""
+        if self.settings.kubeconfig:
+            trusted_file(self.settings.kubeconfig, setting="kubeconfig")
+
     # -- kubectl ---------------------------------------------------------------------------------------
 
     @property
@@ -183,6 +188,27 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
         found = self._get("namespaces")
         found += self._get("resourcequotas,rolebindings,pods", "--all-namespaces")
         return {_id(d): d for d in found}
+
+    def foreign(self, names: set[str]) -> dict[str, str]:
+        """Of ``names``, the namespaces that exist and are not this course's (made by hand, by the cluster,
+        another course's), with whose they are: the engine never takes one over (relabels it, binds a
+        participant to ``edit`` there, later deletes it with everything in it)."""
+        if not self.cluster or not names:
+            return {}
+        argv = self.kubectl("get", "namespaces", "-o", "json")
+        done = self.runner.run(argv, mutates=False, timeout=self.settings.timeout, where="kubectl get")
+        try:
+            items: list[dict[str, Any]] = json.loads(done.stdout or "{}").get("items") or []
+        except ValueError:
+            what = f"kubectl get namespaces printed no JSON: {done.stdout[:200]!r}"
+            raise EngineError(what, where="kubectl") from None
+        out = {}
+        for doc in items:
+            meta = doc.get("metadata") or {}
+            owner = (meta.get("labels") or {}).get(COURSE_LABEL)
+            if meta.get("name") in names and owner != self.course:
+                out[str(meta["name"])] = f"course {owner}'s" if owner else "not made by gpuseat"
+        return out
 
     # -- what the store wants -------------------------------------------------------------------------
 
@@ -265,9 +291,14 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
             add(self._step("namespace.delete", name, why, "revoke", participant=p.key if p else None, seats=seats))
         closed = state.closed if state.active else None
         holder = {seat.key: p for seat, p in state.holders()}
+        taken = self.foreign(set(seat_of_ns) - {n for (k, _s, n) in have if k == "Namespace"})
         for seat_key, docs in sorted(wanted.items()):
             p = holder[seat_key]
             ns = docs[0]["metadata"]["name"]
+            if ns in taken:  # one failed grant: the seat's other steps (and its way in) wait for it
+                add(self._step("namespace.create", ns, f"{p.key}'s own namespace for {seat_key}", "grant",
+                               participant=p.key, seats=(seat_key,), foreign=taken[ns]))  # fmt: skip
+                continue
             fresh = ns in dropped or ("Namespace", "", ns) not in have
             # revoke: a probe Pod that differs from the render; objects of ours that the render lacks
             kept = {_id(d) for d in docs}
@@ -368,6 +399,14 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
         wait = f"--timeout={max(1, int(t))}s"
         if step.phase != "record" and not dry:
             self._need_cluster()
+        if d.get("foreign"):
+            raise InputError(
+                f"namespace {step.target} exists and is {d['foreign']}, not course {self.course}'s: "
+                f"{step.participant} gets no seat there",
+                where=f"namespace {step.target}",
+                fix="set another namespace prefix (gpuseat engines settings kubernetes namespace=PREFIX "
+                f"--course {self.course}), or give {step.participant} another unix_user",
+            )
         match step.action:
             case "namespace.delete":
                 self.runner.run(self.kubectl("delete", "namespace", step.target, "--ignore-not-found", "--wait=true",
