@@ -131,10 +131,12 @@ CASES = [
     Case("seats-add-count-negative", ("seats", "add", "--inventory", str(SERVER), "--count", "-1"), "error: --seats: Input should be greater than 0 (got -1)\nTo fix: correct --seats\n"),
     Case("seats-add-host-with-space", ("seats", "add", "--inventory", str(SERVER), "--host", "gpu 1"), "error: --host: String should match pattern"),
     Case("seats-add-unknown-engine", ("seats", "add", "--inventory", str(SERVER), "--engine", "nosuch"), "error: --engine: unknown engine 'nosuch'"),
-    # defect: the same server added twice made two seats of each GPU (same host, same PCI address): two
-    # participants were given the same GPU
+    # defect: the same server added twice made two seats of each GPU (same host, same PCI address; MIG and
+    # vGPU slices, which have neither yet, alike): two participants were given the same GPU
     Case("seats-add-same-server-twice", ("seats", "add", "--inventory", str(SERVER), "--mode", "passthrough", "--engine", "host"),
-         "the GPU at pci=0000:86:00.0 on ibm-2xM60 already backs another seat"),
+         "server ibm-2xM60 already backs 4 seat(s) of this course"),
+    Case("seats-add-same-server-twice-vgpu", ("seats", "add", "--inventory", str(SERVER), "--mode", "vgpu", "--count", "2"),
+         "server ibm-2xM60 already backs 4 seat(s) of this course"),
     # defect: an inventory whose ssh_host or jump_host was refused had its seats stored anyway (exit 2, half done);
     # a jump host's user was not checked (a;b@gw: accepted)
     # defect: ssh_port = true was read as port 1

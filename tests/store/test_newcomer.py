@@ -53,12 +53,20 @@ def test_a_second_server_numbers_on_and_says_what_fits_only_for_the_seats_added(
     seats = json.loads(ok(cli("seats", "export", "-f", "json", *db)).out)
     assert [s["key"] for s in seats] == [f"seat-{i:02d}" for i in range(1, 29)]
     assert {s["host"] for s in seats if s["key"] >= "seat-15"} == {"h200-b"}
-    # a third add asked by count numbers on too, and JSON output stays JSON (the note goes to stderr)
-    three = ok(cli("seats", "add", "--inventory", second, "--mode", "mig", "--profile", "1g.18gb", "--count", "2",
+    # the same server again would give each of its MIG slices to two seats: refused, nothing added
+    again = cli("seats", "add", "--inventory", second, "--mode", "mig", "--profile", "1g.18gb", "--count", "2", *db)
+    assert again.code == 2 and "server h200-b already backs 14 seat(s)" in again.err, again.err
+    assert len(json.loads(ok(cli("seats", "export", "-f", "json", *db)).out)) == 28
+    # a third server's add asked by count numbers on too, and JSON output stays JSON (the note goes to stderr)
+    third = tmp_path / "h200-c.toml"
+    third.write_text(H200.read_text().replace('name = "h200-2x"', 'name = "h200-c"'))
+    three = ok(cli("seats", "add", "--inventory", third, "--mode", "mig", "--profile", "1g.18gb", "--count", "2",
                    "-f", "json", *db))  # fmt: skip
     assert [s["key"] for s in json.loads(three.out)] == ["seat-29", "seat-30"]
     # a refused add says no "fit" for seats it did not add
-    bad = cli("seats", "add", "--inventory", second, "--mode", "mig", "--profile", "1g.18gb", "--group", "server", *db)
+    fourth = tmp_path / "h200-d.toml"
+    fourth.write_text(H200.read_text().replace('name = "h200-2x"', 'name = "h200-d"'))
+    bad = cli("seats", "add", "--inventory", fourth, "--mode", "mig", "--profile", "1g.18gb", "--group", "server", *db)
     assert bad.code == 2 and "unknown group 'server'" in bad.err and "fit" not in bad.out
     assert len(json.loads(ok(cli("seats", "export", "-f", "json", *db)).out)) == 30
 

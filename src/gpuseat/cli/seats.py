@@ -140,8 +140,11 @@ def _specs(
             notes=notes,
         )
         # a second server's slices are named seat-01 … again: its seats number on after the course's
-        start = seat_sources.next_number([s.key for s in store.seats.seats(course)])
-        return seat_sources.seats_from_layout(layout, engine=engine, host=host, groups=group, start=start)
+        have = store.seats.seats(course)
+        start = seat_sources.next_number([s.key for s in have])
+        specs = seat_sources.seats_from_layout(layout, engine=engine, host=host, groups=group, start=start)
+        seat_sources.refuse_carved_again(have, specs, where=f"--inventory {inventory}")
+        return specs
     if cloud:
         from gpuseat.catalog.bundle import load_catalog
 

@@ -274,6 +274,22 @@ def carve_counted(
     )
 
 
+def refuse_carved_again(have: Sequence[SeatView], specs: Sequence[SeatSpec], *, where: str) -> None:
+    """A server is carved once per course: its GPUs carved again would back two seats each (MIG and vGPU
+    slices have no UUID or PCI address until the engine makes them, so nothing else would notice)."""
+    hosts = {s.host for s in specs if s.host}
+    taken = [s for s in have if s.host in hosts]
+    if taken:
+        host = taken[0].host
+        raise InputError(
+            f"server {host} already backs {len(taken)} seat(s) of this course ({taken[0].key} …): carving it "
+            "again would give each of its GPUs to two seats",
+            where=where,
+            fix=f"to carve it anew, remove its seats first (gpuseat seats remove); another server needs its own "
+            f"name in its inventory or --host (gpuseat seats status lists {host}'s seats)",
+        )
+
+
 def inventory_access(inventory: Path) -> dict[str, object] | None:
     """The inventory's ``ssh_host``/``ssh_port``/``jump_host`` as an access dict (None without ssh_host)."""
     import tomllib
