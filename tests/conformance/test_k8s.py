@@ -482,3 +482,34 @@ def test_a_kubeconfig_that_another_user_can_change_is_refused_before_kubectl_rea
     config.chmod(0o600)
     (planned,) = plan_all(lab, course="k8s-lab", engine="kubernetes", runner=RecordingRunner(dry_run=True))
     assert planned.error is None, planned.error
+
+
+def test_two_long_logins_never_share_a_namespace_under_a_long_prefix(lab):
+    # <prefix>-<login> was cut at 63 characters: under a 40-character prefix two logins that differ only
+    # after their 21st character got one namespace (the second RoleBinding replaced the first holder's)
+    from gpuseat.core.roster import RosterText
+
+    prefix = "course-2026-spring-deep-learning-lab-gpu"
+    assert len(prefix) == 40
+    roster = "name,email,group,unix_user\n" + "".join(
+        f"S{n},s{n}@example.edu,participants,student-2026-group-a-0{n}\n" for n in (1, 2)
+    )
+    lab.roster.import_roster("k8s-lab", RosterText(roster, where="roster.csv"))
+    lab.seats.release("k8s-lab", participant="ann")
+    lab.seats.release("k8s-lab", participant="bob_s")
+    people = {p.unix_user: p for p in lab.roster.participants("k8s-lab") if p.unix_user}
+    lab.seats.assign("k8s-lab", people["student-2026-group-a-01"].key, "seat-1")
+    lab.seats.assign("k8s-lab", people["student-2026-group-a-02"].key, "seat-2")
+    lab.agents.set_engine_settings("k8s-lab", "kubernetes", {"kubeconfig": KUBECONFIG, "namespace": prefix})
+    cluster = StandInCluster()
+    planned, _ = k8s_pass(lab, cluster)
+    spaces = {u: planned.engine.namespace_of(people[u]) for u in ("student-2026-group-a-01", "student-2026-group-a-02")}
+    assert len(set(spaces.values())) == 2, spaces
+    assert all(len(ns) <= 63 and ns.startswith(prefix + "-student-") for ns in spaces.values()), spaces
+    for user, ns in spaces.items():
+        binding = cluster.objects[("RoleBinding", ns, "gpuseat-participant")]
+        assert binding["subjects"][0]["name"] == user
+    assert k8s_pass(lab, cluster)[0].changes.empty
+    assert (
+        planned.engine.namespace_of(lab.roster.find_participant("k8s-lab", "cy")) == f"{prefix}-cy"
+    )  # short: as before

@@ -215,7 +215,14 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
     def namespace_of(self, p: ParticipantView) -> str:
         """The participant's namespace: ``<prefix>-<their login as a DNS label>``."""
         login = self.login_of(p)
-        return f"{self.settings.namespace}-{k8s_name(login)}"[:63].rstrip("-")
+        prefix, name = self.settings.namespace, k8s_name(login)
+        if len(prefix) + 1 + len(name) <= 63:
+            return f"{prefix}-{name}"
+        # too long for a DNS label: cut, but keep a hash of the whole login (a plain cut at 63 gave two
+        # logins that differ only at their end one namespace, and one holder the other's RoleBinding)
+        room = 63 - len(prefix) - 1 - 9
+        digest = hashlib.sha256(login.encode()).hexdigest()[:8]
+        return f"{prefix}-{name[:room].strip('-') or 'p'}-{digest}"
 
     def rendered(self, state: CourseState) -> dict[str, list[dict[str, Any]]]:
         """Seat key → the objects to apply for its holder (each with its ``gpuseat/hash``)."""
