@@ -371,3 +371,29 @@ def test_the_images_admin_user_is_never_revoked_nor_given_to_a_participant(lab, 
     (failed,) = done.failed
     assert failed["exit_code"] == 2 and "the cloud image's own admin user" in failed["error"]
     assert "gs-lab-cloud-2" not in fake.clusters
+
+
+def test_two_seats_whose_keys_differ_only_in_case_never_share_one_cluster(lab):
+    """``Cloud-1`` and ``cloud-1`` are two seats but one cluster name: each pass launched the cluster for the
+    other holder (the setup expiring the first), so two participants took turns on one machine."""
+    store, fake, _ = lab
+    store.seats.add_seats("lab", [{"key": "Cloud-1", "kind": "cloud", "engine": "skypilot"}])
+    store.seats.assign("lab", "bob", "Cloud-1")
+    done, _ = run(store, fake, OPEN, failing=True)
+    (failed,) = done.failed
+    assert failed["exit_code"] == 2 and "seats Cloud-1 and cloud-1 of course lab map to one" in failed["error"]
+    assert not fake.launched()
+
+
+def test_a_seat_whose_cluster_name_is_another_courses_cluster_is_not_launched_onto_it(lab):
+    """Course ``lab`` seat ``x-1`` and course ``lab-x`` seat ``1`` are both ``gs-lab-x-1``: the engine took the
+    other course's running cluster for missing and launched it for its own holder."""
+    store, fake, _ = lab
+    fake.clusters["gs-lab-x-1"] = {"status": "UP", "autostop": -1, "ip": "54.12.3.99",
+                                   "envs": {"GPUSEAT_COURSE": "lab-x", "GPUSEAT_SEAT": "1"}, "setup": ""}  # fmt: skip
+    store.seats.add_seats("lab", [{"key": "x-1", "kind": "cloud", "engine": "skypilot"}])
+    store.seats.assign("lab", "bob", "x-1")
+    done, _ = run(store, fake, OPEN, failing=True)
+    (failed,) = done.failed
+    assert failed["exit_code"] == 2 and "belongs to course lab-x" in failed["error"], failed
+    assert not fake.launched() and fake.clusters["gs-lab-x-1"]["envs"]["GPUSEAT_COURSE"] == "lab-x"

@@ -174,8 +174,28 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         return sorted(names)
 
     def clusters(self, state: CourseState) -> dict[str, Cluster]:
-        """The course's clusters as SkyPilot reports them now."""
-        found = self.sky.status(self._known(self._seats(state)))
+        """The course's clusters as SkyPilot reports them now (refused when a seat's cluster name is also
+        another seat's, or another course's cluster: the launch would hand that machine to this seat's holder)."""
+        seats = self._seats(state)
+        found = self.sky.status(self._known(seats))
+        by_name: dict[str, list[str]] = {}
+        for seat in seats:
+            by_name.setdefault(self.cluster_of(seat), []).append(seat.key)
+        for name, keys in sorted(by_name.items()):
+            other = found.get(name)
+            if len(keys) > 1:
+                raise InputError(
+                    f"seats {' and '.join(keys)} of course {self.course} map to one SkyPilot cluster, {name}",
+                    where=f"course {self.course} seats",
+                    fix="cluster names are lower case: give each cloud seat a key that differs in more than case",
+                )
+            if other is not None and other.course not in (None, self.course):
+                raise InputError(
+                    f"cluster {name} of seat {keys[0]} belongs to course {other.course} "
+                    f"(gs-<course>-<seat> names the same cluster for both courses)",
+                    where=f"seat {keys[0]}",
+                    fix="rename the seat (or the course) so that its cluster name is its own",
+                )
         return {n: c for n, c in found.items() if c.course in (None, self.course)}
 
     def _task(self, state: CourseState, seat: SeatView, p: ParticipantView) -> dict[str, Any]:
