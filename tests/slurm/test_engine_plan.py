@@ -364,3 +364,21 @@ def test_a_slurm_conf_that_another_user_can_change_is_refused_before_scontrol_re
     assert lab.runner.take() == []  # nothing ran, not even scontrol show config
     lab.fake.conf.chmod(0o644)
     assert _plan_error(lab) is None
+
+
+@pytest.mark.parametrize("login", ["root", "slurm", "daemon"])
+def test_a_seat_holder_whose_login_is_a_system_account_is_refused(lab: Lab, login: str) -> None:
+    # root is the placeholder user of a reservation whose last holder is replaced: a participant whose login
+    # was root kept their place in every session reservation after release; slurm and daemon are the
+    # cluster's own (their jobs would be limited to one seat, and cancelled as a released holder's)
+    from gpuseat.core.roster import RosterText
+
+    lab.store.roster.import_roster("c1", RosterText(f"name,email,group,unix_user\nOps,ops@example.edu,participants,{login}\n", where="r.csv"))  # type: ignore[attr-defined]  # fmt: skip
+    ops = next(p.key for p in lab.store.roster.participants("c1") if p.unix_user == login)  # type: ignore[attr-defined]
+    lab.store.seats.assign("c1", ops, "seat-03")  # type: ignore[attr-defined]
+    error = _plan_error(lab)
+    assert error is not None and f"login {login}" in error and "system account" in error and ops in error, error
+    lab.apply()
+    assert all(login not in users for users in lab.fake.reservations.values()), lab.fake.reservations
+    lua = lab.etc / "job_submit.lua"
+    assert all(x.user != login for x in config.job_submit_limits(lua.read_text()))

@@ -89,7 +89,7 @@ class SlurmCourse:
             out.append(
                 SeatLimit(
                     self.partition,
-                    names.unix_user(m.unix_user, where=f"participant {m.participant}"),
+                    names.participant_login(m.unix_user, where=f"participant {m.participant}"),
                     dev.gres_type,
                     1,
                     seat_type=dev.slurm_type,

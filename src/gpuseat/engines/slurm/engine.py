@@ -189,7 +189,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             return SlurmCourse(sc.key, sc.intervals, members, sc.devices)
         for m in sc.members:
             if m.seat is not None:
-                names.unix_user(m.unix_user, where=f"participant {m.participant}'s login")
+                names.participant_login(m.unix_user, where=f"participant {m.participant}")
         return sc
 
     def _intervals(self, state: CourseState) -> list[tuple[datetime, datetime]]:

@@ -33,6 +33,31 @@ def unix_user(value: str, *, where: str = "unix_user") -> str:
     return _check(UNIX_USER, value, "unix user", where, "use a lower-case login name such as 'alice' or 'a_smith'")
 
 
+#: logins that are the cluster's own, never a seat holder's: root is also the placeholder user of a
+#: reservation whose last holder is replaced (so it is never revoked from one)
+SYSTEM_LOGINS = frozenset({"root", "slurm", "munge", "nobody", "nfsnobody", "daemon", "bin", "sys", "adm"})
+
+
+def participant_login(value: str, *, where: str = "unix_user") -> str:
+    """A seat holder's login: a :func:`unix_user` that is no system account (one of :data:`SYSTEM_LOGINS`,
+    or below uid 1000 on this host), whose jobs, reservation places and limits are the cluster's own."""
+    import pwd
+
+    unix_user(value, where=where)
+    try:
+        uid: int | None = pwd.getpwnam(value).pw_uid
+    except KeyError:
+        uid = None
+    if value in SYSTEM_LOGINS or (uid is not None and uid < 1000):
+        raise InputError(
+            f"{where}: login {value} is a system account{f' (uid {uid})' if uid is not None else ''}, "
+            "not a participant's",
+            where=where,
+            fix="give the participant their own unix_user in the roster (gpuseat roster import)",
+        )
+    return value
+
+
 def gres_type(value: str, *, where: str = "gres type") -> str:
     """A GRES type such as ``m60`` or ``1g.18gb``."""
     return _check(GRES_TYPE, value, "GRES type", where, "use letters, digits and '_ . + -'")
