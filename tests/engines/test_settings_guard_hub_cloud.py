@@ -5,9 +5,10 @@ Each row is a value an organizer (or a roster) can store and what gpuseat did wi
 * ``hub_url=http://hub.example.edu``: the engine sent its admin token (admin:users, admin:servers, tokens)
   in clear text to another machine; ``https://user:pw@hub…`` showed the password in every participant's
   way in. Both are refused when stored (``gpuseat engines settings``), loopback http stays allowed;
-* skypilot ``ssh=bin/ssh`` and ``wheelhouse=wheels`` depended on the agent's working folder (the agent ran
-  that program, shipped that folder to every seat); ``gpuseat_spec=gpuseat`` (a bare name from a package
-  index) was stored and failed only at the first launch: each is refused when stored;
+* skypilot ``ssh=bin/ssh`` and ``wheelhouse=wheels/`` depended on the agent's working folder (the agent ran
+  that program, shipped that folder to every seat): the first is refused, the second stored as the folder it
+  names where it is set; ``gpuseat_spec=gpuseat`` (a bare name from a package index) was stored and failed
+  only at the first launch: it is refused when stored;
 * a roster login that is an account the cloud image already has (Debian's ``admin`` with sudo, a system
   account): the setup gave the participant's key to that account; now it refuses (run in a throw-away root);
 * ``gpuseat.jupyterhub.render`` pasted ``engine_token_file`` into a comment line: a line break there became
@@ -90,8 +91,7 @@ def test_the_cli_refuses_a_plain_http_hub_and_stores_nothing(tmp_path, capsys):
     ("values", "field", "says"),
     [
         ({"ssh": "bin/ssh"}, "ssh", "absolute path"),
-        ({"wheelhouse": "wheels"}, "wheelhouse", "absolute path"),
-        ({"wheelhouse": "/srv/wheels\nx"}, "wheelhouse", "absolute path"),
+        ({"wheelhouse": "/srv/wheels\nx"}, "wheelhouse", "on one line"),
         ({"gpuseat_spec": "gpuseat"}, "gpuseat_spec", "direct reference"),
         ({"gpuseat_spec": "gpuseat @ http://example.org/gpuseat-0.1-py3-none-any.whl"}, "gpuseat_spec", "https"),
     ],
@@ -108,6 +108,20 @@ def test_skypilot_settings_that_are_fine_are_taken():
     assert registry.validate_settings("skypilot", {"ssh": "ssh"}).ssh == "ssh"
     spec = "gpuseat[bench] @ https://example.org/gpuseat-0.1.0-py3-none-any.whl"
     assert registry.validate_settings("skypilot", {"gpuseat_spec": spec}).gpuseat_spec == spec
+
+
+def test_a_relative_wheelhouse_is_stored_as_the_folder_it_names_where_it_is_set(tmp_path, monkeypatch, capsys):
+    """``wheelhouse=wheels/`` (docs/cloud.md, in the checkout) was stored as typed, so the agent shipped
+    whatever ``wheels`` its own working folder held to every seat."""
+    url = _course(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    code = main(["engines", "settings", "skypilot", "wheelhouse=wheels/", "--course", "lab", "--db", url])
+    assert code == 0, capsys.readouterr().err
+    store = open_store(url)
+    try:
+        assert store.agents.engine_settings("lab", "skypilot")["wheelhouse"] == str(tmp_path / "wheels")
+    finally:
+        store.close()
 
 
 def _image_root(out: Path) -> Path:

@@ -26,6 +26,7 @@ remote shell reads is built with ``shlex`` from words checked against the Unix u
 from __future__ import annotations
 
 import math
+import os
 import shlex
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -118,10 +119,13 @@ class SkyPilotSettings(BaseModel):
     @field_validator("wheelhouse")
     @classmethod
     def _wheelhouse(cls, v: str | None) -> str | None:
-        # shipped to every seat by file_mounts: a relative folder would be the agent's working folder's
-        if v is not None and (not v.startswith("/") or any(ord(c) < 32 for c in v)):
-            raise ValueError("must be an absolute path to a folder with one gpuseat wheel")
-        return v
+        # shipped to every seat by file_mounts: stored relative, it would be whatever folder of that name the
+        # agent's working folder holds; it is made absolute where it is set (``wheelhouse=wheels/`` in the checkout)
+        if v is None:
+            return v
+        if not v or any(ord(c) < 32 or c == "\x7f" for c in v):
+            raise ValueError("must be the path of a folder with one gpuseat wheel, on one line")
+        return os.path.abspath(v)
 
     @field_validator("gpuseat_spec")
     @classmethod
