@@ -382,3 +382,27 @@ def test_a_seat_holder_whose_login_is_a_system_account_is_refused(lab: Lab, logi
     assert all(login not in users for users in lab.fake.reservations.values()), lab.fake.reservations
     lua = lab.etc / "job_submit.lua"
     assert all(x.user != login for x in config.job_submit_limits(lua.read_text()))
+
+
+def test_a_course_whose_key_extends_this_ones_keeps_its_reservations_and_jobs(lab: Lab) -> None:
+    # course c1's reservations were every name starting gpuseat-c1-: course c1-x's sessions
+    # (gpuseat-c1-x-<start>) lost their users to c1's revokes and were deleted with c1, and the jobs of
+    # c1-x's participants in them were cancelled as c1's people without a seat
+    theirs = "gpuseat-c1-x-20260907T0900"
+    lab.fake.partitions.add("gpuseat-c1-x")
+    lab.fake.reservations[theirs] = ["zed"]
+    lab.fake.jobs[77] = {"user": "zed", "state": "RUNNING", "gres": "gres:gpu:1", "partition": "gpuseat-c1-x",
+                         "resv": theirs}  # fmt: skip
+    done = lab.apply()
+    assert not done.failed, done.failed
+    assert lab.fake.reservations[theirs] == ["zed"] and 77 in lab.fake.jobs
+    touched = [o.step for r in done.reports for o in r.outcomes if theirs in o.step.target or "zed" in o.step.target]
+    assert touched == []
+    from gpuseat.engines import registry
+    from gpuseat.engines.apply import course_state
+
+    eng = registry.build("slurm", lab.store, "c1", runner=lab.runner)  # type: ignore[arg-type]
+    assert all(h.login != "zed" for h in eng.observe(course_state(lab.store, "c1")))  # type: ignore[arg-type]
+    lab.store.lifecycle.archive_course("c1")  # type: ignore[attr-defined]
+    lab.apply()
+    assert lab.fake.reservations == {theirs: ["zed"]} and 77 in lab.fake.jobs

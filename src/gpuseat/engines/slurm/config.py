@@ -601,6 +601,12 @@ class Reservation:
         ]
 
 
+def is_session(name: str, partition: str) -> bool:
+    """Whether a reservation is one of ``partition``'s sessions (:func:`reservation_name`): exactly
+    ``<partition>-<YYYYmmddTHHMM>``, so that course ``c1`` never takes course ``c1-x``'s for its own."""
+    return re.fullmatch(re.escape(partition) + r"-\d{8}T\d{4}", name) is not None
+
+
 def reservation_name(course_key: str, start: datetime) -> str:
     """``gpuseat-<course>-<YYYYmmddTHHMM>``: the session's start makes it unique and sortable."""
     return names.slurm_name(f"gpuseat-{course_key}-{start.strftime('%Y%m%dT%H%M')}", where="course key")

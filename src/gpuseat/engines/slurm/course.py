@@ -301,8 +301,7 @@ def status(slurm: Slurm, course: SlurmCourse) -> StatusReport:
     for job in every:
         if job.user in users:
             by_user.setdefault(job.user, []).append(job)
-    prefix = f"gpuseat-{course.key}-"
-    resv = sorted(n for n in slurm.reservations() if n.startswith(prefix))
+    resv = sorted(n for n in slurm.reservations() if config.is_session(n, part))
     members = []
     for m in course.members:
         dev = course.device_of(m.seat) if m.seat else None
@@ -339,7 +338,7 @@ def status(slurm: Slurm, course: SlurmCourse) -> StatusReport:
 def in_course(course: SlurmCourse, job: Job, gres_idx: str = "", *, known: Iterable[str] | None = None) -> bool:
     """Whether a job is the course's: in its partition or one of its reservations, or (of a user in
     ``known``, when given) on one of its seats."""
-    if course.partition in job.partition.split(",") or job.reservation.startswith(f"{course.partition}-"):
+    if course.partition in job.partition.split(",") or config.is_session(job.reservation, course.partition):
         return True
     if known is not None and job.user not in known:
         return False  # an operator's job on a seat's GPU: shown as blocking, never cancelled

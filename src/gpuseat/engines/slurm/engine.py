@@ -217,7 +217,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         lua_text = lua.read_text(errors="replace") if lua and lua.exists() else ""
         old_limits = {x.user: x for x in config.job_submit_limits(lua_text) if x.partition == self.partition}
         others = [x for x in config.job_submit_limits(lua_text) if x.partition != self.partition]
-        resvs = {n: f for n, f in self.slurm.reservations().items() if n.startswith(f"{self.partition}-")}
+        resvs = {n: f for n, f in self.slurm.reservations().items() if config.is_session(n, self.partition)}
         assocs = self.slurm.associations(self.partition) if accounting else {}
         known = {m.unix_user for m in sc.members} | set(old_limits) | set(assocs)
         for f in resvs.values():
@@ -364,7 +364,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             if not job.live:
                 continue
             mine = holders.get(job.user)
-            strict = self.partition in job.partition.split(",") or job.reservation.startswith(f"{self.partition}-")
+            strict = self.partition in job.partition.split(",") or config.is_session(job.reservation, self.partition)
             if job.account == self.partition and self.accounting():
                 strict = True
             if mine is None:
@@ -586,7 +586,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                 if lim.partition == self.partition:
                     held("limit", lim.user, f"job_submit.lua: gpu:{lim.seat_type}:{lim.count}")
         for name, f in sorted(self.slurm.reservations().items()):
-            if name.startswith(f"{self.partition}-"):
+            if config.is_session(name, self.partition):
                 for login in sorted(_users(f) - {PLACEHOLDER}):
                     held("reservation", login, name)
         sc = self.wanted(course, [])
@@ -651,7 +651,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         course's GPUs; else what still lets them."""
         login = login_name(participant.key, participant.unix_user)
         for name, f in self.slurm.reservations().items():
-            if name.startswith(f"{self.partition}-") and login in _users(f):
+            if config.is_session(name, self.partition) and login in _users(f):
                 return f"{login} is still a user of reservation {name}"
         if self.accounting() and login in self.slurm.associations(self.partition):
             return f"{login} still has an association in account {self.partition}"
