@@ -256,3 +256,38 @@ def test_what_a_seat_lacks():
     assert missing_for(Grant("s", "gpu", None, "h", None), "kubernetes") is None
     assert "JupyterHub cannot start" in (missing_for(Grant("s", "vm", "GPU-1", "h", None), "local") or "")
     assert "no profile" in (missing_for(Grant("s", "mig", "MIG-1", "h", None), "kubernetes") or "")
+
+
+def test_a_profile_the_participant_picks_never_replaces_the_seats_gpu_or_node(make_spawner):
+    """KubeSpawner loads the chosen profile's ``kubespawner_override`` in ``start()``, after the pre-spawn
+    hook: a "4 GPUs" profile replaced the seat's MIG slice and node (JupyterHub: run_pre_spawn_hook, then
+    spawner.start(), whose _start calls load_user_options first)."""
+    from kubespawner import KubeSpawner
+
+    config = Config()
+    config.KubeSpawner.profile_list = [
+        {"display_name": "Small", "slug": "small", "default": True},
+        {
+            "display_name": "Big GPU box",
+            "slug": "big",
+            "kubespawner_override": {
+                "extra_resource_limits": {"nvidia.com/gpu": "4"},
+                "extra_resource_guarantees": {"nvidia.com/gpu": "4"},
+                "node_selector": {HOSTNAME_LABEL: "other-node"},
+                "environment": {"GPUSEAT_SEAT": "seat-99", "TEAM": "x"},
+            },
+        },
+    ]
+    spawner = _in_loop(lambda: make_spawner(KubeSpawner, config=config))
+    spawner.user_options = {"profile": "big"}
+    for _spawn in range(2):  # the spawner object lives on: the second spawn must not stack wrappers
+        apply(spawner, MIG, mig_strategy="mixed")
+        asyncio.run(spawner.load_user_options())  # what KubeSpawner._start does first
+        doc = _pod(spawner)
+        container = doc["spec"]["containers"][0]
+        assert container["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "1"}
+        assert "nvidia.com/gpu" not in (container["resources"].get("requests") or {})
+        assert doc["spec"]["nodeSelector"] == {HOSTNAME_LABEL: "gpu-node-2"}
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["GPUSEAT_SEAT"] == "seat-03" and env["TEAM"] == "x"
+    assert not hasattr(spawner.load_user_options.gpuseat_original, "gpuseat_original")

@@ -80,15 +80,8 @@ def apply(spawner: Any, grant: Grant, *, mig_strategy: MigStrategy = "mixed") ->
     env = {k: v for k, v in dict(spawner.environment).items() if k not in _SEAT_ENV}
     env["GPUSEAT_SEAT"] = grant.seat
     if kind == "kubernetes":
-        limits = {k: v for k, v in dict(spawner.extra_resource_limits).items() if not _is_gpu_resource(k)}
-        limits[kube_resource(grant, mig_strategy)] = "1"
-        spawner.extra_resource_limits = limits
-        guarantees = dict(spawner.extra_resource_guarantees)
-        spawner.extra_resource_guarantees = {k: v for k, v in guarantees.items() if not _is_gpu_resource(k)}
-        selector = {k: v for k, v in dict(spawner.node_selector).items() if k != HOSTNAME_LABEL}
-        if grant.host:
-            selector[HOSTNAME_LABEL] = grant.host
-        spawner.node_selector = selector
+        _kube_seat(spawner, grant, mig_strategy)
+        _seat_again_after_profile(spawner, grant, mig_strategy)
     elif kind == "docker":
         uuid = str(grant.device_uuid)
         env["NVIDIA_VISIBLE_DEVICES"] = uuid
@@ -101,6 +94,39 @@ def apply(spawner: Any, grant: Grant, *, mig_strategy: MigStrategy = "mixed") ->
 
 
 _SEAT_ENV = frozenset({"GPUSEAT_SEAT", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"})
+
+
+def _kube_seat(spawner: Any, grant: Grant, mig_strategy: MigStrategy) -> None:
+    """The seat's GPU resource (and no other) and its node on a KubeSpawner."""
+    limits = {k: v for k, v in dict(spawner.extra_resource_limits).items() if not _is_gpu_resource(k)}
+    limits[kube_resource(grant, mig_strategy)] = "1"
+    spawner.extra_resource_limits = limits
+    guarantees = dict(spawner.extra_resource_guarantees)
+    spawner.extra_resource_guarantees = {k: v for k, v in guarantees.items() if not _is_gpu_resource(k)}
+    selector = {k: v for k, v in dict(spawner.node_selector).items() if k != HOSTNAME_LABEL}
+    if grant.host:
+        selector[HOSTNAME_LABEL] = grant.host
+    spawner.node_selector = selector
+
+
+def _seat_again_after_profile(spawner: Any, grant: Grant, mig_strategy: MigStrategy) -> None:
+    """KubeSpawner applies the profile the participant chose (``profile_list``'s ``kubespawner_override``) in
+    ``start()``, after the pre-spawn hook: a profile's ``extra_resource_limits`` or ``node_selector`` replaced
+    the seat's, so a participant could pick four whole GPUs on any node. The seat is put on again right after
+    the profile is loaded (wrapped once: a later spawn wraps the original again, not the wrapper)."""
+    current = spawner.load_user_options
+    original: Callable[[], Any] = getattr(current, "gpuseat_original", current)
+
+    async def load_user_options() -> None:
+        loaded = original()
+        if hasattr(loaded, "__await__"):
+            await loaded
+        _kube_seat(spawner, grant, mig_strategy)
+        env = {k: v for k, v in dict(spawner.environment).items() if k not in _SEAT_ENV}
+        spawner.environment = {**env, "GPUSEAT_SEAT": grant.seat}
+
+    load_user_options.gpuseat_original = original  # type: ignore[attr-defined]
+    spawner.load_user_options = load_user_options
 
 
 def _is_gpu_resource(name: str) -> bool:
