@@ -86,7 +86,18 @@ _HUB_URL = re.compile(
     r"(?P<scheme>https?)://(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\])(?::[0-9]{1,5})?"
     r"(?:/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*)?"
 )
-_LOOPBACK = frozenset({"localhost", "127.0.0.1", "[::1]"})
+
+
+def _loopback(host: str) -> bool:
+    """True for this machine: localhost, 127.0.0.0/8, [::1]."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def visible_devices(printed: str) -> tuple[tuple[str, ...], str]:
@@ -143,7 +154,7 @@ class JupyterHubSettings(BaseModel):
             raise ValueError(
                 "must be an http(s):// URL of the hub (host, optional port and path prefix; no user:password@)"
             )
-        if m["scheme"] == "http" and m["host"].lower() not in _LOOPBACK:
+        if m["scheme"] == "http" and not _loopback(m["host"]):
             # the engine sends its admin token with every call: in clear text to another machine it is anyone's
             raise ValueError(
                 f"http:// sends the engine's admin token unencrypted to {m['host']}: use https://{v[7:]} "
