@@ -274,7 +274,7 @@ def test_a_profile_the_participant_picks_never_replaces_the_seats_gpu_or_node(ma
                 "extra_resource_limits": {"nvidia.com/gpu": "4"},
                 "extra_resource_guarantees": {"nvidia.com/gpu": "4"},
                 "node_selector": {HOSTNAME_LABEL: "other-node"},
-                "environment": {"GPUSEAT_SEAT": "seat-99", "TEAM": "x"},
+                "environment": {"GPUSEAT_SEAT": "seat-99", "NVIDIA_VISIBLE_DEVICES": "all", "TEAM": "x"},
             },
         },
     ]
@@ -290,4 +290,5 @@ def test_a_profile_the_participant_picks_never_replaces_the_seats_gpu_or_node(ma
         assert doc["spec"]["nodeSelector"] == {HOSTNAME_LABEL: "gpu-node-2"}
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["GPUSEAT_SEAT"] == "seat-03" and env["TEAM"] == "x"
+        assert "NVIDIA_VISIBLE_DEVICES" not in env  # =all would open every GPU of the node to the container
     assert not hasattr(spawner.load_user_options.gpuseat_original, "gpuseat_original")
