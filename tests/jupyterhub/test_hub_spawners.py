@@ -274,6 +274,7 @@ def test_a_profile_the_participant_picks_never_replaces_the_seats_gpu_or_node(ma
                 "extra_resource_limits": {"nvidia.com/gpu": "4"},
                 "extra_resource_guarantees": {"nvidia.com/gpu": "4"},
                 "node_selector": {HOSTNAME_LABEL: "other-node"},
+                "extra_container_config": {"resources": {"limits": {"nvidia.com/gpu": "2", "memory": "8Gi"}}},
                 "environment": {"GPUSEAT_SEAT": "seat-99", "NVIDIA_VISIBLE_DEVICES": "all", "TEAM": "x"},
             },
         },
@@ -285,7 +286,7 @@ def test_a_profile_the_participant_picks_never_replaces_the_seats_gpu_or_node(ma
         asyncio.run(spawner.load_user_options())  # what KubeSpawner._start does first
         doc = _pod(spawner)
         container = doc["spec"]["containers"][0]
-        assert container["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "1"}
+        assert container["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "1", "memory": "8Gi"}
         assert "nvidia.com/gpu" not in (container["resources"].get("requests") or {})
         assert doc["spec"]["nodeSelector"] == {HOSTNAME_LABEL: "gpu-node-2"}
         env = {e["name"]: e.get("value") for e in container["env"]}

@@ -107,6 +107,14 @@ def _kube_seat(spawner: Any, grant: Grant, mig_strategy: MigStrategy) -> None:
     if grant.host:
         selector[HOSTNAME_LABEL] = grant.host
     spawner.node_selector = selector
+    extra = dict(spawner.extra_container_config or {})
+    if isinstance(extra.get("resources"), dict):  # it replaces the container's resources as a whole
+        resources = dict(extra["resources"])
+        for part in ("limits", "requests"):
+            if isinstance(resources.get(part), dict):
+                resources[part] = {k: v for k, v in resources[part].items() if not _is_gpu_resource(k)}
+        resources["limits"] = {**(resources.get("limits") or {}), kube_resource(grant, mig_strategy): "1"}
+        spawner.extra_container_config = {**extra, "resources": resources}
 
 
 def _seat_again_after_profile(spawner: Any, grant: Grant, mig_strategy: MigStrategy) -> None:
