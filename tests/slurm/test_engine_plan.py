@@ -406,3 +406,15 @@ def test_a_course_whose_key_extends_this_ones_keeps_its_reservations_and_jobs(la
     lab.store.lifecycle.archive_course("c1")  # type: ignore[attr-defined]
     lab.apply()
     assert lab.fake.reservations == {theirs: ["zed"]} and 77 in lab.fake.jobs
+
+
+@pytest.mark.parametrize("state", ["REQUEUE_HOLD", "STOPPED", "RESV_DEL_HOLD", "REQUEUE_FED", "SIGNALING"])
+def test_a_released_holders_held_or_stopped_job_is_cancelled_too(lab: Lab, state: str) -> None:
+    # squeue lists these jobs, which still hold (STOPPED, SIGNALING) or may take again (a held requeue,
+    # released later) the seat's GPU: a released holder who put their job on hold kept it past the release
+    lab.apply()
+    lab.job(51, "alice", "seat-01", state=state)
+    lab.store.seats.release("c1", participant=lab.people["alice"])  # type: ignore[attr-defined]
+    done = lab.apply()
+    assert not done.failed, done.failed
+    assert "scancel 51" in _lines(done) and 51 not in lab.fake.jobs

@@ -21,7 +21,12 @@ from gpuseat.errors import EngineError
 
 TIMEOUT_S = 30
 #: job states that hold or wait for a GPU (scancel ends them; COMPLETING still holds it a moment)
-LIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING")
+#: a job that holds its GPU, waits for one, or may take one again once released (a held requeue, a job
+#: stopped or being signalled): what a release cancels
+LIVE_STATES = (
+    "PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING",
+    "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT", "STOPPED", "SIGNALING",
+)  # fmt: skip
 
 # Slurm's refusals and what they mean for a participant's seat (matched in sbatch/srun stderr).
 _REASONS: tuple[tuple[str, str], ...] = (
