@@ -76,3 +76,28 @@ def test_the_documented_values_still_pass(db, cli, engine: str, value: str) -> N
     assert r.code == 0, r.err
     key, _, want = value.partition("=")
     assert store.agents.engine_settings("demo", engine).get(key, want) == want  # a default is not stored
+
+
+def test_a_file_owned_by_a_person_is_not_trusted_but_a_system_accounts_is(tmp_path: Path) -> None:
+    # an organizer's own kubeconfig (exec: plugin) or slurm.conf (PluginDir=) would run their program as the agent
+    import os
+
+    from gpuseat.engines.setting_types import trusted_file
+    from gpuseat.errors import InputError
+
+    if os.geteuid() != 0:
+        pytest.skip("changing a file's owner needs root")
+    folder = tmp_path / "conf"
+    folder.mkdir(mode=0o755)
+    conf = folder / "kubeconfig"
+    conf.write_text("apiVersion: v1\n")
+    conf.chmod(0o600)
+    trusted_file(conf, setting="kubeconfig")  # root's, 0600: fine
+    os.chown(conf, 4242, 4242)
+    with pytest.raises(InputError, match="can be changed by another user"):
+        trusted_file(conf, setting="kubeconfig")
+    os.chown(conf, 64, 64)  # a system account (as the slurm user owning slurm.conf)
+    trusted_file(conf, setting="kubeconfig")
+    os.chown(folder, 4242, 4242)  # the file could be swapped in a person's folder
+    with pytest.raises(InputError, match="its folder"):
+        trusted_file(conf, setting="kubeconfig")

@@ -30,13 +30,14 @@ def trusted_file(path: str | Path, *, setting: str) -> None:
     """Refuse a file the agent reads with its own rights (root, or the cluster's admin) when another user
     could have written it: a kubeconfig's ``exec`` credential plugin, or a slurm.conf's ``PluginDir``, is a
     program the reader runs. Owned by root or by the agent's own user, and writable by nobody else (its
-    folder too, unless sticky, as /tmp); a file that is not there is left to the tool that reads it."""
+    folder too, unless sticky, as /tmp); a system account (uid below 1000) may own them, as the slurm user
+    does its slurm.conf on some sites. A file that is not there is left to the tool that reads it."""
     p = Path(path)
     try:
         st = p.stat()
     except OSError:
         return
-    me = {0, os.geteuid()}
+    me = {os.geteuid()} | set(range(1000))  # the agent's user, root, or a system account (slurm owns its conf)
     fix = f"make {p} (and its folder) owned by root and writable by its owner only (chmod go-w), or name another file"
     where = f"setting {setting}"
     if not stat.S_ISREG(st.st_mode):
