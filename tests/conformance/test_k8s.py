@@ -513,3 +513,23 @@ def test_two_long_logins_never_share_a_namespace_under_a_long_prefix(lab):
     assert (
         planned.engine.namespace_of(lab.roster.find_participant("k8s-lab", "cy")) == f"{prefix}-cy"
     )  # short: as before
+
+
+def test_each_participants_namespace_enforces_the_baseline_pod_security_standard(lab):
+    # edit in a namespace without a Pod Security label let the participant run a privileged Pod with a
+    # hostPath mount of / (and hostNetwork, hostPID): root on the GPU node, every GPU of every seat on it
+    lab.agents.set_engine_settings("k8s-lab", "kubernetes", {"kubeconfig": KUBECONFIG}, actor="test")
+    cluster = StandInCluster()
+    k8s_pass(lab, cluster)
+    spaces = [v for k, v in cluster.objects.items() if k[0] == "Namespace"]
+    assert len(spaces) == 2
+    for doc in spaces:
+        labels = doc["metadata"]["labels"]
+        assert labels["pod-security.kubernetes.io/enforce"] == "baseline", labels
+        assert labels["pod-security.kubernetes.io/enforce-version"] == "latest", labels
+    for (kind, _ns, _n), pod in cluster.objects.items():  # the probe itself passes baseline
+        if kind == "Pod":
+            spec = pod["spec"]
+            assert not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC", "volumes"))
+            assert all("securityContext" not in c for c in spec["containers"])
+    assert k8s_pass(lab, cluster)[0].changes.empty
