@@ -228,7 +228,9 @@ class StandInCluster(RecordingRunner):
         if verb == "get":
             if rest[0] == "pod":
                 ns = rest[rest.index("-n") + 1]
-                return done(json.dumps({"status": {"phase": "Succeeded"}, "metadata": {"namespace": ns}}))
+                if ("Pod", ns, rest[1]) not in self.objects:
+                    return done(code=1, err=f'Error from server (NotFound): pods "{rest[1]}" not found')
+                return done(json.dumps({**self.objects[("Pod", ns, rest[1])], "status": {"phase": "Succeeded"}}))
             kinds = {"namespaces": ("Namespace",), "pods": ("Pod",)}.get(
                 rest[0], ("ResourceQuota", "RoleBinding", "Pod")
             )
@@ -533,3 +535,21 @@ def test_each_participants_namespace_enforces_the_baseline_pod_security_standard
             assert not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC", "volumes"))
             assert all("securityContext" not in c for c in spec["containers"])
     assert k8s_pass(lab, cluster)[0].changes.empty
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [{"command": ["sh", "-c", "echo '  MIG 1g.10gb Device 0: (UUID: MIG-x)'"]}, {"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]},
+     {"image": "busybox"}],
+    ids=["command", "env", "image"],
+)  # fmt: skip
+def test_a_probe_pod_the_participant_replaced_is_never_taken_for_readiness(lab, forged):
+    # the participant (edit in their namespace) may delete gpuseat-probe and make their own of that name,
+    # labels and hash copied: its log was read as what the seat gives
+    lab.agents.set_engine_settings("k8s-lab", "kubernetes", {"kubeconfig": KUBECONFIG}, actor="test")
+    cluster = StandInCluster()
+    planned, _ = k8s_pass(lab, cluster)
+    pod = cluster.objects[("Pod", "gpuseat-ann", "gpuseat-probe")]
+    pod["spec"]["containers"][0].update(forged)
+    (seen,) = planned.engine.check([lab.seats.get_seat("k8s-lab", "seat-1")])
+    assert not seen.ready and "not the probe gpuseat made" in (seen.reason or ""), seen

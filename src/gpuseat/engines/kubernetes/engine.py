@@ -447,6 +447,15 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
 
     # -- observe, connect, check -----------------------------------------------------------------------
 
+    def _forged(self, pod: dict[str, Any], seat: SeatView) -> str | None:
+        """What makes ``pod`` another than the rendered probe: the participant may delete gpuseat-probe in
+        their namespace and make their own of that name (labels and hash copied), whose log would lie."""
+        spec = pod.get("spec") or {}
+        containers = list(spec.get("containers") or []) + list(spec.get("initContainers") or [])
+        if len(containers) != 1:
+            return f"{len(containers)} containers"
+        return _container_odd(containers[0], self.settings.image, {resource_of(seat): "1"})
+
     def observe(self, course: CourseState) -> list[Holding]:
         """The course's namespaces and the participants' RoleBindings on the cluster now."""
         if not self.cluster:
@@ -484,7 +493,11 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
         got = self.runner.try_run(argv, mutates=False, timeout=self.settings.timeout)
         if got.returncode != 0:
             return result("broken", f"no probe Pod in {ns} (not applied yet?)", got.stderr)
-        phase = (json.loads(got.stdout or "{}").get("status") or {}).get("phase")
+        live = json.loads(got.stdout or "{}")
+        odd = self._forged(live, seat)
+        if odd:
+            return result("broken", f"the Pod {PROBE_POD} in {ns} is not the probe gpuseat made ({odd})", got.stdout)
+        phase = (live.get("status") or {}).get("phase")
         if phase != "Succeeded":
             return result("broken", f"the probe Pod in {ns} is {phase or 'unknown'}, not Succeeded", got.stdout)
         logs = self.runner.try_run(self.kubectl("logs", PROBE_POD, "-n", ns), mutates=False,
@@ -494,6 +507,19 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
         state, why = judge(None, visible)
         evidence = f"kubectl logs {PROBE_POD} -n {ns} (the device plugin picks the {resource_of(seat)})\n{logs.stdout}"
         return result(state, why, evidence, visible)
+
+
+def _container_odd(c: dict[str, Any], image: str, limits: dict[str, str]) -> str | None:
+    """What differs in a probe container from the render (its log is only evidence when nothing does)."""
+    if c.get("image") != image:
+        return f"image {c.get('image')!r}"
+    if c.get("command") != ["nvidia-smi", "-L"] or c.get("args"):
+        return "another command"
+    if c.get("env") or c.get("envFrom"):
+        return "environment variables set"
+    if ((c.get("resources") or {}).get("limits") or {}) != limits:
+        return "other resources"
+    return None
 
 
 def _hash(doc: dict[str, Any]) -> str | None:
