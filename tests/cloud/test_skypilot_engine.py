@@ -397,3 +397,17 @@ def test_a_seat_whose_cluster_name_is_another_courses_cluster_is_not_launched_on
     (failed,) = done.failed
     assert failed["exit_code"] == 2 and "belongs to course lab-x" in failed["error"], failed
     assert not fake.launched() and fake.clusters["gs-lab-x-1"]["envs"]["GPUSEAT_COURSE"] == "lab-x"
+
+
+@pytest.mark.parametrize("login", ["admin", "daemon", "nobody"])
+def test_a_roster_login_that_is_an_image_account_is_never_launched_for(lab, tmp_path, login):
+    """Debian's image admin (sudo) or a daemon's account passed the roster's Unix name rule; the setup then
+    put the participant's key on that account (the setup now refuses any account the image has, too)."""
+    store, fake, _ = lab
+    roster = f"name,email,group,unix_user,ssh_key\nEve,eve@example.edu,students,{login},{ssh_key(tmp_path, 'e')}\n"
+    store.roster.import_roster("lab", RosterText(roster, where="more.csv"))
+    store.seats.assign("lab", login, "cloud-2")  # the key is made from the unix_user
+    done, _ = run(store, fake, OPEN, failing=True)
+    (failed,) = done.failed
+    assert failed["exit_code"] == 2 and "or a system account" in failed["error"], failed
+    assert "gs-lab-cloud-2" not in fake.clusters

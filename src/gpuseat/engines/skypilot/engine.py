@@ -51,7 +51,14 @@ ACTOR = "gpuseat-agent"
 STATES = ("not launched", "launching", "running", "stopped")
 _RUNNING = ("UP",)
 #: the images' own admin users (SkyPilot logs in as one of them): never a participant's login to revoke
-_ADMINS = frozenset({"root", "ubuntu", "ec2-user", "gcpuser", "azureuser", "sky"})
+_ADMINS = frozenset({"root", "ubuntu", "ec2-user", "gcpuser", "azureuser", "sky", "admin", "debian", "centos",
+                     "cloud-user", "fedora", "rocky", "almalinux", "opc", "core"})  # fmt: skip
+#: accounts every Linux image has (daemons, nobody): never a participant's login (the setup also refuses any
+#: account the image already has, whatever its name)
+_SYSTEM = frozenset({"daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy",
+                     "www-data", "backup", "list", "irc", "gnats", "nobody", "sshd", "messagebus", "syslog",
+                     "systemd-network", "systemd-resolve", "systemd-timesync", "polkitd", "_apt", "tss",
+                     "uuidd", "tcpdump", "landscape", "pollinate", "lxd", "dnsmasq", "chrony", "ntp"})  # fmt: skip
 _STOPPABLE = ("UP", "INIT")
 
 
@@ -205,9 +212,9 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
     def _task(self, state: CourseState, seat: SeatView, p: ParticipantView) -> dict[str, Any]:
         from gpuseat.catalog.bundle import load_catalog
 
-        if self.login_of(p) in _ADMINS:  # the setup would replace the image admin's key: SkyPilot locked out
+        if self.login_of(p) in _ADMINS | _SYSTEM:  # the setup would hand that account (sudo, a daemon's) over
             raise InputError(
-                f"{p.key}'s login {self.login_of(p)!r} is the cloud image's own admin user",
+                f"{p.key}'s login {self.login_of(p)!r} is the cloud image's own admin user or a system account",
                 where=f"participant {p.key}",
                 fix="give them another unix_user in the roster",
             )
