@@ -100,7 +100,8 @@ class Machine:
 
     def add_account(self, login: str, course: str, group: str) -> bool:
         """Create the account (home, bash, in ``group``, keys only, GECOS ``gpuseat course COURSE``)."""
-        found = self.account(login)
+        fix = "give the participant another unix_user in the roster, or remove that account"
+        found = self._course_account(login, course, where="roster: unix_user", fix=fix)
         if found is None:
             self.runner.run(
                 ["useradd", "--create-home", "--shell", "/bin/bash", "--comment", f"{GECOS_PREFIX}{course}", login],
@@ -108,12 +109,6 @@ class Machine:
             )
             self.runner.run(["usermod", "--append", "--groups", group, "--password", "*", login], where="host")
             return True
-        if found.course != course:
-            raise InputError(
-                f"account {login!r} already exists and gpuseat did not create it for this course",
-                where="roster: unix_user",
-                fix="give the participant another unix_user in the roster, or remove that account",
-            )
         if login not in grp.getgrnam(group).gr_mem:
             self.runner.run(["usermod", "--append", "--groups", group, login], where="host")
             return True
@@ -123,17 +118,22 @@ class Machine:
         """Remove the account gpuseat made for ``course`` and its home folder (the course is deleted: a
         later course of the same key must not find the old participant's files under the same login).
         An account made by hand or for another course is never removed."""
-        found = self.account(login)
-        if found is None:
+        if self._course_account(login, course, where="host", fix="remove it by hand if it should go") is None:
             return False
-        if found.course != course:
-            raise InputError(
-                f"account {login!r} was not made by gpuseat for course {course!r}: left as it is",
-                where="host",
-                fix="remove it by hand if it should go",
-            )
         self.runner.run(["userdel", "--remove", login], where="host")
         return True
+
+    def _course_account(self, login: str, course: str, *, where: str, fix: str) -> Account | None:
+        """The account ``login`` when gpuseat made it for ``course``, None when there is none; one made by
+        hand or for another course is refused (gpuseat never changes or removes it)."""
+        found = self.account(login)
+        if found is not None and found.course != course:
+            raise InputError(
+                f"account {login!r} already exists and gpuseat did not create it for course {course!r}",
+                where=where,
+                fix=fix,
+            )
+        return found
 
     def set_locked(self, login: str, value: bool) -> bool:
         """Lock (expire: sshd then refuses keys too) or unlock an account; True when it changed."""
