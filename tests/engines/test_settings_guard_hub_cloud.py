@@ -5,7 +5,7 @@ Each row is a value an organizer (or a roster) can store and what gpuseat did wi
 * ``hub_url=http://hub.example.edu``: the engine sent its admin token (admin:users, admin:servers, tokens)
   in clear text to another machine; ``https://user:pw@hub…`` showed the password in every participant's
   way in. Both are refused when stored (``gpuseat engines settings``), loopback http stays allowed;
-* skypilot ``ssh=bin/ssh`` and ``wheelhouse=wheels/`` depended on the agent's working folder (the agent ran
+* skypilot ``ssh=bin/ssh`` (or ``ssh=/home/me/tool``) and ``wheelhouse=wheels/`` depended on the agent's working folder (the agent ran
   that program, shipped that folder to every seat): the first is refused, the second stored as the folder it
   names where it is set; ``gpuseat_spec=gpuseat`` (a bare name from a package index) was stored and failed
   only at the first launch: it is refused when stored;
@@ -93,7 +93,10 @@ def test_the_cli_refuses_a_plain_http_hub_and_stores_nothing(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("values", "field", "says"),
     [
-        ({"ssh": "bin/ssh"}, "ssh", "absolute path"),
+        ({"ssh": "bin/ssh"}, "ssh", "absolute path of an ssh"),
+        ({"ssh": "/home/organizer/tool"}, "ssh", "must be ssh"),
+        ({"ssh": "sh"}, "ssh", "must be ssh"),
+        ({"ssh": "/usr/bin/../../tmp/ssh"}, "ssh", "must be ssh"),
         ({"wheelhouse": "/srv/wheels\nx"}, "wheelhouse", "on one line"),
         ({"gpuseat_spec": "gpuseat"}, "gpuseat_spec", "direct reference"),
         ({"gpuseat_spec": "gpuseat @ http://example.org/gpuseat-0.1-py3-none-any.whl"}, "gpuseat_spec", "https"),

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shlex
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -119,8 +120,10 @@ class SkyPilotSettings(BaseModel):
     def _program(cls, v: str) -> str:
         if not v or any(c.isspace() or ord(c) < 32 for c in v) or v.startswith("-"):
             raise ValueError("must be a program name or path without spaces")
-        if "/" in v and not v.startswith("/"):  # bin/ssh would be whatever the agent's working folder holds
-            raise ValueError("must be a program name (found on PATH) or an absolute path, e.g. /usr/bin/ssh")
+        # the agent runs it (with SkyPilot's keys to every seat): ssh from PATH or an ssh by its absolute path,
+        # never another program (ssh=/home/me/tool) nor one found from the agent's working folder (bin/ssh)
+        if not re.fullmatch(r"ssh|/(?:[A-Za-z0-9._+-]+/)*ssh", v) or ".." in v.split("/"):
+            raise ValueError(f"{v}: must be ssh, or the absolute path of an ssh (e.g. /usr/bin/ssh)")
         return v
 
     @field_validator("wheelhouse")
