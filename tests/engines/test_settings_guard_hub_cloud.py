@@ -69,6 +69,30 @@ def test_a_https_hub_or_a_hub_on_this_machine_is_taken(url):
     assert registry.validate_settings("jupyterhub", {"hub_url": url}).hub_url == url.rstrip("/")
 
 
+@pytest.mark.parametrize(
+    ("values", "field", "says"),
+    [
+        ({"token_env": "AWS_SECRET_ACCESS_KEY"}, "token_env", "does not name a token"),
+        ({"token_env": "PGPASSWORD"}, "token_env", "does not name a token"),
+        ({"token_file": "/root/.config/some-secret"}, "token_file", "does not name a token"),
+        ({"token_file": "/etc/gpuseat/db-password"}, "token_file", "does not name a token"),
+    ],
+)
+def test_a_token_source_that_names_another_secret_is_refused(values, field, says):
+    """The agent sends the token to ``hub_url``, which the same settings choose: a token source must be one,
+    else the settings could send one of the agent's other secrets (a cloud key in its environment, a one-line
+    secret file of root's) to a host of their choosing. Before, any variable and any root-only file went."""
+    with pytest.raises(InputError, match=f"jupyterhub setting {field}") as info:
+        registry.validate_settings("jupyterhub", {"hub_url": "https://hub.example.edu", **values})
+    assert says in info.value.message
+
+
+def test_token_sources_that_name_a_token_are_taken():
+    for values in ({"token_env": "JUPYTERHUB_API_TOKEN"}, {"token_env": "MY_HUB_TOKEN"},
+                   {"token_file": "/etc/gpuseat/hub-token"}, {"token_file": "/run/secrets/engine-token"}):  # fmt: skip
+        registry.validate_settings("jupyterhub", {"hub_url": "https://hub.example.edu", **values})
+
+
 def _course(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'course.db'}"
     store = open_store(url, create=True)

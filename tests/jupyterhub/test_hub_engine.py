@@ -78,7 +78,7 @@ def test_a_token_file_others_may_read_is_refused(tmp_path):
     path.chmod(0o600)
     assert read_token(settings) == "abc123"
     with pytest.raises(InputError, match="cannot read the hub token file"):
-        read_token(JupyterHubSettings(token_file=str(tmp_path / "missing")))
+        read_token(JupyterHubSettings(token_file=str(tmp_path / "missing-token")))
 
 
 def test_the_settings_table_shows_every_setting_and_no_token(cli, tmp_path):

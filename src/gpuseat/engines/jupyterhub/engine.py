@@ -162,11 +162,24 @@ class JupyterHubSettings(BaseModel):
             )
         return v.rstrip("/")
 
+    # The agent (root) sends the token to ``hub_url``, which the same settings name: a token source must
+    # say it is a token, so that settings cannot send another secret of the agent's (a cloud key in its
+    # environment, a one-line secret file) to a host of their choosing.
     @field_validator("token_env")
     @classmethod
     def _env(cls, v: str) -> str:
         if not _ENV_NAME.match(v):
             raise ValueError("must be an environment variable name like JUPYTERHUB_API_TOKEN")
+        if "TOKEN" not in v.upper():
+            raise ValueError(f"{v} does not name a token: use a variable like JUPYTERHUB_API_TOKEN for the hub's")
+        return v
+
+    @field_validator("token_file")
+    @classmethod
+    def _token_file(cls, v: str | None) -> str | None:
+        if v is not None and "token" not in Path(v).name.lower():
+            name = Path(v).name
+            raise ValueError(f"{name} does not name a token: keep the hub's in a file like /etc/gpuseat/hub-token")
         return v
 
 
