@@ -101,6 +101,9 @@ def test_each_seat_is_a_namespace_with_a_quota_of_one_gpu_of_its_kind(name):
         who = people[i] if i < len(people) else None
         ns = f"gpuseat-{who or item.name}"
         assert found[f"{item.name}-1-namespace.yaml"]["metadata"]["name"] == ns
+        # with edit there, a participant must not run a privileged Pod or mount the node's disk (as the engine)
+        labels = found[f"{item.name}-1-namespace.yaml"]["metadata"]["labels"]
+        assert labels["pod-security.kubernetes.io/enforce"] == "baseline", labels
         hard = found[f"{item.name}-2-quota.yaml"]["spec"]["hard"]
         assert found[f"{item.name}-2-quota.yaml"]["metadata"]["namespace"] == ns
         assert hard == {f"requests.{r}": ("1" if r == resource_for(item) else "0") for r in offered}

@@ -91,8 +91,16 @@ def namespace_doc(item: Slice, namespace: str, participant: str | None) -> dict[
     return _namespace(namespace, participant, _labels(item))
 
 
+#: each seat's namespace enforces the baseline Pod Security Standard (the probe Pod meets it): with ``edit``
+#: there a participant must not run a privileged Pod or mount the node's disk (root on the GPU node)
+POD_SECURITY = {
+    "pod-security.kubernetes.io/enforce": "baseline",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+
+
 def _namespace(namespace: str, participant: str | None, labels: dict[str, str]) -> dict[str, Any]:
-    labels = dict(labels)
+    labels = {**labels, **POD_SECURITY}
     if participant:
         labels["gpuseat/participant"] = participant
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}}

@@ -53,11 +53,6 @@ _DNS = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 #: ``kubectl`` (from PATH) or an absolute path ending in a kubectl, maybe versioned (``kubectl-1.30``)
 _KUBECTL = re.compile(r"^(/[A-Za-z0-9_.+/-]*/)?kubectl(-?[0-9][0-9.]*)?$")
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
-#: each holder's namespace enforces the baseline Pod Security Standard (the probe Pod meets it)
-POD_SECURITY = {
-    "pod-security.kubernetes.io/enforce": "baseline",
-    "pod-security.kubernetes.io/enforce-version": "latest",
-}
 #: the verb of each kind of object the engine applies, by whether it exists already
 _VERBS = {"Namespace": "namespace", "ResourceQuota": "quota", "RoleBinding": "access", "Pod": "pod"}
 
@@ -254,8 +249,6 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
             for doc in docs:
                 if doc["kind"] == "Namespace":  # a label value must be a DNS-like word: the login as a DNS label
                     doc["metadata"]["labels"]["gpuseat/participant"] = k8s_name(login)
-                    # edit there must not make a privileged Pod, hostPath, hostNetwork…: root on the GPU node
-                    doc["metadata"]["labels"].update(POD_SECURITY)
                 doc["metadata"].setdefault("annotations", {})[HASH] = fingerprint(doc)
             out[seat.key] = docs
         return out
