@@ -180,3 +180,21 @@ def test_agents_starting_at_once_each_get_an_answer_and_one_holds_the_lease(stor
         assert list(answers.values()).count("True") == 1, answers
         (lease,) = [x for x in store.agents.leases() if x["name"] == name]
         assert answers[lease["holder"]] == "True"
+
+
+def test_a_leader_whose_clock_jumped_ahead_holds_the_lease_no_longer_than_its_ttl(
+    store: CourseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lease times are the database's clock: an agent whose clock was stepped an hour ahead takes the lease
+    and dies; a standby with a true clock takes over once the TTL has run out, not an hour later (it waited
+    the size of the step when each agent wrote its own clock's time)."""
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3600.0)
+    assert store.agents.take_lease("agent:host:skew", "ahead", 3)
+    monkeypatch.setattr(time, "time", real)
+    assert not store.agents.take_lease("agent:host:skew", "true-clock", 3)  # held, by any clock
+    (lease,) = [x for x in store.agents.leases() if x["name"] == "agent:host:skew"]
+    assert 0 < lease["expires_in_s"] <= 3, lease
+    time.sleep(3.3)
+    assert store.agents.take_lease("agent:host:skew", "true-clock", 3)
+    assert not store.agents.holds_lease("agent:host:skew", "ahead")

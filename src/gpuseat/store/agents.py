@@ -8,12 +8,11 @@ expired or free lease, or renews its own, in one write; everyone else waits as s
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, text
 
 from gpuseat.db.models import AgentLease, AgentStatus, CourseDeletion, EngineHolding, EngineSetting, Event
 from gpuseat.store.base import Concern
@@ -117,12 +116,25 @@ class Agents(Concern):
             return None
 
     # -- leases ------------------------------------------------------------------------------------------
+    # Lease times are the database's clock, not the agent's: agents on several machines (or one whose clock
+    # was just stepped) then agree on when a lease runs out, and a leader whose clock jumped ahead cannot
+    # hold it for the size of the jump after it died.
+
+    def _clock(self, s: Any) -> float:
+        """Seconds since the epoch by the database's clock (PostgreSQL's ``clock_timestamp()``; SQLite's
+        ``'now'``, the clock of the machine that holds the file)."""
+        sql = (
+            "SELECT extract(epoch FROM clock_timestamp())"
+            if self._database.dialect == "postgresql"
+            else "SELECT (julianday('now') - 2440587.5) * 86400.0"
+        )
+        return float(s.scalar(text(sql)))
 
     def take_lease(self, name: str, holder: str, ttl_s: float, *, now: float | None = None) -> bool:
         """Take or renew the lease ``name`` for ``holder`` for ``ttl_s`` seconds; False while another
-        holder's lease has not expired."""
-        t = time.time() if now is None else now
+        holder's lease has not expired (``now``: a time to use instead of the database's clock, in tests)."""
         with self._database.write() as s:
+            t = self._clock(s) if now is None else now
             row = s.get(AgentLease, name, with_for_update=True)
             if row is None:  # agents starting at once all find no row: one insert wins, the others read it
                 new = {"name": name, "holder": holder, "acquired_at": t, "expires_at": t + ttl_s}
@@ -141,8 +153,8 @@ class Agents(Concern):
 
     def holds_lease(self, name: str, holder: str, *, now: float | None = None) -> bool:
         """True while ``holder`` holds an unexpired lease ``name`` (asked before each apply step)."""
-        t = time.time() if now is None else now
         with self._database.read() as s:
+            t = self._clock(s) if now is None else now
             row = s.get(AgentLease, name)
             return row is not None and row.holder == holder and row.expires_at > t
 
@@ -153,8 +165,8 @@ class Agents(Concern):
 
     def leases(self) -> list[dict[str, Any]]:
         """Every lease: name, holder, seconds left."""
-        now = time.time()
         with self._database.read() as s:
+            now = self._clock(s)
             return [
                 {"name": r.name, "holder": r.holder, "expires_in_s": round(r.expires_at - now, 1)}
                 for r in s.scalars(select(AgentLease).order_by(AgentLease.name))
