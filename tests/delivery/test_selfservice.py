@@ -22,6 +22,17 @@ from .hostlab import Lab, free_port
 from .test_agent import MIG, AgentProcess, _alive_of, _seat_of, _settings, until
 
 
+def _runs(uid: int, name: str) -> bool:
+    """True while a process ``name`` of ``uid`` runs."""
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and p.stat().st_uid == uid and (p / "comm").read_text().strip() == name:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _apply(cli: Callable[..., Any], db: str) -> Any:
     r = cli("apply", "--course", "lab", "--engine", "host", "--host", "gpu1", "--db", db)
     assert r.code in (0, 1), r.out + r.err
@@ -71,7 +82,7 @@ def test_stop_start_restart_reset_and_a_new_key(
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        until(lambda: _alive_of(uid))
+        until(lambda: _runs(uid, "sleep"))  # her loop runs (not only sshd's session for it, still being set up)
         r = cli("seat", "stop", "--participant", "ann", "--db", db)
         assert r.code == 0 and "pending" in r.out, r.out + r.err
         assert _requests(cli, db, "ann")[0]["state"] == "pending"

@@ -372,3 +372,37 @@ def test_a_course_group_that_holds_someone_else_takes_no_course_account_in(lab: 
         subprocess.run(["userdel", stranger], capture_output=True, check=False)
     _pass(db)
     assert Machine(Runner()).account(lab.people["ann"].user) is not None
+
+
+def test_a_process_that_becomes_the_released_holder_right_after_the_kill_is_ended_too(lab: Lab, db: str) -> None:
+    """A session being set up as the revoke's kill runs (sshd forks as root, then the child becomes the
+    user) comes after the kill: here a root process starts one more of ann's the moment her first one dies.
+    The revoke kills again until none is left, instead of failing the step and leaving that process running
+    until the next pass (CI met this under load: a stop's apply left the participant's shell alive)."""
+    import threading
+
+    with open_store(db) as store:
+        store.seats.assign("lab", "ann", _seat(store, MIG[0]))
+    _pass(db)
+    uid = _uid(lab, "ann")
+    first = subprocess.Popen(["sleep", "600"], user=uid)
+    late: list[subprocess.Popen[bytes]] = []
+
+    def become_ann_after_the_kill() -> None:
+        first.wait(60)
+        late.append(subprocess.Popen(["sleep", "600"], user=uid))
+
+    watcher = threading.Thread(target=become_ann_after_the_kill, daemon=True)
+    watcher.start()
+    try:
+        with open_store(db) as store:
+            store.seats.release("lab", participant="ann", reason="left the course")
+        _pass(db)  # no failed step: "survived SIGKILL" was the old answer
+        watcher.join(10)
+        assert late and late[0].wait(10) is not None, "the process that came after the first kill still runs"
+        assert not Machine(Runner()).processes({uid})
+    finally:
+        for p in (first, *late):
+            if p.poll() is None:
+                p.kill()
+                p.wait()

@@ -521,15 +521,24 @@ class HostEngine(StepEngine[HostSettings]):
                 if "pids" in d:
                     m.end_processes(set(d["pids"]))
                 else:
-                    m.end_user(login)
                     gone = m.account(login)
-                    left = m.processes({gone.uid}) if gone else {}
-                    for _ in range(50):  # SIGKILL is asynchronous: give the kernel a moment
-                        if not left or self.runner.dry_run:
-                            break
-                        time.sleep(0.05)
+                    left: dict[int, int] = {}
+                    # SIGKILL is asynchronous: give the kernel a moment. A login being set up as the kill ran
+                    # (sshd forks, then the child becomes the user) comes after it: the user must have no
+                    # process for a short while, killed again as often as one shows up (the account is locked
+                    # and its key gone by now, so no new session starts)
+                    quiet = 0
+                    for _ in range(60 if gone and not self.runner.dry_run else 0):
                         left = m.processes({gone.uid}) if gone else {}
-                    if left and not self.runner.dry_run:
+                        quiet = 0 if left else quiet + 1
+                        if quiet >= 4:  # none for 0.2 s
+                            break
+                        if left:
+                            m.end_user(login)
+                        time.sleep(0.05)
+                    if self.runner.dry_run:
+                        m.end_user(login)
+                    if left:
                         raise InputError(f"{len(left)} process(es) of {login} survived SIGKILL", where=step.target)
             case "device.revoke" | "device.grant":
                 uids = set()
