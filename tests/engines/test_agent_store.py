@@ -147,16 +147,18 @@ def test_the_agent_passes_at_a_schedule_boundary_and_on_store_changes_only(store
     assert agent.role == "leader" and store.agents.agent_statuses()[0]["last_apply_at"]
 
 
-def _race_lease(url: str, name: str, holder: str, start: Any, out: Any) -> None:
-    """One agent process: open the store, wait for the others, take the lease ``name`` once."""
+def _race_lease(url: str, names: list[str], holder: str, start: Any, out: Any) -> None:
+    """One agent process: open the store, then for each lease name wait for the others and take it once."""
     from gpuseat.store import open_store
 
     s = open_store(url)
     try:
-        start.wait(30)
-        out.put((holder, repr(s.agents.take_lease(name, holder, 15))))
-    except Exception as exc:  # what the agent's loop would have met
-        out.put((holder, f"{type(exc).__name__}: {exc}"[:200]))
+        for name in names:
+            start.wait(30)
+            try:
+                out.put((name, holder, repr(s.agents.take_lease(name, holder, 15))))
+            except Exception as exc:  # what the agent's loop would have met
+                out.put((name, holder, f"{type(exc).__name__}: {exc}"[:200]))
     finally:
         s.close()
 
@@ -167,19 +169,20 @@ def test_agents_starting_at_once_each_get_an_answer_and_one_holds_the_lease(stor
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
-    for round_ in range(8):
-        start, out = ctx.Barrier(4), ctx.Queue()
-        name = f"agent:host:race{round_}"
-        procs = [ctx.Process(target=_race_lease, args=(url, name, f"h{i}", start, out)) for i in range(4)]
-        for p in procs:
-            p.start()
-        answers = dict(out.get(timeout=60) for _ in procs)
-        for p in procs:
-            p.join(30)
+    names = [f"agent:host:race{i}" for i in range(8)]
+    start, out = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_race_lease, args=(url, names, f"h{i}", start, out)) for i in range(4)]
+    for p in procs:
+        p.start()
+    got = [out.get(timeout=120) for _ in range(len(names) * len(procs))]
+    for p in procs:
+        p.join(30)
+    leases = {x["name"]: x["holder"] for x in store.agents.leases()}
+    for name in names:
+        answers = {holder: said for n, holder, said in got if n == name}
         assert set(answers.values()) <= {"True", "False"}, answers
         assert list(answers.values()).count("True") == 1, answers
-        (lease,) = [x for x in store.agents.leases() if x["name"] == name]
-        assert answers[lease["holder"]] == "True"
+        assert answers[leases[name]] == "True"
 
 
 def test_a_leader_whose_clock_jumped_ahead_holds_the_lease_no_longer_than_its_ttl(
