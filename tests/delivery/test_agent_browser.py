@@ -57,8 +57,9 @@ def test_the_new_holders_page_never_shows_the_old_login(
             browser.close()
         assert all(f"{ann}@" not in text for text in seen["dan"]), "dan was shown ann's login"
         assert all(f"{dan}@" not in text for text in seen["ann"]), "ann was shown dan's login"
-        assert _env(lab, "dan") == MIG[0]
-        assert _env(lab, "ann") == MIG[2]  # the mover keeps her login, on her new seat
+        # one ssh login each (a single try failed once on a loaded CI machine, the pin already in place)
+        until(lambda: _env(lab, "dan") == MIG[0])
+        until(lambda: _env(lab, "ann") == MIG[2])  # the mover keeps her login, on her new seat
     finally:
         agent.stop()
         server.stop()
