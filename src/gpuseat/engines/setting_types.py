@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Annotated
@@ -24,6 +25,16 @@ def _absolute(value: str) -> str:
 
 #: the path of a file on this machine (a kubeconfig, a token file)
 AbsolutePath = Annotated[str, AfterValidator(_absolute)]
+
+
+def tool(value: str, name: str, *, example: str, article: str = "a", versioned: bool = False) -> str:
+    """A program the agent runs with its credentials (kubectl, ssh): ``name`` from PATH, or a ``name`` by its
+    absolute path (``versioned``: ``kubectl-1.30`` too); never a program of another name, nor one found from
+    the agent's working folder (``bin/ssh``)."""
+    version = r"(-?[0-9][0-9.]*)?" if versioned else ""
+    if not re.fullmatch(rf"(/(?:[A-Za-z0-9._+-]+/)*)?{re.escape(name)}{version}", value) or ".." in value.split("/"):
+        raise ValueError(f"{value}: must be {name}, or the absolute path of {article} {name} (e.g. {example})")
+    return value
 
 
 def trusted_file(path: str | Path, *, setting: str) -> None:

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
-from gpuseat.engines.setting_types import AbsolutePath, trusted_file
+from gpuseat.engines.setting_types import AbsolutePath, tool, trusted_file
 from gpuseat.errors import EngineError, InputError
 from gpuseat.render.k8s import GPU, MANAGED_BY, PROBE_POD, SEAT_LABEL, mig_resource, seat_objects
 
@@ -50,8 +50,6 @@ COURSE_LABEL = "gpuseat/course"
 #: the label selector of every object the engine applies (the render marks them so)
 MANAGED = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
 _DNS = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-#: ``kubectl`` (from PATH) or an absolute path ending in a kubectl, maybe versioned (``kubectl-1.30``)
-_KUBECTL = re.compile(r"^(/[A-Za-z0-9_.+/-]*/)?kubectl(-?[0-9][0-9.]*)?$")
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
 #: the verb of each kind of object the engine applies, by whether it exists already
 _VERBS = {"Namespace": "namespace", "ResourceQuota": "quota", "RoleBinding": "access", "Pod": "pod"}
@@ -95,9 +93,7 @@ class KubernetesSettings(BaseModel):
     def _kubectl(cls, v: str) -> str:
         # the agent runs this program with the cluster's credentials: kubectl from PATH, or a kubectl by its
         # absolute path (a program of another name, or one found from the current folder, ran instead)
-        if not _KUBECTL.match(v) or ".." in v.split("/"):
-            raise ValueError(f"{v}: must be kubectl, or the absolute path of a kubectl (e.g. /usr/local/bin/kubectl)")
-        return v
+        return tool(v, "kubectl", example="/usr/local/bin/kubectl", versioned=True)
 
 
 def k8s_name(login: str) -> str:

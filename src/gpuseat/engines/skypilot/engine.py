@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import shlex
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -39,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gpuseat.core import delivery
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine, ssh_access
+from gpuseat.engines.setting_types import tool
 from gpuseat.engines.skypilot import tasks
 from gpuseat.engines.skypilot.sdk import Cluster, SkyPilot
 from gpuseat.errors import EngineError, GpuseatError, InputError
@@ -122,9 +122,7 @@ class SkyPilotSettings(BaseModel):
             raise ValueError("must be a program name or path without spaces")
         # the agent runs it (with SkyPilot's keys to every seat): ssh from PATH or an ssh by its absolute path,
         # never another program (ssh=/home/me/tool) nor one found from the agent's working folder (bin/ssh)
-        if not re.fullmatch(r"ssh|/(?:[A-Za-z0-9._+-]+/)*ssh", v) or ".." in v.split("/"):
-            raise ValueError(f"{v}: must be ssh, or the absolute path of an ssh (e.g. /usr/bin/ssh)")
-        return v
+        return tool(v, "ssh", example="/usr/bin/ssh", article="an")
 
     @field_validator("wheelhouse")
     @classmethod
