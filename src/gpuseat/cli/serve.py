@@ -300,7 +300,7 @@ def worker_app() -> Any:
 def _process_settings() -> None:
     from gpuseat.web.security import install_log_redaction
 
-    install_log_redaction()
+    install_log_redaction(os.environ.get("GPUSEAT_LOG_LEVEL", "info"))
     # CPU-bound work in worker threads (a 20,000-row roster import) holds the GIL in 5 ms slices by
     # default; 1 ms slices hand the event loop its turn sooner, so other pages keep answering quickly
     sys.setswitchinterval(0.001)

@@ -204,9 +204,19 @@ class RedactTokens(logging.Filter):
         return True
 
 
-def install_log_redaction() -> None:
-    """Attach :class:`RedactTokens` to uvicorn's loggers (idempotent)."""
+def install_log_redaction(level: str = "info") -> None:
+    """Attach :class:`RedactTokens` to uvicorn's loggers, and give gpuseat's own portal loggers a redacted
+    handler at ``level`` so their lines (a client that left mid-request, a failed visit write) reach the same
+    server log as uvicorn's instead of Python's warnings-only fallback (idempotent)."""
     for name in ("uvicorn.access", "uvicorn.error", "uvicorn"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, RedactTokens) for f in logger.filters):
             logger.addFilter(RedactTokens())
+    ours = logging.getLogger("gpuseat")
+    known = logging.getLevelName(level.upper())  # uvicorn checks the name it is given; an unknown one: info
+    ours.setLevel(known if isinstance(known, int) else logging.INFO)
+    if not any(any(isinstance(f, RedactTokens) for f in h.filters) for h in ours.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+        handler.addFilter(RedactTokens())  # a handler's filter also sees the records of child loggers
+        ours.addHandler(handler)
