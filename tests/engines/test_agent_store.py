@@ -78,6 +78,34 @@ def test_the_events_head_and_the_postgresql_wake_up(store: CourseStore, url: str
         listener.close()
 
 
+def test_a_store_in_another_schema_of_the_database_never_wakes_this_ones_agents(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Two stores in one PostgreSQL database, a schema each, both with a running agent: events of one
+    notify only its own listener, with its own event id."""
+    from pg_schema import pg_schema_url
+
+    from gpuseat.store import open_store
+
+    ours, theirs = (open_store(pg_schema_url(request), create=True) for _ in range(2))
+    listener = ours.agents.listener("gpuseat_events")
+    try:
+        (tmp_path / "lab.toml").write_text('name = "lab"\nparticipants = 2\n[schedule]\nstart = 2026-09-07\ndays = 5\n')
+        for s in (ours, theirs):
+            s.courses.create_course(tmp_path / "lab.toml", key="lab")
+            assert s.agents.take_lease("agent:host:gpu1", "a", 60)
+        for _ in range(3):
+            theirs.events.log("lab", "portal.login")
+        assert list(listener.notifies(timeout=1, stop_after=1)) == []  # the other store's events: no wake-up
+        ours.events.log("lab", "portal.login")
+        got = list(listener.notifies(timeout=5, stop_after=1))
+        assert [int(n.payload) for n in got] == [ours.agents.events_head()]
+    finally:
+        listener.close()
+        ours.close()
+        theirs.close()
+
+
 def test_agent_status_is_kept_and_shown(store: CourseStore, cli: Any, url: str) -> None:
     store.agents.take_lease("agent:host:gpu1", "gpu1:42:abc", 15)
     store.agents.save_agent_status("agent:host:gpu1", holder="gpu1:42:abc", role="leader", cursor=7, applied=True,

@@ -37,7 +37,7 @@ from gpuseat.errors import GpuseatError
 if TYPE_CHECKING:
     from gpuseat.store import CourseStore
 
-CHANNEL = "gpuseat_events"  # migration 0014's NOTIFY channel
+CHANNEL = "gpuseat_events"  # the NOTIFY channel, per schema since migration 0016 (store.agents.listener)
 
 
 @dataclass

@@ -96,8 +96,10 @@ class Agents(Concern):
             _log(s, course_key, actor, action, participant=participant, seat=seat, detail=detail)
 
     def listener(self, channel: str) -> Any:
-        """PostgreSQL: an autocommit psycopg connection LISTENing on ``channel`` (its ``notifies()`` wakes
-        an agent at once); None on SQLite or when it cannot connect (the agent then polls)."""
+        """PostgreSQL: an autocommit psycopg connection LISTENing on ``channel`` of this store's schema,
+        ``<channel>_<schema>`` cut to 63 bytes as migration 0016's trigger names it (its ``notifies()``
+        wakes an agent at once; a store in another schema of the database never does); None on SQLite or
+        when it cannot connect (the agent then polls)."""
         url = self._database.engine.url
         if url.get_backend_name() != "postgresql":
             return None
@@ -109,8 +111,11 @@ class Agents(Concern):
                 "dbname": url.database,
             }  # fmt: skip
             params.update({k: str(v) for k, v in url.query.items()})  # e.g. host=/socket/dir, options=…
+            from psycopg import sql
+
             conn = psycopg.connect(autocommit=True, **{k: v for k, v in params.items() if v is not None})
-            conn.execute(f"LISTEN {channel}")
+            row = conn.execute("SELECT left(%s || '_' || current_schema(), 63)", (channel,)).fetchone()
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(row[0] if row else channel)))
             return conn
         except Exception:  # no listener: polling still finds every change, a little later
             return None
