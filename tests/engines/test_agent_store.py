@@ -83,9 +83,8 @@ def test_a_store_in_another_schema_of_the_database_never_wakes_this_ones_agents(
 ) -> None:
     """Two stores in one PostgreSQL database, a schema each, both with a running agent: events of one
     notify only its own listener, with its own event id."""
-    from pg_schema import pg_schema_url
-
     from gpuseat.store import open_store
+    from pg_schema import pg_schema_url
 
     ours, theirs = (open_store(pg_schema_url(request), create=True) for _ in range(2))
     listener = ours.agents.listener("gpuseat_events")
