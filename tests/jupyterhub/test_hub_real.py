@@ -109,7 +109,7 @@ def gpus_busy(url: str, busy: set[str]) -> Iterator[None]:
     finally:
         stop.set()
         feeder.join(timeout=30)
-        monitor_store.close()
+        monitor.close()  # its writer thread stores what is queued, then the store is closed
 
 
 def test_each_server_holds_its_own_seat_and_a_kernel_sees_it(lab):
