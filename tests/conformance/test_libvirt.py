@@ -31,7 +31,9 @@ from vms.conftest import EXAMPLES, require_tool
 from vms.libvirtd import libvirtd, private_network, remove_pools
 
 libvirt = pytest.importorskip("libvirt")
-pytestmark = pytest.mark.slow
+# one libvirtd at a time (tests/vms/libvirtd.py locks it): one xdist worker runs them all in turn, instead of
+# a second worker waiting on the lock
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(name="libvirtd")]
 
 UUIDS = ("GPU-5eed0001-0000-4000-8000-000000000001", "GPU-5eed0002-0000-4000-8000-000000000002")
 INVENTORY = f"""name = "lab"

@@ -25,7 +25,9 @@ from . import guest, ssh_guest
 from .conftest import EXAMPLES, SSH_KEYS, require_tool
 from .libvirtd import libvirtd, remove_pools
 
-pytestmark = pytest.mark.slow
+# one libvirtd at a time (tests/vms/libvirtd.py locks it): one xdist worker runs them all in turn, instead of
+# a second worker waiting on the lock
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(name="libvirtd")]
 
 UUIDS = ("GPU-5eed0001-0000-4000-8000-000000000001", "GPU-5eed0002-0000-4000-8000-000000000002")
 INVENTORY = f"""name = "lab"

@@ -30,7 +30,9 @@ from . import guest
 from .conftest import EXAMPLES, SSH_KEYS, public_key, require_tool
 from .libvirtd import libvirtd, remove_pools
 
-pytestmark = pytest.mark.slow
+# one libvirtd at a time (tests/vms/libvirtd.py locks it): one xdist worker runs them all in turn, instead of
+# a second worker waiting on the lock
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(name="libvirtd")]
 
 
 def _doctor_trees():

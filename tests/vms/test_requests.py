@@ -20,7 +20,9 @@ from . import guest
 from .conftest import require_tool
 from .test_libvirtd import daemon, engine, host, store  # noqa: F401 (the same real daemon and course)
 
-pytestmark = pytest.mark.slow
+# one libvirtd at a time (tests/vms/libvirtd.py locks it): one xdist worker runs them all in turn, instead of
+# a second worker waiting on the lock
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(name="libvirtd")]
 
 NAMES = ("gpuseat-reset-seat-01", "gpuseat-reset-seat-02")
 
