@@ -118,6 +118,12 @@ CASES = [
          files=roster_file(HEADER + "Ann,ann@example.org,,-rf,\n")),
     Case("roster-user-semicolon", ("roster", "import", "{tmp}/roster.csv"), "'a;b' is not a Unix user name",
          files=roster_file(HEADER + "Ann,ann@example.org,,a;b,\n")),
+    # defect: a system account as a participant's login was stored; each engine refused it only at apply
+    Case("roster-user-root", ("roster", "import", "{tmp}/roster.csv"),
+         "roster.csv:2:4: unix_user: 'root' is an account the machines have for themselves",
+         files=roster_file(HEADER + "Ann,ann@example.org,,root,\n")),
+    Case("roster-user-slurm", ("roster", "import", "{tmp}/roster.csv"), "'slurm' is an account the machines have",
+         files=roster_file(HEADER + "Ann,ann@example.org,,slurm,\n")),
     Case("roster-user-40-chars", ("roster", "import", "{tmp}/roster.csv"), "is not a Unix user name",
          files=roster_file(HEADER + "Ann,ann@example.org,,%s,\n" % ("a" * 40))),
     Case("roster-user-non-ascii", ("roster", "import", "{tmp}/roster.csv"), "'ännä' is not a Unix user name",

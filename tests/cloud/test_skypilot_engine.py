@@ -403,10 +403,14 @@ def test_a_seat_whose_cluster_name_is_another_courses_cluster_is_not_launched_on
 def test_a_roster_login_that_is_an_image_account_is_never_launched_for(lab, tmp_path, login):
     """Debian's image admin (sudo) or a daemon's account passed the roster's Unix name rule; the setup then
     put the participant's key on that account (the setup now refuses any account the image has, too)."""
+    from sqlalchemy import text
+
     store, fake, _ = lab
-    roster = f"name,email,group,unix_user,ssh_key\nEve,eve@example.edu,students,{login},{ssh_key(tmp_path, 'e')}\n"
+    roster = f"name,email,group,unix_user,ssh_key\nEve,eve@example.edu,students,eve,{ssh_key(tmp_path, 'e')}\n"
     store.roster.import_roster("lab", RosterText(roster, where="more.csv"))
-    store.seats.assign("lab", login, "cloud-2")  # the key is made from the unix_user
+    with store.database.engine.begin() as conn:  # the roster refuses system accounts since; one stored before
+        conn.execute(text("UPDATE participants SET unix_user = :u WHERE key = 'eve'"), {"u": login})
+    store.seats.assign("lab", "eve", "cloud-2")
     done, _ = run(store, fake, OPEN, failing=True)
     (failed,) = done.failed
     assert failed["exit_code"] == 2 and "or a system account" in failed["error"], failed

@@ -373,8 +373,12 @@ def test_a_seat_holder_whose_login_is_a_system_account_is_refused(lab: Lab, logi
     # cluster's own (their jobs would be limited to one seat, and cancelled as a released holder's)
     from gpuseat.core.roster import RosterText
 
-    lab.store.roster.import_roster("c1", RosterText(f"name,email,group,unix_user\nOps,ops@example.edu,participants,{login}\n", where="r.csv"))  # type: ignore[attr-defined]  # fmt: skip
-    ops = next(p.key for p in lab.store.roster.participants("c1") if p.unix_user == login)  # type: ignore[attr-defined]
+    from sqlalchemy import text
+
+    lab.store.roster.import_roster("c1", RosterText("name,email,group,unix_user\nOps,ops@example.edu,participants,ops\n", where="r.csv"))  # type: ignore[attr-defined]  # fmt: skip
+    ops = next(p.key for p in lab.store.roster.participants("c1") if p.unix_user == "ops")  # type: ignore[attr-defined]
+    with lab.store.database.engine.begin() as conn:  # type: ignore[attr-defined]  # as an older roster import stored it
+        conn.execute(text("UPDATE participants SET unix_user = :u WHERE key = :k"), {"u": login, "k": ops})
     lab.store.seats.assign("c1", ops, "seat-03")  # type: ignore[attr-defined]
     error = _plan_error(lab)
     assert error is not None and f"login {login}" in error and "system account" in error and ops in error, error

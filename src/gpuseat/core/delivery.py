@@ -17,11 +17,11 @@ import shlex
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
 from gpuseat.errors import InputError
 
 # a host name or address a participant can type (no spaces, no shell or ssh option characters)
 HOST_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9-]{1,63})*\.?$")
-USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z/-]{1,90}$")
 _MIG_MINOR = re.compile(r"^(?:gpu([0-9]{1,3})/gi([0-9]{1,3})(?:/ci([0-9]{1,3}))?/access|config|monitor) ([0-9]{1,7})$")
 _FILE_LIKE = re.compile(r"\.(toml|ya?ml|json|csv|txt|xml)$", re.IGNORECASE)
@@ -50,7 +50,7 @@ def check_host(value: str, *, field: str) -> str:
 def split_user_host(value: str, *, field: str = "--ssh") -> tuple[str | None, str, int | None]:
     """``user@host[:port]`` (user and port optional; ``[v6]:port`` for IPv6) → parts, checked."""
     user, _, rest = value.strip().rpartition("@")
-    if user and not USER_RE.match(user):
+    if user and not UNIX_USER.match(user):
         raise InputError(f"user {user!r} is not a Unix user name", where=field, fix="write it as user@host[:port]")
     port: int | None = None
     if rest.startswith("["):
@@ -318,11 +318,12 @@ def login_name(key: str, unix_user: str | None) -> str:
 
 
 def safe_user(key: str) -> str:
-    """A Unix user name for a participant without one: ``[a-z_][a-z0-9_-]``, at most 32 characters."""
+    """A Unix user name for a participant without one: ``[a-z_][a-z0-9_-]``, at most 32 characters; the
+    key itself when it is one and no system account (a participant keyed ``root`` gets ``root-<hash>``)."""
     base = re.sub(r"[^a-z0-9_-]+", "", key.lower())
     if not base or not (base[0].isalpha() or base[0] == "_"):
         base = "p" + base
-    if len(base) <= 32 and base == key:
+    if len(base) <= 32 and base == key and base not in SYSTEM_LOGINS:
         return base
     return f"{base[:23]}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 

@@ -19,6 +19,7 @@ import re
 import struct
 from dataclasses import dataclass
 
+from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
 from gpuseat.errors import InputError, did_you_mean
 
 COLUMNS: tuple[str, ...] = ("key", "name", "email", "group", "unix_user", "ssh_key")
@@ -39,7 +40,6 @@ MAX_BYTES = 16 * 1024 * 1024
 EMAIL = re.compile(
     r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$"
 )
-UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 PARTICIPANT_KEY = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 SSH_KEY_TYPES: tuple[str, ...] = (
     "ssh-ed25519",
@@ -221,6 +221,12 @@ def _row(record: list[str], cell: _Cell, groups: tuple[str, ...], seen: dict[str
             "unix_user",
             f"{unix_user!r} is not a Unix user name",
             "use lower-case letters, digits, '_' or '-', starting with a letter or '_', at most 32",
+        )
+    if unix_user in SYSTEM_LOGINS:
+        raise cell.error(
+            "unix_user",
+            f"{unix_user!r} is an account the machines have for themselves, not a participant's login",
+            "give the participant a login of their own, e.g. the name part of their email",
         )
     key = get("key") or _key_from(email, unix_user)
     if not PARTICIPANT_KEY.match(key):

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from gpuseat.core import delivery
+from gpuseat.core.logins import UNIX_USER
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine, ssh_access
 from gpuseat.engines.host.machine import Machine
@@ -100,7 +101,7 @@ class HostSettings(BaseModel):
     @field_validator("group")
     @classmethod
     def _group(cls, v: str) -> str:
-        if not delivery.USER_RE.match(v):
+        if not UNIX_USER.match(v):
             raise ValueError("must be a Unix group name like gpuseat")
         if v in PRIVILEGED_GROUPS:
             raise ValueError(f"{v} grants its members more than a seat: give the course accounts a group of their own")

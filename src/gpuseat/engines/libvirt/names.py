@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import re
 
+from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
 from gpuseat.errors import InputError
 
 # A DNS label (RFC 1123): what a guest hostname, a libvirt domain name and a volume name all accept.
 _LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
-# A portable unix user name (useradd's default NAME_REGEX without the trailing $).
-_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-_RESERVED_USERS = frozenset({"root", "daemon", "bin", "sys", "nobody"})
 PREFIX = "gpuseat"
 
 
@@ -52,7 +50,7 @@ def domain_name(course: str, seat: str) -> str:
 
 def unix_user(value: str, *, where: str) -> str:
     """A guest login name (not a system account)."""
-    if not _USER.match(value) or value in _RESERVED_USERS:
+    if not UNIX_USER.match(value) or value in SYSTEM_LOGINS:
         raise InputError(
             f"'{value}' is not a usable login name",
             where=where,

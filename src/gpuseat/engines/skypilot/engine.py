@@ -36,6 +36,7 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core import delivery
+from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine, ssh_access
 from gpuseat.engines.setting_types import tool
@@ -54,18 +55,12 @@ _RUNNING = ("UP",)
 #: the images' own admin users (SkyPilot logs in as one of them): never a participant's login to revoke
 _ADMINS = frozenset({"root", "ubuntu", "ec2-user", "gcpuser", "azureuser", "sky", "admin", "debian", "centos",
                      "cloud-user", "fedora", "rocky", "almalinux", "opc", "core"})  # fmt: skip
-#: accounts every Linux image has (daemons, nobody): never a participant's login (the setup also refuses any
-#: account the image already has, whatever its name)
-_SYSTEM = frozenset({"daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy",
-                     "www-data", "backup", "list", "irc", "gnats", "nobody", "sshd", "messagebus", "syslog",
-                     "systemd-network", "systemd-resolve", "systemd-timesync", "polkitd", "_apt", "tss",
-                     "uuidd", "tcpdump", "landscape", "pollinate", "lxd", "dnsmasq", "chrony", "ntp"})  # fmt: skip
 _STOPPABLE = ("UP", "INIT")
 
 
 def revoke_script(user: str) -> str:
     """What runs on the VM to take a holder's access away (``$GPUSEAT_ROOT`` as in the setup)."""
-    if not tasks.UNIX_USER.fullmatch(user):
+    if not UNIX_USER.match(user):
         raise InputError(f"{user!r} is not a Unix user name", where="participant", fix="a roster unix_user")
     return "\n".join(
         [
@@ -213,7 +208,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
     def _task(self, state: CourseState, seat: SeatView, p: ParticipantView) -> dict[str, Any]:
         from gpuseat.catalog.bundle import load_catalog
 
-        if self.login_of(p) in _ADMINS | _SYSTEM:  # the setup would hand that account (sudo, a daemon's) over
+        if self.login_of(p) in _ADMINS | SYSTEM_LOGINS:  # the setup would hand that account (sudo, a daemon's) over
             raise InputError(
                 f"{p.key}'s login {self.login_of(p)!r} is the cloud image's own admin user or a system account",
                 where=f"participant {p.key}",
@@ -477,7 +472,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
     def probe_command(self, cluster: str, user: str, access: dict[str, Any] | None = None) -> list[str]:
         """``nvidia-smi -L`` on the cluster, run as the participant (``sudo -n -u``); the stored way in's
         host, port and jump host (``seats connect``) override the alias's address."""
-        if not tasks.UNIX_USER.fullmatch(user):
+        if not UNIX_USER.match(user):
             raise InputError(f"{user!r} is not a Unix user name", where="participant", fix="a roster unix_user")
         argv = self.remote(cluster, shlex.join(["sudo", "-n", "-u", user, "--", "nvidia-smi", "-L"]),
                            timeout=self.settings.timeout)  # fmt: skip

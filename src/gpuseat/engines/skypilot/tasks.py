@@ -39,6 +39,7 @@ import yaml
 from gpuseat.catalog.offers import Offer
 from gpuseat.core.cost import billed_seconds, hourly_usd
 from gpuseat.core.delivery import login_name
+from gpuseat.core.logins import UNIX_USER
 from gpuseat.engines.base import record_machine
 from gpuseat.errors import InputError, did_you_mean
 
@@ -55,7 +56,6 @@ _KEY = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 # come from a package index, where gpuseat is not published and anyone could register the name
 PIP_SPEC = re.compile(r"^(gpuseat(\[[a-z]+(,[a-z]+)*\])? @ )?(https|git\+https)://[A-Za-z0-9_./@%+:=#-]{1,300}$")
 _WHEEL = re.compile(r"^gpuseat-[0-9][A-Za-z0-9_.+!]*-py3-none-any\.whl$")
-UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 # where file_mounts puts the wheelhouse on the VM (SkyPilot expands ~ to the cluster user's home)
 REMOTE_WHEELS = "~/.gpuseat/wheels"
 _GCP_ATTACHED = re.compile(r"^(?P<host>[a-z0-9-]+)\+(?P<count>\d+)x(?P<gpu>[A-Za-z0-9-]+)$")
@@ -93,7 +93,7 @@ class CloudSeat:
     ssh_key: str | None = None
 
     def __post_init__(self) -> None:
-        if self.user is not None and not UNIX_USER.fullmatch(self.user):
+        if self.user is not None and not UNIX_USER.match(self.user):
             raise InputError(
                 f"{self.user!r} is not a Unix user name",
                 where=f"seat {self.seat}: participant's unix_user",

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 
+from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
 from gpuseat.errors import InputError
 
 SLURM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 GRES_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,62}$")
 NODE_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})$")
 DEVICE_PATH = re.compile(r"^/[A-Za-z0-9_./-]{1,255}$")
@@ -33,14 +33,11 @@ def unix_user(value: str, *, where: str = "unix_user") -> str:
     return _check(UNIX_USER, value, "unix user", where, "use a lower-case login name such as 'alice' or 'a_smith'")
 
 
-#: logins that are the cluster's own, never a seat holder's: root is also the placeholder user of a
-#: reservation whose last holder is replaced (so it is never revoked from one)
-SYSTEM_LOGINS = frozenset({"root", "slurm", "munge", "nobody", "nfsnobody", "daemon", "bin", "sys", "adm"})
-
-
 def participant_login(value: str, *, where: str = "unix_user") -> str:
-    """A seat holder's login: a :func:`unix_user` that is no system account (one of :data:`SYSTEM_LOGINS`,
-    or below uid 1000 on this host), whose jobs, reservation places and limits are the cluster's own."""
+    """A seat holder's login: a :func:`unix_user` that is no system account (one of
+    :data:`gpuseat.core.logins.SYSTEM_LOGINS`, or below uid 1000 on this host), whose jobs, reservation places
+    and limits are the cluster's own; root is also the placeholder user of a reservation whose last holder is
+    replaced (so it is never revoked from one)."""
     import pwd
 
     unix_user(value, where=where)
