@@ -371,9 +371,9 @@ def test_a_seat_holder_whose_login_is_a_system_account_is_refused(lab: Lab, logi
     # root is the placeholder user of a reservation whose last holder is replaced: a participant whose login
     # was root kept their place in every session reservation after release; slurm and daemon are the
     # cluster's own (their jobs would be limited to one seat, and cancelled as a released holder's)
-    from gpuseat.core.roster import RosterText
-
     from sqlalchemy import text
+
+    from gpuseat.core.roster import RosterText
 
     lab.store.roster.import_roster("c1", RosterText("name,email,group,unix_user\nOps,ops@example.edu,participants,ops\n", where="r.csv"))  # type: ignore[attr-defined]  # fmt: skip
     ops = next(p.key for p in lab.store.roster.participants("c1") if p.unix_user == "ops")  # type: ignore[attr-defined]
