@@ -17,6 +17,10 @@ from pathlib import Path
 
 import pytest
 
+# the module fixture (a store filled to the last byte, eight real gpuseat runs) is the cost and the tests are
+# quick checks of its results: one xdist worker runs them all, so the fixture runs once, not once per worker
+pytestmark = pytest.mark.xdist_group(name="disk_full")
+
 REPO = Path(__file__).resolve().parents[2]
 GPUSEAT = f"{sys.executable} -m gpuseat"
 
