@@ -33,10 +33,15 @@ def _expected(path: Path) -> dict[str, float]:
     """Offer id → price, computed without gpuseat: the cheapest priced GPU row per (type, region)."""
     best: dict[tuple[str, str], float] = {}
     with path.open(newline="") as fh:
-        for row in csv.DictReader(fh):
-            if not row["InstanceType"] or not row["Price"] or not row["AcceleratorName"]:
+        reader = csv.reader(fh)  # by column index: a DictReader's dict per row is a third of this pass
+        header = next(reader)
+        i_type, i_price, i_acc, i_region = (
+            header.index(c) for c in ("InstanceType", "Price", "AcceleratorName", "Region")
+        )
+        for row in reader:
+            if not row[i_type] or not row[i_price] or not row[i_acc]:
                 continue
-            key, price = (row["InstanceType"], row["Region"]), float(row["Price"])
+            key, price = (row[i_type], row[i_region]), float(row[i_price])
             if key not in best or price < best[key]:
                 best[key] = price
     return {f"aws:{t}@{r}": round(p, 6) for (t, r), p in best.items()}
