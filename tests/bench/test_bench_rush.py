@@ -27,7 +27,7 @@ def test_a_small_rush_seats_everyone_once_on_both_servers() -> None:
             "--courses",
             "4",
             "--window",
-            "2",
+            "1",  # 40 arrivals in one second: each rush lasts at least its window, and a denser rush races harder
             "--workers",
             "2",
         ],
@@ -39,7 +39,7 @@ def test_a_small_rush_seats_everyone_once_on_both_servers() -> None:
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     for db in databases.split(","):
         assert (
-            f"{db}: 40 participants of 4 courses arrive over 2 s, 1 round(s), 2 server process(es) each" in done.stdout
+            f"{db}: 40 participants of 4 courses arrive over 1 s, 1 round(s), 2 server process(es) each" in done.stdout
         )
     rows = re.findall(r"^\| (portal|bare) \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|", done.stdout, re.M)
     # per server and database: 80 requests (a page and a claim each), 0 errors, 40 seated, 0 double seats
