@@ -22,7 +22,9 @@ from gpuseat.store import open_store
 from .skysetup import build_wheel, load_task, new_vm, ssh_key, vm_python
 from .test_skypilot import _sky_load
 
-pytestmark = pytest.mark.slow
+# the module fixture (a wheel of this checkout and an image Python) takes seconds: one xdist worker runs the
+# file, so it is built once, not once per worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(name="skypilot_setup")]
 EXAMPLES = Path(__file__).parents[2] / "examples"
 OPTION = {
     "rank": 1,
