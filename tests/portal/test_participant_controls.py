@@ -206,3 +206,33 @@ def test_reset_says_what_it_does_on_the_seats_engine(served: Any) -> None:
     ben, ann = client.get(f"/t/{links['ben']}").text, client.get(f"/t/{links['ann']}").text
     assert "Reset to a fresh disk" in ben and "fresh home" not in ben
     assert "Reset to a fresh home" in ann and "fresh disk" not in ann
+
+
+def test_a_page_loaded_before_a_move_cannot_stop_or_reset_the_new_seat(served: Any) -> None:
+    """Ann's page shows mig-01; the organizer then moves her to mig-03. Her old page's Reset (or Stop) names
+    mig-01 and is answered "reload", so her new seat's disk and session are not touched unseen."""
+    store, client, links = served
+    store.seats.add_seats(
+        "lab", [{"key": "mig-03", "kind": "mig", "host": "gpu1", "engine": "host", "device_uuid": "MIG-3"}]
+    )
+    page = client.get(f"/t/{links['ann']}").text
+    assert page.count('name="seat" value="mig-01"') == 2, page  # the stop/start and the reset forms name it
+    csrf = CSRF.search(page).group(1)  # type: ignore[union-attr]
+    store.seats.move("lab", "ann", "mig-03")
+    assert client.get(f"/t/{links['ann']}/live").json()["seat"] == "mig-03"  # not the seat she left
+    for form in ({"action": "reset", "confirm": "reset"}, {"action": "stop"}):
+        stale = _post(client, links["ann"], csrf=csrf, seat="mig-01", **form)
+        assert stale.status_code == 409, stale.text
+        assert "seat mig-01, which you no longer hold; you now hold mig-03: reload the page" in stale.text
+    assert store.requests.seat_requests("lab") == []
+    assert not any(e.action == "portal.refused" for e in store.events.events("lab"))  # a stale page, no attack
+    # the reloaded page names the new seat, and its reset is taken
+    page = client.get(f"/t/{links['ann']}").text
+    assert page.count('name="seat" value="mig-03"') == 2
+    fresh = _post(client, links["ann"], csrf=CSRF.search(page).group(1), seat="mig-03", action="reset", confirm="reset")  # type: ignore[union-attr]
+    assert fresh.status_code == 303, fresh.text
+    assert [(x.action, x.seat) for x in store.requests.seat_requests("lab", participant="ann")] == [("reset", "mig-03")]
+    # after a release the old page is answered the same way, and still only "reload"
+    store.seats.release("lab", participant="ann")
+    gone = _post(client, links["ann"], csrf=CSRF.search(page).group(1), seat="mig-03", action="stop")  # type: ignore[union-attr]
+    assert gone.status_code == 409 and "you hold no seat now" in gone.text

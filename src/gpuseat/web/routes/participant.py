@@ -76,10 +76,13 @@ def participant_home(
 
 @router.get("/t/{token}/live")
 def participant_live(who: ParticipantView = Depends(participant), portal: Portal = Depends(get_portal)) -> Response:
-    """The seat's live reading, polled by the open page."""
-    body: dict[str, Any] = {"participant": who.key, "seat": who.seat, "live": None, "last_active": None}
-    if who.seat is not None:
-        live, last = portal.seat_live(who.course, who.seat)
+    """The seat's live reading, polled by the open page: of the seat held now (the link's view of the
+    participant is cached for seconds, and after a move the old seat may already be someone else's)."""
+    holding = portal.store.seats.seat_of(who.course, who.key)
+    seat = holding.key if holding is not None else None
+    body: dict[str, Any] = {"participant": who.key, "seat": seat, "live": None, "last_active": None}
+    if seat is not None:
+        live, last = portal.seat_live(who.course, seat)
         body["live"] = live.to_dict() if live else None
         body["last_active"] = last
     return JSONResponse(body, headers={"cache-control": "no-store"})
@@ -113,7 +116,19 @@ def participant_seat(
     """One seat control: a request row for the seat's agent, then back to the page's controls."""
     # the form may only name the token holder's own seat and self: anything else is an attempt
     named_seat, named_who = str(data.get("seat", "") or ""), str(data.get("participant", "") or "")
-    if (named_seat and named_seat != (who.seat or "")) or (named_who and named_who != who.key):
+    holding = portal.store.seats.seat_of(who.course, who.key)  # now, not the link's cached view of it
+    mine = holding.key if holding is not None else ""
+    if named_seat and named_seat != mine and named_who in ("", who.key):
+        # the page's forms name the seat it showed: one loaded before a move or release names a seat this
+        # participant held, and a stop or a reset must not land on the seat they hold now unseen
+        held = {a.seat for a in portal.store.seats.history(who.course, participant=who.key)}
+        if named_seat in held:
+            now = f"; you now hold {mine}" if mine else "; you hold no seat now"
+            return PlainTextResponse(
+                f"this page was about seat {named_seat}, which you no longer hold{now}: reload the page and try again\n",
+                status_code=409,
+            )
+    if (named_seat and named_seat != mine) or (named_who and named_who != who.key):
         portal.store.events.log(
             who.course, "portal.refused", participant=who.key, detail={"seat": named_seat[:64]}, actor=who.key
         )
