@@ -125,7 +125,8 @@ def participant_seat(
         if named_seat in held:
             now = f"; you now hold {mine}" if mine else "; you hold no seat now"
             return PlainTextResponse(
-                f"this page was about seat {named_seat}, which you no longer hold{now}: reload the page and try again\n",
+                f"this page was about seat {named_seat}, which you no longer hold{now}: "
+                "reload the page and try again\n",
                 status_code=409,
             )
     if (named_seat and named_seat != mine) or (named_who and named_who != who.key):
