@@ -61,6 +61,30 @@ _SAMPLE_PG_TYPES = (
     "smallint",
     "boolean",
 )
+#: Columns of ``minute_aggregates`` in :class:`MinuteRow`'s order (``device_id`` for its ``device_uuid``), and
+#: their PostgreSQL types (for :meth:`MonitorStore.add_minutes`' one-statement insert).
+_MINUTE_COLUMNS = (
+    "minute",
+    "device_id",
+    "seat_id",
+    "participant_id",
+    "samples",
+    "active_samples",
+    "memory_max_mib",
+    "memory_avg_mib",
+    "utilization_avg",
+)
+_MINUTE_PG_TYPES = (
+    "integer",
+    "integer",
+    "integer",
+    "integer",
+    "smallint",
+    "smallint",
+    "integer",
+    "integer",
+    "smallint",
+)
 DEFAULT_COURSE = "default"
 
 
@@ -395,11 +419,11 @@ class MonitorStore(Concern):
     def add_minutes(self, rows: Iterable[MinuteRow]) -> int:
         """Store rolled-up minutes as the rollup would have left them (devices made as needed); returns
         how many. For seeding history (the demo) and imports; the monitor itself writes samples."""
-        stored = 0
         with self._writing() as conn:
             new: dict[tuple[str, str], int] = {}
             host = "history"
-            batch = []
+            batch: list[tuple[Any, ...]] = []
+            append = batch.append
             known: dict[str, int] = {}  # device uuid → id: looked up once per device, not once per minute
             for r in rows:
                 dev = known.get(r.device_uuid)
@@ -410,22 +434,33 @@ class MonitorStore(Concern):
                         if found is not None
                         else self._device_id(conn, new, host, r.device_uuid, None, None, None)
                     )
-                batch.append(
-                    {
-                        "minute": r.minute,
-                        "device_id": dev,
-                        "seat_id": r.seat_id,
-                        "participant_id": r.participant_id,
-                        "samples": r.samples,
-                        "active_samples": r.active_samples,
-                        "memory_max_mib": r.memory_max_mib,
-                        "memory_avg_mib": r.memory_avg_mib,
-                        "utilization_avg": r.utilization_avg,
-                    }
+                append(
+                    (
+                        r.minute,
+                        dev,
+                        r.seat_id,
+                        r.participant_id,
+                        r.samples,
+                        r.active_samples,
+                        r.memory_max_mib,
+                        r.memory_avg_mib,
+                        r.utilization_avg,
+                    )
                 )
-                stored += 1
             if batch:
-                conn.execute(insert(MinuteAggregate), batch)
+                # tens of thousands of rows (the demo's week): no statement compilation nor per-row parameter
+                # dicts, as in :meth:`write`. SQLite: the driver's executemany of a prepared INSERT, the rows in
+                # the order given. PostgreSQL: one statement over one array per column (``unnest``).
+                cols = ", ".join(_MINUTE_COLUMNS)
+                if conn.dialect.name == "postgresql":
+                    arrays = ", ".join(f"%s::{kind}[]" for kind in _MINUTE_PG_TYPES)
+                    sql = f"INSERT INTO minute_aggregates ({cols}) SELECT * FROM unnest({arrays})"
+                    conn.exec_driver_sql(sql, tuple(list(column) for column in zip(*batch, strict=True)))
+                else:
+                    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+                    sql = f"INSERT INTO minute_aggregates ({cols}) VALUES ({', '.join([mark] * len(_MINUTE_COLUMNS))})"
+                    conn.exec_driver_sql(sql, batch)
+        stored = len(batch)
         return stored
 
     def counts(self) -> dict[str, int]:
