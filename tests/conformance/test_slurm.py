@@ -35,7 +35,9 @@ from gpuseat.engines.slurm.adapter import Slurm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from slurm.cluster import Cluster, missing_binaries  # tests/slurm: the one cluster recipe
 
-pytestmark = pytest.mark.slow
+# the module fixture starts a real cluster (munged, slurmctld, slurmd) and the tests are short: one xdist
+# worker runs the file, so the cluster starts once, not once per worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(name="slurm_conformance")]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw")
 NAMES = ("alice", "bob", "carol")

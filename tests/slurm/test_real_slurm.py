@@ -27,7 +27,9 @@ from .cluster import Cluster
 from .conftest import USERS, apply, make_store, plan
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
-pytestmark = pytest.mark.slow
+# the module fixture starts a real cluster (munged, slurmctld, slurmd) and the tests are short: one xdist
+# worker runs the file, so the cluster starts once, not once per worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(name="slurm_real")]
 alice, bob, carol = USERS
 
 
