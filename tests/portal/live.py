@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
+
+from gpuseat.services.demo import Demo
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -87,11 +90,23 @@ def _start_once(
             answered = False
         if answered and f"running on {url}" in log.read_text():
             break
-        time.sleep(0.2)
+        time.sleep(0.05)  # the server is up within seconds: notice it at once
     else:
         proc.kill()
         raise RuntimeError(f"the server did not answer within {wait_s} s:\n{log.read_text()}")
     return Server(proc, url, log, time.monotonic() - started, log.read_text())
+
+
+def copy_demo(demo: Demo, folder: Path) -> Demo:
+    """A copy of a seeded demo (:func:`~gpuseat.services.demo.seed_demo`) in ``folder``, for a test that writes
+    to it: seeding once per module and copying costs a file copy instead of a seed per test."""
+    shutil.copytree(demo.folder, folder)
+    return replace(
+        demo,
+        folder=folder,
+        db_url=demo.db_url.replace(str(demo.folder), str(folder), 1),
+        bench_path=folder / demo.bench_path.relative_to(demo.folder),
+    )
 
 
 def demo_credentials(printed: str) -> tuple[str, str]:

@@ -14,16 +14,24 @@ from fastapi.testclient import TestClient
 
 import gpuseat.web.portal as portal_module
 from gpuseat.catalog.bundle import load_catalog
-from gpuseat.services.demo import seed_demo
+from gpuseat.services.demo import Demo, seed_demo
 from gpuseat.store import open_store
 from gpuseat.web.app import Portal, create_app
+
+from .live import copy_demo
 
 PASSWORD = "a long enough passphrase"
 
 
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    """The demo, seeded once for the module; each test serves its own copy (they archive or delete it)."""
+    return seed_demo(tmp_path_factory.mktemp("seeded") / "demo")
+
+
 @pytest.fixture
-def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    demo = seed_demo(tmp_path / "demo")
+def served(seeded: Demo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    demo = copy_demo(seeded, tmp_path / "demo")
     store = open_store(demo.db_url)
     portal = Portal(store, load_catalog(), demo.course, link_days_after_end=None)
     client = TestClient(create_app(portal), raise_server_exceptions=False)

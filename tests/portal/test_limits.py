@@ -15,13 +15,17 @@ import pytest
 from .live import start
 
 GIB = 1024**3
+#: the tests on the module's one demo server run on one xdist worker, so the server starts once
+SHARED = pytest.mark.xdist_group(name="portal-limits-demo")
 
 
-@pytest.fixture
-def demo(tmp_path):
-    tmp = tmp_path / "server-tmp"
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """One demo server for the tests that leave it as they found it (each checks it still answers)."""
+    folder = tmp_path_factory.mktemp("limits")
+    tmp = folder / "server-tmp"
     tmp.mkdir()
-    server = start(["--demo", "--idle-timeout", "2"], tmp_path / "serve.log", env={"TMPDIR": str(tmp)})
+    server = start(["--demo", "--idle-timeout", "2"], folder / "serve.log", env={"TMPDIR": str(tmp)})
     server.extra["tmp"] = tmp
     yield server
     assert server.stop() == 0
@@ -32,6 +36,7 @@ def snapshot(folder) -> dict[str, int]:
     return {os.path.join(d, f): os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(folder) for f in files}
 
 
+@SHARED
 def test_a_chunked_2_gib_body_to_login_writes_nothing_to_disk(demo):
     before = snapshot(demo.extra["tmp"])
     sent = 0
@@ -59,6 +64,7 @@ def test_a_chunked_2_gib_body_to_login_writes_nothing_to_disk(demo):
     assert httpx.get(demo.url + "/healthz").status_code == 200
 
 
+@SHARED
 def test_a_declared_huge_body_is_refused_before_reading(demo):
     r = httpx.post(demo.url + "/t/abc/survey", content=b"x" * 100, headers={"content-length": "100"})
     assert r.status_code in (403, 404)  # small: reaches the route
@@ -68,9 +74,11 @@ def test_a_declared_huge_body_is_refused_before_reading(demo):
     assert answer.startswith(b"HTTP/1.1 413")
 
 
+@SHARED
 def test_a_client_that_hangs_up_mid_body_logs_one_redacted_line_and_no_traceback(demo):
     port = int(demo.url.rsplit(":", 1)[1])
     token = re.search(r"/t/([A-Za-z0-9_-]{20,})", demo.output()).group(1)
+    start_at = len(demo.output())  # the shared server's log: count this test's lines only
     for path in ("/login", "/login", f"/t/{token}/seat"):
         with socket.create_connection(("127.0.0.1", port)) as s:
             s.sendall(
@@ -79,11 +87,11 @@ def test_a_client_that_hangs_up_mid_body_logs_one_redacted_line_and_no_traceback
             )
     assert httpx.get(demo.url + "/healthz").status_code == 200
     deadline = time.monotonic() + 20
-    while demo.output().count("client left") < 3 and time.monotonic() < deadline:
+    while demo.output()[start_at:].count("client left") < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     log = demo.output()
-    assert log.count("client left during its request to /login") == 2, log
-    assert "client left during its request to /t/[token]/seat" in log, log  # the token never reaches the log
+    assert log[start_at:].count("client left during its request to /login") == 2, log
+    assert "client left during its request to /t/[token]/seat" in log[start_at:], log  # the token never reaches the log
     assert log.count(token) == 1, log  # only the demo's own banner line
     assert "Traceback" not in log and "Exception" not in log, log
 
