@@ -51,18 +51,16 @@ def test_backup_while_sixteen_writers_claim_restores_consistently(
     store = open_store(url, create=True)
     keys = course_with(store, tmp_path, participants=400, seats=400)
     go = tmp_path / "go"
-    procs = start_workers(url, go, keys, 16)
+    workers = start_workers(url, go, keys, 16)
     go.touch()
     deadline = time.monotonic() + 120
     while open_counts(store)[2] < 30 and time.monotonic() < deadline:
         time.sleep(0.01)
     backup = tmp_path / "store.backup"
     before = open_counts(store)[2]
-    running = sum(p.poll() is None for p in procs)
+    running = workers.running()
     assert main(["db", "backup", "--to", str(backup), "--db", url]) == 0
-    for p in procs:
-        _out, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err
+    workers.results(timeout=600)
     assert open_counts(store) == (0, 0, 400)
     store.close()
     assert before < 400 and running > 0, "the backup was not started while the claims ran"

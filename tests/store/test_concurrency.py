@@ -22,25 +22,101 @@ from gpuseat.store import CourseStore, SeatSpec, open_store
 
 from .conftest import EXAMPLES
 
-WORKER = textwrap.dedent(
+# one warm process (Python, SQLAlchemy, the driver and gpuseat imported) forks the workers: each is a
+# process of its own with its own connections, as a fresh ``python -c`` would be, without its second of
+# start-up (16 of them on 2 cores took longer than the claims). Each worker says "ready" once its store
+# is open, claims its keys once ``go`` exists and writes what it got to ``<out>/<i>.json``.
+FORKER = textwrap.dedent(
     """
-    import json, os, sys, time
+    import json, os, signal, sys, time, traceback
+    from sqlalchemy import create_engine
     from gpuseat.errors import NoFreeSeat
     from gpuseat.store import open_store
-    url, go, keys = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
-    store = open_store(url)
-    print("ready", flush=True)
-    while not os.path.exists(go):
-        time.sleep(0.005)
-    out = {}
-    for key in keys:
-        try:
-            out[key] = store.claims.claim_seat(None, key, mode="pool").key
-        except NoFreeSeat:
-            out[key] = None
-    print(json.dumps(out), flush=True)
+    url, go, out_dir, chunks = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+    create_engine(url).dispose()  # loads the dialect and its driver; connects to nothing
+    pids = []
+    for i, keys in enumerate(chunks):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.dup2(os.open(os.path.join(out_dir, f"{i}.err"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+                store = open_store(url)
+                os.write(1, b"ready\\n")
+                while not os.path.exists(go):
+                    time.sleep(0.005)
+                out = {}
+                for key in keys:
+                    try:
+                        out[key] = store.claims.claim_seat(None, key, mode="pool").key
+                    except NoFreeSeat:
+                        out[key] = None
+                path = os.path.join(out_dir, f"{i}.json")
+                with open(path + ".tmp", "w") as f:
+                    json.dump(out, f)
+                os.rename(path + ".tmp", path)
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    # "kill": SIGKILL every worker (none is reaped before, so no pid can have been reused); then, or at
+    # the end of input, report each worker's exit status
+    if sys.stdin.readline().strip() == "kill":
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    codes = []
+    for pid in pids:
+        status = os.waitpid(pid, 0)[1]
+        codes.append(-os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+    print(json.dumps(codes), flush=True)
     """
 )
+
+
+class Workers:
+    """``n`` claiming processes forked from one warm process (see :data:`FORKER`)."""
+
+    def __init__(self, url: str, go: Path, chunks: list[list[str]]) -> None:
+        self.out = go.parent / f"{go.name}-workers"
+        self.out.mkdir()
+        self.n = len(chunks)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", FORKER, url, str(go), str(self.out), json.dumps(chunks)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env(),
+        )
+        assert self.proc.stdout is not None
+        for _ in range(self.n):
+            assert self.proc.stdout.readline().strip() == "ready", self.errors()
+
+    def errors(self) -> str:
+        return "\n".join(p.read_text() for p in sorted(self.out.glob("*.err")))
+
+    def running(self) -> int:
+        """Workers that have not finished their claims."""
+        return self.n - len(list(self.out.glob("*.json")))
+
+    def _codes(self, command: str, timeout: float) -> list[int]:
+        out, _err = self.proc.communicate(command, timeout=timeout)
+        return list(json.loads(out.strip().splitlines()[-1]))
+
+    def results(self, timeout: float = 300) -> dict[str, str | None]:
+        """Wait for every worker: each exits 0; what they got, merged."""
+        codes = self._codes("wait\n", timeout)
+        assert codes == [0] * self.n, (codes, self.errors())
+        got: dict[str, str | None] = {}
+        for i in range(self.n):
+            got.update(json.loads((self.out / f"{i}.json").read_text()))
+        return got
+
+    def kill(self) -> None:
+        """SIGKILL every worker wherever it is."""
+        codes = self._codes("kill\n", 30)
+        assert all(c in (0, -9) for c in codes), (codes, self.errors())
 
 
 def course_with(store: CourseStore, tmp_path: Path, participants: int, seats: int) -> list[str]:
@@ -57,22 +133,8 @@ def env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
 
 
-def start_workers(url: str, go: Path, keys: list[str], n: int) -> list[subprocess.Popen[str]]:
-    chunks = [keys[i::n] for i in range(n)]  # interleaved: every process competes for the same seats
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", WORKER, url, str(go), ",".join(chunk)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env(),
-        )
-        for chunk in chunks
-    ]
-    for p in procs:
-        assert p.stdout is not None
-        assert p.stdout.readline().strip() == "ready", p.stderr.read() if p.stderr else ""
-    return procs
+def start_workers(url: str, go: Path, keys: list[str], n: int) -> Workers:
+    return Workers(url, go, [keys[i::n] for i in range(n)])  # interleaved: all compete for the same seats
 
 
 def open_counts(store: CourseStore) -> tuple[int, int, int]:
@@ -89,13 +151,9 @@ def test_sixteen_processes_claim_without_double_assignment(url, tmp_path):
     store = open_store(url, create=True)
     keys = course_with(store, tmp_path, participants=96, seats=80)
     go = tmp_path / "go"
-    procs = start_workers(url, go, keys, 16)
+    workers = start_workers(url, go, keys, 16)
     go.touch()
-    results: dict[str, str | None] = {}
-    for p in procs:
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err
-        results.update(json.loads(out.strip().splitlines()[-1]))
+    results = workers.results()
     got = [s for s in results.values() if s is not None]
     assert len(results) == 96
     assert len(got) == 80 and len(set(got)) == 80  # every seat handed out once
@@ -110,15 +168,12 @@ def test_sigkill_in_a_burst_of_claims_leaves_a_consistent_store(url, tmp_path):
     store = open_store(url, create=True)
     keys = course_with(store, tmp_path, participants=400, seats=400)
     go = tmp_path / "go"
-    procs = start_workers(url, go, keys, 8)
+    workers = start_workers(url, go, keys, 8)
     go.touch()
     deadline = time.monotonic() + 60
     while open_counts(store)[2] < 20 and time.monotonic() < deadline:
         time.sleep(0.01)
-    for p in procs:
-        p.send_signal(signal.SIGKILL)
-    for p in procs:
-        p.wait(timeout=30)
+    workers.kill()
     # PostgreSQL: a COMMIT that reached the server before the kill still lands (its backend notices the
     # dead client only afterwards): count once the open assignments stop changing
     killed_mid_way, stable_since = open_counts(store)[2], time.monotonic()
