@@ -17,10 +17,16 @@ from .live import csrf_of, demo_credentials, free_port, start
 from .nginx import start_nginx
 from .test_browser import ARGS, CHROMIUM, _need_browser
 
+#: the tests behind nginx run on one xdist worker, so each prefix's portal and nginx start once
+SHARED = pytest.mark.xdist_group(name="portal-proxy")
 
-@pytest.fixture(params=["/gpuseat", ""], ids=["sub-path", "root"])
-def proxied(request, tmp_path):
+
+@pytest.fixture(scope="module", params=["/gpuseat", ""], ids=["sub-path", "root"])
+def proxied(request, tmp_path_factory):
+    """The demo portal behind nginx, one per prefix for the module's tests (which use their own client
+    addresses and a fresh browser, so neither sees the other's rate-limit counts or cookies)."""
     prefix = request.param
+    tmp_path = tmp_path_factory.mktemp("proxied")
     port = free_port()
     args = ["--demo", "--forwarded-allow-ips", "127.0.0.1", "--base-url", f"http://127.0.0.1:{port}{prefix}"]
     if prefix:
@@ -43,6 +49,7 @@ def client(url: str, address: str) -> httpx.Client:
     return httpx.Client(base_url=url, transport=httpx.HTTPTransport(local_address=address), timeout=30)
 
 
+@SHARED
 def test_login_participant_page_and_survey_in_chromium(proxied):
     url, password, token, server, _ = proxied
     assert f"{url}/t/{token}" in server.printed  # links name the public address and sub-path
@@ -85,6 +92,7 @@ def test_login_participant_page_and_survey_in_chromium(proxied):
     assert bad == []
 
 
+@SHARED
 def test_one_clients_failures_never_lock_out_another(proxied):
     url, password, token, server, prefix = proxied
     with client(url, "127.0.0.2") as mallory:
