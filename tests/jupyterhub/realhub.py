@@ -109,7 +109,7 @@ class RealHub:
                 return server
             if not server and model.get("pending") is None:
                 raise AssertionError(f"{name}'s server is gone: {model}")
-            time.sleep(0.3)
+            time.sleep(0.1)
         raise AssertionError(f"{name}'s server not ready after {timeout:.0f} s\n{self.log_tail()}")
 
     def stop_server(self, name: str, timeout: float = 120.0) -> None:
@@ -280,7 +280,7 @@ def running_hub(
                 pass
             if time.monotonic() > deadline:
                 raise AssertionError(f"jupyterhub not up after {timeout:.0f} s\n{hub.log_tail()}")
-            time.sleep(0.3)
+            time.sleep(0.1)
         yield hub
     finally:
         hub.stop()

@@ -112,14 +112,22 @@ def gpus_busy(url: str, busy: set[str]) -> Iterator[None]:
         monitor.close()  # its writer thread stores what is queued, then the store is closed
 
 
+def start_all(hub, people: set[str]) -> None:
+    """Ask for each person's server at once: a start request waits until its server is up (or the hub's
+    slow_spawn_timeout), so one after the other would wait out each single-user server's start in turn."""
+    names = sorted(people)
+    with ThreadPoolExecutor(max(len(names), 1)) as pool:
+        for person, r in zip(names, pool.map(hub.start, names), strict=True):
+            assert r.status_code in (201, 202), (person, r.text)
+
+
 def test_each_server_holds_its_own_seat_and_a_kernel_sees_it(lab):
     hub, store, url = lab
     want = {p: s["device_uuid"] for p, s in zip(["ada", "ben", "cy"], seat_specs(3), strict=True)}
     # all three GPUs busy meanwhile: after the culler test (random order) its idle readings are recent,
     # and the lab's culler (0.002 h) would stop a restarted server while the kernels start
     with gpus_busy(url, set(want.values())):
-        for person in set(want) - set(hub.servers()):
-            assert hub.start(person).status_code in (201, 202)
+        start_all(hub, set(want) - set(hub.servers()))
         for person, uuid in want.items():
             server = hub.wait_ready(person)
             env = environ_of(server["state"]["pid"])
@@ -128,9 +136,11 @@ def test_each_server_holds_its_own_seat_and_a_kernel_sees_it(lab):
             assert env["GPUSEAT_SEAT"] == seat.key
             assert (seat.engine, seat.engine_ref) == ("jupyterhub", f"{person}/")
         assert len(set(want.values())) == 3
+        code = "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"
+        with ThreadPoolExecutor(len(want)) as pool:  # a kernel on each server, started side by side
+            printed = {person: pool.submit(hub.run_in_kernel, person, code) for person in want}
         for person, uuid in want.items():
-            printed = hub.run_in_kernel(person, "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
-            assert printed.strip() == uuid
+            assert printed[person].result().strip() == uuid
     deadline = time.monotonic() + 30
     while {store.seats.seat_of("lab", p).state for p in want} != {"running"} and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -150,15 +160,14 @@ def test_a_fourth_user_gets_a_503_with_the_reason(lab):
 
 def test_the_culler_stops_the_idle_seat_and_keeps_the_busy_one(lab):
     hub, store, url = lab
-    for person in {"ada", "ben", "cy"} - set(hub.servers()):  # when this test runs on its own
-        assert hub.start(person).status_code in (201, 202)
+    start_all(hub, {"ada", "ben", "cy"} - set(hub.servers()))  # when this test runs on its own
     for person in ("ada", "ben", "cy"):
         hub.wait_ready(person)
     since = datetime.now(UTC)  # (the kernel test may have run first, all GPUs busy)
     with gpus_busy(url, {store.seats.seat_of("lab", "ada").device_uuid}):  # ada's MIG slice runs a job
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and {"ben", "cy"} & set(hub.servers()):
-            time.sleep(0.5)
+            time.sleep(0.1)
         running = set(hub.servers())
     assert "ada" in running, hub.log_tail()
     assert not {"ben", "cy"} & running, hub.log_tail()
@@ -198,7 +207,9 @@ def dropin(tmp_path_factory):
         "jupyterhub", "config", "--db", url, "--course", "dropin", "--mode", "pool", "--spawner", "local", "--contact", CONTACT,
         "--cull-idle-hours", "0",
     )  # fmt: skip
-    with running_hub(text, tmp / "hub", env=hub_env(url), tiny=True, http_timeout=20) as hub:
+    # the failed-start test waits out http_timeout (the hub's TimeoutError is what it checks); the tiny
+    # server answers within a fraction of a second, so 10 s is still many times what a start needs
+    with running_hub(text, tmp / "hub", env=hub_env(url), tiny=True, http_timeout=10) as hub:
         hub.add_users(*PEOPLE, "zed")
         yield hub, store, url
 
