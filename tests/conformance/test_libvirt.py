@@ -28,7 +28,7 @@ from gpuseat.store import open_store
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from vms import guest, ssh_guest  # tests/vms: the TCG boot machinery
 from vms.conftest import EXAMPLES, require_tool
-from vms.libvirtd import libvirtd, private_network, remove_pools
+from vms.libvirtd import private_network, remove_pools, shared_libvirtd
 
 libvirt = pytest.importorskip("libvirt")
 # one libvirtd at a time (tests/vms/libvirtd.py locks it): one xdist worker runs them all in turn, instead of
@@ -58,7 +58,7 @@ def _poll(what: str, deadline_s: float, probe, detail=lambda: ""):
             return got
         if time.monotonic() > end:
             pytest.fail(f"{what} not within {deadline_s:g} s\n{detail()}")
-        time.sleep(0.5)
+        time.sleep(0.1)
 
 
 def _sshd_answers(ip: str) -> bool:
@@ -91,7 +91,7 @@ def _cleanup(uri: str, course: str, pool: str) -> None:
     remove_pools(uri, pool)
 
 
-def test_release_and_move_carried_out_by_apply_alone(tmp_path, monkeypatch, capsys):
+def test_release_and_move_carried_out_by_apply_alone(tmp_path, monkeypatch, capsys, pytestconfig):
     token = secrets.token_hex(3)
     course, pool = f"ho{token}", f"gpuseat-tho{token}"
     db = f"sqlite:///{tmp_path / 'course.db'}"
@@ -125,7 +125,8 @@ def test_release_and_move_carried_out_by_apply_alone(tmp_path, monkeypatch, caps
     cli("seats", "move", "--participant", "alice", "--seat", "seat-01")
     cli("seats", "move", "--participant", "bob", "--seat", "seat-02")
 
-    with libvirtd() as (uri, work), private_network(uri) as network:
+    uri, work = shared_libvirtd(pytestconfig)  # the libvirtd group's one daemon
+    with private_network(uri) as network:
         boot = work / f"boot-{token}"
         boot.mkdir()
         console = work / f"console-{token}"

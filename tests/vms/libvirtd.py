@@ -16,8 +16,10 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+
+import pytest
 
 from .conftest import require_tool
 
@@ -128,6 +130,25 @@ def libvirtd() -> Iterator[tuple[str, Path]]:
             if started_logd:
                 _stop(work / "virtlogd.pid")
             shutil.rmtree(work, ignore_errors=True)
+
+
+def shared_libvirtd(config: pytest.Config) -> tuple[str, Path]:
+    """``libvirtd()``'s ``(uri, workdir)``, one daemon for the whole pytest run of this process: started at the
+    first call, stopped (and the lock let go) when pytest ends (``config.add_cleanup``).
+
+    The libvirtd tests are one xdist group, run in turn on one worker: one daemon serves every module,
+    instead of a start and a stop per module (the stop alone is seconds: libvirtd, then virtlogd). Each
+    test still makes and removes its own domains, pools, networks and files (names of its own). Kept on
+    ``config`` (not in this module): however this file is imported, a second daemon would wait forever
+    on the lock the first one holds.
+    """
+    running: tuple[str, Path] | None = getattr(config, "_gpuseat_test_libvirtd", None)
+    if running is None:
+        stack = ExitStack()
+        running = stack.enter_context(libvirtd())
+        config._gpuseat_test_libvirtd = running  # type: ignore[attr-defined]
+        config.add_cleanup(stack.close)
+    return running
 
 
 @contextmanager

@@ -23,7 +23,7 @@ from gpuseat.store import open_store
 
 from . import guest, ssh_guest
 from .conftest import EXAMPLES, SSH_KEYS, require_tool
-from .libvirtd import libvirtd, remove_pools
+from .libvirtd import remove_pools, shared_libvirtd
 
 # one libvirtd at a time (tests/vms/libvirtd.py locks it): one xdist worker runs them all in turn, instead of
 # a second worker waiting on the lock
@@ -46,9 +46,8 @@ WAIT_S = 120
 
 
 @pytest.fixture(scope="module")
-def daemon():
-    with libvirtd() as running:
-        yield running
+def daemon(pytestconfig):
+    return shared_libvirtd(pytestconfig)  # one daemon for every libvirtd module of this run
 
 
 @pytest.fixture
@@ -101,7 +100,7 @@ def _poll(what: str, deadline_s: float, probe, detail=lambda: ""):
             return got
         if time.monotonic() > end:
             pytest.fail(f"{what} not within {deadline_s:g} s\n{detail()}")
-        time.sleep(0.5)
+        time.sleep(0.1)
 
 
 def _sshd_answers(ip: str) -> bool:

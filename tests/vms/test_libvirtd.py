@@ -28,7 +28,7 @@ from gpuseat.store import open_store
 
 from . import guest
 from .conftest import EXAMPLES, SSH_KEYS, public_key, require_tool
-from .libvirtd import libvirtd, remove_pools
+from .libvirtd import remove_pools, shared_libvirtd
 
 # one libvirtd at a time (tests/vms/libvirtd.py locks it): one xdist worker runs them all in turn, instead of
 # a second worker waiting on the lock
@@ -45,9 +45,8 @@ def _doctor_trees():
 
 
 @pytest.fixture(scope="module")
-def daemon():
-    with libvirtd() as running:
-        yield running
+def daemon(pytestconfig):
+    return shared_libvirtd(pytestconfig)  # one daemon for every libvirtd module of this run
 
 
 @pytest.fixture
@@ -158,7 +157,8 @@ def test_two_seats_boot_under_tcg_and_print_their_hostname_and_key(host, daemon,
     assert str(base) in info
     deadline = time.monotonic() + 240
     while any(d.isActive() for d in doms) and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.1)
+    assert not any(d.isActive() for d in doms), "the guests did not power off within 240 s"
     for who, seat, name in zip(("alice", "bob"), ("seat-01", "seat-02"), names, strict=True):
         log = (console / f"{name}.log").read_text(errors="replace")
         line = next((ln for ln in log.splitlines() if ln.startswith(guest.MARKER)), None)

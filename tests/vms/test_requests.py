@@ -32,7 +32,8 @@ def _booted(eng, console) -> dict[str, str]:
     doms = [eng.libvirt.lookup(n) for n in NAMES]
     deadline = time.monotonic() + 240
     while any(d.isActive() for d in doms) and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.1)
+    assert not any(d.isActive() for d in doms), "the guests did not power off within 240 s"
     out = {}
     for name in NAMES:
         log = (console / f"{name}.log").read_text(errors="replace")
