@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -131,10 +132,12 @@ def test_a_participant_sees_exactly_their_seat_and_the_probe_says_so(hub):
 def test_ada_cannot_reach_bens_server_nor_take_a_second_gpu(hub):
     h, store, _ = hub
     ada = as_user(h, "ada")
-    if "ada" not in h.servers():
-        assert ada.post("/hub/api/users/ada/server").status_code in (201, 202)
-        h.wait_ready("ada")
-    assert h.start("ben").status_code in (201, 202)
+    with ThreadPoolExecutor(2) as pool:  # both servers start side by side (a start request waits for its server)
+        ada_up = pool.submit(ada.post, "/hub/api/users/ada/server") if "ada" not in h.servers() else None
+        ben_up = pool.submit(h.start, "ben")
+        assert ada_up is None or ada_up.result().status_code in (201, 202), ada_up.result().text
+        assert ben_up.result().status_code in (201, 202), ben_up.result().text
+    h.wait_ready("ada")
     h.wait_ready("ben")
     assert ada.post("/hub/api/users/ben/server").status_code in (403, 404)
     assert ada.delete("/hub/api/users/ben/server").status_code in (403, 404)
