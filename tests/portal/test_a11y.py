@@ -20,6 +20,8 @@ from .test_browser import ARGS, CHROMIUM, _need_browser
 AXE = Path(__file__).resolve().parents[2] / ".npm" / "node_modules" / "axe-core" / "axe.min.js"
 ORGANIZER = ["overview", "roster", "seats", "alerts", "bench", "links", "survey", "report", "course/settings"]
 WIDTHS = {"desktop": 1280, "phone": 390}
+#: the module's tests share one demo server: one xdist worker runs them, so it starts once
+pytestmark = pytest.mark.xdist_group(name="portal-a11y-demo")
 
 
 def _need_axe() -> str:

@@ -16,6 +16,9 @@ from gpuseat.services.demo import seed_demo
 
 from .live import csrf_of, demo_credentials, login, start
 
+#: the tests on the module's demo server run on one xdist worker, so the server starts once
+SHARED = pytest.mark.xdist_group(name="portal-exports-demo")
+
 HOSTILE = ['=HYPERLINK("http://x")', "+SUM(1)", "-2+3", "@cmd", "\t=1", " =2"]
 
 
@@ -39,6 +42,7 @@ def cells(text: str) -> list[str]:
     return [cell for row in csv.reader(io.StringIO(text)) for cell in row]
 
 
+@SHARED
 def test_every_csv_download_defuses_formulas(organizer):
     roster = io.StringIO()
     writer = csv.writer(roster)
@@ -67,6 +71,7 @@ def test_every_csv_download_defuses_formulas(organizer):
     assert '\'=HYPERLINK("http://x")' in cells(exports["roster.csv"])
 
 
+@SHARED
 def test_report_is_styled_under_a_csp_that_allows_only_its_own_style(organizer):
     r = organizer.get("/report")
     style = re.search(r"<style>(.*?)</style>", r.text, re.S).group(1)
@@ -78,6 +83,7 @@ def test_report_is_styled_under_a_csp_that_allows_only_its_own_style(organizer):
     assert r.text.count("<style>") == 1 and " style=" not in r.text
 
 
+@SHARED
 def test_survey_validation_errors_answer_4xx(demo):
     token = demo.extra["token"]
     with httpx.Client(base_url=demo.url) as p:

@@ -26,6 +26,8 @@ from gpuseat.services.demo import seed_demo
 from .live import SRC, login, start
 
 PROBES = 300
+#: the module's tests share one seeded demo server: one xdist worker runs them, so it starts once
+pytestmark = pytest.mark.xdist_group(name="portal-loop-demo")
 
 
 def p99(values: list[float]) -> float:

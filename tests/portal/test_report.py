@@ -8,6 +8,9 @@ import pytest
 
 from gpuseat.services.demo import seed_demo
 
+#: the tests on the module's seeded demo run on one xdist worker, so it is seeded once
+SHARED = pytest.mark.xdist_group(name="portal-report-demo")
+
 SECTIONS = ("plan", "cost", "seats", "utilisation", "benchmarks", "survey")
 CHARTS = ("cost", "utilisation", "benchmark", "nps", "survey-expectations", "survey-recommend")
 
@@ -55,6 +58,7 @@ def demo_db(tmp_path_factory):
     return seed_demo(tmp_path_factory.mktemp("demo"))
 
 
+@SHARED
 def test_report_has_every_section_and_chart_and_no_external_urls(cli, demo_db, tmp_path, monkeypatch):
     monkeypatch.setenv("GPUSEAT_DATA_DIR", str(demo_db.folder))  # the demo's benchmark store
     out = tmp_path / "r.html"
@@ -80,6 +84,7 @@ def test_report_has_every_section_and_chart_and_no_external_urls(cli, demo_db, t
     assert len(seat_rows) == 16
 
 
+@SHARED
 def test_report_refuses_to_overwrite_without_force(cli, demo_db, tmp_path):
     out = tmp_path / "r.html"
     out.write_text("mine")
@@ -89,6 +94,7 @@ def test_report_refuses_to_overwrite_without_force(cli, demo_db, tmp_path):
     assert cli("report", "--db", demo_db.db_url, "--out", out, "--force").code == 0
 
 
+@SHARED
 def test_survey_report_in_the_terminal(cli, demo_db):
     r = cli("survey", "report", "--db", demo_db.db_url)
     assert r.code == 0, r.err

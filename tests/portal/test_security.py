@@ -13,6 +13,9 @@ import pytest
 
 from .live import SRC, csrf_of, demo_credentials, login, start
 
+#: the tests on the module's demo server run on one xdist worker, so the server starts once
+SHARED = pytest.mark.xdist_group(name="portal-security-demo")
+
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
@@ -21,8 +24,10 @@ def demo(tmp_path_factory):
     password, token = demo_credentials(server.printed)
     server.extra.update(password=password, token=token)
     yield server
-    code = server.stop()
+    code = server.stop(signal.SIGTERM)
     assert code == 0, server.output()
+    folder = re.search(r"in (\S+gpuseat-demo-\S+)", server.printed).group(1)
+    assert not Path(folder).exists()  # the demo cleans up after SIGTERM
 
 
 @pytest.fixture
@@ -43,6 +48,7 @@ def fresh_links(organizer: httpx.Client, *participants: str) -> dict[str, str]:
     return out
 
 
+@SHARED
 def test_demo_answers_quickly_and_logs_no_token(demo):
     print(f"serve --demo answered / after {demo.startup_s:.1f} s")
     r = httpx.get(demo.url + "/")
@@ -53,6 +59,7 @@ def test_demo_answers_quickly_and_logs_no_token(demo):
     assert demo.extra["token"] not in log.split("participant:")[1].split("\n", 1)[1]  # only the banner shows it
 
 
+@SHARED
 @pytest.mark.parametrize("path", ["/login", "/static/portal.js", "/nope", "/t/TOKEN"])
 def test_security_headers_on_every_response(demo, path):
     r = httpx.get(demo.url + path.replace("TOKEN", demo.extra["token"]))
@@ -64,6 +71,7 @@ def test_security_headers_on_every_response(demo, path):
     assert "server" not in r.headers
 
 
+@SHARED
 def test_pages_have_no_inline_scripts_or_styles(organizer):
     for path in ("/overview", "/seats", "/survey", "/links", "/bench", "/report"):
         html = organizer.get(path).text
@@ -72,18 +80,21 @@ def test_pages_have_no_inline_scripts_or_styles(organizer):
         assert not re.search(r"""(src|href)=["']https?://""", html), path
 
 
+@SHARED
 @pytest.mark.parametrize("path", ["/overview", "/seats", "/roster", "/links", "/survey", "/report", "/alerts"])
 def test_organizer_pages_need_a_session(demo, path):
     r = httpx.get(demo.url + path)
     assert r.status_code == 303 and r.headers["location"] == "/login"
 
 
+@SHARED
 def test_api_and_forms_need_a_session(demo):
     assert httpx.get(demo.url + "/seats/live.json").status_code == 401
     assert httpx.get(demo.url + "/survey.csv").status_code == 401
     assert httpx.post(demo.url + "/seats/action", data={"action": "assign-all"}).status_code == 401
 
 
+@SHARED
 def test_session_cookie_is_signed_httponly_samesite(demo):
     with httpx.Client(base_url=demo.url) as client:
         r = login(client, demo.url, demo.extra["password"])
@@ -98,12 +109,14 @@ def test_session_cookie_is_signed_httponly_samesite(demo):
         assert client.get("/overview").status_code == 303
 
 
+@SHARED
 def test_wrong_password_is_refused(demo):
     with httpx.Client(base_url=demo.url) as client:
         r = login(client, demo.url, "not-the-password")
         assert r.status_code == 401 and "gpuseat_session" not in client.cookies
 
 
+@SHARED
 def test_forms_without_their_csrf_token_are_refused(demo, organizer):
     token = demo.extra["token"]
     before = organizer.get("/survey").text
@@ -132,6 +145,7 @@ def test_forms_without_their_csrf_token_are_refused(demo, organizer):
         assert ok.status_code == 200 and "your answers are saved" in ok.text
 
 
+@SHARED
 def test_a_token_opens_only_its_own_page(demo, organizer):
     links = fresh_links(organizer, "ghopper", "aturing")
     a, b = links["ghopper"], links["aturing"]
@@ -160,6 +174,7 @@ def test_a_token_opens_only_its_own_page(demo, organizer):
     assert httpx.get(f"{demo.url}/t/{new_a}").status_code == 200
 
 
+@SHARED
 def test_revoked_links_open_nothing(demo, organizer):
     token = fresh_links(organizer, "dknuth")["dknuth"]
     assert httpx.get(f"{demo.url}/t/{token}").status_code == 200
@@ -169,26 +184,29 @@ def test_revoked_links_open_nothing(demo, organizer):
     assert httpx.get(f"{demo.url}/t/{token}/live").status_code == 404
 
 
-def test_guessing_is_rate_limited_but_never_refuses_the_right_answer(tmp_path):
-    server = start(["--demo"], tmp_path / "serve.log")
-    try:
-        password, token = demo_credentials(server.printed)
-        with httpx.Client(base_url=server.url) as c:
-            codes = [login(c, server.url, f"guess-{i}").status_code for i in range(12)]
-            assert codes == [401] * 10 + [429] * 2  # failures of this address and account are limited ...
-            assert login(c, server.url, password).status_code == 303  # ... the right password still gets in
-        with httpx.Client(base_url=server.url) as other:  # another account from the same address: not locked
-            assert login(other, server.url, "not-it", user="nobody").status_code == 401
-        codes = [httpx.get(f"{server.url}/t/{secrets.token_urlsafe(32)}").status_code for _ in range(22)]
+@SHARED
+def test_guessing_is_rate_limited_but_never_refuses_the_right_answer(demo):
+    """From an address of its own (failures are counted per address), so the module's other tests on the
+    same server count for nothing here."""
+    password, token = demo.extra["password"], demo.extra["token"]
+
+    def client() -> httpx.Client:
+        return httpx.Client(base_url=demo.url, transport=httpx.HTTPTransport(local_address="127.0.0.9"))
+
+    with client() as c:
+        codes = [login(c, demo.url, f"guess-{i}").status_code for i in range(12)]
+        assert codes == [401] * 10 + [429] * 2  # failures of this address and account are limited ...
+        assert login(c, demo.url, password).status_code == 303  # ... the right password still gets in
+    with client() as other:  # another account from the same address: not locked
+        assert login(other, demo.url, "not-it", user="nobody").status_code == 401
+    with client() as c:
+        codes = [c.get(f"/t/{secrets.token_urlsafe(32)}").status_code for _ in range(22)]
         assert codes == [404] * 20 + [429] * 2
-        assert httpx.get(f"{server.url}/t/{token}").status_code == 200  # a valid link is never refused
-        assert httpx.get(f"{server.url}/t/{token}/live").status_code == 200
-    finally:
-        assert server.stop(signal.SIGTERM) == 0
-    folder = re.search(r"in (\S+gpuseat-demo-\S+)", server.printed).group(1)
-    assert not Path(folder).exists()  # the demo cleans up after SIGTERM
+        assert c.get(f"/t/{token}").status_code == 200  # a valid link is never refused
+        assert c.get(f"/t/{token}/live").status_code == 200
 
 
+@SHARED
 def test_cookie_tossing_from_a_sibling_subdomain_is_refused(demo, organizer):
     """An attacker on notebooks.example.org sets the CSRF cookie for the whole domain and posts its own form."""
     # the attacker visits the portal themself: a pre-login cookie and the form token that goes with it
@@ -214,12 +232,14 @@ def test_cookie_tossing_from_a_sibling_subdomain_is_refused(demo, organizer):
     assert organizer.post("/survey", data={"action": "open", "csrf": own}, headers=same).status_code == 303
 
 
+@SHARED
 def test_the_host_header_is_never_reflected(demo):
     for path in ("/", "/overview", "/favicon.ico", "/seats/"):
         r = httpx.get(demo.url + path, headers={"host": "evil.example.com"})
         assert "evil.example.com" not in r.headers.get("location", "") + r.text, path
 
 
+@SHARED
 def test_logout_ends_the_session_on_the_server(demo):
     with httpx.Client(base_url=demo.url) as client:
         assert login(client, demo.url, demo.extra["password"]).status_code == 303
@@ -231,6 +251,7 @@ def test_logout_ends_the_session_on_the_server(demo):
     assert httpx.get(demo.url + "/overview", cookies={"gpuseat_session": copied}).status_code == 303
 
 
+@SHARED
 def test_log_out_everywhere_ends_every_session(demo):
     phone, laptop = httpx.Client(base_url=demo.url), httpx.Client(base_url=demo.url)
     with phone, laptop:
