@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 import subprocess
 from collections.abc import Callable
 from typing import Any
@@ -219,9 +220,15 @@ def test_an_existing_system_account_is_never_taken_over(lab: Lab, tmp_path: Any,
     (tmp_path / "r.csv").write_text(f"name,email,unix_user,ssh_key\nMal,mal@example.org,daemon,{mallory.public_key}\n")
     listing = subprocess.run([str(lab.nvidia_smi), "-L"], capture_output=True, text=True, check=True).stdout
     (tmp_path / "l.txt").write_text(listing)
+    assert cli("course", "create", tmp_path / "c.toml", "--key", "lab", "--db", db).code == 0
+    refused = cli("roster", "import", tmp_path / "r.csv", "--db", db)  # the roster refuses it first
+    assert refused.code == 2 and "'daemon' is an account the machines have" in refused.err, refused.err
+    # a store an older gpuseat filled: the login reached the store, and the engine must still refuse it
+    (tmp_path / "r.csv").write_text(f"name,email,unix_user,ssh_key\nMal,mal@example.org,mal,{mallory.public_key}\n")
+    assert cli("roster", "import", tmp_path / "r.csv", "--db", db).code == 0
+    with sqlite3.connect(tmp_path / "course.db") as conn:
+        conn.execute("UPDATE participants SET unix_user = 'daemon' WHERE unix_user = 'mal'")
     for args in (
-        ("course", "create", tmp_path / "c.toml", "--key", "lab"),
-        ("roster", "import", tmp_path / "r.csv"),
         ("seats", "add", "--from-nvidia-smi", tmp_path / "l.txt", "--engine", "host", "--host", "gpu1"),
         ("seats", "assign"),
     ):
