@@ -472,14 +472,28 @@ def test_the_agent_carries_out_a_release_with_no_command_after_it(lab: Lab) -> N
 
 
 def test_bypass_whole_node_jobs_get_no_other_gpu(lab: Lab) -> None:
-    """``--exclusive`` (a whole node) and a GPU request with no count, in and out of the session."""
-    for args in (
-        ("-p", "gpuseat-conf", f"--reservation={lab.session}", "--exclusive", "--immediate=5"),
-        ("-p", "gpuseat-conf", f"--reservation={lab.session}", "--exclusive", "--gres=gpu", "--immediate=5"),
-        ("-p", "debug", "--exclusive", "--immediate=5"),
+    """``--exclusive`` (a whole node) and a GPU request with no count, in and out of the session, submitted by
+    alice: what Slurm holds for each job (read back with ``scontrol``, as it would run it) is at most her own
+    seat's GPU. These jobs never start on the test node (the session's reservation keeps it from a whole-node
+    job), so an ``srun`` would see nothing either way and prove nothing: the job's recorded request does."""
+    out = lab.cluster.root / "out" / "whole-%j.out"
+    for args, want in (
+        (("-p", "gpuseat-conf", f"--reservation={lab.session}", "--exclusive"), None),  # no GPU asked: none bound
+        (("-p", "gpuseat-conf", f"--reservation={lab.session}", "--exclusive", "--gres=gpu"), "gres:gpu:m60.seat-01:1"),
+        (("-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:m60"), "gres:gpu:m60.seat-01:1"),
+        (("-p", "debug", "--exclusive"), None),
     ):
-        _, seen, err = lab.gpus("alice", *args)
-        assert set(seen) <= {INDEX["alice"]}, (args, seen, err)
+        sub = lab.as_user("alice", "sbatch", "--hold", *args, f"--output={out}", "--wrap", "true")
+        if sub.returncode != 0:  # refused outright: nothing of anyone's is given
+            continue
+        job_id = sub.stdout.split()[-1]
+        try:
+            shown = lab.job(job_id)
+            asked = re.findall(r"TresPerNode=(\S+)", shown)
+            assert asked == ([want] if want else []), (args, shown)
+            assert not re.search(r"gres[:/]gpu[^ \n]*seat-0[23]", shown), (args, shown)  # nobody else's GPU
+        finally:
+            lab.slurm.run("scancel", [job_id], check=False)
 
 
 def test_seats_check_probes_every_seat_as_its_participant(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:
