@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,7 @@ def data_dir() -> Path:
     invoker = sudo_user()
     if invoker is not None:
         return Path(invoker.pw_dir) / ".local" / "share" / "gpuseat"
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("gpuseat", appauthor=False))
+    return _user_dir("XDG_DATA_HOME", ".local/share", "user_data_dir")
 
 
 def cache_dir() -> Path:
@@ -30,9 +29,20 @@ def cache_dir() -> Path:
     override = os.environ.get("GPUSEAT_CACHE_DIR")
     if override:
         return Path(override)
+    return _user_dir("XDG_CACHE_HOME", ".cache", "user_cache_dir")
+
+
+def _user_dir(variable: str, default: str, elsewhere: str) -> Path:
+    """``gpuseat`` in the user's folder of one kind. On Linux that is the XDG Base Directory rule, the one
+    platformdirs applies there (``$XDG_…_HOME`` when set and absolute, else the folder under home), read
+    directly: importing platformdirs costs every command a few milliseconds of start-up (``gpuseat plan``
+    looks up its catalog cache here). Other systems ask platformdirs (``elsewhere`` names its function)."""
+    if sys.platform.startswith("linux"):
+        base = os.environ.get(variable, "").strip()
+        return Path(base if os.path.isabs(base) else os.path.expanduser(f"~/{default}")) / "gpuseat"
     import platformdirs
 
-    return Path(platformdirs.user_cache_dir("gpuseat", appauthor=False))
+    return Path(getattr(platformdirs, elsewhere)("gpuseat", appauthor=False))
 
 
 def sudo_user() -> Any:
