@@ -7,10 +7,12 @@ Also: ``kill -9`` mid-run, then a restart, loses at most the tick in flight and 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -44,6 +46,62 @@ def monitor_cmd(replay: Path, url: str, ticks: int) -> list[str]:
     return [*base, "--interval", "0.1", "--ticks", str(ticks)]
 
 
+# Monitors that start together are forked from one warm process (Python, Typer, SQLAlchemy, its driver
+# and the monitor's modules imported): each is a process of its own that runs ``gpuseat monitor``'s own
+# entry point and opens its own connections, as ``python -m gpuseat monitor`` would a second later.
+# Four fresh interpreters on two cores spent most of these tests starting; forked, they also start
+# closer together, so their writes (and the race on creating the schema) overlap more.
+FORKER = textwrap.dedent(
+    """
+    import json, os, sys, traceback
+    import alembic.command, typer
+    from sqlalchemy import create_engine
+    import gpuseat.cli.monitor, gpuseat.monitor.replay, gpuseat.monitor.runner, gpuseat.services.monitoring
+    import gpuseat.store
+    from gpuseat.cli import main
+    runs = json.loads(sys.argv[1])
+    create_engine(runs[0]["argv"][runs[0]["argv"].index("--db") + 1]).dispose()  # the driver; no connection
+    sys.stdout.flush(), sys.stderr.flush()
+    pids = []
+    for run in runs:
+        pid = os.fork()
+        if pid == 0:
+            code = 70
+            try:
+                os.dup2(os.open(run["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 2)
+                code = main(run["argv"])
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush(), sys.stderr.flush()
+                os._exit(code)
+        pids.append(pid)
+    codes = []
+    for pid in pids:
+        status = os.waitpid(pid, 0)[1]
+        codes.append(-os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+    print(json.dumps(codes), flush=True)
+    """
+)
+
+
+def monitors_at_once(runs: list[tuple[Path, str, int]], tmp_path: Path) -> list[tuple[int, str]]:
+    """``gpuseat monitor --replay R --db URL --ticks N`` for each (R, URL, N), all at once: (exit code, stderr)."""
+    jobs = [
+        {"argv": monitor_cmd(replay, url, ticks)[3:], "err": str(tmp_path / f"monitor-{i}.err")}
+        for i, (replay, url, ticks) in enumerate(runs)
+    ]
+    env = {**os.environ, "GPUSEAT_DATA_DIR": str(tmp_path / "data")}
+    done = subprocess.run(
+        [sys.executable, "-c", FORKER, json.dumps(jobs)], env=env, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stderr
+    codes = json.loads(done.stdout.strip().splitlines()[-1])
+    return [(code, Path(job["err"]).read_text()) for code, job in zip(codes, jobs, strict=True)]
+
+
 def per_host(url: str) -> dict[str, tuple[int, int, int]]:
     """host → (raw samples, distinct (device, second) pairs, samples counted in minute rollups)."""
     engine = create_engine(url)
@@ -70,17 +128,9 @@ def per_host(url: str) -> dict[str, tuple[int, int, int]]:
 def test_four_monitors_at_once_store_every_sample(url, tmp_path):
     ticks = 40  # 200 s of recorded time: minutes 0-2 finish and are rolled up
     open_monitor(url).close()  # the schema exists before the race (the race on creation has its own test)
-    procs = []
     for n in range(4):
         lab_replay(tmp_path / f"r{n}.jsonl", f"host{n}", ticks)
-    env = {**os.environ, "GPUSEAT_DATA_DIR": str(tmp_path / "data")}
-    for n in range(4):
-        procs.append(
-            subprocess.Popen(
-                monitor_cmd(tmp_path / f"r{n}.jsonl", url, ticks), env=env, stderr=subprocess.PIPE, text=True
-            )
-        )
-    results = [(p.wait(timeout=240), p.stderr.read() if p.stderr else "") for p in procs]
+    results = monitors_at_once([(tmp_path / f"r{n}.jsonl", url, ticks) for n in range(4)], tmp_path)
     for code, err in results:
         assert code == 0, err
         assert "failed" not in err and f"{ticks} stored" in err
@@ -93,15 +143,10 @@ def test_four_monitors_at_once_store_every_sample(url, tmp_path):
 
 def test_new_database_created_by_four_monitors_at_once(tmp_path):
     url = f"sqlite:///{tmp_path / 'fresh.db'}"
-    env = {**os.environ, "GPUSEAT_DATA_DIR": str(tmp_path / "data")}
-    procs = []
     for n in range(4):
         lab_replay(tmp_path / f"r{n}.jsonl", f"host{n}", 6)
-        procs.append(
-            subprocess.Popen(monitor_cmd(tmp_path / f"r{n}.jsonl", url, 6), env=env, stderr=subprocess.PIPE, text=True)
-        )
-    for p in procs:
-        assert p.wait(timeout=240) == 0, p.stderr.read() if p.stderr else ""
+    for code, err in monitors_at_once([(tmp_path / f"r{n}.jsonl", url, 6) for n in range(4)], tmp_path):
+        assert code == 0, err
     assert {h: v[0] for h, v in per_host(url).items()} == {f"host{n}": 6 * LEAVES for n in range(4)}
 
 
