@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from gpuseat.catalog.bundle import load_catalog
+from gpuseat.catalog.bundle import Catalog, load_catalog
 from gpuseat.store import open_store
 from gpuseat.web.app import Portal, create_app
 from gpuseat.web.security import SESSION_COOKIE
@@ -83,13 +83,20 @@ def course_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     return folder / "course.db", links
 
 
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    """The bundled catalog, validated once for the module (each test has its own empty cache folder, so
+    load_catalog would validate it again per row); a frozen value, shared safely."""
+    return load_catalog()
+
+
 @pytest.fixture
-def sweep(course_db: tuple[Path, dict[str, str]], tmp_path: Path) -> Iterator[Sweep]:
+def sweep(course_db: tuple[Path, dict[str, str]], catalog: Catalog, tmp_path: Path) -> Iterator[Sweep]:
     """The served course on this test's own copy of the database, the organizer logged in."""
     made, links = course_db
     shutil.copyfile(made, tmp_path / "course.db")
     store = open_store(f"sqlite:///{tmp_path / 'course.db'}")
-    portal = Portal(store, load_catalog(), "lab", link_days_after_end=None)
+    portal = Portal(store, catalog, "lab", link_days_after_end=None)
     app = create_app(portal)
     org = TestClient(app, base_url="http://testserver", raise_server_exceptions=False)
     anon = TestClient(app, base_url="http://testserver", raise_server_exceptions=False)
