@@ -128,8 +128,13 @@ def test_1030_idle_sockets_under_a_1024_fd_limit_do_not_stop_a_new_client(tmp_pa
             idle.append(s)
         fds = f"/proc/{server.proc.pid}/fd"  # prlimit execs the server: same process
         until = time.monotonic() + 30
-        while len(os.listdir(fds)) < 1010 and time.monotonic() < until:  # out of descriptors: the flood is in
+        opened = 0
+        while time.monotonic() < until:  # out of descriptors: the flood is in
+            opened = len(os.listdir(fds))
+            if opened >= 1010:
+                break
             time.sleep(0.02)
+        assert opened >= 1010, f"the flood never used up the server's descriptors ({opened} open): proves nothing"
         answered = None
         began = time.monotonic()
         deadline = began + 15  # the silent ones are closed after --idle-timeout (4 s)
