@@ -38,11 +38,12 @@ FORKER = textwrap.dedent(
     for i, keys in enumerate(chunks):
         pid = os.fork()
         if pid == 0:
-            code = 1
+            code, ready = 1, False
             try:
                 os.dup2(os.open(os.path.join(out_dir, f"{i}.err"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
                 store = open_store(url)
                 os.write(1, b"ready\\n")
+                ready = True
                 while not os.path.exists(go):
                     time.sleep(0.005)
                 out = {}
@@ -58,6 +59,8 @@ FORKER = textwrap.dedent(
                 code = 0
             except BaseException:
                 traceback.print_exc()
+                if not ready:
+                    os.write(1, b"failed\\n")  # the test reads one line per worker: never leave it waiting
             finally:
                 os._exit(code)
         pids.append(pid)
@@ -90,8 +93,10 @@ class Workers:
             env=env(),
         )
         assert self.proc.stdout is not None
-        for _ in range(self.n):
-            assert self.proc.stdout.readline().strip() == "ready", self.errors()
+        said = [self.proc.stdout.readline().strip() for _ in range(self.n)]
+        if said != ["ready"] * self.n:
+            self.proc.communicate("kill\n", timeout=30)
+            raise AssertionError(f"{said}: {self.errors()}")
 
     def errors(self) -> str:
         return "\n".join(p.read_text() for p in sorted(self.out.glob("*.err")))
