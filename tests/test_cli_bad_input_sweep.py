@@ -273,7 +273,7 @@ class Ran:
 
 def _own_process(args: list[str], url: str) -> Ran:
     """``gpuseat ARGS`` in a fresh Python process, with the row's store."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_") or k == "GPUSEAT_CACHE_DIR"}
     env |= {"GPUSEAT_DB_URL": url, "GPUSEAT_DATA_DIR": str(Path(url.removeprefix("sqlite:///")).parent)}
     done = subprocess.run(
         [sys.executable, "-m", "gpuseat", *args], capture_output=True, text=True, env=env, timeout=120

@@ -25,7 +25,7 @@ NEVER_AT_IMPORT = {"sqlalchemy", "alembic", "fastapi", "starlette", "uvicorn", "
 
 def _modules(code: str, tmp_path: Path) -> set[str]:
     """Every module in ``sys.modules`` after ``code`` ran in a fresh interpreter (data folder in tmp_path)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_") or k == "GPUSEAT_CACHE_DIR"}
     env.update(GPUSEAT_DATA_DIR=str(tmp_path / "data"), HOME=str(tmp_path))
     probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)), file=sys.stderr)"
     proc = subprocess.run(
@@ -64,7 +64,7 @@ def test_plan_json_loads_no_store_or_rich(tmp_path: Path) -> None:
 
 def _status(tmp_path: Path, *args: str) -> tuple[set[str], str]:
     """(modules loaded, the printed table) of ``gpuseat seats status ARGS`` in a fresh interpreter."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_") or k == "GPUSEAT_CACHE_DIR"}
     env.update(GPUSEAT_DATA_DIR=str(tmp_path / "data"), HOME=str(tmp_path), COLUMNS="200")
     code = (
         f"from gpuseat.cli import main\nassert main(['seats', 'status', *{list(args)!r}]) == 0\n"

@@ -57,7 +57,7 @@ def _env(tmp_path: Path, sysfs: Path) -> dict[str, str]:
         bin_dir, "qm", 'if [ "$1" = status ]; then exit 2; fi\necho "qm $*" >> "$LOG"\n'
     )  # no VM exists yet: every qm status fails
     return {
-        **{k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_")},
+        **{k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_") or k == "GPUSEAT_CACHE_DIR"},
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "SYSFS": str(sysfs),
         "LOG": str(tmp_path / "log"),

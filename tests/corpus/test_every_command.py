@@ -55,7 +55,7 @@ def _required_args(cmd: click.Command, fifo: Path) -> list[str]:
 
 
 def _run(argv: list[str], tmp: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_") or k == "GPUSEAT_CACHE_DIR"}
     env.update(
         PYTHONPATH=os.pathsep.join([str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])]),
         GPUSEAT_DATA_DIR=str(tmp / "data"),

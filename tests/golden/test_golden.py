@@ -175,8 +175,8 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> Course:
     db = f"sqlite:///{folder / 'course.db'}"
     scope = ["--course", COURSE, "--db", db]
     with pytest.MonkeyPatch.context() as mp:
-        for name in [n for n in os.environ if n.startswith("GPUSEAT_")]:
-            mp.delenv(name)
+        for name in [n for n in os.environ if n.startswith("GPUSEAT_") and n != "GPUSEAT_CACHE_DIR"]:
+            mp.delenv(name)  # the test's own cache folder stays: never the shell's ~/.cache/gpuseat
         mp.setenv("GPUSEAT_DATA_DIR", str(folder / "data"))
         mp.setenv("COLUMNS", WIDTH)
         mp.chdir(REPO)

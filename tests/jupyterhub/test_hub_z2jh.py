@@ -155,7 +155,7 @@ for line in sys.stdin:
 
 def _env(**extra: str) -> dict[str, str]:
     """The hub's environment: none of the shell's GPUSEAT_* variables, gpuseat's sources importable."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_") or k == "GPUSEAT_CACHE_DIR"}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])
     return {**env, **extra}
 

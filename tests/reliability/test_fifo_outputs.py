@@ -21,7 +21,7 @@ GUARD_S = 60  # a hang shows up as this timeout; a refusal takes about a second
 
 
 def _env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_") or k == "GPUSEAT_CACHE_DIR"}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), *filter(None, [env.get("PYTHONPATH")])])
     env["GPUSEAT_DATA_DIR"] = str(tmp / "data")
     env["GPUSEAT_DB_URL"] = f"sqlite:///{tmp / 'course.db'}"

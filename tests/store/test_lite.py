@@ -163,7 +163,7 @@ def test_the_light_read_loads_no_orm(two_courses: CourseStore, url: str) -> None
         "assert status is not None and len(status.seats) == 5\n"
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_") or k == "GPUSEAT_CACHE_DIR"}
     proc = subprocess.run([sys.executable, "-c", probe, url], capture_output=True, text=True, env=env, check=False)
     assert proc.returncode == 0, proc.stderr
     loaded = set(json.loads(proc.stdout))

@@ -197,7 +197,7 @@ def test_the_default_survey_asks_about_this_courses_format(cli, course_2016):
 @pytest.mark.skipif(not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")), reason="no PostgreSQL server here")
 def test_postgres_script_says_which_variable_gpuseat_reads(tmp_path):
     folder = Path(tempfile.mkdtemp(prefix="gpuseat-pg-", dir="/tmp"))  # the postgres user must reach it
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_") or k == "GPUSEAT_CACHE_DIR"}
     try:
         started = subprocess.run(
             ["bash", str(ROOT / "scripts" / "postgres.sh"), "start", str(folder)],
