@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -48,13 +49,24 @@ pci = "0000:87:00.0"
 uuid = "{UUIDS[1]}"
 """
 BOOT_S = 420  # TCG guests booting on a busy 2-core runner
+SLOW_S = 90  # a step slower than this is reported as a warning in the run's summary (it passes; see why)
+
+
+def _slow(what: str, started: float) -> None:
+    """Say so in pytest's warnings summary when one step took long: a passing run that took minutes then
+    shows which wait it spent them in (guest boot, sshd, apply's address wait) without a rerun."""
+    took = time.monotonic() - started
+    if took > SLOW_S:
+        warnings.warn(f"libvirt conformance: {what} took {took:.0f} s", stacklevel=2)
 
 
 def _poll(what: str, deadline_s: float, probe, detail=lambda: ""):
-    end = time.monotonic() + deadline_s
+    started = time.monotonic()
+    end = started + deadline_s
     while True:
         got = probe()
         if got:
+            _slow(what, started)
             return got
         if time.monotonic() > end:
             pytest.fail(f"{what} not within {deadline_s:g} s\n{detail()}")
@@ -99,7 +111,9 @@ def test_release_and_move_carried_out_by_apply_alone(tmp_path, monkeypatch, caps
     monkeypatch.setenv("COLUMNS", "200")
 
     def cli(*args: str, code: int = 0) -> str:
+        started = time.monotonic()
         got = main(list(args))
+        _slow(f"gpuseat {' '.join(args[:2])}", started)
         out = capsys.readouterr()
         assert got == code, out.out + out.err
         return out.out
