@@ -358,21 +358,10 @@ class MonitorStore(Concern):
         if last is not None:
             q = q.where(Sample.ts >= (last + 1) * 60)
         q = q.group_by(m, Sample.device_id)
-        cols = [
-            "minute",
-            "device_id",
-            "seat_id",
-            "participant_id",
-            "samples",
-            "active_samples",
-            "memory_max_mib",
-            "memory_avg_mib",
-            "utilization_avg",
-        ]
-        stmt = self._database.insert(MinuteAggregate).from_select(cols, q)
+        stmt = self._database.insert(MinuteAggregate).from_select(list(_MINUTE_COLUMNS), q)  # the select's order
         stmt = stmt.on_conflict_do_update(
             index_elements=["minute", "device_id"],
-            set_={c: getattr(stmt.excluded, c) for c in cols[2:]},
+            set_={c: getattr(stmt.excluded, c) for c in _MINUTE_COLUMNS[2:]},
         )
         conn.execute(stmt)
         conn.execute(delete(Sample).where(Sample.ts < now_ts - self.raw_keep_s, Sample.device_id.in_(devices)))
