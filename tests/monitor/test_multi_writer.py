@@ -53,36 +53,16 @@ def monitor_cmd(replay: Path, url: str, ticks: int) -> list[str]:
 # closer together, so their writes (and the race on creating the schema) overlap more.
 FORKER = textwrap.dedent(
     """
-    import json, os, sys, traceback
+    import json, sys
     import alembic.command, typer
     from sqlalchemy import create_engine
     import gpuseat.cli.monitor, gpuseat.monitor.replay, gpuseat.monitor.runner, gpuseat.services.monitoring
     import gpuseat.store
-    from gpuseat.cli import main
+    from forked import exit_code, run_main
     runs = json.loads(sys.argv[1])
     create_engine(runs[0]["argv"][runs[0]["argv"].index("--db") + 1]).dispose()  # the driver; no connection
-    sys.stdout.flush(), sys.stderr.flush()
-    pids = []
-    for run in runs:
-        pid = os.fork()
-        if pid == 0:
-            code = 70
-            try:
-                os.dup2(os.open(run["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 2)
-                code = main(run["argv"])
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush(), sys.stderr.flush()
-                os._exit(code)
-        pids.append(pid)
-    codes = []
-    for pid in pids:
-        status = os.waitpid(pid, 0)[1]
-        codes.append(-os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
-    print(json.dumps(codes), flush=True)
+    pids = [run_main(run["argv"], err=run["err"]) for run in runs]
+    print(json.dumps([exit_code(pid) for pid in pids]), flush=True)
     """
 )
 
@@ -93,7 +73,9 @@ def monitors_at_once(runs: list[tuple[Path, str, int]], tmp_path: Path) -> list[
         {"argv": monitor_cmd(replay, url, ticks)[3:], "err": str(tmp_path / f"monitor-{i}.err")}
         for i, (replay, url, ticks) in enumerate(runs)
     ]
+    tests = str(Path(__file__).resolve().parents[1])  # tests/forked.py
     env = {**os.environ, "GPUSEAT_DATA_DIR": str(tmp_path / "data")}
+    env["PYTHONPATH"] = os.pathsep.join([tests, *filter(None, [env.get("PYTHONPATH")])])
     done = subprocess.run(
         [sys.executable, "-c", FORKER, json.dumps(jobs)], env=env, capture_output=True, text=True, timeout=240
     )

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 FORKER = r"""
-import json, os, signal, sys, traceback
+import json, os, signal, sys
 from gpuseat.cli import main
+from forked import exit_code, run_main
 real_fsync = os.fsync
 # warm up: the test's carve once, into a folder of its own, loads what each run loads (Typer, the catalog,
 # the renderer)
@@ -34,30 +35,18 @@ assert warm == 0, warm
 print("ready", flush=True)
 for line in sys.stdin:
     job = json.loads(line)
-    pid = os.fork()
-    if pid == 0:  # the run: its own process, stdout and stderr to files, SIGKILL to itself at fsync n
-        code = 70
-        try:
-            for fd, path in ((1, job["out"]), (2, job["err"])):
-                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
-            n, seen = job["kill_at"], [0]
-            def fsync(fd):
-                real_fsync(fd)
-                seen[0] += 1
-                if seen[0] == n:
-                    os.kill(os.getpid(), signal.SIGKILL)
-            os.fsync = fsync
-            code = main(job["argv"])
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush(), sys.stderr.flush()
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    rc = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-    print(json.dumps(rc), flush=True)
+    n, seen = job["kill_at"], [0]
+
+    def kill_at_fsync_n():  # in the run's own process: SIGKILL to itself at the n-th fsync
+        def fsync(fd):
+            real_fsync(fd)
+            seen[0] += 1
+            if seen[0] == n:
+                os.kill(os.getpid(), signal.SIGKILL)
+        os.fsync = fsync
+
+    pid = run_main(job["argv"], out=job["out"], err=job["err"], before=kill_at_fsync_n)
+    print(json.dumps(exit_code(pid)), flush=True)
 """
 
 
@@ -95,7 +84,8 @@ CASES = [
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSEAT_") or k == "GPUSEAT_CACHE_DIR"}
     src = str(Path(__file__).resolve().parents[2] / "src")
-    env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])])
+    tests = str(Path(__file__).resolve().parents[1])  # tests/forked.py
+    env["PYTHONPATH"] = os.pathsep.join([src, tests, *filter(None, [env.get("PYTHONPATH")])])
     return env
 
 
