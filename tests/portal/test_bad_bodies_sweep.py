@@ -270,7 +270,7 @@ ROWS = [
     case("trailing-slash", "org", "GET", "/overview/", status=404, says="Not Found"),
     case("csv-nul", "org", "GET", "/seats.csv%00", status=404, says="Not Found"),
     # -- a participant's token where it opens nothing ------------------------------------------------------
-    case("token-as-session", "anon", "GET", "/seats/live.json", status=401, kind="text", says="log in first"),
+    case("token-as-session", "anon", "GET", "/seats/live.json", status=401, kind="json", says="log in again"),
     case("participant-on-org-form", "anon", "POST", "/seats/action", {"csrf": ANN, "action": "assign-all"},
          status=401, kind="text"),
     case("participant-on-settings", "anon", "POST", "/course/settings", {"csrf": ANN, "policy.quota_hours": "1"},

@@ -19,9 +19,11 @@ from gpuseat.errors import GpuseatError, InputError, NotFound
 from gpuseat.store import ParticipantView
 from gpuseat.web.pages import client_address, go, organizer_of, page, portal_of, root, session_secret, sessions_of
 from gpuseat.web.portal import Portal
-from gpuseat.web.security import CSRF_FIELD, same_origin
+from gpuseat.web.security import CSRF_FIELD, SESSION_MAX_AGE_S, same_origin
 
 MAX_FORM_FIELDS = 200
+#: a JSON poll's 401: the session cookie is missing, ended (logged out) or expired
+SESSION_ENDED = f"no live session (logged out, or older than {SESSION_MAX_AGE_S // 3600} hours): log in again"
 
 
 class Forbidden(Exception):
@@ -123,8 +125,16 @@ async def forbidden(request: Request, exc: Forbidden) -> Response:
 
 
 async def login_first(request: Request, exc: LoginFirst) -> Response:
-    """A page asks for the login; a download, a JSON poll or a POST gets a 401."""
-    if request.method == "GET" and not request.url.path.endswith((".json", ".csv")):
+    """A page asks for the login; a download or a POST gets a plain 401; a JSON poll a JSON 401 that names
+    the login page, so the open page's script (portal.js) can send the browser there instead of choking on text."""
+    path = request.url.path
+    if path.endswith(".json"):
+        return JSONResponse(
+            {"error": SESSION_ENDED, "login": root(request) + "/login"},
+            status_code=401,
+            headers={"cache-control": "no-store"},
+        )
+    if request.method == "GET" and not path.endswith(".csv"):
         return go(request, "/login")
     return PlainTextResponse("log in first", status_code=401)
 

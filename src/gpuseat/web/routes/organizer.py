@@ -8,13 +8,14 @@ bound to the session). Routes are plain ``def``: store calls run in worker threa
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 
-from gpuseat.errors import InputError
+from gpuseat.errors import InputError, NotFound
 from gpuseat.safe_text import clean
 from gpuseat.web.deps import check_csrf, need_organizer
 from gpuseat.web.exports import csv_text
@@ -38,6 +39,7 @@ from gpuseat.web.seat_hours import hour_rows
 from gpuseat.web.security import CSRF_COOKIE, SESSION_COOKIE, SESSION_MAX_AGE_S
 
 router = APIRouter()
+log = logging.getLogger("gpuseat.web")
 ROSTER_ROWS = 1000
 SEAT_COLUMNS = ["key", "kind", "engine", "state", "host", "profile", "memory_gb", "participant", "connect"]
 ROSTER_COLUMNS = ["key", "name", "email", "group", "unix_user", "seat"]
@@ -66,10 +68,28 @@ def login(request: Request, data: Form, portal: PortalDep) -> Response:
             return PlainTextResponse("too many failed logins: wait a few minutes", status_code=429)
         return page(request, "login.html", status=401, user=None, error="wrong user name or password")
     portal.login_limit.forget(key)
-    portal.store.events.log(portal.course_key, "portal.login", actor=user)
+    if not _log_event(portal, "portal.login", user):  # no session for a course that is gone
+        named = f" ({portal.course!r})" if portal.course else ""
+        raise NotFound(
+            f"the course this portal serves{named} has been deleted: there is nothing to log in to",
+            where="course",
+            fix="restore it from its export (gpuseat course import EXPORT) or serve another course "
+            "(gpuseat serve --course KEY)",
+        )
     response = go(request, "/overview")
     set_cookie(response, request, SESSION_COOKIE, sessions_of(request).issue(user), max_age=SESSION_MAX_AGE_S)
     return response
+
+
+def _log_event(portal: Portal, action: str, user: str, detail: dict[str, Any] | None = None) -> bool:
+    """Log ``action`` for the served course; False when the course was deleted under the running portal
+    (its log went with it: a logout still logs out, with a line in the server log instead)."""
+    try:
+        portal.store.events.log(portal.course_key, action, actor=user, detail=detail)
+    except InputError as exc:  # NotFound; "no course yet" when the portal serves "the only course"
+        log.info("%s by %s not logged: %s", action, user, exc.message)
+        return False
+    return True
 
 
 @router.post("/logout")
@@ -85,7 +105,7 @@ def logout(request: Request, user: OrganizerPost) -> Response:
 def logout_everywhere(request: Request, user: OrganizerPost, portal: PortalDep) -> Response:
     """End every session of this organizer (a lost laptop)."""
     n = sessions_of(request).end_all(user)
-    portal.store.events.log(portal.course_key, "portal.logout-all", actor=user, detail={"sessions": n})
+    _log_event(portal, "portal.logout-all", user, {"sessions": n})
     response = go(request, "/login")
     drop_session_cookie(response, request)
     return response

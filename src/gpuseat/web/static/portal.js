@@ -29,11 +29,25 @@
     if (u) u.textContent = util(live);
     if (l) l.textContent = fmtTime(last);
   }
+  // a 401 poll names the login page ({"error", "login"}: the session ended or expired): go there once,
+  // a path on this site only
+  var leaving = false;
+  function toLogin(body) {
+    var to = body && typeof body.login === "string" ? body.login : "";
+    if (to.charAt(0) === "/" && to.charAt(1) !== "/" && to.indexOf("\\") < 0) {
+      leaving = true;
+      window.location.assign(to);
+    }
+    return null;
+  }
   function poll() {
     var url = document.body.dataset.liveUrl;
-    if (!url) return;
+    if (!url || leaving) return;
     fetch(url, { credentials: "same-origin", cache: "no-store" })
-      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (r) {
+        if (r.status === 401) return r.json().then(toLogin, function () { return null; });
+        return r.ok ? r.json() : null;
+      })
       .then(function (data) {
         if (!data) return;
         if (data.seats) {
