@@ -45,17 +45,25 @@ def register(app: typer.Typer) -> None:
         db: DbOption = None,
         fmt: FormatOption = Format.table,
     ) -> None:
-        """Store a course file (text and summary) as a new course; creates the database if needed."""
-        from gpuseat.services.planning import plan_option_for
+        """Store a course file (text and summary) and the offers files it names as a new course; creates the
+        database if needed."""
+        from gpuseat.services.planning import load_course, plan_option_for, read_course_offers
         from gpuseat.store import open_store
 
         option = None
-        if plan_option is not None:
+        own: list[tuple[str, str]] = []
+        parsed = load_course(path)
+        if parsed.offers_files or plan_option is not None:
             from gpuseat.catalog.bundle import load_catalog
 
-            option = plan_option_for(path, plan_option, load_catalog())
+            catalog = load_catalog()
+            own = read_course_offers(parsed, path, catalog)  # checked as plan reads them, stored with the course
+            if plan_option is not None:
+                option = plan_option_for(path, plan_option, catalog)
         with open_store(db, create=True) as store:
-            view = store.courses.create_course(path, key=key, timezone=timezone, plan_option=option, actor=actor())
+            view = store.courses.create_course(
+                path, key=key, timezone=timezone, plan_option=option, offers_files=own, actor=actor()
+            )
         if fmt is Format.json:
             print_json(view.to_dict())
             return
@@ -66,6 +74,8 @@ def register(app: typer.Typer) -> None:
         for g in view.summary["groups"]:
             need = f"≥ {g['min_gpu_memory_gb']:g} GB, {g['isolation']}, {g['guest_os']}"
             print(f"  group {clean(str(g['name']), one_line=True)}: {g['count']} × {need}")
+        if own:
+            print(f"  offers files stored with it: {clean(', '.join(name for name, _text in own), one_line=True)}")
         if option:
             offers = ", ".join(f"{o['count']} × {o['offer']}" for o in option.get("offers", ()))
             print(f"  plan option {option.get('rank')}: {offers}, ${option.get('total_usd')}")
@@ -87,6 +97,7 @@ def register(app: typer.Typer) -> None:
 
         with open_store(db) as store:
             view = store.courses.get_course(course)
+            own = store.courses.offers_texts(view.key) or []
         if fmt is not Format.table:
             print_json(view.to_dict())
             return
@@ -98,6 +109,10 @@ def register(app: typer.Typer) -> None:
         )
         if view.plan_option:
             print(f"plan option {view.plan_option.get('rank')}: ${view.plan_option.get('total_usd')}")
+        if own:
+            from gpuseat.safe_text import clean
+
+            print(f"offers files stored with it: {clean(', '.join(name for name, _text in own), one_line=True)}")
 
     @course_app.command("export")
     def export(

@@ -66,6 +66,9 @@ class CourseRecord(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     # set by ``course archive``: the course is read-only from then on (triggers refuse writes, migration 0010)
     archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # the course file's own offers files, ``[{"name": as the file names it, "text": its text}]`` in the file's
+    # order, so that a re-plan of the stored course needs no file on disk (migration 0017); None: it names none
+    offers_files: Mapped[list[dict[str, str]] | None] = mapped_column(JSON)
 
 
 #: the model's name before it became ``CourseRecord`` (``Course`` is the course *file*,

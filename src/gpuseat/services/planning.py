@@ -12,6 +12,10 @@ course's ``offers = [...]`` globs (all of them when the course gives none), then
 region names) and by the course's ``gpu = [...]`` globs over GPU models. What each filter dropped is
 in the plan (``filters``). Offers of ``--offers``/``--skypilot`` that the course's globs leave out are
 named in a warning, never dropped silently.
+
+A course of the store is planned the same way from what ``course create`` stored: the course file's text
+and the texts of its offers files (:func:`read_course_offers` reads and checks them, by the rule a plan of
+the file applies), so the plan of a stored course needs no file on disk (:func:`plan_stored_course`).
 """
 
 from __future__ import annotations
@@ -19,14 +23,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from gpuseat.catalog.bundle import Catalog
-from gpuseat.catalog.offers import Offer, check_offer_ids, load_offers_file, merge_offers
+from gpuseat.catalog.offers import Offer, OffersFile, check_offer_ids, load_offers_file, merge_offers
 from gpuseat.core.course import Course
 from gpuseat.core.plan import Plan, Speed, apply_filters, plan, select_offers, speeds_from
 from gpuseat.errors import InputError
-from gpuseat.files import read_toml_model
+from gpuseat.files import parse_toml, read_text, read_toml_model, validate
+
+if TYPE_CHECKING:
+    from gpuseat.store import CourseStore
+    from gpuseat.store.courses import OffersText
 
 #: The bench results file name (``gpuseat.bench.results.STORE_NAME``, checked by tests/plan/test_recorded_speeds.py).
 RESULTS_FILE = "bench-results.jsonl"
@@ -37,6 +45,8 @@ __all__ = [
     "load_course",
     "parse_skypilot_arg",
     "plan_course",
+    "plan_stored_course",
+    "read_course_offers",
     "recorded_speeds",
     "reference_speeds",
 ]
@@ -65,6 +75,45 @@ def parse_skypilot_arg(arg: str) -> tuple[str, Path]:
     return provider, Path(path)
 
 
+def offers_from_text(text: str, *, where: str, catalog: Catalog) -> list[Offer]:
+    """The offers of an offers file's text: :func:`gpuseat.catalog.offers.load_offers_file` on text already
+    read (the same parse and validation), so that the text checked is the text stored."""
+    return validate(
+        OffersFile, parse_toml(text, where=where), where=where, text=text, context=catalog.offer_context()
+    ).offer
+
+
+def read_course_offers(course: Course, course_path: Path, catalog: Catalog) -> list[OffersText]:
+    """Each offers file the course names (relative to the course file's folder) as (name, text), after
+    checking it as a plan reads it; a missing or invalid file is one input error naming the course file,
+    the offers file and what is wrong."""
+    return [(name, text) for name, text, _offers in _read_own_offers(course, course_path, catalog)]
+
+
+def _read_own_offers(course: Course, course_path: Path, catalog: Catalog) -> list[tuple[str, str, list[Offer]]]:
+    """:func:`read_course_offers` with each file's offers."""
+    out: list[tuple[str, str, list[Offer]]] = []
+    for name in course.offers_files:
+        path = (course_path.parent / name).resolve()
+        try:
+            text = read_text(path)
+            offers = offers_from_text(text, where=str(path), catalog=catalog)
+        except InputError as exc:
+            missing = not path.exists()
+            raise InputError(
+                "offers file not found" if missing else exc.what,
+                where=f"{course_path}: field 'offers_files': {exc.where or path}",
+                fix=(
+                    f"check '{name}' in offers_files: it is relative to the course file's folder "
+                    f"({course_path.resolve().parent}); or remove it"
+                    if missing
+                    else exc.fix
+                ),
+            ) from None
+        out.append((name, text, offers))
+    return out
+
+
 def gather_offers(
     course: Course,
     course_path: Path,
@@ -79,10 +128,38 @@ def gather_offers(
 ) -> tuple[list[Offer], list[str]]:
     """The offers a plan considers (module docstring) and the import warnings; what the region and GPU
     filters dropped is appended to ``reports`` when given."""
+    own = [offers for _name, _text, offers in _read_own_offers(course, course_path, catalog)]
+    return _choose_offers(
+        course,
+        str(course_path),
+        catalog,
+        own,
+        offer_files=offer_files,
+        skypilot=skypilot,
+        patterns=patterns,
+        regions=regions,
+        today=today,
+        reports=reports,
+    )
+
+
+def _choose_offers(
+    course: Course,
+    where_course: str,
+    catalog: Catalog,
+    own_files: Sequence[list[Offer]],
+    *,
+    offer_files: Sequence[Path] = (),
+    skypilot: Sequence[str] = (),
+    patterns: Sequence[str] = (),
+    regions: Sequence[str] = (),
+    today: date | None = None,
+    reports: list[dict[str, object]] | None = None,
+) -> tuple[list[Offer], list[str]]:
+    """:func:`gather_offers` once the course's own offers files are read (``own_files``, from disk or the
+    store); ``where_course`` names the course in messages."""
     warnings: list[str] = []
-    own: list[list[Offer]] = [list(catalog.offers)]
-    for name in course.offers_files:
-        own.append(load_offers_file((course_path.parent / name).resolve(), catalog))
+    own: list[list[Offer]] = [list(catalog.offers), *own_files]
     added: list[list[Offer]] = []
     for path in offer_files:
         added.append(load_offers_file(path, catalog))
@@ -95,7 +172,7 @@ def gather_offers(
         added.append(imported.offers)
     offers = merge_offers(*own, *added)
     chosen = list(patterns) or list(course.offers)
-    where = "--offer" if patterns else f"{course_path}: field 'offers'"
+    where = "--offer" if patterns else f"{where_course}: field 'offers'"
     check_offer_ids(chosen, offers, where=where)
     for pattern in course.gpu:
         from fnmatch import fnmatchcase
@@ -103,7 +180,7 @@ def gather_offers(
         if not any(fnmatchcase(g.lower(), pattern.lower()) for g in catalog.gpus):
             raise InputError(
                 f"no GPU model matches '{pattern}'",
-                where=f"{course_path}: field 'gpu'",
+                where=f"{where_course}: field 'gpu'",
                 fix=f"use GPU model globs such as A100*, H100*; models: {', '.join(catalog.gpus)}",
             )
     selected, found = apply_filters(
@@ -129,7 +206,7 @@ def gather_offers(
     if course.gpu and not selected:
         raise InputError(
             f"no offer has a GPU matching {', '.join(course.gpu)}",
-            where=f"{course_path}: field 'gpu'",
+            where=f"{where_course}: field 'gpu'",
             fix="widen the 'gpu' globs or the 'offers' globs",
         )
     return selected, warnings
@@ -174,6 +251,81 @@ def plan_course(
     course = load_course(course_path)
     reports: list[dict[str, object]] = []
     offers, warnings = gather_offers(course, course_path, catalog, today=today, reports=reports, **choice)
+    return _plan_offers(
+        course,
+        str(course_path),
+        offers,
+        warnings,
+        reports,
+        catalog,
+        recorded=recorded,
+        alternatives=alternatives,
+        budget_usd=budget_usd,
+        why=why,
+    )
+
+
+def plan_stored_course(
+    store: CourseStore,
+    course: str | None,
+    catalog: Catalog,
+    *,
+    recorded: Sequence[Speed] = (),
+    alternatives: int = 10,
+    budget_usd: float | None = None,
+    why: str | None = None,
+) -> Plan:
+    """Plan a course of the store as :func:`plan_course` plans its file: the stored course file with the
+    offers files stored with it, so moving or changing the files on disk changes nothing. An offers file
+    the course names but the store lacks (a course stored before gpuseat kept them) is left out, with a
+    warning in the plan."""
+    key = store.courses.get_course(course).key
+    where = f"course {key}"
+    cf = store.courses.course_file(key)
+    stored = dict(store.courses.offers_texts(key) or ())
+    own: list[list[Offer]] = []
+    lacking: list[str] = []
+    for name in cf.offers_files:
+        if name in stored:
+            own.append(offers_from_text(stored[name], where=f"{where}: offers file {name}", catalog=catalog))
+        else:
+            lacking.append(name)
+    reports: list[dict[str, object]] = []
+    offers, warnings = _choose_offers(cf, where, catalog, own, reports=reports)
+    if lacking:
+        warnings.insert(
+            0,
+            f"the course's offers file(s) {', '.join(lacking)} are not stored with it (it was stored before "
+            "gpuseat kept them): their offers are left out here; gpuseat plan on the course file reads them",
+        )
+    return _plan_offers(
+        cf,
+        where,
+        offers,
+        warnings,
+        reports,
+        catalog,
+        recorded=recorded,
+        alternatives=alternatives,
+        budget_usd=budget_usd,
+        why=why,
+    )
+
+
+def _plan_offers(
+    course: Course,
+    where: str,
+    offers: list[Offer],
+    warnings: list[str],
+    reports: list[dict[str, object]],
+    catalog: Catalog,
+    *,
+    recorded: Sequence[Speed],
+    alternatives: int,
+    budget_usd: float | None,
+    why: str | None,
+) -> Plan:
+    """Run the planner on the offers chosen for the course (``where`` names it in messages)."""
     gpus = sorted({s.gpu for s in recorded})
     note = (
         f"shipped reference results, and {len(recorded)} result(s) recorded by gpuseat bench ({', '.join(gpus)})"
@@ -189,7 +341,7 @@ def plan_course(
         alternatives=alternatives,
         budget_usd=budget_usd,
         why=why,
-        where=str(course_path),
+        where=where,
         hints=True,
     )
     result.warnings[:0] = warnings

@@ -243,18 +243,17 @@ def _seat_benchmarks(
 
 
 def _alternatives(store: CourseStore, course: str, catalog: Catalog, notes: list[str]) -> list[dict[str, Any]]:
-    """The plan's options for the stored course file, re-planned on the catalog's offers."""
-    from gpuseat.core.plan import plan, select_offers
+    """The plan's options for the stored course, re-planned as ``gpuseat plan --alternatives 5`` plans its
+    file: the catalog's offers and the course's own offers files as stored with it."""
     from gpuseat.errors import GpuseatError
+    from gpuseat.services.planning import plan_stored_course
 
     try:
-        cf = store.courses.course_file(course)
-        if cf.offers_files:
-            notes.append("the course's own offers files are not stored: alternatives use the bundled offers")
-        result = plan(cf, select_offers(list(catalog.offers), cf.offers), catalog=catalog, alternatives=5)
+        result = plan_stored_course(store, course, catalog, alternatives=5)
     except GpuseatError as exc:
         notes.append(f"no alternatives: {exc.what}")
         return []
+    notes += result.warnings
     return list(result.to_dict()["options"])
 
 

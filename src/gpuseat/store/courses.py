@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -18,6 +19,9 @@ from gpuseat.store.base import Concern
 from gpuseat.store.rows import DEFAULT_ACTOR, _check_timezone, _course, _log, _slug, _summary
 from gpuseat.store.views import CourseView, _utc
 
+#: one offers file of a course: (its name as the course file writes it, its text)
+OffersText = tuple[str, str]
+
 
 class Courses(Concern):
     """``store.courses``: create a course from its file, its plan option and survey state, read it back."""
@@ -29,18 +33,23 @@ class Courses(Concern):
         key: str | None = None,
         timezone: str = "UTC",
         plan_option: dict[str, Any] | None = None,
+        offers_files: Sequence[OffersText] = (),
         actor: str = DEFAULT_ACTOR,
     ) -> CourseView:
-        """Store a course file (text and parsed summary); ``key`` defaults to the file name's slug."""
-        from gpuseat.files import read_text, read_toml_model
+        """Store a course file (text and parsed summary); ``key`` defaults to the file name's slug.
+        ``offers_files``: its own offers files, read and checked by the caller
+        (:func:`gpuseat.services.planning.read_course_offers`: the store cannot check offers)."""
+        from gpuseat.files import parse_toml, read_text, validate
 
-        parsed = read_toml_model(CourseFile, path)
+        text = read_text(path)  # read once: the text stored is the text parsed
+        parsed = validate(CourseFile, parse_toml(text, where=str(path)), where=str(path), text=text)
         return self.create_course_from(
             parsed,
             key=key or _slug(path.stem),
-            source_text=read_text(path),
+            source_text=text,
             timezone=timezone,
             plan_option=plan_option,
+            offers_files=offers_files,
             actor=actor,
         )
 
@@ -52,9 +61,19 @@ class Courses(Concern):
         source_text: str | None = None,
         timezone: str = "UTC",
         plan_option: dict[str, Any] | None = None,
+        offers_files: Sequence[OffersText] = (),
         actor: str = DEFAULT_ACTOR,
     ) -> CourseView:
-        """Store an already parsed course under ``key``; an existing key is an input error."""
+        """Store an already parsed course under ``key``; an existing key is an input error. The texts of the
+        offers files the course names come in ``offers_files``, one per name in the course's order: a course
+        whose offers would be lost is refused, so that every re-plan of it prices what ``plan`` priced."""
+        names = [name for name, _text in offers_files]
+        if names != list(course.offers_files):
+            raise InputError(
+                f"the course names the offers files {list(course.offers_files)} but their texts given are of {names}",
+                where="offers_files",
+                fix="read them with gpuseat.services.planning.read_course_offers (as gpuseat course create does)",
+            )
         if not COURSE_KEY_PATTERN.match(key):
             raise InputError(
                 f"course key {key!r} is not a slug",
@@ -79,6 +98,7 @@ class Courses(Concern):
                 starts_on=course.schedule.start,
                 ends_on=course.schedule.last_day,
                 plan_option=plan_option,
+                offers_files=[{"name": name, "text": text} for name, text in offers_files] or None,
                 created_at=now,
                 updated_at=now,
             )
@@ -126,6 +146,15 @@ class Courses(Concern):
             import tomllib
 
             return validate(CourseFile, tomllib.loads(row.source_text), where=f"course {row.key}")
+
+    def offers_texts(self, course: str | None = None) -> list[OffersText] | None:
+        """The course's own offers files as stored by ``course create`` (name, text), in the course file's
+        order; None when none were stored (it names none, or it was stored before migration 0017)."""
+        with self._database.read() as s:
+            row = _course(s, course)
+            if row.offers_files is None:
+                return None
+            return [(str(f["name"]), str(f["text"])) for f in row.offers_files]
 
     def course_text(self, course: str | None = None) -> str:
         """The stored course file's text, as written (comments included)."""

@@ -161,6 +161,7 @@ def collect(store: Store, course: str | None) -> dict[str, Any]:
                 "created_at": _iso(c.created_at),
                 "updated_at": _iso(c.updated_at),
                 "archived_at": _iso(c.archived_at),
+                "offers_files": c.offers_files,
             },
             "participants.json": [
                 {
@@ -345,6 +346,7 @@ class CourseRow(_Row):
     created_at: datetime
     updated_at: datetime
     archived_at: _When = None
+    offers_files: list[dict[str, str]] | None = Field(None, max_length=100)  # absent in exports before 0017
 
 
 class ParticipantRow(_Row):
@@ -616,7 +618,7 @@ def import_course(store: Store, path: Path, *, key: str | None = None, actor: st
         crow = Course(
             key=new_key, name=c.name, source_text=c.source_text, summary=c.summary, timezone=c.timezone,
             starts_on=c.starts_on, ends_on=c.ends_on, plan_option=c.plan_option, survey_state=c.survey_state,
-            created_at=c.created_at, updated_at=c.updated_at,
+            created_at=c.created_at, updated_at=c.updated_at, offers_files=c.offers_files,
         )  # fmt: skip
         s.add(crow)
         s.flush()
