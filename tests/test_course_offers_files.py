@@ -134,6 +134,23 @@ def test_stored_offers_give_the_report_the_plan_of_the_file(cli, url, lab):
     assert "example:bm-2xH200" in html.split('<section id="cost">')[0] and "no alternatives" not in html
 
 
+def test_the_chosen_option_is_billed_by_the_stored_offers_rules(cli, url, lab):
+    """The report's cost so far prices a line on the course's own offer by that offer's billing rule: the
+    server is rented by the whole month, so two days into September the month's rent is billed, even with
+    the offers file gone (it was priced in step with the hours, as an offer the catalog does not know)."""
+    from datetime import UTC, datetime
+
+    ok(cli("course", "create", lab, "--key", "h200", "--plan-option", "1", "--db", url))
+    (lab.parent / "offers.toml").unlink()
+    with open_store(url) as store:
+        digest = build_digest(
+            store, SurveyService(store), load_catalog(), "h200", now=datetime(2026, 9, 9, 12, tzinfo=UTC)
+        )
+    assert digest.spend is not None
+    rent = [ln for ln in digest.spend.lines if ln.offer == "example:bm-2xH200" and ln.item == "server rent"]
+    assert [(ln.planned_usd, ln.to_date_usd) for ln in rent] == [(4000.0, 4000.0)]
+
+
 def test_export_and_import_keep_the_offers_files(cli, url, lab, tmp_path):
     ok(cli("course", "create", lab, "--key", "h200", "--db", url))
     archive = tmp_path / "h200.zip"

@@ -49,6 +49,7 @@ __all__ = [
     "read_course_offers",
     "recorded_speeds",
     "reference_speeds",
+    "stored_course_offers",
 ]
 
 
@@ -282,14 +283,7 @@ def plan_stored_course(
     key = store.courses.get_course(course).key
     where = f"course {key}"
     cf = store.courses.course_file(key)
-    stored = dict(store.courses.offers_texts(key) or ())
-    own: list[list[Offer]] = []
-    lacking: list[str] = []
-    for name in cf.offers_files:
-        if name in stored:
-            own.append(offers_from_text(stored[name], where=f"{where}: offers file {name}", catalog=catalog))
-        else:
-            lacking.append(name)
+    own, lacking = _stored_own_offers(store, key, cf, catalog)
     reports: list[dict[str, object]] = []
     offers, warnings = _choose_offers(cf, where, catalog, own, reports=reports)
     if lacking:
@@ -310,6 +304,29 @@ def plan_stored_course(
         budget_usd=budget_usd,
         why=why,
     )
+
+
+def stored_course_offers(store: CourseStore, course: str | None, catalog: Catalog) -> list[Offer]:
+    """The offers a stored course's plan draws on before its globs choose: the catalog's and those of the
+    offers files stored with it (to price its chosen plan option as the plan priced it)."""
+    key = store.courses.get_course(course).key
+    own, _lacking = _stored_own_offers(store, key, store.courses.course_file(key), catalog)
+    return merge_offers(list(catalog.offers), *own)
+
+
+def _stored_own_offers(
+    store: CourseStore, key: str, cf: Course, catalog: Catalog
+) -> tuple[list[list[Offer]], list[str]]:
+    """The offers of each offers file the stored course names, from the store; and the names it lacks."""
+    stored = dict(store.courses.offers_texts(key) or ())
+    own: list[list[Offer]] = []
+    lacking: list[str] = []
+    for name in cf.offers_files:
+        if name in stored:
+            own.append(offers_from_text(stored[name], where=f"course {key}: offers file {name}", catalog=catalog))
+        else:
+            lacking.append(name)
+    return own, lacking
 
 
 def _plan_offers(

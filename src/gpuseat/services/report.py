@@ -257,6 +257,20 @@ def _alternatives(store: CourseStore, course: str, catalog: Catalog, notes: list
     return list(result.to_dict()["options"])
 
 
+def _with_own_offers(store: CourseStore, course: str, catalog: Catalog) -> Catalog:
+    """The catalog with the offers files stored with the course, so that the chosen option's lines on
+    them are billed by their own rules (a monthly rent by the month), not in step with the hours."""
+    from dataclasses import replace
+
+    from gpuseat.errors import GpuseatError
+    from gpuseat.services.planning import stored_course_offers
+
+    try:
+        return replace(catalog, offers=tuple(stored_course_offers(store, course, catalog)))
+    except GpuseatError:  # an offers file the catalog no longer validates: the alternatives' note says so
+        return catalog
+
+
 def build_digest(
     store: CourseStore,
     surveys: SurveyService,
@@ -289,8 +303,9 @@ def build_digest(
 
     option = view.plan_option
     cf = store.courses.course_file(key)
-    spent = spend(cf, option, catalog, now) if option else None
-    curve = list(spend_curve(cf, option, catalog)) if option else []
+    priced = _with_own_offers(store, key, catalog) if option and cf.offers_files else catalog
+    spent = spend(cf, option, priced, now) if option else None
+    curve = list(spend_curve(cf, option, priced)) if option else []
     total = spent.planned_usd if spent else 0.0
     planned_curve = [(t, total * i / max(1, len(curve) - 1)) for i, (t, _) in enumerate(curve)]
 
