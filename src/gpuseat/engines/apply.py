@@ -93,19 +93,21 @@ class Pass:
 
 
 def course_state(store: CourseStore, key: str, *, now: datetime | None = None) -> CourseState:
-    """The store's wanted state of course ``key`` (a course gone from the store: nobody holds anything)."""
+    """The store's wanted state of course ``key`` (a course gone from the store: nobody holds anything).
+    Its ``now`` is the time given, else None: an engine then reads the clock it needs (seat hours: the
+    store's, :meth:`gpuseat.store.requests.Requests.now`)."""
     when = now or datetime.now(UTC)
     try:
         view = store.courses.get_course(key)
     except NotFound:
-        return CourseState(key, None, (), {}, {}, now=when)
+        return CourseState(key, None, (), {}, {}, now=now)
     deleting = key in store.agents.pending_deletions()
     seats = tuple(store.seats.seats(key))
     people = {p.key: p for p in store.roster.participants(key)}
     access = store.delivery.access_of(key)
     archived = bool(getattr(view, "archived_at", None)) or deleting or _archived(store, key)
     closed, next_change = _window(store, key, view.timezone, when)
-    return CourseState(key, view, seats, people, access, archived, closed, next_change, when)
+    return CourseState(key, view, seats, people, access, archived, closed, next_change, now)
 
 
 def _archived(store: CourseStore, key: str) -> bool:

@@ -126,14 +126,8 @@ class Agents(Concern):
     # hold it for the size of the jump after it died.
 
     def _clock(self, s: Any) -> float:
-        """Seconds since the epoch by the database's clock (PostgreSQL's ``clock_timestamp()``; SQLite's
-        ``'now'``, the clock of the machine that holds the file)."""
-        sql = (
-            "SELECT extract(epoch FROM clock_timestamp())"
-            if self._database.dialect == "postgresql"
-            else "SELECT (julianday('now') - 2440587.5) * 86400.0"
-        )
-        return float(s.scalar(text(sql)))
+        """Seconds since the epoch by the database's clock (:func:`clock_sql`)."""
+        return float(s.scalar(text(f"SELECT {clock_sql(self._database.dialect)}")))
 
     def take_lease(self, name: str, holder: str, ttl_s: float, *, now: float | None = None) -> bool:
         """Take or renew the lease ``name`` for ``holder`` for ``ttl_s`` seconds; False while another
@@ -305,6 +299,15 @@ class Agents(Concern):
         """The deletion is done (or was for a course already gone)."""
         with self._database.write() as s:
             s.execute(delete(CourseDeletion).where(CourseDeletion.course_key == course_key))
+
+
+def clock_sql(dialect: str) -> str:
+    """The database's clock as an SQL expression, seconds since the epoch (PostgreSQL's
+    ``clock_timestamp()``; SQLite's ``'now'``, the clock of the machine that holds the file): agent leases
+    and seat hours (which reads it with a query it runs anyway) both count on it."""
+    if dialect == "postgresql":
+        return "extract(epoch FROM clock_timestamp())"
+    return "(julianday('now') - 2440587.5) * 86400.0"
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -4,6 +4,11 @@ the hours their seat has used against their quota (issue 40; rules in :mod:`gpus
 A request is a row, pending until the seat's engine (its agent, or ``gpuseat apply``) carries it out
 and marks it done or failed with the reason; every request writes an events row, which wakes the
 agent. Nothing here touches a machine.
+
+Seat hours run on the store's one clock (the database's time, as agent leases do): the times a request
+is asked and done, and the ``now`` hours are counted against, never come from the clock of the machine
+that writes or reads them. A process whose clock was stepped (NTP, a wrong clock on one agent host)
+would otherwise charge a running seat for the step, or put a stop before the start it follows.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any, cast
 
-from sqlalchemy import Select, bindparam, func, select
+from sqlalchemy import Float, Select, bindparam, func, literal_column, select
 
 from gpuseat.core import selfservice
 from gpuseat.core.delivery import login_name
@@ -32,6 +37,7 @@ from gpuseat.db.models import (
 )
 from gpuseat.errors import InputError
 from gpuseat.store.activity import SeatDay, daily_of
+from gpuseat.store.agents import clock_sql
 from gpuseat.store.base import Concern
 from gpuseat.store.rows import _course, _course_participant_and_seat, _log, _participant_and_seat, _seat_view
 from gpuseat.store.views import SeatView, _utc
@@ -125,6 +131,15 @@ def _view(course: str, who: str, r: SeatRequest) -> RequestView:
 class Requests(Concern):
     """``store.requests``: participants' seat requests, seat hours, session policies and idle warnings."""
 
+    def now(self) -> datetime:
+        """The store's clock now (aware UTC): what seat hours are counted against (see the module doc)."""
+        with self._database.read() as s:
+            return self._now(s)
+
+    def _now(self, s: Any) -> datetime:
+        """The database's time in session ``s`` (the one helper agent leases use)."""
+        return datetime.fromtimestamp(self._store.agents._clock(s), UTC)
+
     def request_seat(
         self,
         course: str | None,
@@ -151,8 +166,8 @@ class Requests(Concern):
                 line = selfservice.check_new_key(key or "")
             except ValueError as exc:
                 raise InputError(str(exc), where="ssh key", fix="paste the one line of your .pub file") from None
-        when = now or datetime.now(UTC)
         with self._database.write() as s:
+            when = now or self._now(s)
             crow = _writable(_course(s, course))
             p, seat, _a = _participant_and_seat(s, crow, participant)
             if by_participant:
@@ -258,7 +273,7 @@ class Requests(Concern):
             row = s.get(SeatRequest, request_id)
             if row is None or row.course_id != crow.id or row.state != "pending":
                 return False
-            row.state, row.reason, row.done_at = ("done" if ok else "failed"), reason, datetime.now(UTC)
+            row.state, row.reason, row.done_at = ("done" if ok else "failed"), reason, self._now(s)
             who = s.scalar(select(Participant.key).where(Participant.id == row.participant_id))
             _log(
                 s,
@@ -276,7 +291,7 @@ class Requests(Concern):
         with self._database.write() as s:
             crow = _course(s, course)
             p, seat, _a = _participant_and_seat(s, crow, participant)
-            now = datetime.now(UTC)
+            now = self._now(s)
             row = SeatRequest(
                 course_id=crow.id,
                 participant_id=p.id,
@@ -321,7 +336,7 @@ class Requests(Concern):
                     hours=float(hours),
                     note=note[:500] or None,
                     actor=actor[:128],
-                    at=datetime.now(UTC),
+                    at=self._now(s),
                 )
             )
             _log(s, crow.key, actor, f"hours.{kind}", participant=p.key, detail={"hours": hours, "note": note[:200]})
@@ -331,23 +346,21 @@ class Requests(Concern):
     ) -> dict[str, Hours]:
         """Every participant's seat hours (quota from the person, the group or the course; top-ups;
         hours their seat ran inside access hours and outside lab sessions), by participant key;
-        ``participant``: only theirs (a participant page)."""
-        when = now or datetime.now(UTC)
+        ``participant``: only theirs (a participant page). ``now``: the store's clock unless given."""
         with self._database.read() as s:
             crow = _course(s, course)
             one = _participant_and_seat(s, crow, participant)[0] if participant is not None else None
-            return _hours(s, crow, when, one, _timelines(s, crow, one.id if one is not None else None))
+            return _hours(s, crow, now, one, _timelines(s, crow, one.id if one is not None else None))
 
     def page_of(self, course: str | None, participant: str, *, now: datetime | None = None) -> PageReading:
         """What a participant's page shows of their seat and controls, in one read transaction (the
         registration rush opens this page first): the seat, hours, and for a seat its latest five
         requests, idle warning, run state, way in, last check and daily use (a seatless page shows none
-        of these); the survey's state."""
-        when = now or datetime.now(UTC)
+        of these); the survey's state. ``now``: the store's clock unless given."""
         with self._database.read() as s:
             crow, p, seat, a = _course_participant_and_seat(s, course, participant)
             timeline = _timelines(s, crow, p.id)
-            hours = _hours(s, crow, when, p, timeline).get(p.key)
+            hours = _hours(s, crow, now, p, timeline).get(p.key)
             if seat is None:
                 return PageReading(None, hours, [], None, None, crow.survey_state)
             view = _seat_view(crow.key, seat, (p.key, a))
@@ -371,9 +384,10 @@ class Requests(Concern):
     # -- idle stop -------------------------------------------------------------------------------------
 
     def seat_policies(self, course: str | None, *, now: datetime | None = None) -> SessionPolicy:
-        """Each participant's policy and where ``now`` stands against the course's lab sessions."""
-        when = now or datetime.now(UTC)
+        """Each participant's policy and where ``now`` (the store's clock unless given) stands against the
+        course's lab sessions."""
         with self._database.read() as s:
+            when = now or self._now(s)
             crow = _course(s, course)
             file = _course_file(crow)
             _open, exempt = _windows(crow, file)
@@ -498,10 +512,17 @@ def _one_timeline_query() -> Select[str, datetime | None, str, str | None]:
 
 
 @cache
-def _held_query(one: bool) -> Select[int, datetime, datetime | None]:
-    """Every assignment of a course's seats (bound ``course_id``; ``one``: of one ``participant_id``)."""
+def _held_query(one: bool, dialect: str) -> Select[int, datetime, datetime | None, float]:
+    """Every assignment of a course's seats (bound ``course_id``; ``one``: of one ``participant_id``), each
+    row with the database's clock (seconds since the epoch): seat hours count up to it, read in the same
+    statement (every participant page runs this one)."""
     q = (
-        select(Assignment.participant_id, Assignment.valid_from, Assignment.valid_to)
+        select(
+            Assignment.participant_id,
+            Assignment.valid_from,
+            Assignment.valid_to,
+            literal_column(clock_sql(dialect), type_=Float).label("now"),
+        )
         .join(Seat, Seat.id == Assignment.seat_id)
         .where(Seat.course_id == bindparam("course_id"))
     )
@@ -521,16 +542,22 @@ def _ledger_query(one: bool) -> Select[int, str, float]:
 
 
 def _hours(
-    s: Any, crow: CourseRecord, when: datetime, one: Participant | None, timelines: dict[str, list[Any]]
+    s: Any, crow: CourseRecord, now: datetime | None, one: Participant | None, timelines: dict[str, list[Any]]
 ) -> dict[str, Hours]:
-    """Seat hours by participant key (``one``: only theirs), with ``timelines`` read by the caller."""
+    """Seat hours by participant key (``one``: only theirs), with ``timelines`` read by the caller, at
+    ``now`` (None: the database's clock, read with the assignments)."""
     open_, exempt, file = _course_windows(crow)
     params: dict[str, Any] = {"course_id": crow.id}
     if one is not None:
         params["participant_id"] = one.id
     held: dict[int, list[Interval]] = {}
     conn = s.connection()  # columns only: Core rows, no ORM loading (every participant page runs these)
-    for pid, start, end in conn.execute(_held_query(one is not None), params):
+    assigned = conn.execute(_held_query(one is not None, conn.dialect.name), params).all()
+    when = now
+    if when is None:
+        # no seat ever held: nothing ran, and no hour depends on the time (nothing counts against it)
+        when = datetime.fromtimestamp(float(assigned[0][3]), UTC) if assigned else datetime.now(UTC)
+    for pid, start, end, _clock in assigned:
         held.setdefault(pid, []).append((cast(datetime, _utc(start)), _utc(end) or when))
     ledger: dict[int, list[tuple[str, float]]] = {}
     for pid, kind, hours in conn.execute(_ledger_query(one is not None), params):

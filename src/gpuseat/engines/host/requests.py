@@ -62,8 +62,10 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
     pending = engine.pending_requests(here)
     holders = {seat.key: p for seat, p in course.holders() if seat.key in here}
     states = engine.store.requests.run_states(engine.course)
-    hours = engine.store.requests.seat_hours(engine.course, now=course.now) if holders else {}
-    now = course.now or datetime.now(UTC)
+    # hours, and the session that holds back a stop for hours, are counted on the store's clock (unless
+    # the pass was given a time): this host's clock, stepped ahead, would stop a seat for hours not used
+    now = course.now or (engine.store.requests.now() if holders else datetime.now(UTC))
+    hours = engine.store.requests.seat_hours(engine.course, now=now) if holders else {}
     sessions = engine.store.requests.seat_policies(engine.course, now=now) if holders else None
     policies = sessions.policies if sessions is not None else {}
     in_session = sessions is not None and sessions.current is not None

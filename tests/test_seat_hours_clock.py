@@ -1,0 +1,239 @@
+"""Seat hours run on the store's one clock (the database's time), whatever the clock of the process that
+records a start or stop, or counts the hours, says: stepped hours ahead, a running seat is not charged
+for the step and the agent does not stop it "out of hours"; stepped back, a stop is not put before the
+start it follows (the seat would run on past its quota), and the hours used are the time it really ran.
+
+The process's clock is stepped as the lease clock-step test does it (``time.time``), and every gpuseat
+module's ``datetime.now`` with it; SQLite's ``'now'`` and the PostgreSQL server keep the true time, as
+the database's clock does when one machine's clock is wrong. SQLite and PostgreSQL each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# loaded before the clock steps, so that their datetime steps too (the engine loads them lazily)
+import gpuseat.engines.apply
+import gpuseat.engines.host.engine
+import gpuseat.engines.host.requests
+import gpuseat.store.requests
+import gpuseat.store.rows
+from gpuseat.store import CourseStore, open_store
+from pg_schema import pg_schema_url
+
+COURSE = 'name = "lab"\nparticipants = 2\n[schedule]\nstart = 2026-09-07\ndays = 5\n'
+HOURS = timedelta(hours=5)
+_REAL_DATETIME = datetime
+_REAL_TIME = time.time
+
+
+class _SteppedMeta(type):
+    """A real datetime is an instance of the stepped class too (``isinstance`` checks keep working)."""
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, _REAL_DATETIME)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, _REAL_DATETIME)
+
+
+@contextlib.contextmanager
+def stepped(by: timedelta) -> Iterator[None]:
+    """This process's clock stepped by ``by`` (an NTP correction, a wrong clock on one machine) while
+    inside: ``time.time`` and the ``datetime.now`` of every loaded gpuseat module."""
+
+    class Stepped(_REAL_DATETIME, metaclass=_SteppedMeta):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:
+            return _REAL_DATETIME.now(tz) + by
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(time, "time", lambda: _REAL_TIME() + by.total_seconds())
+        for name, module in list(sys.modules.items()):
+            if name.split(".")[0] == "gpuseat" and getattr(module, "datetime", None) is _REAL_DATETIME:
+                mp.setattr(module, "datetime", Stepped)
+        assert abs((gpuseat.store.requests.datetime.now(UTC) - _REAL_DATETIME.now(UTC)) - by) < timedelta(seconds=5)
+        yield
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty database on each engine."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'course.db'}"
+    return pg_schema_url(request)
+
+
+@pytest.fixture
+def store(url: str, tmp_path: Path) -> Iterator[CourseStore]:
+    """Course ``lab``: ann holds seat s1 (on the true clock), ben holds s2."""
+    s = open_store(url, create=True)
+    (tmp_path / "lab.toml").write_text(COURSE)
+    s.courses.create_course(tmp_path / "lab.toml", key="lab")
+    (tmp_path / "roster.csv").write_text("key,name,email\nann,Ann,ann@example.org\nben,Ben,ben@example.org\n")
+    s.roster.import_roster("lab", tmp_path / "roster.csv")
+    s.seats.add_seats(
+        "lab",
+        [{"key": f"s{i}", "kind": "gpu", "host": "gpu1", "engine": "host", "device_uuid": f"GPU-{i}"} for i in (1, 2)],
+    )
+    s.seats.assign("lab", "ann", "s1")
+    s.seats.assign("lab", "ben", "s2")
+    yield s
+    s.close()
+
+
+def _used_now(store: CourseStore) -> float:
+    """ann's hours used as a process with a true clock reads them."""
+    return store.requests.seat_hours("lab")["ann"].used
+
+
+def test_a_process_clock_stepped_ahead_does_not_charge_the_step(store: CourseStore) -> None:
+    """Hours read, and a stop recorded, by a process 5 hours ahead: ann is charged the seconds her seat
+    ran, not 5 hours (with a 2-hour quota she would be out of hours and stopped)."""
+    store.requests.add_seat_hours("lab", "ann", 2, kind="quota", actor="t")
+    with stepped(HOURS):
+        got = store.requests.seat_hours("lab")["ann"]
+        assert got.running and got.used < 0.05 and got.left is not None and got.left > 1.95, got
+        assert got.runs_out_at is not None
+        assert abs(got.runs_out_at - (_REAL_DATETIME.now(UTC) + timedelta(hours=got.left))) < timedelta(minutes=1)
+        page = store.requests.page_of("lab", "ann")
+        assert page.hours is not None and page.hours.used < 0.05, page.hours
+        stop = store.requests.agent_stop("lab", "ann", "idle: test")
+        assert abs(stop.requested_at - _REAL_DATETIME.now(UTC)) < timedelta(minutes=1), stop
+        asked = store.requests.request_seat("lab", "ben", "stop", actor="ben")
+        assert store.requests.finish_request("lab", asked.id, ok=True, reason="stopped")
+    # back on a true clock: the stops are where they happened; the hours stopped counting there
+    assert not store.requests.run_states("lab")["ann"].running
+    (done,) = store.requests.seat_requests("lab", participant="ben")
+    assert done.done_at is not None and abs(done.done_at - _REAL_DATETIME.now(UTC)) < timedelta(minutes=1), done
+    hours = store.requests.seat_hours("lab")
+    assert hours["ann"].used < 0.05 and hours["ben"].used < 0.05, hours
+    assert not hours["ann"].running and hours["ann"].runs_out_at is None
+    later = store.requests.seat_hours("lab", now=_REAL_DATETIME.now(UTC) + timedelta(hours=3))
+    assert later["ann"].used < 0.05 and later["ben"].used < 0.05, later  # stopped now, not 5 hours on
+
+
+def test_a_process_clock_stepped_back_does_not_put_a_stop_before_the_start(store: CourseStore) -> None:
+    """ann stops and starts her seat on a true clock, then stops it through a process 5 hours behind:
+    her seat is stopped (the stop is not sorted before the start, which let the seat run on past her
+    quota), and her hours stop counting at that stop."""
+    for action in ("stop", "start"):
+        r = store.requests.request_seat("lab", "ann", action, actor="ann")
+        assert store.requests.finish_request("lab", r.id, ok=True, reason=action)
+    assert store.requests.run_states("lab")["ann"].running
+    with stepped(-HOURS):
+        r = store.requests.request_seat("lab", "ann", "stop", actor="ann")
+        assert store.requests.finish_request("lab", r.id, ok=True, reason="stopped")
+        state = store.requests.run_states("lab")["ann"]
+        assert not state.running and state.reason == "stopped", state
+        page = store.requests.page_of("lab", "ann")
+        assert page.run_state is not None and not page.run_state.running and page.hours is not None
+        assert not page.hours.running and 0 <= page.hours.used < 0.05, page.hours
+    used = _used_now(store)
+    time.sleep(0.5)
+    assert _used_now(store) == used  # stopped: not counting on
+    assert 0 < used < 0.05
+
+
+def test_a_process_clock_stepped_back_gives_no_hours_back(store: CourseStore) -> None:
+    """ann's quota is used up on the true clock; a process 5 hours behind still finds none left (it
+    counted up to its own 'now', before she got the seat, and found the whole quota left)."""
+    store.requests.add_seat_hours("lab", "ann", 0.0002, kind="quota", actor="t")  # 0.72 s
+    deadline = time.monotonic() + 60
+    while store.requests.seat_hours("lab")["ann"].left != 0.0:
+        assert time.monotonic() < deadline, "the quota did not run out within 60 s"
+        time.sleep(0.05)
+    with stepped(-HOURS):
+        got = store.requests.seat_hours("lab")["ann"]
+        assert got.left == 0.0 and got.used >= 0.0002, got
+
+
+def test_an_explicit_now_is_still_the_time_counted_against(store: CourseStore) -> None:
+    """A caller (a test, a forecast) that passes ``now`` gets hours at that time, on any clock."""
+    start = store.requests.now()
+    assert abs(start - _REAL_DATETIME.now(UTC)) < timedelta(minutes=1)
+    with stepped(HOURS):
+        later = store.requests.seat_hours("lab", now=start + timedelta(hours=3))["ann"]
+        assert 2.99 < later.used < 3.01, later
+        page = store.requests.page_of("lab", "ann", now=start + timedelta(hours=1))
+        assert page.hours is not None and page.hours.used == pytest.approx(1.0, abs=0.01), page.hours
+
+
+# -- the agent's stop decision on a real host (a real sshd; root) ------------------------------------------
+
+
+@pytest.fixture
+def labcourse(url: str, tmp_path: Path, cli: Callable[..., Any]) -> Iterator[tuple[Any, str]]:
+    """The delivery tests' stand-in GPU host and its course ``lab`` (ann, ben, cat, dan) in ``url``."""
+    from delivery.conftest import make_course
+    from delivery.hostlab import MIG_AND_WHOLE, have_tools, new_lab
+
+    why = have_tools()
+    if why:
+        pytest.skip(why)
+    lab = new_lab()
+    try:
+        lab.build(MIG_AND_WHOLE)
+        make_course(lab, tmp_path, cli, url)
+        yield lab, url
+    finally:
+        lab.close()
+
+
+def _hours(cli: Callable[..., Any], db: str) -> dict[str, Any]:
+    r = cli("seat", "hours", "-f", "json", "--db", db)
+    assert r.code == 0, r.err
+    return {h["participant"]: h for h in json.loads(r.out)}
+
+
+def test_an_apply_on_a_clock_stepped_ahead_does_not_stop_a_seat_for_hours_not_used(
+    labcourse: tuple[Any, str], cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """ann has a 2-hour quota and has used seconds of it; ``gpuseat apply`` on a host whose clock is 5
+    hours ahead leaves her seat running (it stopped it: "no seat hours left: 5.0 of 2 h used")."""
+    from delivery.test_selfservice import _apply, _ready, _requests
+
+    lab, db = labcourse
+    (tmp_path / "skel").mkdir()
+    _ready(cli, lab, db, tmp_path / "skel")
+    assert cli("seat", "quota", "--participant", "ann", "--hours", "2", "--db", db).code == 0
+    with stepped(HOURS):
+        _apply(cli, db)
+        hours = _hours(cli, db)
+    assert _requests(cli, db, "ann") == [], _requests(cli, db, "ann")
+    assert lab.ssh("ann", "true").returncode == 0, lab.sshd_log()[-2000:]
+    assert hours["ann"]["used"] < 0.05 and hours["ann"]["left"] > 1.95 and hours["ann"]["running"], hours
+
+
+def test_an_apply_on_a_clock_stepped_back_keeps_a_stopped_seat_stopped(
+    labcourse: tuple[Any, str], cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """ann starts her seat (true clock), then stops it through a host 5 hours behind: the next apply on a
+    true clock keeps her out (it sorted the stop before the start and let her in again)."""
+    from delivery.test_selfservice import _apply, _ready, _requests
+
+    lab, db = labcourse
+    (tmp_path / "skel").mkdir()
+    _ready(cli, lab, db, tmp_path / "skel")
+    for action, code in (("stop", 255), ("start", 0)):
+        assert cli("seat", action, "--participant", "ann", "--db", db).code == 0
+        _apply(cli, db)
+        assert lab.ssh("ann", "true").returncode == code, (action, _requests(cli, db, "ann"))
+    with stepped(-HOURS):
+        assert cli("seat", "stop", "--participant", "ann", "--db", db).code == 0
+        _apply(cli, db)
+    assert lab.ssh("ann", "true").returncode == 255
+    assert [r["state"] for r in _requests(cli, db, "ann")] == ["done", "done", "done"]
+    _apply(cli, db)
+    assert lab.ssh("ann", "true").returncode == 255, _requests(cli, db, "ann")
+    used = _hours(cli, db)["ann"]
+    assert not used["running"] and used["used"] < 0.05, used
