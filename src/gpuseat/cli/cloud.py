@@ -29,8 +29,8 @@ def skypilot_command(
     fmt: FormatOption = Format.table,
 ) -> None:
     """Write one SkyPilot task per cloud seat and a schedule, for running sky yourself (the agent launches seats)."""
-    from gpuseat.catalog.bundle import load_catalog
     from gpuseat.engines.skypilot import tasks as cloud
+    from gpuseat.services.seat_sources import course_offers
     from gpuseat.store import open_store
 
     opts = cloud.TaskOptions(
@@ -40,7 +40,8 @@ def skypilot_command(
         gpuseat_spec=gpuseat_spec,
     )
     with open_store(db) as store:
-        written = cloud.write_for_course(store, course, out, load_catalog().offers, opts, lead_min=lead, force=force)
+        offers = course_offers(store, course)  # the catalog's and the course's own stored offers files'
+        written = cloud.write_for_course(store, course, out, offers, opts, lead_min=lead, force=force)
     if fmt is Format.json:
         print_json(written.to_dict())
         return

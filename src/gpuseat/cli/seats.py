@@ -135,9 +135,8 @@ def _specs(
         seat_sources.refuse_carved_again(have, specs, where=f"--inventory {inventory}")
         return specs
     if cloud:
-        from gpuseat.catalog.bundle import load_catalog
-
-        made = seat_sources.cloud_seats(store, course, load_catalog().offers, count=count)
+        # the course's offers, its own stored offers files included: those its plan option was chosen from
+        made = seat_sources.cloud_seats(store, course, seat_sources.course_offers(store, course), count=count)
         warning = seat_sources.cloud_over_plan(store, course, len(made))
         if warning:
             print(f"warning: {warning}", file=sys.stderr)

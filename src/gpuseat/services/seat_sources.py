@@ -146,6 +146,33 @@ def _profile_gb(profile: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def course_offers(store: CourseStore, course: str | None, catalog: Catalog | None = None) -> list[Offer]:
+    """The offers a course's cloud seats may rent: those its plan was chosen from, gpuseat's catalog and
+    the offers files stored with the course (:func:`gpuseat.services.planning.stored_course_offers`), so a
+    seat on the course's own offer is added and launched as one on a bundled offer is."""
+    from gpuseat.catalog.bundle import load_catalog
+    from gpuseat.services.planning import stored_course_offers
+
+    return stored_course_offers(store, course, catalog or load_catalog())
+
+
+def unknown_offer_fix(store: CourseStore, course: str | None) -> str:
+    """How to fix a course whose plan option or cloud seat names an offer :func:`course_offers` lacks:
+    a course stored before gpuseat kept its offers files (their offers are missing) is created again."""
+    key = store.courses.get_course(course).key
+    kept = {name for name, _text in store.courses.offers_texts(key) or ()}
+    lacking = [name for name in store.courses.course_file(key).offers_files if name not in kept]
+    if lacking:
+        return (
+            f"the course was stored before gpuseat kept its offers files ({', '.join(lacking)}): create it again "
+            "from its course file (gpuseat course create COURSE.toml --key NEW --plan-option N stores them with it)"
+        )
+    return (
+        "the offer left gpuseat's catalog: create the course again with a plan option on current offers "
+        "(gpuseat plan COURSE.toml lists them)"
+    )
+
+
 def cloud_seats(
     store: CourseStore, course: str | None, offers: Sequence[Offer], *, count: int | None = None, prefix: str = "cloud"
 ) -> list[SeatSpec]:
@@ -154,7 +181,8 @@ def cloud_seats(
     For each group the plan seats on a cloud offer, the seats to add are the group's participants
     (the roster, or the course file's count before a roster exists) minus the seats already stored
     that suit the group. ``count`` overrides that number (for a course with one cloud group).
-    Seats are ``planned`` on engine ``skypilot`` with the offer id as profile.
+    Seats are ``planned`` on engine ``skypilot`` with the offer id as profile. ``offers`` are the
+    course's (:func:`course_offers`); a cloud group on an offer they lack is an input error.
     """
     view = store.courses.get_course(course)
     option = view.plan_option
@@ -165,6 +193,15 @@ def cloud_seats(
             fix="create the course with --plan-option N (gpuseat plan COURSE.toml lists the options)",
         )
     by_id = {o.id: o for o in offers}
+    for g in option.get("groups", ()):
+        if g.get("mode") == "instance" and g.get("offer") and g["offer"] not in by_id:  # "instance": a cloud offer
+            raise InputError(
+                f"plan option {option.get('rank')} of course {view.key!r} rents cloud offer {g['offer']} for "
+                f"group {g.get('group')}, which is neither in gpuseat's catalog nor in the offers files stored "
+                "with the course",
+                where="--cloud",
+                fix=unknown_offer_fix(store, view.key),
+            )
     cloud_groups = [
         g for g in option.get("groups", ()) if g.get("offer") in by_id and by_id[g["offer"]].kind == "cloud"
     ]

@@ -45,6 +45,7 @@ from gpuseat.engines.skypilot.sdk import Cluster, SkyPilot
 from gpuseat.errors import EngineError, GpuseatError, InputError
 
 if TYPE_CHECKING:
+    from gpuseat.catalog.offers import Offer
     from gpuseat.store import ParticipantView, SeatView
 
 ENGINE: Final[Literal["skypilot"]] = "skypilot"
@@ -152,6 +153,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         """The engine's own parts, from its settings."""
         self.sky = SkyPilot(runner=self.runner)
         self._launches: dict[str, Any] = {}  # cluster → its launch request, until the record step waits for it
+        self._offers: list[Offer] | None = None  # the course's offers, read by the plan's first launch
 
     # -- what the store wants ------------------------------------------------------------------------
 
@@ -205,8 +207,17 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
                 )
         return {n: c for n, c in found.items() if c.course in (None, self.course)}
 
+    def _course_offers(self) -> list[Offer]:
+        """The offers the course's cloud seats rent: the catalog's and the course's own stored offers files'
+        (read once per plan)."""
+        if self._offers is None:
+            from gpuseat.services.seat_sources import course_offers
+
+            self._offers = course_offers(self.store, self.course)
+        return self._offers
+
     def _task(self, state: CourseState, seat: SeatView, p: ParticipantView) -> dict[str, Any]:
-        from gpuseat.catalog.bundle import load_catalog
+        from gpuseat.services.seat_sources import unknown_offer_fix
 
         if self.login_of(p) in _ADMINS | SYSTEM_LOGINS:  # the setup would hand that account (sudo, a daemon's) over
             raise InputError(
@@ -215,7 +226,13 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
                 fix="give them another unix_user in the roster",
             )
         plan_option = state.course.plan_option if state.course is not None else None
-        offer = tasks.offer_for(seat.profile, plan_option, load_catalog().offers, seat=seat.key)
+        offer = tasks.offer_for(
+            seat.profile,
+            plan_option,
+            self._course_offers(),
+            seat=seat.key,
+            unknown_fix=lambda: unknown_offer_fix(self.store, self.course),
+        )
         target = tasks.CloudSeat(self.course, seat.key, offer, user=self.login_of(p), ssh_key=p.ssh_key)
         return tasks.task(target, self.options())
 
@@ -224,6 +241,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
     def plan(self, course: CourseState) -> Changes:
         """Every step that makes the course's clusters match the store (see the module docstring)."""
         changes = Changes(self.name, self.course, self.host)
+        self._offers = None  # read anew: the course may have been created again since the last plan
         seats = self._seats(course)
         clusters = self.clusters(course)
         if self._deleting(course):

@@ -474,16 +474,44 @@ def write(
 
 
 def offer_for(
-    seat_profile: str | None, plan_option: Mapping[str, Any] | None, offers: Sequence[Offer], *, seat: str
+    seat_profile: str | None,
+    plan_option: Mapping[str, Any] | None,
+    offers: Sequence[Offer],
+    *,
+    seat: str,
+    unknown_fix: Callable[[], str] | None = None,
 ) -> Offer:
-    """The offer of a cloud seat: its ``profile`` when that is an offer id, else the plan option's one cloud offer."""
+    """The offer of a cloud seat: its ``profile`` when that is an offer id, else the plan option's one cloud offer.
+
+    ``offers`` are the course's (:func:`gpuseat.services.seat_sources.course_offers`: the catalog's and its
+    own stored offers files'). A plan group on an offer they lack counts as cloud by its mode (``instance``),
+    so a seat is never launched on another group's offer; an offer they lack is named, with ``unknown_fix``
+    (how the course gets it back) as the fix."""
     by_id = {o.id: o for o in offers}
     if seat_profile and seat_profile in by_id:
         return by_id[seat_profile]
-    picked = {g.get("offer") for g in (plan_option or {}).get("groups", ()) if g.get("offer") in by_id}
-    cloud = sorted(o for o in picked if o and by_id[o].kind == "cloud")
-    if len(cloud) == 1:
+    groups = (plan_option or {}).get("groups", ())
+    cloud = sorted(
+        {
+            str(g["offer"])
+            for g in groups
+            if g.get("offer")
+            and (by_id[g["offer"]].kind == "cloud" if g["offer"] in by_id else g.get("mode") == "instance")
+        }
+    )
+    if len(cloud) == 1 and cloud[0] in by_id:
         return by_id[cloud[0]]
+    if seat_profile and (seat_profile in cloud or not cloud):  # the seat's own offer, gone
+        lacking: str | None = seat_profile
+    else:
+        lacking = cloud[0] if len(cloud) == 1 else None  # the plan's one cloud offer, gone
+    if lacking is not None:
+        raise InputError(
+            f"cloud seat {seat} rents offer {lacking}, which is neither in gpuseat's catalog nor in the offers files "
+            f"stored with its course.{did_you_mean(lacking, by_id)}",
+            where=f"seat {seat}",
+            fix=unknown_fix() if unknown_fix is not None else "set the seat's profile to an offer id of the course",
+        )
     raise InputError(
         f"cannot tell which offer cloud seat {seat} rents ({'several' if cloud else 'no'} cloud offers in the plan "
         f"option).{did_you_mean(seat_profile or '', by_id)}",
@@ -580,7 +608,10 @@ class CloudCourse:
 
 
 def course_from_store(store: CourseStore, course: str | None, offers: Sequence[Offer]) -> CloudCourse:
-    """The course's ``cloud`` seats, each with the offer the chosen plan option rents for it."""
+    """The course's ``cloud`` seats, each with the offer the chosen plan option rents for it, among ``offers``
+    (the course's: :func:`gpuseat.services.seat_sources.course_offers`)."""
+    from gpuseat.services.seat_sources import unknown_offer_fix
+
     view = store.courses.get_course(course)
     people = {p.key: p for p in store.roster.participants(view.key)}
     seats = []
@@ -592,7 +623,9 @@ def course_from_store(store: CourseStore, course: str | None, offers: Sequence[O
         if holder is not None:
             user = login_name(holder.key, holder.unix_user)  # the one login name on every engine
             key = holder.ssh_key
-        offer = offer_for(s.profile, view.plan_option, offers, seat=s.key)
+        offer = offer_for(
+            s.profile, view.plan_option, offers, seat=s.key, unknown_fix=lambda: unknown_offer_fix(store, view.key)
+        )
         seats.append(CloudSeat(view.key, s.key, offer, user=user, ssh_key=key))
     sched = store.courses.course_file(view.key).schedule
     return CloudCourse(view.key, view.timezone, tuple(seats), tuple(sched.intervals()))
