@@ -200,3 +200,28 @@ def test_a_course_stored_without_its_offers_texts(cli, url, folder, tmp_path, fa
     error = str(launched.message)
     assert f"cloud seat cloud-01 rents offer {OWN}, which is neither in gpuseat's catalog nor in the offers" in error
     assert fix in error
+
+
+def test_a_seat_on_a_lacking_offer_is_never_launched_on_another_groups_offer():
+    """A plan option with a bundled cloud group and one on an offer the course lacks (mode ``instance``): a
+    seat of the second group is refused, naming its offer; it was launched on the first group's offer."""
+    from gpuseat.catalog.bundle import load_catalog
+    from gpuseat.engines.skypilot.tasks import offer_for
+    from gpuseat.errors import InputError
+
+    option = {
+        "rank": 1,
+        "groups": [
+            {"group": "students", "offer": "aws:g4dn.xlarge", "seats": 2, "mode": "instance"},
+            {"group": "instructors", "offer": OWN, "seats": 1, "mode": "instance"},
+        ],
+    }
+    offers = load_catalog().offers
+    assert offer_for("aws:g4dn.xlarge", option, offers, seat="cloud-01").id == "aws:g4dn.xlarge"
+    with pytest.raises(InputError, match=f"cloud seat cloud-03 rents offer {OWN}, which is neither"):
+        offer_for(OWN, option, offers, seat="cloud-03")
+    with pytest.raises(InputError) as caught:
+        offer_for(OWN, option, offers, seat="cloud-03", unknown_fix=lambda: "create the course again")
+    assert caught.value.fix == "create the course again"
+    with pytest.raises(InputError, match="cannot tell which offer cloud seat cloud-04 rents \\(several"):
+        offer_for(None, option, offers, seat="cloud-04")
