@@ -21,6 +21,10 @@ import pytest
 from .hostlab import Lab, free_port
 from .test_agent import MIG, AgentProcess, _alive_of, _seat_of, _settings, until
 
+#: the agent-driven waits of the quota test: a deadline only (each ends as soon as its condition holds); a
+#: PostgreSQL run on a loaded 2-core machine once needed more than 20 s for one pass
+AGENT_WAIT_S = 90
+
 
 def _runs(uid: int, name: str) -> bool:
     """True while a process ``name`` of ``uid`` runs."""
@@ -169,23 +173,23 @@ def test_at_zero_hours_the_agent_stops_the_seat_and_a_topup_lets_it_start(
     agent = AgentProcess(db, tmp_path / "agent.log", "--resync", "1").start()
     try:
         assert cli("seat", "quota", "--participant", "ann", "--hours", "0", "--db", db).code == 0
-        until(lambda: lab.ssh("ann", "true").returncode == 255, timeout=30)
+        until(lambda: lab.ssh("ann", "true").returncode == 255, timeout=AGENT_WAIT_S)
         # the stop is recorded in the pass's last phase, after the revoke that refuses her: wait for it
-        until(lambda: _requests(cli, db, "ann") != [], timeout=30)
+        until(lambda: _requests(cli, db, "ann") != [], timeout=AGENT_WAIT_S)
         stop = _requests(cli, db, "ann")[0]
         assert stop["action"] == "stop" and "no seat hours left" in stop["reason"], stop
         assert lab.ssh("ben", "true").returncode == 0
         # a start with no hours left is refused with the reason; the seat stays stopped
         assert cli("seat", "start", "--participant", "ann", "--db", db).code == 0
-        until(lambda: _requests(cli, db, "ann")[0]["state"] != "pending")
+        until(lambda: _requests(cli, db, "ann")[0]["state"] != "pending", timeout=AGENT_WAIT_S)
         assert _requests(cli, db, "ann")[0]["state"] == "failed"
         assert "no seat hours left" in _requests(cli, db, "ann")[0]["reason"]
         assert lab.ssh("ann", "true").returncode == 255
         # a top-up, then a start: she is in again
         assert cli("seat", "topup", "--participant", "ann", "--hours", "5", "--db", db).code == 0
         assert cli("seat", "start", "--participant", "ann", "--db", db).code == 0
-        until(lambda: lab.ssh("ann", "true").returncode == 0, timeout=30)
-        until(lambda: _requests(cli, db, "ann")[0]["state"] == "done", timeout=30)  # recorded after the grant
+        until(lambda: lab.ssh("ann", "true").returncode == 0, timeout=AGENT_WAIT_S)
+        until(lambda: _requests(cli, db, "ann")[0]["state"] == "done", timeout=AGENT_WAIT_S)  # recorded after the grant
         time.sleep(0.5)
         hours = {h["participant"]: h for h in json.loads(cli("seat", "hours", "-f", "json", "--db", db).out)}
         assert hours["ann"]["quota"] == 0 and hours["ann"]["topups"] == 5 and 0 < hours["ann"]["left"] <= 5
