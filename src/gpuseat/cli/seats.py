@@ -13,7 +13,6 @@ from gpuseat.cli._options import CourseOption, DbOption, add_group
 from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_rows
 from gpuseat.cli.course import actor
 from gpuseat.errors import InputError
-from gpuseat.store.views import SEAT_COLUMNS as STORED_SEAT_COLUMNS
 
 if TYPE_CHECKING:
     from gpuseat.store import CourseStore, SeatSpec, SeatView
@@ -25,8 +24,20 @@ SEAT_DROP = ("connect", "participant", "engine", "state", "memory_gb", "host")
 STATUS_DROP = ("last_gpu_activity", "since", "kind", "engine", "connect", "reason")
 #: ``--participant`` of ``assign`` and ``release`` (``move``, where it is required, declares its own)
 ParticipantOption = Annotated[str | None, typer.Option("--participant", help="Key, email or Unix user.")]
-#: ``seats export``: the stored seat columns but the database's bookkeeping, then who holds the seat
-EXPORT_COLUMNS = (*(c for c in STORED_SEAT_COLUMNS if c not in ("id", "state_reason", "state_at")), "participant")
+EXPORT_COLUMNS = (
+    "key",
+    "kind",
+    "host",
+    "device_uuid",
+    "profile",
+    "memory_gb",
+    "groups",
+    "engine",
+    "engine_ref",
+    "state",
+    "connect",
+    "participant",
+)
 
 
 class ExportFormat(StrEnum):
