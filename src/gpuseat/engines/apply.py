@@ -283,7 +283,7 @@ def _log_report(store: CourseStore, p: Planned, report: ApplyReport, *, drift: b
         "skipped": sum(1 for o in report.outcomes if o.state == "skipped"),
     }
     action = "drift.reverted" if drift else "engine.apply"
-    store.agents.log_any(p.course, action, detail=detail, actor=actor)
+    store.events.log(p.course, action, detail=detail, actor=actor, gone_ok=True)
 
 
 def finish_deletions(store: CourseStore, *, actor: str = AGENT_ACTOR) -> list[str]:

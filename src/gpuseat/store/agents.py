@@ -81,19 +81,9 @@ class Agents(Concern):
                 q = q.where(Event.actor != exclude_actor)
             return {k for k in s.scalars(q) if k}
 
-    def log_any(
-        self,
-        course_key: str,
-        action: str,
-        *,
-        participant: str | None = None,
-        seat: str | None = None,
-        detail: dict[str, Any] | None = None,
-        actor: str = DEFAULT_ACTOR,
-    ) -> None:
-        """An events row for a course that may be gone from the store (a deleted course's revocation)."""
-        with self._database.write() as s:
-            _log(s, course_key, actor, action, participant=participant, seat=seat, detail=detail)
+    def log_any(self, course_key: str, action: str, **row: Any) -> None:
+        """The old name of ``store.events.log(course_key, action, gone_ok=True, …)``."""
+        self._store.events.log(course_key, action, gone_ok=True, **row)
 
     def listener(self, channel: str) -> Any:
         """PostgreSQL: an autocommit psycopg connection LISTENing on ``channel`` of this store's schema,

@@ -50,9 +50,13 @@ class Events(Concern):
         seat: str | None = None,
         detail: dict[str, Any] | None = None,
         actor: str = DEFAULT_ACTOR,
+        gone_ok: bool = False,
     ) -> None:
-        """Append a line to the log (for engines and front ends: e.g. ``portal.login``)."""
+        """Append a line to the log (for engines and front ends: e.g. ``portal.login``). ``gone_ok``: write
+        ``course`` as the key given, stored or not (the agent's lines for a course deleted meanwhile: its
+        revocation, its last pass), where a plain line names a stored course."""
         if not re.fullmatch(r"[a-z][a-z0-9_.-]{0,31}", action):
             raise InputError(f"action {action!r}", where="action", fix="a short lower-case word like portal.login")
         with self._database.write() as s:
-            _log(s, _course(s, course).key, actor, action, participant=participant, seat=seat, detail=detail)
+            key = course if gone_ok and course else _course(s, course).key
+            _log(s, key, actor, action, participant=participant, seat=seat, detail=detail)

@@ -162,8 +162,8 @@ def do_request(engine: HostEngine, step: Step) -> str | None:
     if step.action == "seat.check":
         return _check_seat(engine, step)
     if step.action == "seat.connected":
-        engine.store.agents.log_any(engine.course, "seat.connected", participant=step.participant, seat=step.target,
-                             detail={"login": d["login"]}, actor="gpuseat-agent")  # fmt: skip
+        engine.store.events.log(engine.course, "seat.connected", participant=step.participant, seat=step.target,
+                                detail={"login": d["login"]}, actor="gpuseat-agent", gone_ok=True)  # fmt: skip
         return None
     if step.action == "seat.warn":
         engine.store.requests.warn_idle(engine.course, str(step.participant), step.target, str(d["text"]))
