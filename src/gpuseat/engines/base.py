@@ -469,6 +469,7 @@ class StepEngine(Generic[SettingsT]):
             outcome = Outcome(step, state, note, self.runner.take(), time.monotonic() - started, code)
             report.outcomes.append(outcome)
             if state == "failed":  # what comes after on the same seats waits (revokes never wait)
+                what = (note or "").partition("\nTo fix: ")[0]  # its fix is said once, on the failed step
                 for s in step.seats:
-                    blocked.setdefault(s, f"{step.action} {step.target} failed ({note})")
+                    blocked.setdefault(s, f"{step.action} {step.target} failed ({what})")
         return report

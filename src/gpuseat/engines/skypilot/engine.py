@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shlex
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -57,6 +58,24 @@ _RUNNING = ("UP",)
 _ADMINS = frozenset({"root", "ubuntu", "ec2-user", "gcpuser", "azureuser", "sky", "admin", "debian", "centos",
                      "cloud-user", "fedora", "rocky", "almalinux", "opc", "core"})  # fmt: skip
 _STOPPABLE = ("UP", "INIT")
+#: the fix of a failed step whose error has none of its own
+_RETRY_FIX = "fix the setting or roster value; the agent retries"
+_LAUNCH_FIX = (
+    "SkyPilot's error says why (no capacity or quota in the region, cloud credentials: sky check); "
+    "apply again, or let the agent retry on its next pass"
+)
+
+
+def at_seat(seat: str, where: str | None, what: str) -> str | None:
+    """The ``where`` of a seat's failed step, so that its message names the seat once: ``seat KEY`` before
+    the error's own ``where`` (a participant, a setting), unless that or the error's ``what`` names it."""
+    own = f"seat {seat}"
+    named = re.search(rf"\bseat {re.escape(seat)}(?![\w.-])", what) is not None
+    if where is None or where == own:
+        return None if named else own
+    if where.startswith(f"{own}:") or named:
+        return where
+    return f"{own}: {where}"
 
 
 def revoke_script(user: str) -> str:
@@ -303,8 +322,9 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         if launch:
             try:
                 task, error = self._task(course, seat, p), None
-            except GpuseatError as exc:  # a bad setting or roster value: the step fails with it (exit 2)
-                task, error = {}, exc.message
+            except GpuseatError as exc:  # a bad setting or roster value: the step fails with it, as it is
+                task = {}
+                error = {"what": exc.what, "where": exc.where, "fix": exc.fix, "exit_code": exc.exit_code}
             why = f"{p.key} holds {seat.key}" + (" (hand-over)" if old_login and old_login != login else "")
             add(self._step("cloud.launch", cluster, why, "grant", participant=p.key, seats=key, cluster=cluster,
                            seat=seat.key, login=login, task=task, idle_minutes=minutes, error=error))  # fmt: skip
@@ -407,10 +427,12 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
     def _launch(self, d: Any) -> None:
         cluster, seat = d["cluster"], d["seat"]
         if d.get("error"):
+            e = d["error"]
             if not self.runner.dry_run:
-                reason = f"not launched: {d['error']}"[:1900]
+                reason = f"not launched: {GpuseatError(e['what'], where=e['where'], fix=e['fix']).message}"[:1900]
                 self.store.delivery.record_delivery(self.course, seat, state="failed", reason=reason, actor=ACTOR)
-            raise InputError(d["error"], where=f"seat {seat}", fix="fix the setting or roster value; the agent retries")
+            kind = InputError if e["exit_code"] == 2 else EngineError
+            raise kind(e["what"], where=at_seat(seat, e["where"], e["what"]), fix=e["fix"] or _RETRY_FIX)
         if not self.runner.dry_run:
             started = datetime.now(UTC)
             reason = f"launching: cluster {cluster} for {d['login']} (sky launch started {started:%H:%M} UTC)"
@@ -418,15 +440,17 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         try:  # submitted, not waited: every seat launches side by side; its record step waits for it
             request = self.sky.launch(cluster, dict(d["task"]), idle_minutes=d.get("idle_minutes"), wait=False)
         except EngineError as exc:
-            self._not_launched(seat, exc)
-            raise
+            raise self._not_launched(seat, exc) from None
         if request is not None:
             self._launches[cluster] = request
 
-    def _not_launched(self, seat: str, exc: EngineError) -> None:
+    def _not_launched(self, seat: str, exc: EngineError) -> EngineError:
+        """Store the seat as failed with SkyPilot's error; the step's error names the seat once, with one fix."""
         if not self.runner.dry_run:
             reason = f"not launched: {exc.what}"[:1900]
             self.store.delivery.record_delivery(self.course, seat, state="failed", reason=reason, actor=ACTOR)
+        where = None if exc.where == "skypilot" else exc.where  # sdk's errors say "skypilot"; the seat says more
+        return EngineError(exc.what, where=at_seat(seat, where, exc.what), fix=exc.fix or _LAUNCH_FIX)
 
     def _record(self, step: Step) -> None:
         d = step.data
@@ -438,12 +462,15 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
                 try:
                     self.sky.result("launch", d["cluster"], request)
                 except EngineError as exc:
-                    self._not_launched(step.target, exc)
-                    raise
+                    raise self._not_launched(step.target, exc) from None
             info = self.sky.status([d["cluster"]]).get(d["cluster"])
             if info is None or not info.up or not info.ip:
                 state = info.status if info is not None else "gone"
-                raise EngineError(f"cluster {d['cluster']} is {state} after its launch", where=f"seat {step.target}")
+                raise EngineError(
+                    f"cluster {d['cluster']} is {state} after its launch",
+                    where=f"seat {step.target}",
+                    fix=f"sky status {d['cluster']} says why; the agent launches it again on its next pass",
+                )
             seat = self.store.seats.get_seat(self.course, step.target)
             access = self._access(info, d["login"], d["holder"], seat).to_dict()
             state, reason = "running", d["reason"]
