@@ -84,7 +84,7 @@ def test_pages_have_no_inline_scripts_or_styles(organizer):
 @pytest.mark.parametrize("path", ["/overview", "/seats", "/roster", "/links", "/survey", "/report", "/alerts"])
 def test_organizer_pages_need_a_session(demo, path):
     r = httpx.get(demo.url + path)
-    assert r.status_code == 303 and r.headers["location"] == "/login"
+    assert r.status_code == 303 and r.headers["location"] == f"/login?next={path}"
 
 
 @SHARED

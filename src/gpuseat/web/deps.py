@@ -10,6 +10,8 @@ first, then who asks, then the CSRF token, as the portal always did.
 
 from __future__ import annotations
 
+from urllib.parse import quote, unquote
+
 from fastapi import Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.datastructures import FormData
@@ -24,6 +26,12 @@ from gpuseat.web.security import CSRF_FIELD, SESSION_MAX_AGE_S, same_origin
 MAX_FORM_FIELDS = 200
 #: a JSON poll's 401: the session cookie is missing, ended (logged out) or expired
 SESSION_ENDED = f"no live session (logged out, or older than {SESSION_MAX_AGE_S // 3600} hours): log in again"
+#: the longest page a login returns to (a page's own path and query are far shorter)
+MAX_NEXT = 1024
+#: the header portal.js sends with a poll: the page that polls (location.pathname + location.search)
+PAGE_HEADER = "x-gpuseat-page"
+#: pages a login never returns to: they would log out again or loop back to the login
+NOT_NEXT = ("/login", "/logout")
 
 
 class Forbidden(Exception):
@@ -40,6 +48,48 @@ class LinkRefused(Exception):
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.message, self.status = message, status
+
+
+def safe_next(request: Request, value: object) -> str | None:
+    """``value`` when it is a page of this portal to return to after the login, else None (ignored).
+
+    Only a plain path under the root path passes: printable ASCII without backslashes (no CR/LF for a header),
+    no ``//`` or dot segments even once percent-decoded (``/%2F%2Fevil.example`` would leave the site, ``..``
+    the root path), and not the login or logout itself. What passes is a relative URL on this host, so the
+    redirect can never leave it.
+    """
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_NEXT:
+        return None
+    if any(not "!" <= c <= "~" for c in value) or "\\" in value or "#" in value:
+        return None
+    base = root(request)
+    if not value.startswith(base + "/"):
+        return None
+    path = unquote(value[len(base) :].split("?", 1)[0])
+    if "//" in path or "\\" in path or any(c < " " or c == "\x7f" for c in path):
+        return None
+    if any(part in (".", "..") for part in path.split("/")):
+        return None
+    if any(path == p or path.startswith(p + "/") for p in NOT_NEXT):
+        return None
+    return value
+
+
+def login_path(request: Request, page: str | None) -> str:
+    """The login page (below the root path), with ``?next=`` when ``page`` is one to return to."""
+    back = safe_next(request, page)
+    return "/login" + (f"?next={quote(back, safe='/')}" if back else "")
+
+
+def this_page(request: Request) -> str:
+    """The request's own path and query as the browser sent them (still percent-encoded), under the root path."""
+    raw = request.scope.get("raw_path")
+    path = raw.decode("latin-1") if isinstance(raw, bytes) else quote(request.scope["path"])
+    base = root(request)
+    if base and (path == base or path.startswith(base + "/")):  # uvicorn's paths hold the root path, TestClient's not
+        path = path[len(base) :]
+    query = request.scope.get("query_string", b"").decode("latin-1")
+    return base + path + (f"?{query}" if query else "")
 
 
 async def get_portal(request: Request) -> Portal:
@@ -125,17 +175,18 @@ async def forbidden(request: Request, exc: Forbidden) -> Response:
 
 
 async def login_first(request: Request, exc: LoginFirst) -> Response:
-    """A page asks for the login; a download or a POST gets a plain 401; a JSON poll a JSON 401 that names
-    the login page, so the open page's script (portal.js) can send the browser there instead of choking on text."""
+    """A page asks for the login, which returns to it (``?next=``); a download or a POST gets a plain 401; a
+    JSON poll a JSON 401 that names the login page (returning to the page that polled, which portal.js names
+    in a header: no Referer is ever sent), so the open page's script can send the browser there."""
     path = request.url.path
     if path.endswith(".json"):
         return JSONResponse(
-            {"error": SESSION_ENDED, "login": root(request) + "/login"},
+            {"error": SESSION_ENDED, "login": root(request) + login_path(request, request.headers.get(PAGE_HEADER))},
             status_code=401,
             headers={"cache-control": "no-store"},
         )
     if request.method == "GET" and not path.endswith(".csv"):
-        return go(request, "/login")
+        return go(request, login_path(request, this_page(request)))
     return PlainTextResponse("log in first", status_code=401)
 
 

@@ -18,7 +18,7 @@ DOWNLOADS = ("/seats.csv", "/roster.csv", "/hours.csv", "/seats/live.json")
 def test_without_a_session_pages_ask_for_the_login_and_downloads_get_401(served: Served) -> None:
     for path in PAGES:
         r = served.client.get(path, follow_redirects=False)
-        assert (r.status_code, r.headers["location"]) == (303, "/login"), path
+        assert (r.status_code, r.headers["location"]) == (303, f"/login?next={path}"), path
     for path in DOWNLOADS:
         assert served.client.get(path).status_code == 401, path
     served.client.cookies.set("gpuseat_session", "s" * 43)  # a guessed session cookie

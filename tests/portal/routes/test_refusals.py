@@ -53,7 +53,7 @@ def test_a_json_poll_of_an_ended_session_gets_json_naming_the_login(served: Serv
         )
     post = served.client.post("/seats/action", data={"action": "release", "seat": "mig-02"})
     assert (post.status_code, post.text) == (401, "log in first")
-    assert served.client.get("/seats", follow_redirects=False).headers["location"] == "/login"
+    assert served.client.get("/seats", follow_redirects=False).headers["location"] == "/login?next=/seats"
     assert served.store.seats.seat_of("lab", "ben").key == "mig-02"
 
 

@@ -20,7 +20,7 @@ def test_the_organizer_reads_and_downloads_the_report(served: Served) -> None:
 
 def test_the_report_is_refused_without_a_session(served: Served) -> None:
     r = served.client.get("/report", follow_redirects=False)
-    assert (r.status_code, r.headers["location"]) == (303, "/login")
+    assert (r.status_code, r.headers["location"]) == (303, "/login?next=/report")
     served.client.cookies.set("gpuseat_session", "y" * 43)  # a guessed session
     assert served.client.get("/report", follow_redirects=False).status_code == 303
     # a participant's link opens their page, never the report

@@ -49,7 +49,7 @@ def test_answers_without_the_links_form_token_are_refused(served: Served) -> Non
 
 
 def test_the_organizers_survey_pages_need_a_session_and_its_form_token(served: Served) -> None:
-    assert served.client.get("/survey", follow_redirects=False).headers["location"] == "/login"
+    assert served.client.get("/survey", follow_redirects=False).headers["location"] == "/login?next=/survey"
     assert served.client.get("/survey.csv").status_code == 401
     link_csrf = served.csrf(f"/t/{served.links['ann']}")
     assert served.client.post("/survey", data={"csrf": link_csrf, "action": "open"}).status_code == 401

@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 
 from gpuseat.errors import InputError, NotFound
 from gpuseat.safe_text import clean
-from gpuseat.web.deps import check_csrf, need_organizer
+from gpuseat.web.deps import check_csrf, need_organizer, safe_next
 from gpuseat.web.exports import csv_text
 from gpuseat.web.limits import MAX_UPLOAD
 from gpuseat.web.pages import (
@@ -50,8 +50,9 @@ Organizer = Depends(need_organizer)
 
 @router.get("/login", response_class=HTMLResponse)
 def login_page(request: Request) -> Response:
-    """The login form, bound to a pre-login cookie."""
-    return page(request, "login.html", user=None)
+    """The login form, bound to a pre-login cookie; it returns to ``?next=`` when that is a page of this portal
+    (anything else is dropped without a word: the login still works, and lands on the overview)."""
+    return page(request, "login.html", user=None, next=safe_next(request, request.query_params.get("next")))
 
 
 @router.post("/login")
@@ -59,6 +60,7 @@ def login(request: Request, data: Form, portal: PortalDep) -> Response:
     """A session for the right password; failures count per address and account only."""
     check_csrf(request, data, "a:" + (request.cookies.get(cookie_name(request, CSRF_COOKIE)) or ""))
     user, password = str(data.get("username", ""))[:64], str(data.get("password", ""))
+    back = safe_next(request, data.get("next"))  # checked again: the form is the client's to change
     key = f"{client_address(request)}|{user}"
     blocked = portal.login_limit.blocked(key)
     # the right password always gets in
@@ -66,7 +68,7 @@ def login(request: Request, data: Form, portal: PortalDep) -> Response:
         portal.login_limit.fail(key)
         if blocked:
             return PlainTextResponse("too many failed logins: wait a few minutes", status_code=429)
-        return page(request, "login.html", status=401, user=None, error="wrong user name or password")
+        return page(request, "login.html", status=401, user=None, error="wrong user name or password", next=back)
     portal.login_limit.forget(key)
     if not _log_event(portal, "portal.login", user):  # no session for a course that is gone
         named = f" ({portal.course!r})" if portal.course else ""
@@ -76,7 +78,7 @@ def login(request: Request, data: Form, portal: PortalDep) -> Response:
             fix="restore it from its export (gpuseat course import EXPORT) or serve another course "
             "(gpuseat serve --course KEY)",
         )
-    response = go(request, "/overview")
+    response = go(request, back[len(root(request)) :] if back else "/overview")
     set_cookie(response, request, SESSION_COOKIE, sessions_of(request).issue(user), max_age=SESSION_MAX_AGE_S)
     return response
 

@@ -30,7 +30,8 @@
     if (l) l.textContent = fmtTime(last);
   }
   // a 401 poll names the login page ({"error", "login"}: the session ended or expired): go there once,
-  // a path on this site only
+  // a path on this site only. The poll names its page (X-Gpuseat-Page: no Referer is ever sent), so the
+  // login's "next" comes back here
   var leaving = false;
   function toLogin(body) {
     var to = body && typeof body.login === "string" ? body.login : "";
@@ -43,7 +44,8 @@
   function poll() {
     var url = document.body.dataset.liveUrl;
     if (!url || leaving) return;
-    fetch(url, { credentials: "same-origin", cache: "no-store" })
+    var here = window.location.pathname + window.location.search;
+    fetch(url, { credentials: "same-origin", cache: "no-store", headers: { "X-Gpuseat-Page": here } })
       .then(function (r) {
         if (r.status === 401) return r.json().then(toLogin, function () { return null; });
         return r.ok ? r.json() : null;
