@@ -111,7 +111,8 @@ if SAME:  # the participant page's own statements (gpuseat.store's cached ones):
     from gpuseat.store.rows import _page_holding
     from gpuseat.store.tokens import _token_query
     TOKEN = compiled(_token_query())
-    PAGE = [compiled(q) for q in (_page_holding(), _one_timeline_query(), _held_query(True), _ledger_query(True))]
+    HELD = _held_query(True, "sqlite" if sqlite else "postgresql")  # with the database's clock, as the page reads it
+    PAGE = [compiled(q) for q in (_page_holding(), _one_timeline_query(), HELD, _ledger_query(True))]
 
     T = {name: i for i, name in enumerate(_token_query().selected_columns.keys())}
     H = {name: i for i, name in enumerate(_page_holding().selected_columns.keys())}
@@ -277,7 +278,21 @@ def free_port() -> int:
 def start(
     server: str, url: str, course: str, workers: int, log: Path, floor: str = "same"
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """``gpuseat serve`` as a participant's organizer would start it, or the bare floor with as many processes."""
+    """``gpuseat serve`` as a participant's organizer would start it, or the bare floor with as many processes.
+
+    The port is found free, then bound by the server: another process can take it in between (a loaded CI
+    machine starts servers side by side), so a server that stops because its address is in use is started
+    again on another port; any other early exit is the run's error."""
+    for _ in range(5):
+        started = _start(server, url, course, workers, log, floor)
+        if started is not None:
+            return started
+    raise SystemExit(f"{server} server: its port was taken five times in a row; its log: {log}")
+
+
+def _start(
+    server: str, url: str, course: str, workers: int, log: Path, floor: str
+) -> tuple[subprocess.Popen[bytes], str] | None:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "GPUSEAT_LOG_LEVEL": "warning"}
     if server == "portal":
@@ -296,10 +311,15 @@ def start(
         }
         argv = [sys.executable, str(bare)]
     with log.open("ab") as out:
+        seen = out.tell()
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=out)
     base = f"http://127.0.0.1:{port}"
     for _ in range(600):
         if proc.poll() is not None:
+            with log.open("rb") as said:
+                said.seek(seen)
+                if b"address already in use" in said.read().lower():
+                    return None
             raise SystemExit(f"{server} server exited with {proc.returncode}; its log: {log}")
         try:
             if httpx.get(base + "/healthz", timeout=1).status_code == 200:
