@@ -129,6 +129,8 @@ def test_a_seat_on_an_offer_the_course_lacks_fails_with_one_message(lab, cli, ur
     fix = unknown_offer_fix(store, "lab")  # the offer's own fix, not the generic one
     assert message.endswith(f"\nTo fix: {fix}") and "the agent retries" not in message, message
     assert f"error: lab skypilot: skypilot::cloud.launch:gs-lab-cloud-3: {message}\n" in r.err, r.err
+    # the command's last word sums the failures up and names the first without its fix, said on its line above
+    assert r.err.count(fix) == 1 and r.err.count("To fix: ") == 2, r.err
     assert failed_rows(store) == {"cloud.launch gs-lab-cloud-3": message}
     # the record step that waits for it names the failure, and leaves its fix to the failed step's line
     waits = step_message(r.out, "skipped: ", "  ~ seat.record      cloud-3")

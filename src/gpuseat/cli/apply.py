@@ -152,7 +152,7 @@ def raise_for(result: Pass, where: str) -> None:
         return
     for f in failed:
         print(f"error: {f['course']} {f['engine']}: {f.get('step') or 'plan'}: {f['error']}", file=sys.stderr)
-    first = failed[0]["error"]
+    first = str(failed[0]["error"]).partition("\nTo fix: ")[0]  # its own fix is on its line above
     if all(f["exit_code"] == 2 for f in failed):
         raise InputError(
             f"{len(failed)} step(s) cannot be applied as the store says (first: {first}); the others were applied",
