@@ -225,3 +225,21 @@ def test_a_seat_on_a_lacking_offer_is_never_launched_on_another_groups_offer():
     assert caught.value.fix == "create the course again"
     with pytest.raises(InputError, match="cannot tell which offer cloud seat cloud-04 rents \\(several"):
         offer_for(None, option, offers, seat="cloud-04")
+
+
+def test_a_seat_naming_an_offer_the_course_lacks_is_refused_even_with_one_cloud_group():
+    """A seat whose profile is an offer id the course lacks (a typo, an offer gone from the catalog) on a plan
+    with one cloud group: refused with its offer named; it was launched on the group's offer without a word.
+    A profile that is no offer id still takes the plan's one cloud offer."""
+    from gpuseat.catalog.bundle import load_catalog
+    from gpuseat.engines.skypilot.tasks import offer_for
+    from gpuseat.errors import InputError
+
+    option = {"rank": 1, "groups": [{"group": "students", "offer": "aws:g4dn.xlarge", "seats": 2, "mode": "instance"}]}
+    offers = load_catalog().offers
+    for typo in ("aws:g4dn.xlarg", "gcp:g4dn.xlarge"):
+        with pytest.raises(InputError, match=f"cloud seat cloud-02 rents offer {typo}, which is neither"):
+            offer_for(typo, option, offers, seat="cloud-02")
+    assert offer_for("aws:g4dn.xlarge", option, offers, seat="cloud-01").id == "aws:g4dn.xlarge"
+    assert offer_for(None, option, offers, seat="cloud-01").id == "aws:g4dn.xlarge"
+    assert offer_for("T4", option, offers, seat="cloud-01").id == "aws:g4dn.xlarge"

@@ -481,7 +481,8 @@ def offer_for(
     seat: str,
     unknown_fix: Callable[[], str] | None = None,
 ) -> Offer:
-    """The offer of a cloud seat: its ``profile`` when that is an offer id, else the plan option's one cloud offer.
+    """The offer of a cloud seat: its ``profile`` when that is an offer id, else the plan option's one cloud offer
+    (a profile that names an offer the course lacks is refused: the seat is never launched on another offer).
 
     ``offers`` are the course's (:func:`gpuseat.services.seat_sources.course_offers`: the catalog's and its
     own stored offers files'). A plan group on an offer they lack counts as cloud by its mode (``instance``),
@@ -499,9 +500,10 @@ def offer_for(
             and (by_id[g["offer"]].kind == "cloud" if g["offer"] in by_id else g.get("mode") == "instance")
         }
     )
-    if len(cloud) == 1 and cloud[0] in by_id:
+    named = ":" in (seat_profile or "")  # an offer id (provider:name), never a MIG or vGPU profile
+    if len(cloud) == 1 and cloud[0] in by_id and not named:
         return by_id[cloud[0]]
-    if seat_profile and (seat_profile in cloud or not cloud):  # the seat's own offer, gone
+    if seat_profile and (named or seat_profile in cloud or not cloud):  # the seat's own offer, gone
         lacking: str | None = seat_profile
     else:
         lacking = cloud[0] if len(cloud) == 1 else None  # the plan's one cloud offer, gone
