@@ -258,7 +258,7 @@ def test_a_second_server_for_another_course_does_not_fail_the_first_servers_agen
         # asked by name, the wrong server is still one clear error
         wrong = plan_all(store, course="lab2", engine="host", host="gpu1", runner=Runner(dry_run=True))
         assert [p.error for p in wrong] == [
-            "host 'gpu1' is not in course 'lab2' (its host seats are on: gpu2) (to fix: give the host name the "
+            "--host: host 'gpu1' is not in course 'lab2' (its host seats are on: gpu2) (to fix: give the host name the "
             "seats were added with (gpuseat seats status lists them))"
         ]
 
@@ -307,7 +307,7 @@ def test_an_agent_started_without_host_keeps_its_server_true_after_a_second_one_
         away = {"host": {"nvidia_smi": str(tmp_path / "no-nvidia-smi")}}
         wrong = plan_all(store, course="lab", engine="host", runner=Runner(dry_run=True), overrides=away)
     assert [p.error for p in wrong] == [
-        "the course's host seats are on several hosts: gpu1, gpu2 (to fix: say which one this server is with --host "
+        "--host: the course's host seats are on several hosts: gpu1, gpu2 (to fix: say which one this server is with --host "
         "NAME)"
     ]
 

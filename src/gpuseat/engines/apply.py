@@ -230,7 +230,7 @@ def plan_all(
             changes = eng.plan(state)
             out.append(Planned(key, name, getattr(eng, "host", host), eng, state, changes))
         except GpuseatError as exc:
-            why = exc.what + (f" (to fix: {exc.fix})" if exc.fix else "")
+            why = (f"{exc.where}: " if exc.where else "") + exc.what + (f" (to fix: {exc.fix})" if exc.fix else "")
             out.append(Planned(key, name, host, None, state, None, why, error_code=exc.exit_code))
         except ImportError as exc:
             out.append(Planned(key, name, host, None, state, None, f"engine {name} cannot load: {exc}", error_code=1))
