@@ -88,6 +88,43 @@ def remove_pools(uri: str, prefix: str) -> None:
         conn.close()
 
 
+def _reap_leftovers() -> None:
+    """Stop the test libvirtd of a run that died before its cleanup (kill -9, a timeout), with the domains,
+    pools and networks of ours it still runs: a second system-mode libvirtd cannot start beside it, so every
+    later libvirtd test failed to connect. Called under the machine-wide lock, which a live run holds for as
+    long as its daemon runs: any test daemon still running then is such a leftover."""
+    import libvirt
+
+    bases = {Path(b).resolve() for b in (tempfile.gettempdir(), "/var/tmp", "/tmp") if Path(b).is_dir()}
+    for work in sorted(w for base in bases for w in base.glob("gpuseat-libvirtd-*") if w.is_dir()):
+        sock = work / "sock" / "libvirt-sock"
+        if _listening(str(sock)):
+            try:
+                conn = libvirt.open(f"qemu:///system?socket={sock}")
+            except libvirt.libvirtError:
+                conn = None
+            if conn is not None:
+                try:
+                    for dom in conn.listAllDomains(0):
+                        if dom.name().startswith("gpuseat-"):
+                            if dom.isActive():
+                                dom.destroy()
+                            dom.undefine()
+                    for pool in conn.listAllStoragePools(0):
+                        if pool.name().startswith("gpuseat-"):
+                            if pool.isActive():
+                                pool.destroy()
+                            pool.undefine()
+                    for net in conn.listAllNetworks(0):
+                        if net.name().startswith("gpuseat-tnet-") and net.isActive():
+                            net.destroy()
+                finally:
+                    conn.close()
+        _stop(work / "libvirtd.pid")
+        _stop(work / "virtlogd.pid")
+        shutil.rmtree(work, ignore_errors=True)
+
+
 @contextmanager
 def libvirtd() -> Iterator[tuple[str, Path]]:
     """Yield ``(uri, workdir)`` of a running private libvirtd; the workdir is readable by QEMU's user."""
@@ -97,6 +134,7 @@ def libvirtd() -> Iterator[tuple[str, Path]]:
         require_tool("root (the test libvirtd runs QEMU as root's system instance)")
     with open(LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        _reap_leftovers()
         work = Path(tempfile.mkdtemp(prefix="gpuseat-libvirtd-", dir=traversable_tmp()))
         work.chmod(0o755)
         (work / "sock").mkdir()

@@ -77,7 +77,10 @@ def test_bad_input_is_named_on_the_form_and_nothing_is_stored(
 
 
 def test_a_saved_change_reaches_the_course_file_and_the_log(served: Served) -> None:
-    assert served.client.get("/course/settings", follow_redirects=False).headers["location"] == "/login"
+    assert (
+        served.client.get("/course/settings", follow_redirects=False).headers["location"]
+        == "/login?next=/course/settings"
+    )
     assert served.client.post("/course/settings", data={"policy.quota_hours": "5"}).status_code == 401
     assert served.login().status_code == 303
     assert 'id="course-settings"' in served.client.get("/overview").text  # linked from the overview
