@@ -404,8 +404,7 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
             self._need_cluster()
         if d.get("foreign"):
             raise InputError(
-                f"namespace {step.target} exists and is {d['foreign']}, not course {self.course}'s: "
-                f"{step.participant} gets no seat there",
+                f"it exists and is {d['foreign']}, not course {self.course}'s: {step.participant} gets no seat there",
                 where=f"namespace {step.target}",
                 fix="set another namespace prefix (gpuseat engines settings kubernetes namespace=PREFIX "
                 f"--course {self.course}), or give {step.participant} another unix_user",
