@@ -4,26 +4,26 @@ their access links, an organizer account, and the portal's ASGI app behind Starl
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from gpuseat.catalog.bundle import load_catalog
-from gpuseat.store import open_store
+from gpuseat.store import Store, open_store
 from gpuseat.web.app import Portal, create_app
 
 from .served import COURSE, PASSWORD, Served
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[Served]:
-    """A fresh course on its own SQLite file (no server process: the ASGI app is called in-process)."""
-    store = open_store(f"sqlite:///{tmp_path / 'course.db'}", create=True)
-    (tmp_path / "lab.toml").write_text(COURSE)
-    store.courses.create_course(tmp_path / "lab.toml", key="lab")
-    (tmp_path / "r.csv").write_text("name,email,unix_user\nAnn,ann@example.org,ann\nBen,ben@example.org,ben\n")
-    store.roster.import_roster("lab", tmp_path / "r.csv")
+def course_store(folder: Path) -> tuple[Store, dict[str, str]]:
+    """The served course in a real SQLite file in ``folder``, and its participants' access links."""
+    store = open_store(f"sqlite:///{folder / 'course.db'}", create=True)
+    (folder / "lab.toml").write_text(COURSE)
+    store.courses.create_course(folder / "lab.toml", key="lab")
+    (folder / "r.csv").write_text("name,email,unix_user\nAnn,ann@example.org,ann\nBen,ben@example.org,ben\n")
+    store.roster.import_roster("lab", folder / "r.csv")
     store.seats.add_seats(
         "lab",
         [
@@ -35,8 +35,24 @@ def served(tmp_path: Path) -> Iterator[Served]:
     store.seats.assign("lab", "ben", "mig-02")
     links = {t.participant: t.token for t in store.tokens.issue_tokens("lab")}
     store.accounts.set_password("admin", PASSWORD)
+    return store, links
+
+
+@contextmanager
+def serving(store: Store, links: dict[str, str]) -> Iterator[Served]:
+    """The portal over ``store`` (an app of its own: its own sessions and login limits) behind a TestClient."""
     portal = Portal(store, load_catalog(), "lab", link_days_after_end=None)
     client = TestClient(create_app(portal), base_url="http://testserver")
-    yield Served(store, client, links)
-    client.close()
+    try:
+        yield Served(store, client, links)
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    """A fresh course on its own SQLite file (no server process: the ASGI app is called in-process)."""
+    store, links = course_store(tmp_path)
+    with serving(store, links) as s:
+        yield s
     store.close()

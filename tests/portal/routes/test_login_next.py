@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 
+from gpuseat.store import Store
+
+from .conftest import course_store, serving
 from .served import CSRF, PASSWORD, Served
 
 PAGES = ("/overview", "/roster", "/seats", "/alerts", "/bench", "/links", "/hours", "/report", "/survey")
@@ -50,6 +54,23 @@ HOSTILE = [
     "seats",
     "",
 ]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, dict[str, str]]]:
+    """One course for this module's logins: they only log in and read pages, and building a course per case
+    was most of their time."""
+    store, links = course_store(tmp_path_factory.mktemp("lab"))
+    yield store, links
+    store.close()
+
+
+@pytest.fixture
+def served(lab: tuple[Store, dict[str, str]]) -> Iterator[Served]:
+    """The portal over the module's course, an app of its own per test (its own sessions and login limits:
+    the wrong passwords of one case never block another's logins)."""
+    with serving(*lab) as s:
+        yield s
 
 
 def _login(client: TestClient, next_: str | None, password: str = PASSWORD, form_next: bool = True) -> tuple:
