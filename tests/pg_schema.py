@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import uuid as uuidlib
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -32,3 +33,12 @@ def pg_schema_url(request: pytest.FixtureRequest) -> str:
     request.addfinalizer(drop)
     sep = "&" if "?" in PG else "?"
     return f"{PG}{sep}options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"], name="url")
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The ``url`` fixture: a fresh, empty database on each engine, a SQLite file or a PostgreSQL schema of
+    the test's own. A test module that wants it imports it (``from pg_schema import db_url``)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'course.db'}"
+    return pg_schema_url(request)

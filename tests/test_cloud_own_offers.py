@@ -21,7 +21,7 @@ from gpuseat.core.roster import RosterText
 from gpuseat.engines.apply import one_pass
 from gpuseat.engines.runner import RecordingRunner
 from gpuseat.store import open_store
-from pg_schema import pg_schema_url
+from pg_schema import db_url  # noqa: F401 (the url fixture: SQLite and PostgreSQL)
 
 CATALOG = Path(__file__).resolve().parents[1] / "src" / "gpuseat" / "catalog" / "data" / "offers.toml"
 OWN = "aws:g6e.xlarge-eu"  # the course's own quote: an instance type and region gpuseat's catalog lacks
@@ -57,14 +57,6 @@ def own_offers_text() -> str:
         .replace("price_usd = 1.861", "price_usd = 0.95")
     )
     return "schema_version = 1\n\n[[offer]]\n" + block
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh, empty database on each engine."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'course.db'}"
-    return pg_schema_url(request)
 
 
 @pytest.fixture

@@ -17,18 +17,10 @@ from gpuseat.errors import InputError
 from gpuseat.services.report import build_digest
 from gpuseat.services.survey import SurveyService
 from gpuseat.store import open_store
-from pg_schema import pg_schema_url
+from pg_schema import db_url  # noqa: F401 (the url fixture: SQLite and PostgreSQL)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 LAB = EXAMPLES / "h200-lab"  # course.toml names offers.toml: a 2× H200 server next to aws:g5.xlarge
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh, empty database on each engine."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'course.db'}"
-    return pg_schema_url(request)
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ import gpuseat.engines.host.requests
 import gpuseat.store.requests
 import gpuseat.store.rows
 from gpuseat.store import CourseStore, open_store
-from pg_schema import pg_schema_url
+from pg_schema import db_url  # noqa: F401 (the url fixture: SQLite and PostgreSQL)
 
 COURSE = 'name = "lab"\nparticipants = 2\n[schedule]\nstart = 2026-09-07\ndays = 5\n'
 HOURS = timedelta(hours=5)
@@ -63,14 +63,6 @@ def stepped(by: timedelta) -> Iterator[None]:
                 mp.setattr(module, "datetime", Stepped)
         assert abs((gpuseat.store.requests.datetime.now(UTC) - _REAL_DATETIME.now(UTC)) - by) < timedelta(seconds=5)
         yield
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh, empty database on each engine."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'course.db'}"
-    return pg_schema_url(request)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ recorded call to the *installed* SDK's signature, so a call the real SDK would r
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 import sys
@@ -38,6 +39,18 @@ def import_sky(tmp_path_factory: pytest.TempPathFactory) -> Any:
             else:
                 os.environ["HOME"] = shell_home
     return sys.modules["sky"]
+
+
+@pytest.fixture(scope="module", name="real_sky")
+def installed_sky(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The ``real_sky`` fixture: the installed ``sky`` module (:func:`import_sky`), for checking the fake
+    against it; required on CI, skipped elsewhere when SkyPilot is not installed. A test module imports it
+    (``from .fakesky import installed_sky``)."""
+    if importlib.util.find_spec("sky") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("skypilot is not installed (the dev extra installs it)")
+        pytest.skip("skypilot is not installed")
+    return import_sky(tmp_path_factory)
 
 
 class ClusterDoesNotExist(Exception):

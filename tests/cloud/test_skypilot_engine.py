@@ -11,8 +11,6 @@ previous holder out (over ssh) before the cluster is launched for the new one; e
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ from gpuseat.engines.runner import RecordingRunner
 from gpuseat.engines.skypilot.engine import SkyPilotEngine, SkyPilotSettings
 from gpuseat.store import open_store
 
-from .fakesky import FakeSky, check_signatures, import_sky
+from .fakesky import FakeSky, check_signatures, installed_sky  # noqa: F401 (the real_sky fixture)
 from .skysetup import ssh_key
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -38,15 +36,6 @@ OPTION = {
 OPEN = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)  # Monday 10:00, inside 09:00-17:00 (UTC course)
 CLOSED = datetime(2026, 3, 2, 20, 0, tzinfo=UTC)
 NEXT_DAY = datetime(2026, 3, 3, 9, 30, tzinfo=UTC)
-
-
-@pytest.fixture(scope="module")
-def real_sky(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    if importlib.util.find_spec("sky") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("skypilot is not installed (the dev extra installs it)")
-        pytest.skip("skypilot is not installed")
-    return import_sky(tmp_path_factory)
 
 
 class Runner(RecordingRunner):

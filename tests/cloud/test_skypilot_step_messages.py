@@ -10,8 +10,6 @@ fix once more.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -26,9 +24,9 @@ from gpuseat.engines.apply import one_pass
 from gpuseat.engines.runner import RecordingRunner
 from gpuseat.services.seat_sources import unknown_offer_fix
 from gpuseat.store import CourseStore, open_store
-from pg_schema import pg_schema_url
+from pg_schema import db_url  # noqa: F401 (the url fixture: SQLite and PostgreSQL)
 
-from .fakesky import FakeSky, import_sky
+from .fakesky import FakeSky, installed_sky  # noqa: F401 (the real_sky fixture)
 from .skysetup import ssh_key
 
 LACKING = "aws:p9.nope"  # an offer neither gpuseat's catalog nor the course's offers files have
@@ -41,22 +39,6 @@ OPTION = {  # students on a bundled cloud offer, instructors on the lacking one 
     ],
 }
 STEP_LINE = re.compile(r"^  [+~-] |^  note: |^Plan: ", re.MULTILINE)
-
-
-@pytest.fixture(scope="module")
-def real_sky(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    if importlib.util.find_spec("sky") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("skypilot is not installed (the dev extra installs it)")
-        pytest.skip("skypilot is not installed")
-    return import_sky(tmp_path_factory)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'course.db'}"
-    return pg_schema_url(request)
 
 
 @pytest.fixture
