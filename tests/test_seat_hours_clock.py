@@ -160,6 +160,50 @@ def test_an_explicit_now_is_still_the_time_counted_against(store: CourseStore) -
         assert page.hours is not None and page.hours.used == pytest.approx(1.0, abs=0.01), page.hours
 
 
+def _stepped_rows(store: CourseStore) -> list[Any]:
+    return [e for e in store.events.events("lab") if e.action == "clock.stepped"]
+
+
+@pytest.mark.parametrize("by", [HOURS, -HOURS], ids=["ahead", "behind"])
+def test_seats_given_by_a_process_clock_stepped_are_stamped_on_the_stores_clock(
+    store: CourseStore, by: timedelta
+) -> None:
+    """A process 5 hours off moves ann to a third seat, releases ben and hands s2 back by a claim: each
+    start and end is stamped on the store's clock, against which seat hours count, and no clock step is
+    logged. Ahead, the history and the events ran 5 hours into the future, and every later write on a
+    true clock was stamped there too, as a "clock step" (for 5 hours); behind, every write was logged as
+    a clock step and stamped at the course's last event instead."""
+    store.seats.add_seats(
+        "lab", [{"key": "s3", "kind": "gpu", "host": "gpu1", "engine": "host", "device_uuid": "GPU-3"}]
+    )
+    store.requests.add_seat_hours("lab", "ann", 2, kind="quota", actor="t")
+    # PostgreSQL's claim is one statement stamped by the server; SQLite's claim is stamped by the claiming
+    # process, whose clock is the database's (the file is on its machine: SQLite has no remote writer)
+    postgres = store.database.dialect == "postgresql"
+    with stepped(by):
+        store.seats.move("lab", "ann", "s3")
+        store.seats.release("lab", seat="s2")
+        if postgres:
+            claimed = store.claims.claim_seat("lab", "ben", mode="pool")
+    if not postgres:
+        claimed = store.claims.claim_seat("lab", "ben", mode="pool")
+    assert claimed.key in ("s1", "s2"), claimed
+    used = _used_now(store)
+    assert used < 0.05, used  # seconds since the fixture gave her s1, not 5 hours
+    time.sleep(0.3)
+    assert _used_now(store) > used, "ann's hours stopped counting"
+    true_now = _REAL_DATETIME.now(UTC)
+    for a in store.seats.history("lab"):
+        for when in (a.valid_from, a.valid_to):
+            assert when is None or abs(when - true_now) < timedelta(minutes=1), a
+    assert all(abs(e.at - true_now) < timedelta(minutes=1) for e in store.events.events("lab")), store.events.events(
+        "lab"
+    )
+    assert _stepped_rows(store) == [], _stepped_rows(store)
+    store.seats.move("lab", "ann", "s2")  # on a true clock: no step
+    assert _stepped_rows(store) == [], _stepped_rows(store)
+
+
 # -- the agent's stop decision on a real host (a real sshd; root) ------------------------------------------
 
 

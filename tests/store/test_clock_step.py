@@ -2,8 +2,10 @@
 assignment is stored that ends before it starts or overlaps another of the same seat or person, an
 events row says the clock stepped, and the database refuses a backwards row whatever writes it.
 
-The clock is injected: every ``gpuseat.store`` module's ``datetime`` is replaced by one whose ``now()`` is
-the real clock plus an offset the test moves, so every store path (ORM and the raw-SQL claim) sees it.
+The clock is injected: the store's one clock is the database's (``store.rows.clock_sql``), and its SQL
+expression gets the offset the test moves; every ``gpuseat.store`` module's ``datetime`` gets it too (an
+SQLite store's clock is the clock of the machine that holds the file, which also stamps SQLite's claims),
+so every store path (ORM, the raw-SQL claims of both databases) sees one stepped clock.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
-from gpuseat.store import CourseStore, SeatSpec
+from gpuseat.store import CourseStore, SeatSpec, claim_sql, claims, requests, rows
 from gpuseat.store.views import AssignmentView
 
 
@@ -40,6 +42,14 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> type[_SteppedClock]:
     for name, module in list(sys.modules.items()):
         if name.startswith("gpuseat.store") and getattr(module, "datetime", None) is datetime:
             monkeypatch.setattr(module, "datetime", _SteppedClock)
+    real_sql = rows.clock_sql
+
+    def stepped_sql(dialect: str) -> str:
+        return f"({real_sql(dialect)} + {_SteppedClock.offset.total_seconds()})"
+
+    for module in (rows, claim_sql, requests):
+        monkeypatch.setattr(module, "clock_sql", stepped_sql)
+    monkeypatch.setattr(claims, "pg_claim_sql", claim_sql.pg_claim_sql.__wrapped__)  # built at each claim
     return _SteppedClock
 
 
@@ -57,9 +67,9 @@ def _no_backwards_or_overlap(history: list[AssignmentView]) -> None:
         by: dict[str, list[AssignmentView]] = {}
         for a in history:
             by.setdefault(getattr(a, attr), []).append(a)
-        for rows in by.values():
-            rows.sort(key=lambda a: (a.valid_from, a.valid_to or far))
-            for before, after in itertools.pairwise(rows):
+        for held in by.values():
+            held.sort(key=lambda a: (a.valid_from, a.valid_to or far))
+            for before, after in itertools.pairwise(held):
                 assert before.valid_to is not None and before.valid_to <= after.valid_from, (before, after)
 
 

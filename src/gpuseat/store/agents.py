@@ -16,7 +16,7 @@ from sqlalchemy import delete, func, select, text
 
 from gpuseat.db.models import AgentLease, AgentStatus, CourseDeletion, EngineHolding, EngineSetting, Event
 from gpuseat.store.base import Concern
-from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log
+from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log, clock_sql
 
 
 class Agents(Concern):
@@ -289,15 +289,6 @@ class Agents(Concern):
         """The deletion is done (or was for a course already gone)."""
         with self._database.write() as s:
             s.execute(delete(CourseDeletion).where(CourseDeletion.course_key == course_key))
-
-
-def clock_sql(dialect: str) -> str:
-    """The database's clock as an SQL expression, seconds since the epoch (PostgreSQL's
-    ``clock_timestamp()``; SQLite's ``'now'``, the clock of the machine that holds the file): agent leases
-    and seat hours (which reads it with a query it runs anyway) both count on it."""
-    if dialect == "postgresql":
-        return "extract(epoch FROM clock_timestamp())"
-    return "(julianday('now') - 2440587.5) * 86400.0"
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -12,7 +12,7 @@ import functools
 import re
 
 from gpuseat.core.seating import ASSIGNABLE_STATES, KIND_ISOLATION, VM_KINDS, isolation_rank
-from gpuseat.store.rows import STEP_S  # a clock behind by more is logged as a step
+from gpuseat.store.rows import STEP_S, clock_sql  # STEP_S: a clock behind by more is logged as a step
 from gpuseat.store.views import SEAT_COLUMNS  # what the seat view of a claim shows (SeatView.from_row)
 
 __all__ = [
@@ -139,6 +139,8 @@ WITH n0 AS (
     SELECT pa.id AS pid, pa.key AS pkey, pa.group_name AS grp FROM participants pa
     WHERE {_WHO}
       AND EXISTS (SELECT 1 FROM courses c WHERE c.id = :cid AND c.archived_at IS NULL)
+), clk AS (
+    SELECT to_timestamp(STORE_CLOCK) AS at  -- the store's one clock, the server's (store.rows.clock_sql)
 ), n AS (
     SELECT n0.pid, n0.pkey, n0.grp,
            coalesce(CAST({_PG_NEED.format(i=0)} AS float8), 0) AS mem,
@@ -162,11 +164,12 @@ WITH n0 AS (
     SELECT b.id, b.key FROM (SELECT * FROM r UNION ALL SELECT * FROM o) b
     ORDER BY {_BETTER.format(collate=' COLLATE "C"')} LIMIT 1
 ), ins AS (
-    -- from now, or from when the seat's or the person's last assignment ended if the clock is behind that
-    -- (store.rows._clock: what must not overlap is the seat's and the person's own history)
+    -- from now by the server's clock (the store's one clock: store.rows.db_now), or from when the seat's or
+    -- the person's last assignment ended if that clock is behind it (store.rows._clock: what must not
+    -- overlap is the seat's and the person's own history)
     INSERT INTO assignments (seat_id, participant_id, valid_from, mode)
     SELECT pick.id, n.pid,
-           greatest(CAST(:now AS timestamptz),
+           greatest((SELECT at FROM clk),
                     (SELECT max(a.valid_to) FROM assignments a WHERE a.seat_id = pick.id),
                     (SELECT max(a.valid_to) FROM assignments a WHERE a.participant_id = n.pid)), :mode
     FROM pick CROSS JOIN n
@@ -178,10 +181,10 @@ WITH n0 AS (
 ), stepped AS (
     INSERT INTO events (at, course_key, actor, action, participant, seat, detail)
     SELECT ins.valid_from, :ckey, :actor, 'clock.stepped', n.pkey, pick.key,
-           json_build_object('clock', CAST(:now AS timestamptz), 'stored', ins.valid_from,
-                             'behind_s', extract(epoch FROM ins.valid_from - CAST(:now AS timestamptz)))
+           json_build_object('clock', (SELECT at FROM clk), 'stored', ins.valid_from,
+                             'behind_s', extract(epoch FROM ins.valid_from - (SELECT at FROM clk)))
     FROM ins JOIN pick ON pick.id = ins.seat_id CROSS JOIN n
-    WHERE ins.valid_from > CAST(:now AS timestamptz) + make_interval(secs => {STEP_S})
+    WHERE ins.valid_from > (SELECT at FROM clk) + make_interval(secs => {STEP_S})
 )
 SELECT 'held' AS how, n.pkey, n.grp, {", ".join(f"h.{c}" for c in SEAT_COLUMNS)}, h.valid_from, h.mode, false, true
 FROM n JOIN held h ON true
@@ -225,4 +228,4 @@ def pg_claim_sql() -> tuple[str, tuple[str, ...]]:
             names.append(m.group(1))
         return f"${names.index(m.group(1)) + 1}"
 
-    return _NAMED.sub(number, _PG_CLAIM), tuple(names)
+    return _NAMED.sub(number, _PG_CLAIM.replace("STORE_CLOCK", clock_sql("postgresql"))), tuple(names)

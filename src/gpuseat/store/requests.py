@@ -37,9 +37,8 @@ from gpuseat.db.models import (
 )
 from gpuseat.errors import InputError
 from gpuseat.store.activity import SeatDay, daily_of
-from gpuseat.store.agents import clock_sql
 from gpuseat.store.base import Concern
-from gpuseat.store.rows import _course, _course_participant_and_seat, _log, _participant_and_seat, _seat_view
+from gpuseat.store.rows import _course, _course_participant_and_seat, _log, _participant_and_seat, _seat_view, clock_sql
 from gpuseat.store.views import SeatView, _utc
 
 #: engines that carry out seat requests today

@@ -10,7 +10,7 @@ from operator import attrgetter
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Select, and_, bindparam, func, inspect, or_, select
+from sqlalchemy import Select, and_, bindparam, func, inspect, or_, select, text
 from sqlalchemy.orm import Session
 
 from gpuseat.core.seating import misfit, preference
@@ -332,7 +332,7 @@ def _log(
 ) -> None:
     s.add(
         Event(
-            at=at or datetime.now(UTC),
+            at=at or db_now(s),
             course_key=course,
             actor=actor[:128],
             action=action,
@@ -341,6 +341,27 @@ def _log(
             detail=detail,
         )
     )
+
+
+def clock_sql(dialect: str) -> str:
+    """The database's clock as an SQL expression, seconds since the epoch (PostgreSQL's
+    ``clock_timestamp()``; SQLite's ``'now'``, the clock of the machine that holds the file): the store's
+    one clock, which agent leases, seat hours, assignment times and events rows all count on."""
+    if dialect == "postgresql":
+        return "extract(epoch FROM clock_timestamp())"
+    return "(julianday('now') - 2440587.5) * 86400.0"
+
+
+def db_now(s: Session) -> datetime:
+    """The database's time (aware UTC), read once per transaction ``s``: what assignments and events rows
+    are stamped with. With the portal, the agents and the CLI on other machines than PostgreSQL, one
+    whose clock was hours off stamped a seat's start hours away from the seat hours' clock (a start 5 h
+    ahead ran 5 h uncounted; a move 5 h behind ended the old holder's hours before they stopped)."""
+    got = s.info.get("gpuseat.now")
+    if got is None:
+        seconds = float(s.scalar(text(f"SELECT {clock_sql(s.get_bind().dialect.name)}")))
+        got = s.info["gpuseat.now"] = datetime.fromtimestamp(seconds, UTC)
+    return cast(datetime, got)
 
 
 def _clock(s: Session, course: str, actor: str = DEFAULT_ACTOR) -> datetime:
@@ -352,7 +373,7 @@ def _clock(s: Session, course: str, actor: str = DEFAULT_ACTOR) -> datetime:
     course's last event time is taken instead, and an events row says the clock stepped (migration
     0013's CHECK, triggers on SQLite, is the last guard behind this).
     """
-    now = datetime.now(UTC)
+    now = db_now(s)
     last = _utc(s.scalar(select(func.max(Event.at)).where(Event.course_key == course)))
     if last is None or last <= now:
         return now

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, cast
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import DBAPIError
 
-from gpuseat.db.models import AccessToken, Assignment, Course, Event, Participant, Seat
+from gpuseat.db.models import AccessToken, Assignment, Course, Participant, Seat
 from gpuseat.errors import InputError, NotFound, did_you_mean
 from gpuseat.store.claims import archived_error, forget_course
-from gpuseat.store.rows import _course
+from gpuseat.store.rows import _course, _log
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import CursorResult
@@ -53,8 +53,8 @@ def course_row(s: Session, key: str | None) -> Course:
 
 
 def log(s: Session, course: str | None, actor: str, action: str, **fields: Any) -> None:
-    """Append an events row in this transaction."""
-    s.add(Event(at=datetime.now(UTC), course_key=course, actor=actor[:128], action=action, **fields))
+    """Append an events row in this transaction (:func:`gpuseat.store.rows._log`, the one writer)."""
+    _log(s, course, actor, action, **fields)
 
 
 @contextmanager
