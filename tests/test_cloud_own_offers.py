@@ -190,7 +190,7 @@ def test_a_course_stored_without_its_offers_texts(cli, url, folder, tmp_path, fa
     (launched,) = [o for r in done.reports for o in r.outcomes if o.step.action == "cloud.launch"]
     assert (launched.state, launched.exit_code) == ("failed", 2)
     error = str(launched.message)
-    assert f"cloud seat cloud-01 rents offer {OWN}, which is neither in gpuseat's catalog nor in the offers" in error
+    assert f"seat cloud-01: it rents offer {OWN}, which is neither in gpuseat's catalog nor in the offers" in error
     assert fix in error
 
 
@@ -210,12 +210,12 @@ def test_a_seat_on_a_lacking_offer_is_never_launched_on_another_groups_offer():
     }
     offers = load_catalog().offers
     assert offer_for("aws:g4dn.xlarge", option, offers, seat="cloud-01").id == "aws:g4dn.xlarge"
-    with pytest.raises(InputError, match=f"cloud seat cloud-03 rents offer {OWN}, which is neither"):
+    with pytest.raises(InputError, match=f"seat cloud-03: it rents offer {OWN}, which is neither"):
         offer_for(OWN, option, offers, seat="cloud-03")
     with pytest.raises(InputError) as caught:
         offer_for(OWN, option, offers, seat="cloud-03", unknown_fix=lambda: "create the course again")
     assert caught.value.fix == "create the course again"
-    with pytest.raises(InputError, match="cannot tell which offer cloud seat cloud-04 rents \\(several"):
+    with pytest.raises(InputError, match="seat cloud-04: cannot tell which offer the cloud seat rents \\(several"):
         offer_for(None, option, offers, seat="cloud-04")
 
 
@@ -230,7 +230,7 @@ def test_a_seat_naming_an_offer_the_course_lacks_is_refused_even_with_one_cloud_
     option = {"rank": 1, "groups": [{"group": "students", "offer": "aws:g4dn.xlarge", "seats": 2, "mode": "instance"}]}
     offers = load_catalog().offers
     for typo in ("aws:g4dn.xlarg", "gcp:g4dn.xlarge"):
-        with pytest.raises(InputError, match=f"cloud seat cloud-02 rents offer {typo}, which is neither"):
+        with pytest.raises(InputError, match=f"seat cloud-02: it rents offer {typo}, which is neither"):
             offer_for(typo, option, offers, seat="cloud-02")
     assert offer_for("aws:g4dn.xlarge", option, offers, seat="cloud-01").id == "aws:g4dn.xlarge"
     assert offer_for(None, option, offers, seat="cloud-01").id == "aws:g4dn.xlarge"

@@ -99,7 +99,7 @@ def seat_once(message: str, seat: str) -> None:
     assert "\n" not in message.split("\nTo fix: ")[1], message
 
 
-def test_a_seat_on_an_offer_the_course_lacks_fails_with_one_message(lab, cli, url):
+def test_a_seat_on_an_offer_the_course_lacks_fails_with_one_message(lab, cli, url, tmp_path):
     store, fake = lab
     store.seats.assign("lab", "bob", "cloud-3")
     r = cli("apply", "--course", "lab", "--engine", "skypilot", "--db", url)
@@ -107,7 +107,7 @@ def test_a_seat_on_an_offer_the_course_lacks_fails_with_one_message(lab, cli, ur
 
     message = step_message(r.out, "FAILED: ", "  + cloud.launch     gs-lab-cloud-3")
     seat_once(message, "cloud-3")
-    assert message.startswith(f"cloud seat cloud-3 rents offer {LACKING}, which is neither in gpuseat's catalog")
+    assert message.startswith(f"seat cloud-3: it rents offer {LACKING}, which is neither in gpuseat's catalog")
     fix = unknown_offer_fix(store, "lab")  # the offer's own fix, not the generic one
     assert message.endswith(f"\nTo fix: {fix}") and "the agent retries" not in message, message
     assert f"error: lab skypilot: skypilot::cloud.launch:gs-lab-cloud-3: {message}\n" in r.err, r.err
@@ -119,7 +119,12 @@ def test_a_seat_on_an_offer_the_course_lacks_fails_with_one_message(lab, cli, ur
     assert waits == f"waits for: cloud.launch gs-lab-cloud-3 failed ({message.split(chr(10) + 'To fix: ')[0]})"
     assert "gs-lab-cloud-3" not in fake.clusters and "gs-lab-cloud-1" in fake.clusters  # ann's seat launched
     seat = store.seats.get_seat("lab", "cloud-3")
-    assert seat.state == "failed" and seat.state_reason.startswith("not launched: seat cloud-3: cloud seat cloud-3")
+    assert seat.state == "failed" and seat.state_reason.startswith("not launched: seat cloud-3: it rents offer")
+    # the task files name the seat once too (they said "seat cloud-3: cloud seat cloud-3 rents …")
+    r = cli("seats", "skypilot", "--out", str(tmp_path / "tasks"), "--course", "lab", "--db", url)
+    assert r.code == 2 and "Traceback" not in r.err, (r.out, r.err)
+    assert r.err.startswith(f"error: seat cloud-3: it rents offer {LACKING}, which is neither"), r.err
+    seat_once(r.err.rstrip("\n"), "cloud-3")
 
 
 def test_a_launch_skypilot_refuses_fails_with_one_message(lab, cli, url):

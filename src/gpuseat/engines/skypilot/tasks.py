@@ -509,13 +509,13 @@ def offer_for(
         lacking = cloud[0] if len(cloud) == 1 else None  # the plan's one cloud offer, gone
     if lacking is not None:
         raise InputError(
-            f"cloud seat {seat} rents offer {lacking}, which is neither in gpuseat's catalog nor in the offers files "
-            f"stored with its course.{did_you_mean(lacking, by_id)}",
+            f"it rents offer {lacking}, which is neither in gpuseat's catalog nor in the offers files stored with "
+            f"its course.{did_you_mean(lacking, by_id)}",
             where=f"seat {seat}",
             fix=unknown_fix() if unknown_fix is not None else "set the seat's profile to an offer id of the course",
         )
     raise InputError(
-        f"cannot tell which offer cloud seat {seat} rents ({'several' if cloud else 'no'} cloud offers in the plan "
+        f"cannot tell which offer the cloud seat rents ({'several' if cloud else 'no'} cloud offers in the plan "
         f"option).{did_you_mean(seat_profile or '', by_id)}",
         where=f"seat {seat}",
         fix="choose a plan option (gpuseat course create --plan-option N) or set the seat's profile to an offer id",
