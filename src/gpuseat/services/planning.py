@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, Unpack
 
 from gpuseat.catalog.bundle import Catalog
 from gpuseat.catalog.offers import Offer, OffersFile, check_offer_ids, load_offers_file, merge_offers
@@ -252,18 +252,8 @@ def plan_course(
     course = load_course(course_path)
     reports: list[dict[str, object]] = []
     offers, warnings = gather_offers(course, course_path, catalog, today=today, reports=reports, **choice)
-    return _plan_offers(
-        course,
-        str(course_path),
-        offers,
-        warnings,
-        reports,
-        catalog,
-        recorded=recorded,
-        alternatives=alternatives,
-        budget_usd=budget_usd,
-        why=why,
-    )
+    ask = _Ask(recorded, alternatives, budget_usd, why)
+    return _plan_offers(course, str(course_path), offers, warnings, reports, catalog, ask)
 
 
 def plan_stored_course(
@@ -292,18 +282,7 @@ def plan_stored_course(
             f"the course's offers file(s) {', '.join(lacking)} are not stored with it (it was stored before "
             "gpuseat kept them): their offers are left out here; gpuseat plan on the course file reads them",
         )
-    return _plan_offers(
-        cf,
-        where,
-        offers,
-        warnings,
-        reports,
-        catalog,
-        recorded=recorded,
-        alternatives=alternatives,
-        budget_usd=budget_usd,
-        why=why,
-    )
+    return _plan_offers(cf, where, offers, warnings, reports, catalog, _Ask(recorded, alternatives, budget_usd, why))
 
 
 def stored_course_offers(store: CourseStore, course: str | None, catalog: Catalog) -> list[Offer]:
@@ -329,6 +308,16 @@ def _stored_own_offers(
     return own, lacking
 
 
+class _Ask(NamedTuple):
+    """What the caller asks of a plan besides the course and its offers (:func:`plan_course`'s and
+    :func:`plan_stored_course`'s keywords, which mean the same in both)."""
+
+    recorded: Sequence[Speed]
+    alternatives: int
+    budget_usd: float | None
+    why: str | None
+
+
 def _plan_offers(
     course: Course,
     where: str,
@@ -336,13 +325,10 @@ def _plan_offers(
     warnings: list[str],
     reports: list[dict[str, object]],
     catalog: Catalog,
-    *,
-    recorded: Sequence[Speed],
-    alternatives: int,
-    budget_usd: float | None,
-    why: str | None,
+    ask: _Ask,
 ) -> Plan:
     """Run the planner on the offers chosen for the course (``where`` names it in messages)."""
+    recorded = ask.recorded
     gpus = sorted({s.gpu for s in recorded})
     note = (
         f"shipped reference results, and {len(recorded)} result(s) recorded by gpuseat bench ({', '.join(gpus)})"
@@ -355,9 +341,9 @@ def _plan_offers(
         catalog=catalog,
         speeds=speeds_from(reference_speeds(catalog), recorded),
         speeds_note=note,
-        alternatives=alternatives,
-        budget_usd=budget_usd,
-        why=why,
+        alternatives=ask.alternatives,
+        budget_usd=ask.budget_usd,
+        why=ask.why,
         where=where,
         hints=True,
     )
