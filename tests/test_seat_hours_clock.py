@@ -4,65 +4,28 @@ for the step and the agent does not stop it "out of hours"; stepped back, a stop
 start it follows (the seat would run on past its quota), and the hours used are the time it really ran.
 
 The process's clock is stepped as the lease clock-step test does it (``time.time``), and every gpuseat
-module's ``datetime.now`` with it; SQLite's ``'now'`` and the PostgreSQL server keep the true time, as
+module's ``datetime.now`` with it (tests/stepped_clock.py); SQLite's ``'now'`` and the PostgreSQL server keep the true time, as
 the database's clock does when one machine's clock is wrong. SQLite and PostgreSQL each.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-# loaded before the clock steps, so that their datetime steps too (the engine loads them lazily)
-import gpuseat.engines.apply
-import gpuseat.engines.host.engine
-import gpuseat.engines.host.requests
-import gpuseat.store.requests
-import gpuseat.store.rows
 from gpuseat.store import CourseStore, open_store
 from pg_schema import db_url  # noqa: F401 (the url fixture: SQLite and PostgreSQL)
+from stepped_clock import REAL_DATETIME as _REAL_DATETIME
+from stepped_clock import stepped
 
 COURSE = 'name = "lab"\nparticipants = 2\n[schedule]\nstart = 2026-09-07\ndays = 5\n'
 HOURS = timedelta(hours=5)
-_REAL_DATETIME = datetime
-_REAL_TIME = time.time
-
-
-class _SteppedMeta(type):
-    """A real datetime is an instance of the stepped class too (``isinstance`` checks keep working)."""
-
-    def __instancecheck__(cls, obj: object) -> bool:
-        return isinstance(obj, _REAL_DATETIME)
-
-    def __subclasscheck__(cls, sub: type) -> bool:
-        return issubclass(sub, _REAL_DATETIME)
-
-
-@contextlib.contextmanager
-def stepped(by: timedelta) -> Iterator[None]:
-    """This process's clock stepped by ``by`` (an NTP correction, a wrong clock on one machine) while
-    inside: ``time.time`` and the ``datetime.now`` of every loaded gpuseat module."""
-
-    class Stepped(_REAL_DATETIME, metaclass=_SteppedMeta):
-        @classmethod
-        def now(cls, tz: Any = None) -> datetime:
-            return _REAL_DATETIME.now(tz) + by
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(time, "time", lambda: _REAL_TIME() + by.total_seconds())
-        for name, module in list(sys.modules.items()):
-            if name.split(".")[0] == "gpuseat" and getattr(module, "datetime", None) is _REAL_DATETIME:
-                mp.setattr(module, "datetime", Stepped)
-        assert abs((gpuseat.store.requests.datetime.now(UTC) - _REAL_DATETIME.now(UTC)) - by) < timedelta(seconds=5)
-        yield
 
 
 @pytest.fixture

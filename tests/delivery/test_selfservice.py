@@ -419,6 +419,34 @@ def test_idle_gpu_and_no_ssh_is_warned_then_stopped_a_busy_gpu_or_a_session_neve
         session.wait()
 
 
+@pytest.mark.parametrize("hours", [5, -5], ids=["ahead", "behind"])
+def test_an_agent_host_whose_clock_is_off_warns_an_idle_seat_once_then_stops_it(
+    lab: Lab, cli: Callable[..., Any], tmp_path: Path, hours: int
+) -> None:
+    """The agent's host, and the monitor on it, 5 hours off the store's clock: ann's idle seat is warned,
+    then stopped after the grace, and ben's busy one is left alone. Ahead, the warning (on the store's
+    clock) always looked hours old, so each pass warned again and none stopped; behind, every seat
+    looked just started (its start is on the store's clock), so none was ever idle."""
+    from stepped_clock import stepped
+
+    db, seat = _policy_course(lab, cli, tmp_path, IDLE_COURSE)
+    _held_since(db, 10)  # on the store's (true) clock
+    with stepped(timedelta(hours=hours)):
+        _samples(db, {seat["ann"]: 0, seat["ben"]: 93}, 5)  # the monitor's readings: this host's clock
+        _apply(cli, db)  # a warning
+        assert lab.ssh("ann", "true").returncode == 0 and _requests(cli, db, "ann") == []
+        _apply(cli, db)  # the grace (0 min) has passed: ann's seat stops
+    assert lab.ssh("ann", "true").returncode == 255
+    from gpuseat.store import open_store
+
+    with open_store(db) as store:
+        warned = [e for e in store.events.events("lab") if e.action == "seat.idle.warned"]
+    assert [e.participant for e in warned] == ["ann"], warned
+    stop = _requests(cli, db, "ann")[0]
+    assert stop["action"] == "stop" and stop["reason"].startswith("idle: GPU below 10 %"), stop
+    assert lab.ssh("ben", "true").returncode == 0 and _requests(cli, db, "ben") == []
+
+
 def test_ready_before_the_session_seats_run_and_are_checked_a_broken_one_is_named(
     lab: Lab, cli: Callable[..., Any], tmp_path: Path
 ) -> None:

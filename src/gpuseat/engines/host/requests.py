@@ -65,6 +65,9 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
     # hours, and the session that holds back a stop for hours, are counted on the store's clock (unless
     # the pass was given a time): this host's clock, stepped ahead, would stop a seat for hours not used
     now = course.now or (engine.store.requests.now() if holders else datetime.now(UTC))
+    # how far this host's clock is ahead of the store's: the idle check reads this host's clock (the monitor's
+    # readings and the terminals' times are on it) and turns the store's times (starts, warnings) onto it
+    ahead = timedelta(0) if course.now is not None else datetime.now(UTC) - now
     hours = engine.store.requests.seat_hours(engine.course, now=now) if holders else {}
     sessions = engine.store.requests.seat_policies(engine.course, now=now) if holders else None
     policies = sessions.policies if sessions is not None else {}
@@ -114,7 +117,7 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
             running = False
         if running and not mine and not in_session and policies.get(p.key, {}).get("idle_minutes"):
             started = max(filter(None, [since_of.get(seat_key), state.since if state.running else None]), default=None)
-            idle = _idle_step(engine, course, p.key, seat_key, login, policies[p.key], started, windows)
+            idle = _idle_step(engine, course, p.key, seat_key, login, policies[p.key], started, windows, ahead)
             if idle is not None:
                 add(idle)
                 running = idle.action != "seat.stop"
@@ -219,11 +222,19 @@ def _idle_step(
     policy: dict[str, Any],
     started: datetime | None,
     windows: dict[datetime, dict[str, tuple[int, int | None, datetime]]],
+    ahead: timedelta,
 ) -> Step | None:
     """Idle stop: the seat's GPU below ``idle_gpu_percent`` in every monitor reading *and* no SSH activity
     for ``idle_minutes`` → a warning; still so ``grace_minutes`` after it → a stop. No readings, a seat
-    started within the window, or a lab session running: never idle."""
+    started within the window, or a lab session running: never idle.
+
+    Counted on this host's clock, as the monitor's readings and the terminals' input times are; the
+    seat's start and its last warning are the store's times, moved by ``ahead`` (how far this clock is
+    ahead of the store's). A host 5 h ahead warned on every pass and never stopped; one 5 h behind
+    counted every seat as just started, and none was ever idle."""
     now = course.now or datetime.now(UTC)
+    if started is not None:
+        started += ahead
     minutes, grace = int(policy["idle_minutes"]), int(policy.get("grace_minutes") or 0)
     percent = float(policy.get("idle_gpu_percent") or 0)
     last_ssh = _last_ssh(engine, login, now)
@@ -240,7 +251,8 @@ def _idle_step(
     if not idle_for(timedelta(minutes=minutes)):
         return None
     said = f"GPU below {percent:g} % and no SSH activity for {minutes} min"
-    warned = engine.store.requests.idle_warning(engine.course, who)
+    last = engine.store.requests.idle_warning(engine.course, who)
+    warned = None if last is None else (last[0] + ahead, last[1])
     if warned is None or warned[0] < now - timedelta(minutes=minutes + grace) - SAMPLE_SLACK:
         text = f"your seat is idle ({said}): it stops in {grace} min unless you use it"
         return engine._step("seat.warn", seat, text, "record", participant=who, text=text, minutes=minutes,
