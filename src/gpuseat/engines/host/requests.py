@@ -125,7 +125,7 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
         hours_never = policies.get(p.key, {}).get("never_connected_hours")
         held_since = since_of.get(seat_key)
         if running and not mine and hours_never and held_since is not None and not connected.get(p.key):
-            found = _never_connected(engine, p, login, float(hours_never), held_since, now, sshd_lines, changes)
+            found = _never_connected(engine, p, login, float(hours_never), held_since, now, sshd_lines, changes, ahead)
             if found is not None:
                 add(found)
                 running = found.action != "seat.stop"
@@ -318,12 +318,14 @@ def _never_connected(
     now: datetime,
     lines: list[str],
     changes: Changes,
+    ahead: timedelta,
 ) -> Step | None:
     """A seat its holder never logged in to (with their own key: gpuseat's probe does not count) within
     ``hours`` of getting it is stopped; a login found in sshd's log is recorded once (``seat.connected``).
-    Without a readable sshd log nothing is stopped (the plan says so)."""
+    Without a readable sshd log nothing is stopped (the plan says so). ``since`` and ``now`` are the
+    store's times; the journal is asked from ``since`` on this host's clock (``ahead`` of the store's)."""
     if not lines:
-        read = _sshd_lines(engine, since)
+        read = _sshd_lines(engine, since + ahead)
         lines.extend(read if read is not None else ["<unreadable>"])
     if lines == ["<unreadable>"]:
         note = (
