@@ -50,7 +50,7 @@ class Sweep:
         return self.org if who == "org" else self.anon
 
     def fill(self, text: str) -> str:
-        """``{ann}``, ``{ben}``, ``{cid}`` → their link tokens; ``{csrf:org}``, ``{csrf:ann}`` … → form tokens."""
+        """``{ann}`` … ``{zed}`` → their link tokens; ``{csrf:org}``, ``{csrf:ann}`` … → form tokens."""
         for k, v in self.links.items():
             text = text.replace("{" + k + "}", v)
         for k, v in self.csrf.items():
@@ -61,7 +61,8 @@ class Sweep:
 @pytest.fixture(scope="module")
 def course_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     """The course's database, made once (each test works on its own copy): ann on mig-01, ben on mig-02,
-    cid without a seat, mig-03 free, everyone's link, the organizer's password."""
+    cid without a seat, mig-03 free, everyone's link, the organizer's password; and course oth, whose zed
+    has a link of his own."""
     folder = tmp_path_factory.mktemp("sweep")
     store = open_store(f"sqlite:///{folder / 'course.db'}", create=True)
     (folder / "lab.toml").write_text(COURSE.replace("participants = 2", "participants = 3"))
@@ -78,6 +79,14 @@ def course_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     store.seats.assign("lab", "ann", "mig-01")
     store.seats.assign("lab", "ben", "mig-02")
     links = {t.participant: t.token for t in store.tokens.issue_tokens("lab")}
+    # another course in the same store (its own portal serves it): zed on oth-01, with a link
+    (folder / "oth.toml").write_text(COURSE.replace('name = "Lab"', 'name = "Other"'))
+    store.courses.create_course(folder / "oth.toml", key="oth")
+    (folder / "o.csv").write_text("name,email,unix_user\nZed,zed@example.org,zed\n")
+    store.roster.import_roster("oth", folder / "o.csv")
+    store.seats.add_seats("oth", [{"key": "oth-01", "kind": "mig", "host": "gpu9", "engine": "host"}])
+    store.seats.assign("oth", "zed", "oth-01")
+    links |= {t.participant: t.token for t in store.tokens.issue_tokens("oth")}
     store.accounts.set_password("admin", PASSWORD)
     store.close()
     return folder / "course.db", links
@@ -189,6 +198,8 @@ ROWS = [
          status=403, kind="text"),
     case("seats-action-two-csrf", "org", "POST", "/seats/action", {"csrf": ["0" * 64, ORG], "action": "release"},
          status=(400, 403)),
+    case("seats-action-non-ascii-csrf", "org", "POST", "/seats/action", {"csrf": "é" * 64, "action": "assign-all"},
+         status=403, kind="text", says="CSRF"),
     case("seats-action-too-many-fields", "org", "POST", "/seats/action",
          body=("&".join(f"f{i}=1" for i in range(300))).encode(), says="Too many fields"),
     case("seats-action-broken-multipart", "org", "POST", "/seats/action", body=b"--zz\r\nbroken",
@@ -290,6 +301,16 @@ ROWS = [
          {"csrf": ANN, "action": "stop", "seat": ["mig-01", "mig-02"]}, status=403, kind="text"),
     case("seat-bens-link-anns-csrf", "anon", "POST", "/t/{ben}/seat", {"csrf": ANN, "action": "stop"}, status=403,
          kind="text"),
+    case("seat-non-ascii-csrf", "anon", "POST", "/t/{ann}/seat", {"csrf": "é" * 64, "action": "stop"}, status=403,
+         kind="text", says="CSRF"),
+    case("login-non-ascii-csrf", "anon", "POST", "/login", {"csrf": "ü" * 64, "username": "admin", "password": "x"},
+         status=403, kind="text", says="CSRF"),
+    case("other-course-link", "anon", "GET", "/t/{zed}", status=404, says="not valid"),
+    case("other-course-link-live", "anon", "GET", "/t/{zed}/live", status=404, kind="json", says="not valid"),
+    case("other-course-link-seat", "anon", "POST", "/t/{zed}/seat", {"csrf": "{csrf:zed}", "action": "stop"},
+         status=404, says="not valid"),
+    case("other-course-link-claim", "anon", "POST", "/t/{zed}/claim", {"csrf": "{csrf:zed}"}, status=404,
+         says="not valid"),
     case("seat-reset-lookalike", "anon", "POST", "/t/{ann}/seat", {"csrf": ANN, "action": "reset", "confirm": "ｒeset"},
          says="type reset"),
     case("seat-key-two-lines", "anon", "POST", "/t/{ann}/seat",
@@ -488,3 +509,36 @@ def test_an_uploaded_file_name_is_stored_without_control_characters(sweep: Sweep
     assert r.status_code == 200 and "3 unchanged" in r.text, r.text[:300]
     logged = [e.detail["file"] for e in sweep.store.events.events("lab") if e.action == "roster.import"][-1]
     assert not has_control(logged) and "/" not in logged and "class.csv" in logged, logged
+
+
+def test_a_link_of_another_course_opens_nothing_here(sweep: Sweep) -> None:
+    """The portal serves one course: a link of another course in the same store (zed's, of oth) got his page,
+    his live reading and his seat controls on lab's portal (past his own portal's link expiry, too). Here it
+    is a link that opens nothing: no page, no request row on his seat, no visit noted on his link."""
+    zed = sweep.links["zed"]
+    assert sweep.anon.get(f"/t/{zed}").status_code == 404
+    assert sweep.anon.get(f"/t/{zed}/seat.json").json() == {
+        "error": "This link is not valid (it may have been replaced)."
+    }
+    form = {"csrf": sweep.csrf["zed"], "action": "restart"}
+    r = sweep.anon.post(f"/t/{zed}/seat", data=form, follow_redirects=False)
+    assert r.status_code == 404 and "Zed" not in r.text, r.text[:300]
+    sweep.portal.record_visits()
+    assert sweep.store.requests.seat_requests("oth") == []
+    assert [t["last_used_at"] for t in sweep.store.tokens.token_status("oth")] == [None]
+    # the served course's own links still open
+    assert sweep.anon.get(f"/t/{sweep.links['ann']}").status_code == 200
+
+
+def test_a_settings_form_without_a_field_keeps_that_field(sweep: Sweep) -> None:
+    """A field the form does not carry keeps its stored value: a script that sets one field (or a page older
+    than the course file) wiped every other one (quota_hours 40 was dropped by a form naming idle_minutes)."""
+    form = {"csrf": sweep.csrf["org"], "policy.idle_minutes": "30"}
+    r = sweep.org.post("/course/settings", data=form, follow_redirects=False)
+    assert r.status_code == 200 and "saved 1 change" in r.text, r.text[:300]
+    policy = sweep.store.courses.course_file("lab").policy
+    assert (policy.quota_hours, policy.idle_minutes) == (40, 30)
+    # a blank field is still "not set", as the page sends it
+    form = {"csrf": sweep.csrf["org"], "policy.quota_hours": ""}
+    assert "saved 1 change" in sweep.org.post("/course/settings", data=form).text
+    assert sweep.store.courses.course_file("lab").policy.quota_hours is None

@@ -65,13 +65,25 @@ def _number(name: str, raw: str) -> float | int | None:
 
 
 def _section(
-    form: Mapping[str, str], prefix: str, errors: dict[str, str], typed: dict[str, str]
+    form: Mapping[str, str],
+    prefix: str,
+    stored: Mapping[str, float | int | None],
+    errors: dict[str, str],
+    typed: dict[str, str],
 ) -> dict[str, float | int | None]:
-    """One policy table from the form, each field checked alone by :class:`Policy` (so each gets its message)."""
+    """One policy table from the form, each field checked alone by :class:`Policy` (so each gets its message).
+
+    A field the form does not carry keeps its stored value: the page sends every field (blank: not set), so
+    a missing one is a page older than the course file (a group added since) or a script that sets one
+    field, and neither may wipe the rest of the policy.
+    """
     out: dict[str, float | int | None] = {}
     for name in FIELDS:
         key = f"{prefix}.{name}"
-        raw = form.get(key, "")
+        if key not in form:
+            out[name] = stored.get(name)
+            continue
+        raw = form[key]
         try:
             value = _number(name, raw)
             validate(Policy, {name: value}, where=key)
@@ -86,11 +98,13 @@ def _section(
 
 
 def parse(course: Course, form: Mapping[str, str]) -> Edit:
-    """The edit the form asks for; fields that are wrong are in ``errors`` (and nothing may be stored)."""
+    """The edit the form asks for (a field it does not carry: as stored); fields that are wrong are in
+    ``errors`` (and nothing may be stored)."""
     errors: dict[str, str] = {}
     typed: dict[str, str] = {}
-    mine = _section(form, "policy", errors, typed)
-    groups = {g: _section(form, f"groups.{g}", errors, typed) for g in group_names(course)}
+    stored = current(course)
+    mine = _section(form, "policy", stored.course, errors, typed)
+    groups = {g: _section(form, f"groups.{g}", stored.groups.get(g, {}), errors, typed) for g in group_names(course)}
     return Edit(mine, groups, errors, typed)
 
 

@@ -90,10 +90,14 @@ class Sessions:
         return hmac.new(self._key, b"csrf:" + binding.encode(), hashlib.sha256).hexdigest()
 
     def csrf_ok(self, binding: str | None, form_value: str | None) -> bool:
-        """True when the form's token matches ``binding`` (constant-time compare)."""
+        """True when the form's token matches ``binding`` (constant-time compare).
+
+        The form's value is compared as bytes: ``hmac.compare_digest`` raises on a str with a non-ASCII
+        character, so 64 characters such as ``é`` were a 500 instead of the 403.
+        """
         if not binding or not form_value or len(form_value) != 64:
             return False
-        return hmac.compare_digest(self.csrf_token(binding), form_value)
+        return hmac.compare_digest(self.csrf_token(binding).encode(), form_value.encode("utf-8", "replace"))
 
 
 def same_origin(headers: Mapping[str, str], scheme: str, trusted: Iterable[str] = ()) -> bool:
