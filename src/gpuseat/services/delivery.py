@@ -14,6 +14,7 @@ from gpuseat.core.delivery import Instruction, being_prepared, instruction, logi
 from gpuseat.core.readiness import Access
 from gpuseat.engines import registry
 from gpuseat.errors import InputError
+from gpuseat.safe_text import clean
 
 if TYPE_CHECKING:
     from gpuseat.store import CourseStore, ParticipantView, SeatView
@@ -190,9 +191,13 @@ def build_access(
 
     if kind is not None and kind not in ACCESS_KINDS:
         raise InputError(f"--kind {kind!r}", where="--kind", fix=f"one of {', '.join(ACCESS_KINDS)}")
-    for n in notes:
-        if len(n) > 500 or any(ord(c) < 32 for c in n):
-            raise InputError("a note must be one line under 500 characters", where="--note", fix="shorten it")
+    for n in notes:  # shown on the participant's page and in terminals: no escape sequence, no bidi override
+        if len(n) > 500 or clean(n, one_line=True) != n:
+            raise InputError(
+                "a note must be one line under 500 characters, without control characters",
+                where="--note",
+                fix="shorten it to one line of plain text",
+            )
     jump_host = None
     if jump and not ssh:  # a jump host is part of an SSH way in: with --url it was dropped unsaid
         raise InputError("--jump is the SSH jump host (ssh -J) and needs --ssh", where="--jump", fix="give --ssh too")
