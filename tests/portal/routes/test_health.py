@@ -12,6 +12,8 @@ def test_healthz_answers_ok_with_the_security_headers(served: Served) -> None:
     assert r.status_code == 200 and r.text == "ok" and r.headers["content-type"].startswith("text/plain")
     assert r.headers["x-frame-options"] == "DENY" and "default-src" in r.headers["content-security-policy"]
     assert served.client.post("/healthz").status_code == 405  # a probe reads, never writes
+    head = served.client.head("/healthz")  # a load balancer's or `curl -I`'s probe (it got 405)
+    assert head.status_code == 200 and head.content == b"" and head.headers["x-frame-options"] == "DENY"
 
 
 def test_the_front_door_sends_a_visitor_to_the_login_and_an_organizer_to_the_overview(served: Served) -> None:

@@ -22,7 +22,8 @@ async def favicon(request: Request) -> Response:
     return RedirectResponse(root(request) + "/static/favicon.svg", status_code=301)
 
 
-@router.get("/healthz")
+@router.api_route("/healthz", methods=["GET", "HEAD"])
 async def healthz() -> Response:
-    """On the event loop and touching nothing: a proxy's probe says whether the server answers at all."""
+    """On the event loop and touching nothing: a proxy's probe says whether the server answers at all
+    (``HEAD`` too: load balancers and ``curl -I`` probe with it)."""
     return PlainTextResponse("ok")
