@@ -225,6 +225,37 @@ CASES = [
     Case("libvirt-ext-transport", ("engines", "settings", "libvirt", "connect=qemu+ext:///system?command=/bin/sh", "--db", "{db}"), "qemu+ext: must be qemu"),
     Case("libvirt-netcat-param", ("engines", "settings", "libvirt", "connect=qemu+ssh://root@gpu1/system?netcat=/tmp/nc", "--db", "{db}"), "netcat: not a parameter"),
     Case("libvirt-other-driver", ("engines", "settings", "libvirt", "connect=lxc:///system", "--db", "{db}"), "lxc: must be qemu"),
+    # -- found by walking every command's flags with hostile values -------------------------------------------
+    # defect: a command name starting with '.', '/' or '+' (the subcommand left out: roster ./roster.csv) was
+    # taken for an option by Click: the group's help was printed and the exit code was 0
+    Case("group-path-for-command", ("roster", "./roster.csv"), "No such command './roster.csv'"),
+    Case("root-path-for-command", ("{tmp}/course.toml",), "No such command"),
+    # defect: a --slurm-conf that is not there made scontrol look for the cluster in DNS for a minute, then
+    # fail as if slurmctld were down (exit 1); a folder was stored as the course's slurm_conf first
+    Case("slurm-status-conf-missing", ("slurm", "status", "--slurm-conf", "{tmp}/nope.conf"), "--slurm-conf {tmp}/nope.conf: file not found"),
+    Case("slurm-enroll-conf-a-folder", ("slurm", "enroll", "--slurm-conf", "{tmp}"), "--slurm-conf {tmp}: is a folder"),
+    # defect: nan passes every min/max: the agent and the culler waited nan seconds, i.e. not at all (a busy
+    # loop on the store or the Hub API); and agent --install dropped the flag unsaid
+    Case("agent-poll-nan", ("agent", "--poll", "nan", "--install", "--unit-dir", "{tmp}/units"), "Invalid value for '--poll': nan is not a finite number"),
+    Case("agent-lease-nan", ("agent", "--lease", "nan", "--install", "--unit-dir", "{tmp}/units"), "Invalid value for '--lease'"),
+    Case("cull-every-nan", ("jupyterhub", "cull", "--every", "nan"), "Invalid value for '--every': nan is not a finite number"),
+    # defect: agent --install left --course out of the unit (the agent then served every course); a course
+    # that is not a key would now go into ExecStart, so it is checked
+    Case("agent-install-course-with-newline", ("agent", "--install", "--unit-dir", "{tmp}/units", "--course", "x\nExecStartPre=/bin/sh"),
+         "--course: 'x\\nExecStartPre=/bin/sh' is not a course key"),
+    # defect: "$" of the key patterns matched before a final newline: "dl-2016\n" was stored as a course key,
+    # and apply --host "gpu1\n" planned for no seat ("Plan: 0 to add", exit 0)
+    Case("course-key-final-newline", ("course", "create", str(COURSE), "--key", "dl-2016\n"), "course key 'dl-2016\\n' is not a slug"),
+    Case("apply-host-final-newline", ("apply", "--host", "gpu1\n", "--dry-run"), "--host: 'gpu1\\n' is not a host name"),
+    # defect: offers import --out replaced any existing file without a word (a course file, a user's offers)
+    Case("offers-import-out-replaces-a-file", ("offers", "import", str(EXAMPLES.parent / "tests" / "fixtures" / "aws_v8_vms_excerpt.csv"),
+                                               "--provider", "aws", "--out", "{tmp}/course.toml"),
+         "--out {tmp}/course.toml: exists and was not written by gpuseat offers import", files=(("course.toml", "keep me"),)),
+    # defect: monitor --once dropped --metrics-names (unchecked), --idle-hours and --interval unsaid
+    Case("monitor-once-metrics-names", ("monitor", "--once", "--from-xml", str(XML), "--metrics-names", "a;b"), "--metrics-names would do nothing"),
+    # defect: an --offers file with no offers was taken without a word: the plan ran on the bundled offers alone
+    Case("plan-offers-file-empty", ("plan", str(COURSE), "--offers", "{tmp}/offers.toml"), "--offers {tmp}/offers.toml: no offers in this offers file",
+         files=(("offers.toml", "schema_version = 1\n"),)),
 ]  # fmt: skip
 
 
@@ -371,3 +402,13 @@ def test_a_reimport_without_some_columns_keeps_what_is_stored(cli, tmp_path: Pat
     assert (after["late@example.org"]["key"], after["late@example.org"]["unix_user"]) == ("late", None)
     held = json.loads(cli("seats", "status", "-f", "json", "--db", url).out)
     assert {r["seat"]: r["participant"] for r in held}["seat-01"] == "amartin"
+
+
+def test_agent_install_writes_the_flags_given_into_the_unit(cli, tmp_path: Path) -> None:
+    """``agent --install --course K --poll S`` wrote a unit whose agent served every course at the default
+    poll: the flags were dropped unsaid (the defaults stay out of the unit)."""
+    r = cli("agent", "--install", "--unit-dir", tmp_path, "--engine", "host", "--course", "dl-2016", "--poll", "2.5")
+    assert r.code == 0, r.err
+    [exec_start] = [line for line in (tmp_path / "gpuseat-agent-host.service").read_text().splitlines()
+                    if line.startswith("ExecStart=")]  # fmt: skip
+    assert exec_start.endswith(" agent --engine host --course dl-2016 --poll 2.5"), exec_start

@@ -303,9 +303,13 @@ def _toml_value(value: object) -> str:
     return json.dumps(str(value), ensure_ascii=False)
 
 
+#: the first line of an offers file gpuseat writes (``offers import --out`` replaces such a file unasked)
+OFFERS_HEADER = "# Offers written by gpuseat (offers import)."
+
+
 def offers_toml(offers: list[Offer]) -> str:
     """Offers as an offers TOML file that :func:`load_offers_file` reads back."""
-    lines = ["# Offers written by gpuseat (offers import).", "schema_version = 1", ""]
+    lines = [OFFERS_HEADER, "schema_version = 1", ""]
     for offer in offers:
         lines.append("[[offer]]")
         lines += [f"{k} = {_toml_value(v)}" for k, v in offer.model_dump(exclude_none=True).items()]

@@ -69,6 +69,8 @@ def build_app(*modules: str) -> typer.Typer:
     :func:`collect_later`, so the collector does not walk their objects as they are made."""
     import typer
 
+    from gpuseat.cli._options import Commands
+
     # Typer escapes "[default: …]" for rich whenever rich is importable, even with rich_markup_mode=None,
     # and the plain help then shows "\\[default: …]": help here is plain text, so no escaping is needed
     typer.core.HAS_RICH = False
@@ -86,6 +88,7 @@ def build_app(*modules: str) -> typer.Typer:
         pretty_exceptions_enable=False,
         add_completion=False,
         rich_markup_mode=None,
+        cls=Commands,
     )
     app.callback()(root)
     for module in modules or tuple(COMMANDS):

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import os
 import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
+import click
 import typer
+from typer.core import TyperGroup
 
 from gpuseat.errors import InputError
 
@@ -33,6 +36,14 @@ def on_disk(value: str | None) -> str | None:
             where="--db / GPUSEAT_DB_URL",
             fix="give a file, e.g. sqlite:///gpuseat.db, or leave --db out for the data dir's database",
         )
+    return value
+
+
+def finite(value: float | None) -> float | None:
+    """A float flag's callback: refuse ``nan`` (it passes every min/max check: a loop that waits
+    ``nan`` seconds does not wait at all) and ``inf`` where no max would."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
     return value
 
 
@@ -92,8 +103,25 @@ def shared_flags(name: str, group: Callable[..., object]) -> Callable[[Callable[
     return decorate
 
 
+class Commands(TyperGroup):
+    """A command group that says "No such command" (exit 2) for every name it lacks.
+
+    Click takes a name that starts with a character other than a letter or digit (``./roster.csv``,
+    ``/tmp/course.toml``, ``+x``) for an option and parses again; with no argument left, a group printed
+    its help and exited 0, so ``gpuseat roster ./roster.csv`` (``import`` left out) looked done to a script.
+    """
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0]
+        if not name.startswith("-") and not ctx.resilient_parsing and self.get_command(ctx, name) is None:
+            ctx.fail(f"No such command {name!r}.")
+        return super().resolve_command(ctx, args)
+
+
 def add_group(parent: typer.Typer, name: str, help: str) -> typer.Typer:
     """A command group ``name`` under ``parent`` (run without a subcommand, it shows its help)."""
-    group = typer.Typer(help=help, no_args_is_help=True)
+    group = typer.Typer(help=help, no_args_is_help=True, cls=Commands)
     parent.add_typer(group, name=name)
     return group

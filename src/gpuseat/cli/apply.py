@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpuseat.cli._options import CourseOption, DbOption, add_group
+from gpuseat.cli._options import Commands, CourseOption, DbOption, add_group, finite
 from gpuseat.cli._output import Format, FormatOption, print_json, print_rows
 from gpuseat.cli.course import actor
 
@@ -51,7 +51,7 @@ def seat_host(value: str | None) -> str | None:
     the pass said "Plan: 0 to add" (exit 0)."""
     from gpuseat.store.specs import _HOST
 
-    if value is not None and not _HOST.match(value):
+    if value is not None and not _HOST.fullmatch(value):
         from gpuseat.errors import InputError
 
         fix = "give the host as the seats name it (gpuseat seats status)"
@@ -258,6 +258,7 @@ def register(app: typer.Typer) -> None:
     agent_app = typer.Typer(
         help="The agent: keeps this machine's seats true to the store (run as root on each engine host).",
         invoke_without_command=True,
+        cls=Commands,
     )
     app.add_typer(agent_app, name="agent")
 
@@ -267,9 +268,15 @@ def register(app: typer.Typer) -> None:
         engine: EngineOption = None,
         host: MachineOption = None,
         course: EveryCourseOption = None,
-        poll: float = typer.Option(1.0, "--poll", min=0.05, max=60, help="Seconds between looks at the store."),
-        resync: float = typer.Option(300.0, "--resync", min=1, help="Seconds between full resyncs (undo drift)."),
-        lease: float = typer.Option(15.0, "--lease", min=1, max=600, help="Seconds a lease lasts unrenewed."),
+        poll: float = typer.Option(
+            1.0, "--poll", min=0.05, max=60, callback=finite, help="Seconds between looks at the store."
+        ),
+        resync: float = typer.Option(
+            300.0, "--resync", min=1, callback=finite, help="Seconds between full resyncs (undo drift)."
+        ),
+        lease: float = typer.Option(
+            15.0, "--lease", min=1, max=600, callback=finite, help="Seconds a lease lasts unrenewed."
+        ),
         install: bool = typer.Option(False, "--install", help="Write a systemd unit for this agent and stop."),
         unit_dir: Path = typer.Option(Path("/etc/systemd/system"), "--unit-dir", help="Where --install writes."),
         db: DbOption = None,
@@ -277,8 +284,17 @@ def register(app: typer.Typer) -> None:
         """Run the agent (until SIGTERM), or with --install write its systemd unit."""
         if ctx.invoked_subcommand is not None:
             return
-        if install:
-            _install(engine, host, unit_dir, db)
+        if install:  # the unit runs the agent with the flags given here (--course once was left out unsaid)
+            from gpuseat.core.seating import COURSE_KEY_PATTERN
+            from gpuseat.errors import InputError
+
+            if course is not None and not COURSE_KEY_PATTERN.fullmatch(course):
+                raise InputError(f"{course[:100]!r} is not a course key", where="--course",
+                                 fix="give the course's key (gpuseat course list), e.g. dl-2016")  # fmt: skip
+            given = {"--course": course, "--poll": poll, "--resync": resync, "--lease": lease}
+            defaults = {"--course": None, "--poll": 1.0, "--resync": 300.0, "--lease": 15.0}
+            flags = [(flag, str(v)) for flag, v in given.items() if v != defaults[flag]]
+            _install(engine, host, unit_dir, db, tuple(part for pair in flags for part in pair))
             return
         import signal
         import threading
@@ -364,7 +380,7 @@ def register(app: typer.Typer) -> None:
         print_rows(rows, ("setting", "value", "about"), fmt, title=f"{engine} settings")
 
 
-def _install(engine: str | None, host: str | None, unit_dir: Path, db: str | None) -> None:
+def _install(engine: str | None, host: str | None, unit_dir: Path, db: str | None, options: tuple[str, ...]) -> None:
     """Write ``gpuseat-agent[-ENGINE].service`` and the environment file that names the store."""
     import shutil
 
@@ -377,7 +393,8 @@ def _install(engine: str | None, host: str | None, unit_dir: Path, db: str | Non
     name = f"gpuseat-agent{'-' + engine if engine else ''}.service"
     unit_dir.mkdir(parents=True, exist_ok=True)
     target = unit_dir / name
-    write_file(target, unit_file(gpuseat=str(Path(exe).absolute()), engine=engine, host=host, env_file=env_file))
+    write_file(target, unit_file(gpuseat=str(Path(exe).absolute()), engine=engine, host=host, env_file=env_file,
+                                  options=options))  # fmt: skip
     print(f"wrote {target}")
     if db:
         env = Path(env_file) if unit_dir == Path("/etc/systemd/system") else unit_dir / "agent.env"

@@ -171,6 +171,18 @@ def monitor(
     """
     if sampled.once:
         ignored = [flag for flag, value in (("--listen", listen), ("--webhook", webhook), ("--ticks", ticks)) if value]
+        import click
+
+        given = click.get_current_context().get_parameter_source  # --metrics-names 'a;b' was not even checked
+        ignored += [
+            flag
+            for flag, name in (
+                ("--interval", "interval"),
+                ("--metrics-names", "metrics_names"),
+                ("--idle-hours", "idle_hours"),
+            )
+            if given(name) is click.core.ParameterSource.COMMANDLINE
+        ]
         if ignored:  # they were dropped unsaid (an unchecked webhook URL, a port out of range: exit 0)
             raise InputError(
                 f"--once prints one sample and exits: {', '.join(ignored)} would do nothing",

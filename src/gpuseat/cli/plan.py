@@ -300,10 +300,20 @@ def passed_over_lines(result: dict[str, Any]) -> list[str]:
     return out
 
 
+def _starts_with(path: Path, head: str) -> bool:
+    """Whether the file at ``path`` begins with ``head`` (False when it cannot be read)."""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(len(head.encode())) == head.encode()
+    except OSError:
+        return False
+
+
 def _offers_import(
     path: Path = typer.Argument(..., help="A SkyPilot catalog file (catalogs/v7|v8/<cloud>/vms.csv)."),
     provider: str = typer.Option(..., "--provider", help="aws, gcp, azure, lambda or runpod."),
     out: Path | None = typer.Option(None, "--out", help="Also write the offers as a TOML offers file."),
+    force: bool = typer.Option(False, "--force", help="Let --out replace a file offers import did not write."),
     catalog: Path | None = CATALOG_OPTION,
     fmt: FormatOption = Format.table,
 ) -> None:
@@ -311,9 +321,17 @@ def _offers_import(
     from datetime import date
 
     from gpuseat.catalog.bundle import load_catalog
-    from gpuseat.catalog.offers import offers_toml
+    from gpuseat.catalog.offers import OFFERS_HEADER, offers_toml
     from gpuseat.catalog.skypilot import import_skypilot
+    from gpuseat.errors import InputError
 
+    if out is not None and not force and (out.is_symlink() or (out.is_file() and not _starts_with(out, OFFERS_HEADER))):
+        # it replaced any file without a word: a user's own offers file, a course file, a 5 MB log
+        raise InputError(
+            "exists and was not written by gpuseat offers import",
+            where=f"--out {out}",
+            fix="choose another name, or add --force to replace it",
+        )
     result = import_skypilot(path, provider, catalog=load_catalog(catalog), as_of=date.today())
     from rich.markup import escape
 

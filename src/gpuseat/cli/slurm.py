@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gpuseat.cli._options import CourseOption, ForceFolderOption, ShortDbOption
+from gpuseat.cli._options import Commands, CourseOption, ForceFolderOption, ShortDbOption
 from gpuseat.cli._output import Format, FormatOption, print_json, print_rows, stderr_console
 
 if TYPE_CHECKING:
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 slurm_app = typer.Typer(
     help="Seats on a Slurm cluster: gres.conf/slurm.conf/cgroup.conf, enrolment, session reservations, status.",
     no_args_is_help=True,
+    cls=Commands,
 )
 
 
@@ -41,7 +42,22 @@ def _slurm(conf: Path | None) -> Any:
     from gpuseat.engines.runner import Runner
     from gpuseat.engines.slurm.adapter import Slurm
 
-    return Slurm(Runner(), conf=conf)
+    return Slurm(Runner(), conf=_conf_file(conf))
+
+
+def _conf_file(conf: Path | None) -> Path | None:
+    """``--slurm-conf`` once it names a file: scontrol given one that is not there looks for the cluster
+    in DNS (configless Slurm) for about a minute, then fails as if slurmctld were down (exit 1)."""
+    from gpuseat.errors import InputError
+
+    if conf is not None and not conf.is_file():
+        what = "is a folder, not slurm.conf" if conf.is_dir() else "file not found"
+        raise InputError(
+            what,
+            where=f"--slurm-conf {conf}",
+            fix="give the cluster's slurm.conf (e.g. /etc/slurm/slurm.conf), or leave --slurm-conf out for SLURM_CONF",
+        )
+    return conf
 
 
 def _mig_instances(text: str | None) -> dict[str, tuple[int, int]] | None:
@@ -218,6 +234,7 @@ def sessions_command(
 def _apply(course: str | None, db: str | None, fmt: Format, *, where: str, **flags: Any) -> None:
     from gpuseat.cli.apply import apply_engine
 
+    _conf_file(flags.get("slurm_conf"))
     given = {k: (str(v) if isinstance(v, Path) else v) for k, v in flags.items() if v is not None}
     if given.get("slurm_conf") and not given.get("conf_dir"):
         given.setdefault("conf_dir", str(Path(given["slurm_conf"]).parent))

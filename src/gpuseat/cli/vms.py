@@ -13,11 +13,11 @@ from pathlib import Path
 
 import typer
 
-from gpuseat.cli._options import CourseOption, DbOption
+from gpuseat.cli._options import Commands, CourseOption, DbOption
 from gpuseat.cli._output import Format, FormatOption, print_json, print_rows
 
 vms_app = typer.Typer(help="Seats as VMs through libvirt (the libvirt engine): one VM per seat holder.",
-                      no_args_is_help=True)  # fmt: skip
+                      no_args_is_help=True, cls=Commands)  # fmt: skip
 
 
 class VmMode(StrEnum):

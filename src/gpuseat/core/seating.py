@@ -49,7 +49,9 @@ KIND_ISOLATION: dict[str, str] = {
 }
 _VM_KINDS = frozenset({"vm", "vgpu", "cloud"})
 
-# Names that later become libvirt domain names, file names, Slurm and k8s labels: a strict pattern.
+# Names that later become libvirt domain names, file names, Slurm and k8s labels: a strict pattern. Check
+# a name with fullmatch: match lets "$" stand before a final newline (pydantic takes the pattern too, and
+# its regex has no \Z), so "dl-2016\n" was stored as a course key.
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 COURSE_KEY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 

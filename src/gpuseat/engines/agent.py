@@ -235,13 +235,17 @@ def _waker(store: CourseStore) -> Any:
     return store.agents.listener(CHANNEL)
 
 
-def unit_file(*, gpuseat: str, engine: str | None, host: str | None, env_file: str) -> str:
-    """The systemd unit for ``gpuseat agent`` on this machine (root: it manages accounts and devices)."""
+def unit_file(
+    *, gpuseat: str, engine: str | None, host: str | None, env_file: str, options: tuple[str, ...] = ()
+) -> str:
+    """The systemd unit for ``gpuseat agent`` on this machine (root: it manages accounts and devices);
+    ``options`` are more of the agent's flags (``--course``, ``--poll`` …), already checked."""
     args = [gpuseat, "agent"]
     if engine:
         args += ["--engine", engine]
     if host:
         args += ["--host", host]
+    args += options
     return (
         "[Unit]\n"
         "Description=gpuseat agent: keeps this machine's GPU seats true to the course store\n"

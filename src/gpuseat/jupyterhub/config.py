@@ -65,7 +65,7 @@ class HubSettings(BaseModel):
     @field_validator("course")
     @classmethod
     def _course_key(cls, value: str) -> str:
-        if not COURSE_KEY_PATTERN.match(value):
+        if not COURSE_KEY_PATTERN.fullmatch(value):
             raise ValueError("a course key is lowercase letters, digits and '-' (at most 63)")
         return value
 

@@ -84,6 +84,18 @@ def offers_from_text(text: str, *, where: str, catalog: Catalog) -> list[Offer]:
     ).offer
 
 
+def some_offers(offers: list[Offer], *, where: str) -> list[Offer]:
+    """The offers of a file the user names, when it has any: an empty file (or one with only
+    ``schema_version``) was taken without a word, and the plan ran on the bundled offers alone."""
+    if not offers:
+        raise InputError(
+            "no offers in this offers file",
+            where=where,
+            fix="list each offer as an [[offer]] table (see examples/offers-h200.toml), or leave the file out",
+        )
+    return offers
+
+
 def read_course_offers(course: Course, course_path: Path, catalog: Catalog) -> list[OffersText]:
     """Each offers file the course names (relative to the course file's folder) as (name, text), after
     checking it as a plan reads it; a missing or invalid file is one input error naming the course file,
@@ -98,7 +110,7 @@ def _read_own_offers(course: Course, course_path: Path, catalog: Catalog) -> lis
         path = (course_path.parent / name).resolve()
         try:
             text = read_text(path)
-            offers = offers_from_text(text, where=str(path), catalog=catalog)
+            offers = some_offers(offers_from_text(text, where=str(path), catalog=catalog), where=str(path))
         except InputError as exc:
             missing = not path.exists()
             raise InputError(
@@ -163,7 +175,7 @@ def _choose_offers(
     own: list[list[Offer]] = [list(catalog.offers), *own_files]
     added: list[list[Offer]] = []
     for path in offer_files:
-        added.append(load_offers_file(path, catalog))
+        added.append(some_offers(load_offers_file(path, catalog), where=f"--offers {path}"))
     for arg in skypilot:
         from gpuseat.catalog.skypilot import import_skypilot
 

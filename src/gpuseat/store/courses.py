@@ -74,7 +74,7 @@ class Courses(Concern):
                 where="offers_files",
                 fix="read them with gpuseat.services.planning.read_course_offers (as gpuseat course create does)",
             )
-        if not COURSE_KEY_PATTERN.match(key):
+        if not COURSE_KEY_PATTERN.fullmatch(key):
             raise InputError(
                 f"course key {key!r} is not a slug",
                 where="key",

@@ -569,7 +569,7 @@ def import_course(store: Store, path: Path, *, key: str | None = None, actor: st
     got = read_archive(path)
     c: CourseRow = got["course.json"]
     new_key = key or c.key
-    if not COURSE_KEY_PATTERN.match(new_key):
+    if not COURSE_KEY_PATTERN.fullmatch(new_key):
         raise InputError(
             f"course key {new_key!r} is not a slug", where="key", fix="use lower-case letters, digits and '-'"
         )

@@ -103,7 +103,7 @@ class SeatFile(Concern):
         return len(rows)
 
     def _bare_course(self, s: Session, key: str, now: datetime, actor: str) -> CourseRecord:
-        if not COURSE_KEY_PATTERN.match(key):
+        if not COURSE_KEY_PATTERN.fullmatch(key):
             raise InputError(f"course key {key!r} is not a slug", where="course", fix="use e.g. dl-2016")
         crow = CourseRecord(
             key=key, name=f"Seats from a seats file ({key})", summary={}, timezone="UTC", created_at=now, updated_at=now
