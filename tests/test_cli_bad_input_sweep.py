@@ -253,6 +253,10 @@ CASES = [
          "--out {tmp}/course.toml: exists and was not written by gpuseat offers import", files=(("course.toml", "keep me"),)),
     # defect: monitor --once dropped --metrics-names (unchecked), --idle-hours and --interval unsaid
     Case("monitor-once-metrics-names", ("monitor", "--once", "--from-xml", str(XML), "--metrics-names", "a;b"), "--metrics-names would do nothing"),
+    # defect: seats check --seat "" probed (and stored the state of) every seat; --bench-iterations without
+    # --bench was dropped unsaid, unchecked (-1: exit 3 after probing every seat)
+    Case("seats-check-seat-empty", ("seats", "check", "--seat", ""), "--seat: empty seat name"),
+    Case("seats-check-bench-iterations-alone", ("seats", "check", "--bench-iterations", "-1"), "--bench-iterations"),
     # defect: an --offers file with no offers was taken without a word: the plan ran on the bundled offers alone
     Case("plan-offers-file-empty", ("plan", str(COURSE), "--offers", "{tmp}/offers.toml"), "--offers {tmp}/offers.toml: no offers in this offers file",
          files=(("offers.toml", "schema_version = 1\n"),)),

@@ -119,12 +119,20 @@ def add_to(seats_app: typer.Typer) -> None:
 
         if not 0 < timeout <= 3600 or not 0 < workers <= 256:
             raise InputError("--timeout or --workers out of range", where="--timeout", fix="1-3600 s, 1-256 workers")
+        if seat is not None and not seat.strip():  # "" was no seat: every seat was probed (and stored)
+            raise InputError(
+                "empty seat name", where="--seat", fix="name a seat (gpuseat seats status), or leave --seat out"
+            )
+        if not 0 < bench_iterations <= 10_000_000:
+            raise InputError("--bench-iterations out of range", where="--bench-iterations", fix="1 to 10,000,000")
+        if bench_iterations != 10_000 and not bench:  # it was dropped unsaid (and unchecked)
+            raise InputError(
+                "--bench-iterations is for --bench", where="--bench-iterations", fix="add --bench, or leave it out"
+            )
         options = None
         if bench:
             from gpuseat.bench.run import BenchOptions
 
-            if not 0 < bench_iterations <= 10_000_000:
-                raise InputError("--bench-iterations out of range", where="--bench-iterations", fix="1 to 10,000,000")
             options = BenchOptions(iterations=bench_iterations, device="cuda")
         with open_store(db, create=False) as store:
             results = check_seats(
