@@ -247,6 +247,8 @@ CASES = [
     # and apply --host "gpu1\n" planned for no seat ("Plan: 0 to add", exit 0)
     Case("course-key-final-newline", ("course", "create", str(COURSE), "--key", "dl-2016\n"), "course key 'dl-2016\\n' is not a slug"),
     Case("apply-host-final-newline", ("apply", "--host", "gpu1\n", "--dry-run"), "--host: 'gpu1\\n' is not a host name"),
+    Case("k8s-namespace-final-newline", ("engines", "settings", "kubernetes", "namespace=lab\n"), "must be a DNS label of at most 40 characters"),
+    Case("hub-token-env-final-newline", ("engines", "settings", "jupyterhub", "token_env=JUPYTERHUB_API_TOKEN\n"), "must be an environment variable name like JUPYTERHUB_API_TOKEN"),
     # defect: offers import --out replaced any existing file without a word (a course file, a user's offers)
     Case("offers-import-out-replaces-a-file", ("offers", "import", str(EXAMPLES.parent / "tests" / "fixtures" / "aws_v8_vms_excerpt.csv"),
                                                "--provider", "aws", "--out", "{tmp}/course.toml"),

@@ -168,7 +168,7 @@ class JupyterHubSettings(BaseModel):
     @field_validator("token_env")
     @classmethod
     def _env(cls, v: str) -> str:
-        if not _ENV_NAME.match(v):
+        if not _ENV_NAME.fullmatch(v):
             raise ValueError("must be an environment variable name like JUPYTERHUB_API_TOKEN")
         if "TOKEN" not in v.upper():
             raise ValueError(f"{v} does not name a token: use a variable like JUPYTERHUB_API_TOKEN for the hub's")

@@ -74,7 +74,7 @@ class KubernetesSettings(BaseModel):
     @field_validator("namespace")
     @classmethod
     def _prefix(cls, v: str) -> str:
-        if not _DNS.match(v) or len(v) > 40:
+        if not _DNS.fullmatch(v) or len(v) > 40:
             raise ValueError("must be a DNS label of at most 40 characters (lowercase letters, digits, '-')")
         if v == "kube" or v.startswith("kube-"):
             # <prefix>-<login>: kube + a login "system" is kube-system, where edit reaches every secret
@@ -100,7 +100,7 @@ def k8s_name(login: str) -> str:
     """A login name as a DNS label (Kubernetes names): ``_`` becomes ``-``, ends trimmed; a name that
     cannot be made one gets a short hash."""
     base = re.sub(r"[^a-z0-9-]+", "-", login.lower()).strip("-")
-    if base and _DNS.match(base) and base == login:
+    if base and _DNS.fullmatch(base) and base == login:
         return base
     digest = hashlib.sha256(login.encode()).hexdigest()[:8]
     return f"{base[:40].strip('-') or 'p'}-{digest}"
