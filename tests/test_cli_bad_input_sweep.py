@@ -418,3 +418,16 @@ def test_agent_install_writes_the_flags_given_into_the_unit(cli, tmp_path: Path)
     [exec_start] = [line for line in (tmp_path / "gpuseat-agent-host.service").read_text().splitlines()
                     if line.startswith("ExecStart=")]  # fmt: skip
     assert exec_start.endswith(" agent --engine host --course dl-2016 --poll 2.5"), exec_start
+
+
+def test_an_engine_command_refused_for_a_course_without_its_seats_stores_none_of_its_flags(
+    cli, tmp_path: Path, template: Path
+) -> None:
+    """``slurm enroll --conf-dir DIR`` on a course with no Slurm seat said so (exit 2) but had stored the
+    flag as the course's slurm setting first: a refused command changed the store."""
+    db = tmp_path / "gpuseat.db"
+    shutil.copyfile(template, db)
+    url = f"sqlite:///{db}"
+    r = cli("slurm", "enroll", "--conf-dir", tmp_path, "--db", url)
+    assert r.code == 2 and "course course-2016 has no Slurm seats" in r.err, r.err
+    assert json.loads(cli("engines", "settings", "slurm", "-f", "json", "--db", url).out) == {}

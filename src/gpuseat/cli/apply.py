@@ -184,13 +184,16 @@ def apply_engine(
     its flags stored as the course's settings, one pass, a course without such seats refused (``missing``,
     formatted with ``key``, and ``fix``), the plan printed (``headline``: a line with the host and the
     count of changes first), and a failed step raised as :func:`raise_for` says."""
-    from gpuseat.engines.apply import one_pass
+    from gpuseat.engines.apply import one_pass, targets
     from gpuseat.engines.runner import Runner
     from gpuseat.errors import InputError
     from gpuseat.store import open_store
 
     with open_store(db, create=False) as store:
         key = store.courses.get_course(course).key
+        if settings and not targets(store, course=key, engine=engine, host=host):
+            # refused before the flags are stored: exit 2 had left them as the course's settings
+            raise InputError(missing.format(key=key), where="--course", fix=fix)
         if settings:
             store_settings(store, key, {engine: settings}, actor())
         result = one_pass(
