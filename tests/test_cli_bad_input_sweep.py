@@ -431,3 +431,27 @@ def test_an_engine_command_refused_for_a_course_without_its_seats_stores_none_of
     r = cli("slurm", "enroll", "--conf-dir", tmp_path, "--db", url)
     assert r.code == 2 and "course course-2016 has no Slurm seats" in r.err, r.err
     assert json.loads(cli("engines", "settings", "slurm", "-f", "json", "--db", url).out) == {}
+
+
+def test_a_password_on_stdin_that_is_not_utf8_is_one_message(cli, tmp_path: Path, monkeypatch) -> None:
+    """``admin set-password --password-stdin`` given bytes that are not UTF-8 was an internal error (exit 70:
+    the hasher could not encode the surrogates they came as)."""
+    raw = io.TextIOWrapper(io.BytesIO(bytes(range(0xF0, 0xFC)) + b"\n"), encoding="utf-8", errors="surrogateescape")
+    monkeypatch.setattr(sys, "stdin", raw)
+    r = cli("admin", "set-password", "--user", "admin", "--password-stdin", "--db", f"sqlite:///{tmp_path / 'g.db'}")
+    assert r.code == 2, r.err
+    assert r.err == (
+        "error: --password-stdin: the password on standard input is not UTF-8 text\n"
+        "To fix: give the password as one line of UTF-8 text\n"
+    )
+
+
+def test_a_private_key_file_is_named_as_one(cli, tmp_path: Path, template: Path) -> None:
+    """``seat key --key-file`` given the private key (the file beside the .pub) said "give one key line only":
+    the check for several lines came before the one for a private key."""
+    db = tmp_path / "gpuseat.db"
+    shutil.copyfile(template, db)
+    key = tmp_path / "id_ed25519"
+    key.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n")
+    r = cli("seat", "key", "-p", "amartin", "--key-file", key, "--db", f"sqlite:///{db}")
+    assert r.code == 2 and "this is a private key: never share it" in r.err, r.err

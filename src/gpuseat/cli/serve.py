@@ -185,7 +185,15 @@ def register(app: typer.Typer) -> None:
 
         check_username(user)
         if password_stdin:
-            password = sys.stdin.readline().rstrip("\n")
+            try:  # bytes that are not UTF-8 came through as surrogates and failed in the hasher (exit 70)
+                password = sys.stdin.readline().rstrip("\n")
+                password.encode("utf-8")
+            except UnicodeError:
+                raise InputError(
+                    "the password on standard input is not UTF-8 text",
+                    where="--password-stdin",
+                    fix="give the password as one line of UTF-8 text",
+                ) from None
         else:
             password = getpass.getpass(f"password for {user}: ")
             if getpass.getpass("again: ") != password:

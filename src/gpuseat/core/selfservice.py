@@ -50,12 +50,12 @@ def check_new_key(text: str) -> str:
     stripped = text.strip()
     if not stripped:
         raise ValueError("no key given: paste the one line of your .pub file (e.g. ~/.ssh/id_ed25519.pub)")
+    if "PRIVATE KEY" in stripped:  # before the one-line check: a private key file has many lines
+        raise ValueError("this is a private key: never share it; paste the .pub file's line instead")
     if "\n" in stripped or "\r" in stripped:
         raise ValueError("give one key line only (the one line of your .pub file)")
     if has_control(stripped):  # a participant's line goes into keys files and onto pages: no escape sequences
         raise ValueError("the key line holds control characters (escape sequences): paste the .pub file's line")
-    if "PRIVATE KEY" in stripped:
-        raise ValueError("this is a private key: never share it; paste the .pub file's line instead")
     first = stripped.split()[0]
     if first not in KEY_TYPES:
         if "=" in first or "," in first or first in ("restrict", "no-pty", "cert-authority"):

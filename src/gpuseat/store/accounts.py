@@ -65,7 +65,7 @@ class Accounts(Concern):
             raise InputError(
                 f"password must be {MIN_PASSWORD} to {MAX_PASSWORD} characters",
                 where="password",
-                fix="choose a longer passphrase",
+                fix=f"choose a passphrase of {MIN_PASSWORD} to {MAX_PASSWORD} characters",
             )
         digest = _hasher().hash(password)
         now = datetime.now(UTC)
