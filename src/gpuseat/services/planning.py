@@ -55,7 +55,8 @@ __all__ = [
 
 class OfferChoice(TypedDict, total=False):
     """Which offers a plan considers besides the catalog's and the course's (the module docstring):
-    :func:`plan_course` hands these keywords on to :func:`gather_offers` as they came."""
+    :func:`plan_course` hands these keywords on to :func:`gather_offers` as they came (each one left out:
+    none)."""
 
     offer_files: Sequence[Path]  # --offers FILE
     skypilot: Sequence[str]  # --skypilot PROVIDER=PATH
@@ -132,28 +133,14 @@ def gather_offers(
     course_path: Path,
     catalog: Catalog,
     *,
-    offer_files: Sequence[Path] = (),
-    skypilot: Sequence[str] = (),
-    patterns: Sequence[str] = (),
-    regions: Sequence[str] = (),
     today: date | None = None,
     reports: list[dict[str, object]] | None = None,
+    **choice: Unpack[OfferChoice],
 ) -> tuple[list[Offer], list[str]]:
     """The offers a plan considers (module docstring) and the import warnings; what the region and GPU
     filters dropped is appended to ``reports`` when given."""
     own = [offers for _name, _text, offers in _read_own_offers(course, course_path, catalog)]
-    return _choose_offers(
-        course,
-        str(course_path),
-        catalog,
-        own,
-        offer_files=offer_files,
-        skypilot=skypilot,
-        patterns=patterns,
-        regions=regions,
-        today=today,
-        reports=reports,
-    )
+    return _choose_offers(course, str(course_path), catalog, own, today=today, reports=reports, **choice)
 
 
 def _choose_offers(
@@ -162,15 +149,14 @@ def _choose_offers(
     catalog: Catalog,
     own_files: Sequence[list[Offer]],
     *,
-    offer_files: Sequence[Path] = (),
-    skypilot: Sequence[str] = (),
-    patterns: Sequence[str] = (),
-    regions: Sequence[str] = (),
     today: date | None = None,
     reports: list[dict[str, object]] | None = None,
+    **choice: Unpack[OfferChoice],
 ) -> tuple[list[Offer], list[str]]:
     """:func:`gather_offers` once the course's own offers files are read (``own_files``, from disk or the
     store); ``where_course`` names the course in messages."""
+    offer_files, skypilot = choice.get("offer_files", ()), choice.get("skypilot", ())
+    patterns, regions = choice.get("patterns", ()), choice.get("regions", ())
     warnings: list[str] = []
     own: list[list[Offer]] = [list(catalog.offers), *own_files]
     added: list[list[Offer]] = []
