@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,3 +88,25 @@ def test_processes_creating_one_new_database_at_once_all_succeed(tmp_path: Path,
     if backend == "postgresql":
         with admin.connect() as conn:
             conn.execute(text(f"DROP DATABASE {name}"))
+
+
+@pytest.mark.parametrize("value", ["300s", "nan", "0", "-5", "1e9"])
+def test_a_bad_busy_timeout_is_one_clear_error_and_touches_nothing(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """GPUSEAT_DB_BUSY_TIMEOUT that is not seconds (0, 86400] fell back to the default without a word."""
+    course = Path(__file__).resolve().parents[1] / "examples" / "course-2016.toml"
+    made = tmp_path / "made.db"
+    assert cli("course", "create", course, "--db", f"sqlite:///{made}").code == 0
+    monkeypatch.setenv("GPUSEAT_DB_BUSY_TIMEOUT", value)
+    fresh = tmp_path / "fresh.db"
+    for args in (
+        ("course", "create", course, "--db", f"sqlite:///{fresh}"),
+        ("seats", "status", "--db", f"sqlite:///{made}"),
+    ):
+        r = cli(*args)
+        assert r.code == 2 and "Traceback" not in r.err, (args, r.out, r.err)
+        assert "GPUSEAT_DB_BUSY_TIMEOUT" in r.err and "at most 86400" in r.err, r.err
+    assert not fresh.exists()
+    monkeypatch.setenv("GPUSEAT_DB_BUSY_TIMEOUT", " 5 ")
+    assert cli("seats", "status", "--db", f"sqlite:///{made}").code == 0

@@ -116,13 +116,25 @@ BUSY_TIMEOUT_S = 60.0
 
 
 def busy_timeout() -> float:
-    """The writers' busy timeout in seconds (``GPUSEAT_DB_BUSY_TIMEOUT`` or :data:`BUSY_TIMEOUT_S`)."""
-    raw = os.environ.get("GPUSEAT_DB_BUSY_TIMEOUT", "")
+    """The writers' busy timeout in seconds (``GPUSEAT_DB_BUSY_TIMEOUT`` or :data:`BUSY_TIMEOUT_S`). A value
+    that is not a number of seconds from 0 to 86400 is an input error, read when the store is opened (it fell
+    back to the default without a word: a typo'd ``300s`` left writers at the default)."""
+    raw = os.environ.get("GPUSEAT_DB_BUSY_TIMEOUT", "").strip()
+    if not raw:
+        return BUSY_TIMEOUT_S
     try:
-        value = float(raw) if raw else BUSY_TIMEOUT_S
+        value = float(raw)
     except ValueError:
-        value = BUSY_TIMEOUT_S
-    return value if 0 < value <= 86400 else BUSY_TIMEOUT_S
+        value = float("nan")
+    if not 0 < value <= 86400:  # nan too
+        from gpuseat.errors import InputError
+
+        raise InputError(
+            f"GPUSEAT_DB_BUSY_TIMEOUT={raw[:40]!r} is not a number of seconds",
+            where="environment variable GPUSEAT_DB_BUSY_TIMEOUT",
+            fix=f"set it to seconds above 0 and at most 86400 (such as 60), or unset it for {BUSY_TIMEOUT_S:g} s",
+        )
+    return value
 
 
 def _check_sqlite_file(path: Path, *, create: bool) -> None:
