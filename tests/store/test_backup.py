@@ -4,6 +4,7 @@ API, PostgreSQL pg_dump); ``db restore`` refuses to overwrite a store with cours
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 import uuid
 from pathlib import Path
@@ -95,7 +96,17 @@ def test_restore_refuses_a_store_with_courses_and_bad_files(
     assert "cannot be restored into" in capsys.readouterr().err
     with open_store(url) as store:  # nothing lost
         assert len(store.roster.participants("big")) == 3
-    if url.startswith("sqlite"):  # --force replaces the contents with the backup's
+    if url.startswith("sqlite"):
+        # a SQLite file that is no gpuseat backup is named as such at once (it first said "holds courses: add
+        # --force", and only with --force that the file was bad)
+        alien = tmp_path / "alien.db"
+        with sqlite3.connect(alien) as conn:
+            conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
+        conn.close()
+        assert main(["db", "restore", str(alien), "--db", url]) == 2
+        err = capsys.readouterr().err
+        assert "not an intact gpuseat backup" in err and "holds courses" not in err, err
+        # --force replaces the contents with the backup's
         with open_store(url) as store:
             store.roster.import_roster(
                 "big", RosterText("name,email,unix_user\nZ,z@example.org,zz\n", where="more.csv")

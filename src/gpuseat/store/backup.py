@@ -250,12 +250,16 @@ def restore(db: str | None, source: Path, *, force: bool = False) -> dict[str, A
             where=str(source),
             fix="restore into the same kind of database; to move courses between them use gpuseat course export/import",
         )
-    if _has_courses(url_text) and not force:
-        raise InputError(
-            "the target store holds courses; restoring would replace them",
-            where=f"--db {url.render_as_string(hide_password=True)}",
-            fix="restore into a new database, or add --force to replace its contents",
-        )
+
+    def refuse_replacing() -> None:
+        # after the backup is known good: a bad file is named as such, not first met with "add --force"
+        if _has_courses(url_text) and not force:
+            raise InputError(
+                "the target store holds courses; restoring would replace them",
+                where=f"--db {url.render_as_string(hide_password=True)}",
+                fix="restore into a new database, or add --force to replace its contents",
+            )
+
     if kind == "sqlite":
         src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
         try:
@@ -263,6 +267,7 @@ def restore(db: str | None, source: Path, *, force: bool = False) -> dict[str, A
             tables = {r[0] for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if ok is None or ok[0] != "ok" or "alembic_version" not in tables:
                 raise InputError("not an intact gpuseat backup", where=str(source), fix="use another backup file")
+            refuse_replacing()
             dst = sqlite3.connect(_sqlite_path(url), timeout=60)
             try:
                 src.backup(dst)  # page by page into the live file, under its write lock
@@ -275,6 +280,7 @@ def restore(db: str | None, source: Path, *, force: bool = False) -> dict[str, A
         finally:
             src.close()
     else:
+        refuse_replacing()
         env, _schema = _pg_env(url)
         cmd = [_tool("pg_restore"), "--no-owner", "--exit-on-error", f"--dbname={env.get('PGDATABASE', '')}"]
         if force:
