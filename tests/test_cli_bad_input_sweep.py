@@ -95,6 +95,15 @@ CASES = [
     # the same for the other readers of user TOML and JSON (survey template, carve --assert layout, an export)
     Case("survey-template-nested-too-deeply", ("survey", "template", "apply", "{tmp}/t.toml"), "t.toml: not valid TOML",
          files=(("t.toml", DEEP_TOML),)),
+    # defect: flags that shape rendered files (and --config without its mig-parted file) were dropped unsaid
+    Case("carve-image-without-render", ("carve", "--gpu", "A100-80GB", "--image", "/var/lib/base.qcow2"),
+         "--image only shape(s) rendered files"),
+    Case("carve-vm-sizes-without-render", ("carve", "--gpu", "A100-80GB", "--vcpus", "8", "--memory", "64"),
+         "--vcpus, --memory only shape(s) rendered files"),
+    Case("carve-participants-without-render", ("carve", "--gpu", "A100-80GB", "--participants", "ann,ben"),
+         "--participants only shape(s) rendered files"),
+    Case("carve-config-without-mig-parted", ("carve", "--gpu", "A100-80GB", "--config", "all-1g.10gb"),
+         "--config names a config inside --from-mig-parted"),
     Case("carve-assert-layout-nested-too-deeply", ("carve", "--assert", "--from-nvidia-smi", str(XML), "{tmp}/l.json"), "l.json: not JSON",
          files=(("l.json", DEEP_JSON),)),
     Case("course-import-manifest-nested-too-deeply", ("course", "import", "{tmp}/e.zip", "--key", "forged"), "manifest.json is not JSON",

@@ -159,6 +159,12 @@ def register(app: typer.Typer) -> None:
             raise InputError(
                 "a second file is only taken with --assert", where=str(layout_file), fix="give one SERVER inventory"
             )
+        if config is not None and from_mig_parted is None:  # it was dropped without a word
+            raise InputError(
+                "--config names a config inside --from-mig-parted",
+                where="--config",
+                fix="add --from-mig-parted FILE, or leave it out",
+            )
         probe_notes: list[str] = []
         server: Server | None
         if vgpu_backend not in ("auto", "mdev", "vfio"):
@@ -195,6 +201,26 @@ def register(app: typer.Typer) -> None:
         if render_name is None:
             if out is not None:
                 raise InputError("--out writes rendered files", where="--out", fix="add --render NAME")
+            given = [  # each shapes rendered files only: without --render it was dropped without a word
+                flag
+                for flag, value, default in (
+                    ("--image", image, None),
+                    ("--network", network, "default"),
+                    ("--participants", participants, None),
+                    ("--operator-namespace", operator_namespace, "gpu-operator"),
+                    ("--vcpus", vcpus, 4),
+                    ("--memory", memory, 16),
+                    ("--disk-gb", disk_gb, 50),
+                    ("--force", force, False),
+                )
+                if value != default
+            ]
+            if given:
+                raise InputError(
+                    f"{', '.join(given)} only shape(s) rendered files",
+                    where=given[0],
+                    fix="add --render NAME, or leave it out",
+                )
             _print_layout(layout, fmt)
             return
         people = tuple(p.strip() for p in (participants or "").split(",") if p.strip())
