@@ -50,3 +50,12 @@ def test_the_engines_and_the_way_in_refuse_what_the_rule_refuses(value: str) -> 
 def test_a_trailing_newline_is_not_part_of_a_login() -> None:
     # ``$`` matches before a final newline: "alice\n" passed the old patterns and reached files and commands
     assert UNIX_USER.match("alice") and not UNIX_USER.match("alice\n")
+
+
+def test_a_trailing_newline_is_not_part_of_a_vm_name() -> None:
+    # the libvirt engine's name check took "lab\n" (a domain, volume and file name)
+    from gpuseat.engines.libvirt.names import is_key, key
+
+    assert is_key("lab") and not is_key("lab\n")
+    with pytest.raises(InputError):
+        key("lab\n", where="course")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -87,6 +88,19 @@ def test_mig_minors_parser_accepts_only_its_format(line: str) -> None:
 def test_names_that_could_become_options_are_refused(bad: str) -> None:
     with pytest.raises(InputError):
         names.slurm_name(bad)
+
+
+@pytest.mark.parametrize(
+    ("check", "good"),
+    [(names.slurm_name, "lab"), (names.gres_type, "1g.10gb"), (names.node_name, "gpu1"),
+     (names.device_path, "/dev/nvidia0")],
+)  # fmt: skip
+def test_a_trailing_newline_is_not_part_of_a_name(check: Any, good: str) -> None:
+    """``$`` matches before a final newline: "lab\n" passed every Slurm name check and reached the
+    generated slurm.conf and gres.conf lines."""
+    assert check(good) == good
+    with pytest.raises(InputError):
+        check(good + "\n")
 
 
 @pytest.mark.parametrize("bad", ["Root", "-u", "a,b", "a b", "a=b", "x" * 33, "1abc"])

@@ -148,7 +148,7 @@ def _check_name(
     """Refuse a name cell that is not ``what``; each distinct value is checked once (a catalog repeats it
     on thousands of rows)."""
     if value and value not in seen:
-        if not pattern.match(value):
+        if not pattern.fullmatch(value):
             raise InputError(f"{column} {value!r} is not {what}", where=f"{where}: column {column}", fix=fix)
         seen.add(value)
 

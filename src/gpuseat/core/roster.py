@@ -100,7 +100,7 @@ def _key_from(email: str, unix_user: str | None) -> str:
     """The participant key when the roster has no ``key`` column: the Unix user or the email's local part,
     as is when it is already a key, else a slug plus a short hash (so distinct sources stay distinct)."""
     base = unix_user or email.split("@", 1)[0].lower()
-    if PARTICIPANT_KEY.match(base):
+    if PARTICIPANT_KEY.fullmatch(base):
         return base
     slug = re.sub(r"[^a-z0-9._-]+", "-", base.lower()).strip("-._")[:54]
     return f"{slug or 'p'}-{hashlib.sha256(base.encode()).hexdigest()[:8]}"
@@ -213,7 +213,7 @@ def _row(record: list[str], cell: _Cell, groups: tuple[str, ...], seen: dict[str
     email = get("email")
     if not email:
         raise cell.error("email", "missing", "give every participant an email address")
-    if not EMAIL.match(email) or len(email) > 254:
+    if not EMAIL.fullmatch(email) or len(email) > 254:
         raise cell.error("email", f"{email!r} is not an email address", "write it as name@example.org")
     unix_user = get("unix_user") or None
     if unix_user is not None and not UNIX_USER.match(unix_user):
@@ -229,7 +229,7 @@ def _row(record: list[str], cell: _Cell, groups: tuple[str, ...], seen: dict[str
             "give the participant a login of their own, e.g. the name part of their email",
         )
     key = get("key") or _key_from(email, unix_user)
-    if not PARTICIPANT_KEY.match(key):
+    if not PARTICIPANT_KEY.fullmatch(key):
         raise cell.error("key", f"{key!r} is not a participant key", "use lower-case letters, digits, '.', '_' or '-'")
     group = get("group") or None
     if group is None and len(groups) > 1:

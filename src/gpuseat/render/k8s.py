@@ -187,9 +187,9 @@ def check_manifest(doc: dict[str, Any]) -> list[str]:
             for name, qty in resources.get(section, {}).items():
                 if not name.startswith("nvidia.com/"):
                     continue
-                if not _RESOURCE.match(name):
+                if not _RESOURCE.fullmatch(name):
                     problems.append(f"{container['name']}: unknown NVIDIA resource '{name}'")
-                if not isinstance(qty, str) or not _COUNT.match(qty):
+                if not isinstance(qty, str) or not _COUNT.fullmatch(qty):
                     problems.append(f"{container['name']}: {name} must be a whole count as a string, got {qty!r}")
         requested = resources.get("requests", {})
         for name, qty in requested.items():

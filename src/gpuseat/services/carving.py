@@ -229,7 +229,7 @@ def _read_manifest(out: Path) -> dict[str, str]:
         raise InputError(
             f"{MANIFEST} is not gpuseat's manifest", where=str(out), fix="remove it, or use another --out"
         ) from None
-    return {k: v for k, v in files.items() if FILE_NAME.match(k)}
+    return {k: v for k, v in files.items() if FILE_NAME.fullmatch(k)}
 
 
 def _current_sha(path: Path) -> str | None:

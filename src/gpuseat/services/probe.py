@@ -266,7 +266,7 @@ def read_bundle(path: Path) -> Bundle:
         for member in sorted(path.iterdir())[: MAX_MEMBERS + 1]:
             if len(files) >= MAX_MEMBERS:
                 raise InputError("too many files", where=where, fix="give a bundle written by gpuseat probe")
-            if member.is_file() and not member.is_symlink() and _NAME.match(member.name):
+            if member.is_file() and not member.is_symlink() and _NAME.fullmatch(member.name):
                 if member.stat().st_size > MAX_MEMBER_BYTES:
                     raise InputError(f"{member.name} is too large", where=where, fix="give a probe bundle")
                 files[member.name] = member.read_bytes()
@@ -275,7 +275,7 @@ def read_bundle(path: Path) -> Bundle:
             with tarfile.open(path, "r:*") as archive:
                 for info in archive.getmembers()[: MAX_MEMBERS + 1]:
                     name = info.name.removeprefix("./")
-                    if not info.isfile() or not _NAME.match(name):
+                    if not info.isfile() or not _NAME.fullmatch(name):
                         continue  # only plain files at the top: no folders, links, devices or ../ names
                     if info.size > MAX_MEMBER_BYTES:
                         raise InputError(f"{name} is too large", where=where, fix="give a probe bundle")

@@ -159,7 +159,7 @@ class Tokens(Concern):
         token itself), then compared in constant time. A revoked link is found too (``participant``
         None), so a page can say why it no longer opens anything (``archived``: its course was archived).
         """
-        if not isinstance(token, str) or not _TOKEN.match(token):
+        if not isinstance(token, str) or not _TOKEN.fullmatch(token):
             return None
         digest = token_hash(token)
         with self._database.read() as s:

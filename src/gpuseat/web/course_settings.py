@@ -147,7 +147,7 @@ def rewritten(text: str, edit: Edit) -> tuple[str, Course]:
         kept.pop()
     added = _table("policy", edit.course)
     for group, values in sorted(edit.groups.items()):
-        name = group if _BARE_KEY.match(group) else json.dumps(group)
+        name = group if _BARE_KEY.fullmatch(group) else json.dumps(group)
         added += _table(f"groups.{name}.policy", values)
     new = "\n".join(kept + added) + "\n"
     try:

@@ -19,12 +19,12 @@ PREFIX = "gpuseat"
 
 def is_key(value: str) -> bool:
     """Whether ``value`` can name a VM, a volume, a pool or a network (a DNS label)."""
-    return bool(_LABEL.match(value))
+    return bool(_LABEL.fullmatch(value))
 
 
 def key(value: str, *, where: str) -> str:
     """A course or seat key usable as a hostname and in domain and file names."""
-    if not _LABEL.match(value):
+    if not _LABEL.fullmatch(value):
         raise InputError(
             f"'{value}' cannot name a VM: use lower-case letters, digits and single dashes"
             " (at most 63, no dash at either end)",

@@ -18,7 +18,7 @@ DEVICE_PATH = re.compile(r"^/[A-Za-z0-9_./-]{1,255}$")
 
 
 def _check(pattern: re.Pattern[str], value: str, what: str, where: str, fix: str) -> str:
-    if not isinstance(value, str) or not pattern.match(value) or ".." in value.split("/"):
+    if not isinstance(value, str) or not pattern.fullmatch(value) or ".." in value.split("/"):
         raise InputError(f"{what} {value!r} is not allowed", where=where, fix=fix)
     return value
 
