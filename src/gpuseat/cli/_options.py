@@ -103,6 +103,14 @@ def shared_flags(name: str, group: Callable[..., object]) -> Callable[[Callable[
     return decorate
 
 
+def changed(*names: str) -> list[tuple[str, Any]]:
+    """(flag, value) of each of the running command's parameters ``names`` whose value is not the default
+    its option declares, in that order: the defaults stay where the options declare them."""
+    ctx = click.get_current_context()
+    params = {p.name: p for p in ctx.command.params}
+    return [(params[n].opts[0], ctx.params[n]) for n in names if ctx.params.get(n) != params[n].default]
+
+
 class Commands(TyperGroup):
     """A command group that says "No such command" (exit 2) for every name it lacks.
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpuseat.cli._options import Commands, CourseOption, DbOption, add_group, finite
+from gpuseat.cli._options import Commands, CourseOption, DbOption, add_group, changed, finite
 from gpuseat.cli._output import Format, FormatOption, print_json, print_rows
 from gpuseat.cli.course import actor
 
@@ -294,10 +294,8 @@ def register(app: typer.Typer) -> None:
             if course is not None and not COURSE_KEY_PATTERN.fullmatch(course):
                 raise InputError(f"{course[:100]!r} is not a course key", where="--course",
                                  fix="give the course's key (gpuseat course list), e.g. dl-2016")  # fmt: skip
-            given = {"--course": course, "--poll": poll, "--resync": resync, "--lease": lease}
-            defaults = {"--course": None, "--poll": 1.0, "--resync": 300.0, "--lease": 15.0}
-            flags = [(flag, str(v)) for flag, v in given.items() if v != defaults[flag]]
-            _install(engine, host, unit_dir, db, tuple(part for pair in flags for part in pair))
+            flags = changed("course", "poll", "resync", "lease")
+            _install(engine, host, unit_dir, db, tuple(part for flag, v in flags for part in (flag, str(v))))
             return
         import signal
         import threading

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from gpuseat.cli._options import changed
 from gpuseat.cli._output import Format, FormatOption
 
 if TYPE_CHECKING:
@@ -201,20 +202,18 @@ def register(app: typer.Typer) -> None:
         if render_name is None:
             if out is not None:
                 raise InputError("--out writes rendered files", where="--out", fix="add --render NAME")
-            given = [  # each shapes rendered files only: without --render it was dropped without a word
-                flag
-                for flag, value, default in (
-                    ("--image", image, None),
-                    ("--network", network, "default"),
-                    ("--participants", participants, None),
-                    ("--operator-namespace", operator_namespace, "gpu-operator"),
-                    ("--vcpus", vcpus, 4),
-                    ("--memory", memory, 16),
-                    ("--disk-gb", disk_gb, 50),
-                    ("--force", force, False),
-                )
-                if value != default
-            ]
+            # each shapes rendered files only: without --render it was dropped without a word
+            render_only = (
+                "image",
+                "network",
+                "participants",
+                "operator_namespace",
+                "vcpus",
+                "memory",
+                "disk_gb",
+                "force",
+            )
+            given = [flag for flag, _value in changed(*render_only)]
             if given:
                 raise InputError(
                     f"{', '.join(given)} only shape(s) rendered files",

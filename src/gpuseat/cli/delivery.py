@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from gpuseat.cli._options import CourseOption, DbOption, ProbeTimeoutOption
+from gpuseat.cli._options import CourseOption, DbOption, ProbeTimeoutOption, changed
 from gpuseat.cli._output import Format, FormatOption, print_json, print_rows
 from gpuseat.cli.course import actor
 from gpuseat.errors import InputError
@@ -125,7 +125,7 @@ def add_to(seats_app: typer.Typer) -> None:
             )
         if not 0 < bench_iterations <= 10_000_000:
             raise InputError("--bench-iterations out of range", where="--bench-iterations", fix="1 to 10,000,000")
-        if bench_iterations != 10_000 and not bench:  # it was dropped unsaid (and unchecked)
+        if changed("bench_iterations") and not bench:  # it was dropped unsaid (and unchecked)
             raise InputError(
                 "--bench-iterations is for --bench", where="--bench-iterations", fix="add --bench, or leave it out"
             )
