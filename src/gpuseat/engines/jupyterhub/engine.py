@@ -53,15 +53,14 @@ from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
 from gpuseat.engines.jupyterhub.requests import do_request, plan_requests
 from gpuseat.engines.setting_types import AbsolutePath
 from gpuseat.errors import EngineError, InputError
+from gpuseat.jupyterhub.hooks import ENGINE, HELD
 
 if TYPE_CHECKING:
     import httpx
 
     from gpuseat.store import ParticipantView, SeatView
 
-ENGINE = "jupyterhub"
 ACTOR = "gpuseat-agent"
-HELD = ("requested", "running")  # the hooks' states of a seat that belongs to the server named by engine_ref
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # What runs in the participant's kernel: the spawner's device selection and, where there is a driver,
 # the driver's own list; one marker line each so that kernel chatter never parses as a device.
