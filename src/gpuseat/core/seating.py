@@ -25,6 +25,10 @@ SEAT_KINDS: tuple[str, ...] = ("gpu", "mig", "vgpu", "shared", "cloud", "slurm",
 SEAT_STATES: tuple[str, ...] = ("planned", "requested", "running", "failed", "released")
 CLAIM_MODES: tuple[str, ...] = ("assigned", "pool")
 
+# Who the agent's and the engines' writes are logged as; the store's request queue tells the agent's own
+# writes apart by it (a change it made itself does not wake it).
+AGENT_ACTOR = "gpuseat-agent"
+
 # States a seat can be handed out in (a failed or released seat is skipped until it is requested again).
 ASSIGNABLE_STATES: tuple[str, ...] = ("planned", "requested", "running")
 

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gpuseat.engines.apply import AGENT_ACTOR, Pass, one_pass
+from gpuseat.core.seating import AGENT_ACTOR
+from gpuseat.engines.apply import Pass, one_pass
 from gpuseat.engines.runner import Runner
 from gpuseat.errors import GpuseatError
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Required, TypedDict, Unpack
 
+from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.engines import registry
 from gpuseat.engines.base import ApplyReport, Changes, CourseState, Engine
 from gpuseat.engines.runner import Runner
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 #: a course with access windows opens this long before each window (unless its ``[policy] lead_minutes``
 #: says otherwise), so seats are started and checked ready in time
 LEAD = timedelta(minutes=15)
-AGENT_ACTOR = "gpuseat-agent"
 
 
 @dataclass

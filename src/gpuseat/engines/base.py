@@ -406,10 +406,11 @@ class StepEngine(Generic[SettingsT]):
         nobody). With ``running=False`` (engines whose hub or cluster says when a seat runs) the seat's
         state is left alone and ``seat.clear`` removes the way in. A dry run writes nothing."""
         from gpuseat.core.readiness import Access
+        from gpuseat.core.seating import AGENT_ACTOR
 
         if self.runner.dry_run:
             return
-        actor = "gpuseat-agent"
+        actor = AGENT_ACTOR
         if step.action == "seat.clear" and not running:
             self.store.delivery.record_delivery(self.course, step.target, clear_access=True, actor=actor)
             return

@@ -23,6 +23,7 @@ from sqlalchemy import Float, Select, bindparam, func, literal_column, select
 
 from gpuseat.core import selfservice
 from gpuseat.core.delivery import login_name
+from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.core.selfservice import Hours, Interval, RunState
 from gpuseat.db.models import (
     Assignment,
@@ -46,7 +47,6 @@ SELF_SERVICE_ENGINES: tuple[str, ...] = ("host", "libvirt", "jupyterhub")
 #: a participant may make this many requests in :data:`RATE_WINDOW` (the organizer's are not counted)
 RATE_LIMIT = 10
 RATE_WINDOW = timedelta(minutes=10)
-AGENT = "gpuseat-agent"
 
 
 class RateLimited(InputError):
@@ -176,7 +176,7 @@ class Requests(Concern):
                     .where(
                         SeatRequest.participant_id == p.id,
                         SeatRequest.requested_at > when - RATE_WINDOW,
-                        SeatRequest.actor != AGENT,
+                        SeatRequest.actor != AGENT_ACTOR,
                     )
                 )
                 if (recent or 0) >= RATE_LIMIT:
@@ -264,7 +264,7 @@ class Requests(Concern):
             return [_view(crow.key, who, r) for r, who in s.execute(q)]
 
     def finish_request(
-        self, course: str | None, request_id: int, *, ok: bool, reason: str | None = None, actor: str = AGENT
+        self, course: str | None, request_id: int, *, ok: bool, reason: str | None = None, actor: str = AGENT_ACTOR
     ) -> bool:
         """Mark a pending request done or failed (False when it was not pending any more)."""
         with self._database.write() as s:
@@ -285,7 +285,7 @@ class Requests(Concern):
             )
             return True
 
-    def agent_stop(self, course: str | None, participant: str, reason: str, *, actor: str = AGENT) -> RequestView:
+    def agent_stop(self, course: str | None, participant: str, reason: str, *, actor: str = AGENT_ACTOR) -> RequestView:
         """The agent's own stop (no hours left, idle): a done ``stop`` on the seat's timeline."""
         with self._database.write() as s:
             crow = _course(s, course)
@@ -459,7 +459,9 @@ class Requests(Concern):
             )
             return {who: cast(datetime, _utc(at)) for who, at in rows if who}
 
-    def warn_idle(self, course: str | None, participant: str, seat: str, text: str, *, actor: str = AGENT) -> None:
+    def warn_idle(
+        self, course: str | None, participant: str, seat: str, text: str, *, actor: str = AGENT_ACTOR
+    ) -> None:
         """Write the idle warning of a seat (the page shows it; the stop comes after the grace period)."""
         with self._database.write() as s:
             crow = _course(s, course)

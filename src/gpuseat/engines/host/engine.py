@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from gpuseat.core import delivery
 from gpuseat.core.logins import UNIX_USER
 from gpuseat.core.readiness import Access, Readiness, judge
+from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine, ssh_access
 from gpuseat.engines.host.machine import Machine
 from gpuseat.errors import InputError
@@ -563,7 +564,7 @@ class HostEngine(StepEngine[HostSettings]):
                     seat.state,
                     reason=f"device {d['uuid']} on {self.host}",
                     device_uuid=d["uuid"],
-                    actor="gpuseat-agent",
+                    actor=AGENT_ACTOR,
                 )
             case "seat.record" | "seat.clear":
                 self.record_way_in(step)

@@ -35,6 +35,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.core.selfservice import RunState
 from gpuseat.engines import course_webhook
 from gpuseat.engines.base import RUN_REQUESTS, Changes, CourseState, Step, plan_holder_requests, stale_requests
@@ -166,7 +167,7 @@ def do_request(engine: HostEngine, step: Step) -> str | None:
         return _check_seat(engine, step)
     if step.action == "seat.connected":
         engine.store.events.log(engine.course, "seat.connected", participant=step.participant, seat=step.target,
-                                detail={"login": d["login"]}, actor="gpuseat-agent", gone_ok=True)  # fmt: skip
+                                detail={"login": d["login"]}, actor=AGENT_ACTOR, gone_ok=True)  # fmt: skip
         return None
     if step.action == "seat.warn":
         engine.store.requests.warn_idle(engine.course, str(step.participant), step.target, str(d["text"]))
@@ -289,7 +290,7 @@ def _check_seat(engine: HostEngine, step: Step) -> str | None:
     if seat.participant is None or seat.participant not in people:
         return None
     result = engine.probe(seat, people[seat.participant])
-    engine.store.delivery.record_readiness([result], actor="gpuseat-agent")
+    engine.store.delivery.record_readiness([result], actor=AGENT_ACTOR)
     return None if result.state == "ready" else f"{step.target} is broken before the session: {result.reason}"
 
 

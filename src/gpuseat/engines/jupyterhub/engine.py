@@ -49,6 +49,7 @@ from urllib.parse import quote
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core.readiness import Access, Readiness, judge
+from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
 from gpuseat.engines.jupyterhub.requests import do_request, plan_requests
 from gpuseat.engines.setting_types import AbsolutePath
@@ -60,7 +61,6 @@ if TYPE_CHECKING:
 
     from gpuseat.store import ParticipantView, SeatView
 
-ACTOR = "gpuseat-agent"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # What runs in the participant's kernel: the spawner's device selection and, where there is a driver,
 # the driver's own list; one marker line each so that kernel chatter never parses as a device.
@@ -485,12 +485,12 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
             if name in ((self._model(user) or {}).get("servers") or {}):
                 raise EngineError(f"server {ref} still runs: seat {seat_key} stays held", where=self.api)
             self.store.seats.set_seat_state(
-                self.course, seat_key, "released", reason=f"server {ref} stopped", actor=ACTOR
+                self.course, seat_key, "released", reason=f"server {ref} stopped", actor=AGENT_ACTOR
             )
             seat = self.store.seats.get_seat(self.course, seat_key)
         if seat.state == "released":
             self.store.seats.set_seat_state(
-                self.course, seat_key, "planned", reason="free for its holder's next start", actor=ACTOR
+                self.course, seat_key, "planned", reason="free for its holder's next start", actor=AGENT_ACTOR
             )
 
     def _model(self, user: str) -> dict[str, Any] | None:

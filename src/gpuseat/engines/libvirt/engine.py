@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core.delivery import login_name
 from gpuseat.core.readiness import Access, Readiness, ReadyState, judge
+from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
 from gpuseat.engines.libvirt import machine as vm_
 from gpuseat.engines.libvirt import names, requests
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
     from gpuseat.engines.libvirt.libvirt_host import LibvirtHost
     from gpuseat.store import ParticipantView, SeatView
 
-ACTOR = "gpuseat-agent"
 TEST_DRIVER_NOTE = "libvirt's test driver (test://): nothing is recorded in the course store"
 GRANTS = ("domain.create", "domain.reimage", "domain.update", "domain.start")
 
@@ -484,7 +484,7 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
                     state = "requested" if seat.state == "running" else seat.state
                     access = Access(kind="ssh", device_uuid=seat.device_uuid, notes=("nobody holds this seat",))
                     self.store.seats.set_seat_state(self.course, seat.key, state, reason="libvirt: nobody holds it",
-                                              connect="", access=access, actor=ACTOR)  # fmt: skip
+                                              connect="", access=access, actor=AGENT_ACTOR)  # fmt: skip
             case _:
                 raise InputError(f"the libvirt engine has no step {step.action!r}", where="plan")
         return None
@@ -508,9 +508,9 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
         from gpuseat.core.seating import transition_error
 
         if transition_error(seat.state, state):  # a released seat is requested again first
-            self.store.seats.set_seat_state(self.course, seat.key, "requested", reason="libvirt", actor=ACTOR)
+            self.store.seats.set_seat_state(self.course, seat.key, "requested", reason="libvirt", actor=AGENT_ACTOR)
         self.store.seats.set_seat_state(self.course, seat.key, state, reason=reason, engine_ref=vm_.domain_name(
-            self.course, seat.key), connect=connect, access=access, actor=ACTOR)  # fmt: skip
+            self.course, seat.key), connect=connect, access=access, actor=AGENT_ACTOR)  # fmt: skip
         return None if ip or not running else "no address yet: the next apply (or the agent) records it"
 
     # -- observe, check, connect -------------------------------------------------------------------

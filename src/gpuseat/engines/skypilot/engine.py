@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gpuseat.core import delivery
 from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
 from gpuseat.core.readiness import Access, Readiness, judge
+from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine, ssh_access
 from gpuseat.engines.setting_types import tool
 from gpuseat.engines.skypilot import tasks
@@ -50,7 +51,6 @@ if TYPE_CHECKING:
     from gpuseat.store import ParticipantView, SeatView
 
 ENGINE: Final[Literal["skypilot"]] = "skypilot"
-ACTOR = "gpuseat-agent"
 #: the first word of a cloud seat's state reason: its honest state (issue 37 item 8)
 STATES = ("not launched", "launching", "running", "stopped")
 _RUNNING = ("UP",)
@@ -411,14 +411,16 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
             case "seat.clear":
                 if not self.runner.dry_run:
                     if self.store.seats.get_seat(self.course, step.target).state == "running":  # running → planned
-                        self.store.delivery.record_delivery(self.course, step.target, state="requested", actor=ACTOR)
+                        self.store.delivery.record_delivery(
+                            self.course, step.target, state="requested", actor=AGENT_ACTOR
+                        )
                     self.store.delivery.record_delivery(
                         self.course,
                         step.target,
                         clear_access=True,
                         state=d["state"],
                         reason=d["reason"],
-                        actor=ACTOR,
+                        actor=AGENT_ACTOR,
                     )
             case _:
                 raise InputError(f"the skypilot engine has no step {step.action!r}", where="plan")
@@ -430,13 +432,13 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
             e = d["error"]
             if not self.runner.dry_run:
                 reason = f"not launched: {GpuseatError(e['what'], where=e['where'], fix=e['fix']).message}"[:1900]
-                self.store.delivery.record_delivery(self.course, seat, state="failed", reason=reason, actor=ACTOR)
+                self.store.delivery.record_delivery(self.course, seat, state="failed", reason=reason, actor=AGENT_ACTOR)
             kind = InputError if e["exit_code"] == 2 else EngineError
             raise kind(e["what"], where=at_seat(seat, e["where"], e["what"]), fix=e["fix"] or _RETRY_FIX)
         if not self.runner.dry_run:
             started = datetime.now(UTC)
             reason = f"launching: cluster {cluster} for {d['login']} (sky launch started {started:%H:%M} UTC)"
-            self.store.delivery.record_delivery(self.course, seat, state="requested", reason=reason, actor=ACTOR)
+            self.store.delivery.record_delivery(self.course, seat, state="requested", reason=reason, actor=AGENT_ACTOR)
         try:  # submitted, not waited: every seat launches side by side; its record step waits for it
             request = self.sky.launch(cluster, dict(d["task"]), idle_minutes=d.get("idle_minutes"), wait=False)
         except EngineError as exc:
@@ -448,7 +450,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         """Store the seat as failed with SkyPilot's error; the step's error names the seat once, with one fix."""
         if not self.runner.dry_run:
             reason = f"not launched: {exc.what}"[:1900]
-            self.store.delivery.record_delivery(self.course, seat, state="failed", reason=reason, actor=ACTOR)
+            self.store.delivery.record_delivery(self.course, seat, state="failed", reason=reason, actor=AGENT_ACTOR)
         where = None if exc.where == "skypilot" else exc.where  # sdk's errors say "skypilot"; the seat says more
         return EngineError(exc.what, where=at_seat(seat, where, exc.what), fix=exc.fix or _LAUNCH_FIX)
 
@@ -483,7 +485,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
             state=state,
             reason=reason,
             engine_ref=d["cluster"],
-            actor=ACTOR,
+            actor=AGENT_ACTOR,
         )
 
     def remote(self, cluster: str, line: str, *, timeout: float = 30.0) -> list[str]:
