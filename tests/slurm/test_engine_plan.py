@@ -422,3 +422,85 @@ def test_a_released_holders_held_or_stopped_job_is_cancelled_too(lab: Lab, state
     done = lab.apply()
     assert not done.failed, done.failed
     assert "scancel 51" in _lines(done) and 51 not in lab.fake.jobs
+
+
+# The `nvidia-smi -L` section of a real H100 in MIG mode (one GPU line, four MIG lines), and a second
+# GPU's line for "another participant's whole GPU": the lines are taken from the fixtures, not typed.
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+_H100_MIG = (FIXTURES / "nvidia_gpu_exporter__linux-x86_64__nvidia-h100-mig__590.48.01.txt").read_text().splitlines()
+_AT = _H100_MIG.index("# $ nvidia-smi -L") + 2
+GPU_LINE, MIG_LINES = _H100_MIG[_AT], _H100_MIG[_AT + 1 : _AT + 5]
+OTHER_GPU_LINE = (FIXTURES / "rtxpro6000__L.txt").read_text().splitlines()[0]
+
+
+def _uuid(line: str) -> str:
+    m = re.search(r"\(UUID: ((?:GPU|MIG)-[0-9a-f-]+)\)", line)
+    assert m, line
+    return m.group(1)
+
+
+def test_the_probe_reads_a_mig_slice_by_the_one_parser(lab: Lab, tmp_path: Path) -> None:
+    """``SlurmEngine.probe``: the stand-in ``srun`` runs the engine's real job script under ``sh`` on a
+    stand-in node (its CUDA_VISIBLE_DEVICES, its nvidia-smi or none). A job on one MIG slice lists the
+    parent GPU line and its MIG line: ready for that slice, broken for another's (it counted as two GPUs,
+    every Slurm MIG seat broken). Without nvidia-smi only Slurm's index is there; an nvidia-smi that
+    fails is no GPU seen (it fell back to the index: ready)."""
+    import dataclasses
+    import shlex
+    import shutil
+    import subprocess
+
+    from gpuseat.engines import registry
+
+    sh = shutil.which("sh")
+    assert sh is not None
+    node: dict[str, str] = {}
+
+    def srun(argv: tuple[str, ...]) -> tuple[int, str, str]:
+        assert "--gres=gpu:1" in argv and argv[-3:-1] == ("sh", "-c"), argv
+        done = subprocess.run([sh, "-c", argv[-1]], env=node, capture_output=True, text=True, timeout=30)
+        return done.returncode, done.stdout, done.stderr
+
+    def on_node(cvd: str, listing: list[str] | None, *, smi_exit: int = 0) -> None:
+        bin_dir = tmp_path / f"node-{len(list(tmp_path.glob('node-*')))}"
+        bin_dir.mkdir()
+        if listing is not None:
+            lines = " ".join(shlex.quote(ln) for ln in listing)
+            (bin_dir / "nvidia-smi").write_text(f"#!{sh}\nprintf '%s\\n' {lines}\nexit {smi_exit}\n")
+            (bin_dir / "nvidia-smi").chmod(0o755)
+        node.clear()
+        node.update(PATH=str(bin_dir), CUDA_VISIBLE_DEVICES=cvd, SLURM_JOB_GPUS="2")
+
+    lab.runner.answers[("srun",)] = srun
+    engine = registry.build("slurm", lab.store, "c1", runner=lab.runner)
+    alice = next(p for p in lab.store.roster.participants("c1") if p.key == lab.people["alice"])  # type: ignore[attr-defined]
+    seat = lab.store.seats.get_seat("c1", "seat-01")  # type: ignore[attr-defined]
+    mine, theirs = _uuid(MIG_LINES[2]), _uuid(MIG_LINES[3])
+    cases = [
+        # (CUDA_VISIBLE_DEVICES, nvidia-smi -L lines or None: not installed, seat UUID, state, reason or visible)
+        ("0", [GPU_LINE, MIG_LINES[2]], mine, "ready", (mine,)),
+        ("0", [GPU_LINE, MIG_LINES[2]], theirs, "broken", f"sees {mine}, not the seat's {theirs}"),
+        ("0", [GPU_LINE, *MIG_LINES], mine, "broken", "4 GPUs visible"),
+        ("0", [GPU_LINE], _uuid(GPU_LINE), "ready", (_uuid(GPU_LINE),)),
+        ("0", [GPU_LINE], _uuid(OTHER_GPU_LINE), "broken", f"not the seat's {_uuid(OTHER_GPU_LINE)}"),
+        ("0", [GPU_LINE, OTHER_GPU_LINE], _uuid(GPU_LINE), "broken", "2 GPUs visible"),
+        ("0", None, mine, "ready", ("0",)),
+        ("0,1", None, mine, "broken", "2 GPUs visible"),
+        ("NoDevFiles", None, mine, "broken", "no GPU visible"),
+        ("", None, None, "broken", "no GPU visible"),
+    ]
+    for cvd, listing, want, state, expect in cases:
+        on_node(cvd, listing)
+        lab.runner.take()
+        got = engine.probe(dataclasses.replace(seat, device_uuid=want), alice)  # type: ignore[attr-defined]
+        where = (cvd, listing, want, got.reason, got.evidence)
+        assert got.state == state, where
+        assert got.visible == expect if isinstance(expect, tuple) else expect in (got.reason or ""), where
+        assert [r.user for r in lab.runner.take() if r.argv[0] == "srun"] == ["alice"], where
+        if listing:
+            assert listing[-1] in got.evidence, where
+    # nvidia-smi there but failing (no driver): nothing seen, whatever Slurm's index says
+    on_node("0", ["No devices were found"], smi_exit=6)
+    got = engine.probe(dataclasses.replace(seat, device_uuid=mine), alice)  # type: ignore[attr-defined]
+    assert (got.state, got.reason, got.visible) == ("broken", "no GPU visible to the participant", ()), got
+    assert "No devices were found" in got.evidence

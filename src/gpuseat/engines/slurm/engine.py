@@ -21,7 +21,6 @@ holder is let in only once the old holder's jobs are gone. A second plan after a
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpuseat.core.delivery import login_name
-from gpuseat.core.readiness import Access, Readiness, judge
+from gpuseat.core.delivery import login_name, parse_probe
+from gpuseat.core.readiness import Access, Readiness, ReadyState, judge
 from gpuseat.engines.base import Changes, CourseState, Holding, Phase, Step, StepEngine
 from gpuseat.engines.setting_types import trusted_file
 from gpuseat.engines.slurm import config, names
@@ -53,8 +52,14 @@ from gpuseat.files import write_file
 if TYPE_CHECKING:
     from gpuseat.store import ParticipantView, SeatView
 
-PROBE_SCRIPT = (
-    'echo "CVD=${CUDA_VISIBLE_DEVICES:-}"; echo "JOB_GPUS=${SLURM_JOB_GPUS:-}"; nvidia-smi -L 2>/dev/null; true'
+NO_NVIDIA_SMI = "gpuseat: no nvidia-smi on this node"
+# What the srun probe job runs: CUDA_VISIBLE_DEVICES in the form core.delivery.parse_probe reads, then
+# nvidia-smi -L. Slurm's own variant of core.delivery.PROBE_SCRIPT: a node without nvidia-smi (a test
+# cluster, a node image without the driver tools) must not fail the job, so it says so in one line the
+# judge recognises; an nvidia-smi that is there but fails is a failure (no GPU seen), not a fallback.
+SRUN_PROBE_SCRIPT = (
+    'printf "CUDA_VISIBLE_DEVICES=%s\\n" "${CUDA_VISIBLE_DEVICES-}"; echo "SLURM_JOB_GPUS=${SLURM_JOB_GPUS-}"; '
+    f'if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi -L; else echo "{NO_NVIDIA_SMI}"; fi; true'
 )
 PLACEHOLDER = "root"  # a reservation's only user while its last holder is replaced (Users= cannot be empty)
 
@@ -91,15 +96,23 @@ class SlurmSettings(BaseModel):
         return v
 
 
-def parse_probe(text: str) -> tuple[tuple[str, ...], bool]:
-    """What a probe job printed: the GPU UUIDs of ``nvidia-smi -L`` when it ran, else the
-    ``CUDA_VISIBLE_DEVICES`` entries; and whether the UUIDs are real ones."""
-    found = tuple(re.findall(r"\(UUID: ((?:GPU|MIG)-[0-9A-Za-z/-]+)\)", text))
-    if found:
-        return found, True
-    m = re.search(r"^CVD=(.*)$", text, re.M)
-    cvd = m.group(1).strip() if m else ""
-    return tuple(x for x in cvd.split(",") if x and x != "NoDevFiles"), False
+def judge_srun_probe(text: str, device_uuid: str | None) -> tuple[ReadyState, str | None, tuple[str, ...]]:
+    """What a probe job printed (:data:`SRUN_PROBE_SCRIPT`) → state, reason and the devices it saw, by
+    the one parser (:func:`~gpuseat.core.delivery.parse_probe`: a MIG device counts, not its parent GPU)
+    and the one rule (:func:`~gpuseat.core.readiness.judge`).
+
+    Where the node has no nvidia-smi, the only evidence is Slurm's allocation: the ``CUDA_VISIBLE_DEVICES``
+    entries, which Slurm sets to GRES indices (``0``), not UUIDs, so exactly one is ready without a UUID
+    comparison. Unlike the host engine, ``CUDA_VISIBLE_DEVICES`` is never compared with the seat's UUID
+    either: Slurm always sets indices there (global ones, or ``0`` under ConstrainDevices), so that check
+    would call every Slurm seat broken; confinement is what nvidia-smi's listing shows."""
+    seen = parse_probe(text)
+    if seen.visible or NO_NVIDIA_SMI not in text.splitlines():
+        state, reason = judge(device_uuid, seen.visible)
+        return state, reason, seen.visible
+    indices = tuple(x.strip() for x in (seen.cuda_visible or "").split(",") if x.strip() not in ("", "NoDevFiles"))
+    state, reason = judge(None, indices)
+    return state, reason, indices
 
 
 def current_session(course: SlurmCourse, now: datetime) -> Reservation | None:
@@ -633,7 +646,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             "--",
             "sh",
             "-c",
-            PROBE_SCRIPT,
+            SRUN_PROBE_SCRIPT,
         ]
         try:
             proc = self.slurm.run("srun", args, as_user=login, check=False, timeout=wait + 10)
@@ -642,8 +655,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         evidence = (proc.stdout + proc.stderr).strip()
         if proc.returncode != 0:
             return result("broken", f"srun failed: {explain(proc.stderr or proc.stdout)}", evidence)
-        visible, real = parse_probe(proc.stdout)
-        state, reason = judge(seat.device_uuid if real else None, visible)
+        state, reason, visible = judge_srun_probe(proc.stdout, seat.device_uuid)
         return result(state, reason, evidence, visible)
 
     def refused(self, participant: ParticipantView) -> str | None:
