@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationInfo, model_validator
 
 from gpuseat.catalog import data_toml, find_gpu, gpu_models
+from gpuseat.core.needs import GuestOS
 from gpuseat.errors import InputError, did_you_mean
 from gpuseat.files import read_toml_model
 
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 Billing = Literal["per-second", "per-minute", "per-hour", "month-whole", "month-prorated", "month-first-prorated"]
 Rounding = Literal["up", "down"]
 Kind = Literal["cloud", "bare-metal"]
-GuestOS = Literal["linux", "windows"]
 MonthStart = Literal["calendar", "anniversary"]
 DiskMonth = Literal["730h", "calendar"]
 Usd = StrictFloat  # prices: strict (``true`` is not a price), finite and bounded below

@@ -12,12 +12,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat import __version__
-from gpuseat.core.seating import COURSE_KEY_PATTERN
+from gpuseat.core.seating import COURSE_KEY_PATTERN, ClaimMode
 from gpuseat.errors import InputError
 
 SpawnerName = Literal["local", "systemd", "docker", "kubernetes"]
 MatchBy = Literal["key", "email", "unix_user"]
-ClaimMode = Literal["assigned", "pool"]
 MigStrategy = Literal["mixed", "single"]
 
 SPAWNER_CLASSES: dict[str, str] = {

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gpuseat.render.k8s import GPU, mig_resource
 
+if TYPE_CHECKING:
+    from gpuseat.jupyterhub.config import MigStrategy
+
 Flavour = Literal["local", "docker", "kubernetes"]
-MigStrategy = Literal["mixed", "single"]
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # Seat kinds a hub server can hold (the others are VMs, cloud machines or Slurm jobs with their own engine).
