@@ -32,10 +32,9 @@ from datetime import date, datetime, timedelta
 
 from gpuseat.catalog.offers import INCREMENT_S, Offer
 from gpuseat.catalog.rules import Rule
+from gpuseat.core.intervals import Interval
 
 HOURS_PER_MONTH = 730  # the hours-per-month convention most cloud storage prices use
-
-Interval = tuple[datetime, datetime]
 
 
 def money(usd: float) -> str:

@@ -26,6 +26,7 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, field_validator, model_validator
 
+from gpuseat.core.intervals import Interval
 from gpuseat.core.needs import MAX_GB, SeatNeed
 
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
@@ -40,8 +41,6 @@ LAST_END = date(9998, 12, 31)
 MAX_PARTICIPANTS = 100_000
 #: Most explicit [[schedule.session]] entries.
 MAX_SESSIONS = 5000
-
-Interval = tuple[datetime, datetime]
 
 
 def parse_hours(text: str) -> tuple[time, float]:

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from gpuseat.core.intervals import Interval
 from gpuseat.core.roster import check_ssh_key
 from gpuseat.safe_text import has_control
 
@@ -35,8 +36,6 @@ KEY_TYPES: tuple[str, ...] = (
     "sk-ecdsa-sha2-nistp256@openssh.com",
     "ssh-rsa",
 )
-
-Interval = tuple[datetime, datetime]
 
 
 def check_new_key(text: str) -> str:

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gpuseat.core.cost import Interval, disk_rate, seconds, usage_rate, windows_rate
+from gpuseat.core.cost import disk_rate, seconds, usage_rate, windows_rate
 from gpuseat.core.course import Course
+from gpuseat.core.intervals import Interval
 from gpuseat.core.plan.fit import PlanContext
 
 if TYPE_CHECKING:

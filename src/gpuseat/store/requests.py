@@ -23,8 +23,9 @@ from sqlalchemy import Float, Select, bindparam, func, literal_column, select
 
 from gpuseat.core import selfservice
 from gpuseat.core.delivery import login_name
+from gpuseat.core.intervals import Interval
 from gpuseat.core.seating import AGENT_ACTOR
-from gpuseat.core.selfservice import Hours, Interval, RunState
+from gpuseat.core.selfservice import Hours, RunState
 from gpuseat.db.models import (
     Assignment,
     CourseRecord,

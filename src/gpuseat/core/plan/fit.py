@@ -21,7 +21,6 @@ from gpuseat.catalog.offers import Offer
 from gpuseat.catalog.rules import Rule
 from gpuseat.core.capacity import Capacity, ChipOption, NotChosen, chip_options, server_capacity
 from gpuseat.core.cost import (
-    Interval,
     Rate,
     billed_total,
     disk_rate,
@@ -37,6 +36,7 @@ from gpuseat.core.cost import (
     windows_rate,
 )
 from gpuseat.core.course import Course, Group
+from gpuseat.core.intervals import Interval
 from gpuseat.core.needs import SeatNeed
 from gpuseat.errors import InputError
 
