@@ -20,6 +20,9 @@ T = TypeVar("T")
 #: Version of the JSON documents gpuseat prints for snapshots, usage and seat states.
 SCHEMA_VERSION = 1
 
+#: bytes in a MiB, the unit of every memory reading (and of a GPU's BAR sizes)
+MIB = 1 << 20
+
 #: nvidia-smi's process types: ``C`` compute, ``G`` graphics, ``C+G`` both. Graphics-only
 #: processes (Xorg, a browser) are listed on a seat but do not make it "in use".
 GRAPHICS_ONLY = "G"

@@ -16,8 +16,8 @@ import yaml
 
 from gpuseat.core import mig
 from gpuseat.core.carve import CarveRequest, carve
-from gpuseat.core.mmio import MIB
 from gpuseat.errors import InputError
+from gpuseat.readings import MIB
 from gpuseat.render.base import RenderOptions, render
 from gpuseat.services.carving import server_from_nvidia_smi
 

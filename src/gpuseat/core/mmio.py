@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from gpuseat.catalog.doctor import BarLimits
 
 GIB = 1 << 30
-MIB = 1 << 20
 
 
 def mmio_size_gb(bars_bytes: Sequence[int]) -> int:

@@ -30,9 +30,8 @@ from types import ModuleType
 from typing import Any
 
 from gpuseat.errors import EngineError
-from gpuseat.readings import Gpu, GpuProcess, MigInstance, Snapshot
+from gpuseat.readings import MIB, Gpu, GpuProcess, MigInstance, Snapshot
 
-MIB = 1024 * 1024
 _MIG_PROFILE = re.compile(r"MIG (\d+g\.\d+gb(?:\+\w+)?)", re.IGNORECASE)
 _UINT_MAX = 0xFFFFFFFF
 

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from gpuseat.core.carve import Layout, Slice
 from gpuseat.core.inventory import Chip
-from gpuseat.core.mmio import MIB, estimated_bars_bytes, mmio_size_gb, needs_64bit_mmio
+from gpuseat.core.mmio import estimated_bars_bytes, mmio_size_gb, needs_64bit_mmio
+from gpuseat.readings import MIB
 from gpuseat.render.base import Artifact, Renderer, RenderOptions, header, require_pci, runbook
 from gpuseat.render.vgpu import vsphere_type
 
