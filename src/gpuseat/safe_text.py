@@ -15,6 +15,8 @@ from typing import Any
 # reorder what a reader sees (U+202A–U+202E, U+2066–U+2069).
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _UNSAFE_ONE_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# ASCII controls, tab and newline included, and DEL: what a stored one-line value (a roster cell) may not hold.
+_ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 REPLACEMENT = "\ufffd"
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
 
@@ -28,6 +30,12 @@ def clean(value: str, *, one_line: bool = False) -> str:
 def has_control(value: str) -> bool:
     """True when ``value`` holds a character :func:`clean` would replace (newlines allowed)."""
     return _UNSAFE.search(value) is not None
+
+
+def has_ascii_control(value: str) -> bool:
+    """True when ``value`` holds an ASCII control character (tab and newline too) or DEL: the check for a
+    value that is stored as one line (non-ASCII controls are cleaned by :func:`clean` where it is shown)."""
+    return _ASCII_CONTROL.search(value) is not None
 
 
 def csv_cell(value: Any) -> Any:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
 from gpuseat.errors import InputError, did_you_mean
+from gpuseat.safe_text import has_ascii_control
 
 COLUMNS: tuple[str, ...] = ("key", "name", "email", "group", "unix_user", "ssh_key")
 _ALIASES = {
@@ -35,7 +36,8 @@ _ALIASES = {
     "id": "key",
 }
 MAX_ROWS = 100_000
-MAX_BYTES = 16 * 1024 * 1024
+#: longest roster text, in characters, whatever it came from (a file read is capped at gpuseat.files.MAX_BYTES bytes)
+MAX_ROSTER_CHARS = 16 * 1024 * 1024
 
 EMAIL = re.compile(
     r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$"
@@ -50,7 +52,6 @@ SSH_KEY_TYPES: tuple[str, ...] = (
     "sk-ssh-ed25519@openssh.com",
     "sk-ecdsa-sha2-nistp256@openssh.com",
 )
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +147,7 @@ def parse_roster(text: str, *, groups: tuple[str, ...], where: str = "roster") -
     ``groups`` are the course's group names: a row's group must be one of them (an empty group cell
     is allowed when the course has exactly one group).
     """
-    if len(text) > MAX_BYTES:
+    if len(text) > MAX_ROSTER_CHARS:
         raise InputError(f"{len(text)} characters, more than a roster can be", where=where, fix="split the file")
     text = text.removeprefix("\ufeff")
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=sniff_delimiter(text), strict=True)
@@ -208,7 +209,7 @@ def _row(record: list[str], cell: _Cell, groups: tuple[str, ...], seen: dict[str
 
     for column in COLUMNS:
         cell_text = get(column)
-        if _CONTROL.search(cell_text) or len(cell_text) > (16384 if column == "ssh_key" else 256):
+        if has_ascii_control(cell_text) or len(cell_text) > (16384 if column == "ssh_key" else 256):
             raise cell.error(column, "control characters or too long", "keep each value on one line")
     email = get("email")
     if not email:
