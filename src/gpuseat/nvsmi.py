@@ -439,22 +439,13 @@ def name_mig_profiles(snapshot: Snapshot, catalog: Catalog) -> Snapshot:
 
 # -- running nvidia-smi ---------------------------------------------------------------------------
 
-#: A host for ``--ssh``: ``[user@]name`` with a DNS name, IPv4 or bracket-less IPv6, nothing that
-#: ssh could read as an option (a leading ``-``) or a shell could interpret.
-_HOST = re.compile(
-    r"^(?:[A-Za-z0-9._][A-Za-z0-9._-]{0,31}@)?(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|[0-9A-Fa-f:]{2,39})$"
-)
-
 
 def check_host(host: str, *, where: str = "--ssh") -> str:
-    """``host`` if it is a plain ``[user@]hostname`` or address; else an :class:`InputError` (exit 2)."""
-    if not host or host.startswith("-") or not _HOST.fullmatch(host) or ".." in host:
-        raise InputError(
-            f"{host!r} is not a host name",
-            where=where,
-            fix="give a host such as gpu01, gpu01.lab.example, admin@10.0.0.5 (letters, digits, '.', '-', one '@')",
-        )
-    return host
+    """``[user@]host`` for ``ssh`` by the one host rule (:mod:`gpuseat.core.hosts`), IPv6 brackets
+    dropped; else an :class:`InputError` (exit 2)."""
+    from gpuseat.core.hosts import check_host as one_rule
+
+    return one_rule(host, field=where, user=True)
 
 
 def ssh_prefix(host: str | None, *, where: str = "--ssh") -> list[str]:

@@ -47,15 +47,17 @@ EngineOption = Annotated[
 
 
 def seat_host(value: str | None) -> str | None:
-    """``--host`` when it can be a seat's host name (the store's rule): one that cannot matched no seat and
-    the pass said "Plan: 0 to add" (exit 0)."""
-    from gpuseat.store.specs import _HOST
-
-    if value is not None and not _HOST.fullmatch(value):
+    """``--host`` when it can be a seat's host name (the one host rule, :mod:`gpuseat.core.hosts`): one
+    that cannot matched no seat and the pass said "Plan: 0 to add" (exit 0)."""
+    if value is not None:
+        from gpuseat.core.hosts import EXAMPLES, host_problem, normal_host
         from gpuseat.errors import InputError
 
-        fix = "give the host as the seats name it (gpuseat seats status)"
-        raise InputError(f"{value[:100]!r} is not a host name", where="--host", fix=fix)
+        problem = host_problem(value)
+        if problem is not None:
+            fix = f"give the host as the seats name it (gpuseat seats status), {EXAMPLES}"
+            raise InputError(f"{value[:100]!r} is not a host name: {problem}", where="--host", fix=fix)
+        return normal_host(value)
     return value
 
 

@@ -11,64 +11,23 @@ the machine; tests check them without root.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import re
 import shlex
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
+from gpuseat.core.hosts import HOST_RE as HOST_RE
+from gpuseat.core.hosts import check_host as check_host
+from gpuseat.core.hosts import split_user_host as split_user_host
+from gpuseat.core.logins import SYSTEM_LOGINS
 from gpuseat.errors import InputError
 
-# a host name or address a participant can type (no spaces, no shell or ssh option characters)
-HOST_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9-]{1,63})*\.?$")
 UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z/-]{1,90}$")
 _MIG_MINOR = re.compile(r"^(?:gpu([0-9]{1,3})/gi([0-9]{1,3})(?:/ci([0-9]{1,3}))?/access|config|monitor) ([0-9]{1,7})$")
-_FILE_LIKE = re.compile(r"\.(toml|ya?ml|json|csv|txt|xml)$", re.IGNORECASE)
 
 
 # -- hosts and the way in ------------------------------------------------------------------------
-
-
-def check_host(value: str, *, field: str) -> str:
-    """A reachable host name or IP address, or an :class:`InputError` naming ``field``."""
-    text = value.strip()
-    try:
-        ipaddress.ip_address(text.strip("[]"))
-        return text.strip("[]")
-    except ValueError:
-        pass
-    if "/" in text or _FILE_LIKE.search(text) or not HOST_RE.match(text):
-        raise InputError(
-            f"{value!r} is not a host name a participant can reach (it looks like a file or has odd characters)",
-            where=field,
-            fix=f"set {field} to the server's DNS name or IP address, e.g. gpu1.example.org",
-        )
-    return text
-
-
-def split_user_host(value: str, *, field: str = "--ssh") -> tuple[str | None, str, int | None]:
-    """``user@host[:port]`` (user and port optional; ``[v6]:port`` for IPv6) → parts, checked."""
-    user, _, rest = value.strip().rpartition("@")
-    if user and not UNIX_USER.match(user):
-        raise InputError(f"user {user!r} is not a Unix user name", where=field, fix="write it as user@host[:port]")
-    port: int | None = None
-    if rest.startswith("["):
-        host, _, tail = rest[1:].partition("]")
-        if tail:
-            port = _port(tail.removeprefix(":"), field)
-    elif rest.count(":") == 1:
-        host, _, p = rest.partition(":")
-        port = _port(p, field)
-    else:
-        host = rest
-    return (user or None), check_host(host, field=field), port
-
-
-def _port(text: str, field: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 65536:
-        raise InputError(f"port {text!r} is not a TCP port", where=field, fix="give a port between 1 and 65535")
-    return int(text)
+# the one host rule lives in gpuseat.core.hosts; its checks are re-exported here for the callers of old
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpuseat.core.delivery import Instruction, being_prepared, instruction, login_name, not_yours
+from gpuseat.core.hosts import bad_stored_host, host_problem
 from gpuseat.core.readiness import Access
 from gpuseat.engines import registry
 from gpuseat.errors import InputError
@@ -45,6 +46,9 @@ def way_in(
     if access is None and seat.host and "." in seat.host and seat.kind not in ("cloud", "slurm", "vm"):
         # a host given as a DNS name or address (seats add --host gpu1.example.org) is a way in;
         # a bare label (the inventory's name, h200-2x) never is
+        problem = host_problem(seat.host)
+        if problem is not None:  # stored before the one host rule: never pasted into a participant's terminal
+            return Instruction(None, None, None, seat.device_uuid, (), bad_stored_host(seat.key, seat.host, problem))
         access = {"kind": "ssh", "host": seat.host, "device_uuid": seat.device_uuid}
     login = login_name(participant.key, participant.unix_user) if participant else None
     if logins is None:
@@ -186,7 +190,8 @@ def build_access(
     ``server_name`` is the seat's server as the inventory names it: a label in a file, so it is
     refused as a host unless it is a full DNS name.
     """
-    from gpuseat.core.delivery import check_host, split_user_host, ssh_command
+    from gpuseat.core.delivery import ssh_command
+    from gpuseat.core.hosts import check_host, jump_target, split_user_host
     from gpuseat.core.readiness import ACCESS_KINDS
 
     if kind is not None and kind not in ACCESS_KINDS:
@@ -202,8 +207,7 @@ def build_access(
     if jump and not ssh:  # a jump host is part of an SSH way in: with --url it was dropped unsaid
         raise InputError("--jump is the SSH jump host (ssh -J) and needs --ssh", where="--jump", fix="give --ssh too")
     if jump:
-        juser, jhost, jport = split_user_host(jump, field="--jump")
-        jump_host = (f"{juser}@" if juser else "") + check_host(jhost, field="--jump") + (f":{jport}" if jport else "")
+        jump_host = jump_target(jump, field="--jump")
     if ssh:
         user, host, port = split_user_host(ssh)
         if server_name and host == server_name and "." not in host:

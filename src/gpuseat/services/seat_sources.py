@@ -27,12 +27,20 @@ if TYPE_CHECKING:
 
 # carve mode → seat kind
 KIND_OF_MODE = {"passthrough": "gpu", "mig": "mig", "vgpu": "vgpu", "timeslice": "shared", "mps": "shared"}
-_HOSTLIKE = re.compile(r"[^A-Za-z0-9.-]+")
+_HOSTLIKE = re.compile(r"[^A-Za-z0-9-]+")
 
 
 def _host(name: str) -> str:
-    host = _HOSTLIKE.sub("-", name).strip("-.")[:253]
-    return host or "server"
+    """A seat host made from an inventory's ``name`` (a label in a file, ``IBM 2xM60``): each part
+    between dots slugged, so that it passes the one host rule (:mod:`gpuseat.core.hosts`)."""
+    from gpuseat.core.hosts import host_problem
+
+    labels = (_HOSTLIKE.sub("-", part).strip("-")[:63].strip("-") for part in name.split("."))
+    host = ".".join(label for label in labels if label)[:253].rstrip(".-")
+    if host and host_problem(host) is None:
+        return host
+    flat = _HOSTLIKE.sub("-", name).strip("-")[:56].strip("-")  # all digits, or nothing left
+    return f"server-{flat}" if flat else "server"
 
 
 def next_number(keys: Sequence[str], prefix: str = "seat") -> int:
@@ -130,7 +138,7 @@ def seats_from_nvidia_smi(
         SeatSpec(
             key=key,
             kind=kind,
-            host=_host(host) if host else None,
+            host=host,  # checked by the one host rule as given, never rewritten
             device_uuid=uuid,
             profile=profile,
             memory_gb=round(gb, 2) if gb else None,
@@ -331,7 +339,7 @@ def inventory_access(inventory: Path) -> dict[str, object] | None:
     """The inventory's ``ssh_host``/``ssh_port``/``jump_host`` as an access dict (None without ssh_host)."""
     import tomllib
 
-    from gpuseat.core.delivery import check_host, split_user_host
+    from gpuseat.core.hosts import check_host, jump_target
     from gpuseat.files import read_text
 
     data = tomllib.loads(read_text(inventory))
@@ -343,8 +351,7 @@ def inventory_access(inventory: Path) -> dict[str, object] | None:
     if data.get("ssh_port"):
         out["port"] = int(data["ssh_port"])
     if data.get("jump_host"):  # user@host[:port], each part checked and kept, as `seats connect --jump` does
-        juser, jhost, jport = split_user_host(str(data["jump_host"]), field=f"{where} 'jump_host'")
-        out["jump_host"] = (f"{juser}@" if juser else "") + jhost + (f":{jport}" if jport else "")
+        out["jump_host"] = jump_target(str(data["jump_host"]), field=f"{where} 'jump_host'")
     return out
 
 

@@ -9,12 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core.seating import KEY_PATTERN, EngineName, SeatKind, SeatState
 
-_HOST = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,252})$")
 _DEVICE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]{1,90}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-_Host = Annotated[str | None, Field(pattern=_HOST.pattern)]
 _Device = Annotated[str | None, Field(pattern=_DEVICE.pattern)]
 _EngineRef = Annotated[str | None, Field(max_length=512)]
 _Connect = Annotated[str | None, Field(max_length=1024)]
@@ -24,6 +22,19 @@ def _one_line(value: str | None) -> str | None:
     if value is not None and _CONTROL.search(value):
         raise ValueError("must be one line without control characters")
     return value
+
+
+def _host(value: str | None) -> str | None:
+    """A seat's host by the one host rule (:mod:`gpuseat.core.hosts`): the name its way in and its
+    engine use, so a name refused there (``a..b``, ``node-``) is refused here too."""
+    from gpuseat.core.hosts import EXAMPLES, host_problem, normal_host
+
+    if value is None:
+        return None
+    problem = host_problem(value)
+    if problem is not None:
+        raise ValueError(f"not a host name: {problem}; give {EXAMPLES}")
+    return normal_host(value)
 
 
 def _known_engine(value: str | None) -> str | None:
@@ -42,7 +53,7 @@ class SeatSpec(BaseModel):
 
     key: str = Field(pattern=KEY_PATTERN.pattern)
     kind: SeatKind
-    host: _Host = None
+    host: str | None = None
     device_uuid: _Device = None
     profile: str | None = Field(None, max_length=96, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+:@/-]*$")
     memory_gb: float | None = Field(None, gt=0, le=4096, allow_inf_nan=False)
@@ -54,6 +65,7 @@ class SeatSpec(BaseModel):
 
     _lines = field_validator("engine_ref", "connect")(_one_line)
     _engine = field_validator("engine")(lambda v: _known_engine(v))
+    _hosts = field_validator("host")(_host)
 
 
 class _SeatUpdate(BaseModel):
@@ -65,7 +77,8 @@ class _SeatUpdate(BaseModel):
     engine_ref: _EngineRef = None
     connect: _Connect = None
     device_uuid: _Device = None
-    host: _Host = None
+    host: str | None = None
 
     _lines = field_validator("engine_ref", "connect")(_one_line)
     _engine = field_validator("engine")(lambda v: _known_engine(v))
+    _hosts = field_validator("host")(_host)

@@ -1,0 +1,154 @@
+"""The one rule for a host name or address, wherever one is typed or stored.
+
+A seat's ``host``, ``seats connect --ssh``/``--jump``, the host engine's ``ssh_host``, an inventory's
+``ssh_host``, ``top/monitor/doctor --ssh``: each value ends up in an ``ssh`` command line, an
+``~/.ssh/config`` block or a participant's page, so each is checked here and nowhere else, and a value
+gets the same verdict wherever it is typed.
+
+The rule:
+
+* an IPv4 address in dotted-quad form (``10.0.0.5``), or an IPv6 address (``fe80::1``, also written
+  ``[fe80::1]``; an interface zone ``%eth0`` may follow a link-local one): returned without brackets;
+* else a host name: dot-separated labels of 1–63 ASCII letters, digits, ``-`` and ``_``, each label
+  starting and ending with a letter, digit or ``_``, at most 253 characters, one optional trailing dot
+  (``gpu01.lab.example.``). Underscores are DNS-invalid but real lab machines in ``/etc/hosts`` have
+  them and ``ssh`` resolves them, so they are accepted everywhere alike;
+* never a leading ``-`` (ssh would read an option), whitespace, control characters, ``/``, shell
+  characters or non-ASCII letters; a name whose last label is all digits must be a real IPv4 address
+  (``1.2.3`` or ``1234`` are read as addresses by the resolver); nothing that looks like a file
+  (``h200.toml``);
+* ``user@`` only where the caller allows it (``--ssh``), with the Unix user rule of
+  :data:`gpuseat.core.logins.UNIX_USER`; a port only where :func:`split_user_host` parses one.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from gpuseat.core.logins import UNIX_USER
+from gpuseat.errors import InputError
+
+#: one label of a host name: ASCII letters, digits, '_' and inner '-' (never first or last)
+LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+#: a host name (not an address): labels joined by single dots, one optional trailing dot
+HOST_RE = re.compile(rf"(?:{LABEL})(?:\.{LABEL})*\.?", re.ASCII)
+_ZONE = re.compile(r"[A-Za-z0-9_.-]{1,15}", re.ASCII)  # an interface name (IFNAMSIZ is 16)
+_FILE_LIKE = re.compile(r"\.(toml|ya?ml|json|csv|txt|xml)\.?$", re.IGNORECASE)
+_DIGITS = re.compile(r"[0-9]+", re.ASCII)
+
+#: the fix every refusal gives
+EXAMPLES = "a host name such as gpu01 or gpu01.lab.example, or an IP address such as 10.0.0.5 or 2001:db8::1"
+
+
+def host_problem(text: str) -> str | None:
+    """What is wrong with ``text`` as a host name or address (no user, no port), or None when it is one."""
+    if not text:
+        return "it is empty"
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in text):
+        return "it has a space, line break or control character"
+    if text.startswith("-"):
+        return "it starts with '-' (ssh would read it as an option)"
+    if not text.isascii():
+        return "it has non-ASCII characters"
+    if "@" in text:
+        return "it has a user@ part, which this field does not take"
+    if "/" in text or _FILE_LIKE.search(text):
+        return "it looks like a file, not a machine"
+    if text.startswith("[") or ":" in text:
+        if _ipv6(text[1:-1] if text.startswith("[") and text.endswith("]") else text):
+            return None
+        return "it has '[' or ':' but is not an IPv6 address (a port is not part of a host)"
+    if len(text.removesuffix(".")) > 253:
+        return "it is longer than 253 characters"
+    odd = next((c for c in text if not (c.isalnum() or c in "._-")), None)
+    if odd is not None:
+        return f"it has {odd!r}, which a host name never has"
+    if any(len(label) > 63 for label in text.split(".")):
+        return "a label (the part between dots) is longer than 63 characters"
+    if not HOST_RE.fullmatch(text):
+        return "a name is labels of letters, digits, '-' and '_' joined by single dots, none starting or ending in '-'"
+    last = text.removesuffix(".").rpartition(".")[2]
+    if _DIGITS.fullmatch(last) and not _ipv4(text):
+        return "it is all digits but not an IPv4 address (four numbers 0-255 without leading zeros)"
+    return None
+
+
+def _ipv4(text: str) -> bool:
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _ipv6(text: str) -> bool:
+    address, pct, zone = text.partition("%")
+    if pct and not _ZONE.fullmatch(zone):
+        return False
+    try:
+        ipaddress.IPv6Address(address)
+    except ValueError:
+        return False
+    return True
+
+
+def normal_host(text: str) -> str:
+    """A host the rule accepts, as it is used (an IPv6 address without its brackets)."""
+    return text[1:-1] if text.startswith("[") and text.endswith("]") else text
+
+
+def check_host(value: str, *, field: str, user: bool = False) -> str:
+    """``value`` as a host name or address (``user@host`` when ``user``), checked by the one rule;
+    else an :class:`InputError` naming ``field`` (exit 2). IPv6 brackets are dropped."""
+    name, at, host = value.rpartition("@") if user else ("", "", value)
+    if at and not UNIX_USER.fullmatch(name):
+        raise InputError(
+            f"user {name[:40]!r} in {value[:100]!r} is not a Unix user name",
+            where=field,
+            fix="write it as user@host with a user such as ann (lowercase letters, digits, '_', '-'), "
+            "or leave the user out and set User in ~/.ssh/config",
+        )
+    problem = host_problem(host)
+    if problem is not None:
+        raise InputError(f"{host[:100]!r} is not a host name: {problem}", where=field, fix=f"give {EXAMPLES}")
+    return f"{name}@{normal_host(host)}" if at else normal_host(host)
+
+
+def split_user_host(value: str, *, field: str = "--ssh") -> tuple[str | None, str, int | None]:
+    """``user@host[:port]`` (user and port optional; ``[v6]:port`` for IPv6) → parts, each checked."""
+    user, _, rest = value.rpartition("@")
+    if user and not UNIX_USER.fullmatch(user):
+        raise InputError(f"user {user[:40]!r} is not a Unix user name", where=field, fix="write it as user@host[:port]")
+    port: int | None = None
+    host = rest
+    if rest.startswith("[") and "]:" in rest:
+        host, _, tail = rest.partition("]:")
+        host += "]"
+        port = _port(tail, field)
+    elif rest.count(":") == 1:
+        host, _, tail = rest.partition(":")
+        port = _port(tail, field)
+    return (user or None), check_host(host, field=field), port
+
+
+def jump_target(value: str, *, field: str) -> str:
+    """An ``ssh -J`` target ``[user@]host[:port]``, checked part by part and written back as ssh takes it."""
+    user, host, port = split_user_host(value, field=field)
+    shown = f"[{host}]" if port and ":" in host else host
+    return (f"{user}@" if user else "") + shown + (f":{port}" if port else "")
+
+
+def _port(text: str, field: str) -> int:
+    if not _DIGITS.fullmatch(text) or not 0 < int(text) < 65536:
+        raise InputError(f"port {text[:20]!r} is not a TCP port", where=field, fix="give a port between 1 and 65535")
+    return int(text)
+
+
+def bad_stored_host(seat: str, host: str, problem: str) -> str:
+    """What to say of a seat whose host was stored before this rule and fails it: which seat, what is
+    wrong, how to give it a way in (the seat itself stays as stored)."""
+    return (
+        f"seat {seat}'s host {host[:100]!r} is not a host name participants can reach ({problem}): run "
+        f"`gpuseat seats connect {seat} --ssh USER@HOST` with the server's DNS name or IP address"
+    )

@@ -1,0 +1,166 @@
+"""One host rule (gpuseat.core.hosts): the same value gets the same verdict wherever it is typed.
+
+Each row is one hostile or edge value with its verdict: the host it becomes, or None when refused.
+The entry points: a seat's host (``SeatSpec``, ``gpuseat seats add --host`` through the real CLI,
+``gpuseat apply --host``), the host engine's ``ssh_host`` setting, ``split_user_host`` (``seats
+connect --ssh``), and ``nvsmi.check_host`` with ``gpuseat top --ssh`` (a stand-in ``ssh`` on PATH
+records what it was given; a refused value never starts it). ``user@`` is taken only by the ``--ssh``
+entry points. Before the one rule, the seat host took ``gpu_01``-style names but ``a..b`` and ``node-``
+too and no IPv6 address, ``--ssh`` took ``::::``, and ``ssh_host`` refused ``gpu_01``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuseat import nvsmi
+from gpuseat.cli import main
+from gpuseat.cli.apply import seat_host
+from gpuseat.core.delivery import split_user_host
+from gpuseat.engines.registry import validate_settings
+from gpuseat.errors import InputError
+from gpuseat.files import validate
+from gpuseat.store.specs import SeatSpec
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+LISTING = "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-5c8c1b4e-0e6f-4d9a-9c3e-2f1a7b6d8e90)\n"
+SSH = '#!/bin/sh\necho "$@" >> "$HOSTRULE_SSH_LOG"\nexit 255\n'
+
+LONG = ".".join(["a" * 63] * 4)[:253]  # 253 characters: the longest name
+#: value → the host it becomes (None: refused everywhere)
+ROWS: list[tuple[str, str | None]] = [
+    ("-oProxyCommand=x", None),
+    ("gpu01\n", None),
+    ("a..b", None),
+    ("gpu_01", "gpu_01"),  # /etc/hosts names: ssh resolves them, so every entry point takes them
+    ("node-", None),
+    ("GPU01.lab.example.", "GPU01.lab.example."),
+    ("fe80::1", "fe80::1"),
+    ("[fe80::1]", "fe80::1"),
+    ("::::", None),
+    ("10.0.0.5", "10.0.0.5"),
+    ("10.0.0.256", None),
+    ("1234", None),  # the resolver reads it as 0.0.4.210
+    (LONG, LONG),
+    (LONG + "a", None),
+    ("a" * 64, None),
+    ("gpu01;reboot", None),
+    ("gpu 01", None),
+    ("gpu\u0660\u0661", None),  # Arabic-Indic digits
+    ("h200.toml", None),
+    ("fe80::1%eth0", "fe80::1%eth0"),
+    ("fe80::1%e;x", None),
+    ("[gpu01]", None),
+]
+IDS = [repr(v[:24]) for v, _ in ROWS]
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store with the 2016 course and its roster, copied for each row."""
+    db = tmp_path_factory.mktemp("hosts") / "gpuseat.db"
+    url = f"sqlite:///{db}"
+    for args in (
+        ("course", "create", str(EXAMPLES / "course-2016.toml"), "--plan-option", "1"),
+        ("roster", "import", str(EXAMPLES / "roster-16.csv")),
+    ):
+        assert main([*args, "--db", url]) == 0, args
+    return db
+
+
+def _verdict(call: Callable[[], Any]) -> str | None:
+    try:
+        return str(call())
+    except InputError as exc:
+        assert exc.where and exc.fix, exc  # which field, and how to fix it
+        return None
+
+
+@pytest.mark.parametrize(("value", "becomes"), ROWS, ids=IDS)
+def test_a_host_gets_one_verdict_everywhere(value: str, becomes: str | None, cli, template: Path, tmp_path) -> None:
+    spec = lambda: validate(SeatSpec, {"key": "s1", "kind": "gpu", "host": value}, where="seat s1").host  # noqa: E731
+    assert _verdict(spec) == becomes
+    assert _verdict(lambda: seat_host(value)) == becomes
+    ssh_host = lambda: validate_settings("host", {"ssh_host": value}).ssh_host  # noqa: E731
+    assert _verdict(ssh_host) == becomes
+    assert _verdict(lambda: split_user_host(value)[1]) == becomes
+    assert _verdict(lambda: nvsmi.check_host(value)) == becomes
+    assert _verdict(lambda: split_user_host(f"ann@{value}")[1]) == becomes
+
+    db = tmp_path / "gpuseat.db"
+    shutil.copyfile(template, db)
+    (tmp_path / "l.txt").write_text(LISTING)
+    r = cli("seats", "add", "--from-nvidia-smi", tmp_path / "l.txt", "--host", value, "--db", f"sqlite:///{db}")
+    assert "Traceback" not in r.err
+    if becomes is None:
+        assert r.code == 2 and "--host" in r.err and "not a host name" in r.err and "To fix" in r.err, r.err
+    else:
+        assert r.code == 0, r.err
+        with sqlite3.connect(db) as con:
+            assert con.execute("SELECT host FROM seats").fetchall() == [(becomes,)]
+        con.close()
+
+
+@pytest.mark.parametrize(("value", "becomes"), ROWS, ids=IDS)
+def test_top_ssh_passes_the_checked_host_or_never_starts_ssh(
+    value: str, becomes: str | None, cli, tmp_path, monkeypatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(SSH)
+    (bin_dir / "ssh").chmod(0o755)
+    log = tmp_path / "ssh.log"
+    monkeypatch.setenv("HOSTRULE_SSH_LOG", str(log))
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.chdir(tmp_path)
+    r = cli("top", "--ssh", f"ann@{value}", "--once")
+    assert "Traceback" not in r.err
+    if becomes is None:
+        assert r.code == 2 and "--ssh" in r.err and not log.exists(), r.err
+    else:
+        assert log.read_text().split(" -- ")[1].split()[0] == f"ann@{becomes}"
+
+
+@pytest.mark.parametrize("value", ["user@gpu01", "Ann@gpu01", "-x@gpu01", "a@b@gpu01"])
+def test_a_user_is_taken_only_by_ssh_entry_points(value: str) -> None:
+    for call in (
+        lambda: validate(SeatSpec, {"key": "s1", "kind": "gpu", "host": value}, where="seat s1"),
+        lambda: seat_host(value),
+        lambda: validate_settings("host", {"ssh_host": value}),
+    ):
+        assert _verdict(call) is None
+    user = value.partition("@")[0]
+    if user == "user":
+        assert nvsmi.check_host(value) == value and split_user_host(value) == ("user", "gpu01", None)
+    else:  # the Unix user rule of seats connect --ssh, for top --ssh too
+        assert _verdict(lambda: nvsmi.check_host(value)) is None
+        assert _verdict(lambda: split_user_host(value)) is None
+
+
+def test_a_host_stored_before_the_rule_is_never_shown_as_a_command(cli, template: Path, tmp_path) -> None:
+    db = tmp_path / "gpuseat.db"
+    shutil.copyfile(template, db)
+    (tmp_path / "l.txt").write_text(LISTING)
+    url = f"sqlite:///{db}"
+    assert (
+        cli("seats", "add", "--from-nvidia-smi", tmp_path / "l.txt", "--host", "gpu1.lab.example", "--db", url).code
+        == 0
+    )
+    assert cli("seats", "assign", "--partial", "--db", url).code == 0
+    with sqlite3.connect(db) as con:  # as an older gpuseat stored it
+        con.execute("UPDATE seats SET host = 'node-.lab.example'")
+    con.close()
+    r = cli("seats", "connect", "seat-01", "--format", "json", "--db", url)
+    assert r.code == 0, r.err
+    shown = json.loads(r.out)
+    assert shown["command"] is None and shown["ssh_config"] is None, shown  # never `ssh ann@node-.lab.example`
+    assert "seat seat-01's host 'node-.lab.example'" in shown["missing"]
+    assert "gpuseat seats connect seat-01 --ssh" in shown["missing"]
+    assert cli("seats", "status", "--db", url).code == 0  # the store reads as before
