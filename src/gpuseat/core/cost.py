@@ -38,8 +38,8 @@ HOURS_PER_MONTH = 730  # the hours-per-month convention most cloud storage price
 
 
 def money(usd: float) -> str:
-    """``3744`` → ``$3,744.00``."""
-    return f"${usd:,.2f}"
+    """``3744`` → ``$3,744.00``, ``-3`` → ``-$3.00``: the one money format of plans, pages and reports."""
+    return f"{'-' if usd < 0 else ''}${abs(usd):,.2f}"
 
 
 def num(x: float) -> str:

@@ -9,13 +9,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
+from gpuseat.core import cost
+
 
 def money(value: Any) -> str:
-    """``$1,234.50``; an empty value is an em dash."""
+    """A template value (a number, a numeric string) as :func:`gpuseat.core.cost.money`; an empty one is an em dash."""
     if value is None or value == "":
         return "—"
-    amount = float(value)
-    return f"{'-' if amount < 0 else ''}${abs(amount):,.2f}"
+    return cost.money(float(value))
 
 
 def course_time(value: Any, zone: tzinfo | None) -> str:
