@@ -164,3 +164,28 @@ def test_a_host_stored_before_the_rule_is_never_shown_as_a_command(cli, template
     assert "seat seat-01's host 'node-.lab.example'" in shown["missing"]
     assert "gpuseat seats connect seat-01 --ssh" in shown["missing"]
     assert cli("seats", "status", "--db", url).code == 0  # the store reads as before
+
+
+@pytest.mark.parametrize(
+    ("jump", "becomes"),
+    [
+        ("gw.example.org", "gw.example.org"),
+        ("ann@gw.example.org:2200", "ann@gw.example.org:2200"),  # refused by ssh_host's rule before
+        ("[2001:db8::1]:2200", "[2001:db8::1]:2200"),
+        ("gw_1", "gw_1"),
+        ("ann@-oProxyCommand=x", None),
+        ("gw..example.org", None),
+        ("gw.example.org:0", None),
+    ],
+)
+def test_a_jump_host_is_one_ssh_j_target_everywhere(jump: str, becomes: str | None) -> None:
+    from gpuseat.engines.runner import RecordingRunner
+    from gpuseat.engines.skypilot.engine import SkyPilotEngine
+    from gpuseat.services.delivery import build_access
+
+    assert _verdict(lambda: validate_settings("host", {"jump_host": jump}).jump_host) == becomes
+    made = lambda: build_access("gpu1.example.org", None, jump, [], None, None)  # noqa: E731
+    assert _verdict(lambda: made().jump_host) == becomes
+    engine = SkyPilotEngine(None, "lab", runner=RecordingRunner())  # type: ignore[arg-type]
+    argv = lambda: engine.probe_command("gs-lab-s1", "ann", {"host": "gpu1.example.org", "jump_host": jump})  # noqa: E731
+    assert _verdict(lambda: (a := argv())[a.index("-J") + 1]) == becomes

@@ -108,10 +108,18 @@ class HostSettings(BaseModel):
             raise ValueError(f"{v} grants its members more than a seat: give the course accounts a group of their own")
         return v
 
-    @field_validator("ssh_host", "jump_host")
+    @field_validator("ssh_host")
     @classmethod
     def _host(cls, v: str | None) -> str | None:
         return delivery.check_host(v, field="ssh_host") if v else None
+
+    @field_validator("jump_host")
+    @classmethod
+    def _jump(cls, v: str | None) -> str | None:
+        """``[user@]host[:port]`` as ``ssh -J`` and ``seats connect --jump`` take it (the one host rule)."""
+        from gpuseat.core.hosts import jump_target
+
+        return jump_target(v, field="jump_host") if v else None
 
 
 def state_dir(course: str) -> Path:

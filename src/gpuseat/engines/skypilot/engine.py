@@ -37,6 +37,7 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core import delivery
+from gpuseat.core.hosts import jump_target
 from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.core.seating import AGENT_ACTOR
@@ -530,7 +531,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         if a.get("port"):
             extra += ["-p", str(int(a["port"]))]
         if a.get("jump_host"):
-            extra += ["-J", delivery.check_host(str(a["jump_host"]), field="jump_host")]
+            extra += ["-J", jump_target(str(a["jump_host"]), field="jump_host")]  # [user@]host[:port]
         return [*argv[:-2], *extra, *argv[-2:]]
 
     def state_of(self, seat: SeatView, participant: ParticipantView) -> str:
