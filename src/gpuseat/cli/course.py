@@ -201,9 +201,9 @@ def register(app: typer.Typer) -> None:
                     fix=f"confirm with: gpuseat course delete {view.key} --yes",
                 )
             if export_to is not None:  # checked here too, so that the message names this command's flag
-                from gpuseat.store.export import check_target
+                from gpuseat.store.export import check_archive_target
 
-                check_target(export_to, force=False, flag="--export-to")
+                check_archive_target(export_to, force=False, flag="--export-to")
             else:
                 from gpuseat.paths import data_dir
 

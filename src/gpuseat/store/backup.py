@@ -164,10 +164,10 @@ def backup(db: str | None, to: Path, *, force: bool = False) -> dict[str, Any]:
     error (exit code 2), with no partial or temporary file left beside the target.
     """
     from gpuseat.errors import disk_full
-    from gpuseat.store.export import check_target
+    from gpuseat.store.export import check_archive_target
 
     url = make_url(resolve_url(db))
-    check_target(to, force=force)
+    check_archive_target(to, force=force)
     tmp = to.with_name(f".{to.name}.gpuseat-{os.getpid()}.tmp")
     _remove(tmp)
     try:

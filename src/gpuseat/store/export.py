@@ -43,12 +43,13 @@ from gpuseat.db.models import (
     SurveyResponse,
 )
 from gpuseat.errors import InputError
+from gpuseat.files import check_target, write_file
 from gpuseat.store.specs import _known_engine
 
 if TYPE_CHECKING:
     from gpuseat.store.facade import Store
 
-__all__ = ["FORMAT", "SCHEMA_VERSION", "export_course", "import_course", "read_archive", "write_file"]
+__all__ = ["FORMAT", "SCHEMA_VERSION", "export_course", "import_course", "read_archive", "write_archive"]
 
 FORMAT = "gpuseat-course-export"
 SCHEMA_VERSION = 1
@@ -71,25 +72,22 @@ MAX_ARCHIVE_BYTES = 1024 * 1024 * 1024
 # -- files -------------------------------------------------------------------------------------------
 
 
-def check_target(path: Path, *, force: bool, flag: str = "--to") -> None:
-    """Refuse a target that is a folder, FIFO, device or symlink (gpuseat.files), or that exists (unless
-    ``force``): an export or a backup never replaces another one by accident."""
-    from gpuseat.files import check_target as check_kind
-
+def check_archive_target(path: Path, *, force: bool, flag: str = "--to") -> None:
+    """What an export or a backup adds to :func:`gpuseat.files.check_target` (no folder, FIFO, device or
+    symlink): the folder exists, and the file does not (unless ``force``), so no archive is replaced by accident."""
     where = f"{flag} {path}"
-    check_kind(path, where=where)
+    check_target(path, where=where)
     if not path.parent.is_dir():
         raise InputError("its folder does not exist", where=where, fix="create the folder first")
     if path.exists() and not force:
         raise InputError("exists already", where=where, fix="give a new file name, or add --force")
 
 
-def write_file(path: Path, data: bytes, *, force: bool = False, flag: str = "--to") -> None:
-    """Write ``data`` to ``path`` whole or not at all (gpuseat.files.write_file: temporary file, fsync, rename)."""
-    from gpuseat.files import write_file as write_whole
-
-    check_target(path, force=force, flag=flag)
-    write_whole(path, data, where=f"{flag} {path}", mode=0o600)
+def write_archive(path: Path, data: bytes, *, force: bool = False, flag: str = "--to") -> None:
+    """Write an archive through :func:`gpuseat.files.write_file` (whole or not at all), after
+    :func:`check_archive_target`, readable by its owner only (it holds emails, keys and tokens)."""
+    check_archive_target(path, force=force, flag=flag)
+    write_file(path, data, where=f"{flag} {path}", mode=0o600)
 
 
 # -- export ------------------------------------------------------------------------------------------
@@ -308,10 +306,10 @@ def export_course(
     store: Store, course: str | None, path: Path, *, force: bool = False, actor: str = "gpuseat"
 ) -> dict[str, Any]:
     """Write the course to ``path`` (one zip); returns the course key, path, SHA-256 and row counts."""
-    check_target(path, force=force)
+    check_archive_target(path, force=force)
     members = collect(store, course)
     data, digest = archive_bytes(members)
-    write_file(path, data, force=force)
+    write_archive(path, data, force=force)
     key = members["course.json"]["key"]
     return {
         "course": key,
