@@ -144,18 +144,28 @@ def test_a_user_is_taken_only_by_ssh_entry_points(value: str) -> None:
         assert _verdict(lambda: split_user_host(value)) is None
 
 
-def test_a_host_stored_before_the_rule_is_never_shown_as_a_command(cli, template: Path, tmp_path) -> None:
+@pytest.mark.parametrize(
+    "stored",
+    [
+        "UPDATE seats SET host = 'node-.lab.example'",  # seats add --host before the rule
+        "UPDATE seats SET access = json_set(access, '$.host', 'node-.lab.example', "  # seats connect --ssh
+        "'$.command', 'ssh ann@node-.lab.example')",
+    ],
+    ids=["seat-host", "way-in"],
+)
+def test_a_host_stored_before_the_rule_is_never_shown_as_a_command(cli, template: Path, tmp_path, stored: str) -> None:
     db = tmp_path / "gpuseat.db"
     shutil.copyfile(template, db)
     (tmp_path / "l.txt").write_text(LISTING)
     url = f"sqlite:///{db}"
-    assert (
-        cli("seats", "add", "--from-nvidia-smi", tmp_path / "l.txt", "--host", "gpu1.lab.example", "--db", url).code
-        == 0
-    )
-    assert cli("seats", "assign", "--partial", "--db", url).code == 0
+    for args in (
+        ("seats", "add", "--from-nvidia-smi", tmp_path / "l.txt", "--host", "gpu1.lab.example"),
+        ("seats", "assign", "--partial"),
+        *([("seats", "connect", "seat-01", "--ssh", "ann@gpu1.lab.example")] if "access" in stored else []),
+    ):
+        assert cli(*args, "--db", url).code == 0, args
     with sqlite3.connect(db) as con:  # as an older gpuseat stored it
-        con.execute("UPDATE seats SET host = 'node-.lab.example'")
+        con.execute(stored)
     con.close()
     r = cli("seats", "connect", "seat-01", "--format", "json", "--db", url)
     assert r.code == 0, r.err

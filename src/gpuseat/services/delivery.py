@@ -46,9 +46,6 @@ def way_in(
     if access is None and seat.host and "." in seat.host and seat.kind not in ("cloud", "slurm", "vm"):
         # a host given as a DNS name or address (seats add --host gpu1.example.org) is a way in;
         # a bare label (the inventory's name, h200-2x) never is
-        problem = host_problem(seat.host)
-        if problem is not None:  # stored before the one host rule: never pasted into a participant's terminal
-            return Instruction(None, None, None, seat.device_uuid, (), bad_stored_host(seat.key, seat.host, problem))
         access = {"kind": "ssh", "host": seat.host, "device_uuid": seat.device_uuid}
     login = login_name(participant.key, participant.unix_user) if participant else None
     if logins is None:
@@ -57,6 +54,10 @@ def way_in(
     stale = participant is not None and seat.participant not in (None, participant.key)  # a cached page after a move
     if seat.engine in registry.delivering() and (stale or not_yours(access, holder=viewer, login=login, others=logins)):
         return Instruction(None, None, None, seat.device_uuid, (), being_prepared(login))
+    host = str(access.get("host") or "") if access else ""
+    if host and (problem := host_problem(host)) is not None:
+        # stored before the one host rule (a seat's host, seats connect --ssh): never pasted into a terminal
+        return Instruction(None, None, None, seat.device_uuid, (), bad_stored_host(seat.key, host, problem))
     way = instruction(access, seat=seat.key, unix_user=login, server_name=seat.host)
     if access is None and seat.host:
         # the seat's server is known only by its inventory label: say which field makes it reachable
