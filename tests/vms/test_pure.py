@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from gpuseat.engines.libvirt import names
 from gpuseat.engines.libvirt.domain import drift, owner
 from gpuseat.engines.libvirt.libvirt_host import libvirt_fix
-from gpuseat.engines.libvirt.machine import VmOptions, VmSeat, connect_string, domain_name, preflight_targets
+from gpuseat.engines.libvirt.machine import VmOptions, VmSeat, connect_string, preflight_targets
 from gpuseat.errors import InputError
 
 from .conftest import layout
@@ -48,7 +48,7 @@ def test_libvirt_errors_get_a_fix(message, hint):
 @given(st.text(max_size=80))
 def test_names_are_dns_labels_or_refused(text):
     try:
-        name = domain_name("demo", text)
+        name = names.domain_name("demo", text)
     except InputError:
         return
     assert name == f"gpuseat-demo-{text}" and len(name) <= 63
@@ -59,7 +59,7 @@ def test_names_are_dns_labels_or_refused(text):
 @pytest.mark.parametrize("user", ["root", "nobody", "Alice", "1abc", "a b", "a;rm", "x" * 40, ""])
 def test_bad_unix_users_are_refused(user):
     with pytest.raises(InputError):
-        names.unix_user(user, where="participant")
+        names.guest_login(user, where="participant")
 
 
 def test_owner_and_drift_read_libvirts_own_xml_shapes():

@@ -232,7 +232,7 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
                 where=f"seat {seat_key}",
                 fix="set the inventory and mode the seats were added with (gpuseat engines settings libvirt …)",
             )
-        names.unix_user(login, where=f"participant {participant}: login")
+        names.guest_login(login, where=f"participant {participant}: login")
         return vm_.VmSeat(seat_key, by_name[seat_key], participant, login, tuple(keys))
 
     def _seats(self, state: CourseState) -> dict[str, SeatView]:
@@ -403,7 +403,7 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
     ) -> None:
         state, _reason, access, connect = self._wanted(seat, p.key, login, running=running, ip=ip, why=note)
         old = course.access.get(seat.key)
-        name = vm_.domain_name(self.course, seat.key)
+        name = names.domain_name(self.course, seat.key)
         if (old, seat.state, seat.connect or "", seat.engine_ref) != (access.to_dict(), state, connect, name):
             why = f"{p.key} logs in as {login}"
             changes.steps.append(self._record_step(seat.key, p.key, why, seat=seat.key, login=login, note=note))
@@ -413,7 +413,7 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
     ) -> tuple[str, str, Access, str]:
         """(seat state, reason, access, connect string) for the holder: their way in once the VM has an
         address; before that a way in that names no one (the page says "being prepared")."""
-        name = vm_.domain_name(self.course, seat.key)
+        name = names.domain_name(self.course, seat.key)
         lv = self.libvirt
         if running and ip:
             command = vm_.connect_string(login, ip, lv.remote_host, vm_.uri_user(lv.uri))
@@ -495,7 +495,7 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
         if self.runner.dry_run:
             return None
         seat = self.store.seats.get_seat(self.course, d["seat"])
-        dom = lv.lookup(vm_.domain_name(self.course, seat.key))
+        dom = lv.lookup(names.domain_name(self.course, seat.key))
         running = bool(dom is not None and dom.isActive())
         ip = vm_.address(lv, dom) if running else None
         end = time.monotonic() + (self.settings.address_wait if d.get("wait") else 0)
@@ -509,7 +509,7 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
 
         if transition_error(seat.state, state):  # a released seat is requested again first
             self.store.seats.set_seat_state(self.course, seat.key, "requested", reason="libvirt", actor=AGENT_ACTOR)
-        self.store.seats.set_seat_state(self.course, seat.key, state, reason=reason, engine_ref=vm_.domain_name(
+        self.store.seats.set_seat_state(self.course, seat.key, state, reason=reason, engine_ref=names.domain_name(
             self.course, seat.key), connect=connect, access=access, actor=AGENT_ACTOR)  # fmt: skip
         return None if ip or not running else "no address yet: the next apply (or the agent) records it"
 
@@ -537,7 +537,7 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
         if self.settings.probe_key is None:
             return result("broken", "no probe key set (libvirt setting probe_key)", "")
         lv = self.libvirt
-        dom = lv.lookup(vm_.domain_name(self.course, seat.key))
+        dom = lv.lookup(names.domain_name(self.course, seat.key))
         if dom is None:
             return result("broken", "the VM has no address to log in to (domain absent)", "")
         from gpuseat.engines.libvirt.domain import owner

@@ -95,14 +95,9 @@ class VmSeat:
 # -- pure parts ------------------------------------------------------------------------------------
 
 
-def domain_name(course: str, seat: str) -> str:
-    """The libvirt name of a seat's VM."""
-    return names.domain_name(course, seat)
-
-
 def guest(course: str, vm: VmSeat, options: VmOptions) -> Guest:
     """What the seed tells the guest; the instance id changes whenever the login or set-up changes."""
-    name = domain_name(course, vm.key)
+    name = names.domain_name(course, vm.key)
     keys = (*vm.ssh_keys, *options.probe_keys)
     content = "\n".join((vm.user, *keys, *options.packages, "\x00", *options.commands))
     digest = hashlib.sha256(content.encode()).hexdigest()[:12]
@@ -145,7 +140,7 @@ def wanted_xml(
     Every domain gets a serial console (``virsh console NAME`` shows a failed boot), its output also
     logged to ``serial_dir/NAME.log`` when given, and a NIC with the seat's own MAC (:func:`seat_mac`).
     """
-    name = domain_name(course, vm.key)
+    name = names.domain_name(course, vm.key)
     xml = _rendered(course, layout, vm, options, disk=disk, seed=seed)
     if options.serial_dir:
         log = escape(f"{options.serial_dir.rstrip('/')}/{name}.log", {"'": "&apos;"})
@@ -165,7 +160,7 @@ def wanted_xml(
 def _rendered(
     course: str, layout: Layout, vm: VmSeat, options: VmOptions, *, disk: str | None, seed: str | None
 ) -> str:
-    name = domain_name(course, vm.key)
+    name = names.domain_name(course, vm.key)
     return domain_xml(
         layout,
         vm.seat,
@@ -226,7 +221,7 @@ def disk_name(domain: str, participant: str | None) -> str:
 def seed_name(course: str, vm: VmSeat, options: VmOptions) -> str:
     """The seed volume of the seat's holder: its name carries a hash of its content (a new login or
     set-up is a new volume)."""
-    return f"{seed_prefix(domain_name(course, vm.key))}{seed_hash(guest(course, vm, options))}.iso"
+    return f"{seed_prefix(names.domain_name(course, vm.key))}{seed_hash(guest(course, vm, options))}.iso"
 
 
 def uri_user(uri: str) -> str | None:
@@ -264,7 +259,7 @@ def seat_volumes(host: LibvirtHost, pool: Any, domain: str) -> tuple[list[str], 
 def read_seat(host: LibvirtHost, pool: Any, course: str, seat: str) -> OnHost:
     """The seat's domain (refused when the name is taken by a domain gpuseat did not make for this
     seat), its state, whose it is, and its disk and seed volumes."""
-    name = domain_name(course, seat)
+    name = names.domain_name(course, seat)
     dom = host.lookup(name)
     xml = host.inactive_xml(dom) if dom is not None else None
     who = owner(xml) if xml is not None else None
@@ -349,7 +344,7 @@ def ensure_vm(
     seed, the domain (re)defined when it differs and started; ``restart``: a running VM is powered off
     and started again so it boots with the new seed. Every other disk and seed of the seat is deleted
     first when the VM is not this holder's (a hand-over)."""
-    name = domain_name(course, vm.key)
+    name = names.domain_name(course, vm.key)
     pool = host.pool(options.pool, options.pool_dir)
     here = read_seat(host, pool, course, vm.key)
     wanted_disk = disk_name(name, vm.participant)
@@ -386,7 +381,7 @@ def ensure_vm(
 
 def stop_vm(host: LibvirtHost, course: str, seat: str) -> bool:
     """Power the seat's VM off at once (its holder's sessions end); whether it was running."""
-    dom = host.lookup(domain_name(course, seat))
+    dom = host.lookup(names.domain_name(course, seat))
     if dom is None or not dom.isActive():
         return False
     host.stop(dom)
@@ -404,7 +399,7 @@ def remove_volumes(host: LibvirtHost, pool_name: str, names_: Iterable[str]) -> 
 
 def remove_vm(host: LibvirtHost, course: str, seat: str, pool_name: str) -> list[str]:
     """Stop and undefine the seat's gpuseat domain and delete its disks and seeds; what went."""
-    name = domain_name(course, seat)
+    name = names.domain_name(course, seat)
     gone = []
     dom = host.lookup(name)
     if dom is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
+from gpuseat.core.logins import SYSTEM_LOGINS, is_login
 from gpuseat.errors import InputError
 
 # A DNS label (RFC 1123): what a guest hostname, a libvirt domain name and a volume name all accept.
@@ -48,9 +48,9 @@ def domain_name(course: str, seat: str) -> str:
     return name
 
 
-def unix_user(value: str, *, where: str) -> str:
-    """A guest login name (not a system account)."""
-    if not UNIX_USER.match(value) or value in SYSTEM_LOGINS:
+def guest_login(value: str, *, where: str) -> str:
+    """A participant's login in their VM: a Unix user name that is no system account (the guest's own)."""
+    if not is_login(value) or value in SYSTEM_LOGINS:
         raise InputError(
             f"'{value}' is not a usable login name",
             where=where,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from gpuseat.core.selfservice import RunState
 from gpuseat.engines.base import RUN_REQUESTS, Changes, CourseState, Step, plan_holder_requests, stale_requests
 from gpuseat.engines.libvirt import machine as vm_
+from gpuseat.engines.libvirt import names
 from gpuseat.errors import GpuseatError
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def plan_requests(engine: LibvirtEngine, course: CourseState, changes: Changes, 
     elif engine.options.image is None:
         refusals = {"reset": "no base image to reset to (the organizer sets the libvirt setting image=…)"}
     for key, p in sorted(holders.items()):
-        name = vm_.domain_name(engine.course, key)
+        name = names.domain_name(engine.course, key)
         state = states.get(p.key, RunState(True))
         ours = [s for s in changes.steps if s.target == name and s.action in MAKES]
         mine = sorted((r for r in pending if r.participant == p.key and r.seat == key), key=lambda x: x.id)
