@@ -296,8 +296,9 @@ class Attributed:
 
 
 @dataclass(frozen=True, slots=True)
-class SeatState:
-    """One seat-sized device now: its seat (if any), its processes and whether it is in use.
+class LeafReading:
+    """One reading of a seat-sized device (a leaf: a MIG instance, or a GPU without MIG): its seat (if any),
+    its processes and whether it is in use (not a seat's state in the store: that is core.seating.SeatState).
 
     ``active``: a compute process holds it, or its utilisation is known and above zero. Graphics-only
     processes (type ``G``: Xorg, a browser) are listed but do not count, as NVML's compute-process
@@ -314,7 +315,7 @@ class SeatState:
 
 
 def _busy(leaf: Leaf, processes: tuple[Attributed, ...]) -> bool:
-    """:attr:`SeatState.active`: a compute process holds the leaf, or its known utilisation is above zero."""
+    """:attr:`LeafReading.active`: a compute process holds the leaf, or its known utilisation is above zero."""
     for a in processes:
         if a.process.kind != GRAPHICS_ONLY:
             return True
@@ -322,12 +323,14 @@ def _busy(leaf: Leaf, processes: tuple[Attributed, ...]) -> bool:
     return util is not None and util > 0
 
 
-def new_seat_state(leaf: Leaf, entry: SeatEntry | None, processes: tuple[Attributed, ...]) -> SeatState:
-    """``SeatState(leaf, entry, processes)``, made by :func:`frozen_factory` (one per leaf and tick)."""
-    return _new_seat_state(leaf, entry, processes, _busy(leaf, processes))
+def new_leaf_reading(leaf: Leaf, entry: SeatEntry | None, processes: tuple[Attributed, ...]) -> LeafReading:
+    """``LeafReading(leaf, entry, processes)``, made by :func:`frozen_factory` (one per leaf and tick)."""
+    return _new_leaf_reading(leaf, entry, processes, _busy(leaf, processes))
 
 
-_new_seat_state: Callable[[Leaf, SeatEntry | None, tuple[Attributed, ...], bool], SeatState] = frozen_factory(SeatState)
+_new_leaf_reading: Callable[[Leaf, SeatEntry | None, tuple[Attributed, ...], bool], LeafReading] = frozen_factory(
+    LeafReading
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,7 +362,7 @@ class UsageRow:
 class SampleStore(Protocol):
     """Where the monitor writes (the course database implements it); the monitor knows only this."""
 
-    def write(self, host: str, taken_at: float, states: Iterable[SeatState]) -> None:
+    def write(self, host: str, taken_at: float, states: Iterable[LeafReading]) -> None:
         """Store one sample per seat-sized device."""
         ...
 

@@ -23,7 +23,7 @@ from gpuseat.monitor.nvml import NvmlSampler, _load_pynvml
 from gpuseat.monitor.prometheus import METRICS, SeatCollector, render, serve
 from gpuseat.monitor.replay import ReplaySampler, read_replay, synthetic_snapshot, write_replay
 from gpuseat.monitor.runner import Monitor, observe
-from gpuseat.readings import Attributed, Gpu, GpuProcess, Leaf, SeatState, leaves
+from gpuseat.readings import Attributed, Gpu, GpuProcess, Leaf, LeafReading, leaves
 
 T0 = 1_700_000_040.0
 pynvml = _load_pynvml()  # the real binding (its errors and structs); only gpuseat.monitor.nvml imports it
@@ -312,5 +312,5 @@ def test_the_one_pass_tick_attributes_like_attribute_then_seat_states(procs, sea
     fused, states = observe_seats(snap, seats, users)
     assert (fused, states) == (attributed, seat_states(snap, seats, attributed))
     assert fused == [Attributed(a.process, a.user, a.seat, a.participant, a.foreign) for a in fused]
-    assert states == [SeatState(s.leaf, s.entry, s.processes) for s in states]
+    assert states == [LeafReading(s.leaf, s.entry, s.processes) for s in states]
     assert [s.leaf for s in states[: len(leaves(snap))]] == [Leaf(x.uuid, x.gpu, x.mig, x.label) for x in leaves(snap)]

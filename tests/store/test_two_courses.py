@@ -15,7 +15,7 @@ from sqlalchemy import text
 from gpuseat.catalog.bundle import load_catalog
 from gpuseat.core.roster import RosterText
 from gpuseat.monitor.replay import synthetic_snapshot, write_replay
-from gpuseat.readings import Alert, SeatEntry, SeatState, leaves
+from gpuseat.readings import Alert, LeafReading, SeatEntry, leaves
 from gpuseat.services.report import build_digest
 from gpuseat.services.survey import SurveyService
 from gpuseat.store import CourseStore, SeatSpec
@@ -74,7 +74,7 @@ def test_a_seat_key_without_ids_is_looked_up_in_the_monitors_course(store: Cours
     ids = _two_courses(store, snap.gpus[0].uuid)
     monitor = store.monitor.of_course("b")
     entry = SeatEntry("seat-01", snap.gpus[0].uuid, "bob")  # as read from a file: no row ids
-    monitor.write("host-b", T0, [SeatState(leaf, entry, ()) for leaf in leaves(snap)])
+    monitor.write("host-b", T0, [LeafReading(leaf, entry, ()) for leaf in leaves(snap)])
     with store.database.engine.connect() as conn:
         assert conn.execute(text("SELECT seat_id FROM samples")).scalars().all() == [ids["b/seat-01"]]
 

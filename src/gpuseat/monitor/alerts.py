@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Iterable
 from dataclasses import asdict
 
-from gpuseat.readings import Alert, SeatState, Snapshot
+from gpuseat.readings import Alert, LeafReading, Snapshot
 
 log = logging.getLogger("gpuseat.monitor")
 
@@ -36,7 +36,7 @@ class AlertTracker:
         self.ecc_base: dict[str, int] = {}  # uncorrected ECC errors when the GPU was first seen
         self.throttled_since: dict[tuple[str, str], float] = {}
 
-    def _conditions(self, snapshot: Snapshot, states: Iterable[SeatState]) -> dict[tuple[str, str], Alert]:
+    def _conditions(self, snapshot: Snapshot, states: Iterable[LeafReading]) -> dict[tuple[str, str], Alert]:
         now = snapshot.taken_at
         found: dict[tuple[str, str], Alert] = {}
         for s in states:
@@ -83,7 +83,7 @@ class AlertTracker:
                 found[(GPU_LOST, uuid)] = Alert(GPU_LOST, uuid, f"GPU {name} ({uuid}) lost: {why}", now)
         return found
 
-    def _health(self, snapshot: Snapshot, states: Iterable[SeatState]) -> dict[tuple[str, str], Alert]:
+    def _health(self, snapshot: Snapshot, states: Iterable[LeafReading]) -> dict[tuple[str, str], Alert]:
         """Xid, ECC and throttling conditions per GPU (the whole-GPU seat, when there is one, is named)."""
         from gpuseat.nvsmi_health import POWER_BITS, THERMAL_BITS
 
@@ -129,7 +129,7 @@ class AlertTracker:
                     self.throttled_since.pop(key, None)
         return found
 
-    def update(self, snapshot: Snapshot, states: Iterable[SeatState]) -> list[Alert]:
+    def update(self, snapshot: Snapshot, states: Iterable[LeafReading]) -> list[Alert]:
         """Alerts raised or cleared by this tick (an alert still open is not repeated)."""
         found = self._conditions(snapshot, states)
         events = [alert for k, alert in found.items() if k not in self.open]

@@ -15,19 +15,18 @@ from gpuseat.readings import (
     Attributed,
     GpuProcess,
     Leaf,
+    LeafReading,
     SeatEntry,
     SeatMap,
-    SeatState,
     Snapshot,
     frozen_factory,
     leaves,
-    new_seat_state,
+    new_leaf_reading,
 )
 
 __all__ = [
     "SeatEntry",
     "SeatMap",
-    "SeatState",
     "attribute",
     "observe_seats",
     "proc_user",
@@ -112,15 +111,15 @@ def _attribute(
 
 def observe_seats(
     snapshot: Snapshot, seats: SeatMap, users: Mapping[int, str | None]
-) -> tuple[list[Attributed], list[SeatState]]:
+) -> tuple[list[Attributed], list[LeafReading]]:
     """:func:`attribute` and :func:`seat_states` in one pass over the processes (the monitor's tick)."""
     by_leaf: dict[str, list[Attributed]] = {}
     attributed = _attribute(snapshot, seats, users, by_leaf)
     return attributed, _states(snapshot, seats, by_leaf)
 
 
-def seat_states(snapshot: Snapshot, seats: SeatMap, attributed: Iterable[Attributed]) -> list[SeatState]:
-    """One :class:`SeatState` per leaf device (MIG instance, or GPU without MIG).
+def seat_states(snapshot: Snapshot, seats: SeatMap, attributed: Iterable[Attributed]) -> list[LeafReading]:
+    """One :class:`LeafReading` per leaf device (MIG instance, or GPU without MIG).
 
     A process on a MIG-mode GPU whose MIG device the source does not say (``--query-compute-apps``
     CSV) is shown on an extra whole-GPU state, so it never vanishes from seats and metrics.
@@ -132,10 +131,10 @@ def seat_states(snapshot: Snapshot, seats: SeatMap, attributed: Iterable[Attribu
     return _states(snapshot, seats, by_leaf)
 
 
-def _states(snapshot: Snapshot, seats: SeatMap, by_leaf: dict[str, list[Attributed]]) -> list[SeatState]:
+def _states(snapshot: Snapshot, seats: SeatMap, by_leaf: dict[str, list[Attributed]]) -> list[LeafReading]:
     """The states of :func:`seat_states` from processes already grouped by leaf (``by_leaf`` is emptied)."""
-    by_device, pop, make = seats.by_device, by_leaf.pop, new_seat_state
-    out: list[SeatState] = []
+    by_device, pop, make = seats.by_device, by_leaf.pop, new_leaf_reading
+    out: list[LeafReading] = []
     append = out.append
     for leaf in leaves(snapshot):
         key = leaf.uuid or ""

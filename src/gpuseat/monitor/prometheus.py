@@ -34,7 +34,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpuseat.errors import InputError
-from gpuseat.readings import Gpu, SeatState, Snapshot
+from gpuseat.readings import Gpu, LeafReading, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +96,9 @@ class SeatCollector(Collector):
             raise InputError(f"unknown metric naming {names!r}", where="--metrics-names", fix="use dcgm or gpuseat")
         self.names = names
         self._lock = threading.Lock()
-        self._latest: tuple[Snapshot, Sequence[SeatState]] | None = None
+        self._latest: tuple[Snapshot, Sequence[LeafReading]] | None = None
 
-    def update(self, snapshot: Snapshot, states: Sequence[SeatState]) -> None:
+    def update(self, snapshot: Snapshot, states: Sequence[LeafReading]) -> None:
         """Replace what the next scrape sees."""
         with self._lock:
             self._latest = (snapshot, states)
@@ -141,9 +141,11 @@ def _gpu_labels(gpu: Gpu, host: str) -> dict[str, str]:
     }
 
 
-def _fill(fams: dict[str, GaugeMetricFamily], keys: list[str], snapshot: Snapshot, states: Sequence[SeatState]) -> None:
+def _fill(
+    fams: dict[str, GaugeMetricFamily], keys: list[str], snapshot: Snapshot, states: Sequence[LeafReading]
+) -> None:
     host = snapshot.host
-    whole: dict[str, SeatState] = {}  # GPU uuid → its whole-GPU seat state (MIG off)
+    whole: dict[str, LeafReading] = {}  # GPU uuid → its whole-GPU seat state (MIG off)
     for s in states:
         gpu, mig = s.leaf.gpu, s.leaf.mig
         lab = _gpu_labels(gpu, host)
@@ -181,7 +183,7 @@ def make_registry(collector: SeatCollector) -> CollectorRegistry:
     return registry
 
 
-def render(snapshot: Snapshot, states: Sequence[SeatState], *, names: str = "dcgm") -> str:
+def render(snapshot: Snapshot, states: Sequence[LeafReading], *, names: str = "dcgm") -> str:
     """The Prometheus text exposition of one tick."""
     collector = SeatCollector(names)
     collector.update(snapshot, states)

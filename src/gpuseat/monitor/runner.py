@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuseat.monitor.alerts import AlertTracker
 from gpuseat.monitor.attribution import observe_seats, proc_users
-from gpuseat.readings import Alert, Attributed, SampleStore, SeatMap, SeatState, Snapshot
+from gpuseat.readings import Alert, Attributed, LeafReading, SampleStore, SeatMap, Snapshot
 
 if TYPE_CHECKING:
     from gpuseat.monitor.prometheus import SeatCollector
@@ -41,7 +41,7 @@ log = logging.getLogger("gpuseat.monitor")
 class _Pending:
     """A row waiting for the database, with how often writing it failed."""
 
-    row: tuple[str, float, list[SeatState]] | Alert
+    row: tuple[str, float, list[LeafReading]] | Alert
     attempts: int = 0
 
     def describe(self) -> str:
@@ -57,7 +57,7 @@ class Tick:
 
     snapshot: Snapshot
     attributed: list[Attributed]
-    states: list[SeatState]
+    states: list[LeafReading]
     alerts: list[Alert] = field(default_factory=list)
     stored: bool = False
 
@@ -68,7 +68,7 @@ def observe(
     *,
     proc_root: Path = Path("/proc"),
     users: dict[int, str | None] | None = None,
-) -> tuple[list[Attributed], list[SeatState]]:
+) -> tuple[list[Attributed], list[LeafReading]]:
     """Attribution of one snapshot: users from ``proc_root`` unless ``users`` is given.
 
     ``/proc`` is read only for a local snapshot: pids of a remote host or a replayed capture are not

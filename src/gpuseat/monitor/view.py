@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuseat.monitor.attribution import SeatState
+from gpuseat.readings import LeafReading
 
 COLUMNS = ("seat", "participant", "device", "memory", "util", "processes", "idle")
 
@@ -30,7 +30,7 @@ def _idle(seconds: float | None) -> str:
 
 
 def seat_rows(
-    states: Sequence[SeatState], idle_since: Mapping[str, float] | None = None, now: float = 0.0
+    states: Sequence[LeafReading], idle_since: Mapping[str, float] | None = None, now: float = 0.0
 ) -> list[dict[str, Any]]:
     """Plain rows (for table and CSV output) sorted by seat, unassigned devices last."""
     rows = []

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuseat.errors import InputError
-from gpuseat.readings import SCHEMA_VERSION, Attributed, SeatMap, SeatState, Snapshot
+from gpuseat.readings import SCHEMA_VERSION, Attributed, LeafReading, SeatMap, Snapshot
 
 if TYPE_CHECKING:
     from gpuseat.monitor.runner import Tick
@@ -174,7 +174,7 @@ class TickView:
 
     snapshot: Snapshot
     attributed: tuple[Attributed, ...]
-    states: tuple[SeatState, ...]
+    states: tuple[LeafReading, ...]
 
     def to_dict(self) -> dict[str, Any]:
         """Every field the sampler read (null when unknown), the attribution and the seats."""

@@ -19,7 +19,7 @@ from sqlalchemy import Integer, and_, cast, delete, func, insert, select, update
 
 from gpuseat.db.models import AlertRecord, Assignment, CourseRecord, Device, MinuteAggregate, Participant, Sample, Seat
 from gpuseat.errors import StoreError
-from gpuseat.readings import Alert, SeatEntry, SeatMap, SeatState, UsageRow
+from gpuseat.readings import Alert, LeafReading, SeatEntry, SeatMap, UsageRow
 from gpuseat.store.base import Concern
 from gpuseat.store.rows import no_course
 
@@ -250,7 +250,7 @@ class MonitorStore(Concern):
             yield conn
             conn.commit()
 
-    def write(self, host: str, taken_at: float, states: Iterable[SeatState]) -> None:
+    def write(self, host: str, taken_at: float, states: Iterable[LeafReading]) -> None:
         """Store one sample per seat-sized device of ``host``, then roll up its finished minutes and prune.
 
         Safe for many monitors on one database: each touches only its own host's devices, a sample
