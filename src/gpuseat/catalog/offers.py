@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 Billing = Literal["per-second", "per-minute", "per-hour", "month-whole", "month-prorated", "month-first-prorated"]
 Rounding = Literal["up", "down"]
-Kind = Literal["cloud", "bare-metal"]
+OfferKind = Literal["cloud", "bare-metal"]
 MonthStart = Literal["calendar", "anniversary"]
 DiskMonth = Literal["730h", "calendar"]
 Usd = StrictFloat  # prices: strict (``true`` is not a price), finite and bounded below
@@ -45,7 +45,7 @@ class Offer(BaseModel):
 
     id: str = Field(pattern=r"^[a-z0-9-]+:[A-Za-z0-9._:+@-]+$", max_length=200)
     provider: str = Field(pattern=r"^[a-z0-9-]+$", max_length=50)
-    kind: Kind
+    kind: OfferKind
     instance_type: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._:+@()/-]*$", max_length=100)
     region: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]+$", max_length=50)
     gpu: str

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from gpuseat.errors import InputError
 from gpuseat.safe_text import has_control
 
-Kind = Literal["scale", "choice", "multi-choice", "text"]
+QuestionKind = Literal["scale", "choice", "multi-choice", "text"]
 OTHER = "other"
 MAX_TEXT = 2000  # characters in one free-text answer
 Z95 = 1.959963984540054
@@ -40,7 +40,7 @@ class Question(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str = Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")
-    kind: Kind
+    kind: QuestionKind
     text: str = Field(min_length=1, max_length=500)
     required: bool = False
     min: int | None = Field(None, ge=0, le=100)
