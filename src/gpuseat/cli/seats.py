@@ -17,27 +17,14 @@ from gpuseat.errors import InputError
 if TYPE_CHECKING:
     from gpuseat.store import CourseStore, SeatSpec, SeatView
 
-SEAT_COLUMNS = ("key", "kind", "host", "profile", "memory_gb", "participant", "engine", "state", "connect")
+#: the table of the seats ``seats add`` stored; ``seats status`` has its own, the seats CSV is services/seats_csv.py
+ADDED_COLUMNS = ("key", "kind", "host", "profile", "memory_gb", "participant", "engine", "state", "connect")
 STATUS_COLUMNS = ("seat", "kind", "participant", "engine", "state", "reason", "since", "last_gpu_activity", "connect")
 #: what an 80-column terminal hides first (``-f wide`` shows every column)
-SEAT_DROP = ("connect", "participant", "engine", "state", "memory_gb", "host")
+ADDED_DROP = ("connect", "participant", "engine", "state", "memory_gb", "host")
 STATUS_DROP = ("last_gpu_activity", "since", "kind", "engine", "connect", "reason")
 #: ``--participant`` of ``assign`` and ``release`` (``move``, where it is required, declares its own)
 ParticipantOption = Annotated[str | None, typer.Option("--participant", help="Key, email or Unix user.")]
-EXPORT_COLUMNS = (
-    "key",
-    "kind",
-    "host",
-    "device_uuid",
-    "profile",
-    "memory_gb",
-    "groups",
-    "engine",
-    "engine_ref",
-    "state",
-    "connect",
-    "participant",
-)
 
 
 class ExportFormat(StrEnum):
@@ -92,7 +79,7 @@ def left_out_note(keys: list[str]) -> str:
 
 
 def _print_seats(seats: list[Any], fmt: Format, title: str) -> None:
-    print_rows([s.to_dict() for s in seats], SEAT_COLUMNS, fmt, title=title, drop=SEAT_DROP)
+    print_rows([s.to_dict() for s in seats], ADDED_COLUMNS, fmt, title=title, drop=ADDED_DROP)
 
 
 def _specs(
@@ -379,8 +366,9 @@ def register(app: typer.Typer) -> None:
         elif fmt is ExportFormat.json:
             print_json([s.to_dict() for s in seats])
         else:
-            rows = [{**s.to_dict(), "groups": " ".join(s.groups)} for s in seats]
-            print_csv(rows, EXPORT_COLUMNS)
+            from gpuseat.services.seats_csv import SEATS_CSV_COLUMNS, seats_csv_rows
+
+            print_csv(seats_csv_rows(seats), SEATS_CSV_COLUMNS)
 
     from gpuseat.cli.cloud import add_to as add_cloud_commands
     from gpuseat.cli.delivery import add_to as add_delivery_commands

@@ -7,6 +7,11 @@ used after its logout are refused, and nothing changes.
 
 from __future__ import annotations
 
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from .served import Served
@@ -41,7 +46,9 @@ def test_login_needs_the_forms_token_and_the_right_password(served: Served) -> N
         assert served.client.get(path).status_code == 200, path
     seats = served.client.get("/seats.csv")
     assert seats.headers["content-disposition"] == 'attachment; filename="seats.csv"'
-    assert seats.text.splitlines()[0] == "key,kind,engine,state,host,profile,memory_gb,participant,connect"
+    assert seats.text.splitlines()[0] == (
+        "key,kind,host,device_uuid,profile,memory_gb,groups,engine,engine_ref,state,connect,participant"
+    )
     assert served.client.get("/roster.csv").text.splitlines()[1].startswith("ann,Ann,ann@example.org,")
     assert served.client.get("/seats/live.json").json()["seats"][0]["seat"] == "mig-01"
 
@@ -87,3 +94,17 @@ def test_logout_ends_the_session_for_good(served: Served) -> None:
     assert (r.status_code, r.headers["location"]) == (303, "/login")
     served.client.cookies.set("gpuseat_session", cookie)  # the old cookie, replayed
     assert served.client.get("/overview", follow_redirects=False).status_code == 303
+
+
+def test_the_portals_seats_csv_is_the_clis_seats_export(served: Served, tmp_path: Path, cli: Any) -> None:
+    """One seats CSV: the organizer's download and ``gpuseat seats export -f csv`` have the same columns and rows."""
+    served.store.seats.add_seats("lab", [{"key": "spare", "kind": "gpu", "host": "gpu2", "engine": "host"}])
+    assert served.login().status_code == 303
+    portal = list(csv.reader(io.StringIO(served.client.get("/seats.csv").text)))
+    exported = cli(
+        "seats", "export", "--format", "csv", "--course", "lab", "--db", f"sqlite:///{tmp_path / 'course.db'}"
+    )
+    assert exported.code == 0, exported.err
+    assert portal == list(csv.reader(io.StringIO(exported.out)))
+    assert [r[0] for r in portal] == ["key", "mig-01", "mig-02", "spare"]
+    assert portal[1][portal[0].index("device_uuid")] == "MIG-1" and portal[1][-1] == "ann"

@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 
 from gpuseat.errors import InputError, NotFound
 from gpuseat.safe_text import clean
+from gpuseat.services.seats_csv import SEATS_CSV_COLUMNS, seats_csv_rows
 from gpuseat.web.deps import check_csrf, need_organizer, safe_next
 from gpuseat.web.exports import csv_text
 from gpuseat.web.limits import MAX_UPLOAD
@@ -41,7 +42,6 @@ from gpuseat.web.security import CSRF_COOKIE, SESSION_COOKIE, SESSION_MAX_AGE_S
 router = APIRouter()
 log = logging.getLogger("gpuseat.web")
 ROSTER_ROWS = 1000
-SEAT_COLUMNS = ["key", "kind", "engine", "state", "host", "profile", "memory_gb", "participant", "connect"]
 ROSTER_COLUMNS = ["key", "name", "email", "group", "unix_user", "seat"]
 Organizer = Depends(need_organizer)
 
@@ -297,9 +297,9 @@ def hours_csv(portal: PortalDep) -> Response:
 
 @router.get("/seats.csv", dependencies=[Organizer])
 def seats_csv(portal: PortalDep) -> Response:
-    """Every seat, as a CSV."""
-    rows = portal.store.seats.seats(portal.course_key)
-    return download(csv_text(SEAT_COLUMNS, ([getattr(s, c) for c in SEAT_COLUMNS] for s in rows)), "seats.csv")
+    """Every seat, as a CSV: the same columns and rows as ``gpuseat seats export --format csv``."""
+    rows = seats_csv_rows(portal.store.seats.seats(portal.course_key))
+    return download(csv_text(SEATS_CSV_COLUMNS, ([r[c] for c in SEATS_CSV_COLUMNS] for r in rows)), "seats.csv")
 
 
 @router.get("/roster.csv", dependencies=[Organizer])
