@@ -199,3 +199,49 @@ def test_a_jump_host_is_one_ssh_j_target_everywhere(jump: str, becomes: str | No
     engine = SkyPilotEngine(None, "lab", runner=RecordingRunner())  # type: ignore[arg-type]
     argv = lambda: engine.probe_command("gs-lab-s1", "ann", {"host": "gpu1.example.org", "jump_host": jump})  # noqa: E731
     assert _verdict(lambda: (a := argv())[a.index("-J") + 1]) == becomes
+
+
+# -- the same for device UUIDs (gpuseat.core.devices) ------------------------------------------------
+
+GPU_UUID = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"  # CUDA's CUDA_VISIBLE_DEVICES documentation
+#: nvidia-smi -L of drivers R450-R460 (MIG-<GPU UUID>/<GI>/<CI>) and of R470 on (MIG-<uuid>)
+OLD_LISTING = f"GPU 0: A100-SXM4-40GB (UUID: {GPU_UUID})\n  MIG 1g.5gb Device 0: (UUID: MIG-{GPU_UUID}/7/0)\n"
+NEW_LISTING = (
+    "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-4f1d6a52-9c0e-2d5b-8a41-7e3c2b1a9f08)\n"
+    "  MIG 1g.5gb      Device  0: (UUID: MIG-445da789-865d-5fd1-b2b6-32a48bf66c39)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("uuid", "ok"),
+    [
+        (GPU_UUID, True),
+        (f"MIG-{GPU_UUID}/7/0", True),
+        ("MIG-445da789-865d-5fd1-b2b6-32a48bf66c39", True),
+        (f"MIG-{GPU_UUID}/7", False),
+        ("MIG-445da789/7/0", False),  # '/' only in the MIG-GPU- form
+        (f"{GPU_UUID}/7/0", False),
+        (f"MIG-{GPU_UUID}/7/0\n", False),
+        ('GPU-8932f937"x', False),  # it goes into authorized_keys' environment="…"
+        ("gpu-8932f937", False),
+    ],
+)
+def test_a_device_uuid_gets_one_verdict(uuid: str, ok: bool) -> None:
+    from gpuseat.core.delivery import UUID_RE
+
+    spec = lambda: validate(SeatSpec, {"key": "s1", "kind": "mig", "device_uuid": uuid}, where="seat s1")  # noqa: E731
+    assert (_verdict(spec) is not None) is ok
+    assert bool(UUID_RE.fullmatch(uuid)) is ok
+
+
+@pytest.mark.parametrize("listing", [OLD_LISTING, NEW_LISTING], ids=["R460", "R470+"])
+def test_seats_from_either_nvidia_smi_listing(listing: str, cli, template: Path, tmp_path) -> None:
+    db = tmp_path / "gpuseat.db"
+    shutil.copyfile(template, db)
+    (tmp_path / "l.txt").write_text(listing)
+    r = cli("seats", "add", "--from-nvidia-smi", tmp_path / "l.txt", "--db", f"sqlite:///{db}")
+    assert r.code == 0, r.err
+    with sqlite3.connect(db) as con:
+        stored = con.execute("SELECT kind, device_uuid FROM seats").fetchall()
+    con.close()
+    assert stored == [("mig", listing.rpartition("UUID: ")[2].strip().rstrip(")"))]

@@ -9,11 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core.seating import KEY_PATTERN, EngineName, SeatKind, SeatState
 
-_DEVICE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]{1,90}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-_Device = Annotated[str | None, Field(pattern=_DEVICE.pattern)]
 _EngineRef = Annotated[str | None, Field(max_length=512)]
 _Connect = Annotated[str | None, Field(max_length=1024)]
 
@@ -37,6 +35,17 @@ def _host(value: str | None) -> str | None:
     return normal_host(value)
 
 
+def _device(value: str | None) -> str | None:
+    """A seat's device UUID by the one device rule (:mod:`gpuseat.core.devices`): both forms
+    ``nvidia-smi -L`` prints, ``MIG-GPU-<gpu uuid>/<gi>/<ci>`` of drivers before R470 too."""
+    from gpuseat.core.devices import EXAMPLES, device_problem
+
+    problem = None if value is None else device_problem(value)
+    if problem is not None:
+        raise ValueError(f"not a GPU or MIG device UUID: {problem}; {EXAMPLES}")
+    return value
+
+
 def _known_engine(value: str | None) -> str | None:
     """An engine name the registry knows (the registry is the one list of engines)."""
     from gpuseat.engines.registry import names
@@ -54,7 +63,7 @@ class SeatSpec(BaseModel):
     key: str = Field(pattern=KEY_PATTERN.pattern)
     kind: SeatKind
     host: str | None = None
-    device_uuid: _Device = None
+    device_uuid: str | None = None
     profile: str | None = Field(None, max_length=96, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+:@/-]*$")
     memory_gb: float | None = Field(None, gt=0, le=4096, allow_inf_nan=False)
     groups: tuple[str, ...] = ()
@@ -66,6 +75,7 @@ class SeatSpec(BaseModel):
     _lines = field_validator("engine_ref", "connect")(_one_line)
     _engine = field_validator("engine")(lambda v: _known_engine(v))
     _hosts = field_validator("host")(_host)
+    _devices = field_validator("device_uuid")(_device)
 
 
 class _SeatUpdate(BaseModel):
@@ -76,9 +86,10 @@ class _SeatUpdate(BaseModel):
     engine: EngineName | None = None
     engine_ref: _EngineRef = None
     connect: _Connect = None
-    device_uuid: _Device = None
+    device_uuid: str | None = None
     host: str | None = None
 
     _lines = field_validator("engine_ref", "connect")(_one_line)
     _engine = field_validator("engine")(lambda v: _known_engine(v))
     _hosts = field_validator("host")(_host)
+    _devices = field_validator("device_uuid")(_device)
