@@ -1,4 +1,4 @@
-"""One money format: the plan's text (core/cost.money) and the portal's pages and report (web/formats.money)."""
+"""One money format: the plan's text (core/cost.money) and the portal's pages and report (web/formats.money_or_dash)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ from gpuseat.web import formats
 )
 def test_plan_and_portal_write_money_alike(usd: float, text: str) -> None:
     assert money(usd) == text
-    assert formats.money(usd) == text
-    assert formats.money(str(usd)) == text  # a numeric string from a stored JSON document
+    assert formats.money_or_dash(usd) == text
+    assert formats.money_or_dash(str(usd)) == text  # a numeric string from a stored JSON document
 
 
 @pytest.mark.parametrize("empty", [None, ""])
 def test_the_portal_shows_no_amount_as_a_dash(empty: object) -> None:
-    assert formats.money(empty) == "—"
+    assert formats.money_or_dash(empty) == "—"

@@ -12,7 +12,7 @@ from typing import Any
 from gpuseat.core import cost
 
 
-def money(value: Any) -> str:
+def money_or_dash(value: Any) -> str:
     """A template value (a number, a numeric string) as :func:`gpuseat.core.cost.money`; an empty one is an em dash."""
     if value is None or value == "":
         return "—"

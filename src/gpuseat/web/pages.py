@@ -14,7 +14,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from gpuseat.web.formats import course_time, money, timestamp
+from gpuseat.web.formats import course_time, money_or_dash, timestamp
 from gpuseat.web.security import CSRF_COOKIE, CSRF_FIELD, SECURE_PREFIX, SESSION_COOKIE, Sessions, new_csrf_cookie
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ def make_templates(portal: Portal) -> Jinja2Templates:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.globals["poll_s"] = portal.poll_s
     templates.env.filters["timestamp"] = timestamp
-    templates.env.filters["money"] = money
+    templates.env.filters["money"] = money_or_dash
     templates.env.filters["local"] = lambda value: course_time(value, portal.course_zone())
     return templates
 

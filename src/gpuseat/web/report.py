@@ -25,10 +25,10 @@ PRINT_CSS = "body { background: #fff; }\nsection { page-break-inside: avoid; }\n
 def _env() -> Environment:
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-    from gpuseat.web.formats import money
+    from gpuseat.web.formats import money_or_dash
 
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
-    env.filters["money"] = money
+    env.filters["money"] = money_or_dash
     return env
 
 
