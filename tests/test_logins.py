@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpuseat.core.delivery import login_name, split_user_host
+from gpuseat.core.delivery import login_name
+from gpuseat.core.hosts import split_user_host
 from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
 from gpuseat.core.roster import parse_roster
-from gpuseat.engines.libvirt.names import unix_user as guest_login
+from gpuseat.engines.libvirt.names import guest_login
 from gpuseat.engines.slurm.names import participant_login
 from gpuseat.errors import InputError
 

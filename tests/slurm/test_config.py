@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuseat.catalog.bundle import load_catalog
+from gpuseat.core import logins
 from gpuseat.core.carve import CarveRequest, carve
 from gpuseat.core.delivery import parse_mig_minors
 from gpuseat.core.inventory import server_from_toml
@@ -106,7 +107,7 @@ def test_a_trailing_newline_is_not_part_of_a_name(check: Any, good: str) -> None
 @pytest.mark.parametrize("bad", ["Root", "-u", "a,b", "a b", "a=b", "x" * 33, "1abc"])
 def test_unix_users_checked(bad: str) -> None:
     with pytest.raises(InputError):
-        names.unix_user(bad)
+        logins.unix_user(bad)
 
 
 def test_device_paths_never_escape() -> None:

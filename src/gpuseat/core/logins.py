@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from gpuseat.errors import InputError
+
 #: ``\Z``, not ``$``: ``$`` also matches before a trailing newline, and a login ends up in files and commands
 UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}\Z")
 
@@ -29,3 +31,15 @@ SYSTEM_LOGINS = frozenset(
 def is_login(value: str) -> bool:
     """Whether ``value`` is a portable Unix user name (not whether it is a system account)."""
     return bool(UNIX_USER.match(value))
+
+
+def unix_user(value: str, *, where: str = "unix_user") -> str:
+    """``value`` when it is a portable Unix user name (:data:`UNIX_USER`), else one clear error; whether a
+    system account is allowed too is each caller's policy (a Slurm reservation's placeholder is ``root``)."""
+    if not isinstance(value, str) or not UNIX_USER.fullmatch(value):
+        raise InputError(
+            f"unix user {value!r} is not allowed",
+            where=where,
+            fix="use a lower-case login name such as 'alice' or 'a_smith'",
+        )
+    return value

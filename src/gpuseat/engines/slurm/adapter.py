@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuseat.core import logins
 from gpuseat.engines.runner import Completed, Runner, default_runner
 from gpuseat.engines.slurm import names
 from gpuseat.engines.slurm.config import Reservation
@@ -139,7 +140,7 @@ class Slurm:
     ) -> Completed[str]:
         """Run ``cmd args…`` (optionally as a unix user); never through a shell. A missing program or a
         time-out is one :class:`EngineError`; with ``check`` so is a non-zero exit, with Slurm's reason."""
-        user = names.unix_user(as_user) if as_user is not None else None
+        user = logins.unix_user(as_user) if as_user is not None else None
         try:
             proc = self.runner.run(
                 [self._exe(cmd), *args],
@@ -236,7 +237,7 @@ class Slurm:
     def update_reservation_users(self, name: str, users: Sequence[str]) -> None:
         """Set a reservation's users to exactly ``users`` (after a roster or seat change)."""
         names.slurm_name(name)
-        args = ["update", f"ReservationName={name}", f"Users={','.join(names.unix_user(u) for u in users)}"]
+        args = ["update", f"ReservationName={name}", f"Users={','.join(logins.unix_user(u) for u in users)}"]
         # slurmctld re-checks the reservation's nodes on an update and answers "Requested nodes are busy"
         # while a job it is ending still holds them (a cancel a moment ago): try again for a few seconds
         for _ in range(20):
@@ -290,7 +291,7 @@ class Slurm:
         """The queue (all states squeue still lists), optionally only some users' jobs."""
         args = ["-h", "-o", "%i|%u|%T|%r|%b|%P|%v|%N|%a"]
         if users:
-            args += ["-u", ",".join(names.unix_user(u) for u in users)]
+            args += ["-u", ",".join(logins.unix_user(u) for u in users)]
         out = self.run("squeue", args, mutates=False).stdout
         jobs = []
         for line in out.splitlines():
@@ -355,7 +356,7 @@ class Slurm:
         Returns once the job has ended, with what it saw (``hold_s`` keeps the GPU that long, to overlap
         probes); ``out_dir`` must be writable by the user.
         """
-        names.unix_user(user)
+        logins.unix_user(user)
         if not re.fullmatch(r"gpu(:[A-Za-z0-9_.+-]{1,63})?:\d{1,2}", gres):
             raise EngineError(f"bad GRES request {gres!r}", where="gres", fix="use gpu:N or gpu:TYPE:N")
         out = out_dir / f"probe-{user}-%j.out"

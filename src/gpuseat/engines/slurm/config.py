@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpuseat.core import logins
 from gpuseat.core.delivery import SeatDevice, device_files, shared_files
 from gpuseat.engines.slurm import names
 from gpuseat.errors import InputError
@@ -239,7 +240,7 @@ class SeatLimit:
 
     def __post_init__(self) -> None:
         names.slurm_name(self.partition, where="partition")
-        names.unix_user(self.user)
+        logins.unix_user(self.user)
         names.gres_type(self.gres_type)
         if self.seat_type is not None:
             names.gres_type(self.seat_type)
@@ -623,7 +624,7 @@ def session_reservations(
             fix="give each participant a unix_user column in the roster",
         )
     for u in users:
-        names.unix_user(u)
+        logins.unix_user(u)
     per_node = {node: max(d.core for d in devs) + 1 for node, devs in _by_node(devices).items()}
     if not per_node:
         raise InputError("the course has no Slurm seats", where="seats", fix="add seats first (gpuseat seats add)")

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from gpuseat.core import logins
 from gpuseat.core.delivery import login_name, parse_probe
 from gpuseat.core.readiness import Access, Readiness, ReadyState, judge
 from gpuseat.engines.base import Changes, CourseState, Holding, Phase, Step, StepEngine
@@ -511,13 +512,13 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                         fix="see `squeue -j ID` (a node not responding?); the next apply tries again",
                     )
             case "association.remove":
-                sl.sacctmgr(["delete", "user", names.unix_user(d["user"]), f"account={self.partition}"])
+                sl.sacctmgr(["delete", "user", logins.unix_user(d["user"]), f"account={self.partition}"])
             case "association.add":
                 sl.sacctmgr(
                     [
                         "add",
                         "user",
-                        names.unix_user(d["user"]),
+                        logins.unix_user(d["user"]),
                         f"Account={self.partition}",
                         f"GrpTRES={d['tres']}",
                         f"MaxTRESPerJob={d['tres']}",
@@ -529,7 +530,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                         "modify",
                         "user",
                         "where",
-                        f"name={names.unix_user(d['user'])}",
+                        f"name={logins.unix_user(d['user'])}",
                         f"account={self.partition}",
                         "set",
                         f"GrpTRES={d['tres']}",

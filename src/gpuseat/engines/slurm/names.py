@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
+from gpuseat.core.logins import SYSTEM_LOGINS, unix_user
 from gpuseat.errors import InputError
 
 SLURM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -28,13 +28,8 @@ def slurm_name(value: str, *, where: str = "name") -> str:
     return _check(SLURM_NAME, value, "Slurm name", where, "use letters, digits, '_', '.' and '-' (63 at most)")
 
 
-def unix_user(value: str, *, where: str = "unix_user") -> str:
-    """A POSIX user name as ``useradd`` accepts it by default (lower case, 32 characters at most)."""
-    return _check(UNIX_USER, value, "unix user", where, "use a lower-case login name such as 'alice' or 'a_smith'")
-
-
 def participant_login(value: str, *, where: str = "unix_user") -> str:
-    """A seat holder's login: a :func:`unix_user` that is no system account (one of
+    """A seat holder's login: a :func:`gpuseat.core.logins.unix_user` that is no system account (one of
     :data:`gpuseat.core.logins.SYSTEM_LOGINS`, or below uid 1000 on this host), whose jobs, reservation places
     and limits are the cluster's own; root is also the placeholder user of a reservation whose last holder is
     replaced (so it is never revoked from one)."""
