@@ -43,7 +43,7 @@ def csv_cell(value: Any) -> Any:
     if not isinstance(value, str):
         return value
     text = clean(value, one_line=True)
-    if text.startswith(_FORMULA_START) and not _is_number(text):
+    if text.lstrip(" ").startswith(_FORMULA_START) and not _is_number(text):  # " =1+1" runs too
         return "'" + text
     return text
 

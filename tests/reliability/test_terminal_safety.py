@@ -81,3 +81,21 @@ def test_clean_and_csv_cell():
     assert csv_cell("-3.5") == "-3.5"
     assert csv_cell("+1 cmd") == "'+1 cmd"
     assert csv_cell(7) == 7
+    assert csv_cell(" =2") == "' =2"  # a spreadsheet skips the space and runs the rest
+
+
+def test_the_portal_and_the_cli_write_csv_cells_by_one_rule(capsys):
+    """The portal's downloads and the CLI's ``--format csv`` once had two formula rules: the portal
+    prefixed ``-3.5`` with an apostrophe (a negative amount became text), the CLI let `` =2`` through."""
+    import csv
+    import io
+
+    from gpuseat.cli._output import print_csv
+    from gpuseat.web.exports import csv_text
+
+    values = ["-3.5", " =2", "=1+1", "-2+3", "@x", "+1 cmd", "plain", "ann@example.org", "a\tb", -4, 2.5, None]
+    portal = list(csv.reader(io.StringIO(csv_text(["v"], [[v] for v in values]))))
+    print_csv([{"v": v} for v in values], ["v"])
+    cli = list(csv.reader(io.StringIO(capsys.readouterr().out)))
+    assert portal == cli
+    assert [row[0] for row in portal[1:4]] == ["-3.5", "' =2", "'=1+1"]
