@@ -3,7 +3,7 @@
 Each row is one hostile or edge value with its verdict: the host it becomes, or None when refused.
 The entry points: a seat's host (``SeatSpec``, ``gpuseat seats add --host`` through the real CLI,
 ``gpuseat apply --host``), the host engine's ``ssh_host`` setting, ``split_user_host`` (``seats
-connect --ssh``), and ``nvsmi.check_host`` with ``gpuseat top --ssh`` (a stand-in ``ssh`` on PATH
+connect --ssh``), and ``core.hosts.ssh_target`` with ``gpuseat top --ssh`` (a stand-in ``ssh`` on PATH
 records what it was given; a refused value never starts it). ``user@`` is taken only by the ``--ssh``
 entry points. Before the one rule, the seat host took ``gpu_01``-style names but ``a..b`` and ``node-``
 too and no IPv6 address, ``--ssh`` took ``::::``, and ``ssh_host`` refused ``gpu_01``.
@@ -20,10 +20,9 @@ from typing import Any
 
 import pytest
 
-from gpuseat import nvsmi
 from gpuseat.cli import main
 from gpuseat.cli.apply import seat_host
-from gpuseat.core.delivery import split_user_host
+from gpuseat.core.hosts import split_user_host, ssh_target
 from gpuseat.engines.registry import validate_settings
 from gpuseat.errors import InputError
 from gpuseat.files import validate
@@ -91,7 +90,7 @@ def test_a_host_gets_one_verdict_everywhere(value: str, becomes: str | None, cli
     ssh_host = lambda: validate_settings("host", {"ssh_host": value}).ssh_host  # noqa: E731
     assert _verdict(ssh_host) == becomes
     assert _verdict(lambda: split_user_host(value)[1]) == becomes
-    assert _verdict(lambda: nvsmi.check_host(value)) == becomes
+    assert _verdict(lambda: ssh_target(value)) == becomes
     assert _verdict(lambda: split_user_host(f"ann@{value}")[1]) == becomes
 
     db = tmp_path / "gpuseat.db"
@@ -128,7 +127,7 @@ def test_top_ssh_passes_the_checked_host_or_never_starts_ssh(
         assert log.read_text().split(" -- ")[1].split()[0] == f"ann@{becomes}"
 
 
-@pytest.mark.parametrize("value", ["user@gpu01", "Ann@gpu01", "-x@gpu01", "a@b@gpu01"])
+@pytest.mark.parametrize("value", ["user@gpu01", "Ann@gpu01", "First.Last@gpu01", "-x@gpu01", "a@b@gpu01"])
 def test_a_user_is_taken_only_by_ssh_entry_points(value: str) -> None:
     for call in (
         lambda: validate(SeatSpec, {"key": "s1", "kind": "gpu", "host": value}, where="seat s1"),
@@ -138,10 +137,15 @@ def test_a_user_is_taken_only_by_ssh_entry_points(value: str) -> None:
         assert _verdict(call) is None
     user = value.partition("@")[0]
     if user == "user":
-        assert nvsmi.check_host(value) == value and split_user_host(value) == ("user", "gpu01", None)
-    else:  # the Unix user rule of seats connect --ssh, for top --ssh too
-        assert _verdict(lambda: nvsmi.check_host(value)) is None
-        assert _verdict(lambda: split_user_host(value)) is None
+        assert ssh_target(value) == value and split_user_host(value) == ("user", "gpu01", None)
+        return
+    # a participant's login (seats connect --ssh) follows the Unix user rule gpuseat creates logins by
+    assert _verdict(lambda: split_user_host(value)) is None
+    # the organizer's own --ssh names an account that exists there: First.Last is an admin's usual name
+    if user in ("Ann", "First.Last"):
+        assert ssh_target(value) == value
+    else:
+        assert _verdict(lambda: ssh_target(value)) is None
 
 
 @pytest.mark.parametrize(
@@ -227,7 +231,7 @@ NEW_LISTING = (
     ],
 )
 def test_a_device_uuid_gets_one_verdict(uuid: str, ok: bool) -> None:
-    from gpuseat.core.delivery import UUID_RE
+    from gpuseat.core.devices import DEVICE_UUID as UUID_RE
 
     spec = lambda: validate(SeatSpec, {"key": "s1", "kind": "mig", "device_uuid": uuid}, where="seat s1")  # noqa: E731
     assert (_verdict(spec) is not None) is ok

@@ -4,8 +4,8 @@ Used by ``monitor``/``top`` (samplers), ``bench --all-seats`` (seat list), ``doc
 ``carve --from-nvidia-smi`` (inventory). Public functions:
 
 * :func:`run` — run ``nvidia-smi ARGS`` as an argument list (never a shell string), locally or as
-  ``ssh -o BatchMode=yes -- HOST nvidia-smi ARGS`` after :func:`check_host`;
-* :func:`check_host` — refuse a host that could become an ssh option or carry shell syntax;
+  ``ssh -o BatchMode=yes -- HOST nvidia-smi ARGS`` after :func:`gpuseat.core.hosts.ssh_target` (the one
+  host rule: nothing that could become an ssh option or carry shell syntax);
 * :func:`parse_xml` — ``nvidia-smi -q -x`` (DTD v9–v13 and drivers 390–610) → :class:`Snapshot`;
 * :func:`parse_query_gpu_csv`, :func:`parse_compute_apps_csv` — ``--query-gpu``/``--query-compute-apps``
   CSV read by header name (any field list, with or without ``nounits``);
@@ -440,19 +440,13 @@ def name_mig_profiles(snapshot: Snapshot, catalog: Catalog) -> Snapshot:
 # -- running nvidia-smi ---------------------------------------------------------------------------
 
 
-def check_host(host: str, *, where: str = "--ssh") -> str:
-    """``[user@]host`` for ``ssh`` by the one host rule (:mod:`gpuseat.core.hosts`), IPv6 brackets
-    dropped; else an :class:`InputError` (exit 2)."""
-    from gpuseat.core.hosts import check_host as one_rule
-
-    return one_rule(host, field=where, user=True)
-
-
 def ssh_prefix(host: str | None, *, where: str = "--ssh") -> list[str]:
     """``ssh -o BatchMode=yes -- HOST`` (host checked, after ``--``), or nothing for the local machine."""
     if host is None:
         return []
-    return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "--", check_host(host, where=where)]
+    from gpuseat.core.hosts import ssh_target
+
+    return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "--", ssh_target(host, field=where)]
 
 
 def nvidia_smi(

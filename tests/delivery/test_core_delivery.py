@@ -9,12 +9,11 @@ from hypothesis import strategies as st
 from gpuseat.core.delivery import (
     SeatDevice,
     adopt,
-    check_host,
     instruction,
     parse_mig_minors,
     parse_probe,
-    split_user_host,
 )
+from gpuseat.core.hosts import check_host, split_user_host
 from gpuseat.core.roster import parse_roster, sniff_delimiter
 from gpuseat.errors import InputError
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuseat import nvsmi
+from gpuseat.core.hosts import ssh_target
 from gpuseat.errors import InputError
 
 from .conftest import FIXTURES
@@ -58,12 +58,12 @@ def remote(tmp_path, monkeypatch):
 )
 def test_bad_hosts_are_refused(host):
     with pytest.raises(InputError):
-        nvsmi.check_host(host)
+        ssh_target(host)
 
 
 @pytest.mark.parametrize("host", ["gpu01", "gpu01.lab.example", "admin@10.0.0.5", "fe80::1", "node-7"])
 def test_good_hosts_pass(host):
-    assert nvsmi.check_host(host) == host
+    assert ssh_target(host) == host
 
 
 def test_ssh_option_injection_is_refused_with_exit_2_and_nothing_runs(cli, tmp_path, remote, monkeypatch):

@@ -16,15 +16,9 @@ import shlex
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from gpuseat.core.devices import DEVICE_UUID
-from gpuseat.core.hosts import HOST_RE as HOST_RE
-from gpuseat.core.hosts import check_host as check_host
-from gpuseat.core.hosts import split_user_host as split_user_host
 from gpuseat.core.logins import SYSTEM_LOGINS
 from gpuseat.errors import InputError
 
-#: a GPU or MIG device UUID (both forms nvidia-smi -L prints): the one rule of gpuseat.core.devices
-UUID_RE = DEVICE_UUID
 _MIG_MINOR = re.compile(r"^(?:gpu([0-9]{1,3})/gi([0-9]{1,3})(?:/ci([0-9]{1,3}))?/access|config|monitor) ([0-9]{1,7})$")
 
 

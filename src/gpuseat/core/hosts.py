@@ -37,6 +37,10 @@ _ZONE = re.compile(r"[A-Za-z0-9_.-]{1,15}", re.ASCII)  # an interface name (IFNA
 _FILE_LIKE = re.compile(r"\.(toml|ya?ml|json|csv|txt|xml)\.?$", re.IGNORECASE)
 _DIGITS = re.compile(r"[0-9]+", re.ASCII)
 
+#: the user of an organizer's own ``--ssh user@host``: an account that exists there (letters, digits, '.', '_',
+#: '-'; never a leading '-'), not a login gpuseat makes (those follow :data:`gpuseat.core.logins.UNIX_USER`)
+OPERATOR_USER = re.compile(r"[A-Za-z0-9._][A-Za-z0-9._-]{0,31}", re.ASCII)
+
 #: the fix every refusal gives
 EXAMPLES = "a host name such as gpu01 or gpu01.lab.example, or an IP address such as 10.0.0.5 or 2001:db8::1"
 
@@ -98,21 +102,29 @@ def normal_host(text: str) -> str:
     return text[1:-1] if text.startswith("[") and text.endswith("]") else text
 
 
-def check_host(value: str, *, field: str, user: bool = False) -> str:
-    """``value`` as a host name or address (``user@host`` when ``user``), checked by the one rule;
-    else an :class:`InputError` naming ``field`` (exit 2). IPv6 brackets are dropped."""
-    name, at, host = value.rpartition("@") if user else ("", "", value)
-    if at and not UNIX_USER.fullmatch(name):
+def check_host(value: str, *, field: str) -> str:
+    """``value`` as a host name or address, checked by the one rule; else an :class:`InputError` naming
+    ``field`` (exit 2). IPv6 brackets are dropped."""
+    problem = host_problem(value)
+    if problem is not None:
+        raise InputError(f"{value[:100]!r} is not a host name: {problem}", where=field, fix=f"give {EXAMPLES}")
+    return normal_host(value)
+
+
+def ssh_target(value: str, *, field: str = "--ssh") -> str:
+    """``[user@]host`` for the organizer's own ``ssh`` (``top/monitor/doctor --ssh``): the host by the one
+    rule, the user an existing account of theirs on that machine (:data:`OPERATOR_USER`, looser than a
+    participant's login, which gpuseat creates: ``First.Last@gpu01`` is an admin's usual name)."""
+    name, at, host = value.rpartition("@")
+    if at and not OPERATOR_USER.fullmatch(name):
         raise InputError(
-            f"user {name[:40]!r} in {value[:100]!r} is not a Unix user name",
+            f"user {name[:40]!r} in {value[:100]!r} is not a user name ssh can take",
             where=field,
-            fix="write it as user@host with a user such as ann (lowercase letters, digits, '_', '-'), "
+            fix="write it as user@host with a user of letters, digits, '.', '_' and '-' (not starting with '-'), "
             "or leave the user out and set User in ~/.ssh/config",
         )
-    problem = host_problem(host)
-    if problem is not None:
-        raise InputError(f"{host[:100]!r} is not a host name: {problem}", where=field, fix=f"give {EXAMPLES}")
-    return f"{name}@{normal_host(host)}" if at else normal_host(host)
+    host = check_host(host, field=field)
+    return f"{name}@{host}" if at else host
 
 
 def split_user_host(value: str, *, field: str = "--ssh") -> tuple[str | None, str, int | None]:

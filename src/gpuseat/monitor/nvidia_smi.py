@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpuseat import nvsmi
+from gpuseat.core.hosts import ssh_target
 from gpuseat.readings import Snapshot
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ class SmiSampler:
     """
 
     def __init__(self, host: str | None = None, *, nvidia_smi: str = "nvidia-smi", timeout_s: float = 20.0) -> None:
-        self.host = nvsmi.check_host(host) if host is not None else None
+        self.host = ssh_target(host) if host is not None else None
         self.nvidia_smi = nvidia_smi
         self.timeout_s = timeout_s
         self._catalog: Catalog | None = None

@@ -63,9 +63,9 @@ class Source:
         if self.apps and not self.from_csv:
             raise InputError("--apps needs --from-csv", where="apps", fix="add --from-csv GPU_CSV")
         if self.ssh is not None:
-            from gpuseat.nvsmi import check_host
+            from gpuseat.core.hosts import ssh_target
 
-            check_host(self.ssh)
+            ssh_target(self.ssh)
 
 
 def open_sampler(source: Source) -> Sampler:

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core.seating import KEY_PATTERN, EngineName, SeatKind, SeatState
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
+from gpuseat.safe_text import has_ascii_control
 
 _EngineRef = Annotated[str | None, Field(max_length=512)]
 _Connect = Annotated[str | None, Field(max_length=1024)]
 
 
 def _one_line(value: str | None) -> str | None:
-    if value is not None and _CONTROL.search(value):
+    if value is not None and has_ascii_control(value):
         raise ValueError("must be one line without control characters")
     return value
 

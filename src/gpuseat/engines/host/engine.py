@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from gpuseat.core import delivery
+from gpuseat.core import delivery, hosts
 from gpuseat.core.logins import UNIX_USER
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.core.seating import AGENT_ACTOR
@@ -111,7 +111,7 @@ class HostSettings(BaseModel):
     @field_validator("ssh_host")
     @classmethod
     def _host(cls, v: str | None) -> str | None:
-        return delivery.check_host(v, field="ssh_host") if v else None
+        return hosts.check_host(v, field="ssh_host") if v else None
 
     @field_validator("jump_host")
     @classmethod

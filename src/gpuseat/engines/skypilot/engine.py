@@ -36,7 +36,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpuseat.core import delivery
+from gpuseat.core import hosts
 from gpuseat.core.hosts import jump_target
 from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
 from gpuseat.core.readiness import Access, Readiness, judge
@@ -527,7 +527,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         extra: list[str] = []
         a = access or {}
         if a.get("host"):
-            extra += ["-o", f"HostName={delivery.check_host(str(a['host']), field='host')}"]
+            extra += ["-o", f"HostName={hosts.check_host(str(a['host']), field='host')}"]
         if a.get("port"):
             extra += ["-p", str(int(a["port"]))]
         if a.get("jump_host"):
@@ -559,7 +559,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
                 continue
             line = shlex.join(["sh", "-c", _STILL_IN, "gpuseat-check", login])
             argv = [*self.remote(self.cluster_of(seat), line, timeout=self.settings.timeout)]
-            argv[-2:-2] = ["-o", f"HostName={delivery.check_host(str(stored['host']), field='host')}"]
+            argv[-2:-2] = ["-o", f"HostName={hosts.check_host(str(stored['host']), field='host')}"]
             done = self.runner.try_run(argv, timeout=self.settings.timeout, mutates=False, where=f"seat {seat}")
             if done.returncode == 0 and done.stdout.strip() == "open":
                 return f"{login} still has a key and an unexpired account on {self.cluster_of(seat)}"
