@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from gpuseat.bench.data import CACHE_NAME, idx_header, load_mnist, parse_idx, read_csv_pair, read_idx_dir, verify
+from gpuseat.bench.data import MNIST_CACHE_NAME, idx_header, load_mnist, parse_idx, read_csv_pair, read_idx_dir, verify
 from gpuseat.errors import InputError
 
 NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -41,10 +41,10 @@ def test_mnist_is_the_published_dataset(mnist):
 def test_cache_is_reused_and_a_corrupt_cache_is_rebuilt(mnist, mnist_cache, tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()
-    (cache / CACHE_NAME).write_bytes((mnist_cache / CACHE_NAME).read_bytes()[:1000])  # truncated file
+    (cache / MNIST_CACHE_NAME).write_bytes((mnist_cache / MNIST_CACHE_NAME).read_bytes()[:1000])  # truncated file
     again = load_mnist(cache_dir=cache)
     assert np.array_equal(again.test_images, mnist.test_images)
-    assert (cache / CACHE_NAME).stat().st_size == (mnist_cache / CACHE_NAME).stat().st_size
+    assert (cache / MNIST_CACHE_NAME).stat().st_size == (mnist_cache / MNIST_CACHE_NAME).stat().st_size
 
 
 def test_idx_folder_raw_and_gz(mnist, tmp_path):

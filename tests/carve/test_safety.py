@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from gpuseat.render.base import RENDERERS, render, renderer
-from gpuseat.services.carving import MANIFEST, server_from_nvidia_smi
+from gpuseat.services.carving import CARVE_MANIFEST, server_from_nvidia_smi
 
 from .conftest import CATALOG, EXAMPLES, FIXTURES, carve_toml
 
@@ -117,8 +117,8 @@ def m60_libvirt(cli, out, *extra):
 def test_out_writes_a_manifest_and_a_recarve_removes_stale_files(cli, tmp_path):
     out = tmp_path / "d"
     assert m60_libvirt(cli, out).code == 0
-    manifest = json.loads((out / MANIFEST).read_text())
-    assert set(manifest["files"]) == {p.name for p in out.iterdir()} - {MANIFEST}
+    manifest = json.loads((out / CARVE_MANIFEST).read_text())
+    assert set(manifest["files"]) == {p.name for p in out.iterdir()} - {CARVE_MANIFEST}
     assert {"seat-01.xml", "seat-04.xml", "APPLY.md", "disks.sh"} <= set(manifest["files"])
     again = cli(
         "carve", EXAMPLES / "ibm-2xM60.toml", "--render", "libvirt", "--out", out, "--mode", "vgpu", "--seats", "2"

@@ -183,12 +183,12 @@ def test_bad_archives_are_one_clear_error(url: str, tmp_path: Path, capsys: pyte
 def test_read_archive_refuses_a_zip_bomb_member(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gpuseat.store import export
 
-    monkeypatch.setattr(export, "MAX_MEMBER_BYTES", 1_000_000)
+    monkeypatch.setattr(export, "EXPORT_MAX_MEMBER_BYTES", 1_000_000)
 
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("manifest.json", json.dumps({"format": export.FORMAT, "schema_version": 1, "sha256": {}}))
-        zf.writestr("course.json", b" " * (export.MAX_MEMBER_BYTES + 1))
+        zf.writestr("course.json", b" " * (export.EXPORT_MAX_MEMBER_BYTES + 1))
     (tmp_path / "bomb.zip").write_bytes(buf.getvalue())
     with pytest.raises(InputError, match="too large"):
         export.read_archive(tmp_path / "bomb.zip")

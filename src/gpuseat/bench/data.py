@@ -29,7 +29,7 @@ HOW_TO_GET = (
     "(raw or .gz)"
 )
 _IDX_UBYTE = 0x08
-CACHE_NAME = "mnist-v1.npz"
+MNIST_CACHE_NAME = "mnist-v1.npz"
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,7 @@ def load_mnist(data_dir: Path | None = None, cache_dir: Path | None = None) -> M
     """Verified MNIST: from ``data_dir`` (IDX files) if given, else the cache, converting the CSVs once."""
     if data_dir is not None:
         return read_idx_dir(data_dir)
-    cache = (cache_dir or paths.cache_dir()) / CACHE_NAME
+    cache = (cache_dir or paths.cache_dir()) / MNIST_CACHE_NAME
     cached = _read_cache(cache)
     if cached is not None:
         return cached

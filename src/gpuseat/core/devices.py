@@ -23,7 +23,7 @@ DEVICE_UUID = re.compile(
     re.ASCII,
 )
 #: the fix every refusal gives
-EXAMPLES = (
+UUID_EXAMPLES = (
     "give the UUID as nvidia-smi -L prints it: GPU-4f1d6a52-…, MIG-445da789-… or, from drivers before R470, "
     "MIG-GPU-<gpu uuid>/<gi>/<ci>"
 )
@@ -44,5 +44,5 @@ def check_device_uuid(value: str, *, field: str) -> str:
     """``value`` when it is a GPU or MIG device UUID; else an :class:`InputError` naming ``field``."""
     problem = device_problem(value)
     if problem is not None:
-        raise InputError(f"{value[:100]!r} is not a GPU or MIG device UUID: {problem}", where=field, fix=EXAMPLES)
+        raise InputError(f"{value[:100]!r} is not a GPU or MIG device UUID: {problem}", where=field, fix=UUID_EXAMPLES)
     return value

@@ -42,7 +42,7 @@ _DIGITS = re.compile(r"[0-9]+", re.ASCII)
 OPERATOR_USER = re.compile(r"[A-Za-z0-9._][A-Za-z0-9._-]{0,31}", re.ASCII)
 
 #: the fix every refusal gives
-EXAMPLES = "a host name such as gpu01 or gpu01.lab.example, or an IP address such as 10.0.0.5 or 2001:db8::1"
+HOST_EXAMPLES = "a host name such as gpu01 or gpu01.lab.example, or an IP address such as 10.0.0.5 or 2001:db8::1"
 
 
 def host_problem(text: str) -> str | None:
@@ -107,7 +107,7 @@ def check_host(value: str, *, field: str) -> str:
     ``field`` (exit 2). IPv6 brackets are dropped."""
     problem = host_problem(value)
     if problem is not None:
-        raise InputError(f"{value[:100]!r} is not a host name: {problem}", where=field, fix=f"give {EXAMPLES}")
+        raise InputError(f"{value[:100]!r} is not a host name: {problem}", where=field, fix=f"give {HOST_EXAMPLES}")
     return normal_host(value)
 
 

@@ -29,13 +29,13 @@ if TYPE_CHECKING:
     from gpuseat.catalog.bundle import Catalog
 
 
-PLACEHOLDER = "<address domain='0x0000' bus='0x00' slot='0x00' function='0x0'/>"
+PCI_ADDRESS_PLACEHOLDER = "<address domain='0x0000' bus='0x00' slot='0x00' function='0x0'/>"
 
 
 def _pci_hostdev(seat: Slice) -> str:
     if seat.pci is None:
         # carved from --gpu: pci-fill.sh writes the host's address here before `virsh define`
-        address = f"{PLACEHOLDER}<!-- gpuseat:gpu {seat.gpu_index} -->"
+        address = f"{PCI_ADDRESS_PLACEHOLDER}<!-- gpuseat:gpu {seat.gpu_index} -->"
     else:
         domain, bus, rest = seat.pci.split(":")
         slot, function = rest.split(".")
@@ -72,7 +72,7 @@ def _vf_hostdev(seat: Slice) -> str:
     return (
         "    <hostdev mode='subsystem' type='pci' managed='no'>\n"
         "      <source>\n"
-        f"        {PLACEHOLDER}{vf_marker(seat)}\n"
+        f"        {PCI_ADDRESS_PLACEHOLDER}{vf_marker(seat)}\n"
         "      </source>\n"
         "    </hostdev>\n"
     )

@@ -35,10 +35,10 @@ from gpuseat.render.base import FILE_NAME, Artifact, RenderOptions, render
 if TYPE_CHECKING:
     from gpuseat.catalog.bundle import Catalog
 
-MANIFEST = ".gpuseat-manifest.json"
+CARVE_MANIFEST = ".gpuseat-manifest.json"
 
 __all__ = [
-    "MANIFEST",
+    "CARVE_MANIFEST",
     "CarveRequest",
     "Layout",
     "RenderOptions",
@@ -215,11 +215,13 @@ def _sha(data: bytes) -> str:
 
 
 def _read_manifest(out: Path) -> dict[str, str]:
-    path = out / MANIFEST
+    path = out / CARVE_MANIFEST
     if not path.exists() and not path.is_symlink():
         return {}
     if path.is_symlink() or not path.is_file():
-        raise InputError(f"{MANIFEST} is not a regular file", where=str(out), fix="remove it, or use another --out")
+        raise InputError(
+            f"{CARVE_MANIFEST} is not a regular file", where=str(out), fix="remove it, or use another --out"
+        )
     try:
         data = json.loads(read_text(path))
         files = data["files"]
@@ -227,7 +229,7 @@ def _read_manifest(out: Path) -> dict[str, str]:
             raise TypeError("files")
     except (ValueError, KeyError, TypeError):
         raise InputError(
-            f"{MANIFEST} is not gpuseat's manifest", where=str(out), fix="remove it, or use another --out"
+            f"{CARVE_MANIFEST} is not gpuseat's manifest", where=str(out), fix="remove it, or use another --out"
         ) from None
     return {k: v for k, v in files.items() if FILE_NAME.fullmatch(k)}
 
@@ -274,11 +276,13 @@ def write_artifacts(out: Path, artifacts: list[Artifact], *, force: bool = False
     manifest = _read_manifest(out)
     # stray temporary files of an older writer killed mid-write are not the user's files
     entries = (
-        {p.name for p in out.iterdir() if not p.name.startswith(".gpuseat-")} - {MANIFEST} if out.exists() else set()
+        {p.name for p in out.iterdir() if not p.name.startswith(".gpuseat-")} - {CARVE_MANIFEST}
+        if out.exists()
+        else set()
     )
     if not manifest and entries and not force:
         raise InputError(
-            f"the folder is not empty and gpuseat did not write it ({len(entries)} entries, no {MANIFEST})",
+            f"the folder is not empty and gpuseat did not write it ({len(entries)} entries, no {CARVE_MANIFEST})",
             where=f"--out {out}",
             fix="choose a new or empty folder, or add --force to write into it anyway",
         )
@@ -295,14 +299,14 @@ def write_artifacts(out: Path, artifacts: list[Artifact], *, force: bool = False
             fix="move them away, choose another folder, or add --force",
         )
     doc = {"schema_version": SCHEMA_VERSION, "writer": "gpuseat carve", "files": {n: _sha(d) for n, d in new.items()}}
-    files = {**new, MANIFEST: (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8")}
+    files = {**new, CARVE_MANIFEST: (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8")}
     foreign = sorted(entries - set(manifest) - set(new)) if out.exists() else []
     replace_folder(
         out,
         files,
         modes={n: 0o755 for n in new if n.endswith(".sh")},
         keep=foreign,
-        last=MANIFEST,
+        last=CARVE_MANIFEST,
         where=f"--out {out}",
     )
     written = [out / name for name in new]

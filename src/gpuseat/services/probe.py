@@ -31,9 +31,9 @@ if TYPE_CHECKING:
     from gpuseat.readings import Snapshot
 
 BUNDLE_VERSION = 1
-MANIFEST = "probe.json"
+PROBE_MANIFEST = "probe.json"
 #: File in the bundle → nvidia-smi arguments.
-COMMANDS: dict[str, tuple[str, ...]] = {
+PROBE_COMMANDS: dict[str, tuple[str, ...]] = {
     "nvidia-smi-q.xml": ("-q", "-x"),
     "nvidia-smi-q.txt": ("-q",),
     "nvidia-smi-L.txt": ("-L",),
@@ -48,7 +48,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
 SYSFS_FILE = "sysfs.json"
 XID_FILE = "kernel-xid.txt"
 DOCTOR_FILE = "doctor-capture.tar.gz"
-MAX_MEMBER_BYTES = 64 * 1024 * 1024
+PROBE_MAX_MEMBER_BYTES = 64 * 1024 * 1024
 MAX_MEMBERS = 64
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
@@ -202,7 +202,7 @@ def write_bundle(
     exe = shutil.which(nvidia_smi) or nvidia_smi
     files: dict[str, bytes] = {}
     ran: dict[str, Any] = {}
-    for name, args in COMMANDS.items():
+    for name, args in PROBE_COMMANDS.items():
         code, data, err = _run(exe, args, timeout_s)
         ran[name] = {"args": ["nvidia-smi", *args], "exit": code, **({"stderr": err} if err and code else {})}
         if code is not None:
@@ -228,7 +228,7 @@ def write_bundle(
         "commands": ran,
         "kernel_log": "dmesg" if xid is not None else "not readable (run as root for Xid lines)",
     }
-    files[MANIFEST] = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    files[PROBE_MANIFEST] = json.dumps(manifest, indent=1, sort_keys=True).encode()
     if tar:
         with tarfile.open(out, "w:gz") as archive:
             for name, data in sorted(files.items()):
@@ -267,7 +267,7 @@ def read_bundle(path: Path) -> Bundle:
             if len(files) >= MAX_MEMBERS:
                 raise InputError("too many files", where=where, fix="give a bundle written by gpuseat probe")
             if member.is_file() and not member.is_symlink() and _NAME.fullmatch(member.name):
-                if member.stat().st_size > MAX_MEMBER_BYTES:
+                if member.stat().st_size > PROBE_MAX_MEMBER_BYTES:
                     raise InputError(f"{member.name} is too large", where=where, fix="give a probe bundle")
                 files[member.name] = member.read_bytes()
     elif path.is_file():
@@ -277,11 +277,11 @@ def read_bundle(path: Path) -> Bundle:
                     name = info.name.removeprefix("./")
                     if not info.isfile() or not _NAME.fullmatch(name):
                         continue  # only plain files at the top: no folders, links, devices or ../ names
-                    if info.size > MAX_MEMBER_BYTES:
+                    if info.size > PROBE_MAX_MEMBER_BYTES:
                         raise InputError(f"{name} is too large", where=where, fix="give a probe bundle")
                     handle = archive.extractfile(info)
                     if handle is not None:
-                        files[name] = handle.read(MAX_MEMBER_BYTES)
+                        files[name] = handle.read(PROBE_MAX_MEMBER_BYTES)
         except (tarfile.TarError, OSError) as exc:
             raise InputError(
                 f"not a probe bundle: {exc}", where=where, fix="give the folder or .tar.gz of gpuseat probe"
@@ -289,12 +289,14 @@ def read_bundle(path: Path) -> Bundle:
     else:
         raise InputError("not found", where=where, fix="give the folder or .tar.gz written by gpuseat probe")
     try:
-        manifest = json.loads(files.get(MANIFEST, b"{}").decode())
+        manifest = json.loads(files.get(PROBE_MANIFEST, b"{}").decode())
     except ValueError:
-        raise InputError(f"{MANIFEST} is not JSON", where=where, fix="give a bundle written by gpuseat probe") from None
+        raise InputError(
+            f"{PROBE_MANIFEST} is not JSON", where=where, fix="give a bundle written by gpuseat probe"
+        ) from None
     if not isinstance(manifest, dict) or manifest.get("bundle_version") != BUNDLE_VERSION:
         raise InputError(
-            f"no {MANIFEST} with bundle_version {BUNDLE_VERSION}",
+            f"no {PROBE_MANIFEST} with bundle_version {BUNDLE_VERSION}",
             where=where,
             fix="write the bundle with `gpuseat probe OUT` on the host",
         )

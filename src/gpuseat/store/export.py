@@ -65,7 +65,7 @@ MEMBERS = (
 )
 #: members added later: written always, read when present (an export made before them imports without them)
 LEDGER_MEMBERS = ("seat_requests.json", "seat_hours.json")
-MAX_MEMBER_BYTES = 512 * 1024 * 1024  # a course with years of events stays far below; a zip bomb does not
+EXPORT_MAX_MEMBER_BYTES = 512 * 1024 * 1024  # a course with years of events stays far below; a zip bomb does not
 MAX_ARCHIVE_BYTES = 1024 * 1024 * 1024
 
 
@@ -496,7 +496,7 @@ def read_archive(path: Path) -> dict[str, Any]:
                     f"{name} is missing", where=where, fix="the archive is incomplete: export the course again"
                 )
             info = zf.getinfo(name)
-            if info.file_size > MAX_MEMBER_BYTES:
+            if info.file_size > EXPORT_MAX_MEMBER_BYTES:
                 raise InputError(
                     f"{name} is too large ({info.file_size} bytes)", where=where, fix="not a gpuseat export"
                 )

@@ -22,24 +22,24 @@ def _one_line(value: str | None) -> str | None:
 def _host(value: str | None) -> str | None:
     """A seat's host by the one host rule (:mod:`gpuseat.core.hosts`): the name its way in and its
     engine use, so a name refused there (``a..b``, ``node-``) is refused here too."""
-    from gpuseat.core.hosts import EXAMPLES, host_problem, normal_host
+    from gpuseat.core.hosts import HOST_EXAMPLES, host_problem, normal_host
 
     if value is None:
         return None
     problem = host_problem(value)
     if problem is not None:
-        raise ValueError(f"not a host name: {problem}; give {EXAMPLES}")
+        raise ValueError(f"not a host name: {problem}; give {HOST_EXAMPLES}")
     return normal_host(value)
 
 
 def _device(value: str | None) -> str | None:
     """A seat's device UUID by the one device rule (:mod:`gpuseat.core.devices`): both forms
     ``nvidia-smi -L`` prints, ``MIG-GPU-<gpu uuid>/<gi>/<ci>`` of drivers before R470 too."""
-    from gpuseat.core.devices import EXAMPLES, device_problem
+    from gpuseat.core.devices import UUID_EXAMPLES, device_problem
 
     problem = None if value is None else device_problem(value)
     if problem is not None:
-        raise ValueError(f"not a GPU or MIG device UUID: {problem}; {EXAMPLES}")
+        raise ValueError(f"not a GPU or MIG device UUID: {problem}; {UUID_EXAMPLES}")
     return value
 
 

@@ -62,7 +62,7 @@ SRUN_PROBE_SCRIPT = (
     'printf "CUDA_VISIBLE_DEVICES=%s\\n" "${CUDA_VISIBLE_DEVICES-}"; echo "SLURM_JOB_GPUS=${SLURM_JOB_GPUS-}"; '
     f'if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi -L; else echo "{NO_NVIDIA_SMI}"; fi; true'
 )
-PLACEHOLDER = "root"  # a reservation's only user while its last holder is replaced (Users= cannot be empty)
+PLACEHOLDER_USER = "root"  # a reservation's only user while its last holder is replaced (Users= cannot be empty)
 
 
 class SlurmSettings(BaseModel):
@@ -256,9 +256,9 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         want_users = sorted(holders)
         for name, fields in sorted(resvs.items()):
             have = _users(fields)
-            out = sorted(have - set(want_users) - {PLACEHOLDER})
+            out = sorted(have - set(want_users) - {PLACEHOLDER_USER})
             if out and (course.active and want_users):
-                keep = sorted(have & set(want_users)) or [PLACEHOLDER]
+                keep = sorted(have & set(want_users)) or [PLACEHOLDER_USER]
                 lost = tuple(sorted({s for u in out for s in seats_for(u)}))
                 add(
                     step(
@@ -601,7 +601,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                     held("limit", lim.user, f"job_submit.lua: gpu:{lim.seat_type}:{lim.count}")
         for name, f in sorted(self.slurm.reservations().items()):
             if config.is_session(name, self.partition):
-                for login in sorted(_users(f) - {PLACEHOLDER}):
+                for login in sorted(_users(f) - {PLACEHOLDER_USER}):
                     held("reservation", login, name)
         sc = self.wanted(course, [])
         known = set(who) | {h.login for h in out}
