@@ -249,3 +249,10 @@ def test_seats_from_either_nvidia_smi_listing(listing: str, cli, template: Path,
         stored = con.execute("SELECT kind, device_uuid FROM seats").fetchall()
     con.close()
     assert stored == [("mig", listing.rpartition("UUID: ")[2].strip().rstrip(")"))]
+    # the --seats file of top/monitor that seats export writes for it is one top and monitor read
+    from gpuseat.monitor.seats import read_seats
+
+    r = cli("seats", "export", "--format", "toml", "--db", f"sqlite:///{db}")
+    assert r.code == 0, r.err
+    (tmp_path / "seats.toml").write_text(r.out)
+    assert [e.device_uuid for e in read_seats(tmp_path / "seats.toml")] == [stored[0][1]]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from hubcourse import mig_devices, section
+from hubcourse import FIXTURES, mig_devices, section
 
 from gpuseat.core.readiness import judge
 from gpuseat.engines import registry
@@ -34,6 +34,19 @@ def test_without_a_choice_every_mig_device_is_visible_and_that_is_broken():
     assert visible == tuple(MIGS) and len(MIGS) > 1
     state, why = judge(MIGS[0], visible)
     assert state == "broken" and f"{len(MIGS)} GPUs visible" in (why or "")
+
+
+def test_a_whole_gpu_beside_a_mig_gpu_counts_too():
+    """Per GPU its MIG devices, else the GPU (the one reading of nvidia-smi -L, core.delivery.parse_probe):
+    a server that sees one MIG slice of GPU 0 and all of GPU 1 sees two devices. The engine once kept only
+    the MIG devices when any GPU had them, and called that server's seat ready."""
+    mig_gpu = "\n".join(LISTING.splitlines()[:2])  # GPU 0 and its first MIG device, as the capture prints them
+    # a second board from another real listing (the captures' own UUIDs are all zeros, so one with its own)
+    pro = (FIXTURES / "rtxpro6000__L.txt").read_text()
+    whole = next(ln for ln in pro.splitlines() if ln.startswith("GPU 0: ")).replace("GPU 0: ", "GPU 1: ", 1)
+    visible, _ = visible_devices(printed(None, f"{mig_gpu}\n{whole}"))
+    assert visible == (MIGS[0], whole.rpartition("UUID: ")[2].rstrip(")"))
+    assert judge(MIGS[0], visible)[0] == "broken"
 
 
 def test_a_choice_the_driver_does_not_list_is_no_gpu():

@@ -3,18 +3,26 @@
 TOML: ``[[seat]]`` tables; CSV: a header with the same field names. Example in
 ``examples/seats.toml``. Fields: ``id`` (seat id), ``device`` (GPU-… or MIG-… UUID),
 ``participant`` (optional), ``user`` (Unix login, defaults to the participant), ``host``, ``profile``.
-A MIG device the driver gives no UUID (older ``nvidia-smi -q -x``) is ``GPU-…/gi<N>`` (its GPU instance).
+A device is a UUID by the one rule of :mod:`gpuseat.core.devices` (``GPU-…``, ``MIG-…``, and drivers
+R450–R460's ``MIG-GPU-…/<gi>/<ci>``, which ``seats export --format toml`` writes for such a seat), or a MIG
+device the driver gives no UUID and no listing names (older ``nvidia-smi -q -x``): ``GPU-…/gi<N>`` (its GPU
+instance), as :func:`gpuseat.readings.mig_key` names it.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from gpuseat.core.devices import DEVICE_UUID
 from gpuseat.errors import InputError
 from gpuseat.files import read_csv, read_toml, validate
 from gpuseat.monitor.attribution import SeatEntry
+
+#: a MIG device by its GPU instance, where the driver gives it no UUID (see :func:`gpuseat.readings.mig_key`)
+_BY_INSTANCE = re.compile(r"GPU-[0-9A-Za-z-]{1,90}/gi[0-9]{1,3}(?:/ci[0-9]{1,3})?", re.ASCII)
 
 
 class SeatFileRow(BaseModel):
@@ -23,11 +31,21 @@ class SeatFileRow(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str = Field(min_length=1)
-    device: str = Field(pattern=r"^(GPU-[0-9A-Za-z-]+(/gi\d{1,3}(/ci\d{1,3})?)?|MIG-[0-9A-Za-z-]+)$")
+    device: str
     participant: str | None = None
     user: str | None = None
     host: str | None = None
     profile: str | None = None
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if not (DEVICE_UUID.fullmatch(value) or _BY_INSTANCE.fullmatch(value)):
+            raise ValueError(
+                "must be a device UUID as nvidia-smi -L prints it (GPU-…, MIG-…, MIG-GPU-…/<gi>/<ci>) "
+                "or GPU-…/gi<N> for a MIG device without one"
+            )
+        return value
 
 
 class SeatsFile(BaseModel):

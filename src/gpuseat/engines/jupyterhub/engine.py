@@ -48,6 +48,8 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from gpuseat.core.delivery import parse_probe
+from gpuseat.core.devices import DEVICE_UUID
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
@@ -75,7 +77,6 @@ if smi:
 else:
     print("GPUSEAT-SMI-MISSING")
 """.strip()
-_UUID = re.compile(r"\b((?:GPU|MIG)-[0-9A-Fa-f][0-9A-Fa-f/-]{6,})\b")
 # a hub user name as JupyterHub (Authenticator.validate_username) and the hooks take it: any characters but '/',
 # not only dots; gpuseat also refuses white space and control characters. Every use quotes it (URL path, JSON).
 _NAME = re.compile(r"^(?!\.+$)[^/\s\x00-\x1f\x7f]{1,255}$")
@@ -110,14 +111,12 @@ def visible_devices(printed: str) -> tuple[tuple[str, ...], str]:
     chosen = tuple(x.strip() for x in cvd.split(",") if x.strip()) if cvd != "<unset>" else ()
     smi = [ln.split("=", 1)[1] for ln in printed.splitlines() if ln.startswith("GPUSEAT-SMI=")]
     if smi:
-        from gpuseat.nvsmi import parse_list
-
-        listed = parse_list("\n".join(smi))
-        devices = [m.uuid for g in listed for m in g.mig] or [g.uuid for g in listed]
+        # the one reading of nvidia-smi -L: per GPU its MIG devices, else the GPU itself
+        devices = list(parse_probe("\n".join(smi)).visible)
         if chosen and all(c.startswith(("GPU-", "MIG-")) for c in chosen):
             devices = [d for d in chosen if d in devices]
         return tuple(devices), "nvidia-smi -L in the participant's server" + (f", CUDA_VISIBLE_DEVICES={cvd}")
-    uuids = tuple(c for c in chosen if _UUID.fullmatch(c))
+    uuids = tuple(c for c in chosen if DEVICE_UUID.fullmatch(c))
     return uuids, f"no nvidia-smi in the participant's server: CUDA_VISIBLE_DEVICES={cvd} only"
 
 

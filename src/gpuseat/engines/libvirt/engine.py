@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpuseat.core.delivery import login_name
+from gpuseat.core.delivery import login_name, parse_probe
 from gpuseat.core.readiness import Access, Readiness, ReadyState, judge
 from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
@@ -563,9 +563,8 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
             return result("broken", f"ssh to {ip} did not answer within {self.settings.timeout:g} s", evidence)
         if done.returncode != 0:
             return result("broken", f"ssh or nvidia-smi failed (exit {done.returncode})", evidence)
-        import re
-
-        visible = tuple(re.findall(r"\(UUID: ((?:GPU|MIG)-[0-9A-Za-z/-]+)\)", done.stdout))
+        # the one reading of nvidia-smi -L (a MIG device counts, not also the GPU line above it)
+        visible = parse_probe(done.stdout).visible
         state, reason = judge(seat.device_uuid, visible)
         return result(state, reason, evidence, visible)
 
