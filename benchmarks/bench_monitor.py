@@ -30,11 +30,10 @@ from pathlib import Path
 
 from gpuseat.db import make_engine
 from gpuseat.monitor.alerts import AlertTracker
-from gpuseat.monitor.attribution import SeatEntry, SeatMap
 from gpuseat.monitor.prometheus import SeatCollector
 from gpuseat.monitor.replay import ReplaySampler, synthetic_snapshot
 from gpuseat.monitor.runner import Monitor, observe
-from gpuseat.readings import leaves
+from gpuseat.readings import SeatEntry, SeatMap, leaves
 from gpuseat.store import open_monitor
 from gpuseat.store.monitor import MonitorStore
 

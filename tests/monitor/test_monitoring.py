@@ -18,12 +18,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuseat.errors import EngineError
 from gpuseat.monitor.alerts import AlertTracker, post_webhook
-from gpuseat.monitor.attribution import SeatEntry, SeatMap, attribute, observe_seats, proc_user, seat_states
+from gpuseat.monitor.attribution import attribute, observe_seats, proc_user, seat_states
 from gpuseat.monitor.nvml import NvmlSampler, _load_pynvml
 from gpuseat.monitor.prometheus import METRICS, SeatCollector, render, serve
 from gpuseat.monitor.replay import ReplaySampler, read_replay, synthetic_snapshot, write_replay
 from gpuseat.monitor.runner import Monitor, observe
-from gpuseat.readings import Attributed, Gpu, GpuProcess, Leaf, LeafReading, leaves
+from gpuseat.readings import Attributed, Gpu, GpuProcess, Leaf, LeafReading, SeatEntry, SeatMap, leaves
 
 T0 = 1_700_000_040.0
 pynvml = _load_pynvml()  # the real binding (its errors and structs); only gpuseat.monitor.nvml imports it

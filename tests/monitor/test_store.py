@@ -8,9 +8,9 @@ from sqlalchemy import text
 
 from gpuseat.db import make_engine, resolve_url
 from gpuseat.db.models import Base
-from gpuseat.monitor.attribution import SeatEntry, SeatMap
 from gpuseat.monitor.replay import ReplaySampler, synthetic_snapshot
 from gpuseat.monitor.runner import Monitor, observe
+from gpuseat.readings import SeatEntry, SeatMap
 from gpuseat.store import open_monitor
 
 T0 = 1_700_000_040.0  # a minute boundary

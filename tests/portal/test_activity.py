@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from gpuseat.monitor.alerts import AlertTracker
-from gpuseat.monitor.attribution import SeatEntry
 from gpuseat.monitor.replay import ReplaySampler, synthetic_snapshot
 from gpuseat.monitor.runner import Monitor
+from gpuseat.readings import SeatEntry
 from gpuseat.store import Store, open_store
 
 T0 = 1_700_006_400.0  # a UTC day boundary (19675 × 86400)

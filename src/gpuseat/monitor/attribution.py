@@ -16,7 +16,6 @@ from gpuseat.readings import (
     GpuProcess,
     Leaf,
     LeafReading,
-    SeatEntry,
     SeatMap,
     Snapshot,
     frozen_factory,
@@ -25,8 +24,6 @@ from gpuseat.readings import (
 )
 
 __all__ = [
-    "SeatEntry",
-    "SeatMap",
     "attribute",
     "observe_seats",
     "proc_user",

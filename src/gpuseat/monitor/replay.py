@@ -1,6 +1,6 @@
 """Recorded snapshots played back (demos, tests, benchmarks), and a synthetic lab to record.
 
-A replay file is JSON Lines: one :func:`~gpuseat.monitor.model.snapshot_to_dict` record per line,
+A replay file is JSON Lines: one :func:`~gpuseat.readings.snapshot_to_dict` record per line,
 in time order. Snapshots keep their recorded ``taken_at`` so idle times and GPU-hours come out as
 they were; when ``loop`` wraps around, times are shifted so they keep increasing.
 """

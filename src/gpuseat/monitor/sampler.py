@@ -6,7 +6,7 @@ import time
 from dataclasses import replace
 from typing import Protocol
 
-from gpuseat.monitor.model import Snapshot
+from gpuseat.readings import Snapshot
 
 
 class Sampler(Protocol):

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gpuseat.core.devices import DEVICE_UUID
 from gpuseat.errors import InputError
 from gpuseat.files import read_csv, read_toml, validate
-from gpuseat.monitor.attribution import SeatEntry
+from gpuseat.readings import SeatEntry
 
 #: a MIG device by its GPU instance, where the driver gives it no UUID (see :func:`gpuseat.readings.mig_key`)
 _BY_INSTANCE = re.compile(r"GPU-[0-9A-Za-z-]{1,90}/gi[0-9]{1,3}(?:/ci[0-9]{1,3})?", re.ASCII)

@@ -7,7 +7,7 @@ from typing import Any
 
 from gpuseat.readings import LeafReading
 
-COLUMNS = ("seat", "participant", "device", "memory", "util", "processes", "idle")
+MONITOR_TABLE_COLUMNS = ("seat", "participant", "device", "memory", "util", "processes", "idle")
 
 
 def _fmt_mib(v: float | None) -> str:
@@ -64,9 +64,9 @@ def rich_table(rows: Sequence[Mapping[str, Any]], title: str) -> Any:
     from gpuseat.safe_text import clean
 
     table = Table(title=clean(title, one_line=True))
-    for col in COLUMNS:
+    for col in MONITOR_TABLE_COLUMNS:
         table.add_column(col)
     for row in rows:
         style = "red" if "!" in (row["processes"] or "") else None
-        table.add_row(*("" if row[c] is None else clean(str(row[c])) for c in COLUMNS), style=style)
+        table.add_row(*("" if row[c] is None else clean(str(row[c])) for c in MONITOR_TABLE_COLUMNS), style=style)
     return table

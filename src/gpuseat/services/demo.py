@@ -100,9 +100,8 @@ def seed_demo(folder: Path, *, history_days: float | None = None) -> Demo:
     from gpuseat.bench.device import DeviceFacts
     from gpuseat.bench.results import RecordedResult
     from gpuseat.core.course import Course as CourseFile
-    from gpuseat.monitor.model import Gpu, GpuProcess, Snapshot
     from gpuseat.monitor.runner import observe
-    from gpuseat.readings import Alert
+    from gpuseat.readings import Alert, Gpu, GpuProcess, Snapshot
     from gpuseat.services.survey import SurveyService
     from gpuseat.store import open_store
     from gpuseat.store.accounts import generate_password
