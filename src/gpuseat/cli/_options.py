@@ -75,6 +75,12 @@ ForceReplaceOption = Annotated[bool, typer.Option("--force", help="Replace an ex
 ForceFolderOption = Annotated[bool, typer.Option("--force", help="Write into a folder gpuseat did not write.")]
 #: ``--timeout`` of ``seats check`` and ``host status`` (each with its own default)
 ProbeTimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds each seat's probe may take.")]
+#: ``--participant``/``-p`` of ``gpuseat seat``'s actions, each for one participant (required)
+RequiredParticipantOption = Annotated[
+    str, typer.Option("--participant", "-p", help="The participant (key, email or Unix user).")
+]
+#: ``--participant`` of ``seats assign`` and ``seats release``: one participant, or left out for all or by ``--seat``
+OptionalParticipantOption = Annotated[str | None, typer.Option("--participant", help="Key, email or Unix user.")]
 
 
 def shared_flags(name: str, group: Callable[..., object]) -> Callable[[Callable[..., None]], Callable[..., None]]:

@@ -59,6 +59,6 @@ def skypilot_command(
         print(path)
 
 
-def add_to(seats_app: typer.Typer) -> None:
+def add_cloud_commands(seats_app: typer.Typer) -> None:
     """Add ``skypilot`` to the ``gpuseat seats`` group."""
     seats_app.command("skypilot")(skypilot_command)

@@ -37,7 +37,7 @@ def parse_settings(values: list[str]) -> dict[str, dict[str, str]]:
     return out
 
 
-def add_to(seats_app: typer.Typer) -> None:
+def add_delivery_commands(seats_app: typer.Typer) -> None:
     """Add ``connect`` and ``check`` to the ``seats`` group."""
 
     @seats_app.command("connect")

@@ -47,7 +47,7 @@ _FLAGS = {"cull_every_s": "--cull-every", "session_lead_min": "--session-lead", 
 
 
 @hub_app.command("config")
-def config(
+def hub_config(
     spawner: str = typer.Option("local", "--spawner", help="local, systemd, docker or kubernetes."),
     course: CourseOption = None,
     db: DbOption = None,

@@ -100,7 +100,7 @@ def sampling(
 
 
 def _print_view(seat_view: TickView, fmt: Format) -> None:
-    from gpuseat.monitor.view import COLUMNS, seat_rows
+    from gpuseat.monitor.view import MONITOR_TABLE_COLUMNS, seat_rows
 
     if fmt == Format.json:
         print_json(seat_view.to_dict())
@@ -108,7 +108,7 @@ def _print_view(seat_view: TickView, fmt: Format) -> None:
         print_csv(seat_view.to_dict()["processes"], PROCESS_COLUMNS)
     else:
         title = f"gpuseat top — {seat_view.snapshot.host}"
-        print_table(seat_rows(list(seat_view.states)), COLUMNS, title=title)
+        print_table(seat_rows(list(seat_view.states)), MONITOR_TABLE_COLUMNS, title=title)
 
 
 @shared_flags("sampled", sampling)

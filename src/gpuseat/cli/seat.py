@@ -9,17 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
-from gpuseat.cli._options import CourseOption, DbOption, add_group
+from gpuseat.cli._options import CourseOption, DbOption, RequiredParticipantOption, add_group
 from gpuseat.cli._output import Format, FormatOption, print_json, print_rows
 from gpuseat.cli.course import actor
 
-ParticipantOption = Annotated[
-    str, typer.Option("--participant", "-p", help="The participant (key, email or Unix user).")
-]
 REQUEST_COLUMNS = ("id", "participant", "seat", "action", "state", "reason", "actor", "requested_at", "done_at")
 HOURS_COLUMNS = ("participant", "quota", "topups", "used", "left", "running", "runs_out_at")
 
@@ -52,7 +48,7 @@ def register(app: typer.Typer) -> None:
         """The command of a seat action that needs nothing but the participant (start, stop, restart)."""
 
         def ask(
-            participant: ParticipantOption,
+            participant: RequiredParticipantOption,
             course: CourseOption = None,
             db: DbOption = None,
             fmt: FormatOption = Format.table,
@@ -70,7 +66,7 @@ def register(app: typer.Typer) -> None:
 
     @seat.command("reset")
     def reset(
-        participant: ParticipantOption,
+        participant: RequiredParticipantOption,
         confirm: str = typer.Option(
             "", "--confirm", help="Type the participant's key to confirm: their home is replaced by the skeleton."
         ),
@@ -91,7 +87,7 @@ def register(app: typer.Typer) -> None:
 
     @seat.command("key")
     def key(
-        participant: ParticipantOption,
+        participant: RequiredParticipantOption,
         key_file: Path = typer.Option(..., "--key-file", help="The participant's public key file (one line)."),
         course: CourseOption = None,
         db: DbOption = None,
@@ -128,7 +124,7 @@ def register(app: typer.Typer) -> None:
 
     @seat.command("topup")
     def topup(
-        participant: ParticipantOption,
+        participant: RequiredParticipantOption,
         add: float = typer.Option(..., "--hours", help="Hours to add to the participant's quota."),
         note: str = typer.Option("", "--note", help="Why (kept in the ledger)."),
         course: CourseOption = None,
@@ -144,7 +140,7 @@ def register(app: typer.Typer) -> None:
 
     @seat.command("quota")
     def quota(
-        participant: ParticipantOption,
+        participant: RequiredParticipantOption,
         value: float = typer.Option(..., "--hours", help="The participant's own quota (replaces the course's)."),
         course: CourseOption = None,
         db: DbOption = None,

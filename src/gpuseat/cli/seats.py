@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gpuseat.cli._options import CourseOption, DbOption, add_group
+from gpuseat.cli._options import CourseOption, DbOption, OptionalParticipantOption, add_group
 from gpuseat.cli._output import Format, FormatOption, print_csv, print_json, print_rows
 from gpuseat.cli.course import actor
 from gpuseat.errors import InputError
@@ -23,8 +23,6 @@ STATUS_COLUMNS = ("seat", "kind", "participant", "engine", "state", "reason", "s
 #: what an 80-column terminal hides first (``-f wide`` shows every column)
 ADDED_DROP = ("connect", "participant", "engine", "state", "memory_gb", "host")
 STATUS_DROP = ("last_gpu_activity", "since", "kind", "engine", "connect", "reason")
-#: ``--participant`` of ``assign`` and ``release`` (``move``, where it is required, declares its own)
-ParticipantOption = Annotated[str | None, typer.Option("--participant", help="Key, email or Unix user.")]
 
 
 class ExportFormat(StrEnum):
@@ -233,7 +231,7 @@ def register(app: typer.Typer) -> None:
 
     @seats_app.command("assign")
     def assign(
-        participant: ParticipantOption = None,
+        participant: OptionalParticipantOption = None,
         seat: str | None = typer.Option(None, "--seat", help="The seat to give (with --participant)."),
         partial: bool = typer.Option(False, "--partial", help="Assign what fits when seats run short."),
         course: CourseOption = None,
@@ -266,7 +264,7 @@ def register(app: typer.Typer) -> None:
 
     @seats_app.command("release")
     def release(
-        participant: ParticipantOption = None,
+        participant: OptionalParticipantOption = None,
         seat: str | None = typer.Option(None, "--seat", help="Seat key."),
         reason: str = typer.Option("released", "--reason", help="Why (kept in the history, 32 characters)."),
         course: CourseOption = None,
@@ -370,8 +368,8 @@ def register(app: typer.Typer) -> None:
 
             print_csv(seats_csv_rows(seats), SEATS_CSV_COLUMNS)
 
-    from gpuseat.cli.cloud import add_to as add_cloud_commands
-    from gpuseat.cli.delivery import add_to as add_delivery_commands
+    from gpuseat.cli.cloud import add_cloud_commands
+    from gpuseat.cli.delivery import add_delivery_commands
 
     add_cloud_commands(seats_app)
     add_delivery_commands(seats_app)

@@ -11,10 +11,12 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
+import click
 import typer
 
 from gpuseat.cli._options import Commands, CourseOption, DbOption
 from gpuseat.cli._output import Format, FormatOption, print_json, print_rows
+from gpuseat.engines.libvirt.names import VIRT_TYPES
 
 vms_app = typer.Typer(help="Seats as VMs through libvirt (the libvirt engine): one VM per seat holder.",
                       no_args_is_help=True, cls=Commands)  # fmt: skip
@@ -27,15 +29,8 @@ class VmMode(StrEnum):
     vgpu = "vgpu"
 
 
-class VirtType(StrEnum):
-    """libvirt domain type."""
-
-    kvm = "kvm"
-    qemu = "qemu"
-
-
 CONNECT = typer.Option(None, "--connect", "-c", help="libvirt URI, e.g. qemu+ssh://root@host/system.")
-STATUS_COLUMNS = ("seat", "participant", "domain", "state", "vm_for", "connect")
+VM_STATUS_COLUMNS = ("seat", "participant", "domain", "state", "vm_for", "connect")
 
 
 @vms_app.command("up")
@@ -52,7 +47,9 @@ def up(
     pool: str | None = typer.Option(None, "--pool", help="libvirt storage pool for disks and seeds."),
     pool_dir: str | None = typer.Option(None, "--pool-dir", help="Folder of a new --pool."),
     network: str | None = typer.Option(None, "--network", help="libvirt network of the VMs' NIC ('none': no NIC)."),
-    virt_type: VirtType | None = typer.Option(None, "--virt-type", help="kvm, or qemu (TCG: no KVM, slow)."),
+    virt_type: str | None = typer.Option(
+        None, "--virt-type", click_type=click.Choice(VIRT_TYPES), help="kvm, or qemu (TCG: no KVM, slow)."
+    ),
     no_gpu: bool = typer.Option(False, "--no-gpu", help="Define the VMs without their GPUs (try the image first)."),
     no_start: bool = typer.Option(False, "--no-start", help="Define only; do not start the VMs."),
     doctor_root: Path | None = typer.Option(
@@ -75,7 +72,7 @@ def up(
         "connect": connect, "image": image, "image_format": image_format, "pool": pool, "pool_dir": pool_dir,
         "network": network, "vcpus": vcpus, "memory_mib": memory_mib, "disk_gb": disk_gb,
         "inventory": str(inventory.absolute()) if inventory else None, "mode": mode.value if mode else None,
-        "virt_type": virt_type.value if virt_type else None,
+        "virt_type": virt_type,
         "doctor_root": str(doctor_root.absolute()) if doctor_root else None,
         "probe_key": str(probe_key.absolute()) if probe_key else None,
         "gpu": False if no_gpu else None, "start": False if no_start else None,
@@ -94,7 +91,7 @@ def down(course: CourseOption = None, db: DbOption = None, fmt: FormatOption = F
 
 
 @vms_app.command("status")
-def status(course: CourseOption = None, db: DbOption = None, fmt: FormatOption = Format.table) -> None:
+def vms_status(course: CourseOption = None, db: DbOption = None, fmt: FormatOption = Format.table) -> None:
     """Each libvirt seat: its holder, its VM's state and whose login the VM carries, and the stored
     way in (shown only when it was made for the holder). Reads libvirt and the store; changes nothing."""
     from gpuseat.engines import registry
@@ -127,7 +124,7 @@ def status(course: CourseOption = None, db: DbOption = None, fmt: FormatOption =
     if fmt is Format.json:
         print_json({"course": key, "connect": lv.uri, "seats": rows})
         return
-    print_rows(rows, STATUS_COLUMNS, fmt, title=f"vms status · course {key} · {lv.uri}")
+    print_rows(rows, VM_STATUS_COLUMNS, fmt, title=f"vms status · course {key} · {lv.uri}")
 
 
 def _apply(course: str | None, db: str | None, fmt: Format, settings: dict[str, object], *, revoke_all: bool,

@@ -23,7 +23,7 @@ from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
 from gpuseat.errors import InputError, did_you_mean
 from gpuseat.safe_text import has_ascii_control
 
-COLUMNS: tuple[str, ...] = ("key", "name", "email", "group", "unix_user", "ssh_key")
+ROSTER_COLUMNS: tuple[str, ...] = ("key", "name", "email", "group", "unix_user", "ssh_key")
 _ALIASES = {
     "e-mail": "email",
     "mail": "email",
@@ -67,7 +67,7 @@ class RosterRow:
     ssh_key: str | None
     #: the columns the file has: a re-import keeps what a participant has for the others (a late
     #: registrant's ``name,email`` file once wiped everyone's SSH key and login)
-    columns: frozenset[str] = frozenset(COLUMNS)
+    columns: frozenset[str] = frozenset(ROSTER_COLUMNS)
 
 
 def check_ssh_key(text: str) -> str:
@@ -163,7 +163,7 @@ def parse_roster(text: str, *, groups: tuple[str, ...], where: str = "roster") -
     for i, raw in enumerate(header):
         name = raw.strip().lower().replace(" ", "_")
         name = _ALIASES.get(name, name)
-        if name in COLUMNS:
+        if name in ROSTER_COLUMNS:
             if name in columns:
                 raise InputError(f"column {name!r} appears twice", where=f"{where}:1:{i + 1}", fix="keep one of them")
             columns[name] = i
@@ -207,7 +207,7 @@ def _row(record: list[str], cell: _Cell, groups: tuple[str, ...], seen: dict[str
     def get(name: str) -> str:
         return _get(record, cell.columns, name)
 
-    for column in COLUMNS:
+    for column in ROSTER_COLUMNS:
         cell_text = get(column)
         if has_ascii_control(cell_text) or len(cell_text) > (16384 if column == "ssh_key" else 256):
             raise cell.error(column, "control characters or too long", "keep each value on one line")

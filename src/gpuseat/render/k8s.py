@@ -205,7 +205,7 @@ def _yaml(layout: Layout, doc: dict[str, Any]) -> str:
 def mig_config(layout: Layout, catalog: Catalog) -> dict[str, Any]:
     """The layout as a mig-parted config, keeping the operator's ``all-disabled`` entry: the MIG manager's
     default (``migManager.config.default``) and what a node without a ``nvidia.com/mig.config`` label gets."""
-    doc = mig_parted.config(layout, catalog)
+    doc = mig_parted.mig_parted_config(layout, catalog)
     configs = {"all-disabled": [{"devices": "all", "mig-enabled": False}], **doc["mig-configs"]}
     return {**doc, "mig-configs": configs}
 

@@ -23,7 +23,7 @@ def config_name(layout: Layout) -> str:
     return f"gpuseat-{layout.server.slug}"
 
 
-def config(layout: Layout, catalog: Catalog) -> dict[str, Any]:
+def mig_parted_config(layout: Layout, catalog: Catalog) -> dict[str, Any]:
     """The mig-parted document; GPUs without slices get ``mig-enabled: false``."""
     by_chip = slices_by_chip(layout)
     mig_gpu = catalog.partitions.mig_gpus[layout.server.gpu.id]
@@ -46,7 +46,7 @@ def render(layout: Layout, options: RenderOptions, catalog: Catalog) -> list[Art
     """``mig-parted.yaml`` and ``APPLY.md``."""
     name = config_name(layout)
     usage = f"# apply: nvidia-mig-parted apply -f mig-parted.yaml -c {name}\n"
-    text = header(layout, "#") + usage + yaml.safe_dump(config(layout, catalog), sort_keys=False)
+    text = header(layout, "#") + usage + yaml.safe_dump(mig_parted_config(layout, catalog), sort_keys=False)
     steps = [
         "Stop every process on the GPUs.",
         f"`sudo nvidia-mig-parted apply -f mig-parted.yaml -c {name}`.",

@@ -8,7 +8,18 @@ from typing import Any
 
 from gpuseat.errors import GpuseatError
 
-COLUMNS = ("participant", "group", "seat", "quota", "topups", "used", "left", "gpu_busy", "running", "runs_out_at")
+SEAT_HOURS_CSV_COLUMNS = (
+    "participant",
+    "group",
+    "seat",
+    "quota",
+    "topups",
+    "used",
+    "left",
+    "gpu_busy",
+    "running",
+    "runs_out_at",
+)
 
 
 def hour_rows(portal: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -17,8 +17,9 @@ from xml.sax.saxutils import escape
 from gpuseat.engines.libvirt.domain import DomainOwner, owner
 from gpuseat.errors import EngineError, InputError, MissingDependency
 
-STATES = {0: "no state", 1: "running", 2: "blocked", 3: "paused", 4: "shutting down", 5: "shut off", 6: "crashed",
-          7: "suspended"}  # fmt: skip
+#: libvirt's virDomainState numbers → the words ``vms status`` shows
+DOMAIN_STATES = {0: "no state", 1: "running", 2: "blocked", 3: "paused", 4: "shutting down", 5: "shut off",
+                 6: "crashed", 7: "suspended"}  # fmt: skip
 
 # (what libvirt says, how to fix it): the first match gives the fix of a failed start.
 _FIXES: tuple[tuple[str, str], ...] = (
@@ -149,7 +150,7 @@ class LibvirtHost:
 
     def state(self, dom: Any) -> str:
         """``running``, ``shut off``, …"""
-        return STATES.get(dom.state()[0], "unknown")
+        return DOMAIN_STATES.get(dom.state()[0], "unknown")
 
     def addresses(self, dom: Any) -> list[Address]:
         """The guest's IPv4 addresses: DHCP leases of libvirt's network first, then the guest agent."""

@@ -15,12 +15,13 @@ import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape
 
 from gpuseat.core.carve import Layout, Slice
 from gpuseat.engines.libvirt import names
 from gpuseat.engines.libvirt.domain import owner
+from gpuseat.engines.libvirt.names import VirtType
 from gpuseat.engines.libvirt.seed import Guest, meta_data, seed_iso, user_data
 from gpuseat.errors import EngineError, InputError
 from gpuseat.render.base import RenderOptions, slice_uuid
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     from gpuseat.doctor import Report
     from gpuseat.engines.libvirt.libvirt_host import LibvirtHost
 
-VirtType = Literal["kvm", "qemu"]
 DEFAULT_POOL_DIR = "/var/lib/libvirt/images/gpuseat"
 NO_PARTICIPANT_USER = "gpuseat"  # the login of a VM whose seat nobody holds (no key: nobody gets in)
 

@@ -8,6 +8,7 @@ or a broken domain definition.
 from __future__ import annotations
 
 import re
+from typing import Literal, get_args
 
 from gpuseat.core.logins import SYSTEM_LOGINS, is_login
 from gpuseat.errors import InputError
@@ -15,6 +16,10 @@ from gpuseat.errors import InputError
 # A DNS label (RFC 1123): what a guest hostname, a libvirt domain name and a volume name all accept.
 _LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 PREFIX = "gpuseat"
+#: the domain types a seat's VM may have (``<domain type=…>``): kvm, or qemu (TCG: no KVM, slow). Declared
+#: here, in a module light enough for ``gpuseat vms``'s ``--virt-type`` choice to be built from it.
+VirtType = Literal["kvm", "qemu"]
+VIRT_TYPES: tuple[VirtType, ...] = get_args(VirtType)
 
 
 def is_key(value: str) -> bool:

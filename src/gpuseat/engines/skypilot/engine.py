@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 ENGINE: Final[Literal["skypilot"]] = "skypilot"
 #: the first word of a cloud seat's state reason: its honest state (issue 37 item 8)
-STATES = ("not launched", "launching", "running", "stopped")
+CLOUD_RUN_STATES = ("not launched", "launching", "running", "stopped")
 _RUNNING = ("UP",)
 #: the images' own admin users (SkyPilot logs in as one of them): never a participant's login to revoke
 _ADMINS = frozenset({"root", "ubuntu", "ec2-user", "gcpuser", "azureuser", "sky", "admin", "debian", "centos",
@@ -537,7 +537,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
     def state_of(self, seat: SeatView, participant: ParticipantView) -> str:
         """Why the seat cannot be reached now (not launched, launching, stopped), from its state in the store."""
         reason = seat.state_reason or ""
-        if reason.startswith(STATES) and not reason.startswith("running"):
+        if reason.startswith(CLOUD_RUN_STATES) and not reason.startswith("running"):
             return reason
         stored = self.store.delivery.access_of(self.course).get(seat.key) or {}
         if stored.get("holder") and stored.get("holder") != participant.key:

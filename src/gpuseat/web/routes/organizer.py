@@ -35,14 +35,13 @@ from gpuseat.web.pages import (
 )
 from gpuseat.web.portal import Portal
 from gpuseat.web.routes import Form, OrganizerPost, PortalDep
-from gpuseat.web.seat_hours import COLUMNS as HOUR_COLUMNS
-from gpuseat.web.seat_hours import hour_rows
+from gpuseat.web.seat_hours import SEAT_HOURS_CSV_COLUMNS, hour_rows
 from gpuseat.web.security import CSRF_COOKIE, SESSION_COOKIE, SESSION_MAX_AGE_S
 
 router = APIRouter()
 log = logging.getLogger("gpuseat.web")
 ROSTER_ROWS = 1000
-ROSTER_COLUMNS = ["key", "name", "email", "group", "unix_user", "seat"]
+ROSTER_DOWNLOAD_COLUMNS = ["key", "name", "email", "group", "unix_user", "seat"]
 Organizer = Depends(need_organizer)
 
 # -- login ---------------------------------------------------------------------------------------------
@@ -292,7 +291,9 @@ def hours_page(request: Request, portal: PortalDep) -> Response:
 def hours_csv(portal: PortalDep) -> Response:
     """Seat hours per participant, as a CSV."""
     rows, _policy = hour_rows(portal)
-    return download(csv_text(HOUR_COLUMNS, ([r.get(c) for c in HOUR_COLUMNS] for r in rows)), "seat-hours.csv")
+    return download(
+        csv_text(SEAT_HOURS_CSV_COLUMNS, ([r.get(c) for c in SEAT_HOURS_CSV_COLUMNS] for r in rows)), "seat-hours.csv"
+    )
 
 
 @router.get("/seats.csv", dependencies=[Organizer])
@@ -306,7 +307,10 @@ def seats_csv(portal: PortalDep) -> Response:
 def roster_csv(portal: PortalDep) -> Response:
     """The roster, as a CSV."""
     rows = portal.store.roster.participants(portal.course_key)
-    return download(csv_text(ROSTER_COLUMNS, ([getattr(p, c) for c in ROSTER_COLUMNS] for p in rows)), "roster.csv")
+    return download(
+        csv_text(ROSTER_DOWNLOAD_COLUMNS, ([getattr(p, c) for c in ROSTER_DOWNLOAD_COLUMNS] for p in rows)),
+        "roster.csv",
+    )
 
 
 # -- access links ------------------------------------------------------------------------------------
