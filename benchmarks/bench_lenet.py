@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from gpuseat.bench.data import load_mnist
 from gpuseat.bench.device import parse_device, usable_cpus
-from gpuseat.bench.lenet import LeNet, Trainer, device_tensors, evaluate, place
+from gpuseat.bench.lenet import LeNet, Trainer, device_tensors, evaluate, to_device
 from gpuseat.bench.run import open_device
 from gpuseat.bench.workload import solver
 from gpuseat.errors import GpuseatError
@@ -107,7 +107,7 @@ def main() -> None:
             torch.set_num_threads(default_threads)
             torch.set_flush_denormal(False)
 
-    fast_model = place(LeNet().caffe_init(args.seed), device)
+    fast_model = to_device(LeNet().caffe_init(args.seed), device)
     train_x, train_y = device_tensors(mnist.train_images, mnist.train_labels, s.input_scale, device)
     trainer = Trainer(fast_model, train_x, train_y, s, args.iterations)
     gpuseat_mode()

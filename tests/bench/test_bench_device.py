@@ -17,6 +17,13 @@ from gpuseat.errors import InputError
         ("cuda:3", "cuda", 3, None),
         ("MIG-1d2c3b4a-0000-1111-2222-333344445555", "cuda", 0, "MIG-1d2c3b4a-0000-1111-2222-333344445555"),
         ("GPU-8a7b6c5d-0000-1111-2222-333344445555", "cuda", 0, "GPU-8a7b6c5d-0000-1111-2222-333344445555"),
+        # R450–R460's MIG form, the only one with '/' (gpuseat.core.devices)
+        (
+            "MIG-GPU-8a7b6c5d-0000-1111-2222-333344445555/1/0",
+            "cuda",
+            0,
+            "MIG-GPU-8a7b6c5d-0000-1111-2222-333344445555/1/0",
+        ),
     ],
 )
 def test_parse_device(spec, kind, index, uuid):
@@ -24,7 +31,11 @@ def test_parse_device(spec, kind, index, uuid):
     assert (choice.kind, choice.index, choice.uuid) == (kind, index, uuid)
 
 
-@pytest.mark.parametrize("spec", ["gpu", "cuda:", "cuda:-1", "cuda:x", "tpu:0", "", "MIG"])
+# the device rule of gpuseat.core.devices: '/' only in MIG-GPU-<uuid>/<gi>/<ci>, one ASCII token
+@pytest.mark.parametrize(
+    "spec",
+    ["gpu", "cuda:", "cuda:-1", "cuda:x", "tpu:0", "", "MIG", "GPU-8a7b6c5d/1", "MIG-1d2c3b4a/gi1", "GPU-" + "a" * 91],
+)
 def test_unknown_device_is_input_error(spec):
     with pytest.raises(InputError) as err:
         parse_device(spec)

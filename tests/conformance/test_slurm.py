@@ -273,7 +273,7 @@ def test_bypass_four_jobs_at_once_never_makes_another_participant_wait(lab: Lab)
         running = [j for j in jobs if "JobState=RUNNING" in lab.job(j)]
         assert len(running) == 1
         assert re.search(r"GRES=gpu:m60\.seat-01:1\(IDX:0\)", lab.job(running[0]))
-        status = service.status(lab.slurm, service.course_from_store(lab.store, "conf"))
+        status = service.course_status(lab.slurm, service.slurm_course_from_store(lab.store, "conf"))
         alice = next(m for m in status.members if m.unix_user == USERS["alice"])
         assert alice.blocked_by is None  # she waits for herself, nobody else holds her GPU
     finally:
@@ -296,7 +296,7 @@ def test_status_flags_a_participant_whose_gpu_someone_else_holds(lab: Lab) -> No
         )  # fmt: skip
         mine = sub.stdout.split()[-1]
         assert lab.wait_state(mine, {"PENDING"}) == "PENDING"
-        report = service.status(lab.slurm, service.course_from_store(lab.store, "conf"))
+        report = service.course_status(lab.slurm, service.slurm_course_from_store(lab.store, "conf"))
         carol = next(m for m in report.members if m.unix_user == USERS["carol"])
         assert carol.blocked_by is not None
         assert f"seat-03's GPU is held by job {hog_id} of root" in carol.blocked_by

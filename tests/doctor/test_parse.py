@@ -41,7 +41,7 @@ def test_driver_version_from_proc(parts):
         f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Tue Jun  6 22:20:39 UTC 2023\nGCC version: x\n",
         f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {version}  Release Build  (dvs-builder@U16)\n",
     ):
-        assert parse.driver_version(text) == version
+        assert parse.parse_driver_version(text) == version
     assert parse.version_tuple(version) == tuple(parts)
 
 

@@ -55,7 +55,7 @@ def test_accounting_associations_limit_the_seat(acct_cluster: Cluster) -> None:
     devices = config.devices_from_layout(layout, "localhost", dev_root=str(c.dev))
     people = {"alice": (alice, devices[0].seat), "bob": (bob, devices[1].seat), "carol": (carol, None)}
     st, _url = make_store(c.root, "c2016", people, devices, tomorrow=False)
-    course = service.course_from_store(st, "c2016")
+    course = service.slurm_course_from_store(st, "c2016")
     c.mknod_gpus([Path(d.files[0]).name for d in devices])
     node = next(
         ln
@@ -100,7 +100,7 @@ def test_accounting_associations_limit_the_seat(acct_cluster: Cluster) -> None:
     job_id = int(over.stdout.split()[-1])
     deadline = time.monotonic() + 30
     while True:  # the scheduler gives the reason on its next pass
-        status = service.status(slurm, course)
+        status = service.course_status(slurm, course)
         (job,) = next(m for m in status.members if m.unix_user == alice).jobs
         if job["reason"] != "None" or time.monotonic() > deadline:
             break

@@ -50,7 +50,7 @@ def lab_store(make_cluster: Cluster, unix_users: tuple[str, ...], cluster_dir: P
 
 @pytest.fixture(scope="module")
 def course(lab_store) -> service.SlurmCourse:
-    return service.course_from_store(lab_store, "c2016")
+    return service.slurm_course_from_store(lab_store, "c2016")
 
 
 def _mig_devices(dev: Path) -> list[config.GresDevice]:
@@ -149,10 +149,10 @@ def test_status_shows_running_jobs_with_device_index(slurm: Slurm, course, make_
             hold_s=4,
         )
         deadline = datetime.now() + timedelta(seconds=20)
-        report = service.status(slurm, course)
+        report = service.course_status(slurm, course)
         while datetime.now() < deadline and not any(j["state"] == "RUNNING" for m in report.members for j in m.jobs):
             time.sleep(0.2)
-            report = service.status(slurm, course)
+            report = service.course_status(slurm, course)
         assert fut.result().ok
     member = next(m for m in report.members if m.unix_user == bob)
     running = [j for j in member.jobs if j["state"] == "RUNNING"]

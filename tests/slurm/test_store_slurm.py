@@ -94,7 +94,7 @@ def test_store_to_slurm_and_back(store, make_cluster: Cluster, cli) -> None:
     limits = next(s for s in planned["steps"] if s["action"] == "limits.set")
     assert limits["phase"] == "grant" and limits["target"] == str(c.conf.parent / "job_submit.lua")
     assert st.agents.engine_settings("slurmlab", "slurm") == {"slurm_conf": str(c.conf), "conf_dir": str(c.conf.parent)}
-    sc = service.course_from_store(st, "slurmlab")
+    sc = service.slurm_course_from_store(st, "slurmlab")
     today = sc.intervals[0][0]
     got = slurm.probe(
         USERS[0],
@@ -104,11 +104,11 @@ def test_store_to_slurm_and_back(store, make_cluster: Cluster, cli) -> None:
         out_dir=c.root / "out",
     )
     assert got.ok, got.refusal
-    report = service.status(slurm, sc)
+    report = service.course_status(slurm, sc)
     assert service.record_status(st, report) == [layout.slices[0].name, layout.slices[1].name]
     after = st.seats.get_seat("slurmlab", layout.slices[0].name)
     assert after.state == "running" and after.state_reason.startswith("enrolled;")
-    assert after.engine_ref == service.engine_ref(devices[0])
+    assert after.engine_ref == service.gres_ref(devices[0])
     access = st.delivery.access_of("slurmlab")[layout.slices[0].name]
     assert access["holder"] == st.seats.get_seat("slurmlab", layout.slices[0].name).participant
     assert access["command"].startswith("srun -p gpuseat-slurmlab --reservation=gpuseat-slurmlab-")

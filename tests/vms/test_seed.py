@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuseat.engines.libvirt.machine import VmOptions, VmSeat, guest
-from gpuseat.engines.libvirt.seed import Guest, fingerprint, meta_data, seed_iso, user_data
+from gpuseat.engines.libvirt.seed import Guest, key_fingerprint, meta_data, seed_iso, user_data
 from gpuseat.errors import InputError
 
 from .conftest import SSH_KEYS, layout, public_key, require_tool
@@ -81,7 +81,7 @@ def test_fingerprint_matches_ssh_keygen(who):
     proc = subprocess.run(
         [require_tool("ssh-keygen"), "-lf", str(SSH_KEYS / f"{who}.pub")], capture_output=True, text=True, check=True
     )
-    assert fingerprint(public_key(who)) == proc.stdout.split()[1]
+    assert key_fingerprint(public_key(who)) == proc.stdout.split()[1]
 
 
 @pytest.mark.parametrize(

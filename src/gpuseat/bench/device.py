@@ -16,10 +16,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from gpuseat.core.devices import DEVICE_UUID
 from gpuseat.errors import InputError
 
 DeviceKind = Literal["cpu", "cuda"]
-_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z/-]+$")
 _MIG_IN_NAME = re.compile(r"\s+MIG\s+(\S+)$")
 DEVICE_FIX = "use auto, cpu, cuda, cuda:N (N = a visible GPU index) or a GPU-/MIG- UUID from `nvidia-smi -L`"
 
@@ -54,14 +54,15 @@ class DeviceFacts(BaseModel):
 
 
 def parse_device(spec: str) -> DeviceChoice:
-    """``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``GPU-<uuid>`` or ``MIG-<uuid>``; else an input error."""
+    """``auto``, ``cpu``, ``cuda``, ``cuda:N`` or a device UUID as ``nvidia-smi -L`` prints it (``GPU-<uuid>``,
+    ``MIG-<uuid>``, R450–R460's ``MIG-GPU-<uuid>/<gi>/<ci>``); else an input error."""
     text = spec.strip()
     if text.lower() in ("auto", "cpu", "cuda"):
         return DeviceChoice(kind=text.lower())
     match = re.fullmatch(r"cuda:(\d+)", text, flags=re.IGNORECASE)
     if match:
         return DeviceChoice(kind="cuda", index=int(match.group(1)))
-    if _UUID.match(text):
+    if DEVICE_UUID.fullmatch(text):  # the one device rule: what CUDA_VISIBLE_DEVICES takes
         return DeviceChoice(kind="cuda", uuid=text)
     raise InputError(f"unknown device '{spec}'", where="--device", fix=DEVICE_FIX)
 
@@ -94,7 +95,7 @@ def usable_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def driver_version() -> str | None:
+def nvidia_smi_driver_version() -> str | None:
     """The NVIDIA driver version (``nvidia-smi --query-gpu=driver_version --format=csv,noheader``)."""
     exe = shutil.which("nvidia-smi")
     if exe is None:

@@ -21,7 +21,7 @@ from gpuseat.bench.device import (
     DeviceChoice,
     DeviceFacts,
     cpu_model,
-    driver_version,
+    nvidia_smi_driver_version,
     parse_device,
     split_mig_name,
     usable_cpus,
@@ -135,10 +135,10 @@ def _train_and_test(
     on_progress: Callable[[int], None] | None,
 ) -> BenchResult:
     """Warm up (excluded from the time), train in timed blocks, test; the Caffe test passes timed apart."""
-    from gpuseat.bench.lenet import LeNet, Trainer, device_tensors, evaluate, place
+    from gpuseat.bench.lenet import LeNet, Trainer, device_tensors, evaluate, to_device
 
     s = solver()
-    model = place(LeNet().caffe_init(options.seed), device)
+    model = to_device(LeNet().caffe_init(options.seed), device)
     train_x, train_y = device_tensors(mnist.train_images, mnist.train_labels, s.input_scale, device)
     test_x, test_y = device_tensors(mnist.test_images, mnist.test_labels, s.input_scale, device)
     trainer = Trainer(model, train_x, train_y, s, options.iterations)
@@ -247,7 +247,7 @@ def device_facts(device: torch.device, threads: int) -> DeviceFacts:
         memory_gb=round(props.total_memory / 1e9, 2),
         compute_capability=f"{props.major}.{props.minor}",
         mig_profile=mig,
-        driver=driver_version(),
+        driver=nvidia_smi_driver_version(),
         cuda=torch.version.cuda,
         **common,
     )

@@ -147,7 +147,7 @@ def config_command(
         from gpuseat.store import open_store
 
         with open_store(db) as store:
-            sc = slurm.course_from_store(store, course)
+            sc = slurm.slurm_course_from_store(store, course)
         if not sc.devices:
             raise InputError(
                 f"course {sc.key} has no Slurm seats recorded",
@@ -262,8 +262,8 @@ def status_command(
     from gpuseat.store import open_store
 
     with open_store(db) as store:
-        sc = slurm.course_from_store(store, course)
-        report = slurm.status(_slurm(slurm_conf), sc)
+        sc = slurm.slurm_course_from_store(store, course)
+        report = slurm.course_status(_slurm(slurm_conf), sc)
         slurm.record_status(store, report)
     if fmt is Format.json:
         print_json(report.to_dict())
@@ -319,7 +319,7 @@ def check_command(
     from gpuseat.store import open_store
 
     with open_store(db) as store:
-        sc = slurm.course_from_store(store, course)
+        sc = slurm.slurm_course_from_store(store, course)
     rows = slurm.check(_slurm(slurm_conf), sc, now=datetime.now(), out_dir=out_dir, participants=participant)
     cols = ["participant", "unix_user", "seat", "ok", "cuda_visible_devices", "slurm_job_gpus", "refusal"]
     print_rows([r.to_dict() for r in rows], cols, fmt, title=f"slurm check · {sc.key}")

@@ -17,11 +17,11 @@ from gpuseat.doctor.parse import (
     cpu_flags,
     cpu_vendor,
     creatable_vgpu_types,
-    driver_version,
     interrupt_chips,
     mig_modes,
     modprobe_blacklists,
     module_names,
+    parse_driver_version,
     parse_resource,
     sysfs_int,
 )
@@ -58,7 +58,7 @@ def gather(view: HostView, catalog: DoctorCatalog) -> HostFacts:
         modules=module_names(modules) if modules is not None else None,
         sys_modules=frozenset(m for m in PROBED_MODULES if view.exists(f"/sys/module/{m}")),
         blacklist_files=_nouveau_blacklists(view),
-        nvidia_version=driver_version(version) if version is not None else None,
+        nvidia_version=parse_driver_version(version) if version is not None else None,
         gpus=gpus,
     )
 

@@ -116,7 +116,7 @@ def cmdline_value(tokens: tuple[str, ...], key: str) -> str | None:
 _NVRM = re.compile(r"^NVRM version:.*?\s(\d+\.\d+(?:\.\d+)?)(?:\s|$)", re.MULTILINE)
 
 
-def driver_version(text: str) -> str | None:
+def parse_driver_version(text: str) -> str | None:
     """Driver version from ``/proc/driver/nvidia/version`` (``NVRM version: ... Kernel Module  535.54.03 ...``)."""
     match = _NVRM.search(text)
     return match.group(1) if match else None

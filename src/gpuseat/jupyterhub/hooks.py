@@ -54,8 +54,9 @@ class Refusal(Exception):
         self.detail = detail or message
 
 
-def engine_ref(spawner: Any) -> str:
-    """``user/server`` (server empty for the default one): how the store names this hub server."""
+def spawner_ref(spawner: Any) -> str:
+    """``user/server`` (server empty for the default one): how the store names this hub server, as the
+    ``engine_ref`` of the seat it holds."""
     return f"{spawner.user.name}/{spawner.name or ''}"
 
 
@@ -139,7 +140,7 @@ class SeatHooks:
 
     def pre_spawn_hook(self, spawner: Any) -> Awaitable[None]:
         """Take the user's seat and give its device to ``spawner``, or raise HTTPError(503, why)."""
-        ref, user, kind = engine_ref(spawner), spawner.user.name, flavour(spawner)
+        ref, user, kind = spawner_ref(spawner), spawner.user.name, flavour(spawner)
         future = getattr(spawner, "_spawn_future", None)  # JupyterHub's spawn-and-proxy future, pending now
         self._refused.discard(ref)
 
@@ -179,7 +180,7 @@ class SeatHooks:
         What happened is read now, before the first ``await``: a stop during a pending spawn is a failed
         start, and the exception JupyterHub is handling at this moment is the spawner's error.
         """
-        ref, user = engine_ref(spawner), spawner.user.name
+        ref, user = spawner_ref(spawner), spawner.user.name
         future = getattr(spawner, "_spawn_future", None)
         failed = future is not None and hasattr(future, "done") and not future.done()
         error = _error_text(sys.exc_info()[1]) if failed else None

@@ -119,7 +119,7 @@ def resource_of(seat: SeatView) -> str:
     return GPU
 
 
-def fingerprint(doc: dict[str, Any]) -> str:
+def object_hash(doc: dict[str, Any]) -> str:
     """A short hash of a rendered object (what ``gpuseat/hash`` records on the applied one)."""
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -245,7 +245,7 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
             for doc in docs:
                 if doc["kind"] == "Namespace":  # a label value must be a DNS-like word: the login as a DNS label
                     doc["metadata"]["labels"]["gpuseat/participant"] = k8s_name(login)
-                doc["metadata"].setdefault("annotations", {})[HASH] = fingerprint(doc)
+                doc["metadata"].setdefault("annotations", {})[HASH] = object_hash(doc)
             out[seat.key] = docs
         return out
 

@@ -50,7 +50,7 @@ def ssh_key_blob(key: str, *, where: str) -> bytes:
     return base64.b64decode(key.split()[1])
 
 
-def fingerprint(key: str) -> str:
+def key_fingerprint(key: str) -> str:
     """``SHA256:…`` as ``ssh-keygen -lf`` prints it (unpadded base64 of the blob's SHA-256)."""
     digest = hashlib.sha256(ssh_key_blob(key, where="ssh key")).digest()
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")

@@ -609,7 +609,7 @@ class CloudCourse:
     intervals: tuple[tuple[datetime, datetime], ...]
 
 
-def course_from_store(store: CourseStore, course: str | None, offers: Sequence[Offer]) -> CloudCourse:
+def cloud_course_from_store(store: CourseStore, course: str | None, offers: Sequence[Offer]) -> CloudCourse:
     """The course's ``cloud`` seats, each with the offer the chosen plan option rents for it, among ``offers``
     (the course's: :func:`gpuseat.services.seat_sources.course_offers`)."""
     from gpuseat.services.seat_sources import unknown_offer_fix
@@ -644,7 +644,7 @@ def write_for_course(
     force: bool = False,
 ) -> SkyPilotFiles:
     """``gpuseat seats skypilot``: write the files and record each seat's cluster (engine skypilot)."""
-    cc = course_from_store(store, course, offers)
+    cc = cloud_course_from_store(store, course, offers)
     written = write(out, cc.key, cc.seats, cc.intervals, cc.timezone, opts, lead_min=lead_min, force=force)
     current = {s.key: s for s in store.seats.seats(cc.key)}
     for s in cc.seats:
@@ -678,7 +678,7 @@ def cost_so_far(
     lead_min: int = 10,
 ) -> list[SeatCost]:
     """Hours each cloud seat ran to ``now`` (an aware time) and their cost, from the schedule and ``sky status``."""
-    cc = course_from_store(store, course, offers)
+    cc = cloud_course_from_store(store, course, offers)
     if now.tzinfo is None:
         raise InputError("now must carry a time zone", where="now", fix="pass datetime.now(UTC)")
     local_now = now.astimezone(check_timezone(cc.timezone)).replace(tzinfo=None)

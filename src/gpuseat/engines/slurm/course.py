@@ -31,13 +31,13 @@ if TYPE_CHECKING:
 _REF = re.compile(r"^node=(\S+) gres=gpu:(\S+) core=(\d{1,4}) files=(\S+)$")
 
 
-def engine_ref(device: GresDevice) -> str:
+def gres_ref(device: GresDevice) -> str:
     """The ``engine_ref`` a Slurm seat keeps in the store."""
     return f"node={device.node} gres=gpu:{device.gres_type} core={device.core} files={','.join(device.files)}"
 
 
 def device_from_ref(seat: str, ref: str | None) -> GresDevice:
-    """Read back :func:`engine_ref`; a seat without one was never configured for Slurm."""
+    """Read back :func:`gres_ref`; a seat without one was never configured for Slurm."""
     m = _REF.match(ref or "")
     if m is None:
         raise InputError(
@@ -276,7 +276,7 @@ class StatusReport(_Report):
         return out
 
 
-def status(slurm: Slurm, course: SlurmCourse) -> StatusReport:
+def course_status(slurm: Slurm, course: SlurmCourse) -> StatusReport:
     """Each participant's jobs (state, Slurm's reason, GRES with device index), and who blocks whom.
 
     A participant whose job waits while a job of another user holds their seat's GPU is flagged
@@ -494,7 +494,7 @@ def _local(dt: datetime, timezone: str) -> datetime:
     return dt.replace(tzinfo=ZoneInfo(timezone)).astimezone().replace(tzinfo=None)
 
 
-def course_from_store(store: CourseStore, course: str | None) -> SlurmCourse:
+def slurm_course_from_store(store: CourseStore, course: str | None) -> SlurmCourse:
     """The course's Slurm seats, roster and session times (in the controller's local time) from the store."""
     view = store.courses.get_course(course)
     sched = store.courses.course_file(view.key).schedule
@@ -507,7 +507,7 @@ def courses_from_store(store: CourseStore) -> list[SlurmCourse]:
     out = []
     for view in store.courses.list_courses():
         if any(s.engine == "slurm" for s in store.seats.seats(view.key)):
-            out.append(course_from_store(store, view.key))
+            out.append(slurm_course_from_store(store, view.key))
     return out
 
 
@@ -527,7 +527,7 @@ def record_config(store: CourseStore, course: str | None, devices: Sequence[Gres
         seat = seats.get(d.seat or "")
         if seat is None:
             continue
-        ref = engine_ref(d)
+        ref = gres_ref(d)
         if (seat.engine, seat.engine_ref, seat.host) == ("slurm", ref, d.node):
             continue
         record_machine(store, view.key, seat, "slurm", ref, f"slurm config: gpu:{d.gres_type} on {d.node}", d.node)
