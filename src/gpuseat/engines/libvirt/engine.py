@@ -81,7 +81,7 @@ class LibvirtSettings(BaseModel):
     network: str = Field("default", description="libvirt network of the VMs' NIC ('none': no NIC)")
     vcpus: int = Field(4, ge=1, le=1024, description="vCPUs per VM")
     memory_mib: int = Field(16384, ge=64, le=16 * 1024 * 1024, description="memory per VM, MiB")
-    virt_type: Literal["kvm", "qemu"] = Field("kvm", description="kvm, or qemu (TCG: no KVM, slow)")
+    virt_type: names.VirtType = Field("kvm", description="kvm, or qemu (TCG: no KVM, slow)")
     gpu: bool = Field(True, description="give each VM its seat's GPU (no: try the image first)")
     start: bool = Field(True, description="start each holder's VM (no: define only)")
     serial_dir: str | None = Field(None, description="folder on the libvirt host for serial console logs")
