@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable
 
 from gpuseat.core.logins import UNIX_USER
 from gpuseat.errors import InputError
@@ -79,19 +80,18 @@ def host_problem(text: str) -> str | None:
 
 
 def _ipv4(text: str) -> bool:
-    try:
-        ipaddress.IPv4Address(text)
-    except ValueError:
-        return False
-    return True
+    return _parses(ipaddress.IPv4Address, text)
 
 
 def _ipv6(text: str) -> bool:
     address, pct, zone = text.partition("%")
-    if pct and not _ZONE.fullmatch(zone):
-        return False
+    return not (pct and not _ZONE.fullmatch(zone)) and _parses(ipaddress.IPv6Address, address)
+
+
+def _parses(address: Callable[[str], object], text: str) -> bool:
+    """Whether ``ipaddress`` reads ``text`` as that kind of address."""
     try:
-        ipaddress.IPv6Address(address)
+        address(text)
     except ValueError:
         return False
     return True
