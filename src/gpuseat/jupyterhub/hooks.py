@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from gpuseat.errors import GpuseatError, NoFreeSeat, NotFound
 from gpuseat.jupyterhub.config import HubSettings
-from gpuseat.jupyterhub.health import lost_gpus
 from gpuseat.jupyterhub.spawners import Grant, apply, flavour, missing_for
+from gpuseat.store.health import lost_gpus
 
 if TYPE_CHECKING:
     from gpuseat.engines.skypilot.tasks import Window
