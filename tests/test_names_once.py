@@ -1,4 +1,5 @@
-"""Every name once (issue 39 item 4): a public name that two modules of src/gpuseat both define at top level
+"""Every name once (issue 39 item 4): no re-export shims, and a public name that two modules of src/gpuseat
+both define at top level
 is either one of the hooks each module of a kind defines by design (listed here with why), or a defect —
 the same fact kept twice (two ``HELD`` tuples, two ``ClaimMode`` literals, two host-name rules that give one
 value different verdicts) or one name with two meanings (``SeatState`` a literal and a class).
@@ -77,3 +78,37 @@ def test_the_scan_sees_a_name_defined_twice(tmp_path: Path) -> None:
     (tmp_path / "c.py").write_text("class SeatState:\n    pass\n")
     (tmp_path / "d.py").write_text("from typing import Literal\nSeatState: type = Literal['running']\n")
     assert defined_twice(tmp_path) == {"HELD": ["a.py", "b.py"], "SeatState": ["c.py", "d.py"]}
+
+
+def only_re_exports(root: Path) -> list[str]:
+    """Modules under ``root`` (not packages' ``__init__``) that define nothing: imports, ``__all__`` and a
+    docstring only — a second address for names that live elsewhere (a re-export shim)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name in ("__init__.py", "__main__.py") or "migrations" in path.parts:
+            continue
+        body = ast.parse(path.read_text(encoding="utf-8")).body
+        imports = [n for n in body if isinstance(n, ast.Import | ast.ImportFrom)]
+        rest = [
+            n
+            for n in body
+            if not isinstance(n, ast.Import | ast.ImportFrom | ast.If)
+            and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))
+            and not (isinstance(n, ast.Assign) and [getattr(t, "id", "") for t in n.targets] == ["__all__"])
+        ]
+        if imports and not rest:
+            found.append(path.relative_to(root).as_posix())
+    return found
+
+
+def test_no_module_only_re_exports_another() -> None:
+    assert only_re_exports(SRC) == []
+
+
+def test_the_shim_check_sees_a_shim(tmp_path: Path) -> None:
+    (tmp_path / "health.py").write_text(
+        '"""Re-exported."""\nfrom store.health import lost_gpus\n__all__ = ["lost_gpus"]\n'
+    )
+    (tmp_path / "real.py").write_text("from os import path\n\n\ndef f():\n    return path\n")
+    (tmp_path / "__init__.py").write_text("from real import f\n")
+    assert only_re_exports(tmp_path) == ["health.py"]
