@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Literal, cast, get_args
 
 if TYPE_CHECKING:  # a type here only: store reads of seats load no Pydantic
     from gpuseat.core.needs import SeatNeed
@@ -21,9 +21,10 @@ EngineName = str  # a name from the engine registry (gpuseat.engines.registry), 
 SeatState = Literal["planned", "requested", "running", "failed", "released"]
 ClaimMode = Literal["assigned", "pool"]
 
-SEAT_KINDS: tuple[str, ...] = ("gpu", "mig", "vgpu", "shared", "cloud", "slurm", "vm")
-SEAT_STATES: tuple[str, ...] = ("planned", "requested", "running", "failed", "released")
-CLAIM_MODES: tuple[str, ...] = ("assigned", "pool")
+#: the same values as tuples, for checks and choices (each literal's values written once)
+SEAT_KINDS: tuple[str, ...] = get_args(SeatKind)
+SEAT_STATES: tuple[str, ...] = get_args(SeatState)
+CLAIM_MODES: tuple[str, ...] = get_args(ClaimMode)
 
 # Who the agent's and the engines' writes are logged as; the store's request queue tells the agent's own
 # writes apart by it (a change it made itself does not wake it).
