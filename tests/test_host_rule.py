@@ -54,11 +54,14 @@ ROWS: list[tuple[str, str | None]] = [
     ("gpu 01", None),
     ("gpu\u0660\u0661", None),  # Arabic-Indic digits
     ("h200.toml", None),
-    ("fe80::1%eth0", "fe80::1%eth0"),
+    ("fe80::1%eth0", None),  # a zone names an interface of the machine ssh runs on: none of a participant's
+    ("[fe80::1%eth0]", None),
     ("fe80::1%e;x", None),
     ("[gpu01]", None),
 ]
 IDS = [repr(v[:24]) for v, _ in ROWS]
+#: refused by the rule but stored as seat hosts by an older gpuseat: `apply/agent --host` still selects them
+STORED_BEFORE = {"a..b", "node-", "1234", "10.0.0.256", "a" * 64, "h200.toml"}
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +89,7 @@ def _verdict(call: Callable[[], Any]) -> str | None:
 def test_a_host_gets_one_verdict_everywhere(value: str, becomes: str | None, cli, template: Path, tmp_path) -> None:
     spec = lambda: validate(SeatSpec, {"key": "s1", "kind": "gpu", "host": value}, where="seat s1").host  # noqa: E731
     assert _verdict(spec) == becomes
-    assert _verdict(lambda: seat_host(value)) == becomes
+    assert _verdict(lambda: seat_host(value)) == (value if value in STORED_BEFORE else becomes)
     ssh_host = lambda: validate_settings("host", {"ssh_host": value}).ssh_host  # noqa: E731
     assert _verdict(ssh_host) == becomes
     assert _verdict(lambda: split_user_host(value)[1]) == becomes
@@ -186,6 +189,8 @@ def test_a_host_stored_before_the_rule_is_never_shown_as_a_command(cli, template
         ("gw.example.org", "gw.example.org"),
         ("ann@gw.example.org:2200", "ann@gw.example.org:2200"),  # refused by ssh_host's rule before
         ("[2001:db8::1]:2200", "[2001:db8::1]:2200"),
+        ("2001:db8::1", "[2001:db8::1]"),  # -J and ProxyJump read a bare one as host 2001, port db8::1
+        ("ann@[2001:db8::1]", "ann@[2001:db8::1]"),
         ("gw_1", "gw_1"),
         ("ann@-oProxyCommand=x", None),
         ("gw..example.org", None),
@@ -256,3 +261,48 @@ def test_seats_from_either_nvidia_smi_listing(listing: str, cli, template: Path,
     assert r.code == 0, r.err
     (tmp_path / "seats.toml").write_text(r.out)
     assert [e.device_uuid for e in read_seats(tmp_path / "seats.toml")] == [stored[0][1]]
+
+
+@pytest.mark.parametrize("host", ["2001:db8::5", "[2001:db8::5]", "10.0.0.5"])
+def test_an_address_seat_host_is_a_way_in(host: str, cli, template: Path, tmp_path) -> None:
+    """An IPv6 address has no dot: it was taken for the inventory's label of the server, so its seat had
+    "no reachable address yet" and ``seats connect --ssh`` refused that very address."""
+    db = tmp_path / "gpuseat.db"
+    shutil.copyfile(template, db)
+    (tmp_path / "l.txt").write_text(OLD_LISTING)
+    url = f"sqlite:///{db}"
+    for args in (
+        ("seats", "add", "--from-nvidia-smi", tmp_path / "l.txt", "--host", host, "--engine", "host"),
+        ("seats", "assign", "--partial"),
+    ):
+        assert cli(*args, "--db", url).code == 0, args
+    bare = host.strip("[]")
+    shown = json.loads(cli("seats", "connect", "seat-01", "--format", "json", "--db", url).out)
+    assert (shown["command"], shown["missing"]) == (f"ssh amartin@{bare}", None), shown
+    assert f"    HostName {bare}\n" in shown["ssh_config"]
+    r = cli("seats", "connect", "seat-01", "--ssh", f"amartin@{host}", "--jump", "gw@2001:db8::1", "--db", url)
+    assert r.code == 0, r.err
+    assert f"ssh -J 'gw@[2001:db8::1]' amartin@{bare}" in r.out
+
+
+def test_apply_host_selects_a_seat_host_stored_before_the_rule(cli, template: Path, tmp_path) -> None:
+    """``apply/agent --host node-`` (an agent unit installed by an older gpuseat) was refused by the rule,
+    so that server's seats could not be applied at all; it selects the stored seats as before."""
+    db = tmp_path / "gpuseat.db"
+    shutil.copyfile(template, db)
+    (tmp_path / "l.txt").write_text(NEW_LISTING)
+    url = f"sqlite:///{db}"
+    for args in (
+        ("seats", "add", "--from-nvidia-smi", tmp_path / "l.txt", "--host", "gpu1.lab.example", "--engine", "host"),
+        ("seats", "assign", "--partial"),
+    ):
+        assert cli(*args, "--db", url).code == 0, args
+    with sqlite3.connect(db) as con:  # as an older gpuseat stored it
+        con.execute("UPDATE seats SET host = 'node-'")
+    con.close()
+    r = cli("apply", "--dry-run", "--engine", "host", "--host", "node-", "--format", "json", "--db", url)
+    assert r.code == 0, r.err
+    (plan,) = json.loads(r.out)["plans"]
+    assert plan["host"] == "node-" and "seat-01" in json.dumps(plan["steps"]), plan
+    r = cli("apply", "--dry-run", "--host", "node-;x", "--db", url)
+    assert r.code == 2 and "--host" in r.err and "To fix" in r.err, r.err

@@ -48,12 +48,16 @@ EngineOption = Annotated[
 
 def seat_host(value: str | None) -> str | None:
     """``--host`` when it can be a seat's host name (the one host rule, :mod:`gpuseat.core.hosts`): one
-    that cannot matched no seat and the pass said "Plan: 0 to add" (exit 0)."""
+    that cannot matched no seat and the pass said "Plan: 0 to add" (exit 0). It only selects stored seats,
+    so a host an older gpuseat stored (``STORED_BEFORE``: ``node-``, ``1234``) still names its server (an
+    agent unit installed with it keeps starting); the engine says when no seat has it."""
     if value is not None:
-        from gpuseat.core.hosts import HOST_EXAMPLES, host_problem, normal_host
+        from gpuseat.core.hosts import HOST_EXAMPLES, STORED_BEFORE, host_problem, normal_host
         from gpuseat.errors import InputError
 
         problem = host_problem(value)
+        if problem is not None and STORED_BEFORE.fullmatch(value):
+            return value
         if problem is not None:
             fix = f"give the host as the seats name it (gpuseat seats status), {HOST_EXAMPLES}"
             raise InputError(f"{value[:100]!r} is not a host name: {problem}", where="--host", fix=fix)

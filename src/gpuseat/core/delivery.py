@@ -16,6 +16,7 @@ import shlex
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+from gpuseat.core.hosts import bare_label
 from gpuseat.core.logins import SYSTEM_LOGINS
 from gpuseat.errors import InputError
 
@@ -113,7 +114,7 @@ def instruction(
     device = str(uuid) if uuid else None
     url = str(access["url"]) if access.get("url") else None
     host = str(access["host"]) if access.get("host") else None
-    if host and server_name and host == server_name and "." not in host:
+    if host and server_name and host == server_name and bare_label(host):
         return Instruction(
             None, url, None, device, notes, f"{host!r} is the inventory's name, not a reachable host: set ssh_host"
         )

@@ -8,7 +8,9 @@ gets the same verdict wherever it is typed.
 The rule:
 
 * an IPv4 address in dotted-quad form (``10.0.0.5``), or an IPv6 address (``fe80::1``, also written
-  ``[fe80::1]``; an interface zone ``%eth0`` may follow a link-local one): returned without brackets;
+  ``[fe80::1]``): returned without brackets. Never with an interface zone (``fe80::1%eth0``): the zone
+  names a network interface of the machine ssh runs on, so it means nothing on a participant's computer
+  (and ``%`` is a token character in ``~/.ssh/config``);
 * else a host name: dot-separated labels of 1–63 ASCII letters, digits, ``-`` and ``_``, each label
   starting and ending with a letter, digit or ``_``, at most 253 characters, one optional trailing dot
   (``gpu01.lab.example.``). Underscores are DNS-invalid but real lab machines in ``/etc/hosts`` have
@@ -34,13 +36,16 @@ from gpuseat.errors import InputError
 LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
 #: a host name (not an address): labels joined by single dots, one optional trailing dot
 HOST_RE = re.compile(rf"(?:{LABEL})(?:\.{LABEL})*\.?", re.ASCII)
-_ZONE = re.compile(r"[A-Za-z0-9_.-]{1,15}", re.ASCII)  # an interface name (IFNAMSIZ is 16)
 _FILE_LIKE = re.compile(r"\.(toml|ya?ml|json|csv|txt|xml)\.?$", re.IGNORECASE)
 _DIGITS = re.compile(r"[0-9]+", re.ASCII)
 
 #: the user of an organizer's own ``--ssh user@host``: an account that exists there (letters, digits, '.', '_',
 #: '-'; never a leading '-'), not a login gpuseat makes (those follow :data:`gpuseat.core.logins.UNIX_USER`)
 OPERATOR_USER = re.compile(r"[A-Za-z0-9._][A-Za-z0-9._-]{0,31}", re.ASCII)
+
+#: a seat host as gpuseat stored it before this rule (its store's pattern): such hosts stay in older stores,
+#: so where a host only *selects* stored seats (``apply/agent --host``) it must still match them
+STORED_BEFORE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", re.ASCII)
 
 #: the fix every refusal gives
 HOST_EXAMPLES = "a host name such as gpu01 or gpu01.lab.example, or an IP address such as 10.0.0.5 or 2001:db8::1"
@@ -61,7 +66,13 @@ def host_problem(text: str) -> str | None:
     if "/" in text or _FILE_LIKE.search(text):
         return "it looks like a file, not a machine"
     if text.startswith("[") or ":" in text:
-        if _ipv6(text[1:-1] if text.startswith("[") and text.endswith("]") else text):
+        address = normal_host(text)
+        if "%" in address and _ipv6(address.partition("%")[0]):
+            return (
+                "it has an interface zone ('%' and a network interface), which names an interface of one machine, "
+                "not a way in from a participant's computer; give a global address or the host's name"
+            )
+        if _ipv6(address):
             return None
         return "it has '[' or ':' but is not an IPv6 address (a port is not part of a host)"
     if len(text.removesuffix(".")) > 253:
@@ -84,8 +95,18 @@ def _ipv4(text: str) -> bool:
 
 
 def _ipv6(text: str) -> bool:
-    address, pct, zone = text.partition("%")
-    return not (pct and not _ZONE.fullmatch(zone)) and _parses(ipaddress.IPv6Address, address)
+    return "%" not in text and _parses(ipaddress.IPv6Address, text)  # ipaddress takes any zone text
+
+
+def is_address(host: str) -> bool:
+    """Whether ``host`` (as :func:`check_host` returns it) is an IP address rather than a name."""
+    return _ipv4(host) or _ipv6(normal_host(host))
+
+
+def bare_label(host: str) -> bool:
+    """Whether ``host`` is a single label (``h200-2x``), as an inventory names its server: never a way in
+    by itself. A DNS name has a dot; an address (``2001:db8::5`` has none) is reachable as it is."""
+    return "." not in host and not is_address(host)
 
 
 def _parses(address: Callable[[str], object], text: str) -> bool:
@@ -145,9 +166,11 @@ def split_user_host(value: str, *, field: str = "--ssh") -> tuple[str | None, st
 
 
 def jump_target(value: str, *, field: str) -> str:
-    """An ``ssh -J`` target ``[user@]host[:port]``, checked part by part and written back as ssh takes it."""
+    """An ``ssh -J`` target ``[user@]host[:port]``, checked part by part and written back as ssh takes it:
+    an IPv6 address always in brackets (``-J`` and ``ProxyJump`` read ``ann@2001:db8::1`` as host ``2001``
+    and refuse it), unlike the destination of ``ssh user@2001:db8::1`` and ``HostName``, which take it bare."""
     user, host, port = split_user_host(value, field=field)
-    shown = f"[{host}]" if port and ":" in host else host
+    shown = f"[{host}]" if ":" in host else host
     return (f"{user}@" if user else "") + shown + (f":{port}" if port else "")
 
 

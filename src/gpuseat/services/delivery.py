@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpuseat.core.delivery import Instruction, being_prepared, instruction, login_name, not_yours
-from gpuseat.core.hosts import bad_stored_host, host_problem
+from gpuseat.core.hosts import bad_stored_host, bare_label, host_problem
 from gpuseat.core.readiness import Access
 from gpuseat.engines import registry
 from gpuseat.errors import InputError
@@ -43,9 +43,9 @@ def way_in(
         text = seat.connect.strip()
         web = text.startswith(("http://", "https://"))
         access = {"kind": "web" if web else "ssh", "url": text if web else None, "command": None if web else text}
-    if access is None and seat.host and "." in seat.host and seat.kind not in ("cloud", "slurm", "vm"):
-        # a host given as a DNS name or address (seats add --host gpu1.example.org) is a way in;
-        # a bare label (the inventory's name, h200-2x) never is
+    if access is None and seat.host and not bare_label(seat.host) and seat.kind not in ("cloud", "slurm", "vm"):
+        # a host given as a DNS name or address (seats add --host gpu1.example.org, 2001:db8::5) is a
+        # way in; a bare label (the inventory's name, h200-2x) never is
         access = {"kind": "ssh", "host": seat.host, "device_uuid": seat.device_uuid}
     login = login_name(participant.key, participant.unix_user) if participant else None
     if logins is None:
@@ -211,7 +211,7 @@ def build_access(
         jump_host = jump_target(jump, field="--jump")
     if ssh:
         user, host, port = split_user_host(ssh)
-        if server_name and host == server_name and "." not in host:
+        if server_name and host == server_name and bare_label(host):
             raise InputError(
                 f"{host!r} is the inventory's name for the server, not a host participants can reach",
                 where="--ssh",
