@@ -55,6 +55,22 @@ def test_seat_import_reassigns(url):
     store.close()
 
 
+def test_seat_import_stores_a_changed_host_as_the_rule_writes_it(url):
+    """A seats file's ``host = "[2001:db8::6]"`` for a seat already stored was kept with its brackets
+    (only a new seat's was normalised), and the participant was shown ``ssh alice@[2001:db8::6]``."""
+    store = open_monitor(url)
+    old_mig = "MIG-GPU-8932f937-d72c-4106-c12f-20bd9faed9f6/7/0"  # drivers R450-R460
+    for host in ("[2001:db8::5]", "[2001:db8::6]"):
+        store.import_seats([SeatEntry("s1", old_mig, "alice", None, host)])
+    with make_engine(url).connect() as conn:
+        assert conn.execute(text("SELECT host, device_uuid FROM seats")).all() == [("2001:db8::6", old_mig)]
+    store.import_seats([SeatEntry("s1", old_mig, "alice", None, "[2001:db8::6]")])  # the same file again
+    with make_engine(url).connect() as conn:
+        moves = conn.execute(text("SELECT count(*) FROM events WHERE action = 'seat.device'")).scalar()
+    assert moves == 1  # one change of host, not one per import of the same file
+    store.close()
+
+
 def test_downsampling_keeps_one_row_per_device_minute_and_prunes_raw(url):
     snaps = [
         synthetic_snapshot(gpus=1, migs_per_gpu=2, processes=1, taken_at=T0 + 10 * i) for i in range(3 * 60 * 6 + 1)

@@ -82,8 +82,11 @@ class SeatFile(Concern):
                         for k, v in (("device_uuid", e.device_uuid), ("host", e.host), ("profile", e.profile))
                         if getattr(seat, k) != v
                     }
+                    if changed:  # stored as the rule writes them ([2001:db8::5] without brackets: ssh takes it bare)
+                        checked = validate(SeatSpec, {"key": seat.key, "kind": seat.kind, **changed}, where=at)
+                        wanted = {k: getattr(checked, k) for k in changed}
+                        changed = {k: v for k, v in wanted.items() if getattr(seat, k) != v}
                     if changed:
-                        validate(SeatSpec, {"key": seat.key, "kind": seat.kind, **changed}, where=at)
                         for k, v in changed.items():
                             setattr(seat, k, v)
                         s.flush()
