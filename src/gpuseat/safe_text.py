@@ -48,6 +48,14 @@ def csv_cell(value: Any) -> Any:
     return text
 
 
+def csv_value(cell: str) -> str:
+    """A cell of a CSV gpuseat wrote, read back as the value it was: the apostrophe :func:`csv_cell` put
+    before a formula is taken off, so a roster downloaded, edited and imported again keeps ``-Ann`` (it
+    became ``'-Ann``). Only that apostrophe: one :func:`csv_cell` would not have written stays."""
+    rest = cell[1:]
+    return rest if cell.startswith("'") and csv_cell(rest) == cell else cell
+
+
 def _is_number(text: str) -> bool:
     """``-3.5`` is a number, not a formula: keep negative amounts readable."""
     try:

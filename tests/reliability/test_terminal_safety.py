@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpuseat.monitor.replay import synthetic_snapshot, write_replay
-from gpuseat.safe_text import clean, csv_cell
+from gpuseat.safe_text import clean, csv_cell, csv_value
 
 EVIL = "ann\x1b[2J\x1b]0;owned\x07\u202etxt.exe\x9b31m"
 RAW = ("\x1b", "\x07", "\u202e", "\x9b")
@@ -82,6 +82,9 @@ def test_clean_and_csv_cell():
     assert csv_cell("+1 cmd") == "'+1 cmd"
     assert csv_cell(7) == 7
     assert csv_cell(" =2") == "' =2"  # a spreadsheet skips the space and runs the rest
+    for value in ("=HYPERLINK(1)", " =2", "-Ann", "-3.5", "'plain", "plain", "'", "''=x"):
+        assert csv_value(csv_cell(value)) == value, value  # read back as it was, an apostrophe of its own too
+    assert csv_value("'-Ann") == "-Ann"  # a name an earlier round trip gave the apostrophe is read without it
 
 
 def test_the_portal_and_the_cli_write_csv_cells_by_one_rule(capsys):
@@ -99,3 +102,25 @@ def test_the_portal_and_the_cli_write_csv_cells_by_one_rule(capsys):
     cli = list(csv.reader(io.StringIO(capsys.readouterr().out)))
     assert portal == cli
     assert [row[0] for row in portal[1:4]] == ["-3.5", "' =2", "'=1+1"]
+
+
+def test_a_roster_downloaded_and_imported_again_keeps_its_names(cli, tmp_path: Path) -> None:
+    """``roster list -f csv`` writes ``-Ann Lee`` as ``'-Ann Lee`` (the formula rule); imported again, the
+    name became ``'-Ann Lee`` ("3 updated"), so each round trip through a spreadsheet changed the roster."""
+    root = Path(__file__).resolve().parents[2]
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    (tmp_path / "r.csv").write_text(
+        "name,email,group,unix_user\n-Ann Lee,ann@example.org,participants,ann\n=Bob,bob@example.org,participants,bob\n"
+        "'@Cy,cy@example.org,participants,cy\n"
+    )
+    assert cli("course", "create", root / "examples" / "course-2016.toml", "--plan-option", "1", "--db", db).code == 0
+    assert cli("roster", "import", tmp_path / "r.csv", "--db", db).code == 0
+    for _ in range(2):
+        listed = cli("roster", "list", "--format", "csv", "--db", db)
+        assert "'-Ann Lee" in listed.out and "'=Bob" in listed.out, listed.out
+        (tmp_path / "again.csv").write_text(listed.out)
+        again = cli("roster", "import", tmp_path / "again.csv", "--db", db)
+        assert (again.code, again.out.strip()) == (0, "course course-2016: 0 added, 0 updated, 3 unchanged"), again
+    listed = cli("roster", "list", "--format", "json", "--db", db)
+    names = {p["key"]: p["name"] for p in json.loads(listed.out)}
+    assert names == {"ann": "-Ann Lee", "bob": "=Bob", "cy": "@Cy"}, names  # '@Cy: a defused cell, as written

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
 from gpuseat.errors import InputError, did_you_mean
-from gpuseat.safe_text import has_ascii_control
+from gpuseat.safe_text import csv_value, has_ascii_control
 
 ROSTER_COLUMNS: tuple[str, ...] = ("key", "name", "email", "group", "unix_user", "ssh_key")
 _ALIASES = {
@@ -200,7 +200,7 @@ def parse_roster(text: str, *, groups: tuple[str, ...], where: str = "roster") -
 
 def _get(record: list[str], columns: dict[str, int], name: str) -> str:
     i = columns.get(name)
-    return record[i].strip() if i is not None and i < len(record) else ""
+    return csv_value(record[i].strip()) if i is not None and i < len(record) else ""
 
 
 def _row(record: list[str], cell: _Cell, groups: tuple[str, ...], seen: dict[str, dict[str, int]]) -> RosterRow:
