@@ -21,6 +21,8 @@ def test_connect_strings_local_and_through_the_libvirt_host():
         "ssh -J root@gpu1.example.org amartin@10.0.0.7"
     )
     assert connect_string("amartin", "10.0.0.7", "gpu1.example.org", None) == "ssh -J gpu1.example.org amartin@10.0.0.7"
+    # qemu+ssh://root@[2001:db8::1]/system: ssh -J reads a bare IPv6 host as host 2001 ("Invalid -J argument")
+    assert connect_string("amartin", "fd00::7", "2001:db8::1", "root") == "ssh -J 'root@[2001:db8::1]' amartin@fd00::7"
 
 
 def test_preflight_runs_what_the_seats_need():

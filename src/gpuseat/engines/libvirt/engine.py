@@ -417,7 +417,7 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
         lv = self.libvirt
         if running and ip:
             command = vm_.connect_string(login, ip, lv.remote_host, vm_.uri_user(lv.uri))
-            jump = command.split(" ")[2] if command.startswith("ssh -J ") else None
+            jump = vm_.jump_of(lv.remote_host, vm_.uri_user(lv.uri))
             access = Access(kind="ssh", host=ip, user=login, jump_host=jump, command=command,
                             device_uuid=seat.device_uuid, notes=(f"VM {name}",), holder=participant)  # fmt: skip
             return "running", f"libvirt: {name} running", access, command
@@ -553,9 +553,8 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
         half = max(1, int(self.settings.timeout // 2))
         argv = ["ssh", "-i", self.settings.probe_key, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
                 "-o", "UserKnownHostsFile=/dev/null", "-o", f"ConnectTimeout={half}"]  # fmt: skip
-        command = vm_.connect_string(login, ip, lv.remote_host, vm_.uri_user(lv.uri))
-        if command.startswith("ssh -J "):
-            argv += ["-J", command.split(" ")[2]]
+        if (jump := vm_.jump_of(lv.remote_host, vm_.uri_user(lv.uri))) is not None:
+            argv += ["-J", jump]
         argv += [f"{login}@{ip}", "--", "nvidia-smi", "-L"]
         done = self.runner.try_run(argv, timeout=self.settings.timeout, mutates=False, where=f"seat {seat.key}")
         evidence = (done.stdout + done.stderr).strip()

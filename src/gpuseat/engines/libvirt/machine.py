@@ -179,12 +179,21 @@ def _rendered(
     )
 
 
-def connect_string(user: str, ip: str, remote_host: str | None, remote_user: str | None) -> str:
-    """``ssh user@ip``, or through the libvirt host as a jump host for a remote ``--connect``."""
+def jump_of(remote_host: str | None, remote_user: str | None) -> str | None:
+    """The ``ssh -J`` target of a remote ``--connect`` host: an IPv6 one (``qemu+ssh://[2001:db8::1]/system``)
+    in brackets, as ``-J`` and ``ProxyJump`` read it (a bare one is host ``2001``)."""
     if remote_host is None:
-        return f"ssh {user}@{ip}"
-    jump = f"{remote_user}@{remote_host}" if remote_user else remote_host
-    return f"ssh -J {jump} {user}@{ip}"
+        return None
+    host = f"[{remote_host}]" if ":" in remote_host else remote_host
+    return f"{remote_user}@{host}" if remote_user else host
+
+
+def connect_string(user: str, ip: str, remote_host: str | None, remote_user: str | None) -> str:
+    """``ssh user@ip``, or through the libvirt host as a jump host for a remote ``--connect`` (quoted where
+    a shell would glob it: zsh stops at an unmatched ``[…]``)."""
+    from gpuseat.core.delivery import ssh_command
+
+    return ssh_command(ip, user, None, jump_of(remote_host, remote_user))
 
 
 def preflight_targets(seats: Iterable[VmSeat], options: VmOptions) -> list[str]:
