@@ -306,3 +306,26 @@ def test_apply_host_selects_a_seat_host_stored_before_the_rule(cli, template: Pa
     assert plan["host"] == "node-" and "seat-01" in json.dumps(plan["steps"]), plan
     r = cli("apply", "--dry-run", "--host", "node-;x", "--db", url)
     assert r.code == 2 and "--host" in r.err and "To fix" in r.err, r.err
+
+
+def test_the_host_engine_finds_an_r460_mig_seat(tmp_path: Path) -> None:
+    """``nvidia-smi -q -x`` of drivers R450-R460 gives a MIG device no UUID; ``-L`` names it
+    ``MIG-GPU-<uuid>/<gi>/<ci>``, the UUID such a seat is stored with. The host engine read only ``-q -x``'s, so
+    on such a server it found none of its MIG seats (no device files, no CUDA_VISIBLE_DEVICES)."""
+    from gpuseat.engines.host.machine import Machine
+    from gpuseat.engines.runner import Runner
+
+    xml = (
+        f"<nvidia_smi_log><gpu><uuid>{GPU_UUID}</uuid><minor_number>3</minor_number><mig_devices><mig_device>"
+        "<index>0</index><gpu_instance_id>7</gpu_instance_id><compute_instance_id>0</compute_instance_id>"
+        "</mig_device></mig_devices></gpu></nvidia_smi_log>"
+    )
+    (tmp_path / "L.txt").write_text(OLD_LISTING)
+    (tmp_path / "q.xml").write_text(xml)
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\n[ "$1" = -L ] && exec cat {tmp_path}/L.txt\nexec cat {tmp_path}/q.xml\n')
+    smi.chmod(0o755)
+    found = Machine(Runner()).discover(str(smi))
+    mig = found[f"MIG-{GPU_UUID}/7/0"]
+    assert (mig.minor, mig.gi, mig.ci, mig.profile) == (3, 7, 0, "1g.5gb")
+    assert found[GPU_UUID].split

@@ -319,6 +319,8 @@ class Machine:
                     (m.findtext("gpu_instance_id") or "").strip(),
                     (m.findtext("compute_instance_id") or "").strip(),
                 )
+                if not muuid and f"MIG-{uuid}/{gi}/{ci}" in profiles:  # drivers R450-R460: -q -x has no MIG UUID,
+                    muuid = f"MIG-{uuid}/{gi}/{ci}"  # -L names it MIG-GPU-<uuid>/<gi>/<ci> (core.devices)
                 if muuid and gi.isdigit() and ci.isdigit():
                     profile = profiles.get(muuid) or (m.findtext("profile") or "").strip() or None
                     out[muuid] = SeatDevice(muuid, minor, int(gi), int(ci), profile)
