@@ -329,3 +329,13 @@ def test_the_host_engine_finds_an_r460_mig_seat(tmp_path: Path) -> None:
     mig = found[f"MIG-{GPU_UUID}/7/0"]
     assert (mig.minor, mig.gi, mig.ci, mig.profile) == (3, 7, 0, "1g.5gb")
     assert found[GPU_UUID].split
+
+
+@pytest.mark.parametrize("field", ["ssh_host", "jump_host"])
+def test_a_host_setting_stored_before_the_rule_says_where_to_set_it(field: str) -> None:
+    """An older gpuseat stored ``ssh_host = "node-"``; the host engine's settings, read on every plan, refused
+    it as ``ssh_host: ... not a host name`` without saying it is an engine setting or how to change it."""
+    with pytest.raises(InputError) as info:
+        validate_settings("host", {field: "node-"})
+    assert info.value.where == f"host setting {field}"
+    assert f"`gpuseat engines settings host {field}=VALUE`" in str(info.value.fix)

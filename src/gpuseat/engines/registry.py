@@ -172,6 +172,11 @@ def validate_settings(name: str, values: dict[str, Any]) -> Any:
         return None
     try:
         return model.model_validate(values)
+    except InputError as exc:  # a field's own rule (the one host rule of ssh_host, jump_host): say where it is set
+        if exc.where not in model.model_fields:
+            raise
+        fix = f"{exc.fix}; set it with `gpuseat engines settings {name} {exc.where}=VALUE`" if exc.fix else None
+        raise InputError(exc.what, where=f"{name} setting {exc.where}", fix=fix) from None
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err.get("loc", ())) or "settings"
