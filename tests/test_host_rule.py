@@ -184,6 +184,41 @@ def test_a_host_stored_before_the_rule_is_never_shown_as_a_command(cli, template
 
 
 @pytest.mark.parametrize(
+    ("stored", "command", "missing"),
+    [  # a jump host an older gpuseat stored with seats connect --jump, and its command
+        ("2001:db8::1", "ssh -J '[2001:db8::1]' amartin@gpu1.lab.example", None),  # bare: ssh -J read host 2001
+        ("gw-.lab.example", None, "seat seat-01's jump host 'gw-.lab.example' is not one ssh -J takes"),
+    ],
+)
+def test_a_jump_host_stored_before_the_rule_is_shown_as_ssh_takes_it(
+    cli, template: Path, tmp_path, stored: str, command: str | None, missing: str | None
+) -> None:
+    db = tmp_path / "gpuseat.db"
+    shutil.copyfile(template, db)
+    (tmp_path / "l.txt").write_text(LISTING)
+    url = f"sqlite:///{db}"
+    for args in (
+        ("seats", "add", "--from-nvidia-smi", tmp_path / "l.txt", "--host", "gpu1.lab.example"),
+        ("seats", "assign", "--partial"),
+        ("seats", "connect", "seat-01", "--ssh", "amartin@gpu1.lab.example", "--jump", "gw.lab.example"),
+    ):
+        assert cli(*args, "--db", url).code == 0, args
+    with sqlite3.connect(db) as con:  # as an older gpuseat stored it
+        con.execute(
+            "UPDATE seats SET access = json_set(access, '$.jump_host', ?, '$.command', ?)",
+            (stored, f"ssh -J {stored} amartin@gpu1.lab.example"),
+        )
+    con.close()
+    shown = json.loads(cli("seats", "connect", "seat-01", "--format", "json", "--db", url).out)
+    assert shown["command"] == command, shown
+    if missing is None:
+        assert f"    ProxyJump [{stored}]\n" in shown["ssh_config"], shown
+    else:
+        assert shown["ssh_config"] is None and missing in shown["missing"], shown
+        assert "gpuseat seats connect seat-01 --ssh USER@HOST --jump" in shown["missing"]
+
+
+@pytest.mark.parametrize(
     ("jump", "becomes"),
     [
         ("gw.example.org", "gw.example.org"),

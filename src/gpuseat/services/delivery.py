@@ -58,6 +58,11 @@ def way_in(
     if host and (problem := host_problem(host)) is not None:
         # stored before the one host rule (a seat's host, seats connect --ssh): never pasted into a terminal
         return Instruction(None, None, None, seat.device_uuid, (), bad_stored_host(seat.key, host, problem))
+    if access and access.get("jump_host"):
+        stored_jump = _stored_jump(seat.key, access)
+        if isinstance(stored_jump, str):  # what to fix
+            return Instruction(None, None, None, seat.device_uuid, (), stored_jump)
+        access = stored_jump
     way = instruction(access, seat=seat.key, unix_user=login, server_name=seat.host)
     if access is None and seat.host:
         # the seat's server is known only by its inventory label: say which field makes it reachable
@@ -74,6 +79,29 @@ def way_in(
             why = "not launched yet: the agent launches your seat while the course's access window is open"
         return Instruction(None, way.url, None, seat.device_uuid, (), why)
     return way
+
+
+def _stored_jump(seat: str, access: dict[str, Any]) -> dict[str, Any] | str:
+    """A stored way in with its jump host as ``ssh -J`` takes it: one an older gpuseat stored bare
+    (``2001:db8::1``, which ssh reads as host ``2001``) in brackets, its generated command made again; one
+    the host rule refuses is never pasted: what to fix instead."""
+    from gpuseat.core.delivery import ssh_command
+    from gpuseat.core.hosts import jump_target
+
+    jump = str(access["jump_host"])
+    try:
+        fixed = jump_target(jump, field="jump_host")
+    except InputError as exc:
+        return (
+            f"seat {seat}'s jump host {jump[:100]!r} is not one ssh -J takes ({exc.what}): run `gpuseat seats "
+            f"connect {seat} --ssh USER@HOST --jump [USER@]HOST[:PORT]` with the gateway's DNS name or IP address"
+        )
+    if fixed == jump:
+        return access
+    host, user = str(access.get("host") or ""), access.get("user")
+    port = int(str(access["port"])) if access.get("port") else None
+    made = access.get("command") == ssh_command(host, str(user) if user else None, port, jump)
+    return {**access, "jump_host": fixed, **({"command": None} if made else {})}
 
 
 def ways_in(store: CourseStore, course: str | None = None) -> list[dict[str, Any]]:
