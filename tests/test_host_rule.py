@@ -292,10 +292,11 @@ def test_seats_from_either_nvidia_smi_listing(listing: str, cli, template: Path,
     # the --seats file of top/monitor that seats export writes for it is one top and monitor read
     from gpuseat.monitor.seats import read_seats
 
-    r = cli("seats", "export", "--format", "toml", "--db", f"sqlite:///{db}")
-    assert r.code == 0, r.err
-    (tmp_path / "seats.toml").write_text(r.out)
-    assert [e.device_uuid for e in read_seats(tmp_path / "seats.toml")] == [stored[0][1]]
+    for fmt in ("toml", "csv"):  # the seats CSV (the portal's seats.csv too): top --seats refused it ('id' missing)
+        r = cli("seats", "export", "--format", fmt, "--db", f"sqlite:///{db}")
+        assert r.code == 0, r.err
+        (tmp_path / f"seats.{fmt}").write_text(r.out)
+        assert [e.device_uuid for e in read_seats(tmp_path / f"seats.{fmt}")] == [stored[0][1]]
 
 
 @pytest.mark.parametrize("host", ["2001:db8::5", "[2001:db8::5]", "10.0.0.5"])
