@@ -193,6 +193,8 @@ CASES = [
     Case("apply-unknown-engine", ("apply", "--engine", "hots", "--dry-run"), "--engine: no seat engine called 'hots'"),
     Case("apply-engine-wrong-case", ("apply", "--engine", "HOST", "--dry-run"), "no seat engine called 'HOST'"),
     Case("apply-host-with-semicolon", ("apply", "--host", "gpu1;reboot", "--dry-run"), "--host: 'gpu1;reboot' is not a host name"),
+    # defect: a --host no stored seat is on (a typo of gpu1) still planned nothing and said "Plan: 0", exit 0
+    Case("apply-host-no-seat-there", ("apply", "--host", "ibm-2xM6O", "--dry-run"), "--host: no seat of course course-2016 is on host 'ibm-2xM6O'. Did you mean ibm-2xM60?"),
     Case("agent-install-unknown-engine", ("agent", "--engine", "nosuch", "--install", "--unit-dir", "{tmp}"), "--engine: no seat engine"),
     # defect: monitor --once dropped --listen, --webhook and --ticks unsaid, unchecked (a file:// webhook: exit 0)
     Case("monitor-once-webhook", ("monitor", "--once", "--from-xml", str(XML), "--webhook", "file:///etc/passwd"), "--once prints one sample and exits: --webhook would do nothing"),

@@ -65,6 +65,26 @@ def seat_host(value: str | None) -> str | None:
     return value
 
 
+def known_host(store: Any, course: str | None, host: str) -> None:
+    """``apply --host`` names a machine some seat (or some access still to revoke) is on; a typo (``gpu0l``)
+    planned nothing and said "Plan: 0" with exit 0, as if that machine were in order. The agent, which may
+    start on a server before its seats are added, does not ask this."""
+    from gpuseat.errors import InputError, did_you_mean
+
+    keys = (
+        [store.courses.get_course(course).key] if course is not None else [c.key for c in store.courses.list_courses()]
+    )
+    hosts = {s.host for key in keys for s in store.seats.seats(key) if s.host}
+    hosts |= {h["host"] for key in keys for h in store.agents.holdings(key) if h.get("host")}
+    if host not in hosts:
+        where = f"course {keys[0]}" if len(keys) == 1 else "any course"
+        raise InputError(
+            f"no seat of {where} is on host {host!r}.{did_you_mean(host, sorted(hosts))}",
+            where="--host",
+            fix=f"give one of the seats' hosts: {', '.join(sorted(hosts)) or 'none yet (gpuseat seats add)'}",
+        )
+
+
 MachineOption = Annotated[
     str | None,
     typer.Option(
@@ -244,6 +264,8 @@ def register(app: typer.Typer) -> None:
 
         wanted = parse_sets(sets)
         with open_store(db, create=False) as store:
+            if host is not None:
+                known_host(store, course, host)
             if wanted:
                 store_settings(store, course, wanted, actor())
             result = one_pass(
