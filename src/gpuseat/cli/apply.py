@@ -65,24 +65,28 @@ def seat_host(value: str | None) -> str | None:
     return value
 
 
-def known_host(store: Any, course: str | None, host: str) -> None:
-    """``apply --host`` names a machine some seat (or some access still to revoke) is on; a typo (``gpu0l``)
-    planned nothing and said "Plan: 0" with exit 0, as if that machine were in order. The agent, which may
-    start on a server before its seats are added, does not ask this."""
-    from gpuseat.errors import InputError, did_you_mean
+def host_note(store: Any, course: str | None, host: str) -> str | None:
+    """What to say when no seat (nor any access still to revoke, a deleted course's too) is on ``host``:
+    a typo (``gpu0l``) planned nothing and said only "Plan: 0", as if that machine matched the store. Not
+    an error: a server between two courses has no seat either, and a script or timer runs ``apply`` there."""
+    from gpuseat.errors import NotFound, did_you_mean
 
-    keys = (
-        [store.courses.get_course(course).key] if course is not None else [c.key for c in store.courses.list_courses()]
-    )
+    if course is None:
+        keys = [c.key for c in store.courses.list_courses()]
+        holdings = store.agents.holdings()
+    else:
+        try:
+            keys = [store.courses.get_course(course).key]
+        except NotFound:  # deleted: only what it still holds on the machines
+            keys = []
+        holdings = store.agents.holdings(keys[0] if keys else course)
     hosts = {s.host for key in keys for s in store.seats.seats(key) if s.host}
-    hosts |= {h["host"] for key in keys for h in store.agents.holdings(key) if h.get("host")}
-    if host not in hosts:
-        where = f"course {keys[0]}" if len(keys) == 1 else "any course"
-        raise InputError(
-            f"no seat of {where} is on host {host!r}.{did_you_mean(host, sorted(hosts))}",
-            where="--host",
-            fix=f"give one of the seats' hosts: {', '.join(sorted(hosts)) or 'none yet (gpuseat seats add)'}",
-        )
+    hosts |= {h["host"] for h in holdings if h.get("host")}
+    if host in hosts:
+        return None
+    where = f"course {course}" if course is not None else "any course"
+    known = f" (the seats' hosts: {', '.join(sorted(hosts))}.{did_you_mean(host, sorted(hosts))})" if hosts else ""
+    return f"note: no seat of {where} is on host {host!r}{known}; nothing was planned for it"
 
 
 MachineOption = Annotated[
@@ -264,8 +268,7 @@ def register(app: typer.Typer) -> None:
 
         wanted = parse_sets(sets)
         with open_store(db, create=False) as store:
-            if host is not None:
-                known_host(store, course, host)
+            note = host_note(store, course, host) if host is not None else None
             if wanted:
                 store_settings(store, course, wanted, actor())
             result = one_pass(
@@ -283,6 +286,8 @@ def register(app: typer.Typer) -> None:
         else:
             for line in render_plan(result, dry_run=dry_run):
                 print(line)
+        if note is not None:
+            print(note, file=sys.stderr)
         if not dry_run:
             raise_for(result, "gpuseat apply")
 
