@@ -9,7 +9,7 @@ Used by ``monitor``/``top`` (samplers), ``bench --all-seats`` (seat list), ``doc
 * :func:`parse_xml` — ``nvidia-smi -q -x`` (DTD v9–v13 and drivers 390–610) → :class:`Snapshot`;
 * :func:`parse_query_gpu_csv`, :func:`parse_compute_apps_csv` — ``--query-gpu``/``--query-compute-apps``
   CSV read by header name (any field list, with or without ``nounits``);
-* :func:`parse_list` → :class:`Listed` — ``nvidia-smi -L``, the plain listing of GPUs and MIG devices;
+* :func:`merge_list` — MIG names and UUIDs from ``nvidia-smi -L`` (read by :mod:`gpuseat.core.listing`);
 * :func:`merge_list` — fill MIG UUIDs and profiles from ``-L`` into a snapshot;
 * :func:`name_mig_profiles` — infer missing MIG profile names from memory, copy engines and the catalog's
   profile table (flagged ``profile_inferred``);
@@ -29,9 +29,10 @@ import shutil
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from gpuseat.core.listing import Listed, parse_list
 from gpuseat.errors import EngineError, InputError
 from gpuseat.nvsmi_health import xml_health
 from gpuseat.readings import Gpu, GpuProcess, MigInstance, Snapshot, mig_key
@@ -329,39 +330,6 @@ def parse_compute_apps_csv(text: str, *, where: str = "CSV") -> tuple[GpuProcess
 
 
 # -- nvidia-smi -L --------------------------------------------------------------------------------
-
-_LIST_GPU = re.compile(r"^GPU\s+(\d+):\s+(.+?)\s+\(UUID:\s*(GPU-[0-9A-Za-z-]+)\)\s*$")
-_LIST_MIG = re.compile(r"^\s+MIG\s+(\S+)\s+Device\s+(\d+):\s+\(UUID:\s*(MIG-[0-9A-Za-z/-]+)\)\s*$")
-
-
-@dataclass(frozen=True, slots=True)
-class ListedMig:
-    """One MIG device line of ``nvidia-smi -L``: profile (``1g.10gb``, ``1c.3g.71gb``), device index, UUID."""
-
-    profile: str
-    device: int
-    uuid: str
-
-
-@dataclass(frozen=True, slots=True)
-class Listed:
-    """One GPU of ``nvidia-smi -L``, with its MIG devices in device order."""
-
-    index: int
-    name: str
-    uuid: str
-    mig: tuple[ListedMig, ...] = ()
-
-
-def parse_list(text: str) -> list[Listed]:
-    """Parse ``nvidia-smi -L``; lines that are neither a GPU nor a MIG device are ignored."""
-    out: list[Listed] = []
-    for line in text.splitlines():
-        if m := _LIST_GPU.match(line):
-            out.append(Listed(int(m.group(1)), m.group(2), m.group(3)))
-        elif (m := _LIST_MIG.match(line)) and out:
-            out[-1] = replace(out[-1], mig=(*out[-1].mig, ListedMig(m.group(1), int(m.group(2)), m.group(3))))
-    return out
 
 
 def merge_list(snapshot: Snapshot, listing: Iterable[Listed]) -> Snapshot:

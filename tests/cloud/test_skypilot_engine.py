@@ -274,6 +274,24 @@ def test_the_probe_uses_the_stored_way_in_and_honours_the_timeout(lab):
     assert got.state == "broken" and got.reason == "the probe on gs-lab-cloud-1 did not answer within 7 s"
 
 
+def test_a_mig_slice_beside_a_whole_gpu_is_two_devices(lab):
+    """The probe reads nvidia-smi -L by the one reader (gpuseat.core.listing): per GPU its MIG devices, else the
+    GPU. The engine once kept only the MIG devices when any GPU had them: a cloud machine that showed the
+    participant a MIG slice of one GPU and all of another was "ready". Lines from two real listings."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    h100 = (fixtures / "nvidia_gpu_exporter__linux-x86_64__nvidia-h100-mig__590.48.01.txt").read_text().splitlines()
+    at = h100.index(next(ln for ln in h100 if ln.startswith("GPU 0: ")))
+    pro = (fixtures / "rtxpro6000__L.txt").read_text().splitlines()
+    whole = next(ln for ln in pro if ln.startswith("GPU 0: ")).replace("GPU 0: ", "GPU 1: ", 1)
+    store, fake, _ = lab
+    run(store, fake, OPEN)
+    runner = Runner(fake, answers={("ssh",): (0, "\n".join([*h100[at : at + 2], whole]) + "\n", "")})
+    engine = SkyPilotEngine(store, "lab", settings=SkyPilotSettings(timeout=7), runner=runner)
+    got = engine.probe(store.seats.get_seat("lab", "cloud-1"), store.roster.find_participant("lab", "ann"))
+    assert got.state == "broken" and got.reason == "2 GPUs visible to the participant (expected exactly one)", got
+    assert got.visible == (h100[at + 1].rpartition("UUID: ")[2].rstrip(")"), whole.rpartition("UUID: ")[2].rstrip(")"))
+
+
 def test_the_launched_task_loads_with_skypilots_own_loader(lab, tmp_path):
     import yaml
 

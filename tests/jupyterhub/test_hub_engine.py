@@ -8,7 +8,7 @@ from hubcourse import FIXTURES, mig_devices, section
 
 from gpuseat.core.readiness import judge
 from gpuseat.engines import registry
-from gpuseat.engines.jupyterhub.engine import JupyterHubSettings, read_token, visible_devices
+from gpuseat.engines.jupyterhub.engine import JupyterHubSettings, kernel_devices, read_token
 from gpuseat.errors import InputError
 
 
@@ -23,14 +23,14 @@ MIGS = [uuid for uuid, _ in mig_devices()]
 
 
 def test_the_driver_list_narrowed_to_the_spawners_choice_is_one_device():
-    visible, how = visible_devices(printed(MIGS[2], LISTING))
+    visible, how = kernel_devices(printed(MIGS[2], LISTING))
     assert visible == (MIGS[2],) and "nvidia-smi -L" in how
     assert judge(MIGS[2], visible) == ("ready", None)
     assert judge(MIGS[1], visible)[0] == "broken"
 
 
 def test_without_a_choice_every_mig_device_is_visible_and_that_is_broken():
-    visible, _ = visible_devices(printed(None, LISTING))
+    visible, _ = kernel_devices(printed(None, LISTING))
     assert visible == tuple(MIGS) and len(MIGS) > 1
     state, why = judge(MIGS[0], visible)
     assert state == "broken" and f"{len(MIGS)} GPUs visible" in (why or "")
@@ -44,21 +44,21 @@ def test_a_whole_gpu_beside_a_mig_gpu_counts_too():
     # a second board from another real listing (the captures' own UUIDs are all zeros, so one with its own)
     pro = (FIXTURES / "rtxpro6000__L.txt").read_text()
     whole = next(ln for ln in pro.splitlines() if ln.startswith("GPU 0: ")).replace("GPU 0: ", "GPU 1: ", 1)
-    visible, _ = visible_devices(printed(None, f"{mig_gpu}\n{whole}"))
+    visible, _ = kernel_devices(printed(None, f"{mig_gpu}\n{whole}"))
     assert visible == (MIGS[0], whole.rpartition("UUID: ")[2].rstrip(")"))
     assert judge(MIGS[0], visible)[0] == "broken"
 
 
 def test_a_choice_the_driver_does_not_list_is_no_gpu():
-    visible, _ = visible_devices(printed("MIG-ffffffff-0000-0000-0000-000000000000", LISTING))
+    visible, _ = kernel_devices(printed("MIG-ffffffff-0000-0000-0000-000000000000", LISTING))
     assert visible == () and judge(None, visible) == ("broken", "no GPU visible to the participant")
 
 
 def test_without_a_driver_only_the_spawners_choice_tells_and_the_evidence_says_so():
-    visible, how = visible_devices(printed(MIGS[0], None))
+    visible, how = kernel_devices(printed(MIGS[0], None))
     assert visible == (MIGS[0],) and "no nvidia-smi" in how
-    assert visible_devices(printed(None, None))[0] == ()
-    assert visible_devices(printed("0,1", None))[0] == ()  # indexes name no seat
+    assert kernel_devices(printed(None, None))[0] == ()
+    assert kernel_devices(printed("0,1", None))[0] == ()  # indexes name no seat
 
 
 @pytest.mark.parametrize("url", ["ftp://hub", "hub.example.org", "http://hub example"])

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuseat import nvsmi
 from gpuseat.catalog.bundle import load_catalog
+from gpuseat.core.listing import parse_list
 from gpuseat.errors import InputError
 from gpuseat.monitor.prometheus import render
 from gpuseat.monitor.runner import observe
@@ -323,7 +324,7 @@ def exporter_snapshot(name: str, phase: str):
     path = FIXTURES / name
     snap = nvsmi.parse_query_gpu_csv(section(path, f"{phase} :: query-gpu (csv, what the exporter parses)"), host="t")
     apps = nvsmi.parse_compute_apps_csv(section(path, f"{phase} :: query-compute-apps (per-process)"))
-    return nvsmi.merge_list(replace(snap, processes=apps), nvsmi.parse_list(section(path, "capabilities :: list (-L)")))
+    return nvsmi.merge_list(replace(snap, processes=apps), parse_list(section(path, "capabilities :: list (-L)")))
 
 
 @pytest.mark.parametrize("row", EXPORTER, ids=[r[0] for r in EXPORTER])

@@ -109,7 +109,7 @@ def parse_apps_csv(data: bytes) -> Any:
 
 
 def parse_listing(data: bytes) -> Any:
-    from gpuseat.nvsmi import parse_list
+    from gpuseat.core.listing import parse_list
 
     return parse_list(_text(data))
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 from gpuseat import nvsmi
 from gpuseat.bench.results import BenchResult
 from gpuseat.bench.run import BenchOptions
+from gpuseat.core.listing import parse_list
 from gpuseat.engines.runner import default_runner
 from gpuseat.errors import InputError
 
@@ -79,7 +80,7 @@ def parse_gpu_list(text: str, mig_mode: Mapping[str, bool | None] | None = None)
     A GPU in MIG mode (``mig_mode[uuid]`` True) without MIG devices is no target: CUDA cannot use it.
     """
     targets: list[BenchTarget] = []
-    for gpu in nvsmi.parse_list(text):
+    for gpu in parse_list(text):
         if gpu.mig:
             targets.extend(BenchTarget(select=m.uuid, name=gpu.name, mig_profile=m.profile) for m in gpu.mig)
         elif not (mig_mode or {}).get(gpu.uuid):
@@ -117,7 +118,7 @@ def visible_seats(env: Mapping[str, str] | None = None) -> list[BenchTarget]:
     except EngineError as exc:
         raise InputError(f"no GPU seat is visible: {exc.what}", where="--all-seats", fix=NO_SEATS_FIX) from None
     mig_mode = {g.uuid: g.mig_enabled for g in modes.gpus}
-    gpus = [BenchTarget(select=g.uuid, name=g.name) for g in nvsmi.parse_list(text)]
+    gpus = [BenchTarget(select=g.uuid, name=g.name) for g in parse_list(text)]
     seats = select_visible(parse_gpu_list(text, mig_mode), gpus, env.get("CUDA_VISIBLE_DEVICES"))
     if not seats:
         raise InputError("no GPU or MIG device is visible", where="--all-seats", fix=NO_SEATS_FIX)

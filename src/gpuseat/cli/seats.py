@@ -139,6 +139,7 @@ def _specs(
         return made
     assert nvidia_smi is not None
     from gpuseat import nvsmi
+    from gpuseat.core.listing import parse_list
     from gpuseat.files import read_text
 
     text = read_text(nvidia_smi, max_bytes=nvsmi.MAX_XML_BYTES)
@@ -147,7 +148,7 @@ def _specs(
         snapshot = nvsmi.parse_xml(text, host=host or "localhost", where=str(nvidia_smi))
         found = seat_sources.seats_from_nvidia_smi(snapshot, host=host, start=existing + 1)
     else:
-        found = seat_sources.seats_from_nvidia_smi(None, nvsmi.parse_list(text), host=host, start=existing + 1)
+        found = seat_sources.seats_from_nvidia_smi(None, parse_list(text), host=host, start=existing + 1)
     if engine == "manual":
         return found
     from gpuseat.files import validate

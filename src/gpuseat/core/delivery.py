@@ -298,24 +298,12 @@ class ProbeSeen:
 
 
 def parse_probe(text: str) -> ProbeSeen:
-    """The probe's output → CUDA_VISIBLE_DEVICES and visible devices (MIG devices, else whole GPUs)."""
+    """The probe's output → CUDA_VISIBLE_DEVICES and the devices ``nvidia-smi -L`` lists (per GPU its MIG
+    devices, else the GPU: :func:`gpuseat.core.listing.visible_devices`)."""
+    from gpuseat.core.listing import parse_list, visible_devices
+
     cvd: str | None = None
-    gpus: list[str] = []
-    migs: dict[str, list[str]] = {}
-    last: str | None = None
     for line in text.splitlines():
         if line.startswith("CUDA_VISIBLE_DEVICES="):
             cvd = line.partition("=")[2].strip() or None
-            continue
-        m = re.match(r"^GPU\s+\d+:.*\(UUID:\s*(GPU-[0-9A-Za-z-]+)\)", line)
-        if m:
-            last = m.group(1)
-            gpus.append(last)
-            continue
-        m = re.match(r"^\s+MIG\s+.*\(UUID:\s*(MIG-[0-9A-Za-z/-]+)\)", line)
-        if m and last:
-            migs.setdefault(last, []).append(m.group(1))
-    visible: list[str] = []
-    for g in gpus:
-        visible += migs.get(g, [g])
-    return ProbeSeen(cvd, tuple(visible))
+    return ProbeSeen(cvd, visible_devices(parse_list(text)))

@@ -71,6 +71,7 @@ class Source:
 def open_sampler(source: Source) -> Sampler:
     """The sampler for ``source`` (captures are parsed now, so a bad file fails before anything runs)."""
     from gpuseat import nvsmi
+    from gpuseat.core.listing import parse_list
     from gpuseat.files import read_text
     from gpuseat.monitor.sampler import StaticSampler
 
@@ -107,7 +108,7 @@ def open_sampler(source: Source) -> Sampler:
         return NvmlSampler()
     if source.listing:
         listing = read_text(source.listing, max_bytes=nvsmi.MAX_LIST_BYTES)
-        snap = nvsmi.merge_list(snap, nvsmi.parse_list(listing))
+        snap = nvsmi.merge_list(snap, parse_list(listing))
     if source.table:
         from gpuseat.nvsmi_text import merge_table
 

@@ -306,6 +306,7 @@ def read_bundle(path: Path) -> Bundle:
 def snapshot(bundle: Bundle) -> Snapshot:
     """What the bundle's prints say about the GPUs: -q -x (or -q), -L names and UUIDs, -lgi/-lci, the table."""
     from gpuseat import nvsmi, nvsmi_mig, nvsmi_text
+    from gpuseat.core.listing import parse_list
 
     xml = bundle.text("nvidia-smi-q.xml")
     if xml is not None:
@@ -315,7 +316,7 @@ def snapshot(bundle: Bundle) -> Snapshot:
     else:
         raise InputError("the bundle has no nvidia-smi -q output", where=bundle.where, fix="probe a host with a driver")
     if (listing := bundle.text("nvidia-smi-L.txt")) is not None:
-        snap = nvsmi.merge_list(snap, nvsmi.parse_list(listing))
+        snap = nvsmi.merge_list(snap, parse_list(listing))
     gis = nvsmi_mig.parse_lgi(bundle.text("mig-lgi.txt") or "")
     rows = nvsmi_mig.parse_lgip(bundle.text("mig-lgip.txt") or "")
     if (table := bundle.text("nvidia-smi.txt")) is not None:

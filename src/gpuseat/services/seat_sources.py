@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from gpuseat.catalog.bundle import Catalog
     from gpuseat.catalog.offers import Offer
     from gpuseat.core.carve import Layout
+    from gpuseat.core.listing import Listed
     from gpuseat.core.seating import EngineName
-    from gpuseat.nvsmi import Listed
     from gpuseat.readings import Snapshot
     from gpuseat.store import SeatView
 

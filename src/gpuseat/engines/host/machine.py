@@ -301,7 +301,7 @@ class Machine:
             root = ET.fromstring(text)
         except ET.ParseError as exc:
             raise EngineError(f"not nvidia-smi XML: {exc}", where=where) from None
-        from gpuseat.nvsmi import parse_list
+        from gpuseat.core.listing import parse_list
 
         listed = self.runner.run([nvidia_smi, "-L"], timeout=120, mutates=False, where="host").stdout
         profiles = {m.uuid: m.profile for g in parse_list(listed) for m in g.mig}

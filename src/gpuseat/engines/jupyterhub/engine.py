@@ -100,7 +100,7 @@ def _loopback(host: str) -> bool:
         return False
 
 
-def visible_devices(printed: str) -> tuple[tuple[str, ...], str]:
+def kernel_devices(printed: str) -> tuple[tuple[str, ...], str]:
     """The devices CUDA would use, from the probe's output, and how that was decided.
 
     With ``nvidia-smi``: its MIG devices (or, without MIG, its GPUs), narrowed to ``CUDA_VISIBLE_DEVICES``
@@ -553,7 +553,7 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
             self._call("DELETE", f"/users/{quote(user, safe='')}/tokens/{token_id}")
         if reason is not None:
             return self._readiness(seat, participant, "broken", reason, reason, (), now)
-        visible, how = visible_devices(printed)
+        visible, how = kernel_devices(printed)
         state, why = judge(seat.device_uuid, visible)
         evidence = f"{how}\n{printed.strip()}"
         return self._readiness(seat, participant, state, why, evidence, visible, now)

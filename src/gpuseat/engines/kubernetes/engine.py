@@ -466,7 +466,7 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
     def probe(self, seat: SeatView, participant: ParticipantView) -> Readiness:
         """What the seat's probe Pod saw (``nvidia-smi -L`` in its log): ready when exactly one device of
         the seat's resource was visible (the device plugin chooses which one of that resource)."""
-        from gpuseat.nvsmi import parse_list
+        from gpuseat.core.listing import parse_list, visible_devices
 
         now = datetime.now(UTC)
 
@@ -490,8 +490,7 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
             return result("broken", f"the probe Pod in {ns} is {phase or 'unknown'}, not Succeeded", got.stdout)
         logs = self.runner.try_run(self.kubectl("logs", PROBE_POD, "-n", ns), mutates=False,
                                    timeout=self.settings.timeout)  # fmt: skip
-        listed = parse_list(logs.stdout)
-        visible = tuple(m.uuid for g in listed for m in g.mig) or tuple(g.uuid for g in listed)
+        visible = visible_devices(parse_list(logs.stdout))
         state, why = judge(None, visible)
         evidence = f"kubectl logs {PROBE_POD} -n {ns} (the device plugin picks the {resource_of(seat)})\n{logs.stdout}"
         return result(state, why, evidence, visible)

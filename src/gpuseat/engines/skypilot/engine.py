@@ -567,7 +567,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
 
     def probe(self, seat: SeatView, participant: ParticipantView) -> Readiness:
         """List the GPUs on the cluster as the participant and judge them (no ssh to a seat not up)."""
-        from gpuseat.nvsmi import parse_list
+        from gpuseat.core.listing import parse_list, visible_devices
 
         cluster = self.cluster_of(seat)
         now = datetime.now(UTC)
@@ -586,7 +586,6 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         elif done.returncode != 0:
             state, reason = "broken", f"the probe failed on {cluster}: {text.strip()[-300:]}"
         else:
-            listed = parse_list(done.stdout)
-            visible = tuple(m.uuid for g in listed for m in g.mig) or tuple(g.uuid for g in listed)
+            visible = visible_devices(parse_list(done.stdout))
             state, reason = judge(seat.device_uuid, visible)
         return Readiness(self.course, seat.key, participant.key, state, reason, text[:4000], visible, now, ENGINE)
