@@ -151,6 +151,22 @@ def test_a_user_is_taken_only_by_ssh_entry_points(value: str) -> None:
         assert _verdict(lambda: ssh_target(value)) is None
 
 
+def _seated(cli, template: Path, tmp_path: Path, *connect: str) -> tuple[Path, str]:
+    """A copy of the template store with seat-01 on gpu1.lab.example held, and ``seats connect seat-01 CONNECT…``
+    when given: the store an older gpuseat's values are then written into."""
+    db = tmp_path / "gpuseat.db"
+    shutil.copyfile(template, db)
+    (tmp_path / "l.txt").write_text(LISTING)
+    url = f"sqlite:///{db}"
+    for args in (
+        ("seats", "add", "--from-nvidia-smi", tmp_path / "l.txt", "--host", "gpu1.lab.example"),
+        ("seats", "assign", "--partial"),
+        *([("seats", "connect", "seat-01", *connect)] if connect else []),
+    ):
+        assert cli(*args, "--db", url).code == 0, args
+    return db, url
+
+
 @pytest.mark.parametrize(
     "stored",
     [
@@ -161,16 +177,8 @@ def test_a_user_is_taken_only_by_ssh_entry_points(value: str) -> None:
     ids=["seat-host", "way-in"],
 )
 def test_a_host_stored_before_the_rule_is_never_shown_as_a_command(cli, template: Path, tmp_path, stored: str) -> None:
-    db = tmp_path / "gpuseat.db"
-    shutil.copyfile(template, db)
-    (tmp_path / "l.txt").write_text(LISTING)
-    url = f"sqlite:///{db}"
-    for args in (
-        ("seats", "add", "--from-nvidia-smi", tmp_path / "l.txt", "--host", "gpu1.lab.example"),
-        ("seats", "assign", "--partial"),
-        *([("seats", "connect", "seat-01", "--ssh", "ann@gpu1.lab.example")] if "access" in stored else []),
-    ):
-        assert cli(*args, "--db", url).code == 0, args
+    way_in = ("--ssh", "ann@gpu1.lab.example") if "access" in stored else ()
+    db, url = _seated(cli, template, tmp_path, *way_in)
     with sqlite3.connect(db) as con:  # as an older gpuseat stored it
         con.execute(stored)
     con.close()
@@ -193,16 +201,7 @@ def test_a_host_stored_before_the_rule_is_never_shown_as_a_command(cli, template
 def test_a_jump_host_stored_before_the_rule_is_shown_as_ssh_takes_it(
     cli, template: Path, tmp_path, stored: str, command: str | None, missing: str | None
 ) -> None:
-    db = tmp_path / "gpuseat.db"
-    shutil.copyfile(template, db)
-    (tmp_path / "l.txt").write_text(LISTING)
-    url = f"sqlite:///{db}"
-    for args in (
-        ("seats", "add", "--from-nvidia-smi", tmp_path / "l.txt", "--host", "gpu1.lab.example"),
-        ("seats", "assign", "--partial"),
-        ("seats", "connect", "seat-01", "--ssh", "amartin@gpu1.lab.example", "--jump", "gw.lab.example"),
-    ):
-        assert cli(*args, "--db", url).code == 0, args
+    db, url = _seated(cli, template, tmp_path, "--ssh", "amartin@gpu1.lab.example", "--jump", "gw.lab.example")
     with sqlite3.connect(db) as con:  # as an older gpuseat stored it
         con.execute(
             "UPDATE seats SET access = json_set(access, '$.jump_host', ?, '$.command', ?)",
