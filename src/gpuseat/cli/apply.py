@@ -50,7 +50,7 @@ def seat_host(value: str | None) -> str | None:
     """``--host`` when it can be a seat's host name (the one host rule, :mod:`gpuseat.core.hosts`): one
     that cannot matched no seat and the pass said "Plan: 0 to add" (exit 0). It only selects stored seats,
     so a host an older gpuseat stored (``STORED_BEFORE``: ``node-``, ``1234``) still names its server (an
-    agent unit installed with it keeps starting); the engine says when no seat has it."""
+    agent unit installed with it keeps starting); ``apply`` notes when no seat is on it (:func:`host_note`)."""
     if value is not None:
         from gpuseat.core.hosts import HOST_EXAMPLES, STORED_BEFORE, host_problem, normal_host
         from gpuseat.errors import InputError

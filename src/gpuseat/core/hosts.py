@@ -19,8 +19,10 @@ The rule:
   characters or non-ASCII letters; a name whose last label is all digits must be a real IPv4 address
   (``1.2.3`` or ``1234`` are read as addresses by the resolver); nothing that looks like a file
   (``h200.toml``);
-* ``user@`` only where the caller allows it (``--ssh``), with the Unix user rule of
-  :data:`gpuseat.core.logins.UNIX_USER`; a port only where :func:`split_user_host` parses one.
+* ``user@`` only where the caller takes one: a participant's login (``seats connect --ssh``, ``--jump``,
+  ``jump_host``: :func:`split_user_host`, the Unix user rule of :data:`gpuseat.core.logins.UNIX_USER`) or
+  the organizer's own account (``top/monitor/doctor --ssh``: :func:`ssh_target`, :data:`OPERATOR_USER`); a
+  port only where :func:`split_user_host` parses one.
 """
 
 from __future__ import annotations
