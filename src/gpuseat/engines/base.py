@@ -270,13 +270,27 @@ def plan_holder_requests(
     """Plan one holder's requests on their seat, oldest first, the same way on every engine whose seats
     can be stopped: a ``stop`` stops the seat; a start, restart or reset is refused with ``refusals``'
     reason for its action, else the seat runs and ``run`` adds the engine's steps for it; each request
-    ends in its ``record`` step. Returns whether the seat runs once they are done."""
-    for r in mine:
+    ends in its ``record`` step. Returns whether the seat runs once they are done.
+
+    A request that a later one of the same pass undoes is not carried out, and its record says which
+    (the later one is what the participant meant): a stop before a start, restart or reset that runs, or
+    a start, restart or reset before a stop. Carrying out both would leave the earlier one "failed" for
+    a reason that was not true (a stop that "could not lock", when the start after it had unlocked)."""
+    todo = list(mine)
+    for i, r in enumerate(todo):
+        later = todo[i + 1 :]
         refused = None
         if r.action == "stop":
-            running = False
+            undo = next((x for x in later if x.action in RUN_REQUESTS and refusals.get(x.action) is None), None)
+            if undo is None:
+                running = False
+            else:
+                refused = f"not carried out: your {undo.action} (request {undo.id}) came after it"
         elif r.action in RUN_REQUESTS:
+            stop = next((x for x in later if x.action == "stop"), None)
             refused = refusals.get(r.action)
+            if refused is None and stop is not None:
+                refused = f"not carried out: your stop (request {stop.id}) came after it"
             if refused is None:
                 running = True
                 run(r)
