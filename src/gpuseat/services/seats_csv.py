@@ -6,15 +6,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from gpuseat.store.views import SEAT_COLUMNS
-
 if TYPE_CHECKING:
     from gpuseat.store import SeatView
 
-#: every seat's columns, in this order (the portal's download and the CLI's export alike): the stored seat
-#: columns but the database id and the state's reason and time, then who holds the seat
+#: every seat's columns, in this order (the portal's download and the CLI's export alike)
 SEATS_CSV_COLUMNS: tuple[str, ...] = (
-    *(c for c in SEAT_COLUMNS if c not in ("id", "state_reason", "state_at")),
+    "key",
+    "kind",
+    "host",
+    "device_uuid",
+    "profile",
+    "memory_gb",
+    "groups",
+    "engine",
+    "engine_ref",
+    "state",
+    "connect",
     "participant",
 )
 
