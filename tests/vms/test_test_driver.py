@@ -37,9 +37,10 @@ def store(tmp_path):
     s.close()
 
 
-def fill(store, *, seats=4, assign=3, kind="gpu", lay=None, key="demo"):
-    """The 2016 course, its roster, ``seats`` libvirt seats of the M60 server, the first ``assign`` held."""
-    store.courses.create_course(EXAMPLES / "course-2016.toml", key=key)
+def fill(store, *, seats=4, assign=3, kind="gpu", lay=None, key="demo", source=EXAMPLES / "course-2016.toml"):
+    """The 2016 course (or the course file ``source``), its roster, ``seats`` libvirt seats of the M60
+    server, the first ``assign`` held."""
+    store.courses.create_course(source, key=key)
     store.roster.import_roster(key, EXAMPLES / "roster-16.csv")
     lay = lay or layout("ibm-2xM60.toml", mode="passthrough")
     store.seats.add_seats(key, [{"key": s.name, "kind": kind, "engine": "libvirt"} for s in lay.slices[:seats]])

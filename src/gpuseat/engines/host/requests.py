@@ -9,7 +9,8 @@
 - ``key``: the participant's new key is already in the store; the access plan writes the keys file
   (one atomic replace: the old key leaves in the same instant the new one arrives); the request is done
   once the file holds it.
-- At 0 seat hours a running seat is stopped with the reason (a ``stop`` by the agent on its timeline).
+- At 0 seat hours a running seat is stopped with the reason (a ``stop`` by the agent on its timeline): the
+  rule of :mod:`gpuseat.engines.hours`, the same on every engine that can stop a seat.
 - Idle (``[policy] idle_minutes``): every monitor reading of the seat's GPU below ``idle_gpu_percent`` *and*
   no SSH activity (no command running over SSH, no input on the participant's terminals) for that long →
   a warning on the page; still so ``grace_minutes`` later → stopped. Never during a lab session, never
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.core.selfservice import RunState
 from gpuseat.engines import course_webhook
+from gpuseat.engines import hours as seat_hours
 from gpuseat.engines.base import RUN_REQUESTS, Changes, CourseState, Step, plan_holder_requests, stale_requests
 from gpuseat.errors import InputError
 
@@ -47,8 +49,6 @@ if TYPE_CHECKING:
 
 #: the monitor's readings must reach back to within this of an idle window's start
 SAMPLE_SLACK = timedelta(minutes=2)
-#: how a stop for seat hours starts its reason (such a stop does not hold during a lab session)
-HOURS_REASON = "no seat hours left"
 #: a seat found broken before a session is checked again this much later (at the agent's next pass)
 RECHECK = timedelta(minutes=4)
 
@@ -88,32 +88,22 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
     for seat_key, p in sorted(holders.items()):
         login = engine.login_of(p)
         state = states.get(p.key, RunState(True))
-        running = state.running
-        h = hours.get(p.key)
         lead = float(policies.get(p.key, {}).get("lead_minutes") or 0)
-        near = sessions is not None and sessions.near(now, lead)
         # lab sessions do not count against the hours: no stop for hours in (or just before) one, and a
         # seat stopped for hours runs through the session (its timeline keeps the stop for afterwards)
-        empty = h is not None and h.left is not None and h.left <= 0 and not near
-        if near and not running and (state.reason or "").startswith(HOURS_REASON):
-            running = True
+        rule = seat_hours.rule(hours.get(p.key), policies.get(p.key, {}), sessions, now)
+        near, running = rule.near, rule.runs(state)
         mine = sorted((r for r in pending if r.participant == p.key and r.seat == seat_key), key=lambda x: x.id)
-        refusals: dict[str, str] = {}
-        if empty:
-            assert h is not None
-            no_hours = f"{HOURS_REASON} (0 of {(h.quota or 0) + h.topups:g} h): ask the organizer for more"
-            refusals = dict.fromkeys(RUN_REQUESTS, no_hours)
         running = plan_holder_requests(
             changes,
             mine,
             running,
-            refusals,
+            rule.refusals(),
             run=partial(_run_steps, engine, changes, p.key, login),
             record=partial(_record, engine, course, login),
         )
-        if running and empty and not any(r.action in RUN_REQUESTS for r in mine):
-            assert h is not None
-            why = f"{HOURS_REASON}: {h.used:.1f} of {(h.quota or 0) + h.topups:g} h used"
+        if running and rule.stop_reason is not None and not any(r.action in RUN_REQUESTS for r in mine):
+            why = rule.stop_reason
             add(engine._step("seat.stop", seat_key, why, "record", participant=p.key, reason=why))
             running = False
         if running and not mine and not in_session and policies.get(p.key, {}).get("idle_minutes"):

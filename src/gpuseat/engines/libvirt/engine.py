@@ -476,7 +476,7 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
                     lv.start(dom, d["seat"])
             case "seat.record":
                 return self._record(step)
-            case "domain.restart" | "domain.reset" | "request.record":
+            case "domain.restart" | "domain.reset" | "seat.stop" | "request.record":
                 return requests.do_request(self, step)
             case "seat.clear":
                 if not self.runner.dry_run:

@@ -10,6 +10,10 @@ engine carries out (:mod:`gpuseat.store.requests`), done on the seat's VM.
 - ``key``: the new key is already in the store; the plan's ``domain.update`` gives the VM a new seed
   (a running VM restarts with it); done once the seat's seed is the one made with it.
 - A start, restart or reset is refused while the course's access hours are closed.
+- Seat hours (:mod:`gpuseat.engines.hours`, the rule of every engine): at 0 hours a running VM is powered
+  off and the stop is recorded on the seat's timeline with the reason (``seat.stop``); a start, restart
+  or reset is refused with the same words until a top-up. Near and in a lab session nothing is stopped
+  for hours, and a VM stopped for hours runs (it is powered off again after the session).
 
 Each request ends in a ``request.record`` step (tied to no seat, so a failed step never leaves it
 pending) that looks at libvirt and marks the request done or failed with the reason.
@@ -22,6 +26,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from gpuseat.core.selfservice import RunState
+from gpuseat.engines import hours as seat_hours
 from gpuseat.engines.base import RUN_REQUESTS, Changes, CourseState, Step, plan_holder_requests, stale_requests
 from gpuseat.engines.libvirt import machine as vm_
 from gpuseat.engines.libvirt import names
@@ -45,6 +50,7 @@ def plan_requests(engine: LibvirtEngine, course: CourseState, changes: Changes, 
     if not holders and not pending:
         return
     states = engine.store.requests.run_states(engine.course)
+    ledger = seat_hours.read(engine.store, engine.course, course.now) if holders else None
     add = changes.steps.append
     changes.steps += [engine._request_step(r, why, seat=r.seat) for r, why in stale_requests(pending, holders)]
     refusals: dict[str, str] = {}
@@ -57,14 +63,21 @@ def plan_requests(engine: LibvirtEngine, course: CourseState, changes: Changes, 
         state = states.get(p.key, RunState(True))
         ours = [s for s in changes.steps if s.target == name and s.action in MAKES]
         mine = sorted((r for r in pending if r.participant == p.key and r.seat == key), key=lambda x: x.id)
+        rule = ledger.of(p.key) if ledger is not None else seat_hours.HoursRule(False, False)
         running = plan_holder_requests(
             changes,
             mine,
-            state.running,
-            refusals,
+            rule.runs(state),
+            {**refusals, **rule.refusals()},
             run=partial(_run_steps, engine, changes, ours, p, key, name),
             record=partial(engine._request_step, target=name, seat=key),
         )
+        why = state.reason if state.reason and not state.running else "the seat is stopped"
+        if running and rule.stop_reason is not None and not any(r.action in RUN_REQUESTS for r in mine):
+            why = rule.stop_reason  # recorded on the seat's timeline: the page and `seat hours` say it
+            # tied to no seat (as the host's): recorded even if the power-off fails, which the next pass retries
+            add(engine._step("seat.stop", key, why, "record", participant=p.key, reason=why))
+            running = False
         if running:
             if any(s.action in ("domain.reset", "domain.restart") for s in ours):
                 _ensure_record(engine, changes, key, p.key, engine.login_of(p))
@@ -73,7 +86,6 @@ def plan_requests(engine: LibvirtEngine, course: CourseState, changes: Changes, 
         kept = [replace(s, data={**s.data, "start": False}) for s in ours if s.action != "domain.start"]
         _drop(changes, ours)
         changes.steps.extend(kept)
-        why = state.reason if state.reason and not state.running else "the seat is stopped"
         dom = engine.libvirt.lookup(name)
         if dom is not None and dom.isActive() and not any(s.action == "domain.stop" and s.target == name
                                                            for s in changes.steps):  # fmt: skip
@@ -85,8 +97,12 @@ def plan_requests(engine: LibvirtEngine, course: CourseState, changes: Changes, 
 
 
 def do_request(engine: LibvirtEngine, step: Step) -> str | None:
-    """Carry out ``domain.restart``, ``domain.reset`` and ``request.record``."""
+    """Carry out ``domain.restart``, ``domain.reset``, ``seat.stop`` and ``request.record``."""
     d, lv = step.data, engine.libvirt
+    if step.action == "seat.stop":  # the agent's stop for hours, after the VM was powered off
+        if not engine.runner.dry_run:
+            engine.store.requests.agent_stop(engine.course, str(step.participant), str(d["reason"]))
+        return None
     if step.action == "domain.restart":
         dom = lv.lookup(step.target)
         if dom is None:
