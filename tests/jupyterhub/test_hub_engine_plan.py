@@ -1,6 +1,7 @@
 """The JupyterHub engine's plan and apply against a stand-in hub REST API (httpx.MockTransport): which
 servers it stops and why, what it never stops (a holder's own server, a start in progress), the seats it
-frees for their next holder, and that a second plan after an apply is empty. The real-hub conformance
+frees for their next holder, a seat out of hours stopped (its start refused until a top-up), and that a
+second plan after an apply is empty. The real-hub conformance
 tests (tests/conformance/test_jupyterhub.py) prove the same hand-over with JupyterHub itself."""
 
 from __future__ import annotations
@@ -241,3 +242,62 @@ def test_a_released_holder_whose_hub_name_is_an_email_with_an_apostrophe_loses_t
     assert all(o.state == "done" for o in report.outcomes), [o.message for o in report.outcomes]
     assert hub.users[user] == {}
     assert ("DELETE", f"/hub/api/users/{user}/server") in hub.calls
+
+
+class StartingHub(StandInHub):
+    """The stand-in hub, whose ``POST /users/{name}/server`` starts a ready server."""
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        parts = unquote(request.url.path).removeprefix("/hub/api/").split("/")
+        if request.method == "POST" and len(parts) == 3 and parts[2] == "server":
+            self.calls.append(("POST", unquote(request.url.path)))
+            self.run(parts[1])
+            return httpx.Response(201)
+        return super().handle(request)
+
+
+def test_at_zero_hours_the_server_stops_a_start_is_refused_and_a_topup_lets_it_start(lab, monkeypatch):
+    """At 0 seat hours (the rule of gpuseat.engines.hours): the pass stops ada's server and records why on
+    her timeline (the hub's own *Start* is then refused by the spawn hook); her start is refused with the
+    reason until a top-up, then it starts the server; ben's server is never touched."""
+    monkeypatch.setenv("HUB_TEST_TOKEN", TOKEN)
+    hub = StartingHub("ada", "ben", "cy")
+    ada_seat = spawned(lab, "ada")
+    spawned(lab, "ben")
+    hub.run("ada")
+    hub.run("ben")
+    engine = engine_for(lab, hub)
+    engine.apply(engine.plan(course_state(lab, "lab")))  # their ways in
+    assert engine.plan(course_state(lab, "lab")).empty
+
+    lab.requests.add_seat_hours("lab", "ada", 0, kind="quota", actor="organizer")  # ada: no hours left
+    changes = engine.plan(course_state(lab, "lab"))
+    assert steps(changes) == [("revoke", "hub.server.stop", "ada/"), ("record", "seat.stop", ada_seat)]
+    assert changes.ordered()[0].why == "no seat hours left: 0.0 of 0 h used"
+    report = engine.apply(changes)
+    assert not report.failed, [o.message for o in report.failed]
+    assert hub.users["ada"] == {} and "" in hub.users["ben"]
+    page = lab.requests.page_of("lab", "ada")
+    assert page.run_state is not None and not page.run_state.running
+    assert page.run_state.reason == "no seat hours left: 0.0 of 0 h used"
+    assert engine.plan(course_state(lab, "lab")).empty  # the stop is recorded once
+
+    def ask(action: str) -> tuple[str, str | None]:
+        lab.requests.request_seat("lab", "ada", action, actor="ada")
+        report = engine.apply(engine.plan(course_state(lab, "lab")))
+        assert engine.plan(course_state(lab, "lab")).empty
+        done = lab.requests.seat_requests("lab", participant="ada")[0]
+        assert done.action == action and not [o for o in report.failed if o.step.action != "request.record"]
+        return done.state, done.reason
+
+    for action in ("start", "restart", "reset"):
+        assert ask(action) == ("failed", "no seat hours left (0 of 0 h): ask the organizer for more")
+        assert hub.users["ada"] == {}
+    assert ("POST", "/hub/api/users/ada/server") not in hub.calls
+
+    lab.requests.add_seat_hours("lab", "ada", 5, actor="organizer")
+    assert engine.plan(course_state(lab, "lab")).empty  # a top-up alone starts nothing: her start does
+    state, reason = ask("start")
+    assert state == "done" and (reason or "").startswith("started"), reason
+    assert hub.users["ada"][""]["ready"] and "" in hub.users["ben"]
+    assert lab.requests.seat_requests("lab", participant="ben") == []

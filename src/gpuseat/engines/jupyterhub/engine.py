@@ -449,7 +449,7 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
                     self._free(step.target, str(d.get("ref") or ""))
             case "seat.record" | "seat.clear":
                 self.record_way_in(step, running=False)
-            case "hub.server.start" | "hub.server.restart" | "request.record":
+            case "hub.server.start" | "hub.server.restart" | "seat.stop" | "request.record":
                 return do_request(self, step)
             case _:
                 raise InputError(f"the jupyterhub engine has no step {step.action!r}", where="plan")

@@ -9,6 +9,10 @@ server through the hub's REST API.
 - ``restart`` and ``reset``: stopped, then started. A hub has no image to reset to, so a reset is a
   restart, and its done message says so.
 - ``key``: refused: hub seats are reached through the hub's login, never over SSH.
+- Seat hours (:mod:`gpuseat.engines.hours`, the rule of every engine): at 0 hours a running server is
+  stopped and the stop is recorded on the seat's timeline with the reason (``seat.stop``), so the hub's
+  own *Start* is refused (the spawn hook keeps a stopped seat stopped); a start, restart or reset request
+  is refused with the same words until a top-up. Near and in a lab session nothing is stopped for hours.
 
 Each request ends in a ``request.record`` step (tied to no seat, so a failed start never leaves it
 pending) that looks at the hub and marks the request done or failed with the reason.
@@ -20,11 +24,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from gpuseat.engines.base import Changes, CourseState, Phase, Step
+from gpuseat.core.selfservice import RunState
+from gpuseat.engines import hours as seat_hours
+from gpuseat.engines.base import RUN_REQUESTS, Changes, CourseState, Phase, Step
 from gpuseat.errors import EngineError
 
 if TYPE_CHECKING:
     from gpuseat.engines.jupyterhub.engine import JupyterHubEngine
+    from gpuseat.store import ParticipantView
+    from gpuseat.store.requests import RequestView
 
 #: why a ``key`` request is refused on a hub seat
 KEY_REFUSED = "JupyterHub seats log in through the hub, not SSH"
@@ -38,9 +46,10 @@ def plan_requests(engine: JupyterHubEngine, course: CourseState, changes: Change
         return
     hub_seats = {s.key for s in course.seats if s.engine == engine.name}
     pending = engine.pending_requests(hub_seats)
-    if not pending:
-        return
     holders = {s.key: p for s, p in course.holders() if s.key in hub_seats} if course.active else {}
+    if not pending and not holders:
+        return
+    ledger = seat_hours.read(engine.store, engine.course, course.now) if holders else None
     add = changes.steps.append
     for r in pending:
         p = holders.get(r.seat or "")
@@ -52,6 +61,8 @@ def plan_requests(engine: JupyterHubEngine, course: CourseState, changes: Change
             refused = f"{p.key} has no hub user name ({engine.settings.match_by} is empty)"
         elif r.action == "key":
             refused = KEY_REFUSED
+        elif r.action in RUN_REQUESTS and ledger is not None and ledger.of(p.key).refusal is not None:
+            refused = ledger.of(p.key).refusal
         elif r.action != "stop" and course.closed is not None:
             refused = f"the seat cannot run now: {course.closed}"
         else:
@@ -63,11 +74,44 @@ def plan_requests(engine: JupyterHubEngine, course: CourseState, changes: Change
                 add(engine._step(action, f"{user}/", f"{r.participant} asked for a {r.action}", phase,
                                  participant=r.participant, seats=(r.seat,), user=user, server=""))  # fmt: skip
         add(engine._request_step(r, refused, seat=r.seat, user=user))
+    if ledger is not None:
+        _plan_hours(engine, changes, ledger, holders, pending, models)
+
+
+def _plan_hours(
+    engine: JupyterHubEngine,
+    changes: Changes,
+    ledger: seat_hours.CourseHours,
+    holders: Mapping[str, ParticipantView],
+    pending: list[RequestView],
+    models: dict[str, Any],
+) -> None:
+    """At 0 seat hours a seat stops: a ``stop`` on its timeline (once) and its server, whenever it runs.
+    Not while the holder's own request is pending (a start, restart or reset is refused with the reason)."""
+    states = engine.store.requests.run_states(engine.course)
+    for seat, p in sorted(holders.items()):
+        rule = ledger.of(p.key)
+        user = engine.user_of(p)
+        mine = [r for r in pending if r.participant == p.key and r.seat == seat]
+        if rule.stop_reason is None or user is None or any(r.action in (*RUN_REQUESTS, "stop") for r in mine):
+            continue
+        why = rule.stop_reason
+        planned = any(s.action == "hub.server.stop" and s.target == f"{user}/" for s in changes.steps)
+        if "" in ((models.get(user) or {}).get("servers") or {}) and not planned:
+            changes.steps.append(engine._step("hub.server.stop", f"{user}/", why, "revoke", participant=p.key,
+                                              seats=(seat,), user=user, server=""))  # fmt: skip
+        if rule.runs(states.get(p.key, RunState(True))):
+            # tied to no seat: recorded even if the stop fails (the spawn hook then refuses a new start)
+            changes.steps.append(engine._step("seat.stop", seat, why, "record", participant=p.key, reason=why))
 
 
 def do_request(engine: JupyterHubEngine, step: Step) -> str | None:
-    """Carry out ``hub.server.start``, ``hub.server.restart`` and ``request.record``."""
+    """Carry out ``hub.server.start``, ``hub.server.restart``, ``seat.stop`` and ``request.record``."""
     d = step.data
+    if step.action == "seat.stop":  # the agent's stop for hours, after the server was stopped
+        if not engine.runner.dry_run:
+            engine.store.requests.agent_stop(engine.course, str(step.participant), str(d["reason"]))
+        return None
     if step.action == "request.record":
         if engine.runner.dry_run:
             return None
