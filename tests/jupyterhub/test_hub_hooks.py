@@ -296,6 +296,47 @@ def test_outside_lab_sessions_is_a_503_naming_the_next_one(tmp_path, spawners):
     store.close()
 
 
+def test_a_seat_stopped_for_hours_starts_near_a_lab_session_one_stopped_by_its_holder_does_not(tmp_path, spawners):
+    """Seat hours do not hold during lab sessions (gpuseat.engines.hours): with a session within
+    ``lead_minutes``, ada's seat, stopped by the agent for hours, starts from the hub's own *Start*; ben's,
+    which he stopped himself, is refused with his reason. Without a session near, ada's is refused too."""
+    from datetime import UTC, datetime, timedelta
+
+    from gpuseat.store import open_store
+
+    at = (datetime.now(UTC) + timedelta(minutes=21)).replace(second=0, microsecond=0)
+    if at.hour == 23:  # a session may not cross midnight: the next one then starts at 00:30
+        at = (at + timedelta(days=1)).replace(hour=0, minute=30)
+    end = at + timedelta(minutes=30)
+    head = LAB_HOURS.split("[schedule]")[0].replace("participants = 2", "participants = 3")
+    url = f"sqlite:///{tmp_path / 'course.db'}"
+    store = open_store(url, create=True)
+    for key, lead in (("lab", 120), ("far", 0)):
+        (tmp_path / f"{key}.toml").write_text(
+            f'{head}[schedule]\nstart = {(at - timedelta(days=1)).date()}\ndays = 3\naccess = "24/7"\n'
+            f'[[schedule.session]]\ndate = {at.date()}\nhours = "{at:%H:%M}-{end:%H:%M}"\n'
+            f"[policy]\nquota_hours = 0\nlead_minutes = {lead}\n"
+        )
+        store.courses.create_course(tmp_path / f"{key}.toml", key=key, timezone="UTC")
+        roster = "name,email,group,unix_user\n" + "".join(f"{p.title()},{p}@example.edu,,{p}\n" for p in PEOPLE[:2])
+        store.roster.import_roster(key, RosterText(roster, where="r.csv"))
+        store.seats.add_seats(key, seat_specs(2))
+        for person, seat in zip(PEOPLE[:2], ("mig-1", "mig-2"), strict=True):
+            store.seats.assign(key, person, seat)
+            store.seats.set_seat_state(key, seat, "planned", engine="jupyterhub", reason="a hub seat")
+        store.requests.agent_stop(key, "ada", "no seat hours left: 0.0 of 0 h used")
+    store.requests.request_seat("lab", "ben", "stop", actor="ben")
+    store.requests.finish_request("lab", store.requests.seat_requests("lab", participant="ben")[0].id, ok=True,
+                                  reason="stopped: your server on the hub is stopped")  # fmt: skip
+    h = hooks(url)
+    spawn(h, spawners("ada"))
+    assert store.seats.get_seat("lab", "mig-1").engine_ref == "ada/"
+    assert "Your GPU seat is stopped (stopped: your server on the hub is stopped)" in refusal(h, spawners("ben"))
+    far = refusal(hooks(url, course="far"), spawners("ada"))
+    assert "Your GPU seat is stopped (no seat hours left: 0.0 of 0 h used)" in far, far
+    store.close()
+
+
 def test_a_hand_over_not_applied_yet_is_refused_without_naming_the_previous_holder(tmp_path, spawners):
     """ada's server holds mig-1; the organizer releases ada and gives mig-1 to dee (store only). Until the
     engine stops ada's server, dee's start is refused with a message that does not name ada, and ada's

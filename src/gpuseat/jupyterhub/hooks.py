@@ -322,10 +322,15 @@ class SeatHooks:
     def _check_stopped(self, store: CourseStore, who: str) -> None:
         """A seat its holder stopped (or the agent stopped: hours used up, idle, never connected) stays
         stopped: the hub's own *Start* button is refused until a start (or restart/reset) request is being
-        carried out, which the engine does through this same hook."""
+        carried out, which the engine does through this same hook. A seat stopped for hours runs near
+        and in a lab session (the rule of :mod:`gpuseat.engines.hours`)."""
         s = self.settings
         state = store.requests.run_states(s.course).get(who)
         if state is None or state.running:
+            return
+        from gpuseat.engines import hours
+
+        if hours.stopped_for_hours(state.reason) and hours.read(store, s.course, None).of(who).runs(state):
             return
         asked = store.requests.seat_requests(s.course, participant=who, pending=True, limit=5)
         if any(r.action in ("start", "restart", "reset") for r in asked):
