@@ -279,3 +279,19 @@ def test_the_readmes_course_example_runs_as_written(
             ran.append(command)
     assert len(ran) >= 10 and any(c.startswith("gpuseat vms up") for c in ran), ran
     assert (tmp_path / "report.html").is_file() and (tmp_path / "sky" / "launch.sh").is_file()
+
+
+def test_the_hub_config_the_jupyterhub_doc_shows_is_what_gpuseat_prints(
+    cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """docs/jupyterhub.md's "The config": its command (with --no-check: the doc's database is not here)
+    prints exactly the Python the doc shows under it, gpuseat's version aside."""
+    text = (ROOT / "docs" / "jupyterhub.md").read_text(encoding="utf-8")
+    m = re.search(r"## The config\n\n```\n(gpuseat .*?) > \S+\n```\n\nprints .*?```python\n(.*?)```", text, re.S)
+    assert m, "docs/jupyterhub.md has no config example"
+    monkeypatch.setenv("GPUSEAT_DATA_DIR", str(tmp_path / "data"))
+    args = shlex.split(m.group(1).replace("\\\n", " "))
+    result = cli(*args[1:], "--no-check")
+    assert result.code == 0, result.err
+    version = re.compile(r"\(gpuseat [^)]*\)")
+    assert version.sub("(gpuseat V)", m.group(2)) == version.sub("(gpuseat V)", result.out)
