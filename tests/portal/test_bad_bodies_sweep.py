@@ -255,6 +255,15 @@ ROWS = [
     ),
     case("settings-minutes-fraction", "org", "POST", "/course/settings", {"csrf": ORG, "policy.idle_minutes": "1.5"},
          says="whole number"),
+    # a field the form has no input for, one sent twice, a file: each was dropped without a word (200)
+    case("settings-unknown-field", "org", "POST", "/course/settings", {"csrf": ORG, "<b>policy</b>.quota_hours": "5"},
+         says="&#39;&lt;b&gt;policy&lt;/b&gt;.quota_hours&#39;: no such field"),
+    case("settings-unknown-group", "org", "POST", "/course/settings", {"csrf": ORG, "groups.night.quota_hours": "5"},
+         says="no group &#39;night&#39; in this course"),
+    case("settings-field-twice", "org", "POST", "/course/settings", {"csrf": ORG, "policy.quota_hours": ["1", "2"]},
+         says="policy.quota_hours: given more than once"),
+    case("settings-file-field", "org", "POST", "/course/settings", {"csrf": ORG},
+         files={"policy.quota_hours": ("q.txt", b"5")}, says="a file, not a number"),
     case("roster-no-file", "org", "POST", "/roster/import", {"csrf": ORG}, says="choose a CSV file"),
     case("roster-not-utf8", "org", "POST", "/roster/import", {"csrf": ORG},
          files={"file": ("r.csv", b"name,email\n\xff\xfe,x@example.org\n")}, says="not UTF-8"),
@@ -528,6 +537,36 @@ def test_a_link_of_another_course_opens_its_own_participants_page_only(sweep: Sw
     ann = sweep.links["ann"]
     r = sweep.anon.post(f"/t/{ann}/seat", data={"csrf": sweep.csrf["zed"], "action": "stop"}, follow_redirects=False)
     assert r.status_code == 403, r.text[:300]
+
+
+@pytest.mark.parametrize("gone", ["archived", "deleted"])
+def test_a_link_whose_course_went_while_it_was_cached_answers_as_the_link_now_does(
+    sweep: Sweep, gone: str, tmp_path: Path
+) -> None:
+    """A link's lookup is cached for seconds: a seat control sent in them answered with the store's words for
+    the organizer ("export it (gpuseat course export)", "create one: gpuseat course create"), a 400, and the
+    page's JSON poll got an HTML page. Now the link answers as it does once the cache expires."""
+    ann = sweep.links["ann"]
+    assert sweep.anon.get(f"/t/{ann}").status_code == 200  # the link's lookup is cached
+    key_before = sweep.store.roster.participants("lab")[0].ssh_key
+    if gone == "archived":
+        sweep.store.lifecycle.archive_course("lab")
+    else:
+        sweep.store.lifecycle.delete_course("lab", export_to=tmp_path / "lab.zip")
+    status, says = (410, "archived: its links no longer open anything") if gone == "archived" else (404, "not valid")
+    for form in ({"action": "stop"}, {"action": "reset", "confirm": "reset"}, {"action": "key", "key": KEY}):
+        r = _seat(sweep, "ann", **form)
+        assert r.status_code == status and says in r.text and "gpuseat course" not in r.text, (form, r.text[:400])
+    if gone == "archived":
+        assert sweep.store.requests.seat_requests("lab") == []
+        assert sweep.store.roster.participants("lab")[0].ssh_key == key_before
+        return
+    for path in ("", "/ssh_config"):
+        r = sweep.anon.get(f"/t/{ann}{path}")
+        assert r.status_code == 404 and "not valid" in r.text and "gpuseat course" not in r.text, r.text[:300]
+    for path in ("/live", "/seat.json"):  # the page's polls read JSON
+        r = sweep.anon.get(f"/t/{ann}{path}")
+        assert r.status_code == 404 and "not valid" in r.json()["error"], r.text[:300]
 
 
 def test_a_settings_form_without_a_field_keeps_that_field(sweep: Sweep) -> None:

@@ -8,22 +8,21 @@ tables in that text and leaves every other line (comments included) as it was.
 
 from __future__ import annotations
 
-import json
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuseat.core.course import Course, Policy
 from gpuseat.errors import InputError
 from gpuseat.files import validate
+from gpuseat.safe_text import clean
+from gpuseat.web.security import CSRF_FIELD
 
 FIELDS = tuple(Policy.model_fields)
 INTEGERS = frozenset(n for n in FIELDS if n.endswith("_minutes"))
-_HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
-_POLICY_TABLE = re.compile(r'^(policy|groups\.("[^"]*"|[A-Za-z0-9_-]+)\.policy)$')
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 @dataclass
@@ -97,6 +96,36 @@ def _section(
     return out
 
 
+def form_fields(course: Course, items: Iterable[tuple[str, object]]) -> tuple[dict[str, str], dict[str, str]]:
+    """The form's policy fields, and a message for each name it cannot take: one this page has no field
+    for (a typo, a group the course does not have), a field sent twice, a file instead of text. Each was
+    dropped without a word ("nothing changed", or the last of two values saved)."""
+    known = {f"policy.{n}" for n in FIELDS} | {f"groups.{g}.{n}" for g in group_names(course) for n in FIELDS}
+    form: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    for name, value in items:
+        if name == CSRF_FIELD:
+            continue
+        shown = clean(name[:60], one_line=True)
+        if name not in known:
+            groups = ", ".join(group_names(course)) or "none"
+            group, _dot, last = name.removeprefix("groups.").rpartition(".")
+            errors[name] = (
+                f"{shown}: no group {clean(group[:40], one_line=True)!r} in this course (its groups: {groups})"
+                if name.startswith("groups.") and last in FIELDS
+                else f"{shown!r}: no such field (policy.FIELD or groups.GROUP.FIELD, FIELD one of {', '.join(FIELDS)})"
+            ) + ": reload the page"
+        elif name in form or name in errors:
+            errors[name] = f"{shown}: given more than once: send it once"
+        elif not isinstance(value, str):
+            errors[name] = f"{shown}: a file, not a number: type the number"
+        else:
+            form[name] = value
+    for name in errors:
+        form.pop(name, None)
+    return form, errors
+
+
 def parse(course: Course, form: Mapping[str, str]) -> Edit:
     """The edit the form asks for (a field it does not carry: as stored); fields that are wrong are in
     ``errors`` (and nothing may be stored)."""
@@ -130,25 +159,49 @@ def _table(header: str, values: Mapping[str, float | int | None]) -> list[str]:
     return ["", f"[{header}]", *lines] if lines else []
 
 
+def _key(name: str) -> str:
+    """``name`` as a TOML key: bare when it may be, else a basic string (every control character and
+    the quote and backslash escaped; any other character as itself, so an emoji stays one character:
+    JSON's ``\\ud83d\\ude00`` pair is no TOML)."""
+    if _BARE_KEY.fullmatch(name):
+        return name
+    out = [f"\\u{ord(c):04x}" if c < " " or c == "\x7f" else "\\" + c if c in '"\\' else c for c in name]
+    return '"' + "".join(out) + '"'
+
+
+def _policy_header(line: str) -> bool | None:
+    """None when ``line`` opens no table; else whether the table it opens is a policy table (``[policy]``
+    or ``[groups.<name>.policy]``, with the name in any of TOML's spellings: bare, quoted, spaced)."""
+    text = line.strip()
+    if not text.startswith("["):
+        return None
+    try:
+        table: object = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return None
+    path = []
+    while isinstance(table, dict) and len(table) == 1:
+        ((name, table),) = table.items()
+        path.append(name)
+    return table == {} and (path == ["policy"] or (len(path) == 3 and path[0] == "groups" and path[2] == "policy"))
+
+
 def rewritten(text: str, edit: Edit) -> tuple[str, Course]:
     """The course file's text with ``edit``'s policy tables in place of its own, and that file checked
     as a whole (:class:`InputError` naming the field if the course file would no longer be valid)."""
     kept: list[str] = []
     skipping = False
     for line in text.splitlines():
-        header = _HEADER.match(line)
-        if header is not None and not line.lstrip().startswith("[["):
-            skipping = _POLICY_TABLE.match(re.sub(r"\s*\.\s*", ".", header.group(1))) is not None
-        elif line.lstrip().startswith("[["):
-            skipping = False
+        header = _policy_header(line)
+        if header is not None:
+            skipping = header
         if not skipping:
             kept.append(line)
     while kept and not kept[-1].strip():
         kept.pop()
     added = _table("policy", edit.course)
     for group, values in sorted(edit.groups.items()):
-        name = group if _BARE_KEY.fullmatch(group) else json.dumps(group)
-        added += _table(f"groups.{name}.policy", values)
+        added += _table(f"groups.{_key(group)}.policy", values)
     new = "\n".join(kept + added) + "\n"
     try:
         data = tomllib.loads(new)

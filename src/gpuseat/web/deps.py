@@ -214,8 +214,20 @@ def http_error(request: Request, exc: StarletteHTTPException) -> Response:
 
 
 def gpuseat_error(request: Request, exc: GpuseatError) -> Response:
-    """A course deleted under a page (or a link) is a 404 with the page, never a 500; bad input a 400."""
+    """A course deleted under a page (or a link) is a 404 with the page, never a 500; bad input a 400.
+
+    On a link's routes the error may come from a course archived or deleted after the link's lookup was
+    cached (for up to ten seconds): the link then answers as it now would (410 archived, 404 not valid),
+    not with the store's message for the organizer ("export it (gpuseat course export)")."""
+    link = request.url.path.startswith(root(request) + "/t/")
+    token = request.path_params.get("token")
+    if link and isinstance(token, str):
+        portal_of(request).forget_tokens(token)
+        try:
+            participant(token, request)
+        except LinkRefused as refused:
+            return link_refused(request, refused)
     status = 404 if isinstance(exc, NotFound) else 400 if isinstance(exc, InputError) else 503
-    if request.url.path.endswith(".json"):
+    if request.url.path.endswith((".json", "/live")):
         return JSONResponse({"error": exc.message}, status_code=status)
-    return page(request, "error.html", status=status, message=exc.message)
+    return page(request, "error.html", status=status, message=exc.message, **({"user": None} if link else {}))

@@ -304,9 +304,12 @@ class Portal:
         """The base of access links: ``--base-url`` (which names its own sub-path), else this server plus ``root``."""
         return self.base_url if self.base_url_given else self.base_url + root
 
-    def forget_tokens(self) -> None:
-        """Drop cached token lookups (after issuing, rotating or revoking links)."""
-        self._tokens.clear()
+    def forget_tokens(self, token: str | None = None) -> None:
+        """Drop cached token lookups (after issuing, rotating or revoking links), or only ``token``'s."""
+        if token is None:
+            self._tokens.clear()
+        else:
+            self._tokens.pop(token, None)
 
     def seat_live(self, course: str, seat: str) -> tuple[SeatLive | None, float | None]:
         """The seat's newest reading and last activity, from a course-wide read made at most once a second."""

@@ -148,3 +148,53 @@ def test_a_groups_override_is_edited_and_the_rest_of_the_file_is_kept(tmp_path: 
     finally:
         client.close()
         store.close()
+
+
+QUOTED = """name = "Named groups"
+
+[[group]]
+name = "late \\"owls\\" 🦉 <b>"
+count = 1
+min_gpu_memory_gb = 16
+
+[[group]]
+name = "night"
+count = 1
+min_gpu_memory_gb = 16
+
+[schedule]
+start = 2026-09-07
+days = 21
+
+[groups . 'night' . policy]
+quota_hours = 60
+"""
+
+
+def test_a_group_of_any_name_and_a_table_in_any_spelling_are_edited_again_and_again(tmp_path: Path) -> None:
+    """A group named with an emoji was written as JSON's surrogate pair (no TOML: "cannot edit" on every save),
+    one with a quote was saved once and then never again (its table was not recognised as a policy table, so it
+    stayed beside the new one), and so was a hand-written ``[groups . 'night' . policy]``."""
+    store = open_store(f"sqlite:///{tmp_path / 'q.db'}", create=True)
+    (tmp_path / "q.toml").write_text(QUOTED)
+    store.courses.create_course(tmp_path / "q.toml", key="q")
+    store.accounts.set_password("admin", PASSWORD)
+    client = TestClient(create_app(Portal(store, load_catalog(), "q", link_days_after_end=None)))
+    served = Served(store, client, {})
+    owls = 'late "owls" 🦉 <b>'
+    try:
+        assert served.login().status_code == 303
+        page = client.get("/course/settings").text
+        assert "<legend>Group late &#34;owls&#34; 🦉 &lt;b&gt;</legend>" in page and "🦉 <b>" not in page
+        csrf = served.csrf("/course/settings")
+        for hours in ("5", "6"):
+            form = {"csrf": csrf, f"groups.{owls}.quota_hours": hours, "groups.night.quota_hours": hours + "0"}
+            r = client.post("/course/settings", data=form)
+            assert r.status_code == 200 and "saved 2 changes" in r.text, r.text[:3000]
+            course = store.courses.course_file("q")
+            assert course.policy_for(owls)["quota_hours"] == float(hours)
+            assert course.policy_for("night")["quota_hours"] == float(hours + "0")
+        assert store.courses.course_text("q").count("policy]") == 2
+    finally:
+        client.close()
+        store.close()

@@ -1,9 +1,10 @@
 """``/course/settings``: the organizer sees and edits the course's ``[policy]`` (seat-hour quota, idle stop,
 readiness lead, never-connected stop) and each group's overrides.
 
-The form is checked field by field with the course file's own model; a wrong field is named on the
-form again (HTTP 400) and nothing is stored. A saved edit replaces the policy tables of the stored
-course file (which the agent reads) with one events row per field that changed.
+The form is checked field by field with the course file's own model; a wrong field (or one the form
+has no input for, or one sent twice) is named on the form again (HTTP 400) and nothing is stored. A
+saved edit replaces the policy tables of the stored course file (which the agent reads) with one events
+row per field that changed.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 
 from gpuseat.errors import InputError
-from gpuseat.web.course_settings import FIELDS, INTEGERS, Edit, changes, current, parse, rewritten
+from gpuseat.web.course_settings import FIELDS, INTEGERS, Edit, changes, current, form_fields, parse, rewritten
 from gpuseat.web.deps import need_organizer
 from gpuseat.web.pages import page
 from gpuseat.web.routes import Form, OrganizerPost, PortalDep
@@ -45,8 +46,9 @@ def save_course_settings(request: Request, data: Form, user: OrganizerPost, port
     """Check every field; store the new policy only when all are right (one events row per change)."""
     key = portal.course_key
     course = portal.store.courses.course_file(key)
-    form = {k: v for k, v in data.items() if isinstance(v, str)}
+    form, wrong = form_fields(course, data.multi_items())
     edit = parse(course, form)
+    edit.errors |= wrong
     if edit.errors:
         return settings_page(request, edit, status=400, error="nothing was saved: " + "; ".join(edit.errors.values()))
     changed = changes(current(course), edit)
