@@ -86,6 +86,9 @@ def test_the_docs_cover_the_newcomers_path() -> None:
 
 
 def test_every_repository_path_the_docs_name_exists() -> None:
+    packages = "|".join(p.name for p in (ROOT / "src" / "gpuseat").iterdir() if (p / "__init__.py").is_file())
+    #: a file named from the package's folder: `web/deps.py`, `catalog/data/rules.toml`
+    inside = re.compile(rf"`((?:{packages})/[\w/.-]*\.\w+)`")
     missing = []
     for doc in DOCS:
         text = doc.read_text(encoding="utf-8")
@@ -94,6 +97,9 @@ def test_every_repository_path_the_docs_name_exists() -> None:
             found = any(ROOT.glob(name)) if "*" in name else (ROOT / name).exists()
             if not found:
                 missing.append(f"{_where(doc, text, m.start())}: {name}")
+        for m in inside.finditer(text):
+            if not (ROOT / "src" / "gpuseat" / m.group(1)).exists():
+                missing.append(f"{_where(doc, text, m.start())}: src/gpuseat/{m.group(1)}")
     assert missing == [], "the docs name paths that do not exist:\n" + "\n".join(missing)
 
 
