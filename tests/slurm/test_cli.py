@@ -127,3 +127,25 @@ def test_config_conf_dir_writes_job_submit_lua_first(cli, tmp_path: Path) -> Non
     r = cli("slurm", "config", *args, "--conf-dir", etc)
     assert r.code == 2 and "gpuseat did not write it" in r.err
     assert site.read_text() == "-- the site's own\n"
+
+
+def test_record_with_a_bad_conf_dir_or_out_folder_stores_nothing(cli, tmp_path: Path) -> None:
+    """``--record`` with a ``--conf-dir`` that is not a folder, or an ``--out`` folder holding the site's own
+    files, is refused (exit 2) before the seats are recorded: the store is as it was."""
+    from gpuseat.store import open_store
+
+    url = _course(cli, tmp_path, 4)
+    args = ("--inventory", EXAMPLES / "ibm-2xM60.toml", "--node", "gpu01", "--course", "c1", "--db", url, "--record")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "gres.conf").write_text("# the site's own\n")
+    for extra, said in (
+        (("--conf-dir", tmp_path / "no-such-dir"), "is not a folder"),
+        (("--out", site), "gpuseat did not write it"),
+    ):
+        r = cli("slurm", "config", *args, *extra)
+        assert r.code == 2 and said in r.err and "Traceback" not in r.err, r.err
+        with open_store(url) as st:
+            assert {s.engine for s in st.seats.seats("c1")} != {"slurm"}, extra
+            assert not [e for e in st.events.events("c1") if "slurm" in str(e.to_dict())], extra
+    assert (site / "gres.conf").read_text() == "# the site's own\n"

@@ -164,6 +164,12 @@ def config_command(
 
             with open_store(db) as store:
                 key = store.courses.get_course(course).key
+                files = slurm.config_files(devices, [key], cpus=cpus, real_memory_mb=real_memory_mb)
+                # the folders are checked before the store changes: a bad one stores nothing
+                if conf_dir is not None:
+                    slurm.lua_path(conf_dir)
+                if out is not None:
+                    slurm.write_files(files, out, force=force, check=True)
                 recorded = slurm.record_config(store, key, devices)
             keys = [key]
             stderr_console().print(f"recorded {len(recorded)} seat(s) of course {key} as Slurm seats", markup=False)

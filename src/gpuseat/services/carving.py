@@ -264,14 +264,9 @@ def _prepare(out: Path) -> None:
     recover_folder(out)
 
 
-def write_artifacts(out: Path, artifacts: list[Artifact], *, force: bool = False) -> Written:
-    """Write ``artifacts`` into ``out`` — an empty folder or one gpuseat wrote (its manifest lists the files).
-
-    A re-carve replaces gpuseat's own files and removes those it no longer renders. A file gpuseat did not
-    write (or that was edited since) is never overwritten or removed without ``force`` (with it, files
-    gpuseat did not write are kept). The whole folder is staged beside ``out`` and swapped in at once
-    (:func:`gpuseat.files.replace_folder`): a run killed at any point leaves the old folder as it was.
-    """
+def check_artifacts(out: Path, artifacts: list[Artifact], *, force: bool = False) -> tuple[dict[str, str], set[str]]:
+    """Refuse, writing nothing, what :func:`write_artifacts` would refuse: a command checks its ``--out``
+    with it before it changes the store. Returns the folder's manifest and its entries."""
     _prepare(out)
     manifest = _read_manifest(out)
     # stray temporary files of an older writer killed mid-write are not the user's files
@@ -286,9 +281,8 @@ def write_artifacts(out: Path, artifacts: list[Artifact], *, force: bool = False
             where=f"--out {out}",
             fix="choose a new or empty folder, or add --force to write into it anyway",
         )
-    new = {a.path: a.text.encode("utf-8") for a in artifacts}
     conflicts = []
-    for name in sorted(set(new) | set(manifest)):
+    for name in sorted({a.path for a in artifacts} | set(manifest)):
         current = _current_sha(out / name)
         if current is not None and current != manifest.get(name):
             conflicts.append(name)
@@ -298,6 +292,19 @@ def write_artifacts(out: Path, artifacts: list[Artifact], *, force: bool = False
             where=f"--out {out}",
             fix="move them away, choose another folder, or add --force",
         )
+    return manifest, entries
+
+
+def write_artifacts(out: Path, artifacts: list[Artifact], *, force: bool = False) -> Written:
+    """Write ``artifacts`` into ``out`` — an empty folder or one gpuseat wrote (its manifest lists the files).
+
+    A re-carve replaces gpuseat's own files and removes those it no longer renders. A file gpuseat did not
+    write (or that was edited since) is never overwritten or removed without ``force`` (with it, files
+    gpuseat did not write are kept). The whole folder is staged beside ``out`` and swapped in at once
+    (:func:`gpuseat.files.replace_folder`): a run killed at any point leaves the old folder as it was.
+    """
+    manifest, entries = check_artifacts(out, artifacts, force=force)
+    new = {a.path: a.text.encode("utf-8") for a in artifacts}
     doc = {"schema_version": SCHEMA_VERSION, "writer": "gpuseat carve", "files": {n: _sha(d) for n, d in new.items()}}
     files = {**new, CARVE_MANIFEST: (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8")}
     foreign = sorted(entries - set(manifest) - set(new)) if out.exists() else []

@@ -140,13 +140,17 @@ def config_files(
     }
 
 
-def write_files(files: dict[str, str], out: Path, *, force: bool = False) -> list[Path]:
-    """Write the generated files into ``out`` with carve's safe writer (manifest; foreign files kept)."""
+def write_files(files: dict[str, str], out: Path, *, force: bool = False, check: bool = False) -> list[Path]:
+    """Write the generated files into ``out`` with carve's safe writer (manifest; foreign files kept);
+    with ``check``, only refuse what the write would refuse (nothing written)."""
     from gpuseat.render.base import Artifact
-    from gpuseat.services.carving import write_artifacts
+    from gpuseat.services.carving import check_artifacts, write_artifacts
 
-    done = write_artifacts(out, [Artifact(path=n, kind="slurm", text=t) for n, t in files.items()], force=force)
-    return list(done.paths)
+    artifacts = [Artifact(path=n, kind="slurm", text=t) for n, t in files.items()]
+    if check:
+        check_artifacts(out, artifacts, force=force)
+        return []
+    return list(write_artifacts(out, artifacts, force=force).paths)
 
 
 # -- job_submit.lua ----------------------------------------------------------------------------------
