@@ -77,6 +77,7 @@ class FakeSky:
     timeline: list[str] = field(default_factory=list)  # shared with the runner: the order of everything
     _results: dict[str, Any] = field(default_factory=dict)
     _n: int = 0
+    _disks: int = 0
 
     def __post_init__(self) -> None:
         self.StatusRefreshMode = self.real.StatusRefreshMode
@@ -116,12 +117,17 @@ class FakeSky:
             return self._request(ResourcesUnavailableError(self.fail_launch))
         assert cluster_name is not None
         n = len(self.clusters) + 10
+        old = self.clusters.get(cluster_name)
+        if old is None:
+            self._disks += 1
         self.clusters[cluster_name] = {
             "status": "UP",
             "autostop": kwargs.get("idle_minutes_to_autostop") or -1,
             "ip": f"54.12.3.{n}",
             "envs": task.config.get("envs", {}),
             "setup": task.config.get("setup", ""),
+            # a stopped or up cluster is started (its setup re-run) on the disk it has; only a new one gets a new disk
+            "disk": old["disk"] if old is not None and "disk" in old else f"disk-{self._disks}",
         }
         return self._request((1, None))
 

@@ -6,12 +6,14 @@ with its holder's login while the access window is open and stops itself at its 
 release and an archive stop clusters, a deleted course's clusters are torn down; a hand-over takes the
 previous holder out (over ssh) before the cluster is launched for the new one; each seat's honest state
 (not launched, launching, running, stopped) and its reason is in the store, ``seats status`` and
-``seats check``; a second plan after an apply is empty.
+``seats check``; a second plan after an apply is empty. From the participant's side: their stop stops
+their cluster until their start (never a neighbour's), a restart keeps the disk, a reset gives a new one,
+a new key reaches an up cluster, and at 0 seat hours the cluster stops.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -422,3 +424,149 @@ def test_a_roster_login_that_is_an_image_account_is_never_launched_for(lab, tmp_
     (failed,) = done.failed
     assert failed["exit_code"] == 2 and "or a system account" in failed["error"], failed
     assert "gs-lab-cloud-2" not in fake.clusters
+
+
+# -- the participant's seat requests (stop, start, restart, reset, key) ----------------------------------
+
+
+def _ask(store, action: str, **kwargs: Any) -> int:
+    return store.requests.request_seat("lab", "ann", action, actor="ann", **kwargs).id
+
+
+def _said(store, request_id: int) -> tuple[str, str]:
+    (r,) = [r for r in store.requests.seat_requests("lab", participant="ann", limit=50) if r.id == request_id]
+    return r.state, r.reason or ""
+
+
+def test_a_participant_stops_their_cloud_seat_and_starts_it_again_inside_the_window(lab, cli):
+    """Ann's stop stops her cluster (not Bob's) and it stays stopped, a new access window included, until her
+    start; a start outside the window fails with the reason and launches nothing."""
+    import json
+
+    from gpuseat.services.delivery import way_in
+
+    store, fake, url = lab
+    store.seats.assign("lab", "bob", "cloud-2")
+    run(store, fake, OPEN)
+    r = cli("seat", "stop", "--participant", "ann", "--course", "lab", "--db", url)  # was refused: not carried out
+    assert r.code == 0 and "stop of ann's seat cloud-1 is pending" in r.out, (r.out, r.err)
+    (stop,) = [x.id for x in store.requests.seat_requests("lab", pending=True)]
+    done, _ = run(store, fake, OPEN)
+    assert steps(done) == ["cloud.stop gs-lab-cloud-1", "seat.record cloud-1", "request.record gs-lab-cloud-1"]
+    assert fake.clusters["gs-lab-cloud-1"]["status"] == "STOPPED" and fake.clusters["gs-lab-cloud-2"]["status"] == "UP"
+    state, reason = _said(store, stop)
+    assert state == "done" and reason.startswith(
+        "stopped: your cloud machine gs-lab-cloud-1 is stopped; its disk is kept"
+    )
+    seat = store.seats.get_seat("lab", "cloud-1")
+    assert seat.state_reason == "stopped: on ann's request; gs-lab-cloud-1 keeps its disk until a start"
+    ann = store.roster.find_participant("lab", "ann")
+    page = way_in(store, seat, ann)
+    assert page.command is None and page.missing == seat.state_reason
+    r = cli("seats", "status", "--course", "lab", "--db", url, "--format", "json")
+    assert r.code == 0, r.err
+    assert {row["seat"]: row["reason"] for row in json.loads(r.out)}["cloud-1"] == seat.state_reason
+    assert empty_plan(store, fake, OPEN)
+    early = _ask(store, "start")
+    run(store, fake, CLOSED)
+    assert _said(store, early) == ("failed", "the seat cannot run now: outside the course's access hours "
+                                             "(next opens 2026-03-03 08:45)")  # fmt: skip
+    run(store, fake, NEXT_DAY)  # the next window opens: her seat stays stopped
+    assert fake.verbs() == ["launch gs-lab-cloud-1", "launch gs-lab-cloud-2", "stop gs-lab-cloud-1",
+                            "stop gs-lab-cloud-2", "launch gs-lab-cloud-2"]  # fmt: skip
+    assert empty_plan(store, fake, NEXT_DAY)
+    start = _ask(store, "start")
+    done, _ = run(store, fake, NEXT_DAY)
+    assert steps(done) == ["cloud.launch gs-lab-cloud-1", "seat.record cloud-1", "request.record gs-lab-cloud-1"]
+    assert _said(store, start) == ("done", "started: you can log in")
+    assert fake.clusters["gs-lab-cloud-1"]["disk"] == "disk-1"  # the same disk
+    ip = fake.clusters["gs-lab-cloud-1"]["ip"]  # (a started cluster's address may be new)
+    assert way_in(store, store.seats.get_seat("lab", "cloud-1"), ann).command == f"ssh ann@{ip}"
+    assert empty_plan(store, fake, NEXT_DAY)
+    assert [v for v in fake.verbs() if v.endswith("cloud-2")] == ["launch gs-lab-cloud-2", "stop gs-lab-cloud-2",
+                                                                   "launch gs-lab-cloud-2"]  # fmt: skip
+    assert check_signatures(fake) == len(fake.calls)
+
+
+def test_restart_keeps_the_disk_reset_gives_a_fresh_machine_and_a_new_key_is_installed(lab, tmp_path):
+    store, fake, _ = lab
+    store.seats.assign("lab", "bob", "cloud-2")
+    run(store, fake, OPEN)
+    restart = _ask(store, "restart")
+    fake.calls.clear()
+    done, _ = run(store, fake, OPEN)
+    assert steps(done) == ["cloud.stop gs-lab-cloud-1", "cloud.launch gs-lab-cloud-1", "seat.record cloud-1",
+                           "request.record gs-lab-cloud-1"]  # fmt: skip
+    assert fake.verbs() == ["stop gs-lab-cloud-1", "launch gs-lab-cloud-1"]
+    assert _said(store, restart)[0] == "done" and fake.clusters["gs-lab-cloud-1"]["disk"] == "disk-1"
+    reset = _ask(store, "reset")
+    fake.calls.clear()
+    done, _ = run(store, fake, OPEN)
+    assert fake.verbs() == ["down gs-lab-cloud-1", "launch gs-lab-cloud-1"]
+    assert fake.clusters["gs-lab-cloud-1"]["disk"] == "disk-3"  # a new machine: nothing of disk-1 is left
+    assert _said(store, reset) == ("done", "reset: a fresh cloud machine (everything on the old one is gone); "
+                                           "you can log in")  # fmt: skip
+    assert store.seats.get_seat("lab", "cloud-1").state == "running"
+    new = ssh_key(tmp_path, "ann2")
+    key = _ask(store, "key", key=new)
+    fake.calls.clear()
+    run(store, fake, OPEN)
+    assert fake.verbs() == ["launch gs-lab-cloud-1"]  # its setup runs again on the up cluster, with her new key
+    assert new.split()[1] in fake.launched()[-1]["setup"] and fake.clusters["gs-lab-cloud-1"]["disk"] == "disk-3"
+    assert _said(store, key) == ("done", "your new key is installed on gs-lab-cloud-1 (the old one is removed)")
+    assert empty_plan(store, fake, OPEN)
+    assert fake.clusters["gs-lab-cloud-2"]["disk"] == "disk-2" and not any("cloud-2" in v for v in fake.verbs())
+    assert check_signatures(fake) == len(fake.calls)
+
+
+def test_a_failed_launch_fails_the_start_with_skypilots_error(lab):
+    store, fake, _ = lab
+    run(store, fake, OPEN)
+    _ask(store, "stop")
+    run(store, fake, OPEN)
+    start = _ask(store, "start")
+    fake.fail_launch = "Failed to acquire resources in all zones in us-east-1 for g4dn.xlarge"
+    done, _ = run(store, fake, OPEN, failing=True)
+    assert [f["step"] for f in done.failed] == ["skypilot::seat.record:cloud-1"], done.failed  # it waits for it
+    assert store.seats.get_seat("lab", "cloud-1").state == "failed"
+    state, reason = _said(store, start)
+    assert state == "failed" and reason.startswith("gs-lab-cloud-1 could not be launched: sky.launch gs-lab-cloud-1")
+    assert "ResourcesUnavailableError" in reason
+
+
+def test_out_of_seat_hours_the_cluster_stops_a_start_is_refused_and_a_topup_lets_it_run(lab):
+    """Quota 1 h, ann's seat ran 2 h (access until 22:00, outside the 09-17 sessions): one pass stops her
+    cluster (bob's runs on) and records why on her timeline; her start is refused with the reason; after a
+    top-up her start launches it again."""
+    from sqlalchemy import text
+
+    store, fake, _ = lab
+    evening = datetime(2026, 3, 2, 19, 0, tzinfo=UTC)
+    course = store.courses.course_text("lab").replace(
+        'hours = "09:00-17:00"', 'hours = "09:00-17:00"\naccess = "08:00-22:00"'
+    )
+    store.courses.set_course_text("lab", course, changes=[])
+    store.seats.assign("lab", "bob", "cloud-2")
+    run(store, fake, evening)
+    store.requests.add_seat_hours("lab", "ann", 1, kind="quota", actor="organizer")
+    with store.database.engine.begin() as conn:  # as if her seat had run since the session's end
+        conn.execute(text("UPDATE assignments SET valid_from = :t WHERE valid_to IS NULL AND participant_id = "
+                          "(SELECT id FROM participants WHERE key = 'ann')"), {"t": evening - timedelta(hours=2)})  # fmt: skip
+    done, _ = run(store, fake, evening)
+    assert steps(done) == ["cloud.stop gs-lab-cloud-1", "seat.record cloud-1", "seat.stop cloud-1"]
+    assert fake.clusters["gs-lab-cloud-1"]["status"] == "STOPPED" and fake.clusters["gs-lab-cloud-2"]["status"] == "UP"
+    said = "no seat hours left: 2.0 of 1 h used"
+    assert store.seats.get_seat("lab", "cloud-1").state_reason == f"stopped: {said}"
+    (stop,) = store.requests.seat_requests("lab", participant="ann")
+    assert (stop.action, stop.state, stop.reason) == ("stop", "done", said)
+    assert empty_plan(store, fake, evening)
+    start = _ask(store, "start")
+    run(store, fake, evening)
+    assert _said(store, start) == ("failed", "no seat hours left (0 of 1 h): ask the organizer for more")
+    store.requests.add_seat_hours("lab", "ann", 5, actor="organizer")
+    start = _ask(store, "start")
+    done, _ = run(store, fake, evening)
+    assert steps(done) == ["cloud.launch gs-lab-cloud-1", "seat.record cloud-1", "request.record gs-lab-cloud-1"]
+    assert _said(store, start) == ("done", "started: you can log in")
+    assert empty_plan(store, fake, evening)
+    assert [v for v in fake.verbs() if v.endswith("cloud-2")] == ["launch gs-lab-cloud-2"]

@@ -206,6 +206,18 @@ def test_reset_says_what_it_does_on_the_seats_engine(served: Any) -> None:
     ben, ann = client.get(f"/t/{links['ben']}").text, client.get(f"/t/{links['ann']}").text
     assert "Reset to a fresh disk" in ben and "fresh home" not in ben
     assert "Reset to a fresh home" in ann and "fresh disk" not in ann
+    # a cloud seat: its controls are there (they were greyed: the skypilot engine carried nothing out) and taken
+    store.seats.add_seats("lab", [{"key": "cloud-01", "kind": "cloud", "engine": "skypilot"}])
+    store.seats.release("lab", participant="ben")
+    store.seats.assign("lab", "ben", "cloud-01")
+    assert client.get(f"/t/{links['ben']}/seat.json").json()["enabled"] is True
+    page = client.get(f"/t/{links['ben']}").text
+    assert 'id="seat-stop"' in page and "Reset gives you a fresh cloud machine" in page
+    stop = _post(client, links["ben"], csrf=CSRF.search(page).group(1), seat="cloud-01", action="stop")  # type: ignore[union-attr]
+    assert stop.status_code == 303, stop.text
+    assert [(r.seat, r.action, r.state) for r in store.requests.seat_requests("lab", participant="ben")] == [
+        ("cloud-01", "stop", "pending")
+    ]
 
 
 def test_a_page_loaded_before_a_move_cannot_stop_or_reset_the_new_seat(served: Any) -> None:

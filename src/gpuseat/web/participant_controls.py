@@ -16,6 +16,7 @@ RESET_SAYS: dict[str, str] = {
     "host": "Reset to a fresh home: every file in your home is deleted.",
     "libvirt": "Reset to a fresh disk: your virtual machine starts again from the course's image; its files are lost.",
     "jupyterhub": "Reset restarts your notebook server: your running kernels end (your files stay).",
+    "skypilot": "Reset gives you a fresh cloud machine: the old one and everything on its disk are deleted.",
 }
 """What *Reset* does on each engine, said beside its confirmation box (the engines' requests carry it out)."""
 

@@ -16,7 +16,10 @@ the course's access windows, torn down with the course.
   ``running`` (the participant's ``ssh`` line, made for them) or ``stopped`` (requested); a seat nobody
   holds is planned (free to hand out), its way in cleared — what ``seats status``, the participant page
   and ``seats check`` show. Launches are submitted for every seat first and each seat's record step
-  waits for its own, so seats launch side by side.
+  waits for its own, so seats launch side by side;
+* **requests** (stop, start, restart, reset, key on the participant's page or ``gpuseat seat``): a stopped
+  seat's cluster is stopped and stays so until a start; a restart stops and launches it, a reset tears
+  it down and launches a fresh one (:mod:`gpuseat.engines.skypilot.requests`).
 
 SkyPilot is reached through its Python API (:class:`~gpuseat.engines.skypilot.sdk.SkyPilot`); ssh (the
 hand-over's revoke, the probe) goes through the :class:`~gpuseat.engines.runner.Runner`. The one line a
@@ -43,7 +46,7 @@ from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine, ssh_access
 from gpuseat.engines.setting_types import tool
-from gpuseat.engines.skypilot import tasks
+from gpuseat.engines.skypilot import requests, tasks
 from gpuseat.engines.skypilot.sdk import Cluster, SkyPilot
 from gpuseat.errors import EngineError, GpuseatError, InputError
 
@@ -173,6 +176,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         """The engine's own parts, from its settings."""
         self.sky = SkyPilot(runner=self.runner)
         self._launches: dict[str, Any] = {}  # cluster → its launch request, until the record step waits for it
+        self._launched: dict[str, GpuseatError | None] = {}  # cluster → this pass's launch: None, or why it failed
         self._offers: list[Offer] | None = None  # the course's offers, read by the plan's first launch
 
     # -- what the store wants ------------------------------------------------------------------------
@@ -262,6 +266,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         """Every step that makes the course's clusters match the store (see the module docstring)."""
         changes = Changes(self.name, self.course, self.host)
         self._offers = None  # read anew: the course may have been created again since the last plan
+        self._launched.clear()
         seats = self._seats(course)
         clusters = self.clusters(course)
         if self._deleting(course):
@@ -274,8 +279,14 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
             changes.steps.append(self._step("cloud.down", name, why, "revoke", cluster=name))
         gone = "the course is archived" if course.archived else None
         holders = {seat.key: p for seat, p in course.holders()} if course.active else {}
+        reading = requests.read(self, course, {s.key for s in seats}, bool(holders))
+        if reading is not None:
+            changes.steps += requests.stale_steps(self, reading, holders)
         for seat in seats:
-            self._plan_seat(course, seat, holders.get(seat.key), clusters.get(self.cluster_of(seat)), gone, changes)
+            p, info = holders.get(seat.key), clusters.get(self.cluster_of(seat))
+            wish = requests.plan_holder(self, course, reading, seat, p, info) if p and reading else None
+            self._plan_seat(course, seat, p, info, gone, changes, wish)
+            changes.steps += wish.steps if wish is not None else []
         if holders and self.settings.wheelhouse is None and self.settings.gpuseat_spec is None:
             changes.notes.append(
                 "no gpuseat wheel is shipped: seats get their holder's login, not gpuseat's benchmark "
@@ -291,6 +302,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         info: Cluster | None,
         gone: str | None,
         changes: Changes,
+        wish: requests.Wish | None = None,
     ) -> None:
         add = changes.steps.append
         cluster = self.cluster_of(seat)
@@ -305,11 +317,21 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         if status in _RUNNING and old_login and old_login != login:
             why = f"{old_login} no longer holds {seat.key}" + (f" ({gone})" if gone else "")
             add(self._step("account.revoke", old_login, why, "revoke", seats=key, cluster=cluster, login=old_login))
+        runs = wish is None or wish.runs
+        fresh = wish.fresh if wish is not None and course.closed is None else None
         stop_why = None
         if p is None:
             stop_why = gone or f"nobody holds {seat.key} now"
+        elif not runs:
+            stop_why = wish.why if wish is not None else None
         elif course.closed is not None:
             stop_why = f"access is closed: {course.closed}"
+        elif fresh == "restart":
+            stop_why = f"{p.key} asked for a restart (the disk is kept)"
+        if fresh == "reset" and info is not None:  # a fresh machine: this one and its disk go
+            why = f"{seat.participant} asked for a reset: a fresh machine"
+            add(self._step("cloud.down", cluster, why, "revoke", seats=key, cluster=cluster, seat=seat.key))
+            info = status = None
         if status in _STOPPABLE and stop_why:
             add(self._step("cloud.stop", cluster, stop_why, "revoke", seats=key, cluster=cluster, seat=seat.key))
         if gone is not None:
@@ -318,7 +340,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
             self._plan_free(seat, info, stored, changes)
             return
         made_for_them = stored.get("holder") == p.key and stored.get("user") == login
-        launch = course.closed is None and (status not in _RUNNING or not made_for_them)
+        launch = course.closed is None and runs and (status not in _RUNNING or not made_for_them or fresh is not None)
         minutes = self._minutes_left(course)
         if launch:
             try:
@@ -329,7 +351,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
             why = f"{p.key} holds {seat.key}" + (" (hand-over)" if old_login and old_login != login else "")
             add(self._step("cloud.launch", cluster, why, "grant", participant=p.key, seats=key, cluster=cluster,
                            seat=seat.key, login=login, task=task, idle_minutes=minutes, error=error))  # fmt: skip
-        elif course.closed is None and info is not None and info.autostop < 0 and minutes is not None:
+        elif runs and course.closed is None and info is not None and info.autostop < 0 and minutes is not None:
             add(self._step("cloud.autostop", cluster, "it stops itself at the access window's end", "grant",
                            seats=key, cluster=cluster, idle_minutes=minutes))  # fmt: skip
         # record: the seat's honest state, and the way in made for its holder
@@ -338,11 +360,12 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
             add(self._record_step(seat.key, p.key, why, cluster=cluster, login=login, holder=p.key, live=True,
                                   reason=self._running(course, cluster)))  # fmt: skip
             return
-        if info is not None and info.up and course.closed is None:
+        if runs and info is not None and info.up and course.closed is None:
             state, reason = "running", self._running(course, cluster)
             access = self._access(info, login, p.key, seat)
         else:
-            state, reason = "requested", self._waiting(course, cluster, info)
+            stopped = wish.stopped if wish is not None else None
+            state, reason = "requested", stopped or self._waiting(course, cluster, info)
             access = Access(kind="ssh", user=login, device_uuid=seat.device_uuid, notes=(reason,), holder=p.key)
         if stored != access.to_dict() or seat.state != state or seat.state_reason != reason:
             add(self._record_step(seat.key, p.key, f"{seat.key}: {reason}", cluster=cluster, state=state,
@@ -409,6 +432,8 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
                 self.runner.run(self.remote(d["cluster"], line), timeout=max(self.settings.timeout, 60.0))
             case "seat.record":
                 self._record(step)
+            case "request.record" | "seat.stop":
+                return requests.do_request(self, step)
             case "seat.clear":
                 if not self.runner.dry_run:
                     if self.store.seats.get_seat(self.course, step.target).state == "running":  # running → planned
@@ -435,7 +460,9 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
                 reason = f"not launched: {GpuseatError(e['what'], where=e['where'], fix=e['fix']).message}"[:1900]
                 self.store.delivery.record_delivery(self.course, seat, state="failed", reason=reason, actor=AGENT_ACTOR)
             kind = InputError if e["exit_code"] == 2 else EngineError
-            raise kind(e["what"], where=at_seat(seat, e["where"], e["what"]), fix=e["fix"] or _RETRY_FIX)
+            error = kind(e["what"], where=at_seat(seat, e["where"], e["what"]), fix=e["fix"] or _RETRY_FIX)
+            self._launched[cluster] = error
+            raise error
         if not self.runner.dry_run:
             started = datetime.now(UTC)
             reason = f"launching: cluster {cluster} for {d['login']} (sky launch started {started:%H:%M} UTC)"
@@ -443,9 +470,22 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         try:  # submitted, not waited: every seat launches side by side; its record step waits for it
             request = self.sky.launch(cluster, dict(d["task"]), idle_minutes=d.get("idle_minutes"), wait=False)
         except EngineError as exc:
+            self._launched[cluster] = exc
             raise self._not_launched(seat, exc) from None
+        self._launched[cluster] = None
         if request is not None:
             self._launches[cluster] = request
+
+    def launch_result(self, cluster: str) -> tuple[bool, GpuseatError | None]:
+        """Whether this pass launched ``cluster``, and why that failed (None: it did not), waited for here
+        when still running: the seat's record step and a request's both ask, whichever runs first waits."""
+        request = self._launches.pop(cluster, None)
+        if request is not None:
+            try:
+                self.sky.result("launch", cluster, request)
+            except EngineError as exc:
+                self._launched[cluster] = exc
+        return cluster in self._launched, self._launched.get(cluster)
 
     def _not_launched(self, seat: str, exc: EngineError) -> EngineError:
         """Store the seat as failed with SkyPilot's error; the step's error names the seat once, with one fix."""
@@ -460,12 +500,9 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         if self.runner.dry_run:
             return
         if d.get("live"):  # just launched: wait for the launch; its address comes from SkyPilot now
-            request = self._launches.pop(d["cluster"], None)
-            if request is not None:
-                try:
-                    self.sky.result("launch", d["cluster"], request)
-                except EngineError as exc:
-                    raise self._not_launched(step.target, exc) from None
+            _launched, error = self.launch_result(d["cluster"])
+            if isinstance(error, EngineError):
+                raise self._not_launched(step.target, error) from None
             info = self.sky.status([d["cluster"]]).get(d["cluster"])
             if info is None or not info.up or not info.ip:
                 state = info.status if info is not None else "gone"
