@@ -312,6 +312,18 @@ ROWS = [
          status=403, kind="text", says="own seat only"),
     case("seat-two-seats", "anon", "POST", "/t/{ann}/seat",
          {"csrf": ANN, "action": "stop", "seat": ["mig-01", "mig-02"]}, status=403, kind="text"),
+    # of a field sent twice the last counted: another's seat or name before one's own passed, and so did a
+    # reset whose typed word came second; a file was read as its Python repr ("key options … not allowed")
+    case("seat-other-seat-then-own", "anon", "POST", "/t/{ann}/seat",
+         {"csrf": ANN, "action": "stop", "seat": ["mig-02", "mig-01"]}, status=403, kind="text", says="own seat only"),
+    case("seat-other-person-then-self", "anon", "POST", "/t/{ann}/seat",
+         {"csrf": ANN, "action": "stop", "participant": ["ben", "ann"]}, status=403, kind="text", says="own seat only"),
+    case("seat-reset-confirm-twice", "anon", "POST", "/t/{ann}/seat",
+         {"csrf": ANN, "action": "reset", "confirm": ["no", "reset"]}, says="confirm: sent 2 times"),
+    case("seat-action-twice", "anon", "POST", "/t/{ann}/seat", {"csrf": ANN, "action": ["reset", "stop"]},
+         says="action: sent 2 times"),
+    case("seat-key-as-file", "anon", "POST", "/t/{ann}/seat", {"csrf": ANN, "action": "key"},
+         files={"key": ("id_ed25519.pub", KEY.encode())}, says="key: sent as a file"),
     case("seat-bens-link-anns-csrf", "anon", "POST", "/t/{ben}/seat", {"csrf": ANN, "action": "stop"}, status=403,
          kind="text"),
     case("seat-non-ascii-csrf", "anon", "POST", "/t/{ann}/seat", {"csrf": "é" * 64, "action": "stop"}, status=403,

@@ -115,9 +115,9 @@ def participant_seat(
 ) -> Response:
     """One seat control: a request row for the seat's agent, then back to the page's controls."""
     # the form may only name the token holder's own seat and self: anything else is an attempt
-    named_seat, named_who = str(data.get("seat", "") or ""), str(data.get("participant", "") or "")
     holding = portal.store.seats.seat_of(who.course, who.key)  # now, not the link's cached view of it
     mine = holding.key if holding is not None else ""
+    named_seat, named_who = _named(data, "seat", mine), _named(data, "participant", who.key)
     if named_seat and named_seat != mine and named_who in ("", who.key):
         # the page's forms name the seat it showed: one loaded before a move or release names a seat this
         # participant held, and a stop or a reset must not land on the seat they hold now unseen
@@ -134,12 +134,12 @@ def participant_seat(
             who.course, "portal.refused", participant=who.key, detail={"seat": named_seat[:64]}, actor=who.key
         )
         return PlainTextResponse("you can act on your own seat only", status_code=403)
-    action = str(data.get("action", ""))
-    if action == "reset" and str(data.get("confirm", "")).strip().lower() != "reset":
+    action = _one(data, "action")
+    if action == "reset" and _one(data, "confirm").strip().lower() != "reset":
         raise InputError(
             "a reset deletes every file in your home", where="reset", fix="type reset in the box to confirm"
         )
-    key = str(data.get("key", "")) if action == "key" else None
+    key = _one(data, "key") if action == "key" else None
     from gpuseat.store.requests import RateLimited
 
     try:
@@ -147,6 +147,25 @@ def participant_seat(
     except RateLimited as exc:
         return PlainTextResponse(exc.message, status_code=429)
     return RedirectResponse(f"{root(request)}/t/{token}#controls", status_code=303)
+
+
+def _named(data: FormData, name: str, own: str) -> str:
+    """What the form names in ``name``: a value other than ``own`` when any of its values is one (a second
+    value must not hide it: of two, the last was taken, so ``seat=mig-02&seat=mig-01`` passed), else
+    ``own``, or "" when it names none."""
+    values = [v if isinstance(v, str) else "(a file)" for v in data.getlist(name)]
+    return next((v for v in values if v and v != own), own if any(values) else "")
+
+
+def _one(data: FormData, name: str) -> str:
+    """The form's one text value of ``name`` ("" when absent): a field sent twice (which of the two would
+    count?) or as a file is refused, naming the field."""
+    values = data.getlist(name)
+    if len(values) > 1:
+        raise InputError(f"sent {len(values)} times", where=name, fix="send it once, as the page's form does")
+    if values and not isinstance(values[0], str):
+        raise InputError("sent as a file", where=name, fix="paste the text (a key: the one line of its .pub file)")
+    return values[0] if values else ""
 
 
 @router.get("/t/{token}/seat.json")
