@@ -1,7 +1,7 @@
 """The one rule for a host name or address, wherever one is typed or stored.
 
 A seat's ``host``, ``seats connect --ssh``/``--jump``, the host engine's ``ssh_host``, an inventory's
-``ssh_host``, ``top/monitor/doctor --ssh``: each value ends up in an ``ssh`` command line, an
+``ssh_host``, ``top/monitor --ssh``: each value ends up in an ``ssh`` command line, an
 ``~/.ssh/config`` block or a participant's page, so each is checked here and nowhere else, and a value
 gets the same verdict wherever it is typed.
 
@@ -21,7 +21,7 @@ The rule:
   (``h200.toml``);
 * ``user@`` only where the caller takes one: a participant's login (``seats connect --ssh``, ``--jump``,
   ``jump_host``: :func:`split_user_host`, the Unix user rule of :data:`gpuseat.core.logins.UNIX_USER`) or
-  the organizer's own account (``top/monitor/doctor --ssh``: :func:`ssh_target`, :data:`OPERATOR_USER`); a
+  the organizer's own account (``top/monitor --ssh``: :func:`ssh_target`, :data:`OPERATOR_USER`); a
   port only where :func:`split_user_host` parses one.
 """
 
@@ -135,7 +135,7 @@ def check_host(value: str, *, field: str) -> str:
 
 
 def ssh_target(value: str, *, field: str = "--ssh") -> str:
-    """``[user@]host`` for the organizer's own ``ssh`` (``top/monitor/doctor --ssh``): the host by the one
+    """``[user@]host`` for the organizer's own ``ssh`` (``top/monitor --ssh``): the host by the one
     rule, the user an existing account of theirs on that machine (:data:`OPERATOR_USER`, looser than a
     participant's login, which gpuseat creates: ``First.Last@gpu01`` is an admin's usual name)."""
     name, at, host = value.rpartition("@")
