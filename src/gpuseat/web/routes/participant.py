@@ -163,9 +163,11 @@ def _one(data: FormData, name: str) -> str:
     values = data.getlist(name)
     if len(values) > 1:
         raise InputError(f"sent {len(values)} times", where=name, fix="send it once, as the page's form does")
-    if values and not isinstance(values[0], str):
+    if not values:
+        return ""
+    if not isinstance(values[0], str):
         raise InputError("sent as a file", where=name, fix="paste the text (a key: the one line of its .pub file)")
-    return values[0] if values else ""
+    return values[0]
 
 
 @router.get("/t/{token}/seat.json")
