@@ -279,7 +279,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
             changes.steps.append(self._step("cloud.down", name, why, "revoke", cluster=name))
         gone = "the course is archived" if course.archived else None
         holders = {seat.key: p for seat, p in course.holders()} if course.active else {}
-        reading = requests.read(self, course, {s.key for s in seats}, bool(holders))
+        reading = requests.read_requests(self, course, {s.key for s in seats}, bool(holders))
         if reading is not None:
             changes.steps += requests.stale_steps(self, reading, holders)
         for seat in seats:

@@ -68,7 +68,7 @@ class Wish:
     steps: list[Step] = field(default_factory=list)
 
 
-def read(engine: SkyPilotEngine, course: CourseState, seats: set[str], held: bool) -> Reading | None:
+def read_requests(engine: SkyPilotEngine, course: CourseState, seats: set[str], held: bool) -> Reading | None:
     """The pending requests on these seats, every holder's run state and (``held``: a seat is held) their
     hours (None: an archived or deleted course, whose requests nobody carries out)."""
     if not seats or course.course is None or course.archived:
