@@ -58,28 +58,41 @@ def register(app: typer.Typer) -> None:
         return ask
 
     for action, text in (
-        ("start", "Start the participant's seat again (logins allowed); refused with no seat hours left."),
-        ("stop", "Stop the participant's seat: logins refused, their processes ended; hours stop counting."),
-        ("restart", "End the participant's processes and start the seat again."),
+        (
+            "start",
+            "Start the participant's seat again (logins allowed; their VM, hub server or cloud machine "
+            "started); refused with no seat hours left.",
+        ),
+        (
+            "stop",
+            "Stop the participant's seat (logins refused and their processes ended; their VM, hub server or "
+            "cloud machine stopped, a cloud disk kept); hours stop counting.",
+        ),
+        (
+            "restart",
+            "Restart the participant's seat (their processes ended, or their VM, hub server or cloud machine "
+            "restarted); files kept.",
+        ),
     ):
-        seat.command(action, help=text)(_asker(action))
+        seat.command(action, help=text, short_help=text.split(" (")[0] + ".")(_asker(action))
 
     @seat.command("reset")
     def reset(
         participant: RequiredParticipantOption,
         confirm: str = typer.Option(
-            "", "--confirm", help="Type the participant's key to confirm: their home is replaced by the skeleton."
+            "", "--confirm", help="Type the participant's key to confirm: everything they wrote on the seat is lost."
         ),
         course: CourseOption = None,
         db: DbOption = None,
         fmt: FormatOption = Format.table,
     ) -> None:
-        """End the participant's processes and restore their home from the course skeleton (files lost)."""
+        """Reset the participant's seat: their home restored from the course skeleton (host), their VM's disk made
+        afresh, their hub server restarted, or a fresh cloud machine; what they wrote there is lost."""
         from gpuseat.errors import InputError
 
         if confirm != participant:
             raise InputError(
-                "a reset deletes every file in the participant's home",
+                "a reset deletes what the participant wrote on the seat (their home, their VM's or cloud disk)",
                 where="--confirm",
                 fix=f"type the participant's key to confirm: --confirm {participant}",
             )
