@@ -120,7 +120,7 @@ def test_before_a_session_the_webhook_names_the_broken_seat_and_why(
     assert time.monotonic() - started < 30  # the refused POST did not hold the pass
     body = receiver.wait("session.check")
     assert datetime.now(UTC) < at <= datetime.fromisoformat(body["session_starts"]) + timedelta(minutes=1)
-    assert (body["course"], body["checked"]) == ("lab", 2)
+    assert (body["course"], body["engine"], body["host"], body["checked"]) == ("lab", "host", "gpu1", 2)
     (broken,) = body["broken"]
     assert (broken["seat"], broken["participant"]) == (seat["ben"], "ben")
     assert "device file" in broken["reason"], broken

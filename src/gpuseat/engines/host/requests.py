@@ -21,7 +21,8 @@
   ``seat.connected``. An unreadable log stops nothing.
 - Lab sessions: from ``lead_minutes`` before one until it ends, no stop for hours (a seat stopped for hours
   runs through it), and each running seat is checked once as its participant (``seat.check``, the probe of
-  ``seats check``), so a broken seat is on the organizer's overview before the session starts.
+  ``seats check``), so a broken seat is on the organizer's overview before the session starts: the rule of
+  :mod:`gpuseat.engines.sessions`, the same on every engine.
 
 Each request ends in a ``request.record`` step that looks at the machine and marks it done or failed
 with the reason, so a failed lock or a closed window is said, not left pending.
@@ -40,6 +41,7 @@ from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.core.selfservice import RunState
 from gpuseat.engines import course_webhook
 from gpuseat.engines import hours as seat_hours
+from gpuseat.engines import sessions as session_checks
 from gpuseat.engines.base import RUN_REQUESTS, Changes, CourseState, Step, plan_holder_requests, stale_requests
 from gpuseat.errors import InputError
 
@@ -49,8 +51,6 @@ if TYPE_CHECKING:
 
 #: the monitor's readings must reach back to within this of an idle window's start
 SAMPLE_SLACK = timedelta(minutes=2)
-#: a seat found broken before a session is checked again this much later (at the agent's next pass)
-RECHECK = timedelta(minutes=4)
 
 
 def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> None:
@@ -69,11 +69,12 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
     # how far this host's clock is ahead of the store's: the idle check reads this host's clock (the monitor's
     # readings and the terminals' times are on it) and turns the store's times (starts, warnings) onto it
     ahead = timedelta(0) if course.now is not None else datetime.now(UTC) - now
-    hours = engine.store.requests.seat_hours(engine.course, now=now) if holders else {}
-    sessions = engine.store.requests.seat_policies(engine.course, now=now) if holders else None
+    ledger = seat_hours.read(engine.store, engine.course, now) if holders else None
+    hours = ledger.hours if ledger is not None else {}
+    sessions = ledger.sessions if ledger is not None else None
     policies = sessions.policies if sessions is not None else {}
     in_session = sessions is not None and sessions.current is not None
-    checks = engine.store.delivery.readiness_of(engine.course) if sessions is not None and sessions.upcoming else {}
+    checks = session_checks.SessionChecks(engine, course, ledger, ahead=ahead)
     windows: dict[datetime, dict[str, tuple[int, int | None, datetime]]] = {}
     since_of = {seat.key: seat.assigned_since for seat in course.seats}
     connected = (
@@ -82,17 +83,15 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
         else {}
     )
     sshd_lines: list[str] = []
-    session_lead: float | None = None  # a seat is checked before the next session in this pass
     add = changes.steps.append
     changes.steps += [_record(engine, course, None, r, why) for r, why in stale_requests(pending, holders)]
     for seat_key, p in sorted(holders.items()):
         login = engine.login_of(p)
         state = states.get(p.key, RunState(True))
-        lead = float(policies.get(p.key, {}).get("lead_minutes") or 0)
         # lab sessions do not count against the hours: no stop for hours in (or just before) one, and a
         # seat stopped for hours runs through the session (its timeline keeps the stop for afterwards)
         rule = seat_hours.rule(hours.get(p.key), policies.get(p.key, {}), sessions, now)
-        near, running = rule.near, rule.runs(state)
+        running = rule.runs(state)
         mine = sorted((r for r in pending if r.participant == p.key and r.seat == seat_key), key=lambda x: x.id)
         running = plan_holder_requests(
             changes,
@@ -120,11 +119,8 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
             if found is not None:
                 add(found)
                 running = found.action != "seat.stop"
-        if running and sessions is not None and sessions.upcoming and near and not in_session and not course.closed:
-            check = _session_check(engine, seat_key, p.key, sessions.upcoming, lead, checks.get(seat_key))
-            if check is not None:
-                add(check)
-                session_lead = max(session_lead or 0.0, lead)
+        if running and (check := checks.check(seat_key, p.key)) is not None:  # ready before the session
+            add(check)
         if not running:
             why = state.reason if state.reason and not state.running else "the seat is stopped"
             changes.steps[:] = [x for x in changes.steps if not (x.action == "account.unlock" and x.target == login)]
@@ -133,14 +129,8 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
                 add(engine._step("account.lock", login, why, "revoke", participant=p.key, login=login))
             if acct is not None and engine.machine.processes({acct.uid}):
                 add(engine._step("processes.end", login, why, "revoke", participant=p.key, login=login))
-    if session_lead is not None and sessions is not None and sessions.upcoming is not None:
-        url = course_webhook.webhook_of(engine.store, engine.course)
-        if url is not None:  # after this pass's checks: the broken seats, to the course webhook
-            starts = sessions.upcoming
-            since = starts - timedelta(minutes=session_lead)
-            add(engine._step("session.report", f"session {starts:%Y-%m-%d %H:%M} UTC", "the broken seats, before "
-                             "the session, to the course webhook", "record", url=url, starts=starts.isoformat(),
-                             since=since.isoformat(), held=sorted(holders)))  # fmt: skip
+    if (report := checks.report(holders)) is not None:  # after this pass's checks: the broken seats, to the webhook
+        add(report)
 
 
 def do_request(engine: HostEngine, step: Step) -> str | None:
@@ -153,8 +143,8 @@ def do_request(engine: HostEngine, step: Step) -> str | None:
     if step.action == "seat.stop":
         engine.store.requests.agent_stop(engine.course, str(step.participant), str(d["reason"]))
         return None
-    if step.action == "seat.check":
-        return _check_seat(engine, step)
+    if step.action in session_checks.SESSION_STEPS:
+        return session_checks.do(engine, step)
     if step.action == "seat.connected":
         engine.store.events.log(engine.course, "seat.connected", participant=step.participant, seat=step.target,
                                 detail={"login": d["login"]}, actor=AGENT_ACTOR, gone_ok=True)  # fmt: skip
@@ -168,8 +158,6 @@ def do_request(engine: HostEngine, step: Step) -> str | None:
                                       "participant": step.participant, "minutes_idle": int(d["minutes"]),
                                       "stops_at": stops.isoformat(timespec="seconds"), "text": d["text"]})  # fmt: skip
         return None
-    if step.action == "session.report":
-        return _report_session(engine, step)
     ok, reason = _verdict(engine, d)
     engine.store.requests.finish_request(engine.course, int(d["id"]), ok=ok, reason=reason)
     if not ok:
@@ -252,52 +240,6 @@ def _idle_step(
         why = f"idle: {said}, warned {grace} min before"
         return engine._step("seat.stop", seat, why, "record", participant=who, reason=why)
     return None
-
-
-def _session_check(
-    engine: HostEngine, seat: str, who: str, starts: datetime, lead: float, last: dict[str, Any] | None
-) -> Step | None:
-    """Ready before the session: a ``seats check`` of the seat as its participant in the lead time, once
-    when ready; a broken seat again every :data:`RECHECK` until the session (someone may fix it)."""
-    since = starts - timedelta(minutes=lead)
-    checked = last.get("checked_at") if last else None
-    if checked:
-        at = datetime.fromisoformat(str(checked))
-        if at >= since and (last or {}).get("state") == "ready":
-            return None
-        if at >= since and datetime.now(UTC) - at < RECHECK:
-            return None
-    why = f"the session at {starts:%H:%M} UTC starts within {lead:g} min: check the seat as {who}"
-    return engine._step("seat.check", seat, why, "record", participant=who)
-
-
-def _check_seat(engine: HostEngine, step: Step) -> str | None:
-    """Probe the seat as its participant (what ``seats check`` does) and store the result."""
-    if engine.runner.dry_run:
-        return None
-    seat = engine.store.seats.get_seat(engine.course, step.target)
-    people = {p.key: p for p in engine.store.roster.participants(engine.course)}
-    if seat.participant is None or seat.participant not in people:
-        return None
-    result = engine.probe(seat, people[seat.participant])
-    engine.store.delivery.record_readiness([result], actor=AGENT_ACTOR)
-    return None if result.state == "ready" else f"{step.target} is broken before the session: {result.reason}"
-
-
-def _report_session(engine: HostEngine, step: Step) -> str | None:
-    """Post this host's seats checked for the coming session, naming the broken ones with the reason
-    (again only when that list changed)."""
-    d = step.data
-    since = datetime.fromisoformat(str(d["since"]))
-    checks = engine.store.delivery.readiness_of(engine.course)
-    seen = {k: v for k, v in checks.items() if k in d["held"] and v.get("checked_at")}
-    seen = {k: v for k, v in seen.items() if datetime.fromisoformat(str(v["checked_at"])) >= since}
-    broken = [{"seat": k, "participant": v.get("participant"), "reason": v.get("reason")}
-              for k, v in sorted(seen.items()) if v.get("state") != "ready"]  # fmt: skip
-    body = {"event": "session.check", "course": engine.course, "host": engine.host, "session_starts": d["starts"],
-            "checked": len(seen), "broken": broken}  # fmt: skip
-    queued = course_webhook.post(str(d["url"]), body, once=("session", f"{engine.course}/{engine.host}/{d['starts']}"))
-    return f"{len(broken)} broken of {len(seen)} posted" if queued else "unchanged since the last post"
 
 
 def _never_connected(

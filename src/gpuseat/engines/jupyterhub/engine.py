@@ -52,6 +52,7 @@ from gpuseat.core.delivery import parse_probe
 from gpuseat.core.devices import DEVICE_UUID
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.core.seating import AGENT_ACTOR
+from gpuseat.engines import sessions as session_checks
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
 from gpuseat.engines.jupyterhub.requests import do_request, plan_requests
 from gpuseat.engines.setting_types import AbsolutePath
@@ -451,6 +452,8 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
                 self.record_way_in(step, running=False)
             case "hub.server.start" | "hub.server.restart" | "seat.stop" | "request.record":
                 return do_request(self, step)
+            case "seat.check" | "session.report":
+                return session_checks.do(self, step)
             case _:
                 raise InputError(f"the jupyterhub engine has no step {step.action!r}", where="plan")
         return None

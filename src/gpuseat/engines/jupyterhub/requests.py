@@ -13,6 +13,9 @@ server through the hub's REST API.
   stopped and the stop is recorded on the seat's timeline with the reason (``seat.stop``), so the hub's
   own *Start* is refused (the spawn hook keeps a stopped seat stopped); a start, restart or reset request
   is refused with the same words until a top-up. Near and in a lab session nothing is stopped for hours.
+- Ready before every session (:mod:`gpuseat.engines.sessions`, the rule of every engine): from ``lead_minutes``
+  before one, each running hub seat is checked as its holder (``seat.check``: their server started with a
+  token of theirs, the GPUs listed in a kernel) and the broken ones posted to the course webhook.
 
 Each request ends in a ``request.record`` step (tied to no seat, so a failed start never leaves it
 pending) that looks at the hub and marks the request done or failed with the reason.
@@ -26,6 +29,7 @@ from urllib.parse import quote
 
 from gpuseat.core.selfservice import RunState
 from gpuseat.engines import hours as seat_hours
+from gpuseat.engines import sessions as session_checks
 from gpuseat.engines.base import RUN_REQUESTS, Changes, CourseState, Phase, Step
 from gpuseat.errors import EngineError
 
@@ -75,7 +79,9 @@ def plan_requests(engine: JupyterHubEngine, course: CourseState, changes: Change
                                  participant=r.participant, seats=(r.seat,), user=user, server=""))  # fmt: skip
         add(engine._request_step(r, refused, seat=r.seat, user=user))
     if ledger is not None:
-        _plan_hours(engine, changes, ledger, holders, pending, models)
+        states = engine.store.requests.run_states(engine.course)
+        _plan_hours(engine, changes, ledger, holders, pending, models, states)
+        _plan_checks(engine, course, changes, ledger, holders, pending, states)
 
 
 def _plan_hours(
@@ -85,10 +91,10 @@ def _plan_hours(
     holders: Mapping[str, ParticipantView],
     pending: list[RequestView],
     models: dict[str, Any],
+    states: Mapping[str, RunState],
 ) -> None:
     """At 0 seat hours a seat stops: a ``stop`` on its timeline (once) and its server, whenever it runs.
     Not while the holder's own request is pending (a start, restart or reset is refused with the reason)."""
-    states = engine.store.requests.run_states(engine.course)
     for seat, p in sorted(holders.items()):
         rule = ledger.of(p.key)
         user = engine.user_of(p)
@@ -103,6 +109,30 @@ def _plan_hours(
         if rule.runs(states.get(p.key, RunState(True))):
             # tied to no seat: recorded even if the stop fails (the spawn hook then refuses a new start)
             changes.steps.append(engine._step("seat.stop", seat, why, "record", participant=p.key, reason=why))
+
+
+def _plan_checks(
+    engine: JupyterHubEngine,
+    course: CourseState,
+    changes: Changes,
+    ledger: seat_hours.CourseHours,
+    holders: Mapping[str, ParticipantView],
+    pending: list[RequestView],
+    states: Mapping[str, RunState],
+) -> None:
+    """Ready before the session (:mod:`gpuseat.engines.sessions`): each seat that runs (not stopped by its
+    holder, nor for hours outside the lead time, nor being stopped now) is checked as its holder; the probe
+    starts their server as them (stopped again after, unless it ran), as ``seats check`` does."""
+    checks = session_checks.SessionChecks(engine, course, ledger)
+    for seat, p in sorted(holders.items()):
+        rule = ledger.of(p.key)
+        mine = [r.action for r in pending if r.participant == p.key and r.seat == seat and r.action != "key"]
+        runs = mine[-1] != "stop" if mine else rule.runs(states.get(p.key, RunState(True)))
+        check = checks.check(seat, p.key) if runs and rule.stop_reason is None and engine.user_of(p) else None
+        if check is not None:
+            changes.steps.append(check)
+    if (report := checks.report(holders)) is not None:  # after this pass's checks: the broken seats, to the webhook
+        changes.steps.append(report)
 
 
 def do_request(engine: JupyterHubEngine, step: Step) -> str | None:

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gpuseat.core.delivery import login_name, parse_probe
 from gpuseat.core.readiness import Access, Readiness, ReadyState, judge
 from gpuseat.core.seating import AGENT_ACTOR
+from gpuseat.engines import sessions as session_checks
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
 from gpuseat.engines.libvirt import machine as vm_
 from gpuseat.engines.libvirt import names, requests
@@ -478,6 +479,8 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
                 return self._record(step)
             case "domain.restart" | "domain.reset" | "seat.stop" | "request.record":
                 return requests.do_request(self, step)
+            case "seat.check" | "session.report":
+                return session_checks.do(self, step)
             case "seat.clear":
                 if not self.runner.dry_run:
                     seat = self.store.seats.get_seat(self.course, d["seat"])

@@ -14,6 +14,9 @@ engine carries out (:mod:`gpuseat.store.requests`), done on the seat's VM.
   off and the stop is recorded on the seat's timeline with the reason (``seat.stop``); a start, restart
   or reset is refused with the same words until a top-up. Near and in a lab session nothing is stopped
   for hours, and a VM stopped for hours runs (it is powered off again after the session).
+- Ready before every session (:mod:`gpuseat.engines.sessions`, the rule of every engine): from ``lead_minutes``
+  before one, each running VM is checked as its holder (``seat.check``: SSH in with the probe key, list the
+  GPUs) and the broken ones posted to the course webhook (``session.report``).
 
 Each request ends in a ``request.record`` step (tied to no seat, so a failed step never leaves it
 pending) that looks at libvirt and marks the request done or failed with the reason.
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from gpuseat.core.selfservice import RunState
 from gpuseat.engines import hours as seat_hours
+from gpuseat.engines import sessions as session_checks
 from gpuseat.engines.base import RUN_REQUESTS, Changes, CourseState, Step, plan_holder_requests, stale_requests
 from gpuseat.engines.libvirt import machine as vm_
 from gpuseat.engines.libvirt import names
@@ -51,6 +55,7 @@ def plan_requests(engine: LibvirtEngine, course: CourseState, changes: Changes, 
         return
     states = engine.store.requests.run_states(engine.course)
     ledger = seat_hours.read(engine.store, engine.course, course.now) if holders else None
+    checks = session_checks.SessionChecks(engine, course, ledger)
     add = changes.steps.append
     changes.steps += [engine._request_step(r, why, seat=r.seat) for r, why in stale_requests(pending, holders)]
     refusals: dict[str, str] = {}
@@ -81,6 +86,8 @@ def plan_requests(engine: LibvirtEngine, course: CourseState, changes: Changes, 
         if running:
             if any(s.action in ("domain.reset", "domain.restart") for s in ours):
                 _ensure_record(engine, changes, key, p.key, engine.login_of(p))
+            if (check := checks.check(key, p.key)) is not None:  # ready before the session (after its VM's steps)
+                add(check)
             continue
         # stopped: the VM stays off (its definition is still kept up to date)
         kept = [replace(s, data={**s.data, "start": False}) for s in ours if s.action != "domain.start"]
@@ -94,6 +101,8 @@ def plan_requests(engine: LibvirtEngine, course: CourseState, changes: Changes, 
             changes.steps[:] = [s for s in changes.steps if not (s.action == "seat.record" and s.target == key)]
             note = "stopped until a start"  # the same words at every pass (a second plan is empty)
             engine._plan_record(changes, course, seats[key], p, engine.login_of(p), running=False, ip=None, note=note)
+    if (report := checks.report(holders)) is not None:  # after this pass's checks: the broken seats, to the webhook
+        add(report)
 
 
 def do_request(engine: LibvirtEngine, step: Step) -> str | None:

@@ -1,0 +1,103 @@
+"""Ready before every session on libvirt seats, as the organizer lives it (:mod:`gpuseat.engines.sessions`,
+the rule the host engine follows too), against libvirt's test driver: 10 minutes before a lab session
+(lead 15) one pass checks each running VM as its holder (SSH with the probe key, ``nvidia-smi -L``), stores
+the verdict and posts the broken seats to the course webhook (a real local HTTP receiver); a ready seat is
+not checked again, a broken one only after four minutes; a seat its holder stopped is never checked.
+
+The test driver's VMs have no guest: the probe's ``ssh`` is answered by the runner, with ann's GPU for her
+and a refused connection for the others (what an unreachable guest gives)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from delivery.test_webhook import Receiver, receiver  # noqa: F401  (the receiver fixture)
+from gpuseat.engines.apply import course_state
+from gpuseat.engines.runner import RecordingRunner
+from gpuseat.store import open_store
+
+from .conftest import EXAMPLES, SSH_KEYS
+from .test_test_driver import again_empty, apply, build, fill, holder
+
+REFUSED = (255, "", "ssh: connect to host 192.168.122.3 port 22: Connection refused\n")
+
+
+def session_soon(minutes: int = 10) -> tuple[datetime, str]:
+    """A lab session starting within ``minutes`` from now (the same UTC day), as a ``[schedule]``."""
+    at = (datetime.now(UTC) + timedelta(minutes=minutes)).replace(second=0, microsecond=0)
+    at = min(at, at.replace(hour=23, minute=58))  # a session may not cross midnight
+    end = min(at + timedelta(minutes=30), at.replace(hour=23, minute=59))
+    return at, (
+        f'[schedule]\nstart = {(at - timedelta(days=1)).date()}\ndays = 3\naccess = "24/7"\n'
+        f'[[schedule.session]]\ndate = {at.date()}\nhours = "{at:%H:%M}-{end:%H:%M}"\n'
+    )
+
+
+def test_before_a_session_each_running_vm_is_checked_once_a_broken_one_again_later_and_posted_once(
+    tmp_path: Path,
+    test_host,
+    receiver: Receiver,  # noqa: F811
+) -> None:
+    at, schedule = session_soon()
+    head = (EXAMPLES / "course-2016.toml").read_text().split("[schedule]")[0]
+    (tmp_path / "lab.toml").write_text(f'webhook = "{receiver.url}"\n{head}{schedule}[policy]\nlead_minutes = 15\n')
+    logins: list[str] = []
+
+    def ssh(argv: tuple[str, ...]) -> tuple[int, str, str]:
+        login = next(a for a in argv if "@" in a).split("@")[0]
+        logins.append(login)
+        return (
+            (0, "GPU 0: Tesla M60 (UUID: GPU-6f3c0a1e-0000-4000-8000-000000000001)\n", "")
+            if login == "amartin"
+            else REFUSED
+        )
+
+    store = open_store(f"sqlite:///{tmp_path / 'course.db'}", create=True)
+    try:
+        lay = fill(store, seats=4, assign=3, source=tmp_path / "lab.toml")
+        first, second, third = (s.name for s in lay.slices[:3])
+        ann, ben, cat = (holder(store, k) for k in (first, second, third))
+        eng = build(
+            store, test_host, runner=RecordingRunner(answers={("ssh",): ssh}), probe_key=str(SSH_KEYS / "alice")
+        )
+        early = eng.plan(course_state(store, "demo", now=at - timedelta(minutes=30)))
+        assert "seat.check" not in {s.action for s in early.steps}  # no session near yet: nothing checked
+        assert not eng.apply(early).failed and not logins
+        store.requests.request_seat("demo", cat.key, "stop", actor=cat.key)  # cat stops her own seat
+
+        steps, report = apply(eng, store)
+        checks = [o.step for o in report.outcomes if o.step.action == "seat.check"]
+        assert [(s.target, s.participant) for s in checks] == [(first, ann.key), (second, ben.key)], steps
+        assert ("record", "session.report", target(at)) in steps  # once, after the checks
+        assert sorted(logins) == ["amartin", "bcosta"]  # probed as each holder's own login
+        found = store.delivery.readiness_of("demo")
+        assert (found[first]["state"], found[first]["participant"]) == ("ready", ann.key)
+        assert (found[second]["state"], found[second]["reason"]) == ("broken", "ssh or nvidia-smi failed (exit 255)")
+        assert third not in found and lay.slices[3].name not in found
+        body = receiver.wait("session.check")
+        assert (body["course"], body["engine"], body["checked"]) == ("demo", "libvirt", 2), body
+        assert body["broken"] == [
+            {"seat": second, "participant": ben.key, "reason": "ssh or nvidia-smi failed (exit 255)"}
+        ]
+        assert datetime.fromisoformat(body["session_starts"]) == at
+
+        again_empty(eng, store)  # right after: the ready seat is done, the broken one waits four minutes
+        later = eng.plan(course_state(store, "demo", now=datetime.now(UTC) + timedelta(minutes=5)))
+        assert [(s.action, s.target) for s in later.ordered()] == [
+            ("seat.check", second),
+            ("session.report", target(at)),
+        ]
+        again = eng.apply(later)
+        assert not again.failed and sorted(logins) == ["amartin", "bcosta", "bcosta"]
+        assert [o.message for o in again.outcomes if o.step.action == "session.report"] == [
+            "unchanged since the last post"
+        ]
+        assert len(receiver.bodies) == 1  # the same broken list is not posted twice
+    finally:
+        store.close()
+
+
+def target(at: datetime) -> str:
+    """The ``session.report`` step's target for the session at ``at``."""
+    return f"session {at:%Y-%m-%d %H:%M} UTC"
