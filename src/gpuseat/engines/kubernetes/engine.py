@@ -16,6 +16,9 @@ what was rendered (``gpuseat/hash``), so a second plan after an apply is empty:
 * ``namespace.create``, ``quota.set``, ``access.grant``, ``pod.create`` (grant): ``kubectl apply``,
   the quota before any Pod (a quota only counts Pods admitted after it);
 * ``seat.record`` / ``seat.clear`` (record): the holder's way in (their namespace) is stored.
+* ``seat.check`` / ``session.report`` (record): from ``lead_minutes`` before a lab session, each seat
+  checked as ``seats check`` does (its probe Pod's log) and the broken ones posted to the course webhook
+  (:mod:`gpuseat.engines.sessions`, the rule of every engine).
 
 Every ``kubectl`` call goes through the :class:`~gpuseat.engines.runner.Runner`. A cluster is
 *configured* when the settings name a ``kubeconfig`` or a ``context``; without one the plan assumes
@@ -36,6 +39,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core.readiness import Access, Readiness, judge
+from gpuseat.engines import hours as seat_hours
+from gpuseat.engines import sessions as session_checks
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
 from gpuseat.engines.setting_types import AbsolutePath, tool, trusted_file
 from gpuseat.errors import EngineError, InputError
@@ -348,7 +353,24 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
                 add(self._step(action, f"{ns}/{ident[2]}" if verb != "namespace" else ns, why, "grant",
                                participant=p.key, seats=(seat_key,), manifest=doc))  # fmt: skip
         self._record_steps(state, wanted, changes)
+        self._plan_checks(state, wanted, set(taken), changes)
         return changes
+
+    def _plan_checks(
+        self, state: CourseState, wanted: dict[str, list[dict[str, Any]]], taken: set[str], changes: Changes
+    ) -> None:
+        """Ready before every session (:mod:`gpuseat.engines.sessions`): each holder's seat is checked as
+        ``seats check`` does (its probe Pod's log), the broken ones posted to the course webhook."""
+        if not wanted or state.closed:
+            return
+        checks = session_checks.SessionChecks(self, state, seat_hours.read(self.store, self.course, state.now))
+        holder = {seat.key: p for seat, p in state.holders()}
+        for seat_key, docs in sorted(wanted.items()):
+            check = None if docs[0]["metadata"]["name"] in taken else checks.check(seat_key, holder[seat_key].key)
+            if check is not None:
+                changes.steps.append(check)
+        if (report := checks.report(wanted)) is not None:
+            changes.steps.append(report)
 
     def _running_pods(self, ns: str) -> list[str]:
         argv = self.kubectl("get", "pods", "-n", ns, "-o", "json")
@@ -429,6 +451,8 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
                                     mutates=False, where=step.target)  # fmt: skip
             case "seat.record" | "seat.clear":
                 self.record_way_in(step, running=False)
+            case "seat.check" | "session.report":
+                return session_checks.do(self, step)
             case _:
                 raise InputError(f"the kubernetes engine has no step {step.action!r}", where="plan")
         return None
