@@ -54,6 +54,11 @@ class RateLimited(InputError):
     """Too many requests in a short time (the portal answers 429)."""
 
 
+class SeatChanged(InputError):
+    """The participant holds another seat (or none) than the one the request was made for (the portal
+    answers 409: reload the page)."""
+
+
 @dataclass(frozen=True)
 class RequestView:
     """One seat request and what became of it."""
@@ -150,8 +155,13 @@ class Requests(Concern):
         key: str | None = None,
         by_participant: bool = True,
         now: datetime | None = None,
+        expect_seat: str | None = None,
     ) -> RequestView:
         """Ask for ``action`` (start, stop, restart, reset, key) on the participant's own seat.
+
+        ``expect_seat`` (the seat the participant's page showed, "" for none) is checked in the same
+        transaction as the write: a move or release that lands between the page's read and this write
+        refuses the request (:class:`SeatChanged`) instead of stopping or resetting the seat held now.
 
         Refused (InputError, exit 2) when the participant holds no seat (a key is stored anyway), the
         seat's engine does not carry out requests, the same action is already pending, or (for the
@@ -170,6 +180,14 @@ class Requests(Concern):
             when = now or self._now(s)
             crow = _writable(_course(s, course))
             p, seat, _a = _participant_and_seat(s, crow, participant)
+            held = seat.key if seat is not None else ""
+            if expect_seat is not None and held != expect_seat:
+                now_holds = f"; you now hold {held}" if held else "; you hold no seat now"
+                raise SeatChanged(
+                    f"this request was for seat {expect_seat or '(none)'}{now_holds}",
+                    where="seat request",
+                    fix="reload the page and try again",
+                )
             if by_participant:
                 recent = s.scalar(
                     select(func.count())

@@ -137,15 +137,19 @@ def participant_seat(
     action = _one(data, "action")
     if action == "reset" and _one(data, "confirm").strip().lower() != "reset":
         raise InputError(
-            "a reset deletes every file in your home", where="reset", fix="type reset in the box to confirm"
+            "a reset deletes what you wrote on your seat", where="reset", fix="type reset in the box to confirm"
         )
     key = _one(data, "key") if action == "key" else None
-    from gpuseat.store.requests import RateLimited
+    from gpuseat.store.requests import RateLimited, SeatChanged
 
-    try:
-        portal.store.requests.request_seat(who.course, who.key, action, actor=f"participant:{who.key}", key=key)
+    try:  # the seat read above is checked again in the write: a move in between refuses the request
+        portal.store.requests.request_seat(
+            who.course, who.key, action, actor=f"participant:{who.key}", key=key, expect_seat=mine
+        )
     except RateLimited as exc:
         return PlainTextResponse(exc.message, status_code=429)
+    except SeatChanged as exc:
+        return PlainTextResponse(exc.message, status_code=409)
     return RedirectResponse(f"{root(request)}/t/{token}#controls", status_code=303)
 
 

@@ -1,0 +1,33 @@
+"""A participant's seat control is checked against the seat their page showed in the same transaction
+as the request's write: a move (or release) that lands between the page's read and the write refuses
+the request instead of stopping or resetting the seat they hold now, and stores nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuseat.store.requests import SeatChanged
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_a_request_for_the_seat_held_before_a_move_is_refused_and_stores_nothing(store) -> None:
+    store.courses.create_course(EXAMPLES / "course-2016.toml", key="lab")
+    store.roster.import_roster("lab", EXAMPLES / "roster-16.csv")
+    store.seats.add_seats("lab", [{"key": f"seat-0{i}", "kind": "gpu", "engine": "host"} for i in (1, 2)])
+    ann = store.roster.participants("lab")[0].key
+    store.seats.assign("lab", ann, "seat-01")
+    store.seats.move("lab", ann, "seat-02")  # the organizer's move, after ann's page showed seat-01
+    events = len(store.events.events("lab"))
+    for action in ("stop", "reset"):
+        with pytest.raises(SeatChanged, match="this request was for seat seat-01; you now hold seat-02"):
+            store.requests.request_seat("lab", ann, action, actor=ann, expect_seat="seat-01")
+    assert store.requests.seat_requests("lab", participant=ann) == []
+    assert len(store.events.events("lab")) == events
+    done = store.requests.request_seat("lab", ann, "stop", actor=ann, expect_seat="seat-02")
+    assert (done.seat, done.state) == ("seat-02", "pending")
+    store.seats.release("lab", participant=ann)
+    with pytest.raises(SeatChanged, match="you hold no seat now"):
+        store.requests.request_seat("lab", ann, "start", actor=ann, expect_seat="seat-02")
