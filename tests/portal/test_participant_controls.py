@@ -93,6 +93,9 @@ def test_a_participant_stops_their_seat_and_sees_it_pending(served: Any) -> None
     store.requests.finish_request("lab", mine[0].id, ok=True, reason="stopped: logins refused, processes ended")
     page = client.get(f"/t/{links['ann']}").text
     assert "stop: done (stopped: logins refused, processes ended)" in page and 'id="seat-start"' in page
+    stopped = re.search(r'<p id="stopped"[^>]*>([^<]*)</p>', page)
+    assert stopped is not None and stopped.group(1).startswith("Your seat is stopped: "), page
+    assert "stopped: stopped" not in stopped.group(1), stopped.group(1)  # the word once
 
 
 def test_another_participants_seat_or_token_is_refused_and_nothing_happens(served: Any) -> None:
@@ -206,6 +209,8 @@ def test_reset_says_what_it_does_on_the_seats_engine(served: Any) -> None:
     ben, ann = client.get(f"/t/{links['ben']}").text, client.get(f"/t/{links['ann']}").text
     assert "Reset to a fresh disk" in ben and "fresh home" not in ben
     assert "Reset to a fresh home" in ann and "fresh disk" not in ann
+    assert "Restart (reboots your virtual machine)" in ben and "ends your processes" not in ben
+    assert "Restart (ends your processes)" in ann and "virtual machine)" not in ann
     # a cloud seat: its controls are there (they were greyed: the skypilot engine carried nothing out) and taken
     store.seats.add_seats("lab", [{"key": "cloud-01", "kind": "cloud", "engine": "skypilot"}])
     store.seats.release("lab", participant="ben")

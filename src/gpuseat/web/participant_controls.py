@@ -20,6 +20,14 @@ RESET_SAYS: dict[str, str] = {
 }
 """What *Reset* does on each engine, said beside its confirmation box (the engines' requests carry it out)."""
 
+RESTART_SAYS: dict[str, str] = {
+    "host": "Restart (ends your processes)",
+    "libvirt": "Restart (reboots your virtual machine)",
+    "jupyterhub": "Restart (restarts your notebook server)",
+    "skypilot": "Restart (stops and starts your cloud machine)",
+}
+"""The *Restart* button's words on each engine."""
+
 
 def seat_controls(reading: PageReading) -> dict[str, Any]:
     """What the page's controls show, from the page's one read (:meth:`~gpuseat.store.requests.RequestMethods.page_of`):
@@ -33,7 +41,10 @@ def seat_controls(reading: PageReading) -> dict[str, Any]:
     out["requests"] = [r.to_dict() for r in reading.requests]
     out["idle_warning"] = reading.idle_warning[1] if reading.idle_warning is not None else None
     if reading.run_state is not None:
-        out["running"], out["stopped_reason"] = reading.run_state.running, reading.run_state.reason
+        # "Your seat is stopped: …": the engines' reasons that begin with the same word say it once
+        reason = reading.run_state.reason
+        out["running"], out["stopped_reason"] = reading.run_state.running, reason and reason.removeprefix("stopped: ")
     out["enabled"] = seat.engine in SELF_SERVICE_ENGINES
     out["reset_says"] = RESET_SAYS.get(seat.engine, "Reset your seat: what you changed on it is lost.")
+    out["restart_says"] = RESTART_SAYS.get(seat.engine, "Restart")
     return out
