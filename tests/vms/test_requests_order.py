@@ -35,3 +35,19 @@ def test_the_later_of_a_stop_and_a_start_wins_and_the_earlier_says_why(store, te
     assert rows()[start2.id] == ("failed", f"not carried out: your stop (request {stop2.id}) came after it")
     assert rows()[stop2.id] == ("done", "stopped: the VM is powered off")
     again_empty(eng, store)
+
+
+def test_a_stop_waiting_when_the_vm_is_first_made_is_done_in_one_pass(store, test_host):  # noqa: F811
+    """A holder's stop that is pending at the pass that first defines their VM: the VM is defined and left
+    off, the stop is done and the seat's record says it is stopped, all in that pass (a second is empty)."""
+    lay = fill(store, seats=2, assign=2)
+    first = lay.slices[0].name
+    ann = holder(store, first)
+    eng = build(store, test_host)
+    stop = store.requests.request_seat("demo", ann.key, "stop", actor=ann.key)
+    apply(eng, store)
+    vm = test_host.lookup(f"gpuseat-demo-{first}")
+    assert vm is not None and not vm.isActive()
+    done = {r.id: r for r in store.requests.seat_requests("demo", participant=ann.key)}[stop.id]
+    assert done.state == "done", done
+    again_empty(eng, store)

@@ -97,7 +97,7 @@ def plan_requests(engine: LibvirtEngine, course: CourseState, changes: Changes, 
         if dom is not None and dom.isActive() and not any(s.action == "domain.stop" and s.target == name
                                                            for s in changes.steps):  # fmt: skip
             add(engine._step("domain.stop", name, why, "revoke", participant=p.key, seat=key, seats=(key,)))
-        if not kept and engine._records():  # its way in says why, written once
+        if engine._records():  # its way in says why, written once (also in the pass that makes the VM)
             changes.steps[:] = [s for s in changes.steps if not (s.action == "seat.record" and s.target == key)]
             note = "stopped until a start"  # the same words at every pass (a second plan is empty)
             engine._plan_record(changes, course, seats[key], p, engine.login_of(p), running=False, ip=None, note=note)
