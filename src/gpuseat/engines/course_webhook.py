@@ -8,8 +8,8 @@ pass that rechecks a broken seat posts the session's list again only when it cha
 process). Bodies (``event`` says which):
 
 - ``seat.idle``: ``course``, ``seat``, ``participant``, ``minutes_idle``, ``stops_at`` (UTC), ``text``;
-- ``session.check``: ``course``, ``session_starts`` (UTC), ``checked`` (seats), ``broken``: a list of
-  ``{seat, participant, reason}``.
+- ``session.check``: ``course``, ``engine`` and ``host`` (the engine and agent host that checked: one body
+  each), ``session_starts`` (UTC), ``checked`` (seats), ``broken``: a list of ``{seat, participant, reason}``.
 """
 
 from __future__ import annotations
