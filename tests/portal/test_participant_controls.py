@@ -223,6 +223,19 @@ def test_reset_says_what_it_does_on_the_seats_engine(served: Any) -> None:
     assert [(r.seat, r.action, r.state) for r in store.requests.seat_requests("lab", participant="ben")] == [
         ("cloud-01", "stop", "pending")
     ]
+    # a Kubernetes seat: its controls were greyed too (the engine carried nothing out); now they say what they do
+    store.seats.add_seats("lab", [{"key": "k8s-01", "kind": "mig", "engine": "kubernetes", "profile": "1g.10gb"}])
+    store.seats.release("lab", participant="ann")
+    store.seats.assign("lab", "ann", "k8s-01")
+    assert client.get(f"/t/{links['ann']}/seat.json").json()["enabled"] is True
+    page = client.get(f"/t/{links['ann']}").text
+    assert 'id="seat-stop"' in page and "Reset gives you a fresh namespace" in page and "fresh home" not in page
+    assert "Restart (ends your pods; your access stays)" in page
+    stop = _post(client, links["ann"], csrf=CSRF.search(page).group(1), seat="k8s-01", action="stop")  # type: ignore[union-attr]
+    assert stop.status_code == 303, stop.text
+    assert [(r.seat, r.action, r.state) for r in store.requests.seat_requests("lab", participant="ann")] == [
+        ("k8s-01", "stop", "pending")
+    ]
 
 
 def test_a_page_loaded_before_a_move_cannot_stop_or_reset_the_new_seat(served: Any) -> None:

@@ -44,7 +44,7 @@ from gpuseat.store.rows import _course, _course_participant_and_seat, _log, _par
 from gpuseat.store.views import SeatView, _utc
 
 #: engines that carry out seat requests today
-SELF_SERVICE_ENGINES: tuple[str, ...] = ("host", "libvirt", "jupyterhub", "skypilot")
+SELF_SERVICE_ENGINES: tuple[str, ...] = ("host", "libvirt", "jupyterhub", "skypilot", "kubernetes")
 #: a participant may make this many requests in :data:`RATE_WINDOW` (the organizer's are not counted)
 RATE_LIMIT = 10
 RATE_WINDOW = timedelta(minutes=10)

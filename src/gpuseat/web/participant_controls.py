@@ -17,6 +17,8 @@ RESET_SAYS: dict[str, str] = {
     "libvirt": "Reset to a fresh disk: your virtual machine starts again from the course's image; its files are lost.",
     "jupyterhub": "Reset restarts your notebook server: your running kernels end (your files stay).",
     "skypilot": "Reset gives you a fresh cloud machine: the old one and everything on its disk are deleted.",
+    "kubernetes": "Reset gives you a fresh namespace: everything in yours is deleted, your volumes (PVCs) and "
+    "their data too.",
 }
 """What *Reset* does on each engine, said beside its confirmation box (the engines' requests carry it out)."""
 
@@ -25,6 +27,7 @@ RESTART_SAYS: dict[str, str] = {
     "libvirt": "Restart (reboots your virtual machine)",
     "jupyterhub": "Restart (restarts your notebook server)",
     "skypilot": "Restart (stops and starts your cloud machine)",
+    "kubernetes": "Restart (ends your pods; your access stays)",
 }
 """The *Restart* button's words on each engine."""
 

@@ -10,7 +10,8 @@ what was rendered (``gpuseat/hash``), so a second plan after an apply is empty:
 * ``namespace.delete`` (revoke): a namespace of someone who holds no seat now (released, moved to a
   seat of another resource or node, course archived or deleted) goes, with their workloads and access;
   ``kubectl delete --wait`` returns once it is gone, so the GPU is free before the next holder's grant;
-* ``access.revoke`` and ``pods.end`` (revoke) while the course's access window is shut;
+* ``access.revoke`` and ``pods.end`` (revoke) while the course's access window is shut, and while the
+  holder's seat is stopped (their stop, or no seat hours left);
 * ``pod.delete`` (revoke) then ``pod.create``: a probe Pod that differs from the render (Pods are
   immutable);
 * ``namespace.create``, ``quota.set``, ``access.grant``, ``pod.create`` (grant): ``kubectl apply``,
@@ -19,6 +20,8 @@ what was rendered (``gpuseat/hash``), so a second plan after an apply is empty:
 * ``seat.check`` / ``session.report`` (record): from ``lead_minutes`` before a lab session, each seat
   checked as ``seats check`` does (its probe Pod's log) and the broken ones posted to the course webhook
   (:mod:`gpuseat.engines.sessions`, the rule of every engine).
+* the participants' seat requests (stop, start, restart, reset; a key is refused) and seat hours:
+  :mod:`gpuseat.engines.kubernetes.requests`.
 
 Every ``kubectl`` call goes through the :class:`~gpuseat.engines.runner.Runner`. A cluster is
 *configured* when the settings name a ``kubeconfig`` or a ``context``; without one the plan assumes
@@ -42,6 +45,7 @@ from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.engines import hours as seat_hours
 from gpuseat.engines import sessions as session_checks
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
+from gpuseat.engines.kubernetes import requests
 from gpuseat.engines.setting_types import AbsolutePath, tool, trusted_file
 from gpuseat.errors import EngineError, InputError
 from gpuseat.render.k8s import GPU, MANAGED_BY, PROBE_POD, SEAT_LABEL, mig_resource, seat_objects
@@ -144,6 +148,8 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
         """kubectl runs the kubeconfig's ``exec`` credential plugin: never one another user can change."""
         if self.settings.kubeconfig:
             trusted_file(self.settings.kubeconfig, setting="kubeconfig")
+        #: (action, namespace) of this apply's ``namespace.delete`` and ``pods.end`` done (a request's verdict)
+        self.carried: set[tuple[str, str]] = set()
 
     # -- kubectl ---------------------------------------------------------------------------------------
 
@@ -273,6 +279,15 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
         else:
             have = self.applied()
         seat_of_ns = {d["metadata"]["name"]: k for k, docs in wanted.items() for d in docs if d["kind"] == "Namespace"}
+        seat_ns = {k: ns for ns, k in seat_of_ns.items()}
+        holder = {seat.key: p for seat, p in state.holders()}
+        self.carried.clear()
+        reading = requests.read_requests(self, state, {s.key for s in state.seats if s.engine == ENGINE}, bool(wanted))
+        wishes: dict[str, requests.Wish] = {}
+        if reading is not None:
+            changes.steps += requests.stale_steps(self, reading, {k: holder[k] for k in wanted})
+            for ns, k in seat_of_ns.items():
+                wishes[k] = requests.plan_holder(self, state, reading, k, holder[k], ns, ("Namespace", "", ns) in have)
         people = {self.namespace_of(p): p for p in state.people.values()}
         gone = (
             "the course is deleted" if state.course is None else ("the course is archived" if state.archived else None)
@@ -297,8 +312,12 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
             dropped.add(name)
             seats = tuple(sorted({x for x in (old_seat, new_seat) if x}))
             add(self._step("namespace.delete", name, why, "revoke", participant=p.key if p else None, seats=seats))
+        for ns, k in sorted(seat_of_ns.items()):  # a reset: the namespace is made afresh, with nothing of the old
+            if (w := wishes.get(k)) is not None and w.fresh == "reset" and ns not in dropped:
+                dropped.add(ns)
+                why = f"{holder[k].key} asked for a reset: everything in it goes, PersistentVolumeClaims too"
+                add(self._step("namespace.delete", ns, why, "revoke", participant=holder[k].key, seats=(k,)))
         closed = state.closed if state.active else None
-        holder = {seat.key: p for seat, p in state.holders()}
         taken = self.foreign(set(seat_of_ns) - {n for (k, _s, n) in have if k == "Namespace"})
         for seat_key, docs in sorted(wanted.items()):
             p = holder[seat_key]
@@ -323,20 +342,26 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
                     add(self._step("pod.delete", f"{ns}/{ident[2]}", "its spec changed (Pods are immutable)",
                                    "revoke", participant=p.key, seats=(seat_key,), kind="Pod", namespace=ns,
                                    name=ident[2]))  # fmt: skip
-            if closed:
-                if not fresh and ("RoleBinding", ns, "gpuseat-participant") in have:
-                    add(self._step("access.revoke", f"{ns}/gpuseat-participant", f"access is closed: {closed}",
-                                   "revoke", participant=p.key, seats=(seat_key,), kind="RoleBinding",
-                                   namespace=ns, name="gpuseat-participant"))  # fmt: skip
+            wish = wishes.get(seat_key)
+            shut = f"access is closed: {closed}" if closed else (wish.why if wish and not wish.runs else None)
+            restart = not shut and not fresh and wish is not None and wish.fresh == "restart"
+            if shut:  # a closed window, or a stopped seat: no access, no pods
+                if not fresh and ("RoleBinding", ns, requests.BINDING) in have:
+                    add(self._step("access.revoke", f"{ns}/{requests.BINDING}", shut, "revoke", participant=p.key,
+                                   seats=(seat_key,), kind="RoleBinding", namespace=ns,
+                                   name=requests.BINDING))  # fmt: skip
                 if not fresh and self._running_pods(ns):
-                    add(self._step("pods.end", ns, f"access is closed: {closed}", "revoke", participant=p.key,
-                                   seats=(seat_key,), namespace=ns))  # fmt: skip
+                    add(self._step("pods.end", ns, shut, "revoke", participant=p.key, seats=(seat_key,),
+                                   namespace=ns))  # fmt: skip
+            elif restart:  # every pod ends (the probe is made again below); the access stays
+                add(self._step("pods.end", ns, f"{p.key} asked for a restart: their pods end, their access stays",
+                               "revoke", participant=p.key, seats=(seat_key,), namespace=ns))  # fmt: skip
             # grant: each object that is missing or differs, in the render's order
             for doc in docs:
-                if closed and doc["kind"] in ("RoleBinding", "Pod"):
+                if shut and doc["kind"] in ("RoleBinding", "Pod"):
                     continue
                 ident = _id(doc)
-                old = None if fresh else have.get(ident)
+                old = None if fresh or (restart and doc["kind"] == "Pod") else have.get(ident)
                 if old is not None and _hash(old) == _hash(doc):
                     continue
                 verb = _VERBS[doc["kind"]]
@@ -352,24 +377,27 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
                     why = f"the probe: lists the GPU {seat_key} gives"
                 add(self._step(action, f"{ns}/{ident[2]}" if verb != "namespace" else ns, why, "grant",
                                participant=p.key, seats=(seat_key,), manifest=doc))  # fmt: skip
-        self._record_steps(state, wanted, changes)
-        self._plan_checks(state, wanted, set(taken), changes)
+            changes.steps += wish.steps if wish is not None else []
+        self._record_steps(state, wanted, changes, wishes)
+        ledger = reading.hours if reading is not None else None
+        running = {k for k, ns in seat_ns.items() if ns not in taken and (k not in wishes or wishes[k].runs)}
+        self._plan_checks(state, running, ledger, changes)
         return changes
 
     def _plan_checks(
-        self, state: CourseState, wanted: dict[str, list[dict[str, Any]]], taken: set[str], changes: Changes
+        self, state: CourseState, running: set[str], ledger: seat_hours.CourseHours | None, changes: Changes
     ) -> None:
-        """Ready before every session (:mod:`gpuseat.engines.sessions`): each holder's seat is checked as
-        ``seats check`` does (its probe Pod's log), the broken ones posted to the course webhook."""
-        if not wanted or state.closed:
+        """Ready before every session (:mod:`gpuseat.engines.sessions`): each running holder's seat (not
+        stopped, its namespace ours) is checked as ``seats check`` does (its probe Pod's log), the broken
+        ones posted to the course webhook."""
+        if not running or state.closed:
             return
-        checks = session_checks.SessionChecks(self, state, seat_hours.read(self.store, self.course, state.now))
+        checks = session_checks.SessionChecks(self, state, ledger)
         holder = {seat.key: p for seat, p in state.holders()}
-        for seat_key, docs in sorted(wanted.items()):
-            check = None if docs[0]["metadata"]["name"] in taken else checks.check(seat_key, holder[seat_key].key)
-            if check is not None:
+        for seat_key in sorted(running):
+            if (check := checks.check(seat_key, holder[seat_key].key)) is not None:
                 changes.steps.append(check)
-        if (report := checks.report(wanted)) is not None:
+        if (report := checks.report(running)) is not None:
             changes.steps.append(report)
 
     def _running_pods(self, ns: str) -> list[str]:
@@ -385,7 +413,13 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
             if (i.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         ]
 
-    def _record_steps(self, state: CourseState, wanted: dict[str, list[dict[str, Any]]], changes: Changes) -> None:
+    def _record_steps(
+        self,
+        state: CourseState,
+        wanted: dict[str, list[dict[str, Any]]],
+        changes: Changes,
+        wishes: dict[str, requests.Wish],
+    ) -> None:
         if state.course is None or state.archived:
             return
         for seat in state.seats:
@@ -398,19 +432,22 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
                 if old.get("holder") or old.get("user"):
                     changes.steps.append(self._clear_step(seat.key))
                 continue
-            access = self._access(seat, p, docs[0]["metadata"]["name"]).to_dict()
+            wish = wishes.get(seat.key)
+            access = self._access(seat, p, docs[0]["metadata"]["name"], wish.stopped if wish else None).to_dict()
             if old != access:
                 why = f"{p.key} works in namespace {docs[0]['metadata']['name']}"
                 changes.steps.append(self._record_step(seat.key, p.key, why, access=access))
 
-    def _access(self, seat: SeatView, p: ParticipantView, ns: str) -> Access:
+    def _access(self, seat: SeatView, p: ParticipantView, ns: str, stopped: str | None = None) -> Access:
+        """The holder's way in: their namespace; while their seat is stopped its first note says so, and why."""
         login = self.login_of(p)
+        notes = (f"namespace {ns}", f"one {resource_of(seat)} (quota gpuseat-one-gpu)")
         return Access(
             kind="kubernetes",
             user=login,
             command=f"kubectl config set-context --current --namespace={ns}",
             device_uuid=seat.device_uuid,
-            notes=(f"namespace {ns}", f"one {resource_of(seat)} (quota gpuseat-one-gpu)"),
+            notes=(stopped, *notes) if stopped else notes,
             holder=p.key,
         )
 
@@ -435,6 +472,7 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
             case "namespace.delete":
                 self.runner.run(self.kubectl("delete", "namespace", step.target, "--ignore-not-found", "--wait=true",
                                              wait), timeout=t + 30, where=step.target)  # fmt: skip
+                self.carried.add((step.action, step.target))
             case "pod.delete" | "access.revoke" | "quota.delete" | "access.delete" | "object.delete":
                 kind = str(d["kind"]).lower()
                 self.runner.run(self.kubectl("delete", kind, str(d["name"]), "-n", str(d["namespace"]),
@@ -443,6 +481,7 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
             case "pods.end":
                 self.runner.run(self.kubectl("delete", "pods", "--all", "-n", str(d["namespace"]), "--wait=true",
                                              wait), timeout=t + 30, where=step.target)  # fmt: skip
+                self.carried.add((step.action, step.target))
             case "namespace.create" | "quota.set" | "access.grant" | "pod.create":
                 text = yaml.safe_dump(d["manifest"], sort_keys=False)
                 self.runner.run(self.kubectl("apply", "-f", "-"), input=text, timeout=t, where=step.target)
@@ -453,6 +492,8 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
                 self.record_way_in(step, running=False)
             case "seat.check" | "session.report":
                 return session_checks.do(self, step)
+            case "seat.stop" | "request.record":
+                return requests.do_request(self, step)
             case _:
                 raise InputError(f"the kubernetes engine has no step {step.action!r}", where="plan")
         return None
