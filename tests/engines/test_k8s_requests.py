@@ -15,7 +15,7 @@ from conformance.test_k8s import COURSE_TOML, KUBECONFIG, MIG, ROSTER, StandInCl
 from gpuseat.core.roster import RosterText
 from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.engines.apply import Pass, course_state, one_pass
-from gpuseat.engines.kubernetes.requests import KEY_REFUSED
+from gpuseat.engines.kubernetes.requests import NO_SSH_LOGIN
 from gpuseat.store import CourseStore, open_store
 
 ANN = "gpuseat-ann"
@@ -86,7 +86,7 @@ def test_a_stop_revokes_ann_alone_until_her_start_a_restart_ends_her_pods_and_a_
 
         store.requests.request_seat("k8s-lab", "ann", "key", actor="ann", key=KEY)
         assert _pass(store, cluster) == [("request.record", ANN)]
-        assert _asked(store, "key") == ("failed", KEY_REFUSED)
+        assert _asked(store, "key") == ("failed", NO_SSH_LOGIN)
         assert BINDING not in cluster.objects  # a key starts nothing
 
         store.requests.request_seat("k8s-lab", "ann", "start", actor="ann")

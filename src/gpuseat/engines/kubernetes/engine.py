@@ -47,6 +47,7 @@ from gpuseat.engines import sessions as session_checks
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
 from gpuseat.engines.kubernetes import requests
 from gpuseat.engines.setting_types import AbsolutePath, tool, trusted_file
+from gpuseat.engines.wishes import Wish, read_requests, stale_steps
 from gpuseat.errors import EngineError, InputError
 from gpuseat.render.k8s import GPU, MANAGED_BY, PROBE_POD, SEAT_LABEL, mig_resource, seat_objects
 
@@ -282,12 +283,13 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
         seat_ns = {k: ns for ns, k in seat_of_ns.items()}
         holder = {seat.key: p for seat, p in state.holders()}
         self.carried.clear()
-        reading = requests.read_requests(self, state, {s.key for s in state.seats if s.engine == ENGINE}, bool(wanted))
-        wishes: dict[str, requests.Wish] = {}
+        reading = read_requests(self, state, {s.key for s in state.seats if s.engine == ENGINE}, bool(wanted))
+        wishes: dict[str, Wish] = {}
         if reading is not None:
-            changes.steps += requests.stale_steps(self, reading, {k: holder[k] for k in wanted})
+            changes.steps += stale_steps(self, reading, {k: holder[k] for k in wanted})
             for ns, k in seat_of_ns.items():
-                wishes[k] = requests.plan_holder(self, state, reading, k, holder[k], ns, ("Namespace", "", ns) in have)
+                made = ("Namespace", "", ns) in have
+                wishes[k] = requests.plan_namespace(self, state, reading, k, holder[k], ns, made)
         people = {self.namespace_of(p): p for p in state.people.values()}
         gone = (
             "the course is deleted" if state.course is None else ("the course is archived" if state.archived else None)
@@ -418,7 +420,7 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
         state: CourseState,
         wanted: dict[str, list[dict[str, Any]]],
         changes: Changes,
-        wishes: dict[str, requests.Wish],
+        wishes: dict[str, Wish],
     ) -> None:
         if state.course is None or state.archived:
             return

@@ -11,7 +11,7 @@ A stopped seat is what a closed access window is, for one participant.
   access stays; the probe Pod is made again.
 - ``reset``: the namespace is deleted (``kubectl delete --wait``: its pods, PersistentVolumeClaims with
   their data, ConfigMaps, Secrets, everything) and made afresh.
-- ``key``: failed with :data:`KEY_REFUSED`: the RoleBinding names the participant's cluster user, whom the
+- ``key``: failed with :data:`NO_SSH_LOGIN`: the RoleBinding names the participant's cluster user, whom the
   cluster signs in (the organizer's kubeconfig, OIDC …); there is no SSH login to put a key on. The key
   stays stored for an SSH seat.
 - A start, restart or reset is refused while the course's access window is closed.
@@ -27,12 +27,12 @@ request done or failed with the reason. The seat's stored way in says it is stop
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
-from gpuseat.core.selfservice import RunState
-from gpuseat.engines import hours as seat_hours
-from gpuseat.engines.base import RUN_REQUESTS, Changes, CourseState, Step, plan_holder_requests, stale_requests
+from gpuseat.engines import wishes
+from gpuseat.engines.base import CourseState, Step
+from gpuseat.engines.wishes import FRESH, Reading, Wish
 
 if TYPE_CHECKING:
     from gpuseat.engines.kubernetes.engine import KubernetesEngine
@@ -42,107 +42,33 @@ if TYPE_CHECKING:
 #: the participant's RoleBinding in their namespace (what a stop deletes)
 BINDING = "gpuseat-participant"
 #: why a ``key`` request fails on a Kubernetes seat
-KEY_REFUSED = (
+NO_SSH_LOGIN = (
     "a Kubernetes seat has no SSH login: you reach your namespace with kubectl, signed in to the cluster as "
     "yourself (your key is kept for an SSH seat)"
 )
-#: the run requests that act on a running namespace, strongest first (a reset also covers a restart)
-FRESH = ("reset", "restart")
 
 
-@dataclass(frozen=True)
-class Reading:
-    """The course's pending requests, run states and seat hours, read once per plan."""
-
-    pending: list[RequestView]
-    states: dict[str, RunState]
-    hours: seat_hours.CourseHours | None
-
-
-@dataclass
-class Wish:
-    """What one holder's requests and run state want of their namespace in this pass."""
-
-    #: the seat runs once this pass is done (the RoleBinding and the probe Pod are there)
-    runs: bool
-    #: why it is stopped (the ``access.revoke`` and ``pods.end`` steps' why)
-    why: str = ""
-    #: the first note of the seat's way in while it is stopped (None: it runs)
-    stopped: str | None = None
-    #: "reset" (the namespace made afresh) or "restart" (its pods end)
-    fresh: str | None = None
-    #: the ``request.record`` (and ``seat.stop``) steps, planned after the seat's own steps
-    steps: list[Step] = field(default_factory=list)
-
-
-def read_requests(engine: KubernetesEngine, course: CourseState, seats: set[str], held: bool) -> Reading | None:
-    """The pending requests on these seats, every holder's run state and (``held``: a seat is held) their
-    hours (None: an archived or deleted course, whose requests nobody carries out)."""
-    if not seats or course.course is None or course.archived:
-        return None
-    ledger = seat_hours.read(engine.store, engine.course, course.now) if held else None
-    return Reading(engine.pending_requests(seats), engine.store.requests.run_states(engine.course), ledger)
-
-
-def stale_steps(engine: KubernetesEngine, reading: Reading, holders: dict[str, ParticipantView]) -> list[Step]:
-    """A ``request.record`` that fails each pending request whose asker holds its seat no more."""
-    return [engine._request_step(r, why, seat=r.seat) for r, why in stale_requests(reading.pending, holders)]
-
-
-def plan_holder(
+def plan_namespace(
     engine: KubernetesEngine, course: CourseState, reading: Reading, seat: str, p: ParticipantView, ns: str, made: bool
 ) -> Wish:
     """What ``p``'s pending requests on ``seat`` and their run state want of their namespace ``ns``
     (``made``: it exists now)."""
-    state = reading.states.get(p.key, RunState(True))
-    mine = [r for r in reading.pending if r.participant == p.key and r.seat == seat]
-    refusals: dict[str, str] = {}
-    if course.closed is not None:
-        refusals = dict.fromkeys(RUN_REQUESTS, f"the seat cannot run now: {course.closed}")
-    rule = reading.hours.of(p.key) if reading.hours is not None else seat_hours.HoursRule(False, False)
-    ran: list[str] = []
-    records = Changes(engine.name, engine.course, engine.host)
 
     def record(r: RequestView, refused: str | None) -> Step:
-        refused = refused or (KEY_REFUSED if r.action == "key" else None)
+        refused = refused or (NO_SSH_LOGIN if r.action == "key" else None)
         return engine._request_step(r, refused, target=ns, seat=seat, namespace=ns, made=made)
 
-    runs = plan_holder_requests(
-        records, mine, rule.runs(state), {**refusals, **rule.refusals()}, run=lambda r: ran.append(r.action),
-        record=record,
-    )  # fmt: skip
-    wish = Wish(runs, steps=records.steps)
-    hours = state.reason if seat_hours.stopped_for_hours(state.reason) else None
-    if runs and rule.stop_reason is not None and not any(r.action in RUN_REQUESTS for r in mine):
-        hours = rule.stop_reason  # recorded on the seat's timeline: the page and `seat hours` say it
-        # tied to no seat (as the other engines'): recorded even if the revoke fails, which the next pass retries
-        wish.steps.append(engine._step("seat.stop", seat, hours, "record", participant=p.key, reason=hours))
-        wish.runs = runs = False
-    if not runs:
-        asked = any(r.action == "stop" for r in mine)
-        wish.why = f"{p.key} asked for a stop" if asked else (hours or state.reason or "the seat is stopped")
-        if hours is not None and not asked:
-            wish.stopped = f"stopped: {hours}"
-        else:
-            wish.stopped = f"stopped: on {p.key}'s request; no access to namespace {ns} until a start"
-        return wish
-    wish.fresh = next((a for a in FRESH if a in ran), None) if made else None
+    stopped = f"stopped: on {p.key}'s request; no access to namespace {ns} until a start"
+    wish = wishes.plan_wish(engine, course, reading, seat, p, record, stopped)
+    if not made:
+        wish.fresh = None
     return wish
 
 
 def do_request(engine: KubernetesEngine, step: Step) -> str | None:
     """Carry out ``seat.stop`` (the agent's stop for hours) and ``request.record``: done or failed, from
     the cluster and this pass's steps."""
-    d = step.data
-    if engine.runner.dry_run:
-        return None
-    if step.action == "seat.stop":
-        engine.store.requests.agent_stop(engine.course, str(step.participant), str(d["reason"]))
-        return None
-    ok, reason = _verdict(engine, step)
-    if not engine.store.requests.finish_request(engine.course, int(d["id"]), ok=ok, reason=reason[:1900]):
-        return None
-    return None if ok else f"request {d['id']} ({d['request']}) failed: {reason}"
+    return wishes.do_request(engine, step, partial(_verdict, engine))
 
 
 def _verdict(engine: KubernetesEngine, step: Step) -> tuple[bool, str]:

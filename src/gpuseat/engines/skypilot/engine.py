@@ -48,6 +48,7 @@ from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
 from gpuseat.engines.setting_types import tool
 from gpuseat.engines.skypilot import requests, tasks
 from gpuseat.engines.skypilot.sdk import Cluster, SkyPilot
+from gpuseat.engines.wishes import Wish, read_requests, stale_steps
 from gpuseat.errors import EngineError, GpuseatError, InputError
 
 if TYPE_CHECKING:
@@ -279,12 +280,12 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
             changes.steps.append(self._step("cloud.down", name, why, "revoke", cluster=name))
         gone = "the course is archived" if course.archived else None
         holders = {seat.key: p for seat, p in course.holders()} if course.active else {}
-        reading = requests.read_requests(self, course, {s.key for s in seats}, bool(holders))
+        reading = read_requests(self, course, {s.key for s in seats}, bool(holders))
         if reading is not None:
-            changes.steps += requests.stale_steps(self, reading, holders)
+            changes.steps += stale_steps(self, reading, holders)
         for seat in seats:
             p, info = holders.get(seat.key), clusters.get(self.cluster_of(seat))
-            wish = requests.plan_holder(self, course, reading, seat, p, info) if p and reading else None
+            wish = requests.plan_cluster(self, course, reading, seat, p, info) if p and reading else None
             self._plan_seat(course, seat, p, info, gone, changes, wish)
             changes.steps += wish.steps if wish is not None else []
         if holders and self.settings.wheelhouse is None and self.settings.gpuseat_spec is None:
@@ -302,7 +303,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         info: Cluster | None,
         gone: str | None,
         changes: Changes,
-        wish: requests.Wish | None = None,
+        wish: Wish | None = None,
     ) -> None:
         add = changes.steps.append
         cluster = self.cluster_of(seat)

@@ -25,64 +25,20 @@ done or failed with the reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
-from gpuseat.core.selfservice import RunState
-from gpuseat.engines import hours as seat_hours
-from gpuseat.engines.base import RUN_REQUESTS, Changes, CourseState, Step, plan_holder_requests, stale_requests
+from gpuseat.engines import wishes
+from gpuseat.engines.base import CourseState, Step
+from gpuseat.engines.wishes import FRESH, Reading, Wish
 
 if TYPE_CHECKING:
     from gpuseat.engines.skypilot.engine import SkyPilotEngine
     from gpuseat.engines.skypilot.sdk import Cluster
     from gpuseat.store import ParticipantView, SeatView
-    from gpuseat.store.requests import RequestView
-
-#: the run requests that launch even an up cluster, strongest first (a reset also covers a restart)
-FRESH = ("reset", "restart")
 
 
-@dataclass(frozen=True)
-class Reading:
-    """The course's pending requests, run states and seat hours, read once per plan."""
-
-    pending: list[RequestView]
-    states: dict[str, RunState]
-    hours: seat_hours.CourseHours | None
-
-
-@dataclass
-class Wish:
-    """What one holder's requests and run state want of their cluster in this pass."""
-
-    #: the cluster runs once this pass is done
-    runs: bool
-    #: why it is stopped (the ``cloud.stop`` step's why)
-    why: str = ""
-    #: the seat's state reason while it is stopped on request (None: it runs)
-    stopped: str | None = None
-    #: "reset" (down, then launch), "restart" (stop, then launch) or "key" (launch an up cluster again)
-    fresh: str | None = None
-    #: the ``request.record`` steps, planned after the seat's own steps
-    steps: list[Step] = field(default_factory=list)
-
-
-def read_requests(engine: SkyPilotEngine, course: CourseState, seats: set[str], held: bool) -> Reading | None:
-    """The pending requests on these seats, every holder's run state and (``held``: a seat is held) their
-    hours (None: an archived or deleted course, whose requests nobody carries out)."""
-    if not seats or course.course is None or course.archived:
-        return None
-    ledger = seat_hours.read(engine.store, engine.course, course.now) if held else None
-    return Reading(engine.pending_requests(seats), engine.store.requests.run_states(engine.course), ledger)
-
-
-def stale_steps(engine: SkyPilotEngine, reading: Reading, holders: dict[str, ParticipantView]) -> list[Step]:
-    """A ``request.record`` that fails each pending request whose asker holds its seat no more."""
-    return [engine._request_step(r, why, seat=r.seat) for r, why in stale_requests(reading.pending, holders)]
-
-
-def plan_holder(
+def plan_cluster(
     engine: SkyPilotEngine,
     course: CourseState,
     reading: Reading,
@@ -92,41 +48,14 @@ def plan_holder(
 ) -> Wish:
     """What ``p``'s pending requests on ``seat`` and their run state want of the seat's cluster."""
     cluster = engine.cluster_of(seat)
-    state = reading.states.get(p.key, RunState(True))
+    if info is not None:
+        stopped = f"stopped: on {p.key}'s request; {cluster} keeps its disk until a start"
+    else:
+        stopped = f"not launched: stopped on {p.key}'s request until a start"
+    record = partial(engine._request_step, target=cluster, seat=seat.key, cluster=cluster)
+    wish = wishes.plan_wish(engine, course, reading, seat.key, p, record, stopped)
     mine = [r for r in reading.pending if r.participant == p.key and r.seat == seat.key]
-    refusals: dict[str, str] = {}
-    if course.closed is not None:
-        refusals = dict.fromkeys(RUN_REQUESTS, f"the seat cannot run now: {course.closed}")
-    rule = reading.hours.of(p.key) if reading.hours is not None else seat_hours.HoursRule(False, False)
-    ran: list[str] = []
-    records = Changes(engine.name, engine.course, engine.host)
-    runs = plan_holder_requests(
-        records,
-        mine,
-        rule.runs(state),
-        {**refusals, **rule.refusals()},
-        run=lambda r: ran.append(r.action),
-        record=partial(engine._request_step, target=cluster, seat=seat.key, cluster=cluster),
-    )
-    wish = Wish(runs, steps=records.steps)
-    hours = state.reason if seat_hours.stopped_for_hours(state.reason) else None
-    if runs and rule.stop_reason is not None and not any(r.action in RUN_REQUESTS for r in mine):
-        hours = rule.stop_reason  # recorded on the seat's timeline: the page and `seat hours` say it
-        # tied to no seat (as the other engines'): recorded even if the stop fails, which the next pass retries
-        wish.steps.append(engine._step("seat.stop", seat.key, hours, "record", participant=p.key, reason=hours))
-        wish.runs = runs = False
-    if not runs:
-        asked = any(r.action == "stop" for r in mine)
-        wish.why = f"{p.key} asked for a stop" if asked else (hours or state.reason or "the seat is stopped")
-        if hours is not None and not asked:
-            wish.stopped = f"stopped: {hours}"
-        elif info is not None:
-            wish.stopped = f"stopped: on {p.key}'s request; {cluster} keeps its disk until a start"
-        else:
-            wish.stopped = f"not launched: stopped on {p.key}'s request until a start"
-        return wish
-    wish.fresh = next((a for a in FRESH if a in ran), None)
-    if wish.fresh is None and info is not None and info.up and any(r.action == "key" for r in mine):
+    if wish.runs and wish.fresh is None and info is not None and info.up and any(r.action == "key" for r in mine):
         wish.fresh = "key"  # the launch re-runs the setup, which installs the new key
     return wish
 
@@ -134,16 +63,7 @@ def plan_holder(
 def do_request(engine: SkyPilotEngine, step: Step) -> str | None:
     """Carry out ``seat.stop`` (the agent's stop for hours) and ``request.record``: done or failed, from
     the cluster and this pass's launch."""
-    d = step.data
-    if engine.runner.dry_run:
-        return None
-    if step.action == "seat.stop":
-        engine.store.requests.agent_stop(engine.course, str(step.participant), str(d["reason"]))
-        return None
-    ok, reason = _verdict(engine, step)
-    if not engine.store.requests.finish_request(engine.course, int(d["id"]), ok=ok, reason=reason[:1900]):
-        return None
-    return None if ok else f"request {d['id']} ({d['request']}) failed: {reason}"
+    return wishes.do_request(engine, step, partial(_verdict, engine))
 
 
 def _verdict(engine: SkyPilotEngine, step: Step) -> tuple[bool, str]:
