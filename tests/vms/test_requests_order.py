@@ -51,3 +51,25 @@ def test_a_stop_waiting_when_the_vm_is_first_made_is_done_in_one_pass(store, tes
     done = {r.id: r for r in store.requests.seat_requests("demo", participant=ann.key)}[stop.id]
     assert done.state == "done", done
     again_empty(eng, store)
+
+
+def test_seats_check_says_a_stopped_seat_is_stopped_instead_of_probing_it(store, test_host):  # noqa: F811
+    """``seats check`` of a seat its holder stopped: broken with "stopped (…): not probed" and how to start it,
+    not the probe's failure (which reads like a fault); the other seat is probed as before."""
+    from gpuseat.services.checks import check_seats
+
+    from .test_test_driver import IMAGE, INVENTORY
+
+    lay = fill(store, seats=2, assign=2)
+    first, second = (s.name for s in lay.slices[:2])
+    ann = holder(store, first)
+    eng = build(store, test_host)
+    apply(eng, store)
+    store.requests.request_seat("demo", ann.key, "stop", actor=ann.key)
+    apply(eng, store)
+    values = {"connect": "test:///default", "inventory": str(INVENTORY), "image": str(IMAGE)}
+    got = {r.seat: r for r in check_seats(store, "demo", settings={"libvirt": values}, timeout=5, record=False)}
+    assert got[first].state == "broken", got[first]
+    assert got[first].reason.startswith("stopped (the VM is powered off): not probed"), got[first].reason
+    assert f"gpuseat seat start -p {ann.key}" in got[first].reason
+    assert not got[second].reason.startswith("stopped"), got[second]

@@ -61,17 +61,18 @@ def register(app: typer.Typer) -> None:
         (
             "start",
             "Start the participant's seat again (logins allowed; their VM, hub server or cloud machine "
-            "started); refused with no seat hours left.",
+            "started; their Kubernetes namespace bound again); refused with no seat hours left.",
         ),
         (
             "stop",
             "Stop the participant's seat (logins refused and their processes ended; their VM, hub server or "
-            "cloud machine stopped, a cloud disk kept); hours stop counting.",
+            "cloud machine stopped, a cloud disk kept; their Kubernetes access revoked, pods ended); hours stop "
+            "counting.",
         ),
         (
             "restart",
-            "Restart the participant's seat (their processes ended, or their VM, hub server or cloud machine "
-            "restarted); files kept.",
+            "Restart the participant's seat (their processes or Kubernetes pods ended, or their VM, hub server "
+            "or cloud machine restarted); files kept.",
         ),
     ):
         seat.command(action, help=text, short_help=text.split(" (")[0] + ".")(_asker(action))
@@ -87,12 +88,13 @@ def register(app: typer.Typer) -> None:
         fmt: FormatOption = Format.table,
     ) -> None:
         """Reset the participant's seat: their home restored from the course skeleton (host), their VM's disk made
-        afresh, their hub server restarted, or a fresh cloud machine; what they wrote there is lost."""
+        afresh, their hub server restarted, a fresh cloud machine, or their Kubernetes namespace made afresh; what
+        they wrote there is lost."""
         from gpuseat.errors import InputError
 
         if confirm != participant:
             raise InputError(
-                "a reset deletes what the participant wrote on the seat (their home, their VM's or cloud disk)",
+                "a reset deletes what the participant wrote on the seat (home, VM or cloud disk, namespace)",
                 where="--confirm",
                 fix=f"type the participant's key to confirm: --confirm {participant}",
             )

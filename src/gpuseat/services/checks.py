@@ -69,11 +69,14 @@ def check_seats(
             engines[name] = f"engine {name} cannot probe: {getattr(exc, 'what', exc)}"
     results: dict[str, Readiness] = {}
     jobs: list[tuple[SeatView, Any, ParticipantView]] = []
+    stopped = _stopped(store, key, targets)
     for s in targets:
         engine = engines[s.engine]
         p: ParticipantView = people[s.participant or ""]
         if isinstance(engine, str):
             results[s.key] = _broken(s, p.key, engine)
+        elif s.key in stopped:
+            results[s.key] = _broken(s, p.key, stopped[s.key])
         else:
             jobs.append((s, engine, p))
     done = _run_probes(jobs, timeout=timeout, workers=workers)
@@ -84,6 +87,31 @@ def check_seats(
         out = bench_ready(out, {s.key: s for s in targets}, bench)
     if record and out:
         store.delivery.record_readiness(out, actor=actor)
+    return out
+
+
+def _stopped(store: CourseStore, course: str, seats: list[SeatView]) -> dict[str, str]:
+    """Seats that are stopped now (by their holder, the organizer, or for seat hours outside a session):
+    not probed, since their engine keeps them from running; the result says so instead of the probe's
+    failure ("Permission denied", "no probe Pod"), which would read like a fault."""
+    from gpuseat.core.selfservice import RunState
+    from gpuseat.engines import hours
+    from gpuseat.store.requests import SELF_SERVICE_ENGINES
+
+    ours = [s for s in seats if s.engine in SELF_SERVICE_ENGINES and s.participant]
+    if not ours:
+        return {}
+    states = store.requests.run_states(course)
+    if all(states.get(s.participant or "", RunState(True)).running for s in ours):
+        return {}
+    ledger = hours.read(store, course, None)
+    out = {}
+    for s in ours:
+        who = s.participant or ""
+        state = states.get(who, RunState(True))
+        if not ledger.of(who).runs(state):
+            why = (state.reason or "stopped").removeprefix("stopped: ")
+            out[s.key] = f"stopped ({why}): not probed; it is checked once it runs again (gpuseat seat start -p {who})"
     return out
 
 
