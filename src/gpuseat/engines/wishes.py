@@ -109,16 +109,17 @@ def plan_wish(
     return wish
 
 
-def do_request(engine: StepEngine[Any], step: Step, verdict: Callable[[Step], tuple[bool, str]]) -> str | None:
+def do_record(engine: StepEngine[Any], step: Step, verdict: Callable[[Step], tuple[bool, str]]) -> str | None:
     """Carry out ``seat.stop`` (the agent's stop for hours, on the seat's timeline) and ``request.record``:
-    done or failed by the engine's ``verdict`` of what its machines show now."""
+    failed with its refusal, else done or failed by the engine's ``verdict`` of what its machines show now."""
     d = step.data
     if engine.runner.dry_run:
         return None
     if step.action == "seat.stop":
         engine.store.requests.agent_stop(engine.course, str(step.participant), str(d["reason"]))
         return None
-    ok, reason = verdict(step)
+    refused = d.get("refused")
+    ok, reason = (False, str(refused)) if refused else verdict(step)
     if not engine.store.requests.finish_request(engine.course, int(d["id"]), ok=ok, reason=reason[:1900]):
         return None
     return None if ok else f"request {d['id']} ({d['request']}) failed: {reason}"

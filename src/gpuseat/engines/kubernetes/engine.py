@@ -36,6 +36,7 @@ import hashlib
 import json
 import re
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -47,7 +48,7 @@ from gpuseat.engines import sessions as session_checks
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
 from gpuseat.engines.kubernetes import requests
 from gpuseat.engines.setting_types import AbsolutePath, tool, trusted_file
-from gpuseat.engines.wishes import Wish, read_requests, stale_steps
+from gpuseat.engines.wishes import Wish, do_record, read_requests, stale_steps
 from gpuseat.errors import EngineError, InputError
 from gpuseat.render.k8s import GPU, MANAGED_BY, PROBE_POD, SEAT_LABEL, mig_resource, seat_objects
 
@@ -495,7 +496,7 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
             case "seat.check" | "session.report":
                 return session_checks.do(self, step)
             case "seat.stop" | "request.record":
-                return requests.do_request(self, step)
+                return do_record(self, step, partial(requests.namespace_verdict, self))
             case _:
                 raise InputError(f"the kubernetes engine has no step {step.action!r}", where="plan")
         return None

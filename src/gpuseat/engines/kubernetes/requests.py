@@ -27,7 +27,6 @@ request done or failed with the reason. The seat's stored way in says it is stop
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING
 
 from gpuseat.engines import wishes
@@ -65,17 +64,9 @@ def plan_namespace(
     return wish
 
 
-def do_request(engine: KubernetesEngine, step: Step) -> str | None:
-    """Carry out ``seat.stop`` (the agent's stop for hours) and ``request.record``: done or failed, from
-    the cluster and this pass's steps."""
-    return wishes.do_request(engine, step, partial(_verdict, engine))
-
-
-def _verdict(engine: KubernetesEngine, step: Step) -> tuple[bool, str]:
+def namespace_verdict(engine: KubernetesEngine, step: Step) -> tuple[bool, str]:
     """Whether the request is done, from what the cluster shows now."""
     d = step.data
-    if d.get("refused"):
-        return False, str(d["refused"])
     action = str(d["request"])
     ns = str(d.get("namespace") or step.target)
     have = engine.applied()

@@ -34,6 +34,7 @@ import re
 import shlex
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Literal
 from zoneinfo import ZoneInfo
 
@@ -48,7 +49,7 @@ from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
 from gpuseat.engines.setting_types import tool
 from gpuseat.engines.skypilot import requests, tasks
 from gpuseat.engines.skypilot.sdk import Cluster, SkyPilot
-from gpuseat.engines.wishes import Wish, read_requests, stale_steps
+from gpuseat.engines.wishes import Wish, do_record, read_requests, stale_steps
 from gpuseat.errors import EngineError, GpuseatError, InputError
 
 if TYPE_CHECKING:
@@ -434,7 +435,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
             case "seat.record":
                 self._record(step)
             case "request.record" | "seat.stop":
-                return requests.do_request(self, step)
+                return do_record(self, step, partial(requests.cluster_verdict, self))
             case "seat.clear":
                 if not self.runner.dry_run:
                     if self.store.seats.get_seat(self.course, step.target).state == "running":  # running → planned

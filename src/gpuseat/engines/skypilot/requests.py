@@ -60,17 +60,9 @@ def plan_cluster(
     return wish
 
 
-def do_request(engine: SkyPilotEngine, step: Step) -> str | None:
-    """Carry out ``seat.stop`` (the agent's stop for hours) and ``request.record``: done or failed, from
-    the cluster and this pass's launch."""
-    return wishes.do_request(engine, step, partial(_verdict, engine))
-
-
-def _verdict(engine: SkyPilotEngine, step: Step) -> tuple[bool, str]:
+def cluster_verdict(engine: SkyPilotEngine, step: Step) -> tuple[bool, str]:
     """Whether the request is done, from what SkyPilot shows now."""
     d = step.data
-    if d.get("refused"):
-        return False, str(d["refused"])
     action, cluster = str(d["request"]), str(d["cluster"])
     launched, error = engine.launch_result(cluster)
     if error is not None:
