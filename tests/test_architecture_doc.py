@@ -9,9 +9,12 @@ command tree, not in ``--help`` text) and ``GPUSEAT_*`` variables.
 
 from __future__ import annotations
 
+import ast
 import importlib
+import io
 import re
 import shlex
+import tokenize
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
@@ -300,4 +303,13 @@ def test_the_hub_config_the_jupyterhub_doc_shows_is_what_gpuseat_prints(
     result = cli(*args[1:], "--no-check")
     assert result.code == 0, result.err
     version = re.compile(r"\(gpuseat [^)]*\)")
-    assert version.sub("(gpuseat V)", m.group(2)) == version.sub("(gpuseat V)", result.out)
+    shown, printed = version.sub("(gpuseat V)", m.group(2)), version.sub("(gpuseat V)", result.out)
+    # the doc's block is laid out by `ruff format .` (CI checks docs' Python too): the same program, the
+    # same comments, whatever the quotes and line breaks
+    assert ast.dump(ast.parse(shown)) == ast.dump(ast.parse(printed)), shown
+    assert _comments(shown) == _comments(printed), shown
+
+
+def _comments(code: str) -> list[str]:
+    """Every comment of a Python text, in order (what ``ast`` drops)."""
+    return [t.string for t in tokenize.generate_tokens(io.StringIO(code).readline) if t.type == tokenize.COMMENT]
