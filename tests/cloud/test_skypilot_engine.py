@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from delivery.test_webhook import Receiver, receiver  # noqa: F401  (the receiver fixture)
 from gpuseat.core.roster import RosterText
 from gpuseat.engines import registry
 from gpuseat.engines.apply import one_pass, plan_all
@@ -570,3 +571,84 @@ def test_out_of_seat_hours_the_cluster_stops_a_start_is_refused_and_a_topup_lets
     assert _said(store, start) == ("done", "started: you can log in")
     assert empty_plan(store, fake, evening)
     assert [v for v in fake.verbs() if v.endswith("cloud-2")] == ["launch gs-lab-cloud-2"]
+
+
+# -- ready before every session (gpuseat.engines.sessions) ---------------------------------------------
+
+
+def test_before_a_session_each_running_cluster_is_checked_a_broken_one_again_later_a_stopped_one_never(
+    lab,
+    tmp_path,
+    receiver: Receiver,  # noqa: F811
+):
+    """10 minutes before a lab session (lead 15), on the real clock (a check's time is this machine's): one
+    pass checks ann's up cluster and bob's, launched in that same pass (after its launch), as each holder over
+    ssh; cy stopped hers and is not checked. The verdicts are stored, the broken seat is posted to the course
+    webhook once; right after, nothing is due; four minutes later only bob's seat is checked again."""
+    store, fake, _ = lab
+    at = (datetime.now(UTC) + timedelta(minutes=10)).replace(second=0, microsecond=0)
+    at = min(at, at.replace(hour=23, minute=58))  # a session may not cross midnight
+    end = min(at + timedelta(minutes=30), at.replace(hour=23, minute=59))
+    text = store.courses.course_text("lab")
+    schedule = (
+        f'[schedule]\nstart = {(at - timedelta(days=1)).date()}\ndays = 3\naccess = "24/7"\n'
+        f'[[schedule.session]]\ndate = {at.date()}\nhours = "{at:%H:%M}-{end:%H:%M}"\n\n'
+    )
+    head, _, rest = text.partition("[schedule]")
+    text = f'webhook = "{receiver.url}"\n{head}{schedule}[[group]]{rest.partition("[[group]]")[2]}'
+    store.courses.set_course_text("lab", f"{text}\n[policy]\nlead_minutes = 15\n", changes=[])
+    roster = f"name,email,group,unix_user,ssh_key\nCy,cy@example.edu,students,cy,{ssh_key(tmp_path, 'cy')}\n"
+    store.roster.import_roster("lab", RosterText(roster, where="more.csv"))
+    store.seats.add_seats("lab", [{"key": "cloud-3", "kind": "cloud", "engine": "skypilot"}])
+    store.seats.assign("lab", "cy", "cloud-3")
+    gpu = "GPU 0: Tesla T4 (UUID: GPU-aaaaaaaa-0000-0000-0000-000000000000)\n"
+    probed: list[str] = []
+
+    def ssh(argv: tuple[str, ...]) -> tuple[int, str, str]:
+        probed.append(argv[-1])
+        return (0, gpu, "") if " ann " in argv[-1] else (1, "", "sudo: unknown user bob\n")
+
+    early, _ = run(store, fake, at - timedelta(minutes=30), answers={("ssh",): ssh})
+    assert "seat.check" not in " ".join(steps(early)) and not probed  # no session near yet
+    store.requests.request_seat("lab", "cy", "stop", actor="cy")
+    store.seats.assign("lab", "bob", "cloud-2")
+    receiver.refused = 1  # a receiver that takes the first body at once (its retry is tested elsewhere)
+    fake.timeline.clear()
+    done, _ = run(store, fake, None, answers={("ssh",): ssh})
+    assert steps(done) == ["cloud.stop gs-lab-cloud-3", "cloud.launch gs-lab-cloud-2", "seat.record cloud-2",
+                           "seat.record cloud-3", "request.record gs-lab-cloud-3", "seat.check cloud-1",
+                           "seat.check cloud-2", f"session.report session {at:%Y-%m-%d %H:%M} UTC"]  # fmt: skip
+    order = [t for t in fake.timeline if t.startswith(("sky.launch", "ssh"))]
+    assert order == ["sky.launch gs-lab-cloud-2", "ssh gs-lab-cloud-1 sudo -n -u ann -- nvidia-smi -L",
+                     "ssh gs-lab-cloud-2 sudo -n -u bob -- nvidia-smi -L"]  # fmt: skip
+    found = store.delivery.readiness_of("lab")
+    assert (found["cloud-1"]["state"], found["cloud-1"]["visible"]) == ("ready", [gpu.split("UUID: ")[1][:-2]])
+    said = "the probe failed on gs-lab-cloud-2: sudo: unknown user bob"
+    assert (found["cloud-2"]["state"], found["cloud-2"]["reason"]) == ("broken", said)
+    assert "cloud-3" not in found and fake.clusters["gs-lab-cloud-3"]["status"] == "STOPPED"
+    body = receiver.wait("session.check")
+    assert (body["engine"], body["checked"], datetime.fromisoformat(body["session_starts"])) == ("skypilot", 2, at)
+    assert body["broken"] == [{"seat": "cloud-2", "participant": "bob", "reason": said}]
+
+    assert empty_plan(store, fake, None)  # right after: the ready seat is done, the broken one waits 4 minutes
+    later, _ = run(store, fake, datetime.now(UTC) + timedelta(minutes=5), answers={("ssh",): ssh})
+    assert steps(later) == ["seat.check cloud-2", f"session.report session {at:%Y-%m-%d %H:%M} UTC"]
+    assert [o.message for r in later.reports for o in r.outcomes][-1] == "unchanged since the last post"
+    assert len(probed) == 3 and len(receiver.bodies) == 1  # the same broken list is not posted twice
+
+
+def test_a_seat_whose_relaunch_failed_is_not_probed_at_its_old_address(lab):
+    """A restart whose launch fails leaves the seat's last way in stored, an address the cloud may since have
+    given to another machine: the check (before a session, or ``seats check``) says not launched with
+    SkyPilot's error, and runs no ssh there."""
+    store, fake, _ = lab
+    run(store, fake, OPEN)
+    _ask(store, "restart")
+    fake.fail_launch = "Failed to acquire resources in all zones in us-east-1 for g4dn.xlarge"
+    run(store, fake, OPEN, failing=True)
+    assert store.delivery.access_of("lab")["cloud-1"]["host"] == "54.12.3.10"
+    runner = Runner(fake)
+    engine = SkyPilotEngine(store, "lab", runner=runner)
+    got = engine.probe(store.seats.get_seat("lab", "cloud-1"), store.roster.find_participant("lab", "ann"))
+    assert got.state == "broken" and got.reason.startswith("not launched: sky.launch gs-lab-cloud-1 failed"), got
+    assert not runner.take()

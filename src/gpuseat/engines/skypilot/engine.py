@@ -20,6 +20,10 @@ the course's access windows, torn down with the course.
 * **requests** (stop, start, restart, reset, key on the participant's page or ``gpuseat seat``): a stopped
   seat's cluster is stopped and stays so until a start; a restart stops and launches it, a reset tears
   it down and launches a fresh one (:mod:`gpuseat.engines.skypilot.requests`).
+* **ready before every session** (``seat.check`` / ``session.report``, record): from ``lead_minutes``
+  before a lab session each running seat is checked as ``seats check`` does (its probe over ssh) and the
+  broken ones posted to the course webhook (:mod:`gpuseat.engines.sessions`, the rule of every engine);
+  a cluster launched in the same pass is checked after its record step, which waits for the launch.
 
 SkyPilot is reached through its Python API (:class:`~gpuseat.engines.skypilot.sdk.SkyPilot`); ssh (the
 hand-over's revoke, the probe) goes through the :class:`~gpuseat.engines.runner.Runner`. The one line a
@@ -45,6 +49,7 @@ from gpuseat.core.hosts import jump_target
 from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.core.seating import AGENT_ACTOR
+from gpuseat.engines import sessions as session_checks
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine, ssh_access
 from gpuseat.engines.setting_types import tool
 from gpuseat.engines.skypilot import requests, tasks
@@ -284,11 +289,16 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         reading = read_requests(self, course, {s.key for s in seats}, bool(holders))
         if reading is not None:
             changes.steps += stale_steps(self, reading, holders)
+        running: dict[str, ParticipantView] = {}  # seats whose cluster is up (or launched) once this pass is done
         for seat in seats:
             p, info = holders.get(seat.key), clusters.get(self.cluster_of(seat))
             wish = requests.plan_cluster(self, course, reading, seat, p, info) if p and reading else None
             self._plan_seat(course, seat, p, info, gone, changes, wish)
             changes.steps += wish.steps if wish is not None else []
+            if p is not None and wish is not None and wish.runs and course.closed is None:
+                running[seat.key] = p
+        if reading is not None:
+            requests.plan_checks(self, course, reading, running, changes)
         if holders and self.settings.wheelhouse is None and self.settings.gpuseat_spec is None:
             changes.notes.append(
                 "no gpuseat wheel is shipped: seats get their holder's login, not gpuseat's benchmark "
@@ -436,6 +446,8 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
                 self._record(step)
             case "request.record" | "seat.stop":
                 return do_record(self, step, partial(requests.cluster_verdict, self))
+            case "seat.check" | "session.report":
+                return session_checks.do(self, step)
             case "seat.clear":
                 if not self.runner.dry_run:
                     if self.store.seats.get_seat(self.course, step.target).state == "running":  # running → planned
@@ -605,14 +617,17 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         return None
 
     def probe(self, seat: SeatView, participant: ParticipantView) -> Readiness:
-        """List the GPUs on the cluster as the participant and judge them (no ssh to a seat not up)."""
+        """List the GPUs on the cluster as the participant and judge them (no ssh to a seat not up: one whose
+        launch failed keeps its last address, which the cloud may since have given to another machine)."""
         from gpuseat.core.listing import parse_list, visible_devices
 
         cluster = self.cluster_of(seat)
         now = datetime.now(UTC)
         stored = self.store.delivery.access_of(self.course).get(seat.key) or {}
         made_for = stored.get("holder")
-        if not stored.get("host") or (made_for and made_for != participant.key):
+        said = seat.state_reason or ""
+        down = said.startswith(CLOUD_RUN_STATES) and not said.startswith("running")
+        if down or not stored.get("host") or (made_for and made_for != participant.key):
             why = self.state_of(seat, participant)
             return Readiness(self.course, seat.key, participant.key, "broken", why, "", (), now, ENGINE)
         argv = self.probe_command(cluster, self.login_of(participant), stored)
