@@ -39,6 +39,8 @@ MIG = Grant(
 GPU = Grant(
     seat="seat-01", kind="gpu", device_uuid="GPU-4f1d6a52-9c0e-2d5b-8a41-7e3c2b1a9f08", host="gpu-node-1", profile=None
 )
+#: hosts gpuseat's host rule takes that no node can be selected by (kubernetes.io/hostname is a lower-case name)
+BAD_NODES = ("2001:db8::5", "GPU-Node-1")
 
 KUBECONFIG = """apiVersion: v1
 kind: Config
@@ -256,6 +258,9 @@ def test_what_a_seat_lacks():
     assert missing_for(Grant("s", "gpu", None, "h", None), "kubernetes") is None
     assert "JupyterHub cannot start" in (missing_for(Grant("s", "vm", "GPU-1", "h", None), "local") or "")
     assert "no profile" in (missing_for(Grant("s", "mig", "MIG-1", "h", None), "kubernetes") or "")
+    for host in BAD_NODES:  # a host that can name no node: refused on Kubernetes only (ssh and Docker take it)
+        assert "cannot be its Kubernetes node" in (missing_for(Grant("s", "gpu", None, host, None), "kubernetes") or "")
+        assert missing_for(Grant("s", "gpu", "GPU-1", host, None), "local") is None
 
 
 def test_a_profile_the_participant_picks_never_replaces_the_seats_gpu_or_node(make_spawner):
@@ -293,3 +298,39 @@ def test_a_profile_the_participant_picks_never_replaces_the_seats_gpu_or_node(ma
         assert env["GPUSEAT_SEAT"] == "seat-03" and env["TEAM"] == "x"
         assert "NVIDIA_VISIBLE_DEVICES" not in env  # =all would open every GPU of the node to the container
     assert not hasattr(spawner.load_user_options.gpuseat_original, "gpuseat_original")
+
+
+def test_kubespawner_refuses_a_seat_whose_host_can_name_no_node_with_the_reason(make_spawner, tmp_path):
+    """The seat's host is the pod's ``kubernetes.io/hostname`` selector: an IPv6 address or an upper-case name
+    (node names are lower case, the selector case-sensitive) matched no node, and the pod stayed Pending with
+    no reason given. The start is refused with the 503 and the reason; a node's name starts as before."""
+    from hubcourse import make_course, seat_specs
+    from kubespawner import KubeSpawner
+    from tornado.web import HTTPError
+
+    from gpuseat.jupyterhub import HubSettings, SeatHooks
+
+    url = f"sqlite:///{tmp_path / 'course.db'}"
+    store = make_course(url, tmp_path, key="lab", people=["ada", "ben", "cy"], seats=1, assign=1)  # ada: gpu-node-1
+    far = [
+        {**s, "key": f"far-{n}", "host": h}
+        for n, (s, h) in enumerate(zip(seat_specs(3)[:2], BAD_NODES, strict=True), 1)
+    ]
+    store.seats.add_seats("lab", far)
+    store.seats.assign("lab", "ben", "far-1")
+    store.seats.assign("lab", "cy", "far-2")
+    hooks = SeatHooks(HubSettings(course="lab", db_url=url, contact="the organizer"))
+    for person, seat, host, flaw in [("ben", "far-1", BAD_NODES[0], "IPv6"), ("cy", "far-2", BAD_NODES[1], "upper")]:
+        spawner = _in_loop(lambda person=person: make_spawner(KubeSpawner, person))
+        with pytest.raises(HTTPError) as caught:
+            asyncio.run(hooks.pre_spawn_hook(spawner))
+        said = caught.value.log_message
+        assert caught.value.status_code == 503 and f"seat {seat}'s host {host!r} cannot be its Kubernetes node" in said
+        assert flaw in said and "`kubectl get nodes`" in said and said.endswith("Ask the organizer."), said
+        assert store.seats.get_seat("lab", seat).state == "planned"  # not taken by a server that cannot run
+        assert HOSTNAME_LABEL not in spawner.node_selector
+    ada = _in_loop(lambda: make_spawner(KubeSpawner, "ada"))
+    asyncio.run(hooks.pre_spawn_hook(ada))
+    assert _pod(ada)["spec"]["nodeSelector"] == {HOSTNAME_LABEL: "gpu-node-1"}
+    assert store.seats.get_seat("lab", "mig-1").state == "requested"
+    store.close()

@@ -9,7 +9,8 @@ kubespawner nor dockerspawner has to be importable here):
   ``extra_host_config`` plus ``NVIDIA_VISIBLE_DEVICES`` (dockerspawner#331: without it every user got
   the same GPU);
 * ``KubeSpawner``: ``extra_resource_limits`` of one ``nvidia.com/gpu`` (or, under the device plugin's
-  ``mixed`` MIG strategy, ``nvidia.com/mig-<profile>``) and a node selector for the seat's host. On
+  ``mixed`` MIG strategy, ``nvidia.com/mig-<profile>``) and a node selector for the seat's host (the
+  node's name; a host that can name no node is refused, :func:`gpuseat.render.k8s.node_problem`). On
   Kubernetes the device plugin picks the device on that node, so the UUID is not pinned there.
 
 Every value is assigned as a new dict, never updated in place: spawner objects live on between spawns
@@ -23,14 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from gpuseat.render.k8s import GPU, mig_resource
+from gpuseat.render.k8s import GPU, HOSTNAME_LABEL, mig_resource, node_problem
 
 if TYPE_CHECKING:
     from gpuseat.jupyterhub.config import MigStrategy
 
 Flavour = Literal["local", "docker", "kubernetes"]
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 # Seat kinds a hub server can hold (the others are VMs, cloud machines or Slurm jobs with their own engine).
 HUB_KINDS = frozenset({"gpu", "mig", "shared"})
 
@@ -70,7 +70,7 @@ def missing_for(grant: Grant, kind: Flavour) -> str | None:
     if kind == "kubernetes":
         if grant.kind == "mig" and not grant.profile:
             return f"MIG seat {grant.seat} has no profile (such as 1g.10gb) for its Kubernetes resource"
-        return None
+        return node_problem(grant.seat, grant.host)  # else a Pod pinned to no node: Pending forever
     if not grant.device_uuid:
         return f"seat {grant.seat} has no device UUID yet"
     return None

@@ -6,7 +6,8 @@ after its participant when known) whose ResourceQuota allows exactly one GPU res
 the participant's RoleBinding, and a probe Pod requesting ``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>``.
 
 :func:`check_manifest` is gpuseat's own check of resource names and quantities, which the
-Kubernetes schema does not do (platform.md B3).
+Kubernetes schema does not do (platform.md B3); :func:`node_flaw` says when a seat's host can never be
+the node its Pod is pinned to (``kubernetes.io/hostname``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,15 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuseat"}
 SEAT_LABEL = "gpuseat/seat"
 _RESOURCE = re.compile(r"^nvidia\.com/(gpu|gpu\.shared|mig-\d+g\.\d+gb(\.me)?)$")
 _COUNT = re.compile(r"^[1-9][0-9]*$")
+#: the label a seat's Pod is pinned to its node by; the kubelet sets it to the node's (lower-cased) name
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+#: a node's name (a lower-case DNS subdomain) that is also a label value: at most 63 characters
+_NODE = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*", re.ASCII)
+#: how to give a seat a node it can be pinned to (a seat's host is set when it is added)
+NODE_FIX = (
+    "give the node's name as `kubectl get nodes` prints it: add a seat with it (gpuseat seats add --host NODE …) "
+    "and move the participant there (gpuseat seats move --participant P --seat NEW)"
+)
 
 
 def mig_resource(profile: str) -> str:
@@ -59,6 +69,38 @@ def device_plugin_config(layout: Layout) -> dict[str, Any]:
             sharing = {"failRequestsGreaterThanOne": True, **sharing}
         return {"version": "v1", "sharing": {key: sharing}}
     return {"version": "v1", "flags": {"migStrategy": "none"}}
+
+
+def node_flaw(host: str) -> str | None:
+    """Why ``host`` can never select a node as ``kubernetes.io/hostname=<host>`` (None when it can).
+
+    gpuseat's host rule (:mod:`gpuseat.core.hosts`) takes IPv6 addresses, upper case, ``_`` and names of
+    253 characters, as ssh does; a label value is at most 63 characters, and the selector is compared
+    case-sensitively with the name the kubelet set, so such a seat's Pod would stay Pending forever."""
+    if ":" in host:
+        return "it is an IPv6 address, and a node is selected by its name (a label value never has ':')"
+    if len(host) > 63:
+        return f"it has {len(host)} characters, more than the 63 a label value (kubernetes.io/hostname) may have"
+    if host != host.lower():
+        lower = host.lower()
+        guess = f" (did you mean {lower!r}?)" if _NODE.fullmatch(lower) else ""
+        return f"it has upper-case letters, and node names are lower case: the selector is case-sensitive{guess}"
+    if "_" in host:
+        return "it has '_', which a node name never has"
+    for end, char in (("starts", host[:1]), ("ends", host[-1:])):
+        if char in (".", "-"):
+            return f"it {end} with {char!r}, which a label value (kubernetes.io/hostname) never does"
+    if not _NODE.fullmatch(host):
+        return "a node name is lower-case letters, digits and '-', in parts joined by single dots"
+    return None
+
+
+def node_problem(seat: str, host: str | None) -> str | None:
+    """What keeps ``seat`` from being pinned to its host's node, with the fix (None when nothing does)."""
+    flaw = node_flaw(host) if host else None
+    if host is None or flaw is None:
+        return None
+    return f"seat {seat}'s host {host[:100]!r} cannot be its Kubernetes node: {flaw}; {NODE_FIX}"
 
 
 def seat_namespace(options: RenderOptions, item: Slice, participant: str | None) -> str:
@@ -140,7 +182,7 @@ def _pod(resource: str, image: str, namespace: str, labels: dict[str, str], node
         ],
     }
     if node:
-        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+        spec["nodeSelector"] = {HOSTNAME_LABEL: node}  # node_flaw says when it can never match
     return {
         "apiVersion": "v1",
         "kind": "Pod",

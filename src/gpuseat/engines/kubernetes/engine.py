@@ -1,7 +1,9 @@
 """The Kubernetes engine: each seat holder gets a namespace of their own on a cluster whose GPU operator
 advertises the seats' resources, with a quota of exactly one GPU of their seat's kind (0 of every other
 GPU resource), an ``edit`` RoleBinding for them alone and a probe Pod pinned to the seat's resource
-(and node, when the seat names one): the manifests :func:`gpuseat.render.k8s.seat_objects` renders.
+(and node, when the seat names one): the manifests :func:`gpuseat.render.k8s.seat_objects` renders. A seat
+whose host no node can be selected by (:func:`gpuseat.render.k8s.node_flaw`) gets none of them: its grant
+fails with the reason (its Pod would stay Pending forever), as a namespace that is not the course's does.
 
 :meth:`KubernetesEngine.plan` renders the course's manifests per holder and compares them with what
 is applied (``kubectl get`` of the objects labelled with the course), each object carrying a hash of
@@ -50,7 +52,7 @@ from gpuseat.engines.kubernetes import requests
 from gpuseat.engines.setting_types import AbsolutePath, tool, trusted_file
 from gpuseat.engines.wishes import Wish, do_record, read_requests, stale_steps
 from gpuseat.errors import EngineError, InputError
-from gpuseat.render.k8s import GPU, MANAGED_BY, PROBE_POD, SEAT_LABEL, mig_resource, seat_objects
+from gpuseat.render.k8s import GPU, MANAGED_BY, NODE_FIX, PROBE_POD, SEAT_LABEL, mig_resource, node_flaw, seat_objects
 
 if TYPE_CHECKING:
     from gpuseat.store import ParticipantView, SeatView
@@ -322,12 +324,16 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
                 add(self._step("namespace.delete", ns, why, "revoke", participant=holder[k].key, seats=(k,)))
         closed = state.closed if state.active else None
         taken = self.foreign(set(seat_of_ns) - {n for (k, _s, n) in have if k == "Namespace"})
+        hosts = {s.key: s.host for s in state.seats}
+        #: seats whose host can select no node (their Pod would stay Pending forever): refused, never applied
+        nodeless = {k: flaw for k in wanted if hosts.get(k) and (flaw := node_flaw(str(hosts[k]))) is not None}
         for seat_key, docs in sorted(wanted.items()):
             p = holder[seat_key]
             ns = docs[0]["metadata"]["name"]
+            mine = f"{p.key}'s own namespace for {seat_key}"
             if ns in taken:  # one failed grant: the seat's other steps (and its way in) wait for it
-                add(self._step("namespace.create", ns, f"{p.key}'s own namespace for {seat_key}", "grant",
-                               participant=p.key, seats=(seat_key,), foreign=taken[ns]))  # fmt: skip
+                add(self._step("namespace.create", ns, mine, "grant", participant=p.key, seats=(seat_key,),
+                               foreign=taken[ns]))  # fmt: skip
                 continue
             fresh = ns in dropped or ("Namespace", "", ns) not in have
             # revoke: a probe Pod that differs from the render; objects of ours that the render lacks
@@ -359,8 +365,11 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
             elif restart:  # every pod ends (the probe is made again below); the access stays
                 add(self._step("pods.end", ns, f"{p.key} asked for a restart: their pods end, their access stays",
                                "revoke", participant=p.key, seats=(seat_key,), namespace=ns))  # fmt: skip
+            if seat_key in nodeless:  # its revokes above stand; its grants are one failed step, its way in waits
+                add(self._step("namespace.create", ns, mine, "grant", participant=p.key, seats=(seat_key,),
+                               node=hosts[seat_key], flaw=nodeless[seat_key]))  # fmt: skip
             # grant: each object that is missing or differs, in the render's order
-            for doc in docs:
+            for doc in [] if seat_key in nodeless else docs:
                 if shut and doc["kind"] in ("RoleBinding", "Pod"):
                     continue
                 ident = _id(doc)
@@ -371,7 +380,7 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
                 action = {"namespace": "namespace.create", "quota": "quota.set", "access": "access.grant",
                           "pod": "pod.create"}[verb]  # fmt: skip
                 if verb == "namespace":
-                    why = f"{p.key}'s own namespace for {seat_key}"
+                    why = mine
                 elif verb == "quota":
                     why = f"exactly one {_own(doc)} in it, none of any other GPU"
                 elif verb == "access":
@@ -383,7 +392,8 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
             changes.steps += wish.steps if wish is not None else []
         self._record_steps(state, wanted, changes, wishes)
         ledger = reading.hours if reading is not None else None
-        running = {k for k, ns in seat_ns.items() if ns not in taken and (k not in wishes or wishes[k].runs)}
+        running = {k for k, ns in seat_ns.items() if ns not in taken and k not in nodeless and
+                   (k not in wishes or wishes[k].runs)}  # fmt: skip
         self._plan_checks(state, running, ledger, changes)
         return changes
 
@@ -470,6 +480,13 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
                 where=f"namespace {step.target}",
                 fix="set another namespace prefix (gpuseat engines settings kubernetes namespace=PREFIX "
                 f"--course {self.course}), or give {step.participant} another unix_user",
+            )
+        if d.get("flaw"):
+            raise InputError(
+                f"its host {str(d['node'])[:100]!r} cannot be its Kubernetes node: {d['flaw']}; "
+                f"{step.participant}'s seat is not set up until it can (a Pod pinned to no node would wait forever)",
+                where=f"seat {step.seats[0]}",
+                fix=NODE_FIX,
             )
         match step.action:
             case "namespace.delete":
