@@ -6,6 +6,7 @@ reason and the fix, and the other seats are served as before."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from conformance.test_k8s import COURSE_TOML, KUBECONFIG, MIG, ROSTER, StandInCluster
@@ -19,11 +20,11 @@ from gpuseat.store import CourseStore, open_store
 HOSTS = {"seat-1": "2001:db8::5", "seat-2": "GPU-Node-1", "seat-3": "gpu-node-1"}
 
 
-def _lab(tmp_path: Path) -> CourseStore:
+def _lab(tmp_path: Path, toml: str = COURSE_TOML) -> CourseStore:
     """ann, bob_s and cy on seat-1, seat-2 and seat-3 of :data:`HOSTS`, the cluster configured."""
     store = open_store(f"sqlite:///{tmp_path / 'k8s.db'}", create=True)
-    (tmp_path / "lab.toml").write_text(COURSE_TOML)
-    store.courses.create_course(tmp_path / "lab.toml", key="k8s-lab")
+    (tmp_path / "lab.toml").write_text(toml)
+    store.courses.create_course(tmp_path / "lab.toml", key="k8s-lab", timezone="UTC")
     store.roster.import_roster("k8s-lab", RosterText(ROSTER, where="roster.csv"))
     store.seats.add_seats("k8s-lab", [
         {"key": k, "kind": "mig", "host": h, "device_uuid": MIG.format(n=n), "profile": "1g.10gb",
@@ -59,6 +60,11 @@ def test_a_seat_whose_host_can_name_no_node_gets_no_objects_and_its_grant_fails_
     probe = cluster.objects[("Pod", "gpuseat-cy", "gpuseat-probe")]
     assert probe["spec"]["nodeSelector"] == {HOSTNAME_LABEL: "gpu-node-1"}  # a node's name: as before
     assert set(store.delivery.access_of("k8s-lab")) == {"seat-3"}  # no way in recorded for ann or bob_s
+    engine = build("kubernetes", store, "k8s-lab", settings={"kubeconfig": KUBECONFIG}, runner=cluster)
+    checked = {r.seat: r for r in engine.check(store.seats.seats("k8s-lab"))}  # what seats check says
+    assert checked["seat-3"].ready, checked["seat-3"].reason
+    for seat in ("seat-1", "seat-2"):  # the reason, not "no probe Pod (not applied yet?)"
+        assert not checked[seat].ready and "cannot be its Kubernetes node" in str(checked[seat].reason)
     store.close()
 
 
@@ -80,4 +86,22 @@ def test_objects_an_older_gpuseat_applied_for_such_a_seat_are_kept_and_a_stop_st
     assert ("access.revoke", "gpuseat-ann/gpuseat-participant") in done and ("pods.end", "gpuseat-ann") in done
     assert ("RoleBinding", "gpuseat-ann", "gpuseat-participant") not in cluster.objects
     assert ("Namespace", "", "gpuseat-ann") in cluster.objects  # her namespace (and what is in it) stays
+    store.close()
+
+
+def test_before_a_session_such_a_seat_is_checked_and_found_broken_with_the_reason(tmp_path: Path) -> None:
+    at = (datetime.now(UTC) + timedelta(minutes=10)).replace(second=0, microsecond=0)
+    at = min(at, at.replace(hour=23, minute=58))  # a session may not cross midnight
+    end = min(at + timedelta(minutes=30), at.replace(hour=23, minute=59))
+    head = COURSE_TOML.split("[schedule]")[0]
+    store = _lab(
+        tmp_path,
+        f'{head}[schedule]\nstart = {(at - timedelta(days=1)).date()}\ndays = 3\naccess = "24/7"\n'
+        f'[[schedule.session]]\ndate = {at.date()}\nhours = "{at:%H:%M}-{end:%H:%M}"\n[policy]\nlead_minutes = 15\n',
+    )
+    one_pass(store, course="k8s-lab", engine="kubernetes", runner=StandInCluster())
+    found = store.delivery.readiness_of("k8s-lab")
+    assert found["seat-3"]["state"] == "ready", found["seat-3"]
+    for seat in ("seat-1", "seat-2"):  # broken for its host, not skipped, and not "no probe Pod"
+        assert found[seat]["state"] == "broken" and "cannot be its Kubernetes node" in found[seat]["reason"]
     store.close()

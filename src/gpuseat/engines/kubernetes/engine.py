@@ -392,8 +392,8 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
             changes.steps += wish.steps if wish is not None else []
         self._record_steps(state, wanted, changes, wishes)
         ledger = reading.hours if reading is not None else None
-        running = {k for k, ns in seat_ns.items() if ns not in taken and k not in nodeless and
-                   (k not in wishes or wishes[k].runs)}  # fmt: skip
+        # a seat on no node is checked too: broken before a session, with the reason, like any seat that cannot run
+        running = {k for k, ns in seat_ns.items() if ns not in taken and (k not in wishes or wishes[k].runs)}
         self._plan_checks(state, running, ledger, changes)
         return changes
 
@@ -561,6 +561,8 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
 
         if not self.cluster:
             return result("broken", "no Kubernetes cluster is configured (kubeconfig= or context=)")
+        if seat.host and (flaw := node_flaw(seat.host)) is not None:  # never applied: say why, not "no probe Pod"
+            return result("broken", f"its host {seat.host[:100]!r} cannot be its Kubernetes node: {flaw}; {NODE_FIX}")
         ns = self.namespace_of(participant)
         argv = self.kubectl("get", "pod", PROBE_POD, "-n", ns, "-o", "json")
         got = self.runner.try_run(argv, mutates=False, timeout=self.settings.timeout)
