@@ -63,7 +63,6 @@ COURSE_LABEL = "gpuseat/course"
 #: the label selector of every object the engine applies (the render marks them so)
 MANAGED = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
 _DNS = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
 #: the verb of each kind of object the engine applies, by whether it exists already
 _VERBS = {"Namespace": "namespace", "ResourceQuota": "quota", "RoleBinding": "access", "Pod": "pod"}
 
