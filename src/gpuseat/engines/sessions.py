@@ -17,7 +17,7 @@ was given a time); a check's ``checked_at`` is on this machine's clock, ``ahead`
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +81,13 @@ class SessionChecks:
         self.lead = max(self.lead or 0.0, lead)
         why = f"the session at {self.starts:%H:%M} UTC starts within {lead:g} min: check the seat as {participant}"
         return self.engine._step("seat.check", seat, why, "record", participant=participant)
+
+    def plan(self, running: Mapping[str, str]) -> list[Step]:
+        """The checks due for ``running`` (seat key → its holder's key: the held seats that run once this
+        pass is done), then the report of them: what an engine adds at the end of its plan."""
+        steps = [c for seat, who in sorted(running.items()) if (c := self.check(seat, who)) is not None]
+        report = self.report(running)
+        return steps if report is None else [*steps, report]
 
     def report(self, held: Iterable[str]) -> Step | None:
         """``session.report`` after this pass's checks (None: nothing checked, or no course webhook);

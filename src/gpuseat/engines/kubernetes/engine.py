@@ -45,7 +45,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core.readiness import Access, Readiness, judge
-from gpuseat.engines import hours as seat_hours
 from gpuseat.engines import sessions as session_checks
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
 from gpuseat.engines.kubernetes import requests
@@ -393,24 +392,10 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
         ledger = reading.hours if reading is not None else None
         # a seat on no node is checked too: broken before a session, with the reason, like any seat that cannot run
         running = {k for k, ns in seat_ns.items() if ns not in taken and (k not in wishes or wishes[k].runs)}
-        self._plan_checks(state, running, ledger, changes)
+        if running and not state.closed:  # ready before every session (engines/sessions.py)
+            checks = session_checks.SessionChecks(self, state, ledger)
+            changes.steps += checks.plan({k: holder[k].key for k in running})
         return changes
-
-    def _plan_checks(
-        self, state: CourseState, running: set[str], ledger: seat_hours.CourseHours | None, changes: Changes
-    ) -> None:
-        """Ready before every session (:mod:`gpuseat.engines.sessions`): each running holder's seat (not
-        stopped, its namespace ours) is checked as ``seats check`` does (its probe Pod's log), the broken
-        ones posted to the course webhook."""
-        if not running or state.closed:
-            return
-        checks = session_checks.SessionChecks(self, state, ledger)
-        holder = {seat.key: p for seat, p in state.holders()}
-        for seat_key in sorted(running):
-            if (check := checks.check(seat_key, holder[seat_key].key)) is not None:
-                changes.steps.append(check)
-        if (report := checks.report(running)) is not None:
-            changes.steps.append(report)
 
     def _running_pods(self, ns: str) -> list[str]:
         argv = self.kubectl("get", "pods", "-n", ns, "-o", "json")

@@ -297,8 +297,10 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
             changes.steps += wish.steps if wish is not None else []
             if p is not None and wish is not None and wish.runs and course.closed is None:
                 running[seat.key] = p
-        if reading is not None:
-            requests.plan_checks(self, course, reading, running, changes)
+        if reading is not None:  # ready before every session (engines/sessions.py), after every seat's record step:
+            # a cluster launched in this pass is checked once its record step has stored its way in
+            checks = session_checks.SessionChecks(self, course, reading.hours)
+            changes.steps += checks.plan({k: p.key for k, p in running.items()})
         if holders and self.settings.wheelhouse is None and self.settings.gpuseat_spec is None:
             changes.notes.append(
                 "no gpuseat wheel is shipped: seats get their holder's login, not gpuseat's benchmark "

@@ -22,7 +22,7 @@ Each request ends in a ``request.record`` step (tied to no seat, so a failed lau
 pending) that looks at the cluster (``sky.status``) and at this pass's launch, and marks the request
 done or failed with the reason.
 
-Ready before every session (:func:`plan_checks`, the rule of every engine in :mod:`gpuseat.engines.sessions`):
+Ready before every session (the engine's plan, by the rule of every engine in :mod:`gpuseat.engines.sessions`):
 from ``lead_minutes`` before a lab session each running seat is checked as ``seats check`` does; a seat its
 holder stopped, or stopped for hours, is not.
 """
@@ -32,8 +32,8 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING
 
-from gpuseat.engines import sessions, wishes
-from gpuseat.engines.base import Changes, CourseState, Step
+from gpuseat.engines import wishes
+from gpuseat.engines.base import CourseState, Step
 from gpuseat.engines.wishes import FRESH, Reading, Wish
 
 if TYPE_CHECKING:
@@ -98,18 +98,3 @@ def cluster_verdict(engine: SkyPilotEngine, step: Step) -> tuple[bool, str]:
         "reset": "reset: a fresh cloud machine (everything on the old one is gone); you can log in",
     }
     return True, said.get(action, "started: you can log in")
-
-
-def plan_checks(
-    engine: SkyPilotEngine, course: CourseState, reading: Reading, running: dict[str, ParticipantView], changes: Changes
-) -> None:
-    """``seat.check`` for each seat in ``running`` (held, not stopped: its cluster is up, or launched in this
-    pass) when one is due, then ``session.report``. Planned after every seat's record step: a launched
-    cluster's record step waits for its launch and stores the way in the probe uses, so the check of a
-    cluster launched in this pass runs once it is up (a failed launch: broken, with SkyPilot's error)."""
-    checks = sessions.SessionChecks(engine, course, reading.hours)
-    for key, p in sorted(running.items()):
-        if (check := checks.check(key, p.key)) is not None:
-            changes.steps.append(check)
-    if (report := checks.report(running)) is not None:
-        changes.steps.append(report)
