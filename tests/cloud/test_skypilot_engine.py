@@ -26,6 +26,7 @@ from gpuseat.engines.apply import one_pass, plan_all
 from gpuseat.engines.runner import RecordingRunner
 from gpuseat.engines.skypilot.engine import SkyPilotEngine, SkyPilotSettings
 from gpuseat.store import open_store
+from session_soon import session_soon
 
 from .fakesky import FakeSky, check_signatures, installed_sky  # noqa: F401 (the real_sky fixture)
 from .skysetup import ssh_key
@@ -586,14 +587,9 @@ def test_before_a_session_each_running_cluster_is_checked_a_broken_one_again_lat
     ssh; cy stopped hers and is not checked. The verdicts are stored, the broken seat is posted to the course
     webhook once; right after, nothing is due; four minutes later only bob's seat is checked again."""
     store, fake, _ = lab
-    at = (datetime.now(UTC) + timedelta(minutes=10)).replace(second=0, microsecond=0)
-    at = min(at, at.replace(hour=23, minute=58))  # a session may not cross midnight
-    end = min(at + timedelta(minutes=30), at.replace(hour=23, minute=59))
+    at, schedule = session_soon(10)
+    schedule += "\n"
     text = store.courses.course_text("lab")
-    schedule = (
-        f'[schedule]\nstart = {(at - timedelta(days=1)).date()}\ndays = 3\naccess = "24/7"\n'
-        f'[[schedule.session]]\ndate = {at.date()}\nhours = "{at:%H:%M}-{end:%H:%M}"\n\n'
-    )
     head, _, rest = text.partition("[schedule]")
     text = f'webhook = "{receiver.url}"\n{head}{schedule}[[group]]{rest.partition("[[group]]")[2]}'
     store.courses.set_course_text("lab", f"{text}\n[policy]\nlead_minutes = 15\n", changes=[])

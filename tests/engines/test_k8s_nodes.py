@@ -6,7 +6,6 @@ reason and the fix, and the other seats are served as before."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from conformance.test_k8s import COURSE_TOML, KUBECONFIG, MIG, ROSTER, StandInCluster
@@ -15,6 +14,7 @@ from gpuseat.engines.apply import course_state, one_pass
 from gpuseat.engines.registry import build
 from gpuseat.render.k8s import HOSTNAME_LABEL
 from gpuseat.store import CourseStore, open_store
+from session_soon import session_soon
 
 #: seat → its host (ann, bob_s, cy hold them in this order); only gpu-node-1 can be a node's name
 HOSTS = {"seat-1": "2001:db8::5", "seat-2": "GPU-Node-1", "seat-3": "gpu-node-1"}
@@ -90,15 +90,9 @@ def test_objects_an_older_gpuseat_applied_for_such_a_seat_are_kept_and_a_stop_st
 
 
 def test_before_a_session_such_a_seat_is_checked_and_found_broken_with_the_reason(tmp_path: Path) -> None:
-    at = (datetime.now(UTC) + timedelta(minutes=10)).replace(second=0, microsecond=0)
-    at = min(at, at.replace(hour=23, minute=58))  # a session may not cross midnight
-    end = min(at + timedelta(minutes=30), at.replace(hour=23, minute=59))
+    _at, schedule = session_soon(10)
     head = COURSE_TOML.split("[schedule]")[0]
-    store = _lab(
-        tmp_path,
-        f'{head}[schedule]\nstart = {(at - timedelta(days=1)).date()}\ndays = 3\naccess = "24/7"\n'
-        f'[[schedule.session]]\ndate = {at.date()}\nhours = "{at:%H:%M}-{end:%H:%M}"\n[policy]\nlead_minutes = 15\n',
-    )
+    store = _lab(tmp_path, f"{head}{schedule}[policy]\nlead_minutes = 15\n")
     one_pass(store, course="k8s-lab", engine="kubernetes", runner=StandInCluster())
     found = store.delivery.readiness_of("k8s-lab")
     assert found["seat-3"]["state"] == "ready", found["seat-3"]

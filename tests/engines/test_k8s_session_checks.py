@@ -16,6 +16,7 @@ from gpuseat.core.roster import RosterText
 from gpuseat.engines import registry
 from gpuseat.engines.apply import course_state
 from gpuseat.store import open_store
+from session_soon import session_soon
 
 
 class PendingFor(StandInCluster):
@@ -36,14 +37,9 @@ class PendingFor(StandInCluster):
 def test_before_a_session_each_holders_seat_is_checked_once_a_broken_one_again_after_four_minutes(
     tmp_path: Path,
 ) -> None:
-    at = (datetime.now(UTC) + timedelta(minutes=10)).replace(second=0, microsecond=0)
-    at = min(at, at.replace(hour=23, minute=58))  # a session may not cross midnight
-    end = min(at + timedelta(minutes=30), at.replace(hour=23, minute=59))
+    at, schedule = session_soon(10)
     head = COURSE_TOML.split("[schedule]")[0]
-    (tmp_path / "lab.toml").write_text(
-        f'{head}[schedule]\nstart = {(at - timedelta(days=1)).date()}\ndays = 3\naccess = "24/7"\n'
-        f'[[schedule.session]]\ndate = {at.date()}\nhours = "{at:%H:%M}-{end:%H:%M}"\n[policy]\nlead_minutes = 15\n'
-    )
+    (tmp_path / "lab.toml").write_text(f"{head}{schedule}[policy]\nlead_minutes = 15\n")
     store = open_store(f"sqlite:///{tmp_path / 'k8s.db'}", create=True)
     try:
         store.courses.create_course(tmp_path / "lab.toml", key="k8s-lab", timezone="UTC")

@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 from gpuseat.core.roster import RosterText
+from session_soon import session_soon
 
 pytest.importorskip("jupyterhub")
 
@@ -300,23 +301,15 @@ def test_a_seat_stopped_for_hours_starts_near_a_lab_session_one_stopped_by_its_h
     """Seat hours do not hold during lab sessions (gpuseat.engines.hours): with a session within
     ``lead_minutes``, ada's seat, stopped by the agent for hours, starts from the hub's own *Start*; ben's,
     which he stopped himself, is refused with his reason. Without a session near, ada's is refused too."""
-    from datetime import UTC, datetime, timedelta
 
     from gpuseat.store import open_store
 
-    at = (datetime.now(UTC) + timedelta(minutes=21)).replace(second=0, microsecond=0)
-    if at.hour == 23:  # a session may not cross midnight: the next one then starts at 00:30
-        at = (at + timedelta(days=1)).replace(hour=0, minute=30)
-    end = at + timedelta(minutes=30)
+    _at, schedule = session_soon(21)
     head = LAB_HOURS.split("[schedule]")[0].replace("participants = 2", "participants = 3")
     url = f"sqlite:///{tmp_path / 'course.db'}"
     store = open_store(url, create=True)
     for key, lead in (("lab", 120), ("far", 0)):
-        (tmp_path / f"{key}.toml").write_text(
-            f'{head}[schedule]\nstart = {(at - timedelta(days=1)).date()}\ndays = 3\naccess = "24/7"\n'
-            f'[[schedule.session]]\ndate = {at.date()}\nhours = "{at:%H:%M}-{end:%H:%M}"\n'
-            f"[policy]\nquota_hours = 0\nlead_minutes = {lead}\n"
-        )
+        (tmp_path / f"{key}.toml").write_text(f"{head}{schedule}[policy]\nquota_hours = 0\nlead_minutes = {lead}\n")
         store.courses.create_course(tmp_path / f"{key}.toml", key=key, timezone="UTC")
         roster = "name,email,group,unix_user\n" + "".join(f"{p.title()},{p}@example.edu,,{p}\n" for p in PEOPLE[:2])
         store.roster.import_roster(key, RosterText(roster, where="r.csv"))

@@ -23,6 +23,7 @@ from delivery.test_webhook import Receiver, receiver  # noqa: F401  (the receive
 from gpuseat.core.roster import RosterText
 from gpuseat.engines.apply import course_state
 from gpuseat.store import open_store
+from session_soon import session_soon
 
 PEOPLE = ("ada", "ben", "cy")
 
@@ -44,17 +45,6 @@ class TokenHub(StandInHub):
             self.run(parts[1])
             return httpx.Response(201)
         return super().handle(request)
-
-
-def session_soon(minutes: int = 10) -> tuple[datetime, str]:
-    """A lab session starting within ``minutes`` from now (the same UTC day), as a ``[schedule]``."""
-    at = (datetime.now(UTC) + timedelta(minutes=minutes)).replace(second=0, microsecond=0)
-    at = min(at, at.replace(hour=23, minute=58))  # a session may not cross midnight
-    end = min(at + timedelta(minutes=30), at.replace(hour=23, minute=59))
-    return at, (
-        f'[schedule]\nstart = {(at - timedelta(days=1)).date()}\ndays = 3\naccess = "24/7"\n'
-        f'[[schedule.session]]\ndate = {at.date()}\nhours = "{at:%H:%M}-{end:%H:%M}"\n'
-    )
 
 
 def test_before_a_session_each_running_hub_seat_is_checked_as_its_holder_and_the_broken_ones_posted(

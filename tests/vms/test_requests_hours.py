@@ -11,6 +11,7 @@ from pathlib import Path
 
 from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.store import open_store
+from session_soon import session_soon
 
 from .conftest import EXAMPLES
 from .test_test_driver import again_empty, apply, build, fill, holder
@@ -95,14 +96,7 @@ def test_out_of_hours_the_vm_is_powered_off_a_start_is_refused_and_a_topup_lets_
 
 def _session_course(tmp_path: Path) -> Path:
     """Quota 1 h, access 24/7, a lab session starting within ``lead_minutes`` (120) from now."""
-    at = (datetime.now(UTC) + timedelta(minutes=21)).replace(second=0, microsecond=0)
-    if at.hour == 23:  # a session may not cross midnight: the next one then starts at 00:30
-        at = (at + timedelta(days=1)).replace(hour=0, minute=30)
-    end = at + timedelta(minutes=30)
-    schedule = (
-        f'[schedule]\nstart = {(at - timedelta(days=1)).date()}\ndays = 3\naccess = "24/7"\n'
-        f'[[schedule.session]]\ndate = {at.date()}\nhours = "{at:%H:%M}-{end:%H:%M}"\n'
-    )
+    _at, schedule = session_soon(21)
     head = COURSE.split("[schedule]")[0]
     return _course(tmp_path, head + schedule + "\n[policy]\nquota_hours = 1\nlead_minutes = 120\n")
 

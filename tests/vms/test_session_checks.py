@@ -16,22 +16,12 @@ from delivery.test_webhook import Receiver, receiver  # noqa: F401  (the receive
 from gpuseat.engines.apply import course_state
 from gpuseat.engines.runner import RecordingRunner
 from gpuseat.store import open_store
+from session_soon import session_soon
 
 from .conftest import EXAMPLES, SSH_KEYS
 from .test_test_driver import again_empty, apply, build, fill, holder
 
 REFUSED = (255, "", "ssh: connect to host 192.168.122.3 port 22: Connection refused\n")
-
-
-def session_soon(minutes: int = 10) -> tuple[datetime, str]:
-    """A lab session starting within ``minutes`` from now (the same UTC day), as a ``[schedule]``."""
-    at = (datetime.now(UTC) + timedelta(minutes=minutes)).replace(second=0, microsecond=0)
-    at = min(at, at.replace(hour=23, minute=58))  # a session may not cross midnight
-    end = min(at + timedelta(minutes=30), at.replace(hour=23, minute=59))
-    return at, (
-        f'[schedule]\nstart = {(at - timedelta(days=1)).date()}\ndays = 3\naccess = "24/7"\n'
-        f'[[schedule.session]]\ndate = {at.date()}\nhours = "{at:%H:%M}-{end:%H:%M}"\n'
-    )
 
 
 def test_before_a_session_each_running_vm_is_checked_once_a_broken_one_again_later_and_posted_once(
