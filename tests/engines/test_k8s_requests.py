@@ -23,8 +23,8 @@ BINDING = ("RoleBinding", ANN, "gpuseat-participant")
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGQXt3Pm4gjV0FwTsjmdZ3jwGQdcdzSx92Euav4GCXzs ann@laptop"
 
 
-def _lab(tmp_path: Path, toml: str) -> CourseStore:
-    """The conformance lab (ann on seat-1, bob_s on seat-2) from ``toml``, its cluster configured."""
+def _lab(tmp_path: Path, toml: str, second: str = "bob_s") -> CourseStore:
+    """The conformance lab (ann on seat-1, ``second`` on seat-2) from ``toml``, its cluster configured."""
     store = open_store(f"sqlite:///{tmp_path / 'k8s.db'}", create=True)
     (tmp_path / "lab.toml").write_text(toml)
     store.courses.create_course(tmp_path / "lab.toml", key="k8s-lab", timezone="UTC")
@@ -34,7 +34,7 @@ def _lab(tmp_path: Path, toml: str) -> CourseStore:
          "profile": "1g.10gb", "memory_gb": 10.0, "engine": "kubernetes"} for n in (1, 2)
     ])  # fmt: skip
     store.seats.assign("k8s-lab", "ann", "seat-1")
-    store.seats.assign("k8s-lab", "bob_s", "seat-2")
+    store.seats.assign("k8s-lab", second, "seat-2")
     store.agents.set_engine_settings("k8s-lab", "kubernetes", {"kubeconfig": KUBECONFIG}, actor="test")
     return store
 

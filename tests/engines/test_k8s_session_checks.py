@@ -11,12 +11,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from conformance.test_k8s import COURSE_TOML, KUBECONFIG, MIG, ROSTER, StandInCluster
-from gpuseat.core.roster import RosterText
+from conformance.test_k8s import COURSE_TOML, KUBECONFIG, MIG, StandInCluster
 from gpuseat.engines import registry
 from gpuseat.engines.apply import course_state
-from gpuseat.store import open_store
 from session_soon import session_soon
+
+from .test_k8s_requests import _lab
 
 
 class PendingFor(StandInCluster):
@@ -39,17 +39,8 @@ def test_before_a_session_each_holders_seat_is_checked_once_a_broken_one_again_a
 ) -> None:
     at, schedule = session_soon(10)
     head = COURSE_TOML.split("[schedule]")[0]
-    (tmp_path / "lab.toml").write_text(f"{head}{schedule}[policy]\nlead_minutes = 15\n")
-    store = open_store(f"sqlite:///{tmp_path / 'k8s.db'}", create=True)
+    store = _lab(tmp_path, f"{head}{schedule}[policy]\nlead_minutes = 15\n", second="cy")
     try:
-        store.courses.create_course(tmp_path / "lab.toml", key="k8s-lab", timezone="UTC")
-        store.roster.import_roster("k8s-lab", RosterText(ROSTER, where="roster.csv"))
-        store.seats.add_seats("k8s-lab", [
-            {"key": f"seat-{n}", "kind": "mig", "host": "gpu-node-1", "device_uuid": MIG.format(n=n),
-             "profile": "1g.10gb", "memory_gb": 10.0, "engine": "kubernetes"} for n in (1, 2)
-        ])  # fmt: skip
-        store.seats.assign("k8s-lab", "ann", "seat-1")
-        store.seats.assign("k8s-lab", "cy", "seat-2")
         cluster = PendingFor()
         engine = registry.build("kubernetes", store, "k8s-lab", settings={"kubeconfig": KUBECONFIG}, runner=cluster)
         cluster.pending = engine.namespace_of(next(p for p in store.roster.participants("k8s-lab") if p.key == "cy"))
