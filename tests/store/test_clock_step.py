@@ -111,3 +111,22 @@ def test_the_database_refuses_a_backwards_assignment(course: CourseStore) -> Non
     course.seats.assign(None, "amartin", "s1")
     with pytest.raises(IntegrityError), course.database.engine.begin() as conn:
         conn.execute(text("UPDATE assignments SET valid_to = :t"), {"t": datetime(2020, 1, 1, tzinfo=UTC)})
+
+
+def test_a_seat_started_after_the_clock_stepped_back_runs(course: CourseStore, clock: type[_SteppedClock]) -> None:
+    """amartin stops her seat, the store's clock steps back an hour, she starts it again: it runs, and its
+    hours count again (the start, done an hour "before" the stop, was sorted before it: the seat stayed
+    stopped, and the agent's own stop for hours could land before a start the same way)."""
+    course.seats.add_seats(None, [SeatSpec(key="h1", kind="gpu", memory_gb=8, engine="host", host="gpu1")])
+    course.seats.assign(None, "amartin", "h1")
+    for action in ("stop", "start"):
+        r = course.requests.request_seat(None, "amartin", action, actor="amartin")
+        assert course.requests.finish_request(None, r.id, ok=True, reason=action)
+        if action == "stop":
+            clock.offset = timedelta(hours=-1)  # NTP corrects the clock by an hour
+    state = course.requests.run_states(None)["amartin"]
+    assert state.running, state
+    course.requests.agent_stop(None, "amartin", "no seat hours left: test")
+    after = course.requests.run_states(None)["amartin"]
+    assert not after.running and after.reason == "no seat hours left: test", after
+    assert _stepped_events(course), "no events row says the clock stepped"

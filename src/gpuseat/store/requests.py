@@ -40,7 +40,15 @@ from gpuseat.db.models import (
 from gpuseat.errors import InputError
 from gpuseat.store.activity import SeatDay, daily_of
 from gpuseat.store.base import Concern
-from gpuseat.store.rows import _course, _course_participant_and_seat, _log, _participant_and_seat, _seat_view, clock_sql
+from gpuseat.store.rows import (
+    _clock,
+    _course,
+    _course_participant_and_seat,
+    _log,
+    _participant_and_seat,
+    _seat_view,
+    clock_sql,
+)
 from gpuseat.store.views import SeatView, _utc
 
 #: engines that carry out seat requests today
@@ -291,7 +299,9 @@ class Requests(Concern):
             row = s.get(SeatRequest, request_id)
             if row is None or row.course_id != crow.id or row.state != "pending":
                 return False
-            row.state, row.reason, row.done_at = ("done" if ok else "failed"), reason, self._now(s)
+            # never before the course's last event: a clock stepped back would sort this start before the
+            # stop it follows on the seat's timeline (the seat stays stopped, its hours stop counting)
+            row.state, row.reason, row.done_at = ("done" if ok else "failed"), reason, _clock(s, crow.key, actor)
             who = s.scalar(select(Participant.key).where(Participant.id == row.participant_id))
             _log(
                 s,
@@ -309,7 +319,7 @@ class Requests(Concern):
         with self._database.write() as s:
             crow = _course(s, course)
             p, seat, _a = _participant_and_seat(s, crow, participant)
-            now = self._now(s)
+            now = _clock(s, crow.key, actor)  # after the start it stops, whatever the clock did (finish_request)
             row = SeatRequest(
                 course_id=crow.id,
                 participant_id=p.id,
@@ -577,7 +587,7 @@ def _hours(
     if when is None:
         # no seat ever held: nothing ran, and no hour depends on the time (nothing counts against it)
         when = datetime.fromtimestamp(float(assigned[0][3]), UTC) if assigned else datetime.now(UTC)
-    for pid, start, end, _clock in assigned:
+    for pid, start, end, _now in assigned:
         held.setdefault(pid, []).append((cast(datetime, _utc(start)), _utc(end) or when))
     ledger: dict[int, list[tuple[str, float]]] = {}
     for pid, kind, hours in conn.execute(_ledger_query(one is not None), params):
