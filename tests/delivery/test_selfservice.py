@@ -163,6 +163,39 @@ def test_a_bad_key_is_refused_and_nothing_changes(hostcourse: tuple[Lab, str], c
         assert lab.people["ann"].public_key.split()[1] in out.out
 
 
+def test_holders_stopped_elsewhere_are_locked_out_from_the_pass_that_makes_their_accounts_here(
+    hostcourse: tuple[Lab, str], cli: Callable[..., Any]
+) -> None:
+    """ann stopped her seat on another server (gpu2, whose agent carried the stop out) and cat has no seat
+    hours left; both are moved onto seats of this one, where they have no account yet. The pass that makes
+    their accounts locks them before their keys are written: neither logs in (ben does), and the next pass
+    changes nothing. (``useradd`` made them unlocked: their keys let them in until the next pass.)"""
+    from gpuseat.store import open_store
+
+    lab, db = hostcourse
+    _settings(cli, lab, db)
+    by_uuid = _seat_of(cli, db)
+    store = open_store(db)
+    try:
+        store.seats.add_seats("lab", [{"key": "far-01", "kind": "gpu", "engine": "host", "host": "gpu2"}])
+        store.seats.assign("lab", "ann", "far-01")
+        asked = store.requests.request_seat("lab", "ann", "stop", actor="ann")
+        assert store.requests.finish_request("lab", asked.id, ok=True, reason="stopped")  # by gpu2's agent
+        store.seats.move("lab", "ann", by_uuid[MIG[0]])
+        store.seats.assign("lab", "ben", by_uuid[MIG[1]])
+        store.seats.assign("lab", "cat", by_uuid[MIG[2]])
+        store.requests.add_seat_hours("lab", "cat", 0, kind="quota", actor="organizer")
+    finally:
+        store.close()
+    _apply(cli, db)
+    lab.start_sshd()
+    assert lab.ssh("ben", "true").returncode == 0, lab.sshd_log()[-2000:]
+    assert lab.ssh("ann", "true").returncode == 255
+    assert lab.ssh("cat", "true").returncode == 255
+    assert "nothing to change" in _apply(cli, db).out
+    assert lab.ssh("ann", "true").returncode == 255
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_at_zero_hours_the_agent_stops_the_seat_and_a_topup_lets_it_start(
     kind: str, request: pytest.FixtureRequest, cli: Callable[..., Any], tmp_path: Path

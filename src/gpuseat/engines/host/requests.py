@@ -127,6 +127,8 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
             acct = engine.machine.account(login)
             if acct is not None and not acct.locked:
                 add(engine._step("account.lock", login, why, "revoke", participant=p.key, login=login))
+            if acct is None:
+                _lock_when_made(engine, changes, p.key, login, why)
             if acct is not None and engine.machine.processes({acct.uid}):
                 add(engine._step("processes.end", login, why, "revoke", participant=p.key, login=login))
     if (report := checks.report(holders)) is not None:  # after this pass's checks: the broken seats, to the webhook
@@ -358,6 +360,17 @@ def _reset_home(engine: HostEngine, login: str, skeleton: str) -> str | None:
     run(["cp", "-a", f"{skeleton.rstrip('/')}/.", str(home)], where="host")
     run(["chown", "-R", f"{entry.pw_uid}:{entry.pw_gid}", str(home)], where="host")
     return f"{home} restored from {skeleton}"
+
+
+def _lock_when_made(engine: HostEngine, changes: Changes, who: str, login: str, why: str) -> None:
+    """A stopped holder whose account this pass makes (a move onto this server, stopped by their own stop
+    or for seat hours elsewhere): ``useradd`` makes it unlocked, and the key written next would let them in
+    until the next pass. The lock runs right after the account is made, before its key is written."""
+    at = next((i for i, x in enumerate(changes.steps) if x.action == "account.add" and x.target == login), None)
+    if at is not None:
+        made = changes.steps[at]
+        lock = engine._step("account.lock", login, why, "grant", participant=who, seats=made.seats, login=login)
+        changes.steps.insert(at + 1, lock)
 
 
 def _run_steps(engine: HostEngine, changes: Changes, who: str, login: str, r: RequestView) -> None:
