@@ -31,3 +31,33 @@ def test_a_request_for_the_seat_held_before_a_move_is_refused_and_stores_nothing
     store.seats.release("lab", participant=ann)
     with pytest.raises(SeatChanged, match="you hold no seat now"):
         store.requests.request_seat("lab", ann, "start", actor=ann, expect_seat="seat-02")
+
+
+def test_a_request_no_engine_will_carry_out_fails_with_the_reason_when_its_seat_or_course_goes(store) -> None:
+    """A stop left pending on a seat its asker was released from is failed when the seat is removed, and
+    a restart pending when the course is archived is failed by the archive: neither stays "pending" for ever
+    (nor is carried out if the seat key came back), and a request of another seat is left alone."""
+    store.courses.create_course(EXAMPLES / "course-2016.toml", key="lab")
+    store.roster.import_roster("lab", EXAMPLES / "roster-16.csv")
+    store.seats.add_seats("lab", [{"key": f"seat-0{i}", "kind": "gpu", "engine": "host"} for i in (1, 2)])
+    ann, ben = (p.key for p in store.roster.participants("lab")[:2])
+    store.seats.assign("lab", ann, "seat-02")
+    store.seats.assign("lab", ben, "seat-01")
+    stop = store.requests.request_seat("lab", ann, "stop", actor=ann)
+    kept = store.requests.request_seat("lab", ben, "restart", actor=ben)
+    store.seats.release("lab", participant=ann)  # before any agent came by
+    store.lifecycle.remove_seats("lab", ["seat-02"], actor="organizer")
+    (gone,) = store.requests.seat_requests("lab", participant=ann)
+    assert (gone.id, gone.state, gone.reason) == (
+        stop.id,
+        "failed",
+        "not carried out: the seat was removed from the course",
+    )
+    assert [(r.id, r.state) for r in store.requests.seat_requests("lab", pending=True)] == [(kept.id, "pending")]
+    failed = [e for e in store.events.events("lab") if e.action == "seat.request.failed"]
+    assert [(e.participant, e.seat) for e in failed] == [(ann, "seat-02")]
+
+    store.lifecycle.archive_course("lab", actor="organizer")
+    (ended,) = store.requests.seat_requests("lab", participant=ben)
+    assert (ended.id, ended.state, ended.reason) == (kept.id, "failed", "not carried out: the course was archived")
+    assert ended.done_at is not None and store.requests.seat_requests("lab", pending=True) == []

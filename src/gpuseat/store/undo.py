@@ -24,6 +24,7 @@ from sqlalchemy.exc import DBAPIError
 from gpuseat.db.models import AccessToken, Assignment, Course, Participant, Seat
 from gpuseat.errors import InputError, NotFound, did_you_mean
 from gpuseat.store.claims import archived_error, forget_course
+from gpuseat.store.requests import fail_pending
 from gpuseat.store.rows import _course, _log
 
 if TYPE_CHECKING:
@@ -155,6 +156,7 @@ def remove_seats(store: Store, course: str | None, keys: Sequence[str], *, actor
             ],
         }
         with refusing_archived(crow.key):
+            fail_pending(s, crow, "not carried out: the seat was removed from the course", actor, seats=wanted)
             s.execute(delete(Seat).where(Seat.id.in_(ids)))
             log(s, crow.key, actor, "seats.remove", detail=detail)
             s.flush()
@@ -177,6 +179,7 @@ def archive_course(store: Store, course: str | None, *, actor: str) -> dict[str,
                 .values(revoked_at=now)
             ),
         ).rowcount
+        fail_pending(s, crow, "not carried out: the course was archived", actor)  # no engine carries them out
         crow.archived_at, crow.updated_at = now, now
         log(s, crow.key, actor, "course.archive", detail={"tokens_revoked": int(revoked or 0)})
         key = crow.key
