@@ -16,7 +16,9 @@ from delivery.test_webhook import Receiver, receiver  # noqa: F401  (the receive
 from gpuseat.engines.apply import course_state
 from gpuseat.engines.runner import RecordingRunner
 from gpuseat.store import open_store
+from pg_schema import db_url  # noqa: F401 (the url fixture: SQLite and PostgreSQL)
 from session_soon import session_soon
+from stepped_clock import stepped
 
 from .conftest import EXAMPLES, SSH_KEYS
 from .test_test_driver import again_empty, apply, build, fill, holder
@@ -91,3 +93,46 @@ def test_before_a_session_each_running_vm_is_checked_once_a_broken_one_again_lat
 def target(at: datetime) -> str:
     """The ``session.report`` step's target for the session at ``at``."""
     return f"session {at:%Y-%m-%d %H:%M} UTC"
+
+
+def test_checks_before_a_session_count_on_the_stores_clock_across_a_step(
+    url: str,
+    tmp_path: Path,
+    test_host,
+) -> None:
+    """The agent's host checked the seats while its clock was an hour ahead, then NTP stepped it back, then
+    a day forward: a check counts from when the store recorded it, whatever the probing clock said. Stepped
+    a day forward, the next pass checked every seat again (each check looked a day old); four minutes on,
+    on a true clock, ben's broken seat was not checked again (his check looked an hour in the future).
+    SQLite and PostgreSQL."""
+    at, schedule = session_soon()
+    head = (EXAMPLES / "course-2016.toml").read_text().split("[schedule]")[0]
+    (tmp_path / "lab.toml").write_text(f"{head}{schedule}[policy]\nlead_minutes = 15\n")
+    logins: list[str] = []
+
+    def ssh(argv: tuple[str, ...]) -> tuple[int, str, str]:
+        login = next(a for a in argv if "@" in a).split("@")[0]
+        logins.append(login)
+        gpu = "GPU 0: Tesla M60 (UUID: GPU-6f3c0a1e-0000-4000-8000-000000000001)\n"
+        return (0, gpu, "") if login == "amartin" else REFUSED
+
+    store = open_store(url, create=True)
+    try:
+        lay = fill(store, seats=2, assign=2, source=tmp_path / "lab.toml")
+        first, second = (s.name for s in lay.slices[:2])
+        eng = build(
+            store, test_host, runner=RecordingRunner(answers={("ssh",): ssh}), probe_key=str(SSH_KEYS / "alice")
+        )
+        assert not eng.apply(eng.plan(course_state(store, "demo", now=at - timedelta(minutes=30)))).failed
+        with stepped(timedelta(hours=1)):  # the agent's host an hour ahead: both seats checked
+            steps, _report = apply(eng, store)
+        assert [t for _p, a, t in steps if a == "seat.check"] == [first, second], steps
+        assert sorted(logins) == ["amartin", "bcosta"]
+        assert datetime.fromisoformat(store.delivery.readiness_of("demo")[second]["checked_at"]) > at  # its clock
+        with stepped(timedelta(days=1)):  # a day forward: nothing is due again yet
+            again_empty(eng, store)
+        later = eng.plan(course_state(store, "demo", now=datetime.now(UTC) + timedelta(minutes=5)))
+        assert [(s.action, s.target) for s in later.ordered()] == [("seat.check", second)]
+        assert not eng.apply(later).failed and sorted(logins) == ["amartin", "bcosta", "bcosta"]
+    finally:
+        store.close()

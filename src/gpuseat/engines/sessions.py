@@ -12,7 +12,10 @@ so an organizer sees a broken seat on the overview before the session starts, wh
   again only when that list changed.
 
 Sessions and ``now`` are those of :func:`gpuseat.engines.hours.read` (the store's clock unless the pass
-was given a time); a check's ``checked_at`` is on this machine's clock, ``ahead`` of the store's.
+was given a time), and so is when each seat was last checked: the time the store recorded the check
+(``store.delivery.checked_since``), not its ``checked_at`` (the clock of the machine that probed). A clock
+stepped back after a check then neither keeps a broken seat from its recheck (the check looked an hour
+in the future) nor, stepped forward, checks every seat again (each check looked a day old).
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ class SessionChecks:
         *,
         ahead: timedelta | None = None,
     ) -> None:
+        """``ahead`` (how far this machine's clock is ahead of the store's) is no longer needed and ignored:
+        checks are timed by the store, on the pass's clock."""
         self.engine = engine
         sessions = ledger.sessions if ledger is not None else None
         due = sessions is not None and sessions.current is None and course.closed is None
@@ -55,10 +60,13 @@ class SessionChecks:
         #: the next session's start (None: no check in this pass)
         self.starts = sessions.upcoming if sessions is not None and due else None
         self.now = ledger.now if ledger is not None else datetime.now(UTC)
-        # how far this machine's clock (the probe's checked_at) is ahead of the pass's time
-        self.ahead = ahead if ahead is not None else (timedelta(0) if course.now else datetime.now(UTC) - self.now)
         self.policies = sessions.policies if sessions is not None else {}
-        self.last = engine.store.delivery.readiness_of(engine.course) if self.starts is not None else {}
+        self.last: dict[str, dict[str, Any]] = {}
+        #: when each seat was last checked within the longest lead before the session (the store's clock)
+        self.checked: dict[str, datetime] = {}
+        if self.starts is not None and self.now >= self.starts - self._lead():  # (no read while none is near)
+            self.last = engine.store.delivery.readiness_of(engine.course)
+            self.checked = engine.store.delivery.checked_since(engine.course, self.starts - self._lead())
         #: the longest lead of a seat checked in this pass (None: none checked)
         self.lead: float | None = None
 
@@ -70,17 +78,19 @@ class SessionChecks:
         since = self.starts - timedelta(minutes=lead)
         if self.now < since:
             return None
-        last = self.last.get(seat)
-        checked = last.get("checked_at") if last else None
-        if checked:
-            at = datetime.fromisoformat(str(checked)) - self.ahead
-            if at >= since and (last or {}).get("state") == "ready":
+        at = self.checked.get(seat)
+        if at is not None and at >= since:
+            if (self.last.get(seat) or {}).get("state") == "ready":
                 return None
-            if at >= since and self.now - at < RECHECK:
+            if self.now - at < RECHECK:
                 return None
         self.lead = max(self.lead or 0.0, lead)
         why = f"the session at {self.starts:%H:%M} UTC starts within {lead:g} min: check the seat as {participant}"
         return self.engine._step("seat.check", seat, why, "record", participant=participant)
+
+    def _lead(self) -> timedelta:
+        """The longest lead of any participant: how far before the session a check can count."""
+        return timedelta(minutes=max((float(p.get("lead_minutes") or 0) for p in self.policies.values()), default=0))
 
     def plan(self, running: Mapping[str, str]) -> list[Step]:
         """The checks due for ``running`` (seat key → its holder's key: the held seats that run once this
@@ -97,7 +107,7 @@ class SessionChecks:
         url = course_webhook.webhook_of(self.engine.store, self.engine.course)
         if url is None:
             return None
-        since = self.starts - timedelta(minutes=self.lead) + self.ahead  # on this machine's clock, as checked_at
+        since = self.starts - timedelta(minutes=self.lead)  # on the store's clock, as the checks are timed
         why = "the broken seats, before the session, to the course webhook"
         target = f"session {self.starts:%Y-%m-%d %H:%M} UTC"
         starts = self.starts.isoformat()
@@ -134,8 +144,8 @@ def _report(engine: StepEngine[Any], step: Step) -> str | None:
     d = step.data
     since = datetime.fromisoformat(str(d["since"]))
     checks = engine.store.delivery.readiness_of(engine.course)
-    seen = {k: v for k, v in checks.items() if k in d["held"] and v.get("checked_at")}
-    seen = {k: v for k, v in seen.items() if datetime.fromisoformat(str(v["checked_at"])) >= since}
+    timed = engine.store.delivery.checked_since(engine.course, since)  # the store's clock, as ``since``
+    seen = {k: v for k, v in checks.items() if k in d["held"] and k in timed}
     broken = [{"seat": k, "participant": v.get("participant"), "reason": v.get("reason")}
               for k, v in sorted(seen.items()) if v.get("state") != "ready"]  # fmt: skip
     body = {"event": "session.check", "course": engine.course, "engine": engine.name, "host": engine.host,

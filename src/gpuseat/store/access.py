@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from types import EllipsisType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from gpuseat.core.seating import transition_error
-from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
+from gpuseat.db.models import Assignment, CourseRecord, Event, Participant, Seat
 from gpuseat.errors import InputError, InvalidTransition
 from gpuseat.store.rows import _course, _log
+from gpuseat.store.views import _utc
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from gpuseat.core.readiness import Access, Readiness
     from gpuseat.store.facade import Store
 
-__all__ = ["access_of", "apply_seat_change", "readiness_of", "record_delivery", "record_readiness"]
+__all__ = ["access_of", "apply_seat_change", "checked_since", "readiness_of", "record_delivery", "record_readiness"]
 
 
 def _course_and_seat(store: Store, s: Any, course: str, seat: str) -> tuple[CourseRecord, Seat]:
@@ -154,6 +155,20 @@ def readiness_of(store: Store, course: str | None) -> dict[str, dict[str, Any]]:
         cid = _course(s, course).id
         rows = s.execute(select(Seat.key, Seat.readiness).where(Seat.course_id == cid, Seat.readiness.is_not(None)))
         return {k: dict(v) for k, v in rows if v}
+
+
+def checked_since(store: Store, course: str | None, since: datetime) -> dict[str, datetime]:
+    """Seat key → when its last readiness check since ``since`` was stored, on the store's clock (the
+    ``seat.check`` events row written with it), whatever the clock of the machine that probed: a check
+    made on a clock an hour ahead is not "from the future", nor one a day behind from yesterday (one read)."""
+    with store.database.read() as s:
+        key = _course(s, course).key
+        rows = s.execute(
+            select(Event.seat, func.max(Event.at))
+            .where(Event.course_key == key, Event.action == "seat.check", Event.at >= since.astimezone(UTC))
+            .group_by(Event.seat)
+        )
+        return {seat: cast(datetime, _utc(at)) for seat, at in rows if seat}
 
 
 def _holder_key(s: Session, row: Seat) -> str | None:

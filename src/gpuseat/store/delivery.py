@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from gpuseat.store.base import Concern
@@ -34,3 +35,9 @@ class Delivery(Concern):
         from gpuseat.store.access import readiness_of
 
         return readiness_of(self._store, course)
+
+    def checked_since(self, course: str | None, since: datetime) -> dict[str, datetime]:
+        """Seat key → when its last check since ``since`` was stored, on the store's clock."""
+        from gpuseat.store.access import checked_since
+
+        return checked_since(self._store, course, since)
