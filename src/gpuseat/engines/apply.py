@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Required, TypedDict, Unpack
 
 from gpuseat.core.seating import AGENT_ACTOR
-from gpuseat.engines import registry
+from gpuseat.engines import idle, registry
 from gpuseat.engines.base import ApplyReport, Changes, CourseState, Engine
 from gpuseat.engines.runner import Runner
 from gpuseat.errors import GpuseatError, NotFound
@@ -228,6 +228,8 @@ def plan_all(
             values = settings_for(store, key, name, (overrides or {}).get(name))
             eng = registry.build(name, store, key, settings=values, runner=runner, host=host)
             changes = eng.plan(state)
+            # a [policy] stop this engine does not carry out is said, never silently skipped
+            changes.notes += idle.unenforced(store, state, name, getattr(eng, "host", host))
             out.append(Planned(key, name, getattr(eng, "host", host), eng, state, changes))
         except GpuseatError as exc:
             why = (f"{exc.where}: " if exc.where else "") + exc.what + (f" (to fix: {exc.fix})" if exc.fix else "")

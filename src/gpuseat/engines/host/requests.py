@@ -14,7 +14,8 @@
 - Idle (``[policy] idle_minutes``): every monitor reading of the seat's GPU below ``idle_gpu_percent`` *and*
   no SSH activity (no command running over SSH, no input on the participant's terminals) for that long →
   a warning on the page; still so ``grace_minutes`` later → stopped. Never during a lab session, never
-  without monitor readings that cover the window.
+  without monitor readings that cover the window: the rule of :mod:`gpuseat.engines.idle`, shared with
+  the JupyterHub engine (this engine gives it the SSH signal).
 - Never connected (``never_connected_hours``): a seat whose holder has not logged in with their own key
   (sshd's "Accepted publickey for LOGIN … SHA256:<their key>", from the journal or the ``sshd_log`` file;
   gpuseat's probe key does not count) that long after getting it is stopped; a login is recorded once as
@@ -37,10 +38,9 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.core.selfservice import RunState
-from gpuseat.engines import course_webhook
 from gpuseat.engines import hours as seat_hours
+from gpuseat.engines import idle as idle_rule
 from gpuseat.engines import sessions as session_checks
 from gpuseat.engines.base import RUN_REQUESTS, Changes, CourseState, Step, plan_holder_requests, stale_requests
 from gpuseat.errors import InputError
@@ -48,9 +48,6 @@ from gpuseat.errors import InputError
 if TYPE_CHECKING:
     from gpuseat.engines.host.engine import HostEngine
     from gpuseat.store.requests import RequestView
-
-#: the monitor's readings must reach back to within this of an idle window's start
-SAMPLE_SLACK = timedelta(minutes=2)
 
 
 def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> None:
@@ -75,7 +72,7 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
     policies = sessions.policies if sessions is not None else {}
     in_session = sessions is not None and sessions.current is not None
     checks = session_checks.SessionChecks(engine, course, ledger, ahead=ahead)
-    windows: dict[datetime, dict[str, tuple[int, int | None, datetime]]] = {}
+    windows: idle_rule.Windows = {}
     since_of = {seat.key: seat.assigned_since for seat in course.seats}
     connected = (
         engine.store.requests.connected(engine.course)
@@ -147,19 +144,8 @@ def do_request(engine: HostEngine, step: Step) -> str | None:
         return None
     if step.action in session_checks.SESSION_STEPS:
         return session_checks.do(engine, step)
-    if step.action == "seat.connected":
-        engine.store.events.log(engine.course, "seat.connected", participant=step.participant, seat=step.target,
-                                detail={"login": d["login"]}, actor=AGENT_ACTOR, gone_ok=True)  # fmt: skip
-        return None
-    if step.action == "seat.warn":
-        engine.store.requests.warn_idle(engine.course, str(step.participant), step.target, str(d["text"]))
-        url = course_webhook.webhook_of(engine.store, engine.course)
-        if url is not None:
-            stops = datetime.now(UTC) + timedelta(minutes=int(d["grace"]))
-            course_webhook.post(url, {"event": "seat.idle", "course": engine.course, "seat": step.target,
-                                      "participant": step.participant, "minutes_idle": int(d["minutes"]),
-                                      "stops_at": stops.isoformat(timespec="seconds"), "text": d["text"]})  # fmt: skip
-        return None
+    if step.action in idle_rule.IDLE_STEPS:
+        return idle_rule.do(engine, step)
     ok, reason = _verdict(engine, d)
     engine.store.requests.finish_request(engine.course, int(d["id"]), ok=ok, reason=reason)
     if not ok:
@@ -202,46 +188,15 @@ def _idle_step(
     login: str,
     policy: dict[str, Any],
     started: datetime | None,
-    windows: dict[datetime, dict[str, tuple[int, int | None, datetime]]],
+    windows: idle_rule.Windows,
     ahead: timedelta,
 ) -> Step | None:
-    """Idle stop: the seat's GPU below ``idle_gpu_percent`` in every monitor reading *and* no SSH activity
-    for ``idle_minutes`` → a warning; still so ``grace_minutes`` after it → a stop. No readings, a seat
-    started within the window, or a lab session running: never idle.
-
-    Counted on this host's clock, as the monitor's readings and the terminals' input times are; the
-    seat's start and its last warning are the store's times, moved by ``ahead`` (how far this clock is
-    ahead of the store's). A host 5 h ahead warned on every pass and never stopped; one 5 h behind
-    counted every seat as just started, and none was ever idle."""
+    """Idle stop (:func:`gpuseat.engines.idle.idle_step`) with this host's signal: no SSH activity.
+    Counted on this host's clock, as the monitor's readings and the terminals' input times are."""
     now = course.now or datetime.now(UTC)
-    if started is not None:
-        started += ahead
-    minutes, grace = int(policy["idle_minutes"]), int(policy.get("grace_minutes") or 0)
-    percent = float(policy.get("idle_gpu_percent") or 0)
-    last_ssh = _last_ssh(engine, login, now)
-
-    def idle_for(span: timedelta) -> bool:
-        since = now - span
-        if (started is not None and started > since) or (last_ssh is not None and last_ssh > since):
-            return False
-        if since not in windows:
-            windows[since] = engine.store.requests.gpu_window(engine.course, since)
-        got = windows[since].get(seat)
-        return got is not None and got[1] is not None and got[1] < percent and got[2] <= since + SAMPLE_SLACK
-
-    if not idle_for(timedelta(minutes=minutes)):
-        return None
-    said = f"GPU below {percent:g} % and no SSH activity for {minutes} min"
-    last = engine.store.requests.idle_warning(engine.course, who)
-    warned = None if last is None else (last[0] + ahead, last[1])
-    if warned is None or warned[0] < now - timedelta(minutes=minutes + grace) - SAMPLE_SLACK:
-        text = f"your seat is idle ({said}): it stops in {grace} min unless you use it"
-        return engine._step("seat.warn", seat, text, "record", participant=who, text=text, minutes=minutes,
-                            grace=grace)  # fmt: skip
-    if now - warned[0] >= timedelta(minutes=grace) and idle_for(timedelta(minutes=minutes + grace)):
-        why = f"idle: {said}, warned {grace} min before"
-        return engine._step("seat.stop", seat, why, "record", participant=who, reason=why)
-    return None
+    return idle_rule.idle_step(engine, who=who, seat=seat, policy=policy, started=started,
+                               last_active=_last_ssh(engine, login, now), signal="no SSH activity", now=now,
+                               ahead=ahead, windows=windows)  # fmt: skip
 
 
 def _never_connected(
@@ -272,12 +227,9 @@ def _never_connected(
     mine = _fingerprint(p.ssh_key) if p.ssh_key else None
     wanted = f"Accepted publickey for {login} "
     if mine and any(wanted in x and mine in x for x in lines):
-        return engine._step("seat.connected", p.seat or login, f"{p.key} logged in as {login}", "record",
-                            participant=p.key, login=login)  # fmt: skip
-    if now - since < timedelta(hours=hours):
-        return None
-    why = f"never connected: {p.key} did not log in within {hours:g} h of getting the seat"
-    return engine._step("seat.stop", p.seat or login, why, "record", participant=p.key, reason=why)
+        return idle_rule.connected_step(engine, who=p.key, seat=p.seat or login, why=f"{p.key} logged in as {login}",
+                                        login=login)  # fmt: skip
+    return idle_rule.never_connected_step(engine, who=p.key, seat=p.seat or login, hours=hours, since=since, now=now)
 
 
 def _sshd_lines(engine: HostEngine, since: datetime) -> list[str] | None:

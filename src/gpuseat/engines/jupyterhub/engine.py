@@ -450,7 +450,14 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
                     self._free(step.target, str(d.get("ref") or ""))
             case "seat.record" | "seat.clear":
                 self.record_way_in(step, running=False)
-            case "hub.server.start" | "hub.server.restart" | "seat.stop" | "request.record":
+            case (
+                "hub.server.start"
+                | "hub.server.restart"
+                | "seat.stop"
+                | "seat.warn"
+                | "seat.connected"
+                | "request.record"
+            ):
                 return do_request(self, step)
             case "seat.check" | "session.report":
                 return session_checks.do(self, step)

@@ -13,6 +13,11 @@ server through the hub's REST API.
   stopped and the stop is recorded on the seat's timeline with the reason (``seat.stop``), so the hub's
   own *Start* is refused (the spawn hook keeps a stopped seat stopped); a start, restart or reset request
   is refused with the same words until a top-up. Near and in a lab session nothing is stopped for hours.
+- Idle stop and never connected (:mod:`gpuseat.engines.idle`, the host engine's rule): the hub's
+  ``last_activity`` (the user's and their default server's) is the second signal beside the monitor's GPU
+  readings; an idle seat is warned, then its server stopped and the stop recorded (``seat.stop``) after the
+  grace; a seat with no hub activity since its holder got it (gpuseat's own probe does not count) is
+  stopped after ``never_connected_hours``.
 - Ready before every session (:mod:`gpuseat.engines.sessions`, the rule of every engine): from ``lead_minutes``
   before one, each running hub seat is checked as its holder (``seat.check``: their server started with a
   token of theirs, the GPUs listed in a kernel) and the broken ones posted to the course webhook.
@@ -24,11 +29,13 @@ pending) that looks at the hub and marks the request done or failed with the rea
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from gpuseat.core.selfservice import RunState
 from gpuseat.engines import hours as seat_hours
+from gpuseat.engines import idle as idle_rule
 from gpuseat.engines import sessions as session_checks
 from gpuseat.engines.base import RUN_REQUESTS, Changes, CourseState, Phase, Step
 from gpuseat.errors import EngineError
@@ -42,6 +49,11 @@ if TYPE_CHECKING:
 KEY_REFUSED = "JupyterHub seats log in through the hub, not SSH"
 #: the step that carries out each request that changes the server (``key`` changes nothing)
 SERVER_STEPS = {"stop": "hub.server.stop", "start": "hub.server.start", "restart": "hub.server.restart"}
+#: how far the hub's ``last_activity`` may trail the real activity: the single-user server reports it
+#: (and the hub polls its proxy for it) every 5 minutes by default, so a seat is idle only this much later
+HUB_ACTIVITY_LAG = timedelta(minutes=5)
+#: after a probe's last possible moment, how long the hub may still stamp activity from it (clocks apart)
+PROBE_SLACK = timedelta(minutes=2)
 
 
 def plan_requests(engine: JupyterHubEngine, course: CourseState, changes: Changes, models: dict[str, Any]) -> None:
@@ -81,7 +93,8 @@ def plan_requests(engine: JupyterHubEngine, course: CourseState, changes: Change
     if ledger is not None:
         states = engine.store.requests.run_states(engine.course)
         _plan_hours(engine, changes, ledger, holders, pending, models, states)
-        _plan_checks(engine, course, changes, ledger, holders, pending, states)
+        stopped = _plan_idle(engine, course, changes, ledger, holders, pending, models, states)
+        _plan_checks(engine, course, changes, ledger, holders, pending, states, stopped)
 
 
 def _plan_hours(
@@ -111,6 +124,99 @@ def _plan_hours(
             changes.steps.append(engine._step("seat.stop", seat, why, "record", participant=p.key, reason=why))
 
 
+def _hub_time(value: object) -> datetime | None:
+    """A time in the hub's REST API (ISO 8601, ``Z`` or an offset; naive means UTC), or None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def last_activity(model: Mapping[str, Any] | None) -> datetime | None:
+    """The hub's last activity of a user: the later of the user's ``last_activity`` (a login, a page, a
+    token of theirs used, a start or stop of their server) and their default server's (kernels and
+    browser tabs, as the single-user server reports them)."""
+    if not model:
+        return None
+    server = (model.get("servers") or {}).get("") or {}
+    found = [t for t in (_hub_time(model.get("last_activity")), _hub_time(server.get("last_activity"))) if t]
+    return max(found, default=None)
+
+
+def _probed(engine: JupyterHubEngine, seat: str, who: str, at: datetime) -> bool:
+    """True when ``at`` lies in the last check of ``seat`` as ``who`` (``seats check``, the check before a
+    session): the probe starts the holder's server with a token of theirs, which the hub counts as theirs."""
+    found = engine.store.delivery.readiness_of(engine.course).get(seat) or {}
+    checked = _hub_time(found.get("checked_at")) if found.get("participant") == who else None
+    if checked is None:
+        return False
+    return checked - idle_rule.SAMPLE_SLACK <= at <= checked + timedelta(seconds=engine.timeout) + PROBE_SLACK
+
+
+def _plan_idle(
+    engine: JupyterHubEngine,
+    course: CourseState,
+    changes: Changes,
+    ledger: seat_hours.CourseHours,
+    holders: Mapping[str, ParticipantView],
+    pending: list[RequestView],
+    models: dict[str, Any],
+    states: Mapping[str, RunState],
+) -> set[str]:
+    """Idle stop and never-connected stop (:mod:`gpuseat.engines.idle`, the host engine's rule) with the
+    hub's signal, its ``last_activity``: a seat that runs, outside lab sessions, with no request of its
+    holder pending. Returns who is stopped by this pass."""
+    sessions = ledger.sessions
+    policies = sessions.policies if sessions is not None else {}
+    wanted = {k for k, v in policies.items() if v.get("idle_minutes") or v.get("never_connected_hours")}
+    if not wanted or course.closed is not None or (sessions is not None and sessions.current is not None):
+        return set()  # (while access is closed every server is stopped on purpose: checked once it opens)
+    now = course.now or datetime.now(UTC)  # the agent's clock, as the monitor's readings and the hub's are taken
+    ahead = timedelta(0) if course.now is not None else now - ledger.now  # … and the store's times moved onto it
+    since_of = {s.key: s.assigned_since for s in course.seats}
+    connected = engine.store.requests.connected(engine.course)
+    windows: idle_rule.Windows = {}
+    stopped: set[str] = set()
+    add = changes.steps.append
+    for seat, p in sorted(holders.items()):
+        user, policy, state = engine.user_of(p), policies.get(p.key, {}), states.get(p.key, RunState(True))
+        if user is None or p.key not in wanted or ledger.of(p.key).stop_reason is not None:
+            continue
+        if not ledger.of(p.key).runs(state) or any(r.participant == p.key and r.seat == seat for r in pending):
+            continue
+        model = models.get(user) or {}
+        server = (model.get("servers") or {}).get("")
+        active = last_activity(model)
+        step = None
+        if policy.get("idle_minutes") and server and server.get("ready"):
+            started = max(filter(None, [since_of.get(seat), state.since if state.running else None]), default=None)
+            step = idle_rule.idle_step(engine, who=p.key, seat=seat, policy=policy, started=started,
+                                       last_active=None if active is None else active + HUB_ACTIVITY_LAG,
+                                       signal="no activity on the hub", now=now, ahead=ahead,
+                                       windows=windows)  # fmt: skip
+        held = since_of.get(seat)
+        hours = policy.get("never_connected_hours")
+        if step is None and hours and held is not None and not connected.get(p.key):
+            if active is not None and active > held + ahead and not _probed(engine, seat, p.key, active):
+                step = idle_rule.connected_step(engine, who=p.key, seat=seat, why=f"{p.key} used their hub server",
+                                                login=user)  # fmt: skip
+            else:
+                step = idle_rule.never_connected_step(engine, who=p.key, seat=seat, hours=float(hours), since=held,
+                                                      now=ledger.now)  # fmt: skip
+        if step is None:
+            continue
+        if step.action == "seat.stop":
+            stopped.add(p.key)
+            if server is not None:
+                add(engine._step("hub.server.stop", f"{user}/", step.why, "revoke", participant=p.key,
+                                 seats=(seat,), user=user, server=""))  # fmt: skip
+        add(step)
+    return stopped
+
+
 def _plan_checks(
     engine: JupyterHubEngine,
     course: CourseState,
@@ -119,12 +225,16 @@ def _plan_checks(
     holders: Mapping[str, ParticipantView],
     pending: list[RequestView],
     states: Mapping[str, RunState],
+    stopped: set[str],
 ) -> None:
     """Ready before the session (:mod:`gpuseat.engines.sessions`): each seat that runs (not stopped by its
-    holder, nor for hours outside the lead time, nor being stopped now) is checked as its holder; the probe
-    starts their server as them (stopped again after, unless it ran), as ``seats check`` does."""
+    holder, nor for hours outside the lead time, nor being stopped now: ``stopped`` for idleness or never
+    connected) is checked as its holder; the probe starts their server as them (stopped again after, unless
+    it ran), as ``seats check`` does."""
     checks = session_checks.SessionChecks(engine, course, ledger)
     for seat, p in sorted(holders.items()):
+        if p.key in stopped:
+            continue
         rule = ledger.of(p.key)
         mine = [r.action for r in pending if r.participant == p.key and r.seat == seat and r.action != "key"]
         runs = mine[-1] != "stop" if mine else rule.runs(states.get(p.key, RunState(True)))
@@ -136,9 +246,12 @@ def _plan_checks(
 
 
 def do_request(engine: JupyterHubEngine, step: Step) -> str | None:
-    """Carry out ``hub.server.start``, ``hub.server.restart``, ``seat.stop`` and ``request.record``."""
+    """Carry out ``hub.server.start``, ``hub.server.restart``, ``seat.stop``, ``seat.warn``, ``seat.connected``
+    and ``request.record``."""
     d = step.data
-    if step.action == "seat.stop":  # the agent's stop for hours, after the server was stopped
+    if step.action in idle_rule.IDLE_STEPS:
+        return idle_rule.do(engine, step)
+    if step.action == "seat.stop":  # the agent's stop (hours, idle, never connected), after the server's
         if not engine.runner.dry_run:
             engine.store.requests.agent_stop(engine.course, str(step.participant), str(d["reason"]))
         return None
