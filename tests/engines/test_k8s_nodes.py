@@ -1,8 +1,9 @@
 """A Kubernetes seat's host is the name of the node its probe Pod is pinned to (``kubernetes.io/hostname``),
 against the recording stand-in cluster of tests/conformance/test_k8s.py. gpuseat's host rule takes hosts no
 node can be selected by (an IPv6 address, upper case: the selector is case-sensitive and node names are lower
-case): such a seat got a Pod that stayed Pending forever; now it gets no objects, its grant fails with the
-reason and the fix, and the other seats are served as before."""
+case): such a seat got a Pod that stayed Pending forever; now it gets no objects, its grant fails once with the
+reason and the fix, stored as the seat's state (failed) that its holder's page shows, and the other seats are
+served as before; once its host names a node (or its holder is moved to a seat that does) it is set up."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from gpuseat.core.roster import RosterText
 from gpuseat.engines.apply import course_state, one_pass
 from gpuseat.engines.registry import build
 from gpuseat.render.k8s import HOSTNAME_LABEL
+from gpuseat.services.delivery import way_in
 from gpuseat.store import CourseStore, open_store
 from session_soon import session_soon
 
@@ -39,24 +41,30 @@ def _lab(tmp_path: Path, toml: str = COURSE_TOML) -> CourseStore:
 def test_a_seat_whose_host_can_name_no_node_gets_no_objects_and_its_grant_fails_saying_why(tmp_path: Path) -> None:
     store = _lab(tmp_path)
     cluster = StandInCluster()
-    for _pass in range(2):  # the second pass refuses the same, and adds nothing for cy
-        result = one_pass(store, course="k8s-lab", engine="kubernetes", runner=cluster)
-        outcomes = [o for r in result.reports for o in r.outcomes]
-        failed = {o.step.seats: o for o in outcomes if o.state == "failed"}
-        assert sorted(failed) == [("seat-1",), ("seat-2",)], [(o.step.action, o.message) for o in outcomes]
-        for (seat,), o in failed.items():
-            assert (o.step.action, o.exit_code) == ("namespace.create", 2)
-            assert o.commands == []  # nothing sent to the cluster for it
-            assert o.message.startswith(f"seat {seat}: its host {HOSTS[seat]!r} cannot be its Kubernetes node: ")
-            assert "`kubectl get nodes`" in o.message and "gpuseat seats add --host NODE" in o.message, o.message
-        assert "IPv6 address" in failed[("seat-1",)].message
-        assert "upper-case" in failed[("seat-2",)].message and "'gpu-node-1'?" in failed[("seat-2",)].message
-        waiting = {o.step.seats for o in outcomes if o.state == "skipped"}
-        assert waiting == {("seat-1",), ("seat-2",)}  # their way in (seat.record) waits for the refused grant
-        assert not [o for o in outcomes if o.state == "done" and set(o.step.seats) & {"seat-1", "seat-2"}]
-        assert {k[1] or k[2] for k in cluster.objects} == {"gpuseat-cy"}  # ann and bob_s: no objects at all
-        if _pass == 0:
-            assert {o.step.action for o in outcomes if o.state == "done"} >= {"pod.create", "seat.record"}
+    people = {p.key: p for p in store.roster.participants("k8s-lab")}
+    for seat in store.seats.seats("k8s-lab"):  # before a pass: a node's name is never an SSH host (ssh ann@2001:db8::5)
+        way = way_in(store, seat, people[str(seat.participant)])
+        assert way.command is None and str(way.missing).startswith("being prepared"), way
+    result = one_pass(store, course="k8s-lab", engine="kubernetes", runner=cluster)
+    outcomes = [o for r in result.reports for o in r.outcomes]
+    failed = {o.step.seats: o for o in outcomes if o.state == "failed"}
+    assert sorted(failed) == [("seat-1",), ("seat-2",)], [(o.step.action, o.message) for o in outcomes]
+    for (seat,), o in failed.items():
+        assert (o.step.action, o.exit_code) == ("namespace.create", 2)
+        assert o.commands == []  # nothing sent to the cluster for it
+        assert o.message.startswith(f"seat {seat}: its host {HOSTS[seat]!r} cannot be its Kubernetes node: ")
+        assert "`kubectl get nodes`" in o.message and "gpuseat seats add --host NODE" in o.message, o.message
+        stored = store.seats.get_seat("k8s-lab", seat)  # the refusal is the seat's state from now on
+        assert stored.state == "failed" and f"its host {HOSTS[seat]!r} cannot be its Kubernetes node: " in str(
+            stored.state_reason
+        )
+    assert "IPv6 address" in failed[("seat-1",)].message
+    assert "upper-case" in failed[("seat-2",)].message and "'gpu-node-1'?" in failed[("seat-2",)].message
+    assert not [o for o in outcomes if o.state != "failed" and set(o.step.seats) & {"seat-1", "seat-2"}]
+    assert {o.step.action for o in outcomes if o.state == "done"} >= {"pod.create", "seat.record"}
+    again = one_pass(store, course="k8s-lab", engine="kubernetes", runner=cluster)  # refused as stored: said once
+    assert [o for r in again.reports for o in r.outcomes] == [] and not again.failed
+    assert {k[1] or k[2] for k in cluster.objects} == {"gpuseat-cy"}  # ann and bob_s: no objects at all
     probe = cluster.objects[("Pod", "gpuseat-cy", "gpuseat-probe")]
     assert probe["spec"]["nodeSelector"] == {HOSTNAME_LABEL: "gpu-node-1"}  # a node's name: as before
     assert set(store.delivery.access_of("k8s-lab")) == {"seat-3"}  # no way in recorded for ann or bob_s
@@ -99,3 +107,82 @@ def test_before_a_session_such_a_seat_is_checked_and_found_broken_with_the_reaso
     for seat in ("seat-1", "seat-2"):  # broken for its host, not skipped, and not "no probe Pod"
         assert found[seat]["state"] == "broken" and "cannot be its Kubernetes node" in found[seat]["reason"]
     store.close()
+
+
+def test_a_refused_seat_tells_its_holder_why_is_logged_once_and_after_the_fix_grants_her_way_in(
+    tmp_path: Path,
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from gpuseat.catalog.bundle import load_catalog
+    from gpuseat.errors import InputError
+    from gpuseat.readings import SeatEntry
+    from gpuseat.services.delivery import checklist
+    from gpuseat.web.app import Portal, create_app
+
+    from .test_k8s_requests import _lab as lab_of_two
+
+    store = lab_of_two(tmp_path, COURSE_TOML)  # ann on seat-1, bob_s on seat-2, both on node gpu-node-1
+    seat = {"kind": "mig", "profile": "1g.10gb", "memory_gb": 10.0, "engine": "kubernetes"}
+    store.seats.add_seats("k8s-lab", [{**seat, "key": "seat-3", "host": "GPU-Node-1", "device_uuid": MIG.format(n=3)}])
+    store.seats.move("k8s-lab", "ann", "seat-3")  # the organizer typed the node's name in upper case
+    cluster = StandInCluster()
+    links = {t.participant: t.token for t in store.tokens.issue_tokens("k8s-lab")}
+    portal = Portal(store, load_catalog(), "k8s-lab", link_days_after_end=None)
+    try:
+        with TestClient(create_app(portal)) as client:
+            page = client.get(f"/t/{links['ann']}").text  # before the first pass: set up in a minute, it says
+            assert "being prepared" in page and "ssh_host" not in page  # never the host engine's fix
+            result = one_pass(store, course="k8s-lab", engine="kubernetes", runner=cluster)
+            (failed,) = [o for r in result.reports for o in r.failed]
+            assert (failed.step.action, failed.step.target, failed.exit_code) == ("namespace.create", "gpuseat-ann", 2)
+            refused = store.seats.get_seat("k8s-lab", "seat-3")
+            reason = str(refused.state_reason)
+            assert refused.state == "failed" and reason.startswith("its host 'GPU-Node-1' cannot be its Kubernetes")
+            assert "\nTo fix: give the node's name as `kubectl get nodes` prints it" in reason  # seats status says
+            page = client.get(f"/t/{links['ann']}").text
+            said = page.split('id="no-connect">')[1].split("</p>")[0]
+            assert said.startswith("Your seat seat-3 is out of order (its host &#39;GPU-Node-1&#39; cannot be"), said
+            assert "will not appear here on its own; your organizer has to fix the seat" in said, said
+            assert "being prepared" not in page and "within a minute" not in page
+            assert "To fix" not in said and "gpuseat seats" not in said  # the organizer's commands stay theirs
+            assert "--namespace=gpuseat-bob-s" in client.get(f"/t/{links['bob_s']}").text  # bob is served
+            ready = checklist(store, "k8s-lab")
+            assert dict(ready.broken)["seat-3"].startswith("out of order: its host 'GPU-Node-1'")
+            assert "seat-3" not in ready.preparing
+
+            logged = len(store.events.events("k8s-lab", limit=10_000))
+            for _again in range(2):  # the agent's next passes: nothing fails, nothing is logged, it is noted
+                again = one_pass(store, course="k8s-lab", engine="kubernetes", runner=cluster)
+                assert not again.failed and not [o for r in again.reports for o in r.outcomes]
+                assert any(n.startswith("seat seat-3 (ann's) is failed") for p in again.planned
+                           for n in (p.changes.notes if p.changes else []))  # fmt: skip
+            assert len(store.events.events("k8s-lab", limit=10_000)) == logged
+            assert not [k for k in cluster.objects if "gpuseat-ann" in k[1:]]  # nothing of ann's is applied
+
+            # the fix the refusal names: a seat on the node's name, ann moved there
+            store.seats.add_seats("k8s-lab", [{**seat, "key": "seat-4", "host": "gpu-node-1",
+                                               "device_uuid": MIG.format(n=4)}])  # fmt: skip
+            store.seats.move("k8s-lab", "ann", "seat-4")
+            done = [(o.step.action, o.step.target) for r in one_pass(store, course="k8s-lab", engine="kubernetes",
+                    runner=cluster).reports for o in r.outcomes if o.state == "done"]  # fmt: skip
+            assert ("access.grant", "gpuseat-ann/gpuseat-participant") in done, done
+            page = client.get(f"/t/{links['ann']}").text
+            assert "kubectl config set-context --current --namespace=gpuseat-ann" in page and "out of order" not in page
+            assert store.seats.get_seat("k8s-lab", "seat-3").state == "failed"  # nobody is given it as it is
+            try:
+                store.seats.assign("k8s-lab", "cy", "seat-3")
+                raise AssertionError("a seat refused for its host was given to cy")
+            except InputError as exc:
+                assert "seat seat-3 is failed" in exc.what
+
+            # or its host is corrected in place (a seats file): it is set up again and can be given out
+            store.seatfile.import_seat_file("k8s-lab", [SeatEntry("seat-3", MIG.format(n=3), host="gpu-node-1",
+                                                                  profile="1g.10gb")])  # fmt: skip
+            one_pass(store, course="k8s-lab", engine="kubernetes", runner=cluster)
+            assert store.seats.get_seat("k8s-lab", "seat-3").state == "planned"
+            store.seats.assign("k8s-lab", "cy", "seat-3")
+            assert not one_pass(store, course="k8s-lab", engine="kubernetes", runner=cluster).failed
+            assert "--namespace=gpuseat-cy" in client.get(f"/t/{links['cy']}").text
+    finally:
+        store.close()

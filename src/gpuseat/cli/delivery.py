@@ -54,6 +54,7 @@ def add_delivery_commands(seats_app: typer.Typer) -> None:
         fmt: FormatOption = Format.table,
     ) -> None:
         """Set (or show) how a seat's participant gets in: SSH with port and jump host, a URL, notes."""
+        from gpuseat.core.delivery import withheld
         from gpuseat.services.delivery import way_in
         from gpuseat.store import open_store
 
@@ -86,7 +87,7 @@ def add_delivery_commands(seats_app: typer.Typer) -> None:
                 {
                     "seat": view.key,
                     # a way in made for the previous holder is shown to nobody
-                    "access": None if (shown.missing or "").startswith("being prepared") else stored,
+                    "access": None if withheld(shown) else stored,
                     "command": shown.command,
                     "url": shown.url,
                     "ssh_config": shown.ssh_config,

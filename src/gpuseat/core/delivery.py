@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from gpuseat.core.hosts import bare_label
 from gpuseat.core.logins import SYSTEM_LOGINS
 from gpuseat.errors import InputError
+from gpuseat.safe_text import clean
 
 _MIG_MINOR = re.compile(r"^(?:gpu([0-9]{1,3})/gi([0-9]{1,3})(?:/ci([0-9]{1,3}))?/access|config|monitor) ([0-9]{1,7})$")
 
@@ -37,6 +38,7 @@ class Instruction:
     device_uuid: str | None
     notes: tuple[str, ...]
     missing: str | None  # set when there is no way in yet: what the organizer must set
+    out_of_order: bool = False  # the seat is failed: nothing appears until the organizer acts (:func:`out_of_order`)
 
 
 def not_yours(
@@ -60,6 +62,24 @@ def being_prepared(login: str | None) -> str:
     """What the holder sees while the engine hands the seat over to them."""
     tail = f"; you will log in as {login}" if login else ""
     return f"being prepared: your seat is being set up for you and appears here within a minute{tail}"
+
+
+def out_of_order(seat: str, reason: str | None) -> str:
+    """What the holder of a failed seat sees instead of "being prepared", which would never come true: an
+    engine refused the seat for good (a Kubernetes seat whose host names no node) or someone took it out of
+    service. The reason's first part says what is wrong; its fix (after ``To fix:``, the organizer's
+    commands) is left to the organizer's views."""
+    what = clean(" ".join((reason or "").partition("\nTo fix: ")[0].split()), one_line=True)
+    what = f"{what[:300]}…" if len(what) > 300 else what
+    return (
+        f"your seat {seat} is out of order{f' ({what})' if what else ''}: it cannot be set up as it is and will "
+        "not appear here on its own; your organizer has to fix the seat or move you to another one"
+    )
+
+
+def withheld(way: Instruction) -> bool:
+    """True when no stored way in may be shown with ``way``: one made for someone else, or for a failed seat."""
+    return way.out_of_order or (way.missing or "").startswith("being prepared")
 
 
 def ssh_command(host: str, user: str | None, port: int | None = None, jump: str | None = None) -> str:

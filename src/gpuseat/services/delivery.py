@@ -10,7 +10,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from gpuseat.core.delivery import Instruction, being_prepared, instruction, login_name, not_yours
+from gpuseat.core.delivery import Instruction, being_prepared, instruction, login_name, not_yours, out_of_order
 from gpuseat.core.hosts import bad_stored_host, bare_label, host_problem
 from gpuseat.core.readiness import Access
 from gpuseat.engines import registry
@@ -43,16 +43,24 @@ def way_in(
         text = seat.connect.strip()
         web = text.startswith(("http://", "https://"))
         access = {"kind": "web" if web else "ssh", "url": text if web else None, "command": None if web else text}
+    node = seat.engine == "kubernetes"  # its host names the node of its Pods: never an SSH way in
     if access is None and seat.host and not bare_label(seat.host) and seat.kind not in ("cloud", "slurm", "vm"):
         # a host given as a DNS name or address (seats add --host gpu1.example.org, 2001:db8::5) is a
         # way in; a bare label (the inventory's name, h200-2x) never is
-        access = {"kind": "ssh", "host": seat.host, "device_uuid": seat.device_uuid}
+        access = None if node else {"kind": "ssh", "host": seat.host, "device_uuid": seat.device_uuid}
     login = login_name(participant.key, participant.unix_user) if participant else None
     if logins is None:
         logins = {login_name(p.key, p.unix_user) for p in store.roster.participants(seat.course)}
     viewer = participant.key if participant else seat.participant
     stale = participant is not None and seat.participant not in (None, participant.key)  # a cached page after a move
-    if seat.engine in registry.delivering() and (stale or not_yours(access, holder=viewer, login=login, others=logins)):
+    delivered = seat.engine in registry.delivering()
+    mine = not stale and not not_yours(access, holder=viewer, login=login, others=logins)
+    if delivered and seat.state == "failed" and seat.kind != "cloud" and not stale and (access is None or not mine):
+        # an engine refused the seat for good (or it was taken out of service): "being prepared" never comes true.
+        # A cloud seat is not here: its engine launches it again, and says so in its own reason (below)
+        missing = out_of_order(seat.key, seat.state_reason)
+        return Instruction(None, None, None, seat.device_uuid, (), missing, out_of_order=True)
+    if delivered and (not mine or (node and access is None and viewer)):
         return Instruction(None, None, None, seat.device_uuid, (), being_prepared(login))
     host = str(access.get("host") or "") if access else ""
     if host and (problem := host_problem(host)) is not None:
@@ -113,12 +121,14 @@ def ways_in(store: CourseStore, course: str | None = None) -> list[dict[str, Any
     for seat in store.seats.seats(course):
         way = way_in(store, seat, people.get(seat.participant or ""), logins=logins)
         check = checks.get(seat.key) or {}
+        # a failed seat: the organizer reads the whole reason, with its fix
+        missing = f"out of order: {seat.state_reason or 'marked failed'}" if way.out_of_order else way.missing
         out.append(
             {
                 "seat": seat.key,
                 "participant": seat.participant,
                 "way": way.command or way.url,
-                "missing": way.missing,
+                "missing": missing,
                 "check": check.get("state"),
                 "reason": check.get("reason"),
             }
@@ -136,7 +146,7 @@ class Checklist:
     links_total: int
     gpu_used: int
     participants: int
-    broken: tuple[tuple[str, str], ...]  # (seat, reason) of seats whose last check failed
+    broken: tuple[tuple[str, str], ...]  # (seat, reason) of seats whose last check failed, or that are failed
     unchecked: tuple[str, ...]
     checked_at: str | None
     agents: tuple[dict[str, Any], ...] = ()  # each agent's last apply, pending and failed steps (this course's)
@@ -167,8 +177,10 @@ def checklist(store: CourseStore, course: str | None = None) -> Checklist:
     ready = [s.key for s in seats if checks.get(s.key, {}).get("state") == "ready"]
     broken = tuple(
         (s.key, str(checks[s.key].get("reason") or "broken"))
-        for s in seats
         if checks.get(s.key, {}).get("state") == "broken"
+        else (s.key, f"out of order: {s.state_reason or 'marked failed'}")  # never checked since it failed
+        for s in seats
+        if checks.get(s.key, {}).get("state") == "broken" or _out_of_order(s)
     )
     unchecked = tuple(s.key for s in seats if s.key not in checks)
     access = store.delivery.access_of(course)
@@ -199,9 +211,14 @@ def _agents(store: CourseStore, course: str) -> tuple[dict[str, Any], ...]:
     return tuple(out)
 
 
+def _out_of_order(seat: SeatView) -> bool:
+    """A failed seat that its engine will not set up on its own (see :func:`way_in`)."""
+    return seat.state == "failed" and seat.kind != "cloud" and seat.engine in registry.delivering()
+
+
 def _preparing(store: CourseStore, seat: SeatView, access: dict[str, dict[str, Any]]) -> bool:
     made = access.get(seat.key) or {}
-    return seat.engine in registry.delivering() and made.get("holder") != seat.participant
+    return seat.engine in registry.delivering() and made.get("holder") != seat.participant and not _out_of_order(seat)
 
 
 def build_access(

@@ -3,7 +3,10 @@ advertises the seats' resources, with a quota of exactly one GPU of their seat's
 GPU resource), an ``edit`` RoleBinding for them alone and a probe Pod pinned to the seat's resource
 (and node, when the seat names one): the manifests :func:`gpuseat.render.k8s.seat_objects` renders. A seat
 whose host no node can be selected by (:func:`gpuseat.render.k8s.node_flaw`) gets none of them: its grant
-fails with the reason (its Pod would stay Pending forever), as a namespace that is not the course's does.
+fails with the reason (its Pod would stay Pending forever), as a namespace that is not the course's does, and
+stores the refusal as the seat's state (failed, :func:`refused`), which its holder's page shows; while that
+state says it, later passes only note it (a refusal said every pass was an events row a minute), and once the
+seat's host names a node ``seat.mend`` makes it planned again.
 
 :meth:`KubernetesEngine.plan` renders the course's manifests per holder and compares them with what
 is applied (``kubectl get`` of the objects labelled with the course), each object carrying a hash of
@@ -45,6 +48,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core.readiness import Access, Readiness, judge
+from gpuseat.core.seating import AGENT_ACTOR, transition_error
 from gpuseat.engines import sessions as session_checks
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
 from gpuseat.engines.kubernetes import requests
@@ -64,6 +68,8 @@ MANAGED = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
 _DNS = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 #: the verb of each kind of object the engine applies, by whether it exists already
 _VERBS = {"Namespace": "namespace", "ResourceQuota": "quota", "RoleBinding": "access", "Pod": "pod"}
+#: what the reason of a seat this engine refused for its host says (:func:`refused`)
+_MARK = " cannot be its Kubernetes node: "
 
 
 class KubernetesSettings(BaseModel):
@@ -323,8 +329,10 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
         closed = state.closed if state.active else None
         taken = self.foreign(set(seat_of_ns) - {n for (k, _s, n) in have if k == "Namespace"})
         hosts = {s.key: s.host for s in state.seats}
+        by_key = {s.key: s for s in state.seats}
         #: seats whose host can select no node (their Pod would stay Pending forever): refused, never applied
         nodeless = {k: flaw for k in wanted if hosts.get(k) and (flaw := node_flaw(str(hosts[k]))) is not None}
+        changes.steps += self._mended(state)
         for seat_key, docs in sorted(wanted.items()):
             p = holder[seat_key]
             ns = docs[0]["metadata"]["name"]
@@ -364,8 +372,15 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
                 add(self._step("pods.end", ns, f"{p.key} asked for a restart: their pods end, their access stays",
                                "revoke", participant=p.key, seats=(seat_key,), namespace=ns))  # fmt: skip
             if seat_key in nodeless:  # its revokes above stand; its grants are one failed step, its way in waits
-                add(self._step("namespace.create", ns, mine, "grant", participant=p.key, seats=(seat_key,),
-                               node=hosts[seat_key], flaw=nodeless[seat_key]))  # fmt: skip
+                seat, refusal = by_key[seat_key], refused(str(hosts[seat_key]), nodeless[seat_key])
+                if (seat.state, seat.state_reason) == ("failed", refusal):  # stored: said once, not every pass
+                    changes.notes.append(f"seat {seat_key} ({p.key}'s) is failed and not set up: "
+                                         f"{refusal.replace(chr(10), '; ')}")  # fmt: skip
+                else:  # the failed grant stores the refusal as the seat's state, shown to its holder
+                    store = transition_error(seat.state, "failed") is None
+                    add(self._step("namespace.create", ns, mine, "grant", participant=p.key, seats=(seat_key,),
+                                   node=hosts[seat_key], flaw=nodeless[seat_key],
+                                   refusal=refusal if store else None))  # fmt: skip
             # grant: each object that is missing or differs, in the render's order
             for doc in [] if seat_key in nodeless else docs:
                 if shut and doc["kind"] in ("RoleBinding", "Pod"):
@@ -388,7 +403,7 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
                 add(self._step(action, f"{ns}/{ident[2]}" if verb != "namespace" else ns, why, "grant",
                                participant=p.key, seats=(seat_key,), manifest=doc))  # fmt: skip
             changes.steps += wish.steps if wish is not None else []
-        self._record_steps(state, wanted, changes, wishes)
+        self._record_steps(state, {k: v for k, v in wanted.items() if k not in nodeless}, changes, wishes)
         ledger = reading.hours if reading is not None else None
         # a seat on no node is checked too: broken before a session, with the reason, like any seat that cannot run
         running = {k for k, ns in seat_ns.items() if ns not in taken and (k not in wishes or wishes[k].runs)}
@@ -396,6 +411,19 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
             checks = session_checks.SessionChecks(self, state, ledger)
             changes.steps += checks.plan({k: holder[k].key for k in running})
         return changes
+
+    def _mended(self, state: CourseState) -> list[Step]:
+        """``seat.mend`` for each seat this engine refused (failed, :func:`refused`) whose host names a node
+        now (a seats file set it): planned again, so its grants run. Tied to no seat, so it always runs."""
+        out = []
+        for seat in state.seats if state.active else ():
+            if seat.engine != ENGINE or seat.state != "failed" or _MARK not in (seat.state_reason or ""):
+                continue
+            if seat.host and node_flaw(seat.host) is not None:
+                continue
+            why = f"its host {str(seat.host)[:100]!r} can name a node now: set up again"
+            out.append(self._step("seat.mend", seat.key, why, "record", participant=seat.participant))
+        return out
 
     def _running_pods(self, ns: str) -> list[str]:
         argv = self.kubectl("get", "pods", "-n", ns, "-o", "json")
@@ -466,6 +494,9 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
                 f"--course {self.course}), or give {step.participant} another unix_user",
             )
         if d.get("flaw"):
+            if d.get("refusal") and not dry:  # the seat's state says why from now on: its holder's page, seats status
+                self.store.delivery.record_delivery(self.course, step.seats[0], state="failed", reason=d["refusal"],
+                                                    actor=AGENT_ACTOR)  # fmt: skip
             raise InputError(
                 f"its host {str(d['node'])[:100]!r} cannot be its Kubernetes node: {d['flaw']}; "
                 f"{step.participant}'s seat is not set up until it can (a Pod pinned to no node would wait forever)",
@@ -494,6 +525,10 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
                                     mutates=False, where=step.target)  # fmt: skip
             case "seat.record" | "seat.clear":
                 self.record_way_in(step, running=False)
+            case "seat.mend":
+                if not dry:
+                    self.store.delivery.record_delivery(self.course, step.target, state="planned", reason=step.why,
+                                                        actor=AGENT_ACTOR)  # fmt: skip
             case "seat.check" | "session.report":
                 return session_checks.do(self, step)
             case "seat.stop" | "request.record":
@@ -565,6 +600,12 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
         state, why = judge(None, visible)
         evidence = f"kubectl logs {PROBE_POD} -n {ns} (the device plugin picks the {resource_of(seat)})\n{logs.stdout}"
         return result(state, why, evidence, visible)
+
+
+def refused(host: str, flaw: str) -> str:
+    """The state reason of a seat refused for its host (:func:`gpuseat.render.k8s.node_flaw`): what is wrong,
+    then ``To fix:`` (its holder's page shows the first part only)."""
+    return f"its host {host[:100]!r}{_MARK}{flaw}\nTo fix: {NODE_FIX}"
 
 
 def _container_odd(c: dict[str, Any], image: str, limits: dict[str, str]) -> str | None:
