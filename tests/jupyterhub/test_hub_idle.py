@@ -2,7 +2,7 @@
 rule), against the stand-in hub REST API with the hub's ``last_activity`` as JupyterHub keeps it (a start
 and a stop stamp it too) and the monitor's readings written through the real monitor into the store: an
 idle GPU with no activity on the hub is warned, then its server stopped after the grace with the reason;
-a busy GPU or a recent kernel never; a start lets the holder in again. A seat never used within
+a busy GPU, a recent kernel or a lab session never; a start lets the holder in again. A seat never used within
 ``never_connected_hours`` is stopped; activity only from gpuseat's own probe does not count."""
 
 from __future__ import annotations
@@ -59,11 +59,14 @@ def hub(monkeypatch: pytest.MonkeyPatch) -> ActiveHub:
     return ActiveHub(*PEOPLE)
 
 
-def lab_with(tmp_path, policy: str, held_minutes: int):
-    """Ada, ben and cy on three hub seats for ``held_minutes``, the course's ``[policy]`` ``policy``."""
+def lab_with(tmp_path, policy: str, held_minutes: int, schedule: str = ""):
+    """Ada, ben and cy on three hub seats for ``held_minutes``, the course's ``[policy]`` ``policy`` (and
+    ``[schedule]`` ``schedule``, if given)."""
     url = f"sqlite:///{tmp_path / 'hub.db'}"
     store = make_course(url, tmp_path, key="lab", people=PEOPLE, seats=3, assign=3)
-    store.courses.set_course_text("lab", COURSE_TOML.format(n=3) + f"\n[policy]\n{policy}\n", changes=[])
+    head = COURSE_TOML.format(n=3)
+    head = head.split("[schedule]")[0] + schedule if schedule else head
+    store.courses.set_course_text("lab", head + f"\n[policy]\n{policy}\n", changes=[])
     for seat in store.seats.seats("lab"):
         store.seats.set_seat_state("lab", seat.key, seat.state, engine="jupyterhub", reason="a hub seat")
     store.agents.set_engine_settings("lab", "jupyterhub", {"hub_url": "https://hub.test"}, actor="test")
@@ -75,11 +78,12 @@ def lab_with(tmp_path, policy: str, held_minutes: int):
     return store, url
 
 
-def monitor_readings(url: str, store, busy: dict[str, float], minutes: int) -> None:
-    """The monitor's readings every 20 s over the last ``minutes``: the captured H100 with each seat's MIG
-    slice at the GPU utilisation in ``busy`` (by seat key; 0 for the others), as GPM reports it."""
+def monitor_readings(url: str, store, busy: dict[str, float], minutes: int, until: datetime | None = None) -> None:
+    """The monitor's readings every 20 s over the ``minutes`` before ``until`` (default now): the captured
+    H100 with each seat's MIG slice at the GPU utilisation in ``busy`` (by seat key; 0 for the others), as
+    GPM reports it."""
     util = {s.device_uuid: busy.get(s.key, 0.0) for s in store.seats.seats("lab")}
-    start = datetime.now(UTC).timestamp() - minutes * 60
+    start = (until or datetime.now(UTC)).timestamp() - minutes * 60
 
     class Replay:
         t = start - 20
@@ -107,7 +111,11 @@ def plan_steps(engine, store, now=None):
 
 
 def test_an_idle_hub_seat_is_warned_then_its_server_stopped_a_busy_gpu_or_a_used_kernel_never(tmp_path, hub):
-    store, url = lab_with(tmp_path, "idle_minutes = 3\ngrace_minutes = 2\nidle_gpu_percent = 10", 30)
+    day = datetime.now(UTC).date() + timedelta(days=1)  # a lab session tomorrow 10:00-12:00 (UTC)
+    schedule = f'[schedule]\nstart = {day - timedelta(days=1)}\ndays = 3\naccess = "24/7"\n' \
+               f'[[schedule.session]]\ndate = {day}\nhours = "10:00-12:00"\n'  # fmt: skip
+    in_session = datetime(day.year, day.month, day.day, 10, 30, tzinfo=UTC)
+    store, url = lab_with(tmp_path, "idle_minutes = 3\ngrace_minutes = 2\nidle_gpu_percent = 10", 30, schedule)
     try:
         for who in PEOPLE:
             spawned(store, who)
@@ -117,8 +125,10 @@ def test_an_idle_hub_seat_is_warned_then_its_server_stopped_a_busy_gpu_or_a_used
         hub.used("ben", now - timedelta(minutes=20))  # ben: a training run keeps the GPU busy
         hub.used("cy", now - timedelta(minutes=1))  # cy: GPU idle, but she is typing in a notebook
         monitor_readings(url, store, {"mig-2": 93.0}, 6)
+        monitor_readings(url, store, {"mig-2": 93.0}, 6, until=in_session)
         engine = engine_for(store, hub)
         ada_seat = store.seats.seat_of("lab", "ada").key
+        assert plan_steps(engine, store, in_session)[1] == []  # in a lab session: never idle
         changes, steps = plan_steps(engine, store)
         assert steps == [("seat.warn", ada_seat, "ada")], steps
         report = engine.apply(changes)
