@@ -353,8 +353,11 @@ def test_access_windows_open_and_close_logins(lab: Lab, tmp_path: Path, cli: Cal
             result = one_pass(store, course="lab", runner=Runner(), now=datetime(2026, 9, 8, hour, minute, tzinfo=UTC))
         assert not result.failed, result.failed
 
-    at(12)  # inside the window
+    at(20)  # the first pass, the window shut: the accounts it makes are locked before their keys are written
     lab.start_sshd()
+    assert lab.ssh("ann", "true").returncode == 255 and lab.ssh("ben", "true").returncode == 255
+    assert (lab.keys_dir / lab.people["ann"].user).exists()
+    at(12)  # inside the window
     assert lab.ssh("ann", "true").returncode == 0
     assert lab.ssh("ann", "nohup sleep 600 >/dev/null 2>&1 &").returncode == 0
     at(20)  # the window shut: logins refused, sessions ended; keys and devices kept for the morning

@@ -350,6 +350,9 @@ class HostEngine(StepEngine[HostSettings]):
                 add(step("account.add", login, why, "grant", participant=p.key, seats=(seat_key,), login=login))
             if open_now and (acct is None or acct.locked):
                 add(step("account.unlock", login, why, "grant", participant=p.key, seats=(seat_key,), login=login))
+            elif acct is None:  # useradd makes it unlocked: locked before its key is written, until access opens
+                add(step("account.lock", login, f"access is closed: {course.closed}", "grant", participant=p.key,
+                         seats=(seat_key,), login=login))  # fmt: skip
             text = delivery.authorized_keys(p.ssh_key, probe_pub, uuid)
             if not self.machine.file_is(self.keys_dir / login, text):
                 add(step("key.set", login, f"{why} ({uuid})", "grant", participant=p.key, seats=(seat_key,),

@@ -319,7 +319,7 @@ def _lock_when_made(engine: HostEngine, changes: Changes, who: str, login: str, 
     or for seat hours elsewhere): ``useradd`` makes it unlocked, and the key written next would let them in
     until the next pass. The lock runs right after the account is made, before its key is written."""
     at = next((i for i, x in enumerate(changes.steps) if x.action == "account.add" and x.target == login), None)
-    if at is not None:
+    if at is not None and not any(x.action == "account.lock" and x.target == login for x in changes.steps):
         made = changes.steps[at]
         lock = engine._step("account.lock", login, why, "grant", participant=who, seats=made.seats, login=login)
         changes.steps.insert(at + 1, lock)
