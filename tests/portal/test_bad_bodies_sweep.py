@@ -255,6 +255,28 @@ ROWS = [
     ),
     case("settings-minutes-fraction", "org", "POST", "/course/settings", {"csrf": ORG, "policy.idle_minutes": "1.5"},
          says="whole number"),
+    # digits Python's int() and float() read but the form's own do not: ١٢ and １２ were stored as 12; each field
+    # names what to type instead, as does a number in a spelling the form does not show (exponent, underscore)
+    *(
+        case(f"settings-{name}", "org", "POST", "/course/settings", {"csrf": ORG, f"policy.{field}": value},
+             says=says)
+        for name, field, value, says in [
+            ("arabic-indic-hours", "quota_hours", "١٢", "quota_hours: not a number in plain digits 0-9 (got ١٢): type 12"),
+            ("fullwidth-hours", "quota_hours", "１２.５", "(got １２.５): type 12.5"),
+            ("arabic-indic-percent", "idle_gpu_percent", "٥", "idle_gpu_percent: not a number in plain digits 0-9 (got ٥): type 5"),
+            ("arabic-indic-minutes", "idle_minutes", "٣٠", "idle_minutes: not a whole number of minutes in plain digits 0-9 (got ٣٠): type 30"),
+            ("fullwidth-grace", "grace_minutes", "５", "grace_minutes: not a whole number of minutes in plain digits 0-9 (got ５): type 5"),
+            ("devanagari-lead", "lead_minutes", "१५", "lead_minutes: not a whole number of minutes in plain digits 0-9 (got १५): type 15"),
+            ("bengali-never-connected", "never_connected_hours", "৪৮", "never_connected_hours: not a number in plain digits 0-9 (got ৪৮): type 48"),
+            ("exponent", "quota_hours", "1e3", "quota_hours: not a number in plain digits 0-9 (got 1e3): type 1000"),
+            ("minutes-exponent", "idle_minutes", "1E1", "(got 1E1): type 10"),
+            ("underscore", "idle_minutes", "1_0", "(got 1_0): type 10"),
+            ("hex", "quota_hours", "0x10", "quota_hours: not a number (got 0x10): type one such as 40 or 2.5"),
+            ("inner-space", "quota_hours", "1 2", "quota_hours: not a number (got 1 2): type one such as 40 or 2.5"),
+            ("minus-sign", "quota_hours", "\u22125", "quota_hours: not a number (got −5): type one such as 40 or 2.5"),
+            ("long-digits", "lead_minutes", "0" * 59 + "5", "lead_minutes: 60 characters, not a whole number of minutes: type one such as 30"),
+        ]
+    ),
     # a field the form has no input for, one sent twice, a file: each was dropped without a word (200)
     case("settings-unknown-field", "org", "POST", "/course/settings", {"csrf": ORG, "<b>policy</b>.quota_hours": "5"},
          says="&#39;&lt;b&gt;policy&lt;/b&gt;.quota_hours&#39;: no such field"),
@@ -579,6 +601,21 @@ def test_a_link_whose_course_went_while_it_was_cached_answers_as_the_link_now_do
     for path in ("/live", "/seat.json"):  # the page's polls read JSON
         r = sweep.anon.get(f"/t/{ann}{path}")
         assert r.status_code == 404 and "not valid" in r.json()["error"], r.text[:300]
+
+
+def test_the_settings_form_sends_back_what_it_shows(sweep: Sweep) -> None:
+    """A stored 0.00001 was shown as 1e-05, which the form refuses: saving any other field then failed on that
+    one ("not a number (got 1e-05)"); -0 was stored and shown as -0.0."""
+    fields = re.compile(r'name="(policy\.[a-z_]+)" value="([^"]*)"')
+    for typed, stored, shown in (("0.00001", "1e-05", "0.00001"), ("-0", "0.0", "0.0"), (" +7.50 ", "7.5", "7.5")):
+        r = sweep.org.post("/course/settings", data={"csrf": sweep.csrf["org"], "policy.quota_hours": typed})
+        assert r.status_code == 200 and "saved 1 change" in r.text, r.text[:300]
+        assert f"quota_hours = {stored}\n" in sweep.store.courses.course_text("lab")
+        page = sweep.org.get("/course/settings").text
+        form = dict(fields.findall(page))
+        assert form["policy.quota_hours"] == shown, form
+        again = sweep.org.post("/course/settings", data={"csrf": sweep.csrf["org"], **form})
+        assert again.status_code == 200 and "nothing changed" in again.text, again.text[:300]
 
 
 def test_a_settings_form_without_a_field_keeps_that_field(sweep: Sweep) -> None:

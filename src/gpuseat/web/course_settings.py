@@ -8,10 +8,12 @@ tables in that text and leaves every other line (comments included) as it was.
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from gpuseat.core.course import Course, Policy
@@ -51,16 +53,54 @@ def current(course: Course) -> Edit:
     )
 
 
+#: a number as the form takes it: the ASCII digits 0-9 only (``\d`` and ``int()`` also take ``١٢`` and ``１２``),
+#: an optional sign and point, no exponent, no underscore (what the form shows again, so a save round-trips)
+_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)", re.ASCII)
+#: longer than any number a policy field takes (the largest, 100000 hours, in any spelling with its decimals)
+_MAX_CHARS = 40
+
+
+def _plain_of(text: str, whole: bool) -> str | None:
+    """What ``text`` means in the digits 0-9 when Python reads it as a number the field could take
+    (``١٢`` → ``12``, ``１２`` → ``12``, ``1e3`` → ``1000``), for the message's fix; else None."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    if not math.isfinite(value) or abs(value) >= 1e15 or (whole and not value.is_integer()):
+        return None
+    return str(int(value)) if value.is_integer() else format(Decimal(repr(value)), "f")
+
+
 def _number(name: str, raw: str) -> float | int | None:
-    """A form value as the course file would hold it (blank: not set); :class:`ValueError` if no number."""
+    """A form value as the course file would hold it (blank: not set); :class:`ValueError` with what is
+    wrong and what to type if it is no plain number in the digits 0-9."""
     text = raw.strip()
     if not text:
         return None
-    if name in INTEGERS and re.fullmatch(r"[+-]?\d{1,9}", text):
-        return int(text)
-    if name not in INTEGERS and re.fullmatch(r"[+-]?(\d{1,9}(\.\d*)?|\.\d+)", text):
-        return float(text)
-    raise ValueError("a whole number of minutes" if name in INTEGERS else "a number")
+    whole = name in INTEGERS
+    if len(text) <= _MAX_CHARS and (_INTEGER if whole else _DECIMAL).fullmatch(text):
+        value = int(text) if whole else float(text)
+        return value if value else abs(value)  # -0 is 0: a course file with "-0.0" reads as a typo
+    what = "a whole number of minutes" if whole else "a number"
+    if len(text) > _MAX_CHARS:
+        raise ValueError(f"{len(text)} characters, not {what}: type one such as {'30' if whole else '40 or 2.5'}")
+    meant = _plain_of(text, whole)
+    if meant is not None:  # a number Python reads, in other digits or spelling: say it in the form's
+        raise ValueError(f"not {what} in plain digits 0-9 (got {text}): type {meant}")
+    raise ValueError(f"not {what} (got {text}): type one such as {'30' if whole else '40 or 2.5'}")
+
+
+def shown(value: float | int | None) -> str:
+    """A stored value as the form shows it: the exact number in plain digits (``1e-05`` → ``0.00001``), so
+    the form sends back what is stored and a save of another field does not fail on this one."""
+    if value is None:
+        return ""
+    if isinstance(value, int) or not math.isfinite(value):
+        return str(value)
+    text = format(Decimal(repr(value if value else 0.0)), "f")
+    return text if "." in text else text + ".0"
 
 
 def _section(
@@ -87,7 +127,7 @@ def _section(
             value = _number(name, raw)
             validate(Policy, {name: value}, where=key)
         except ValueError as exc:
-            errors[key], typed[key] = f"{name}: not {exc} (got {raw.strip()[:40]})", raw[:40]
+            errors[key], typed[key] = f"{name}: {exc}", raw[:40]
             value = None
         except InputError as exc:
             errors[key], typed[key] = f"{name}: {exc.what}", raw[:40]

@@ -13,7 +13,17 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 
 from gpuseat.errors import InputError
-from gpuseat.web.course_settings import FIELDS, INTEGERS, Edit, changes, current, form_fields, parse, rewritten
+from gpuseat.web.course_settings import (
+    FIELDS,
+    INTEGERS,
+    Edit,
+    changes,
+    current,
+    form_fields,
+    parse,
+    rewritten,
+    shown,
+)
 from gpuseat.web.deps import need_organizer
 from gpuseat.web.pages import page
 from gpuseat.web.routes import Form, OrganizerPost, PortalDep
@@ -31,6 +41,7 @@ def settings_page(request: Request, edit: Edit, status: int = 200, **ctx: str) -
         edit=edit,
         fields=FIELDS,
         integers=INTEGERS,
+        shown=shown,
         **ctx,
     )
 
