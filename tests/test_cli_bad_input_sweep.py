@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -392,6 +393,20 @@ def test_an_archived_course_takes_no_change(cli, tmp_path: Path, template: Path,
     hours = json.loads(cli("seat", "hours", "-f", "json", "--db", url).out)
     assert [(h["quota"], h["topups"]) for h in hours] == [(h["quota"], h["topups"]) for h in json.loads(before[1])]
     assert _snapshot(cli, url) == before[0]
+
+
+def test_seat_hours_print_as_typed(cli, tmp_path: Path, template: Path) -> None:
+    """A top-up and a quota print their hours as typed and what is left as the portal does: ``%g`` wrote
+    1e-05, the hours left were a raw float (2e-05), and without a quota "no quota h left"."""
+    db = tmp_path / "gpuseat.db"
+    shutil.copyfile(template, db)
+    url = f"sqlite:///{db}"
+    r = cli("seat", "topup", "-p", "bcosta", "--hours", "0.00001", "--db", url)
+    assert (r.code, r.out) == (0, "bcosta: 0.00001 h added; no quota\n"), r
+    r = cli("seat", "quota", "-p", "bcosta", "--hours", "99999.5", "--db", url)
+    assert (r.code, r.out) == (0, "bcosta: quota 99999.5 h\n"), r
+    r = cli("seat", "topup", "-p", "bcosta", "--hours", "100000", "--db", url)
+    assert r.code == 0 and re.fullmatch(r"bcosta: 100000 h added; 1\d{5}\.\d h left\n", r.out), r  # hours ran
 
 
 def test_a_reimport_without_some_columns_keeps_what_is_stored(cli, tmp_path: Path, template: Path) -> None:

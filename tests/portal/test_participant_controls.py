@@ -153,7 +153,7 @@ def test_keys_resets_and_bursts(served: Any) -> None:
 
 
 def test_the_organizer_sees_and_exports_hours_per_person(served: Any) -> None:
-    store, client, _links = served
+    store, client, links = served
     assert client.get("/hours", follow_redirects=False).status_code == 303  # log in first
     assert client.get("/hours.csv", follow_redirects=False).status_code == 401
     login = client.get("/login")
@@ -173,6 +173,13 @@ def test_the_organizer_sees_and_exports_hours_per_person(served: Any) -> None:
     ann = next(x for x in lines if x.startswith("ann,"))
     assert ",mig-01,40.0,5.0," in ann and ",1.5," in ann, ann
     assert "<td>1.5</td>" in page.text
+    # a million hours and more print as typed: %g wrote 1.2e+06 and 1.23457e+06
+    store.requests.add_seat_hours("lab", "ben", 34567.5, kind="quota", actor="admin")
+    for _ in range(12):
+        store.requests.add_seat_hours("lab", "ben", 100_000, actor="admin")
+    row = re.search(r'<tr data-participant="ben">.*?</tr>', client.get("/hours").text)
+    assert row is not None and "<td>34567.5</td><td>1200000</td>" in row.group(0), row
+    assert re.search(r"\d+\.\d of 1234567\.5 h left", client.get(f"/t/{links['ben']}").text)
 
 
 def _busy(url: str, seat: str, *, minutes: int) -> None:

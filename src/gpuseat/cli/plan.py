@@ -77,10 +77,12 @@ def _plan(
         if fmt is Format.csv:
             print_csv(_csv_rows(result), ["rank", "offers", "seats", "total_usd", "usd_per_seat_hour", "over_budget"])
             return
+        from gpuseat.core.selfservice import hours_text
+
         course_info = result["course"]
         title = (
             f"{course_info['name']}: {course_info['participants']} participants, "
-            f"{course_info['period_days']} days, {course_info['seat_hours_each']:g} seat-hours each"
+            f"{course_info['period_days']} days, {hours_text(course_info['seat_hours_each'])} seat-hours each"
         )
         _print_options(_table_rows(result), title)
         from gpuseat.safe_text import clean  # course text (group names, quoted figures) reaches the terminal

@@ -146,12 +146,14 @@ def register(app: typer.Typer) -> None:
         db: DbOption = None,
     ) -> None:
         """Give the participant more seat hours (a stopped seat can then be started again)."""
+        from gpuseat.core.selfservice import hours_text
         from gpuseat.store import open_store
 
         with open_store(db) as store:
             store.requests.add_seat_hours(course, participant, add, kind="topup", actor=actor(), note=note)
             left = store.requests.seat_hours(course)[store.roster.find_participant(course, participant).key].left
-        print(f"{participant}: {add:g} h added; {left if left is not None else 'no quota'} h left")
+        shown = "no quota" if left is None else f"{left:.1f} h left"  # as the portal's "X of Y h left"
+        print(f"{participant}: {hours_text(add)} h added; {shown}")
 
     @seat.command("quota")
     def quota(
@@ -161,8 +163,9 @@ def register(app: typer.Typer) -> None:
         db: DbOption = None,
     ) -> None:
         """Set one participant's own quota of seat hours (instead of the course's or their group's)."""
+        from gpuseat.core.selfservice import hours_text
         from gpuseat.store import open_store
 
         with open_store(db) as store:
             store.requests.add_seat_hours(course, participant, value, kind="quota", actor=actor())
-        print(f"{participant}: quota {value:g} h")
+        print(f"{participant}: quota {hours_text(value)} h")
