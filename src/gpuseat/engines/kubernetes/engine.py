@@ -414,14 +414,20 @@ class KubernetesEngine(StepEngine[KubernetesSettings]):
 
     def _mended(self, state: CourseState) -> list[Step]:
         """``seat.mend`` for each seat this engine refused (failed, :func:`refused`) whose host names a node
-        now (a seats file set it): planned again, so its grants run. Tied to no seat, so it always runs."""
+        now (a seats file set it), or that nobody holds now (its holder moved to a seat on the node's name, the
+        fix the refusal names): planned again, so its grants run, or ``seats remove`` takes it (a failed seat
+        it refuses). Tied to no seat, so it always runs."""
         out = []
         for seat in state.seats if state.active else ():
             if seat.engine != ENGINE or seat.state != "failed" or _MARK not in (seat.state_reason or ""):
                 continue
-            if seat.host and node_flaw(seat.host) is not None:
+            host = repr(str(seat.host)[:100])
+            if not seat.host or node_flaw(seat.host) is None:
+                why = f"its host {host} can name a node now: set up again"
+            elif seat.participant is None:
+                why = f"nobody holds it (its host {host} still names no node: a holder's grant is refused again)"
+            else:
                 continue
-            why = f"its host {str(seat.host)[:100]!r} can name a node now: set up again"
             out.append(self._step("seat.mend", seat.key, why, "record", participant=seat.participant))
         return out
 
