@@ -417,8 +417,7 @@ class Requests(Concern):
         with self._database.read() as s:
             when = now or self._now(s)
             crow = _course(s, course)
-            file = _course_file(crow)
-            _open, exempt = _windows(crow, file)
+            _open, exempt, file = _course_windows(crow)
             people = list(
                 s.execute(select(Participant.key, Participant.group_name).where(Participant.course_id == crow.id))
             )
@@ -426,7 +425,8 @@ class Requests(Concern):
             return SessionPolicy({}, None, None)
         current = next(((a, b) for a, b in exempt if a <= when < b), None)
         upcoming = next((a for a, _b in exempt if a > when), None)
-        return SessionPolicy({k: file.policy_for(g) for k, g in people}, current, upcoming)
+        groups = {g: file.policy_for(g) for g in {g for _k, g in people}}  # once per group, not per participant
+        return SessionPolicy({k: dict(groups[g]) for k, g in people}, current, upcoming)
 
     def gpu_window(self, course: str | None, since: datetime) -> dict[str, tuple[int, int | None, datetime]]:
         """Each seat's monitor readings since ``since``: (how many, the highest GPU utilisation, the first
@@ -613,17 +613,26 @@ def _hours(
     for pid, kind, hours in conn.execute(_ledger_query(one is not None), params):
         ledger.setdefault(pid, []).append((kind, hours))
     out = {}
-    people = [one] if one is not None else s.scalars(select(Participant).where(Participant.course_id == crow.id))
-    for p in people:
-        rows = ledger.get(p.id, [])
+    people: Any = (
+        [(one.id, one.key, one.group_name)]
+        if one is not None
+        else conn.execute(
+            select(Participant.id, Participant.key, Participant.group_name).where(Participant.course_id == crow.id)
+        )
+    )
+    quotas: dict[str | None, float | None] = {}  # by group: the course file's quota, read once per group
+    for pid, key, group in people:
+        rows = ledger.get(pid, [])
         own = [hours for kind, hours in rows if kind == "quota"]
-        quota = own[-1] if own else _quota(file, p.group_name)
+        if not own and group not in quotas:
+            quotas[group] = _quota(file, group)
+        quota = own[-1] if own else quotas[group]
         topups = sum(hours for kind, hours in rows if kind == "topup")
-        timeline = timelines.get(p.key, [])
-        runs = selfservice.running_intervals(held.get(p.id, []), timeline, when)
-        on_seat = any(end >= when for _b, end in held.get(p.id, []))
-        running_now = on_seat and selfservice.run_state(timeline).running
-        out[p.key] = selfservice.hours_of(quota, topups, runs, open_, exempt, when, running_now=running_now)
+        timeline = timelines.get(key, [])
+        mine = held.get(pid, [])
+        runs = selfservice.running_intervals(mine, timeline, when)
+        running_now = any(end >= when for _b, end in mine) and selfservice.run_state(timeline).running
+        out[key] = selfservice.hours_of(quota, topups, runs, open_, exempt, when, running_now=running_now)
     return out
 
 
