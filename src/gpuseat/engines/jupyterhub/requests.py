@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote
 
 from gpuseat.core.selfservice import RunState
@@ -92,22 +92,29 @@ def plan_requests(engine: JupyterHubEngine, course: CourseState, changes: Change
         add(engine._request_step(r, refused, seat=r.seat, user=user))
     if ledger is not None:
         states = engine.store.requests.run_states(engine.course)
-        _plan_hours(engine, changes, ledger, holders, pending, models, states)
-        stopped = _plan_idle(engine, course, changes, ledger, holders, pending, models, states)
-        _plan_checks(engine, course, changes, ledger, holders, pending, states, stopped)
+        hub = _HubPass(engine, course, changes, ledger, holders, pending, models, states)
+        _plan_hours(hub)
+        _plan_checks(hub, stopped=_plan_idle(hub))
 
 
-def _plan_hours(
-    engine: JupyterHubEngine,
-    changes: Changes,
-    ledger: seat_hours.CourseHours,
-    holders: Mapping[str, ParticipantView],
-    pending: list[RequestView],
-    models: dict[str, Any],
-    states: Mapping[str, RunState],
-) -> None:
+class _HubPass(NamedTuple):
+    """What a pass's seat-hours, idle and pre-session planning all read: the course, its hub seats' holders,
+    their pending requests, the hub's users (``models``) and their run states; and the plan they add to."""
+
+    engine: JupyterHubEngine
+    course: CourseState
+    changes: Changes
+    ledger: seat_hours.CourseHours
+    holders: Mapping[str, ParticipantView]
+    pending: list[RequestView]
+    models: dict[str, Any]
+    states: Mapping[str, RunState]
+
+
+def _plan_hours(hub: _HubPass) -> None:
     """At 0 seat hours a seat stops: a ``stop`` on its timeline (once) and its server, whenever it runs.
     Not while the holder's own request is pending (a start, restart or reset is refused with the reason)."""
+    engine, _course, changes, ledger, holders, pending, models, states = hub
     for seat, p in sorted(holders.items()):
         rule = ledger.of(p.key)
         user = engine.user_of(p)
@@ -156,19 +163,11 @@ def _probed(engine: JupyterHubEngine, seat: str, who: str, at: datetime) -> bool
     return checked - idle_rule.SAMPLE_SLACK <= at <= checked + timedelta(seconds=engine.timeout) + PROBE_SLACK
 
 
-def _plan_idle(
-    engine: JupyterHubEngine,
-    course: CourseState,
-    changes: Changes,
-    ledger: seat_hours.CourseHours,
-    holders: Mapping[str, ParticipantView],
-    pending: list[RequestView],
-    models: dict[str, Any],
-    states: Mapping[str, RunState],
-) -> set[str]:
+def _plan_idle(hub: _HubPass) -> set[str]:
     """Idle stop and never-connected stop (:mod:`gpuseat.engines.idle`, the host engine's rule) with the
     hub's signal, its ``last_activity``: a seat that runs, outside lab sessions, with no request of its
     holder pending. Returns who is stopped by this pass."""
+    engine, course, changes, ledger, holders, pending, models, states = hub
     sessions = ledger.sessions
     policies = sessions.policies if sessions is not None else {}
     wanted = {k for k, v in policies.items() if v.get("idle_minutes") or v.get("never_connected_hours")}
@@ -217,20 +216,12 @@ def _plan_idle(
     return stopped
 
 
-def _plan_checks(
-    engine: JupyterHubEngine,
-    course: CourseState,
-    changes: Changes,
-    ledger: seat_hours.CourseHours,
-    holders: Mapping[str, ParticipantView],
-    pending: list[RequestView],
-    states: Mapping[str, RunState],
-    stopped: set[str],
-) -> None:
+def _plan_checks(hub: _HubPass, *, stopped: set[str]) -> None:
     """Ready before the session (:mod:`gpuseat.engines.sessions`): each seat that runs (not stopped by its
     holder, nor for hours outside the lead time, nor being stopped now: ``stopped`` for idleness or never
     connected) is checked as its holder; the probe starts their server as them (stopped again after, unless
     it ran), as ``seats check`` does."""
+    engine, course, changes, ledger, holders, pending, _models, states = hub
     checks = session_checks.SessionChecks(engine, course, ledger)
     for seat, p in sorted(holders.items()):
         if p.key in stopped:
