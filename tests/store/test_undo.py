@@ -3,6 +3,7 @@ first), in the library and the CLI, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -21,28 +22,57 @@ def seats(store: CourseStore, n: int = 4) -> None:
     store.seats.add_seats(None, [SeatSpec(key=f"s{i}", kind="gpu", memory_gb=80) for i in range(n)])
 
 
-def test_seats_remove_planned_or_released_only_all_or_nothing(course2016: CourseStore) -> None:
+def named_commands_exist(text: str) -> list[str]:
+    """What is wrong with each ``gpuseat …`` command a message names (a command or flag that does not exist)."""
+    import click
+    import typer
+
+    from gpuseat.cli import build_app
+    from test_architecture_doc import _check, _words
+
+    root = typer.main.get_command(build_app())
+    assert isinstance(root, click.Group)
+    named = [re.split(r"[`);]", part)[0] for part in text.split("gpuseat ")[1:]]
+    assert named, f"no command named: {text}"
+    return [w for line in named for w in _check(root, _words(line))]
+
+
+def test_seats_remove_planned_released_or_failed_only_all_or_nothing(course2016: CourseStore) -> None:
     store = course2016
     seats(store)
     who = store.roster.participants()[0].key
     held = store.claims.claim_seat(None, who).key
-    store.seats.set_seat_state(None, "s3", "running", reason="up")
-    with pytest.raises(InputError, match=f"seat {held} is held by {who}"):
-        store.lifecycle.remove_seats(None, ["s1", held])
-    with pytest.raises(InputError, match="seat s3 is running; only planned or released"):
-        store.lifecycle.remove_seats(None, ["s3"])
-    with pytest.raises(NotFound, match="no seat 's9'"):
+    running, lost = [k for k in ("s3", "s2", "s1") if k != held][:2]
+    store.seats.set_seat_state(None, running, "running", reason="up")
+    store.seats.set_seat_state(None, held, "failed", reason="jupyterhub: GPU lost")  # held and failed
+    store.seats.set_seat_state(None, lost, "failed", reason="jupyterhub: GPU lost")  # failed, nobody holds it
+    refusals = []
+    with pytest.raises(InputError, match=f"seat {held} is held by {who}") as err:
+        store.lifecycle.remove_seats(None, [lost, held])
+    refusals.append(err.value)
+    with pytest.raises(InputError, match=f"seat {running} is running .engine manual.; without --force") as err:
+        store.lifecycle.remove_seats(None, [running])
+    refusals.append(err.value)
+    with pytest.raises(NotFound, match="no seat 's9'") as err:
         store.lifecycle.remove_seats(None, ["s1", "s9"])
+    refusals.append(err.value)
+    for e in refusals:  # each fix names a command that exists, with its flags
+        assert "nothing was removed" in e.fix and named_commands_exist(e.fix) == [], e.fix
+    assert f"gpuseat seats release --seat {held} --course course-2016" in refusals[0].fix
+    assert f"gpuseat seats remove {running} --course course-2016 --force" in refusals[1].fix
     assert len(store.seats.seats()) == 4  # nothing removed by the refused calls
     store.seats.release(None, participant=who)
-    store.seats.set_seat_state(None, "s3", "released", reason="down")
-    assert store.lifecycle.remove_seats(None, [held, "s3"], actor="test") == [held, "s3"]
-    assert sorted(s.key for s in store.seats.seats()) == sorted({"s0", "s1", "s2", "s3"} - {held, "s3"})
-    line = store.events.events()[-1]
-    assert line.action == "seats.remove" and line.actor == "test"
-    assert [x["key"] for x in line.detail["seats"]] == [held, "s3"]  # type: ignore[index]
-    assert line.detail["past_assignments"][0]["participant"] == who  # type: ignore[index]
-    assert store.claims.claim_seat(None, who).key not in (held, "s3")
+    # a failed seat nobody holds is removed as it is: nothing makes it planned or released again
+    assert store.lifecycle.remove_seats(None, [held, lost], actor="test") == [held, lost]
+    assert store.lifecycle.remove_seats(None, [running], actor="test", force=True) == [running]
+    assert sorted(s.key for s in store.seats.seats()) == sorted({"s0", "s1", "s2", "s3"} - {held, lost, running})
+    removed, forced = store.events.events()[-2:]
+    assert removed.action == "seats.remove" and removed.actor == "test" and "forced" not in removed.detail
+    assert [x["key"] for x in removed.detail["seats"]] == [held, lost]  # type: ignore[index]
+    assert [x["state"] for x in removed.detail["seats"]] == ["failed", "failed"]  # type: ignore[index]
+    assert removed.detail["past_assignments"][0]["participant"] == who  # type: ignore[index]
+    assert forced.detail["forced"] == [running]  # type: ignore[index]
+    assert store.claims.claim_seat(None, who).key not in (held, lost, running)
 
 
 def test_archived_course_is_read_only_and_links_revoked(course2016: CourseStore) -> None:
@@ -94,7 +124,13 @@ def test_cli_undo(
         store.courses.create_course(EXAMPLES / "course-2016.toml", key="c16")
         store.roster.import_roster("c16", EXAMPLES / "roster-16.csv")
         seats(store, 3)
-    assert main(["seats", "remove", "s0", "s1", "--course", "c16", "--db", url]) == 0
+        store.seats.set_seat_state("c16", "s0", "failed", reason="slurm: node down")  # an engine's failure
+        store.seats.set_seat_state("c16", "s1", "running", reason="up")
+    assert main(["seats", "remove", "s0", "s1", "--course", "c16", "--db", url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: seat s1: seat s1 is running") and err.count("error: ") == 1, err
+    assert "`gpuseat seats remove s1 --course c16 --force`" in err and named_commands_exist(err) == [], err
+    assert main(["seats", "remove", "s0", "s1", "--course", "c16", "--force", "--db", url]) == 0
     assert "removed 2 seat(s): s0, s1" in capsys.readouterr().out
     assert main(["seats", "remove", "nope", "--course", "c16", "--db", url]) == 2
     assert "no seat 'nope'" in capsys.readouterr().err

@@ -299,15 +299,21 @@ def register(app: typer.Typer) -> None:
 
     @seats_app.command("remove")
     def remove(
-        seats: list[str] = typer.Argument(..., help="Seat keys (planned or released, held by nobody)."),
+        seats: list[str] = typer.Argument(..., help="Seat keys (planned, released or failed, held by nobody)."),
+        force: bool = typer.Option(
+            False,
+            "--force",
+            help="Also a requested or running seat nobody holds: its engine takes down what it made for it.",
+        ),
         course: CourseOption = None,
         db: DbOption = None,
     ) -> None:
-        """Remove seats added by mistake: planned or released ones nobody holds (all or nothing)."""
+        """Remove seats nobody holds (added by mistake, failed for good): planned, released or failed ones,
+        any state with --force (all or nothing)."""
         from gpuseat.store import open_store
 
         with open_store(db) as store:
-            gone = store.lifecycle.remove_seats(course, seats, actor=actor())
+            gone = store.lifecycle.remove_seats(course, seats, actor=actor(), force=force)
         print(f"removed {len(gone)} seat(s): {', '.join(gone)}")
 
     @seats_app.command("status")

@@ -13,11 +13,14 @@ from gpuseat.store.rows import DEFAULT_ACTOR
 class Lifecycle(Concern):
     """Remove seats, archive or delete a course, export and import one: each with an events row."""
 
-    def remove_seats(self, course: str | None, seats: Sequence[str], *, actor: str = DEFAULT_ACTOR) -> list[str]:
-        """Remove seats nobody holds, in state planned or released (all or nothing, with an events row)."""
+    def remove_seats(
+        self, course: str | None, seats: Sequence[str], *, actor: str = DEFAULT_ACTOR, force: bool = False
+    ) -> list[str]:
+        """Remove seats nobody holds: planned, released or failed ones, any state with ``force`` (all or
+        nothing, with an events row)."""
         from gpuseat.store.undo import remove_seats
 
-        return remove_seats(self._store, course, seats, actor=actor)
+        return remove_seats(self._store, course, seats, actor=actor, force=force)
 
     def archive_course(self, course: str | None, *, actor: str = DEFAULT_ACTOR) -> dict[str, Any]:
         """Make a course read-only (writes are refused from then on) and revoke its access links."""

@@ -1,8 +1,10 @@
 """Undo: remove seats added by mistake, archive a finished course (read-only), delete a course.
 
 Each is one transaction with its ``events`` row. Removing is for seats nobody holds now, in state
-``planned`` or ``released`` (a running seat is released first, through its engine); the removed rows
-and their past assignments are kept in the event's detail. An archived course is read-only: the
+``planned``, ``released`` or ``failed`` (an engine refused or lost it), or in any state when asked with
+``force`` (a seat its engine set up: what the engine made for it is taken down at its next pass, as for
+every seat no longer in the course); the removed rows and their past assignments are kept in the
+event's detail. An archived course is read-only: the
 database refuses inserts and updates of its rows (migration 0010's triggers), its access links are
 revoked in the same transaction, and its rows stay readable. Deleting writes an export first
 (:mod:`gpuseat.store.export`), so a course is never gone without a copy; the events log keeps its lines
@@ -45,7 +47,7 @@ __all__ = [
 ]
 
 ARCHIVED_MARK = "gpuseat: course is archived"  # the triggers' message (migration 0010)
-REMOVABLE = ("planned", "released")
+REMOVABLE = ("planned", "released", "failed")  # nobody holds it and its engine runs nothing for it
 
 
 def course_row(s: Session, key: str | None) -> Course:
@@ -94,8 +96,11 @@ def _iso(value: datetime | None) -> str | None:
     return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
 
 
-def remove_seats(store: Store, course: str | None, keys: Sequence[str], *, actor: str) -> list[str]:
-    """Remove seats nobody holds, in state planned or released; all or nothing. Returns the keys removed."""
+def remove_seats(
+    store: Store, course: str | None, keys: Sequence[str], *, actor: str, force: bool = False
+) -> list[str]:
+    """Remove seats nobody holds, in state planned, released or failed (any state with ``force``); all or
+    nothing. Returns the keys removed."""
     from gpuseat.store.export import seat_record
 
     if not keys:
@@ -133,14 +138,17 @@ def remove_seats(store: Store, course: str | None, keys: Sequence[str], *, actor
                 raise InputError(
                     f"seat {k} is held by {held[k]}",
                     where=f"seat {k}",
-                    fix=f"release it first (gpuseat seats release --seat {k}); nothing was removed",
-                )
-            if x.state not in REMOVABLE:
-                raise InputError(
-                    f"seat {k} is {x.state}; only planned or released seats can be removed",
-                    where=f"seat {k}",
-                    fix=f"release it through its engine first (its state must be {' or '.join(REMOVABLE)}); "
+                    fix=f"release it first (`gpuseat seats release --seat {k} --course {crow.key}`); "
                     "nothing was removed",
+                )
+            if x.state not in REMOVABLE and not force:
+                raise InputError(
+                    f"seat {k} is {x.state} (engine {x.engine}); without --force only planned, released or "
+                    "failed seats are removed",
+                    where=f"seat {k}",
+                    fix=f"nobody holds it: `gpuseat seats remove {k} --course {crow.key} --force` removes it and "
+                    "its engine takes down what it made for it at its next pass (a VM and its disk, a cloud "
+                    "cluster); nothing was removed",
                 )
         past = s.execute(
             select(Seat.key, Participant.key, Assignment.valid_from, Assignment.valid_to, Assignment.mode)
@@ -149,12 +157,15 @@ def remove_seats(store: Store, course: str | None, keys: Sequence[str], *, actor
             .where(Seat.id.in_(ids))
             .order_by(Assignment.id)
         ).all()
-        detail = {
+        detail: dict[str, Any] = {
             "seats": [seat_record(rows[k]) for k in wanted],
             "past_assignments": [
                 {"seat": sk, "participant": pk, "from": _iso(f), "to": _iso(t), "mode": m} for sk, pk, f, t, m in past
             ],
         }
+        forced = [k for k in wanted if rows[k].state not in REMOVABLE]
+        if forced:
+            detail["forced"] = forced  # removed in a state their engine set up (seats remove --force)
         with refusing_archived(crow.key):
             fail_pending(s, crow, "not carried out: the seat was removed from the course", actor, seats=wanted)
             s.execute(delete(Seat).where(Seat.id.in_(ids)))
