@@ -134,5 +134,11 @@ def test_checks_before_a_session_count_on_the_stores_clock_across_a_step(
         later = eng.plan(course_state(store, "demo", now=datetime.now(UTC) + timedelta(minutes=5)))
         assert [(s.action, s.target) for s in later.ordered()] == [("seat.check", second)]
         assert not eng.apply(later).failed and sorted(logins) == ["amartin", "bcosta", "bcosta"]
+        # ann's ready seat goes to cwei: checked again, as cwei (it counted as checked for the session)
+        cwei = store.roster.participants("demo")[2].key
+        store.seats.release("demo", seat=first)
+        store.seats.assign("demo", cwei, first)
+        moved = eng.plan(course_state(store, "demo"))
+        assert [(s.target, s.participant) for s in moved.steps if s.action == "seat.check"] == [(first, cwei)]
     finally:
         store.close()

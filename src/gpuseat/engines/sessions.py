@@ -5,7 +5,8 @@ so an organizer sees a broken seat on the overview before the session starts, wh
   seat is checked once as its participant (``seat.check``: the engine's ``probe``, what ``gpuseat seats
   check`` does) and the result stored with the seat (``store.delivery.record_readiness``).
 - A ready seat is not checked again before that session; a broken one again every :data:`RECHECK` until
-  the session starts (someone may fix it).
+  the session starts (someone may fix it); a seat that changed hands since its check is checked again, as
+  its new holder.
 - Never for a seat that is stopped (by its holder, or for hours outside the lead time), while the course's
   access hours are closed, during a session, or with no session near.
 - With a course webhook, the pass that checked posts the session's broken seats (``session.report``),
@@ -78,9 +79,9 @@ class SessionChecks:
         since = self.starts - timedelta(minutes=lead)
         if self.now < since:
             return None
-        at = self.checked.get(seat)
-        if at is not None and at >= since:
-            if (self.last.get(seat) or {}).get("state") == "ready":
+        at, last = self.checked.get(seat), self.last.get(seat) or {}
+        if at is not None and at >= since and last.get("participant") == participant:  # (a new holder: again)
+            if last.get("state") == "ready":
                 return None
             if self.now - at < RECHECK:
                 return None
