@@ -330,6 +330,25 @@ def _held_since(db: str, minutes: int) -> None:
     engine.dispose()
 
 
+def _earlier(db: str, who: str, minutes: int) -> None:
+    """As if all of ``who``'s seat history (her seat, her requests) had happened ``minutes`` earlier."""
+    from sqlalchemy import create_engine, select
+    from sqlalchemy.orm import Session
+
+    from gpuseat.db.models import Assignment, Participant, SeatRequest
+
+    back = timedelta(minutes=minutes)
+    engine = create_engine(db)
+    with Session(engine) as s, s.begin():
+        pid = s.scalar(select(Participant.id).where(Participant.key == who))
+        for a in s.scalars(select(Assignment).where(Assignment.participant_id == pid)):
+            a.valid_from -= back
+        for r in s.scalars(select(SeatRequest).where(SeatRequest.participant_id == pid)):
+            r.requested_at -= back
+            r.done_at = None if r.done_at is None else r.done_at - back
+    engine.dispose()
+
+
 def _policy_course(lab: Lab, cli: Callable[..., Any], tmp_path: Path, toml: str) -> tuple[str, dict[str, str]]:
     """Course ``lab`` from ``toml``: ann, ben, cat on the three MIG seats, applied, sshd started."""
     db = f"sqlite:///{tmp_path / 'course.db'}"
@@ -374,9 +393,17 @@ def test_a_seat_never_connected_is_stopped_a_login_with_the_own_key_counts_the_p
     stop = _requests(cli, db, "ann")[0]
     assert stop["reason"].startswith("never connected: ann did not log in within 1 h"), stop
     assert lab.ssh("ben", "true").returncode == 0 and _requests(cli, db, "ben") == []
-    # cat never logged in either: stopped the same way; a start lets her in (and she is not stopped again
-    # once she logs in)
+    # cat never logged in either: stopped the same way; a start lets her in with a fresh window (the next
+    # pass, before she logs in, does not stop her again at once), and she is not stopped once she logs in
     assert lab.ssh("cat", "true").returncode == 255
+    assert cli("seat", "start", "--participant", "cat", "--db", db).code == 0
+    _apply(cli, db)
+    assert "seat.stop" not in _apply(cli, db).out
+    _earlier(db, "cat", 120)  # … but the window still holds: a start 2 h ago without a login is stopped
+    assert "seat.stop" in _apply(cli, db).out
+    assert (
+        _requests(cli, db, "cat")[0]["reason"] == "never connected: cat did not log in within 1 h of their last start"
+    )
     assert cli("seat", "start", "--participant", "cat", "--db", db).code == 0
     _apply(cli, db)
     assert lab.ssh("cat", "true").returncode == 0

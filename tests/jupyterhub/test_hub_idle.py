@@ -189,12 +189,30 @@ def test_a_hub_seat_never_used_is_stopped_its_holders_own_use_counts_the_probe_n
         assert set(store.requests.connected("lab")) == {"ben"}
         assert plan_steps(engine, store)[1] == []  # each said once
 
-        store.requests.request_seat("lab", "cy", "start", actor="cy")  # a start lets her in (and counts as use)
+        for who in ("ada", "cy"):  # a start lets them in (and counts as use)
+            store.requests.request_seat("lab", who, "start", actor=who)
         report = engine.apply(engine.plan(course_state(store, "lab")))
-        assert not report.failed and hub.users["cy"][""]["ready"]
+        assert not report.failed and hub.users["cy"][""]["ready"] and hub.users["ada"][""]["ready"]
+        # gpuseat's check runs as ada right after her start: her last activity is the probe's, not hers, yet
+        # the start gave her a fresh window (the next pass stopped her again at once)
+        store.delivery.record_readiness([Readiness(course="lab", seat=seats["ada"].key, participant="ada",
+                                                   state="ready", reason=None, evidence="", visible=(),
+                                                   checked_at=hub.seen["ada"], engine="jupyterhub")])  # fmt: skip
         changes, steps = plan_steps(engine, store)
         assert steps == [("seat.connected", seats["cy"].key, "cy")], steps
         engine.apply(changes)
         assert plan_steps(engine, store)[1] == []
+    finally:
+        store.close()
+
+
+def test_a_tiny_never_connected_window_is_said_in_plain_digits(tmp_path, hub):
+    store, _url = lab_with(tmp_path, "never_connected_hours = 0.0000001", 1)
+    try:
+        changes = engine_for(store, hub).plan(course_state(store, "lab"))
+        said = {s.data["reason"] for s in changes.ordered() if s.action == "seat.stop"}
+        assert said == {
+            f"never connected: {who} did not log in within 0.0000001 h of getting the seat" for who in PEOPLE
+        }
     finally:
         store.close()

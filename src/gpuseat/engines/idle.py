@@ -7,8 +7,9 @@ why in the same words on each; every engine brings only its own activity signal.
   the page (``seat.warn``); still so ``grace_minutes`` after it → a ``seat.stop`` with the reason. No
   readings, readings that do not reach back over the window, or a start within it: never idle. The
   engine calls it only outside lab sessions, for a seat that runs.
-- Never connected: a seat whose holder has not used it within ``never_connected_hours`` of getting it is
-  stopped with :func:`never_connected_reason`; the first use seen is recorded once (``seat.connected``).
+- Never connected: a seat whose holder has not used it within ``never_connected_hours`` of getting it (or of
+  their last start carried out, after which they get the whole window again) is stopped with
+  :func:`never_connected_reason`; the first use seen is recorded once (``seat.connected``).
 
 :func:`unenforced` names the seats of an engine that carries out none of it (and seat hours on Slurm),
 so ``gpuseat apply`` and the agent say so instead of doing nothing in silence.
@@ -21,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpuseat.core.seating import AGENT_ACTOR
+from gpuseat.core.selfservice import hours_text
 from gpuseat.engines import course_webhook
 from gpuseat.errors import NotFound
 
@@ -101,19 +103,33 @@ def idle_step(
     return None
 
 
-def never_connected_reason(who: str, hours: float) -> str:
-    """The reason on a never-connected stop (the participant page and ``seat requests`` show it)."""
-    return f"never connected: {who} did not log in within {hours:g} h of getting the seat"
+def never_connected_reason(who: str, hours: float, *, after_start: bool = False) -> str:
+    """The reason on a never-connected stop (the participant page and ``seat requests`` show it), the hours
+    as the portal writes them (``%g`` printed a tiny stored value as ``1e-07 h``); ``after_start``: the
+    window counted from their last start, not from getting the seat."""
+    since = "their last start" if after_start else "getting the seat"
+    return f"never connected: {who} did not log in within {hours_text(hours)} h of {since}"
 
 
 def never_connected_step(
-    engine: StepEngine[Any], *, who: str, seat: str, hours: float, since: datetime, now: datetime
+    engine: StepEngine[Any],
+    *,
+    who: str,
+    seat: str,
+    hours: float,
+    since: datetime,
+    started: datetime | None,
+    now: datetime,
 ) -> Step | None:
     """A stop for a seat ``who`` got at ``since`` and has not used by ``now`` (same clock), once ``hours``
-    have passed; None before. The caller has looked for a use first (:func:`connected_step`)."""
-    if now - since < timedelta(hours=hours):
+    have passed; None before. ``started`` (their last start, restart or reset carried out, while the seat
+    runs) gives a fresh window: a start after a never-connected stop counted from ``since`` again, and the
+    next pass stopped the seat before its holder could log in. The caller has looked for a use first
+    (:func:`connected_step`)."""
+    window = max(since, started or since)
+    if now - window < timedelta(hours=hours):
         return None
-    why = never_connected_reason(who, hours)
+    why = never_connected_reason(who, hours, after_start=window > since)
     return engine._step("seat.stop", seat, why, "record", participant=who, reason=why)
 
 

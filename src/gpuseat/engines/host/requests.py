@@ -18,8 +18,9 @@
   the JupyterHub engine (this engine gives it the SSH signal).
 - Never connected (``never_connected_hours``): a seat whose holder has not logged in with their own key
   (sshd's "Accepted publickey for LOGIN … SHA256:<their key>", from the journal or the ``sshd_log`` file;
-  gpuseat's probe key does not count) that long after getting it is stopped; a login is recorded once as
-  ``seat.connected``. An unreadable log stops nothing.
+  gpuseat's probe key does not count) that long after getting it, or after their last start carried out
+  (a start gives the whole window again), is stopped; a login is recorded once as ``seat.connected``. An
+  unreadable log stops nothing.
 - Lab sessions: from ``lead_minutes`` before one until it ends, no stop for hours (a seat stopped for hours
   runs through it), and each running seat is checked once as its participant (``seat.check``, the probe of
   ``seats check``), so a broken seat is on the organizer's overview before the session starts: the rule of
@@ -112,7 +113,9 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
         hours_never = policies.get(p.key, {}).get("never_connected_hours")
         held_since = since_of.get(seat_key)
         if running and not mine and hours_never and held_since is not None and not connected.get(p.key):
-            found = _never_connected(engine, p, login, float(hours_never), held_since, now, sshd_lines, changes, ahead)
+            last_start = state.since if state.running else None  # a start gives a fresh window
+            found = _never_connected(engine, p, login, float(hours_never), held_since, last_start, now, sshd_lines,
+                                     changes, ahead)  # fmt: skip
             if found is not None:
                 add(found)
                 running = found.action != "seat.stop"
@@ -205,15 +208,17 @@ def _never_connected(
     login: str,
     hours: float,
     since: datetime,
+    started: datetime | None,
     now: datetime,
     lines: list[str],
     changes: Changes,
     ahead: timedelta,
 ) -> Step | None:
     """A seat its holder never logged in to (with their own key: gpuseat's probe does not count) within
-    ``hours`` of getting it is stopped; a login found in sshd's log is recorded once (``seat.connected``).
-    Without a readable sshd log nothing is stopped (the plan says so). ``since`` and ``now`` are the
-    store's times; the journal is asked from ``since`` on this host's clock (``ahead`` of the store's)."""
+    ``hours`` of getting it (``since``) or of their last start carried out (``started``) is stopped; a login
+    found in sshd's log is recorded once (``seat.connected``). Without a readable sshd log nothing is
+    stopped (the plan says so). ``since``, ``started`` and ``now`` are the store's times; the journal is
+    asked from ``since`` on this host's clock (``ahead`` of the store's)."""
     if not lines:
         read = _sshd_lines(engine, since + ahead)
         lines.extend(read if read is not None else ["<unreadable>"])
@@ -229,7 +234,8 @@ def _never_connected(
     if mine and any(wanted in x and mine in x for x in lines):
         return idle_rule.connected_step(engine, who=p.key, seat=p.seat or login, why=f"{p.key} logged in as {login}",
                                         login=login)  # fmt: skip
-    return idle_rule.never_connected_step(engine, who=p.key, seat=p.seat or login, hours=hours, since=since, now=now)
+    return idle_rule.never_connected_step(engine, who=p.key, seat=p.seat or login, hours=hours, since=since,
+                                          started=started, now=now)  # fmt: skip
 
 
 def _sshd_lines(engine: HostEngine, since: datetime) -> list[str] | None:

@@ -204,6 +204,7 @@ def _plan_idle(hub: _HubPass) -> set[str]:
                                                 login=user)  # fmt: skip
             else:
                 step = idle_rule.never_connected_step(engine, who=p.key, seat=seat, hours=float(hours), since=held,
+                                                      started=state.since if state.running else None,
                                                       now=ledger.now)  # fmt: skip
         if step is None:
             continue
