@@ -127,3 +127,19 @@ def test_near_a_lab_session_a_vm_out_of_hours_runs_and_one_stopped_for_hours_sta
         again_empty(eng, store)
     finally:
         store.close()
+
+
+def test_the_hours_reason_prints_a_large_quota_as_written() -> None:
+    """A quota plus top-ups of a million hours reads "1000000 h" in the refusal and the stop reason that the
+    participant sees (``%g`` wrote ``1e+06``), and a small one keeps its hundredths."""
+    from gpuseat.core.selfservice import Hours
+    from gpuseat.engines import hours as seat_hours
+
+    now = datetime.now(UTC)
+    big = seat_hours.rule(
+        Hours(quota=999_000.0, topups=1_000.0, used=1_000_000.0, left=0.0, running=True), {}, None, now
+    )
+    assert big.refusal == "no seat hours left (0 of 1000000 h): ask the organizer for more"
+    assert big.stop_reason == "no seat hours left: 1000000.0 of 1000000 h used"
+    small = seat_hours.rule(Hours(quota=1.25, topups=0.0, used=1.5, left=0.0, running=True), {}, None, now)
+    assert small.refusal == "no seat hours left (0 of 1.25 h): ask the organizer for more"

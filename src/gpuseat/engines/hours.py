@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from gpuseat.core.selfservice import hours_text
 from gpuseat.engines.base import RUN_REQUESTS
 
 if TYPE_CHECKING:
@@ -69,8 +70,8 @@ def rule(h: Hours | None, policy: Mapping[str, Any], sessions: SessionPolicy | N
     return HoursRule(
         near,
         True,
-        refusal=f"{HOURS_REASON} (0 of {total:g} h): ask the organizer for more",
-        stop_reason=f"{HOURS_REASON}: {h.used:.1f} of {total:g} h used",
+        refusal=f"{HOURS_REASON} (0 of {hours_text(total)} h): ask the organizer for more",
+        stop_reason=f"{HOURS_REASON}: {h.used:.1f} of {hours_text(total)} h used",
     )
 
 
