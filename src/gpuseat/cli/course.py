@@ -157,6 +157,8 @@ def register(app: typer.Typer) -> None:
         )
         if done["tokens_skipped"]:
             print(f"  {done['tokens_skipped']} access link(s) not imported: used by another course in this store")
+        if done["requests_failed"]:
+            print(f"  {done['requests_failed']} seat request(s) pending at export stored as failed, never carried out")
 
     @course_app.command("archive")
     def archive(

@@ -10,7 +10,9 @@ minutes the monitor recorded, busy share, memory peak; a summary, not imported b
 
 Rows are named by keys, never by database ids, so an export from SQLite imports into PostgreSQL.
 Import is one transaction: a corrupt archive, a wrong ``schema_version``, a bad row or a course key
-that exists already is one clear :class:`InputError` and nothing is stored.
+that exists already is one clear :class:`InputError` and nothing is stored. The export is the record as
+it was (a seat request still pending says ``pending``); the import stores such a request as failed
+(:data:`PENDING_AT_EXPORT`), so no agent carries it out on whoever holds the seat by then.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ MEMBERS = (
 LEDGER_MEMBERS = ("seat_requests.json", "seat_hours.json")
 EXPORT_MAX_MEMBER_BYTES = 512 * 1024 * 1024  # a course with years of events stays far below; a zip bomb does not
 MAX_ARCHIVE_BYTES = 1024 * 1024 * 1024
+#: the reason of a request that was pending in an export: an import stores it failed, never carried out
+PENDING_AT_EXPORT = "not carried out: the course was exported while it was pending"
 
 
 # -- files -------------------------------------------------------------------------------------------
@@ -562,6 +566,7 @@ def read_archive(path: Path) -> dict[str, Any]:
 def import_course(store: Store, path: Path, *, key: str | None = None, actor: str = "gpuseat") -> dict[str, Any]:
     """Store the course of an export (under ``key``, default its own) in one transaction."""
     from gpuseat.store.claims import forget_course
+    from gpuseat.store.requests import fail_pending
     from gpuseat.store.rows import _log
 
     got = read_archive(path)
@@ -687,10 +692,14 @@ def import_course(store: Store, path: Path, *, key: str | None = None, actor: st
             _log(s, new_key, e.actor, e.action, participant=e.participant, seat=e.seat, detail=e.detail, at=e.at)
             added += 1
         s.flush()
+        # a request pending when the course was exported (course delete writes the export first) is kept in the
+        # record, ended as failed: carried out now, it would act on whoever holds the seat by then
+        failed = fail_pending(s, crow, PENDING_AT_EXPORT, actor)
         if c.archived_at is not None:  # last: an archived course takes no more rows
             crow.archived_at = c.archived_at
         skipped = len(got["access_tokens.json"]) - len(kept)
-        detail = {"file": where, "from_course": c.key, "events_added": added, "tokens_skipped": skipped}
+        detail = {"file": where, "from_course": c.key, "events_added": added, "tokens_skipped": skipped,
+                  "requests_failed": failed}  # fmt: skip
         _log(s, new_key, actor, "course.import", detail=detail)
     forget_course(store.database, new_key)
     return {
@@ -703,6 +712,7 @@ def import_course(store: Store, path: Path, *, key: str | None = None, actor: st
         "events": added,
         "survey_responses": len(survey.responses) if survey else 0,
         "seat_requests": len(got["seat_requests.json"]),
+        "requests_failed": failed,
         "seat_hours": len(got["seat_hours.json"]),
     }
 
