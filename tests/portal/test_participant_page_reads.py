@@ -160,3 +160,43 @@ def test_link_visits_are_written_together(db_url: str, tmp_path: Path, monkeypat
             written(4)
     finally:
         store.close()
+
+
+def test_a_hub_or_vm_seat_host_is_not_the_participants_way_in(tmp_path: Path) -> None:
+    """A seat's host given as a DNS name is an SSH way in only where its holder logs in to it (the host
+    engine, a seat set up by hand): a hub seat's host is the hub's GPU host and a libvirt seat's the
+    hypervisor, so before the engine records their way in the page says "being prepared", never
+    ``ssh LOGIN@HOST``; the organizer's Seats view names no ``ssh_host`` fix for them either."""
+    from gpuseat.core.delivery import login_name
+    from gpuseat.services.delivery import ways_in
+
+    store = _rush(f"sqlite:///{tmp_path / 'course.db'}", tmp_path)
+    engines = {"hub": ("jupyterhub", "gpu"), "vm": ("libvirt", "gpu"), "vgpu": ("libvirt", "vgpu"),
+               "host": ("host", "gpu"), "hand": ("manual", "gpu"), "free": ("jupyterhub", "gpu")}  # fmt: skip
+    try:
+        store.seats.add_seats("rush", [
+            SeatSpec(key=k, kind=kind, host=f"{k}.example.org", memory_gb=16, engine=engine)
+            for k, (engine, kind) in engines.items()
+        ])  # fmt: skip
+        people = store.roster.participants("rush")
+        holders = dict(zip(("hub", "vm", "vgpu", "host"), people, strict=True))
+        for seat, p in holders.items():
+            store.seats.assign("rush", p.key, seat)
+        links = {t.participant: t.token for t in store.tokens.issue_tokens("rush")}
+        portal = Portal(store, load_catalog(), "rush", link_days_after_end=None)
+        with TestClient(create_app(portal)) as client:
+            pages = {seat: client.get(f"/t/{links[p.key]}").text for seat, p in holders.items()}
+        seats_view = {row["seat"]: row for row in ways_in(store, "rush")}
+    finally:
+        store.close()
+    for seat, p in holders.items():
+        login, page = login_name(p.key, p.unix_user), pages[seat]
+        if seat == "host":  # the participant logs in to the host itself: its address is the way in, as before
+            assert f"ssh {login}@host.example.org" in page and "being prepared" not in page
+            continue
+        assert "being prepared" in page and f"you will log in as {login}" in page, (seat, page[-3000:])
+        assert f"@{seat}.example.org" not in page and "ssh_host" not in page, seat
+    assert seats_view["hand"]["way"] == "ssh hand.example.org"  # a seat set up by hand: as before
+    free = seats_view["free"]  # nobody holds it: what is missing, not the host engine's fix
+    assert free["way"] is None and "ssh_host" not in str(free["missing"]), free
+    assert str(free["missing"]).startswith("no way in yet: the jupyterhub engine records it"), free

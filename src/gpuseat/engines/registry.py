@@ -32,7 +32,9 @@ ENTRY_POINT_GROUP = "gpuseat.engines"
 class EngineSpec:
     """One engine: ``target`` and ``settings`` are ``"module:Name"`` (None for ``manual``: nobody
     delivers those seats, gpuseat only records them). ``per_host``: a seat's ``host`` is the machine whose
-    agent delivers it (an agent for another ``--host`` leaves the seat alone)."""
+    agent delivers it (an agent for another ``--host`` leaves the seat alone). ``login_on_host``: the seat's
+    holder logs in to the seat's ``host`` itself, so a host given as a DNS name or address is their SSH way
+    in before the engine records one (a hub's GPU host or a hypervisor is not)."""
 
     name: str
     kinds: tuple[str, ...]
@@ -40,6 +42,7 @@ class EngineSpec:
     settings: str | None
     doc: str
     per_host: bool = False
+    login_on_host: bool = False
 
     def load(self) -> type[Any]:
         """The engine class (imported now)."""
@@ -65,6 +68,7 @@ BUILTIN: tuple[EngineSpec, ...] = (
         "gpuseat.engines.host.engine:HostSettings",
         "One Linux GPU server: an account, a key and exactly one GPU or MIG device per participant.",
         per_host=True,
+        login_on_host=True,
     ),
     EngineSpec(
         "libvirt",

@@ -43,11 +43,11 @@ def way_in(
         text = seat.connect.strip()
         web = text.startswith(("http://", "https://"))
         access = {"kind": "web" if web else "ssh", "url": text if web else None, "command": None if web else text}
-    node = seat.engine == "kubernetes"  # its host names the node of its Pods: never an SSH way in
-    if access is None and seat.host and not bare_label(seat.host) and seat.kind not in ("cloud", "slurm", "vm"):
+    on_host = _login_on_host(seat)
+    if access is None and seat.host and not bare_label(seat.host) and on_host:
         # a host given as a DNS name or address (seats add --host gpu1.example.org, 2001:db8::5) is a
         # way in; a bare label (the inventory's name, h200-2x) never is
-        access = None if node else {"kind": "ssh", "host": seat.host, "device_uuid": seat.device_uuid}
+        access = {"kind": "ssh", "host": seat.host, "device_uuid": seat.device_uuid}
     login = login_name(participant.key, participant.unix_user) if participant else None
     if logins is None:
         logins = {login_name(p.key, p.unix_user) for p in store.roster.participants(seat.course)}
@@ -60,8 +60,13 @@ def way_in(
         # A cloud seat is not here: its engine launches it again, and says so in its own reason (below)
         missing = out_of_order(seat.key, seat.state_reason)
         return Instruction(None, None, None, seat.device_uuid, (), missing, out_of_order=True)
-    if delivered and (not mine or (node and access is None and viewer)):
+    if delivered and not mine:
         return Instruction(None, None, None, seat.device_uuid, (), being_prepared(login))
+    if delivered and access is None and not on_host and seat.kind != "cloud":
+        # its host is a hub's GPU host, a hypervisor or a node, never where its holder logs in: the engine
+        # records their way in when it sets the seat up (a cloud seat says why it has none, below)
+        why = being_prepared(login) if viewer else f"no way in yet: the {seat.engine} engine records it for a holder"
+        return Instruction(None, None, None, seat.device_uuid, (), why)
     host = str(access.get("host") or "") if access else ""
     if host and (problem := host_problem(host)) is not None:
         # stored before the one host rule (a seat's host, seats connect --ssh): never pasted into a terminal
@@ -87,6 +92,16 @@ def way_in(
             why = "not launched yet: the agent launches your seat while the course's access window is open"
         return Instruction(None, way.url, None, seat.device_uuid, (), why)
     return way
+
+
+def _login_on_host(seat: SeatView) -> bool:
+    """Whether the seat's holder logs in to the seat's host itself: a seat set up by hand, or one of an
+    engine that says so (the host engine's ``login_on_host``). A hub's GPU host, a hypervisor, a Slurm or
+    Kubernetes node, a cloud seat's host are never the participant's way in."""
+    if seat.kind in ("cloud", "slurm", "vm"):
+        return False
+    spec = registry.specs().get(seat.engine)
+    return spec is None or spec.target is None or spec.login_on_host
 
 
 def _stored_jump(seat: str, access: dict[str, Any]) -> dict[str, Any] | str:
