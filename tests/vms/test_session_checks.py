@@ -142,3 +142,23 @@ def test_checks_before_a_session_count_on_the_stores_clock_across_a_step(
         assert [(s.target, s.participant) for s in moved.steps if s.action == "seat.check"] == [(first, cwei)]
     finally:
         store.close()
+
+
+def test_a_session_wakes_the_agent_at_its_lead_time_and_at_its_end_when_access_is_24_7(tmp_path: Path) -> None:
+    """With ``access = "24/7"`` nothing opens or closes, but a lab session still changes what a pass does: its
+    lead time starts the checks (and the hours exemption), its end ends the exemption. Both are the course's
+    next change, so the agent wakes at each, not up to one resync (300 s) later."""
+    at, schedule = session_soon(60)
+    end = min(at + timedelta(minutes=30), at.replace(hour=23, minute=59))
+    head = (EXAMPLES / "course-2016.toml").read_text().split("[schedule]")[0]
+    (tmp_path / "lab.toml").write_text(f"{head}{schedule}[policy]\nlead_minutes = 15\n")
+    store = open_store(f"sqlite:///{tmp_path / 'course.db'}", create=True)
+    try:
+        fill(store, seats=1, assign=1, source=tmp_path / "lab.toml")
+        before = course_state(store, "demo", now=at - timedelta(minutes=30))
+        assert (before.closed, before.next_change) == (None, at - timedelta(minutes=15))
+        during = course_state(store, "demo", now=at + timedelta(minutes=1))
+        assert (during.closed, during.next_change) == (None, end)
+        assert course_state(store, "demo", now=end + timedelta(minutes=1)).next_change is None  # the last session
+    finally:
+        store.close()

@@ -125,16 +125,17 @@ def _window(store: CourseStore, key: str, timezone: str, now: datetime) -> tuple
     except GpuseatError:
         return None, None
     sched = course_file.schedule
-    if sched.always_on:
-        return None, None
     tz = ZoneInfo(timezone)
     local = now.astimezone(tz).replace(tzinfo=None)
     minutes = course_file.policy.lead_minutes  # [policy] lead_minutes: ready (and checked) this long before
     lead = LEAD if minutes is None else timedelta(minutes=minutes)
-    wins = [(b - lead, e) for b, e in sched.access_intervals()]
-    nxt = min((t for b, e in wins for t in (b, e) if t > local), default=None)
+    # a lab session changes a pass even where access never closes: its lead time starts the checks before
+    # it and the seat-hours exemption, its end ends the exemption
+    marks = [t for b, e in sched.session_intervals() for t in (b - lead, e)] if sched.has_sessions else []
+    wins = [] if sched.always_on else [(b - lead, e) for b, e in sched.access_intervals()]
+    nxt = min((t for t in (*marks, *(t for w in wins for t in w)) if t > local), default=None)
     nxt_utc = nxt.replace(tzinfo=tz).astimezone(UTC) if nxt else None
-    if any(b <= local < e for b, e in wins):
+    if sched.always_on or any(b <= local < e for b, e in wins):
         return None, nxt_utc
     opens = min((b for b, _e in wins if b > local), default=None)
     why = (
