@@ -145,6 +145,26 @@ def test_a_moved_holders_server_holding_the_old_seat_is_stopped(lab, hub):
     assert stop.why == f"ada moved to {free}: the server still holds {old}"
 
 
+def test_a_server_on_a_seat_removed_with_force_is_stopped_and_one_on_a_fresh_seat_is_not(lab, hub):
+    old = spawned(lab, "ada")
+    hub.run("ada")
+    engine = engine_for(lab, hub)
+    lab.agents.set_holdings("lab", "jupyterhub", None, [h.to_dict() for h in engine.observe(course_state(lab, "lab"))])
+    free = next(s.key for s in lab.seats.seats("lab") if s.participant is None)
+    lab.seats.move("lab", "ada", free)
+    lab.lifecycle.remove_seats("lab", [old], actor="test", force=True)  # nobody holds it: its engine takes it down
+    changes = engine.plan(course_state(lab, "lab"))
+    stop = changes.ordered()[0]  # the server runs on the removed seat's GPU: no move or release stops it
+    assert (stop.action, stop.target, stop.seats) == ("hub.server.stop", "ada/", (free,)), steps(changes)
+    assert stop.why == f"ada's server still runs on seat {old} (removed from the course now): {free} is theirs from " \
+        "their next start"  # fmt: skip
+    engine.apply(changes)
+    assert hub.users["ada"] == {}
+    spawned(lab, "ada")  # their next start, on the seat they hold: never stopped
+    hub.run("ada")
+    assert not [s for s in engine.plan(course_state(lab, "lab")).steps if s.phase == "revoke"]
+
+
 def test_archive_delete_and_a_shut_window_stop_every_course_server(lab, hub):
     spawned(lab, "ada")
     hub.run("ada")

@@ -350,6 +350,7 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
             "the course is deleted" if state.course is None else ("the course is archived" if state.archived else None)
         )
         stopping: set[str] = set()
+        lost = self._lost_seats(state, hub_seats)
         for user, p in sorted(people.items()):
             servers = (models.get(user) or {}).get("servers") or {}
             for name in sorted(servers):
@@ -365,6 +366,10 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
                     why = f"{p.key if p else user} holds no seat in course {self.course} now"
                 elif held and mine not in held:
                     why = f"{p.key if p else user} moved to {mine.key}: the server still holds {held[0].key}"
+                elif not held and user in lost and not (servers[name] or {}).get("pending"):
+                    was = "removed from the course" if lost[user] not in {s.key for s in state.seats} else "not theirs"
+                    why = f"{p.key if p else user}'s server still runs on seat {lost[user]} ({was} now): {mine.key} is "
+                    why += "theirs from their next start"
                 else:
                     continue
                 stopping.add(ref)
@@ -410,6 +415,20 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
                                participant=p.key, seats=(seat.key,), access=access))  # fmt: skip
         plan_requests(self, state, changes, models)
         return changes
+
+    def _lost_seats(self, state: CourseState, hub_seats: list[SeatView]) -> dict[str, str]:
+        """Hub user → the seat their server held when the engine last looked (its holdings) that no server of
+        theirs holds now: one removed with ``seats remove --force`` (or removed and added again). The server
+        still runs on that seat's GPU, where no move or release of the store will stop it."""
+        out = {}
+        for h in self.store.agents.holdings(state.key):
+            user, seat = str(h["login"]), h.get("seat")
+            if h["engine"] != ENGINE or h["what"] != "server" or not seat:
+                continue
+            if not any(s.key == seat and s.state in HELD and (s.engine_ref or "").split("/")[0] == user
+                       for s in hub_seats):  # fmt: skip
+                out[user] = str(seat)
+        return out
 
     def _held_before(self, state: CourseState) -> bool:
         """True when the engine last saw servers of this course (its seats may have moved to another engine)."""
