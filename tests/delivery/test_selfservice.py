@@ -412,6 +412,104 @@ def test_a_seat_never_connected_is_stopped_a_login_with_the_own_key_counts_the_p
     assert lab.ssh("cat", "true").returncode == 0
 
 
+#: the public keys of ann and ben (tests/vms/keys), as the roster gives them
+JOURNAL_KEYS = {
+    "ann": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOdDt3hsh9On7JeEj75Fe78EXa12aFreJIkOGBlvq4b0 ann@laptop",
+    "ben": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGQXt3Pm4gjV0FwTsjmdZ3jwGQdcdzSx92Euav4GCXzs ben@laptop",
+}
+#: their fingerprints as sshd logs them (``ssh-keygen -lf`` of each)
+JOURNAL_PRINTS = {
+    "ann": "SHA256:ub8ZA3MP6sOYPFMV54YvhVsBueggB8KyPryFJqf29W8",
+    "ben": "SHA256:mjjBUsQ7cB4JiutwxvpEToUHFFa2ZtHdKfqqbTsxHI0",
+}
+#: the fingerprint of gpuseat's probe key (tests/vms/keys/carol.pub)
+PROBE_PRINT = "SHA256:JRmMCYuA63ohn026W3jR17z47ETSIiWbfhFSWpnrTOs"
+#: the command the host engine asks the journal with, up to the time
+JOURNAL_CMD = ("journalctl", "-q", "-o", "cat", "_COMM=sshd", "_COMM=sshd-session", "--since")
+
+
+def test_the_journal_is_read_from_the_earliest_seat_time_so_a_holder_seated_earlier_keeps_their_login(
+    tmp_path: Path,
+) -> None:
+    """One read of sshd's journal a pass serves every holder: read from the first holder's seat time in
+    seat-key order (ann's, 2 h ago), it lacked ben's login 2.5 h ago (seated 3 h ago), and ben was stopped
+    as never connected. The journal is a stand-in that answers journalctl's ``--since`` as journalctl does,
+    with real sshd lines (a real sshd cannot log to the journal here): the sshd_log file setting reads the
+    file's tail whatever the time, so it cannot show this."""
+    from sqlalchemy import create_engine, select
+    from sqlalchemy.orm import Session
+
+    from gpuseat.core.delivery import login_name
+    from gpuseat.core.roster import RosterText
+    from gpuseat.db.models import Assignment, Participant
+    from gpuseat.engines import registry
+    from gpuseat.engines.apply import course_state
+    from gpuseat.engines.base import Changes
+    from gpuseat.engines.host.requests import plan_requests
+    from gpuseat.engines.runner import RecordingRunner
+    from gpuseat.store import open_store
+
+    db = f"sqlite:///{tmp_path / 'course.db'}"
+    (tmp_path / "lab.toml").write_text(IDLE_COURSE.replace("idle_minutes = 3", "never_connected_hours = 1"))
+    now = datetime.now(UTC).replace(microsecond=0)
+    with open_store(db, create=True) as store:
+        store.courses.create_course(tmp_path / "lab.toml", key="lab")
+        rows = "".join(f"{who},{who.title()},{who}@example.edu,{key}\n" for who, key in JOURNAL_KEYS.items())
+        store.roster.import_roster("lab", RosterText("key,name,email,ssh_key\n" + rows, where="roster.csv"))
+        store.seats.add_seats(
+            "lab", [{"key": f"gpu1-{n}", "kind": "gpu", "engine": "host", "host": "gpu1"} for n in (1, 2)]
+        )
+        store.seats.assign("lab", "ann", "gpu1-1")  # first in seat-key order, seated 2 h ago
+        store.seats.assign("lab", "ben", "gpu1-2")  # seated 3 h ago
+        sql = create_engine(db)
+        with Session(sql) as s, s.begin():
+            for who, hours in (("ann", 2), ("ben", 3)):
+                pid = s.scalar(select(Participant.id).where(Participant.key == who))
+                for a in s.scalars(select(Assignment).where(Assignment.participant_id == pid)):
+                    a.valid_from = now - timedelta(hours=hours)
+        sql.dispose()
+        login = {p.key: login_name(p.key, p.unix_user) for p in store.roster.participants("lab")}
+        # ben logged in with his own key 2.5 h ago, 30 min before ann got her seat; ann never did (1 h ago
+        # the probe logged in as her: the read from her seat time was not empty)
+        journal = [
+            (now - timedelta(hours=2, minutes=31), "Connection from 192.0.2.7 port 33632 on 10.0.0.5 port 22 rdomain \"\""),
+            (now - timedelta(hours=2, minutes=30), f"Accepted publickey for {login['ben']} from 192.0.2.7 port 33632 "
+                                                   f"ssh2: ED25519 {JOURNAL_PRINTS['ben']}"),
+            (now - timedelta(hours=2, minutes=29), f"Disconnected from user {login['ben']} 192.0.2.7 port 33632"),
+            # gpuseat's probe (``seats check``) as ann, with its own key: not her login
+            (now - timedelta(hours=1), f"Accepted publickey for {login['ann']} from 127.0.0.1 port 40110 ssh2: "
+                                       f"RSA {PROBE_PRINT}"),
+        ]  # fmt: skip
+
+        def answer(args: tuple[str, ...]) -> tuple[int, str, str]:
+            assert args[: len(JOURNAL_CMD)] == JOURNAL_CMD and len(args) == len(JOURNAL_CMD) + 1, args
+            since = datetime.strptime(args[-1], "%Y-%m-%d %H:%M:%S UTC").replace(tzinfo=UTC)
+            return 0, "".join(f"{line}\n" for at, line in journal if at >= since), ""
+
+        def plan(runner: RecordingRunner) -> tuple[Changes, list[tuple[str, ...]]]:
+            engine = registry.build("host", store, "lab", runner=runner, host="gpu1")
+            changes = Changes("host", "lab", "gpu1")
+            plan_requests(engine, course_state(store, "lab", now=now), changes)
+            return changes, [r.argv for r in runner.take() if r.argv[0] == "journalctl"]
+
+        def verdicts(changes: Changes) -> dict[str, str]:
+            return {str(x.participant): x.action for x in changes.steps if x.action in ("seat.stop", "seat.connected")}
+
+        changes, asked = plan(RecordingRunner(answers={("journalctl",): answer}))
+        assert verdicts(changes) == {"ann": "seat.stop", "ben": "seat.connected"}, changes.steps
+        assert asked == [(*JOURNAL_CMD, f"{now - timedelta(hours=3):%Y-%m-%d %H:%M:%S} UTC")]  # once, from ben's
+        # a quiet journal (no sshd line since) is read once a pass, not again for each holder; both are stopped
+        journal.clear()
+        changes, asked = plan(RecordingRunner(answers={("journalctl",): answer}))
+        assert verdicts(changes) == {"ann": "seat.stop", "ben": "seat.stop"} and len(asked) == 1, asked
+        # an unreadable journal stops nobody, and says so once
+        changes, asked = plan(RecordingRunner(answers={("journalctl",): (1, "", "No journal files were found.")}))
+        assert verdicts(changes) == {} and len(asked) == 1, asked
+        assert [n for n in changes.notes if "cannot be read" in n] == [
+            "never_connected_hours: sshd's log (journal) cannot be read: no seat is stopped for it"
+        ]
+
+
 def test_idle_gpu_and_no_ssh_is_warned_then_stopped_a_busy_gpu_or_a_session_never(
     lab: Lab, cli: Callable[..., Any], tmp_path: Path
 ) -> None:

@@ -49,11 +49,8 @@ class SessionChecks:
         engine: StepEngine[Any],
         course: CourseState,
         ledger: CourseHours | None,
-        *,
-        ahead: timedelta | None = None,
     ) -> None:
-        """``ahead`` (how far this machine's clock is ahead of the store's) is no longer needed and ignored:
-        checks are timed by the store, on the pass's clock."""
+        """Checks are timed by the store, on the pass's clock (never this machine's)."""
         self.engine = engine
         sessions = ledger.sessions if ledger is not None else None
         due = sessions is not None and sessions.current is None and course.closed is None

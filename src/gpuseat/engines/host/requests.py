@@ -72,7 +72,7 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
     sessions = ledger.sessions if ledger is not None else None
     policies = sessions.policies if sessions is not None else {}
     in_session = sessions is not None and sessions.current is not None
-    checks = session_checks.SessionChecks(engine, course, ledger, ahead=ahead)
+    checks = session_checks.SessionChecks(engine, course, ledger)
     windows: idle_rule.Windows = {}
     since_of = {seat.key: seat.assigned_since for seat in course.seats}
     connected = (
@@ -80,7 +80,21 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
         if any(x.get("never_connected_hours") for x in policies.values())
         else {}
     )
-    sshd_lines: list[str] = []
+    # sshd's log is read once a pass, from the earliest seat time of the holders it may be asked about (not
+    # connected yet, and running or held back only for hours): read from the first holder's in seat-key order,
+    # it lacked the login of a holder seated earlier, who was stopped as never connected
+    read_from = min(
+        (
+            when
+            for k, p in holders.items()
+            if (when := since_of.get(k)) is not None
+            and policies.get(p.key, {}).get("never_connected_hours")
+            and not connected.get(p.key)
+            and _may_run(states.get(p.key, RunState(True)))
+        ),
+        default=None,
+    )
+    sshd_log: list[list[str] | None] = []  # the pass's one read of sshd's log, once a holder needs it
     add = changes.steps.append
     changes.steps += [_record(engine, course, None, r, why) for r, why in stale_requests(pending, holders)]
     for seat_key, p in sorted(holders.items()):
@@ -114,8 +128,8 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
         held_since = since_of.get(seat_key)
         if running and not mine and hours_never and held_since is not None and not connected.get(p.key):
             last_start = state.since if state.running else None  # a start gives a fresh window
-            found = _never_connected(engine, p, login, float(hours_never), held_since, last_start, now, sshd_lines,
-                                     changes, ahead)  # fmt: skip
+            found = _never_connected(engine, p, login, float(hours_never), held_since, last_start, now, sshd_log,
+                                     changes, (read_from or held_since) + ahead)  # fmt: skip
             if found is not None:
                 add(found)
                 running = found.action != "seat.stop"
@@ -133,6 +147,12 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
                 add(engine._step("processes.end", login, why, "revoke", participant=p.key, login=login))
     if (report := checks.report(holders)) is not None:  # after this pass's checks: the broken seats, to the webhook
         add(report)
+
+
+def _may_run(state: RunState) -> bool:
+    """Whether a seat in ``state`` may run in this pass: it runs, or is stopped for hours (it runs near a
+    lab session); a seat its holder or the agent stopped for anything else stays stopped."""
+    return state.running or seat_hours.stopped_for_hours(state.reason)
 
 
 def do_request(engine: HostEngine, step: Step) -> str | None:
@@ -210,19 +230,21 @@ def _never_connected(
     since: datetime,
     started: datetime | None,
     now: datetime,
-    lines: list[str],
+    log: list[list[str] | None],
     changes: Changes,
-    ahead: timedelta,
+    read_from: datetime,
 ) -> Step | None:
     """A seat its holder never logged in to (with their own key: gpuseat's probe does not count) within
     ``hours`` of getting it (``since``) or of their last start carried out (``started``) is stopped; a login
     found in sshd's log is recorded once (``seat.connected``). Without a readable sshd log nothing is
-    stopped (the plan says so). ``since``, ``started`` and ``now`` are the store's times; the journal is
-    asked from ``since`` on this host's clock (``ahead`` of the store's)."""
-    if not lines:
-        read = _sshd_lines(engine, since + ahead)
-        lines.extend(read if read is not None else ["<unreadable>"])
-    if lines == ["<unreadable>"]:
+    stopped (the plan says so). ``since``, ``started`` and ``now`` are the store's times. ``log`` holds the
+    pass's one read of the log (None: unreadable), shared by every holder, made by the first that needs it
+    (an empty log is not read again for each one): the journal is asked from ``read_from`` (on this host's
+    clock), the earliest seat time of the holders checked, so it holds each one's logins."""
+    if not log:
+        log.append(_sshd_lines(engine, read_from))
+    lines = log[0]
+    if lines is None:
         note = (
             f"never_connected_hours: sshd's log ({engine.settings.sshd_log}) cannot be read: no seat is stopped for it"
         )
