@@ -366,7 +366,7 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
                     why = f"{p.key if p else user} holds no seat in course {self.course} now"
                 elif held and mine not in held:
                     why = f"{p.key if p else user} moved to {mine.key}: the server still holds {held[0].key}"
-                elif not held and user in lost and not (servers[name] or {}).get("pending"):
+                elif not held and lost.get(user, mine.key) != mine.key and not (servers[name] or {}).get("pending"):
                     was = "removed from the course" if lost[user] not in {s.key for s in state.seats} else "not theirs"
                     why = f"{p.key if p else user}'s server still runs on seat {lost[user]} ({was} now): {mine.key} is "
                     why += "theirs from their next start"
