@@ -607,7 +607,9 @@ def test_the_settings_form_sends_back_what_it_shows(sweep: Sweep) -> None:
     """A stored 0.00001 was shown as 1e-05, which the form refuses: saving any other field then failed on that
     one ("not a number (got 1e-05)"); -0 was stored and shown as -0.0."""
     fields = re.compile(r'name="(policy\.[a-z_]+)" value="([^"]*)"')
-    for typed, stored, shown in (("0.00001", "1e-05", "0.00001"), ("-0", "0.0", "0.0"), (" +7.50 ", "7.5", "7.5")):
+    tiny = "0." + "0" * 299 + "1"  # 1e-300, as the form writes a course file's 1e-300 (every later save failed)
+    for typed, stored, shown in (("0.00001", "1e-05", "0.00001"), ("-0", "0.0", "0.0"), (" +7.50 ", "7.5", "7.5"),
+                                 (tiny, "1e-300", tiny)):  # fmt: skip
         r = sweep.org.post("/course/settings", data={"csrf": sweep.csrf["org"], "policy.quota_hours": typed})
         assert r.status_code == 200 and "saved 1 change" in r.text, r.text[:300]
         assert f"quota_hours = {stored}\n" in sweep.store.courses.course_text("lab")

@@ -57,8 +57,10 @@ def current(course: Course) -> Edit:
 #: an optional sign and point, no exponent, no underscore (what the form shows again, so a save round-trips)
 _INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)", re.ASCII)
-#: longer than any number a policy field takes (the largest, 100000 hours, in any spelling with its decimals)
-_MAX_CHARS = 40
+#: longer than any number a policy field takes, as :func:`shown` writes it: minutes are short, but a course file
+#: may hold ``never_connected_hours = 1e-300`` (above 0, as the field asks), which is shown in about 300 digits
+#: (with a limit of 40 for it too, every later save of the form failed on that field)
+_MAX_CHARS, _MAX_DECIMAL_CHARS = 40, 400
 
 
 def _plain_of(text: str, whole: bool) -> str | None:
@@ -80,11 +82,12 @@ def _number(name: str, raw: str) -> float | int | None:
     if not text:
         return None
     whole = name in INTEGERS
-    if len(text) <= _MAX_CHARS and (_INTEGER if whole else _DECIMAL).fullmatch(text):
+    longest = _MAX_CHARS if whole else _MAX_DECIMAL_CHARS
+    if len(text) <= longest and (_INTEGER if whole else _DECIMAL).fullmatch(text):
         value = int(text) if whole else float(text)
         return value if value else abs(value)  # -0 is 0: a course file with "-0.0" reads as a typo
     what = "a whole number of minutes" if whole else "a number"
-    if len(text) > _MAX_CHARS:
+    if len(text) > longest:
         raise ValueError(f"{len(text)} characters, not {what}: type one such as {'30' if whole else '40 or 2.5'}")
     meant = _plain_of(text, whole)
     if meant is not None:  # a number Python reads, in other digits or spelling: say it in the form's
