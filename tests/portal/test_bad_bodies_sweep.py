@@ -275,6 +275,7 @@ ROWS = [
             ("inner-space", "quota_hours", "1 2", "quota_hours: not a number (got 1 2): type one such as 40 or 2.5"),
             ("minus-sign", "quota_hours", "\u22125", "quota_hours: not a number (got −5): type one such as 40 or 2.5"),
             ("long-digits", "lead_minutes", "0" * 59 + "5", "lead_minutes: 60 characters, not a whole number of minutes: type one such as 30"),
+            ("long-junk-hours", "quota_hours", "1" * 60 + "x", f"quota_hours: not a number (got {'1' * 40}…): type one such as 40"),
         ]
     ),
     # a field the form has no input for, one sent twice, a file: each was dropped without a word (200)

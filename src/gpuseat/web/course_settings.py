@@ -89,10 +89,10 @@ def _number(name: str, raw: str) -> float | int | None:
     what = "a whole number of minutes" if whole else "a number"
     if len(text) > longest:
         raise ValueError(f"{len(text)} characters, not {what}: type one such as {'30' if whole else '40 or 2.5'}")
-    meant = _plain_of(text, whole)
+    meant, got = _plain_of(text, whole), text if len(text) <= _MAX_CHARS else f"{text[:_MAX_CHARS]}…"
     if meant is not None:  # a number Python reads, in other digits or spelling: say it in the form's
-        raise ValueError(f"not {what} in plain digits 0-9 (got {text}): type {meant}")
-    raise ValueError(f"not {what} (got {text}): type one such as {'30' if whole else '40 or 2.5'}")
+        raise ValueError(f"not {what} in plain digits 0-9 (got {got}): type {meant}")
+    raise ValueError(f"not {what} (got {got}): type one such as {'30' if whole else '40 or 2.5'}")
 
 
 def shown(value: float | int | None) -> str:
