@@ -10,7 +10,9 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +20,7 @@ from gpuseat.catalog.bundle import load_catalog
 from gpuseat.engines.runner import Runner
 from gpuseat.engines.slurm import config
 from gpuseat.engines.slurm import course as service
-from gpuseat.engines.slurm.adapter import Slurm
+from gpuseat.engines.slurm.adapter import Slurm, explain
 from gpuseat.services.carving import carve_inventory
 
 from .cluster import ACCOUNTING_BINARIES, Cluster, missing_binaries
@@ -49,7 +51,19 @@ def acct_cluster(unix_users: tuple[str, ...]) -> Iterator[Cluster]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_accounting_associations_limit_the_seat(acct_cluster: Cluster) -> None:
+@dataclass
+class Acct:
+    """The accounting cluster with course c2016 applied once: alice holds seat-01, bob seat-02, carol none."""
+
+    cluster: Cluster
+    store: Any
+    course: service.SlurmCourse
+    slurm: Slurm
+    first: Any  # the first apply's Pass
+
+
+@pytest.fixture(scope="module")
+def acct(acct_cluster: Cluster) -> Iterator[Acct]:
     c = acct_cluster
     layout = carve_inventory(EXAMPLES / "ibm-2xM60.toml", load_catalog(), mode="passthrough")
     devices = config.devices_from_layout(layout, "localhost", dev_root=str(c.dev))
@@ -77,6 +91,12 @@ def test_accounting_associations_limit_the_seat(acct_cluster: Cluster) -> None:
     (c.root / "no-lua").mkdir()
     done = apply(st, "c2016", slurm_conf=c.conf, conf_dir=c.root / "no-lua", partitions_conf=c.partitions_conf)
     assert not done.failed, done.failed
+    yield Acct(c, st, course, slurm, done)
+    st.close()
+
+
+def test_accounting_associations_limit_the_seat(acct: Acct) -> None:
+    c, st, course, slurm, done = acct.cluster, acct.store, acct.course, acct.slurm, acct.first
     actions = {s.action for p in done.planned if p.changes for s in p.changes.steps}
     assert {"account.add", "association.add", "reservation.create", "partition.create"} <= actions
     assert "limits.set" not in actions
@@ -121,4 +141,99 @@ def test_accounting_associations_limit_the_seat(acct_cluster: Cluster) -> None:
     again = slurm.probe(alice, partition=course.partition, reservation=session, gres="gpu:1", out_dir=c.root / "out")
     assert not again.ok
     assert plan(st, "c2016").steps == []
-    st.close()
+
+
+def _sleeper(acct: Acct, user: str, *, partition: str | None = None, reservation: str | None = None) -> Any:
+    """``sbatch`` a job that sleeps, as ``user`` (the participant's own command); the completed process."""
+    where = [f"--partition={partition or acct.course.partition}"]
+    if reservation or partition is None:
+        where.append(f"--reservation={reservation or _session(acct)}")
+    # their own seat's GPU type: with accounting alone (no job_submit.lua) an untyped job may land on another
+    # seat's GPU, and the engine cancels a holder's job on a seat not theirs at its next pass
+    own = {alice: "seat-01", bob: "seat-02", carol: "seat-03"}[user]
+    args = [
+        *where,
+        f"--gres=gpu:m60.{own}:1",
+        f"--output={acct.cluster.root / 'out' / 'sleep-%j.out'}",
+        "--wrap",
+        "sleep 300",
+    ]
+    return acct.slurm.run("sbatch", args, as_user=user, check=False)
+
+
+def _session(acct: Acct) -> str:
+    return config.reservation_name("c2016", acct.course.intervals[0][0])
+
+
+def _running(acct: Acct, user: str) -> list[int]:
+    """The user's live jobs once none of them waits for the scheduler any more (its next pass)."""
+    deadline = time.monotonic() + 30
+    while True:
+        jobs = [j for j in acct.slurm.jobs([user]) if j.live]
+        if all(j.state == "RUNNING" for j in jobs) or time.monotonic() > deadline:
+            return [j.job_id for j in jobs if j.state == "RUNNING"]
+        time.sleep(0.2)
+
+
+def _ask(acct: Acct, user: str, action: str) -> int:
+    who = next(p.key for p in acct.store.roster.participants("c2016") if p.unix_user == user)
+    return int(acct.store.requests.request_seat("c2016", who, action, actor=f"participant:{who}").id)
+
+
+def _row(acct: Acct, request_id: int) -> tuple[str, str]:
+    (r,) = [r for r in acct.store.requests.seat_requests("c2016", limit=100) if r.id == request_id]
+    return r.state, r.reason or ""
+
+
+def test_a_participants_stop_cancels_their_jobs_and_keeps_them_out_until_a_start(acct: Acct) -> None:
+    """As bob (his unix user, sbatch): a stop cancels his running job and his next submit is refused with
+    Slurm's reason (AssocMaxSubmitJobLimit: MaxSubmitJobs=0 on his association, in the session and in any
+    other partition; he is no user of the session reservation either); carol's job runs on; a start lets his next job run. A second apply plans nothing, and a hand-made change to his
+    association is put back (restart, reset and key: test_requests.py on the stand-in cluster)."""
+    st, slurm, part = acct.store, acct.slurm, acct.course.partition
+    carol_key = next(p.key for p in st.roster.participants("c2016") if p.unix_user == carol)
+    st.seats.assign("c2016", carol_key, "seat-03")
+    try:
+        assert not apply(st, "c2016").failed
+        assert _sleeper(acct, bob).returncode == 0 and _sleeper(acct, carol).returncode == 0
+        (_bobs,), (carols,) = _running(acct, bob), _running(acct, carol)
+
+        stop = _ask(acct, bob, "stop")
+        done = apply(st, "c2016")
+        assert not done.failed, done.failed
+        assert _row(acct, stop) == (
+            "done",
+            f"stopped: your jobs in partition {part} were cancelled; no new job of yours runs there until a start",
+        )
+        assert not [j for j in slurm.jobs([bob]) if j.live]
+        assert [j.job_id for j in slurm.jobs([carol]) if j.live] == [carols]  # another participant: untouched
+        for where in (None, "debug"):  # the course's session, and any partition: his association takes no job
+            refused = _sleeper(acct, bob, partition=where)
+            assert refused.returncode != 0 and "AssocMaxSubmitJobLimit" in refused.stderr, refused.stderr
+            assert explain(refused.stderr).endswith("(the participant's seat is stopped: their association takes "
+                                                    "no job until a start)")  # fmt: skip
+        session = slurm.reservations()[_session(acct)]["Users"].split(",")
+        assert bob not in session and carol in session  # nor is he a user of the session's reservation
+        assocs = slurm.associations(part)
+        assert (assocs[bob]["maxsubmitjobs"], assocs[carol]["maxsubmitjobs"]) == ("0", "")
+        way_in = st.delivery.access_of("c2016")["seat-02"]
+        assert way_in["notes"][0].startswith("stopped: on ") and part in way_in["notes"][0]
+        assert plan(st, "c2016").steps == []
+        # a hand-made change is put back at the next pass
+        slurm.sacctmgr(["modify", "user", "where", f"name={bob}", f"account={part}", "set", "MaxSubmitJobs=-1"])
+        done = apply(st, "c2016")
+        assert [(s.action, s.target) for s in done.planned[0].changes.steps] == [("limit.set", bob)]
+        assert not done.failed and slurm.associations(part)[bob]["maxsubmitjobs"] == "0"
+
+        start = _ask(acct, bob, "start")
+        assert not apply(st, "c2016").failed
+        assert _row(acct, start) == ("done", f"started: you can run jobs in partition {part} again")
+        assert slurm.associations(part)[bob]["maxsubmitjobs"] == ""
+        assert plan(st, "c2016").steps == []
+        assert _sleeper(acct, bob).returncode == 0
+        assert len(_running(acct, bob)) == 1  # his next job runs
+        assert [j.job_id for j in slurm.jobs([carol]) if j.live] == [carols]
+    finally:  # as the module found it: carol seatless (her job cancelled), bob running without jobs
+        st.seats.release("c2016", participant=carol_key)
+        slurm.cancel([j.job_id for j in slurm.jobs([bob])])
+        assert not apply(st, "c2016").failed

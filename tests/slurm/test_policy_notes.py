@@ -1,7 +1,7 @@
 """A ``[policy]`` stop that the seats' engine does not carry out is said in ``gpuseat apply``'s plan, once
 per engine, naming the seats, never skipped in silence: on Slurm seats (the recording stand-in cluster of
-test_engine_plan) idle stop, the never-connected stop and the seat-hour quota are named; a policy
-without them says nothing."""
+test_engine_plan) idle stop and the never-connected stop are named (the seat-hour quota is carried out:
+test_requests.py); a policy without them says nothing."""
 
 from __future__ import annotations
 
@@ -14,13 +14,11 @@ from .test_engine_plan import Lab, lab  # noqa: F401  (the lab fixture)
 
 SEATS = "seat-01, seat-02, seat-03, seat-04"
 SAID = [
-    f"  note: idle stop ([policy] idle_minutes) is not carried out on slurm seats ({SEATS}): Slurm seats cannot "
-    "be stopped yet; only host and JupyterHub seats are stopped when idle (docs/policy.md)",
+    f"  note: idle stop ([policy] idle_minutes) is not carried out on slurm seats ({SEATS}): the slurm engine "
+    "has no such stop yet; only host and JupyterHub seats are stopped when idle (docs/policy.md)",
     "  note: the never-connected stop ([policy] never_connected_hours) is not carried out on slurm seats "
-    f"({SEATS}): Slurm seats cannot be stopped yet; only host and JupyterHub seats are stopped for it "
+    f"({SEATS}): the slurm engine has no such stop yet; only host and JupyterHub seats are stopped for it "
     "(docs/policy.md)",
-    f"  note: seat hours ([policy] quota_hours) are counted but not enforced on slurm seats ({SEATS}): Slurm "
-    "seats cannot be stopped yet; `gpuseat seat hours` shows them, nothing stops at 0 h (docs/policy.md)",
 ]
 
 

@@ -20,7 +20,7 @@ from gpuseat.core.needs import SeatNeed
 from gpuseat.engines.runner import Runner
 from gpuseat.engines.slurm import config
 from gpuseat.engines.slurm import course as service
-from gpuseat.engines.slurm.adapter import Slurm
+from gpuseat.engines.slurm.adapter import Slurm, explain
 from gpuseat.files import read_toml
 
 from .cluster import Cluster
@@ -236,3 +236,46 @@ def test_mig_instances_are_typed_gres_with_multiple_files(slurm: Slurm, course, 
     assert (
         not wrong.ok and "your seat in gpuseat-c2016 is gpu:m60:1; this job asks for gpu type 1g.18gb" in wrong.refusal
     )
+
+
+def test_a_stopped_participant_is_refused_the_session_until_a_start(slurm: Slurm, course, lab_store) -> None:
+    """Without accounting, as bob (his unix user, sbatch): his stop cancels his running job and takes him off
+    the session reservation, so his next submit is refused with Slurm's reason; alice stays in; a start lets
+    his next job run."""
+    args = [f"--partition={course.partition}", f"--reservation={_session(course)}", "--gres=gpu:1",
+            "--output=/dev/null", "--wrap", "sleep 300"]  # fmt: skip
+
+    def running() -> list[int]:
+        deadline = time.monotonic() + 30
+        while True:
+            jobs = [j for j in slurm.jobs([bob]) if j.live]
+            if all(j.state == "RUNNING" for j in jobs) or time.monotonic() > deadline:
+                return [j.job_id for j in jobs if j.state == "RUNNING"]
+            time.sleep(0.2)
+
+    def ask(action: str) -> int:
+        who = next(p.key for p in lab_store.roster.participants("c2016") if p.unix_user == bob)
+        return int(lab_store.requests.request_seat("c2016", who, action, actor=f"participant:{who}").id)
+
+    def row(request_id: int) -> tuple[str, str]:
+        (r,) = [r for r in lab_store.requests.seat_requests("c2016", limit=100) if r.id == request_id]
+        return r.state, r.reason or ""
+
+    assert slurm.run("sbatch", args, as_user=bob).returncode == 0 and len(running()) == 1
+    stop = ask("stop")
+    try:
+        assert not apply(lab_store, "c2016").failed
+        assert row(stop)[0] == "done" and not [j for j in slurm.jobs([bob]) if j.live]
+        refused = slurm.run("sbatch", args, as_user=bob, check=False)
+        assert refused.returncode != 0 and "Access denied to requested reservation" in refused.stderr
+        assert "or their seat is stopped?" in explain(refused.stderr)
+        users = {n: f["Users"].split(",") for n, f in slurm.reservations().items() if n.startswith(course.partition)}
+        assert users and all(alice in u and bob not in u for u in users.values())
+        assert plan(lab_store, "c2016").steps == []
+    finally:
+        start = ask("start")
+        assert not apply(lab_store, "c2016").failed
+    assert row(start) == ("done", f"started: you can run jobs in partition {course.partition} again")
+    assert slurm.run("sbatch", args, as_user=bob).returncode == 0 and len(running()) == 1
+    slurm.cancel(running())
+    assert plan(lab_store, "c2016").steps == []

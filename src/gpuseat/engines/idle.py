@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.core.selfservice import hours_text
-from gpuseat.engines import course_webhook
+from gpuseat.engines import course_webhook, registry
 from gpuseat.errors import NotFound
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ IDLE_STEPS = ("seat.warn", "seat.connected")
 CARRIED_BY: Mapping[str, frozenset[str]] = {
     "idle_minutes": frozenset({"host", "jupyterhub"}),
     "never_connected_hours": frozenset({"host", "jupyterhub"}),
-    "quota_hours": frozenset({"host", "libvirt", "jupyterhub", "skypilot", "kubernetes"}),
+    "quota_hours": frozenset(s.name for s in registry.BUILTIN if s.target is not None),  # every one stops at 0 h
 }
 _WHAT = {
     "idle_minutes": "idle stop ([policy] idle_minutes) is not carried out",
@@ -179,9 +179,7 @@ def unenforced(store: CourseStore, state: CourseState, engine: str, host: str | 
         if not named:
             continue
         shown = ", ".join(named[:8]) + (f" and {len(named) - 8} more" if len(named) > 8 else "")
-        if engine == "slurm":
-            why = "Slurm seats cannot be stopped yet"
-        elif engine == "libvirt" and field == "idle_minutes":
+        if engine == "libvirt" and field == "idle_minutes":
             why = "the libvirt engine has no such stop yet (a GPU passed through to a VM has no monitor readings)"
         else:
             why = f"the {engine} engine has no such stop yet"

@@ -37,6 +37,7 @@ from gpuseat.db.models import (
     SeatHours,
     SeatRequest,
 )
+from gpuseat.engines import registry
 from gpuseat.errors import InputError
 from gpuseat.store.activity import SeatDay, daily_of
 from gpuseat.store.base import Concern
@@ -51,8 +52,9 @@ from gpuseat.store.rows import (
 )
 from gpuseat.store.views import SeatView, _utc
 
-#: engines that carry out seat requests today
-SELF_SERVICE_ENGINES: tuple[str, ...] = ("host", "libvirt", "jupyterhub", "skypilot", "kubernetes")
+#: engines that carry out seat requests: every built-in engine that delivers seats (not ``manual``, nor a
+#: plug-in's, whose requests nobody would carry out); the registry stays the one list of engines
+SELF_SERVICE_ENGINES: tuple[str, ...] = tuple(s.name for s in registry.BUILTIN if s.target is not None)
 #: a participant may make this many requests in :data:`RATE_WINDOW` (the organizer's are not counted)
 RATE_LIMIT = 10
 RATE_WINDOW = timedelta(minutes=10)

@@ -19,6 +19,8 @@ RESET_SAYS: dict[str, str] = {
     "skypilot": "Reset gives you a fresh cloud machine: the old one and everything on its disk are deleted.",
     "kubernetes": "Reset gives you a fresh namespace: everything in yours is deleted, your volumes (PVCs) and "
     "their data too.",
+    "slurm": "A Slurm seat has nothing of its own to reset (your files are in your cluster home): a reset is "
+    "refused; Restart cancels your jobs.",
 }
 """What *Reset* does on each engine, said beside its confirmation box (the engines' requests carry it out)."""
 
@@ -28,6 +30,7 @@ RESTART_SAYS: dict[str, str] = {
     "jupyterhub": "Restart (restarts your notebook server)",
     "skypilot": "Restart (stops and starts your cloud machine)",
     "kubernetes": "Restart (ends your pods; your access stays)",
+    "slurm": "Restart (cancels your jobs; you can submit again)",
 }
 """The *Restart* button's words on each engine."""
 

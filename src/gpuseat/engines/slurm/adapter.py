@@ -31,7 +31,10 @@ LIVE_STATES = (
 
 # Slurm's refusals and what they mean for a participant's seat (matched in sbatch/srun stderr).
 _REASONS: tuple[tuple[str, str], ...] = (
-    ("Access denied to requested reservation", "the user is not on this session's reservation (not in the roster?)"),
+    (
+        "Access denied to requested reservation",
+        "the user is not on this session's reservation (not in the roster, or their seat is stopped?)",
+    ),
     ("Requested reservation is invalid", "there is no such reservation (the session is over or not created yet)"),
     (
         "Access/permission denied",
@@ -41,6 +44,7 @@ _REASONS: tuple[tuple[str, str], ...] = (
     ("Invalid partition name specified", "there is no such partition (run `gpuseat apply --engine slurm`)"),
     ("Invalid generic resource (gres) specification", "the GRES type is unknown on this cluster"),
     ("gpuseat: ", "the request is outside the participant's seat"),
+    ("AssocMaxSubmitJobLimit", "the participant's seat is stopped: their association takes no job until a start"),
     ("Job violates accounting/QOS policy", "the request is over the association's GRES limit"),
 )
 
@@ -257,16 +261,16 @@ class Slurm:
     # -- accounting (slurmdbd) ----------------------------------------------------------------------
 
     def associations(self, account: str) -> dict[str, dict[str, str]]:
-        """User → {grptres, maxtresperjob} of the user associations under ``account``."""
+        """User → {grptres, maxtresperjob, maxsubmitjobs} of the user associations under ``account``
+        (``maxsubmitjobs`` is "" when unset; ``0`` while the holder's seat is stopped)."""
         which = f"account={names.slurm_name(account)}"
-        args = ["-n", "-P", "show", "assoc", which, "format=user,grptres,maxtresperjob"]
+        args = ["-n", "-P", "show", "assoc", which, "format=user,grptres,maxtresperjob,maxsubmitjobs"]
         out = self.run("sacctmgr", args, mutates=False).stdout
         found = {}
         for line in out.splitlines():
-            user, _, rest = line.partition("|")
-            grp, _, per_job = rest.partition("|")
+            user, grp, per_job, submit = [*line.split("|"), "", "", ""][:4]
             if user:
-                found[user] = {"grptres": grp, "maxtresperjob": per_job}
+                found[user] = {"grptres": grp, "maxtresperjob": per_job, "maxsubmitjobs": submit}
         return found
 
     def account_exists(self, account: str) -> bool:

@@ -14,6 +14,9 @@ and lists only what differs:
   ``GrpTRES``/``MaxTRESPerJob=gres/gpu=1`` (accounting), the seat limits, a reservation per session
   still to come with ``Users`` = exactly the current holders.
 * **record**: each holder's way in (``srun -p … --reservation=… --gres=gpu:1``) in the store.
+* the participants' own stop, start, restart (reset and key are refused) and seat hours: a stopped holder
+  keeps their seat but is no user of the session reservations (and submits nothing with accounting), and
+  their jobs are cancelled (:mod:`gpuseat.engines.slurm.requests`).
 
 A grant on a seat whose revoke failed waits (:class:`~gpuseat.engines.base.StepEngine`), so the new
 holder is let in only once the old holder's jobs are gone. A second plan after an apply is empty.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,9 +35,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gpuseat.core import logins
 from gpuseat.core.delivery import login_name, parse_probe
 from gpuseat.core.readiness import Access, Readiness, ReadyState, judge
+from gpuseat.engines import wishes
 from gpuseat.engines.base import Changes, CourseState, Holding, Phase, Step, StepEngine
 from gpuseat.engines.setting_types import trusted_file
 from gpuseat.engines.slurm import config, names
+from gpuseat.engines.slurm import requests as seat_requests
 from gpuseat.engines.slurm.adapter import Job, Slurm, explain
 from gpuseat.engines.slurm.config import Reservation, SeatLimit
 from gpuseat.engines.slurm.course import (
@@ -239,6 +245,19 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         formerly = self._former_seats(course)
         jobs = self.slurm.jobs()
         idx = {j.job_id: self.slurm.job_gres_index(j.job_id) for j in jobs if j.state == "RUNNING" and j.user in known}
+        # the holders' own requests, run states and seat hours: a stopped holder keeps their seat, association
+        # and seat limit, but is no user of the session reservations (and, with accounting, submits no job)
+        hold = {
+            m.unix_user: (str(m.seat), course.people[m.participant])
+            for m in sc.members
+            if m.unix_user in holders and m.participant in course.people
+        }
+        live: dict[str, list[int]] = {}
+        for j in jobs:
+            if j.user in hold and self._course_job(sc, j, idx.get(j.job_id, ""), known):
+                live.setdefault(j.user, []).append(j.job_id)
+        asked = seat_requests.plan_requests(self, course, hold, live)
+        stopped = asked.stopped
 
         def seats_for(login: str) -> tuple[str, ...]:
             return tuple(sorted(set(formerly.get(login, ())) | ({seat_of[login]} if login in seat_of else set())))
@@ -250,26 +269,24 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             gone = "the course is archived"
 
         def why_out(login: str) -> str:
-            return gone or f"{login} holds no Slurm seat in {self.course} now"
+            return gone or stopped.get(login) or f"{login} holds no Slurm seat in {self.course} now"
 
-        # revoke 1: reservations lose whoever holds no seat now
-        want_users = sorted(holders)
+        # revoke 1: reservations lose whoever holds no seat now, or whose seat is stopped; a session still to
+        # come only once their jobs are cancelled (slurmctld refuses "nodes are busy" while a job without an
+        # end time runs on its nodes)
+        want_users = sorted(u for u in holders if u not in stopped)
+        revoked: dict[str, set[str]] = {}  # reservation -> its users once revoke 1 is done
+        coming: list[Step] = []
         for name, fields in sorted(resvs.items()):
             have = _users(fields)
             out = sorted(have - set(want_users) - {PLACEHOLDER_USER})
-            if out and (course.active and want_users):
+            if out and (course.active and holders):
                 keep = sorted(have & set(want_users)) or [PLACEHOLDER_USER]
+                revoked[name] = set(keep)
                 lost = tuple(sorted({s for u in out for s in seats_for(u)}))
-                add(
-                    step(
-                        "reservation.revoke",
-                        name,
-                        f"{', '.join(out)}: {why_out(out[0])}",
-                        "revoke",
-                        seats=lost,
-                        users=keep,
-                    )
-                )
+                why = f"{', '.join(out)}: {why_out(out[0])}"
+                revoke = step("reservation.revoke", name, why, "revoke", seats=lost, users=keep)
+                (coming.append if _starts_later(fields) else add)(revoke)
         # revoke 2: the seat limits (job_submit.lua) drop or move them
         mine = [holders[u] for u in sorted(holders)]
         new_text = config.job_submit_lua([*others, *mine], uids(x.user for x in [*others, *mine])) if lua else ""
@@ -288,8 +305,18 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                     text=new_text,
                 )
             )
-        # revoke 3: live jobs of people without a seat, and of movers on their old seat
-        for login, found in sorted(self._cancel(sc, jobs, idx, holders, known).items()):
+        # revoke 2b (accounting): a stopped holder's association takes no new job (before their jobs are cancelled)
+        for login in sorted(stopped):
+            a = assocs.get(login)
+            if accounting and a is not None and a.get("maxsubmitjobs") != seat_requests.STOPPED_SUBMIT:
+                tres = f"gres/gpu={holders[login].count}"
+                why = f"{stopped[login]}: no new job of {login} in account {self.partition}"
+                add(step("limit.set", login, why, "revoke", seats=(seat_of[login],), user=login, tres=tres,
+                         submit=seat_requests.STOPPED_SUBMIT))  # fmt: skip
+        # revoke 3: live jobs of people without a seat or whose seat is stopped or restarted, and of movers on
+        # their old seat
+        keep_jobs = {u: x for u, x in holders.items() if u not in stopped and u not in asked.restart}
+        for login, found in sorted(self._cancel(sc, jobs, idx, keep_jobs, known).items()):
             lost = tuple(
                 sorted(
                     {s for j in found for t in seat_types_of(j, idx.get(j.job_id, "")) if (s := seat_of_type.get(t))}
@@ -297,13 +324,16 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                 )
             )
             ids = [j.job_id for j in found]
-            why = (
-                why_out(login)
-                if login not in holders
-                else f"{login} moved to {seat_of[login]}: the job is on "
-                + ", ".join(s for s in lost if s != seat_of[login])
-            )
+            if login not in holders or login in stopped:
+                why = why_out(login)
+            elif login in asked.restart:
+                why = f"{login} asked for a restart: their jobs end, their access stays"
+            else:
+                why = f"{login} moved to {seat_of[login]}: the job is on " + ", ".join(
+                    s for s in lost if s != seat_of[login]
+                )
             add(step("jobs.cancel", login, f"{len(ids)} job(s): {why}", "revoke", seats=lost, job_ids=ids, user=login))
+        changes.steps += coming
         # revoke 4: associations of people without a seat
         for login in sorted(set(assocs) - set(holders)):
             add(step("association.remove", login, why_out(login), "revoke", seats=seats_for(login), user=login))
@@ -313,6 +343,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         if not course.active or not sc.devices:
             self._plan_teardown(changes, accounting, gone or "the course has no Slurm seats now")
             self._plan_record(course, sc, {}, changes)
+            changes.steps += asked.steps
             return changes
 
         # grant: partition (kept across reconfigure), account, associations, reservations
@@ -323,15 +354,24 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             tres = f"gres/gpu={lim.count}"
             have_assoc = assocs.get(login)
             seats = (seat_of[login],)
+            submit = seat_requests.STOPPED_SUBMIT if login in stopped else ""
             if have_assoc is None:
                 action = "association.add"
-            elif have_assoc and (have_assoc["grptres"], have_assoc["maxtresperjob"]) != (tres, tres):
+            elif (have_assoc["grptres"], have_assoc["maxtresperjob"], have_assoc.get("maxsubmitjobs", "")) != (
+                tres,
+                tres,
+                submit,
+            ) and not (login in stopped and have_assoc.get("maxsubmitjobs") != submit):  # that one: revoke 2b
                 action = "limit.set"
             else:
                 action = ""
             if accounting and action:
                 why = f"{login} holds {seat_of[login]}: at most {lim.count} GPU"
-                add(step(action, login, why, "grant", seats=seats, user=login, tres=tres))
+                if login in stopped:
+                    why += f"; no job while the seat is stopped ({stopped[login]})"
+                elif have_assoc and have_assoc.get("maxsubmitjobs"):
+                    why += f"; {login} may submit again"
+                add(step(action, login, why, "grant", seats=seats, user=login, tres=tres, submit=submit))
         if lua is None and not accounting:
             changes.notes.append("no job_submit.lua: the seat limits are not applied")
         elif not accounting and "lua" not in self._cfg().get("JobSubmitPlugins", "").split(","):
@@ -341,6 +381,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             )
         if holders:
             now = datetime.now().replace(microsecond=0)
+            users = want_users or [PLACEHOLDER_USER]  # every holder stopped: Users= cannot be empty
             for res in plan_sessions(sc):
                 if res.end <= now:
                     continue
@@ -348,16 +389,17 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                 if res.name not in resvs:
                     start = res.start if res.start > now else now
                     why = f"session {res.start:%Y-%m-%d %H:%M} for {len(want_users)} holder(s)"
-                    words = _replace_start(res, start).words()
+                    words = _replace_start(res, start, users).words()
                     add(step("reservation.create", res.name, why, "grant", seats=every, words=words))
                     continue
-                have = _users(resvs[res.name])
-                if have != set(want_users):
+                have = revoked.get(res.name) or _users(resvs[res.name])
+                if have != set(users):
                     new = sorted(set(want_users) - have)
                     lost = tuple(sorted(seat_of[u] for u in new))
                     why = f"{', '.join(new)} may use the session" if new else "exactly the holders"
-                    add(step("reservation.set", res.name, why, "grant", seats=lost or every, users=want_users))
-        self._plan_record(course, sc, holders, changes)
+                    add(step("reservation.set", res.name, why, "grant", seats=lost or every, users=users))
+        self._plan_record(course, sc, holders, changes, asked.notes)
+        changes.steps += asked.steps
         return changes
 
     def _former_seats(self, state: CourseState) -> dict[str, list[str]]:
@@ -378,17 +420,27 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             if not job.live:
                 continue
             mine = holders.get(job.user)
-            strict = self.partition in job.partition.split(",") or config.is_session(job.reservation, self.partition)
-            if job.account == self.partition and self.accounting():
-                strict = True
             if mine is None:
-                if strict or in_course(sc, job, idx.get(job.job_id, ""), known=known):
+                if self._course_job(sc, job, idx.get(job.job_id, ""), known):
                     out.setdefault(job.user, []).append(job)
                 continue
             other = (seat_types_of(job, idx.get(job.job_id, "")) & course_types) - {mine.seat_type or mine.gres_type}
             if other:
                 out.setdefault(job.user, []).append(job)
         return out
+
+    def _course_job(self, sc: SlurmCourse, job: Job, gres_idx: str, known: set[str]) -> bool:
+        """Whether a live job is the course's: in its partition, a session, its account, or on its seats."""
+        strict = self.partition in job.partition.split(",") or config.is_session(job.reservation, self.partition)
+        if job.account == self.partition and self.accounting():
+            strict = True
+        return job.live and (strict or in_course(sc, job, gres_idx, known=known))
+
+    def course_jobs(self, logins: Sequence[str]) -> list[Job]:
+        """The live course jobs of ``logins`` now (what a stop or restart cancels)."""
+        sc = self._course()
+        mine = set(logins)
+        return [j for j in self.slurm.jobs(logins) if j.user in mine and self._course_job(sc, j, "", mine)]
 
     def _plan_partition(self, sc: SlurmCourse, changes: Changes) -> None:
         nodes = sorted({d.node for d in sc.devices})
@@ -446,7 +498,12 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             changes.steps.append(self._step("account.delete", self.partition, why, "revoke"))
 
     def _plan_record(
-        self, state: CourseState, sc: SlurmCourse, holders: dict[str, SeatLimit], changes: Changes
+        self,
+        state: CourseState,
+        sc: SlurmCourse,
+        holders: dict[str, SeatLimit],
+        changes: Changes,
+        stopped: dict[str, str] | None = None,
     ) -> None:
         if state.course is None or state.archived:
             return
@@ -463,25 +520,37 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                     base = Access(kind="slurm", host=old.get("host") or dev.node, device_uuid=seat.device_uuid)
                     changes.steps.append(self._clear_step(seat.key, access=base.to_dict()))
                 continue
-            access = self._access(sc, seat, m.unix_user, m.participant, session).to_dict()
+            note = (stopped or {}).get(m.unix_user)
+            access = self._access(sc, seat, m.unix_user, m.participant, session, note).to_dict()
             if old != access or seat.state != "running":
                 why = f"{m.participant} submits as {m.unix_user}"
                 changes.steps.append(self._record_step(seat.key, m.participant, why, access=access))
 
-    def _access(self, sc: SlurmCourse, seat: SeatView, login: str, holder: str, session: Reservation | None) -> Access:
+    def _access(
+        self,
+        sc: SlurmCourse,
+        seat: SeatView,
+        login: str,
+        holder: str,
+        session: Reservation | None,
+        stopped: str | None = None,
+    ) -> Access:
+        """The holder's way in: ``srun`` in the course partition and session; while their seat is stopped
+        its first note says so, and why."""
         dev = sc.device_of(seat.key)
         assert dev is not None
         resv = f" --reservation={session.name}" if session else ""
+        notes = (
+            f"your seat is Slurm GRES gpu:{dev.slurm_type} on {dev.node}; jobs asking for more are refused",
+            f"sbatch works the same way: sbatch -p {sc.partition}{resv} --gres=gpu:1 job.sh",
+        )
         return Access(
             kind="slurm",
             host=dev.node,
             user=login,
             command=f"srun -p {sc.partition}{resv} --gres=gpu:1 --pty bash",
             device_uuid=seat.device_uuid,
-            notes=(
-                f"your seat is Slurm GRES gpu:{dev.slurm_type} on {dev.node}; jobs asking for more are refused",
-                f"sbatch works the same way: sbatch -p {sc.partition}{resv} --gres=gpu:1 job.sh",
-            ),
+            notes=(stopped, *notes) if stopped else notes,
             holder=holder,
         )
 
@@ -514,6 +583,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             case "association.remove":
                 sl.sacctmgr(["delete", "user", logins.unix_user(d["user"]), f"account={self.partition}"])
             case "association.add":
+                stop = [f"MaxSubmitJobs={d['submit']}"] if d.get("submit") == seat_requests.STOPPED_SUBMIT else []
                 sl.sacctmgr(
                     [
                         "add",
@@ -522,6 +592,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                         f"Account={self.partition}",
                         f"GrpTRES={d['tres']}",
                         f"MaxTRESPerJob={d['tres']}",
+                        *stop,
                     ]
                 )
             case "limit.set":
@@ -535,6 +606,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                         "set",
                         f"GrpTRES={d['tres']}",
                         f"MaxTRESPerJob={d['tres']}",
+                        f"MaxSubmitJobs={d.get('submit') or '-1'}",  # -1: no limit (a start puts it back)
                     ]
                 )
             case "account.add":
@@ -561,6 +633,8 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                 sl.delete_partition(self.partition)
             case "seat.record" | "seat.clear":
                 self.record_way_in(step)
+            case "request.record" | "seat.stop":
+                return wishes.do_record(self, step, partial(seat_requests.verdict, self))
             case _:
                 raise InputError(f"the slurm engine has no step {step.action!r}", where="plan")
         return None
@@ -684,10 +758,18 @@ def _users(fields: dict[str, str]) -> set[str]:
     return {u for u in raw.split(",") if u and u != "(null)"}
 
 
-def _replace_start(res: Reservation, start: datetime) -> Reservation:
+def _starts_later(fields: dict[str, str]) -> bool:
+    """Whether a reservation (``scontrol show`` fields) starts after now, on the controller's clock."""
+    try:
+        return datetime.fromisoformat(fields.get("StartTime", "")) > datetime.now()
+    except ValueError:
+        return False
+
+
+def _replace_start(res: Reservation, start: datetime, users: Sequence[str]) -> Reservation:
     from dataclasses import replace
 
-    return replace(res, start=start)
+    return replace(res, start=start, users=tuple(users))
 
 
 def _read(path: Path | None) -> str:
