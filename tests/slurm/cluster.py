@@ -272,7 +272,9 @@ SlurmdParameters=config_overrides
         return "\n".join(out)
 
     def stop(self) -> None:
-        """SIGTERM to each daemon by pid (slurmd first), SIGKILL if it lingers."""
+        """Every job still queued or running cancelled first (a job's ``slurmstepd`` and its processes outlive
+        slurmd), then SIGTERM to each daemon by pid (slurmd first), SIGKILL if it lingers."""
+        self._cancel_jobs()
         for name in ("slurmd", "slurmctld", "slurmdbd", "mariadbd", "munged"):
             proc = self.procs.pop(name, None)
             if proc is None or proc.poll() is not None:
@@ -283,3 +285,25 @@ SlurmdParameters=config_overrides
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=5)
+
+    def _cancel_jobs(self, timeout: float = 15) -> None:
+        """``scancel`` each job the controller still knows, and wait until none is left (or ``timeout``)."""
+        ctld = self.procs.get("slurmctld")
+        if ctld is None or ctld.poll() is not None:
+            return
+
+        def jobs() -> list[str]:
+            try:
+                out = subprocess.run(["squeue", "-h", "-o", "%i"], env=self.env, capture_output=True, text=True,
+                                     timeout=5, check=False)  # fmt: skip
+            except subprocess.TimeoutExpired:
+                return []
+            return out.stdout.split()
+
+        ids = jobs()
+        if not ids:
+            return
+        subprocess.run(["scancel", "--full", *ids], env=self.env, capture_output=True, timeout=10, check=False)
+        deadline = time.monotonic() + timeout
+        while jobs() and time.monotonic() < deadline:
+            time.sleep(0.2)
