@@ -146,8 +146,8 @@ def test_checks_before_a_session_count_on_the_stores_clock_across_a_step(
 
 def test_a_session_wakes_the_agent_at_its_lead_time_and_at_its_end_when_access_is_24_7(tmp_path: Path) -> None:
     """With ``access = "24/7"`` nothing opens or closes, but a lab session still changes what a pass does: its
-    lead time starts the checks (and the hours exemption), its end ends the exemption. Both are the course's
-    next change, so the agent wakes at each, not up to one resync (300 s) later."""
+    lead time starts the checks (and the hours exemption), its end ends the exemption. The agent wakes at each
+    (``wake_at``), not up to one resync (300 s) later; the access window's own next change stays none."""
     at, schedule = session_soon(60)
     end = min(at + timedelta(minutes=30), at.replace(hour=23, minute=59))
     head = (EXAMPLES / "course-2016.toml").read_text().split("[schedule]")[0]
@@ -156,9 +156,11 @@ def test_a_session_wakes_the_agent_at_its_lead_time_and_at_its_end_when_access_i
     try:
         fill(store, seats=1, assign=1, source=tmp_path / "lab.toml")
         before = course_state(store, "demo", now=at - timedelta(minutes=30))
-        assert (before.closed, before.next_change) == (None, at - timedelta(minutes=15))
+        assert (before.closed, before.wake_at) == (None, at - timedelta(minutes=15))
         during = course_state(store, "demo", now=at + timedelta(minutes=1))
-        assert (during.closed, during.next_change) == (None, end)
-        assert course_state(store, "demo", now=end + timedelta(minutes=1)).next_change is None  # the last session
+        assert (during.closed, during.wake_at) == (None, end)
+        assert course_state(store, "demo", now=end + timedelta(minutes=1)).wake_at is None  # the last session
+        # the access window itself never closes: a cloud seat's autostop waits for no session (next_change)
+        assert before.next_change is None and during.next_change is None
     finally:
         store.close()

@@ -106,8 +106,8 @@ def course_state(store: CourseStore, key: str, *, now: datetime | None = None) -
     people = {p.key: p for p in store.roster.participants(key)}
     access = store.delivery.access_of(key)
     archived = bool(getattr(view, "archived_at", None)) or deleting or _archived(store, key)
-    closed, next_change = _window(store, key, view.timezone, when)
-    return CourseState(key, view, seats, people, access, archived, closed, next_change, now)
+    closed, next_change, wake_at = _window(store, key, view.timezone, when)
+    return CourseState(key, view, seats, people, access, archived, closed, next_change, now, wake_at)
 
 
 def _archived(store: CourseStore, key: str) -> bool:
@@ -116,34 +116,41 @@ def _archived(store: CourseStore, key: str) -> bool:
     return is_archived(store, key)
 
 
-def _window(store: CourseStore, key: str, timezone: str, now: datetime) -> tuple[str | None, datetime | None]:
-    """(why access is closed now, or None; the next time that changes) from the course's schedule."""
+def _window(
+    store: CourseStore, key: str, timezone: str, now: datetime
+) -> tuple[str | None, datetime | None, datetime | None]:
+    """(why access is closed now, or None; when the access window next opens or closes; when a pass next plans
+    differently: that, or a lab session's lead time or end) from the course's schedule."""
     from zoneinfo import ZoneInfo
 
     try:
         course_file = store.courses.course_file(key)
     except GpuseatError:
-        return None, None
+        return None, None, None
     sched = course_file.schedule
     tz = ZoneInfo(timezone)
     local = now.astimezone(tz).replace(tzinfo=None)
     minutes = course_file.policy.lead_minutes  # [policy] lead_minutes: ready (and checked) this long before
     lead = LEAD if minutes is None else timedelta(minutes=minutes)
+
+    def utc(at: datetime | None) -> datetime | None:
+        return at.replace(tzinfo=tz).astimezone(UTC) if at else None
+
     # a lab session changes a pass even where access never closes: its lead time starts the checks before
     # it and the seat-hours exemption, its end ends the exemption
     marks = [t for b, e in sched.session_intervals() for t in (b - lead, e)] if sched.has_sessions else []
     wins = [] if sched.always_on else [(b - lead, e) for b, e in sched.access_intervals()]
-    nxt = min((t for t in (*marks, *(t for w in wins for t in w)) if t > local), default=None)
-    nxt_utc = nxt.replace(tzinfo=tz).astimezone(UTC) if nxt else None
+    nxt = min((t for w in wins for t in w if t > local), default=None)
+    wake = min((t for t in (*marks, nxt) if t is not None and t > local), default=None)
     if sched.always_on or any(b <= local < e for b, e in wins):
-        return None, nxt_utc
+        return None, utc(nxt), utc(wake)
     opens = min((b for b, _e in wins if b > local), default=None)
     why = (
         f"outside the course's access hours (next opens {opens:%Y-%m-%d %H:%M})"
         if opens
         else "the course's schedule has ended"
     )
-    return why, nxt_utc
+    return why, utc(nxt), utc(wake)
 
 
 def targets(
@@ -252,8 +259,8 @@ def apply_all(
     changed anything (``drift``: the changes undo what someone did by hand), finish asked deletions."""
     result = Pass(planned=list(planned))
     for p in result.planned:
-        if p.state is not None and p.state.next_change is not None:
-            result.next_change = min(filter(None, [result.next_change, p.state.next_change]))
+        if p.state is not None and p.state.wake_at is not None:
+            result.next_change = min(filter(None, [result.next_change, p.state.wake_at]))
         if p.engine is None or p.changes is None:
             continue
         p.drift = drift and not p.changes.empty

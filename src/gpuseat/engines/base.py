@@ -225,8 +225,9 @@ class CourseState:
     access: Mapping[str, Mapping[str, Any]]
     archived: bool = False
     closed: str | None = None
-    next_change: datetime | None = None
+    next_change: datetime | None = None  # when the access window next opens or closes (None: never again)
     now: datetime | None = None
+    wake_at: datetime | None = None  # when a pass next plans differently: ``next_change`` or a session's lead or end
 
     @property
     def active(self) -> bool:
