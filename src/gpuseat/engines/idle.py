@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 SAMPLE_SLACK = timedelta(minutes=2)
 #: each pass's monitor readings per window start (one read per window, every seat of the course)
 Windows = dict[datetime, dict[str, tuple[int, int | None, datetime]]]
-#: the steps :func:`do` carries out
+#: the steps :func:`do_idle` carries out
 IDLE_STEPS = ("seat.warn", "seat.connected")
 #: which engines carry out each ``[policy]`` field (every other engine is named by :func:`unenforced`)
 CARRIED_BY: Mapping[str, frozenset[str]] = {
@@ -138,7 +138,7 @@ def connected_step(engine: StepEngine[Any], *, who: str, seat: str, why: str, lo
     return engine._step("seat.connected", seat, why, "record", participant=who, login=login)
 
 
-def do(engine: StepEngine[Any], step: Step) -> str | None:
+def do_idle(engine: StepEngine[Any], step: Step) -> str | None:
     """Carry out ``seat.warn`` (the page's warning, and the course webhook's ``seat.idle``) and
     ``seat.connected``; nothing in a dry run."""
     if engine.runner.dry_run:

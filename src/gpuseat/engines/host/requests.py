@@ -168,7 +168,7 @@ def do_request(engine: HostEngine, step: Step) -> str | None:
     if step.action in session_checks.SESSION_STEPS:
         return session_checks.do(engine, step)
     if step.action in idle_rule.IDLE_STEPS:
-        return idle_rule.do(engine, step)
+        return idle_rule.do_idle(engine, step)
     ok, reason = _verdict(engine, d)
     engine.store.requests.finish_request(engine.course, int(d["id"]), ok=ok, reason=reason)
     if not ok:

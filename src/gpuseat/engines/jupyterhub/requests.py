@@ -242,7 +242,7 @@ def do_request(engine: JupyterHubEngine, step: Step) -> str | None:
     and ``request.record``."""
     d = step.data
     if step.action in idle_rule.IDLE_STEPS:
-        return idle_rule.do(engine, step)
+        return idle_rule.do_idle(engine, step)
     if step.action == "seat.stop":  # the agent's stop (hours, idle, never connected), after the server's
         if not engine.runner.dry_run:
             engine.store.requests.agent_stop(engine.course, str(step.participant), str(d["reason"]))
