@@ -77,7 +77,7 @@ def _plan(
         if fmt is Format.csv:
             print_csv(_csv_rows(result), ["rank", "offers", "seats", "total_usd", "usd_per_seat_hour", "over_budget"])
             return
-        from gpuseat.core.selfservice import hours_text
+        from gpuseat.core.amounts import hours_text
 
         course_info = result["course"]
         title = (

@@ -146,7 +146,7 @@ def register(app: typer.Typer) -> None:
         db: DbOption = None,
     ) -> None:
         """Give the participant more seat hours (a stopped seat can then be started again)."""
-        from gpuseat.core.selfservice import hours_text
+        from gpuseat.core.amounts import hours_text
         from gpuseat.store import open_store
 
         with open_store(db) as store:
@@ -163,7 +163,7 @@ def register(app: typer.Typer) -> None:
         db: DbOption = None,
     ) -> None:
         """Set one participant's own quota of seat hours (instead of the course's or their group's)."""
-        from gpuseat.core.selfservice import hours_text
+        from gpuseat.core.amounts import hours_text
         from gpuseat.store import open_store
 
         with open_store(db) as store:

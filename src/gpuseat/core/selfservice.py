@@ -14,7 +14,6 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 
 from gpuseat.core.intervals import Interval
 from gpuseat.core.roster import check_ssh_key
@@ -161,17 +160,6 @@ def counted_hours(running: Sequence[Interval], open_: Sequence[Interval] | None,
     """Hours of ``running`` inside ``open_`` (None: always open) and outside ``exempt`` (lab sessions)."""
     inside = list(running) if open_ is None else _overlap(running, open_)
     return sum((b - a).total_seconds() for a, b in _minus(inside, exempt)) / 3600
-
-
-def hours_text(hours: float) -> str:
-    """Seat hours as people write them, the one format of quotas and totals on the portal's pages and in the
-    CLI: ``1000000``, ``1234567.5``, ``0.33`` (to the hundredth, no trailing zeros, never an exponent: ``%g``
-    wrote a million hours as ``1e+06``); an amount under 0.005 h keeps two digits (``0.00001``), so a quota
-    above 0 never reads 0 h."""
-    text = f"{hours:.2f}".rstrip("0").rstrip(".")
-    if text in ("0", "-0") and hours:
-        text = format(Decimal(f"{hours:.2g}"), "f")
-    return "0" if text == "-0" else text
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from gpuseat.core.selfservice import hours_text
+from gpuseat.core.amounts import hours_text
 from gpuseat.engines.base import RUN_REQUESTS
 
 if TYPE_CHECKING:

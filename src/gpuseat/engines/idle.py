@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from gpuseat.core.amounts import hours_text
 from gpuseat.core.seating import AGENT_ACTOR
-from gpuseat.core.selfservice import hours_text
 from gpuseat.engines import course_webhook, registry
 from gpuseat.errors import NotFound
 

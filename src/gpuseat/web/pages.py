@@ -14,7 +14,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from gpuseat.core.selfservice import hours_text
+from gpuseat.core.amounts import hours_text
 from gpuseat.web.formats import course_time, money_or_dash, timestamp
 from gpuseat.web.security import CSRF_COOKIE, CSRF_FIELD, SECURE_PREFIX, SESSION_COOKIE, Sessions, new_csrf_cookie
 
