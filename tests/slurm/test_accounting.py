@@ -7,6 +7,7 @@ is refused, and a job over the participant's GPU limit waits with Slurm's reason
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -148,8 +149,8 @@ def _sleeper(acct: Acct, user: str, *, partition: str | None = None, reservation
     where = [f"--partition={partition or acct.course.partition}"]
     if reservation or partition is None:
         where.append(f"--reservation={reservation or _session(acct)}")
-    # their own seat's GPU type: with accounting alone (no job_submit.lua) an untyped job may land on another
-    # seat's GPU, and the engine cancels a holder's job on a seat not theirs at its next pass
+    # their own seat's GPU type, so that each holds their own seat's GPU (an untyped job is theirs to keep
+    # too: test_an_untyped_job_on_another_seats_gpu_survives_apply)
     own = {alice: "seat-01", bob: "seat-02", carol: "seat-03"}[user]
     args = [
         *where,
@@ -183,6 +184,40 @@ def _ask(acct: Acct, user: str, action: str) -> int:
 def _row(acct: Acct, request_id: int) -> tuple[str, str]:
     (r,) = [r for r in acct.store.requests.seat_requests("c2016", limit=100) if r.id == request_id]
     return r.state, r.reason or ""
+
+
+def test_an_untyped_job_on_another_seats_gpu_survives_apply(acct: Acct) -> None:
+    """As carol (seat-03; her unix user, ``sbatch --gres=gpu:1``): with accounting alone Slurm gives her
+    untyped job another seat's GPU, which her association allows; the next apply keeps it and status lists
+    no stray. Once she is released, the next apply cancels it."""
+    st, slurm, part = acct.store, acct.slurm, acct.course.partition
+    carol_key = next(p.key for p in st.roster.participants("c2016") if p.unix_user == carol)
+    st.seats.assign("c2016", carol_key, "seat-03")
+    try:
+        assert not apply(st, "c2016").failed
+        out = f"--output={acct.cluster.root / 'out' / 'untyped-%j.out'}"
+        args = [f"--partition={part}", f"--reservation={_session(acct)}", "--gres=gpu:1", out, "--wrap", "sleep 300"]
+        assert slurm.run("sbatch", args, as_user=carol, check=False).returncode == 0
+        (job,) = _running(acct, carol)
+        on = slurm.job_gres_index(job)
+        given = re.findall(r"gpu:([\w.+-]+):[1-9]", on)  # the types it holds (an untyped job's lists all, 0 GPU)
+        assert len(given) == 1 and given != ["m60.seat-03"], on  # Slurm's pick: the first free GPU, not hers
+        assert plan(st, "c2016").steps == []
+        done = apply(st, "c2016")
+        assert not done.failed and [j.job_id for j in slurm.jobs([carol]) if j.live] == [job]
+        now = service.slurm_course_from_store(st, "c2016")
+        assert service.course_status(slurm, now).strays == []
+
+        st.seats.release("c2016", participant=carol_key)  # released: her job goes at the next apply
+        cancel = [s for s in plan(st, "c2016").steps if s.action == "jobs.cancel"]
+        assert [(s.target, s.why) for s in cancel] == [(carol, f"1 job(s): {carol} holds no Slurm seat in c2016 now")]
+        assert not apply(st, "c2016").failed
+        assert not [j for j in slurm.jobs([carol]) if j.live]
+    finally:  # as the module found it: carol seatless, without jobs
+        if any(p.key == carol_key and p.seat for p in st.roster.participants("c2016")):
+            st.seats.release("c2016", participant=carol_key)
+        slurm.cancel([j.job_id for j in slurm.jobs([carol])])
+        assert not apply(st, "c2016").failed
 
 
 def test_a_participants_stop_cancels_their_jobs_and_keeps_them_out_until_a_start(acct: Acct) -> None:

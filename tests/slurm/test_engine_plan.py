@@ -504,3 +504,32 @@ def test_the_probe_reads_a_mig_slice_by_the_one_parser(lab: Lab, tmp_path: Path)
     got = engine.probe(dataclasses.replace(seat, device_uuid=mine), alice)  # type: ignore[attr-defined]
     assert (got.state, got.reason, got.visible) == ("broken", "no GPU visible to the participant", ()), got
     assert "No devices were found" in got.evidence
+
+
+def test_a_holders_job_off_their_seat_is_cancelled_only_where_the_seat_ties_them() -> None:
+    """``off_seat``: Slurm's own GRES listing of an untyped job names every type, those not given with 0.
+    Tied by job_submit.lua, a job on another seat is a mover's (cancelled); untied (accounting alone), Slurm
+    placed it and it is kept within the seat's one GPU, only the GPUs over it are cancelled, newest first."""
+    from gpuseat.engines.slurm.adapter import Job
+
+    types = {f"m60.seat-0{i}" for i in range(1, 5)}
+
+    def job(i: int, state: str = "RUNNING") -> Job:
+        return Job(i, "carol", state, "None", "gres:gpu:1", "gpuseat-c1", "", "localhost")
+
+    def given(*seats: int) -> str:  # as `scontrol -d show job` lists an untyped job's GRES
+        return ",".join(f"gpu:m60.seat-0{i}:{int(i in seats)}(IDX:{i - 1 if i in seats else ''})" for i in range(1, 5))
+
+    cases = [  # (jobs, their GRES, tied, the job ids cancelled)
+        ([job(1)], {1: given(1)}, False, []),  # Slurm gave seat-01 to carol of seat-03: hers to keep
+        ([job(1)], {1: given(1)}, True, [1]),  # job_submit.lua ties her to seat-03: a mover's job
+        ([job(1)], {1: given(3)}, True, []),  # her own seat's GPU (the 0 entries are no GPU held)
+        ([job(1), job(2)], {1: given(3), 2: given(1)}, False, [2]),  # her seat's GPU and one more: over it
+        ([job(1), job(2)], {1: given(2), 2: given(1)}, False, [2]),  # two GPUs elsewhere: the newer goes
+        ([job(1)], {1: given(1, 2)}, False, [1]),  # one job on two GPUs: over the seat
+        ([job(1, "PENDING")], {}, False, []),  # waiting: Slurm's association limit decides
+    ]
+    for jobs, idx, tied, want in cases:
+        got = service.off_seat(jobs, idx, "m60.seat-03", types, 1, tied=tied)
+        assert [j.job_id for j in got] == want, (idx, tied)
+    assert service.seat_types_of(job(1), given(2)) == {"m60.seat-02"}

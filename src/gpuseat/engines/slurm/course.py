@@ -280,12 +280,13 @@ class StatusReport(_Report):
         return out
 
 
-def course_status(slurm: Slurm, course: SlurmCourse) -> StatusReport:
+def course_status(slurm: Slurm, course: SlurmCourse, *, tied: set[str] | None = None) -> StatusReport:
     """Each participant's jobs (state, Slurm's reason, GRES with device index), and who blocks whom.
 
     A participant whose job waits while a job of another user holds their seat's GPU is flagged
     (``blocked_by``): the seat's GPU is its own GRES type, so the holder is read from the GRES each
-    running job was given.
+    running job was given. ``tied``: the logins the cluster ties to their seat's type (None: read it,
+    :func:`tied_users`), for the strays ``gpuseat apply`` would cancel.
     """
     part = course.partition
     exists = part in slurm.partitions()
@@ -298,8 +299,9 @@ def course_status(slurm: Slurm, course: SlurmCourse) -> StatusReport:
         if job.state != "RUNNING":
             continue
         idx[job.job_id] = slurm.job_gres_index(job.job_id)
+        given = seat_types_of(job, idx[job.job_id])
         for st in seat_types:
-            if f"gpu:{st}:" in idx[job.job_id] or f"gpu:{st}(" in idx[job.job_id]:
+            if st in given or f"gpu:{st}(" in idx[job.job_id]:
                 held[st] = job
     by_user: dict[str, list[Job]] = {}
     for job in every:
@@ -335,7 +337,9 @@ def course_status(slurm: Slurm, course: SlurmCourse) -> StatusReport:
                 m.participant, m.unix_user, m.seat, f"gpu:{dev.gres_type}:1" if dev else None, jobs, blocked_by=blocked
             )
         )
-    strays = stray_jobs(course, every, idx, known=users)
+    if tied is None:
+        tied = tied_users(slurm, part)
+    strays = stray_jobs(course, every, idx, known=users, tied=tied)
     return StatusReport(course.key, part, exists, resv, members, strays)
 
 
@@ -350,28 +354,86 @@ def in_course(course: SlurmCourse, job: Job, gres_idx: str = "", *, known: Itera
 
 
 def seat_types_of(job: Job, gres_idx: str = "") -> set[str]:
-    """The GPU types a job asks for or holds (its request, and for a running job what it was given)."""
-    return job.gres_types() | set(re.findall(r"gpu:([A-Za-z0-9_.+-]+):\d", gres_idx))
+    """The GPU types a job asks for or holds (its request, and for a running job what it was given). An
+    untyped job's GRES names every type, those it was not given with 0 (``gpu:m60.seat-02:0(IDX:)``)."""
+    given = re.findall(r"gpu:([A-Za-z0-9_.+-]+):(\d+)", gres_idx)
+    return job.gres_types() | {t for t, n in given if int(n)}
+
+
+def tied_users(slurm: Slurm, partition: str) -> set[str]:
+    """The users of ``partition`` in gpuseat's job_submit.lua next to slurm.conf while slurmctld runs the
+    lua plugin: their GPU jobs are rewritten to their seat's type. Anyone else may be given any GPU of the
+    partition by Slurm (accounting alone), so a job on another seat is no sign of a lost seat."""
+    cfg = slurm.config()
+    conf = cfg.get("SLURM_CONF", "")
+    if "lua" not in cfg.get("JobSubmitPlugins", "").split(",") or not conf.startswith("/"):
+        return set()
+    try:
+        text = (Path(conf).parent / "job_submit.lua").read_text(errors="replace")
+    except OSError:
+        return set()
+    return {x.user for x in config.job_submit_limits(text) if x.partition == partition}
+
+
+def off_seat(
+    jobs: Sequence[Job], idx: dict[int, str], own: str, course_types: set[str], count: int, *, tied: bool
+) -> list[Job]:
+    """A holder's live jobs on course seats not theirs that ``gpuseat apply`` cancels.
+
+    ``tied`` (job_submit.lua rewrites their jobs to their seat's type): every such job, as it was submitted
+    under a seat they lost (a move). Untied, Slurm itself places an untyped job on any GPU of the partition:
+    such a job is theirs to keep; only running GPUs over their seat's ``count`` are cancelled (newest first).
+    """
+    out: list[Job] = []
+    held = 0
+    others: list[tuple[Job, int]] = []
+    for job in sorted(jobs, key=lambda j: j.job_id):
+        if not job.live:
+            continue
+        types = seat_types_of(job, idx.get(job.job_id, "")) & course_types
+        if not types - {own}:
+            held += len(types) if job.state == "RUNNING" else 0
+        elif tied:
+            out.append(job)
+        elif job.state == "RUNNING":
+            others.append((job, len(types)))
+    for job, n in others:
+        if held + n > count:
+            out.append(job)
+        else:
+            held += n
+    return out
 
 
 def stray_jobs(
-    course: SlurmCourse, jobs: Sequence[Job], idx: dict[int, str], *, known: Iterable[str]
+    course: SlurmCourse,
+    jobs: Sequence[Job],
+    idx: dict[int, str],
+    *,
+    known: Iterable[str],
+    tied: Iterable[str] = (),
 ) -> list[dict[str, Any]]:
-    """Live course jobs of people who hold no seat now, and holders' jobs on a seat not theirs (a move):
+    """Live course jobs of people who hold no seat now, and holders' jobs off their seat (:func:`off_seat`):
     what ``gpuseat apply`` cancels. ``known``: the logins that are the course's people."""
     own = {m.unix_user: d.slurm_type for m in course.members if m.seat and (d := course.device_of(m.seat))}
     seat_of = {d.slurm_type: d.seat for d in course.devices}
-    people = set(known)
+    people, tied = set(known), set(tied)
+    course_jobs = [j for j in jobs if j.live and in_course(course, j, idx.get(j.job_id, ""), known=people)]
+    off = {
+        j.job_id
+        for user, mine in own.items()
+        for j in off_seat([j for j in course_jobs if j.user == user], idx, mine, set(seat_of), 1, tied=user in tied)
+    }
     out = []
-    for job in jobs:
-        if not job.live or not in_course(course, job, idx.get(job.job_id, ""), known=people):
-            continue
+    for job in course_jobs:
         types = seat_types_of(job, idx.get(job.job_id, "")) & set(seat_of)
         mine = own.get(job.user)
-        if mine is not None and not (types - {mine}):
+        if mine is not None and job.job_id not in off:
             continue
         seats = sorted(str(seat_of[t]) for t in types)
         why = "holds no seat now" if mine is None else f"moved: the job is on {', '.join(seats)}"
+        if mine is not None and job.user not in tied:
+            why = f"over the seat's GPU: the job is on {', '.join(seats)}"
         out.append(
             {
                 "job_id": job.job_id,

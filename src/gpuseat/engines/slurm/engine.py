@@ -48,6 +48,7 @@ from gpuseat.engines.slurm.course import (
     course_from_values,
     in_course,
     lua_path,
+    off_seat,
     plan_sessions,
     seat_types_of,
     uids,
@@ -316,7 +317,9 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         # revoke 3: live jobs of people without a seat or whose seat is stopped or restarted, and of movers on
         # their old seat
         keep_jobs = {u: x for u, x in holders.items() if u not in stopped and u not in asked.restart}
-        for login, found in sorted(self._cancel(sc, jobs, idx, keep_jobs, known).items()):
+        plugins = self._cfg().get("JobSubmitPlugins", "").split(",")
+        tied = set(old_limits) if lua is not None and "lua" in plugins else set()  # else Slurm picks the GPU
+        for login, found in sorted(self._cancel(sc, jobs, idx, keep_jobs, known, tied).items()):
             lost = tuple(
                 sorted(
                     {s for j in found for t in seat_types_of(j, idx.get(j.job_id, "")) if (s := seat_of_type.get(t))}
@@ -329,9 +332,10 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             elif login in asked.restart:
                 why = f"{login} asked for a restart: their jobs end, their access stays"
             else:
-                why = f"{login} moved to {seat_of[login]}: the job is on " + ", ".join(
-                    s for s in lost if s != seat_of[login]
-                )
+                on = ", ".join(s for s in lost if s != seat_of[login])
+                why = f"{login} moved to {seat_of[login]}: the job is on {on}"
+                if login not in tied:
+                    why = f"{login} holds {seat_of[login]}, over its GPU: the job is on {on}"
             add(step("jobs.cancel", login, f"{len(ids)} job(s): {why}", "revoke", seats=lost, job_ids=ids, user=login))
         changes.steps += coming
         # revoke 4: associations of people without a seat
@@ -411,22 +415,26 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         return out
 
     def _cancel(
-        self, sc: SlurmCourse, jobs: Sequence[Job], idx: dict[int, str], holders: dict[str, SeatLimit], known: set[str]
+        self,
+        sc: SlurmCourse,
+        jobs: Sequence[Job],
+        idx: dict[int, str],
+        holders: dict[str, SeatLimit],
+        known: set[str],
+        tied: set[str],
     ) -> dict[str, list[Job]]:
-        """Login → the live jobs to cancel: course jobs of people without a seat, a mover's on another seat."""
+        """Login → the live jobs to cancel: course jobs of people without a seat, a holder's off their seat
+        (:func:`~gpuseat.engines.slurm.course.off_seat`; ``tied``: whom job_submit.lua keeps to their type)."""
         course_types = {d.slurm_type for d in sc.devices}
         out: dict[str, list[Job]] = {}
         for job in jobs:
-            if not job.live:
-                continue
-            mine = holders.get(job.user)
-            if mine is None:
-                if self._course_job(sc, job, idx.get(job.job_id, ""), known):
-                    out.setdefault(job.user, []).append(job)
-                continue
-            other = (seat_types_of(job, idx.get(job.job_id, "")) & course_types) - {mine.seat_type or mine.gres_type}
-            if other:
+            if job.live and job.user not in holders and self._course_job(sc, job, idx.get(job.job_id, ""), known):
                 out.setdefault(job.user, []).append(job)
+        for login, lim in holders.items():
+            mine = [j for j in jobs if j.user == login]
+            own = lim.seat_type or lim.gres_type
+            if off := off_seat(mine, idx, own, course_types, lim.count, tied=login in tied):
+                out[login] = off
         return out
 
     def _course_job(self, sc: SlurmCourse, job: Job, gres_idx: str, known: set[str]) -> bool:
