@@ -98,6 +98,24 @@ class Queue:
                 raise AssertionError(f"timed out waiting for {what}; log: {self.text()!r}, queue: {self.size()} bytes")
             time.sleep(0.005)
 
+    def behind(self, marks: bytes) -> bool:
+        """The last writers' marks are ``marks`` and each asker's request is in the box. An asker writes its
+        mark first and its request after it: a writer released in between finds no request to serve (the
+        asker then writes for itself), so a test that expects it served waits for both."""
+        from gpuseat.store.turns import _ASKING, _HEAD, SLOT, SLOTS
+
+        data = self.path.read_bytes()
+        if data[-len(marks) :] != marks:
+            return False
+        box = Path(f"{self.path}.box")
+        raw = box.read_bytes() if box.exists() else b""
+        first = len(data) - len(marks)
+        for ticket in (first + i for i, mark in enumerate(marks) if mark == _ASKING[0]):
+            at = (ticket % SLOTS) * SLOT
+            if len(raw) < at + _HEAD.size or _HEAD.unpack_from(raw, at)[0] != ticket:
+                return False
+        return True
+
     def queued(self, name: str, mode: str, *extra: str) -> subprocess.Popen[bytes]:
         """Start a writer and return once it has its ticket (the queue file grew by a byte)."""
         before = self.size()
@@ -180,7 +198,7 @@ def served(queue: Queue, ending: str, behind: list[tuple[str, str]], marks: byte
     queue.until("H to hold the turn", lambda: "H " in queue.text())
     for name, mode in behind:
         queue.queued(name, mode)
-    queue.until("the writers behind to ask", lambda: queue.path.read_bytes()[-len(marks) :] == marks)
+    queue.until("the writers behind to ask", lambda: queue.behind(marks))
     release.touch()
     for p in queue.procs:
         assert p.wait(timeout=30) == 0
@@ -344,7 +362,7 @@ def queued_claims(queue: Queue, tmp_path: Path) -> tuple[str, list[str], subproc
         before = queue.size()
         claimer(queue, url, p)
         queue.until(f"{p} to queue", lambda before=before: queue.size() > before)
-    queue.until("the three to ask", lambda: queue.path.read_bytes()[-3:] == b"\x04\x04\x04")
+    queue.until("the three to ask", lambda: queue.behind(b"\x04\x04\x04"))
     return url, who, first, go
 
 
@@ -385,7 +403,7 @@ def test_served_writers_that_are_not_running_hold_up_no_one(queue):
     queue.queued("H", "serve", str(release), "commit")
     queue.until("H to hold the turn", lambda: "H " in queue.text())
     stopped = [queue.queued(name, "ask") for name in ("A1", "A2")]
-    queue.until("A1 and A2 to ask", lambda: queue.path.read_bytes()[-2:] == b"\x04\x04")
+    queue.until("A1 and A2 to ask", lambda: queue.behind(b"\x04\x04"))
     for p in stopped:
         p.send_signal(signal.SIGSTOP)
     try:
