@@ -34,3 +34,13 @@ def course2016(store: CourseStore) -> CourseStore:
     store.courses.create_course(EXAMPLES / "course-2016.toml")
     store.roster.import_roster(None, EXAMPLES / "roster-16.csv")
     return store
+
+
+def two_seat_lab(store: CourseStore) -> tuple[str, str]:
+    """The 2016 course as ``lab`` with the example roster and two host seats, seat-01 and seat-02, that nobody
+    holds yet; the keys of its first two participants (ann, ben) are returned for the test to seat."""
+    store.courses.create_course(EXAMPLES / "course-2016.toml", key="lab")
+    store.roster.import_roster("lab", EXAMPLES / "roster-16.csv")
+    store.seats.add_seats("lab", [{"key": f"seat-0{i}", "kind": "gpu", "engine": "host"} for i in (1, 2)])
+    ann, ben = (p.key for p in store.roster.participants("lab")[:2])
+    return ann, ben

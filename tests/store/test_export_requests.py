@@ -15,15 +15,12 @@ from typing import Any
 from gpuseat.store import CourseStore, open_store
 from gpuseat.store.export import LEDGER_MEMBERS, PENDING_AT_EXPORT, export_course, import_course
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from .conftest import two_seat_lab
 
 
 def _course(tmp_path: Path, store: CourseStore | None = None):
     store = store or open_store(f"sqlite:///{tmp_path / 'a.db'}", create=True)
-    store.courses.create_course(EXAMPLES / "course-2016.toml", key="lab")
-    store.roster.import_roster("lab", EXAMPLES / "roster-16.csv")
-    store.seats.add_seats("lab", [{"key": f"seat-0{i}", "kind": "gpu", "engine": "host"} for i in (1, 2)])
-    ann, ben = (p.key for p in store.roster.participants("lab")[:2])
+    ann, ben = two_seat_lab(store)
     store.seats.assign("lab", ann, "seat-01")
     store.seats.assign("lab", ben, "seat-02")
     stop = store.requests.request_seat("lab", ann, "stop", actor=ann)

@@ -4,20 +4,15 @@ the request instead of stopping or resetting the seat they hold now, and stores 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from gpuseat.store.requests import SeatChanged
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from .conftest import two_seat_lab
 
 
 def test_a_request_for_the_seat_held_before_a_move_is_refused_and_stores_nothing(store) -> None:
-    store.courses.create_course(EXAMPLES / "course-2016.toml", key="lab")
-    store.roster.import_roster("lab", EXAMPLES / "roster-16.csv")
-    store.seats.add_seats("lab", [{"key": f"seat-0{i}", "kind": "gpu", "engine": "host"} for i in (1, 2)])
-    ann = store.roster.participants("lab")[0].key
+    ann, _ben = two_seat_lab(store)
     store.seats.assign("lab", ann, "seat-01")
     store.seats.move("lab", ann, "seat-02")  # the organizer's move, after ann's page showed seat-01
     events = len(store.events.events("lab"))
@@ -37,10 +32,7 @@ def test_a_request_no_engine_will_carry_out_fails_with_the_reason_when_its_seat_
     """A stop left pending on a seat its asker was released from is failed when the seat is removed, and
     a restart pending when the course is archived is failed by the archive: neither stays "pending" for ever
     (nor is carried out if the seat key came back), and a request of another seat is left alone."""
-    store.courses.create_course(EXAMPLES / "course-2016.toml", key="lab")
-    store.roster.import_roster("lab", EXAMPLES / "roster-16.csv")
-    store.seats.add_seats("lab", [{"key": f"seat-0{i}", "kind": "gpu", "engine": "host"} for i in (1, 2)])
-    ann, ben = (p.key for p in store.roster.participants("lab")[:2])
+    ann, ben = two_seat_lab(store)
     store.seats.assign("lab", ann, "seat-02")
     store.seats.assign("lab", ben, "seat-01")
     stop = store.requests.request_seat("lab", ann, "stop", actor=ann)
