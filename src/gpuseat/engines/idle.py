@@ -11,8 +11,9 @@ why in the same words on each; every engine brings only its own activity signal.
   their last start carried out, after which they get the whole window again) is stopped with
   :func:`never_connected_reason`; the first use seen is recorded once (``seat.connected``).
 
-:func:`unenforced` names the seats of an engine that carries out none of it (and seat hours on Slurm),
-so ``gpuseat apply`` and the agent say so instead of doing nothing in silence.
+:func:`unenforced` names the seats of an engine that does not carry out one of these stops or seat hours
+(its :class:`~gpuseat.engines.registry.EngineSpec`'s ``policy_stops`` leaves it out), so ``gpuseat apply``
+and the agent say so instead of doing nothing in silence.
 """
 
 from __future__ import annotations
@@ -36,22 +37,22 @@ SAMPLE_SLACK = timedelta(minutes=2)
 Windows = dict[datetime, dict[str, tuple[int, int | None, datetime]]]
 #: the steps :func:`do_idle` carries out
 IDLE_STEPS = ("seat.warn", "seat.connected")
-#: which engines carry out each ``[policy]`` field (every other engine is named by :func:`unenforced`)
-CARRIED_BY: Mapping[str, frozenset[str]] = {
-    "idle_minutes": frozenset({"host", "jupyterhub"}),
-    "never_connected_hours": frozenset({"host", "jupyterhub"}),
-    "quota_hours": frozenset(s.name for s in registry.BUILTIN if s.target is not None),  # every one stops at 0 h
-}
 _WHAT = {
     "idle_minutes": "idle stop ([policy] idle_minutes) is not carried out",
     "never_connected_hours": "the never-connected stop ([policy] never_connected_hours) is not carried out",
     "quota_hours": "seat hours ([policy] quota_hours) are counted but not enforced",
 }
 _STILL = {
-    "idle_minutes": "only host and JupyterHub seats are stopped when idle",
-    "never_connected_hours": "only host and JupyterHub seats are stopped for it",
+    "idle_minutes": "only {engines} seats are stopped when idle",
+    "never_connected_hours": "only {engines} seats are stopped for it",
     "quota_hours": "`gpuseat seat hours` shows them, nothing stops at 0 h",
 }
+_SHOWN = {"jupyterhub": "JupyterHub"}  # an engine's name as the notes write it
+
+
+def carried_by(field: str) -> tuple[str, ...]:
+    """The engines that carry out ``[policy]`` ``field`` (their spec's ``policy_stops``), in registry order."""
+    return tuple(n for n, s in registry.specs().items() if field in s.policy_stops)
 
 
 def idle_step(
@@ -162,7 +163,8 @@ def unenforced(store: CourseStore, state: CourseState, engine: str, host: str | 
     """One line per ``[policy]`` field that ``engine`` does not carry out although the policy of some of
     its seats here (on ``host``, when given) sets it: which seats, why not, what still happens. A held
     seat has its holder's policy (their group's), a free one the course's."""
-    missing = [f for f, engines in CARRIED_BY.items() if engine not in engines]
+    spec = registry.specs().get(engine)
+    missing = [f for f in registry.POLICY_STOPS if spec is None or f not in spec.policy_stops]
     if not missing or not state.active:
         return []
     seats = [s for s in state.seats if s.engine == engine and (host is None or (s.host or None) == host)]
@@ -183,5 +185,11 @@ def unenforced(store: CourseStore, state: CourseState, engine: str, host: str | 
             why = "the libvirt engine has no such stop yet (a GPU passed through to a VM has no monitor readings)"
         else:
             why = f"the {engine} engine has no such stop yet"
-        out.append(f"{_WHAT[field]} on {engine} seats ({shown}): {why}; {_STILL[field]} (docs/policy.md)")
+        still = _STILL[field].format(engines=_listed([_SHOWN.get(n, n) for n in carried_by(field)]))
+        out.append(f"{_WHAT[field]} on {engine} seats ({shown}): {why}; {still} (docs/policy.md)")
     return out
+
+
+def _listed(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from gpuseat.store import CourseStore
 
 ENTRY_POINT_GROUP = "gpuseat.engines"
+#: the ``[policy]`` fields that stop a seat: idle, never connected, out of seat hours (every delivering
+#: engine stops at 0 h: :mod:`gpuseat.engines.hours`)
+POLICY_STOPS = ("idle_minutes", "never_connected_hours", "quota_hours")
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,9 @@ class EngineSpec:
     delivers those seats, gpuseat only records them). ``per_host``: a seat's ``host`` is the machine whose
     agent delivers it (an agent for another ``--host`` leaves the seat alone). ``login_on_host``: the seat's
     holder logs in to the seat's ``host`` itself, so a host given as a DNS name or address is their SSH way
-    in before the engine records one (a hub's GPU host or a hypervisor is not)."""
+    in before the engine records one (a hub's GPU host or a hypervisor is not). ``policy_stops``: the
+    ``[policy]`` stops the engine carries out on its seats, of :data:`POLICY_STOPS`; ``gpuseat apply`` names
+    the others where its seats' policy sets them (:func:`gpuseat.engines.idle.unenforced`)."""
 
     name: str
     kinds: tuple[str, ...]
@@ -43,6 +48,7 @@ class EngineSpec:
     doc: str
     per_host: bool = False
     login_on_host: bool = False
+    policy_stops: tuple[str, ...] = ()
 
     def load(self) -> type[Any]:
         """The engine class (imported now)."""
@@ -69,6 +75,7 @@ BUILTIN: tuple[EngineSpec, ...] = (
         "One Linux GPU server: an account, a key and exactly one GPU or MIG device per participant.",
         per_host=True,
         login_on_host=True,
+        policy_stops=POLICY_STOPS,
     ),
     EngineSpec(
         "libvirt",
@@ -76,6 +83,7 @@ BUILTIN: tuple[EngineSpec, ...] = (
         "gpuseat.engines.libvirt.engine:LibvirtEngine",
         "gpuseat.engines.libvirt.engine:LibvirtSettings",
         "One libvirt VM per seat (passthrough or vGPU), its login made by a cloud-init seed.",
+        policy_stops=("quota_hours",),
     ),
     EngineSpec(
         "jupyterhub",
@@ -83,6 +91,7 @@ BUILTIN: tuple[EngineSpec, ...] = (
         "gpuseat.engines.jupyterhub.engine:JupyterHubEngine",
         "gpuseat.engines.jupyterhub.engine:JupyterHubSettings",
         "A JupyterHub whose spawner gives each user exactly their seat's GPU.",
+        policy_stops=POLICY_STOPS,
     ),
     EngineSpec(
         "slurm",
@@ -90,6 +99,7 @@ BUILTIN: tuple[EngineSpec, ...] = (
         "gpuseat.engines.slurm.engine:SlurmEngine",
         "gpuseat.engines.slurm.engine:SlurmSettings",
         "A Slurm cluster: associations, per-person GPU limits, session reservations, jobs cancelled on revoke.",
+        policy_stops=("quota_hours",),
     ),
     EngineSpec(
         "skypilot",
@@ -97,6 +107,7 @@ BUILTIN: tuple[EngineSpec, ...] = (
         "gpuseat.engines.skypilot.engine:SkyPilotEngine",
         "gpuseat.engines.skypilot.engine:SkyPilotSettings",
         "Cloud seats launched, stopped and autostopped through SkyPilot's Python API.",
+        policy_stops=("quota_hours",),
     ),
     EngineSpec(
         "kubernetes",
@@ -104,6 +115,7 @@ BUILTIN: tuple[EngineSpec, ...] = (
         "gpuseat.engines.kubernetes.engine:KubernetesEngine",
         "gpuseat.engines.kubernetes.engine:KubernetesSettings",
         "Kubernetes: one pod per seat from rendered manifests (server-side dry run when a cluster is set).",
+        policy_stops=("quota_hours",),
     ),
     EngineSpec("manual", ("gpu", "mig", "vgpu", "shared", "cloud", "slurm", "vm"), None, None, "Seats set up by hand."),
 )
