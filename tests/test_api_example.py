@@ -8,13 +8,14 @@ import runpy
 from pathlib import Path
 
 import gpuseat
+from pysource import parse_file
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "api_example.py"
 
 
 def test_example_uses_only_public_names() -> None:
-    tree = ast.parse(EXAMPLE.read_text(encoding="utf-8"))
+    tree = parse_file(EXAMPLE)
     used = {
         node.attr
         for node in ast.walk(tree)

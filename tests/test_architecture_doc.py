@@ -24,6 +24,7 @@ import pytest
 import typer
 
 from gpuseat.cli import build_app
+from pysource import parse_text
 
 ROOT = Path(__file__).resolve().parents[1]
 #: every doc a newcomer follows (docs/results.md is a record of past runs, not instructions)
@@ -306,7 +307,7 @@ def test_the_hub_config_the_jupyterhub_doc_shows_is_what_gpuseat_prints(
     shown, printed = version.sub("(gpuseat V)", m.group(2)), version.sub("(gpuseat V)", result.out)
     # the doc's block is laid out by `ruff format .` (CI checks docs' Python too): the same program, the
     # same comments, whatever the quotes and line breaks
-    assert ast.dump(ast.parse(shown)) == ast.dump(ast.parse(printed)), shown
+    assert ast.dump(parse_text(shown)) == ast.dump(parse_text(printed)), shown
     assert _comments(shown) == _comments(printed), shown
 
 

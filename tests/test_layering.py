@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from pysource import parse_file
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "gpuseat"
 
 LOADERS = {
@@ -46,7 +48,7 @@ LOADER_NAMES = set().union(*LOADERS.values())
 
 def _imports(path: Path, root: Path) -> list[tuple[str, str | None, int]]:
     """(module, imported name or None, line) for every import statement in the file."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parse_file(path)
     package = ".".join(path.relative_to(root.parent).with_suffix("").parts[:-1])
     found: list[tuple[str, str | None, int]] = []
     for node in ast.walk(tree):
@@ -74,7 +76,7 @@ def _violations(folders: list[str], banned_prefixes: tuple[str, ...], loaders: b
                 if loaders and name in LOADERS.get(module, set()):
                     out.append(f"{where} imports the catalog loader {module}.{name}")
             if loaders:  # a loader reached some other way (a module attribute, a re-export) is still a call
-                tree = ast.parse(path.read_text(encoding="utf-8"))
+                tree = parse_file(path)
                 for node in ast.walk(tree):
                     if isinstance(node, ast.Call):
                         func = node.func
@@ -150,7 +152,7 @@ def _handle_uses(root: Path = SRC) -> list[str]:
     for path in sorted(root.rglob("*.py")):
         if path.relative_to(root).parts[0] in {"store", "db"}:
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parse_file(path)):
             if not isinstance(node, ast.Attribute):
                 continue
             through = isinstance(node.value, ast.Attribute) and node.value.attr == "database"
@@ -180,7 +182,7 @@ def test_the_handle_check_sees_a_violation(tmp_path: Path) -> None:
 def _type_only_lines(path: Path) -> set[int]:
     """Lines of imports under ``if TYPE_CHECKING:`` (annotations only: no import at run time)."""
     lines: set[int] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parse_file(path)):
         if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING":
             for inner in node.body:
                 for sub in ast.walk(inner):

@@ -13,6 +13,8 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+from pysource import parse_file
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "gpuseat"
 
 #: names each module of one kind defines by design: the same role in every one, looked up through the module
@@ -36,7 +38,7 @@ BY_DESIGN: dict[str, str] = {
 def _top_level_names(path: Path) -> list[str]:
     """The names ``path`` binds at its top level by def, class or assignment (not by import)."""
     names: list[str] = []
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for node in parse_file(path).body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.append(node.name)
         elif isinstance(node, ast.Assign):
@@ -87,7 +89,7 @@ def only_re_exports(root: Path) -> list[str]:
     for path in sorted(root.rglob("*.py")):
         if path.name in ("__init__.py", "__main__.py") or "migrations" in path.parts:
             continue
-        body = ast.parse(path.read_text(encoding="utf-8")).body
+        body = parse_file(path).body
         imports = [n for n in body if isinstance(n, ast.Import | ast.ImportFrom)]
         rest = [
             n

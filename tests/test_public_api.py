@@ -12,6 +12,7 @@ import pytest
 
 import gpuseat
 from gpuseat import errors
+from pysource import parse_file
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "gpuseat"
@@ -62,7 +63,7 @@ def test_no_public_class_name_is_defined_twice() -> None:
     """One name, one meaning: e.g. the monitor's view of a tick is TickView, the store's seat is SeatView."""
     where: dict[str, list[str]] = defaultdict(list)
     for path in sorted(SRC.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parse_file(path)):
             if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 where[node.name].append(str(path.relative_to(SRC)))
     twice = {name: files for name, files in where.items() if len(files) > 1}
@@ -73,10 +74,7 @@ def test_the_scan_sees_a_duplicate(tmp_path: Path) -> None:
     (tmp_path / "a.py").write_text("class Seat: ...\n")
     (tmp_path / "b.py").write_text("def f():\n    class Seat: ...\n")
     names = [
-        n.name
-        for p in sorted(tmp_path.glob("*.py"))
-        for n in ast.walk(ast.parse(p.read_text()))
-        if isinstance(n, ast.ClassDef)
+        n.name for p in sorted(tmp_path.glob("*.py")) for n in ast.walk(parse_file(p)) if isinstance(n, ast.ClassDef)
     ]
     assert names == ["Seat", "Seat"]
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from gpuseat.engines import registry
 from gpuseat.engines.base import Engine, StepEngine
+from pysource import parse_file
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "gpuseat"
 METHODS = ("plan", "apply", "observe", "check", "connect", "probe")
@@ -66,7 +67,7 @@ def test_no_other_list_of_engines() -> None:
     for path in SRC.rglob("*.py"):
         if path.name == "registry.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse_file(path)):
             if isinstance(node, ast.Tuple | ast.List | ast.Set) and len(node.elts) >= 4:
                 words = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
                 if len(words & names) >= 4 and {"host", "slurm"} <= words:

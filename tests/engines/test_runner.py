@@ -11,6 +11,7 @@ import pytest
 
 from gpuseat.engines.runner import RecordingRunner, Runner
 from gpuseat.errors import EngineError
+from pysource import parse_file
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "gpuseat"
 
@@ -20,7 +21,7 @@ def test_no_module_but_the_runner_calls_subprocess() -> None:
     for path in sorted(SRC.rglob("*.py")):
         if path.relative_to(SRC).as_posix() == "engines/runner.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse_file(path)):
             names = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -34,7 +35,7 @@ def test_no_module_but_the_runner_calls_subprocess() -> None:
 
 
 def _type_only(path: Path, line: int) -> bool:
-    tree = ast.parse(path.read_text())
+    tree = parse_file(path)
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.If)

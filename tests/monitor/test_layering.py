@@ -7,13 +7,15 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from pysource import parse_file, parse_text
+
 SRC = Path(__file__).resolve().parents[2] / "src" / "gpuseat"
 
 
 def imports(path: Path) -> set[str]:
     """Every module a file imports (top level, inside functions and under TYPE_CHECKING)."""
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parse_file(path)):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -48,7 +50,7 @@ def test_only_the_adapter_spawns_nvidia_smi():
     for path in sorted(SRC.rglob("*.py")):
         text = path.read_text(encoding="utf-8")
         if "subprocess" in imports(path) and "nvidia-smi" in text and path.name != "nvsmi.py":
-            tree = ast.parse(text)
+            tree = parse_text(text)
             calls = [
                 n for n in ast.walk(tree)
                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("run", "Popen")

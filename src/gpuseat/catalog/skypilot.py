@@ -8,7 +8,6 @@ fractional; rows with an empty or zero ``Price`` are skipped with a warning, nev
 
 from __future__ import annotations
 
-import ast
 import functools
 import math
 import re
@@ -23,6 +22,7 @@ from pydantic import ValidationError
 from gpuseat.catalog.offers import Offer
 from gpuseat.errors import InputError, did_you_mean
 from gpuseat.files import stream_csv
+from gpuseat.pysource import python_literal
 
 if TYPE_CHECKING:
     from gpuseat.catalog.bundle import Catalog
@@ -124,7 +124,7 @@ def _gpu_memory_gb(gpu_info: str, provider: str) -> float | None:
     if not gpu_info.startswith("{"):
         return None
     try:
-        info = ast.literal_eval(gpu_info)
+        info = python_literal(gpu_info)  # tried again past python/cpython#106905
         size = info["Gpus"][0]["MemoryInfo"]["SizeInMiB"]
     except (ValueError, SyntaxError, KeyError, IndexError, TypeError):
         return None

@@ -13,6 +13,7 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from gpuseat.db import make_engine, upgrade
 from gpuseat.errors import InputError, StoreError
+from gpuseat.pysource import parse_python
 from gpuseat.store.facade import Store
 
 if TYPE_CHECKING:
@@ -132,9 +133,10 @@ _REVISIONS_READ = threading.Lock()
 def _known_revisions() -> tuple[frozenset[str], frozenset[str]]:
     """(every revision, the heads) of the packaged migrations, read once per process.
 
-    One thread reads while the others wait: CPython 3.11's :func:`ast.parse` keeps its recursion
-    count per interpreter, so two threads parsing at once can fail with "AST constructor recursion
-    depth mismatch" (python/cpython#106905); the JupyterHub hooks open stores from worker threads.
+    One thread reads while the others wait (the JupyterHub hooks open stores from worker threads), and
+    each file is parsed with :func:`gpuseat.pysource.parse_python`, which tries again when another thread
+    using :mod:`ast` at the same moment (a traceback placing its carets) trips CPython 3.11's shared AST
+    recursion counter: "AST constructor recursion depth mismatch" (python/cpython#106905).
     """
     with _REVISIONS_READ:
         return _read_revisions()
@@ -152,7 +154,8 @@ def _read_revisions() -> tuple[frozenset[str], frozenset[str]]:
     found: dict[str, tuple[str, ...]] = {}
     for path in (Path(__file__).parents[1] / "db" / "migrations" / "versions").glob("[0-9]*.py"):
         values: dict[str, object] = {}
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        # parse_python: tried again past python/cpython#106905 (another thread using ast at once)
+        for node in parse_python(path.read_text(encoding="utf-8")).body:
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 name, value = node.targets[0].id, node.value
             elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
