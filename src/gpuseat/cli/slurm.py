@@ -263,14 +263,15 @@ def status_command(
     slurm_conf: Path | None = SLURM_CONF,
     fmt: FormatOption = Format.table,
 ) -> None:
-    """Each participant's jobs, Slurm's reason and GRES; the seats' engine state is recorded in the store."""
+    """Each participant's jobs, Slurm's reason and GRES; the seats' engine state is recorded in the store.
+
+    Who the cluster ties to their seat's type is read from the job_submit.lua where the Slurm engine
+    writes it (its ``conf_dir`` setting, else slurm.conf's folder); the output names the file read."""
     from gpuseat.engines.slurm import course as slurm
     from gpuseat.store import open_store
 
     with open_store(db) as store:
-        sc = slurm.slurm_course_from_store(store, course)
-        report = slurm.course_status(_slurm(slurm_conf), sc)
-        slurm.record_status(store, report)
+        report = slurm.status_from_store(store, course, _slurm(slurm_conf), slurm_conf=slurm_conf)
     if fmt is Format.json:
         print_json(report.to_dict())
         return
@@ -298,7 +299,14 @@ def status_command(
 
 
 def _print_warnings(report: Any) -> None:
-    """What ``slurm status`` must say beside its table: a missing partition, who waits and why, stray jobs."""
+    """What ``slurm status`` must say beside its table: the job_submit.lua read, a missing partition, who
+    waits and why, stray jobs."""
+    lua = report.job_submit
+    if lua is None:
+        said = "no job_submit.lua read (the cluster runs no JobSubmitPlugins=lua, or slurm.conf's folder is unknown)"
+    else:
+        said = f"read from {lua}" if Path(lua).is_file() else f"{lua} is not there: nobody is tied to their seat's type"
+    stderr_console().print(f"seat limits: {said}", markup=False)
     if not report.partition_exists:
         stderr_console().print(f"partition {report.partition} missing: run gpuseat apply --engine slurm", markup=False)
     for m in report.members:

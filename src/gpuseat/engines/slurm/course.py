@@ -256,6 +256,9 @@ class StatusReport(_Report):
     reservations: list[str]
     members: list[MemberStatus]
     strays: list[dict[str, Any]] = field(default_factory=list)  # jobs of people who hold no seat (or not that one)
+    #: the job_submit.lua read for whom the cluster ties to their seat's type (None: none read, see
+    #: :func:`job_submit_read`)
+    job_submit: str | None = None
 
     def seat_states(self) -> dict[str, tuple[Literal["requested", "running"], str]]:
         """Per seat: the store state it should have and why (what ``status`` records)."""
@@ -280,13 +283,16 @@ class StatusReport(_Report):
         return out
 
 
-def course_status(slurm: Slurm, course: SlurmCourse, *, tied: set[str] | None = None) -> StatusReport:
+def course_status(
+    slurm: Slurm, course: SlurmCourse, *, tied: set[str] | None = None, conf_dir: Path | None = None
+) -> StatusReport:
     """Each participant's jobs (state, Slurm's reason, GRES with device index), and who blocks whom.
 
     A participant whose job waits while a job of another user holds their seat's GPU is flagged
     (``blocked_by``): the seat's GPU is its own GRES type, so the holder is read from the GRES each
-    running job was given. ``tied``: the logins the cluster ties to their seat's type (None: read it,
-    :func:`tied_users`), for the strays ``gpuseat apply`` would cancel.
+    running job was given. ``tied``: the logins the cluster ties to their seat's type (None: read from
+    the job_submit.lua in ``conf_dir``, the folder the Slurm engine writes it to, :func:`job_submit_read`),
+    for the strays ``gpuseat apply`` would cancel.
     """
     part = course.partition
     exists = part in slurm.partitions()
@@ -337,10 +343,12 @@ def course_status(slurm: Slurm, course: SlurmCourse, *, tied: set[str] | None = 
                 m.participant, m.unix_user, m.seat, f"gpu:{dev.gres_type}:1" if dev else None, jobs, blocked_by=blocked
             )
         )
+    lua = None
     if tied is None:
-        tied = tied_users(slurm, part)
+        lua = job_submit_read(slurm, conf_dir)
+        tied = tied_users(lua, part)
     strays = stray_jobs(course, every, idx, known=users, tied=tied)
-    return StatusReport(course.key, part, exists, resv, members, strays)
+    return StatusReport(course.key, part, exists, resv, members, strays, str(lua) if lua else None)
 
 
 def in_course(course: SlurmCourse, job: Job, gres_idx: str = "", *, known: Iterable[str] | None = None) -> bool:
@@ -360,16 +368,37 @@ def seat_types_of(job: Job, gres_idx: str = "") -> set[str]:
     return job.gres_types() | {t for t, n in given if int(n)}
 
 
-def tied_users(slurm: Slurm, partition: str) -> set[str]:
-    """The users of ``partition`` in gpuseat's job_submit.lua next to slurm.conf while slurmctld runs the
-    lua plugin: their GPU jobs are rewritten to their seat's type. Anyone else may be given any GPU of the
-    partition by Slurm (accounting alone), so a job on another seat is no sign of a lost seat."""
+def job_submit_folder(conf_dir: str | None, slurm_conf: str | None) -> Path | None:
+    """Where the Slurm engine keeps job_submit.lua and its partitions include, as its settings say: its
+    ``conf_dir``, else the folder of its ``slurm_conf``. None: neither is set (the engine then takes the
+    folder of the slurm.conf scontrol reports)."""
+    if conf_dir:
+        return Path(conf_dir)
+    return Path(slurm_conf).parent if slurm_conf and slurm_conf.startswith("/") else None
+
+
+def job_submit_read(slurm: Slurm, conf_dir: Path | None) -> Path | None:
+    """The job_submit.lua that ties users to their seat's type, while slurmctld runs the lua plugin: the one
+    in ``conf_dir`` (where the Slurm engine writes it: its ``conf_dir`` setting, else slurm.conf's folder)
+    when given, else the one next to the slurm.conf scontrol reports. None: the cluster runs no lua plugin,
+    or no slurm.conf folder is known."""
     cfg = slurm.config()
+    if "lua" not in cfg.get("JobSubmitPlugins", "").split(","):
+        return None
+    if conf_dir is not None:
+        return conf_dir / "job_submit.lua"
     conf = cfg.get("SLURM_CONF", "")
-    if "lua" not in cfg.get("JobSubmitPlugins", "").split(",") or not conf.startswith("/"):
+    return Path(conf).parent / "job_submit.lua" if conf.startswith("/") else None
+
+
+def tied_users(lua: Path | None, partition: str) -> set[str]:
+    """The users of ``partition`` in gpuseat's job_submit.lua ``lua`` (:func:`job_submit_read`): their GPU
+    jobs are rewritten to their seat's type. Anyone else may be given any GPU of the partition by Slurm
+    (accounting alone), so a job on another seat is no sign of a lost seat."""
+    if lua is None:
         return set()
     try:
-        text = (Path(conf).parent / "job_submit.lua").read_text(errors="replace")
+        text = lua.read_text(errors="replace")
     except OSError:
         return set()
     return {x.user for x in config.job_submit_limits(text) if x.partition == partition}
@@ -612,3 +641,19 @@ def record_status(store: CourseStore, report: StatusReport) -> list[str]:
         store.seats.set_seat_state(report.course, seat, state, reason=reason[:2000])
         changed.append(seat)
     return changed
+
+
+def status_from_store(
+    store: CourseStore, course: str | None, slurm: Slurm, *, slurm_conf: Path | None = None
+) -> StatusReport:
+    """``gpuseat slurm status``: :func:`course_status` of the course, the seat limits read from the
+    job_submit.lua where its Slurm engine writes it (the engine's ``conf_dir`` setting, else the folder of
+    ``slurm_conf`` or of the engine's ``slurm_conf`` setting, else of the slurm.conf scontrol reports),
+    and each seat's engine state recorded in the store (:func:`record_status`)."""
+    from gpuseat.engines.apply import settings_for
+
+    sc = slurm_course_from_store(store, course)
+    given = settings_for(store, sc.key, "slurm", {"slurm_conf": str(slurm_conf.absolute()) if slurm_conf else None})
+    report = course_status(slurm, sc, conf_dir=job_submit_folder(given.get("conf_dir"), given.get("slurm_conf")))
+    record_status(store, report)
+    return report

@@ -47,6 +47,7 @@ from gpuseat.engines.slurm.course import (
     SlurmCourse,
     course_from_values,
     in_course,
+    job_submit_folder,
     lua_path,
     off_seat,
     plan_sessions,
@@ -168,10 +169,10 @@ class SlurmEngine(StepEngine[SlurmSettings]):
 
     def conf_dir(self) -> Path | None:
         """Where job_submit.lua and the partitions include live."""
-        if self.settings.conf_dir:
-            return Path(self.settings.conf_dir)
-        conf = self.conf_path()
-        return conf.parent if conf else None
+        folder = job_submit_folder(self.settings.conf_dir, self.settings.slurm_conf)
+        if folder is None and (conf := self.conf_path()) is not None:
+            folder = conf.parent
+        return folder
 
     def include_path(self) -> Path | None:
         """The slurm.conf include gpuseat keeps course partitions in (one it did not write is refused)."""
