@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, timedelta
+from datetime import UTC, date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -170,10 +170,17 @@ def test_seats_given_by_a_process_clock_stepped_are_stamped_on_the_stores_clock(
 # -- the agent's stop decision on a real host (a real sshd; root) ------------------------------------------
 
 
-@pytest.fixture
-def labcourse(url: str, tmp_path: Path, cli: Callable[..., Any]) -> Iterator[tuple[Any, str]]:
-    """The delivery tests' stand-in GPU host and its course ``lab`` (ann, ben, cat, dan) in ``url``."""
-    from delivery.conftest import make_course
+def _window_course(first_day: date, days: int) -> str:
+    """A course open all day (UTC) on ``days`` days from ``first_day``, closed before and after."""
+    from delivery.conftest import COURSE_TOML
+
+    return COURSE_TOML.replace(
+        "start = 2026-09-07\ndays = 5\n", f'start = {first_day}\ndays = {days}\naccess = "00:00-24:00"\n'
+    )
+
+
+def _lab(url: str, tmp_path: Path, cli: Callable[..., Any], toml: str | None = None) -> Iterator[tuple[Any, str]]:
+    from delivery.conftest import COURSE_TOML, make_course
     from delivery.hostlab import MIG_AND_WHOLE, have_tools, new_lab
 
     why = have_tools()
@@ -182,10 +189,22 @@ def labcourse(url: str, tmp_path: Path, cli: Callable[..., Any]) -> Iterator[tup
     lab = new_lab()
     try:
         lab.build(MIG_AND_WHOLE)
-        make_course(lab, tmp_path, cli, url)
+        make_course(lab, tmp_path, cli, url, toml or COURSE_TOML)
         yield lab, url
     finally:
         lab.close()
+
+
+@pytest.fixture
+def labcourse(url: str, tmp_path: Path, cli: Callable[..., Any]) -> Iterator[tuple[Any, str]]:
+    """The delivery tests' stand-in GPU host and its course ``lab`` (ann, ben, cat, dan) in ``url``."""
+    yield from _lab(url, tmp_path, cli)
+
+
+@pytest.fixture
+def windowlab(url: str, tmp_path: Path, cli: Callable[..., Any]) -> Iterator[tuple[Any, str]]:
+    """The same, its course open all day (UTC) by its access hours from yesterday to tomorrow."""
+    yield from _lab(url, tmp_path, cli, _window_course(_REAL_DATETIME.now(UTC).date() - timedelta(days=1), 3))
 
 
 def _hours(cli: Callable[..., Any], db: str) -> dict[str, Any]:
@@ -236,3 +255,39 @@ def test_an_apply_on_a_clock_stepped_back_keeps_a_stopped_seat_stopped(
     assert lab.ssh("ann", "true").returncode == 255, _requests(cli, db, "ann")
     used = _hours(cli, db)["ann"]
     assert not used["running"] and used["used"] < 0.05, used
+
+
+@pytest.mark.parametrize("by", [timedelta(days=5), timedelta(days=-5)], ids=["ahead", "behind"])
+def test_the_access_window_is_the_stores_not_the_machines_clock(
+    store: CourseStore, tmp_path: Path, by: timedelta
+) -> None:
+    """Whether a course's access window is open is worked out on the store's clock: a process whose clock is
+    days off neither shuts a course in its hours (it read "the course's schedule has ended") nor opens one
+    whose days are over."""
+    from gpuseat.engines.apply import course_state
+
+    today = _REAL_DATETIME.now(UTC).date()
+    for key, first, days in (("open", today - timedelta(days=1), 3), ("over", today + by - timedelta(days=1), 3)):
+        (tmp_path / f"{key}.toml").write_text(_window_course(first, days).replace("Host lab", key))
+        store.courses.create_course(tmp_path / f"{key}.toml", key=key)
+    with stepped(by):
+        opened, ended = course_state(store, "open"), course_state(store, "over")
+    assert opened.closed is None, opened.closed
+    assert ended.closed is not None, "a course outside its days was opened by a clock days off"
+    assert ended.next_change is None or ended.next_change - _REAL_DATETIME.now(UTC) > timedelta(days=3)
+
+
+@pytest.mark.parametrize("by", [timedelta(days=5), timedelta(days=-5)], ids=["ahead", "behind"])
+def test_an_apply_on_a_clock_days_off_keeps_a_course_in_its_hours_open(
+    windowlab: tuple[Any, str], cli: Callable[..., Any], tmp_path: Path, by: timedelta
+) -> None:
+    """ann's course is open all day from yesterday to tomorrow; ``gpuseat apply`` on a host whose clock is 5
+    days off leaves her able to log in (it locked her out: "the course's schedule has ended" / not begun)."""
+    from delivery.test_selfservice import _apply, _ready
+
+    lab, db = windowlab
+    (tmp_path / "skel").mkdir()
+    _ready(cli, lab, db, tmp_path / "skel")
+    with stepped(by):
+        _apply(cli, db)
+    assert lab.ssh("ann", "true").returncode == 0, lab.sshd_log()[-2000:]

@@ -42,11 +42,11 @@ def lab(bare_lab: Lab) -> Lab:
     return bare_lab
 
 
-def make_course(lab: Lab, tmp_path: Path, cli: Callable[..., object], db: str) -> None:
-    """Course ``lab`` in ``db``: ann, ben, cat, dan; four host seats from ``nvidia-smi -L``."""
+def make_course(lab: Lab, tmp_path: Path, cli: Callable[..., object], db: str, toml: str = COURSE_TOML) -> None:
+    """Course ``lab`` in ``db`` (from ``toml``): ann, ben, cat, dan; four host seats from ``nvidia-smi -L``."""
     import subprocess
 
-    (tmp_path / "lab.toml").write_text(COURSE_TOML)
+    (tmp_path / "lab.toml").write_text(toml)
     for who in ("ann", "ben", "cat", "dan"):
         lab.person(who)
     (tmp_path / "roster.csv").write_text(lab.roster())

@@ -95,8 +95,9 @@ class Pass:
 def course_state(store: CourseStore, key: str, *, now: datetime | None = None) -> CourseState:
     """The store's wanted state of course ``key`` (a course gone from the store: nobody holds anything).
     Its ``now`` is the time given, else None: an engine then reads the clock it needs (seat hours: the
-    store's, :meth:`gpuseat.store.requests.Requests.now`)."""
-    when = now or datetime.now(UTC)
+    store's, :meth:`gpuseat.store.requests.Requests.now`). The access window is worked out on the time
+    given, else on the store's clock too, so that a machine whose clock is off neither shuts a course in
+    its hours nor opens it outside them, and agrees with the hours and sessions it counts."""
     try:
         view = store.courses.get_course(key)
     except NotFound:
@@ -106,7 +107,7 @@ def course_state(store: CourseStore, key: str, *, now: datetime | None = None) -
     people = {p.key: p for p in store.roster.participants(key)}
     access = store.delivery.access_of(key)
     archived = bool(getattr(view, "archived_at", None)) or deleting or _archived(store, key)
-    closed, next_change, wake_at = _window(store, key, view.timezone, when)
+    closed, next_change, wake_at = _window(store, key, view.timezone, now or store.requests.now())
     return CourseState(key, view, seats, people, access, archived, closed, next_change, now, wake_at)
 
 
