@@ -58,9 +58,13 @@ class Runner(RecordingRunner):
 
 @pytest.fixture
 def lab(tmp_path, monkeypatch, real_sky):
+    yield from _lab(tmp_path, monkeypatch, real_sky, EXAMPLES / "course-lab-hours.toml")
+
+
+def _lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real_sky: Any, course_file: Path) -> Any:
     url = f"sqlite:///{tmp_path / 'course.db'}"
     st = open_store(url, create=True)
-    st.courses.create_course(EXAMPLES / "course-lab-hours.toml", key="lab", timezone="UTC", plan_option=OPTION)
+    st.courses.create_course(course_file, key="lab", timezone="UTC", plan_option=OPTION)
     ann, bob = ssh_key(tmp_path, "ann"), ssh_key(tmp_path, "bob")
     roster = (
         "name,email,group,unix_user,ssh_key\n"
@@ -648,3 +652,28 @@ def test_a_seat_whose_relaunch_failed_is_not_probed_at_its_old_address(lab):
     got = engine.probe(store.seats.get_seat("lab", "cloud-1"), store.roster.find_participant("lab", "ann"))
     assert got.state == "broken" and got.reason.startswith("not launched: sky.launch gs-lab-cloud-1 failed"), got
     assert not runner.take()
+
+
+def test_the_autostop_counts_to_the_window_end_on_the_stores_clock(tmp_path, monkeypatch, real_sky):
+    """The course is open all day from yesterday to tomorrow (UTC); a pass on a machine whose clock is 5 hours
+    ahead launches ann's cluster with an autostop at the window's end by the store's clock (it counted from its
+    own clock: 5 hours early, and a seat stopped 5 hours before the course closes)."""
+    from stepped_clock import REAL_DATETIME, stepped
+
+    today = REAL_DATETIME.now(UTC).date()
+    text = (EXAMPLES / "course-lab-hours.toml").read_text()
+    schedule = text[text.index("[schedule]") : text.index("[[group]]")]
+    window = (
+        f"[schedule]\nstart = {today - timedelta(days=1)}\nend = {today + timedelta(days=1)}\n"
+        'hours = "09:00-10:00"\naccess = "00:00-24:00"\n\n'
+    )
+    (tmp_path / "now.toml").write_text(text.replace(schedule, window))
+    store, fake, _ = next(_lab(tmp_path, monkeypatch, real_sky, tmp_path / "now.toml"))
+    ends = datetime.combine(today + timedelta(days=2), datetime.min.time(), UTC)
+    with stepped(timedelta(hours=5)):
+        done = one_pass(store, course="lab", engine="skypilot", runner=Runner(fake))
+    assert not done.failed, done.failed
+    (launch,) = [c for c in fake.calls if c[0] == "launch"]
+    left = (ends - REAL_DATETIME.now(UTC)).total_seconds() / 60
+    assert abs(launch[2]["idle_minutes_to_autostop"] - left) < 3, (launch[2]["idle_minutes_to_autostop"], left)
+    store.close()

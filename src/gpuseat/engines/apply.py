@@ -107,8 +107,9 @@ def course_state(store: CourseStore, key: str, *, now: datetime | None = None) -
     people = {p.key: p for p in store.roster.participants(key)}
     access = store.delivery.access_of(key)
     archived = bool(getattr(view, "archived_at", None)) or deleting or _archived(store, key)
-    closed, next_change, wake_at = _window(store, key, view.timezone, now or store.requests.now())
-    return CourseState(key, view, seats, people, access, archived, closed, next_change, now, wake_at)
+    at = now or store.requests.now()
+    closed, next_change, wake_at = _window(store, key, view.timezone, at)
+    return CourseState(key, view, seats, people, access, archived, closed, next_change, now, wake_at, at)
 
 
 def _archived(store: CourseStore, key: str) -> bool:

@@ -228,6 +228,7 @@ class CourseState:
     next_change: datetime | None = None  # when the access window next opens or closes (None: never again)
     now: datetime | None = None
     wake_at: datetime | None = None  # when a pass next plans differently: ``next_change`` or a session's lead or end
+    read_at: datetime | None = None  # the store's time ``closed`` and ``next_change`` were worked out at
 
     @property
     def active(self) -> bool:

@@ -400,10 +400,11 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
             )
 
     def _minutes_left(self, course: CourseState) -> int | None:
-        """Minutes until the open access window closes (None: no autostop, or no end to wait for)."""
+        """Minutes until the open access window closes (None: no autostop, or no end to wait for), on the
+        store's clock the window was worked out on (the agent's may be off)."""
         if not self.settings.autostop or course.closed is not None or course.next_change is None:
             return None
-        now = course.now or datetime.now(UTC)
+        now = course.read_at or course.now or datetime.now(UTC)
         return max(1, math.ceil((course.next_change - now).total_seconds() / 60))
 
     def _until(self, course: CourseState) -> str:
