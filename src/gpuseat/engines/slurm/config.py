@@ -608,6 +608,15 @@ def is_session(name: str, partition: str) -> bool:
     return re.fullmatch(re.escape(partition) + r"-\d{8}T\d{4}", name) is not None
 
 
+#: a reservation's only user while its last holder is replaced (``Users=`` cannot be empty)
+PLACEHOLDER_USER = "root"
+
+
+def reservation_users(fields: Mapping[str, str]) -> set[str]:
+    """The users of a reservation (its ``scontrol show`` fields)."""
+    return {u for u in fields.get("Users", "").split(",") if u and u != "(null)"}
+
+
 def reservation_name(course_key: str, start: datetime) -> str:
     """``gpuseat-<course>-<YYYYmmddTHHMM>``: the session's start makes it unique and sortable."""
     return names.slurm_name(f"gpuseat-{course_key}-{start.strftime('%Y%m%dT%H%M')}", where="course key")

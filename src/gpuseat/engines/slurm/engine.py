@@ -25,23 +25,22 @@ holder is let in only once the old holder's jobs are gone. A second plan after a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core import logins
-from gpuseat.core.delivery import login_name, parse_probe
-from gpuseat.core.readiness import Access, Readiness, ReadyState, judge
+from gpuseat.core.readiness import Access, Readiness
 from gpuseat.engines import wishes
 from gpuseat.engines.base import Changes, CourseState, Holding, Phase, Step, StepEngine
 from gpuseat.engines.setting_types import trusted_file
-from gpuseat.engines.slurm import config, names
+from gpuseat.engines.slurm import config, names, reading
 from gpuseat.engines.slurm import requests as seat_requests
-from gpuseat.engines.slurm.adapter import Job, Slurm, explain
-from gpuseat.engines.slurm.config import Reservation, SeatLimit
+from gpuseat.engines.slurm.adapter import Job, Slurm
+from gpuseat.engines.slurm.config import PLACEHOLDER_USER, Reservation, SeatLimit, reservation_users
 from gpuseat.engines.slurm.course import (
     Member,
     SlurmCourse,
@@ -60,17 +59,6 @@ from gpuseat.files import write_file
 
 if TYPE_CHECKING:
     from gpuseat.store import ParticipantView, SeatView
-
-NO_NVIDIA_SMI = "gpuseat: no nvidia-smi on this node"
-# What the srun probe job runs: CUDA_VISIBLE_DEVICES in the form core.delivery.parse_probe reads, then
-# nvidia-smi -L. Slurm's own variant of core.delivery.PROBE_SCRIPT: a node without nvidia-smi (a test
-# cluster, a node image without the driver tools) must not fail the job, so it says so in one line the
-# judge recognises; an nvidia-smi that is there but fails is a failure (no GPU seen), not a fallback.
-SRUN_PROBE_SCRIPT = (
-    'printf "CUDA_VISIBLE_DEVICES=%s\\n" "${CUDA_VISIBLE_DEVICES-}"; echo "SLURM_JOB_GPUS=${SLURM_JOB_GPUS-}"; '
-    f'if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi -L; else echo "{NO_NVIDIA_SMI}"; fi; true'
-)
-PLACEHOLDER_USER = "root"  # a reservation's only user while its last holder is replaced (Users= cannot be empty)
 
 
 class SlurmSettings(BaseModel):
@@ -103,35 +91,6 @@ class SlurmSettings(BaseModel):
         if v is not None and not (v.endswith(".conf") and len(v.rsplit("/", 1)[-1]) > len(".conf")):
             raise ValueError(f"{v}: must be a slurm.conf include named *.conf, like /etc/slurm/gpuseat-partitions.conf")
         return v
-
-
-def judge_srun_probe(text: str, device_uuid: str | None) -> tuple[ReadyState, str | None, tuple[str, ...]]:
-    """What a probe job printed (:data:`SRUN_PROBE_SCRIPT`) → state, reason and the devices it saw, by
-    the one parser (:func:`~gpuseat.core.delivery.parse_probe`: a MIG device counts, not its parent GPU)
-    and the one rule (:func:`~gpuseat.core.readiness.judge`).
-
-    Where the node has no nvidia-smi, the only evidence is Slurm's allocation: the ``CUDA_VISIBLE_DEVICES``
-    entries, which Slurm sets to GRES indices (``0``), not UUIDs, so exactly one is ready without a UUID
-    comparison. Unlike the host engine, ``CUDA_VISIBLE_DEVICES`` is never compared with the seat's UUID
-    either: Slurm always sets indices there (global ones, or ``0`` under ConstrainDevices), so that check
-    would call every Slurm seat broken; confinement is what nvidia-smi's listing shows."""
-    seen = parse_probe(text)
-    if seen.visible or NO_NVIDIA_SMI not in text.splitlines():
-        state, reason = judge(device_uuid, seen.visible)
-        return state, reason, seen.visible
-    indices = tuple(x.strip() for x in (seen.cuda_visible or "").split(",") if x.strip() not in ("", "NoDevFiles"))
-    state, reason = judge(None, indices)
-    return state, reason, indices
-
-
-def current_session(course: SlurmCourse, now: datetime) -> Reservation | None:
-    """The session reservation running at ``now``, else the next one (None: no session left)."""
-    plan = plan_sessions(course) if course.users() else []
-    running = [r for r in plan if r.start <= now < r.end]
-    if running:
-        return running[0]
-    coming = [r for r in plan if r.start > now]
-    return coming[0] if coming else None
 
 
 class SlurmEngine(StepEngine[SlurmSettings]):
@@ -243,7 +202,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         assocs = self.slurm.associations(self.partition) if accounting else {}
         known = {m.unix_user for m in sc.members} | set(old_limits) | set(assocs)
         for f in resvs.values():
-            known |= _users(f)
+            known |= reservation_users(f)
         formerly = self._former_seats(course)
         jobs = self.slurm.jobs()
         idx = {j.job_id: self.slurm.job_gres_index(j.job_id) for j in jobs if j.state == "RUNNING" and j.user in known}
@@ -280,7 +239,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         revoked: dict[str, set[str]] = {}  # reservation -> its users once revoke 1 is done
         coming: list[Step] = []
         for name, fields in sorted(resvs.items()):
-            have = _users(fields)
+            have = reservation_users(fields)
             out = sorted(have - set(want_users) - {PLACEHOLDER_USER})
             if out and (course.active and holders):
                 keep = sorted(have & set(want_users)) or [PLACEHOLDER_USER]
@@ -397,7 +356,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                     words = _replace_start(res, start, users).words()
                     add(step("reservation.create", res.name, why, "grant", seats=every, words=words))
                     continue
-                have = revoked.get(res.name) or _users(resvs[res.name])
+                have = revoked.get(res.name) or reservation_users(resvs[res.name])
                 if have != set(users):
                     new = sorted(set(want_users) - have)
                     lost = tuple(sorted(seat_of[u] for u in new))
@@ -517,7 +476,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         if state.course is None or state.archived:
             return
         by_seat = {m.seat: m for m in sc.members if m.seat and m.unix_user in holders}
-        session = current_session(sc, datetime.now()) if holders else None
+        session = reading.current_session(sc, datetime.now()) if holders else None
         for seat in state.seats:
             dev = sc.device_of(seat.key)
             if dev is None:
@@ -662,36 +621,11 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                     raise
                 time.sleep(0.3)
 
-    # -- observe, check, connect -----------------------------------------------------------------------
+    # -- observe, check, connect (engines/slurm/reading.py) ----------------------------------------------
 
     def observe(self, course: CourseState) -> list[Holding]:
-        """What the course's people hold on the cluster: associations, seat limits, places in the session
-        reservations, and live jobs of the course."""
-        who = {login_name(p.key, p.unix_user): p for p in course.people.values()}
-        out: list[Holding] = []
-
-        def held(what: str, login: str, detail: str = "") -> None:
-            p = who.get(login)
-            out.append(Holding(self.name, what, login, p.key if p else None, p.seat if p else None, self.host, detail))
-
-        if self.accounting():
-            for login, a in sorted(self.slurm.associations(self.partition).items()):
-                held("association", login, f"account {self.partition} GrpTRES={a['grptres']}")
-        lua = self._lua(required=False)
-        if lua is not None and lua.exists():
-            for lim in config.job_submit_limits(lua.read_text(errors="replace")):
-                if lim.partition == self.partition:
-                    held("limit", lim.user, f"job_submit.lua: gpu:{lim.seat_type}:{lim.count}")
-        for name, f in sorted(self.slurm.reservations().items()):
-            if config.is_session(name, self.partition):
-                for login in sorted(_users(f) - {PLACEHOLDER_USER}):
-                    held("reservation", login, name)
-        sc = self.wanted(course, [])
-        known = set(who) | {h.login for h in out}
-        for job in self.slurm.jobs():
-            if job.live and in_course(sc, job, known=known):
-                held("job", job.user, f"job {job.job_id} {job.state} {job.gres}".strip())
-        return out
+        """What the course's people hold on the cluster (:func:`~gpuseat.engines.slurm.reading.holdings`)."""
+        return reading.holdings(self, course)
 
     def _course(self) -> SlurmCourse:
         from gpuseat.engines.apply import course_state
@@ -699,72 +633,12 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         return self.wanted(course_state(self.store, self.course), [])
 
     def probe(self, seat: SeatView, participant: ParticipantView) -> Readiness:
-        """Run ``srun`` as the participant in the course partition and session; judge what the job saw."""
-        sc = self._course()
-        now = datetime.now()
-        session = current_session(sc, now)
-        login = login_name(participant.key, participant.unix_user)
-
-        def result(state: Any, reason: str | None, evidence: str, visible: tuple[str, ...] = ()) -> Readiness:
-            return Readiness(
-                self.course,
-                seat.key,
-                participant.key,
-                state,
-                reason,
-                evidence[-4000:],
-                visible,
-                datetime.now(UTC),
-                self.name,
-            )
-
-        if session is None or session.start > now:
-            return result("broken", f"no session of course {self.course} is running now", "")
-        wait = max(1, int(self.settings.timeout) - 5)
-        args = [
-            f"--partition={sc.partition}",
-            f"--reservation={session.name}",
-            "--gres=gpu:1",
-            f"--immediate={wait}",
-            "--job-name=gpuseat-probe",
-            "--",
-            "sh",
-            "-c",
-            SRUN_PROBE_SCRIPT,
-        ]
-        try:
-            proc = self.slurm.run("srun", args, as_user=login, check=False, timeout=wait + 10)
-        except EngineError as exc:
-            return result("broken", f"srun as {login}: {exc.what}", "")
-        evidence = (proc.stdout + proc.stderr).strip()
-        if proc.returncode != 0:
-            return result("broken", f"srun failed: {explain(proc.stderr or proc.stdout)}", evidence)
-        state, reason, visible = judge_srun_probe(proc.stdout, seat.device_uuid)
-        return result(state, reason, evidence, visible)
+        """``srun`` as the participant, judged (:func:`~gpuseat.engines.slurm.reading.srun_probe`)."""
+        return reading.srun_probe(self, seat, participant)
 
     def refused(self, participant: ParticipantView) -> str | None:
-        """Exclusivity: None when ``participant`` (a previous or released holder) can no longer use the
-        course's GPUs; else what still lets them."""
-        login = login_name(participant.key, participant.unix_user)
-        for name, f in self.slurm.reservations().items():
-            if config.is_session(name, self.partition) and login in _users(f):
-                return f"{login} is still a user of reservation {name}"
-        if self.accounting() and login in self.slurm.associations(self.partition):
-            return f"{login} still has an association in account {self.partition}"
-        lua = self._lua(required=False)
-        if lua is not None and lua.exists():
-            text = lua.read_text(errors="replace")
-            if any(x.user == login and x.partition == self.partition for x in config.job_submit_limits(text)):
-                return f"{login} still has a seat limit in {lua}"
-        live = [j for j in self.slurm.jobs([login]) if j.live and in_course(self._course(), j, known={login})]
-        if live:
-            return f"{login} still has {len(live)} live job(s) in the course (e.g. {live[0].job_id})"
-        return None
-
-
-def _users(fields: dict[str, str]) -> set[str]:
-    raw = fields.get("Users", "")
-    return {u for u in raw.split(",") if u and u != "(null)"}
+        """What still lets a former holder use the course's GPUs (:func:`.reading.still_let_in`)."""
+        return reading.still_let_in(self, participant)
 
 
 def _starts_later(fields: dict[str, str]) -> bool:
