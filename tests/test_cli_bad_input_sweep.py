@@ -24,9 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
 import pytest
+import typer
 
-from gpuseat.cli import main
+from gpuseat.cli import build_app, main
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 COURSE = EXAMPLES / "course-2016.toml"
@@ -143,7 +145,8 @@ CASES = [
     Case("roster-binary", ("roster", "import", "{tmp}/roster.csv"), "not UTF-8", files=(("roster.csv", b"\xff\xfe\x00\x01"),)),
     # -- flags ----------------------------------------------------------------------------------------------
     Case("plan-alternatives-out-of-range", ("plan", str(COURSE), "--alternatives", "-1"), "not in the range"),
-    Case("plan-budget-nan", ("plan", str(COURSE), "--budget", "nan"), "is not a budget"),
+    Case("plan-budget-nan", ("plan", str(COURSE), "--budget", "nan"), "Invalid value for '--budget': not a finite number (got nan)"),
+    Case("plan-budget-zero", ("plan", str(COURSE), "--budget", "0"), "is not a budget"),
     Case("plan-catalog-broken-toml", ("plan", str(COURSE), "--catalog", "{tmp}/cat"), "cat/offers.toml: malformed TOML",
          files=(("cat/offers.toml", "x = [\n"),)),
     # defect: a flag value a model refused printed pydantic's report: several lines, the model's name, a web link
@@ -202,8 +205,8 @@ CASES = [
     # defect: host status took any --timeout (seats check refused it in the CLI): -1 or nan probed every seat,
     # stored each as broken and exited 0; the check now sits in services.checks, for both commands
     Case("host-status-timeout-negative", ("host", "status", "--timeout", "-1"), "--timeout: -1 s is not a probe timeout"),
-    Case("host-status-timeout-nan", ("host", "status", "--timeout", "nan"), "nan s is not a probe timeout"),
-    Case("seats-check-timeout-huge", ("seats", "check", "--timeout", "1e9"), "--timeout"),
+    Case("host-status-timeout-nan", ("host", "status", "--timeout", "nan"), "Invalid value for '--timeout': not a finite number (got nan)"),
+    Case("seats-check-timeout-huge", ("seats", "check", "--timeout", "1000000000"), "--timeout: --timeout or --workers out of range"),
     # -- --db -------------------------------------------------------------------------------------------------
     Case("db-malformed", ("course", "list", "--db", "not a url"), "not a database URL"),
     Case("db-a-folder", ("course", "list", "--db", "sqlite:///{tmp}"), "not a regular file"),
@@ -246,9 +249,9 @@ CASES = [
     Case("slurm-enroll-conf-a-folder", ("slurm", "enroll", "--slurm-conf", "{tmp}"), "--slurm-conf {tmp}: is a folder"),
     # defect: nan passes every min/max: the agent and the culler waited nan seconds, i.e. not at all (a busy
     # loop on the store or the Hub API); and agent --install dropped the flag unsaid
-    Case("agent-poll-nan", ("agent", "--poll", "nan", "--install", "--unit-dir", "{tmp}/units"), "Invalid value for '--poll': nan is not a finite number"),
+    Case("agent-poll-nan", ("agent", "--poll", "nan", "--install", "--unit-dir", "{tmp}/units"), "Invalid value for '--poll': not a finite number (got nan)"),
     Case("agent-lease-nan", ("agent", "--lease", "nan", "--install", "--unit-dir", "{tmp}/units"), "Invalid value for '--lease'"),
-    Case("cull-every-nan", ("jupyterhub", "cull", "--every", "nan"), "Invalid value for '--every': nan is not a finite number"),
+    Case("cull-every-nan", ("jupyterhub", "cull", "--every", "nan"), "Invalid value for '--every': not a finite number (got nan)"),
     # defect: agent --install left --course out of the unit (the agent then served every course); a course
     # that is not a key would now go into ExecStart, so it is checked
     Case("agent-install-course-with-newline", ("agent", "--install", "--unit-dir", "{tmp}/units", "--course", "x\nExecStartPre=/bin/sh"),
@@ -273,6 +276,66 @@ CASES = [
     Case("plan-offers-file-empty", ("plan", str(COURSE), "--offers", "{tmp}/offers.toml"), "--offers {tmp}/offers.toml: no offers in this offers file",
          files=(("offers.toml", "schema_version = 1\n"),)),
 ]  # fmt: skip
+
+
+#: a number in each spelling Python's int() and float() (and so Click's number flags) read but gpuseat does not:
+#: its one rule for a number, the portal form's too (gpuseat.core.numbers.plain_number); with what the message
+#: says after the flag ({what}: "a number", "a whole number" …)
+SPELLINGS = (
+    ("arabic-indic", "١٢", "not {what} in plain digits 0-9 (got ١٢): type 12"),
+    ("underscore", "1_000", "not {what} in plain digits 0-9 (got 1_000): type 1000"),
+    ("exponent", "1e3", "not {what} in plain digits 0-9 (got 1e3): type 1000"),
+    ("nan", "nan", "not a finite number (got nan): type one such as"),
+    ("inf", "inf", "not a finite number (got inf): type one such as"),
+    ("overflow", "1e400", "not a finite number (got 1e400): type one such as"),
+    ("space", " 12", "not {what} in plain digits 0-9 (got ' 12'): type 12"),
+)
+#: (id, command with {n} for the number, how the message names the flag, {what}, fed every spelling or two in
+#: turn). defect: each took ١٢ as 12, 1_000 and 1e3 as 1000, " 12" as 12, and one with no range nan, inf and
+#: 1e400 too (seat topup stored them). --once, --seat seat-99 and --host "bad host" stop, after the flag is
+#: read, a command that would run on (the old code ran them with the number it read)
+NUMBER_FLAGS = (
+    ("topup-hours", ("seat", "topup", "-p", "bcosta", "--hours", "{n}", "--db", "{db}"), "Invalid value for '--hours'", "a number", True),
+    ("monitor-interval", ("monitor", "--once", "--from-xml", str(XML), "--interval", "{n}"), "Invalid value for '--interval'", "a number", True),
+    ("plan-alternatives", ("plan", str(COURSE), "--alternatives", "{n}"), "Invalid value for '--alternatives'", "a whole number", True),
+    ("seats-add-count", ("seats", "add", "--inventory", str(SERVER), "--count", "{n}"), "Invalid value for '--seats' / '--count'", "a whole number", True),
+    ("serve-links-expire", ("serve", "--links-expire", "{n}", "--host", "bad host"), "error: --links-expire", "a whole number of days", True),
+    ("quota-hours", ("seat", "quota", "-p", "bcosta", "--hours", "{n}"), "Invalid value for '--hours'", "a number", False),
+    ("top-interval", ("top", "--once", "--from-xml", str(XML), "--interval", "{n}"), "Invalid value for '--interval'", "a number", False),
+    ("monitor-idle-hours", ("monitor", "--once", "--from-xml", str(XML), "--idle-hours", "{n}"), "Invalid value for '--idle-hours'", "a number", False),
+    ("monitor-ticks", ("monitor", "--once", "--from-xml", str(XML), "--ticks", "{n}"), "Invalid value for '--ticks'", "a whole number", False),
+    ("plan-budget", ("plan", str(COURSE), "--budget", "{n}"), "Invalid value for '--budget'", "a number", False),
+    ("carve-seats", ("carve", "--gpu", "A100-80GB", "--seats", "{n}"), "Invalid value for '--seats'", "a whole number", False),
+    ("carve-min-mem", ("carve", "--gpu", "A100-80GB", "--min-mem", "{n}"), "Invalid value for '--min-mem'", "a number", False),
+    ("seats-check-timeout", ("seats", "check", "--seat", "seat-99", "--timeout", "{n}"), "Invalid value for '--timeout'", "a number", False),
+    ("seats-check-workers", ("seats", "check", "--seat", "seat-99", "--workers", "{n}"), "Invalid value for '--workers'", "a whole number", False),
+    ("agent-poll", ("agent", "--poll", "{n}", "--install", "--unit-dir", "{tmp}/units"), "Invalid value for '--poll'", "a number", False),
+    ("cull-every", ("jupyterhub", "cull", "--once", "--every", "{n}"), "Invalid value for '--every'", "a number", False),
+    ("hub-config-cull-every", ("jupyterhub", "config", "--cull-every", "{n}"), "Invalid value for '--cull-every'", "a whole number", False),
+    ("serve-port", ("serve", "--port", "{n}", "--host", "bad host"), "Invalid value for '--port'", "a whole number", False),
+    ("slurm-config-cpus", ("slurm", "config", "--cpus", "{n}"), "Invalid value for '--cpus'", "a whole number", False),
+    ("course-create-plan-option", ("course", "create", str(COURSE), "--plan-option", "{n}"), "Invalid value for '--plan-option'", "a whole number", False),
+)  # fmt: skip
+
+
+def _number_cases() -> list[Case]:
+    """One row per flag of NUMBER_FLAGS and spelling it is fed (every one, or the next two in turn)."""
+    cases, turn = [], 0
+    for name, args, flag, what, every in NUMBER_FLAGS:
+        fed = SPELLINGS if every else (SPELLINGS[turn % len(SPELLINGS)], SPELLINGS[(turn + 1) % len(SPELLINGS)])
+        turn += 0 if every else 2
+        cases += [
+            Case(
+                f"number-{name}-{spelling}",
+                tuple(a.replace("{n}", value) for a in args),
+                f"{flag}: {says.format(what=what)}",
+            )
+            for spelling, value, says in fed
+        ]
+    return cases
+
+
+CASES += _number_cases()
 
 
 @pytest.fixture(scope="module")
@@ -300,12 +363,16 @@ def _other_apps_db(path: Path) -> None:
 
 
 def _snapshot(cli: Callable[..., object], url: str) -> str:
-    """What a row must leave as it was: the seats with their holders, the roster, seat-02's way in."""
+    """What a row must leave as it was: the seats with their holders, the roster, seat-02's way in, the seat
+    requests, each participant's quota and top-ups (not the hours used: those run with the clock)."""
     shown = []
     for args in (("seats", "export"), ("roster", "list"), ("seats", "connect", "seat-02"), ("seat", "requests")):
         out = cli(*args, "--format", "json", "--db", url)
         assert out.code == 0, out.err  # type: ignore[attr-defined]
         shown.append(str(out.out))  # type: ignore[attr-defined]
+    hours = cli("seat", "hours", "--format", "json", "--db", url)
+    assert hours.code == 0, hours.err  # type: ignore[attr-defined]
+    shown += [f"{h['participant']} {h['quota']} {h['topups']}" for h in json.loads(hours.out)]  # type: ignore[attr-defined]
     return "\n".join(shown)
 
 
@@ -407,6 +474,58 @@ def test_seat_hours_print_as_typed(cli, tmp_path: Path, template: Path) -> None:
     assert (r.code, r.out) == (0, "bcosta: quota 99999.5 h\n"), r
     r = cli("seat", "topup", "-p", "bcosta", "--hours", "100000", "--db", url)
     assert r.code == 0 and re.fullmatch(r"bcosta: 100000 h added; 1\d{5}\.\d h left\n", r.out), r  # hours ran
+
+
+def test_numbers_in_plain_digits_still_work(cli, tmp_path: Path, template: Path) -> None:
+    """The one rule for a number takes what it always took: digits, a sign, a point (``-0`` is 0); a value the
+    rule takes but the flag's range does not gets the range's own message, as before."""
+    db = tmp_path / "gpuseat.db"
+    shutil.copyfile(template, db)
+    url = f"sqlite:///{db}"
+    for hours, said in (("12", "12 h added"), ("0.5", "0.5 h added"), ("+2", "2 h added"), (".25", "0.25 h added")):
+        r = cli("seat", "topup", "-p", "bcosta", "--hours", hours, "--db", url)
+        assert (r.code, r.out.split(";")[0]) == (0, f"bcosta: {said}"), r
+    r = cli("seat", "quota", "-p", "bcosta", "--hours", "-0", "--db", url)
+    assert (r.code, r.out) == (0, "bcosta: quota 0 h\n"), r
+    hours = {h["participant"]: h for h in json.loads(cli("seat", "hours", "-f", "json", "--db", url).out)}
+    assert (hours["bcosta"]["quota"], hours["bcosta"]["topups"]) == (0, 14.75)
+    r = cli("seat", "topup", "-p", "bcosta", "--hours", "-1", "--db", url)  # read as -1, refused by its own check
+    assert r.code == 2 and "hours from 0" in r.err, r.err
+    r = cli("plan", COURSE, "--alternatives", "-1")
+    assert r.code == 2 and "Invalid value for '--alternatives': -1 is not in the range 0<=x<=100." in r.err, r.err
+    r = cli("monitor", "--ticks", "0", "--from-xml", XML)
+    assert r.code == 2 and "Invalid value for '--ticks': 0 is not in the range 1<=x<=1000000000." in r.err, r.err
+    r = cli("plan", COURSE, "--alternatives", "2", "--budget", "4000.50", "-f", "json")
+    assert r.code == 0 and len(json.loads(r.out)["options"]) == 3, r.err
+
+
+def _number_params() -> list[tuple[str, click.Parameter]]:
+    """(command path, parameter) of every int and float flag and argument of the whole app."""
+    found: list[tuple[str, click.Parameter]] = []
+
+    def walk(command: click.Command, path: str) -> None:
+        found.extend((path, p) for p in command.params if isinstance(p.type, click.types._NumberParamTypeBase))
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, f"{path} {name}")
+
+    walk(typer.main.get_command(build_app()), "gpuseat")
+    return found
+
+
+def test_every_number_flag_reads_plain_digits_only() -> None:
+    """Every int and float flag of every command (a new one too) reads its number by the one rule: ``١٢``,
+    full-width ``１２``, ``1_2``, ``1e1``, `` 12``, ``nan`` each refused with what to type, ``12`` read."""
+    params = _number_params()
+    assert len(params) >= 40 and any(p.opts == ["--hours"] for _, p in params)
+    for path, param in params:
+        whole = isinstance(param.type, click.types.IntParamType)
+        for typed, says in (("١٢", "(got ١٢): type 12"), ("１２", "(got １２): type 12"), ("1_2", "type 12"),
+                            ("1e1", "(got 1e1): type 10"), (" 12", "(got ' 12'): type 12"), ("nan", "not a finite number")):  # fmt: skip
+            with pytest.raises(click.BadParameter, match=re.escape(says)):
+                param.type.convert(typed, param, None)
+                pytest.fail(f"{path} {param.opts[0]} took {typed!r}")
+        read = param.type.convert("12", param, None)
+        assert read == 12 and isinstance(read, int) == whole, (path, param.opts)
 
 
 def test_a_reimport_without_some_columns_keeps_what_is_stored(cli, tmp_path: Path, template: Path) -> None:

@@ -27,7 +27,7 @@ def test_config_prints_a_loadable_file(cli, db):
         (["--spawner", "slurm"], "--spawner", "unknown spawner 'slurm'"),
         (["--mode", "lottery"], "--mode", "Input should be 'assigned' or 'pool'"),
         (["--cull-idle-hours", "nan"], "--cull-idle-hours", "finite"),
-        (["--cull-idle-hours", "1e9"], "--cull-idle-hours", "less than or equal to 8784"),
+        (["--cull-idle-hours", "1000000000"], "--cull-idle-hours", "less than or equal to 8784"),
         (["--contact", "x\nimport os"], "--contact", "one line"),
         (["--course", "nope"], "--course", "no course 'nope'"),
         (["--mig-strategy", "both"], "--mig-strategy", "Input should be 'mixed' or 'single'"),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 import os
 import re
 from collections.abc import Callable
@@ -20,6 +19,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from gpuseat.core.numbers import plain_number
 from gpuseat.errors import InputError
 
 #: an in-memory SQLite URL (``sqlite://``, ``sqlite:///``, ``sqlite:///:memory:``, a driver or a query after it)
@@ -39,12 +39,54 @@ def on_disk(value: str | None) -> str | None:
     return value
 
 
-def finite(value: float | None) -> float | None:
-    """A float flag's callback: refuse ``nan`` (it passes every min/max check: a loop that waits
-    ``nan`` seconds does not wait at all) and ``inf`` where no max would."""
-    if value is not None and not math.isfinite(value):
-        raise typer.BadParameter(f"{value} is not a finite number")
-    return value
+class _Plain(click.ParamType):
+    """A number flag's type that reads the text typed by :func:`gpuseat.core.numbers.plain_number`, the rule
+    of the portal's forms too, before Click's own type checks the range (its messages stay as they were)."""
+
+    whole = False
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str):  # a default comes as the number it is
+            try:
+                value = plain_number(value, whole=self.whole)
+            except ValueError as exc:
+                self.fail(str(exc), param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class _PlainInt(_Plain, click.types.IntParamType):
+    whole = True
+
+
+class _PlainIntRange(_Plain, click.IntRange):
+    whole = True
+
+
+class _PlainFloat(_Plain, click.types.FloatParamType):
+    pass
+
+
+class _PlainFloatRange(_Plain, click.FloatRange):
+    pass
+
+
+def _plain_numbers(command: click.Command) -> None:
+    """Make each int and float flag and argument of ``command`` read its number by the one rule (plain
+    digits 0-9, an optional sign and point: no ``١٢``, ``1_000``, ``1e3``, `` 12``, ``nan``, ``inf``),
+    keeping its range, name and ``--help``. :class:`Commands` does it for every command of the app."""
+    for param in command.params:
+        kind = param.type
+        if isinstance(kind, _Plain):
+            continue
+        if isinstance(kind, click.IntRange | click.FloatRange):
+            plain: click.ParamType = (_PlainIntRange if isinstance(kind, click.IntRange) else _PlainFloatRange)(
+                kind.min, kind.max, min_open=kind.min_open, max_open=kind.max_open, clamp=kind.clamp
+            )
+        elif isinstance(kind, click.types.IntParamType | click.types.FloatParamType):
+            plain = _PlainInt() if isinstance(kind, click.types.IntParamType) else _PlainFloat()
+        else:
+            continue
+        param.type = plain
 
 
 #: ``--course`` and ``--db`` of the course store's commands (course, roster, seats, seat, host, vms …)
@@ -123,7 +165,15 @@ class Commands(TyperGroup):
     Click takes a name that starts with a character other than a letter or digit (``./roster.csv``,
     ``/tmp/course.toml``, ``+x``) for an option and parses again; with no argument left, a group printed
     its help and exited 0, so ``gpuseat roster ./roster.csv`` (``import`` left out) looked done to a script.
+
+    Its commands' number flags and arguments (and its own) read their numbers by the one rule of
+    :func:`gpuseat.core.numbers.plain_number`: every group of the app is one of these, so every number is.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for command in (self, *self.commands.values()):
+            _plain_numbers(command)
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpuseat.cli._options import Commands, CourseOption, DbOption, add_group, changed, finite
+from gpuseat.cli._options import Commands, CourseOption, DbOption, add_group, changed
 from gpuseat.cli._output import Format, FormatOption, print_json, print_rows
 from gpuseat.cli.course import actor
 
@@ -304,15 +304,9 @@ def register(app: typer.Typer) -> None:
         engine: EngineOption = None,
         host: MachineOption = None,
         course: EveryCourseOption = None,
-        poll: float = typer.Option(
-            1.0, "--poll", min=0.05, max=60, callback=finite, help="Seconds between looks at the store."
-        ),
-        resync: float = typer.Option(
-            300.0, "--resync", min=1, callback=finite, help="Seconds between full resyncs (undo drift)."
-        ),
-        lease: float = typer.Option(
-            15.0, "--lease", min=1, max=600, callback=finite, help="Seconds a lease lasts unrenewed."
-        ),
+        poll: float = typer.Option(1.0, "--poll", min=0.05, max=60, help="Seconds between looks at the store."),
+        resync: float = typer.Option(300.0, "--resync", min=1, help="Seconds between full resyncs (undo drift)."),
+        lease: float = typer.Option(15.0, "--lease", min=1, max=600, help="Seconds a lease lasts unrenewed."),
         install: bool = typer.Option(False, "--install", help="Write a systemd unit for this agent and stop."),
         unit_dir: Path = typer.Option(Path("/etc/systemd/system"), "--unit-dir", help="Where --install writes."),
         db: DbOption = None,

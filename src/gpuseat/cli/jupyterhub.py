@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from gpuseat.cli._options import Commands, CourseOption, DbOption, finite
+from gpuseat.cli._options import Commands, CourseOption, DbOption
 from gpuseat.cli._output import Format, FormatOption, print_rows
 from gpuseat.errors import InputError
 
@@ -121,12 +121,8 @@ def hub_config(
 def cull(
     course: CourseOption = None,
     db: DbOption = None,
-    idle_hours: float = typer.Option(
-        2.0, "--idle-hours", callback=finite, help="Stop a server whose GPU did no compute this long."
-    ),
-    every: float = typer.Option(
-        300.0, "--every", min=1.0, max=86_400.0, callback=finite, help="Seconds between rounds."
-    ),
+    idle_hours: float = typer.Option(2.0, "--idle-hours", help="Stop a server whose GPU did no compute this long."),
+    every: float = typer.Option(300.0, "--every", min=1.0, max=86_400.0, help="Seconds between rounds."),
     once: bool = typer.Option(False, "--once", help="Judge once, print the verdicts and exit."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Judge but stop nothing."),
     api_url: str | None = typer.Option(

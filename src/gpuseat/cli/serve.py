@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from gpuseat.cli._options import StoreCourseOption, StoreDbOption, add_group
+from gpuseat.core.numbers import plain_number
 from gpuseat.errors import InputError, MissingDependency
 
 if TYPE_CHECKING:
@@ -238,14 +239,13 @@ def _check_proxies(value: str) -> str:
 def _check_expiry(value: str) -> int | None:
     if value.strip().lower() == "never":
         return None
+    fix = "give days after the course ends (0-36500) or never"
     try:
-        days = int(value)
-    except ValueError:
-        days = -1
+        days = plain_number(value, whole=True, what="a whole number of days", example="30")
+    except ValueError as exc:
+        raise InputError(str(exc), where="--links-expire", fix=fix) from None
     if not 0 <= days <= 36500:
-        raise InputError(
-            f"{value[:20]!r}", where="--links-expire", fix="give days after the course ends (0-36500) or never"
-        )
+        raise InputError(f"{value[:20]!r}", where="--links-expire", fix=fix)
     return days
 
 

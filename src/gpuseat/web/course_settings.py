@@ -17,6 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpuseat.core.course import Course, Policy
+from gpuseat.core.numbers import plain_number
 from gpuseat.errors import InputError
 from gpuseat.files import validate
 from gpuseat.safe_text import clean
@@ -53,46 +54,15 @@ def current(course: Course) -> Edit:
     )
 
 
-#: a number as the form takes it: the ASCII digits 0-9 only (``\d`` and ``int()`` also take ``١٢`` and ``１２``),
-#: an optional sign and point, no exponent, no underscore (what the form shows again, so a save round-trips)
-_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
-_DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)", re.ASCII)
-#: longer than any number a policy field takes, as :func:`shown` writes it: minutes are short, but a course file
-#: may hold ``never_connected_hours = 1e-300`` (above 0, as the field asks), which is shown in about 300 digits
-#: (with a limit of 40 for it too, every later save of the form failed on that field)
-_MAX_CHARS, _MAX_DECIMAL_CHARS = 40, 400
-
-
-def _plain_of(text: str, whole: bool) -> str | None:
-    """What ``text`` means in the digits 0-9 when Python reads it as a number the field could take
-    (``١٢`` → ``12``, ``１２`` → ``12``, ``1e3`` → ``1000``), for the message's fix; else None."""
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    if not math.isfinite(value) or abs(value) >= 1e15 or (whole and not value.is_integer()):
-        return None
-    return str(int(value)) if value.is_integer() else format(Decimal(repr(value)), "f")
-
-
 def _number(name: str, raw: str) -> float | int | None:
     """A form value as the course file would hold it (blank: not set); :class:`ValueError` with what is
-    wrong and what to type if it is no plain number in the digits 0-9."""
+    wrong and what to type if it is no plain number in the digits 0-9 (the CLI's numbers' one rule)."""
     text = raw.strip()
     if not text:
         return None
-    whole = name in INTEGERS
-    longest = _MAX_CHARS if whole else _MAX_DECIMAL_CHARS
-    if len(text) <= longest and (_INTEGER if whole else _DECIMAL).fullmatch(text):
-        value = int(text) if whole else float(text)
-        return value if value else abs(value)  # -0 is 0: a course file with "-0.0" reads as a typo
-    what = "a whole number of minutes" if whole else "a number"
-    if len(text) > longest:
-        raise ValueError(f"{len(text)} characters, not {what}: type one such as {'30' if whole else '40 or 2.5'}")
-    meant, got = _plain_of(text, whole), text if len(text) <= _MAX_CHARS else f"{text[:_MAX_CHARS]}…"
-    if meant is not None:  # a number Python reads, in other digits or spelling: say it in the form's
-        raise ValueError(f"not {what} in plain digits 0-9 (got {got}): type {meant}")
-    raise ValueError(f"not {what} (got {got}): type one such as {'30' if whole else '40 or 2.5'}")
+    if name in INTEGERS:
+        return plain_number(text, whole=True, what="a whole number of minutes", example="30")
+    return plain_number(text, whole=False, example="40 or 2.5")
 
 
 def shown(value: float | int | None) -> str:
