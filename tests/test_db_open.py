@@ -90,7 +90,7 @@ def test_processes_creating_one_new_database_at_once_all_succeed(tmp_path: Path,
             conn.execute(text(f"DROP DATABASE {name}"))
 
 
-@pytest.mark.parametrize("value", ["300s", "nan", "0", "-5", "1e9"])
+@pytest.mark.parametrize("value", ["300s", "nan", "0", "-5", "1e9", "١٢", "1_0", "5e1"])
 def test_a_bad_busy_timeout_is_one_clear_error_and_touches_nothing(
     cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:

@@ -122,8 +122,10 @@ def busy_timeout() -> float:
     raw = os.environ.get("GPUSEAT_DB_BUSY_TIMEOUT", "").strip()
     if not raw:
         return BUSY_TIMEOUT_S
+    from gpuseat.core.numbers import plain_number
+
     try:
-        value = float(raw)
+        value = plain_number(raw, whole=False)  # the digits 0-9, as every number gpuseat reads (not ١٢ or 1e3)
     except ValueError:
         value = float("nan")
     if not 0 < value <= 86400:  # nan too
