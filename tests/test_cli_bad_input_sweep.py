@@ -201,6 +201,9 @@ CASES = [
     # defect: monitor --once dropped --listen, --webhook and --ticks unsaid, unchecked (a file:// webhook: exit 0)
     Case("monitor-once-webhook", ("monitor", "--once", "--from-xml", str(XML), "--webhook", "file:///etc/passwd"), "--once prints one sample and exits: --webhook would do nothing"),
     Case("monitor-once-listen", ("monitor", "--once", "--from-xml", str(XML), "--listen", "127.0.0.1:99999"), "--listen would do nothing"),
+    # defect: a --listen port of other digits was read as another port (١٢: 12) or ended in an internal error (²)
+    Case("monitor-listen-superscript-port", ("monitor", "--ticks", "1", "--from-xml", str(XML), "--listen", "127.0.0.1:²"), "error: --listen: port '²' is not a TCP port"),
+    Case("monitor-listen-arabic-port", ("monitor", "--ticks", "1", "--from-xml", str(XML), "--listen", "127.0.0.1:١٢"), "error: --listen: port '١٢' is not a TCP port"),
     Case("monitor-webhook-file", ("monitor", "--ticks", "1", "--from-xml", str(XML), "--webhook", "file:///etc/passwd"), "--webhook: scheme 'file' is not http or https"),
     # defect: host status took any --timeout (seats check refused it in the CLI): -1 or nan probed every seat,
     # stored each as broken and exited 0; the check now sits in services.checks, for both commands

@@ -160,10 +160,10 @@ def split_user_host(value: str, *, field: str = "--ssh") -> tuple[str | None, st
     if rest.startswith("[") and "]:" in rest:
         host, _, tail = rest.partition("]:")
         host += "]"
-        port = _port(tail, field)
+        port = tcp_port(tail, field)
     elif rest.count(":") == 1:
         host, _, tail = rest.partition(":")
-        port = _port(tail, field)
+        port = tcp_port(tail, field)
     return (user or None), check_host(host, field=field), port
 
 
@@ -176,7 +176,9 @@ def jump_target(value: str, *, field: str) -> str:
     return (f"{user}@" if user else "") + shown + (f":{port}" if port else "")
 
 
-def _port(text: str, field: str) -> int:
+def tcp_port(text: str, field: str) -> int:
+    """``text`` as a TCP port (1-65535), in the digits 0-9 only (``int`` also reads ``١٢``; ``isdigit`` also
+    passes ``²``, which ``int`` then refuses with a traceback)."""
     if not _DIGITS.fullmatch(text) or not 0 < int(text) < 65536:
         raise InputError(f"port {text[:20]!r} is not a TCP port", where=field, fix="give a port between 1 and 65535")
     return int(text)

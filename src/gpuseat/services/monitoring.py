@@ -259,13 +259,16 @@ class MonitorRun:
 
 def parse_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:9400`` for IPv6) → (host, port); the host defaults to all addresses."""
+    from gpuseat.core.hosts import tcp_port
+
     host, _, port = listen.rpartition(":")
-    if not port.isdigit() or not 0 < int(port) < 65536:
+    if not port:
         raise InputError(f"{listen!r} is not HOST:PORT", where="listen", fix="e.g. --listen 127.0.0.1:9400")
+    number = tcp_port(port, "--listen")
     host = host.strip("[]")
     if host and not re.fullmatch(r"[A-Za-z0-9.:-]+", host):
         raise InputError(f"{host!r} is not an address", where="listen", fix="e.g. --listen 127.0.0.1:9400")
-    return host or "0.0.0.0", int(port)
+    return host or "0.0.0.0", number
 
 
 def run_monitor(
