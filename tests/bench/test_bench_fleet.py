@@ -52,6 +52,8 @@ def test_cuda_visible_devices_restricts_the_seats():
     assert select_visible(listed, gpus, "") == []
     assert select_visible(listed, gpus, "1,-1,0")[0].select.startswith("GPU-eeee")
     assert len(select_visible(listed, gpus, "1,-1,0")) == 1
+    # not an index: "²" passes str.isdigit() and int() refuses it (an internal error), "١" is not GPU 1
+    assert [s.name for s in select_visible(listed, gpus, "²,١")] == ["unknown", "unknown"]
 
 
 def _seat(n: int, profile: str = "1g.18gb") -> BenchTarget:

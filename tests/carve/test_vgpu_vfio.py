@@ -214,6 +214,7 @@ def test_backend_follows_the_probe_or_the_driver():
     assert backend(layout, CATALOG) == "vfio"
     assert backend(layout, CATALOG, driver="535.161.07") == "mdev"
     assert backend(layout, CATALOG, "mdev", driver="580.159.01") == "mdev"
+    assert backend(layout, CATALOG, driver="².1") == "vfio"  # a probe's driver that is not a version: as unknown
     m60 = carve_toml({"name": "m", "gpu": [{"model": "M60", "chip": [{"pci": "0000:05:00.0"}]}]}, mode="vgpu", seats=1)
     assert backend(m60, CATALOG) == "mdev"
     arts = [a.path for a in render(layout, "libvirt", CATALOG, RenderOptions(vgpu_backend="mdev"))]

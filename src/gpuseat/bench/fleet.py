@@ -99,7 +99,7 @@ def select_visible(
     for entry in (e.strip() for e in visible.split(",")):
         if not entry or entry == "-1":
             break  # CUDA ignores everything from the first invalid entry on
-        if entry.isdigit() and int(entry) < len(gpus):
+        if entry.isascii() and entry.isdigit() and int(entry) < len(gpus):  # not "²": int() refuses it
             entry = gpus[int(entry)].select
         out.append(known.get(entry, BenchTarget(select=entry, name="unknown")))
     return out

@@ -90,7 +90,7 @@ def backend(layout: Layout, catalog: Catalog, wanted: str = "auto", driver: str 
     if layout.server.gpu.architecture not in VFIO_ARCHITECTURES or not is_sriov(layout, catalog):
         return "mdev"
     major = driver.split(".", 1)[0] if driver else ""
-    if major.isdigit() and int(major) < VFIO_DRIVER_MAJOR:
+    if major.isascii() and major.isdigit() and int(major) < VFIO_DRIVER_MAJOR:  # not "²": int() refuses it
         return "mdev"
     return "vfio"
 
