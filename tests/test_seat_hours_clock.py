@@ -291,3 +291,26 @@ def test_an_apply_on_a_clock_days_off_keeps_a_course_in_its_hours_open(
     with stepped(by):
         _apply(cli, db)
     assert lab.ssh("ann", "true").returncode == 0, lab.sshd_log()[-2000:]
+
+
+@pytest.mark.parametrize("by", [timedelta(days=3), timedelta(days=-3)], ids=["ahead", "behind"])
+def test_an_agent_on_a_clock_days_off_passes_once_and_waits(store: CourseStore, tmp_path: Path, by: timedelta) -> None:
+    """The access window's next change is on the store's clock; an agent whose clock is days ahead compares it
+    with the store's time too, so it passes once and then waits (it saw the change as passed on every tick and
+    planned every course again each second)."""
+    from gpuseat.engines.agent import Agent, AgentOptions
+    from gpuseat.engines.runner import Runner
+
+    today = _REAL_DATETIME.now(UTC).date()
+    (tmp_path / "open.toml").write_text(_window_course(today - timedelta(days=1), 3).replace("Host lab", "open"))
+    store.courses.create_course(tmp_path / "open.toml", key="open")
+    store.seats.add_seats(
+        "open", [{"key": "o1", "kind": "gpu", "host": "gpu9", "engine": "host", "device_uuid": "GPU-9"}]
+    )
+    with stepped(by):
+        options = AgentOptions(course="open", engine="host", host="gpu9", resync_s=3600)
+        agent = Agent(store, options, runner=Runner(dry_run=True), say=lambda _line: None)
+        agent._backoff = 3600.0  # gpu9 is not this machine: its pass fails, and is not retried within the test
+        first = agent.tick()
+        assert first is not None and first.next_change is not None
+        assert [agent.tick() for _ in range(3)] == [None, None, None]

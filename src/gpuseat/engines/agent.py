@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpuseat.core.seating import AGENT_ACTOR
@@ -75,7 +75,8 @@ class Agent:
     _resync_at: float = 0.0
     _retry_at: float | None = None
     _backoff: float = 2.0
-    _next_change: datetime | None = None
+    _next_change: datetime | None = None  # on the store's clock, as the pass worked it out
+    _skew: timedelta = timedelta(0)  # the store's clock less this machine's, read at the last pass
     _leader: bool = False
     _waker: Any = None
     _saved: int | None = None
@@ -107,7 +108,7 @@ class Agent:
         if not self._leader:
             return None
         head = self.store.agents.events_head()
-        wall = datetime.now(UTC)
+        wall = datetime.now(UTC) + self._skew  # the store's time: what the pass's next change is on
         changed = self.cursor is None or head > self.cursor
         if self.cursor is None and self._saved is not None and head == self._saved:
             changed = False  # nothing changed in the store since the last leader's pass: a resync
@@ -168,6 +169,7 @@ class Agent:
             return held
 
         try:
+            self._skew = self.store.requests.now() - datetime.now(UTC)
             result = one_pass(
                 self.store,
                 course=o.course,
