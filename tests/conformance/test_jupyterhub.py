@@ -244,6 +244,56 @@ def test_a_move_stops_the_movers_server_and_the_next_start_gets_the_new_seat(hub
     h.stop_server("ada")
 
 
+def test_a_server_started_after_the_engines_look_whose_seat_is_removed_after_a_move_is_stopped(hub):
+    """The adversary's way to keep a second GPU: ada starts her server after the engine's last look (so its
+    holdings do not know it), the organizer moves her and removes her old seat with ``--force`` before the
+    next pass. No stored seat names her server any more, yet it still runs on the removed seat's GPU; the
+    next pass stops it, and her next start gets the seat she holds now."""
+    from hubcourse import mig_devices
+
+    h, store, _ = hub
+    gone_uuid, profile = mig_devices()[-4]  # a device none of the fixture's seats uses
+    spec = {"key": "mig-gone", "kind": "mig", "host": "gpu-node-1", "device_uuid": gone_uuid, "profile": profile,
+            "memory_gb": 10.0}  # fmt: skip
+    store.seats.add_seats("lab", [spec])
+    store.seats.set_seat_state("lab", "mig-gone", "planned", engine="jupyterhub", reason="a hub seat")
+    first = store.seats.seat_of("lab", "ada")
+    try:
+        store.seats.move("lab", "ada", "mig-gone")
+        looked = one_pass(store, course="lab", engine="jupyterhub", runner=Runner())  # the engine's last look
+        assert not looked.failed, looked.failed
+        assert "ada" not in {x["login"] for x in store.agents.holdings("lab") if x["engine"] == "jupyterhub"}
+
+        server = start_as(h, "ada")
+        assert environ_of(server["state"]["pid"])["CUDA_VISIBLE_DEVICES"] == gone_uuid
+        store.seats.move("lab", "ada", first.key)
+        store.lifecycle.remove_seats("lab", ["mig-gone"], actor="test", force=True)
+        # her server still has the removed seat's GPU, and she holds another seat: two GPUs until the pass
+        assert environ_of(h.servers()["ada"]["state"]["pid"])["CUDA_VISIBLE_DEVICES"] == gone_uuid
+
+        result = one_pass(store, course="lab", engine="jupyterhub", runner=Runner())
+        assert not result.failed, result.failed
+        (plan,) = result.planned
+        stops = [s for s in plan.changes.steps if s.action == "hub.server.stop"]
+        assert [(s.target, s.seats) for s in stops] == [("ada/", (first.key,))], plan.changes.to_dict()
+        assert "no seat" in stops[0].why and f"{first.key} is theirs from their next start" in stops[0].why
+        ada = as_user(h, "ada")
+        assert ada.get("/hub/api/users/ada").json()["servers"] == {}  # what ada herself sees: no server left
+
+        server = start_as(h, "ada")  # her next start: the seat she holds, and nothing else
+        assert environ_of(server["state"]["pid"])["CUDA_VISIBLE_DEVICES"] == first.device_uuid
+        again = one_pass(store, course="lab", engine="jupyterhub", runner=Runner())
+        assert not [s for s in again.planned[0].changes.steps if s.phase == "revoke"], again.planned[
+            0
+        ].changes.to_dict()
+        h.stop_server("ada")
+    finally:
+        if "mig-gone" in {s.key for s in store.seats.seats("lab")}:
+            h.stop_server("ada")
+            store.seats.release("lab", seat="mig-gone")
+            store.lifecycle.remove_seats("lab", ["mig-gone"], actor="test", force=True)
+
+
 def test_the_agent_carries_out_a_release_with_no_command_after_it(hub):
     """``gpuseat agent --engine jupyterhub`` running beside the hub: the organizer only releases ben in the
     store; the agent stops his running server and frees his seat, and his next start is refused."""

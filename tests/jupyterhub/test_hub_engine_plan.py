@@ -165,6 +165,42 @@ def test_a_server_on_a_seat_removed_with_force_is_stopped_and_one_on_a_fresh_sea
     assert not [s for s in engine.plan(course_state(lab, "lab")).steps if s.phase == "revoke"]
 
 
+def test_a_server_started_after_the_engines_look_on_a_seat_removed_after_a_move_is_stopped(lab, hub):
+    """ada's server started after the engine's last look (no holdings row), then she moved and her old seat
+    was removed with --force: no seat names her server, which still has the removed seat's GPU."""
+    engine = engine_for(lab, hub)
+    lab.agents.set_holdings("lab", "jupyterhub", None, [h.to_dict() for h in engine.observe(course_state(lab, "lab"))])
+    old = spawned(lab, "ada")
+    hub.run("ada")
+    free = next(s.key for s in lab.seats.seats("lab") if s.participant is None)
+    lab.seats.move("lab", "ada", free)
+    lab.lifecycle.remove_seats("lab", [old], actor="test", force=True)
+    changes = engine.plan(course_state(lab, "lab"))
+    stop = changes.ordered()[0]
+    assert (stop.action, stop.target, stop.seats) == ("hub.server.stop", "ada/", (free,)), steps(changes)
+    assert stop.why == "ada's server holds no seat (the seat it started on was removed or changed since: it may " \
+        f"still have its GPU): {free} is theirs from their next start"  # fmt: skip
+    engine.apply(changes)
+    assert hub.users["ada"] == {}
+    assert not [s for s in engine.plan(course_state(lab, "lab")).steps if s.phase == "revoke"]
+
+
+def test_servers_their_seats_name_are_never_stopped_even_when_they_started_after_the_pass_read_the_seats(lab, hub):
+    """A default and a named server that hold their holders' seats, a start in progress with no seat yet,
+    and a server that started (its seat recorded by the hook) after the pass read the seats: none stopped."""
+    spawned(lab, "ben", "second")
+    hub.run("ben", "second")
+    hub.run("ada", pending="spawn")  # the hook has not recorded her seat yet
+    engine = engine_for(lab, hub)
+    state = course_state(lab, "lab")  # read before ada's server is up
+    changes = engine.plan(state)
+    assert not [s for s in changes.steps if s.phase == "revoke"], steps(changes)
+    spawned(lab, "ada")
+    hub.run("ada")
+    changes = engine.plan(state)
+    assert not [s for s in changes.steps if s.phase == "revoke"], steps(changes)
+
+
 def test_archive_delete_and_a_shut_window_stop_every_course_server(lab, hub):
     spawned(lab, "ada")
     hub.run("ada")
@@ -265,12 +301,17 @@ def test_a_released_holder_whose_hub_name_is_an_email_with_an_apostrophe_loses_t
 
 
 class StartingHub(StandInHub):
-    """The stand-in hub, whose ``POST /users/{name}/server`` starts a ready server."""
+    """The stand-in hub, whose ``POST /users/{name}/server`` starts a ready server; with the course's
+    ``store`` set, it first records the server on its user's seat, as the spawn hook does."""
+
+    store = None
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         parts = unquote(request.url.path).removeprefix("/hub/api/").split("/")
         if request.method == "POST" and len(parts) == 3 and parts[2] == "server":
             self.calls.append(("POST", unquote(request.url.path)))
+            if self.store is not None and self.store.seats.seat_of("lab", parts[1]) is not None:
+                spawned(self.store, parts[1])
             self.run(parts[1])
             return httpx.Response(201)
         return super().handle(request)

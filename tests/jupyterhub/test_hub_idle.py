@@ -161,6 +161,7 @@ def test_an_idle_hub_seat_is_warned_then_its_server_stopped_a_busy_gpu_or_a_used
 
 def test_a_hub_seat_never_used_is_stopped_its_holders_own_use_counts_the_probe_not(tmp_path, hub):
     store, _url = lab_with(tmp_path, "never_connected_hours = 1", 120)
+    hub.store = store  # a start records its seat, as the spawn hook does
     try:
         held = store.seats.seat_of("lab", "ada").assigned_since
         assert held is not None

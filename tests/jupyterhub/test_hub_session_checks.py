@@ -17,7 +17,7 @@ from urllib.parse import unquote
 import httpx
 import pytest
 from hubcourse import COURSE_TOML, seat_specs
-from test_hub_engine_plan import TOKEN, URL, StandInHub, engine_for
+from test_hub_engine_plan import TOKEN, URL, StandInHub, engine_for, spawned
 
 from delivery.test_webhook import Receiver, receiver  # noqa: F401  (the receiver fixture)
 from gpuseat.core.roster import RosterText
@@ -68,7 +68,8 @@ def test_before_a_session_each_running_hub_seat_is_checked_as_its_holder_and_the
         store.agents.set_engine_settings("lab", "jupyterhub", {"hub_url": URL, "token_env": "HUB_TEST_TOKEN"},
                                          actor="test")  # fmt: skip
         hub = TokenHub(*PEOPLE)
-        hub.run("ben")  # ben's server runs; ada's does not
+        spawned(store, "ben")  # ben's server runs (on his seat, as the spawn hook records it); ada's does not
+        hub.run("ben")
         store.requests.request_seat("lab", "cy", "stop", actor="cy")  # cy stops her seat
         engine = engine_for(store, hub)
         early = engine.plan(course_state(store, "lab", now=at - timedelta(minutes=30)))

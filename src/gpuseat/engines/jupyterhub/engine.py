@@ -8,8 +8,10 @@ server that is already running. :meth:`JupyterHubEngine.plan` does that:
 
 * ``hub.server.stop`` (revoke): a running (or starting) server of a course user who holds no seat now
   (released, moved elsewhere, course archived or deleted, access window shut), or whose server holds a
-  seat that is no longer theirs (a move), is stopped through ``DELETE /hub/api/users/{name}/server``
-  (``…/servers/{name}`` for a named one), and the step waits until the hub shows it gone;
+  seat that is no longer theirs (a move), or whose running server no held seat names any more (its seat
+  removed with ``seats remove --force``: it still has that seat's GPU), is stopped through
+  ``DELETE /hub/api/users/{name}/server`` (``…/servers/{name}`` for a named one), and the step waits until
+  the hub shows it gone;
 * ``seat.free`` (record, after the stop): a seat still marked as held by a server of someone who no
   longer holds it (the hooks record a stop only for the seat's holder) becomes ``planned`` again, so
   the seat's next holder can start (until then the hooks refuse them: "in use by another server");
@@ -60,6 +62,8 @@ from gpuseat.errors import EngineError, InputError
 from gpuseat.jupyterhub.hooks import ENGINE, HELD
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import httpx
 
     from gpuseat.store import ParticipantView, SeatView
@@ -351,6 +355,7 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
         )
         stopping: set[str] = set()
         lost = self._lost_seats(state, hub_seats)
+        named = self._named_now()
         for user, p in sorted(people.items()):
             servers = (models.get(user) or {}).get("servers") or {}
             for name in sorted(servers):
@@ -366,10 +371,8 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
                     why = f"{p.key if p else user} holds no seat in course {self.course} now"
                 elif held and mine not in held:
                     why = f"{p.key if p else user} moved to {mine.key}: the server still holds {held[0].key}"
-                elif not held and lost.get(user, mine.key) != mine.key and not (servers[name] or {}).get("pending"):
-                    was = "removed from the course" if lost[user] not in {s.key for s in state.seats} else "not theirs"
-                    why = f"{p.key if p else user}'s server still runs on seat {lost[user]} ({was} now): {mine.key} is "
-                    why += "theirs from their next start"
+                elif not held and not (servers[name] or {}).get("pending") and not named(ref):
+                    why = _unseated(p.key if p else user, mine.key, lost.get(user), {s.key for s in state.seats})
                 else:
                     continue
                 stopping.add(ref)
@@ -429,6 +432,21 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
                        for s in hub_seats):  # fmt: skip
                 out[user] = str(seat)
         return out
+
+    def _named_now(self) -> Callable[[str], bool]:
+        """Whether a server (``user/name``) is the one a held hub seat names, read from the store at the first
+        question, after the hub's servers were listed: the hook records a server's seat before it starts, so a
+        server that started after the pass read its seats is named by then."""
+        refs: set[str] | None = None
+
+        def named(ref: str) -> bool:
+            nonlocal refs
+            if refs is None:
+                seats = self.store.seats.seats(self.course)
+                refs = {s.engine_ref or "" for s in seats if s.engine == ENGINE and s.state in HELD}
+            return ref in refs
+
+        return named
 
     def _held_before(self, state: CourseState) -> bool:
         """True when the engine last saw servers of this course (its seats may have moved to another engine)."""
@@ -662,6 +680,16 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
             checked_at=at,
             engine=ENGINE,
         )
+
+
+def _unseated(who: str, mine: str, last: str | None, seats: set[str]) -> str:
+    """Why a running server that no held hub seat names is stopped: it still has the GPU the hook gave it at
+    its start, of ``last`` (the seat the engine last saw it hold) or of a seat changed or removed since."""
+    if last is None or last == mine:  # started after the engine's last look
+        where = "holds no seat (the seat it started on was removed or changed since: it may still have its GPU)"
+    else:
+        where = f"still runs on seat {last} ({'not theirs' if last in seats else 'removed from the course'} now)"
+    return f"{who}'s server {where}: {mine} is theirs from their next start"
 
 
 def _server_path(user: str, server: str) -> str:
