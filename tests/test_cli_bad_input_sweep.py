@@ -41,6 +41,10 @@ SECOND_SERVER = SERVER.read_text(encoding="utf-8").replace('name = "ibm-2xM60"',
 assert 'name = "gpu2"' in SECOND_SERVER
 DEEP_JSON = "[" * 100_000 + "]" * 100_000
 DEEP_TOML = "a = " + "[" * 5000 + "]" * 5000
+LAB = (EXAMPLES / "course-lab-hours.toml").read_text(encoding="utf-8")
+HOMEWORK = (EXAMPLES / "course-homework.toml").read_text(encoding="utf-8")
+SKY = (EXAMPLES.parent / "tests" / "fixtures" / "aws_v8_vms_excerpt.csv").read_text(encoding="utf-8").splitlines()
+assert 'hours = "09:00-17:00"' in LAB and 'access = "08:00-22:00"' in HOMEWORK and ",0.526," in SKY[1]
 
 
 def zip_of(members: dict[str, str]) -> bytes:
@@ -278,6 +282,44 @@ CASES = [
     # defect: an --offers file with no offers was taken without a word: the plan ran on the bundled offers alone
     Case("plan-offers-file-empty", ("plan", str(COURSE), "--offers", "{tmp}/offers.toml"), "--offers {tmp}/offers.toml: no offers in this offers file",
          files=(("offers.toml", "schema_version = 1\n"),)),
+    # -- a hostile-input sweep: other scripts' digits, bytes that are not UTF-8, NUL -------------------------
+    # defect: a text flag or argument of bytes that are not UTF-8 (Python hands them over as lone surrogates)
+    # was an internal error (UnicodeEncodeError) wherever the store, a file or a message met it
+    Case("participant-not-utf8", ("seat", "start", "-p", "\udcff"),
+         "Invalid value for '--participant' / '-p': not UTF-8 text (bytes '\\xff' at character 1): type it in UTF-8"),
+    Case("seats-remove-not-utf8", ("seats", "remove", "seat-0\udcfe\udcff"),
+         "Invalid value for 'SEATS...': not UTF-8 text (bytes '\\xfe\\xff' at character 7)"),
+    Case("topup-note-not-utf8", ("seat", "topup", "-p", "bcosta", "--hours", "1", "--note", "ok \udce9"),
+         "Invalid value for '--note': not UTF-8 text"),
+    # defect: lab hours of other digits were read as plain ones ("1١:00-17:00" as 11:00-17:00), and a final
+    # newline passed the check
+    Case("course-hours-other-digit", ("course", "create", "{tmp}/course.toml"), "field 'schedule.hours': hours must look like 09:00-17:00, got '1١:00-17:00'",
+         files=(("course.toml", LAB.replace('hours = "09:00-17:00"', 'hours = "1١:00-17:00"')),)),
+    Case("plan-hours-final-newline", ("plan", "{tmp}/course.toml"), "field 'schedule.hours': hours must look like 09:00-17:00, got '09:00-17:00\\n'",
+         files=(("course.toml", LAB.replace('hours = "09:00-17:00"', 'hours = "09:00-17:00\\n"')),)),
+    Case("course-access-fullwidth-digit", ("course", "create", "{tmp}/course.toml"), "field 'schedule.access': access must be",
+         files=(("course.toml", HOMEWORK.replace('access = "08:00-22:00"', 'access = "0８:00-22:00"')),)),
+    # defect: an offers file named with a NUL was an internal error (ValueError: embedded null byte)
+    Case("plan-offers-file-nul", ("plan", "{tmp}/course.toml"), "field 'offers_files': 'a\\x00b' is not a file name",
+         files=course_file("participants = 16", 'participants = 16\noffers_files = ["a\\u0000b"]')),
+    # defect: each of these read a number of other digits as a plain one: usage since 12 hours ago, a CPU quota
+    # and memory cap the agent wrote into systemd, a CUDA device, a PostgreSQL port, the port of the access
+    # links, a Slurm MIG instance id, a SkyPilot price
+    Case("usage-since-other-digits", ("usage", "--since", "١٢h"), "error: --since: '١٢h' is not a date"),
+    Case("host-cpu-quota-other-digits", ("engines", "settings", "host", "cpu_quota=١٢%", "--db", "{db}"), "host setting cpu_quota: String should match pattern"),
+    Case("host-memory-max-fullwidth", ("engines", "settings", "host", "memory_max=１２G", "--db", "{db}"), "host setting memory_max: String should match pattern"),
+    Case("bench-device-other-digit", ("bench", "--device", "cuda:١", "-n", "1"), "error: --device: unknown device 'cuda:١'"),
+    Case("db-postgres-port-other-digits", ("course", "list", "--db", "postgresql://u@db.invalid:١٢/d"), "not a database URL: port '١٢' is not in the digits 0-9"),
+    Case("links-base-url-other-digits", ("roster", "links", "--base-url", "https://gpu.example.org:١٢/", "--db", "{db}"),
+         "error: --base-url: 'https://gpu.example.org:١٢/' is not a base URL"),
+    Case("slurm-mig-instance-other-digit", ("slurm", "config", "--inventory", str(EXAMPLES / "h200-2x-server.toml"), "--mode", "mig",
+                                            "--profile", "1g.18gb", "--node", "gpu02", "--mig-minors", "{tmp}/mig-minors", "--mig-instances", "seat-01=٧"),
+         "--mig-instances: 'seat-01=٧' is not SEAT=GI[:CI]", files=(("mig-minors", "config 1\nmonitor 2\ngpu0/gi7/access 66\n"),)),
+    Case("offers-import-price-other-digits", ("offers", "import", "{tmp}/vms.csv", "--provider", "aws", "--out", "{tmp}/offers.toml"),
+         "vms.csv:2: Price is not a number: '٠.٥٢٦'", files=(("vms.csv", f"{SKY[0]}\n{SKY[1].replace(',0.526,', ',٠.٥٢٦,')}\n"),)),
+    # defect: a Hub API URL with a port of other digits was an internal error (²: InvalidURL) or another port (١٢)
+    Case("cull-api-url-superscript-port", ("jupyterhub", "cull", "--once", "--dry-run", "--api-url", "http://127.0.0.1:²/hub/api"),
+         "error: --api-url: not a valid URL: Port could not be cast to integer value as '²'"),
 ]  # fmt: skip
 
 
@@ -614,3 +656,32 @@ def test_apply_on_a_host_no_seat_is_on_says_so(cli, tmp_path: Path, template: Pa
     assert "note: no seat of any course is on host 'ibm-2xM6O'" in r.err and "Did you mean ibm-2xM60?" in r.err
     r = cli("apply", "--host", "ibm-2xM60", "--dry-run", "--db", f"sqlite:///{db}")
     assert r.code == 0 and "note:" not in r.err, r.err
+
+
+def test_an_unknown_log_level_is_one_message(cli, monkeypatch) -> None:
+    """``GPUSEAT_LOG_LEVEL=bogus`` (or ``²``) ended ``serve`` in an internal error (uvicorn's KeyError) once the
+    portal had been set up; it is checked with the flags now, and a level in capitals is taken as uvicorn's."""
+    monkeypatch.setenv("GPUSEAT_LOG_LEVEL", "²")
+    r = cli("serve", "--host", "bad host")
+    assert (r.code, r.err) == (
+        2,
+        "error: GPUSEAT_LOG_LEVEL: '²' is not a log level\n"
+        "To fix: set it to one of critical, error, warning, info, debug, trace, or unset it for info\n",
+    )
+    monkeypatch.setenv("GPUSEAT_LOG_LEVEL", "WARNING")
+    r = cli("serve", "--host", "bad host")  # the level passes: the next check speaks
+    assert r.code == 2 and r.err.startswith("error: --host: not an IP address"), r.err
+
+
+def test_a_probe_reads_no_number_of_other_digits_from_sysfs(cli, tmp_path: Path) -> None:
+    """``probe --root DIR`` over a sysfs whose SR-IOV counts are ``²`` and ``١٢`` ended in an internal error
+    (``isdigit`` passes ``²``, ``int`` refuses it); neither is a number the bundle records."""
+    dev = tmp_path / "root" / "sys" / "bus" / "pci" / "devices" / "0000:86:00.0"
+    dev.mkdir(parents=True)
+    for name, text in (("vendor", "0x10de"), ("class", "0x030200"), ("sriov_totalvfs", "²"), ("sriov_numvfs", "١٢")):
+        (dev / name).write_text(text + "\n", encoding="utf-8")
+    out = tmp_path / "bundle"
+    r = cli("probe", out, "--root", tmp_path / "root", "--nvidia-smi", tmp_path / "no-nvidia-smi", "--no-doctor")
+    assert r.code == 0, r.err
+    gpu = json.loads((out / "sysfs.json").read_text(encoding="utf-8"))["gpus"]["0000:86:00.0"]
+    assert (gpu["sriov_totalvfs"], gpu["sriov_numvfs"]) == (None, None)

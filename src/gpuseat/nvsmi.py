@@ -47,7 +47,8 @@ MAX_XML_BYTES = 64 * 1024 * 1024
 MAX_CSV_BYTES = 16 * 1024 * 1024
 MAX_LIST_BYTES = 1024 * 1024
 
-_NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
+#: re.ASCII: ``\d`` alone also matches ``١٢`` and ``１２``, which float() reads as 12
+_NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?", re.ASCII)
 _UNIT_SUFFIX = re.compile(r"\s*\[[^\]]*\]\s*$")
 
 #: Physical ranges of the readings; anything outside is a corrupt or hostile value, not a reading.

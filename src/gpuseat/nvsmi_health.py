@@ -50,7 +50,7 @@ def _int(node: ET.Element | None) -> int | None:
     value = _text(node)
     if value is None:
         return None
-    match = re.match(r"^\d{1,12}", value)
+    match = re.match(r"^\d{1,12}", value, re.ASCII)
     return int(match.group(0)) if match else None
 
 
@@ -113,7 +113,7 @@ def xml_health(node: ET.Element) -> dict[str, Any]:
     ):
         value = _text(node.find(path))
         if value is not None:
-            match = re.match(r"^\d+(\.\d+)?", value)
+            match = re.match(r"^\d+(\.\d+)?", value, re.ASCII)
             if match:
                 limit = float(match.group(0))
                 break
@@ -151,9 +151,10 @@ def _percent(node: ET.Element | None) -> float | None:
 
 _XID = re.compile(
     r"NVRM: Xid \(PCI:(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?\): (?P<xid>\d{1,5})\b"
-    r"(?P<rest>.*)$"
+    r"(?P<rest>.*)$",
+    re.ASCII,
 )
-_STAMP = re.compile(r"^\[\s*(?P<s>\d+\.\d+)\]")
+_STAMP = re.compile(r"^\[\s*(?P<s>\d+\.\d+)\]", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)

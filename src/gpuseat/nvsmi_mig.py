@@ -17,21 +17,26 @@ from gpuseat.readings import MigInstance, Snapshot
 
 _LGIP = re.compile(
     r"^\|\s+(?P<gpu>\d+)\s+MIG\s+(?P<name>\S+)\s+(?P<id>\d+)\s+(?P<free>\d+)/(?P<total>\d+)\s+"
-    r"(?P<mem>\d+(?:\.\d+)?)\s+(?P<p2p>\S+)\s+(?P<sm>\d+)\s+(?P<dec>\d+)\s+(?P<enc>\d+)\s+\|$"
+    r"(?P<mem>\d+(?:\.\d+)?)\s+(?P<p2p>\S+)\s+(?P<sm>\d+)\s+(?P<dec>\d+)\s+(?P<enc>\d+)\s+\|$",
+    re.ASCII,
 )
-_LGIP2 = re.compile(r"^\|\s+(?P<ce>\d+)\s+(?P<jpeg>\d+)\s+(?P<ofa>\d+)\s+\|$")
+_LGIP2 = re.compile(r"^\|\s+(?P<ce>\d+)\s+(?P<jpeg>\d+)\s+(?P<ofa>\d+)\s+\|$", re.ASCII)
 _LGIPP = re.compile(
-    r"^GPU\s+(?P<gpu>\d+)\s+Profile ID\s+(?P<id>\d+)\s+Placements?\s*:\s*\{(?P<starts>[\d,]+)\}:(?P<size>\d+)"
+    r"^GPU\s+(?P<gpu>\d+)\s+Profile ID\s+(?P<id>\d+)\s+Placements?\s*:\s*\{(?P<starts>[\d,]+)\}:(?P<size>\d+)",
+    re.ASCII,
 )
 _LGI = re.compile(
-    r"^\|\s+(?P<gpu>\d+)\s+MIG\s+(?P<name>\S+)\s+(?P<id>\d+)\s+(?P<gi>\d+)\s+(?P<start>\d+):(?P<size>\d+)\s+\|$"
+    r"^\|\s+(?P<gpu>\d+)\s+MIG\s+(?P<name>\S+)\s+(?P<id>\d+)\s+(?P<gi>\d+)\s+(?P<start>\d+):(?P<size>\d+)\s+\|$",
+    re.ASCII,
 )
 _LCI = re.compile(
-    r"^\|\s+(?P<gpu>\d+)\s+(?P<gi>\d+)\s+MIG\s+(?P<name>\S+)\s+(?P<id>\d+)\s+(?P<ci>\d+)\s+(?P<start>\d+):(?P<size>\d+)\s+\|$"
+    r"^\|\s+(?P<gpu>\d+)\s+(?P<gi>\d+)\s+MIG\s+(?P<name>\S+)\s+(?P<id>\d+)\s+(?P<ci>\d+)\s+(?P<start>\d+):(?P<size>\d+)\s+\|$",
+    re.ASCII,
 )
 _DEV = re.compile(
     r"^\|\s+(?P<gpu>\d+)\s+(?P<gi>\d+)\s+(?P<ci>\d+)\s+(?P<dev>\d+)\s+\|\s+(?P<used>\d+)MiB\s+/\s+(?P<total>\d+)MiB\s+\|"
-    r"\s+(?P<sm>\d+)\s+\S+\s+\|\s+(?P<ce>\d+)\s+"
+    r"\s+(?P<sm>\d+)\s+\S+\s+\|\s+(?P<ce>\d+)\s+",
+    re.ASCII,
 )
 
 

@@ -62,7 +62,7 @@ class Node:
     def number(self, *path: str) -> float | None:
         """The leading number of the value at ``path`` (``71424 MiB`` → 71424)."""
         value = self.text(*path)
-        match = re.match(r"^-?\d+(\.\d+)?", value) if value else None
+        match = re.match(r"^-?\d+(\.\d+)?", value, re.ASCII) if value else None
         return float(match.group(0)) if match else None
 
 
@@ -223,7 +223,8 @@ def parse_q_text(text: str, *, host: str, taken_at: float | None = None, where: 
 
 _PROC = re.compile(
     r"^\|\s+(?P<gpu>\d+)\s+(?P<gi>\d+|N/A)\s+(?P<ci>\d+|N/A)\s+(?P<pid>\d+)\s+(?P<type>C\+G|C|G)\s+(?P<name>\S.*?)\s+"
-    r"(?P<mem>\d+MiB|N/A)\s*\|$"
+    r"(?P<mem>\d+MiB|N/A)\s*\|$",
+    re.ASCII,
 )
 
 

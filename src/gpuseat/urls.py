@@ -36,7 +36,8 @@ def http_url(value: str, *, where: str, example: str = "https://hooks.example.or
 
 
 _BASE_URL = re.compile(
-    r"https?://(?:[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[[0-9A-Fa-f:.]{2,45}\])(?::(?P<port>\d{1,5}))?(?:/[A-Za-z0-9._~/-]*)?"
+    r"https?://(?:[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[[0-9A-Fa-f:.]{2,45}\])(?::(?P<port>\d{1,5}))?(?:/[A-Za-z0-9._~/-]*)?",
+    re.ASCII,  # \d alone also matches ١٢, which int() reads as port 12
 )
 
 

@@ -475,10 +475,11 @@ def test_a_claim_sent_twice_is_one_seat(sweep: Sweep) -> None:
     assert [s.participant for s in sweep.store.seats.seats("lab")] == ["ann", "ben", "cid"]
 
 
-@pytest.mark.parametrize("value", ["²", "①", "--3", "-²", "3.0", "1e309", str(10**30), "٣٣٣٣"])
+@pytest.mark.parametrize("value", ["²", "①", "--3", "-²", "3.0", "1e309", str(10**30), "٣٣٣٣", "٣", "３"])
 def test_a_survey_answer_that_is_no_whole_number_is_one_message(sweep: Sweep, value: str) -> None:
     """A scale answer is a whole number: digits Python's ``isdigit`` takes but ``int`` does not (superscripts,
-    circled digits, a doubled minus) were a 500."""
+    circled digits, a doubled minus) were a 500; digits of other scripts that ``int`` reads (``٣``, ``３``)
+    were stored as 3."""
     opened = sweep.org.post("/survey", data={"csrf": sweep.csrf["org"], "action": "open"}, follow_redirects=False)
     assert opened.status_code == 303
     form = {"csrf": sweep.csrf["ann"], "q_expectations": value}

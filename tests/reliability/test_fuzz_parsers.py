@@ -269,3 +269,63 @@ def test_survey_template_never_raises_foreign_errors() -> None:
         _check(parse_survey_template, data)
 
     run()
+
+
+# -- digits of other scripts: never read as numbers ------------------------------------------------------
+
+
+def _csv_readings(text: str) -> Any:
+    from gpuseat.nvsmi import parse_query_gpu_csv
+
+    gpu = parse_query_gpu_csv(QUERY_CSV.decode().splitlines()[0] + "\n" + text, host="h", where="gpus.csv").gpus[0]
+    return gpu.memory_used_mib, gpu.utilization_gpu, gpu.temperature_c
+
+
+def _listed(text: str) -> Any:
+    from gpuseat.core.listing import parse_list
+
+    return parse_list(text)
+
+
+def _xids(text: str) -> Any:
+    from gpuseat.nvsmi_health import parse_xid_log
+
+    return [(e.xid, e.uptime_s) for e in parse_xid_log(text)]
+
+
+def _instances(text: str) -> Any:
+    from gpuseat.nvsmi_mig import parse_lgi
+
+    return parse_lgi(text)
+
+
+def _driver(text: str) -> Any:
+    from gpuseat.doctor.parse import parse_driver_version
+
+    return parse_driver_version(text)
+
+
+def _sysfs(text: str) -> Any:
+    from gpuseat.doctor.parse import sysfs_int
+
+    return sysfs_int(text)
+
+
+#: a capture (nvidia-smi's CSV, -L, a kernel log, -lgi, the driver's version file, a sysfs count) whose numbers
+#: are in other scripts' digits: ``\d`` and ``int()``/``float()`` read ``١٢`` and ``１２`` as 12, so each was read
+#: as a reading, a GPU index, an Xid, an instance, a driver version or a VF count; none is one
+OTHER_DIGITS = [
+    ("query-gpu-csv", _csv_readings,
+     "0, GPU-11111111-2222-3333-4444-555555555555, Tesla T4, 15360 MiB, ١٢ MiB, ٥ %, ３１\n", (None, None, None)),
+    ("nvidia-smi-L", _listed, "GPU ١: NVIDIA A100-SXM4-40GB (UUID: GPU-11111111-2222-3333-4444-555555555555)\n", []),
+    ("kernel-log-xid", _xids, "[１２.5] NVRM: Xid (PCI:0000:86:00): ٧٩, pid=1, GPU has fallen off the bus.\n", []),
+    ("mig-lgi", _instances, "|   ٠  MIG 1g.10gb          19        7          0:1     |\n", []),
+    ("driver-version", _driver, "NVRM version: NVIDIA UNIX x86_64 Kernel Module  ٥٣٥.54.03  Wed Jun  7 2023\n", None),
+    ("sysfs-count", _sysfs, "١٦\n", None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("parse", "text", "read"), [p[1:] for p in OTHER_DIGITS], ids=[p[0] for p in OTHER_DIGITS])
+def test_digits_of_other_scripts_are_no_number(parse: Callable[[str], Any], text: str, read: Any) -> None:
+    assert parse(text) == read
+    assert parse(text.translate(str.maketrans("٠١٢٣٤٥٦٧٨٩１２３", "0123456789123"))) != read  # in plain digits: read

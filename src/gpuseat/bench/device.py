@@ -59,7 +59,7 @@ def parse_device(spec: str) -> DeviceChoice:
     text = spec.strip()
     if text.lower() in ("auto", "cpu", "cuda"):
         return DeviceChoice(kind=text.lower())
-    match = re.fullmatch(r"cuda:(\d+)", text, flags=re.IGNORECASE)
+    match = re.fullmatch(r"cuda:([0-9]+)", text, flags=re.IGNORECASE | re.ASCII)  # not \d: cuda:١ was cuda:1
     if match:
         return DeviceChoice(kind="cuda", index=int(match.group(1)))
     if DEVICE_UUID.fullmatch(text):  # the one device rule: what CUDA_VISIBLE_DEVICES takes

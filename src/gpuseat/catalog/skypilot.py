@@ -106,6 +106,8 @@ def _number(value: str, *, where: str, column: str, allow_empty: bool = False) -
             return None
         raise InputError(f"empty {column}", where=where, fix=f"give {column} a number")
     try:
+        if not value.isascii() or "_" in value:  # float() also reads ١٢, １２ and 1_2 as 12
+            raise ValueError(value)
         number = float(value)
     except ValueError:
         raise InputError(f"{column} is not a number: {value!r}", where=where, fix=f"give {column} a number") from None

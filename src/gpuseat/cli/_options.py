@@ -70,12 +70,31 @@ class _PlainFloatRange(_Plain, click.FloatRange):
     pass
 
 
+class _Text(click.types.StringParamType):
+    """A text flag's type that refuses bytes that are not UTF-8: Python hands them over as lone surrogates
+    (``gpuseat seat start -p $'\\xff'``), which no store, file or message can encode (an internal error)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = super().convert(value, param, ctx)
+        if isinstance(text, str) and not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raw = text[exc.start : exc.end].encode("utf-8", "surrogateescape")[:8]
+                self.fail(f"not UTF-8 text (bytes {ascii(raw)[1:]} at character {exc.start + 1}): type it in UTF-8")
+        return text
+
+
 def _plain_numbers(command: click.Command) -> None:
     """Make each int and float flag and argument of ``command`` read its number by the one rule (plain
     digits 0-9, an optional sign and point: no ``١٢``, ``1_000``, ``1e3``, `` 12``, ``nan``, ``inf``),
-    keeping its range, name and ``--help``. :class:`Commands` does it for every command of the app."""
+    keeping its range, name and ``--help``; and each text flag and argument refuse bytes that are not UTF-8
+    (:class:`_Text`). :class:`Commands` does it for every command of the app."""
     for param in command.params:
         kind = param.type
+        if type(kind) is click.types.StringParamType:
+            param.type = _Text()
+            continue
         if isinstance(kind, _Plain):
             continue
         if isinstance(kind, click.IntRange | click.FloatRange):

@@ -47,9 +47,11 @@ def register(app: typer.Typer) -> None:
 
         With --all-seats the exit code is 1 when a seat failed or is an outlier.
         """
+        from gpuseat.bench.device import parse_device
         from gpuseat.bench.run import BenchOptions, check_iterations
 
         check_iterations(iterations)
+        parse_device(device)  # a device that is none is one message, before the progress bar takes the terminal
         options = BenchOptions(
             iterations=iterations, device=device, seed=seed, caffe_tests=caffe_tests, threads=threads, data_dir=data
         )

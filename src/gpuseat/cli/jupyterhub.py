@@ -141,6 +141,10 @@ def cull(
     token = os.environ.get("JUPYTERHUB_API_TOKEN")
     if not url:
         raise InputError("no Hub API URL", where="--api-url", fix="run as a hub service or pass --api-url")
+    from gpuseat.urls import http_url
+
+    # a port of other digits was an internal error (²) or another port (١٢ was 12) where the culler first called
+    http_url(url, where="--api-url" if api_url else "JUPYTERHUB_API_URL", example="http://127.0.0.1:8081/hub/api")
     if not token:
         raise InputError(
             "no Hub API token", where="JUPYTERHUB_API_TOKEN", fix="run as a hub service (the hub sets it) or export it"

@@ -101,6 +101,7 @@ def register(app: typer.Typer) -> None:
         from gpuseat.web.app import create_app
 
         _check_port(port)
+        log_level()
         root = _check_root_path(root_path)
         proxies = _check_proxies(forwarded_allow_ips)
         expire_days = _check_expiry(links_expire)
@@ -207,6 +208,23 @@ def register(app: typer.Typer) -> None:
         )
 
 
+#: the log levels uvicorn knows (its ``LOG_LEVELS``)
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
+def log_level() -> str:
+    """``GPUSEAT_LOG_LEVEL`` (default info) as uvicorn takes it: any other value was an internal error
+    (uvicorn's KeyError) after the portal had been set up."""
+    value = os.environ.get("GPUSEAT_LOG_LEVEL", "info").strip().lower()
+    if value not in LOG_LEVELS:
+        raise InputError(
+            f"{os.environ['GPUSEAT_LOG_LEVEL'][:20]!r} is not a log level",
+            where="GPUSEAT_LOG_LEVEL",
+            fix=f"set it to one of {', '.join(LOG_LEVELS)}, or unset it for info",
+        )
+    return value
+
+
 def _check_root_path(value: str) -> str:
     value = value.strip()
     if value in ("", "/"):
@@ -308,7 +326,7 @@ def worker_app() -> Any:
 def _process_settings() -> None:
     from gpuseat.web.security import install_log_redaction
 
-    install_log_redaction(os.environ.get("GPUSEAT_LOG_LEVEL", "info"))
+    install_log_redaction(log_level())
     # CPU-bound work in worker threads (a 20,000-row roster import) holds the GIL in 5 ms slices by
     # default; 1 ms slices hand the event loop its turn sooner, so other pages keep answering quickly
     sys.setswitchinterval(0.001)
@@ -336,7 +354,7 @@ def _run(
         app,
         host=host,
         port=port,
-        log_level=os.environ.get("GPUSEAT_LOG_LEVEL", "info"),
+        log_level=log_level(),
         access_log=True,
         server_header=False,
         root_path=root_path,

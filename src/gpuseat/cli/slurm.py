@@ -68,7 +68,7 @@ def _mig_instances(text: str | None) -> dict[str, tuple[int, int]] | None:
 
     out = {}
     for item in text.split(","):
-        m = re.fullmatch(r"\s*([A-Za-z0-9_.-]{1,64})=(\d{1,2})(?::(\d{1,2}))?\s*", item)
+        m = re.fullmatch(r"\s*([A-Za-z0-9_.-]{1,64})=([0-9]{1,2})(?::([0-9]{1,2}))?\s*", item)  # not \d: ٧ was 7
         if m is None:
             raise InputError(
                 f"{item!r} is not SEAT=GI[:CI]",

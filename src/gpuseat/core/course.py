@@ -28,10 +28,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 
 from gpuseat.core.intervals import Interval
 from gpuseat.core.needs import MAX_GB, SeatNeed
+from gpuseat.safe_text import has_ascii_control
 
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 WEEKDAYS: tuple[str, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-_HOURS = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-4]):([0-5]\d)$")
+#: the digits 0-9 only: ``\d`` also matches ``١``, which ``int`` reads as 1 ("1١:00-17:00" was 11:00-17:00)
+_HOURS = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])-([01][0-9]|2[0-4]):([0-5][0-9])", re.ASCII)
 
 #: Longest course gpuseat plans (3 years): a longer one is a typo or a data centre, not a course.
 MAX_COURSE_DAYS = 1096
@@ -45,7 +47,7 @@ MAX_SESSIONS = 5000
 
 def parse_hours(text: str) -> tuple[time, float]:
     """``"09:00-17:00"`` → (start time, length in hours); ``"18:00-02:00"`` crosses midnight (8 h)."""
-    m = _HOURS.match(text)
+    m = _HOURS.fullmatch(text)  # not match with $, which passes a final newline
     if not m:
         raise ValueError(f"hours must look like 09:00-17:00, got {text!r}")
     h1, m1, h2, m2 = (int(g) for g in m.groups())
@@ -383,6 +385,17 @@ class Course(BaseModel):
     group_sections: dict[str, GroupSection] = Field({}, alias="groups", max_length=100)
     #: where the agent posts idle warnings and, before each session, the broken seats (docs/policy.md)
     webhook: str | None = None
+
+    @field_validator("offers_files")
+    @classmethod
+    def _offers_files(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for name in v:  # a NUL made the path an internal error ("embedded null byte") where the plan opened it
+            if not name.strip() or has_ascii_control(name):
+                raise ValueError(
+                    f"{name!r} is not a file name (empty, or with a control character): give each offers file's "
+                    "name, relative to the course file's folder, e.g. offers-h200.toml"
+                )
+        return v
 
     @field_validator("webhook")
     @classmethod

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-_LIST_GPU = re.compile(r"^GPU\s+(\d+):\s+(.+?)\s+\(UUID:\s*(GPU-[0-9A-Za-z-]+)\)\s*$")
-_LIST_MIG = re.compile(r"^\s+MIG\s+(\S+)\s+Device\s+(\d+):\s+\(UUID:\s*(MIG-[0-9A-Za-z/-]+)\)\s*$")
+_LIST_GPU = re.compile(r"^GPU\s+(\d+):\s+(.+?)\s+\(UUID:\s*(GPU-[0-9A-Za-z-]+)\)\s*$", re.ASCII)
+_LIST_MIG = re.compile(r"^\s+MIG\s+(\S+)\s+Device\s+(\d+):\s+\(UUID:\s*(MIG-[0-9A-Za-z/-]+)\)\s*$", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)

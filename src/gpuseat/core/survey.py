@@ -138,8 +138,8 @@ def parse_answers(template: Template, form: Mapping[str, Sequence[str]]) -> dict
                 raise InputError("more than one value", where=where, fix="pick one")
             if values:
                 raw = values[0].strip()
-                # decimal digits only, as int() reads them (isdigit() also takes "²" and "①", and lstrip "--3")
-                if not re.fullmatch(r"-?\d{1,3}", raw) or int(raw) not in q.scale_values:
+                # the digits 0-9 only (isdigit() also takes "²" and "①", \d and int() "٣" and "３", lstrip "--3")
+                if not re.fullmatch(r"-?[0-9]{1,3}", raw) or int(raw) not in q.scale_values:
                     raise InputError(
                         f"{raw[:20]!r} is not a whole number from {q.min} to {q.max}",
                         where=where,

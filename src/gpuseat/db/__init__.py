@@ -9,6 +9,7 @@ created and upgraded by the Alembic migrations shipped in ``gpuseat/db/migration
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -278,6 +279,10 @@ def _sqlite_error(context: Any) -> Exception | None:
     return sqlite_error(str(orig), database)
 
 
+#: the port as typed in a database URL, found as SQLAlchemy's own pattern finds it (which reads it with int())
+_URL_PORT = re.compile(r"[\w+]+://(?:[^:/]*(?::[^@]*)?@)?(?:\[[^/?]+\]|[^/:?]+)?:(?P<port>[^/?]*)")
+
+
 def database_url(value: str, *, where: str = "db_url") -> str:
     """``value`` when SQLAlchemy can read it as a database URL with a usable host; else an input error."""
     from sqlalchemy.engine import make_url
@@ -294,6 +299,9 @@ def database_url(value: str, *, where: str = "db_url") -> str:
         host = parsed.host
         if parsed.port is not None and not 0 < parsed.port < 65536:
             raise ValueError(f"port {parsed.port} is out of range")
+        typed = _URL_PORT.match(value) if parsed.port is not None else None
+        if typed and not typed["port"].isascii():  # SQLAlchemy's int() read postgresql://h:١٢/db as port 12
+            raise ValueError(f"port {typed['port'][:20]!r} is not in the digits 0-9")
     except (ArgumentError, ValueError, TypeError) as exc:
         raise InputError(f"not a database URL: {exc}", where=where, fix=fix) from None
     if host and (host.startswith("[") != host.endswith("]") or "[" in host.strip("[]") or "]" in host.strip("[]")):

@@ -113,7 +113,7 @@ def cmdline_value(tokens: tuple[str, ...], key: str) -> str | None:
     return value
 
 
-_NVRM = re.compile(r"^NVRM version:.*?\s(\d+\.\d+(?:\.\d+)?)(?:\s|$)", re.MULTILINE)
+_NVRM = re.compile(r"^NVRM version:.*?\s(\d+\.\d+(?:\.\d+)?)(?:\s|$)", re.MULTILINE | re.ASCII)
 
 
 def parse_driver_version(text: str) -> str | None:
@@ -170,7 +170,7 @@ def modprobe_blacklists(conf: str, module: str) -> bool:
     return False
 
 
-_VGPU_TYPE = re.compile(r"^\s*(\d+)\s*:\s*(\S.*?)\s*$")
+_VGPU_TYPE = re.compile(r"^\s*(\d+)\s*:\s*(\S.*?)\s*$", re.ASCII)
 
 
 def creatable_vgpu_types(text: str) -> tuple[str, ...]:
@@ -180,7 +180,7 @@ def creatable_vgpu_types(text: str) -> tuple[str, ...]:
 
 def sysfs_int(text: str | None) -> int | None:
     """An integer sysfs attribute (``sriov_totalvfs``, ``available_instances``), or None."""
-    if text is None:
+    if text is None or not text.isascii():  # int() also reads ١٢ and １２ as 12
         return None
     try:
         return int(text.strip(), 0)

@@ -336,7 +336,7 @@ def parse_since(since: str | None, *, now: float | None = None) -> float | None:
     if since is None:
         return None
     now = time.time() if now is None else now
-    if m := re.fullmatch(r"(\d{1,6}(?:\.\d{1,3})?)([dhm])", since.strip()):
+    if m := re.fullmatch(r"([0-9]{1,6}(?:\.[0-9]{1,3})?)([dhm])", since.strip()):  # not \d: "١٢h" was 12h
         return now - float(m.group(1)) * {"d": 86400, "h": 3600, "m": 60}[m.group(2)]
     try:
         when = dt.datetime.fromisoformat(since.strip())

@@ -156,7 +156,8 @@ def _read(path: Path, *, strip: bool = True) -> str | None:
 
 
 def _int(text: str | None) -> int | None:
-    return int(text) if text is not None and text.isdigit() else None
+    """A sysfs number in the digits 0-9 (``isdigit`` alone passes ``²``, which ``int`` refuses: an internal error)."""
+    return int(text) if text is not None and text.isascii() and text.isdigit() else None
 
 
 def _mdev(dev: Path) -> list[dict[str, Any]]:
