@@ -317,6 +317,11 @@ CASES = [
          "--mig-instances: 'seat-01=٧' is not SEAT=GI[:CI]", files=(("mig-minors", "config 1\nmonitor 2\ngpu0/gi7/access 66\n"),)),
     Case("offers-import-price-other-digits", ("offers", "import", "{tmp}/vms.csv", "--provider", "aws", "--out", "{tmp}/offers.toml"),
          "vms.csv:2: Price is not a number: '٠.٥٢٦'", files=(("vms.csv", f"{SKY[0]}\n{SKY[1].replace(',0.526,', ',٠.٥٢٦,')}\n"),)),
+    # defect: the host engine's probe_host took any text (gpu 1, ², a URL), and each probe then failed in ssh; a
+    # libvirt URI's port of other digits was stored for libvirt to refuse at apply
+    Case("host-probe-host-with-space", ("engines", "settings", "host", "probe_host=gpu 1", "--db", "{db}"), "host setting probe_host: 'gpu 1' is not a host name"),
+    Case("libvirt-connect-port-other-digits", ("engines", "settings", "libvirt", "connect=qemu+ssh://root@gpu1:١٢/system", "--db", "{db}"),
+         "libvirt setting connect: Value error, not a libvirt URI: Port could not be cast to integer value as '١٢'"),
     # defect: a Hub API URL with a port of other digits was an internal error (²: InvalidURL) or another port (١٢)
     Case("cull-api-url-superscript-port", ("jupyterhub", "cull", "--once", "--dry-run", "--api-url", "http://127.0.0.1:²/hub/api"),
          "error: --api-url: not a valid URL: Port could not be cast to integer value as '²'"),

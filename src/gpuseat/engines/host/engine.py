@@ -113,6 +113,12 @@ class HostSettings(BaseModel):
     def _host(cls, v: str | None) -> str | None:
         return hosts.check_host(v, field="ssh_host") if v else None
 
+    @field_validator("probe_host")
+    @classmethod
+    def _probe_host(cls, v: str) -> str:
+        """The one host rule too: ``gpu 1``, ``²`` or a URL was stored, and each probe then failed in ssh."""
+        return hosts.check_host(v, field="probe_host")
+
     @field_validator("jump_host")
     @classmethod
     def _jump(cls, v: str | None) -> str | None:

@@ -109,7 +109,12 @@ class LibvirtSettings(BaseModel):
                 f"{scheme}: must be qemu (or test) over a local socket, ssh, libssh, libssh2, tls or tcp, like "
                 "qemu+ssh://root@HOST/system (the ext transport runs a command of the URI's choosing)"
             )
-        odd = sorted({k for k, _ in parse_qsl(urlsplit(v).query, keep_blank_values=True)} - LIBVIRT_PARAMS)
+        try:
+            parts = urlsplit(v)
+            _ = parts.port  # in the digits 0-9 (qemu+ssh://root@gpu1:١٢/system was stored, for libvirt to refuse)
+        except ValueError as exc:
+            raise ValueError(f"not a libvirt URI: {exc}") from None
+        odd = sorted({k for k, _ in parse_qsl(parts.query, keep_blank_values=True)} - LIBVIRT_PARAMS)
         if odd:
             allowed = ", ".join(sorted(LIBVIRT_PARAMS))
             raise ValueError(
