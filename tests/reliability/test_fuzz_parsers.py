@@ -311,9 +311,20 @@ def _sysfs(text: str) -> Any:
     return sysfs_int(text)
 
 
-#: a capture (nvidia-smi's CSV, -L, a kernel log, -lgi, the driver's version file, a sysfs count) whose numbers
-#: are in other scripts' digits: ``\d`` and ``int()``/``float()`` read ``١٢`` and ``１２`` as 12, so each was read
-#: as a reading, a GPU index, an Xid, an instance, a driver version or a VF count; none is one
+def _probe_profile(name: str) -> Any:
+    """The MIG profile called ``name`` in a probe bundle's driver table (``-lgip``/``-lgipp``) as carve reads it."""
+    from gpuseat.services.probe import BUNDLE_VERSION, Bundle, profile_table
+
+    lgip = (FIXTURES / "rtxpro6000__lgip.txt").read_text().replace("MIG 1g.24gb         14", f"MIG {name}   14", 1)
+    files = {"mig-lgip.txt": lgip.encode(), "mig-lgipp.txt": (FIXTURES / "rtxpro6000__lgipp.txt").read_bytes()}
+    table = profile_table(Bundle("bundle", files, {"bundle_version": BUNDLE_VERSION}), "RTX-PRO-6000", CATALOG)
+    return [(p.compute_slices, p.memory_gb) for p in (table[1] if table else ()) if p.name == name]
+
+
+#: a capture (nvidia-smi's CSV, -L, a kernel log, -lgi, the driver's version file, a sysfs count, a probe bundle's
+#: MIG table) whose numbers are in other scripts' digits: ``\d`` and ``int()``/``float()`` read ``١٢`` and ``１２``
+#: as 12, so each was read as a reading, a GPU index, an Xid, an instance, a driver version, a VF count or a MIG
+#: profile's slices and memory; none is one
 OTHER_DIGITS = [
     ("query-gpu-csv", _csv_readings,
      "0, GPU-11111111-2222-3333-4444-555555555555, Tesla T4, 15360 MiB, ١٢ MiB, ٥ %, ３１\n", (None, None, None)),
@@ -322,6 +333,7 @@ OTHER_DIGITS = [
     ("mig-lgi", _instances, "|   ٠  MIG 1g.10gb          19        7          0:1     |\n", []),
     ("driver-version", _driver, "NVRM version: NVIDIA UNIX x86_64 Kernel Module  ٥٣٥.54.03  Wed Jun  7 2023\n", None),
     ("sysfs-count", _sysfs, "١٦\n", None),
+    ("probe-mig-profile", _probe_profile, "١g.٢٤gb", []),
 ]  # fmt: skip
 
 

@@ -341,8 +341,8 @@ def profile_table(bundle: Bundle, model_id: str, catalog: Catalog) -> tuple[Any,
     profiles = []
     for r in rows:
         starts, size = places.get((r.gpu, r.profile_id), ((), 0))
-        compute = re.match(r"^(\d+)g\.", r.name)
-        memory = re.search(r"\.(\d+)gb", r.name)
+        compute = re.match(r"^([0-9]+)g\.", r.name)  # not \d: a name of other digits (١g.٢٤gb) is no profile
+        memory = re.search(r"\.([0-9]+)gb", r.name)
         if not starts or not compute or not memory:
             continue
         profiles.append(
