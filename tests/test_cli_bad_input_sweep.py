@@ -304,7 +304,7 @@ CASES = [
          files=course_file("participants = 16", 'participants = 16\noffers_files = ["a\\u0000b"]')),
     # defect: each of these read a number of other digits as a plain one: usage since 12 hours ago, a CPU quota
     # and memory cap the agent wrote into systemd, a CUDA device, a PostgreSQL port, the port of the access
-    # links, a Slurm MIG instance id, a SkyPilot price
+    # links, a Slurm MIG instance id, a SkyPilot price, carve's board count
     Case("usage-since-other-digits", ("usage", "--since", "١٢h"), "error: --since: '١٢h' is not a date"),
     Case("host-cpu-quota-other-digits", ("engines", "settings", "host", "cpu_quota=١٢%", "--db", "{db}"), "host setting cpu_quota: String should match pattern"),
     Case("host-memory-max-fullwidth", ("engines", "settings", "host", "memory_max=１２G", "--db", "{db}"), "host setting memory_max: String should match pattern"),
@@ -322,6 +322,7 @@ CASES = [
     Case("host-probe-host-with-space", ("engines", "settings", "host", "probe_host=gpu 1", "--db", "{db}"), "host setting probe_host: 'gpu 1' is not a host name"),
     Case("libvirt-connect-port-other-digits", ("engines", "settings", "libvirt", "connect=qemu+ssh://root@gpu1:١٢/system", "--db", "{db}"),
          "libvirt setting connect: Value error, not a libvirt URI: Port could not be cast to integer value as '١٢'"),
+    Case("carve-gpu-count-other-digit", ("carve", "--gpu", "M60:٢"), "error: --gpu: '٢' is not a board count"),
     # defect: a Hub API URL with a port of other digits was an internal error (²: InvalidURL) or another port (١٢)
     Case("cull-api-url-superscript-port", ("jupyterhub", "cull", "--once", "--dry-run", "--api-url", "http://127.0.0.1:²/hub/api"),
          "error: --api-url: not a valid URL: Port could not be cast to integer value as '²'"),

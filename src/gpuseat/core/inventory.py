@@ -198,10 +198,8 @@ def server_from_gpu_flag(spec: str, catalog: Catalog) -> Server:
     """``--gpu MODEL[:COUNT]``: COUNT boards of MODEL (default 1); an M60 board has 2 chips."""
     name, _, count = spec.partition(":")
     model = catalog.resolve_gpu(name.strip(), where="--gpu")
-    try:
-        boards = int(count) if count else 1
-    except ValueError:
-        boards = 0
+    text = count.strip()  # in the digits 0-9: int() also read M60:٢ as two boards (and isdigit() passes ²)
+    boards = 1 if not count else int(text) if text.isascii() and text.isdigit() else 0
     if not 1 <= boards <= 64:
         raise InputError(
             f"'{count}' is not a board count", where="--gpu", fix="write MODEL[:COUNT] with COUNT 1..64, e.g. M60:2"
