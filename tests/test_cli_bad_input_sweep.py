@@ -323,6 +323,11 @@ CASES = [
     Case("libvirt-connect-port-other-digits", ("engines", "settings", "libvirt", "connect=qemu+ssh://root@gpu1:١٢/system", "--db", "{db}"),
          "libvirt setting connect: Value error, not a libvirt URI: Port could not be cast to integer value as '١٢'"),
     Case("carve-gpu-count-other-digit", ("carve", "--gpu", "M60:٢"), "error: --gpu: '٢' is not a board count"),
+    # defect: a number in an engine setting was read as pydantic reads text: 2_222 as port 2222, 1e1 as 10 s
+    Case("host-ssh-port-underscore", ("engines", "settings", "host", "ssh_port=2_222", "--db", "{db}"),
+         "error: host settings: host setting ssh_port: not a whole number in plain digits 0-9 (got 2_222): type 2222"),
+    Case("apply-set-timeout-exponent", ("apply", "--dry-run", "--set", "host.timeout=1e1"),
+         "host setting timeout: not a number in plain digits 0-9 (got 1e1): type 10"),
     # defect: a Hub API URL with a port of other digits was an internal error (²: InvalidURL) or another port (١٢)
     Case("cull-api-url-superscript-port", ("jupyterhub", "cull", "--once", "--dry-run", "--api-url", "http://127.0.0.1:²/hub/api"),
          "error: --api-url: not a valid URL: Port could not be cast to integer value as '²'"),

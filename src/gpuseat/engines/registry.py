@@ -187,7 +187,7 @@ def validate_settings(name: str, values: dict[str, Any]) -> Any:
             raise InputError(f"engine {name!r} takes no settings", where="settings", fix="remove them")
         return None
     try:
-        return model.model_validate(values)
+        return model.model_validate(_plain_numbers(name, model, values))
     except InputError as exc:  # a field's own rule (the one host rule of ssh_host, jump_host): say where it is set
         if exc.where not in model.model_fields:
             raise
@@ -200,6 +200,32 @@ def validate_settings(name: str, values: dict[str, Any]) -> Any:
         raise InputError(
             f"{name} setting {where}: {err.get('msg')}", where=f"{name} settings", fix=f"settings are: {fields}"
         ) from None
+
+
+def _plain_numbers(name: str, model: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with each number typed as text (``ssh_port=2222``, ``timeout=30``) read by the one rule for a
+    number (:func:`gpuseat.core.numbers.plain_number`): pydantic's own reading also took ``1_0``, `` 12`` and
+    ``1e1`` (as 10), as a number flag once did."""
+    import typing
+
+    from gpuseat.core.numbers import plain_number
+
+    out = dict(values)
+    for key, value in values.items():
+        field = model.model_fields.get(key)
+        if field is None or not isinstance(value, str):
+            continue
+        kinds = {k for k in (typing.get_args(field.annotation) or (field.annotation,)) if k is not type(None)}
+        if kinds and kinds <= {int, float}:
+            try:
+                out[key] = plain_number(value, whole=kinds == {int})
+            except ValueError as exc:
+                raise InputError(
+                    f"{name} setting {key}: {exc}",
+                    where=f"{name} settings",
+                    fix=f"set it with `gpuseat engines settings {name} {key}=NUMBER`",
+                ) from None
+    return out
 
 
 def _attr(target: str) -> Any:
