@@ -328,6 +328,11 @@ CASES = [
          "error: host settings: host setting ssh_port: not a whole number in plain digits 0-9 (got 2_222): type 2222"),
     Case("apply-set-timeout-exponent", ("apply", "--dry-run", "--set", "host.timeout=1e1"),
          "host setting timeout: not a number in plain digits 0-9 (got 1e1): type 10"),
+    # defect: a MIG profile named in other digits in an -L capture was blamed on a flag not given ("--profile: …")
+    Case("seats-add-capture-profile-other-digit", ("seats", "add", "--from-nvidia-smi", "{tmp}/L.txt"),
+         "error: --from-nvidia-smi: the capture's profile '1g.٥gb' of device 'MIG-11111111-2222-3333-4444-555555555555'",
+         files=(("L.txt", "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-11111111-2222-3333-4444-555555555555)\n"
+                          "  MIG 1g.٥gb      Device  0: (UUID: MIG-11111111-2222-3333-4444-555555555555)\n"),)),
     # defect: a Hub API URL with a port of other digits was an internal error (²: InvalidURL) or another port (١٢)
     Case("cull-api-url-superscript-port", ("jupyterhub", "cull", "--once", "--dry-run", "--api-url", "http://127.0.0.1:²/hub/api"),
          "error: --api-url: not a valid URL: Port could not be cast to integer value as '²'"),

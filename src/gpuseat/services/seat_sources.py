@@ -133,19 +133,34 @@ def seats_from_nvidia_smi(
             where="--from-nvidia-smi",
             fix="capture with `nvidia-smi -q -x > FILE` or `nvidia-smi -L > FILE` on the seat host",
         )
+    from pydantic import ValidationError
+
     keys = seat_keys(prefix, len(found), start)
-    return [
-        SeatSpec(
-            key=key,
-            kind=kind,
-            host=host,  # checked by the one host rule as given, never rewritten
-            device_uuid=uuid,
-            profile=profile,
-            memory_gb=round(gb, 2) if gb else None,
-            state="running",
-        )
-        for key, (uuid, (kind, profile, gb)) in zip(keys, found.items(), strict=True)
-    ]
+    out = []
+    for key, (uuid, (kind, profile, gb)) in zip(keys, found.items(), strict=True):
+        try:
+            out.append(
+                SeatSpec(
+                    key=key,
+                    kind=kind,
+                    host=host,  # checked by the one host rule as given, never rewritten
+                    device_uuid=uuid,
+                    profile=profile,
+                    memory_gb=round(gb, 2) if gb else None,
+                    state="running",
+                )
+            )
+        except ValidationError as exc:  # a name the capture gives (1g.٥gb): the capture's, not a flag's
+            first = exc.errors()[0]
+            if tuple(first["loc"])[:1] not in (("profile",), ("device_uuid",)):
+                raise
+            raise InputError(
+                f"the capture's {first['loc'][0]} {str(first.get('input'))[:60]!r} of device {uuid[:60]!r}: "
+                f"{first['msg']}",
+                where="--from-nvidia-smi",
+                fix="give the capture as nvidia-smi wrote it (`nvidia-smi -q -x > FILE` or `nvidia-smi -L > FILE`)",
+            ) from None
+    return out
 
 
 def _profile_gb(profile: str | None) -> float | None:
