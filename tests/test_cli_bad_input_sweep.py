@@ -701,3 +701,28 @@ def test_a_probe_reads_no_number_of_other_digits_from_sysfs(cli, tmp_path: Path)
     assert r.code == 0, r.err
     gpu = json.loads((out / "sysfs.json").read_text(encoding="utf-8"))["gpus"]["0000:86:00.0"]
     assert (gpu["sriov_totalvfs"], gpu["sriov_numvfs"]) == (None, None)
+
+
+def test_an_export_whose_assignment_ends_before_it_starts_is_one_message(cli, tmp_path: Path, template: Path) -> None:
+    """A course export (another site's, or edited by hand) with an assignment that ends before it starts was
+    exit 1, "the course database failed: … an assignment cannot end before it starts", with a fix about --db."""
+    import hashlib
+
+    db = tmp_path / "gpuseat.db"
+    shutil.copyfile(template, db)
+    url = f"sqlite:///{db}"
+    assert cli("course", "export", "--to", tmp_path / "e.zip", "--db", url).code == 0
+    with zipfile.ZipFile(tmp_path / "e.zip") as z:
+        members = {n: z.read(n).decode() for n in z.namelist()}
+    rows = json.loads(members["assignments.json"])
+    rows[0]["valid_to"] = "2016-01-01T00:00:00+00:00"
+    members["assignments.json"] = json.dumps(rows)
+    manifest = json.loads(members["manifest.json"])
+    manifest["sha256"]["assignments.json"] = hashlib.sha256(members["assignments.json"].encode()).hexdigest()
+    members["manifest.json"] = json.dumps(manifest)
+    (tmp_path / "forged.zip").write_bytes(zip_of(members))
+    r = cli("course", "import", tmp_path / "forged.zip", "--key", "k2", "--db", url)
+    assert r.code == 2, r.err
+    assert r.err.startswith(f"error: {tmp_path / 'forged.zip'}: assignments.json[0]: valid_to 2016-01-01 00:00:00+00:00 "
+                            "is before valid_from "), r.err  # fmt: skip
+    assert [c["key"] for c in json.loads(cli("course", "list", "-f", "json", "--db", url).out)] == ["course-2016"]

@@ -26,7 +26,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from sqlalchemy import Integer, cast, func, select
 
 from gpuseat.core.seating import COURSE_KEY_PATTERN, KEY_PATTERN, SEAT_KINDS, SEAT_STATES
@@ -411,6 +411,15 @@ class AssignmentRow(_Row):
     valid_to: _When = None
     mode: str = Field("assigned", max_length=16)
     ended_by: str | None = Field(None, max_length=32)
+
+    @model_validator(mode="after")
+    def _forwards(self) -> AssignmentRow:
+        """An end before the start is the archive's error (the store's own guard made it exit 1, "the course
+        database failed", with a fix about --db)."""
+        start, end = (d if d is None or d.tzinfo else d.replace(tzinfo=UTC) for d in (self.valid_from, self.valid_to))
+        if end is not None and start is not None and end < start:
+            raise ValueError(f"valid_to {self.valid_to} is before valid_from {self.valid_from}")
+        return self
 
 
 class TokenRow(_Row):
