@@ -703,9 +703,32 @@ def test_a_probe_reads_no_number_of_other_digits_from_sysfs(cli, tmp_path: Path)
     assert (gpu["sriov_totalvfs"], gpu["sriov_numvfs"]) == (None, None)
 
 
-def test_an_export_whose_assignment_ends_before_it_starts_is_one_message(cli, tmp_path: Path, template: Path) -> None:
-    """A course export (another site's, or edited by hand) with an assignment that ends before it starts was
-    exit 1, "the course database failed: … an assignment cannot end before it starts", with a fix about --db."""
+def _ends_before_it_starts(rows: list[dict[str, object]]) -> None:
+    rows[0]["valid_to"] = "2016-01-01T00:00:00+00:00"
+
+
+def _two_holders(rows: list[dict[str, object]]) -> None:
+    rows.append(rows[0] | {"participant": rows[1]["participant"]})
+
+
+def _one_link_twice(rows: list[dict[str, object]]) -> None:
+    rows += [{"participant": "amartin", "token_hash": "ab" * 32, "created_at": "2026-01-01T00:00:00+00:00"}] * 2
+
+
+#: a course export (another site's, or edited by hand) whose rows the store refuses: each was exit 1, "the course
+#: database failed: …" (the store's own guard or a UNIQUE constraint), with a fix about --db
+FORGED = [
+    ("assignment-ends-before-it-starts", "assignments.json", _ends_before_it_starts,
+     "assignments.json[0]: valid_to 2016-01-01 00:00:00+00:00 is before valid_from "),
+    ("seat-held-twice", "assignments.json", _two_holders, "assignments.json (open, of one seat): 'seat-01' appears twice"),
+    ("link-twice", "access_tokens.json", _one_link_twice, f"access_tokens.json: '{'ab' * 32}' appears twice"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("member", "forge", "says"), [f[1:] for f in FORGED], ids=[f[0] for f in FORGED])
+def test_a_forged_export_is_one_message(
+    cli, tmp_path: Path, template: Path, member: str, forge: Callable[[list[dict[str, object]]], None], says: str
+) -> None:
     import hashlib
 
     db = tmp_path / "gpuseat.db"
@@ -714,15 +737,14 @@ def test_an_export_whose_assignment_ends_before_it_starts_is_one_message(cli, tm
     assert cli("course", "export", "--to", tmp_path / "e.zip", "--db", url).code == 0
     with zipfile.ZipFile(tmp_path / "e.zip") as z:
         members = {n: z.read(n).decode() for n in z.namelist()}
-    rows = json.loads(members["assignments.json"])
-    rows[0]["valid_to"] = "2016-01-01T00:00:00+00:00"
-    members["assignments.json"] = json.dumps(rows)
+    rows = json.loads(members[member])
+    forge(rows)
+    members[member] = json.dumps(rows)
     manifest = json.loads(members["manifest.json"])
-    manifest["sha256"]["assignments.json"] = hashlib.sha256(members["assignments.json"].encode()).hexdigest()
+    manifest["sha256"][member] = hashlib.sha256(members[member].encode()).hexdigest()
     members["manifest.json"] = json.dumps(manifest)
     (tmp_path / "forged.zip").write_bytes(zip_of(members))
     r = cli("course", "import", tmp_path / "forged.zip", "--key", "k2", "--db", url)
     assert r.code == 2, r.err
-    assert r.err.startswith(f"error: {tmp_path / 'forged.zip'}: assignments.json[0]: valid_to 2016-01-01 00:00:00+00:00 "
-                            "is before valid_from "), r.err  # fmt: skip
+    assert r.err.startswith(f"error: {tmp_path / 'forged.zip'}: {says}") and r.err.count("error: ") == 1, r.err
     assert [c["key"] for c in json.loads(cli("course", "list", "-f", "json", "--db", url).out)] == ["course-2016"]

@@ -605,7 +605,14 @@ def import_course(store: Store, path: Path, *, key: str | None = None, actor: st
                     where=f"{where}: {name}[{i}]",
                     fix="use an intact copy of the export",
                 )
+    # what the store holds once: two open assignments of a seat or a participant, a link, an answer (each was
+    # exit 1, "the course database failed: UNIQUE constraint failed", with a fix about --db)
+    open_ = [a for a in got["assignments.json"] if a.valid_to is None]
+    _unique(where, "assignments.json (open, of one seat)", [a.seat for a in open_])
+    _unique(where, "assignments.json (open, of one participant)", [a.participant for a in open_])
+    _unique(where, "access_tokens.json", [t.token_hash for t in got["access_tokens.json"]])
     survey: SurveyRow | None = got["survey.json"]
+    _unique(where, "survey.json responses", [r.participant for r in survey.responses] if survey else [])
     for i, r in enumerate(survey.responses if survey else []):
         if r.participant not in pkeys:
             raise InputError(
