@@ -333,6 +333,10 @@ CASES = [
          "error: --from-nvidia-smi: the capture's profile '1g.٥gb' of device 'MIG-11111111-2222-3333-4444-555555555555'",
          files=(("L.txt", "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-11111111-2222-3333-4444-555555555555)\n"
                           "  MIG 1g.٥gb      Device  0: (UUID: MIG-11111111-2222-3333-4444-555555555555)\n"),)),
+    # defect: a top-up's note took escape sequences (printed raw in terminals) and was cut at 500 characters unsaid
+    Case("topup-note-escape", ("seat", "topup", "-p", "bcosta", "--hours", "1", "--note", "ok\x1b]0;owned\x07"),
+         "error: --note: a note must be one line under 500 characters, without control characters"),
+    Case("topup-note-too-long", ("seat", "topup", "-p", "bcosta", "--hours", "1", "--note", "y" * 600), "error: --note: a note must be one line"),
     # defect: a Hub API URL with a port of other digits was an internal error (²: InvalidURL) or another port (١٢)
     Case("cull-api-url-superscript-port", ("jupyterhub", "cull", "--once", "--dry-run", "--api-url", "http://127.0.0.1:²/hub/api"),
          "error: --api-url: not a valid URL: Port could not be cast to integer value as '²'"),

@@ -32,6 +32,21 @@ def has_control(value: str) -> bool:
     return _UNSAFE.search(value) is not None
 
 
+def check_note(note: str, *, where: str = "--note") -> str:
+    """``note`` when it is one line under 500 characters without control characters (a way in's note, a top-up's):
+    it is shown on a participant's page and in terminals, so no escape sequence and no bidi override; else an
+    input error, never a note cut or cleaned unsaid."""
+    from gpuseat.errors import InputError
+
+    if len(note) > 500 or clean(note, one_line=True) != note:
+        raise InputError(
+            "a note must be one line under 500 characters, without control characters",
+            where=where,
+            fix="shorten it to one line of plain text",
+        )
+    return note
+
+
 def has_ascii_control(value: str) -> bool:
     """True when ``value`` holds an ASCII control character (tab and newline too) or DEL: the check for a
     value that is stored as one line (non-ASCII controls are cleaned by :func:`clean` where it is shown)."""

@@ -15,7 +15,7 @@ from gpuseat.core.hosts import bad_stored_host, bare_label, host_problem
 from gpuseat.core.readiness import Access
 from gpuseat.engines import registry
 from gpuseat.errors import InputError
-from gpuseat.safe_text import clean
+from gpuseat.safe_text import check_note
 
 if TYPE_CHECKING:
     from gpuseat.store import CourseStore, ParticipantView, SeatView
@@ -258,12 +258,7 @@ def build_access(
     if kind is not None and kind not in ACCESS_KINDS:
         raise InputError(f"--kind {kind!r}", where="--kind", fix=f"one of {', '.join(ACCESS_KINDS)}")
     for n in notes:  # shown on the participant's page and in terminals: no escape sequence, no bidi override
-        if len(n) > 500 or clean(n, one_line=True) != n:
-            raise InputError(
-                "a note must be one line under 500 characters, without control characters",
-                where="--note",
-                fix="shorten it to one line of plain text",
-            )
+        check_note(n)
     jump_host = None
     if jump and not ssh:  # a jump host is part of an SSH way in: with --url it was dropped unsaid
         raise InputError("--jump is the SSH jump host (ssh -J) and needs --ssh", where="--jump", fix="give --ssh too")

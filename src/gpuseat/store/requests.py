@@ -39,6 +39,7 @@ from gpuseat.db.models import (
 )
 from gpuseat.engines import registry
 from gpuseat.errors import InputError
+from gpuseat.safe_text import check_note
 from gpuseat.store.activity import SeatDay, daily_of
 from gpuseat.store.base import Concern
 from gpuseat.store.rows import (
@@ -355,6 +356,7 @@ class Requests(Concern):
             raise InputError(f"unknown kind {kind!r}", where="kind", fix="topup or quota")
         if not 0 <= hours <= 100_000 or hours != hours:
             raise InputError(f"{hours} hours", where="hours", fix="a number of hours from 0 to 100000")
+        check_note(note)  # an escape sequence was stored for `seat hours` to print, a long note cut at 500 unsaid
         with self._database.write() as s:
             crow = _writable(_course(s, course))
             p, _seat, _a = _participant_and_seat(s, crow, participant)
