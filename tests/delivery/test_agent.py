@@ -25,6 +25,10 @@ from .hostlab import MIG_AND_WHOLE, Lab
 MIG = [m["uuid"] for m in MIG_AND_WHOLE[0]["mig"]]  # type: ignore[index]
 WHOLE = str(MIG_AND_WHOLE[1]["uuid"])
 GOAL_S = 20.0  # issue 37: p99 <= 10 s on SQLite; the test allows twice that on a loaded CI machine
+#: a deadline for what must happen but is not timed against the goal (an agent's start-up, a pass under load):
+#: each wait ends as soon as its condition holds. On a loaded 2-core machine an agent's start-up to its first
+#: "leader" line took 0.3 s unloaded and up to 5 s beside 6 busy processes, and once more than 20 s.
+AGENT_WAIT_S = 90.0
 
 
 class AgentProcess:
@@ -57,15 +61,31 @@ class AgentProcess:
     def text(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def until_leader(self, timeout: float = AGENT_WAIT_S) -> float:
+        """Seconds until this agent's log says it leads; fails at once, with its log, when it exits first."""
 
-def until(what: Callable[[], bool], timeout: float = GOAL_S, every: float = 0.1) -> float:
-    """Seconds until ``what()`` holds (fails the test when it does not within ``timeout``)."""
+        def leads() -> bool:
+            assert self.proc is not None
+            exited = self.proc.poll()  # looked at before the log: an agent that led, then exited, did lead
+            if "leader" in self.text():
+                return True
+            assert exited is None, f"the agent exited ({exited}) before it led:\n{self.text()}"
+            return False
+
+        return until(leads, timeout, every=0.02, why=lambda: f"{self.log.name}:\n{self.text()}")
+
+
+def until(
+    what: Callable[[], bool], timeout: float = GOAL_S, every: float = 0.1, *, why: Callable[[], str] | None = None
+) -> float:
+    """Seconds until ``what()`` holds (fails the test when it does not within ``timeout``, with ``why()``: what
+    was seen, e.g. the agent's log)."""
     start = time.monotonic()
     while time.monotonic() - start < timeout:
         if what():
             return time.monotonic() - start
         time.sleep(every)
-    raise AssertionError(f"not within {timeout} s")
+    raise AssertionError(f"not within {timeout} s" + (f": {why()}" if why is not None else ""))
 
 
 def _alive_of(uid: int) -> bool:
@@ -111,11 +131,11 @@ def running(request: pytest.FixtureRequest, cli: Callable[..., Any], tmp_path: P
     for who, uuid in (("ann", MIG[0]), ("ben", MIG[1])):
         assert cli("seats", "assign", "--participant", who, "--seat", by_uuid[uuid], "--db", db).code == 0
     agent = AgentProcess(db, tmp_path / "agent.log").start()
-    try:
-        until(lambda: (lab.keys_dir / lab.people["ben"].user).exists())
-        until(lambda: Path(lab.settings()["sshd_dropin"]).exists())
+    try:  # the set-up (the agent's start-up and first pass) is not timed
+        until(lambda: (lab.keys_dir / lab.people["ben"].user).exists(), AGENT_WAIT_S, why=agent.text)
+        until(lambda: Path(lab.settings()["sshd_dropin"]).exists(), AGENT_WAIT_S, why=agent.text)
         lab.start_sshd()
-        until(lambda: _env(lab, "ann") == MIG[0] and _env(lab, "ben") == MIG[1])
+        until(lambda: _env(lab, "ann") == MIG[0] and _env(lab, "ben") == MIG[1], AGENT_WAIT_S, why=agent.text)
         yield lab, db, by_uuid, agent
     finally:
         agent.stop()
@@ -236,10 +256,11 @@ def test_two_agents_one_applies_and_the_standby_takes_over(
     # rightly replaced by the standby, and "only one applies" then failed for the lease doing its job
     lease = 5
     first = AgentProcess(db, tmp_path / "a.log", "--lease", str(lease)).start()
-    until(lambda: "leader" in first.text())
-    second = AgentProcess(db, tmp_path / "b.log", "--lease", str(lease)).start()
+    second = AgentProcess(db, tmp_path / "b.log", "--lease", str(lease))
     try:
-        until(lambda: "standby" in second.text())
+        first.until_leader()
+        second.start()
+        until(lambda: "standby" in second.text(), AGENT_WAIT_S, why=second.text)  # its start-up is not timed
         time.sleep(1.5)
         assert "leader" not in second.text()  # only one applies
         until(lambda: (lab.keys_dir / lab.people["ann"].user).exists())
@@ -284,17 +305,20 @@ def test_kill9_at_random_steps_converges_and_never_keys_the_wrong_person(
         for p, s in zip(rng.sample(people, rng.randint(1, 4)), rng.sample(seats, 4), strict=False):
             assert cli("seats", "assign", "--participant", p, "--seat", s, "--db", db).code == 0
         agent = AgentProcess(db, tmp_path / f"agent-{round_}.log", "--lease", "1").start()
-
-        def leads(a: AgentProcess = agent) -> bool:
-            return "leader" in a.text()
-
-        until(leads, every=0.02)
-        time.sleep(rng.uniform(0.0, 0.9))
-        agent.kill9()
+        try:  # its start-up is not what is tested (nor timed): on a loaded 2-core machine it once took over 20 s
+            agent.until_leader()
+            time.sleep(rng.uniform(0.0, 0.9))
+        finally:
+            agent.kill9()
         keys_are_own()
     agent = AgentProcess(db, tmp_path / "agent-final.log").start()
     try:
-        until(lambda: "nothing to change" in cli("apply", "--course", "lab", "--dry-run", "--db", db).out)
+        # it converges: the time it takes (a start-up, then whole passes, under load) is not what is tested
+        until(
+            lambda: "nothing to change" in cli("apply", "--course", "lab", "--dry-run", "--db", db).out,
+            AGENT_WAIT_S,
+            why=agent.text,
+        )
     finally:
         agent.stop()
     keys_are_own()

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from portal.live import start
+from portal.live import Server, start
 
 from .hostlab import Lab
-from .test_agent import MIG, AgentProcess, _seat_of, _settings, until
+from .test_agent import AGENT_WAIT_S, MIG, AgentProcess, _seat_of, _settings, until
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -56,31 +56,38 @@ def test_a_participant_stops_starts_and_replaces_their_key_in_the_browser(
 
     with open_store(db) as store:
         links = {t.participant: t.token for t in store.tokens.issue_tokens("lab")}
-    agent = AgentProcess(db, tmp_path / "agent.log").start()
-    server = start(["--db", db, "--links-expire", "never"], tmp_path / "serve.log")
     shots = tmp_path / "shots"
+    agent = AgentProcess(db, tmp_path / "agent.log").start()
+    server: Server | None = None
+    # each wait on the agent is a deadline, not a timing (it ends as soon as its condition holds): the agent's
+    # start-up and passes beside Chromium, the portal and other tests on a loaded 2-core machine are not held
+    # to issue 37's 20 s
     try:
-        until(lambda: Path(lab.settings()["sshd_dropin"]).exists())
+        server = start(["--db", db, "--links-expire", "never"], tmp_path / "serve.log")
+        until(lambda: Path(lab.settings()["sshd_dropin"]).exists(), AGENT_WAIT_S, why=agent.text)
         lab.start_sshd()
-        until(lambda: lab.ssh("ann", "true").returncode == 0)
+        until(lambda: lab.ssh("ann", "true").returncode == 0, AGENT_WAIT_S, why=agent.text)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             page = browser.new_page(viewport={"width": 1000, "height": 1400})
             url = f"{server.url}/t/{links['ann']}"
             page.goto(url)
             assert "of 40 h left" in page.inner_text("#hours")
-            page.click("#seat-stop")
+            with page.expect_navigation():  # the form's answer is loaded before the page is read or left
+                page.click("#seat-stop")
             assert "stop: pending" in page.inner_text("#requests") or "stop: done" in page.inner_text("#requests")
 
             def says(text: str) -> bool:
                 page.goto(url)
                 return text in page.inner_text("#requests")
 
-            until(lambda: says("stop: done"), every=0.3)
+            until(lambda: says("stop: done"), AGENT_WAIT_S, every=0.3, why=agent.text)
             assert lab.ssh("ann", "true").returncode == 255
             assert "Your seat is stopped" in page.inner_text("#stopped")
-            page.click("#seat-start")
-            until(lambda: says("start: done"), every=0.3)
+            with page.expect_navigation():
+                page.click("#seat-start")
+            assert "start: " in page.inner_text("#requests"), page.inner_text("main")
+            until(lambda: says("start: done"), AGENT_WAIT_S, every=0.3, why=agent.text)
             assert lab.ssh("ann", "true").returncode == 0
 
             new = tmp_path / "newkey"
@@ -89,7 +96,7 @@ def test_a_participant_stops_starts_and_replaces_their_key_in_the_browser(
             with page.expect_navigation():
                 page.click("#save-key")
             assert "key: " in page.inner_text("#requests"), page.inner_text("main")
-            until(lambda: says("key: done"), every=0.3)
+            until(lambda: says("key: done"), AGENT_WAIT_S, every=0.3, why=agent.text)
             assert lab.ssh("ann", "true", key=new).returncode == 0
             assert lab.ssh("ann", "true").returncode == 255
             page.locator("#controls").screenshot(path=shots / "participant-controls.png")
@@ -97,7 +104,8 @@ def test_a_participant_stops_starts_and_replaces_their_key_in_the_browser(
             assert lab.ssh("ben", "true").returncode == 0
             browser.close()
     finally:
-        assert server.stop() == 0
         agent.stop()
+        if server is not None:
+            assert server.stop() == 0
     if os.environ.get("GPUSEAT_TEST_DOCS_SCREENSHOTS") == "1":
         shutil.copy(shots / "participant-controls.png", DOCS / "participant-controls.png")
