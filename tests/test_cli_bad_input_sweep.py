@@ -752,3 +752,24 @@ def test_a_forged_export_is_one_message(
     assert r.code == 2, r.err
     assert r.err.startswith(f"error: {tmp_path / 'forged.zip'}: {says}") and r.err.count("error: ") == 1, r.err
     assert [c["key"] for c in json.loads(cli("course", "list", "-f", "json", "--db", url).out)] == ["course-2016"]
+
+
+def test_a_hub_api_url_or_token_of_other_bytes_is_one_message(cli, monkeypatch, tmp_path: Path, template: Path) -> None:
+    """``jupyterhub cull`` given a ``JUPYTERHUB_API_TOKEN`` or ``JUPYTERHUB_API_URL`` of bytes that are not UTF-8
+    (or a token of other text) ended in an internal error where the request was made."""
+    db = tmp_path / "gpuseat.db"
+    shutil.copyfile(template, db)
+    cull = ("jupyterhub", "cull", "--once", "--dry-run", "--db", f"sqlite:///{db}")
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "t\udcffk")
+    r = cli(*cull, "--api-url", "http://127.0.0.1:9/hub/api")
+    assert (r.code, r.err.splitlines()[0]) == (
+        2,
+        "error: JUPYTERHUB_API_TOKEN: the Hub API token is not printable ASCII text",
+    )
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "token")
+    monkeypatch.setenv("JUPYTERHUB_API_URL", "http://127.0.0.1:9/hub/\udcff")
+    r = cli(*cull)
+    assert (r.code, r.err.splitlines()[0]) == (
+        2,
+        "error: JUPYTERHUB_API_URL: not a URL: it holds bytes that are not UTF-8 text",
+    )

@@ -20,6 +20,11 @@ def http_url(value: str, *, where: str, example: str = "https://hooks.example.or
     fix = f"give an http:// or https:// URL, e.g. {example}"
     if not value or len(value) > 2048 or has_control(value) or any(c.isspace() for c in value):
         raise InputError("not a URL (empty, too long, or with spaces or control characters)", where=where, fix=fix)
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # bytes that are not UTF-8 (an environment variable): an internal error on use
+            raise InputError("not a URL: it holds bytes that are not UTF-8 text", where=where, fix=fix) from None
     try:
         parts = urllib.parse.urlsplit(value)
         port = parts.port  # raises on a bad port

@@ -149,6 +149,12 @@ def cull(
         raise InputError(
             "no Hub API token", where="JUPYTERHUB_API_TOKEN", fix="run as a hub service (the hub sets it) or export it"
         )
+    if not (token.isascii() and token.isprintable()):  # it goes into an HTTP header: other text was an internal error
+        raise InputError(
+            "the Hub API token is not printable ASCII text",
+            where="JUPYTERHUB_API_TOKEN",
+            fix="export the token as the hub issued it (letters and digits)",
+        )
     from gpuseat.safe_text import log_handler
 
     logging.basicConfig(
