@@ -228,3 +228,23 @@ def test_a_leader_whose_clock_jumped_ahead_holds_the_lease_no_longer_than_its_tt
     time.sleep(3.3)
     assert store.agents.take_lease("agent:host:skew", "true-clock", 3)
     assert not store.agents.holds_lease("agent:host:skew", "ahead")
+
+
+def test_a_standby_keeps_the_leaders_cursor_and_a_new_leader_starts_from_it(store: CourseStore) -> None:
+    """A standby that started wrote cursor 0 over its leader's status row (``gpuseat agent status`` said 0),
+    and a new leader wrote its own 0 before it read the last leader's cursor back, so it never knew where that
+    leader had stopped (an unchanged store was not a resync, and drift it undid was not called drift)."""
+    from gpuseat.engines.agent import Agent, AgentOptions
+
+    options = AgentOptions(engine="host", host="gpu1", resync_s=3600)
+    first = Agent(store, options, say=lambda _line: None, holder="first")
+    assert first.tick() is not None and first.role == "leader"
+    (row,) = store.agents.agent_statuses()
+    applied = row["cursor"]
+    assert applied == store.agents.events_head() > 0
+    second = Agent(store, options, say=lambda _line: None, holder="second")
+    assert second.tick() is None and second.role == "standby"
+    assert store.agents.agent_statuses()[0]["cursor"] == applied
+    store.agents.drop_lease(options.lease_name, "first")  # the leader is gone
+    assert second.tick() is not None and second.role == "leader"
+    assert second._saved == applied  # where the last leader stopped: nothing changed since, a resync

@@ -99,12 +99,14 @@ class Agent:
             if self._leader != was or self.role == "starting":
                 self.role = "leader" if self._leader else "standby"
                 self.say(f"agent {self.holder}: {self.role} for {self.options.lease_name}")
-                self.store.agents.save_agent_status(
-                    self.options.lease_name, holder=self.holder, role=self.role, cursor=self.cursor or 0
-                )
                 if self._leader:  # a new leader plans everything once, from where the last leader stopped
                     self.cursor = None
-                    self._saved = self._saved_cursor()
+                    self._saved = self._saved_cursor()  # read before this agent's own status is written
+                # the row keeps the last leader's cursor (None): a standby, or a new leader before its
+                # first pass, has applied nothing
+                self.store.agents.save_agent_status(
+                    self.options.lease_name, holder=self.holder, role=self.role, cursor=self.cursor
+                )
         if not self._leader:
             return None
         head = self.store.agents.events_head()

@@ -169,22 +169,25 @@ class Agents(Concern):
         *,
         holder: str,
         role: str,
-        cursor: int,
+        cursor: int | None,
         applied: bool = False,
         resynced: bool = False,
         pending: int = 0,
         failed: list[dict[str, Any]] | None = None,
     ) -> None:
-        """Record what agent ``name`` did last (one row per agent name)."""
+        """Record what agent ``name`` did last (one row per agent name); ``cursor`` None keeps the events id
+        the row holds (what the last leader applied up to: a standby or a new leader has applied nothing)."""
         now = datetime.now(UTC)
         with self._database.write() as s:
             row = s.get(AgentStatus, name)
             if row is None:
                 row = AgentStatus(
-                    name=name, holder=holder, role=role, cursor=cursor, pending=0, failed=[], updated_at=now
+                    name=name, holder=holder, role=role, cursor=cursor or 0, pending=0, failed=[], updated_at=now
                 )
                 s.add(row)
-            row.holder, row.role, row.cursor, row.updated_at = holder, role, cursor, now
+            row.holder, row.role, row.updated_at = holder, role, now
+            if cursor is not None:
+                row.cursor = cursor
             if applied:
                 row.last_apply_at, row.pending, row.failed = now, pending, list(failed or [])
             if resynced:
