@@ -337,6 +337,15 @@ CASES = [
     Case("topup-note-escape", ("seat", "topup", "-p", "bcosta", "--hours", "1", "--note", "ok\x1b]0;owned\x07"),
          "error: --note: a note must be one line under 500 characters, without control characters"),
     Case("topup-note-too-long", ("seat", "topup", "-p", "bcosta", "--hours", "1", "--note", "y" * 600), "error: --note: a note must be one line"),
+    # defect: monitor --seats took a participant's login and key from the file unchecked: a rostered participant's
+    # login became root (the roster refuses it), and a course known from seats files got participant 'al ice'
+    Case("monitor-seats-user-root", ("monitor", "--ticks", "1", "--interval", "0.1", "--from-xml", str(XML), "--seats", "{tmp}/seats.toml"),
+         "seats file: seat 1 (seat-09): user 'root' is not a participant's login: the machines have that account for themselves",
+         files=(("seats.toml", '[[seat]]\nid = "seat-09"\ndevice = "GPU-11111111-2222-3333-4444-555555555555"\n'
+                               'participant = "eokafor"\nuser = "root"\n'),)),
+    Case("monitor-seats-participant-not-a-key", ("monitor", "--ticks", "1", "--interval", "0.1", "--from-xml", str(XML), "--seats", "{tmp}/seats.toml", "--course", "lab"),
+         "seats file: seat 1 (seat-01): participant 'al ice' is not a participant key",
+         files=(("seats.toml", '[[seat]]\nid = "seat-01"\ndevice = "GPU-11111111-2222-3333-4444-555555555555"\nparticipant = "al ice"\n'),)),
     # defect: a Hub API URL with a port of other digits was an internal error (²: InvalidURL) or another port (١٢)
     Case("cull-api-url-superscript-port", ("jupyterhub", "cull", "--once", "--dry-run", "--api-url", "http://127.0.0.1:²/hub/api"),
          "error: --api-url: not a valid URL: Port could not be cast to integer value as '²'"),

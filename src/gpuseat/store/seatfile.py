@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
+from gpuseat.core.roster import PARTICIPANT_KEY
 from gpuseat.core.seating import COURSE_KEY_PATTERN
 from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
 from gpuseat.errors import InputError
@@ -121,6 +123,13 @@ class SeatFile(Concern):
     ) -> Participant | None:
         if e.participant is None:
             return None
+        if e.user and (not UNIX_USER.match(e.user) or e.user in SYSTEM_LOGINS):  # the roster's rule for a login
+            raise InputError(
+                f"user {e.user!r} is not a participant's login"
+                + (": the machines have that account for themselves" if e.user in SYSTEM_LOGINS else ""),
+                where=at,
+                fix="give a login of their own: lower-case letters, digits, '_' or '-', starting with a letter",
+            )
         person = s.scalar(select(Participant).where(Participant.course_id == crow.id, Participant.key == e.participant))
         if person is None:
             if rostered:
@@ -128,6 +137,12 @@ class SeatFile(Concern):
                     f"participant {e.participant!r} is not on the roster of course {crow.key!r}",
                     where=at,
                     fix="import the roster first (gpuseat roster import) or fix the participant column",
+                )
+            if not PARTICIPANT_KEY.fullmatch(e.participant):  # the roster's rule for a key
+                raise InputError(
+                    f"participant {e.participant!r} is not a participant key",
+                    where=at,
+                    fix="use lower-case letters, digits, '.', '_' or '-'",
                 )
             person = Participant(course_id=crow.id, key=e.participant, unix_user=e.user, created_at=now, updated_at=now)
             s.add(person)
