@@ -728,13 +728,24 @@ def _one_link_twice(rows: list[dict[str, object]]) -> None:
     rows += [{"participant": "amartin", "token_hash": "ab" * 32, "created_at": "2026-01-01T00:00:00+00:00"}] * 2
 
 
+def _login_root(rows: list[dict[str, object]]) -> None:
+    rows[0]["unix_user"] = "root"
+
+
+def _forced_command(rows: list[dict[str, object]]) -> None:
+    rows[0]["ssh_key"] = f'command="sh" {rows[0]["ssh_key"]}'
+
+
 #: a course export (another site's, or edited by hand) whose rows the store refuses: each was exit 1, "the course
-#: database failed: …" (the store's own guard or a UNIQUE constraint), with a fix about --db
+#: database failed: …" (the store's own guard or a UNIQUE constraint), with a fix about --db; or whose participant
+#: the roster would refuse, stored as it came (a login root, an SSH key with a forced command)
 FORGED = [
     ("assignment-ends-before-it-starts", "assignments.json", _ends_before_it_starts,
      "assignments.json[0]: valid_to 2016-01-01 00:00:00+00:00 is before valid_from "),
     ("seat-held-twice", "assignments.json", _two_holders, "assignments.json (open, of one seat): 'seat-01' appears twice"),
     ("link-twice", "access_tokens.json", _one_link_twice, f"access_tokens.json: '{'ab' * 32}' appears twice"),
+    ("login-root", "participants.json", _login_root, "participants.json[0]: field 'unix_user': 'root' is not a participant's login"),
+    ("ssh-key-forced-command", "participants.json", _forced_command, "participants.json[0]: field 'ssh_key': unknown key type 'command=\"sh\"'"),
 ]  # fmt: skip
 
 

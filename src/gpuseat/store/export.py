@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from sqlalchemy import Integer, cast, func, select
 
+from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
+from gpuseat.core.roster import PARTICIPANT_KEY, check_ssh_key
 from gpuseat.core.seating import COURSE_KEY_PATTERN, KEY_PATTERN, SEAT_KINDS, SEAT_STATES
 from gpuseat.db.models import (
     AccessToken,
@@ -46,6 +48,7 @@ from gpuseat.db.models import (
 )
 from gpuseat.errors import InputError
 from gpuseat.files import check_target, write_file
+from gpuseat.safe_text import has_ascii_control
 from gpuseat.store.specs import _known_engine
 
 if TYPE_CHECKING:
@@ -352,7 +355,11 @@ class CourseRow(_Row):
 
 
 class ParticipantRow(_Row):
-    key: str = Field(max_length=128, min_length=1)
+    """A participant as the roster has them: an archive's key, login and SSH key follow the roster's rules
+    (an edited or another site's export gave a participant the login ``root``, a key ``al ice``, or an SSH
+    key with ``command=`` options that went into authorized_keys)."""
+
+    key: str = Field(max_length=128, min_length=1, pattern=PARTICIPANT_KEY.pattern)
     name: str | None = Field(None, max_length=256)
     email: str | None = Field(None, max_length=256)
     group: str | None = Field(None, max_length=128)
@@ -360,6 +367,22 @@ class ParticipantRow(_Row):
     ssh_key: str | None = Field(None, max_length=20_000)
     created_at: _When = None
     updated_at: _When = None
+
+    @field_validator("unix_user")
+    @classmethod
+    def _login(cls, v: str | None) -> str | None:
+        if v is not None and (not UNIX_USER.match(v) or v in SYSTEM_LOGINS):
+            raise ValueError(f"{v!r} is not a participant's login (the roster's rule: no system account, no a;b)")
+        return v
+
+    @field_validator("ssh_key")
+    @classmethod
+    def _ssh_key(cls, v: str | None) -> str | None:
+        if v is not None:
+            if has_ascii_control(v):
+                raise ValueError("control characters in a public key line")
+            check_ssh_key(v)  # ValueError: options (command=…), two keys, a private key, a cut one
+        return v
 
 
 def seat_record(x: Seat) -> dict[str, Any]:
