@@ -736,9 +736,14 @@ def _forced_command(rows: list[dict[str, object]]) -> None:
     rows[0]["ssh_key"] = f'command="sh" {rows[0]["ssh_key"]}'
 
 
+def _host_an_option(rows: list[dict[str, object]]) -> None:
+    rows[0]["host"] = "-oProxyCommand=sh"
+
+
 #: a course export (another site's, or edited by hand) whose rows the store refuses: each was exit 1, "the course
 #: database failed: …" (the store's own guard or a UNIQUE constraint), with a fix about --db; or whose participant
-#: the roster would refuse, stored as it came (a login root, an SSH key with a forced command)
+#: or seat the roster or seats add would refuse, stored as it came (a login root, an SSH key with a forced command,
+#: a host that ssh reads as an option)
 FORGED = [
     ("assignment-ends-before-it-starts", "assignments.json", _ends_before_it_starts,
      "assignments.json[0]: valid_to 2016-01-01 00:00:00+00:00 is before valid_from "),
@@ -746,6 +751,7 @@ FORGED = [
     ("link-twice", "access_tokens.json", _one_link_twice, f"access_tokens.json: '{'ab' * 32}' appears twice"),
     ("login-root", "participants.json", _login_root, "participants.json[0]: field 'unix_user': 'root' is not a participant's login"),
     ("ssh-key-forced-command", "participants.json", _forced_command, "participants.json[0]: field 'ssh_key': unknown key type 'command=\"sh\"'"),
+    ("seat-host-an-option", "seats.json", _host_an_option, "seats.json[0]: field 'host': not a host name: it starts with '-'"),
 ]  # fmt: skip
 
 

@@ -49,7 +49,7 @@ from gpuseat.db.models import (
 from gpuseat.errors import InputError
 from gpuseat.files import check_target, write_file
 from gpuseat.safe_text import has_ascii_control
-from gpuseat.store.specs import _known_engine
+from gpuseat.store.specs import PROFILE_PATTERN, _device, _host, _known_engine, _one_line
 
 if TYPE_CHECKING:
     from gpuseat.store.facade import Store
@@ -408,11 +408,14 @@ def seat_record(x: Seat) -> dict[str, Any]:
 
 
 class ExportSeatRow(_Row):
+    """A seat by the rules of a seat the store adds (:class:`gpuseat.store.specs.SeatSpec`): an archive's host
+    ``-oProxyCommand=…`` or ``gpu1;reboot``, a device or profile that is none was imported as it came."""
+
     key: str = _Key
     kind: Literal[SEAT_KINDS]  # type: ignore[valid-type]
     host: str | None = Field(None, max_length=256)
     device_uuid: str | None = Field(None, max_length=96)
-    profile: str | None = Field(None, max_length=64)
+    profile: str | None = Field(None, max_length=64, pattern=PROFILE_PATTERN)
     memory_gb: float | None = Field(None, ge=0, le=1e6)
     groups: list[str] = Field(default_factory=list, max_length=64)
     engine: str = Field(max_length=32)
@@ -425,6 +428,10 @@ class ExportSeatRow(_Row):
     access: dict[str, Any] | None = None  # core.readiness.Access.to_dict(); absent in older exports
     readiness: dict[str, Any] | None = None  # the last seats check (Readiness.to_dict())
     created_at: _When = None
+
+    _lines = field_validator("engine_ref", "connect")(_one_line)
+    _hosts = field_validator("host")(_host)
+    _devices = field_validator("device_uuid")(_device)
 
 
 class AssignmentRow(_Row):

@@ -13,6 +13,10 @@ _EngineRef = Annotated[str | None, Field(max_length=512)]
 _Connect = Annotated[str | None, Field(max_length=1024)]
 
 
+#: a seat's MIG profile or vGPU type as a name (``3g.40gb``, ``A100D-10C``): what the store and an export hold
+PROFILE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+:@/-]*$"
+
+
 def _one_line(value: str | None) -> str | None:
     if value is not None and has_ascii_control(value):
         raise ValueError("must be one line without control characters")
@@ -61,7 +65,7 @@ class SeatSpec(BaseModel):
     kind: SeatKind
     host: str | None = None
     device_uuid: str | None = None
-    profile: str | None = Field(None, max_length=96, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+:@/-]*$")
+    profile: str | None = Field(None, max_length=96, pattern=PROFILE_PATTERN)
     memory_gb: float | None = Field(None, gt=0, le=4096, allow_inf_nan=False)
     groups: tuple[str, ...] = ()
     engine: EngineName = "manual"
