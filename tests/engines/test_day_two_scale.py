@@ -48,7 +48,7 @@ def _course(n: int, folder: Path, cli: Callable[..., Any]) -> str:
     return db
 
 
-def _passes(*dbs: str, rounds: int = 3) -> list[tuple[int, float]]:
+def _passes(*dbs: str, rounds: int = 5) -> list[tuple[int, float]]:
     """(steps planned, seconds of the fastest pass) for each store's course: the dry-run passes take turns,
     one on each store a round, so that a load change on a shared machine hits both sizes alike, and the
     fastest of each is the least disturbed by neighbours."""
