@@ -253,6 +253,9 @@ CASES = [
     # defect: a --slurm-conf that is not there made scontrol look for the cluster in DNS for a minute, then
     # fail as if slurmctld were down (exit 1); a folder was stored as the course's slurm_conf first
     Case("slurm-status-conf-missing", ("slurm", "status", "--slurm-conf", "{tmp}/nope.conf"), "--slurm-conf {tmp}/nope.conf: file not found"),
+    # defect: a slurm.conf scontrol cannot parse was exit 1 with every "scontrol: error:" line and a fix about slurmctld
+    Case("slurm-status-conf-garbage", ("slurm", "status", "--slurm-conf", "{tmp}/bad.conf"), "slurm_conf {tmp}/bad.conf: scontrol cannot read",
+         files=(("bad.conf", "garbage = = =\nClusterName\n"),)),
     Case("slurm-enroll-conf-a-folder", ("slurm", "enroll", "--slurm-conf", "{tmp}"), "--slurm-conf {tmp}: is a folder"),
     # defect: nan passes every min/max: the agent and the culler waited nan seconds, i.e. not at all (a busy
     # loop on the store or the Hub API); and agent --install dropped the flag unsaid

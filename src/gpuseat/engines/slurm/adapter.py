@@ -70,7 +70,7 @@ def pending_meaning(reason: str) -> str:
 def explain(stderr: str) -> str:
     """Slurm's reason, cleaned up, plus what it means for the seat ("" when nothing matched)."""
     lines = [
-        ln.removeprefix("sbatch: error: ").removeprefix("srun: error: ").strip()
+        re.sub(r"^(sbatch|srun|scontrol): (error|fatal): ", "", ln).strip()
         for ln in stderr.splitlines()
         if ln.strip()
     ]
@@ -171,8 +171,19 @@ class Slurm:
             )
             raise EngineError(exc.what, where=cmd, fix=fix) from None
         if check and proc.returncode != 0:
+            said = proc.stderr or proc.stdout
+            if "Unable to process configuration file" in said or "Parse error in file" in said:
+                from gpuseat.errors import InputError  # the slurm.conf given is the input at fault, not the cluster
+
+                conf = self.conf or "slurm.conf"
+                raise InputError(
+                    f"{cmd} cannot read {conf}: {explain(said)}",
+                    where=f"slurm_conf {conf}",
+                    fix="give the cluster's slurm.conf (--slurm-conf, or the slurm_conf setting), or correct the lines "
+                    f"{cmd} names",
+                )
             raise EngineError(
-                f"{cmd} {' '.join(args[:3])} failed: {explain(proc.stderr or proc.stdout)}",
+                f"{cmd} {' '.join(args[:3])} failed: {explain(said)}",
                 where=cmd,
                 fix="check that slurmctld runs (scontrol ping) and slurm_conf (or SLURM_CONF) names its slurm.conf",
             )
