@@ -231,9 +231,10 @@ def test_a_leader_whose_clock_jumped_ahead_holds_the_lease_no_longer_than_its_tt
 
 
 def test_a_standby_keeps_the_leaders_cursor_and_a_new_leader_starts_from_it(store: CourseStore) -> None:
-    """A standby that started wrote cursor 0 over its leader's status row (``gpuseat agent status`` said 0),
-    and a new leader wrote its own 0 before it read the last leader's cursor back, so it never knew where that
-    leader had stopped (an unchanged store was not a resync, and drift it undid was not called drift)."""
+    """A standby that started wrote itself and cursor 0 over its leader's status row (``gpuseat agent status``
+    named the standby, at 0), and a new leader wrote its own 0 before it read the last leader's cursor back, so
+    it never knew where that leader had stopped (an unchanged store was not a resync, and drift it undid was not
+    called drift)."""
     from gpuseat.engines.agent import Agent, AgentOptions
 
     options = AgentOptions(engine="host", host="gpu1", resync_s=3600)
@@ -244,7 +245,8 @@ def test_a_standby_keeps_the_leaders_cursor_and_a_new_leader_starts_from_it(stor
     assert applied == store.agents.events_head() > 0
     second = Agent(store, options, say=lambda _line: None, holder="second")
     assert second.tick() is None and second.role == "standby"
-    assert store.agents.agent_statuses()[0]["cursor"] == applied
+    (row,) = store.agents.agent_statuses()  # still the leader's: the standby wrote itself over it
+    assert (row["holder"], row["role"], row["cursor"]) == ("first", "leader", applied)
     store.agents.drop_lease(options.lease_name, "first")  # the leader is gone
     assert second.tick() is not None and second.role == "leader"
     assert second._saved == applied  # where the last leader stopped: nothing changed since, a resync

@@ -102,11 +102,12 @@ class Agent:
                 if self._leader:  # a new leader plans everything once, from where the last leader stopped
                     self.cursor = None
                     self._saved = self._saved_cursor()  # read before this agent's own status is written
-                # the row keeps the last leader's cursor (None): a standby, or a new leader before its
-                # first pass, has applied nothing
-                self.store.agents.save_agent_status(
-                    self.options.lease_name, holder=self.holder, role=self.role, cursor=self.cursor
-                )
+                # one row per lease: a standby writes it only while no agent has (it would hide the leader in
+                # `gpuseat agent status`); the row keeps the last leader's cursor (None): a standby, or a new
+                # leader before its first pass, has applied nothing
+                name = self.options.lease_name
+                if self._leader or all(r["name"] != name for r in self.store.agents.agent_statuses()):
+                    self.store.agents.save_agent_status(name, holder=self.holder, role=self.role, cursor=self.cursor)
         if not self._leader:
             return None
         head = self.store.agents.events_head()
