@@ -70,9 +70,7 @@ def pending_meaning(reason: str) -> str:
 def explain(stderr: str) -> str:
     """Slurm's reason, cleaned up, plus what it means for the seat ("" when nothing matched)."""
     lines = [
-        re.sub(r"^(sbatch|srun|scontrol): (error|fatal): ", "", ln).strip()
-        for ln in stderr.splitlines()
-        if ln.strip()
+        re.sub(r"^(sbatch|srun|scontrol): (error|fatal): ", "", ln).strip() for ln in stderr.splitlines() if ln.strip()
     ]
     said = "; ".join(ln for ln in lines if ln) or "no message"
     for needle, meaning in _REASONS:
