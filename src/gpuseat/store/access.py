@@ -8,9 +8,11 @@ would change nothing writes nothing (re-running ``gpuseat host up`` leaves no tr
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import urlsplit
 
 from sqlalchemy import func, select
 
@@ -26,7 +28,15 @@ if TYPE_CHECKING:
     from gpuseat.core.readiness import Access, Readiness
     from gpuseat.store.facade import Store
 
-__all__ = ["access_of", "apply_seat_change", "checked_since", "readiness_of", "record_delivery", "record_readiness"]
+__all__ = [
+    "access_of",
+    "apply_seat_change",
+    "check_access",
+    "checked_since",
+    "readiness_of",
+    "record_delivery",
+    "record_readiness",
+]
 
 
 def _course_and_seat(store: Store, s: Any, course: str, seat: str) -> tuple[CourseRecord, Seat]:
@@ -177,3 +187,80 @@ def _holder_key(s: Session, row: Seat) -> str | None:
         .join(Assignment, Assignment.participant_id == Participant.id)
         .where(Assignment.seat_id == row.id, Assignment.valid_to.is_(None))
     )
+
+
+#: the commands an engine puts in a way in that are no ``ssh``: Slurm's ``srun`` in the course partition
+#: (and session), Kubernetes' namespace switch (engines/slurm, engines/kubernetes), names only
+_ENGINE_COMMANDS = {
+    "slurm": re.compile(
+        r"srun -p [A-Za-z0-9][A-Za-z0-9_.-]{0,62}(?: --reservation=[A-Za-z0-9][A-Za-z0-9_.-]{0,62})? "
+        r"--gres=gpu:1 --pty bash",
+        re.ASCII,
+    ),
+    "kubernetes": re.compile(r"kubectl config set-context --current --namespace=[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"),
+}
+
+
+def check_access(data: Any, *, seat: str) -> Any:
+    """``data`` when it is a way in gpuseat makes (``Access.to_dict()``): host, port, user, jump host, URL, notes,
+    device and holder by the rules ``seats connect`` and the engines follow, and a command that is the one gpuseat
+    builds from them (or none); else a ValueError naming the seat and the field (an export's ``access``)."""
+    from gpuseat.core.delivery import ssh_command
+    from gpuseat.core.hosts import check_host, jump_target
+    from gpuseat.core.logins import UNIX_USER
+    from gpuseat.core.readiness import ACCESS_KINDS
+    from gpuseat.core.roster import PARTICIPANT_KEY
+    from gpuseat.safe_text import check_note
+    from gpuseat.store.specs import _device
+    from gpuseat.urls import http_url
+
+    def bad(name: str, what: str, fix: str = "correct it or leave it out") -> ValueError:
+        got = repr(data.get(name))
+        return ValueError(f"seat {seat!r}: access.{name} {got[:80]}: {what}; {fix}")
+
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise ValueError(f"seat {seat!r}: access is not an object; give the way in as `course export` writes it")
+    if data.get("kind") not in ACCESS_KINDS:
+        raise bad("kind", "is not a kind of way in", f"use one of {', '.join(ACCESS_KINDS)}")
+    for name in ("host", "user", "jump_host", "command", "url", "device_uuid", "holder"):
+        if data.get(name) is not None and not isinstance(data[name], str):
+            raise bad(name, "is not text")
+    port = data.get("port")
+    if port is not None and (type(port) is not int or not 0 < port < 65536):
+        raise bad("port", "is not a TCP port", "give a port between 1 and 65535")
+    notes = data.get("notes") or []
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise bad("notes", "is not a list of text")
+    user, host, jump, url = data.get("user"), data.get("host"), data.get("jump_host"), data.get("url")
+    if user is not None and not UNIX_USER.fullmatch(user):
+        raise bad("user", "is not a Unix user name", "use a login such as 'alice'")
+    if data.get("holder") is not None and not PARTICIPANT_KEY.fullmatch(data["holder"]):
+        raise bad("holder", "is not a participant's key")
+    try:
+        _device(data.get("device_uuid"))
+    except ValueError as exc:
+        raise bad("device_uuid", str(exc)) from None
+    name = "host"
+    try:  # each by its own rule, as seats connect --ssh/--jump/--url/--note checks it
+        if host is not None:
+            check_host(host, field=name)
+        name = "jump_host"
+        if jump is not None:
+            jump_target(jump, field=name)
+        name = "url"
+        if url is not None:
+            check_host(str(urlsplit(http_url(url, where=name)).hostname), field=name)
+        name = "notes"
+        for note in notes:
+            check_note(note, where=name)
+    except InputError as exc:
+        raise bad(name, exc.what, exc.fix or "correct it") from None
+    command = data.get("command")
+    made = ssh_command(host, user, port, jump) if host else None
+    engine = _ENGINE_COMMANDS.get(data["kind"])
+    if command is not None and command != made and not (engine and engine.fullmatch(command)):
+        fix = f"give {made!r}, the command gpuseat makes from its host, user, port and jump_host," if made else "give"
+        raise bad("command", "is not the command gpuseat makes for this way in", f"{fix} or leave it out")
+    return data

@@ -49,6 +49,7 @@ from gpuseat.db.models import (
 from gpuseat.errors import InputError
 from gpuseat.files import check_target, write_file
 from gpuseat.safe_text import has_ascii_control
+from gpuseat.store.access import check_access
 from gpuseat.store.specs import PROFILE_PATTERN, _device, _host, _known_engine, _one_line
 
 if TYPE_CHECKING:
@@ -432,6 +433,8 @@ class ExportSeatRow(_Row):
     _lines = field_validator("engine_ref", "connect")(_one_line)
     _hosts = field_validator("host")(_host)
     _devices = field_validator("device_uuid")(_device)
+    # a way in by the rules gpuseat makes one with: no command but the one it builds (ssh -oProxyCommand=…)
+    _access = field_validator("access")(lambda v, info: check_access(v, seat=info.data.get("key", "?")))
 
 
 class AssignmentRow(_Row):
