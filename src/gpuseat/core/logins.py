@@ -33,6 +33,12 @@ def is_login(value: str) -> bool:
     return bool(UNIX_USER.match(value))
 
 
+def is_participant_login(value: str) -> bool:
+    """Whether ``value`` may be a participant's login: a portable Unix user name that is no account the
+    machines have for themselves (the roster's rule; a seats file, an export and a VM's guest follow it)."""
+    return is_login(value) and value not in SYSTEM_LOGINS
+
+
 def unix_user(value: str, *, where: str = "unix_user") -> str:
     """``value`` when it is a portable Unix user name (:data:`UNIX_USER`), else one clear error; whether a
     system account is allowed too is each caller's policy (a Slurm reservation's placeholder is ``root``)."""

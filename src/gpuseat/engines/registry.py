@@ -187,7 +187,7 @@ def validate_settings(name: str, values: dict[str, Any]) -> Any:
             raise InputError(f"engine {name!r} takes no settings", where="settings", fix="remove them")
         return None
     try:
-        return model.model_validate(_plain_numbers(name, model, values))
+        return model.model_validate(_read_typed_numbers(name, model, values))
     except InputError as exc:  # a field's own rule (the one host rule of ssh_host, jump_host): say where it is set
         if exc.where not in model.model_fields:
             raise
@@ -202,7 +202,7 @@ def validate_settings(name: str, values: dict[str, Any]) -> Any:
         ) from None
 
 
-def _plain_numbers(name: str, model: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
+def _read_typed_numbers(name: str, model: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
     """``values`` with each number typed as text (``ssh_port=2222``, ``timeout=30``) read by the one rule for a
     number (:func:`gpuseat.core.numbers.plain_number`): pydantic's own reading also took ``1_0``, `` 12`` and
     ``1e1`` (as 10), as a number flag once did."""

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from sqlalchemy import Integer, cast, func, select
 
-from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
+from gpuseat.core.logins import is_participant_login
 from gpuseat.core.roster import PARTICIPANT_KEY, check_ssh_key
 from gpuseat.core.seating import COURSE_KEY_PATTERN, KEY_PATTERN, SEAT_KINDS, SEAT_STATES
 from gpuseat.db.models import (
@@ -372,7 +372,7 @@ class ParticipantRow(_Row):
     @field_validator("unix_user")
     @classmethod
     def _login(cls, v: str | None) -> str | None:
-        if v is not None and (not UNIX_USER.match(v) or v in SYSTEM_LOGINS):
+        if v is not None and not is_participant_login(v):
             raise ValueError(f"{v!r} is not a participant's login (the roster's rule: no system account, no a;b)")
         return v
 

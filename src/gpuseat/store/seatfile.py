@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
+from gpuseat.core.logins import SYSTEM_LOGINS, is_participant_login
 from gpuseat.core.roster import PARTICIPANT_KEY
 from gpuseat.core.seating import COURSE_KEY_PATTERN
 from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
@@ -123,7 +123,7 @@ class SeatFile(Concern):
     ) -> Participant | None:
         if e.participant is None:
             return None
-        if e.user and (not UNIX_USER.match(e.user) or e.user in SYSTEM_LOGINS):  # the roster's rule for a login
+        if e.user and not is_participant_login(e.user):  # the roster's rule for a login
             raise InputError(
                 f"user {e.user!r} is not a participant's login"
                 + (": the machines have that account for themselves" if e.user in SYSTEM_LOGINS else ""),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Literal, get_args
 
-from gpuseat.core.logins import SYSTEM_LOGINS, is_login
+from gpuseat.core.logins import is_participant_login
 from gpuseat.errors import InputError
 
 # A DNS label (RFC 1123): what a guest hostname, a libvirt domain name and a volume name all accept.
@@ -55,7 +55,7 @@ def domain_name(course: str, seat: str) -> str:
 
 def guest_login(value: str, *, where: str) -> str:
     """A participant's login in their VM: a Unix user name that is no system account (the guest's own)."""
-    if not is_login(value) or value in SYSTEM_LOGINS:
+    if not is_participant_login(value):
         raise InputError(
             f"'{value}' is not a usable login name",
             where=where,
