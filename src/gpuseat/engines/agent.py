@@ -6,6 +6,8 @@ made by hand are all corrected by the next one. The agent wakes when
 
 - the store changed: the newest ``events`` id is past its cursor (PostgreSQL wakes it at once with
   ``LISTEN``/``NOTIFY``; SQLite is polled every ``poll_s``, one cheap ``max(id)`` read);
+- the store was replaced (``gpuseat db restore``: the newest events id went back below its cursor):
+  every course is planned at once;
 - a schedule boundary passed (an access window or session opening or closing);
 - a resync is due (every ``resync_s``): what that pass changes was changed by hand (drift) and is
   logged as ``drift.reverted``;
@@ -92,6 +94,16 @@ class Agent:
     def tick(self) -> Pass | None:
         """One iteration: keep the lease; pass when something is due. Returns the pass, if any."""
         now = time.monotonic()
+        head: int | None = self.store.agents.events_head() if self._leader else None
+        if head is not None and self.cursor is not None and head < self.cursor:
+            # the events ids went back: the store was replaced under this agent (`gpuseat db restore`). What it
+            # holds now is planned whole at once (``changed_courses`` past the old cursor finds nothing), under
+            # the lease taken again first: the restored lease row is the backup's (another holder may hold it)
+            self.say(
+                f"agent {self.holder}: the store was replaced (its newest event is {head}, this agent had applied "
+                f"up to {self.cursor}): planning every course"
+            )
+            self.cursor, self._saved, self._renew_at = None, None, 0.0
         if now >= self._renew_at or not self._leader:
             was = self._leader
             self._leader = self.store.agents.take_lease(self.options.lease_name, self.holder, self.options.lease_s)
@@ -110,7 +122,8 @@ class Agent:
                     self.store.agents.save_agent_status(name, holder=self.holder, role=self.role, cursor=self.cursor)
         if not self._leader:
             return None
-        head = self.store.agents.events_head()
+        if head is None or self.cursor is None:  # a new leader, or the lease just taken again: read it now
+            head = self.store.agents.events_head()
         wall = datetime.now(UTC) + self._skew  # the store's time: what the pass's next change is on
         changed = self.cursor is None or head > self.cursor
         if self.cursor is None and self._saved is not None and head == self._saved:

@@ -1,0 +1,79 @@
+"""An agent over a store that ``gpuseat db restore`` replaced under it: the events head went back below the
+agent's cursor (SQLite's backup API writes into the live file; pg_restore --clean resets the sequence), so
+the agent plans every course at once instead of waiting for the next resync."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpuseat.engines.agent import Agent, AgentOptions
+from gpuseat.engines.runner import Runner
+from gpuseat.store import CourseStore
+from gpuseat.store.backup import backup, restore
+
+from .conftest import COURSE
+
+
+def _seats(cli: Callable[..., Any], url: str, tmp_path: Path, key: str, n: int) -> None:
+    uuid = f"GPU-{n:08d}-0000-4000-8000-000000000000"
+    (tmp_path / f"{key}.txt").write_text(f"GPU 0: NVIDIA H200 (UUID: {uuid})\n")
+    r = cli("seats", "add", "--from-nvidia-smi", tmp_path / f"{key}.txt", "--engine", "host", "--host", "gpu1",
+            "--course", key, "--db", url)  # fmt: skip
+    assert r.code == 0, r.err
+
+
+def test_a_restored_store_is_planned_whole_at_the_next_tick(
+    store: CourseStore, url: str, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    (tmp_path / "two.toml").write_text(COURSE.replace('"lab"', '"two"'))
+    store.courses.create_course(tmp_path / "two.toml", key="two")
+    _seats(cli, url, tmp_path, "lab", 1)
+    _seats(cli, url, tmp_path, "two", 2)
+    said: list[str] = []
+    agent = Agent(store, AgentOptions(engine="host", host="gpu1", resync_s=3600), runner=Runner(dry_run=True),
+                  say=said.append, holder="gpu1:1:abc")  # fmt: skip
+    first = agent.tick()
+    assert first is not None and sorted(p.course for p in first.planned) == ["lab", "two"]
+    backup(url, tmp_path / "store.backup")
+    for _ in range(5):  # changes after the backup: the head moves past what the backup holds
+        store.events.log("lab", "portal.login")
+    assert agent.tick() is not None
+    before = agent.cursor
+    assert before is not None and before > 0
+    restore(url, tmp_path / "store.backup", force=True)
+    assert store.agents.events_head() < before  # the store went back
+    again = agent.tick()  # at once, not at the next resync (an hour here)
+    assert again is not None, "the restored store was not planned"
+    assert sorted(p.course for p in again.planned) == ["lab", "two"]  # every course, not the changed ones
+    assert agent.role == "leader" and agent.cursor == store.agents.events_head()
+    assert any("store was replaced" in line for line in said), said
+    # the restored lease row (the backup's, long expired) and status row do not unseat the leader
+    assert store.agents.holds_lease(agent.options.lease_name, agent.holder)
+    (row,) = [r for r in store.agents.agent_statuses() if r["name"] == agent.options.lease_name]
+    assert (row["holder"], row["role"], row["cursor"]) == (agent.holder, "leader", agent.cursor)
+    assert agent.tick() is None  # and then idle again
+    store.events.log("two", "portal.login")  # a change after the restore reaches the machine at once
+    later = agent.tick()
+    assert later is not None and [p.course for p in later.planned] == ["two"]
+
+
+def test_a_restored_lease_held_by_another_live_agent_makes_this_one_a_standby(
+    store: CourseStore, url: str, tmp_path: Path
+) -> None:
+    """The backup's lease row names another holder, still unexpired: this agent waits as standby, as it would
+    for any holder, and takes over when that lease runs out."""
+    options = AgentOptions(engine="host", host="gpu1", resync_s=3600, lease_s=60)
+    store.agents.take_lease(options.lease_name, "other:1:old", 600)
+    backup(url, tmp_path / "store.backup")
+    store.agents.drop_lease(options.lease_name, "other:1:old")
+    agent = Agent(store, options, runner=Runner(dry_run=True), say=lambda _line: None, holder="gpu1:1:abc")
+    assert agent.tick() is not None and agent.role == "leader"
+    for _ in range(3):
+        store.events.log("lab", "portal.login")
+    assert agent.tick() is not None
+    restore(url, tmp_path / "store.backup", force=True)
+    assert agent.tick() is None and agent.role == "standby"
+    store.agents.drop_lease(options.lease_name, "other:1:old")
+    assert agent.tick() is not None and agent.role == "leader"
