@@ -258,45 +258,6 @@ hours = "09:00-17:00"
 """
 
 
-def test_outside_lab_sessions_is_a_503_naming_the_next_one(tmp_path, spawners):
-    from datetime import datetime
-    from zoneinfo import ZoneInfo
-
-    from gpuseat.store import open_store
-
-    url = f"sqlite:///{tmp_path / 'course.db'}"
-    store = open_store(url, create=True)
-    (tmp_path / "lab.toml").write_text(LAB_HOURS)
-    store.courses.create_course(tmp_path / "lab.toml", key="lab", timezone="Europe/Berlin")
-    store.roster.import_roster(
-        "lab", RosterText("name,email,group,unix_user\nAda,ada@example.edu,participants,ada\n", where="r.csv")
-    )
-    store.seats.add_seats("lab", seat_specs(1))
-    store.seats.assign("lab", "ada", "mig-1")
-
-    def at(text: str) -> float:
-        return datetime.fromisoformat(text).replace(tzinfo=ZoneInfo("Europe/Berlin")).timestamp()
-
-    now = [at("2026-03-07T11:00")]  # a Saturday
-    h = SeatHooks(HubSettings(course="lab", db_url=url, contact=CONTACT, sessions_only=True), clock=lambda: now[0])
-    saturday = refusal(h, spawners("ada"))
-    assert saturday == (
-        "Outside the lab sessions of course lab: the next one starts Mon 2026-03-09 09:00 (Europe/Berlin). "
-        f"Come back then, or ask {CONTACT}."
-    )
-    now[0] = at("2026-03-09T08:52")  # within the 10 minutes before the session
-    spawn(h, spawners("ada"))
-    assert store.seats.get_seat("lab", "mig-1").state == "requested"
-    stop(h, spawners("ada"))
-    now[0] = at("2026-03-13T17:00")
-    over = refusal(h, spawners("ada"))
-    assert (
-        over
-        == f"Course lab has no more lab sessions (the last one ended Fri 2026-03-13 17:00, Europe/Berlin). Ask {CONTACT}."
-    )
-    store.close()
-
-
 def test_a_seat_stopped_for_hours_starts_near_a_lab_session_one_stopped_by_its_holder_does_not(tmp_path, spawners):
     """Seat hours do not hold during lab sessions (gpuseat.engines.hours): with a session within
     ``lead_minutes``, ada's seat, stopped by the agent for hours, starts from the hub's own *Start*; ben's,

@@ -14,7 +14,9 @@ becomes ``released`` (or ``failed`` with the spawner's error), and a pool seat g
 The store work runs on gpuseat's own threads: the hub's event loop never waits for the database (a
 burst of 50 starts froze the hub for 37 s when it did); on SQLite one thread, so this hub's claims run
 one after another instead of queueing for the write lock. With ``sessions_only`` starts outside the
-course's lab sessions are refused too.
+course's lab sessions are refused too, on the store's clock (the database's time, read once per start, as the
+agent and the participant page read it): a hub host whose clock is off neither lets a participant in outside
+a session nor refuses one in it.
 """
 
 from __future__ import annotations
@@ -96,12 +98,14 @@ class SeatHooks:
     """The two hooks, bound to one course in one store (built once in ``jupyterhub_config.py``)."""
 
     def __init__(
-        self, settings: HubSettings, *, store: CourseStore | None = None, clock: Callable[[], float] = time.time
+        self, settings: HubSettings, *, store: CourseStore | None = None, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.settings = settings
         self._store = store
+        # the hub's own clock, in seconds: only when to read the schedule again; whether a session is on is
+        # the store's clock's to say
         self.clock = clock
-        self._sessions: tuple[float, list[Window], str] | None = None  # (read at, windows, time zone)
+        self._sessions: tuple[float, list[Window], str] | None = None  # (read at by self.clock, windows, time zone)
         self._refused: set[str] = set()
         self.timing = HookTiming()
         # SQLite: one thread, so this hub's claims run one after another instead of queueing for the write
@@ -226,10 +230,11 @@ class SeatHooks:
         actor = f"jupyterhub:{ref}"
         try:
             store = self.store
-            if s.sessions_only:
-                self._check_session()
+            now = store.requests.now() if s.sessions_only else None  # the store's clock, once per start
+            if now is not None:
+                self._check_session(now)
             who = self._who(user)
-            self._check_stopped(store, who)
+            self._check_stopped(store, who, now)
             for _attempt in range(5):
                 if s.mode == "pool":
                     seat = store.claims.claim_seat(s.course, who, mode="pool", actor=actor)
@@ -319,18 +324,18 @@ class SeatHooks:
                 f"The GPU seat service cannot hand out seats at the moment. Ask {s.contact}.", detail=repr(exc)
             ) from None
 
-    def _check_stopped(self, store: CourseStore, who: str) -> None:
+    def _check_stopped(self, store: CourseStore, who: str, now: datetime | None) -> None:
         """A seat its holder stopped (or the agent stopped: hours used up, idle, never connected) stays
         stopped: the hub's own *Start* button is refused until a start (or restart/reset) request is being
         carried out, which the engine does through this same hook. A seat stopped for hours runs near
-        and in a lab session (the rule of :mod:`gpuseat.engines.hours`)."""
+        and in a lab session (the rule of :mod:`gpuseat.engines.hours`), at ``now`` (None: the store's clock)."""
         s = self.settings
         state = store.requests.run_states(s.course).get(who)
         if state is None or state.running:
             return
         from gpuseat.engines import hours
 
-        if hours.stopped_for_hours(state.reason) and hours.read(store, s.course, None).of(who).runs(state):
+        if hours.stopped_for_hours(state.reason) and hours.read(store, s.course, now).of(who).runs(state):
             return
         asked = store.requests.seat_requests(s.course, participant=who, pending=True, limit=5)
         if any(r.action in ("start", "restart", "reset") for r in asked):
@@ -340,22 +345,23 @@ class SeatHooks:
             detail=f"{who}'s seat is stopped: {state.reason}",
         )
 
-    def _check_session(self) -> None:
-        """Refuse outside the course's lab sessions (the schedule is read again every 10 minutes)."""
-        s, now = self.settings, self.clock()
-        if self._sessions is None or now - self._sessions[0] > 600:
+    def _check_session(self, now: datetime) -> None:
+        """Refuse a start at ``now`` (the store's clock) outside the course's lab sessions (the schedule is
+        read again every 10 minutes of the hub's clock)."""
+        s, read_at = self.settings, self.clock()
+        if self._sessions is None or not 0 <= read_at - self._sessions[0] <= 600:
             from gpuseat.engines.skypilot.tasks import windows
 
             course = self.store.courses.get_course(s.course)
             schedule = self.store.courses.course_file(s.course).schedule
             wins = [] if schedule.always_on else windows(schedule.intervals(), lead_min=s.session_lead_min)
-            self._sessions = (now, wins, course.timezone)
+            self._sessions = (read_at, wins, course.timezone)
         _, wins, tz = self._sessions
         if not wins:
             return  # a 24/7 course
         from gpuseat.engines.skypilot.tasks import check_timezone
 
-        local = datetime.fromtimestamp(now, check_timezone(tz)).replace(tzinfo=None)
+        local = now.astimezone(check_timezone(tz)).replace(tzinfo=None)
         why = session_refusal(wins, local, course=s.course, timezone=tz, contact=s.contact)
         if why:
             raise Refusal(why)
