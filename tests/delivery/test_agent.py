@@ -263,6 +263,12 @@ def test_two_agents_one_applies_and_the_standby_takes_over(
         until(lambda: "standby" in second.text(), AGENT_WAIT_S, why=second.text)  # its start-up is not timed
         time.sleep(1.5)
         assert "leader" not in second.text()  # only one applies
+        # `agent status` lists both, the leader first: the standby is seen to be alive (its row hid it before)
+        (row,) = json.loads(cli("agent", "status", "--format", "json", "--db", db).out)
+        assert row["holder"].split(":")[1] == str(first.proc.pid)  # the leader's status row, not hidden
+        assert [(a["holder"].split(":")[1], a["role"]) for a in row["agents"]] == [
+            (str(first.proc.pid), "leader"), (str(second.proc.pid), "standby"),
+        ]  # fmt: skip
         until(lambda: (lab.keys_dir / lab.people["ann"].user).exists())
         first.kill9()  # the lease holder dies without a word
         killed = time.monotonic()

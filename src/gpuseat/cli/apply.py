@@ -339,7 +339,8 @@ def register(app: typer.Typer) -> None:
 
     @agent_app.command("status")
     def status(db: DbOption = None, fmt: FormatOption = Format.table) -> None:
-        """Each agent's last apply, pending and failed steps, and who holds each lease."""
+        """Each agent's last apply, pending and failed steps, who holds each lease, and every agent of each
+        lease running now (leader and standbys: holder, role, seconds since it last reported)."""
         from gpuseat.store import open_store
 
         with open_store(db, create=False) as store:
@@ -347,12 +348,24 @@ def register(app: typer.Typer) -> None:
         if fmt is Format.json:
             print_json(rows)
             return
+
+        def running(r: dict[str, Any]) -> list[str]:
+            return [f"{a['holder']} {a['role']} (reported {a['reported_s_ago']} s ago)" for a in r["agents"]]
+
         table = [
-            {**r, "failed": len(r["failed"]), "lease": f"{r['lease_holder'] or '-'} ({r['lease_expires_in_s']} s)"}
+            {
+                **r,
+                "failed": len(r["failed"]),
+                "lease": f"{r['lease_holder'] or '-'} ({r['lease_expires_in_s']} s)",
+                "running": "; ".join(running(r)),
+            }
             for r in rows
         ]
-        print_rows(table, ("name", "role", "holder", "last_apply_at", "pending", "failed", "lease"), fmt,
-                   title=f"{len(rows)} agent(s)")  # fmt: skip
+        columns = ("name", "role", "holder", "last_apply_at", "pending", "failed", "lease")
+        print_rows(table, (*columns, "running") if fmt is Format.csv else columns, fmt, title=f"{len(rows)} agent(s)")
+        for r in rows if fmt is not Format.csv else []:  # every agent running for the lease, one line each
+            for line in running(r):
+                print(f"  {r['name']}: {line}")
         for r in rows:
             for f in r["failed"][:10]:
                 print(f"  {r['name']}: {f['course']} {f['engine']} {f.get('step') or 'plan'}: {f['error']}")

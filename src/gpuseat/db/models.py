@@ -384,6 +384,19 @@ class AgentStatus(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class AgentPresence(Base):
+    """One running agent of a lease, leader or standby (``gpuseat agent status`` lists them): written
+    every third of its lease period, until ``expires_at`` (three lease periods on; the database's clock, as
+    the leases'), after which it is not shown and the next agent to report deletes it (migration 0018)."""
+
+    __tablename__ = "agent_presence"
+    name: Mapped[str] = mapped_column(String(160), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(160), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))
+    reported_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
+
+
 class EngineHolding(Base):
     """Access an engine found on a machine after its last apply (an account that can log in, a key, a
     job): what ``course delete`` asks before it deletes, and what an agent revokes for a deleted course.

@@ -83,6 +83,7 @@ class Agent:
     _waker: Any = None
     _saved: int | None = None
     _cut: bool = False  # the last pass stopped because the lease had run out
+    _report_at: float = 0.0  # when this agent next says in the store that it runs
 
     def _saved_cursor(self) -> int | None:
         """The events id the last leader of this lease had applied up to (kept in the store)."""
@@ -90,6 +91,15 @@ class Agent:
             if row["name"] == self.options.lease_name and row["last_apply_at"]:
                 return int(row["cursor"])
         return None
+
+    def _report(self, now: float) -> None:
+        """Say in the store that this agent runs, as what (every third of a lease period, and at a change of
+        role): ``gpuseat agent status`` lists each agent, standbys too, while its report is under three
+        lease periods old."""
+        if now >= self._report_at:
+            o = self.options
+            self.store.agents.report_agent(o.lease_name, self.holder, self.role, 3 * o.lease_s)
+            self._report_at = now + o.lease_s / 3
 
     def tick(self) -> Pass | None:
         """One iteration: keep the lease; pass when something is due. Returns the pass, if any."""
@@ -120,6 +130,8 @@ class Agent:
                 name = self.options.lease_name
                 if self._leader or all(r["name"] != name for r in self.store.agents.agent_statuses()):
                     self.store.agents.save_agent_status(name, holder=self.holder, role=self.role, cursor=self.cursor)
+                self._report_at = 0.0
+        self._report(now)
         if not self._leader:
             return None
         if head is None or self.cursor is None:  # a new leader, or the lease just taken again: read it now
@@ -181,6 +193,7 @@ class Agent:
                 self._renew_at = now + o.lease_s / 3
             else:
                 held = self.store.agents.holds_lease(o.lease_name, self.holder)
+            self._report(now)  # a long pass keeps the leader listed
             self._cut = self._cut or not held
             return held
 
@@ -242,9 +255,10 @@ class Agent:
                 pause = self.options.poll_s if self._leader else min(self.options.poll_s * 2, self.options.lease_s / 3)
                 self.wait(pause, halt)
         finally:
-            if self._leader:
-                with contextlib.suppress(GpuseatError):
+            with contextlib.suppress(GpuseatError):
+                if self._leader:
                     self.store.agents.drop_lease(self.options.lease_name, self.holder)
+                self.store.agents.forget_agent(self.options.lease_name, self.holder)
             if self._waker:
                 self._waker.close()
 

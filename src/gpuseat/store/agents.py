@@ -14,7 +14,15 @@ from typing import Any
 
 from sqlalchemy import delete, func, select, text
 
-from gpuseat.db.models import AgentLease, AgentStatus, CourseDeletion, EngineHolding, EngineSetting, Event
+from gpuseat.db.models import (
+    AgentLease,
+    AgentPresence,
+    AgentStatus,
+    CourseDeletion,
+    EngineHolding,
+    EngineSetting,
+    Event,
+)
 from gpuseat.store.base import Concern
 from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log, clock_sql
 
@@ -161,6 +169,44 @@ class Agents(Concern):
                 for r in s.scalars(select(AgentLease).order_by(AgentLease.name))
             ]
 
+    # -- running agents (leaders and standbys) -----------------------------------------------------------
+
+    def report_agent(self, name: str, holder: str, role: str, ttl_s: float, *, now: float | None = None) -> None:
+        """``holder`` runs as ``role`` for lease ``name``: shown for ``ttl_s`` seconds (the database's clock,
+        ``now`` in tests); reports of any agent past their time are deleted here."""
+        with self._database.write() as s:
+            t = self._clock(s) if now is None else now
+            s.execute(delete(AgentPresence).where(AgentPresence.expires_at < t))
+            row = s.get(AgentPresence, (name, holder))
+            if row is None:
+                row = AgentPresence(name=name, holder=holder)
+                s.add(row)
+            row.role, row.reported_at, row.expires_at = role[:16], t, t + ttl_s
+
+    def forget_agent(self, name: str, holder: str) -> None:
+        """``holder`` stopped (it is no longer listed)."""
+        with self._database.write() as s:
+            s.execute(delete(AgentPresence).where(AgentPresence.name == name, AgentPresence.holder == holder))
+
+    def live_agents(self, *, now: float | None = None) -> dict[str, list[dict[str, Any]]]:
+        """Lease name → its running agents whose report has not run out (holder, role, when it reported and
+        how many seconds ago), the lease holder first, then by holder."""
+        with self._database.read() as s:
+            t = self._clock(s) if now is None else now
+            holders = {r.name: r.holder for r in s.scalars(select(AgentLease).where(AgentLease.expires_at > t))}
+            rows = s.scalars(select(AgentPresence).where(AgentPresence.expires_at > t))
+            out: dict[str, list[dict[str, Any]]] = {}
+            for r in sorted(rows, key=lambda r: (r.name, r.holder != holders.get(r.name), r.holder)):
+                out.setdefault(r.name, []).append(
+                    {
+                        "holder": r.holder,
+                        "role": r.role,
+                        "reported_at": datetime.fromtimestamp(r.reported_at, UTC).isoformat(),
+                        "reported_s_ago": round(max(0.0, t - r.reported_at), 1),
+                    }
+                )
+            return out
+
     # -- agent status ------------------------------------------------------------------------------------
 
     def save_agent_status(
@@ -194,8 +240,10 @@ class Agents(Concern):
                 row.last_resync_at = now
 
     def agent_statuses(self) -> list[dict[str, Any]]:
-        """Every agent's last status, with its lease."""
+        """Every agent's last status, with its lease and (``agents``) the agents of that lease running now,
+        leader and standbys (:meth:`live_agents`)."""
         leases = {x["name"]: x for x in self.leases()}
+        live = self.live_agents()
         with self._database.read() as s:
             out = []
             for r in s.scalars(select(AgentStatus).order_by(AgentStatus.name)):
@@ -213,6 +261,7 @@ class Agents(Concern):
                         "pending": r.pending,
                         "failed": list(r.failed or []),
                         "updated_at": _iso(r.updated_at),
+                        "agents": live.get(r.name, []),
                     }
                 )
             return out
