@@ -68,6 +68,12 @@ class RosterRow:
     #: the columns the file has: a re-import keeps what a participant has for the others (a late
     #: registrant's ``name,email`` file once wiped everyone's SSH key and login)
     columns: frozenset[str] = frozenset(ROSTER_COLUMNS)
+    #: each given column's place in the file, 0-based (for ``FILE:LINE:COLUMN`` messages after parsing)
+    places: tuple[tuple[str, int], ...] = ()
+
+    def place(self, where: str, column: str) -> str:
+        """``FILE:LINE:COLUMN`` of this row's ``column`` (``FILE:LINE`` when the file has no such column)."""
+        return _place(where, self.line, dict(self.places).get(column))
 
 
 def check_ssh_key(text: str) -> str:
@@ -136,9 +142,12 @@ class _Cell:
         self.where, self.line, self.columns = where, line, columns
 
     def error(self, column: str, what: str, fix: str) -> InputError:
-        col = self.columns.get(column)
-        loc = f"{self.where}:{self.line}:{col + 1}" if col is not None else f"{self.where}:{self.line}"
-        return InputError(f"{column}: {what}", where=loc, fix=fix)
+        return InputError(f"{column}: {what}", where=_place(self.where, self.line, self.columns.get(column)), fix=fix)
+
+
+def _place(where: str, line: int, col: int | None) -> str:
+    """``FILE:LINE:COLUMN`` (``col`` 0-based), or ``FILE:LINE`` without a column."""
+    return f"{where}:{line}:{col + 1}" if col is not None else f"{where}:{line}"
 
 
 def parse_roster(text: str, *, groups: tuple[str, ...], where: str = "roster") -> list[RosterRow]:
@@ -268,7 +277,8 @@ def _row(record: list[str], cell: _Cell, groups: tuple[str, ...], seen: dict[str
             )
         seen[column][value] = cell.line
     given = frozenset(cell.columns)
-    return RosterRow(cell.line, key, get("name") or None, email.lower(), group, unix_user, ssh_key, given)
+    places = tuple(sorted(cell.columns.items()))
+    return RosterRow(cell.line, key, get("name") or None, email.lower(), group, unix_user, ssh_key, given, places)
 
 
 @dataclass(frozen=True, slots=True)

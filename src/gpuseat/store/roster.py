@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -10,8 +10,9 @@ from sqlalchemy import and_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from gpuseat.core.delivery import login_name
 from gpuseat.core.roster import RosterRow, RosterText, parse_roster
-from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
+from gpuseat.db.models import Assignment, CourseRecord, Event, Participant, Seat
 from gpuseat.errors import InputError, did_you_mean
 from gpuseat.store.base import Concern
 from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log, _open_seat_key, _participant, _participant_view
@@ -35,7 +36,8 @@ class Roster(Concern):
 
         Participants are matched by email: new ones are added, known ones updated (the report lists
         the changed fields), ones no longer listed are kept and reported as ``absent``. A bad row
-        raises :class:`InputError` with ``FILE:LINE:COLUMN`` and nothing is stored.
+        raises :class:`InputError` with ``FILE:LINE:COLUMN`` and nothing is stored. Once an engine has
+        applied the course, a login is never passed to another participant (:func:`_check_login`).
         """
         if isinstance(source, str):
             raise TypeError("import_roster takes a Path, a RosterText or parsed rows, not a str (file name or text?)")
@@ -116,6 +118,11 @@ def _apply_roster(s: Session, crow: CourseRecord, rows: list[RosterRow], where: 
     now = datetime.now(UTC)
     stored = {p.email: p for p in s.scalars(select(Participant).where(Participant.course_id == crow.id)) if p.email}
     keys = {p.key: p for p in s.scalars(select(Participant).where(Participant.course_id == crow.id))}
+    delivered = _delivered(s, crow)
+    before = {id(p): login_name(p.key, p.unix_user) for p in keys.values()}
+    # login → the key of who has it now (or had it, on the machines: a login renamed after delivery)
+    had = {**(_logins_left(s, crow) if delivered else {}), **{before[id(p)]: p.key for p in keys.values()}}
+    row_of: dict[int, RosterRow] = {}
     changes: list[RosterChange] = []
     for r in rows:
         values = {"key": r.key, "name": r.name, "group_name": r.group, "unix_user": r.unix_user, "ssh_key": r.ssh_key}
@@ -133,12 +140,16 @@ def _apply_roster(s: Session, crow: CourseRecord, rows: list[RosterRow], where: 
                 where=f"{where}:{r.line}",
                 fix="give this row its own key column value",
             )
+        if delivered:
+            _check_login(r, where, login_name(key, values["unix_user"]), had, {key, p.key if p else key})
         if p is None:
             p = Participant(course_id=crow.id, email=r.email, created_at=now, updated_at=now, **values)
             s.add(p)
             keys[key] = p
+            row_of[id(p)] = r
             changes.append(RosterChange(key, r.email, "added", ()))
             continue
+        row_of[id(p)] = r
         changed = tuple(f for f in _ROSTER_FIELDS if getattr(p, f) != values[f])
         if changed:
             keys.pop(p.key, None)
@@ -151,6 +162,7 @@ def _apply_roster(s: Session, crow: CourseRecord, rows: list[RosterRow], where: 
             )
         else:
             changes.append(RosterChange(key, r.email, "unchanged", ()))
+    _check_logins_unique(keys.values(), row_of, where)
     try:
         s.flush()
     except IntegrityError:
@@ -162,5 +174,67 @@ def _apply_roster(s: Session, crow: CourseRecord, rows: list[RosterRow], where: 
     listed = {r.email for r in rows}
     absent = tuple(sorted(p.key for e, p in stored.items() if e not in listed))
     count = {a: sum(1 for c in changes if c.action == a) for a in ("added", "updated", "unchanged")}
-    _log(s, crow.key, actor, "roster.import", detail={"file": where, **count, "absent": list(absent)})
+    detail: dict[str, object] = {"file": where, **count, "absent": list(absent)}
+    renamed = [p for p in keys.values() if id(p) in before and before[id(p)] != login_name(p.key, p.unix_user)]
+    left = {before[id(p)]: p.key for p in renamed}
+    if delivered and left:  # kept for later imports: the machines still have these accounts, homes and files
+        detail["logins_left"] = left
+    _log(s, crow.key, actor, "roster.import", detail=detail)
     return RosterReport(crow.key, count["added"], count["updated"], count["unchanged"], tuple(changes), absent)
+
+
+def _delivered(s: Session, crow: CourseRecord) -> bool:
+    """Whether an engine has applied this course (its machines may have accounts and homes by login)."""
+    q = select(Event.id).where(
+        Event.course_key == crow.key,
+        Event.action.in_(("engine.apply", "drift.reverted")),
+        Event.at >= crow.created_at,
+    )
+    return s.scalar(q.limit(1)) is not None
+
+
+def _logins_left(s: Session, crow: CourseRecord) -> dict[str, str]:
+    """Logins participants of this course had on its machines before a re-import gave them another, by key."""
+    q = select(Event.detail).where(
+        Event.course_key == crow.key, Event.action == "roster.import", Event.at >= crow.created_at
+    )
+    out: dict[str, str] = {}
+    for detail in s.scalars(q.order_by(Event.id)):
+        out.update((detail or {}).get("logins_left") or {})
+    return out
+
+
+def _login_column(r: RosterRow) -> str:
+    """The column a row's login comes from: its unix_user, else the key (made from the email without one)."""
+    return next((c for c in ("unix_user", "key") if c in r.columns), "email")
+
+
+def _check_login(r: RosterRow, where: str, login: str, had: dict[str, str], mine: set[str]) -> None:
+    """A login another participant has (or had, on the course's machines) is not this row's: their account,
+    home folder, files and processes are on the machines under it, and would be this participant's."""
+    owner = had.get(login)
+    if owner is not None and owner not in mine:
+        column = _login_column(r)
+        raise InputError(
+            f"{column}: the login {login!r} is {owner}'s on the course's machines (their account, home and "
+            "files); a login is never passed to another participant",
+            where=r.place(where, column),
+            fix="give this participant a unix_user nobody in the course has had (an exchange of two logins "
+            "too: each gets a new one)",
+        )
+
+
+def _check_logins_unique(people: Iterable[Participant], row_of: dict[int, RosterRow], where: str) -> None:
+    """No two participants of the course end up with one login (a row's unix_user and another's key slug)."""
+    seen: dict[str, Participant] = {}
+    for p in sorted(people, key=lambda x: row_of[id(x)].line if id(x) in row_of else 0):
+        login = login_name(p.key, p.unix_user)
+        first = seen.setdefault(login, p)
+        if first is not p and id(p) in row_of:  # two left out of the file: not this import's doing
+            r = row_of[id(p)]
+            column = _login_column(r)
+            raise InputError(
+                f"{column}: the login {login!r} would be both {first.key}'s and {p.key}'s",
+                where=r.place(where, column),
+                fix="give each participant their own unix_user",
+            )
