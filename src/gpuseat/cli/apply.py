@@ -50,7 +50,7 @@ def seat_host(value: str | None) -> str | None:
     """``--host`` when it can be a seat's host name (the one host rule, :mod:`gpuseat.core.hosts`): one
     that cannot matched no seat and the pass said "Plan: 0 to add" (exit 0). It only selects stored seats,
     so a host an older gpuseat stored (``STORED_BEFORE``: ``node-``, ``1234``) still names its server (an
-    agent unit installed with it keeps starting); ``apply`` refuses one no seat is on (:func:`known_host`)."""
+    agent unit installed with it keeps starting); ``apply`` notes when no seat is on it (:func:`host_note`)."""
     if value is not None:
         from gpuseat.core.hosts import HOST_EXAMPLES, STORED_BEFORE, host_problem, normal_host
         from gpuseat.errors import InputError
@@ -65,15 +65,11 @@ def seat_host(value: str | None) -> str | None:
     return value
 
 
-def known_host(store: Any, course: str | None, engine: str | None, host: str) -> None:
-    """``apply --host`` names a host some seat of the course (or of any course) is on, or one with access
-    still to revoke (a deleted course's too); another (a typo: ``gpu0l``) planned nothing and said "Plan: 0",
-    exit 0, so the typo silently did nothing: it is refused (exit 2) with the seats' hosts. Asked only of
-    per-host engines' seats (``host``): for the others (Slurm, Kubernetes …) ``--host`` is the machine apply
-    runs on, not a seat's. Only ``apply`` asks: ``gpuseat agent --host`` starts on a server before its seats
-    are added and waits for them."""
-    from gpuseat.engines import registry
-    from gpuseat.errors import InputError, NotFound, did_you_mean
+def host_note(store: Any, course: str | None, host: str) -> str | None:
+    """What to say when no seat (nor any access still to revoke, a deleted course's too) is on ``host``:
+    a typo (``gpu0l``) planned nothing and said only "Plan: 0", as if that machine matched the store. Not
+    an error: a server between two courses has no seat either, and a script or timer runs ``apply`` there."""
+    from gpuseat.errors import NotFound, did_you_mean
 
     if course is None:
         keys = [c.key for c in store.courses.list_courses()]
@@ -84,22 +80,13 @@ def known_host(store: Any, course: str | None, engine: str | None, host: str) ->
         except NotFound:  # deleted: only what it still holds on the machines
             keys = []
         holdings = store.agents.holdings(keys[0] if keys else course)
-    seats = [s for key in keys for s in store.seats.seats(key) if engine is None or s.engine == engine]
-    delivering = set(registry.delivering())
-    if any(s.engine in delivering and not registry.spec(s.engine).per_host for s in seats):
-        return
-    hosts = sorted({s.host for s in seats if s.host} | {h["host"] for h in holdings if h.get("host")})
+    hosts = {s.host for key in keys for s in store.seats.seats(key) if s.host}
+    hosts |= {h["host"] for h in holdings if h.get("host")}
     if host in hosts:
-        return
-    where = f"course {keys[0] if keys else course}" if course is not None else "any course"
-    if hosts:
-        seen = f"the seats are on {', '.join(hosts)}"
-        fix = "give one of those hosts, as the seats name it (gpuseat seats status)"
-    else:
-        seen = "no seat is on any host now"
-        fix = f"add seats on it first (gpuseat seats add --host {host}); gpuseat agent --host waits for them"
-    raise InputError(f"no seat of {where} is on host {host!r} ({seen}).{did_you_mean(host, hosts)}",
-                     where="--host", fix=fix)  # fmt: skip
+        return None
+    where = f"course {course}" if course is not None else "any course"
+    known = f" (the seats' hosts: {', '.join(sorted(hosts))}.{did_you_mean(host, sorted(hosts))})" if hosts else ""
+    return f"note: no seat of {where} is on host {host!r}{known}; nothing was planned for it"
 
 
 MachineOption = Annotated[
@@ -281,8 +268,7 @@ def register(app: typer.Typer) -> None:
 
         wanted = parse_sets(sets)
         with open_store(db, create=False) as store:
-            if host is not None:  # refused before --set is stored
-                known_host(store, course, engine, host)
+            note = host_note(store, course, host) if host is not None else None
             if wanted:
                 store_settings(store, course, wanted, actor())
             result = one_pass(
@@ -300,6 +286,8 @@ def register(app: typer.Typer) -> None:
         else:
             for line in render_plan(result, dry_run=dry_run):
                 print(line)
+        if note is not None:
+            print(note, file=sys.stderr)
         if not dry_run:
             raise_for(result, "gpuseat apply")
 
