@@ -12,7 +12,12 @@ Each participant acts with a token of their own (issued by the hub, their own pe
   with the hub's 503, the new holder starts and sees exactly the seat's device, a second apply plans
   nothing; a move stops the mover's server (it held the old seat's GPU) and their next start gets the
   new seat's device;
-* the engine's probe of a participant with no seat is "broken", with the hub's reason.
+* the engine's probe of a participant with no seat is "broken", with the hub's reason;
+* a roster re-import that renames a participant (the hub matches by ``unix_user`` here): the old hub user's
+  running server is stopped by the next apply and it cannot start one on the seat; the new one gets the seat.
+
+The hub matches participants by ``unix_user`` (the fixture's people have key = unix_user, so every other test
+reads the same either way).
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ def hub(tmp_path_factory):
     token_file.chmod(0o600)
     text = subprocess.run(
         [sys.executable, "-m", "gpuseat", "jupyterhub", "config", "--db", url, "--course", "lab",
-         "--spawner", "local", "--contact", CONTACT, "--cull-idle-hours", "0",
+         "--spawner", "local", "--contact", CONTACT, "--cull-idle-hours", "0", "--match-by", "unix_user",
          "--engine-token-file", str(token_file)],
         capture_output=True, text=True, env=env, timeout=120, check=True,
     ).stdout  # fmt: skip
@@ -71,7 +76,7 @@ def hub(tmp_path_factory):
     hub_env = {"PYTHONPATH": env["PYTHONPATH"], "GPUSEAT_DB_URL": url}
     with running_hub(text, tmp / "hub", env=hub_env, extra=extra) as h:
         h.add_users("ada", "ben", "cy")
-        settings = {"hub_url": h.url, "token_file": str(token_file)}
+        settings = {"hub_url": h.url, "token_file": str(token_file), "match_by": "unix_user"}
         store.agents.set_engine_settings("lab", "jupyterhub", settings, actor="test")
         engine = registry.build("jupyterhub", store, "lab", settings=settings, runner=Runner())
         h.engine_token = engine_token  # type: ignore[attr-defined]
@@ -371,3 +376,39 @@ def test_seats_check_probes_each_hub_seat_as_its_participant(hub, cli):
     assert rows["ben"]["state"] == "broken" and "out of order (GPU fell off the bus)" in rows["ben"]["reason"]
     stored = store.delivery.readiness_of("lab")
     assert stored[bens.key]["state"] == "broken" and stored[store.seats.seat_of("lab", "ada").key]["state"] == "ready"
+
+
+def _rename(store, tmp_path, who: str, login: str) -> None:
+    """A roster re-import (the organizer's ``roster import``) that gives ``who`` the unix_user ``login``."""
+    path = tmp_path / f"roster-{login}.csv"
+    path.write_text(f"key,name,email,group,unix_user\n{who},{who.title()},{who}@example.edu,participants,{login}\n")
+    store.roster.import_roster("lab", path)
+
+
+def test_a_rename_stops_the_old_hub_users_server_and_the_new_one_gets_the_seat(hub, cli, tmp_path):
+    """ada's server runs on her seat; a re-import gives her the unix_user ada2 (the hub's user name here). After
+    ONLY ``gpuseat apply``: the old hub user ada has no server, cannot start one (no seat is hers), the new hub
+    user ada2 starts on exactly the seat's device, and a second apply plans nothing."""
+    h, store, _ = hub
+    seat = store.seats.seat_of("lab", "ada")
+    server = start_as(h, "ada")
+    assert environ_of(server["state"]["pid"])["CUDA_VISIBLE_DEVICES"] == seat.device_uuid
+    db = ("--course", "lab", "--db", store.url)
+    try:
+        _rename(store, tmp_path, "ada", "ada2")
+        done = cli("apply", "--engine", "jupyterhub", *db)
+        assert done.code == 0, done.out + done.err
+        assert "- hub.server.stop" in done.out and "ada/" in done.out, done.out
+        assert "ada" not in h.servers() and h.api("GET", "/users/ada").json()["servers"] == {}
+        r = as_user(h, "ada").post("/hub/api/users/ada/server")
+        assert r.status_code in (404, 503) and "ada" not in h.servers(), r.text
+        server = start_as(h, "ada2")
+        assert environ_of(server["state"]["pid"])["CUDA_VISIBLE_DEVICES"] == seat.device_uuid
+        assert store.delivery.access_of("lab")[seat.key]["url"] == f"{h.url}/user/ada2/"
+        again = cli("apply", "--engine", "jupyterhub", *db)
+        assert again.code == 0 and "nothing to change" in again.out, again.out
+    finally:
+        for name in ("ada", "ada2"):
+            h.stop_server(name)
+        _rename(store, tmp_path, "ada", "ada")  # her own login back
+        assert cli("apply", "--engine", "jupyterhub", *db).code == 0

@@ -381,6 +381,38 @@ def test_a_move_to_another_slice_size_remakes_the_namespace_with_the_new_quota(l
     assert k8s_pass(lab, cluster)[0].changes.empty
 
 
+def test_a_renamed_login_keeps_no_namespace_nor_binding_and_the_new_one_gets_the_seat(lab):
+    """A roster re-import gives ann (login made from her key) the unix_user ann2. After one pass: her old
+    namespace is gone with the workload she left running in it, no binding anywhere names the old login (it
+    may create no Pod, so it reaches no GPU), and the new login has a namespace with exactly one GPU of her
+    seat's kind and the ``edit`` binding; her way in names it; a second pass plans nothing."""
+    from gpuseat.core.roster import RosterText
+
+    lab.agents.set_engine_settings("k8s-lab", "kubernetes", {"kubeconfig": KUBECONFIG}, actor="test")
+    cluster = StandInCluster()
+    k8s_pass(lab, cluster)
+    work = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train", "namespace": "gpuseat-ann"}}
+    cluster.objects[("Pod", "gpuseat-ann", "train")] = work  # her training job, left running
+    renamed = RosterText("name,email,unix_user\nAnn,ann@example.edu,ann2\n", where="r.csv")
+    lab.roster.import_roster("k8s-lab", renamed)
+    _, result = k8s_pass(lab, cluster)
+    (report,) = result.reports
+    order = [(o.step.phase, o.step.action, o.step.target) for o in report.outcomes]
+    assert order[0] == ("revoke", "namespace.delete", "gpuseat-ann"), order
+    assert "holds no seat" in report.outcomes[0].step.why
+    assert not any(k[1] == "gpuseat-ann" or k[2] == "gpuseat-ann" for k in cluster.objects), cluster.objects
+    bindings = [d for d in cluster.objects.values() if d["kind"].endswith("RoleBinding")]
+    subjects = [s["name"] for d in bindings for s in d["subjects"]]
+    assert "ann" not in subjects and subjects.count("ann2") == 1, subjects
+    assert cluster.objects[("RoleBinding", "gpuseat-ann2", "gpuseat-participant")]["roleRef"]["name"] == "edit"
+    quota = cluster.objects[("ResourceQuota", "gpuseat-ann2", "gpuseat-one-gpu")]["spec"]["hard"]
+    assert quota["requests.nvidia.com/mig-1g.10gb"] == "1" and quota["requests.nvidia.com/mig-2g.20gb"] == "0"
+    access = lab.delivery.access_of("k8s-lab")["seat-1"]
+    ann = lab.roster.find_participant("k8s-lab", "ann@example.edu")  # no key column: the key follows the login
+    assert access["holder"] == ann.key and access["user"] == "ann2" and "gpuseat-ann2" in access["command"]
+    assert k8s_pass(lab, cluster)[0].changes.empty
+
+
 def test_archive_takes_every_namespace_away_and_the_dry_run_asks_the_api_server(lab):
     from dataclasses import replace
 

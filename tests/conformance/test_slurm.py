@@ -532,3 +532,50 @@ def test_seats_check_probes_every_seat_as_its_participant(lab: Lab, capsys: pyte
         assert row["state"] == "broken" and "not the seat's GPU-" in row["reason"], row
     stored = lab.store.delivery.readiness_of("conf")  # type: ignore[attr-defined]
     assert {k: v["state"] for k, v in stored.items()} == dict.fromkeys(SEATS.values(), "broken")
+
+
+def test_a_renamed_login_is_taken_out_and_the_new_one_gets_exactly_the_seat(lab: Lab) -> None:
+    """A roster re-import gives alice a new unix_user; ``gpuseat apply`` and nothing else: her old login's
+    running job is cancelled as for a release, and that login gets no GPU of the course in any way (with or
+    without the session reservation, in the course partition or not); the new login is in the session and gets
+    exactly seat-01's GPU; her way in names it; a second plan is empty. Her old login back: the same again."""
+    new = f"gqalice2-{_WORKER}"
+    subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", new], check=True)
+    USERS["alice2"] = new
+    roster = lab.cluster.root / "rename.csv"
+
+    def rename(login: str) -> None:  # the organizer's re-import: only alice's row, her unix_user changed
+        roster.write_text(f"name,email,group,unix_user\nalice,alice@example.edu,participants,{login}\n")
+        assert _gpuseat("roster", "import", roster, "--course", "conf", "--db", lab.url) == 0
+
+    job = _long_job(lab, "alice")
+    try:
+        assert lab.wait_state(job, {"RUNNING"}) == "RUNNING"
+        rename(new)
+        assert _apply(lab) == 0
+        assert lab.wait_state(job, {"CANCELLED", "COMPLETED", "GONE"}) != "RUNNING", lab.job(job)
+        users = lab.slurm.reservations()[lab.session]["Users"].split(",")
+        assert USERS["alice"] not in users and new in users, users
+        for args in (
+            ("-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1"),
+            (f"--reservation={lab.session}", "--gres=gpu:1"),
+            ("-p", "gpuseat-conf", "--gres=gpu:1"),
+            ("-p", "debug", "--gres=gpu:1", "--immediate=5"),
+        ):
+            rc, seen, err = lab.gpus("alice", *args)
+            assert rc != 0 and not seen, (args, seen, err)
+        rc, seen, err = lab.gpus("alice2", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
+        assert rc == 0 and seen == [INDEX["alice"]], err
+        rc, seen, err = lab.gpus("alice2", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:2")
+        assert rc != 0 and not seen, err  # exactly her seat's GPU, not one more
+        access = lab.store.delivery.access_of("conf")[SEATS["alice"]]  # type: ignore[attr-defined]
+        assert access["user"] == new and f"{USERS['alice']} " not in (access.get("command") or "")
+        assert _plan_steps(lab) == []
+    finally:
+        lab.slurm.run("scancel", [job], check=False)
+        rename(USERS["alice"])  # her own login back
+        assert _apply(lab) == 0
+        del USERS["alice2"]
+        subprocess.run(["userdel", "-f", new], check=False)
+    rc, seen, err = lab.gpus("alice", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
+    assert rc == 0 and seen == [INDEX["alice"]], err

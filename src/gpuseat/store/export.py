@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from sqlalchemy import Integer, cast, func, select
 
+from gpuseat.core.delivery import login_name
 from gpuseat.core.logins import is_participant_login
 from gpuseat.core.roster import PARTICIPANT_KEY, check_ssh_key
 from gpuseat.core.seating import COURSE_KEY_PATTERN, KEY_PATTERN, SEAT_KINDS, SEAT_STATES
@@ -609,6 +610,7 @@ def import_course(store: Store, path: Path, *, key: str | None = None, actor: st
     """Store the course of an export (under ``key``, default its own) in one transaction."""
     from gpuseat.store.claims import forget_course
     from gpuseat.store.requests import fail_pending
+    from gpuseat.store.roster import check_logins
     from gpuseat.store.rows import _log
 
     got = read_archive(path)
@@ -741,6 +743,8 @@ def import_course(store: Store, path: Path, *, key: str | None = None, actor: st
             _log(s, new_key, e.actor, e.action, participant=e.participant, seat=e.seat, detail=e.detail, at=e.at)
             added += 1
         s.flush()
+        logins = {p.key: login_name(p.key, p.unix_user) for p in people}  # the roster's rule, with the export's log
+        check_logins(s, crow, logins, column="unix_user", where=lambda key: f"{where}: participants.json ({key})")
         # a request pending when the course was exported (course delete writes the export first) is kept in the
         # record, ended as failed: carried out now, it would act on whoever holds the seat by then
         failed = fail_pending(s, crow, PENDING_AT_EXPORT, actor)

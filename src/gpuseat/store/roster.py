@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -196,7 +196,9 @@ def _delivered(s: Session, crow: CourseRecord) -> bool:
 def _logins_left(s: Session, crow: CourseRecord) -> dict[str, str]:
     """Logins participants of this course had on its machines before a re-import gave them another, by key."""
     q = select(Event.detail).where(
-        Event.course_key == crow.key, Event.action == "roster.import", Event.at >= crow.created_at
+        Event.course_key == crow.key,
+        Event.action.in_(("roster.import", "roster.update")),  # a re-import, or a seats file's rename
+        Event.at >= crow.created_at,
     )
     out: dict[str, str] = {}
     for detail in s.scalars(q.order_by(Event.id)):
@@ -215,13 +217,48 @@ def _check_login(r: RosterRow, where: str, login: str, had: dict[str, str], mine
     owner = had.get(login)
     if owner is not None and owner not in mine:
         column = _login_column(r)
-        raise InputError(
-            f"{column}: the login {login!r} is {owner}'s on the course's machines (their account, home and "
-            "files); a login is never passed to another participant",
-            where=r.place(where, column),
-            fix="give this participant a unix_user nobody in the course has had (an exchange of two logins "
-            "too: each gets a new one)",
-        )
+        raise _passed(column, login, owner, r.place(where, column))
+
+
+def _passed(column: str, login: str, owner: str, where: str) -> InputError:
+    return InputError(
+        f"{column}: the login {login!r} is {owner}'s on the course's machines (their account, home and "
+        "files); a login is never passed to another participant",
+        where=where,
+        fix="give this participant a unix_user nobody in the course has had (an exchange of two logins "
+        "too: each gets a new one)",
+    )
+
+
+def _shared(column: str, login: str, first: str, second: str, where: str) -> InputError:
+    return InputError(
+        f"{column}: the login {login!r} would be both {first}'s and {second}'s",
+        where=where,
+        fix="give each participant their own unix_user",
+    )
+
+
+def check_logins(
+    s: Session, crow: CourseRecord, given: dict[str, str], *, column: str, where: Callable[[str], str]
+) -> None:
+    """The roster's rule for logins given outside a roster file (a seats file, ``course import``), participant
+    key → login: no two participants of the course share one, and once an engine has applied the course none
+    is a login another participant had on its machines (:func:`_logins_left`). ``where(key)`` places an error."""
+    people = s.scalars(select(Participant).where(Participant.course_id == crow.id))
+    owners = {login_name(p.key, p.unix_user): p.key for p in people if p.key not in given}
+    left = _logins_left(s, crow) if _delivered(s, crow) else {}
+    for key, login in given.items():
+        owner = owners.setdefault(login, key)
+        if owner != key:
+            raise _shared(column, login, owner, key, where(key))
+        if left.get(login, key) != key:
+            raise _passed(column, login, left[login], where(key))
+
+
+def logins_left_detail(s: Session, crow: CourseRecord, key: str, old: str, new: str) -> dict[str, object]:
+    """The event detail that keeps a login renamed outside a roster file (a seats file) as its participant's
+    once an engine has applied the course (read back by :func:`_logins_left`)."""
+    return {"logins_left": {old: key}} if old != new and _delivered(s, crow) else {}
 
 
 def _check_logins_unique(people: Iterable[Participant], row_of: dict[int, RosterRow], where: str) -> None:
@@ -233,8 +270,4 @@ def _check_logins_unique(people: Iterable[Participant], row_of: dict[int, Roster
         if first is not p and id(p) in row_of:  # two left out of the file: not this import's doing
             r = row_of[id(p)]
             column = _login_column(r)
-            raise InputError(
-                f"{column}: the login {login!r} would be both {first.key}'s and {p.key}'s",
-                where=r.place(where, column),
-                fix="give each participant their own unix_user",
-            )
+            raise _shared(column, login, first.key, p.key, r.place(where, column))

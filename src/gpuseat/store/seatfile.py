@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gpuseat.core.delivery import login_name
 from gpuseat.core.logins import SYSTEM_LOGINS, is_participant_login
 from gpuseat.core.roster import PARTICIPANT_KEY
 from gpuseat.core.seating import COURSE_KEY_PATTERN
@@ -25,6 +26,7 @@ from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
 from gpuseat.errors import InputError
 from gpuseat.readings import SeatEntry
 from gpuseat.store.base import Concern
+from gpuseat.store.roster import check_logins, logins_left_detail
 from gpuseat.store.rows import DEFAULT_ACTOR, _clock, _log, _open
 from gpuseat.store.seats import give_seat
 from gpuseat.store.specs import SeatSpec
@@ -131,6 +133,10 @@ class SeatFile(Concern):
                 fix="give a login of their own: lower-case letters, digits, '_' or '-', starting with a letter",
             )
         person = s.scalar(select(Participant).where(Participant.course_id == crow.id, Participant.key == e.participant))
+        before = login_name(person.key, person.unix_user) if person is not None else None
+        login = login_name(e.participant, e.user or (person.unix_user if person is not None else None))
+        if login != before:  # the roster's rule: nobody else's login, now or (after day one) before
+            check_logins(s, crow, {e.participant: login}, column="user", where=lambda _key: at)
         if person is None:
             if rostered:
                 raise InputError(
@@ -149,9 +155,11 @@ class SeatFile(Concern):
             s.flush()
             _log(s, crow.key, actor, "roster.add", participant=person.key, detail={"from": "seats file"})
         elif e.user and person.unix_user != e.user:
+            left = logins_left_detail(s, crow, person.key, str(before), login)
             person.unix_user, person.updated_at = e.user, now
             s.flush()
-            _log(s, crow.key, actor, "roster.update", participant=person.key, detail={"unix_user": e.user})
+            detail = {"unix_user": e.user, **left}
+            _log(s, crow.key, actor, "roster.update", participant=person.key, detail=detail)
         return person
 
     def _end(self, s: Session, crow: CourseRecord, a: Assignment, now: datetime, actor: str, where: str) -> None:

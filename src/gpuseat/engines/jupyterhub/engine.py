@@ -326,17 +326,21 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
     # -- plan ----------------------------------------------------------------------------------------
 
     def _course_users(self, state: CourseState) -> dict[str, ParticipantView | None]:
-        """Hub user name → participant for the course's people; for a course gone from the store, the
-        users whose servers the engine last saw (participant unknown)."""
+        """Hub user name → participant for the course's people; and, participant unknown (None), the hub users
+        whose servers the engine last saw or a held hub seat names that no participant has now: a course gone
+        from the store, or a participant renamed in the roster (their old hub user's server still runs on the
+        seat's GPU, and is stopped as holding no seat)."""
         out: dict[str, ParticipantView | None] = {}
         for p in state.people.values():
             user = self.user_of(p)
             if user:
                 out[user] = p
-        if state.course is None:
-            for h in self.store.agents.holdings(state.key):
-                if h["engine"] == ENGINE:
-                    out.setdefault(str(h["login"]), None)
+        for s in state.seats:
+            if s.engine == ENGINE and s.state in HELD and s.engine_ref:
+                out.setdefault(s.engine_ref.split("/", 1)[0], None)
+        for h in self.store.agents.holdings(state.key):
+            if h["engine"] == ENGINE:
+                out.setdefault(str(h["login"]), None)
         return out
 
     def plan(self, course: CourseState) -> Changes:
