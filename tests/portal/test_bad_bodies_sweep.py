@@ -439,7 +439,6 @@ def test_a_control_sent_twice_is_one_request(sweep: Sweep) -> None:
 
 def test_a_released_participant_acts_on_nothing(sweep: Sweep) -> None:
     sweep.store.seats.release("lab", participant="ben")
-    sweep.portal.forget_tokens()
     for form in ({"action": "stop"}, {"action": "reset", "confirm": "reset"}):
         r = _seat(sweep, "ben", **form)
         assert r.status_code == 400 and "holds no seat" in r.text, r.text[:300]
@@ -457,7 +456,6 @@ def test_after_a_move_the_controls_act_on_the_new_seat(sweep: Sweep) -> None:
     form = {"csrf": sweep.csrf["org"], "action": "move", "participant": "ann", "seat": "mig-03"}
     assert sweep.org.post("/seats/action", data=form).status_code == 200
     assert sweep.store.lifecycle.remove_seats("lab", ["mig-01"]) == ["mig-01"]
-    sweep.portal.forget_tokens()
     old = _seat(sweep, "ann", action="stop", seat="mig-01")  # the seat she left: refused
     assert old.status_code == 403
     new = _seat(sweep, "ann", action="stop")

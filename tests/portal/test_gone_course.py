@@ -41,8 +41,8 @@ def served(seeded: Demo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def _expire_caches(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As if ten seconds had passed: the portal asks the store again (token and course caches)."""
-    monkeypatch.setattr(portal_module, "TOKEN_CACHE_S", 0.0)
+    """As if ten seconds had passed: the portal reads the course again (links are read on every request)."""
+    monkeypatch.setattr(portal_module, "COURSE_CACHE_S", 0.0)
 
 
 def _is_page(r, status: int, words: str) -> None:

@@ -19,6 +19,7 @@ session or the access token (see :mod:`gpuseat.web.security`).
 from __future__ import annotations
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -65,5 +66,12 @@ def create_app(portal: Portal) -> FastAPI:
 
     # the participant's routes first: a link's page and its claim are what a registration rush asks
     for concern in (participant, claim, survey, health, organizer, settings, report):
+        # HEAD wherever GET is taken, answered as the GET without its body (uvicorn drops it): uptime monitors
+        # and link checkers probe with it. Starlette's own routes do this, FastAPI's not (fastapi#1773, open);
+        # set on the router's routes before it is included (the app copies their methods)
+        for route in concern.router.routes:
+            methods = route.methods if isinstance(route, APIRoute) else None
+            if methods is not None and "GET" in methods:
+                methods.add("HEAD")
         app.include_router(concern.router)
     return app

@@ -137,8 +137,7 @@ def participant(token: str, request: Request) -> ParticipantView:
         hit = portal.lookup(token)
         who = hit.participant if hit is not None else None
         expired = who is not None and portal.link_expired(who)
-    except NotFound:  # the link's course was deleted after its lookup was cached
-        portal.forget_tokens()
+    except NotFound:  # the link's course was deleted between its lookup and the read of the course
         hit, who, expired = None, None, False
     if who is not None and not expired:
         return who
@@ -216,13 +215,12 @@ def http_error(request: Request, exc: StarletteHTTPException) -> Response:
 def gpuseat_error(request: Request, exc: GpuseatError) -> Response:
     """A course deleted under a page (or a link) is a 404 with the page, never a 500; bad input a 400.
 
-    On a link's routes the error may come from a course archived or deleted after the link's lookup was
-    cached (for up to ten seconds): the link then answers as it now would (410 archived, 404 not valid),
-    not with the store's message for the organizer ("export it (gpuseat course export)")."""
+    On a link's routes the error may come from a course archived or deleted after the request's lookup of the
+    link: the link then answers as it now would (410 archived, 404 not valid), not with the store's message
+    for the organizer ("export it (gpuseat course export)")."""
     link = request.url.path.startswith(root(request) + "/t/")
     token = request.path_params.get("token")
     if link and isinstance(token, str):
-        portal_of(request).forget_tokens(token)
         try:
             participant(token, request)
         except LinkRefused as refused:

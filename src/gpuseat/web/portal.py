@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpuseat.portal")
 
-TOKEN_CACHE_S = 10.0  # a link revoked elsewhere (CLI, another server process) stops working within this
+COURSE_CACHE_S = 10.0  # a course's dates and time zone, as links and pages show them (they rarely change)
 LIVE_CACHE_S = 1.0  # live readings: the monitor samples every few seconds anyway
 # password checks at once: each costs ~50 ms of one core and 64 MiB; half the cores stay free for the pages
 ARGON2_SLOTS = max(1, min(4, (os.cpu_count() or 2) // 2))
@@ -118,7 +118,6 @@ class Portal:
     accounts: Accounts = field(init=False)
     activity: Activity = field(init=False)
 
-    _tokens: dict[str, tuple[float, TokenHit]] = field(init=False, default_factory=dict)
     _visits: dict[int, datetime] = field(init=False, default_factory=dict)  # token row id → visit not yet stored
     _noted: dict[int, float] = field(init=False, default_factory=dict)  # token row id → when a visit was queued
     _visit_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
@@ -139,7 +138,9 @@ class Portal:
         self.accounts = self.store.accounts
         self.activity = self.store.activity
 
-    # Participant pages are polled by everyone at once: what they read is cached for a moment.
+    # Participant pages are polled by everyone at once: what the link opens is read on every request (a link
+    # rotated, revoked or archived anywhere, by the CLI or another server process, stops at once), its visit
+    # is written a moment later with others.
 
     def participant_for_token(self, token: str) -> ParticipantView | None:
         """The link's participant (None: unknown or revoked); see :meth:`lookup`."""
@@ -147,28 +148,18 @@ class Portal:
         return None if hit is None else hit.participant
 
     def lookup(self, token: str) -> TokenHit | None:
-        """The store's answer, remembered for ``TOKEN_CACHE_S`` (links changed here forget it at once).
+        """The store's answer now: one indexed read that writes nothing, so the page never waits for a writer.
 
-        A read only: the page never waits for another writer. The visit is queued and written with
-        others a moment later (:meth:`record_visits`). Unknown and revoked tokens are never cached, so every
-        guess reaches the store and the rate limit. A link of another course in the same store opens its
-        own participant's page (one server can serve the links of every course: a registration rush of
-        several courses, benchmarks/bench_rush.py), under this portal's link expiry for that course.
+        Never cached: a link rotated, revoked or archived in another process (the CLI, another server worker)
+        stops at its next request, and the participant's seat is the one held now (the ten-second cache this
+        replaced saved nothing measurable: bench_portal.py, CHANGELOG). The visit is queued and written with
+        others a moment later (:meth:`record_visits`). A link of another course in the same store opens its own
+        participant's page (one server can serve the links of every course: a registration rush of several
+        courses, benchmarks/bench_rush.py), under this portal's link expiry for that course.
         """
-        now = time.monotonic()
-        cached = self._tokens.get(token)
-        if cached is not None and now - cached[0] < TOKEN_CACHE_S:
-            hit: TokenHit | None = cached[1]
-        else:
-            hit = self.store.tokens.find_token(token)
-            if hit is None or hit.participant is None:
-                self._tokens.pop(token, None)
-                return hit
-            if len(self._tokens) > 100_000:
-                self._tokens.clear()
-            self._tokens[token] = (now, hit)
-        assert hit is not None
-        self._note_visit(hit, now)
+        hit = self.store.tokens.find_token(token)
+        if hit is not None and hit.participant is not None:
+            self._note_visit(hit, time.monotonic())
         return hit
 
     def _note_visit(self, hit: TokenHit, now: float) -> None:
@@ -265,9 +256,9 @@ class Portal:
         return self.now() >= last
 
     def course_view(self, key: str) -> Any:
-        """A course's stored view, cached with the token lookups (dates and time zone rarely change)."""
+        """A course's stored view, cached for :data:`COURSE_CACHE_S` (dates and time zone rarely change)."""
         hit = self._courses.get(key)
-        if hit is not None and time.monotonic() - hit[0] < TOKEN_CACHE_S:
+        if hit is not None and time.monotonic() - hit[0] < COURSE_CACHE_S:
             return hit[1]
         view = self.store.courses.get_course(key)
         self._courses[key] = (time.monotonic(), view)
@@ -303,13 +294,6 @@ class Portal:
     def public_url(self, root: str = "") -> str:
         """The base of access links: ``--base-url`` (which names its own sub-path), else this server plus ``root``."""
         return self.base_url if self.base_url_given else self.base_url + root
-
-    def forget_tokens(self, token: str | None = None) -> None:
-        """Drop cached token lookups (after issuing, rotating or revoking links), or only ``token``'s."""
-        if token is None:
-            self._tokens.clear()
-        else:
-            self._tokens.pop(token, None)
 
     def seat_live(self, course: str, seat: str) -> tuple[SeatLive | None, float | None]:
         """The seat's newest reading and last activity, from a course-wide read made at most once a second."""

@@ -40,8 +40,7 @@ def participant_claim(token: str, request: Request, who: LinkPost, portal: Porta
     except NoFreeSeat:
         return participant_page(request, token, who, status=409, error=NO_SEAT_LEFT)
     except InputError:
-        # the link's course was archived after its lookup was cached: the link answers as it now would
-        portal.forget_tokens()
+        # the link's course was archived since this request's lookup: the link answers as it now would
         participant(token, request)
         raise
     return RedirectResponse(f"{root(request)}/t/{token}#seat", status_code=303)

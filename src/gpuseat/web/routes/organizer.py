@@ -341,7 +341,6 @@ def links_action(request: Request, data: Form, user: OrganizerPost, portal: Port
         notice = f"revoked {portal.store.tokens.revoke_tokens(key, people, actor=user)} links"
     else:
         raise InputError(f"unknown action {action[:20]!r}", where="action", fix="use the page's buttons")
-    portal.forget_tokens()
     rows = {p.key: p for p in portal.store.roster.participants(key)}
     base = portal.public_url(root(request))
     fresh = [

@@ -76,10 +76,9 @@ def participant_home(
 
 @router.get("/t/{token}/live")
 def participant_live(who: ParticipantView = Depends(participant), portal: Portal = Depends(get_portal)) -> Response:
-    """The seat's live reading, polled by the open page: of the seat held now (the link's view of the
-    participant is cached for seconds, and after a move the old seat may already be someone else's)."""
-    holding = portal.store.seats.seat_of(who.course, who.key)
-    seat = holding.key if holding is not None else None
+    """The seat's live reading, polled by the open page: of the seat held now (the link's lookup of this
+    request read it; after a move the old seat may already be someone else's)."""
+    seat = who.seat
     body: dict[str, Any] = {"participant": who.key, "seat": seat, "live": None, "last_active": None}
     if seat is not None:
         live, last = portal.seat_live(who.course, seat)
@@ -115,8 +114,7 @@ def participant_seat(
 ) -> Response:
     """One seat control: a request row for the seat's agent, then back to the page's controls."""
     # the form may only name the token holder's own seat and self: anything else is an attempt
-    holding = portal.store.seats.seat_of(who.course, who.key)  # now, not the link's cached view of it
-    mine = holding.key if holding is not None else ""
+    mine = who.seat or ""  # held now: this request's lookup of the link read it (the write checks it again)
     named_seat, named_who = _named(data, "seat", mine), _named(data, "participant", who.key)
     if named_seat and named_seat != mine and named_who in ("", who.key):
         # the page's forms name the seat it showed: one loaded before a move or release names a seat this
