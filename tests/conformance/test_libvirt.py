@@ -200,6 +200,37 @@ def test_release_and_move_carried_out_by_apply_alone(tmp_path, monkeypatch, caps
             assert _ssh(keys["bob"], "bob", ip["seat-02"], "id -un").stdout.strip() == "bob"
             assert cli("apply", "--course", course).startswith(f"course {course} · libvirt: nothing to change")
 
+            # the roster after day one: bob is given a new login (bob2), alice a new key (her old one leaked)
+            laptop = tmp_path / "alice-laptop"
+            subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-C", "alice2", "-f", str(laptop)], check=True)
+            again = tmp_path / "roster-2.csv"
+            again.write_text(
+                "key,name,email,group,unix_user,ssh_key\n"
+                f"alice,Alice Test,alice@example.edu,participants,alice,{laptop.with_suffix('.pub').read_text()}"
+                f"bob,Bob Test,bob@example.edu,participants,bob2,{keys['bob'].with_suffix('.pub').read_text()}"
+            )
+            cli("roster", "import", str(again))
+            marks = {seat: len(text(seat)) for seat in logs}
+            out = cli("apply", "--course", course)
+            assert out.count("~ domain.update") == 2 and ", 0 failed" in out, out  # the same disks: no reimage
+            booted = {s: _poll(f"{s} booted again", BOOT_S, lambda s=s: up_line(s, marks[s]), tails) for s in logs}
+            assert "user=alice disk=alice accounts=alice" in booted["seat-01"], booted
+            assert "user=bob2 disk=bob accounts=bob,bob2" in booted["seat-02"], booted  # bob's home is kept
+            for seat in logs:
+                _poll(f"sshd of {seat}", 120, lambda s=seat: _sshd_answers(ip[s]), tails)
+            # alice: the leaked key is refused, her new one lets her in
+            leaked = _ssh(keys["alice"], "alice", ip["seat-01"], "id -un")
+            assert leaked.returncode == 255 and "Permission denied" in leaked.stderr, leaked
+            assert _ssh(laptop, "alice", ip["seat-01"], "id -un").stdout.strip() == "alice"
+            keys["alice"] = laptop
+            # bob: the old login is refused (its key gone, the account expired), the new one is in, with his files
+            old = _ssh(keys["bob"], "bob", ip["seat-02"], "id -un")
+            assert old.returncode == 255 and "Permission denied" in old.stderr, old
+            new = _ssh(keys["bob"], "bob2", ip["seat-02"], "id -un; ls /home")
+            assert new.returncode == 0 and new.stdout.split() == ["bob2", "bob", "bob2"], new
+            assert seat_row("seat-02")["connect"] == f"ssh bob2@{ip['seat-02']}"
+            assert cli("apply", "--course", course).startswith(f"course {course} · libvirt: nothing to change")
+
             # the course changes in the store only: bob leaves, alice moves to the seat bob had
             cli("seats", "release", "--participant", "bob")
             cli("seats", "move", "--participant", "alice", "--seat", "seat-02")

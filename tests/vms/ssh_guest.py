@@ -56,10 +56,13 @@ echo "MARKER up hostname=$host user=$user keys=$(wc -l < /home/$user/.ssh/author
 while :; do sleep 3600; done
 """.replace("MODULES", " ".join(NET_MODULES)).replace("MARKER", MARKER)
 
-# The hand-over guest: like INIT, but its accounts live on the VM's disk (/dev/vda, the first 4 KiB as
-# text lines ``AUTH <user> <key type> <key>``), as a cloud image's do: at each boot the seed's user and
-# keys are *added* to the accounts already on the disk (cloud-init never removes a former user), every
-# account on the disk gets its keys, and the guest prints which users the disk held before this boot.
+# The hand-over guest: like INIT, but its accounts live on the VM's disk, as a cloud image's do: /etc/passwd,
+# /etc/shadow, /etc/group, /home and cloud-init's per-instance marks, as a tar at the start of /dev/vda (a
+# fresh disk has none). Like cloud-init's init stage it runs the seed's ``bootcmd`` at each boot (through a
+# stand-in ``cloud-init-per``, once per instance id, and a stand-in ``usermod --expiredate``) and then, on a
+# new instance id, adds the seed's user (when new, with the seed's GECOS) and *adds* the seed's keys to the
+# ones the account has (cloud-init never removes a former user nor a key). sshd (UsePAM no) refuses an
+# account whose shadow entry has expired. It prints which users the disk held before this boot.
 DISK_MODULES = (*NET_MODULES, "virtio_blk")
 DISK_INIT = r"""#!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -72,25 +75,42 @@ while { [ ! -b /dev/sr0 ] || [ ! -b /dev/vda ] || [ ! -e /sys/class/net/eth0 ]; 
 mount -t iso9660 -o ro /dev/sr0 /mnt || echo "MARKER-ERROR no cidata CD-ROM"
 [ -b /dev/vda ] || echo "MARKER-ERROR no disk"
 host=$(awk '/^local-hostname:/ {print $2}' /mnt/meta-data)
+iid=$(awk '/^instance-id:/ {print $2}' /mnt/meta-data)
 user=$(awk '/^- name:/ {print $3; exit}' /mnt/user-data)
 hostname "$host"
-dd if=/dev/vda bs=4096 count=1 2>/dev/null | tr -d '\000' | grep '^AUTH ' > /tmp/auth
-before=$(awk '{print $2}' /tmp/auth | sort -u | paste -sd, -)
-awk '/^  ssh_authorized_keys:/ {on=1; next} on && /^  - / {print $2, $3; next} on {exit}' /mnt/user-data > /tmp/seed
-while read t k; do grep -q " $k\$" /tmp/auth || echo "AUTH $user $t $k" >> /tmp/auth; done < /tmp/seed
-dd if=/tmp/auth of=/dev/vda bs=4096 count=1 conv=sync,notrunc 2>/dev/null
+dd if=/dev/vda bs=1M count=4 2>/dev/null | tar -x -f - -C / 2>/dev/null
+awk -F: '$3 >= 1000 {print $1, $3, $4, $6}' /etc/passwd | while read u id gid h; do chown -R "$id:$gid" "$h"; done
+before=$(awk -F: '$3 >= 1000 {print $1}' /etc/passwd | sort | paste -sd, -)
+awk '/^bootcmd:/ {on=1; next} on && /^[^ -]/ {exit} on {sub(/^-? *- /, ""); print}' /mnt/user-data > /tmp/bootcmd
+q="'"
+set --
+while IFS= read -r item; do
+  case "$item" in "$q"*"$q") item="${item#"$q"}"; item="${item%"$q"}" ;; esac
+  set -- "$@" "$item"
+done < /tmp/bootcmd
+if [ $# -gt 0 ]; then "$@" || echo "MARKER-ERROR bootcmd failed"; fi
+if [ ! -e "/var/lib/cloud/sem/users.$iid" ]; then
+  if ! grep -q "^$user:" /etc/passwd; then
+    uid=$(awk -F: 'BEGIN {n = 999} $3 > n && $3 < 60000 {n = $3} END {print n + 1}' /etc/passwd)
+    gecos=$(awk '/^  gecos: / {sub(/^  gecos: /, ""); print; exit}' /mnt/user-data)
+    echo "$user:*:$uid:$uid:$gecos:/home/$user:/bin/sh" >> /etc/passwd
+    echo "$user:x:$uid:" >> /etc/group
+    echo "$user:*:19000:0:99999:7:::" >> /etc/shadow
+  fi
+  id=$(awk -F: -v u="$user" '$1 == u {print $3}' /etc/passwd)
+  mkdir -p "/home/$user/.ssh"
+  touch "/home/$user/.ssh/authorized_keys"
+  awk '/^  ssh_authorized_keys:/ {on=1; next} on && /^  - / {print $2, $3; next} on {exit}' /mnt/user-data |
+    while read t k; do grep -q " $k\$" "/home/$user/.ssh/authorized_keys" || echo "$t $k" >> "/home/$user/.ssh/authorized_keys"; done
+  chmod 700 "/home/$user/.ssh"
+  chmod 600 "/home/$user/.ssh/authorized_keys"
+  chown -R "$id:$id" "/home/$user"
+  mkdir -p /var/lib/cloud/sem
+  touch "/var/lib/cloud/sem/users.$iid"
+fi
+chmod 600 /etc/shadow
+(cd / && tar -c -f - etc/passwd etc/shadow etc/group home var/lib/cloud) | dd of=/dev/vda bs=1M conv=notrunc 2>/dev/null
 sync
-uid=1000
-for u in $(awk '{print $2}' /tmp/auth | sort -u); do
-  echo "$u:*:$uid:$uid::/home/$u:/bin/sh" >> /etc/passwd
-  echo "$u:x:$uid:" >> /etc/group
-  mkdir -p "/home/$u/.ssh"
-  awk -v u="$u" '$2 == u {print $3, $4}' /tmp/auth > "/home/$u/.ssh/authorized_keys"
-  chmod 700 "/home/$u/.ssh"
-  chmod 600 "/home/$u/.ssh/authorized_keys"
-  chown -R $uid:$uid "/home/$u"
-  uid=$((uid+1))
-done
 grep "^$host " /etc/gpuseat-gpus | cut -d' ' -f2- | tr ' ' '\n' | grep . > /run/gpus
 ip link set lo up
 ip link set eth0 up
@@ -98,9 +118,38 @@ udhcpc -i eth0 -s /etc/udhcpc.sh -t 30 -T 2 -n -q >/dev/null 2>&1 || echo "MARKE
 mkdir -p /run/sshd
 chmod 755 /run/sshd
 /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config &
-echo "MARKER up hostname=$host user=$user disk=$before accounts=$(awk '{print $2}' /tmp/auth | sort -u | paste -sd, -)"
+echo "MARKER up hostname=$host user=$user disk=$before accounts=$(awk -F: '$3 >= 1000 {print $1}' /etc/passwd | sort | paste -sd, -)"
 while :; do sleep 3600; done
 """.replace("MODULES", " ".join(DISK_MODULES)).replace("MARKER", MARKER)
+
+#: the hand-over guest's stand-ins for cloud-init's ``cloud-init-per`` and shadow's ``usermod --expiredate``
+CLOUD_INIT_PER = """#!/bin/sh
+# cloud-init-per FREQ NAME CMD...: CMD once per instance id (instance), once ever (once) or every boot (always)
+freq=$1; name=$2; shift 2
+mark=/var/lib/cloud/sem/bootper.$name.$freq
+[ "$freq" = instance ] && mark=$mark.$(awk '/^instance-id:/ {print $2}' /mnt/meta-data)
+if [ "$freq" != always ] && [ -e "$mark" ]; then exit 0; fi
+mkdir -p /var/lib/cloud/sem
+"$@" && touch "$mark"
+"""
+USERMOD = """#!/bin/sh
+# usermod [--expiredate DAYS] [--comment GECOS] USER: the shadow entry's account expiry ("" never, 1: expired
+# since 1970-01-02) and the passwd entry's GECOS
+set -e
+eval "user=\\${$#}"
+while [ $# -gt 1 ]; do
+  case "$1" in
+    --expiredate) f=/etc/shadow; n=8 ;;
+    --comment) f=/etc/passwd; n=5 ;;
+    *) echo "usermod stand-in: only --expiredate DAYS and --comment GECOS" >&2; exit 2 ;;
+  esac
+  awk -F: -v OFS=: -v u="$user" -v e="$2" -v n="$n" '$1 == u {$n = e} {print}' "$f" > "$f.new"
+  mv "$f.new" "$f"
+  shift 2
+done
+chmod 600 /etc/shadow
+chmod 644 /etc/passwd
+"""
 
 UDHCPC = """#!/bin/sh
 case "$1" in bound|renew) ip addr flush dev "$interface"; ip addr add "$ip/$mask" dev "$interface" ;; esac
@@ -159,5 +208,8 @@ def build(out: Path, gpus: Mapping[str, Sequence[str]], *, disk: bool = False) -
         "/root/.keep": "",
     }
     files.update({str(lib): lib for lib in _libraries(sshd)})
+    if disk:
+        files.update({"/usr/bin/cloud-init-per": CLOUD_INIT_PER, "/usr/sbin/usermod": USERMOD,
+                      "/etc/shadow": "root:*:19000:0:99999:7:::\n"})  # fmt: skip
     init, modules = (DISK_INIT, DISK_MODULES) if disk else (INIT, NET_MODULES)
     return build_initramfs(out, init_text=init, modules=modules, files=files)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuseat.engines.libvirt.machine import VmOptions, VmSeat, guest
-from gpuseat.engines.libvirt.seed import Guest, key_fingerprint, meta_data, seed_iso, user_data
+from gpuseat.engines.libvirt.seed import GECOS, REVOKE_SCRIPT, Guest, key_fingerprint, meta_data, seed_iso, user_data
 from gpuseat.errors import InputError
 
 from .conftest import SSH_KEYS, layout, public_key, require_tool
@@ -113,8 +113,21 @@ def test_no_value_can_add_keys_to_user_data(comment, command):
     key = public_key("bob").split()
     text = user_data(a_guest(ssh_keys=(f"{key[0]} {key[1]} {comment}".strip(),), commands=(command,)))
     doc = yaml.safe_load(text)
-    assert set(doc) == {"hostname", "preserve_hostname", "users", "ssh_pwauth", "runcmd"}
+    assert set(doc) == {"hostname", "preserve_hostname", "bootcmd", "users", "ssh_pwauth", "runcmd"}
     assert doc["runcmd"] == [command] and len(doc["users"]) == 1
+    assert doc["bootcmd"] == [["cloud-init-per", "instance", "gpuseat-logins", "sh", "-c", REVOKE_SCRIPT,
+                               "gpuseat-logins", "alice"]]  # fmt: skip
+
+
+def test_a_new_seed_on_the_same_disk_takes_the_earlier_logins_and_keys_away():
+    """cloud-init only adds users and keys: once per instance id, before it does, the seed expires every
+    login an earlier seed made (its GECOS) and empties its own login's keys file; the login is data ($1)."""
+    doc = yaml.safe_load(user_data(a_guest(user="ann2")))
+    (cmd,) = doc["bootcmd"]
+    assert cmd[:3] == ["cloud-init-per", "instance", "gpuseat-logins"] and cmd[-1] == "ann2"
+    assert "ann2" not in cmd[5] and "'" not in cmd[5]
+    assert doc["users"][0]["gecos"] == GECOS and f'"$gecos" = "{GECOS}"' in cmd[5]
+    assert "usermod --expiredate 1" in cmd[5] and 'usermod --expiredate ""' in cmd[5]
 
 
 def test_instance_id_changes_with_the_login_only():

@@ -18,6 +18,23 @@ from gpuseat.core.roster import check_ssh_key
 from gpuseat.errors import InputError
 
 VOLUME_LABEL = "cidata"  # what cloud-init's NoCloud datasource looks for
+#: the GECOS field of every login a seed makes: how the next seed finds the logins gpuseat made in the guest
+GECOS = "gpuseat participant"
+#: run once per instance id (``cloud-init-per instance``), as ``bootcmd``: before cloud-init's
+#: ``users_groups`` adds the seed's user and keys (cloud-init only ever *adds* keys, and never removes a
+#: former user). Every other login a seed made is expired (sshd refuses each of its keys), its keys file
+#: removed and its processes ended, its home folder kept; the seed's own login is unexpired (it may be a
+#: login the participant had before), given the GECOS (an account an earlier seed made without it) and its
+#: keys file emptied, so the seed's keys become the only ones.
+#: ``$1`` is the seed's login (checked by the login rule), passed as data; one line, no single quote.
+REVOKE_SCRIPT = (
+    'me="$1"; while IFS=: read -r u _ _ _ gecos home _; do'
+    f' if [ "$u" = "$me" ] || [ "$gecos" = "{GECOS}" ]; then'
+    ' rm -f "$home/.ssh/authorized_keys" "$home/.ssh/authorized_keys2";'
+    f' if [ "$u" = "$me" ]; then usermod --expiredate "" --comment "{GECOS}" "$u";'
+    ' else usermod --expiredate 1 "$u"; pkill -KILL -u "$u" || true; fi;'
+    " fi; done < /etc/passwd"
+)
 
 
 @dataclass(frozen=True)
@@ -57,11 +74,13 @@ def key_fingerprint(key: str) -> str:
 
 
 def user_data(guest: Guest) -> str:
-    """The ``#cloud-config`` document: hostname, one sudo user with the participant's keys, packages, commands."""
+    """The ``#cloud-config`` document: hostname, the earlier seeds' logins and keys revoked (``bootcmd``, once
+    per instance), one sudo user with the participant's keys, packages, commands."""
     for i, key in enumerate(guest.ssh_keys):
         ssh_key_blob(key, where=f"seat {guest.hostname}: ssh key {i + 1}")
     user: dict[str, object] = {
         "name": guest.user,
+        "gecos": GECOS,
         "shell": "/bin/bash",
         "sudo": "ALL=(ALL) NOPASSWD:ALL",
         "lock_passwd": True,
@@ -71,6 +90,10 @@ def user_data(guest: Guest) -> str:
     doc: dict[str, object] = {
         "hostname": guest.hostname,
         "preserve_hostname": False,
+        # a new login or key on the same disk: the logins and keys of the seeds before this one go
+        "bootcmd": [
+            ["cloud-init-per", "instance", "gpuseat-logins", "sh", "-c", REVOKE_SCRIPT, "gpuseat-logins", guest.user]
+        ],
         "users": [user],
         "ssh_pwauth": False,
     }

@@ -37,6 +37,7 @@ import os
 import re
 import shlex
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -75,6 +76,9 @@ _LAUNCH_FIX = (
     "SkyPilot's error says why (no capacity or quota in the region, cloud credentials: sky check); "
     "apply again, or let the agent retry on its next pass"
 )
+#: the note of a running seat's way in that names the key its cluster's setup installed (``SHA256:…``, as
+#: ``ssh-keygen -lf`` prints it): a roster's new key launches the up cluster again, which re-runs the setup
+KEY_NOTE = "logs in with the SSH key "
 
 
 def at_seat(seat: str, where: str | None, what: str) -> str | None:
@@ -87,6 +91,23 @@ def at_seat(seat: str, where: str | None, what: str) -> str | None:
     if where.startswith(f"{own}:") or named:
         return where
     return f"{own}: {where}"
+
+
+def _key_notes(key: str | None) -> tuple[str, ...]:
+    """The way in's note naming the key the cluster's setup installed (none without a key)."""
+    from gpuseat.engines.libvirt.seed import key_fingerprint
+
+    try:
+        return (KEY_NOTE + key_fingerprint(key),) if key else ()
+    except InputError:  # a key the roster's rule refuses: its launch fails with the reason
+        return ()
+
+
+def _keyed(stored: dict[str, Any], p: ParticipantView) -> bool:
+    """Whether the stored way in was made with ``p``'s key as the roster has it now (a re-import may give a
+    new one: the cluster's setup must run again, else the old key stays the one it accepts)."""
+    made = [n for n in stored.get("notes") or () if str(n).startswith(KEY_NOTE)]
+    return made == list(_key_notes(p.ssh_key))
 
 
 def revoke_script(user: str) -> str:
@@ -354,6 +375,8 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
             self._plan_free(seat, info, stored, changes)
             return
         made_for_them = stored.get("holder") == p.key and stored.get("user") == login
+        new_key = made_for_them and status in _RUNNING and not _keyed(stored, p)
+        made_for_them = made_for_them and not new_key
         launch = course.closed is None and runs and (status not in _RUNNING or not made_for_them or fresh is not None)
         minutes = self._minutes_left(course)
         if launch:
@@ -363,6 +386,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
                 task = {}
                 error = {"what": exc.what, "where": exc.where, "fix": exc.fix, "exit_code": exc.exit_code}
             why = f"{p.key} holds {seat.key}" + (" (hand-over)" if old_login and old_login != login else "")
+            why += " (a new SSH key: the setup makes it the only one)" if new_key else ""
             add(self._step("cloud.launch", cluster, why, "grant", participant=p.key, seats=key, cluster=cluster,
                            seat=seat.key, login=login, task=task, idle_minutes=minutes, error=error))  # fmt: skip
         elif runs and course.closed is None and info is not None and info.autostop < 0 and minutes is not None:
@@ -372,11 +396,11 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
         if launch:
             why = f"{p.key} can log in as {login} once {cluster} is up"
             add(self._record_step(seat.key, p.key, why, cluster=cluster, login=login, holder=p.key, live=True,
-                                  reason=self._running(course, cluster)))  # fmt: skip
+                                  reason=self._running(course, cluster), ssh_key=p.ssh_key))  # fmt: skip
             return
         if runs and info is not None and info.up and course.closed is None:
             state, reason = "running", self._running(course, cluster)
-            access = self._access(info, login, p.key, seat)
+            access = self._access(info, login, p.key, seat, p.ssh_key)
         else:
             stopped = wish.stopped if wish is not None else None
             state, reason = "requested", stopped or self._waiting(course, cluster, info)
@@ -424,9 +448,10 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
             return f"not launched yet: the agent launches {cluster} when the access window opens ({closed})"
         return f"stopped: {closed}; the agent starts {cluster} again when the access window opens"
 
-    def _access(self, info: Cluster, login: str, holder: str, seat: SeatView) -> Access:
+    def _access(self, info: Cluster, login: str, holder: str, seat: SeatView, key: str | None) -> Access:
         port = info.port if info.port and info.port != 22 else None
-        return ssh_access(info.ip, login, holder, seat.device_uuid, port)
+        access = ssh_access(info.ip, login, holder, seat.device_uuid, port)
+        return replace(access, notes=_key_notes(key))
 
     # -- apply ---------------------------------------------------------------------------------------
 
@@ -529,7 +554,7 @@ class SkyPilotEngine(StepEngine[SkyPilotSettings]):
                     fix=f"sky status {d['cluster']} says why; the agent launches it again on its next pass",
                 )
             seat = self.store.seats.get_seat(self.course, step.target)
-            access = self._access(info, d["login"], d["holder"], seat).to_dict()
+            access = self._access(info, d["login"], d["holder"], seat, d.get("ssh_key")).to_dict()
             state, reason = "running", d["reason"]
         else:
             access, state, reason = d["access"], d["state"], d["reason"]

@@ -234,8 +234,11 @@ def _login_lines(seat: CloudSeat) -> list[str]:
             '$SUDO chown "$P_UID:$P_GID" "$ROOT$P_HOME/.ssh/authorized_keys"',
             '$SUDO chmod 600 "$ROOT$P_HOME/.ssh/authorized_keys"',
         ]
-    else:
-        lines.append('echo "gpuseat: $P_USER has no SSH key in the roster: add one, then sky launch again"')
+    else:  # a key taken out of the roster (leaked, lost) lets nobody in any more
+        lines += [
+            '$SUDO rm -f "$ROOT$P_HOME/.ssh/authorized_keys"',
+            'echo "gpuseat: $P_USER has no SSH key in the roster: add one, then sky launch again"',
+        ]
     return lines
 
 
