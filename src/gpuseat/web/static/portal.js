@@ -41,6 +41,22 @@
     }
     return null;
   }
+  // a participant's page that no longer says what is true: its seat changed (the organizer moved or released
+  // them) or its link opens nothing now (rotated, revoked, the course archived or deleted). Say so at the top
+  // instead of showing another seat's readings under this seat's way in; nothing reloads by itself (a survey
+  // being typed would be lost)
+  function stale(text) {
+    var box = document.getElementById("page-stale");
+    if (box) {
+      box.textContent = text;
+      box.hidden = false;
+    }
+  }
+  function linkGone(body) {
+    leaving = true; // the link opens nothing any more: no further polls
+    stale(body && typeof body.error === "string" ? body.error : "This page is out of date: reload it.");
+    return null;
+  }
   function poll() {
     var url = document.body.dataset.liveUrl;
     if (!url || leaving) return;
@@ -48,6 +64,7 @@
     fetch(url, { credentials: "same-origin", cache: "no-store", headers: { "X-Gpuseat-Page": here } })
       .then(function (r) {
         if (r.status === 401) return r.json().then(toLogin, function () { return null; });
+        if (r.status === 404 || r.status === 410) return r.json().then(linkGone, function () { return null; });
         return r.ok ? r.json() : null;
       })
       .then(function (data) {
@@ -57,10 +74,17 @@
             var row = document.querySelector('tr[data-seat="' + CSS.escape(s.seat) + '"]');
             if (row) fill(row, s.live, s.last_active);
           });
-        } else {
-          var live = document.getElementById("live");
-          if (live) fill(live, data.live, data.last_active);
+          return;
         }
+        var shown = document.body.dataset.seat;
+        if (shown !== undefined && (data.seat || "") !== shown) {
+          stale(data.seat ? "Your seat has changed since this page was loaded (it is now " + data.seat +
+            "): reload the page to see it and how to connect to it." :
+            "You no longer hold the seat this page shows: reload the page.");
+          return;
+        }
+        var live = document.getElementById("live");
+        if (live) fill(live, data.live, data.last_active);
       })
       .catch(function () { /* the next poll tries again */ });
   }
