@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.engines.apply import Pass, one_pass
 from gpuseat.engines.runner import Runner
-from gpuseat.errors import GpuseatError
+from gpuseat.errors import GpuseatError, StoreError
 
 if TYPE_CHECKING:
     from gpuseat.store import CourseStore
@@ -84,6 +84,7 @@ class Agent:
     _saved: int | None = None
     _cut: bool = False  # the last pass stopped because the lease had run out
     _report_at: float = 0.0  # when this agent next says in the store that it runs
+    _unreachable: str | None = None  # why the store failed the last tick (said once, until it answers again)
 
     def _saved_cursor(self) -> int | None:
         """The events id the last leader of this lease had applied up to (kept in the store)."""
@@ -211,6 +212,8 @@ class Agent:
                 actor=AGENT_ACTOR,
                 courses=courses,
             )
+        except StoreError:
+            raise  # the store is locked or failing: the run loop says so once and redoes the pass once it answers
         except GpuseatError as exc:
             self.say(f"agent: the pass failed: {exc.message}")
             result = Pass()
@@ -242,6 +245,20 @@ class Agent:
                 self._waker = False
         stop.wait(seconds)
 
+    def _pause(self) -> float:
+        """Seconds to the next tick: ``poll_s`` for the leader; a standby (or an agent the store failed) looks
+        at most every third of a lease period."""
+        return self.options.poll_s if self._leader else min(self.options.poll_s * 2, self.options.lease_s / 3)
+
+    def _store_failed(self, exc: GpuseatError) -> None:
+        """One line when the store starts failing (a held write lock names its holder), not one per try; once it
+        answers again the lease is taken again (a standby may have taken it meanwhile) and the pass is redone."""
+        why = exc.what if exc.where is None else f"{exc.where}: {exc.what}"
+        if self._unreachable is None or why.split(";")[0] != self._unreachable.split(";")[0]:  # not per holder list
+            self.say(f"agent {self.holder}: the store failed ({why}); trying again every {self._pause():g} s, "
+                     "the machine keeps what it has")  # fmt: skip
+            self._unreachable = why
+
     def run(self, stop: threading.Event | None = None) -> None:
         """Loop until ``stop`` is set (SIGTERM/SIGINT set it from the CLI); give the lease back at the end."""
         halt = stop or threading.Event()
@@ -249,16 +266,20 @@ class Agent:
             while not halt.is_set():
                 try:
                     self.tick()
-                except GpuseatError as exc:  # the store is unreachable for a moment: say so, keep going
-                    self.say(f"agent: {exc.message}")
+                except GpuseatError as exc:  # the store is locked or unreachable for a while: say so once, keep going
                     self._leader = False
-                pause = self.options.poll_s if self._leader else min(self.options.poll_s * 2, self.options.lease_s / 3)
-                self.wait(pause, halt)
+                    self._store_failed(exc)
+                else:
+                    if self._unreachable is not None:
+                        self.say(f"agent {self.holder}: the store answers again")
+                        self._unreachable = None
+                self.wait(self._pause(), halt)
         finally:
             with contextlib.suppress(GpuseatError):
-                if self._leader:
-                    self.store.agents.drop_lease(self.options.lease_name, self.holder)
-                self.store.agents.forget_agent(self.options.lease_name, self.holder)
+                if self._unreachable is None:  # else the lease runs out by itself: no exit waits on a held lock
+                    if self._leader:
+                        self.store.agents.drop_lease(self.options.lease_name, self.holder)
+                    self.store.agents.forget_agent(self.options.lease_name, self.holder)
             if self._waker:
                 self._waker.close()
 

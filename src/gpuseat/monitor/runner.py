@@ -2,8 +2,10 @@
 
 Faults never stop sampling: a GPU whose NVML queries fail is reported unhealthy by the sampler;
 a failing database write is retried on the next ticks (the rows wait in a bounded queue) while the
-database is down, and a row that fails while later rows are stored is dropped after a few tries, so
-one bad row never blocks the rest; a failing webhook is logged.
+database is down or another process holds its write lock (a flush stops at the first such failure: each
+later row would wait out the busy timeout too), and a row that fails while later rows are stored is
+dropped after a few tries, so one bad row never blocks the rest; rows the queue had no room for, or
+still queued when the monitor stops, are counted as dropped and logged; a failing webhook is logged.
 
 With ``background=True`` (what ``gpuseat monitor`` uses) one writer thread does the database work:
 the tick only queues its rows and wakes the writer, so a slow or locked database never delays
@@ -21,7 +23,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -138,10 +140,12 @@ class Monitor:
             rows.extend(_Pending(a) for a in tick.alerts)
             if self._writer is not None:  # the writer thread stores them; tick.stored stays False
                 with self._wake:
+                    self._overflow(self.pending, rows)
                     self.pending.extend(rows)
                     self._queued += 1
                     self._wake.notify()
             else:
+                self._overflow(self.pending, rows)
                 self.pending.extend(rows)
                 tick.stored = self._timed_flush()
         return tick
@@ -189,6 +193,7 @@ class Monitor:
         kept = self._write_rows(batch)
         with self._wake:
             if kept:
+                self._overflow(kept, self.pending)
                 retry: deque[_Pending] = deque(kept, maxlen=self.pending.maxlen)
                 retry.extend(self.pending)  # a full queue drops its oldest rows, as before
                 self.pending = retry
@@ -199,7 +204,7 @@ class Monitor:
         assert self.store is not None
         failed: list[_Pending] = []
         stored_any = False
-        for item in batch:
+        for n, item in enumerate(batch):
             try:
                 if isinstance(item.row, Alert):
                     self.store.record_alert(item.row)
@@ -212,6 +217,8 @@ class Monitor:
                 item.attempts += 1
                 log.warning("database write failed (attempt %d): %s", item.attempts, str(exc).splitlines()[0])
                 failed.append(item)
+                if not stored_any and _unavailable(exc):  # locked or down: the rest would each wait as long
+                    return failed + batch[n + 1 :]
         kept = []
         for item in failed:
             if stored_any and item.attempts >= self.max_attempts:
@@ -220,6 +227,27 @@ class Monitor:
             else:
                 kept.append(item)
         return kept
+
+    def _overflow(self, older: Sequence[_Pending], newer: Sequence[_Pending]) -> None:
+        """Count as dropped the oldest rows that a full queue loses when ``older`` then ``newer`` go into it."""
+        over = len(older) + len(newer) - (self.pending.maxlen or len(older) + len(newer))
+        if over > 0:
+            lost = [*older, *newer][:over]
+            self.dropped += sum(not isinstance(p.row, Alert) for p in lost)
+            log.error("the write queue is full (the database is locked or down): dropped its %d oldest rows", over)
+
+    def _give_up(self) -> None:
+        """At the end: rows the database never took (it stayed locked or down) are counted as dropped and
+        said in one line; they were lost without a word."""
+        samples = sum(not isinstance(p.row, Alert) for p in self.pending)
+        if self.pending:
+            self.dropped += samples
+            log.error(
+                "%d samples and %d alerts were not written: the database stayed locked or down (see above)",
+                samples,
+                len(self.pending) - samples,
+            )
+            self.pending.clear()
 
     def run(self, interval_s: float, *, ticks: int | None = None, on_tick: Callable[[Tick], Any] | None = None) -> int:
         """Tick every ``interval_s`` until stopped (SIGTERM/SIGINT, :meth:`stop`, or ``ticks`` done)."""
@@ -255,5 +283,15 @@ class Monitor:
         if self.store is not None:
             if writer is None:
                 self.flush()
+            self._give_up()
             self.store.close()
         self.sampler.close()
+
+
+def _unavailable(exc: Exception) -> bool:
+    """True when ``exc`` says the database cannot be written now (another process held its lock past the busy
+    timeout, the disk is full or read-only: the store's own errors), not that one row is bad: every other row
+    would fail the same way."""
+    from gpuseat.errors import StoreError
+
+    return isinstance(exc, StoreError)

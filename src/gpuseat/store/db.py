@@ -30,6 +30,8 @@ class Database:
         from gpuseat.store.undo import install
 
         install(engine)  # writes to an archived course: one clear error
+        if engine.dialect.name == "postgresql":
+            _lock_timeout(engine)
 
     @property
     def url(self) -> str:
@@ -110,3 +112,57 @@ class Database:
         """A new place in the writer queue of this file (SQLite; :meth:`queue` and the claim lanes use it)."""
         assert self.lock_path is not None
         return Turns(self.lock_path)
+
+
+def _lock_timeout(engine: Engine) -> None:
+    """PostgreSQL: a statement waits for another transaction's lock (``LOCK TABLE``, ``SELECT … FOR UPDATE``
+    left open in a ``psql``) at most one busy timeout, as SQLite's writers do, then fails with one clear
+    error naming the transactions open that long; it waited forever, without a word."""
+    from sqlalchemy import event
+
+    from gpuseat.db import busy_timeout
+
+    ms = max(1, round(busy_timeout() * 1000))
+
+    def checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        if record.info.get("gpuseat_lock_timeout") != ms:  # once per connection (pooled before this handle too)
+            with dbapi_connection.cursor() as cursor:
+                cursor.execute(f"SET lock_timeout = {ms}")
+            dbapi_connection.commit()
+            record.info["gpuseat_lock_timeout"] = ms
+
+    def handle_error(context: Any) -> Exception | None:
+        if getattr(context.original_exception, "sqlstate", None) != "55P03":  # lock_not_available
+            return None
+        from gpuseat.errors import StoreError
+
+        holders = _pg_holders(context.engine, ms / 1000) if context.engine is not None else []
+        who = f"; open for longer: {', '.join(holders)}" if holders else ""
+        url = context.engine.url.render_as_string(hide_password=True) if context.engine is not None else "PostgreSQL"
+        return StoreError(
+            f"another transaction held a lock this write needs for more than {ms / 1000:g} s{who}",
+            where=f"database {url}",
+            fix="let that transaction finish (or end it: SELECT pg_terminate_backend(PID)) and run this again; "
+            "nothing was changed",
+        )
+
+    event.listen(engine, "checkout", checkout)
+    event.listen(engine, "handle_error", handle_error)
+
+
+def _pg_holders(engine: Engine, seconds: float) -> list[str]:
+    """The other sessions of this database in a transaction older than ``seconds`` (one of them holds the
+    lock): ``backend pid N (application, state: query)``; empty where they cannot be read."""
+    from sqlalchemy import text
+
+    query = text(
+        "SELECT pid, application_name, state, left(query, 60) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle' "
+        "AND xact_start <= now() - make_interval(secs => :s) ORDER BY xact_start LIMIT 5"
+    )
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(query, {"s": seconds}).all()
+    except Exception:  # seeing who holds it is a courtesy: never a second error
+        return []
+    return [f"backend pid {pid} ({app or '?'}, {state}: {' '.join(str(q).split())})" for pid, app, state, q in rows]
