@@ -140,7 +140,7 @@ def _lock_timeout(engine: Engine) -> None:
         who = f"; open for longer: {', '.join(holders)}" if holders else ""
         url = context.engine.url.render_as_string(hide_password=True) if context.engine is not None else "PostgreSQL"
         return StoreError(
-            f"another transaction held a lock this write needs for more than {ms / 1000:g} s{who}",
+            f"another writer held a lock this write needs for more than {ms / 1000:g} s{who}",
             where=f"database {url}",
             fix="let that transaction finish (or end it: SELECT pg_terminate_backend(PID)) and run this again; "
             "nothing was changed",
