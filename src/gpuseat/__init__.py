@@ -78,6 +78,7 @@ _EXPORTS: dict[str, str] = {
     "Infeasible": "gpuseat.errors",
     "StoreError": "gpuseat.errors",
     "DiskFull": "gpuseat.errors",
+    "StoreBusy": "gpuseat.errors",
     "MissingDependency": "gpuseat.errors",
     "NotFound": "gpuseat.errors",
     "NoFreeSeat": "gpuseat.errors",
@@ -120,6 +121,7 @@ __all__ = [
     "SeatView",
     "Server",
     "Slice",
+    "StoreBusy",
     "StoreError",
     "TickView",
     "UnknownGpu",
@@ -198,6 +200,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         NoOfferFits,
         NotFound,
         SeatTaken,
+        StoreBusy,
         StoreError,
         UnknownGpu,
     )

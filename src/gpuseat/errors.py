@@ -13,7 +13,8 @@ Hierarchy (every class is public: ``from gpuseat import NotFound``)::
     │   └── InvalidTransition   a seat state change the state machine refuses
     └── EngineError             an outside engine (NVML, libvirt, a database) failed → exit code 1
         ├── StoreError          the course database cannot be opened, is not gpuseat's, or failed
-        │   └── DiskFull        the file system is full: nothing was changed → exit code 2
+        │   ├── DiskFull        the file system is full: nothing was changed → exit code 2
+        │   └── StoreBusy       another writer held a lock past the wait: nothing was changed
         └── MissingDependency   an optional dependency is not installed (the fix names the extra)
 
 Each error carries *where* (the file and line, or the field: ``course``, ``participant``,
@@ -86,6 +87,11 @@ class DiskFull(StoreError):
     changed. Exit code 2, as for bad input: the user frees space, or writes elsewhere, and runs it again."""
 
     exit_code = 2
+
+
+class StoreBusy(StoreError):
+    """Another writer (another process, an open transaction) held a lock this write needs for longer than
+    the write may wait (the busy timeout); nothing was changed, and the same write may succeed later."""
 
 
 def disk_full(path: object, *, where: str | None = None) -> DiskFull:

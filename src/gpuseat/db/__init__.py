@@ -120,9 +120,27 @@ def busy_timeout() -> float:
     """The writers' busy timeout in seconds (``GPUSEAT_DB_BUSY_TIMEOUT`` or :data:`BUSY_TIMEOUT_S`). A value
     that is not a number of seconds from 0 to 86400 is an input error, read when the store is opened (it fell
     back to the default without a word: a typo'd ``300s`` left writers at the default)."""
-    raw = os.environ.get("GPUSEAT_DB_BUSY_TIMEOUT", "").strip()
+    return _seconds("GPUSEAT_DB_BUSY_TIMEOUT", BUSY_TIMEOUT_S)
+
+
+#: How long a portal request waits for another writer's lock before its page says "busy, try again" (503
+#: with ``Retry-After``); at most the busy timeout. ``GPUSEAT_WEB_BUSY_TIMEOUT`` changes it. A person at a
+#: browser gives up after a few seconds, and every request waiting a full busy timeout keeps one of the
+#: server's threads: a registration rush behind a held lock would use them all up.
+WEB_BUSY_TIMEOUT_S = 5.0
+
+
+def web_busy_timeout() -> float:
+    """How long a portal request's write waits for a lock: ``GPUSEAT_WEB_BUSY_TIMEOUT`` or
+    :data:`WEB_BUSY_TIMEOUT_S`, never more than :func:`busy_timeout`; checked as that one is."""
+    return min(_seconds("GPUSEAT_WEB_BUSY_TIMEOUT", WEB_BUSY_TIMEOUT_S), busy_timeout())
+
+
+def _seconds(name: str, default: float) -> float:
+    """The seconds in environment variable ``name`` (above 0, at most 86400), else ``default``."""
+    raw = os.environ.get(name, "").strip()
     if not raw:
-        return BUSY_TIMEOUT_S
+        return default
     from gpuseat.core.numbers import plain_number
 
     try:
@@ -133,9 +151,9 @@ def busy_timeout() -> float:
         from gpuseat.errors import InputError
 
         raise InputError(
-            f"GPUSEAT_DB_BUSY_TIMEOUT={raw[:40]!r} is not a number of seconds",
-            where="environment variable GPUSEAT_DB_BUSY_TIMEOUT",
-            fix=f"set it to seconds above 0 and at most 86400 (such as 60), or unset it for {BUSY_TIMEOUT_S:g} s",
+            f"{name}={raw[:40]!r} is not a number of seconds",
+            where=f"environment variable {name}",
+            fix=f"set it to seconds above 0 and at most 86400 (such as {default:g}), or unset it for {default:g} s",
         )
     return value
 
@@ -206,23 +224,24 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
         ) from None
 
 
-def sqlite_error(message: str, database: str | None) -> Exception | None:
+def sqlite_error(message: str, database: str | None, waited_s: float | None = None) -> Exception | None:
     """One clear :class:`~gpuseat.errors.StoreError` for SQLite's own failures (None: not one of them).
 
-    A held write lock (after the busy timeout, naming who has the file open), a full disk, a
+    A held write lock (after ``waited_s``, default the busy timeout, naming who has the file open), a full disk, a
     read-only file or folder: each says what happened to which file and what to do; nothing stored
     is lost (the transaction was rolled back).
     """
     from gpuseat.db.holders import lock_holders
-    from gpuseat.errors import StoreError
+    from gpuseat.errors import StoreBusy, StoreError
 
     where = f"database {database}" if database else "database"
     text_ = message.lower()
     if "database is locked" in text_ or "database table is locked" in text_:
         holders = lock_holders(Path(database)) if database else []
         who = f"; open in {', '.join(holders)}" if holders else ""
-        return StoreError(
-            f"another writer held the database for more than {busy_timeout():g} s{who}",
+        waited = busy_timeout() if waited_s is None else waited_s
+        return StoreBusy(
+            f"another writer held the database for more than {waited:g} s{who}",
             where=where,
             fix="let that command finish (or stop it) and run this again; nothing was changed",
         )
@@ -247,6 +266,41 @@ def sqlite_error(message: str, database: str | None) -> Exception | None:
             "cannot open the database file", where=where, fix="check the path, its folder and the permissions"
         )
     return None
+
+
+def pg_lock_error(engine: Engine | None, seconds: float) -> Exception:
+    """The one :class:`StoreBusy` for PostgreSQL's lock timeout (``lock_not_available``) after ``seconds``,
+    naming the transactions open that long; the store's statements (:mod:`gpuseat.store.db`) and the claims'
+    own connections raise it."""
+    from gpuseat.errors import StoreBusy
+
+    holders = _pg_holders(engine, seconds) if engine is not None else []
+    who = f"; open for longer: {', '.join(holders)}" if holders else ""
+    url = engine.url.render_as_string(hide_password=True) if engine is not None else "PostgreSQL"
+    return StoreBusy(
+        f"another writer held a lock this write needs for more than {seconds:g} s{who}",
+        where=f"database {url}",
+        fix="let that transaction finish (or end it: SELECT pg_terminate_backend(PID)) and run this again; "
+        "nothing was changed",
+    )
+
+
+def _pg_holders(engine: Engine, seconds: float) -> list[str]:
+    """The other sessions of this database in a transaction older than ``seconds`` (one of them holds the
+    lock): ``backend pid N (application, state: query)``; empty where they cannot be read."""
+    from sqlalchemy import text
+
+    query = text(
+        "SELECT pid, application_name, state, left(query, 60) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle' "
+        "AND xact_start <= now() - make_interval(secs => :s) ORDER BY xact_start LIMIT 5"
+    )
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(query, {"s": seconds}).all()
+    except Exception:  # seeing who holds it is a courtesy: never a second error
+        return []
+    return [f"backend pid {pid} ({app or '?'}, {state}: {' '.join(str(q).split())})" for pid, app, state, q in rows]
 
 
 def _no_space(database: str | None) -> bool:

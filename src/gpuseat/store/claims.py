@@ -216,6 +216,7 @@ def _new_pg_lane(db: Database) -> _PgLane:
         # no JIT: with sequential scans off, a scan with no index (the events trigger's look at agent_leases)
         # is costed past jit_above_cost and was compiled at every claim: 61-82 ms of a 68 ms claim
         conn.execute("SET jit = off")
+        conn.execute(f"SET lock_timeout = {db.wait_ms}")  # the store's own wait for a lock (a LOCK TABLE: forever)
         conn.prepare_threshold = 0  # from here on: the claim statement alone
     except psycopg.OperationalError as exc:
         raise StoreError(
@@ -325,10 +326,10 @@ CHECKPOINT_EVERY = 64
 
 
 def _new_lane(db: Database) -> _Lane:
-    from gpuseat.db import _sqlite_pragmas, busy_timeout
+    from gpuseat.db import _sqlite_pragmas
 
     conn = sqlite3.connect(
-        str(db.engine.url.database), timeout=busy_timeout(), isolation_level=None, check_same_thread=False
+        str(db.engine.url.database), timeout=db.wait_s, isolation_level=None, check_same_thread=False
     )
     _sqlite_pragmas(conn, None)
     conn.execute("PRAGMA wal_autocheckpoint=0")  # the lane checkpoints after its turn (CHECKPOINT_EVERY)
@@ -386,7 +387,7 @@ def _begin(db: Database, raw: Any, turns: Turns | None, ask: Callable[[], bytes]
         if isinstance(exc, sqlite3.OperationalError):
             from gpuseat.db import sqlite_error
 
-            raise (sqlite_error(str(exc), db.engine.url.database) or exc) from None
+            raise (sqlite_error(str(exc), db.engine.url.database, db.wait_s) or exc) from None
         raise
     return None
 
@@ -543,6 +544,11 @@ def _claim_pg(db: Database, info: _Course, who: str, mode: str, actor: str) -> C
     except psycopg.errors.UniqueViolation:
         lanes.append(lane)
         raise _LostRace from None
+    except psycopg.errors.LockNotAvailable:  # another transaction held a lock past the store's wait
+        lanes.append(lane)  # autocommit: the statement was rolled back, the lane is fine
+        from gpuseat.db import pg_lock_error
+
+        raise pg_lock_error(db.engine, db.wait_s) from None
     except psycopg.OperationalError:
         lane.conn.close()  # a dropped connection (the server restarted, the backend was ended): a new lane
         raise _LostRace from None

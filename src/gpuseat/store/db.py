@@ -30,8 +30,38 @@ class Database:
         from gpuseat.store.undo import install
 
         install(engine)  # writes to an archived course: one clear error
+        from gpuseat.db import busy_timeout
+
+        #: how long a write waits for another writer's lock (seconds; :meth:`wait_at_most` lowers it): one
+        #: value, shared with the engine's listeners and the claim lanes
+        self._wait = {"s": busy_timeout()}
         if engine.dialect.name == "postgresql":
-            _lock_timeout(engine)
+            _lock_timeout(engine, self._wait)
+
+    @property
+    def wait_s(self) -> float:
+        """How long a write of this store waits for a lock another writer holds, in seconds: SQLite's busy
+        timeout, PostgreSQL's ``lock_timeout`` (the claims' own connections too); then :class:`StoreBusy`."""
+        return self._wait["s"]
+
+    @property
+    def wait_ms(self) -> int:
+        """:attr:`wait_s` in whole milliseconds (at least 1), as both databases take it."""
+        return max(1, round(self._wait["s"] * 1000))
+
+    def wait_at_most(self, seconds: float) -> None:
+        """Writes of this store wait at most ``seconds`` for a lock (never longer than the busy timeout):
+        the portal's requests, where a person waits at a browser. Connections already open take it at their
+        next use; the claims' own connections are opened again."""
+        from gpuseat.db import busy_timeout
+
+        if self.dialect == "sqlite" and "bounded" not in self._wait:
+            self._wait["bounded"] = 1
+            _sqlite_wait(self.engine, self._wait)
+        self._wait["s"] = min(seconds, busy_timeout())
+        from gpuseat.store.claims import close
+
+        close(self)  # claim lanes were opened with the old wait
 
     @property
     def url(self) -> str:
@@ -114,17 +144,36 @@ class Database:
         return Turns(self.lock_path)
 
 
-def _lock_timeout(engine: Engine) -> None:
-    """PostgreSQL: a statement waits for another transaction's lock (``LOCK TABLE``, ``SELECT … FOR UPDATE``
-    left open in a ``psql``) at most one busy timeout, as SQLite's writers do, then fails with one clear
-    error naming the transactions open that long; it waited forever, without a word."""
+def _sqlite_wait(engine: Engine, wait: dict[str, float]) -> None:
+    """SQLite: each connection taken from the pool waits ``wait["s"]`` for the write lock (its busy timeout was
+    set when it connected; a pragma costs a microsecond, and a visit's write may have changed it), and the
+    held-lock error says how long it waited."""
     from sqlalchemy import event
 
-    from gpuseat.db import busy_timeout
+    from gpuseat.db import sqlite_error
+    from gpuseat.errors import StoreBusy
 
-    ms = max(1, round(busy_timeout() * 1000))
+    def checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        dbapi_connection.execute(f"PRAGMA busy_timeout={max(1, round(wait['s'] * 1000))}").close()
+
+    def handle_error(context: Any) -> Exception | None:
+        if not isinstance(context.chained_exception, StoreBusy):
+            return None
+        return sqlite_error(str(context.original_exception), engine.url.database, wait["s"])
+
+    event.listen(engine, "checkout", checkout)
+    event.listen(engine, "handle_error", handle_error)
+
+
+def _lock_timeout(engine: Engine, wait: dict[str, float]) -> None:
+    """PostgreSQL: a statement waits for another transaction's lock (``LOCK TABLE``, ``SELECT … FOR UPDATE``
+    left open in a ``psql``) at most ``wait["s"]`` (the busy timeout, or the portal's shorter wait), as SQLite's
+    writers do, then fails with one clear error naming the transactions open that long; it waited forever,
+    without a word."""
+    from sqlalchemy import event
 
     def checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        ms = max(1, round(wait["s"] * 1000))
         if record.info.get("gpuseat_lock_timeout") != ms:  # once per connection (pooled before this handle too)
             with dbapi_connection.cursor() as cursor:
                 cursor.execute(f"SET lock_timeout = {ms}")
@@ -134,35 +183,9 @@ def _lock_timeout(engine: Engine) -> None:
     def handle_error(context: Any) -> Exception | None:
         if getattr(context.original_exception, "sqlstate", None) != "55P03":  # lock_not_available
             return None
-        from gpuseat.errors import StoreError
+        from gpuseat.db import pg_lock_error
 
-        holders = _pg_holders(context.engine, ms / 1000) if context.engine is not None else []
-        who = f"; open for longer: {', '.join(holders)}" if holders else ""
-        url = context.engine.url.render_as_string(hide_password=True) if context.engine is not None else "PostgreSQL"
-        return StoreError(
-            f"another writer held a lock this write needs for more than {ms / 1000:g} s{who}",
-            where=f"database {url}",
-            fix="let that transaction finish (or end it: SELECT pg_terminate_backend(PID)) and run this again; "
-            "nothing was changed",
-        )
+        return pg_lock_error(context.engine, wait["s"])
 
     event.listen(engine, "checkout", checkout)
     event.listen(engine, "handle_error", handle_error)
-
-
-def _pg_holders(engine: Engine, seconds: float) -> list[str]:
-    """The other sessions of this database in a transaction older than ``seconds`` (one of them holds the
-    lock): ``backend pid N (application, state: query)``; empty where they cannot be read."""
-    from sqlalchemy import text
-
-    query = text(
-        "SELECT pid, application_name, state, left(query, 60) FROM pg_stat_activity "
-        "WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle' "
-        "AND xact_start <= now() - make_interval(secs => :s) ORDER BY xact_start LIMIT 5"
-    )
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(query, {"s": seconds}).all()
-    except Exception:  # seeing who holds it is a courtesy: never a second error
-        return []
-    return [f"backend pid {pid} ({app or '?'}, {state}: {' '.join(str(q).split())})" for pid, app, state, q in rows]

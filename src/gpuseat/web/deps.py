@@ -10,6 +10,7 @@ first, then who asks, then the CSRF token, as the portal always did.
 
 from __future__ import annotations
 
+import logging
 from urllib.parse import quote, unquote
 
 from fastapi import Depends, Request
@@ -17,7 +18,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gpuseat.errors import GpuseatError, InputError, NotFound
+from gpuseat.errors import GpuseatError, InputError, NotFound, StoreBusy
 from gpuseat.store import ParticipantView
 from gpuseat.web.pages import client_address, go, organizer_of, page, portal_of, root, session_secret, sessions_of
 from gpuseat.web.portal import Portal
@@ -32,6 +33,14 @@ MAX_NEXT = 1024
 PAGE_HEADER = "x-gpuseat-page"
 #: pages a login never returns to: they would log out again or loop back to the login
 NOT_NEXT = ("/login", "/logout")
+#: what a participant (anyone not logged in as an organizer) sees when the store failed: never the server's
+#: paths, the processes that hold a lock, or SQL (the organizer and the server log get those)
+BUSY = "The seat service is busy: try again in a minute. Nothing was changed."
+STORE_FAILED = "The seat service cannot answer right now: try again later, or tell your organizer."
+#: a busy store's ``Retry-After`` (seconds): the minute the page asks for
+RETRY_AFTER_S = 60
+
+log = logging.getLogger("gpuseat.web")
 
 
 class Forbidden(Exception):
@@ -225,7 +234,27 @@ def gpuseat_error(request: Request, exc: GpuseatError) -> Response:
             participant(token, request)
         except LinkRefused as refused:
             return link_refused(request, refused)
+        except GpuseatError:  # the lookup failed too (a lock on PostgreSQL that even reads wait for): as below
+            pass
     status = 404 if isinstance(exc, NotFound) else 400 if isinstance(exc, InputError) else 503
+    message, headers = exc.message, {}
+    if status == 503:  # the store failed (a lock held past the wait, a full disk): nothing was changed
+        route = getattr(request.scope.get("route"), "path", "?")  # /t/{token}/…: the link itself is never logged
+        log.warning("%s %s: %s", request.method, route, " ".join(exc.message.split()))
+        if isinstance(exc, StoreBusy):
+            headers["retry-after"] = str(RETRY_AFTER_S)
+        if link or not _organizer(request):  # the details (database path, pids, commands) for the organizer only
+            message = BUSY if isinstance(exc, StoreBusy) else STORE_FAILED
     if request.url.path.endswith((".json", "/live")):
-        return JSONResponse({"error": exc.message}, status_code=status)
-    return page(request, "error.html", status=status, message=exc.message, **({"user": None} if link else {}))
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
+    response = page(request, "error.html", status=status, message=message, **({"user": None} if link else {}))
+    response.headers.update(headers)
+    return response
+
+
+def _organizer(request: Request) -> bool:
+    """Whether an organizer is logged in (False when even that cannot be read)."""
+    try:
+        return organizer_of(request) is not None
+    except GpuseatError:
+        return False

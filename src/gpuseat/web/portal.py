@@ -137,6 +137,11 @@ class Portal:
         check_base_url(self.base_url)  # the links it shows are BASE/t/TOKEN: never javascript: or worse
         self.accounts = self.store.accounts
         self.activity = self.store.activity
+        from gpuseat.db import web_busy_timeout
+
+        # a person waits at a browser: a request's write behind another writer's lock gives up after a few
+        # seconds (the page says busy, Retry-After), so a rush behind a held lock never takes every thread
+        self.store.database.wait_at_most(web_busy_timeout())
 
     # Participant pages are polled by everyone at once: what the link opens is read on every request (a link
     # rotated, revoked or archived anywhere, by the CLI or another server process, stops at once), its visit
