@@ -57,16 +57,20 @@
     stale(body && typeof body.error === "string" ? body.error : "This page is out of date: reload it.");
     return null;
   }
-  function poll() {
-    var url = document.body.dataset.liveUrl;
-    if (!url || leaving) return;
+  // one poll of this page's JSON: its body, or null (a 401 goes to the login, a gone link says so)
+  function getJSON(url) {
     var here = window.location.pathname + window.location.search;
-    fetch(url, { credentials: "same-origin", cache: "no-store", headers: { "X-Gpuseat-Page": here } })
+    return fetch(url, { credentials: "same-origin", cache: "no-store", headers: { "X-Gpuseat-Page": here } })
       .then(function (r) {
         if (r.status === 401) return r.json().then(toLogin, function () { return null; });
         if (r.status === 404 || r.status === 410) return r.json().then(linkGone, function () { return null; });
         return r.ok ? r.json() : null;
-      })
+      });
+  }
+  function poll() {
+    var url = document.body.dataset.liveUrl;
+    if (!url || leaving) return;
+    getJSON(url)
       .then(function (data) {
         if (!data) return;
         if (data.seats) {
@@ -88,6 +92,75 @@
       })
       .catch(function () { /* the next poll tries again */ });
   }
+  // whether the participant changed a field on the page (typed, ticked, picked): a reload would lose it
+  function edited() {
+    var fields = document.querySelectorAll("input, textarea, select");
+    for (var i = 0; i < fields.length; i++) {
+      var f = fields[i];
+      if (f.type === "checkbox" || f.type === "radio") {
+        if (f.checked !== f.defaultChecked) return true;
+      } else if (f.tagName === "SELECT") {
+        for (var j = 0; j < f.options.length; j++) {
+          if (f.options[j].selected !== f.options[j].defaultSelected) return true;
+        }
+      } else if (f.value !== f.defaultValue) {
+        return true;
+      }
+    }
+    return false;
+  }
+  function said(r) {
+    return r.action + ": " + r.state + (r.reason ? " (" + r.reason + ")" : "");
+  }
+  // a participant's request is pending (#requests-pending, a live region): ask seat.json every 2 s, backing
+  // off to 30 s, until none is; each request's line follows its state. Then say what became of them where
+  // the pending line was and reload so the controls show the seat as it is now, unless a field on the page
+  // was changed (a survey or key being typed): then say "reload" instead. Text only, never the server's HTML
+  function watchRequests() {
+    var line = document.getElementById("requests-pending");
+    var url = line && line.dataset.pollUrl;
+    if (!url) return;
+    var shown = {};
+    document.querySelectorAll("#requests li[data-request]").forEach(function (li) {
+      shown[li.dataset.request] = li;
+    });
+    var wait = 2000;
+    function settled(data) {
+      if (!data || !Array.isArray(data.requests)) return false;
+      var outcome = [], pending = false;
+      data.requests.forEach(function (r) {
+        var li = shown[String(r.id)];
+        if (r.state === "pending") pending = true;
+        if (!li) return;
+        if (li.classList.contains("pending") && r.state !== "pending") outcome.push(said(r));
+        li.textContent = said(r);
+        li.className = "state " + r.state;
+      });
+      if (pending) return false;
+      line.textContent = (outcome.length ? outcome.join("; ") : "Your requests were carried out") + ".";
+      if (edited()) {
+        line.textContent += " Reload the page to see your seat's controls as they are now.";
+      } else {
+        // a moment to read (and hear) the outcome first; a field changed meanwhile keeps the page
+        setTimeout(function () {
+          if (edited()) line.textContent += " Reload the page to see your seat's controls as they are now.";
+          else if (!leaving) window.location.reload();
+        }, 1500);
+      }
+      return true;
+    }
+    function step() {
+      if (leaving) return;
+      getJSON(url)
+        .then(settled, function () { return false; })
+        .then(function (done) {
+          if (done || leaving) return;
+          wait = Math.min(wait * 1.5, 30000);
+          setTimeout(step, wait);
+        });
+    }
+    setTimeout(step, wait);
+  }
   // destructive buttons carry data-confirm: ask before the form goes out (no inline script: CSP)
   document.addEventListener("submit", function (ev) {
     var btn = ev.submitter;
@@ -108,6 +181,7 @@
     }
   });
   document.addEventListener("DOMContentLoaded", function () {
+    watchRequests();
     if (!document.body.dataset.liveUrl) return;
     poll();
     var every = Math.max(1, parseInt(document.body.dataset.pollS || "5", 10)) * 1000;
