@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from fastapi.testclient import TestClient
 
 from gpuseat.web.app import create_app
 
-from .test_claim_route import _csrf, _served
+from .test_claim_route import _csrf, _held, _served
 
 BUSY_S = 30.0  # the store's busy timeout: a request that waited it out fails the test
 WEB_S = 0.3  # the portal's wait
@@ -226,3 +227,53 @@ def test_a_bad_web_busy_timeout_is_refused_when_the_portal_starts(
     monkeypatch.setenv("GPUSEAT_WEB_BUSY_TIMEOUT", "5s")
     r = cli("serve", "--db", db_url, "--course", "nope")  # a portal that would start is refused anyway
     assert r.code == 2 and "GPUSEAT_WEB_BUSY_TIMEOUT" in r.err and "Traceback" not in r.err, r.err
+
+
+RUSH_S = 1.0  # the portal's wait in the rush below: each answer within a few of it, however many queue
+
+
+def test_a_rush_under_a_held_lock_answers_each_request_within_its_own_wait(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claims and a stop request sent together while another process holds the lock: SQLite's writers take
+    turns in a queue first, and each waited for the writers before it and then its own wait (the k-th about
+    k × the wait). Each must answer 503 within about one wait; once the lock is let go each gets through,
+    nothing having been written twice or half."""
+    monkeypatch.setenv("GPUSEAT_DB_BUSY_TIMEOUT", str(BUSY_S))
+    monkeypatch.setenv("GPUSEAT_WEB_BUSY_TIMEOUT", str(RUSH_S))
+    store, portal, links = _served(db_url, tmp_path, people=10, seats=10)
+    store.seats.add_seats(
+        "rush", [{"key": "h00", "kind": "mig", "host": "gpu1", "engine": "host", "device_uuid": "MIG-0"}]
+    )
+    store.seats.assign("rush", "p01", "h00")
+    client = TestClient(create_app(portal), base_url="http://testserver")
+    try:
+        sends = [(f"/t/{links[p]}/claim", {"csrf": _csrf(client, links[p])}) for p in sorted(links)[2:]]
+        stop = {"csrf": _csrf(client, links["p01"]), "action": "stop", "seat": "h00"}
+        sends.insert(len(sends) // 2, (f"/t/{links['p01']}/seat", stop))
+
+        def rush() -> list[tuple[int, float]]:
+            def send(path: str, form: dict[str, str]) -> tuple[int, float]:
+                started = time.monotonic()
+                status = client.post(path, data=form, follow_redirects=False).status_code
+                return status, time.monotonic() - started
+
+            with ThreadPoolExecutor(len(sends)) as pool:
+                return list(pool.map(lambda s: send(*s), sends))
+
+        holder = Holder(db_url)
+        try:
+            answers, held = rush(), holder.holding()
+        finally:
+            holder.release()
+        assert held, "the lock was let go before the answers: the test proves nothing"
+        assert [a for a, _ in answers] == [503] * len(sends), answers
+        assert max(took for _, took in answers) < 3 * RUSH_S, answers  # one wait each, not one after another
+        assert _held(store) == {"p01": "h00"} and store.requests.seat_requests("rush") == []  # nothing written
+        assert [a for a, _ in rush()] == [303] * len(sends)
+        seats = _held(store)
+        assert sorted(seats) == sorted(links)[1:] and len(set(seats.values())) == len(seats), seats
+        assert [r.action for r in store.requests.seat_requests("rush")] == ["stop"]
+    finally:
+        client.close()
+        store.close()

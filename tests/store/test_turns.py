@@ -289,8 +289,8 @@ CLAIMER = textwrap.dedent(
         os.close(fd)
     served = []
     take = turns.Turns.take
-    def spy(self, ask=None):
-        answer = take(self, ask)
+    def spy(self, ask=None, deadline=None):
+        answer = take(self, ask, deadline)
         served.append(answer is not None)
         return answer
     turns.Turns.take = spy

@@ -376,9 +376,10 @@ def _begin(db: Database, raw: Any, turns: Turns | None, ask: Callable[[], bytes]
     p99 with 10,000 participants and 16 writers 2.3× the busy handler's).
     """
     if turns is not None:
-        answer = turns.take(ask)
+        answer, left = db.take_turn(turns, ask)  # queue and lock: one wait in all
         if answer is not None:
             return answer
+        raw.execute(f"PRAGMA busy_timeout={max(1, round(left * 1000))}").close()
     try:
         raw.execute("BEGIN IMMEDIATE")
     except BaseException as exc:

@@ -6,7 +6,9 @@ Every concern of the store (``store.courses``, ``store.seats`` …) reads and wr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -35,8 +37,11 @@ class Database:
         #: how long a write waits for another writer's lock (seconds; :meth:`wait_at_most` lowers it): one
         #: value, shared with the engine's listeners and the claim lanes
         self._wait = {"s": busy_timeout()}
+        self._left = threading.local()  # SQLite: what is left of this thread's wait once its turn came
         if engine.dialect.name == "postgresql":
             _lock_timeout(engine, self._wait)
+        elif engine.dialect.name == "sqlite":
+            _sqlite_wait(engine, self._wait, self._left)
 
     @property
     def wait_s(self) -> float:
@@ -55,9 +60,6 @@ class Database:
         next use; the claims' own connections are opened again."""
         from gpuseat.db import busy_timeout
 
-        if self.dialect == "sqlite" and "bounded" not in self._wait:
-            self._wait["bounded"] = 1
-            _sqlite_wait(self.engine, self._wait)
         self._wait["s"] = min(seconds, busy_timeout())
         from gpuseat.store.claims import close
 
@@ -130,13 +132,30 @@ class Database:
             from gpuseat.db.waiting import waiting
 
             with waiting(self.lock_path.removesuffix(".lock")):  # after 2 s: says who is writing
-                turns.take()
+                self._left.s = self.take_turn(turns)[1]  # the busy timeout of this write's connection
             try:
                 yield
             finally:
+                del self._left.s
                 turns.give()
         finally:
             turns.close()
+
+    def take_turn(self, turns: Turns, ask: Callable[[], bytes] | None = None) -> tuple[bytes | None, float]:
+        """Wait for this writer's turn in the file's queue (:meth:`Turns.take`): the answer, if the writer
+        before did this one's request, and the seconds left for the write lock itself. The whole wait, queue
+        and lock, is one :attr:`wait_s`: behind a held lock the k-th queued writer waited k of them (a
+        registration rush held the portal's threads for minutes). Past it, :class:`StoreBusy`."""
+        deadline = time.monotonic() + self.wait_s
+        try:
+            answer = turns.take(ask, deadline)
+        except TimeoutError:
+            from gpuseat.db import sqlite_error
+
+            busy = sqlite_error("database is locked", self.engine.url.database, self.wait_s)
+            assert busy is not None  # the held-lock error, StoreBusy
+            raise busy from None
+        return answer, max(0.0, deadline - time.monotonic())
 
     def turns(self) -> Turns:
         """A new place in the writer queue of this file (SQLite; :meth:`queue` and the claim lanes use it)."""
@@ -144,17 +163,19 @@ class Database:
         return Turns(self.lock_path)
 
 
-def _sqlite_wait(engine: Engine, wait: dict[str, float]) -> None:
-    """SQLite: each connection taken from the pool waits ``wait["s"]`` for the write lock (its busy timeout was
-    set when it connected; a pragma costs a microsecond, and a visit's write may have changed it), and the
-    held-lock error says how long it waited."""
+def _sqlite_wait(engine: Engine, wait: dict[str, float], left: threading.local) -> None:
+    """SQLite: each connection taken from the pool waits ``wait["s"]`` for the write lock, or in a write
+    (:meth:`Database.queue`) what its turn left of it, ``left.s`` (its busy timeout was set when it connected; a
+    pragma costs a microsecond, and a visit's write may have changed it), and the held-lock error says how long
+    it waited."""
     from sqlalchemy import event
 
     from gpuseat.db import sqlite_error
     from gpuseat.errors import StoreBusy
 
     def checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
-        dbapi_connection.execute(f"PRAGMA busy_timeout={max(1, round(wait['s'] * 1000))}").close()
+        ms = max(1, round(getattr(left, "s", wait["s"]) * 1000))
+        dbapi_connection.execute(f"PRAGMA busy_timeout={ms}").close()
 
     def handle_error(context: Any) -> Exception | None:
         if not isinstance(context.chained_exception, StoreBusy):

@@ -40,14 +40,24 @@ such wake-ups (16 writers on 2 cores beside 4 busy processes: 995–1,466 claims
 
 The queue orders writers; it does not guard the data: ``BEGIN IMMEDIATE`` and the database's own
 constraints do, so a writer that skips the queue (another program, a stale predecessor passed over)
-only waits in SQLite's busy handler. The queue file grows a byte per turn and starts over past
-:data:`RESTART_AT` (the writers queued at that moment go on without waiting for each other, once).
+only waits in SQLite's busy handler.
+
+A writer may be given a deadline (:meth:`Turns.take`): its wait in the queue ends there with
+:class:`TimeoutError`, however many writers are before it (the store then says it is busy). Each writer
+notes its deadline in the box file; a writer waits in the kernel for a predecessor that gives up no later
+than itself (one that came before with the same bound: its wait ends first, and wakes this one), and
+otherwise looks again every few milliseconds until its own deadline. So while another program holds the
+write lock, the k-th queued writer waits its own bound, not k bounds.
+
+The queue file grows a byte per turn and starts over past :data:`RESTART_AT` (the writers queued at
+that moment go on without waiting for each other, once).
 Linux only (open-file-description locks); elsewhere the queue is a plain ``flock``.
 """
 
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import struct
 import time
@@ -59,9 +69,11 @@ STALE_S = 0.02  # how long a predecessor that is not in the queue yet (or was ki
 SPIN_S = 0.002  # next in line: how long it watches for its turn before it sleeps
 RESTART_AT = 1 << 24  # the queue file starts over past 16 MiB (16 million turns)
 SLOTS, SLOT = 512, 2048  # the box file: one slot per ticket (modulo SLOTS) for a request, then its answer
+POLL_S = 0.005  # a writer that may not wait in the kernel (its predecessor's deadline is later) looks this often
 _OFD = hasattr(fcntl, "F_OFD_SETLKW")
 _FLOCK = struct.Struct("hhqqi4x")  # struct flock on Linux: type, whence, start, len, pid (0 for OFD locks)
 _HEAD = struct.Struct(">qI")  # a box slot: the ticket it is for, the length of what follows
+_DUE = struct.Struct(">qd")  # after the slots: a ticket and its writer's deadline (time.monotonic(), inf: none)
 # a ticket's byte: waiting or writing; done; waiting with a request in the box; served (done by the
 # writer before it, the answer in the box)
 _WAITING, _DONE, _ASKING, _SERVED = b"\x00", b"\x01", b"\x04", b"\x05"
@@ -109,11 +121,21 @@ class Turns:
         self._asked = False  # this writer's request is in the box
         self._answers: list[tuple[int, bytes]] = []  # to deliver after the commit
 
-    def take(self, ask: Callable[[], bytes] | None = None) -> bytes | None:
+    def take(self, ask: Callable[[], bytes] | None = None, deadline: float | None = None) -> bytes | None:
         """Wait for this writer's turn (at once when the queue is empty) and return None; or, when
         ``ask`` is given and a writer is before this one, put ``ask()`` (the request, made only then)
-        in the box and return the answer when the writer before did it (this turn is then over)."""
+        in the box and return the answer when the writer before did it (this turn is then over).
+        Past ``deadline`` (a :func:`time.monotonic` value), :class:`TimeoutError`: this writer leaves the
+        queue (an asker's request may still have been done by the writer before, in that moment)."""
         if not _OFD:
+            while deadline is not None:
+                try:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return None
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError from None
+                    time.sleep(POLL_S)
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             return None
         # a claim is an asker from its first byte: those behind look past it (it may be served), never
@@ -126,6 +148,8 @@ class Turns:
             _lock(self._fd, fcntl.F_WRLCK, t)  # the file started over under a queued writer: wait for it
         self._ticket, self._asked = t, ask is not None
         try:
+            if deadline is not None:  # those behind wait in the kernel for this one only if it ends first
+                os.pwrite(self._box_fd(), _DUE.pack(t, deadline), SLOTS * SLOT + (t % SLOTS) * _DUE.size)
             request = ask() if ask is not None and t > 0 and os.pread(self._fd, 1, t - 1) not in _GO else b""
             if request and len(request) <= SLOT - _HEAD.size:  # someone before to ask, and it fits
                 at = (t % SLOTS) * SLOT
@@ -134,7 +158,7 @@ class Turns:
             elif ask is not None and request:  # too long to be served: it writes itself
                 self._asked = False
                 os.pwrite(self._fd, _WAITING, t)
-            return self._wait(t)
+            return self._wait(t, deadline)
         except BaseException:
             self._end(t)
             raise
@@ -155,7 +179,15 @@ class Turns:
         ticket, size = _HEAD.unpack_from(slot)
         return slot[_HEAD.size : _HEAD.size + size] if ticket == t else None
 
-    def _wait(self, t: int) -> bytes | None:
+    def _due(self, p: int) -> float:
+        """The deadline of the writer with ticket ``p`` (inf: none, or not noted yet)."""
+        got = os.pread(self._box_fd(), _DUE.size, SLOTS * SLOT + (p % SLOTS) * _DUE.size)
+        if len(got) < _DUE.size:
+            return math.inf
+        ticket, due = _DUE.unpack(got)
+        return float(due) if ticket == p else math.inf
+
+    def _wait(self, t: int, deadline: float | None = None) -> bytes | None:
         """Wait for the turn of the writer with ticket ``t`` (every writer before it done, served, or
         gone); the answer when this writer asked and the writer before did its request.
 
@@ -166,12 +198,15 @@ class Turns:
         byte: with 16 writers on 2 busy cores the chain of such wake-ups, one after another behind each
         turn, made the queue convoy (docs/results.md, 2026-12-06). The next in line watches for its turn
         for at most :data:`SPIN_S` instead of sleeping. A writer unlocked and not done (killed, or between
-        its ticket and its lock) is passed over after :data:`STALE_S`."""
+        its ticket and its lock) is passed over after :data:`STALE_S`. With a ``deadline``, the wait for
+        a writer that gives up later (or never) is a look every :data:`POLL_S`, and ends at the deadline."""
         seen: dict[int, float] = {}  # tickets found unlocked and not done: when first seen so
         passed: set[int] = set()  # gone: looked past, as past an asker
         while True:
             if self._asked and os.pread(self._fd, 1, t) == _SERVED:
                 return self._answer(t)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError
             p, first = t - 1, -1
             while p >= 0:  # back over askers (and writers passed over) to a writer that will not be served
                 mark = os.pread(self._fd, 1, p)
@@ -206,6 +241,9 @@ class Turns:
                     os.sched_yield()
                 if os.pread(self._fd, 1, wait_for) in _GO:
                     continue
+            if deadline is not None and self._due(wait_for) > deadline:  # it may wait longer than this one
+                time.sleep(max(0.0, min(POLL_S, deadline - time.monotonic())))
+                continue
             _locked(self._fd, wait_for)  # blocks while that writer holds its byte
             seen.clear()
 
