@@ -178,7 +178,7 @@ def _sqlite_wait(engine: Engine, wait: dict[str, float], left: threading.local) 
         dbapi_connection.execute(f"PRAGMA busy_timeout={ms}").close()
 
     def handle_error(context: Any) -> Exception | None:
-        if not isinstance(context.chained_exception, StoreBusy):
+        if not isinstance(getattr(context, "chained_exception", None), StoreBusy):  # set by an earlier listener
             return None
         return sqlite_error(str(context.original_exception), engine.url.database, wait["s"])
 
