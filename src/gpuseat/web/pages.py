@@ -107,7 +107,10 @@ def anon_cookie(request: Request) -> tuple[str, bool]:
 
 
 def page(request: Request, name: str, status: int = 200, *, bind: str | None = None, **ctx: Any) -> HTMLResponse:
-    """A rendered page whose forms carry the CSRF token of ``bind`` (default: the session or a pre-login cookie)."""
+    """A rendered page whose forms carry the CSRF token of ``bind`` (default: the session or a pre-login cookie).
+
+    The course's time zone (``data-tz``) is on the organizer's pages and a link's own (``bind`` ``t:…``) only.
+    """
     portal = portal_of(request)
     fresh = None
     if "user" not in ctx:
@@ -120,6 +123,9 @@ def page(request: Request, name: str, status: int = 200, *, bind: str | None = N
             bind, fresh = "a:" + value, value if new else None
     ctx.setdefault("error", None)
     ctx.setdefault("notice", None)
+    # the course's zone only for its organizer or a valid link's holder: a stranger's page (the login, an
+    # unknown or revoked link's 404, an archived course's 410) carries nothing of the course
+    tz = portal.course_zone_name() if ctx["user"] is not None or bind.startswith("t:") else None
     templates: Jinja2Templates = request.app.state.templates
     response = templates.TemplateResponse(
         request,
@@ -128,7 +134,7 @@ def page(request: Request, name: str, status: int = 200, *, bind: str | None = N
             "csrf": sessions_of(request).csrf_token(bind),
             "csrf_field": CSRF_FIELD,
             "root": root(request),
-            "tz": portal.course_zone_name(),
+            "tz": tz,
             **ctx,
         },
         status_code=status,
