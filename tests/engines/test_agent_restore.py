@@ -24,16 +24,23 @@ def _seats(cli: Callable[..., Any], url: str, tmp_path: Path, key: str, n: int) 
     assert r.code == 0, r.err
 
 
-def test_a_restored_store_is_planned_whole_at_the_next_tick(
-    store: CourseStore, url: str, tmp_path: Path, cli: Callable[..., Any]
-) -> None:
+def _two_courses_and_an_agent(
+    store: CourseStore, url: str, tmp_path: Path, cli: Callable[..., Any], said: list[str]
+) -> Agent:
+    """Courses ``lab`` and ``two``, a seat on host gpu1 each, and a (dry-run) agent for that host."""
     (tmp_path / "two.toml").write_text(COURSE.replace('"lab"', '"two"'))
     store.courses.create_course(tmp_path / "two.toml", key="two")
     _seats(cli, url, tmp_path, "lab", 1)
     _seats(cli, url, tmp_path, "two", 2)
+    return Agent(store, AgentOptions(engine="host", host="gpu1", resync_s=3600), runner=Runner(dry_run=True),
+                 say=said.append, holder="gpu1:1:abc")  # fmt: skip
+
+
+def test_a_restored_store_is_planned_whole_at_the_next_tick(
+    store: CourseStore, url: str, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
     said: list[str] = []
-    agent = Agent(store, AgentOptions(engine="host", host="gpu1", resync_s=3600), runner=Runner(dry_run=True),
-                  say=said.append, holder="gpu1:1:abc")  # fmt: skip
+    agent = _two_courses_and_an_agent(store, url, tmp_path, cli, said)
     first = agent.tick()
     assert first is not None and sorted(p.course for p in first.planned) == ["lab", "two"]
     backup(url, tmp_path / "store.backup")
@@ -77,3 +84,62 @@ def test_a_restored_lease_held_by_another_live_agent_makes_this_one_a_standby(
     assert agent.tick() is None and agent.role == "standby"
     store.agents.drop_lease(options.lease_name, "other:1:old")
     assert agent.tick() is not None and agent.role == "leader"
+
+
+def test_a_restored_store_written_past_the_old_cursor_before_the_next_tick_is_planned_whole(
+    store: CourseStore, url: str, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    """The restore, then enough writes (a seat added, logins) that the head is past the agent's cursor again
+    before its next tick: the row at its cursor is another one now, so the store was replaced all the same."""
+    said: list[str] = []
+    agent = _two_courses_and_an_agent(store, url, tmp_path, cli, said)
+    assert agent.tick() is not None
+    backup(url, tmp_path / "store.backup")
+    for _ in range(5):
+        store.events.log("lab", "portal.login")
+    assert agent.tick() is not None
+    before = agent.cursor
+    assert before is not None
+    restore(url, tmp_path / "store.backup", force=True)
+    assert store.agents.events_head() < before
+    _seats(cli, url, tmp_path, "lab", 3)  # writes of one course after the restore, past the old cursor
+    while store.agents.events_head() <= before:
+        store.events.log("lab", "portal.login")
+    again = agent.tick()
+    assert again is not None, "the restored store was not planned"
+    assert sorted(p.course for p in again.planned) == ["lab", "two"], "only the courses written since were planned"
+    assert any("store was replaced" in line for line in said), said
+    assert agent.role == "leader" and agent.cursor == store.agents.events_head()
+    assert agent.tick() is None  # and then idle again
+    store.events.log("two", "portal.login")
+    later = agent.tick()
+    assert later is not None and [p.course for p in later.planned] == ["two"]
+
+
+def test_archiving_or_deleting_a_course_is_a_change_not_a_replaced_store(
+    store: CourseStore, url: str, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    """A course archived or deleted keeps its events rows (they are append-only): the row at the agent's cursor
+    is still there, so the agent re-plans that course only."""
+    for key in ("two", "three"):
+        (tmp_path / f"{key}.toml").write_text(COURSE.replace('"lab"', f'"{key}"'))
+        store.courses.create_course(tmp_path / f"{key}.toml", key=key)
+    _seats(cli, url, tmp_path, "lab", 1)
+    _seats(cli, url, tmp_path, "two", 2)
+    _seats(cli, url, tmp_path, "three", 3)
+    said: list[str] = []
+    agent = Agent(store, AgentOptions(engine="host", host="gpu1", resync_s=3600), runner=Runner(dry_run=True),
+                  say=said.append, holder="gpu1:1:abc")  # fmt: skip
+    first = agent.tick()
+    assert first is not None and sorted(p.course for p in first.planned) == ["lab", "three", "two"]
+    agent.tick()  # the first pass's own rows
+    store.lifecycle.archive_course("two")
+    archived = agent.tick()
+    assert archived is not None and [p.course for p in archived.planned] == ["two"]
+    agent.tick()
+    done = store.lifecycle.delete_course("three", export_to=tmp_path / "three.zip")
+    assert done["deferred"] is False
+    store.lifecycle.delete_course("lab", export_to=tmp_path / "lab.zip")
+    deleted = agent.tick()
+    assert deleted is not None and "two" not in [p.course for p in deleted.planned]
+    assert not any("store was replaced" in line for line in said), said

@@ -5,9 +5,10 @@ from the store *and* the machine as they are now, so a pass missed, a crash mid-
 made by hand are all corrected by the next one. The agent wakes when
 
 - the store changed: the newest ``events`` id is past its cursor (PostgreSQL wakes it at once with
-  ``LISTEN``/``NOTIFY``; SQLite is polled every ``poll_s``, one cheap ``max(id)`` read);
-- the store was replaced (``gpuseat db restore``: the newest events id went back below its cursor):
-  every course is planned at once;
+  ``LISTEN``/``NOTIFY``; SQLite is polled every ``poll_s``: one cheap read of the head's and the cursor's rows);
+- the store was replaced (``gpuseat db restore``): the events row at its cursor is gone or is another
+  one (the agent keeps its time, course, actor and action; read with the head, by primary key), even
+  where writes since took the head past the cursor again: every course is planned at once;
 - a schedule boundary passed (an access window or session opening or closing);
 - a resync is due (every ``resync_s``): what that pass changes was changed by hand (drift) and is
   logged as ``drift.reverted``;
@@ -82,6 +83,7 @@ class Agent:
     _leader: bool = False
     _waker: Any = None
     _saved: int | None = None
+    _mark: str | None = None  # what marks the events row at the cursor (store.agents.events_head_marked)
     _cut: bool = False  # the last pass stopped because the lease had run out
     _report_at: float = 0.0  # when this agent next says in the store that it runs
     _unreachable: str | None = None  # why the store failed the last tick (said once, until it answers again)
@@ -105,16 +107,22 @@ class Agent:
     def tick(self) -> Pass | None:
         """One iteration: keep the lease; pass when something is due. Returns the pass, if any."""
         now = time.monotonic()
-        head: int | None = self.store.agents.events_head() if self._leader else None
-        if head is not None and self.cursor is not None and head < self.cursor:
-            # the events ids went back: the store was replaced under this agent (`gpuseat db restore`). What it
-            # holds now is planned whole at once (``changed_courses`` past the old cursor finds nothing), under
-            # the lease taken again first: the restored lease row is the backup's (another holder may hold it)
+        head: int | None = None
+        marks: dict[int, str] = {}
+        if self._leader:
+            head, marks = self.store.agents.events_head_marked(self.cursor)
+        if head is not None and self.cursor is not None and marks.get(self.cursor) != self._mark:
+            # the events row at the cursor is gone (the ids went back) or another one (writes since took the ids
+            # past it again); events rows are never changed or deleted: the store was replaced under this agent
+            # (`gpuseat db restore`). What it holds now is planned whole at once (``changed_courses`` past the
+            # old cursor misses the restored courses), under the lease taken again first: the restored lease
+            # row is the backup's (another holder may hold it)
+            now_at = "is another one now" if self.cursor in marks else "is gone"
             self.say(
-                f"agent {self.holder}: the store was replaced (its newest event is {head}, this agent had applied "
-                f"up to {self.cursor}): planning every course"
+                f"agent {self.holder}: the store was replaced (events row {self.cursor}, which this agent had "
+                f"applied up to, {now_at}; its newest is {head}): planning every course"
             )
-            self.cursor, self._saved, self._renew_at = None, None, 0.0
+            self.cursor, self._mark, self._saved, self._renew_at = None, None, None, 0.0
         if now >= self._renew_at or not self._leader:
             was = self._leader
             self._leader = self.store.agents.take_lease(self.options.lease_name, self.holder, self.options.lease_s)
@@ -136,7 +144,7 @@ class Agent:
         if not self._leader:
             return None
         if head is None or self.cursor is None:  # a new leader, or the lease just taken again: read it now
-            head = self.store.agents.events_head()
+            head, marks = self.store.agents.events_head_marked()
         wall = datetime.now(UTC) + self._skew  # the store's time: what the pass's next change is on
         changed = self.cursor is None or head > self.cursor
         if self.cursor is None and self._saved is not None and head == self._saved:
@@ -155,10 +163,10 @@ class Agent:
             if self.options.course is not None:
                 only &= {self.options.course}
             if not only:
-                self.cursor = head
+                self.cursor, self._mark = head, marks.get(head)
                 return None
         result = self._pass(drift=drift, courses=only)
-        self.cursor = head
+        self.cursor, self._mark = head, marks.get(head)
         if resync:
             self._resync_at = now + self.options.resync_s
         self._next_change = result.next_change

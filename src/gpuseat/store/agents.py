@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, text
+from sqlalchemy import bindparam, delete, func, or_, select, text
 
 from gpuseat.db.models import (
     AgentLease,
@@ -25,6 +25,14 @@ from gpuseat.db.models import (
 )
 from gpuseat.store.base import Concern
 from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log, clock_sql
+
+# what an agent reads each poll (store.agents.events_head_marked), built once, on the table's columns (not the
+# ORM's: a third of the cost of a read this small)
+_EVENTS = Event.__table__
+_MARK_COLUMNS = select(_EVENTS.c.id, _EVENTS.c.at, _EVENTS.c.course_key, _EVENTS.c.actor, _EVENTS.c.action)
+_HEAD_ID = select(func.max(_EVENTS.c.id)).scalar_subquery()
+_HEAD_ROW = _MARK_COLUMNS.where(_EVENTS.c.id == _HEAD_ID)
+_HEAD_AND_CURSOR_ROWS = _MARK_COLUMNS.where(or_(_EVENTS.c.id == _HEAD_ID, _EVENTS.c.id == bindparam("cursor")))
 
 
 class Agents(Concern):
@@ -80,6 +88,17 @@ class Agents(Concern):
         """The id of the newest events row of any course (0 when there are none)."""
         with self._database.read() as s:
             return int(s.scalar(select(func.max(Event.id))) or 0)
+
+    def events_head_marked(self, cursor: int | None = None) -> tuple[int, dict[int, str]]:
+        """The events head, and what marks the rows ``cursor`` and head as they are now (id → its time, course,
+        actor and action; a row that is not there has none), in one read of at most two rows by primary key.
+        An agent compares the mark of its cursor's row with the one it kept: rows are never updated or
+        deleted (events are append-only), so a mark that differs or is gone means the store was replaced
+        (``gpuseat db restore``), even where writes since took the head past the cursor again."""
+        with self._database.read() as s:
+            rows = s.execute(_HEAD_ROW) if cursor is None else s.execute(_HEAD_AND_CURSOR_ROWS, {"cursor": cursor})
+            marks = {int(r.id): f"{r.at.isoformat()} {r.course_key} {r.actor} {r.action}" for r in rows}
+        return max(marks, default=0), marks
 
     def changed_courses(self, after_id: int, *, exclude_actor: str | None = None) -> set[str]:
         """Keys of the courses with events after ``after_id`` (not counting ``exclude_actor``'s own)."""
