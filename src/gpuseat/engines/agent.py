@@ -9,6 +9,10 @@ made by hand are all corrected by the next one. The agent wakes when
 - the store was replaced (``gpuseat db restore``): the events row at its cursor is gone or is another
   one (the agent keeps its time, course, actor and action; read with the head, by primary key), even
   where writes since took the head past the cursor again: every course is planned at once;
+- an events id below its cursor that was missing appeared (PostgreSQL takes ids at INSERT, not at commit: a
+  transaction that took id 100 can commit after the one that took 101, which the agent followed already): its
+  course is planned; such an id is looked for with the head, by primary key, for ``hole_s`` (a transaction
+  rolled back leaves it missing for good); SQLite takes ids in commit order and has none;
 - a schedule boundary passed (an access window or session opening or closing);
 - a resync is due (every ``resync_s``): what that pass changes was changed by hand (drift) and is
   logged as ``drift.reverted``;
@@ -41,6 +45,7 @@ from gpuseat.errors import GpuseatError, StoreError
 if TYPE_CHECKING:
     from gpuseat.store import CourseStore
 
+_HOLE_WINDOW = 1000  # missing events ids looked for at most this far below the head
 CHANNEL = "gpuseat_events"  # the NOTIFY channel, per schema since migration 0016 (store.agents.listener)
 
 
@@ -84,6 +89,8 @@ class Agent:
     _waker: Any = None
     _saved: int | None = None
     _mark: str | None = None  # what marks the events row at the cursor (store.agents.events_head_marked)
+    hole_s: float = 30.0  # how long an events id missing below the cursor is looked for (PostgreSQL)
+    _holes: dict[int, float] = field(default_factory=dict)  # such ids → when first found missing (monotonic)
     _cut: bool = False  # the last pass stopped because the lease had run out
     _report_at: float = 0.0  # when this agent next says in the store that it runs
     _unreachable: str | None = None  # why the store failed the last tick (said once, until it answers again)
@@ -109,8 +116,10 @@ class Agent:
         now = time.monotonic()
         head: int | None = None
         marks: dict[int, str] = {}
+        if self._holes:  # given up after hole_s: a transaction that rolled back (or a course deleted since)
+            self._holes = {i: t for i, t in self._holes.items() if now - t < self.hole_s}
         if self._leader:
-            head, marks = self.store.agents.events_head_marked(self.cursor)
+            head, marks = self.store.agents.events_head_marked(self.cursor, self._holes)
         if head is not None and self.cursor is not None and marks.get(self.cursor) != self._mark:
             # the events row at the cursor is gone (the ids went back) or another one (writes since took the ids
             # past it again); events rows are never changed or deleted: the store was replaced under this agent
@@ -123,6 +132,7 @@ class Agent:
                 f"applied up to, {now_at}; its newest is {head}): planning every course"
             )
             self.cursor, self._mark, self._saved, self._renew_at = None, None, None, 0.0
+            self._holes.clear()
         if now >= self._renew_at or not self._leader:
             was = self._leader
             self._leader = self.store.agents.take_lease(self.options.lease_name, self.holder, self.options.lease_s)
@@ -132,6 +142,7 @@ class Agent:
                 self.say(f"agent {self.holder}: {self.role} for {self.options.lease_name}")
                 if self._leader:  # a new leader plans everything once, from where the last leader stopped
                     self.cursor = None
+                    self._holes.clear()
                     self._saved = self._saved_cursor()  # read before this agent's own status is written
                 # one row per lease: a standby writes it only while no agent has (it would hide the leader in
                 # `gpuseat agent status`); the row keeps the last leader's cursor (None): a standby, or a new
@@ -146,7 +157,8 @@ class Agent:
         if head is None or self.cursor is None:  # a new leader, or the lease just taken again: read it now
             head, marks = self.store.agents.events_head_marked()
         wall = datetime.now(UTC) + self._skew  # the store's time: what the pass's next change is on
-        changed = self.cursor is None or head > self.cursor
+        filled = self._holes.keys() & marks.keys()  # ids missing below the cursor that are there now
+        changed = self.cursor is None or head > self.cursor or bool(filled)
         if self.cursor is None and self._saved is not None and head == self._saved:
             changed = False  # nothing changed in the store since the last leader's pass: a resync
             self._resync_at = 0.0
@@ -157,9 +169,10 @@ class Agent:
             return None
         drift = resync and not changed and not boundary and not retry
         only: set[str] | None = None
+        touched = self._follow(head, filled) if changed or self.cursor is None else set()
         if changed and self.cursor is not None and not (resync or boundary or retry):
             # a store change: re-plan only the courses it touched (this and other agents' own writes do not count)
-            only = self.store.agents.changed_courses(self.cursor, exclude_actor=AGENT_ACTOR)
+            only = touched
             if self.options.course is not None:
                 only &= {self.options.course}
             if not only:
@@ -189,6 +202,25 @@ class Agent:
             failed=failed[:50],
         )
         return result
+
+    def _follow(self, head: int, filled: set[int]) -> set[str]:
+        """The courses others changed past the cursor or in the ``filled`` ids (read before the pass that plans
+        them); where ids do not follow commits (PostgreSQL), the ids up to ``head`` not there yet are kept as
+        holes, looked for each tick (:meth:`tick`). SQLite, a new leader: no read."""
+        agents = self.store.agents
+        follows = agents.ids_follow_commits
+        if self.cursor is None and follows:
+            return set()
+        low = max(0, head - _HOLE_WINDOW) if self.cursor is None else self.cursor
+        rows = agents.events_after(low, ids=filled)
+        for i in filled:
+            del self._holes[i]
+        if not follows:
+            seen, now = {r[0] for r in rows}, time.monotonic()
+            for i in range(max(low, head - _HOLE_WINDOW) + 1, head + 1):
+                if i not in seen:
+                    self._holes.setdefault(i, now)
+        return {course for _i, course, actor in rows if course and actor != AGENT_ACTOR}
 
     def _pass(self, *, drift: bool, courses: set[str] | None = None) -> Pass:
         o = self.options

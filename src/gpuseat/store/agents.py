@@ -89,14 +89,21 @@ class Agents(Concern):
         with self._database.read() as s:
             return int(s.scalar(select(func.max(Event.id))) or 0)
 
-    def events_head_marked(self, cursor: int | None = None) -> tuple[int, dict[int, str]]:
-        """The events head, and what marks the rows ``cursor`` and head as they are now (id → its time, course,
-        actor and action; a row that is not there has none), in one read of at most two rows by primary key.
+    def events_head_marked(self, cursor: int | None = None, holes: Iterable[int] = ()) -> tuple[int, dict[int, str]]:
+        """The events head, and what marks the rows ``cursor``, ``holes`` and head as they are now (id → its time,
+        course, actor and action; a row that is not there has none), in one read by primary key.
         An agent compares the mark of its cursor's row with the one it kept: rows are never updated or
         deleted (events are append-only), so a mark that differs or is gone means the store was replaced
-        (``gpuseat db restore``), even where writes since took the head past the cursor again."""
+        (``gpuseat db restore``), even where writes since took the head past the cursor again. ``holes``: ids
+        below the cursor the agent has not seen yet (:attr:`ids_follow_commits`); the ones marked are there now."""
         with self._database.read() as s:
-            rows = s.execute(_HEAD_ROW) if cursor is None else s.execute(_HEAD_AND_CURSOR_ROWS, {"cursor": cursor})
+            if holes := list(holes):
+                ids = or_(_EVENTS.c.id == _HEAD_ID, _EVENTS.c.id == cursor, _EVENTS.c.id.in_(holes))
+                rows = s.execute(_MARK_COLUMNS.where(ids))
+            elif cursor is None:
+                rows = s.execute(_HEAD_ROW)
+            else:
+                rows = s.execute(_HEAD_AND_CURSOR_ROWS, {"cursor": cursor})
             marks = {int(r.id): f"{r.at.isoformat()} {r.course_key} {r.actor} {r.action}" for r in rows}
         return max(marks, default=0), marks
 
@@ -107,6 +114,22 @@ class Agents(Concern):
             if exclude_actor is not None:
                 q = q.where(Event.actor != exclude_actor)
             return {k for k in s.scalars(q) if k}
+
+    @property
+    def ids_follow_commits(self) -> bool:
+        """True where an events id is taken in commit order (SQLite: one writer at a time), so no id below the
+        head can appear later; False on PostgreSQL, whose sequence gives ids at INSERT: a transaction that took
+        id 100 may commit after one that took 101 (or roll back, and 100 never appears)."""
+        return self._database.dialect == "sqlite"
+
+    def events_after(self, after_id: int, *, ids: Iterable[int] = ()) -> list[tuple[int, str | None, str]]:
+        """Id, course key and actor of each events row past ``after_id`` or in ``ids`` (what an agent follows)."""
+        with self._database.read() as s:
+            where = _EVENTS.c.id > after_id
+            if ids := list(ids):
+                where = or_(where, _EVENTS.c.id.in_(ids))
+            q = select(_EVENTS.c.id, _EVENTS.c.course_key, _EVENTS.c.actor).where(where)
+            return [(int(r.id), r.course_key, r.actor) for r in s.execute(q)]
 
     def log_any(self, course_key: str, action: str, **row: Any) -> None:
         """The old name of ``store.events.log(course_key, action, gone_ok=True, …)``."""
