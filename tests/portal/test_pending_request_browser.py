@@ -38,6 +38,8 @@ def test_an_open_page_shows_what_became_of_a_pending_request(tmp_path: Path) -> 
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             page = browser.new_context().new_page()
+            # the page's own clock, still ticking, moved on by a poll's interval where the test would wait one
+            page.clock.install()
             errors: list[str] = []
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             polls: list[int] = []
@@ -48,6 +50,7 @@ def test_an_open_page_shows_what_became_of_a_pending_request(tmp_path: Path) -> 
             assert page.locator("#requests").inner_text() == "stop: pending"
             page.evaluate("window.drawn = 1")  # gone once the page reloads
             assert store.requests.finish_request("lab", pending_id(), ok=True, reason="stopped: logins refused")
+            page.clock.run_for(2_000)  # the first poll (2 s); the reload's 1.5 s then pass as they do
             # done: the page reloads by itself (nothing typed on it) and its controls say the seat is stopped
             page.locator("#seat-start").wait_for(timeout=20_000)
             assert page.evaluate("window.drawn") is None
@@ -64,18 +67,21 @@ def test_an_open_page_shows_what_became_of_a_pending_request(tmp_path: Path) -> 
             page.evaluate("window.drawn = 2")
             seen = len(polls)
             assert store.requests.finish_request("lab", pending_id(), ok=False, reason="the host <b>did not</b> answer")
+            page.clock.run_for(2_000)
             page.locator("#requests-pending", has_text="start: failed").wait_for(timeout=20_000)
             assert outcome.inner_text().startswith("start: failed (the host <b>did not</b> answer).")  # text, no HTML
             assert "Reload the page" in outcome.inner_text()
             if AXE.is_file():  # the outcome as axe-core sees it (test_a11y audits the pages without one)
                 assert audit(page, AXE.read_text(encoding="utf-8")) == []
             assert page.locator("#requests li").first.inner_text() == "start: failed (the host <b>did not</b> answer)"
-            page.wait_for_timeout(4_000)  # longer than the reload's delay and a poll's interval
+            page.clock.run_for(4_000)  # longer than the reload's delay and a poll's interval
+            page.wait_for_timeout(1_000)  # (a reload or poll that went out would land within it)
             assert page.evaluate("window.drawn") == 2, "the page reloaded over what was typed"
             assert page.input_value("#new-key") == "ssh-ed25519 AAAA half-pasted"
             after = len(polls)
             assert after > seen
-            page.wait_for_timeout(3_000)
+            page.clock.run_for(10_000)  # the next polls' intervals (3 s, then 4.5 s)
+            page.wait_for_timeout(1_000)
             assert len(polls) == after, "it polls on after nothing is pending"
             assert errors == [], errors
             browser.close()

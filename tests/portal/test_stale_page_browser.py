@@ -37,6 +37,8 @@ def test_an_open_participant_page_says_when_its_seat_changed_or_its_link_is_gone
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             page = browser.new_context().new_page()
+            # the page's own clock, still ticking, moved on by a poll's interval where the test would wait one
+            page.clock.install()
             errors: list[str] = []
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             polls: list[int] = []
@@ -48,13 +50,16 @@ def test_an_open_participant_page_says_when_its_seat_changed_or_its_link_is_gone
             assert page.locator("#seat-key").inner_text() == "mig-01" and stale.is_hidden()
 
             store.seats.move("lab", "ann", "mig-03")  # another process: the CLI
-            stale.wait_for(state="visible", timeout=30_000)  # the next poll (every 5 s)
+            page.clock.run_for(5_000)  # the next poll (every 5 s)
+            stale.wait_for(state="visible", timeout=30_000)
             assert "it is now mig-03" in stale.inner_text() and "reload the page" in stale.inner_text()
 
             store.tokens.revoke_tokens("lab", ["ann"])
+            page.clock.run_for(5_000)
             page.locator("#page-stale", has_text="This link is not valid").wait_for(timeout=30_000)
             seen = len(polls)
-            page.wait_for_timeout(6_000)  # a poll's interval: none goes out after the link was found gone
+            page.clock.run_for(12_000)  # two polls' intervals: none goes out after the link was found gone
+            page.wait_for_timeout(1_000)  # (one that went out would be answered within it)
             assert polls[-1] == 404 and len(polls) == seen, polls
             # the only console error is Chromium's own line for the 404 (no CSP violation, no script error)
             assert [e for e in errors if "status of 404" not in e] == [], errors
