@@ -132,10 +132,12 @@ def test_the_agent_rides_out_a_held_lock_and_applies_a_move_after_it(
         until(lambda: MIG[0] in _keyed_to(lab_, "ann"), WAIT_S, text)
         before = len(text())
         holder = Holder(db)
+        held_at = time.monotonic()
         try:
             # held past the busy timeout and past the lease (3 s): the agent keeps going and says why it waits
             until(lambda: holder.who in text()[before:], WAIT_S, text)
-            time.sleep(5)
+            # the lease was last renewed before the hold: gone 3 s into it, a renewal tried and failed 1 s later
+            time.sleep(max(0.0, held_at + 5.0 - time.monotonic()))
             assert agent.poll() is None, text()
             during = text()[before:]
         finally:
@@ -283,13 +285,14 @@ def test_the_monitor_writes_what_it_sampled_under_a_held_lock_once_it_is_let_go(
     db = _monitor_db(request, dialect, tmp_path)
     monitor = MonitorProcess(db, tmp_path)
     try:
-        holder = _hold_while_sampling(monitor, db, 4.0)
+        holder = _hold_while_sampling(monitor, db, 2.0)  # ~10 ticks queue up behind the lock
         holder.release()
         # what was sampled during the hold is written soon after: the stored rows catch up with the ticks
         taken = lambda: len(monitor.text())  # noqa: E731
         mark = taken()
         until(lambda: "database write failed" not in monitor.text()[mark:] and _samples(db) > 0, 30)
-        time.sleep(1.0)
+        written = _samples(db)
+        until(lambda: _samples(db) > written, 30, monitor.text)  # and the ticks after it are written as they come
     finally:
         ticks, stored, dropped = monitor.stop()
     assert monitor.proc.returncode == 0, monitor.text()
@@ -304,7 +307,7 @@ def test_a_monitor_stopped_under_a_held_lock_reports_what_it_dropped(
 ) -> None:
     db = _monitor_db(request, dialect, tmp_path)
     monitor = MonitorProcess(db, tmp_path)
-    holder = _hold_while_sampling(monitor, db, 6.0)  # ~30 ticks queue up behind the lock
+    holder = _hold_while_sampling(monitor, db, 4.0)  # ~20 ticks queue up behind the lock
     try:
         stopping = time.monotonic()
         ticks, stored, dropped = monitor.stop()
@@ -315,7 +318,7 @@ def test_a_monitor_stopped_under_a_held_lock_reports_what_it_dropped(
     assert still_held
     assert monitor.proc.returncode == 0, monitor.text()
     assert "Traceback" not in monitor.text()
-    # each queued row waited out the 1 s busy timeout before: ~30 s to stop; now one wait per flush
+    # each queued row waited out the 1 s busy timeout before: ~20 s to stop; now one wait per flush
     assert took < 10, (took, monitor.text())
     assert dropped > 0 and stored + dropped == ticks, monitor.text()
     assert f"{dropped} samples and" in monitor.text() and "were not written" in monitor.text()
