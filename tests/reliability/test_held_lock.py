@@ -112,15 +112,21 @@ def _keyed_to(host: Lab, who: str) -> str:
     return path.read_text() if path.exists() else ""
 
 
+def _ann_on_the_first_slice(lab_: Lab, db: str) -> dict[str, str]:
+    """The stand-in host's engine settings stored and ann given the first MIG slice; the seats by device."""
+    pairs = [f"{k}={v}" for k, v in lab_.settings().items()]
+    assert gpuseat("engines", "settings", "host", *pairs, "--course", "lab", "--db", db).returncode == 0
+    by_uuid = _seats(db)
+    assert gpuseat("seats", "assign", "--participant", "ann", "--seat", by_uuid[MIG[0]], "--db", db).returncode == 0
+    return by_uuid
+
+
 @pytest.mark.parametrize("course", ["hostcourse", "pghostcourse"], ids=["sqlite", "postgresql"])
 def test_the_agent_rides_out_a_held_lock_and_applies_a_move_after_it(
     course: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     lab_, db = request.getfixturevalue(course)
-    pairs = [f"{k}={v}" for k, v in lab_.settings().items()]
-    assert gpuseat("engines", "settings", "host", *pairs, "--course", "lab", "--db", db).returncode == 0
-    by_uuid = _seats(db)
-    assert gpuseat("seats", "assign", "--participant", "ann", "--seat", by_uuid[MIG[0]], "--db", db).returncode == 0
+    by_uuid = _ann_on_the_first_slice(lab_, db)
     log = tmp_path / "agent.log"
     argv = ["agent", "--engine", "host", "--host", "gpu1", "--poll", "0.2", "--lease", "3", "--db", db]
     with log.open("ab") as out:
@@ -168,10 +174,7 @@ def test_seats_assign_and_apply_under_a_held_lock_fail_clearly_and_change_nothin
     course: str, request: pytest.FixtureRequest
 ) -> None:
     lab_, db = request.getfixturevalue(course)
-    pairs = [f"{k}={v}" for k, v in lab_.settings().items()]
-    assert gpuseat("engines", "settings", "host", *pairs, "--course", "lab", "--db", db).returncode == 0
-    by_uuid = _seats(db)
-    assert gpuseat("seats", "assign", "--participant", "ann", "--seat", by_uuid[MIG[0]], "--db", db).returncode == 0
+    by_uuid = _ann_on_the_first_slice(lab_, db)
     assert gpuseat("apply", "--course", "lab", "--db", db).returncode == 0
     move = ("seats", "move", "--participant", "ann", "--seat", by_uuid[MIG[2]], "--db", db)
     assert gpuseat(*move).returncode == 0  # in the store only: the apply under the lock has work to do

@@ -30,16 +30,9 @@ from .test_held_lock import Holder
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jupyterhub"))  # the hub tests' course maker
 from hubcourse import make_course
 
+from pg_schema import db_url  # noqa: F401 - the url fixture: SQLite and PostgreSQL
+
 CONTACT = "Dr. Organizer (gpu-course@example.edu)"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'course.db'}"
-    from pg_schema import pg_schema_url
-
-    return pg_schema_url(request)
 
 
 @pytest.fixture
