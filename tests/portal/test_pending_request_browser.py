@@ -9,26 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuseat.store import open_store
-
-from .live import start
-from .routes.served import COURSE
+from .ann_page import ann_served, watched_page
 from .test_a11y import AXE, audit
-from .test_browser import ARGS, CHROMIUM, _need_browser
+from .test_browser import _need_browser
 
 
 def test_an_open_page_shows_what_became_of_a_pending_request(tmp_path: Path) -> None:
     sync_playwright = _need_browser()
-    url = f"sqlite:///{tmp_path / 'course.db'}"
-    store = open_store(url, create=True)
-    (tmp_path / "lab.toml").write_text(COURSE)
-    store.courses.create_course(tmp_path / "lab.toml", key="lab")
-    (tmp_path / "r.csv").write_text("name,email\nAnn,ann@example.org\n")
-    store.roster.import_roster("lab", tmp_path / "r.csv")
-    store.seats.add_seats("lab", [{"key": "mig-01", "kind": "mig", "host": "gpu1", "engine": "host"}])
-    store.seats.assign("lab", "ann", "mig-01")
-    token = store.tokens.issue_tokens("lab")[0].token
-    server = start(["--db", url, "--links-expire", "never"], tmp_path / "serve.log")
+    seats = [{"key": "mig-01", "kind": "mig", "host": "gpu1", "engine": "host"}]
+    store, token, server = ann_served(tmp_path, seats)
 
     def pending_id() -> int:
         (request,) = store.requests.seat_requests("lab", participant="ann", pending=True)
@@ -36,14 +25,8 @@ def test_an_open_page_shows_what_became_of_a_pending_request(tmp_path: Path) -> 
 
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            page = browser.new_context().new_page()
-            # the page's own clock, still ticking, moved on by a poll's interval where the test would wait one
-            page.clock.install()
-            errors: list[str] = []
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            polls: list[int] = []
-            page.on("response", lambda r: polls.append(r.status) if r.url.endswith("/seat.json") else None)
+            w = watched_page(pw, "/seat.json")
+            browser, page, errors, polls = w.browser, w.page, w.errors, w.polls
             page.goto(f"{server.url}/t/{token}")
             with page.expect_navigation():  # the form's answer: the page again, the stop pending
                 page.click("#seat-stop")

@@ -8,41 +8,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuseat.store import open_store
-
-from .live import start
-from .routes.served import COURSE
-from .test_browser import ARGS, CHROMIUM, _need_browser
+from .ann_page import ann_served, watched_page
+from .test_browser import _need_browser
 
 
 def test_an_open_participant_page_says_when_its_seat_changed_or_its_link_is_gone(tmp_path: Path) -> None:
     sync_playwright = _need_browser()
-    url = f"sqlite:///{tmp_path / 'course.db'}"
-    store = open_store(url, create=True)
-    (tmp_path / "lab.toml").write_text(COURSE)
-    store.courses.create_course(tmp_path / "lab.toml", key="lab")
-    (tmp_path / "r.csv").write_text("name,email\nAnn,ann@example.org\n")
-    store.roster.import_roster("lab", tmp_path / "r.csv")
-    store.seats.add_seats(
-        "lab",
-        [
-            {"key": f"mig-0{i}", "kind": "mig", "host": "gpu1", "engine": "host", "device_uuid": f"MIG-{i}"}
-            for i in (1, 3)
-        ],
-    )
-    store.seats.assign("lab", "ann", "mig-01")
-    token = store.tokens.issue_tokens("lab")[0].token
-    server = start(["--db", url, "--links-expire", "never"], tmp_path / "serve.log")
+    seats = [
+        {"key": f"mig-0{i}", "kind": "mig", "host": "gpu1", "engine": "host", "device_uuid": f"MIG-{i}"} for i in (1, 3)
+    ]
+    store, token, server = ann_served(tmp_path, seats)
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            page = browser.new_context().new_page()
-            # the page's own clock, still ticking, moved on by a poll's interval where the test would wait one
-            page.clock.install()
-            errors: list[str] = []
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            polls: list[int] = []
-            page.on("response", lambda r: polls.append(r.status) if r.url.endswith("/live") else None)
+            w = watched_page(pw, "/live")
+            browser, page, errors, polls = w.browser, w.page, w.errors, w.polls
             with page.expect_response("**/live") as first:
                 page.goto(f"{server.url}/t/{token}")
             assert first.value.status == 200
