@@ -123,8 +123,8 @@ class Agent:
         if head is not None and self.cursor is not None and marks.get(self.cursor) != self._mark:
             # the events row at the cursor is gone (the ids went back) or another one (writes since took the ids
             # past it again); events rows are never changed or deleted: the store was replaced under this agent
-            # (`gpuseat db restore`). What it holds now is planned whole at once (``changed_courses`` past the
-            # old cursor misses the restored courses), under the lease taken again first: the restored lease
+            # (`gpuseat db restore`). What it holds now is planned whole at once (the events past the
+            # old cursor miss the restored courses), under the lease taken again first: the restored lease
             # row is the backup's (another holder may hold it)
             now_at = "is another one now" if self.cursor in marks else "is gone"
             self.say(
