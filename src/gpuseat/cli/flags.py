@@ -20,6 +20,7 @@ FIELD_FLAGS: dict[str, str] = {
     "listen": "--listen",
     "participant": "--participant",
     "plan_option": "--plan-option",
+    "reason": "--reason",
     "seat": "--seat",
     "since": "--since",
     "template": "--template",

@@ -267,7 +267,9 @@ def register(app: typer.Typer) -> None:
     def release(
         participant: OptionalParticipantOption = None,
         seat: str | None = typer.Option(None, "--seat", help="Seat key."),
-        reason: str = typer.Option("released", "--reason", help="Why (kept in the history, 32 characters)."),
+        reason: str = typer.Option(
+            "released", "--reason", help="Why (kept in the history: one line, at most 32 characters)."
+        ),
         course: CourseOption = None,
         db: DbOption = None,
     ) -> None:

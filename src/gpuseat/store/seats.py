@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from gpuseat.core.seating import ASSIGNABLE_STATES, EngineName, SeatState
 from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
 from gpuseat.errors import InputError, NoFreeSeat, SeatTaken, did_you_mean
+from gpuseat.safe_text import clean
 from gpuseat.store.base import Concern
 from gpuseat.store.rows import (
     DEFAULT_ACTOR,
@@ -301,6 +302,7 @@ class Seats(Concern):
         """Close the open assignment of a participant or of a seat; None when there was none."""
         if (participant is None) == (seat is None):
             raise InputError("name a participant or a seat", where="release", fix="give exactly one of them")
+        _check_reason(reason)
         with self._database.write() as s:
             crow = _course(s, course)
             if participant is not None:
@@ -311,7 +313,7 @@ class Seats(Concern):
                 a = _open(s, seat_id=row.id)
             if a is None:
                 return None
-            a.valid_to, a.ended_by = _clock(s, crow.key, actor), reason[:32]
+            a.valid_to, a.ended_by = _clock(s, crow.key, actor), reason
             s.flush()
             seat_key = s.scalar(select(Seat.key).where(Seat.id == a.seat_id)) or ""
             who = s.scalar(select(Participant.key).where(Participant.id == a.participant_id)) or ""
@@ -336,6 +338,29 @@ class Seats(Concern):
             if seat is not None:
                 q = q.where(Seat.id == _seat(s, crow, seat).id)
             return [_assignment_view(crow.key, sk, pk, a) for a, sk, pk in s.execute(q)]
+
+
+#: the history keeps a release's reason in ``assignments.ended_by``, String(32)
+_REASON_LIMIT = 32
+
+
+def _check_reason(reason: str) -> None:
+    """A release's reason as the history keeps it, whole, or one input error (it was cut to 32 characters unsaid;
+    a newline or an escape sequence would have reached every terminal that prints the history)."""
+    if not reason.strip():
+        raise InputError("the reason is empty", where="reason", fix="give a few words, or leave it out ('released')")
+    if clean(reason, one_line=True) != reason:
+        raise InputError(
+            "the reason has control characters (a newline, an escape sequence)",
+            where="reason",
+            fix="write it as one line of plain text",
+        )
+    if len(reason) > _REASON_LIMIT:
+        raise InputError(
+            f"the reason has {len(reason)} characters; the history keeps at most {_REASON_LIMIT}",
+            where="reason",
+            fix=f"shorten it to {_REASON_LIMIT} characters or fewer",
+        )
 
 
 def give_seat(s: Session, crow: CourseRecord, p: Participant, row: Seat, actor: str, action: str) -> AssignmentView:
