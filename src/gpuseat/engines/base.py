@@ -249,12 +249,33 @@ def stale_requests(
 ) -> list[tuple[RequestView, str]]:
     """The pending requests on seats their asker holds no more (``holders``: seat key → holder), each with
     why it is refused; the rest are carried out by the engine."""
-    out = []
-    for r in pending:
-        p = holders.get(r.seat or "")
-        if p is None or p.key != r.participant:
-            out.append((r, f"{r.participant} holds {r.seat} no more"))
-    return out
+    return [(r, why) for r in pending if (why := stale_reason(r, holders)) is not None]
+
+
+#: how the record of a key request whose asker left its seat first begins: the key is the participant's (stored
+#: when they asked), and the engine of the seat they hold now (or get next) installs it, so it is done, not failed
+KEY_KEPT = "stored: your key goes to the seat you hold now"
+
+
+def stale_reason(r: RequestView, holders: Mapping[str, ParticipantView]) -> str | None:
+    """Why request ``r`` is not carried out on its seat (``holders``: seat key → holder): its asker holds
+    that seat no more (moved, released); None while they do. A key request is kept (:data:`KEY_KEPT`): its
+    asker's old key is already out wherever they hold a seat, so "failed" would send them back to it."""
+    p = holders.get(r.seat or "")
+    if p is not None and p.key == r.participant:
+        return None
+    if r.action == "key":
+        return f"{KEY_KEPT} (or get next); you left {r.seat} before it was installed there"
+    return f"{r.participant} holds {r.seat} no more"
+
+
+def refused_outcome(d: Mapping[str, Any]) -> tuple[bool, str] | None:
+    """The outcome of a ``request.record`` whose plan did not carry the request out (its ``refused``): failed
+    with why, but done for a key kept for its asker's seat now (:func:`stale_reason`); None when carried out."""
+    refused = d.get("refused")
+    if not refused:
+        return None
+    return d.get("request") == "key" and str(refused).startswith(KEY_KEPT), str(refused)
 
 
 #: the requests that make a seat run (a ``stop`` stops it, a ``key`` leaves it as it is)

@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 from gpuseat.core.selfservice import RunState
 from gpuseat.engines import hours as seat_hours
-from gpuseat.engines.base import RUN_REQUESTS, Changes, CourseState, Step, StepEngine, plan_holder_requests
+from gpuseat.engines.base import (
+    RUN_REQUESTS,
+    Changes,
+    CourseState,
+    Step,
+    StepEngine,
+    plan_holder_requests,
+    refused_outcome,
+)
 from gpuseat.engines.base import stale_requests as _stale
 
 if TYPE_CHECKING:
@@ -118,8 +126,7 @@ def do_record(engine: StepEngine[Any], step: Step, verdict: Callable[[Step], tup
     if step.action == "seat.stop":
         engine.store.requests.agent_stop(engine.course, str(step.participant), str(d["reason"]))
         return None
-    refused = d.get("refused")
-    ok, reason = (False, str(refused)) if refused else verdict(step)
+    ok, reason = refused_outcome(d) or verdict(step)
     if not engine.store.requests.finish_request(engine.course, int(d["id"]), ok=ok, reason=reason[:1900]):
         return None
     return None if ok else f"request {d['id']} ({d['request']}) failed: {reason}"

@@ -43,7 +43,15 @@ from gpuseat.core.selfservice import RunState
 from gpuseat.engines import hours as seat_hours
 from gpuseat.engines import idle as idle_rule
 from gpuseat.engines import sessions as session_checks
-from gpuseat.engines.base import RUN_REQUESTS, Changes, CourseState, Step, plan_holder_requests, stale_requests
+from gpuseat.engines.base import (
+    RUN_REQUESTS,
+    Changes,
+    CourseState,
+    Step,
+    plan_holder_requests,
+    refused_outcome,
+    stale_requests,
+)
 from gpuseat.errors import InputError
 
 if TYPE_CHECKING:
@@ -177,8 +185,8 @@ def do_request(engine: HostEngine, step: Step) -> str | None:
 
 
 def _verdict(engine: HostEngine, d: Any) -> tuple[bool, str]:
-    if d.get("refused"):
-        return False, str(d["refused"])
+    if (outcome := refused_outcome(d)) is not None:
+        return outcome
     login, action = str(d.get("login") or ""), str(d["request"])
     m = engine.machine
     acct = m.account(login)

@@ -37,7 +37,7 @@ from gpuseat.core.selfservice import RunState
 from gpuseat.engines import hours as seat_hours
 from gpuseat.engines import idle as idle_rule
 from gpuseat.engines import sessions as session_checks
-from gpuseat.engines.base import RUN_REQUESTS, Changes, CourseState, Phase, Step
+from gpuseat.engines.base import RUN_REQUESTS, Changes, CourseState, Phase, Step, refused_outcome, stale_reason
 from gpuseat.errors import EngineError
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def plan_requests(engine: JupyterHubEngine, course: CourseState, changes: Change
         user = engine.user_of(p) if p is not None else None
         refused = None
         if p is None or p.key != r.participant:
-            refused = f"{r.participant} holds {r.seat} no more"
+            refused = stale_reason(r, holders)
         elif user is None:
             refused = f"{p.key} has no hub user name ({engine.settings.match_by} is empty)"
         elif r.action == "key":
@@ -268,8 +268,8 @@ def do_request(engine: JupyterHubEngine, step: Step) -> str | None:
 
 def _verdict(engine: JupyterHubEngine, d: Mapping[str, Any]) -> tuple[bool, str]:
     """Whether the request is done, from what the hub shows now."""
-    if d.get("refused"):
-        return False, str(d["refused"])
+    if (outcome := refused_outcome(d)) is not None:
+        return outcome
     action, user = str(d["request"]), str(d["user"])
     server = ((engine._model(user) or {}).get("servers") or {}).get("")
     if action == "stop":

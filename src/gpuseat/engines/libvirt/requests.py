@@ -29,6 +29,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from gpuseat.core.selfservice import RunState
+from gpuseat.engines import base as engine_base
 from gpuseat.engines import hours as seat_hours
 from gpuseat.engines import sessions as session_checks
 from gpuseat.engines.base import RUN_REQUESTS, Changes, CourseState, Step, plan_holder_requests, stale_requests
@@ -160,8 +161,8 @@ def _reset(engine: LibvirtEngine, step: Step) -> str | None:
 def _verdict(engine: LibvirtEngine, step: Step) -> tuple[bool, str]:
     """Whether the request is done, from what libvirt shows now."""
     d = step.data
-    if d.get("refused"):
-        return False, str(d["refused"])
+    if (outcome := engine_base.refused_outcome(d)) is not None:
+        return outcome
     action, name, lv = str(d["request"]), str(step.target), engine.libvirt
     dom = lv.lookup(name)
     if dom is None:
