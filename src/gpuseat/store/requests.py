@@ -191,6 +191,10 @@ class Requests(Concern):
             when = now or self._now(s)
             crow = _writable(_course(s, course))
             p, seat, _a = _participant_and_seat(s, crow, participant)
+            # one asker's requests one after another: on PostgreSQL (read committed) two tabs' stops at once
+            # each saw no pending stop of the other and both were stored (and a burst passed the rate limit);
+            # SQLite's writers already take turns, and it has no FOR UPDATE (nothing is sent)
+            s.execute(select(Participant.id).where(Participant.id == p.id).with_for_update())
             held = seat.key if seat is not None else ""
             if expect_seat is not None and held != expect_seat:
                 now_holds = f"; you now hold {held}" if held else "; you hold no seat now"
