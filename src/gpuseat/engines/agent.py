@@ -20,7 +20,8 @@ made by hand are all corrected by the next one. The agent wakes when
 
 One agent per engine and host applies at a time: it holds a lease row in the store (renewed every
 third of ``lease_s``, between the steps of a pass too); a second agent waits as standby and takes over
-when the lease expires or is given back. Before each step the holder checks that it still holds the
+when the lease expires (by the store's clock, and unrenewed for a lease period by its own: see
+:meth:`Agent._take_lease`) or is given back. Before each step the holder checks that it still holds the
 lease; a pass stopped because it did not is finished by the next tick, once the lease is renewed.
 """
 
@@ -94,6 +95,9 @@ class Agent:
     _cut: bool = False  # the last pass stopped because the lease had run out
     _report_at: float = 0.0  # when this agent next says in the store that it runs
     _unreachable: str | None = None  # why the store failed the last tick (said once, until it answers again)
+    clock: Callable[[], float] = time.monotonic  # this agent's own clock, which no NTP step moves
+    # a standby: another's lease row (holder, expiry), since when it is so, and when it runs out (this agent's clock)
+    _seen: tuple[tuple[str, float], float, float] | None = None
 
     def _saved_cursor(self) -> int | None:
         """The events id the last leader of this lease had applied up to (kept in the store)."""
@@ -101,6 +105,28 @@ class Agent:
             if row["name"] == self.options.lease_name and row["last_apply_at"]:
                 return int(row["cursor"])
         return None
+
+    def _take_lease(self, now: float) -> bool:
+        """Take or renew the lease. Another holder's row is taken over once it has run out by the database's clock
+        and this agent has seen it unrenewed for a lease period of its own clock (at a first look: for the time
+        the row had left), or unrenewed for three lease periods: the database's clock stepped ahead (an NTP
+        correction, SQLite's machine) shows a live leader's lease as run out, which its standby took over at
+        once, and stepped back shows a dead one's as running on for the step (an hour with no leader)."""
+        o, agents = self.options, self.store.agents
+        row = None if self._leader else agents.lease(o.lease_name)
+        if row is None or row[0] == self.holder:
+            self._seen = None
+            return agents.take_lease(o.lease_name, self.holder, o.lease_s)
+        seen, left = (row[0], row[1]), row[2]
+        if self._seen is None or self._seen[0] != seen:  # a first look, or renewed (or taken by another) since
+            wait = min(max(left, 0.0), 3 * o.lease_s) if self._seen is None else o.lease_s
+            self._seen = (seen, now, now + wait)
+        _seen, since, due = self._seen
+        if (left > 0 or now < due) and now - since < 3 * o.lease_s:
+            return False
+        taken = agents.take_lease(o.lease_name, self.holder, o.lease_s, unchanged=seen)
+        self._seen = None if taken else self._seen
+        return taken
 
     def _report(self, now: float) -> None:
         """Say in the store that this agent runs, as what (every third of a lease period, and at a change of
@@ -113,7 +139,7 @@ class Agent:
 
     def tick(self) -> Pass | None:
         """One iteration: keep the lease; pass when something is due. Returns the pass, if any."""
-        now = time.monotonic()
+        now = self.clock()
         head: int | None = None
         marks: dict[int, str] = {}
         if self._holes:  # given up after hole_s: a transaction that rolled back (or a course deleted since)
@@ -135,7 +161,7 @@ class Agent:
             self._holes.clear()
         if now >= self._renew_at or not self._leader:
             was = self._leader
-            self._leader = self.store.agents.take_lease(self.options.lease_name, self.holder, self.options.lease_s)
+            self._leader = self._take_lease(now)
             self._renew_at = now + self.options.lease_s / 3
             if self._leader != was or self.role == "starting":
                 self.role = "leader" if self._leader else "standby"
@@ -216,7 +242,7 @@ class Agent:
         for i in filled:
             del self._holes[i]
         if not follows:
-            seen, now = {r[0] for r in rows}, time.monotonic()
+            seen, now = {r[0] for r in rows}, self.clock()
             for i in range(max(low, head - _HOLE_WINDOW) + 1, head + 1):
                 if i not in seen:
                     self._holes.setdefault(i, now)
@@ -228,12 +254,12 @@ class Agent:
         self._cut = False
 
         def guard() -> bool:  # asked before each step: a pass longer than the lease renews it as it goes
-            now = time.monotonic()
-            if now >= self._renew_at:
+            now = self.clock()
+            # not held by the database's clock, which may have stepped ahead past the lease: still this agent's
+            # row (a standby waits out a lease period of its own clock first), renewed now
+            if now >= self._renew_at or not (held := self.store.agents.holds_lease(o.lease_name, self.holder)):
                 held = self.store.agents.take_lease(o.lease_name, self.holder, o.lease_s)
                 self._renew_at = now + o.lease_s / 3
-            else:
-                held = self.store.agents.holds_lease(o.lease_name, self.holder)
             self._report(now)  # a long pass keeps the leader listed
             self._cut = self._cut or not held
             return held
@@ -258,7 +284,7 @@ class Agent:
             self.say(f"agent: the pass failed: {exc.message}")
             result = Pass()
             result.planned = []
-            self._retry_at = time.monotonic() + self._backoff
+            self._retry_at = self.clock() + self._backoff
             return result
         for r in result.reports:
             for out in r.outcomes:

@@ -169,12 +169,34 @@ class Agents(Concern):
         """Seconds since the epoch by the database's clock (:func:`clock_sql`)."""
         return float(s.scalar(text(f"SELECT {clock_sql(self._database.dialect)}")))
 
-    def take_lease(self, name: str, holder: str, ttl_s: float, *, now: float | None = None) -> bool:
+    def lease(self, name: str) -> tuple[str, float, float] | None:
+        """Lease ``name`` as its row is now: holder, expiry and seconds left (the database's clock); None when free."""
+        with self._database.read() as s:
+            row = s.get(AgentLease, name)
+            return None if row is None else (row.holder, row.expires_at, row.expires_at - self._clock(s))
+
+    def take_lease(
+        self,
+        name: str,
+        holder: str,
+        ttl_s: float,
+        *,
+        now: float | None = None,
+        unchanged: tuple[str, float] | None = None,
+    ) -> bool:
         """Take or renew the lease ``name`` for ``holder`` for ``ttl_s`` seconds; False while another
-        holder's lease has not expired (``now``: a time to use instead of the database's clock, in tests)."""
+        holder's lease has not expired (``now``: a time to use instead of the database's clock, in tests).
+        ``unchanged``: another holder's row (holder, expiry) as the caller saw it unrenewed for longer than that
+        holder renews it, by the caller's own clock: taken over if the row is still exactly that, whatever the
+        database's clock says (stepped back, it shows a dead holder's lease as running on for the step)."""
         with self._database.write() as s:
             t = self._clock(s) if now is None else now
             row = s.get(AgentLease, name, with_for_update=True)
+            if unchanged is not None:
+                if row is None or (row.holder, row.expires_at) != unchanged:
+                    return False  # renewed or taken meanwhile: its holder is alive
+                row.holder, row.acquired_at, row.expires_at = holder, t, t + ttl_s
+                return True
             if row is None:  # agents starting at once all find no row: one insert wins, the others read it
                 new = {"name": name, "holder": holder, "acquired_at": t, "expires_at": t + ttl_s}
                 won = s.execute(self._database.insert(AgentLease).values(**new).on_conflict_do_nothing())

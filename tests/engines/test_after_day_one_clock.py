@@ -1,0 +1,136 @@
+"""The store's clock stepped an hour while agents run (an NTP correction on the machine that holds the SQLite
+file, which is the agents' own machine, or on the PostgreSQL server): lease times are that clock, so a step
+moves every lease at once. Ahead, a live leader's lease reads as run out (its standby took over at once, and
+the leader cut its pass at the next step); back, a dead leader's lease reads as running on for the step (an
+hour with no leader). Agents count how long a lease row went unrenewed on their own monotonic clock.
+
+The step is the lease row as it would read after it: written by the leader on a clock an hour off the
+database's (``take_lease(now=…)``); each agent's own clock is a counter the test moves. SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpuseat.engines.agent import Agent, AgentOptions
+from gpuseat.engines.runner import Runner
+from gpuseat.store import CourseStore
+
+from .test_agent_restore import _seats
+
+HOUR = 3600.0
+LEASE = 15.0
+
+
+class Clock:
+    """An agent's monotonic clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.t = 1_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _agents(store: CourseStore) -> tuple[Agent, Agent, Clock]:
+    """A leader and its standby (dry-run, host gpu1) on one clock of their machine, the leader's first pass done."""
+    clock = Clock()
+    options = AgentOptions(engine="host", host="gpu1", resync_s=HOUR, lease_s=LEASE)
+    made = [
+        Agent(store, options, runner=Runner(dry_run=True), say=lambda _line: None, holder=name, clock=clock)
+        for name in ("gpu1:1:lead", "gpu1:2:stby")
+    ]
+    leader, standby = made
+    assert leader.tick() is not None and standby.tick() is None
+    assert (leader.role, standby.role) == ("leader", "standby")
+    return leader, standby, clock
+
+
+def _step(store: CourseStore, leader: Agent, by: float) -> None:
+    """The database's clock steps by ``by`` seconds just after the leader renewed its lease."""
+    (holder, _expires, _left) = store.agents.lease(leader.options.lease_name) or ("", 0.0, 0.0)
+    assert holder == leader.holder
+    now = store.requests.now().timestamp()
+    assert store.agents.take_lease(leader.options.lease_name, leader.holder, LEASE, now=now - by)
+
+
+def test_a_store_clock_stepped_back_an_hour_leaves_no_hour_without_a_leader(store: CourseStore) -> None:
+    """The clock steps back an hour, and the leader dies before it renews: its lease reads as running for an
+    hour and five seconds more. The standby takes over once it has seen the row unrenewed for three lease
+    periods of its own clock (45 s), not an hour later."""
+    leader, standby, clock = _agents(store)
+    _step(store, leader, -HOUR)
+    assert store.agents.leases()[0]["expires_in_s"] > HOUR  # `agent status` shows it so, until a renewal
+    for _ in range(3 * 3 + 2):  # a standby looks every third of a lease period
+        clock.t += LEASE / 3
+        standby.tick()
+    assert standby.role == "leader", store.agents.leases()
+    assert store.agents.holds_lease(standby.options.lease_name, standby.holder)
+
+
+def test_a_store_clock_stepped_back_keeps_a_live_leader(store: CourseStore) -> None:
+    """Stepped back, a live leader renews on its own clock's schedule, on the database's new time: it stays the
+    leader, and its standby, which sees the row renewed, stays standby."""
+    leader, standby, clock = _agents(store)
+    _step(store, leader, -HOUR)
+    for _ in range(12):
+        clock.t += LEASE / 3
+        leader.tick()
+        standby.tick()
+        assert (leader.role, standby.role) == ("leader", "standby")
+    (lease,) = store.agents.leases()
+    assert lease["holder"] == leader.holder and 0 < lease["expires_in_s"] <= LEASE, lease
+
+
+def test_a_store_clock_stepped_ahead_keeps_the_live_leader_and_its_pass(
+    store: CourseStore, url: str, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    """The clock steps an hour ahead: the live leader's lease reads as run out an hour ago. Its standby does not
+    take over (it did, at its next look: a second agent applying while the leader finished its step), and the
+    leader's next pass is not cut at its first step (it asked the database whether it held the lease, which
+    said no): it renews the row that is still its own and applies every step."""
+    _seats(cli, url, tmp_path, "lab", 1)
+    leader, standby, clock = _agents(store)
+    _step(store, leader, HOUR)
+    clock.t += LEASE / 3 - 0.1  # the standby looks just before the leader's renewal is due
+    assert standby.tick() is None and standby.role == "standby", store.agents.leases()
+    (tmp_path / "roster.csv").write_text("key,name,email\nann,Ann,ann@example.org\n")
+    store.roster.import_roster("lab", tmp_path / "roster.csv")
+    (seat,) = store.seats.seats("lab")
+    store.seats.assign("lab", "ann", seat.key)
+    _step(store, leader, HOUR)
+    got = leader.tick()  # a store change; its renewal is not due on its own clock
+    assert got is not None and got.reports, got
+    skipped = [o.step.key for r in got.reports for o in r.outcomes if o.state != "done"]
+    assert not skipped and leader.role == "leader", f"the pass was cut at a clock step: {skipped}"
+    for _ in range(12):
+        clock.t += LEASE / 3
+        standby.tick()
+        leader.tick()
+        assert (leader.role, standby.role) == ("leader", "standby")
+
+
+def test_a_standby_still_takes_over_a_dead_leader_within_a_lease_period(store: CourseStore) -> None:
+    """No step: the leader dies just before its lease runs out; its standby takes over once it has seen the row
+    unrenewed for a lease period of its own clock and the database's clock says it has run out, as before; an
+    agent that starts after a lease ran out takes it at its first look."""
+    leader, standby, clock = _agents(store)
+    _step(store, leader, LEASE - 0.05)  # its last renewal: the lease runs out in 0.05 s
+    assert standby.tick() is None
+    deadline = time.monotonic() + 10
+    while (store.agents.lease(leader.options.lease_name) or ("", 0.0, 0.0))[2] > 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    clock.t += LEASE - 1
+    assert standby.tick() is None and standby.role == "standby"  # run out, but unrenewed for less than a lease
+    clock.t += 1
+    standby.tick()
+    assert standby.role == "leader"
+    late = Agent(store, standby.options, runner=Runner(dry_run=True), say=lambda _line: None, holder="gpu1:3:new",
+                 clock=clock)  # fmt: skip
+    store.agents.take_lease(standby.options.lease_name, standby.holder, LEASE, now=0.0)  # died long ago
+    late.tick()
+    assert late.role == "leader"
