@@ -48,7 +48,7 @@ class FakeSlurm:
         if cmd == "squeue":
             rows = [
                 f"{i}|{j['user']}|{j['state']}|None|{j['gres']}|{j['partition']}|{j['resv'] or '(null)'}|localhost|"
-                f"{j.get('account', '(null)')}"
+                f"{j.get('account', '(null)')}|{i}"
                 for i, j in sorted(self.jobs.items())
             ]
             return 0, "\n".join(rows) + "\n", ""

@@ -92,6 +92,14 @@ class Job:
     reservation: str
     nodes: str
     account: str = ""
+    #: the leader's job id of a heterogeneous job's component (``squeue`` shows ``LEADER+N``): scancel takes
+    #: the leader only ("Operation not permitted on individual component of heterogeneous job")
+    het_leader: int | None = None
+
+    @property
+    def cancel_id(self) -> int:
+        """The id ``scancel`` ends this job by: its own, or its heterogeneous job's leader."""
+        return self.het_leader if self.het_leader is not None else self.job_id
 
     @property
     def live(self) -> bool:
@@ -301,17 +309,22 @@ class Slurm:
     # -- jobs ---------------------------------------------------------------------------------------
 
     def jobs(self, users: Sequence[str] | None = None) -> list[Job]:
-        """The queue (all states squeue still lists), optionally only some users' jobs."""
-        args = ["-h", "-o", "%i|%u|%T|%r|%b|%P|%v|%N|%a"]
+        """The queue (all states squeue still lists), optionally only some users' jobs.
+
+        Each job by its own id (``%A``): an array's running task (``%i`` shows ``7_0``) and its pending rest
+        (``7_[1-3]``, id 7: scancel 7 ends the whole array), a heterogeneous job's components (``8+0``,
+        ``8+1``, with their leader) are jobs too, not lines to skip."""
+        args = ["-h", "-o", "%A|%u|%T|%r|%b|%P|%v|%N|%a|%i"]
         if users:
             args += ["-u", ",".join(logins.unix_user(u) for u in users)]
         out = self.run("squeue", args, mutates=False).stdout
         jobs = []
         for line in out.splitlines():
             parts = line.split("|")
-            if len(parts) != 9 or not parts[0].isdigit():
+            if len(parts) != 10 or not parts[0].isdigit():
                 continue
-            jid, user, state, reason, gres, part, resv, nodes, account = parts
+            jid, user, state, reason, gres, part, resv, nodes, account, shown = parts
+            leader = shown.split("+", 1)[0] if "+" in shown else ""
             jobs.append(
                 Job(
                     int(jid),
@@ -323,6 +336,7 @@ class Slurm:
                     "" if resv == "(null)" else resv,
                     nodes,
                     "" if account == "(null)" else account,
+                    int(leader) if leader.isdigit() else None,
                 )
             )
         return jobs
@@ -336,20 +350,24 @@ class Slurm:
     def cancel(self, job_ids: Sequence[int], *, wait_s: float = 30.0) -> list[int]:
         """``scancel`` the jobs, then wait until none of them holds anything (COMPLETING included);
         returns those still there after ``wait_s`` (SIGKILLed once on the way)."""
-        ids = [str(int(j)) for j in job_ids]
-        if not ids:
+        want = {int(j) for j in job_ids}
+        if not want:
             return []
+        by_leader = {j.job_id: j.cancel_id for j in self.jobs()}  # a heterogeneous job ends through its leader
+        ids = [str(i) for i in sorted({by_leader.get(i, i) for i in want})]
         self.run("scancel", ids, check=False)
         if self.runner.dry_run:
             return []
         deadline = time.monotonic() + wait_s
         killed = False
         while True:
-            left = [j.job_id for j in self.jobs() if str(j.job_id) in ids]
+            still = [j for j in self.jobs() if j.job_id in want]
+            left = [j.job_id for j in still]
             if not left or time.monotonic() > deadline:
                 return left
             if not killed and time.monotonic() > deadline - wait_s / 2:
-                self.run("scancel", ["--signal=KILL", "--full", *map(str, left)], check=False)
+                kill = sorted({j.cancel_id for j in still})
+                self.run("scancel", ["--signal=KILL", "--full", *map(str, kill)], check=False)
                 killed = True
             time.sleep(0.2)
 

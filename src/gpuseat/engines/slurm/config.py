@@ -589,8 +589,12 @@ class Reservation:
     partition: str
 
     def words(self) -> list[str]:
-        """``scontrol create reservation`` arguments (one list item per word, never a shell string)."""
-        minutes = max(1, round((self.end - self.start).total_seconds() / 60))
+        """``scontrol create reservation`` arguments (one list item per word, never a shell string).
+
+        ``start`` and ``end`` are the controller's wall times; Slurm adds ``Duration`` to the start's instant,
+        so the duration is the time that really passes between them: across a DST change a session from
+        00:00 to 06:00 lasts 5 or 7 hours, not 6 (naive ``astimezone`` reads them as local time)."""
+        minutes = max(1, round((self.end.astimezone() - self.start.astimezone()).total_seconds() / 60))
         return [
             f"ReservationName={self.name}",
             f"Users={','.join(self.users)}",
