@@ -41,7 +41,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from gpuseat.core.seating import isolation_rank
-from gpuseat.errors import InputError, NoFreeSeat, NotFound, StoreError, did_you_mean
+from gpuseat.errors import InputError, NoFreeSeat, NotFound, StoreBusy, StoreError, did_you_mean
 from gpuseat.store.claim_sql import (
     ANY_SEAT,
     SEAT_COLUMNS,
@@ -402,7 +402,8 @@ def _claim_on(
     per-statement and pool machinery cost more CPU than the statements, and on a busy machine that CPU
     is taken from the process that holds the one write lock. Under the lock (:func:`_begin`): the take,
     the taken seat's row, the events row, the same for the claims queued behind this one (:func:`_serve`),
-    ``COMMIT``, nothing else; a claim that was served while it waited returns the seat it was sent.
+    ``COMMIT``, nothing else; a claim that was served while it waited returns the seat it was sent. A wait
+    for the lock that ends while the participant holds a seat (another claim of theirs took it) answers it.
     Reading the seat under the lock costs it about 3 µs and saves a read transaction of its own, whose
     start can stall behind a busy log (10,000 claims by 16 processes: p99 22–28 → 20–22 ms). A lost race
     (this participant's other claim took a seat first) is :class:`_LostRace`; a write lock held past the
@@ -422,7 +423,12 @@ def _claim_on(
             raise _LostRace
         return Claimed(info.key, pkey, seat, _when(since), held_mode or "assigned", False)
     p.update(_need(info, group), pid=pid, pkey=pkey)
-    answer = _begin(db, raw, turns, lambda: json.dumps([p[k] for k in _ASK]).encode())
+    try:
+        answer = _begin(db, raw, turns, lambda: json.dumps([p[k] for k in _ASK]).encode())
+    except StoreBusy:
+        if _holds(raw, p):  # the wait ended as another claim of theirs (a double submit) took a seat: the
+            raise _LostRace from None  # answer is that seat, not "busy, try again"
+        raise
     if answer is not None:  # the claim before this one in the queue took the seat for this one
         return Claimed(info.key, pkey, tuple(json.loads(answer)), now, p["mode"], True)
     try:

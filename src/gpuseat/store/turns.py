@@ -47,7 +47,12 @@ A writer may be given a deadline (:meth:`Turns.take`): its wait in the queue end
 notes its deadline in the box file; a writer waits in the kernel for a predecessor that gives up no later
 than itself (one that came before with the same bound: its wait ends first, and wakes this one), and
 otherwise looks again every few milliseconds until its own deadline. So while another program holds the
-write lock, the k-th queued writer waits its own bound, not k bounds.
+write lock, the k-th queued writer waits its own bound, not k bounds. An asker whose deadline comes while the
+writer before it is doing its request (that writer took it on when it read it: a second lock byte per ticket)
+waits for that writer's commit or rollback and takes the answer: it left at once, and the writer before
+committed a seat for a participant who was told the store was busy. A writer whose wait is longer (a
+JupyterHub's or the CLI's claim behind a held lock, with the portal's claims queued behind it) made that
+happen when the lock was let go as the portal claim's wait ended.
 
 The queue file grows a byte per turn and starts over past :data:`RESTART_AT` (the writers queued at
 that moment go on without waiting for each other, once).
@@ -78,6 +83,9 @@ _DUE = struct.Struct(">qd")  # after the slots: a ticket and its writer's deadli
 # writer before it, the answer in the box)
 _WAITING, _DONE, _ASKING, _SERVED = b"\x00", b"\x01", b"\x04", b"\x05"
 _GO = (_DONE, _SERVED, b"")  # the predecessor is done (past the end: the file started over)
+# a ticket's second lock byte, this far past its mark: held by the writer serving its request, from reading it
+# (:meth:`Turns.asking`) to the answer or the rollback, and by the asker itself when its deadline ends its wait
+_SERVING_AT = 1 << 40
 
 
 def _lock(fd: int, kind: int, at: int, wait: bool = True) -> None:
@@ -120,6 +128,8 @@ class Turns:
         self._ticket = -1  # of the turn held
         self._asked = False  # this writer's request is in the box
         self._answers: list[tuple[int, bytes]] = []  # to deliver after the commit
+        self._serving: list[int] = []  # the tickets whose requests this writer took on (their serving bytes)
+        self._leaving = False  # this asker holds its own serving byte: its wait ended, nobody serves it now
 
     def take(self, ask: Callable[[], bytes] | None = None, deadline: float | None = None) -> bytes | None:
         """Wait for this writer's turn (at once when the queue is empty) and return None; or, when
@@ -173,6 +183,7 @@ class Turns:
         """The answer in this writer's slot (the writer before did its request: the turn is over)."""
         self._ticket, self._asked = -1, False
         slot = os.pread(self._box_fd(), SLOT, (t % SLOTS) * SLOT)
+        self._let_own_go(t)
         _lock(self._fd, fcntl.F_UNLCK, t)  # marked served: done for those after it
         if len(slot) < _HEAD.size:
             return None
@@ -206,6 +217,8 @@ class Turns:
             if self._asked and os.pread(self._fd, 1, t) == _SERVED:
                 return self._answer(t)
             if deadline is not None and time.monotonic() >= deadline:
+                if self._asked and self._leave(t):
+                    return self._answer(t)
                 raise TimeoutError
             p, first = t - 1, -1
             while p >= 0:  # back over askers (and writers passed over) to a writer that will not be served
@@ -247,9 +260,30 @@ class Turns:
             _locked(self._fd, wait_for)  # blocks while that writer holds its byte
             seen.clear()
 
+    def _leave(self, t: int) -> bool:
+        """An asker's wait ended at its deadline: whether its request was done after all. It takes its serving
+        byte, so no writer takes its request on from now on; a writer that holds that byte read the request
+        before the deadline and is doing it in its transaction, and this waits for its commit or rollback (a
+        short wait: that writer has the write lock). Leaving at once told a participant "busy, try again"
+        while the claim before took a seat for them."""
+        self._leaving = True
+        _lock(self._fd, fcntl.F_WRLCK, _SERVING_AT + t)
+        return os.pread(self._fd, 1, t) == _SERVED
+
+    def _let_own_go(self, t: int) -> None:
+        if self._leaving:
+            self._leaving = False
+            _lock(self._fd, fcntl.F_UNLCK, _SERVING_AT + t)
+
+    def _let_serving_go(self) -> None:
+        serving, self._serving = self._serving, []
+        for u in serving:
+            _lock(self._fd, fcntl.F_UNLCK, _SERVING_AT + u)
+
     def asking(self, limit: int) -> list[tuple[int, bytes]]:
         """During this writer's turn: the requests of the writers queued right behind it, in order
-        (at most ``limit``; none past a writer that asked nothing)."""
+        (at most ``limit``; none past a writer that asked nothing, or one whose wait has ended). Each is
+        taken on: its writer waits for :meth:`deliver` or :meth:`give` even past its deadline."""
         t = self._ticket
         if not _OFD or t < 0:
             return []
@@ -261,6 +295,13 @@ class Turns:
             slot = os.pread(self._box_fd(), SLOT, (u % SLOTS) * SLOT)
             if len(slot) < _HEAD.size or _HEAD.unpack_from(slot)[0] != u:
                 break  # an asker from its first byte whose request is not in the box yet
+            try:  # its deadline ended its wait (it holds the byte, or left): it and those after it write themselves
+                _lock(self._fd, fcntl.F_WRLCK, _SERVING_AT + u, wait=False)
+            except OSError:
+                break
+            self._serving.append(u)
+            if os.pread(self._fd, 1, u) != _ASKING:  # it left between the look at its mark and the lock
+                break
             size = _HEAD.unpack_from(slot)[1]
             out.append((u, slot[_HEAD.size : _HEAD.size + size]))
         return out
@@ -276,14 +317,18 @@ class Turns:
     def deliver(self) -> None:
         """After the commit: send the kept answers; each writer answered is done."""
         answers, self._answers = self._answers, []
-        for u, answer in answers:
-            os.pwrite(self._box_fd(), _HEAD.pack(u, len(answer)) + answer, (u % SLOTS) * SLOT)
-            os.pwrite(self._fd, _SERVED, u)
+        try:
+            for u, answer in answers:
+                os.pwrite(self._box_fd(), _HEAD.pack(u, len(answer)) + answer, (u % SLOTS) * SLOT)
+                os.pwrite(self._fd, _SERVED, u)
+        finally:
+            self._let_serving_go()
 
     def give(self) -> None:
         """End this writer's turn: the next writer in the queue goes on. Answers not delivered (the
         transaction was rolled back) are dropped: their writers write for themselves."""
         self._answers.clear()
+        self._let_serving_go()  # those taken on and not answered (rolled back) write for themselves
         if not _OFD:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             return
@@ -298,6 +343,7 @@ class Turns:
                 os.ftruncate(self._fd, 0)  # queued writers then read past the end: done
         finally:
             _lock(self._fd, fcntl.F_UNLCK, t)
+            self._let_own_go(t)  # after its mark says done: no writer takes on the request of one that left
 
     def close(self) -> None:
         """Close the queue files (a held turn is given up by the kernel); a second call does nothing
