@@ -67,7 +67,8 @@ def test_a_job_array_and_a_heterogeneous_job_end_with_a_release_and_a_move(lab: 
         # the others' jobs back: see the module docstring)
         for who in ("carol", "alice"):
             jobs[who].append(_submit(lab, who, "--array=0-1", *session, "--gres=gpu:1", "--wrap", "sleep 300"))
-            deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 60
+        for who in ("carol", "alice"):
             while time.monotonic() < deadline and not any(ln.endswith("_0 RUNNING") for ln in _queue(lab, who)):
                 time.sleep(0.2)
             assert any(ln.endswith("_0 RUNNING") for ln in _queue(lab, who)), _queue(lab, who)
@@ -81,7 +82,7 @@ def test_a_job_array_and_a_heterogeneous_job_end_with_a_release_and_a_move(lab: 
         assert lab.wait_state(bob, {"RUNNING"}) == "RUNNING"  # nobody else's job was touched
         rc, seen, err = lab.gpus("carol", *session, "--gres=gpu:1")
         assert rc == 0 and seen == ["3"], err  # seat-04's GPU, at once
-        rc, seen, err = lab.gpus("alice", "-p", "debug", "--gres=gpu:1", "--immediate=5")
+        rc, seen, err = lab.gpus("alice", "-p", "debug", "--gres=gpu:1", "--immediate=1")
         assert rc != 0 and not seen, err
         assert _plan_steps(lab) == []
     finally:
