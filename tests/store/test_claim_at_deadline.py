@@ -117,3 +117,41 @@ def test_claims_whose_wait_ends_while_the_claim_before_serves_them_answer_the_se
     assert got["hub"] == held[ben]
     assert got["tab1"] == held[ann] and got["tab2"] == held[ann], (got, held)  # the seat ann holds, not a 503
     assert sorted(held) == sorted([ann, ben]) and len(set(held.values())) == 2  # one seat each
+
+
+def test_an_asker_taken_on_and_rolled_back_leaves_at_its_deadline_once_the_writer_before_gives_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer before took the request on, then rolled back (its transaction failed): the asker, past its
+    deadline, waited for it and now leaves with the timeout (nothing was done for it), and the queue goes on."""
+    clock = Clock()
+    monkeypatch.setattr(turns, "time", clock)
+    path = str(tmp_path / "course.db.lock")
+    head, asker, after = (turns.Turns(path) for _ in range(3))
+    left: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            asker.take(lambda: b"a seat, please", deadline=clock.monotonic() + 30)
+        except TimeoutError as exc:
+            left.append(exc)
+
+    try:
+        assert head.take() is None
+        thread = threading.Thread(target=ask)
+        thread.start()
+        queue = Queue(tmp_path)
+        queue.path = Path(path)
+        queue.until("the asker to ask", lambda: queue.behind(b"\x04"))
+        assert [r for _, r in head.asking(4)] == [b"a seat, please"]  # taken on
+        clock.ahead = 3600.0
+        queue.until("the asker to wait for the writer before", lambda: _blocked(path) == 1)
+        head.give()  # no deliver: rolled back
+        thread.join(30)
+        assert not thread.is_alive() and len(left) == 1
+        assert Path(path).read_bytes() == b"\x01\x01"  # both done, nobody served
+        assert after.take(deadline=clock.monotonic() + 30) is None
+        after.give()
+    finally:
+        for q in (head, asker, after):
+            q.close()
