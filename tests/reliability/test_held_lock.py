@@ -4,7 +4,9 @@ An adversary, or an admin shell left in ``sqlite3 gpuseat.db`` after ``BEGIN IMM
 write lock for longer than the writers' busy timeout (``GPUSEAT_DB_BUSY_TIMEOUT``, set short in each child
 process); on PostgreSQL an open transaction holds ``LOCK TABLE``. Each writer runs as a real process
 against a real database: the agent (on a stand-in GPU host), the monitor and the CLI. Each must say what
-it waits for, never exit with a traceback, and recover on its own once the lock is let go.
+it waits for, never exit with a traceback, and recover on its own once the lock is let go. The set-up
+before the hold, and the commands run again after it, are the same CLI in-process (``cli``): a process
+each would only add its start-up.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +29,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 MIG = [m["uuid"] for m in MIG_AND_WHOLE[0]["mig"]]  # type: ignore[index]
 WAIT_S = 90.0  # a deadline for what must happen (an agent's start-up on a loaded machine), not a timing
 HOLD_S = 120.0  # the holder is let go by the test; this only bounds a holder the test forgot
+BUSY_S = "0.5"  # the writers' busy timeout under the hold (GPUSEAT_DB_BUSY_TIMEOUT): each failing write waits it out
 
 SQLITE_HOLDER = """
 import select, sqlite3, sys
@@ -98,12 +102,12 @@ def gpuseat(*args: str | Path, **env: str) -> subprocess.CompletedProcess[str]:
 # -- the agent -----------------------------------------------------------------------------------------
 
 
-def _seats(db: str) -> dict[str, str]:
+def _seats(db: str, cli: Callable[..., Any]) -> dict[str, str]:
     import json
 
-    r = gpuseat("seats", "export", "--format", "json", "--db", db)
-    assert r.returncode == 0, r.stderr
-    return {s["device_uuid"]: s["key"] for s in json.loads(r.stdout)}
+    r = cli("seats", "export", "--format", "json", "--db", db)
+    assert r.code == 0, r.err
+    return {s["device_uuid"]: s["key"] for s in json.loads(r.out)}
 
 
 def _keyed_to(host: Lab, who: str) -> str:
@@ -112,26 +116,26 @@ def _keyed_to(host: Lab, who: str) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def _ann_on_the_first_slice(lab_: Lab, db: str) -> dict[str, str]:
+def _ann_on_the_first_slice(lab_: Lab, db: str, cli: Callable[..., Any]) -> dict[str, str]:
     """The stand-in host's engine settings stored and ann given the first MIG slice; the seats by device."""
     pairs = [f"{k}={v}" for k, v in lab_.settings().items()]
-    assert gpuseat("engines", "settings", "host", *pairs, "--course", "lab", "--db", db).returncode == 0
-    by_uuid = _seats(db)
-    assert gpuseat("seats", "assign", "--participant", "ann", "--seat", by_uuid[MIG[0]], "--db", db).returncode == 0
+    assert cli("engines", "settings", "host", *pairs, "--course", "lab", "--db", db).code == 0
+    by_uuid = _seats(db, cli)
+    assert cli("seats", "assign", "--participant", "ann", "--seat", by_uuid[MIG[0]], "--db", db).code == 0
     return by_uuid
 
 
 @pytest.mark.parametrize("course", ["hostcourse", "pghostcourse"], ids=["sqlite", "postgresql"])
 def test_the_agent_rides_out_a_held_lock_and_applies_a_move_after_it(
-    course: str, request: pytest.FixtureRequest, tmp_path: Path
+    course: str, request: pytest.FixtureRequest, tmp_path: Path, cli: Callable[..., Any]
 ) -> None:
     lab_, db = request.getfixturevalue(course)
-    by_uuid = _ann_on_the_first_slice(lab_, db)
+    by_uuid = _ann_on_the_first_slice(lab_, db, cli)
     log = tmp_path / "agent.log"
-    argv = ["agent", "--engine", "host", "--host", "gpu1", "--poll", "0.2", "--lease", "3", "--db", db]
+    argv = ["agent", "--engine", "host", "--host", "gpu1", "--poll", "0.2", "--lease", "2", "--db", db]
     with log.open("ab") as out:
         agent = subprocess.Popen(
-            [sys.executable, "-m", "gpuseat", *argv], stdout=out, stderr=out, env=_env(GPUSEAT_DB_BUSY_TIMEOUT="1")
+            [sys.executable, "-m", "gpuseat", *argv], stdout=out, stderr=out, env=_env(GPUSEAT_DB_BUSY_TIMEOUT=BUSY_S)
         )
     text = lambda: log.read_text(errors="replace")  # noqa: E731
     try:
@@ -142,8 +146,8 @@ def test_the_agent_rides_out_a_held_lock_and_applies_a_move_after_it(
         try:
             # held past the busy timeout and past the lease (3 s): the agent keeps going and says why it waits
             until(lambda: holder.who in text()[before:], WAIT_S, text)
-            # the lease was last renewed before the hold: gone 3 s into it, a renewal tried and failed 1 s later
-            time.sleep(max(0.0, held_at + 5.0 - time.monotonic()))
+            # the lease was last renewed before the hold: gone 2 s into it, a renewal tried and failed 0.5 s later
+            time.sleep(max(0.0, held_at + 3.0 - time.monotonic()))
             assert agent.poll() is None, text()
             during = text()[before:]
         finally:
@@ -152,13 +156,14 @@ def test_the_agent_rides_out_a_held_lock_and_applies_a_move_after_it(
         waits = [line for line in during.splitlines() if "the store failed" in line]
         assert len(waits) == 1, during  # one line while locked, not one per try
         # after the release: a move reaches the machine within seconds, and the agent is the leader again
-        r = gpuseat("seats", "move", "--participant", "ann", "--seat", by_uuid[MIG[2]], "--db", db)
-        assert r.returncode == 0, r.stderr
+        r = cli("seats", "move", "--participant", "ann", "--seat", by_uuid[MIG[2]], "--db", db)
+        assert r.code == 0, r.err
         until(lambda: MIG[2] in _keyed_to(lab_, "ann"), 30, text)
         assert agent.poll() is None, text()
-        assert "the store answers again" in text()[before:], text()
+        # said once the tick that took the lease again is done: that tick may be the one that applied the move
+        until(lambda: "the store answers again" in text()[before:], 30, text)
         # nothing half-applied: a plan of the store against the machine now is empty
-        until(lambda: "nothing to change" in gpuseat("apply", "--course", "lab", "--dry-run", "--db", db).stdout, 30)
+        until(lambda: "nothing to change" in cli("apply", "--course", "lab", "--dry-run", "--db", db).out, 30)
         assert "Traceback" not in text()
     finally:
         agent.terminate()
@@ -171,18 +176,18 @@ def test_the_agent_rides_out_a_held_lock_and_applies_a_move_after_it(
 
 @pytest.mark.parametrize("course", ["hostcourse", "pghostcourse"], ids=["sqlite", "postgresql"])
 def test_seats_assign_and_apply_under_a_held_lock_fail_clearly_and_change_nothing(
-    course: str, request: pytest.FixtureRequest
+    course: str, request: pytest.FixtureRequest, cli: Callable[..., Any]
 ) -> None:
     lab_, db = request.getfixturevalue(course)
-    by_uuid = _ann_on_the_first_slice(lab_, db)
-    assert gpuseat("apply", "--course", "lab", "--db", db).returncode == 0
+    by_uuid = _ann_on_the_first_slice(lab_, db, cli)
+    assert cli("apply", "--course", "lab", "--db", db).code == 0
     move = ("seats", "move", "--participant", "ann", "--seat", by_uuid[MIG[2]], "--db", db)
-    assert gpuseat(*move).returncode == 0  # in the store only: the apply under the lock has work to do
+    assert cli(*move).code == 0  # in the store only: the apply under the lock has work to do
     assign = ("seats", "assign", "--participant", "ben", "--seat", by_uuid[MIG[1]], "--db", db)
     holder = Holder(db)
-    try:
-        assigned = gpuseat(*assign, GPUSEAT_DB_BUSY_TIMEOUT="1")
-        applied = gpuseat("apply", "--course", "lab", "--db", db, GPUSEAT_DB_BUSY_TIMEOUT="1")
+    try:  # the two writers under the lock: real processes
+        assigned = gpuseat(*assign, GPUSEAT_DB_BUSY_TIMEOUT=BUSY_S)
+        applied = gpuseat("apply", "--course", "lab", "--db", db, GPUSEAT_DB_BUSY_TIMEOUT=BUSY_S)
         still_held = holder.proc.poll() is None
     finally:
         holder.release()
@@ -190,15 +195,15 @@ def test_seats_assign_and_apply_under_a_held_lock_fail_clearly_and_change_nothin
     for done in (assigned, applied):
         assert done.returncode == 1, done.stdout + done.stderr  # exit 1: the store failed (2 is for bad input)
         assert "Traceback" not in done.stderr and holder.who in done.stderr, done.stderr
-        assert "more than 1 s" in done.stderr and "nothing was changed" in done.stderr, done.stderr
+        assert f"more than {BUSY_S} s" in done.stderr and "nothing was changed" in done.stderr, done.stderr
         assert len(re.findall(r"^error: ", done.stderr, re.M)) == 1, done.stderr
     assert not (lab_.keys_dir / lab_.people["ben"].user).exists()  # ben was not assigned
     # once the lock is let go the same commands work, and the machine ends as the store says
-    assert gpuseat(*assign).returncode == 0
-    assert gpuseat("apply", "--course", "lab", "--db", db).returncode == 0
+    assert cli(*assign).code == 0
+    assert cli("apply", "--course", "lab", "--db", db).code == 0
     assert MIG[2] in _keyed_to(lab_, "ann") and MIG[1] in _keyed_to(lab_, "ben")
-    plan = gpuseat("apply", "--course", "lab", "--dry-run", "--db", db)
-    assert plan.returncode == 0 and "nothing to change" in plan.stdout, plan.stdout
+    plan = cli("apply", "--course", "lab", "--dry-run", "--db", db)
+    assert plan.code == 0 and "nothing to change" in plan.out, plan.out
 
 
 # -- the monitor ---------------------------------------------------------------------------------------
@@ -228,16 +233,18 @@ def _samples(db: str) -> int:
 
 
 class MonitorProcess:
-    """``gpuseat monitor`` replaying a recording every 0.2 s into ``db``, with ``/metrics`` on a free port."""
+    """``gpuseat monitor`` replaying a recording every 0.2 s into ``db`` (busy timeout ``busy``), with ``/metrics``
+    on a free port."""
 
-    def __init__(self, db: str, tmp_path: Path) -> None:
+    def __init__(self, db: str, tmp_path: Path, busy: str = BUSY_S) -> None:
         import socket
 
         from gpuseat.monitor.replay import synthetic_snapshot, write_replay
 
         replay = tmp_path / "lab.jsonl"
         t0 = 1_700_000_040.0
-        snaps = [synthetic_snapshot(gpus=2, migs_per_gpu=2, processes=3, taken_at=t0 + 5 * i) for i in range(2000)]
+        # 40 s of ticks (the replay loops after, later in time): a longer file only costs its writing and reading
+        snaps = [synthetic_snapshot(gpus=2, migs_per_gpu=2, processes=3, taken_at=t0 + 5 * i) for i in range(200)]
         write_replay(replay, snaps)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -249,7 +256,7 @@ class MonitorProcess:
                 [sys.executable, "-m", "gpuseat", *map(str, argv)],
                 stdout=out,
                 stderr=out,
-                env=_env(GPUSEAT_DB_BUSY_TIMEOUT="1"),
+                env=_env(GPUSEAT_DB_BUSY_TIMEOUT=busy),
             )
 
     def text(self) -> str:
@@ -309,7 +316,7 @@ def test_a_monitor_stopped_under_a_held_lock_reports_what_it_dropped(
     dialect: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     db = _monitor_db(request, dialect, tmp_path)
-    monitor = MonitorProcess(db, tmp_path)
+    monitor = MonitorProcess(db, tmp_path, busy="1")  # 1 s: a wait per queued row would take ~20 s to stop
     holder = _hold_while_sampling(monitor, db, 4.0)  # ~20 ticks queue up behind the lock
     try:
         stopping = time.monotonic()
