@@ -134,3 +134,29 @@ def test_a_standby_still_takes_over_a_dead_leader_within_a_lease_period(store: C
     store.agents.take_lease(standby.options.lease_name, standby.holder, LEASE, now=0.0)  # died long ago
     late.tick()
     assert late.role == "leader"
+
+
+def test_a_standby_with_a_shorter_lease_does_not_take_a_live_leaders(store: CourseStore) -> None:
+    """The leader runs with ``--lease 150`` (renewed every 50 s), its standby with 15: the standby counts three
+    of the leader's lease periods, as the row had left when it saw it renewed, not three of its own (45 s,
+    before the leader's next renewal), so it never takes over a live leader the database says holds."""
+    clock = Clock()
+    leader, standby = (
+        Agent(
+            store,
+            AgentOptions(engine="host", host="gpu1", resync_s=HOUR, lease_s=lease),
+            runner=Runner(dry_run=True),
+            say=lambda _line: None,
+            holder=name,
+            clock=clock,
+        )
+        for name, lease in (("gpu1:1:lead", 150.0), ("gpu1:2:stby", LEASE))
+    )
+    assert leader.tick() is not None and standby.tick() is None
+    for _ in range(3):
+        for _ in range(10):  # 50 s: the leader's renewal is due at the end
+            clock.t += 5
+            standby.tick()
+            assert standby.role == "standby", clock.t
+        leader.tick()
+        assert leader.role == "leader"

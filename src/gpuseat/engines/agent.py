@@ -47,6 +47,7 @@ from gpuseat.errors import GpuseatError, StoreError
 if TYPE_CHECKING:
     from gpuseat.store import CourseStore
 
+MAX_LEASE_S = 600.0  # the longest lease an agent holds (``gpuseat agent --lease``)
 _HOLE_WINDOW = 1000  # missing events ids looked for at most this far below the head
 CHANNEL = "gpuseat_events"  # the NOTIFY channel, per schema since migration 0016 (store.agents.listener)
 
@@ -98,8 +99,9 @@ class Agent:
     _report_at: float = 0.0  # when this agent next says in the store that it runs
     _unreachable: str | None = None  # why the store failed the last tick (said once, until it answers again)
     clock: Callable[[], float] = time.monotonic  # this agent's own clock, which no NTP step moves
-    # a standby: another's lease row (holder, expiry), since when it is so, and when it runs out (this agent's clock)
-    _seen: tuple[tuple[str, float], float, float] | None = None
+    # a standby: another's lease row (holder, expiry), since when it is so, when it runs out (this agent's clock)
+    # and its holder's lease period
+    _seen: tuple[tuple[str, float], float, float, float] | None = None
 
     def _saved_cursor(self) -> int | None:
         """The events id the last leader of this lease had applied up to (kept in the store)."""
@@ -111,20 +113,26 @@ class Agent:
     def _take_lease(self, now: float) -> bool:
         """Take or renew the lease. Another holder's row is taken over once it has run out by the database's clock
         and this agent has seen it unrenewed for a lease period of its own clock (at a first look: for the time
-        the row had left), or unrenewed for three lease periods: the database's clock stepped ahead (an NTP
-        correction, SQLite's machine) shows a live leader's lease as run out, which its standby took over at
-        once, and stepped back shows a dead one's as running on for the step (an hour with no leader)."""
+        the row had left), or unrenewed for three of its holder's lease periods (what the row had left when its
+        holder was first seen, or the longest wait between its renewals on this agent's clock). The database's
+        clock stepped ahead (an NTP correction, SQLite's machine) shows a live leader's lease as run out, which
+        its standby took over at once; stepped back, a dead one's as running on for the step (an hour with no
+        leader)."""
         o, agents = self.options, self.store.agents
         row = None if self._leader else agents.lease(o.lease_name)
         if row is None or row[0] == self.holder:
             self._seen = None
             return agents.take_lease(o.lease_name, self.holder, o.lease_s)
-        seen, left = (row[0], row[1]), row[2]
-        if self._seen is None or self._seen[0] != seen:  # a first look, or renewed (or taken by another) since
-            wait = min(max(left, 0.0), 3 * o.lease_s) if self._seen is None else o.lease_s
-            self._seen = (seen, now, now + wait)
-        _seen, since, due = self._seen
-        if (left > 0 or now < due) and now - since < 3 * o.lease_s:
+        seen, left, last = (row[0], row[1]), row[2], self._seen
+        if last is None or last[0] != seen:  # a first look, or renewed (or taken by another) since
+            if last is None or last[0][0] != seen[0]:  # a holder first seen: its lease period is what the row has left
+                period = max(o.lease_s, min(max(left, 0.0), MAX_LEASE_S))
+            else:  # renewed: at least as long as the longest wait between its renewals (this agent's clock)
+                period = max(last[3], now - last[1])
+            due = now + (min(max(left, 0.0), 3 * o.lease_s) if last is None else o.lease_s)
+            self._seen = last = (seen, now, due, period)
+        _seen, since, due, period = last
+        if (left > 0 or now < due) and now - since < 3 * period:
             return False
         taken = agents.take_lease(o.lease_name, self.holder, o.lease_s, unchanged=seen)
         self._seen = None if taken else self._seen
