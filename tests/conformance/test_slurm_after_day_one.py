@@ -7,10 +7,11 @@ module adds the jobs a participant can keep that are not one plain job (a job ar
 second course on the same cluster and its archive, and session reservations on a controller whose local time
 has a DST change.
 
-Seen and not fixed here: a participant's heterogeneous job waiting for their own busy GPU (one component without a
-GPU, one with it) keeps another participant's job in the same session from starting ("Requested nodes are
-busy" after 60 s): the backfill pass plans the waiting job on the session's cores. The test below starts the
-others' jobs first.
+Seen here and fixed: a participant's heterogeneous job waiting for their own busy GPU (one component without a
+GPU, one with it) kept another participant's job in the same session from starting ("Requested nodes are busy"
+after 60 s). Each core of a session reservation is a seat's, its GPU bound to it (``enforce-binding``); a job or
+component without a GPU takes the lowest free one, and the backfill pass had planned the waiting component on
+bob's. job_submit.lua now refuses such jobs in a session.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ def _submit(lab: Lab, who: str, *args: str) -> str:  # noqa: F811
 
 
 def test_a_job_array_and_a_heterogeneous_job_end_with_a_release_and_a_move(lab: Lab) -> None:  # noqa: F811
-    """alice runs a job array (task 0 on her GPU, task 1 waiting for it) and a heterogeneous job in the
-    session; carol runs an array on seat-03; bob a plain job. alice is released and carol moved to seat-04,
+    """alice runs a job array (task 0 on her GPU, task 1 waiting for it, neither on another seat's GPU) in the
+    session and a heterogeneous job in partition debug (its GPU part her seat's, waiting: the session holds her
+    GPU's core); carol runs an array on seat-03; bob a plain job. alice is released and carol moved to seat-04,
     then ``gpuseat apply``: none of alice's jobs is left (squeue shows the array's tasks as ``N_0`` and
     ``N_1``, a heterogeneous job's components as ``N+0``, ``N+1``: before, the engine skipped those lines
     and the running task kept her old GPU), carol's array on seat-03 is gone and she gets seat-04's GPU, bob's
@@ -63,8 +65,6 @@ def test_a_job_array_and_a_heterogeneous_job_end_with_a_release_and_a_move(lab: 
     jobs: dict[str, list[str]] = {"carol": [], "alice": []}
     try:
         assert lab.wait_state(bob, {"RUNNING"}) == "RUNNING"
-        # each array's task 0 running before alice's heterogeneous job waits (a waiting heterogeneous job holds
-        # the others' jobs back: see the module docstring)
         for who in ("carol", "alice"):
             jobs[who].append(_submit(lab, who, "--array=0-1", *session, "--gres=gpu:1", "--wrap", "sleep 300"))
         deadline = time.monotonic() + 60
@@ -72,7 +72,12 @@ def test_a_job_array_and_a_heterogeneous_job_end_with_a_release_and_a_move(lab: 
             while time.monotonic() < deadline and not any(ln.endswith("_0 RUNNING") for ln in _queue(lab, who)):
                 time.sleep(0.2)
             assert any(ln.endswith("_0 RUNNING") for ln in _queue(lab, who)), _queue(lab, who)
-        jobs["alice"].append(_submit(lab, "alice", *session, "--wrap", "sleep 300", ":", *session, "--gres=gpu:1"))
+        for who, (array,) in jobs.items():  # one task at a time, on their own GPU; the next waits for it
+            assert re.search(rf"GRES=gpu:m60\.{SEATS[who]}:1\(IDX:{INDEX[who]}\)", lab.job(f"{array}_0")), who
+            assert [ln for ln in _queue(lab, who) if ln.endswith("RUNNING")] == [f"{array}_0 RUNNING"]
+            assert re.findall(r"TresPerNode=(\S+)", lab.job(f"{array}_1")) == [f"gres:gpu:m60.{SEATS[who]}:1"]
+        debug = ("-p", "debug")  # outside the session: allowed, and no core of the session's
+        jobs["alice"].append(_submit(lab, "alice", *debug, "--wrap", "sleep 300", ":", *debug, "--gres=gpu:1"))
         assert {ln.split()[0] for ln in _queue(lab, "alice")} >= {f"{jobs['alice'][1]}+0", f"{jobs['alice'][1]}+1"}
         lab.store.seats.release("conf", participant=people["alice"])  # type: ignore[attr-defined]
         lab.store.seats.move("conf", people["carol"], "seat-04")  # type: ignore[attr-defined]
@@ -94,6 +99,38 @@ def test_a_job_array_and_a_heterogeneous_job_end_with_a_release_and_a_move(lab: 
         assert _apply(lab) == 0
     rc, seen, err = lab.gpus("alice", *session, "--gres=gpu:1")
     assert rc == 0 and seen == [INDEX["alice"]], err
+
+
+def test_a_heterogeneous_job_or_one_without_a_gpu_is_refused_in_the_session(lab: Lab) -> None:  # noqa: F811
+    """What kept bob waiting (module docstring) is refused at once, saying what to do: alice's heterogeneous job
+    and her job without a GPU (``--gres=gpu:0`` too) in the session, and her held job without a GPU (or
+    heterogeneous) moved into it with ``scontrol update``; her held GPU job moved into it is kept."""
+    session = ("-p", "gpuseat-conf", f"--reservation={lab.session}")
+    try:
+        one_gpu = "submit one job with your one GPU (--gres=gpu:1)"
+        for args, said in (
+            ((*session, "--wrap", "true", ":", *session, "--gres=gpu:1"), "a heterogeneous job cannot run"),
+            ((*session, "--gres=gpu:1", "--wrap", "true", ":", *session, "--gres=gpu:1"), "a heterogeneous job"),
+            ((*session, "--wrap", "true"), "a job without a GPU would take another participant's core"),
+            ((*session, "--gres=gpu:0", "--wrap", "true"), "a job without a GPU would take another"),
+        ):
+            sub = lab.as_user("alice", "sbatch", *args)
+            assert sub.returncode != 0 and said in sub.stderr and one_gpu in sub.stderr, (args, sub.stderr)
+        het = lab.as_user("alice", "srun", *session, "true", ":", *session, "--gres=gpu:1", "true")  # interactive
+        assert het.returncode != 0 and "a heterogeneous job cannot run" in het.stderr, het.stderr
+        # held in debug, then moved into the session (Slurm 22.05 does not pass a refused change's reason on)
+        debug = ("--hold", "-p", "debug", "--wrap", "true")
+        for args, kept in (((), False), (("--gres=gpu:1",), True), ((":", "-p", "debug", "--gres=gpu:1"), False)):
+            held = _submit(lab, "alice", *debug, *args)
+            into = (f"jobid={held}", "Partition=gpuseat-conf", f"ReservationName={lab.session}")
+            moved = lab.as_user("alice", "scontrol", "update", *into)
+            assert (moved.returncode == 0) == kept, (args, moved.stderr)
+            assert ("Partition=gpuseat-conf" in lab.job(held)) == kept, lab.job(held)
+            if kept:  # and in the session, its GPU is not taken away
+                dropped = lab.as_user("alice", "scontrol", "update", f"jobid={held}", "TresPerNode=gres:gpu:0")
+                assert dropped.returncode != 0 and "TresPerNode=gres:gpu:m60.seat-01:1" in lab.job(held), lab.job(held)
+    finally:
+        lab.slurm.run("scancel", ["-u", USERS["alice"]], check=False)
 
 
 @pytest.fixture

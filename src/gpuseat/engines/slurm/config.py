@@ -292,6 +292,7 @@ local function gpu_item(item)
 end
 
 local GPU_FIELDS = {"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket"}
+local NO_VAL = 4294967294  -- Slurm's "not set" (a job that is no heterogeneous job's part has this offset)
 
 -- The GPUs a request asks for: total count (per-task counts times the tasks) and the types named.
 local function gpus_asked(job_desc)
@@ -312,6 +313,14 @@ local function gpus_asked(job_desc)
     end
   end
   return total, kinds, any
+end
+
+-- Whether a request names any of the GPU fields (a change that names none keeps the job's).
+local function names_tres(job_desc)
+  for _, field in ipairs(GPU_FIELDS) do
+    if job_desc[field] ~= nil then return true end
+  end
+  return false
 end
 
 -- A TRES spec without its GPU items ("" when nothing else is left).
@@ -389,6 +398,22 @@ local function seat_rule(job_desc, job_rec, user, partition, resv)
   end
   if resv_course ~= nil and resv_course ~= part then
     return refuse("reservation %s belongs to partition %s, not %s", resv, resv_course, part)
+  end
+  -- Each core of a session is a seat's, bound to its GPU: a job (or a heterogeneous job's component)
+  -- without a GPU would run on another participant's core and keep their GPU from them.
+  -- (a new job's part has its offset; a change's job_desc says 0 for any job, its job_rec the het job's id)
+  local offset = job_desc.het_job_offset
+  local het = (job_rec == nil and offset ~= nil and offset < NO_VAL)
+  if job_rec ~= nil then het = (job_rec.het_job_id or 0) > 0 end
+  if resv_course ~= nil and het then
+    return refuse("a heterogeneous job cannot run on your seat in %s: one of its parts would hold another " ..
+                  "participant's core; submit one job with your one GPU (--gres=gpu:1)", part)
+  end
+  local after = total  -- the GPUs the job has afterwards: a change that names no GRES keeps the job's
+  if job_rec ~= nil and not names_tres(job_desc) then after = gpus_asked(job_rec) end
+  if resv_course ~= nil and after < 1 then
+    return refuse("in the sessions of %s a job without a GPU would take another participant's core; submit " ..
+                  "one job with your one GPU (--gres=gpu:1), or run it outside the session", part)
   end
   if not any then return slurm.SUCCESS end
   for kind, _ in pairs(kinds) do
