@@ -6,12 +6,14 @@ hour with no leader). Agents count how long a lease row went unrenewed on their 
 
 The step is the lease row as it would read after it: written by the leader on a clock an hour off the
 database's (``take_lease(now=…)``); each agent's own clock is a counter the test moves. SQLite and PostgreSQL.
+Last, the agent machine's clock alone steps back (tests/stepped_clock.py) before an access window changes.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from gpuseat.engines.agent import Agent, AgentOptions
 from gpuseat.engines.runner import Runner
 from gpuseat.store import CourseStore
 
+from .conftest import COURSE
 from .test_agent_restore import _seats
 
 HOUR = 3600.0
@@ -160,3 +163,34 @@ def test_a_standby_with_a_shorter_lease_does_not_take_a_live_leaders(store: Cour
             assert standby.role == "standby", clock.t
         leader.tick()
         assert leader.role == "leader"
+
+
+def test_an_access_window_change_is_passed_on_time_by_an_agent_whose_machine_clock_stepped_back(
+    store: CourseStore, url: str, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    """The agent's pass worked out when the course's access window next changes (the store's clock); then this
+    machine's clock steps back an hour (the store's does not: PostgreSQL elsewhere). When that change comes by
+    the agent's own clock, it passes (it compared the stepped clock with the change and waited an hour more,
+    or for the resync)."""
+    from stepped_clock import REAL_DATETIME, stepped
+
+    today = REAL_DATETIME.now(UTC).date()
+    (tmp_path / "open.toml").write_text(
+        COURSE.replace('"lab"', '"open"').replace(
+            "start = 2026-09-07\ndays = 5\n", f'start = {today - timedelta(days=1)}\ndays = 3\naccess = "00:00-24:00"\n'
+        )
+    )
+    store.courses.create_course(tmp_path / "open.toml", key="open")
+    _seats(cli, url, tmp_path, "open", 3)
+    clock = Clock()
+    agent = Agent(store, AgentOptions(engine="host", host="gpu1", course="open", resync_s=9 * 86400, lease_s=LEASE),
+                  runner=Runner(dry_run=True), say=lambda _line: None, clock=clock)  # fmt: skip
+    first = agent.tick()
+    assert first is not None and first.next_change is not None and not first.failed
+    left = (first.next_change - store.requests.now()).total_seconds()
+    assert 0 < left <= 2 * 86400, first.next_change
+    with stepped(-timedelta(hours=1)):
+        clock.t += left - 60
+        assert agent.tick() is None  # a minute before: nothing due
+        clock.t += 61
+        assert agent.tick() is not None, "the access window's change waited for the machine's clock"

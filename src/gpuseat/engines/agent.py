@@ -88,6 +88,7 @@ class Agent:
     _retry_at: float | None = None
     _backoff: float = 2.0
     _next_change: datetime | None = None  # on the store's clock, as the pass worked it out
+    _change_at: float = float("inf")  # the same on this agent's clock (which no step of the machine's moves)
     _skew: timedelta = timedelta(0)  # the store's clock less this machine's, read at the last pass
     _leader: bool = False
     _waker: Any = None
@@ -200,7 +201,10 @@ class Agent:
             changed = False  # nothing changed in the store since the last leader's pass: a resync
             self._resync_at = 0.0
         resync = now >= self._resync_at
-        boundary = self._next_change is not None and wall >= self._next_change
+        # passed by the store's time as this machine's clock and the last skew make it, or by this agent's own
+        # clock: a machine clock stepped back an hour after a pass put an access window's change off until the
+        # resync (5 minutes) or the next change in the store
+        boundary = self._next_change is not None and (wall >= self._next_change or now >= self._change_at)
         retry = self._retry_at is not None and now >= self._retry_at
         if not (changed or resync or boundary or retry):
             return None
@@ -220,6 +224,9 @@ class Agent:
         if resync:
             self._resync_at = now + self.options.resync_s
         self._next_change = result.next_change
+        self._change_at = float("inf")
+        if result.next_change is not None:  # the skew read by this pass
+            self._change_at = self.clock() + (result.next_change - datetime.now(UTC) - self._skew).total_seconds()
         failed = result.failed
         if failed:
             self._retry_at = now + self._backoff
