@@ -11,6 +11,10 @@ Last, the agent machine's clock alone steps back (tests/stepped_clock.py) before
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, timedelta
@@ -119,7 +123,7 @@ def test_a_store_clock_stepped_ahead_keeps_the_live_leader_and_its_pass(
 def test_a_standby_still_takes_over_a_dead_leader_within_a_lease_period(store: CourseStore) -> None:
     """No step: the leader dies just before its lease runs out; its standby takes over once it has seen the row
     unrenewed for a lease period of its own clock and the database's clock says it has run out, as before; an
-    agent that starts after a lease ran out takes it at its first look."""
+    agent that starts after a lease ran out long ago takes it a lease period after its first look."""
     leader, standby, clock = _agents(store)
     _step(store, leader, LEASE - 0.05)  # its last renewal: the lease runs out in 0.05 s
     assert standby.tick() is None
@@ -135,8 +139,28 @@ def test_a_standby_still_takes_over_a_dead_leader_within_a_lease_period(store: C
     late = Agent(store, standby.options, runner=Runner(dry_run=True), say=lambda _line: None, holder="gpu1:3:new",
                  clock=clock)  # fmt: skip
     store.agents.take_lease(standby.options.lease_name, standby.holder, LEASE, now=0.0)  # died long ago
+    assert late.tick() is None and late.role == "standby"  # its first look: the row may read so after a step
+    clock.t += LEASE
     late.tick()
     assert late.role == "leader"
+
+
+def test_an_agent_started_after_a_step_ahead_does_not_take_a_live_leaders_lease(store: CourseStore) -> None:
+    """The database's clock steps an hour ahead just as a second standby starts: at its first look the live
+    leader's lease reads as run out an hour ago. It waits a lease period of its own clock, in which the leader
+    renews, and stays standby; the leader's pass is not cut."""
+    leader, _standby, clock = _agents(store)
+    _step(store, leader, HOUR)
+    late = Agent(store, leader.options, runner=Runner(dry_run=True), say=lambda _line: None, holder="gpu1:3:new",
+                 clock=clock)  # fmt: skip
+    assert late.tick() is None and late.role == "standby", store.agents.leases()
+    clock.t += LEASE / 3
+    leader.tick()  # renews on its own clock's third
+    for _ in range(3):
+        clock.t += LEASE / 3
+        assert late.tick() is None and late.role == "standby", store.agents.leases()
+        leader.tick()
+    assert leader.role == "leader" and store.agents.holds_lease(leader.options.lease_name, leader.holder)
 
 
 def test_a_standby_with_a_shorter_lease_does_not_take_a_live_leaders(store: CourseStore) -> None:
@@ -194,3 +218,23 @@ def test_an_access_window_change_is_passed_on_time_by_an_agent_whose_machine_clo
         assert agent.tick() is None  # a minute before: nothing due
         clock.t += 61
         assert agent.tick() is not None, "the access window's change waited for the machine's clock"
+
+
+def test_a_run_out_lease_of_a_dead_agent_of_this_machine_is_taken_at_the_first_look(store: CourseStore) -> None:
+    """A lease whose holder was an agent process of this machine that is gone (kill -9) and which has run out is
+    taken at once: no clock step can make a dead process live. A live process's run-out row, or one from another
+    machine, is waited on for a lease period first (the database's clock may have stepped ahead)."""
+    clock = Clock()
+    options = AgentOptions(engine="host", host="gpu1", resync_s=HOUR, lease_s=LEASE)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    for holder, leads in ((f"{socket.gethostname()}:{os.getpid()}:live", False), ("elsewhere:4242:x", False)):
+        store.agents.take_lease(options.lease_name, holder, LEASE, now=0.0)
+        late = Agent(store, options, runner=Runner(dry_run=True), say=lambda _line: None, clock=clock)
+        late.tick()
+        assert (late.role == "leader") is leads, holder
+        store.agents.drop_lease(options.lease_name, holder)
+    store.agents.take_lease(options.lease_name, f"{socket.gethostname()}:{dead.pid}:dead", LEASE, now=0.0)
+    late = Agent(store, options, runner=Runner(dry_run=True), say=lambda _line: None, clock=clock)
+    late.tick()
+    assert late.role == "leader", store.agents.leases()

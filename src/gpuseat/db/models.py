@@ -360,7 +360,8 @@ class EngineSetting(Base):
 class AgentLease(Base):
     """Who applies for one engine on one host: the lease holder; others wait as standby.
 
-    Times are Unix seconds of the holder's clock (agents of one lease run on one host)."""
+    Times are Unix seconds of the database's clock (``store.agents`` reads it); agents also count on their own
+    monotonic clocks how long a row went unrenewed, since that clock can step (docs/delivery.md)."""
 
     __tablename__ = "agent_leases"
     name: Mapped[str] = mapped_column(String(160), primary_key=True)

@@ -52,6 +52,22 @@ _HOLE_WINDOW = 1000  # missing events ids looked for at most this far below the 
 CHANNEL = "gpuseat_events"  # the NOTIFY channel, per schema since migration 0016 (store.agents.listener)
 
 
+def _gone(holder: str) -> bool:
+    """Whether ``holder`` (``host:pid:token``) was an agent of this machine whose process no longer runs: its
+    lease is free whatever any clock says. False when unsure (another machine, or the pid is in use)."""
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) <= 1:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it runs, as another user
+        return False
+    return False
+
+
 @dataclass
 class AgentOptions:
     """What an agent serves and how often it looks."""
@@ -114,8 +130,9 @@ class Agent:
     def _take_lease(self, now: float) -> bool:
         """Take or renew the lease. Another holder's row is taken over once it has run out by the database's clock
         and this agent has seen it unrenewed for a lease period of its own clock (at a first look: for the time
-        the row had left), or unrenewed for three of its holder's lease periods (what the row had left when its
-        holder was first seen, or the longest wait between its renewals on this agent's clock). The database's
+        the row had left, and at least a lease period, unless its holder was this machine's and is gone), or
+        unrenewed for three of its holder's lease periods (what the row had left when its holder was first seen,
+        or the longest wait between its renewals on this agent's clock). The database's
         clock stepped ahead (an NTP correction, SQLite's machine) shows a live leader's lease as run out, which
         its standby took over at once; stepped back, a dead one's as running on for the step (an hour with no
         leader)."""
@@ -130,7 +147,11 @@ class Agent:
                 period = max(o.lease_s, min(max(left, 0.0), MAX_LEASE_S))
             else:  # renewed: at least as long as the longest wait between its renewals (this agent's clock)
                 period = max(last[3], now - last[1])
-            due = now + (min(max(left, 0.0), 3 * o.lease_s) if last is None else o.lease_s)
+            # a first look waits at least a lease period too (the database's clock stepped ahead shows a live
+            # leader's row as run out, and an agent started just then took it at once: two leaders), unless the
+            # row has run out and its holder was an agent of this machine whose process is gone (a crash, kill -9)
+            wait = 0.0 if left <= 0 and _gone(seen[0]) else max(o.lease_s, min(max(left, 0.0), 3 * o.lease_s))
+            due = now + (wait if last is None else o.lease_s)
             self._seen = last = (seen, now, due, period)
         _seen, since, due, period = last
         if (left > 0 or now < due) and now - since < 3 * period:
