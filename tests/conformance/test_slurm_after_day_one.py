@@ -11,7 +11,9 @@ Seen here and fixed: a participant's heterogeneous job waiting for their own bus
 GPU, one with it) kept another participant's job in the same session from starting ("Requested nodes are busy"
 after 60 s). Each core of a session reservation is a seat's, its GPU bound to it (``enforce-binding``); a job or
 component without a GPU takes the lowest free one, and the backfill pass had planned the waiting component on
-bob's. job_submit.lua now refuses such jobs in a session.
+bob's. job_submit.lua now refuses such jobs in a session. A GPU job asking for more CPUs than the seat's one core
+(``-c 2``) never took another's core, but was refused with no word about CPUs, or waited for ever when changed by
+``scontrol update``: now refused at once, saying what to ask for.
 """
 
 from __future__ import annotations
@@ -129,6 +131,35 @@ def test_a_heterogeneous_job_or_one_without_a_gpu_is_refused_in_the_session(lab:
             if kept:  # and in the session, its GPU is not taken away
                 dropped = lab.as_user("alice", "scontrol", "update", f"jobid={held}", "TresPerNode=gres:gpu:0")
                 assert dropped.returncode != 0 and "TresPerNode=gres:gpu:m60.seat-01:1" in lab.job(held), lab.job(held)
+    finally:
+        lab.slurm.run("scancel", ["-u", USERS["alice"]], check=False)
+
+
+def test_a_gpu_job_asking_for_more_cpus_than_its_seat_is_refused_saying_how_many(lab: Lab) -> None:  # noqa: F811
+    """A seat is one core, its GPU bound to it (``enforce-binding``): alice's GPU job asking for more CPUs (``-c 2``
+    for a data loader, two tasks, ``--cpus-per-gpu``, ``--mincpus``, ``--exclusive`` in the session) is refused
+    at once saying how many CPUs her seat has and what to ask for. Before, Slurm refused it with "Requested node
+    configuration is not available" (nothing about CPUs), and the same request reached by ``scontrol update`` on
+    a held job was taken: released, the job waited for ever (``BadConstraints``)."""
+    session = ("-p", "gpuseat-conf", f"--reservation={lab.session}")
+    at_most = "your seat in gpuseat-conf has 1 CPU (the core its GPU is bound to); ask for at most 1 CPU (-c 1)"
+    try:
+        for args in (("-c", "2"), ("-n", "2"), ("--ntasks-per-node=2",), ("--cpus-per-gpu=2",), ("--mincpus=2",)):
+            for where in (session, ("-p", "debug")):  # outside the session too: her GPU is the seat's, one core
+                sub = lab.as_user("alice", "sbatch", *where, *args, "--gres=gpu:1", "--wrap", "true")
+                assert sub.returncode != 0 and at_most in sub.stderr, (where, args, sub.stderr)
+        sub = lab.as_user("alice", "sbatch", *session, "--exclusive", "--gres=gpu:1", "--wrap", "true")
+        assert sub.returncode != 0 and "--exclusive asks for the whole node" in sub.stderr and at_most in sub.stderr
+        srun = lab.as_user("alice", "srun", *session, "-c", "4", "--gres=gpu:1", "true")  # interactive
+        assert srun.returncode != 0 and "asks for 4 CPUs" in srun.stderr and at_most in srun.stderr, srun.stderr
+        held = _submit(lab, "alice", "--hold", *session, "--gres=gpu:1", "--wrap", "true")
+        for change in ("CPUsPerTask=2", "NumTasks=2", "NumCPUs=2", "MinCPUsNode=2"):
+            changed = lab.as_user("alice", "scontrol", "update", f"jobid={held}", change)
+            assert changed.returncode != 0, (change, lab.job(held))
+        assert "NumCPUs=1 NumTasks=1 CPUs/Task=1" in lab.job(held) and "MinCPUsNode=1" in lab.job(held)
+        assert lab.as_user("alice", "scontrol", "update", f"jobid={held}", "Comment=loader").returncode == 0
+        lab.as_user("alice", "scontrol", "release", held, check=True)  # and it runs
+        assert lab.wait_state(held, {"COMPLETED", "GONE"}) in {"COMPLETED", "GONE"}
     finally:
         lab.slurm.run("scancel", ["-u", USERS["alice"]], check=False)
 

@@ -10,8 +10,9 @@
 * ``job_submit.lua``: the per-participant rule on submission *and* on change (``scontrol update``):
   a participant's GPU job asks for at most their seat, names one partition (their course's) for the
   course's sessions, and is rewritten to the seat's own GRES type (``m60.seat-01``), so Slurm itself
-  can only give them their own GPU, whatever the partition, reservation or number of jobs. Every GPU
-  job gets ``--gres-flags=enforce-binding`` (only root may disable it). See docs/slurm.md.
+  can only give them their own GPU, whatever the partition, reservation or number of jobs; it asks for
+  at most the seat's one CPU (the core its GPU is bound to). Every GPU job gets
+  ``--gres-flags=enforce-binding`` (only root may disable it). See docs/slurm.md.
 """
 
 from __future__ import annotations
@@ -293,6 +294,8 @@ end
 
 local GPU_FIELDS = {"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket"}
 local NO_VAL = 4294967294  -- Slurm's "not set" (a job that is no heterogeneous job's part has this offset)
+local NO_VAL16 = 65534  -- the same for 16-bit fields (cpus_per_task, pn_min_cpus)
+local SEAT_CPUS = 1  -- a seat is one core, its GPU bound to it (gres.conf Cores=N, --gres-flags=enforce-binding)
 
 -- The GPUs a request asks for: total count (per-task counts times the tasks) and the types named.
 local function gpus_asked(job_desc)
@@ -321,6 +324,29 @@ local function names_tres(job_desc)
     if job_desc[field] ~= nil then return true end
   end
   return false
+end
+
+-- The CPUs a job asks for (a change: what it has afterwards), at least: CPUs per task times tasks,
+-- --mincpus, NumCPUs, and --cpus-per-gpu times its GPUs.
+local function set(value, none) if value ~= nil and value < none then return value end end
+local function cpus_asked(job_desc, job_rec, gpus)
+  local tasks = set(job_desc.num_tasks, NO_VAL) or 1
+  local cpus = (set(job_desc.cpus_per_task, NO_VAL16) or 1) * tasks
+  local old = job_rec or {}
+  cpus = math.max(cpus, set(job_desc.min_cpus, NO_VAL) or set(old.min_cpus, NO_VAL) or 1)
+  cpus = math.max(cpus, set(job_desc.pn_min_cpus, NO_VAL16) or set(old.pn_min_cpus, NO_VAL16) or 1)
+  for _, item in ipairs(split(job_desc.cpus_per_tres)) do
+    local n = gpu_item(item)
+    if n ~= nil then cpus = math.max(cpus, n * gpus) end
+  end
+  return cpus
+end
+
+-- Whether a change names the job's CPUs (or --exclusive).
+local function names_cpus(job_desc)
+  if job_desc.shared == 0 or job_desc.cpus_per_tres ~= nil then return true end
+  return (set(job_desc.cpus_per_task, NO_VAL16) or set(job_desc.num_tasks, NO_VAL) or set(job_desc.min_cpus, NO_VAL)
+          or set(job_desc.pn_min_cpus, NO_VAL16)) ~= nil
 end
 
 -- A TRES spec without its GPU items ("" when nothing else is left).
@@ -415,6 +441,16 @@ local function seat_rule(job_desc, job_rec, user, partition, resv)
     return refuse("in the sessions of %s a job without a GPU would take another participant's core; submit " ..
                   "one job with your one GPU (--gres=gpu:1), or run it outside the session", part)
   end
+  -- The seat's GPU is bound to its one core: a GPU job asking for more CPUs can never start (and --exclusive
+  -- in a session waits for the whole node); say how many it may ask for.
+  local cpus = cpus_asked(job_desc, job_rec, after)
+  local whole = (resv_course ~= nil and job_desc.shared == 0)
+  if after >= 1 and (cpus > SEAT_CPUS or whole) then
+    local s = (SEAT_CPUS == 1) and "" or "s"
+    local why = whole and "--exclusive asks for the whole node" or string.format("this job asks for %d CPUs", cpus)
+    return refuse("%s; your seat in %s has %d CPU%s (the core%s its GPU is bound to); ask for at most %d CPU%s (-c %d)",
+                  why, part, SEAT_CPUS, s, s, SEAT_CPUS, s, SEAT_CPUS)
+  end
   if not any then return slurm.SUCCESS end
   for kind, _ in pairs(kinds) do
     if kind ~= seat.type and kind ~= seat.seat then
@@ -463,7 +499,7 @@ end
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   local user = user_of(job_desc, job_rec)
   local _, _, any = gpus_asked(job_desc)
-  if job_desc.partition == nil and job_desc.reservation == nil and not any then
+  if job_desc.partition == nil and job_desc.reservation == nil and not any and not names_cpus(job_desc) then
     return slurm.SUCCESS
   end
   local partition = job_desc.partition or job_rec.partition
