@@ -273,3 +273,20 @@ def test_a_page_loaded_before_a_move_cannot_stop_or_reset_the_new_seat(served: A
     store.seats.release("lab", participant="ann")
     gone = _post(client, links["ann"], csrf=CSRF.search(page).group(1), seat="mig-03", action="stop")  # type: ignore[union-attr]
     assert gone.status_code == 409 and "you hold no seat now" in gone.text
+
+
+def test_a_seat_stopped_for_hours_says_so_and_after_a_top_up_that_start_brings_it_back(served: Any) -> None:
+    """Out of hours (her own quota is 0 h) the agent stops ann's seat; her page says why. After the organizer's top-up the stop
+    stays until she starts the seat again (a start is hers to ask), and her page tells her she may."""
+    store, client, links = served
+    store.requests.add_seat_hours("lab", "ann", 0, kind="quota", actor="organizer")  # her own quota: 0 h
+    used = "no seat hours left: 0.0 of 0 h used"
+    store.requests.agent_stop("lab", "ann", used)
+    page = client.get(f"/t/{links['ann']}").text
+    assert f"Your seat is stopped: {used}." in page and "hours again" not in page
+    store.requests.add_seat_hours("lab", "ann", 5, actor="organizer", note="project week")
+    page = client.get(f"/t/{links['ann']}").text
+    assert "You have seat hours again: press Start." in page, page
+    assert 'id="seat-start"' in page
+    ben = client.get(f"/t/{links['ben']}").text
+    assert "Your seat is stopped" not in ben and "hours again" not in ben

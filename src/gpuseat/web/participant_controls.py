@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuseat.engines.hours import stopped_for_hours
 from gpuseat.store.requests import SELF_SERVICE_ENGINES, PageReading
 
 RESET_SAYS: dict[str, str] = {
@@ -40,7 +41,7 @@ def seat_controls(reading: PageReading) -> dict[str, Any]:
     the seat's run state, hours, and the latest requests (a seatless page shows hours only)."""
     seat = reading.seat
     out: dict[str, Any] = {"requests": [], "hours": None, "running": True, "stopped_reason": None, "enabled": False}
-    out["idle_warning"] = None
+    out["idle_warning"], out["hours_back"] = None, False
     out["hours"] = reading.hours.to_dict() if reading.hours is not None else None
     if seat is None:
         return out
@@ -50,6 +51,14 @@ def seat_controls(reading: PageReading) -> dict[str, Any]:
         # "Your seat is stopped: …": the engines' reasons that begin with the same word say it once
         reason = reading.run_state.reason
         out["running"], out["stopped_reason"] = reading.run_state.running, reason and reason.removeprefix("stopped: ")
+        # stopped for hours, and a top-up (or a new quota) since gave hours back: the stop stays until a start
+        h = reading.hours
+        out["hours_back"] = (
+            not reading.run_state.running
+            and stopped_for_hours(reason)
+            and h is not None
+            and (h.left is None or h.left > 0)
+        )
     out["enabled"] = seat.engine in SELF_SERVICE_ENGINES
     out["reset_says"] = RESET_SAYS.get(seat.engine, "Reset your seat: what you changed on it is lost.")
     out["restart_says"] = RESTART_SAYS.get(seat.engine, "Restart")
