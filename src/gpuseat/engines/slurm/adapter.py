@@ -40,7 +40,10 @@ _REASONS: tuple[tuple[str, str], ...] = (
         "Access/permission denied",
         "the course partition takes jobs only inside a session reservation (add --reservation=<session>)",
     ),
-    ("Requested node configuration is not available", "no node has that many GPUs of that type"),
+    (
+        "Requested node configuration is not available",
+        "no node has that many GPUs of that type, or that many CPUs or that much memory for them",
+    ),
     ("Invalid partition name specified", "there is no such partition (run `gpuseat apply --engine slurm`)"),
     ("Invalid generic resource (gres) specification", "the GRES type is unknown on this cluster"),
     ("gpuseat: ", "the request is outside the participant's seat"),
