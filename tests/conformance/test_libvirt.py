@@ -145,7 +145,7 @@ def test_release_and_move_carried_out_by_apply_alone(tmp_path, monkeypatch, caps
         boot.mkdir()
         console = work / f"console-{token}"
         console.mkdir()
-        initrd = ssh_guest.build(boot / "initrd.gz", {"seat-01": [UUIDS[0]], "seat-02": [UUIDS[1]]}, disk=True)
+        initrd = ssh_guest.build(boot / "initrd.cpio", {"seat-01": [UUIDS[0]], "seat-02": [UUIDS[1]]}, disk=True)
         base = work / f"base-{token}.qcow2"
         subprocess.run([require_tool("qemu-img"), "create", "-q", "-f", "qcow2", str(base), "64M"], check=True)
         base.chmod(0o644)

@@ -187,7 +187,7 @@ def _libraries(binary: str) -> list[Path]:
 
 
 def build(out: Path, gpus: Mapping[str, Sequence[str]], *, disk: bool = False) -> Path:
-    """The initramfs (gzipped newc cpio) of the SSH guest; ``gpus``: seat key → UUIDs its stand-in lists;
+    """The initramfs (newc cpio) of the SSH guest; ``gpus``: seat key → UUIDs its stand-in lists;
     ``disk``: the hand-over guest whose accounts live on the VM's disk (``DISK_INIT``)."""
     sshd = require_tool("sshd")
     keygen = require_tool("ssh-keygen")

@@ -23,7 +23,7 @@ from gpuseat.store import open_store
 
 from . import guest, ssh_guest
 from .conftest import EXAMPLES, SSH_KEYS, require_tool
-from .libvirtd import remove_pools, shared_libvirtd
+from .libvirtd import private_network, remove_pools, shared_libvirtd
 
 # one libvirtd at a time (tests/vms/libvirtd.py locks it): one xdist worker runs them all in turn, instead of
 # a second worker waiting on the lock
@@ -53,29 +53,8 @@ def daemon(pytestconfig):
 @pytest.fixture
 def network(daemon):
     """A transient NAT-less libvirt network of its own (name, bridge, /24), destroyed after the test."""
-    uri, _ = daemon
-    conn = libvirt.open(uri)
-    token = secrets.token_hex(4)
-    net = None
-    for _ in range(8):  # a /24 another interface already uses: libvirt refuses it, try another
-        a, b = 100 + secrets.randbelow(100), secrets.randbelow(250)
-        xml = (
-            f"<network><name>gpuseat-tnet-{token}</name><bridge name='gst{token}' stp='off' delay='0'/>"
-            f"<ip address='10.{a}.{b}.1' netmask='255.255.255.0'>"
-            f"<dhcp><range start='10.{a}.{b}.10' end='10.{a}.{b}.200'/></dhcp></ip></network>"
-        )
-        try:
-            net = conn.networkCreateXML(xml)
-            break
-        except libvirt.libvirtError as exc:
-            if "in use" not in str(exc):
-                raise
-    assert net is not None, "no free /24 for the test network"
-    try:
-        yield net.name()
-    finally:
-        net.destroy()
-        conn.close()
+    with private_network(daemon[0]) as name:
+        yield name
 
 
 def _cleanup(uri: str, course: str, pool: str) -> None:
@@ -148,7 +127,7 @@ def test_seats_check_logs_in_to_each_vm_as_its_participant(daemon, network, tmp_
     boot.mkdir()
     console = work / f"console-{token}"
     console.mkdir()
-    initrd = ssh_guest.build(boot / "initrd.gz", {"seat-01": [UUIDS[0]], "seat-02": [UUIDS[1], UUIDS[0]]})
+    initrd = ssh_guest.build(boot / "initrd.cpio", {"seat-01": [UUIDS[0]], "seat-02": [UUIDS[1], UUIDS[0]]})
     cli("engines", "settings", "libvirt", f"connect={uri}", f"network={network}", "gpu=no", "virt_type=qemu",
         "vcpus=1", "memory_mib=384", f"pool={pool}", f"pool_dir={work / f'pool-{token}'}",
         f"serial_dir={console}", f"inventory={inventory}", f"probe_key={probe_key}", "address_wait=300",

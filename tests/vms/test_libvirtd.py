@@ -136,7 +136,7 @@ def test_two_seats_boot_under_tcg_and_print_their_hostname_and_key(host, daemon,
     _, work = daemon
     boot_dir = work / "boot"
     boot_dir.mkdir()
-    initrd = guest.build_initramfs(boot_dir / "initrd.gz")
+    initrd = guest.build_initramfs(boot_dir / "initrd.cpio")
     console = work / "console"
     console.mkdir()
     base = work / "base.qcow2"

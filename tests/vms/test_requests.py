@@ -47,7 +47,7 @@ def test_a_reset_gives_the_participant_a_fresh_disk_and_leaves_the_other_seat_al
     _, work = daemon
     boot = work / "boot-reset"
     boot.mkdir()
-    initrd = guest.build_initramfs(boot / "initrd.gz", init_text=guest.HOLDER_INIT, modules=guest.DISK_MODULES)
+    initrd = guest.build_initramfs(boot / "initrd.cpio", init_text=guest.HOLDER_INIT, modules=guest.DISK_MODULES)
     console = work / "console-reset"
     console.mkdir()
     base = work / "base-reset.qcow2"
