@@ -181,7 +181,11 @@ CASES = [
          files=(("cat/offer.toml", "schema_version = 1\n"),)),
     Case("plan-catalog-empty-folder", ("plan", str(COURSE), "--catalog", "{tmp}/cat"), "no catalog file (*.toml) in it",
          files=(("cat/README.md", "my offers"),)),
-    Case("topup-negative", ("seat", "topup", "-p", "bcosta", "--hours", "-5", "--db", "{db}"), "hours from 0"),
+    # defect: named the field 'hours', not the flag, and said only "-5.0 hours" (not what is wrong)
+    Case("topup-negative", ("seat", "topup", "-p", "bcosta", "--hours", "-5", "--db", "{db}"),
+         "error: --hours: -5 is not a number of hours from 0 to 100000"),
+    Case("quota-too-big", ("seat", "quota", "-p", "bcosta", "--hours", "1234567.5", "--db", "{db}"),
+         "error: --hours: 1234567.5 is not a number of hours from 0 to 100000"),
     Case("connect-ssh-host-with-space", ("seats", "connect", "seat-02", "--ssh", "gpu 1.example.org", "--db", "{db}"), "not a host name"),
     Case("connect-ssh-host-with-semicolon", ("seats", "connect", "seat-02", "--ssh", "gpu1;reboot", "--db", "{db}"), "not a host name"),
     # defect: --jump or --kind without --ssh/--url/--note was ignored (exit 0, nothing set), a jump host beside

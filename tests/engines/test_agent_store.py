@@ -143,6 +143,15 @@ def test_agent_install_writes_a_unit_systemd_accepts(tmp_path: Path, cli: Any) -
     assert done.returncode == 0 and str(unit) not in done.stderr, done.stderr
 
 
+def test_agent_install_elsewhere_reads_the_store_url_it_wrote(tmp_path: Path, cli: Any) -> None:
+    """A unit written to another --unit-dir names the agent.env written beside it: it named
+    /etc/gpuseat/agent.env, which systemd skips when missing ('-'), so the agent ran on another store."""
+    r = cli("agent", "--install", "--engine", "host", "--unit-dir", tmp_path, "--db", "sqlite:////srv/c.db")
+    assert r.code == 0, r.err
+    text = (tmp_path / "gpuseat-agent-host.service").read_text()
+    assert f"EnvironmentFile=-{tmp_path / 'agent.env'}\n" in text, text
+
+
 def test_apply_exit_codes(store: CourseStore, cli: Any, url: str, tmp_path: Path) -> None:
     """Nothing to do: 0. A setting the engine refuses: 2, with the field named."""
     empty = cli("apply", "--course", "lab", "--db", url)

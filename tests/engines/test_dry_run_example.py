@@ -40,3 +40,19 @@ def test_dry_run_plans_the_24_person_lab_and_changes_nothing(tmp_path: Path, cli
     with open_store(db) as store:
         assert store.agents.events_head() == before, "a dry run writes nothing"
         assert all(s.state == "planned" for s in store.seats.seats("h200"))
+
+
+def test_a_dry_run_that_cannot_plan_exits_2_and_names_the_fix(tmp_path: Path, cli: Any) -> None:
+    """A plan the store's data prevents (Slurm seats before `gpuseat slurm config`) is the same error in a dry
+    run as in `apply` (exit 2, the fix named): a pre-flight `apply --dry-run` exited 0 on it."""
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    inventory = LAB.parent / "ibm-2xM60.toml"
+    for args in (
+        ("course", "create", LAB.parent / "course-2016.toml", "--key", "dl"),
+        ("seats", "add", "--inventory", inventory, "--mode", "passthrough", "--engine", "slurm"),
+    ):
+        assert cli(*args, "--db", db).code == 0, args
+    r = cli("apply", "--dry-run", "--db", db)
+    assert r.code == 2, (r.out, r.err)
+    assert "cannot plan" in r.out and "gpuseat slurm config" in r.err, r.err
+    assert r.err.count("To fix:") == 1, r.err

@@ -172,12 +172,13 @@ def render_plan(result: Pass, *, dry_run: bool) -> list[str]:
     return lines
 
 
-def raise_for(result: Pass, where: str) -> None:
+def raise_for(result: Pass, where: str, *, dry_run: bool = False) -> None:
     """One error for a pass with failed steps (each named on stderr first): exit 2 when every failure is
-    the store's data (bad input: a roster name, a setting), else 1. Nothing failed: return."""
+    the store's data (bad input: a roster name, a setting), else 1. Nothing failed: return. A dry run
+    applies nothing: only an engine that could not plan counts."""
     from gpuseat.errors import EngineError, InputError
 
-    failed = result.failed
+    failed = [f for f in result.failed if not dry_run or "step" not in f]
     if not failed:
         return
     for f in failed:
@@ -185,12 +186,14 @@ def raise_for(result: Pass, where: str) -> None:
     first = str(failed[0]["error"]).partition("\nTo fix: ")[0]  # its own fix is on its line above
     if all(f["exit_code"] == 2 for f in failed):
         raise InputError(
-            f"{len(failed)} step(s) cannot be applied as the store says (first: {first}); the others were applied",
+            f"{len(failed)} step(s) cannot be applied as the store says (first: {first}); "
+            + ("nothing was changed (--dry-run)" if dry_run else "the others were applied"),
             where=where,
             fix="correct what each line above names, then apply again (done steps are not repeated)",
         )
     raise EngineError(
-        f"{len(failed)} step(s) failed (first: {first}); the other steps were applied",
+        f"{len(failed)} step(s) failed (first: {first}); "
+        + ("nothing was changed (--dry-run)" if dry_run else "the other steps were applied"),
         where=where,
         fix="correct what each line above names, then apply again (done steps are not repeated)",
     )
@@ -288,8 +291,7 @@ def register(app: typer.Typer) -> None:
                 print(line)
         if note is not None:
             print(note, file=sys.stderr)
-        if not dry_run:
-            raise_for(result, "gpuseat apply")
+        raise_for(result, "gpuseat apply", dry_run=dry_run)
 
     agent_app = typer.Typer(
         help="The agent: keeps this machine's seats true to the store (run as root on each engine host).",
@@ -430,7 +432,8 @@ def _install(engine: str | None, host: str | None, unit_dir: Path, db: str | Non
 
     beside = Path(sys.executable).parent / "gpuseat"  # the gpuseat of this very installation (a venv too)
     exe = str(beside) if beside.exists() else (shutil.which("gpuseat") or str(Path(sys.argv[0]).resolve()))
-    env_file = "/etc/gpuseat/agent.env"
+    default = unit_dir.absolute() == Path("/etc/systemd/system")  # else the environment file goes beside the unit
+    env_file = "/etc/gpuseat/agent.env" if default else str(unit_dir.absolute() / "agent.env")
     name = f"gpuseat-agent{'-' + engine if engine else ''}.service"
     unit_dir.mkdir(parents=True, exist_ok=True)
     target = unit_dir / name
@@ -438,7 +441,7 @@ def _install(engine: str | None, host: str | None, unit_dir: Path, db: str | Non
                                   options=options))  # fmt: skip
     print(f"wrote {target}")
     if db:
-        env = Path(env_file) if unit_dir == Path("/etc/systemd/system") else unit_dir / "agent.env"
+        env = Path(env_file)
         env.parent.mkdir(parents=True, exist_ok=True)
         write_file(env, f"GPUSEAT_DB_URL={db}\n", mode=0o600)
         print(f"wrote {env} (the store's URL, readable by root only)")

@@ -16,6 +16,7 @@ FIELD_FLAGS: dict[str, str] = {
     "apps": "--apps",
     "course": "--course",
     "db_url": "--db / GPUSEAT_DB_URL",
+    "hours": "--hours",
     "key": "--key",
     "listen": "--listen",
     "participant": "--participant",

@@ -22,6 +22,7 @@ from typing import Any, cast
 from sqlalchemy import Float, Select, bindparam, func, literal_column, select
 
 from gpuseat.core import selfservice
+from gpuseat.core.amounts import hours_text
 from gpuseat.core.delivery import login_name
 from gpuseat.core.intervals import Interval
 from gpuseat.core.seating import AGENT_ACTOR
@@ -359,7 +360,11 @@ class Requests(Concern):
         if kind not in ("topup", "quota"):
             raise InputError(f"unknown kind {kind!r}", where="kind", fix="topup or quota")
         if not 0 <= hours <= 100_000 or hours != hours:
-            raise InputError(f"{hours} hours", where="hours", fix="a number of hours from 0 to 100000")
+            raise InputError(
+                f"{hours_text(hours)} is not a number of hours from 0 to 100000",
+                where="hours",
+                fix="give a quota, or the hours one top-up adds, from 0 to 100000",
+            )
         check_note(note)  # an escape sequence was stored for `seat hours` to print, a long note cut at 500 unsaid
         with self._database.write() as s:
             crow = _writable(_course(s, course))
