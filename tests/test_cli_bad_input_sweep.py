@@ -217,7 +217,12 @@ CASES = [
     # stored each as broken and exited 0; the check now sits in services.checks, for both commands
     Case("host-status-timeout-negative", ("host", "status", "--timeout", "-1"), "--timeout: -1 s is not a probe timeout"),
     Case("host-status-timeout-nan", ("host", "status", "--timeout", "nan"), "Invalid value for '--timeout': not a finite number (got nan)"),
-    Case("seats-check-timeout-huge", ("seats", "check", "--timeout", "1000000000"), "--timeout: --timeout or --workers out of range"),
+    Case("seats-check-timeout-huge", ("seats", "check", "--timeout", "1000000000"), "error: --timeout: 1000000000 s is out of range"),
+    # defect: a bad --workers was named as --timeout ("--timeout or --workers out of range")
+    Case("seats-check-workers-0", ("seats", "check", "--workers", "0"), "error: --workers: 0 workers is out of range"),
+    # defect: a misspelt or bad --set was every seat's 'broken' reason (exit 3), not refused as `apply --set` is
+    Case("seats-check-set-misspelt", ("seats", "check", "--set", "host.bogus=1"), "host setting bogus: Extra inputs"),
+    Case("seats-check-set-bad-port", ("seats", "check", "--set", "host.ssh_port=0"), "host setting ssh_port"),
     # -- --db -------------------------------------------------------------------------------------------------
     Case("db-malformed", ("course", "list", "--db", "not a url"), "not a database URL"),
     Case("db-a-folder", ("course", "list", "--db", "sqlite:///{tmp}"), "not a regular file"),

@@ -115,11 +115,14 @@ def add_delivery_commands(seats_app: typer.Typer) -> None:
         fmt: FormatOption = Format.table,
     ) -> None:
         """Probe every seat as its participant: ready = exactly one visible GPU, and it is the seat's."""
+        from gpuseat.engines import registry
         from gpuseat.services.checks import check_seats, summary
         from gpuseat.store import open_store
 
-        if not 0 < timeout <= 3600 or not 0 < workers <= 256:
-            raise InputError("--timeout or --workers out of range", where="--timeout", fix="1-3600 s, 1-256 workers")
+        if not 0 < timeout <= 3600:
+            raise InputError(f"{timeout:.10g} s is out of range", where="--timeout", fix="give 1 to 3600 seconds")
+        if not 0 < workers <= 256:
+            raise InputError(f"{workers} workers is out of range", where="--workers", fix="give 1 to 256 workers")
         if seat is not None and not seat.strip():  # "" was no seat: every seat was probed (and stored)
             raise InputError(
                 "empty seat name", where="--seat", fix="name a seat (gpuseat seats status), or leave --seat out"
@@ -135,14 +138,17 @@ def add_delivery_commands(seats_app: typer.Typer) -> None:
             from gpuseat.bench.run import BenchOptions
 
             options = BenchOptions(iterations=bench_iterations, device="cuda")
+        settings = parse_settings(setting)
         with open_store(db, create=False) as store:
+            for name, given in settings.items():  # a bad one was each seat's "broken" reason (exit 3)
+                registry.validate_settings(name, {**store.agents.engine_settings(course, name), **given})
             results = check_seats(
                 store,
                 course,
                 seat=seat,
                 timeout=timeout,
                 workers=workers,
-                settings=parse_settings(setting),
+                settings=settings,
                 actor=actor(),
                 bench=options,
             )
