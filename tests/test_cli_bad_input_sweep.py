@@ -249,7 +249,10 @@ CASES = [
     # keys from their own home; a privileged group took the course accounts in; a libvirt URI ran a command
     Case("host-keys-dir-relative", ("engines", "settings", "host", "keys_dir=.ssh/gpuseat", "--db", "{db}"), "must be an absolute path"),
     Case("host-sshd-dropin-relative", ("engines", "settings", "host", "sshd_dropin=gpuseat.conf", "--db", "{db}"), "must be an absolute path"),
-    Case("host-group-sudo", ("engines", "settings", "host", "group=sudo", "--db", "{db}"), "sudo grants its members more than a seat"),
+    # defect: the fix listed every setting's name ("settings are: dev_root, …") for a bad value of a known one
+    Case("host-group-sudo", ("engines", "settings", "host", "group=sudo", "--db", "{db}"),
+         "sudo grants its members more than a seat: give the course accounts a group of their own\n"
+         "To fix: give another value: gpuseat engines settings host group=VALUE"),
     Case("host-group-docker", ("engines", "settings", "host", "group=docker", "--db", "{db}"), "docker grants its members more than a seat"),
     Case("libvirt-ext-transport", ("engines", "settings", "libvirt", "connect=qemu+ext:///system?command=/bin/sh", "--db", "{db}"), "qemu+ext: must be qemu"),
     Case("libvirt-netcat-param", ("engines", "settings", "libvirt", "connect=qemu+ssh://root@gpu1/system?netcat=/tmp/nc", "--db", "{db}"), "netcat: not a parameter"),

@@ -196,10 +196,11 @@ def validate_settings(name: str, values: dict[str, Any]) -> Any:
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err.get("loc", ())) or "settings"
-        fields = ", ".join(model.model_fields)
-        raise InputError(
-            f"{name} setting {where}: {err.get('msg')}", where=f"{name} settings", fix=f"settings are: {fields}"
-        ) from None
+        if where in model.model_fields:  # a known setting's value: say how to set it, not every setting's name
+            fix = f"give another value: gpuseat engines settings {name} {where}=VALUE"
+        else:
+            fix = f"settings are: {', '.join(model.model_fields)}"
+        raise InputError(f"{name} setting {where}: {err.get('msg')}", where=f"{name} settings", fix=fix) from None
 
 
 def _read_typed_numbers(name: str, model: type[BaseModel], values: dict[str, Any]) -> dict[str, Any]:
