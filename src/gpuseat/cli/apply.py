@@ -184,18 +184,22 @@ def raise_for(result: Pass, where: str, *, dry_run: bool = False) -> None:
     for f in failed:
         print(f"error: {f['course']} {f['engine']}: {f.get('step') or 'plan'}: {f['error']}", file=sys.stderr)
     first = str(failed[0]["error"]).partition("\nTo fix: ")[0]  # its own fix is on its line above
+    fix = "correct what each line above names, then apply again (done steps are not repeated)"
+    if dry_run:
+        error = InputError if all(f["exit_code"] == 2 for f in failed) else EngineError
+        raise error(
+            f"{len(failed)} engine(s) cannot plan (first: {first}); nothing was changed (--dry-run)",
+            where=where,
+            fix="correct what each line above names, then run the dry run again",
+        )
     if all(f["exit_code"] == 2 for f in failed):
         raise InputError(
-            f"{len(failed)} step(s) cannot be applied as the store says (first: {first}); "
-            + ("nothing was changed (--dry-run)" if dry_run else "the others were applied"),
+            f"{len(failed)} step(s) cannot be applied as the store says (first: {first}); the others were applied",
             where=where,
-            fix="correct what each line above names, then apply again (done steps are not repeated)",
+            fix=fix,
         )
     raise EngineError(
-        f"{len(failed)} step(s) failed (first: {first}); "
-        + ("nothing was changed (--dry-run)" if dry_run else "the other steps were applied"),
-        where=where,
-        fix="correct what each line above names, then apply again (done steps are not repeated)",
+        f"{len(failed)} step(s) failed (first: {first}); the other steps were applied", where=where, fix=fix
     )
 
 
