@@ -137,3 +137,17 @@ def test_store_hours_person_quota_topups_and_requests(course2016: Any) -> None:
     assert store.requests.request_seat(None, other, "key", actor="t", key=key).state == "done"
     with pytest.raises(Exception, match="holds no seat"):
         store.requests.request_seat(None, other, "stop", actor="t")
+
+
+def test_a_one_group_course_refuses_a_policy_for_another_group(cli: Any, tmp_path: Path) -> None:
+    """A course without [[group]] tables has one group, ``participants``: ``[groups.tutors.policy]`` there applied
+    to nobody and was stored unsaid (the organizer thought tutors had 100 h); ``[groups.participants]`` applies."""
+    one = "name = 'lab'\nparticipants = 4\n[schedule]\nstart = 2027-03-01\ndays = 19\n[policy]\nquota_hours = 40\n"
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    path = tmp_path / "lab.toml"
+    path.write_text(one + "[groups.tutors.policy]\nquota_hours = 100\n")
+    r = cli("course", "create", path, "--key", "lab", "--db", db)
+    assert r.code == 2 and r.err.count("error:") == 1, r.err
+    assert "[groups.tutors] names no group of this course" in r.err and "participants" in r.err, r.err
+    path.write_text(one + "[groups.participants.policy]\nquota_hours = 100\n")
+    assert cli("course", "create", path, "--key", "lab", "--db", db).code == 0

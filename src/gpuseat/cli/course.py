@@ -47,12 +47,22 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Store a course file (text and summary) and the offers files it names as a new course; creates the
         database if needed."""
+        from gpuseat.errors import InputError
         from gpuseat.services.planning import load_course, plan_option_for, read_course_offers
         from gpuseat.store import open_store
 
         option = None
         own: list[tuple[str, str]] = []
         parsed = load_course(path)
+        stray = sorted(set(parsed.group_sections) - {g.name for g in parsed.groups})
+        if stray and not parsed.group:  # with [[group]] tables the course file's own check names it
+            # not in that check: a course stored with such a section must still read back
+            raise InputError(
+                f"[groups.{stray[0]}] names no group of this course: without [[group]] tables its one group is "
+                "'participants', so that policy would apply to nobody",
+                where=str(path),
+                fix="put it in [policy] (the course's), name it [groups.participants], or add [[group]] tables",
+            )
         if parsed.offers_files or plan_option is not None:
             from gpuseat.catalog.bundle import load_catalog
 
