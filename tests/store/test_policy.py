@@ -42,7 +42,7 @@ def _worked_example() -> str:
         ("[policy]\nidle_minutes = true\n", "policy.idle_minutes", ""),
         ("[policy]\nidle_mins = 3\n", "policy.idle_mins", "unknown field"),
         ("[groups.students.policy]\ngrace_minutes = -1\n", "groups.students.policy.grace_minutes", ""),
-        ("[groups.nobody.policy]\nquota_hours = 3\n", "", "[groups.nobody] names no [[group]]"),
+        ("[groups.nobody.policy]\nquota_hours = 3\n", "", "(its groups: students, tutors): name one of them, or add"),
     ],
 )
 def test_a_bad_policy_is_one_message_exit_2_and_nothing_stored(

@@ -424,7 +424,8 @@ class Course(BaseModel):
         unknown = sorted(set(self.group_sections) - set(names)) if self.group else []
         if unknown:
             raise ValueError(
-                f"[groups.{unknown[0]}] names no [[group]] of this course (its groups: {', '.join(names)})"
+                f"[groups.{unknown[0]}] names no [[group]] of this course (its groups: {', '.join(names)}): "
+                f"name one of them, or add a [[group]] named {unknown[0]!r}"
             )
         return self
 
