@@ -393,7 +393,7 @@ def cloud_over_plan(store: CourseStore, course: str | None, adding: int) -> str 
     option = view.plan_option or {}
     planned = sum(int(g.get("seats") or 0) for g in option.get("groups", ()) if g.get("mode") == "instance")
     have = sum(1 for s in store.seats.seats(view.key) if s.kind == "cloud")
-    if planned and have + adding > planned:
+    if planned and adding and have + adding > planned:  # adding none: "0 cloud seat(s) would make …"
         return (
             f"{adding} cloud seat(s) would make {have + adding}, but plan option {option.get('rank')} rents "
             f"{planned} cloud machine(s); pass --count N to add fewer"
