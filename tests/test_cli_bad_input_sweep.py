@@ -217,6 +217,9 @@ CASES = [
     # stored each as broken and exited 0; the check now sits in services.checks, for both commands
     Case("host-status-timeout-negative", ("host", "status", "--timeout", "-1"), "--timeout: -1 s is not a probe timeout"),
     Case("host-status-timeout-nan", ("host", "status", "--timeout", "nan"), "Invalid value for '--timeout': not a finite number (got nan)"),
+    # defect: named the first seat it would add ("seat 1 (seat-01): unknown group 'nosuch'"), not --group
+    Case("seats-add-unknown-group", ("seats", "add", "--inventory", str(SERVER), "--mode", "passthrough", "--group", "nosuch"),
+         "error: --group: unknown group 'nosuch'."),
     Case("seats-check-timeout-huge", ("seats", "check", "--timeout", "1000000000"), "error: --timeout: 1000000000 s is out of range"),
     # defect: a bad --workers was named as --timeout ("--timeout or --workers out of range")
     Case("seats-check-workers-0", ("seats", "check", "--workers", "0"), "error: --workers: 0 workers is out of range"),

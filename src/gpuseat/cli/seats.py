@@ -96,8 +96,17 @@ def _specs(
     notes: list[str],
 ) -> list[SeatSpec]:
     """The seats to add; ``notes`` gets what to print once they are stored (how many fit)."""
+    from gpuseat.errors import did_you_mean
     from gpuseat.services import seat_sources
 
+    known = [str(g["name"]) for g in store.courses.get_course(course).summary.get("groups", [])] if group else []
+    for g in group:  # named by flag before any carving (it was "seat 1 (seat-01): unknown group …")
+        if g not in known:
+            raise InputError(
+                f"unknown group {g!r}.{did_you_mean(g, known)}",
+                where="--group",
+                fix=f"use one of the course's groups: {', '.join(known)}",
+            )
     given = [x for x in (inventory, nvidia_smi) if x is not None] + ([True] if cloud else [])
     if len(given) != 1:
         raise InputError(
