@@ -78,6 +78,7 @@ def test_no_way_in_names_the_field_the_file_and_the_flag(cli, mig_course):
     shown = ok(cli("seats", "connect", "seat-01", *db)).out
     assert "ssh_host" in shown and "inventory file" in shown and "--ssh-host HOST" in shown, shown
     assert "gpuseat seats connect seat-01 --ssh USER@HOST" in shown
+    assert "`gpuseat engines settings host ssh_host=HOST`" in shown, shown  # as docs/course.md says it does
     data = json.loads(ok(cli("seats", "connect", "seat-01", "-f", "json", *db)).out)
     assert "ssh_host" in data["missing"] and "--ssh-host" in data["missing"]
 
@@ -89,6 +90,7 @@ def test_no_way_in_at_all_names_them_too():
     assert missing.startswith("no way in is set for this seat yet")
     assert "ssh_host" in missing and "inventory file" in missing and "--ssh-host HOST" in missing
     assert "gpuseat seats connect cloud-03 --ssh USER@HOST" in missing
+    assert "`gpuseat engines settings host ssh_host=HOST`" in missing, missing
 
 
 def test_the_seats_file_says_which_seats_it_leaves_out_and_why(cli, mig_course):

@@ -109,8 +109,8 @@ def no_way_in(seat: str) -> str:
     """What to set when a seat has no way in: the field, the file, the flag, the command."""
     return (
         "no way in is set for this seat yet: set ssh_host (and ssh_port) in the server's inventory file "
-        "before `gpuseat seats add --inventory`, pass --ssh-host HOST to `gpuseat host up`, or run "
-        f"`gpuseat seats connect {seat} --ssh USER@HOST`"
+        "before `gpuseat seats add --inventory` or with `gpuseat engines settings host ssh_host=HOST` (or pass "
+        f"--ssh-host HOST to `gpuseat host up`), or run `gpuseat seats connect {seat} --ssh USER@HOST`"
     )
 
 

@@ -80,8 +80,9 @@ def way_in(
     if access is None and seat.host:
         # the seat's server is known only by its inventory label: say which field makes it reachable
         missing = (
-            "the server has no reachable address yet: set ssh_host in its inventory file, pass "
-            f"--ssh-host HOST to `gpuseat host up`, or run `gpuseat seats connect {seat.key} --ssh USER@HOST`"
+            "the server has no reachable address yet: set ssh_host in its inventory file or with "
+            "`gpuseat engines settings host ssh_host=HOST` (or pass --ssh-host HOST to `gpuseat host up`), "
+            f"or run `gpuseat seats connect {seat.key} --ssh USER@HOST`"
         )
         return Instruction(None, None, None, seat.device_uuid, (), missing)
     if way.missing and not way.command and seat.kind == "cloud" and seat.engine in registry.delivering():
