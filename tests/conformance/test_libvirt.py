@@ -164,7 +164,8 @@ def test_release_and_move_carried_out_by_apply_alone(tmp_path, monkeypatch, caps
             return "\n".join(f"--- {k}\n{text(k)[-1500:]}" for k in logs)
 
         def up_line(seat: str, after: int = 0) -> str | None:
-            found = [ln for ln in text(seat)[after:].splitlines() if ln.startswith(f"{ssh_guest.MARKER} up ")]
+            done = text(seat)[after:].rpartition("\n")[0]  # whole lines: the console may be half-way through one
+            found = [ln for ln in done.splitlines() if ln.startswith(f"{ssh_guest.MARKER} up ")]
             assert f"{ssh_guest.MARKER}-ERROR" not in text(seat)[after:], tails()
             return found[-1] if found else None
 

@@ -142,7 +142,8 @@ def test_seats_check_logs_in_to_each_vm_as_its_participant(daemon, network, tmp_
         def booted() -> bool:
             text = {k: p.read_text(errors="replace") if p.exists() else "" for k, p in logs.items()}
             assert not any(f"{ssh_guest.MARKER}-ERROR" in t for t in text.values()), text
-            return all(f"{ssh_guest.MARKER} up hostname={k} " in t for k, t in text.items())
+            # whole lines only: the console may be half-way through the one read below
+            return all(f"{ssh_guest.MARKER} up hostname={k} " in t.rpartition("\n")[0] for k, t in text.items())
 
         def tails() -> str:
             return "\n".join(f"--- {k}\n{p.read_text(errors='replace')[-1500:] if p.exists() else ''}"
