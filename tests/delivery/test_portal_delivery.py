@@ -72,7 +72,9 @@ def test_connect_details_and_readiness_checklist(served, tmp_path: Path) -> None
     assert conf.status_code == 200 and "ProxyJump gw.example.org" in conf.text and "User ann" in conf.text
     ben = httpx.get(f"{server.url}/t/{links['ben']}").text
     assert "h200-2x" not in ben and "h200-2x" not in ann.text  # the inventory's name is never shown as a host
-    assert "no GPU visible" in ben and "ssh_host in its inventory file" in ben  # names the field to set
+    # what is missing, not the organizer's commands (their views name ssh_host: tests/store/test_newcomer.py)
+    assert "no GPU visible" in ben and "no reachable address yet: your organizer has to set it" in ben
+    assert "`gpuseat " not in ben and "ssh_host" not in ben
     assert httpx.get(f"{server.url}/t/{links['ben']}/ssh_config").status_code == 404
 
     try:

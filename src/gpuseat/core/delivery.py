@@ -77,6 +77,15 @@ def out_of_order(seat: str, reason: str | None) -> str:
     )
 
 
+def for_participant(missing: str) -> str:
+    """What a participant's page says for a way in that is ``missing``: what is missing, not the organizer's
+    commands that set it (a message naming a `` `gpuseat …` `` command says so after its first ": "); those
+    are in the organizer's views (docs/participant.md)."""
+    if "`gpuseat " not in missing:
+        return missing
+    return f"{missing.partition(': ')[0]}: your organizer has to set it; reload this page later"
+
+
 def withheld(way: Instruction) -> bool:
     """True when no stored way in may be shown with ``way``: one made for someone else, or for a failed seat."""
     return way.out_of_order or (way.missing or "").startswith("being prepared")

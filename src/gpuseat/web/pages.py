@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from gpuseat.core.amounts import hours_text
+from gpuseat.core.delivery import for_participant
 from gpuseat.web.formats import course_time, money_or_dash, timestamp
 from gpuseat.web.security import CSRF_COOKIE, CSRF_FIELD, SECURE_PREFIX, SESSION_COOKIE, Sessions, new_csrf_cookie
 
@@ -31,6 +32,7 @@ def make_templates(portal: Portal) -> Jinja2Templates:
     templates.env.filters["timestamp"] = timestamp
     templates.env.filters["money"] = money_or_dash
     templates.env.filters["hours"] = hours_text
+    templates.env.filters["for_participant"] = for_participant
     templates.env.filters["local"] = lambda value: course_time(value, portal.course_zone())
     return templates
 
