@@ -98,9 +98,11 @@ class Monitor:
         max_pending: int = 10_000,
         max_attempts: int = 3,
         background: bool = False,
+        reload_seats: Callable[[], SeatMap | None] | None = None,
     ) -> None:
         self.sampler = sampler
         self.seats = seats
+        self.reload_seats = reload_seats  # the seat map again when the course changed (None: unchanged)
         self.store = store
         self.alerts = alerts
         self.collector = collector
@@ -125,6 +127,11 @@ class Monitor:
     def tick(self) -> Tick:
         """One sample, attributed, checked for alerts, stored and published."""
         snapshot = self.sampler.sample()
+        if self.reload_seats is not None:  # a move, a release or a removed seat while the monitor runs
+            try:
+                self.seats = self.reload_seats() or self.seats
+            except Exception as exc:  # the database is down: attribute by the seats last read
+                log.warning("could not read the seats again: %s", str(exc).splitlines()[0])
         attributed, states = observe(snapshot, self.seats, proc_root=self.proc_root)
         tick = Tick(snapshot, attributed, states)
         if self.alerts is not None:

@@ -311,6 +311,7 @@ def run_monitor(
         collector=collector,
         on_alert=sender.submit if sender is not None else None,
         background=True,  # a slow or locked database never delays a tick
+        reload_seats=store.seats_if_changed,
     )
     server = None
     try:

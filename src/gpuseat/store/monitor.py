@@ -10,14 +10,26 @@ devices of its own host (devices are keyed by host), so they never collide.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Integer, and_, cast, delete, func, insert, select, update
 
-from gpuseat.db.models import AlertRecord, Assignment, CourseRecord, Device, MinuteAggregate, Participant, Sample, Seat
+from gpuseat.db.models import (
+    AlertRecord,
+    Assignment,
+    CourseRecord,
+    Device,
+    Event,
+    MinuteAggregate,
+    Participant,
+    Sample,
+    Seat,
+)
 from gpuseat.errors import StoreError
 from gpuseat.readings import Alert, LeafReading, SeatEntry, SeatMap, UsageRow
 from gpuseat.store.base import Concern
@@ -30,7 +42,6 @@ if TYPE_CHECKING:
 
 RAW_KEEP_S = 3600
 SMALL_MAX = 32767  # SmallInteger columns
-_NO_SEAT: tuple[None, None] = (None, None)
 _NO_SEAT3: tuple[None, None, None] = (None, None, None)
 _SAMPLE_COLUMNS = (
     "ts",
@@ -118,6 +129,10 @@ class MonitorStore(Concern):
         self.course = course
         self._devices: dict[tuple[str, str], int] = {}
         self._seat_ids: dict[str, tuple[int, int | None, int]] = {}
+        self._holders: dict[int, tuple[list[float], list[int | None]]] = {}  # seat id → (change times, holder from)
+        self._version: tuple[int | None, int | None] | None = None  # of the course data the two above were read at
+        self._map_version: tuple[int | None, int | None] | None = None  # of the last seats_if_changed
+        self._first = float("inf")  # when the first of these seats was first assigned
         self._rolled: dict[str, int] = {}
         self._sample_stmt: str | None = None
         self._load_seat_ids()
@@ -204,6 +219,7 @@ class MonitorStore(Concern):
             cid = self._course_id_or_none(self.course)
             if cid is None:
                 self._seat_ids = {}
+                self._load_holders()
                 return
             q = q.where(Seat.course_id == cid)
         found: dict[str, tuple[int, int | None, int]] = {}
@@ -214,6 +230,69 @@ class MonitorStore(Concern):
                     shared.add(key)
                 found[key] = (sid, pid, cid)
         self._seat_ids = {k: v for k, v in found.items() if k not in shared}
+        self._load_holders()
+
+    def _changes(self, conn: Connection) -> tuple[int | None, int | None]:
+        """Where the course data stands: every change of seats, assignments or courses writes an events row
+        (and assignments have ids of their own), so a newer one means the seats or their holders may differ."""
+        row = conn.execute(select(select(func.max(Event.id)).scalar_subquery(), func.max(Assignment.id))).one()
+        return row[0], row[1]
+
+    def _load_holders(self) -> None:
+        """Who held each seat when: per seat id, the times its holder changed and who held it from then on."""
+        seat_ids = {sid for sid, _, _ in self._seat_ids.values()}
+        holders: dict[int, tuple[list[float], list[int | None]]] = {}
+        with self._database.engine.connect() as conn:
+            self._version = self._changes(conn)
+            q = select(Assignment.seat_id, Assignment.participant_id, Assignment.valid_from, Assignment.valid_to)
+            for sid, pid, start, end in conn.execute(q.order_by(Assignment.seat_id, Assignment.valid_from)):
+                if sid not in seat_ids:
+                    continue
+                times, who = holders.setdefault(int(sid), ([], []))
+                t0 = _seconds(start)
+                if times and times[-1] >= t0:  # a zero-length hold (given and taken back in one second)
+                    times.pop()
+                    who.pop()
+                times.append(t0)
+                who.append(int(pid))
+                if end is not None:
+                    times.append(_seconds(end))
+                    who.append(None)
+        self._holders = holders
+        self._first = min((times[0] for times, _ in holders.values()), default=float("inf"))
+
+    def refresh(self) -> bool:
+        """Read the seats and their holders again when the course data changed since (a move, a release, a
+        seat removed, a course deleted while the monitor runs); True when it did."""
+        with self._database.engine.connect() as conn:
+            changed = self._changes(conn) != self._version
+        if changed:
+            self._load_seat_ids()
+        return changed
+
+    def seats_if_changed(self) -> SeatMap | None:
+        """The seat map again when the course data changed since the last call (None: unchanged); an empty
+        one once the course is deleted. The running monitor's tick asks this (the writer has :meth:`refresh`)."""
+        with self._database.engine.connect() as conn:
+            version = self._changes(conn)
+        if version == self._map_version:
+            return None
+        self._map_version = version
+        if self.course is not None and self._course_id_or_none(self.course) is None:
+            return SeatMap()
+        return self.seat_map()
+
+    def holder(self, seat_id: int, at: float, before: int | None = None) -> int | None:
+        """The participant id that held the seat at Unix second ``at`` (None: nobody, or no such seat);
+        ``before`` for a time before the course's first assignment (a replay of a recording older than the course)."""
+        if at < self._first:
+            return before
+        found = self._holders.get(seat_id)
+        if found is None:
+            return None
+        times, who = found
+        i = bisect_right(times, at)
+        return who[i - 1] if i else None
 
     # -- samples -----------------------------------------------------------------------------------
 
@@ -260,7 +339,9 @@ class MonitorStore(Concern):
         """
         ts = int(taken_at)
         new: dict[tuple[str, str], int] = {}
-        devices, seat_ids = self._devices, self._seat_ids
+        self.refresh()
+        devices, seat_ids, holder = self._devices, self._seat_ids, self.holder
+        known = {sid for sid, _, _ in seat_ids.values()}
         with self._writing() as conn:
             rows: list[tuple[Any, ...]] = []
             append = rows.append
@@ -281,11 +362,15 @@ class MonitorStore(Concern):
                     )
                 entry = s.entry
                 if entry is None:
-                    seat_id, participant_id = _NO_SEAT
-                elif entry.seat_id is not None:
-                    seat_id, participant_id = entry.seat_id, entry.participant_id
+                    seat_id = participant_id = None
                 else:
-                    seat_id, participant_id = seat_ids.get(entry.seat, _NO_SEAT3)[:2]
+                    if entry.seat_id is not None:
+                        seat_id = entry.seat_id if entry.seat_id in known else None  # a seat removed since
+                        participant_id = entry.participant_id
+                    else:
+                        seat_id, participant_id = seat_ids.get(entry.seat, _NO_SEAT3)[:2]
+                    # who held the seat when the reading was taken, not when the monitor read its seats
+                    participant_id = None if seat_id is None else holder(seat_id, ts, participant_id)
                 used, total, util = (
                     (mig.memory_used_mib, mig.memory_total_mib, mig.utilization_gpu)
                     if mig
@@ -522,3 +607,8 @@ class MonitorStore(Concern):
             q = q.where(AlertRecord.course_id == self._course_id_or_none(self.course))
         with self._database.engine.connect() as conn:
             return [(r[0], r[1], r[2]) for r in conn.execute(q.order_by(AlertRecord.id))]
+
+
+def _seconds(value: datetime) -> float:
+    """A stored time as Unix seconds (SQLite gives it back without its zone: it is UTC)."""
+    return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
