@@ -94,6 +94,16 @@ def until(what: Callable[[], bool], timeout: float, why: Callable[[], str] = lam
     raise AssertionError(f"not within {timeout} s: {why()}")
 
 
+def _machine(lab_: Any) -> dict[str, str]:
+    """What the host engine wrote on the lab machine: every key file and device-policy drop-in, by path."""
+    return {
+        str(f): f.read_text(errors="replace")
+        for d in (lab_.keys_dir, lab_.dropin_dir)
+        for f in sorted(Path(d).rglob("*"))
+        if f.is_file()
+    }
+
+
 def gpuseat(*args: str | Path, **env: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "gpuseat", *map(str, args)]
     return subprocess.run(argv, capture_output=True, text=True, env=_env(**env), timeout=WAIT_S, check=False)
@@ -184,6 +194,7 @@ def test_seats_assign_and_apply_under_a_held_lock_fail_clearly_and_change_nothin
     move = ("seats", "move", "--participant", "ann", "--seat", by_uuid[MIG[2]], "--db", db)
     assert cli(*move).code == 0  # in the store only: the apply under the lock has work to do
     assign = ("seats", "assign", "--participant", "ben", "--seat", by_uuid[MIG[1]], "--db", db)
+    machine = _machine(lab_)
     holder = Holder(db)
     try:  # the two writers under the lock: real processes
         assigned = gpuseat(*assign, GPUSEAT_DB_BUSY_TIMEOUT=BUSY_S)
@@ -198,6 +209,8 @@ def test_seats_assign_and_apply_under_a_held_lock_fail_clearly_and_change_nothin
         assert f"more than {BUSY_S} s" in done.stderr and "nothing was changed" in done.stderr, done.stderr
         assert len(re.findall(r"^error: ", done.stderr, re.M)) == 1, done.stderr
     assert not (lab_.keys_dir / lab_.people["ben"].user).exists()  # ben was not assigned
+    if course == "hostcourse":  # the apply failed before its first step: "nothing was changed" holds for the machine
+        assert _machine(lab_) == machine  # (it moved ann's device policy, then could not record it)
     # once the lock is let go the same commands work, and the machine ends as the store says
     assert cli(*assign).code == 0
     assert cli("apply", "--course", "lab", "--db", db).code == 0

@@ -21,7 +21,7 @@ from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.engines import idle, registry
 from gpuseat.engines.base import ApplyReport, Changes, CourseState, Engine
 from gpuseat.engines.runner import Runner
-from gpuseat.errors import GpuseatError, NotFound
+from gpuseat.errors import GpuseatError, NotFound, StoreBusy
 
 if TYPE_CHECKING:
     from gpuseat.store import CourseStore
@@ -256,26 +256,36 @@ def apply_all(
     guard: Callable[[], bool] | None = None,
     drift: bool = False,
     actor: str = AGENT_ACTOR,
+    writes: bool = False,
 ) -> Pass:
     """Apply each plan, record what access remains, write one events row per engine and course that
-    changed anything (``drift``: the changes undo what someone did by hand), finish asked deletions."""
+    changed anything (``drift``: the changes undo what someone did by hand), finish asked deletions.
+    ``writes``: the plans change machines (not a dry run), so the store must take the pass's records: that is
+    checked before the first step (a held write lock fails the pass before any machine is touched)."""
     result = Pass(planned=list(planned))
+    checked = not writes
     for p in result.planned:
         if p.state is not None and p.state.wake_at is not None:
             result.next_change = min(filter(None, [result.next_change, p.state.wake_at]))
         if p.engine is None or p.changes is None:
             continue
         p.drift = drift and not p.changes.empty
-        report = (
-            p.engine.apply(p.changes, guard=guard)
-            if not p.changes.empty
-            else ApplyReport(p.engine_name, p.course, p.host)
-        )
-        result.reports.append(report)
-        if report.dry_run:
-            continue
-        if report.outcomes:
-            _log_report(store, p, report, drift=drift, actor=actor)
+        if not checked and not p.changes.empty:
+            _check_writable(store)
+            checked = True
+        try:
+            report = (
+                p.engine.apply(p.changes, guard=guard)
+                if not p.changes.empty
+                else ApplyReport(p.engine_name, p.course, p.host)
+            )
+            result.reports.append(report)
+            if report.dry_run:
+                continue
+            if report.outcomes:
+                _log_report(store, p, report, drift=drift, actor=actor)
+        except StoreBusy as exc:  # a lock taken after the check: the steps before it were carried out
+            raise StoreBusy(exc.what, where=exc.where, fix=_partly(exc.fix)) from exc
         try:
             found = p.engine.observe(p.state) if p.state is not None else []
             store.agents.set_holdings(p.course, p.engine_name, p.host, [h.to_dict() for h in found])
@@ -284,6 +294,22 @@ def apply_all(
     if not any(r.dry_run for r in result.reports):
         result.deleted = finish_deletions(store, actor=actor)
     return result
+
+
+def _check_writable(store: CourseStore) -> None:
+    """Take the store's write lock and let it go at once (SQLite: ``BEGIN IMMEDIATE``): :class:`StoreBusy` if
+    another writer holds it past the busy timeout, while nothing is changed yet anywhere."""
+    with store.database.write() as s:
+        s.connection()
+
+
+def _partly(fix: str | None) -> str:
+    """A store-busy fix for a pass that stopped after some steps: the machines, not the store, may have changed."""
+    head = (fix or "run this again").removesuffix("; nothing was changed")
+    return (
+        f"{head}; the store is unchanged, but steps before it may have changed the machines: the next apply "
+        "(or the agent) finishes the pass, and steps already done are not repeated"
+    )
 
 
 def _log_report(store: CourseStore, p: Planned, report: ApplyReport, *, drift: bool, actor: str) -> None:
@@ -336,4 +362,5 @@ def one_pass(
 ) -> Pass:
     """Plan (``plan``: the keywords of :func:`plan_all`) and apply once (what ``gpuseat apply`` does, and
     each of the agent's passes)."""
-    return apply_all(store, plan_all(store, **plan), guard=guard, drift=drift, actor=actor)
+    planned = plan_all(store, **plan)
+    return apply_all(store, planned, guard=guard, drift=drift, actor=actor, writes=not plan["runner"].dry_run)
