@@ -6,7 +6,8 @@ SHA-256 of every other member), ``course.json``, ``participants.json``, ``seats.
 ``assignments.json`` (history, open and closed, by seat and participant key), ``access_tokens.json``
 (SHA-256 hashes and state only: a token itself is never stored), ``events.json`` (the course's log),
 ``survey.json`` (template and answers, or null) and ``samples_summary.json`` (per seat: samples and
-minutes the monitor recorded, busy share, memory peak; a summary, not imported back).
+minutes the monitor recorded, busy share, memory peak; a summary, not imported back), ``seat_requests.json``,
+``seat_hours.json`` and ``engine_settings.json`` (read when present; :mod:`gpuseat.store.archive_rules`).
 
 Rows are named by keys, never by database ids, so an export from SQLite imports into PostgreSQL.
 Import is one transaction: a corrupt archive, a wrong ``schema_version``, a bad row or a course key
@@ -51,6 +52,7 @@ from gpuseat.errors import InputError
 from gpuseat.files import check_target, write_file
 from gpuseat.safe_text import has_ascii_control
 from gpuseat.store.access import check_access
+from gpuseat.store.archive_rules import EngineSettingRow, add_engine_settings_rows, check_rows, engine_settings_rows
 from gpuseat.store.specs import PROFILE_PATTERN, _device, _host, _known_engine, _one_line
 
 if TYPE_CHECKING:
@@ -71,7 +73,7 @@ MEMBERS = (
     "samples_summary.json",
 )
 #: members added later: written always, read when present (an export made before them imports without them)
-LEDGER_MEMBERS = ("seat_requests.json", "seat_hours.json")
+LEDGER_MEMBERS = ("seat_requests.json", "seat_hours.json", "engine_settings.json")
 EXPORT_MAX_MEMBER_BYTES = 512 * 1024 * 1024  # a course with years of events stays far below; a zip bomb does not
 MAX_ARCHIVE_BYTES = 1024 * 1024 * 1024
 #: the reason of a request that was pending in an export: an import stores it failed, never carried out
@@ -259,6 +261,7 @@ def collect(store: Store, course: str | None) -> dict[str, Any]:
                 }
                 for h in ledger
             ],
+            "engine_settings.json": engine_settings_rows(s, c.id),
         }
 
 
@@ -509,7 +512,7 @@ class SeatHoursRow(_Row):
     at: datetime
 
 
-_ROWS: dict[str, type[_Row]] = {
+_ROWS: dict[str, type[BaseModel]] = {
     "participants.json": ParticipantRow,
     "seats.json": ExportSeatRow,
     "assignments.json": AssignmentRow,
@@ -517,6 +520,7 @@ _ROWS: dict[str, type[_Row]] = {
     "events.json": EventRow,
     "seat_requests.json": SeatRequestRow,
     "seat_hours.json": SeatHoursRow,
+    "engine_settings.json": EngineSettingRow,
 }
 
 
@@ -655,6 +659,7 @@ def import_course(store: Store, path: Path, *, key: str | None = None, actor: st
                 where=f"{where}: survey.json responses[{i}]",
                 fix="use an intact copy of the export",
             )
+    check_rows(where, got, archived=c.archived_at is not None)  # together: no two holders at once, no link revived
     with store.database.write() as s:
         if s.scalar(select(Course.id).where(Course.key == new_key)) is not None:
             raise InputError(
@@ -731,6 +736,7 @@ def import_course(store: Store, path: Path, *, key: str | None = None, actor: st
                       actor=h.actor, at=h.at)
             for h in got["seat_hours.json"]
         )  # fmt: skip
+        add_engine_settings_rows(s, crow.id, got["engine_settings.json"])
         # the log is append-only: lines still in the store (a course deleted here) are not written twice
         have = {
             _event_id(e.at, e.actor, e.action, e.participant, e.seat, e.detail)
@@ -767,6 +773,7 @@ def import_course(store: Store, path: Path, *, key: str | None = None, actor: st
         "seat_requests": len(got["seat_requests.json"]),
         "requests_failed": failed,
         "seat_hours": len(got["seat_hours.json"]),
+        "engine_settings": len(got["engine_settings.json"]),
     }
 
 
