@@ -271,7 +271,7 @@ def apply_all(
             continue
         p.drift = drift and not p.changes.empty
         if not checked and not p.changes.empty:
-            _check_writable(store)
+            store.database.check_writable()  # StoreBusy now, while nothing is changed anywhere
             checked = True
         try:
             report = (
@@ -294,13 +294,6 @@ def apply_all(
     if not any(r.dry_run for r in result.reports):
         result.deleted = finish_deletions(store, actor=actor)
     return result
-
-
-def _check_writable(store: CourseStore) -> None:
-    """Take the store's write lock and let it go at once (SQLite: ``BEGIN IMMEDIATE``): :class:`StoreBusy` if
-    another writer holds it past the busy timeout, while nothing is changed yet anywhere."""
-    with store.database.write() as s:
-        s.connection()
 
 
 def _partly(fix: str | None) -> str:

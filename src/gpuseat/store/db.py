@@ -109,6 +109,14 @@ class Database:
         with self.queue(), Session(self.writer, expire_on_commit=False) as session, session.begin():
             yield session
 
+    def check_writable(self) -> None:
+        """Take the write lock and let it go at once (SQLite: ``BEGIN IMMEDIATE``, after this file's writers before
+        it): :class:`~gpuseat.errors.StoreBusy` while another writer holds it past the busy timeout. A caller that
+        is about to change something outside the store (a machine) asks first, so that it changes nothing there
+        when the store could not record it."""
+        with self.write() as session:
+            session.connection()
+
     @contextmanager
     def read(self) -> Iterator[Session]:
         """One read transaction (never waits for a writer)."""
