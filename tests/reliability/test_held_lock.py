@@ -346,3 +346,40 @@ def test_a_monitor_stopped_under_a_held_lock_reports_what_it_dropped(
     assert dropped > 0 and stored + dropped == ticks, monitor.text()
     assert f"{dropped} samples and" in monitor.text() and "were not written" in monitor.text()
     assert _samples(db) == stored * LEAVES
+
+
+def test_a_lock_taken_in_the_middle_of_an_apply_says_the_machines_may_have_changed(
+    request: pytest.FixtureRequest, cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store answered the pass's check, then another writer took its lock before the first step: the steps
+    ran on the machine, their records could not be written. The error says so (not "nothing was changed"),
+    and the next apply finishes the pass."""
+    from gpuseat.engines.apply import one_pass
+    from gpuseat.engines.runner import Runner
+    from gpuseat.errors import StoreBusy
+    from gpuseat.store import open_store
+
+    lab_, db = request.getfixturevalue("hostcourse")
+    by_uuid = _ann_on_the_first_slice(lab_, db, cli)
+    assert cli("apply", "--course", "lab", "--db", db).code == 0
+    assert cli("seats", "move", "--participant", "ann", "--seat", by_uuid[MIG[2]], "--db", db).code == 0
+    monkeypatch.setenv("GPUSEAT_DB_BUSY_TIMEOUT", BUSY_S)
+    holders: list[Holder] = []
+
+    def guard() -> bool:  # asked before each step: at the first, another writer takes the lock
+        if not holders:
+            holders.append(Holder(db))
+        return True
+
+    with open_store(db) as store:
+        try:
+            with pytest.raises(StoreBusy) as caught:
+                one_pass(store, course="lab", runner=Runner(), guard=guard)
+        finally:
+            for h in holders:
+                h.release()
+    fix = caught.value.fix or ""
+    assert holders and "may have changed the machines" in fix and "nothing was changed" not in fix, fix
+    monkeypatch.delenv("GPUSEAT_DB_BUSY_TIMEOUT")
+    assert cli("apply", "--course", "lab", "--db", db).code == 0
+    assert "nothing to change" in cli("apply", "--course", "lab", "--dry-run", "--db", db).out
