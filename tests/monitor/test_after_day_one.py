@@ -11,19 +11,25 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import replace
+from pathlib import Path
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from gpuseat import nvsmi
+from gpuseat.catalog.bundle import load_catalog
+from gpuseat.core.roster import RosterText
 from gpuseat.db import make_engine
-from gpuseat.db.models import Assignment
+from gpuseat.db.models import Assignment, Participant
 from gpuseat.monitor.runner import Monitor
 from gpuseat.monitor.usage import UNASSIGNED, summarize
 from gpuseat.readings import SeatEntry, Snapshot
+from gpuseat.services.report import build_digest
+from gpuseat.services.survey import SurveyService
 from gpuseat.store import open_monitor, open_store
 
 from .conftest import FIXTURES
 
+EXAMPLES = Path(__file__).parents[2] / "examples"
 CAPTURE = nvsmi.parse_xml((FIXTURES / "datakit__gtx-8card.xml").read_text(encoding="utf-8"), host="gpu01")
 
 
@@ -40,9 +46,13 @@ class _Clocked:
         pass
 
 
-def _running_monitor(url: str, since: float) -> tuple[Monitor, _Clocked]:
-    """A monitor of course c1 (ann on seat-01, ben on seat-03, seat-02 free: assigned at ``since``)."""
+def _running_monitor(url: str, since: float, ann_since: float | None = None) -> tuple[Monitor, _Clocked]:
+    """A monitor of course c1 (ann on seat-01 from ``ann_since``, ben on seat-03 from ``since``, seat-02 free)."""
     gpu = [g.uuid for g in CAPTURE.gpus]
+    with open_store(url, create=True) as store:
+        store.courses.create_course(EXAMPLES / "course-2016.toml", key="c1")
+        roster = "name,email,unix_user,key\nAnn,ann@example.org,ann,ann\nBen,ben@example.org,ben,ben\n"
+        store.roster.import_roster("c1", RosterText(roster, where="c1.csv"))
     setup = open_monitor(url, course="c1")
     setup.import_seats(
         [
@@ -54,6 +64,10 @@ def _running_monitor(url: str, since: float) -> tuple[Monitor, _Clocked]:
     setup.close()
     with make_engine(url).begin() as conn:  # the course began before the monitor's first reading
         conn.execute(update(Assignment).values(valid_from=dt.datetime.fromtimestamp(since, dt.UTC)))
+        if ann_since is not None:
+            ann = select(Participant.id).where(Participant.key == "ann").scalar_subquery()
+            at = dt.datetime.fromtimestamp(ann_since, dt.UTC)
+            conn.execute(update(Assignment).where(Assignment.participant_id == ann).values(valid_from=at))
     monitor_store = open_monitor(url, course="c1")
     clock = _Clocked()
     monitor = Monitor(clock, monitor_store.seat_map(), store=monitor_store, reload_seats=monitor_store.seats_if_changed)
@@ -72,7 +86,7 @@ def test_a_move_and_a_release_while_the_monitor_runs_credit_each_minute_to_its_h
     """ann moves from seat-01 to seat-02 and ben from seat-03 to seat-01 while the monitor runs (seat-03 is
     then nobody's); the first reading after the move was taken before it (the monitor runs behind)."""
     now_minute = int(time.time()) // 60  # the course store stamps the move with the database's clock
-    monitor, clock = _running_monitor(url, (now_minute - 10) * 60)
+    monitor, clock = _running_monitor(url, (now_minute - 10) * 60, ann_since=(now_minute - 3) * 60)
     before = range(now_minute - 5, now_minute)
     after = range(now_minute + 1, now_minute + 6)
     try:
@@ -92,18 +106,11 @@ def test_a_move_and_a_release_while_the_monitor_runs_credit_each_minute_to_its_h
         rows = [r for r in store.monitor.usage_rows(course="c1") if r.seat]
     held = {(r.minute - now_minute, r.seat): (r.participant, r.samples, r.active_samples) for r in rows}
     expected = {}
-    for m in before:
-        expected[(m - now_minute, "seat-01")] = (
-            "ann",
-            2 if m == now_minute - 1 else 1,
-            2 if m == now_minute - 1 else 1,
-        )
-        expected[(m - now_minute, "seat-02")] = (None, 2 if m == now_minute - 1 else 1, 2 if m == now_minute - 1 else 1)
-        expected[(m - now_minute, "seat-03")] = (
-            "ben",
-            2 if m == now_minute - 1 else 1,
-            2 if m == now_minute - 1 else 1,
-        )
+    for m in before:  # minute -1 has the late reading too
+        n = 2 if m == now_minute - 1 else 1
+        expected[(m - now_minute, "seat-01")] = ("ann" if m >= now_minute - 3 else None, n, n)  # hers from -3
+        expected[(m - now_minute, "seat-02")] = (None, n, n)
+        expected[(m - now_minute, "seat-03")] = ("ben", n, n)
     for m in after:
         expected[(m - now_minute, "seat-01")] = ("ben", 1, 1)
         expected[(m - now_minute, "seat-02")] = ("ann", 1, 1)
@@ -111,11 +118,22 @@ def test_a_move_and_a_release_while_the_monitor_runs_credit_each_minute_to_its_h
     assert held == expected
 
     totals = {u.participant: u for u in summarize(rows)}
-    assert round(totals["ann"].gpu_hours * 60, 6) == 10.0
+    assert round(totals["ann"].gpu_hours * 60, 6) == 8.0
     assert totals["ann"].seats == ("seat-01", "seat-02")
     assert round(totals["ben"].gpu_hours * 60, 6) == 10.0
     assert totals["ben"].seats == ("seat-01", "seat-03")
-    assert round(totals[UNASSIGNED].gpu_hours * 60, 6) == 10.0  # seat-02 before, seat-03 after
+    assert round(totals[UNASSIGNED].gpu_hours * 60, 6) == 12.0  # seat-01 before ann, seat-02 before, seat-03 after
+
+    # the course report's and the participant page's hours: their own minutes, not their seat's history
+    with open_store(url) as store:
+        digest = build_digest(store, SurveyService(store), load_catalog(), "c1", bench_results=[])
+        report = {u.participant: (u.seat, round(u.active_hours * 60, 6)) for u in digest.usage}
+        pages = {who: store.requests.page_of("c1", who).days for who in ("ann", "ben")}
+    assert report == {"ann": ("seat-02", 8.0), "ben": ("seat-01", 10.0)}  # not seat-02's 10, seat-01's 10
+    assert {who: round(sum(d.active_hours for d in days) * 60, 6) for who, days in pages.items()} == {
+        "ann": 8.0,
+        "ben": 10.0,
+    }
 
 
 def test_a_seat_removed_and_the_course_deleted_while_the_monitor_runs(url, tmp_path):

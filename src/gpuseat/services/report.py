@@ -7,7 +7,6 @@ benchmark results store and the survey, so the web page and the file always agre
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -57,7 +56,7 @@ class SeatRow:
 
 @dataclass(frozen=True)
 class ParticipantUse:
-    """GPU hours per participant (the seat they hold now)."""
+    """GPU hours per participant: the minutes they held a seat (every seat they held), and the seat they hold now."""
 
     participant: str
     seat: str | None
@@ -325,17 +324,9 @@ def build_digest(
     }
     heat_cols = [(datetime(1970, 1, 1, tzinfo=UTC) + timedelta(days=d)).strftime("%m-%d") for d in day_list]
     heat_rows = [f"{k} ({holder[k]})" if holder.get(k) else k for k in seat_keys]
-    per: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for d in days:
-        seat = by_id.get(d.seat_id)
-        if seat is not None:
-            per[seat][0] += d.active_hours
-            per[seat][1] += d.sampled_hours
+    hours = activity.participant_hours(key)  # each minute of the one who held the seat then
     usage = sorted(
-        (
-            ParticipantUse(p.key, p.seat, per[p.seat][0] if p.seat else 0.0, per[p.seat][1] if p.seat else 0.0)
-            for p in participants
-        ),
+        (ParticipantUse(p.key, p.seat, *hours.get(p.key, (0.0, 0.0))) for p in participants),
         key=lambda u: (-u.active_hours, u.participant),
     )
     alternatives = _alternatives(store, key, catalog, notes) if with_alternatives else []
@@ -379,15 +370,20 @@ def participant_view(
 
     The seat is read by the caller with the rest of the page, not taken from ``who``: the portal caches
     a link's participant for a few seconds, and a participant who has just claimed a seat (maybe in
-    another server process) sees it. ``days``: the seat's daily use when the caller read it already."""
+    another server process) sees it. ``days``: the participant's daily use (:func:`~gpuseat.store.activity.daily_of`
+    of their id: the minutes credited to them, on whichever seat) when the caller read it already."""
     from gpuseat.bench.results import recorded_results
 
     if seat is None:
         return None, None
     results = recorded_results() if bench_results is None else bench_results
     bench = _seat_benchmarks([seat], results, list(catalog.references)).get(seat.key)
-    sid = seat.id
     if days is None:
-        days = store.activity.daily(seat_ids=[sid]) if sid is not None else []
-    use = ParticipantUse(who.key, seat.key, sum(d.active_hours for d in days), sum(d.sampled_hours for d in days))
+        use = ParticipantUse(
+            who.key,
+            seat.key,
+            *store.activity.participant_hours(who.course, participant=who.key).get(who.key, (0.0, 0.0)),
+        )
+    else:
+        use = ParticipantUse(who.key, seat.key, sum(d.active_hours for d in days), sum(d.sampled_hours for d in days))
     return bench, use

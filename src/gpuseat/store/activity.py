@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVarTuple
 
 from sqlalchemy import Float, cast, func, select
 
-from gpuseat.db.models import AlertRecord, MinuteAggregate, Sample, Seat
+from gpuseat.db.models import AlertRecord, CourseRecord, MinuteAggregate, Participant, Sample, Seat
 from gpuseat.store.base import Concern
 
 if TYPE_CHECKING:
@@ -87,8 +87,15 @@ def _only(q: Select[*_Ts], column: SQLColumnExpression[int | None], seat_ids: It
     return q.where(column.in_(list(seat_ids)))
 
 
-def daily_of(conn: Any, *, seat_ids: Iterable[int] | None = None, since: float | None = None) -> list[SeatDay]:
-    """:meth:`Activity.daily` on an open connection or session (a page reads it with its other rows)."""
+def daily_of(
+    conn: Any,
+    *,
+    seat_ids: Iterable[int] | None = None,
+    since: float | None = None,
+    participant_ids: Iterable[int] | None = None,
+) -> list[SeatDay]:
+    """:meth:`Activity.daily` on an open connection or session (a page reads it with its other rows);
+    ``participant_ids``: only the minutes the monitor credited to them (on whichever seat they held then)."""
     day = (MinuteAggregate.minute // 1440).label("day")
     share = cast(MinuteAggregate.active_samples, Float) / MinuteAggregate.samples
     q = select(
@@ -99,6 +106,7 @@ def daily_of(conn: Any, *, seat_ids: Iterable[int] | None = None, since: float |
         func.avg(MinuteAggregate.utilization_avg),
     ).where(MinuteAggregate.seat_id.is_not(None), MinuteAggregate.samples > 0)
     q = _only(q, MinuteAggregate.seat_id, seat_ids)
+    q = _only(q, MinuteAggregate.participant_id, participant_ids)
     if since is not None:
         q = q.where(MinuteAggregate.minute >= int(since) // 60)
     q = q.group_by(MinuteAggregate.seat_id, day).order_by(MinuteAggregate.seat_id, day)
@@ -191,6 +199,23 @@ class Activity(Concern):
         """
         with self._database.engine.connect() as conn:
             return daily_of(conn, seat_ids=seat_ids, since=since)
+
+    def participant_hours(self, course: str, *, participant: str | None = None) -> dict[str, tuple[float, float]]:
+        """Hours in use and hours sampled per participant of ``course`` (of one, when given): the minutes the
+        monitor credited to each (whoever held the seat in that minute), on every seat they held, not the
+        history of the seat they hold now. Participants without such minutes are left out."""
+        share = cast(MinuteAggregate.active_samples, Float) / MinuteAggregate.samples
+        q = (
+            select(Participant.key, func.count(), func.sum(share))
+            .join(Participant, Participant.id == MinuteAggregate.participant_id)
+            .join(CourseRecord, CourseRecord.id == Participant.course_id)
+            .where(CourseRecord.key == course, MinuteAggregate.samples > 0)
+        )
+        if participant is not None:
+            q = q.where(Participant.key == participant)
+        with self._database.engine.connect() as conn:
+            rows = conn.execute(q.group_by(Participant.key)).all()
+        return {str(k): (float(a or 0.0) / 60.0, int(n) / 60.0) for k, n, a in rows}
 
     def open_alerts(self, *, seat_ids: Iterable[int] | None = None) -> list[OpenAlert]:
         """Alerts not yet cleared, oldest first; ``seat_ids`` limits them to those seats and to the

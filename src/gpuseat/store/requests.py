@@ -419,7 +419,7 @@ class Requests(Concern):
                 )
                 logins = frozenset(login_name(k, u) for k, u in people)
             readiness = dict(seat.readiness) if seat.readiness else None
-            days = daily_of(s, seat_ids=[seat.id])
+            days = daily_of(s, participant_ids=[p.id])  # their minutes, on every seat they held
             return PageReading(view, hours, requests, warned, state, crow.survey_state, access, readiness, logins, days)
 
     # -- idle stop -------------------------------------------------------------------------------------
