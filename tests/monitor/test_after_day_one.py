@@ -26,6 +26,7 @@ from gpuseat.readings import SeatEntry, Snapshot
 from gpuseat.services.report import build_digest
 from gpuseat.services.survey import SurveyService
 from gpuseat.store import open_monitor, open_store
+from gpuseat.store.monitor import MonitorStore
 
 from .conftest import FIXTURES
 
@@ -157,3 +158,27 @@ def test_a_seat_removed_and_the_course_deleted_while_the_monitor_runs(url, tmp_p
         rows = store.monitor.usage_rows()
     # the deleted course took its seats and people with it: its history is nobody's, no row is another's
     assert {(r.minute - now_minute, r.seat, r.participant) for r in rows} == {(m, None, None) for m in (-3, -2, -1)}
+
+
+def test_a_seat_given_another_device_while_the_monitor_runs(url):
+    """The layout re-carved: seat-01's device changes; readings of its old device are nobody's from then on."""
+    now_minute = int(time.time()) // 60
+    monitor, clock = _running_monitor(url, (now_minute - 10) * 60)
+    gpu = [g.uuid for g in CAPTURE.gpus]
+    try:
+        _tick_at(monitor, clock, (now_minute - 2) * 60)
+        assert isinstance(monitor.store, MonitorStore)
+        monitor.store.import_seats([SeatEntry("seat-01", gpu[3], "ann"), SeatEntry("seat-03", gpu[2], "ben")])
+        _tick_at(monitor, clock, (now_minute - 1) * 60)
+        _tick_at(monitor, clock, now_minute * 60)
+    finally:
+        monitor.close()
+    with open_store(url) as store:
+        rows = store.monitor.usage_rows()
+    credited = {(r.minute - now_minute, r.device_uuid): r.participant for r in rows if r.participant}
+    assert credited == {
+        (-2, gpu[0]): "ann",
+        (-2, gpu[2]): "ben",
+        (-1, gpu[3]): "ann",
+        (-1, gpu[2]): "ben",
+    }
