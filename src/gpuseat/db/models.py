@@ -342,6 +342,7 @@ class PortalSession(Base):
 # monitor's tables by seat (created by the portal's migration).
 Index("ix_samples_seat_id_ts", Sample.seat_id, Sample.ts)
 Index("ix_minute_aggregates_seat_id_minute", MinuteAggregate.seat_id, MinuteAggregate.minute)
+Index("ix_minute_aggregates_participant_id_minute", MinuteAggregate.participant_id, MinuteAggregate.minute)
 
 
 class EngineSetting(Base):
