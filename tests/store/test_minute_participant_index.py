@@ -12,20 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
+from tests.portal.routes.served import COURSE
 
 from gpuseat.store import open_store
-
-COURSE = """name = "Lab"
-participants = 2
-
-[needs]
-min_gpu_memory_gb = 16
-isolation = "partitioned"
-
-[schedule]
-start = 2026-09-07
-days = 5
-"""
 
 
 def test_a_participants_page_reads_their_minutes_by_the_participant_index(tmp_path: Path) -> None:
