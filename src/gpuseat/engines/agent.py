@@ -149,8 +149,11 @@ class Agent:
                 period = max(last[3], now - last[1])
             # a first look waits at least a lease period too (the database's clock stepped ahead shows a live
             # leader's row as run out, and an agent started just then took it at once: two leaders), unless the
-            # row has run out and its holder was an agent of this machine whose process is gone (a crash, kill -9)
-            wait = 0.0 if left <= 0 and _gone(seen[0]) else max(o.lease_s, min(max(left, 0.0), 3 * o.lease_s))
+            # holder was an agent of this machine whose process is gone (a crash, kill -9): then the row is taken
+            # as soon as it has run out by the database's clock (a holder of another machine of the same name
+            # cannot be told apart, so its row must still run out)
+            left_s = min(max(left, 0.0), 3 * o.lease_s)
+            wait = left_s if _gone(seen[0]) else max(o.lease_s, left_s)
             due = now + (wait if last is None else o.lease_s)
             self._seen = last = (seen, now, due, period)
         _seen, since, due, period = last
