@@ -16,18 +16,26 @@ from .routes.served import COURSE
 from .test_browser import ARGS, CHROMIUM
 
 
-def ann_served(tmp_path: Path, seats: Iterable[dict[str, str]]) -> tuple[Store, str, Server]:
-    """A store whose course ``lab`` has ``seats`` and ann on the first, her link, and the server on it."""
+def ann_store(
+    tmp_path: Path, seats: Iterable[dict[str, str]], roster: str = "name,email\nAnn,ann@example.org\n"
+) -> tuple[Store, str, str]:
+    """A SQLite store whose course ``lab`` has ``seats`` and ann (from ``roster``) on the first: the store,
+    its URL and ann's link."""
     url = f"sqlite:///{tmp_path / 'course.db'}"
     store = open_store(url, create=True)
     (tmp_path / "lab.toml").write_text(COURSE)
     store.courses.create_course(tmp_path / "lab.toml", key="lab")
-    (tmp_path / "r.csv").write_text("name,email\nAnn,ann@example.org\n")
+    (tmp_path / "r.csv").write_text(roster)
     store.roster.import_roster("lab", tmp_path / "r.csv")
     specs = list(seats)
     store.seats.add_seats("lab", specs)
     store.seats.assign("lab", "ann", specs[0]["key"])
-    token = store.tokens.issue_tokens("lab")[0].token
+    return store, url, store.tokens.issue_tokens("lab")[0].token
+
+
+def ann_served(tmp_path: Path, seats: Iterable[dict[str, str]]) -> tuple[Store, str, Server]:
+    """A store whose course ``lab`` has ``seats`` and ann on the first, her link, and the server on it."""
+    store, url, token = ann_store(tmp_path, seats)
     return store, token, start(["--db", url, "--links-expire", "never"], tmp_path / "serve.log")
 
 

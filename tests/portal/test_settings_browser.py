@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuseat.store import open_store
-
+from .ann_page import ann_store
 from .live import start
-from .routes.served import COURSE
 from .test_browser import ARGS, CHROMIUM, _need_browser
 
 PASSWORD = "correct horse battery"
@@ -17,17 +15,8 @@ PASSWORD = "correct horse battery"
 
 def test_an_organizer_changes_quota_hours_and_the_participant_page_shows_them(tmp_path: Path) -> None:
     sync_playwright = _need_browser()
-    url = f"sqlite:///{tmp_path / 'course.db'}"
-    store = open_store(url, create=True)
-    (tmp_path / "lab.toml").write_text(COURSE)
-    store.courses.create_course(tmp_path / "lab.toml", key="lab")
-    (tmp_path / "r.csv").write_text("name,email,unix_user\nAnn,ann@example.org,ann\n")
-    store.roster.import_roster("lab", tmp_path / "r.csv")
-    store.seats.add_seats(
-        "lab", [{"key": "mig-01", "kind": "mig", "host": "gpu1", "engine": "host", "device_uuid": "MIG-1"}]
-    )
-    store.seats.assign("lab", "ann", "mig-01")
-    token = store.tokens.issue_tokens("lab")[0].token
+    seat = {"key": "mig-01", "kind": "mig", "host": "gpu1", "engine": "host", "device_uuid": "MIG-1"}
+    store, url, token = ann_store(tmp_path, [seat], "name,email,unix_user\nAnn,ann@example.org,ann\n")
     store.accounts.set_password("admin", PASSWORD)
     store.close()
     server = start(["--db", url, "--links-expire", "never"], tmp_path / "serve.log")
