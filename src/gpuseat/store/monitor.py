@@ -245,9 +245,8 @@ class MonitorStore(Concern):
         with self._database.engine.connect() as conn:
             self._version = self._changes(conn)
             q = select(Assignment.seat_id, Assignment.participant_id, Assignment.valid_from, Assignment.valid_to)
+            q = q.where(Assignment.seat_id.in_(sorted(seat_ids)))  # this monitor's seats, not every course's
             for sid, pid, start, end in conn.execute(q.order_by(Assignment.seat_id, Assignment.valid_from)):
-                if sid not in seat_ids:
-                    continue
                 times, who = holders.setdefault(int(sid), ([], []))
                 t0 = _seconds(start)
                 if times and times[-1] >= t0:  # a zero-length hold (given and taken back in one second)
