@@ -202,6 +202,36 @@ class RealHub:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
+# The hub's own spawner draws a server's port with a bind to port 0 that it closes again before the server
+# binds it (jupyterhub#3005). While the other xdist worker opens servers and connections, that port can be
+# taken in between: the server dies at bind and whatever now listens there answers the hub's readiness
+# probe. The tests' servers take ports below the kernel's ephemeral range (32768-60999), which neither
+# bind(0) nor an outgoing connection ever hands out.
+SPAWNER_PORTS = """\
+import random as _random
+import socket as _socket
+
+from jupyterhub.spawner import SimpleLocalProcessSpawner as _Simple
+
+
+class HarnessSpawner(_Simple):
+    async def start(self):
+        for _ in range(1000):
+            port = _random.randint(20000, 32767)
+            with _socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            self.port = port
+            break
+        return await super().start()
+
+
+c.JupyterHub.spawner_class = HarnessSpawner
+"""
+
+
 def site_lines(workdir: Path, *, public_port: int, tiny: bool, token: str, http_timeout: int = 300) -> str:
     """The lines a site adds after gpuseat's config: loopback ports, proxy, spawner paths, a driver service."""
     proxy = find_proxy()
@@ -213,7 +243,6 @@ def site_lines(workdir: Path, *, public_port: int, tiny: bool, token: str, http_
         "JupyterHub.hub_bind_url": f"http://127.0.0.1:{hub_port}",
         "JupyterHub.db_url": f"sqlite:///{workdir / 'jupyterhub.sqlite'}",
         "JupyterHub.cookie_secret_file": str(workdir / "jupyterhub_cookie_secret"),
-        "JupyterHub.spawner_class": "simple",
         "JupyterHub.authenticator_class": "null",
         "JupyterHub.log_level": "INFO",
         "ConfigurableHTTPProxy.api_url": f"http://127.0.0.1:{api_port}",
@@ -225,7 +254,7 @@ def site_lines(workdir: Path, *, public_port: int, tiny: bool, token: str, http_
         "Spawner.start_timeout": 300,
         "Spawner.http_timeout": http_timeout,
     }
-    lines = ["", "# --- site settings added by the test harness ---"]
+    lines = ["", "# --- site settings added by the test harness ---", SPAWNER_PORTS]
     lines += [f"c.{key} = {value!r}" for key, value in values.items()]
     driver = {"name": "test-driver", "api_token": token}
     role = {"name": "test-driver", "scopes": DRIVER_SCOPES, "services": ["test-driver"]}
