@@ -1,5 +1,5 @@
 """The suite's xdist groups hold: tests marked ``xdist_group(name=…)`` run on one worker under ``scripts/test.sh``'s
-``-n auto --dist loadgroup``. The libvirtd tests rely on it (one daemon per machine, behind a lock: a group split
+``-n N --dist loadgroup``. The libvirtd tests rely on it (one daemon per machine, behind a lock: a group split
 over two workers left one waiting out the other's whole session, 12–20 minutes), and so do the files whose
 module fixture must run once. pytest-xdist 3.8 groups by renaming ``item._nodeid``, which pytest 9.2 stopped
 reading (pyproject pins pytest below 9.2); this runs a small real session to check, whatever the versions."""
