@@ -248,6 +248,12 @@ CASES = [
          files=(("course.toml", "keep me"),)),
     Case("delete-export-to-no-folder", ("course", "delete", "course-2016", "--yes", "--export-to", "{tmp}/no/x.zip"), "--export-to {tmp}/no/x.zip: its folder does not exist"),
     Case("release-on-deleted-course", ("seats", "release", "--participant", "amartin", "--course", "gone", "--db", "{db}"), "no course 'gone'"),
+    # defect: a course or seat given as the command's positional argument was named as a flag it does not have
+    # ("--course: no course 'nosuch'" for course delete COURSE); where it is a flag, the flag is still named
+    Case("delete-unknown-course", ("course", "delete", "nosuch", "--yes"), "error: COURSE: no course 'nosuch'"),
+    Case("archive-unknown-course", ("course", "archive", "nosuch"), "error: COURSE: no course 'nosuch'"),
+    Case("connect-unknown-seat", ("seats", "connect", "seat-99"), "error: SEAT: no seat 'seat-99' in course"),
+    Case("connect-unknown-course", ("seats", "connect", "seat-01", "--course", "gone"), "error: --course: no course 'gone'"),
     # defect: engine settings the agent (root) acts on: a relative keys_dir made sshd read each participant's
     # keys from their own home; a privileged group took the course accounts in; a libvirt URI ran a command
     Case("host-keys-dir-relative", ("engines", "settings", "host", "keys_dir=.ssh/gpuseat", "--db", "{db}"), "must be an absolute path"),

@@ -9,6 +9,7 @@ import typer
 
 from gpuseat.cli._options import CourseOption, DbOption, ForceReplaceOption, add_group
 from gpuseat.cli._output import Format, FormatOption, print_json, print_rows, print_table
+from gpuseat.cli.flags import named_argument
 
 ACTOR = "cli"
 
@@ -178,7 +179,7 @@ def register(app: typer.Typer) -> None:
         """Make a course read-only (every change is refused from then on) and revoke its access links."""
         from gpuseat.store import open_store
 
-        with open_store(db) as store:
+        with named_argument("course", "COURSE"), open_store(db) as store:
             done = store.lifecycle.archive_course(course, actor=actor())
         if done["already"]:
             print(f"course {done['course']} was archived already ({done['archived_at']})")
@@ -202,7 +203,7 @@ def register(app: typer.Typer) -> None:
         from gpuseat.errors import InputError
         from gpuseat.store import open_store
 
-        with open_store(db) as store:
+        with named_argument("course", "COURSE"), open_store(db) as store:
             view = store.courses.get_course(course)
             if not yes:
                 raise InputError(

@@ -9,6 +9,7 @@ import typer
 from gpuseat.cli._options import CourseOption, DbOption, ProbeTimeoutOption, changed
 from gpuseat.cli._output import Format, FormatOption, print_json, print_rows
 from gpuseat.cli.course import actor
+from gpuseat.cli.flags import named_argument
 from gpuseat.errors import InputError
 
 CHECK_COLUMNS = ("seat", "participant", "engine", "state", "reason", "visible", "checked_at")
@@ -59,7 +60,7 @@ def add_delivery_commands(seats_app: typer.Typer) -> None:
         from gpuseat.store import open_store
 
         changing = clear or ssh or url or note or jump or kind  # any of them alone is a change, never ignored
-        with open_store(db, create=False) as store:
+        with named_argument("seat", "SEAT"), open_store(db, create=False) as store:
             view = store.seats.get_seat(course, seat)
             if ssh and url:
                 raise InputError("--ssh and --url both given", where="gpuseat seats connect", fix="give one of them")
