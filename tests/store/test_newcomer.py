@@ -83,6 +83,32 @@ def test_no_way_in_names_the_field_the_file_and_the_flag(cli, mig_course):
     assert "ssh_host" in data["missing"] and "--ssh-host" in data["missing"]
 
 
+def test_after_a_clear_a_seat_whose_engine_has_ssh_host_waits_for_its_record(cli, url, tmp_path):
+    """The host engine's ssh_host is set: a seat whose way in was cleared (``seats connect --clear``) gets it
+    back on the engine's next pass, so nothing is to be set (it said "set ssh_host … with `gpuseat engines
+    settings host ssh_host=HOST`", the very setting that was set); without that setting it says what to set."""
+    db = ("--db", url)
+    inventory = tmp_path / "server.toml"
+    server = (EXAMPLES / "ibm-2xM60.toml").read_text()
+    inventory.write_text(server.replace('name = "ibm-2xM60"', 'name = "ibm-2xM60"\nssh_host = "gpu1.example.org"'))
+    for args in (
+        ("course", "create", EXAMPLES / "course-2016.toml"),
+        ("roster", "import", EXAMPLES / "roster-16.csv"),
+        ("seats", "add", "--inventory", inventory, "--mode", "passthrough", "--engine", "host", "--count", "2"),
+        ("seats", "assign", "--participant", "amartin", "--seat", "seat-01"),
+        ("engines", "settings", "host", "ssh_host=gpu1.example.org"),
+    ):
+        ok(cli(*args, *db))
+    assert ok(cli("seats", "connect", "seat-01", *db)).out == "seat-01: ssh amartin@gpu1.example.org\n"
+    held = ok(cli("seats", "connect", "seat-01", "--clear", *db)).out
+    assert held.startswith("seat-01: being prepared: ") and held.endswith("; you will log in as amartin\n"), held
+    free = ok(cli("seats", "connect", "seat-02", "--clear", *db)).out
+    assert free == "seat-02: no way in yet: the host engine records it at gpu1.example.org for a holder\n", free
+    ok(cli("engines", "settings", "host", "ssh_host=", *db))
+    unset = ok(cli("seats", "connect", "seat-01", *db)).out
+    assert "set ssh_host" in unset and "`gpuseat engines settings host ssh_host=HOST`" in unset, unset
+
+
 def test_no_way_in_at_all_names_them_too():
     from gpuseat.core.delivery import instruction
 

@@ -78,7 +78,12 @@ def way_in(
         access = stored_jump
     way = instruction(access, seat=seat.key, unix_user=login, server_name=seat.host)
     if access is None and seat.host:
-        # the seat's server is known only by its inventory label: say which field makes it reachable
+        # the seat's server is known only by its inventory label: its engine's ssh_host makes it reachable on
+        # the engine's next pass (a way in cleared, or none recorded yet); without one, say which field does
+        if delivered and (address := _engine_ssh_host(store, seat)):
+            unheld = f"no way in yet: the {seat.engine} engine records it at {address} for a holder"
+            why = being_prepared(login) if viewer else unheld
+            return Instruction(None, None, None, seat.device_uuid, (), why)
         missing = (
             "the server has no reachable address yet: set ssh_host in its inventory file or with "
             "`gpuseat engines settings host ssh_host=HOST` (or pass --ssh-host HOST to `gpuseat host up`), "
@@ -93,6 +98,14 @@ def way_in(
             why = "not launched yet: the agent launches your seat while the course's access window is open"
         return Instruction(None, way.url, None, seat.device_uuid, (), why)
     return way
+
+
+def _engine_ssh_host(store: CourseStore, seat: SeatView) -> str | None:
+    """The ``ssh_host`` setting of the seat's engine in its course (the host engine's): the address that
+    engine records as the holder's way in on its next pass."""
+    if not seat.engine:
+        return None
+    return str(store.agents.engine_settings(seat.course, seat.engine).get("ssh_host") or "") or None
 
 
 def _login_on_host(seat: SeatView) -> bool:
