@@ -94,6 +94,6 @@ def test_requests_overtaken_by_a_move_touch_neither_the_left_seat_nor_its_new_ho
     assert said == [
         "reset: failed (ann holds seat-01 no more)",
         "stop: failed (ann holds seat-01 no more)",
-        "key: done (stored: your key goes to the seat you hold now (or get next); you left seat-01 before it was"
-        " installed there)",
+        "key: done (stored: your key is installed on the seat you hold now (or get next) if that seat takes an SSH"
+        " key; you left seat-01 before it was installed there)",
     ], said

@@ -120,6 +120,30 @@ def test_a_stop_revokes_ann_alone_until_her_start_a_restart_ends_her_pods_and_a_
         store.close()
 
 
+def test_a_key_asked_before_a_move_is_kept_without_saying_a_seat_that_takes_none_gets_it(tmp_path: Path) -> None:
+    """Ann asks for a new key on her Kubernetes seat and is moved to another before the agent comes by: the
+    request ends done (the key is hers, stored), and its record no longer says the key goes to the seat she
+    holds now, which takes no SSH key (it said "stored: your key goes to the seat you hold now")."""
+    store = _lab(tmp_path, COURSE_TOML)
+    try:
+        cluster = StandInCluster()
+        _pass(store, cluster)
+        store.seats.add_seats("k8s-lab", [
+            {"key": "seat-3", "kind": "mig", "host": "gpu-node-1", "device_uuid": MIG.format(n=3),
+             "profile": "1g.10gb", "memory_gb": 10.0, "engine": "kubernetes"}
+        ])  # fmt: skip
+        store.requests.request_seat("k8s-lab", "ann", "key", actor="ann", key=KEY)
+        store.seats.move("k8s-lab", "ann", "seat-3")
+        _pass(store, cluster)
+        assert _asked(store, "key") == (
+            "done",
+            "stored: your key is installed on the seat you hold now (or get next) if that seat takes an SSH key; "
+            "you left seat-1 before it was installed there",
+        )
+    finally:
+        store.close()
+
+
 def test_outside_the_access_window_a_start_fails_with_the_reason_and_inside_it_grants(tmp_path: Path) -> None:
     toml = COURSE_TOML.replace("days = 5\n", 'days = 5\nhours = "09:00-17:00"\naccess = "08:00-22:00"\n')
     store = _lab(tmp_path, toml)

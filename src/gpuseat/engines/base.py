@@ -253,8 +253,9 @@ def stale_requests(
 
 
 #: how the record of a key request whose asker left its seat first begins: the key is the participant's (stored
-#: when they asked), and the engine of the seat they hold now (or get next) installs it, so it is done, not failed
-KEY_KEPT = "stored: your key goes to the seat you hold now"
+#: when they asked), and the engine of the seat they hold now (or get next) installs it, so it is done, not failed.
+#: Said of any seat, also one that takes no SSH key (a JupyterHub or Kubernetes seat): the key waits for one that does
+KEY_KEPT = "stored: your key is installed on the seat you hold now (or get next) if that seat takes an SSH key"
 
 
 def stale_reason(r: RequestView, holders: Mapping[str, ParticipantView]) -> str | None:
@@ -265,7 +266,7 @@ def stale_reason(r: RequestView, holders: Mapping[str, ParticipantView]) -> str 
     if p is not None and p.key == r.participant:
         return None
     if r.action == "key":
-        return f"{KEY_KEPT} (or get next); you left {r.seat} before it was installed there"
+        return f"{KEY_KEPT}; you left {r.seat} before it was installed there"
     return f"{r.participant} holds {r.seat} no more"
 
 
