@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -149,3 +150,30 @@ def test_record_with_a_bad_conf_dir_or_out_folder_stores_nothing(cli, tmp_path: 
             assert {s.engine for s in st.seats.seats("c1")} != {"slurm"}, extra
             assert not [e for e in st.events.events("c1") if "slurm" in str(e.to_dict())], extra
     assert (site / "gres.conf").read_text() == "# the site's own\n"
+
+
+def test_config_binds_each_seat_to_the_courses_cores_per_seat(cli, tmp_path: Path) -> None:
+    """``gpuseat engines settings slurm cores_per_seat=2``: ``slurm config`` (recording, previewing, and from
+    the store) binds seat i to cores 2i-2i+1; a node with fewer than seats × 2 cores is refused naming the
+    numbers, before anything is recorded; the store keeps each seat's slot (core=0…3)."""
+    from gpuseat.store import open_store
+
+    url = _course(cli, tmp_path, 4)
+    r = cli("engines", "settings", "slurm", "cores_per_seat=0", "--course", "c1", "--db", url)
+    assert r.code == 2 and "cores_per_seat" in r.err and "Traceback" not in r.err
+    assert cli("engines", "settings", "slurm", "cores_per_seat=2", "--course", "c1", "--db", url).code == 0
+    args = ("--inventory", EXAMPLES / "ibm-2xM60.toml", "--node", "gpu01", "--course", "c1", "--db", url)
+    r = cli("slurm", "config", *args, "--record", "--cpus", "7")
+    assert r.code == 2 and "gpu01 has 7 CPUs but 4 seats, × 2 cores per seat = 8 cores" in r.err, r.err
+    assert "give at least 8 CPUs" in r.err and "Traceback" not in r.err
+    with open_store(url) as st:
+        assert {s.engine for s in st.seats.seats("c1")} != {"slurm"}
+    for extra in (("--record", "--cpus", "8"), ("--cpus", "8")):
+        r = cli("slurm", "config", *args, *extra)
+        assert r.code == 0, r.err
+        assert "File=/dev/nvidia3 Cores=6-7  # seat seat-04" in r.out and "NodeName=gpu01 CPUs=8 " in r.out
+    r = cli("slurm", "config", "--course", "c1", "--db", url)
+    assert r.code == 0 and "File=/dev/nvidia1 Cores=2-3  # seat seat-02" in r.out, r.err
+    with open_store(url) as st:
+        refs = [s.engine_ref or "" for s in st.seats.seats("c1")]
+    assert [re.search(r"core=(\d+)", ref).group(1) for ref in refs] == ["0", "1", "2", "3"]  # type: ignore[union-attr]

@@ -209,3 +209,42 @@ def test_a_slurm_command_that_times_out_is_one_clear_error() -> None:
         Slurm(rec).run("srun", ["true"], as_user="alice,bob")
     with pytest.raises(EngineError, match="no unix user gsnobody-x on this machine"):
         Slurm(Runner()).run("true", [], as_user="gsnobody-x")
+
+
+def test_seats_with_two_cores_take_consecutive_ranges_and_the_lua_says_so() -> None:
+    """``cores_per_seat`` 2: seat i is bound to cores 2i and 2i+1 (gres.conf ``Cores=2-3``), the node needs
+    seats × 2 cores (fewer: one message naming the numbers), a session reserves them all (``CoreCnt=8``), and
+    each seat limit in job_submit.lua says ``cpus = 2`` (read back as written); with 1 nothing changes."""
+    slots = config.devices_from_layout(
+        _layout("ibm-2xM60.toml", "passthrough", need=SeatNeed(isolation="dedicated")), "gpu01"
+    )
+    assert config.seat_cores(slots, 1) == slots
+    devices = config.seat_cores(slots, 2)
+    lines = config.gres_conf(devices).splitlines()[3:]
+    assert [ln.split(" Cores=")[1].split()[0] for ln in lines] == ["0-1", "2-3", "4-5", "6-7"]
+    assert "Type=m60.seat-02 File=/dev/nvidia1 Cores=2-3  # seat seat-02" in lines[1]
+    assert "NodeName=gpu01 CPUs=8 Gres=" in config.node_lines(devices)
+    with pytest.raises(InputError, match=r"gpu01 has 7 CPUs but 4 seats, × 2 cores per seat = 8 cores") as e:
+        config.node_lines(devices, cpus=7)
+    assert "give at least 8 CPUs" in (e.value.fix or "")
+    with pytest.raises(InputError, match="has 3 CPUs but 4 seats, each bound to its own core"):
+        config.node_lines(slots, cpus=3)
+    with pytest.raises(InputError, match="core 1 on gpu01 is bound to two seats"):  # ranges overlap
+        config.gres_conf([devices[0], devices[1].model_copy(update={"core": 1})])
+    day = datetime(2026, 3, 2, 9)
+    (res,) = config.session_reservations("c2016", [(day, day + timedelta(hours=1))], ["alice"], devices)
+    assert "CoreCnt=8" in res.words()
+    with pytest.raises(InputError, match="cores up to 4097"):
+        config.seat_cores([slots[0].model_copy(update={"core": 2048})], 2)
+    part = names.course_partition("c2016")
+    limits = [
+        config.SeatLimit(part, "alice", "m60", 1, "m60.seat-01", cpus=2),
+        config.SeatLimit(part, "bob", "m60", 1, "m60"),
+    ]
+    text = config.job_submit_lua(limits)
+    assert '["alice"] = {type = "m60", seat = "m60.seat-01", count = 1, cpus = 2},' in text
+    assert '["bob"] = {type = "m60", seat = "m60", count = 1},' in text  # one core: the row as before
+    assert "local SEAT_CPUS = 1 " in text and "seat.cpus or SEAT_CPUS" in text
+    assert config.job_submit_limits(text) == limits
+    with pytest.raises(InputError, match="CPU count 0 out of range"):
+        config.SeatLimit(part, "alice", "m60", 1, cpus=0)

@@ -533,3 +533,20 @@ def test_a_holders_job_off_their_seat_is_cancelled_only_where_the_seat_ties_them
         got = service.off_seat(jobs, idx, "m60.seat-03", types, 1, tied=tied)
         assert [j.job_id for j in got] == want, (idx, tied)
     assert service.seat_types_of(job(1), given(2)) == {"m60.seat-02"}
+
+
+def test_cores_per_seat_sets_the_sessions_core_count_and_each_seats_cpus(lab: Lab) -> None:
+    """``cores_per_seat`` 2: each session reserves the 8 cores bound to the 4 seats (``CoreCnt=8``), and
+    job_submit.lua lets each holder ask for 2 CPUs; set back to 1, the next plan rewrites the seat limits."""
+    conf = str(lab.etc / "slurm.conf")
+    lab.store.agents.set_engine_settings("c1", "slurm", {"slurm_conf": conf, "cancel_wait_s": 1, "cores_per_seat": 2})  # type: ignore[attr-defined]
+    creates = [s for s in lab.plan().steps if s.action == "reservation.create"]
+    assert len(creates) == 2 and all("CoreCnt=8" in s.data["words"] for s in creates)
+    assert not lab.apply().failed
+    lua = (lab.etc / "job_submit.lua").read_text()
+    assert {(x.user, x.cpus) for x in config.job_submit_limits(lua)} == {("alice", 2), ("bob", 2)}
+    assert '["alice"] = {type = "m60", seat = "m60.seat-01", count = 1, cpus = 2},' in lua
+    assert lab.plan().steps == []
+    lab.store.agents.set_engine_settings("c1", "slurm", {"cores_per_seat": None})  # type: ignore[attr-defined]
+    (limits,) = [s for s in lab.plan().steps if s.action == "limits.set"]
+    assert ", cpus = 2}" not in limits.data["text"] and "count = 1}," in limits.data["text"]

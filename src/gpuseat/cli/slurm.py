@@ -105,6 +105,24 @@ def _devices(
     )
 
 
+def _cores_per_seat(db: str | None, course: str | None, *, required: bool) -> int:
+    """The course's ``cores_per_seat`` (Slurm engine setting). A preview (no ``--record``) takes 1 when the
+    store or the course is not there (``--course`` then only names the partition)."""
+    from gpuseat.engines.slurm.course import cores_per_seat
+    from gpuseat.errors import InputError
+    from gpuseat.store import open_store
+
+    if not required and course is None:
+        return 1
+    try:
+        with open_store(db) as store:
+            return cores_per_seat(store, store.courses.get_course(course).key)
+    except InputError:
+        if required:
+            raise
+        return 1
+
+
 @slurm_app.command("config")
 def config_command(
     inventory: Path | None = typer.Option(
@@ -135,8 +153,10 @@ def config_command(
     """Write gres.conf, the slurm.conf node/partition lines and cgroup.conf for the carved seats.
 
     With ``--inventory`` and ``--node`` the seats come from carving that server (``--record`` stores them
-    as the course's Slurm seats); without, from the seats the course store already holds for Slurm.
+    as the course's Slurm seats); without, from the seats the course store already holds for Slurm. Each
+    seat is bound to the course's ``cores_per_seat`` (Slurm engine setting) cores.
     """
+    from gpuseat.engines.slurm import config
     from gpuseat.engines.slurm import course as slurm
     from gpuseat.errors import InputError
 
@@ -158,7 +178,8 @@ def config_command(
     elif node is None:
         raise InputError("--inventory needs --node", where="--node", fix="give the Slurm node name of this server")
     else:
-        devices = _devices(inventory, mode, profile, node, dev_root, mig_minors, mig_instances)
+        slots = _devices(inventory, mode, profile, node, dev_root, mig_minors, mig_instances)
+        devices = config.seat_cores(slots, _cores_per_seat(db, course, required=record))
         if record:
             from gpuseat.store import open_store
 
@@ -170,7 +191,7 @@ def config_command(
                     slurm.lua_path(conf_dir)
                 if out is not None:
                     slurm.write_files(files, out, force=force, check=True)
-                recorded = slurm.record_config(store, key, devices)
+                recorded = slurm.record_config(store, key, slots)  # each seat's slot; its cores follow the setting
             keys = [key]
             stderr_console().print(f"recorded {len(recorded)} seat(s) of course {key} as Slurm seats", markup=False)
         elif course:

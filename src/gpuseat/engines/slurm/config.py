@@ -11,7 +11,7 @@
   a participant's GPU job asks for at most their seat, names one partition (their course's) for the
   course's sessions, and is rewritten to the seat's own GRES type (``m60.seat-01``), so Slurm itself
   can only give them their own GPU, whatever the partition, reservation or number of jobs; it asks for
-  at most the seat's one CPU (the core its GPU is bound to). Every GPU job gets
+  at most the seat's CPUs (the cores its GPU is bound to: ``cores_per_seat``). Every GPU job gets
   ``--gres-flags=enforce-binding`` (only root may disable it). See docs/slurm.md.
 """
 
@@ -44,8 +44,9 @@ class GresDevice(BaseModel):
     gres_type: str
     files: tuple[str, ...] = Field(min_length=1)
     mig: bool = False
-    core: int = Field(ge=0, lt=MAX_CORES)
+    core: int = Field(ge=0, lt=MAX_CORES)  # the first core bound (recorded: the seat's slot on its node)
     seat: str | None = None
+    cores: int = Field(1, ge=1, le=256)  # cores bound from ``core`` on (:func:`seat_cores`)
 
     def model_post_init(self, _context: object) -> None:
         """Every name reaches a config file: check them all."""
@@ -66,6 +67,11 @@ class GresDevice(BaseModel):
     def slurm_type(self) -> str:
         """The GRES type Slurm knows this device by: the seat's own (``m60.seat-01``), else the model's."""
         return seat_gres_type(self.gres_type, self.seat) if self.seat else self.gres_type
+
+    @property
+    def core_list(self) -> str:
+        """``Cores=`` of gres.conf: ``3``, or ``6-7`` for two cores."""
+        return str(self.core) if self.cores == 1 else f"{self.core}-{self.core + self.cores - 1}"
 
 
 def gres_type_of(model: str) -> str:
@@ -96,6 +102,19 @@ def bind_cores(devices: Iterable[GresDevice]) -> list[GresDevice]:
     return out
 
 
+def seat_cores(devices: Iterable[GresDevice], per_seat: int) -> list[GresDevice]:
+    """Each seat bound to ``per_seat`` consecutive cores: the seat recorded on core (slot) i takes cores
+    i*n … i*n+n-1, so two seats never share one (the Slurm engine's ``cores_per_seat``)."""
+    out = []
+    for d in devices:
+        if (d.core + 1) * per_seat > MAX_CORES:
+            last = (d.core + 1) * per_seat - 1
+            raise InputError(f"seat {d.seat} would be bound to cores up to {last}", where="cores_per_seat",
+                             fix=f"a node has at most {MAX_CORES} cores: lower cores_per_seat")  # fmt: skip
+        out.append(d.model_copy(update={"core": d.core * per_seat, "cores": per_seat}))
+    return out
+
+
 def _by_node(devices: Sequence[GresDevice]) -> dict[str, list[GresDevice]]:
     out: dict[str, list[GresDevice]] = {}
     for d in devices:
@@ -117,13 +136,14 @@ def _check_unique(devices: Sequence[GresDevice]) -> None:
                     fix="give every seat on the cluster its own key (the seat's GRES type is model + seat key)",
                 )
             types[d.slurm_type] = f"{d.node}:{d.files[0]}"
-        if (d.node, d.core) in cores:
-            raise InputError(
-                f"core {d.core} on {d.node} is bound to two seats",
-                where=f"seat {d.seat}",
-                fix="bind one core per seat (bind_cores numbers them)",
-            )
-        cores.add((d.node, d.core))
+        for core in range(d.core, d.core + d.cores):
+            if (d.node, core) in cores:
+                raise InputError(
+                    f"core {core} on {d.node} is bound to two seats",
+                    where=f"seat {d.seat}",
+                    fix="bind one core per seat (bind_cores numbers them)",
+                )
+            cores.add((d.node, core))
         key = (d.node, ",".join(d.files))
         if key in whole:
             raise InputError(
@@ -146,7 +166,7 @@ def gres_conf(devices: Sequence[GresDevice]) -> str:
         for d in devs:
             files = f"MultipleFiles={','.join(d.files)}" if d.mig else f"File={d.files[0]}"
             seat = f"  # seat {d.seat}" if d.seat else ""
-            lines.append(f"NodeName={node} Name=gpu Type={d.slurm_type} {files} Cores={d.core}{seat}")
+            lines.append(f"NodeName={node} Name=gpu Type={d.slurm_type} {files} Cores={d.core_list}{seat}")
     return "\n".join(lines) + "\n"
 
 
@@ -166,15 +186,17 @@ def node_lines(
     real_memory_mb: int | None = None,
     addresses: Mapping[str, str] | None = None,
 ) -> str:
-    """``NodeName=`` lines: ``Gres=gpu:<type>:<n>,…``; ``CPUs`` at least one core per seat."""
+    """``NodeName=`` lines: ``Gres=gpu:<type>:<n>,…``; ``CPUs`` at least the cores bound to its seats."""
     lines = []
     for node, counts in gres_counts(devices).items():
-        need = max(d.core for d in devices if d.node == node) + 1
+        bound = [d for d in devices if d.node == node]
+        need, per = max(d.core + d.cores for d in bound), max(d.cores for d in bound)
         if cpus is not None and cpus < need:
+            each = "each bound to its own core" if per == 1 else f"× {per} cores per seat = {need} cores"
             raise InputError(
-                f"{node} has {cpus} CPUs but {need} seats, each bound to its own core",
+                f"{node} has {cpus} CPUs but {need if per == 1 else len(bound)} seats, {each}",
                 where="--cpus",
-                fix=f"give at least {need} CPUs (cores) per node",
+                fix=f"give at least {need} CPUs (cores) per node" + ("" if per == 1 else ", or lower cores_per_seat"),
             )
         gres = ",".join(f"gpu:{t}:{n}" for t, n in counts.items())
         parts = [f"NodeName={node}"]
@@ -238,6 +260,7 @@ class SeatLimit:
     gres_type: str
     count: int
     seat_type: str | None = None  # the seat's own GRES type (jobs are rewritten to it)
+    cpus: int = 1  # the cores its GPU is bound to (a GPU job asks for at most these)
 
     def __post_init__(self) -> None:
         names.slurm_name(self.partition, where="partition")
@@ -245,12 +268,10 @@ class SeatLimit:
         names.gres_type(self.gres_type)
         if self.seat_type is not None:
             names.gres_type(self.seat_type)
-        if not 0 < self.count <= 64:
-            raise InputError(
-                f"seat GPU count {self.count} out of range",
-                where=f"participant {self.user}",
-                fix="a seat holds 1 to 64 GRES",
-            )
+        if not 0 < self.count <= 64 or not 0 < self.cpus <= 256:
+            what = f"GPU count {self.count}" if not 0 < self.count <= 64 else f"CPU count {self.cpus}"
+            raise InputError(f"seat {what} out of range", where=f"participant {self.user}",
+                             fix="a seat holds 1 to 64 GRES and 1 to 256 cores")  # fmt: skip
 
 
 def _lua_str(value: str) -> str:
@@ -295,7 +316,8 @@ end
 local GPU_FIELDS = {"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket"}
 local NO_VAL = 4294967294  -- Slurm's "not set" (a job that is no heterogeneous job's part has this offset)
 local NO_VAL16 = 65534  -- the same for 16-bit fields (cpus_per_task, pn_min_cpus)
-local SEAT_CPUS = 1  -- a seat is one core, its GPU bound to it (gres.conf Cores=N, --gres-flags=enforce-binding)
+local SEAT_CPUS = 1  -- a seat's cores, its GPU bound to them (gres.conf Cores=N, --gres-flags=enforce-binding);
+                     -- a seat entry's cpus = N when it has more (the Slurm engine's cores_per_seat)
 
 -- The GPUs a request asks for: total count (per-task counts times the tasks) and the types named.
 local function gpus_asked(job_desc)
@@ -441,15 +463,15 @@ local function seat_rule(job_desc, job_rec, user, partition, resv)
     return refuse("in the sessions of %s a job without a GPU would take another participant's core; submit " ..
                   "one job with your one GPU (--gres=gpu:1), or run it outside the session", part)
   end
-  -- The seat's GPU is bound to its one core: a GPU job asking for more CPUs can never start (and --exclusive
+  -- The seat's GPU is bound to its cores: a GPU job asking for more CPUs can never start (and --exclusive
   -- in a session waits for the whole node); say how many it may ask for.
-  local cpus = cpus_asked(job_desc, job_rec, after)
+  local cpus, most = cpus_asked(job_desc, job_rec, after), seat.cpus or SEAT_CPUS
   local whole = (resv_course ~= nil and job_desc.shared == 0)
-  if after >= 1 and (cpus > SEAT_CPUS or whole) then
-    local s = (SEAT_CPUS == 1) and "" or "s"
+  if after >= 1 and (cpus > most or whole) then
+    local s = (most == 1) and "" or "s"
     local why = whole and "--exclusive asks for the whole node" or string.format("this job asks for %d CPUs", cpus)
     return refuse("%s; your seat in %s has %d CPU%s (the core%s its GPU is bound to); ask for at most %d CPU%s (-c %d)",
-                  why, part, SEAT_CPUS, s, s, SEAT_CPUS, s, SEAT_CPUS)
+                  why, part, most, s, s, most, s, most)
   end
   if not any then return slurm.SUCCESS end
   for kind, _ in pairs(kinds) do
@@ -545,7 +567,8 @@ def job_submit_lua(limits: Iterable[SeatLimit], uids: Mapping[str, int] | None =
             first.setdefault(user, part)
             rows.append(
                 f"    [{_lua_str(user)}] = {{type = {_lua_str(lim.gres_type)}, "
-                f"seat = {_lua_str(lim.seat_type or lim.gres_type)}, count = {lim.count}}},"
+                f"seat = {_lua_str(lim.seat_type or lim.gres_type)}, count = {lim.count}"
+                + (f", cpus = {int(lim.cpus)}}}," if lim.cpus != 1 else "},")
             )
         rows.append("  },")
     rows.append("}")
@@ -564,7 +587,7 @@ def job_submit_lua(limits: Iterable[SeatLimit], uids: Mapping[str, int] | None =
 _LUA_COURSE = re.compile(r'^  \["([A-Za-z0-9_.+-]{1,64})"\] = \{$')
 _LUA_USER = re.compile(
     r'^    \["([A-Za-z0-9_.+-]{1,64})"\] = \{type = "([A-Za-z0-9_.+-]{1,64})", '
-    r'seat = "([A-Za-z0-9_.+-]{1,64})", count = (\d{1,2})\},$'
+    r'seat = "([A-Za-z0-9_.+-]{1,64})", count = (\d{1,2})(?:, cpus = (\d{1,3}))?\},$'
 )
 
 
@@ -576,7 +599,7 @@ def job_submit_limits(text: str) -> list[SeatLimit]:
         if m := _LUA_COURSE.match(line):
             part = m.group(1)
         elif (m := _LUA_USER.match(line)) and part is not None:
-            out.append(SeatLimit(part, m.group(1), m.group(2), int(m.group(4)), seat_type=m.group(3)))
+            out.append(SeatLimit(part, m.group(1), m.group(2), int(m.group(4)), m.group(3), int(m.group(5) or 1)))
     return out
 
 
@@ -690,7 +713,7 @@ def reservation_name(course_key: str, start: datetime) -> str:
 def session_reservations(
     course_key: str, intervals: Sequence[tuple[datetime, datetime]], users: Sequence[str], devices: Sequence[GresDevice]
 ) -> list[Reservation]:
-    """One reservation per lab session (interval), holding on each node as many cores as it has seats."""
+    """One reservation per lab session (interval), holding on each node the cores bound to its seats."""
     if not users:
         raise InputError(
             "no participant has a unix user",
@@ -699,7 +722,7 @@ def session_reservations(
         )
     for u in users:
         logins.unix_user(u)
-    per_node = {node: max(d.core for d in devs) + 1 for node, devs in _by_node(devices).items()}
+    per_node = {node: max(d.core + d.cores for d in devs) for node, devs in _by_node(devices).items()}
     if not per_node:
         raise InputError("the course has no Slurm seats", where="seats", fix="add seats first (gpuseat seats add)")
     nodes = tuple(sorted(per_node))

@@ -3,7 +3,8 @@ status and the probe jobs of ``slurm check``.
 
 The engine (:mod:`.engine`) plans from these values; the CLI (``gpuseat slurm config|status|check``)
 calls the functions here. Each Slurm seat records where it lives in the store's ``engine_ref``
-(``node=… gres=gpu:TYPE core=N files=…``), written by ``gpuseat slurm config --course --record``.
+(``node=… gres=gpu:TYPE core=N files=…``), written by ``gpuseat slurm config --course --record``; ``core=N``
+is the seat's slot on its node, bound to cores N*n … N*n+n-1 with the engine's ``cores_per_seat`` n.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ class SlurmCourse:
     key: str
     intervals: tuple[tuple[datetime, datetime], ...]
     members: tuple[Member, ...]
-    devices: tuple[GresDevice, ...]
+    devices: tuple[GresDevice, ...]  # bound to their cores (:func:`config.seat_cores`)
+    cores_per_seat: int = 1
 
     @property
     def partition(self) -> str:
@@ -93,6 +95,7 @@ class SlurmCourse:
                     dev.gres_type,
                     1,
                     seat_type=dev.slurm_type,
+                    cpus=self.cores_per_seat,
                 )
             )
         return out
@@ -563,9 +566,11 @@ def course_from_values(
     seats: Iterable[_SeatLike],
     *,
     skip: list[str] | None = None,
+    cores_per_seat: int = 1,
 ) -> SlurmCourse:
     """A :class:`SlurmCourse` from store views: seats whose engine is slurm, participants with their
-    login and seat. ``skip``: a Slurm seat without a recorded device is named there instead of refused."""
+    login and seat, each seat bound to ``cores_per_seat`` cores. ``skip``: a Slurm seat without a recorded
+    device is named there instead of refused."""
     names.slurm_name(key, where="course key")
     devices = []
     for s in seats:
@@ -579,7 +584,8 @@ def course_from_values(
     members = tuple(
         Member(p.key, login_name(p.key, p.unix_user), p.seat if p.seat in slurm_seats else None) for p in participants
     )
-    return SlurmCourse(key, tuple(intervals), members, tuple(devices))
+    bound = tuple(config.seat_cores(devices, cores_per_seat))
+    return SlurmCourse(key, tuple(intervals), members, bound, cores_per_seat)
 
 
 def _local(dt: datetime, timezone: str) -> datetime:
@@ -590,11 +596,19 @@ def _local(dt: datetime, timezone: str) -> datetime:
 
 
 def slurm_course_from_store(store: CourseStore, course: str | None) -> SlurmCourse:
-    """The course's Slurm seats, roster and session times (in the controller's local time) from the store."""
+    """The course's Slurm seats, roster and session times (in the controller's local time) from the store;
+    its seats' cores from the engine's ``cores_per_seat`` setting."""
     view = store.courses.get_course(course)
     sched = store.courses.course_file(view.key).schedule
     intervals = [(_local(a, view.timezone), _local(b, view.timezone)) for a, b in sched.intervals()]
-    return course_from_values(view.key, intervals, store.roster.participants(view.key), store.seats.seats(view.key))
+    per_seat = cores_per_seat(store, view.key)
+    people, seats = store.roster.participants(view.key), store.seats.seats(view.key)
+    return course_from_values(view.key, intervals, people, seats, cores_per_seat=per_seat)
+
+
+def cores_per_seat(store: CourseStore, course: str) -> int:
+    """The Slurm engine's ``cores_per_seat`` setting of the course (checked when stored; 1 when unset)."""
+    return int(store.agents.engine_settings(course, "slurm").get("cores_per_seat", 1))
 
 
 def courses_from_store(store: CourseStore) -> list[SlurmCourse]:

@@ -74,6 +74,9 @@ class SlurmSettings(BaseModel):
     accounting: bool | None = Field(None, description="associations via sacctmgr (default: when slurmdbd is used)")
     cancel_wait_s: float = Field(30.0, gt=0, le=600, description="seconds a cancelled job may take to free its GPU")
     timeout: float = Field(60.0, gt=0, le=3600, description="seconds a probe job may wait for its GPU")
+    cores_per_seat: int = Field(
+        1, ge=1, le=256, description="cores each seat's GPU is bound to: a GPU job may ask for -c up to this"
+    )
 
     @field_validator("slurm_conf", "conf_dir", "partitions_conf")
     @classmethod
@@ -159,7 +162,8 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         skipped: list[str] = []
         intervals = self._intervals(state)
         people = list(state.people.values())
-        sc = course_from_values(state.key, intervals, people, state.seats, skip=skipped)
+        per_seat = self.settings.cores_per_seat
+        sc = course_from_values(state.key, intervals, people, state.seats, skip=skipped, cores_per_seat=per_seat)
         if skipped:
             notes.append(
                 f"seat(s) {', '.join(skipped)} have no Slurm device recorded: "
@@ -167,7 +171,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             )
         if not state.active:
             members = tuple(Member(m.participant, m.unix_user, None) for m in sc.members)
-            return SlurmCourse(sc.key, sc.intervals, members, sc.devices)
+            return SlurmCourse(sc.key, sc.intervals, members, sc.devices, sc.cores_per_seat)
         for m in sc.members:
             if m.seat is not None:
                 names.participant_login(m.unix_user, where=f"participant {m.participant}")
