@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -107,6 +108,15 @@ class Lab:
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[Lab]:
+    with start_lab() as started:
+        yield started
+
+
+@contextmanager
+def start_lab(cores_per_seat: int = 1, cpus: int = 8) -> Iterator[Lab]:
+    """The course set up the documented way on a fresh cluster of ``cpus`` CPUs, each seat bound to
+    ``cores_per_seat`` cores (the Slurm engine setting, stored before ``slurm config``); everything stopped
+    and removed afterwards."""
     _need_slurm()
     made = []
     for u in USERS.values():
@@ -148,13 +158,15 @@ def lab() -> Iterator[Lab]:
                 for i in range(4)
             ],
         )
+        if cores_per_seat != 1:
+            st.agents.set_engine_settings("conf", "slurm", {"cores_per_seat": cores_per_seat})
         people = {p.unix_user: p.key for p in st.roster.participants("conf")}
         for n in NAMES:
             st.seats.assign("conf", people[USERS[n]], SEATS[n])
         # the documented order: config (+ --record, + --conf-dir: job_submit.lua first), merge, start, enroll, sessions
         etc, out = root / "etc", root / "generated"
         etc.mkdir()
-        config_args = ["--inventory", EXAMPLES / "ibm-2xM60.toml", "--node", "localhost", "--cpus", "8",
+        config_args = ["--inventory", EXAMPLES / "ibm-2xM60.toml", "--node", "localhost", "--cpus", cpus,
                        "--dev-root", cluster.dev, "--course", "conf", "--record", "--db", url]  # fmt: skip
         codes = {"config": _gpuseat("slurm", "config", *config_args, "--out", out, "--conf-dir", etc)}
         lua_before_start = (etc / "job_submit.lua").is_file()

@@ -223,7 +223,12 @@ def test_seats_with_two_cores_take_consecutive_ranges_and_the_lua_says_so() -> N
     lines = config.gres_conf(devices).splitlines()[3:]
     assert [ln.split(" Cores=")[1].split()[0] for ln in lines] == ["0-1", "2-3", "4-5", "6-7"]
     assert "Type=m60.seat-02 File=/dev/nvidia1 Cores=2-3  # seat seat-02" in lines[1]
-    assert "NodeName=gpu01 CPUs=8 Gres=" in config.node_lines(devices)
+    # each seat's cores one socket (``CPUs=N`` alone is N one-core sockets, and 22.05 binds a GPU to sockets)
+    assert "NodeName=gpu01 CPUs=8 Sockets=4 CoresPerSocket=2 ThreadsPerCore=1 Gres=" in config.node_lines(devices)
+    assert "CPUs=10 Sockets=5 CoresPerSocket=2 " in config.node_lines(devices, cpus=10)
+    with pytest.raises(InputError, match="gpu01: 9 CPUs are no whole number of 2-core seats"):
+        config.node_lines(devices, cpus=9)
+    assert "NodeName=gpu01 CPUs=4 Gres=" in config.node_lines(slots)  # one core per seat: as before
     with pytest.raises(InputError, match=r"gpu01 has 7 CPUs but 4 seats, × 2 cores per seat = 8 cores") as e:
         config.node_lines(devices, cpus=7)
     assert "give at least 8 CPUs" in (e.value.fix or "")

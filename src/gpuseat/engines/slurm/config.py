@@ -103,8 +103,7 @@ def bind_cores(devices: Iterable[GresDevice]) -> list[GresDevice]:
 
 
 def seat_cores(devices: Iterable[GresDevice], per_seat: int) -> list[GresDevice]:
-    """Each seat bound to ``per_seat`` consecutive cores: the seat recorded on core (slot) i takes cores
-    i*n … i*n+n-1, so two seats never share one (the Slurm engine's ``cores_per_seat``)."""
+    """Each seat bound to ``per_seat`` (``cores_per_seat``) cores: the one on slot i to cores i*n … i*n+n-1."""
     out = []
     for d in devices:
         if (d.core + 1) * per_seat > MAX_CORES:
@@ -186,23 +185,28 @@ def node_lines(
     real_memory_mb: int | None = None,
     addresses: Mapping[str, str] | None = None,
 ) -> str:
-    """``NodeName=`` lines: ``Gres=gpu:<type>:<n>,…``; ``CPUs`` at least the cores bound to its seats."""
+    """``NodeName=`` lines: ``Gres=gpu:<type>:<n>,…``; ``CPUs`` at least the cores bound to its seats; with
+    several cores per seat, sockets of that many cores (``Sockets=``, ``CoresPerSocket=``)."""
     lines = []
     for node, counts in gres_counts(devices).items():
         bound = [d for d in devices if d.node == node]
         need, per = max(d.core + d.cores for d in bound), max(d.cores for d in bound)
-        if cpus is not None and cpus < need:
+        if cpus is not None and (cpus < need or cpus % per):
             each = "each bound to its own core" if per == 1 else f"× {per} cores per seat = {need} cores"
+            said = f"{node} has {cpus} CPUs but {need if per == 1 else len(bound)} seats, {each}"
             raise InputError(
-                f"{node} has {cpus} CPUs but {need if per == 1 else len(bound)} seats, {each}",
+                said if cpus < need else f"{node}: {cpus} CPUs are no whole number of {per}-core seats",
                 where="--cpus",
-                fix=f"give at least {need} CPUs (cores) per node" + ("" if per == 1 else ", or lower cores_per_seat"),
+                fix=f"give at least {need} CPUs (cores) per node"
+                + ("" if per == 1 else f", a multiple of {per} (each seat's cores are one socket)"),
             )
         gres = ",".join(f"gpu:{t}:{n}" for t, n in counts.items())
         parts = [f"NodeName={node}"]
         if addresses and node in addresses:
             parts.append(f"NodeAddr={addresses[node]}")
         parts.append(f"CPUs={cpus if cpus is not None else need}")
+        if per > 1:  # a seat's cores are a socket: 22.05 binds a GPU to its cores' sockets (`CPUs=N`: N of one core)
+            parts.append(f"Sockets={(cpus or need) // per} CoresPerSocket={per} ThreadsPerCore=1")
         if real_memory_mb is not None:
             parts.append(f"RealMemory={real_memory_mb}")
         parts += [f"Gres={gres}", "State=UNKNOWN"]
