@@ -199,7 +199,11 @@ class Event(Base):
     """One line of the append-only log: who did what to which participant or seat (names, not ids)."""
 
     __tablename__ = "events"
-    __table_args__ = (Index("ix_events_course_at", "course_key", "at"),)
+    # (course_key, id): the newest row of one course, which a monitor of that course asks on every tick (0020)
+    __table_args__ = (
+        Index("ix_events_course_at", "course_key", "at"),
+        Index("ix_events_course_id", "course_key", "id"),
+    )
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     course_key: Mapped[str | None] = mapped_column(String(64))

@@ -234,8 +234,26 @@ class MonitorStore(Concern):
 
     def _changes(self, conn: Connection) -> tuple[int | None, int | None]:
         """Where the course data stands: every change of seats, assignments or courses writes an events row
-        (and assignments have ids of their own), so a newer one means the seats or their holders may differ."""
-        row = conn.execute(select(select(func.max(Event.id)).scalar_subquery(), func.max(Assignment.id))).one()
+        (and assignments have ids of their own), so a newer one means the seats or their holders may differ.
+
+        A monitor of one course asks only of its course: the newest events row with its key (a move, a release,
+        an assign, seats added or removed, the course created, archived or deleted: each is logged under the
+        course's key, which its events rows keep once it is deleted) and the newest assignment of its seats; another
+        course's writes leave both alone. The first is one index entry (``ix_events_course_id``, migration 0020),
+        the second one look-up of the assignments' seat index per seat of the course. Without a course: of the
+        whole store (every course's change)."""
+        if self.course is None:
+            newest_event = select(func.max(Event.id)).scalar_subquery()
+            row = conn.execute(select(newest_event, func.max(Assignment.id))).one()
+        else:
+            newest_event = select(func.max(Event.id)).where(Event.course_key == self.course).scalar_subquery()
+            seats = select(Seat.id).join(CourseRecord, CourseRecord.id == Seat.course_id)
+            newest_assignment = (
+                select(func.max(Assignment.id))
+                .where(Assignment.seat_id.in_(seats.where(CourseRecord.key == self.course)))
+                .scalar_subquery()
+            )
+            row = conn.execute(select(newest_event, newest_assignment)).one()
         return row[0], row[1]
 
     def _load_holders(self) -> None:
