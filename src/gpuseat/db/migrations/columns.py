@@ -8,9 +8,11 @@ Alembic loads every module there as a revision.)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
+from alembic import op
 
 
 def ident(*, big: bool = False) -> sa.Column[Any]:
@@ -42,3 +44,16 @@ def foreign_key(
         sa.Column(column, sa.Integer(), nullable=nullable),
         sa.ForeignKeyConstraint([column], [f"{target}.id"], name=f"fk_{table}_{column}_{target}", ondelete=ondelete),
     )
+
+
+def index_revision(name: str, table: str, columns: list[str]) -> tuple[Callable[[], None], Callable[[], None]]:
+    """``(upgrade, downgrade)`` of a revision that only adds the index ``name`` on ``table (columns)``: rows stay
+    as they are, and the downgrade drops it again (``upgrade, downgrade = index_revision(...)`` in the revision)."""
+
+    def upgrade() -> None:
+        op.create_index(name, table, columns)
+
+    def downgrade() -> None:
+        op.drop_index(name, table_name=table)
+
+    return upgrade, downgrade

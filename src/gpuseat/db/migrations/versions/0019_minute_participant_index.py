@@ -8,19 +8,11 @@ seats is 2.88 M rows.
 
 from __future__ import annotations
 
-from alembic import op
+from gpuseat.db.migrations.columns import index_revision
 
 revision = "0019"  # created 2026-12-07
 down_revision = "0018"
 
-NAME = "ix_minute_aggregates_participant_id_minute"
-
-
-def upgrade() -> None:
-    """Create the index (rows stay as they are)."""
-    op.create_index(NAME, "minute_aggregates", ["participant_id", "minute"])
-
-
-def downgrade() -> None:
-    """Drop the index."""
-    op.drop_index(NAME, table_name="minute_aggregates")
+upgrade, downgrade = index_revision(
+    "ix_minute_aggregates_participant_id_minute", "minute_aggregates", ["participant_id", "minute"]
+)

@@ -9,19 +9,9 @@ With this index both read one entry.
 
 from __future__ import annotations
 
-from alembic import op
+from gpuseat.db.migrations.columns import index_revision
 
 revision = "0020"  # created 2026-12-07
 down_revision = "0019"
 
-NAME = "ix_events_course_id"
-
-
-def upgrade() -> None:
-    """Create the index (rows stay as they are)."""
-    op.create_index(NAME, "events", ["course_key", "id"])
-
-
-def downgrade() -> None:
-    """Drop the index."""
-    op.drop_index(NAME, table_name="events")
+upgrade, downgrade = index_revision("ix_events_course_id", "events", ["course_key", "id"])
