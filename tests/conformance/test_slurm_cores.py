@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from test_slurm import INDEX, Lab, start_lab
+from test_slurm import INDEX, Lab, _gpuseat, start_lab
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(name="slurm_conformance")]
 
@@ -80,3 +80,49 @@ def test_a_two_core_seat_runs_c_2_on_its_own_gpu_and_cores_and_refuses_c_3(wide:
     outside = wide.as_user("alice", "srun", "--immediate=2", "-p", "debug", "--gres=gpu:1", "true")
     assert outside.returncode != 0, outside.stderr  # cores 8-9 are free, but not her GPU's
     assert wide.as_user("alice", "srun", "--immediate=10", "-p", "debug", "-c", "2", "true").returncode == 0
+
+
+def _core_count(lab: Lab) -> str:
+    return lab.slurm.reservations()[lab.session].get("CoreCnt", "")
+
+
+def test_a_course_that_ran_with_one_core_per_seat_gets_two_core_sessions_by_apply_alone(
+    wide: Lab, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The course as it ran with one core per seat (the setting 1, its session made at 4 cores) while
+    gres.conf binds two: ``gpuseat apply`` says gres.conf does not match and what to run. Set to 2 while alice's
+    job runs in the session, ``gpuseat apply`` keeps the session (Slurm 22.05 changes no core reservation's
+    ``CoreCnt``; making it again would end her job) and says so; once her job has ended, ``gpuseat apply`` alone
+    makes it again with 8 cores, and carol's ``-c 2`` job runs in it on her own GPU and cores 4-5 (the 4 cores
+    were 0-3)."""
+    apply = ("apply", "--course", "conf", "--engine", "slurm", "--db", wide.url)
+    wide.store.agents.set_engine_settings("conf", "slurm", {"cores_per_seat": 1})  # type: ignore[attr-defined]
+    wide.slurm.run("scontrol", ["delete", f"ReservationName={wide.session}"])
+    capsys.readouterr()
+    assert _gpuseat(*apply) == 0 and _core_count(wide) == "4"
+    said = capsys.readouterr().out
+    assert "gres.conf binds seat-01 to cores 0-1, not 0; seat-02 to cores 2-3, not 1;" in said, said
+    assert "(cores_per_seat is 1): run `gpuseat slurm config --course conf --cpus CPUS --out DIR`" in said
+    out = wide.cluster.root / "out" / "kept-%j.out"
+    sub = wide.as_user("alice", "sbatch", "-p", "gpuseat-conf", f"--reservation={wide.session}", "--gres=gpu:1",
+                       f"--output={out}", "--wrap", "sleep 60", check=True)  # fmt: skip
+    alice = sub.stdout.split()[-1]
+    try:
+        assert wide.wait_state(alice, {"RUNNING"}) == "RUNNING", wide.job(alice)
+        wide.store.agents.set_engine_settings("conf", "slurm", {"cores_per_seat": 2})  # type: ignore[attr-defined]
+        assert _gpuseat(*apply) == 0
+        said = capsys.readouterr().out
+        assert (
+            f"note: session {wide.session} needs 8 cores for its seats (cores_per_seat 2), not 4; job(s) {alice} "
+            in said
+        )
+        assert _core_count(wide) == "4" and wide.wait_state(alice, {"RUNNING"}) == "RUNNING"  # not cut
+    finally:
+        wide.slurm.run("scancel", [alice], check=False)
+    assert wide.wait_state(alice, {"CANCELLED"}) == "CANCELLED"
+    assert _gpuseat(*apply) == 0
+    said = capsys.readouterr().out
+    assert "reservation.resize" in said and "8 cores for its seats (cores_per_seat 2), not 4: made again" in said, said
+    assert _core_count(wide) == "8" and "gres.conf binds" not in said and "slurmctld runs" not in said
+    rc, said, err = _cpus(wide, "carol", "-c", "2", "--gres=gpu:1")
+    assert rc == 0 and f"CVD={INDEX['carol']} CPUS=2 CPU_IDs=4-5\n" in said, (said, err)

@@ -40,6 +40,8 @@ class FakeSlurm:
     assocs: dict[str, str] = field(default_factory=dict)
     accounts: set[str] = field(default_factory=set)
     stuck: set[int] = field(default_factory=set)  # jobs scancel cannot end
+    cores: dict[str, int] = field(default_factory=dict)  # reservation -> CoreCnt (shown once known)
+    cores_per_socket: int = 1  # the node as slurmctld runs it
 
     def answer(self, argv: tuple[str, ...]) -> tuple[int, str, str]:
         cmd, args = argv[0], argv[1:]
@@ -69,15 +71,24 @@ class FakeSlurm:
         if args[:3] == ("-o", "show", "partition"):
             return 0, "".join(f"PartitionName={p} State=UP\n" for p in sorted(self.partitions)), ""
         if args[:3] == ("-o", "show", "reservation"):
-            return 0, "".join(f"ReservationName={n} Users={','.join(u)}\n" for n, u in self.reservations.items()), ""
+            rows = [f"ReservationName={n}{f' CoreCnt={self.cores[n]}' if n in self.cores else ''} Users={','.join(u)}\n"
+                    for n, u in self.reservations.items()]  # fmt: skip
+            return 0, "".join(rows), ""
+        if args[:3] == ("-o", "show", "node"):
+            return 0, f"NodeName=gpu01 CPUTot=8 CoresPerSocket={self.cores_per_socket}\n", ""
         if args[:1] == ("-d",):
             return 0, "", ""
         if args[:1] == ("create",) and "PartitionName" in words and args[1] != "reservation":
             self.partitions.add(words["PartitionName"])
+        elif args[:1] == ("update",) and "CoreCnt" in words:  # what Slurm 22.05 answers
+            return 1, "", "Error updating the reservation: Core-based reservation can not be updated\n"
         elif args[:2] == ("create", "reservation") or (args[:1] == ("update",) and "ReservationName" in words):
             self.reservations[words["ReservationName"]] = words["Users"].split(",")
+            if "CoreCnt" in words:
+                self.cores[words["ReservationName"]] = sum(int(c) for c in words["CoreCnt"].split(","))
         elif args[:1] == ("delete",) and "ReservationName" in words:
             self.reservations.pop(words["ReservationName"], None)
+            self.cores.pop(words["ReservationName"], None)
         elif args[:1] == ("delete",) and "PartitionName" in words:
             self.partitions.discard(words["PartitionName"])
         return 0, "", ""
@@ -550,3 +561,63 @@ def test_cores_per_seat_sets_the_sessions_core_count_and_each_seats_cpus(lab: La
     lab.store.agents.set_engine_settings("c1", "slurm", {"cores_per_seat": None})  # type: ignore[attr-defined]
     (limits,) = [s for s in lab.plan().steps if s.action == "limits.set"]
     assert ", cpus = 2}" not in limits.data["text"] and "count = 1}," in limits.data["text"]
+
+
+def _cores_per_seat(lab: Lab, n: int) -> None:
+    conf = str(lab.etc / "slurm.conf")
+    lab.store.agents.set_engine_settings("c1", "slurm", {"slurm_conf": conf, "cancel_wait_s": 1, "cores_per_seat": n})  # type: ignore[attr-defined]
+
+
+def test_a_changed_cores_per_seat_makes_the_sessions_again_and_names_the_config_to_redo(lab: Lab) -> None:
+    """A course that ran with one core per seat, set to 2: the next apply alone makes each session again with
+    ``CoreCnt=8`` (Slurm 22.05 changes no core reservation's count), and its notes say that gres.conf (as
+    ``slurm config`` wrote it for 1) and the node slurmctld runs (one core per socket) bind the seats
+    otherwise, and what to run; with both in place the notes are gone."""
+    assert not lab.apply().failed
+    assert sorted(lab.fake.cores.values()) == [4, 4]
+    slots = [config.GresDevice(node="gpu01", gres_type="m60", files=(f"/dev/nvidia{i}",), core=i, seat=s)
+             for i, s in enumerate(SEATS)]  # fmt: skip
+    (lab.etc / "gres.conf").write_text(config.gres_conf(config.seat_cores(slots, 1)))
+    _cores_per_seat(lab, 2)
+    changes = lab.plan()
+    resized = [s for s in changes.steps if s.action == "reservation.resize"]
+    assert len(resized) == 2 and all(s.phase == "grant" and "CoreCnt=8" in s.data["words"] for s in resized)
+    assert resized[0].why == "8 cores for its seats (cores_per_seat 2), not 4: made again"
+    gres = next(n for n in changes.notes if "gres.conf binds" in n)
+    assert "seat-01 to cores 0, not 0-1; seat-02 to cores 1, not 2-3;" in gres and "(cores_per_seat is 2)" in gres
+    assert "gpuseat slurm config --course c1 --cpus CPUS --out DIR" in gres and "restart slurmctld and slurmd" in gres
+    assert any(n.startswith("slurmctld runs gpu01 (CoresPerSocket=1): a seat's 2 cores") for n in changes.notes)
+    done = lab.apply()
+    assert not done.failed, done.failed
+    lines = _lines(done)
+    for name in lab.fake.reservations:
+        made = next(
+            i for i, ln in enumerate(lines) if ln.startswith(f"scontrol create reservation ReservationName={name} ")
+        )
+        assert lines.index(f"scontrol delete ReservationName={name}") < made and "CoreCnt=8" in lines[made]
+    assert sorted(lab.fake.cores.values()) == [8, 8] and lab.plan().steps == []
+    (lab.etc / "gres.conf").write_text(config.gres_conf(config.seat_cores(slots, 2)))
+    lab.fake.cores_per_socket = 2  # slurm config's files in place, the daemons restarted
+    assert lab.plan().notes == []
+
+
+def test_a_session_with_a_job_in_it_keeps_its_cores_with_a_note_until_the_job_ends(lab: Lab) -> None:
+    """Making a session again would end the jobs in it (and Slurm refuses to delete it while they are there):
+    it stays as it is, the apply report's note says why and when it changes; the other session is made again;
+    once the job has ended the next apply makes it again too."""
+    assert not lab.apply().failed
+    lab.job(41, "alice", "seat-01")  # in the first session
+    busy, free = sorted(lab.fake.reservations, key=lambda n: n != lab.fake.jobs[41]["resv"])
+    _cores_per_seat(lab, 2)
+    changes = lab.plan()
+    assert [s.target for s in changes.steps if s.action == "reservation.resize"] == [free]
+    note = next(n for n in changes.notes if n.startswith(f"session {busy} "))
+    assert note == (
+        f"session {busy} needs 8 cores for its seats (cores_per_seat 2), not 4; job(s) 41 are in it, so it stays "
+        "as it is (making it again would end them): the first apply after they end makes it again"
+    )
+    assert not lab.apply().failed
+    assert lab.fake.cores == {busy: 4, free: 8} and 41 in lab.fake.jobs
+    lab.fake.jobs.pop(41)
+    assert [s.target for s in lab.plan().steps if s.action == "reservation.resize"] == [busy]
+    assert not lab.apply().failed and lab.fake.cores == {busy: 8, free: 8}

@@ -217,12 +217,16 @@ class Slurm:
 
     def partition_fields(self) -> dict[str, dict[str, str]]:
         """Every partition as its ``key=value`` fields (``scontrol -o show partition``)."""
-        out = self.run("scontrol", ["-o", "show", "partition"], mutates=False).stdout
+        return self._listed("partition", "PartitionName")
+
+    def _listed(self, what: str, key: str) -> dict[str, dict[str, str]]:
+        """``scontrol -o show WHAT``: each line's ``key=value`` fields, by its ``KEY`` field."""
+        out = self.run("scontrol", ["-o", "show", what], mutates=False).stdout
         found: dict[str, dict[str, str]] = {}
         for line in out.splitlines():
             fields = dict(re.findall(r"(\w+)=(\S*)", line))
-            if "PartitionName" in fields:
-                found[fields["PartitionName"]] = fields
+            if key in fields:
+                found[fields[key]] = fields
         return found
 
     def partitions(self) -> set[str]:
@@ -244,15 +248,13 @@ class Slurm:
         if proc.returncode != 0 and name in self.partitions():
             raise EngineError(f"scontrol delete partition {name} failed: {explain(proc.stderr)}", where="scontrol")
 
+    def node_fields(self) -> dict[str, dict[str, str]]:
+        """Every node as its ``key=value`` fields (``scontrol -o show node``: CoresPerSocket …)."""
+        return self._listed("node", "NodeName")
+
     def reservations(self) -> dict[str, dict[str, str]]:
         """Every reservation as its ``key=value`` fields (``scontrol -o show reservation``)."""
-        proc = self.run("scontrol", ["-o", "show", "reservation"], mutates=False)
-        out: dict[str, dict[str, str]] = {}
-        for line in proc.stdout.splitlines():
-            fields = dict(re.findall(r"(\w+)=(\S*)", line))
-            if "ReservationName" in fields:
-                out[fields["ReservationName"]] = fields
-        return out
+        return self._listed("reservation", "ReservationName")
 
     def create_reservation(self, res: Reservation) -> None:
         """Create one session's reservation (the caller skips the ones that exist)."""

@@ -12,7 +12,9 @@ and lists only what differs:
 * **grant**: the course partition (``scontrol create``, and its line in the partitions include so
   that ``scontrol reconfigure`` keeps it), the course account and one association per holder with
   ``GrpTRES``/``MaxTRESPerJob=gres/gpu=1`` (accounting), the seat limits, a reservation per session
-  still to come with ``Users`` = exactly the current holders.
+  still to come with ``Users`` = exactly the current holders and ``CoreCnt`` the cores bound to the seats
+  (made again when ``cores_per_seat`` changed and no job is in it; notes say when gres.conf or the node
+  bind the seats otherwise).
 * **record**: each holder's way in (``srun -p … --reservation=… --gres=gpu:1``) in the store.
 * the participants' own stop, start, restart (reset and key are refused) and seat hours: a stopped holder
   keeps their seat but is no user of the session reservations (and submits nothing with accounting), and
@@ -316,6 +318,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
 
         # grant: partition (kept across reconfigure), account, associations, reservations
         self._plan_partition(sc, changes)
+        changes.notes += reading.binding_notes(self, sc)
         if holders and accounting and not self.slurm.account_exists(self.partition):
             add(step("account.add", self.partition, "associations of the course's people belong to it", "grant"))
         for login, lim in sorted(holders.items()):
@@ -366,6 +369,20 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                     lost = tuple(sorted(seat_of[u] for u in new))
                     why = f"{', '.join(new)} may use the session" if new else "exactly the holders"
                     add(step("reservation.set", res.name, why, "grant", seats=lost or every, users=users))
+                held = reading.core_count(resvs[res.name])
+                if held is None or held == sum(res.cores):
+                    continue
+                asks = f"{sum(res.cores)} cores for its seats (cores_per_seat {sc.cores_per_seat}), not {held}"
+                inside = sorted(j.job_id for j in jobs if j.live and j.reservation == res.name)
+                if inside:  # Slurm 22.05 changes no core reservation's CoreCnt, and deletes none with jobs in it
+                    changes.notes.append(
+                        f"session {res.name} needs {asks}; job(s) {', '.join(map(str, inside[:5]))} are in it, so "
+                        "it stays as it is (making it again would end them): the first apply after they end makes "
+                        "it again"
+                    )
+                    continue
+                words = _replace_start(res, res.start if res.start > now else now, users).words()
+                add(step("reservation.resize", res.name, f"{asks}: made again", "grant", seats=every, words=words))
         self._plan_record(course, sc, holders, changes, asked.notes)
         changes.steps += asked.steps
         return changes
@@ -539,6 +556,9 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                     sl.run("scontrol", ["create", "reservation", *d["words"]])
             case "reservation.delete":
                 self._delete_reservation(step.target)
+            case "reservation.resize":  # Slurm 22.05: "Core-based reservation can not be updated"
+                self._delete_reservation(step.target)
+                sl.run("scontrol", ["create", "reservation", *d["words"]])
             case "limits.set":
                 if not self.runner.dry_run:
                     write_lua(Path(step.target), d["text"])

@@ -5,6 +5,7 @@ rule) and ``refused`` (:func:`still_let_in`: what still lets a former holder use
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,53 @@ def current_session(course: SlurmCourse, now: datetime) -> Reservation | None:
         return running[0]
     coming = [r for r in plan if r.start > now]
     return coming[0] if coming else None
+
+
+def core_count(fields: dict[str, str]) -> int | None:
+    """The cores a reservation holds (``CoreCnt`` of ``scontrol show``; None when not shown)."""
+    got = fields.get("CoreCnt", "")
+    return int(got) if got.isdigit() else None
+
+
+def binding_notes(engine: SlurmEngine, course: SlurmCourse) -> list[str]:
+    """What still binds the course's seats otherwise than ``cores_per_seat`` asks, and what to run: the
+    ``Cores=`` of their lines in gres.conf (slurm.conf's folder), and the node as slurmctld runs it (each
+    seat's n cores one socket: ``CoresPerSocket`` a multiple of n)."""
+    n, out = course.cores_per_seat, []
+    folder = engine.conf_dir()
+    gres = folder / "gres.conf" if folder is not None else None
+    try:
+        text = gres.read_text(errors="replace") if gres is not None else ""
+    except OSError:
+        text = ""
+    bound: dict[tuple[str, str], str] = {}
+    for line in text.splitlines():
+        f = dict(re.findall(r"(\w+)=(\S+)", line.split("#", 1)[0]))
+        if f.get("Name") == "gpu" and "Type" in f and "Cores" in f:
+            bound[(f.get("NodeName", ""), f["Type"])] = f["Cores"]
+    off = [
+        f"{d.seat} to cores {have}, not {d.core_list}"
+        for d in course.devices
+        if (have := bound.get((d.node, d.slurm_type))) is not None and have != d.core_list
+    ]
+    nodes = {d.node for d in course.devices}
+    split = sorted(
+        f"{node} (CoresPerSocket={f.get('CoresPerSocket')})"
+        for node, f in engine.slurm.node_fields().items()
+        if node in nodes and n > 1 and f.get("CoresPerSocket", "").isdigit() and int(f["CoresPerSocket"]) % n
+    )
+    run = (
+        f"run `gpuseat slurm config --course {course.key} --cpus CPUS --out DIR`, put its gres.conf and node "
+        "line in place, then restart slurmctld and slurmd (docs/slurm.md, Several cores per seat)"
+    )
+    if off:
+        out.append(f"{gres} binds {'; '.join(off)} (cores_per_seat is {n}): {run}")
+    if split:
+        out.append(
+            f"slurmctld runs {', '.join(split)}: a seat's {n} cores are not one socket and Slurm refuses a "
+            f"-c {n} job on its GPU: {run}"
+        )
+    return out
 
 
 def holdings(engine: SlurmEngine, course: CourseState) -> list[Holding]:
