@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ports import free_port
+
 STANDIN = Path(__file__).with_name("standin_nvidia_smi.py")
 SSHD = "/usr/sbin/sshd"
 GPU_MAJOR, CAPS_MAJOR = 195, 235
@@ -30,12 +32,6 @@ def have_tools() -> str | None:
         if shutil.which(tool) is None:
             return f"{tool} not installed (scripts/setup.sh --dev installs openssh-server and acl)"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

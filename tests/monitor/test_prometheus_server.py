@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,18 +21,13 @@ from pathlib import Path
 import pytest
 
 from gpuseat.monitor.replay import synthetic_snapshot, write_replay
+from ports import free_port
 
 PROMETHEUS = shutil.which("prometheus") or ("/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None)
 pytestmark = pytest.mark.skipif(
     PROMETHEUS is None and os.environ.get("CI") != "true",
     reason="prometheus not installed (apt-get install prometheus)",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def query(port: int, promql: str) -> list[dict]:

@@ -24,6 +24,7 @@ import pytest
 
 from delivery.conftest import bare_lab, hostcourse, lab, pghostcourse  # noqa: F401 - the stand-in host
 from delivery.hostlab import MIG_AND_WHOLE, Lab
+from ports import free_port
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 MIG = [m["uuid"] for m in MIG_AND_WHOLE[0]["mig"]]  # type: ignore[index]
@@ -250,7 +251,6 @@ class MonitorProcess:
     on a free port."""
 
     def __init__(self, db: str, tmp_path: Path, busy: str = BUSY_S) -> None:
-        import socket
 
         from gpuseat.monitor.replay import synthetic_snapshot, write_replay
 
@@ -259,9 +259,7 @@ class MonitorProcess:
         # 40 s of ticks (the replay loops after, later in time): a longer file only costs its writing and reading
         snaps = [synthetic_snapshot(gpus=2, migs_per_gpu=2, processes=3, taken_at=t0 + 5 * i) for i in range(200)]
         write_replay(replay, snaps)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.log = tmp_path / "monitor.log"
         argv = ["monitor", "--replay", replay, "--db", db, "--interval", "0.2", "--listen", f"127.0.0.1:{self.port}"]
         with self.log.open("ab") as out:

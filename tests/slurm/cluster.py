@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO
 
 from gpuseat.engines.slurm import config as gpuseat_config
+from ports import free_port as _free_port
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "sinfo")
 ACCOUNTING_BINARIES = ("slurmdbd", "sacctmgr", "mariadbd", "mariadb-install-db")
@@ -34,12 +35,6 @@ ACCOUNTING_BINARIES = ("slurmdbd", "sacctmgr", "mariadbd", "mariadb-install-db")
 def missing_binaries(names: tuple[str, ...] = BINARIES) -> list[str]:
     """Which of the Slurm/MUNGE (or accounting: slurmdbd, MariaDB) programs this machine lacks."""
     return [b for b in names if shutil.which(b) is None and not Path("/usr/sbin", b).exists()]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _listening(port: int) -> bool:
