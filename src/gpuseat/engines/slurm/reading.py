@@ -90,10 +90,10 @@ def binding_notes(engine: SlurmEngine, course: SlurmCourse) -> list[str]:
         if (have := bound.get((d.node, d.slurm_type))) is not None and have != d.core_list
     ]
     nodes = {d.node for d in course.devices}
-    split = sorted(
+    split = sorted(  # one seat a core needs no socket check: no scontrol call on each pass for it
         f"{node} (CoresPerSocket={f.get('CoresPerSocket')})"
-        for node, f in engine.slurm.node_fields().items()
-        if node in nodes and n > 1 and f.get("CoresPerSocket", "").isdigit() and int(f["CoresPerSocket"]) % n
+        for node, f in (engine.slurm.node_fields().items() if n > 1 else ())
+        if node in nodes and f.get("CoresPerSocket", "").isdigit() and int(f["CoresPerSocket"]) % n
     )
     run = (
         f"run `gpuseat slurm config --course {course.key} --cpus CPUS --out DIR`, put its gres.conf and node "
