@@ -385,6 +385,8 @@ def register(app: typer.Typer) -> None:
 
         rows = [{"engine": s.name, "kinds": ", ".join(s.kinds), "about": s.doc} for s in registry.specs().values()]
         print_rows(rows, ("engine", "kinds", "about"), fmt, title=f"{len(rows)} engines")
+        for why in registry.unusable().values():  # an installed plug-in that is not listed says why
+            print(f"not listed: {why}", file=sys.stderr)
 
     @engines_app.command("settings")
     def engines_settings(

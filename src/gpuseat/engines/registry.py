@@ -3,20 +3,25 @@
 Each engine is an :class:`EngineSpec` (name, the seat kinds it delivers, its class and its settings
 model, imported only when used, so one engine's missing optional dependency never breaks another, and
 a line for the docs). Third-party engines register an ``EngineSpec`` under the ``gpuseat.engines``
-entry-point group::
+entry-point group (docs/engines.md)::
 
     [project.entry-points."gpuseat.engines"]
     mycloud = "mypkg.gpuseat_engine:SPEC"
+
+A plug-in that cannot be used (it fails to import, names no ``EngineSpec``, takes a built-in's name) never
+breaks gpuseat: it is left out of :func:`specs`, and :func:`unusable` keeps why, which ``gpuseat engines list``
+prints and every use of its name says (``seats add --engine``, ``apply``, ``seats check``).
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from gpuseat.errors import InputError
+from gpuseat.errors import EngineError, InputError
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -29,6 +34,9 @@ ENTRY_POINT_GROUP = "gpuseat.engines"
 #: the ``[policy]`` fields that stop a seat: idle, never connected, out of seat hours (every delivering
 #: engine stops at 0 h: :mod:`gpuseat.engines.hours`)
 POLICY_STOPS = ("idle_minutes", "never_connected_hours", "quota_hours")
+#: an engine's name: what ``seats add --engine`` stores in the seats table's ``engine`` column (16 characters)
+#: and what ``apply --set ENGINE.KEY=VALUE`` reads up to the first dot
+ENGINE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,15}")
 
 
 @dataclass(frozen=True)
@@ -50,8 +58,17 @@ class EngineSpec:
     login_on_host: bool = False
     policy_stops: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if not ENGINE_NAME.fullmatch(self.name):
+            raise ValueError(
+                f"engine name {self.name!r}: 1 to 16 lowercase letters, digits, '-' or '_', starting with a letter"
+            )
+        odd = [s for s in self.policy_stops if s not in POLICY_STOPS]
+        if odd:
+            raise ValueError(f"engine {self.name}: policy_stops {odd} are not of {', '.join(POLICY_STOPS)}")
+
     def load(self) -> type[Any]:
-        """The engine class (imported now)."""
+        """The engine class (imported now); it must name itself as the registry does."""
         if self.target is None:
             raise InputError(
                 f"engine {self.name!r} delivers nothing: its seats are set up by hand",
@@ -59,6 +76,13 @@ class EngineSpec:
                 fix="give the seats an engine that delivers them (gpuseat seats add --engine …)",
             )
         engine: type[Any] = _attr(self.target)
+        named = getattr(engine, "name", None)
+        if named != self.name:
+            raise EngineError(
+                f"{self.target} names itself {named!r}, but its EngineSpec registers it as {self.name!r}",
+                where=f"engine {self.name}",
+                fix=f'set name = "{self.name}" on the class (its steps, events and holdings carry that name)',
+            )
         return engine
 
     def settings_model(self) -> type[BaseModel] | None:
@@ -122,19 +146,40 @@ BUILTIN: tuple[EngineSpec, ...] = (
 
 
 @cache
-def specs() -> dict[str, EngineSpec]:
-    """Every engine by name: the built-in ones, then those registered through entry points."""
-    out = {s.name: s for s in BUILTIN}
+def _plugins() -> tuple[dict[str, EngineSpec], dict[str, str]]:
+    """The engines registered through entry points, by name, and why each plug-in that cannot be used cannot
+    (by its entry point's name, the name it is meant to be used by)."""
     from importlib.metadata import entry_points
 
+    found: dict[str, EngineSpec] = {}
+    broken: dict[str, str] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(ep, "dist", None)
+        package = f", package {dist.name} {dist.version}" if dist else ""
+        source = f"the plug-in engine {ep.name} ({ep.value}{package})"
         try:
             spec = ep.load()
-        except Exception:  # a broken plug-in must not break gpuseat; `gpuseat apply` names it
+        except Exception as exc:  # a broken plug-in must not break gpuseat: each use of its name says why
+            broken.setdefault(ep.name, f"{source} cannot load: {type(exc).__name__}: {exc}")
             continue
-        if isinstance(spec, EngineSpec) and spec.name not in out:
-            out[spec.name] = spec
-    return out
+        if not isinstance(spec, EngineSpec):
+            broken.setdefault(ep.name, f"{source} names a {type(spec).__name__}, not an EngineSpec")
+        elif spec.name in {s.name for s in BUILTIN} or spec.name in found:
+            broken.setdefault(ep.name, f"{source} is left out: an engine called {spec.name!r} is registered already")
+        else:
+            found[spec.name] = spec
+    return found, broken
+
+
+@cache
+def specs() -> dict[str, EngineSpec]:
+    """Every engine by name: the built-in ones, then those registered through entry points."""
+    return {**{s.name: s for s in BUILTIN}, **_plugins()[0]}
+
+
+def unusable() -> dict[str, str]:
+    """The plug-ins installed that cannot be used, each with why: name → reason (for a person)."""
+    return dict(_plugins()[1])
 
 
 def names() -> tuple[str, ...]:
@@ -151,8 +196,14 @@ def spec(name: str) -> EngineSpec:
     """The engine called ``name``, or one clear error that lists the others."""
     found = specs().get(name)
     if found is None:
+        why = unusable().get(name)
+        if why is not None:  # installed, so not a typo: the installation is what is wrong
+            raise EngineError(why, where=f"engine {name}", fix=_FIX_PLUGIN)
         raise InputError(f"no seat engine called {name!r}", where="engine", fix=f"use one of {', '.join(names())}")
     return found
+
+
+_FIX_PLUGIN = "fix or reinstall its package in gpuseat's environment (docs/engines.md), or uninstall it"
 
 
 def build(

@@ -56,8 +56,9 @@ def check_seats(
     engines: dict[str, Any] = {}
     delivering = registry.delivering()
     for name in sorted({s.engine for s in targets}):
-        if name not in delivering:  # "manual": nobody delivers these seats, so nobody can probe them
-            engines[name] = f"no engine delivers this seat ({name}): add it with --engine {'/'.join(delivering)}"
+        if name not in delivering:  # "manual" (nobody delivers these seats, so nobody can probe them), a broken plug-in
+            why = registry.unusable().get(name)
+            engines[name] = why or f"no engine delivers this seat ({name}): add it with --engine {'/'.join(delivering)}"
             continue
         given = {**store.agents.engine_settings(key, name), **dict((settings or {}).get(name, {}))}
         try:

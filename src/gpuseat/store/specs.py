@@ -49,10 +49,10 @@ def _device(value: str | None) -> str | None:
 
 def _known_engine(value: str | None) -> str | None:
     """An engine name the registry knows (the registry is the one list of engines)."""
-    from gpuseat.engines.registry import names
+    from gpuseat.engines.registry import names, unusable
 
     if value is not None and value not in names():
-        raise ValueError(f"unknown engine {value!r}: one of {', '.join(names())}")
+        raise ValueError(unusable().get(value) or f"unknown engine {value!r}: one of {', '.join(names())}")
     return value
 
 
