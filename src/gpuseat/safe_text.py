@@ -53,11 +53,12 @@ def has_ascii_control(value: str) -> bool:
     return _ASCII_CONTROL.search(value) is not None
 
 
-def csv_cell(value: Any) -> Any:
-    """A CSV cell that a spreadsheet shows as text: formulas defused (a leading ``'``), controls cleaned."""
+def csv_cell(value: Any, *, one_line: bool = True) -> Any:
+    """A CSV cell that a spreadsheet shows as text: formulas defused (a leading ``'``), controls cleaned
+    (line breaks too, unless ``one_line`` is False: a survey's free-text answer keeps its lines, quoted)."""
     if not isinstance(value, str):
         return value
-    text = clean(value, one_line=True)
+    text = clean(value, one_line=one_line)
     if text.lstrip(" ").startswith(_FORMULA_START) and not _is_number(text):  # " =1+1" runs too
         return "'" + text
     return text

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from gpuseat.core.logins import SYSTEM_LOGINS, UNIX_USER
 from gpuseat.errors import InputError, did_you_mean
-from gpuseat.safe_text import csv_value, has_ascii_control
+from gpuseat.safe_text import csv_value, has_ascii_control, has_control
 
 ROSTER_COLUMNS: tuple[str, ...] = ("key", "name", "email", "group", "unix_user", "ssh_key")
 _ALIASES = {
@@ -218,8 +218,16 @@ def _row(record: list[str], cell: _Cell, groups: tuple[str, ...], seen: dict[str
 
     for column in ROSTER_COLUMNS:
         cell_text = get(column)
-        if has_ascii_control(cell_text) or len(cell_text) > (16384 if column == "ssh_key" else 256):
-            raise cell.error(column, "control characters or too long", "keep each value on one line")
+        # C1 controls and bidi overrides too: a name is shown on pages and in terminals, and a CSV download cleans
+        # them (safe_text.csv_cell), so a name holding one came back changed from every export and re-import
+        if has_ascii_control(cell_text) or has_control(cell_text):
+            raise cell.error(
+                column,
+                "control characters (line breaks, escape sequences, bidirectional overrides)",
+                "keep each value on one line of plain text",
+            )
+        if len(cell_text) > (limit := 16384 if column == "ssh_key" else 256):
+            raise cell.error(column, f"{len(cell_text)} characters, more than {limit}", "shorten it")
     email = get("email")
     if not email:
         raise cell.error("email", "missing", "give every participant an email address")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gpuseat.core.survey import QuestionResult, Template, answer_text, parse_answers, results
 from gpuseat.errors import InputError
 from gpuseat.files import read_text, validate
+from gpuseat.safe_text import csv_cell
 from gpuseat.store.survey import CLOSED, OPEN
 
 if TYPE_CHECKING:
@@ -151,20 +152,16 @@ class SurveyService:
         return SurveyResults(template, state, len(answers), results(template, answers))
 
     def export_csv(self, course: str | None) -> str:
-        """One row per response (numbered, without names: the survey is anonymous to readers of the file)."""
+        """One row per response (numbered, without names: the survey is anonymous to readers of the file); every
+        cell passes :func:`gpuseat.safe_text.csv_cell`, the formula rule of the portal's other downloads."""
         template, _, answers = self._answers(course)
         out = io.StringIO()
         writer = csv.writer(out)
-        writer.writerow(["response", *(q.id for q in template.question)])
+        writer.writerow(["response", *(csv_cell(q.id) for q in template.question)])
         for n, a in enumerate(answers, start=1):
-            writer.writerow([n, *(_safe_cell(answer_text(q, a.get(q.id))) for q in template.question)])
+            writer.writerow([n, *(csv_cell(answer_text(q, a.get(q.id)), one_line=False) for q in template.question)])
         return out.getvalue()
 
     def count(self, course: str | None = None) -> int:
         """Stored responses of a course: the benchmark and the durability test count them."""
         return self._rows.count(course)
-
-
-def _safe_cell(text: str) -> str:
-    """Free text that a spreadsheet would run as a formula gets a leading quote (CSV injection)."""
-    return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text

@@ -23,6 +23,8 @@ from gpuseat.web.participant_controls import seat_controls
 from gpuseat.web.portal import Portal
 
 router = APIRouter()
+#: what every answer under a link carries (its page, its polls, its ssh_config): nothing of a seat is cached
+NO_STORE = {"cache-control": "no-store"}
 
 
 def participant_page(request: Request, token: str, who: ParticipantView, status: int = 200, **ctx: Any) -> Response:
@@ -84,7 +86,7 @@ def participant_live(who: ParticipantView = Depends(participant), portal: Portal
         live, last = portal.seat_live(who.course, seat)
         body["live"] = live.to_dict() if live else None
         body["last_active"] = last
-    return JSONResponse(body, headers={"cache-control": "no-store"})
+    return JSONResponse(body, headers=NO_STORE)
 
 
 @router.get("/t/{token}/ssh_config")
@@ -97,10 +99,11 @@ def participant_ssh_config(
     seat = portal.store.seats.seat_of(who.course, who.key)
     way = way_in(portal.store, seat, who) if seat is not None else None
     if seat is None or way is None or way.ssh_config is None:
-        return PlainTextResponse("no SSH way in for your seat yet\n", status_code=404)
+        return PlainTextResponse("no SSH way in for your seat yet\n", status_code=404, headers=NO_STORE)
+    # no-store as the link's page: no cache keeps the seat's login and host after a move, release or rotation
     return PlainTextResponse(
         way.ssh_config,
-        headers={"content-disposition": f'attachment; filename="gpuseat-{seat.key}.ssh_config"'},
+        headers={"content-disposition": f'attachment; filename="gpuseat-{seat.key}.ssh_config"', **NO_STORE},
     )
 
 
@@ -178,4 +181,4 @@ def participant_seat_json(
 ) -> Response:
     """What the page's controls show, polled while a request is pending."""
     reading = portal.store.requests.page_of(who.course, who.key)
-    return JSONResponse(seat_controls(reading), headers={"cache-control": "no-store"})
+    return JSONResponse(seat_controls(reading), headers=NO_STORE)
