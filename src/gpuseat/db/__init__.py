@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -388,8 +389,29 @@ def _lock_for_migration(conn: Any) -> None:
     # SQLite: the transaction began with BEGIN IMMEDIATE (see immediate()): it holds the write lock
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
+def _alembic_config() -> Any:
+    """A new Alembic ``Config`` for the packaged migrations (no alembic.ini: the connection is handed over)."""
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    return config
+
+
+@cache
+def _heads() -> frozenset[str]:
+    """The newest revisions of the packaged migrations: Alembic loads every revision file to say, so once a
+    process (they are part of the installed package and do not change under it)."""
+    from alembic.script import ScriptDirectory
+
+    return frozenset(ScriptDirectory.from_config(_alembic_config()).get_heads())
+
+
+def upgrade(engine: Engine, revision: str = "head", *, walk: bool = False) -> None:
     """Bring the schema to ``revision`` with the packaged Alembic migrations, in one transaction.
+
+    A new SQLite database (no tables) gets the newest schema from the file of :mod:`gpuseat.db.fresh`
+    instead, unless ``walk`` (every revision, one by one: how that file is made and checked).
 
     Refuses a database that holds another application's tables; safe when several processes open a new
     database at once (the migration runs under a write lock, the others then find it done). On SQLite
@@ -397,16 +419,14 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     cascade to samples and assignments) and checked before commit.
     """
     from alembic import command
-    from alembic.config import Config
     from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
     from sqlalchemy.exc import DatabaseError, OperationalError
 
+    from gpuseat.db.fresh import create_from_schema
     from gpuseat.errors import InputError, StoreError
 
-    config = Config()
-    config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
-    heads = set(ScriptDirectory.from_config(config).get_heads())
+    config = _alembic_config()
+    heads = set(_heads())
     where = engine.url.render_as_string(hide_password=True)
     try:
         with engine.connect() as conn:
@@ -429,8 +449,9 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
             try:
                 with conn.begin():
                     _lock_for_migration(conn)
-                    config.attributes["connection"] = conn
-                    command.upgrade(config, revision)
+                    if walk or revision != "head" or not create_from_schema(conn, heads):
+                        config.attributes["connection"] = conn
+                        command.upgrade(config, revision)
                     if sqlite and conn.exec_driver_sql("PRAGMA foreign_key_check").first() is not None:
                         raise StoreError(
                             "the schema upgrade would leave rows pointing at missing rows; nothing was changed",
