@@ -291,3 +291,33 @@ def test_a_login_someone_had_is_never_given_to_another_participant(course: Cours
     c.apply()
     assert _sees(c, ann) == (MIG[0], [MIG[0]])
     assert _refused(c, new.key)
+
+
+def test_the_login_a_new_unix_user_left_goes_with_its_home_when_the_course_is_deleted(course: Course) -> None:
+    """docs/course.md: the old login's home stays, locked, until the course is deleted; docs/delivery.md: course
+    delete removes the course's accounts with their home folders. Locked and keyless, the old login held nothing,
+    so the engine no longer knew it: the course was deleted and its account and files stayed on the machine."""
+    import pwd
+
+    from gpuseat.errors import NotFound
+    from gpuseat.store import open_store
+
+    c = course
+    ann, bob = _seated(c)
+    old = c.login(ann)
+    (Path(pwd.getpwnam(old).pw_dir) / "notes.txt").write_text("ann's work\n")
+    new = c.person(f"{ann}2", login_of=ann)
+    c.rows[ann]["login"] = new.user
+    assert c.roster().code == 0
+    c.apply()
+    _settled(c)
+    home = Path(pwd.getpwnam(old).pw_dir)
+    assert Machine(Runner()).locked(old) and (home / "notes.txt").exists()  # kept, locked, while the course runs
+    gone = c.cli("course", "delete", c.key, "--yes", "--export-to", c.folder / "export.zip", "--db", c.db)
+    assert gone.code == 0, gone.out + gone.err
+    c.apply()
+    for login in (old, new.user, c.login(bob)):
+        assert Machine(Runner()).account(login) is None, f"{login}'s account outlived the deleted course"
+    assert not home.exists(), "the old login's home folder outlived the deleted course"
+    with open_store(c.db) as store, pytest.raises(NotFound):
+        store.courses.get_course(c.key)

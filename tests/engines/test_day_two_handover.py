@@ -406,3 +406,23 @@ def test_a_process_that_becomes_the_released_holder_right_after_the_kill_is_ende
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_a_pass_with_nothing_to_do_runs_no_command_per_seat(lab: Lab, db: str) -> None:
+    """An agent's pass over a settled course (every resync, every event of the course) read each seat's device
+    files' ACLs with one getfacl each: 3,000 processes a pass for 1,000 MIG seats. The ACLs are read from the
+    files' attributes: the pass runs nvidia-smi's two reads, whatever the seats."""
+    with open_store(db) as store:
+        for who, uuid in zip(("ann", "ben", "cat"), MIG, strict=True):
+            store.seats.assign("lab", who, _seat(store, uuid))
+    _pass(db)
+    runner = Runner()
+    with open_store(db) as store:
+        result = one_pass(store, course="lab", runner=runner, host="gpu1")
+    assert [p.changes.steps for p in result.planned if p.changes] == [[]]
+    ran = [r.argv for r in runner.log]
+    assert [argv[1:] for argv in ran] == [("-q", "-x"), ("-L",)], ran
+    for who, gi in zip(("ann", "ben", "cat"), GI, strict=True):  # as getfacl lists them
+        listed = subprocess.run(["getfacl", "--numeric", "--omit-header", str(lab.cap_file(0, gi))],
+                                capture_output=True, text=True, check=True).stdout  # fmt: skip
+        assert f"user:{_uid(lab, who)}:rw-" in listed.split() and _acl(lab, gi) == {_uid(lab, who)}, listed

@@ -74,6 +74,12 @@ class Roster(Concern):
             )
             return [_participant_view(crow.key, p, seat) for p, seat in s.execute(q)]
 
+    def logins_left(self, course: str | None) -> dict[str, str]:
+        """Logins the course's participants had on its machines before a re-import (or a seats file) gave them
+        another, login → participant key: their accounts stay, locked, until the course is deleted."""
+        with self._database.read() as s:
+            return _logins_left(s, _course(s, course))
+
     def find_participant(self, course: str | None, who: str) -> ParticipantView:
         """A participant by key, email (any case) or Unix user name; :class:`NotFound` otherwise."""
         with self._database.read() as s:

@@ -261,12 +261,13 @@ class HostEngine(StepEngine[HostSettings]):
                 wanted.setdefault(f, set())
                 if seat.key in holders:
                     wanted[f].add(login_of[seat.key])
-        known = self._known_logins(course)
+        deleted = course.course is None or self.course in self.store.agents.pending_deletions()
+        known = self._known_logins(course, deleted=deleted)
         accounts = {a.login: a for a in self.machine.course_accounts() if a.course == self.course and a.login in known}
-        for login in login_of.values():
-            found = self.machine.account(login)
+        for login in login_of.values():  # one made by hand or for another course (refused at account.add)
+            found = self.machine.account(login) if login not in accounts else None  # each reads /etc/shadow
             if found is not None:
-                accounts.setdefault(login, found)
+                accounts[login] = found
         uid_of = {a.login: a.uid for a in accounts.values()}
         procs = self.machine.processes({a.uid for a in accounts.values()})
         holding_logins = set(login_of.values())
@@ -277,7 +278,6 @@ class HostEngine(StepEngine[HostSettings]):
         )
 
         seat_files = {f for files in own.values() for f in files}
-        deleted = course.course is None or self.course in self.store.agents.pending_deletions()
         # revoke: people who hold no seat here any more (ending their processes frees the seats they hold
         # open: the next holder's grant on those seats waits for it)
         for a in sorted(accounts.values(), key=lambda x: x.login):
@@ -345,6 +345,7 @@ class HostEngine(StepEngine[HostSettings]):
             add(step("sshd.set", s.sshd_dropin, "sshd reads each course account's keys from gpuseat's folder", "grant",
                      text=dropin))  # fmt: skip
         probe_pub = self._probe_public()
+        members = _members(s.group)
         for seat_key, p in sorted(holders.items()):
             login = login_of[seat_key]
             why = f"{p.key} holds {seat_key}"
@@ -352,7 +353,7 @@ class HostEngine(StepEngine[HostSettings]):
             if not uuid or seat_key in missing:
                 continue
             acct = accounts.get(login)
-            if acct is None or not _in_group(login, s.group):
+            if acct is None or login not in members:
                 add(step("account.add", login, why, "grant", participant=p.key, seats=(seat_key,), login=login))
             if open_now and (acct is None or acct.locked):
                 add(step("account.unlock", login, why, "grant", participant=p.key, seats=(seat_key,), login=login))
@@ -426,12 +427,16 @@ class HostEngine(StepEngine[HostSettings]):
             )
         return changes
 
-    def _known_logins(self, course: CourseState) -> set[str]:
+    def _known_logins(self, course: CourseState, *, deleted: bool) -> set[str]:
         """The logins this course may have here: its participants' and those the engine last found
-        holding access (a deleted course has no roster left). Another store's course of the same key on
-        this host, or an account made by hand, is never touched."""
+        holding access (a deleted course has no roster left); for a course being deleted, the logins its
+        participants had before a new ``unix_user`` too (locked, they held nothing, and their accounts and
+        homes were left behind when the course went). Another store's course of the same key on this host,
+        or an account made by hand, is never touched."""
         known = {self.login_of(p) for p in course.people.values()}
         known |= {h["login"] for h in self.store.agents.holdings(self.course) if h["engine"] == self.name}
+        if deleted and course.course is not None:
+            known |= self.store.roster.logins_left(self.course).keys()
         return known
 
     def _probe_public(self) -> str | None:
@@ -601,11 +606,11 @@ class HostEngine(StepEngine[HostSettings]):
     def observe(self, course: CourseState) -> list[Holding]:
         """Accounts of this course that can log in, their key files and running processes."""
         out = []
-        known = self._known_logins(course)
+        deleted = course.course is None or self.course in self.store.agents.pending_deletions()
+        known = self._known_logins(course, deleted=deleted)
         accounts = [a for a in self.machine.course_accounts() if a.course == self.course and a.login in known]
         procs = self.machine.processes({a.uid for a in accounts})
         seat_of = {delivery.login_name(p.key, p.unix_user): (p.key, p.seat) for p in course.people.values()}
-        deleted = course.course is None or self.course in self.store.agents.pending_deletions()
         for a in accounts:
             who, seat = seat_of.get(a.login, (None, None))
             if not a.locked:
@@ -705,13 +710,14 @@ def _group_exists(name: str) -> bool:
         return False
 
 
-def _in_group(login: str, group: str) -> bool:
+def _members(group: str) -> frozenset[str]:
+    """The logins in ``group`` (none when there is no such group), read once a plan."""
     import grp
 
     try:
-        return login in grp.getgrnam(group).gr_mem
+        return frozenset(grp.getgrnam(group).gr_mem)
     except KeyError:
-        return False
+        return frozenset()
 
 
 def _char_path(path: str) -> str:

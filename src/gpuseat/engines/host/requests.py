@@ -32,6 +32,7 @@ with the reason, so a failed lock or a closed window is said, not left pending.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 from datetime import UTC, datetime, timedelta
@@ -56,6 +57,7 @@ from gpuseat.errors import InputError
 
 if TYPE_CHECKING:
     from gpuseat.engines.host.engine import HostEngine
+    from gpuseat.engines.host.machine import Account
     from gpuseat.store.requests import RequestView
 
 
@@ -103,6 +105,7 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
         default=None,
     )
     sshd_log: list[list[str] | None] = []  # the pass's one read of sshd's log, once a holder needs it
+    look = _Look(engine, {engine.login_of(p) for p in holders.values()})
     add = changes.steps.append
     changes.steps += [_record(engine, course, None, r, why) for r, why in stale_requests(pending, holders)]
     for seat_key, p in sorted(holders.items()):
@@ -127,7 +130,7 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
             running = False
         if running and not mine and not in_session and policies.get(p.key, {}).get("idle_minutes"):
             started = max(filter(None, [since_of.get(seat_key), state.since if state.running else None]), default=None)
-            idle = _idle_step(engine, course, p.key, seat_key, login, policies[p.key], started, windows, ahead)
+            idle = _idle_step(engine, course, p.key, seat_key, login, policies[p.key], started, windows, ahead, look)
             if idle is not None:
                 add(idle)
                 running = idle.action != "seat.stop"
@@ -146,12 +149,12 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
         if not running:
             why = state.reason if state.reason and not state.running else "the seat is stopped"
             changes.steps[:] = [x for x in changes.steps if not (x.action == "account.unlock" and x.target == login)]
-            acct = engine.machine.account(login)
+            acct = look.account(login)
             if acct is not None and not acct.locked:
                 add(engine._step("account.lock", login, why, "revoke", participant=p.key, login=login))
             if acct is None:
                 _lock_when_made(engine, changes, p.key, login, why)
-            if acct is not None and engine.machine.processes({acct.uid}):
+            if acct is not None and acct.uid in look.procs().values():
                 add(engine._step("processes.end", login, why, "revoke", participant=p.key, login=login))
     if (report := checks.report(holders)) is not None:  # after this pass's checks: the broken seats, to the webhook
         add(report)
@@ -221,12 +224,13 @@ def _idle_step(
     started: datetime | None,
     windows: idle_rule.Windows,
     ahead: timedelta,
+    look: _Look,
 ) -> Step | None:
     """Idle stop (:func:`gpuseat.engines.idle.idle_step`) with this host's signal: no SSH activity.
     Counted on this host's clock, as the monitor's readings and the terminals' input times are."""
     now = course.now or datetime.now(UTC)
     return idle_rule.idle_step(engine, who=who, seat=seat, policy=policy, started=started,
-                               last_active=_last_ssh(engine, login, now), signal="no SSH activity", now=now,
+                               last_active=look.last_ssh(login, now), signal="no SSH activity", now=now,
                                ahead=ahead, windows=windows)  # fmt: skip
 
 
@@ -308,29 +312,60 @@ def _fingerprint(key_line: str) -> str | None:
     return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
 
 
-def _last_ssh(engine: HostEngine, login: str, now: datetime) -> datetime | None:
-    """When ``login`` last used an SSH session: now while a command runs over SSH without a terminal,
-    else the last input on one of their terminals (the atime of ``/dev/pts/N``, as ``w`` reads it)."""
-    acct = engine.machine.account(login)
-    if acct is None:
-        return None
-    for pid in engine.machine.processes({acct.uid}):
+class _Look:
+    """The holders' accounts, processes and terminals on this host, each read once a pass when first asked
+    (one read per holder went through ``/etc/shadow``, every process and every terminal of the machine
+    once per holder: a thousand times a pass for a 1,000-seat server with an idle policy)."""
+
+    def __init__(self, engine: HostEngine, logins: set[str]) -> None:
+        self._host, self._logins = engine, logins
+        self._accounts: dict[str, Account] | None = None
+        self._procs: dict[int, int] | None = None
+        self._notty: set[int] | None = None
+        self._typed: dict[int, datetime] | None = None
+
+    def account(self, login: str) -> Account | None:
+        """``login``'s account (one made by hand too), as :meth:`Machine.account` reads it."""
+        if self._accounts is None:
+            self._accounts = {a.login: a for a in self._host.machine.course_accounts() if a.login in self._logins}
+        found = self._accounts.get(login)
+        return found if found is not None else self._host.machine.account(login)
+
+    def procs(self) -> dict[int, int]:
+        """pid → uid of the holders' live processes."""
+        if self._procs is None:
+            uids = set()
+            for login in self._logins:
+                with contextlib.suppress(KeyError):
+                    uids.add(pwd.getpwnam(login).pw_uid)
+            self._procs = self._host.machine.processes(uids)
+        return self._procs
+
+    def last_ssh(self, login: str, now: datetime) -> datetime | None:
+        """When ``login`` last used an SSH session: now while a command runs over SSH without a terminal,
+        else the last input on one of their terminals (the atime of ``/dev/pts/N``, as ``w`` reads it)."""
         try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if cmd.startswith(b"sshd:") and b"notty" in cmd:
-            return now
-    latest = None
-    for tty in Path("/dev/pts").glob("[0-9]*"):
-        try:
-            st = tty.stat()
-        except OSError:
-            continue
-        if st.st_uid == acct.uid:
-            at = datetime.fromtimestamp(max(st.st_atime, st.st_mtime), UTC)
-            latest = at if latest is None or at > latest else latest
-    return latest
+            uid = pwd.getpwnam(login).pw_uid
+        except KeyError:
+            return None
+        if self._notty is None or self._typed is None:
+            self._notty, self._typed = set(), {}
+            for pid, owner in self.procs().items():
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if cmd.startswith(b"sshd:") and b"notty" in cmd:
+                    self._notty.add(owner)
+            for tty in Path("/dev/pts").glob("[0-9]*"):
+                try:
+                    st = tty.stat()
+                except OSError:
+                    continue
+                at = datetime.fromtimestamp(max(st.st_atime, st.st_mtime), UTC)
+                if st.st_uid not in self._typed or at > self._typed[st.st_uid]:
+                    self._typed[st.st_uid] = at
+        return now if uid in self._notty else self._typed.get(uid)
 
 
 def _reset_home(engine: HostEngine, login: str, skeleton: str) -> str | None:
