@@ -10,12 +10,18 @@ re-reads on any course's change.
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, select
 
+from gpuseat.core.readiness import Access, Readiness
 from gpuseat.core.roster import RosterText
+from gpuseat.db import make_engine
+from gpuseat.db.models import Participant, Sample, Seat
+from gpuseat.readings import Gpu, Leaf, LeafReading
 from gpuseat.store import open_monitor, open_store
 from gpuseat.store.monitor import MonitorStore
 
@@ -152,5 +158,89 @@ def test_the_course_monitors_question_reads_one_index_entry_of_its_course(tmp_pa
             )
         assert "USING COVERING INDEX ix_events_course_id (course_key=?)" in plan, plan
         assert "SCAN events" not in plan and "SCAN assignments" not in plan, plan
+    finally:
+        monitor.close()
+
+
+def _credited(url: str, ts: int) -> dict[str, str | None]:
+    """Seat key → the participant its sample at ``ts`` is credited to."""
+    q = (
+        select(Seat.key, Participant.key)
+        .select_from(Sample)
+        .join(Seat, Seat.id == Sample.seat_id)
+        .outerjoin(Participant, Participant.id == Sample.participant_id)
+        .where(Sample.ts == ts)
+    )
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {seat: who for seat, who in conn.execute(q)}
+    finally:
+        engine.dispose()
+
+
+def test_an_engines_routine_rows_leave_the_monitor_unreloaded_and_a_move_after_them_reloads_it(url):
+    """The agent's passes, checks and recorded ways in write events rows of the course all day, and none of
+    them changes a seat or its holder: no reload (the old rule re-read the seats on each). A move after
+    them still reloads, and the next sample is credited to the seat's new holder."""
+    _course(url, "c1")
+    monitor = open_monitor(url, course="c1")
+    try:
+        assert monitor.seats_if_changed() is not None
+        with open_store(url) as store:
+            for n in range(25):  # what the agent's passes log (engines/apply.py), a way in, a check
+                store.events.log("c1", "engine.apply", detail={"engine": "host", "done": [f"+ key.set {n}"]},
+                                 actor="agent", gone_ok=True)  # fmt: skip
+            store.delivery.record_delivery("c1", "seat-1", access=Access(kind="ssh", host="gpu1.example.org"))
+            checked = Readiness("c1", "seat-1", "ann", "ready", None, "", ("GPU-c1-1",), datetime.now(UTC), "host")
+            store.delivery.record_readiness([checked])
+        assert not _reloads(monitor)  # the old rule re-read here: the course's newest events row moved
+        assert not _reloads(monitor)
+
+        with open_store(url) as store:
+            store.seats.move("c1", "ann", "seat-2")
+            store.events.log("c1", "engine.apply", detail={"engine": "host"}, actor="agent", gone_ok=True)
+        assert _reloads(monitor)  # the move, under the routine row logged after it
+        assert not _reloads(monitor)
+        ts = int(time.time()) + 5  # after the move, which the store stamps with its own clock
+        readings = []
+        for entry in monitor.seat_map().entries:
+            leaf = Leaf(entry.device_uuid, Gpu(0, entry.device_uuid, "NVIDIA H100", utilization_gpu=50.0))
+            readings.append(LeafReading(leaf, entry, ()))
+        monitor.write("gpu1", ts, readings)
+        assert _credited(url, ts) == {"seat-1": None, "seat-2": "ann", "seat-3": None}
+    finally:
+        monitor.close()
+
+
+def test_the_newest_change_is_read_from_the_course_index_after_routine_rows(tmp_path):
+    """SQLite's plan of the second statement, asked once the course's newest row is routine: the same index
+    read backwards from the top (no scan of events, no sort)."""
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    _course(url, "c1")
+    monitor = open_monitor(url, course="c1")
+    with open_store(url) as store:
+        store.events.log("c1", "seat.check", seat="seat-1")
+    caught: list[tuple[str, Any]] = []
+
+    def on(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
+        if statement.startswith("SELECT"):
+            caught.append((statement, parameters))
+
+    engine = monitor._database.engine
+    event.listen(engine, "before_cursor_execute", on)
+    try:
+        assert not monitor.refresh()
+        assert not monitor.refresh()  # the same newest row: asked of once
+    finally:
+        event.remove(engine, "before_cursor_execute", on)
+    try:
+        assert len(caught) == 3, caught
+        with engine.connect() as conn:
+            plan = " | ".join(
+                str(r[-1]) for r in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {caught[1][0]}", caught[1][1])
+            )
+        assert "USING INDEX ix_events_course_id (course_key=?)" in plan, plan
+        assert "SCAN events" not in plan and "TEMP B-TREE" not in plan, plan
     finally:
         monitor.close()

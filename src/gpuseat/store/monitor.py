@@ -41,6 +41,28 @@ if TYPE_CHECKING:
     from gpuseat.store.facade import Store
 
 RAW_KEEP_S = 3600
+#: Routine events rows that change no seat, holder, participant or course the monitor reads (a seat's key,
+#: device, host, profile; who holds it; the holder's login): an engine's pass (its own writes log their own
+#: rows: a device adopted, a state, a way in), a check, a way in recorded, a request and its outcome, an idle
+#: warning, a portal login. A one-course monitor reads its seats again on any other row of its course: a new
+#: action reloads it until it is known to be routine and named here.
+ROUTINE_ACTIONS = frozenset(
+    {
+        "engine.apply",
+        "drift.reverted",
+        "seat.check",
+        "seat.delivery",
+        "seat.connected",
+        "seat.idle.warned",
+        "seat.stopped",
+        "seat.request",
+        "seat.request.done",
+        "seat.request.failed",
+        "portal.login",
+        "portal.logout-all",
+        "portal.refused",
+    }
+)
 SMALL_MAX = 32767  # SmallInteger columns
 _NO_SEAT3: tuple[None, None, None] = (None, None, None)
 _SAMPLE_COLUMNS = (
@@ -132,6 +154,7 @@ class MonitorStore(Concern):
         self._holders: dict[int, tuple[list[float], list[int | None]]] = {}  # seat id → (change times, holder from)
         self._version: tuple[int | None, int | None] | None = None  # of the course data the two above were read at
         self._map_version: tuple[int | None, int | None] | None = None  # of the last seats_if_changed
+        self._head: tuple[int | None, int | None] | None = None  # the course's newest events row, newest not routine
         self._first = float("inf")  # when the first of these seats was first assigned
         self._rolled: dict[str, int] = {}
         self._sample_stmt: str | None = None
@@ -236,25 +259,40 @@ class MonitorStore(Concern):
         """Where the course data stands: every change of seats, assignments or courses writes an events row
         (and assignments have ids of their own), so a newer one means the seats or their holders may differ.
 
-        A monitor of one course asks only of its course: the newest events row with its key (a move, a release,
-        an assign, seats added or removed, the course created, archived or deleted: each is logged under the
-        course's key, which its events rows keep once it is deleted) and the newest assignment of its seats; another
-        course's writes leave both alone. The first is one index entry (``ix_events_course_id``, migration 0020),
-        the second one look-up of the assignments' seat index per seat of the course. Without a course: of the
-        whole store (every course's change)."""
+        A monitor of one course asks only of its course: its newest events row that is not routine
+        (:data:`ROUTINE_ACTIONS`: an engine's pass, a check; a move, a release, an assign, seats added or
+        removed, the course created, archived or deleted are not, each logged under the course's key, which its
+        events rows keep once it is deleted) and the newest assignment of its seats; another course's writes
+        leave both alone. Asked each time: the course's newest events row (one index entry,
+        ``ix_events_course_id``, migration 0020) and the assignment (one look-up of the assignments' seat index
+        per seat of the course). Only when that events row is new since the last question, the newest one not
+        routine: the same index read backwards from the top, past the routine rows above it. Without a course:
+        of the whole store (every course's change, routine too)."""
         if self.course is None:
             newest_event = select(func.max(Event.id)).scalar_subquery()
             row = conn.execute(select(newest_event, func.max(Assignment.id))).one()
+            return row[0], row[1]
+        newest_event = select(func.max(Event.id)).where(Event.course_key == self.course).scalar_subquery()
+        seats = select(Seat.id).join(CourseRecord, CourseRecord.id == Seat.course_id)
+        newest_assignment = (
+            select(func.max(Assignment.id))
+            .where(Assignment.seat_id.in_(seats.where(CourseRecord.key == self.course)))
+            .scalar_subquery()
+        )
+        head, assignment = conn.execute(select(newest_event, newest_assignment)).one()
+        if self._head is not None and self._head[0] == head:
+            changed = self._head[1]
         else:
-            newest_event = select(func.max(Event.id)).where(Event.course_key == self.course).scalar_subquery()
-            seats = select(Seat.id).join(CourseRecord, CourseRecord.id == Seat.course_id)
-            newest_assignment = (
-                select(func.max(Assignment.id))
-                .where(Assignment.seat_id.in_(seats.where(CourseRecord.key == self.course)))
-                .scalar_subquery()
+            # asked again from the top, not from the row seen last: on PostgreSQL a row may commit after a
+            # newer one was seen (its id taken first), and it is found at the next new row of the course
+            changed = conn.scalar(
+                select(Event.id)
+                .where(Event.course_key == self.course, Event.action.not_in(sorted(ROUTINE_ACTIONS)))
+                .order_by(Event.id.desc())
+                .limit(1)
             )
-            row = conn.execute(select(newest_event, newest_assignment)).one()
-        return row[0], row[1]
+            self._head = (head, changed)
+        return changed, assignment
 
     def _load_holders(self) -> None:
         """Who held each seat when: per seat id, the times its holder changed and who held it from then on."""
