@@ -72,3 +72,14 @@ def test_two_participants_never_share_a_login(lab: CourseStore) -> None:
         _import(lab, "ann,ann@example.org,", "bob,bob@example.org,ann")
     assert info.value.where == "r.csv:3:3"
     assert _logins(lab) == {"ann": "ann", "bob": "bob"}
+
+
+def test_the_logins_left_behind_are_what_the_engines_remove_when_the_course_is_deleted(lab: CourseStore) -> None:
+    """``store.roster.logins_left``: the host engine adds these to the logins of a course being deleted (their
+    accounts and homes go with it); before any apply nothing was left on a machine."""
+    _import(lab, "ann,ann@example.org,ann0", "bob,bob@example.org,bob")  # a typo fixed before day one
+    assert lab.roster.logins_left("lab") == {}
+    _delivered(lab)
+    _import(lab, "ann,ann@example.org,ann2", "bob,bob@example.org,bob")
+    _import(lab, "ann,ann@example.org,ann3", "bob,bob@example.org,bob")
+    assert lab.roster.logins_left("lab") == {"ann0": "ann", "ann2": "ann"}
