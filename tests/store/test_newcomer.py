@@ -71,22 +71,35 @@ def test_a_second_server_numbers_on_and_says_what_fits_only_for_the_seats_added(
     assert len(json.loads(ok(cli("seats", "export", "-f", "json", *db)).out)) == 30
 
 
-def test_no_way_in_names_the_field_the_file_and_the_flag(cli, mig_course):
+def test_no_way_in_says_what_works_for_a_seat_that_exists_and_following_it_gives_the_ssh_line(cli, mig_course):
+    """A seat added (by hand: no engine) from an inventory without ssh_host: the inventory was read by
+    ``seats add`` and is read no more, and the host engine's setting does nothing for a seat of no engine,
+    so the advice is the seat's own way in (it said "set ssh_host in its inventory file or with `gpuseat
+    engines settings host ssh_host=HOST`", and neither changed the seat). Followed, the seat has its line."""
     db = mig_course
     ok(cli("seats", "add", "--inventory", H200, "--mode", "mig", "--profile", "1g.18gb", "--count", "1", *db))
-    # the inventory has no ssh_host: the seat's server is known by its label only
     shown = ok(cli("seats", "connect", "seat-01", *db)).out
-    assert "ssh_host" in shown and "inventory file" in shown and "--ssh-host HOST" in shown, shown
-    assert "gpuseat seats connect seat-01 --ssh USER@HOST" in shown
-    assert "`gpuseat engines settings host ssh_host=HOST`" in shown, shown  # as docs/course.md says it does
+    assert shown.startswith("seat-01: the server has no reachable address yet: "), shown
+    assert "run `gpuseat seats connect seat-01 --ssh USER@HOST`" in shown, shown
+    assert "ssh_host is read only by `gpuseat seats add --inventory`, for the seats it adds" in shown, shown
+    assert "engines settings" not in shown and "set ssh_host" not in shown, shown
     data = json.loads(ok(cli("seats", "connect", "seat-01", "-f", "json", *db)).out)
-    assert "ssh_host" in data["missing"] and "--ssh-host" in data["missing"]
+    assert data["command"] is None and "--ssh USER@HOST" in data["missing"]
+    # the old advice, followed: the seat is as it was
+    ok(cli("engines", "settings", "host", "ssh_host=gpu1.example.org", *db))
+    assert ok(cli("seats", "connect", "seat-01", *db)).out == shown
+    # the new one, followed: the seat's way in
+    ok(cli("seats", "connect", "seat-01", "--ssh", "ann@gpu1.example.org", *db))
+    assert ok(cli("seats", "connect", "seat-01", *db)).out == "seat-01: ssh ann@gpu1.example.org\n"
 
 
-def test_after_a_clear_a_seat_whose_engine_has_ssh_host_waits_for_its_record(cli, url, tmp_path):
-    """The host engine's ssh_host is set: a seat whose way in was cleared (``seats connect --clear``) gets it
-    back on the engine's next pass, so nothing is to be set (it said "set ssh_host … with `gpuseat engines
-    settings host ssh_host=HOST`", the very setting that was set); without that setting it says what to set."""
+def test_after_a_clear_a_seat_says_what_works_and_waits_for_its_record_once_its_engine_has_ssh_host(cli, url, tmp_path):
+    """The server's address came only from the inventory given to ``seats add`` (no engine setting): once the
+    seat's way in is cleared (``seats connect --clear``), the advice names the host engine's setting and the
+    seat's own way in, and the inventory file only as what ``seats add`` read (it said "set ssh_host in its
+    inventory file", which changes no seat that exists); the seat's own way in, followed, gives its ssh line
+    (the setting, followed: tests/delivery/test_address_advice.py). With the host engine's ssh_host set, a
+    cleared seat gets its way in back on the engine's next pass, so nothing is to be set."""
     db = ("--db", url)
     inventory = tmp_path / "server.toml"
     server = (EXAMPLES / "ibm-2xM60.toml").read_text()
@@ -96,27 +109,37 @@ def test_after_a_clear_a_seat_whose_engine_has_ssh_host_waits_for_its_record(cli
         ("roster", "import", EXAMPLES / "roster-16.csv"),
         ("seats", "add", "--inventory", inventory, "--mode", "passthrough", "--engine", "host", "--count", "2"),
         ("seats", "assign", "--participant", "amartin", "--seat", "seat-01"),
-        ("engines", "settings", "host", "ssh_host=gpu1.example.org"),
     ):
         ok(cli(*args, *db))
     assert ok(cli("seats", "connect", "seat-01", *db)).out == "seat-01: ssh amartin@gpu1.example.org\n"
+    cleared = ok(cli("seats", "connect", "seat-01", "--clear", *db)).out
+    assert cleared.startswith("seat-01: the server has no reachable address yet: set "), cleared
+    assert "`gpuseat engines settings host ssh_host=HOST` (or --ssh-host HOST of `gpuseat host up`)" in cleared
+    assert "or run `gpuseat seats connect seat-01 --ssh USER@HOST`" in cleared, cleared
+    assert "set ssh_host in" not in cleared and "inventory file or" not in cleared, cleared  # the old advice
+    assert "ssh_host is read only by `gpuseat seats add --inventory`, for the seats it adds" in cleared, cleared
+    ok(cli("seats", "connect", "seat-01", "--ssh", "amartin@gpu1.example.org", *db))
+    assert ok(cli("seats", "connect", "seat-01", *db)).out == "seat-01: ssh amartin@gpu1.example.org\n"
+
+    ok(cli("engines", "settings", "host", "ssh_host=gpu1.example.org", *db))
     held = ok(cli("seats", "connect", "seat-01", "--clear", *db)).out
     assert held.startswith("seat-01: being prepared: ") and held.endswith("; you will log in as amartin\n"), held
     free = ok(cli("seats", "connect", "seat-02", "--clear", *db)).out
     assert free == "seat-02: no way in yet: the host engine records it at gpu1.example.org for a holder\n", free
     ok(cli("engines", "settings", "host", "ssh_host=", *db))
     unset = ok(cli("seats", "connect", "seat-01", *db)).out
-    assert "set ssh_host" in unset and "`gpuseat engines settings host ssh_host=HOST`" in unset, unset
+    assert "set `gpuseat engines settings host ssh_host=HOST`" in unset, unset
 
 
 def test_no_way_in_at_all_names_them_too():
     from gpuseat.core.delivery import instruction
 
     missing = instruction(None, seat="cloud-03", unix_user="ada").missing or ""
-    assert missing.startswith("no way in is set for this seat yet")
-    assert "ssh_host" in missing and "inventory file" in missing and "--ssh-host HOST" in missing
-    assert "gpuseat seats connect cloud-03 --ssh USER@HOST" in missing
-    assert "`gpuseat engines settings host ssh_host=HOST`" in missing, missing
+    assert missing.startswith("no way in is set for this seat yet: ")
+    assert "run `gpuseat seats connect cloud-03 --ssh USER@HOST`" in missing, missing
+    assert "for a seat of the host engine set `gpuseat engines settings host ssh_host=HOST`" in missing, missing
+    assert "--ssh-host HOST" in missing and "set ssh_host in" not in missing, missing
+    assert "ssh_host is read only by `gpuseat seats add --inventory`, for the seats it adds" in missing, missing
 
 
 def test_the_seats_file_says_which_seats_it_leaves_out_and_why(cli, mig_course):

@@ -114,13 +114,30 @@ def ssh_config_block(alias: str, host: str, user: str | None, port: int | None, 
     return "\n".join(lines) + "\n"
 
 
-def no_way_in(seat: str) -> str:
-    """What to set when a seat has no way in: the field, the file, the flag, the command."""
-    return (
-        "no way in is set for this seat yet: set ssh_host (and ssh_port) in the server's inventory file "
-        "before `gpuseat seats add --inventory` or with `gpuseat engines settings host ssh_host=HOST` (or pass "
-        f"--ssh-host HOST to `gpuseat host up`), or run `gpuseat seats connect {seat} --ssh USER@HOST`"
+def address_advice(seat: str, engine: str | None = None) -> str:
+    """What gives a seat that exists a reachable address: its own way in (``seats connect SEAT --ssh``), or the
+    ``ssh_host`` setting of its ``engine`` (the host engine's), which that engine's next pass records for the
+    seat's holder. ``engine``: the seat's engine when it takes ``ssh_host``; ``""`` when it takes none (only
+    the seat's own way in then); None when not known (both, the setting for a seat of the host engine).
+
+    An inventory file's ``ssh_host`` is never the fix: ``seats add --inventory`` reads the file once, for the
+    seats it adds, and an edit of it afterwards changes no seat; the advice says so."""
+    own = f"`gpuseat seats connect {seat} --ssh USER@HOST`"
+    setting = (
+        f"`gpuseat engines settings {engine or 'host'} ssh_host=HOST` (or --ssh-host HOST of `gpuseat host up`), "
+        "which the engine's next pass (the agent's, or `gpuseat apply`) records for the seat's holder"
     )
+    inventory = "an inventory file's ssh_host is read only by `gpuseat seats add --inventory`, for the seats it adds"
+    if engine is None:
+        return f"run {own}, or for a seat of the host engine set {setting}; {inventory}"
+    if engine:
+        return f"set {setting}, or run {own}; {inventory}"
+    return f"run {own}; {inventory}"
+
+
+def no_way_in(seat: str, engine: str | None = None) -> str:
+    """What to set when a seat has no way in: the command, the setting (``engine``: as :func:`address_advice`)."""
+    return f"no way in is set for this seat yet: {address_advice(seat, engine)}"
 
 
 def instruction(
@@ -129,14 +146,16 @@ def instruction(
     seat: str,
     unix_user: str | None,
     server_name: str | None = None,
+    engine: str | None = None,
 ) -> Instruction:
     """The way in for one seat from its stored access (``Access.to_dict`` form).
 
     An SSH access without a user takes the participant's Unix user. A host equal to the inventory's
-    ``name`` (``server_name``) is never printed: it names a file, not a machine.
+    ``name`` (``server_name``) is never printed: it names a file, not a machine. ``engine``: the seat's
+    engine where its ``ssh_host`` setting gives the seat an address, for what to set (:func:`address_advice`).
     """
     if not access:
-        return Instruction(None, None, None, None, (), no_way_in(seat))
+        return Instruction(None, None, None, None, (), no_way_in(seat, engine))
     kind = str(access.get("kind") or "ssh")
     notes = tuple(str(n) for n in (access.get("notes") or ()))  # type: ignore[attr-defined]
     uuid = access.get("device_uuid")
@@ -144,16 +163,18 @@ def instruction(
     url = str(access["url"]) if access.get("url") else None
     host = str(access["host"]) if access.get("host") else None
     if host and server_name and host == server_name and bare_label(host):
-        return Instruction(
-            None, url, None, device, notes, f"{host!r} is the inventory's name, not a reachable host: set ssh_host"
-        )
+        label = f"{host!r} is the inventory's name, not a reachable host: {address_advice(seat, engine)}"
+        return Instruction(None, url, None, device, notes, label)
     given = str(access["command"]) if access.get("command") else None
     if kind in ("jupyter", "web") or (url and not host):
         return Instruction(given, url, None, device, notes, None)
     if not host:
         if given:
             return Instruction(given, url, None, device, notes, None)
-        return Instruction(None, url, None, device, notes, "no host is set for this seat yet")
+        # an engine's pass recorded the holder's login before any address was set (a way in cleared)
+        return Instruction(
+            None, url, None, device, notes, f"no host is set for this seat yet: {address_advice(seat, engine)}"
+        )
     user = str(access["user"]) if access.get("user") else unix_user
     port = int(str(access["port"])) if access.get("port") else None
     jump = str(access["jump_host"]) if access.get("jump_host") else None

@@ -10,7 +10,15 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from gpuseat.core.delivery import Instruction, being_prepared, instruction, login_name, not_yours, out_of_order
+from gpuseat.core.delivery import (
+    Instruction,
+    address_advice,
+    being_prepared,
+    instruction,
+    login_name,
+    not_yours,
+    out_of_order,
+)
 from gpuseat.core.hosts import bad_stored_host, bare_label, host_problem
 from gpuseat.core.readiness import Access
 from gpuseat.engines import registry
@@ -76,19 +84,20 @@ def way_in(
         if isinstance(stored_jump, str):  # what to fix
             return Instruction(None, None, None, seat.device_uuid, (), stored_jump)
         access = stored_jump
-    way = instruction(access, seat=seat.key, unix_user=login, server_name=seat.host)
-    if access is None and seat.host:
-        # the seat's server is known only by its inventory label: its engine's ssh_host makes it reachable on
-        # the engine's next pass (a way in cleared, or none recorded yet); without one, say which field does
-        if delivered and (address := _engine_ssh_host(store, seat)):
-            unheld = f"no way in yet: the {seat.engine} engine records it at {address} for a holder"
-            why = being_prepared(login) if viewer else unheld
-            return Instruction(None, None, None, seat.device_uuid, (), why)
-        missing = (
-            "the server has no reachable address yet: set ssh_host in its inventory file or with "
-            "`gpuseat engines settings host ssh_host=HOST` (or pass --ssh-host HOST to `gpuseat host up`), "
-            f"or run `gpuseat seats connect {seat.key} --ssh USER@HOST`"
-        )
+    engine = _address_engine(seat)
+    way = instruction(access, seat=seat.key, unix_user=login, server_name=seat.host, engine=engine)
+    unrecorded = access is None and bool(seat.host)  # its server known only by its inventory label
+    hostless = access is not None and not host and bool(way.missing)  # a pass recorded a login, no address yet
+    if (unrecorded or hostless) and delivered and (address := _engine_ssh_host(store, seat)):
+        # its engine's ssh_host makes it reachable on the engine's next pass (a way in cleared, none recorded
+        # yet, or one recorded before the setting was set): nothing to set
+        unheld = f"no way in yet: the {seat.engine} engine records it at {address} for a holder"
+        why = being_prepared(login) if viewer else unheld
+        return Instruction(None, None, None, seat.device_uuid, (), why)
+    if unrecorded:
+        # the seat exists: its inventory file is read no more (seats add read it), so the fix is its engine's
+        # ssh_host setting where that engine takes one, or the seat's own way in
+        missing = f"the server has no reachable address yet: {address_advice(seat.key, engine)}"
         return Instruction(None, None, None, seat.device_uuid, (), missing)
     if way.missing and not way.command and seat.kind == "cloud" and seat.engine in registry.delivering():
         # a cloud seat has an address only while its cluster is up: say why it has none (the engine's
@@ -106,6 +115,16 @@ def _engine_ssh_host(store: CourseStore, seat: SeatView) -> str | None:
     if not seat.engine:
         return None
     return str(store.agents.engine_settings(seat.course, seat.engine).get("ssh_host") or "") or None
+
+
+def _address_engine(seat: SeatView) -> str:
+    """The seat's engine when its ``ssh_host`` setting makes the seat reachable (the host engine's: its holder
+    logs in to the server itself), else ``""``: a seat set up by hand gets its way in from ``seats connect``."""
+    spec = registry.specs().get(seat.engine)
+    if spec is None or not spec.login_on_host:
+        return ""
+    model = spec.settings_model()
+    return seat.engine if model is not None and "ssh_host" in model.model_fields else ""
 
 
 def _login_on_host(seat: SeatView) -> bool:
@@ -284,7 +303,8 @@ def build_access(
             raise InputError(
                 f"{host!r} is the inventory's name for the server, not a host participants can reach",
                 where="--ssh",
-                fix="give the server's DNS name or IP address (or set ssh_host in the inventory file)",
+                fix="give the server's DNS name or IP address (for every seat of the host engine: "
+                "`gpuseat engines settings host ssh_host=HOST`)",
             )
         return Access(
             kind=kind or "ssh",  # type: ignore[arg-type]

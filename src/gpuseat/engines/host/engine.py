@@ -388,8 +388,8 @@ class HostEngine(StepEngine[HostSettings]):
         self._record_steps(course, seats, holders, login_of, adopted, changes)
         if s.ssh_host is None and not any((course.access.get(k) or {}).get("host") for k in holders):
             changes.notes.append(
-                "no way in is set: participant pages cannot say where to connect; set ssh_host in the server's "
-                "inventory file, or give --ssh-host HOST (stored as the host engine's ssh_host setting)"
+                "no way in is set: participant pages cannot say where to connect; "
+                + delivery.address_advice("SEAT", self.name)
             )
         self._request_steps(course, changes)
         return changes
@@ -421,10 +421,7 @@ class HostEngine(StepEngine[HostSettings]):
             if not p.ssh_key:
                 changes.notes.append(f"{p.key} has no SSH key in the roster: they cannot log in until they add one")
         if self.settings.ssh_host is None and not any((course.access.get(s.key) or {}).get("host") for s in seats):
-            changes.notes.append(
-                "no way in is set: set ssh_host in the server's inventory file, or "
-                "`gpuseat engines settings host ssh_host=HOST`"
-            )
+            changes.notes.append(f"no way in is set: {delivery.address_advice('SEAT', self.name)}")
         return changes
 
     def _known_logins(self, course: CourseState, *, deleted: bool) -> set[str]:
