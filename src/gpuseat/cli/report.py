@@ -90,11 +90,17 @@ def register(app: typer.Typer) -> None:
     def survey_report(
         course: StoreCourseOption = None, db: StoreDbOption = None, fmt: FormatOption = Format.table
     ) -> None:
-        """Distributions, means, NPS with its 95 % interval, and free-text answers."""
+        """Distributions, means, NPS with its 95 % interval, and free-text answers (``-f csv``: every answer, one
+        row per response, as the portal's survey.csv)."""
+        import sys
+
         from gpuseat.services.survey import SurveyService
         from gpuseat.store import open_store
 
         with open_store(db) as store:
+            if fmt == Format.csv:  # a table under -f csv was no CSV for the script that asked for one
+                sys.stdout.write(SurveyService(store).export_csv(course))
+                return
             res = SurveyService(store).results(course)
         if fmt == Format.json:
             print_json(res.to_dict())

@@ -38,10 +38,13 @@ text = "Anything else?"
 """
 
 
-def test_the_survey_csv_defuses_answers_by_the_rule_of_the_other_downloads(served: Served, tmp_path: Path) -> None:
+def test_the_survey_csv_defuses_answers_by_the_rule_of_the_other_downloads(
+    served: Served, cli: Any, tmp_path: Path
+) -> None:
     """The survey's CSV had a formula rule of its own: a participant's ``＝HYPERLINK(…)`` (full-width ``=``,
     which the other downloads defuse) went out as it came, and an answer ``-3.5`` became the text ``'-3.5``.
-    A free-text answer keeps its line breaks (quoted), as before."""
+    A free-text answer keeps its line breaks (quoted), as before. ``survey report -f csv`` printed the table;
+    it prints the same CSV as the portal."""
     (tmp_path / "free.toml").write_text(TEXT_SURVEY)
     served.client.app.state.portal.surveys.set_template("lab", str(tmp_path / "free.toml"))  # type: ignore[attr-defined]
     served.store.courses.set_survey_state("lab", "open")
@@ -57,6 +60,8 @@ def test_the_survey_csv_defuses_answers_by_the_rule_of_the_other_downloads(serve
     assert rows[0] == ["response", "note"]
     cells = sorted(row[1] for row in rows[1:])
     assert cells == sorted(csv_cell(a) for a in answers.values()) == ["'" + answers["ann"], "-3.5"]
+    printed = cli("survey", "report", "-f", "csv", "--course", "lab", "--db", str(served.store.url))
+    assert printed.code == 0 and list(csv.reader(io.StringIO(printed.out))) == rows, printed.out
     # a second answer of ann's replaces her first: several lines, the first like a formula
     served.client.cookies.clear()
     ann = served.links["ann"]
