@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -238,3 +238,39 @@ def test_a_run_out_lease_of_a_dead_agent_of_this_machine_is_taken_at_the_first_l
     late = Agent(store, options, runner=Runner(dry_run=True), say=lambda _line: None, clock=clock)
     late.tick()
     assert late.role == "leader", store.agents.leases()
+
+
+def test_an_access_window_change_the_store_clock_stepped_past_is_passed_within_a_renewal(
+    store: CourseStore, url: str, tmp_path: Path, cli: Callable[..., Any], monkeypatch: Any
+) -> None:
+    """The store's clock steps ahead past the access window's next change while the agent runs (NTP on the
+    database's machine; this machine's clock and the agent's own do not move): by the store's clock the window has
+    changed. The agent passed only at the next resync (here 9 days; 5 minutes by default) or event: it measured
+    the store's clock at its last pass only. It reads it again with each renewal of its lease."""
+    from gpuseat.store.agents import Agents
+
+    today = datetime.now(UTC).date()
+    (tmp_path / "open.toml").write_text(
+        COURSE.replace('"lab"', '"open"').replace(
+            "start = 2026-09-07\ndays = 5\n", f'start = {today - timedelta(days=1)}\ndays = 3\naccess = "00:00-24:00"\n'
+        )
+    )
+    store.courses.create_course(tmp_path / "open.toml", key="open")
+    _seats(cli, url, tmp_path, "open", 3)
+    clock = Clock()
+    agent = Agent(store, AgentOptions(engine="host", host="gpu1", course="open", resync_s=9 * 86400, lease_s=LEASE),
+                  runner=Runner(dry_run=True), say=lambda _line: None, clock=clock)  # fmt: skip
+    first = agent.tick()
+    assert first is not None and first.next_change is not None and not first.failed
+    ahead = (first.next_change - store.requests.now()).total_seconds() + 60
+    clock.t += 1
+    assert agent.tick() is None  # nothing due
+    real = Agents._clock
+    monkeypatch.setattr(Agents, "_clock", lambda self, s: real(self, s) + ahead)  # the database's clock stepped
+    passes = []
+    for _ in range(int(LEASE / 3) + 2):  # a renewal's time, tick by tick
+        clock.t += 1
+        passes.append(agent.tick())
+    done = [p for p in passes if p is not None]
+    assert done, "the window's change the store's clock stepped past waited for the resync"
+    assert len(done) == 1, "the agent passed again and again"

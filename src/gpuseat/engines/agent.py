@@ -199,6 +199,9 @@ class Agent:
             self._leader = self._take_lease(now)
             self._renew_at = now + self.options.lease_s / 3
             self._held_until = now + self.options.lease_s if self._leader else 0.0
+            if self._leader:  # the store's clock read again with each renewal: stepped (NTP on the database's
+                # machine), an access window's change it moved is passed at once, not at the next resync
+                self._skew = self.store.requests.now() - datetime.now(UTC)
             if self._leader != was or self.role == "starting":
                 self.role = "leader" if self._leader else "standby"
                 self.say(f"agent {self.holder}: {self.role} for {self.options.lease_name}")
