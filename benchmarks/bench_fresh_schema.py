@@ -65,7 +65,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--pg", default=os.environ.get("GPUSEAT_TEST_PG_URL"))
     args = parser.parse_args()
-    kinds: list[tuple[str, Callable[[], AbstractContextManager[str]]]] = [("SQLite", _sqlite)] + ([("PostgreSQL", _postgresql(args.pg))] if args.pg else [])
+    kinds: list[tuple[str, Callable[[], AbstractContextManager[str]]]] = [("SQLite", _sqlite)]
+    if args.pg:
+        kinds.append(("PostgreSQL", _postgresql(args.pg)))
     for name, new in kinds:
         _time(new, walk=False), _time(new, walk=True)  # warm: imports, Alembic's revisions read once
         runs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
