@@ -408,18 +408,31 @@ def test_a_process_that_becomes_the_released_holder_right_after_the_kill_is_ende
                 p.wait()
 
 
-def test_a_pass_with_nothing_to_do_runs_no_command_per_seat(lab: Lab, db: str) -> None:
+def test_a_pass_with_nothing_to_do_runs_no_command_and_writes_no_row_per_seat(lab: Lab, db: str) -> None:
     """An agent's pass over a settled course (every resync, every event of the course) read each seat's device
-    files' ACLs with one getfacl each: 3,000 processes a pass for 1,000 MIG seats. The ACLs are read from the
-    files' attributes: the pass runs nvidia-smi's two reads, whatever the seats."""
+    files' ACLs with one getfacl each (3,000 processes a pass for 1,000 MIG seats), and deleted and wrote again
+    what each holder holds (two rows a seat, under the store's write lock). The ACLs are read from the files'
+    attributes, and unchanged holdings are not written: the pass runs nvidia-smi's two reads, whatever the seats."""
+    from sqlalchemy import event
+
     with open_store(db) as store:
         for who, uuid in zip(("ann", "ben", "cat"), MIG, strict=True):
             store.seats.assign("lab", who, _seat(store, uuid))
     _pass(db)
     runner = Runner()
+    said: list[str] = []
     with open_store(db) as store:
-        result = one_pass(store, course="lab", runner=runner, host="gpu1")
+        held = store.agents.holdings("lab")
+        on = lambda _conn, _cursor, sql, *_rest: said.append(sql)  # noqa: E731
+        event.listen(store.database.engine, "before_cursor_execute", on)
+        try:
+            result = one_pass(store, course="lab", runner=runner, host="gpu1")
+        finally:
+            event.remove(store.database.engine, "before_cursor_execute", on)
+        assert store.agents.holdings("lab") == held and len(held) == 6, held  # three accounts, three keys
     assert [p.changes.steps for p in result.planned if p.changes] == [[]]
+    wrote = [sql for sql in said if "engine_holdings" in sql and not sql.lstrip().upper().startswith("SELECT")]
+    assert wrote == [], wrote
     ran = [r.argv for r in runner.log]
     assert [argv[1:] for argv in ran] == [("-q", "-x"), ("-L",)], ran
     for who, gi in zip(("ann", "ben", "cat"), GI, strict=True):  # as getfacl lists them

@@ -8,6 +8,7 @@ expired or free lease, or renews its own, in one write; everyone else waits as s
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -333,26 +334,32 @@ class Agents(Concern):
     # -- holdings ----------------------------------------------------------------------------------------
 
     def set_holdings(self, course_key: str, engine: str, host: str | None, found: Iterable[Mapping[str, Any]]) -> None:
-        """Replace what ``engine`` on ``host`` holds for ``course_key`` by ``found`` (``Holding.to_dict``)."""
+        """Replace what ``engine`` on ``host`` holds for ``course_key`` by ``found`` (``Holding.to_dict``). Rows
+        that are ``found`` already are left as they are, with no write: every pass records what it observed, and a
+        pass with nothing to do deleted and wrote again two rows per seat (its holder's account and key)."""
         now = datetime.now(UTC)
+        rows = Counter((str(h["what"])[:32], str(h["login"])[:64], h.get("participant"), h.get("seat")) for h in found)
+        mine = (
+            EngineHolding.course_key == course_key,
+            EngineHolding.engine == engine,
+            EngineHolding.host == (host or ""),
+        )
+        columns = (EngineHolding.what, EngineHolding.login, EngineHolding.participant, EngineHolding.seat)
+        with self._database.read() as s:
+            if Counter(tuple(r) for r in s.execute(select(*columns).where(*mine))) == rows:
+                return
         with self._database.write() as s:
-            s.execute(
-                delete(EngineHolding).where(
-                    EngineHolding.course_key == course_key,
-                    EngineHolding.engine == engine,
-                    EngineHolding.host == (host or ""),
-                )
-            )
-            for h in found:
+            s.execute(delete(EngineHolding).where(*mine))
+            for what, login, participant, seat in rows.elements():
                 s.add(
                     EngineHolding(
                         course_key=course_key,
                         engine=engine,
                         host=host or "",
-                        what=str(h["what"])[:32],
-                        login=str(h["login"])[:64],
-                        participant=h.get("participant"),
-                        seat=h.get("seat"),
+                        what=what,
+                        login=login,
+                        participant=participant,
+                        seat=seat,
                         updated_at=now,
                     )
                 )
