@@ -439,3 +439,33 @@ def test_a_pass_with_nothing_to_do_runs_no_command_and_writes_no_row_per_seat(la
         listed = subprocess.run(["getfacl", "--numeric", "--omit-header", str(lab.cap_file(0, gi))],
                                 capture_output=True, text=True, check=True).stdout  # fmt: skip
         assert f"user:{_uid(lab, who)}:rw-" in listed.split() and _acl(lab, gi) == {_uid(lab, who)}, listed
+
+
+def test_a_reset_whose_agent_died_before_marking_it_done_is_not_done_again(
+    lab: Lab, db: str, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    """kill -9 after a reset restored ann's home, before its request was marked done: the next leader planned the
+    pending reset again and restored her home a second time, wiping what she wrote since (she logs in again as
+    soon as the reset is done). The reset is carried out once per request; the request is then marked done."""
+    import pwd
+
+    skeleton = tmp_path / "skel"
+    skeleton.mkdir()
+    (skeleton / "README").write_text("welcome\n")
+    r = cli("engines", "settings", "host", f"skeleton={skeleton}", "--course", "lab", "--db", db)
+    assert r.code == 0, r.err
+    with open_store(db) as store:
+        store.seats.assign("lab", "ann", _seat(store, MIG[0]))
+    _pass(db)
+    home = Path(pwd.getpwnam(lab.people["ann"].user).pw_dir)
+    (home / "before.txt").write_text("gone with the reset\n")
+    with open_store(db) as store:
+        store.requests.request_seat("lab", "ann", "reset", actor="organizer", by_participant=False)
+    _pass(db, stop_after="home.reset")  # the agent dies here
+    assert sorted(p.name for p in home.iterdir()) == ["README"]
+    (home / "after.txt").write_text("her work since the reset\n")
+    _pass(db)  # the next leader
+    assert (home / "after.txt").exists(), "the reset was done again"
+    with open_store(db) as store:
+        [request] = store.requests.seat_requests("lab", participant="ann")
+    assert (request.action, request.state) == ("reset", "done"), request

@@ -436,6 +436,11 @@ class HostEngine(StepEngine[HostSettings]):
             known |= self.store.roster.logins_left(self.course).keys()
         return known
 
+    def reset_mark(self, request: int) -> Path:
+        """Where a reset of seat request ``request`` is marked done on this machine (root-only, with the probe key;
+        removed with the course)."""
+        return state_dir(self.course) / "resets" / str(request)
+
     def _probe_public(self) -> str | None:
         """The probe key's public line (made now, unless this is a dry run: then read if it exists)."""
         if not self.runner.dry_run:

@@ -170,7 +170,7 @@ def do_request(engine: HostEngine, step: Step) -> str | None:
     """Carry out ``home.reset``, ``seat.stop`` and ``request.record`` (see the module docstring)."""
     d = step.data
     if step.action == "home.reset":
-        return _reset_home(engine, str(d["login"]), str(d["skeleton"]))
+        return _reset_home(engine, str(d["login"]), str(d["skeleton"]), d.get("request"))
     if engine.runner.dry_run:
         return None
     if step.action == "seat.stop":
@@ -368,7 +368,12 @@ class _Look:
         return now if uid in self._notty else self._typed.get(uid)
 
 
-def _reset_home(engine: HostEngine, login: str, skeleton: str) -> str | None:
+def _reset_home(engine: HostEngine, login: str, skeleton: str, request: int | None) -> str | None:
+    """Restore ``login``'s home from ``skeleton``, once per ``request``: an agent killed after the reset, before the
+    request was marked done, left it pending, and the next pass wiped what the participant wrote since."""
+    done = engine.reset_mark(request) if request is not None else None
+    if done is not None and done.exists():
+        return f"already restored for request {request}"
     try:
         entry = pwd.getpwnam(login)
     except KeyError:
@@ -382,6 +387,9 @@ def _reset_home(engine: HostEngine, login: str, skeleton: str) -> str | None:
     run(["find", str(home), "-mindepth", "1", "-delete"], where="host")
     run(["cp", "-a", f"{skeleton.rstrip('/')}/.", str(home)], where="host")
     run(["chown", "-R", f"{entry.pw_uid}:{entry.pw_gid}", str(home)], where="host")
+    if done is not None and not engine.runner.dry_run:
+        done.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        done.touch()
     return f"{home} restored from {skeleton}"
 
 
@@ -404,7 +412,7 @@ def _run_steps(engine: HostEngine, changes: Changes, who: str, login: str, r: Re
     if r.action == "reset":
         skeleton = engine.settings.skeleton
         changes.steps.append(engine._step("home.reset", login, f"{who} asked for a reset", "grant",
-                                          participant=who, login=login, skeleton=skeleton))  # fmt: skip
+                                          participant=who, login=login, skeleton=skeleton, request=r.id))  # fmt: skip
 
 
 def _record(engine: HostEngine, course: CourseState, login: str | None, r: RequestView, refused: str | None) -> Step:
