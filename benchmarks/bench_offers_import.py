@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import os
 import statistics
 import subprocess
@@ -36,25 +37,58 @@ def build(path: Path, rows: int, shape: str = "zones") -> None:
         reader = csv.reader(fh)
         header = next(reader)
         body = list(reader)
+    if shape == "zones":
+        _build_zones(path, header, body, rows)
+        return
     col = {c: header.index(c) for c in header}
-    region, zone, price = col["Region"], col["AvailabilityZone"], col["Price"]
-    info, name, count = col["GpuInfo"], col["AcceleratorName"], col["AcceleratorCount"]
+    region, info, name, count = col["Region"], col["GpuInfo"], col["AcceleratorName"], col["AcceleratorCount"]
     with path.open("w", newline="") as out:
         writer = csv.writer(out)
         writer.writerow(header)
         for n in range(rows):
             row = list(body[n % len(body)])
-            copy = n // len(body)
-            if shape == "regions":
-                row[region] = f"{row[region]}-{copy}"
-                if n % 10:
-                    row[info] = row[name] = row[count] = ""
-            else:
-                row[region] = f"{row[region]}-{copy % REGIONS}"
-                row[zone] = f"{row[zone]}-{copy // REGIONS % ZONES}"
-                if row[price]:  # rows without a price stay so (skipped, with a warning)
-                    row[price] = f"{float(row[price]) * (1 + (copy * 7919 % 1000) / 10_000):.6f}"
+            row[region] = f"{row[region]}-{n // len(body)}"
+            if n % 10:
+                row[info] = row[name] = row[count] = ""
             writer.writerow(row)
+
+
+def _csv_line(row: list[str]) -> str:
+    line = io.StringIO()
+    csv.writer(line).writerow(row)
+    return line.getvalue()
+
+
+def _build_zones(path: Path, header: list[str], body: list[list[str]], rows: int) -> None:
+    """Row ``n`` is the excerpt's row ``n % len(body)``, copy ``c = n // len(body)``: its region gets
+    ``-{c % REGIONS}``, its zone ``-{c // REGIONS % ZONES}``, its price (rows without one stay so: skipped,
+    with a warning) times ``1 + (c * 7919 % 1000) / 10_000``. Each excerpt row is written once by the csv
+    module with a NUL where those go (csv quotes none of them), and its copies are that line with the three
+    filled in: the same bytes as a ``csv.writer`` row by row, six times faster (a million rows in ~2 s)."""
+    col = {c: header.index(c) for c in header}
+    region, zone, price = col["Region"], col["AvailabilityZone"], col["Price"]
+    assert price < region < zone  # the order the parts are filled in below
+    templates: list[tuple[list[str], float | None]] = []
+    for row in body:
+        blank = list(row)
+        blank[region] += "-\0"
+        blank[zone] += "-\0"
+        if row[price]:
+            blank[price] = "\0"
+        parts = _csv_line(blank).split("\0")
+        assert len(parts) == (4 if row[price] else 3), parts
+        templates.append((parts, float(row[price]) if row[price] else None))
+    with path.open("w", newline="") as out:
+        out.write(_csv_line(header))
+        for copy in range(-(-rows // len(body))):
+            r, z = str(copy % REGIONS), str(copy // REGIONS % ZONES)
+            scale = 1 + (copy * 7919 % 1000) / 10_000
+            out.write(
+                "".join(
+                    p[0] + r + p[1] + z + p[2] if base is None else f"{p[0]}{base * scale:.6f}{p[1]}{r}{p[2]}{z}{p[3]}"
+                    for p, base in templates[: rows - copy * len(body)]
+                )
+            )
 
 
 def run(cmd: list[str]) -> tuple[float, float, float]:
