@@ -47,7 +47,7 @@ def _reads(db: str, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     return counts
 
 
-def test_a_settled_pass_reads_accounts_and_processes_as_often_for_one_holder_as_for_three(
+def test_a_settled_pass_reads_accounts_and_processes_once_whatever_the_holders(
     lab: Lab, tmp_path: Path, cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = f"sqlite:///{tmp_path / 'course.db'}"
@@ -57,10 +57,5 @@ def test_a_settled_pass_reads_accounts_and_processes_as_often_for_one_holder_as_
     for who, uuid in zip(("ann", "ben", "cat"), MIG, strict=True):
         assert cli("seats", "assign", "--participant", who, "--seat", seat[uuid], "--db", db).code == 0
     _apply(cli, db)
-    three = _reads(db, monkeypatch)
-    for who in ("ben", "cat"):
-        assert cli("seats", "release", "--participant", who, "--db", db).code == 0
-    _apply(cli, db)
-    one = _reads(db, monkeypatch)
-    assert three == one, (three, one)
-    assert three["processes"] <= 2 and three["shadow"] <= 1, three
+    reads = _reads(db, monkeypatch)  # once a pass each (processes: the plan's and the idle rule's), not per holder
+    assert reads["processes"] <= 2 and reads["shadow"] <= 1, reads
