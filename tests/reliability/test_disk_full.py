@@ -2,13 +2,15 @@
 nothing; a read still answers.
 
 The store lives on a real tmpfs filled to the last byte, mounted inside a private mount namespace
-(``unshare --mount``): nothing outlives the test, nothing to unmount. The real ``gpuseat`` runs there.
+(``unshare --mount``): nothing outlives the test, nothing to unmount. The real ``gpuseat`` runs there, each
+command a process of its own: a fork of one warm Python that then starts as ``python -m gpuseat`` does.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -44,42 +46,65 @@ def _env() -> dict[str, str]:
     return env
 
 
+# One Python in the private mount namespace does it all: it makes the store (the set-up, in-process: Typer,
+# SQLAlchemy, gpuseat's store and the catalog imported once), then each run is a fork of it that starts as
+# ``python -m gpuseat`` does (a process of its own, its own store connection; it ends through ``sys.exit`` and
+# the interpreter's own shutdown) instead of a fresh interpreter at about a second of CPU each
+RUNS = r"""
+import json, os, runpy, shutil, subprocess, sys
+from gpuseat.cli import main
+
+tmp, mnt, setup, runs = json.loads(sys.argv[1])
+
+
+def gpuseat(name, args):
+    sys.stdout.flush(), sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        for fd, ext in ((1, "out"), (2, "err")):
+            os.dup2(os.open(f"{tmp}/{name}.{ext}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+        sys.argv = ["gpuseat", *args]
+        runpy.run_module("gpuseat", run_name="__main__")  # sys.exit(main()): SystemExit ends this process
+        os._exit(71)  # never reached
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    with open(f"{tmp}/{name}.rc", "w") as fh:
+        fh.write(str(code))
+
+
+for args in setup:
+    print(args[:2], "exit", main([*args, "--db", f"sqlite:///{tmp}/gpuseat.db"]), flush=True)
+size = os.path.getsize(f"{tmp}/gpuseat.db") + 256 * 1024
+subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", mnt], check=True)
+shutil.copy(f"{tmp}/gpuseat.db", f"{mnt}/gpuseat.db")
+subprocess.run(f"cat /dev/zero > {mnt}/filler 2>/dev/null", shell=True, check=False)  # stops at the last byte
+subprocess.run(f"df -k {mnt} | tail -1 > {tmp}/df", shell=True, check=True)
+for name, args in runs.items():
+    gpuseat(name, [*args, "--db", f"sqlite:///{mnt}/gpuseat.db"])
+shutil.copy(f"{mnt}/gpuseat.db", f"{tmp}/after.db")
+if os.path.exists(f"{mnt}/gpuseat.db-wal"):
+    shutil.copy(f"{mnt}/gpuseat.db-wal", f"{tmp}/after.db-wal")
+"""
+
+
 @pytest.fixture(scope="module")
 def full_disk_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, object]]:
     """Every command above run once against a store on a full file system: name → rc, out, err."""
     if shutil.which("unshare") is None:
         pytest.fail("unshare (util-linux) is needed for the tmpfs fault tests")
     tmp = tmp_path_factory.mktemp("full")
-    db = tmp / "gpuseat.db"
-    for args in (
-        ["course", "create", REPO / "examples" / "course-2016.toml"],
-        ["seats", "add", "--inventory", REPO / "examples" / "ibm-2xM60.toml", "--mode", "passthrough"],
-    ):
-        subprocess.run(
-            [sys.executable, "-m", "gpuseat", *map(str, args), "--db", f"sqlite:///{db}"],
-            env=_env(), capture_output=True, text=True, check=False, timeout=120,
-        )  # fmt: skip
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT count(*) FROM courses").fetchone()[0] == 1
     mnt = tmp / "mnt"
     mnt.mkdir()
-    lines = [
-        f"mount -t tmpfs -o size={db.stat().st_size + 256 * 1024} tmpfs {mnt}",
-        f"cp {db} {mnt}/gpuseat.db",
-        f"cat /dev/zero > {mnt}/filler 2>/dev/null || true",
-        f"df -k {mnt} | tail -1 > {tmp}/df",
+    setup = [
+        ["course", "create", str(REPO / "examples" / "course-2016.toml")],
+        ["seats", "add", "--inventory", str(REPO / "examples" / "ibm-2xM60.toml"), "--mode", "passthrough"],
     ]
-    for name, args in {**READS, **WRITES}.items():
-        slug = name.replace(" ", "-")
-        lines.append(
-            f"{GPUSEAT} {args} --db sqlite:///{mnt}/gpuseat.db > {tmp}/{slug}.out 2> {tmp}/{slug}.err "
-            f"&& echo 0 > {tmp}/{slug}.rc || echo $? > {tmp}/{slug}.rc"
-        )
-    lines.append(f"cp {mnt}/gpuseat.db {tmp}/after.db")
-    lines.append(f"[ -f {mnt}/gpuseat.db-wal ] && cp {mnt}/gpuseat.db-wal {tmp}/after.db-wal || true")
-    cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-eu", "-c", "\n".join(lines)]
+    argv = {name.replace(" ", "-"): shlex.split(args) for name, args in {**READS, **WRITES}.items()}
+    plan = json.dumps([str(tmp), str(mnt), setup, argv])
+    cmd = ["unshare", "--mount", "--propagation", "private", sys.executable, "-c", RUNS, plan]
     done = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=600, check=False)
     assert done.returncode == 0, done.stderr
+    with sqlite3.connect(tmp / "gpuseat.db") as conn:
+        assert conn.execute("SELECT count(*) FROM courses").fetchone()[0] == 1
     assert (tmp / "df").read_text().split()[3] == "0", "the file system is not full"
     runs: dict[str, dict[str, object]] = {}
     for name in {**READS, **WRITES}:
