@@ -310,7 +310,6 @@ def test_the_login_a_new_unix_user_left_goes_with_its_home_when_the_course_is_de
     c.rows[ann]["login"] = new.user
     assert c.roster().code == 0
     c.apply()
-    _settled(c)
     home = Path(pwd.getpwnam(old).pw_dir)
     assert Machine(Runner()).locked(old) and (home / "notes.txt").exists()  # kept, locked, while the course runs
     gone = c.cli("course", "delete", c.key, "--yes", "--export-to", c.folder / "export.zip", "--db", c.db)
