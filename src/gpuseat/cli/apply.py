@@ -268,7 +268,9 @@ def register(app: typer.Typer) -> None:
         db: DbOption = None,
         fmt: FormatOption = Format.table,
     ) -> None:
-        """Make the machines match the store now: each engine's plan, then each step (idempotent)."""
+        """Make the machines match the store now: each engine's plan, then each step (idempotent). An engine and
+        host whose agent runs (it holds the agent lease) are left to it; the others' leases are held meanwhile."""
+        from gpuseat.engines.agent import ApplyLease, leased_pass
         from gpuseat.engines.apply import one_pass
         from gpuseat.engines.runner import Runner
         from gpuseat.store import open_store
@@ -278,9 +280,14 @@ def register(app: typer.Typer) -> None:
             note = host_note(store, course, host) if host is not None else None
             if wanted:
                 store_settings(store, course, wanted, actor())
-            result = one_pass(
-                store, course=course, engine=engine, host=host, runner=Runner(dry_run=dry_run), actor=actor()
-            )
+            lease = ApplyLease(store, host=host)
+            if dry_run:  # changes nothing: no lease, whatever agent runs
+                result = one_pass(store, course=course, engine=engine, host=host, runner=Runner(dry_run=True),
+                                  actor=actor())  # fmt: skip
+            else:
+                result = leased_pass(store, lease, course=course, engine=engine, host=host, runner=Runner(),
+                                     actor=actor())  # fmt: skip
+        left = list(lease.held.values())
         if fmt is Format.json:
             print_json(
                 {
@@ -288,6 +295,7 @@ def register(app: typer.Typer) -> None:
                     "plans": [p.to_dict() for p in result.planned],
                     "reports": [r.to_dict() for r in result.reports],
                     "deleted": result.deleted,
+                    "left_to_agents": [h.to_dict() for h in left],
                 }
             )
         else:
@@ -295,7 +303,22 @@ def register(app: typer.Typer) -> None:
                 print(line)
         if note is not None:
             print(note, file=sys.stderr)
+        for h in left:
+            where = f"{h.engine} on {h.host}" if h.host else h.engine
+            print(f"error: {where}: not applied: agent {h.holder} holds lease {h.lease} and applies it within "
+                  "seconds (gpuseat agent status)", file=sys.stderr)  # fmt: skip
         raise_for(result, "gpuseat apply", dry_run=dry_run)
+        if left:
+            from gpuseat.errors import EngineError
+
+            raise EngineError(
+                f"{len(left)} engine(s) and host(s) left to the agent that runs there (named above); nothing was "
+                "applied there, the rest was",
+                where="gpuseat apply",
+                fix="nothing to do: that agent applies the store within seconds (gpuseat agent status shows its "
+                "last apply); to apply from here instead, stop that agent first (systemctl stop "
+                "gpuseat-agent-ENGINE.service on that host), or see the plan with --dry-run",
+            )
 
     agent_app = typer.Typer(
         help="The agent: keeps this machine's seats true to the store (run as root on each engine host).",

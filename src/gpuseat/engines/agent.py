@@ -23,7 +23,8 @@ third of ``lease_s``, between the steps of a pass too); a second agent waits as 
 when the lease expires (by the store's clock, and unrenewed for a lease period by its own: see
 :meth:`Agent._take_lease`) or is given back. Before each step the holder checks that its lease has not run out
 by its own clock (no read of the store: a lease period from its last renewal, which no standby cuts short); a
-pass stopped because it had is finished by the next tick, once the lease is renewed.
+pass stopped because it had is finished by the next tick, once the lease is renewed. ``gpuseat apply`` holds the
+same leases for its pass, and leaves an engine and host whose lease a live agent holds to it (:func:`leased_pass`).
 """
 
 from __future__ import annotations
@@ -34,15 +35,16 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from gpuseat.core.seating import AGENT_ACTOR
-from gpuseat.engines.apply import Pass, one_pass
+from gpuseat.engines import registry
+from gpuseat.engines.apply import Pass, Planned, PlanOptions, apply_all, one_pass, plan_all, targets
 from gpuseat.engines.runner import Runner
-from gpuseat.errors import GpuseatError, StoreError
+from gpuseat.errors import GpuseatError, NotFound, StoreError
 
 if TYPE_CHECKING:
     from gpuseat.store import CourseStore
@@ -82,8 +84,29 @@ class AgentOptions:
 
     @property
     def lease_name(self) -> str:
-        """One lease per engine and host (``agent:host:gpu1``)."""
-        return f"agent:{self.engine or 'all'}:{self.host or socket.gethostname()}"
+        """One lease per engine and host (``agent:host:gpu1``), whatever ``course``: see :func:`lease_names`."""
+        return lease_names(self.engine, self.host)[0]
+
+
+def lease_names(engine: str | None, host: str | None) -> tuple[str, ...]:
+    """The agent leases that cover ``engine`` on ``host`` (not named: this machine, an agent's default): its
+    agent's (``agent:host:gpu1``) and, for one engine, an agent's for every engine there (``agent:all:gpu1``).
+    An agent's ``--course`` is not in the name: one agent per engine and host applies, whatever its courses."""
+    where = host or socket.gethostname()
+    own = f"agent:{engine or 'all'}:{where}"
+    return (own,) if engine is None else (own, f"agent:all:{where}")
+
+
+def course_of(holder: str) -> str | None:
+    """The course an agent's ``holder`` applies alone (``gpu1:12:ab12cd (course lab)``); None: every course."""
+    head, sep, tail = holder.rpartition(" (course ")
+    return tail[:-1] if sep and head and tail.endswith(")") else None
+
+
+def _new_holder(course: str | None = None, kind: str = "") -> str:
+    """``host:pid:token``, with `` (course KEY)`` for an agent of one course (:func:`course_of`)."""
+    scope = f" (course {course})" if course else ""
+    return f"{socket.gethostname()}:{os.getpid()}:{kind}{secrets.token_hex(3)}{scope}"
 
 
 @dataclass
@@ -94,7 +117,7 @@ class Agent:
     options: AgentOptions
     runner: Runner = field(default_factory=Runner)
     say: Callable[[str], None] = print
-    holder: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}")
+    holder: str = ""  # host:pid:token and its course, if one (:func:`_new_holder`)
     cursor: int | None = None
     role: str = "starting"
     passes: int = 0
@@ -119,6 +142,30 @@ class Agent:
     # a standby: another's lease row (holder, expiry), since when it is so, when it runs out (this agent's clock)
     # and its holder's lease period
     _seen: tuple[tuple[str, float], float, float, float] | None = None
+    _told: str | None = None  # the holder whose other scope this standby said it leaves unapplied
+
+    def __post_init__(self) -> None:
+        self.holder = self.holder or _new_holder(self.options.course)
+
+    def _left_out(self, holder: str) -> None:
+        """Said once per holder, by a standby: the holder applies one course only, so what this agent serves besides
+        (another course, or every other course) is not applied on this host while it runs. One agent per engine
+        and host applies (two agents of different courses would write the same host's shared files at once)."""
+        theirs, mine = course_of(holder), self.options.course
+        if theirs is None or theirs == mine or holder == self._told:
+            return
+        self._told = holder
+        o = self.options
+        flags = " ".join([*(["--engine", o.engine] if o.engine else []), *(["--host", o.host] if o.host else [])])
+        left, fix = (
+            (f"course {mine} is", f"stop both agents and run one for every course: gpuseat agent {flags}".rstrip())
+            if mine
+            else (f"every course but {theirs} is", "stop that agent (this one applies every course)")
+        )
+        self.say(
+            f"agent {self.holder}: standby for {o.lease_name}, whose holder {holder} applies course {theirs} only: "
+            f"{left} not applied on this host while it runs (one agent per engine and host applies); to apply it, {fix}"
+        )
 
     def _saved_cursor(self) -> int | None:
         """The events id the last leader of this lease had applied up to (kept in the store)."""
@@ -144,6 +191,7 @@ class Agent:
         seen, left, last = (row[0], row[1]), row[2], self._seen
         if last is None or last[0] != seen:  # a first look, or renewed (or taken by another) since
             if last is None or last[0][0] != seen[0]:  # a holder first seen: its lease period is what the row has left
+                self._left_out(seen[0])
                 period = max(o.lease_s, min(max(left, 0.0), MAX_LEASE_S))
             else:  # renewed: at least as long as the longest wait between its renewals (this agent's clock)
                 period = max(last[3], now - last[1])
@@ -397,6 +445,116 @@ class Agent:
                     self.store.agents.forget_agent(self.options.lease_name, self.holder)
             if self._waker:
                 self._waker.close()
+
+
+@dataclass(frozen=True)
+class Held:
+    """An engine and host whose agent lease a live agent holds: ``gpuseat apply`` leaves it to that agent."""
+
+    engine: str
+    host: str | None
+    lease: str
+    holder: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"engine": self.engine, "host": self.host, "lease": self.lease, "holder": self.holder}
+
+
+@dataclass
+class ApplyLease:
+    """The agent leases a ``gpuseat apply`` pass holds (:func:`leased_pass`): taken where free, so that an agent
+    starting meanwhile waits as standby, renewed between the steps as an agent's are, given back at the end.
+    ``held``: the engines and hosts whose lease a live agent holds (not applied by this pass)."""
+
+    store: CourseStore
+    host: str | None = None  # ``--host``: what a plan of an engine that is not per host is for
+    lease_s: float = 15.0
+    holder: str = field(default_factory=lambda: _new_holder(kind="apply-"))
+    clock: Callable[[], float] = time.monotonic
+    taken: list[str] = field(default_factory=list)
+    held: dict[tuple[str, str | None], Held] = field(default_factory=dict)
+    _renew_at: float = 0.0
+    _held_until: float = 0.0
+
+    def take(self, pairs: Iterable[tuple[str, str | None]]) -> None:
+        """Take the leases of each (engine, host), or note the live holder of one (:attr:`held`). A row that has
+        run out is free, as is the row of a holder of this machine whose process is gone (``kill -9``)."""
+        agents = self.store.agents
+        for engine, host in sorted(set(pairs), key=lambda p: (p[0], p[1] or "")):
+            for name in lease_names(engine, host):
+                if name in self.taken:
+                    continue
+                row = agents.lease(name)
+                gone = row is not None and _gone(row[0])
+                live = row is not None and row[2] > 0 and not gone
+                seen = (row[0], row[1]) if row is not None and gone else None
+                if live or not agents.take_lease(name, self.holder, self.lease_s, unchanged=seen):
+                    now = agents.lease(name) or row  # taken meanwhile: by whom
+                    self.held[(engine, host)] = Held(engine, host, name, now[0] if now else "another agent")
+                    break
+                self.taken.append(name)
+        self._renew_at, self._held_until = self.clock() + self.lease_s / 3, self.clock() + self.lease_s
+
+    def leaves(self, planned: Planned) -> Held | None:
+        """The live agent ``planned`` is left to, if any."""
+        return self.held.get(_pair(planned.engine_name, planned.host, self.host))
+
+    def guard(self) -> bool:
+        """Asked before each step: the leases are still this pass's (renewed every third of a lease period, by
+        this process's clock; no read of the store per step)."""
+        now = self.clock()
+        if now >= self._renew_at:
+            held = all(self.store.agents.take_lease(n, self.holder, self.lease_s) for n in self.taken)
+            self._renew_at, self._held_until = now + self.lease_s / 3, now + self.lease_s if held else 0.0
+            return held
+        return now < self._held_until
+
+    def give_back(self) -> None:
+        """Drop every lease taken (a standby agent takes it at its next look); a store failing now leaves them to
+        run out by themselves."""
+        with contextlib.suppress(GpuseatError):
+            for name in self.taken:
+                self.store.agents.drop_lease(name, self.holder)
+        self.taken.clear()
+
+
+def _pair(engine: str, host: str | None, flag: str | None) -> tuple[str, str | None]:
+    """The (engine, host) whose agent applies ``engine``'s plan for ``host``: a per-host engine's seat host, else
+    the host asked for (``--host``; none: this machine, as an agent's lease is named)."""
+    spec = registry.specs().get(engine)  # a holding of an engine no longer installed: not per host
+    return (engine, host) if spec is not None and spec.per_host else (engine, flag)
+
+
+def apply_pairs(
+    store: CourseStore, *, course: str | None, engine: str | None, host: str | None
+) -> set[tuple[str, str | None]]:
+    """Each (engine, host) a ``gpuseat apply`` with these flags plans for: the seats' and holdings' hosts of a
+    per-host engine (``--host``: that one), else the host asked for."""
+    pairs: set[tuple[str, str | None]] = set()
+    for key, name in targets(store, course=course, engine=engine, host=host):
+        if host is not None:
+            pairs.add(_pair(name, host, host))
+            continue
+        try:
+            hosts: set[str | None] = {s.host for s in store.seats.seats(key) if s.engine == name and s.host}
+        except NotFound:
+            hosts = set()
+        hosts |= {h["host"] for h in store.agents.holdings(key) if h["engine"] == name and h["host"]}
+        pairs |= {_pair(name, h, None) for h in hosts or {None}}
+    return pairs
+
+
+def leased_pass(store: CourseStore, lease: ApplyLease, *, actor: str, **plan: Unpack[PlanOptions]) -> Pass:
+    """``gpuseat apply``'s pass (not a dry run) under the agent leases of what it plans: taken before it plans
+    (a plan made while an agent applied could be stale), each engine and host a live agent holds left to it
+    (:attr:`ApplyLease.held`), the leases given back at the end, on an error or Ctrl-C too."""
+    try:
+        lease.take(apply_pairs(store, course=plan.get("course"), engine=plan.get("engine"), host=plan.get("host")))
+        planned = [p for p in plan_all(store, **plan) if lease.leaves(p) is None]
+        return apply_all(store, planned, guard=lease.guard, actor=actor, writes=not plan["runner"].dry_run)
+    finally:
+        lease.give_back()
 
 
 def _waker(store: CourseStore) -> Any:
