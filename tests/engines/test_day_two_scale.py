@@ -8,6 +8,7 @@ no root, no GPU), on a real SQLite store filled through the CLI.
 from __future__ import annotations
 
 import base64
+import gc
 import struct
 import time
 from collections.abc import Callable
@@ -51,16 +52,23 @@ def _course(n: int, folder: Path, cli: Callable[..., Any]) -> str:
 def _passes(*dbs: str, rounds: int = 5) -> list[tuple[int, float]]:
     """(steps planned, seconds of the fastest pass) for each store's course: the dry-run passes take turns,
     one on each store a round, so that a load change on a shared machine hits both sizes alike, and the
-    fastest of each is the least disturbed by neighbours."""
+    fastest of each is the least disturbed by neighbours. The garbage collector is off while a pass is timed (as
+    :mod:`timeit` has it): a full collection walks the whole worker's heap, every earlier test's objects too, and
+    the big pass, which allocates more, met more of them (21.4x on CI once, 9-10x alone)."""
     best = [float("inf")] * len(dbs)
     steps = [0] * len(dbs)
     stores = [open_store(db) for db in dbs]
     try:
         for _ in range(rounds):
             for n, store in enumerate(stores):
-                started = time.perf_counter()
-                result = one_pass(store, course="big", runner=Runner(dry_run=True), engine="host")
-                best[n] = min(best[n], time.perf_counter() - started)
+                gc.collect()
+                gc.disable()
+                try:
+                    started = time.perf_counter()
+                    result = one_pass(store, course="big", runner=Runner(dry_run=True), engine="host")
+                    best[n] = min(best[n], time.perf_counter() - started)
+                finally:
+                    gc.enable()
                 assert not result.failed, result.failed
                 steps[n] = sum(len(p.changes.steps) for p in result.planned if p.changes)
     finally:
