@@ -10,9 +10,9 @@ of the shell.
 
 To accept an intended change of output, rewrite the files and review their diff::
 
-    GPUSEAT_UPDATE_GOLDEN=1 .venv/bin/pytest -q -n 0 tests/golden
+    GPUSEAT_TEST_UPDATE_GOLDEN=1 .venv/bin/python -m pytest -q -n 0 tests/golden
 
-(read once at import: the suite's autouse fixture removes ``GPUSEAT_*`` variables before each test).
+(read once at import; a ``GPUSEAT_TEST_`` variable, so the suite, which removes every other ``GPUSEAT_*`` variable before collecting, keeps it).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import gpuseat
 from gpuseat.cli import main
 from gpuseat.web.app import Portal, create_app
 
-UPDATE = os.environ.get("GPUSEAT_UPDATE_GOLDEN") == "1"
+UPDATE = os.environ.get("GPUSEAT_TEST_UPDATE_GOLDEN") == "1"
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parents[2]
 #: the ``gpuseat`` command the virtualenv installed (the same entry point a user runs)
@@ -137,13 +137,13 @@ def folders(tmp_path: Path) -> dict[str, str]:
 
 
 def check(case: str, text: str) -> None:
-    """Compare with (or, with GPUSEAT_UPDATE_GOLDEN=1, write) the golden file of ``case``."""
+    """Compare with (or, with GPUSEAT_TEST_UPDATE_GOLDEN=1, write) the golden file of ``case``."""
     path = DATA / f"{case}.txt"
     if UPDATE:
         DATA.mkdir(exist_ok=True)
         path.write_text(text, encoding="utf-8")
         return
-    assert path.exists(), f"{path} is missing: GPUSEAT_UPDATE_GOLDEN=1 writes it"
+    assert path.exists(), f"{path} is missing: GPUSEAT_TEST_UPDATE_GOLDEN=1 writes it"
     assert text == path.read_text(encoding="utf-8"), f"{case}: the output changed (diff above: - golden, + now)"
 
 

@@ -21,6 +21,7 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PASSWORD = "correct horse battery"
+LONG_NAME = "Wolfeschlegelsteinhausenbergerdorff" * 7 + "W" * 11  # 256 characters, no space to break at
 
 
 def _need_browser():
@@ -60,7 +61,8 @@ def course_server(tmp_path):
     store.accounts.set_password("admin", PASSWORD)
     store.close()
     roster = tmp_path / "roster-16.csv"
-    rows = ["name,email,unix_user"] + [f"Student {i:02d},student{i:02d}@example.org,stud{i:02d}" for i in range(1, 17)]
+    rows = ["name,email,unix_user"] + [f"Student {i:02d},student{i:02d}@example.org,stud{i:02d}" for i in range(1, 16)]
+    rows.append(f"{LONG_NAME},student16@example.org,stud16")  # one unbroken name of the longest a roster takes
     roster.write_text("\ufeff" + "\n".join(rows) + "\n", encoding="utf-8")  # a BOM, as spreadsheets write it
     server = start(["--db", url, "--links-expire", "never"], tmp_path / "serve.log")  # a 2016 course, run today
     yield server, roster
@@ -124,6 +126,11 @@ def test_organizer_and_participant_flow(course_server, tmp_path):
         p.check("fieldset[data-question=format] input[value='8']")
         p.check("fieldset[data-question=recommend] input[value='10']")
         p.screenshot(path=shots / "5-participant.png", full_page=True)
+
+        phone = browser.new_context(viewport={"width": 390, "height": 844}).new_page()  # the longest name, on a phone
+        phone.goto(page.locator("#fresh-links tr[data-participant=stud16] code.link").inner_text())
+        assert phone.inner_text("h1") == f"Hello {LONG_NAME}"
+        assert phone.evaluate("document.documentElement.scrollWidth") <= 390
         p.click("#survey-send")
         assert "your answers are saved" in p.inner_text(".notice")
         p.click("#back")
