@@ -142,3 +142,33 @@ def test_agents_of_different_courses_on_one_host_say_what_is_left_unapplied(
     before = len(said["two"])
     two.tick()
     assert two.role == "standby" and not [line for line in said["two"][before:] if "not applied" in line]
+
+
+def test_an_engine_command_leaves_its_host_to_the_running_agent(
+    store: CourseStore, url: str, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    """`gpuseat host up` (as `slurm enroll` and `vms up`: one engine's command) ran its pass without the agent lease:
+    beside a live agent of that host, both applied it at once. Now it is `gpuseat apply --engine host`'s pass:
+    left to the agent (the machine untouched), a line on stderr, exit 1."""
+    _seats(cli, url, tmp_path, "lab", 1)
+    smi = tmp_path / "nvidia-smi"  # what the host engine reads as it plans: fails, so no step could touch this machine
+    smi.write_text("#!/bin/sh\nexit 1\n")
+    smi.chmod(0o755)
+    agent = Agent(store, AgentOptions(engine="host", host="gpu1", resync_s=3600), runner=Runner(dry_run=True),
+                  say=lambda _line: None, holder="gpu1:1:agent")  # fmt: skip
+    assert agent.tick() is not None and agent.role == "leader"
+    before = (store.agents.events_head(), store.agents.holdings())
+
+    r = cli("host", "up", "--course", "lab", "--host", "gpu1", "--nvidia-smi", smi, "--db", url)
+    assert r.code == 1 and "Traceback" not in r.err, (r.out, r.err)
+    assert "error: host on gpu1: not applied: agent gpu1:1:agent holds lease agent:host:gpu1" in r.err
+    assert "gpuseat host up: 1 engine(s) and host(s) left to the agent" in r.err and "stop that agent first" in r.err
+    assert "cannot plan" not in r.out + r.err  # the plan of a host left to its agent is not this pass's
+    assert store.agents.holdings() == before[1] and _applied(store) == []
+    assert store.agents.lease("agent:host:gpu1")[0] == "gpu1:1:agent"  # type: ignore[index]
+    assert store.agents.lease("agent:all:gpu1") is None  # given back
+    down = cli("host", "down", "--course", "lab", "--host", "gpu1", "--format", "json", "--db", url)
+    assert down.code == 1 and json.loads(down.out)["left_to_agents"] == [
+        {"engine": "host", "host": "gpu1", "lease": "agent:host:gpu1", "holder": "gpu1:1:agent"}
+    ]
+    assert store.agents.holdings() == before[1] and _applied(store) == []

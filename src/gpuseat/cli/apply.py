@@ -18,7 +18,9 @@ from gpuseat.cli._output import Format, FormatOption, print_json, print_rows
 from gpuseat.cli.course import actor
 
 if TYPE_CHECKING:
+    from gpuseat.engines.agent import Held
     from gpuseat.engines.apply import Pass
+    from gpuseat.errors import EngineError
 
 #: ``--course``, ``--engine`` and ``--host`` of ``apply`` and ``agent``: what this machine's passes cover
 EveryCourseOption = Annotated[str | None, typer.Option("--course", help="Only this course (default: every course).")]
@@ -203,6 +205,28 @@ def raise_for(result: Pass, where: str, *, dry_run: bool = False) -> None:
     )
 
 
+def left_to_agents(left: list[Held], where: str) -> EngineError | None:
+    """Each engine and host ``left`` to the live agent that holds its lease (``ApplyLease.held``), one line each
+    on stderr, and the error to raise (exit 1) once the pass's own failures are (:func:`raise_for`); None when
+    nothing was left. ``gpuseat apply`` and each engine's command (:func:`apply_engine`) say it so."""
+    from gpuseat.errors import EngineError
+
+    for h in left:
+        at = f"{h.engine} on {h.host}" if h.host else h.engine
+        print(f"error: {at}: not applied: agent {h.holder} holds lease {h.lease} and applies it within "
+              "seconds (gpuseat agent status)", file=sys.stderr)  # fmt: skip
+    if not left:
+        return None
+    return EngineError(
+        f"{len(left)} engine(s) and host(s) left to the agent that runs there (named above); nothing was "
+        "applied there, the rest was",
+        where=where,
+        fix="nothing to do: that agent applies the store within seconds (gpuseat agent status shows its "
+        "last apply); to apply from here instead, stop that agent first (systemctl stop "
+        "gpuseat-agent-ENGINE.service on that host), or see the plan with gpuseat apply --dry-run",
+    )
+
+
 def apply_engine(
     course: str | None,
     db: str | None,
@@ -220,8 +244,10 @@ def apply_engine(
     """One engine's command (``host up``, ``slurm enroll``, ``vms up`` …) is ``gpuseat apply --engine``:
     its flags stored as the course's settings, one pass, a course without such seats refused (``missing``,
     formatted with ``key``, and ``fix``), the plan printed (``headline``: a line with the host and the
-    count of changes first), and a failed step raised as :func:`raise_for` says."""
-    from gpuseat.engines.apply import one_pass, targets
+    count of changes first), and a failed step raised as :func:`raise_for` says. As ``gpuseat apply``, the pass
+    holds the agent leases, and an engine and host whose agent runs are left to it (:func:`left_to_agents`)."""
+    from gpuseat.engines.agent import ApplyLease, leased_pass
+    from gpuseat.engines.apply import targets
     from gpuseat.engines.runner import Runner
     from gpuseat.errors import InputError
     from gpuseat.store import open_store
@@ -233,18 +259,25 @@ def apply_engine(
             raise InputError(missing.format(key=key), where="--course", fix=fix)
         if settings:
             store_settings(store, key, {engine: settings}, actor())
-        result = one_pass(
-            store, course=key, engine=engine, host=host, runner=Runner(), actor=actor(), revoke_all=revoke_all
-        )
-    if not result.planned:
+        lease = ApplyLease(store, host=host)
+        result = leased_pass(store, lease, course=key, engine=engine, host=host, runner=Runner(), actor=actor(),
+                             revoke_all=revoke_all)  # fmt: skip
+    left = list(lease.held.values())
+    if not result.planned and not left:
         raise InputError(missing.format(key=key), where="--course", fix=fix)
     errors = [p.error for p in result.planned if p.error]
     if errors:
         raise InputError(errors[0], where=where, fix="correct it and run again")
     if fmt is Format.json:
-        print_json({"plans": [p.to_dict() for p in result.planned], "reports": [r.to_dict() for r in result.reports]})
+        print_json(
+            {
+                "plans": [p.to_dict() for p in result.planned],
+                "reports": [r.to_dict() for r in result.reports],
+                "left_to_agents": [h.to_dict() for h in left],
+            }
+        )
     else:
-        if headline:
+        if headline and result.planned:
             steps = sum(len(p.changes.steps) for p in result.planned if p.changes)
             print(
                 f"course {key} on host {result.planned[0].host}: "
@@ -252,7 +285,10 @@ def apply_engine(
             )
         for line in render_plan(result, dry_run=False):
             print(line)
+    refused = left_to_agents(left, where)
     raise_for(result, where)
+    if refused is not None:
+        raise refused
 
 
 def register(app: typer.Typer) -> None:
@@ -303,22 +339,10 @@ def register(app: typer.Typer) -> None:
                 print(line)
         if note is not None:
             print(note, file=sys.stderr)
-        for h in left:
-            where = f"{h.engine} on {h.host}" if h.host else h.engine
-            print(f"error: {where}: not applied: agent {h.holder} holds lease {h.lease} and applies it within "
-                  "seconds (gpuseat agent status)", file=sys.stderr)  # fmt: skip
+        refused = left_to_agents(left, "gpuseat apply")
         raise_for(result, "gpuseat apply", dry_run=dry_run)
-        if left:
-            from gpuseat.errors import EngineError
-
-            raise EngineError(
-                f"{len(left)} engine(s) and host(s) left to the agent that runs there (named above); nothing was "
-                "applied there, the rest was",
-                where="gpuseat apply",
-                fix="nothing to do: that agent applies the store within seconds (gpuseat agent status shows its "
-                "last apply); to apply from here instead, stop that agent first (systemctl stop "
-                "gpuseat-agent-ENGINE.service on that host), or see the plan with --dry-run",
-            )
+        if refused is not None:
+            raise refused
 
     agent_app = typer.Typer(
         help="The agent: keeps this machine's seats true to the store (run as root on each engine host).",
