@@ -266,3 +266,28 @@ def test_the_engines_page_toy_plugin_runs_a_course(tmp_path: Path, installed: Ca
     checked = json.loads(cli("seats", "check", "--format", "json").out)
     assert {s["state"] for s in checked["seats"]} == {"broken"}
     assert all("toy_sdk_uninstalled" in s["reason"] for s in checked["seats"]), checked
+
+
+def test_apply_names_a_broken_plugin_that_never_applied(tmp_path: Path, installed: Callable[[Path], None], cli) -> None:  # type: ignore[no-untyped-def]
+    """A plug-in engine that breaks before its first apply (a dependency of its package gone) holds nothing yet:
+    `apply` planned only the engines that load, said "Plan: 0 to add" and exited 0, its seats never delivered and
+    nothing said. Now it is planned as any engine of the seats, and its plan says why it cannot (once per course)."""
+    spec = 'from gpuseat.engines.registry import EngineSpec\nSPEC = EngineSpec("later", ("gpu",), "plug_later:X", None, "d")\n'
+    site = _site(tmp_path / "site", {"plug_later": spec}, {"later": "plug_later:SPEC"})
+    installed(site)
+    (tmp_path / "c.toml").write_text('name = "x"\nparticipants = 1\n[schedule]\nstart = 2026-09-07\ndays = 2\n')
+    (tmp_path / "gpus.txt").write_text(GPUS)
+    assert cli("course", "create", str(tmp_path / "c.toml"), "--key", "c").code == 0
+    r = cli("seats", "add", "--from-nvidia-smi", str(tmp_path / "gpus.txt"), "--engine", "later")
+    assert r.code == 0, r.err
+
+    (site / "plug_later" / "__init__.py").write_text("import plug_later_sdk_gone\n" + spec)
+    del sys.modules["plug_later"]
+    installed(site)
+    r = cli("apply")
+    assert r.code == 1 and "Traceback" not in r.err, (r.out, r.err)
+    assert r.out.count("cannot plan") == 1 and "course c · later: cannot plan: engine later: " in r.out, r.out
+    assert "No module named 'plug_later_sdk_gone'" in r.out and "fix or reinstall its package" in r.out, r.out
+    assert "error: c later: plan: engine later: the plug-in engine later (plug_later:SPEC" in r.err, r.err
+    plans = json.loads(cli("apply", "--format", "json").out)["plans"]
+    assert [(p["engine"], "plug_later_sdk_gone" in p["error"]) for p in plans] == [("later", True)], plans

@@ -167,8 +167,11 @@ def targets(
     engine that still holds access for a course (archived, deleted or not). ``courses``: only these
     (the agent re-plans the courses whose events it has not seen). ``host``: the machine this runs for;
     unless one course is asked for by name, a per-host engine's course with no seat and no holding there
-    is not its to plan (a second server's course is that server's agent's)."""
+    is not its to plan (a second server's course is that server's agent's). The seats of an installed plug-in
+    that cannot be used (:func:`~gpuseat.engines.registry.unusable`) are planned too: its plan says why it cannot,
+    where leaving it out said nothing of seats it never delivered."""
     delivering = set(registry.delivering())
+    planned = delivering | set(registry.unusable())
     pairs: set[tuple[str, str]] = set()
 
     def here(name: str, where: str | None) -> bool:
@@ -195,7 +198,7 @@ def targets(
             seats = store.seats.seats(key)
         except NotFound:
             seats = []
-        pairs |= {(key, s.engine) for s in seats if s.engine in delivering and here(s.engine, s.host)}
+        pairs |= {(key, s.engine) for s in seats if s.engine in planned and here(s.engine, s.host)}
     if courses is None:
         for h in store.agents.holdings(course):
             if (course is None or h["course"] == course) and here(h["engine"], h["host"]):
