@@ -49,6 +49,8 @@ from gpuseat.errors import GpuseatError, NotFound, StoreError
 if TYPE_CHECKING:
     from gpuseat.store import CourseStore
 
+#: how often a pass looks for a release, move or deletion written since it began (one indexed read)
+STALE_LOOK_S = 1.0
 MAX_LEASE_S = 600.0  # the longest lease an agent holds (``gpuseat agent --lease``)
 _HOLE_WINDOW = 1000  # missing events ids looked for at most this far below the head
 CHANNEL = "gpuseat_events"  # the NOTIFY channel, per schema since migration 0016 (store.agents.listener)
@@ -136,6 +138,7 @@ class Agent:
     hole_s: float = 30.0  # how long an events id missing below the cursor is looked for (PostgreSQL)
     _holes: dict[int, float] = field(default_factory=dict)  # such ids → when first found missing (monotonic)
     _cut: bool = False  # the last pass stopped because the lease had run out
+    _stale: bool = False  # the last pass stopped because a row that takes access away came under it
     _report_at: float = 0.0  # when this agent next says in the store that it runs
     _unreachable: str | None = None  # why the store failed the last tick (said once, until it answers again)
     clock: Callable[[], float] = time.monotonic  # this agent's own clock, which no NTP step moves
@@ -308,6 +311,8 @@ class Agent:
             self._backoff = min(self._backoff * 2, 60.0)
         else:
             self._retry_at, self._backoff = None, 2.0
+        if self._stale:  # a release or move came under this pass: planned again at once, revokes first
+            self._retry_at = now
         if self._cut:  # the lease ran out under this pass (a clock step, a stall): renew it, then finish at once
             self._renew_at, self._retry_at = 0.0, now
         self.store.agents.save_agent_status(
@@ -344,7 +349,11 @@ class Agent:
     def _pass(self, *, drift: bool, courses: set[str] | None = None) -> Pass:
         o = self.options
         self.passes += 1
-        self._cut = False
+        self._cut = self._stale = False
+        # a release, a move, a deletion … written while this pass runs: the rest of its plan may grant what that row
+        # took away; looked for once a STALE_LOOK_S between steps, and the pass stops for a new one (tick)
+        start, look_at = self.store.agents.events_head(), self.clock() + STALE_LOOK_S
+        scope = courses if courses is not None else None if o.course is None else {o.course}
 
         def guard() -> bool:  # asked before each step: a pass longer than the lease renews it as it goes
             now = self.clock()
@@ -359,6 +368,16 @@ class Agent:
                 held = now < self._held_until
             self._report(now)  # a long pass keeps the leader listed
             self._cut = self._cut or not held
+            nonlocal look_at
+            if held and now >= look_at:
+                look_at = now + STALE_LOOK_S
+                found = self.store.agents.revoking_after(start, scope, exclude_actor=AGENT_ACTOR)
+                if found is not None:
+                    self._stale = True
+                    self.say(
+                        f"agent {self.holder}: events row {found} may take away what this pass grants: planning again"
+                    )
+                    return False
             return held
 
         try:

@@ -376,6 +376,14 @@ class Engine(Protocol):
         ...
 
 
+#: why a step was not carried out when the guard stopped the pass (an agent's lease ran out, or a row that takes
+#: access away came under it: engines/agent.py)
+STOPPED = (
+    "the pass stopped before this step (its lease ran out, or a release or move came since its plan): the next pass "
+    "plans it again"
+)
+
+
 class StepEngine(Generic[SettingsT]):
     """The apply loop every engine shares: steps by phase, each timed with the commands it ran; a
     failed revoke blocks the grants on its seats; a guard that says no stops the run.
@@ -488,7 +496,7 @@ class StepEngine(Generic[SettingsT]):
         for step in changes.ordered():
             if stopped or (guard is not None and not guard()):
                 stopped = True
-                report.outcomes.append(Outcome(step, "skipped", "this agent no longer holds the lease"))
+                report.outcomes.append(Outcome(step, "skipped", STOPPED))
                 continue
             if step.phase != "revoke":
                 held = next((blocked[s] for s in step.seats if s in blocked), None)

@@ -36,6 +36,20 @@ _HEAD_ROW = _MARK_COLUMNS.where(_EVENTS.c.id == _HEAD_ID)
 _HEAD_AND_CURSOR_ROWS = _MARK_COLUMNS.where(or_(_EVENTS.c.id == _HEAD_ID, _EVENTS.c.id == bindparam("cursor")))
 
 
+#: the events actions that can take access away from someone: a release, a move, seats removed, a course
+#: archived or deleted, a roster changed (a login or key). A plan made before one may still grant that access.
+REVOKING_ACTIONS = (
+    "seat.release",
+    "seat.move",
+    "seats.remove",
+    "course.archive",
+    "course.delete",
+    "course.delete.asked",
+    "roster.update",
+    "roster.import",
+)
+
+
 class Agents(Concern):
     """Engine settings, leases, agent status, holdings, deferred deletions (see the module doc)."""
 
@@ -115,6 +129,19 @@ class Agents(Concern):
             if exclude_actor is not None:
                 q = q.where(Event.actor != exclude_actor)
             return {k for k in s.scalars(q) if k}
+
+    def revoking_after(self, after_id: int, courses: Iterable[str] | None, *, exclude_actor: str) -> int | None:
+        """The first events id past ``after_id`` of an action that can take access away from someone
+        (:data:`REVOKING_ACTIONS`), of one of ``courses`` (None: any course), not ``exclude_actor``'s; None when
+        there is none. An agent asks it during a long pass, whose plan may still grant what such a row took away."""
+        with self._database.read() as s:
+            q = select(func.min(Event.id)).where(
+                Event.id > after_id, Event.action.in_(REVOKING_ACTIONS), Event.actor != exclude_actor
+            )
+            if courses is not None:
+                q = q.where(Event.course_key.in_(sorted(courses)))
+            found = s.scalar(q)
+            return None if found is None else int(found)
 
     @property
     def ids_follow_commits(self) -> bool:
