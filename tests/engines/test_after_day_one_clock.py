@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,26 @@ def _agents(store: CourseStore) -> tuple[Agent, Agent, Clock]:
     assert leader.tick() is not None and standby.tick() is None
     assert (leader.role, standby.role) == ("leader", "standby")
     return leader, standby, clock
+
+
+def _open_course_agent(
+    store: CourseStore, url: str, tmp_path: Path, cli: Callable[..., Any], today: date
+) -> tuple[Clock, Agent, Any]:
+    """Course ``open`` (from yesterday for three days, open all day, a host seat on gpu1) and a dry-run agent of it on
+    a clock of its own, after its first pass (which worked out when the access window next changes)."""
+    (tmp_path / "open.toml").write_text(
+        COURSE.replace('"lab"', '"open"').replace(
+            "start = 2026-09-07\ndays = 5\n", f'start = {today - timedelta(days=1)}\ndays = 3\naccess = "00:00-24:00"\n'
+        )
+    )
+    store.courses.create_course(tmp_path / "open.toml", key="open")
+    _seats(cli, url, tmp_path, "open", 3)
+    clock = Clock()
+    agent = Agent(store, AgentOptions(engine="host", host="gpu1", course="open", resync_s=9 * 86400, lease_s=LEASE),
+                  runner=Runner(dry_run=True), say=lambda _line: None, clock=clock)  # fmt: skip
+    first = agent.tick()
+    assert first is not None and first.next_change is not None and not first.failed
+    return clock, agent, first
 
 
 def _step(store: CourseStore, leader: Agent, by: float) -> None:
@@ -198,19 +218,7 @@ def test_an_access_window_change_is_passed_on_time_by_an_agent_whose_machine_clo
     or for the resync)."""
     from stepped_clock import REAL_DATETIME, stepped
 
-    today = REAL_DATETIME.now(UTC).date()
-    (tmp_path / "open.toml").write_text(
-        COURSE.replace('"lab"', '"open"').replace(
-            "start = 2026-09-07\ndays = 5\n", f'start = {today - timedelta(days=1)}\ndays = 3\naccess = "00:00-24:00"\n'
-        )
-    )
-    store.courses.create_course(tmp_path / "open.toml", key="open")
-    _seats(cli, url, tmp_path, "open", 3)
-    clock = Clock()
-    agent = Agent(store, AgentOptions(engine="host", host="gpu1", course="open", resync_s=9 * 86400, lease_s=LEASE),
-                  runner=Runner(dry_run=True), say=lambda _line: None, clock=clock)  # fmt: skip
-    first = agent.tick()
-    assert first is not None and first.next_change is not None and not first.failed
+    clock, agent, first = _open_course_agent(store, url, tmp_path, cli, REAL_DATETIME.now(UTC).date())
     left = (first.next_change - store.requests.now()).total_seconds()
     assert 0 < left <= 2 * 86400, first.next_change
     with stepped(-timedelta(hours=1)):
@@ -249,19 +257,7 @@ def test_an_access_window_change_the_store_clock_stepped_past_is_passed_within_a
     the store's clock at its last pass only. It reads it again with each renewal of its lease."""
     from gpuseat.store.agents import Agents
 
-    today = datetime.now(UTC).date()
-    (tmp_path / "open.toml").write_text(
-        COURSE.replace('"lab"', '"open"').replace(
-            "start = 2026-09-07\ndays = 5\n", f'start = {today - timedelta(days=1)}\ndays = 3\naccess = "00:00-24:00"\n'
-        )
-    )
-    store.courses.create_course(tmp_path / "open.toml", key="open")
-    _seats(cli, url, tmp_path, "open", 3)
-    clock = Clock()
-    agent = Agent(store, AgentOptions(engine="host", host="gpu1", course="open", resync_s=9 * 86400, lease_s=LEASE),
-                  runner=Runner(dry_run=True), say=lambda _line: None, clock=clock)  # fmt: skip
-    first = agent.tick()
-    assert first is not None and first.next_change is not None and not first.failed
+    clock, agent, first = _open_course_agent(store, url, tmp_path, cli, datetime.now(UTC).date())
     ahead = (first.next_change - store.requests.now()).total_seconds() + 60
     clock.t += 1
     assert agent.tick() is None  # nothing due

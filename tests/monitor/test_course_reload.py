@@ -11,6 +11,8 @@ re-reads on any course's change.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -132,12 +134,9 @@ def test_a_monitor_of_all_courses_reloads_on_any_courses_change(url):
         monitor.close()
 
 
-def test_the_course_monitors_question_reads_one_index_entry_of_its_course(tmp_path):
-    """SQLite's own plan of the statement ``refresh`` runs: the course's newest events row comes from
-    ``ix_events_course_id`` (migration 0020); ``ix_events_course_at`` would read every row of the course."""
-    url = f"sqlite:///{tmp_path / 'g.db'}"
-    _course(url, "c1")
-    monitor = open_monitor(url, course="c1")
+@contextmanager
+def _selects(monitor: MonitorStore) -> Iterator[list[tuple[str, Any]]]:
+    """The SELECT statements (and their parameters) the monitor's store runs inside the block."""
     caught: list[tuple[str, Any]] = []
 
     def on(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
@@ -147,15 +146,28 @@ def test_the_course_monitors_question_reads_one_index_entry_of_its_course(tmp_pa
     engine = monitor._database.engine
     event.listen(engine, "before_cursor_execute", on)
     try:
-        monitor.refresh()
+        yield caught
     finally:
         event.remove(engine, "before_cursor_execute", on)
+
+
+def _plan(monitor: MonitorStore, caught: tuple[str, Any]) -> str:
+    """SQLite's own plan of one caught statement, its lines joined by `` | ``."""
+    with monitor._database.engine.connect() as conn:
+        return " | ".join(str(r[-1]) for r in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {caught[0]}", caught[1]))
+
+
+def test_the_course_monitors_question_reads_one_index_entry_of_its_course(tmp_path):
+    """SQLite's own plan of the statement ``refresh`` runs: the course's newest events row comes from
+    ``ix_events_course_id`` (migration 0020); ``ix_events_course_at`` would read every row of the course."""
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    _course(url, "c1")
+    monitor = open_monitor(url, course="c1")
+    with _selects(monitor) as caught:
+        monitor.refresh()
     try:
         assert len(caught) == 1, caught  # unchanged: one question, nothing read again
-        with engine.connect() as conn:
-            plan = " | ".join(
-                str(r[-1]) for r in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {caught[0][0]}", caught[0][1])
-            )
+        plan = _plan(monitor, caught[0])
         assert "USING COVERING INDEX ix_events_course_id (course_key=?)" in plan, plan
         assert "SCAN events" not in plan and "SCAN assignments" not in plan, plan
     finally:
@@ -221,25 +233,12 @@ def test_the_newest_change_is_read_from_the_course_index_after_routine_rows(tmp_
     monitor = open_monitor(url, course="c1")
     with open_store(url) as store:
         store.events.log("c1", "seat.check", seat="seat-1")
-    caught: list[tuple[str, Any]] = []
-
-    def on(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
-        if statement.startswith("SELECT"):
-            caught.append((statement, parameters))
-
-    engine = monitor._database.engine
-    event.listen(engine, "before_cursor_execute", on)
-    try:
+    with _selects(monitor) as caught:
         assert not monitor.refresh()
         assert not monitor.refresh()  # the same newest row: asked of once
-    finally:
-        event.remove(engine, "before_cursor_execute", on)
     try:
         assert len(caught) == 3, caught
-        with engine.connect() as conn:
-            plan = " | ".join(
-                str(r[-1]) for r in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {caught[1][0]}", caught[1][1])
-            )
+        plan = _plan(monitor, caught[1])
         assert "USING INDEX ix_events_course_id (course_key=?)" in plan, plan
         assert "SCAN events" not in plan and "TEMP B-TREE" not in plan, plan
     finally:
