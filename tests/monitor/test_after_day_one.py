@@ -86,7 +86,10 @@ def _tick_at(monitor: Monitor, clock: _Clocked, at: float) -> dict[str, str | No
 def test_a_move_and_a_release_while_the_monitor_runs_credit_each_minute_to_its_holder(url):
     """ann moves from seat-01 to seat-02 and ben from seat-03 to seat-01 while the monitor runs (seat-03 is
     then nobody's); the first reading after the move was taken before it (the monitor runs behind)."""
-    now_minute = int(time.time()) // 60  # the course store stamps the move with the database's clock
+    # the course store stamps the move with the database's clock, a few seconds from now: it must fall after the
+    # late reading (minute -1, :30) and before minute +1. Counted from the minute 20 s ahead, it does whatever the
+    # second now (at :55 the move came in the next minute, after the reading of minute +1: CI at c25a49f)
+    now_minute = (int(time.time()) + 20) // 60
     monitor, clock = _running_monitor(url, (now_minute - 10) * 60, ann_since=(now_minute - 3) * 60)
     before = range(now_minute - 5, now_minute)
     after = range(now_minute + 1, now_minute + 6)
@@ -96,6 +99,8 @@ def test_a_move_and_a_release_while_the_monitor_runs_credit_each_minute_to_its_h
         with open_store(url) as store:
             store.seats.move("c1", "ann", "seat-02")
             store.seats.move("c1", "ben", "seat-01")
+            moved = store.requests.now().timestamp()
+        assert (now_minute - 1) * 60 + 30 < moved < (now_minute + 1) * 60, (moved, now_minute)
         _tick_at(monitor, clock, (now_minute - 1) * 60 + 30)  # taken before the move, written after it
         for m in [*after, now_minute + 6]:  # the last one rolls up the minute before it
             shown = _tick_at(monitor, clock, m * 60)
