@@ -37,7 +37,8 @@ _HEAD_AND_CURSOR_ROWS = _MARK_COLUMNS.where(or_(_EVENTS.c.id == _HEAD_ID, _EVENT
 
 
 #: the events actions that can take access away from someone: a release, a move, seats removed, a course
-#: archived or deleted, a roster changed (a login or key). A plan made before one may still grant that access.
+#: archived or deleted, a roster changed (a login or key), the policy or a person's quota changed (hours lowered
+#: below what was used). A plan made before one may still grant that access.
 REVOKING_ACTIONS = (
     "seat.release",
     "seat.move",
@@ -47,6 +48,8 @@ REVOKING_ACTIONS = (
     "course.delete.asked",
     "roster.update",
     "roster.import",
+    "course.policy",
+    "hours.quota",
 )
 
 
