@@ -180,6 +180,9 @@ def test_a_new_unix_user_takes_the_old_login_out_and_the_new_one_in(course: Cour
         c.rows[ann]["login"] = new.user
         changed = c.roster()
         assert changed.code == 0 and f"updated {ann}: unix_user" in changed.out, changed.out + changed.err
+        # until the pass makes the new login, its way in is being prepared as it (not the old login's ssh line)
+        before = c.run("seats", "connect", c.seat_of(MIG[0])).out
+        assert f"{old}@" not in before and f"you will log in as {new.user}" in before, before
         c.apply()
         # the old login: refused, its key file gone, its account locked, its process ended
         assert _refused(c, ann)

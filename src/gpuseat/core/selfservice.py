@@ -14,6 +14,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import pairwise
 
 from gpuseat.core.intervals import Interval
 from gpuseat.core.roster import check_ssh_key
@@ -46,7 +47,7 @@ def check_new_key(text: str) -> str:
             f"the key is {len(text):,} characters; a public key line is under {MAX_KEY_CHARS:,} "
             "(paste the one line of your .pub file)"
         )
-    stripped = text.strip()
+    stripped = text.strip().removeprefix("\ufeff").strip()  # a byte-order mark: a file saved by Notepad
     if not stripped:
         raise ValueError("no key given: paste the one line of your .pub file (e.g. ~/.ssh/id_ed25519.pub)")
     if "PRIVATE KEY" in stripped:  # before the one-line check: a private key file has many lines
@@ -60,6 +61,10 @@ def check_new_key(text: str) -> str:
         if "=" in first or "," in first or first in ("restrict", "no-pty", "cert-authority"):
             raise ValueError("key options (from=, command=, restrict …) are not allowed: give the bare key line")
         raise ValueError(f"key type {first!r} is not accepted (use ed25519: ssh-keygen -t ed25519)")
+    words = stripped.split()
+    keys = 1 + sum(1 for w, nxt in pairwise(words[2:]) if w in KEY_TYPES and nxt.startswith("AAAA"))
+    if keys > 1:  # the comment holds another key, which authorized_keys would take for words: it never logs in
+        raise ValueError(f"this line holds {keys} keys: give one key only (the one line of one .pub file)")
     line = check_ssh_key(stripped)
     if first == "ssh-rsa":
         bits = rsa_bits(line.split()[1])

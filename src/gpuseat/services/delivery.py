@@ -63,6 +63,7 @@ def way_in(
     stale = participant is not None and seat.participant not in (None, participant.key)  # a cached page after a move
     delivered = seat.engine in registry.delivering()
     mine = not stale and not not_yours(access, holder=viewer, login=login, others=logins)
+    mine = mine and not _old_login(access, viewer, login)
     if delivered and seat.state == "failed" and seat.kind != "cloud" and not stale and (access is None or not mine):
         # an engine refused the seat for good (or it was taken out of service): "being prepared" never comes true.
         # A cloud seat is not here: its engine launches it again, and says so in its own reason (below)
@@ -107,6 +108,20 @@ def way_in(
             why = "not launched yet: the agent launches your seat while the course's access window is open"
         return Instruction(None, way.url, None, seat.device_uuid, (), why)
     return way
+
+
+#: the ways in whose ``user`` is the holder's login (a JupyterHub one names the hub's user, matched by its own rule)
+_LOGIN_KINDS = ("ssh", "vm", "slurm", "kubernetes")
+
+
+def _old_login(access: Mapping[str, Any] | None, holder: str | None, login: str | None) -> bool:
+    """True when the stored way in was made for ``holder`` under a login they have no more: a roster re-import
+    gave them a new ``unix_user``, and until the engine's next pass makes it the page says "being prepared"
+    as the new login instead of the old one's ``ssh`` command (that pass locks the old account)."""
+    if not access or not login or not holder or access.get("holder") != holder:
+        return False
+    user = access.get("user")
+    return bool(user) and user != login and str(access.get("kind") or "ssh") in _LOGIN_KINDS
 
 
 def _engine_ssh_host(store: CourseStore, seat: SeatView) -> str | None:

@@ -1,0 +1,78 @@
+"""Self-service after day one from the participant's and the adversary's side, through the ASGI app and the
+real store (SQLite and PostgreSQL): a login renamed by a roster re-import, and key lines a participant pastes.
+
+A new ``unix_user`` (the person's key kept) leaves the seat's stored way in naming the old login until the
+engine's next pass makes the new one: the page says *being prepared … you will log in as NEW*, never the old
+login's ``ssh`` command (its account is locked at that pass) and never ``ssh HOST`` without a user.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from gpuseat.engines.base import ssh_access
+
+from .test_participant_controls import _csrf, _post, served  # noqa: F401 (a fixture)
+
+SSH = re.compile(r"\bssh [^<\n]*")
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+
+
+def test_a_new_unix_user_shows_being_prepared_as_the_new_login_until_the_engine_records_it(
+    served: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    store, client, links = served
+    # the way in the host engine records for ann's login (engines/host: ssh_access)
+    access = ssh_access("gpu1.example.org", "ann", "ann", "MIG-1")
+    store.delivery.record_delivery("lab", "mig-01", access=access, state="running")
+    page = client.get(f"/t/{links['ann']}").text
+    assert SSH.findall(page) == ["ssh ann@gpu1.example.org"], SSH.findall(page)
+    roster = "key,name,email,unix_user\nann,Ann,ann@example.org,ann2\nben,Ben,ben@example.org,ben\n"
+    (tmp_path / "r2.csv").write_text(roster)
+    changed = store.roster.import_roster("lab", tmp_path / "r2.csv")
+    assert [(c.key, c.fields) for c in changed.changes if c.fields] == [("ann", ("unix_user",))]
+    page = client.get(f"/t/{links['ann']}").text
+    assert SSH.findall(page) == [], SSH.findall(page)  # neither the old login nor a bare host
+    assert "being prepared" in page and "you will log in as ann2" in page, page
+    assert client.get(f"/t/{links['ann']}/ssh_config").status_code == 404
+    # the engine's next pass records the new login: the page shows it
+    store.delivery.record_delivery("lab", "mig-01", access=ssh_access("gpu1.example.org", "ann2", "ann", "MIG-1"))
+    page = client.get(f"/t/{links['ann']}").text
+    assert SSH.findall(page) == ["ssh ann2@gpu1.example.org"], SSH.findall(page)
+    assert "User ann2\n" in client.get(f"/t/{links['ann']}/ssh_config").text
+
+
+def test_key_lines_a_participant_pastes_are_refused_once_each_or_stored_as_one_bare_line(
+    served: Any,  # noqa: F811
+) -> None:
+    """Two keys on one line were stored whole: authorized_keys read the second as the first's comment, so it
+    never logged in while the page said *done*. Each bad paste is one 400 naming what is wrong, and changes
+    nothing; a line with Windows line ends or a byte-order mark is stored as the bare line."""
+    store, client, links = served
+    ann, csrf = links["ann"], _csrf(client, links["ann"])
+    private = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----\n"
+    bad = {
+        f"{KEY} ann@laptop {KEY} ann@desk": "this line holds 2 keys: give one key only",
+        f"{KEY} a\r\n{KEY} b\r\n": "give one key line only",
+        private: "this is a private key",
+        f'command="/bin/sh -i" {KEY}': "key options (from=, command=, restrict …) are not allowed",
+        f"restrict {KEY}": "key options",
+    }
+    for pasted, says in bad.items():
+        r = _post(client, ann, csrf=csrf, seat="mig-01", action="key", key=pasted)
+        assert r.status_code == 400 and says in r.text, (pasted, r.status_code, r.text[-600:])
+    huge = _post(client, ann, csrf=csrf, seat="mig-01", action="key", key=f"{KEY} {'x' * 100_000}")
+    assert huge.status_code == 413 and "64 KiB" in huge.text, huge.text
+    assert store.roster.find_participant("lab", "ann").ssh_key is None
+    assert store.requests.seat_requests("lab") == []
+    ok = _post(client, ann, csrf=csrf, seat="mig-01", action="key", key=f"\ufeff{KEY} ann@laptop\r\n")
+    assert ok.status_code == 303, ok.text
+    stored = store.roster.find_participant("lab", "ann").ssh_key
+    assert stored == f"{KEY} ann@laptop"
+    from gpuseat.core.delivery import authorized_keys
+
+    lines = authorized_keys(stored, None, "MIG-1").splitlines()  # the host engine's keys file for her login
+    assert lines[1:] == [f'environment="CUDA_VISIBLE_DEVICES=MIG-1" {KEY} ann@laptop'], lines
