@@ -41,8 +41,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Unpack
 
 from gpuseat.core.seating import AGENT_ACTOR
-from gpuseat.engines import registry
-from gpuseat.engines.apply import Pass, Planned, PlanOptions, apply_all, one_pass, plan_all, targets
+from gpuseat.engines.apply import Pass, Planned, PlanOptions, apply_all, one_pass, per_host, plan_all, targets
 from gpuseat.engines.runner import Runner
 from gpuseat.errors import GpuseatError, NotFound, StoreError
 
@@ -83,11 +82,14 @@ class AgentOptions:
     resync_s: float = 300.0
     lease_s: float = 15.0
     overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: no ``host``: the one host its per-host engine's seats are on, found in the store (:meth:`Agent._find_host`)
+    seat_host: str | None = None
 
     @property
     def lease_name(self) -> str:
-        """One lease per engine and host (``agent:host:gpu1``), whatever ``course``: see :func:`lease_names`."""
-        return lease_names(self.engine, self.host)[0]
+        """One lease per engine and host (``agent:host:gpu1``), whatever ``course``: see :func:`lease_names`. No
+        ``--host``: the host its seats are on, as ``gpuseat apply`` names it (this machine's name until found)."""
+        return lease_names(self.engine, self.host or self.seat_host)[0]
 
 
 def lease_names(engine: str | None, host: str | None) -> tuple[str, ...]:
@@ -146,6 +148,7 @@ class Agent:
     # and its holder's lease period
     _seen: tuple[tuple[str, float], float, float, float] | None = None
     _told: str | None = None  # the holder whose other scope this standby said it leaves unapplied
+    _several: tuple[str, ...] = ()  # no --host, and the seats on several hosts: said once
 
     def __post_init__(self) -> None:
         self.holder = self.holder or _new_holder(self.options.course)
@@ -169,6 +172,36 @@ class Agent:
             f"agent {self.holder}: standby for {o.lease_name}, whose holder {holder} applies course {theirs} only: "
             f"{left} not applied on this host while it runs (one agent per engine and host applies); to apply it, {fix}"
         )
+
+    def _find_host(self) -> None:
+        """An agent started without ``--host`` of a per-host engine (or of every engine) applies the one host its
+        seats are on (the host engine's default), which is often not this machine's name: it takes that host's
+        lease, as ``gpuseat apply`` and an agent given ``--host`` do (:func:`apply_pairs`), and acts for that host
+        from then on (seats added later on a second host are left to that host's agent). Looked for at each lease
+        renewal until found; seats on several hosts already: this machine's name, the engine's own rule, said once."""
+        o = self.options
+        if o.host is not None or o.seat_host is not None or (o.engine is not None and not per_host(o.engine)):
+            return
+        hosts = sorted({h for e, h in apply_pairs(self.store, course=o.course, engine=o.engine, host=None)
+                        if h and per_host(e)})  # fmt: skip
+        if len(hosts) > 1 and tuple(hosts) != self._several:
+            self._several = tuple(hosts)
+            self.say(
+                f"agent {self.holder}: the seats are on several hosts ({', '.join(hosts)}) and no --host says which "
+                f"one this machine is: lease {o.lease_name} (this machine's name), which `gpuseat apply` for those "
+                "hosts does not wait for; to fix: run the agent with --host NAME"
+            )
+        if len(hosts) != 1:
+            return
+        old = o.lease_name
+        o.seat_host = hosts[0]
+        if o.lease_name == old:
+            return
+        if self._leader:  # led under this machine's name: given back, and the status said under the new one
+            self.store.agents.drop_lease(old, self.holder)
+        self.store.agents.forget_agent(old, self.holder)
+        self._leader, self._seen, self._told, self.role, self.cursor = False, None, None, "starting", None
+        self.say(f"agent {self.holder}: its seats are on host {o.seat_host} (no --host): lease {o.lease_name}")
 
     def _saved_cursor(self) -> int | None:
         """The events id the last leader of this lease had applied up to (kept in the store)."""
@@ -246,6 +279,7 @@ class Agent:
             self.cursor, self._mark, self._saved, self._renew_at = None, None, None, 0.0
             self._holes.clear()
         if now >= self._renew_at or not self._leader:
+            self._find_host()
             was = self._leader
             self._leader = self._take_lease(now)
             self._renew_at = now + self.options.lease_s / 3
@@ -387,6 +421,7 @@ class Agent:
                 course=o.course,
                 engine=o.engine,
                 host=o.host,
+                seat_host=o.seat_host,
                 runner=self.runner,
                 overrides=o.overrides,
                 guard=guard,
@@ -541,8 +576,7 @@ class ApplyLease:
 def _pair(engine: str, host: str | None, flag: str | None) -> tuple[str, str | None]:
     """The (engine, host) whose agent applies ``engine``'s plan for ``host``: a per-host engine's seat host, else
     the host asked for (``--host``; none: this machine, as an agent's lease is named)."""
-    spec = registry.specs().get(engine)  # a holding of an engine no longer installed: not per host
-    return (engine, host) if spec is not None and spec.per_host else (engine, flag)
+    return (engine, host) if per_host(engine) else (engine, flag)
 
 
 def apply_pairs(

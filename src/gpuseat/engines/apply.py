@@ -206,6 +206,20 @@ def targets(
     return sorted((c, e) for c, e in pairs if engine is None or e == engine)
 
 
+def per_host(engine: str) -> bool:
+    """Whether ``engine``'s seats are delivered by the agent of their ``host`` (an engine no longer installed: no)."""
+    spec = registry.specs().get(engine)
+    return spec is not None and spec.per_host
+
+
+def _seat_host(state: CourseState | None, engine: str) -> str | None:
+    """The one host of the course's seats of a per-host ``engine`` (None: not per host, or none or several):
+    where an engine that could not plan without ``--host`` would have acted, so ``gpuseat apply`` leaves its
+    failure to the agent of that host as it leaves its plan."""
+    hosts = {s.host for s in state.seats if s.engine == engine and s.host} if state is not None else set()
+    return hosts.pop() if len(hosts) == 1 and per_host(engine) else None
+
+
 def settings_for(store: CourseStore, course: str, engine: str, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     """The engine's stored settings for the course, with ``overrides`` (flags) over them."""
     try:
@@ -226,29 +240,34 @@ def plan_all(
     now: datetime | None = None,
     revoke_all: bool = False,
     courses: Iterable[str] | None = None,
+    seat_host: str | None = None,
 ) -> list[Planned]:
     """Every engine's plan for every course (or one course / engine); ``revoke_all``: as if nobody held
-    a seat (``host down`` at the end of a course on one server)."""
+    a seat (``host down`` at the end of a course on one server); ``seat_host``: no ``host``, the host a per-host
+    engine acts for (an agent started without ``--host``: the one its seats are on), the others acting for none."""
     out: list[Planned] = []
     states: dict[str, CourseState] = {}
-    for key, name in targets(store, course=course, engine=engine, courses=courses, host=host):
+    for key, name in targets(store, course=course, engine=engine, courses=courses, host=host or seat_host):
         if key not in states:
             states[key] = course_state(store, key, now=now)
             if revoke_all:
                 states[key] = replace(states[key], archived=True)
         state = states[key]
+        at = host if host is not None or not per_host(name) else seat_host
         try:
             values = settings_for(store, key, name, (overrides or {}).get(name))
-            eng = registry.build(name, store, key, settings=values, runner=runner, host=host)
+            eng = registry.build(name, store, key, settings=values, runner=runner, host=at)
             changes = eng.plan(state)
             # a [policy] stop this engine does not carry out is said, never silently skipped
-            changes.notes += idle.unenforced(store, state, name, getattr(eng, "host", host))
-            out.append(Planned(key, name, getattr(eng, "host", host), eng, state, changes))
+            changes.notes += idle.unenforced(store, state, name, getattr(eng, "host", at))
+            out.append(Planned(key, name, getattr(eng, "host", at), eng, state, changes))
         except GpuseatError as exc:
             why = (f"{exc.where}: " if exc.where else "") + exc.what + (f" (to fix: {exc.fix})" if exc.fix else "")
-            out.append(Planned(key, name, host, None, state, None, why, error_code=exc.exit_code))
+            out.append(Planned(key, name, at or _seat_host(state, name), None, state, None, why,
+                               error_code=exc.exit_code))  # fmt: skip
         except ImportError as exc:
-            out.append(Planned(key, name, host, None, state, None, f"engine {name} cannot load: {exc}", error_code=1))
+            why = f"engine {name} cannot load: {exc}"
+            out.append(Planned(key, name, at or _seat_host(state, name), None, state, None, why, error_code=1))
     return out
 
 
@@ -346,6 +365,7 @@ class PlanOptions(TypedDict, total=False):
     now: datetime | None
     revoke_all: bool
     courses: Iterable[str] | None
+    seat_host: str | None
 
 
 def one_pass(
