@@ -76,3 +76,16 @@ def test_key_lines_a_participant_pastes_are_refused_once_each_or_stored_as_one_b
 
     lines = authorized_keys(stored, None, "MIG-1").splitlines()  # the host engine's keys file for her login
     assert lines[1:] == [f'environment="CUDA_VISIBLE_DEVICES=MIG-1" {KEY} ann@laptop'], lines
+
+
+def test_the_organizers_requests_for_a_participant_leave_them_their_own_ten(served: Any) -> None:  # noqa: F811
+    """The organizer restarting ann's seat ten times (``gpuseat seat restart``, by_participant=False) used up her
+    ten requests in ten minutes, though the rule counts only hers: her Stop then answered 429."""
+    store, client, links = served
+    for _ in range(10):
+        done = store.requests.request_seat("lab", "ann", "restart", actor="admin", by_participant=False)
+        store.requests.finish_request("lab", done.id, ok=True)  # as an agent that keeps up would
+    csrf = _csrf(client, links["ann"])
+    assert _post(client, links["ann"], csrf=csrf, seat="mig-01", action="stop").status_code == 303
+    pending = store.requests.seat_requests("lab", participant="ann", pending=True)
+    assert [(r.action, r.actor) for r in pending] == [("stop", "participant:ann")]

@@ -211,7 +211,7 @@ class Requests(Concern):
                     .where(
                         SeatRequest.participant_id == p.id,
                         SeatRequest.requested_at > when - RATE_WINDOW,
-                        SeatRequest.actor != AGENT_ACTOR,
+                        SeatRequest.actor == actor[:128],  # the asker's own: not the organizer's, nor the agent's
                     )
                 )
                 if (recent or 0) >= RATE_LIMIT:
