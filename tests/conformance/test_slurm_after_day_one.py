@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from datetime import date, datetime, timedelta
 
 import pytest
 from test_slurm import (
@@ -241,3 +242,87 @@ def test_a_second_course_its_sessions_across_dst_and_its_archive(lab: Lab, berli
     assert rc != 0 and not seen, err
     rc, seen, err = lab.gpus("carol", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
     assert rc == 0 and seen == [INDEX["carol"]], err
+
+
+def _sessions(text: str, days: dict[int, str]) -> str:
+    """The course file ``text`` with sessions on the days ``days`` names (after its first) added, its end after
+    the last: what the organiser stores when they change the schedule after day one."""
+    first = date.fromisoformat(re.search(r"^start = (\S+)$", text, re.M).group(1))  # type: ignore[union-attr]
+    text = re.sub(r"^end = \S+$", f"end = {first + timedelta(days=6)}", text, flags=re.M)
+    return text + "".join(
+        f'\n[[schedule.session]]\ndate = {first + timedelta(days=d)}\nhours = "{hours}"\n' for d, hours in days.items()
+    )
+
+
+def _shown(lab: Lab) -> dict[str, str]:  # noqa: F811
+    """Each reservation's ``StartTime=… EndTime=…`` as ``scontrol show reservation`` reads them back."""
+    out = lab.slurm.run("scontrol", ["-o", "show", "reservation"], check=True).stdout
+    return dict(re.findall(r"ReservationName=(\S+) (StartTime=\S+ EndTime=\S+)", out))
+
+
+def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_cluster(
+    lab: Lab,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """After day one the organiser edits the course's sessions: the one on day 2 lengthened to 13:00, day 3's
+    moved from 09:00 to 14:00, day 4's cancelled. One ``gpuseat apply`` and ``scontrol show reservation`` shows
+    exactly the sessions still to come: day 2's ends at 13:00 (``scontrol update … EndTime=``, which Slurm 22.05
+    takes on a core reservation), day 3's old reservation is gone and the new one is there. Day 4's holds bob's
+    job waiting for it, which Slurm will not let go ("Requested reservation is in use"): it stays, the apply's
+    note names the job, and the first apply after it ends deletes it. A reservation named like a session but
+    not in the course partition (made by hand), and one of course ``conf-x``, are never touched. Before, the
+    lengthened session kept its old end and the moved and cancelled ones kept holding the course's cores."""
+    text = lab.store.courses.course_text("conf")  # type: ignore[attr-defined]
+    first = date.fromisoformat(re.search(r"^start = (\S+)$", text, re.M).group(1))  # type: ignore[union-attr]
+
+    def at(day: int, hhmm: str) -> str:  # the controller's local time, as scontrol shows it
+        when = datetime.fromisoformat(f"{first + timedelta(days=day)}T{hhmm}+00:00").astimezone()
+        return when.strftime("%Y-%m-%dT%H:%M:%S")
+
+    def name(day: int, hhmm: str) -> str:
+        return f"gpuseat-conf-{first + timedelta(days=day):%Y%m%d}T{hhmm.replace(':', '')}"
+
+    hand = {
+        name(5, "09:00"): "debug",  # a session's name, in another partition
+        f"gpuseat-conf-x-{first + timedelta(days=5):%Y%m%d}T0900": "debug",  # course conf-x's
+    }
+    waiting = ""
+    try:
+        for resv, part in hand.items():
+            lab.slurm.run("scontrol", ["create", "reservation", f"ReservationName={resv}", "Users=root",
+                                       f"StartTime={at(5, '09:00')}", "Duration=60", "Nodes=localhost",
+                                       "CoreCnt=1", f"PartitionName={part}"], check=True)  # fmt: skip
+        store = lab.store.courses  # type: ignore[attr-defined]
+        store.set_course_text("conf", _sessions(text, {2: "09:00-12:00", 3: "09:00-12:00", 4: "09:00-12:00"}),
+                              changes=[])  # fmt: skip
+        assert _apply(lab) == 0
+        made = {n for n in _shown(lab) if n.startswith("gpuseat-conf-2")}
+        assert made == {lab.session, *(name(d, "09:00") for d in (2, 3, 4, 5))}
+        waiting = _submit(lab, "bob", "-p", "gpuseat-conf", f"--reservation={name(4, '09:00')}", "--gres=gpu:1",
+                          "--wrap", "true")  # fmt: skip
+        store.set_course_text("conf", _sessions(text, {2: "09:00-13:00", 3: "14:00-17:00"}), changes=[])
+        capsys.readouterr()
+        assert _apply(lab) == 0
+        said = capsys.readouterr().out
+        shown = _shown(lab)
+        assert shown[name(2, "09:00")] == f"StartTime={at(2, '09:00')} EndTime={at(2, '13:00')}", shown
+        assert shown[name(3, "14:00")] == f"StartTime={at(3, '14:00')} EndTime={at(3, '17:00')}", shown
+        assert name(3, "09:00") not in shown, shown
+        assert name(4, "09:00") in shown and f"job(s) {waiting}" in said, said
+        assert lab.wait_state(waiting, {"PENDING"}) == "PENDING"  # bob's job is his to cancel
+        for resv in hand:
+            assert shown[resv] == f"StartTime={at(5, '09:00')} EndTime={at(5, '10:00')}", shown
+        assert _plan_steps(lab) == []
+        lab.slurm.run("scancel", [waiting], check=True)
+        assert lab.wait_state(waiting, {"CANCELLED", "GONE"}) in {"CANCELLED", "GONE"}
+        store.set_course_text("conf", text, changes=[])  # back to day one's schedule: the rest are cancelled
+        assert _apply(lab) == 0
+        assert {n for n in _shown(lab) if n.startswith("gpuseat-conf-")} == {lab.session, *hand}
+        assert _plan_steps(lab) == []
+    finally:
+        lab.slurm.run("scancel", [waiting] if waiting else ["-u", USERS["bob"]], check=False)
+        for resv in hand:
+            lab.slurm.run("scontrol", ["delete", f"ReservationName={resv}"], check=False)
+        lab.store.courses.set_course_text("conf", text, changes=[])  # type: ignore[attr-defined]
+    rc, seen, err = lab.gpus("bob", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
+    assert rc == 0 and seen == [INDEX["bob"]], err

@@ -262,8 +262,12 @@ class Slurm:
 
     def update_reservation_users(self, name: str, users: Sequence[str]) -> None:
         """Set a reservation's users to exactly ``users`` (after a roster or seat change)."""
+        self.update_reservation(name, [f"Users={','.join(logins.unix_user(u) for u in users)}"])
+
+    def update_reservation(self, name: str, words: Sequence[str]) -> None:
+        """``scontrol update ReservationName=NAME WORDS`` (its users, its end)."""
         names.slurm_name(name)
-        args = ["update", f"ReservationName={name}", f"Users={','.join(logins.unix_user(u) for u in users)}"]
+        args = ["update", f"ReservationName={name}", *words]
         # slurmctld re-checks the reservation's nodes on an update and answers "Requested nodes are busy"
         # while a job it is ending still holds them (a cancel a moment ago): try again for a few seconds
         for _ in range(20):

@@ -13,8 +13,9 @@ and lists only what differs:
   that ``scontrol reconfigure`` keeps it), the course account and one association per holder with
   ``GrpTRES``/``MaxTRESPerJob=gres/gpu=1`` (accounting), the seat limits, a reservation per session
   still to come with ``Users`` = exactly the current holders and ``CoreCnt`` the cores bound to the seats
-  (made again when ``cores_per_seat`` changed and no job is in it; notes say when gres.conf or the node
-  bind the seats otherwise).
+  (made again when ``cores_per_seat`` or the seats' nodes changed and no job is in it; notes say when gres.conf
+  or the node bind the seats otherwise), its ``EndTime`` the session's end (``reservation.retime``); a session
+  the schedule no longer has is deleted (revoke), unless a job is in it (a note).
 * **record**: each holder's way in (``srun -p … --reservation=… --gres=gpu:1``) in the store.
 * the participants' own stop, start, restart (reset and key are refused) and seat hours: a stopped holder
   keeps their seat but is no user of the session reservations (and submits nothing with accounting), and
@@ -238,6 +239,15 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         def why_out(login: str) -> str:
             return gone or stopped.get(login) or f"{login} holds no Slurm seat in {self.course} now"
 
+        keep_jobs = {u: x for u, x in holders.items() if u not in stopped and u not in asked.restart}
+        plugins = self._cfg().get("JobSubmitPlugins", "").split(",")
+        tied = set(old_limits) if lua is not None and "lua" in plugins else set()  # else Slurm picks the GPU
+        cancels = self._cancel(sc, jobs, idx, keep_jobs, known, tied)
+        now = datetime.now().replace(microsecond=0)
+        sessions = {r.name: r for r in plan_sessions(sc) if r.end > now} if holders and course.active else {}
+        ending = {j.job_id for found in cancels.values() for j in found}
+        dropped, held_up = self._stale_sessions(resvs, sessions, jobs, ending, changes.notes)
+
         # revoke 1: reservations lose whoever holds no seat now, or whose seat is stopped; a session still to
         # come only once their jobs are cancelled (slurmctld refuses "nodes are busy" while a job without an
         # end time runs on its nodes)
@@ -245,6 +255,8 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         revoked: dict[str, set[str]] = {}  # reservation -> its users once revoke 1 is done
         coming: list[Step] = []
         for name, fields in sorted(resvs.items()):
+            if name in dropped:
+                continue
             have = reservation_users(fields)
             out = sorted(have - set(want_users) - {PLACEHOLDER_USER})
             if out and (course.active and holders):
@@ -282,10 +294,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                          submit=seat_requests.STOPPED_SUBMIT))  # fmt: skip
         # revoke 3: live jobs of people without a seat or whose seat is stopped or restarted, and of movers on
         # their old seat
-        keep_jobs = {u: x for u, x in holders.items() if u not in stopped and u not in asked.restart}
-        plugins = self._cfg().get("JobSubmitPlugins", "").split(",")
-        tied = set(old_limits) if lua is not None and "lua" in plugins else set()  # else Slurm picks the GPU
-        for login, found in sorted(self._cancel(sc, jobs, idx, keep_jobs, known, tied).items()):
+        for login, found in sorted(cancels.items()):
             lost = tuple(
                 sorted(
                     {s for j in found for t in seat_types_of(j, idx.get(j.job_id, "")) if (s := seat_of_type.get(t))}
@@ -307,6 +316,8 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         # revoke 4: associations of people without a seat
         for login in sorted(set(assocs) - set(holders)):
             add(step("association.remove", login, why_out(login), "revoke", seats=seats_for(login), user=login))
+        for name in dropped:  # a session the schedule no longer has (moved, cancelled, over): before any new one
+            add(step("reservation.delete", name, "the course's schedule has no such session now", "revoke"))
         if not course.active or not holders:
             for name in sorted(resvs):
                 add(step("reservation.delete", name, gone or "nobody holds a seat now", "revoke"))
@@ -351,12 +362,12 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                 f"limits in {lua} are not applied; add JobSubmitPlugins=lua to slurm.conf and `scontrol reconfigure`"
             )
         if holders:
-            now = datetime.now().replace(microsecond=0)
             users = want_users or [PLACEHOLDER_USER]  # every holder stopped: Users= cannot be empty
-            for res in plan_sessions(sc):
-                if res.end <= now:
-                    continue
+            for res in sessions.values():
                 every = tuple(sorted(seat_of.values()))
+                if res.name not in resvs and (old := _overlaps(res, held_up, resvs)):
+                    changes.notes.append(f"session {res.name} is made once {old} is gone (it holds the cores then)")
+                    continue
                 if res.name not in resvs:
                     start = res.start if res.start > now else now
                     why = f"session {res.start:%Y-%m-%d %H:%M} for {len(want_users)} holder(s)"
@@ -369,20 +380,24 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                     lost = tuple(sorted(seat_of[u] for u in new))
                     why = f"{', '.join(new)} may use the session" if new else "exactly the holders"
                     add(step("reservation.set", res.name, why, "grant", seats=lost or every, users=users))
-                held = reading.core_count(resvs[res.name])
-                if held is None or held == sum(res.cores):
-                    continue
-                asks = f"{sum(res.cores)} cores for its seats (cores_per_seat {sc.cores_per_seat}), not {held}"
+                asks = "; ".join(reading.remade_for(resvs[res.name], res, sc.cores_per_seat))
                 inside = sorted(j.job_id for j in jobs if j.live and j.reservation == res.name)
-                if inside:  # Slurm 22.05 changes no core reservation's CoreCnt, and deletes none with jobs in it
+                if asks and not inside:
+                    words = _replace_start(res, res.start if res.start > now else now, users).words()
+                    add(step("reservation.resize", res.name, f"{asks}: made again", "grant", seats=every, words=words))
+                    continue
+                if asks:  # Slurm 22.05 changes no core reservation's CoreCnt or Nodes, and deletes none with jobs in it
                     changes.notes.append(
                         f"session {res.name} needs {asks}; job(s) {', '.join(map(str, inside[:5]))} are in it, so "
                         "it stays as it is (making it again would end them): the first apply after they end makes "
                         "it again"
                     )
-                    continue
-                words = _replace_start(res, res.start if res.start > now else now, users).words()
-                add(step("reservation.resize", res.name, f"{asks}: made again", "grant", seats=every, words=words))
+                end = reading.shown_time(resvs[res.name], "EndTime")
+                if end is not None and abs((end - res.end).total_seconds()) >= 60:  # made from now: < 30 s off
+                    why = f"the session ends at {res.end:%Y-%m-%d %H:%M} now, not {end:%Y-%m-%d %H:%M}"
+                    phase = "grant" if res.end > end else "revoke"
+                    until = f"{res.end:%Y-%m-%dT%H:%M:%S}"
+                    add(step("reservation.retime", res.name, why, phase, seats=every, end=until))
         self._plan_record(course, sc, holders, changes, asked.notes)
         changes.steps += asked.steps
         return changes
@@ -394,6 +409,31 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             if acc.get("kind") == "slurm" and acc.get("user"):
                 out.setdefault(str(acc["user"]), []).append(seat)
         return out
+
+    def _stale_sessions(
+        self,
+        resvs: dict[str, dict[str, str]],
+        sessions: dict[str, Reservation],
+        jobs: Sequence[Job],
+        ending: set[int],
+        notes: list[str],
+    ) -> tuple[list[str], dict[str, list[int]]]:
+        """The course's session reservations that no session still to come names (its schedule changed): those
+        to delete, and those kept while a live job (not one being cancelled) is in them, which Slurm refuses to
+        delete ("Requested reservation is in use"), with a note each. Only while the course has sessions
+        (otherwise every one goes), and only ones in the course partition: gpuseat made them."""
+        if not sessions:
+            return [], {}
+        stale = sorted(n for n, f in resvs.items() if n not in sessions and f.get("PartitionName") == self.partition)
+        held_up = {n: ids for n in stale if (ids := [j.job_id for j in jobs if j.live and j.reservation == n and
+                                                      j.job_id not in ending])}  # fmt: skip
+        for name, ids in held_up.items():
+            notes.append(
+                f"session {name} is no longer in the course's schedule, but job(s) {', '.join(map(str, ids[:5]))} "
+                "are in it, so it stays (Slurm deletes no reservation in use; the jobs are their owners'): the "
+                "first apply after they end deletes it"
+            )
+        return [n for n in stale if n not in held_up], held_up
 
     def _cancel(
         self,
@@ -556,6 +596,8 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                     sl.run("scontrol", ["create", "reservation", *d["words"]])
             case "reservation.delete":
                 self._delete_reservation(step.target)
+            case "reservation.retime":  # Slurm 22.05 takes a core reservation's EndTime (not its CoreCnt or Nodes)
+                sl.update_reservation(step.target, [f"EndTime={d['end']}"])
             case "reservation.resize":  # Slurm 22.05: "Core-based reservation can not be updated"
                 self._delete_reservation(step.target)
                 sl.run("scontrol", ["create", "reservation", *d["words"]])
@@ -671,6 +713,16 @@ def _starts_later(fields: dict[str, str]) -> bool:
         return datetime.fromisoformat(fields.get("StartTime", "")) > datetime.now()
     except ValueError:
         return False
+
+
+def _overlaps(res: Reservation, kept: dict[str, list[int]], resvs: dict[str, dict[str, str]]) -> str | None:
+    """A kept reservation (``kept``) whose time overlaps the session ``res``: its cores are taken then, so a
+    reservation made now would be given other cores than its seats are bound to."""
+    for name in kept:
+        a, b = reading.shown_time(resvs[name], "StartTime"), reading.shown_time(resvs[name], "EndTime")
+        if a is not None and b is not None and a < res.end and res.start < b:
+            return name
+    return None
 
 
 def _replace_start(res: Reservation, start: datetime, users: Sequence[str]) -> Reservation:

@@ -68,6 +68,48 @@ def core_count(fields: dict[str, str]) -> int | None:
     return int(got) if got.isdigit() else None
 
 
+def shown_time(fields: dict[str, str], key: str) -> datetime | None:
+    """A reservation's ``StartTime`` or ``EndTime`` (the controller's local time; None when not shown)."""
+    try:
+        return datetime.fromisoformat(fields.get(key, ""))
+    except ValueError:
+        return None
+
+
+def node_names(hostlist: str) -> tuple[str, ...]:
+    """The nodes of a Slurm host list as ``scontrol show`` prints it (``gpu[01-02,05],cpu1``), sorted."""
+    out: list[str] = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", "" if hostlist == "(null)" else hostlist):
+        out += _expand(part)
+    return tuple(sorted(out))
+
+
+def _expand(part: str) -> list[str]:
+    m = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", part)
+    if m is None:
+        return [part]
+    head, ranges, tail = m.groups()
+    out = []
+    for item in ranges.split(","):
+        lo, _, hi = item.partition("-")
+        numbers = [f"{i:0{len(lo)}d}" for i in range(int(lo), int(hi) + 1)] if hi.isdigit() and lo.isdigit() else [lo]
+        out += [head + n + rest for n in numbers for rest in _expand(tail)]
+    return out
+
+
+def remade_for(fields: dict[str, str], res: Reservation, per_seat: int) -> list[str]:
+    """Why an existing session reservation must be made again (Slurm 22.05 changes neither the cores nor the
+    nodes of a core reservation): the cores or the nodes its seats are bound to differ."""
+    why = []
+    held = core_count(fields)
+    if held is not None and held != sum(res.cores):
+        why.append(f"{sum(res.cores)} cores for its seats (cores_per_seat {per_seat}), not {held}")
+    nodes = node_names(fields.get("Nodes", ""))
+    if nodes and nodes != tuple(sorted(res.nodes)):
+        why.append(f"nodes {','.join(res.nodes)} for its seats, not {','.join(nodes)}")
+    return why
+
+
 def binding_notes(engine: SlurmEngine, course: SlurmCourse) -> list[str]:
     """What still binds the course's seats otherwise than ``cores_per_seat`` asks, and what to run: the
     ``Cores=`` of their lines in gres.conf (slurm.conf's folder), and the node as slurmctld runs it (each
