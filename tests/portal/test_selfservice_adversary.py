@@ -89,3 +89,21 @@ def test_the_organizers_requests_for_a_participant_leave_them_their_own_ten(serv
     assert _post(client, links["ann"], csrf=csrf, seat="mig-01", action="stop").status_code == 303
     pending = store.requests.seat_requests("lab", participant="ann", pending=True)
     assert [(r.action, r.actor) for r in pending] == [("stop", "participant:ann")]
+
+
+def test_a_new_key_for_a_seat_set_up_by_hand_says_the_organizer_installs_it(served: Any) -> None:  # noqa: F811
+    """A ``manual`` seat is set up by hand: no engine installs a key there, yet the page said *done (stored:
+    the manual engine installs it)* and ann waited for a key that never came."""
+    store, client, links = served
+    store.seats.add_seats("lab", [{"key": "box-01", "kind": "gpu", "engine": "manual", "connect": "ssh ann@box"}])
+    store.seats.release("lab", participant="ann")
+    store.seats.assign("lab", "ann", "box-01")
+    page = client.get(f"/t/{links['ann']}").text
+    assert 'id="seat-stop"' not in page and 'id="save-key"' in page
+    r = _post(client, links["ann"], csrf=_csrf(client, links["ann"]), action="key", key=f"{KEY} ann@new")
+    assert r.status_code == 303, r.text
+    [done] = store.requests.seat_requests("lab", participant="ann")
+    assert (done.action, done.state, done.seat) == ("key", "done", "box-01")
+    assert done.reason is not None and "installs it" not in done.reason, done.reason
+    assert "set up by hand" in done.reason and "organizer" in done.reason, done.reason
+    assert store.roster.find_participant("lab", "ann").ssh_key == f"{KEY} ann@new"  # kept for a seat gpuseat sets up

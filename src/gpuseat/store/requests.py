@@ -235,6 +235,8 @@ class Requests(Concern):
                         fix="ask the organizer",
                     )
                 state, reason = "done", f"stored: the {seat.engine} engine installs it"
+                if seat.engine not in registry.delivering():  # manual: nothing of gpuseat's installs a key there
+                    reason = f"stored: seat {seat.key} is set up by hand, not by gpuseat: give your organizer the key"
             if state == "pending" and seat is not None:  # (pending: a seat is held)
                 # one pending request per action on the seat held now: one left on a seat held before a
                 # move is the old seat's agent's to refuse, and must not block this seat's controls
