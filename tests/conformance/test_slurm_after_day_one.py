@@ -264,14 +264,16 @@ def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_clus
     lab: Lab,  # noqa: F811
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """After day one the organiser edits the course's sessions: the one on day 2 lengthened to 13:00, day 3's
-    moved from 09:00 to 14:00, day 4's cancelled. One ``gpuseat apply`` and ``scontrol show reservation`` shows
-    exactly the sessions still to come: day 2's ends at 13:00 (``scontrol update … EndTime=``, which Slurm 22.05
-    takes on a core reservation), day 3's old reservation is gone and the new one is there. Day 4's holds bob's
-    job waiting for it, which Slurm will not let go ("Requested reservation is in use"): it stays, the apply's
-    note names the job, and the first apply after it ends deletes it. A reservation named like a session but
-    not in the course partition (made by hand), and one of course ``conf-x``, are never touched. Before, the
-    lengthened session kept its old end and the moved and cancelled ones kept holding the course's cores."""
+    """After day one the organiser edits the course's sessions: day 2's lengthened to 13:00, day 3's moved from
+    09:00 to 14:00, day 4's from 09:00 to 10:00. One ``gpuseat apply`` and ``scontrol show reservation`` shows:
+    day 2's ends at 13:00 (``scontrol update … EndTime=``, which Slurm 22.05 takes on a core reservation), day 3's
+    old reservation is gone and the new one is there. Day 4's old one holds bob's job waiting for it, which Slurm
+    will not let go ("Requested reservation is in use"): it stays, the apply's note names the job, and the new
+    one, which would overlap it (and be given other cores), waits; the first apply after the job ends makes the
+    move. Back to day one's schedule, the sessions it no longer has are deleted. A reservation named like a
+    session but not in the course partition (made by hand), and one of course ``conf-x``, are never touched.
+    Before, the lengthened session kept its old end and the moved and cancelled ones kept holding the course's
+    cores."""
     text = lab.store.courses.course_text("conf")  # type: ignore[attr-defined]
     first = date.fromisoformat(re.search(r"^start = (\S+)$", text, re.M).group(1))  # type: ignore[union-attr]
 
@@ -286,6 +288,7 @@ def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_clus
         name(5, "09:00"): "debug",  # a session's name, in another partition
         f"gpuseat-conf-x-{first + timedelta(days=5):%Y%m%d}T0900": "debug",  # course conf-x's
     }
+    changed = _sessions(text, {2: "09:00-13:00", 3: "14:00-17:00", 4: "10:00-13:00"})
     waiting = ""
     try:
         for resv, part in hand.items():
@@ -293,28 +296,32 @@ def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_clus
                                        f"StartTime={at(5, '09:00')}", "Duration=60", "Nodes=localhost",
                                        "CoreCnt=1", f"PartitionName={part}"], check=True)  # fmt: skip
         store = lab.store.courses  # type: ignore[attr-defined]
-        store.set_course_text("conf", _sessions(text, {2: "09:00-12:00", 3: "09:00-12:00", 4: "09:00-12:00"}),
-                              changes=[])  # fmt: skip
+        store.set_course_text("conf", _sessions(text, {d: "09:00-12:00" for d in (2, 3, 4)}), changes=[])
         assert _apply(lab) == 0
         made = {n for n in _shown(lab) if n.startswith("gpuseat-conf-2")}
         assert made == {lab.session, *(name(d, "09:00") for d in (2, 3, 4, 5))}
         waiting = _submit(lab, "bob", "-p", "gpuseat-conf", f"--reservation={name(4, '09:00')}", "--gres=gpu:1",
                           "--wrap", "true")  # fmt: skip
-        store.set_course_text("conf", _sessions(text, {2: "09:00-13:00", 3: "14:00-17:00"}), changes=[])
+        store.set_course_text("conf", changed, changes=[])
         capsys.readouterr()
         assert _apply(lab) == 0
         said = capsys.readouterr().out
         shown = _shown(lab)
         assert shown[name(2, "09:00")] == f"StartTime={at(2, '09:00')} EndTime={at(2, '13:00')}", shown
         assert shown[name(3, "14:00")] == f"StartTime={at(3, '14:00')} EndTime={at(3, '17:00')}", shown
-        assert name(3, "09:00") not in shown, shown
-        assert name(4, "09:00") in shown and f"job(s) {waiting}" in said, said
+        assert name(3, "09:00") not in shown and name(4, "10:00") not in shown, shown
+        assert name(4, "09:00") in shown and f"job(s) {waiting} are in it" in said, said
+        assert f"session {name(4, '10:00')} is made once {name(4, '09:00')} is gone" in said, said
         assert lab.wait_state(waiting, {"PENDING"}) == "PENDING"  # bob's job is his to cancel
         for resv in hand:
             assert shown[resv] == f"StartTime={at(5, '09:00')} EndTime={at(5, '10:00')}", shown
         assert _plan_steps(lab) == []
         lab.slurm.run("scancel", [waiting], check=True)
         assert lab.wait_state(waiting, {"CANCELLED", "GONE"}) in {"CANCELLED", "GONE"}
+        assert _apply(lab) == 0
+        shown = _shown(lab)
+        assert name(4, "09:00") not in shown, shown
+        assert shown[name(4, "10:00")] == f"StartTime={at(4, '10:00')} EndTime={at(4, '13:00')}", shown
         store.set_course_text("conf", text, changes=[])  # back to day one's schedule: the rest are cancelled
         assert _apply(lab) == 0
         assert {n for n in _shown(lab) if n.startswith("gpuseat-conf-")} == {lab.session, *hand}
