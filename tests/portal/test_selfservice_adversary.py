@@ -9,6 +9,7 @@ login's ``ssh`` command (its account is locked at that pass) and never ``ssh HOS
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +108,43 @@ def test_a_new_key_for_a_seat_set_up_by_hand_says_the_organizer_installs_it(serv
     assert done.reason is not None and "installs it" not in done.reason, done.reason
     assert "set up by hand" in done.reason and "organizer" in done.reason, done.reason
     assert store.roster.find_participant("lab", "ann").ssh_key == f"{KEY} ann@new"  # kept for a seat gpuseat sets up
+
+
+K1 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAfeUCKfFCV4ndM6fgkbF7ih3s3g6KpI2c4hLmpLIvX5 ann@old"
+K2 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBLdlyU0JqJz6w6wJTwXwdGDHf+pb3HBJ3kR+nS54ZOs ann@new"
+K4 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFC3y0qZ3CJQ2iQ2y0SJmGJt8mgmUZqMFEDXz2ILU1YM ann@organizer"
+
+
+def _roster(path: Path, ann: str, ben: str = "", *, late: bool = False) -> Path:
+    rows = [
+        "key,name,email,unix_user,ssh_key",
+        f"ann,Ann,ann@example.org,ann,{ann}",
+        f"ben,Ben,ben@example.org,ben,{ben}",
+    ]
+    path.write_text("\n".join(rows + (["cy,Cy,cy@example.org,cy,"] if late else [])) + "\n")
+    return path
+
+
+def test_a_re_import_of_the_old_roster_keeps_the_key_a_participant_set_on_their_page(
+    served: Any,  # noqa: F811
+    tmp_path: Path,
+    cli: Callable[..., Any],
+) -> None:
+    """Ann lost the key the roster gave (K1) and set K2 on her page; Ben, who had none, added one. The organizer
+    then imports the same file again with a late registrant: K1 came back over K2 and Ben's key was erased
+    (the next pass installs what is stored: both locked out). A file that still has the key a key request
+    replaced, or none, keeps the newer one and says so; a key the file changes wins (the organizer's)."""
+    store, client, links = served
+    store.roster.import_roster("lab", _roster(tmp_path / "day1.csv", K1))
+    for who, key in (("ann", K2), ("ben", K4.replace("ann@organizer", "ben@laptop"))):
+        r = _post(client, links[who], csrf=_csrf(client, links[who]), action="key", key=key)
+        assert r.status_code == 303, r.text
+    late = cli("roster", "import", _roster(tmp_path / "late.csv", K1, late=True), "--course", "lab", "--db", store.url)
+    assert late.code == 0 and "1 added, 0 updated, 2 unchanged" in late.out, late.out + late.err
+    assert "kept the key each set since (the file has the one it replaced): ann, ben" in late.out, late.out
+    assert store.roster.find_participant("lab", "ann").ssh_key == K2
+    assert store.roster.find_participant("lab", "ben").ssh_key == K4.replace("ann@organizer", "ben@laptop")
+    # the organizer gives ann another key in the file: it wins, as a key request of theirs would
+    report = store.roster.import_roster("lab", _roster(tmp_path / "k4.csv", K4, late=True))
+    assert store.roster.find_participant("lab", "ann").ssh_key == K4
+    assert [(c.key, c.fields) for c in report.changes if c.fields] == [("ann", ("ssh_key",))], report

@@ -72,6 +72,11 @@ def register(app: typer.Typer) -> None:
                 print(f"  updated {c.key}: {', '.join(c.fields)}")
         if report.absent:
             print(f"  not in the file (kept): {', '.join(report.absent)}")
+        if report.own_keys:
+            print(
+                f"  kept the key each set since (the file has the one it replaced): {', '.join(report.own_keys)}; "
+                "gpuseat seat key --participant P sets another"
+            )
 
     @roster_app.command("list")
     def list_(

@@ -254,6 +254,7 @@ class Requests(Concern):
                         where="seat request",
                         fix="wait for it to be done (the page shows it)",
                     )
+            replaced = p.ssh_key  # a roster re-import whose file still has it keeps the new key (store/roster.py)
             if line is not None:
                 p.ssh_key, p.updated_at = line, when
             row = SeatRequest(
@@ -261,7 +262,7 @@ class Requests(Concern):
                 participant_id=p.id,
                 seat_key=seat.key if seat is not None else None,
                 action=action,
-                payload={"key": line} if line else None,
+                payload={"key": line, "replaced": replaced} if line else None,
                 state=state,
                 reason=reason,
                 actor=actor[:128],

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from gpuseat.core.delivery import login_name
 from gpuseat.core.roster import RosterRow, RosterText, parse_roster
-from gpuseat.db.models import Assignment, CourseRecord, Event, Participant, Seat
+from gpuseat.db.models import Assignment, CourseRecord, Event, Participant, Seat, SeatRequest
 from gpuseat.errors import InputError, did_you_mean
 from gpuseat.store.base import Concern
 from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log, _open_seat_key, _participant, _participant_view
@@ -130,6 +130,7 @@ def _apply_roster(s: Session, crow: CourseRecord, rows: list[RosterRow], where: 
     had = {**(_logins_left(s, crow) if delivered else {}), **{before[id(p)]: p.key for p in keys.values()}}
     row_of: dict[int, RosterRow] = {}
     changes: list[RosterChange] = []
+    requested, own_keys = _requested_keys(s, crow), []
     for r in rows:
         values = {"key": r.key, "name": r.name, "group_name": r.group, "unix_user": r.unix_user, "ssh_key": r.ssh_key}
         p = stored.get(r.email)
@@ -138,6 +139,11 @@ def _apply_roster(s: Session, crow: CourseRecord, rows: list[RosterRow], where: 
             if not {"key", "unix_user"} & r.columns:
                 kept.add("key")
             values.update({f: getattr(p, f) for f in kept})
+            last, replaced = requested.get(p.id, (None, set()))
+            if p.ssh_key is not None and p.ssh_key == last and values["ssh_key"] in replaced:
+                # the file still has the key a key request replaced since (or none): the newer key stays
+                values["ssh_key"] = p.ssh_key
+                own_keys.append(p.key)
         key = str(values["key"])
         other = keys.get(key)
         if other is not None and other is not p:
@@ -185,8 +191,25 @@ def _apply_roster(s: Session, crow: CourseRecord, rows: list[RosterRow], where: 
     left = {before[id(p)]: p.key for p in renamed}
     if delivered and left:  # kept for later imports: the machines still have these accounts, homes and files
         detail["logins_left"] = left
+    if own_keys:
+        detail["own_keys"] = own_keys
     _log(s, crow.key, actor, "roster.import", detail=detail)
-    return RosterReport(crow.key, count["added"], count["updated"], count["unchanged"], tuple(changes), absent)
+    return RosterReport(
+        crow.key, count["added"], count["updated"], count["unchanged"], tuple(changes), absent, tuple(own_keys)
+    )
+
+
+def _requested_keys(s: Session, crow: CourseRecord) -> dict[int, tuple[str | None, set[str | None]]]:
+    """Participant id → the key their latest key request set (their page, ``gpuseat seat key``) and the keys
+    their key requests replaced (None: they had none, or the request is older than this record)."""
+    out: dict[int, tuple[str | None, set[str | None]]] = {}
+    q = select(SeatRequest.participant_id, SeatRequest.payload).where(
+        SeatRequest.course_id == crow.id, SeatRequest.action == "key"
+    )
+    for pid, payload in s.execute(q.order_by(SeatRequest.id)):
+        d = payload or {}
+        out[pid] = (d.get("key"), out.get(pid, (None, set()))[1] | {d.get("replaced")})
+    return out
 
 
 def _delivered(s: Session, crow: CourseRecord) -> bool:

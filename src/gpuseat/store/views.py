@@ -192,7 +192,8 @@ class RosterChange(_View):
 
 @dataclass(frozen=True, slots=True)
 class RosterReport(_View):
-    """The result of a roster import; ``absent`` are stored participants the file no longer lists (kept)."""
+    """The result of a roster import; ``absent`` are stored participants the file no longer lists (kept);
+    ``own_keys`` those whose key set since by a key request was kept (the file has the one it replaced, or none)."""
 
     course: str
     added: int
@@ -200,6 +201,7 @@ class RosterReport(_View):
     unchanged: int
     changes: tuple[RosterChange, ...]
     absent: tuple[str, ...]
+    own_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -167,6 +167,7 @@ def roster_import(request: Request, data: Form, user: OrganizerPost, portal: Por
             ctx["notice"] = (
                 f"imported {name}: {report.added} added, {report.updated} updated, {report.unchanged} unchanged"
                 + (f", {len(report.absent)} no longer listed (kept)" if report.absent else "")
+                + (f"; kept the key set since by {', '.join(report.own_keys)}" if report.own_keys else "")
             )
             ctx["changes"] = report.changes
         except InputError as exc:
