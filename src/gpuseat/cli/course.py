@@ -1,15 +1,19 @@
-"""CLI for ``gpuseat course create|list|show|export|import|archive|delete``: parse flags, call the store, print."""
+"""CLI for ``gpuseat course create|update|list|show|export|import|archive|delete``: parse flags, call the store,
+print."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpuseat.cli._options import CourseOption, DbOption, ForceReplaceOption, add_group
 from gpuseat.cli._output import Format, FormatOption, print_json, print_rows, print_table
 from gpuseat.cli.flags import named_argument
+
+if TYPE_CHECKING:
+    from gpuseat.services.planning import CourseFileRead
 
 ACTOR = "cli"
 
@@ -31,9 +35,32 @@ def actor() -> str:
         return ACTOR
 
 
+def _read(path: Path, rank: int | None) -> tuple[CourseFileRead, dict[str, Any] | None]:
+    """The course file as ``create`` and ``update`` store it, and option ``rank`` of ``gpuseat plan`` on it
+    (``--plan-option``; None without one), on one load of the catalog."""
+    from gpuseat.services.planning import plan_option_for, read_course_file
+
+    if rank is None:
+        return read_course_file(path), None
+    from gpuseat.catalog.bundle import load_catalog
+
+    catalog = load_catalog()
+    return read_course_file(path, catalog), plan_option_for(path, rank, catalog)
+
+
+def _shown(value: object) -> str:
+    """A changed field's value on one line (JSON; a long one cut)."""
+    import json
+
+    text = "(none)" if value is None else value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 120 else text[:119] + "…"
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``course`` group."""
-    course_app = add_group(app, "course", "Courses in the store: create, list, show, export, import, archive, delete.")
+    course_app = add_group(
+        app, "course", "Courses in the store: create, update, list, show, export, import, archive, delete."
+    )
 
     @course_app.command("create")
     def create(
@@ -48,29 +75,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Store a course file (text and summary) and the offers files it names as a new course; creates the
         database if needed."""
-        from gpuseat.errors import InputError
-        from gpuseat.services.planning import load_course, plan_option_for, read_course_offers
         from gpuseat.store import open_store
 
-        option = None
-        own: list[tuple[str, str]] = []
-        parsed = load_course(path)
-        stray = sorted(set(parsed.group_sections) - {g.name for g in parsed.groups})
-        if stray and not parsed.group:  # with [[group]] tables the course file's own check names it
-            # not in that check: a course stored with such a section must still read back
-            raise InputError(
-                f"[groups.{stray[0]}] names no group of this course: without [[group]] tables its one group is "
-                "'participants', so that policy would apply to nobody",
-                where=str(path),
-                fix="put it in [policy] (the course's), name it [groups.participants], or add [[group]] tables",
-            )
-        if parsed.offers_files or plan_option is not None:
-            from gpuseat.catalog.bundle import load_catalog
-
-            catalog = load_catalog()
-            own = read_course_offers(parsed, path, catalog)  # checked as plan reads them, stored with the course
-            if plan_option is not None:
-                option = plan_option_for(path, plan_option, catalog)
+        read, option = _read(path, plan_option)
+        own = read.offers  # checked as plan reads them, stored with the course
         with open_store(db, create=True) as store:
             view = store.courses.create_course(
                 path, key=key, timezone=timezone, plan_option=option, offers_files=own, actor=actor()
@@ -91,6 +99,49 @@ def register(app: typer.Typer) -> None:
             offers = ", ".join(f"{o['count']} × {o['offer']}" for o in option.get("offers", ()))
             print(f"  plan option {option.get('rank')}: {offers}, ${option.get('total_usd')}")
         print(f"next: gpuseat roster import participants.csv --course {view.key}")
+
+    @course_app.command("update")
+    def update(
+        path: Path = typer.Argument(..., help="The edited course file (TOML)."),
+        key: str | None = typer.Option(None, "--key", help="Course key (slug); default: the file name."),
+        timezone: str | None = typer.Option(None, "--timezone", help="A new IANA time zone (default: the stored one)."),
+        plan_option: int | None = typer.Option(
+            None, "--plan-option", help="Store option N of `gpuseat plan` on this file as the chosen plan."
+        ),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print what would change; store nothing."),
+        db: DbOption = None,
+        fmt: FormatOption = Format.table,
+    ) -> None:
+        """Store an edited course file over a course's (dates, sessions, groups, policy, offers files), read and
+        checked as create reads it; prints each field that changed. The agents follow at their next pass."""
+        from gpuseat.store import open_store
+        from gpuseat.store.courses import course_key_of
+
+        read, option = _read(path, plan_option)
+        file, who = (key or course_key_of(path), read.course, read.text, read.offers), actor()
+        with named_argument("course", "--key"), open_store(db) as store:
+            done = store.courses.update_course(*file, timezone=timezone, plan_option=option, dry_run=dry_run, actor=who)
+        if fmt is Format.json:
+            print_json({"course": done.view.key, "changes": done.changes, "replan": done.replan, "dry_run": dry_run})
+            return
+        from gpuseat.safe_text import clean  # the values are the course file's text
+
+        if not done.changes:
+            print(f"course {done.view.key}: nothing changed")
+            return
+        n = len(done.changes)
+        print(f"course {done.view.key}: " + (f"would change {n} field(s) (--dry-run: nothing stored)" if dry_run
+              else f"{n} field(s) changed"))  # fmt: skip
+        for c in done.changes:
+            print(clean(f"  {c['field']}: {_shown(c['from'])} → {_shown(c['to'])}", one_line=True))
+        if done.replan:
+            print(
+                f"  the stored plan option {done.view.plan_option and done.view.plan_option.get('rank')} priced the "
+                f"file before this change ({', '.join(done.replan[:5])}): look at gpuseat plan {path} again, and "
+                f"store an option with gpuseat course update {path} --plan-option N"
+            )
+        if not dry_run:
+            print(f"next: the agents plan the course again at once (or run: gpuseat apply --course {done.view.key})")
 
     @course_app.command("list")
     def list_(db: DbOption = None, fmt: FormatOption = Format.table) -> None:

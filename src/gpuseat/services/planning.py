@@ -40,12 +40,14 @@ if TYPE_CHECKING:
 RESULTS_FILE = "bench-results.jsonl"
 
 __all__ = [
+    "CourseFileRead",
     "OfferChoice",
     "gather_offers",
     "load_course",
     "parse_skypilot_arg",
     "plan_course",
     "plan_stored_course",
+    "read_course_file",
     "read_course_offers",
     "recorded_speeds",
     "reference_speeds",
@@ -67,6 +69,38 @@ class OfferChoice(TypedDict, total=False):
 def load_course(path: Path) -> Course:
     """A course file, validated; errors name the file, the line and the field."""
     return read_toml_model(Course, path)
+
+
+class CourseFileRead(NamedTuple):
+    """A course file as ``course create`` and ``course update`` store it (:func:`read_course_file`)."""
+
+    course: Course
+    text: str  # the text checked, which is the text stored
+    offers: list[OffersText]  # its own offers files, (name, text), checked as a plan reads them
+
+
+def read_course_file(path: Path, catalog: Catalog | None = None) -> CourseFileRead:
+    """The course file at ``path``, read once and checked as the store keeps it: the course file's own check,
+    a ``[groups.X]`` section that names no group, and its offers files (:func:`read_course_offers`; the
+    bundled catalog unless ``catalog`` is given). Each problem is one input error naming the file."""
+    text = read_text(path)
+    course = validate(Course, parse_toml(text, where=str(path)), where=str(path), text=text)
+    stray = sorted(set(course.group_sections) - {g.name for g in course.groups})
+    if stray and not course.group:  # with [[group]] tables the course file's own check names it
+        # not in that check: a course stored with such a section must still read back
+        raise InputError(
+            f"[groups.{stray[0]}] names no group of this course: without [[group]] tables its one group is "
+            "'participants', so that policy would apply to nobody",
+            where=str(path),
+            fix="put it in [policy] (the course's), name it [groups.participants], or add [[group]] tables",
+        )
+    if not course.offers_files:
+        return CourseFileRead(course, text, [])
+    if catalog is None:
+        from gpuseat.catalog.bundle import load_catalog
+
+        catalog = load_catalog()
+    return CourseFileRead(course, text, read_course_offers(course, path, catalog))
 
 
 def parse_skypilot_arg(arg: str) -> tuple[str, Path]:
