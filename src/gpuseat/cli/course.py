@@ -134,11 +134,12 @@ def register(app: typer.Typer) -> None:
               else f"{n} field(s) changed"))  # fmt: skip
         for c in done.changes:
             print(clean(f"  {c['field']}: {_shown(c['from'])} → {_shown(c['to'])}", one_line=True))
+        named = f" --key {done.view.key}" if done.view.key != course_key_of(path) else ""
         if done.replan:
             print(
                 f"  the stored plan option {done.view.plan_option and done.view.plan_option.get('rank')} priced the "
                 f"file before this change ({', '.join(done.replan[:5])}): look at gpuseat plan {path} again, and "
-                f"store an option with gpuseat course update {path} --plan-option N"
+                f"store an option with gpuseat course update {path}{named} --plan-option N"
             )
         if not dry_run:
             print(f"next: the agents plan the course again at once (or run: gpuseat apply --course {done.view.key})")

@@ -367,6 +367,7 @@ def _check_in_use(s: Session, row: CourseRecord, course: CourseFile) -> None:
     rules: a participant's group is one of the course's, and no group has more people than the file plans)."""
     planned = {g.name: g.count for g in course.groups}
     wrong: list[str] = []
+    fixes = ["keep those groups (and counts) in the file"]
     counts = s.execute(
         select(Participant.group_name, func.count(), func.min(Participant.key))
         .where(Participant.course_id == row.id, Participant.group_name.is_not(None))
@@ -382,11 +383,14 @@ def _check_in_use(s: Session, row: CourseRecord, course: CourseFile) -> None:
         gone = [g for g in groups or () if g not in planned]
         if gone:
             wrong.append(f"seat {key} is reserved for group {gone[0]!r}, which is gone")
+    if any(w.startswith("group") for w in wrong):
+        fixes.append("give those participants another group first (gpuseat roster import, its group column)")
+    if any(w.startswith("seat") for w in wrong):
+        fixes.append("remove those seats first (gpuseat seats remove) and add them again for a group the file has")
     if wrong:
         raise InputError(
             f"this file would orphan what the course stores: {'; '.join(wrong[:5])}"
             + (f"; and {len(wrong) - 5} more" if len(wrong) > 5 else ""),
             where=f"course {row.key}",
-            fix="keep those groups (and counts) in the file, or first give those participants another group "
-            "(gpuseat roster import with a group column) and remove those seats (gpuseat seats remove)",
+            fix="; or ".join(fixes),
         )
