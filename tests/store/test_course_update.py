@@ -148,3 +148,6 @@ def test_a_course_stored_without_a_file_is_given_one(cli, url, tmp_path: Path) -
     )
     with open_store(url) as store:
         assert store.courses.course_file("lab").schedule.last_day == date(2026, 9, 11)
+    got = json.loads(ok(cli("course", "update", path, "--timezone", "Europe/Berlin", "-f", "json", "--db", url)).out)
+    assert got["changes"] == [{"field": "timezone", "from": "UTC", "to": "Europe/Berlin"}], got
+    assert shown(cli, url, "lab")["timezone"] == "Europe/Berlin"
