@@ -456,8 +456,8 @@ def test_after_a_move_the_controls_act_on_the_new_seat(sweep: Sweep) -> None:
     form = {"csrf": sweep.csrf["org"], "action": "move", "participant": "ann", "seat": "mig-03"}
     assert sweep.org.post("/seats/action", data=form).status_code == 200
     assert sweep.store.lifecycle.remove_seats("lab", ["mig-01"]) == ["mig-01"]
-    old = _seat(sweep, "ann", action="stop", seat="mig-01")  # the seat she left: refused
-    assert old.status_code == 403
+    old = _seat(sweep, "ann", action="stop", seat="mig-01")  # the seat she left (removed since): her page is stale
+    assert old.status_code == 409 and "reload the page" in old.text
     new = _seat(sweep, "ann", action="stop")
     assert new.status_code == 303, new.text[:300]
     assert ("ann", "mig-03", "stop") in _pending(sweep)

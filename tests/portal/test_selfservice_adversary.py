@@ -148,3 +148,23 @@ def test_a_re_import_of_the_old_roster_keeps_the_key_a_participant_set_on_their_
     report = store.roster.import_roster("lab", _roster(tmp_path / "k4.csv", K4, late=True))
     assert store.roster.find_participant("lab", "ann").ssh_key == K4
     assert [(c.key, c.fields) for c in report.changes if c.fields] == [("ann", ("ssh_key",))], report
+
+
+def test_a_page_of_a_seat_since_moved_from_and_removed_says_reload_not_attack(served: Any) -> None:  # noqa: F811
+    """Ann's page shows mig-01; its GPU breaks, the organizer moves her to mig-03 and removes mig-01 (its
+    assignments go with it). Her open page's Stop answered 403 *you can act on your own seat only* and was logged
+    as an attempt on another's seat; it is her stale page: 409 *reload*, nothing stored or logged as refused.
+    A seat she never held is still refused (403)."""
+    store, client, links = served
+    store.seats.add_seats(
+        "lab", [{"key": "mig-03", "kind": "mig", "host": "gpu1", "engine": "host", "device_uuid": "MIG-3"}]
+    )
+    csrf = _csrf(client, links["ann"])
+    store.seats.move("lab", "ann", "mig-03")
+    assert store.lifecycle.remove_seats("lab", ["mig-01"], force=True) == ["mig-01"]
+    stale = _post(client, links["ann"], csrf=csrf, action="stop", seat="mig-01")
+    assert stale.status_code == 409, stale.text
+    assert "seat mig-01, which you no longer hold; you now hold mig-03: reload the page" in stale.text
+    assert store.requests.seat_requests("lab") == []
+    assert not any(e.action == "portal.refused" for e in store.events.events("lab"))
+    assert _post(client, links["ann"], csrf=csrf, action="stop", seat="mig-02").status_code == 403  # ben's

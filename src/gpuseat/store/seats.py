@@ -11,7 +11,7 @@ from sqlalchemy import and_, select
 from sqlalchemy.orm import Session
 
 from gpuseat.core.seating import ASSIGNABLE_STATES, EngineName, SeatState
-from gpuseat.db.models import Assignment, CourseRecord, Participant, Seat
+from gpuseat.db.models import Assignment, CourseRecord, Event, Participant, Seat
 from gpuseat.errors import InputError, NoFreeSeat, SeatTaken, did_you_mean
 from gpuseat.safe_text import clean
 from gpuseat.store.base import Concern
@@ -338,6 +338,15 @@ class Seats(Concern):
             if seat is not None:
                 q = q.where(Seat.id == _seat(s, crow, seat).id)
             return [_assignment_view(crow.key, sk, pk, a) for a, sk, pk in s.execute(q)]
+
+    def removed_held(self, course: str | None, participant: str) -> set[str]:
+        """The seats ``participant`` held that were removed since (``seats remove``): their assignments went with
+        them, the removal's events row keeps them (a page still open on one is stale, not an attempt)."""
+        with self._database.read() as s:
+            crow = _course(s, course)
+            q = select(Event.detail).where(Event.course_key == crow.key, Event.action == "seats.remove")
+            past = [a for d in s.scalars(q) if isinstance(d, dict) for a in d.get("past_assignments") or ()]
+            return {str(a["seat"]) for a in past if isinstance(a, dict) and a.get("participant") == participant}
 
 
 #: the history keeps a release's reason in ``assignments.ended_by``, String(32)

@@ -123,6 +123,8 @@ def participant_seat(
         # the page's forms name the seat it showed: one loaded before a move or release names a seat this
         # participant held, and a stop or a reset must not land on the seat they hold now unseen
         held = {a.seat for a in portal.store.seats.history(who.course, participant=who.key)}
+        if named_seat not in held:  # or one removed since (a broken GPU's seat, its holder moved first)
+            held |= portal.store.seats.removed_held(who.course, who.key)
         if named_seat in held:
             now = f"; you now hold {mine}" if mine else "; you hold no seat now"
             return PlainTextResponse(
