@@ -180,8 +180,8 @@ def test_a_course_stored_without_its_offers_texts(cli, url, folder, tmp_path, fa
     assert err.startswith("error: --cloud: ")
     assert f"plan option 1 of course 'own' rents cloud offer {OWN} for group students" in err
     assert "neither in gpuseat's catalog nor in the offers files stored with the course" in err
-    fix = "the course was stored before gpuseat kept its offers files (offers.toml): create it again from its "
-    assert fix in err
+    fix = "the course was stored before gpuseat kept its offers files (offers.toml): load its course file again "
+    assert fix + "beside them (gpuseat course update COURSE.toml --key own stores them with it)" in err
     with open_store(url) as store:
         assert [s.key for s in store.seats.seats("own")] == ["cloud-01"]  # nothing added
 
@@ -192,6 +192,16 @@ def test_a_course_stored_without_its_offers_texts(cli, url, folder, tmp_path, fa
     error = str(launched.message)
     assert f"seat cloud-01: it rents offer {OWN}, which is neither in gpuseat's catalog nor in the offers" in error
     assert fix in error
+
+    # the fix as given: the course file loaded again beside its offers file stores the texts; the seat launches
+    ok(cli("course", "update", folder / "own.toml", "--key", "own", "--db", url))
+    with open_store(url) as store:
+        again = one_pass(store, course="own", engine="skypilot", runner=RecordingRunner(), now=OPEN)
+    assert not again.failed, again.failed
+    assert [(t["resources"]["instance_type"], t["resources"]["region"]) for t in fake.launched()][-1] == (
+        "g6e.xlarge",
+        "eu-north-1",
+    )
 
 
 def test_a_seat_on_a_lacking_offer_is_never_launched_on_another_groups_offer():

@@ -181,18 +181,18 @@ def course_offers(store: CourseStore, course: str | None, catalog: Catalog | Non
 
 def unknown_offer_fix(store: CourseStore, course: str | None) -> str:
     """How to fix a course whose plan option or cloud seat names an offer :func:`course_offers` lacks:
-    a course stored before gpuseat kept its offers files (their offers are missing) is created again."""
+    a course stored before gpuseat kept its offers files (their offers are missing) loads its file again."""
     key = store.courses.get_course(course).key
     kept = {name for name, _text in store.courses.offers_texts(key) or ()}
     lacking = [name for name in store.courses.course_file(key).offers_files if name not in kept]
     if lacking:
         return (
-            f"the course was stored before gpuseat kept its offers files ({', '.join(lacking)}): create it again "
-            "from its course file (gpuseat course create COURSE.toml --key NEW --plan-option N stores them with it)"
+            f"the course was stored before gpuseat kept its offers files ({', '.join(lacking)}): load its course "
+            f"file again beside them (gpuseat course update COURSE.toml --key {key} stores them with it)"
         )
     return (
-        "the offer left gpuseat's catalog: create the course again with a plan option on current offers "
-        "(gpuseat plan COURSE.toml lists them)"
+        "the offer left gpuseat's catalog: choose a plan option on current offers (gpuseat plan COURSE.toml lists "
+        f"them; gpuseat course update COURSE.toml --key {key} --plan-option N stores it)"
     )
 
 

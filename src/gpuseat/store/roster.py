@@ -111,7 +111,7 @@ def _check_group_sizes(rows: list[RosterRow], crow: CourseRecord, where: str) ->
             raise InputError(
                 f"{n} participants in group {group!r}, the course file plans {planned[group]} seats",
                 where=where,
-                fix="raise the group's count in the course file (and create the course again) or drop rows",
+                fix="raise the group's count in the course file (and load it: gpuseat course update FILE) or drop rows",
             )
 
 

@@ -222,6 +222,6 @@ def rewritten(text: str, edit: Edit) -> tuple[str, Course]:
         raise InputError(
             f"the course file's policy is written in a form this page cannot edit ({exc})",
             where="course file",
-            fix="edit [policy] in the course file and create the course from it again",
+            fix="edit [policy] in the course file and load it again (gpuseat course update FILE)",
         ) from None
     return new, validate(Course, data, where="course file", text=new)
