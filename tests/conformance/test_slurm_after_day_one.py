@@ -266,8 +266,9 @@ def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_clus
 ) -> None:
     """After day one the organiser edits the course's sessions: day 2's lengthened to 13:00, day 3's moved from
     09:00 to 14:00, day 4's from 09:00 to 10:00. One ``gpuseat apply`` and ``scontrol show reservation`` shows:
-    day 2's ends at 13:00 (``scontrol update … EndTime=``, which Slurm 22.05 takes on a core reservation), day 3's
-    old reservation is gone and the new one is there. Day 4's old one holds bob's job waiting for it, which Slurm
+    day 2's ends at 13:00 (``scontrol update … EndTime=``, which Slurm 22.05 takes on a core reservation; with
+    ``Flags=IGNORE_JOBS``, as carol's job with no time limit runs on the node: without it, "Requested nodes are
+    busy"), day 3's old reservation is gone and the new one is there. Day 4's old one holds bob's job waiting for it, which Slurm
     will not let go ("Requested reservation is in use"): it stays, the apply's note names the job, and the new
     one, which would overlap it (and be given other cores), waits; the first apply after the job ends makes the
     move. Back to day one's schedule, the sessions it no longer has are deleted. A reservation named like a
@@ -289,7 +290,6 @@ def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_clus
         f"gpuseat-conf-x-{first + timedelta(days=5):%Y%m%d}T0900": "debug",  # course conf-x's
     }
     changed = _sessions(text, {2: "09:00-13:00", 3: "14:00-17:00", 4: "10:00-13:00"})
-    waiting = ""
     try:
         for resv, part in hand.items():
             lab.slurm.run("scontrol", ["create", "reservation", f"ReservationName={resv}", "Users=root",
@@ -302,6 +302,8 @@ def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_clus
         assert made == {lab.session, *(name(d, "09:00") for d in (2, 3, 4, 5))}
         waiting = _submit(lab, "bob", "-p", "gpuseat-conf", f"--reservation={name(4, '09:00')}", "--gres=gpu:1",
                           "--wrap", "true")  # fmt: skip
+        busy = _submit(lab, "carol", "-p", "debug", "--wrap", "sleep 300")  # no time limit, on the node, outside
+        assert lab.wait_state(busy, {"RUNNING"}) == "RUNNING"
         store.set_course_text("conf", changed, changes=[])
         capsys.readouterr()
         assert _apply(lab) == 0
@@ -327,7 +329,8 @@ def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_clus
         assert {n for n in _shown(lab) if n.startswith("gpuseat-conf-")} == {lab.session, *hand}
         assert _plan_steps(lab) == []
     finally:
-        lab.slurm.run("scancel", [waiting] if waiting else ["-u", USERS["bob"]], check=False)
+        lab.slurm.run("scancel", ["-u", USERS["bob"]], check=False)
+        lab.slurm.run("scancel", ["-u", USERS["carol"]], check=False)
         for resv in hand:
             lab.slurm.run("scontrol", ["delete", f"ReservationName={resv}"], check=False)
         lab.store.courses.set_course_text("conf", text, changes=[])  # type: ignore[attr-defined]

@@ -596,8 +596,10 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                     sl.run("scontrol", ["create", "reservation", *d["words"]])
             case "reservation.delete":
                 self._delete_reservation(step.target)
-            case "reservation.retime":  # Slurm 22.05 takes a core reservation's EndTime (not its CoreCnt or Nodes)
-                sl.update_reservation(step.target, [f"EndTime={d['end']}"])
+            case "reservation.retime":  # Slurm 22.05 takes a core reservation's EndTime (not its CoreCnt or Nodes);
+                # without IGNORE_JOBS it answers "Requested nodes are busy" while a job with no time limit runs on
+                # its nodes outside it (or, for one still to come, at all); the flag keeps the cores it holds
+                sl.update_reservation(step.target, [f"EndTime={d['end']}", "Flags=IGNORE_JOBS"])
             case "reservation.resize":  # Slurm 22.05: "Core-based reservation can not be updated"
                 self._delete_reservation(step.target)
                 sl.run("scontrol", ["create", "reservation", *d["words"]])
