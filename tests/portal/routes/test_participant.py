@@ -70,3 +70,23 @@ def test_seat_controls_act_on_the_links_own_seat_only(served: Served) -> None:
     ]
     refused = [e for e in served.store.events.events("lab") if e.action == "portal.refused"]
     assert [e.participant for e in refused] == ["ann"]
+
+
+def test_refused_attempts_stop_being_logged_at_the_request_limit(served: Served) -> None:
+    """Each refused attempt (a form naming another's seat) was an events row, and each row wakes the agents:
+    a participant could grow the log and keep every agent planning without end. Past the requests' limit the
+    attempt is answered 429 and nothing is written; ann's own request still goes through."""
+    from gpuseat.store.requests import RATE_LIMIT
+
+    ann = served.links["ann"]
+    csrf = served.csrf(f"/t/{ann}")
+    form = {"csrf": csrf, "action": "stop", "seat": "mig-02"}
+    codes = [
+        served.client.post(f"/t/{ann}/seat", data=form, follow_redirects=False).status_code
+        for _ in range(RATE_LIMIT + 5)
+    ]
+    assert codes == [403] * RATE_LIMIT + [429] * 5
+    refused = [e for e in served.store.events.events("lab") if e.action == "portal.refused"]
+    assert len(refused) == RATE_LIMIT
+    own = served.client.post(f"/t/{ann}/seat", data={"csrf": csrf, "action": "stop"}, follow_redirects=False)
+    assert own.status_code == 303

@@ -133,9 +133,21 @@ def participant_seat(
                 status_code=409,
             )
     if (named_seat and named_seat != mine) or (named_who and named_who != who.key):
-        portal.store.events.log(
-            who.course, "portal.refused", participant=who.key, detail={"seat": named_seat[:64]}, actor=who.key
-        )
+        from gpuseat.store.requests import RATE_LIMIT, RATE_WINDOW
+
+        # logged as a request is counted: past the limit nothing is written (each row would wake the agents)
+        if not portal.store.events.log(
+            who.course,
+            "portal.refused",
+            participant=who.key,
+            detail={"seat": named_seat[:64]},
+            actor=who.key,
+            at_most=(RATE_LIMIT, RATE_WINDOW),
+        ):
+            return PlainTextResponse(
+                f"{RATE_LIMIT} refused attempts in {RATE_WINDOW.seconds // 60} minutes already: wait a few minutes",
+                status_code=429,
+            )
         return PlainTextResponse("you can act on your own seat only", status_code=403)
     action = _one(data, "action")
     if action == "reset" and _one(data, "confirm").strip().lower() != "reset":
