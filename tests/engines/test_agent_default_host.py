@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpuseat.engines.agent import Agent, AgentOptions
+from gpuseat.engines.agent import Agent, AgentOptions, ApplyLease, Held
 from gpuseat.engines.runner import Runner
 from gpuseat.store import CourseStore
 
@@ -64,6 +65,22 @@ def test_agents_with_and_without_host_of_one_seat_host_are_one_leader(
             a.tick()
         assert (bare.role, named.role) == ("leader", "standby")
         assert bare.options.lease_name == named.options.lease_name == f"agent:{engine or 'all'}:gpu1"
+    # the agent of every engine applies the engines that are not per host for this machine, as an apply without
+    # --host leases them (agent:all:THIS-MACHINE): it holds that lease too
+    lease = ApplyLease(store)
+    lease.take([("libvirt", None)])
+    assert list(lease.held.values()) == [Held("libvirt", None, f"agent:all:{THIS_MACHINE}", bare.holder)]
+    lease.give_back()
+    stop = threading.Event()
+    stop.set()
+    bare.run(stop)  # stopped at once: both leases given back
+    assert store.agents.lease("agent:all:gpu1") is None and store.agents.lease(f"agent:all:{THIS_MACHINE}") is None
+    lease = ApplyLease(store)
+    lease.take([("libvirt", None)])  # an apply of such an engine runs: a new agent of every engine waits for it
+    late = _agent(store, None, f"{THIS_MACHINE}:4:late", engine=None)
+    assert late.tick() is None and late.role == "standby"
+    lease.give_back()
+    assert late.tick() is not None and late.role == "leader"
 
 
 def test_an_apply_leaves_a_plan_that_failed_without_host_to_the_agent_of_its_seats_host(

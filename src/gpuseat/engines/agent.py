@@ -203,6 +203,19 @@ class Agent:
         self._leader, self._seen, self._told, self.role, self.cursor = False, None, None, "starting", None
         self.say(f"agent {self.holder}: its seats are on host {o.seat_host} (no --host): lease {o.lease_name}")
 
+    def _also(self) -> str | None:
+        """The second lease of an agent of every engine that found its seats' host (no ``--host``): the engines that
+        are not per host it applies for this machine, which an apply without ``--host`` leases as
+        ``agent:all:THIS-MACHINE`` (:func:`_pair`)."""
+        o = self.options
+        mine = lease_names(None, None)[0]
+        return mine if o.engine is None and o.host is None and o.seat_host and mine != o.lease_name else None
+
+    def _take_also(self) -> bool:
+        """Take or renew :meth:`_also` (no takeover: it is an apply's while that runs, and runs out after a crash)."""
+        also = self._also()
+        return also is None or self.store.agents.take_lease(also, self.holder, self.options.lease_s)
+
     def _saved_cursor(self) -> int | None:
         """The events id the last leader of this lease had applied up to (kept in the store)."""
         for row in self.store.agents.agent_statuses():
@@ -281,7 +294,7 @@ class Agent:
         if now >= self._renew_at or not self._leader:
             self._find_host()
             was = self._leader
-            self._leader = self._take_lease(now)
+            self._leader = self._take_lease(now) and self._take_also()
             self._renew_at = now + self.options.lease_s / 3
             self._held_until = now + self.options.lease_s if self._leader else 0.0
             if self._leader:  # the store's clock read again with each renewal: stepped (NTP on the database's
@@ -395,7 +408,7 @@ class Agent:
             # it has seen the row unrenewed that long (:meth:`_take_lease`), and the database's clock may have
             # stepped; no read of the store per step (a 1,000-seat pass spent 9 of its 10 parts on them)
             if now >= self._renew_at:
-                held = self.store.agents.take_lease(o.lease_name, self.holder, o.lease_s)
+                held = self.store.agents.take_lease(o.lease_name, self.holder, o.lease_s) and self._take_also()
                 self._renew_at = now + o.lease_s / 3
                 self._held_until = now + o.lease_s if held else 0.0
             else:
@@ -495,7 +508,8 @@ class Agent:
             with contextlib.suppress(GpuseatError):
                 if self._unreachable is None:  # else the lease runs out by itself: no exit waits on a held lock
                     if self._leader:
-                        self.store.agents.drop_lease(self.options.lease_name, self.holder)
+                        for name in filter(None, (self.options.lease_name, self._also())):
+                            self.store.agents.drop_lease(name, self.holder)
                     self.store.agents.forget_agent(self.options.lease_name, self.holder)
             if self._waker:
                 self._waker.close()
