@@ -85,3 +85,20 @@ def test_a_row_that_takes_nothing_away_stops_no_pass(
     first = agent.tick()
     assert first is not None and runner.done
     assert not [o for r in first.reports for o in r.outcomes if o.state == "skipped"]
+
+
+def test_portal_rows_plan_nothing_again(store: CourseStore, url: str, tmp_path: Path, cli: Callable[..., Any]) -> None:
+    """An organizer's login and a participant's refused form are events rows anyone can write at will; each planned
+    the course again (a pass per page view). They now wake no pass; a release after them does."""
+    _lab(store, url, tmp_path, cli)
+    clock = Clock()
+    agent = Agent(store, AgentOptions(engine="host", host="gpu1", resync_s=3600), runner=Runner(dry_run=True),
+                  say=lambda _line: None, holder="gpu1:1:abc", clock=clock)  # fmt: skip
+    assert agent.tick() is not None
+    for action in ("portal.login", "portal.logout-all", "portal.refused"):
+        store.events.log("lab", action, actor="organizer")
+    clock.t += 1.0
+    assert agent.tick() is None and agent.passes == 1
+    store.seats.release("lab", participant="ben")
+    clock.t += 1.0
+    assert agent.tick() is not None and agent.passes == 2

@@ -53,6 +53,10 @@ REVOKING_ACTIONS = (
     "course.update",
     "hours.quota",
 )
+#: the events actions no engine plans from, written from the portal as often as anyone likes: an organizer's login
+#: or log-out-everywhere, a participant's refused form. An agent does not plan a course again for them (a pass per
+#: page view); any other action, one added later included, is planned again.
+UNPLANNED_ACTIONS = ("portal.login", "portal.logout-all", "portal.refused")
 
 
 class Agents(Concern):
@@ -156,13 +160,14 @@ class Agents(Concern):
         return self._database.dialect == "sqlite"
 
     def events_after(self, after_id: int, *, ids: Iterable[int] = ()) -> list[tuple[int, str | None, str]]:
-        """Id, course key and actor of each events row past ``after_id`` or in ``ids`` (what an agent follows)."""
+        """Id, course key and actor of each events row past ``after_id`` or in ``ids`` (what an agent follows);
+        the course key is None for a row no engine plans from (:data:`UNPLANNED_ACTIONS`)."""
         with self._database.read() as s:
             where = _EVENTS.c.id > after_id
             if ids := list(ids):
                 where = or_(where, _EVENTS.c.id.in_(ids))
-            q = select(_EVENTS.c.id, _EVENTS.c.course_key, _EVENTS.c.actor).where(where)
-            return [(int(r.id), r.course_key, r.actor) for r in s.execute(q)]
+            q = select(_EVENTS.c.id, _EVENTS.c.course_key, _EVENTS.c.actor, _EVENTS.c.action).where(where)
+            return [(int(r.id), None if r.action in UNPLANNED_ACTIONS else r.course_key, r.actor) for r in s.execute(q)]
 
     def log_any(self, course_key: str, action: str, **row: Any) -> None:
         """The old name of ``store.events.log(course_key, action, gone_ok=True, …)``."""

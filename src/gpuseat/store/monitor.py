@@ -32,6 +32,7 @@ from gpuseat.db.models import (
 )
 from gpuseat.errors import StoreError
 from gpuseat.readings import Alert, LeafReading, SeatEntry, SeatMap, UsageRow
+from gpuseat.store.agents import UNPLANNED_ACTIONS
 from gpuseat.store.base import Concern
 from gpuseat.store.rows import no_course
 
@@ -58,9 +59,7 @@ ROUTINE_ACTIONS = frozenset(
         "seat.request",
         "seat.request.done",
         "seat.request.failed",
-        "portal.login",
-        "portal.logout-all",
-        "portal.refused",
+        *UNPLANNED_ACTIONS,
     }
 )
 SMALL_MAX = 32767  # SmallInteger columns
