@@ -260,6 +260,15 @@ def _shown(lab: Lab) -> dict[str, str]:  # noqa: F811
     return dict(re.findall(r"ReservationName=(\S+) (StartTime=\S+ EndTime=\S+)", out))
 
 
+def _core_ids(lab: Lab, name: str) -> str:  # noqa: F811
+    """The cores a reservation holds (``CoreIDs=`` of ``scontrol -o show reservation``, which slurmctld shows a
+    few seconds after it made one with ``IGNORE_JOBS``)."""
+    deadline = time.monotonic() + 30
+    while "CoreIDs" not in (fields := lab.slurm.reservations()[name]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return fields.get("CoreIDs", "")
+
+
 def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_cluster(
     lab: Lab,  # noqa: F811
     capsys: pytest.CaptureFixture[str],
@@ -274,7 +283,12 @@ def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_clus
     move. Back to day one's schedule, the sessions it no longer has are deleted. A reservation named like a
     session but not in the course partition (made by hand), and one of course ``conf-x``, are never touched.
     Before, the lengthened session kept its old end and the moved and cancelled ones kept holding the course's
-    cores."""
+    cores.
+
+    alice's job (no time limit) runs through it all, on her seat's core 0: the sessions made meanwhile hold the
+    seats' cores 0-3 and carol, released, leaves the sessions still to come (``Flags=IGNORE_JOBS``). Before, such
+    a session got cores 1-4 (alice's GPU outside it) and each update of one still to come was refused
+    ("Requested nodes are busy"): the released carol stayed in them."""
     text = lab.store.courses.course_text("conf")  # type: ignore[attr-defined]
     first = date.fromisoformat(re.search(r"^start = (\S+)$", text, re.M).group(1))  # type: ignore[union-attr]
 
@@ -290,6 +304,8 @@ def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_clus
         f"gpuseat-conf-x-{first + timedelta(days=5):%Y%m%d}T0900": "debug",  # course conf-x's
     }
     changed = _sessions(text, {2: "09:00-13:00", 3: "14:00-17:00", 4: "10:00-13:00"})
+    people, released = _people(lab), False
+    busy = _long_job(lab, "alice")  # today's session, no time limit, on her seat's core 0, through every pass
     try:
         for resv, part in hand.items():
             lab.slurm.run("scontrol", ["create", "reservation", f"ReservationName={resv}", "Users=root",
@@ -297,13 +313,14 @@ def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_clus
                                        "CoreCnt=1", f"PartitionName={part}"], check=True)  # fmt: skip
         store = lab.store.courses  # type: ignore[attr-defined]
         store.set_course_text("conf", _sessions(text, {d: "09:00-12:00" for d in (2, 3, 4)}), changes=[])
+        assert lab.wait_state(busy, {"RUNNING"}) == "RUNNING"
         assert _apply(lab) == 0
         made = {n for n in _shown(lab) if n.startswith("gpuseat-conf-2")}
         assert made == {lab.session, *(name(d, "09:00") for d in (2, 3, 4, 5))}
         waiting = _submit(lab, "bob", "-p", "gpuseat-conf", f"--reservation={name(4, '09:00')}", "--gres=gpu:1",
                           "--wrap", "true")  # fmt: skip
-        busy = _submit(lab, "carol", "-p", "debug", "--wrap", "sleep 300")  # no time limit, on the node, outside
-        assert lab.wait_state(busy, {"RUNNING"}) == "RUNNING"
+        lab.store.seats.release("conf", participant=people["carol"])  # type: ignore[attr-defined]
+        released = True
         store.set_course_text("conf", changed, changes=[])
         capsys.readouterr()
         assert _apply(lab) == 0
@@ -317,6 +334,8 @@ def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_clus
         assert lab.wait_state(waiting, {"PENDING"}) == "PENDING"  # bob's job is his to cancel
         for resv in hand:
             assert shown[resv] == f"StartTime={at(5, '09:00')} EndTime={at(5, '10:00')}", shown
+        users = {n: f["Users"].split(",") for n, f in lab.slurm.reservations().items() if n.startswith("gpuseat-")}
+        assert USERS["carol"] not in users[lab.session] and USERS["carol"] not in users[name(2, "09:00")], users
         assert _plan_steps(lab) == []
         lab.slurm.run("scancel", [waiting], check=True)
         assert lab.wait_state(waiting, {"CANCELLED", "GONE"}) in {"CANCELLED", "GONE"}
@@ -324,15 +343,22 @@ def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_clus
         shown = _shown(lab)
         assert name(4, "09:00") not in shown, shown
         assert shown[name(4, "10:00")] == f"StartTime={at(4, '10:00')} EndTime={at(4, '13:00')}", shown
+        assert _core_ids(lab, name(2, "09:00")) == "0-3"  # made while alice's job runs: the seats' cores
+        lab.store.seats.assign("conf", people["carol"], SEATS["carol"])  # type: ignore[attr-defined]
+        released = False
         store.set_course_text("conf", text, changes=[])  # back to day one's schedule: the rest are cancelled
         assert _apply(lab) == 0
         assert {n for n in _shown(lab) if n.startswith("gpuseat-conf-")} == {lab.session, *hand}
+        assert USERS["carol"] in lab.slurm.reservations()[lab.session]["Users"].split(",")
         assert _plan_steps(lab) == []
     finally:
-        lab.slurm.run("scancel", ["-u", USERS["bob"]], check=False)
-        lab.slurm.run("scancel", ["-u", USERS["carol"]], check=False)
+        for who in ("alice", "bob"):
+            lab.slurm.run("scancel", ["-u", USERS[who]], check=False)
         for resv in hand:
             lab.slurm.run("scontrol", ["delete", f"ReservationName={resv}"], check=False)
         lab.store.courses.set_course_text("conf", text, changes=[])  # type: ignore[attr-defined]
+        if released:
+            lab.store.seats.assign("conf", people["carol"], SEATS["carol"])  # type: ignore[attr-defined]
+            _apply(lab)
     rc, seen, err = lab.gpus("bob", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
     assert rc == 0 and seen == [INDEX["bob"]], err

@@ -156,6 +156,7 @@ def test_one_reservation_per_session_with_the_core_count_of_the_seats() -> None:
         "Nodes=gpu01",
         "CoreCnt=4",
         "PartitionName=gpuseat-c2016",
+        "Flags=IGNORE_JOBS",
     ]
     with pytest.raises(InputError, match="unix user"):
         config.session_reservations("c2016", [(day, day + timedelta(hours=1))], [], devices)

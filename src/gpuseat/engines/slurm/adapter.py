@@ -262,7 +262,7 @@ class Slurm:
 
     def update_reservation_users(self, name: str, users: Sequence[str]) -> None:
         """Set a reservation's users to exactly ``users`` (after a roster or seat change)."""
-        self.update_reservation(name, [f"Users={','.join(logins.unix_user(u) for u in users)}"])
+        self.update_reservation(name, [f"Users={','.join(logins.unix_user(u) for u in users)}", "Flags=IGNORE_JOBS"])
 
     def update_reservation(self, name: str, words: Sequence[str]) -> None:
         """``scontrol update ReservationName=NAME WORDS`` (its users, its end)."""

@@ -677,11 +677,10 @@ class Reservation:
     partition: str
 
     def words(self) -> list[str]:
-        """``scontrol create reservation`` arguments (one list item per word, never a shell string).
-
-        ``start`` and ``end`` are the controller's wall times; Slurm adds ``Duration`` to the start's instant,
-        so the duration is the time that really passes between them: across a DST change a session from
-        00:00 to 06:00 lasts 5 or 7 hours, not 6 (naive ``astimezone`` reads them as local time)."""
+        """``scontrol create reservation`` arguments, one item per word. ``start`` and ``end`` are the controller's
+        wall times; ``Duration`` is the time that really passes between them (00:00-06:00 across a DST change: 5 or
+        7 hours). ``IGNORE_JOBS``: else Slurm 22.05 gives it the lowest cores free of jobs with no time limit (not
+        its seats') and refuses any update of a session still to come while one runs on the node (nodes busy)."""
         minutes = max(1, round((self.end.astimezone() - self.start.astimezone()).total_seconds() / 60))
         return [
             f"ReservationName={self.name}",
@@ -691,6 +690,7 @@ class Reservation:
             f"Nodes={','.join(self.nodes)}",
             f"CoreCnt={','.join(str(c) for c in self.cores)}",
             f"PartitionName={self.partition}",
+            "Flags=IGNORE_JOBS",
         ]
 
 
