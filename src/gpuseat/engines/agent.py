@@ -348,10 +348,13 @@ class Agent:
         self.cursor, self._mark = head, marks.get(head)
         if resync:
             self._resync_at = now + self.options.resync_s
-        self._next_change = result.next_change
+        nxt = result.next_change
+        if only is not None and self._next_change is not None:  # a pass of some courses: the others' stays due
+            nxt = min(filter(None, [nxt, self._next_change]))
+        self._next_change = nxt
         self._change_at = float("inf")
-        if result.next_change is not None:  # the skew read by this pass
-            self._change_at = self.clock() + (result.next_change - datetime.now(UTC) - self._skew).total_seconds()
+        if nxt is not None:  # the skew read by this pass
+            self._change_at = self.clock() + (nxt - datetime.now(UTC) - self._skew).total_seconds()
         failed = result.failed
         if failed:
             self._retry_at = now + self._backoff
