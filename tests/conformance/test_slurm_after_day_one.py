@@ -288,7 +288,11 @@ def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_clus
     alice's job (no time limit) runs through it all, on her seat's core 0: the sessions made meanwhile hold the
     seats' cores 0-3 and carol, released, leaves the sessions still to come (``Flags=IGNORE_JOBS``). Before, such
     a session got cores 1-4 (alice's GPU outside it) and each update of one still to come was refused
-    ("Requested nodes are busy"): the released carol stayed in them."""
+    ("Requested nodes are busy"): the released carol stayed in them.
+
+    Day 2's session is first made by hand on cores 1-4 (another reservation holding core 0 then, as a job did
+    before ``IGNORE_JOBS``): the first apply leaves it (a new one would get 1-4 again), the next, that reservation
+    gone, makes it again on the seats' cores 0-3. Before, only its core count was compared: it kept 1-4."""
     text = lab.store.courses.course_text("conf")  # type: ignore[attr-defined]
     first = date.fromisoformat(re.search(r"^start = (\S+)$", text, re.M).group(1))  # type: ignore[union-attr]
 
@@ -311,10 +315,15 @@ def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_clus
             lab.slurm.run("scontrol", ["create", "reservation", f"ReservationName={resv}", "Users=root",
                                        f"StartTime={at(5, '09:00')}", "Duration=60", "Nodes=localhost",
                                        "CoreCnt=1", f"PartitionName={part}"], check=True)  # fmt: skip
+        for resv, part, cores in (("blocker", "debug", 1), (name(2, "09:00"), "gpuseat-conf", 4)):  # 0, then 1-4
+            lab.slurm.run("scontrol", ["create", "reservation", f"ReservationName={resv}", "Users=root",
+                                       f"StartTime={at(2, '09:00')}", "Duration=180", "Nodes=localhost",
+                                       f"CoreCnt={cores}", f"PartitionName={part}", "Flags=IGNORE_JOBS"], check=True)  # fmt: skip
         store = lab.store.courses  # type: ignore[attr-defined]
         store.set_course_text("conf", _sessions(text, {d: "09:00-12:00" for d in (2, 3, 4)}), changes=[])
         assert lab.wait_state(busy, {"RUNNING"}) == "RUNNING"
-        assert _apply(lab) == 0
+        assert _apply(lab) == 0  # day 2's, made by hand on cores 1-4, stays while the blocker holds core 0 then
+        lab.slurm.run("scontrol", ["delete", "ReservationName=blocker"], check=True)
         made = {n for n in _shown(lab) if n.startswith("gpuseat-conf-2")}
         assert made == {lab.session, *(name(d, "09:00") for d in (2, 3, 4, 5))}
         waiting = _submit(lab, "bob", "-p", "gpuseat-conf", f"--reservation={name(4, '09:00')}", "--gres=gpu:1",
@@ -323,8 +332,10 @@ def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_clus
         released = True
         store.set_course_text("conf", changed, changes=[])
         capsys.readouterr()
+        assert _core_ids(lab, name(2, "09:00")) == "1-4"
         assert _apply(lab) == 0
         said = capsys.readouterr().out
+        assert "cores 0-3 on localhost for its seats, not 1-4: made again" in said, said
         shown = _shown(lab)
         assert shown[name(2, "09:00")] == f"StartTime={at(2, '09:00')} EndTime={at(2, '13:00')}", shown
         assert shown[name(3, "14:00")] == f"StartTime={at(3, '14:00')} EndTime={at(3, '17:00')}", shown
@@ -337,13 +348,13 @@ def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_clus
         users = {n: f["Users"].split(",") for n, f in lab.slurm.reservations().items() if n.startswith("gpuseat-")}
         assert USERS["carol"] not in users[lab.session] and USERS["carol"] not in users[name(2, "09:00")], users
         assert _plan_steps(lab) == []
+        assert _core_ids(lab, name(4, "09:00")) == "0-3"  # made while alice's job runs: the seats' cores
         lab.slurm.run("scancel", [waiting], check=True)
         assert lab.wait_state(waiting, {"CANCELLED", "GONE"}) in {"CANCELLED", "GONE"}
         assert _apply(lab) == 0
         shown = _shown(lab)
         assert name(4, "09:00") not in shown, shown
         assert shown[name(4, "10:00")] == f"StartTime={at(4, '10:00')} EndTime={at(4, '13:00')}", shown
-        assert _core_ids(lab, name(2, "09:00")) == "0-3"  # made while alice's job runs: the seats' cores
         lab.store.seats.assign("conf", people["carol"], SEATS["carol"])  # type: ignore[attr-defined]
         released = False
         store.set_course_text("conf", text, changes=[])  # back to day one's schedule: the rest are cancelled
@@ -354,7 +365,7 @@ def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_clus
     finally:
         for who in ("alice", "bob"):
             lab.slurm.run("scancel", ["-u", USERS[who]], check=False)
-        for resv in hand:
+        for resv in (*hand, "blocker"):
             lab.slurm.run("scontrol", ["delete", f"ReservationName={resv}"], check=False)
         lab.store.courses.set_course_text("conf", text, changes=[])  # type: ignore[attr-defined]
         if released:

@@ -219,12 +219,15 @@ class Slurm:
         """Every partition as its ``key=value`` fields (``scontrol -o show partition``)."""
         return self._listed("partition", "PartitionName")
 
-    def _listed(self, what: str, key: str) -> dict[str, dict[str, str]]:
-        """``scontrol -o show WHAT``: each line's ``key=value`` fields, by its ``KEY`` field."""
+    def _listed(self, what: str, key: str, pairs: tuple[str, str] | None = None) -> dict[str, dict[str, str]]:
+        """``scontrol -o show WHAT``: each line's ``key=value`` fields, by its ``KEY`` field; ``pairs`` (A, B):
+        each ``A=x B=y`` of a line also as ``B@x`` = ``y`` (a field Slurm repeats, once per x)."""
         out = self.run("scontrol", ["-o", "show", what], mutates=False).stdout
         found: dict[str, dict[str, str]] = {}
         for line in out.splitlines():
             fields = dict(re.findall(r"(\w+)=(\S*)", line))
+            if pairs is not None:
+                fields |= {f"{pairs[1]}@{x}": y for x, y in re.findall(rf"\b{pairs[0]}=(\S+) {pairs[1]}=(\S*)", line)}
             if key in fields:
                 found[fields[key]] = fields
         return found
@@ -253,8 +256,9 @@ class Slurm:
         return self._listed("node", "NodeName")
 
     def reservations(self) -> dict[str, dict[str, str]]:
-        """Every reservation as its ``key=value`` fields (``scontrol -o show reservation``)."""
-        return self._listed("reservation", "ReservationName")
+        """Every reservation as its ``key=value`` fields (``scontrol -o show reservation``), and the cores it
+        holds on each node as ``CoreIDs@NODE``: Slurm prints ``NodeName=NODE CoreIDs=0-3`` once per node."""
+        return self._listed("reservation", "ReservationName", pairs=("NodeName", "CoreIDs"))
 
     def create_reservation(self, res: Reservation) -> None:
         """Create one session's reservation (the caller skips the ones that exist)."""

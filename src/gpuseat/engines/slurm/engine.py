@@ -13,9 +13,10 @@ and lists only what differs:
   that ``scontrol reconfigure`` keeps it), the course account and one association per holder with
   ``GrpTRES``/``MaxTRESPerJob=gres/gpu=1`` (accounting), the seat limits, a reservation per session
   still to come with ``Users`` = exactly the current holders and ``CoreCnt`` the cores bound to the seats
-  (made again when ``cores_per_seat`` or the seats' nodes changed and no job is in it; notes say when gres.conf
-  or the node bind the seats otherwise), its ``EndTime`` the session's end (``reservation.retime``); a session
-  the schedule no longer has is deleted (revoke), unless a job is in it (a note).
+  (made again when ``cores_per_seat`` or the seats' nodes changed, or it holds other cores than its seats', and
+  no job is in it; notes say when gres.conf or the node bind the seats otherwise), its ``EndTime`` the session's
+  end (``reservation.retime``); a session the schedule no longer has is deleted (revoke), unless a job is in it
+  (a note).
 * **record**: each holder's way in (``srun -p … --reservation=… --gres=gpu:1``) in the store.
 * the participants' own stop, start, restart (reset and key are refused) and seat hours: a stopped holder
   keeps their seat but is no user of the session reservations (and submits nothing with accounting), and
@@ -205,7 +206,8 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         lua_text = lua.read_text(errors="replace") if lua and lua.exists() else ""
         old_limits = {x.user: x for x in config.job_submit_limits(lua_text) if x.partition == self.partition}
         others = [x for x in config.job_submit_limits(lua_text) if x.partition != self.partition]
-        resvs = {n: f for n, f in self.slurm.reservations().items() if config.is_session(n, self.partition)}
+        every_resv = self.slurm.reservations()  # the course's sessions; others may hold its seats' cores
+        resvs = {n: f for n, f in every_resv.items() if config.is_session(n, self.partition)}
         assocs = self.slurm.associations(self.partition) if accounting else {}
         known = {m.unix_user for m in sc.members} | set(old_limits) | set(assocs)
         for f in resvs.values():
@@ -380,7 +382,12 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                     lost = tuple(sorted(seat_of[u] for u in new))
                     why = f"{', '.join(new)} may use the session" if new else "exactly the holders"
                     add(step("reservation.set", res.name, why, "grant", seats=lost or every, users=users))
-                asks = "; ".join(reading.remade_for(resvs[res.name], res, sc.cores_per_seat))
+                elsewhere = {n: f for n, f in every_resv.items() if n != res.name and n not in dropped}
+                reasons, blocked = reading.remade_for(resvs[res.name], res, sc, elsewhere)
+                asks = "; ".join(reasons)
+                if blocked:  # a new one would get other cores again
+                    changes.notes.append(f"session {res.name} holds other cores than its seats', but {blocked}: "
+                                         "it stays as it is until that one is gone")  # fmt: skip
                 inside = sorted(j.job_id for j in jobs if j.live and j.reservation == res.name)
                 if asks and not inside:
                     words = _replace_start(res, res.start if res.start > now else now, users).words()
@@ -720,11 +727,7 @@ def _starts_later(fields: dict[str, str]) -> bool:
 def _overlaps(res: Reservation, kept: dict[str, list[int]], resvs: dict[str, dict[str, str]]) -> str | None:
     """A kept reservation (``kept``) whose time overlaps the session ``res``: its cores are taken then, so a
     reservation made now would be given other cores than its seats are bound to."""
-    for name in kept:
-        a, b = reading.shown_time(resvs[name], "StartTime"), reading.shown_time(resvs[name], "EndTime")
-        if a is not None and b is not None and a < res.end and res.start < b:
-            return name
-    return None
+    return next((name for name in kept if reading.overlaps(res, resvs[name])), None)
 
 
 def _replace_start(res: Reservation, start: datetime, users: Sequence[str]) -> Reservation:

@@ -97,17 +97,76 @@ def _expand(part: str) -> list[str]:
     return out
 
 
-def remade_for(fields: dict[str, str], res: Reservation, per_seat: int) -> list[str]:
+def cores_of(shown: str) -> frozenset[int]:
+    """The cores of a Slurm core list as ``scontrol show`` prints it (``CoreIDs=0-1,4``); ``(null)``: none."""
+    out: set[int] = set()
+    for item in [] if shown == "(null)" else shown.split(","):
+        if (m := re.fullmatch(r"(\d+)(?:-(\d+))?", item)) is None:
+            raise ValueError(f"not a Slurm core list: {shown!r}")
+        out.update(range(int(m[1]), int(m[2] or m[1]) + 1))
+    return frozenset(out)
+
+
+def core_ranges(cores: frozenset[int] | set[int]) -> str:
+    """Cores as Slurm writes them: ``0-3``, ``0,2-3,5`` (:func:`cores_of` reads it back)."""
+    runs: list[list[int]] = []
+    for c in sorted(cores):
+        if runs and runs[-1][1] == c - 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def held_cores(fields: dict[str, str]) -> dict[str, frozenset[int]]:
+    """The cores a reservation holds on each node: its ``NodeName=… CoreIDs=…`` pairs (``CoreIDs@NODE`` of
+    :meth:`~gpuseat.engines.slurm.adapter.Slurm.reservations`). Empty while slurmctld shows none (a few seconds
+    after it made one) or for a reservation of whole nodes: unknown, never a reason to make it again."""
+    out: dict[str, frozenset[int]] = {}
+    for key, shown in fields.items():
+        if key.startswith("CoreIDs@"):
+            try:
+                cores = cores_of(shown)
+            except ValueError:
+                continue
+            for node in node_names(key.removeprefix("CoreIDs@")):
+                out[node] = cores
+    return out
+
+
+def overlaps(res: Reservation, fields: dict[str, str]) -> bool:
+    """Whether a shown reservation's time overlaps the session ``res``."""
+    a, b = shown_time(fields, "StartTime"), shown_time(fields, "EndTime")
+    return a is not None and b is not None and a < res.end and res.start < b
+
+
+def remade_for(
+    fields: dict[str, str], res: Reservation, course: SlurmCourse, others: dict[str, dict[str, str]]
+) -> tuple[list[str], str | None]:
     """Why an existing session reservation must be made again (Slurm 22.05 changes neither the cores nor the
-    nodes of a core reservation): the cores or the nodes its seats are bound to differ."""
+    nodes of a core reservation): the cores or the nodes its seats are bound to differ, or it holds other cores
+    than its seats' (``CoreIDs``: one made while a job ran, before ``IGNORE_JOBS``). Second: why it is not made
+    again although its cores are wrong: another reservation (``others``) holds the seats' cores then, so a new
+    one would get other cores again."""
     why = []
     held = core_count(fields)
     if held is not None and held != sum(res.cores):
-        why.append(f"{sum(res.cores)} cores for its seats (cores_per_seat {per_seat}), not {held}")
+        why.append(f"{sum(res.cores)} cores for its seats (cores_per_seat {course.cores_per_seat}), not {held}")
     nodes = node_names(fields.get("Nodes", ""))
     if nodes and nodes != tuple(sorted(res.nodes)):
         why.append(f"nodes {','.join(res.nodes)} for its seats, not {','.join(nodes)}")
-    return why
+    if why:
+        return why, None
+    seats: dict[str, set[int]] = {}
+    for d in course.devices:
+        seats.setdefault(d.node, set()).update(range(d.core, d.core + d.cores))
+    shown = held_cores(fields)
+    off = {n: want for n, want in sorted(seats.items()) if n in shown and not want <= shown[n]}
+    for name, f in sorted(others.items()):
+        taken = held_cores(f)
+        if overlaps(res, f) and any(want & taken.get(n, frozenset()) for n, want in off.items()):
+            return [], f"reservation {name} holds its seats' cores then"
+    return [f"cores {core_ranges(w)} on {n} for its seats, not {core_ranges(shown[n])}" for n, w in off.items()], None
 
 
 def binding_notes(engine: SlurmEngine, course: SlurmCourse) -> list[str]:
