@@ -47,3 +47,37 @@ def test_a_course_update_keeps_another_courses_window_change_due(
     assert agent.tick() is None  # a minute before open's window closes: nothing due
     clock.t += 61
     assert agent.tick() is not None, "open's window change waited for the resync (9 days here, 5 minutes by default)"
+
+
+def test_the_agent_wakes_at_the_window_change_the_update_moved(
+    store: CourseStore, url: str, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    """One course open all day until the end of tomorrow: the update moves the end two days later, and the agent
+    wakes at the new end, not at the old one too (a pass of every course, for nothing)."""
+    today = datetime.now(UTC).date()
+
+    def ends(days: int) -> str:
+        return COURSE.replace(
+            "start = 2026-09-07\ndays = 5\n",
+            f'start = {today - timedelta(days=1)}\ndays = {days}\naccess = "00:00-24:00"\n',
+        )
+
+    (tmp_path / "lab.toml").write_text(ends(3))
+    assert cli("course", "update", tmp_path / "lab.toml", "--key", "lab", "--db", url).code == 0
+    _seats(cli, url, tmp_path, "lab", 1)
+    clock = Clock()
+    agent = Agent(store, AgentOptions(engine="host", host="gpu1", resync_s=9 * 86400), runner=Runner(dry_run=True),
+                  say=lambda _line: None, clock=clock)  # fmt: skip
+    first = agent.tick()
+    assert first is not None and first.next_change is not None
+    old = (first.next_change - store.requests.now()).total_seconds()
+    (tmp_path / "lab.toml").write_text(ends(5))
+    assert cli("course", "update", tmp_path / "lab.toml", "--key", "lab", "--db", url).code == 0
+    clock.t += 1
+    moved = agent.tick()
+    assert moved is not None and moved.next_change is not None
+    assert moved.next_change - first.next_change == timedelta(days=2)
+    clock.t += old + 60
+    assert agent.tick() is None, "the agent passed at the end the update moved away"
+    clock.t += 2 * 86400 - 60
+    assert agent.tick() is not None, "the agent slept past the end the update set"

@@ -131,6 +131,7 @@ class Agent:
     _retry_at: float | None = None
     _backoff: float = 2.0
     _next_change: datetime | None = None  # on the store's clock, as the pass worked it out
+    _wakes: dict[str, datetime] = field(default_factory=dict)  # each course's, as its last pass worked it out
     _change_at: float = float("inf")  # the same on this agent's clock (which no step of the machine's moves)
     _skew: timedelta = timedelta(0)  # the store's clock less this machine's, read at the last pass
     _leader: bool = False
@@ -348,10 +349,10 @@ class Agent:
         self.cursor, self._mark = head, marks.get(head)
         if resync:
             self._resync_at = now + self.options.resync_s
-        nxt = result.next_change
-        if only is not None and self._next_change is not None:  # a pass of some courses: the others' stays due
-            nxt = min(filter(None, [nxt, self._next_change]))
-        self._next_change = nxt
+        # a pass of some courses (a change in them) keeps the others' next changes due, and its own replace theirs
+        wakes = {p.course: p.state.wake_at for p in result.planned if p.state is not None and p.state.wake_at}
+        self._wakes = {k: t for k, t in self._wakes.items() if only is not None and k not in only} | wakes
+        nxt = self._next_change = min(self._wakes.values(), default=None)
         self._change_at = float("inf")
         if nxt is not None:  # the skew read by this pass
             self._change_at = self.clock() + (nxt - datetime.now(UTC) - self._skew).total_seconds()
