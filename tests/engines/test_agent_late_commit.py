@@ -73,7 +73,7 @@ def test_a_change_committed_after_a_larger_id_is_planned_at_the_next_tick(
     if when == "after the first pass":
         assert _planned(agent) == ["lab", "two"]
     a = open_write("lab")  # takes the smaller id
-    store.events.log("two", "portal.login")  # takes a larger one and commits first
+    store.events.log("two", "seat.check")  # takes a larger one and commits first
     assert _planned(agent) == (["two"] if when == "after the first pass" else ["lab", "two"])
     assert agent.cursor == store.agents.events_head()
     a.commit()  # now A commits: the head does not move
@@ -81,7 +81,7 @@ def test_a_change_committed_after_a_larger_id_is_planned_at_the_next_tick(
     assert _planned(agent) == ["lab"], "the change committed after a larger id was not planned"
     assert _planned(agent) is None  # and then idle again
     said_before = list(said)
-    store.events.log("two", "portal.login")
+    store.events.log("two", "seat.check")
     assert _planned(agent) == ["two"]
     assert said == said_before
 
@@ -94,7 +94,7 @@ def test_an_id_rolled_back_is_looked_for_a_while_then_never_again(
     agent.hole_s = 2.0  # a few ticks take milliseconds: well inside it even on a loaded machine
     assert _planned(agent) == ["lab", "two"]
     a = open_write("lab")
-    store.events.log("two", "portal.login")
+    store.events.log("two", "seat.check")
     assert _planned(agent) == ["two"]
     a.roll_back()  # A fails: its id stays missing for good
     said_before = list(said)
@@ -106,7 +106,7 @@ def test_an_id_rolled_back_is_looked_for_a_while_then_never_again(
     assert _planned(agent) is None
     assert not agent._holes  # given up: the idle tick reads the head and the cursor's row only again
     assert said == said_before  # and nothing said about it
-    store.events.log("lab", "portal.login")
+    store.events.log("lab", "seat.check")
     assert _planned(agent) == ["lab"]
 
 
@@ -116,6 +116,6 @@ def test_sqlite_takes_ids_in_commit_order_and_the_agent_keeps_no_holes(
     agent = _two_courses_and_an_agent(store, url, tmp_path, cli, [])
     assert store.agents.ids_follow_commits is url.startswith("sqlite")
     assert _planned(agent) == ["lab", "two"]
-    store.events.log("two", "portal.login")
+    store.events.log("two", "seat.check")
     assert _planned(agent) == ["two"]
     assert not agent._holes  # every id up to the head is there, on both engines

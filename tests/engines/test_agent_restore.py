@@ -45,7 +45,7 @@ def test_a_restored_store_is_planned_whole_at_the_next_tick(
     assert first is not None and sorted(p.course for p in first.planned) == ["lab", "two"]
     backup(url, tmp_path / "store.backup")
     for _ in range(5):  # changes after the backup: the head moves past what the backup holds
-        store.events.log("lab", "portal.login")
+        store.events.log("lab", "seat.check")
     assert agent.tick() is not None
     before = agent.cursor
     assert before is not None and before > 0
@@ -61,7 +61,7 @@ def test_a_restored_store_is_planned_whole_at_the_next_tick(
     (row,) = [r for r in store.agents.agent_statuses() if r["name"] == agent.options.lease_name]
     assert (row["holder"], row["role"], row["cursor"]) == (agent.holder, "leader", agent.cursor)
     assert agent.tick() is None  # and then idle again
-    store.events.log("two", "portal.login")  # a change after the restore reaches the machine at once
+    store.events.log("two", "seat.check")  # a change after the restore reaches the machine at once
     later = agent.tick()
     assert later is not None and [p.course for p in later.planned] == ["two"]
 
@@ -78,7 +78,7 @@ def test_a_restored_lease_held_by_another_live_agent_makes_this_one_a_standby(
     agent = Agent(store, options, runner=Runner(dry_run=True), say=lambda _line: None, holder="gpu1:1:abc")
     assert agent.tick() is not None and agent.role == "leader"
     for _ in range(3):
-        store.events.log("lab", "portal.login")
+        store.events.log("lab", "seat.check")
     assert agent.tick() is not None
     restore(url, tmp_path / "store.backup", force=True)
     assert agent.tick() is None and agent.role == "standby"
@@ -96,7 +96,7 @@ def test_a_restored_store_written_past_the_old_cursor_before_the_next_tick_is_pl
     assert agent.tick() is not None
     backup(url, tmp_path / "store.backup")
     for _ in range(5):
-        store.events.log("lab", "portal.login")
+        store.events.log("lab", "seat.check")
     assert agent.tick() is not None
     before = agent.cursor
     assert before is not None
@@ -104,14 +104,14 @@ def test_a_restored_store_written_past_the_old_cursor_before_the_next_tick_is_pl
     assert store.agents.events_head() < before
     _seats(cli, url, tmp_path, "lab", 3)  # writes of one course after the restore, past the old cursor
     while store.agents.events_head() <= before:
-        store.events.log("lab", "portal.login")
+        store.events.log("lab", "seat.check")
     again = agent.tick()
     assert again is not None, "the restored store was not planned"
     assert sorted(p.course for p in again.planned) == ["lab", "two"], "only the courses written since were planned"
     assert any("store was replaced" in line for line in said), said
     assert agent.role == "leader" and agent.cursor == store.agents.events_head()
     assert agent.tick() is None  # and then idle again
-    store.events.log("two", "portal.login")
+    store.events.log("two", "seat.check")
     later = agent.tick()
     assert later is not None and [p.course for p in later.planned] == ["two"]
 

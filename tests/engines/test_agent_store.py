@@ -63,15 +63,15 @@ def test_the_events_head_and_the_postgresql_wake_up(store: CourseStore, url: str
     listener = store.agents.listener("gpuseat_events")
     if url.startswith("sqlite"):
         assert listener is None  # SQLite: agents poll the head
-        store.events.log("lab", "portal.login")
+        store.events.log("lab", "seat.check")
         assert store.agents.events_head() > before
         return
     assert listener is not None, "PostgreSQL: agents LISTEN"
     try:
-        store.events.log("lab", "portal.login")  # no agent holds a lease: nobody listens, nothing is notified
+        store.events.log("lab", "seat.check")  # no agent holds a lease: nobody listens, nothing is notified
         assert list(listener.notifies(timeout=1, stop_after=1)) == []
         store.agents.take_lease("agent:host:gpu1", "a", 15)
-        store.events.log("lab", "portal.login")
+        store.events.log("lab", "seat.check")
         got = list(listener.notifies(timeout=5, stop_after=1))
         assert got and int(got[0].payload) == store.agents.events_head()
     finally:
@@ -94,9 +94,9 @@ def test_a_store_in_another_schema_of_the_database_never_wakes_this_ones_agents(
             s.courses.create_course(tmp_path / "lab.toml", key="lab")
             assert s.agents.take_lease("agent:host:gpu1", "a", 60)
         for _ in range(3):
-            theirs.events.log("lab", "portal.login")
+            theirs.events.log("lab", "seat.check")
         assert list(listener.notifies(timeout=1, stop_after=1)) == []  # the other store's events: no wake-up
-        ours.events.log("lab", "portal.login")
+        ours.events.log("lab", "seat.check")
         got = list(listener.notifies(timeout=5, stop_after=1))
         assert [int(n.payload) for n in got] == [ours.agents.events_head()]
     finally:
@@ -175,7 +175,7 @@ def test_the_agent_passes_at_a_schedule_boundary_and_on_store_changes_only(store
     assert agent.tick() is None  # nothing changed: idle
     store.events.log("lab", "seat.delivery", actor="gpuseat-agent", gone_ok=True)  # an agent's own write
     assert agent.tick() is None
-    store.events.log("lab", "portal.login")  # someone else's change to the course
+    store.events.log("lab", "seat.check")  # someone else's change to the course
     assert agent.tick() is not None
     assert agent.tick() is None
     agent._next_change = datetime.now(UTC) - timedelta(seconds=1)  # an access window just opened or closed
