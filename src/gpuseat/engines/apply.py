@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Required, TypedDict, Unpack
 
 from gpuseat.core.seating import AGENT_ACTOR
@@ -25,10 +25,6 @@ from gpuseat.errors import GpuseatError, NotFound, StoreBusy
 
 if TYPE_CHECKING:
     from gpuseat.store import CourseStore
-
-#: a course with access windows opens this long before each window (unless its ``[policy] lead_minutes``
-#: says otherwise), so seats are started and checked ready in time
-LEAD = timedelta(minutes=15)
 
 
 @dataclass
@@ -122,37 +118,15 @@ def _window(
     store: CourseStore, key: str, timezone: str, now: datetime
 ) -> tuple[str | None, datetime | None, datetime | None]:
     """(why access is closed now, or None; when the access window next opens or closes; when a pass next plans
-    differently: that, or a lab session's lead time or end) from the course's schedule."""
-    from zoneinfo import ZoneInfo
+    differently) from the course's schedule (:func:`gpuseat.core.window.access_now`); a course without a file
+    is always open."""
+    from gpuseat.core.window import access_now
 
     try:
         course_file = store.courses.course_file(key)
     except GpuseatError:
         return None, None, None
-    sched = course_file.schedule
-    tz = ZoneInfo(timezone)
-    local = now.astimezone(tz).replace(tzinfo=None)
-    minutes = course_file.policy.lead_minutes  # [policy] lead_minutes: ready (and checked) this long before
-    lead = LEAD if minutes is None else timedelta(minutes=minutes)
-
-    def utc(at: datetime | None) -> datetime | None:
-        return at.replace(tzinfo=tz).astimezone(UTC) if at else None
-
-    # a lab session changes a pass even where access never closes: its lead time starts the checks before
-    # it and the seat-hours exemption, its end ends the exemption
-    marks = [t for b, e in sched.session_intervals() for t in (b - lead, e)] if sched.has_sessions else []
-    wins = [] if sched.always_on else [(b - lead, e) for b, e in sched.access_intervals()]
-    nxt = min((t for w in wins for t in w if t > local), default=None)
-    wake = min((t for t in (*marks, nxt) if t is not None and t > local), default=None)
-    if sched.always_on or any(b <= local < e for b, e in wins):
-        return None, utc(nxt), utc(wake)
-    opens = min((b for b, _e in wins if b > local), default=None)
-    why = (
-        f"outside the course's access hours (next opens {opens:%Y-%m-%d %H:%M})"
-        if opens
-        else "the course's schedule has ended"
-    )
-    return why, utc(nxt), utc(wake)
+    return access_now(course_file, timezone, now)
 
 
 def targets(

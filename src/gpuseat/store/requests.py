@@ -112,6 +112,8 @@ class PageReading:
     logins: frozenset[str] = frozenset()
     #: the seat's use per UTC day (:meth:`gpuseat.store.activity.Activity.daily`)
     days: list[SeatDay] = field(default_factory=list)
+    #: why the course's access is closed now (the engines lock the seat then), else None
+    closed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -412,9 +414,14 @@ class Requests(Concern):
             requests = [_view(crow.key, p.key, r) for r in s.scalars(q)]
             mine = timeline.get(p.key, [])
             warned = _idle_warning(s, crow, p, a, mine)
-            file = _course_windows(crow)[2] if warned is not None else None
-            if file is not None and not file.policy_for(p.group_name).get("idle_minutes"):
+            open_, _exempt, file = _course_windows(crow)
+            if warned is not None and file is not None and not file.policy_for(p.group_name).get("idle_minutes"):
                 warned = None  # the organizer took idle_minutes out since: no pass stops the seat for it now
+            closed = None
+            if open_ is not None and file is not None:  # a course that closes: the engines' rule, on the store's clock
+                from gpuseat.core.window import access_now
+
+                closed = access_now(file, crow.timezone, now or self._now(s))[0]
             state = selfservice.run_state(mine) if mine else None
             access = dict(seat.access) if seat.access else None
             user = (access or {}).get("user")
@@ -426,7 +433,9 @@ class Requests(Concern):
                 logins = frozenset(login_name(k, u) for k, u in people)
             readiness = dict(seat.readiness) if seat.readiness else None
             days = daily_of(s, participant_ids=[p.id])  # their minutes, on every seat they held
-            return PageReading(view, hours, requests, warned, state, crow.survey_state, access, readiness, logins, days)
+            return PageReading(
+                view, hours, requests, warned, state, crow.survey_state, access, readiness, logins, days, closed
+            )
 
     # -- idle stop -------------------------------------------------------------------------------------
 

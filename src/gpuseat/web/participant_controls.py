@@ -41,11 +41,12 @@ def seat_controls(reading: PageReading) -> dict[str, Any]:
     the seat's run state, hours, and the latest requests (a seatless page shows hours only)."""
     seat = reading.seat
     out: dict[str, Any] = {"requests": [], "hours": None, "running": True, "stopped_reason": None, "enabled": False}
-    out["idle_warning"], out["hours_back"] = None, False
+    out["idle_warning"], out["hours_back"], out["closed"] = None, False, None
     out["hours"] = reading.hours.to_dict() if reading.hours is not None else None
     if seat is None:
         return out
     out["requests"] = [r.to_dict() for r in reading.requests]
+    out["closed"] = reading.closed  # the engines lock the seat then: the page says so beside its way in
     out["idle_warning"] = reading.idle_warning[1] if reading.idle_warning is not None else None
     if reading.run_state is not None:
         # "Your seat is stopped: …": the engines' reasons that begin with the same word say it once
