@@ -8,8 +8,9 @@ why in the same words on each; every engine brings only its own activity signal.
   readings, readings that do not reach back over the window, or a start within it: never idle. The
   engine calls it only outside lab sessions, for a seat that runs.
 - Never connected: a seat whose holder has not used it within ``never_connected_hours`` of getting it (or of
-  their last start carried out, after which they get the whole window again) is stopped with
-  :func:`never_connected_reason`; the first use seen is recorded once (``seat.connected``).
+  their last start carried out, or of the rule being set for them after they got it: each gives the whole
+  window again) is stopped with :func:`never_connected_reason`; the first use seen is recorded once
+  (``seat.connected``).
 
 :func:`unenforced` names the seats of an engine that does not carry out one of these stops or seat hours
 (its :class:`~gpuseat.engines.registry.EngineSpec`'s ``policy_stops`` leaves it out), so ``gpuseat apply``
@@ -104,12 +105,11 @@ def idle_step(
     return None
 
 
-def never_connected_reason(who: str, hours: float, *, after_start: bool = False) -> str:
+def never_connected_reason(who: str, hours: float, *, counted_from: str = "getting the seat") -> str:
     """The reason on a never-connected stop (the participant page and ``seat requests`` show it), the hours
-    as the portal writes them (``%g`` printed a tiny stored value as ``1e-07 h``); ``after_start``: the
-    window counted from their last start, not from getting the seat."""
-    since = "their last start" if after_start else "getting the seat"
-    return f"never connected: {who} did not log in within {hours_text(hours)} h of {since}"
+    as the portal writes them (``%g`` printed a tiny stored value as ``1e-07 h``); ``counted_from``: what
+    the window was counted from (getting the seat, their last start, the rule being set)."""
+    return f"never connected: {who} did not log in within {hours_text(hours)} h of {counted_from}"
 
 
 def never_connected_step(
@@ -121,16 +121,22 @@ def never_connected_step(
     since: datetime,
     started: datetime | None,
     now: datetime,
+    rule_since: datetime | None = None,
 ) -> Step | None:
     """A stop for a seat ``who`` got at ``since`` and has not used by ``now`` (same clock), once ``hours``
     have passed; None before. ``started`` (their last start, restart or reset carried out, while the seat
     runs) gives a fresh window: a start after a never-connected stop counted from ``since`` again, and the
-    next pass stopped the seat before its holder could log in. The caller has looked for a use first
-    (:func:`connected_step`)."""
-    window = max(since, started or since)
+    next pass stopped the seat before its holder could log in. So does ``rule_since``, when the rule was set
+    for them (:meth:`~gpuseat.store.requests.Requests.policy_set_at`): set on day 3, it counted from day 1 and
+    stopped every holder at the next pass, those whose day-1 login was no longer in the log read too. The
+    caller has looked for a use first (:func:`connected_step`)."""
+    window = max(since, started or since, rule_since or since)
     if now - window < timedelta(hours=hours):
         return None
-    why = never_connected_reason(who, hours, after_start=window > since)
+    counted_from = "getting the seat"
+    if window > since:
+        counted_from = "their last start" if window == started else "the rule being set"
+    why = never_connected_reason(who, hours, counted_from=counted_from)
     return engine._step("seat.stop", seat, why, "record", participant=who, reason=why)
 
 

@@ -516,6 +516,38 @@ class Requests(Concern):
             )
             return {who: cast(datetime, _utc(at)) for who, at in rows if who}
 
+    def policy_set_at(self, course: str | None, name: str) -> dict[str, datetime]:
+        """When each participant's ``[policy]`` ``name`` was last set or changed after the course was made, by
+        participant key: the course's or their group's ``name`` changed (a ``course.policy`` row of
+        ``/course/settings``, a ``course.update`` row), or a file given to a course made without one. None for
+        the others: the file they have had since ``course create`` (or an import, which keeps the course's
+        events) sets it, since before anyone got a seat. One read of the course's events (their
+        ``(course_key, at)`` index), whatever the number of seats."""
+        with self._database.read() as s:
+            crow = _course(s, course)
+            rows = list(
+                s.execute(
+                    select(Event.at, Event.detail)
+                    .where(Event.course_key == crow.key, Event.action.in_(("course.policy", "course.update")))
+                    .order_by(Event.at)
+                )
+            )
+            people = list(
+                s.execute(select(Participant.key, Participant.group_name).where(Participant.course_id == crow.id))
+            )
+        groups = {g for _k, g in people if g}
+        last: dict[str | None, datetime] = {}  # None: every participant; else one group's
+        for at, detail in rows:
+            when = cast(datetime, _utc(at))
+            changes = [c for c in (detail or {}).get("changes", [detail]) if isinstance(c, dict)]
+            if any(c.get("field") == "course file" or _sets(c, ["policy", name]) for c in changes):
+                last[None] = when
+            for g in groups:
+                if any(_sets(c, ["groups", g, "policy", name]) for c in changes):
+                    last[g] = when
+        found = {k: [t for t in (last.get(None), last.get(g)) if t is not None] for k, g in people}
+        return {k: max(times) for k, times in found.items() if times}
+
     def warn_idle(
         self, course: str | None, participant: str, seat: str, text: str, *, actor: str = AGENT_ACTOR
     ) -> None:
@@ -735,3 +767,15 @@ def _windows(crow: CourseRecord, file: Any) -> tuple[list[Interval] | None, list
     open_ = None if sched.always_on else utc(sched.access_intervals())
     exempt = utc(sched.session_intervals()) if sched.has_sessions else []
     return open_, exempt
+
+
+def _sets(change: dict[str, Any], path: list[str]) -> bool:
+    """Whether one change row (``{"field", "from", "to"}``: ``policy.quota_hours``, or a whole table added or
+    taken out, ``groups.night``) changes the value at ``path`` (its parts: a group's name may hold dots)."""
+    for i in range(1, len(path) + 1):
+        if ".".join(path[:i]) == change.get("field"):
+            ends = [change.get("from"), change.get("to")]
+            for part in path[i:]:
+                ends = [x.get(part) if isinstance(x, dict) else None for x in ends]
+            return ends[0] != ends[1]
+    return False

@@ -18,9 +18,9 @@
   the JupyterHub engine (this engine gives it the SSH signal).
 - Never connected (``never_connected_hours``): a seat whose holder has not logged in with their own key
   (sshd's "Accepted publickey for LOGIN … SHA256:<their key>", from the journal or the ``sshd_log`` file;
-  gpuseat's probe key does not count) that long after getting it, or after their last start carried out
-  (a start gives the whole window again), is stopped; a login is recorded once as ``seat.connected``. An
-  unreadable log stops nothing.
+  gpuseat's probe key does not count) that long after getting it, after the rule was set for them (set after
+  day one: not counted from before), or after their last start carried out (a start gives the whole window
+  again), is stopped; a login is recorded once as ``seat.connected``. An unreadable log stops nothing.
 - Lab sessions: from ``lead_minutes`` before one until it ends, no stop for hours (a seat stopped for hours
   runs through it), and each running seat is checked once as its participant (``seat.check``, the probe of
   ``seats check``), so a broken seat is on the organizer's overview before the session starts: the rule of
@@ -85,11 +85,10 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
     checks = session_checks.SessionChecks(engine, course, ledger)
     windows: idle_rule.Windows = {}
     since_of = {seat.key: seat.assigned_since for seat in course.seats}
-    connected = (
-        engine.store.requests.connected(engine.course)
-        if any(x.get("never_connected_hours") for x in policies.values())
-        else {}
-    )
+    never_rule = any(x.get("never_connected_hours") for x in policies.values())
+    connected = engine.store.requests.connected(engine.course) if never_rule else {}
+    # when the rule was set for each holder: set after they got the seat, its window counts from then
+    rule_since = engine.store.requests.policy_set_at(engine.course, "never_connected_hours") if never_rule else {}
     # sshd's log is read once a pass, from the earliest seat time of the holders it may be asked about (not
     # connected yet, and running or held back only for hours): read from the first holder's in seat-key order,
     # it lacked the login of a holder seated earlier, who was stopped as never connected
@@ -139,8 +138,8 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
         held_since = since_of.get(seat_key)
         if running and not mine and hours_never and held_since is not None and not connected.get(p.key):
             last_start = state.since if state.running else None  # a start gives a fresh window
-            found = _never_connected(engine, p, login, float(hours_never), held_since, last_start, now, sshd_log,
-                                     changes, (read_from or held_since) + ahead)  # fmt: skip
+            found = _never_connected(engine, p, login, float(hours_never), (held_since, rule_since.get(p.key)),
+                                     last_start, now, sshd_log, changes, (read_from or held_since) + ahead)  # fmt: skip
             if found is not None:
                 add(found)
                 running = found.action != "seat.stop"
@@ -239,7 +238,7 @@ def _never_connected(
     p: Any,
     login: str,
     hours: float,
-    since: datetime,
+    since: tuple[datetime, datetime | None],
     started: datetime | None,
     now: datetime,
     log: list[list[str] | None],
@@ -247,12 +246,13 @@ def _never_connected(
     read_from: datetime,
 ) -> Step | None:
     """A seat its holder never logged in to (with their own key: gpuseat's probe does not count) within
-    ``hours`` of getting it (``since``) or of their last start carried out (``started``) is stopped; a login
-    found in sshd's log is recorded once (``seat.connected``). Without a readable sshd log nothing is
-    stopped (the plan says so). ``since``, ``started`` and ``now`` are the store's times. ``log`` holds the
-    pass's one read of the log (None: unreadable), shared by every holder, made by the first that needs it
-    (an empty log is not read again for each one): the journal is asked from ``read_from`` (on this host's
-    clock), the earliest seat time of the holders checked, so it holds each one's logins."""
+    ``hours`` of getting it or of the rule being set for them, the later (``since``), or of their last start
+    carried out (``started``) is stopped; a login found in sshd's log is recorded once (``seat.connected``).
+    Without a readable sshd log nothing is stopped (the plan says so). ``since``, ``started`` and ``now`` are
+    the store's times. ``log`` holds the pass's one read of the log (None: unreadable), shared by every
+    holder, made by the first that needs it (an empty log is not read again for each one): the journal is
+    asked from ``read_from`` (on this host's clock), the earliest seat time of the holders checked, so it
+    holds each one's logins."""
     if not log:
         log.append(_sshd_lines(engine, read_from))
     lines = log[0]
@@ -268,8 +268,8 @@ def _never_connected(
     if mine and any(wanted in x and mine in x for x in lines):
         return idle_rule.connected_step(engine, who=p.key, seat=p.seat or login, why=f"{p.key} logged in as {login}",
                                         login=login)  # fmt: skip
-    return idle_rule.never_connected_step(engine, who=p.key, seat=p.seat or login, hours=hours, since=since,
-                                          started=started, now=now)  # fmt: skip
+    return idle_rule.never_connected_step(engine, who=p.key, seat=p.seat or login, hours=hours, since=since[0],
+                                          started=started, now=now, rule_since=since[1])  # fmt: skip
 
 
 def _sshd_lines(engine: HostEngine, since: datetime) -> list[str] | None:

@@ -17,7 +17,7 @@ server through the hub's REST API.
   ``last_activity`` (the user's and their default server's) is the second signal beside the monitor's GPU
   readings; an idle seat is warned, then its server stopped and the stop recorded (``seat.stop``) after the
   grace; a seat with no hub activity since its holder got it (gpuseat's own probe does not count) is
-  stopped after ``never_connected_hours``.
+  stopped after ``never_connected_hours``, counted from the later of getting it and the rule being set.
 - Ready before every session (:mod:`gpuseat.engines.sessions`, the rule of every engine): from ``lead_minutes``
   before one, each running hub seat is checked as its holder (``seat.check``: their server started with a
   token of theirs, the GPUs listed in a kernel) and the broken ones posted to the course webhook.
@@ -176,7 +176,9 @@ def _plan_idle(hub: _HubPass) -> set[str]:
     now = course.now or datetime.now(UTC)  # the agent's clock, as the monitor's readings and the hub's are taken
     ahead = timedelta(0) if course.now is not None else now - ledger.now  # … and the store's times moved onto it
     since_of = {s.key: s.assigned_since for s in course.seats}
-    connected = engine.store.requests.connected(engine.course)
+    never_rule = any(v.get("never_connected_hours") for v in policies.values())
+    connected = engine.store.requests.connected(engine.course) if never_rule else {}
+    rule_since = engine.store.requests.policy_set_at(engine.course, "never_connected_hours") if never_rule else {}
     windows: idle_rule.Windows = {}
     stopped: set[str] = set()
     add = changes.steps.append
@@ -205,7 +207,7 @@ def _plan_idle(hub: _HubPass) -> set[str]:
             else:
                 step = idle_rule.never_connected_step(engine, who=p.key, seat=seat, hours=float(hours), since=held,
                                                       started=state.since if state.running else None,
-                                                      now=ledger.now)  # fmt: skip
+                                                      now=ledger.now, rule_since=rule_since.get(p.key))  # fmt: skip
         if step is None:
             continue
         if step.action == "seat.stop":
