@@ -32,7 +32,7 @@ from gpuseat.store.rows import (
     _seat,
     _seat_view,
 )
-from gpuseat.store.views import AssignmentView, AssignReport, SeatView
+from gpuseat.store.views import AssignmentView, AssignReport, SeatView, _utc
 
 if TYPE_CHECKING:
     from gpuseat.core.readiness import Access
@@ -347,6 +347,27 @@ class Seats(Concern):
             q = select(Event.detail).where(Event.course_key == crow.key, Event.action == "seats.remove")
             past = [a for d in s.scalars(q) if isinstance(d, dict) for a in d.get("past_assignments") or ()]
             return {str(a["seat"]) for a in past if isinstance(a, dict) and a.get("participant") == participant}
+
+    def held_on_devices(self, uuids: Iterable[str], engine: str) -> list[dict[str, Any]]:
+        """Every held seat of ``engine`` on one of the devices ``uuids``, in every course that is not archived (one
+        read): course, seat, device_uuid, participant, unix_user and since (when the holder got it), oldest first.
+        Device UUIDs are unique per course only: two courses on one server may name the same GPU, under any host
+        name (the host engine's rule, :mod:`gpuseat.engines.host.others`)."""
+        wanted = sorted(set(uuids))
+        if not wanted:
+            return []
+        with self._database.read() as s:
+            q = (
+                select(CourseRecord.key, Seat.key, Seat.device_uuid, Participant.key, Participant.unix_user)
+                .add_columns(Assignment.valid_from)
+                .join(Seat, Seat.course_id == CourseRecord.id)
+                .join(Assignment, and_(Assignment.seat_id == Seat.id, Assignment.valid_to.is_(None)))
+                .join(Participant, Participant.id == Assignment.participant_id)
+                .where(CourseRecord.archived_at.is_(None), Seat.engine == engine, Seat.device_uuid.in_(wanted))
+                .order_by(Assignment.valid_from, CourseRecord.key, Seat.key)
+            )
+            names = ("course", "seat", "device_uuid", "participant", "unix_user", "since")
+            return [dict(zip(names, (*row[:5], _utc(row[5])), strict=True)) for row in s.execute(q)]
 
 
 #: the history keeps a release's reason in ``assignments.ended_by``, String(32)

@@ -36,6 +36,7 @@ from gpuseat.core.logins import UNIX_USER
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine, ssh_access
+from gpuseat.engines.host import others
 from gpuseat.engines.host.machine import Machine
 from gpuseat.errors import InputError
 
@@ -211,6 +212,28 @@ class HostEngine(StepEngine[HostSettings]):
                 )
         return files, shared
 
+    def _other_courses(self) -> tuple[dict[str, others.Holder], dict[str, set[str]]]:
+        """What courses not archived hold on this machine's devices (module ``others``; by device UUID, whatever
+        host name their seats give): this course's seats whose device an older holder of another course keeps,
+        and device file → the other courses' logins that keep it."""
+        rows = self.store.seats.held_on_devices(self._devices()[0], self.name)
+        if all(r["course"] == self.course for r in rows):
+            return {}, {}  # the usual server: one course
+        return others.shared(self.course, others.with_files(rows, self._files_of))
+
+    def _files_of(self, uuid: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """(own device files, all of them) of device ``uuid`` here; None when it is not on this host."""
+        devices, minors = self._devices()
+        dev = devices.get(uuid)
+        if dev is None:
+            return None
+        root = self.settings.dev_root
+        try:
+            files = delivery.device_files(dev, minors, root)
+        except InputError:
+            return None
+        return files, (*files, *delivery.shared_files(dev, root))
+
     def _adopted(self, seats: list[SeatView]) -> dict[str, str]:
         """Seats carved from an inventory have no UUID yet: a free device of their profile each."""
         wanted = [(s.key, s.kind, s.profile) for s in seats if not s.device_uuid and s.kind in ("mig", "gpu")]
@@ -236,6 +259,12 @@ class HostEngine(StepEngine[HostSettings]):
         adopted = self._adopted(seats) if seats else {}
         by_key = {seat.key: seat for seat in seats}  # lookups by key: a pass stays linear in the seats
         holders = {seat.key: p for seat, p in course.holders() if seat.key in by_key} if course.active else {}
+        uses = any(seat.device_uuid or seat.key in adopted for seat in seats)  # else no device was read
+        yielded, kept = self._other_courses() if uses else ({}, {})
+        for key, other in sorted(yielded.items()):  # another course's older holder keeps that GPU
+            if key in holders:
+                what, fix = others.refusal(key, holders.pop(key).key, other)
+                add(step("seat.device", key, what, "grant", seats=(key,), fix=fix))
         login_of = {k: self.login_of(p) for k, p in holders.items()}
         open_now = course.closed is None
         # seat → its own device files; file → the seats it belongs to (a MIG parent GPU is shared)
@@ -263,7 +292,14 @@ class HostEngine(StepEngine[HostSettings]):
                     wanted[f].add(login_of[seat.key])
         deleted = course.course is None or self.course in self.store.agents.pending_deletions()
         known = self._known_logins(course, deleted=deleted)
-        accounts = {a.login: a for a in self.machine.course_accounts() if a.course == self.course and a.login in known}
+        every = self.machine.course_accounts()
+        accounts = {a.login: a for a in every if a.course == self.course and a.login in known}
+        foreign = {a.login: a.uid for a in every if a.course != self.course} if kept else {}
+
+        def keep_of(f: str) -> dict[str, int]:
+            """Other courses' holders that keep device file ``f`` (module ``others``): login → uid."""
+            return {x: foreign[x] for x in kept.get(f, ()) if x in foreign}
+
         for login in login_of.values():  # one made by hand or for another course (refused at account.add)
             found = self.machine.account(login) if login not in accounts else None  # each reads /etc/shadow
             if found is not None:
@@ -310,12 +346,15 @@ class HostEngine(StepEngine[HostSettings]):
         # holder's process still runs) is let in by the grant, after that process has ended.
         current: dict[str, set[int] | None] = {f: self.machine.acl_users(Path(f)) for f in sorted(wanted)}
         for f, want_logins in sorted(wanted.items()):
-            want_uids = {uid_of[x] for x in want_logins if x in uid_of}
+            extra = keep_of(f)
+            want_uids = {uid_of[x] for x in want_logins if x in uid_of} | set(extra.values())
             have = current[f]
             if have is None or have - want_uids:
                 why = "only the seat's holder may open it" if want_logins else "nobody holds this seat now"
                 may = set(uid_of.values()) if have is None else have  # None: anyone may open it now
-                keep = sorted(x for x in want_logins if uid_of.get(x) in may)
+                keep = sorted(
+                    {x for x in want_logins if uid_of.get(x) in may} | {x for x, u in extra.items() if u in may}
+                )
                 add(step("device.revoke", f, why, "revoke", seats=tuple(sorted(seats_of[f])), path=f, logins=keep))
         # revoke: a holder's process that still holds a device file that is not theirs (a move)
         mine = {login_of[k]: {f for f in (*own.get(k, ()),)} for k in login_of}
@@ -375,10 +414,11 @@ class HostEngine(StepEngine[HostSettings]):
             if not want_logins:
                 continue
             want_uids = {uid_of[x] for x in want_logins if x in uid_of}
-            if len(want_uids) < len(want_logins) or (current[f] or set()) != want_uids:
+            extra = keep_of(f)
+            if len(want_uids) < len(want_logins) or (current[f] or set()) != want_uids | set(extra.values()):
                 owners = ", ".join(sorted(want_logins))
                 add(step("device.grant", f, f"{owners} may open it", "grant", seats=tuple(sorted(seats_of[f])),
-                         path=f, logins=sorted(want_logins)))  # fmt: skip
+                         path=f, logins=sorted(want_logins | set(extra))))  # fmt: skip
         pins = {login_of[k]: by_key[k].device_uuid or adopted.get(k) or "" for k in holders}
         profile = delivery.profile_script(pins)
         if not self.machine.file_is(self.profile_d, profile):
@@ -635,6 +675,10 @@ class HostEngine(StepEngine[HostSettings]):
         def broken(reason: str, evidence: str = "", visible: tuple[str, ...] = ()) -> Readiness:
             return Readiness(self.course, seat.key, participant.key, "broken", reason, evidence, visible, now, "host")
 
+        here = self.runner.which(self.settings.nvidia_smi) is not None  # else: "run this check on the server"
+        yielded = self._other_courses()[0].get(seat.key) if here else None
+        if yielded is not None:  # what apply says: another course's older holder keeps this GPU
+            return broken(others.refusal(seat.key, participant.key, yielded)[0])
         account = self.machine.account(login)
         if account is None:
             run_on = seat.host or "the GPU server"

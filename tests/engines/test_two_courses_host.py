@@ -1,0 +1,159 @@
+"""Two courses on one GPU server (a January course not archived, then a February one on the same GPUs): the host
+engine never lets two people open one GPU, and the two courses' passes do not undo each other's device ACLs.
+
+Real Unix users and stand-in device files (the delivery lab), the host engine's own plan and apply, on SQLite and
+PostgreSQL (the ``url`` fixture).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from delivery.hostlab import MIG_AND_WHOLE, Lab, have_tools, new_lab
+from gpuseat.core.roster import RosterText
+from gpuseat.engines.apply import one_pass, plan_all
+from gpuseat.engines.host.machine import Machine
+from gpuseat.engines.runner import Runner
+from gpuseat.store import CourseStore, SeatSpec, open_store
+
+MIG = [str(m["uuid"]) for m in MIG_AND_WHOLE[0]["mig"]]  # type: ignore[index]
+PARENT = str(MIG_AND_WHOLE[0]["uuid"])
+WHOLE = str(MIG_AND_WHOLE[1]["uuid"])
+TWENTY_FOUR_SEVEN = 'name = "{name}"\nparticipants = 2\n[schedule]\nstart = 2026-09-07\ndays = 5\n'
+
+
+@pytest.fixture
+def lab() -> Iterator[Lab]:
+    why = have_tools()
+    if why:
+        pytest.skip(why)
+    made = new_lab()
+    try:
+        made.build(MIG_AND_WHOLE)
+        yield made
+    finally:
+        made.close()
+
+
+def _course(
+    store: CourseStore, lab: Lab, tmp_path: Path, key: str, seats: dict[str, str], host: str = "gpu1", **held: str
+) -> None:
+    """Course ``key`` (24/7: it never closes by date) with host seats on ``host`` (key → device UUID) and one
+    participant per ``held`` entry (participant → the seat they are given)."""
+    (tmp_path / f"{key}.toml").write_text(TWENTY_FOUR_SEVEN.format(name=key))
+    store.courses.create_course(tmp_path / f"{key}.toml", key=key)
+    rows = ["key,name,email,unix_user,ssh_key"]
+    for who in held:
+        p = lab.person(who)
+        rows.append(f"{who},{who},{who}@example.org,{p.user},{p.public_key}")
+    store.roster.import_roster(key, RosterText("\n".join(rows) + "\n", where="roster"))
+    kind = {uuid: ("mig" if uuid.startswith("MIG-") else "gpu") for uuid in seats.values()}
+    specs = [SeatSpec(key=k, kind=kind[u], host=host, device_uuid=u, engine="host") for k, u in seats.items()]
+    store.seats.add_seats(key, specs)
+    settings: dict[str, Any] = {k: v for k, v in lab.settings().items() if k != "ssh_port"}
+    settings["profile_d"] = str(lab.root / "profile.d" / f"gpuseat-{key}.sh")
+    store.agents.set_engine_settings(key, "host", settings)
+    for who, seat in held.items():
+        store.seats.assign(key, who, seat)
+
+
+def _uid(lab: Lab, who: str) -> int:
+    return int(subprocess.run(["id", "-u", lab.people[who].user], capture_output=True, text=True, check=True).stdout)
+
+
+def _acl(path: Path) -> set[int] | None:
+    return Machine(Runner()).acl_users(path)
+
+
+def _pass(url: str, course: str) -> Any:
+    with open_store(url) as store:
+        return one_pass(store, course=course, runner=Runner())
+
+
+def _plan(url: str, course: str) -> list[Any]:
+    with open_store(url) as store:
+        [planned] = plan_all(store, course=course, runner=Runner(dry_run=True))
+    assert planned.changes is not None
+    return planned.changes.ordered()
+
+
+def test_a_second_course_on_the_same_gpu_gets_no_access_and_the_passes_do_not_fight(
+    lab: Lab, url: str, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    """jan (24/7, not archived) holds GPU 1 for ann; feb's ben is then given GPU 1 too (feb names the server
+    gpu1.lab.example.org: the same device UUID is the same GPU whatever the host name). Before: feb's pass gave
+    ben /dev/nvidia1 and took it from ann, jan's next pass gave it back to ann and took it from ben, and so on at
+    every pass, both accounts open. Now feb's pass refuses ben's seat (no account, no ACL), naming jan's seat and
+    the fix; ann keeps her GPU; neither course's next plan touches the device. Once jan is archived, ben gets it."""
+    gpu = lab.dev / "nvidia1"
+    with open_store(url, create=True) as store:
+        _course(store, lab, tmp_path, "jan", {"gpu-1": WHOLE}, ann="gpu-1")
+        _course(store, lab, tmp_path, "feb", {"gpu-1": WHOLE}, "gpu1.lab.example.org", ben="gpu-1")  # same machine
+    first = _pass(url, "jan")
+    assert not first.failed, first.failed
+    ann = _uid(lab, "ann")
+    assert _acl(gpu) == {ann}
+
+    second = _pass(url, "feb")
+    assert _acl(gpu) == {ann}, "feb's pass gave ben the GPU that jan's ann holds, or took it from her"
+    failed = " ".join(str(f) for f in second.failed)
+    assert "jan" in failed and "gpuseat course archive jan" in failed, second.failed
+    # no fight: each course's next plan changes no device file
+    for course in ("jan", "feb"):
+        again = [s for s in _plan(url, course) if s.action.startswith("device.")]
+        assert not again, (course, again)
+    assert subprocess.run(["id", lab.people["ben"].user], capture_output=True).returncode != 0  # no account made
+
+    # gpuseat apply says what is wrong and how to fix it (exit 2: the store's data), and changes nothing
+    r = cli("apply", "--course", "feb", "--db", url)
+    assert r.code == 2, (r.out, r.err)
+    assert "course jan is not archived and its seat gpu-1" in r.err and "gpuseat course archive jan" in r.err, r.err
+    assert _acl(gpu) == {ann}
+    # and seats check says the same of ben's seat (without trying to log in as him)
+    r = cli("seats", "check", "--course", "feb", "--format", "json", "--db", url)
+    [checked] = json.loads(r.out)["seats"]
+    assert checked["state"] == "broken" and "course jan is not archived and its seat gpu-1" in checked["reason"]
+
+    # January ends: once jan is archived, feb's next pass gives ben the GPU, and jan's pass leaves him on it
+    with open_store(url) as store:
+        store.lifecycle.archive_course("jan")
+    assert not _pass(url, "feb").failed
+    ben = _uid(lab, "ben")
+    assert _acl(gpu) == {ben}
+    assert not _pass(url, "jan").failed  # an archived course's pass took everyone off its seats' devices
+    assert _acl(gpu) == {ben}
+    for course in ("jan", "feb"):
+        again = [s for s in _plan(url, course) if s.action.startswith("device.")]
+        assert not again, (course, again)
+
+
+def test_two_courses_on_slices_of_one_gpu_share_its_parent_and_a_whole_gpu_over_them_waits(
+    lab: Lab, url: str, tmp_path: Path
+) -> None:
+    """jan's ann on MIG GI 7 and feb's ben on GI 8 of GPU 0 (feb also has a free seat on GI 7): both keep
+    their slice and the parent GPU file, whichever course's pass runs (before: each course's pass took the
+    other course's holder off the parent, and feb's free seat took ann off GI 7). mar's cat is then given
+    the whole GPU 0 over them: refused, naming the older holding."""
+    parent, gi7, gi8 = lab.dev / "nvidia0", lab.cap_file(0, 7), lab.cap_file(0, 8)
+    with open_store(url, create=True) as store:
+        _course(store, lab, tmp_path, "jan", {"mig-7": MIG[0]}, ann="mig-7")
+        _course(store, lab, tmp_path, "feb", {"mig-7": MIG[0], "mig-8": MIG[1]}, ben="mig-8")
+    for course in ("jan", "feb", "jan"):
+        done = _pass(url, course)
+        assert not done.failed, (course, done.failed)
+    ann, ben = _uid(lab, "ann"), _uid(lab, "ben")
+    assert _acl(parent) == {ann, ben} and _acl(gi7) == {ann} and _acl(gi8) == {ben}
+    with open_store(url) as store:
+        _course(store, lab, tmp_path, "mar", {"gpu-0": PARENT}, cat="gpu-0")
+    refused = _pass(url, "mar")
+    assert "course jan is not archived and its seat mig-7" in " ".join(str(f) for f in refused.failed), refused.failed
+    assert _acl(parent) == {ann, ben} and _acl(gi7) == {ann} and _acl(gi8) == {ben}
+    for course in ("jan", "feb", "mar"):
+        again = [s for s in _plan(url, course) if s.action.startswith("device.")]
+        assert not again, (course, again)
