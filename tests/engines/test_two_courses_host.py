@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +43,16 @@ def lab() -> Iterator[Lab]:
 
 
 def _course(
-    store: CourseStore, lab: Lab, tmp_path: Path, key: str, seats: dict[str, str], host: str = "gpu1", **held: str
+    store: CourseStore,
+    lab: Lab,
+    tmp_path: Path,
+    key: str,
+    seats: dict[str, str | None],
+    host: str = "gpu1",
+    **held: str,
 ) -> None:
-    """Course ``key`` (24/7: it never closes by date) with host seats on ``host`` (key → device UUID) and one
-    participant per ``held`` entry (participant → the seat they are given)."""
+    """Course ``key`` (24/7: it never closes by date) with host seats on ``host`` (key → device UUID; None: a whole
+    GPU seat with no UUID yet) and one participant per ``held`` entry (participant → the seat they are given)."""
     (tmp_path / f"{key}.toml").write_text(TWENTY_FOUR_SEVEN.format(name=key))
     store.courses.create_course(tmp_path / f"{key}.toml", key=key)
     rows = ["key,name,email,unix_user,ssh_key"]
@@ -53,8 +60,8 @@ def _course(
         p = lab.person(who)
         rows.append(f"{who},{who},{who}@example.org,{p.user},{p.public_key}")
     store.roster.import_roster(key, RosterText("\n".join(rows) + "\n", where="roster"))
-    kind = {uuid: ("mig" if uuid.startswith("MIG-") else "gpu") for uuid in seats.values()}
-    specs = [SeatSpec(key=k, kind=kind[u], host=host, device_uuid=u, engine="host") for k, u in seats.items()]
+    kind = {k: ("mig" if (u or "").startswith("MIG-") else "gpu") for k, u in seats.items()}
+    specs = [SeatSpec(key=k, kind=kind[k], host=host, device_uuid=u, engine="host") for k, u in seats.items()]
     store.seats.add_seats(key, specs)
     settings: dict[str, Any] = {k: v for k, v in lab.settings().items() if k != "ssh_port"}
     settings["profile_d"] = str(lab.root / "profile.d" / f"gpuseat-{key}.sh")
@@ -157,3 +164,76 @@ def test_two_courses_on_slices_of_one_gpu_share_its_parent_and_a_whole_gpu_over_
     for course in ("jan", "feb", "mar"):
         again = [s for s in _plan(url, course) if s.action.startswith("device.")]
         assert not again, (course, again)
+
+
+def test_a_seat_without_a_device_yet_is_not_given_another_courses_held_gpu(lab: Lab, url: str, tmp_path: Path) -> None:
+    """feb's seat gpu-x was carved from an inventory: no device UUID yet, so feb's pass picks a free device of its
+    kind on this server. Before, "free" meant free in feb only: it picked jan's GPU 1, which ann holds, and gave
+    ben /dev/nvidia1 beside her (held_on_devices could not see a seat with no UUID, so the older-holder rule never
+    ran). Now a device another course's holder keeps is not free: ben's seat waits for a device, ann keeps hers."""
+    gpu = lab.dev / "nvidia1"
+    with open_store(url, create=True) as store:
+        _course(store, lab, tmp_path, "jan", {"gpu-1": WHOLE}, ann="gpu-1")
+        _course(store, lab, tmp_path, "feb", {"gpu-x": None}, ben="gpu-x")
+    assert not _pass(url, "jan").failed
+    ann = _uid(lab, "ann")
+    done = _pass(url, "feb")
+    assert _acl(gpu) == {ann}, "feb's seat without a UUID took jan's held GPU for ben"
+    assert not done.failed, done.failed
+    with open_store(url) as store:
+        assert store.seats.get_seat("feb", "gpu-x").device_uuid is None  # no device adopted: none is free here
+    plan = _plan(url, "feb")
+    assert not [s for s in plan if s.action.startswith("device.") or s.action == "seat.adopt"], plan
+    # once jan is archived, the GPU is free: feb's seat adopts it and ben gets it
+    with open_store(url) as store:
+        store.lifecycle.archive_course("jan")
+    assert not _pass(url, "feb").failed
+    with open_store(url) as store:
+        assert store.seats.get_seat("feb", "gpu-x").device_uuid == WHOLE
+    assert _acl(gpu) == {_uid(lab, "ben")}
+
+
+def test_a_refused_holders_requests_and_stops_never_touch_the_other_courses_holder(
+    lab: Lab, url: str, tmp_path: Path
+) -> None:
+    """ann holds GPU 1 in jan and is given it in feb too (one person, one Unix login, two courses): feb's seat is
+    refused (jan's holding is older). Before, feb's request planner still worked on her login, which is jan's
+    account: her stop in feb locked the account she uses for jan and ended its processes (the request said
+    'stopped'), and feb's never-connected rule stopped her feb seat (she cannot log in to it) and locked it too.
+    Now feb plans nothing for her but the request's record, which fails with the refusal's words."""
+    with open_store(url, create=True) as store:
+        _course(store, lab, tmp_path, "jan", {"gpu-1": WHOLE}, ann="gpu-1")
+        (tmp_path / "feb.toml").write_text(
+            TWENTY_FOUR_SEVEN.format(name="feb") + "[policy]\nnever_connected_hours = 1\n"
+        )
+        store.courses.create_course(tmp_path / "feb.toml", key="feb")
+        p = lab.people["ann"]
+        row = f"ann,ann,ann@example.org,{p.user},{p.public_key}"
+        store.roster.import_roster("feb", RosterText(f"key,name,email,unix_user,ssh_key\n{row}\n", where="roster"))
+        store.seats.add_seats("feb", [SeatSpec(key="gpu-1", kind="gpu", host="gpu1", device_uuid=WHOLE, engine="host")])
+        settings: dict[str, Any] = {k: v for k, v in lab.settings().items() if k != "ssh_port"}
+        settings["profile_d"] = str(lab.root / "profile.d" / "gpuseat-feb.sh")
+        (tmp_path / "sshd.log").write_text("")  # readable, and no login of ann's in it
+        settings["sshd_log"] = str(tmp_path / "sshd.log")
+        store.agents.set_engine_settings("feb", "host", settings)
+        store.seats.assign("feb", "ann", "gpu-1")
+    assert not _pass(url, "jan").failed
+    machine = Machine(Runner())
+    assert machine.account(p.user) is not None and not machine.locked(p.user)
+    with open_store(url) as store:
+        later = store.requests.now() + timedelta(hours=3)  # past feb's never-connected window
+    with open_store(url) as store:
+        [planned] = plan_all(store, course="feb", runner=Runner(dry_run=True), now=later)
+    assert planned.changes is not None
+    steps = planned.changes.ordered()
+    assert not [s for s in steps if s.action in ("seat.stop", "account.lock", "processes.end")], steps
+
+    with open_store(url) as store:
+        asked = store.requests.request_seat("feb", "ann", "stop", actor="ann")
+    done = _pass(url, "feb")
+    assert not machine.locked(p.user), "feb's stop locked the account ann uses for jan"
+    with open_store(url) as store:
+        [request] = [r for r in store.requests.seat_requests("feb", participant="ann") if r.id == asked.id]
+    assert request.state == "failed", request
+    assert "course jan is not archived and its seat gpu-1" in (request.reason or ""), request
+    assert any("course jan is not archived" in str(f) for f in done.failed), done.failed

@@ -235,12 +235,17 @@ class HostEngine(StepEngine[HostSettings]):
         return files, (*files, *delivery.shared_files(dev, root))
 
     def _adopted(self, seats: list[SeatView]) -> dict[str, str]:
-        """Seats carved from an inventory have no UUID yet: a free device of their profile each."""
+        """Seats carved from an inventory have no UUID yet: a free device of their profile each. A device that
+        another course's holder keeps (the same GPU or MIG instance, or a whole GPU over a slice) is not free:
+        the rule of module ``others`` sees only seats with a UUID, so such a seat would put two people on it."""
         wanted = [(s.key, s.kind, s.profile) for s in seats if not s.device_uuid and s.kind in ("mig", "gpu")]
         if not wanted:
             return {}
+        devices = self._devices()[0]
+        held = others.with_files(self.store.seats.held_on_devices(devices, self.name), self._files_of)
         taken = {s.device_uuid for s in seats if s.device_uuid}
-        return delivery.adopt(wanted, self._devices()[0], taken)
+        taken |= {u for u in devices if others.clashing(self.course, self._files_of(u), held)}
+        return delivery.adopt(wanted, devices, taken)
 
     # -- plan ------------------------------------------------------------------------------------------
 
@@ -261,9 +266,11 @@ class HostEngine(StepEngine[HostSettings]):
         holders = {seat.key: p for seat, p in course.holders() if seat.key in by_key} if course.active else {}
         uses = any(seat.device_uuid or seat.key in adopted for seat in seats)  # else no device was read
         yielded, kept = self._other_courses() if uses else ({}, {})
+        refused: dict[str, str] = {}  # seat → why its holder gets nothing here (their requests fail with it)
         for key, other in sorted(yielded.items()):  # another course's older holder keeps that GPU
             if key in holders:
                 what, fix = others.refusal(key, holders.pop(key).key, other)
+                refused[key] = what
                 add(step("seat.device", key, what, "grant", seats=(key,), fix=fix))
         login_of = {k: self.login_of(p) for k, p in holders.items()}
         open_now = course.closed is None
@@ -373,7 +380,7 @@ class HostEngine(StepEngine[HostSettings]):
             if deleted and state_dir(self.course).exists():
                 why = "the course is deleted: its probe key goes with it"
                 add(step("probe.remove", str(state_dir(self.course)), why, "revoke"))
-            self._request_steps(course, changes)
+            self._request_steps(course, changes, refused)
             return changes
 
         # grant: accounts, keys, slices, devices, environment
@@ -431,7 +438,7 @@ class HostEngine(StepEngine[HostSettings]):
                 "no way in is set: participant pages cannot say where to connect; "
                 + delivery.address_advice("SEAT", self.name)
             )
-        self._request_steps(course, changes)
+        self._request_steps(course, changes, refused)
         return changes
 
     def _plan_from_store(self, course: CourseState, seats: list[SeatView]) -> Changes:
@@ -735,10 +742,10 @@ class HostEngine(StepEngine[HostSettings]):
     # Kept apart from the access plan above: it only reads the requests and the run state from the
     # store, adds its own steps and drops the unlock of a seat that is stopped.
 
-    def _request_steps(self, course: CourseState, changes: Changes) -> None:
+    def _request_steps(self, course: CourseState, changes: Changes, refused: dict[str, str]) -> None:
         from gpuseat.engines.host import requests
 
-        requests.plan_requests(self, course, changes)
+        requests.plan_requests(self, course, changes, refused)
 
     def _do_request(self, step: Step) -> str | None:
         from gpuseat.engines.host import requests

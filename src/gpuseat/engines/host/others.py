@@ -64,6 +64,15 @@ def with_files(
     return out
 
 
+def clashing(course: str, found: tuple[tuple[str, ...], tuple[str, ...]] | None, held: list[Holder]) -> bool:
+    """Whether a device with files ``found`` ((own, all), as ``with_files`` takes them) clashes with a holding of
+    another course than ``course``: such a device is not free for a seat that has no device UUID yet."""
+    if found is None:
+        return False
+    own, files = found
+    return any(h.course != course and (set(own) & set(h.files) or set(h.own) & set(files)) for h in held)
+
+
 def beaten(held: list[Holder]) -> dict[tuple[str, str], Holder]:
     """(course, seat) → the older holding of another course it clashes with (see the module docstring)."""
     users: dict[str, list[Holder]] = {}

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -61,8 +62,15 @@ if TYPE_CHECKING:
     from gpuseat.store.requests import RequestView
 
 
-def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> None:
-    """Add the steps of this host's pending requests and of its stopped seats to ``changes``."""
+def plan_requests(
+    engine: HostEngine, course: CourseState, changes: Changes, refused: Mapping[str, str] | None = None
+) -> None:
+    """Add the steps of this host's pending requests and of its stopped seats to ``changes``.
+
+    ``refused``: seat → why its holder gets nothing on this host (another course's older holder keeps its
+    device, :mod:`gpuseat.engines.host.others`). Their login may be that other course's account (one person in
+    both): each of their requests only fails with those words, and no stop (hours, idle, never connected),
+    check, lock or end of processes is planned for them."""
     if course.course is None or course.archived:
         return
     here = {s.key for s in course.seats if s.engine == "host" and (s.host or None) == engine.host}
@@ -70,6 +78,12 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
         return
     pending = engine.pending_requests(here)
     holders = {seat.key: p for seat, p in course.holders() if seat.key in here}
+    changes.steps += [_record(engine, course, None, r, why) for r, why in stale_requests(pending, holders)]
+    for seat_key, why in sorted((refused or {}).items()):
+        p = holders.pop(seat_key, None)
+        if p is not None:
+            mine = sorted((r for r in pending if r.participant == p.key and r.seat == seat_key), key=lambda x: x.id)
+            changes.steps += [_record(engine, course, None, r, why) for r in mine]
     states = engine.store.requests.run_states(engine.course)
     # hours, and the session that holds back a stop for hours, are counted on the store's clock (unless
     # the pass was given a time): this host's clock, stepped ahead, would stop a seat for hours not used
@@ -106,7 +120,6 @@ def plan_requests(engine: HostEngine, course: CourseState, changes: Changes) -> 
     sshd_log: list[list[str] | None] = []  # the pass's one read of sshd's log, once a holder needs it
     look = _Look(engine, {engine.login_of(p) for p in holders.values()})
     add = changes.steps.append
-    changes.steps += [_record(engine, course, None, r, why) for r, why in stale_requests(pending, holders)]
     for seat_key, p in sorted(holders.items()):
         login = engine.login_of(p)
         state = states.get(p.key, RunState(True))
