@@ -177,9 +177,10 @@ def test_foreign_domains_are_never_touched(store, test_host):
     foreign = "<domain type='test'><name>{}</name><memory>65536</memory><os><type>hvm</type></os></domain>"
     test_host.conn.defineXML(foreign.format("someone-elses-vm"))
     store.courses.create_course(EXAMPLES / "course-2016.toml", key="other")
-    store.seats.add_seats("other", [{"key": "seat-01", "kind": "gpu", "engine": "libvirt"}])
+    # seat-04: a GPU no demo holder has (two courses' holders of one GPU: tests/vms/test_two_courses_libvirt.py)
+    store.seats.add_seats("other", [{"key": "seat-04", "kind": "gpu", "engine": "libvirt"}])
     store.roster.import_roster("other", EXAMPLES / "roster-16.csv")
-    store.seats.assign("other", "amartin", "seat-01")
+    store.seats.assign("other", "amartin", "seat-04")
     apply(build(store, test_host), store)
     apply(build(store, test_host, course="other"), store, "other")
     # the demo course is deleted: only its own domains go
@@ -191,7 +192,7 @@ def test_foreign_domains_are_never_touched(store, test_host):
     assert {s.action for s in changes.steps} == {"domain.remove"} and len(changes.steps) == 3
     assert not gone.apply(changes).failed
     left = sorted(d.name() for d in test_host.conn.listAllDomains())
-    assert left == ["gpuseat-other-seat-01", "someone-elses-vm"]
+    assert left == ["gpuseat-other-seat-04", "someone-elses-vm"]
     # a domain that has a seat's name but is not gpuseat's: the plan refuses before anything is defined
     test_host.conn.defineXML(foreign.format("gpuseat-demo-seat-03"))
     with pytest.raises(EngineError, match="gpuseat-demo-seat-03 exists and has no gpuseat metadata"):

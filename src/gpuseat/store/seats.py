@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import and_, select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
 from gpuseat.core.seating import ASSIGNABLE_STATES, EngineName, SeatState
@@ -354,8 +354,18 @@ class Seats(Concern):
         Device UUIDs are unique per course only: two courses on one server may name the same GPU, under any host
         name (the host engine's rule, :mod:`gpuseat.engines.host.others`)."""
         wanted = sorted(set(uuids))
+        return self._held(Seat.engine == engine, Seat.device_uuid.in_(wanted)) if wanted else []
+
+    def held_seats(self, seats: Iterable[tuple[str, str]], engine: str) -> list[dict[str, Any]]:
+        """:meth:`held_on_devices` of the seats named (course, seat key) instead: the held ones of ``engine`` in
+        courses not archived (the libvirt engine finds other courses' seats by their domains on its host)."""
+        wanted = sorted(set(seats))
         if not wanted:
             return []
+        pairs = [and_(CourseRecord.key == c, Seat.key == k) for c, k in wanted]
+        return self._held(Seat.engine == engine, or_(*pairs))
+
+    def _held(self, *where: Any) -> list[dict[str, Any]]:
         with self._database.read() as s:
             q = (
                 select(CourseRecord.key, Seat.key, Seat.device_uuid, Participant.key, Participant.unix_user)
@@ -363,7 +373,7 @@ class Seats(Concern):
                 .join(Seat, Seat.course_id == CourseRecord.id)
                 .join(Assignment, and_(Assignment.seat_id == Seat.id, Assignment.valid_to.is_(None)))
                 .join(Participant, Participant.id == Assignment.participant_id)
-                .where(CourseRecord.archived_at.is_(None), Seat.engine == engine, Seat.device_uuid.in_(wanted))
+                .where(CourseRecord.archived_at.is_(None), *where)
                 .order_by(Assignment.valid_from, CourseRecord.key, Seat.key)
             )
             names = ("course", "seat", "device_uuid", "participant", "unix_user", "since")

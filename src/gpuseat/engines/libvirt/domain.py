@@ -62,6 +62,17 @@ def _log(el: ET.Element) -> str:
     return "" if log is None else log.get("file", "")
 
 
+#: the address a GPU carved from ``--gpu`` has until ``pci-fill.sh`` writes the host's in (it names no device)
+UNFILLED = "pci:0000:00:00.0"
+
+
+def hostdevs(xml: str) -> tuple[str, ...]:
+    """The devices a domain passes through (``pci:DDDD:BB:SS.F``, ``mdev:UUID``), sorted; unfilled ones left out."""
+    dev = ET.fromstring(xml).find("devices")
+    found = (_address(h.find("source/address")) for h in (dev.findall("hostdev") if dev is not None else ()))
+    return tuple(sorted(a for a in found if a and a != UNFILLED))
+
+
 def essentials(xml: str) -> dict[str, object]:
     """The parts of a domain gpuseat owns, normalised so that gpuseat's XML and libvirt's compare equal."""
     root = ET.fromstring(xml)

@@ -41,9 +41,10 @@ from gpuseat.core.readiness import Access, Readiness, ReadyState, judge
 from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.engines import sessions as session_checks
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
+from gpuseat.engines.host import others
 from gpuseat.engines.libvirt import machine as vm_
 from gpuseat.engines.libvirt import names, requests
-from gpuseat.engines.libvirt.domain import drift
+from gpuseat.engines.libvirt.domain import drift, hostdevs
 from gpuseat.errors import GpuseatError, InputError
 
 if TYPE_CHECKING:
@@ -257,6 +258,9 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
         owned = {k: d for k, d in lv.owned(self.course).items() if k not in elsewhere}
         deleting = course.course is None or self.course in self.store.agents.pending_deletions()
         holders = {s.key: p for s, p in course.holders() if s.key in seats} if course.active else {}
+        for key, other in sorted(self._other_courses(holders, seats).items()):  # another course's older holder
+            what, fix = others.refusal(key, holders.pop(key).key, other)  # keeps the GPU: this VM stops, if it runs
+            changes.steps.append(self._step("seat.device", key, what, "grant", seat=key, fix=fix))  # seat.clear goes on
         records = self._records() and course.course is not None and not course.archived
         gone = "the course is archived" if course.archived else None
         for key in sorted(set(owned) | set(seats)):
@@ -286,6 +290,38 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
         if not self._records() and seats:
             changes.notes.append(TEST_DRIVER_NOTE)
         return changes
+
+    def _other_courses(
+        self, holders: dict[str, ParticipantView], seats: dict[str, SeatView]
+    ) -> dict[str, others.Holder]:
+        """This course's held seats whose GPU (PCI device or mdev) a VM of another course not archived on this libvirt
+        host also passes through, held there since before: seat → that holding (the host engine's rule, module
+        :mod:`gpuseat.engines.host.others`: the older holding keeps the device). Read from libvirt: the other courses'
+        domains and their hostdevs; their holders and since from the store (one read)."""
+        lv = self.libvirt
+        theirs: dict[tuple[str, str], tuple[str, ...]] = {}
+        for dom, who in lv.domains() if holders else ():
+            if who is not None and who.course != self.course:
+                theirs[(who.course, who.seat)] = hostdevs(dom.XMLDesc(lv.lv.VIR_DOMAIN_XML_INACTIVE))
+        if not any(theirs.values()):
+            return {}  # the usual host: one course
+        held = []
+        for r in self.store.seats.held_seats(theirs, self.name):
+            devs = theirs[(r["course"], r["seat"])]
+            held.append(others.Holder((r["since"], r["course"], r["seat"]), r["participant"], "", devs, devs))
+        for key, p in holders.items():
+            devs = self._hostdevs(key)
+            since = seats[key].assigned_since or datetime.max.replace(tzinfo=UTC)
+            held.append(others.Holder((since, self.course, key), p.key, "", devs, devs))
+        return others.shared(self.course, held)[0]
+
+    def _hostdevs(self, key: str) -> tuple[str, ...]:
+        """The devices seat ``key``'s VM passes through (none without a GPU or outside the layout)."""
+        by_name = {s.name: s for s in self.layout.slices}
+        if key not in by_name or not self.options.gpu:
+            return ()
+        vm = vm_.VmSeat(key, by_name[key])
+        return hostdevs(vm_.wanted_xml(self.course, self.layout, vm, self.options, disk=None, seed=None))
 
     def _plan_vacated(
         self, changes: Changes, course: CourseState, seat: SeatView, here: vm_.OnHost, gone: str | None, records: bool
@@ -480,6 +516,8 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
                     raise InputError(f"domain {step.target} is gone", where=f"seat {d['seat']}", fix="apply again")
                 if not self._would(["start", step.target]):
                     lv.start(dom, d["seat"])
+            case "seat.device":  # planned so that apply names the seat and fails it (exit 2); the rest goes on
+                raise InputError(step.why, where=f"seat {step.target}", fix=d.get("fix") or None)
             case "seat.record":
                 return self._record(step)
             case "domain.restart" | "domain.reset" | "seat.stop" | "request.record":
@@ -542,9 +580,12 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
             return Readiness(self.course, seat.key, participant.key, state, reason, evidence[-4000:], visible,
                              datetime.now(UTC), self.name)  # fmt: skip
 
+        lv = self.libvirt
+        yielded = self._other_courses({seat.key: participant}, {seat.key: seat}).get(seat.key)
+        if yielded is not None:  # what apply says: another course's older holder keeps this GPU
+            return result("broken", others.refusal(seat.key, participant.key, yielded)[0], "")
         if self.settings.probe_key is None:
             return result("broken", "no probe key set (libvirt setting probe_key)", "")
-        lv = self.libvirt
         dom = lv.lookup(names.domain_name(self.course, seat.key))
         if dom is None:
             return result("broken", "the VM has no address to log in to (domain absent)", "")
