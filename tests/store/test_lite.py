@@ -17,7 +17,7 @@ from gpuseat.core.roster import RosterText
 from gpuseat.errors import GpuseatError
 from gpuseat.monitor.replay import synthetic_snapshot, write_replay
 from gpuseat.store import CourseStore, SeatSpec, open_store
-from gpuseat.store.lite import SeatStatus, head_revision, seat_status
+from gpuseat.store.lite import SeatStatus, full_status, head_revision, seat_status
 from gpuseat.store.monitor import MinuteRow
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -26,9 +26,8 @@ ROSTER = "name,email,unix_user,key\n" + "".join(f"P{i},p{i}@x.example.org,p{i},p
 
 
 def full(store: CourseStore, course: str | None) -> SeatStatus:
-    """What ``seats status`` reads today through the full store."""
-    seats = store.seats.seats(course)
-    return SeatStatus(seats, store.activity.last_active(seat_ids=[s.id for s in seats]))
+    """What ``seats status`` reads through the full store."""
+    return full_status(store, course)
 
 
 def assert_same(url: str, store: CourseStore, course: str | None) -> SeatStatus:
@@ -195,3 +194,46 @@ def test_a_database_of_another_user_is_left_to_the_full_store(tmp_path: Path) ->
     assert seat_status(f"sqlite:///{db}", None) is not None
     os.chown(db, 4321, 4321)
     assert seat_status(f"sqlite:///{db}", None) is None
+
+
+SESSIONS = 'name = "{name}"\nparticipants = 2\n[schedule]\nstart = 2020-09-07\ndays = 5\nhours = "09:00-12:00"\n'
+TWENTY_FOUR_SEVEN = 'name = "{name}"\nparticipants = 2\n[schedule]\nstart = 2020-09-07\ndays = 5\n'
+
+
+def _held_course(store: CourseStore, tmp_path: Path, key: str, text: str, who: str, uuid: str) -> None:
+    """Course ``key`` with one host seat gpu-1 on device ``uuid``, held by ``who`` and said running."""
+    (tmp_path / f"{key}.toml").write_text(text.format(name=key))
+    store.courses.create_course(tmp_path / f"{key}.toml", key=key)
+    store.roster.import_roster(key, RosterText(f"key,name,email\n{who},{who},{who}@x.example.org\n", where="r.csv"))
+    store.seats.add_seats(key, [SeatSpec(key="gpu-1", kind="gpu", host="gpu1", device_uuid=uuid, engine="host")])
+    store.seats.assign(key, who, "gpu-1")
+    store.seats.set_seat_state(key, "gpu-1", "running", reason="ann can log in")
+
+
+def _notes(cli, url: str, course: str) -> dict[str, str | None]:
+    r = cli("seats", "status", "--course", course, "-f", "json", "--db", url)
+    assert r.code == 0, r.err
+    return {row["seat"]: row["note"] for row in json.loads(r.out)}
+
+
+def test_seats_status_says_when_a_running_seat_gets_no_access(
+    cli, store: CourseStore, url: str, tmp_path: Path
+) -> None:
+    """A seat said running whose holder the engines lock out: the course's access is closed (its lab sessions are
+    over), or another course not archived holds its GPU for an older holder (the host engine's rule). Before,
+    ``seats status`` showed only 'running'; now its note says why, on the light read and the full store alike."""
+    _held_course(store, tmp_path, "lab", SESSIONS, "cat", "GPU-cccccccc-0000-4000-8000-000000000001")
+    _held_course(store, tmp_path, "jan", TWENTY_FOUR_SEVEN, "ann", "GPU-bbbbbbbb-0000-4000-8000-000000000001")
+    _held_course(store, tmp_path, "feb", TWENTY_FOUR_SEVEN, "ben", "GPU-bbbbbbbb-0000-4000-8000-000000000001")
+    assert _notes(cli, url, "lab") == {"gpu-1": "access closed: the course's schedule has ended"}
+    assert _notes(cli, url, "jan") == {"gpu-1": None}  # the older holder keeps the GPU
+    [note] = _notes(cli, url, "feb").values()
+    assert note is not None and note.startswith(
+        "seat gpu-1: course jan is not archived and its seat gpu-1 (held by ann"
+    )
+    assert "ben gets no access here" in note
+    for course in ("lab", "jan", "feb"):
+        light = seat_status(url, course)
+        assert light is not None and light == full(store, course)  # the full store reads the same
+    store.lifecycle.archive_course("jan")
+    assert _notes(cli, url, "feb") == {"gpu-1": None}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,10 +20,12 @@ if TYPE_CHECKING:
 
 #: the table of the seats ``seats add`` stored; ``seats status`` has its own, the seats CSV is services/seats_csv.py
 ADDED_COLUMNS = ("key", "kind", "host", "profile", "memory_gb", "participant", "engine", "state", "connect")
-STATUS_COLUMNS = ("seat", "kind", "participant", "engine", "state", "reason", "since", "last_gpu_activity", "connect")
+STATUS_COLUMNS = (
+    "seat", "kind", "participant", "engine", "state", "note", "reason", "since", "last_gpu_activity", "connect",
+)  # fmt: skip
 #: what an 80-column terminal hides first (``-f wide`` shows every column)
 ADDED_DROP = ("connect", "participant", "engine", "state", "memory_gb", "host")
-STATUS_DROP = ("last_gpu_activity", "since", "kind", "engine", "connect", "reason")
+STATUS_DROP = ("last_gpu_activity", "since", "kind", "engine", "connect", "reason", "note")
 
 
 class ExportFormat(StrEnum):
@@ -78,6 +81,27 @@ def left_out_note(keys: list[str]) -> str:
 
 def _print_seats(seats: list[Any], fmt: Format, title: str) -> None:
     print_rows([s.to_dict() for s in seats], ADDED_COLUMNS, fmt, title=title, drop=ADDED_DROP)
+
+
+def status_notes(seats: list[SeatView], closed: str | None, held: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """Seat → what ``seats status`` says beside a held seat's state: its holder gets no access now, though the
+    seat may say running or applied. Another course's older holder keeps its GPU (the host engine's rule,
+    :mod:`gpuseat.engines.host.others`, by device UUID), or the course's access is closed (``closed``: the
+    engines lock the seats then)."""
+    from gpuseat.engines.host import others
+
+    course = seats[0].course if seats else ""
+    kept = others.by_uuid(course, held)
+    out = {}
+    for s in seats:
+        if not s.participant:
+            continue
+        other = kept.get(s.key) if s.engine == "host" else None
+        if other is not None:
+            out[s.key] = others.refusal(s.key, s.participant, other)[0]
+        elif closed:
+            out[s.key] = f"access closed: {closed}"
+    return out
 
 
 def _specs(
@@ -329,10 +353,11 @@ def register(app: typer.Typer) -> None:
 
     @seats_app.command("status")
     def status(course: CourseOption = None, db: DbOption = None, fmt: FormatOption = Format.table) -> None:
-        """Seat, participant, engine, state (with its reason) and the last GPU activity the monitor saw."""
+        """Seat, participant, engine, state (with its reason and a note when the holder gets no access: closed
+        hours, another course's older holder) and the last GPU activity the monitor saw."""
         from datetime import UTC, datetime
 
-        from gpuseat.store.lite import SeatStatus, seat_status
+        from gpuseat.store.lite import full_status, seat_status
 
         # the light read (the DB-API driver, no ORM) when the database is at the newest schema; else the store
         found = seat_status(db, course)
@@ -340,9 +365,9 @@ def register(app: typer.Typer) -> None:
             from gpuseat.store import open_store
 
             with open_store(db) as store:
-                seats = store.seats.seats(course)
-                found = SeatStatus(seats, store.activity.last_active(seat_ids=[s.id for s in seats]))
-        seats, last = found
+                found = full_status(store, course)
+        seats, last, closed, held = found
+        notes = status_notes(seats, closed, held)
         rows = []
         for s in seats:
             ts = last.get(s.id)
@@ -353,6 +378,7 @@ def register(app: typer.Typer) -> None:
                     "participant": s.participant,
                     "engine": s.engine,
                     "state": s.state,
+                    "note": notes.get(s.key),  # what the engines do that the state does not say
                     "reason": s.state_reason,  # an engine's honest state: not launched, launching, stopped …
                     "since": s.state_at.isoformat(timespec="seconds") if s.state_at else None,
                     "last_gpu_activity": datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds") if ts else None,

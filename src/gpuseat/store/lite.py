@@ -14,11 +14,16 @@ upgrades, refuses or explains exactly as before.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpuseat.errors import GpuseatError
-from gpuseat.store.views import SEAT_COLUMNS, SeatView
+from gpuseat.store.views import SEAT_COLUMNS, SeatView, _stored_time, _utc
+
+if TYPE_CHECKING:
+    from gpuseat.store import CourseStore
 
 #: the one statement per question, ``?`` for each bound value (psycopg gets ``%s``, see :func:`_rows`)
 _REVISION = "SELECT version_num FROM alembic_version"
@@ -39,6 +44,22 @@ _HOLDER = len(SEAT_COLUMNS)
 _OF_COURSE = "seat_id IN (SELECT s.id FROM seats s JOIN courses c ON c.id = s.course_id WHERE c.key = ?)"
 _ROLLED = f"SELECT seat_id, MAX(minute) FROM minute_aggregates WHERE active_samples > 0 AND {_OF_COURSE} GROUP BY 1"
 _RAW = f"SELECT seat_id, MAX(ts) FROM samples WHERE active = ? AND {_OF_COURSE} GROUP BY 1"
+_COURSE_FILE = "SELECT source_text, timezone FROM courses WHERE key = ?"
+#: the store's clock (``store.rows.clock_sql``), seconds since the epoch: SQLite's, then PostgreSQL's
+_CLOCK = ("SELECT (julianday('now') - 2440587.5) * 86400.0", "SELECT extract(epoch FROM clock_timestamp())")
+#: ``store.seats.held_on_devices`` for the course's host seats' UUIDs: every held host seat on one of them in a
+#: course that is not archived (this course's too), oldest first
+_HELD = """
+SELECT c.key, s.key, s.device_uuid, p.key, p.unix_user, a.valid_from
+FROM seats s
+JOIN courses c ON c.id = s.course_id
+JOIN assignments a ON a.seat_id = s.id AND a.valid_to IS NULL
+JOIN participants p ON p.id = a.participant_id
+WHERE c.archived_at IS NULL AND s.engine = 'host' AND s.device_uuid IN (
+    SELECT o.device_uuid FROM seats o JOIN courses oc ON oc.id = o.course_id WHERE oc.key = ? AND o.engine = 'host'
+)
+ORDER BY a.valid_from, c.key, s.key
+"""
 
 
 class SeatStatus(NamedTuple):
@@ -47,6 +68,36 @@ class SeatStatus(NamedTuple):
     seats: list[SeatView]
     #: seat id → Unix seconds of the last GPU activity (None: never seen in use), as ``store.activity.last_active``
     last_active: dict[int, float | None]
+    #: why the course's access is closed now (the engines lock its seats), else None (:func:`access_closed`)
+    closed: str | None = None
+    #: held host seats on the course's host seats' device UUIDs, in every course not archived, as
+    #: ``store.seats.held_on_devices`` gives them (another course's older holder keeps such a GPU)
+    held: tuple[dict[str, Any], ...] = ()
+
+
+def access_closed(text: str | None, timezone: str, now: Callable[[], datetime]) -> str | None:
+    """Why a course (its file's ``text``) is closed at ``now()``, else None: the engines' rule
+    (:func:`gpuseat.core.window.access_now`). A course that never closes (24/7 without sessions, or ``access =
+    "24/7"``: ``Schedule.always_on``) is told from the TOML alone, without Pydantic (``seats status`` stays light)."""
+    import tomllib
+
+    try:
+        raw = tomllib.loads(text or "")
+    except ValueError:
+        return None
+    sched = raw.get("schedule")
+    if not isinstance(sched, dict):
+        return None
+    access = sched.get("access")
+    if access == "24/7" or (access is None and sched.get("hours") is None and not sched.get("session")):
+        return None
+    from gpuseat.core.course import Course
+    from gpuseat.core.window import access_now
+
+    try:
+        return access_now(Course.model_validate(raw), timezone, now())[0]
+    except ValueError:  # a file the store would not parse either: nothing to say here
+        return None
 
 
 def seat_status(db: str | None, course: str | None) -> SeatStatus | None:
@@ -70,6 +121,26 @@ def seat_status(db: str | None, course: str | None) -> SeatStatus | None:
         raise
     except Exception:  # a driver's error, a value the ORM would not read either: the full store says what
         return None
+
+
+def full_status(store: CourseStore, course: str | None) -> SeatStatus:
+    """What :func:`seat_status` reads, through the full store (where the light read gives None); the course's
+    file is parsed only when it can close, as there."""
+    from sqlalchemy import select
+
+    from gpuseat.db.models import CourseRecord
+    from gpuseat.store.rows import db_now
+
+    seats = store.seats.seats(course)
+    last = store.activity.last_active(seat_ids=[s.id for s in seats])
+    if not any(s.participant for s in seats):
+        return SeatStatus(seats, last)
+    with store.database.read() as s:
+        q = select(CourseRecord.source_text, CourseRecord.timezone).where(CourseRecord.key == seats[0].course)
+        text, timezone = s.execute(q).one()
+        closed = access_closed(text, timezone, lambda: db_now(s))
+    uuids = {s.device_uuid for s in seats if s.engine == "host" and s.device_uuid}
+    return SeatStatus(seats, last, closed, tuple(store.seats.held_on_devices(uuids, "host")))
 
 
 def head_revision() -> str:
@@ -157,7 +228,21 @@ def _read(conn: _Connection, course: str | None) -> SeatStatus | None:
     for seat_id, ts in conn.rows(_RAW, True, key):
         prev = last.get(int(seat_id))
         last[int(seat_id)] = float(ts) if prev is None else max(prev, float(ts))
-    return SeatStatus(seats, last)
+    closed = None
+    if any(s.participant for s in seats):
+        [(text, timezone)] = conn.rows(_COURSE_FILE, key)
+
+        def now() -> datetime:
+            [(clock,)] = conn.rows(_CLOCK[0] if conn.sqlite else _CLOCK[1])
+            return datetime.fromtimestamp(float(clock), UTC)
+
+        closed = access_closed(text, timezone, now)
+    names = ("course", "seat", "device_uuid", "participant", "unix_user", "since")
+    held = tuple(
+        dict(zip(names, (*row[:5], _utc(_stored_time(row[5]))), strict=True))
+        for row in (conn.rows(_HELD, key) if any(s.engine == "host" and s.participant for s in seats) else ())
+    )
+    return SeatStatus(seats, last, closed, held)
 
 
 def _course_key(conn: _Connection, course: str | None) -> str:

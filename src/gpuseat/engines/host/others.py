@@ -105,6 +105,15 @@ def shared(course: str, held: list[Holder]) -> tuple[dict[str, Holder], dict[str
     return yielded, keep
 
 
+def by_uuid(course: str, rows: Iterable[dict[str, Any]]) -> dict[str, Holder]:
+    """Seat of ``course`` → the other course's older holding on the same device UUID, from
+    ``store.seats.held_on_devices`` rows: what the organizer's views can tell away from the server (a whole GPU
+    over a slice of it is a clash only the server's device files show: ``seats check`` and ``apply`` say it)."""
+    held = [Holder((r["since"], r["course"], r["seat"]), r["participant"], "", (u,), (u,)) for r in rows
+            if (u := r["device_uuid"])]  # fmt: skip
+    return {seat: h for (c, seat), h in beaten(held).items() if c == course}
+
+
 def refusal(seat: str, holder: str, other: Holder) -> tuple[str, str]:
     """The failed step's message and fix for ``seat`` (held by ``holder``), whose device ``other`` keeps."""
     what = (
