@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from gpuseat.engines import other_courses
+from gpuseat.engines.host import others
 from gpuseat.errors import GpuseatError, NoFreeSeat, NotFound
 from gpuseat.jupyterhub.config import HubSettings
 from gpuseat.jupyterhub.spawners import Grant, apply, flavour, missing_for
@@ -273,6 +275,14 @@ class SeatHooks:
                         f"Your GPU seat {seat.key} is out of order (the monitor lost its GPU). "
                         f"Ask {s.contact} to move you to another seat.",
                         detail=f"seat {seat.key}: {lost[0]}",
+                    )
+                other = other_courses.yielded(store, s.course, ENGINE, [seat]).get(seat.key)
+                if other is not None:  # another course's older holder keeps this GPU (the engine's rule)
+                    if s.mode == "pool":
+                        store.seats.release(s.course, participant=who, reason="gpu of another course", actor=actor)
+                    raise Refusal(
+                        f"Your GPU seat {seat.key} is on a GPU that another course still uses. Ask {s.contact}.",
+                        detail=others.refusal(seat.key, who, other)[0],
                     )
                 owner = (seat.engine_ref or "").split("/")[0]
                 if seat.state in HELD and seat.engine == ENGINE and owner and owner != user:

@@ -54,8 +54,10 @@ from gpuseat.core.delivery import parse_probe
 from gpuseat.core.devices import DEVICE_UUID
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.core.seating import AGENT_ACTOR
+from gpuseat.engines import other_courses
 from gpuseat.engines import sessions as session_checks
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine
+from gpuseat.engines.host import others
 from gpuseat.engines.jupyterhub.requests import do_request, plan_requests
 from gpuseat.engines.setting_types import AbsolutePath
 from gpuseat.errors import EngineError, InputError
@@ -354,6 +356,8 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
             return changes  # nothing of this course is on a hub
         models = self.users()
         seat_of = {s.participant: s for s in state.seats if s.participant}
+        # another course's older holder keeps the GPU (module other_courses): this holder's server stops
+        yielded = other_courses.yielded(self.store, self.course, ENGINE, hub_seats) if state.active else {}
         gone = (
             "the course is deleted" if state.course is None else ("the course is archived" if state.archived else None)
         )
@@ -373,6 +377,8 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
                     why = f"access is closed: {state.closed}"
                 elif mine is None:
                     why = f"{p.key if p else user} holds no seat in course {self.course} now"
+                elif mine.key in yielded and p is not None:
+                    why = others.refusal(mine.key, p.key, yielded[mine.key])[0]
                 elif held and mine not in held:
                     why = f"{p.key if p else user} moved to {mine.key}: the server still holds {held[0].key}"
                 elif not held and not (servers[name] or {}).get("pending") and not named(ref):
@@ -386,6 +392,10 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
                                seats=seats, user=user, server=name))  # fmt: skip
         if state.course is None or state.archived:
             return changes
+        for seat in hub_seats:  # fails apply (exit 2); the way in is cleared below, the rest goes on
+            if seat.key in yielded and seat.participant:
+                what, fix = others.refusal(seat.key, seat.participant, yielded[seat.key])
+                add(self._step("seat.device", seat.key, what, "grant", fix=fix))
         running = {
             f"{u}/{n}" for u, m in models.items() for n in ((m.get("servers") or {}) if u in people else {})
         } - stopping
@@ -403,7 +413,7 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
         for seat in hub_seats:
             p = state.people.get(seat.participant or "")
             old = dict(state.access.get(seat.key) or {})
-            if p is None:
+            if p is None or seat.key in yielded:
                 if old.get("holder") or old.get("user"):
                     add(self._clear_step(seat.key))
                 continue
@@ -489,6 +499,8 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
             case "seat.free":
                 if not dry:
                     self._free(step.target, str(d.get("ref") or ""))
+            case "seat.device":  # planned so that apply names the seat and fails it (exit 2); the rest goes on
+                raise InputError(step.why, where=f"seat {step.target}", fix=d.get("fix") or None)
             case "seat.record" | "seat.clear":
                 self.record_way_in(step, running=False)
             case (
@@ -586,6 +598,10 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
         """Start the participant's server as them, list the GPUs in a kernel there, judge what they see."""
         user = self._user(participant)
         now = datetime.now(UTC)
+        other = other_courses.yielded(self.store, self.course, ENGINE, [seat]).get(seat.key)
+        if other is not None:  # what apply says: another course's older holder keeps this GPU
+            said = others.refusal(seat.key, participant.key, other)[0]
+            return self._readiness(seat, participant, "broken", said, "", (), now)
         token, token_id = self._participant_token(user)
         was_running = bool(((self._model(user) or {}).get("servers") or {}).get(""))
         printed, reason = "", None
