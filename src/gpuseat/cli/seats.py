@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,27 +80,6 @@ def left_out_note(keys: list[str]) -> str:
 
 def _print_seats(seats: list[Any], fmt: Format, title: str) -> None:
     print_rows([s.to_dict() for s in seats], ADDED_COLUMNS, fmt, title=title, drop=ADDED_DROP)
-
-
-def status_notes(seats: list[SeatView], closed: str | None, held: Iterable[dict[str, Any]]) -> dict[str, str]:
-    """Seat → what ``seats status`` says beside a held seat's state: its holder gets no access now, though the
-    seat may say running or applied. Another course's older holder keeps its GPU (the host engine's rule,
-    :mod:`gpuseat.engines.host.others`, by device UUID), or the course's access is closed (``closed``: the
-    engines lock the seats then)."""
-    from gpuseat.engines.host import others
-
-    course = seats[0].course if seats else ""
-    kept = others.by_uuid(course, held)
-    out = {}
-    for s in seats:
-        if not s.participant:
-            continue
-        other = kept.get(s.key) if s.engine == "host" else None
-        if other is not None:
-            out[s.key] = others.refusal(s.key, s.participant, other)[0]
-        elif closed:
-            out[s.key] = f"access closed: {closed}"
-    return out
 
 
 def _specs(
@@ -366,8 +344,8 @@ def register(app: typer.Typer) -> None:
 
             with open_store(db) as store:
                 found = full_status(store, course)
-        seats, last, closed, held = found
-        notes = status_notes(seats, closed, held)
+        seats, last = found.seats, found.last_active
+        notes = found.notes()
         rows = []
         for s in seats:
             ts = last.get(s.id)

@@ -74,6 +74,23 @@ class SeatStatus(NamedTuple):
     #: ``store.seats.held_on_devices`` gives them (another course's older holder keeps such a GPU)
     held: tuple[dict[str, Any], ...] = ()
 
+    def notes(self) -> dict[str, str]:
+        """Seat key → what the organizer's views say beside a held seat's state: its holder gets no access now,
+        though the seat may say running or applied. Another course's older holder keeps its GPU (the host
+        engine's rule, :mod:`gpuseat.engines.host.others`, by device UUID, in its words), or the course's access
+        is closed (the engines lock the seats then)."""
+        from gpuseat.engines.host import others
+
+        kept = others.by_uuid(self.seats[0].course, self.held) if self.held else {}
+        out = {}
+        for s in self.seats:
+            other = kept.get(s.key) if s.participant and s.engine == "host" else None
+            if other is not None:
+                out[s.key] = others.refusal(s.key, s.participant or "", other)[0]
+            elif s.participant and self.closed:
+                out[s.key] = f"access closed: {self.closed}"
+        return out
+
 
 def access_closed(text: str | None, timezone: str, now: Callable[[], datetime]) -> str | None:
     """Why a course (its file's ``text``) is closed at ``now()``, else None: the engines' rule
@@ -124,23 +141,27 @@ def seat_status(db: str | None, course: str | None) -> SeatStatus | None:
 
 
 def full_status(store: CourseStore, course: str | None) -> SeatStatus:
-    """What :func:`seat_status` reads, through the full store (where the light read gives None); the course's
-    file is parsed only when it can close, as there."""
+    """What :func:`seat_status` reads, through the full store (where the light read gives None)."""
+    seats = store.seats.seats(course)
+    return SeatStatus(seats, store.activity.last_active(seat_ids=[s.id for s in seats]), *for_notes(store, seats))
+
+
+def for_notes(store: CourseStore, seats: list[SeatView]) -> tuple[str | None, tuple[dict[str, Any], ...]]:
+    """(:attr:`SeatStatus.closed`, :attr:`SeatStatus.held`) of a course's ``seats``, through the full store: two
+    statements, the course file parsed only when its schedule can close (as the light read)."""
     from sqlalchemy import select
 
     from gpuseat.db.models import CourseRecord
     from gpuseat.store.rows import db_now
 
-    seats = store.seats.seats(course)
-    last = store.activity.last_active(seat_ids=[s.id for s in seats])
     if not any(s.participant for s in seats):
-        return SeatStatus(seats, last)
+        return None, ()
     with store.database.read() as s:
         q = select(CourseRecord.source_text, CourseRecord.timezone).where(CourseRecord.key == seats[0].course)
         text, timezone = s.execute(q).one()
         closed = access_closed(text, timezone, lambda: db_now(s))
     uuids = {s.device_uuid for s in seats if s.engine == "host" and s.device_uuid}
-    return SeatStatus(seats, last, closed, tuple(store.seats.held_on_devices(uuids, "host")))
+    return closed, tuple(store.seats.held_on_devices(uuids, "host"))
 
 
 def head_revision() -> str:

@@ -52,6 +52,8 @@ class SeatsPage:
     participants: list[ParticipantView]
     seats: list[SeatRow]
     ways: list[dict[str, Any]]
+    #: seat key → why its holder gets no access though its state may say running (``seats status``' note)
+    notes: dict[str, str] = field(default_factory=dict)
 
 
 class _PageReads:
@@ -350,6 +352,7 @@ class Portal:
 
         from gpuseat.services.delivery import ways_in
         from gpuseat.services.report import SeatRow
+        from gpuseat.store.lite import SeatStatus, for_notes
 
         key = self.course_key
         reads = cast("CourseStore", _PageReads(self.store))
@@ -359,7 +362,8 @@ class Portal:
         live = self.activity.live(seat_ids=ids) if ids else {}
         last = self.activity.last_active(seat_ids=ids) if ids else {}
         rows = [SeatRow(s, live.get(s.id), last.get(s.id), None) for s in seats]
-        return SeatsPage(participants, rows, ways_in(reads, key))
+        notes = SeatStatus(seats, last, *for_notes(self.store, seats)).notes()
+        return SeatsPage(participants, rows, ways_in(reads, key), notes)
 
     def participant(self, who: ParticipantView, seat: Any, days: Any = None) -> tuple[Any, Any]:
         """The benchmark and usage of ``who``'s seat (their rows only: this page is opened by many);

@@ -44,3 +44,17 @@ def test_the_page_says_access_is_closed_when_the_engines_lock_the_seat(served: S
     _schedule(served, past)  # its days are over
     said = _closed(served)
     assert said is not None and "the course&#39;s schedule has ended" in said and "files stay" not in said
+
+
+def test_the_seats_page_says_access_is_closed_beside_a_running_seat(served: Served) -> None:
+    """The organizer's Seats page showed *running* for seats the engines lock (the course's days are over); it now
+    says access is closed under the state, as ``gpuseat seats status``' note does."""
+    served.store.seats.set_seat_state("lab", "mig-01", "running", reason="ann can log in")
+    assert served.login().status_code == 303
+    page = served.client.get("/seats")
+    assert page.status_code == 200 and "access closed" not in page.text  # open now: nothing said
+    now = datetime.now(UTC)
+    _schedule(served, f'[schedule]\nstart = {(now - timedelta(days=10)).date()}\ndays = 3\naccess = "09:00-17:00"\n')
+    page = served.client.get("/seats")
+    row = page.text.split('<tr data-seat="mig-01">', 1)[1].split("</tr>", 1)[0]
+    assert "running" in row and "access closed: the course&#39;s schedule has ended" in row, row
