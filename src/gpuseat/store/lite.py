@@ -60,6 +60,8 @@ WHERE c.archived_at IS NULL AND s.engine = 'host' AND s.device_uuid IN (
 )
 ORDER BY a.valid_from, c.key, s.key
 """
+#: the names of a :data:`_HELD` row (those of ``held_on_devices``' rows that the notes read)
+_HELD_NAMES = ("course", "seat", "device_uuid", "participant", "unix_user", "since")
 
 
 class SeatStatus(NamedTuple):
@@ -161,7 +163,7 @@ def for_notes(store: CourseStore, seats: list[SeatView]) -> tuple[str | None, tu
         text, timezone = s.execute(q).one()
         closed = access_closed(text, timezone, lambda: db_now(s))
     uuids = {s.device_uuid for s in seats if s.engine == "host" and s.device_uuid}
-    return closed, tuple(store.seats.held_on_devices(uuids, "host"))
+    return closed, tuple({k: r[k] for k in _HELD_NAMES} for r in store.seats.held_on_devices(uuids, "host"))
 
 
 def head_revision() -> str:
@@ -258,9 +260,8 @@ def _read(conn: _Connection, course: str | None) -> SeatStatus | None:
             return datetime.fromtimestamp(float(clock), UTC)
 
         closed = access_closed(text, timezone, now)
-    names = ("course", "seat", "device_uuid", "participant", "unix_user", "since")
     held = tuple(
-        dict(zip(names, (*row[:5], _utc(_stored_time(row[5]))), strict=True))
+        dict(zip(_HELD_NAMES, (*row[:5], _utc(_stored_time(row[5]))), strict=True))
         for row in (conn.rows(_HELD, key) if any(s.engine == "host" and s.participant for s in seats) else ())
     )
     return SeatStatus(seats, last, closed, held)
