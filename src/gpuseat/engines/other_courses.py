@@ -1,5 +1,6 @@
-"""Other courses on the same GPU, for the engines whose seats name their device by UUID (JupyterHub, Slurm,
-Kubernetes): the host engine's rule (:mod:`gpuseat.engines.host.others`) with one device per UUID.
+"""Other courses on the same GPU, for the engines other than the host engine: its rule
+(:mod:`gpuseat.engines.host.others`), with one device per UUID (JupyterHub: :func:`yielded`) or the device files a
+seat's engine reference names (Slurm's GRES devices: :func:`yielded_by_files`).
 
 Device UUIDs are unique per course only: a course left unarchived (24/7: it never closes by date) and a later one
 may each give a holder the same GPU. Of two held seats of one engine on one device UUID in two courses that are not
@@ -9,7 +10,7 @@ archived, the older assignment keeps it; the newer holder gets no access and the
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -33,3 +34,20 @@ def yielded(store: CourseStore, course: str, engine: str, seats: Iterable[SeatVi
         device = (s.device_uuid or "",)
         held.append(others.Holder((since, course, s.key), s.participant or "", "", device, device))
     return others.shared(course, held)[0]
+
+
+def yielded_by_files(
+    store: CourseStore,
+    course: str,
+    engine: str,
+    mine: list[others.Holder],
+    files_of: Callable[[str, str | None], tuple[tuple[str, ...], tuple[str, ...]] | None],
+) -> dict[str, others.Holder]:
+    """:func:`yielded` for ``mine`` (this course's held seats with their files), the other courses' held seats of
+    ``engine`` given their files by ``files_of(seat, engine_ref)`` ((own, all); None: no device recorded)."""
+    held = list(mine)
+    for r in store.seats.held_by_engine(engine) if mine else ():
+        found = files_of(r["seat"], r["engine_ref"]) if r["course"] != course else None
+        if found is not None:
+            held.append(others.Holder((r["since"], r["course"], r["seat"]), r["participant"], "", *found))
+    return others.shared(course, held)[0] if len(held) > len(mine) else {}

@@ -365,19 +365,24 @@ class Seats(Concern):
         pairs = [and_(CourseRecord.key == c, Seat.key == k) for c, k in wanted]
         return self._held(Seat.engine == engine, or_(*pairs))
 
+    def held_by_engine(self, engine: str) -> list[dict[str, Any]]:
+        """:meth:`held_on_devices` of every seat of ``engine``, with its ``engine_ref`` (a Slurm seat's GRES device:
+        node and device files; courses on one cluster may name the same GPU under other seat keys)."""
+        return self._held(Seat.engine == engine)
+
     def _held(self, *where: Any) -> list[dict[str, Any]]:
         with self._database.read() as s:
             q = (
                 select(CourseRecord.key, Seat.key, Seat.device_uuid, Participant.key, Participant.unix_user)
-                .add_columns(Assignment.valid_from)
+                .add_columns(Assignment.valid_from, Seat.engine_ref)
                 .join(Seat, Seat.course_id == CourseRecord.id)
                 .join(Assignment, and_(Assignment.seat_id == Seat.id, Assignment.valid_to.is_(None)))
                 .join(Participant, Participant.id == Assignment.participant_id)
                 .where(CourseRecord.archived_at.is_(None), *where)
                 .order_by(Assignment.valid_from, CourseRecord.key, Seat.key)
             )
-            names = ("course", "seat", "device_uuid", "participant", "unix_user", "since")
-            return [dict(zip(names, (*row[:5], _utc(row[5])), strict=True)) for row in s.execute(q)]
+            names = ("course", "seat", "device_uuid", "participant", "unix_user", "since", "engine_ref")
+            return [dict(zip(names, (*row[:5], _utc(row[5]), row[6]), strict=True)) for row in s.execute(q)]
 
 
 #: the history keeps a release's reason in ``assignments.ended_by``, String(32)

@@ -29,7 +29,8 @@ holder is let in only once the old holder's jobs are gone. A second plan after a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from dataclasses import replace
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,8 +39,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuseat.core import logins
 from gpuseat.core.readiness import Access, Readiness
-from gpuseat.engines import wishes
+from gpuseat.engines import other_courses, wishes
 from gpuseat.engines.base import Changes, CourseState, Holding, Phase, Step, StepEngine
+from gpuseat.engines.host import others as courses_rule
 from gpuseat.engines.setting_types import trusted_file
 from gpuseat.engines.slurm import config, names, reading
 from gpuseat.engines.slurm import requests as seat_requests
@@ -49,6 +51,7 @@ from gpuseat.engines.slurm.course import (
     Member,
     SlurmCourse,
     course_from_values,
+    device_from_ref,
     in_course,
     job_submit_folder,
     lua_path,
@@ -192,12 +195,31 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         tz = state.course.timezone
         return [(_local(a, tz), _local(b, tz)) for a, b in sched.intervals()]
 
+    def _yield(self, state: CourseState, sc: SlurmCourse, changes: Changes) -> SlurmCourse:
+        """``sc`` without the holders whose GPU an older holder of another course keeps (:meth:`_yielded`): no
+        session, seat limit or association for them (their jobs are cancelled); their seat.device step fails."""
+        lost = self._yielded(state, sc)
+        for key, other in sorted(lost.items()):
+            what, fix = courses_rule.refusal(key, next(m.participant for m in sc.members if m.seat == key), other)
+            changes.steps.append(self._step("seat.device", key, what, "grant", fix=fix))
+        return replace(sc, members=tuple(replace(m, seat=None) if m.seat in lost else m for m in sc.members))
+
+    def _yielded(self, state: CourseState, sc: SlurmCourse) -> dict[str, courses_rule.Holder]:
+        """This course's held seats whose GRES device (its files on its node) a held Slurm seat of another course not
+        archived also names, held since before: seat → that holding (the host engine's rule)."""
+        devices = {d.seat: d for d in sc.devices}
+        since = {s.key: s.assigned_since or datetime.max.replace(tzinfo=UTC) for s in state.seats}
+        held = [(m, d) for m in sc.members if (d := devices.get(m.seat or "")) is not None]
+        mine = [courses_rule.Holder((since[m.seat or ""], self.course, m.seat or ""), m.participant, m.unix_user,
+                                    *_files(d)) for m, d in held]  # fmt: skip
+        return other_courses.yielded_by_files(self.store, self.course, self.name, mine, _ref_files)
+
     # -- plan ------------------------------------------------------------------------------------------
 
     def plan(self, course: CourseState) -> Changes:
         """Every step that makes the cluster match the store (see the module docstring)."""
         changes = Changes(self.name, self.course, self.host)
-        sc = self.wanted(course, changes.notes)
+        sc = self._yield(course, self.wanted(course, changes.notes), changes)
         holders = {lim.user: lim for lim in sc.limits()}  # login -> their seat's limit
         seat_of_type = {d.slurm_type: str(d.seat) for d in sc.devices}
         seat_of = {login: seat_of_type[lim.seat_type or lim.gres_type] for login, lim in holders.items()}
@@ -678,6 +700,8 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                 self.record_way_in(step)
             case "request.record" | "seat.stop":
                 return wishes.do_record(self, step, partial(seat_requests.verdict, self))
+            case "seat.device":  # planned so that apply names the seat and fails it (exit 2); the rest goes on
+                raise InputError(step.why, where=f"seat {step.target}", fix=d.get("fix") or None)
             case _:
                 raise InputError(f"the slurm engine has no step {step.action!r}", where="plan")
         return None
@@ -709,11 +733,34 @@ class SlurmEngine(StepEngine[SlurmSettings]):
 
     def probe(self, seat: SeatView, participant: ParticipantView) -> Readiness:
         """``srun`` as the participant, judged (:func:`~gpuseat.engines.slurm.reading.srun_probe`)."""
+        from gpuseat.engines.apply import course_state
+
+        state = course_state(self.store, self.course)
+        other = self._yielded(state, self.wanted(state, [])).get(seat.key)
+        if other is not None:  # what apply says: another course's older holder keeps this GPU
+            why = courses_rule.refusal(seat.key, participant.key, other)[0]
+            return Readiness(
+                self.course, seat.key, participant.key, "broken", why, "", (), datetime.now(UTC), self.name
+            )
         return reading.srun_probe(self, seat, participant)
 
     def refused(self, participant: ParticipantView) -> str | None:
         """What still lets a former holder use the course's GPUs (:func:`.reading.still_let_in`)."""
         return reading.still_let_in(self, participant)
+
+
+def _files(d: config.GresDevice) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A GRES device's (own files, all files) on its node: a MIG instance owns its capability files, not the GPU."""
+    every = tuple(f"{d.node}:{f}" for f in d.files)
+    return (every[1:] if d.mig else every), every
+
+
+def _ref_files(seat: str, ref: str | None) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """:func:`_files` of a seat's recorded GRES device (``engine_ref``); None: none recorded."""
+    try:
+        return _files(device_from_ref(seat, ref))
+    except InputError:
+        return None
 
 
 def _starts_later(fields: dict[str, str]) -> bool:
@@ -731,8 +778,6 @@ def _overlaps(res: Reservation, kept: dict[str, list[int]], resvs: dict[str, dic
 
 
 def _replace_start(res: Reservation, start: datetime, users: Sequence[str]) -> Reservation:
-    from dataclasses import replace
-
     return replace(res, start=start, users=tuple(users))
 
 
