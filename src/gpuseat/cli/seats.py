@@ -364,7 +364,7 @@ def register(app: typer.Typer) -> None:
                 }
             )
         title = f"seats of {seats[0].course}" if seats else "seats"
-        columns = STATUS_COLUMNS  # a table without a note has no note column (json and csv keep theirs)
+        columns: tuple[str, ...] = STATUS_COLUMNS  # a table without a note has no note column (json, csv: always)
         if fmt in (Format.table, Format.wide) and not any(r["note"] for r in rows):
             columns = tuple(c for c in STATUS_COLUMNS if c != "note")
         print_rows(rows, columns, fmt, title=title, drop=STATUS_DROP)
