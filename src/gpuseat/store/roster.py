@@ -53,6 +53,9 @@ class Roster(Concern):
             rows, where = list(source), where or "roster"
         with self._database.write() as s:
             crow = _course(s, course)
+            # PostgreSQL: the course file's groups as a course update (FOR UPDATE) leaves them, and that update's
+            # check of the roster waits for this import (read before, they were the old file's: orphans)
+            s.refresh(crow, with_for_update={"read": True})
             groups = tuple(g["name"] for g in (crow.summary or {}).get("groups", ())) or ("participants",)
             if text is not None:
                 rows = parse_roster(text, groups=groups, where=where)
