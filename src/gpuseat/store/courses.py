@@ -179,12 +179,28 @@ class Courses(Concern):
             return row.source_text
 
     def set_course_text(
-        self, course: str | None, text: str, *, changes: list[dict[str, Any]], actor: str = DEFAULT_ACTOR
+        self,
+        course: str | None,
+        text: str,
+        *,
+        changes: list[dict[str, Any]],
+        base: str | None = None,
+        actor: str = DEFAULT_ACTOR,
     ) -> None:
         """Replace the course file's text (already checked as a course file: the portal's settings page)
-        with one ``course.policy`` events row per changed field, in one transaction."""
+        with one ``course.policy`` events row per changed field, in one transaction. ``base``: the stored text
+        ``text`` was made from; another stored since (a ``course update`` meanwhile) is an input error, nothing
+        written (its dates and sessions would go back to the old file's)."""
         with self._database.write() as s:
             row = _course(s, course)
+            if base is not None:
+                s.refresh(row, with_for_update=True)  # PostgreSQL: as update_course locks it
+                if row.source_text != base:
+                    raise InputError(
+                        "the course file was changed meanwhile (gpuseat course update, or another save)",
+                        where=f"course {row.key}",
+                        fix="reload the page and make the change again",
+                    )
             row.source_text, row.updated_at = text, datetime.now(UTC)
             for change in changes:
                 _log(s, row.key, actor, "course.policy", detail=change)

@@ -66,8 +66,9 @@ def save_course_settings(request: Request, data: Form, user: OrganizerPost, port
     if not changed:
         return settings_page(request, edit, notice="nothing changed")
     try:
-        text, _checked = rewritten(portal.store.courses.course_text(key), edit)
-        portal.store.courses.set_course_text(key, text, changes=changed, actor=user)
+        base = portal.store.courses.course_text(key)
+        text, _checked = rewritten(base, edit)
+        portal.store.courses.set_course_text(key, text, changes=changed, base=base, actor=user)
     except InputError as exc:
         return settings_page(request, edit, status=400, error="nothing was saved: " + exc.message)
     return settings_page(
