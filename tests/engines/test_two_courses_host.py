@@ -237,3 +237,26 @@ def test_a_refused_holders_requests_and_stops_never_touch_the_other_courses_hold
     assert request.state == "failed", request
     assert "course jan is not archived and its seat gpu-1" in (request.reason or ""), request
     assert any("course jan is not archived" in str(f) for f in done.failed), done.failed
+
+
+def test_a_hub_holder_of_another_course_keeps_the_gpu_from_a_newer_ssh_seat(lab: Lab, url: str, tmp_path: Path) -> None:
+    """jan's seat on this server's GPU 1 is a JupyterHub seat (ann's server runs on it, CUDA_VISIBLE_DEVICES); feb
+    then gives ben the same GPU as an SSH seat of the host engine. Before, only host seats were compared: ben got
+    /dev/nvidia1 beside ann's server. Now the rule compares the held seats of every engine that delivers a GPU of
+    this server, by device UUID: ben gets nothing, the step names jan's seat and the fix; a feb seat with no UUID
+    yet does not adopt that GPU either. Once jan is archived, ben gets it."""
+    gpu = lab.dev / "nvidia1"
+    with open_store(url, create=True) as store:
+        _course(store, lab, tmp_path, "jan", {"gpu-1": WHOLE}, ann="gpu-1")
+        store.seats.set_seat_state("jan", "gpu-1", "running", engine="jupyterhub", reason="a hub seat")
+        _course(store, lab, tmp_path, "feb", {"gpu-1": WHOLE, "gpu-x": None}, ben="gpu-1", cat="gpu-x")
+    done = _pass(url, "feb")
+    assert _acl(gpu) in (None, set()), "feb's pass gave the GPU of jan's hub holder to an SSH seat"
+    failed = " ".join(str(f) for f in done.failed)
+    assert "course jan is not archived and its seat gpu-1 (held by ann since" in failed, done.failed
+    assert "gpuseat course archive jan" in failed
+    with open_store(url) as store:
+        assert store.seats.get_seat("feb", "gpu-x").device_uuid is None  # not adopted: jan's hub holder keeps it
+        store.lifecycle.archive_course("jan")
+    assert not _pass(url, "feb").failed
+    assert _uid(lab, "ben") in (_acl(gpu) or set())

@@ -81,3 +81,37 @@ def test_the_spawn_hook_refuses_a_start_on_another_courses_gpu(two, spawners):
     spawn(h, spawners("ben"))  # mig-2: no other course on it
     assert store.seats.get_seat("lab", "mig-2").state == "requested"
     asyncio.run(h.post_stop_hook(spawners("ben")))
+
+
+@pytest.fixture
+def host_then_hub(tmp_path, monkeypatch):
+    """Course jan's seats on the host engine (zoe holds mig-1 over SSH), then course lab's hub seats on the same
+    device UUIDs (ada holds mig-1 too, ben mig-2): one server, two engines."""
+    monkeypatch.setenv("HUB_TEST_TOKEN", TOKEN)
+    url = f"sqlite:///{tmp_path / 'hub.db'}"
+    jan = make_course(url, tmp_path, key="jan", people=["zoe"], seats=2, assign=1)
+    lab = make_course(url, tmp_path, key="lab", people=["ada", "ben"], seats=2, assign=2)
+    for seat in jan.seats.seats("jan"):
+        jan.seats.set_seat_state("jan", seat.key, seat.state, engine="host", reason="an SSH seat")
+    for seat in lab.seats.seats("lab"):
+        lab.seats.set_seat_state("lab", seat.key, seat.state, engine="jupyterhub", reason="a hub seat")
+    yield lab, url
+    jan.close()
+    lab.close()
+
+
+def test_a_host_engine_holder_keeps_the_gpu_from_a_hub_seat_of_another_course(host_then_hub, spawners):
+    """The rule compares the held seats of every engine that delivers a GPU of the server (by device UUID): an
+    older SSH holder of course jan keeps it; lab's hub holder is refused by the pass, the check and the hook."""
+    store, url = host_then_hub
+    hub = StandInHub("ada", "ben")
+    engine = _engine(store, hub)
+    report = engine.apply(engine.plan(course_state(store, "lab")))
+    (failed,) = report.failed
+    assert (failed.step.action, failed.step.target, failed.exit_code) == ("seat.device", "mig-1", 2)
+    assert "course jan is not archived and its seat mig-1 (held by zoe since" in (failed.message or "")
+    assert "gpuseat course archive jan" in (failed.message or "")
+    ada = next(p for p in store.roster.participants("lab") if p.key == "ada")
+    assert engine.probe(store.seats.get_seat("lab", "mig-1"), ada).state == "broken"
+    said = refusal(hooks(url), spawners("ada"))
+    assert "on a GPU that another course still uses" in said and "zoe" not in said

@@ -34,3 +34,19 @@ def test_held_seats_of_other_courses(store: CourseStore) -> None:
     assert store.seats.held_seats([], "libvirt") == []
     store.lifecycle.archive_course("jan")
     assert [r["course"] for r in store.seats.held_seats([("jan", "seat-01"), ("feb", "seat-01")], "libvirt")] == ["feb"]
+
+
+def test_held_seats_of_several_engines_on_one_gpu(store: CourseStore) -> None:
+    """The engines that deliver a GPU of their server are compared together: one read gives the held seats of any
+    of them on the UUIDs asked (with each seat's engine), and the libvirt engine's read adds them to its domains'."""
+    jan = _course(store, "jan", "host")
+    _course(store, "hub", "jupyterhub")
+    _course(store, "vms", "libvirt")
+    _course(store, "k8s", "kubernetes")
+    local = ("host", "jupyterhub", "libvirt")
+    rows = store.seats.held_on_devices(["GPU-1"], local)
+    assert [(r["course"], r["engine"]) for r in rows] == [("jan", "host"), ("hub", "jupyterhub"), ("vms", "libvirt")]
+    assert rows[0]["participant"] == jan[0] and store.seats.held_on_devices(["GPU-2"], local) == []
+    rows = store.seats.held_seats([("vms", "seat-01")], "libvirt", ["GPU-1"], ("host", "jupyterhub"))
+    assert [(r["course"], r["seat"]) for r in rows] == [("jan", "seat-01"), ("hub", "seat-01"), ("vms", "seat-01")]
+    assert [r["course"] for r in store.seats.held_seats([], "libvirt", ["GPU-1"], ("host",))] == ["jan"]

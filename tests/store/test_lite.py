@@ -237,3 +237,19 @@ def test_seats_status_says_when_a_running_seat_gets_no_access(
         assert light is not None and light == full(store, course)  # the full store reads the same
     store.lifecycle.archive_course("jan")
     assert _notes(cli, url, "feb") == {"gpu-1": None}
+
+
+def test_seats_status_notes_another_engines_older_holder_on_the_gpu(
+    cli, store: CourseStore, url: str, tmp_path: Path
+) -> None:
+    """jan's SSH seat (host engine) and feb's hub seat (JupyterHub) name one GPU: the rule compares the engines
+    that deliver a GPU of their server, whichever each course uses. Before, the note compared host seats only and
+    said nothing of feb's hub seat, which the engine refuses; now both reads say it."""
+    _held_course(store, tmp_path, "jan", TWENTY_FOUR_SEVEN, "ann", "GPU-bbbbbbbb-0000-4000-8000-000000000001")
+    _held_course(store, tmp_path, "feb", TWENTY_FOUR_SEVEN, "ben", "GPU-bbbbbbbb-0000-4000-8000-000000000001")
+    store.seats.set_seat_state("feb", "gpu-1", "running", engine="jupyterhub", reason="a hub seat")
+    [note] = _notes(cli, url, "feb").values()
+    assert note is not None and note.startswith("seat gpu-1: course jan is not archived and its seat gpu-1")
+    for course in ("jan", "feb"):
+        light = seat_status(url, course)
+        assert light is not None and light == full(store, course)

@@ -15,6 +15,7 @@ from gpuseat.engines.apply import course_state
 from gpuseat.engines.libvirt.domain import hostdevs
 from gpuseat.store import open_store
 
+from .conftest import EXAMPLES, layout
 from .test_test_driver import build, fill, xml_of
 
 OLD, NEW = "spring", "autumn"  # the older course's key sorts last: the assignment's time decides, not the key
@@ -80,6 +81,38 @@ def test_a_vm_made_first_for_the_newer_holder_is_stopped(store, test_host):
     # no fight: each course's next plan keeps it so (autumn's says the refusal again, nothing else)
     assert old.plan(course_state(store, OLD)).empty
     assert [s.action for s in new.plan(course_state(store, NEW)).steps] == ["seat.device"]
+
+
+def test_an_ssh_seat_of_another_course_keeps_the_gpu_a_newer_vm_names(store, test_host):
+    """spring's seat on GPU 0 of the server is an SSH seat of the host engine (amartin logs in and uses it); autumn
+    then carves a libvirt seat whose VM passes that GPU through, naming its device UUID. Before, the libvirt engine
+    compared only other courses' VMs: it made and started autumn's VM on the GPU spring's holder uses. Now the rule
+    compares the held seats of every engine that delivers a GPU of the server, by device UUID: no VM, the step
+    names spring's seat and the fix, and seats check says the same."""
+    store.courses.create_course(EXAMPLES / "course-2016.toml", key=OLD)
+    store.roster.import_roster(OLD, EXAMPLES / "roster-16.csv")
+    store.seats.add_seats(OLD, [{"key": "gpu-0", "kind": "gpu", "engine": "host", "device_uuid": "GPU-M60-0"}])
+    store.seats.assign(OLD, "amartin", "gpu-0")
+    lay = layout("ibm-2xM60.toml", mode="passthrough")
+    store.courses.create_course(EXAMPLES / "course-2016.toml", key=NEW)
+    store.roster.import_roster(NEW, EXAMPLES / "roster-16.csv")
+    slice_ = lay.slices[0].name
+    store.seats.add_seats(NEW, [{"key": slice_, "kind": "gpu", "engine": "libvirt", "device_uuid": "GPU-M60-0"}])
+    who = next(p.key for p in store.roster.participants(NEW) if p.key != "amartin")
+    store.seats.assign(NEW, who, slice_)
+    new = build(store, test_host, course=NEW)
+    steps, report = _pass(new, store, NEW)
+    assert ("domain.create", f"gpuseat-{NEW}-{slice_}") not in steps
+    assert test_host.lookup(f"gpuseat-{NEW}-{slice_}") is None
+    (failed,) = report.failed
+    assert (failed.step.action, failed.step.target, failed.exit_code) == ("seat.device", slice_, 2)
+    assert f"course {OLD} is not archived and its seat gpu-0 (held by amartin since" in (failed.message or "")
+    person = next(p for p in store.roster.participants(NEW) if p.key == who)
+    ready = new.probe(store.seats.get_seat(NEW, slice_), person)
+    assert ready.state == "broken" and f"course {OLD} is not archived" in (ready.reason or "")
+    store.lifecycle.archive_course(OLD)
+    steps, report = _pass(new, store, NEW)
+    assert not report.failed and ("domain.create", f"gpuseat-{NEW}-{slice_}") in steps
 
 
 def _text(el) -> str:

@@ -3,8 +3,10 @@
 seat's engine reference names (Slurm's GRES devices: :func:`yielded_by_files`).
 
 Device UUIDs are unique per course only: a course left unarchived (24/7: it never closes by date) and a later one
-may each give a holder the same GPU. Of two held seats of one engine on one device UUID in two courses that are not
-archived, the older assignment keeps it; the newer holder gets no access and the pass fails that seat's
+may each give a holder the same GPU, through the same engine or two (an SSH seat of the host engine in one, a hub
+server in the other). Of two held seats of the engines that deliver a GPU of their server
+(:data:`~gpuseat.engines.host.others.LOCAL`) on one device UUID in two courses that are not archived, the older
+assignment keeps it; the newer holder gets no access and the pass fails that seat's
 ``seat.device`` step with :func:`~gpuseat.engines.host.others.refusal`'s words and fix.
 """
 
@@ -20,11 +22,12 @@ if TYPE_CHECKING:
     from gpuseat.store import CourseStore, SeatView
 
 
-def yielded(store: CourseStore, course: str, engine: str, seats: Iterable[SeatView]) -> dict[str, others.Holder]:
-    """Seat of ``course`` (held, with a device UUID) → the older holding of another course on its GPU (one read).
-    ``seats`` count as held by ``engine`` whatever their stored engine (a hub seat's first start sets it)."""
+def yielded(store: CourseStore, course: str, seats: Iterable[SeatView]) -> dict[str, others.Holder]:
+    """Seat of ``course`` (held, with a device UUID) → the older holding of another course on its GPU, whichever
+    of the :data:`~gpuseat.engines.host.others.LOCAL` engines delivers it (one read). ``seats`` count as held
+    whatever their stored engine (a hub seat's first start sets it)."""
     mine = [s for s in seats if s.device_uuid and s.participant]
-    rows = store.seats.held_on_devices({s.device_uuid or "" for s in mine}, engine) if mine else []
+    rows = store.seats.held_on_devices({s.device_uuid or "" for s in mine}, others.LOCAL) if mine else []
     theirs = [r for r in rows if r["course"] != course]
     if not theirs:
         return {}  # the usual server: one course

@@ -276,7 +276,7 @@ class SeatHooks:
                         f"Ask {s.contact} to move you to another seat.",
                         detail=f"seat {seat.key}: {lost[0]}",
                     )
-                other = other_courses.yielded(store, s.course, ENGINE, [seat]).get(seat.key)
+                other = other_courses.yielded(store, s.course, [seat]).get(seat.key)
                 if other is not None:  # another course's older holder keeps this GPU (the engine's rule)
                     if s.mode == "pool":
                         store.seats.release(s.course, participant=who, reason="gpu of another course", actor=actor)

@@ -47,16 +47,19 @@ _RAW = f"SELECT seat_id, MAX(ts) FROM samples WHERE active = ? AND {_OF_COURSE} 
 _COURSE_FILE = "SELECT source_text, timezone FROM courses WHERE key = ?"
 #: the store's clock (``store.rows.clock_sql``), seconds since the epoch: SQLite's, then PostgreSQL's
 _CLOCK = ("SELECT (julianday('now') - 2440587.5) * 86400.0", "SELECT extract(epoch FROM clock_timestamp())")
-#: ``store.seats.held_on_devices`` for the course's host seats' UUIDs: every held host seat on one of them in a
-#: course that is not archived (this course's too), oldest first
+#: ``store.seats.held_on_devices`` for the UUIDs of the course's seats of the engines that deliver a GPU of their
+#: server (``engines``: as many marks as ``gpuseat.engines.host.others.LOCAL`` names, bound before and after the
+#: course key): every held seat of those engines on one of them in a course that is not archived (this course's
+#: too), oldest first
 _HELD = """
 SELECT c.key, s.key, s.device_uuid, p.key, p.unix_user, a.valid_from
 FROM seats s
 JOIN courses c ON c.id = s.course_id
 JOIN assignments a ON a.seat_id = s.id AND a.valid_to IS NULL
 JOIN participants p ON p.id = a.participant_id
-WHERE c.archived_at IS NULL AND s.engine = 'host' AND s.device_uuid IN (
-    SELECT o.device_uuid FROM seats o JOIN courses oc ON oc.id = o.course_id WHERE oc.key = ? AND o.engine = 'host'
+WHERE c.archived_at IS NULL AND s.engine IN ({engines}) AND s.device_uuid IN (
+    SELECT o.device_uuid FROM seats o JOIN courses oc ON oc.id = o.course_id
+    WHERE oc.key = ? AND o.engine IN ({engines})
 )
 ORDER BY a.valid_from, c.key, s.key
 """
@@ -72,7 +75,8 @@ class SeatStatus(NamedTuple):
     last_active: dict[int, float | None]
     #: why the course's access is closed now (the engines lock its seats), else None (:func:`access_closed`)
     closed: str | None = None
-    #: held host seats on the course's host seats' device UUIDs, in every course not archived, as
+    #: held seats (of the engines that deliver a GPU of their server) on the device UUIDs of the course's seats of
+    #: those engines, in every course not archived, as
     #: ``store.seats.held_on_devices`` gives them (another course's older holder keeps such a GPU)
     held: tuple[dict[str, Any], ...] = ()
 
@@ -86,7 +90,7 @@ class SeatStatus(NamedTuple):
         kept = others.by_uuid(self.seats[0].course, self.held) if self.held else {}
         out = {}
         for s in self.seats:
-            other = kept.get(s.key) if s.participant and s.engine == "host" else None
+            other = kept.get(s.key) if s.participant and s.engine in others.LOCAL else None
             if other is not None:
                 out[s.key] = others.refusal(s.key, s.participant or "", other)[0]
             elif s.participant and self.closed:
@@ -162,8 +166,10 @@ def for_notes(store: CourseStore, seats: list[SeatView]) -> tuple[str | None, tu
         q = select(CourseRecord.source_text, CourseRecord.timezone).where(CourseRecord.key == seats[0].course)
         text, timezone = s.execute(q).one()
         closed = access_closed(text, timezone, lambda: db_now(s))
-    uuids = {s.device_uuid for s in seats if s.engine == "host" and s.device_uuid}
-    return closed, tuple({k: r[k] for k in _HELD_NAMES} for r in store.seats.held_on_devices(uuids, "host"))
+    from gpuseat.engines.host.others import LOCAL
+
+    uuids = {s.device_uuid for s in seats if s.engine in LOCAL and s.device_uuid}
+    return closed, tuple({k: r[k] for k in _HELD_NAMES} for r in store.seats.held_on_devices(uuids, LOCAL))
 
 
 def head_revision() -> str:
@@ -260,9 +266,13 @@ def _read(conn: _Connection, course: str | None) -> SeatStatus | None:
             return datetime.fromtimestamp(float(clock), UTC)
 
         closed = access_closed(text, timezone, now)
+    from gpuseat.engines.host.others import LOCAL
+
+    local = any(s.engine in LOCAL and s.participant for s in seats)
+    sql = _HELD.format(engines=", ".join("?" for _ in LOCAL))
     held = tuple(
         dict(zip(_HELD_NAMES, (*row[:5], _utc(_stored_time(row[5]))), strict=True))
-        for row in (conn.rows(_HELD, key) if any(s.engine == "host" and s.participant for s in seats) else ())
+        for row in (conn.rows(sql, *LOCAL, key, *LOCAL) if local else ())
     )
     return SeatStatus(seats, last, closed, held)
 

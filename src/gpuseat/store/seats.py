@@ -348,22 +348,29 @@ class Seats(Concern):
             past = [a for d in s.scalars(q) if isinstance(d, dict) for a in d.get("past_assignments") or ()]
             return {str(a["seat"]) for a in past if isinstance(a, dict) and a.get("participant") == participant}
 
-    def held_on_devices(self, uuids: Iterable[str], engine: str) -> list[dict[str, Any]]:
-        """Every held seat of ``engine`` on one of the devices ``uuids``, in every course that is not archived (one
-        read): course, seat, device_uuid, participant, unix_user and since (when the holder got it), oldest first.
-        Device UUIDs are unique per course only: two courses on one server may name the same GPU, under any host
-        name (the host engine's rule, :mod:`gpuseat.engines.host.others`)."""
+    def held_on_devices(self, uuids: Iterable[str], engines: str | Iterable[str]) -> list[dict[str, Any]]:
+        """Every held seat of ``engines`` (one name, or several: the engines that deliver a GPU of the server they
+        run on, :data:`gpuseat.engines.host.others.LOCAL`) on one of the devices ``uuids``, in every course that is
+        not archived (one read): course, seat, device_uuid, participant, unix_user, since (when the holder got it)
+        and engine, oldest first. Device UUIDs are unique per course only: two courses on one server may name the
+        same GPU, under any host name and through any of those engines (the host engine's rule,
+        :mod:`gpuseat.engines.host.others`)."""
         wanted = sorted(set(uuids))
-        return self._held(Seat.engine == engine, Seat.device_uuid.in_(wanted)) if wanted else []
+        return self._held(_engine_in(engines), Seat.device_uuid.in_(wanted)) if wanted else []
 
-    def held_seats(self, seats: Iterable[tuple[str, str]], engine: str) -> list[dict[str, Any]]:
+    def held_seats(
+        self, seats: Iterable[tuple[str, str]], engine: str, uuids: Iterable[str] = (), engines: Iterable[str] = ()
+    ) -> list[dict[str, Any]]:
         """:meth:`held_on_devices` of the seats named (course, seat key) instead: the held ones of ``engine`` in
-        courses not archived (the libvirt engine finds other courses' seats by their domains on its host)."""
-        wanted = sorted(set(seats))
-        if not wanted:
-            return []
-        pairs = [and_(CourseRecord.key == c, Seat.key == k) for c, k in wanted]
-        return self._held(Seat.engine == engine, or_(*pairs))
+        courses not archived (the libvirt engine finds other courses' seats by their domains on its host), and in
+        the same read the held seats of ``engines`` on the devices ``uuids`` (the other engines' seats on a GPU a
+        seat of its course names)."""
+        pairs = [and_(CourseRecord.key == c, Seat.key == k) for c, k in sorted(set(seats))]
+        wanted, local = sorted(set(uuids)), sorted(set(engines))
+        named = [and_(Seat.engine == engine, or_(*pairs))] if pairs else []
+        if wanted and local:
+            named.append(and_(Seat.engine.in_(local), Seat.device_uuid.in_(wanted)))
+        return self._held(or_(*named)) if named else []
 
     def held_by_engine(self, engine: str) -> list[dict[str, Any]]:
         """:meth:`held_on_devices` of every seat of ``engine``, with its ``engine_ref`` (a Slurm seat's GRES device:
@@ -374,15 +381,20 @@ class Seats(Concern):
         with self._database.read() as s:
             q = (
                 select(CourseRecord.key, Seat.key, Seat.device_uuid, Participant.key, Participant.unix_user)
-                .add_columns(Assignment.valid_from, Seat.engine_ref)
+                .add_columns(Assignment.valid_from, Seat.engine_ref, Seat.engine)
                 .join(Seat, Seat.course_id == CourseRecord.id)
                 .join(Assignment, and_(Assignment.seat_id == Seat.id, Assignment.valid_to.is_(None)))
                 .join(Participant, Participant.id == Assignment.participant_id)
                 .where(CourseRecord.archived_at.is_(None), *where)
                 .order_by(Assignment.valid_from, CourseRecord.key, Seat.key)
             )
-            names = ("course", "seat", "device_uuid", "participant", "unix_user", "since", "engine_ref")
-            return [dict(zip(names, (*row[:5], _utc(row[5]), row[6]), strict=True)) for row in s.execute(q)]
+            names = ("course", "seat", "device_uuid", "participant", "unix_user", "since", "engine_ref", "engine")
+            return [dict(zip(names, (*row[:5], _utc(row[5]), *row[6:]), strict=True)) for row in s.execute(q)]
+
+
+def _engine_in(engines: str | Iterable[str]) -> Any:
+    """The seats of engine ``engines`` (a name), or of one of them."""
+    return Seat.engine == engines if isinstance(engines, str) else Seat.engine.in_(sorted(set(engines)))
 
 
 #: the history keeps a release's reason in ``assignments.ended_by``, String(32)

@@ -216,7 +216,7 @@ class HostEngine(StepEngine[HostSettings]):
         """What courses not archived hold on this machine's devices (module ``others``; by device UUID, whatever
         host name their seats give): this course's seats whose device an older holder of another course keeps,
         and device file → the other courses' logins that keep it."""
-        rows = self.store.seats.held_on_devices(self._devices()[0], self.name)
+        rows = self.store.seats.held_on_devices(self._devices()[0], others.LOCAL)
         if all(r["course"] == self.course for r in rows):
             return {}, {}  # the usual server: one course
         return others.shared(self.course, others.with_files(rows, self._files_of))
@@ -242,7 +242,7 @@ class HostEngine(StepEngine[HostSettings]):
         if not wanted:
             return {}
         devices = self._devices()[0]
-        held = others.with_files(self.store.seats.held_on_devices(devices, self.name), self._files_of)
+        held = others.with_files(self.store.seats.held_on_devices(devices, others.LOCAL), self._files_of)
         taken = {s.device_uuid for s in seats if s.device_uuid}
         taken |= {u for u in devices if others.clashing(self.course, self._files_of(u), held)}
         return delivery.adopt(wanted, devices, taken)

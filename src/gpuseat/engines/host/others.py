@@ -2,8 +2,10 @@
 
 Device UUIDs are unique per course only, so two courses that are not archived may both seat someone on one
 GPU (a January course left open, then a February one on the same server; a 24/7 course never closes by date).
-Each course's pass reads every held host seat on this machine's devices, by UUID whatever host name the seats
-give (``store.seats.held_on_devices``), and applies the same rule, so the passes agree:
+Each course's pass reads every held seat on this machine's devices, by UUID whatever host name the seats give and
+whichever engine delivers them (:data:`LOCAL`: an SSH seat of one course and a JupyterHub server or a passed-through
+VM of another are two people on one GPU just the same; ``store.seats.held_on_devices``), and applies the same rule,
+so the passes agree:
 
 - Two holdings *clash* when one's own device files (a whole GPU's ``/dev/nvidiaN``, a MIG instance's
   capability files) are among the other's files (its own and a MIG slice's parent GPU). Two MIG slices of one
@@ -25,6 +27,11 @@ from datetime import datetime
 from typing import Any
 
 from gpuseat.core.delivery import login_name
+
+#: the engines that deliver a GPU of the server they run on, named by its device UUID: their held seats are compared
+#: with each other whatever engine each course's seats use (Slurm and Kubernetes give out their nodes' GPUs
+#: themselves: their own rules, :func:`gpuseat.engines.other_courses.yielded_by_files` and the device plugin)
+LOCAL = ("host", "jupyterhub", "libvirt")
 
 
 @dataclass(frozen=True, slots=True)

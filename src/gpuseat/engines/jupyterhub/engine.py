@@ -357,7 +357,7 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
         models = self.users()
         seat_of = {s.participant: s for s in state.seats if s.participant}
         # another course's older holder keeps the GPU (module other_courses): this holder's server stops
-        yielded = other_courses.yielded(self.store, self.course, ENGINE, hub_seats) if state.active else {}
+        yielded = other_courses.yielded(self.store, self.course, hub_seats) if state.active else {}
         gone = (
             "the course is deleted" if state.course is None else ("the course is archived" if state.archived else None)
         )
@@ -598,7 +598,7 @@ class JupyterHubEngine(StepEngine[JupyterHubSettings]):
         """Start the participant's server as them, list the GPUs in a kernel there, judge what they see."""
         user = self._user(participant)
         now = datetime.now(UTC)
-        other = other_courses.yielded(self.store, self.course, ENGINE, [seat]).get(seat.key)
+        other = other_courses.yielded(self.store, self.course, [seat]).get(seat.key)
         if other is not None:  # what apply says: another course's older holder keeps this GPU
             said = others.refusal(seat.key, participant.key, other)[0]
             return self._readiness(seat, participant, "broken", said, "", (), now)

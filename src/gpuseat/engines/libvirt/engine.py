@@ -295,22 +295,27 @@ class LibvirtEngine(StepEngine[LibvirtSettings]):
         self, holders: dict[str, ParticipantView], seats: dict[str, SeatView]
     ) -> dict[str, others.Holder]:
         """This course's held seats whose GPU (PCI device or mdev) a VM of another course not archived on this libvirt
-        host also passes through, held there since before: seat → that holding (the host engine's rule, module
-        :mod:`gpuseat.engines.host.others`: the older holding keeps the device). Read from libvirt: the other courses'
-        domains and their hostdevs; their holders and since from the store (one read)."""
+        host also passes through, or whose device UUID another course's seat of an engine that delivers a GPU of its
+        server names (an SSH seat, a hub server: :data:`~gpuseat.engines.host.others.LOCAL`), held there since
+        before: seat → that holding (the host engine's rule, module :mod:`gpuseat.engines.host.others`: the older
+        holding keeps the device). Read from libvirt: the other courses' domains and their hostdevs; their holders
+        and since, and the seats on this course's device UUIDs, from the store (one read)."""
         lv = self.libvirt
         theirs: dict[tuple[str, str], tuple[str, ...]] = {}
         for dom, who in lv.domains() if holders else ():
             if who is not None and who.course != self.course:
                 theirs[(who.course, who.seat)] = hostdevs(dom.XMLDesc(lv.lv.VIR_DOMAIN_XML_INACTIVE))
-        if not any(theirs.values()):
+        uuids = {u for key in holders if (u := seats[key].device_uuid)}
+        if not any(theirs.values()) and not uuids:
             return {}  # the usual host: one course
         held = []
-        for r in self.store.seats.held_seats(theirs, self.name):
-            devs = theirs[(r["course"], r["seat"])]
+        for r in self.store.seats.held_seats(theirs, self.name, uuids, others.LOCAL):
+            if r["course"] == self.course:
+                continue
+            devs = (*theirs.get((r["course"], r["seat"]), ()), *([r["device_uuid"]] if r["device_uuid"] else ()))
             held.append(others.Holder((r["since"], r["course"], r["seat"]), r["participant"], "", devs, devs))
         for key, p in holders.items():
-            devs = self._hostdevs(key)
+            devs = (*self._hostdevs(key), *([seats[key].device_uuid] if seats[key].device_uuid else ()))
             since = seats[key].assigned_since or datetime.max.replace(tzinfo=UTC)
             held.append(others.Holder((since, self.course, key), p.key, "", devs, devs))
         return others.shared(self.course, held)[0]
