@@ -4,6 +4,7 @@ refused (reload), and the update's file is kept."""
 
 from __future__ import annotations
 
+import re
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -42,3 +43,30 @@ def test_a_course_update_between_the_pages_read_and_its_write_is_kept(
     assert r.status_code == 200 and "saved 1 change" in r.text, r.text[:3000]
     assert served.store.courses.course_file("lab").schedule.last_day == date(2026, 9, 11)
     assert served.store.courses.course_file("lab").policy.quota_hours == 30
+
+
+def test_a_page_loaded_before_a_course_update_saves_nothing(served: Served, tmp_path: Path) -> None:
+    """The page showed quota_hours = 40; a course update stored 50 since. Sent back with idle_minutes typed, the
+    browser's form would write its 40 back (saved 2 changes, the update's value lost): refused, reloaded."""
+    assert served.login().status_code == 303
+    loaded = served.client.get("/course/settings").text
+    version = re.search(r'name="file" value="([0-9a-f]+)"', loaded)
+    assert version, "the form names no version of the course file it shows"
+    csrf = re.search(r'name="csrf" value="([^"]+)"', loaded)
+    assert csrf
+    updated = tmp_path / "lab.toml"
+    updated.write_text(COURSE.replace("quota_hours = 40", "quota_hours = 50"))
+    read = read_course_file(updated)
+    served.store.courses.update_course("lab", read.course, read.text, actor="cli")
+    form = {"csrf": csrf.group(1), "file": version.group(1), "policy.quota_hours": "40", "policy.idle_minutes": "30"}
+    r = served.client.post("/course/settings", data=form)
+    assert r.status_code == 409 and "nothing was saved" in r.text and "changed since this page" in r.text, r.text
+    assert served.store.courses.course_file("lab").policy.quota_hours == 50
+    assert 'name="policy.quota_hours" value="50' in r.text  # the form shows what is stored now, with its version
+    again = re.search(r'name="file" value="([0-9a-f]+)"', r.text)
+    assert again and again.group(1) != version.group(1)
+    form |= {"file": again.group(1), "policy.quota_hours": "50"}
+    r = served.client.post("/course/settings", data=form)
+    assert r.status_code == 200 and "saved 1 change" in r.text, r.text[:3000]
+    assert served.store.courses.course_file("lab").policy.idle_minutes == 30
+    assert served.store.courses.course_file("lab").policy.quota_hours == 50
