@@ -519,33 +519,44 @@ class Requests(Concern):
     def policy_set_at(self, course: str | None, name: str) -> dict[str, datetime]:
         """When each participant's ``[policy]`` ``name`` was last set or changed after the course was made, by
         participant key: the course's or their group's ``name`` changed (a ``course.policy`` row of
-        ``/course/settings``, a ``course.update`` row), or a file given to a course made without one. None for
-        the others: the file they have had since ``course create`` (or an import, which keeps the course's
+        ``/course/settings``, a ``course.update`` row), or a file given to a course made without one; or a roster
+        import moved them into a group whose ``name`` differs from their old group's (in the stored file). None
+        for the others: the file they have had since ``course create`` (or an import, which keeps the course's
         events) sets it, since before anyone got a seat. One read of the course's events (their
         ``(course_key, at)`` index), whatever the number of seats."""
         with self._database.read() as s:
             crow = _course(s, course)
             rows = list(
                 s.execute(
-                    select(Event.at, Event.detail)
-                    .where(Event.course_key == crow.key, Event.action.in_(("course.policy", "course.update")))
+                    select(Event.at, Event.action, Event.detail)
+                    .where(
+                        Event.course_key == crow.key,
+                        Event.action.in_(("course.policy", "course.update", "roster.import")),
+                    )
                     .order_by(Event.at)
                 )
             )
+            file = _course_windows(crow)[2] if any(a == "roster.import" for _at, a, _d in rows) else None
             people = list(
                 s.execute(select(Participant.key, Participant.group_name).where(Participant.course_id == crow.id))
             )
         groups = {g for _k, g in people if g}
         last: dict[str | None, datetime] = {}  # None: every participant; else one group's
-        for at, detail in rows:
+        moved: dict[str, datetime] = {}  # moved by the roster into a group of another value
+        for at, action, detail in rows:
             when = cast(datetime, _utc(at))
+            if action == "roster.import":
+                for who, (old, new) in ((detail or {}).get("groups") or {}).items():
+                    if file is not None and file.policy_for(old).get(name) != file.policy_for(new).get(name):
+                        moved[who] = when
+                continue
             changes = [c for c in (detail or {}).get("changes", [detail]) if isinstance(c, dict)]
             if any(c.get("field") == "course file" or _sets(c, ["policy", name]) for c in changes):
                 last[None] = when
             for g in groups:
                 if any(_sets(c, ["groups", g, "policy", name]) for c in changes):
                     last[g] = when
-        found = {k: [t for t in (last.get(None), last.get(g)) if t is not None] for k, g in people}
+        found = {k: [t for t in (last.get(None), last.get(g), moved.get(k)) if t is not None] for k, g in people}
         return {k: max(times) for k, times in found.items() if times}
 
     def warn_idle(

@@ -134,6 +134,7 @@ def _apply_roster(s: Session, crow: CourseRecord, rows: list[RosterRow], where: 
     row_of: dict[int, RosterRow] = {}
     changes: list[RosterChange] = []
     requested, own_keys = _requested_keys(s, crow), []
+    moved: dict[str, list[str | None]] = {}  # key → [old group, new group]: a rule the group sets counts from now
     for r in rows:
         values = {"key": r.key, "name": r.name, "group_name": r.group, "unix_user": r.unix_user, "ssh_key": r.ssh_key}
         p = stored.get(r.email)
@@ -167,6 +168,8 @@ def _apply_roster(s: Session, crow: CourseRecord, rows: list[RosterRow], where: 
         row_of[id(p)] = r
         changed = tuple(f for f in _ROSTER_FIELDS if getattr(p, f) != values[f])
         if changed:
+            if "group_name" in changed:
+                moved[key] = [p.group_name, values["group_name"]]
             keys.pop(p.key, None)
             for f in changed:
                 setattr(p, f, values[f])
@@ -196,6 +199,8 @@ def _apply_roster(s: Session, crow: CourseRecord, rows: list[RosterRow], where: 
         detail["logins_left"] = left
     if own_keys:
         detail["own_keys"] = own_keys
+    if moved:  # store.requests.policy_set_at: a rule of the new group is set for them at this row
+        detail["groups"] = moved
     _log(s, crow.key, actor, "roster.import", detail=detail)
     return RosterReport(
         crow.key, count["added"], count["updated"], count["unchanged"], tuple(changes), absent, tuple(own_keys)
