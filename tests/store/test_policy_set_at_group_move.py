@@ -52,3 +52,6 @@ def test_a_holder_moved_into_a_group_with_the_rule_counts_from_the_move(store: C
     roster(store, "night", "late")  # ben: 24 h to 24 h, no new rule for him; ann stays
     roster(store, "night", "late")
     assert store.requests.policy_set_at("lab", "never_connected_hours") == {"ann": moved}
+    bad = {"groups": {"ben": "night", "ann": [["x"], None], "cy": [None, "night", "late"]}}  # an imported export's
+    store.events.log("lab", "roster.import", detail=bad)
+    assert store.requests.policy_set_at("lab", "never_connected_hours") == {"ann": moved}

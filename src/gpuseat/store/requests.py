@@ -546,8 +546,12 @@ class Requests(Concern):
         for at, action, detail in rows:
             when = cast(datetime, _utc(at))
             if action == "roster.import":
-                for who, (old, new) in ((detail or {}).get("groups") or {}).items():
-                    if file is not None and file.policy_for(old).get(name) != file.policy_for(new).get(name):
+                moves = (detail or {}).get("groups")  # written by roster import; an imported export's: anything
+                for who, pair in moves.items() if isinstance(moves, dict) and file is not None else ():
+                    old, new = pair if isinstance(pair, list) and len(pair) == 2 else (None, None)
+                    if file is None or not (isinstance(old, str | None) and isinstance(new, str | None)):
+                        continue
+                    if file.policy_for(old).get(name) != file.policy_for(new).get(name):
                         moved[who] = when
                 continue
             changes = [c for c in (detail or {}).get("changes", [detail]) if isinstance(c, dict)]
