@@ -61,6 +61,9 @@ class Seats(Concern):
         now = datetime.now(UTC)
         with self._database.write() as s:
             crow = _course(s, course)
+            # PostgreSQL: the groups as a course update (FOR UPDATE) leaves them (read before, a seat could be
+            # reserved for a group the update had just taken out, which its check of the seats did not see)
+            s.refresh(crow, with_for_update={"read": True})
             groups = _group_names(crow)
             keys = set(s.scalars(select(Seat.key).where(Seat.course_id == crow.id)))
             devices = set(s.scalars(select(Seat.device_uuid).where(Seat.course_id == crow.id)))
