@@ -58,9 +58,7 @@ def _shown(value: object) -> str:
 
 def register(app: typer.Typer) -> None:
     """Add the ``course`` group."""
-    course_app = add_group(
-        app, "course", "Courses in the store: create, update, list, show, export, import, archive, delete."
-    )
+    course_app = add_group(app, "course", "Courses: create, update, list, show, export, import, archive, delete.")
 
     @course_app.command("create")
     def create(
