@@ -264,6 +264,7 @@ def test_the_access_window_is_the_stores_not_the_machines_clock(
     """Whether a course's access window is open is worked out on the store's clock: a process whose clock is
     days off neither shuts a course in its hours (it read "the course's schedule has ended") nor opens one
     whose days are over."""
+    from gpuseat.core.window import LEAD
     from gpuseat.engines.apply import course_state
 
     today = _REAL_DATETIME.now(UTC).date()
@@ -274,7 +275,10 @@ def test_the_access_window_is_the_stores_not_the_machines_clock(
         opened, ended = course_state(store, "open"), course_state(store, "over")
     assert opened.closed is None, opened.closed
     assert ended.closed is not None, "a course outside its days was opened by a clock days off"
-    assert ended.next_change is None or ended.next_change - _REAL_DATETIME.now(UTC) > timedelta(days=3)
+    # its next change is its own opening (the lead before its first day, on the store's clock), or none once over:
+    # a bound of "3 days ahead" failed from 23:45 UTC, when the opening is 2 days 23 h 45 min ahead
+    opens = _REAL_DATETIME.combine(today + by - timedelta(days=1), _REAL_DATETIME.min.time(), UTC) - LEAD
+    assert ended.next_change == (opens if opens > _REAL_DATETIME.now(UTC) else None)
 
 
 @pytest.mark.parametrize("by", [timedelta(days=5), timedelta(days=-5)], ids=["ahead", "behind"])
