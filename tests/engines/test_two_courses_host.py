@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from delivery.hostlab import MIG_AND_WHOLE, Lab, have_tools, new_lab
+from delivery import conftest as delivery
+from delivery.hostlab import MIG_AND_WHOLE, Lab
 from gpuseat.core.roster import RosterText
 from gpuseat.engines.apply import one_pass, plan_all
 from gpuseat.engines.host.machine import Machine
@@ -24,22 +23,11 @@ from gpuseat.engines.runner import Runner
 from gpuseat.store import CourseStore, SeatSpec, open_store
 
 MIG = [str(m["uuid"]) for m in MIG_AND_WHOLE[0]["mig"]]  # type: ignore[index]
+# the stand-in host (two GPUs: three MIG devices on GPU 0, GPU 1 whole), as the delivery tests'
+bare_lab, lab = delivery.bare_lab, delivery.lab
 PARENT = str(MIG_AND_WHOLE[0]["uuid"])
 WHOLE = str(MIG_AND_WHOLE[1]["uuid"])
 TWENTY_FOUR_SEVEN = 'name = "{name}"\nparticipants = 2\n[schedule]\nstart = 2026-09-07\ndays = 5\n'
-
-
-@pytest.fixture
-def lab() -> Iterator[Lab]:
-    why = have_tools()
-    if why:
-        pytest.skip(why)
-    made = new_lab()
-    try:
-        made.build(MIG_AND_WHOLE)
-        yield made
-    finally:
-        made.close()
 
 
 def _course(
