@@ -43,7 +43,7 @@ from gpuseat.engines import other_courses, wishes
 from gpuseat.engines.base import Changes, CourseState, Holding, Phase, Step, StepEngine
 from gpuseat.engines.host import others as courses_rule
 from gpuseat.engines.setting_types import trusted_file
-from gpuseat.engines.slurm import config, names, reading
+from gpuseat.engines.slurm import config, names, reading, stale
 from gpuseat.engines.slurm import requests as seat_requests
 from gpuseat.engines.slurm.adapter import Job, Slurm
 from gpuseat.engines.slurm.config import PLACEHOLDER_USER, Reservation, SeatLimit, reservation_users
@@ -270,7 +270,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         now = datetime.now().replace(microsecond=0)
         sessions = {r.name: r for r in plan_sessions(sc) if r.end > now} if holders and course.active else {}
         ending = {j.job_id for found in cancels.values() for j in found}
-        dropped, held_up = self._stale_sessions(resvs, sessions, jobs, ending, changes.notes)
+        dropped, held_up = stale.stale_sessions(self.partition, resvs, sessions, jobs, ending, changes.notes)
 
         # revoke 1: reservations lose whoever holds no seat now, or whose seat is stopped; a session still to
         # come only once their jobs are cancelled (slurmctld refuses "nodes are busy" while a job without an
@@ -289,7 +289,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                 lost = tuple(sorted({s for u in out for s in seats_for(u)}))
                 why = f"{', '.join(out)}: {why_out(out[0])}"
                 revoke = step("reservation.revoke", name, why, "revoke", seats=lost, users=keep)
-                (coming.append if _starts_later(fields) else add)(revoke)
+                (coming.append if stale.starts_later(fields) else add)(revoke)
         # revoke 2: the seat limits (job_submit.lua) drop or move them
         mine = [holders[u] for u in sorted(holders)]
         new_text = config.job_submit_lua([*others, *mine], uids(x.user for x in [*others, *mine])) if lua else ""
@@ -389,13 +389,13 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             users = want_users or [PLACEHOLDER_USER]  # every holder stopped: Users= cannot be empty
             for res in sessions.values():
                 every = tuple(sorted(seat_of.values()))
-                if res.name not in resvs and (old := _overlaps(res, held_up, resvs)):
+                if res.name not in resvs and (old := stale.kept_overlapping(res, held_up, resvs)):
                     changes.notes.append(f"session {res.name} is made once {old} is gone (it holds the cores then)")
                     continue
                 if res.name not in resvs:
                     start = res.start if res.start > now else now
                     why = f"session {res.start:%Y-%m-%d %H:%M} for {len(want_users)} holder(s)"
-                    words = _replace_start(res, start, users).words()
+                    words = stale.replace_start(res, start, users).words()
                     add(step("reservation.create", res.name, why, "grant", seats=every, words=words))
                     continue
                 have = revoked.get(res.name) or reservation_users(resvs[res.name])
@@ -412,7 +412,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
                                          "it stays as it is until that one is gone")  # fmt: skip
                 inside = sorted(j.job_id for j in jobs if j.live and j.reservation == res.name)
                 if asks and not inside:
-                    words = _replace_start(res, res.start if res.start > now else now, users).words()
+                    words = stale.replace_start(res, res.start if res.start > now else now, users).words()
                     add(step("reservation.resize", res.name, f"{asks}: made again", "grant", seats=every, words=words))
                     continue
                 if asks:  # Slurm 22.05 changes no core reservation's CoreCnt or Nodes, and deletes none with jobs in it
@@ -438,31 +438,6 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             if acc.get("kind") == "slurm" and acc.get("user"):
                 out.setdefault(str(acc["user"]), []).append(seat)
         return out
-
-    def _stale_sessions(
-        self,
-        resvs: dict[str, dict[str, str]],
-        sessions: dict[str, Reservation],
-        jobs: Sequence[Job],
-        ending: set[int],
-        notes: list[str],
-    ) -> tuple[list[str], dict[str, list[int]]]:
-        """The course's session reservations that no session still to come names (its schedule changed): those
-        to delete, and those kept while a live job (not one being cancelled) is in them, which Slurm refuses to
-        delete ("Requested reservation is in use"), with a note each. Only while the course has sessions
-        (otherwise every one goes), and only ones in the course partition: gpuseat made them."""
-        if not sessions:
-            return [], {}
-        stale = sorted(n for n, f in resvs.items() if n not in sessions and f.get("PartitionName") == self.partition)
-        held_up = {n: ids for n in stale if (ids := [j.job_id for j in jobs if j.live and j.reservation == n and
-                                                      j.job_id not in ending])}  # fmt: skip
-        for name, ids in held_up.items():
-            notes.append(
-                f"session {name} is no longer in the course's schedule, but job(s) {', '.join(map(str, ids[:5]))} "
-                "are in it, so it stays (Slurm deletes no reservation in use; the jobs are their owners'): the "
-                "first apply after they end deletes it"
-            )
-        return [n for n in stale if n not in held_up], held_up
 
     def _cancel(
         self,
@@ -761,24 +736,6 @@ def _ref_files(seat: str, ref: str | None) -> tuple[tuple[str, ...], tuple[str, 
         return _files(device_from_ref(seat, ref))
     except InputError:
         return None
-
-
-def _starts_later(fields: dict[str, str]) -> bool:
-    """Whether a reservation (``scontrol show`` fields) starts after now, on the controller's clock."""
-    try:
-        return datetime.fromisoformat(fields.get("StartTime", "")) > datetime.now()
-    except ValueError:
-        return False
-
-
-def _overlaps(res: Reservation, kept: dict[str, list[int]], resvs: dict[str, dict[str, str]]) -> str | None:
-    """A kept reservation (``kept``) whose time overlaps the session ``res``: its cores are taken then, so a
-    reservation made now would be given other cores than its seats are bound to."""
-    return next((name for name in kept if reading.overlaps(res, resvs[name])), None)
-
-
-def _replace_start(res: Reservation, start: datetime, users: Sequence[str]) -> Reservation:
-    return replace(res, start=start, users=tuple(users))
 
 
 def _read(path: Path | None) -> str:

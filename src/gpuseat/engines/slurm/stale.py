@@ -1,0 +1,57 @@
+"""The course's session reservations that its schedule no longer has (a session moved, shortened to nothing or
+cancelled), and the helpers the Slurm engine's plan uses to make new ones beside them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from gpuseat.engines.slurm import reading
+from gpuseat.engines.slurm.adapter import Job
+from gpuseat.engines.slurm.config import Reservation
+
+
+def stale_sessions(
+    partition: str,
+    resvs: dict[str, dict[str, str]],
+    sessions: dict[str, Reservation],
+    jobs: Sequence[Job],
+    ending: set[int],
+    notes: list[str],
+) -> tuple[list[str], dict[str, list[int]]]:
+    """The course's session reservations that no session still to come names (its schedule changed): those
+    to delete, and those kept while a live job (not one being cancelled) is in them, which Slurm refuses to
+    delete ("Requested reservation is in use"), with a note each. Only while the course has sessions
+    (otherwise every one goes), and only ones in the course partition: gpuseat made them."""
+    if not sessions:
+        return [], {}
+    stale = sorted(n for n, f in resvs.items() if n not in sessions and f.get("PartitionName") == partition)
+    held_up = {n: ids for n in stale if (ids := [j.job_id for j in jobs if j.live and j.reservation == n and
+                                                  j.job_id not in ending])}  # fmt: skip
+    for name, ids in held_up.items():
+        notes.append(
+            f"session {name} is no longer in the course's schedule, but job(s) {', '.join(map(str, ids[:5]))} "
+            "are in it, so it stays (Slurm deletes no reservation in use; the jobs are their owners'): the "
+            "first apply after they end deletes it"
+        )
+    return [n for n in stale if n not in held_up], held_up
+
+
+def starts_later(fields: dict[str, str]) -> bool:
+    """Whether a reservation (``scontrol show`` fields) starts after now, on the controller's clock."""
+    try:
+        return datetime.fromisoformat(fields.get("StartTime", "")) > datetime.now()
+    except ValueError:
+        return False
+
+
+def kept_overlapping(res: Reservation, kept: dict[str, list[int]], resvs: dict[str, dict[str, str]]) -> str | None:
+    """A kept reservation (``kept``) whose time overlaps the session ``res``: its cores are taken then, so a
+    reservation made now would be given other cores than its seats are bound to."""
+    return next((name for name in kept if reading.overlaps(res, resvs[name])), None)
+
+
+def replace_start(res: Reservation, start: datetime, users: Sequence[str]) -> Reservation:
+    """The session ``res`` made from ``start`` (a session under way: now) for ``users``."""
+    return replace(res, start=start, users=tuple(users))
