@@ -36,3 +36,8 @@ def register(app: typer.Typer) -> None:
 
         done = run(db, path, force=force)
         print(f"restored {done['path']}: courses {', '.join(done['courses']) or '(none)'}")
+        kept = done["kept"]
+        if kept is not None:  # the replaced store's revoked links and newer passwords stay
+            newer = f"{kept['passwords']} newer password{'' if kept['passwords'] == 1 else 's'}"
+            links = f"{kept['revoked']} revoked access link(s)"
+            print(f"kept {links} and {newer} from the replaced store; portal logins ended")

@@ -225,8 +225,12 @@ def _has_courses(db: str) -> bool:
 
 def restore(db: str | None, source: Path, *, force: bool = False) -> dict[str, Any]:
     """Restore a backup made by :func:`backup` into the store at ``db``; refuses a store with courses
-    unless ``force``. The schema is then brought to this gpuseat's version."""
+    unless ``force``. The schema is then brought to this gpuseat's version. What keeps people out in the
+    replaced store stays (:mod:`gpuseat.store.restore_keep`): ``kept`` in the result, None when the target
+    was no gpuseat store yet."""
     import stat
+
+    from gpuseat.store.restore_keep import Kept, apply_kept, read_kept
 
     url_text = resolve_url(db)
     url = make_url(url_text)
@@ -251,6 +255,8 @@ def restore(db: str | None, source: Path, *, force: bool = False) -> dict[str, A
             fix="restore into the same kind of database; to move courses between them use gpuseat course export/import",
         )
 
+    replaced: list[Kept | None] = [None]
+
     def refuse_replacing() -> None:
         # after the backup is known good: a bad file is named as such, not first met with "add --force"
         if _has_courses(url_text) and not force:
@@ -259,6 +265,7 @@ def restore(db: str | None, source: Path, *, force: bool = False) -> dict[str, A
                 where=f"--db {url.render_as_string(hide_password=True)}",
                 fix="restore into a new database, or add --force to replace its contents",
             )
+        replaced[0] = read_kept(url_text)  # revoked links, newer passwords: read before they are replaced
 
     if kind == "sqlite":
         src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
@@ -289,12 +296,17 @@ def restore(db: str | None, source: Path, *, force: bool = False) -> dict[str, A
     from sqlalchemy import text
 
     from gpuseat.db import make_engine, upgrade
+    from gpuseat.store.facade import Store
 
     engine = make_engine(url_text)
     try:
         upgrade(engine)  # a backup from an older gpuseat is brought to this schema
         with engine.connect() as conn:
             courses = list(conn.execute(text("SELECT key FROM courses ORDER BY key")).scalars())
+        kept = None
+        if replaced[0] is not None:
+            with Store(engine) as store:  # one write transaction, through the store's writer
+                kept = apply_kept(store, replaced[0])
     finally:
         engine.dispose()
-    return {"database": kind, "path": source, "courses": courses}
+    return {"database": kind, "path": source, "courses": courses, "kept": kept}
