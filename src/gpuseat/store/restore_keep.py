@@ -46,24 +46,23 @@ def read_kept(url: str) -> Kept | None:
     engine = make_engine(url, create=True)
     try:
         tables = set(inspect(engine).get_table_names())
-        if not {"access_tokens", "portal_users"} <= tables:
+        if "alembic_version" not in tables:
             return None
+        kept = Kept()
         with engine.connect() as conn:
-            revoked = {
-                h: cast(datetime, _utc(at))
-                for h, at in conn.execute(
+            if "access_tokens" in tables:
+                for digest, at in conn.execute(
                     select(AccessToken.token_hash, AccessToken.revoked_at).where(AccessToken.revoked_at.is_not(None))
-                )
-            }
-            passwords = {
-                user: (digest, cast(datetime, _utc(at)))
+                ):
+                    kept.revoked[digest] = cast(datetime, _utc(at))
+            if "portal_users" in tables:  # an older gpuseat's store may have no portal yet
                 for user, digest, at in conn.execute(
                     select(PortalUser.username, PortalUser.password_hash, PortalUser.updated_at)
-                )
-            }
+                ):
+                    kept.passwords[user] = (digest, cast(datetime, _utc(at)))
     finally:
         engine.dispose()
-    return Kept(revoked, passwords)
+    return kept
 
 
 def apply_kept(store: Store, kept: Kept) -> dict[str, Any]:
