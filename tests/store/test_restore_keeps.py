@@ -56,12 +56,14 @@ def test_restore_force_keeps_revoked_links_and_newer_passwords_and_ends_logins(
             ("gpuseat db restore", [ann, ben], 2)
         ]
 
-    # into an empty store (no --force needed): the backup as it is, nothing kept, nothing printed about it
+    # into an empty store (no --force needed): the backup as it is, nothing kept, nothing printed about it (the
+    # same path on both databases, read_kept finds no gpuseat store: SQLite only, PostgreSQL's is a new database)
+    if not url.startswith("sqlite"):
+        return
     target = restore_target(url, tmp_path, request)
     assert main(["db", "restore", str(backup), "--db", target]) == 0
     assert "kept" not in capsys.readouterr().out
     with open_store(target) as store:
         again = store.tokens.participant_for_token(links[ann], touch=False)
         assert again is not None and again.key == ann
-        assert store.accounts.verify("org", "old-leaked-password")
-        assert session_user(store, login) == "org"
+        assert session_user(store, login) == "org"  # the backup's login, as it was
