@@ -373,3 +373,41 @@ def test_a_changed_schedule_lengthens_moves_and_cancels_the_sessions_on_the_clus
             _apply(lab)
     rc, seen, err = lab.gpus("bob", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
     assert rc == 0 and seen == [INDEX["bob"]], err
+
+
+def test_a_session_kept_for_a_running_job_takes_no_new_job(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    """Today's session is moved to tomorrow while alice's job (no time limit) runs in it: Slurm deletes no
+    reservation in use, so the old one stays, but after ``gpuseat apply`` it admits nobody (``Users=root``):
+    alice's and bob's new ``sbatch --reservation=`` of it are refused, while alice's job runs on. A second plan is
+    empty; once her job has ended the next apply deletes the reservation. Before, it kept its users, who could
+    start new jobs in a session the course no longer has, on its cores, for as long as her job ran."""
+    text = lab.store.courses.course_text("conf")  # type: ignore[attr-defined]
+    first = date.fromisoformat(re.search(r"^start = (\S+)$", text, re.M).group(1))  # type: ignore[union-attr]
+    moved = text.replace(f"date = {first}\nhours", f"date = {first + timedelta(days=1)}\nhours")
+    assert moved != text
+    busy = _long_job(lab, "alice")
+    try:
+        assert lab.wait_state(busy, {"RUNNING"}) == "RUNNING"
+        lab.store.courses.set_course_text("conf", moved, changes=[])  # type: ignore[attr-defined]
+        capsys.readouterr()
+        assert _apply(lab) == 0
+        said = capsys.readouterr().out
+        assert f"job(s) {busy} are in it, so it stays, open to no new job" in said, said
+        assert f"no new job in it (Users=root); deleted once job(s) {busy} end" in said, said
+        assert lab.slurm.reservations()[lab.session]["Users"] == "root"
+        for who in ("alice", "bob"):
+            sub = lab.as_user(who, "sbatch", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1",
+                              f"--output={lab.cluster.root / 'out' / 'kept-%j.out'}", "--wrap", "true")  # fmt: skip
+            assert sub.returncode != 0 and "Access denied to requested reservation" in sub.stderr, (who, sub.stderr)
+        assert "JobState=RUNNING" in lab.job(busy), lab.job(busy)  # her job is hers: it runs on
+        assert _plan_steps(lab) == []
+        lab.slurm.run("scancel", [busy], check=True)
+        assert lab.wait_state(busy, {"CANCELLED", "GONE"}) in {"CANCELLED", "GONE"}
+        assert _apply(lab) == 0
+        assert lab.session not in lab.slurm.reservations()
+    finally:
+        lab.slurm.run("scancel", ["-u", USERS["alice"]], check=False)
+        lab.store.courses.set_course_text("conf", text, changes=[])  # type: ignore[attr-defined]
+        assert _apply(lab) == 0
+    rc, seen, err = lab.gpus("alice", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
+    assert rc == 0 and seen == [INDEX["alice"]], err

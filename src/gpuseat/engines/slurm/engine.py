@@ -16,7 +16,7 @@ and lists only what differs:
   (made again when ``cores_per_seat`` or the seats' nodes changed, or it holds other cores than its seats', and
   no job is in it; notes say when gres.conf or the node bind the seats otherwise), its ``EndTime`` the session's
   end (``reservation.retime``); a session the schedule no longer has is deleted (revoke), unless a job is in it
-  (a note).
+  (a note; it admits nobody then: ``Users=root``).
 * **record**: each holder's way in (``srun -p … --reservation=… --gres=gpu:1``) in the store.
 * the participants' own stop, start, restart (reset and key are refused) and seat hours: a stopped holder
   keeps their seat but is no user of the session reservations (and submits nothing with accounting), and
@@ -282,6 +282,11 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             if name in dropped:
                 continue
             have = reservation_users(fields)
+            if name in held_up:  # kept only for the jobs in it: it admits nobody now, so no new job starts there
+                if have != {PLACEHOLDER_USER}:
+                    add(step("reservation.revoke", name, stale.closed_why(held_up[name]), "revoke",
+                             users=[PLACEHOLDER_USER]))  # fmt: skip
+                continue
             out = sorted(have - set(want_users) - {PLACEHOLDER_USER})
             if out and (course.active and holders):
                 keep = sorted(have & set(want_users)) or [PLACEHOLDER_USER]

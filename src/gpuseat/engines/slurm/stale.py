@@ -9,7 +9,7 @@ from datetime import datetime
 
 from gpuseat.engines.slurm import reading
 from gpuseat.engines.slurm.adapter import Job
-from gpuseat.engines.slurm.config import Reservation
+from gpuseat.engines.slurm.config import PLACEHOLDER_USER, Reservation
 
 
 def stale_sessions(
@@ -22,7 +22,8 @@ def stale_sessions(
 ) -> tuple[list[str], dict[str, list[int]]]:
     """The course's session reservations that no session still to come names (its schedule changed): those
     to delete, and those kept while a live job (not one being cancelled) is in them, which Slurm refuses to
-    delete ("Requested reservation is in use"), with a note each. Only while the course has sessions
+    delete ("Requested reservation is in use"), with a note each (the plan lets nobody into those:
+    :func:`closed_why`). Only while the course has sessions
     (otherwise every one goes), and only ones in the course partition: gpuseat made them."""
     if not sessions:
         return [], {}
@@ -32,10 +33,18 @@ def stale_sessions(
     for name, ids in held_up.items():
         notes.append(
             f"session {name} is no longer in the course's schedule, but job(s) {', '.join(map(str, ids[:5]))} "
-            "are in it, so it stays (Slurm deletes no reservation in use; the jobs are their owners'): the "
-            "first apply after they end deletes it"
+            "are in it, so it stays, open to no new job (Slurm deletes no reservation in use; the jobs are their "
+            "owners'): the first apply after they end deletes it"
         )
     return [n for n in stale if n not in held_up], held_up
+
+
+def closed_why(job_ids: Sequence[int]) -> str:
+    """Why a session reservation kept for the jobs in it (:func:`stale_sessions`) admits nobody now."""
+    return (
+        f"the course's schedule has no such session now: no new job in it (Users={PLACEHOLDER_USER}); deleted once "
+        f"job(s) {', '.join(map(str, job_ids[:5]))} end"
+    )
 
 
 def starts_later(fields: dict[str, str]) -> bool:
