@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from gpuseat.core.logins import is_participant_login
 from gpuseat.core.roster import PARTICIPANT_KEY, check_ssh_key
 from gpuseat.core.seating import COURSE_KEY_PATTERN, KEY_PATTERN, SEAT_KINDS, SEAT_STATES
-from gpuseat.safe_text import has_ascii_control
+from gpuseat.safe_text import has_ascii_control, has_control
 from gpuseat.store.access import check_access
 from gpuseat.store.archive_rules import EngineSettingRow
 from gpuseat.store.specs import PROFILE_PATTERN, _device, _host, _known_engine, _one_line
@@ -26,6 +26,35 @@ class _Row(BaseModel):
 
 _Key = Field(pattern=KEY_PATTERN.pattern)
 _When = datetime | None
+
+
+def _plain_line(v: str | None) -> str | None:
+    """``v`` by the roster's cell rule (:func:`gpuseat.core.roster.parse_roster`), which a release's reason and a
+    top-up's note follow too: one line, no escape sequence, C1 control or bidirectional override."""
+    if v is not None and (has_ascii_control(v) or has_control(v)):
+        raise ValueError(
+            "control characters (line breaks, escape sequences, bidirectional overrides): "
+            "keep it one line of plain text"
+        )
+    return v
+
+
+def _plain_answers(v: Any) -> Any:
+    """A survey response's answers by the portal's rule for an answer (:mod:`gpuseat.core.survey`): line breaks
+    may stay in free text, no escape sequence, C1 control or bidirectional override anywhere."""
+    todo = [v]  # a stack, not recursion: an archive's answers may nest as deep as JSON lets them
+    while todo:
+        text = todo.pop()
+        if isinstance(text, dict):
+            todo += [*text.keys(), *text.values()]
+        elif isinstance(text, list):
+            todo += text
+        elif isinstance(text, str) and has_control(text):
+            raise ValueError(
+                "control characters (escape sequences, bidirectional overrides) in an answer: "
+                "keep it plain text (line breaks may stay)"
+            )
+    return v
 
 
 class CourseRow(_Row):
@@ -58,6 +87,8 @@ class ParticipantRow(_Row):
     created_at: _When = None
     updated_at: _When = None
 
+    _lines = field_validator("name", "email", "group", "unix_user")(_plain_line)
+
     @field_validator("unix_user")
     @classmethod
     def _login(cls, v: str | None) -> str | None:
@@ -69,8 +100,7 @@ class ParticipantRow(_Row):
     @classmethod
     def _ssh_key(cls, v: str | None) -> str | None:
         if v is not None:
-            if has_ascii_control(v):
-                raise ValueError("control characters in a public key line")
+            _plain_line(v)  # the roster's cell rule: C1 controls and bidi overrides too
             check_ssh_key(v)  # ValueError: options (command=…), two keys, a private key, a cut one
         return v
 
@@ -111,6 +141,7 @@ class AssignmentRow(_Row):
     valid_to: _When = None
     mode: str = Field("assigned", max_length=16)
     ended_by: str | None = Field(None, max_length=32)
+    _reason = field_validator("ended_by")(_plain_line)  # a release's reason (store/seats.py)
 
     @model_validator(mode="after")
     def _forwards(self) -> AssignmentRow:
@@ -144,6 +175,7 @@ class ResponseRow(_Row):
     answers: dict[str, Any]
     submitted_at: datetime
     updated_at: datetime
+    _answers = field_validator("answers")(_plain_answers)
 
 
 class SurveyRow(_Row):
@@ -173,6 +205,7 @@ class SeatHoursRow(_Row):
     note: str | None = Field(None, max_length=500)
     actor: str = Field(max_length=128)
     at: datetime
+    _note = field_validator("note")(_plain_line)  # a top-up's note (safe_text.check_note)
 
 
 _ROWS: dict[str, type[BaseModel]] = {
