@@ -10,9 +10,11 @@ the writes' and not Python's start-up.
 
 from __future__ import annotations
 
+import faulthandler
 import itertools
 import json
 import os
+import signal
 import time
 import traceback
 from pathlib import Path
@@ -95,7 +97,9 @@ def _fork(url: str, role: str, n: int, folder: Path) -> int:
     if pid:
         return pid
     code = 1
-    try:
+    try:  # where a writer stands, should the test give up on it: its stacks, on SIGUSR1
+        stacks = open(folder / f"{role}-{n}.stacks", "w")  # noqa: SIM115 (open until os._exit)
+        faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
         out = _work(url, role, n, folder)
         (folder / f"{role}-{n}.json").write_text(json.dumps(out))
         code = 0
@@ -110,12 +114,21 @@ def test_eight_writers_and_an_agent_lose_nothing_and_double_nothing(
 ) -> None:
     roles = [(role, n) for role in ("import", "move", "ask", "claim") for n in (0, 1)]
     pids = [_fork(url, role, n, tmp_path) for role, n in roles]
-    agent = Agent(store, AgentOptions(engine="host", host="gpu1", resync_s=3600), runner=Runner(dry_run=True),
-                  say=lambda _line: None)  # fmt: skip
+    # the agent ticks as `gpuseat agent` does, a poll apart (a tick in a tight loop is no agent's load)
+    opts = AgentOptions(engine="host", host="gpu1", resync_s=3600, poll_s=0.02)
+    agent = Agent(store, opts, runner=Runner(dry_run=True), say=lambda _line: None)
     passes, left, deadline = 0, set(pids), time.monotonic() + 120
     while left:
-        assert time.monotonic() < deadline, "the writers did not finish within 120 s (a deadlock?)"
+        if time.monotonic() > deadline:  # say where each writer still running stands, then end them
+            for pid in left:
+                os.kill(pid, signal.SIGUSR1)
+            time.sleep(1)
+            for pid in left:
+                os.kill(pid, signal.SIGKILL)
+            stacks = {p.name: p.read_text()[-3000:] for p in tmp_path.glob("*.stacks") if p.stat().st_size}
+            pytest.fail(f"{len(left)} writer(s) did not finish within 120 s; where they stood: {stacks}")
         passes += agent.tick() is not None
+        time.sleep(opts.poll_s)
         for pid in list(left):
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
