@@ -20,7 +20,12 @@ case $action in
     dir=$(cd "$dir" && pwd)  # the URL needs an absolute socket folder
     [ "$(id -u)" = 0 ] && chown postgres "$dir"
     run "$bin/initdb" -D "$dir/data" -U gpuseat --auth=trust >/dev/null
-    run "$bin/pg_ctl" -D "$dir/data" -o "-k $dir -c listen_addresses=''" -l "$dir/log" -w start >/dev/null
+    # Throwaway (stop deletes it): no fsync and no full-page images, as PostgreSQL's docs allow for data that
+    # can be made again. A commit is still written to the kernel before it is acknowledged
+    # (synchronous_commit stays on), so a killed server or client loses no acknowledged write; only a crash of
+    # the machine could. The PostgreSQL tests ran 15-20% faster (tests/store on 2 cores, 2026-12-08).
+    run "$bin/pg_ctl" -D "$dir/data" -o "-k $dir -c listen_addresses='' -c fsync=off -c full_page_writes=off" \
+      -l "$dir/log" -w start >/dev/null
     run "$bin/createdb" -h "$dir" -U gpuseat gpuseat_test
     run "$bin/createdb" -h "$dir" -U gpuseat gpuseat
     user_url="postgresql+psycopg://gpuseat@/gpuseat?host=$dir"

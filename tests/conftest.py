@@ -72,6 +72,23 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(autouse=True)
+def cheap_argon2(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Organizer passwords made in tests are argon2id at its lowest cost (one pass over 64 KiB), the way
+    Django's docs advise a fast hasher for tests: a portal login verifies with the parameters its stored hash
+    names, so every login path runs as shipped, at a thousandth of the CPU (argon2-cffi's default profile took
+    0.12-0.3 s a check, about a minute of the suite's logins). ``@pytest.mark.shipped_argon2`` keeps the
+    shipped parameters (``tests/portal/test_password_cost.py`` checks them); portals in a child process
+    (``gpuseat serve``) always hash with them."""
+    if request.node.get_closest_marker("shipped_argon2"):
+        return
+    from argon2 import PasswordHasher
+
+    import gpuseat.store.accounts as accounts
+
+    monkeypatch.setattr(accounts, "_hasher", lambda: PasswordHasher(time_cost=1, memory_cost=64, parallelism=1))
+
+
+@pytest.fixture(autouse=True)
 def private_data_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Hermetic tests: no GPUSEAT_* variable of the shell reaches a test (GPUSEAT_DB_URL, GPUSEAT_COURSE,
     GPUSEAT_DEBUG…), and every test gets its own empty data dir (bench results, course database) and
