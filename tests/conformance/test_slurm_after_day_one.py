@@ -19,6 +19,7 @@ bob's. job_submit.lua now refuses such jobs in a session. A GPU job asking for m
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 from collections.abc import Iterator
 from datetime import date, datetime, timedelta
@@ -405,6 +406,51 @@ def test_a_session_kept_for_a_running_job_takes_no_new_job(lab: Lab, capsys: pyt
         assert lab.wait_state(busy, {"CANCELLED", "GONE"}) in {"CANCELLED", "GONE"}
         assert _apply(lab) == 0
         assert lab.session not in lab.slurm.reservations()
+    finally:
+        lab.slurm.run("scancel", ["-u", USERS["alice"]], check=False)
+        lab.store.courses.set_course_text("conf", text, changes=[])  # type: ignore[attr-defined]
+        assert _apply(lab) == 0
+    rc, seen, err = lab.gpus("alice", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1")
+    assert rc == 0 and seen == [INDEX["alice"]], err
+
+
+def test_the_last_session_cancelled_shuts_its_reservation(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    """The course's one session (today) is moved to yesterday by ``course update`` (the course starts yesterday,
+    its end kept): no session is still to come while the course stays active with holders. With alice's job in
+    it, ``gpuseat apply`` keeps today's reservation but admits nobody (``Users=root``, her new ``sbatch`` refused);
+    once her job has ended the next apply deletes it and her ``sbatch --reservation=`` of it is refused. Each
+    second plan is empty. Before, with no session to come the stale-session rule did not run: the reservation
+    kept its users, who could run jobs in a session the course no longer has, on its cores."""
+    text = lab.store.courses.course_text("conf")  # type: ignore[attr-defined]
+    first = date.fromisoformat(re.search(r"^start = (\S+)$", text, re.M).group(1))  # type: ignore[union-attr]
+    day = first - timedelta(days=1)
+    past = text.replace(f"start = {first}\n", f"start = {day}\n")
+    past = past.replace(f"date = {first}\nhours", f"date = {day}\nhours")
+    assert past.count(str(day)) == 2, past
+
+    def sbatch() -> subprocess.CompletedProcess[str]:
+        return lab.as_user("alice", "sbatch", "-p", "gpuseat-conf", f"--reservation={lab.session}", "--gres=gpu:1",
+                           f"--output={lab.cluster.root / 'out' / 'past-%j.out'}", "--wrap", "true")  # fmt: skip
+
+    busy = _long_job(lab, "alice")
+    try:
+        assert lab.wait_state(busy, {"RUNNING"}) == "RUNNING"
+        lab.store.courses.set_course_text("conf", past, changes=[])  # type: ignore[attr-defined]
+        capsys.readouterr()
+        assert _apply(lab) == 0
+        said = capsys.readouterr().out
+        assert f"no new job in it (Users=root); deleted once job(s) {busy} end" in said, said
+        assert lab.slurm.reservations()[lab.session]["Users"] == "root"
+        sub = sbatch()
+        assert sub.returncode != 0 and "Access denied to requested reservation" in sub.stderr, sub.stderr
+        assert _plan_steps(lab) == []
+        lab.slurm.run("scancel", [busy], check=True)
+        assert lab.wait_state(busy, {"CANCELLED", "GONE"}) in {"CANCELLED", "GONE"}
+        assert _apply(lab) == 0
+        assert lab.session not in lab.slurm.reservations()
+        sub = sbatch()
+        assert sub.returncode != 0 and "Requested reservation is invalid" in sub.stderr, sub.stderr
+        assert _plan_steps(lab) == []
     finally:
         lab.slurm.run("scancel", ["-u", USERS["alice"]], check=False)
         lab.store.courses.set_course_text("conf", text, changes=[])  # type: ignore[attr-defined]

@@ -268,9 +268,11 @@ class SlurmEngine(StepEngine[SlurmSettings]):
         tied = set(old_limits) if lua is not None and "lua" in plugins else set()  # else Slurm picks the GPU
         cancels = self._cancel(sc, jobs, idx, keep_jobs, known, tied)
         now = datetime.now().replace(microsecond=0)
-        sessions = {r.name: r for r in plan_sessions(sc) if r.end > now} if holders and course.active else {}
+        is_open = bool(holders) and course.active  # else every session reservation is deleted (below)
+        sessions = {r.name: r for r in plan_sessions(sc) if r.end > now} if is_open else {}
         ending = {j.job_id for found in cancels.values() for j in found}
-        dropped, held_up = stale.stale_sessions(self.partition, resvs, sessions, jobs, ending, changes.notes)
+        dropped, held_up = stale.stale_sessions(self.partition, resvs, sessions, jobs, ending, changes.notes,
+                                                open_course=is_open)  # fmt: skip
 
         # revoke 1: reservations lose whoever holds no seat now, or whose seat is stopped; a session still to
         # come only once their jobs are cancelled (slurmctld refuses "nodes are busy" while a job without an
@@ -347,7 +349,7 @@ class SlurmEngine(StepEngine[SlurmSettings]):
             add(step("association.remove", login, why_out(login), "revoke", seats=seats_for(login), user=login))
         for name in dropped:  # a session the schedule no longer has (moved, cancelled, over): before any new one
             add(step("reservation.delete", name, "the course's schedule has no such session now", "revoke"))
-        if not course.active or not holders:
+        if not is_open:
             for name in sorted(resvs):
                 add(step("reservation.delete", name, gone or "nobody holds a seat now", "revoke"))
         if not course.active or not sc.devices:

@@ -19,13 +19,16 @@ def stale_sessions(
     jobs: Sequence[Job],
     ending: set[int],
     notes: list[str],
+    *,
+    open_course: bool,
 ) -> tuple[list[str], dict[str, list[int]]]:
     """The course's session reservations that no session still to come names (its schedule changed): those
     to delete, and those kept while a live job (not one being cancelled) is in them, which Slurm refuses to
     delete ("Requested reservation is in use"), with a note each (the plan lets nobody into those:
-    :func:`closed_why`). Only while the course has sessions
-    (otherwise every one goes), and only ones in the course partition: gpuseat made them."""
-    if not sessions:
+    :func:`closed_why`). Only while the course is open (active, with holders), whether or not a session is
+    still to come (its last one cancelled or moved into the past: every reservation is stale); a course not
+    open has every reservation deleted by the plan itself. Only ones in the course partition: gpuseat made them."""
+    if not open_course:
         return [], {}
     stale = sorted(n for n, f in resvs.items() if n not in sessions and f.get("PartitionName") == partition)
     held_up = {n: ids for n in stale if (ids := [j.job_id for j in jobs if j.live and j.reservation == n and
