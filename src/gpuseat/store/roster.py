@@ -135,9 +135,12 @@ def _apply_roster(s: Session, crow: CourseRecord, rows: list[RosterRow], where: 
     changes: list[RosterChange] = []
     requested, own_keys = _requested_keys(s, crow), []
     moved: dict[str, list[str | None]] = {}  # key → [old group, new group]: a rule the group sets counts from now
+    listed = {r.email for r in rows}
     for r in rows:
         values = {"key": r.key, "name": r.name, "group_name": r.group, "unix_user": r.unix_user, "ssh_key": r.ssh_key}
         p = stored.get(r.email)
+        if p is None and "key" in r.columns and (by_key := keys.get(r.key)) and by_key.email not in listed:
+            p = by_key  # a file with a key column names the participant: this row gives them a new email
         if p is not None:  # a column the file does not have keeps what is stored (the key: when made from the email)
             kept = {f for f, c in _COLUMN_OF.items() if c not in r.columns}
             if not {"key", "unix_user"} & r.columns:
@@ -154,7 +157,8 @@ def _apply_roster(s: Session, crow: CourseRecord, rows: list[RosterRow], where: 
             raise InputError(
                 f"key: {key!r} belongs to another participant ({other.email})",
                 where=f"{where}:{r.line}",
-                fix="give this row its own key column value",
+                fix=f"give this row its own key column value; or, to change {other.email}'s email, name them on "
+                f"this row by their key ({key!r}) in a key column",
             )
         if delivered:
             _check_login(r, where, login_name(key, values["unix_user"]), had, {key, p.key if p else key})
@@ -167,12 +171,16 @@ def _apply_roster(s: Session, crow: CourseRecord, rows: list[RosterRow], where: 
             continue
         row_of[id(p)] = r
         changed = tuple(f for f in _ROSTER_FIELDS if getattr(p, f) != values[f])
+        if p.email != r.email:
+            p.email = r.email
+            changed += ("email",)
         if changed:
             if "group_name" in changed:
                 moved[key] = [p.group_name, values["group_name"]]
             keys.pop(p.key, None)
             for f in changed:
-                setattr(p, f, values[f])
+                if f != "email":
+                    setattr(p, f, values[f])
             p.updated_at = now
             keys[key] = p
             changes.append(
@@ -189,8 +197,7 @@ def _apply_roster(s: Session, crow: CourseRecord, rows: list[RosterRow], where: 
             where=where,
             fix="check the key, email and unix_user columns",
         ) from None
-    listed = {r.email for r in rows}
-    absent = tuple(sorted(p.key for e, p in stored.items() if e not in listed))
+    absent = tuple(sorted(p.key for p in stored.values() if id(p) not in row_of))
     count = {a: sum(1 for c in changes if c.action == a) for a in ("added", "updated", "unchanged")}
     detail: dict[str, object] = {"file": where, **count, "absent": list(absent)}
     renamed = [p for p in keys.values() if id(p) in before and before[id(p)] != login_name(p.key, p.unix_user)]
