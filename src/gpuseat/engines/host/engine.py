@@ -36,7 +36,7 @@ from gpuseat.core.logins import UNIX_USER
 from gpuseat.core.readiness import Access, Readiness, judge
 from gpuseat.core.seating import AGENT_ACTOR
 from gpuseat.engines.base import Changes, CourseState, Holding, Step, StepEngine, ssh_access
-from gpuseat.engines.host import others
+from gpuseat.engines.host import others, sole
 from gpuseat.engines.host.machine import Machine
 from gpuseat.errors import InputError
 
@@ -234,6 +234,10 @@ class HostEngine(StepEngine[HostSettings]):
             return None
         return files, (*files, *delivery.shared_files(dev, root))
 
+    def _held(self) -> list[others.Holder]:
+        """Every held seat on this machine's devices in the courses not archived, with its device files (``others``)."""
+        return others.with_files(self.store.seats.held_on_devices(self._devices()[0], others.LOCAL), self._files_of)
+
     def _adopted(self, seats: list[SeatView]) -> dict[str, str]:
         """Seats carved from an inventory have no UUID yet: a free device of their profile each. A device that
         another course's holder keeps (the same GPU or MIG instance, or a whole GPU over a slice) is not free:
@@ -241,8 +245,7 @@ class HostEngine(StepEngine[HostSettings]):
         wanted = [(s.key, s.kind, s.profile) for s in seats if not s.device_uuid and s.kind in ("mig", "gpu")]
         if not wanted:
             return {}
-        devices = self._devices()[0]
-        held = others.with_files(self.store.seats.held_on_devices(devices, others.LOCAL), self._files_of)
+        devices, held = self._devices()[0], self._held()
         taken = {s.device_uuid for s in seats if s.device_uuid}
         taken |= {u for u in devices if others.clashing(self.course, self._files_of(u), held)}
         return delivery.adopt(wanted, devices, taken)
@@ -674,7 +677,8 @@ class HostEngine(StepEngine[HostSettings]):
         return out
 
     def probe(self, seat: SeatView, participant: ParticipantView) -> Readiness:
-        """Log in as the participant (gpuseat's loopback probe key) and list what they can see."""
+        """Log in as the participant (gpuseat's loopback probe key) and list what they can see; first, as root, that
+        nobody else can open the seat's device files or holds them open (module ``sole``)."""
         login = self.login_of(participant)
         now = datetime.now(UTC)
         where = f" on {seat.host}" if seat.host else ""
@@ -683,7 +687,8 @@ class HostEngine(StepEngine[HostSettings]):
             return Readiness(self.course, seat.key, participant.key, "broken", reason, evidence, visible, now, "host")
 
         here = self.runner.which(self.settings.nvidia_smi) is not None  # else: "run this check on the server"
-        yielded = self._other_courses()[0].get(seat.key) if here else None
+        held = self._held() if here else []
+        yielded = others.shared(self.course, held)[0].get(seat.key)
         if yielded is not None:  # what apply says: another course's older holder keeps this GPU
             return broken(others.refusal(seat.key, participant.key, yielded)[0])
         account = self.machine.account(login)
@@ -702,12 +707,16 @@ class HostEngine(StepEngine[HostSettings]):
         note = ""
         if want:
             try:
-                self._seat_files(seat, want)
+                files = self._seat_files(seat, want)[0]
+                others_too = sole.intruders(self.machine, files, sole.granted(held, files) | {account.uid}, self.course)
             except InputError as exc:
                 if "does not exist on this host" in exc.what:
                     note = f"device {want} is not on this host"
                 else:
                     return broken(exc.what)
+            else:
+                if others_too:  # the adversary's side: nobody but root and the holder may open the seat
+                    return broken(f"seat {seat.key} is {others_too}")
         with self._lock:  # probes run in parallel; the key pair is made once
             key, _pub = self.machine.ensure_probe_key(state_dir(self.course))
         script = delivery.PROBE_SCRIPT.replace("NVIDIA_SMI", shlex.quote(self.settings.nvidia_smi))

@@ -146,17 +146,18 @@ class Machine:
 
     # -- processes -------------------------------------------------------------------------------------
 
-    def processes(self, uids: set[int], proc_root: str = "/proc") -> dict[int, int]:
-        """pid → uid of every live process of ``uids``."""
+    def processes(self, uids: set[int] | None, proc_root: str = "/proc") -> dict[int, int]:
+        """pid → uid of every live process of ``uids`` (None: of every user)."""
         out: dict[int, int] = {}
-        if not uids:
+        if uids is not None and not uids:
             return out
         for entry in os.scandir(proc_root):
             if not entry.name.isdigit():
                 continue
             try:
                 uid = os.stat(entry.path).st_uid
-                if uid in uids and _state(entry.path) != "Z":  # a zombie holds nothing: its parent reaps it
+                mine = uids is None or uid in uids
+                if mine and _state(entry.path) != "Z":  # a zombie holds nothing: its parent reaps it
                     out[int(entry.name)] = uid
             except OSError:
                 continue
@@ -253,7 +254,7 @@ class Machine:
 
     # -- device access ---------------------------------------------------------------------------------
 
-    def _acl_lines(self, path: Path) -> set[str]:
+    def acl_lines(self, path: Path) -> set[str]:
         """The file's access ACL as ``getfacl --numeric`` lists it (``user::rw-``, ``user:1001:rw-`` …), read
         from its ``system.posix_acl_access`` attribute: a pass reads every seat's device files, and a getfacl
         each was thousands of processes a pass on a big server. getfacl reads what this cannot parse."""
@@ -281,7 +282,7 @@ class Machine:
     def acl_users(self, path: Path) -> set[int] | None:
         """The uids with a named ACL entry on ``path``; None when the file is not yet root-only plus ACL
         (someone else could open it: its mode or owner must be fixed too)."""
-        lines = self._acl_lines(path)
+        lines = self.acl_lines(path)
         found = set()
         for line in lines:
             kind, uid, _perm = [*line.split(":"), "", ""][:3]
