@@ -30,7 +30,7 @@ def test_the_acl_read_from_the_attribute_is_what_getfacl_lists(tmp_path: Path) -
     for change in states:
         subprocess.run([*change, str(f)], check=True)
         runner.log.clear()
-        read = machine._acl_lines(f)
+        read = machine.acl_lines(f)
         assert not runner.log, "a getfacl ran"
         assert read == machine._getfacl(f), change
-    assert machine._acl_lines(f) == {"user::rwx", "group::---", "other::r--"}
+    assert machine.acl_lines(f) == {"user::rwx", "group::---", "other::r--"}
