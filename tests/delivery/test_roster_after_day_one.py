@@ -323,3 +323,36 @@ def test_the_login_a_new_unix_user_left_goes_with_its_home_when_the_course_is_de
     assert not home.exists(), "the old login's home folder outlived the deleted course"
     with open_store(c.db) as store, pytest.raises(NotFound):
         store.courses.get_course(c.key)
+
+
+def test_a_participant_removed_from_the_roster_loses_the_machine_and_their_login_stays_theirs(course: Course) -> None:
+    """``roster remove ann --yes`` after day one: the next pass takes her access away as for a release (her login
+    refused by sshd, its key file gone, the account locked, her processes ended), bob is untouched; her login is
+    never given to a newcomer, and her account and home go when the course is deleted."""
+    c = course
+    ann, bob = _seated(c)
+    old = c.login(ann)
+    running = subprocess.Popen(["sleep", "600"], user=_uid(old))  # her training loop, left running
+    try:
+        done = c.run("roster", "remove", ann, "--yes")
+        assert f"removed {ann} (released {c.seat_of(MIG[0])})" in done.out, done.out
+        c.apply()
+        assert _refused(c, ann)
+        assert not (c.lab.keys_dir / old).exists()
+        assert Machine(Runner()).locked(old)
+        assert running.wait(10) is not None
+        assert _sees(c, bob) == (MIG[1], [MIG[1]])
+        _settled(c)
+    finally:
+        if running.poll() is None:
+            running.kill()
+            running.wait()
+    dan = c.person("dan")
+    del c.rows[ann]
+    c.rows[dan.key] = {"group": "tutors", "login": old, "ssh_key": dan.public_key}
+    taken = c.roster()
+    assert taken.code == 2 and ":3:5" in taken.err and old in taken.err, taken.out + taken.err
+    gone = c.cli("course", "delete", c.key, "--yes", "--export-to", c.folder / "export.zip", "--db", c.db)
+    assert gone.code == 0, gone.out + gone.err
+    c.apply()
+    assert Machine(Runner()).account(old) is None, "the removed participant's account outlived the deleted course"

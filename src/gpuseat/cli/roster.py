@@ -1,4 +1,4 @@
-"""CLI for ``gpuseat roster import|list|links``: parse flags, call the course store, print."""
+"""CLI for ``gpuseat roster import|list|links|remove``: parse flags, call the course store, print."""
 
 from __future__ import annotations
 
@@ -45,10 +45,22 @@ def _print_links(rows: list[dict[str, Any]]) -> None:
             print(f"  {who}\n    {text}")
 
 
+def _what_goes(r: dict[str, Any]) -> str:
+    """``ann (holds seat-03, 2 past seats, 1 survey answer)``: what a removal takes with a participant."""
+
+    def n(count: int, what: str) -> str:
+        return f"{count} {what}{'' if count == 1 else 's'}"
+
+    parts = [f"holds {r['seat']}" if r["seat"] else "no seat"]
+    parts += [n(r[k], what) for k, what in (("past_seats", "past seat"), ("survey_answers", "survey answer"),
+                                            ("requests", "pending request")) if r[k]]  # fmt: skip
+    return f"{r['participant']} ({', '.join(parts)})"
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``roster`` group."""
     roster_app = add_group(
-        app, "roster", "The participants of a course: import a CSV, list them, hand out access links."
+        app, "roster", "The participants of a course: import a CSV, list them, hand out access links, remove who left."
     )
 
     @roster_app.command("import")
@@ -156,3 +168,35 @@ def register(app: typer.Typer) -> None:
             print_rows(rows, LINK_COLUMNS, fmt, title="access links (shown once)")
             return
         _print_links(rows)
+
+    @roster_app.command("remove")
+    def remove(
+        participants: list[str] = typer.Argument(..., metavar="P...", help="Key, email or Unix user of each."),
+        reason: str | None = typer.Option(
+            None, "--reason", help="Why, kept in the seat history (one line, at most 32 characters)."
+        ),
+        yes: bool = typer.Option(False, "--yes", help="Confirm: take them off the course."),
+        course: CourseOption = None,
+        db: DbOption = None,
+    ) -> None:
+        """Take participants who dropped out off the course (needs --yes): seat released, links revoked,
+        their rows deleted; the roster.remove event keeps their rows and past seats."""
+        from gpuseat.cli.flags import named_argument
+        from gpuseat.cli.seats import _next_steps
+        from gpuseat.store import open_store
+
+        with named_argument("participant", "P"), open_store(db) as store:
+            key = store.courses.get_course(course).key
+            if not yes:
+                found = store.roster.remove_participants(key, participants, reason=reason, dry_run=True)
+                raise InputError(
+                    f"would remove {', '.join(_what_goes(r) for r in found)} from course {key}, with their access "
+                    "links and survey answers; the agents take their access away at their next pass",
+                    where="gpuseat roster remove",
+                    fix=f"confirm with: gpuseat roster remove {' '.join(participants)} --course {key} --yes",
+                )
+            done = store.roster.remove_participants(key, participants, reason=reason, actor=actor())
+            engines = [store.seats.get_seat(key, r["seat"]).engine for r in done if r["seat"]]
+        for r in done:
+            print(f"removed {r['participant']}" + (f" (released {r['seat']})" if r["seat"] else ""))
+        _next_steps(key, engines)

@@ -37,9 +37,9 @@ _HEAD_AND_CURSOR_ROWS = _MARK_COLUMNS.where(or_(_EVENTS.c.id == _HEAD_ID, _EVENT
 
 
 #: the events actions that can take access away from someone: a release, a move, seats removed, a course
-#: archived or deleted, a roster changed (a login or key), the policy or a person's quota changed (hours lowered
-#: below what was used), the course file updated (a window or session shortened). A plan made before one may still
-#: grant that access.
+#: archived or deleted, a roster changed (a login or key) or a participant removed from it, the policy or a person's
+#: quota changed (hours lowered below what was used), the course file updated (a window or session shortened). A plan
+#: made before one may still grant that access.
 REVOKING_ACTIONS = (
     "seat.release",
     "seat.move",
@@ -49,6 +49,7 @@ REVOKING_ACTIONS = (
     "course.delete.asked",
     "roster.update",
     "roster.import",
+    "roster.remove",
     "course.policy",
     "course.update",
     "hours.quota",

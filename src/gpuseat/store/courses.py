@@ -400,7 +400,10 @@ def _check_in_use(s: Session, row: CourseRecord, course: CourseFile) -> None:
         if gone:
             wrong.append(f"seat {key} is reserved for group {gone[0]!r}, which is gone")
     if any(w.startswith("group") for w in wrong):
-        fixes.append("give those participants another group first (gpuseat roster import, its group column)")
+        fixes.append(
+            "give those participants another group first (gpuseat roster import, its group column), or take those "
+            "who left off the course (gpuseat roster remove P)"
+        )
     if any(w.startswith("seat") for w in wrong):
         fixes.append("remove those seats first (gpuseat seats remove) and add them again for a group the file has")
     if wrong:

@@ -109,7 +109,7 @@ def _iso(value: datetime | date | None) -> str | None:
 
 def collect(store: Store, course: str | None) -> dict[str, Any]:
     """Every row of a course, by keys (the archive's members as Python objects)."""
-    from gpuseat.store.rows import _course
+    from gpuseat.store.rows import _course, participant_record
 
     with store.database.read() as s:
         c = _course(s, course)
@@ -167,19 +167,7 @@ def collect(store: Store, course: str | None) -> dict[str, Any]:
                 "archived_at": _iso(c.archived_at),
                 "offers_files": c.offers_files,
             },
-            "participants.json": [
-                {
-                    "key": p.key,
-                    "name": p.name,
-                    "email": p.email,
-                    "group": p.group_name,
-                    "unix_user": p.unix_user,
-                    "ssh_key": p.ssh_key,
-                    "created_at": _iso(p.created_at),
-                    "updated_at": _iso(p.updated_at),
-                }
-                for p in people
-            ],
+            "participants.json": [participant_record(p) for p in people],
             "seats.json": [seat_record(x) for x in seats],
             "assignments.json": [
                 {

@@ -569,17 +569,27 @@ class Requests(Concern):
             _log(s, crow.key, actor, "seat.idle.warned", participant=participant, seat=seat, detail={"text": text})
 
 
-def fail_pending(s: Any, crow: CourseRecord, why: str, actor: str, *, seats: list[str] | None = None) -> int:
-    """End the course's pending requests (``seats``: those asked of these seats) as failed with ``why``, in
-    the caller's transaction: no engine carries them out any more (an archived course, a removed seat), so
-    they would say "pending" for ever, and be carried out if the seat key or the course came back.
-    Returns how many."""
+def fail_pending(
+    s: Any,
+    crow: CourseRecord,
+    why: str,
+    actor: str,
+    *,
+    seats: list[str] | None = None,
+    participants: list[int] | None = None,
+) -> int:
+    """End the course's pending requests (``seats``: those asked of these seats; ``participants``: those of these
+    participant ids) as failed with ``why``, in the caller's transaction: no engine carries them out any more (an
+    archived course, a removed seat or participant), so they would say "pending" for ever, and be carried out if
+    the seat key or the course came back. Returns how many."""
     from gpuseat.store.rows import db_now
 
     q = select(SeatRequest, Participant.key).join(Participant, Participant.id == SeatRequest.participant_id)
     q = q.where(SeatRequest.course_id == crow.id, SeatRequest.state == "pending")
     if seats is not None:
         q = q.where(SeatRequest.seat_key.in_(seats))
+    if participants is not None:
+        q = q.where(SeatRequest.participant_id.in_(participants))
     rows = list(s.execute(q))
     for row, who in rows:
         row.state, row.reason, row.done_at = "failed", why, db_now(s)

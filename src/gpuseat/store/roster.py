@@ -1,10 +1,11 @@
-"""The roster in the store: import a checked roster (added, updated, absent), list and find participants."""
+"""The roster in the store: import a checked roster (added, updated, absent), list, find and remove participants."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import and_, select
 from sqlalchemy.exc import IntegrityError
@@ -15,7 +16,15 @@ from gpuseat.core.roster import RosterRow, RosterText, parse_roster
 from gpuseat.db.models import Assignment, CourseRecord, Event, Participant, Seat, SeatRequest
 from gpuseat.errors import InputError, did_you_mean
 from gpuseat.store.base import Concern
-from gpuseat.store.rows import DEFAULT_ACTOR, _course, _log, _open_seat_key, _participant, _participant_view
+from gpuseat.store.rows import (
+    DEFAULT_ACTOR,
+    _course,
+    _delivered,
+    _log,
+    _open_seat_key,
+    _participant,
+    _participant_view,
+)
 from gpuseat.store.views import ParticipantView, RosterChange, RosterReport
 
 
@@ -89,6 +98,24 @@ class Roster(Concern):
             crow = _course(s, course)
             p = _participant(s, crow, who)
             return _participant_view(crow.key, p, _open_seat_key(s, p.id))
+
+    def remove_participants(
+        self,
+        course: str | None,
+        keys: Sequence[str],
+        *,
+        reason: str | None = None,
+        actor: str = DEFAULT_ACTOR,
+        dry_run: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Take participants (key, email or Unix user) off the course in one transaction, all or nothing: their
+        seat released (``reason``, as ``seats release`` checks it), links revoked, pending requests failed, their
+        row deleted (``reason`` None: ``removed from the roster``); one ``roster.remove`` events row keeps their
+        rows and past assignments (:mod:`gpuseat.store.leaving`). ``dry_run``: nothing written. One dict per
+        participant: participant, seat, past_seats, links, requests, survey_answers."""
+        from gpuseat.store.leaving import remove_participants
+
+        return remove_participants(self._database, course, keys, reason=reason, actor=actor, dry_run=dry_run)
 
 
 def _check_groups(rows: list[RosterRow], groups: tuple[str, ...], where: str) -> None:
@@ -227,21 +254,13 @@ def _requested_keys(s: Session, crow: CourseRecord) -> dict[int, tuple[str | Non
     return out
 
 
-def _delivered(s: Session, crow: CourseRecord) -> bool:
-    """Whether an engine has applied this course (its machines may have accounts and homes by login)."""
-    q = select(Event.id).where(
-        Event.course_key == crow.key,
-        Event.action.in_(("engine.apply", "drift.reverted")),
-        Event.at >= crow.created_at,
-    )
-    return s.scalar(q.limit(1)) is not None
-
-
 def _logins_left(s: Session, crow: CourseRecord) -> dict[str, str]:
-    """Logins participants of this course had on its machines before a re-import gave them another, by key."""
+    """Logins participants of this course had on its machines before a re-import gave them another (or before
+    they were removed from the roster), by key."""
     q = select(Event.detail).where(
         Event.course_key == crow.key,
-        Event.action.in_(("roster.import", "roster.update")),  # a re-import, or a seats file's rename
+        # a re-import, a seats file's rename, a removal (roster remove)
+        Event.action.in_(("roster.import", "roster.update", "roster.remove")),
         Event.at >= crow.created_at,
     )
     out: dict[str, str] = {}

@@ -296,6 +296,27 @@ def _participant_view(course: str, p: Participant, seat: str | None) -> Particip
     )
 
 
+def _iso(value: datetime | None) -> str | None:
+    """A stored time as ISO 8601 text, naive (SQLite) read as UTC."""
+    return None if value is None else (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
+
+
+def participant_record(p: Participant) -> dict[str, Any]:
+    """A participant row as plain JSON: what an export's ``participants.json`` holds and a removal's event keeps."""
+    fields = {"key": p.key, "name": p.name, "email": p.email, "group": p.group_name, "unix_user": p.unix_user}
+    return {**fields, "ssh_key": p.ssh_key, "created_at": _iso(p.created_at), "updated_at": _iso(p.updated_at)}
+
+
+def _delivered(s: Session, crow: CourseRecord) -> bool:
+    """Whether an engine has applied this course (its machines may have accounts and homes by login)."""
+    q = select(Event.id).where(
+        Event.course_key == crow.key,
+        Event.action.in_(("engine.apply", "drift.reverted")),
+        Event.at >= crow.created_at,
+    )
+    return s.scalar(q.limit(1)) is not None
+
+
 #: a seat object's values in :data:`SEAT_COLUMNS` order (an ORM row or a page's plain namespace)
 _seat_values = attrgetter(*SEAT_COLUMNS)
 
