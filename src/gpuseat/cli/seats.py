@@ -183,6 +183,41 @@ def _next_steps(course: str, engines: list[str]) -> None:
         )
 
 
+def _move_from_host(
+    host: str, to_host: str | None, *, partial: bool, dry_run: bool, course: str | None, db: str | None, fmt: Format
+) -> None:
+    """``seats move --from-host``: everyone on a dead server to the best suitable free seats elsewhere."""
+    from gpuseat.cli.flags import named_argument
+    from gpuseat.store import open_store
+
+    with open_store(db) as store, named_argument("from_host", "--from-host"), named_argument("to_host", "--to-host"):
+        report = store.seats.move_from_host(
+            course, host, to_host=to_host, partial=partial, dry_run=dry_run, actor=actor()
+        )
+        touched = {m.from_seat for m in report.moved} | {m.seat for m in report.moved}
+        engines = [s.engine for s in store.seats.seats(report.course) if s.key in touched]
+    if fmt is Format.json:
+        print_json(report.to_dict())
+        return
+    if not report.moved and not report.stayed:
+        print(f"nobody holds a seat on {host}")
+        return
+    if report.moved:
+        print(f"{'would move' if dry_run else 'moved'} {len(report.moved)} holder(s) off {host}:")
+    for m in report.moved:
+        print(f"{m.participant}: {m.from_seat} ({m.from_host}) -> {m.seat} ({m.host or 'no host'})")
+    if report.stayed:
+        where = f"on {to_host}" if to_host else "elsewhere"
+        print(f"stayed on {host} (no suitable free seat {where}): {', '.join(report.stayed)}")
+    if dry_run:
+        print("dry run: nothing was stored")
+    if dry_run or not report.moved:
+        return
+    _next_steps(report.course, engines)
+    seats = f"the seats they left on {host} are" if report.stayed else f"{host}'s seats are"
+    print(f"{seats} free now; `gpuseat seats remove SEAT...` if the server is gone for good")
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``seats`` group."""
     seats_app = add_group(app, "seats", "Seats of a course: add, assign, release, move, remove, status, export.")
@@ -295,20 +330,54 @@ def register(app: typer.Typer) -> None:
 
     @seats_app.command("move")
     def move(
-        participant: str = typer.Option(..., "--participant", help="Key, email or Unix user."),
-        seat: str = typer.Option(..., "--seat", help="The free seat to move to."),
+        participant: OptionalParticipantOption = None,
+        seat: str | None = typer.Option(None, "--seat", help="The free seat to move to (with --participant)."),
+        from_host: str | None = typer.Option(
+            None, "--from-host", help="Move everyone on this host (a dead server) to suitable free seats elsewhere."
+        ),
+        to_host: str | None = typer.Option(None, "--to-host", help="With --from-host: only to seats on this host."),
+        partial: bool = typer.Option(False, "--partial", help="With --from-host: move who fits when seats run short."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="With --from-host: print the moves, store nothing."),
         course: CourseOption = None,
         db: DbOption = None,
+        fmt: FormatOption = Format.table,
     ) -> None:
-        """Move a participant to another free seat (the old assignment is closed, not deleted)."""
+        """Move a participant to another free seat (the old assignment is closed, not deleted), or with
+        --from-host everyone on a host to the best suitable free seats elsewhere (the rule of seats assign)."""
         from gpuseat.store import open_store
 
+        if from_host is not None:
+            if participant is not None or seat is not None:
+                raise InputError(
+                    "it moves everyone on a host; --participant and --seat move one person",
+                    where="--from-host",
+                    fix="give either --from-host H or --participant P --seat S",
+                )
+            _move_from_host(from_host, to_host, partial=partial, dry_run=dry_run, course=course, db=db, fmt=fmt)
+            return
+        host_only = [
+            f for f, given in (("--to-host", to_host), ("--partial", partial), ("--dry-run", dry_run)) if given
+        ]
+        if host_only:
+            raise InputError(
+                "it goes with --from-host only",
+                where=host_only[0],
+                fix="add --from-host H, or leave it out",
+            )
+        if participant is None or seat is None:
+            given = "--participant" if participant is not None else "--seat" if seat is not None else None
+            raise InputError(
+                f"it needs {'--seat' if seat is None else '--participant'}" if given else "name who moves where",
+                where=given or "gpuseat seats move",
+                fix="give --participant P --seat S, or --from-host H to move everyone on a host",
+            )
         with open_store(db) as store:
             before = store.seats.seat_of(course, participant)
             made = store.seats.move(course, participant, seat, actor=actor())
             engines = [store.seats.get_seat(made.course, made.seat).engine] + ([before.engine] if before else [])
-        print(f"{made.participant} → {made.seat}")
-        _next_steps(made.course, engines)
+        print_json(made.to_dict()) if fmt is Format.json else print(f"{made.participant} → {made.seat}")
+        if fmt is not Format.json:
+            _next_steps(made.course, engines)
 
     @seats_app.command("remove")
     def remove(

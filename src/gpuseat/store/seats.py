@@ -35,7 +35,9 @@ from gpuseat.store.rows import (
 from gpuseat.store.views import AssignmentView, AssignReport, SeatView, _utc
 
 if TYPE_CHECKING:
+    from gpuseat.core.needs import SeatNeed
     from gpuseat.core.readiness import Access
+    from gpuseat.store.evacuate import HostMoveReport
     from gpuseat.store.specs import SeatSpec
 
 
@@ -224,23 +226,12 @@ class Seats(Concern):
                     )
                 )
             )
-            needs = _needs(crow)
-            free = [x for x in seats if x.id not in taken and x.state in ASSIGNABLE_STATES]
-            waiting = [p for p in people if p.id not in holding]
-            fitting: dict[str | None, list[Seat]] = {}  # per group: suitable free seats, best first
-            for group in {p.group_name for p in waiting}:
-                suits = [x for x in free if _misfit(x, group, needs) is None]
-                fitting[group] = sorted(suits, key=lambda x, g=group: _pref(x, g))  # type: ignore[misc]
-            waiting.sort(key=lambda p: (len(fitting[p.group_name]), p.group_name or "", p.key))
-            used: set[int] = set()
+            chosen, missing = choose_seats(
+                [x for x in seats if x.id not in taken], [p for p in people if p.id not in holding], _needs(crow)
+            )
             made: list[AssignmentView] = []
-            left: list[str] = []
-            for p in waiting:
-                seat = next((x for x in fitting[p.group_name] if x.id not in used), None)
-                if seat is None:
-                    left.append(p.key)
-                    continue
-                used.add(seat.id)
+            left = [p.key for p in missing]
+            for p, seat in chosen:
                 a = Assignment(seat_id=seat.id, participant_id=p.id, valid_from=now, mode="assigned")
                 s.add(a)
                 made.append(_assignment_view(crow.key, seat.key, p.key, a))
@@ -292,6 +283,50 @@ class Seats(Concern):
                 old.valid_to, old.ended_by = _clock(s, crow.key, actor), "move"
                 s.flush()
             return give_seat(s, crow, p, row, actor, "seat.move")
+
+    def move_from_host(
+        self,
+        course: str | None,
+        host: str,
+        *,
+        to_host: str | None = None,
+        partial: bool = False,
+        dry_run: bool = False,
+        actor: str = DEFAULT_ACTOR,
+    ) -> HostMoveReport:
+        """Move every holder of a seat on ``host`` (a server that died) to the best suitable free seat on another
+        host (only ``to_host`` when given), by :meth:`assign_all`'s rule, each as :meth:`move` does, in one
+        transaction. Too few such seats: :class:`NoFreeSeat` and nothing moves, unless ``partial`` (who fits
+        moves, the others are named in ``stayed``); ``dry_run``: the same report, nothing stored. An unknown
+        host is an :class:`InputError`; the host's seats keep their state."""
+        from gpuseat.store.evacuate import HostMove, HostMoveReport, check_hosts, too_few_seats
+
+        with self._database.write() as s:
+            crow = _course(s, course)
+            seats = list(s.scalars(select(Seat).where(Seat.course_id == crow.id).order_by(Seat.key).with_for_update()))
+            check_hosts(crow, seats, host, to_host)
+            # locked: a release committed meanwhile (PostgreSQL) is seen, not overwritten by this move
+            open_ = select(Assignment).where(
+                Assignment.valid_to.is_(None), Assignment.seat_id.in_([x.id for x in seats])
+            )
+            held = {a.seat_id: a for a in s.scalars(open_.with_for_update())}
+            people = {p.id: p for p in s.scalars(select(Participant).where(Participant.course_id == crow.id))}
+            old_seat = {held[x.id].participant_id: x for x in seats if x.host == host and x.id in held}
+            leaving = [people[i] for i in old_seat]
+            elsewhere = [x for x in seats if x.id not in held and x.host != host and to_host in (None, x.host)]
+            chosen, left = choose_seats(elsewhere, leaving, _needs(crow))
+            if left and not partial:
+                raise too_few_seats(crow, host, to_host, len(leaving), len(chosen), left)
+            if not dry_run and chosen:
+                now = _clock(s, crow.key, actor)
+                for p, _ in chosen:
+                    old = held[old_seat[p.id].id]
+                    old.valid_to, old.ended_by = now, "move"
+                s.flush()
+                for p, x in chosen:
+                    give_seat(s, crow, p, x, actor, "seat.move")
+            moved = tuple(HostMove(p.key, old_seat[p.id].key, host, x.key, x.host) for p, x in chosen)
+            return HostMoveReport(crow.key, host, to_host, moved, tuple(sorted(p.key for p in left)), dry_run)
 
     def release(
         self,
@@ -421,6 +456,33 @@ def _check_reason(reason: str) -> None:
             where="reason",
             fix=f"shorten it to {_REASON_LIMIT} characters or fewer",
         )
+
+
+def choose_seats(
+    free: Iterable[Seat], waiting: Iterable[Participant], needs: dict[str, SeatNeed]
+) -> tuple[list[tuple[Participant, Seat]], list[Participant]]:
+    """The one rule that picks seats for people (``seats assign``, ``seats move --from-host``): of the seats nobody
+    holds (``free``), those in an assignable state; the most constrained groups go first, then participants by key;
+    each gets the best suitable seat left (own hardware, reserved for their group, smallest, by key). Returns who
+    gets which seat, in that order, and who is left without one."""
+    ready = [x for x in free if x.state in ASSIGNABLE_STATES]
+    people = list(waiting)
+    fitting: dict[str | None, list[Seat]] = {}  # per group: suitable free seats, best first
+    for group in {p.group_name for p in people}:
+        suits = [x for x in ready if _misfit(x, group, needs) is None]
+        fitting[group] = sorted(suits, key=lambda x, g=group: _pref(x, g))  # type: ignore[misc]
+    people.sort(key=lambda p: (len(fitting[p.group_name]), p.group_name or "", p.key))
+    used: set[int] = set()
+    chosen: list[tuple[Participant, Seat]] = []
+    left: list[Participant] = []
+    for p in people:
+        seat = next((x for x in fitting[p.group_name] if x.id not in used), None)
+        if seat is None:
+            left.append(p)
+            continue
+        used.add(seat.id)
+        chosen.append((p, seat))
+    return chosen, left
 
 
 def give_seat(s: Session, crow: CourseRecord, p: Participant, row: Seat, actor: str, action: str) -> AssignmentView:
