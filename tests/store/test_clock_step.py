@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
-from gpuseat.store import CourseStore, SeatSpec, claim_sql, claims, requests, rows
+from gpuseat.store import CourseStore, SeatSpec, claim_sql, claims, hours_read, rows
 from gpuseat.store.views import AssignmentView
 
 
@@ -47,7 +47,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> type[_SteppedClock]:
     def stepped_sql(dialect: str) -> str:
         return f"({real_sql(dialect)} + {_SteppedClock.offset.total_seconds()})"
 
-    for module in (rows, claim_sql, requests):
+    for module in (rows, claim_sql, hours_read):
         monkeypatch.setattr(module, "clock_sql", stepped_sql)
     monkeypatch.setattr(claims, "pg_claim_sql", claim_sql.pg_claim_sql.__wrapped__)  # built at each claim
     return _SteppedClock
