@@ -115,7 +115,8 @@ def add_delivery_commands(seats_app: typer.Typer) -> None:
         db: DbOption = None,
         fmt: FormatOption = Format.table,
     ) -> None:
-        """Probe every seat as its participant: ready = exactly one visible GPU, and it is the seat's."""
+        """Probe every seat as its participant: ready = exactly one visible GPU, and it is the seat's; on host seats,
+        nobody else can open it either (its device files' ACL, mode and open handles, read as root)."""
         from gpuseat.engines import registry
         from gpuseat.services.checks import check_seats, summary
         from gpuseat.store import open_store
