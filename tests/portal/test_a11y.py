@@ -88,6 +88,10 @@ def test_every_page_is_accessible_and_fits(demo, size, tmp_path):
         page.wait_for_url("**/overview")
         for name in ORGANIZER:
             check(name.replace("/", "-"), f"{demo.url}/{name}")
+        page.goto(f"{demo.url}/roster")
+        page.click("button[form=roster-remove]")  # the Roster page's question before a removal (nothing goes yet)
+        page.wait_for_selector("#remove-confirm")
+        check("roster-remove")
         who = context.new_page()
         who.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page = who

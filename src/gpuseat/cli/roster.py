@@ -45,18 +45,6 @@ def _print_links(rows: list[dict[str, Any]]) -> None:
             print(f"  {who}\n    {text}")
 
 
-def _what_goes(r: dict[str, Any]) -> str:
-    """``ann (holds seat-03, 2 past seats, 1 survey answer)``: what a removal takes with a participant."""
-
-    def n(count: int, what: str) -> str:
-        return f"{count} {what}{'' if count == 1 else 's'}"
-
-    parts = [f"holds {r['seat']}" if r["seat"] else "no seat"]
-    parts += [n(r[k], what) for k, what in (("past_seats", "past seat"), ("survey_answers", "survey answer"),
-                                            ("requests", "pending request")) if r[k]]  # fmt: skip
-    return f"{r['participant']} ({', '.join(parts)})"
-
-
 def register(app: typer.Typer) -> None:
     """Add the ``roster`` group."""
     roster_app = add_group(
@@ -183,6 +171,7 @@ def register(app: typer.Typer) -> None:
         their rows deleted; the roster.remove event keeps their rows and past seats."""
         from gpuseat.cli.flags import named_argument
         from gpuseat.cli.seats import _next_steps
+        from gpuseat.services.leaving import removal_preview
         from gpuseat.store import open_store
 
         with named_argument("participant", "P"), open_store(db) as store:
@@ -190,8 +179,7 @@ def register(app: typer.Typer) -> None:
             if not yes:
                 found = store.roster.remove_participants(key, participants, reason=reason, dry_run=True)
                 raise InputError(
-                    f"would remove {', '.join(_what_goes(r) for r in found)} from course {key}, with their access "
-                    "links and survey answers; the agents take their access away at their next pass",
+                    removal_preview(found, key),
                     where="gpuseat roster remove",
                     fix=f"confirm with: gpuseat roster remove {' '.join(participants)} --course {key} --yes",
                 )

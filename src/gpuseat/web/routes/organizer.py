@@ -175,6 +175,36 @@ def roster_import(request: Request, data: Form, user: OrganizerPost, portal: Por
     return roster_page(request, portal, status=400 if ctx.get("error") else 200, **ctx)
 
 
+@router.post("/roster/remove")
+def roster_remove(request: Request, data: Form, user: OrganizerPost, portal: PortalDep) -> Response:
+    """A participant who dropped out: the first POST answers the roster with what would go (the store's dry run)
+    and a reason field; the second (``confirm=yes``) takes them off the course, as ``gpuseat roster remove`` does."""
+    from gpuseat.services.leaving import removal_preview
+
+    who = str(data.get("participant", "")).strip()
+    reason = str(data.get("reason", "")).strip() or None  # blank: the store's own reason
+    key, confirmed = portal.course_key, data.get("confirm") == "yes"
+
+    def ask(found: list[dict[str, Any]], **ctx: Any) -> Response:
+        asking = {"participant": found[0]["participant"], "preview": removal_preview(found, key), "reason": reason}
+        return roster_page(request, portal, removing=asking, **ctx)
+
+    try:
+        found = portal.store.roster.remove_participants(key, [who], reason=reason, actor=user, dry_run=not confirmed)
+    except InputError as exc:
+        if exc.where != "reason":
+            return roster_page(request, portal, status=400, error=exc.message)
+        try:  # a reason the store refuses: the question again, with the reason to fix
+            return ask(portal.store.roster.remove_participants(key, [who], dry_run=True), status=400, error=exc.message)
+        except InputError as again:
+            return roster_page(request, portal, status=400, error=again.message)
+    if not confirmed:
+        return ask(found)
+    (r,) = found
+    notice = f"removed {r['participant']}" + (f" (released seat {r['seat']})" if r["seat"] else "")
+    return roster_page(request, portal, notice=notice + ": their access link no longer opens anything")
+
+
 def seats_page(request: Request, portal: Portal, status: int = 200, **ctx: Any) -> Response:
     """The seats page: a fixed handful of queries, never one per seat."""
     d = portal.seats_page()
