@@ -107,7 +107,7 @@ def compiled(stmt):
 
 
 if SAME:  # the participant page's own statements (gpuseat.store's cached ones): the link, then page_of's reads
-    from gpuseat.store.requests import _held_query, _ledger_query, _one_timeline_query
+    from gpuseat.store.hours_read import _held_query, _ledger_query, _one_timeline_query
     from gpuseat.store.rows import _page_holding
     from gpuseat.store.tokens import _token_query
     TOKEN = compiled(_token_query())
@@ -318,9 +318,11 @@ def _start(
         if proc.poll() is not None:
             with log.open("rb") as said:
                 said.seek(seen)
-                if b"address already in use" in said.read().lower():
-                    return None
-            raise SystemExit(f"{server} server exited with {proc.returncode}; its log: {log}")
+                out = said.read()
+            if b"address already in use" in out.lower():
+                return None
+            tail = out.decode(errors="replace")[-3000:]  # the round's folder goes with the run: say it here
+            raise SystemExit(f"{server} server exited with {proc.returncode}; its log ({log}) ends:\n{tail}")
         try:
             if httpx.get(base + "/healthz", timeout=1).status_code == 200:
                 return proc, base
