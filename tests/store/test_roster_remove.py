@@ -18,23 +18,13 @@ from gpuseat.services.survey import SurveyService
 from gpuseat.store import open_store
 from gpuseat.web.app import Portal, create_app
 
+from .test_course_update import ok, refused
+
 ROSTER = "name,email,unix_user\nAnn,ann@example.org,ann\nBen,ben@example.org,ben\nCid,cid@example.org,cid\n"
 
 
 def course_text(count: int) -> str:
     return f'name = "lab"\nparticipants = {count}\n\n[schedule]\nstart = 2026-09-07\ndays = 5\n'
-
-
-def ok(result):
-    assert result.code == 0 and "Traceback" not in result.out + result.err, (result.out, result.err)
-    return result
-
-
-def refused(result, *parts: str) -> str:
-    assert result.code == 2 and "Traceback" not in result.out + result.err, (result.out, result.err)
-    for part in parts:
-        assert part in result.err, result.err
-    return result.err
 
 
 def test_a_participant_removed_from_the_roster_is_gone_and_the_log_keeps_her(cli, url: str, tmp_path: Path) -> None:
